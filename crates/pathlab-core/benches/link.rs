@@ -1,0 +1,2 @@
+//! Placeholder; the link benchmark comes with the link.
+fn main() {}

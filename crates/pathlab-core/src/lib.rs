@@ -1,0 +1,28 @@
+//! pathlab-core: the sans-IO network path emulation model.
+//!
+//! This layer holds time, packets, impairment stages, queues and AQMs, rate models and the
+//! links they compose, and the parser for link specifications. It performs no I/O, reads
+//! no clock and starts no thread: every entry point takes `now`, and randomness comes from
+//! a seeded [`rng::Rng`]. That is what lets every model run in a discrete-event simulation
+//! in virtual time ([`sim`]), exactly and fast, and be driven by a real-time emulator in
+//! `pathlab-io` without change.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod link;
+pub mod packet;
+pub mod queue;
+pub mod rng;
+pub mod spec;
+pub mod stage;
+pub mod time;
+pub mod units;
+pub mod verdict;
+
+pub use link::{Link, Path};
+pub use packet::{Ecn, Packet};
+pub use spec::LinkSpec;
+pub use time::{Duration, Instant};
+pub use units::{BitsPerSec, Probability};
+pub use verdict::{DropReason, Verdicts};

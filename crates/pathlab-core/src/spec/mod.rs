@@ -1,0 +1,414 @@
+//! Link specifications: what one direction of a path does to packets.
+//!
+//! The syntax is netem's, as users paste it after `tc qdisc add dev X root netem`, plus
+//! pathlab's additions (`queue ...`, byte limits, `trace`, `schedule`). [`LinkSpec::parse`]
+//! turns text into a validated [`LinkSpec`]; its `Display` prints the canonical form, which
+//! parses back to the same spec.
+
+mod display;
+mod parse;
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use parse::SpecError;
+
+use crate::time::Duration;
+use crate::units::{BitsPerSec, Probability};
+
+/// Everything one direction of a link does, in pipeline order: impairments (loss,
+/// duplicate, corrupt), the bottleneck queue and its rate, then delay with jitter and
+/// reordering, then slotting.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Constant delay plus jitter.
+    pub delay: Option<DelaySpec>,
+    /// Packet loss model.
+    pub loss: Option<LossSpec>,
+    /// Mark ECN-capable packets CE instead of dropping them when `loss` hits (netem `ecn`).
+    pub ecn: bool,
+    /// Packet duplication.
+    pub duplicate: Option<Chance>,
+    /// Single-bit corruption.
+    pub corrupt: Option<Chance>,
+    /// netem-style reordering: some packets skip the delay.
+    pub reorder: Option<ReorderSpec>,
+    /// Bottleneck rate: fixed, scheduled, or a trace.
+    pub rate: Option<RateSpec>,
+    /// Slotted delivery (netem `slot`).
+    pub slot: Option<SlotSpec>,
+    /// The queue in front of the rate stage.
+    pub queue: QueueSpec,
+    /// Seed for the link's random choices (netem `seed`); `None` lets the caller choose.
+    pub seed: Option<u64>,
+}
+
+impl LinkSpec {
+    /// Parses a link specification in netem syntax plus pathlab's additions.
+    pub fn parse(text: &str) -> Result<LinkSpec, SpecError> {
+        parse::parse(text)
+    }
+
+    /// Whether the spec does nothing at all to packets (an empty spec).
+    pub fn is_passthrough(&self) -> bool {
+        *self == LinkSpec::default()
+    }
+}
+
+/// Shape of the jitter distribution (netem `distribution`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distribution {
+    /// Uniform over `[delay - jitter, delay + jitter]` (netem's default without a table).
+    #[default]
+    Uniform,
+    /// Normal with standard deviation `jitter`.
+    Normal,
+    /// Pareto (heavy tail), scaled to standard deviation `jitter`.
+    Pareto,
+    /// netem's mix of Pareto and normal, scaled to standard deviation `jitter`.
+    ParetoNormal,
+}
+
+/// `delay TIME [JITTER [CORRELATION]] [distribution NAME]`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelaySpec {
+    /// Mean one-way delay.
+    pub delay: Duration,
+    /// Jitter: half-width for uniform, standard deviation for the others.
+    #[serde(default)]
+    pub jitter: Duration,
+    /// Correlation of successive jitter samples, in `[0, 1]`.
+    #[serde(default)]
+    pub correlation: Probability,
+    /// Jitter distribution.
+    #[serde(default)]
+    pub distribution: Distribution,
+}
+
+/// A probability with an optional correlation to the previous decision (netem's
+/// `duplicate P [CORR]`, `corrupt P [CORR]`, `loss random P [CORR]`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chance {
+    /// Long-run probability of the event.
+    pub probability: Probability,
+    /// Correlation with the previous decision, in `[0, 1]`.
+    #[serde(default)]
+    pub correlation: Probability,
+}
+
+/// Loss models (netem `loss random|state|gemodel`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "model")]
+pub enum LossSpec {
+    /// Independent (or correlated) loss with probability `probability`.
+    Random(Chance),
+    /// netem's 4-state Markov model (`loss state p13 [p31 [p32 [p23 [p14]]]]`):
+    /// 1 = good reception, 2 = good reception within a burst, 3 = burst loss,
+    /// 4 = isolated loss. A packet is lost when the chain enters state 3 or 4.
+    State {
+        /// Probability of going from state 1 to 3 (a burst starts).
+        p13: Probability,
+        /// From 3 to 1 (the burst ends). Default `1 - p13`.
+        p31: Probability,
+        /// From 3 to 2 (a good packet inside the burst). Default 0.
+        p32: Probability,
+        /// From 2 to 3 (back to losing inside the burst). Default 1.
+        p23: Probability,
+        /// From 1 to 4 (an isolated loss). Default 0.
+        p14: Probability,
+    },
+    /// Gilbert-Elliott (`loss gemodel p [r [1-h [1-k]]]`): a good and a bad state.
+    GilbertElliott {
+        /// Probability of going from good to bad.
+        p: Probability,
+        /// Probability of going from bad to good. Default `1 - p`.
+        r: Probability,
+        /// Loss probability in the bad state (`1-h`). Default 100%.
+        loss_in_bad: Probability,
+        /// Loss probability in the good state (`1-k`). Default 0%.
+        loss_in_good: Probability,
+    },
+}
+
+/// `reorder P [CORR] [gap N]`: with gap N, after N-1 delayed packets the next one is sent
+/// without delay with probability P (netem semantics; gap defaults to 1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReorderSpec {
+    /// Probability that an eligible packet skips the delay.
+    pub probability: Probability,
+    /// Correlation with the previous decision.
+    #[serde(default)]
+    pub correlation: Probability,
+    /// Only every `gap`-th packet is eligible (at least 1).
+    pub gap: u32,
+}
+
+/// The bottleneck's rate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum RateSpec {
+    /// `rate RATE [PACKETOVERHEAD [CELLSIZE [CELLOVERHEAD]]]`.
+    Fixed(FixedRate),
+    /// `schedule STEP RATE...`: the rate changes every STEP, holding the last one
+    /// (`schedule ... loop` repeats instead).
+    Schedule(RateSchedule),
+    /// `trace FILE`: a mahimahi trace, one delivery opportunity per line.
+    Trace(TraceRef),
+}
+
+/// A fixed serialization rate with netem's per-packet accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedRate {
+    /// Line rate.
+    pub rate: BitsPerSec,
+    /// Bytes added to (or, negative, removed from) every packet before accounting.
+    #[serde(default)]
+    pub packet_overhead: i32,
+    /// Link-layer cell size in bytes (ATM: 53); 0 for none.
+    #[serde(default)]
+    pub cell_size: u32,
+    /// Bytes of overhead per cell.
+    #[serde(default)]
+    pub cell_overhead: i32,
+}
+
+/// A rate that steps through `rates`, one every `step`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSchedule {
+    /// How long each rate lasts.
+    pub step: Duration,
+    /// The rates, in order (at least one).
+    pub rates: Vec<BitsPerSec>,
+    /// Start over after the last rate instead of holding it.
+    #[serde(default)]
+    pub repeat: bool,
+}
+
+/// A mahimahi trace named by a file, and its contents once loaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRef {
+    /// The file as the user named it.
+    pub path: String,
+    /// The parsed trace; the core does no I/O, so the caller loads it
+    /// (see [`crate::stage::rate::Trace::parse`]).
+    #[serde(skip)]
+    pub trace: Option<Arc<crate::stage::rate::Trace>>,
+}
+
+/// `slot MIN [MAX] [packets N] [bytes N]` or
+/// `slot distribution NAME DELAY JITTER [packets N] [bytes N]`: packets leave only at slot
+/// boundaries, at most `max_packets`/`max_bytes` per slot (Wi-Fi, DOCSIS, LTE grants).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlotSpec {
+    /// How the gap between slots is drawn.
+    pub interval: SlotInterval,
+    /// Most packets released per slot.
+    #[serde(default)]
+    pub max_packets: Option<u32>,
+    /// Most bytes released per slot.
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+}
+
+/// How long the gap between two slots is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum SlotInterval {
+    /// Uniform in `[min, max]`.
+    Uniform {
+        /// Shortest gap.
+        min: Duration,
+        /// Longest gap.
+        max: Duration,
+    },
+    /// Drawn from a distribution with mean `delay` and spread `jitter`.
+    Distribution {
+        /// Shape.
+        distribution: Distribution,
+        /// Mean gap.
+        delay: Duration,
+        /// Spread (as for [`DelaySpec::jitter`]).
+        jitter: Duration,
+    },
+}
+
+/// The queue in front of the bottleneck rate.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueSpec {
+    /// Most packets held (`limit N`); `None` means the discipline's default
+    /// (1000 as netem, 10240 for fq_codel).
+    pub limit_packets: Option<u32>,
+    /// Most bytes held (`limit 150kb`); `None` means no byte limit.
+    pub limit_bytes: Option<u64>,
+    /// How the queue drops or marks.
+    pub discipline: Discipline,
+}
+
+impl QueueSpec {
+    /// The packet limit in force: the configured one or the discipline's default.
+    pub fn effective_limit_packets(&self) -> u32 {
+        self.limit_packets.unwrap_or(match self.discipline {
+            Discipline::FqCodel(_) => 10_240,
+            _ => 1_000,
+        })
+    }
+}
+
+/// Queue disciplines.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Discipline {
+    /// Drop arrivals when full (`queue taildrop`, `queue fifo`); netem's behaviour.
+    #[default]
+    TailDrop,
+    /// Drop the oldest packet when full (`queue headdrop`).
+    HeadDrop,
+    /// Random Early Detection (`queue red ...`).
+    Red(RedConfig),
+    /// Controlled Delay, RFC 8289 (`queue codel ...`).
+    Codel(CodelConfig),
+    /// Flow-queue CoDel, RFC 8290 (`queue fq_codel ...`).
+    FqCodel(FqCodelConfig),
+    /// Proportional Integral controller Enhanced, RFC 8033 (`queue pie ...`).
+    Pie(PieConfig),
+}
+
+/// RED parameters (Floyd and Jacobson 1993; tc-red(8) names).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedConfig {
+    /// Average backlog in bytes below which nothing is dropped (`min`).
+    pub min_bytes: u64,
+    /// Average backlog in bytes at which the drop probability reaches `max_probability` (`max`).
+    pub max_bytes: u64,
+    /// Drop probability at `max_bytes` (`probability`, default 2%).
+    pub max_probability: Probability,
+    /// EWMA weight of the average backlog (`weight`, or derived from `burst` as tc does).
+    pub weight: f64,
+    /// Typical packet size in bytes, used to age the average over idle time (`avpkt`).
+    pub avpkt_bytes: u32,
+    /// Mark ECN-capable packets instead of dropping (`ecn`).
+    pub ecn: bool,
+    /// Between max and 2 x max, rise from `max_probability` to 1 instead of jumping (`gentle`).
+    pub gentle: bool,
+    /// Drop even ECN-capable packets above max (`harddrop`).
+    pub harddrop: bool,
+}
+
+impl Default for RedConfig {
+    fn default() -> RedConfig {
+        RedConfig {
+            min_bytes: 0,
+            max_bytes: 0,
+            max_probability: Probability::new(0.02).expect("2% is a probability"),
+            weight: 0.002,
+            avpkt_bytes: 1000,
+            ecn: false,
+            gentle: false,
+            harddrop: false,
+        }
+    }
+}
+
+/// CoDel parameters (RFC 8289 section 4).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CodelConfig {
+    /// Acceptable standing queue delay (`target`, default 5 ms).
+    pub target: Duration,
+    /// Window over which the minimum sojourn must exceed target (`interval`, default 100 ms).
+    pub interval: Duration,
+    /// Mark ECN-capable packets instead of dropping (`ecn`; `noecn` to turn off).
+    pub ecn: bool,
+    /// Mark CE above this sojourn without waiting for the control law (`ce_threshold`).
+    pub ce_threshold: Option<Duration>,
+}
+
+impl Default for CodelConfig {
+    fn default() -> CodelConfig {
+        CodelConfig {
+            target: Duration::from_millis(5),
+            interval: Duration::from_millis(100),
+            ecn: false,
+            ce_threshold: None,
+        }
+    }
+}
+
+/// FQ-CoDel parameters (RFC 8290 section 5.1 and Linux defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FqCodelConfig {
+    /// Number of flow queues (`flows`, default 1024).
+    pub flows: u32,
+    /// Bytes a flow may send per round (`quantum`, default 1514).
+    pub quantum: u32,
+    /// CoDel parameters shared by every flow queue (default ECN on, as Linux).
+    pub codel: CodelConfig,
+    /// Most packets dropped at once from the fattest flow when the queue is full
+    /// (`drop_batch`, default 64).
+    pub drop_batch: u32,
+}
+
+impl Default for FqCodelConfig {
+    fn default() -> FqCodelConfig {
+        FqCodelConfig {
+            flows: 1024,
+            quantum: 1514,
+            codel: CodelConfig {
+                ecn: true,
+                ..CodelConfig::default()
+            },
+            drop_batch: 64,
+        }
+    }
+}
+
+/// PIE parameters (RFC 8033 section 4 and Linux defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PieConfig {
+    /// Target queueing delay (`target`, default 15 ms).
+    pub target: Duration,
+    /// How often the drop probability is updated (`tupdate`, default 15 ms).
+    pub tupdate: Duration,
+    /// Weight of the delay error (`alpha`, default 0.125 per second).
+    pub alpha: f64,
+    /// Weight of the delay trend (`beta`, default 1.25 per second).
+    pub beta: f64,
+    /// Burst allowance after idle (`max_burst`, default 150 ms).
+    pub max_burst: Duration,
+    /// Mark ECN-capable packets while the drop probability is under 10% (`ecn`).
+    pub ecn: bool,
+    /// Scale the drop probability by packet size (`bytemode`).
+    pub bytemode: bool,
+    /// Estimate queue delay from the departure rate (RFC 8033 section 5.3) instead of
+    /// per-packet timestamps (`dq_rate_estimator`).
+    pub dq_rate_estimator: bool,
+}
+
+impl Default for PieConfig {
+    fn default() -> PieConfig {
+        PieConfig {
+            target: Duration::from_millis(15),
+            tupdate: Duration::from_millis(15),
+            alpha: 0.125,
+            beta: 1.25,
+            max_burst: Duration::from_millis(150),
+            ecn: false,
+            bytemode: false,
+            dq_rate_estimator: false,
+        }
+    }
+}

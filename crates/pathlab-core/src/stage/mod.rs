@@ -1,0 +1,32 @@
+//! The stages a link is made of, other than the queue: impairments, delay, slotting,
+//! and the rate models the bottleneck serializes with.
+//!
+//! Each stage takes packets with `enqueue(now, packet)` and gives them back with
+//! `dequeue(now)` once their time has come; `poll_at` says when that is. Stages that act
+//! instantly (loss, duplicate, corrupt) give packets back at the same instant.
+
+pub mod delay;
+pub mod distribution;
+pub mod impair;
+pub mod loss;
+pub mod rate;
+pub mod slot;
+
+use crate::packet::Packet;
+use crate::time::Instant;
+use crate::verdict::Verdicts;
+
+/// One step of a link's pipeline.
+///
+/// Call `enqueue` for every arriving packet, then `dequeue` until it returns `None`;
+/// `poll_at` is the earliest instant at which `dequeue` may return a packet.
+pub trait Stage {
+    /// Takes a packet arriving at `now`; the stage may drop it (or mark it) into `verdicts`.
+    fn enqueue(&mut self, now: Instant, packet: Packet, verdicts: &mut Verdicts);
+    /// A packet whose time has come by `now`, in departure order.
+    fn dequeue(&mut self, now: Instant) -> Option<Packet>;
+    /// When the next packet will be ready, or `None` if the stage is empty.
+    fn poll_at(&self) -> Option<Instant>;
+    /// Packets held.
+    fn len_packets(&self) -> usize;
+}

@@ -1,0 +1,3 @@
+//! pathlab-results: versioned result files.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]

@@ -1,0 +1,2 @@
+//! The pathlab command line.
+fn main() {}
