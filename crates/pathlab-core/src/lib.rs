@@ -13,7 +13,9 @@
 pub mod link;
 pub mod packet;
 pub mod queue;
+pub mod record;
 pub mod rng;
+pub mod sim;
 pub mod spec;
 pub mod stage;
 pub mod time;

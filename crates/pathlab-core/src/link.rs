@@ -1,17 +1,496 @@
 //! Links: the stages of one direction composed, with counters and the per-packet record.
+//!
+//! A packet crosses a [`Link`] in this order:
+//!
+//! 1. **impairments**, instantly on arrival: loss (or ECN mark), duplication, corruption;
+//! 2. the **bottleneck**: a queue ([`crate::queue`]) in front of a serializer whose timing a
+//!    rate model gives (fixed, scheduled, trace). Without a rate there is no bottleneck and
+//!    no queue: packets go straight on;
+//! 3. **delay**: propagation delay with jitter, and reordering;
+//! 4. **slotting**, if asked.
+//!
+//! This is netem's order, with one deliberate difference: the queue limit bounds only the
+//! packets waiting for the bottleneck, not those in propagation. netem counts delayed
+//! packets against `limit`, so `delay 100ms` at 1 Gbit/s silently drops with the default
+//! limit of 1000; a wire does not.
+//!
+//! Usage: call [`Link::enqueue`] for each arriving packet, [`Link::dequeue`] until it returns
+//! `None`, and come back at [`Link::poll_at`]. Every call takes the current time, which must
+//! never go backwards. Internal events (a transmission ending, a delay expiring) are
+//! processed at their exact virtual instants whenever the link is next called, so the
+//! outcome does not depend on how late the caller is.
 
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::packet::{Ecn, Packet};
+use crate::queue::{self, Queue};
+use crate::record::{PacketRecord, Recorder};
+use crate::rng::Rng;
 use crate::spec::LinkSpec;
+use crate::stage::delay::DelayStage;
+use crate::stage::impair::{Corrupt, Duplicate};
+use crate::stage::loss::LossStage;
+use crate::stage::rate::{RateError, RateModel};
+use crate::stage::slot::SlotStage;
+use crate::stage::Stage;
+use crate::time::{Duration, Instant};
+use crate::units::BitsPerSec;
+use crate::verdict::{DropReason, Dropped, Verdicts};
+
+/// Why a link cannot be built from a spec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// The rate part of the spec cannot be used.
+    #[error(transparent)]
+    Rate(#[from] RateError),
+}
+
+/// Packet and byte counts of a link since it was built.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkCounters {
+    /// Packets that arrived.
+    pub packets_in: u64,
+    /// Bytes that arrived.
+    pub bytes_in: u64,
+    /// Packets that left.
+    pub packets_out: u64,
+    /// Bytes that left.
+    pub bytes_out: u64,
+    /// Packets dropped, by reason (indexed by [`DropReason::index`]).
+    pub dropped_packets: [u64; DropReason::ALL.len()],
+    /// Bytes dropped, by reason.
+    pub dropped_bytes: [u64; DropReason::ALL.len()],
+    /// Packets marked CE instead of being dropped.
+    pub ce_marked: u64,
+    /// Copies made by `duplicate`.
+    pub duplicated: u64,
+    /// Packets with a flipped bit.
+    pub corrupted: u64,
+    /// Packets sent ahead of their turn by `reorder`.
+    pub reordered: u64,
+}
+
+impl LinkCounters {
+    /// Packets dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_packets.iter().sum()
+    }
+
+    /// Packets dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped_packets[reason.index()]
+    }
+}
+
+/// The queue and the serializer behind it.
+#[derive(Debug)]
+struct Bottleneck {
+    queue: Box<dyn Queue>,
+    rate: RateModel,
+    /// The latest instant the serializer's state was evaluated at.
+    cursor: Instant,
+    /// Packets being serialized, with the instant their last bit leaves.
+    in_service: VecDeque<(Instant, Packet)>,
+}
+
+impl Bottleneck {
+    /// When the next transmission may start, if a packet is waiting.
+    fn next_start(&self) -> Option<Instant> {
+        (!self.queue.is_empty()).then(|| self.rate.next_start(self.cursor))
+    }
+}
+
+/// Counters and per-packet records: the link's ground truth.
+#[derive(Debug, Default)]
+struct Truth {
+    counters: LinkCounters,
+    recorder: Option<Recorder>,
+    /// Dropped packets kept for the caller, when asked (see [`Link::keep_dropped`]).
+    dropped: Option<Vec<Dropped>>,
+}
+
+impl Truth {
+    fn record(&mut self, id: u64) -> Option<&mut PacketRecord> {
+        self.recorder.as_mut().and_then(|r| r.get_mut(id))
+    }
+
+    fn arrive(&mut self, packet: &Packet, duplicate_of: Option<u64>) {
+        if duplicate_of.is_none() {
+            self.counters.packets_in += 1;
+            self.counters.bytes_in += u64::from(packet.len_bytes);
+        }
+        if let Some(recorder) = &mut self.recorder {
+            recorder.start(PacketRecord {
+                id: packet.id,
+                tag: packet.tag,
+                flow: packet.flow,
+                len_bytes: packet.len_bytes,
+                arrived: packet.arrival,
+                ecn_on_arrival: packet.ecn,
+                queue_len_on_arrival: None,
+                dequeued: None,
+                transmitted: None,
+                departed: None,
+                dropped: None,
+                duplicate_of,
+                ce_marked: false,
+                corrupted: false,
+            });
+        }
+    }
+
+    /// Counts and records the drops and marks a stage call produced.
+    fn settle(&mut self, verdicts: &mut Verdicts) {
+        self.counters.ce_marked += std::mem::take(&mut verdicts.ce_marked);
+        for dropped in verdicts.dropped.drain(..) {
+            let index = dropped.reason.index();
+            self.counters.dropped_packets[index] += 1;
+            self.counters.dropped_bytes[index] += u64::from(dropped.packet.len_bytes);
+            if let Some(record) = self.record(dropped.packet.id) {
+                record.dropped = Some((dropped.at, dropped.reason));
+            }
+            if let Some(kept) = &mut self.dropped {
+                kept.push(dropped);
+            }
+        }
+    }
+
+    fn depart(&mut self, at: Instant, packet: &Packet) {
+        self.counters.packets_out += 1;
+        self.counters.bytes_out += u64::from(packet.len_bytes);
+        if let Some(record) = self.record(packet.id) {
+            record.departed = Some(at);
+            record.ce_marked = packet.ecn == Ecn::Ce && record.ecn_on_arrival != Ecn::Ce;
+            record.corrupted = packet.corrupted;
+        }
+    }
+}
 
 /// One direction of a path.
 #[derive(Debug)]
 pub struct Link {
     spec: LinkSpec,
+    loss: Option<LossStage>,
+    duplicate: Option<Duplicate>,
+    corrupt: Option<Corrupt>,
+    bottleneck: Option<Bottleneck>,
+    delay: Option<DelayStage>,
+    slot: Option<SlotStage>,
+    /// Packets that have left the last stage, with their departure instant.
+    ready: VecDeque<(Instant, Packet)>,
+    verdicts: Verdicts,
+    truth: Truth,
+    last_id: u64,
+    now: Instant,
+    /// Scratch space for packets moving between stages, with the instant they moved.
+    moving: Vec<(Instant, Packet)>,
 }
 
 impl Link {
+    /// Builds a link from a spec. Randomness is seeded by the spec's `seed` if it has one,
+    /// else by `seed`; the same seed and the same arrivals give the same run.
+    pub fn new(spec: &LinkSpec, seed: u64) -> Result<Link, LinkError> {
+        let mut rng = Rng::seed_from(spec.seed.unwrap_or(seed));
+        let bottleneck = match &spec.rate {
+            Some(rate) => Some(Bottleneck {
+                queue: queue::build(&spec.queue, rng.fork()),
+                rate: RateModel::new(rate)?,
+                cursor: Instant::ZERO,
+                in_service: VecDeque::new(),
+            }),
+            None => None,
+        };
+        let delay = (spec.delay.is_some() || spec.reorder.is_some())
+            .then(|| DelayStage::new(spec.delay, spec.reorder, rng.fork()));
+        Ok(Link {
+            loss: spec
+                .loss
+                .map(|loss| LossStage::new(loss, spec.ecn, rng.fork())),
+            duplicate: spec
+                .duplicate
+                .map(|chance| Duplicate::new(chance, rng.fork())),
+            corrupt: spec.corrupt.map(|chance| Corrupt::new(chance, rng.fork())),
+            bottleneck,
+            delay,
+            slot: spec.slot.map(|slot| SlotStage::new(slot, rng.fork())),
+            spec: spec.clone(),
+            ready: VecDeque::new(),
+            verdicts: Verdicts::default(),
+            truth: Truth::default(),
+            last_id: 0,
+            now: Instant::ZERO,
+            moving: Vec::new(),
+        })
+    }
+
+    /// Starts keeping a [`PacketRecord`] for every packet from now on.
+    pub fn record(&mut self) {
+        self.truth.recorder.get_or_insert_with(Recorder::new);
+    }
+
+    /// Keeps every dropped packet from now on, for [`Link::take_dropped`] (an emulator
+    /// writes them to a capture; a simulation attributes them to their load).
+    pub fn keep_dropped(&mut self) {
+        self.truth.dropped.get_or_insert_with(Vec::new);
+    }
+
+    /// The packets dropped since the last call, in drop order (empty unless
+    /// [`Link::keep_dropped`] was called).
+    pub fn take_dropped(&mut self) -> Vec<Dropped> {
+        self.truth
+            .dropped
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The records kept so far (see [`Link::record`]).
+    pub fn recorder(&mut self) -> Option<&mut Recorder> {
+        self.truth.recorder.as_mut()
+    }
+
     /// The spec this link runs.
     pub fn spec(&self) -> &LinkSpec {
         &self.spec
+    }
+
+    /// Counters since the link was built.
+    pub fn counters(&self) -> LinkCounters {
+        let mut counters = self.truth.counters.clone();
+        counters.duplicated = self.duplicate.as_ref().map_or(0, |d| d.duplicated);
+        counters.corrupted = self.corrupt.as_ref().map_or(0, |c| c.corrupted);
+        counters.reordered = self.delay.as_ref().map_or(0, |d| d.reordered);
+        counters
+    }
+
+    /// Packets waiting in the bottleneck queue (not counting the one being serialized).
+    pub fn queue_len_packets(&self) -> usize {
+        self.bottleneck
+            .as_ref()
+            .map_or(0, |b| b.queue.len_packets())
+    }
+
+    /// Bytes waiting in the bottleneck queue.
+    pub fn queue_len_bytes(&self) -> u64 {
+        self.bottleneck.as_ref().map_or(0, |b| b.queue.len_bytes())
+    }
+
+    /// Packets inside the link: queued, being serialized, delayed, slotted or ready.
+    pub fn in_flight(&self) -> usize {
+        self.bottleneck
+            .as_ref()
+            .map_or(0, |b| b.queue.len_packets() + b.in_service.len())
+            + self.delay.as_ref().map_or(0, Stage::len_packets)
+            + self.slot.as_ref().map_or(0, Stage::len_packets)
+            + self.ready.len()
+    }
+
+    /// The bottleneck rate in force at `now`, if the link has one.
+    pub fn rate_at(&self, now: Instant) -> Option<BitsPerSec> {
+        self.bottleneck.as_ref().map(|b| b.rate.rate_at(now))
+    }
+
+    /// Takes a packet arriving at `now`.
+    pub fn enqueue(&mut self, now: Instant, mut packet: Packet) {
+        self.advance(now);
+        packet.id = self.next_id();
+        packet.arrival = now;
+        packet.queue_delay = Duration::ZERO;
+        self.truth.arrive(&packet, None);
+
+        let packet = match &mut self.loss {
+            Some(loss) => {
+                loss.enqueue(now, packet, &mut self.verdicts);
+                let kept = loss.dequeue(now);
+                self.truth.settle(&mut self.verdicts);
+                kept
+            }
+            None => Some(packet),
+        };
+        let Some(packet) = packet else { return };
+
+        let mut moving = std::mem::take(&mut self.moving);
+        match &mut self.duplicate {
+            Some(duplicate) => {
+                let original = packet.id;
+                duplicate.enqueue(now, packet, &mut self.verdicts);
+                // The first packet out is the original; any other is a copy with its own id.
+                while let Some(mut copy) = duplicate.dequeue(now) {
+                    if !moving.is_empty() {
+                        self.last_id += 1;
+                        copy.id = self.last_id;
+                        self.truth.arrive(&copy, Some(original));
+                    }
+                    moving.push((now, copy));
+                }
+            }
+            None => moving.push((now, packet)),
+        }
+        for (_, packet) in moving.drain(..) {
+            let packet = match &mut self.corrupt {
+                Some(corrupt) => {
+                    corrupt.enqueue(now, packet, &mut self.verdicts);
+                    corrupt.dequeue(now).expect("corruption keeps the packet")
+                }
+                None => packet,
+            };
+            self.to_bottleneck(now, packet);
+        }
+        self.moving = moving;
+        self.advance(now);
+    }
+
+    /// A packet that has left the link by `now`, if any. Call until `None`.
+    pub fn dequeue(&mut self, now: Instant) -> Option<Packet> {
+        self.advance(now);
+        let (at, _) = self.ready.front()?;
+        if *at > now {
+            return None;
+        }
+        self.ready.pop_front().map(|(_, packet)| packet)
+    }
+
+    /// When the link next needs to be called (a packet will leave, or an internal event is
+    /// due), or `None` if it is empty. May be earlier than a departure: calling then is cheap.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let candidates = [
+            self.ready.front().map(|(t, _)| *t),
+            self.bottleneck
+                .as_ref()
+                .and_then(|b| b.in_service.front().map(|(t, _)| *t)),
+            self.bottleneck.as_ref().and_then(Bottleneck::next_start),
+            self.delay.as_ref().and_then(Stage::poll_at),
+            self.slot.as_ref().and_then(Stage::poll_at),
+        ];
+        candidates.into_iter().flatten().min()
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.last_id += 1;
+        self.last_id
+    }
+
+    fn to_bottleneck(&mut self, now: Instant, packet: Packet) {
+        match &mut self.bottleneck {
+            Some(bottleneck) => {
+                let queued = bottleneck.queue.len_packets() as u32;
+                if let Some(record) = self.truth.record(packet.id) {
+                    record.queue_len_on_arrival = Some(queued);
+                }
+                if bottleneck.queue.is_empty() {
+                    bottleneck.cursor = bottleneck.cursor.max(now);
+                }
+                bottleneck.queue.enqueue(now, packet, &mut self.verdicts);
+                self.truth.settle(&mut self.verdicts);
+            }
+            None => self.after_bottleneck(now, packet),
+        }
+    }
+
+    /// Hands a packet whose last bit left the bottleneck at `at` to the delay stage.
+    fn after_bottleneck(&mut self, at: Instant, packet: Packet) {
+        match &mut self.delay {
+            Some(delay) => delay.enqueue(at, packet, &mut self.verdicts),
+            None => self.after_delay(at, packet),
+        }
+    }
+
+    fn after_delay(&mut self, at: Instant, packet: Packet) {
+        match &mut self.slot {
+            Some(slot) => slot.enqueue(at, packet, &mut self.verdicts),
+            None => {
+                self.truth.depart(at, &packet);
+                self.ready.push_back((at, packet));
+            }
+        }
+    }
+
+    /// Runs every internal event due at or before `now`, each at its own instant.
+    fn advance(&mut self, now: Instant) {
+        debug_assert!(now >= self.now, "time went backwards: {now} < {}", self.now);
+        self.now = self.now.max(now);
+        let mut moving = std::mem::take(&mut self.moving);
+
+        if let Some(bottleneck) = &mut self.bottleneck {
+            serve(
+                bottleneck,
+                now,
+                &mut self.verdicts,
+                &mut self.truth,
+                &mut moving,
+            );
+            for (at, packet) in moving.drain(..) {
+                self.after_bottleneck(at, packet);
+            }
+        }
+        if let Some(delay) = &mut self.delay {
+            release(delay, now, &mut moving);
+            for (at, packet) in moving.drain(..) {
+                self.after_delay(at, packet);
+            }
+        }
+        if let Some(slot) = &mut self.slot {
+            release(slot, now, &mut moving);
+            for (at, packet) in moving.drain(..) {
+                self.truth.depart(at, &packet);
+                self.ready.push_back((at, packet));
+            }
+        }
+        self.moving = moving;
+    }
+}
+
+/// Takes every packet `stage` releases by `now`, with its release instant.
+fn release(stage: &mut impl Stage, now: Instant, out: &mut Vec<(Instant, Packet)>) {
+    while let Some(at) = stage.poll_at().filter(|at| *at <= now) {
+        match stage.dequeue(at) {
+            Some(packet) => out.push((at, packet)),
+            None => break,
+        }
+    }
+}
+
+/// Runs the bottleneck's transmissions up to `now`; packets whose last bit has left go to
+/// `out` with that instant.
+fn serve(
+    bottleneck: &mut Bottleneck,
+    now: Instant,
+    verdicts: &mut Verdicts,
+    truth: &mut Truth,
+    out: &mut Vec<(Instant, Packet)>,
+) {
+    loop {
+        let next_start = bottleneck.next_start().filter(|t| *t <= now);
+        // Transmissions that end by the next start (or by now) leave first, in order.
+        let horizon = next_start.unwrap_or(now);
+        while bottleneck
+            .in_service
+            .front()
+            .is_some_and(|(end, _)| *end <= horizon)
+        {
+            out.push(bottleneck.in_service.pop_front().expect("front exists"));
+        }
+        let Some(start) = next_start else { break };
+        bottleneck.cursor = start;
+        let packet = bottleneck.queue.dequeue(start, verdicts);
+        truth.settle(verdicts);
+        let Some(mut packet) = packet else {
+            // A queue returns nothing only when empty; stop rather than spin if one errs.
+            if bottleneck.queue.is_empty() {
+                continue;
+            }
+            debug_assert!(false, "queue returned None while holding packets");
+            break;
+        };
+        packet.queue_delay = start.saturating_since(packet.enqueued);
+        let end = bottleneck.rate.transmit(start, packet.len_bytes);
+        if let Some(record) = truth.record(packet.id) {
+            record.dequeued = Some(start);
+            record.transmitted = Some(end);
+        }
+        bottleneck.in_service.push_back((end, packet));
     }
 }
 
@@ -22,4 +501,23 @@ pub struct Path {
     pub forward: Link,
     /// From side B to side A.
     pub reverse: Link,
+}
+
+impl Path {
+    /// A path whose directions run their own specs, seeded independently from `seed`.
+    pub fn new(forward: &LinkSpec, reverse: &LinkSpec, seed: u64) -> Result<Path, LinkError> {
+        let mut rng = Rng::seed_from(seed);
+        Ok(Path {
+            forward: Link::new(forward, rng.next_u64())?,
+            reverse: Link::new(reverse, rng.next_u64())?,
+        })
+    }
+
+    /// The earlier of the two links' next deadlines.
+    pub fn poll_at(&self) -> Option<Instant> {
+        match (self.forward.poll_at(), self.reverse.poll_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }

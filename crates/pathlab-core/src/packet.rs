@@ -84,6 +84,8 @@ pub struct Packet {
     pub arrival: Instant,
     /// When the packet entered the queue it is in now (the AQMs measure sojourn from it).
     pub enqueued: Instant,
+    /// How long the packet waited in the bottleneck queue (set when it starts transmission).
+    pub queue_delay: crate::time::Duration,
     ip: IpHeader,
 }
 
@@ -105,6 +107,7 @@ impl Packet {
             corrupted: false,
             arrival: now,
             enqueued: now,
+            queue_delay: crate::time::Duration::ZERO,
             ip: IpHeader::None,
         }
     }

@@ -1,0 +1,167 @@
+//! The link model against queueing theory, in virtual time.
+//!
+//! Every expected figure is a formula with its source; tolerances are stated with it.
+
+use pathlab_core::sim::{self, Load, LoadKind, SimConfig};
+use pathlab_core::spec::{DelaySpec, Distribution, FixedRate, QueueSpec, RateSpec};
+use pathlab_core::{BitsPerSec, Duration, LinkSpec, Probability};
+
+fn fixed_rate(rate: BitsPerSec) -> RateSpec {
+    RateSpec::Fixed(FixedRate {
+        rate,
+        packet_overhead: 0,
+        cell_size: 0,
+        cell_overhead: 0,
+    })
+}
+
+fn bottleneck(rate: BitsPerSec, limit_packets: u32) -> LinkSpec {
+    LinkSpec {
+        rate: Some(fixed_rate(rate)),
+        queue: QueueSpec {
+            limit_packets: Some(limit_packets),
+            ..QueueSpec::default()
+        },
+        ..LinkSpec::default()
+    }
+}
+
+fn constant_delay(delay: Duration) -> DelaySpec {
+    DelaySpec {
+        delay,
+        jitter: Duration::ZERO,
+        correlation: Probability::ZERO,
+        distribution: Distribution::Uniform,
+    }
+}
+
+fn run(forward: LinkSpec, loads: Vec<Load>, seconds: u64) -> sim::SimReport {
+    sim::run(&SimConfig {
+        forward,
+        reverse: LinkSpec::default(),
+        loads,
+        duration: Duration::from_secs(seconds),
+        seed: 1,
+        sample_every: Duration::from_millis(10),
+    })
+    .expect("valid simulation")
+}
+
+fn relative_error(measured: f64, expected: f64) -> f64 {
+    (measured - expected).abs() / expected
+}
+
+/// CBR at 15 Mbit/s into a 10 Mbit/s tail-drop queue of 100 packets of 1500 bytes.
+#[test]
+fn overload_through_tail_drop_matches_theory() {
+    let rate = BitsPerSec::mbit(10);
+    let (limit, size) = (100, 1500);
+    let report = run(
+        bottleneck(rate, limit),
+        vec![Load::cbr(BitsPerSec::mbit(15), size)],
+        30,
+    );
+    let load = &report.loads[0];
+
+    // A work-conserving server of rate R that is never idle delivers R.
+    assert!(
+        relative_error(load.delivered_bps, rate.as_f64()) < 0.005,
+        "delivered {} bit/s, expected {rate}",
+        load.delivered_bps
+    );
+    // Conservation: what is not delivered is dropped, a fraction 1 - R/offered.
+    let drop_fraction = load.dropped_total() as f64 / load.sent_packets as f64;
+    let expected_drop = 1.0 - rate.as_f64() / load.offered_bps;
+    assert!(
+        relative_error(drop_fraction, expected_drop) < 0.01,
+        "drop fraction {drop_fraction}, expected {expected_drop}"
+    );
+    // A full FIFO of L packets of S bytes drains in L x S x 8 / R:
+    // 100 x 1500 x 8 / 10e6 = 120 ms. In steady state every accepted packet joins a queue
+    // that is (nearly) full, so the median queue delay is that figure.
+    let expected_delay = f64::from(limit) * f64::from(size) * 8.0 / rate.as_f64();
+    assert!(
+        relative_error(load.queue_delay.p50.as_secs_f64(), expected_delay) < 0.02,
+        "median queue delay {}, expected {expected_delay} s",
+        load.queue_delay.p50
+    );
+    // Every packet is accounted for.
+    assert_eq!(
+        load.sent_packets,
+        load.delivered_packets + load.dropped_total() + load.in_flight_at_end
+    );
+    // The sampled queue length sits at the limit once full.
+    let late = &report.samples[report.samples.len() / 2..];
+    assert!(late
+        .iter()
+        .all(|s| s.forward_queue_packets >= limit - 1 && s.forward_queue_packets <= limit));
+}
+
+/// Below the rate, CBR packets never wait: the gap (2.4 ms) exceeds the serialization time
+/// (1.2 ms), so each finds the line idle.
+#[test]
+fn underload_never_queues_or_drops() {
+    let rate = BitsPerSec::mbit(10);
+    let report = run(
+        bottleneck(rate, 100),
+        vec![Load::cbr(BitsPerSec::mbit(5), 1500)],
+        10,
+    );
+    let load = &report.loads[0];
+    assert_eq!(load.dropped_total(), 0);
+    let serialization = rate.serialization_time(1500);
+    assert!(
+        load.queue_delay.max < serialization,
+        "max queue delay {}",
+        load.queue_delay.max
+    );
+    // One-way delay is exactly the serialization time.
+    assert_eq!(load.owd.min, serialization);
+    assert_eq!(load.owd.max, serialization);
+}
+
+/// A constant delay D adds exactly D, with and without a bottleneck in front of it.
+#[test]
+fn constant_delay_adds_exactly_d() {
+    let delay = Duration::from_millis(25);
+    let load = vec![Load::cbr(BitsPerSec::mbit(1), 1000)];
+    let report = run(
+        LinkSpec {
+            delay: Some(constant_delay(delay)),
+            ..LinkSpec::default()
+        },
+        load.clone(),
+        5,
+    );
+    assert_eq!(report.loads[0].owd.min, delay);
+    assert_eq!(report.loads[0].owd.max, delay);
+
+    let rate = BitsPerSec::mbit(100);
+    let report = run(
+        LinkSpec {
+            delay: Some(constant_delay(delay)),
+            rate: Some(fixed_rate(rate)),
+            ..LinkSpec::default()
+        },
+        load,
+        5,
+    );
+    let expected = delay + rate.serialization_time(1000);
+    assert_eq!(report.loads[0].owd.min, expected);
+    assert_eq!(report.loads[0].owd.max, expected);
+}
+
+/// The same seed replays bit for bit.
+#[test]
+fn same_seed_same_report() {
+    let loads = vec![
+        Load::cbr(BitsPerSec::mbit(12), 1500),
+        Load {
+            kind: LoadKind::Poisson,
+            ..Load::cbr(BitsPerSec::mbit(2), 200)
+        },
+    ];
+    let a = run(bottleneck(BitsPerSec::mbit(10), 50), loads.clone(), 5);
+    let b = run(bottleneck(BitsPerSec::mbit(10), 50), loads, 5);
+    assert_eq!(a, b);
+}
