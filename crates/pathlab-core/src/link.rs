@@ -521,3 +521,121 @@ impl Path {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{DelaySpec, Distribution, FixedRate, QueueSpec, RateSpec};
+    use crate::units::Probability;
+
+    fn spec() -> LinkSpec {
+        LinkSpec {
+            delay: Some(DelaySpec {
+                delay: Duration::from_millis(7),
+                jitter: Duration::ZERO,
+                correlation: Probability::ZERO,
+                distribution: Distribution::Uniform,
+            }),
+            rate: Some(RateSpec::Fixed(FixedRate {
+                rate: BitsPerSec::mbit(10),
+                packet_overhead: 0,
+                cell_size: 0,
+                cell_overhead: 0,
+            })),
+            queue: QueueSpec {
+                limit_packets: Some(20),
+                ..QueueSpec::default()
+            },
+            ..LinkSpec::default()
+        }
+    }
+
+    /// Offers 15 Mbit/s of 1500-byte packets for `packets` packets; `poll_every` is how often
+    /// the caller comes back to dequeue (`None`: exactly at every `poll_at`).
+    fn drive(packets: u64, poll_every: Option<Duration>) -> (Link, Vec<(Instant, u64)>) {
+        let mut link = Link::new(&spec(), 9).expect("valid");
+        link.record();
+        let gap = Duration::from_nanos(800_000); // 1500 B at 15 Mbit/s
+        let mut departures = Vec::new();
+        let mut next_arrival = Instant::ZERO;
+        let mut sent = 0;
+        let mut next_poll = Instant::ZERO;
+        loop {
+            let due = match poll_every {
+                None => link.poll_at(),
+                Some(_) => Some(next_poll),
+            };
+            let now = if sent < packets {
+                due.map_or(next_arrival, |d| d.min(next_arrival))
+            } else {
+                match due {
+                    Some(d) if link.in_flight() > 0 => d,
+                    _ => break,
+                }
+            };
+            while let Some(packet) = link.dequeue(now) {
+                departures.push((now, packet.id));
+            }
+            if sent < packets && now == next_arrival {
+                link.enqueue(
+                    now,
+                    Packet::synthetic(now, 1500, 1, crate::packet::Ecn::NotEct),
+                );
+                sent += 1;
+                next_arrival = now + gap;
+            }
+            if let Some(every) = poll_every {
+                if now == next_poll {
+                    next_poll = now + every;
+                }
+            }
+        }
+        (link, departures)
+    }
+
+    #[test]
+    fn records_are_consistent_and_account_for_every_packet() {
+        let (mut link, departures) = drive(2_000, None);
+        let counters = link.counters();
+        let records = link.recorder().expect("recording").drain_finished();
+        assert_eq!(records.len(), 2_000);
+        assert_eq!(
+            counters.packets_in,
+            counters.packets_out + counters.dropped_total()
+        );
+        assert_eq!(departures.len() as u64, counters.packets_out);
+        let serialization = BitsPerSec::mbit(10).serialization_time(1500);
+        for record in &records {
+            match (record.departed, record.dropped) {
+                (Some(departed), None) => {
+                    let dequeued = record.dequeued.expect("went through the queue");
+                    let transmitted = record.transmitted.expect("was transmitted");
+                    assert!(record.arrived <= dequeued);
+                    assert_eq!(transmitted - dequeued, serialization);
+                    assert_eq!(departed - transmitted, Duration::from_millis(7));
+                }
+                (None, Some((at, reason))) => {
+                    assert_eq!(reason, DropReason::QueueFull);
+                    assert_eq!(at, record.arrived);
+                    assert_eq!(record.queue_len_on_arrival, Some(20));
+                }
+                other => panic!(
+                    "packet {} neither departed nor dropped: {other:?}",
+                    record.id
+                ),
+            }
+        }
+    }
+
+    /// The model processes internal events at their own instants, so a caller that comes
+    /// back late (every 5 ms, like a coarse timer) sees the same departure times as one
+    /// that calls exactly at every deadline; only the moment it learns of them differs.
+    #[test]
+    fn outcome_does_not_depend_on_how_late_the_caller_is() {
+        let (mut exact, _) = drive(1_000, None);
+        let (mut late, _) = drive(1_000, Some(Duration::from_millis(5)));
+        let exact = exact.recorder().expect("recording").drain_all();
+        let late = late.recorder().expect("recording").drain_all();
+        assert_eq!(exact, late);
+    }
+}

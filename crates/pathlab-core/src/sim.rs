@@ -528,3 +528,76 @@ fn deliver(path: &mut Path, now: Instant, tallies: &mut [Tally], interval: &mut 
         }
     }
 }
+
+/// Why a load description was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The kind is not cbr, poisson or onoff.
+    #[error("unknown load kind '{0}': expected cbr, poisson or onoff (as in cbr:15mbit:1500)")]
+    UnknownKind(String),
+    /// Fewer than three fields.
+    #[error("load '{0}' needs KIND:RATE:SIZE, as in cbr:15mbit:1500")]
+    Incomplete(String),
+    /// The rate field is not a rate.
+    #[error("bad rate '{0}' in load: expected a rate like 15mbit")]
+    Rate(String),
+    /// The size field is not a positive byte count.
+    #[error("bad packet size '{0}' in load: expected a number of bytes from 1 to 65535")]
+    Size(String),
+    /// A time option is not a time.
+    #[error("bad time '{0}' in load option: expected a time like 1s")]
+    Time(String),
+    /// An option pathlab does not know.
+    #[error("unknown load option '{0}': expected start=, stop=, on=, off=, reverse, ecn or l4s")]
+    Option(String),
+    /// on-off without its periods.
+    #[error("onoff loads need on=TIME and off=TIME, as in onoff:20mbit:1500:on=1s:off=2s")]
+    OnOffPeriods,
+}
+
+impl std::str::FromStr for Load {
+    type Err = LoadError;
+
+    /// Parses `KIND:RATE:SIZE[:OPTION...]`, e.g. `cbr:15mbit:1500`,
+    /// `onoff:20mbit:1500:on=1s:off=2s:start=5s`, `poisson:1mbit:200:reverse`.
+    fn from_str(text: &str) -> Result<Load, LoadError> {
+        let mut fields = text.split(':');
+        let (Some(kind), Some(rate), Some(size)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(LoadError::Incomplete(text.to_owned()));
+        };
+        let rate = crate::spec::parse_rate(rate).map_err(|_| LoadError::Rate(rate.to_owned()))?;
+        let size_bytes = size
+            .parse::<u32>()
+            .ok()
+            .filter(|s| (1..=65_535).contains(s))
+            .ok_or_else(|| LoadError::Size(size.to_owned()))?;
+        let mut load = Load::cbr(rate, size_bytes);
+        let (mut on, mut off) = (None, None);
+        let time = |value: &str| {
+            crate::spec::parse_time(value).map_err(|_| LoadError::Time(value.to_owned()))
+        };
+        for option in fields {
+            match option.split_once('=') {
+                Some(("start", value)) => load.start = time(value)?,
+                Some(("stop", value)) => load.stop = Some(time(value)?),
+                Some(("on", value)) => on = Some(time(value)?),
+                Some(("off", value)) => off = Some(time(value)?),
+                None if option == "reverse" => load.direction = Direction::Reverse,
+                None if option == "ecn" => load.ecn = Ecn::Ect0,
+                None if option == "l4s" => load.ecn = Ecn::Ect1,
+                _ => return Err(LoadError::Option(option.to_owned())),
+            }
+        }
+        load.kind = match kind {
+            "cbr" => LoadKind::Cbr,
+            "poisson" => LoadKind::Poisson,
+            "onoff" => match (on, off) {
+                (Some(on), Some(off)) if !on.is_zero() => LoadKind::OnOff { on, off },
+                _ => return Err(LoadError::OnOffPeriods),
+            },
+            other => return Err(LoadError::UnknownKind(other.to_owned())),
+        };
+        Ok(load)
+    }
+}

@@ -1,3 +1,184 @@
-//! pathlab-results: versioned result files.
+//! pathlab-results: versioned result files and exports.
+//!
+//! A run writes one [`ResultFile`]: a magic string, a format version, what produced it and
+//! the measured data. Exports (CSV today, plots with the lab) are pure functions of a
+//! result file, so any old run can be re-exported. This crate does no I/O of its own: it
+//! turns results into bytes and back; the binary reads and writes the files.
+
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+use std::fmt::Write as _;
+
+use pathlab_core::sim::SimReport;
+use serde::{Deserialize, Serialize};
+
+/// The first field of every result file.
+pub const MAGIC: &str = "pathlab-result";
+
+/// The newest format version this build writes and reads.
+///
+/// Fields added later carry `#[serde(default)] // added in vN` so older files still read.
+pub const VERSION: u32 = 1;
+
+/// A saved run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultFile {
+    /// Always [`MAGIC`].
+    pub magic: String,
+    /// Format version ([`VERSION`] when written by this build).
+    pub version: u32,
+    /// Version of pathlab that wrote the file.
+    pub pathlab_version: String,
+    /// When the run ended, in seconds since the Unix epoch (UTC), if known.
+    #[serde(default)]
+    pub created_unix_secs: Option<u64>,
+    /// The command line that produced the run.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// What was measured.
+    pub result: RunResult,
+}
+
+/// The measured data, by kind of run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind", content = "data")]
+pub enum RunResult {
+    /// A `pathlab sim` run.
+    Sim(SimReport),
+}
+
+/// Why a result file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ResultError {
+    /// Not JSON, or not the shape of a result file.
+    #[error("not a pathlab result file: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// JSON, but the magic string is wrong.
+    #[error("not a pathlab result file: magic is '{0}', expected '{MAGIC}'")]
+    WrongMagic(String),
+    /// Written by a newer pathlab.
+    #[error(
+        "result file version {found} is newer than this pathlab reads ({VERSION}); upgrade pathlab"
+    )]
+    TooNew {
+        /// The file's version.
+        found: u32,
+    },
+}
+
+/// The header fields of a file, read before the payload so a wrong file gets a clear error.
+#[derive(Deserialize)]
+struct Header {
+    magic: String,
+    version: u32,
+}
+
+impl ResultFile {
+    /// A result of the current version.
+    pub fn new(result: RunResult, command: Vec<String>, created_unix_secs: Option<u64>) -> Self {
+        ResultFile {
+            magic: MAGIC.to_owned(),
+            version: VERSION,
+            pathlab_version: env!("CARGO_PKG_VERSION").to_owned(),
+            created_unix_secs,
+            command,
+            result,
+        }
+    }
+
+    /// The file as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("results always serialize")
+    }
+
+    /// Reads a file's contents, checking magic and version first.
+    pub fn from_json(text: &str) -> Result<ResultFile, ResultError> {
+        let header: Header = serde_json::from_str(text).map_err(ResultError::Malformed)?;
+        if header.magic != MAGIC {
+            return Err(ResultError::WrongMagic(header.magic));
+        }
+        if header.version > VERSION {
+            return Err(ResultError::TooNew {
+                found: header.version,
+            });
+        }
+        serde_json::from_str(text).map_err(ResultError::Malformed)
+    }
+}
+
+/// The time series of a simulation as CSV, one row per sample, times in seconds.
+pub fn sim_samples_csv(report: &SimReport) -> String {
+    let mut csv = String::from(
+        "time_s,forward_queue_packets,forward_queue_bytes,reverse_queue_packets,\
+         reverse_queue_bytes,forward_delivered_bytes,reverse_delivered_bytes,\
+         forward_max_queue_delay_s\n",
+    );
+    for s in &report.samples {
+        let _ = writeln!(
+            csv,
+            "{:.6},{},{},{},{},{},{},{:.9}",
+            s.at.as_secs_f64(),
+            s.forward_queue_packets,
+            s.forward_queue_bytes,
+            s.reverse_queue_packets,
+            s.reverse_queue_bytes,
+            s.forward_delivered_bytes,
+            s.reverse_delivered_bytes,
+            s.forward_max_queue_delay.as_secs_f64(),
+        );
+    }
+    csv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pathlab_core::sim::{self, Load, SimConfig};
+    use pathlab_core::{BitsPerSec, Duration, LinkSpec};
+
+    fn report() -> SimReport {
+        sim::run(&SimConfig {
+            forward: LinkSpec::default(),
+            reverse: LinkSpec::default(),
+            loads: vec![Load::cbr(BitsPerSec::mbit(1), 1000)],
+            duration: Duration::from_millis(50),
+            seed: 3,
+            sample_every: Duration::from_millis(10),
+        })
+        .expect("valid")
+    }
+
+    #[test]
+    fn a_result_round_trips_through_json() {
+        let file = ResultFile::new(RunResult::Sim(report()), vec!["pathlab".into()], Some(1));
+        let back = ResultFile::from_json(&file.to_json()).expect("reads back");
+        assert_eq!(back, file);
+    }
+
+    #[test]
+    fn wrong_files_are_named_as_such() {
+        assert!(matches!(
+            ResultFile::from_json("{\"magic\":\"other\",\"version\":1}"),
+            Err(ResultError::WrongMagic(m)) if m == "other"
+        ));
+        let mut file = ResultFile::new(RunResult::Sim(report()), vec![], None);
+        file.version = VERSION + 1;
+        assert!(matches!(
+            ResultFile::from_json(&file.to_json()),
+            Err(ResultError::TooNew { .. })
+        ));
+        assert!(matches!(
+            ResultFile::from_json("not json"),
+            Err(ResultError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn csv_has_a_row_per_sample() {
+        let report = report();
+        let csv = sim_samples_csv(&report);
+        assert_eq!(csv.lines().count(), report.samples.len() + 1);
+        assert!(csv.lines().nth(1).expect("a row").starts_with("0.000000,"));
+    }
+}

@@ -1,2 +1,61 @@
-//! The pathlab command line.
-fn main() {}
+//! The pathlab command line: parse what the user typed, build a validated configuration,
+//! run, print. Exit codes: 0 success, 1 the run failed, 2 the input was wrong.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod format;
+
+/// Emulate, measure and experiment on network paths, in user space.
+#[derive(Debug, Parser)]
+#[command(name = "pathlab", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check a link spec and print it in canonical form (or as JSON with -J).
+    Spec(cmd::spec::Args),
+    /// Run a path in virtual time under synthetic loads and report what it did to them.
+    Sim(cmd::sim::Args),
+}
+
+/// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
+#[derive(Debug)]
+pub struct UsageError(pub anyhow::Error);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Wraps any error as a usage error.
+pub fn usage(error: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(error.into()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Spec(args) => cmd::spec::run(&args),
+        Command::Sim(args) => cmd::sim::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("pathlab: {error:#}");
+            if error.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

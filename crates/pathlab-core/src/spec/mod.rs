@@ -412,3 +412,34 @@ impl Default for PieConfig {
         }
     }
 }
+
+/// Parses a rate as tc does (`10mbit`, `1.5gbit`, `10M`). MERGE: delegate to the parser.
+pub fn parse_rate(text: &str) -> Result<BitsPerSec, SpecError> {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let scale = match &text[digits.len()..] {
+        "mbit" | "M" => 1e6,
+        "kbit" | "k" => 1e3,
+        "gbit" | "G" => 1e9,
+        "bit" => 1.0,
+        _ => return Err(SpecError::UnknownKeyword(text.to_owned())),
+    };
+    let value: f64 = digits
+        .parse()
+        .map_err(|_| SpecError::UnknownKeyword(text.to_owned()))?;
+    Ok(BitsPerSec((value * scale) as u64))
+}
+
+/// Parses a time as tc does (`25ms`, `1.5s`). MERGE: delegate to the parser.
+pub fn parse_time(text: &str) -> Result<Duration, SpecError> {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let scale = match &text[digits.len()..] {
+        "s" => 1.0,
+        "ms" => 1e-3,
+        "us" => 1e-6,
+        _ => return Err(SpecError::UnknownKeyword(text.to_owned())),
+    };
+    let value: f64 = digits
+        .parse()
+        .map_err(|_| SpecError::UnknownKeyword(text.to_owned()))?;
+    Ok(Duration::from_secs_f64(value * scale))
+}

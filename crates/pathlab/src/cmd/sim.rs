@@ -1,0 +1,184 @@
+//! `pathlab sim`: run a path in virtual time under synthetic loads.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use pathlab_core::sim::{self, Load, SimConfig, SimReport};
+use pathlab_core::{Duration, LinkSpec};
+use pathlab_results::{ResultFile, RunResult};
+
+use crate::cmd::spec::parse_spec;
+use crate::{format, usage};
+
+/// Arguments of `pathlab sim`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+LOAD is KIND:RATE:SIZE[:OPTION...]:
+  cbr:15mbit:1500                  constant bit rate, 1500-byte packets
+  poisson:2mbit:200                Poisson arrivals at 2 Mbit/s on average
+  onoff:20mbit:1500:on=1s:off=2s   20 Mbit/s bursts of 1 s every 3 s
+options: start=TIME stop=TIME reverse ecn l4s
+
+Example (bufferbloat: a 10 Mbit/s line with a 1000-packet buffer, offered 11 Mbit/s):
+  pathlab sim 'delay 5ms rate 10mbit limit 1000' --load cbr:11mbit:1514 --load cbr:100kbit:100")]
+pub struct Args {
+    /// Forward link spec (netem syntax plus pathlab's additions).
+    #[arg(value_name = "SPEC")]
+    pub spec: String,
+    /// Traffic to send (repeat for several loads; each is its own flow).
+    #[arg(short = 'l', long = "load", value_name = "LOAD", required = true)]
+    pub loads: Vec<String>,
+    /// Reverse link spec (default: a perfect link).
+    #[arg(long, value_name = "SPEC", default_value = "")]
+    pub reverse: String,
+    /// Length of the run in virtual time.
+    #[arg(short = 't', long = "time", value_name = "TIME", default_value = "30s")]
+    pub time: String,
+    /// Seed of every random choice; the same seed gives the same result.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Period of the queue-length time series.
+    #[arg(long, value_name = "TIME", default_value = "10ms")]
+    pub sample: String,
+    /// Print the result as JSON.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Save the result (with its time series) to FILE for later plots.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Write the time series as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+/// Parses a time argument like `30s` or `100ms`.
+fn parse_time(option: &str, text: &str) -> anyhow::Result<Duration> {
+    pathlab_core::spec::parse_time(text)
+        .with_context(|| format!("bad {option}"))
+        .map_err(usage)
+}
+
+/// Runs `pathlab sim`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let forward = parse_spec(std::slice::from_ref(&args.spec))?;
+    let reverse: LinkSpec = parse_spec(std::slice::from_ref(&args.reverse))?;
+    let loads = args
+        .loads
+        .iter()
+        .map(|text| text.parse::<Load>().map_err(usage))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let config = SimConfig {
+        forward,
+        reverse,
+        loads,
+        duration: parse_time("-t", &args.time)?,
+        seed: args.seed,
+        sample_every: parse_time("--sample", &args.sample)?,
+    };
+    let report = sim::run(&config).map_err(usage)?;
+
+    if let Some(path) = &args.save {
+        let created = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs());
+        let file = ResultFile::new(
+            RunResult::Sim(report.clone()),
+            std::env::args().collect(),
+            created,
+        );
+        std::fs::write(path, file.to_json())
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, pathlab_results::sim_samples_csv(&report))
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", human(&report));
+    }
+    Ok(())
+}
+
+/// The report as a table for a terminal.
+fn human(report: &SimReport) -> String {
+    let mut out = String::new();
+    let spec = |s: &str| {
+        if s.is_empty() {
+            "(perfect link)".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    let _ = writeln!(
+        out,
+        "{} of virtual time, seed {}\nforward: {}\nreverse: {}\n",
+        report.duration,
+        report.seed,
+        spec(&report.forward_spec),
+        spec(&report.reverse_spec),
+    );
+    let _ = writeln!(
+        out,
+        "{:<34} {:>14} {:>14} {:>8}  {:<28} {:<28}",
+        "load",
+        "offered",
+        "delivered",
+        "lost",
+        "queue delay ms p50/p99/max",
+        "one-way delay ms p50/p99/max"
+    );
+    for load in &report.loads {
+        let lost = if load.sent_packets == 0 {
+            0.0
+        } else {
+            load.dropped_total() as f64 / load.sent_packets as f64
+        };
+        let triple = |s: &pathlab_core::sim::Summary| {
+            format!(
+                "{}/{}/{}",
+                format::millis(s.p50),
+                format::millis(s.p99),
+                format::millis(s.max)
+            )
+        };
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14} {:>14} {:>8}  {:<28} {:<28}",
+            load.description,
+            format::rate(load.offered_bps),
+            format::rate(load.delivered_bps),
+            format::percent(lost),
+            triple(&load.queue_delay),
+            triple(&load.owd),
+        );
+        if !load.dropped.is_empty() {
+            let reasons: Vec<String> = load
+                .dropped
+                .iter()
+                .map(|(reason, n)| format!("{} {n}", reason.name()))
+                .collect();
+            let _ = writeln!(out, "{:<34} drops: {}", "", reasons.join(", "));
+        }
+        if load.ce_marked > 0 {
+            let _ = writeln!(out, "{:<34} CE-marked: {}", "", load.ce_marked);
+        }
+    }
+    let queue: Vec<f64> = report
+        .samples
+        .iter()
+        .map(|s| f64::from(s.forward_queue_packets))
+        .collect();
+    let peak = queue.iter().copied().fold(0.0, f64::max);
+    if peak > 0.0 {
+        let _ = writeln!(
+            out,
+            "\nforward queue, packets over time (peak {peak:.0}):\n  {}",
+            format::sparkline(&queue, 72)
+        );
+    }
+    out
+}
