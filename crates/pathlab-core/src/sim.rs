@@ -252,7 +252,7 @@ pub struct Sample {
     pub forward_delivered_bytes: u64,
     /// Reverse bytes delivered since the previous sample.
     pub reverse_delivered_bytes: u64,
-    /// Largest queue delay of a forward packet dequeued since the previous sample.
+    /// Largest queue delay of a forward packet delivered since the previous sample.
     pub forward_max_queue_delay: Duration,
 }
 
