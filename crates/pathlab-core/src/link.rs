@@ -336,7 +336,7 @@ impl Link {
                 }
                 None => packet,
             };
-            self.to_bottleneck(now, packet);
+            self.enter_bottleneck(now, packet);
         }
         self.moving = moving;
         self.advance(now);
@@ -372,7 +372,7 @@ impl Link {
         self.last_id
     }
 
-    fn to_bottleneck(&mut self, now: Instant, packet: Packet) {
+    fn enter_bottleneck(&mut self, now: Instant, packet: Packet) {
         match &mut self.bottleneck {
             Some(bottleneck) => {
                 let queued = bottleneck.queue.len_packets() as u32;
@@ -398,12 +398,11 @@ impl Link {
     }
 
     fn after_delay(&mut self, at: Instant, packet: Packet) {
-        match &mut self.slot {
-            Some(slot) => slot.enqueue(at, packet, &mut self.verdicts),
-            None => {
-                self.truth.depart(at, &packet);
-                self.ready.push_back((at, packet));
-            }
+        if let Some(slot) = &mut self.slot {
+            slot.enqueue(at, packet, &mut self.verdicts);
+        } else {
+            self.truth.depart(at, &packet);
+            self.ready.push_back((at, packet));
         }
     }
 

@@ -312,7 +312,8 @@ impl Source {
             rng,
         };
         if load.kind == LoadKind::Poisson {
-            source.next = source.next + source.poisson_gap();
+            let gap = source.poisson_gap();
+            source.next += gap;
         }
         source
     }

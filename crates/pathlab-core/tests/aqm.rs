@@ -1,0 +1,210 @@
+//! Queue disciplines and rate models seen end to end through a link, in virtual time.
+//!
+//! The queue modules have their own unit tests against RFC pseudo-code; these check the
+//! composed link: what a load experiences with each discipline and rate model.
+
+use pathlab_core::sim::{self, Load, SimConfig, SimReport};
+use pathlab_core::spec::RateSpec;
+use pathlab_core::stage::rate::Trace;
+use pathlab_core::{BitsPerSec, Duration, LinkSpec};
+
+fn spec(text: &str) -> LinkSpec {
+    LinkSpec::parse(text).unwrap_or_else(|e| panic!("'{text}' should parse: {e}"))
+}
+
+fn run(forward: LinkSpec, loads: Vec<Load>, duration: Duration) -> SimReport {
+    sim::run(&SimConfig {
+        forward,
+        reverse: LinkSpec::default(),
+        loads,
+        duration,
+        seed: 7,
+        sample_every: Duration::from_millis(10),
+    })
+    .expect("valid simulation")
+}
+
+/// An unresponsive 15 Mbit/s load into 10 Mbit/s: tail drop's standing queue is the whole
+/// buffer (1000 x 1500 x 8 / 10e6 = 1.2 s), CoDel's is a small multiple of its target.
+#[test]
+fn codel_keeps_the_standing_queue_near_target_where_tail_drop_does_not() {
+    let load = vec![Load::cbr(BitsPerSec::mbit(15), 1500)];
+    let tail = run(
+        spec("rate 10mbit limit 1000"),
+        load.clone(),
+        Duration::from_secs(60),
+    );
+    let codel = run(
+        spec("rate 10mbit limit 1000 queue codel"),
+        load,
+        Duration::from_secs(60),
+    );
+    let tail_p50 = tail.loads[0].queue_delay.p50.as_secs_f64();
+    assert!(
+        (tail_p50 - 1.2).abs() / 1.2 < 0.02,
+        "tail drop median {tail_p50}"
+    );
+    let codel_p50 = codel.loads[0].queue_delay.p50;
+    // RFC 8289 gives no bound for unresponsive traffic, but its control law drops at a
+    // rate growing as sqrt(count) until it matches the excess (here 1/3 of arrivals), then
+    // holds the queue where sojourn crosses target; 4 targets (20 ms) leaves room for the
+    // ramp-up and the sawtooth, and is 60 times below tail drop's 1.2 s.
+    assert!(
+        codel_p50 < Duration::from_millis(20),
+        "CoDel median queue delay {codel_p50}"
+    );
+    // Both deliver the line rate.
+    for report in [&tail, &codel] {
+        let delivered = report.loads[0].delivered_bps;
+        assert!(
+            (delivered - 10e6).abs() / 10e6 < 0.01,
+            "delivered {delivered}"
+        );
+    }
+}
+
+/// A sparse flow beside a bulk flow: FQ-CoDel serves the sparse flow's packet as soon as the
+/// packet on the wire is done (RFC 8290 section 1.3, new flows first), so its queue delay
+/// stays under one bulk serialization time (1514 B at 10 Mbit/s = 1.21 ms); behind a FIFO
+/// it waits for the whole standing queue.
+#[test]
+fn fq_codel_isolates_a_sparse_flow_from_a_bulk_flow() {
+    let loads = vec![
+        Load::cbr(BitsPerSec::mbit(12), 1514),
+        Load::cbr(BitsPerSec::kbit(80), 100), // one 100-byte packet every 10 ms
+    ];
+    let fq = run(
+        spec("rate 10mbit queue fq_codel"),
+        loads.clone(),
+        Duration::from_secs(30),
+    );
+    let fifo = run(
+        spec("rate 10mbit limit 1000"),
+        loads,
+        Duration::from_secs(30),
+    );
+    let bulk_serialization = BitsPerSec::mbit(10).serialization_time(1514);
+    let sparse = &fq.loads[1];
+    assert_eq!(sparse.dropped_total(), 0);
+    assert!(
+        sparse.queue_delay.max <= bulk_serialization,
+        "sparse flow max queue delay {} behind FQ-CoDel",
+        sparse.queue_delay.max
+    );
+    assert!(
+        fifo.loads[1].queue_delay.p50 > Duration::from_millis(500),
+        "the FIFO should bloat: sparse median {}",
+        fifo.loads[1].queue_delay.p50
+    );
+}
+
+/// PIE's integral action under an unresponsive overload moves the drop probability until
+/// the queue delay sits at target (15 ms): the median is within a few tupdate periods of
+/// target, far below the 1.2 s of a full 1000-packet FIFO.
+#[test]
+fn pie_holds_the_queue_delay_near_target() {
+    let load = vec![Load::cbr(BitsPerSec::mbit(15), 1500)];
+    let report = run(
+        spec("rate 10mbit limit 1000 queue pie"),
+        load,
+        Duration::from_secs(60),
+    );
+    let p50 = report.loads[0].queue_delay.p50;
+    assert!(
+        p50 > Duration::from_millis(5) && p50 < Duration::from_millis(30),
+        "PIE median queue delay {p50}"
+    );
+    let drop_fraction =
+        report.loads[0].dropped_total() as f64 / report.loads[0].sent_packets as f64;
+    assert!(
+        (drop_fraction - 1.0 / 3.0).abs() < 0.01,
+        "drop fraction {drop_fraction}"
+    );
+}
+
+/// RED drops early: under overload its average sits between min and max, so the queue
+/// delay is bounded by max / rate, not by the limit.
+#[test]
+fn red_keeps_the_queue_below_its_max_threshold() {
+    let load = vec![Load::cbr(BitsPerSec::mbit(15), 1500)];
+    let report = run(
+        spec("rate 10mbit limit 1000 queue red min 30kb max 90kb probability 10%"),
+        load,
+        Duration::from_secs(30),
+    );
+    // max = 90 KiB = 92160 bytes; at 10 Mbit/s that drains in 73.7 ms. The instantaneous
+    // queue may overshoot the average; allow 50% above.
+    let max_delay = Duration::from_secs_f64(92_160.0 * 8.0 / 10e6 * 1.5);
+    assert!(
+        report.loads[0].queue_delay.p99 < max_delay,
+        "RED p99 queue delay {}",
+        report.loads[0].queue_delay.p99
+    );
+    assert!(report.loads[0]
+        .dropped
+        .iter()
+        .any(|(reason, n)| *reason == pathlab_core::DropReason::Red && *n > 0));
+}
+
+/// A schedule changes the rate at the right instants: with the queue always backlogged,
+/// each 10 ms sample delivers rate x 10 ms.
+#[test]
+fn schedule_changes_the_rate_at_the_right_instants() {
+    // 1250-byte packets: 10 Mbit/s is exactly 10 packets per 10 ms, 1 Mbit/s exactly 1.
+    let load = vec![Load::cbr(BitsPerSec::mbit(20), 1250)];
+    let report = run(
+        spec("schedule 1s 10mbit 1mbit 5mbit limit 10000"),
+        load,
+        Duration::from_secs(3),
+    );
+    let delivered_in = |from_ms: u64, to_ms: u64| -> u64 {
+        report
+            .samples
+            .iter()
+            .filter(|s| {
+                let t = s.at.as_nanos() / 1_000_000;
+                t > from_ms && t <= to_ms
+            })
+            .map(|s| s.forward_delivered_bytes)
+            .sum()
+    };
+    // Each window is (start, end] so it counts whole sample periods inside one step.
+    // 1 ms per packet: departures at 1, 2, ..., 1000 ms.
+    assert_eq!(
+        delivered_in(0, 1000),
+        1_250_000,
+        "first second at 10 Mbit/s"
+    );
+    let second = delivered_in(1000, 2000);
+    assert!(
+        (second as i64 - 125_000).abs() <= 1250,
+        "second second at 1 Mbit/s: {second}"
+    );
+    let third = delivered_in(2000, 3000);
+    assert!(
+        (third as i64 - 625_000).abs() <= 1250,
+        "third second at 5 Mbit/s: {third}"
+    );
+}
+
+/// A mahimahi trace delivers exactly its opportunities: one full-size frame per line.
+#[test]
+fn trace_delivers_exactly_its_opportunities() {
+    let trace = Trace::parse("1\n1\n3\n10\n").expect("valid trace");
+    let mut forward = spec("trace t.trace limit 10000");
+    if let Some(RateSpec::Trace(reference)) = &mut forward.rate {
+        reference.trace = Some(std::sync::Arc::new(trace));
+    }
+    // Offered well above the trace's 4 frames per 10 ms.
+    let load = vec![Load::cbr(BitsPerSec::mbit(20), 1514)];
+    let report = run(forward, load, Duration::from_secs(1));
+    // Opportunities at 10k+1 (twice), 10k+3 and 10k+10 ms: 100 periods of 4 in (0, 1 s],
+    // and the queue is never empty at an opportunity (the first packet arrives at 0).
+    assert_eq!(report.loads[0].delivered_packets, 400);
+    // Every departure is at an opportunity: the one-way delays are whole microseconds
+    // away from arrival times that are not, so check the samples instead: each 10 ms
+    // window holds exactly 4 frames.
+    assert!(report.samples[1..]
+        .iter()
+        .all(|s| s.forward_delivered_bytes == 4 * 1514));
+}
