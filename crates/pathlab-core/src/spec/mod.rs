@@ -7,6 +7,7 @@
 
 mod display;
 mod parse;
+mod units;
 
 use std::sync::Arc;
 
@@ -413,33 +414,32 @@ impl Default for PieConfig {
     }
 }
 
-/// Parses a rate as tc does (`10mbit`, `1.5gbit`, `10M`). MERGE: delegate to the parser.
+/// Parses a rate as tc writes it (`10mbit`, `1.5gbit`, `10M`; `mbps` is megabytes/s).
 pub fn parse_rate(text: &str) -> Result<BitsPerSec, SpecError> {
-    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let scale = match &text[digits.len()..] {
-        "mbit" | "M" => 1e6,
-        "kbit" | "k" => 1e3,
-        "gbit" | "G" => 1e9,
-        "bit" => 1.0,
-        _ => return Err(SpecError::UnknownKeyword(text.to_owned())),
-    };
-    let value: f64 = digits
-        .parse()
-        .map_err(|_| SpecError::UnknownKeyword(text.to_owned()))?;
-    Ok(BitsPerSec((value * scale) as u64))
+    units::rate(text).map_err(|problem| match problem {
+        units::RateProblem::NoUnit => SpecError::RateWithoutUnit(text.to_owned()),
+        units::RateProblem::NotARate => SpecError::Expected {
+            what: "a rate like 10mbit",
+            after: "rate".into(),
+            got: text.to_owned(),
+        },
+    })
 }
 
-/// Parses a time as tc does (`25ms`, `1.5s`). MERGE: delegate to the parser.
+/// Parses a time as tc writes it (`25ms`, `1.5s`; a bare number is microseconds).
 pub fn parse_time(text: &str) -> Result<Duration, SpecError> {
-    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let scale = match &text[digits.len()..] {
-        "s" => 1.0,
-        "ms" => 1e-3,
-        "us" => 1e-6,
-        _ => return Err(SpecError::UnknownKeyword(text.to_owned())),
-    };
-    let value: f64 = digits
-        .parse()
-        .map_err(|_| SpecError::UnknownKeyword(text.to_owned()))?;
-    Ok(Duration::from_secs_f64(value * scale))
+    units::time(text).ok_or_else(|| SpecError::Expected {
+        what: "a time like 25ms",
+        after: "time".into(),
+        got: text.to_owned(),
+    })
+}
+
+/// Parses a size as tc writes it (`1500`, `64kb` = 65536 bytes).
+pub fn parse_size(text: &str) -> Result<u64, SpecError> {
+    units::size(text).ok_or_else(|| SpecError::Expected {
+        what: "a size like 1500 or 64kb",
+        after: "size".into(),
+        got: text.to_owned(),
+    })
 }

@@ -1,18 +1,817 @@
-//! The spec parser (netem syntax plus pathlab's additions).
+//! The spec parser: netem's syntax as users paste it, plus pathlab's additions.
+//!
+//! Keywords may come in any order, each at most once (`limit` once as a packet count and
+//! once as a size). Optional arguments are taken while the next token has their kind, as
+//! tc does: in `delay 25ms 5ms loss 1%`, `5ms` is the jitter and `loss` the next keyword.
 
-use super::LinkSpec;
+use super::units::{self, RateProblem};
+use super::{
+    Chance, CodelConfig, DelaySpec, Discipline, Distribution, FixedRate, FqCodelConfig, LinkSpec,
+    LossSpec, PieConfig, RateSchedule, RateSpec, RedConfig, ReorderSpec, SlotInterval, SlotSpec,
+    TraceRef,
+};
+use crate::time::Duration;
+use crate::units::{BitsPerSec, Probability};
 
 /// Why a link specification was rejected; every message names the token at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// A keyword pathlab does not know.
-    #[error("unknown keyword '{0}'")]
-    UnknownKeyword(String),
+    #[error("unknown keyword '{word}'{}", suggestion.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
+    UnknownKeyword {
+        /// The word.
+        word: String,
+        /// The closest known keyword, if close.
+        suggestion: Option<String>,
+    },
+    /// A token of the wrong kind after a keyword.
+    #[error("expected {what} after '{after}', got '{got}'")]
+    Expected {
+        /// What was expected, with an example.
+        what: &'static str,
+        /// The keyword it follows.
+        after: String,
+        /// The token found.
+        got: String,
+    },
+    /// The spec ended where an argument was needed.
+    #[error("'{keyword}' needs {what}, but the spec ended")]
+    Ended {
+        /// The keyword.
+        keyword: String,
+        /// What it needs.
+        what: &'static str,
+    },
+    /// A value outside its range.
+    #[error("{what} must be {range}, got {got}")]
+    OutOfRange {
+        /// The quantity.
+        what: String,
+        /// Its allowed range.
+        range: &'static str,
+        /// The token found.
+        got: String,
+    },
+    /// A rate without a unit.
+    #[error("rate needs a unit like 10mbit, got '{0}'")]
+    RateWithoutUnit(String),
+    /// A keyword given twice.
+    #[error("'{0}' is given twice")]
+    Duplicate(String),
+    /// Keywords that cannot be used together, or one that needs another.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+const KEYWORDS: &[&str] = &[
+    "delay",
+    "distribution",
+    "loss",
+    "ecn",
+    "duplicate",
+    "corrupt",
+    "reorder",
+    "gap",
+    "rate",
+    "schedule",
+    "trace",
+    "slot",
+    "limit",
+    "queue",
+    "seed",
+];
+
+const TIME: &str = "a time like 25ms";
+const PERCENT: &str = "a percentage like 1%";
+const RATE: &str = "a rate like 10mbit";
+const SIZE: &str = "a size like 1500 or 64kb";
+const COUNT: &str = "a whole number";
+
+struct Parser<'a> {
+    tokens: Vec<&'a str>,
+    next: usize,
+    spec: LinkSpec,
+    seen: Vec<&'static str>,
+    limit_packets_seen: bool,
+    gap: Option<u32>,
+    /// Queue options whose defaults depend on the limit: resolved at the end.
+    red: Option<(
+        RedConfig,
+        Option<u64>,
+        Option<u64>,
+        Option<f64>,
+        Option<f64>,
+    )>,
 }
 
 pub(super) fn parse(text: &str) -> Result<LinkSpec, SpecError> {
-    match text.split_whitespace().next() {
-        None => Ok(LinkSpec::default()),
-        Some(word) => Err(SpecError::UnknownKeyword(word.to_owned())),
+    let mut parser = Parser {
+        tokens: text.split_whitespace().collect(),
+        next: 0,
+        spec: LinkSpec::default(),
+        seen: Vec::new(),
+        limit_packets_seen: false,
+        gap: None,
+        red: None,
+    };
+    while let Some(word) = parser.take() {
+        parser.keyword(word)?;
     }
+    parser.finish()
+}
+
+fn probability(what: &str, token: &str, percent: f64) -> Result<Probability, SpecError> {
+    Probability::from_percent(percent).ok_or_else(|| SpecError::OutOfRange {
+        what: what.to_owned(),
+        range: "between 0% and 100%",
+        got: token.to_owned(),
+    })
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(current + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
+
+impl<'a> Parser<'a> {
+    fn take(&mut self) -> Option<&'a str> {
+        let token = self.tokens.get(self.next).copied()?;
+        self.next += 1;
+        Some(token)
+    }
+
+    fn peek(&self) -> Option<&'a str> {
+        self.tokens.get(self.next).copied()
+    }
+
+    /// Takes the next token if `parse` accepts it.
+    fn optional<T>(&mut self, parse: impl Fn(&str) -> Option<T>) -> Option<(T, &'a str)> {
+        let token = self.peek()?;
+        let value = parse(token)?;
+        self.next += 1;
+        Some((value, token))
+    }
+
+    /// Takes the next token, which `parse` must accept.
+    fn required<T>(
+        &mut self,
+        keyword: &str,
+        what: &'static str,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Result<(T, &'a str), SpecError> {
+        let Some(token) = self.take() else {
+            return Err(SpecError::Ended {
+                keyword: keyword.to_owned(),
+                what,
+            });
+        };
+        parse(token)
+            .map(|v| (v, token))
+            .ok_or_else(|| SpecError::Expected {
+                what,
+                after: keyword.to_owned(),
+                got: token.to_owned(),
+            })
+    }
+
+    fn time(&mut self, keyword: &str) -> Result<Duration, SpecError> {
+        Ok(self.required(keyword, TIME, units::time)?.0)
+    }
+
+    fn percent(&mut self, keyword: &str, what: &str) -> Result<Probability, SpecError> {
+        let (value, token) = self.required(keyword, PERCENT, units::percent)?;
+        probability(what, token, value)
+    }
+
+    fn optional_percent(&mut self, what: &str) -> Result<Option<Probability>, SpecError> {
+        match self.optional(units::percent) {
+            Some((value, token)) => probability(what, token, value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn rate(&mut self, keyword: &str) -> Result<BitsPerSec, SpecError> {
+        let Some(token) = self.take() else {
+            return Err(SpecError::Ended {
+                keyword: keyword.to_owned(),
+                what: RATE,
+            });
+        };
+        match units::rate(token) {
+            Ok(rate) => Ok(rate),
+            Err(RateProblem::NoUnit) => Err(SpecError::RateWithoutUnit(token.to_owned())),
+            Err(RateProblem::NotARate) => Err(SpecError::Expected {
+                what: RATE,
+                after: keyword.to_owned(),
+                got: token.to_owned(),
+            }),
+        }
+    }
+
+    fn count(&mut self, keyword: &str) -> Result<u32, SpecError> {
+        let (value, token) = self.required(keyword, COUNT, units::integer)?;
+        u32::try_from(value).map_err(|_| SpecError::OutOfRange {
+            what: format!("'{keyword}'"),
+            range: "at most 4294967295",
+            got: token.to_owned(),
+        })
+    }
+
+    fn once(&mut self, keyword: &'static str) -> Result<(), SpecError> {
+        if self.seen.contains(&keyword) {
+            return Err(SpecError::Duplicate(keyword.to_owned()));
+        }
+        self.seen.push(keyword);
+        Ok(())
+    }
+
+    fn chance(&mut self, keyword: &str) -> Result<Chance, SpecError> {
+        let probability = self.percent(keyword, keyword)?;
+        let correlation = self
+            .optional_percent(&format!("{keyword} correlation"))?
+            .unwrap_or(Probability::ZERO);
+        Ok(Chance {
+            probability,
+            correlation,
+        })
+    }
+
+    fn distribution(&mut self, keyword: &str) -> Result<Distribution, SpecError> {
+        const WHAT: &str = "one of uniform, normal, pareto, paretonormal";
+        let parse = |token: &str| match token {
+            "uniform" => Some(Distribution::Uniform),
+            "normal" => Some(Distribution::Normal),
+            "pareto" => Some(Distribution::Pareto),
+            "paretonormal" => Some(Distribution::ParetoNormal),
+            _ => None,
+        };
+        Ok(self.required(keyword, WHAT, parse)?.0)
+    }
+
+    fn keyword(&mut self, word: &'a str) -> Result<(), SpecError> {
+        match word {
+            "delay" | "latency" => {
+                self.once("delay")?;
+                let delay = self.time(word)?;
+                let jitter = self
+                    .optional(units::time)
+                    .map_or(Duration::ZERO, |(t, _)| t);
+                let correlation = if jitter.is_zero() {
+                    Probability::ZERO
+                } else {
+                    self.optional_percent("delay correlation")?
+                        .unwrap_or(Probability::ZERO)
+                };
+                let distribution = self.spec.delay.map(|d| d.distribution).unwrap_or_default();
+                self.spec.delay = Some(DelaySpec {
+                    delay,
+                    jitter,
+                    correlation,
+                    distribution,
+                });
+            }
+            "distribution" => {
+                self.once("distribution")?;
+                let distribution = self.distribution(word)?;
+                let delay = self.spec.delay.get_or_insert(DelaySpec {
+                    delay: Duration::ZERO,
+                    jitter: Duration::ZERO,
+                    correlation: Probability::ZERO,
+                    distribution,
+                });
+                delay.distribution = distribution;
+            }
+            "loss" | "drop" => {
+                self.once("loss")?;
+                self.spec.loss = Some(self.loss(word)?);
+            }
+            "ecn" => {
+                self.once("ecn")?;
+                self.spec.ecn = true;
+            }
+            "duplicate" => {
+                self.once("duplicate")?;
+                self.spec.duplicate = Some(self.chance(word)?);
+            }
+            "corrupt" => {
+                self.once("corrupt")?;
+                self.spec.corrupt = Some(self.chance(word)?);
+            }
+            "reorder" => {
+                self.once("reorder")?;
+                let chance = self.chance(word)?;
+                self.spec.reorder = Some(ReorderSpec {
+                    probability: chance.probability,
+                    correlation: chance.correlation,
+                    gap: 1,
+                });
+            }
+            "gap" => {
+                self.once("gap")?;
+                let gap = self.count(word)?;
+                if gap == 0 {
+                    return Err(SpecError::OutOfRange {
+                        what: "gap".into(),
+                        range: "at least 1",
+                        got: "0".into(),
+                    });
+                }
+                self.gap = Some(gap);
+            }
+            "rate" => {
+                self.rate_once()?;
+                let rate = self.rate(word)?;
+                let packet_overhead = self.optional(units::signed).map_or(0, |(v, _)| v);
+                let cell_size = self
+                    .optional(|t| units::integer(t).and_then(|v| u32::try_from(v).ok()))
+                    .map_or(0, |(v, _)| v);
+                let cell_overhead = if cell_size > 0 {
+                    self.optional(units::signed).map_or(0, |(v, _)| v)
+                } else {
+                    0
+                };
+                self.spec.rate = Some(RateSpec::Fixed(FixedRate {
+                    rate,
+                    packet_overhead,
+                    cell_size,
+                    cell_overhead,
+                }));
+            }
+            "schedule" => {
+                self.rate_once()?;
+                let step = self.time(word)?;
+                if step.is_zero() {
+                    return Err(SpecError::OutOfRange {
+                        what: "the schedule step".into(),
+                        range: "longer than zero",
+                        got: "0".into(),
+                    });
+                }
+                let mut rates = vec![self.rate(word)?];
+                while let Some((rate, _)) = self.optional(|t| units::rate(t).ok()) {
+                    rates.push(rate);
+                }
+                let repeat = self.optional(|t| (t == "loop").then_some(())).is_some();
+                self.spec.rate = Some(RateSpec::Schedule(RateSchedule {
+                    step,
+                    rates,
+                    repeat,
+                }));
+            }
+            "trace" => {
+                self.rate_once()?;
+                let (path, _) = self.required(word, "a trace file name", |t| Some(t.to_owned()))?;
+                self.spec.rate = Some(RateSpec::Trace(TraceRef { path, trace: None }));
+            }
+            "slot" => {
+                self.once("slot")?;
+                self.spec.slot = Some(self.slot(word)?);
+            }
+            "limit" => self.limit()?,
+            "queue" => {
+                self.once("queue")?;
+                self.queue()?;
+            }
+            "seed" => {
+                self.once("seed")?;
+                self.spec.seed = Some(self.required(word, COUNT, units::integer)?.0);
+            }
+            _ => {
+                let suggestion = KEYWORDS
+                    .iter()
+                    .map(|k| (edit_distance(word, k), *k))
+                    .filter(|(d, _)| *d <= 2)
+                    .min()
+                    .map(|(_, k)| k.to_owned());
+                return Err(SpecError::UnknownKeyword {
+                    word: word.to_owned(),
+                    suggestion,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn rate_once(&mut self) -> Result<(), SpecError> {
+        if self.spec.rate.is_some() {
+            return Err(SpecError::Conflict(
+                "only one of 'rate', 'schedule' and 'trace' may be given".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn loss(&mut self, keyword: &str) -> Result<LossSpec, SpecError> {
+        match self.peek() {
+            Some("random") => {
+                self.next += 1;
+                Ok(LossSpec::Random(self.chance("loss random")?))
+            }
+            Some("state") => {
+                self.next += 1;
+                let p13 = self.percent("loss state", "p13")?;
+                let p31 = self.optional_percent("p31")?;
+                let p32 = self.optional_percent("p32")?;
+                let p23 = self.optional_percent("p23")?;
+                let p14 = self.optional_percent("p14")?;
+                let complement = Probability::new(1.0 - p13.get()).unwrap_or(Probability::ZERO);
+                Ok(LossSpec::State {
+                    p13,
+                    p31: p31.unwrap_or(complement),
+                    p32: p32.unwrap_or(Probability::ZERO),
+                    p23: p23.unwrap_or(Probability::ONE),
+                    p14: p14.unwrap_or(Probability::ZERO),
+                })
+            }
+            Some("gemodel") => {
+                self.next += 1;
+                let p = self.percent("loss gemodel", "p")?;
+                let r = self.optional_percent("r")?;
+                let loss_in_bad = self.optional_percent("1-h")?;
+                let loss_in_good = self.optional_percent("1-k")?;
+                Ok(LossSpec::GilbertElliott {
+                    p,
+                    r: r.unwrap_or(Probability::new(1.0 - p.get()).unwrap_or(Probability::ZERO)),
+                    loss_in_bad: loss_in_bad.unwrap_or(Probability::ONE),
+                    loss_in_good: loss_in_good.unwrap_or(Probability::ZERO),
+                })
+            }
+            _ => Ok(LossSpec::Random(self.chance(keyword)?)),
+        }
+    }
+
+    fn slot(&mut self, keyword: &str) -> Result<SlotSpec, SpecError> {
+        let interval = if self.peek() == Some("distribution") {
+            self.next += 1;
+            let distribution = self.distribution("slot distribution")?;
+            let delay = self.time("slot distribution")?;
+            let jitter = self.time("slot distribution")?;
+            SlotInterval::Distribution {
+                distribution,
+                delay,
+                jitter,
+            }
+        } else {
+            let min = self.time(keyword)?;
+            let max = self.optional(units::time).map_or(min, |(t, _)| t);
+            if max < min {
+                return Err(SpecError::Conflict(format!(
+                    "slot's maximum ({max}) is below its minimum ({min})"
+                )));
+            }
+            SlotInterval::Uniform { min, max }
+        };
+        let mut spec = SlotSpec {
+            interval,
+            max_packets: None,
+            max_bytes: None,
+        };
+        loop {
+            match self.peek() {
+                Some("packets") => {
+                    self.next += 1;
+                    spec.max_packets = Some(self.count("slot packets")?);
+                }
+                Some("bytes") => {
+                    self.next += 1;
+                    spec.max_bytes = Some(self.required("slot bytes", SIZE, units::size)?.0);
+                }
+                _ => break,
+            }
+        }
+        Ok(spec)
+    }
+
+    fn limit(&mut self) -> Result<(), SpecError> {
+        let Some(token) = self.take() else {
+            return Err(SpecError::Ended {
+                keyword: "limit".into(),
+                what: "a packet count like 100 or a size like 150kb",
+            });
+        };
+        if let Some(bytes) = units::size_with_unit(token) {
+            if self.spec.queue.limit_bytes.replace(bytes).is_some() {
+                return Err(SpecError::Duplicate("limit SIZE".into()));
+            }
+        } else if let Some(packets) = units::integer(token) {
+            let packets = u32::try_from(packets).map_err(|_| SpecError::OutOfRange {
+                what: "limit".into(),
+                range: "at most 4294967295 packets",
+                got: token.to_owned(),
+            })?;
+            if std::mem::replace(&mut self.limit_packets_seen, true) {
+                return Err(SpecError::Duplicate("limit PACKETS".into()));
+            }
+            self.spec.queue.limit_packets = Some(packets);
+        } else {
+            return Err(SpecError::Expected {
+                what: "a packet count like 100 or a size like 150kb",
+                after: "limit".into(),
+                got: token.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn queue(&mut self) -> Result<(), SpecError> {
+        const WHAT: &str = "one of taildrop, headdrop, red, codel, fq_codel, pie";
+        let (name, _) = self.required("queue", WHAT, |t| Some(t.to_owned()))?;
+        self.spec.queue.discipline = match name.as_str() {
+            "taildrop" | "fifo" | "pfifo" | "bfifo" => Discipline::TailDrop,
+            "headdrop" | "pfifo_head_drop" => Discipline::HeadDrop,
+            "codel" => Discipline::Codel(self.codel(CodelConfig::default())?),
+            "fq_codel" | "fq-codel" => Discipline::FqCodel(self.fq_codel()?),
+            "pie" => Discipline::Pie(self.pie()?),
+            "red" => {
+                self.red()?;
+                Discipline::Red(RedConfig::default())
+            }
+            _ => {
+                return Err(SpecError::Expected {
+                    what: WHAT,
+                    after: "queue".into(),
+                    got: name,
+                })
+            }
+        };
+        Ok(())
+    }
+
+    /// CoDel's options; returns at the first token that is not one.
+    fn codel(&mut self, mut config: CodelConfig) -> Result<CodelConfig, SpecError> {
+        loop {
+            match self.peek() {
+                Some("target") => {
+                    self.next += 1;
+                    config.target = self.time("target")?;
+                }
+                Some("interval") => {
+                    self.next += 1;
+                    config.interval = self.time("interval")?;
+                }
+                Some("ce_threshold") => {
+                    self.next += 1;
+                    config.ce_threshold = Some(self.time("ce_threshold")?);
+                }
+                Some("ecn") => {
+                    self.next += 1;
+                    config.ecn = true;
+                }
+                Some("noecn") => {
+                    self.next += 1;
+                    config.ecn = false;
+                }
+                _ => break,
+            }
+        }
+        if config.target.is_zero() || config.interval.is_zero() {
+            return Err(SpecError::Conflict(
+                "codel's target and interval must be longer than zero".into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    fn fq_codel(&mut self) -> Result<FqCodelConfig, SpecError> {
+        let mut config = FqCodelConfig::default();
+        loop {
+            match self.peek() {
+                Some("flows") => {
+                    self.next += 1;
+                    config.flows = self.count("flows")?;
+                    if !(1..=65_536).contains(&config.flows) {
+                        return Err(SpecError::OutOfRange {
+                            what: "flows".into(),
+                            range: "between 1 and 65536",
+                            got: config.flows.to_string(),
+                        });
+                    }
+                }
+                Some("quantum") => {
+                    self.next += 1;
+                    let (bytes, token) = self.required("quantum", SIZE, units::size)?;
+                    config.quantum =
+                        u32::try_from(bytes)
+                            .ok()
+                            .filter(|q| *q >= 64)
+                            .ok_or_else(|| SpecError::OutOfRange {
+                                what: "quantum".into(),
+                                range: "at least 64 bytes",
+                                got: token.to_owned(),
+                            })?;
+                }
+                Some("drop_batch") => {
+                    self.next += 1;
+                    config.drop_batch = self.count("drop_batch")?.max(1);
+                }
+                Some("target" | "interval" | "ce_threshold" | "ecn" | "noecn") => {
+                    config.codel = self.codel(config.codel)?;
+                }
+                _ => break,
+            }
+        }
+        Ok(config)
+    }
+
+    fn pie(&mut self) -> Result<PieConfig, SpecError> {
+        let mut config = PieConfig::default();
+        let float = |t: &str| t.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+        loop {
+            match self.peek() {
+                Some("target") => {
+                    self.next += 1;
+                    config.target = self.time("target")?;
+                }
+                Some("tupdate") => {
+                    self.next += 1;
+                    config.tupdate = self.time("tupdate")?;
+                }
+                Some("max_burst") => {
+                    self.next += 1;
+                    config.max_burst = self.time("max_burst")?;
+                }
+                Some("alpha") => {
+                    self.next += 1;
+                    config.alpha = self.required("alpha", "a number like 0.125", float)?.0;
+                }
+                Some("beta") => {
+                    self.next += 1;
+                    config.beta = self.required("beta", "a number like 1.25", float)?.0;
+                }
+                Some("ecn") => {
+                    self.next += 1;
+                    config.ecn = true;
+                }
+                Some("noecn") => {
+                    self.next += 1;
+                    config.ecn = false;
+                }
+                Some("bytemode") => {
+                    self.next += 1;
+                    config.bytemode = true;
+                }
+                Some("dq_rate_estimator") => {
+                    self.next += 1;
+                    config.dq_rate_estimator = true;
+                }
+                _ => break,
+            }
+        }
+        if config.tupdate.is_zero() || config.target.is_zero() {
+            return Err(SpecError::Conflict(
+                "pie's target and tupdate must be longer than zero".into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// RED's options; thresholds default from the limit, so they are resolved in `finish`.
+    fn red(&mut self) -> Result<(), SpecError> {
+        let mut config = RedConfig::default();
+        let (mut min, mut max, mut burst, mut weight) = (None, None, None, None);
+        loop {
+            match self.peek() {
+                Some("min") => {
+                    self.next += 1;
+                    min = Some(self.required("min", SIZE, units::size)?.0);
+                }
+                Some("max") => {
+                    self.next += 1;
+                    max = Some(self.required("max", SIZE, units::size)?.0);
+                }
+                Some("avpkt") => {
+                    self.next += 1;
+                    let (bytes, token) = self.required("avpkt", SIZE, units::size)?;
+                    config.avpkt_bytes =
+                        u32::try_from(bytes)
+                            .ok()
+                            .filter(|b| *b > 0)
+                            .ok_or_else(|| SpecError::OutOfRange {
+                                what: "avpkt".into(),
+                                range: "between 1 and 4294967295 bytes",
+                                got: token.to_owned(),
+                            })?;
+                }
+                Some("probability") => {
+                    self.next += 1;
+                    config.max_probability = self.percent("probability", "red probability")?;
+                    if config.max_probability.is_zero() {
+                        return Err(SpecError::OutOfRange {
+                            what: "red probability".into(),
+                            range: "above 0% and at most 100%",
+                            got: "0%".into(),
+                        });
+                    }
+                }
+                Some("burst") => {
+                    self.next += 1;
+                    burst = Some(self.count("burst")? as f64);
+                }
+                Some("weight") => {
+                    self.next += 1;
+                    let parse = |t: &str| t.parse::<f64>().ok().filter(|w| *w > 0.0 && *w <= 1.0);
+                    weight = Some(
+                        self.required("weight", "a number in (0, 1] like 0.002", parse)?
+                            .0,
+                    );
+                }
+                Some("ecn") => {
+                    self.next += 1;
+                    config.ecn = true;
+                }
+                Some("gentle") => {
+                    self.next += 1;
+                    config.gentle = true;
+                }
+                Some("harddrop") => {
+                    self.next += 1;
+                    config.harddrop = true;
+                }
+                _ => break,
+            }
+        }
+        self.red = Some((config, min, max, burst, weight));
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<LinkSpec, SpecError> {
+        if let Some(gap) = self.gap {
+            match &mut self.spec.reorder {
+                Some(reorder) => reorder.gap = gap,
+                None => {
+                    return Err(SpecError::Conflict(
+                        "'gap' needs 'reorder' (gap N says which packets may be reordered)".into(),
+                    ))
+                }
+            }
+        }
+        if self.spec.reorder.is_some() && self.spec.delay.is_none_or(|d| d.delay.is_zero()) {
+            return Err(SpecError::Conflict(
+                "reordering needs a delay: 'reorder' sends some packets ahead of the delayed ones"
+                    .into(),
+            ));
+        }
+        if self.spec.ecn && self.spec.loss.is_none() {
+            return Err(SpecError::Conflict(
+                "'ecn' marks instead of dropping, so it needs a 'loss' model".into(),
+            ));
+        }
+        if let Some(delay) = self.spec.delay {
+            if delay.distribution != Distribution::Uniform && delay.jitter.is_zero() {
+                return Err(SpecError::Conflict(
+                    "'distribution' needs a jitter, as in 'delay 25ms 5ms distribution normal'"
+                        .into(),
+                ));
+            }
+        }
+        if let Some((mut config, min, max, burst, weight)) = self.red.take() {
+            let avpkt = u64::from(config.avpkt_bytes);
+            let limit_bytes = self.spec.queue.limit_bytes.unwrap_or(
+                u64::from(self.spec.queue.effective_limit_packets()).saturating_mul(avpkt),
+            );
+            let max = max.unwrap_or(limit_bytes / 4);
+            let min = min.unwrap_or(max / 3);
+            if min >= max {
+                return Err(SpecError::Conflict(format!(
+                    "red's min ({min} bytes) must be below its max ({max} bytes)"
+                )));
+            }
+            config.min_bytes = min;
+            config.max_bytes = max;
+            config.weight = weight.unwrap_or_else(|| {
+                let burst = burst
+                    .unwrap_or((2 * min + max) as f64 / (3.0 * avpkt as f64))
+                    .max(1.0);
+                red_weight(burst, min as f64 / avpkt as f64)
+            });
+            self.spec.queue.discipline = Discipline::Red(config);
+        }
+        Ok(self.spec)
+    }
+}
+
+/// tc-red's choice of EWMA weight: the largest power of 1/2 such that a burst of `burst`
+/// packets arriving at an empty queue does not push the average above `min_packets`
+/// (Floyd & Jacobson 1993, section 10): burst + 1 - min < (1 - (1-W)^burst) / W.
+fn red_weight(burst: f64, min_packets: f64) -> f64 {
+    let target = burst + 1.0 - min_packets;
+    for log in 1..=23 {
+        let w = 0.5_f64.powi(log);
+        if (1.0 - (1.0 - w).powf(burst)) / w > target {
+            return w;
+        }
+    }
+    0.5_f64.powi(23)
 }
