@@ -87,6 +87,9 @@ const RATE: &str = "a rate like 10mbit";
 const SIZE: &str = "a size like 1500 or 64kb";
 const COUNT: &str = "a whole number";
 
+/// RED's config with the options whose defaults depend on the limit: min, max, burst, weight.
+type RedDraft = (RedConfig, Option<u64>, Option<u64>, Option<f64>, Option<f64>);
+
 struct Parser<'a> {
     tokens: Vec<&'a str>,
     next: usize,
@@ -95,13 +98,7 @@ struct Parser<'a> {
     limit_packets_seen: bool,
     gap: Option<u32>,
     /// Queue options whose defaults depend on the limit: resolved at the end.
-    red: Option<(
-        RedConfig,
-        Option<u64>,
-        Option<u64>,
-        Option<f64>,
-        Option<f64>,
-    )>,
+    red: Option<RedDraft>,
 }
 
 pub(super) fn parse(text: &str) -> Result<LinkSpec, SpecError> {
