@@ -88,7 +88,13 @@ const SIZE: &str = "a size like 1500 or 64kb";
 const COUNT: &str = "a whole number";
 
 /// RED's config with the options whose defaults depend on the limit: min, max, burst, weight.
-type RedDraft = (RedConfig, Option<u64>, Option<u64>, Option<f64>, Option<f64>);
+type RedDraft = (
+    RedConfig,
+    Option<u64>,
+    Option<u64>,
+    Option<f64>,
+    Option<f64>,
+);
 
 struct Parser<'a> {
     tokens: Vec<&'a str>,

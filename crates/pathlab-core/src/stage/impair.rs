@@ -183,7 +183,10 @@ mod tests {
                 var += (pair[0] - mean) * (pair[0] - mean);
             }
             let lag1 = cov / var;
-            assert!((lag1 - c).abs() < 0.02, "p {p} c {c}: lag-1 correlation {lag1}");
+            assert!(
+                (lag1 - c).abs() < 0.02,
+                "p {p} c {c}: lag-1 correlation {lag1}"
+            );
         }
     }
 
@@ -207,7 +210,10 @@ mod tests {
         }
         let copies = (out - n) as f64;
         assert_eq!(copies, stage.duplicated as f64);
-        assert!((copies - 1000.0).abs() <= binomial_bound(n as f64, 0.01, 0.0), "{copies}");
+        assert!(
+            (copies - 1000.0).abs() <= binomial_bound(n as f64, 0.01, 0.0),
+            "{copies}"
+        );
     }
 
     #[test]

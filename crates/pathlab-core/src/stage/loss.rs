@@ -231,7 +231,10 @@ mod tests {
             2_000_000,
         );
         let expected = pg / (pg + r);
-        assert!((fraction - expected).abs() / expected < 0.05, "{fraction} vs {expected}");
+        assert!(
+            (fraction - expected).abs() / expected < 0.05,
+            "{fraction} vs {expected}"
+        );
         assert!((burst - 1.0 / r).abs() / (1.0 / r) < 0.05, "burst {burst}");
 
         let (h, k) = (0.6, 0.01);
@@ -246,7 +249,10 @@ mod tests {
         );
         let bad = pg / (pg + r);
         let expected = bad * h + (1.0 - bad) * k;
-        assert!((fraction - expected).abs() / expected < 0.05, "{fraction} vs {expected}");
+        assert!(
+            (fraction - expected).abs() / expected < 0.05,
+            "{fraction} vs {expected}"
+        );
     }
 
     /// netem's 4-state chain: mean loss is pi3 + pi4 of its stationary distribution
@@ -283,7 +289,10 @@ mod tests {
             (fraction - expected_loss).abs() / expected_loss < 0.05,
             "{fraction} vs {expected_loss}"
         );
-        assert!((run - expected_run).abs() / expected_run < 0.05, "{run} vs {expected_run}");
+        assert!(
+            (run - expected_run).abs() / expected_run < 0.05,
+            "{run} vs {expected_run}"
+        );
     }
 
     #[test]

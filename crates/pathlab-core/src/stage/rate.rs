@@ -69,14 +69,12 @@ impl Trace {
             if line.is_empty() {
                 continue;
             }
-            let millis: u64 = line
-                .parse()
-                .ok()
-                .filter(|m| *m < 1 << 40)
-                .ok_or_else(|| TraceError::NotMillis {
+            let millis: u64 = line.parse().ok().filter(|m| *m < 1 << 40).ok_or_else(|| {
+                TraceError::NotMillis {
                     line: index + 1,
                     text: raw.to_owned(),
-                })?;
+                }
+            })?;
             if millis < last {
                 return Err(TraceError::Decreasing {
                     line: index + 1,
@@ -202,7 +200,12 @@ impl RateModel {
     /// last bit has left, or [`Instant::MAX`] if it never can.
     pub fn transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
         let end = match &mut self.kind {
-            Kind::Fixed(fixed) => start + fixed.rate.serialization_time(accounted_len(fixed, len_bytes)),
+            Kind::Fixed(fixed) => {
+                start
+                    + fixed
+                        .rate
+                        .serialization_time(accounted_len(fixed, len_bytes))
+            }
             Kind::Schedule(schedule) => schedule_end(schedule, start, u64::from(len_bytes) * 8),
             Kind::Trace { trace, current } => {
                 let mut k = Self::usable(trace, *current, start);
@@ -265,7 +268,11 @@ fn schedule_rate(schedule: &RateSchedule, t: Instant) -> (BitsPerSec, Instant) {
     let next_change = Instant::from_nanos((index + 1).saturating_mul(step));
     if index < count {
         let holds_forever = index == count - 1 && !schedule.repeat;
-        let change = if holds_forever { Instant::MAX } else { next_change };
+        let change = if holds_forever {
+            Instant::MAX
+        } else {
+            next_change
+        };
         (schedule.rates[index as usize], change)
     } else if schedule.repeat {
         (schedule.rates[(index % count) as usize], next_change)
@@ -318,11 +325,20 @@ mod tests {
     fn fixed_rate_accounts_overhead_and_cells_as_netem() {
         // 1500 + 20 bytes at 10 Mbit/s = 1.216 ms.
         let mut model = fixed(BitsPerSec::mbit(10), 20, 0, 0);
-        assert_eq!(model.transmit(Instant::ZERO, 1500), Instant::from_nanos(1_216_000));
-        assert_eq!(model.next_start(Instant::ZERO), Instant::from_nanos(1_216_000));
+        assert_eq!(
+            model.transmit(Instant::ZERO, 1500),
+            Instant::from_nanos(1_216_000)
+        );
+        assert_eq!(
+            model.next_start(Instant::ZERO),
+            Instant::from_nanos(1_216_000)
+        );
         // ATM: 100 bytes + 8 = 108 -> 3 cells of 48 -> 3 x 53 = 159 bytes at 1 Mbit/s.
         let mut atm = fixed(BitsPerSec::mbit(1), 8, 48, 5);
-        assert_eq!(atm.transmit(Instant::ZERO, 100), Instant::from_nanos(1_272_000));
+        assert_eq!(
+            atm.transmit(Instant::ZERO, 100),
+            Instant::from_nanos(1_272_000)
+        );
     }
 
     fn schedule(rates: &[u64], repeat: bool) -> RateModel {
@@ -350,7 +366,10 @@ mod tests {
     fn schedule_outages_wait_and_a_final_outage_never_ends() {
         let mut model = schedule(&[0, 8], false);
         // 1000 bytes at 8 Mbit/s after the 1 s outage: 1 ms.
-        assert_eq!(model.transmit(Instant::ZERO, 1000), Instant::from_millis(1001));
+        assert_eq!(
+            model.transmit(Instant::ZERO, 1000),
+            Instant::from_millis(1001)
+        );
         let mut dead = schedule(&[8, 0], false);
         assert_eq!(dead.transmit(Instant::from_secs(1), 1), Instant::MAX);
     }
@@ -392,7 +411,10 @@ mod tests {
         let third = model.next_start(second);
         assert_eq!(model.transmit(third, 3000), Instant::from_millis(3));
         // A packet arriving after an unused opportunity waits for the next one.
-        assert_eq!(model.next_start(Instant::from_micros(3500)), Instant::from_millis(4));
+        assert_eq!(
+            model.next_start(Instant::from_micros(3500)),
+            Instant::from_millis(4)
+        );
     }
 
     #[test]
