@@ -84,3 +84,6 @@ pub fn build(spec: &QueueSpec, rng: Rng) -> Box<dyn Queue> {
         Discipline::Pie(config) => Box::new(Pie::new(config, limits, rng)),
     }
 }
+
+#[cfg(test)]
+mod tests;
