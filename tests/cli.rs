@@ -137,9 +137,13 @@ fn sim_saves_a_result_file_and_csv() {
         pathlab_results::ResultFile::from_json(&std::fs::read_to_string(&save).expect("saved"))
             .expect("a valid result file");
     let pathlab_results::RunResult::Sim(report) = file.result;
-    assert_eq!(report.samples.len(), 200, "2 s at one sample per 10 ms");
+    assert_eq!(
+        report.samples.len(),
+        201,
+        "0 to 2 s inclusive, one sample per 10 ms"
+    );
     let rows = std::fs::read_to_string(&csv).expect("csv").lines().count();
-    assert_eq!(rows, 201);
+    assert_eq!(rows, 202, "a header and a row per sample");
 }
 
 #[test]

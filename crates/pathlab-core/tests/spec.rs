@@ -1,0 +1,240 @@
+//! The link-spec parser: what users paste parses, prints back canonically, and bad input
+//! is rejected with a message that names the token.
+
+use pathlab_core::spec::{Discipline, Distribution, LossSpec, RateSpec, SlotInterval};
+use pathlab_core::{BitsPerSec, Duration, LinkSpec};
+use proptest::prelude::*;
+
+fn parse(text: &str) -> LinkSpec {
+    LinkSpec::parse(text).unwrap_or_else(|e| panic!("'{text}' should parse: {e}"))
+}
+
+fn percent(p: pathlab_core::Probability) -> f64 {
+    (p.percent() * 1e6).round() / 1e6
+}
+
+#[test]
+fn the_netem_example_parses_field_by_field() {
+    let spec = parse(
+        "delay 25ms 5ms 25% distribution normal loss 0.5% 25% duplicate 1% corrupt 0.1% \
+         reorder 25% 50% gap 5 rate 10mbit 20 1500 limit 100",
+    );
+    let delay = spec.delay.expect("delay");
+    assert_eq!(delay.delay, Duration::from_millis(25));
+    assert_eq!(delay.jitter, Duration::from_millis(5));
+    assert_eq!(percent(delay.correlation), 25.0);
+    assert_eq!(delay.distribution, Distribution::Normal);
+    let Some(LossSpec::Random(loss)) = spec.loss else {
+        panic!("random loss")
+    };
+    assert_eq!(
+        (percent(loss.probability), percent(loss.correlation)),
+        (0.5, 25.0)
+    );
+    assert_eq!(percent(spec.duplicate.expect("dup").probability), 1.0);
+    assert_eq!(percent(spec.corrupt.expect("corrupt").probability), 0.1);
+    let reorder = spec.reorder.expect("reorder");
+    assert_eq!(
+        (
+            percent(reorder.probability),
+            percent(reorder.correlation),
+            reorder.gap
+        ),
+        (25.0, 50.0, 5)
+    );
+    let Some(RateSpec::Fixed(rate)) = spec.rate else {
+        panic!("fixed rate")
+    };
+    assert_eq!(rate.rate, BitsPerSec::mbit(10));
+    assert_eq!((rate.packet_overhead, rate.cell_size), (20, 1500));
+    assert_eq!(spec.queue.limit_packets, Some(100));
+}
+
+#[test]
+fn pathlab_additions_parse() {
+    let codel = parse("rate 10mbit queue codel target 2ms interval 50ms ecn");
+    let Discipline::Codel(config) = codel.queue.discipline else {
+        panic!("codel")
+    };
+    assert_eq!(config.target, Duration::from_millis(2));
+    assert_eq!(config.interval, Duration::from_millis(50));
+    assert!(config.ecn);
+
+    let red = parse("rate 10mbit queue red min 30kb max 90kb probability 2% avpkt 1000 ecn");
+    let Discipline::Red(config) = red.queue.discipline else {
+        panic!("red")
+    };
+    assert_eq!((config.min_bytes, config.max_bytes), (30 * 1024, 90 * 1024));
+    assert!(config.ecn);
+    // tc_red's weight for burst (2 min + max) / (3 avpkt) = 51.2 packets: 2^-5.
+    assert_eq!(config.weight, 1.0 / 32.0);
+
+    let fq = parse("queue fq_codel flows 256 quantum 300 noecn rate 1gbit");
+    let Discipline::FqCodel(config) = fq.queue.discipline else {
+        panic!("fq_codel")
+    };
+    assert_eq!(
+        (config.flows, config.quantum, config.codel.ecn),
+        (256, 300, false)
+    );
+    assert_eq!(fq.queue.effective_limit_packets(), 10_240);
+
+    let pie = parse("queue pie target 20ms tupdate 30ms alpha 0.25 beta 2.5 ecn");
+    let Discipline::Pie(config) = pie.queue.discipline else {
+        panic!("pie")
+    };
+    assert_eq!(
+        (config.target, config.alpha, config.beta),
+        (Duration::from_millis(20), 0.25, 2.5)
+    );
+
+    let limits = parse("limit 150kb limit 100");
+    assert_eq!(limits.queue.limit_bytes, Some(150 * 1024));
+    assert_eq!(limits.queue.limit_packets, Some(100));
+
+    let Some(RateSpec::Trace(trace)) = parse("trace my.trace").rate else {
+        panic!("trace")
+    };
+    assert_eq!(trace.path, "my.trace");
+
+    let Some(RateSpec::Schedule(schedule)) =
+        parse("schedule 5s 100mbit 10mbit 1mbit 50mbit 1mbit 100mbit").rate
+    else {
+        panic!("schedule")
+    };
+    assert_eq!(schedule.step, Duration::from_secs(5));
+    assert_eq!(schedule.rates.len(), 6);
+    assert!(!schedule.repeat);
+
+    let slot = parse("slot 10ms 20ms packets 5 bytes 64kb")
+        .slot
+        .expect("slot");
+    assert_eq!(
+        slot.interval,
+        SlotInterval::Uniform {
+            min: Duration::from_millis(10),
+            max: Duration::from_millis(20)
+        }
+    );
+    assert_eq!((slot.max_packets, slot.max_bytes), (Some(5), Some(65_536)));
+
+    let Some(LossSpec::State { p31, p23, .. }) = parse("loss state 1%").loss else {
+        panic!("state")
+    };
+    assert_eq!((percent(p31), percent(p23)), (99.0, 100.0));
+    assert_eq!(
+        parse("rate 1mbps").rate,
+        parse("rate 8mbit").rate,
+        "mbps is bytes, as tc"
+    );
+    assert_eq!(
+        parse("delay 100").delay.expect("d").delay,
+        Duration::from_micros(100)
+    );
+}
+
+const EXAMPLES: &[&str] = &[
+    "",
+    "delay 25ms 5ms 25% distribution normal loss 0.5% 25% duplicate 1% corrupt 0.1% reorder 25% 50% gap 5 rate 10mbit 20 1500 limit 100",
+    "delay 5ms rate 10mbit limit 1000 queue codel target 5ms interval 100ms",
+    "rate 10mbit queue red min 30kb max 90kb probability 2% avpkt 1000 ecn gentle",
+    "rate 100mbit queue fq_codel flows 1024 quantum 1514 ce_threshold 1ms",
+    "rate 100mbit queue pie target 15ms bytemode dq_rate_estimator",
+    "limit 150kb queue headdrop rate 1gbit",
+    "trace FILE",
+    "schedule 5s 100mbit 10mbit 1mbit 50mbit 1mbit 100mbit loop",
+    "slot distribution pareto 10ms 5ms packets 4",
+    "loss gemodel 1% 10% 70% 0.1% ecn",
+    "loss state 1% 30% 10% 40% 0.1%",
+    "rate 1mbit 8 48 5 seed 42",
+];
+
+#[test]
+fn canonical_form_round_trips() {
+    for text in EXAMPLES {
+        let spec = parse(text);
+        let canonical = spec.to_string();
+        let again = parse(&canonical);
+        assert_eq!(again, spec, "'{text}' -> '{canonical}'");
+        assert_eq!(again.to_string(), canonical);
+        let json = serde_json::to_string(&spec).expect("serializes");
+        let from_json: LinkSpec = serde_json::from_str(&json).expect("deserializes");
+        assert_eq!(from_json, spec, "JSON of '{text}'");
+    }
+    assert_eq!(parse("").to_string(), "");
+}
+
+#[test]
+fn bad_input_names_the_token() {
+    for (text, message) in [
+        ("loss 150%", "loss must be between 0% and 100%, got 150%"),
+        (
+            "delay fast",
+            "expected a time like 25ms after 'delay', got 'fast'",
+        ),
+        (
+            "rate",
+            "'rate' needs a rate like 10mbit, but the spec ended",
+        ),
+        ("rate 1000", "rate needs a unit like 10mbit, got '1000'"),
+        ("rate 10furlongs", "got '10furlongs'"),
+        (
+            "delya 10ms",
+            "unknown keyword 'delya' (did you mean 'delay'?)",
+        ),
+        ("delay 1ms delay 2ms", "'delay' is given twice"),
+        (
+            "rate 1mbit trace x",
+            "only one of 'rate', 'schedule' and 'trace'",
+        ),
+        ("reorder 10%", "reordering needs a delay"),
+        ("delay 1ms gap 3", "'gap' needs 'reorder'"),
+        ("ecn", "needs a 'loss' model"),
+        ("delay 10ms distribution gaussian", "got 'gaussian'"),
+        ("delay 10ms distribution normal", "needs a jitter"),
+        ("duplicate -1%", "got '-1%'"),
+        ("limit lots", "got 'lots'"),
+        ("limit 10 limit 20", "'limit PACKETS' is given twice"),
+        ("queue wfq", "got 'wfq'"),
+        ("queue red min 90kb max 30kb", "must be below its max"),
+        (
+            "schedule 0s 1mbit",
+            "the schedule step must be longer than zero",
+        ),
+        ("slot 20ms 10ms", "below its minimum"),
+        ("seed x", "got 'x'"),
+        (
+            "corrupt 200",
+            "corrupt must be between 0% and 100%, got 200",
+        ),
+    ] {
+        let error = LinkSpec::parse(text).expect_err(text).to_string();
+        assert!(error.contains(message), "'{text}': got \"{error}\"");
+    }
+}
+
+proptest! {
+    /// Token soup from the spec's own vocabulary never panics, and whatever parses prints
+    /// a canonical form that parses back to itself.
+    #[test]
+    fn token_soup_never_panics(tokens in prop::collection::vec(prop::sample::select(vec![
+        "delay", "10ms", "5ms", "0", "25%", "150%", "-3", "distribution", "normal", "pareto",
+        "loss", "random", "state", "gemodel", "1%", "ecn", "duplicate", "corrupt", "reorder",
+        "gap", "5", "rate", "10mbit", "1000", "schedule", "1s", "loop", "trace", "f", "slot",
+        "packets", "bytes", "64kb", "limit", "queue", "red", "codel", "fq_codel", "pie",
+        "min", "max", "target", "interval", "flows", "quantum", "seed", "99999999999999999999",
+        "1e309", "nan", "%", "",
+    ]), 0..24)) {
+        let text = tokens.join(" ");
+        if let Ok(spec) = LinkSpec::parse(&text) {
+            let canonical = spec.to_string();
+            let again = LinkSpec::parse(&canonical).expect("canonical form parses");
+            prop_assert_eq!(again.to_string(), canonical);
+        }
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics(text in "\\PC{0,80}") {
+        let _ = LinkSpec::parse(&text);
+    }
+}
