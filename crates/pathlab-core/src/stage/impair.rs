@@ -1,11 +1,28 @@
 //! Instant impairments: duplication and corruption, and the correlated coin they flip.
 //!
-//! Correlation here keeps the configured long-run rate, unlike netem's: `duplicate 1% 25%`
-//! duplicates 1% of packets, and two successive decisions have correlation 25%. The coin is
-//! a two-state Markov chain with P(event | event before) = c + (1-c)p and
-//! P(event | no event before) = (1-c)p, whose stationary probability is p and whose lag-1
-//! autocorrelation is c. (netem mixes the previous random number into the next one, which
-//! changes the rate it produces.)
+//! # The correlated coin
+//!
+//! netem's `P [CORR]` draws `next = (1 - c) * random + c * last` and compares it with `P`,
+//! which pulls the long-run rate towards 50% as the correlation grows (with `loss 1% 50%`
+//! the loss rate is not 1%). [`CorrelatedChance`] is instead a two-state Markov chain
+//! with
+//!
+//! - `P(event | previous event) = c + (1 - c) p`,
+//! - `P(event | no previous event) = (1 - c) p`,
+//!
+//! whose stationary probability is exactly `p` and whose lag-1 correlation is exactly
+//! `c`: events come in runs of mean length `1 / ((1 - c)(1 - p))`, and the long-run rate
+//! is what the user asked for. The first decision is drawn with probability `p` (the
+//! chain starts stationary). `c = 1` repeats the first decision forever.
+//!
+//! # Stages
+//!
+//! [`Duplicate`] and [`Corrupt`] act at the instant a packet arrives: `dequeue(now)` gives
+//! packets back at the `now` they were enqueued with, and `poll_at` is that instant.
+//! A duplicate follows its original immediately, with the same bytes and fields (the link
+//! gives it its own `id`). Corruption flips one uniformly chosen bit at or after the IP
+//! header (anywhere in `data` if no IP header was parsed; a synthetic packet without bytes
+//! is only flagged), and sets `corrupted`.
 
 use std::collections::VecDeque;
 
@@ -20,7 +37,11 @@ use crate::verdict::Verdicts;
 /// configured probability.
 #[derive(Debug, Clone)]
 pub struct CorrelatedChance {
+    probability: f64,
+    correlation: f64,
+    /// `P(event | previous event)`.
     after_event: f64,
+    /// `P(event | no previous event)`.
     after_no_event: f64,
     last: bool,
     rng: Rng,
@@ -28,20 +49,33 @@ pub struct CorrelatedChance {
 
 impl CorrelatedChance {
     /// A coin for `chance`.
-    pub fn new(chance: Chance, rng: Rng) -> CorrelatedChance {
-        let p = chance.probability.get();
-        let c = chance.correlation.get();
+    pub fn new(chance: Chance, mut rng: Rng) -> CorrelatedChance {
+        let probability = chance.probability.get();
+        let correlation = chance.correlation.get();
+        let last = rng.chance(probability);
         CorrelatedChance {
-            after_event: c + (1.0 - c) * p,
-            after_no_event: (1.0 - c) * p,
-            last: false,
+            probability,
+            correlation,
+            after_event: correlation + (1.0 - correlation) * probability,
+            after_no_event: (1.0 - correlation) * probability,
+            // The first flip conditions on a stationary "previous" outcome, so the first
+            // flip is itself stationary.
+            last,
             rng,
         }
+    }
+
+    /// The long-run probability of the event.
+    pub fn probability(&self) -> f64 {
+        self.probability
     }
 
     /// Flips the coin.
     #[inline]
     pub fn flip(&mut self) -> bool {
+        if self.correlation == 0.0 {
+            return self.rng.chance(self.probability);
+        }
         let p = if self.last {
             self.after_event
         } else {
@@ -52,11 +86,12 @@ impl CorrelatedChance {
     }
 }
 
-/// Duplicates packets: the original leaves first, then its copy.
+/// Duplicates packets: each arriving packet is followed, with the configured (correlated)
+/// probability, by one copy.
 #[derive(Debug)]
 pub struct Duplicate {
     coin: CorrelatedChance,
-    out: VecDeque<Packet>,
+    out: VecDeque<(Instant, Packet)>,
     /// Packets duplicated so far.
     pub duplicated: u64,
 }
@@ -66,42 +101,44 @@ impl Duplicate {
     pub fn new(chance: Chance, rng: Rng) -> Duplicate {
         Duplicate {
             coin: CorrelatedChance::new(chance, rng),
-            out: VecDeque::with_capacity(2),
+            out: VecDeque::new(),
             duplicated: 0,
         }
     }
 }
 
 impl Stage for Duplicate {
-    fn enqueue(&mut self, _now: Instant, packet: Packet, _verdicts: &mut Verdicts) {
+    fn enqueue(&mut self, now: Instant, packet: Packet, _verdicts: &mut Verdicts) {
         if self.coin.flip() {
             self.duplicated += 1;
-            self.out.push_back(packet.clone());
+            let copy = packet.clone();
+            self.out.push_back((now, packet));
+            self.out.push_back((now, copy));
+        } else {
+            self.out.push_back((now, packet));
         }
-        self.out.push_front(packet);
     }
-
-    fn dequeue(&mut self, _now: Instant) -> Option<Packet> {
-        self.out.pop_front()
+    fn dequeue(&mut self, now: Instant) -> Option<Packet> {
+        if self.out.front()?.0 <= now {
+            self.out.pop_front().map(|(_, packet)| packet)
+        } else {
+            None
+        }
     }
-
     fn poll_at(&self) -> Option<Instant> {
-        self.out.front().map(|p| p.arrival)
+        self.out.front().map(|(at, _)| *at)
     }
-
     fn len_packets(&self) -> usize {
         self.out.len()
     }
 }
 
-/// Flips one random bit of packets: at or after the IP header when the bytes parsed (a
-/// corrupted Ethernet header would only misdeliver the frame), anywhere otherwise; a
-/// synthetic packet without bytes is only flagged.
+/// Flips one random bit of packets.
 #[derive(Debug)]
 pub struct Corrupt {
     coin: CorrelatedChance,
     rng: Rng,
-    out: Option<Packet>,
+    out: VecDeque<(Instant, Packet)>,
     /// Packets corrupted so far.
     pub corrupted: u64,
 }
@@ -112,130 +149,165 @@ impl Corrupt {
         Corrupt {
             coin: CorrelatedChance::new(chance, rng.fork()),
             rng,
-            out: None,
+            out: VecDeque::new(),
             corrupted: 0,
         }
+    }
+
+    /// Flips one uniformly chosen bit at or after the IP header (anywhere if there is no
+    /// parsed IP header) and flags the packet.
+    pub fn corrupt(packet: &mut Packet, rng: &mut Rng) {
+        let len = packet.data.len();
+        if len > 0 {
+            let start = packet
+                .ip_offset()
+                .filter(|&offset| offset < len)
+                .unwrap_or(0);
+            let byte = start + rng.below((len - start) as u64) as usize;
+            let bit = rng.below(8);
+            packet.data[byte] ^= 1 << bit;
+        }
+        packet.corrupted = true;
     }
 }
 
 impl Stage for Corrupt {
-    fn enqueue(&mut self, _now: Instant, mut packet: Packet, _verdicts: &mut Verdicts) {
+    fn enqueue(&mut self, now: Instant, mut packet: Packet, _verdicts: &mut Verdicts) {
         if self.coin.flip() {
-            let from = packet.ip_offset().unwrap_or(0);
-            if from < packet.data.len() {
-                let byte = from + self.rng.below((packet.data.len() - from) as u64) as usize;
-                packet.data[byte] ^= 1 << self.rng.below(8);
-            }
-            packet.corrupted = true;
             self.corrupted += 1;
+            Corrupt::corrupt(&mut packet, &mut self.rng);
         }
-        self.out = Some(packet);
+        self.out.push_back((now, packet));
     }
-
-    fn dequeue(&mut self, _now: Instant) -> Option<Packet> {
-        self.out.take()
+    fn dequeue(&mut self, now: Instant) -> Option<Packet> {
+        if self.out.front()?.0 <= now {
+            self.out.pop_front().map(|(_, packet)| packet)
+        } else {
+            None
+        }
     }
-
     fn poll_at(&self) -> Option<Instant> {
-        self.out.as_ref().map(|p| p.arrival)
+        self.out.front().map(|(at, _)| *at)
     }
-
     fn len_packets(&self) -> usize {
-        usize::from(self.out.is_some())
+        self.out.len()
     }
-}
-
-/// The 99.9% two-sided binomial bound on |k - np| (normal approximation): 3.29 standard
-/// deviations, widened for a correlated coin by the variance inflation (1+c)/(1-c).
-#[cfg(test)]
-pub(crate) fn binomial_bound(n: f64, p: f64, c: f64) -> f64 {
-    3.29 * (n * p * (1.0 - p) * (1.0 + c) / (1.0 - c)).sqrt()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::packet::Ecn;
+    use crate::stage::testutil::lag1;
     use crate::units::Probability;
 
     fn chance(p: f64, c: f64) -> Chance {
         Chance {
-            probability: Probability::new(p).expect("valid"),
-            correlation: Probability::new(c).expect("valid"),
+            probability: Probability::new(p).unwrap(),
+            correlation: Probability::new(c).unwrap(),
         }
     }
 
     #[test]
-    fn correlated_coin_keeps_its_rate_and_has_lag_one_correlation_c() {
-        for (p, c) in [(0.01, 0.0), (0.05, 0.25), (0.2, 0.75)] {
-            let mut coin = CorrelatedChance::new(chance(p, c), Rng::seed_from(11));
-            let n = 400_000;
-            let flips: Vec<f64> = (0..n).map(|_| f64::from(u8::from(coin.flip()))).collect();
-            let events: f64 = flips.iter().sum();
+    fn correlated_coin_keeps_the_rate_and_has_lag1_correlation_c() {
+        let n = 1_000_000;
+        for (p, c) in [(0.1, 0.0), (0.1, 0.5), (0.02, 0.8), (0.5, 0.3)] {
+            let mut coin = CorrelatedChance::new(chance(p, c), Rng::seed_from(21));
+            let events: Vec<bool> = (0..n).map(|_| coin.flip()).collect();
+            let k = events.iter().filter(|&&e| e).count() as f64;
+            // 99.9% binomial bound widened by the Markov chain's variance inflation
+            // (1 + c) / (1 - c) (the lag-k correlation is c^k; sum over k gives it).
+            let np = n as f64 * p;
+            let bound = 3.29 * (np * (1.0 - p) * (1.0 + c) / (1.0 - c)).sqrt();
             assert!(
-                (events - n as f64 * p).abs() <= binomial_bound(n as f64, p, c),
-                "p {p} c {c}: {events} events"
+                (k - np).abs() <= bound,
+                "p={p} c={c}: {k} vs {np} +- {bound}"
             );
-            let mean = events / n as f64;
-            let (mut cov, mut var) = (0.0, 0.0);
-            for pair in flips.windows(2) {
-                cov += (pair[0] - mean) * (pair[1] - mean);
-                var += (pair[0] - mean) * (pair[0] - mean);
-            }
-            let lag1 = cov / var;
-            assert!(
-                (lag1 - c).abs() < 0.02,
-                "p {p} c {c}: lag-1 correlation {lag1}"
-            );
+            let rho = lag1(&events);
+            eprintln!("coin p={p} c={c}: {k} of {n} (expected {np}), lag-1 {rho:.4}");
+            assert!((rho - c).abs() < 0.01, "p={p} c={c}: lag-1 {rho}");
         }
     }
 
     #[test]
-    fn duplicate_rate_is_within_the_binomial_bound_and_copies_follow() {
-        let mut stage = Duplicate::new(chance(0.01, 0.0), Rng::seed_from(5));
+    fn duplicate_rate_is_binomial_and_copies_follow_originals() {
+        let n = 100_000u32;
+        let p = 0.05;
+        let mut stage = Duplicate::new(chance(p, 0.0), Rng::seed_from(3));
         let mut verdicts = Verdicts::default();
-        let n = 100_000;
-        let mut out = 0;
-        for id in 0..n {
-            let mut packet = Packet::synthetic(Instant::ZERO, 100, 0, Ecn::NotEct);
-            packet.id = id;
-            stage.enqueue(Instant::ZERO, packet, &mut verdicts);
-            let first = stage.dequeue(Instant::ZERO).expect("the original");
-            assert_eq!(first.id, id);
-            out += 1;
-            while let Some(copy) = stage.dequeue(Instant::ZERO) {
-                assert_eq!(copy.id, id);
-                out += 1;
+        let mut out = Vec::new();
+        for i in 0..n {
+            let now = Instant::from_micros(u64::from(i));
+            let mut packet = Packet::synthetic(now, 100, 0, Ecn::NotEct);
+            packet.tag = i;
+            stage.enqueue(now, packet, &mut verdicts);
+            assert_eq!(stage.poll_at(), Some(now));
+            while let Some(packet) = stage.dequeue(now) {
+                out.push(packet.tag);
             }
         }
-        let copies = (out - n) as f64;
-        assert_eq!(copies, stage.duplicated as f64);
-        assert!(
-            (copies - 1000.0).abs() <= binomial_bound(n as f64, 0.01, 0.0),
-            "{copies}"
-        );
+        let k = stage.duplicated as f64;
+        let np = f64::from(n) * p;
+        eprintln!("duplicate: {k} of {n} (expected {np})");
+        let bound = 3.29 * (np * (1.0 - p)).sqrt();
+        assert!((k - np).abs() <= bound, "{k} vs {np} +- {bound}");
+        assert_eq!(out.len() as u64, u64::from(n) + stage.duplicated);
+        assert!(out.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1));
+        assert!(verdicts.dropped.is_empty());
     }
 
     #[test]
     fn corrupt_flips_exactly_one_bit_after_the_ip_header() {
-        let mut stage = Corrupt::new(chance(1.0, 0.0), Rng::seed_from(2));
-        let mut verdicts = Verdicts::default();
-        let mut frame = vec![0u8; 14 + 20 + 8];
+        let mut rng = Rng::seed_from(8);
+        let mut frame = vec![0u8; 14 + 20 + 40];
         frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
         frame[14] = 0x45;
-        for _ in 0..1000 {
-            let packet = Packet::from_ethernet(Instant::ZERO, frame.clone());
-            stage.enqueue(Instant::ZERO, packet, &mut verdicts);
-            let out = stage.dequeue(Instant::ZERO).expect("kept");
-            let flipped: u32 = out
+        let original = Packet::from_ethernet(Instant::ZERO, frame);
+        assert_eq!(original.ip_offset(), Some(14));
+        for _ in 0..2000 {
+            let mut packet = original.clone();
+            Corrupt::corrupt(&mut packet, &mut rng);
+            assert!(packet.corrupted);
+            let flipped: u32 = packet
                 .data
                 .iter()
-                .zip(&frame)
+                .zip(&original.data)
                 .map(|(a, b)| (a ^ b).count_ones())
                 .sum();
             assert_eq!(flipped, 1);
-            assert_eq!(out.data[..14], frame[..14], "Ethernet header untouched");
-            assert!(out.corrupted);
+            let at = packet
+                .data
+                .iter()
+                .zip(&original.data)
+                .position(|(a, b)| a != b);
+            assert!(at.unwrap() >= 14);
         }
+        // No bytes: only the flag.
+        let mut synthetic = Packet::synthetic(Instant::ZERO, 1500, 0, Ecn::NotEct);
+        Corrupt::corrupt(&mut synthetic, &mut rng);
+        assert!(synthetic.corrupted && synthetic.data.is_empty());
+        // Bytes but no IP header: anywhere.
+        let mut raw = Packet::from_ip(Instant::ZERO, vec![0u8; 3]);
+        Corrupt::corrupt(&mut raw, &mut rng);
+        assert_eq!(raw.data.iter().map(|b| b.count_ones()).sum::<u32>(), 1);
+    }
+
+    #[test]
+    fn corrupt_stage_counts_and_passes_everything() {
+        let mut stage = Corrupt::new(chance(1.0, 0.0), Rng::seed_from(1));
+        let mut verdicts = Verdicts::default();
+        for i in 0..10 {
+            let now = Instant::from_millis(i);
+            stage.enqueue(
+                now,
+                Packet::synthetic(now, 10, 0, Ecn::NotEct),
+                &mut verdicts,
+            );
+        }
+        assert_eq!(stage.corrupted, 10);
+        assert_eq!(stage.len_packets(), 10);
+        assert!(stage.dequeue(Instant::from_millis(0)).is_some());
+        assert!(stage.dequeue(Instant::from_millis(0)).is_none());
+        assert_eq!(stage.poll_at(), Some(Instant::from_millis(1)));
     }
 }

@@ -4,6 +4,20 @@
 //! Each stage takes packets with `enqueue(now, packet)` and gives them back with
 //! `dequeue(now)` once their time has come; `poll_at` says when that is. Stages that act
 //! instantly (loss, duplicate, corrupt) give packets back at the same instant.
+//!
+//! # Contract with the link
+//!
+//! - `poll_at()` is the *exact* departure instant of the packet the next `dequeue` returns
+//!   (for instant stages, the `now` it was enqueued with), and departures come out in
+//!   non-decreasing order. A caller that reads `poll_at()` before each `dequeue(now)`
+//!   therefore knows each packet's departure time even when it polls late, and should pass
+//!   that instant (not its own `now`) to the next stage's `enqueue`.
+//! - Stages keep their own FIFO of ready packets, so several `enqueue`s may precede the
+//!   drain (a [`impair::Duplicate`] turns one packet into two, original first).
+//! - No stage reads a clock or allocates per packet in steady state (duplicates clone the
+//!   packet's bytes, which is the point of duplicating).
+//! - The [`rate::RateModel`] is not a stage: the link asks it `next_start`, dequeues its
+//!   queue at that instant, then `transmit`s (see its module doc).
 
 pub mod delay;
 pub mod distribution;
@@ -11,6 +25,8 @@ pub mod impair;
 pub mod loss;
 pub mod rate;
 pub mod slot;
+#[cfg(test)]
+mod testutil;
 
 use crate::packet::Packet;
 use crate::time::Instant;

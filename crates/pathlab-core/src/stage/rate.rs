@@ -1,28 +1,64 @@
-//! Rate models the bottleneck serializes with.
+//! Rate models the bottleneck serializes with: fixed (netem's overhead and cells),
+//! scheduled, and mahimahi traces.
 //!
-//! - **Fixed** (`rate RATE [OVERHEAD [CELLSIZE [CELLOVERHEAD]]]`): a packet of `len` bytes
-//!   occupies the line for `len'` x 8 / rate, where `len' = len + overhead` and, with cells,
-//!   `len' = ceil(len' / cellsize) x (cellsize + celloverhead)`, as netem accounts it.
-//! - **Schedule** (`schedule STEP RATE...`): rate *i* holds over `[i x STEP, (i+1) x STEP)`,
-//!   then the last one holds (or the list repeats with `loop`). A transmission that spans a
-//!   change is integrated exactly over the pieces; a 0 rate is an outage.
-//! - **Trace** (mahimahi): each line is one delivery opportunity, in integer milliseconds,
-//!   and the trace loops with the last line's time as its period. An opportunity carries
-//!   [`BYTES_PER_OPPORTUNITY`] bytes, one full-size Ethernet frame (mahimahi's 1504 was a
-//!   1500-byte IP packet plus its 4-byte TUN header; pathlab's emulator carries frames).
-//!   Several small packets may share an opportunity; budget an opportunity does not use is
-//!   lost; a larger packet takes several. An opportunity at `T` serves packets waiting at `T`.
+//! # Driving a [`RateModel`]
+//!
+//! The link asks [`RateModel::next_start`] when the head of its queue may start (the line
+//! is free and, for traces, an opportunity with budget is there), dequeues the packet from
+//! its queue *at that instant* (so AQMs see the exact sojourn), then calls
+//! [`RateModel::transmit`] with that start, which returns when the packet's last bit has
+//! left. All times are exact integer nanoseconds; a packet that can never finish gives
+//! [`Instant::MAX`].
+//!
+//! # Fixed (`rate RATE [PACKETOVERHEAD [CELLSIZE [CELLOVERHEAD]]]`)
+//!
+//! As netem's `packet_time_ns`: the accounted length is `len + packet_overhead` (not
+//! below 0); with a cell size, `cells = ceil(len' / cell_size)` and the accounted length
+//! becomes `cells * (cell_size + cell_overhead)`. The serialization time is the accounted
+//! bits over the rate, rounded up to the nanosecond. `next_start(now) = max(now,
+//! busy_until)`. A zero rate never finishes.
+//!
+//! # Schedule (`schedule STEP RATE... [loop]`)
+//!
+//! Rate `i` holds over `[origin + i step, origin + (i + 1) step)`; after the last one the
+//! last rate holds forever, or with `repeat` the list starts over. The origin is
+//! [`Instant::ZERO`] unless [`RateModel::with_origin`] moves it (before the origin, the
+//! first rate holds). A transmission that spans a change is integrated exactly over the
+//! pieces (bits times nanoseconds in 128-bit integers). Rate 0 is an outage: `next_start`
+//! never starts a packet inside one (the packet waits in the queue, where its AQM sees
+//! it), and a packet already on the line when an outage begins finishes after it.
+//!
+//! # Trace (`trace FILE`, mahimahi)
+//!
+//! Each line of a mahimahi trace is one delivery opportunity, an integer number of
+//! milliseconds after the start; the trace loops with period = the last timestamp (so a
+//! trace starting at 0 and ending at `P` has two opportunities at `P`, `P`+`0`, as in
+//! mahimahi). Each opportunity may carry [`MAHIMAHI_OPPORTUNITY_BYTES`] = 1514 bytes, one
+//! full-size Ethernet frame (mahimahi counts 1504: a 1500-byte IP packet plus its 4-byte
+//! TUN header; pathlab carries Ethernet frames, so one frame per opportunity keeps the
+//! meaning "one MTU-sized packet per line"). As in mahimahi's link queue:
+//!
+//! - budget not used at an opportunity is lost (the line does not save it up);
+//! - several small packets may share one opportunity;
+//! - a packet larger than the budget uses the rest of one opportunity and then as many
+//!   following ones as it needs, and leaves at the one that carries its last byte;
+//! - an opportunity at time `T` serves only packets that started at or before `T`.
+//!
+//! `next_start(now)` is the first opportunity at or after `now` with budget left (the
+//! packet's start is that opportunity), and `transmit(start, len)` consumes budget from
+//! there on and returns the time of the opportunity that carries the last byte.
+//! `rate_at` is the long-run average, `opportunities x bytes x 8 / period`.
 
 use std::sync::Arc;
 
-use crate::spec::{FixedRate, RateSchedule, RateSpec};
+use crate::spec::RateSpec;
 use crate::time::{Duration, Instant};
 use crate::units::BitsPerSec;
 
-/// Bytes one trace opportunity carries.
-pub const BYTES_PER_OPPORTUNITY: u32 = 1514;
+/// Bytes one mahimahi delivery opportunity carries: one full-size Ethernet frame.
+pub const MAHIMAHI_OPPORTUNITY_BYTES: u32 = 1514;
 
-/// A mahimahi trace: delivery opportunities (offsets within a period), looping.
+/// A mahimahi trace: delivery opportunities (ms offsets), looping with the last as period.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trace {
     /// Opportunity times within one period, in non-decreasing order.
@@ -37,86 +73,92 @@ pub enum TraceError {
     /// The file has no opportunities.
     #[error("trace is empty: expected one delivery time in milliseconds per line")]
     Empty,
-    /// A line is not a whole number of milliseconds.
-    #[error("line {line}: expected a whole number of milliseconds, got '{text}'")]
-    NotMillis {
+    /// A line is not a non-negative integer number of milliseconds.
+    #[error("trace line {line}: '{text}' is not a whole number of milliseconds")]
+    NotANumber {
         /// 1-based line number.
         line: usize,
-        /// The line.
+        /// The offending text.
         text: String,
     },
-    /// A time earlier than the line before.
-    #[error("line {line}: {millis} ms is earlier than the line before; times must not decrease")]
+    /// A timestamp too large to represent in nanoseconds.
+    #[error("trace line {line}: '{text}' ms is too large (at most 18446744073709 ms)")]
+    TooLarge {
+        /// 1-based line number.
+        line: usize,
+        /// The offending text.
+        text: String,
+    },
+    /// A timestamp earlier than the one before it.
+    #[error(
+        "trace line {line}: {value_ms} ms comes after {previous_ms} ms; timestamps must not decrease"
+    )]
     Decreasing {
         /// 1-based line number.
         line: usize,
-        /// The time on that line.
-        millis: u64,
+        /// The timestamp on that line.
+        value_ms: u64,
+        /// The previous timestamp.
+        previous_ms: u64,
     },
-    /// The last time is zero, so the trace has no period.
-    #[error("the last line must be after 0 ms: it is the trace's period")]
-    ZeroPeriod,
+    /// The last timestamp is 0, so the trace would loop in zero time.
+    #[error("trace line {line}: the last timestamp is 0 ms; a trace must last more than 0 ms")]
+    ZeroPeriod {
+        /// 1-based line number of the last timestamp.
+        line: usize,
+    },
 }
 
 impl Trace {
-    /// Parses a mahimahi trace: one integer millisecond timestamp per line; blank lines and
-    /// `#` comments are ignored.
+    /// Parses a mahimahi trace (one integer millisecond timestamp per line; blank lines
+    /// and `#` comments are ignored).
     pub fn parse(text: &str) -> Result<Trace, TraceError> {
         let mut opportunities = Vec::new();
-        let mut last = 0;
+        let mut previous_ms = 0u64;
+        let mut last_line = 0;
         for (index, raw) in text.lines().enumerate() {
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
+            let line = index + 1;
+            let content = raw.split('#').next().unwrap_or("").trim();
+            if content.is_empty() {
                 continue;
             }
-            let millis: u64 = line.parse().ok().filter(|m| *m < 1 << 40).ok_or_else(|| {
-                TraceError::NotMillis {
-                    line: index + 1,
-                    text: raw.to_owned(),
-                }
-            })?;
-            if millis < last {
-                return Err(TraceError::Decreasing {
-                    line: index + 1,
-                    millis,
+            if !content.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(TraceError::NotANumber {
+                    line,
+                    text: content.to_owned(),
                 });
             }
-            last = millis;
-            opportunities.push(Duration::from_millis(millis));
+            let value_ms: u64 = content.parse().map_err(|_| TraceError::TooLarge {
+                line,
+                text: content.to_owned(),
+            })?;
+            let nanos = value_ms
+                .checked_mul(1_000_000)
+                .ok_or_else(|| TraceError::TooLarge {
+                    line,
+                    text: content.to_owned(),
+                })?;
+            if value_ms < previous_ms {
+                return Err(TraceError::Decreasing {
+                    line,
+                    value_ms,
+                    previous_ms,
+                });
+            }
+            previous_ms = value_ms;
+            last_line = line;
+            opportunities.push(Duration::from_nanos(nanos));
         }
-        if opportunities.is_empty() {
+        let Some(&period) = opportunities.last() else {
             return Err(TraceError::Empty);
-        }
-        if last == 0 {
-            return Err(TraceError::ZeroPeriod);
+        };
+        if period.is_zero() {
+            return Err(TraceError::ZeroPeriod { line: last_line });
         }
         Ok(Trace {
             opportunities,
-            period: Duration::from_millis(last),
+            period,
         })
-    }
-
-    /// The instant of the `k`-th opportunity since the start (counting over periods).
-    fn opportunity(&self, k: u64) -> Instant {
-        let n = self.opportunities.len() as u64;
-        let period = (k / n).saturating_mul(self.period.as_nanos());
-        Instant::from_nanos(period) + self.opportunities[(k % n) as usize]
-    }
-
-    /// The index of the first opportunity at or after `now`. An opportunity at the period's
-    /// end (offset == period) belongs to the cycle before, so the search starts there.
-    fn first_at_or_after(&self, now: Instant) -> u64 {
-        let n = self.opportunities.len() as u64;
-        let period = self.period.as_nanos();
-        let mut cycle = (now.as_nanos() / period).saturating_sub(1);
-        loop {
-            let offset = Duration::from_nanos(now.as_nanos().saturating_sub(cycle * period));
-            let within = self.opportunities.partition_point(|t| *t < offset) as u64;
-            if within < n {
-                return cycle * n + within;
-            }
-            cycle += 1;
-        }
     }
 }
 
@@ -126,190 +168,387 @@ pub enum RateError {
     /// A `trace FILE` whose contents were not loaded by the caller.
     #[error("trace '{0}' was not loaded")]
     TraceNotLoaded(String),
-    /// A schedule without rates.
-    #[error("a schedule needs at least one rate")]
+    /// A schedule without any rate.
+    #[error("schedule has no rates: expected at least one rate after the step")]
     EmptySchedule,
+    /// A schedule whose step is zero.
+    #[error("schedule step is 0: each rate must last a positive time")]
+    ZeroStep,
+    /// A trace whose opportunities carry no bytes.
+    #[error("trace opportunities must carry at least 1 byte")]
+    ZeroOpportunity,
 }
 
 #[derive(Debug, Clone)]
-enum Kind {
-    Fixed(FixedRate),
-    Schedule(RateSchedule),
+enum Model {
+    Fixed {
+        rate: BitsPerSec,
+        packet_overhead: i64,
+        cell_size: i64,
+        cell_overhead: i64,
+        busy_until: Instant,
+    },
+    Schedule {
+        step_ns: u64,
+        rates: Vec<u64>,
+        repeat: bool,
+        origin: Instant,
+        /// Bits times nanoseconds one whole cycle carries, times 1e9 (see `integrate`).
+        cycle_capacity: u128,
+        busy_until: Instant,
+    },
     Trace {
         trace: Arc<Trace>,
-        /// The opportunity in use and the bytes it has left.
-        current: Option<(u64, u32)>,
+        bytes_per_opportunity: u32,
+        origin: Instant,
+        /// Index (over all loops) of the opportunity in use.
+        cursor: u64,
+        /// Bytes left at `cursor`.
+        budget_left: u32,
     },
 }
 
-/// The serializer's timing: when a packet may start and when its last bit leaves.
+/// The serializer's timing.
 #[derive(Debug, Clone)]
 pub struct RateModel {
-    kind: Kind,
-    busy_until: Instant,
+    model: Model,
 }
 
 impl RateModel {
     /// The model a spec describes.
     pub fn new(spec: &RateSpec) -> Result<RateModel, RateError> {
-        let kind = match spec {
-            RateSpec::Fixed(fixed) => Kind::Fixed(*fixed),
-            RateSpec::Schedule(schedule) if schedule.rates.is_empty() => {
-                return Err(RateError::EmptySchedule)
+        let model = match spec {
+            RateSpec::Fixed(fixed) => Model::Fixed {
+                rate: fixed.rate,
+                packet_overhead: i64::from(fixed.packet_overhead),
+                cell_size: i64::from(fixed.cell_size),
+                cell_overhead: i64::from(fixed.cell_overhead),
+                busy_until: Instant::ZERO,
+            },
+            RateSpec::Schedule(schedule) => {
+                if schedule.rates.is_empty() {
+                    return Err(RateError::EmptySchedule);
+                }
+                if schedule.step.is_zero() {
+                    return Err(RateError::ZeroStep);
+                }
+                let step_ns = schedule.step.as_nanos();
+                let rates: Vec<u64> = schedule.rates.iter().map(|r| r.bits_per_sec()).collect();
+                let cycle_capacity = rates
+                    .iter()
+                    .map(|&r| u128::from(r) * u128::from(step_ns))
+                    .sum();
+                Model::Schedule {
+                    step_ns,
+                    rates,
+                    repeat: schedule.repeat,
+                    origin: Instant::ZERO,
+                    cycle_capacity,
+                    busy_until: Instant::ZERO,
+                }
             }
-            RateSpec::Schedule(schedule) => Kind::Schedule(schedule.clone()),
-            RateSpec::Trace(reference) => Kind::Trace {
-                trace: reference
-                    .trace
-                    .clone()
-                    .ok_or_else(|| RateError::TraceNotLoaded(reference.path.clone()))?,
-                current: None,
+            RateSpec::Trace(trace) => match &trace.trace {
+                Some(loaded) => {
+                    return RateModel::from_trace(Arc::clone(loaded), MAHIMAHI_OPPORTUNITY_BYTES)
+                }
+                None => return Err(RateError::TraceNotLoaded(trace.path.clone())),
             },
         };
+        Ok(RateModel { model })
+    }
+
+    /// A trace model whose opportunities carry `bytes_per_opportunity` bytes each.
+    pub fn from_trace(
+        trace: Arc<Trace>,
+        bytes_per_opportunity: u32,
+    ) -> Result<RateModel, RateError> {
+        if bytes_per_opportunity == 0 {
+            return Err(RateError::ZeroOpportunity);
+        }
+        if trace.opportunities.is_empty() || trace.period.is_zero() {
+            return Err(RateError::TraceNotLoaded("(empty trace)".to_owned()));
+        }
         Ok(RateModel {
-            kind,
-            busy_until: Instant::ZERO,
+            model: Model::Trace {
+                trace,
+                bytes_per_opportunity,
+                origin: Instant::ZERO,
+                cursor: 0,
+                budget_left: bytes_per_opportunity,
+            },
         })
+    }
+
+    /// Moves the instant schedules and traces count from (default [`Instant::ZERO`]);
+    /// call it before the first packet. No effect on a fixed rate.
+    pub fn with_origin(mut self, start: Instant) -> RateModel {
+        match &mut self.model {
+            Model::Fixed { .. } => {}
+            Model::Schedule { origin, .. } | Model::Trace { origin, .. } => *origin = start,
+        }
+        self
     }
 
     /// Earliest instant at or after `now` at which a packet may start.
     pub fn next_start(&self, now: Instant) -> Instant {
-        let now = now.max(self.busy_until);
-        match &self.kind {
-            Kind::Trace { trace, current } => trace.opportunity(Self::usable(trace, *current, now)),
-            _ => now,
-        }
-    }
-
-    /// The first opportunity at or after `now` with budget left.
-    fn usable(trace: &Trace, current: Option<(u64, u32)>, now: Instant) -> u64 {
-        let first = trace.first_at_or_after(now);
-        match current {
-            Some((k, left)) if k >= first => {
-                if left > 0 {
-                    k
-                } else {
-                    k + 1
-                }
+        match &self.model {
+            Model::Fixed { busy_until, .. } => now.max(*busy_until),
+            Model::Schedule { busy_until, .. } => self.schedule_skip_outage(now.max(*busy_until)),
+            Model::Trace {
+                trace,
+                origin,
+                cursor,
+                budget_left,
+                ..
+            } => {
+                let index = first_usable(trace, *origin, *cursor, *budget_left, now);
+                opportunity_time(trace, *origin, index)
             }
-            _ => first,
         }
     }
 
     /// A packet of `len_bytes` starts at `start` (from `next_start`); returns when its
-    /// last bit has left, or [`Instant::MAX`] if it never can.
+    /// last bit has left. A start earlier than the end of the previous transmission is
+    /// moved to it (transmissions never overlap).
     pub fn transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
-        let end = match &mut self.kind {
-            Kind::Fixed(fixed) => {
-                start
-                    + fixed
-                        .rate
-                        .serialization_time(accounted_len(fixed, len_bytes))
-            }
-            Kind::Schedule(schedule) => schedule_end(schedule, start, u64::from(len_bytes) * 8),
-            Kind::Trace { trace, current } => {
-                let mut k = Self::usable(trace, *current, start);
-                let mut left = match *current {
-                    Some((ck, left)) if ck == k => left,
-                    _ => BYTES_PER_OPPORTUNITY,
-                };
-                let mut remaining = len_bytes;
-                loop {
-                    let take = remaining.min(left);
-                    remaining -= take;
-                    left -= take;
-                    if remaining == 0 {
-                        break;
-                    }
-                    k += 1;
-                    left = BYTES_PER_OPPORTUNITY;
+        match &mut self.model {
+            Model::Fixed {
+                rate,
+                packet_overhead,
+                cell_size,
+                cell_overhead,
+                busy_until,
+            } => {
+                let mut accounted = (i64::from(len_bytes) + *packet_overhead).max(0);
+                if *cell_size > 0 {
+                    let cells = (accounted + *cell_size - 1) / *cell_size;
+                    accounted = cells.saturating_mul(*cell_size + *cell_overhead).max(0);
                 }
-                *current = Some((k, left));
-                // The next packet may use the rest of this opportunity, at its instant.
-                return trace.opportunity(k);
+                let start = start.max(*busy_until);
+                *busy_until = start + rate.serialization_time(accounted as u64);
+                *busy_until
             }
-        };
-        self.busy_until = end;
-        end
+            Model::Schedule { busy_until, .. } => {
+                let start = start.max(*busy_until);
+                let finish = self.integrate(start, len_bytes);
+                if let Model::Schedule { busy_until, .. } = &mut self.model {
+                    *busy_until = finish;
+                }
+                finish
+            }
+            Model::Trace {
+                trace,
+                bytes_per_opportunity,
+                origin,
+                cursor,
+                budget_left,
+            } => {
+                let index = first_usable(trace, *origin, *cursor, *budget_left, start);
+                let available = if index == *cursor {
+                    *budget_left
+                } else {
+                    *bytes_per_opportunity
+                };
+                let (last, left) = if len_bytes <= available {
+                    (index, available - len_bytes)
+                } else {
+                    let remaining = u64::from(len_bytes - available);
+                    let per_opportunity = u64::from(*bytes_per_opportunity);
+                    let extra = remaining.div_ceil(per_opportunity);
+                    // Less than one opportunity's budget, so it fits a u32.
+                    let left = (extra * per_opportunity - remaining) as u32;
+                    (index.saturating_add(extra), left)
+                };
+                *cursor = last;
+                *budget_left = left;
+                opportunity_time(trace, *origin, last)
+            }
+        }
     }
 
-    /// The line rate in force at `now` (for a trace, its long-run average).
+    /// The line rate in force at `now` (for traces, the long-run average).
     pub fn rate_at(&self, now: Instant) -> BitsPerSec {
-        match &self.kind {
-            Kind::Fixed(fixed) => fixed.rate,
-            Kind::Schedule(schedule) => schedule_rate(schedule, now).0,
-            Kind::Trace { trace, .. } => {
+        match &self.model {
+            Model::Fixed { rate, .. } => *rate,
+            Model::Schedule { .. } => BitsPerSec(self.schedule_segment(now).0),
+            Model::Trace {
+                trace,
+                bytes_per_opportunity,
+                ..
+            } => {
                 let bits = trace.opportunities.len() as u128
-                    * u128::from(BYTES_PER_OPPORTUNITY)
+                    * u128::from(*bytes_per_opportunity)
                     * 8
                     * 1_000_000_000;
-                BitsPerSec((bits / u128::from(trace.period.as_nanos())) as u64)
+                let rate = bits / u128::from(trace.period.as_nanos().max(1));
+                BitsPerSec(u64::try_from(rate).unwrap_or(u64::MAX))
             }
         }
     }
-}
 
-/// netem's per-packet accounting: overhead, then whole cells.
-fn accounted_len(fixed: &FixedRate, len_bytes: u32) -> u64 {
-    let len = (i64::from(len_bytes) + i64::from(fixed.packet_overhead)).max(0) as u64;
-    if fixed.cell_size == 0 {
-        return len;
-    }
-    let cells = len.div_ceil(u64::from(fixed.cell_size));
-    let cell = (i64::from(fixed.cell_size) + i64::from(fixed.cell_overhead)).max(0) as u64;
-    cells * cell
-}
-
-/// The rate of a schedule at `t` and when it next changes (`Instant::MAX`: never).
-fn schedule_rate(schedule: &RateSchedule, t: Instant) -> (BitsPerSec, Instant) {
-    let step = schedule.step.as_nanos().max(1);
-    let index = t.as_nanos() / step;
-    let count = schedule.rates.len() as u64;
-    let next_change = Instant::from_nanos((index + 1).saturating_mul(step));
-    if index < count {
-        let holds_forever = index == count - 1 && !schedule.repeat;
-        let change = if holds_forever {
-            Instant::MAX
-        } else {
-            next_change
+    /// For a schedule: the rate at `t` and the end of its segment (`Instant::MAX` when
+    /// it holds forever).
+    fn schedule_segment(&self, t: Instant) -> (u64, Instant) {
+        let Model::Schedule {
+            step_ns,
+            rates,
+            repeat,
+            origin,
+            ..
+        } = &self.model
+        else {
+            return (0, Instant::MAX);
         };
-        (schedule.rates[index as usize], change)
-    } else if schedule.repeat {
-        (schedule.rates[(index % count) as usize], next_change)
-    } else {
-        (schedule.rates[(count - 1) as usize], Instant::MAX)
+        if t < *origin {
+            return (rates[0], *origin + Duration::from_nanos(*step_ns));
+        }
+        let segment = (t - *origin).as_nanos() / step_ns;
+        let count = rates.len() as u64;
+        let end =
+            *origin + Duration::from_nanos(segment.saturating_add(1).saturating_mul(*step_ns));
+        if segment < count {
+            let index = segment as usize;
+            if index + 1 == rates.len() && !*repeat {
+                (rates[index], Instant::MAX)
+            } else {
+                (rates[index], end)
+            }
+        } else if *repeat {
+            (rates[(segment % count) as usize], end)
+        } else {
+            (rates[rates.len() - 1], Instant::MAX)
+        }
     }
-}
 
-/// When `bits` started at `start` are all sent under a schedule.
-fn schedule_end(schedule: &RateSchedule, start: Instant, bits: u64) -> Instant {
-    let mut t = start;
-    // bits x 1e9, so a segment's capacity in bits x 1e9 is rate x nanoseconds: no rounding.
-    let mut remaining = u128::from(bits) * 1_000_000_000;
-    loop {
-        let (rate, change) = schedule_rate(schedule, t);
-        let rate = u128::from(rate.bits_per_sec());
-        if rate == 0 {
-            if change == Instant::MAX {
+    /// Moves `t` past any outage (rate 0) it falls in; `Instant::MAX` if the line never
+    /// comes back.
+    fn schedule_skip_outage(&self, mut t: Instant) -> Instant {
+        let count = match &self.model {
+            Model::Schedule { rates, .. } => rates.len(),
+            _ => return t,
+        };
+        // At most one full cycle of segments needs to be looked at.
+        for _ in 0..=count {
+            let (rate, end) = self.schedule_segment(t);
+            if rate > 0 {
+                return t;
+            }
+            if end == Instant::MAX {
                 return Instant::MAX;
             }
-            t = change;
-            continue;
+            t = end;
         }
-        let needed = remaining.div_ceil(rate);
-        let span = u128::from(change.as_nanos() - t.as_nanos());
-        if needed <= span {
-            return Instant::from_nanos(t.as_nanos().saturating_add(needed as u64));
+        Instant::MAX
+    }
+
+    /// When `len_bytes` starting at `start` finish under the schedule.
+    fn integrate(&self, start: Instant, len_bytes: u32) -> Instant {
+        let Model::Schedule {
+            step_ns,
+            rates,
+            repeat,
+            origin,
+            cycle_capacity,
+            ..
+        } = &self.model
+        else {
+            return Instant::MAX;
+        };
+        // Work in bits x 1e9: a rate of R bit/s over d ns carries R x d of these.
+        let mut work = u128::from(len_bytes) * 8 * 1_000_000_000;
+        let mut t = start;
+        loop {
+            if work == 0 {
+                return t;
+            }
+            // With `repeat`, skip whole cycles at once when the packet needs several.
+            if *repeat && t >= *origin {
+                let cycle_ns = u128::from(*step_ns) * rates.len() as u128;
+                let into_cycle = u128::from((t - *origin).as_nanos()) % cycle_ns;
+                if into_cycle == 0 && work > *cycle_capacity {
+                    if *cycle_capacity == 0 {
+                        return Instant::MAX;
+                    }
+                    let cycles = (work - 1) / *cycle_capacity;
+                    let span = u128::from(*step_ns) * rates.len() as u128 * cycles;
+                    let Ok(span) = u64::try_from(span) else {
+                        return Instant::MAX;
+                    };
+                    work -= cycles * *cycle_capacity;
+                    t += Duration::from_nanos(span);
+                    if t == Instant::MAX {
+                        return Instant::MAX;
+                    }
+                }
+            }
+            let (rate, end) = self.schedule_segment(t);
+            let span = (end - t).as_nanos();
+            let capacity = u128::from(rate) * u128::from(span);
+            if capacity >= work {
+                let nanos = work.div_ceil(u128::from(rate));
+                return t + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+            }
+            if end == Instant::MAX {
+                return Instant::MAX;
+            }
+            work -= capacity;
+            t = end;
         }
-        remaining -= span * rate;
-        t = change;
+    }
+}
+
+/// Absolute time of opportunity `index` (counted over all loops), saturating.
+fn opportunity_time(trace: &Trace, origin: Instant, index: u64) -> Instant {
+    let count = trace.opportunities.len() as u64;
+    let cycle = index / count;
+    let offset = trace.opportunities[(index % count) as usize];
+    origin + trace.period.saturating_mul(cycle) + offset
+}
+
+/// Index of the first opportunity at or after `t` (counted over all loops).
+fn first_at_or_after(trace: &Trace, origin: Instant, t: Instant) -> u64 {
+    if t <= origin {
+        return 0;
+    }
+    let count = trace.opportunities.len() as u64;
+    let period = trace.period.as_nanos();
+    let relative = (t - origin).as_nanos();
+    let mut cycle = relative / period;
+    // At an exact multiple of the period, the previous loop's last opportunities (at
+    // offset `period`) come first.
+    if relative % period == 0 && cycle > 0 {
+        cycle -= 1;
+    }
+    let within = Duration::from_nanos(relative - cycle * period);
+    let j = trace.opportunities.partition_point(|&o| o < within) as u64;
+    // `within <= period` and the last opportunity is the period, so `j < count`.
+    cycle.saturating_mul(count).saturating_add(j)
+}
+
+/// Index of the first opportunity at or after `now` that still has budget, given the
+/// cursor (opportunities before it are spent, later ones are fresh).
+fn first_usable(
+    trace: &Trace,
+    origin: Instant,
+    cursor: u64,
+    budget_left: u32,
+    now: Instant,
+) -> u64 {
+    if opportunity_time(trace, origin, cursor) >= now {
+        if budget_left > 0 {
+            cursor
+        } else {
+            cursor.saturating_add(1)
+        }
+    } else {
+        first_at_or_after(trace, origin, now).max(cursor.saturating_add(1))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::TraceRef;
+    use crate::spec::{FixedRate, RateSchedule, TraceRef};
 
     fn fixed(rate: BitsPerSec, overhead: i32, cell: u32, cell_overhead: i32) -> RateModel {
         RateModel::new(&RateSpec::Fixed(FixedRate {
@@ -318,122 +557,257 @@ mod tests {
             cell_size: cell,
             cell_overhead,
         }))
-        .expect("valid")
+        .unwrap()
     }
 
-    #[test]
-    fn fixed_rate_accounts_overhead_and_cells_as_netem() {
-        // 1500 + 20 bytes at 10 Mbit/s = 1.216 ms.
-        let mut model = fixed(BitsPerSec::mbit(10), 20, 0, 0);
-        assert_eq!(
-            model.transmit(Instant::ZERO, 1500),
-            Instant::from_nanos(1_216_000)
-        );
-        assert_eq!(
-            model.next_start(Instant::ZERO),
-            Instant::from_nanos(1_216_000)
-        );
-        // ATM: 100 bytes + 8 = 108 -> 3 cells of 48 -> 3 x 53 = 159 bytes at 1 Mbit/s.
-        let mut atm = fixed(BitsPerSec::mbit(1), 8, 48, 5);
-        assert_eq!(
-            atm.transmit(Instant::ZERO, 100),
-            Instant::from_nanos(1_272_000)
-        );
-    }
-
-    fn schedule(rates: &[u64], repeat: bool) -> RateModel {
+    fn schedule(step: Duration, rates: &[BitsPerSec], repeat: bool) -> RateModel {
         RateModel::new(&RateSpec::Schedule(RateSchedule {
-            step: Duration::from_secs(1),
-            rates: rates.iter().map(|r| BitsPerSec::mbit(*r)).collect(),
+            step,
+            rates: rates.to_vec(),
             repeat,
         }))
-        .expect("valid")
-    }
-
-    #[test]
-    fn schedule_integrates_across_a_change() {
-        let mut model = schedule(&[10, 1], false);
-        // 1250 bytes = 10,000 bits starting 0.5 ms before the change: 5,000 bits at
-        // 10 Mbit/s by 1 s, the other 5,000 at 1 Mbit/s take 5 ms more.
-        let start = Instant::from_micros(999_500);
-        assert_eq!(model.transmit(start, 1250), Instant::from_micros(1_005_000));
-        assert_eq!(model.rate_at(Instant::from_secs(7)), BitsPerSec::mbit(1));
-        let looping = schedule(&[10, 1], true);
-        assert_eq!(looping.rate_at(Instant::from_secs(2)), BitsPerSec::mbit(10));
-    }
-
-    #[test]
-    fn schedule_outages_wait_and_a_final_outage_never_ends() {
-        let mut model = schedule(&[0, 8], false);
-        // 1000 bytes at 8 Mbit/s after the 1 s outage: 1 ms.
-        assert_eq!(
-            model.transmit(Instant::ZERO, 1000),
-            Instant::from_millis(1001)
-        );
-        let mut dead = schedule(&[8, 0], false);
-        assert_eq!(dead.transmit(Instant::from_secs(1), 1), Instant::MAX);
+        .unwrap()
     }
 
     fn trace_model(text: &str) -> RateModel {
+        let trace = Trace::parse(text).unwrap();
         RateModel::new(&RateSpec::Trace(TraceRef {
-            path: "t".into(),
-            trace: Some(Arc::new(Trace::parse(text).expect("valid"))),
+            path: "test".into(),
+            trace: Some(Arc::new(trace)),
         }))
-        .expect("loaded")
+        .unwrap()
+    }
+
+    /// A FIFO serializer: each packet (arrival, len) starts at `next_start(arrival)`
+    /// (which also waits for the previous one) and leaves at `transmit`'s answer.
+    fn serialize(model: &mut RateModel, packets: &[(Instant, u32)]) -> Vec<Instant> {
+        packets
+            .iter()
+            .map(|&(arrival, len)| {
+                let start = model.next_start(arrival);
+                model.transmit(start, len)
+            })
+            .collect()
     }
 
     #[test]
-    fn trace_delivers_at_its_opportunities_and_loops() {
-        let mut model = trace_model("2\n2\n5\n");
-        let mut departures = Vec::new();
-        let mut now = Instant::ZERO;
-        for _ in 0..6 {
-            let start = model.next_start(now);
-            departures.push(model.transmit(start, 1514).as_nanos() / 1_000_000);
-            now = start;
-        }
-        assert_eq!(departures, vec![2, 2, 5, 7, 7, 10]);
+    fn fixed_rate_accounts_overhead_and_cells_like_netem() {
+        let mut model = fixed(BitsPerSec::mbit(1), 14, 48, 5);
+        // 1000 + 14 = 1014 bytes -> ceil(1014 / 48) = 22 cells of 53 bytes = 1166 bytes
+        // = 9328 bits at 1 Mbit/s = 9.328 ms (netem packet_time_ns).
+        let done = model.transmit(Instant::ZERO, 1000);
+        assert_eq!(done, Instant::from_micros(9_328));
+        assert_eq!(model.next_start(Instant::from_millis(1)), done);
         assert_eq!(
-            model.rate_at(Instant::ZERO),
-            BitsPerSec(3 * 1514 * 8 * 1000 / 5)
+            model.next_start(Instant::from_millis(20)),
+            Instant::from_millis(20)
+        );
+        // A back-to-back stream delivers exactly the rate: 1000 packets of 1250 bytes at
+        // 10 Mbit/s take 1000 x 1 ms.
+        let mut model = fixed(BitsPerSec::mbit(10), 0, 0, 0);
+        let out = serialize(&mut model, &vec![(Instant::ZERO, 1250); 1000]);
+        assert_eq!(out[999], Instant::from_secs(1));
+        // Negative overhead never makes a negative length; a zero rate never finishes.
+        let mut model = fixed(BitsPerSec::mbit(1), -2000, 0, 0);
+        assert_eq!(model.transmit(Instant::ZERO, 100), Instant::ZERO);
+        let mut model = fixed(BitsPerSec(0), 0, 0, 0);
+        assert_eq!(model.transmit(Instant::ZERO, 100), Instant::MAX);
+        assert_eq!(model.next_start(Instant::ZERO), Instant::MAX);
+    }
+
+    #[test]
+    fn schedule_changes_rate_at_the_boundaries_and_integrates_across_them() {
+        let step = Duration::from_millis(100);
+        let mut model = schedule(step, &[BitsPerSec::mbit(10), BitsPerSec::mbit(1)], false);
+        assert_eq!(
+            model.rate_at(Instant::from_nanos(99_999_999)),
+            BitsPerSec::mbit(10)
+        );
+        assert_eq!(
+            model.rate_at(Instant::from_millis(100)),
+            BitsPerSec::mbit(1)
+        );
+        assert_eq!(model.rate_at(Instant::from_secs(100)), BitsPerSec::mbit(1));
+        // 1514 bytes starting at 99 ms: 1 ms at 10 Mbit/s carries 10 000 bits; the other
+        // 12 112 - 10 000 = 2112 bits take 2.112 ms at 1 Mbit/s: done at 102.112 ms.
+        let done = model.transmit(Instant::from_millis(99), 1514);
+        assert_eq!(done, Instant::from_micros(102_112));
+        // Entirely inside the second segment: 1514 bytes at 1 Mbit/s = 12.112 ms.
+        let done = model.transmit(Instant::from_millis(200), 1514);
+        assert_eq!(done, Instant::from_micros(212_112));
+
+        // Repeating with an outage: 8 Mbit/s for 10 ms, then down for 10 ms.
+        let step = Duration::from_millis(10);
+        let mut model = schedule(step, &[BitsPerSec::mbit(8), BitsPerSec(0)], true);
+        // A packet cannot start during the outage: it waits for 20 ms.
+        assert_eq!(
+            model.next_start(Instant::from_millis(15)),
+            Instant::from_millis(20)
+        );
+        // 25 000 bytes = 200 000 bits = 25 ms of line time at 8 Mbit/s: 10 ms in each of
+        // the first two up-periods, the last 5 ms in the third: done at 40 + 5 = 45 ms.
+        assert_eq!(
+            model.transmit(Instant::ZERO, 25_000),
+            Instant::from_millis(45)
+        );
+        // A huge packet skips whole cycles: 1 GB = 8e9 bits = 1000 s of line time =
+        // 100 000 up-periods of 10 ms.
+        let start = Instant::from_millis(60);
+        let done = model.transmit(start, 1_000_000_000);
+        // From 60 ms: up-period k (k = 0..) is [60 + 20k, 70 + 20k) ms; 100 000 of them
+        // end at 60 + 20 x 99 999 + 10 = 2 000 050 ms.
+        assert_eq!(done, Instant::from_millis(2_000_050));
+
+        // An outage that never ends.
+        let mut dead = schedule(step, &[BitsPerSec::mbit(1), BitsPerSec(0)], false);
+        assert_eq!(dead.next_start(Instant::from_millis(30)), Instant::MAX);
+        assert_eq!(dead.transmit(Instant::from_millis(5), 10_000), Instant::MAX);
+        let mut zero = schedule(step, &[BitsPerSec(0)], true);
+        assert_eq!(zero.transmit(Instant::ZERO, 1), Instant::MAX);
+        assert!(RateModel::new(&RateSpec::Schedule(RateSchedule {
+            step,
+            rates: vec![],
+            repeat: false
+        }))
+        .is_err());
+    }
+
+    #[test]
+    fn origin_shifts_the_schedule() {
+        let model = schedule(
+            Duration::from_millis(10),
+            &[BitsPerSec::mbit(1), BitsPerSec::mbit(2)],
+            false,
+        )
+        .with_origin(Instant::from_secs(5));
+        assert_eq!(model.rate_at(Instant::from_secs(1)), BitsPerSec::mbit(1));
+        assert_eq!(
+            model.rate_at(Instant::from_millis(5_009)),
+            BitsPerSec::mbit(1)
+        );
+        assert_eq!(
+            model.rate_at(Instant::from_millis(5_010)),
+            BitsPerSec::mbit(2)
         );
     }
 
     #[test]
-    fn small_packets_share_an_opportunity_and_big_ones_span_several() {
-        let mut model = trace_model("1\n2\n3\n4\n");
-        let first = model.next_start(Instant::ZERO);
-        assert_eq!(model.transmit(first, 700), Instant::from_millis(1));
-        let second = model.next_start(first);
-        assert_eq!(second, first, "the rest of the opportunity is usable");
-        assert_eq!(model.transmit(second, 700), Instant::from_millis(1));
-        // 114 bytes left at 1 ms; 3000 bytes need them plus two more opportunities.
-        let third = model.next_start(second);
-        assert_eq!(model.transmit(third, 3000), Instant::from_millis(3));
-        // A packet arriving after an unused opportunity waits for the next one.
-        assert_eq!(
-            model.next_start(Instant::from_micros(3500)),
-            Instant::from_millis(4)
-        );
+    fn trace_delivers_full_frames_exactly_at_its_opportunities_looping() {
+        let mut model = trace_model("# a comment\n0\n5\n5\n\n12  # period\n");
+        // Average: 4 opportunities x 1514 B x 8 / 12 ms = 4 037 333 bit/s.
+        assert_eq!(model.rate_at(Instant::ZERO), BitsPerSec(4_037_333));
+        let out = serialize(&mut model, &[(Instant::ZERO, 1514); 12]);
+        let expected: Vec<Instant> = [0, 5, 5, 12, 12, 17, 17, 24, 24, 29, 29, 36]
+            .iter()
+            .map(|&ms| Instant::from_millis(ms))
+            .collect();
+        assert_eq!(out, expected);
     }
 
     #[test]
-    fn bad_traces_name_the_line() {
+    fn trace_budget_is_shared_split_and_lost() {
+        let mut model = trace_model("1\n2\n3\n10\n");
+        // Three 500-byte packets share the opportunity at 1 ms (1500 <= 1514); the
+        // fourth does not fit the 14 bytes left: it starts there and ends at 2 ms.
+        let out = serialize(&mut model, &[(Instant::ZERO, 500); 4]);
+        assert_eq!(out, [1, 1, 1, 2].map(Instant::from_millis));
+        // 2 ms has 1514 - 486 = 1028 bytes left; a packet arriving at 2.5 ms cannot use
+        // them (unused budget is lost): a 3000-byte packet takes 3 ms (1514 bytes) and
+        // 10 ms (1486 bytes), and leaves at 10 ms with 28 bytes left there.
+        assert_eq!(
+            model.next_start(Instant::from_micros(2_500)),
+            Instant::from_millis(3)
+        );
+        let out = serialize(&mut model, &[(Instant::from_micros(2_500), 3000)]);
+        assert_eq!(out, [Instant::from_millis(10)]);
+        // 28 bytes left at 10 ms: a 28-byte packet fits, the next goes to 11 ms (loop).
+        let out = serialize(
+            &mut model,
+            &[
+                (Instant::from_millis(10), 28),
+                (Instant::from_millis(10), 1),
+            ],
+        );
+        assert_eq!(out, [Instant::from_millis(10), Instant::from_millis(11)]);
+        // Far in the future: the loop arithmetic jumps (1 000 000 periods of 10 ms).
+        let out = serialize(&mut model, &[(Instant::from_nanos(10_000_000_000_500), 1)]);
+        assert_eq!(out, [Instant::from_nanos(10_000_001_000_000)]);
+    }
+
+    #[test]
+    fn trace_files_are_checked_with_line_numbers() {
         assert_eq!(Trace::parse(""), Err(TraceError::Empty));
-        assert_eq!(Trace::parse("# only a comment\n"), Err(TraceError::Empty));
-        assert_eq!(Trace::parse("0\n0\n"), Err(TraceError::ZeroPeriod));
+        assert_eq!(Trace::parse("# only\n\n"), Err(TraceError::Empty));
         assert_eq!(
-            Trace::parse("1\n\nx2\n"),
-            Err(TraceError::NotMillis {
+            Trace::parse("1\n2\nx3\n"),
+            Err(TraceError::NotANumber {
                 line: 3,
-                text: "x2".into()
+                text: "x3".into()
             })
         );
         assert_eq!(
-            Trace::parse("5\n3\n"),
-            Err(TraceError::Decreasing { line: 2, millis: 3 })
+            Trace::parse("1\n-2\n"),
+            Err(TraceError::NotANumber {
+                line: 2,
+                text: "-2".into()
+            })
         );
-        let error = Trace::parse("1\n-4\n").expect_err("negative").to_string();
-        assert!(error.contains("line 2") && error.contains("-4"), "{error}");
+        assert_eq!(
+            Trace::parse("1.5\n"),
+            Err(TraceError::NotANumber {
+                line: 1,
+                text: "1.5".into()
+            })
+        );
+        assert_eq!(
+            Trace::parse("5\n\n4\n"),
+            Err(TraceError::Decreasing {
+                line: 3,
+                value_ms: 4,
+                previous_ms: 5
+            })
+        );
+        assert_eq!(
+            Trace::parse("0\n0\n"),
+            Err(TraceError::ZeroPeriod { line: 2 })
+        );
+        assert!(matches!(
+            Trace::parse("99999999999999999999\n"),
+            Err(TraceError::TooLarge { line: 1, .. })
+        ));
+        let message = Trace::parse("1\nabc\n").unwrap_err().to_string();
+        assert!(
+            message.contains("line 2") && message.contains("abc"),
+            "{message}"
+        );
+        let trace = Trace::parse("0\n3\n3\n7").unwrap();
+        assert_eq!(trace.period, Duration::from_millis(7));
+        assert_eq!(trace.opportunities.len(), 4);
+        assert!(matches!(
+            RateModel::new(&RateSpec::Trace(TraceRef {
+                path: "x.trace".into(),
+                trace: None
+            })),
+            Err(RateError::TraceNotLoaded(path)) if path == "x.trace"
+        ));
+    }
+
+    #[test]
+    fn extreme_values_do_not_panic() {
+        for mut model in [
+            fixed(BitsPerSec(1), i32::MAX, u32::MAX, i32::MIN),
+            fixed(BitsPerSec(u64::MAX), i32::MIN, 1, i32::MAX),
+            schedule(Duration::MAX, &[BitsPerSec(1), BitsPerSec(0)], true),
+            schedule(Duration::from_nanos(1), &[BitsPerSec(u64::MAX)], true),
+            trace_model("18446744073709\n"),
+            trace_model("1\n"),
+        ] {
+            for start in [Instant::ZERO, Instant::from_secs(1), Instant::MAX] {
+                let begin = model.next_start(start);
+                let _ = model.transmit(begin, u32::MAX);
+                let _ = model.transmit(Instant::MAX, 0);
+                let _ = model.rate_at(start);
+            }
+        }
     }
 }

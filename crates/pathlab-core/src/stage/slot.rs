@@ -1,11 +1,29 @@
-//! Slotted delivery (netem `slot`): packets leave only at slot boundaries, at most
-//! `packets`/`bytes` per slot, as on links that transmit in grants (Wi-Fi aggregation,
-//! DOCSIS, LTE).
+//! Slotted delivery (netem `slot`): packets leave only at slot boundaries, a bounded
+//! number per slot, as on Wi-Fi (aggregation), DOCSIS or LTE (grants).
 //!
-//! A slot boundary serves packets ready at or before it, in order, until its budget is
-//! spent; the next boundary comes one gap later (uniform in `[min, max]`, or drawn from a
-//! distribution). When the link has been idle longer than a gap, the next packet opens a
-//! new slot at once, as netem does when its next slot time has passed.
+//! # Semantics
+//!
+//! Slot boundaries form a grid anchored at the first packet: `s_0` is the instant the
+//! first packet reaches the stage, and `s_(k+1) = s_k + gap_k`, each gap drawn uniformly
+//! in `[min, max]` or from a distribution with mean `delay` and spread `jitter` (see
+//! [`DelaySampler`]; negative draws are zero). A packet ready at `t` leaves at the first
+//! boundary `>= t` whose budget is not spent; packets keep their order. A slot's budget is
+//! `max_packets` packets and `max_bytes` bytes (either unlimited when `None` or 0, as
+//! netem treats 0); a packet may leave while the slot has at least one packet and one
+//! byte left, and its bytes are then deducted, so a packet larger than `max_bytes` still
+//! gets through, alone in its slot (as netem does).
+//!
+//! netem differs in one way: when the queue is idle, netem restarts the slot clock at the
+//! next packet (a new slot `gap` after it), whereas our grid keeps running, so an idle
+//! link's next packet waits for the grid's next boundary (on average half a gap), like a
+//! real slotted medium. After an idle time of many gaps the grid is advanced in one jump
+//! (to 16 mean gaps before the packet, then gap by gap), which keeps the cost per packet
+//! bounded without changing the boundary statistics noticeably.
+//!
+//! # Driving it
+//!
+//! `poll_at` is the boundary at which the head packet leaves (its exact departure
+//! instant); departures are non-decreasing.
 
 use std::collections::VecDeque;
 
@@ -13,82 +31,138 @@ use super::distribution::DelaySampler;
 use super::Stage;
 use crate::packet::Packet;
 use crate::rng::Rng;
-use crate::spec::{Distribution, SlotInterval, SlotSpec};
+use crate::spec::{SlotInterval, SlotSpec};
 use crate::time::{Duration, Instant};
 use crate::verdict::Verdicts;
+
+/// How the gap to the next boundary is drawn.
+#[derive(Debug, Clone)]
+enum Gap {
+    /// Always the same.
+    Fixed(Duration),
+    /// Uniform in `[min, max]`.
+    Uniform { min: Duration, max: Duration },
+    /// From a jitter distribution.
+    Sampled(DelaySampler),
+}
 
 /// Releases packets only at slot boundaries.
 #[derive(Debug)]
 pub struct SlotStage {
-    gap: DelaySampler,
+    gap: Gap,
+    mean_gap: Duration,
     rng: Rng,
-    max_packets: Option<u32>,
-    max_bytes: Option<u64>,
+    max_packets: u32,
+    max_bytes: u64,
     held: VecDeque<(Instant, Packet)>,
-    /// The current slot and what it has left; `None` before the first packet.
-    slot: Option<(Instant, u32, u64)>,
+    /// The current boundary, once the first packet has arrived.
+    boundary: Option<Instant>,
+    packets_left: u32,
+    bytes_left: u64,
+    /// When the head packet leaves.
+    head_departure: Option<Instant>,
 }
 
 impl SlotStage {
     /// A slot stage.
     pub fn new(spec: SlotSpec, rng: Rng) -> SlotStage {
-        let gap = match spec.interval {
-            SlotInterval::Uniform { min, max } => DelaySampler::new(
-                Duration::from_nanos(min.as_nanos() / 2 + max.as_nanos() / 2),
-                Duration::from_nanos((max.as_nanos() - min.as_nanos()) / 2),
-                0.0,
-                Distribution::Uniform,
-            ),
+        let (gap, mean_gap) = match spec.interval {
+            SlotInterval::Uniform { min, max } => {
+                let (min, max) = (min.min(max), min.max(max));
+                let mean = Duration::from_nanos(min.as_nanos() / 2 + max.as_nanos() / 2);
+                if min == max {
+                    (Gap::Fixed(min), min)
+                } else {
+                    (Gap::Uniform { min, max }, mean)
+                }
+            }
             SlotInterval::Distribution {
                 distribution,
                 delay,
                 jitter,
-            } => DelaySampler::new(delay, jitter, 0.0, distribution),
+            } => {
+                let sampler = DelaySampler::new(delay, jitter, 0.0, distribution);
+                if sampler.is_constant() {
+                    (Gap::Fixed(delay), delay)
+                } else {
+                    (Gap::Sampled(sampler), delay)
+                }
+            }
+        };
+        let max_packets = match spec.max_packets {
+            None | Some(0) => u32::MAX,
+            Some(n) => n,
+        };
+        let max_bytes = match spec.max_bytes {
+            None | Some(0) => u64::MAX,
+            Some(n) => n,
         };
         SlotStage {
             gap,
+            mean_gap,
             rng,
-            max_packets: spec.max_packets,
-            max_bytes: spec.max_bytes,
+            max_packets,
+            max_bytes,
             held: VecDeque::new(),
-            slot: None,
+            boundary: None,
+            packets_left: max_packets,
+            bytes_left: max_bytes,
+            head_departure: None,
         }
     }
 
-    fn open(&self, at: Instant) -> (Instant, u32, u64) {
-        (
-            at,
-            self.max_packets.unwrap_or(u32::MAX),
-            self.max_bytes.unwrap_or(u64::MAX),
-        )
+    fn draw_gap(&mut self) -> Duration {
+        match &mut self.gap {
+            Gap::Fixed(gap) => *gap,
+            Gap::Uniform { min, max } => {
+                let span = (max.as_nanos() - min.as_nanos()).saturating_add(1);
+                *min + Duration::from_nanos(self.rng.below(span))
+            }
+            Gap::Sampled(sampler) => sampler.sample(&mut self.rng),
+        }
     }
 
-    /// Moves the current slot forward until it can serve the head packet.
-    fn settle(&mut self) {
-        let Some((ready, packet)) = self.held.front() else {
+    /// Moves to the next boundary with a fresh budget.
+    fn next_boundary(&mut self, boundary: Instant) -> Instant {
+        self.packets_left = self.max_packets;
+        self.bytes_left = self.max_bytes;
+        boundary + self.draw_gap()
+    }
+
+    /// Finds the boundary at which the head packet (ready at `ready`) leaves.
+    fn schedule_head(&mut self) {
+        let Some(&(ready, _)) = self.held.front() else {
+            self.head_departure = None;
             return;
         };
-        let (ready, len) = (*ready, u64::from(packet.len_bytes));
-        loop {
-            match self.slot {
-                Some((at, packets, bytes)) if at >= ready && packets > 0 && bytes >= len => return,
-                // A packet larger than a whole slot's byte budget gets a slot to itself.
-                Some((at, packets, bytes))
-                    if at >= ready
-                        && packets > 0
-                        && self.max_bytes.is_some_and(|m| m < len)
-                        && bytes == self.max_bytes.unwrap_or(0) =>
-                {
-                    return
+        let mut boundary = *self.boundary.get_or_insert(ready);
+        if boundary < ready {
+            match self.gap {
+                Gap::Fixed(gap) if gap.is_zero() => boundary = ready,
+                Gap::Fixed(gap) => {
+                    let steps = (ready - boundary).as_nanos().div_ceil(gap.as_nanos());
+                    boundary += gap.saturating_mul(steps);
                 }
-                Some((at, ..)) => {
-                    let next = at + self.gap.sample(&mut self.rng).max(Duration::from_nanos(1));
-                    // Idle for more than a gap: the packet opens a slot when it is ready.
-                    self.slot = Some(self.open(if next < ready { ready } else { next }));
+                _ => {
+                    let far = self.mean_gap.saturating_mul(64);
+                    if !self.mean_gap.is_zero() && ready - boundary > far {
+                        boundary = ready - self.mean_gap.saturating_mul(16);
+                    }
                 }
-                None => self.slot = Some(self.open(ready)),
+            }
+            if boundary >= ready {
+                self.packets_left = self.max_packets;
+                self.bytes_left = self.max_bytes;
             }
         }
+        while boundary < ready || self.packets_left == 0 || self.bytes_left == 0 {
+            boundary = self.next_boundary(boundary);
+            if boundary == Instant::MAX {
+                break;
+            }
+        }
+        self.boundary = Some(boundary);
+        self.head_departure = Some(boundary);
     }
 }
 
@@ -96,28 +170,23 @@ impl Stage for SlotStage {
     fn enqueue(&mut self, now: Instant, packet: Packet, _verdicts: &mut Verdicts) {
         self.held.push_back((now, packet));
         if self.held.len() == 1 {
-            self.settle();
+            self.schedule_head();
         }
     }
 
     fn dequeue(&mut self, now: Instant) -> Option<Packet> {
-        let (at, packets, bytes) = self.slot?;
-        if at > now || self.held.front()?.0 > at {
+        if self.head_departure? > now {
             return None;
         }
         let (_, packet) = self.held.pop_front()?;
-        self.slot = Some((
-            at,
-            packets - 1,
-            bytes.saturating_sub(u64::from(packet.len_bytes)),
-        ));
-        self.settle();
+        self.packets_left = self.packets_left.saturating_sub(1);
+        self.bytes_left = self.bytes_left.saturating_sub(u64::from(packet.len_bytes));
+        self.schedule_head();
         Some(packet)
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        self.held.front()?;
-        self.slot.map(|(at, ..)| at)
+        self.head_departure
     }
 
     fn len_packets(&self) -> usize {
@@ -129,80 +198,169 @@ impl Stage for SlotStage {
 mod tests {
     use super::*;
     use crate::packet::Ecn;
+    use crate::spec::Distribution;
 
-    #[test]
-    fn packets_leave_at_boundaries_within_the_per_slot_budget() {
-        let spec = SlotSpec {
-            interval: SlotInterval::Uniform {
-                min: Duration::from_millis(10),
-                max: Duration::from_millis(10),
-            },
-            max_packets: Some(3),
-            max_bytes: None,
-        };
-        let mut stage = SlotStage::new(spec, Rng::seed_from(1));
+    fn spec(interval: SlotInterval, max_packets: Option<u32>, max_bytes: Option<u64>) -> SlotSpec {
+        SlotSpec {
+            interval,
+            max_packets,
+            max_bytes,
+        }
+    }
+
+    /// Offers packets (arrival instant, length) and returns (arrival, departure, length)
+    /// in departure order, draining as virtual time advances.
+    fn drive(stage: &mut SlotStage, arrivals: &[(Instant, u32)]) -> Vec<(Instant, Instant, u32)> {
         let mut verdicts = Verdicts::default();
-        // 20 packets, one per ms from t = 0.
-        for i in 0..20 {
-            let now = Instant::from_millis(i);
+        let mut out = Vec::new();
+        let drain = |stage: &mut SlotStage, until: Instant, out: &mut Vec<_>| {
+            while let Some(at) = stage.poll_at() {
+                if at > until {
+                    break;
+                }
+                let packet: Packet = stage.dequeue(at).unwrap();
+                out.push((packet.arrival, at, packet.len_bytes));
+            }
+        };
+        for &(now, len) in arrivals {
+            drain(stage, now, &mut out);
             stage.enqueue(
                 now,
-                Packet::synthetic(now, 100, 0, Ecn::NotEct),
+                Packet::synthetic(now, len, 0, Ecn::NotEct),
                 &mut verdicts,
             );
         }
-        let mut departures = Vec::new();
-        while let Some(at) = stage.poll_at() {
-            stage.dequeue(at).expect("due");
-            departures.push(at.as_nanos() / 1_000_000);
+        drain(stage, Instant::MAX, &mut out);
+        out
+    }
+
+    #[test]
+    fn fixed_slots_release_only_at_boundaries_within_budget() {
+        let gap = Duration::from_millis(5);
+        let mut stage = SlotStage::new(
+            spec(
+                SlotInterval::Uniform { min: gap, max: gap },
+                Some(3),
+                Some(4000),
+            ),
+            Rng::seed_from(1),
+        );
+        let start = Instant::from_millis(100);
+        // 40 packets of 1000 bytes, one every 0.5 ms: 2 per ms, 10 per slot offered.
+        let arrivals: Vec<_> = (0..40u64)
+            .map(|i| (start + Duration::from_micros(500 * i), 1000))
+            .collect();
+        let out = drive(&mut stage, &arrivals);
+        assert_eq!(out.len(), 40);
+        let mut per_slot = std::collections::BTreeMap::<Instant, (u32, u64)>::new();
+        for &(arrival, departure, len) in &out {
+            assert!(departure >= arrival);
+            let offset = (departure - start).as_nanos();
+            assert_eq!(offset % gap.as_nanos(), 0, "{departure} is not a boundary");
+            let slot = per_slot.entry(departure).or_default();
+            slot.0 += 1;
+            slot.1 += u64::from(len);
         }
-        // Slot 0 serves the packet ready at 0; slots at 10, 20, ... serve 3 each.
+        // Budget: 3 packets (the 4000-byte budget allows 4 of 1000, so packets bind).
+        assert!(per_slot.values().all(|&(packets, _)| packets <= 3));
+        // The first packet leaves at s0, its arrival; the backlog then drains 3 per slot.
+        assert_eq!(out[0].1, start);
+        assert!(out.windows(2).all(|w| w[0].0 <= w[1].0), "order kept");
+        assert!(per_slot.values().filter(|&&(p, _)| p == 3).count() >= 10);
+    }
+
+    #[test]
+    fn byte_budget_lets_one_oversized_packet_through() {
+        let gap = Duration::from_millis(1);
+        let mut stage = SlotStage::new(
+            spec(
+                SlotInterval::Uniform { min: gap, max: gap },
+                None,
+                Some(1500),
+            ),
+            Rng::seed_from(1),
+        );
+        let arrivals = [
+            (Instant::ZERO, 9000),
+            (Instant::ZERO, 100),
+            (Instant::ZERO, 1400),
+            (Instant::ZERO, 1),
+        ];
+        let out = drive(&mut stage, &arrivals);
+        let departures: Vec<_> = out.iter().map(|o| o.1).collect();
         assert_eq!(
             departures,
-            vec![0, 10, 10, 10, 20, 20, 20, 30, 30, 30, 40, 40, 40, 50, 50, 50, 60, 60, 60, 70]
+            [
+                Instant::ZERO,
+                Instant::from_millis(1),
+                Instant::from_millis(1),
+                Instant::from_millis(2)
+            ]
         );
     }
 
     #[test]
-    fn byte_budgets_and_idle_restarts() {
-        let spec = SlotSpec {
-            interval: SlotInterval::Uniform {
-                min: Duration::from_millis(5),
-                max: Duration::from_millis(5),
+    fn random_slots_stay_on_their_grid() {
+        // Uniform gaps in [2, 8] ms: every departure is a boundary, and the mean distance
+        // between distinct departure instants of a saturated stage is the mean gap, 5 ms.
+        let mut stage = SlotStage::new(
+            spec(
+                SlotInterval::Uniform {
+                    min: Duration::from_millis(2),
+                    max: Duration::from_millis(8),
+                },
+                Some(1),
+                None,
+            ),
+            Rng::seed_from(2),
+        );
+        let arrivals: Vec<_> = (0..10_000).map(|_| (Instant::ZERO, 100)).collect();
+        let out = drive(&mut stage, &arrivals);
+        let gaps: Vec<f64> = out
+            .windows(2)
+            .map(|w| (w[1].1 - w[0].1).as_millis_f64())
+            .collect();
+        assert!(gaps.iter().all(|&g| (2.0..=8.0).contains(&g)));
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        // Uniform[2, 8] has std 6 / sqrt(12) = 1.73 ms; 3.29 standard errors of the mean.
+        assert!(
+            (mean - 5.0).abs() < 3.29 * 1.73 / (gaps.len() as f64).sqrt(),
+            "{mean}"
+        );
+    }
+
+    #[test]
+    fn idle_grid_and_extremes_do_not_hang() {
+        for interval in [
+            SlotInterval::Uniform {
+                min: Duration::ZERO,
+                max: Duration::ZERO,
             },
-            max_packets: None,
-            max_bytes: Some(2500),
-        };
-        let mut stage = SlotStage::new(spec, Rng::seed_from(1));
-        let mut verdicts = Verdicts::default();
-        for _ in 0..4 {
-            stage.enqueue(
-                Instant::ZERO,
-                Packet::synthetic(Instant::ZERO, 1000, 0, Ecn::NotEct),
-                &mut verdicts,
-            );
+            SlotInterval::Uniform {
+                min: Duration::from_nanos(1),
+                max: Duration::from_nanos(3),
+            },
+            SlotInterval::Distribution {
+                distribution: Distribution::Normal,
+                delay: Duration::from_micros(1),
+                jitter: Duration::from_micros(1),
+            },
+            SlotInterval::Uniform {
+                min: Duration::MAX,
+                max: Duration::MAX,
+            },
+        ] {
+            let mut stage = SlotStage::new(spec(interval, Some(0), Some(1)), Rng::seed_from(3));
+            // Arrivals a long idle time apart: the grid must jump, not walk.
+            let arrivals = [
+                (Instant::ZERO, 10),
+                (Instant::from_secs(3600), 10),
+                (Instant::from_secs(7200), 10),
+                (Instant::MAX, 10),
+            ];
+            let out = drive(&mut stage, &arrivals);
+            assert_eq!(out.len(), 4);
+            assert!(out.iter().all(|&(a, d, _)| d >= a));
         }
-        let mut departures = Vec::new();
-        while let Some(at) = stage.poll_at() {
-            stage.dequeue(at).expect("due");
-            departures.push(at.as_nanos() / 1_000_000);
-        }
-        assert_eq!(departures, vec![0, 0, 5, 5]);
-        // After a long idle period a packet leaves when it is ready.
-        let later = Instant::from_secs(3);
-        stage.enqueue(
-            later,
-            Packet::synthetic(later, 1000, 0, Ecn::NotEct),
-            &mut verdicts,
-        );
-        assert_eq!(stage.poll_at(), Some(later));
-        // A packet larger than the byte budget still gets through, alone.
-        stage.dequeue(later);
-        stage.enqueue(
-            later,
-            Packet::synthetic(later, 9000, 0, Ecn::NotEct),
-            &mut verdicts,
-        );
-        assert_eq!(stage.poll_at(), Some(later + Duration::from_millis(5)));
     }
 }
