@@ -165,3 +165,32 @@ fn same_seed_same_report() {
     let b = run(bottleneck(BitsPerSec::mbit(10), 50), loads, 5);
     assert_eq!(a, b);
 }
+
+/// A load marked `reverse` crosses the reverse spec, not the forward one; an on-off load
+/// offers rate x on / (on + off) on average.
+#[test]
+fn reverse_and_on_off_loads() {
+    let reverse: Load = "cbr:1mbit:1000:reverse".parse().expect("valid load");
+    let on_off: Load = "onoff:8mbit:1000:on=1s:off=3s".parse().expect("valid load");
+    let report = sim::run(&SimConfig {
+        forward: LinkSpec {
+            delay: Some(constant_delay(Duration::from_millis(3))),
+            ..LinkSpec::default()
+        },
+        reverse: LinkSpec {
+            delay: Some(constant_delay(Duration::from_millis(11))),
+            ..LinkSpec::default()
+        },
+        loads: vec![reverse, on_off],
+        duration: Duration::from_secs(8),
+        seed: 2,
+        sample_every: Duration::from_millis(100),
+    })
+    .expect("valid simulation");
+    assert_eq!(report.loads[0].owd.max, Duration::from_millis(11));
+    assert_eq!(report.loads[1].owd.max, Duration::from_millis(3));
+    // Two bursts of 1 s at 8 Mbit/s in 8 s: 1000 packets each, 2 Mbit/s on average.
+    assert_eq!(report.loads[1].sent_packets, 2000);
+    assert!((report.loads[1].offered_bps - 2e6).abs() < 1.0);
+    assert_eq!(report.reverse.packets_in, report.loads[0].sent_packets);
+}
