@@ -186,6 +186,11 @@ pub struct Link {
     now: Instant,
     /// Scratch space for packets moving between stages, with the instant they moved.
     moving: Vec<(Instant, Packet)>,
+    /// Seeds the stages built when the spec changes at run time.
+    rebuild_rng: Rng,
+    /// Delay and slot stages of earlier specs, still releasing the packets they held.
+    retired_delays: Vec<DelayStage>,
+    retired_slots: Vec<SlotStage>,
 }
 
 impl Link {
@@ -222,7 +227,95 @@ impl Link {
             last_id: 0,
             now: Instant::ZERO,
             moving: Vec::new(),
+            rebuild_rng: rng,
+            retired_delays: Vec::new(),
+            retired_slots: Vec::new(),
         })
+    }
+
+    /// Changes what the link does from `now` on, as `tc qdisc change` does, without losing
+    /// the packets it holds:
+    /// - packets being serialized finish at their times, and packets already past the
+    ///   bottleneck keep the delay and slot they were given (so after a delay decrease new
+    ///   packets may overtake them, as after a route change);
+    /// - the queue is kept as it is when the queue spec is unchanged; otherwise its packets
+    ///   move, oldest first, into the new discipline (which may drop them if its limit is
+    ///   smaller) and their sojourn counts from the change;
+    /// - a new rate starts at `now` (a schedule's first step begins then);
+    /// - counters, ids and the record continue.
+    pub fn set_spec(&mut self, now: Instant, spec: &LinkSpec) -> Result<(), LinkError> {
+        self.advance(now);
+        let seed = self.rebuild_rng.next_u64();
+        let fresh = Link::new(spec, seed)?;
+        let retiring = &mut self.truth.counters;
+        retiring.duplicated += self.duplicate.as_ref().map_or(0, |d| d.duplicated);
+        retiring.corrupted += self.corrupt.as_ref().map_or(0, |c| c.corrupted);
+        retiring.reordered += self.delay.as_ref().map_or(0, |d| d.reordered);
+        self.loss = fresh.loss;
+        self.duplicate = fresh.duplicate;
+        self.corrupt = fresh.corrupt;
+        let same_queue = self.spec.queue == spec.queue;
+        let same_rate = self.spec.rate == spec.rate;
+        let mut orphans = Vec::new();
+        self.bottleneck = match (self.bottleneck.take(), fresh.bottleneck) {
+            (Some(old), Some(mut new)) => {
+                let wire_free = old.in_service.back().map_or(now, |(end, _)| *end).max(now);
+                if same_rate {
+                    new.rate = old.rate;
+                } else {
+                    new.rate = new.rate.with_origin(now);
+                }
+                new.cursor = old.cursor.max(wire_free);
+                new.in_service = old.in_service;
+                if same_queue {
+                    new.queue = old.queue;
+                } else {
+                    let mut old_queue = old.queue;
+                    for mut packet in old_queue.drain() {
+                        // The new discipline counts sojourn from now; the truth keeps the
+                        // time already waited.
+                        packet.queue_delay += now.saturating_since(packet.enqueued);
+                        new.queue.enqueue(now, packet, &mut self.verdicts);
+                        self.truth.settle(&mut self.verdicts);
+                    }
+                }
+                Some(new)
+            }
+            (Some(mut old), None) => {
+                // No bottleneck any more: what it held goes on at once, in order, and the
+                // record says the transmission ended now.
+                for (_, packet) in old.in_service.drain(..) {
+                    if let Some(record) = self.truth.record(packet.id) {
+                        record.transmitted = Some(now);
+                    }
+                    orphans.push(packet);
+                }
+                orphans.extend(old.queue.drain());
+                None
+            }
+            (None, Some(mut new)) => {
+                new.rate = new.rate.with_origin(now);
+                new.cursor = now;
+                Some(new)
+            }
+            (None, None) => None,
+        };
+        if let Some(old) = std::mem::replace(&mut self.delay, fresh.delay) {
+            if old.len_packets() > 0 {
+                self.retired_delays.push(old);
+            }
+        }
+        if let Some(old) = std::mem::replace(&mut self.slot, fresh.slot) {
+            if old.len_packets() > 0 {
+                self.retired_slots.push(old);
+            }
+        }
+        self.spec = spec.clone();
+        for packet in orphans {
+            self.after_bottleneck(now, packet);
+        }
+        self.advance(now);
+        Ok(())
     }
 
     /// Starts keeping a [`PacketRecord`] for every packet from now on.
@@ -259,9 +352,10 @@ impl Link {
     /// Counters since the link was built.
     pub fn counters(&self) -> LinkCounters {
         let mut counters = self.truth.counters.clone();
-        counters.duplicated = self.duplicate.as_ref().map_or(0, |d| d.duplicated);
-        counters.corrupted = self.corrupt.as_ref().map_or(0, |c| c.corrupted);
-        counters.reordered = self.delay.as_ref().map_or(0, |d| d.reordered);
+        // The truth holds what stages replaced by `set_spec` counted; add the live ones.
+        counters.duplicated += self.duplicate.as_ref().map_or(0, |d| d.duplicated);
+        counters.corrupted += self.corrupt.as_ref().map_or(0, |c| c.corrupted);
+        counters.reordered += self.delay.as_ref().map_or(0, |d| d.reordered);
         counters
     }
 
@@ -284,6 +378,16 @@ impl Link {
             .map_or(0, |b| b.queue.len_packets() + b.in_service.len())
             + self.delay.as_ref().map_or(0, Stage::len_packets)
             + self.slot.as_ref().map_or(0, Stage::len_packets)
+            + self
+                .retired_delays
+                .iter()
+                .map(Stage::len_packets)
+                .sum::<usize>()
+            + self
+                .retired_slots
+                .iter()
+                .map(Stage::len_packets)
+                .sum::<usize>()
             + self.ready.len()
     }
 
@@ -364,7 +468,12 @@ impl Link {
             self.delay.as_ref().and_then(Stage::poll_at),
             self.slot.as_ref().and_then(Stage::poll_at),
         ];
-        candidates.into_iter().flatten().min()
+        let retired = self
+            .retired_delays
+            .iter()
+            .filter_map(Stage::poll_at)
+            .chain(self.retired_slots.iter().filter_map(Stage::poll_at));
+        candidates.into_iter().flatten().chain(retired).min()
     }
 
     fn next_id(&mut self) -> u64 {
@@ -426,16 +535,30 @@ impl Link {
         }
         if let Some(delay) = &mut self.delay {
             release(delay, now, &mut moving);
-            for (at, packet) in moving.drain(..) {
-                self.after_delay(at, packet);
+        }
+        if !self.retired_delays.is_empty() {
+            for retired in &mut self.retired_delays {
+                release(retired, now, &mut moving);
             }
+            self.retired_delays.retain(|d| d.len_packets() > 0);
+            moving.sort_by_key(|(at, _)| *at);
+        }
+        for (at, packet) in moving.drain(..) {
+            self.after_delay(at, packet);
         }
         if let Some(slot) = &mut self.slot {
             release(slot, now, &mut moving);
-            for (at, packet) in moving.drain(..) {
-                self.truth.depart(at, &packet);
-                self.ready.push_back((at, packet));
+        }
+        if !self.retired_slots.is_empty() {
+            for retired in &mut self.retired_slots {
+                release(retired, now, &mut moving);
             }
+            self.retired_slots.retain(|s| s.len_packets() > 0);
+            moving.sort_by_key(|(at, _)| *at);
+        }
+        for (at, packet) in moving.drain(..) {
+            self.truth.depart(at, &packet);
+            self.ready.push_back((at, packet));
         }
         self.moving = moving;
     }
@@ -483,7 +606,8 @@ fn serve(
             debug_assert!(false, "queue returned None while holding packets");
             break;
         };
-        packet.queue_delay = start.saturating_since(packet.enqueued);
+        // Plus any wait carried over from a discipline replaced by `set_spec`.
+        packet.queue_delay += start.saturating_since(packet.enqueued);
         let end = bottleneck.rate.transmit(start, packet.len_bytes);
         if let Some(record) = truth.record(packet.id) {
             record.dequeued = Some(start);
@@ -636,5 +760,48 @@ mod tests {
         let exact = exact.recorder().expect("recording").drain_all();
         let late = late.recorder().expect("recording").drain_all();
         assert_eq!(exact, late);
+    }
+
+    /// `emulate set` at the model level: after a change from 20 ms to 80 ms every packet
+    /// sent after the change takes 80 ms and every packet sent before it still takes
+    /// 20 ms; after the change back, new packets (20 ms) overtake those still on the
+    /// 80 ms path, as after a route change.
+    #[test]
+    fn set_spec_changes_delay_from_the_next_packet_on() {
+        let spec = |ms: u64| LinkSpec::parse(&format!("delay {ms}ms")).expect("valid");
+        let mut link = Link::new(&spec(20), 1).expect("valid");
+        let mut owd = Vec::new();
+        let mut now = Instant::ZERO;
+        for i in 0..300u64 {
+            match i {
+                100 => link.set_spec(now, &spec(80)).expect("valid"),
+                200 => link.set_spec(now, &spec(20)).expect("valid"),
+                _ => {}
+            }
+            let mut packet = Packet::synthetic(now, 100, 0, crate::packet::Ecn::NotEct);
+            packet.tag = i as u32;
+            link.enqueue(now, packet);
+            now += Duration::from_millis(10);
+            while let Some(at) = link.poll_at().filter(|at| *at <= now) {
+                while let Some(packet) = link.dequeue(at) {
+                    owd.push((packet.tag, at - packet.arrival));
+                }
+            }
+        }
+        while let Some(at) = link.poll_at() {
+            while let Some(packet) = link.dequeue(at) {
+                owd.push((packet.tag, at - packet.arrival));
+            }
+        }
+        assert_eq!(owd.len(), 300);
+        for (tag, delay) in &owd {
+            let expected = if (100..200).contains(tag) { 80 } else { 20 };
+            assert_eq!(*delay, Duration::from_millis(expected), "packet {tag}");
+        }
+        let order: Vec<u32> = owd.iter().map(|(tag, _)| *tag).collect();
+        assert!(
+            order.windows(2).any(|w| w[0] > w[1]),
+            "new packets overtake after 80 -> 20"
+        );
     }
 }

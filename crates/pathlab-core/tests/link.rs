@@ -1,5 +1,6 @@
-//! Properties of the composed link that must hold for every spec: every packet is
-//! accounted for, and the ground-truth record agrees with what came out.
+//! Properties of the composed link that must hold for every spec, also when the spec
+//! changes while packets are inside: every packet is accounted for, and the ground-truth
+//! record agrees with what came out.
 
 use pathlab_core::{Duration, Ecn, Instant, Link, LinkSpec, Packet};
 use proptest::prelude::*;
@@ -50,6 +51,7 @@ proptest! {
     #[test]
     fn every_packet_is_accounted_for(
         choices in prop::collection::vec(0usize..PARTS.len(), 0..5),
+        later in prop::collection::vec(0usize..PARTS.len(), 0..5),
         gaps_us in prop::collection::vec(0u64..3_000, 1..600),
         seed in any::<u64>(),
     ) {
@@ -58,8 +60,13 @@ proptest! {
         link.record();
         let mut now = Instant::ZERO;
         let mut out = Vec::new();
+        let change_at = gaps_us.len() / 2;
         for (i, gap) in gaps_us.iter().enumerate() {
             now += Duration::from_micros(*gap);
+            if i == change_at {
+                // Half way, the spec changes at run time (emulate set); nothing may be lost.
+                link.set_spec(now, &spec_from(&later)).expect("buildable");
+            }
             while let Some(at) = link.poll_at().filter(|at| *at <= now) {
                 while let Some(packet) = link.dequeue(at) {
                     out.push((at, packet));
@@ -70,7 +77,7 @@ proptest! {
         }
         // Drain: every deadline is finite unless a schedule ends in an outage (it loops).
         while let Some(at) = link.poll_at() {
-            prop_assert!(at < Instant::from_secs(3600), "deadline {at} for '{spec}'");
+            prop_assert!(at < Instant::from_secs(3600), "deadline {} for '{}'", at, spec);
             while let Some(packet) = link.dequeue(at) {
                 out.push((at, packet));
             }

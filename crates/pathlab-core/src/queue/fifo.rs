@@ -54,6 +54,11 @@ impl Queue for TailDrop {
     fn len_bytes(&self) -> u64 {
         self.bytes
     }
+
+    fn drain(&mut self) -> Vec<Packet> {
+        self.bytes = 0;
+        self.packets.drain(..).collect()
+    }
 }
 
 /// A FIFO that drops its oldest packets to make room for an arrival.
@@ -99,6 +104,10 @@ impl Queue for HeadDrop {
 
     fn len_bytes(&self) -> u64 {
         self.inner.len_bytes()
+    }
+
+    fn drain(&mut self) -> Vec<Packet> {
+        self.inner.drain()
     }
 }
 

@@ -155,6 +155,24 @@ impl Queue for FqCodel {
     fn len_bytes(&self) -> u64 {
         self.bytes
     }
+
+    fn drain(&mut self) -> Vec<Packet> {
+        let mut packets: Vec<Packet> = self
+            .flows
+            .iter_mut()
+            .flat_map(|flow| {
+                flow.list = None;
+                flow.fifo.bytes = 0;
+                flow.fifo.packets.drain(..)
+            })
+            .collect();
+        packets.sort_by_key(|p| (p.enqueued, p.id));
+        self.new_flows.clear();
+        self.old_flows.clear();
+        self.packets = 0;
+        self.bytes = 0;
+        packets
+    }
 }
 
 impl FqCodel {

@@ -38,6 +38,9 @@ pub trait Queue: Debug + Send {
     fn len_packets(&self) -> usize;
     /// Bytes held.
     fn len_bytes(&self) -> u64;
+    /// Removes every packet without AQM decisions, oldest first (used when the discipline
+    /// is replaced at run time).
+    fn drain(&mut self) -> Vec<Packet>;
     /// Whether the queue holds nothing.
     fn is_empty(&self) -> bool {
         self.len_packets() == 0

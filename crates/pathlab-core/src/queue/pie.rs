@@ -212,4 +212,9 @@ impl Queue for Pie {
     fn len_bytes(&self) -> u64 {
         self.fifo.bytes
     }
+
+    fn drain(&mut self) -> Vec<Packet> {
+        self.fifo.bytes = 0;
+        self.fifo.packets.drain(..).collect()
+    }
 }

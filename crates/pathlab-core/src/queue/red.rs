@@ -135,4 +135,9 @@ impl Queue for Red {
     fn len_bytes(&self) -> u64 {
         self.fifo.bytes
     }
+
+    fn drain(&mut self) -> Vec<Packet> {
+        self.fifo.bytes = 0;
+        self.fifo.packets.drain(..).collect()
+    }
 }
