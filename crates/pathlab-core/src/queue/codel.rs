@@ -4,8 +4,7 @@
 //! [`CodelState`] is the RFC's per-queue state machine (section 5's `dodequeue` and
 //! `dequeue`), written against [`CodelQueue`] so FQ-CoDel runs one per flow.
 
-use std::collections::VecDeque;
-
+use super::fifo::Fifo;
 use super::{Limits, Queue};
 use crate::packet::Packet;
 use crate::spec::CodelConfig;
@@ -22,32 +21,6 @@ pub trait CodelQueue {
     fn pop(&mut self) -> Option<Packet>;
     /// Bytes still queued.
     fn bytes(&self) -> u64;
-}
-
-/// A FIFO of packets with a byte count.
-#[derive(Debug, Default)]
-pub(crate) struct Fifo {
-    pub(crate) packets: VecDeque<Packet>,
-    pub(crate) bytes: u64,
-}
-
-impl Fifo {
-    pub(crate) fn push(&mut self, packet: Packet) {
-        self.bytes += u64::from(packet.len_bytes);
-        self.packets.push_back(packet);
-    }
-}
-
-impl CodelQueue for Fifo {
-    fn pop(&mut self) -> Option<Packet> {
-        let packet = self.packets.pop_front()?;
-        self.bytes -= u64::from(packet.len_bytes);
-        Some(packet)
-    }
-
-    fn bytes(&self) -> u64 {
-        self.bytes
-    }
 }
 
 /// The per-queue CoDel state machine (RFC 8289 section 5).
@@ -196,16 +169,8 @@ impl Codel {
 }
 
 impl Queue for Codel {
-    fn enqueue(&mut self, now: Instant, mut packet: Packet, verdicts: &mut Verdicts) {
-        if self
-            .limits
-            .admits(self.fifo.packets.len(), self.fifo.bytes, packet.len_bytes)
-        {
-            packet.enqueued = now;
-            self.fifo.push(packet);
-        } else {
-            verdicts.drop_packet(packet, DropReason::QueueFull, now);
-        }
+    fn enqueue(&mut self, now: Instant, packet: Packet, verdicts: &mut Verdicts) {
+        self.fifo.offer(now, packet, self.limits, verdicts);
     }
 
     fn dequeue(&mut self, now: Instant, verdicts: &mut Verdicts) -> Option<Packet> {
@@ -214,15 +179,14 @@ impl Queue for Codel {
     }
 
     fn len_packets(&self) -> usize {
-        self.fifo.packets.len()
+        self.fifo.len_packets()
     }
 
     fn len_bytes(&self) -> u64 {
-        self.fifo.bytes
+        self.fifo.len_bytes()
     }
 
     fn drain(&mut self) -> Vec<Packet> {
-        self.fifo.bytes = 0;
-        self.fifo.packets.drain(..).collect()
+        self.fifo.drain_all()
     }
 }

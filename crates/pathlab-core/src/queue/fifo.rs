@@ -3,16 +3,82 @@
 
 use std::collections::VecDeque;
 
+use super::codel::CodelQueue;
 use super::{Limits, Queue};
 use crate::packet::Packet;
 use crate::time::Instant;
 use crate::verdict::{DropReason, Verdicts};
 
+/// Packets in arrival order with their byte count: the storage of every single-queue
+/// discipline (CoDel's per-flow queues included).
+#[derive(Debug, Default)]
+pub(crate) struct Fifo {
+    packets: VecDeque<Packet>,
+    bytes: u64,
+}
+
+impl Fifo {
+    /// Appends `packet` if `limits` admit it (stamping its enqueue time), else drops it as
+    /// queue-full. Returns whether it was kept.
+    pub(crate) fn offer(
+        &mut self,
+        now: Instant,
+        mut packet: Packet,
+        limits: Limits,
+        verdicts: &mut Verdicts,
+    ) -> bool {
+        if limits.admits(self.packets.len(), self.bytes, packet.len_bytes) {
+            packet.enqueued = now;
+            self.push(packet);
+            true
+        } else {
+            verdicts.drop_packet(packet, DropReason::QueueFull, now);
+            false
+        }
+    }
+
+    /// Appends without checking limits (the caller has).
+    pub(crate) fn push(&mut self, packet: Packet) {
+        self.bytes += u64::from(packet.len_bytes);
+        self.packets.push_back(packet);
+    }
+
+    /// Removes the head packet.
+    pub(crate) fn pop(&mut self) -> Option<Packet> {
+        let packet = self.packets.pop_front()?;
+        self.bytes -= u64::from(packet.len_bytes);
+        Some(packet)
+    }
+
+    /// Removes every packet, oldest first.
+    pub(crate) fn drain_all(&mut self) -> Vec<Packet> {
+        self.bytes = 0;
+        self.packets.drain(..).collect()
+    }
+
+    pub(crate) fn len_packets(&self) -> usize {
+        self.packets.len()
+    }
+
+    pub(crate) fn len_bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl CodelQueue for Fifo {
+    fn pop(&mut self) -> Option<Packet> {
+        Fifo::pop(self)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
 /// A FIFO that drops arrivals when full.
 #[derive(Debug)]
 pub struct TailDrop {
-    packets: VecDeque<Packet>,
-    bytes: u64,
+    fifo: Fifo,
     limits: Limits,
 }
 
@@ -20,44 +86,31 @@ impl TailDrop {
     /// An empty queue with these limits.
     pub fn new(limits: Limits) -> TailDrop {
         TailDrop {
-            packets: VecDeque::with_capacity((limits.packets as usize).min(4096)),
-            bytes: 0,
+            fifo: Fifo::default(),
             limits,
         }
     }
 }
 
 impl Queue for TailDrop {
-    fn enqueue(&mut self, now: Instant, mut packet: Packet, verdicts: &mut Verdicts) {
-        if self
-            .limits
-            .admits(self.packets.len(), self.bytes, packet.len_bytes)
-        {
-            packet.enqueued = now;
-            self.bytes += u64::from(packet.len_bytes);
-            self.packets.push_back(packet);
-        } else {
-            verdicts.drop_packet(packet, DropReason::QueueFull, now);
-        }
+    fn enqueue(&mut self, now: Instant, packet: Packet, verdicts: &mut Verdicts) {
+        self.fifo.offer(now, packet, self.limits, verdicts);
     }
 
     fn dequeue(&mut self, _now: Instant, _verdicts: &mut Verdicts) -> Option<Packet> {
-        let packet = self.packets.pop_front()?;
-        self.bytes -= u64::from(packet.len_bytes);
-        Some(packet)
+        self.fifo.pop()
     }
 
     fn len_packets(&self) -> usize {
-        self.packets.len()
+        self.fifo.len_packets()
     }
 
     fn len_bytes(&self) -> u64 {
-        self.bytes
+        self.fifo.len_bytes()
     }
 
     fn drain(&mut self) -> Vec<Packet> {
-        self.bytes = 0;
-        self.packets.drain(..).collect()
+        self.fifo.drain_all()
     }
 }
 
@@ -84,7 +137,11 @@ impl Queue for HeadDrop {
             verdicts.drop_packet(packet, DropReason::QueueFull, now);
             return;
         }
-        while !limits.admits(self.inner.packets.len(), self.inner.bytes, packet.len_bytes) {
+        while !limits.admits(
+            self.inner.len_packets(),
+            self.inner.len_bytes(),
+            packet.len_bytes,
+        ) {
             let oldest = self
                 .inner
                 .dequeue(now, verdicts)

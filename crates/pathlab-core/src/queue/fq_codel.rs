@@ -7,7 +7,8 @@
 
 use std::collections::VecDeque;
 
-use super::codel::{CodelState, Fifo};
+use super::codel::CodelState;
+use super::fifo::Fifo;
 use super::{Limits, Queue};
 use crate::packet::Packet;
 use crate::rng::Rng;
@@ -66,14 +67,15 @@ impl FqCodel {
 
     /// Drops from the fattest queue until `drop_batch` packets or half its bytes are gone.
     fn drop_from_fattest(&mut self, now: Instant, verdicts: &mut Verdicts) {
-        let Some(fattest) = (0..self.flows.len()).max_by_key(|&i| self.flows[i].fifo.bytes) else {
+        let Some(fattest) = (0..self.flows.len()).max_by_key(|&i| self.flows[i].fifo.len_bytes())
+        else {
             return;
         };
         let flow = &mut self.flows[fattest];
-        let threshold = flow.fifo.bytes / 2;
+        let threshold = flow.fifo.len_bytes() / 2;
         let (mut dropped_packets, mut dropped_bytes) = (0, 0);
         while dropped_packets < self.config.drop_batch.max(1) && dropped_bytes < threshold.max(1) {
-            let Some(packet) = super::codel::CodelQueue::pop(&mut flow.fifo) else {
+            let Some(packet) = flow.fifo.pop() else {
                 break;
             };
             dropped_packets += 1;
@@ -124,12 +126,12 @@ impl Queue for FqCodel {
                 self.old_flows.push_back(index);
                 continue;
             }
-            let before = (flow.fifo.packets.len(), flow.fifo.bytes);
+            let before = (flow.fifo.len_packets(), flow.fifo.len_bytes());
             let packet = flow
                 .codel
                 .dequeue(now, &self.config.codel, &mut flow.fifo, verdicts);
-            self.packets -= before.0 - flow.fifo.packets.len();
-            self.bytes -= before.1 - flow.fifo.bytes;
+            self.packets -= before.0 - flow.fifo.len_packets();
+            self.bytes -= before.1 - flow.fifo.len_bytes();
             match packet {
                 Some(packet) => {
                     flow.deficit -= i64::from(packet.len_bytes);
@@ -162,8 +164,7 @@ impl Queue for FqCodel {
             .iter_mut()
             .flat_map(|flow| {
                 flow.list = None;
-                flow.fifo.bytes = 0;
-                flow.fifo.packets.drain(..)
+                flow.fifo.drain_all()
             })
             .collect();
         packets.sort_by_key(|p| (p.enqueued, p.id));

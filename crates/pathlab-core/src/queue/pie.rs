@@ -8,7 +8,7 @@
 //! 4.2 describes (`dq_rate_estimator`). The optional de-randomization of section 5.1 is not
 //! implemented (Linux does not either).
 
-use super::codel::{CodelQueue, Fifo};
+use super::fifo::Fifo;
 use super::{Limits, Queue};
 use crate::packet::Packet;
 use crate::rng::Rng;
@@ -64,11 +64,11 @@ impl Pie {
     }
 
     fn current_qdelay(&self) -> Duration {
-        if self.fifo.bytes == 0 {
+        if self.fifo.len_bytes() == 0 {
             Duration::ZERO
         } else if self.config.dq_rate_estimator {
             if self.avg_dq_rate > 0.0 {
-                Duration::from_secs_f64(self.fifo.bytes as f64 / self.avg_dq_rate)
+                Duration::from_secs_f64(self.fifo.len_bytes() as f64 / self.avg_dq_rate)
             } else {
                 Duration::ZERO
             }
@@ -84,7 +84,7 @@ impl Pie {
             return;
         };
         while next <= now {
-            let idle = self.fifo.bytes == 0
+            let idle = self.fifo.len_bytes() == 0
                 && self.qdelay_old.is_zero()
                 && self.drop_prob == 0.0
                 && self.burst_allowance == self.config.max_burst;
@@ -144,7 +144,7 @@ impl Pie {
         let half_target = self.config.target.as_nanos() / 2;
         if !self.burst_allowance.is_zero()
             || (self.qdelay_old.as_nanos() < half_target && self.drop_prob < 0.2)
-            || self.fifo.bytes <= 2 * MEAN_PACKET_BYTES
+            || self.fifo.len_bytes() <= 2 * MEAN_PACKET_BYTES
         {
             return false;
         }
@@ -160,10 +160,11 @@ impl Pie {
 impl Queue for Pie {
     fn enqueue(&mut self, now: Instant, mut packet: Packet, verdicts: &mut Verdicts) {
         self.catch_up(now);
-        if !self
-            .limits
-            .admits(self.fifo.packets.len(), self.fifo.bytes, packet.len_bytes)
-        {
+        if !self.limits.admits(
+            self.fifo.len_packets(),
+            self.fifo.len_bytes(),
+            packet.len_bytes,
+        ) {
             verdicts.drop_packet(packet, DropReason::QueueFull, now);
             return;
         }
@@ -198,7 +199,7 @@ impl Queue for Pie {
                     self.measuring = None;
                 }
             }
-            if self.measuring.is_none() && self.fifo.bytes >= DQ_THRESHOLD_BYTES {
+            if self.measuring.is_none() && self.fifo.len_bytes() >= DQ_THRESHOLD_BYTES {
                 self.measuring = Some((now, 0));
             }
         }
@@ -206,15 +207,14 @@ impl Queue for Pie {
     }
 
     fn len_packets(&self) -> usize {
-        self.fifo.packets.len()
+        self.fifo.len_packets()
     }
 
     fn len_bytes(&self) -> u64 {
-        self.fifo.bytes
+        self.fifo.len_bytes()
     }
 
     fn drain(&mut self) -> Vec<Packet> {
-        self.fifo.bytes = 0;
-        self.fifo.packets.drain(..).collect()
+        self.fifo.drain_all()
     }
 }

@@ -8,7 +8,7 @@
 //! evenly. Above the curve every packet is dropped (or marked, with `ecn` unless
 //! `harddrop`).
 
-use super::codel::{CodelQueue, Fifo};
+use super::fifo::Fifo;
 use super::{Limits, Queue};
 use crate::packet::Packet;
 use crate::rng::Rng;
@@ -78,7 +78,7 @@ impl Queue for Red {
             let idle_packets = now.saturating_since(since).as_secs_f64() / packet_time;
             self.average *= (1.0 - weight).powf(idle_packets);
         }
-        self.average = (1.0 - weight) * self.average + weight * self.fifo.bytes as f64;
+        self.average = (1.0 - weight) * self.average + weight * self.fifo.len_bytes() as f64;
 
         let probability = drop_curve(&self.config, self.average);
         let early = if probability <= 0.0 {
@@ -102,42 +102,33 @@ impl Queue for Red {
             match verdicts.drop_or_mark(packet, DropReason::Red, now, may_mark) {
                 Some(marked) => packet = marked,
                 None => {
-                    if self.fifo.bytes == 0 {
+                    if self.fifo.len_bytes() == 0 {
                         self.idle_since = Some(now);
                     }
                     return;
                 }
             }
         }
-        if self
-            .limits
-            .admits(self.fifo.packets.len(), self.fifo.bytes, packet.len_bytes)
-        {
-            packet.enqueued = now;
-            self.fifo.push(packet);
-        } else {
-            verdicts.drop_packet(packet, DropReason::QueueFull, now);
-        }
+        self.fifo.offer(now, packet, self.limits, verdicts);
     }
 
     fn dequeue(&mut self, now: Instant, _verdicts: &mut Verdicts) -> Option<Packet> {
         let packet = self.fifo.pop()?;
-        if self.fifo.bytes == 0 {
+        if self.fifo.len_bytes() == 0 {
             self.idle_since = Some(now);
         }
         Some(packet)
     }
 
     fn len_packets(&self) -> usize {
-        self.fifo.packets.len()
+        self.fifo.len_packets()
     }
 
     fn len_bytes(&self) -> u64 {
-        self.fifo.bytes
+        self.fifo.len_bytes()
     }
 
     fn drain(&mut self) -> Vec<Packet> {
-        self.fifo.bytes = 0;
-        self.fifo.packets.drain(..).collect()
+        self.fifo.drain_all()
     }
 }
