@@ -537,11 +537,7 @@ impl Link {
             release(delay, now, &mut moving);
         }
         if !self.retired_delays.is_empty() {
-            for retired in &mut self.retired_delays {
-                release(retired, now, &mut moving);
-            }
-            self.retired_delays.retain(|d| d.len_packets() > 0);
-            moving.sort_by_key(|(at, _)| *at);
+            release_retired(&mut self.retired_delays, now, &mut moving);
         }
         for (at, packet) in moving.drain(..) {
             self.after_delay(at, packet);
@@ -550,11 +546,7 @@ impl Link {
             release(slot, now, &mut moving);
         }
         if !self.retired_slots.is_empty() {
-            for retired in &mut self.retired_slots {
-                release(retired, now, &mut moving);
-            }
-            self.retired_slots.retain(|s| s.len_packets() > 0);
-            moving.sort_by_key(|(at, _)| *at);
+            release_retired(&mut self.retired_slots, now, &mut moving);
         }
         for (at, packet) in moving.drain(..) {
             self.truth.depart(at, &packet);
@@ -562,6 +554,19 @@ impl Link {
         }
         self.moving = moving;
     }
+}
+
+/// Takes what stages retired by `set_spec` release by `now`, merged in time order with what
+/// `out` already holds, and forgets the ones that are empty. Off the hot path: retired
+/// stages exist only for a while after a change.
+#[cold]
+#[inline(never)]
+fn release_retired<S: Stage>(retired: &mut Vec<S>, now: Instant, out: &mut Vec<(Instant, Packet)>) {
+    for stage in retired.iter_mut() {
+        release(stage, now, out);
+    }
+    retired.retain(|stage| stage.len_packets() > 0);
+    out.sort_by_key(|(at, _)| *at);
 }
 
 /// Takes every packet `stage` releases by `now`, with its release instant.
