@@ -10,6 +10,8 @@ mod fifo;
 mod fq_codel;
 mod pie;
 mod red;
+#[cfg(test)]
+mod testing;
 
 pub use codel::{Codel, CodelState};
 pub use fifo::{HeadDrop, TailDrop};

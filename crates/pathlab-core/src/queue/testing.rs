@@ -1,0 +1,188 @@
+//! A virtual-time test bench for queue disciplines: sources of synthetic packets feed a
+//! [`Queue`], and a server drains it at a fixed line rate, calling `dequeue` exactly when
+//! the line is free, as the link does.
+//!
+//! Everything is deterministic: time is virtual, Poisson gaps come from a seeded [`Rng`].
+
+use super::Queue;
+use crate::packet::{Ecn, Packet};
+use crate::rng::Rng;
+use crate::time::{Duration, Instant};
+use crate::units::BitsPerSec;
+use crate::verdict::{DropReason, Verdicts};
+
+/// How a source spaces its packets.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Spacing {
+    /// Constant bit rate: one packet every `gap`.
+    Constant(Duration),
+    /// Poisson arrivals with mean gap `mean`.
+    Poisson(Duration),
+}
+
+/// A stream of equal-sized packets of one flow, sent from `start` until `stop`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Source {
+    pub flow: u64,
+    pub len_bytes: u32,
+    pub ecn: Ecn,
+    pub spacing: Spacing,
+    pub start: Instant,
+    pub stop: Instant,
+}
+
+impl Source {
+    /// A constant-bit-rate source of `len_bytes` packets at `rate`, for the whole run.
+    pub(crate) fn cbr(flow: u64, len_bytes: u32, rate: BitsPerSec) -> Source {
+        Source {
+            flow,
+            len_bytes,
+            ecn: Ecn::NotEct,
+            spacing: Spacing::Constant(rate.serialization_time(u64::from(len_bytes))),
+            start: Instant::ZERO,
+            stop: Instant::MAX,
+        }
+    }
+
+    /// A Poisson source of `len_bytes` packets with mean rate `rate`.
+    pub(crate) fn poisson(flow: u64, len_bytes: u32, rate: BitsPerSec) -> Source {
+        Source {
+            spacing: Spacing::Poisson(rate.serialization_time(u64::from(len_bytes))),
+            ..Source::cbr(flow, len_bytes, rate)
+        }
+    }
+}
+
+/// A packet that left the queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Departure {
+    pub flow: u64,
+    pub len_bytes: u32,
+    /// When the server took it (start of transmission).
+    pub at: Instant,
+    /// Time it waited in the queue.
+    pub sojourn: Duration,
+    pub ce: bool,
+}
+
+/// A packet the queue dropped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Drop {
+    pub flow: u64,
+    pub at: Instant,
+    pub reason: DropReason,
+}
+
+/// Everything a run produced.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub offered: u64,
+    pub departures: Vec<Departure>,
+    pub drops: Vec<Drop>,
+    pub ce_marked: u64,
+}
+
+impl Outcome {
+    /// Drops for `reason`.
+    pub(crate) fn drops_for(&self, reason: DropReason) -> usize {
+        self.drops.iter().filter(|d| d.reason == reason).count()
+    }
+
+    /// Bytes delivered by `flow` at or after `from`.
+    pub(crate) fn bytes_of(&self, flow: u64, from: Instant) -> u64 {
+        self.departures
+            .iter()
+            .filter(|d| d.flow == flow && d.at >= from)
+            .map(|d| u64::from(d.len_bytes))
+            .sum()
+    }
+
+    /// Sojourn times of `flow`'s packets (any flow if `None`) that left at or after `from`.
+    pub(crate) fn sojourns(&self, flow: Option<u64>, from: Instant) -> Vec<Duration> {
+        self.departures
+            .iter()
+            .filter(|d| d.at >= from && flow.is_none_or(|f| f == d.flow))
+            .map(|d| d.sojourn)
+            .collect()
+    }
+}
+
+/// The `q`-quantile (0..=1) of `values` (nearest rank); zero when empty.
+pub(crate) fn quantile(mut values: Vec<Duration>, q: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort_unstable();
+    let rank = ((values.len() - 1) as f64 * q).round() as usize;
+    values[rank]
+}
+
+/// Feeds `sources` into `queue`, served at `line` until `end`. At equal instants arrivals
+/// come before the server, so a packet arriving as the line frees can leave at once.
+pub(crate) fn run(
+    queue: &mut dyn Queue,
+    sources: &[Source],
+    line: BitsPerSec,
+    end: Instant,
+    seed: u64,
+) -> Outcome {
+    let mut rng = Rng::seed_from(seed);
+    let mut next_arrival: Vec<Instant> = sources.iter().map(|s| s.start).collect();
+    let mut outcome = Outcome::default();
+    let mut verdicts = Verdicts::default();
+    // When the line is next free; `None` while it idles on an empty queue.
+    let mut line_free: Option<Instant> = Some(Instant::ZERO);
+    let mut id = 0;
+    loop {
+        let arrival = next_arrival
+            .iter()
+            .enumerate()
+            .filter(|&(i, at)| *at < sources[i].stop && *at < end)
+            .min_by_key(|&(_, at)| *at);
+        let service = line_free.filter(|at| *at < end);
+        match (arrival, service) {
+            (None, None) => break,
+            (Some((index, &at)), service) if service.is_none_or(|s| at <= s) => {
+                let source = &sources[index];
+                id += 1;
+                let mut packet = Packet::synthetic(at, source.len_bytes, source.flow, source.ecn);
+                packet.id = id;
+                outcome.offered += 1;
+                queue.enqueue(at, packet, &mut verdicts);
+                next_arrival[index] = at
+                    + match source.spacing {
+                        Spacing::Constant(gap) => gap,
+                        Spacing::Poisson(mean) => {
+                            Duration::from_secs_f64(mean.as_secs_f64() * rng.exponential())
+                        }
+                    };
+                if line_free.is_none() {
+                    line_free = Some(at);
+                }
+            }
+            (_, Some(now)) => match queue.dequeue(now, &mut verdicts) {
+                Some(packet) => {
+                    outcome.departures.push(Departure {
+                        flow: packet.flow,
+                        len_bytes: packet.len_bytes,
+                        at: now,
+                        sojourn: now.saturating_since(packet.enqueued),
+                        ce: packet.ecn == Ecn::Ce,
+                    });
+                    line_free = Some(now + line.serialization_time(u64::from(packet.len_bytes)));
+                }
+                None => line_free = None,
+            },
+            (Some(_), None) => unreachable!("a lone arrival matches the arm above"),
+        }
+        outcome
+            .drops
+            .extend(verdicts.dropped.drain(..).map(|d| Drop {
+                flow: d.packet.flow,
+                at: d.at,
+                reason: d.reason,
+            }));
+        outcome.ce_marked += std::mem::take(&mut verdicts.ce_marked);
+    }
+    outcome
+}
