@@ -189,3 +189,151 @@ impl FqCodel {
             || self.limits.bytes.is_some_and(|limit| self.bytes > limit)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::packet::Ecn;
+    use crate::queue::testing::{run, Source};
+    use crate::units::BitsPerSec;
+
+    const LINE: BitsPerSec = BitsPerSec::mbit(10);
+
+    fn fq(packets: u32) -> FqCodel {
+        let fq = FqCodel::new(
+            FqCodelConfig::default(),
+            Limits {
+                packets,
+                bytes: None,
+            },
+            Rng::seed_from(7),
+        );
+        assert_ne!(fq.bucket(1), fq.bucket(2), "the test needs two queues");
+        fq
+    }
+
+    /// A sparse flow (100 B every 10 ms) beside a bulk flow offering twice the line rate.
+    ///
+    /// RFC 8290 section 4.2 (and 1.3): a flow with no queue, once the scheduler has found
+    /// it empty and removed it, enters the new list on its next packet and is served before
+    /// any old flow. The bulk flow alone is on the old list; after the sparse packet is
+    /// sent, the sparse flow is moved to the old list's tail and removed as soon as the
+    /// round reaches it, after at most quantum + one packet of bulk (2 x 1.2 ms), long
+    /// before its next packet 10 ms later. So each sparse packet waits only for the bulk
+    /// packet being transmitted when it arrives: sojourn < 1500 x 8 / 10 Mbit/s = 1.2 ms.
+    #[test]
+    fn fq_codel_sparse_flow_skips_the_bulk_queue() {
+        let mut queue = fq(10_240);
+        let mut sparse = Source::cbr(2, 100, BitsPerSec::kbit(80));
+        sparse.start = Instant::from_micros(333);
+        let sources = [Source::cbr(1, 1500, BitsPerSec::mbit(20)), sparse];
+        let out = run(&mut queue, &sources, LINE, Instant::from_secs(20), 1);
+        let one_bulk_packet = LINE.serialization_time(1500);
+        // Skip the first sparse packet: at 333 us the bulk flow is itself still new and
+        // spends its first quantum (two packets) ahead of it.
+        let sparse_sojourns = out.sojourns(Some(2), Instant::from_millis(5));
+        assert!(sparse_sojourns.len() >= 1998);
+        assert!(sparse_sojourns.iter().all(|s| *s < one_bulk_packet));
+        assert!(out.drops.iter().all(|d| d.flow == 1));
+    }
+
+    /// Deficit round robin with a byte quantum gives backlogged flows equal bytes whatever
+    /// their packet sizes (RFC 8290 section 4, after Shreedhar and Varghese 1996): each
+    /// flow's lead is bounded by quantum + one packet, so over 30 s at 10 Mbit/s
+    /// (37.5 MB) the shares differ by far less than 1%.
+    #[test]
+    fn fq_codel_gives_backlogged_flows_equal_bytes() {
+        let mut queue = fq(10_240);
+        let sources = [
+            Source::cbr(1, 1500, BitsPerSec::mbit(10)),
+            Source::cbr(2, 300, BitsPerSec::mbit(10)),
+        ];
+        let out = run(&mut queue, &sources, LINE, Instant::from_secs(30), 1);
+        let from = Instant::from_secs(1);
+        let (a, b) = (out.bytes_of(1, from), out.bytes_of(2, from));
+        let ratio = a as f64 / b as f64;
+        assert!((ratio - 1.0).abs() < 0.01, "{a} vs {b}");
+    }
+
+    /// Overflow drops come from the flow with the most bytes, a batch at a time: up to
+    /// drop_batch packets or half its backlog (RFC 8290 section 4.1, Linux's batch drop).
+    #[test]
+    fn fq_codel_overflow_drops_the_fattest_flow() {
+        let mut queue = fq(100);
+        let mut verdicts = Verdicts::default();
+        let now = Instant::ZERO;
+        for _ in 0..80 {
+            queue.enqueue(
+                now,
+                Packet::synthetic(now, 1500, 1, Ecn::NotEct),
+                &mut verdicts,
+            );
+        }
+        for _ in 0..21 {
+            queue.enqueue(
+                now,
+                Packet::synthetic(now, 100, 2, Ecn::NotEct),
+                &mut verdicts,
+            );
+        }
+        // 101 > 100 packets: half of flow 1's 120,000 bytes is 40 packets (< 64).
+        assert_eq!(verdicts.dropped.len(), 40);
+        assert!(verdicts
+            .dropped
+            .iter()
+            .all(|d| d.packet.flow == 1 && d.reason == DropReason::QueueFull));
+        assert_eq!(
+            (queue.len_packets(), queue.len_bytes()),
+            (61, 40 * 1500 + 2100)
+        );
+
+        // Under load: a flow under its fair share never loses a packet to overflow.
+        let mut queue = fq(200);
+        let sources = [
+            Source::cbr(1, 1500, BitsPerSec::mbit(30)),
+            Source::poisson(2, 500, BitsPerSec::mbit(3)),
+        ];
+        let out = run(&mut queue, &sources, LINE, Instant::from_secs(10), 1);
+        assert!(out.drops_for(DropReason::QueueFull) > 1000);
+        assert!(out.drops.iter().all(|d| d.flow == 1));
+    }
+
+    /// RFC 8290 section 4.2: a new flow that empties goes to the old list (so it cannot
+    /// come back as new at once), and an empty old flow leaves the lists.
+    #[test]
+    fn fq_codel_moves_an_emptied_new_flow_to_the_old_list() {
+        let mut queue = fq(100);
+        let mut verdicts = Verdicts::default();
+        let now = Instant::ZERO;
+        let a = queue.bucket(1);
+        queue.enqueue(
+            now,
+            Packet::synthetic(now, 100, 1, Ecn::NotEct),
+            &mut verdicts,
+        );
+        assert_eq!(queue.flows[a].list, Some(List::New));
+        assert!(queue.dequeue(now, &mut verdicts).is_some());
+        // Another flow keeps the scheduler busy, so the walk stops after flow 1 moved.
+        queue.enqueue(
+            now,
+            Packet::synthetic(now, 100, 2, Ecn::NotEct),
+            &mut verdicts,
+        );
+        assert_eq!(queue.dequeue(now, &mut verdicts).map(|p| p.flow), Some(2));
+        assert_eq!(queue.flows[a].list, Some(List::Old));
+        // A packet now joins flow 1 on the old list, behind nobody but not as new.
+        queue.enqueue(
+            now,
+            Packet::synthetic(now, 100, 1, Ecn::NotEct),
+            &mut verdicts,
+        );
+        assert_eq!(queue.flows[a].list, Some(List::Old));
+        assert!(queue.dequeue(now, &mut verdicts).is_some());
+        assert!(queue.dequeue(now, &mut verdicts).is_none());
+        assert!(queue
+            .flows
+            .iter()
+            .all(|f| f.list.is_none() || f.fifo.len_packets() == 0));
+        assert!(queue.new_flows.is_empty() && queue.old_flows.is_empty());
+    }
+}
