@@ -119,12 +119,24 @@ pub(crate) fn quantile(mut values: Vec<Duration>, q: f64) -> Duration {
 
 /// Feeds `sources` into `queue`, served at `line` until `end`. At equal instants arrivals
 /// come before the server, so a packet arriving as the line frees can leave at once.
-pub(crate) fn run(
-    queue: &mut dyn Queue,
+pub(crate) fn run<Q: Queue + ?Sized>(
+    queue: &mut Q,
     sources: &[Source],
     line: BitsPerSec,
     end: Instant,
     seed: u64,
+) -> Outcome {
+    run_observed(queue, sources, line, end, seed, |_, _| {})
+}
+
+/// [`run`], calling `observe(queue, now)` after every arrival and every dequeue.
+pub(crate) fn run_observed<Q: Queue + ?Sized>(
+    queue: &mut Q,
+    sources: &[Source],
+    line: BitsPerSec,
+    end: Instant,
+    seed: u64,
+    mut observe: impl FnMut(&Q, Instant),
 ) -> Outcome {
     let mut rng = Rng::seed_from(seed);
     let mut next_arrival: Vec<Instant> = sources.iter().map(|s| s.start).collect();
@@ -159,20 +171,25 @@ pub(crate) fn run(
                 if line_free.is_none() {
                     line_free = Some(at);
                 }
+                observe(queue, at);
             }
-            (_, Some(now)) => match queue.dequeue(now, &mut verdicts) {
-                Some(packet) => {
-                    outcome.departures.push(Departure {
-                        flow: packet.flow,
-                        len_bytes: packet.len_bytes,
-                        at: now,
-                        sojourn: now.saturating_since(packet.enqueued),
-                        ce: packet.ecn == Ecn::Ce,
-                    });
-                    line_free = Some(now + line.serialization_time(u64::from(packet.len_bytes)));
+            (_, Some(now)) => {
+                match queue.dequeue(now, &mut verdicts) {
+                    Some(packet) => {
+                        outcome.departures.push(Departure {
+                            flow: packet.flow,
+                            len_bytes: packet.len_bytes,
+                            at: now,
+                            sojourn: now.saturating_since(packet.enqueued),
+                            ce: packet.ecn == Ecn::Ce,
+                        });
+                        line_free =
+                            Some(now + line.serialization_time(u64::from(packet.len_bytes)));
+                    }
+                    None => line_free = None,
                 }
-                None => line_free = None,
-            },
+                observe(queue, now);
+            }
             (Some(_), None) => unreachable!("a lone arrival matches the arm above"),
         }
         outcome
