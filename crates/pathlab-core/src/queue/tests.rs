@@ -153,10 +153,10 @@ fn red_curve_is_linear_between_its_thresholds() {
 }
 
 /// With the average held at a fixed point of the linear region (weight 1 and a backlog
-/// kept at 20 packets), Floyd and Jacobson's pseudo-code (count reset to 0 on a drop and
-/// incremented before pa = pb / (1 - count pb)) gives P(gap = k) = pb / (1 - pb) for
-/// k = 1 .. 1/pb - 1: the gap is uniform with mean 1 / (2 pb), so the drop fraction is
-/// 2 pb (Floyd and Jacobson 1993, section 7 and the algorithm of figure 2).
+/// kept at 20 packets), Floyd and Jacobson's count method (pa = pb / (1 - count pb), count
+/// = packets let through since the last drop) gives P(gap = k) = pb for k = 1 ..= 1/pb:
+/// the gap is uniform with mean (1 + 1/pb) / 2, so the drop fraction is 2 pb / (1 + pb)
+/// (Floyd and Jacobson 1993, section 7).
 #[test]
 fn red_drop_fraction_follows_the_count_method() {
     for max_p in [0.02, 0.1] {
@@ -180,7 +180,7 @@ fn red_drop_fraction_follows_the_count_method() {
             }
         }
         let pb = max_p * 0.5; // backlog 20,000 bytes: halfway between min and max
-        let expected = 2.0 * pb;
+        let expected = 2.0 * pb / (1.0 + pb);
         let fraction = verdicts.dropped.len() as f64 / f64::from(trials as u32);
         assert!(
             (fraction - expected).abs() / expected < 0.03,
