@@ -402,4 +402,22 @@ mod tests {
             assert_eq!(departure.ce, departure.sojourn > Duration::from_millis(1));
         }
     }
+
+    /// RFC 8289 section 5.2: with no more than one MTU queued the link is not the cause
+    /// of the delay, so CoDel never drops, however long that packet waits.
+    #[test]
+    fn codel_never_drops_with_only_one_packet_queued() {
+        let mut codel = Codel::new(CodelConfig::default(), limits(1000));
+        let mut verdicts = Verdicts::default();
+        for i in 0..1000 {
+            let at = Instant::from_millis(i * 60);
+            codel.enqueue(
+                at,
+                Packet::synthetic(at, 1500, 0, Ecn::NotEct),
+                &mut verdicts,
+            );
+            codel.dequeue(at + Duration::from_millis(50), &mut verdicts);
+        }
+        assert!(verdicts.dropped.is_empty());
+    }
 }

@@ -89,6 +89,3 @@ pub fn build(spec: &QueueSpec, rng: Rng) -> Box<dyn Queue> {
         Discipline::Pie(config) => Box::new(Pie::new(config, limits, rng)),
     }
 }
-
-#[cfg(test)]
-mod tests;

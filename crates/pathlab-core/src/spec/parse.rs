@@ -481,17 +481,11 @@ impl<'a> Parser<'a> {
             max_packets: None,
             max_bytes: None,
         };
-        loop {
-            match self.peek() {
-                Some("packets") => {
-                    self.next += 1;
-                    spec.max_packets = Some(self.count("slot packets")?);
-                }
-                Some("bytes") => {
-                    self.next += 1;
-                    spec.max_bytes = Some(self.required("slot bytes", SIZE, units::size)?.0);
-                }
-                _ => break,
+        while let Some(option) = self.option(&["packets", "bytes"]) {
+            if option == "packets" {
+                spec.max_packets = Some(self.count("slot packets")?);
+            } else {
+                spec.max_bytes = Some(self.required("slot bytes", SIZE, units::size)?.0);
             }
         }
         Ok(spec)
@@ -552,48 +546,68 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
-    /// CoDel's options; returns at the first token that is not one.
+    /// Takes the next token if it is one of a discipline's `options`.
+    fn option(&mut self, options: &[&'static str]) -> Option<&'static str> {
+        let token = self.peek()?;
+        let option = options.iter().find(|o| **o == token)?;
+        self.next += 1;
+        Some(option)
+    }
+
+    /// A byte count that must fit a u32 and be at least `min`.
+    fn bytes_u32(
+        &mut self,
+        keyword: &str,
+        min: u32,
+        range: &'static str,
+    ) -> Result<u32, SpecError> {
+        let (bytes, token) = self.required(keyword, SIZE, units::size)?;
+        u32::try_from(bytes)
+            .ok()
+            .filter(|b| *b >= min)
+            .ok_or_else(|| SpecError::OutOfRange {
+                what: keyword.to_owned(),
+                range,
+                got: token.to_owned(),
+            })
+    }
+
+    /// Applies one of CoDel's options (shared by codel and fq_codel).
+    fn codel_option(&mut self, option: &str, config: &mut CodelConfig) -> Result<(), SpecError> {
+        match option {
+            "target" => config.target = self.time(option)?,
+            "interval" => config.interval = self.time(option)?,
+            "ce_threshold" => config.ce_threshold = Some(self.time(option)?),
+            "ecn" => config.ecn = true,
+            _ => config.ecn = false, // noecn
+        }
+        Ok(())
+    }
+
     fn codel(&mut self, mut config: CodelConfig) -> Result<CodelConfig, SpecError> {
-        loop {
-            match self.peek() {
-                Some("target") => {
-                    self.next += 1;
-                    config.target = self.time("target")?;
-                }
-                Some("interval") => {
-                    self.next += 1;
-                    config.interval = self.time("interval")?;
-                }
-                Some("ce_threshold") => {
-                    self.next += 1;
-                    config.ce_threshold = Some(self.time("ce_threshold")?);
-                }
-                Some("ecn") => {
-                    self.next += 1;
-                    config.ecn = true;
-                }
-                Some("noecn") => {
-                    self.next += 1;
-                    config.ecn = false;
-                }
-                _ => break,
-            }
+        while let Some(option) = self.option(CODEL_OPTIONS) {
+            self.codel_option(option, &mut config)?;
         }
-        if config.target.is_zero() || config.interval.is_zero() {
-            return Err(SpecError::Conflict(
-                "codel's target and interval must be longer than zero".into(),
-            ));
-        }
+        check_codel(&config)?;
         Ok(config)
     }
 
     fn fq_codel(&mut self) -> Result<FqCodelConfig, SpecError> {
+        const OPTIONS: &[&str] = &[
+            "flows",
+            "quantum",
+            "drop_batch",
+            "target",
+            "interval",
+            "ce_threshold",
+            "ecn",
+            "noecn",
+        ];
         let mut config = FqCodelConfig::default();
-        loop {
-            match self.peek() {
-                Some("flows") => {
-                    self.next += 1;
-                    config.flows = self.count("flows")?;
+        while let Some(option) = self.option(OPTIONS) {
+            match option {
+                "flows" => {
+                    config.flows = self.count(option)?;
                     if !(1..=65_536).contains(&config.flows) {
                         return Err(SpecError::OutOfRange {
                             what: "flows".into(),
@@ -602,74 +616,40 @@ impl<'a> Parser<'a> {
                         });
                     }
                 }
-                Some("quantum") => {
-                    self.next += 1;
-                    let (bytes, token) = self.required("quantum", SIZE, units::size)?;
-                    config.quantum =
-                        u32::try_from(bytes)
-                            .ok()
-                            .filter(|q| *q >= 64)
-                            .ok_or_else(|| SpecError::OutOfRange {
-                                what: "quantum".into(),
-                                range: "at least 64 bytes",
-                                got: token.to_owned(),
-                            })?;
-                }
-                Some("drop_batch") => {
-                    self.next += 1;
-                    config.drop_batch = self.count("drop_batch")?.max(1);
-                }
-                Some("target" | "interval" | "ce_threshold" | "ecn" | "noecn") => {
-                    config.codel = self.codel(config.codel)?;
-                }
-                _ => break,
+                "quantum" => config.quantum = self.bytes_u32(option, 64, "at least 64 bytes")?,
+                "drop_batch" => config.drop_batch = self.count(option)?.max(1),
+                codel => self.codel_option(codel, &mut config.codel)?,
             }
         }
+        check_codel(&config.codel)?;
         Ok(config)
     }
 
     fn pie(&mut self) -> Result<PieConfig, SpecError> {
+        const OPTIONS: &[&str] = &[
+            "target",
+            "tupdate",
+            "max_burst",
+            "alpha",
+            "beta",
+            "ecn",
+            "noecn",
+            "bytemode",
+            "dq_rate_estimator",
+        ];
         let mut config = PieConfig::default();
         let float = |t: &str| t.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
-        loop {
-            match self.peek() {
-                Some("target") => {
-                    self.next += 1;
-                    config.target = self.time("target")?;
-                }
-                Some("tupdate") => {
-                    self.next += 1;
-                    config.tupdate = self.time("tupdate")?;
-                }
-                Some("max_burst") => {
-                    self.next += 1;
-                    config.max_burst = self.time("max_burst")?;
-                }
-                Some("alpha") => {
-                    self.next += 1;
-                    config.alpha = self.required("alpha", "a number like 0.125", float)?.0;
-                }
-                Some("beta") => {
-                    self.next += 1;
-                    config.beta = self.required("beta", "a number like 1.25", float)?.0;
-                }
-                Some("ecn") => {
-                    self.next += 1;
-                    config.ecn = true;
-                }
-                Some("noecn") => {
-                    self.next += 1;
-                    config.ecn = false;
-                }
-                Some("bytemode") => {
-                    self.next += 1;
-                    config.bytemode = true;
-                }
-                Some("dq_rate_estimator") => {
-                    self.next += 1;
-                    config.dq_rate_estimator = true;
-                }
-                _ => break,
+        while let Some(option) = self.option(OPTIONS) {
+            match option {
+                "target" => config.target = self.time(option)?,
+                "tupdate" => config.tupdate = self.time(option)?,
+                "max_burst" => config.max_burst = self.time(option)?,
+                "alpha" => config.alpha = self.required(option, "a number like 0.125", float)?.0,
+                "beta" => config.beta = self.required(option, "a number like 1.25", float)?.0,
+                "ecn" => config.ecn = true,
+                "noecn" => config.ecn = false,
+                "bytemode" => config.bytemode = true,
+                _ => config.dq_rate_estimator = true,
             }
         }
         if config.tupdate.is_zero() || config.target.is_zero() {
@@ -682,34 +662,30 @@ impl<'a> Parser<'a> {
 
     /// RED's options; thresholds default from the limit, so they are resolved in `finish`.
     fn red(&mut self) -> Result<(), SpecError> {
+        const OPTIONS: &[&str] = &[
+            "min",
+            "max",
+            "avpkt",
+            "probability",
+            "burst",
+            "weight",
+            "ecn",
+            "gentle",
+            "harddrop",
+        ];
         let mut config = RedConfig::default();
         let (mut min, mut max, mut burst, mut weight) = (None, None, None, None);
-        loop {
-            match self.peek() {
-                Some("min") => {
-                    self.next += 1;
-                    min = Some(self.required("min", SIZE, units::size)?.0);
-                }
-                Some("max") => {
-                    self.next += 1;
-                    max = Some(self.required("max", SIZE, units::size)?.0);
-                }
-                Some("avpkt") => {
-                    self.next += 1;
-                    let (bytes, token) = self.required("avpkt", SIZE, units::size)?;
+        let fraction = |t: &str| t.parse::<f64>().ok().filter(|w| *w > 0.0 && *w <= 1.0);
+        while let Some(option) = self.option(OPTIONS) {
+            match option {
+                "min" => min = Some(self.required(option, SIZE, units::size)?.0),
+                "max" => max = Some(self.required(option, SIZE, units::size)?.0),
+                "avpkt" => {
                     config.avpkt_bytes =
-                        u32::try_from(bytes)
-                            .ok()
-                            .filter(|b| *b > 0)
-                            .ok_or_else(|| SpecError::OutOfRange {
-                                what: "avpkt".into(),
-                                range: "between 1 and 4294967295 bytes",
-                                got: token.to_owned(),
-                            })?;
+                        self.bytes_u32(option, 1, "between 1 and 4294967295 bytes")?;
                 }
-                Some("probability") => {
-                    self.next += 1;
-                    config.max_probability = self.percent("probability", "red probability")?;
+                "probability" => {
+                    config.max_probability = self.percent(option, "red probability")?;
                     if config.max_probability.is_zero() {
                         return Err(SpecError::OutOfRange {
                             what: "red probability".into(),
@@ -718,31 +694,16 @@ impl<'a> Parser<'a> {
                         });
                     }
                 }
-                Some("burst") => {
-                    self.next += 1;
-                    burst = Some(self.count("burst")? as f64);
-                }
-                Some("weight") => {
-                    self.next += 1;
-                    let parse = |t: &str| t.parse::<f64>().ok().filter(|w| *w > 0.0 && *w <= 1.0);
+                "burst" => burst = Some(f64::from(self.count(option)?)),
+                "weight" => {
                     weight = Some(
-                        self.required("weight", "a number in (0, 1] like 0.002", parse)?
+                        self.required(option, "a number in (0, 1] like 0.002", fraction)?
                             .0,
                     );
                 }
-                Some("ecn") => {
-                    self.next += 1;
-                    config.ecn = true;
-                }
-                Some("gentle") => {
-                    self.next += 1;
-                    config.gentle = true;
-                }
-                Some("harddrop") => {
-                    self.next += 1;
-                    config.harddrop = true;
-                }
-                _ => break,
+                "ecn" => config.ecn = true,
+                "gentle" => config.gentle = true,
+                _ => config.harddrop = true,
             }
         }
         self.red = Some((config, min, max, burst, weight));
@@ -803,6 +764,17 @@ impl<'a> Parser<'a> {
         }
         Ok(self.spec)
     }
+}
+
+const CODEL_OPTIONS: &[&str] = &["target", "interval", "ce_threshold", "ecn", "noecn"];
+
+fn check_codel(config: &CodelConfig) -> Result<(), SpecError> {
+    if config.target.is_zero() || config.interval.is_zero() {
+        return Err(SpecError::Conflict(
+            "codel's target and interval must be longer than zero".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// tc-red's choice of EWMA weight: the largest power of 1/2 such that a burst of `burst`

@@ -24,9 +24,7 @@
 //! header (anywhere in `data` if no IP header was parsed; a synthetic packet without bytes
 //! is only flagged), and sets `corrupted`.
 
-use std::collections::VecDeque;
-
-use super::Stage;
+use super::{Outbox, Stage};
 use crate::packet::Packet;
 use crate::rng::Rng;
 use crate::spec::Chance;
@@ -91,7 +89,7 @@ impl CorrelatedChance {
 #[derive(Debug)]
 pub struct Duplicate {
     coin: CorrelatedChance,
-    out: VecDeque<(Instant, Packet)>,
+    out: Outbox,
     /// Packets duplicated so far.
     pub duplicated: u64,
 }
@@ -101,7 +99,7 @@ impl Duplicate {
     pub fn new(chance: Chance, rng: Rng) -> Duplicate {
         Duplicate {
             coin: CorrelatedChance::new(chance, rng),
-            out: VecDeque::new(),
+            out: Outbox::default(),
             duplicated: 0,
         }
     }
@@ -112,21 +110,17 @@ impl Stage for Duplicate {
         if self.coin.flip() {
             self.duplicated += 1;
             let copy = packet.clone();
-            self.out.push_back((now, packet));
-            self.out.push_back((now, copy));
+            self.out.push(now, packet);
+            self.out.push(now, copy);
         } else {
-            self.out.push_back((now, packet));
+            self.out.push(now, packet);
         }
     }
     fn dequeue(&mut self, now: Instant) -> Option<Packet> {
-        if self.out.front()?.0 <= now {
-            self.out.pop_front().map(|(_, packet)| packet)
-        } else {
-            None
-        }
+        self.out.dequeue(now)
     }
     fn poll_at(&self) -> Option<Instant> {
-        self.out.front().map(|(at, _)| *at)
+        self.out.poll_at()
     }
     fn len_packets(&self) -> usize {
         self.out.len()
@@ -138,7 +132,7 @@ impl Stage for Duplicate {
 pub struct Corrupt {
     coin: CorrelatedChance,
     rng: Rng,
-    out: VecDeque<(Instant, Packet)>,
+    out: Outbox,
     /// Packets corrupted so far.
     pub corrupted: u64,
 }
@@ -149,7 +143,7 @@ impl Corrupt {
         Corrupt {
             coin: CorrelatedChance::new(chance, rng.fork()),
             rng,
-            out: VecDeque::new(),
+            out: Outbox::default(),
             corrupted: 0,
         }
     }
@@ -177,17 +171,13 @@ impl Stage for Corrupt {
             self.corrupted += 1;
             Corrupt::corrupt(&mut packet, &mut self.rng);
         }
-        self.out.push_back((now, packet));
+        self.out.push(now, packet);
     }
     fn dequeue(&mut self, now: Instant) -> Option<Packet> {
-        if self.out.front()?.0 <= now {
-            self.out.pop_front().map(|(_, packet)| packet)
-        } else {
-            None
-        }
+        self.out.dequeue(now)
     }
     fn poll_at(&self) -> Option<Instant> {
-        self.out.front().map(|(at, _)| *at)
+        self.out.poll_at()
     }
     fn len_packets(&self) -> usize {
         self.out.len()
@@ -198,7 +188,7 @@ impl Stage for Corrupt {
 mod tests {
     use super::*;
     use crate::packet::Ecn;
-    use crate::stage::testutil::lag1;
+    use crate::stage::testutil::{binomial_bound, lag1};
     use crate::units::Probability;
 
     fn chance(p: f64, c: f64) -> Chance {
@@ -215,10 +205,8 @@ mod tests {
             let mut coin = CorrelatedChance::new(chance(p, c), Rng::seed_from(21));
             let events: Vec<bool> = (0..n).map(|_| coin.flip()).collect();
             let k = events.iter().filter(|&&e| e).count() as f64;
-            // 99.9% binomial bound widened by the Markov chain's variance inflation
-            // (1 + c) / (1 - c) (the lag-k correlation is c^k; sum over k gives it).
             let np = n as f64 * p;
-            let bound = 3.29 * (np * (1.0 - p) * (1.0 + c) / (1.0 - c)).sqrt();
+            let bound = binomial_bound(n as f64, p, c);
             assert!(
                 (k - np).abs() <= bound,
                 "p={p} c={c}: {k} vs {np} +- {bound}"
@@ -249,7 +237,7 @@ mod tests {
         let k = stage.duplicated as f64;
         let np = f64::from(n) * p;
         eprintln!("duplicate: {k} of {n} (expected {np})");
-        let bound = 3.29 * (np * (1.0 - p)).sqrt();
+        let bound = binomial_bound(n as f64, p, 0.0);
         assert!((k - np).abs() <= bound, "{k} vs {np} +- {bound}");
         assert_eq!(out.len() as u64, u64::from(n) + stage.duplicated);
         assert!(out.windows(2).all(|w| w[1] == w[0] || w[1] == w[0] + 1));

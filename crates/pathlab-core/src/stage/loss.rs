@@ -32,10 +32,8 @@
 //! With `ecn`, a chosen packet that is ECN-capable is marked CE and passes; others are
 //! dropped ([`Verdicts::drop_or_mark`] with [`DropReason::Loss`]), as netem's `ecn` does.
 
-use std::collections::VecDeque;
-
 use super::impair::CorrelatedChance;
-use super::Stage;
+use super::{Outbox, Stage};
 use crate::packet::Packet;
 use crate::rng::Rng;
 use crate::spec::LossSpec;
@@ -204,7 +202,7 @@ impl LossModel {
 pub struct LossStage {
     model: LossModel,
     ecn: bool,
-    out: VecDeque<(Instant, Packet)>,
+    out: Outbox,
     /// Packets the model chose (dropped or marked).
     pub lost: u64,
 }
@@ -215,7 +213,7 @@ impl LossStage {
         LossStage {
             model: LossModel::new(spec, rng),
             ecn,
-            out: VecDeque::new(),
+            out: Outbox::default(),
             lost: 0,
         }
     }
@@ -226,21 +224,17 @@ impl Stage for LossStage {
         if self.model.lose() {
             self.lost += 1;
             if let Some(marked) = verdicts.drop_or_mark(packet, DropReason::Loss, now, self.ecn) {
-                self.out.push_back((now, marked));
+                self.out.push(now, marked);
             }
         } else {
-            self.out.push_back((now, packet));
+            self.out.push(now, packet);
         }
     }
     fn dequeue(&mut self, now: Instant) -> Option<Packet> {
-        if self.out.front()?.0 <= now {
-            self.out.pop_front().map(|(_, packet)| packet)
-        } else {
-            None
-        }
+        self.out.dequeue(now)
     }
     fn poll_at(&self) -> Option<Instant> {
-        self.out.front().map(|(at, _)| *at)
+        self.out.poll_at()
     }
     fn len_packets(&self) -> usize {
         self.out.len()
@@ -252,7 +246,7 @@ mod tests {
     use super::*;
     use crate::packet::Ecn;
     use crate::spec::Chance;
-    use crate::stage::testutil::lag1;
+    use crate::stage::testutil::{binomial_bound, lag1};
     use crate::units::Probability;
 
     fn prob(p: f64) -> Probability {
@@ -297,7 +291,7 @@ mod tests {
             let np = n as f64 * p;
             eprintln!("random p={p}: {k} lost of {n} (expected {np})");
             // 99.9% two-sided normal bound of a binomial count.
-            let bound = 3.29 * (np * (1.0 - p)).sqrt();
+            let bound = binomial_bound(n as f64, p, 0.0);
             assert!((k - np).abs() <= bound, "p={p}: {k} vs {np} +- {bound}");
         }
     }
@@ -313,9 +307,7 @@ mod tests {
             let events = run(spec, n, 17);
             let k = fraction(&events) * n as f64;
             let np = n as f64 * p;
-            // Variance inflation of a Markov chain with lag-k correlation c^k:
-            // 1 + 2 sum c^k = (1 + c) / (1 - c).
-            let bound = 3.29 * (np * (1.0 - p) * (1.0 + c) / (1.0 - c)).sqrt();
+            let bound = binomial_bound(n as f64, p, c);
             assert!(
                 (k - np).abs() <= bound,
                 "p={p} c={c}: {k} vs {np} +- {bound}"

@@ -28,6 +28,8 @@ pub mod slot;
 #[cfg(test)]
 mod testutil;
 
+use std::collections::VecDeque;
+
 use crate::packet::Packet;
 use crate::time::Instant;
 use crate::verdict::Verdicts;
@@ -45,4 +47,31 @@ pub trait Stage {
     fn poll_at(&self) -> Option<Instant>;
     /// Packets held.
     fn len_packets(&self) -> usize;
+}
+
+/// What an instant stage (loss, duplicate, corrupt) has let through, each packet with the
+/// instant it left: the output side those stages share.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox(VecDeque<(Instant, Packet)>);
+
+impl Outbox {
+    pub(crate) fn push(&mut self, at: Instant, packet: Packet) {
+        self.0.push_back((at, packet));
+    }
+
+    pub(crate) fn dequeue(&mut self, now: Instant) -> Option<Packet> {
+        if self.0.front()?.0 <= now {
+            self.0.pop_front().map(|(_, packet)| packet)
+        } else {
+            None
+        }
+    }
+
+    pub(crate) fn poll_at(&self) -> Option<Instant> {
+        self.0.front().map(|(at, _)| *at)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
 }

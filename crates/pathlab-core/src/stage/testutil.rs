@@ -12,3 +12,10 @@ pub(crate) fn lag1(events: &[bool]) -> f64 {
         / (n - 1.0);
     cov / var
 }
+
+/// The 99.9% two-sided bound on |k - np| for k events in `n` trials of probability `p`
+/// (normal approximation, 3.29 standard deviations), widened for a Markov coin with lag-1
+/// correlation `c` by its variance inflation 1 + 2 sum c^k = (1 + c) / (1 - c).
+pub(crate) fn binomial_bound(n: f64, p: f64, c: f64) -> f64 {
+    3.29 * (n * p * (1.0 - p) * (1.0 + c) / (1.0 - c)).sqrt()
+}
