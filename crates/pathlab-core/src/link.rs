@@ -448,12 +448,18 @@ impl Link {
 
     /// A packet that has left the link by `now`, if any. Call until `None`.
     pub fn dequeue(&mut self, now: Instant) -> Option<Packet> {
+        self.dequeue_timed(now).map(|(_, packet)| packet)
+    }
+
+    /// As [`Link::dequeue`], with the instant the packet left the link in the model; an
+    /// emulator that sends it later than that knows by how much it was late.
+    pub fn dequeue_timed(&mut self, now: Instant) -> Option<(Instant, Packet)> {
         self.advance(now);
         let (at, _) = self.ready.front()?;
         if *at > now {
             return None;
         }
-        self.ready.pop_front().map(|(_, packet)| packet)
+        self.ready.pop_front()
     }
 
     /// When the link next needs to be called (a packet will leave, or an internal event is

@@ -10,6 +10,9 @@
 
 use std::fmt::Write as _;
 
+pub mod pcapng;
+pub mod recording;
+
 use pathlab_core::sim::SimReport;
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +67,20 @@ pub enum ResultError {
     TooNew {
         /// The file's version.
         found: u32,
+    },
+    /// The file is empty.
+    #[error("the file is empty")]
+    Empty,
+    /// The file could not be read.
+    #[error("reading: {0}")]
+    Io(#[source] std::io::Error),
+    /// A line of a recording is not a recording line.
+    #[error("line {line} of the recording is malformed: {source}")]
+    BadLine {
+        /// Line number (the header is line 0).
+        line: usize,
+        /// What serde said.
+        source: serde_json::Error,
     },
 }
 

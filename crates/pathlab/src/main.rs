@@ -1,6 +1,8 @@
 //! The pathlab command line: parse what the user typed, build a validated configuration,
 //! run, print. Exit codes: 0 success, 1 the run failed, 2 the input was wrong.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +24,12 @@ enum Command {
     Spec(cmd::spec::Args),
     /// Run a path in virtual time under synthetic loads and report what it did to them.
     Sim(cmd::sim::Args),
+    /// Bridge two interfaces through an emulated link, each direction its own spec.
+    Emulate(Box<cmd::emulate::Args>),
+    /// Run a program in a network namespace behind an emulated link.
+    Shell(cmd::shell::Args),
+    /// Experiments on namespaced topologies, and cleanup after killed runs.
+    Lab(cmd::lab::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -42,10 +50,17 @@ pub fn usage(error: impl Into<anyhow::Error>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
+    let command_line: Vec<String> = std::env::args().collect();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Spec(args) => cmd::spec::run(&args),
         Command::Sim(args) => cmd::sim::run(&args),
+        Command::Emulate(args) => cmd::emulate::run(&args, command_line),
+        Command::Shell(args) => match cmd::shell::run(&args) {
+            Ok(code) => return code,
+            Err(error) => Err(error),
+        },
+        Command::Lab(args) => cmd::lab::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,4 +1,7 @@
 //! One module per subcommand: its arguments and what it runs.
 
+pub mod emulate;
+pub mod lab;
+pub mod shell;
 pub mod sim;
 pub mod spec;

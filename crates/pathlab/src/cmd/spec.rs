@@ -1,8 +1,5 @@
 //! `pathlab spec`: check a link spec and print its canonical form.
 
-use anyhow::Context as _;
-use pathlab_core::spec::RateSpec;
-use pathlab_core::stage::rate::Trace;
 use pathlab_core::LinkSpec;
 
 use crate::usage;
@@ -20,18 +17,7 @@ pub struct Args {
 
 /// Parses a spec given as one or several words, loading any trace file it names.
 pub fn parse_spec(words: &[String]) -> anyhow::Result<LinkSpec> {
-    let text = words.join(" ");
-    let mut spec = LinkSpec::parse(&text).map_err(usage)?;
-    if let Some(RateSpec::Trace(trace)) = &mut spec.rate {
-        let contents = std::fs::read_to_string(&trace.path)
-            .with_context(|| format!("cannot read trace file '{}'", trace.path))
-            .map_err(usage)?;
-        let parsed = Trace::parse(&contents)
-            .with_context(|| format!("bad trace file '{}'", trace.path))
-            .map_err(usage)?;
-        trace.trace = Some(std::sync::Arc::new(parsed));
-    }
-    Ok(spec)
+    pathlab_io::load_spec(&words.join(" ")).map_err(usage)
 }
 
 /// Runs `pathlab spec`.

@@ -1,0 +1,680 @@
+//! The forwarding loop: two ports, a [`Link`] per direction, real time.
+//!
+//! One thread owns both ports and both links. Each pass it reads what the ports have
+//! (wire frames, after [`crate::offload`]), gives them to the link of their direction at
+//! the current instant, sends every packet whose departure instant has come, answers
+//! control requests, and hands records to the recorder thread. Then it sleeps until the
+//! earliest `poll_at`: in `ppoll` (with 1 ns timer slack) while the deadline is far, and
+//! spinning for the last [`SPIN_WINDOW`], so packets leave within microseconds of their
+//! model departure. How late each one actually left is measured and reported.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use pathlab_core::link::LinkCounters;
+use pathlab_core::time::{Duration, Instant};
+use pathlab_core::{Link, LinkSpec, Packet};
+use pathlab_results::recording::{self, DirectionInfo, RecordingHeader, RecordingLine};
+use serde::{Deserialize, Serialize};
+
+use crate::port::{Framing, Port, ReceiveCounts};
+use crate::sys;
+
+/// Below this distance to the next deadline the loop spins instead of sleeping: the
+/// kernel's wake-up latency from `ppoll` is tens of microseconds, the budget 50 us.
+pub const SPIN_WINDOW: Duration = Duration::from_micros(200);
+
+/// Frames read from one port per pass before the other port gets its turn.
+const RECEIVE_BUDGET: usize = 64;
+
+/// The clock of an emulator: nanoseconds since it started, and the wall-clock time then.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: std::time::Instant,
+    /// Wall-clock time of [`Instant::ZERO`], in ns since the Unix epoch.
+    pub zero_unix_ns: u64,
+}
+
+impl Clock {
+    /// A clock whose zero is now.
+    pub fn start() -> Clock {
+        let zero_unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Clock {
+            start: std::time::Instant::now(),
+            zero_unix_ns,
+        }
+    }
+
+    /// The current instant.
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    /// Wall-clock ns since the Unix epoch of an instant.
+    pub fn unix_ns(&self, at: Instant) -> u64 {
+        self.zero_unix_ns + at.as_nanos()
+    }
+}
+
+/// How late packets left compared with their model departure.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatenessSummary {
+    /// Packets measured.
+    pub packets: u64,
+    /// Median lateness in ns.
+    pub p50_ns: u64,
+    /// 99th percentile in ns.
+    pub p99_ns: u64,
+    /// Largest lateness in ns.
+    pub max_ns: u64,
+}
+
+/// A histogram of lateness in 1 us buckets up to 10 ms.
+#[derive(Debug, Clone)]
+struct Lateness {
+    buckets: Vec<u64>,
+    count: u64,
+    max_ns: u64,
+}
+
+impl Lateness {
+    const BUCKET_NS: u64 = 1_000;
+
+    fn new() -> Lateness {
+        Lateness {
+            buckets: vec![0; 10_001],
+            count: 0,
+            max_ns: 0,
+        }
+    }
+
+    fn add(&mut self, lateness_ns: u64) {
+        let bucket = ((lateness_ns / Self::BUCKET_NS) as usize).min(self.buckets.len() - 1);
+        self.buckets[bucket] += 1;
+        self.count += 1;
+        self.max_ns = self.max_ns.max(lateness_ns);
+    }
+
+    fn quantile_ns(&self, q: f64) -> u64 {
+        if self.count == 0 {
+            return 0;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (bucket, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                // Report the bucket's upper edge: a bound, not an estimate.
+                return ((bucket as u64 + 1) * Self::BUCKET_NS).min(self.max_ns);
+            }
+        }
+        self.max_ns
+    }
+
+    fn summary(&self) -> LatenessSummary {
+        LatenessSummary {
+            packets: self.count,
+            p50_ns: self.quantile_ns(0.5),
+            p99_ns: self.quantile_ns(0.99),
+            max_ns: self.max_ns,
+        }
+    }
+}
+
+/// Counters of one direction.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirectionStats {
+    /// Interface packets come from.
+    pub from: String,
+    /// Interface they go to.
+    pub to: String,
+    /// The spec in force, canonical.
+    pub spec: String,
+    /// Frames read (a GSO super-packet counts once).
+    pub frames_received: u64,
+    /// Wire packets that entered the link (super-packets counted as their segments).
+    pub packets_received: u64,
+    /// Frames that could not be read (cut short, bad offload metadata).
+    pub malformed: u64,
+    /// Times the kernel said the receive ring overflowed.
+    pub ring_full: u64,
+    /// The link's own counters: in, out, drops by reason, marks.
+    pub link: LinkCounters,
+    /// Packets sent out of the other port.
+    pub forwarded: u64,
+    /// Bytes sent out of the other port.
+    pub forwarded_bytes: u64,
+    /// Packets the link let through but the send failed (counted, not retried).
+    pub send_errors: u64,
+    /// Packets waiting in the bottleneck queue now.
+    pub queue_packets: u64,
+    /// Bytes waiting in the bottleneck queue now.
+    pub queue_bytes: u64,
+    /// Packets inside the link now (queued, in service, delayed).
+    pub in_flight: u64,
+    /// How late packets left compared with their model departure.
+    pub lateness: LatenessSummary,
+}
+
+/// A snapshot of an emulator.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EmulatorStats {
+    /// The emulator's name.
+    pub name: String,
+    /// Time since it started, in ns.
+    pub uptime_ns: u64,
+    /// Index 0: first port to second; 1: second to first.
+    pub directions: Vec<DirectionStats>,
+}
+
+/// What the emulator is asked while it runs.
+#[derive(Debug)]
+pub enum Request {
+    /// Replace the spec of one or both directions; the reply says whether it took.
+    Set {
+        /// New spec of direction 0, if it changes.
+        forward: Option<LinkSpec>,
+        /// New spec of direction 1, if it changes.
+        reverse: Option<LinkSpec>,
+        /// Where to answer.
+        reply: mpsc::Sender<Result<(), String>>,
+    },
+    /// A snapshot of the counters.
+    Stats {
+        /// Where to answer.
+        reply: mpsc::Sender<EmulatorStats>,
+    },
+    /// Stop forwarding and return the final counters.
+    Stop,
+}
+
+/// Everything an emulator needs besides its ports.
+#[derive(Debug)]
+pub struct EmulatorConfig {
+    /// Its name (control socket, messages).
+    pub name: String,
+    /// Spec of direction 0 (first port to second).
+    pub forward: LinkSpec,
+    /// Spec of direction 1.
+    pub reverse: LinkSpec,
+    /// Seed of the links' random choices (each direction derives its own).
+    pub seed: u64,
+    /// Where to stream the recording, if anywhere.
+    pub record: Option<File>,
+    /// Where to write the capture, if anywhere.
+    pub pcap: Option<File>,
+    /// How often the recording samples queue lengths.
+    pub queue_sample_interval: Duration,
+    /// The command line, for the recording's header.
+    pub command: Vec<String>,
+}
+
+/// Why an emulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    /// A spec could not be turned into a link.
+    #[error("spec of direction {direction}: {source}")]
+    Link {
+        /// Which direction.
+        direction: String,
+        /// Why.
+        source: pathlab_core::link::LinkError,
+    },
+    /// A system call failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// A running emulator: its thread and the way to talk to it.
+#[derive(Debug)]
+pub struct EmulatorHandle {
+    thread: Option<JoinHandle<EmulatorStats>>,
+    requests: mpsc::Sender<Request>,
+    wake: Arc<OwnedFd>,
+}
+
+impl EmulatorHandle {
+    fn ask(&self, request: Request) {
+        // A full eventfd counter or a finished thread both mean the loop will see it.
+        let _ = self.requests.send(request);
+        let _ = sys::write(self.wake.as_fd(), &1u64.to_ne_bytes());
+    }
+
+    /// Replaces the specs of the directions given.
+    pub fn set(&self, forward: Option<LinkSpec>, reverse: Option<LinkSpec>) -> Result<(), String> {
+        let (reply, answer) = mpsc::channel();
+        self.ask(Request::Set { forward, reverse, reply });
+        answer.recv().unwrap_or_else(|_| Err("the emulator has stopped".into()))
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Option<EmulatorStats> {
+        let (reply, answer) = mpsc::channel();
+        self.ask(Request::Stats { reply });
+        answer.recv().ok()
+    }
+
+    /// Whether the forwarding thread has ended (it only ends on a failure or when stopped).
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Stops forwarding, flushes the recording and capture, and returns the final counters.
+    pub fn stop(mut self) -> EmulatorStats {
+        self.ask(Request::Stop);
+        self.thread
+            .take()
+            .map(|thread| thread.join().expect("the forwarding thread does not panic"))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for EmulatorHandle {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.ask(Request::Stop);
+            let _ = thread.join();
+        }
+    }
+}
+
+struct Direction {
+    link: Link,
+    stats: DirectionStats,
+    lateness: Lateness,
+}
+
+struct Capture {
+    writer: pathlab_results::pcapng::PcapngWriter<BufWriter<File>>,
+}
+
+struct Forwarder<P: Port> {
+    name: String,
+    ports: [P; 2],
+    directions: [Direction; 2],
+    clock: Clock,
+    requests: mpsc::Receiver<Request>,
+    wake: Arc<OwnedFd>,
+    records: Option<mpsc::Sender<Vec<RecordingLine>>>,
+    recorder_thread: Option<JoinHandle<io::Result<()>>>,
+    capture: Option<Capture>,
+    queue_sample_interval: Duration,
+    next_sample: Instant,
+    next_flush: Instant,
+}
+
+/// Starts an emulator between two ports on its own thread.
+pub fn spawn<P: Port + 'static>(ports: [P; 2], config: EmulatorConfig) -> Result<EmulatorHandle, EmulatorError> {
+    let names = [ports[0].name().to_owned(), ports[1].name().to_owned()];
+    let make_direction = |index: usize, spec: &LinkSpec| -> Result<Direction, EmulatorError> {
+        let seed = spec.seed.unwrap_or(config.seed.wrapping_add(index as u64 * 0x9E37_79B9_7F4A_7C15));
+        let mut link = Link::new(spec, seed).map_err(|source| EmulatorError::Link {
+            direction: format!("{} -> {}", names[index], names[1 - index]),
+            source,
+        })?;
+        if config.record.is_some() {
+            link.record();
+        }
+        if config.pcap.is_some() {
+            link.keep_dropped();
+        }
+        Ok(Direction {
+            link,
+            stats: DirectionStats {
+                from: names[index].clone(),
+                to: names[1 - index].clone(),
+                spec: spec.to_string(),
+                ..DirectionStats::default()
+            },
+            lateness: Lateness::new(),
+        })
+    };
+    let directions = [make_direction(0, &config.forward)?, make_direction(1, &config.reverse)?];
+    let clock = Clock::start();
+    let (records, recorder_thread) = match config.record {
+        Some(file) => {
+            let header = RecordingHeader {
+                magic: recording::RECORDING_MAGIC.into(),
+                version: recording::RECORDING_VERSION,
+                pathlab_version: env!("CARGO_PKG_VERSION").into(),
+                command: config.command.clone(),
+                clock_zero_unix_ns: clock.zero_unix_ns,
+                directions: directions
+                    .iter()
+                    .map(|d| DirectionInfo {
+                        from: d.stats.from.clone(),
+                        to: d.stats.to.clone(),
+                        spec: d.stats.spec.clone(),
+                    })
+                    .collect(),
+                queue_sample_interval_ns: config.queue_sample_interval.as_nanos(),
+            };
+            let (sender, receiver) = mpsc::channel::<Vec<RecordingLine>>();
+            let mut writer = BufWriter::with_capacity(1 << 20, file);
+            recording::write_header(&mut writer, &header)?;
+            writer.flush()?;
+            let thread = std::thread::Builder::new()
+                .name("pathlab-recorder".into())
+                .spawn(move || {
+                    for batch in receiver {
+                        for line in &batch {
+                            recording::write_line(&mut writer, line)?;
+                        }
+                        writer.flush()?;
+                    }
+                    writer.flush()
+                })?;
+            (Some(sender), Some(thread))
+        }
+        None => (None, None),
+    };
+    let capture = match config.pcap {
+        Some(file) => {
+            use pathlab_results::pcapng::{LinkType, PcapngWriter};
+            let link_type = match ports[0].framing() {
+                Framing::Ethernet => LinkType::Ethernet,
+                Framing::Ip => LinkType::RawIp,
+            };
+            let mut writer = PcapngWriter::new(BufWriter::with_capacity(1 << 20, file), "pathlab emulate")?;
+            writer.add_interface(&names[0], link_type, 65_535)?;
+            writer.add_interface(&names[1], link_type, 65_535)?;
+            Some(Capture { writer })
+        }
+        None => None,
+    };
+    let (sender, receiver) = mpsc::channel();
+    let wake = Arc::new(sys::eventfd()?);
+    let mut forwarder = Forwarder {
+        name: config.name,
+        ports,
+        directions,
+        clock,
+        requests: receiver,
+        wake: Arc::clone(&wake),
+        records,
+        recorder_thread,
+        capture,
+        queue_sample_interval: config.queue_sample_interval,
+        next_sample: Instant::ZERO,
+        next_flush: Instant::ZERO,
+    };
+    let thread = std::thread::Builder::new()
+        .name("pathlab-forward".into())
+        .spawn(move || forwarder.run())?;
+    Ok(EmulatorHandle {
+        thread: Some(thread),
+        requests: sender,
+        wake,
+    })
+}
+
+impl<P: Port> Forwarder<P> {
+    fn run(&mut self) -> EmulatorStats {
+        sys::set_timer_slack_min();
+        loop {
+            let now = self.clock.now();
+            let mut backlog = false;
+            for index in 0..2 {
+                backlog |= self.receive(index, now);
+            }
+            for index in 0..2 {
+                self.transmit(index);
+            }
+            if self.handle_requests() {
+                break;
+            }
+            self.keep_records(self.clock.now(), false);
+            if !backlog {
+                self.sleep();
+            }
+        }
+        let now = self.clock.now();
+        self.keep_records(now, true);
+        if let Some(capture) = &mut self.capture {
+            let _ = capture.writer.flush();
+        }
+        self.records = None;
+        if let Some(thread) = self.recorder_thread.take() {
+            if let Ok(Err(error)) = thread.join() {
+                eprintln!("pathlab: writing the recording failed: {error}");
+            }
+        }
+        self.stats()
+    }
+
+    /// Reads what port `index` has; returns whether it had more than one pass takes.
+    fn receive(&mut self, index: usize, now: Instant) -> bool {
+        let framing = self.ports[index].framing();
+        let direction = &mut self.directions[index];
+        let result = self.ports[index].receive(RECEIVE_BUDGET, &mut |frame| {
+            let mut packet = match framing {
+                Framing::Ethernet => Packet::from_ethernet(now, frame),
+                Framing::Ip => {
+                    let mut packet = Packet::from_ip(now, frame);
+                    // Account a TUN packet as the Ethernet frame it would be on a wire, so
+                    // `rate` means the same through `shell` as through `emulate`.
+                    packet.len_bytes += 14;
+                    packet
+                }
+            };
+            packet.tag = index as u32;
+            direction.link.enqueue(now, packet);
+        });
+        match result {
+            Ok(counts) => {
+                let ReceiveCounts {
+                    frames,
+                    segments,
+                    malformed,
+                    ring_full,
+                } = counts;
+                direction.stats.frames_received += frames;
+                direction.stats.packets_received += segments;
+                direction.stats.malformed += malformed;
+                direction.stats.ring_full += ring_full;
+                frames >= RECEIVE_BUDGET as u64
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Sends every packet of direction `index` whose departure has come.
+    fn transmit(&mut self, index: usize) {
+        let out = 1 - index;
+        let direction = &mut self.directions[index];
+        loop {
+            let now = self.clock.now();
+            let Some((due, packet)) = direction.link.dequeue_timed(now) else {
+                break;
+            };
+            let result = self.ports[out].send(&packet.data);
+            let sent = self.clock.now();
+            direction.lateness.add(sent.saturating_since(due).as_nanos());
+            match result {
+                Ok(()) => {
+                    direction.stats.forwarded += 1;
+                    direction.stats.forwarded_bytes += packet.data.len() as u64;
+                    if let Some(capture) = &mut self.capture {
+                        let _ = capture.writer.write_packet(
+                            out as u32,
+                            self.clock.unix_ns(sent),
+                            &packet.data,
+                            packet.data.len() as u32,
+                            pathlab_results::pcapng::Direction::Outbound,
+                            None,
+                        );
+                    }
+                }
+                Err(_) => direction.stats.send_errors += 1,
+            }
+        }
+        if let Some(capture) = &mut self.capture {
+            for dropped in direction.link.take_dropped() {
+                let comment = format!(
+                    "dropped {} -> {}: {}",
+                    direction.stats.from,
+                    direction.stats.to,
+                    dropped.reason.name()
+                );
+                let _ = capture.writer.write_packet(
+                    index as u32,
+                    self.clock.unix_ns(dropped.at),
+                    &dropped.packet.data,
+                    dropped.packet.data.len() as u32,
+                    pathlab_results::pcapng::Direction::Inbound,
+                    Some(&comment),
+                );
+            }
+        }
+    }
+
+    /// Answers control requests; returns whether to stop.
+    fn handle_requests(&mut self) -> bool {
+        let mut stop = false;
+        while let Ok(request) = self.requests.try_recv() {
+            match request {
+                Request::Set { forward, reverse, reply } => {
+                    let _ = reply.send(self.set(forward, reverse));
+                }
+                Request::Stats { reply } => {
+                    let _ = reply.send(self.stats());
+                }
+                Request::Stop => stop = true,
+            }
+        }
+        stop
+    }
+
+    fn set(&mut self, forward: Option<LinkSpec>, reverse: Option<LinkSpec>) -> Result<(), String> {
+        let now = self.clock.now();
+        // Check both before changing either, so a bad pair changes nothing.
+        for spec in [&forward, &reverse].into_iter().flatten() {
+            Link::new(spec, 0).map_err(|e| e.to_string())?;
+        }
+        for (index, spec) in [forward, reverse].into_iter().enumerate() {
+            let Some(spec) = spec else { continue };
+            let direction = &mut self.directions[index];
+            direction.link.set_spec(now, &spec).map_err(|e| e.to_string())?;
+            direction.stats.spec = spec.to_string();
+            if let Some(records) = &self.records {
+                let _ = records.send(vec![RecordingLine::Spec {
+                    dir: index as u8,
+                    at: now,
+                    spec: spec.to_string(),
+                }]);
+            }
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> EmulatorStats {
+        EmulatorStats {
+            name: self.name.clone(),
+            uptime_ns: self.clock.now().as_nanos(),
+            directions: self
+                .directions
+                .iter()
+                .map(|d| {
+                    let mut stats = d.stats.clone();
+                    stats.link = d.link.counters();
+                    stats.queue_packets = d.link.queue_len_packets() as u64;
+                    stats.queue_bytes = d.link.queue_len_bytes();
+                    stats.in_flight = d.link.in_flight() as u64;
+                    stats.lateness = d.lateness.summary();
+                    stats
+                })
+                .collect(),
+        }
+    }
+
+    /// Samples queue lengths and ships finished records to the recorder thread.
+    fn keep_records(&mut self, now: Instant, all: bool) {
+        let Some(records) = &self.records else { return };
+        let mut batch = Vec::new();
+        while now >= self.next_sample {
+            for (index, direction) in self.directions.iter().enumerate() {
+                batch.push(RecordingLine::Queue {
+                    dir: index as u8,
+                    at: self.next_sample,
+                    packets: direction.link.queue_len_packets() as u32,
+                    bytes: direction.link.queue_len_bytes(),
+                });
+            }
+            self.next_sample = self.next_sample + self.queue_sample_interval;
+        }
+        if now >= self.next_flush || all {
+            for (index, direction) in self.directions.iter_mut().enumerate() {
+                if let Some(recorder) = direction.link.recorder() {
+                    let finished = if all {
+                        recorder.drain_all()
+                    } else {
+                        recorder.drain_finished()
+                    };
+                    batch.extend(finished.into_iter().map(|record| RecordingLine::Packet {
+                        dir: index as u8,
+                        record,
+                    }));
+                }
+            }
+            self.next_flush = now + Duration::from_millis(10);
+            if let Some(capture) = &mut self.capture {
+                let _ = capture.writer.flush();
+            }
+        }
+        if !batch.is_empty() {
+            let _ = records.send(batch);
+        }
+    }
+
+    /// Waits for the next deadline, a frame, or a request.
+    fn sleep(&mut self) {
+        let now = self.clock.now();
+        let mut deadline = self
+            .directions
+            .iter()
+            .filter_map(|d| d.link.poll_at())
+            .min();
+        if self.records.is_some() {
+            deadline = Some(deadline.map_or(self.next_sample, |d| d.min(self.next_sample)));
+        } else if self.capture.is_some() {
+            deadline = Some(deadline.map_or(self.next_flush, |d| d.min(self.next_flush)));
+        }
+        let timeout = match deadline {
+            Some(at) if at <= now + SPIN_WINDOW => return,
+            Some(at) => Some(std::time::Duration::from_nanos((at - now - SPIN_WINDOW).as_nanos())),
+            None => None,
+        };
+        let fds = [self.ports[0].pollable(), self.ports[1].pollable(), self.wake.as_fd()];
+        let mut ready = [false; 3];
+        if sys::poll_readable(&fds, timeout, &mut ready).is_ok() && ready[2] {
+            let mut counter = [0u8; 8];
+            let _ = sys::read(self.wake.as_fd(), &mut counter);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_quantiles_are_bucket_upper_bounds_capped_by_the_maximum() {
+        let mut lateness = Lateness::new();
+        for ns in [500, 1_500, 2_500, 3_500] {
+            lateness.add(ns);
+        }
+        let summary = lateness.summary();
+        assert_eq!(summary.packets, 4);
+        assert_eq!(summary.p50_ns, 2_000);
+        assert_eq!(summary.p99_ns, 3_500);
+        assert_eq!(summary.max_ns, 3_500);
+        lateness.add(50_000_000);
+        assert_eq!(lateness.summary().max_ns, 50_000_000);
+    }
+}

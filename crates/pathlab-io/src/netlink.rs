@@ -1,0 +1,509 @@
+//! rtnetlink: links, addresses and routes, spoken directly to the kernel.
+//!
+//! pathlab configures its own interfaces instead of calling `ip`, so a machine needs
+//! nothing but pathlab. A [`Netlink`] socket belongs to the network namespace of the thread
+//! that opened it; open one per namespace (see [`crate::netns::Netns::run`]).
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use crate::sys;
+
+const NLMSG_HDR_LEN: usize = 16;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_DUMP: u16 = 0x300;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_DELLINK: u16 = 17;
+const RTM_GETLINK: u16 = 18;
+const RTM_NEWADDR: u16 = 20;
+const RTM_GETADDR: u16 = 22;
+const RTM_NEWROUTE: u16 = 24;
+
+const IFLA_ADDRESS: u16 = 1;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
+const IFLA_MASTER: u16 = 10;
+const IFLA_STATS64: u16 = 23;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+const VETH_INFO_PEER: u16 = 1;
+const IFF_UP: u32 = 0x1;
+
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const IFA_F_NODAD: u8 = 0x02;
+
+const RTM_NEWNEIGH: u16 = 28;
+const NDA_DST: u16 = 1;
+const NDA_LLADDR: u16 = 2;
+const NUD_PERMANENT: u16 = 0x80;
+
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RT_TABLE_MAIN: u8 = 254;
+const RTPROT_STATIC: u8 = 4;
+const RT_SCOPE_UNIVERSE: u8 = 0;
+const RT_SCOPE_LINK: u8 = 253;
+const RTN_UNICAST: u8 = 1;
+
+/// A network interface as the kernel lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// Interface index.
+    pub index: u32,
+    /// Interface name.
+    pub name: String,
+    /// Link kind (`veth`, `tun`, ...), when the driver reports one.
+    pub kind: Option<String>,
+    /// Whether the interface is administratively up.
+    pub up: bool,
+    /// MTU in bytes.
+    pub mtu: u32,
+    /// Hardware address.
+    pub mac: Vec<u8>,
+    /// Packets received, as the kernel counts them (a GRO/TSO super-packet counts once).
+    pub rx_packets: u64,
+    /// Packets sent, as the kernel counts them.
+    pub tx_packets: u64,
+    /// Packets the kernel dropped on receive.
+    pub rx_dropped: u64,
+}
+
+/// An address on an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressInfo {
+    /// Interface index.
+    pub index: u32,
+    /// The address.
+    pub address: IpAddr,
+    /// Prefix length.
+    pub prefix_len: u8,
+}
+
+/// A route-netlink socket.
+#[derive(Debug)]
+pub struct Netlink {
+    socket: OwnedFd,
+    seq: u32,
+    buffer: Vec<u8>,
+}
+
+/// A netlink message under construction: header, fixed part, attributes.
+struct Message {
+    bytes: Vec<u8>,
+    nests: Vec<usize>,
+}
+
+impl Message {
+    fn new(kind: u16, flags: u16, fixed: &[u8]) -> Message {
+        let mut bytes = vec![0u8; NLMSG_HDR_LEN];
+        bytes[4..6].copy_from_slice(&kind.to_ne_bytes());
+        bytes[6..8].copy_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
+        bytes.extend_from_slice(fixed);
+        Message { bytes, nests: Vec::new() }
+    }
+
+    fn pad(&mut self) {
+        while self.bytes.len() % 4 != 0 {
+            self.bytes.push(0);
+        }
+    }
+
+    fn attr(&mut self, kind: u16, payload: &[u8]) -> &mut Message {
+        self.pad();
+        let len = (4 + payload.len()) as u16;
+        self.bytes.extend_from_slice(&len.to_ne_bytes());
+        self.bytes.extend_from_slice(&kind.to_ne_bytes());
+        self.bytes.extend_from_slice(payload);
+        self
+    }
+
+    fn attr_str(&mut self, kind: u16, text: &str) -> &mut Message {
+        let mut payload = text.as_bytes().to_vec();
+        payload.push(0);
+        self.attr(kind, &payload)
+    }
+
+    fn begin_nest(&mut self, kind: u16) -> &mut Message {
+        self.pad();
+        self.nests.push(self.bytes.len());
+        self.bytes.extend_from_slice(&[0, 0]);
+        self.bytes.extend_from_slice(&kind.to_ne_bytes());
+        self
+    }
+
+    fn end_nest(&mut self) -> &mut Message {
+        let start = self.nests.pop().expect("end_nest without begin_nest");
+        self.pad();
+        let len = (self.bytes.len() - start) as u16;
+        self.bytes[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+        self
+    }
+
+    /// Raw bytes inside the current nest (a fixed struct at the start of a nested message,
+    /// as VETH_INFO_PEER carries an ifinfomsg).
+    fn raw(&mut self, payload: &[u8]) -> &mut Message {
+        self.bytes.extend_from_slice(payload);
+        self
+    }
+
+    fn finish(mut self, seq: u32) -> Vec<u8> {
+        self.pad();
+        let len = self.bytes.len() as u32;
+        self.bytes[0..4].copy_from_slice(&len.to_ne_bytes());
+        self.bytes[8..12].copy_from_slice(&seq.to_ne_bytes());
+        self.bytes
+    }
+}
+
+fn ifinfomsg(index: u32, flags: u32, change: u32) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[0] = libc::AF_UNSPEC as u8;
+    bytes[4..8].copy_from_slice(&index.to_ne_bytes());
+    bytes[8..12].copy_from_slice(&flags.to_ne_bytes());
+    bytes[12..16].copy_from_slice(&change.to_ne_bytes());
+    bytes
+}
+
+fn ip_bytes(address: IpAddr) -> Vec<u8> {
+    match address {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+fn family(address: IpAddr) -> u8 {
+    match address {
+        IpAddr::V4(_) => libc::AF_INET as u8,
+        IpAddr::V6(_) => libc::AF_INET6 as u8,
+    }
+}
+
+/// Iterates over the attributes in `bytes` as (kind, payload).
+fn attributes(mut bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if bytes.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([bytes[0], bytes[1]]) as usize;
+        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & 0x3fff;
+        if len < 4 || len > bytes.len() {
+            return None;
+        }
+        let payload = &bytes[4..len];
+        bytes = &bytes[len.next_multiple_of(4).min(bytes.len())..];
+        Some((kind, payload))
+    })
+}
+
+fn c_string(payload: &[u8]) -> String {
+    let end = payload.iter().position(|&b| b == 0).unwrap_or(payload.len());
+    String::from_utf8_lossy(&payload[..end]).into_owned()
+}
+
+impl Netlink {
+    /// Opens a route-netlink socket in the calling thread's network namespace.
+    pub fn open() -> io::Result<Netlink> {
+        let socket = sys::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)?;
+        sys::bind_netlink(socket.as_fd(), 0)?;
+        Ok(Netlink {
+            socket,
+            seq: 1,
+            buffer: vec![0; 64 * 1024],
+        })
+    }
+
+    fn send(&mut self, message: Message) -> io::Result<u32> {
+        self.seq = self.seq.wrapping_add(1);
+        let bytes = message.finish(self.seq);
+        sys::send(self.socket.as_fd(), &bytes, 0)?;
+        Ok(self.seq)
+    }
+
+    /// Sends a request and waits for its acknowledgement.
+    fn request(&mut self, message: Message) -> io::Result<()> {
+        let seq = self.send(message)?;
+        loop {
+            let n = sys::recv(self.socket.as_fd(), &mut self.buffer, 0)?;
+            let mut offset = 0;
+            while offset + NLMSG_HDR_LEN <= n {
+                let header = &self.buffer[offset..];
+                let len = u32::from_ne_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+                let kind = u16::from_ne_bytes([header[4], header[5]]);
+                let reply_seq = u32::from_ne_bytes(header[8..12].try_into().expect("4 bytes"));
+                if len < NLMSG_HDR_LEN {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "short netlink message"));
+                }
+                if kind == NLMSG_ERROR && reply_seq == seq {
+                    let code = i32::from_ne_bytes(header[16..20].try_into().expect("4 bytes"));
+                    return if code == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::from_raw_os_error(-code))
+                    };
+                }
+                offset += len.next_multiple_of(4);
+            }
+        }
+    }
+
+    /// Sends a dump request and collects the payloads (after the netlink header) of its
+    /// replies.
+    fn dump(&mut self, kind: u16, fixed: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        let seq = self.send(Message::new(kind, NLM_F_DUMP, fixed))?;
+        let mut replies = Vec::new();
+        loop {
+            let n = sys::recv(self.socket.as_fd(), &mut self.buffer, 0)?;
+            let mut offset = 0;
+            while offset + NLMSG_HDR_LEN <= n {
+                let header = &self.buffer[offset..n];
+                let len = u32::from_ne_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+                let kind = u16::from_ne_bytes([header[4], header[5]]);
+                let reply_seq = u32::from_ne_bytes(header[8..12].try_into().expect("4 bytes"));
+                if len < NLMSG_HDR_LEN || len > header.len() {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "bad netlink message length"));
+                }
+                if reply_seq == seq {
+                    match kind {
+                        NLMSG_DONE => return Ok(replies),
+                        NLMSG_ERROR => {
+                            let code = i32::from_ne_bytes(header[16..20].try_into().expect("4 bytes"));
+                            return Err(io::Error::from_raw_os_error(-code));
+                        }
+                        _ => replies.push(header[NLMSG_HDR_LEN..len].to_vec()),
+                    }
+                }
+                offset += len.next_multiple_of(4);
+            }
+        }
+    }
+
+    /// Creates a veth pair: `name` here, `peer` in `peer_netns` (here if `None`).
+    pub fn create_veth(&mut self, name: &str, peer: &str, peer_netns: Option<BorrowedFd<'_>>) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &ifinfomsg(0, 0, 0));
+        message.attr_str(IFLA_IFNAME, name);
+        message.begin_nest(IFLA_LINKINFO).attr_str(IFLA_INFO_KIND, "veth");
+        message.begin_nest(IFLA_INFO_DATA).begin_nest(VETH_INFO_PEER);
+        message.raw(&ifinfomsg(0, 0, 0)).attr_str(IFLA_IFNAME, peer);
+        if let Some(netns) = peer_netns {
+            message.attr(IFLA_NET_NS_FD, &(netns.as_raw_fd() as u32).to_ne_bytes());
+        }
+        message.end_nest().end_nest().end_nest();
+        self.request(message)
+    }
+
+    /// Creates a bridge device.
+    pub fn create_bridge(&mut self, name: &str) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &ifinfomsg(0, 0, 0));
+        message.attr_str(IFLA_IFNAME, name);
+        message.begin_nest(IFLA_LINKINFO).attr_str(IFLA_INFO_KIND, "bridge").end_nest();
+        self.request(message)
+    }
+
+    /// Makes interface `index` a port of bridge `master`.
+    pub fn set_master(&mut self, index: u32, master: u32) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+        message.attr(IFLA_MASTER, &master.to_ne_bytes());
+        self.request(message)
+    }
+
+    /// Adds a permanent neighbour (ARP or NDP) entry: `address` is at `mac` on `index`.
+    pub fn add_neighbor(&mut self, index: u32, address: IpAddr, mac: &[u8]) -> io::Result<()> {
+        let mut fixed = [0u8; 12];
+        fixed[0] = family(address);
+        fixed[4..8].copy_from_slice(&index.to_ne_bytes());
+        fixed[8..10].copy_from_slice(&NUD_PERMANENT.to_ne_bytes());
+        let mut message = Message::new(RTM_NEWNEIGH, NLM_F_ACK | NLM_F_CREATE, &fixed);
+        message.attr(NDA_DST, &ip_bytes(address));
+        message.attr(NDA_LLADDR, mac);
+        self.request(message)
+    }
+
+    /// Sets an interface up or down.
+    pub fn set_up(&mut self, index: u32, up: bool) -> io::Result<()> {
+        let message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP));
+        self.request(message)
+    }
+
+    /// Sets an interface's MTU.
+    pub fn set_mtu(&mut self, index: u32, mtu: u32) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+        message.attr(IFLA_MTU, &mtu.to_ne_bytes());
+        self.request(message)
+    }
+
+    /// Moves an interface into another network namespace.
+    pub fn move_to_netns(&mut self, index: u32, netns: BorrowedFd<'_>) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+        message.attr(IFLA_NET_NS_FD, &(netns.as_raw_fd() as u32).to_ne_bytes());
+        self.request(message)
+    }
+
+    /// Deletes an interface (both ends, for a veth).
+    pub fn delete_link(&mut self, index: u32) -> io::Result<()> {
+        self.request(Message::new(RTM_DELLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0)))
+    }
+
+    /// Every interface in this namespace.
+    pub fn links(&mut self) -> io::Result<Vec<LinkInfo>> {
+        let replies = self.dump(RTM_GETLINK, &ifinfomsg(0, 0, 0))?;
+        let mut links = Vec::new();
+        for reply in replies {
+            if reply.len() < 16 {
+                continue;
+            }
+            let index = u32::from_ne_bytes(reply[4..8].try_into().expect("4 bytes"));
+            let flags = u32::from_ne_bytes(reply[8..12].try_into().expect("4 bytes"));
+            let mut link = LinkInfo {
+                index,
+                name: String::new(),
+                kind: None,
+                up: flags & IFF_UP != 0,
+                mtu: 0,
+                mac: Vec::new(),
+                rx_packets: 0,
+                tx_packets: 0,
+                rx_dropped: 0,
+            };
+            for (kind, payload) in attributes(&reply[16..]) {
+                match kind {
+                    IFLA_IFNAME => link.name = c_string(payload),
+                    IFLA_MTU if payload.len() >= 4 => {
+                        link.mtu = u32::from_ne_bytes(payload[..4].try_into().expect("4 bytes"));
+                    }
+                    IFLA_ADDRESS => link.mac = payload.to_vec(),
+                    IFLA_STATS64 if payload.len() >= 56 => {
+                        let counter = |i: usize| u64::from_ne_bytes(payload[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                        link.rx_packets = counter(0);
+                        link.tx_packets = counter(1);
+                        link.rx_dropped = counter(6);
+                    }
+                    IFLA_LINKINFO => {
+                        for (inner, value) in attributes(payload) {
+                            if inner == IFLA_INFO_KIND {
+                                link.kind = Some(c_string(value));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            links.push(link);
+        }
+        Ok(links)
+    }
+
+    /// The interface called `name`, if there is one.
+    pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<LinkInfo>> {
+        Ok(self.links()?.into_iter().find(|link| link.name == name))
+    }
+
+    /// Every address in this namespace.
+    pub fn addresses(&mut self) -> io::Result<Vec<AddressInfo>> {
+        let replies = self.dump(RTM_GETADDR, &[0u8; 8])?;
+        let mut addresses = Vec::new();
+        for reply in replies {
+            if reply.len() < 8 {
+                continue;
+            }
+            let prefix_len = reply[1];
+            let index = u32::from_ne_bytes(reply[4..8].try_into().expect("4 bytes"));
+            for (kind, payload) in attributes(&reply[8..]) {
+                let address = match payload.len() {
+                    4 => IpAddr::from(<[u8; 4]>::try_from(payload).expect("4 bytes")),
+                    16 => IpAddr::from(<[u8; 16]>::try_from(payload).expect("16 bytes")),
+                    _ => continue,
+                };
+                if kind == IFA_ADDRESS {
+                    addresses.push(AddressInfo {
+                        index,
+                        address,
+                        prefix_len,
+                    });
+                }
+            }
+        }
+        Ok(addresses)
+    }
+
+    /// Adds an address to an interface (IPv6 without duplicate address detection, so it is
+    /// usable at once). With `peer`, the address is point-to-point (as on a TUN device).
+    pub fn add_address(&mut self, index: u32, address: IpAddr, prefix_len: u8, peer: Option<IpAddr>) -> io::Result<()> {
+        let mut fixed = [0u8; 8];
+        fixed[0] = family(address);
+        fixed[1] = prefix_len;
+        fixed[2] = if address.is_ipv6() { IFA_F_NODAD } else { 0 };
+        fixed[3] = RT_SCOPE_UNIVERSE;
+        fixed[4..8].copy_from_slice(&index.to_ne_bytes());
+        let mut message = Message::new(RTM_NEWADDR, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
+        message.attr(IFA_LOCAL, &ip_bytes(address));
+        message.attr(IFA_ADDRESS, &ip_bytes(peer.unwrap_or(address)));
+        self.request(message)
+    }
+
+    /// Adds a route to `destination` (`None`: the default route) through `gateway` or,
+    /// without one, directly out of interface `index`.
+    pub fn add_route(
+        &mut self,
+        destination: Option<(IpAddr, u8)>,
+        gateway: Option<IpAddr>,
+        index: u32,
+        ipv6: bool,
+    ) -> io::Result<()> {
+        let mut fixed = [0u8; 12];
+        fixed[0] = if ipv6 { libc::AF_INET6 as u8 } else { libc::AF_INET as u8 };
+        fixed[1] = destination.map_or(0, |(_, len)| len);
+        fixed[4] = RT_TABLE_MAIN;
+        fixed[5] = RTPROT_STATIC;
+        fixed[6] = if gateway.is_some() { RT_SCOPE_UNIVERSE } else { RT_SCOPE_LINK };
+        fixed[7] = RTN_UNICAST;
+        let mut message = Message::new(RTM_NEWROUTE, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
+        if let Some((address, _)) = destination {
+            message.attr(RTA_DST, &ip_bytes(address));
+        }
+        if let Some(gateway) = gateway {
+            message.attr(RTA_GATEWAY, &ip_bytes(gateway));
+        }
+        message.attr(RTA_OIF, &index.to_ne_bytes());
+        self.request(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nested_attributes_have_their_lengths_patched_and_padding() {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(0, 0, 0));
+        message.attr_str(IFLA_IFNAME, "ab");
+        message.begin_nest(IFLA_LINKINFO).attr_str(IFLA_INFO_KIND, "veth").end_nest();
+        let bytes = message.finish(7);
+        assert_eq!(u32::from_ne_bytes(bytes[0..4].try_into().unwrap()) as usize, bytes.len());
+        assert_eq!(u32::from_ne_bytes(bytes[8..12].try_into().unwrap()), 7);
+        let attrs: Vec<_> = attributes(&bytes[32..]).collect();
+        assert_eq!(attrs.len(), 2);
+        assert_eq!(attrs[0], (IFLA_IFNAME, &b"ab\0"[..]));
+        assert_eq!(attrs[1].0, IFLA_LINKINFO);
+        // The nest holds one attribute: 4-byte header + "veth\0" padded to 8 = 12 bytes.
+        assert_eq!(attrs[1].1.len(), 12);
+        let inner: Vec<_> = attributes(attrs[1].1).collect();
+        assert_eq!(inner, vec![(IFLA_INFO_KIND, &b"veth\0"[..])]);
+    }
+
+    #[test]
+    fn attribute_iterator_stops_at_bad_lengths() {
+        assert_eq!(attributes(&[8, 0, 1, 0, 1]).count(), 0);
+        assert_eq!(attributes(&[2, 0, 1, 0]).count(), 0);
+    }
+}

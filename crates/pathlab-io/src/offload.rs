@@ -1,0 +1,369 @@
+//! Undoing offloads in user space: checksums the sender left to hardware, and super-packets
+//! (GSO/TSO/GRO) cut back into the segments that would have crossed the wire.
+//!
+//! The emulator reads frames with `PACKET_VNET_HDR`, so each comes with the kernel's
+//! `virtio_net_hdr`: whether its checksum is still to be filled in, and, for a
+//! super-packet, its segment size. pathlab segments here instead of turning offloads off
+//! on the interfaces: a 64 KB TSO packet becomes the 45 frames of 1514 bytes it stands for,
+//! each queued, delayed, dropped and recorded on its own, and nothing on the machine is
+//! reconfigured, so nothing needs restoring after a crash. Checksums are always completed,
+//! because a frame sent through a packet socket reaches the peer as "checksum unknown" and
+//! a receiver drops a TCP segment whose checksum field still holds the partial sum.
+
+/// `virtio_net_hdr` flags: the checksum from `csum_start` on is still to be computed.
+const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
+const GSO_NONE: u8 = 0;
+const GSO_TCPV4: u8 = 1;
+const GSO_TCPV6: u8 = 4;
+const GSO_UDP_L4: u8 = 5;
+const GSO_ECN: u8 = 0x80;
+
+/// The `virtio_net_hdr` the kernel puts before each frame (little-endian fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VnetHeader {
+    /// `VIRTIO_NET_HDR_F_*` flags.
+    pub flags: u8,
+    /// `VIRTIO_NET_HDR_GSO_*` type, with the ECN bit.
+    pub gso_type: u8,
+    /// Length of the headers to copy into each segment (advisory; recomputed here).
+    pub hdr_len: u16,
+    /// Payload bytes per segment.
+    pub gso_size: u16,
+    /// Offset of the first byte the checksum covers (the L4 header).
+    pub csum_start: u16,
+    /// Offset of the checksum field from `csum_start`.
+    pub csum_offset: u16,
+}
+
+impl VnetHeader {
+    /// Reads the header from its 10 bytes.
+    pub fn parse(bytes: &[u8; 10]) -> VnetHeader {
+        let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
+        VnetHeader {
+            flags: bytes[0],
+            gso_type: bytes[1],
+            hdr_len: u16_at(2),
+            gso_size: u16_at(4),
+            csum_start: u16_at(6),
+            csum_offset: u16_at(8),
+        }
+    }
+}
+
+/// Why a received frame could not be turned into wire frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OffloadError {
+    /// The headers the offload metadata points at are not in the frame.
+    #[error("frame too short for its offload metadata")]
+    Truncated,
+    /// A GSO type pathlab does not segment (UFO, SCTP).
+    #[error("unsupported GSO type {0}")]
+    UnsupportedGso(u8),
+    /// The super-packet is not TCP or UDP over IPv4 or IPv6 as its GSO type says.
+    #[error("GSO packet does not match its GSO type")]
+    Malformed,
+}
+
+/// Adds `data` to a one's-complement sum (RFC 1071), treating it as big-endian 16-bit words.
+pub fn checksum_add(mut sum: u64, data: &[u8]) -> u64 {
+    let mut chunks = data.chunks_exact(8);
+    for chunk in &mut chunks {
+        let word = u64::from_be_bytes(chunk.try_into().expect("8 bytes"));
+        sum += (word >> 48) + ((word >> 32) & 0xffff) + ((word >> 16) & 0xffff) + (word & 0xffff);
+    }
+    let mut pairs = chunks.remainder().chunks_exact(2);
+    for pair in &mut pairs {
+        sum += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
+    }
+    if let [last] = pairs.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    sum
+}
+
+/// Folds a one's-complement sum to 16 bits and complements it (the value stored in a header).
+pub fn checksum_finish(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// Where the IP header starts in an Ethernet frame (after any VLAN tags), and its version.
+fn ip_header(frame: &[u8]) -> Option<(usize, u8)> {
+    let mut offset = 12;
+    loop {
+        let ethertype = u16::from_be_bytes([*frame.get(offset)?, *frame.get(offset + 1)?]);
+        match ethertype {
+            0x8100 | 0x88A8 => offset += 4,
+            0x0800 => return Some((offset + 2, 4)),
+            0x86DD => return Some((offset + 2, 6)),
+            _ => return None,
+        }
+    }
+}
+
+/// The pseudo-header sum of RFC 793 / RFC 8200 section 8.1 for an L4 segment of `l4_len`.
+fn pseudo_header_sum(frame: &[u8], ip: usize, version: u8, protocol: u8, l4_len: usize) -> u64 {
+    let addresses = if version == 4 {
+        &frame[ip + 12..ip + 20]
+    } else {
+        &frame[ip + 8..ip + 40]
+    };
+    checksum_add(0, addresses) + u64::from(protocol) + l4_len as u64
+}
+
+/// Fills in an L4 checksum the sender left to hardware (`NEEDS_CSUM`): the field already
+/// holds the pseudo-header sum, so the checksum is the complement of the sum from
+/// `csum_start` to the end.
+pub fn complete_checksum(frame: &mut [u8], csum_start: usize, csum_offset: usize) -> Result<(), OffloadError> {
+    let field = csum_start + csum_offset;
+    if field + 2 > frame.len() {
+        return Err(OffloadError::Truncated);
+    }
+    let sum = checksum_add(0, &frame[csum_start..]);
+    let mut checksum = checksum_finish(sum);
+    // UDP sends "no checksum" as 0; a computed 0 is sent as 0xffff (RFC 768). TCP does not
+    // care, and 0xffff and 0 are the same one's-complement value.
+    if checksum == 0 {
+        checksum = 0xffff;
+    }
+    frame[field..field + 2].copy_from_slice(&checksum.to_be_bytes());
+    Ok(())
+}
+
+/// Turns one received frame (without its vnet header) into the frames that would have
+/// crossed the wire, passing each to `emit`. Returns how many there were.
+pub fn to_wire_frames(
+    mut frame: Vec<u8>,
+    vnet: &VnetHeader,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<usize, OffloadError> {
+    let gso_type = vnet.gso_type & !GSO_ECN;
+    if gso_type == GSO_NONE || vnet.gso_size == 0 {
+        if vnet.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+            complete_checksum(&mut frame, vnet.csum_start as usize, vnet.csum_offset as usize)?;
+        }
+        emit(frame);
+        return Ok(1);
+    }
+    let (ip, version) = ip_header(&frame).ok_or(OffloadError::Malformed)?;
+    let l4 = vnet.csum_start as usize;
+    let (protocol, l4_header_len) = match gso_type {
+        GSO_TCPV4 | GSO_TCPV6 => {
+            let data_offset = *frame.get(l4 + 12).ok_or(OffloadError::Truncated)?;
+            (6u8, usize::from(data_offset >> 4) * 4)
+        }
+        GSO_UDP_L4 => (17u8, 8),
+        other => return Err(OffloadError::UnsupportedGso(other)),
+    };
+    let expected_version = match gso_type {
+        GSO_TCPV4 => Some(4),
+        GSO_TCPV6 => Some(6),
+        _ => None,
+    };
+    if expected_version.is_some_and(|v| v != version) || l4 <= ip || l4_header_len < 8 {
+        return Err(OffloadError::Malformed);
+    }
+    let headers_len = l4 + l4_header_len;
+    if headers_len > frame.len() {
+        return Err(OffloadError::Truncated);
+    }
+    let payload = &frame[headers_len..];
+    let segment_size = vnet.gso_size as usize;
+    let count = payload.len().div_ceil(segment_size).max(1);
+    let ip_id = u16::from_be_bytes([frame[ip + 4], frame[ip + 5]]);
+    let first_seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+    for (index, chunk) in payload.chunks(segment_size).enumerate() {
+        let mut segment = Vec::with_capacity(headers_len + chunk.len());
+        segment.extend_from_slice(&frame[..headers_len]);
+        segment.extend_from_slice(chunk);
+        let l4_len = segment.len() - l4;
+        if version == 4 {
+            let total = (segment.len() - ip) as u16;
+            segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+            segment[ip + 4..ip + 6].copy_from_slice(&ip_id.wrapping_add(index as u16).to_be_bytes());
+            segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+            let header_len = usize::from(segment[ip] & 0x0f) * 4;
+            let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
+            segment[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
+        } else {
+            let payload_len = (segment.len() - ip - 40) as u16;
+            segment[ip + 4..ip + 6].copy_from_slice(&payload_len.to_be_bytes());
+        }
+        let checksum_field = if protocol == 6 {
+            let seq = first_seq.wrapping_add((index * segment_size) as u32);
+            segment[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
+            let last = index + 1 == count;
+            let mut flags = segment[l4 + 13];
+            if !last {
+                flags &= !(0x01 | 0x08); // FIN and PSH belong to the last segment
+            }
+            if index > 0 {
+                flags &= !0x80; // CWR only on the first
+            }
+            segment[l4 + 13] = flags;
+            l4 + 16
+        } else {
+            segment[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            l4 + 6
+        };
+        segment[checksum_field..checksum_field + 2].copy_from_slice(&[0, 0]);
+        let sum = pseudo_header_sum(&segment, ip, version, protocol, l4_len) + checksum_add(0, &segment[l4..]);
+        let mut checksum = checksum_finish(sum);
+        if checksum == 0 && protocol == 17 {
+            checksum = 0xffff;
+        }
+        segment[checksum_field..checksum_field + 2].copy_from_slice(&checksum.to_be_bytes());
+        emit(segment);
+    }
+    Ok(count)
+}
+
+/// Puts back a VLAN tag the driver carried outside the frame (`tci`, `tpid`), after the
+/// two MAC addresses.
+pub fn insert_vlan_tag(frame: &mut Vec<u8>, tci: u16, tpid: u16) {
+    if frame.len() < 12 {
+        return;
+    }
+    let mut tag = [0u8; 4];
+    tag[..2].copy_from_slice(&tpid.to_be_bytes());
+    tag[2..].copy_from_slice(&tci.to_be_bytes());
+    frame.splice(12..12, tag);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet + IPv4 + TCP frame with `payload` and a correct checksum.
+    fn tcp_v4_frame(payload: &[u8], flags: u8) -> Vec<u8> {
+        let mut frame = vec![0u8; 14 + 20 + 32];
+        frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = 14;
+        frame[ip] = 0x45;
+        frame[ip + 4..ip + 6].copy_from_slice(&100u16.to_be_bytes());
+        frame[ip + 8] = 64;
+        frame[ip + 9] = 6;
+        frame[ip + 12..ip + 16].copy_from_slice(&[198, 18, 0, 1]);
+        frame[ip + 16..ip + 20].copy_from_slice(&[198, 18, 0, 2]);
+        let l4 = 34;
+        frame[l4..l4 + 2].copy_from_slice(&5001u16.to_be_bytes());
+        frame[l4 + 2..l4 + 4].copy_from_slice(&80u16.to_be_bytes());
+        frame[l4 + 4..l4 + 8].copy_from_slice(&1000u32.to_be_bytes());
+        frame[l4 + 12] = 8 << 4; // 32-byte header (timestamps)
+        frame[l4 + 13] = flags;
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    fn verify_ipv4_tcp(segment: &[u8]) {
+        let ip = 14;
+        let header_len = usize::from(segment[ip] & 0x0f) * 4;
+        assert_eq!(checksum_finish(checksum_add(0, &segment[ip..ip + header_len])), 0, "IP checksum");
+        let total = u16::from_be_bytes([segment[ip + 2], segment[ip + 3]]) as usize;
+        assert_eq!(total, segment.len() - ip);
+        let l4 = ip + header_len;
+        let sum = pseudo_header_sum(segment, ip, 4, 6, segment.len() - l4) + checksum_add(0, &segment[l4..]);
+        assert_eq!(checksum_finish(sum), 0, "TCP checksum");
+    }
+
+    #[test]
+    fn rfc1071_example_sums_to_the_published_value() {
+        // RFC 1071 section 3: the words 0001 f203 f4f5 f6f7 sum to ddf2 (before complement).
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(checksum_finish(checksum_add(0, &data)), !0xddf2);
+        // Odd length: the last byte is the high half of a word.
+        assert_eq!(checksum_finish(checksum_add(0, &[0x12])), !0x1200);
+    }
+
+    #[test]
+    fn tso_packet_is_cut_into_mss_segments_with_sequence_numbers_flags_and_checksums() {
+        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        let frame = tcp_v4_frame(&payload, 0x18 | 0x01 | 0x80); // PSH ACK FIN CWR
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let mut segments = Vec::new();
+        let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
+        assert_eq!(count, 3);
+        let lens: Vec<usize> = segments.iter().map(Vec::len).collect();
+        assert_eq!(lens, vec![66 + 1448, 66 + 1448, 66 + 4000 - 2 * 1448]);
+        let mut rebuilt = Vec::new();
+        for (index, segment) in segments.iter().enumerate() {
+            verify_ipv4_tcp(segment);
+            let seq = u32::from_be_bytes(segment[38..42].try_into().unwrap());
+            assert_eq!(seq, 1000 + (index * 1448) as u32);
+            let id = u16::from_be_bytes([segment[18], segment[19]]);
+            assert_eq!(id, 100 + index as u16);
+            let flags = segment[47];
+            assert_eq!(flags & 0x80 != 0, index == 0, "CWR only first");
+            assert_eq!(flags & 0x09 != 0, index == 2, "FIN/PSH only last");
+            assert!(flags & 0x10 != 0, "ACK on all");
+            rebuilt.extend_from_slice(&segment[66..]);
+        }
+        assert_eq!(rebuilt, payload);
+    }
+
+    #[test]
+    fn partial_checksum_is_completed() {
+        let payload = b"hello, partial checksum";
+        let mut frame = tcp_v4_frame(payload, 0x18);
+        // IP checksum as a sender computes it; TCP field holds the pseudo-header sum only.
+        let ip_sum = checksum_finish(checksum_add(0, &frame[14..34]));
+        frame[24..26].copy_from_slice(&ip_sum.to_be_bytes());
+        let l4_len = frame.len() - 34;
+        let pseudo = pseudo_header_sum(&frame, 14, 4, 6, l4_len);
+        let folded = !checksum_finish(pseudo);
+        frame[50..52].copy_from_slice(&folded.to_be_bytes());
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            csum_start: 34,
+            csum_offset: 16,
+            ..VnetHeader::default()
+        };
+        let mut out = Vec::new();
+        to_wire_frames(frame, &vnet, &mut |s| out.push(s)).unwrap();
+        verify_ipv4_tcp(&out[0]);
+    }
+
+    #[test]
+    fn bad_offload_metadata_is_an_error_not_a_panic() {
+        let frame = tcp_v4_frame(b"x", 0x10);
+        let vnet = VnetHeader {
+            gso_type: GSO_TCPV6,
+            gso_size: 100,
+            csum_start: 34,
+            ..VnetHeader::default()
+        };
+        assert_eq!(to_wire_frames(frame.clone(), &vnet, &mut |_| {}), Err(OffloadError::Malformed));
+        let vnet = VnetHeader {
+            gso_type: 3,
+            gso_size: 100,
+            csum_start: 34,
+            ..VnetHeader::default()
+        };
+        assert_eq!(to_wire_frames(frame.clone(), &vnet, &mut |_| {}), Err(OffloadError::UnsupportedGso(3)));
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            csum_start: 200,
+            csum_offset: 16,
+            ..VnetHeader::default()
+        };
+        assert_eq!(to_wire_frames(frame, &vnet, &mut |_| {}), Err(OffloadError::Truncated));
+    }
+
+    #[test]
+    fn vlan_tag_goes_after_the_mac_addresses() {
+        let mut frame: Vec<u8> = (0..20).collect();
+        insert_vlan_tag(&mut frame, 0x0064, 0x8100);
+        assert_eq!(&frame[12..16], &[0x81, 0x00, 0x00, 0x64]);
+        assert_eq!(frame[16], 12);
+        assert_eq!(frame.len(), 24);
+    }
+}

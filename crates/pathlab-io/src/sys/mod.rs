@@ -1,0 +1,381 @@
+//! Every libc call pathlab makes, behind safe functions.
+//!
+//! This is the only module of the workspace that may use `unsafe`. Each function checks its
+//! arguments (lengths, bounds) before it hands pointers to the kernel, and turns `-1` into
+//! an [`io::Error`]. Nothing here knows about links or packets.
+
+#![allow(unsafe_code)]
+
+mod ring;
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+pub use ring::RxRing;
+
+/// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.
+pub const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// `PACKET_VNET_HDR`: prefix every received frame with a `virtio_net_hdr`.
+pub const PACKET_VNET_HDR: libc::c_int = 15;
+/// Length of `struct virtio_net_hdr`, which `PACKET_VNET_HDR` puts before each frame.
+pub const VNET_HDR_LEN: usize = 10;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_size(ret: isize) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// Opens a socket with `SOCK_CLOEXEC`.
+pub fn socket(domain: libc::c_int, kind: libc::c_int, protocol: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments; the result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::socket(domain, kind | libc::SOCK_CLOEXEC, protocol) })?;
+    // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `setsockopt` with a plain-old-data value.
+pub fn setsockopt<T: Copy>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to `size_of::<T>()` readable bytes for the duration of the call.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_ref(value).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Binds a packet socket to one interface, receiving every protocol.
+pub fn bind_packet(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    bind_packet_protocol(fd, ifindex, (libc::ETH_P_ALL as u16).to_be())
+}
+
+/// Binds a packet socket to one interface and one protocol (network byte order; 0 receives
+/// nothing, for a socket that only sends).
+pub fn bind_packet_protocol(fd: BorrowedFd<'_>, ifindex: u32, protocol_be: u16) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = protocol_be;
+    addr.sll_ifindex = ifindex as i32;
+    // SAFETY: `addr` is a valid sockaddr_ll of the length passed.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            std::ptr::from_ref(&addr).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Puts an interface in promiscuous mode for as long as the packet socket is open
+/// (`PACKET_ADD_MEMBERSHIP`; the kernel undoes it when the socket closes, even after a crash).
+pub fn packet_promiscuous(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    // SAFETY: packet_mreq is plain data; all-zero is a valid value.
+    let mut mreq: libc::packet_mreq = unsafe { zeroed() };
+    mreq.mr_ifindex = ifindex as i32;
+    mreq.mr_type = libc::PACKET_MR_PROMISC as u16;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_ADD_MEMBERSHIP, &mreq)
+}
+
+/// Binds a netlink socket with a kernel-chosen port id.
+pub fn bind_netlink(fd: BorrowedFd<'_>, groups: u32) -> io::Result<()> {
+    // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_nl = unsafe { zeroed() };
+    addr.nl_family = libc::AF_NETLINK as u16;
+    addr.nl_groups = groups;
+    // SAFETY: `addr` is a valid sockaddr_nl of the length passed.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            std::ptr::from_ref(&addr).cast(),
+            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// Connects a socket to an IP address (port 0 for raw sockets).
+pub fn connect(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<()> {
+    // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = match address {
+        std::net::SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            let sin = unsafe { &mut *std::ptr::from_mut(&mut storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
+            size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            let sin6 = unsafe { &mut *std::ptr::from_mut(&mut storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_addr.s6_addr = v6.ip().octets();
+            sin6.sin6_scope_id = v6.scope_id();
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: `storage` holds a valid address of `len` bytes.
+    cvt(unsafe { libc::connect(fd.as_raw_fd(), std::ptr::from_ref(&storage).cast(), len as libc::socklen_t) }).map(drop)
+}
+
+/// `send(2)` of one buffer.
+pub fn send(fd: BorrowedFd<'_>, data: &[u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `data` is readable for its length.
+    cvt_size(unsafe { libc::send(fd.as_raw_fd(), data.as_ptr().cast(), data.len(), flags) })
+}
+
+/// `recv(2)` into one buffer.
+pub fn recv(fd: BorrowedFd<'_>, buffer: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: `buffer` is writable for its length.
+    cvt_size(unsafe { libc::recv(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), flags) })
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (`None`: forever). Returns the
+/// indices of the readable descriptors' entries set in `ready`.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>, ready: &mut [bool]) -> io::Result<()> {
+    assert!(fds.len() <= 8 && ready.len() >= fds.len(), "poll_readable takes at most 8 descriptors");
+    let mut pollfds = [libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    }; 8];
+    for (slot, fd) in pollfds.iter_mut().zip(fds) {
+        slot.fd = fd.as_raw_fd();
+        slot.events = libc::POLLIN;
+    }
+    let timespec = timeout.map(|timeout| libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    });
+    let timespec_ptr = timespec.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+    // SAFETY: `pollfds` holds `fds.len()` initialized entries; `timespec_ptr` is null or
+    // points to a live timespec; a null sigmask keeps the current one.
+    let result = unsafe {
+        libc::ppoll(pollfds.as_mut_ptr(), fds.len() as libc::nfds_t, timespec_ptr, std::ptr::null())
+    };
+    if result < 0 {
+        let error = io::Error::last_os_error();
+        if error.kind() == io::ErrorKind::Interrupted {
+            ready.iter_mut().for_each(|r| *r = false);
+            return Ok(());
+        }
+        return Err(error);
+    }
+    for (flag, slot) in ready.iter_mut().zip(&pollfds[..fds.len()]) {
+        *flag = slot.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
+    }
+    Ok(())
+}
+
+/// A non-blocking eventfd, for waking a thread that sleeps in [`poll_readable`].
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+    // SAFETY: `fd` was just returned by eventfd(2) and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The index of a network interface in the calling thread's namespace.
+pub fn if_nametoindex(name: &str) -> io::Result<u32> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `name` is a NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(index)
+    }
+}
+
+/// Moves the calling thread into a new, empty network namespace.
+pub fn unshare_netns() -> io::Result<()> {
+    // SAFETY: plain syscall; affects only the calling thread's namespace.
+    cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) }).map(drop)
+}
+
+/// Moves the calling thread into the network namespace `fd` refers to.
+pub fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor we borrow.
+    cvt(unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
+}
+
+/// Makes `command` enter the network namespace `netns` in the child, before exec.
+pub fn command_in_netns(command: &mut Command, netns: RawFd) {
+    // SAFETY: the closure only makes async-signal-safe syscalls (setns) between fork and
+    // exec; the descriptor stays open in the parent until spawn returns.
+    unsafe {
+        command.pre_exec(move || cvt(libc::setns(netns, libc::CLONE_NEWNET)).map(drop));
+    }
+}
+
+/// Makes the child of `command` receive `signal` when the thread that spawned it dies, so
+/// a killed pathlab does not leave its programs (and their namespaces) behind.
+pub fn command_parent_death_signal(command: &mut Command, signal: libc::c_int) {
+    // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+    unsafe {
+        command.pre_exec(move || cvt(libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong)).map(drop));
+    }
+}
+
+/// Makes the calling thread's sleeps end within 1 ns of their deadline instead of the
+/// default 50 us slack.
+pub fn set_timer_slack_min() {
+    // SAFETY: plain prctl on the calling thread; failure only costs precision.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
+}
+
+/// Whether the process has CAP_NET_ADMIN in its effective set.
+pub fn has_cap_net_admin() -> bool {
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    const CAP_NET_ADMIN: u32 = 12;
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: version 3 takes a header and two data structs, both valid for writing.
+    let result = unsafe { libc::syscall(libc::SYS_capget, std::ptr::from_mut(&mut header), data.as_mut_ptr()) };
+    result == 0 && data[0].effective & (1 << CAP_NET_ADMIN) != 0
+}
+
+/// Opens `/dev/net/tun` and creates (or attaches to) a TUN device named `name`
+/// (`IFF_TUN | IFF_NO_PI`: raw IP datagrams, no packet-info prefix). The device disappears
+/// when the descriptor closes. Returns the descriptor and the device's name.
+pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
+    if name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+    }
+    let path = c"/dev/net/tun";
+    // SAFETY: `path` is NUL-terminated; the result is a fresh descriptor we own.
+    let fd = cvt(unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+    // SAFETY: `fd` was just returned by open(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut request: libc::ifreq = unsafe { zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, std::ptr::from_mut(&mut request)) })?;
+    let actual: Vec<u8> = request
+        .ifr_name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok((fd, String::from_utf8_lossy(&actual).into_owned()))
+}
+
+/// Makes a descriptor non-blocking.
+pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl with integer arguments on a borrowed descriptor.
+    let flags = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(drop)
+}
+
+/// `read(2)` into one buffer.
+pub fn read(fd: BorrowedFd<'_>, buffer: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buffer` is writable for its length.
+    cvt_size(unsafe { libc::read(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) })
+}
+
+/// `write(2)` of one buffer.
+pub fn write(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<usize> {
+    // SAFETY: `data` is readable for its length.
+    cvt_size(unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) })
+}
+
+/// Detaches a mount point (`umount2(MNT_DETACH)`), as `ip netns delete` does for the bind
+/// mounts under /run/netns.
+pub fn unmount_detach(path: &str) -> io::Result<()> {
+    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `path` is NUL-terminated.
+    cvt(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }).map(drop)
+}
+
+/// Sends `signal` to process `pid`.
+pub fn kill(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall with integer arguments.
+    cvt(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
+}
+
+/// Whether process `pid` exists.
+pub fn process_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let alive = unsafe { libc::kill(pid as libc::pid_t, 0) } == 0;
+    alive || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Blocks `SIGINT`, `SIGTERM` and `SIGHUP` in the calling thread (and the threads it spawns
+/// after), returning a signalfd that becomes readable when one arrives, so a forwarding
+/// loop can notice Ctrl-C in its poll and clean up.
+pub fn signalfd_termination() -> io::Result<OwnedFd> {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it.
+    let mut set: libc::sigset_t = unsafe { zeroed() };
+    // SAFETY: `set` is a valid sigset_t for these calls.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+    }
+    // SAFETY: `set` is initialized; the old mask is not needed.
+    let result = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if result != 0 {
+        return Err(io::Error::from_raw_os_error(result));
+    }
+    // SAFETY: `set` is initialized; -1 asks for a new descriptor.
+    let fd = cvt(unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })?;
+    // SAFETY: `fd` was just returned by signalfd(2) and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Reads which signal a [`signalfd_termination`] descriptor reported, if any.
+pub fn signalfd_read(fd: BorrowedFd<'_>) -> Option<i32> {
+    let mut buffer = [0u8; size_of::<libc::signalfd_siginfo>()];
+    match read(fd, &mut buffer) {
+        Ok(n) if n == buffer.len() => Some(i32::from_ne_bytes(buffer[..4].try_into().expect("4 bytes"))),
+        _ => None,
+    }
+}
+

@@ -1,0 +1,82 @@
+//! `pathlab shell`: run a program in a network namespace behind an emulated link.
+
+use std::fs::File;
+
+use anyhow::Context as _;
+use pathlab_core::time::Duration;
+use pathlab_io::control::ControlError;
+use pathlab_io::shell::{self, ShellConfig, ShellError};
+
+use crate::cmd::spec::parse_spec;
+use crate::usage;
+
+/// Arguments of `pathlab shell`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The link spec from the program outwards (uplink), e.g. 'delay 50ms rate 10mbit'.
+    #[arg(value_name = "SPEC")]
+    pub spec: String,
+    /// The spec towards the program (downlink; default: the same as SPEC).
+    #[arg(long, value_name = "SPEC")]
+    pub reverse: Option<String>,
+    /// The emulator's name, for `pathlab emulate set/stats --name` (default: shell-PID).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Write every packet's fate and a queue-length time series to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<std::path::PathBuf>,
+    /// Write what was forwarded and dropped to a pcapng FILE.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// Seed of the random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print the emulator's counters when the program exits.
+    #[arg(long)]
+    pub stats: bool,
+    /// The program and its arguments (default: $SHELL).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Runs `pathlab shell`; the exit code is the program's.
+pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
+    let uplink = parse_spec(std::slice::from_ref(&args.spec))?;
+    let downlink = match &args.reverse {
+        Some(text) => parse_spec(std::slice::from_ref(text))?,
+        None => uplink.clone(),
+    };
+    let name = args.name.clone().unwrap_or_else(|| format!("shell-{}", std::process::id()));
+    pathlab_io::runtime::validate_name(&name).map_err(|e| usage(anyhow::anyhow!(e)))?;
+    let program = if args.command.is_empty() {
+        vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
+    } else {
+        args.command.clone()
+    };
+    pathlab_io::require_net_admin("pathlab shell").map_err(usage)?;
+    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let create = |path: &std::path::Path| File::create(path).with_context(|| format!("cannot create '{}'", path.display()));
+    let config = ShellConfig {
+        name,
+        uplink,
+        downlink,
+        seed: args.seed,
+        record: args.record.as_deref().map(create).transpose()?,
+        pcap: args.pcap.as_deref().map(create).transpose()?,
+        queue_sample_interval: Duration::from_millis(10),
+        program,
+        command_line: std::env::args().collect(),
+    };
+    let outcome = shell::run(config, signals).map_err(|error| match error {
+        ShellError::Control(ControlError::NameTaken(_)) | ShellError::Spawn { .. } => usage(error),
+        other => anyhow::Error::new(other),
+    })?;
+    if args.stats {
+        crate::cmd::emulate::print_stats(&outcome.stats);
+    }
+    let code = outcome.status.code().unwrap_or_else(|| {
+        use std::os::unix::process::ExitStatusExt;
+        128 + outcome.status.signal().unwrap_or(0)
+    });
+    Ok(std::process::ExitCode::from(code.clamp(0, 255) as u8))
+}
