@@ -18,17 +18,21 @@ use pathlab_results::recording::{read_recording, Recording};
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
-/// Whether the test may run: true with CAP_NET_ADMIN; panics without it in CI.
-fn privileged(test: &str) -> bool {
+/// The tests measure timing on a 2-core machine: one at a time, or they measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether the test may run (with the serializing guard): CAP_NET_ADMIN is needed; without
+/// it the test panics in CI and is skipped elsewhere.
+fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     if pathlab_io::require_net_admin("the namespace tests").is_ok() {
-        return true;
+        return Some(ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
         "{test}: CI=true but this process lacks CAP_NET_ADMIN; CI must run the tests as root"
     );
     eprintln!("skipping {test}: needs CAP_NET_ADMIN (run the tests as root)");
-    false
+    None
 }
 
 /// A scratch directory removed when the test ends.
@@ -173,9 +177,7 @@ fn assert_conservation(stats: &EmulatorStats) {
 
 #[test]
 fn delay_20ms_each_way_gives_a_40ms_ping() {
-    if !privileged("delay_20ms_each_way_gives_a_40ms_ping") {
-        return;
-    }
+    let Some(_serial) = privileged("delay_20ms_each_way_gives_a_40ms_ping") else { return };
     let mut lab = Lab::start("delay", "delay 20ms", &[], false);
     // The first ping also waits for ARP, which crosses the emulator twice.
     lab.ping(IpAddr::V4(H2_V4), 1, Duration::from_millis(10), 56);
@@ -183,6 +185,7 @@ fn delay_20ms_each_way_gives_a_40ms_ping() {
     let rtts = rtts_ms(&results);
     assert_eq!(rtts.len(), 100, "no ping lost on a lossless link");
     let median = median(&rtts);
+    eprintln!("delay 20ms each way: median ping RTT {median:.3} ms (min {:.3}, max {:.3})", rtts[0], rtts[99]);
     assert!((median - 40.0).abs() <= 0.5, "median RTT {median:.3} ms, expected 40 +- 0.5 ms");
     // IPv6 crosses too (neighbour discovery, then echo).
     let v6 = lab.ping(IpAddr::V6(H2_V6), 5, Duration::from_millis(50), 56);
@@ -200,4 +203,182 @@ fn delay_20ms_each_way_gives_a_40ms_ping() {
     let h2 = Line::interface(&lab.line.h2, HOST_PORT).expect("h2's eth0");
     assert_eq!(h2.rx_packets, stats.directions[0].forwarded, "h2 received exactly what was forwarded");
     let _ = H1_V4;
+}
+
+/// The two-sided 99.9% binomial interval of a count of `n` trials with probability `p`
+/// (normal approximation; z = 3.29).
+fn binomial_bound(n: usize, p: f64) -> (f64, f64) {
+    let mean = n as f64 * p;
+    let sd = (n as f64 * p * (1.0 - p)).sqrt();
+    (mean - 3.29 * sd, mean + 3.29 * sd)
+}
+
+/// ICMP echo frames with a 56-byte payload: 14 Ethernet + 20 IPv4 + 8 ICMP + 56.
+const ECHO_FRAME: u32 = 98;
+
+#[test]
+fn loss_2_percent_each_way_matches_binomial_and_the_recorded_drops() {
+    let Some(_serial) = privileged("loss_2_percent_each_way_matches_binomial_and_the_recorded_drops") else { return };
+    let mut lab = Lab::start("loss", "loss 2%", &["--seed", "7"], true);
+    let count = 5000;
+    let results = lab.ping(IpAddr::V4(H2_V4), count, Duration::from_millis(1), 56);
+    let lost = results.iter().filter(|r| r.rtt.is_none()).count();
+    // A ping is lost if its request or its reply is: 1 - 0.98^2.
+    let p = 1.0 - 0.98f64 * 0.98;
+    let (low, high) = binomial_bound(count, p);
+    eprintln!("loss 2% each way: {lost} of {count} pings lost, 99.9% bound {low:.0}..{high:.0}");
+    assert!((low..=high).contains(&(lost as f64)), "{lost} of {count} pings lost, 99.9% bound {low:.0}..{high:.0}");
+    let (stats, recording) = lab.stop();
+    assert_conservation(&stats);
+    // The truth: each lost ping is exactly one dropped echo request or reply.
+    let dropped_echoes: usize = (0..2)
+        .map(|dir| recording.packets(dir).filter(|r| r.len_bytes == ECHO_FRAME && r.dropped.is_some()).count())
+        .sum();
+    assert_eq!(dropped_echoes, lost, "recorded drops of echo frames = lost pings");
+    let requests = recording.packets(0).filter(|r| r.len_bytes == ECHO_FRAME).count();
+    assert_eq!(requests, count, "every request was recorded");
+    for d in &stats.directions {
+        let (low, high) = binomial_bound(d.link.packets_in as usize, 0.02);
+        let dropped = d.link.dropped_total() as f64;
+        assert!((low..=high).contains(&dropped), "{} -> {}: {dropped} of {} dropped", d.from, d.to, d.link.packets_in);
+    }
+}
+
+/// Bytes per second a TCP bulk transfer from h1 to h2 achieves over `[warmup, duration]`,
+/// with ping RTTs taken during the transfer (after the warm-up).
+fn bulk_transfer_with_pings(lab: &Lab, duration: Duration, warmup: Duration) -> (f64, Vec<PingResult>) {
+    use std::io::{Read, Write};
+    // Windows large enough that the sender is limited by its congestion window, not by
+    // the receiver: the queue fills only if more than BDP + 100 packets may be in flight
+    // (Linux starts receive windows at 64 KB, 45 packets).
+    lab.line.h2.set_sysctl("net/ipv4/tcp_rmem", "4096 4194304 8388608").expect("tcp_rmem");
+    lab.line.h1.set_sysctl("net/ipv4/tcp_wmem", "4096 4194304 8388608").expect("tcp_wmem");
+    // Loss-based congestion control, as in the bufferbloat experiments: BBR (this machine's
+    // default) keeps its own queue short whatever the buffer. Reno, because a namespace may
+    // only choose among tcp_allowed_congestion_control, which always has it.
+    lab.line.h1.set_sysctl("net/ipv4/tcp_congestion_control", "reno").expect("reno");
+    let listener = lab.line.h2.run(|| std::net::TcpListener::bind("198.18.0.2:5201")).unwrap().expect("listen in h2");
+    let receiver = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        let start = std::time::Instant::now();
+        let mut buffer = vec![0u8; 1 << 16];
+        let mut counted = 0u64;
+        let mut counting_since = None;
+        loop {
+            let n = stream.read(&mut buffer).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            if start.elapsed() >= warmup {
+                counting_since.get_or_insert_with(std::time::Instant::now);
+                counted += n as u64;
+            }
+        }
+        counted as f64 / counting_since.expect("data after the warm-up").elapsed().as_secs_f64()
+    });
+    let mut stream = lab.line.h1.run(|| std::net::TcpStream::connect("198.18.0.2:5201")).unwrap().expect("connect from h1");
+    let sender = std::thread::spawn(move || {
+        let chunk = vec![0x5au8; 1 << 16];
+        let start = std::time::Instant::now();
+        while start.elapsed() < duration {
+            stream.write_all(&chunk).expect("send");
+        }
+        // Closing makes the receiver's count end when the last byte arrives.
+    });
+    std::thread::sleep(warmup);
+    let ping_time = duration - warmup - Duration::from_millis(500);
+    let pings = lab.ping(IpAddr::V4(H2_V4), (ping_time.as_millis() / 50) as usize, Duration::from_millis(50), 56);
+    sender.join().expect("sender");
+    (receiver.join().expect("receiver"), pings)
+}
+
+#[test]
+fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
+    let Some(_serial) = privileged("rate_10mbit_limit_100_fills_the_link_and_the_queue") else { return };
+    let mut lab = Lab::start("rate", "rate 10mbit limit 100", &["--reverse", ""], true);
+    let base = median(&rtts_ms(&lab.ping(IpAddr::V4(H2_V4), 20, Duration::from_millis(10), 56)));
+    let (goodput, pings) = bulk_transfer_with_pings(&lab, Duration::from_secs(12), Duration::from_secs(2));
+    // 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload (timestamps on).
+    let ideal = 10e6 / 8.0 * 1448.0 / 1514.0;
+    let ratio = goodput / ideal;
+    eprintln!("rate 10mbit limit 100: goodput {:.3} Mbit/s = {:.1}% of {:.3}", goodput * 8e-6, ratio * 100.0, ideal * 8e-6);
+    assert!((0.93..=1.0).contains(&ratio), "goodput {:.3} Mbit/s = {:.1}% of {:.3}", goodput * 8e-6, ratio * 100.0, ideal * 8e-6);
+    // The queue's worth of delay: 100 x 1514 x 8 / 10e6 = 121.1 ms on top of the base.
+    let full_queue_ms = 100.0 * 1514.0 * 8.0 / 10e6 * 1e3;
+    let rtts = rtts_ms(&pings);
+    let peak = rtts[rtts.len() * 95 / 100];
+    eprintln!("rate 10mbit limit 100: base RTT {base:.2} ms, under load median {:.1} ms, p95 {peak:.1} ms", median(&rtts));
+
+    assert!(
+        ((peak - base) / full_queue_ms - 1.0).abs() <= 0.10,
+        "p95 RTT under load {peak:.1} ms, base {base:.2} ms, expected base + {full_queue_ms:.1} ms within 10%"
+    );
+    let (stats, recording) = lab.stop();
+    assert_conservation(&stats);
+    // Each ping's RTT is its request's recorded time in the link plus the base RTT: the
+    // recording and the measurement agree packet by packet.
+    let requests: Vec<_> = recording.packets(0).filter(|r| r.len_bytes == ECHO_FRAME).collect();
+    let measured: Vec<&PingResult> = pings.iter().collect();
+    let first_under_load = requests.len() - measured.len();
+    let mut disagreements = 0;
+    for (record, ping) in requests[first_under_load..].iter().zip(&measured) {
+        let (Some(departed), Some(rtt)) = (record.departed, ping.rtt) else { continue };
+        let in_link_ms = (departed - record.arrived).as_millis_f64();
+        let error = rtt.as_secs_f64() * 1e3 - base - in_link_ms;
+        if error.abs() > 1.0 {
+            disagreements += 1;
+        }
+    }
+    eprintln!("rate 10mbit limit 100: {disagreements} of {} pings disagree with the recording by > 1 ms", measured.len());
+    assert!(disagreements <= measured.len() / 50, "{disagreements} of {} pings disagree with the recorded delay by > 1 ms", measured.len());
+}
+
+#[test]
+fn codel_keeps_the_rtt_under_load_near_the_base() {
+    let Some(_serial) = privileged("codel_keeps_the_rtt_under_load_near_the_base") else { return };
+    let mut lab = Lab::start("codel", "rate 10mbit limit 100 queue codel", &["--reverse", ""], true);
+    let base = median(&rtts_ms(&lab.ping(IpAddr::V4(H2_V4), 20, Duration::from_millis(10), 56)));
+    let (goodput, pings) = bulk_transfer_with_pings(&lab, Duration::from_secs(10), Duration::from_secs(2));
+    let rtts = rtts_ms(&pings);
+    let median_under_load = median(&rtts);
+    eprintln!(
+        "codel: base {base:.2} ms, median under load {median_under_load:.2} ms, p95 {:.2} ms, goodput {:.1}%",
+        rtts[rtts.len() * 95 / 100],
+        goodput / (10e6 / 8.0 * 1448.0 / 1514.0) * 100.0
+    );
+    // "A few CoDel targets": within 4 x 5 ms of the base (tail drop sits at +121 ms).
+    assert!(median_under_load - base <= 20.0, "median RTT under load {median_under_load:.1} ms, base {base:.2} ms");
+    let ideal = 10e6 / 8.0 * 1448.0 / 1514.0;
+    assert!(goodput / ideal >= 0.85, "CoDel still fills the link: {:.1}%", goodput / ideal * 100.0);
+    let (stats, _) = lab.stop();
+    assert_conservation(&stats);
+    assert!(stats.directions[0].link.dropped(pathlab_core::DropReason::Codel) > 0, "CoDel dropped");
+}
+
+#[test]
+fn emulate_set_changes_the_delay_within_one_ping() {
+    let Some(_serial) = privileged("emulate_set_changes_the_delay_within_one_ping") else { return };
+    let mut lab = Lab::start("set", "delay 20ms", &[], true);
+    let mut pinger = lab.line.h1.run(|| Pinger::new(IpAddr::V4(H2_V4), 56)).unwrap().expect("socket");
+    let pings = std::thread::spawn(move || pinger.run(150, Duration::from_millis(20), Duration::from_secs(1)).expect("ping"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = std::time::Instant::now();
+    lab.set("delay 80ms");
+    let after = std::time::Instant::now();
+    let results = pings.join().expect("pinger");
+    for result in &results {
+        let rtt = result.rtt.expect("no loss") .as_secs_f64() * 1e3;
+        // Sent 20 ms (one way) before the change: both ways at the old delay.
+        if result.sent + Duration::from_millis(20) < before {
+            assert!((rtt - 40.0).abs() <= 0.5, "ping {} before the change: {rtt:.2} ms", result.seq);
+        } else if result.sent > after {
+            assert!((rtt - 160.0).abs() <= 0.5, "ping {} after the change: {rtt:.2} ms", result.seq);
+        }
+    }
+    let in_between = results.iter().filter(|r| r.sent + Duration::from_millis(20) >= before && r.sent <= after).count();
+    assert!(in_between <= 1 + (after - before).as_millis() as usize / 20, "{in_between} pings straddle the change");
+    let (stats, recording) = lab.stop();
+    assert_conservation(&stats);
+    let changes = recording.lines.iter().filter(|l| matches!(l, pathlab_results::recording::RecordingLine::Spec { .. })).count();
+    assert_eq!(changes, 2, "the change is recorded for both directions");
 }
