@@ -382,3 +382,117 @@ fn emulate_set_changes_the_delay_within_one_ping() {
     let changes = recording.lines.iter().filter(|l| matches!(l, pathlab_results::recording::RecordingLine::Spec { .. })).count();
     assert_eq!(changes, 2, "the change is recorded for both directions");
 }
+
+/// The network-namespace inodes some process or descriptor still holds.
+fn live_netns_inodes() -> std::collections::HashSet<String> {
+    let mut inodes = std::collections::HashSet::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.path();
+        for link in [pid.join("ns/net")] {
+            if let Ok(target) = std::fs::read_link(link) {
+                inodes.insert(target.to_string_lossy().into_owned());
+            }
+        }
+        for fd in std::fs::read_dir(pid.join("fd")).into_iter().flatten().flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let target = target.to_string_lossy().into_owned();
+                if target.starts_with("net:[") {
+                    inodes.insert(target);
+                }
+            }
+        }
+    }
+    inodes
+}
+
+fn root_interfaces() -> Vec<String> {
+    let mut netlink = pathlab_io::netlink::Netlink::open().expect("netlink");
+    let mut names: Vec<String> = netlink.links().expect("links").into_iter().map(|l| l.name).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_killed_emulator_leaves_nothing_once_lab_clean_ran() {
+    let Some(_serial) = privileged("a_killed_emulator_leaves_nothing_once_lab_clean_ran") else { return };
+    let interfaces_before = root_interfaces();
+    let mut lab = Lab::start("kill", "delay 5ms", &[], false);
+    let inodes: Vec<String> = [&lab.line.h1, &lab.line.r, &lab.line.h2]
+        .iter()
+        .map(|ns| format!("net:[{}]", ns.inode().expect("inode")))
+        .collect();
+    let socket = pathlab_io::runtime::control_socket_path(&lab.name);
+    assert!(socket.exists(), "control socket {} while running", socket.display());
+    let mut child = lab.emulator.take().expect("running");
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    assert!(socket.exists(), "SIGKILL leaves the socket file");
+    let stale = pathlab(&["emulate", "stats", "--name", &lab.name]);
+    assert_eq!(stale.status.code(), Some(2), "a dead emulator is reported as not running");
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("no emulator named"));
+    let clean = pathlab(&["lab", "clean"]);
+    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
+    assert!(String::from_utf8_lossy(&clean.stdout).contains(&socket.display().to_string()), "clean names what it removed");
+    assert!(!socket.exists(), "lab clean removed the stale socket");
+    let locks = pathlab_io::runtime::runtime_dir().join("locks");
+    let r_inode = lab.line.r.inode().expect("inode");
+    let leftover_locks: Vec<_> = std::fs::read_dir(&locks)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("netns-{r_inode}-")))
+        .collect();
+    assert!(leftover_locks.is_empty(), "locks of the killed emulator: {leftover_locks:?}");
+    drop(lab);
+    let live = live_netns_inodes();
+    for inode in &inodes {
+        assert!(!live.contains(inode), "namespace {inode} is still held");
+    }
+    assert_eq!(root_interfaces(), interfaces_before, "no interface was left in the root namespace");
+    let named = std::fs::read_dir("/run/netns").into_iter().flatten().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("pathlab")).count();
+    assert_eq!(named, 0, "no named namespace");
+}
+
+#[test]
+fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
+    let Some(_serial) = privileged("bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing") else { return };
+    let lab = Lab::start("busy", "delay 1ms", &[], false);
+    let run_in_r = |args: &[&str]| lab.line.r.command(PATHLAB).args(args).output().expect("runs");
+    let sockets_before = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate")).map(Iterator::count).unwrap_or(0);
+    let cases: [(&[&str], &str); 6] = [
+        (&["emulate", "--between", "nosuch0", R_PORT_H2, "delay 1ms", "--name", "bad1"], "no interface named 'nosuch0'"),
+        (&["emulate", "--between", R_PORT_H1, R_PORT_H2, "delay 1ms", "--name", "bad2"], "is busy"),
+        (&["emulate", "--between", R_PORT_H1, R_PORT_H2, "delay fast", "--name", "bad3"], "expected a time like 25ms"),
+        (&["emulate", "--between", R_PORT_H1, R_PORT_H1, "delay 1ms", "--name", "bad4"], "two different interfaces"),
+        (&["emulate", "--between", "lo", R_PORT_H2, "delay 1ms", "--name", "bad5"], "loopback"),
+        (&["emulate", "--between", "x", "y", "delay 1ms", "--name", &lab.name], "already running"),
+    ];
+    for (args, message) in cases {
+        let output = run_in_r(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: stderr {stderr:?} should say {message:?}");
+    }
+    let sockets_after = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate")).map(Iterator::count).unwrap_or(0);
+    assert_eq!(sockets_after, sockets_before, "failed starts leave no control socket");
+    // The running emulator was not disturbed.
+    assert!(lab.ping(IpAddr::V4(H2_V4), 3, Duration::from_millis(10), 56).iter().skip(1).all(|r| r.rtt.is_some()));
+}
+
+#[test]
+fn without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything() {
+    let Some(_serial) = privileged("without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything") else { return };
+    use std::os::unix::process::CommandExt;
+    for args in [
+        &["emulate", "--between", "a", "b", "delay 1ms", "--name", "unpriv"][..],
+        &["shell", "delay 1ms", "--", "true"][..],
+        &["lab", "clean"][..],
+    ] {
+        // uid 65534 (nobody) has no capabilities.
+        let output = Command::new(PATHLAB).args(args).uid(65534).gid(65534).output().expect("runs as nobody");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"), "{args:?}: {stderr}");
+    }
+    assert!(!pathlab_io::runtime::control_socket_path("unpriv").exists());
+}

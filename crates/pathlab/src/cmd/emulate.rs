@@ -118,12 +118,14 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     pathlab_io::require_net_admin("pathlab emulate").map_err(usage)?;
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
-    let open = |name: &str| PacketPort::open(name).map_err(port_error);
-    let ports = [open(if_a)?, open(if_b)?];
+    // The socket first: a name clash is found before any interface is opened, and the
+    // socket file goes away with `server` if opening an interface fails.
     let server = ControlServer::bind(&args.common.name).map_err(|e| match e {
         ControlError::NameTaken(_) => usage(e),
         other => anyhow::Error::new(other),
     })?;
+    let open = |name: &str| PacketPort::open(name).map_err(port_error);
+    let ports = [open(if_a)?, open(if_b)?];
     let create = |path: &std::path::Path, what: &str| {
         File::create(path).with_context(|| format!("cannot create the {what} file '{}'", path.display()))
     };
