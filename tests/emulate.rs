@@ -190,6 +190,9 @@ fn delay_20ms_each_way_gives_a_40ms_ping() {
     // IPv6 crosses too (neighbour discovery, then echo).
     let v6 = lab.ping(IpAddr::V6(H2_V6), 5, Duration::from_millis(50), 56);
     assert!(v6.iter().skip(1).all(|r| r.rtt.is_some()), "IPv6 pings: {v6:?}");
+    let live = lab.stats();
+    assert_eq!(live.directions[0].spec, "delay 20ms");
+    assert!(live.directions[0].forwarded >= 106, "stats while running: {live:?}");
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
     // The recorded truth: every ICMP echo (98-byte frames) spent 20 ms in the link.
@@ -247,7 +250,6 @@ fn loss_2_percent_each_way_matches_binomial_and_the_recorded_drops() {
 /// Bytes per second a TCP bulk transfer from h1 to h2 achieves over `[warmup, duration]`,
 /// with ping RTTs taken during the transfer (after the warm-up).
 fn bulk_transfer_with_pings(lab: &Lab, duration: Duration, warmup: Duration) -> (f64, Vec<PingResult>) {
-    use std::io::{Read, Write};
     // Windows large enough that the sender is limited by its congestion window, not by
     // the receiver: the queue fills only if more than BDP + 100 packets may be in flight
     // (Linux starts receive windows at 64 KB, 45 packets).
@@ -257,39 +259,11 @@ fn bulk_transfer_with_pings(lab: &Lab, duration: Duration, warmup: Duration) -> 
     // default) keeps its own queue short whatever the buffer. Reno, because a namespace may
     // only choose among tcp_allowed_congestion_control, which always has it.
     lab.line.h1.set_sysctl("net/ipv4/tcp_congestion_control", "reno").expect("reno");
-    let listener = lab.line.h2.run(|| std::net::TcpListener::bind("198.18.0.2:5201")).unwrap().expect("listen in h2");
-    let receiver = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().expect("accept");
-        let start = std::time::Instant::now();
-        let mut buffer = vec![0u8; 1 << 16];
-        let mut counted = 0u64;
-        let mut counting_since = None;
-        loop {
-            let n = stream.read(&mut buffer).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            if start.elapsed() >= warmup {
-                counting_since.get_or_insert_with(std::time::Instant::now);
-                counted += n as u64;
-            }
-        }
-        counted as f64 / counting_since.expect("data after the warm-up").elapsed().as_secs_f64()
-    });
-    let mut stream = lab.line.h1.run(|| std::net::TcpStream::connect("198.18.0.2:5201")).unwrap().expect("connect from h1");
-    let sender = std::thread::spawn(move || {
-        let chunk = vec![0x5au8; 1 << 16];
-        let start = std::time::Instant::now();
-        while start.elapsed() < duration {
-            stream.write_all(&chunk).expect("send");
-        }
-        // Closing makes the receiver's count end when the last byte arrives.
-    });
+    let transfer = lab.line.start_tcp_bulk(5201, duration, warmup).expect("transfer starts");
     std::thread::sleep(warmup);
     let ping_time = duration - warmup - Duration::from_millis(500);
     let pings = lab.ping(IpAddr::V4(H2_V4), (ping_time.as_millis() / 50) as usize, Duration::from_millis(50), 56);
-    sender.join().expect("sender");
-    (receiver.join().expect("receiver"), pings)
+    (transfer.finish().expect("transfer"), pings)
 }
 
 #[test]

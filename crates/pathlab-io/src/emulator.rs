@@ -26,6 +26,8 @@ use crate::sys;
 
 /// Below this distance to the next deadline the loop spins instead of sleeping: the
 /// kernel's wake-up latency from `ppoll` is tens of microseconds, the budget 50 us.
+/// Measured here (100 Mbit/s through `delay 10ms`, send error p50/p99): 200 us spin
+/// 11/33 us, 50 us spin 20/69 us, no spin 38/101 us.
 pub const SPIN_WINDOW: Duration = Duration::from_micros(200);
 
 /// Frames read from one port per pass before the other port gets its turn.

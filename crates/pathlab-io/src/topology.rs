@@ -117,3 +117,102 @@ impl Line {
         netns.run(|| link(&mut Netlink::open()?, name))?
     }
 }
+
+/// A TCP bulk transfer from h1 to h2 in progress (see [`Line::start_tcp_bulk`]).
+#[derive(Debug)]
+pub struct BulkTransfer {
+    sender: std::thread::JoinHandle<io::Result<()>>,
+    receiver: std::thread::JoinHandle<io::Result<f64>>,
+}
+
+impl BulkTransfer {
+    /// Waits for the end and returns the goodput in bytes per second the receiver saw
+    /// after the warm-up.
+    pub fn finish(self) -> io::Result<f64> {
+        self.sender.join().expect("sender does not panic")?;
+        self.receiver.join().expect("receiver does not panic")
+    }
+}
+
+impl Line {
+    /// Starts a TCP bulk transfer from h1 to h2 on `port` for `duration`; bytes received
+    /// during the first `warmup` (slow start) are not counted.
+    pub fn start_tcp_bulk(&self, port: u16, duration: std::time::Duration, warmup: std::time::Duration) -> io::Result<BulkTransfer> {
+        use std::io::{Read, Write};
+        let address = std::net::SocketAddr::new(IpAddr::V4(H2_V4), port);
+        let listener = self.h2.run(|| std::net::TcpListener::bind(address))??;
+        let receiver = std::thread::spawn(move || -> io::Result<f64> {
+            let (mut stream, _) = listener.accept()?;
+            let start = std::time::Instant::now();
+            let mut buffer = vec![0u8; 1 << 16];
+            let mut counted = 0u64;
+            let mut since = None;
+            loop {
+                let n = stream.read(&mut buffer)?;
+                if n == 0 {
+                    break;
+                }
+                if start.elapsed() >= warmup {
+                    since.get_or_insert_with(std::time::Instant::now);
+                    counted += n as u64;
+                }
+            }
+            let elapsed = since.map_or(0.0, |s: std::time::Instant| s.elapsed().as_secs_f64());
+            Ok(if elapsed > 0.0 { counted as f64 / elapsed } else { 0.0 })
+        });
+        let mut stream = self.h1.run(|| std::net::TcpStream::connect(address))??;
+        let sender = std::thread::spawn(move || -> io::Result<()> {
+            let chunk = vec![0x5au8; 1 << 16];
+            let start = std::time::Instant::now();
+            while start.elapsed() < duration {
+                stream.write_all(&chunk)?;
+            }
+            Ok(())
+        });
+        Ok(BulkTransfer { sender, receiver })
+    }
+
+    /// Sends UDP datagrams of `payload` bytes from h1 to h2 at `rate_bps` for `duration`, each stamped with its send time, and returns each
+    /// received datagram's one-way delay (the hosts share one clock).
+    pub fn udp_one_way_delays(
+        &self,
+        port: u16,
+        rate_bps: f64,
+        payload: usize,
+        duration: std::time::Duration,
+    ) -> io::Result<Vec<std::time::Duration>> {
+        let address = std::net::SocketAddr::new(IpAddr::V4(H2_V4), port);
+        let receiver_socket = self.h2.run(|| std::net::UdpSocket::bind(address))??;
+        receiver_socket.set_read_timeout(Some(std::time::Duration::from_millis(500)))?;
+        let epoch = std::time::Instant::now();
+        let receiver = std::thread::spawn(move || {
+            let mut delays = Vec::new();
+            let mut buffer = vec![0u8; 65_536];
+            while let Ok(n) = receiver_socket.recv(&mut buffer) {
+                let now = epoch.elapsed().as_nanos() as u64;
+                if n >= 8 {
+                    let sent = u64::from_be_bytes(buffer[..8].try_into().expect("8 bytes"));
+                    delays.push(std::time::Duration::from_nanos(now.saturating_sub(sent)));
+                }
+            }
+            delays
+        });
+        let sender = self.h1.run(|| std::net::UdpSocket::bind("0.0.0.0:0"))??;
+        sender.connect(address)?;
+        let interval = std::time::Duration::from_secs_f64(payload as f64 * 8.0 / rate_bps);
+        let mut datagram = vec![0u8; payload];
+        let start = std::time::Instant::now();
+        // Whatever is due goes out every 250 us: the average rate is exact and the sender
+        // sleeps in between instead of taking a core from the emulator.
+        let mut next = start;
+        while start.elapsed() < duration {
+            std::thread::sleep(std::time::Duration::from_micros(250));
+            while next <= std::time::Instant::now() {
+                datagram[..8].copy_from_slice(&(epoch.elapsed().as_nanos() as u64).to_be_bytes());
+                let _ = sender.send(&datagram);
+                next += interval;
+            }
+        }
+        Ok(receiver.join().expect("receiver does not panic"))
+    }
+}

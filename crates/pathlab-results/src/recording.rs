@@ -160,7 +160,7 @@ pub fn read_recording(reader: impl BufRead) -> Result<Recording, ResultError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pathlab_core::packet::{Ecn, FlowHash};
+    use pathlab_core::packet::Ecn;
     use pathlab_core::verdict::DropReason;
 
     fn header() -> RecordingHeader {
@@ -184,7 +184,7 @@ mod tests {
         let record = PacketRecord {
             id: 3,
             tag: 0,
-            flow: FlowHash(9),
+            flow: 9,
             len_bytes: 1514,
             arrived: Instant::from_nanos(5),
             ecn_on_arrival: Ecn::NotEct,

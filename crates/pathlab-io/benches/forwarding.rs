@@ -1,0 +1,110 @@
+//! The emulator against kernel forwarding, on the same h1 - r - h2 line, in one run:
+//! TCP throughput through a kernel bridge and through `pathlab emulate` with an empty spec,
+//! their ratio, the packets per second that makes, and how far from its model time the
+//! emulator sends packets under a 100 Mbit/s load.
+//!
+//! `cargo bench -p pathlab-io --bench forwarding` (as root). Set PATHLAB_BENCH_SECS to
+//! change the length of each TCP run (default 5).
+
+use std::time::Duration;
+
+use pathlab_core::LinkSpec;
+use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats};
+use pathlab_io::port::PacketPort;
+use pathlab_io::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
+
+fn seconds() -> Duration {
+    Duration::from_secs(std::env::var("PATHLAB_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5))
+}
+
+/// Builds the line with an emulator running `spec` in r; returns both.
+fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
+    let line = Line::build(Middle::Emulator, true).expect("namespaces");
+    let ports = line
+        .r
+        .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> { Ok([PacketPort::open(R_PORT_H1)?, PacketPort::open(R_PORT_H2)?]) })
+        .expect("thread in r")
+        .expect("ports open");
+    let spec = LinkSpec::parse(spec).expect("spec");
+    let handle = emulator::spawn(
+        ports,
+        EmulatorConfig {
+            name: "bench".into(),
+            forward: spec.clone(),
+            reverse: spec,
+            seed: 1,
+            record: None,
+            pcap: None,
+            queue_sample_interval: pathlab_core::Duration::from_millis(10),
+            command: vec![],
+        },
+    )
+    .expect("emulator starts");
+    (line, handle)
+}
+
+fn tcp(line: &Line) -> f64 {
+    line.start_tcp_bulk(5201, seconds(), Duration::from_secs(1))
+        .expect("transfer starts")
+        .finish()
+        .expect("transfer")
+        * 8.0
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+fn main() {
+    if pathlab_io::require_net_admin("the forwarding benchmark").is_err() {
+        eprintln!("the forwarding benchmark needs CAP_NET_ADMIN: run it as root");
+        return;
+    }
+    let kernel = {
+        let line = Line::build(Middle::KernelBridge, true).expect("namespaces");
+        tcp(&line)
+    };
+    let (pathlab, stats) = {
+        let (line, handle) = with_emulator("");
+        let bits = tcp(&line);
+        (bits, handle.stop())
+    };
+    let forward: &pathlab_io::emulator::DirectionStats = &stats.directions[0];
+    let seconds_up = stats.uptime_ns as f64 * 1e-9;
+    println!("TCP h1 -> h2, {} s, default congestion control:", seconds().as_secs());
+    println!("  kernel bridge          {:8.3} Gbit/s", kernel * 1e-9);
+    println!("  pathlab emulate ''     {:8.3} Gbit/s", pathlab * 1e-9);
+    println!("  ratio                  {:8.3}", pathlab / kernel);
+    println!(
+        "  emulator forwarded     {:8.0} packets/s of {:.0} bytes on average ({} GSO frames in, {} segments)",
+        forward.forwarded as f64 / seconds_up,
+        forward.forwarded_bytes as f64 / forward.forwarded.max(1) as f64,
+        forward.frames_received,
+        forward.packets_received
+    );
+    print_lateness("  sent late (empty spec)", &stats);
+
+    let (line, handle) = with_emulator("delay 10ms");
+    let mut delays = line.udp_one_way_delays(5202, 100e6, 1472, Duration::from_secs(3)).expect("udp");
+    let stats = handle.stop();
+    delays.sort();
+    let added: Vec<Duration> = delays.iter().map(|d| d.saturating_sub(Duration::from_millis(10))).collect();
+    println!("UDP 100 Mbit/s of 1472-byte datagrams through 'delay 10ms' ({} received):", delays.len());
+    println!(
+        "  one-way delay minus 10 ms, application to application: p50 {:.1} us, p99 {:.1} us",
+        percentile(&added, 0.5).as_secs_f64() * 1e6,
+        percentile(&added, 0.99).as_secs_f64() * 1e6
+    );
+    print_lateness("  emulator's own send error", &stats);
+}
+
+fn print_lateness(label: &str, stats: &EmulatorStats) {
+    let late = &stats.directions[0].lateness;
+    println!(
+        "{label}: p50 {} us, p99 {} us, max {} us over {} packets",
+        late.p50_ns as f64 / 1e3,
+        late.p99_ns as f64 / 1e3,
+        late.max_ns as f64 / 1e3,
+        late.packets
+    );
+}
