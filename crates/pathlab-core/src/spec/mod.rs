@@ -7,6 +7,7 @@
 
 mod display;
 mod parse;
+pub mod tc;
 mod units;
 
 use std::sync::Arc;

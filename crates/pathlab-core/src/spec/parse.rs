@@ -780,7 +780,7 @@ fn check_codel(config: &CodelConfig) -> Result<(), SpecError> {
 /// tc-red's choice of EWMA weight: the largest power of 1/2 such that a burst of `burst`
 /// packets arriving at an empty queue does not push the average above `min_packets`
 /// (Floyd & Jacobson 1993, section 10): burst + 1 - min < (1 - (1-W)^burst) / W.
-fn red_weight(burst: f64, min_packets: f64) -> f64 {
+pub(super) fn red_weight(burst: f64, min_packets: f64) -> f64 {
     let target = burst + 1.0 - min_packets;
     for log in 1..=23 {
         let w = 0.5_f64.powi(log);

@@ -49,6 +49,10 @@ pub struct Args {
     /// for the same arrivals.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Print the equivalent `tc` commands for a kernel with netem (and what they cannot
+    /// reproduce), and exit without touching anything.
+    #[arg(long)]
+    pub print_tc: bool,
     /// Print the final counters as JSON.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -115,6 +119,10 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         Some(text) => load(std::slice::from_ref(text))?,
         None => forward.clone(),
     };
+    if args.print_tc {
+        print_tc(&forward, if_b, &reverse, if_a);
+        return Ok(());
+    }
     pathlab_io::require_net_admin("pathlab emulate").map_err(usage)?;
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
@@ -173,6 +181,19 @@ fn port_error(error: PortError) -> anyhow::Error {
     match error {
         PortError::Io { .. } => anyhow::Error::new(error),
         _ => usage(error),
+    }
+}
+
+fn print_tc(forward: &LinkSpec, if_b: &str, reverse: &LinkSpec, if_a: &str) {
+    for (spec, from, to) in [(forward, if_a, if_b), (reverse, if_b, if_a)] {
+        let tc = pathlab_core::spec::tc::to_tc_commands(spec, to);
+        println!("# {from} -> {to}: on the egress of {to}");
+        for command in &tc.commands {
+            println!("{command}");
+        }
+        for caveat in &tc.caveats {
+            println!("# note: {caveat}");
+        }
     }
 }
 

@@ -1,0 +1,314 @@
+//! The `tc` commands that do what a spec does, on a kernel that has netem and the AQM
+//! qdiscs, for users who want to reproduce a pathlab link on a Linux router.
+//!
+//! One direction is the egress of one device. The netem part of a spec (delay, jitter,
+//! loss, duplicate, corrupt, reorder, slot, a fixed rate, a packet limit) is one `netem`
+//! qdisc, as the syntax is netem's. A queue discipline other than tail drop, or a byte
+//! limit, needs a real queue in front of a rate: netem becomes the root with an htb child
+//! holding the rate and the AQM as htb's leaf (netem is classful with one child; putting
+//! netem under an AQM is not possible). That order delays packets before the bottleneck
+//! instead of after it, which changes nothing for a constant delay. What tc cannot express
+//! (traces, schedules, some parameters) is listed in `caveats`.
+
+use super::parse::red_weight;
+use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
+
+/// Commands for one device, and what they do not reproduce.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TcCommands {
+    /// Shell commands, in order.
+    pub commands: Vec<String>,
+    /// Differences between the commands and pathlab's link, one sentence each.
+    pub caveats: Vec<String>,
+}
+
+/// Bytes of a full-size Ethernet frame, for converting rate x time into packets.
+const FRAME_BYTES: f64 = 1514.0;
+
+/// The tc commands that make the egress of `dev` behave like `spec`.
+pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
+    let mut out = TcCommands::default();
+    let fixed_rate = match &spec.rate {
+        Some(RateSpec::Fixed(fixed)) => Some(*fixed),
+        Some(RateSpec::Schedule(schedule)) => {
+            out.caveats.push(format!(
+                "tc has no rate schedule; the commands use the first rate ({}); change it every {} with `tc qdisc change` (or `tc class change` for htb)",
+                schedule.rates[0], schedule.step
+            ));
+            Some(FixedRate {
+                rate: schedule.rates[0],
+                packet_overhead: 0,
+                cell_size: 0,
+                cell_overhead: 0,
+            })
+        }
+        Some(RateSpec::Trace(trace)) => {
+            out.caveats.push(format!(
+                "tc cannot replay a mahimahi trace ({}); the commands leave the rate out",
+                trace.path
+            ));
+            None
+        }
+        None => None,
+    };
+    let needs_real_queue = !matches!(spec.queue.discipline, Discipline::TailDrop) || spec.queue.limit_bytes.is_some();
+    if needs_real_queue && fixed_rate.is_none() {
+        out.caveats.push(
+            "the queue discipline and byte limit only act in front of a rate; without one pathlab never queues, so they are left out".into(),
+        );
+    }
+    if needs_real_queue {
+        if let Some(rate) = fixed_rate {
+            with_aqm(spec, dev, rate, &mut out);
+            return out;
+        }
+    }
+    let mut netem = netem_part(spec);
+    netem.rate = fixed_rate.map(RateSpec::Fixed);
+    let delay = spec.delay.map(|d| d.delay);
+    match (delay, fixed_rate) {
+        (Some(delay), Some(fixed)) if !delay.is_zero() => {
+            // netem's limit counts every packet it holds, the delay line included.
+            let in_flight = (fixed.rate.as_f64() * delay.as_secs_f64() / (FRAME_BYTES * 8.0)).ceil() as u32;
+            let limit = spec.queue.effective_limit_packets() + in_flight;
+            netem.queue.limit_packets = Some(limit);
+            out.caveats.push(format!(
+                "netem's limit counts the packets in its delay line too: {limit} = pathlab's queue of {} + {in_flight} full-size packets in flight at {} over {delay}",
+                spec.queue.effective_limit_packets(),
+                fixed.rate
+            ));
+        }
+        (Some(delay), None) if !delay.is_zero() => {
+            let limit = spec.queue.effective_limit_packets();
+            let mbit = f64::from(limit) * FRAME_BYTES * 8.0 / delay.as_secs_f64() / 1e6;
+            out.caveats.push(format!(
+                "netem's limit ({limit}) counts the packets in its delay line: above {mbit:.0} Mbit/s of full-size frames ({limit} x 1514 B per {delay}) it drops, where pathlab does not"
+            ));
+        }
+        _ => {}
+    }
+    out.commands.push(format!("tc qdisc replace dev {dev} root netem {netem}").trim_end().to_owned());
+    out
+}
+
+/// The parts of `spec` netem expresses itself (no rate, no queue discipline).
+fn netem_part(spec: &LinkSpec) -> LinkSpec {
+    LinkSpec {
+        rate: None,
+        queue: QueueSpec {
+            limit_packets: spec.queue.limit_packets,
+            ..QueueSpec::default()
+        },
+        ..spec.clone()
+    }
+}
+
+/// netem (if the spec has netem parts) with htb as its child, the AQM as htb's leaf.
+fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
+    let mut netem = netem_part(spec);
+    netem.queue.limit_packets = None;
+    let htb_parent = if netem.is_passthrough() {
+        out.commands.push(format!("tc qdisc replace dev {dev} root handle 1: htb default 1"));
+        "1:".to_owned()
+    } else {
+        out.commands.push(format!("tc qdisc replace dev {dev} root handle 1: netem {netem}"));
+        out.commands.push(format!("tc qdisc add dev {dev} parent 1: handle 2: htb default 1"));
+        "2:".to_owned()
+    };
+    let class = format!("{}1", htb_parent);
+    let mut htb = format!("tc class add dev {dev} parent {htb_parent} classid {class} htb rate {} ceil {}", rate.rate, rate.rate);
+    if rate.packet_overhead != 0 {
+        htb.push_str(&format!(" overhead {}", rate.packet_overhead));
+    }
+    if rate.cell_size == 53 {
+        htb.push_str(" linklayer atm");
+    } else if rate.cell_size != 0 {
+        out.caveats.push(format!("htb knows only ATM cells (53 bytes); cells of {} bytes are left out", rate.cell_size));
+    }
+    out.commands.push(htb);
+    out.caveats.push(
+        "htb is a token bucket: it can pass a burst of a few packets at line rate, where pathlab serializes every packet at the rate".into(),
+    );
+    let limit = spec.queue.effective_limit_packets();
+    let leaf = match &spec.queue.discipline {
+        Discipline::TailDrop => match spec.queue.limit_bytes {
+            Some(bytes) => {
+                if spec.queue.limit_packets.is_some() {
+                    out.caveats.push("bfifo limits bytes only; the packet limit is left out".into());
+                }
+                format!("bfifo limit {bytes}")
+            }
+            None => format!("pfifo limit {limit}"),
+        },
+        Discipline::HeadDrop => format!("pfifo_head_drop limit {limit}"),
+        Discipline::Codel(codel) => {
+            let mut words = format!("codel limit {limit} target {} interval {}", codel.target, codel.interval);
+            if let Some(threshold) = codel.ce_threshold {
+                words.push_str(&format!(" ce_threshold {threshold}"));
+            }
+            words.push_str(if codel.ecn { " ecn" } else { " noecn" });
+            words
+        }
+        Discipline::FqCodel(fq) => {
+            let mut words = format!(
+                "fq_codel limit {limit} flows {} quantum {} target {} interval {} drop_batch {}",
+                fq.flows, fq.quantum, fq.codel.target, fq.codel.interval, fq.drop_batch
+            );
+            if let Some(threshold) = fq.codel.ce_threshold {
+                words.push_str(&format!(" ce_threshold {threshold}"));
+            }
+            words.push_str(if fq.codel.ecn { " ecn" } else { " noecn" });
+            words
+        }
+        Discipline::Pie(pie) => {
+            // tc-pie takes alpha and beta in units of 1/16 (2 and 20 are RFC 8033's 0.125
+            // and 1.25).
+            let mut words = format!(
+                "pie limit {limit} target {} tupdate {} alpha {} beta {}",
+                pie.target,
+                pie.tupdate,
+                (pie.alpha * 16.0).round(),
+                (pie.beta * 16.0).round()
+            );
+            for (flag, name) in [(pie.ecn, "ecn"), (pie.bytemode, "bytemode"), (pie.dq_rate_estimator, "dq_rate_estimator")] {
+                if flag {
+                    words.push(' ');
+                    words.push_str(name);
+                }
+            }
+            if pie.max_burst != super::PieConfig::default().max_burst {
+                out.caveats.push(format!("tc-pie has no max_burst; Linux uses 150 ms, not {}", pie.max_burst));
+            }
+            words
+        }
+        Discipline::Red(red) => red_leaf(red, &spec.queue, rate, out),
+    };
+    out.commands.push(format!("tc qdisc add dev {dev} parent {class} handle 10: {leaf}"));
+}
+
+fn red_leaf(red: &RedConfig, queue: &QueueSpec, rate: FixedRate, out: &mut TcCommands) -> String {
+    let limit_bytes = queue
+        .limit_bytes
+        .unwrap_or(u64::from(queue.effective_limit_packets()) * FRAME_BYTES as u64);
+    let min_packets = red.min_bytes as f64 / f64::from(red.avpkt_bytes.max(1));
+    // tc derives the weight from `burst`; find a burst that gives ours.
+    let burst = (1..=100_000u32).find(|&b| red_weight(f64::from(b), min_packets) == red.weight);
+    let mut words = format!(
+        "red limit {limit_bytes} min {} max {} avpkt {} probability {}",
+        red.min_bytes,
+        red.max_bytes,
+        red.avpkt_bytes,
+        red.max_probability.get()
+    );
+    match burst {
+        Some(burst) => words.push_str(&format!(" burst {burst}")),
+        None => out.caveats.push(format!("no tc-red burst gives the weight {}; tc will pick its own", red.weight)),
+    }
+    words.push_str(&format!(" bandwidth {}", rate.rate));
+    for (flag, name) in [(red.ecn, "ecn"), (red.harddrop, "harddrop")] {
+        if flag {
+            words.push(' ');
+            words.push_str(name);
+        }
+    }
+    if red.gentle {
+        out.caveats.push("tc-red has no gentle flag (it is a sysctl-free kernel default off); pathlab's gentle ramp is left out".into());
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tc(spec: &str) -> TcCommands {
+        to_tc_commands(&LinkSpec::parse(spec).expect("valid spec"), "eth1")
+    }
+
+    #[test]
+    fn pure_netem_is_one_line() {
+        let out = tc("delay 20ms 5ms 25% distribution normal loss 1% duplicate 0.5% reorder 10% gap 5");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 20ms 5ms 25% distribution normal loss 1% duplicate 0.5% reorder 10% gap 5"]
+        );
+        assert_eq!(out.caveats.len(), 1, "{:?}", out.caveats);
+        assert!(out.caveats[0].contains("delay line"));
+    }
+
+    #[test]
+    fn delay_with_rate_grows_netems_limit_by_the_packets_in_flight() {
+        // 10 Mbit/s x 100 ms = 1 Mbit = 82.6 frames of 1514 bytes -> 83.
+        let out = tc("delay 100ms rate 10mbit limit 100");
+        assert_eq!(out.commands, vec!["tc qdisc replace dev eth1 root netem delay 100ms rate 10mbit limit 183"]);
+        assert!(out.caveats[0].contains("183 = pathlab's queue of 100 + 83"), "{:?}", out.caveats);
+    }
+
+    #[test]
+    fn empty_spec_is_a_netem_that_does_nothing() {
+        let out = tc("");
+        assert_eq!(out.commands, vec!["tc qdisc replace dev eth1 root netem"]);
+        assert!(out.caveats.is_empty());
+    }
+
+    #[test]
+    fn codel_goes_under_htb_under_netem() {
+        let out = tc("delay 20ms loss 1% rate 10mbit limit 100 queue codel target 10ms");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: netem delay 20ms loss 1%",
+                "tc qdisc add dev eth1 parent 1: handle 2: htb default 1",
+                "tc class add dev eth1 parent 2: classid 2:1 htb rate 10mbit ceil 10mbit",
+                "tc qdisc add dev eth1 parent 2:1 handle 10: codel limit 100 target 10ms interval 100ms noecn",
+            ]
+        );
+        assert!(out.caveats.iter().any(|c| c.contains("token bucket")));
+    }
+
+    #[test]
+    fn aqm_without_netem_parts_puts_htb_at_the_root() {
+        let out = tc("rate 50mbit queue fq_codel");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: htb default 1",
+                "tc class add dev eth1 parent 1: classid 1:1 htb rate 50mbit ceil 50mbit",
+                "tc qdisc add dev eth1 parent 1:1 handle 10: fq_codel limit 10240 flows 1024 quantum 1514 target 5ms interval 100ms drop_batch 64 ecn",
+            ]
+        );
+    }
+
+    #[test]
+    fn pie_scales_alpha_and_beta_as_tc_does() {
+        let out = tc("rate 10mbit queue pie ecn");
+        assert!(out.commands[2].ends_with("pie limit 1000 target 15ms tupdate 15ms alpha 2 beta 20 ecn"), "{:?}", out.commands);
+    }
+
+    #[test]
+    fn headdrop_and_byte_limits_use_the_fifo_qdiscs() {
+        assert!(tc("rate 1mbit limit 20 queue headdrop").commands[2].ends_with("pfifo_head_drop limit 20"));
+        let bytes = tc("rate 1mbit limit 30000b");
+        assert!(bytes.commands[2].ends_with("bfifo limit 30000"), "{:?}", bytes.commands);
+    }
+
+    #[test]
+    fn red_gets_a_burst_that_reproduces_its_weight() {
+        let spec = LinkSpec::parse("rate 10mbit queue red min 30000 max 90000 avpkt 1000 burst 55 probability 2%").unwrap();
+        let out = to_tc_commands(&spec, "eth1");
+        let leaf = &out.commands[2];
+        assert!(leaf.contains("red limit 1514000 min 30000 max 90000 avpkt 1000 probability 0.02"), "{leaf}");
+        let burst: f64 = leaf.split(" burst ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        let Discipline::Red(red) = spec.queue.discipline else { unreachable!() };
+        assert_eq!(red_weight(burst, 30.0), red.weight, "the printed burst gives the same weight");
+    }
+
+    #[test]
+    fn what_tc_cannot_do_is_said() {
+        let schedule = tc("schedule 1s 10mbit 1mbit");
+        assert_eq!(schedule.commands, vec!["tc qdisc replace dev eth1 root netem rate 10mbit"]);
+        assert!(schedule.caveats[0].contains("no rate schedule"));
+        let no_rate = tc("queue codel");
+        assert!(no_rate.caveats.iter().any(|c| c.contains("only act in front of a rate")));
+    }
+}
