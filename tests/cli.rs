@@ -189,18 +189,46 @@ fn emulate_print_tc_needs_no_privileges_and_says_what_tc_cannot_do() {
     ]);
     assert!(output.status.success(), "stderr: {}", stderr(&output));
     let text = stdout(&output);
-    assert!(text.contains("tc qdisc replace dev eth1 root handle 1: netem delay 20ms loss 1%"), "{text}");
-    assert!(text.contains("tc qdisc add dev eth1 parent 2:1 handle 10: codel limit 100"), "{text}");
-    assert!(text.contains("tc qdisc replace dev eth0 root netem delay 20ms"), "{text}");
-    assert!(text.contains("# note: netem's limit (1000) counts the packets in its delay line: above 606 Mbit/s"), "{text}");
+    assert!(
+        text.contains("tc qdisc replace dev eth1 root handle 1: netem delay 20ms loss 1%"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tc qdisc add dev eth1 parent 2:1 handle 10: codel limit 100"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tc qdisc replace dev eth0 root netem delay 20ms"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "# note: netem's limit (1000) counts the packets in its delay line: above 606 Mbit/s"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
 fn emulate_with_a_bad_spec_exits_2_before_anything_else() {
     let output = pathlab(&["emulate", "--between", "eth0", "eth1", "loss 150%"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("loss must be between 0% and 100%, got 150%"), "{}", stderr(&output));
-    let output = pathlab(&["emulate", "set", "--name", "no-such-emulator-here", "delay 1ms"]);
+    assert!(
+        stderr(&output).contains("loss must be between 0% and 100%, got 150%"),
+        "{}",
+        stderr(&output)
+    );
+    let output = pathlab(&[
+        "emulate",
+        "set",
+        "--name",
+        "no-such-emulator-here",
+        "delay 1ms",
+    ]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("no emulator named 'no-such-emulator-here' is running"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("no emulator named 'no-such-emulator-here' is running"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -6,7 +6,9 @@
 //! missing capability is a broken CI, not a reason to skip) and skip with a message
 //! elsewhere.
 
+use std::io::{BufRead, Write};
 use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -25,7 +27,11 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// it the test panics in CI and is skipped elsewhere.
 fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     if pathlab_io::require_net_admin("the namespace tests").is_ok() {
-        return Some(ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        return Some(
+            ONE_AT_A_TIME
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
@@ -40,7 +46,8 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pathlab-emulate-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("pathlab-emulate-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("can create a temp dir");
         TempDir(dir)
@@ -75,7 +82,16 @@ impl Lab {
         let dir = TempDir::new(test);
         let mut command = line.r.command(PATHLAB);
         command
-            .args(["emulate", "--between", R_PORT_H1, R_PORT_H2, spec, "--name", &name, "-J"])
+            .args([
+                "emulate",
+                "--between",
+                R_PORT_H1,
+                R_PORT_H2,
+                spec,
+                "--name",
+                &name,
+                "-J",
+            ])
             .arg("--record")
             .arg(dir.path("record.jsonl"))
             .args(extra)
@@ -94,7 +110,10 @@ impl Lab {
 
     fn wait_ready(&self) {
         for _ in 0..200 {
-            if pathlab(&["emulate", "stats", "--name", &self.name]).status.success() {
+            if pathlab(&["emulate", "stats", "--name", &self.name])
+                .status
+                .success()
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(25));
@@ -104,13 +123,21 @@ impl Lab {
 
     fn stats(&self) -> EmulatorStats {
         let output = pathlab(&["emulate", "stats", "--name", &self.name, "-J"]);
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         serde_json::from_slice(&output.stdout).expect("stats are JSON")
     }
 
     fn set(&self, spec: &str) {
         let output = pathlab(&["emulate", "set", "--name", &self.name, spec]);
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// Stops the emulator with SIGTERM (as Ctrl-C would) and returns its final counters
@@ -119,22 +146,48 @@ impl Lab {
         let child = self.emulator.take().expect("running");
         pathlab_io::kill(child.id(), libc_sigterm()).expect("signal");
         let output = child.wait_with_output().expect("emulator exits");
-        assert!(output.status.success(), "emulator failed: {}", String::from_utf8_lossy(&output.stderr));
-        let stats: EmulatorStats = serde_json::from_slice(&output.stdout).expect("final stats are JSON");
+        assert!(
+            output.status.success(),
+            "emulator failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stats: EmulatorStats =
+            serde_json::from_slice(&output.stdout).expect("final stats are JSON");
         let file = std::fs::File::open(self.dir.path("record.jsonl")).expect("recording exists");
         let recording = read_recording(std::io::BufReader::new(file)).expect("recording reads");
         (stats, recording)
     }
 
-    fn ping(&self, target: IpAddr, count: usize, interval: Duration, payload: usize) -> Vec<PingResult> {
-        let mut pinger = self.line.h1.run(|| Pinger::new(target, payload)).unwrap().expect("raw ICMP socket");
-        pinger.run(count, interval, Duration::from_secs(2)).expect("ping runs")
+    fn ping(
+        &self,
+        target: IpAddr,
+        count: usize,
+        interval: Duration,
+        payload: usize,
+    ) -> Vec<PingResult> {
+        let mut pinger = self
+            .line
+            .h1
+            .run(|| Pinger::new(target, payload))
+            .unwrap()
+            .expect("raw ICMP socket");
+        pinger
+            .run(count, interval, Duration::from_secs(2))
+            .expect("ping runs")
     }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // As Ctrl-C would: the emulator removes its socket and lock on the way out.
         if let Some(mut child) = self.emulator.take() {
+            let _ = pathlab_io::kill(child.id(), libc_sigterm());
+            for _ in 0..100 {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -146,11 +199,18 @@ fn libc_sigterm() -> i32 {
 }
 
 fn pathlab(args: &[&str]) -> Output {
-    Command::new(PATHLAB).args(args).output().expect("pathlab runs")
+    Command::new(PATHLAB)
+        .args(args)
+        .output()
+        .expect("pathlab runs")
 }
 
 fn rtts_ms(results: &[PingResult]) -> Vec<f64> {
-    let mut rtts: Vec<f64> = results.iter().filter_map(|r| r.rtt).map(|d| d.as_secs_f64() * 1e3).collect();
+    let mut rtts: Vec<f64> = results
+        .iter()
+        .filter_map(|r| r.rtt)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
     rtts.sort_by(f64::total_cmp);
     rtts
 }
@@ -163,7 +223,13 @@ fn median(sorted: &[f64]) -> f64 {
 /// is inside once stopped), and what left was sent.
 fn assert_conservation(stats: &EmulatorStats) {
     for d in &stats.directions {
-        assert_eq!(d.link.packets_in, d.packets_received + d.link.duplicated, "{} -> {}: link saw every packet", d.from, d.to);
+        assert_eq!(
+            d.link.packets_in,
+            d.packets_received + d.link.duplicated,
+            "{} -> {}: link saw every packet",
+            d.from,
+            d.to
+        );
         assert_eq!(
             d.link.packets_in,
             d.link.packets_out + d.link.dropped_total() + d.in_flight,
@@ -171,13 +237,21 @@ fn assert_conservation(stats: &EmulatorStats) {
             d.from,
             d.to
         );
-        assert_eq!(d.link.packets_out, d.forwarded + d.send_errors, "{} -> {}: out = forwarded + failed", d.from, d.to);
+        assert_eq!(
+            d.link.packets_out,
+            d.forwarded + d.send_errors,
+            "{} -> {}: out = forwarded + failed",
+            d.from,
+            d.to
+        );
     }
 }
 
 #[test]
 fn delay_20ms_each_way_gives_a_40ms_ping() {
-    let Some(_serial) = privileged("delay_20ms_each_way_gives_a_40ms_ping") else { return };
+    let Some(_serial) = privileged("delay_20ms_each_way_gives_a_40ms_ping") else {
+        return;
+    };
     let mut lab = Lab::start("delay", "delay 20ms", &[], false);
     // The first ping also waits for ARP, which crosses the emulator twice.
     lab.ping(IpAddr::V4(H2_V4), 1, Duration::from_millis(10), 56);
@@ -185,26 +259,45 @@ fn delay_20ms_each_way_gives_a_40ms_ping() {
     let rtts = rtts_ms(&results);
     assert_eq!(rtts.len(), 100, "no ping lost on a lossless link");
     let median = median(&rtts);
-    eprintln!("delay 20ms each way: median ping RTT {median:.3} ms (min {:.3}, max {:.3})", rtts[0], rtts[99]);
-    assert!((median - 40.0).abs() <= 0.5, "median RTT {median:.3} ms, expected 40 +- 0.5 ms");
+    eprintln!(
+        "delay 20ms each way: median ping RTT {median:.3} ms (min {:.3}, max {:.3})",
+        rtts[0], rtts[99]
+    );
+    assert!(
+        (median - 40.0).abs() <= 0.5,
+        "median RTT {median:.3} ms, expected 40 +- 0.5 ms"
+    );
     // IPv6 crosses too (neighbour discovery, then echo).
     let v6 = lab.ping(IpAddr::V6(H2_V6), 5, Duration::from_millis(50), 56);
-    assert!(v6.iter().skip(1).all(|r| r.rtt.is_some()), "IPv6 pings: {v6:?}");
+    assert!(
+        v6.iter().skip(1).all(|r| r.rtt.is_some()),
+        "IPv6 pings: {v6:?}"
+    );
     let live = lab.stats();
     assert_eq!(live.directions[0].spec, "delay 20ms");
-    assert!(live.directions[0].forwarded >= 106, "stats while running: {live:?}");
+    assert!(
+        live.directions[0].forwarded >= 106,
+        "stats while running: {live:?}"
+    );
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
     // The recorded truth: every ICMP echo (98-byte frames) spent 20 ms in the link.
     for dir in 0..2 {
         for record in recording.packets(dir).filter(|r| r.len_bytes == 98) {
             let departed = record.departed.expect("nothing was dropped");
-            assert_eq!((departed - record.arrived).as_nanos(), 20_000_000, "{record:?}");
+            assert_eq!(
+                (departed - record.arrived).as_nanos(),
+                20_000_000,
+                "{record:?}"
+            );
         }
     }
     // What h2 received is what the emulator forwarded towards it.
     let h2 = Line::interface(&lab.line.h2, HOST_PORT).expect("h2's eth0");
-    assert_eq!(h2.rx_packets, stats.directions[0].forwarded, "h2 received exactly what was forwarded");
+    assert_eq!(
+        h2.rx_packets, stats.directions[0].forwarded,
+        "h2 received exactly what was forwarded"
+    );
     let _ = H1_V4;
 }
 
@@ -221,7 +314,11 @@ const ECHO_FRAME: u32 = 98;
 
 #[test]
 fn loss_2_percent_each_way_matches_binomial_and_the_recorded_drops() {
-    let Some(_serial) = privileged("loss_2_percent_each_way_matches_binomial_and_the_recorded_drops") else { return };
+    let Some(_serial) =
+        privileged("loss_2_percent_each_way_matches_binomial_and_the_recorded_drops")
+    else {
+        return;
+    };
     let mut lab = Lab::start("loss", "loss 2%", &["--seed", "7"], true);
     let count = 5000;
     let results = lab.ping(IpAddr::V4(H2_V4), count, Duration::from_millis(1), 56);
@@ -230,53 +327,115 @@ fn loss_2_percent_each_way_matches_binomial_and_the_recorded_drops() {
     let p = 1.0 - 0.98f64 * 0.98;
     let (low, high) = binomial_bound(count, p);
     eprintln!("loss 2% each way: {lost} of {count} pings lost, 99.9% bound {low:.0}..{high:.0}");
-    assert!((low..=high).contains(&(lost as f64)), "{lost} of {count} pings lost, 99.9% bound {low:.0}..{high:.0}");
+    assert!(
+        (low..=high).contains(&(lost as f64)),
+        "{lost} of {count} pings lost, 99.9% bound {low:.0}..{high:.0}"
+    );
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
     // The truth: each lost ping is exactly one dropped echo request or reply.
     let dropped_echoes: usize = (0..2)
-        .map(|dir| recording.packets(dir).filter(|r| r.len_bytes == ECHO_FRAME && r.dropped.is_some()).count())
+        .map(|dir| {
+            recording
+                .packets(dir)
+                .filter(|r| r.len_bytes == ECHO_FRAME && r.dropped.is_some())
+                .count()
+        })
         .sum();
-    assert_eq!(dropped_echoes, lost, "recorded drops of echo frames = lost pings");
-    let requests = recording.packets(0).filter(|r| r.len_bytes == ECHO_FRAME).count();
+    assert_eq!(
+        dropped_echoes, lost,
+        "recorded drops of echo frames = lost pings"
+    );
+    let requests = recording
+        .packets(0)
+        .filter(|r| r.len_bytes == ECHO_FRAME)
+        .count();
     assert_eq!(requests, count, "every request was recorded");
     for d in &stats.directions {
         let (low, high) = binomial_bound(d.link.packets_in as usize, 0.02);
         let dropped = d.link.dropped_total() as f64;
-        assert!((low..=high).contains(&dropped), "{} -> {}: {dropped} of {} dropped", d.from, d.to, d.link.packets_in);
+        assert!(
+            (low..=high).contains(&dropped),
+            "{} -> {}: {dropped} of {} dropped",
+            d.from,
+            d.to,
+            d.link.packets_in
+        );
     }
 }
 
 /// Bytes per second a TCP bulk transfer from h1 to h2 achieves over `[warmup, duration]`,
 /// with ping RTTs taken during the transfer (after the warm-up).
-fn bulk_transfer_with_pings(lab: &Lab, duration: Duration, warmup: Duration) -> (f64, Vec<PingResult>) {
+fn bulk_transfer_with_pings(
+    lab: &Lab,
+    duration: Duration,
+    warmup: Duration,
+) -> (f64, Vec<PingResult>) {
     // Windows large enough that the sender is limited by its congestion window, not by
     // the receiver: the queue fills only if more than BDP + 100 packets may be in flight
     // (Linux starts receive windows at 64 KB, 45 packets).
-    lab.line.h2.set_sysctl("net/ipv4/tcp_rmem", "4096 4194304 8388608").expect("tcp_rmem");
-    lab.line.h1.set_sysctl("net/ipv4/tcp_wmem", "4096 4194304 8388608").expect("tcp_wmem");
+    lab.line
+        .h2
+        .set_sysctl("net/ipv4/tcp_rmem", "4096 4194304 8388608")
+        .expect("tcp_rmem");
+    lab.line
+        .h1
+        .set_sysctl("net/ipv4/tcp_wmem", "4096 4194304 8388608")
+        .expect("tcp_wmem");
     // Loss-based congestion control, as in the bufferbloat experiments: BBR (this machine's
     // default) keeps its own queue short whatever the buffer. Reno, because a namespace may
     // only choose among tcp_allowed_congestion_control, which always has it.
-    lab.line.h1.set_sysctl("net/ipv4/tcp_congestion_control", "reno").expect("reno");
-    let transfer = lab.line.start_tcp_bulk(5201, duration, warmup).expect("transfer starts");
+    lab.line
+        .h1
+        .set_sysctl("net/ipv4/tcp_congestion_control", "reno")
+        .expect("reno");
+    let transfer = lab
+        .line
+        .start_tcp_bulk(5201, duration, warmup)
+        .expect("transfer starts");
     std::thread::sleep(warmup);
-    let ping_time = duration - warmup - Duration::from_millis(500);
-    let pings = lab.ping(IpAddr::V4(H2_V4), (ping_time.as_millis() / 50) as usize, Duration::from_millis(50), 56);
+    let ping_time = duration
+        .saturating_sub(warmup)
+        .saturating_sub(Duration::from_millis(500));
+    let pings = lab.ping(
+        IpAddr::V4(H2_V4),
+        (ping_time.as_millis() / 50) as usize,
+        Duration::from_millis(50),
+        56,
+    );
     (transfer.finish().expect("transfer"), pings)
 }
 
 #[test]
 fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
-    let Some(_serial) = privileged("rate_10mbit_limit_100_fills_the_link_and_the_queue") else { return };
+    let Some(_serial) = privileged("rate_10mbit_limit_100_fills_the_link_and_the_queue") else {
+        return;
+    };
     let mut lab = Lab::start("rate", "rate 10mbit limit 100", &["--reverse", ""], true);
-    let base = median(&rtts_ms(&lab.ping(IpAddr::V4(H2_V4), 20, Duration::from_millis(10), 56)));
-    let (goodput, pings) = bulk_transfer_with_pings(&lab, Duration::from_secs(12), Duration::from_secs(2));
+    let base = median(&rtts_ms(&lab.ping(
+        IpAddr::V4(H2_V4),
+        20,
+        Duration::from_millis(10),
+        56,
+    )));
+    let (goodput, pings) =
+        bulk_transfer_with_pings(&lab, Duration::from_secs(12), Duration::from_secs(2));
     // 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload (timestamps on).
     let ideal = 10e6 / 8.0 * 1448.0 / 1514.0;
     let ratio = goodput / ideal;
-    eprintln!("rate 10mbit limit 100: goodput {:.3} Mbit/s = {:.1}% of {:.3}", goodput * 8e-6, ratio * 100.0, ideal * 8e-6);
-    assert!((0.93..=1.0).contains(&ratio), "goodput {:.3} Mbit/s = {:.1}% of {:.3}", goodput * 8e-6, ratio * 100.0, ideal * 8e-6);
+    eprintln!(
+        "rate 10mbit limit 100: goodput {:.3} Mbit/s = {:.1}% of {:.3}",
+        goodput * 8e-6,
+        ratio * 100.0,
+        ideal * 8e-6
+    );
+    assert!(
+        (0.93..=1.0).contains(&ratio),
+        "goodput {:.3} Mbit/s = {:.1}% of {:.3}",
+        goodput * 8e-6,
+        ratio * 100.0,
+        ideal * 8e-6
+    );
     // The queue's worth of delay: 100 x 1514 x 8 / 10e6 = 121.1 ms on top of the base.
     let full_queue_ms = 100.0 * 1514.0 * 8.0 / 10e6 * 1e3;
     let rtts = rtts_ms(&pings);
@@ -291,28 +450,53 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
     assert_conservation(&stats);
     // Each ping's RTT is its request's recorded time in the link plus the base RTT: the
     // recording and the measurement agree packet by packet.
-    let requests: Vec<_> = recording.packets(0).filter(|r| r.len_bytes == ECHO_FRAME).collect();
+    let requests: Vec<_> = recording
+        .packets(0)
+        .filter(|r| r.len_bytes == ECHO_FRAME)
+        .collect();
     let measured: Vec<&PingResult> = pings.iter().collect();
     let first_under_load = requests.len() - measured.len();
     let mut disagreements = 0;
     for (record, ping) in requests[first_under_load..].iter().zip(&measured) {
-        let (Some(departed), Some(rtt)) = (record.departed, ping.rtt) else { continue };
+        let (Some(departed), Some(rtt)) = (record.departed, ping.rtt) else {
+            continue;
+        };
         let in_link_ms = (departed - record.arrived).as_millis_f64();
         let error = rtt.as_secs_f64() * 1e3 - base - in_link_ms;
         if error.abs() > 1.0 {
             disagreements += 1;
         }
     }
-    eprintln!("rate 10mbit limit 100: {disagreements} of {} pings disagree with the recording by > 1 ms", measured.len());
-    assert!(disagreements <= measured.len() / 50, "{disagreements} of {} pings disagree with the recorded delay by > 1 ms", measured.len());
+    eprintln!(
+        "rate 10mbit limit 100: {disagreements} of {} pings disagree with the recording by > 1 ms",
+        measured.len()
+    );
+    assert!(
+        disagreements <= measured.len() / 50,
+        "{disagreements} of {} pings disagree with the recorded delay by > 1 ms",
+        measured.len()
+    );
 }
 
 #[test]
 fn codel_keeps_the_rtt_under_load_near_the_base() {
-    let Some(_serial) = privileged("codel_keeps_the_rtt_under_load_near_the_base") else { return };
-    let mut lab = Lab::start("codel", "rate 10mbit limit 100 queue codel", &["--reverse", ""], true);
-    let base = median(&rtts_ms(&lab.ping(IpAddr::V4(H2_V4), 20, Duration::from_millis(10), 56)));
-    let (goodput, pings) = bulk_transfer_with_pings(&lab, Duration::from_secs(10), Duration::from_secs(2));
+    let Some(_serial) = privileged("codel_keeps_the_rtt_under_load_near_the_base") else {
+        return;
+    };
+    let mut lab = Lab::start(
+        "codel",
+        "rate 10mbit limit 100 queue codel",
+        &["--reverse", ""],
+        true,
+    );
+    let base = median(&rtts_ms(&lab.ping(
+        IpAddr::V4(H2_V4),
+        20,
+        Duration::from_millis(10),
+        56,
+    )));
+    let (goodput, pings) =
+        bulk_transfer_with_pings(&lab, Duration::from_secs(10), Duration::from_secs(2));
     let rtts = rtts_ms(&pings);
     let median_under_load = median(&rtts);
     eprintln!(
@@ -321,39 +505,81 @@ fn codel_keeps_the_rtt_under_load_near_the_base() {
         goodput / (10e6 / 8.0 * 1448.0 / 1514.0) * 100.0
     );
     // "A few CoDel targets": within 4 x 5 ms of the base (tail drop sits at +121 ms).
-    assert!(median_under_load - base <= 20.0, "median RTT under load {median_under_load:.1} ms, base {base:.2} ms");
+    assert!(
+        median_under_load - base <= 20.0,
+        "median RTT under load {median_under_load:.1} ms, base {base:.2} ms"
+    );
     let ideal = 10e6 / 8.0 * 1448.0 / 1514.0;
-    assert!(goodput / ideal >= 0.85, "CoDel still fills the link: {:.1}%", goodput / ideal * 100.0);
+    assert!(
+        goodput / ideal >= 0.85,
+        "CoDel still fills the link: {:.1}%",
+        goodput / ideal * 100.0
+    );
     let (stats, _) = lab.stop();
     assert_conservation(&stats);
-    assert!(stats.directions[0].link.dropped(pathlab_core::DropReason::Codel) > 0, "CoDel dropped");
+    assert!(
+        stats.directions[0]
+            .link
+            .dropped(pathlab_core::DropReason::Codel)
+            > 0,
+        "CoDel dropped"
+    );
 }
 
 #[test]
 fn emulate_set_changes_the_delay_within_one_ping() {
-    let Some(_serial) = privileged("emulate_set_changes_the_delay_within_one_ping") else { return };
+    let Some(_serial) = privileged("emulate_set_changes_the_delay_within_one_ping") else {
+        return;
+    };
     let mut lab = Lab::start("set", "delay 20ms", &[], true);
-    let mut pinger = lab.line.h1.run(|| Pinger::new(IpAddr::V4(H2_V4), 56)).unwrap().expect("socket");
-    let pings = std::thread::spawn(move || pinger.run(150, Duration::from_millis(20), Duration::from_secs(1)).expect("ping"));
+    let mut pinger = lab
+        .line
+        .h1
+        .run(|| Pinger::new(IpAddr::V4(H2_V4), 56))
+        .unwrap()
+        .expect("socket");
+    let pings = std::thread::spawn(move || {
+        pinger
+            .run(150, Duration::from_millis(20), Duration::from_secs(1))
+            .expect("ping")
+    });
     std::thread::sleep(Duration::from_millis(1500));
     let before = std::time::Instant::now();
     lab.set("delay 80ms");
     let after = std::time::Instant::now();
     let results = pings.join().expect("pinger");
     for result in &results {
-        let rtt = result.rtt.expect("no loss") .as_secs_f64() * 1e3;
+        let rtt = result.rtt.expect("no loss").as_secs_f64() * 1e3;
         // Sent 20 ms (one way) before the change: both ways at the old delay.
         if result.sent + Duration::from_millis(20) < before {
-            assert!((rtt - 40.0).abs() <= 0.5, "ping {} before the change: {rtt:.2} ms", result.seq);
+            assert!(
+                (rtt - 40.0).abs() <= 0.5,
+                "ping {} before the change: {rtt:.2} ms",
+                result.seq
+            );
         } else if result.sent > after {
-            assert!((rtt - 160.0).abs() <= 0.5, "ping {} after the change: {rtt:.2} ms", result.seq);
+            assert!(
+                (rtt - 160.0).abs() <= 0.5,
+                "ping {} after the change: {rtt:.2} ms",
+                result.seq
+            );
         }
     }
-    let in_between = results.iter().filter(|r| r.sent + Duration::from_millis(20) >= before && r.sent <= after).count();
-    assert!(in_between <= 1 + (after - before).as_millis() as usize / 20, "{in_between} pings straddle the change");
+    let in_between = results
+        .iter()
+        .filter(|r| r.sent + Duration::from_millis(20) >= before && r.sent <= after)
+        .count();
+    assert!(
+        in_between <= 1 + (after - before).as_millis() as usize / 20,
+        "{in_between} pings straddle the change"
+    );
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
-    let changes = recording.lines.iter().filter(|l| matches!(l, pathlab_results::recording::RecordingLine::Spec { .. })).count();
+    let changes = recording
+        .lines
+        .iter()
+        .filter(|l| matches!(l, pathlab_results::recording::RecordingLine::Spec { .. }))
+        .count();
     assert_eq!(changes, 2, "the change is recorded for both directions");
 }
 
@@ -367,7 +593,11 @@ fn live_netns_inodes() -> std::collections::HashSet<String> {
                 inodes.insert(target.to_string_lossy().into_owned());
             }
         }
-        for fd in std::fs::read_dir(pid.join("fd")).into_iter().flatten().flatten() {
+        for fd in std::fs::read_dir(pid.join("fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if let Ok(target) = std::fs::read_link(fd.path()) {
                 let target = target.to_string_lossy().into_owned();
                 if target.starts_with("net:[") {
@@ -381,14 +611,21 @@ fn live_netns_inodes() -> std::collections::HashSet<String> {
 
 fn root_interfaces() -> Vec<String> {
     let mut netlink = pathlab_io::netlink::Netlink::open().expect("netlink");
-    let mut names: Vec<String> = netlink.links().expect("links").into_iter().map(|l| l.name).collect();
+    let mut names: Vec<String> = netlink
+        .links()
+        .expect("links")
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
     names.sort();
     names
 }
 
 #[test]
 fn a_killed_emulator_leaves_nothing_once_lab_clean_ran() {
-    let Some(_serial) = privileged("a_killed_emulator_leaves_nothing_once_lab_clean_ran") else { return };
+    let Some(_serial) = privileged("a_killed_emulator_leaves_nothing_once_lab_clean_ran") else {
+        return;
+    };
     let interfaces_before = root_interfaces();
     let mut lab = Lab::start("kill", "delay 5ms", &[], false);
     let inodes: Vec<String> = [&lab.line.h1, &lab.line.r, &lab.line.h2]
@@ -396,17 +633,32 @@ fn a_killed_emulator_leaves_nothing_once_lab_clean_ran() {
         .map(|ns| format!("net:[{}]", ns.inode().expect("inode")))
         .collect();
     let socket = pathlab_io::runtime::control_socket_path(&lab.name);
-    assert!(socket.exists(), "control socket {} while running", socket.display());
+    assert!(
+        socket.exists(),
+        "control socket {} while running",
+        socket.display()
+    );
     let mut child = lab.emulator.take().expect("running");
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
     assert!(socket.exists(), "SIGKILL leaves the socket file");
     let stale = pathlab(&["emulate", "stats", "--name", &lab.name]);
-    assert_eq!(stale.status.code(), Some(2), "a dead emulator is reported as not running");
+    assert_eq!(
+        stale.status.code(),
+        Some(2),
+        "a dead emulator is reported as not running"
+    );
     assert!(String::from_utf8_lossy(&stale.stderr).contains("no emulator named"));
     let clean = pathlab(&["lab", "clean"]);
-    assert!(clean.status.success(), "{}", String::from_utf8_lossy(&clean.stderr));
-    assert!(String::from_utf8_lossy(&clean.stdout).contains(&socket.display().to_string()), "clean names what it removed");
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&clean.stdout).contains(&socket.display().to_string()),
+        "clean names what it removed"
+    );
     assert!(!socket.exists(), "lab clean removed the stale socket");
     let locks = pathlab_io::runtime::runtime_dir().join("locks");
     let r_inode = lab.line.r.inode().expect("inode");
@@ -414,59 +666,282 @@ fn a_killed_emulator_leaves_nothing_once_lab_clean_ran() {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("netns-{r_inode}-")))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("netns-{r_inode}-"))
+        })
         .collect();
-    assert!(leftover_locks.is_empty(), "locks of the killed emulator: {leftover_locks:?}");
+    assert!(
+        leftover_locks.is_empty(),
+        "locks of the killed emulator: {leftover_locks:?}"
+    );
     drop(lab);
     let live = live_netns_inodes();
     for inode in &inodes {
         assert!(!live.contains(inode), "namespace {inode} is still held");
     }
-    assert_eq!(root_interfaces(), interfaces_before, "no interface was left in the root namespace");
-    let named = std::fs::read_dir("/run/netns").into_iter().flatten().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("pathlab")).count();
+    assert_eq!(
+        root_interfaces(),
+        interfaces_before,
+        "no interface was left in the root namespace"
+    );
+    let named = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("pathlab"))
+        .count();
     assert_eq!(named, 0, "no named namespace");
 }
 
 #[test]
 fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
-    let Some(_serial) = privileged("bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing") else { return };
+    let Some(_serial) =
+        privileged("bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing")
+    else {
+        return;
+    };
     let lab = Lab::start("busy", "delay 1ms", &[], false);
-    let run_in_r = |args: &[&str]| lab.line.r.command(PATHLAB).args(args).output().expect("runs");
-    let sockets_before = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate")).map(Iterator::count).unwrap_or(0);
+    let run_in_r = |args: &[&str]| {
+        lab.line
+            .r
+            .command(PATHLAB)
+            .args(args)
+            .output()
+            .expect("runs")
+    };
+    let sockets_before = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate"))
+        .map_or(0, Iterator::count);
     let cases: [(&[&str], &str); 6] = [
-        (&["emulate", "--between", "nosuch0", R_PORT_H2, "delay 1ms", "--name", "bad1"], "no interface named 'nosuch0'"),
-        (&["emulate", "--between", R_PORT_H1, R_PORT_H2, "delay 1ms", "--name", "bad2"], "is busy"),
-        (&["emulate", "--between", R_PORT_H1, R_PORT_H2, "delay fast", "--name", "bad3"], "expected a time like 25ms"),
-        (&["emulate", "--between", R_PORT_H1, R_PORT_H1, "delay 1ms", "--name", "bad4"], "two different interfaces"),
-        (&["emulate", "--between", "lo", R_PORT_H2, "delay 1ms", "--name", "bad5"], "loopback"),
-        (&["emulate", "--between", "x", "y", "delay 1ms", "--name", &lab.name], "already running"),
+        (
+            &[
+                "emulate",
+                "--between",
+                "nosuch0",
+                R_PORT_H2,
+                "delay 1ms",
+                "--name",
+                "bad1",
+            ],
+            "no interface named 'nosuch0'",
+        ),
+        (
+            &[
+                "emulate",
+                "--between",
+                R_PORT_H1,
+                R_PORT_H2,
+                "delay 1ms",
+                "--name",
+                "bad2",
+            ],
+            "is busy",
+        ),
+        (
+            &[
+                "emulate",
+                "--between",
+                R_PORT_H1,
+                R_PORT_H2,
+                "delay fast",
+                "--name",
+                "bad3",
+            ],
+            "expected a time like 25ms",
+        ),
+        (
+            &[
+                "emulate",
+                "--between",
+                R_PORT_H1,
+                R_PORT_H1,
+                "delay 1ms",
+                "--name",
+                "bad4",
+            ],
+            "two different interfaces",
+        ),
+        (
+            &[
+                "emulate",
+                "--between",
+                "lo",
+                R_PORT_H2,
+                "delay 1ms",
+                "--name",
+                "bad5",
+            ],
+            "loopback",
+        ),
+        (
+            &[
+                "emulate",
+                "--between",
+                "x",
+                "y",
+                "delay 1ms",
+                "--name",
+                &lab.name,
+            ],
+            "already running",
+        ),
     ];
     for (args, message) in cases {
         let output = run_in_r(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(message), "{args:?}: stderr {stderr:?} should say {message:?}");
+        assert!(
+            stderr.contains(message),
+            "{args:?}: stderr {stderr:?} should say {message:?}"
+        );
     }
-    let sockets_after = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate")).map(Iterator::count).unwrap_or(0);
-    assert_eq!(sockets_after, sockets_before, "failed starts leave no control socket");
+    let sockets_after = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate"))
+        .map_or(0, Iterator::count);
+    assert_eq!(
+        sockets_after, sockets_before,
+        "failed starts leave no control socket"
+    );
     // The running emulator was not disturbed.
-    assert!(lab.ping(IpAddr::V4(H2_V4), 3, Duration::from_millis(10), 56).iter().skip(1).all(|r| r.rtt.is_some()));
+    assert!(lab
+        .ping(IpAddr::V4(H2_V4), 3, Duration::from_millis(10), 56)
+        .iter()
+        .skip(1)
+        .all(|r| r.rtt.is_some()));
 }
 
 #[test]
 fn without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything() {
-    let Some(_serial) = privileged("without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything") else { return };
-    use std::os::unix::process::CommandExt;
+    let Some(_serial) =
+        privileged("without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything")
+    else {
+        return;
+    };
     for args in [
-        &["emulate", "--between", "a", "b", "delay 1ms", "--name", "unpriv"][..],
+        &[
+            "emulate",
+            "--between",
+            "a",
+            "b",
+            "delay 1ms",
+            "--name",
+            "unpriv",
+        ][..],
         &["shell", "delay 1ms", "--", "true"][..],
         &["lab", "clean"][..],
     ] {
         // uid 65534 (nobody) has no capabilities.
-        let output = Command::new(PATHLAB).args(args).uid(65534).gid(65534).output().expect("runs as nobody");
+        let output = Command::new(PATHLAB)
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("runs as nobody");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"),
+            "{args:?}: {stderr}"
+        );
     }
     assert!(!pathlab_io::runtime::control_socket_path("unpriv").exists());
+}
+
+#[test]
+fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat() {
+    let Some(_serial) =
+        privileged("shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat")
+    else {
+        return;
+    };
+    // Everything in a namespace of the test's own: the shells' outside ends and the server.
+    let outer = pathlab_io::netns::Netns::new().expect("namespace");
+    let listener = outer
+        .run(|| std::net::TcpListener::bind("0.0.0.0:7007"))
+        .unwrap()
+        .expect("listen");
+    let server = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for _ in 0..2 {
+            let (stream, _) = listener.accept().expect("accept");
+            let mut reader = std::io::BufReader::new(&stream);
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read");
+            (&stream).write_all(b"pong\n").expect("reply");
+            lines.push(line.trim().to_owned());
+        }
+        lines
+    });
+    let dir = TempDir::new("shell");
+    let record = dir.path("shell.jsonl");
+    // One shell talks to the server; inside it, a nested shell does too, through two links
+    // and the outer shell's NAT. Each prints the reply; the exit code comes back out.
+    let script = r#"
+        exec 3<>/dev/tcp/$PATHLAB_SHELL_OUTSIDE/7007; echo outer >&3; read reply <&3; echo "outer got $reply"
+        export SERVER=$PATHLAB_SHELL_OUTSIDE
+        "$PATHLAB" shell 'delay 5ms' -- bash -c 'exec 3<>/dev/tcp/$SERVER/7007; echo inner >&3; read reply <&3; echo "inner got $reply"; exit 3'
+        exit $(( $? + 4 ))
+    "#;
+    let output = outer
+        .command(PATHLAB)
+        .args(["shell", "delay 10ms", "--record"])
+        .arg(&record)
+        .args(["--", "bash", "-c", script])
+        .env("PATHLAB", PATHLAB)
+        .output()
+        .expect("pathlab shell runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(7),
+        "exit code of the program (3 + 4); stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("outer got pong") && stdout.contains("inner got pong"),
+        "{stdout}"
+    );
+    assert_eq!(server.join().expect("server"), vec!["outer", "inner"]);
+    // The recorded truth: every packet spent exactly 10 ms in the outer link.
+    let recording = read_recording(std::io::BufReader::new(
+        std::fs::File::open(&record).expect("recording"),
+    ))
+    .expect("reads");
+    let mut packets = 0;
+    for dir in 0..2 {
+        for record in recording.packets(dir) {
+            assert!(record.dropped.is_none(), "nothing is dropped: {record:?}");
+            // Packets still inside when the program exited have no departure.
+            if let Some(departed) = record.departed {
+                assert_eq!((departed - record.arrived).as_nanos(), 10_000_000);
+                packets += 1;
+            }
+        }
+    }
+    assert!(
+        packets >= 20,
+        "both connections crossed the outer link: {packets} packets"
+    );
+    // Nothing is left in the namespace: no TUN device, no NAT table, forwarding back off.
+    let interfaces: Vec<String> = outer
+        .run(|| pathlab_io::netlink::Netlink::open().and_then(|mut n| n.links()))
+        .unwrap()
+        .expect("links")
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(interfaces, vec!["lo"], "only loopback is left");
+    assert!(
+        outer
+            .run(pathlab_io::nat::tables)
+            .unwrap()
+            .expect("tables")
+            .is_empty(),
+        "NAT tables removed"
+    );
+    let forwarding = outer
+        .run(|| std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward"))
+        .unwrap()
+        .expect("sysctl");
+    assert_eq!(forwarding.trim(), "0", "forwarding restored");
 }

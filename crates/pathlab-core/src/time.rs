@@ -218,7 +218,7 @@ pub(crate) fn format_nanos(nanos: u64, f: &mut fmt::Formatter<'_>) -> fmt::Resul
         return f.write_str("0ms");
     }
     for (scale, unit) in UNITS {
-        if nanos % scale == 0 {
+        if nanos.is_multiple_of(scale) {
             return write!(f, "{}{unit}", nanos / scale);
         }
     }

@@ -70,7 +70,7 @@ impl fmt::Display for BitsPerSec {
             return f.write_str("0bit");
         }
         for (scale, unit) in UNITS {
-            if self.0 % scale == 0 {
+            if self.0.is_multiple_of(scale) {
                 return write!(f, "{}{unit}", self.0 / scale);
             }
         }

@@ -14,7 +14,12 @@ use pathlab_io::port::PacketPort;
 use pathlab_io::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
 
 fn seconds() -> Duration {
-    Duration::from_secs(std::env::var("PATHLAB_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5))
+    Duration::from_secs(
+        std::env::var("PATHLAB_BENCH_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5),
+    )
 }
 
 /// Builds the line with an emulator running `spec` in r; returns both.
@@ -22,7 +27,9 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
     let line = Line::build(Middle::Emulator, true).expect("namespaces");
     let ports = line
         .r
-        .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> { Ok([PacketPort::open(R_PORT_H1)?, PacketPort::open(R_PORT_H2)?]) })
+        .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
+            Ok([PacketPort::open(R_PORT_H1)?, PacketPort::open(R_PORT_H2)?])
+        })
         .expect("thread in r")
         .expect("ports open");
     let spec = LinkSpec::parse(spec).expect("spec");
@@ -71,7 +78,10 @@ fn main() {
     };
     let forward: &pathlab_io::emulator::DirectionStats = &stats.directions[0];
     let seconds_up = stats.uptime_ns as f64 * 1e-9;
-    println!("TCP h1 -> h2, {} s, default congestion control:", seconds().as_secs());
+    println!(
+        "TCP h1 -> h2, {} s, default congestion control:",
+        seconds().as_secs()
+    );
     println!("  kernel bridge          {:8.3} Gbit/s", kernel * 1e-9);
     println!("  pathlab emulate ''     {:8.3} Gbit/s", pathlab * 1e-9);
     println!("  ratio                  {:8.3}", pathlab / kernel);
@@ -85,11 +95,19 @@ fn main() {
     print_lateness("  sent late (empty spec)", &stats);
 
     let (line, handle) = with_emulator("delay 10ms");
-    let mut delays = line.udp_one_way_delays(5202, 100e6, 1472, Duration::from_secs(3)).expect("udp");
+    let mut delays = line
+        .udp_one_way_delays(5202, 100e6, 1472, Duration::from_secs(3))
+        .expect("udp");
     let stats = handle.stop();
     delays.sort();
-    let added: Vec<Duration> = delays.iter().map(|d| d.saturating_sub(Duration::from_millis(10))).collect();
-    println!("UDP 100 Mbit/s of 1472-byte datagrams through 'delay 10ms' ({} received):", delays.len());
+    let added: Vec<Duration> = delays
+        .iter()
+        .map(|d| d.saturating_sub(Duration::from_millis(10)))
+        .collect();
+    println!(
+        "UDP 100 Mbit/s of 1472-byte datagrams through 'delay 10ms' ({} received):",
+        delays.len()
+    );
     println!(
         "  one-way delay minus 10 ms, application to application: p50 {:.1} us, p99 {:.1} us",
         percentile(&added, 0.5).as_secs_f64() * 1e6,

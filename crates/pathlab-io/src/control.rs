@@ -115,7 +115,8 @@ impl ControlServer {
         loop {
             let fds = [self.listener.as_fd(), signals];
             let mut ready = [false; 2];
-            let _ = sys::poll_readable(&fds, Some(std::time::Duration::from_millis(50)), &mut ready);
+            let _ =
+                sys::poll_readable(&fds, Some(std::time::Duration::from_millis(50)), &mut ready);
             if ready[1] {
                 if let Some(signal) = sys::signalfd_read(signals) {
                     return Some(signal);
@@ -123,7 +124,7 @@ impl ControlServer {
             }
             if ready[0] {
                 while let Ok((stream, _)) = self.listener.accept() {
-                    let _ = answer(stream, emulator);
+                    let _ = answer(&stream, emulator);
                 }
             }
             if emulator.is_finished() || until() {
@@ -139,16 +140,17 @@ impl Drop for ControlServer {
     }
 }
 
-fn answer(stream: UnixStream, emulator: &EmulatorHandle) -> io::Result<()> {
+fn answer(stream: &UnixStream, emulator: &EmulatorHandle) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
-    let mut reader = BufReader::new(&stream);
+    let mut reader = BufReader::new(stream);
     let mut line = String::new();
     reader.read_line(&mut line)?;
     let reply = match serde_json::from_str::<ControlRequest>(&line) {
-        Ok(ControlRequest::Stats) => emulator
-            .stats()
-            .map_or_else(|| ControlReply::Error("the emulator has stopped".into()), ControlReply::Stats),
+        Ok(ControlRequest::Stats) => emulator.stats().map_or_else(
+            || ControlReply::Error("the emulator has stopped".into()),
+            ControlReply::Stats,
+        ),
         Ok(ControlRequest::Set { forward, reverse }) => {
             let parse = |text: Option<String>| text.map(|t| crate::load_spec(&t)).transpose();
             match (parse(forward), parse(reverse)) {
@@ -161,7 +163,7 @@ fn answer(stream: UnixStream, emulator: &EmulatorHandle) -> io::Result<()> {
         }
         Err(error) => ControlReply::Error(format!("not a control request: {error}")),
     };
-    let mut stream = &stream;
+    let mut stream = stream;
     serde_json::to_writer(&mut stream, &reply)?;
     stream.write_all(b"\n")
 }
@@ -177,12 +179,16 @@ pub fn request(name: &str, request: &ControlRequest) -> Result<ControlReply, Con
         path: path.clone(),
         source,
     };
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).map_err(io_error)?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .map_err(io_error)?;
     let mut writer = &stream;
     let mut bytes = serde_json::to_vec(request).expect("requests serialize");
     bytes.push(b'\n');
     writer.write_all(&bytes).map_err(io_error)?;
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line).map_err(io_error)?;
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .map_err(io_error)?;
     serde_json::from_str(&line).map_err(|_| ControlError::BadReply(line.trim().to_owned()))
 }

@@ -181,9 +181,9 @@ pub enum Request {
     /// Replace the spec of one or both directions; the reply says whether it took.
     Set {
         /// New spec of direction 0, if it changes.
-        forward: Option<LinkSpec>,
+        forward: Option<Box<LinkSpec>>,
         /// New spec of direction 1, if it changes.
-        reverse: Option<LinkSpec>,
+        reverse: Option<Box<LinkSpec>>,
         /// Where to answer.
         reply: mpsc::Sender<Result<(), String>>,
     },
@@ -251,8 +251,14 @@ impl EmulatorHandle {
     /// Replaces the specs of the directions given.
     pub fn set(&self, forward: Option<LinkSpec>, reverse: Option<LinkSpec>) -> Result<(), String> {
         let (reply, answer) = mpsc::channel();
-        self.ask(Request::Set { forward, reverse, reply });
-        answer.recv().unwrap_or_else(|_| Err("the emulator has stopped".into()))
+        self.ask(Request::Set {
+            forward: forward.map(Box::new),
+            reverse: reverse.map(Box::new),
+            reply,
+        });
+        answer
+            .recv()
+            .unwrap_or_else(|_| Err("the emulator has stopped".into()))
     }
 
     /// A snapshot of the counters.
@@ -312,10 +318,17 @@ struct Forwarder<P: Port> {
 }
 
 /// Starts an emulator between two ports on its own thread.
-pub fn spawn<P: Port + 'static>(ports: [P; 2], config: EmulatorConfig) -> Result<EmulatorHandle, EmulatorError> {
+pub fn spawn<P: Port + 'static>(
+    ports: [P; 2],
+    config: EmulatorConfig,
+) -> Result<EmulatorHandle, EmulatorError> {
     let names = [ports[0].name().to_owned(), ports[1].name().to_owned()];
     let make_direction = |index: usize, spec: &LinkSpec| -> Result<Direction, EmulatorError> {
-        let seed = spec.seed.unwrap_or(config.seed.wrapping_add(index as u64 * 0x9E37_79B9_7F4A_7C15));
+        let seed = spec.seed.unwrap_or(
+            config
+                .seed
+                .wrapping_add(index as u64 * 0x9E37_79B9_7F4A_7C15),
+        );
         let mut link = Link::new(spec, seed).map_err(|source| EmulatorError::Link {
             direction: format!("{} -> {}", names[index], names[1 - index]),
             source,
@@ -337,7 +350,10 @@ pub fn spawn<P: Port + 'static>(ports: [P; 2], config: EmulatorConfig) -> Result
             lateness: Lateness::new(),
         })
     };
-    let directions = [make_direction(0, &config.forward)?, make_direction(1, &config.reverse)?];
+    let directions = [
+        make_direction(0, &config.forward)?,
+        make_direction(1, &config.reverse)?,
+    ];
     let clock = Clock::start();
     let (records, recorder_thread) = match config.record {
         Some(file) => {
@@ -383,7 +399,8 @@ pub fn spawn<P: Port + 'static>(ports: [P; 2], config: EmulatorConfig) -> Result
                 Framing::Ethernet => LinkType::Ethernet,
                 Framing::Ip => LinkType::RawIp,
             };
-            let mut writer = PcapngWriter::new(BufWriter::with_capacity(1 << 20, file), "pathlab emulate")?;
+            let mut writer =
+                PcapngWriter::new(BufWriter::with_capacity(1 << 20, file), "pathlab emulate")?;
             writer.add_interface(&names[0], link_type, 65_535)?;
             writer.add_interface(&names[1], link_type, 65_535)?;
             Some(Capture { writer })
@@ -497,7 +514,9 @@ impl<P: Port> Forwarder<P> {
             };
             let result = self.ports[out].send(&packet.data);
             let sent = self.clock.now();
-            direction.lateness.add(sent.saturating_since(due).as_nanos());
+            direction
+                .lateness
+                .add(sent.saturating_since(due).as_nanos());
             match result {
                 Ok(()) => {
                     direction.stats.forwarded += 1;
@@ -541,8 +560,12 @@ impl<P: Port> Forwarder<P> {
         let mut stop = false;
         while let Ok(request) = self.requests.try_recv() {
             match request {
-                Request::Set { forward, reverse, reply } => {
-                    let _ = reply.send(self.set(forward, reverse));
+                Request::Set {
+                    forward,
+                    reverse,
+                    reply,
+                } => {
+                    let _ = reply.send(self.set(forward.map(|b| *b), reverse.map(|b| *b)));
                 }
                 Request::Stats { reply } => {
                     let _ = reply.send(self.stats());
@@ -562,7 +585,10 @@ impl<P: Port> Forwarder<P> {
         for (index, spec) in [forward, reverse].into_iter().enumerate() {
             let Some(spec) = spec else { continue };
             let direction = &mut self.directions[index];
-            direction.link.set_spec(now, &spec).map_err(|e| e.to_string())?;
+            direction
+                .link
+                .set_spec(now, &spec)
+                .map_err(|e| e.to_string())?;
             direction.stats.spec = spec.to_string();
             if let Some(records) = &self.records {
                 let _ = records.send(vec![RecordingLine::Spec {
@@ -608,7 +634,7 @@ impl<P: Port> Forwarder<P> {
                     bytes: direction.link.queue_len_bytes(),
                 });
             }
-            self.next_sample = self.next_sample + self.queue_sample_interval;
+            self.next_sample += self.queue_sample_interval;
         }
         if now >= self.next_flush || all {
             for (index, direction) in self.directions.iter_mut().enumerate() {
@@ -649,10 +675,16 @@ impl<P: Port> Forwarder<P> {
         }
         let timeout = match deadline {
             Some(at) if at <= now + SPIN_WINDOW => return,
-            Some(at) => Some(std::time::Duration::from_nanos((at - now - SPIN_WINDOW).as_nanos())),
+            Some(at) => Some(std::time::Duration::from_nanos(
+                (at - now - SPIN_WINDOW).as_nanos(),
+            )),
             None => None,
         };
-        let fds = [self.ports[0].pollable(), self.ports[1].pollable(), self.wake.as_fd()];
+        let fds = [
+            self.ports[0].pollable(),
+            self.ports[1].pollable(),
+            self.wake.as_fd(),
+        ];
         let mut ready = [false; 3];
         if sys::poll_readable(&fds, timeout, &mut ready).is_ok() && ready[2] {
             let mut counter = [0u8; 8];

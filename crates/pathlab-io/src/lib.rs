@@ -13,6 +13,7 @@
 
 pub mod control;
 pub mod emulator;
+pub mod nat;
 pub mod netlink;
 pub mod netns;
 pub mod offload;
@@ -56,10 +57,11 @@ pub enum LoadSpecError {
 pub fn load_spec(text: &str) -> Result<LinkSpec, LoadSpecError> {
     let mut spec = LinkSpec::parse(text)?;
     if let Some(RateSpec::Trace(trace)) = &mut spec.rate {
-        let contents = std::fs::read_to_string(&trace.path).map_err(|source| LoadSpecError::TraceFile {
-            path: trace.path.clone(),
-            source,
-        })?;
+        let contents =
+            std::fs::read_to_string(&trace.path).map_err(|source| LoadSpecError::TraceFile {
+                path: trace.path.clone(),
+                source,
+            })?;
         let parsed = Trace::parse(&contents).map_err(|source| LoadSpecError::Trace {
             path: trace.path.clone(),
             source,

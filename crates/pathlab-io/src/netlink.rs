@@ -99,27 +99,30 @@ pub struct Netlink {
 }
 
 /// A netlink message under construction: header, fixed part, attributes.
-struct Message {
+pub(crate) struct Message {
     bytes: Vec<u8>,
     nests: Vec<usize>,
 }
 
 impl Message {
-    fn new(kind: u16, flags: u16, fixed: &[u8]) -> Message {
+    pub(crate) fn new(kind: u16, flags: u16, fixed: &[u8]) -> Message {
         let mut bytes = vec![0u8; NLMSG_HDR_LEN];
         bytes[4..6].copy_from_slice(&kind.to_ne_bytes());
         bytes[6..8].copy_from_slice(&(flags | NLM_F_REQUEST).to_ne_bytes());
         bytes.extend_from_slice(fixed);
-        Message { bytes, nests: Vec::new() }
+        Message {
+            bytes,
+            nests: Vec::new(),
+        }
     }
 
     fn pad(&mut self) {
-        while self.bytes.len() % 4 != 0 {
+        while !self.bytes.len().is_multiple_of(4) {
             self.bytes.push(0);
         }
     }
 
-    fn attr(&mut self, kind: u16, payload: &[u8]) -> &mut Message {
+    pub(crate) fn attr(&mut self, kind: u16, payload: &[u8]) -> &mut Message {
         self.pad();
         let len = (4 + payload.len()) as u16;
         self.bytes.extend_from_slice(&len.to_ne_bytes());
@@ -128,13 +131,13 @@ impl Message {
         self
     }
 
-    fn attr_str(&mut self, kind: u16, text: &str) -> &mut Message {
+    pub(crate) fn attr_str(&mut self, kind: u16, text: &str) -> &mut Message {
         let mut payload = text.as_bytes().to_vec();
         payload.push(0);
         self.attr(kind, &payload)
     }
 
-    fn begin_nest(&mut self, kind: u16) -> &mut Message {
+    pub(crate) fn begin_nest(&mut self, kind: u16) -> &mut Message {
         self.pad();
         self.nests.push(self.bytes.len());
         self.bytes.extend_from_slice(&[0, 0]);
@@ -142,7 +145,7 @@ impl Message {
         self
     }
 
-    fn end_nest(&mut self) -> &mut Message {
+    pub(crate) fn end_nest(&mut self) -> &mut Message {
         let start = self.nests.pop().expect("end_nest without begin_nest");
         self.pad();
         let len = (self.bytes.len() - start) as u16;
@@ -206,15 +209,30 @@ fn attributes(mut bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     })
 }
 
+/// The string attribute `kind` among `bytes`, if present.
+pub(crate) fn string_attribute(bytes: &[u8], kind: u16) -> Option<String> {
+    attributes(bytes)
+        .find(|(k, _)| *k == kind)
+        .map(|(_, payload)| c_string(payload))
+}
+
 fn c_string(payload: &[u8]) -> String {
-    let end = payload.iter().position(|&b| b == 0).unwrap_or(payload.len());
+    let end = payload
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(payload.len());
     String::from_utf8_lossy(&payload[..end]).into_owned()
 }
 
 impl Netlink {
     /// Opens a route-netlink socket in the calling thread's network namespace.
     pub fn open() -> io::Result<Netlink> {
-        let socket = sys::socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)?;
+        Netlink::open_protocol(libc::NETLINK_ROUTE)
+    }
+
+    /// Opens a netlink socket of another family (`NETLINK_NETFILTER` for nftables).
+    pub(crate) fn open_protocol(protocol: libc::c_int) -> io::Result<Netlink> {
+        let socket = sys::socket(libc::AF_NETLINK, libc::SOCK_RAW, protocol)?;
         sys::bind_netlink(socket.as_fd(), 0)?;
         Ok(Netlink {
             socket,
@@ -230,9 +248,29 @@ impl Netlink {
         Ok(self.seq)
     }
 
+    /// Sends several messages in one datagram (an nftables batch) and waits for the
+    /// acknowledgement of the last one that asks for it; the first error wins.
+    pub(crate) fn batch(&mut self, messages: Vec<Message>) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        for message in messages {
+            self.seq = self.seq.wrapping_add(1);
+            bytes.extend(message.finish(self.seq));
+        }
+        sys::send(self.socket.as_fd(), &bytes, 0)?;
+        // The batch-end message carries the last sequence number and is not acknowledged;
+        // the one before it is the last acknowledged.
+        self.wait_ack(self.seq.wrapping_sub(1))
+    }
+
     /// Sends a request and waits for its acknowledgement.
-    fn request(&mut self, message: Message) -> io::Result<()> {
+    pub(crate) fn request(&mut self, message: Message) -> io::Result<()> {
         let seq = self.send(message)?;
+        self.wait_ack(seq)
+    }
+
+    /// Reads acknowledgements until the one for `seq`; an error for any earlier message
+    /// is returned at once.
+    fn wait_ack(&mut self, seq: u32) -> io::Result<()> {
         loop {
             let n = sys::recv(self.socket.as_fd(), &mut self.buffer, 0)?;
             let mut offset = 0;
@@ -242,19 +280,28 @@ impl Netlink {
                 let kind = u16::from_ne_bytes([header[4], header[5]]);
                 let reply_seq = u32::from_ne_bytes(header[8..12].try_into().expect("4 bytes"));
                 if len < NLMSG_HDR_LEN {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "short netlink message"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "short netlink message",
+                    ));
                 }
-                if kind == NLMSG_ERROR && reply_seq == seq {
+                if kind == NLMSG_ERROR {
                     let code = i32::from_ne_bytes(header[16..20].try_into().expect("4 bytes"));
-                    return if code == 0 {
-                        Ok(())
-                    } else {
-                        Err(io::Error::from_raw_os_error(-code))
-                    };
+                    if code != 0 {
+                        return Err(io::Error::from_raw_os_error(-code));
+                    }
+                    if reply_seq == seq {
+                        return Ok(());
+                    }
                 }
                 offset += len.next_multiple_of(4);
             }
         }
+    }
+
+    /// A dump of any netlink family: the payloads (after the netlink header) of the replies.
+    pub(crate) fn dump_raw(&mut self, kind: u16, fixed: &[u8]) -> io::Result<Vec<Vec<u8>>> {
+        self.dump(kind, fixed)
     }
 
     /// Sends a dump request and collects the payloads (after the netlink header) of its
@@ -271,13 +318,17 @@ impl Netlink {
                 let kind = u16::from_ne_bytes([header[4], header[5]]);
                 let reply_seq = u32::from_ne_bytes(header[8..12].try_into().expect("4 bytes"));
                 if len < NLMSG_HDR_LEN || len > header.len() {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "bad netlink message length"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "bad netlink message length",
+                    ));
                 }
                 if reply_seq == seq {
                     match kind {
                         NLMSG_DONE => return Ok(replies),
                         NLMSG_ERROR => {
-                            let code = i32::from_ne_bytes(header[16..20].try_into().expect("4 bytes"));
+                            let code =
+                                i32::from_ne_bytes(header[16..20].try_into().expect("4 bytes"));
                             return Err(io::Error::from_raw_os_error(-code));
                         }
                         _ => replies.push(header[NLMSG_HDR_LEN..len].to_vec()),
@@ -289,11 +340,24 @@ impl Netlink {
     }
 
     /// Creates a veth pair: `name` here, `peer` in `peer_netns` (here if `None`).
-    pub fn create_veth(&mut self, name: &str, peer: &str, peer_netns: Option<BorrowedFd<'_>>) -> io::Result<()> {
-        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &ifinfomsg(0, 0, 0));
+    pub fn create_veth(
+        &mut self,
+        name: &str,
+        peer: &str,
+        peer_netns: Option<BorrowedFd<'_>>,
+    ) -> io::Result<()> {
+        let mut message = Message::new(
+            RTM_NEWLINK,
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+            &ifinfomsg(0, 0, 0),
+        );
         message.attr_str(IFLA_IFNAME, name);
-        message.begin_nest(IFLA_LINKINFO).attr_str(IFLA_INFO_KIND, "veth");
-        message.begin_nest(IFLA_INFO_DATA).begin_nest(VETH_INFO_PEER);
+        message
+            .begin_nest(IFLA_LINKINFO)
+            .attr_str(IFLA_INFO_KIND, "veth");
+        message
+            .begin_nest(IFLA_INFO_DATA)
+            .begin_nest(VETH_INFO_PEER);
         message.raw(&ifinfomsg(0, 0, 0)).attr_str(IFLA_IFNAME, peer);
         if let Some(netns) = peer_netns {
             message.attr(IFLA_NET_NS_FD, &(netns.as_raw_fd() as u32).to_ne_bytes());
@@ -304,9 +368,16 @@ impl Netlink {
 
     /// Creates a bridge device.
     pub fn create_bridge(&mut self, name: &str) -> io::Result<()> {
-        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &ifinfomsg(0, 0, 0));
+        let mut message = Message::new(
+            RTM_NEWLINK,
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+            &ifinfomsg(0, 0, 0),
+        );
         message.attr_str(IFLA_IFNAME, name);
-        message.begin_nest(IFLA_LINKINFO).attr_str(IFLA_INFO_KIND, "bridge").end_nest();
+        message
+            .begin_nest(IFLA_LINKINFO)
+            .attr_str(IFLA_INFO_KIND, "bridge")
+            .end_nest();
         self.request(message)
     }
 
@@ -331,7 +402,11 @@ impl Netlink {
 
     /// Sets an interface up or down.
     pub fn set_up(&mut self, index: u32, up: bool) -> io::Result<()> {
-        let message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP));
+        let message = Message::new(
+            RTM_NEWLINK,
+            NLM_F_ACK,
+            &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP),
+        );
         self.request(message)
     }
 
@@ -351,7 +426,11 @@ impl Netlink {
 
     /// Deletes an interface (both ends, for a veth).
     pub fn delete_link(&mut self, index: u32) -> io::Result<()> {
-        self.request(Message::new(RTM_DELLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0)))
+        self.request(Message::new(
+            RTM_DELLINK,
+            NLM_F_ACK,
+            &ifinfomsg(index, 0, 0),
+        ))
     }
 
     /// Every interface in this namespace.
@@ -383,7 +462,11 @@ impl Netlink {
                     }
                     IFLA_ADDRESS => link.mac = payload.to_vec(),
                     IFLA_STATS64 if payload.len() >= 56 => {
-                        let counter = |i: usize| u64::from_ne_bytes(payload[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+                        let counter = |i: usize| {
+                            u64::from_ne_bytes(
+                                payload[i * 8..i * 8 + 8].try_into().expect("8 bytes"),
+                            )
+                        };
                         link.rx_packets = counter(0);
                         link.tx_packets = counter(1);
                         link.rx_dropped = counter(6);
@@ -438,7 +521,13 @@ impl Netlink {
 
     /// Adds an address to an interface (IPv6 without duplicate address detection, so it is
     /// usable at once). With `peer`, the address is point-to-point (as on a TUN device).
-    pub fn add_address(&mut self, index: u32, address: IpAddr, prefix_len: u8, peer: Option<IpAddr>) -> io::Result<()> {
+    pub fn add_address(
+        &mut self,
+        index: u32,
+        address: IpAddr,
+        prefix_len: u8,
+        peer: Option<IpAddr>,
+    ) -> io::Result<()> {
         let mut fixed = [0u8; 8];
         fixed[0] = family(address);
         fixed[1] = prefix_len;
@@ -461,11 +550,19 @@ impl Netlink {
         ipv6: bool,
     ) -> io::Result<()> {
         let mut fixed = [0u8; 12];
-        fixed[0] = if ipv6 { libc::AF_INET6 as u8 } else { libc::AF_INET as u8 };
+        fixed[0] = if ipv6 {
+            libc::AF_INET6 as u8
+        } else {
+            libc::AF_INET as u8
+        };
         fixed[1] = destination.map_or(0, |(_, len)| len);
         fixed[4] = RT_TABLE_MAIN;
         fixed[5] = RTPROT_STATIC;
-        fixed[6] = if gateway.is_some() { RT_SCOPE_UNIVERSE } else { RT_SCOPE_LINK };
+        fixed[6] = if gateway.is_some() {
+            RT_SCOPE_UNIVERSE
+        } else {
+            RT_SCOPE_LINK
+        };
         fixed[7] = RTN_UNICAST;
         let mut message = Message::new(RTM_NEWROUTE, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
         if let Some((address, _)) = destination {
@@ -487,9 +584,15 @@ mod tests {
     fn nested_attributes_have_their_lengths_patched_and_padding() {
         let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(0, 0, 0));
         message.attr_str(IFLA_IFNAME, "ab");
-        message.begin_nest(IFLA_LINKINFO).attr_str(IFLA_INFO_KIND, "veth").end_nest();
+        message
+            .begin_nest(IFLA_LINKINFO)
+            .attr_str(IFLA_INFO_KIND, "veth")
+            .end_nest();
         let bytes = message.finish(7);
-        assert_eq!(u32::from_ne_bytes(bytes[0..4].try_into().unwrap()) as usize, bytes.len());
+        assert_eq!(
+            u32::from_ne_bytes(bytes[0..4].try_into().unwrap()) as usize,
+            bytes.len()
+        );
         assert_eq!(u32::from_ne_bytes(bytes[8..12].try_into().unwrap()), 7);
         let attrs: Vec<_> = attributes(&bytes[32..]).collect();
         assert_eq!(attrs.len(), 2);

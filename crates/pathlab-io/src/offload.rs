@@ -116,7 +116,11 @@ fn pseudo_header_sum(frame: &[u8], ip: usize, version: u8, protocol: u8, l4_len:
 /// Fills in an L4 checksum the sender left to hardware (`NEEDS_CSUM`): the field already
 /// holds the pseudo-header sum, so the checksum is the complement of the sum from
 /// `csum_start` to the end.
-pub fn complete_checksum(frame: &mut [u8], csum_start: usize, csum_offset: usize) -> Result<(), OffloadError> {
+pub fn complete_checksum(
+    frame: &mut [u8],
+    csum_start: usize,
+    csum_offset: usize,
+) -> Result<(), OffloadError> {
     let field = csum_start + csum_offset;
     if field + 2 > frame.len() {
         return Err(OffloadError::Truncated);
@@ -142,7 +146,11 @@ pub fn to_wire_frames(
     let gso_type = vnet.gso_type & !GSO_ECN;
     if gso_type == GSO_NONE || vnet.gso_size == 0 {
         if vnet.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            complete_checksum(&mut frame, vnet.csum_start as usize, vnet.csum_offset as usize)?;
+            complete_checksum(
+                &mut frame,
+                vnet.csum_start as usize,
+                vnet.csum_offset as usize,
+            )?;
         }
         emit(frame);
         return Ok(1);
@@ -182,7 +190,8 @@ pub fn to_wire_frames(
         if version == 4 {
             let total = (segment.len() - ip) as u16;
             segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-            segment[ip + 4..ip + 6].copy_from_slice(&ip_id.wrapping_add(index as u16).to_be_bytes());
+            segment[ip + 4..ip + 6]
+                .copy_from_slice(&ip_id.wrapping_add(index as u16).to_be_bytes());
             segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
             let header_len = usize::from(segment[ip] & 0x0f) * 4;
             let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
@@ -209,7 +218,8 @@ pub fn to_wire_frames(
             l4 + 6
         };
         segment[checksum_field..checksum_field + 2].copy_from_slice(&[0, 0]);
-        let sum = pseudo_header_sum(&segment, ip, version, protocol, l4_len) + checksum_add(0, &segment[l4..]);
+        let sum = pseudo_header_sum(&segment, ip, version, protocol, l4_len)
+            + checksum_add(0, &segment[l4..]);
         let mut checksum = checksum_finish(sum);
         if checksum == 0 && protocol == 17 {
             checksum = 0xffff;
@@ -260,11 +270,16 @@ mod tests {
     fn verify_ipv4_tcp(segment: &[u8]) {
         let ip = 14;
         let header_len = usize::from(segment[ip] & 0x0f) * 4;
-        assert_eq!(checksum_finish(checksum_add(0, &segment[ip..ip + header_len])), 0, "IP checksum");
+        assert_eq!(
+            checksum_finish(checksum_add(0, &segment[ip..ip + header_len])),
+            0,
+            "IP checksum"
+        );
         let total = u16::from_be_bytes([segment[ip + 2], segment[ip + 3]]) as usize;
         assert_eq!(total, segment.len() - ip);
         let l4 = ip + header_len;
-        let sum = pseudo_header_sum(segment, ip, 4, 6, segment.len() - l4) + checksum_add(0, &segment[l4..]);
+        let sum = pseudo_header_sum(segment, ip, 4, 6, segment.len() - l4)
+            + checksum_add(0, &segment[l4..]);
         assert_eq!(checksum_finish(sum), 0, "TCP checksum");
     }
 
@@ -341,21 +356,30 @@ mod tests {
             csum_start: 34,
             ..VnetHeader::default()
         };
-        assert_eq!(to_wire_frames(frame.clone(), &vnet, &mut |_| {}), Err(OffloadError::Malformed));
+        assert_eq!(
+            to_wire_frames(frame.clone(), &vnet, &mut |_| {}),
+            Err(OffloadError::Malformed)
+        );
         let vnet = VnetHeader {
             gso_type: 3,
             gso_size: 100,
             csum_start: 34,
             ..VnetHeader::default()
         };
-        assert_eq!(to_wire_frames(frame.clone(), &vnet, &mut |_| {}), Err(OffloadError::UnsupportedGso(3)));
+        assert_eq!(
+            to_wire_frames(frame.clone(), &vnet, &mut |_| {}),
+            Err(OffloadError::UnsupportedGso(3))
+        );
         let vnet = VnetHeader {
             flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
             csum_start: 200,
             csum_offset: 16,
             ..VnetHeader::default()
         };
-        assert_eq!(to_wire_frames(frame, &vnet, &mut |_| {}), Err(OffloadError::Truncated));
+        assert_eq!(
+            to_wire_frames(frame, &vnet, &mut |_| {}),
+            Err(OffloadError::Truncated)
+        );
     }
 
     #[test]

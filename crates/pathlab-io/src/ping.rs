@@ -46,7 +46,9 @@ impl Pinger {
         sys::connect(socket.as_fd(), SocketAddr::new(target, 0))?;
         sys::set_nonblocking(socket.as_fd())?;
         // Distinct per pinger, so two in one namespace don't take each other's replies.
-        let ident = (std::process::id() as u16) ^ (Instant::now().elapsed().subsec_nanos() as u16) ^ next_serial();
+        let ident = (std::process::id() as u16)
+            ^ (Instant::now().elapsed().subsec_nanos() as u16)
+            ^ next_serial();
         Ok(Pinger {
             socket,
             target,
@@ -89,7 +91,12 @@ impl Pinger {
 
     /// Sends `count` requests, one every `interval`, and waits up to `wait` after the last
     /// for the replies. Results are in sequence order.
-    pub fn run(&mut self, count: usize, interval: Duration, wait: Duration) -> io::Result<Vec<PingResult>> {
+    pub fn run(
+        &mut self,
+        count: usize,
+        interval: Duration,
+        wait: Duration,
+    ) -> io::Result<Vec<PingResult>> {
         let start = Instant::now();
         let mut results: Vec<PingResult> = Vec::with_capacity(count);
         let mut buffer = vec![0u8; 65_536];
@@ -103,22 +110,35 @@ impl Pinger {
                 let sent = Instant::now();
                 // A full socket buffer loses the request like the network would.
                 let _ = sys::send(self.socket.as_fd(), &packet, 0);
-                results.push(PingResult { seq, sent, rtt: None });
+                results.push(PingResult {
+                    seq,
+                    sent,
+                    rtt: None,
+                });
                 outstanding += 1;
                 continue;
             }
             if results.len() == count && (outstanding == 0 || now >= end) {
                 break;
             }
-            let next_send = (results.len() < count).then(|| start + interval * results.len() as u32);
+            let next_send =
+                (results.len() < count).then(|| start + interval * results.len() as u32);
             let deadline = next_send.unwrap_or(end);
             let mut ready = [false];
-            sys::poll_readable(&[self.socket.as_fd()], Some(deadline.saturating_duration_since(now)), &mut ready)?;
+            sys::poll_readable(
+                &[self.socket.as_fd()],
+                Some(deadline.saturating_duration_since(now)),
+                &mut ready,
+            )?;
             while let Ok(n) = sys::recv(self.socket.as_fd(), &mut buffer, 0) {
                 let received = Instant::now();
-                let Some(seq) = self.parse_reply(&buffer[..n]) else { continue };
+                let Some(seq) = self.parse_reply(&buffer[..n]) else {
+                    continue;
+                };
                 // Sequence numbers wrap at 65536; match the latest request with this one.
-                let Some(result) = results.iter_mut().rev().find(|r| r.seq == seq) else { continue };
+                let Some(result) = results.iter_mut().rev().find(|r| r.seq == seq) else {
+                    continue;
+                };
                 if result.rtt.is_none() {
                     result.rtt = Some(received - result.sent);
                     outstanding -= 1;

@@ -50,7 +50,11 @@ pub trait Port: Send {
     /// A descriptor that polls readable when frames are waiting.
     fn pollable(&self) -> BorrowedFd<'_>;
     /// Reads up to `budget` waiting frames and passes each wire frame to `deliver`.
-    fn receive(&mut self, budget: usize, deliver: &mut dyn FnMut(Vec<u8>)) -> io::Result<ReceiveCounts>;
+    fn receive(
+        &mut self,
+        budget: usize,
+        deliver: &mut dyn FnMut(Vec<u8>),
+    ) -> io::Result<ReceiveCounts>;
     /// Sends one frame.
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
 }
@@ -131,7 +135,9 @@ impl PacketPort {
     /// Opens interface `name` in the calling thread's network namespace.
     pub fn open(name: &str) -> Result<PacketPort, PortError> {
         let mut netlink = Netlink::open().map_err(io_error("opening netlink", name))?;
-        let links = netlink.links().map_err(io_error("listing interfaces", name))?;
+        let links = netlink
+            .links()
+            .map_err(io_error("listing interfaces", name))?;
         let Some(link) = links.iter().find(|link| link.name == name) else {
             let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
             return Err(PortError::NoSuchInterface {
@@ -145,7 +151,8 @@ impl PacketPort {
         if !link.up {
             return Err(PortError::Down(name.to_owned()));
         }
-        let (lock, lock_path) = crate::runtime::lock_interface(link.index).map_err(io_error("locking", name))?;
+        let (lock, lock_path) =
+            crate::runtime::lock_interface(link.index).map_err(io_error("locking", name))?;
         let Some(lock) = lock else {
             return Err(PortError::Busy {
                 name: name.to_owned(),
@@ -153,18 +160,32 @@ impl PacketPort {
             });
         };
         let protocol = i32::from((libc::ETH_P_ALL as u16).to_be());
-        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, protocol).map_err(io_error("opening a packet socket", name))?;
+        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, protocol)
+            .map_err(io_error("opening a packet socket", name))?;
         // The options must be set before the ring exists and before bind, so that no frame
         // arrives without them.
-        sys::setsockopt(rx_socket.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)
-            .map_err(io_error("enabling vnet headers", name))?;
-        sys::setsockopt(rx_socket.as_fd(), libc::SOL_PACKET, sys::PACKET_IGNORE_OUTGOING, &1i32)
-            .map_err(io_error("ignoring outgoing frames", name))?;
-        let rx = sys::RxRing::new(rx_socket, RING_FRAME_SIZE, RING_FRAMES).map_err(io_error("mapping the receive ring", name))?;
+        sys::setsockopt(
+            rx_socket.as_fd(),
+            libc::SOL_PACKET,
+            sys::PACKET_VNET_HDR,
+            &1i32,
+        )
+        .map_err(io_error("enabling vnet headers", name))?;
+        sys::setsockopt(
+            rx_socket.as_fd(),
+            libc::SOL_PACKET,
+            sys::PACKET_IGNORE_OUTGOING,
+            &1i32,
+        )
+        .map_err(io_error("ignoring outgoing frames", name))?;
+        let rx = sys::RxRing::new(rx_socket, RING_FRAME_SIZE, RING_FRAMES)
+            .map_err(io_error("mapping the receive ring", name))?;
         sys::bind_packet(rx.socket(), link.index).map_err(io_error("binding", name))?;
-        sys::packet_promiscuous(rx.socket(), link.index).map_err(io_error("entering promiscuous mode", name))?;
+        sys::packet_promiscuous(rx.socket(), link.index)
+            .map_err(io_error("entering promiscuous mode", name))?;
         // The send socket receives nothing: protocol 0 binds it to no traffic.
-        let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0).map_err(io_error("opening a packet socket", name))?;
+        let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+            .map_err(io_error("opening a packet socket", name))?;
         sys::bind_packet_protocol(tx.as_fd(), link.index, 0).map_err(io_error("binding", name))?;
         Ok(PacketPort {
             name: name.to_owned(),
@@ -190,16 +211,24 @@ impl Port for PacketPort {
         self.rx.socket()
     }
 
-    fn receive(&mut self, budget: usize, deliver: &mut dyn FnMut(Vec<u8>)) -> io::Result<ReceiveCounts> {
+    fn receive(
+        &mut self,
+        budget: usize,
+        deliver: &mut dyn FnMut(Vec<u8>),
+    ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
         for _ in 0..budget {
-            let Some(frame) = self.rx.next_frame() else { break };
+            let Some(frame) = self.rx.next_frame() else {
+                break;
+            };
             counts.frames += 1;
             if frame.losing {
                 counts.ring_full += 1;
             }
             let data = frame.data;
-            if data.len() < sys::VNET_HDR_LEN + 14 || frame.wire_len as usize + sys::VNET_HDR_LEN > data.len() {
+            if data.len() < sys::VNET_HDR_LEN + 14
+                || frame.wire_len as usize + sys::VNET_HDR_LEN > data.len()
+            {
                 counts.malformed += 1;
                 continue;
             }
@@ -256,9 +285,13 @@ impl Port for TunPort {
         self.fd.as_fd()
     }
 
-    fn receive(&mut self, budget: usize, deliver: &mut dyn FnMut(Vec<u8>)) -> io::Result<ReceiveCounts> {
+    fn receive(
+        &mut self,
+        budget: usize,
+        deliver: &mut dyn FnMut(Vec<u8>),
+    ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
-        let mut buffer = [0u8; 65_536];
+        let mut buffer = vec![0u8; 65_536];
         for _ in 0..budget {
             match sys::read(self.fd.as_fd(), &mut buffer) {
                 Ok(0) => break,

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 
 /// The directory for sockets and locks.
 pub fn runtime_dir() -> PathBuf {
-    std::env::var_os("PATHLAB_RUNTIME_DIR").map_or_else(|| PathBuf::from("/run/pathlab"), PathBuf::from)
+    std::env::var_os("PATHLAB_RUNTIME_DIR")
+        .map_or_else(|| PathBuf::from("/run/pathlab"), PathBuf::from)
 }
 
 /// The control socket of the emulator called `name`.
@@ -25,11 +26,15 @@ pub fn control_socket_path(name: &str) -> PathBuf {
 pub fn validate_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 32
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok {
         Ok(())
     } else {
-        Err(format!("emulator name '{name}' must be 1 to 32 letters, digits, '-' or '_'"))
+        Err(format!(
+            "emulator name '{name}' must be 1 to 32 letters, digits, '-' or '_'"
+        ))
     }
 }
 
@@ -40,7 +45,11 @@ pub fn lock_interface(ifindex: u32) -> io::Result<(Option<File>, PathBuf)> {
     let dir = runtime_dir().join("locks");
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("netns-{netns}-if-{ifindex}.lock"));
-    let file = OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
     match file.try_lock() {
         Ok(()) => Ok((Some(file), path)),
         Err(fs::TryLockError::WouldBlock) => Ok((None, path)),
@@ -59,18 +68,22 @@ pub struct Cleaned {
     pub namespaces: Vec<String>,
     /// Interfaces (`pl-*`) removed from the current namespace.
     pub interfaces: Vec<String>,
+    /// nftables tables (`pathlab-*`) of dead shells removed from the current namespace.
+    pub nat_tables: Vec<String>,
 }
 
 /// Removes what killed pathlab runs left: stale control sockets, unheld locks, named
-/// namespaces with pathlab's prefix and `pl-` interfaces in this namespace whose owner
-/// is gone. Live emulators and shells are not touched.
+/// namespaces with pathlab's prefix, and `pl-` interfaces and `pathlab-` nftables tables
+/// in this namespace whose owner is gone. Live emulators and shells are not touched.
 pub fn clean() -> io::Result<Cleaned> {
     let mut cleaned = Cleaned::default();
     let sockets = runtime_dir().join("emulate");
     if let Ok(entries) = fs::read_dir(&sockets) {
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_some_and(|e| e == "sock") && std::os::unix::net::UnixStream::connect(&path).is_err() {
+            if path.extension().is_some_and(|e| e == "sock")
+                && std::os::unix::net::UnixStream::connect(&path).is_err()
+            {
                 fs::remove_file(&path)?;
                 cleaned.sockets.push(path);
             }
@@ -79,7 +92,9 @@ pub fn clean() -> io::Result<Cleaned> {
     if let Ok(entries) = fs::read_dir(runtime_dir().join("locks")) {
         for entry in entries.flatten() {
             let path = entry.path();
-            let Ok(file) = File::open(&path) else { continue };
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
             if file.try_lock().is_ok() {
                 fs::remove_file(&path)?;
                 cleaned.locks.push(path);
@@ -103,6 +118,17 @@ pub fn clean() -> io::Result<Cleaned> {
             if !crate::sys::process_exists(pid) {
                 netlink.delete_link(link.index)?;
                 cleaned.interfaces.push(link.name);
+            }
+        }
+    }
+    for table in crate::nat::tables()? {
+        if let Some(pid) = table
+            .strip_prefix(crate::nat::TABLE_PREFIX)
+            .and_then(owner_pid)
+        {
+            if !crate::sys::process_exists(pid) {
+                crate::nat::delete_table(&table)?;
+                cleaned.nat_tables.push(table);
             }
         }
     }

@@ -4,14 +4,14 @@
 //! second TUN device in the current namespace is its other end; the emulator forwards
 //! between the two, `uplink` from the program outwards and `downlink` back. The program
 //! reaches this namespace's addresses (the outside end's address is in
-//! `PATHLAB_SHELL_OUTSIDE`). Both TUN devices exist only while pathlab holds them and the
+//! `PATHLAB_SHELL_OUTSIDE`) and, through IPv4 forwarding and NAT ([`crate::nat`]), what
+//! this namespace reaches. Both TUN devices exist only while pathlab holds them and the
 //! namespace only while the program or pathlab lives, so a killed shell leaves nothing.
 //! Shells nest: each one picks a subnet not yet used where it starts.
 
 use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsFd;
 use std::process::{Command, ExitStatus};
 
 use pathlab_core::time::Duration;
@@ -45,6 +45,8 @@ pub struct ShellConfig {
     pub program: Vec<String>,
     /// The command line, for the recording.
     pub command_line: Vec<String>,
+    /// Forward and masquerade the program's IPv4 traffic beyond this namespace.
+    pub nat: bool,
 }
 
 /// The addresses of the two ends.
@@ -131,7 +133,10 @@ fn configure(netlink: &mut Netlink, name: &str, v4: Ipv4Addr, v6: Ipv6Addr) -> i
 /// Runs `config.program` behind the emulated link and returns when it exits (or when
 /// SIGTERM/SIGHUP arrives, after stopping it). `signals` is the descriptor from
 /// [`crate::termination_signals`], taken before any thread started.
-pub fn run(config: ShellConfig, signals: std::os::fd::OwnedFd) -> Result<ShellOutcome, ShellError> {
+pub fn run(
+    config: ShellConfig,
+    signals: std::os::fd::BorrowedFd<'_>,
+) -> Result<ShellOutcome, ShellError> {
     let pid = std::process::id();
     let mut netlink = Netlink::open().map_err(io_error("opening netlink"))?;
     let existing: Vec<IpAddr> = netlink
@@ -143,15 +148,34 @@ pub fn run(config: ShellConfig, signals: std::os::fd::OwnedFd) -> Result<ShellOu
     let addresses = pick_addresses(&existing).ok_or(ShellError::NoSubnet)?;
     let server = ControlServer::bind(&config.name)?;
     let netns = Netns::new().map_err(io_error("creating a network namespace"))?;
-    let outside = TunPort::create(&format!("pl-{pid}-o")).map_err(io_error("creating the outside TUN device"))?;
-    configure(&mut netlink, &format!("pl-{pid}-o"), addresses.outside_v4, addresses.outside_v6)
-        .map_err(io_error("configuring the outside TUN device"))?;
+    let outside = TunPort::create(&format!("pl-{pid}-o"))
+        .map_err(io_error("creating the outside TUN device"))?;
+    configure(
+        &mut netlink,
+        &format!("pl-{pid}-o"),
+        addresses.outside_v4,
+        addresses.outside_v6,
+    )
+    .map_err(io_error("configuring the outside TUN device"))?;
+    let nat = if config.nat {
+        Some(
+            crate::nat::Masquerade::add(addresses.inside_v4)
+                .map_err(io_error("setting up NAT (nftables)"))?,
+        )
+    } else {
+        None
+    };
     let inside = netns
         .run(|| -> io::Result<TunPort> {
             let name = format!("pl-{pid}-i");
             let port = TunPort::create(&name)?;
             let mut netlink = Netlink::open()?;
-            let index = configure(&mut netlink, &name, addresses.inside_v4, addresses.inside_v6)?;
+            let index = configure(
+                &mut netlink,
+                &name,
+                addresses.inside_v4,
+                addresses.inside_v6,
+            )?;
             netlink.add_route(None, Some(IpAddr::V4(addresses.outside_v4)), index, false)?;
             netlink.add_route(None, Some(IpAddr::V6(addresses.outside_v6)), index, true)?;
             Ok(port)
@@ -185,7 +209,7 @@ pub fn run(config: ShellConfig, signals: std::os::fd::OwnedFd) -> Result<ShellOu
     })?;
     let status = loop {
         let mut exited = None;
-        let signal = server.serve(&handle, signals.as_fd(), || {
+        let signal = server.serve(&handle, signals, || {
             exited = child.try_wait().ok().flatten();
             exited.is_some()
         });
@@ -198,7 +222,9 @@ pub fn run(config: ShellConfig, signals: std::os::fd::OwnedFd) -> Result<ShellOu
             Some(_) => {
                 let _ = sys::kill(child.id(), libc::SIGTERM);
                 let waited = std::time::Instant::now();
-                while child.try_wait().ok().flatten().is_none() && waited.elapsed() < std::time::Duration::from_secs(2) {
+                while child.try_wait().ok().flatten().is_none()
+                    && waited.elapsed() < std::time::Duration::from_secs(2)
+                {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                 }
                 let _ = child.kill();
@@ -212,6 +238,7 @@ pub fn run(config: ShellConfig, signals: std::os::fd::OwnedFd) -> Result<ShellOu
         }
     };
     let stats = handle.stop();
+    drop(nat);
     drop(server);
     Ok(ShellOutcome { status, stats })
 }
@@ -225,10 +252,16 @@ mod tests {
         let first = pick_addresses(&[IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1))]).unwrap();
         assert_eq!(first.outside_v4, Ipv4Addr::new(198, 19, 0, 1));
         assert_eq!(first.inside_v4, Ipv4Addr::new(198, 19, 0, 2));
-        let second = pick_addresses(&[IpAddr::V4(first.inside_v4), IpAddr::V6(first.inside_v6)]).unwrap();
+        let second =
+            pick_addresses(&[IpAddr::V4(first.inside_v4), IpAddr::V6(first.inside_v6)]).unwrap();
         assert_eq!(second.outside_v4, Ipv4Addr::new(198, 19, 1, 1));
-        assert_eq!(second.outside_v6, "2001:2:0:101::1".parse::<Ipv6Addr>().unwrap());
-        let all: Vec<IpAddr> = (0..=255u8).map(|k| IpAddr::V4(Ipv4Addr::new(198, 19, k, 9))).collect();
+        assert_eq!(
+            second.outside_v6,
+            "2001:2:0:101::1".parse::<Ipv6Addr>().unwrap()
+        );
+        let all: Vec<IpAddr> = (0..=255u8)
+            .map(|k| IpAddr::V4(Ipv4Addr::new(198, 19, k, 9)))
+            .collect();
         assert_eq!(pick_addresses(&all), None);
     }
 }

@@ -66,14 +66,18 @@ impl Line {
         };
         // r sends nothing of its own on the ports: no IPv6 (router solicitations, MLD).
         line.r.set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
-        line.r.set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
+        line.r
+            .set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
         for (host, port) in [(&line.h1, R_PORT_H1), (&line.h2, R_PORT_H2)] {
             let r_fd = line.r.fd();
             host.run(|| Netlink::open()?.create_veth(HOST_PORT, port, Some(r_fd)))??;
         }
         line.r.run(|| -> io::Result<()> {
             let mut netlink = Netlink::open()?;
-            let ports = [link(&mut netlink, R_PORT_H1)?, link(&mut netlink, R_PORT_H2)?];
+            let ports = [
+                link(&mut netlink, R_PORT_H1)?,
+                link(&mut netlink, R_PORT_H2)?,
+            ];
             if middle == Middle::KernelBridge {
                 netlink.create_bridge("br0")?;
                 let bridge = link(&mut netlink, "br0")?;
@@ -100,7 +104,10 @@ impl Line {
             macs.push(mac);
         }
         if static_neighbors {
-            for (host, peer_mac, peer_v4, peer_v6) in [(&line.h1, &macs[1], H2_V4, H2_V6), (&line.h2, &macs[0], H1_V4, H1_V6)] {
+            for (host, peer_mac, peer_v4, peer_v6) in [
+                (&line.h1, &macs[1], H2_V4, H2_V6),
+                (&line.h2, &macs[0], H1_V4, H1_V6),
+            ] {
                 host.run(|| -> io::Result<()> {
                     let mut netlink = Netlink::open()?;
                     let eth = link(&mut netlink, HOST_PORT)?;
@@ -137,7 +144,12 @@ impl BulkTransfer {
 impl Line {
     /// Starts a TCP bulk transfer from h1 to h2 on `port` for `duration`; bytes received
     /// during the first `warmup` (slow start) are not counted.
-    pub fn start_tcp_bulk(&self, port: u16, duration: std::time::Duration, warmup: std::time::Duration) -> io::Result<BulkTransfer> {
+    pub fn start_tcp_bulk(
+        &self,
+        port: u16,
+        duration: std::time::Duration,
+        warmup: std::time::Duration,
+    ) -> io::Result<BulkTransfer> {
         use std::io::{Read, Write};
         let address = std::net::SocketAddr::new(IpAddr::V4(H2_V4), port);
         let listener = self.h2.run(|| std::net::TcpListener::bind(address))??;
@@ -158,7 +170,11 @@ impl Line {
                 }
             }
             let elapsed = since.map_or(0.0, |s: std::time::Instant| s.elapsed().as_secs_f64());
-            Ok(if elapsed > 0.0 { counted as f64 / elapsed } else { 0.0 })
+            Ok(if elapsed > 0.0 {
+                counted as f64 / elapsed
+            } else {
+                0.0
+            })
         });
         let mut stream = self.h1.run(|| std::net::TcpStream::connect(address))??;
         let sender = std::thread::spawn(move || -> io::Result<()> {

@@ -62,7 +62,7 @@ fn option(block: &mut Vec<u8>, code: u16, value: &[u8]) {
 }
 
 fn pad(block: &mut Vec<u8>) {
-    while block.len() % 4 != 0 {
+    while !block.len().is_multiple_of(4) {
         block.push(0);
     }
 }
@@ -70,7 +70,10 @@ fn pad(block: &mut Vec<u8>) {
 impl<W: Write> PcapngWriter<W> {
     /// Starts a section; `application` goes in the header's `shb_userappl`.
     pub fn new(writer: W, application: &str) -> io::Result<PcapngWriter<W>> {
-        let mut this = PcapngWriter { writer, interfaces: 0 };
+        let mut this = PcapngWriter {
+            writer,
+            interfaces: 0,
+        };
         let mut body = Vec::new();
         body.extend_from_slice(&BYTE_ORDER_MAGIC.to_le_bytes());
         body.extend_from_slice(&1u16.to_le_bytes());
@@ -91,7 +94,12 @@ impl<W: Write> PcapngWriter<W> {
     }
 
     /// Describes an interface; returns its id for [`PcapngWriter::write_packet`].
-    pub fn add_interface(&mut self, name: &str, link_type: LinkType, snaplen: u32) -> io::Result<u32> {
+    pub fn add_interface(
+        &mut self,
+        name: &str,
+        link_type: LinkType,
+        snaplen: u32,
+    ) -> io::Result<u32> {
         let mut body = Vec::new();
         body.extend_from_slice(&link_type.code().to_le_bytes());
         body.extend_from_slice(&0u16.to_le_bytes());
@@ -160,7 +168,11 @@ mod tests {
         while at < bytes.len() {
             let total = u32_at(bytes, at + 4) as usize;
             assert_eq!(total % 4, 0, "blocks are 32-bit aligned");
-            assert_eq!(u32_at(bytes, at + total - 4) as usize, total, "trailing length");
+            assert_eq!(
+                u32_at(bytes, at + total - 4) as usize,
+                total,
+                "trailing length"
+            );
             out.push((u32_at(bytes, at), &bytes[at + 8..at + total - 4]));
             at += total;
         }
@@ -186,31 +198,62 @@ mod tests {
     #[test]
     fn file_has_the_layout_of_the_pcapng_draft() {
         let mut writer = PcapngWriter::new(Vec::new(), "pathlab test").unwrap();
-        assert_eq!(writer.add_interface("r-h1", LinkType::Ethernet, 65535).unwrap(), 0);
-        assert_eq!(writer.add_interface("r-h2", LinkType::Ethernet, 65535).unwrap(), 1);
+        assert_eq!(
+            writer
+                .add_interface("r-h1", LinkType::Ethernet, 65535)
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            writer
+                .add_interface("r-h2", LinkType::Ethernet, 65535)
+                .unwrap(),
+            1
+        );
         let timestamp = 1_700_000_000_123_456_789u64;
-        writer.write_packet(1, timestamp, &[1, 2, 3, 4, 5], 5, Direction::Outbound, None).unwrap();
         writer
-            .write_packet(0, timestamp + 1, &[9; 60], 1514, Direction::Inbound, Some("dropped r-h1 -> r-h2: loss"))
+            .write_packet(1, timestamp, &[1, 2, 3, 4, 5], 5, Direction::Outbound, None)
+            .unwrap();
+        writer
+            .write_packet(
+                0,
+                timestamp + 1,
+                &[9; 60],
+                1514,
+                Direction::Inbound,
+                Some("dropped r-h1 -> r-h2: loss"),
+            )
             .unwrap();
         let bytes = writer.into_inner();
         let blocks = blocks(&bytes);
-        assert_eq!(blocks.iter().map(|b| b.0).collect::<Vec<_>>(), vec![BLOCK_SECTION_HEADER, 1, 1, 6, 6]);
+        assert_eq!(
+            blocks.iter().map(|b| b.0).collect::<Vec<_>>(),
+            vec![BLOCK_SECTION_HEADER, 1, 1, 6, 6]
+        );
         let (_, shb) = blocks[0];
         assert_eq!(u32_at(shb, 0), BYTE_ORDER_MAGIC);
         assert_eq!(&shb[4..8], &[1, 0, 0, 0], "version 1.0");
-        assert_eq!(options(shb, 16), vec![(SHB_USERAPPL, b"pathlab test".to_vec())]);
+        assert_eq!(
+            options(shb, 16),
+            vec![(SHB_USERAPPL, b"pathlab test".to_vec())]
+        );
         let (_, idb) = blocks[2];
         assert_eq!(&idb[0..2], &[1, 0], "LINKTYPE_ETHERNET");
         assert_eq!(u32_at(idb, 4), 65535);
-        assert_eq!(options(idb, 8), vec![(IF_NAME, b"r-h2".to_vec()), (IF_TSRESOL, vec![9])]);
+        assert_eq!(
+            options(idb, 8),
+            vec![(IF_NAME, b"r-h2".to_vec()), (IF_TSRESOL, vec![9])]
+        );
         let (_, first) = blocks[3];
         assert_eq!(u32_at(first, 0), 1);
         let ts = (u64::from(u32_at(first, 4)) << 32) | u64::from(u32_at(first, 8));
         assert_eq!(ts, timestamp);
         assert_eq!((u32_at(first, 12), u32_at(first, 16)), (5, 5));
         assert_eq!(&first[20..25], &[1, 2, 3, 4, 5]);
-        assert_eq!(options(first, 24), vec![(EPB_FLAGS, 2u32.to_le_bytes().to_vec())]);
+        assert_eq!(
+            options(first, 24),
+            vec![(EPB_FLAGS, 2u32.to_le_bytes().to_vec())]
+        );
         let (_, second) = blocks[4];
         assert_eq!((u32_at(second, 12), u32_at(second, 16)), (60, 1514));
         assert_eq!(

@@ -143,7 +143,9 @@ pub fn read_recording(reader: impl BufRead) -> Result<Recording, ResultError> {
         return Err(ResultError::WrongMagic(header.magic));
     }
     if header.version > RECORDING_VERSION {
-        return Err(ResultError::TooNew { found: header.version });
+        return Err(ResultError::TooNew {
+            found: header.version,
+        });
     }
     recording.header = Some(header);
     while let Some((index, line)) = lines.next() {
@@ -151,7 +153,12 @@ pub fn read_recording(reader: impl BufRead) -> Result<Recording, ResultError> {
         match serde_json::from_str::<RecordingLine>(&line) {
             Ok(parsed) => recording.lines.push(parsed),
             Err(_) if lines.peek().is_none() => break,
-            Err(error) => return Err(ResultError::BadLine { line: index + 1, source: error }),
+            Err(error) => {
+                return Err(ResultError::BadLine {
+                    line: index + 1,
+                    source: error,
+                })
+            }
         }
     }
     Ok(recording)
@@ -216,7 +223,10 @@ mod tests {
         assert_eq!(read.header, Some(header()));
         assert_eq!(read.lines, lines);
         assert_eq!(read.packets(0).count(), 1);
-        assert_eq!(read.queue_samples(0).collect::<Vec<_>>(), vec![(Instant::from_nanos(7), 2, 3028)]);
+        assert_eq!(
+            read.queue_samples(0).collect::<Vec<_>>(),
+            vec![(Instant::from_nanos(7), 2, 3028)]
+        );
     }
 
     #[test]
@@ -229,6 +239,9 @@ mod tests {
         let mut bytes = Vec::new();
         write_header(&mut bytes, &header()).unwrap();
         bytes.extend_from_slice(b"garbage\n{\"type\":\"spec\",\"dir\":0,\"at\":1,\"spec\":\"\"}\n");
-        assert!(matches!(read_recording(&bytes[..]), Err(ResultError::BadLine { line: 1, .. })));
+        assert!(matches!(
+            read_recording(&bytes[..]),
+            Err(ResultError::BadLine { line: 1, .. })
+        ));
     }
 }

@@ -10,6 +10,8 @@
 //! instead of after it, which changes nothing for a constant delay. What tc cannot express
 //! (traces, schedules, some parameters) is listed in `caveats`.
 
+use std::fmt::Write as _;
+
 use super::parse::red_weight;
 use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
 
@@ -51,7 +53,8 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         }
         None => None,
     };
-    let needs_real_queue = !matches!(spec.queue.discipline, Discipline::TailDrop) || spec.queue.limit_bytes.is_some();
+    let needs_real_queue =
+        !matches!(spec.queue.discipline, Discipline::TailDrop) || spec.queue.limit_bytes.is_some();
     if needs_real_queue && fixed_rate.is_none() {
         out.caveats.push(
             "the queue discipline and byte limit only act in front of a rate; without one pathlab never queues, so they are left out".into(),
@@ -69,7 +72,8 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
     match (delay, fixed_rate) {
         (Some(delay), Some(fixed)) if !delay.is_zero() => {
             // netem's limit counts every packet it holds, the delay line included.
-            let in_flight = (fixed.rate.as_f64() * delay.as_secs_f64() / (FRAME_BYTES * 8.0)).ceil() as u32;
+            let in_flight =
+                (fixed.rate.as_f64() * delay.as_secs_f64() / (FRAME_BYTES * 8.0)).ceil() as u32;
             let limit = spec.queue.effective_limit_packets() + in_flight;
             netem.queue.limit_packets = Some(limit);
             out.caveats.push(format!(
@@ -87,7 +91,11 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         }
         _ => {}
     }
-    out.commands.push(format!("tc qdisc replace dev {dev} root netem {netem}").trim_end().to_owned());
+    out.commands.push(
+        format!("tc qdisc replace dev {dev} root netem {netem}")
+            .trim_end()
+            .to_owned(),
+    );
     out
 }
 
@@ -108,22 +116,34 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
     let mut netem = netem_part(spec);
     netem.queue.limit_packets = None;
     let htb_parent = if netem.is_passthrough() {
-        out.commands.push(format!("tc qdisc replace dev {dev} root handle 1: htb default 1"));
+        out.commands.push(format!(
+            "tc qdisc replace dev {dev} root handle 1: htb default 1"
+        ));
         "1:".to_owned()
     } else {
-        out.commands.push(format!("tc qdisc replace dev {dev} root handle 1: netem {netem}"));
-        out.commands.push(format!("tc qdisc add dev {dev} parent 1: handle 2: htb default 1"));
+        out.commands.push(format!(
+            "tc qdisc replace dev {dev} root handle 1: netem {netem}"
+        ));
+        out.commands.push(format!(
+            "tc qdisc add dev {dev} parent 1: handle 2: htb default 1"
+        ));
         "2:".to_owned()
     };
-    let class = format!("{}1", htb_parent);
-    let mut htb = format!("tc class add dev {dev} parent {htb_parent} classid {class} htb rate {} ceil {}", rate.rate, rate.rate);
+    let class = format!("{htb_parent}1");
+    let mut htb = format!(
+        "tc class add dev {dev} parent {htb_parent} classid {class} htb rate {} ceil {}",
+        rate.rate, rate.rate
+    );
     if rate.packet_overhead != 0 {
-        htb.push_str(&format!(" overhead {}", rate.packet_overhead));
+        let _ = write!(htb, " overhead {}", rate.packet_overhead);
     }
     if rate.cell_size == 53 {
         htb.push_str(" linklayer atm");
     } else if rate.cell_size != 0 {
-        out.caveats.push(format!("htb knows only ATM cells (53 bytes); cells of {} bytes are left out", rate.cell_size));
+        out.caveats.push(format!(
+            "htb knows only ATM cells (53 bytes); cells of {} bytes are left out",
+            rate.cell_size
+        ));
     }
     out.commands.push(htb);
     out.caveats.push(
@@ -134,7 +154,8 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
         Discipline::TailDrop => match spec.queue.limit_bytes {
             Some(bytes) => {
                 if spec.queue.limit_packets.is_some() {
-                    out.caveats.push("bfifo limits bytes only; the packet limit is left out".into());
+                    out.caveats
+                        .push("bfifo limits bytes only; the packet limit is left out".into());
                 }
                 format!("bfifo limit {bytes}")
             }
@@ -142,9 +163,12 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
         },
         Discipline::HeadDrop => format!("pfifo_head_drop limit {limit}"),
         Discipline::Codel(codel) => {
-            let mut words = format!("codel limit {limit} target {} interval {}", codel.target, codel.interval);
+            let mut words = format!(
+                "codel limit {limit} target {} interval {}",
+                codel.target, codel.interval
+            );
             if let Some(threshold) = codel.ce_threshold {
-                words.push_str(&format!(" ce_threshold {threshold}"));
+                let _ = write!(words, " ce_threshold {threshold}");
             }
             words.push_str(if codel.ecn { " ecn" } else { " noecn" });
             words
@@ -155,7 +179,7 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
                 fq.flows, fq.quantum, fq.codel.target, fq.codel.interval, fq.drop_batch
             );
             if let Some(threshold) = fq.codel.ce_threshold {
-                words.push_str(&format!(" ce_threshold {threshold}"));
+                let _ = write!(words, " ce_threshold {threshold}");
             }
             words.push_str(if fq.codel.ecn { " ecn" } else { " noecn" });
             words
@@ -170,20 +194,29 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
                 (pie.alpha * 16.0).round(),
                 (pie.beta * 16.0).round()
             );
-            for (flag, name) in [(pie.ecn, "ecn"), (pie.bytemode, "bytemode"), (pie.dq_rate_estimator, "dq_rate_estimator")] {
+            for (flag, name) in [
+                (pie.ecn, "ecn"),
+                (pie.bytemode, "bytemode"),
+                (pie.dq_rate_estimator, "dq_rate_estimator"),
+            ] {
                 if flag {
                     words.push(' ');
                     words.push_str(name);
                 }
             }
             if pie.max_burst != super::PieConfig::default().max_burst {
-                out.caveats.push(format!("tc-pie has no max_burst; Linux uses 150 ms, not {}", pie.max_burst));
+                out.caveats.push(format!(
+                    "tc-pie has no max_burst; Linux uses 150 ms, not {}",
+                    pie.max_burst
+                ));
             }
             words
         }
         Discipline::Red(red) => red_leaf(red, &spec.queue, rate, out),
     };
-    out.commands.push(format!("tc qdisc add dev {dev} parent {class} handle 10: {leaf}"));
+    out.commands.push(format!(
+        "tc qdisc add dev {dev} parent {class} handle 10: {leaf}"
+    ));
 }
 
 fn red_leaf(red: &RedConfig, queue: &QueueSpec, rate: FixedRate, out: &mut TcCommands) -> String {
@@ -201,10 +234,15 @@ fn red_leaf(red: &RedConfig, queue: &QueueSpec, rate: FixedRate, out: &mut TcCom
         red.max_probability.get()
     );
     match burst {
-        Some(burst) => words.push_str(&format!(" burst {burst}")),
-        None => out.caveats.push(format!("no tc-red burst gives the weight {}; tc will pick its own", red.weight)),
+        Some(burst) => {
+            let _ = write!(words, " burst {burst}");
+        }
+        None => out.caveats.push(format!(
+            "no tc-red burst gives the weight {}; tc will pick its own",
+            red.weight
+        )),
     }
-    words.push_str(&format!(" bandwidth {}", rate.rate));
+    let _ = write!(words, " bandwidth {}", rate.rate);
     for (flag, name) in [(red.ecn, "ecn"), (red.harddrop, "harddrop")] {
         if flag {
             words.push(' ');
@@ -227,7 +265,8 @@ mod tests {
 
     #[test]
     fn pure_netem_is_one_line() {
-        let out = tc("delay 20ms 5ms 25% distribution normal loss 1% duplicate 0.5% reorder 10% gap 5");
+        let out =
+            tc("delay 20ms 5ms 25% distribution normal loss 1% duplicate 0.5% reorder 10% gap 5");
         assert_eq!(
             out.commands,
             vec!["tc qdisc replace dev eth1 root netem delay 20ms 5ms 25% distribution normal loss 1% duplicate 0.5% reorder 10% gap 5"]
@@ -240,8 +279,15 @@ mod tests {
     fn delay_with_rate_grows_netems_limit_by_the_packets_in_flight() {
         // 10 Mbit/s x 100 ms = 1 Mbit = 82.6 frames of 1514 bytes -> 83.
         let out = tc("delay 100ms rate 10mbit limit 100");
-        assert_eq!(out.commands, vec!["tc qdisc replace dev eth1 root netem delay 100ms rate 10mbit limit 183"]);
-        assert!(out.caveats[0].contains("183 = pathlab's queue of 100 + 83"), "{:?}", out.caveats);
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 100ms rate 10mbit limit 183"]
+        );
+        assert!(
+            out.caveats[0].contains("183 = pathlab's queue of 100 + 83"),
+            "{:?}",
+            out.caveats
+        );
     }
 
     #[test]
@@ -282,33 +328,69 @@ mod tests {
     #[test]
     fn pie_scales_alpha_and_beta_as_tc_does() {
         let out = tc("rate 10mbit queue pie ecn");
-        assert!(out.commands[2].ends_with("pie limit 1000 target 15ms tupdate 15ms alpha 2 beta 20 ecn"), "{:?}", out.commands);
+        assert!(
+            out.commands[2]
+                .ends_with("pie limit 1000 target 15ms tupdate 15ms alpha 2 beta 20 ecn"),
+            "{:?}",
+            out.commands
+        );
     }
 
     #[test]
     fn headdrop_and_byte_limits_use_the_fifo_qdiscs() {
-        assert!(tc("rate 1mbit limit 20 queue headdrop").commands[2].ends_with("pfifo_head_drop limit 20"));
+        assert!(tc("rate 1mbit limit 20 queue headdrop").commands[2]
+            .ends_with("pfifo_head_drop limit 20"));
         let bytes = tc("rate 1mbit limit 30000b");
-        assert!(bytes.commands[2].ends_with("bfifo limit 30000"), "{:?}", bytes.commands);
+        assert!(
+            bytes.commands[2].ends_with("bfifo limit 30000"),
+            "{:?}",
+            bytes.commands
+        );
     }
 
     #[test]
     fn red_gets_a_burst_that_reproduces_its_weight() {
-        let spec = LinkSpec::parse("rate 10mbit queue red min 30000 max 90000 avpkt 1000 burst 55 probability 2%").unwrap();
+        let spec = LinkSpec::parse(
+            "rate 10mbit queue red min 30000 max 90000 avpkt 1000 burst 55 probability 2%",
+        )
+        .unwrap();
         let out = to_tc_commands(&spec, "eth1");
         let leaf = &out.commands[2];
-        assert!(leaf.contains("red limit 1514000 min 30000 max 90000 avpkt 1000 probability 0.02"), "{leaf}");
-        let burst: f64 = leaf.split(" burst ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-        let Discipline::Red(red) = spec.queue.discipline else { unreachable!() };
-        assert_eq!(red_weight(burst, 30.0), red.weight, "the printed burst gives the same weight");
+        assert!(
+            leaf.contains("red limit 1514000 min 30000 max 90000 avpkt 1000 probability 0.02"),
+            "{leaf}"
+        );
+        let burst: f64 = leaf
+            .split(" burst ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let Discipline::Red(red) = spec.queue.discipline else {
+            unreachable!()
+        };
+        assert_eq!(
+            red_weight(burst, 30.0),
+            red.weight,
+            "the printed burst gives the same weight"
+        );
     }
 
     #[test]
     fn what_tc_cannot_do_is_said() {
         let schedule = tc("schedule 1s 10mbit 1mbit");
-        assert_eq!(schedule.commands, vec!["tc qdisc replace dev eth1 root netem rate 10mbit"]);
+        assert_eq!(
+            schedule.commands,
+            vec!["tc qdisc replace dev eth1 root netem rate 10mbit"]
+        );
         assert!(schedule.caveats[0].contains("no rate schedule"));
         let no_rate = tc("queue codel");
-        assert!(no_rate.caveats.iter().any(|c| c.contains("only act in front of a rate")));
+        assert!(no_rate
+            .caveats
+            .iter()
+            .any(|c| c.contains("only act in front of a rate")));
     }
 }

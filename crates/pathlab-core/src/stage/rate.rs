@@ -516,7 +516,7 @@ fn first_at_or_after(trace: &Trace, origin: Instant, t: Instant) -> u64 {
     let mut cycle = relative / period;
     // At an exact multiple of the period, the previous loop's last opportunities (at
     // offset `period`) come first.
-    if relative % period == 0 && cycle > 0 {
+    if relative.is_multiple_of(period) && cycle > 0 {
         cycle -= 1;
     }
     let within = Duration::from_nanos(relative - cycle * period);

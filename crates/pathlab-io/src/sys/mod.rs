@@ -42,7 +42,11 @@ fn cvt_size(ret: isize) -> io::Result<usize> {
 }
 
 /// Opens a socket with `SOCK_CLOEXEC`.
-pub fn socket(domain: libc::c_int, kind: libc::c_int, protocol: libc::c_int) -> io::Result<OwnedFd> {
+pub fn socket(
+    domain: libc::c_int,
+    kind: libc::c_int,
+    protocol: libc::c_int,
+) -> io::Result<OwnedFd> {
     // SAFETY: plain syscall with integer arguments; the result is a fresh descriptor we own.
     let fd = cvt(unsafe { libc::socket(domain, kind | libc::SOCK_CLOEXEC, protocol) })?;
     // SAFETY: `fd` was just returned by socket(2) and nothing else owns it.
@@ -50,7 +54,12 @@ pub fn socket(domain: libc::c_int, kind: libc::c_int, protocol: libc::c_int) -> 
 }
 
 /// `setsockopt` with a plain-old-data value.
-pub fn setsockopt<T: Copy>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+pub fn setsockopt<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: `value` points to `size_of::<T>()` readable bytes for the duration of the call.
     cvt(unsafe {
         libc::setsockopt(
@@ -130,7 +139,8 @@ pub fn connect(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<
         }
         std::net::SocketAddr::V6(v6) => {
             // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            let sin6 = unsafe { &mut *std::ptr::from_mut(&mut storage).cast::<libc::sockaddr_in6>() };
+            let sin6 =
+                unsafe { &mut *std::ptr::from_mut(&mut storage).cast::<libc::sockaddr_in6>() };
             sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             sin6.sin6_port = v6.port().to_be();
             sin6.sin6_addr.s6_addr = v6.ip().octets();
@@ -139,7 +149,14 @@ pub fn connect(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<
         }
     };
     // SAFETY: `storage` holds a valid address of `len` bytes.
-    cvt(unsafe { libc::connect(fd.as_raw_fd(), std::ptr::from_ref(&storage).cast(), len as libc::socklen_t) }).map(drop)
+    cvt(unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            std::ptr::from_ref(&storage).cast(),
+            len as libc::socklen_t,
+        )
+    })
+    .map(drop)
 }
 
 /// `send(2)` of one buffer.
@@ -151,13 +168,27 @@ pub fn send(fd: BorrowedFd<'_>, data: &[u8], flags: libc::c_int) -> io::Result<u
 /// `recv(2)` into one buffer.
 pub fn recv(fd: BorrowedFd<'_>, buffer: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
     // SAFETY: `buffer` is writable for its length.
-    cvt_size(unsafe { libc::recv(fd.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), flags) })
+    cvt_size(unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            flags,
+        )
+    })
 }
 
 /// Waits until one of `fds` is readable or `timeout` passes (`None`: forever). Returns the
 /// indices of the readable descriptors' entries set in `ready`.
-pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>, ready: &mut [bool]) -> io::Result<()> {
-    assert!(fds.len() <= 8 && ready.len() >= fds.len(), "poll_readable takes at most 8 descriptors");
+pub fn poll_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+    ready: &mut [bool],
+) -> io::Result<()> {
+    assert!(
+        fds.len() <= 8 && ready.len() >= fds.len(),
+        "poll_readable takes at most 8 descriptors"
+    );
     let mut pollfds = [libc::pollfd {
         fd: -1,
         events: 0,
@@ -171,16 +202,23 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>, ready: &
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
     });
-    let timespec_ptr = timespec.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+    let timespec_ptr = timespec
+        .as_ref()
+        .map_or(std::ptr::null(), std::ptr::from_ref);
     // SAFETY: `pollfds` holds `fds.len()` initialized entries; `timespec_ptr` is null or
     // points to a live timespec; a null sigmask keeps the current one.
     let result = unsafe {
-        libc::ppoll(pollfds.as_mut_ptr(), fds.len() as libc::nfds_t, timespec_ptr, std::ptr::null())
+        libc::ppoll(
+            pollfds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            timespec_ptr,
+            std::ptr::null(),
+        )
     };
     if result < 0 {
         let error = io::Error::last_os_error();
         if error.kind() == io::ErrorKind::Interrupted {
-            ready.iter_mut().for_each(|r| *r = false);
+            ready.fill(false);
             return Ok(());
         }
         return Err(error);
@@ -237,7 +275,9 @@ pub fn command_in_netns(command: &mut Command, netns: RawFd) {
 pub fn command_parent_death_signal(command: &mut Command, signal: libc::c_int) {
     // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
     unsafe {
-        command.pre_exec(move || cvt(libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong)).map(drop));
+        command.pre_exec(move || {
+            cvt(libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong)).map(drop)
+        });
     }
 }
 
@@ -272,7 +312,13 @@ pub fn has_cap_net_admin() -> bool {
     };
     let mut data = [CapData::default(); 2];
     // SAFETY: version 3 takes a header and two data structs, both valid for writing.
-    let result = unsafe { libc::syscall(libc::SYS_capget, std::ptr::from_mut(&mut header), data.as_mut_ptr()) };
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            std::ptr::from_mut(&mut header),
+            data.as_mut_ptr(),
+        )
+    };
     result == 0 && data[0].effective & (1 << CAP_NET_ADMIN) != 0
 }
 
@@ -281,7 +327,10 @@ pub fn has_cap_net_admin() -> bool {
 /// when the descriptor closes. Returns the descriptor and the device's name.
 pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     if name.len() >= libc::IFNAMSIZ {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "interface name too long",
+        ));
     }
     let path = c"/dev/net/tun";
     // SAFETY: `path` is NUL-terminated; the result is a fresh descriptor we own.
@@ -295,7 +344,13 @@ pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     }
     request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, std::ptr::from_mut(&mut request)) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            libc::TUNSETIFF,
+            std::ptr::from_mut(&mut request),
+        )
+    })?;
     let actual: Vec<u8> = request
         .ifr_name
         .iter()
@@ -354,18 +409,20 @@ pub fn signalfd_termination() -> io::Result<OwnedFd> {
     let mut set: libc::sigset_t = unsafe { zeroed() };
     // SAFETY: `set` is a valid sigset_t for these calls.
     unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigemptyset(&raw mut set);
+        libc::sigaddset(&raw mut set, libc::SIGINT);
+        libc::sigaddset(&raw mut set, libc::SIGTERM);
+        libc::sigaddset(&raw mut set, libc::SIGHUP);
     }
     // SAFETY: `set` is initialized; the old mask is not needed.
-    let result = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let result =
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &raw const set, std::ptr::null_mut()) };
     if result != 0 {
         return Err(io::Error::from_raw_os_error(result));
     }
     // SAFETY: `set` is initialized; -1 asks for a new descriptor.
-    let fd = cvt(unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })?;
+    let fd =
+        cvt(unsafe { libc::signalfd(-1, &raw const set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })?;
     // SAFETY: `fd` was just returned by signalfd(2) and nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -374,8 +431,9 @@ pub fn signalfd_termination() -> io::Result<OwnedFd> {
 pub fn signalfd_read(fd: BorrowedFd<'_>) -> Option<i32> {
     let mut buffer = [0u8; size_of::<libc::signalfd_siginfo>()];
     match read(fd, &mut buffer) {
-        Ok(n) if n == buffer.len() => Some(i32::from_ne_bytes(buffer[..4].try_into().expect("4 bytes"))),
+        Ok(n) if n == buffer.len() => {
+            Some(i32::from_ne_bytes(buffer[..4].try_into().expect("4 bytes")))
+        }
         _ => None,
     }
 }
-

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::setsockopt;
 
-/// `struct tpacket2_hdr`, at the start of every frame.
+/// `struct tpacket2_hdr`, at the start of every frame (the kernel's field names).
 #[repr(C)]
+#[allow(clippy::struct_field_names)]
 struct Tpacket2Hdr {
     tp_status: u32,
     tp_len: u32,
@@ -35,8 +36,9 @@ const TP_STATUS_LOSING: u32 = 1 << 2;
 const TP_STATUS_VLAN_VALID: u32 = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 
-/// `struct tpacket_req`.
+/// `struct tpacket_req` (the kernel's field names).
 #[repr(C)]
+#[allow(clippy::struct_field_names)]
 #[derive(Clone, Copy)]
 struct TpacketReq {
     tp_block_size: u32,
@@ -86,21 +88,34 @@ impl RxRing {
     /// on `socket` (which must not be bound yet, so no packet bypasses the ring).
     pub fn new(socket: OwnedFd, frame_size: usize, frame_count: usize) -> io::Result<RxRing> {
         let page = 4096;
-        assert!(frame_size % 16 == 0 && frame_size >= 2048, "frame size must be a multiple of 16");
+        assert!(
+            frame_size.is_multiple_of(16) && frame_size >= 2048,
+            "frame size must be a multiple of 16"
+        );
         // One frame per block keeps blocks small enough to allocate; a block is a whole
         // number of pages.
         let block_size = frame_size.div_ceil(page) * page;
         let frames_per_block = block_size / frame_size;
         let block_count = frame_count.div_ceil(frames_per_block);
         let frame_count = block_count * frames_per_block;
-        setsockopt(socket.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V2)?;
+        setsockopt(
+            socket.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_VERSION,
+            &TPACKET_V2,
+        )?;
         let request = TpacketReq {
             tp_block_size: block_size as u32,
             tp_block_nr: block_count as u32,
             tp_frame_size: frame_size as u32,
             tp_frame_nr: frame_count as u32,
         };
-        setsockopt(socket.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &request)?;
+        setsockopt(
+            socket.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_RX_RING,
+            &request,
+        )?;
         let map_len = block_size * block_count;
         // SAFETY: mapping a packet ring of exactly the size we asked the kernel for.
         let map = unsafe {
@@ -123,7 +138,11 @@ impl RxRing {
             socket,
             map: map.cast(),
             map_len,
-            frame_size: if frames_per_block == 1 { block_size } else { frame_size },
+            frame_size: if frames_per_block == 1 {
+                block_size
+            } else {
+                frame_size
+            },
             frame_count,
             next: 0,
         })
@@ -141,6 +160,8 @@ impl RxRing {
         // SAFETY: `offset` is inside the mapping (next < frame_count, frames back to back);
         // the header is 32 bytes, aligned to 16; tp_status is written by the kernel, so it
         // is read through an atomic.
+        #[allow(clippy::cast_ptr_alignment)]
+        // frames start at multiples of 16 in a page-aligned map
         let header = unsafe { &*self.map.add(offset).cast::<Tpacket2Hdr>() };
         let status_ptr = std::ptr::from_ref(&header.tp_status).cast_mut();
         // SAFETY: `status_ptr` is aligned for u32 and valid for the ring's lifetime.

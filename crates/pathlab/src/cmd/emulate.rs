@@ -112,7 +112,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     }
     let [if_a, if_b] = [&args.between[0], &args.between[1]];
     if if_a == if_b {
-        return Err(usage(anyhow::anyhow!("--between needs two different interfaces, got '{if_a}' twice")));
+        return Err(usage(anyhow::anyhow!(
+            "--between needs two different interfaces, got '{if_a}' twice"
+        )));
     }
     let forward = load(&args.spec)?;
     let reverse = match &args.reverse {
@@ -135,15 +137,24 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     let open = |name: &str| PacketPort::open(name).map_err(port_error);
     let ports = [open(if_a)?, open(if_b)?];
     let create = |path: &std::path::Path, what: &str| {
-        File::create(path).with_context(|| format!("cannot create the {what} file '{}'", path.display()))
+        File::create(path)
+            .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
     };
     let config = EmulatorConfig {
         name: args.common.name.clone(),
         forward: forward.clone(),
         reverse: reverse.clone(),
         seed: args.seed,
-        record: args.record.as_deref().map(|p| create(p, "recording")).transpose()?,
-        pcap: args.pcap.as_deref().map(|p| create(p, "capture")).transpose()?,
+        record: args
+            .record
+            .as_deref()
+            .map(|p| create(p, "recording"))
+            .transpose()?,
+        pcap: args
+            .pcap
+            .as_deref()
+            .map(|p| create(p, "capture"))
+            .transpose()?,
         queue_sample_interval: args.sample_interval,
         command: command_line,
     };
@@ -155,7 +166,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         show(&reverse),
         name = args.common.name,
     );
-    let deadline = args.time.map(|t| std::time::Instant::now() + std::time::Duration::from(t));
+    let deadline = args
+        .time
+        .map(|t| std::time::Instant::now() + std::time::Duration::from(t));
     server.serve(&handle, std::os::fd::AsFd::as_fd(&signals), || {
         deadline.is_some_and(|d| std::time::Instant::now() >= d)
     });
@@ -199,7 +212,11 @@ fn print_tc(forward: &LinkSpec, if_b: &str, reverse: &LinkSpec, if_a: &str) {
 
 fn run_set(name: &str, args: &SetArgs) -> anyhow::Result<()> {
     let spec = load(&args.spec)?;
-    let reverse = args.reverse.as_ref().map(|r| load(std::slice::from_ref(r))).transpose()?;
+    let reverse = args
+        .reverse
+        .as_ref()
+        .map(|r| load(std::slice::from_ref(r)))
+        .transpose()?;
     let text = spec.to_string();
     let (forward, reverse) = match (args.direction.as_str(), reverse) {
         ("forward", _) => (Some(text), None),
@@ -207,7 +224,9 @@ fn run_set(name: &str, args: &SetArgs) -> anyhow::Result<()> {
         (_, Some(reverse)) => (Some(text), Some(reverse.to_string())),
         (_, None) => (Some(text.clone()), Some(text)),
     };
-    match control::request(name, &ControlRequest::Set { forward, reverse }).map_err(control_error)? {
+    match control::request(name, &ControlRequest::Set { forward, reverse })
+        .map_err(control_error)?
+    {
         ControlReply::Ok => Ok(()),
         ControlReply::Error(error) => bail!("the emulator refused the spec: {error}"),
         ControlReply::Stats(_) => bail!("the emulator answered with stats to a set request"),
@@ -249,7 +268,11 @@ pub fn print_stats(stats: &EmulatorStats) {
             "  received   {} packets ({} frames){}",
             d.packets_received,
             d.frames_received,
-            if d.malformed > 0 { format!(", {} malformed", d.malformed) } else { String::new() }
+            if d.malformed > 0 {
+                format!(", {} malformed", d.malformed)
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             out,
@@ -267,7 +290,11 @@ pub fn print_stats(stats: &EmulatorStats) {
             out,
             "  dropped    {}{}",
             d.link.dropped_total(),
-            if drops.is_empty() { String::new() } else { format!(" ({})", drops.join(", ")) }
+            if drops.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", drops.join(", "))
+            }
         );
         if d.link.ce_marked + d.link.duplicated + d.link.corrupted + d.link.reordered > 0 {
             let _ = writeln!(
@@ -291,7 +318,11 @@ pub fn print_stats(stats: &EmulatorStats) {
             late.packets
         );
         if d.send_errors + d.ring_full > 0 {
-            let _ = writeln!(out, "  errors     {} sends failed, receive ring overflowed {} times", d.send_errors, d.ring_full);
+            let _ = writeln!(
+                out,
+                "  errors     {} sends failed, receive ring overflowed {} times",
+                d.send_errors, d.ring_full
+            );
         }
     }
 }
@@ -303,4 +334,3 @@ fn show_text(spec: &str) -> &str {
         spec
     }
 }
-

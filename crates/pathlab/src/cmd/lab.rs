@@ -13,7 +13,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum Action {
     /// Remove what killed pathlab runs left behind: stale control sockets and locks, named
-    /// namespaces called pathlab-*, pl-* interfaces whose process is gone. Running
+    /// namespaces called pathlab-*, pl-* interfaces and pathlab-* nftables tables whose
+    /// process is gone. Running
     /// emulators and shells are left alone.
     Clean,
 }
@@ -25,7 +26,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             pathlab_io::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
             let cleaned = pathlab_io::runtime::clean()?;
             let mut out = std::io::stdout().lock();
-            let total = cleaned.sockets.len() + cleaned.locks.len() + cleaned.namespaces.len() + cleaned.interfaces.len();
+            let total = cleaned.sockets.len()
+                + cleaned.locks.len()
+                + cleaned.namespaces.len()
+                + cleaned.interfaces.len()
+                + cleaned.nat_tables.len();
             for path in &cleaned.sockets {
                 writeln!(out, "removed stale control socket {}", path.display())?;
             }
@@ -37,6 +42,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             }
             for name in &cleaned.interfaces {
                 writeln!(out, "removed interface {name}")?;
+            }
+            for name in &cleaned.nat_tables {
+                writeln!(out, "removed nftables table {name}")?;
             }
             if total == 0 {
                 writeln!(out, "nothing to clean")?;

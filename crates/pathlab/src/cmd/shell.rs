@@ -31,6 +31,10 @@ pub struct Args {
     /// Seed of the random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Don't forward and masquerade the program's traffic beyond this namespace (by
+    /// default IPv4 forwarding is on while shells run, and their traffic is NATed).
+    #[arg(long)]
+    pub no_nat: bool,
     /// Print the emulator's counters when the program exits.
     #[arg(long)]
     pub stats: bool,
@@ -46,7 +50,10 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         Some(text) => parse_spec(std::slice::from_ref(text))?,
         None => uplink.clone(),
     };
-    let name = args.name.clone().unwrap_or_else(|| format!("shell-{}", std::process::id()));
+    let name = args
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("shell-{}", std::process::id()));
     pathlab_io::runtime::validate_name(&name).map_err(|e| usage(anyhow::anyhow!(e)))?;
     let program = if args.command.is_empty() {
         vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
@@ -55,7 +62,9 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
     };
     pathlab_io::require_net_admin("pathlab shell").map_err(usage)?;
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
-    let create = |path: &std::path::Path| File::create(path).with_context(|| format!("cannot create '{}'", path.display()));
+    let create = |path: &std::path::Path| {
+        File::create(path).with_context(|| format!("cannot create '{}'", path.display()))
+    };
     let config = ShellConfig {
         name,
         uplink,
@@ -66,11 +75,15 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         queue_sample_interval: Duration::from_millis(10),
         program,
         command_line: std::env::args().collect(),
+        nat: !args.no_nat,
     };
-    let outcome = shell::run(config, signals).map_err(|error| match error {
-        ShellError::Control(ControlError::NameTaken(_)) | ShellError::Spawn { .. } => usage(error),
-        other => anyhow::Error::new(other),
-    })?;
+    let outcome =
+        shell::run(config, std::os::fd::AsFd::as_fd(&signals)).map_err(|error| match error {
+            ShellError::Control(ControlError::NameTaken(_)) | ShellError::Spawn { .. } => {
+                usage(error)
+            }
+            other => anyhow::Error::new(other),
+        })?;
     if args.stats {
         crate::cmd::emulate::print_stats(&outcome.stats);
     }
