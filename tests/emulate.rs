@@ -945,3 +945,53 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
         .expect("sysctl");
     assert_eq!(forwarding.trim(), "0", "forwarding restored");
 }
+
+#[test]
+fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
+    let Some(_serial) = privileged("vlan_qinq_and_unknown_frames_cross_byte_for_byte") else {
+        return;
+    };
+    use pathlab_io::port::{PacketPort, Port};
+    let mut lab = Lab::start("frames", "delay 1ms", &[], false);
+    let open = |ns: &pathlab_io::netns::Netns| {
+        ns.run(|| PacketPort::open(HOST_PORT))
+            .unwrap()
+            .expect("raw port")
+    };
+    let (mut h1, mut h2) = (open(&lab.line.h1), open(&lab.line.h2));
+    let source = [0x02, 0, 0, 0, 0, 0x01];
+    let frame = |tags: &[u8], ethertype: [u8; 2], fill: u8| {
+        let mut frame = vec![0xff; 6];
+        frame.extend_from_slice(&source);
+        frame.extend_from_slice(tags);
+        frame.extend_from_slice(&ethertype);
+        frame.extend(std::iter::repeat_n(fill, 64));
+        frame
+    };
+    let sent = vec![
+        frame(&[0x81, 0x00, 0x00, 0x64], [0x08, 0x00], 1), // VLAN 100
+        frame(
+            &[0x88, 0xa8, 0x00, 0x0a, 0x81, 0x00, 0x00, 0x14],
+            [0x86, 0xdd],
+            2,
+        ), // QinQ 10/20
+        frame(&[], [0x88, 0xb5], 3),                       // local experimental
+    ];
+    for frame in &sent {
+        h1.send(frame).expect("send from h1");
+    }
+    let mut received = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while received.len() < sent.len() && std::time::Instant::now() < deadline {
+        h2.receive(64, &mut |frame| {
+            if frame[6..12] == source {
+                received.push(frame);
+            }
+        })
+        .expect("receive at h2");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(received, sent, "frames arrive as sent, in order");
+    let (stats, _) = lab.stop();
+    assert_conservation(&stats);
+}
