@@ -995,3 +995,108 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
     let (stats, _) = lab.stop();
     assert_conservation(&stats);
 }
+
+/// The Enhanced Packet Blocks of a pcapng file: (interface, flags, comment, length).
+fn pcapng_packets(bytes: &[u8]) -> Vec<(u32, u32, Option<String>, usize)> {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut packets = Vec::new();
+    let mut at = 0;
+    while at + 12 <= bytes.len() {
+        let (kind, total) = (u32_at(at), u32_at(at + 4) as usize);
+        assert_eq!(
+            u32_at(at + total - 4) as usize,
+            total,
+            "block lengths agree"
+        );
+        if kind == 6 {
+            let body = at + 8;
+            let captured = u32_at(body + 12) as usize;
+            let mut option = body + 20 + captured.next_multiple_of(4);
+            let (mut flags, mut comment) = (0, None);
+            while option < at + total - 4 {
+                let code = u16::from_le_bytes([bytes[option], bytes[option + 1]]);
+                let len = u16::from_le_bytes([bytes[option + 2], bytes[option + 3]]) as usize;
+                let value = &bytes[option + 4..option + 4 + len];
+                match code {
+                    0 => break,
+                    1 => comment = Some(String::from_utf8_lossy(value).into_owned()),
+                    2 => flags = u32::from_le_bytes(value.try_into().unwrap()),
+                    _ => {}
+                }
+                option += 4 + len.next_multiple_of(4);
+            }
+            packets.push((u32_at(body), flags, comment, captured));
+        }
+        at += total;
+    }
+    packets
+}
+
+#[test]
+fn pcap_holds_what_was_forwarded_and_what_was_dropped_with_the_reason() {
+    let Some(_serial) =
+        privileged("pcap_holds_what_was_forwarded_and_what_was_dropped_with_the_reason")
+    else {
+        return;
+    };
+    let dir = TempDir::new("pcap-file");
+    let pcap = dir.path("capture.pcapng");
+    let pcap_arg = pcap.to_string_lossy().into_owned();
+    let mut lab = Lab::start(
+        "pcap",
+        "loss 30%",
+        &["--pcap", &pcap_arg, "--seed", "3"],
+        true,
+    );
+    lab.ping(IpAddr::V4(H2_V4), 200, Duration::from_millis(2), 56);
+    let (stats, _) = lab.stop();
+    let packets = pcapng_packets(&std::fs::read(&pcap).expect("capture written"));
+    for (index, d) in stats.directions.iter().enumerate() {
+        let out_interface = 1 - index as u32;
+        let forwarded = packets
+            .iter()
+            .filter(|p| p.0 == out_interface && p.1 == 0b10)
+            .count();
+        assert_eq!(
+            forwarded as u64, d.forwarded,
+            "{} -> {}: forwarded packets in the capture",
+            d.from, d.to
+        );
+        let reason = format!("dropped {} -> {}: loss", d.from, d.to);
+        let dropped = packets
+            .iter()
+            .filter(|p| {
+                p.0 == index as u32 && p.1 == 0b01 && p.2.as_deref() == Some(reason.as_str())
+            })
+            .count();
+        assert_eq!(
+            dropped as u64,
+            d.link.dropped_total(),
+            "{reason}: drops in the capture"
+        );
+        assert!(
+            dropped > 20,
+            "30% of the pings' packets were dropped: {dropped}"
+        );
+    }
+    if let Ok(tshark) = Command::new("tshark")
+        .arg("-r")
+        .arg(&pcap)
+        .args(["-Y", "frame.comment", "-T", "fields", "-e", "frame.comment"])
+        .output()
+    {
+        // Where tshark is installed, it reads the file and sees the drops too.
+        assert!(
+            tshark.status.success(),
+            "tshark: {}",
+            String::from_utf8_lossy(&tshark.stderr)
+        );
+        let comments = String::from_utf8_lossy(&tshark.stdout).lines().count() as u64;
+        let drops: u64 = stats
+            .directions
+            .iter()
+            .map(|d| d.link.dropped_total())
+            .sum();
+        assert_eq!(comments, drops, "tshark lists every drop");
+    }
+}
