@@ -170,7 +170,18 @@ pub fn to_wire_frames(
         GSO_TCPV6 => Some(6),
         _ => None,
     };
-    if expected_version.is_some_and(|v| v != version) || l4 <= ip || l4_header_len < 8 {
+    let min_l4_header = if protocol == 6 { 20 } else { 8 };
+    let ip_header_fits = match version {
+        4 => frame.get(ip).is_some_and(|&b| {
+            let ihl = usize::from(b & 0x0f) * 4;
+            ihl >= 20 && ip + ihl <= l4
+        }),
+        _ => ip + 40 <= l4,
+    };
+    if expected_version.is_some_and(|v| v != version)
+        || !ip_header_fits
+        || l4_header_len < min_l4_header
+    {
         return Err(OffloadError::Malformed);
     }
     let headers_len = l4 + l4_header_len;
@@ -178,8 +189,20 @@ pub fn to_wire_frames(
         return Err(OffloadError::Truncated);
     }
     let payload = &frame[headers_len..];
+    if payload.is_empty() {
+        // Headers only: nothing to cut, but the checksum may still be partial.
+        if vnet.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+            complete_checksum(
+                &mut frame,
+                vnet.csum_start as usize,
+                vnet.csum_offset as usize,
+            )?;
+        }
+        emit(frame);
+        return Ok(1);
+    }
     let segment_size = vnet.gso_size as usize;
-    let count = payload.len().div_ceil(segment_size).max(1);
+    let count = payload.len().div_ceil(segment_size);
     let ip_id = u16::from_be_bytes([frame[ip + 4], frame[ip + 5]]);
     let first_seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
     for (index, chunk) in payload.chunks(segment_size).enumerate() {
@@ -326,9 +349,53 @@ mod tests {
     }
 
     #[test]
+    fn udp_gso_over_ipv6_becomes_datagrams_with_their_own_lengths_and_checksums() {
+        let payload: Vec<u8> = (0..2500u32).map(|i| (i * 13) as u8).collect();
+        let mut frame = vec![0u8; 14 + 40 + 8];
+        frame[12..14].copy_from_slice(&0x86DDu16.to_be_bytes());
+        frame[14] = 0x60;
+        frame[14 + 6] = 17;
+        frame[14 + 7] = 64;
+        frame[14 + 8..14 + 24]
+            .copy_from_slice(&"2001:2::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        frame[14 + 24..14 + 40]
+            .copy_from_slice(&"2001:2::2".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        frame[54..56].copy_from_slice(&4000u16.to_be_bytes());
+        frame[56..58].copy_from_slice(&5000u16.to_be_bytes());
+        frame.extend_from_slice(&payload);
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: GSO_UDP_L4,
+            hdr_len: 62,
+            gso_size: 1200,
+            csum_start: 54,
+            csum_offset: 6,
+        };
+        let mut datagrams = Vec::new();
+        assert_eq!(
+            to_wire_frames(frame, &vnet, &mut |d| datagrams.push(d)).unwrap(),
+            3
+        );
+        let mut rebuilt = Vec::new();
+        for datagram in &datagrams {
+            let udp_len = u16::from_be_bytes([datagram[58], datagram[59]]) as usize;
+            assert_eq!(udp_len, datagram.len() - 54);
+            let payload_len = u16::from_be_bytes([datagram[18], datagram[19]]) as usize;
+            assert_eq!(payload_len, datagram.len() - 54, "IPv6 payload length");
+            let sum =
+                pseudo_header_sum(datagram, 14, 6, 17, udp_len) + checksum_add(0, &datagram[54..]);
+            assert_eq!(checksum_finish(sum), 0, "UDP checksum");
+            rebuilt.extend_from_slice(&datagram[62..]);
+        }
+        assert_eq!(rebuilt, payload);
+    }
+
+    #[test]
     fn partial_checksum_is_completed() {
         let payload = b"hello, partial checksum";
         let mut frame = tcp_v4_frame(payload, 0x18);
+        let total = (frame.len() - 14) as u16;
+        frame[16..18].copy_from_slice(&total.to_be_bytes());
         // IP checksum as a sender computes it; TCP field holds the pseudo-header sum only.
         let ip_sum = checksum_finish(checksum_add(0, &frame[14..34]));
         frame[24..26].copy_from_slice(&ip_sum.to_be_bytes());

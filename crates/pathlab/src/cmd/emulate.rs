@@ -259,7 +259,12 @@ fn control_error(error: ControlError) -> anyhow::Error {
 pub fn print_stats(stats: &EmulatorStats) {
     let mut out = std::io::stdout().lock();
     let uptime = Duration::from_nanos(stats.uptime_ns);
-    let _ = writeln!(out, "emulator '{}', up {:.3} s", stats.name, uptime.as_secs_f64());
+    let _ = writeln!(
+        out,
+        "emulator '{}', up {:.3} s",
+        stats.name,
+        uptime.as_secs_f64()
+    );
     for d in &stats.directions {
         let seconds = uptime.as_secs_f64().max(1e-9);
         let _ = writeln!(out, "{} -> {}: {}", d.from, d.to, show_text(&d.spec));
