@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use pathlab_io::emulator::EmulatorStats;
 use pathlab_io::ping::{PingResult, Pinger};
+use pathlab_io::port::{PacketPort, Port};
 use pathlab_io::topology::{Line, Middle, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2};
 use pathlab_results::recording::{read_recording, Recording};
 
@@ -951,7 +952,6 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
     let Some(_serial) = privileged("vlan_qinq_and_unknown_frames_cross_byte_for_byte") else {
         return;
     };
-    use pathlab_io::port::{PacketPort, Port};
     let mut lab = Lab::start("frames", "delay 1ms", &[], false);
     let open = |ns: &pathlab_io::netns::Netns| {
         ns.run(|| PacketPort::open(HOST_PORT))
