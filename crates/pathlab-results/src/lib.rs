@@ -77,7 +77,7 @@ pub enum ResultError {
     /// A line of a recording is not a recording line.
     #[error("line {line} of the recording is malformed: {source}")]
     BadLine {
-        /// Line number (the header is line 0).
+        /// Line number in the file, from 1 (the header is line 1).
         line: usize,
         /// What serde said.
         source: serde_json::Error,

@@ -251,7 +251,7 @@ mod tests {
         assert_eq!((u32_at(first, 12), u32_at(first, 16)), (5, 5));
         assert_eq!(&first[20..25], &[1, 2, 3, 4, 5]);
         assert_eq!(
-            options(first, 24),
+            options(first, 28), // 20 fixed bytes, then 5 bytes of data padded to 8
             vec![(EPB_FLAGS, 2u32.to_le_bytes().to_vec())]
         );
         let (_, second) = blocks[4];

@@ -241,7 +241,7 @@ mod tests {
         bytes.extend_from_slice(b"garbage\n{\"type\":\"spec\",\"dir\":0,\"at\":1,\"spec\":\"\"}\n");
         assert!(matches!(
             read_recording(&bytes[..]),
-            Err(ResultError::BadLine { line: 1, .. })
+            Err(ResultError::BadLine { line: 2, .. })
         ));
     }
 }
