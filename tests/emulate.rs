@@ -449,6 +449,13 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
     );
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
+    // The sampled queue length: every 10 ms, never above the limit, full at times.
+    let samples: Vec<(pathlab_core::Instant, u32, u64)> = recording.queue_samples(0).collect();
+    assert!(samples
+        .windows(2)
+        .all(|w| (w[1].0 - w[0].0).as_nanos() == 10_000_000));
+    let queue_peak = samples.iter().map(|s| s.1).max().expect("samples");
+    assert!((90..=100).contains(&queue_peak), "queue peak {queue_peak} packets");
     // Each ping's RTT is its request's recorded time in the link plus the base RTT: the
     // recording and the measurement agree packet by packet.
     let requests: Vec<_> = recording
