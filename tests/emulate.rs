@@ -455,7 +455,10 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
         .windows(2)
         .all(|w| (w[1].0 - w[0].0).as_nanos() == 10_000_000));
     let queue_peak = samples.iter().map(|s| s.1).max().expect("samples");
-    assert!((90..=100).contains(&queue_peak), "queue peak {queue_peak} packets");
+    assert!(
+        (90..=100).contains(&queue_peak),
+        "queue peak {queue_peak} packets"
+    );
     // Each ping's RTT is its request's recorded time in the link plus the base RTT: the
     // recording and the measurement agree packet by packet.
     let requests: Vec<_> = recording
@@ -1123,4 +1126,105 @@ fn pcap_holds_what_was_forwarded_and_what_was_dropped_with_the_reason() {
             .sum();
         assert_eq!(comments, drops, "tshark lists every drop");
     }
+}
+
+/// A counter of `/proc/net/snmp` (`Tcp`, `RetransSegs`) as seen from inside `netns`.
+fn snmp(netns: &pathlab_io::netns::Netns, group: &str, name: &str) -> u64 {
+    let text = netns
+        .run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))
+        .unwrap()
+        .expect("snmp");
+    let mut lines = text.lines().filter(|l| l.starts_with(&format!("{group}:")));
+    let (names, values) = (lines.next().expect("names"), lines.next().expect("values"));
+    let index = names
+        .split_whitespace()
+        .position(|n| n == name)
+        .expect("counter exists");
+    values
+        .split_whitespace()
+        .nth(index)
+        .expect("value")
+        .parse()
+        .expect("number")
+}
+
+#[test]
+fn tcp_through_a_delay_only_link_goes_out_as_gso_and_arrives_intact() {
+    let Some(_serial) =
+        privileged("tcp_through_a_delay_only_link_goes_out_as_gso_and_arrives_intact")
+    else {
+        return;
+    };
+    let mut lab = Lab::start("gso", "delay 5ms", &[], true);
+    let goodput = lab
+        .line
+        .start_tcp_bulk(5201, Duration::from_secs(3), Duration::from_millis(500))
+        .expect("starts")
+        .finish()
+        .expect("transfer");
+    let (stats, _) = lab.stop();
+    assert_conservation(&stats);
+    // The receiver checked every byte against the pattern the sender wrote; header or
+    // length errors would show in h2's counters.
+    assert_eq!(stats.directions[0].link.dropped_total(), 0);
+    for (group, counter) in [
+        ("Tcp", "InCsumErrors"),
+        ("Tcp", "InErrs"),
+        ("Ip", "InHdrErrors"),
+        ("Ip", "InDiscards"),
+    ] {
+        assert_eq!(
+            snmp(&lab.line.h2, group, counter),
+            0,
+            "{group} {counter} at h2"
+        );
+    }
+    // Segments left as super-packets: h2 received fewer packets than wire frames.
+    let h2 = Line::interface(&lab.line.h2, HOST_PORT).expect("h2");
+    let forwarded = stats.directions[0].forwarded;
+    eprintln!(
+        "delay 5ms: goodput {:.2} Gbit/s, {forwarded} segments forwarded as {} packets",
+        goodput * 8e-9,
+        h2.rx_packets
+    );
+    assert!(
+        h2.rx_packets * 2 < forwarded,
+        "{} packets at h2 for {forwarded} segments",
+        h2.rx_packets
+    );
+}
+
+#[test]
+fn corrupted_segments_fail_their_checksum_at_the_receiver_and_tcp_recovers() {
+    let Some(_serial) =
+        privileged("corrupted_segments_fail_their_checksum_at_the_receiver_and_tcp_recovers")
+    else {
+        return;
+    };
+    let mut lab = Lab::start(
+        "corrupt",
+        "delay 1ms corrupt 1%",
+        &["--reverse", "delay 1ms"],
+        true,
+    );
+    // The receiver checks every byte: corruption must never reach the application.
+    lab.line
+        .start_tcp_bulk(5201, Duration::from_secs(2), Duration::ZERO)
+        .expect("starts")
+        .finish()
+        .expect("intact transfer");
+    let (stats, _) = lab.stop();
+    let corrupted = stats.directions[0].link.corrupted;
+    let checksum_errors = snmp(&lab.line.h2, "Tcp", "InCsumErrors");
+    eprintln!("corrupt 1%: {corrupted} segments corrupted, h2 counted {checksum_errors} TCP checksum errors");
+    assert!(corrupted > 10, "{corrupted}");
+    // Every corrupted segment fails its checksum (the bit flips after the IP header; a flip
+    // in the IP header fails that checksum instead).
+    let ip_errors =
+        snmp(&lab.line.h2, "Ip", "InHdrErrors") + snmp(&lab.line.h2, "Ip", "InAddrErrors");
+    assert_eq!(
+        checksum_errors + ip_errors,
+        corrupted,
+        "TCP {checksum_errors} + IP {ip_errors} errors"
+    );
 }

@@ -21,6 +21,7 @@ use pathlab_core::{Link, LinkSpec, Packet};
 use pathlab_results::recording::{self, DirectionInfo, RecordingHeader, RecordingLine};
 use serde::{Deserialize, Serialize};
 
+use crate::offload;
 use crate::port::{Framing, Port, ReceiveCounts};
 use crate::sys;
 
@@ -315,6 +316,8 @@ struct Forwarder<P: Port> {
     queue_sample_interval: Duration,
     next_sample: Instant,
     next_flush: Instant,
+    /// Packets due in this pass, reused between passes.
+    due: Vec<(Instant, Packet)>,
 }
 
 /// Starts an emulator between two ports on its own thread.
@@ -422,6 +425,7 @@ pub fn spawn<P: Port + 'static>(
         queue_sample_interval: config.queue_sample_interval,
         next_sample: Instant::ZERO,
         next_flush: Instant::ZERO,
+        due: Vec::new(),
     };
     let thread = std::thread::Builder::new()
         .name("pathlab-forward".into())
@@ -503,38 +507,56 @@ impl<P: Port> Forwarder<P> {
         }
     }
 
-    /// Sends every packet of direction `index` whose departure has come.
+    /// Sends every packet of direction `index` whose departure has come. Runs of TCP
+    /// segments that leave at the same model instant and that one GSO super-packet would
+    /// carry exactly go out as one (see [`offload::coalescable_run`]): the wire sees the
+    /// same frames at the same time, and the kernel moves one packet instead of up to 45.
     fn transmit(&mut self, index: usize) {
         let out = 1 - index;
-        let direction = &mut self.directions[index];
+        let mut due = std::mem::take(&mut self.due);
         loop {
+            due.clear();
             let now = self.clock.now();
-            let Some((due, packet)) = direction.link.dequeue_timed(now) else {
+            while let Some(packet) = self.directions[index].link.dequeue_timed(now) {
+                due.push(packet);
+            }
+            if due.is_empty() {
                 break;
-            };
-            let result = self.ports[out].send(&packet.data);
-            let sent = self.clock.now();
-            direction
-                .lateness
-                .add(sent.saturating_since(due).as_nanos());
-            match result {
-                Ok(()) => {
-                    direction.stats.forwarded += 1;
-                    direction.stats.forwarded_bytes += packet.data.len() as u64;
-                    if let Some(capture) = &mut self.capture {
-                        let _ = capture.writer.write_packet(
-                            out as u32,
-                            self.clock.unix_ns(sent),
-                            &packet.data,
-                            packet.data.len() as u32,
-                            pathlab_results::pcapng::Direction::Outbound,
-                            None,
-                        );
-                    }
+            }
+            let mut start = 0;
+            while start < due.len() {
+                let run = if self.ports[out].can_send_gso() {
+                    let instant = due[start].0;
+                    let frames: Vec<&[u8]> = due[start..]
+                        .iter()
+                        // A corrupted packet must reach the receiver with its checksum
+                        // wrong; a super-packet's checksum is recomputed, so it goes alone.
+                        .take_while(|(at, p)| *at == instant && !p.corrupted)
+                        .map(|(_, p)| p.data.as_slice())
+                        .collect();
+                    offload::coalescable_run(&frames).max(1)
+                } else {
+                    1
+                };
+                let result = if run > 1 {
+                    let frames: Vec<&[u8]> = due[start..start + run]
+                        .iter()
+                        .map(|(_, p)| p.data.as_slice())
+                        .collect();
+                    let (packet, vnet) = offload::build_gso(&frames);
+                    self.ports[out].send_gso(&packet, &vnet)
+                } else {
+                    self.ports[out].send(&due[start].1.data)
+                };
+                let sent = self.clock.now();
+                for (at, packet) in &due[start..start + run] {
+                    self.account_sent(index, *at, sent, packet, result.is_ok());
                 }
-                Err(_) => direction.stats.send_errors += 1,
+                start += run;
             }
         }
+        self.due = due;
+        let direction = &mut self.directions[index];
         if let Some(capture) = &mut self.capture {
             for dropped in direction.link.take_dropped() {
                 let comment = format!(
@@ -552,6 +574,37 @@ impl<P: Port> Forwarder<P> {
                     Some(&comment),
                 );
             }
+        }
+    }
+
+    /// Counts one packet of direction `index` that was due at `due` and sent at `sent`.
+    fn account_sent(
+        &mut self,
+        index: usize,
+        due: Instant,
+        sent: Instant,
+        packet: &Packet,
+        ok: bool,
+    ) {
+        let direction = &mut self.directions[index];
+        direction
+            .lateness
+            .add(sent.saturating_since(due).as_nanos());
+        if !ok {
+            direction.stats.send_errors += 1;
+            return;
+        }
+        direction.stats.forwarded += 1;
+        direction.stats.forwarded_bytes += packet.data.len() as u64;
+        if let Some(capture) = &mut self.capture {
+            let _ = capture.writer.write_packet(
+                (1 - index) as u32,
+                self.clock.unix_ns(sent),
+                &packet.data,
+                packet.data.len() as u32,
+                pathlab_results::pcapng::Direction::Outbound,
+                None,
+            );
         }
     }
 

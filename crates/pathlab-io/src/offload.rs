@@ -253,6 +253,163 @@ pub fn to_wire_frames(
     Ok(count)
 }
 
+/// Where the TCP header of an untagged Ethernet frame carrying TCP over IPv4 (without
+/// options or fragmentation) or IPv6 (without extension headers) starts, with the IP
+/// version, the TCP header length and the payload length; `None` for anything else.
+fn plain_tcp(frame: &[u8]) -> Option<(u8, usize, usize, usize)> {
+    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    let (version, l4) = match ethertype {
+        0x0800 => {
+            let ip = frame.get(14..34)?;
+            let fragmented = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
+            if ip[0] != 0x45 || ip[9] != 6 || fragmented {
+                return None;
+            }
+            if usize::from(u16::from_be_bytes([ip[2], ip[3]])) != frame.len() - 14 {
+                return None;
+            }
+            (4, 34)
+        }
+        0x86DD => {
+            let ip = frame.get(14..54)?;
+            if ip[6] != 6 || usize::from(u16::from_be_bytes([ip[4], ip[5]])) != frame.len() - 54 {
+                return None;
+            }
+            (6, 54)
+        }
+        _ => return None,
+    };
+    let header_len = usize::from(frame.get(l4 + 12)? >> 4) * 4;
+    if header_len < 20 || l4 + header_len > frame.len() {
+        return None;
+    }
+    Some((version, l4, header_len, frame.len() - l4 - header_len))
+}
+
+/// How many of `frames`, from the first, can be sent as one GSO super-packet: segments of
+/// one TCP flow with identical headers except what segmentation changes (IP length, id and
+/// checksum; TCP sequence number and checksum; PSH/FIN on the last), consecutive IPv4 ids,
+/// contiguous sequence numbers and equal payloads but for a shorter last one. The kernel
+/// (or the NIC) cuts such a super-packet back into exactly these frames.
+pub fn coalescable_run(frames: &[&[u8]]) -> usize {
+    const MAX_SEGMENTS: usize = 64;
+    const MAX_BYTES: usize = 65_000;
+    let Some(&first) = frames.first() else {
+        return 0;
+    };
+    let Some((version, l4, header_len, mss)) = plain_tcp(first) else {
+        return 1;
+    };
+    if mss == 0 {
+        return 1;
+    }
+    let headers = l4 + header_len;
+    let first_seq = u32::from_be_bytes(first[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+    let first_id = u16::from_be_bytes([first[18], first[19]]);
+    let mut total = first.len();
+    let mut run = 1;
+    // The segment before may not carry PSH or FIN: those end a super-packet.
+    let mut previous_flags = first[l4 + 13];
+    for (index, &frame) in frames.iter().enumerate().skip(1) {
+        if run >= MAX_SEGMENTS || previous_flags & 0x09 != 0 {
+            break;
+        }
+        let Some((v, l, h, payload)) = plain_tcp(frame) else {
+            break;
+        };
+        if (v, l, h) != (version, l4, header_len)
+            || payload == 0
+            || payload > mss
+            || total + payload > MAX_BYTES
+        {
+            break;
+        }
+        let same = |range: std::ops::Range<usize>| frame[range.clone()] == first[range];
+        let ip_fields_same = if version == 4 {
+            same(0..16) && same(20..24) && same(26..34)
+        } else {
+            same(0..18) && same(20..54)
+        };
+        let flags = frame[l4 + 13];
+        let tcp_same = same(l4..l4 + 4)
+            && same(l4 + 8..l4 + 13)
+            && same(l4 + 14..l4 + 16)
+            && same(l4 + 18..headers);
+        // CWR may only be on the first segment; other flags must match the first's.
+        let flags_ok = flags & !0x09 == first[l4 + 13] & !0x89;
+        let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+        let seq_ok = seq == first_seq.wrapping_add((index * mss) as u32);
+        let id_ok = version == 6
+            || u16::from_be_bytes([frame[18], frame[19]]) == first_id.wrapping_add(index as u16);
+        // Only the last segment may be short.
+        let previous_full = frames[index - 1].len() - headers == mss;
+        if !(ip_fields_same && tcp_same && flags_ok && seq_ok && id_ok && previous_full) {
+            break;
+        }
+        total += payload;
+        previous_flags = flags;
+        run += 1;
+    }
+    run
+}
+
+/// Builds the GSO super-packet of `frames` (a run [`coalescable_run`] accepted, at least
+/// two) and the vnet header that tells the kernel how to cut it back.
+pub fn build_gso(frames: &[&[u8]]) -> (Vec<u8>, VnetHeader) {
+    let first = frames[0];
+    let (version, l4, header_len, mss) = plain_tcp(first).expect("a coalescable run");
+    let headers = l4 + header_len;
+    let mut packet =
+        Vec::with_capacity(frames.iter().map(|f| f.len() - headers).sum::<usize>() + headers);
+    packet.extend_from_slice(&first[..headers]);
+    for frame in frames {
+        packet.extend_from_slice(&frame[headers..]);
+    }
+    let last = frames[frames.len() - 1];
+    packet[l4 + 13] |= last[l4 + 13] & 0x09;
+    let l4_len = packet.len() - l4;
+    if version == 4 {
+        let ip_len = (packet.len() - 14) as u16;
+        packet[16..18].copy_from_slice(&ip_len.to_be_bytes());
+        packet[24..26].copy_from_slice(&[0, 0]);
+        let checksum = checksum_finish(checksum_add(0, &packet[14..34]));
+        packet[24..26].copy_from_slice(&checksum.to_be_bytes());
+    } else {
+        packet[18..20].copy_from_slice(&(l4_len as u16).to_be_bytes());
+    }
+    // CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum, not complemented.
+    let pseudo = pseudo_header_sum(&packet, 14, version, 6, l4_len);
+    packet[l4 + 16..l4 + 18].copy_from_slice(&(!checksum_finish(pseudo)).to_be_bytes());
+    let cwr = if first[l4 + 13] & 0x80 != 0 {
+        GSO_ECN
+    } else {
+        0
+    };
+    let vnet = VnetHeader {
+        flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+        gso_type: if version == 4 { GSO_TCPV4 } else { GSO_TCPV6 } | cwr,
+        hdr_len: headers as u16,
+        gso_size: mss as u16,
+        csum_start: l4 as u16,
+        csum_offset: 16,
+    };
+    (packet, vnet)
+}
+
+impl VnetHeader {
+    /// The header's 10 bytes, little-endian as the kernel reads them.
+    pub fn to_bytes(&self) -> [u8; 10] {
+        let mut bytes = [0u8; 10];
+        bytes[0] = self.flags;
+        bytes[1] = self.gso_type;
+        bytes[2..4].copy_from_slice(&self.hdr_len.to_le_bytes());
+        bytes[4..6].copy_from_slice(&self.gso_size.to_le_bytes());
+        bytes[6..8].copy_from_slice(&self.csum_start.to_le_bytes());
+        bytes[8..10].copy_from_slice(&self.csum_offset.to_le_bytes());
+        bytes
+    }
+}
+
 /// Puts back a VLAN tag the driver carried outside the frame (`tci`, `tpid`), after the
 /// two MAC addresses.
 pub fn insert_vlan_tag(frame: &mut Vec<u8>, tci: u16, tpid: u16) {
@@ -388,6 +545,58 @@ mod tests {
             rebuilt.extend_from_slice(&datagram[62..]);
         }
         assert_eq!(rebuilt, payload);
+    }
+
+    #[test]
+    fn segments_coalesce_back_into_the_super_packet_they_came_from() {
+        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        let mut frame = tcp_v4_frame(&payload, 0x18 | 0x80);
+        let total = (frame.len() - 14) as u16;
+        frame[16..18].copy_from_slice(&total.to_be_bytes());
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
+        let mut segments = Vec::new();
+        to_wire_frames(frame.clone(), &vnet, &mut |s| segments.push(s)).unwrap();
+        let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
+        assert_eq!(coalescable_run(&views), 3);
+        let (packet, header) = build_gso(&views);
+        assert_eq!(header.gso_size, 1448);
+        assert_eq!(
+            header.gso_type,
+            GSO_TCPV4 | GSO_ECN,
+            "CWR on the first segment"
+        );
+        assert_eq!(header.hdr_len, 66);
+        assert_eq!(packet.len(), frame.len());
+        assert_eq!(&packet[66..], &payload[..]);
+        assert_eq!(
+            packet[47],
+            0x18 | 0x80,
+            "PSH from the last, CWR from the first"
+        );
+        // Cutting the rebuilt packet again gives the same wire frames.
+        let mut again = Vec::new();
+        to_wire_frames(packet, &header, &mut |s| again.push(s)).unwrap();
+        assert_eq!(again, segments);
+        // A gap in the sequence, a different flow or a PSH in the middle ends the run.
+        assert_eq!(coalescable_run(&[views[0], views[2]]), 1);
+        let mut other_port = segments[1].clone();
+        other_port[34] ^= 1;
+        assert_eq!(coalescable_run(&[views[0], &other_port]), 1);
+        let mut pushed = segments[0].clone();
+        pushed[47] |= 0x08;
+        assert_eq!(coalescable_run(&[&pushed, views[1]]), 1);
+        assert_eq!(
+            coalescable_run(&[&[0u8; 10][..], views[1]]),
+            1,
+            "not TCP: alone"
+        );
     }
 
     #[test]

@@ -57,6 +57,16 @@ pub trait Port: Send {
     ) -> io::Result<ReceiveCounts>;
     /// Sends one frame.
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Whether [`Port::send_gso`] works on this port.
+    fn can_send_gso(&self) -> bool {
+        false
+    }
+    /// Sends a GSO super-packet, which the kernel or the NIC cuts into wire frames as
+    /// `vnet` says.
+    fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
+        let _ = (packet, vnet);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 /// Why a port cannot be opened.
@@ -113,6 +123,7 @@ pub struct PacketPort {
     pub mtu: u32,
     rx: sys::RxRing,
     tx: OwnedFd,
+    tx_buffer: Vec<u8>,
     lock: (File, PathBuf),
 }
 
@@ -183,9 +194,13 @@ impl PacketPort {
         sys::bind_packet(rx.socket(), link.index).map_err(io_error("binding", name))?;
         sys::packet_promiscuous(rx.socket(), link.index)
             .map_err(io_error("entering promiscuous mode", name))?;
-        // The send socket receives nothing: protocol 0 binds it to no traffic.
+        // The send socket receives nothing: protocol 0 binds it to no traffic. It takes a
+        // vnet header before every frame, so that runs of segments can go out as one GSO
+        // packet.
         let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
             .map_err(io_error("opening a packet socket", name))?;
+        sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)
+            .map_err(io_error("enabling vnet headers", name))?;
         sys::bind_packet_protocol(tx.as_fd(), link.index, 0).map_err(io_error("binding", name))?;
         Ok(PacketPort {
             name: name.to_owned(),
@@ -193,6 +208,7 @@ impl PacketPort {
             mtu: link.mtu,
             rx,
             tx,
+            tx_buffer: Vec::with_capacity(65_536 + sys::VNET_HDR_LEN),
             lock: (lock, lock_path),
         })
     }
@@ -251,7 +267,18 @@ impl Port for PacketPort {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        sys::send(self.tx.as_fd(), frame, 0).map(drop)
+        self.send_gso(frame, &VnetHeader::default())
+    }
+
+    fn can_send_gso(&self) -> bool {
+        true
+    }
+
+    fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
+        self.tx_buffer.clear();
+        self.tx_buffer.extend_from_slice(&vnet.to_bytes());
+        self.tx_buffer.extend_from_slice(packet);
+        sys::send(self.tx.as_fd(), &self.tx_buffer, 0).map(drop)
     }
 }
 

@@ -125,6 +125,11 @@ impl Line {
     }
 }
 
+/// The byte at `offset` of a bulk transfer.
+fn pattern_byte(offset: u64) -> u8 {
+    (offset % 251) as u8
+}
+
 /// A TCP bulk transfer from h1 to h2 in progress (see [`Line::start_tcp_bulk`]).
 #[derive(Debug)]
 pub struct BulkTransfer {
@@ -143,7 +148,8 @@ impl BulkTransfer {
 
 impl Line {
     /// Starts a TCP bulk transfer from h1 to h2 on `port` for `duration`; bytes received
-    /// during the first `warmup` (slow start) are not counted.
+    /// during the first `warmup` (slow start) are not counted. The receiver checks every
+    /// byte against the pattern the sender wrote and fails the transfer on a mismatch.
     pub fn start_tcp_bulk(
         &self,
         port: u16,
@@ -159,11 +165,22 @@ impl Line {
             let mut buffer = vec![0u8; 1 << 16];
             let mut counted = 0u64;
             let mut since = None;
+            let mut offset = 0u64;
             loop {
                 let n = stream.read(&mut buffer)?;
                 if n == 0 {
                     break;
                 }
+                // Every byte is checked: a transfer through an emulator must arrive intact.
+                for (i, &byte) in buffer[..n].iter().enumerate() {
+                    if byte != pattern_byte(offset + i as u64) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("byte {} of the transfer is corrupted", offset + i as u64),
+                        ));
+                    }
+                }
+                offset += n as u64;
                 if start.elapsed() >= warmup {
                     since.get_or_insert_with(std::time::Instant::now);
                     counted += n as u64;
@@ -178,10 +195,17 @@ impl Line {
         });
         let mut stream = self.h1.run(|| std::net::TcpStream::connect(address))??;
         let sender = std::thread::spawn(move || -> io::Result<()> {
-            let chunk = vec![0x5au8; 1 << 16];
+            // 251 is prime, so the pattern repeats every 251 bytes and a 64 KB chunk starts
+            // at a different phase each time: a misplaced segment shows.
+            let mut chunk = vec![0u8; 1 << 16];
+            let mut offset = 0u64;
             let start = std::time::Instant::now();
             while start.elapsed() < duration {
+                for (i, byte) in chunk.iter_mut().enumerate() {
+                    *byte = pattern_byte(offset + i as u64);
+                }
                 stream.write_all(&chunk)?;
+                offset += chunk.len() as u64;
             }
             Ok(())
         });
