@@ -16,7 +16,9 @@ use std::time::Duration;
 use pathlab_io::emulator::EmulatorStats;
 use pathlab_io::ping::{PingResult, Pinger};
 use pathlab_io::port::{PacketPort, Port};
-use pathlab_io::topology::{Line, Middle, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2};
+use pathlab_io::topology::{
+    Check, Line, Middle, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2,
+};
 use pathlab_results::recording::{read_recording, Recording};
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
@@ -392,7 +394,7 @@ fn bulk_transfer_with_pings(
         .expect("reno");
     let transfer = lab
         .line
-        .start_tcp_bulk(5201, duration, warmup)
+        .start_tcp_bulk(5201, duration, warmup, Check::EveryByte)
         .expect("transfer starts");
     std::thread::sleep(warmup);
     let ping_time = duration
@@ -1158,7 +1160,12 @@ fn tcp_through_a_delay_only_link_goes_out_as_gso_and_arrives_intact() {
     let mut lab = Lab::start("gso", "delay 5ms", &[], true);
     let goodput = lab
         .line
-        .start_tcp_bulk(5201, Duration::from_secs(3), Duration::from_millis(500))
+        .start_tcp_bulk(
+            5201,
+            Duration::from_secs(3),
+            Duration::from_millis(500),
+            Check::EveryByte,
+        )
         .expect("starts")
         .finish()
         .expect("transfer");
@@ -1209,7 +1216,12 @@ fn corrupted_segments_fail_their_checksum_at_the_receiver_and_tcp_recovers() {
     );
     // The receiver checks every byte: corruption must never reach the application.
     lab.line
-        .start_tcp_bulk(5201, Duration::from_secs(2), Duration::ZERO)
+        .start_tcp_bulk(
+            5201,
+            Duration::from_secs(2),
+            Duration::ZERO,
+            Check::EveryByte,
+        )
         .expect("starts")
         .finish()
         .expect("intact transfer");
