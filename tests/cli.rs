@@ -1,29 +1,9 @@
 //! End-to-end tests of the `pathlab` binary: what a user types, what they get, exit codes.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// A scratch directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pathlab-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("can create a temp dir");
-        TempDir(dir)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod util;
+use util::TempDir;
 
 fn pathlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pathlab"))

@@ -9,7 +9,6 @@
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -20,6 +19,9 @@ use pathlab_io::topology::{
     Check, Line, Middle, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2,
 };
 use pathlab_results::recording::{read_recording, Recording};
+
+mod util;
+use util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
@@ -42,29 +44,6 @@ fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     );
     eprintln!("skipping {test}: needs CAP_NET_ADMIN (run the tests as root)");
     None
-}
-
-/// A scratch directory removed when the test ends.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("pathlab-emulate-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("can create a temp dir");
-        TempDir(dir)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
@@ -206,6 +185,20 @@ fn pathlab(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("pathlab runs")
+}
+
+/// 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload each (timestamps on),
+/// in bytes per second: what a bulk transfer can get through `rate 10mbit`.
+const TCP_GOODPUT_10MBIT: f64 = 10e6 / 8.0 * 1448.0 / 1514.0;
+
+/// The median RTT of 20 pings from h1 to h2, in ms, before any load.
+fn base_rtt_ms(lab: &Lab) -> f64 {
+    median(&rtts_ms(&lab.ping(
+        IpAddr::V4(H2_V4),
+        20,
+        Duration::from_millis(10),
+        56,
+    )))
 }
 
 fn rtts_ms(results: &[PingResult]) -> Vec<f64> {
@@ -415,16 +408,10 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
         return;
     };
     let mut lab = Lab::start("rate", "rate 10mbit limit 100", &["--reverse", ""], true);
-    let base = median(&rtts_ms(&lab.ping(
-        IpAddr::V4(H2_V4),
-        20,
-        Duration::from_millis(10),
-        56,
-    )));
+    let base = base_rtt_ms(&lab);
     let (goodput, pings) =
         bulk_transfer_with_pings(&lab, Duration::from_secs(12), Duration::from_secs(2));
-    // 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload (timestamps on).
-    let ideal = 10e6 / 8.0 * 1448.0 / 1514.0;
+    let ideal = TCP_GOODPUT_10MBIT;
     let ratio = goodput / ideal;
     eprintln!(
         "rate 10mbit limit 100: goodput {:.3} Mbit/s = {:.1}% of {:.3}",
@@ -502,12 +489,7 @@ fn codel_keeps_the_rtt_under_load_near_the_base() {
         &["--reverse", ""],
         true,
     );
-    let base = median(&rtts_ms(&lab.ping(
-        IpAddr::V4(H2_V4),
-        20,
-        Duration::from_millis(10),
-        56,
-    )));
+    let base = base_rtt_ms(&lab);
     let (goodput, pings) =
         bulk_transfer_with_pings(&lab, Duration::from_secs(10), Duration::from_secs(2));
     let rtts = rtts_ms(&pings);
@@ -515,14 +497,14 @@ fn codel_keeps_the_rtt_under_load_near_the_base() {
     eprintln!(
         "codel: base {base:.2} ms, median under load {median_under_load:.2} ms, p95 {:.2} ms, goodput {:.1}%",
         rtts[rtts.len() * 95 / 100],
-        goodput / (10e6 / 8.0 * 1448.0 / 1514.0) * 100.0
+        goodput / TCP_GOODPUT_10MBIT * 100.0
     );
     // "A few CoDel targets": within 4 x 5 ms of the base (tail drop sits at +121 ms).
     assert!(
         median_under_load - base <= 20.0,
         "median RTT under load {median_under_load:.1} ms, base {base:.2} ms"
     );
-    let ideal = 10e6 / 8.0 * 1448.0 / 1514.0;
+    let ideal = TCP_GOODPUT_10MBIT;
     assert!(
         goodput / ideal >= 0.85,
         "CoDel still fills the link: {:.1}%",

@@ -178,6 +178,21 @@ fn ifinfomsg(index: u32, flags: u32, change: u32) -> [u8; 16] {
     bytes
 }
 
+/// An RTM_NEWLINK request creating interface `name` of `kind`, with the IFLA_LINKINFO
+/// nest left open for kind-specific data.
+fn new_link(name: &str, kind: &str) -> Message {
+    let mut message = Message::new(
+        RTM_NEWLINK,
+        NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        &ifinfomsg(0, 0, 0),
+    );
+    message.attr_str(IFLA_IFNAME, name);
+    message
+        .begin_nest(IFLA_LINKINFO)
+        .attr_str(IFLA_INFO_KIND, kind);
+    message
+}
+
 fn ip_bytes(address: IpAddr) -> Vec<u8> {
     match address {
         IpAddr::V4(v4) => v4.octets().to_vec(),
@@ -346,15 +361,7 @@ impl Netlink {
         peer: &str,
         peer_netns: Option<BorrowedFd<'_>>,
     ) -> io::Result<()> {
-        let mut message = Message::new(
-            RTM_NEWLINK,
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            &ifinfomsg(0, 0, 0),
-        );
-        message.attr_str(IFLA_IFNAME, name);
-        message
-            .begin_nest(IFLA_LINKINFO)
-            .attr_str(IFLA_INFO_KIND, "veth");
+        let mut message = new_link(name, "veth");
         message
             .begin_nest(IFLA_INFO_DATA)
             .begin_nest(VETH_INFO_PEER);
@@ -368,16 +375,8 @@ impl Netlink {
 
     /// Creates a bridge device.
     pub fn create_bridge(&mut self, name: &str) -> io::Result<()> {
-        let mut message = Message::new(
-            RTM_NEWLINK,
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            &ifinfomsg(0, 0, 0),
-        );
-        message.attr_str(IFLA_IFNAME, name);
-        message
-            .begin_nest(IFLA_LINKINFO)
-            .attr_str(IFLA_INFO_KIND, "bridge")
-            .end_nest();
+        let mut message = new_link(name, "bridge");
+        message.end_nest();
         self.request(message)
     }
 

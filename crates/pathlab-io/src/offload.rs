@@ -136,24 +136,33 @@ pub fn complete_checksum(
     Ok(())
 }
 
+/// Passes a frame that needs no cutting, its checksum completed if the sender left it.
+fn pass_whole(
+    mut frame: Vec<u8>,
+    vnet: &VnetHeader,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<usize, OffloadError> {
+    if vnet.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
+        complete_checksum(
+            &mut frame,
+            vnet.csum_start as usize,
+            vnet.csum_offset as usize,
+        )?;
+    }
+    emit(frame);
+    Ok(1)
+}
+
 /// Turns one received frame (without its vnet header) into the frames that would have
 /// crossed the wire, passing each to `emit`. Returns how many there were.
 pub fn to_wire_frames(
-    mut frame: Vec<u8>,
+    frame: Vec<u8>,
     vnet: &VnetHeader,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     let gso_type = vnet.gso_type & !GSO_ECN;
     if gso_type == GSO_NONE || vnet.gso_size == 0 {
-        if vnet.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            complete_checksum(
-                &mut frame,
-                vnet.csum_start as usize,
-                vnet.csum_offset as usize,
-            )?;
-        }
-        emit(frame);
-        return Ok(1);
+        return pass_whole(frame, vnet, emit);
     }
     let (ip, version) = ip_header(&frame).ok_or(OffloadError::Malformed)?;
     let l4 = vnet.csum_start as usize;
@@ -191,15 +200,7 @@ pub fn to_wire_frames(
     let payload = &frame[headers_len..];
     if payload.is_empty() {
         // Headers only: nothing to cut, but the checksum may still be partial.
-        if vnet.flags & VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
-            complete_checksum(
-                &mut frame,
-                vnet.csum_start as usize,
-                vnet.csum_offset as usize,
-            )?;
-        }
-        emit(frame);
-        return Ok(1);
+        return pass_whole(frame, vnet, emit);
     }
     let segment_size = vnet.gso_size as usize;
     let count = payload.len().div_ceil(segment_size);

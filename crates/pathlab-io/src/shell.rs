@@ -9,13 +9,9 @@
 //! namespace only while the program or pathlab lives, so a killed shell leaves nothing.
 //! Shells nest: each one picks a subnet not yet used where it starts.
 
-use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::{Command, ExitStatus};
-
-use pathlab_core::time::Duration;
-use pathlab_core::LinkSpec;
 
 use crate::control::{ControlError, ControlServer};
 use crate::emulator::{self, EmulatorConfig, EmulatorError, EmulatorStats};
@@ -27,24 +23,11 @@ use crate::sys;
 /// Everything a shell needs.
 #[derive(Debug)]
 pub struct ShellConfig {
-    /// Emulator name (control socket).
-    pub name: String,
-    /// Spec from the program outwards.
-    pub uplink: LinkSpec,
-    /// Spec towards the program.
-    pub downlink: LinkSpec,
-    /// Seed of the random choices.
-    pub seed: u64,
-    /// Recording file.
-    pub record: Option<File>,
-    /// Capture file.
-    pub pcap: Option<File>,
-    /// Queue sample interval of the recording.
-    pub queue_sample_interval: Duration,
+    /// The emulator between the program and this namespace: `forward` is the uplink (from
+    /// the program outwards), `reverse` the downlink.
+    pub emulator: EmulatorConfig,
     /// The program and its arguments.
     pub program: Vec<String>,
-    /// The command line, for the recording.
-    pub command_line: Vec<String>,
     /// Forward and masquerade the program's IPv4 traffic beyond this namespace.
     pub nat: bool,
 }
@@ -146,7 +129,7 @@ pub fn run(
         .map(|a| a.address)
         .collect();
     let addresses = pick_addresses(&existing).ok_or(ShellError::NoSubnet)?;
-    let server = ControlServer::bind(&config.name)?;
+    let server = ControlServer::bind(&config.emulator.name)?;
     let netns = Netns::new().map_err(io_error("creating a network namespace"))?;
     let outside = TunPort::create(&format!("pl-{pid}-o"))
         .map_err(io_error("creating the outside TUN device"))?;
@@ -182,24 +165,13 @@ pub fn run(
         })
         .and_then(|r| r)
         .map_err(io_error("setting up the shell's namespace"))?;
-    let handle = emulator::spawn(
-        [inside, outside],
-        EmulatorConfig {
-            name: config.name.clone(),
-            forward: config.uplink,
-            reverse: config.downlink,
-            seed: config.seed,
-            record: config.record,
-            pcap: config.pcap,
-            queue_sample_interval: config.queue_sample_interval,
-            command: config.command_line,
-        },
-    )?;
+    let name = config.emulator.name.clone();
+    let handle = emulator::spawn([inside, outside], config.emulator)?;
     let (program, arguments) = config.program.split_first().expect("a program is given");
     let mut command: Command = netns.command(program);
     command
         .args(arguments)
-        .env("PATHLAB_SHELL", &config.name)
+        .env("PATHLAB_SHELL", &name)
         .env("PATHLAB_SHELL_OUTSIDE", addresses.outside_v4.to_string())
         .env("PATHLAB_SHELL_OUTSIDE6", addresses.outside_v6.to_string());
     sys::command_parent_death_signal(&mut command, libc::SIGKILL);

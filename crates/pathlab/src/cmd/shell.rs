@@ -5,6 +5,7 @@ use std::fs::File;
 use anyhow::Context as _;
 use pathlab_core::time::Duration;
 use pathlab_io::control::ControlError;
+use pathlab_io::emulator::EmulatorConfig;
 use pathlab_io::shell::{self, ShellConfig, ShellError};
 
 use crate::cmd::spec::parse_spec;
@@ -66,15 +67,17 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         File::create(path).with_context(|| format!("cannot create '{}'", path.display()))
     };
     let config = ShellConfig {
-        name,
-        uplink,
-        downlink,
-        seed: args.seed,
-        record: args.record.as_deref().map(create).transpose()?,
-        pcap: args.pcap.as_deref().map(create).transpose()?,
-        queue_sample_interval: Duration::from_millis(10),
+        emulator: EmulatorConfig {
+            name,
+            forward: uplink,
+            reverse: downlink,
+            seed: args.seed,
+            record: args.record.as_deref().map(create).transpose()?,
+            pcap: args.pcap.as_deref().map(create).transpose()?,
+            queue_sample_interval: Duration::from_millis(10),
+            command: std::env::args().collect(),
+        },
         program,
-        command_line: std::env::args().collect(),
         nat: !args.no_nat,
     };
     let outcome =
