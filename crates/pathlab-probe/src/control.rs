@@ -1,0 +1,502 @@
+//! The control connection: length-prefixed frames over TCP, each one JSON message.
+//!
+//! ```text
+//! | length u32 (bytes after this field) | version u8 | flags u8 | counter u64 | JSON body | tag (32, if flags & 1) |
+//! ```
+//!
+//! A client says [`Message::Hello`], the server answers [`Message::Welcome`] with its
+//! limits; the client asks for a test ([`Message::Request`]); the server answers
+//! [`Message::Accept`] (a session id and a UDP port) or [`Message::Refuse`] with the limit
+//! that was hit. Then the probes flow over UDP; at the end, the side that received them
+//! sends what it saw ([`Message::Received`], in chunks) and [`Message::Done`]. The counter
+//! and tag are there when both sides have the key (see [`crate::auth`]); without a key
+//! the counter is 0 and there is no tag.
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{ControlAuth, NONCE_LEN, TAG_LEN};
+
+/// The control protocol version this build speaks.
+pub const VERSION: u8 = 1;
+/// The largest frame accepted (a chunk of received records fits with room to spare).
+pub const MAX_FRAME: usize = 1 << 20;
+/// Records per [`Message::Received`] chunk.
+pub const RECORDS_PER_CHUNK: usize = 10_000;
+
+const PREFIX_LEN: usize = 4;
+const HEADER_LEN: usize = 10;
+const FLAG_AUTH: u8 = 1;
+
+/// Which way probes go in a one-way test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// Client to server.
+    Up,
+    /// Server to client.
+    Down,
+}
+
+/// What the client asks the server for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TestRequest {
+    /// One-way probes at a constant rate.
+    OneWay {
+        /// Which way.
+        direction: Direction,
+        /// Offered rate in bits per second (UDP payload).
+        rate_bps: u64,
+        /// UDP payload bytes per probe.
+        size: u32,
+        /// How many probes.
+        count: u64,
+    },
+    /// Isochronous round trips.
+    RoundTrip {
+        /// Interval between requests in ns.
+        interval_ns: u64,
+        /// UDP payload bytes per probe.
+        size: u32,
+        /// How many requests.
+        count: u64,
+    },
+}
+
+impl TestRequest {
+    /// The rate the test offers, in bits per second of UDP payload.
+    pub fn rate_bps(&self) -> u64 {
+        match *self {
+            TestRequest::OneWay { rate_bps, .. } => rate_bps,
+            TestRequest::RoundTrip {
+                interval_ns, size, ..
+            } => (u128::from(size) * 8 * 1_000_000_000 / u128::from(interval_ns.max(1))) as u64,
+        }
+    }
+
+    /// How long the test lasts in ns.
+    pub fn duration_ns(&self) -> u64 {
+        match *self {
+            TestRequest::OneWay {
+                rate_bps,
+                size,
+                count,
+                ..
+            } => {
+                (u128::from(count) * u128::from(size) * 8 * 1_000_000_000
+                    / u128::from(rate_bps.max(1))) as u64
+            }
+            TestRequest::RoundTrip {
+                interval_ns, count, ..
+            } => interval_ns.saturating_mul(count),
+        }
+    }
+}
+
+/// A server's limits, announced in [`Message::Welcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Highest rate a test may offer, bits per second.
+    pub max_rate_bps: u64,
+    /// Longest test, ns.
+    pub max_duration_ns: u64,
+    /// Most tests at once.
+    pub max_tests: u32,
+}
+
+/// Why a server refused a test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Refusal {
+    /// The rate is above the server's `--max-rate`.
+    #[error("the server allows at most {max_rate_bps} bit/s, the test asked for {asked_bps}")]
+    RateTooHigh {
+        /// The limit.
+        max_rate_bps: u64,
+        /// What was asked.
+        asked_bps: u64,
+    },
+    /// The test is longer than `--max-duration`.
+    #[error("the server allows tests of at most {max_ns} ns, the test would take {asked_ns}")]
+    TooLong {
+        /// The limit.
+        max_ns: u64,
+        /// What was asked.
+        asked_ns: u64,
+    },
+    /// `--max-tests` are running.
+    #[error("the server is running its maximum of {max_tests} tests; try again later")]
+    Busy {
+        /// The limit.
+        max_tests: u32,
+    },
+    /// The request makes no sense (zero size, zero rate).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+}
+
+/// One probe as its receiver saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceivedProbe {
+    /// Sequence number.
+    pub seq: u64,
+    /// The sender's timestamp.
+    pub sent_ns: u64,
+    /// The receiver's timestamp (kernel receive time where available).
+    pub received_ns: u64,
+}
+
+/// A control message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Message {
+    /// Client: who it is, its nonce, whether it authenticates.
+    Hello {
+        /// Software and version.
+        software: String,
+        /// Random nonce (hex).
+        nonce: String,
+        /// Whether the client has a key.
+        authenticated: bool,
+    },
+    /// Server: its nonce and limits.
+    Welcome {
+        /// Software and version.
+        software: String,
+        /// Random nonce (hex).
+        nonce: String,
+        /// Limits.
+        limits: Limits,
+    },
+    /// Client: run this test.
+    Request {
+        /// The test.
+        test: TestRequest,
+        /// The client's UDP port for probes to it (down, round trips).
+        client_port: u16,
+    },
+    /// Server: go; probes carry `session` and go to (or come from) `server_port`.
+    Accept {
+        /// Session id.
+        session: u64,
+        /// The server's UDP port for this test.
+        server_port: u16,
+    },
+    /// Server: no, and why.
+    Refuse {
+        /// Why.
+        refusal: Refusal,
+    },
+    /// Sender: all probes are out (with how many were sent).
+    Sent {
+        /// Probes sent.
+        count: u64,
+    },
+    /// Receiver: some of what it received, in arrival order.
+    Received {
+        /// Records.
+        probes: Vec<ReceivedProbe>,
+    },
+    /// Receiver (or reflector): no more records; with its counters.
+    Done {
+        /// Probes received, duplicates included.
+        received: u64,
+        /// Probes dropped because they failed authentication or did not belong to the test.
+        rejected: u64,
+    },
+    /// Either side: something went wrong.
+    Error {
+        /// What.
+        message: String,
+    },
+}
+
+/// Why a frame is not a control message.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The frame says it is longer than [`MAX_FRAME`].
+    #[error("control frame of {0} bytes is larger than {MAX_FRAME}")]
+    Oversized(usize),
+    /// Shorter than its header (and tag).
+    #[error("control frame truncated: {got} bytes, at least {need} needed")]
+    Truncated {
+        /// Needed.
+        need: usize,
+        /// There.
+        got: usize,
+    },
+    /// Another protocol version.
+    #[error("control protocol version {0}, this pathlab speaks {VERSION}")]
+    WrongVersion(u8),
+    /// The peer authenticates and we do not, or the other way round.
+    #[error("the peer {0}")]
+    AuthMismatch(&'static str),
+    /// The tag or counter is wrong: another key, tampering, or a replay.
+    #[error("control message failed authentication (wrong key, tampered or replayed)")]
+    BadTag,
+    /// The body is not a message.
+    #[error("control message is not valid: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Encodes a message as one frame.
+pub fn encode(message: &Message, auth: Option<&mut ControlAuth>) -> Vec<u8> {
+    let body = serde_json::to_vec(message).expect("messages serialize");
+    let mut frame = vec![0u8; PREFIX_LEN];
+    frame.push(VERSION);
+    match auth {
+        Some(auth) => {
+            let (counter, tag) = auth.seal(&body);
+            frame.push(FLAG_AUTH);
+            frame.extend_from_slice(&counter.to_be_bytes());
+            frame.extend_from_slice(&body);
+            frame.extend_from_slice(&tag);
+        }
+        None => {
+            frame.push(0);
+            frame.extend_from_slice(&0u64.to_be_bytes());
+            frame.extend_from_slice(&body);
+        }
+    }
+    let len = (frame.len() - PREFIX_LEN) as u32;
+    frame[..PREFIX_LEN].copy_from_slice(&len.to_be_bytes());
+    frame
+}
+
+/// Decodes one frame's contents (after the length prefix).
+pub fn decode(frame: &[u8], auth: Option<&mut ControlAuth>) -> Result<Message, ControlError> {
+    if frame.len() > MAX_FRAME {
+        return Err(ControlError::Oversized(frame.len()));
+    }
+    if frame.len() < HEADER_LEN {
+        return Err(ControlError::Truncated {
+            need: HEADER_LEN,
+            got: frame.len(),
+        });
+    }
+    if frame[0] != VERSION {
+        return Err(ControlError::WrongVersion(frame[0]));
+    }
+    let authenticated = frame[1] & FLAG_AUTH != 0;
+    let counter = u64::from_be_bytes(frame[2..10].try_into().expect("8 bytes"));
+    let body = match (auth, authenticated) {
+        (Some(auth), true) => {
+            if frame.len() < HEADER_LEN + TAG_LEN {
+                return Err(ControlError::Truncated {
+                    need: HEADER_LEN + TAG_LEN,
+                    got: frame.len(),
+                });
+            }
+            let (body, tag) = frame[HEADER_LEN..].split_at(frame.len() - HEADER_LEN - TAG_LEN);
+            if !auth.open(counter, body, tag) {
+                return Err(ControlError::BadTag);
+            }
+            body
+        }
+        (Some(_), false) => {
+            return Err(ControlError::AuthMismatch(
+                "sent an unauthenticated message; it needs the same --psk",
+            ))
+        }
+        (None, true) => {
+            return Err(ControlError::AuthMismatch(
+                "authenticates its messages; give the same --psk",
+            ))
+        }
+        (None, false) => &frame[HEADER_LEN..],
+    };
+    Ok(serde_json::from_slice(body)?)
+}
+
+/// Cuts a byte stream into frames (sans-IO: feed it what the socket gave).
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buffer: Vec<u8>,
+}
+
+impl FrameReader {
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next complete frame's contents, if one has arrived.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, ControlError> {
+        if self.buffer.len() < PREFIX_LEN {
+            return Ok(None);
+        }
+        let len =
+            u32::from_be_bytes(self.buffer[..PREFIX_LEN].try_into().expect("4 bytes")) as usize;
+        if len > MAX_FRAME {
+            return Err(ControlError::Oversized(len));
+        }
+        if self.buffer.len() < PREFIX_LEN + len {
+            return Ok(None);
+        }
+        let frame = self.buffer[PREFIX_LEN..PREFIX_LEN + len].to_vec();
+        self.buffer.drain(..PREFIX_LEN + len);
+        Ok(Some(frame))
+    }
+}
+
+/// A nonce as hex text.
+pub fn nonce_to_hex(nonce: &[u8; NONCE_LEN]) -> String {
+    use std::fmt::Write as _;
+    nonce
+        .iter()
+        .fold(String::with_capacity(2 * NONCE_LEN), |mut text, b| {
+            let _ = write!(text, "{b:02x}");
+            text
+        })
+}
+
+/// A nonce from hex text.
+pub fn nonce_from_hex(text: &str) -> Option<[u8; NONCE_LEN]> {
+    if text.len() != NONCE_LEN * 2 || !text.is_ascii() {
+        return None;
+    }
+    let mut nonce = [0u8; NONCE_LEN];
+    for (i, byte) in nonce.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(nonce)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Key;
+    use proptest::prelude::*;
+
+    fn messages() -> Vec<Message> {
+        vec![
+            Message::Hello {
+                software: "pathlab 0.1.0".into(),
+                nonce: nonce_to_hex(&[7; 16]),
+                authenticated: true,
+            },
+            Message::Welcome {
+                software: "pathlab 0.1.0".into(),
+                nonce: nonce_to_hex(&[9; 16]),
+                limits: Limits {
+                    max_rate_bps: 1_000_000_000,
+                    max_duration_ns: 60_000_000_000,
+                    max_tests: 16,
+                },
+            },
+            Message::Request {
+                test: TestRequest::OneWay {
+                    direction: Direction::Up,
+                    rate_bps: 10_000_000,
+                    size: 1200,
+                    count: 1000,
+                },
+                client_port: 4000,
+            },
+            Message::Refuse {
+                refusal: Refusal::RateTooHigh {
+                    max_rate_bps: 1,
+                    asked_bps: 2,
+                },
+            },
+            Message::Received {
+                probes: vec![ReceivedProbe {
+                    seq: 1,
+                    sent_ns: 2,
+                    received_ns: 3,
+                }],
+            },
+            Message::Done {
+                received: 5,
+                rejected: 1,
+            },
+        ]
+    }
+
+    #[test]
+    fn messages_round_trip_through_a_split_stream() {
+        let mut reader = FrameReader::default();
+        let bytes: Vec<u8> = messages().iter().flat_map(|m| encode(m, None)).collect();
+        let mut decoded = Vec::new();
+        for chunk in bytes.chunks(7) {
+            reader.push(chunk);
+            while let Some(frame) = reader.next_frame().unwrap() {
+                decoded.push(decode(&frame, None).unwrap());
+            }
+        }
+        assert_eq!(decoded, messages());
+    }
+
+    #[test]
+    fn authenticated_messages_round_trip_and_mismatches_are_named() {
+        let key = Key::from_file_contents(b"0123456789abcdef").unwrap();
+        let mut client = ControlAuth::new(key.clone(), [1; 16], [2; 16]);
+        let mut server = ControlAuth::new(key, [1; 16], [2; 16]);
+        for message in messages() {
+            let frame = encode(&message, Some(&mut client));
+            assert_eq!(decode(&frame[4..], Some(&mut server)).unwrap(), message);
+        }
+        let plain = encode(&messages()[0], None);
+        assert!(matches!(
+            decode(&plain[4..], Some(&mut server)),
+            Err(ControlError::AuthMismatch(_))
+        ));
+        let signed = encode(&messages()[0], Some(&mut client));
+        assert!(matches!(
+            decode(&signed[4..], None),
+            Err(ControlError::AuthMismatch(_))
+        ));
+        let mut replay_target = server.clone();
+        let _ = decode(&signed[4..], Some(&mut server)).unwrap();
+        assert!(
+            matches!(
+                decode(&signed[4..], Some(&mut server)),
+                Err(ControlError::BadTag)
+            ),
+            "replayed"
+        );
+        let mut tampered = signed.clone();
+        let last = tampered.len() - 40;
+        tampered[last] ^= 1;
+        assert!(matches!(
+            decode(&tampered[4..], Some(&mut replay_target)),
+            Err(ControlError::BadTag)
+        ));
+    }
+
+    #[test]
+    fn bad_frames_are_named() {
+        assert!(matches!(
+            decode(&[1, 0, 0], None),
+            Err(ControlError::Truncated { need: 10, got: 3 })
+        ));
+        assert!(matches!(
+            decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),
+            Err(ControlError::WrongVersion(2))
+        ));
+        assert!(matches!(
+            decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),
+            Err(ControlError::Malformed(_))
+        ));
+        let mut reader = FrameReader::default();
+        reader.push(&(MAX_FRAME as u32 + 1).to_be_bytes());
+        assert!(matches!(
+            reader.next_frame(),
+            Err(ControlError::Oversized(_))
+        ));
+        assert_eq!(nonce_from_hex("zz"), None);
+        assert_eq!(nonce_from_hex(&nonce_to_hex(&[0xab; 16])), Some([0xab; 16]));
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_frames_are_errors_not_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode(&bytes, None);
+            let mut reader = FrameReader::default();
+            reader.push(&bytes);
+            while let Ok(Some(frame)) = reader.next_frame() {
+                let _ = decode(&frame, None);
+            }
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! One-way delay without synchronized clocks: deviation from the minimum, clock drift,
+//! interarrival jitter, and whether a queue is building.
+//!
+//! The receiver's clock minus the sender's timestamp is the one-way delay plus an unknown
+//! offset plus a drift that grows with time. The offset cancels in a deviation from the
+//! minimum; the drift is estimated from the trend of the per-window minima (the lowest
+//! delay any packet saw, which a queue does not lower) and removed, but only up to what a
+//! clock can drift (500 ppm): a faster rise is not a clock, it is a queue. As the seed's
+//! probe does, the deviation of each packet is taken from the minimum of the last `window`
+//! packets; the queue verdict uses the drift-corrected delay over the whole run.
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::ReceivedProbe;
+
+/// The most two clocks plausibly drift apart: 500 parts per million.
+pub const MAX_CLOCK_DRIFT: f64 = 500e-6;
+
+/// RFC 3550 section 6.4.1 interarrival jitter, updated per packet in arrival order.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Jitter {
+    previous: Option<(i128, i128)>,
+    jitter_ns: f64,
+}
+
+impl Jitter {
+    /// Adds a packet sent at `sent_ns` (sender clock) and received at `received_ns`.
+    pub fn add(&mut self, sent_ns: u64, received_ns: u64) {
+        let (sent, received) = (i128::from(sent_ns), i128::from(received_ns));
+        if let Some((previous_sent, previous_received)) = self.previous {
+            let difference = ((received - previous_received) - (sent - previous_sent)).abs() as f64;
+            self.jitter_ns += (difference - self.jitter_ns) / 16.0;
+        }
+        self.previous = Some((sent, received));
+    }
+
+    /// The current estimate in ns.
+    pub fn ns(&self) -> f64 {
+        self.jitter_ns
+    }
+}
+
+/// What a queue along the path is doing, as far as the probes can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueVerdict {
+    /// The delay rose well beyond jitter and kept a rising trend.
+    Building,
+    /// No significant rise.
+    NotBuilding,
+    /// Too few packets to tell.
+    Unknown,
+}
+
+/// The one-way delay analysis of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwdReport {
+    /// Packets analysed (distinct, in range).
+    pub packets: u64,
+    /// The window of the deviation, in packets.
+    pub window: u64,
+    /// Deviation from the minimum of the last `window` packets, ns: median, 95th
+    /// percentile, maximum.
+    pub deviation_p50_ns: u64,
+    /// 95th percentile of the deviation.
+    pub deviation_p95_ns: u64,
+    /// Largest deviation.
+    pub deviation_max_ns: u64,
+    /// Estimated clock drift between the hosts, in parts per million (receiver faster is
+    /// positive); clamped to the plausible range.
+    pub clock_drift_ppm: f64,
+    /// RFC 3550 interarrival jitter at the end of the run, ns.
+    pub jitter_ns: f64,
+    /// Least-squares trend of the drift-corrected delay, microseconds per second.
+    pub trend_us_per_s: f64,
+    /// Half-width of the trend's 95% confidence interval.
+    pub trend_ci95_us_per_s: f64,
+    /// How far the delay rose above its level at the start (window medians), ns.
+    pub queue_growth_ns: u64,
+    /// The verdict.
+    pub verdict: QueueVerdict,
+    /// The deviation of every packet in arrival order, `(received_ns - first received_ns,
+    /// deviation_ns)`, for plots.
+    pub series: Vec<(u64, u64)>,
+}
+
+fn percentile(sorted: &[u64], q: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Least-squares slope of `y` on `x` and its standard error.
+fn regression(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let n = points.len() as f64;
+    if points.len() < 3 {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let slope = sxy / sxx;
+    let intercept = mean_y - slope * mean_x;
+    let residual: f64 = points
+        .iter()
+        .map(|p| (p.1 - intercept - slope * p.0).powi(2))
+        .sum();
+    let standard_error = (residual / (n - 2.0) / sxx).sqrt();
+    Some((slope, standard_error))
+}
+
+/// Analyses the probes a receiver recorded (distinct ones, in arrival order).
+pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
+    let window = window.max(2);
+    let mut jitter = Jitter::default();
+    for probe in probes {
+        jitter.add(probe.sent_ns, probe.received_ns);
+    }
+    let Some(first) = probes.first() else {
+        return OwdReport {
+            packets: 0,
+            window: window as u64,
+            deviation_p50_ns: 0,
+            deviation_p95_ns: 0,
+            deviation_max_ns: 0,
+            clock_drift_ppm: 0.0,
+            jitter_ns: 0.0,
+            trend_us_per_s: 0.0,
+            trend_ci95_us_per_s: 0.0,
+            queue_growth_ns: 0,
+            verdict: QueueVerdict::Unknown,
+            series: Vec::new(),
+        };
+    };
+    let start = first.received_ns;
+    // Offset-laden delay, relative to the first packet's, so the numbers stay small.
+    let base = i128::from(first.received_ns) - i128::from(first.sent_ns);
+    let raw: Vec<(f64, i64)> = probes
+        .iter()
+        .map(|p| {
+            let t = p.received_ns.saturating_sub(start) as f64 * 1e-9;
+            let delay = i128::from(p.received_ns) - i128::from(p.sent_ns) - base;
+            (t, delay as i64)
+        })
+        .collect();
+    // The seed's deviation: from the minimum of the last `window` packets.
+    let mut minima = std::collections::VecDeque::<(usize, i64)>::new();
+    let mut series = Vec::with_capacity(raw.len());
+    for (index, &(t, delay)) in raw.iter().enumerate() {
+        while minima.back().is_some_and(|&(_, d)| d >= delay) {
+            minima.pop_back();
+        }
+        minima.push_back((index, delay));
+        while minima.front().is_some_and(|&(i, _)| i + window <= index) {
+            minima.pop_front();
+        }
+        let minimum = minima
+            .front()
+            .expect("the current packet is in the window")
+            .1;
+        series.push(((t * 1e9) as u64, (delay - minimum) as u64));
+    }
+    let mut deviations: Vec<u64> = series.iter().map(|s| s.1).collect();
+    deviations.sort_unstable();
+    // Clock drift from the trend of the per-window minima.
+    let block_minima: Vec<(f64, f64)> = raw
+        .chunks(window)
+        .filter(|block| block.len() == window)
+        .map(|block| {
+            let (t, d) = block.iter().min_by_key(|p| p.1).expect("non-empty");
+            (*t, *d as f64)
+        })
+        .collect();
+    let drift = regression(&block_minima).map_or(0.0, |(slope_ns_per_s, _)| {
+        (slope_ns_per_s * 1e-9).clamp(-MAX_CLOCK_DRIFT, MAX_CLOCK_DRIFT)
+    });
+    let corrected: Vec<(f64, f64)> = raw
+        .iter()
+        .map(|&(t, d)| (t, d as f64 - drift * t * 1e9))
+        .collect();
+    let (trend, trend_se) = regression(&corrected).unwrap_or((0.0, 0.0));
+    // Growth: the highest window median above the first window's median.
+    let medians: Vec<f64> = corrected
+        .chunks(window)
+        .map(|block| {
+            let mut values: Vec<f64> = block.iter().map(|p| p.1).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        })
+        .collect();
+    let growth = medians.iter().copied().fold(f64::MIN, f64::max) - medians[0];
+    let growth_ns = growth.max(0.0) as u64;
+    let verdict = if probes.len() < 2 * window {
+        QueueVerdict::Unknown
+    } else if growth > (1e6f64).max(5.0 * jitter.ns()) && trend - 1.96 * trend_se > 0.0 {
+        QueueVerdict::Building
+    } else {
+        QueueVerdict::NotBuilding
+    };
+    OwdReport {
+        packets: probes.len() as u64,
+        window: window as u64,
+        deviation_p50_ns: percentile(&deviations, 0.5),
+        deviation_p95_ns: percentile(&deviations, 0.95),
+        deviation_max_ns: deviations.last().copied().unwrap_or(0),
+        clock_drift_ppm: drift * 1e6,
+        jitter_ns: jitter.ns(),
+        trend_us_per_s: trend * 1e-3,
+        trend_ci95_us_per_s: 1.96 * trend_se * 1e-3,
+        queue_growth_ns: growth_ns,
+        verdict,
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pathlab_core::{Instant, Link, LinkSpec, Packet};
+
+    /// Probes of `size` bytes at `rate_bps` through a link in virtual time, received on a
+    /// clock `offset_ns` ahead of the sender's and drifting by `drift_ppm`.
+    fn through_link(
+        spec: &str,
+        rate_bps: f64,
+        size: u32,
+        seconds: f64,
+        offset_ns: u64,
+        drift_ppm: f64,
+    ) -> (Vec<ReceivedProbe>, u64) {
+        let mut link = Link::new(&LinkSpec::parse(spec).unwrap(), 1).unwrap();
+        let interval = f64::from(size) * 8.0 / rate_bps;
+        let count = (seconds / interval) as u64;
+        let mut received = Vec::new();
+        let mut sent_at = std::collections::HashMap::new();
+        let receive = |now: Instant,
+                       packet: Packet,
+                       received: &mut Vec<ReceivedProbe>,
+                       sent_at: &std::collections::HashMap<u32, u64>| {
+            let local = now.as_nanos() as f64 * (1.0 + drift_ppm * 1e-6) + offset_ns as f64;
+            received.push(ReceivedProbe {
+                seq: u64::from(packet.tag),
+                sent_ns: sent_at[&packet.tag],
+                received_ns: local as u64,
+            });
+        };
+        for seq in 0..count {
+            let now = Instant::from_nanos((seq as f64 * interval * 1e9) as u64);
+            while let Some(at) = link.poll_at().filter(|&at| at <= now) {
+                while let Some(packet) = link.dequeue(at) {
+                    receive(at, packet, &mut received, &sent_at);
+                }
+            }
+            let mut packet = Packet::synthetic(now, size + 42, 7, pathlab_core::Ecn::NotEct);
+            packet.tag = seq as u32;
+            sent_at.insert(packet.tag, now.as_nanos());
+            link.enqueue(now, packet);
+        }
+        while let Some(at) = link.poll_at() {
+            while let Some(packet) = link.dequeue(at) {
+                receive(at, packet, &mut received, &sent_at);
+            }
+        }
+        (received, count)
+    }
+
+    #[test]
+    fn rfc3550_jitter_of_alternating_delays() {
+        // Delays alternate 10 and 12 ms: |D| = 2 ms every packet, so J -> 2 ms.
+        let mut jitter = Jitter::default();
+        for i in 0..400u64 {
+            let delay = if i % 2 == 0 { 10_000_000 } else { 12_000_000 };
+            jitter.add(i * 1_000_000, i * 1_000_000 + delay);
+        }
+        assert!((jitter.ns() - 2e6).abs() < 1e3, "{}", jitter.ns());
+    }
+
+    #[test]
+    fn fifteen_megabits_into_ten_builds_a_queue_and_five_does_not() {
+        // The seed's situation: offered load above the line rate fills the buffer.
+        let (over, _) = through_link("rate 10mbit", 15e6, 1200, 3.0, 123_456_789, 40.0);
+        let report = analyse(&over, 100);
+        assert_eq!(report.verdict, QueueVerdict::Building, "{report:?}");
+        // The queue grows at (15 - 10) / 10 of real time: ~500 ms per second.
+        assert!(
+            report.trend_us_per_s > 100_000.0,
+            "{}",
+            report.trend_us_per_s
+        );
+        let (under, _) = through_link("rate 10mbit", 5e6, 1200, 3.0, 123_456_789, 40.0);
+        let report = analyse(&under, 100);
+        assert_eq!(
+            report.verdict,
+            QueueVerdict::NotBuilding,
+            "{:?}",
+            (report.trend_us_per_s, report.queue_growth_ns)
+        );
+        // The clock drift (40 ppm) is found and removed.
+        assert!(
+            (report.clock_drift_ppm - 40.0).abs() < 2.0,
+            "{}",
+            report.clock_drift_ppm
+        );
+        assert!(
+            report.trend_us_per_s.abs() < 5.0,
+            "{}",
+            report.trend_us_per_s
+        );
+    }
+
+    #[test]
+    fn jitter_alone_is_not_a_queue() {
+        let (probes, _) = through_link(
+            "delay 20ms 5ms distribution normal",
+            5e6,
+            1200,
+            3.0,
+            0,
+            -25.0,
+        );
+        let report = analyse(&probes, 100);
+        assert_eq!(report.verdict, QueueVerdict::NotBuilding, "{report:?}");
+        assert!(
+            report.jitter_ns > 1e6,
+            "RFC 3550 jitter sees the 5 ms spread: {}",
+            report.jitter_ns
+        );
+    }
+
+    #[test]
+    fn deviation_is_taken_from_the_window_minimum() {
+        let probes: Vec<ReceivedProbe> = [5u64, 3, 4, 10, 3]
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| ReceivedProbe {
+                seq: i as u64,
+                sent_ns: i as u64 * 100,
+                received_ns: i as u64 * 100 + d,
+            })
+            .collect();
+        let report = analyse(&probes, 2);
+        let deviations: Vec<u64> = report.series.iter().map(|s| s.1).collect();
+        assert_eq!(deviations, vec![0, 0, 1, 6, 0]);
+    }
+}
