@@ -116,7 +116,9 @@ fn sim_saves_a_result_file_and_csv() {
     let file =
         pathlab_results::ResultFile::from_json(&std::fs::read_to_string(&save).expect("saved"))
             .expect("a valid result file");
-    let pathlab_results::RunResult::Sim(report) = file.result;
+    let pathlab_results::RunResult::Sim(report) = file.result else {
+        panic!("a sim result")
+    };
     assert_eq!(
         report.samples.len(),
         201,

@@ -13,6 +13,7 @@
 
 pub mod control;
 pub mod emulator;
+pub mod measure;
 pub mod nat;
 pub mod netlink;
 pub mod netns;

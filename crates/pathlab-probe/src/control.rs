@@ -187,10 +187,12 @@ pub enum Message {
         /// Why.
         refusal: Refusal,
     },
-    /// Sender: all probes are out (with how many were sent).
+    /// Sender: all probes are out (with how many were sent, and over how long).
     Sent {
         /// Probes sent.
         count: u64,
+        /// From the first send to the last, ns.
+        duration_ns: u64,
     },
     /// Receiver: some of what it received, in arrival order.
     Received {

@@ -11,7 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::control::ReceivedProbe;
+use crate::control::{Direction, ReceivedProbe};
+use crate::sequence::{SequenceStats, SequenceTracker};
 
 /// The most two clocks plausibly drift apart: 500 parts per million.
 pub const MAX_CLOCK_DRIFT: f64 = 500e-6;
@@ -215,6 +216,76 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
         queue_growth_ns: growth_ns,
         verdict,
         series,
+    }
+}
+
+/// Everything a one-way test found, for one direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OneWayResult {
+    /// Which way the probes went.
+    pub direction: Direction,
+    /// Rate asked for, bits per second of UDP payload.
+    pub rate_bps: u64,
+    /// UDP payload bytes per probe.
+    pub size: u32,
+    /// Rate the sender achieved, bits per second of UDP payload.
+    pub achieved_rate_bps: f64,
+    /// Probes per second the sender achieved.
+    pub achieved_pps: f64,
+    /// Loss, duplicates, reordering.
+    pub sequence: SequenceStats,
+    /// Probes the receiver dropped for failing authentication or not belonging to the test.
+    pub rejected: u64,
+    /// Delay deviation, jitter, drift, trend and the verdict.
+    pub owd: OwdReport,
+}
+
+/// What the sender of a one-way test reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SenderReport {
+    /// Which way the probes went.
+    pub direction: Direction,
+    /// Rate asked for, bits per second of UDP payload.
+    pub rate_bps: u64,
+    /// UDP payload bytes per probe.
+    pub size: u32,
+    /// Probes sent.
+    pub sent: u64,
+    /// From the first send to the last, ns.
+    pub duration_ns: u64,
+}
+
+/// Computes a direction's result from what the sender reports and what the receiver
+/// recorded (every arrival, in arrival order, duplicates included).
+pub fn one_way_result(
+    sender: SenderReport,
+    arrivals: &[ReceivedProbe],
+    rejected: u64,
+    window: usize,
+) -> OneWayResult {
+    let mut tracker = SequenceTracker::new(sender.sent);
+    let distinct: Vec<ReceivedProbe> = arrivals
+        .iter()
+        .copied()
+        .filter(|p| tracker.arrive(p.seq))
+        .collect();
+    let seconds = sender.duration_ns as f64 * 1e-9;
+    // n probes span n - 1 intervals.
+    let intervals = sender.sent.saturating_sub(1) as f64;
+    let achieved_pps = if seconds > 0.0 {
+        intervals / seconds
+    } else {
+        0.0
+    };
+    OneWayResult {
+        direction: sender.direction,
+        rate_bps: sender.rate_bps,
+        size: sender.size,
+        achieved_rate_bps: achieved_pps * f64::from(sender.size) * 8.0,
+        achieved_pps,
+        sequence: tracker.stats(sender.sent),
+        rejected,
+        owd: analyse(&distinct, window),
     }
 }
 

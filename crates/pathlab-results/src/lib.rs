@@ -48,7 +48,9 @@ pub struct ResultFile {
 #[serde(rename_all = "kebab-case", tag = "kind", content = "data")]
 pub enum RunResult {
     /// A `pathlab sim` run.
-    Sim(SimReport),
+    Sim(Box<SimReport>),
+    /// A `pathlab owd` run: one result per direction.
+    Owd(Vec<pathlab_probe::owd::OneWayResult>),
 }
 
 /// Why a result file could not be read.
@@ -168,7 +170,11 @@ mod tests {
 
     #[test]
     fn a_result_round_trips_through_json() {
-        let file = ResultFile::new(RunResult::Sim(report()), vec!["pathlab".into()], Some(1));
+        let file = ResultFile::new(
+            RunResult::Sim(Box::new(report())),
+            vec!["pathlab".into()],
+            Some(1),
+        );
         let back = ResultFile::from_json(&file.to_json()).expect("reads back");
         assert_eq!(back, file);
     }
@@ -179,7 +185,7 @@ mod tests {
             ResultFile::from_json("{\"magic\":\"other\",\"version\":1}"),
             Err(ResultError::WrongMagic(m)) if m == "other"
         ));
-        let mut file = ResultFile::new(RunResult::Sim(report()), vec![], None);
+        let mut file = ResultFile::new(RunResult::Sim(Box::new(report())), vec![], None);
         file.version = VERSION + 1;
         assert!(matches!(
             ResultFile::from_json(&file.to_json()),

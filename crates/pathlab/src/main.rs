@@ -30,6 +30,10 @@ enum Command {
     Shell(cmd::shell::Args),
     /// Experiments on namespaced topologies, and cleanup after killed runs.
     Lab(cmd::lab::Args),
+    /// Answer measurement clients (owd), within rate, duration and concurrency limits.
+    Server(cmd::server::Args),
+    /// One-way delay probing: loss, reordering, jitter, delay deviation, queue verdict.
+    Owd(cmd::owd::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -61,6 +65,8 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Lab(args) => cmd::lab::run(&args),
+        Command::Server(args) => cmd::server::run(&args),
+        Command::Owd(args) => cmd::owd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -437,3 +437,100 @@ pub fn signalfd_read(fd: BorrowedFd<'_>) -> Option<i32> {
         _ => None,
     }
 }
+
+/// Asks the kernel to timestamp every datagram `fd` receives (`SO_TIMESTAMPNS`,
+/// CLOCK_REALTIME), for [`recv_timestamped`].
+pub fn enable_receive_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1i32)
+}
+
+/// Receives one datagram with its source and, if the socket has timestamps on, the
+/// kernel's receive time in ns since the Unix epoch.
+pub fn recv_timestamped(
+    fd: BorrowedFd<'_>,
+    buffer: &mut [u8],
+) -> io::Result<(usize, std::net::SocketAddr, Option<u64>)> {
+    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+    let mut source: libc::sockaddr_storage = unsafe { zeroed() };
+    let mut control = [0u64; 16];
+    let mut iov = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
+    };
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut message: libc::msghdr = unsafe { zeroed() };
+    message.msg_name = std::ptr::from_mut(&mut source).cast();
+    message.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    message.msg_iov = &raw mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.as_mut_ptr().cast();
+    message.msg_controllen = size_of::<[u64; 16]>() as _;
+    // SAFETY: every pointer in `message` refers to live buffers of the lengths given.
+    let len = cvt_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut message, 0) })?;
+    let mut timestamp = None;
+    // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&raw const message);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
+                timestamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            cmsg = libc::CMSG_NXTHDR(&raw const message, cmsg);
+        }
+    }
+    let address = socket_address(&source)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))?;
+    Ok((len, address, timestamp))
+}
+
+fn socket_address(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    match i32::from(storage.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin = unsafe { &*std::ptr::from_ref(storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(std::net::SocketAddr::new(
+                ip.into(),
+                u16::from_be(sin.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 = unsafe { &*std::ptr::from_ref(storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Fills `buffer` with random bytes from the kernel (`getrandom`).
+pub fn random_bytes(buffer: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        // SAFETY: writes at most the remaining length into `buffer`.
+        let n = unsafe {
+            libc::getrandom(
+                buffer[filled..].as_mut_ptr().cast(),
+                buffer.len() - filled,
+                0,
+            )
+        };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+            continue;
+        }
+        filled += n as usize;
+    }
+    Ok(())
+}

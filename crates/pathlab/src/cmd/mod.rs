@@ -2,6 +2,8 @@
 
 pub mod emulate;
 pub mod lab;
+pub mod owd;
+pub mod server;
 pub mod shell;
 pub mod sim;
 pub mod spec;

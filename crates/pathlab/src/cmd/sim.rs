@@ -84,7 +84,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .ok()
             .map(|d| d.as_secs());
         let file = ResultFile::new(
-            RunResult::Sim(report.clone()),
+            RunResult::Sim(Box::new(report.clone())),
             std::env::args().collect(),
             created,
         );

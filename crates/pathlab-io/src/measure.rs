@@ -1,0 +1,873 @@
+//! The sockets of the measurement commands: `pathlab server` and the `owd` client.
+//!
+//! The protocol and every estimator are in `pathlab-probe`; this module moves its messages
+//! over TCP and its probes over UDP, paces probes (sleeping until 200 us before each send
+//! and spinning the rest), and takes receive times from the kernel (`SO_TIMESTAMPNS`).
+//! Each control connection of the server runs on its own thread.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pathlab_probe::auth::{ControlAuth, Key, NONCE_LEN};
+use pathlab_probe::control::{
+    self, ControlError, Direction, FrameReader, Limits, Message, ReceivedProbe, Refusal,
+    TestRequest, RECORDS_PER_CHUNK,
+};
+use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
+use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
+
+use crate::sys;
+
+/// The server's default TCP port.
+pub const DEFAULT_PORT: u16 = 4920;
+
+/// How long after the sender's last probe the receiver keeps listening for stragglers.
+const GRACE: Duration = Duration::from_millis(500);
+
+/// Why a measurement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The server cannot be reached.
+    #[error("cannot reach a pathlab server at {address}: {source}")]
+    Unreachable {
+        /// What was tried.
+        address: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The host name does not resolve.
+    #[error("cannot resolve '{0}'")]
+    Resolve(String),
+    /// The server said no.
+    #[error("the server refused the test: {0}")]
+    Refused(Refusal),
+    /// The peer stopped answering.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    /// The keys differ, or one side has none.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The peer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The peer reported an error.
+    #[error("the server reported: {0}")]
+    Remote(String),
+    /// A socket call failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+impl From<ControlError> for MeasureError {
+    fn from(error: ControlError) -> MeasureError {
+        match error {
+            ControlError::BadTag | ControlError::AuthMismatch(_) => {
+                MeasureError::Auth(error.to_string())
+            }
+            other => MeasureError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// Wall-clock nanoseconds since the Unix epoch (probe timestamps; any common epoch works,
+/// one-way figures are deviations).
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn random_nonce() -> io::Result<[u8; NONCE_LEN]> {
+    let mut nonce = [0u8; NONCE_LEN];
+    sys::random_bytes(&mut nonce)?;
+    Ok(nonce)
+}
+
+/// A control connection: frames in and out, authenticated once both nonces are known.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    reader: FrameReader,
+    auth: Option<ControlAuth>,
+}
+
+impl Connection {
+    fn new(stream: TcpStream) -> Connection {
+        let _ = stream.set_nodelay(true);
+        Connection {
+            stream,
+            reader: FrameReader::default(),
+            auth: None,
+        }
+    }
+
+    fn send(&mut self, message: &Message) -> io::Result<()> {
+        let frame = control::encode(message, self.auth.as_mut());
+        self.stream.write_all(&frame)
+    }
+
+    /// The next message, waiting at most `timeout`.
+    fn receive(&mut self, timeout: Duration, what: &'static str) -> Result<Message, MeasureError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(frame) = self.reader.next_frame()? {
+                return Ok(control::decode(&frame, self.auth.as_mut())?);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(MeasureError::Timeout(what));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            let mut buffer = [0u8; 16 * 1024];
+            match self.stream.read(&mut buffer) {
+                Ok(0) => {
+                    return Err(MeasureError::Protocol(format!(
+                        "the peer closed the connection while we waited for {what}"
+                    )))
+                }
+                Ok(n) => self.reader.push(&buffer[..n]),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(MeasureError::Timeout(what));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// A message if one is already here or arrives within `wait`.
+    fn poll(&mut self, wait: Duration) -> Result<Option<Message>, MeasureError> {
+        match self.receive(wait.max(Duration::from_micros(1)), "a control message") {
+            Ok(message) => Ok(Some(message)),
+            Err(MeasureError::Timeout(_)) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Limits and key of a server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where to listen (TCP; UDP test ports are chosen per test on the same address).
+    pub listen: SocketAddr,
+    /// The limits every test must respect.
+    pub limits: Limits,
+    /// The pre-shared key, if tests must be authenticated.
+    pub key: Option<Key>,
+}
+
+/// A bound server.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    config: ServerConfig,
+    active: Arc<AtomicU32>,
+    next_session: Arc<AtomicU64>,
+}
+
+impl Server {
+    /// Binds the control port.
+    pub fn bind(config: ServerConfig) -> io::Result<Server> {
+        let listener = TcpListener::bind(config.listen)?;
+        listener.set_nonblocking(true)?;
+        let mut seed = [0u8; 8];
+        sys::random_bytes(&mut seed)?;
+        Ok(Server {
+            listener,
+            config,
+            active: Arc::new(AtomicU32::new(0)),
+            next_session: Arc::new(AtomicU64::new(u64::from_ne_bytes(seed) >> 1)),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves connections until `stop` returns true (checked every 50 ms), then waits for
+    /// running tests to end.
+    pub fn run(&self, mut stop: impl FnMut() -> bool) {
+        let mut workers = Vec::new();
+        while !stop() {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let config = self.config.clone();
+                    let active = Arc::clone(&self.active);
+                    let next_session = Arc::clone(&self.next_session);
+                    workers.push(std::thread::spawn(move || {
+                        let started = Instant::now();
+                        let outcome =
+                            serve_connection(stream, peer, &config, &active, &next_session);
+                        let seconds = started.elapsed().as_secs_f64();
+                        match outcome {
+                            Ok(line) => {
+                                eprintln!("pathlab server: {peer}: {line} ({seconds:.1} s)");
+                            }
+                            Err(error) => {
+                                eprintln!("pathlab server: {peer}: {error} ({seconds:.1} s)");
+                            }
+                        }
+                    }));
+                    workers.retain(|w| !w.is_finished());
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    let _ = sys::poll_readable(
+                        &[self.listener.as_fd()],
+                        Some(Duration::from_millis(50)),
+                        &mut [false],
+                    );
+                }
+                Err(error) => {
+                    eprintln!("pathlab server: accept failed: {error}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        for worker in workers {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Decrements the active-test count when a test ends, however it ends.
+struct ActiveTest<'a>(&'a AtomicU32);
+
+impl Drop for ActiveTest<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
+    let (size, count) = match *test {
+        TestRequest::OneWay {
+            size,
+            count,
+            rate_bps,
+            ..
+        } => {
+            if rate_bps == 0 {
+                return Err(Refusal::BadRequest("the rate is zero".into()));
+            }
+            (size, count)
+        }
+        TestRequest::RoundTrip {
+            size,
+            count,
+            interval_ns,
+        } => {
+            if interval_ns == 0 {
+                return Err(Refusal::BadRequest("the interval is zero".into()));
+            }
+            (size, count)
+        }
+    };
+    if size as usize > probe::MAX_LEN || count == 0 {
+        return Err(Refusal::BadRequest(format!(
+            "size {size} and count {count}"
+        )));
+    }
+    let asked_bps = test.rate_bps();
+    if asked_bps > limits.max_rate_bps {
+        return Err(Refusal::RateTooHigh {
+            max_rate_bps: limits.max_rate_bps,
+            asked_bps,
+        });
+    }
+    let asked_ns = test.duration_ns();
+    if asked_ns > limits.max_duration_ns {
+        return Err(Refusal::TooLong {
+            max_ns: limits.max_duration_ns,
+            asked_ns,
+        });
+    }
+    Ok(())
+}
+
+fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    config: &ServerConfig,
+    active: &AtomicU32,
+    next_session: &AtomicU64,
+) -> Result<String, MeasureError> {
+    stream.set_nonblocking(false)?;
+    let local = stream.local_addr()?;
+    let mut connection = Connection::new(stream);
+    let Message::Hello {
+        nonce,
+        authenticated,
+        ..
+    } = connection.receive(Duration::from_secs(10), "the client's hello")?
+    else {
+        return Err(MeasureError::Protocol(
+            "the client did not start with hello".into(),
+        ));
+    };
+    let client_nonce = control::nonce_from_hex(&nonce)
+        .ok_or_else(|| MeasureError::Protocol("bad nonce".into()))?;
+    if authenticated != config.key.is_some() {
+        let message = if config.key.is_some() {
+            "this server requires a pre-shared key (--psk)"
+        } else {
+            "this server has no pre-shared key; run without --psk"
+        };
+        connection.send(&Message::Error {
+            message: message.into(),
+        })?;
+        return Err(MeasureError::Auth(message.into()));
+    }
+    let server_nonce = random_nonce()?;
+    connection.send(&Message::Welcome {
+        software: format!("pathlab {}", env!("CARGO_PKG_VERSION")),
+        nonce: control::nonce_to_hex(&server_nonce),
+        limits: config.limits,
+    })?;
+    connection.auth = config
+        .key
+        .clone()
+        .map(|key| ControlAuth::new(key, client_nonce, server_nonce));
+    let request = match connection.receive(Duration::from_secs(10), "the test request") {
+        Err(MeasureError::Auth(problem)) => {
+            // Said without a tag: the client cannot check a tag made with a key it lacks.
+            connection.auth = None;
+            connection.send(&Message::Error {
+                message: "the request failed authentication: the keys differ".into(),
+            })?;
+            return Err(MeasureError::Auth(problem));
+        }
+        other => other?,
+    };
+    let Message::Request { test, client_port } = request else {
+        return Err(MeasureError::Protocol("expected a test request".into()));
+    };
+    if let Err(refusal) = check_limits(&test, &config.limits) {
+        connection.send(&Message::Refuse {
+            refusal: refusal.clone(),
+        })?;
+        return Ok(format!("refused {test:?}: {refusal}"));
+    }
+    if active.fetch_add(1, Ordering::SeqCst) >= config.limits.max_tests {
+        active.fetch_sub(1, Ordering::SeqCst);
+        let refusal = Refusal::Busy {
+            max_tests: config.limits.max_tests,
+        };
+        connection.send(&Message::Refuse {
+            refusal: refusal.clone(),
+        })?;
+        return Ok(format!("refused: {refusal}"));
+    }
+    let _active = ActiveTest(active);
+    let session = next_session.fetch_add(1, Ordering::SeqCst);
+    let udp = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
+    sys::enable_receive_timestamps(udp.as_fd())?;
+    let probe_key = connection.auth.as_ref().map(|auth| auth.probe_key(session));
+    connection.send(&Message::Accept {
+        session,
+        server_port: udp.local_addr()?.port(),
+    })?;
+    let client = SocketAddr::new(peer.ip(), client_port);
+    let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
+    match test {
+        TestRequest::OneWay {
+            direction: Direction::Up,
+            count,
+            ..
+        } => {
+            let (arrivals, rejected) = receive_probes(
+                &udp,
+                &mut connection,
+                session,
+                peer.ip(),
+                probe_key.as_ref(),
+                count,
+                deadline,
+            )?;
+            let received = arrivals.len() as u64;
+            for chunk in arrivals.chunks(RECORDS_PER_CHUNK) {
+                connection.send(&Message::Received {
+                    probes: chunk.to_vec(),
+                })?;
+            }
+            connection.send(&Message::Done { received, rejected })?;
+            Ok(format!(
+                "one-way up {test:?}: received {received}, rejected {rejected}"
+            ))
+        }
+        TestRequest::OneWay {
+            direction: Direction::Down,
+            rate_bps,
+            size,
+            count,
+        } => {
+            udp.connect(client)?;
+            let (sent, duration_ns) =
+                send_probes(&udp, session, probe_key.as_ref(), rate_bps, size, count)?;
+            connection.send(&Message::Sent {
+                count: sent,
+                duration_ns,
+            })?;
+            let done = connection.receive(deadline, "the client's results")?;
+            Ok(format!(
+                "one-way down {test:?}: sent {sent}, client says {done:?}"
+            ))
+        }
+        TestRequest::RoundTrip { .. } => {
+            let (received, rejected) = reflect_probes(
+                &udp,
+                &mut connection,
+                session,
+                peer.ip(),
+                probe_key.as_ref(),
+                deadline,
+            )?;
+            connection.send(&Message::Done { received, rejected })?;
+            Ok(format!(
+                "round trips {test:?}: reflected {received}, rejected {rejected}"
+            ))
+        }
+    }
+}
+
+/// Sends `count` one-way probes at `rate_bps`; returns how many went out and the time from
+/// the first to the last.
+fn send_probes(
+    udp: &UdpSocket,
+    session: u64,
+    key: Option<&Key>,
+    rate_bps: u64,
+    size: u32,
+    count: u64,
+) -> io::Result<(u64, u64)> {
+    let interval = Duration::from_secs_f64(f64::from(size) * 8.0 / rate_bps as f64);
+    let mut padding = [0u8; 4096];
+    sys::random_bytes(&mut padding)?;
+    let mut bytes = Vec::with_capacity(size as usize + 64);
+    let start = Instant::now();
+    let mut last = start;
+    for seq in 0..count {
+        let due = start + interval.mul_f64(seq as f64);
+        pace_until(due);
+        let header = Probe {
+            kind: ProbeKind::OneWay,
+            session,
+            seq,
+            sent_ns: now_ns(),
+            reflection: Reflection::default(),
+        };
+        probe::encode(
+            &header,
+            size as usize,
+            key,
+            &mut |pad| fill_padding(pad, &padding, seq),
+            &mut bytes,
+        )
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // A full socket buffer loses the probe as a congested path would: it counts as sent
+        // and, not arriving, as lost.
+        let _ = udp.send(&bytes);
+        last = Instant::now();
+    }
+    Ok((count, (last - start).as_nanos() as u64))
+}
+
+/// Random-looking padding without a random call per probe: a window into a random block.
+fn fill_padding(pad: &mut [u8], random: &[u8; 4096], seq: u64) {
+    let offset = (seq as usize * 131) % random.len();
+    for (i, byte) in pad.iter_mut().enumerate() {
+        *byte = random[(offset + i) % random.len()];
+    }
+}
+
+/// Sleeps until 200 us before `due`, then spins (the kernel's sleep is tens of us late).
+fn pace_until(due: Instant) {
+    let now = Instant::now();
+    if due > now + Duration::from_micros(200) {
+        std::thread::sleep((due - now).saturating_sub(Duration::from_micros(200)));
+    }
+    while Instant::now() < due {
+        std::hint::spin_loop();
+    }
+}
+
+/// Receives one-way probes of `session` from `from` until the sender's `Sent` plus a grace
+/// period; returns every accepted arrival and how many were rejected.
+fn receive_probes(
+    udp: &UdpSocket,
+    connection: &mut Connection,
+    session: u64,
+    from: IpAddr,
+    key: Option<&Key>,
+    count: u64,
+    deadline: Duration,
+) -> Result<(Vec<ReceivedProbe>, u64), MeasureError> {
+    let started = Instant::now();
+    let mut arrivals = Vec::with_capacity(count.min(10_000_000) as usize);
+    let mut rejected = 0;
+    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+    let mut finish_by: Option<Instant> = None;
+    loop {
+        let mut ready = [false];
+        let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
+        if ready[0] {
+            udp.set_nonblocking(true)?;
+            while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
+            {
+                let received_ns = kernel_ns.unwrap_or_else(now_ns);
+                match probe::decode(&buffer[..len], key) {
+                    Ok(p)
+                        if p.session == session
+                            && p.kind == ProbeKind::OneWay
+                            && source.ip() == from =>
+                    {
+                        arrivals.push(ReceivedProbe {
+                            seq: p.seq,
+                            sent_ns: p.sent_ns,
+                            received_ns,
+                        });
+                    }
+                    _ => rejected += 1,
+                }
+            }
+        }
+        if finish_by.is_none() {
+            if let Some(message) = connection.poll(Duration::ZERO)? {
+                match message {
+                    Message::Sent { .. } => finish_by = Some(Instant::now() + GRACE),
+                    other => {
+                        return Err(MeasureError::Protocol(format!(
+                            "unexpected {other:?} during the test"
+                        )))
+                    }
+                }
+            }
+        }
+        if finish_by.is_some_and(|t| Instant::now() >= t)
+            || arrivals.len() as u64 >= count && finish_by.is_some()
+        {
+            return Ok((arrivals, rejected));
+        }
+        if started.elapsed() > deadline {
+            return Err(MeasureError::Timeout("the end of the test"));
+        }
+    }
+}
+
+/// Reflects round-trip requests of `session` until the client's `Sent` plus a grace
+/// period; returns (reflected, rejected).
+fn reflect_probes(
+    udp: &UdpSocket,
+    connection: &mut Connection,
+    session: u64,
+    from: IpAddr,
+    key: Option<&Key>,
+    deadline: Duration,
+) -> Result<(u64, u64), MeasureError> {
+    let started = Instant::now();
+    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+    let (mut received, mut rejected) = (0u64, 0u64);
+    let mut finish_by: Option<Instant> = None;
+    loop {
+        let mut ready = [false];
+        let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
+        if ready[0] {
+            udp.set_nonblocking(true)?;
+            while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
+            {
+                let received_ns = kernel_ns.unwrap_or_else(now_ns);
+                let ok = matches!(probe::decode(&buffer[..len], key), Ok(p) if p.session == session && p.kind == ProbeKind::Request)
+                    && source.ip() == from;
+                if !ok {
+                    rejected += 1;
+                    continue;
+                }
+                received += 1;
+                let reflection = Reflection {
+                    received_ns,
+                    sent_ns: now_ns(),
+                    received_count: received,
+                };
+                // Same length as the request: no amplification.
+                if probe::reflect(&mut buffer[..len], reflection, key).is_ok() {
+                    let _ = udp.send_to(&buffer[..len], source);
+                }
+            }
+        }
+        if finish_by.is_none() {
+            if let Some(message) = connection.poll(Duration::ZERO)? {
+                match message {
+                    Message::Sent { .. } => finish_by = Some(Instant::now() + GRACE),
+                    other => {
+                        return Err(MeasureError::Protocol(format!(
+                            "unexpected {other:?} during the test"
+                        )))
+                    }
+                }
+            }
+        }
+        if finish_by.is_some_and(|t| Instant::now() >= t) {
+            return Ok((received, rejected));
+        }
+        if started.elapsed() > deadline {
+            return Err(MeasureError::Timeout("the end of the test"));
+        }
+    }
+}
+
+/// A client's connection to a server, after the hello exchange.
+#[derive(Debug)]
+pub struct Client {
+    connection: Connection,
+    server: SocketAddr,
+    /// The server's limits.
+    pub limits: Limits,
+}
+
+impl Client {
+    /// Connects to `host` (a name or address, with or without `:port`), exchanges hellos,
+    /// and sets up authentication when `key` is given.
+    pub fn connect(
+        host: &str,
+        key: Option<Key>,
+        timeout: Duration,
+    ) -> Result<Client, MeasureError> {
+        let with_port = if host.parse::<IpAddr>().is_ok() || !host.contains(':') {
+            match host.parse::<IpAddr>() {
+                Ok(IpAddr::V6(v6)) => format!("[{v6}]:{DEFAULT_PORT}"),
+                _ => format!("{host}:{DEFAULT_PORT}"),
+            }
+        } else {
+            host.to_owned()
+        };
+        let address = with_port
+            .to_socket_addrs()
+            .map_err(|_| MeasureError::Resolve(host.to_owned()))?
+            .next()
+            .ok_or_else(|| MeasureError::Resolve(host.to_owned()))?;
+        let stream = TcpStream::connect_timeout(&address, timeout).map_err(|source| {
+            MeasureError::Unreachable {
+                address: address.to_string(),
+                source,
+            }
+        })?;
+        let mut connection = Connection::new(stream);
+        let client_nonce = random_nonce()?;
+        connection.send(&Message::Hello {
+            software: format!("pathlab {}", env!("CARGO_PKG_VERSION")),
+            nonce: control::nonce_to_hex(&client_nonce),
+            authenticated: key.is_some(),
+        })?;
+        match connection.receive(timeout.max(Duration::from_secs(5)), "the server's welcome")? {
+            Message::Welcome { nonce, limits, .. } => {
+                let server_nonce = control::nonce_from_hex(&nonce)
+                    .ok_or_else(|| MeasureError::Protocol("bad nonce".into()))?;
+                connection.auth = key.map(|key| ControlAuth::new(key, client_nonce, server_nonce));
+                Ok(Client {
+                    connection,
+                    server: address,
+                    limits,
+                })
+            }
+            Message::Error { message } => Err(MeasureError::Auth(message)),
+            other => Err(MeasureError::Protocol(format!(
+                "expected a welcome, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Asks for `test`; returns the session, the server's UDP address and the probe key.
+    fn request(
+        &mut self,
+        test: TestRequest,
+        udp: &UdpSocket,
+    ) -> Result<(u64, SocketAddr, Option<Key>), MeasureError> {
+        self.connection.send(&Message::Request {
+            test,
+            client_port: udp.local_addr()?.port(),
+        })?;
+        match self
+            .connection
+            .receive(Duration::from_secs(10), "the server's answer")?
+        {
+            Message::Accept {
+                session,
+                server_port,
+            } => {
+                let key = self
+                    .connection
+                    .auth
+                    .as_ref()
+                    .map(|auth| auth.probe_key(session));
+                Ok((session, SocketAddr::new(self.server.ip(), server_port), key))
+            }
+            Message::Refuse { refusal } => Err(MeasureError::Refused(refusal)),
+            Message::Error { message } => Err(MeasureError::Remote(message)),
+            other => Err(MeasureError::Protocol(format!(
+                "expected accept or refuse, got {other:?}"
+            ))),
+        }
+    }
+
+    fn udp_socket(&self) -> io::Result<UdpSocket> {
+        let unspecified: IpAddr = if self.server.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        let udp = UdpSocket::bind(SocketAddr::new(unspecified, 0))?;
+        sys::enable_receive_timestamps(udp.as_fd())?;
+        Ok(udp)
+    }
+
+    /// Runs a one-way test in `direction` and analyses it (deviation window `window`).
+    pub fn one_way(
+        mut self,
+        direction: Direction,
+        rate_bps: u64,
+        size: u32,
+        count: u64,
+        window: usize,
+    ) -> Result<OneWayResult, MeasureError> {
+        let udp = self.udp_socket()?;
+        let test = TestRequest::OneWay {
+            direction,
+            rate_bps,
+            size,
+            count,
+        };
+        let (session, server, key) = self.request(test.clone(), &udp)?;
+        let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
+        match direction {
+            Direction::Up => {
+                udp.connect(server)?;
+                let (sent, duration_ns) =
+                    send_probes(&udp, session, key.as_ref(), rate_bps, size, count)?;
+                self.connection.send(&Message::Sent {
+                    count: sent,
+                    duration_ns,
+                })?;
+                let mut arrivals = Vec::new();
+                loop {
+                    match self.connection.receive(deadline, "the server's results")? {
+                        Message::Received { probes } => arrivals.extend(probes),
+                        Message::Done { rejected, .. } => {
+                            return Ok(one_way_result(
+                                SenderReport {
+                                    direction,
+                                    rate_bps,
+                                    size,
+                                    sent,
+                                    duration_ns,
+                                },
+                                &arrivals,
+                                rejected,
+                                window,
+                            ));
+                        }
+                        Message::Error { message } => return Err(MeasureError::Remote(message)),
+                        other => {
+                            return Err(MeasureError::Protocol(format!("unexpected {other:?}")))
+                        }
+                    }
+                }
+            }
+            Direction::Down => {
+                let (arrivals, rejected, sent, duration_ns) = receive_down(
+                    &udp,
+                    &mut self.connection,
+                    session,
+                    server.ip(),
+                    key.as_ref(),
+                    count,
+                    deadline,
+                )?;
+                let received = arrivals.len() as u64;
+                self.connection
+                    .send(&Message::Done { received, rejected })?;
+                Ok(one_way_result(
+                    SenderReport {
+                        direction,
+                        rate_bps,
+                        size,
+                        sent,
+                        duration_ns,
+                    },
+                    &arrivals,
+                    rejected,
+                    window,
+                ))
+            }
+        }
+    }
+}
+
+/// The client's side of a downward test: probes until the server's `Sent` and a grace.
+fn receive_down(
+    udp: &UdpSocket,
+    connection: &mut Connection,
+    session: u64,
+    from: IpAddr,
+    key: Option<&Key>,
+    count: u64,
+    deadline: Duration,
+) -> Result<(Vec<ReceivedProbe>, u64, u64, u64), MeasureError> {
+    let started = Instant::now();
+    let mut arrivals = Vec::with_capacity(count.min(10_000_000) as usize);
+    let mut rejected = 0;
+    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+    let mut sent: Option<(u64, u64, Instant)> = None;
+    udp.set_nonblocking(true)?;
+    loop {
+        let mut ready = [false];
+        let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
+        while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer) {
+            let received_ns = kernel_ns.unwrap_or_else(now_ns);
+            match probe::decode(&buffer[..len], key) {
+                Ok(p)
+                    if p.session == session
+                        && p.kind == ProbeKind::OneWay
+                        && source.ip() == from =>
+                {
+                    arrivals.push(ReceivedProbe {
+                        seq: p.seq,
+                        sent_ns: p.sent_ns,
+                        received_ns,
+                    });
+                }
+                _ => rejected += 1,
+            }
+        }
+        if sent.is_none() {
+            if let Some(message) = connection.poll(Duration::ZERO)? {
+                match message {
+                    Message::Sent { count, duration_ns } => {
+                        sent = Some((count, duration_ns, Instant::now() + GRACE));
+                    }
+                    Message::Error { message } => return Err(MeasureError::Remote(message)),
+                    other => {
+                        return Err(MeasureError::Protocol(format!(
+                            "unexpected {other:?} during the test"
+                        )))
+                    }
+                }
+            }
+        }
+        if let Some((count, duration_ns, finish_by)) = sent {
+            if Instant::now() >= finish_by || arrivals.len() as u64 >= count {
+                return Ok((arrivals, rejected, count, duration_ns));
+            }
+        }
+        if started.elapsed() > deadline {
+            return Err(MeasureError::Timeout("the server's probes"));
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! `pathlab owd`: one-way delay probing, as the seed's link-aggregation probe does it.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use pathlab_io::measure::{Client, MeasureError};
+use pathlab_probe::control::Direction;
+use pathlab_probe::owd::{OneWayResult, QueueVerdict};
+
+use crate::cmd::server::read_key;
+use crate::{format, usage};
+
+/// Arguments of `pathlab owd`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
+    #[arg(value_name = "HOST")]
+    pub host: String,
+    /// Probe rate (UDP payload), e.g. 10M or 1.5mbit.
+    #[arg(long, value_name = "RATE", default_value = "1M")]
+    pub rate: String,
+    /// UDP payload bytes per probe.
+    #[arg(long, value_name = "BYTES", default_value_t = 1200)]
+    pub size: u32,
+    /// How many probes (instead of -t).
+    #[arg(long, value_name = "N", conflicts_with = "time")]
+    pub count: Option<u64>,
+    /// How long to probe.
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s")]
+    pub time: String,
+    /// Which way: up (to the server), down (from it), or both in turn.
+    #[arg(long, value_parser = ["up", "down", "both"], default_value = "up")]
+    pub direction: String,
+    /// Packets in the sliding window whose minimum the deviation is taken from.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub window: usize,
+    /// Authenticate with the pre-shared key in FILE (the server must have the same).
+    #[arg(long, value_name = "FILE")]
+    pub psk: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Save the result (with the deviation series) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<std::path::PathBuf>,
+}
+
+/// Runs `pathlab owd`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let rate = pathlab_core::spec::parse_rate(&args.rate).map_err(usage)?;
+    if args.size < 32 {
+        return Err(usage(anyhow::anyhow!(
+            "--size must be at least 32 bytes (the probe header), got {}",
+            args.size
+        )));
+    }
+    let count = match args.count {
+        Some(count) => count,
+        None => {
+            let time = pathlab_core::spec::parse_time(&args.time).map_err(usage)?;
+            let interval = f64::from(args.size) * 8.0 / rate.as_f64();
+            ((time.as_secs_f64() / interval).round() as u64).max(1)
+        }
+    };
+    let key = read_key(args.psk.as_deref())?;
+    let directions: &[Direction] = match args.direction.as_str() {
+        "up" => &[Direction::Up],
+        "down" => &[Direction::Down],
+        _ => &[Direction::Up, Direction::Down],
+    };
+    let mut results = Vec::new();
+    for &direction in directions {
+        let client = Client::connect(&args.host, key.clone(), Duration::from_secs(5))
+            .map_err(measure_error)?;
+        let result = client
+            .one_way(
+                direction,
+                rate.bits_per_sec(),
+                args.size,
+                count,
+                args.window,
+            )
+            .map_err(measure_error)?;
+        results.push(result);
+    }
+    if let Some(path) = &args.save {
+        let file = pathlab_results::ResultFile::new(
+            pathlab_results::RunResult::Owd(results.clone()),
+            std::env::args().collect(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs()),
+        );
+        std::fs::write(path, file.to_json())?;
+    }
+    if args.json {
+        let mut printed: Vec<OneWayResult> = results;
+        for result in &mut printed {
+            result.owd.series.clear();
+        }
+        println!("{}", serde_json::to_string_pretty(&printed)?);
+    } else {
+        print(&results)?;
+    }
+    Ok(())
+}
+
+fn measure_error(error: MeasureError) -> anyhow::Error {
+    match error {
+        MeasureError::Refused(_) | MeasureError::Resolve(_) | MeasureError::Auth(_) => usage(error),
+        other => anyhow::Error::new(other),
+    }
+}
+
+fn print(results: &[OneWayResult]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for r in results {
+        let direction = match r.direction {
+            Direction::Up => "up (to the server)",
+            Direction::Down => "down (from the server)",
+        };
+        let s = &r.sequence;
+        writeln!(
+            out,
+            "{direction}: {} probes of {} bytes at {}",
+            s.sent,
+            r.size,
+            format::rate(r.rate_bps as f64)
+        )?;
+        writeln!(
+            out,
+            "  sent at      {} ({:.0} packets/s)",
+            format::rate(r.achieved_rate_bps),
+            r.achieved_pps
+        )?;
+        writeln!(
+            out,
+            "  lost         {} ({}), duplicates {}, reordered {} ({}, extent up to {}){}",
+            s.lost,
+            format::percent(s.lost as f64 / s.sent.max(1) as f64),
+            s.duplicates,
+            s.reordered,
+            format::percent(s.reordered_ratio),
+            s.max_extent,
+            if r.rejected > 0 {
+                format!(", {} rejected", r.rejected)
+            } else {
+                String::new()
+            }
+        )?;
+        let o = &r.owd;
+        writeln!(out, "  jitter       {:.3} ms (RFC 3550)", o.jitter_ns / 1e6)?;
+        writeln!(
+            out,
+            "  deviation    p50 {:.3} ms, p95 {:.3} ms, max {:.3} ms (from the minimum of the last {} packets)",
+            o.deviation_p50_ns as f64 / 1e6,
+            o.deviation_p95_ns as f64 / 1e6,
+            o.deviation_max_ns as f64 / 1e6,
+            o.window
+        )?;
+        writeln!(
+            out,
+            "  trend        {:+.1} us/s (95% CI +-{:.1}), clock drift {:+.1} ppm removed, delay rose {:.3} ms",
+            o.trend_us_per_s,
+            o.trend_ci95_us_per_s,
+            o.clock_drift_ppm,
+            o.queue_growth_ns as f64 / 1e6
+        )?;
+        let verdict = match o.verdict {
+            QueueVerdict::Building => "a queue is building along the path: the probes arrive later and later (offered rate above what the path carries?)",
+            QueueVerdict::NotBuilding => "no queue building: the path carries this rate",
+            QueueVerdict::Unknown => "too few probes to tell",
+        };
+        writeln!(out, "  verdict      {verdict}")?;
+        let deviations: Vec<f64> = o.series.iter().map(|s| s.1 as f64).collect();
+        if !deviations.is_empty() {
+            writeln!(
+                out,
+                "  deviation over time: {}",
+                format::sparkline(&deviations, 60)
+            )?;
+        }
+    }
+    Ok(())
+}

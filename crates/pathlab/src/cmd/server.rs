@@ -1,0 +1,71 @@
+//! `pathlab server`: answers `owd` (and later `rtt`, `tcp`) clients, within limits.
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use pathlab_io::measure::{Server, ServerConfig, DEFAULT_PORT};
+use pathlab_probe::control::Limits;
+
+use crate::usage;
+
+/// Arguments of `pathlab server`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on (TCP control; each test gets its own UDP port on it).
+    #[arg(long, value_name = "ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 0], DEFAULT_PORT)))]
+    pub listen: SocketAddr,
+    /// Require every client to authenticate with the key in FILE (at least 16 bytes).
+    #[arg(long, value_name = "FILE")]
+    pub psk: Option<std::path::PathBuf>,
+    /// Highest rate a test may offer.
+    #[arg(long, value_name = "RATE", default_value = "1gbit")]
+    pub max_rate: String,
+    /// Longest test.
+    #[arg(long, value_name = "TIME", default_value = "60s")]
+    pub max_duration: String,
+    /// Most tests at once.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_tests: u32,
+}
+
+/// Reads a pre-shared key file (a usage error when it is missing or too short).
+pub fn read_key(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Option<pathlab_probe::auth::Key>> {
+    let Some(path) = path else { return Ok(None) };
+    let contents = std::fs::read(path)
+        .with_context(|| format!("cannot read the key file '{}'", path.display()))
+        .map_err(usage)?;
+    let key = pathlab_probe::auth::Key::from_file_contents(&contents)
+        .with_context(|| format!("key file '{}'", path.display()))
+        .map_err(usage)?;
+    Ok(Some(key))
+}
+
+/// Runs `pathlab server` until SIGTERM or Ctrl-C.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let max_rate = pathlab_core::spec::parse_rate(&args.max_rate).map_err(usage)?;
+    let max_duration = pathlab_core::spec::parse_time(&args.max_duration).map_err(usage)?;
+    let key = read_key(args.psk.as_deref())?;
+    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let server = Server::bind(ServerConfig {
+        listen: args.listen,
+        limits: Limits {
+            max_rate_bps: max_rate.bits_per_sec(),
+            max_duration_ns: max_duration.as_nanos(),
+            max_tests: args.max_tests,
+        },
+        key,
+    })
+    .with_context(|| format!("cannot listen on {}", args.listen))?;
+    eprintln!(
+        "pathlab server listening on {} (max rate {max_rate}, max duration {max_duration}, max {} tests{})",
+        server.local_addr()?,
+        args.max_tests,
+        if args.psk.is_some() { ", key required" } else { "" }
+    );
+    server
+        .run(|| pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some());
+    eprintln!("pathlab server: stopped");
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! End-to-end tests of the measurement commands over loopback: a server in the test
+//! process (or as a child), clients against it, limits, keys.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pathlab_io::measure::{Client, MeasureError, Server, ServerConfig};
+use pathlab_probe::auth::Key;
+use pathlab_probe::control::{Direction, Limits, Refusal};
+use pathlab_probe::owd::QueueVerdict;
+
+const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
+
+/// A server on an ephemeral loopback port, stopped when dropped.
+struct TestServer {
+    address: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    fn start(limits: Limits, key: Option<Key>, ip: &str) -> TestServer {
+        let server = Server::bind(ServerConfig {
+            listen: format!("{ip}:0").parse().unwrap(),
+            limits,
+            key,
+        })
+        .expect("server binds");
+        let address = server.local_addr().unwrap().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || server.run(|| flag.load(Ordering::SeqCst)));
+        TestServer {
+            address,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn generous() -> Limits {
+    Limits {
+        max_rate_bps: 1_000_000_000,
+        max_duration_ns: 60_000_000_000,
+        max_tests: 64,
+    }
+}
+
+fn key(text: &str) -> Key {
+    Key::from_file_contents(text.as_bytes()).unwrap()
+}
+
+#[test]
+fn owd_up_and_down_over_loopback_see_every_probe_and_no_queue() {
+    for ip in ["127.0.0.1", "[::1]"] {
+        let server = TestServer::start(generous(), None, ip);
+        for direction in [Direction::Up, Direction::Down] {
+            let client =
+                Client::connect(&server.address, None, Duration::from_secs(5)).expect("connects");
+            let result = client
+                .one_way(direction, 5_000_000, 500, 2000, 100)
+                .expect("test runs");
+            assert_eq!(result.sequence.sent, 2000, "{ip} {direction:?}");
+            assert_eq!(
+                result.sequence.received, 2000,
+                "{ip} {direction:?}: nothing is lost on loopback"
+            );
+            assert_eq!(
+                (result.sequence.duplicates, result.sequence.reordered),
+                (0, 0)
+            );
+            assert_eq!(
+                result.owd.verdict,
+                QueueVerdict::NotBuilding,
+                "{ip} {direction:?}: {:?}",
+                result.owd
+            );
+            assert_eq!(result.owd.series.len(), 2000);
+        }
+    }
+}
+
+#[test]
+fn fifty_concurrent_clients_all_get_their_results() {
+    let server = TestServer::start(generous(), None, "127.0.0.1");
+    let clients: Vec<_> = (0..50)
+        .map(|i| {
+            let address = server.address.clone();
+            std::thread::spawn(move || {
+                let direction = if i % 2 == 0 {
+                    Direction::Up
+                } else {
+                    Direction::Down
+                };
+                Client::connect(&address, None, Duration::from_secs(10))
+                    .and_then(|client| client.one_way(direction, 1_000_000, 200, 200, 50))
+            })
+        })
+        .collect();
+    for (i, client) in clients.into_iter().enumerate() {
+        let result = client
+            .join()
+            .expect("client thread")
+            .unwrap_or_else(|e| panic!("client {i}: {e}"));
+        assert_eq!(result.sequence.sent, 200, "client {i}");
+        assert_eq!(result.sequence.received, 200, "client {i}");
+    }
+}
+
+#[test]
+fn limits_are_enforced_and_the_refusal_says_which() {
+    let limits = Limits {
+        max_rate_bps: 10_000_000,
+        max_duration_ns: 2_000_000_000,
+        max_tests: 1,
+    };
+    let server = TestServer::start(limits, None, "127.0.0.1");
+    let connect =
+        || Client::connect(&server.address, None, Duration::from_secs(5)).expect("connects");
+    match connect().one_way(Direction::Up, 20_000_000, 1000, 100, 10) {
+        Err(MeasureError::Refused(Refusal::RateTooHigh {
+            max_rate_bps,
+            asked_bps,
+        })) => {
+            assert_eq!((max_rate_bps, asked_bps), (10_000_000, 20_000_000));
+        }
+        other => panic!("expected a rate refusal, got {other:?}"),
+    }
+    // 1000 probes of 1000 bytes at 1 Mbit/s last 8 s.
+    match connect().one_way(Direction::Up, 1_000_000, 1000, 1000, 10) {
+        Err(MeasureError::Refused(Refusal::TooLong { max_ns, asked_ns })) => {
+            assert_eq!((max_ns, asked_ns), (2_000_000_000, 8_000_000_000));
+        }
+        other => panic!("expected a duration refusal, got {other:?}"),
+    }
+    // One test at a time: a second one while the first runs is refused.
+    let address = server.address.clone();
+    let first = std::thread::spawn(move || {
+        Client::connect(&address, None, Duration::from_secs(5))
+            .unwrap()
+            .one_way(Direction::Up, 1_000_000, 100, 1000, 10)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    match connect().one_way(Direction::Up, 1_000_000, 100, 10, 10) {
+        Err(MeasureError::Refused(Refusal::Busy { max_tests: 1 })) => {}
+        other => panic!("expected busy, got {other:?}"),
+    }
+    assert_eq!(
+        first
+            .join()
+            .unwrap()
+            .expect("the first test completes")
+            .sequence
+            .received,
+        1000
+    );
+    // And once it is over, the next one runs.
+    assert!(connect()
+        .one_way(Direction::Up, 1_000_000, 100, 10, 10)
+        .is_ok());
+}
+
+#[test]
+fn a_pre_shared_key_authenticates_both_ways_and_a_wrong_one_is_refused() {
+    let server = TestServer::start(
+        generous(),
+        Some(key("the right key, 16+ bytes")),
+        "127.0.0.1",
+    );
+    let result = Client::connect(
+        &server.address,
+        Some(key("the right key, 16+ bytes")),
+        Duration::from_secs(5),
+    )
+    .expect("connects")
+    .one_way(Direction::Up, 1_000_000, 200, 100, 10)
+    .expect("authenticated test runs");
+    assert_eq!(result.sequence.received, 100);
+    assert_eq!(result.rejected, 0);
+    let wrong = Client::connect(
+        &server.address,
+        Some(key("a wrong key of 16+ bytes")),
+        Duration::from_secs(5),
+    )
+    .and_then(|client| client.one_way(Direction::Up, 1_000_000, 200, 10, 10));
+    assert!(matches!(wrong, Err(MeasureError::Auth(_))), "{wrong:?}");
+    let none = Client::connect(&server.address, None, Duration::from_secs(5));
+    assert!(matches!(none, Err(MeasureError::Auth(_))), "{none:?}");
+}
+
+#[test]
+fn cli_errors_name_the_problem() {
+    let unreachable = std::process::Command::new(PATHLAB)
+        .args(["owd", "127.0.0.1:9", "-t", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unreachable.stderr)
+        .contains("cannot reach a pathlab server at 127.0.0.1:9"));
+    let limits = Limits {
+        max_rate_bps: 1_000_000,
+        ..generous()
+    };
+    let server = TestServer::start(limits, None, "127.0.0.1");
+    let refused = std::process::Command::new(PATHLAB)
+        .args(["owd", &server.address, "--rate", "5M", "-t", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("the server allows at most 1000000 bit/s, the test asked for 5000000"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let json = std::process::Command::new(PATHLAB)
+        .args([
+            "owd",
+            &server.address,
+            "--rate",
+            "500k",
+            "--size",
+            "100",
+            "--count",
+            "200",
+            "-J",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(value[0]["sequence"]["received"], 200);
+    assert_eq!(value[0]["owd"]["verdict"], "not-building");
+}
