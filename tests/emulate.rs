@@ -18,6 +18,7 @@ use pathlab_io::port::{PacketPort, Port};
 use pathlab_io::topology::{
     Check, Line, Middle, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2,
 };
+use pathlab_probe::owd::QueueVerdict;
 use pathlab_results::recording::{read_recording, Recording};
 
 mod util;
@@ -1043,6 +1044,29 @@ fn pcapng_packets(bytes: &[u8]) -> Vec<(u32, u32, Option<String>, usize)> {
     packets
 }
 
+/// The data of the outbound packets written on `interface`, in file (send) order.
+fn pcapng_outbound(bytes: &[u8], interface: u32) -> Vec<&[u8]> {
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut packets = Vec::new();
+    let mut at = 0;
+    while at + 12 <= bytes.len() {
+        let (kind, total) = (u32_at(at), u32_at(at + 4) as usize);
+        if kind == 6 && u32_at(at + 8) == interface {
+            let captured = u32_at(at + 20) as usize;
+            let data = &bytes[at + 28..at + 28 + captured];
+            let options = at + 28 + captured.next_multiple_of(4);
+            // The first option is epb_flags: 2 = outbound.
+            if u16::from_le_bytes([bytes[options], bytes[options + 1]]) == 2
+                && u32_at(options + 4) == 0b10
+            {
+                packets.push(data);
+            }
+        }
+        at += total;
+    }
+    packets
+}
+
 #[test]
 fn pcap_holds_what_was_forwarded_and_what_was_dropped_with_the_reason() {
     let Some(_serial) =
@@ -1227,4 +1251,169 @@ fn corrupted_segments_fail_their_checksum_at_the_receiver_and_tcp_recovers() {
         errors as f64 >= 0.98 * corrupted as f64,
         "TCP {checksum_errors} + IP {ip_errors} errors for {corrupted} corrupted segments"
     );
+}
+
+/// A pathlab server in h2 and a one-way test from h1, through the emulator.
+fn owd_through(
+    lab: &Lab,
+    rate_bps: u64,
+    size: u32,
+    count: u64,
+) -> pathlab_probe::owd::OneWayResult {
+    use pathlab_io::measure::{Client, Server, ServerConfig};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (ready, bound) = std::sync::mpsc::channel();
+        let stop = &stop;
+        let serving = scope.spawn(move || {
+            // The server's threads create the tests' UDP sockets: they must live in h2.
+            lab.line.h2.enter().expect("enter h2");
+            let server = Server::bind(ServerConfig {
+                listen: "198.18.0.2:4920".parse().unwrap(),
+                limits: pathlab_probe::control::Limits {
+                    max_rate_bps: 1_000_000_000,
+                    max_duration_ns: 60_000_000_000,
+                    max_tests: 4,
+                },
+                key: None,
+            })
+            .expect("server in h2");
+            ready.send(()).expect("test waits");
+            server.run(|| stop.load(Ordering::SeqCst));
+        });
+        bound.recv().expect("server bound");
+        let result = lab
+            .line
+            .h1
+            .run(|| {
+                Client::connect("198.18.0.2", None, Duration::from_secs(5)).and_then(|client| {
+                    client.one_way(
+                        pathlab_probe::control::Direction::Up,
+                        rate_bps,
+                        size,
+                        count,
+                        100,
+                    )
+                })
+            })
+            .unwrap()
+            .expect("owd through the emulator");
+        stop.store(true, Ordering::SeqCst);
+        serving.join().expect("server thread");
+        result
+    })
+}
+
+#[test]
+fn owd_sees_the_queue_the_emulator_builds_and_its_losses_exactly() {
+    let Some(_serial) = privileged("owd_sees_the_queue_the_emulator_builds_and_its_losses_exactly")
+    else {
+        return;
+    };
+    // Frames of 1200-byte probes: 1200 + 8 UDP + 20 IP + 14 Ethernet.
+    let frame = 1242;
+    for (rate, building) in [(15_000_000u64, true), (5_000_000, false)] {
+        let mut lab = Lab::start("owd-rate", "rate 10mbit", &["--reverse", ""], true);
+        let count = rate * 4 / (1200 * 8); // 4 s
+        let result = owd_through(&lab, rate, 1200, count);
+        let (_, recording) = lab.stop();
+        let dropped = recording
+            .packets(0)
+            .filter(|r| r.len_bytes == frame && r.dropped.is_some())
+            .count() as u64;
+        eprintln!(
+            "owd at {} Mbit/s into rate 10mbit: verdict {:?}, trend {:.0} us/s, rose {:.1} ms, lost {} (emulator dropped {dropped})",
+            rate / 1_000_000,
+            result.owd.verdict,
+            result.owd.trend_us_per_s,
+            result.owd.queue_growth_ns as f64 / 1e6,
+            result.sequence.lost
+        );
+        assert_eq!(
+            result.sequence.lost, dropped,
+            "lost probes = the emulator's drops"
+        );
+        let expected = if building {
+            QueueVerdict::Building
+        } else {
+            QueueVerdict::NotBuilding
+        };
+        assert_eq!(result.owd.verdict, expected, "{:?}", result.owd);
+        if building {
+            assert!(dropped > 0, "the buffer overflowed");
+        } else {
+            assert_eq!(dropped, 0);
+        }
+    }
+}
+
+#[test]
+fn owd_loss_duplicates_and_reordering_equal_the_recorded_truth() {
+    let Some(_serial) = privileged("owd_loss_duplicates_and_reordering_equal_the_recorded_truth")
+    else {
+        return;
+    };
+    let dir = TempDir::new("owd-truth-pcap");
+    let lab_pcap = dir.path("probes.pcapng");
+    let pcap_arg = lab_pcap.to_string_lossy().into_owned();
+    let mut lab = Lab::start(
+        "owd-truth",
+        "delay 5ms loss 2% duplicate 2% reorder 5%",
+        &["--reverse", "", "--seed", "11", "--pcap", &pcap_arg],
+        true,
+    );
+    let size = 200;
+    let result = owd_through(&lab, 2_000_000, size, 3000);
+    let (_, recording) = lab.stop();
+    let frame = size + 42;
+    let probes: Vec<_> = recording
+        .packets(0)
+        .filter(|r| r.len_bytes == frame)
+        .collect();
+    let originals: Vec<_> = probes.iter().filter(|r| r.duplicate_of.is_none()).collect();
+    assert_eq!(originals.len(), 3000, "every probe entered the link");
+    // Loss: originals dropped whose copies (if any) were dropped too.
+    let delivered_ids: std::collections::HashSet<u64> = probes
+        .iter()
+        .filter(|r| r.departed.is_some())
+        .map(|r| r.duplicate_of.unwrap_or(r.id))
+        .collect();
+    let lost = originals
+        .iter()
+        .filter(|r| !delivered_ids.contains(&r.id))
+        .count() as u64;
+    let duplicates =
+        probes.iter().filter(|r| r.departed.is_some()).count() as u64 - delivered_ids.len() as u64;
+    // Reordering: RFC 4737 on the order the emulator put the probes on the wire, read
+    // from its capture (the sequence number is 16 bytes into the probe).
+    let capture = std::fs::read(&lab_pcap).expect("capture");
+    let mut tracker = pathlab_probe::sequence::SequenceTracker::new(3000);
+    let mut wire = 0;
+    for data in pcapng_outbound(&capture, 1) {
+        if data.len() == frame as usize {
+            tracker.arrive(u64::from_be_bytes(
+                data[42 + 16..42 + 24].try_into().unwrap(),
+            ));
+            wire += 1;
+        }
+    }
+    assert_eq!(
+        wire,
+        probes.iter().filter(|r| r.departed.is_some()).count(),
+        "the capture has every forwarded probe"
+    );
+    let truth = tracker.stats(3000);
+    eprintln!(
+        "owd through loss 2% duplicate 2% reorder 5%: lost {} (truth {lost}), duplicates {} (truth {duplicates}), reordered {} (truth {}), rejected {}, stats {:?}",
+        result.sequence.lost, result.sequence.duplicates, result.sequence.reordered, truth.reordered, result.rejected, result.sequence
+    );
+    assert!(
+        lost > 20 && duplicates > 20 && truth.reordered > 20,
+        "the impairments happened"
+    );
+    assert_eq!(result.sequence.lost, lost);
+    assert_eq!(result.sequence.duplicates, duplicates);
+    assert_eq!(result.sequence.reordered, truth.reordered);
+    assert_eq!(result.sequence.max_extent, truth.max_extent);
 }

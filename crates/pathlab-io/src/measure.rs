@@ -551,9 +551,9 @@ fn receive_probes(
                 }
             }
         }
-        if finish_by.is_some_and(|t| Instant::now() >= t)
-            || arrivals.len() as u64 >= count && finish_by.is_some()
-        {
+        // Always the whole grace period: duplicates make a count of arrivals no proof that
+        // every probe is in, and late probes are still on their way.
+        if finish_by.is_some_and(|t| Instant::now() >= t) {
             return Ok((arrivals, rejected));
         }
         if started.elapsed() > deadline {
@@ -862,7 +862,7 @@ fn receive_down(
             }
         }
         if let Some((count, duration_ns, finish_by)) = sent {
-            if Instant::now() >= finish_by || arrivals.len() as u64 >= count {
+            if Instant::now() >= finish_by {
                 return Ok((arrivals, rejected, count, duration_ns));
             }
         }
