@@ -1253,13 +1253,12 @@ fn corrupted_segments_fail_their_checksum_at_the_receiver_and_tcp_recovers() {
     );
 }
 
-/// A pathlab server in h2 and a one-way test from h1, through the emulator.
-fn owd_through(
+/// Runs `test` from h1 against a pathlab server in h2, through the emulator.
+fn with_server_in_h2<T: Send>(
     lab: &Lab,
-    rate_bps: u64,
-    size: u32,
-    count: u64,
-) -> pathlab_probe::owd::OneWayResult {
+    test: impl FnOnce(pathlab_io::measure::Client) -> Result<T, pathlab_io::measure::MeasureError>
+        + Send,
+) -> T {
     use pathlab_io::measure::{Client, Server, ServerConfig};
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
@@ -1286,23 +1285,72 @@ fn owd_through(
         let result = lab
             .line
             .h1
-            .run(|| {
-                Client::connect("198.18.0.2", None, Duration::from_secs(5)).and_then(|client| {
-                    client.one_way(
-                        pathlab_probe::control::Direction::Up,
-                        rate_bps,
-                        size,
-                        count,
-                        100,
-                    )
-                })
-            })
+            .run(|| Client::connect("198.18.0.2", None, Duration::from_secs(5)).and_then(test))
             .unwrap()
-            .expect("owd through the emulator");
+            .expect("measurement through the emulator");
         stop.store(true, Ordering::SeqCst);
         serving.join().expect("server thread");
         result
     })
+}
+
+/// A one-way test upwards from h1 to a server in h2.
+fn owd_through(
+    lab: &Lab,
+    rate_bps: u64,
+    size: u32,
+    count: u64,
+) -> pathlab_probe::owd::OneWayResult {
+    with_server_in_h2(lab, |client| {
+        client.one_way(
+            pathlab_probe::control::Direction::Up,
+            rate_bps,
+            size,
+            count,
+            100,
+        )
+    })
+}
+
+#[test]
+fn rtt_medians_and_the_one_way_split_match_the_emulators_delays() {
+    let Some(_serial) = privileged("rtt_medians_and_the_one_way_split_match_the_emulators_delays")
+    else {
+        return;
+    };
+    let mut lab = Lab::start("rtt", "delay 10ms", &["--reverse", "delay 30ms"], true);
+    let report = with_server_in_h2(&lab, |client| {
+        client.round_trip(Duration::from_millis(10), 64, 300)
+    });
+    let (stats, _) = lab.stop();
+    let ms = |ns: u64| ns as f64 / 1e6;
+    eprintln!(
+        "rtt through delay 10ms / 30ms: p50 {:.3} ms, up p50 {:.3}, down p50 {:.3}, offset {:?} {}",
+        ms(report.rtt.p50_ns),
+        ms(report.up.p50_ns),
+        ms(report.down.p50_ns),
+        report.offset_basis,
+        report.clock_offset_ns
+    );
+    assert_eq!(report.replies, 300, "no loss");
+    assert_eq!(report.reflector_received, 300);
+    // The emulator's truth: 10 + 30 ms in the links; the rest is two kernel stacks.
+    assert!(
+        (ms(report.rtt.p50_ns) - 40.0).abs() <= 0.2,
+        "median RTT {:.3} ms",
+        ms(report.rtt.p50_ns)
+    );
+    assert!(
+        (ms(report.up.p50_ns) - 10.0).abs() <= 1.0,
+        "up {:.3} ms",
+        ms(report.up.p50_ns)
+    );
+    assert!(
+        (ms(report.down.p50_ns) - 30.0).abs() <= 1.0,
+        "down {:.3} ms",
+        ms(report.down.p50_ns)
+    );
+    assert_conservation(&stats);
 }
 
 #[test]

@@ -246,3 +246,35 @@ fn cli_errors_name_the_problem() {
     assert_eq!(value[0]["sequence"]["received"], 200);
     assert_eq!(value[0]["owd"]["verdict"], "not-building");
 }
+
+#[test]
+fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
+    let server = TestServer::start(
+        generous(),
+        Some(key("round trip key, 16 bytes")),
+        "127.0.0.1",
+    );
+    let report = Client::connect(
+        &server.address,
+        Some(key("round trip key, 16 bytes")),
+        Duration::from_secs(5),
+    )
+    .expect("connects")
+    .round_trip(Duration::from_millis(2), 100, 300)
+    .expect("round trips");
+    assert_eq!(
+        (report.sent, report.reflector_received, report.replies),
+        (300, 300, 300)
+    );
+    assert_eq!(
+        (report.lost_up, report.lost_down, report.duplicates),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        report.offset_basis,
+        pathlab_probe::rtt::OffsetBasis::ClocksAgree,
+        "one machine, one clock"
+    );
+    assert!(report.rtt.min_ns <= report.rtt.p50_ns && report.rtt.p50_ns <= report.rtt.max_ns);
+    assert_eq!(report.series.len(), 300);
+}

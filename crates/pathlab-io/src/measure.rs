@@ -19,6 +19,7 @@ use pathlab_probe::control::{
 };
 use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
+use pathlab_probe::rtt::{self, RoundTrip, RttReport};
 
 use crate::sys;
 
@@ -806,6 +807,118 @@ impl Client {
                     window,
                 ))
             }
+        }
+    }
+}
+
+impl Client {
+    /// Runs `count` isochronous round trips, one every `interval`, of `size` bytes.
+    pub fn round_trip(
+        mut self,
+        interval: Duration,
+        size: u32,
+        count: u64,
+    ) -> Result<RttReport, MeasureError> {
+        let udp = self.udp_socket()?;
+        let test = TestRequest::RoundTrip {
+            interval_ns: interval.as_nanos() as u64,
+            size,
+            count,
+        };
+        let (session, server, key) = self.request(test, &udp)?;
+        udp.connect(server)?;
+        udp.set_nonblocking(true)?;
+        let mut padding = [0u8; 4096];
+        sys::random_bytes(&mut padding)?;
+        let mut bytes = Vec::with_capacity(size as usize + 64);
+        let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+        let mut replies = Vec::with_capacity(count as usize);
+        let mut send_errors = Vec::with_capacity(count as usize);
+        let start = Instant::now();
+        let mut seq = 0;
+        let mut collect = |replies: &mut Vec<RoundTrip>| {
+            while let Ok((len, _, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer) {
+                let received_ns = kernel_ns.unwrap_or_else(now_ns);
+                if let Ok(p) = probe::decode(&buffer[..len], key.as_ref()) {
+                    if p.session == session && p.kind == ProbeKind::Reply {
+                        replies.push(RoundTrip {
+                            seq: p.seq,
+                            sent_ns: p.sent_ns,
+                            reflector_received_ns: p.reflection.received_ns,
+                            reflector_sent_ns: p.reflection.sent_ns,
+                            received_ns,
+                        });
+                    }
+                }
+            }
+        };
+        while seq < count {
+            let due = start + interval.mul_f64(seq as f64);
+            let now = Instant::now();
+            if now >= due {
+                let header = Probe {
+                    kind: ProbeKind::Request,
+                    session,
+                    seq,
+                    sent_ns: now_ns(),
+                    reflection: Reflection::default(),
+                };
+                probe::encode(
+                    &header,
+                    size as usize,
+                    key.as_ref(),
+                    &mut |pad| fill_padding(pad, &padding, seq),
+                    &mut bytes,
+                )
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let _ = udp.send(&bytes);
+                send_errors.push(now.duration_since(due).as_nanos() as u64);
+                seq += 1;
+                continue;
+            }
+            let left = due - now;
+            if left > Duration::from_micros(300) {
+                let _ = sys::poll_readable(
+                    &[udp.as_fd()],
+                    Some(left.saturating_sub(Duration::from_micros(200))),
+                    &mut [false],
+                );
+            }
+            collect(&mut replies);
+        }
+        let sending = start.elapsed();
+        // Replies still on their way: wait up to a second (or ten round trips) for them.
+        let slowest = replies
+            .iter()
+            .map(RoundTrip::rtt_ns)
+            .max()
+            .unwrap_or(0)
+            .max(0) as u64;
+        let wait_until = Instant::now()
+            + Duration::from_nanos(slowest.saturating_mul(10))
+                .clamp(Duration::from_millis(200), Duration::from_secs(1));
+        while (replies.len() as u64) < count && Instant::now() < wait_until {
+            let _ = sys::poll_readable(
+                &[udp.as_fd()],
+                Some(Duration::from_millis(10)),
+                &mut [false],
+            );
+            collect(&mut replies);
+        }
+        self.connection.send(&Message::Sent {
+            count,
+            duration_ns: sending.as_nanos() as u64,
+        })?;
+        match self
+            .connection
+            .receive(Duration::from_secs(10), "the reflector's count")?
+        {
+            Message::Done { received, .. } => {
+                collect(&mut replies);
+                Ok(rtt::analyse(&replies, count, received, &send_errors))
+            }
+            Message::Error { message } => Err(MeasureError::Remote(message)),
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
         }
     }
 }

@@ -14,4 +14,5 @@ pub mod auth;
 pub mod control;
 pub mod owd;
 pub mod probe;
+pub mod rtt;
 pub mod sequence;

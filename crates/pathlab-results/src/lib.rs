@@ -51,6 +51,8 @@ pub enum RunResult {
     Sim(Box<SimReport>),
     /// A `pathlab owd` run: one result per direction.
     Owd(Vec<pathlab_probe::owd::OneWayResult>),
+    /// A `pathlab rtt` run.
+    Rtt(Box<pathlab_probe::rtt::RttReport>),
 }
 
 /// Why a result file could not be read.

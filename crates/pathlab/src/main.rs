@@ -34,6 +34,8 @@ enum Command {
     Server(cmd::server::Args),
     /// One-way delay probing: loss, reordering, jitter, delay deviation, queue verdict.
     Owd(cmd::owd::Args),
+    /// Isochronous round trips: RTT percentiles, loss each way, one-way split.
+    Rtt(cmd::rtt::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => cmd::lab::run(&args),
         Command::Server(args) => cmd::server::run(&args),
         Command::Owd(args) => cmd::owd::run(&args),
+        Command::Rtt(args) => cmd::rtt::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

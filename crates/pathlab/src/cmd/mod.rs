@@ -3,6 +3,7 @@
 pub mod emulate;
 pub mod lab;
 pub mod owd;
+pub mod rtt;
 pub mod server;
 pub mod shell;
 pub mod sim;

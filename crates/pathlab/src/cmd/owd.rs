@@ -106,7 +106,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure_error(error: MeasureError) -> anyhow::Error {
+/// A measurement error as the CLI reports it: the user's input (refused, unknown host,
+/// wrong key) is a usage error.
+pub fn measure_error(error: MeasureError) -> anyhow::Error {
     match error {
         MeasureError::Refused(_) | MeasureError::Resolve(_) | MeasureError::Auth(_) => usage(error),
         other => anyhow::Error::new(other),

@@ -1,0 +1,257 @@
+//! Round trips: per-packet RTT, loss each way, and the one-way split.
+//!
+//! Each reply carries when the reflector received the request and when it sent the reply,
+//! on its own clock, and how many requests it had received so far. The round trip is the
+//! client's receive time minus its send time, less the time the reply waited in the
+//! reflector. Loss splits by direction: requests the reflector never counted were lost on
+//! the way up, replies to counted requests that never came back on the way down.
+//!
+//! The one-way split needs the offset between the two clocks. It is estimated from the
+//! fastest round trips (the 10% fastest, whose one-way parts carry the least queueing): if
+//! the reflector's clock makes a one-way part negative, it must be off by at least that
+//! much, and the offset is the smallest correction that makes both directions'
+//! minima non-negative; otherwise the clocks are taken to agree (offset 0), as they do for
+//! hosts synchronized by NTP or PTP, or sharing a machine. Unlike the symmetric NTP
+//! estimate, this keeps asymmetric paths asymmetric when the clocks are right; when they
+//! are not, the split is a bound, and the report says which case it is.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// One reply as the client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundTrip {
+    /// Sequence number of the request.
+    pub seq: u64,
+    /// Client clock when the request left, ns.
+    pub sent_ns: u64,
+    /// Reflector clock when the request arrived, ns.
+    pub reflector_received_ns: u64,
+    /// Reflector clock when the reply left, ns.
+    pub reflector_sent_ns: u64,
+    /// Client clock when the reply arrived, ns.
+    pub received_ns: u64,
+}
+
+impl RoundTrip {
+    /// The round trip less the reflector's hold time, ns.
+    pub fn rtt_ns(&self) -> i64 {
+        let total = self.received_ns as i64 - self.sent_ns as i64;
+        let hold = self.reflector_sent_ns as i64 - self.reflector_received_ns as i64;
+        total - hold.max(0)
+    }
+
+    /// Upward one-way delay on the raw clocks (includes the offset), ns.
+    fn up_raw(&self) -> i64 {
+        self.reflector_received_ns as i64 - self.sent_ns as i64
+    }
+
+    /// Downward one-way delay on the raw clocks (includes minus the offset), ns.
+    fn down_raw(&self) -> i64 {
+        self.received_ns as i64 - self.reflector_sent_ns as i64
+    }
+}
+
+/// Percentiles of a delay, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// Smallest.
+    pub min_ns: u64,
+    /// Median.
+    pub p50_ns: u64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// Largest.
+    pub max_ns: u64,
+    /// Mean.
+    pub mean_ns: f64,
+}
+
+/// Percentiles from an HDR histogram (4 significant digits: 0.01% resolution); minimum,
+/// maximum and mean exact.
+fn percentiles(values: impl Iterator<Item = i64>) -> Percentiles {
+    let mut histogram =
+        Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 4).expect("valid bounds");
+    let (mut min, mut max, mut sum, mut count) = (u64::MAX, 0u64, 0f64, 0u64);
+    for value in values {
+        let value = value.max(1) as u64;
+        let _ = histogram.record(value);
+        min = min.min(value);
+        max = max.max(value);
+        sum += value as f64;
+        count += 1;
+    }
+    if count == 0 {
+        return Percentiles::default();
+    }
+    Percentiles {
+        min_ns: min,
+        p50_ns: histogram.value_at_quantile(0.5).clamp(min, max),
+        p90_ns: histogram.value_at_quantile(0.9).clamp(min, max),
+        p99_ns: histogram.value_at_quantile(0.99).clamp(min, max),
+        max_ns: max,
+        mean_ns: sum / count as f64,
+    }
+}
+
+/// How the clock offset was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffsetBasis {
+    /// No probe contradicts agreeing clocks: offset 0, the split is as measured.
+    ClocksAgree,
+    /// A one-way part was negative: the offset is the smallest that fixes it, and the
+    /// split is a bound.
+    Corrected,
+}
+
+/// What a round-trip test found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RttReport {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests the reflector received.
+    pub reflector_received: u64,
+    /// Distinct replies received.
+    pub replies: u64,
+    /// Requests lost on the way up.
+    pub lost_up: u64,
+    /// Replies lost on the way down.
+    pub lost_down: u64,
+    /// Duplicate replies.
+    pub duplicates: u64,
+    /// Round-trip time percentiles (HDR histogram, 3 significant digits).
+    pub rtt: Percentiles,
+    /// Upward one-way delay after the offset correction.
+    pub up: Percentiles,
+    /// Downward one-way delay after the offset correction.
+    pub down: Percentiles,
+    /// The reflector's clock minus the client's, as estimated, ns.
+    pub clock_offset_ns: i64,
+    /// How it was estimated.
+    pub offset_basis: OffsetBasis,
+    /// How late the client sent its requests against the schedule.
+    pub send_error: Percentiles,
+    /// Every round trip, in arrival order: (seq, rtt ns).
+    pub series: Vec<(u64, i64)>,
+}
+
+/// Analyses the replies (in arrival order) of a test that sent `sent` requests, of which
+/// the reflector says it received `reflector_received`; `send_errors_ns` are how late each
+/// request left against its schedule.
+pub fn analyse(
+    replies: &[RoundTrip],
+    sent: u64,
+    reflector_received: u64,
+    send_errors_ns: &[u64],
+) -> RttReport {
+    let mut seen = std::collections::HashSet::new();
+    let distinct: Vec<RoundTrip> = replies
+        .iter()
+        .copied()
+        .filter(|r| seen.insert(r.seq))
+        .collect();
+    let duplicates = (replies.len() - distinct.len()) as u64;
+    // The fastest tenth of the round trips bound the clock offset.
+    let mut by_rtt: Vec<&RoundTrip> = distinct.iter().collect();
+    by_rtt.sort_by_key(|r| r.rtt_ns());
+    let fastest = &by_rtt[..by_rtt.len().div_ceil(10)];
+    let min_up = fastest.iter().map(|r| r.up_raw()).min().unwrap_or(0);
+    let min_down = fastest.iter().map(|r| r.down_raw()).min().unwrap_or(0);
+    // up_raw = up + offset, down_raw = down - offset.
+    let (offset, basis) = if min_up >= 0 && min_down >= 0 {
+        (0, OffsetBasis::ClocksAgree)
+    } else if min_up < 0 {
+        (min_up, OffsetBasis::Corrected)
+    } else {
+        (-min_down, OffsetBasis::Corrected)
+    };
+    let replies_count = distinct.len() as u64;
+    RttReport {
+        sent,
+        reflector_received,
+        replies: replies_count,
+        lost_up: sent.saturating_sub(reflector_received),
+        lost_down: reflector_received.saturating_sub(replies_count),
+        duplicates,
+        rtt: percentiles(distinct.iter().map(RoundTrip::rtt_ns)),
+        up: percentiles(distinct.iter().map(|r| r.up_raw() - offset)),
+        down: percentiles(distinct.iter().map(|r| r.down_raw() + offset)),
+        clock_offset_ns: offset,
+        offset_basis: basis,
+        send_error: percentiles(send_errors_ns.iter().map(|&e| e as i64)),
+        series: distinct.iter().map(|r| (r.seq, r.rtt_ns())).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replies over a path of `up` and `down` ns, the reflector's clock `offset` ahead and
+    /// holding each request 20 us; every 10th packet queued 1 ms extra upwards.
+    fn replies(up: i64, down: i64, offset: i64) -> Vec<RoundTrip> {
+        (0..200u64)
+            .map(|seq| {
+                let sent = 1_000_000_000 + seq as i64 * 10_000_000;
+                let queue = if seq % 10 == 0 { 1_000_000 } else { 0 };
+                let reflector_received = sent + up + queue + offset;
+                let reflector_sent = reflector_received + 20_000;
+                RoundTrip {
+                    seq,
+                    sent_ns: sent as u64,
+                    reflector_received_ns: reflector_received as u64,
+                    reflector_sent_ns: reflector_sent as u64,
+                    received_ns: (reflector_sent - offset + down) as u64,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn asymmetric_path_with_agreeing_clocks_splits_as_it_is() {
+        let report = analyse(&replies(10_000_000, 30_000_000, 0), 200, 200, &[]);
+        assert_eq!(report.offset_basis, OffsetBasis::ClocksAgree);
+        // Within the histogram's 0.01%.
+        assert!(
+            report.rtt.p50_ns.abs_diff(40_000_000) <= 4_000,
+            "40 ms round trip, hold time removed"
+        );
+        assert_eq!(report.up.min_ns, 10_000_000);
+        assert!(report.down.p50_ns.abs_diff(30_000_000) <= 3_000);
+    }
+
+    #[test]
+    fn a_clock_behind_is_corrected_to_the_smallest_offset_that_explains_it() {
+        // Reflector 50 ms behind: raw up = 10 - 50 < 0.
+        let report = analyse(&replies(10_000_000, 30_000_000, -50_000_000), 200, 200, &[]);
+        assert_eq!(report.offset_basis, OffsetBasis::Corrected);
+        assert_eq!(
+            report.clock_offset_ns, -40_000_000,
+            "the smallest offset making up >= 0"
+        );
+        assert_eq!(
+            report.up.min_ns, 1,
+            "the bound puts the whole minimum on the other side"
+        );
+        assert!(
+            report.rtt.p50_ns.abs_diff(40_000_000) <= 4_000,
+            "round trips need no offset"
+        );
+    }
+
+    #[test]
+    fn loss_is_split_by_direction_and_duplicates_counted() {
+        let mut all = replies(1_000_000, 1_000_000, 0);
+        all.truncate(150); // 150 replies came back
+        all.push(all[3]);
+        let report = analyse(&all, 200, 180, &[5_000, 7_000]);
+        assert_eq!(
+            (report.lost_up, report.lost_down, report.duplicates),
+            (20, 30, 1)
+        );
+        assert_eq!(report.send_error.max_ns, 7_000);
+    }
+}

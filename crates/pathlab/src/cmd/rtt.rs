@@ -1,0 +1,126 @@
+//! `pathlab rtt`: isochronous round trips, as irtt does them.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
+
+use crate::cmd::owd::measure_error;
+use crate::cmd::server::read_key;
+use crate::{format, usage};
+
+/// Arguments of `pathlab rtt`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
+    #[arg(value_name = "HOST")]
+    pub host: String,
+    /// Interval between requests.
+    #[arg(short = 'i', long, value_name = "TIME", default_value = "10ms")]
+    pub interval: String,
+    /// How long to run.
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s")]
+    pub time: String,
+    /// UDP payload bytes per request (replies are the same size).
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    pub size: u32,
+    /// Authenticate with the pre-shared key in FILE.
+    #[arg(long, value_name = "FILE")]
+    pub psk: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Save the result (with every round trip) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<std::path::PathBuf>,
+}
+
+/// Runs `pathlab rtt`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let interval = pathlab_core::spec::parse_time(&args.interval).map_err(usage)?;
+    let time = pathlab_core::spec::parse_time(&args.time).map_err(usage)?;
+    if interval.is_zero() {
+        return Err(usage(anyhow::anyhow!("--interval must be above zero")));
+    }
+    let count = (time.as_nanos() / interval.as_nanos()).max(1);
+    let key = read_key(args.psk.as_deref())?;
+    let client = pathlab_io::measure::Client::connect(&args.host, key, Duration::from_secs(5))
+        .map_err(measure_error)?;
+    let report = client
+        .round_trip(Duration::from_nanos(interval.as_nanos()), args.size, count)
+        .map_err(measure_error)?;
+    if let Some(path) = &args.save {
+        let file = pathlab_results::ResultFile::new(
+            pathlab_results::RunResult::Rtt(Box::new(report.clone())),
+            std::env::args().collect(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs()),
+        );
+        std::fs::write(path, file.to_json())?;
+    }
+    if args.json {
+        let mut printed = report;
+        printed.series.clear();
+        println!("{}", serde_json::to_string_pretty(&printed)?);
+    } else {
+        print(&report)?;
+    }
+    Ok(())
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.3}", ns / 1e6)
+}
+
+fn row(out: &mut impl std::io::Write, name: &str, p: &Percentiles) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  {name:<10} min {:>9}  p50 {:>9}  p90 {:>9}  p99 {:>9}  max {:>9}  mean {:>9} ms",
+        ms(p.min_ns as f64),
+        ms(p.p50_ns as f64),
+        ms(p.p90_ns as f64),
+        ms(p.p99_ns as f64),
+        ms(p.max_ns as f64),
+        ms(p.mean_ns)
+    )
+}
+
+fn print(r: &RttReport) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{} requests, {} replies: lost {} up ({}), {} down ({}), {} duplicates",
+        r.sent,
+        r.replies,
+        r.lost_up,
+        format::percent(r.lost_up as f64 / r.sent.max(1) as f64),
+        r.lost_down,
+        format::percent(r.lost_down as f64 / r.sent.max(1) as f64),
+        r.duplicates
+    )?;
+    row(&mut out, "round trip", &r.rtt)?;
+    row(&mut out, "up", &r.up)?;
+    row(&mut out, "down", &r.down)?;
+    let basis = match r.offset_basis {
+        OffsetBasis::ClocksAgree => {
+            "no probe contradicts agreeing clocks, so the split is as measured".to_owned()
+        }
+        OffsetBasis::Corrected => format!(
+            "the server's clock is off by at least {} ms; the split is a bound",
+            ms(r.clock_offset_ns.unsigned_abs() as f64)
+        ),
+    };
+    writeln!(out, "  one-way split: {basis}")?;
+    row(&mut out, "send late", &r.send_error)?;
+    let rtts: Vec<f64> = r.series.iter().map(|s| s.1 as f64).collect();
+    if !rtts.is_empty() {
+        writeln!(
+            out,
+            "  round trip over time: {}",
+            format::sparkline(&rtts, 60)
+        )?;
+    }
+    Ok(())
+}
