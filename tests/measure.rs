@@ -278,3 +278,75 @@ fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
     assert!(report.rtt.min_ns <= report.rtt.p50_ns && report.rtt.p50_ns <= report.rtt.max_ns);
     assert_eq!(report.series.len(), 300);
 }
+
+#[test]
+fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
+    use pathlab_io::measure::{TcpOptions, TcpTest};
+    use pathlab_probe::control::TcpDirection;
+    let server = TestServer::start(generous(), None, "127.0.0.1");
+    for (direction, streams) in [
+        (TcpDirection::Up, 3),
+        (TcpDirection::Down, 1),
+        (TcpDirection::Both, 2),
+    ] {
+        let test = TcpTest {
+            streams,
+            direction,
+            duration: Duration::from_millis(600),
+            interval: Duration::from_millis(200),
+            sample_every: Duration::from_millis(10),
+            options: TcpOptions {
+                window: Some(1 << 20),
+                mss: Some(1400),
+                congestion: Some("reno".into()),
+            },
+        };
+        let report = Client::connect(&server.address, None, Duration::from_secs(5))
+            .expect("connects")
+            .tcp(&test)
+            .expect("tcp test runs");
+        let (up, down) = match direction {
+            TcpDirection::Up => (streams, 0),
+            TcpDirection::Down => (0, streams),
+            TcpDirection::Both => (streams, streams),
+        };
+        assert_eq!(
+            (report.up.len(), report.down.len()),
+            (up as usize, down as usize),
+            "{direction:?}"
+        );
+        for stream in report.up.iter().chain(&report.down) {
+            assert!(
+                stream.bytes > 0,
+                "{direction:?} stream {} moved data",
+                stream.index
+            );
+            assert_eq!(
+                stream.interval_bytes.iter().sum::<u64>(),
+                stream.bytes,
+                "intervals add up"
+            );
+            assert!(stream.interval_bytes.len() >= 3, "0.6 s in 0.2 s intervals");
+            let last = stream
+                .samples
+                .last()
+                .expect("TCP_INFO samples from the sender");
+            assert!(
+                stream.samples.len() >= 10,
+                "sampled every 10 ms: {}",
+                stream.samples.len()
+            );
+            assert!(last.cwnd > 0 && last.srtt_us > 0);
+            assert!(last.mss <= 1400, "TCP_MAXSEG applied: {}", last.mss);
+            // What the receiver counted is what the sender's stack sent, less retransmissions
+            // and the headers (TCP_INFO counts payload bytes).
+            assert!(
+                last.sent_bytes >= stream.bytes,
+                "sent {} >= received {}",
+                last.sent_bytes,
+                stream.bytes
+            );
+        }
+        assert!(report.client_cpu_s > 0.0 && report.server_cpu_s > 0.0);
+    }
+}

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pathlab_probe::auth::{ControlAuth, Key, NONCE_LEN};
+use pathlab_probe::control::TcpDirection;
 use pathlab_probe::control::{
     self, ControlError, Direction, FrameReader, Limits, Message, ReceivedProbe, Refusal,
     TestRequest, RECORDS_PER_CHUNK,
@@ -20,11 +21,19 @@ use pathlab_probe::control::{
 use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::rtt::{self, RoundTrip, RttReport};
+use pathlab_probe::tcp::{
+    self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
+};
 
 use crate::sys;
 
 /// The server's default TCP port.
 pub const DEFAULT_PORT: u16 = 4920;
+
+thread_local! {
+    /// The data listener of the TCP test this connection thread is serving.
+    static DATA_LISTENER: std::cell::RefCell<Option<TcpListener>> = const { std::cell::RefCell::new(None) };
+}
 
 /// How long after the sender's last probe the receiver keeps listening for stragglers.
 const GRACE: Duration = Duration::from_millis(500);
@@ -248,8 +257,29 @@ impl Drop for ActiveTest<'_> {
     }
 }
 
+/// Most parallel streams a TCP test may ask for, per direction.
+const MAX_STREAMS: u32 = 128;
+
 fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
     let (size, count) = match *test {
+        TestRequest::Tcp {
+            streams,
+            duration_ns,
+            ..
+        } => {
+            if streams == 0 || streams > MAX_STREAMS {
+                return Err(Refusal::BadRequest(format!(
+                    "{streams} streams (1 to {MAX_STREAMS})"
+                )));
+            }
+            if duration_ns > limits.max_duration_ns {
+                return Err(Refusal::TooLong {
+                    max_ns: limits.max_duration_ns,
+                    asked_ns: duration_ns,
+                });
+            }
+            return Ok(());
+        }
         TestRequest::OneWay {
             size,
             count,
@@ -372,10 +402,31 @@ fn serve_connection(
     let udp = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
     sys::enable_receive_timestamps(udp.as_fd())?;
     let probe_key = connection.auth.as_ref().map(|auth| auth.probe_key(session));
+    // A TCP test's streams connect to a listener of their own; its port goes in Accept.
+    let data_listener = match &test {
+        TestRequest::Tcp { window, mss, .. } => {
+            let listener = TcpListener::bind(SocketAddr::new(local.ip(), 0))?;
+            apply_tcp_options(
+                listener.as_fd(),
+                &TcpOptions {
+                    window: *window,
+                    mss: *mss,
+                    congestion: None,
+                },
+            )?;
+            Some(listener)
+        }
+        _ => None,
+    };
+    let server_port = match &data_listener {
+        Some(listener) => listener.local_addr()?.port(),
+        None => udp.local_addr()?.port(),
+    };
     connection.send(&Message::Accept {
         session,
-        server_port: udp.local_addr()?.port(),
+        server_port,
     })?;
+    DATA_LISTENER.with(|slot| *slot.borrow_mut() = data_listener);
     let client = SocketAddr::new(peer.ip(), client_port);
     let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
     match test {
@@ -420,6 +471,38 @@ fn serve_connection(
             let done = connection.receive(deadline, "the client's results")?;
             Ok(format!(
                 "one-way down {test:?}: sent {sent}, client says {done:?}"
+            ))
+        }
+        TestRequest::Tcp {
+            streams,
+            direction,
+            duration_ns,
+            interval_ns,
+            sample_ns,
+            ref window,
+            ref mss,
+            ref congestion,
+        } => {
+            drop(udp);
+            let options = TcpOptions {
+                window: *window,
+                mss: *mss,
+                congestion: congestion.clone(),
+            };
+            let line = serve_tcp(
+                &mut connection,
+                session,
+                local.ip(),
+                streams,
+                direction,
+                duration_ns,
+                interval_ns,
+                sample_ns,
+                &options,
+            )?;
+            Ok(format!(
+                "tcp {streams} stream(s) {direction:?} {:.1} s: {line}",
+                duration_ns as f64 * 1e-9
             ))
         }
         TestRequest::RoundTrip { .. } => {
@@ -689,12 +772,10 @@ impl Client {
     fn request(
         &mut self,
         test: TestRequest,
-        udp: &UdpSocket,
+        client_port: u16,
     ) -> Result<(u64, SocketAddr, Option<Key>), MeasureError> {
-        self.connection.send(&Message::Request {
-            test,
-            client_port: udp.local_addr()?.port(),
-        })?;
+        self.connection
+            .send(&Message::Request { test, client_port })?;
         match self
             .connection
             .receive(Duration::from_secs(10), "the server's answer")?
@@ -745,7 +826,7 @@ impl Client {
             size,
             count,
         };
-        let (session, server, key) = self.request(test.clone(), &udp)?;
+        let (session, server, key) = self.request(test.clone(), udp.local_addr()?.port())?;
         let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
         match direction {
             Direction::Up => {
@@ -825,7 +906,7 @@ impl Client {
             size,
             count,
         };
-        let (session, server, key) = self.request(test, &udp)?;
+        let (session, server, key) = self.request(test, udp.local_addr()?.port())?;
         udp.connect(server)?;
         udp.set_nonblocking(true)?;
         let mut padding = [0u8; 4096];
@@ -981,6 +1062,363 @@ fn receive_down(
         }
         if started.elapsed() > deadline {
             return Err(MeasureError::Timeout("the server's probes"));
+        }
+    }
+}
+
+/// Socket options of a TCP test.
+#[derive(Debug, Clone, Default)]
+pub struct TcpOptions {
+    /// SO_SNDBUF and SO_RCVBUF, bytes.
+    pub window: Option<u32>,
+    /// TCP_MAXSEG, bytes.
+    pub mss: Option<u32>,
+    /// TCP_CONGESTION (senders only).
+    pub congestion: Option<String>,
+}
+
+/// Bytes written per `write` by a TCP sender.
+const TCP_CHUNK: usize = 128 * 1024;
+/// Bytes of a data connection's greeting: session, stream index, direction.
+const GREETING_LEN: usize = 16;
+
+fn apply_tcp_options(fd: std::os::fd::BorrowedFd<'_>, options: &TcpOptions) -> io::Result<()> {
+    if let Some(window) = options.window {
+        let window = window as i32;
+        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &window)?;
+        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &window)?;
+    }
+    if let Some(mss) = options.mss {
+        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &(mss as i32))?;
+    }
+    if let Some(algorithm) = &options.congestion {
+        sys::setsockopt_bytes(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            algorithm.as_bytes(),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("congestion control '{algorithm}': {e}")))?;
+    }
+    Ok(())
+}
+
+/// Connects a data stream with the options set before the handshake (window scaling and
+/// MSS are negotiated in it) and sends the greeting.
+fn connect_stream(
+    server: SocketAddr,
+    options: &TcpOptions,
+    session: u64,
+    index: u32,
+    down: bool,
+) -> io::Result<TcpStream> {
+    let domain = if server.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    apply_tcp_options(
+        socket.as_fd(),
+        &TcpOptions {
+            congestion: if down {
+                None
+            } else {
+                options.congestion.clone()
+            },
+            ..options.clone()
+        },
+    )?;
+    sys::connect(socket.as_fd(), server)?;
+    let mut stream = TcpStream::from(socket);
+    let mut greeting = [0u8; GREETING_LEN];
+    greeting[..8].copy_from_slice(&session.to_be_bytes());
+    greeting[8..12].copy_from_slice(&index.to_be_bytes());
+    greeting[12] = u8::from(down);
+    stream.write_all(&greeting)?;
+    Ok(stream)
+}
+
+fn sample(stream: &TcpStream, start: Instant) -> Option<TcpSample> {
+    let info = sys::tcp_info(stream.as_fd()).ok()?;
+    Some(TcpSample {
+        at_ns: start.elapsed().as_nanos() as u64,
+        cwnd: info.tcpi_snd_cwnd,
+        ssthresh: info.tcpi_snd_ssthresh,
+        srtt_us: info.tcpi_rtt,
+        rttvar_us: info.tcpi_rttvar,
+        retrans_segments: info.tcpi_total_retrans,
+        retrans_bytes: info.tcpi_bytes_retrans,
+        sent_bytes: info.tcpi_bytes_sent,
+        delivery_rate: info.tcpi_delivery_rate,
+        pacing_rate: info.tcpi_pacing_rate,
+        mss: info.tcpi_snd_mss,
+    })
+}
+
+/// Sends for `duration`, sampling TCP_INFO every `sample_every` on a second thread.
+fn send_stream(
+    mut stream: TcpStream,
+    index: u32,
+    duration: Duration,
+    sample_every: Duration,
+) -> io::Result<StreamReport> {
+    let start = Instant::now();
+    let sampler_stream = stream.try_clone()?;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&done);
+    let sampler = std::thread::spawn(move || {
+        let mut samples = Vec::new();
+        while !flag.load(Ordering::Relaxed) {
+            if let Some(s) = sample(&sampler_stream, start) {
+                samples.push(s);
+            }
+            std::thread::sleep(sample_every);
+        }
+        samples
+    });
+    let chunk = vec![0x5au8; TCP_CHUNK];
+    let mut result = Ok(());
+    while start.elapsed() < duration {
+        if let Err(error) = stream.write_all(&chunk) {
+            result = Err(error);
+            break;
+        }
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    // Wait for the receiver to close: its last ACKs belong in the samples.
+    let mut sink = [0u8; 64];
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = stream.read(&mut sink);
+    done.store(true, Ordering::Relaxed);
+    let mut samples = sampler.join().expect("sampler does not panic");
+    if let Some(last) = sample(&stream, start) {
+        samples.push(last);
+    }
+    result?;
+    Ok(StreamReport {
+        index,
+        samples,
+        ..StreamReport::default()
+    })
+}
+
+/// Receives until the sender closes, counting bytes per interval.
+fn receive_stream(
+    mut stream: TcpStream,
+    index: u32,
+    interval: Duration,
+) -> io::Result<StreamReport> {
+    let start = Instant::now();
+    let mut counter = IntervalCounter::new(interval.as_nanos() as u64);
+    let mut buffer = vec![0u8; TCP_CHUNK];
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    loop {
+        let n = stream.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        counter.add(start.elapsed().as_nanos() as u64, n as u64);
+    }
+    let receive_ns = start.elapsed().as_nanos() as u64;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    Ok(StreamReport {
+        index,
+        interval_bytes: counter.intervals,
+        bytes: counter.total,
+        receive_ns,
+        samples: Vec::new(),
+    })
+}
+
+/// Runs one stream's end in a thread: sends if `send`, else receives.
+fn stream_thread(
+    stream: TcpStream,
+    index: u32,
+    send: bool,
+    duration: Duration,
+    interval: Duration,
+    sample_every: Duration,
+) -> std::thread::JoinHandle<io::Result<StreamReport>> {
+    std::thread::spawn(move || {
+        if send {
+            send_stream(stream, index, duration, sample_every)
+        } else {
+            receive_stream(stream, index, interval)
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve_tcp(
+    connection: &mut Connection,
+    session: u64,
+    _local: IpAddr,
+    streams: u32,
+    direction: TcpDirection,
+    duration_ns: u64,
+    interval_ns: u64,
+    sample_ns: u64,
+    options: &TcpOptions,
+) -> Result<String, MeasureError> {
+    let listener = DATA_LISTENER
+        .with(|slot| slot.borrow_mut().take())
+        .expect("a TCP test has a data listener");
+    let expected = match direction {
+        TcpDirection::Both => 2 * streams,
+        _ => streams,
+    } as usize;
+    let cpu_start = sys::process_cpu_time();
+    let duration = Duration::from_nanos(duration_ns);
+    let interval = Duration::from_nanos(interval_ns.max(1));
+    let sample_every = Duration::from_nanos(sample_ns.max(1_000_000));
+    let mut threads = Vec::new();
+    let accept_deadline = Instant::now() + Duration::from_secs(10);
+    listener.set_nonblocking(true)?;
+    while threads.len() < expected {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                stream.set_nonblocking(false)?;
+                let mut greeting = [0u8; GREETING_LEN];
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                if stream.read_exact(&mut greeting).is_err()
+                    || u64::from_be_bytes(greeting[..8].try_into().expect("8 bytes")) != session
+                {
+                    continue;
+                }
+                let index = u32::from_be_bytes(greeting[8..12].try_into().expect("4 bytes"));
+                let down = greeting[12] == 1;
+                if down {
+                    if let Some(algorithm) = &options.congestion {
+                        sys::setsockopt_bytes(
+                            stream.as_fd(),
+                            libc::IPPROTO_TCP,
+                            libc::TCP_CONGESTION,
+                            algorithm.as_bytes(),
+                        )?;
+                    }
+                }
+                threads.push((
+                    down,
+                    stream_thread(stream, index, down, duration, interval, sample_every),
+                ));
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() > accept_deadline {
+                    return Err(MeasureError::Timeout("the test's TCP streams"));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    for (is_down, thread) in threads {
+        let report = thread.join().expect("stream threads do not panic")?;
+        if is_down {
+            down.push(report);
+        } else {
+            up.push(report);
+        }
+    }
+    up.sort_by_key(|s| s.index);
+    down.sort_by_key(|s| s.index);
+    let cpu_ns = sys::process_cpu_time().saturating_sub(cpu_start).as_nanos() as u64;
+    let received: u64 = up.iter().map(|s| s.bytes).sum();
+    connection.send(&Message::TcpReport { up, down, cpu_ns })?;
+    Ok(format!(
+        "received {received} bytes, cpu {:.2} s",
+        cpu_ns as f64 * 1e-9
+    ))
+}
+
+/// A TCP test as the client asks for it.
+#[derive(Debug, Clone)]
+pub struct TcpTest {
+    /// Parallel streams per direction.
+    pub streams: u32,
+    /// Which way.
+    pub direction: TcpDirection,
+    /// How long.
+    pub duration: Duration,
+    /// Reporting interval.
+    pub interval: Duration,
+    /// TCP_INFO sampling period.
+    pub sample_every: Duration,
+    /// Socket options.
+    pub options: TcpOptions,
+}
+
+impl Client {
+    /// Runs a bulk TCP test.
+    pub fn tcp(mut self, test: &TcpTest) -> Result<TcpTestReport, MeasureError> {
+        let request = TestRequest::Tcp {
+            streams: test.streams,
+            direction: test.direction,
+            duration_ns: test.duration.as_nanos() as u64,
+            interval_ns: test.interval.as_nanos() as u64,
+            sample_ns: test.sample_every.as_nanos() as u64,
+            window: test.options.window,
+            mss: test.options.mss,
+            congestion: test.options.congestion.clone(),
+        };
+        let (session, server, _) = self.request(request, 0)?;
+        let cpu_start = sys::process_cpu_time();
+        let mut threads = Vec::new();
+        let directions: &[bool] = match test.direction {
+            TcpDirection::Up => &[false],
+            TcpDirection::Down => &[true],
+            TcpDirection::Both => &[false, true],
+        };
+        for &down in directions {
+            for index in 0..test.streams {
+                let stream = connect_stream(server, &test.options, session, index, down).map_err(
+                    |source| MeasureError::Unreachable {
+                        address: server.to_string(),
+                        source,
+                    },
+                )?;
+                // The client sends the upward streams and receives the downward ones.
+                threads.push((
+                    down,
+                    stream_thread(
+                        stream,
+                        index,
+                        !down,
+                        test.duration,
+                        test.interval,
+                        test.sample_every,
+                    ),
+                ));
+            }
+        }
+        let (mut sent_up, mut received_down) = (Vec::new(), Vec::new());
+        for (down, thread) in threads {
+            let report = thread.join().expect("stream threads do not panic")?;
+            if down {
+                received_down.push(report);
+            } else {
+                sent_up.push(report);
+            }
+        }
+        let client_cpu = sys::process_cpu_time().saturating_sub(cpu_start);
+        let deadline = Duration::from_secs(30);
+        match self.connection.receive(deadline, "the server's report")? {
+            Message::TcpReport { up, down, cpu_ns } => {
+                let up = tcp_report::merge_streams(&up, &sent_up);
+                let down = tcp_report::merge_streams(&received_down, &down);
+                Ok(TcpTestReport {
+                    interval_ns: test.interval.as_nanos() as u64,
+                    up_bps: tcp_report::goodput_bps(&up),
+                    down_bps: tcp_report::goodput_bps(&down),
+                    up,
+                    down,
+                    client_cpu_s: client_cpu.as_secs_f64(),
+                    server_cpu_s: cpu_ns as f64 * 1e-9,
+                })
+            }
+            Message::Error { message } => Err(MeasureError::Remote(message)),
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
         }
     }
 }

@@ -37,6 +37,18 @@ pub enum Direction {
     Down,
 }
 
+/// Which way a TCP test's data goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TcpDirection {
+    /// Client to server.
+    Up,
+    /// Server to client (`-R`).
+    Down,
+    /// Both at once (`--bidir`).
+    Both,
+}
+
 /// What the client asks the server for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -51,6 +63,25 @@ pub enum TestRequest {
         size: u32,
         /// How many probes.
         count: u64,
+    },
+    /// Bulk TCP streams on their own connections to the test's TCP port.
+    Tcp {
+        /// Parallel streams per direction.
+        streams: u32,
+        /// Up, down, or both at once (`bidir`).
+        direction: TcpDirection,
+        /// How long each stream sends, ns.
+        duration_ns: u64,
+        /// Per-interval throughput granularity, ns.
+        interval_ns: u64,
+        /// How often the sender samples TCP_INFO, ns.
+        sample_ns: u64,
+        /// Socket buffer size (SO_SNDBUF/SO_RCVBUF) for both ends, bytes.
+        window: Option<u32>,
+        /// TCP_MAXSEG, bytes.
+        mss: Option<u32>,
+        /// TCP_CONGESTION for the senders.
+        congestion: Option<String>,
     },
     /// Isochronous round trips.
     RoundTrip {
@@ -67,6 +98,8 @@ impl TestRequest {
     /// The rate the test offers, in bits per second of UDP payload.
     pub fn rate_bps(&self) -> u64 {
         match *self {
+            // TCP finds its own rate; the server bounds it by duration and test count.
+            TestRequest::Tcp { .. } => 0,
             TestRequest::OneWay { rate_bps, .. } => rate_bps,
             TestRequest::RoundTrip {
                 interval_ns, size, ..
@@ -77,6 +110,7 @@ impl TestRequest {
     /// How long the test lasts in ns.
     pub fn duration_ns(&self) -> u64 {
         match *self {
+            TestRequest::Tcp { duration_ns, .. } => duration_ns,
             TestRequest::OneWay {
                 rate_bps,
                 size,
@@ -205,6 +239,16 @@ pub enum Message {
         received: u64,
         /// Probes dropped because they failed authentication or did not belong to the test.
         rejected: u64,
+    },
+    /// Either side, at the end of a TCP test: its view of every stream and the CPU time it
+    /// spent.
+    TcpReport {
+        /// Streams sent by the client (as this end saw them).
+        up: Vec<crate::tcp::StreamReport>,
+        /// Streams sent by the server.
+        down: Vec<crate::tcp::StreamReport>,
+        /// CPU time this end's process used during the test, ns.
+        cpu_ns: u64,
     },
     /// Either side: something went wrong.
     Error {

@@ -16,3 +16,4 @@ pub mod owd;
 pub mod probe;
 pub mod rtt;
 pub mod sequence;
+pub mod tcp;

@@ -53,6 +53,8 @@ pub enum RunResult {
     Owd(Vec<pathlab_probe::owd::OneWayResult>),
     /// A `pathlab rtt` run.
     Rtt(Box<pathlab_probe::rtt::RttReport>),
+    /// A `pathlab tcp` run.
+    Tcp(Box<pathlab_probe::tcp::TcpTestReport>),
 }
 
 /// Why a result file could not be read.

@@ -36,6 +36,8 @@ enum Command {
     Owd(cmd::owd::Args),
     /// Isochronous round trips: RTT percentiles, loss each way, one-way split.
     Rtt(cmd::rtt::Args),
+    /// Bulk TCP like iperf3: parallel streams, reverse, bidirectional, TCP_INFO samples.
+    Tcp(cmd::tcp::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Server(args) => cmd::server::run(&args),
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),
+        Command::Tcp(args) => cmd::tcp::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

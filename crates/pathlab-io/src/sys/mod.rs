@@ -534,3 +534,53 @@ pub fn random_bytes(buffer: &mut [u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The kernel's `TCP_INFO` for a TCP socket.
+pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
+    // SAFETY: tcp_info is plain data; all-zero is valid.
+    let mut info: libc::tcp_info = unsafe { zeroed() };
+    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is writable for `len` bytes; the kernel writes at most that.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            std::ptr::from_mut(&mut info).cast(),
+            &raw mut len,
+        )
+    })?;
+    Ok(info)
+}
+
+/// Sets a string socket option (`TCP_CONGESTION`).
+pub fn setsockopt_bytes(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &[u8],
+) -> io::Result<()> {
+    // SAFETY: `value` is readable for its length.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            value.as_ptr().cast(),
+            value.len() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// CPU time (user + system) this process has used.
+pub fn process_cpu_time() -> Duration {
+    // SAFETY: rusage is plain data; getrusage fills it.
+    let mut usage: libc::rusage = unsafe { zeroed() };
+    // SAFETY: `usage` is writable.
+    unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, &raw mut usage);
+    }
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}

@@ -8,3 +8,4 @@ pub mod server;
 pub mod shell;
 pub mod sim;
 pub mod spec;
+pub mod tcp;

@@ -1,0 +1,178 @@
+//! `pathlab tcp`: bulk TCP with iperf3's flags, per-interval throughput and TCP_INFO.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use pathlab_io::measure::{Client, TcpOptions, TcpTest};
+use pathlab_probe::control::TcpDirection;
+use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
+
+use crate::cmd::owd::measure_error;
+use crate::cmd::server::read_key;
+use crate::{format, usage};
+
+/// Arguments of `pathlab tcp`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
+    #[arg(value_name = "HOST")]
+    pub host: String,
+    /// Parallel streams.
+    #[arg(short = 'P', long, value_name = "N", default_value_t = 1)]
+    pub parallel: u32,
+    /// Reverse: the server sends.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+    /// How long to send.
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s")]
+    pub time: String,
+    /// Socket buffer size (SO_SNDBUF/SO_RCVBUF) at both ends, e.g. 4M.
+    #[arg(short = 'w', long, value_name = "SIZE")]
+    pub window: Option<String>,
+    /// Maximum segment size (TCP_MAXSEG).
+    #[arg(long, value_name = "BYTES")]
+    pub mss: Option<u32>,
+    /// Congestion control of the senders (cubic, reno, bbr, ...).
+    #[arg(short = 'C', long, value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// Reporting interval.
+    #[arg(short = 'i', long, value_name = "TIME", default_value = "1s")]
+    pub interval: String,
+    /// How often the senders sample TCP_INFO.
+    #[arg(long, value_name = "TIME", default_value = "10ms")]
+    pub sample: String,
+    /// Authenticate the control connection with the pre-shared key in FILE.
+    #[arg(long, value_name = "FILE")]
+    pub psk: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Save the result (with every TCP_INFO sample) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<std::path::PathBuf>,
+}
+
+/// Runs `pathlab tcp`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let time = |text: &str| {
+        pathlab_core::spec::parse_time(text)
+            .map(|d| Duration::from_nanos(d.as_nanos()))
+            .map_err(usage)
+    };
+    let window = args
+        .window
+        .as_deref()
+        .map(|w| pathlab_core::spec::parse_size(w).map(|b| b as u32))
+        .transpose()
+        .map_err(usage)?;
+    let test = TcpTest {
+        streams: args.parallel,
+        direction: if args.bidir {
+            TcpDirection::Both
+        } else if args.reverse {
+            TcpDirection::Down
+        } else {
+            TcpDirection::Up
+        },
+        duration: time(&args.time)?,
+        interval: time(&args.interval)?,
+        sample_every: time(&args.sample)?,
+        options: TcpOptions {
+            window,
+            mss: args.mss,
+            congestion: args.congestion.clone(),
+        },
+    };
+    if test.interval.is_zero() || test.duration.is_zero() {
+        return Err(usage(anyhow::anyhow!("-t and -i must be above zero")));
+    }
+    let key = read_key(args.psk.as_deref())?;
+    let client = Client::connect(&args.host, key, Duration::from_secs(5)).map_err(measure_error)?;
+    let report = client.tcp(&test).map_err(measure_error)?;
+    if let Some(path) = &args.save {
+        let file = pathlab_results::ResultFile::new(
+            pathlab_results::RunResult::Tcp(Box::new(report.clone())),
+            std::env::args().collect(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs()),
+        );
+        std::fs::write(path, file.to_json())?;
+    }
+    if args.json {
+        let mut printed = report;
+        for stream in printed.up.iter_mut().chain(printed.down.iter_mut()) {
+            stream.samples.truncate(1);
+        }
+        println!("{}", serde_json::to_string_pretty(&printed)?);
+    } else {
+        print(&report)?;
+    }
+    Ok(())
+}
+
+fn print(report: &TcpTestReport) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let seconds = report.interval_ns as f64 * 1e-9;
+    for (name, streams) in [("up", &report.up), ("down", &report.down)] {
+        if streams.is_empty() {
+            continue;
+        }
+        let refs: Vec<&StreamReport> = streams.iter().collect();
+        let sums = sum_intervals(&refs);
+        writeln!(
+            out,
+            "{name} ({} stream{}):",
+            streams.len(),
+            if streams.len() == 1 { "" } else { "s" }
+        )?;
+        let end = streams.iter().map(|s| s.receive_ns).max().unwrap_or(0) as f64 * 1e-9;
+        for (i, bytes) in sums.iter().enumerate() {
+            let from = i as f64 * seconds;
+            // The last interval is as long as the streams lasted into it.
+            let to = ((i + 1) as f64 * seconds).min(end.max(from + 1e-9));
+            writeln!(
+                out,
+                "  {from:6.2}-{to:6.2} s  {:10.2} MBytes  {}",
+                *bytes as f64 / 1e6,
+                format::rate(*bytes as f64 * 8.0 / (to - from))
+            )?;
+        }
+        for stream in streams {
+            let last = stream.samples.last().copied().unwrap_or_default();
+            let retrans_pct = if last.sent_bytes > 0 {
+                last.retrans_bytes as f64 / last.sent_bytes as f64
+            } else {
+                0.0
+            };
+            writeln!(
+                out,
+                "  stream {}: {:.2} MBytes in {:.2} s, retransmitted {} segments ({} of bytes), last cwnd {} x {} B, srtt {:.3} ms",
+                stream.index,
+                stream.bytes as f64 / 1e6,
+                stream.receive_ns as f64 * 1e-9,
+                last.retrans_segments,
+                format::percent(retrans_pct),
+                last.cwnd,
+                last.mss,
+                f64::from(last.srtt_us) / 1e3
+            )?;
+        }
+    }
+    writeln!(
+        out,
+        "total: up {}, down {}",
+        format::rate(report.up_bps),
+        format::rate(report.down_bps)
+    )?;
+    writeln!(
+        out,
+        "cpu: client {:.2} s, server {:.2} s",
+        report.client_cpu_s, report.server_cpu_s
+    )?;
+    Ok(())
+}
