@@ -435,7 +435,7 @@ fn serve_connection(
             count,
             ..
         } => {
-            let (arrivals, rejected) = receive_probes(
+            let (arrivals, rejected, _, _) = receive_one_way(
                 &udp,
                 &mut connection,
                 session,
@@ -580,69 +580,6 @@ fn pace_until(due: Instant) {
     }
     while Instant::now() < due {
         std::hint::spin_loop();
-    }
-}
-
-/// Receives one-way probes of `session` from `from` until the sender's `Sent` plus a grace
-/// period; returns every accepted arrival and how many were rejected.
-fn receive_probes(
-    udp: &UdpSocket,
-    connection: &mut Connection,
-    session: u64,
-    from: IpAddr,
-    key: Option<&Key>,
-    count: u64,
-    deadline: Duration,
-) -> Result<(Vec<ReceivedProbe>, u64), MeasureError> {
-    let started = Instant::now();
-    let mut arrivals = Vec::with_capacity(count.min(10_000_000) as usize);
-    let mut rejected = 0;
-    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
-    let mut finish_by: Option<Instant> = None;
-    loop {
-        let mut ready = [false];
-        let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
-        if ready[0] {
-            udp.set_nonblocking(true)?;
-            while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
-            {
-                let received_ns = kernel_ns.unwrap_or_else(now_ns);
-                match probe::decode(&buffer[..len], key) {
-                    Ok(p)
-                        if p.session == session
-                            && p.kind == ProbeKind::OneWay
-                            && source.ip() == from =>
-                    {
-                        arrivals.push(ReceivedProbe {
-                            seq: p.seq,
-                            sent_ns: p.sent_ns,
-                            received_ns,
-                        });
-                    }
-                    _ => rejected += 1,
-                }
-            }
-        }
-        if finish_by.is_none() {
-            if let Some(message) = connection.poll(Duration::ZERO)? {
-                match message {
-                    Message::Sent { .. } => finish_by = Some(Instant::now() + GRACE),
-                    other => {
-                        return Err(MeasureError::Protocol(format!(
-                            "unexpected {other:?} during the test"
-                        )))
-                    }
-                }
-            }
-        }
-        // Always the whole grace period: duplicates make a count of arrivals no proof that
-        // every probe is in, and late probes are still on their way.
-        if finish_by.is_some_and(|t| Instant::now() >= t) {
-            return Ok((arrivals, rejected));
-        }
-        if started.elapsed() > deadline {
-            return Err(MeasureError::Timeout("the end of the test"));
-        }
     }
 }
 
@@ -863,7 +800,7 @@ impl Client {
                 }
             }
             Direction::Down => {
-                let (arrivals, rejected, sent, duration_ns) = receive_down(
+                let (arrivals, rejected, sent, duration_ns) = receive_one_way(
                     &udp,
                     &mut self.connection,
                     session,
@@ -1004,8 +941,10 @@ impl Client {
     }
 }
 
-/// The client's side of a downward test: probes until the server's `Sent` and a grace.
-fn receive_down(
+/// The receiving side of a one-way test (the server for up, the client for down): every
+/// accepted probe of `session` from `from`, in arrival order, until the sender's `Sent`
+/// plus a grace period; with the rejected count and what the sender says it sent.
+fn receive_one_way(
     udp: &UdpSocket,
     connection: &mut Connection,
     session: u64,

@@ -1,13 +1,11 @@
 //! `pathlab owd`: one-way delay probing, as the seed's link-aggregation probe does it.
 
 use std::io::Write as _;
-use std::time::Duration;
 
-use pathlab_io::measure::{Client, MeasureError};
 use pathlab_probe::control::Direction;
 use pathlab_probe::owd::{OneWayResult, QueueVerdict};
 
-use crate::cmd::server::read_key;
+use crate::cmd::client::measure_error;
 use crate::{format, usage};
 
 /// Arguments of `pathlab owd`.
@@ -34,15 +32,8 @@ pub struct Args {
     /// Packets in the sliding window whose minimum the deviation is taken from.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub window: usize,
-    /// Authenticate with the pre-shared key in FILE (the server must have the same).
-    #[arg(long, value_name = "FILE")]
-    pub psk: Option<std::path::PathBuf>,
-    /// Print JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
-    /// Save the result (with the deviation series) to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub save: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub client: crate::cmd::client::ClientOptions,
 }
 
 /// Runs `pathlab owd`.
@@ -62,7 +53,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             ((time.as_secs_f64() / interval).round() as u64).max(1)
         }
     };
-    let key = read_key(args.psk.as_deref())?;
     let directions: &[Direction] = match args.direction.as_str() {
         "up" => &[Direction::Up],
         "down" => &[Direction::Down],
@@ -70,8 +60,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let mut results = Vec::new();
     for &direction in directions {
-        let client = Client::connect(&args.host, key.clone(), Duration::from_secs(5))
-            .map_err(measure_error)?;
+        let client = args.client.connect(&args.host)?;
         let result = client
             .one_way(
                 direction,
@@ -83,18 +72,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .map_err(measure_error)?;
         results.push(result);
     }
-    if let Some(path) = &args.save {
-        let file = pathlab_results::ResultFile::new(
-            pathlab_results::RunResult::Owd(results.clone()),
-            std::env::args().collect(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs()),
-        );
-        std::fs::write(path, file.to_json())?;
-    }
-    if args.json {
+    args.client
+        .save(|| pathlab_results::RunResult::Owd(results.clone()))?;
+    if args.client.json {
         let mut printed: Vec<OneWayResult> = results;
         for result in &mut printed {
             result.owd.series.clear();
@@ -104,15 +84,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         print(&results)?;
     }
     Ok(())
-}
-
-/// A measurement error as the CLI reports it: the user's input (refused, unknown host,
-/// wrong key) is a usage error.
-pub fn measure_error(error: MeasureError) -> anyhow::Error {
-    match error {
-        MeasureError::Refused(_) | MeasureError::Resolve(_) | MeasureError::Auth(_) => usage(error),
-        other => anyhow::Error::new(other),
-    }
 }
 
 fn print(results: &[OneWayResult]) -> std::io::Result<()> {

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
 
-use crate::cmd::owd::measure_error;
-use crate::cmd::server::read_key;
+use crate::cmd::client::measure_error;
 use crate::{format, usage};
 
 /// Arguments of `pathlab rtt`.
@@ -24,15 +23,8 @@ pub struct Args {
     /// UDP payload bytes per request (replies are the same size).
     #[arg(long, value_name = "BYTES", default_value_t = 64)]
     pub size: u32,
-    /// Authenticate with the pre-shared key in FILE.
-    #[arg(long, value_name = "FILE")]
-    pub psk: Option<std::path::PathBuf>,
-    /// Print JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
-    /// Save the result (with every round trip) to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub save: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub client: crate::cmd::client::ClientOptions,
 }
 
 /// Runs `pathlab rtt`.
@@ -43,24 +35,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         return Err(usage(anyhow::anyhow!("--interval must be above zero")));
     }
     let count = (time.as_nanos() / interval.as_nanos()).max(1);
-    let key = read_key(args.psk.as_deref())?;
-    let client = pathlab_io::measure::Client::connect(&args.host, key, Duration::from_secs(5))
-        .map_err(measure_error)?;
+    let client = args.client.connect(&args.host)?;
     let report = client
         .round_trip(Duration::from_nanos(interval.as_nanos()), args.size, count)
         .map_err(measure_error)?;
-    if let Some(path) = &args.save {
-        let file = pathlab_results::ResultFile::new(
-            pathlab_results::RunResult::Rtt(Box::new(report.clone())),
-            std::env::args().collect(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs()),
-        );
-        std::fs::write(path, file.to_json())?;
-    }
-    if args.json {
+    args.client
+        .save(|| pathlab_results::RunResult::Rtt(Box::new(report.clone())))?;
+    if args.client.json {
         let mut printed = report;
         printed.series.clear();
         println!("{}", serde_json::to_string_pretty(&printed)?);

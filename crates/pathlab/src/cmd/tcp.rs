@@ -3,12 +3,11 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use pathlab_io::measure::{Client, TcpOptions, TcpTest};
+use pathlab_io::measure::{TcpOptions, TcpTest};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
 
-use crate::cmd::owd::measure_error;
-use crate::cmd::server::read_key;
+use crate::cmd::client::measure_error;
 use crate::{format, usage};
 
 /// Arguments of `pathlab tcp`.
@@ -44,15 +43,8 @@ pub struct Args {
     /// How often the senders sample TCP_INFO.
     #[arg(long, value_name = "TIME", default_value = "10ms")]
     pub sample: String,
-    /// Authenticate the control connection with the pre-shared key in FILE.
-    #[arg(long, value_name = "FILE")]
-    pub psk: Option<std::path::PathBuf>,
-    /// Print JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
-    /// Save the result (with every TCP_INFO sample) to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub save: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub client: crate::cmd::client::ClientOptions,
 }
 
 /// Runs `pathlab tcp`.
@@ -89,21 +81,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if test.interval.is_zero() || test.duration.is_zero() {
         return Err(usage(anyhow::anyhow!("-t and -i must be above zero")));
     }
-    let key = read_key(args.psk.as_deref())?;
-    let client = Client::connect(&args.host, key, Duration::from_secs(5)).map_err(measure_error)?;
+    let client = args.client.connect(&args.host)?;
     let report = client.tcp(&test).map_err(measure_error)?;
-    if let Some(path) = &args.save {
-        let file = pathlab_results::ResultFile::new(
-            pathlab_results::RunResult::Tcp(Box::new(report.clone())),
-            std::env::args().collect(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs()),
-        );
-        std::fs::write(path, file.to_json())?;
-    }
-    if args.json {
+    args.client
+        .save(|| pathlab_results::RunResult::Tcp(Box::new(report.clone())))?;
+    if args.client.json {
         let mut printed = report;
         for stream in printed.up.iter_mut().chain(printed.down.iter_mut()) {
             stream.samples.truncate(1);
