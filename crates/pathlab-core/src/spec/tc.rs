@@ -9,11 +9,19 @@
 //! netem under an AQM is not possible). That order delays packets before the bottleneck
 //! instead of after it, which changes nothing for a constant delay. What tc cannot express
 //! (traces, schedules, some parameters) is listed in `caveats`.
+//!
+//! The alternative of netem on the other side of an `ifb` device (`ingress` + `mirred`)
+//! was not taken: it moves the delay and loss onto the device's ingress, i.e. onto the
+//! other direction, so one direction would no longer be one device's egress. An empty spec
+//! gives a netem that does nothing (`tc qdisc replace dev DEV root netem`) rather than
+//! `tc qdisc del`, so the commands are the same shape for every spec and replace whatever
+//! was there.
 
 use std::fmt::Write as _;
 
 use super::parse::red_weight;
 use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
+use crate::time::Duration;
 
 /// Commands for one device, and what they do not reproduce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -66,20 +74,17 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
             return out;
         }
     }
+    seed_caveat(spec, &mut out);
     let mut netem = netem_part(spec);
     netem.rate = fixed_rate.map(RateSpec::Fixed);
     let delay = spec.delay.map(|d| d.delay);
     match (delay, fixed_rate) {
         (Some(delay), Some(fixed)) if !delay.is_zero() => {
-            // netem's limit counts every packet it holds, the delay line included.
-            let in_flight =
-                (fixed.rate.as_f64() * delay.as_secs_f64() / (FRAME_BYTES * 8.0)).ceil() as u32;
-            let limit = spec.queue.effective_limit_packets() + in_flight;
-            netem.queue.limit_packets = Some(limit);
-            out.caveats.push(format!(
-                "netem's limit counts the packets in its delay line too: {limit} = pathlab's queue of {} + {in_flight} full-size packets in flight at {} over {delay}",
+            netem.queue.limit_packets = Some(limit_with_delay_line(
                 spec.queue.effective_limit_packets(),
-                fixed.rate
+                fixed,
+                delay,
+                &mut out,
             ));
         }
         (Some(delay), None) if !delay.is_zero() => {
@@ -99,6 +104,38 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
     out
 }
 
+/// Packets of `FRAME_BYTES` that `rate` sends in `delay`, rounded up: what a delay line
+/// behind (or in front of) that rate holds when the rate is saturated.
+fn packets_in_delay_line(rate: FixedRate, delay: Duration) -> u32 {
+    (rate.rate.as_f64() * delay.as_secs_f64() / (FRAME_BYTES * 8.0)).ceil() as u32
+}
+
+/// netem's `limit` for a queue of `queue_packets` behind `rate` with `delay`: netem counts
+/// every packet it holds, the delay line included, so the packets in flight are added.
+fn limit_with_delay_line(
+    queue_packets: u32,
+    rate: FixedRate,
+    delay: Duration,
+    out: &mut TcCommands,
+) -> u32 {
+    let in_flight = packets_in_delay_line(rate, delay);
+    let limit = queue_packets.saturating_add(in_flight);
+    out.caveats.push(format!(
+        "netem's limit counts the packets in its delay line too: {limit} = pathlab's queue of {queue_packets} + {in_flight} full-size packets in flight at {} over {delay}",
+        rate.rate
+    ));
+    limit
+}
+
+/// netem's `seed` is not pathlab's generator: say what it does and does not reproduce.
+fn seed_caveat(spec: &LinkSpec, out: &mut TcCommands) {
+    if let Some(seed) = spec.seed {
+        out.caveats.push(format!(
+            "netem's seed {seed} (Linux and iproute2 6.7 or newer) makes its loss and corruption repeatable, with netem's own generator: the pattern is not pathlab's, and delay jitter stays unseeded"
+        ));
+    }
+}
+
 /// The parts of `spec` netem expresses itself (no rate, no queue discipline).
 fn netem_part(spec: &LinkSpec) -> LinkSpec {
     LinkSpec {
@@ -113,8 +150,19 @@ fn netem_part(spec: &LinkSpec) -> LinkSpec {
 
 /// netem (if the spec has netem parts) with htb as its child, the AQM as htb's leaf.
 fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
+    seed_caveat(spec, out);
     let mut netem = netem_part(spec);
-    netem.queue.limit_packets = None;
+    // The pathlab limit belongs to the AQM; netem in front holds only the delay line, but
+    // its default limit (1000) would drop once rate x delay exceeds it.
+    netem.queue.limit_packets = match spec.delay.map(|d| d.delay) {
+        Some(delay) if !delay.is_zero() => Some(limit_with_delay_line(
+            spec.queue.effective_limit_packets(),
+            rate,
+            delay,
+            out,
+        )),
+        _ => None,
+    };
     let htb_parent = if netem.is_passthrough() {
         out.commands.push(format!(
             "tc qdisc replace dev {dev} root handle 1: htb default 1"
@@ -139,6 +187,12 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
     }
     if rate.cell_size == 53 {
         htb.push_str(" linklayer atm");
+        if rate.cell_overhead != 0 {
+            out.caveats.push(format!(
+                "htb has no per-cell overhead; the {} bytes per cell are left out",
+                rate.cell_overhead
+            ));
+        }
     } else if rate.cell_size != 0 {
         out.caveats.push(format!(
             "htb knows only ATM cells (53 bytes); cells of {} bytes are left out",
@@ -250,7 +304,7 @@ fn red_leaf(red: &RedConfig, queue: &QueueSpec, rate: FixedRate, out: &mut TcCom
         }
     }
     if red.gentle {
-        out.caveats.push("tc-red has no gentle flag (it is a sysctl-free kernel default off); pathlab's gentle ramp is left out".into());
+        out.caveats.push("tc-red has no gentle mode (Linux RED drops or marks every packet above max); pathlab's gentle ramp from max to 2 x max is left out".into());
     }
     words
 }
@@ -303,7 +357,8 @@ mod tests {
         assert_eq!(
             out.commands,
             vec![
-                "tc qdisc replace dev eth1 root handle 1: netem delay 20ms loss 1%",
+                // 10 Mbit/s x 20 ms / (1514 x 8 bit) = 16.5 -> 17 in flight, + 100 queued.
+                "tc qdisc replace dev eth1 root handle 1: netem delay 20ms loss 1% limit 117",
                 "tc qdisc add dev eth1 parent 1: handle 2: htb default 1",
                 "tc class add dev eth1 parent 2: classid 2:1 htb rate 10mbit ceil 10mbit",
                 "tc qdisc add dev eth1 parent 2:1 handle 10: codel limit 100 target 10ms interval 100ms noecn",
@@ -392,5 +447,204 @@ mod tests {
             .caveats
             .iter()
             .any(|c| c.contains("only act in front of a rate")));
+    }
+
+    const HTB_BURST: &str = "htb is a token bucket: it can pass a burst of a few packets at line rate, where pathlab serializes every packet at the rate";
+
+    #[test]
+    fn loss_models_and_ecn_are_netems_own_words() {
+        assert_eq!(
+            tc("delay 10ms loss state 1% 10% 5% 20% 0.1% ecn").commands,
+            vec![
+                "tc qdisc replace dev eth1 root netem delay 10ms loss state 1% 10% 5% 20% 0.1% ecn"
+            ]
+        );
+        // tc-netem(8): loss gemodel p [r [1-h [1-k]]].
+        let gemodel = tc("loss gemodel 1% 10% 70% 0.1%");
+        assert_eq!(
+            gemodel.commands,
+            vec!["tc qdisc replace dev eth1 root netem loss gemodel 1% 10% 70% 0.1%"]
+        );
+        assert!(gemodel.caveats.is_empty(), "{:?}", gemodel.caveats);
+    }
+
+    #[test]
+    fn duplicate_and_corrupt_keep_their_correlation() {
+        let out = tc("corrupt 0.1% 25% duplicate 1% 10%");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem duplicate 1% 10% corrupt 0.1% 25%"]
+        );
+        assert!(out.caveats.is_empty());
+    }
+
+    #[test]
+    fn rate_overhead_and_cells_follow_netems_positional_syntax() {
+        // tc-netem(8): rate RATE [PACKETOVERHEAD [CELLSIZE [CELLOVERHEAD]]].
+        assert_eq!(
+            tc("rate 10mbit 20 53 5").commands,
+            vec!["tc qdisc replace dev eth1 root netem rate 10mbit 20 53 5"]
+        );
+    }
+
+    #[test]
+    fn slots_both_forms() {
+        assert_eq!(
+            tc("slot 800us 1ms packets 32 bytes 64000b").commands,
+            vec!["tc qdisc replace dev eth1 root netem slot 800us 1ms packets 32 bytes 64000b"]
+        );
+        assert_eq!(
+            tc("slot distribution pareto 1ms 500us").commands,
+            vec!["tc qdisc replace dev eth1 root netem slot distribution pareto 1ms 500us"]
+        );
+    }
+
+    #[test]
+    fn seed_is_passed_on_with_what_it_does_not_reproduce() {
+        let out = tc("loss 1% seed 42");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem loss 1% seed 42"]
+        );
+        assert_eq!(out.caveats.len(), 1);
+        assert!(out.caveats[0].contains("seed 42 (Linux and iproute2 6.7 or newer)"));
+        assert!(out.caveats[0].contains("not pathlab's"));
+    }
+
+    #[test]
+    fn a_trace_is_left_out_and_named() {
+        let out = tc("trace /tmp/up.trace delay 5ms");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 5ms"]
+        );
+        assert_eq!(
+            out.caveats[0],
+            "tc cannot replay a mahimahi trace (/tmp/up.trace); the commands leave the rate out"
+        );
+        // 1000 x 1514 B x 8 / 5 ms = 2422.4 Mbit/s.
+        assert!(
+            out.caveats[1].contains("above 2422 Mbit/s"),
+            "{:?}",
+            out.caveats
+        );
+    }
+
+    #[test]
+    fn aqm_behind_a_long_delay_line_grows_netems_limit() {
+        // Regression: netem in front of htb kept its default limit of 1000 and dropped
+        // once rate x delay exceeded it. 1 Gbit/s x 100 ms / (1514 x 8 bit) = 8256.3 -> 8257.
+        let out = tc("delay 100ms rate 1gbit queue codel");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: netem delay 100ms limit 9257",
+                "tc qdisc add dev eth1 parent 1: handle 2: htb default 1",
+                "tc class add dev eth1 parent 2: classid 2:1 htb rate 1gbit ceil 1gbit",
+                "tc qdisc add dev eth1 parent 2:1 handle 10: codel limit 1000 target 5ms interval 100ms noecn",
+            ]
+        );
+        assert_eq!(
+            out.caveats,
+            vec![
+                "netem's limit counts the packets in its delay line too: 9257 = pathlab's queue of 1000 + 8257 full-size packets in flight at 1gbit over 100ms".to_owned(),
+                HTB_BURST.to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn byte_limit_with_a_packet_limit_says_which_one_is_kept() {
+        let out = tc("rate 10mbit limit 40 limit 60000b");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: htb default 1",
+                "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit",
+                "tc qdisc add dev eth1 parent 1:1 handle 10: bfifo limit 60000",
+            ]
+        );
+        assert_eq!(
+            out.caveats[1],
+            "bfifo limits bytes only; the packet limit is left out"
+        );
+    }
+
+    #[test]
+    fn htb_takes_atm_cells_only() {
+        let atm = tc("rate 10mbit 20 53 5 queue codel");
+        assert_eq!(
+            atm.commands[1],
+            "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit overhead 20 linklayer atm"
+        );
+        assert_eq!(
+            atm.caveats[0],
+            "htb has no per-cell overhead; the 5 bytes per cell are left out"
+        );
+        let other = tc("rate 10mbit 20 48 queue codel");
+        assert_eq!(
+            other.commands[1],
+            "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit overhead 20"
+        );
+        assert_eq!(
+            other.caveats[0],
+            "htb knows only ATM cells (53 bytes); cells of 48 bytes are left out"
+        );
+    }
+
+    #[test]
+    fn red_gentle_is_a_caveat() {
+        let out = tc("rate 10mbit queue red min 30000 max 90000 gentle");
+        assert!(out.commands[2].contains(" red limit 1514000 min 30000 max 90000 "));
+        assert!(!out.commands[2].contains("gentle"));
+        assert!(out.caveats[1].starts_with("tc-red has no gentle mode"));
+    }
+
+    #[test]
+    fn schedule_under_an_aqm_uses_the_first_rate() {
+        let out = tc("schedule 500ms 20mbit 5mbit loop queue pie");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: htb default 1",
+                "tc class add dev eth1 parent 1: classid 1:1 htb rate 20mbit ceil 20mbit",
+                "tc qdisc add dev eth1 parent 1:1 handle 10: pie limit 1000 target 15ms tupdate 15ms alpha 2 beta 20",
+            ]
+        );
+        assert!(out.caveats[0]
+            .starts_with("tc has no rate schedule; the commands use the first rate (20mbit)"));
+    }
+
+    const EVERYTHING: &str = "delay 30ms 3ms 20% distribution pareto loss 0.5% 25% ecn duplicate 0.2% corrupt 0.01% reorder 5% 50% gap 3 rate 20mbit 14 slot 1ms 2ms packets 8 limit 50 seed 7";
+    // 20 Mbit/s x 30 ms / (1514 x 8 bit) = 49.5 -> 50 packets in flight, + the queue of 50.
+    const EVERYTHING_LIMIT: &str = "netem's limit counts the packets in its delay line too: 100 = pathlab's queue of 50 + 50 full-size packets in flight at 20mbit over 30ms";
+    const EVERYTHING_SEED: &str = "netem's seed 7 (Linux and iproute2 6.7 or newer) makes its loss and corruption repeatable, with netem's own generator: the pattern is not pathlab's, and delay jitter stays unseeded";
+
+    #[test]
+    fn everything_netem_has_in_one_line() {
+        let out = tc(EVERYTHING);
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 30ms 3ms 20% distribution pareto loss 0.5% 25% ecn duplicate 0.2% corrupt 0.01% reorder 5% 50% gap 3 rate 20mbit 14 slot 1ms 2ms packets 8 limit 100 seed 7"]
+        );
+        assert_eq!(out.caveats, vec![EVERYTHING_SEED, EVERYTHING_LIMIT]);
+    }
+
+    #[test]
+    fn everything_with_an_aqm() {
+        let out = tc(&format!("{EVERYTHING} queue fq_codel target 2ms"));
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: netem delay 30ms 3ms 20% distribution pareto loss 0.5% 25% ecn duplicate 0.2% corrupt 0.01% reorder 5% 50% gap 3 slot 1ms 2ms packets 8 limit 100 seed 7",
+                "tc qdisc add dev eth1 parent 1: handle 2: htb default 1",
+                "tc class add dev eth1 parent 2: classid 2:1 htb rate 20mbit ceil 20mbit overhead 14",
+                "tc qdisc add dev eth1 parent 2:1 handle 10: fq_codel limit 50 flows 1024 quantum 1514 target 2ms interval 100ms drop_batch 64 ecn",
+            ]
+        );
+        assert_eq!(
+            out.caveats,
+            vec![EVERYTHING_SEED, EVERYTHING_LIMIT, HTB_BURST]
+        );
     }
 }
