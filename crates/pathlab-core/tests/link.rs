@@ -63,14 +63,16 @@ proptest! {
         let change_at = gaps_us.len() / 2;
         for (i, gap) in gaps_us.iter().enumerate() {
             now += Duration::from_micros(*gap);
-            if i == change_at {
-                // Half way, the spec changes at run time (emulate set); nothing may be lost.
-                link.set_spec(now, &spec_from(&later)).expect("buildable");
-            }
+            // Time only moves forward: what is due by now leaves before anything else
+            // happens at now.
             while let Some(at) = link.poll_at().filter(|at| *at <= now) {
                 while let Some(packet) = link.dequeue(at) {
                     out.push((at, packet));
                 }
+            }
+            if i == change_at {
+                // Half way, the spec changes at run time (emulate set); nothing may be lost.
+                link.set_spec(now, &spec_from(&later)).expect("buildable");
             }
             let ecn = if i % 2 == 0 { Ecn::Ect0 } else { Ecn::NotEct };
             link.enqueue(now, Packet::synthetic(now, 200 + (i as u32 % 7) * 200, i as u64 % 5, ecn));
