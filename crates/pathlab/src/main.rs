@@ -30,7 +30,7 @@ enum Command {
     Shell(cmd::shell::Args),
     /// Experiments on namespaced topologies, and cleanup after killed runs.
     Lab(cmd::lab::Args),
-    /// Answer measurement clients (owd), within rate, duration and concurrency limits.
+    /// Answer measurement clients (owd, rtt, tcp), within rate, duration and concurrency limits.
     Server(cmd::server::Args),
     /// One-way delay probing: loss, reordering, jitter, delay deviation, queue verdict.
     Owd(cmd::owd::Args),

@@ -36,14 +36,14 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub record: Option<std::path::PathBuf>,
     /// How often the recording samples queue lengths.
-    #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = parse_duration)]
+    #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
     pub sample_interval: Duration,
     /// Write what was forwarded and what was dropped (with the reason as a comment) to a
     /// pcapng FILE.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
     /// Stop after this long (default: run until Ctrl-C).
-    #[arg(short = 't', long, value_name = "TIME", value_parser = parse_duration)]
+    #[arg(short = 't', long, value_name = "TIME", value_parser = crate::cmd::parse_time)]
     pub time: Option<Duration>,
     /// Seed of the random choices (loss, jitter); the same seed replays the same choices
     /// for the same arrivals.
@@ -96,10 +96,6 @@ pub struct StatsArgs {
     /// Print JSON.
     #[arg(short = 'J', long)]
     pub json: bool,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    pathlab_core::spec::parse_time(text).map_err(|e| e.to_string())
 }
 
 /// Runs `pathlab emulate`.

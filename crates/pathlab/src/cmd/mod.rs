@@ -10,3 +10,43 @@ pub mod shell;
 pub mod sim;
 pub mod spec;
 pub mod tcp;
+
+/// Parses a time on the command line (`-t`, `-i`, `--sample`, `--max-duration`): `10s`,
+/// `250ms`, `1.5s`; a bare number is seconds, as in iperf3 and ping. (Inside a SPEC a
+/// bare number is microseconds, as tc reads it; on the command line that would turn `-t 5`
+/// into a 5 us test.) Zero is refused: every one of these times must pass.
+pub fn parse_time(text: &str) -> Result<pathlab_core::Duration, String> {
+    let time = match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            pathlab_core::Duration::from_secs_f64(seconds)
+        }
+        Ok(_) => return Err(format!("'{text}' is not a time like 10s or 250ms")),
+        Err(_) => pathlab_core::spec::parse_time(text).map_err(|e| e.to_string())?,
+    };
+    if time.is_zero() {
+        return Err(format!("'{text}' is no time at all; give one above zero"));
+    }
+    Ok(time)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_time;
+    use pathlab_core::Duration;
+
+    #[test]
+    fn bare_numbers_are_seconds_and_units_are_read() {
+        assert_eq!(parse_time("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_time("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_time("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_time("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_time("100us"), Ok(Duration::from_micros(100)));
+    }
+
+    #[test]
+    fn zero_negative_and_garbage_are_refused() {
+        for bad in ["0", "0s", "-1", "inf", "NaN", "ten", "5 s", ""] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -24,8 +24,8 @@ pub struct Args {
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
     /// How long to probe.
-    #[arg(short = 't', long, value_name = "TIME", default_value = "10s")]
-    pub time: String,
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
+    pub time: pathlab_core::Duration,
     /// Which way: up (to the server), down (from it), or both in turn.
     #[arg(long, value_parser = ["up", "down", "both"], default_value = "up")]
     pub direction: String,
@@ -48,7 +48,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let count = match args.count {
         Some(count) => count,
         None => {
-            let time = pathlab_core::spec::parse_time(&args.time).map_err(usage)?;
+            let time = args.time;
             let interval = f64::from(args.size) * 8.0 / rate.as_f64();
             ((time.as_secs_f64() / interval).round() as u64).max(1)
         }

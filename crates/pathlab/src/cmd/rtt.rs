@@ -6,7 +6,7 @@ use std::time::Duration;
 use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
 
 use crate::cmd::client::measure_error;
-use crate::{format, usage};
+use crate::format;
 
 /// Arguments of `pathlab rtt`.
 #[derive(Debug, clap::Args)]
@@ -15,11 +15,11 @@ pub struct Args {
     #[arg(value_name = "HOST")]
     pub host: String,
     /// Interval between requests.
-    #[arg(short = 'i', long, value_name = "TIME", default_value = "10ms")]
-    pub interval: String,
+    #[arg(short = 'i', long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
+    pub interval: pathlab_core::Duration,
     /// How long to run.
-    #[arg(short = 't', long, value_name = "TIME", default_value = "10s")]
-    pub time: String,
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
+    pub time: pathlab_core::Duration,
     /// UDP payload bytes per request (replies are the same size).
     #[arg(long, value_name = "BYTES", default_value_t = 64)]
     pub size: u32,
@@ -29,11 +29,7 @@ pub struct Args {
 
 /// Runs `pathlab rtt`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let interval = pathlab_core::spec::parse_time(&args.interval).map_err(usage)?;
-    let time = pathlab_core::spec::parse_time(&args.time).map_err(usage)?;
-    if interval.is_zero() {
-        return Err(usage(anyhow::anyhow!("--interval must be above zero")));
-    }
+    let (interval, time) = (args.interval, args.time);
     let count = (time.as_nanos() / interval.as_nanos()).max(1);
     let client = args.client.connect(&args.host)?;
     let report = client

@@ -21,8 +21,8 @@ pub struct Args {
     #[arg(long, value_name = "RATE", default_value = "1gbit")]
     pub max_rate: String,
     /// Longest test.
-    #[arg(long, value_name = "TIME", default_value = "60s")]
-    pub max_duration: String,
+    #[arg(long, value_name = "TIME", default_value = "60s", value_parser = crate::cmd::parse_time)]
+    pub max_duration: pathlab_core::Duration,
     /// Most tests at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub max_tests: u32,
@@ -45,7 +45,7 @@ pub fn read_key(
 /// Runs `pathlab server` until SIGTERM or Ctrl-C.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let max_rate = pathlab_core::spec::parse_rate(&args.max_rate).map_err(usage)?;
-    let max_duration = pathlab_core::spec::parse_time(&args.max_duration).map_err(usage)?;
+    let max_duration = args.max_duration;
     let key = read_key(args.psk.as_deref())?;
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
     let server = Server::bind(ServerConfig {

@@ -33,14 +33,14 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", default_value = "")]
     pub reverse: String,
     /// Length of the run in virtual time.
-    #[arg(short = 't', long = "time", value_name = "TIME", default_value = "30s")]
-    pub time: String,
+    #[arg(short = 't', long = "time", value_name = "TIME", default_value = "30s", value_parser = crate::cmd::parse_time)]
+    pub time: Duration,
     /// Seed of every random choice; the same seed gives the same result.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Period of the queue-length time series.
-    #[arg(long, value_name = "TIME", default_value = "10ms")]
-    pub sample: String,
+    #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
+    pub sample: Duration,
     /// Print the result as JSON.
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -50,13 +50,6 @@ pub struct Args {
     /// Write the time series as CSV to FILE.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-}
-
-/// Parses a time argument like `30s` or `100ms`.
-fn parse_time(option: &str, text: &str) -> anyhow::Result<Duration> {
-    pathlab_core::spec::parse_time(text)
-        .with_context(|| format!("bad {option}"))
-        .map_err(usage)
 }
 
 /// Runs `pathlab sim`.
@@ -72,9 +65,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         forward,
         reverse,
         loads,
-        duration: parse_time("-t", &args.time)?,
+        duration: args.time,
         seed: args.seed,
-        sample_every: parse_time("--sample", &args.sample)?,
+        sample_every: args.sample,
     };
     let report = sim::run(&config).map_err(usage)?;
 

@@ -1,7 +1,6 @@
 //! `pathlab tcp`: bulk TCP with iperf3's flags, per-interval throughput and TCP_INFO.
 
 use std::io::Write as _;
-use std::time::Duration;
 
 use pathlab_io::measure::{TcpOptions, TcpTest};
 use pathlab_probe::control::TcpDirection;
@@ -26,8 +25,8 @@ pub struct Args {
     #[arg(long)]
     pub bidir: bool,
     /// How long to send.
-    #[arg(short = 't', long, value_name = "TIME", default_value = "10s")]
-    pub time: String,
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
+    pub time: pathlab_core::Duration,
     /// Socket buffer size (SO_SNDBUF/SO_RCVBUF) at both ends, e.g. 4M.
     #[arg(short = 'w', long, value_name = "SIZE")]
     pub window: Option<String>,
@@ -38,22 +37,17 @@ pub struct Args {
     #[arg(short = 'C', long, value_name = "ALGO")]
     pub congestion: Option<String>,
     /// Reporting interval.
-    #[arg(short = 'i', long, value_name = "TIME", default_value = "1s")]
-    pub interval: String,
+    #[arg(short = 'i', long, value_name = "TIME", default_value = "1s", value_parser = crate::cmd::parse_time)]
+    pub interval: pathlab_core::Duration,
     /// How often the senders sample TCP_INFO.
-    #[arg(long, value_name = "TIME", default_value = "10ms")]
-    pub sample: String,
+    #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
+    pub sample: pathlab_core::Duration,
     #[command(flatten)]
     pub client: crate::cmd::client::ClientOptions,
 }
 
 /// Runs `pathlab tcp`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let time = |text: &str| {
-        pathlab_core::spec::parse_time(text)
-            .map(|d| Duration::from_nanos(d.as_nanos()))
-            .map_err(usage)
-    };
     let window = args
         .window
         .as_deref()
@@ -69,18 +63,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         } else {
             TcpDirection::Up
         },
-        duration: time(&args.time)?,
-        interval: time(&args.interval)?,
-        sample_every: time(&args.sample)?,
+        duration: args.time.into(),
+        interval: args.interval.into(),
+        sample_every: args.sample.into(),
         options: TcpOptions {
             window,
             mss: args.mss,
             congestion: args.congestion.clone(),
         },
     };
-    if test.interval.is_zero() || test.duration.is_zero() {
-        return Err(usage(anyhow::anyhow!("-t and -i must be above zero")));
-    }
     let client = args.client.connect(&args.host)?;
     let report = client.tcp(&test).map_err(measure_error)?;
     args.client
