@@ -198,6 +198,70 @@ fn a_pre_shared_key_authenticates_both_ways_and_a_wrong_one_is_refused() {
     assert!(matches!(none, Err(MeasureError::Auth(_))), "{none:?}");
 }
 
+/// Datagrams an attacker on the client's address could send into a test: garbage, a probe
+/// of the session without a tag, one tagged with another key, one longer than the test's
+/// probes. Every one is for `session` and `size` unless it is garbage.
+fn forgeries(session: u64, size: u32) -> Vec<Vec<u8>> {
+    use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
+    let probe = |seq: u64, size: usize, key: Option<&Key>| {
+        let header = Probe {
+            kind: ProbeKind::OneWay,
+            session,
+            seq,
+            sent_ns: 1,
+            reflection: Reflection::default(),
+        };
+        let mut bytes = Vec::new();
+        probe::encode(&header, size, key, &mut |pad| pad.fill(7), &mut bytes).unwrap();
+        bytes
+    };
+    let wrong = key("a key the server never saw");
+    let mut out = Vec::new();
+    for seq in 0..25 {
+        out.push(vec![0x5a; size as usize]);
+        out.push(probe(seq, size as usize, None));
+        out.push(probe(seq, size as usize, Some(&wrong)));
+        out.push(probe(seq, size as usize + 100, Some(&wrong)));
+    }
+    out
+}
+
+#[test]
+fn forged_probes_are_rejected_and_counted_in_both_directions() {
+    let secret = "the right key, 16+ bytes";
+    let server = TestServer::start(generous(), Some(key(secret)), "127.0.0.1");
+    let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for direction in [Direction::Up, Direction::Down] {
+        let test = Client::connect(&server.address, Some(key(secret)), Duration::from_secs(5))
+            .expect("connects")
+            .start_one_way(direction, 2_000_000, 200, 500, 50)
+            .expect("accepted");
+        // The receiving end's socket: the server's for up, ours for down.
+        let target = match direction {
+            Direction::Up => test.server_probe_address(),
+            Direction::Down => std::net::SocketAddr::new(
+                test.server_probe_address().ip(),
+                test.local_probe_address().unwrap().port(),
+            ),
+        };
+        let forged = forgeries(test.session(), 200);
+        for datagram in &forged {
+            attacker.send_to(datagram, target).unwrap();
+        }
+        let result = test.run().expect("the test runs despite the forgeries");
+        assert_eq!(
+            result.rejected,
+            forged.len() as u64,
+            "{direction:?}: every forgery is rejected and counted"
+        );
+        assert_eq!(result.sequence.received, 500, "{direction:?}");
+        assert_eq!(
+            result.sequence.duplicates, 0,
+            "{direction:?}: none taken for a probe"
+        );
+    }
+}
+
 #[test]
 fn cli_errors_name_the_problem() {
     let unreachable = std::process::Command::new(PATHLAB)

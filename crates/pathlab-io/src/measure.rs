@@ -400,7 +400,7 @@ fn serve_connection(
     let _active = ActiveTest(active);
     let session = next_session.fetch_add(1, Ordering::SeqCst);
     let udp = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
-    sys::enable_receive_timestamps(udp.as_fd())?;
+    prepare_probe_socket(&udp)?;
     let probe_key = connection.auth.as_ref().map(|auth| auth.probe_key(session));
     // A TCP test's streams connect to a listener of their own; its port goes in Accept.
     let data_listener = match &test {
@@ -432,18 +432,19 @@ fn serve_connection(
     match test {
         TestRequest::OneWay {
             direction: Direction::Up,
+            size,
             count,
             ..
         } => {
-            let (arrivals, rejected, _, _) = receive_one_way(
-                &udp,
-                &mut connection,
+            let expected = Expected {
                 session,
-                peer.ip(),
-                probe_key.as_ref(),
+                from: peer.ip(),
+                key: probe_key.as_ref(),
+                size,
                 count,
-                deadline,
-            )?;
+            };
+            let (arrivals, rejected, _, _) =
+                receive_one_way(&udp, &mut connection, &expected, deadline)?;
             let received = arrivals.len() as u64;
             for chunk in arrivals.chunks(RECORDS_PER_CHUNK) {
                 connection.send(&Message::Received {
@@ -522,8 +523,15 @@ fn serve_connection(
     }
 }
 
-/// Sends `count` one-way probes at `rate_bps`; returns how many went out and the time from
-/// the first to the last.
+/// Probes sent in one `sendmmsg` at most: when the schedule is behind (rates above what one
+/// system call per probe keeps up with), what is due goes out together.
+const SEND_BATCH: usize = 64;
+
+/// Sends up to `count` one-way probes at `rate_bps`; returns how many went out and the time
+/// from the first to the last. Each probe is stamped when it is written, so probes sent in
+/// one batch carry their real send time. A sender that cannot keep up stops when the test's
+/// time is over by half plus a second, and says how many it sent: the receiver counts loss
+/// against that, and the report shows the rate achieved.
 fn send_probes(
     udp: &UdpSocket,
     session: u64,
@@ -533,35 +541,52 @@ fn send_probes(
     count: u64,
 ) -> io::Result<(u64, u64)> {
     let interval = Duration::from_secs_f64(f64::from(size) * 8.0 / rate_bps as f64);
+    let give_up = interval.mul_f64(count as f64).mul_f64(1.5) + Duration::from_secs(1);
     let mut padding = [0u8; 4096];
     sys::random_bytes(&mut padding)?;
-    let mut bytes = Vec::with_capacity(size as usize + 64);
+    let mut batch: Vec<Vec<u8>> = (0..SEND_BATCH)
+        .map(|_| Vec::with_capacity(size as usize + 64))
+        .collect();
     let start = Instant::now();
     let mut last = start;
-    for seq in 0..count {
-        let due = start + interval.mul_f64(seq as f64);
-        pace_until(due);
-        let header = Probe {
-            kind: ProbeKind::OneWay,
-            session,
-            seq,
-            sent_ns: now_ns(),
-            reflection: Reflection::default(),
-        };
-        probe::encode(
-            &header,
-            size as usize,
-            key,
-            &mut |pad| fill_padding(pad, &padding, seq),
-            &mut bytes,
-        )
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        // A full socket buffer loses the probe as a congested path would: it counts as sent
+    let mut seq = 0;
+    while seq < count {
+        pace_until(start + interval.mul_f64(seq as f64));
+        let now = Instant::now();
+        if now - start > give_up {
+            break;
+        }
+        let mut n = 0;
+        while n < SEND_BATCH
+            && seq + (n as u64) < count
+            && (n == 0 || start + interval.mul_f64((seq + n as u64) as f64) <= now)
+        {
+            let this = seq + n as u64;
+            let header = Probe {
+                kind: ProbeKind::OneWay,
+                session,
+                seq: this,
+                sent_ns: now_ns(),
+                reflection: Reflection::default(),
+            };
+            probe::encode(
+                &header,
+                size as usize,
+                key,
+                &mut |pad| fill_padding(pad, &padding, this),
+                &mut batch[n],
+            )
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            n += 1;
+        }
+        let packets: Vec<&[u8]> = batch[..n].iter().map(Vec::as_slice).collect();
+        // A full socket buffer loses probes as a congested path would: they count as sent
         // and, not arriving, as lost.
-        let _ = udp.send(&bytes);
+        let _ = sys::send_batch(udp.as_fd(), &packets);
+        seq += n as u64;
         last = Instant::now();
     }
-    Ok((count, (last - start).as_nanos() as u64))
+    Ok((seq, (last - start).as_nanos() as u64))
 }
 
 /// Random-looking padding without a random call per probe: a window into a random block.
@@ -743,19 +768,34 @@ impl Client {
             std::net::Ipv6Addr::UNSPECIFIED.into()
         };
         let udp = UdpSocket::bind(SocketAddr::new(unspecified, 0))?;
-        sys::enable_receive_timestamps(udp.as_fd())?;
+        prepare_probe_socket(&udp)?;
         Ok(udp)
     }
 
     /// Runs a one-way test in `direction` and analyses it (deviation window `window`).
     pub fn one_way(
-        mut self,
+        self,
         direction: Direction,
         rate_bps: u64,
         size: u32,
         count: u64,
         window: usize,
     ) -> Result<OneWayResult, MeasureError> {
+        self.start_one_way(direction, rate_bps, size, count, window)?
+            .run()
+    }
+
+    /// Asks for a one-way test and stops once the server has accepted it, its probe socket
+    /// open: [`OneWayTest::run`] runs it. In between, the addresses of both probe sockets
+    /// are known (what a test of the receivers' defences needs).
+    pub fn start_one_way(
+        mut self,
+        direction: Direction,
+        rate_bps: u64,
+        size: u32,
+        count: u64,
+        window: usize,
+    ) -> Result<OneWayTest, MeasureError> {
         let udp = self.udp_socket()?;
         let test = TestRequest::OneWay {
             direction,
@@ -763,34 +803,90 @@ impl Client {
             size,
             count,
         };
-        let (session, server, key) = self.request(test.clone(), udp.local_addr()?.port())?;
         let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
-        match direction {
+        let (session, server, key) = self.request(test, udp.local_addr()?.port())?;
+        Ok(OneWayTest {
+            client: self,
+            deadline,
+            udp,
+            session,
+            server,
+            key,
+            sender: SenderReport {
+                direction,
+                rate_bps,
+                size,
+                sent: count,
+                duration_ns: 0,
+            },
+            window,
+        })
+    }
+}
+
+/// A one-way test the server has accepted, not yet run.
+#[derive(Debug)]
+pub struct OneWayTest {
+    client: Client,
+    udp: UdpSocket,
+    session: u64,
+    server: SocketAddr,
+    key: Option<Key>,
+    /// The test as asked (`sent` is the count asked for).
+    sender: SenderReport,
+    window: usize,
+    /// When the receiving end gives up: the test's time plus 10 s.
+    deadline: Duration,
+}
+
+impl OneWayTest {
+    /// Where the server receives (up) or sends (down) this test's probes.
+    pub fn server_probe_address(&self) -> SocketAddr {
+        self.server
+    }
+
+    /// The session number the server gave the test (in every probe).
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Where this client sends (up) or receives (down) this test's probes.
+    pub fn local_probe_address(&self) -> io::Result<SocketAddr> {
+        self.udp.local_addr()
+    }
+
+    /// Runs the test and analyses it.
+    pub fn run(mut self) -> Result<OneWayResult, MeasureError> {
+        let SenderReport {
+            direction,
+            rate_bps,
+            size,
+            sent: count,
+            ..
+        } = self.sender;
+        let deadline = self.deadline;
+        let connection = &mut self.client.connection;
+        let (arrivals, rejected, sent, duration_ns) = match direction {
             Direction::Up => {
-                udp.connect(server)?;
-                let (sent, duration_ns) =
-                    send_probes(&udp, session, key.as_ref(), rate_bps, size, count)?;
-                self.connection.send(&Message::Sent {
+                self.udp.connect(self.server)?;
+                let (sent, duration_ns) = send_probes(
+                    &self.udp,
+                    self.session,
+                    self.key.as_ref(),
+                    rate_bps,
+                    size,
+                    count,
+                )?;
+                connection.send(&Message::Sent {
                     count: sent,
                     duration_ns,
                 })?;
                 let mut arrivals = Vec::new();
                 loop {
-                    match self.connection.receive(deadline, "the server's results")? {
+                    match connection.receive(deadline, "the server's results")? {
                         Message::Received { probes } => arrivals.extend(probes),
                         Message::Done { rejected, .. } => {
-                            return Ok(one_way_result(
-                                SenderReport {
-                                    direction,
-                                    rate_bps,
-                                    size,
-                                    sent,
-                                    duration_ns,
-                                },
-                                &arrivals,
-                                rejected,
-                                window,
-                            ));
+                            break (arrivals, rejected, sent, duration_ns);
                         }
                         Message::Error { message } => return Err(MeasureError::Remote(message)),
                         other => {
@@ -800,32 +896,32 @@ impl Client {
                 }
             }
             Direction::Down => {
-                let (arrivals, rejected, sent, duration_ns) = receive_one_way(
-                    &udp,
-                    &mut self.connection,
-                    session,
-                    server.ip(),
-                    key.as_ref(),
+                let expected = Expected {
+                    session: self.session,
+                    from: self.server.ip(),
+                    key: self.key.as_ref(),
+                    size,
                     count,
-                    deadline,
-                )?;
-                let received = arrivals.len() as u64;
-                self.connection
-                    .send(&Message::Done { received, rejected })?;
-                Ok(one_way_result(
-                    SenderReport {
-                        direction,
-                        rate_bps,
-                        size,
-                        sent,
-                        duration_ns,
-                    },
-                    &arrivals,
+                };
+                let (arrivals, rejected, sent, duration_ns) =
+                    receive_one_way(&self.udp, connection, &expected, deadline)?;
+                connection.send(&Message::Done {
+                    received: arrivals.len() as u64,
                     rejected,
-                    window,
-                ))
+                })?;
+                (arrivals, rejected, sent, duration_ns)
             }
-        }
+        };
+        Ok(one_way_result(
+            SenderReport {
+                sent,
+                duration_ns,
+                ..self.sender
+            },
+            &arrivals,
+            rejected,
+            self.window,
+        ))
     }
 }
 
@@ -941,42 +1037,76 @@ impl Client {
     }
 }
 
+/// Receive buffer asked for on probe sockets: 4 MiB holds about 10 ms of probes at
+/// 1 Gbit/s (plus the kernel's per-datagram overhead), so a receiver that is descheduled
+/// for a moment does not count its own drops as path loss.
+const PROBE_RECEIVE_BUFFER: usize = 4 << 20;
+
+/// Kernel receive timestamps on, and a receive buffer as large as the host allows.
+fn prepare_probe_socket(udp: &UdpSocket) -> io::Result<()> {
+    sys::enable_receive_timestamps(udp.as_fd())?;
+    sys::grow_receive_buffer(udp.as_fd(), PROBE_RECEIVE_BUFFER)?;
+    Ok(())
+}
+
+/// Datagrams taken from the socket per `recvmmsg`.
+const RECEIVE_BATCH: usize = 64;
+
+/// What the receiver of a one-way test accepts: probes of `session` from `from`, `size`
+/// bytes long, authenticated with `key` when there is one; `count` of them at most.
+#[derive(Debug)]
+struct Expected<'a> {
+    session: u64,
+    from: IpAddr,
+    key: Option<&'a Key>,
+    size: u32,
+    count: u64,
+}
+
 /// The receiving side of a one-way test (the server for up, the client for down): every
-/// accepted probe of `session` from `from`, in arrival order, until the sender's `Sent`
-/// plus a grace period; with the rejected count and what the sender says it sent.
+/// accepted probe, in arrival order, until the sender's `Sent` plus a grace period; with
+/// the rejected count and what the sender says it sent.
 fn receive_one_way(
     udp: &UdpSocket,
     connection: &mut Connection,
-    session: u64,
-    from: IpAddr,
-    key: Option<&Key>,
-    count: u64,
+    expected: &Expected<'_>,
     deadline: Duration,
 ) -> Result<(Vec<ReceivedProbe>, u64, u64, u64), MeasureError> {
+    let Expected {
+        session,
+        from,
+        key,
+        size,
+        count,
+    } = *expected;
     let started = Instant::now();
     let mut arrivals = Vec::with_capacity(count.min(10_000_000) as usize);
     let mut rejected = 0;
-    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+    // A probe longer than the test's size is not one of its probes: the slot holds one byte
+    // more, so such a datagram shows as truncated.
+    let mut batch = sys::RecvBatch::new(RECEIVE_BATCH, size as usize + 1);
     let mut sent: Option<(u64, u64, Instant)> = None;
-    udp.set_nonblocking(true)?;
     loop {
         let mut ready = [false];
         let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
-        while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer) {
-            let received_ns = kernel_ns.unwrap_or_else(now_ns);
-            match probe::decode(&buffer[..len], key) {
-                Ok(p)
-                    if p.session == session
-                        && p.kind == ProbeKind::OneWay
-                        && source.ip() == from =>
-                {
-                    arrivals.push(ReceivedProbe {
-                        seq: p.seq,
-                        sent_ns: p.sent_ns,
-                        received_ns,
-                    });
+        while batch.recv(udp.as_fd())? > 0 {
+            for datagram in batch.datagrams() {
+                let received_ns = datagram.kernel_ns.unwrap_or_else(now_ns);
+                match probe::decode(datagram.data, key) {
+                    Ok(p)
+                        if !datagram.truncated
+                            && p.session == session
+                            && p.kind == ProbeKind::OneWay
+                            && datagram.source.ip() == from =>
+                    {
+                        arrivals.push(ReceivedProbe {
+                            seq: p.seq,
+                            sent_ns: p.sent_ns,
+                            received_ns,
+                        });
+                    }
+                    _ => rejected += 1,
                 }
-                _ => rejected += 1,
             }
         }
         if sent.is_none() {
@@ -1000,7 +1130,7 @@ fn receive_one_way(
             }
         }
         if started.elapsed() > deadline {
-            return Err(MeasureError::Timeout("the server's probes"));
+            return Err(MeasureError::Timeout("the probes"));
         }
     }
 }

@@ -467,22 +467,202 @@ pub fn recv_timestamped(
     message.msg_controllen = size_of::<[u64; 16]>() as _;
     // SAFETY: every pointer in `message` refers to live buffers of the lengths given.
     let len = cvt_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut message, 0) })?;
+    // SAFETY: the kernel filled `message`; its control buffer is alive.
+    let timestamp = unsafe { receive_timestamp(&message) };
+    let address = socket_address(&source)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))?;
+    Ok((len, address, timestamp))
+}
+
+/// The kernel receive time (`SCM_TIMESTAMPNS`) in a received message's control data.
+///
+/// # Safety
+/// `message` must be a `msghdr` the kernel filled in, its control buffer still alive.
+unsafe fn receive_timestamp(message: &libc::msghdr) -> Option<u64> {
     let mut timestamp = None;
-    // SAFETY: CMSG_* walk the control buffer the kernel filled, within msg_controllen.
+    // SAFETY (caller): CMSG_* walk the control buffer within msg_controllen.
     unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&raw const message);
+        let mut cmsg = libc::CMSG_FIRSTHDR(message);
         while !cmsg.is_null() {
             if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
             {
                 let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
                 timestamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
             }
-            cmsg = libc::CMSG_NXTHDR(&raw const message, cmsg);
+            cmsg = libc::CMSG_NXTHDR(message, cmsg);
         }
     }
-    let address = socket_address(&source)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))?;
-    Ok((len, address, timestamp))
+    timestamp
+}
+
+/// One datagram of a [`RecvBatch`].
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// What arrived (cut at the slot size when `truncated`).
+    pub data: &'a [u8],
+    /// Where it came from.
+    pub source: std::net::SocketAddr,
+    /// Kernel receive time in ns since the Unix epoch, when the socket has timestamps on.
+    pub kernel_ns: Option<u64>,
+    /// It was longer than the slot.
+    pub truncated: bool,
+}
+
+/// Buffers for receiving up to `slots` datagrams in one `recvmmsg(2)`, each with its source
+/// and kernel timestamp: at hundreds of thousands of probes a second, one system call per
+/// probe is what loses them.
+#[derive(Debug)]
+pub struct RecvBatch {
+    slot_len: usize,
+    data: Vec<u8>,
+    sources: Vec<libc::sockaddr_storage>,
+    controls: Vec<[u64; 8]>,
+    received: Vec<(usize, Option<std::net::SocketAddr>, Option<u64>, bool)>,
+}
+
+impl RecvBatch {
+    /// Room for `slots` datagrams of up to `slot_len` bytes.
+    pub fn new(slots: usize, slot_len: usize) -> RecvBatch {
+        let slots = slots.max(1);
+        RecvBatch {
+            slot_len,
+            data: vec![0; slots * slot_len],
+            // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+            sources: vec![unsafe { zeroed() }; slots],
+            controls: vec![[0; 8]; slots],
+            received: Vec::with_capacity(slots),
+        }
+    }
+
+    /// Receives what is waiting, without blocking: the number of datagrams (0 when none).
+    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        self.received.clear();
+        let slots = self.sources.len();
+        let mut iovecs: Vec<libc::iovec> = self
+            .data
+            .chunks_exact_mut(self.slot_len)
+            .map(|chunk| libc::iovec {
+                iov_base: chunk.as_mut_ptr().cast(),
+                iov_len: chunk.len(),
+            })
+            .collect();
+        let mut headers: Vec<libc::mmsghdr> = (0..slots)
+            .map(|i| {
+                // SAFETY: mmsghdr is plain data; all-zero is valid.
+                let mut header: libc::mmsghdr = unsafe { zeroed() };
+                header.msg_hdr.msg_name = std::ptr::from_mut(&mut self.sources[i]).cast();
+                header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                header.msg_hdr.msg_iov = &raw mut iovecs[i];
+                header.msg_hdr.msg_iovlen = 1;
+                header.msg_hdr.msg_control = self.controls[i].as_mut_ptr().cast();
+                header.msg_hdr.msg_controllen = size_of::<[u64; 8]>() as _;
+                header
+            })
+            .collect();
+        // SAFETY: every header points into buffers of `self` and `iovecs` that outlive the
+        // call, with the lengths given; a null timeout with MSG_DONTWAIT returns at once.
+        let result = unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                headers.as_mut_ptr(),
+                slots as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if result < 0 {
+            let error = io::Error::last_os_error();
+            return match error.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(error),
+            };
+        }
+        for header in &headers[..result as usize] {
+            // SAFETY: the kernel filled this header; its control buffer is in `self`.
+            let kernel_ns = unsafe { receive_timestamp(&header.msg_hdr) };
+            let name = header.msg_hdr.msg_name.cast::<libc::sockaddr_storage>();
+            // SAFETY: msg_name points at one of `self.sources`.
+            let source = socket_address(unsafe { &*name });
+            let truncated = header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            let len = (header.msg_len as usize).min(self.slot_len);
+            self.received.push((len, source, kernel_ns, truncated));
+        }
+        Ok(self.received.len())
+    }
+
+    /// The datagrams of the last [`RecvBatch::recv`] (those of an unknown address family
+    /// are left out).
+    pub fn datagrams(&self) -> impl Iterator<Item = Datagram<'_>> {
+        self.received
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(len, source, kernel_ns, truncated))| {
+                Some(Datagram {
+                    data: &self.data[i * self.slot_len..i * self.slot_len + len],
+                    source: source?,
+                    kernel_ns,
+                    truncated,
+                })
+            })
+    }
+}
+
+/// Sends each of `packets` as one datagram on a connected socket in one `sendmmsg(2)`;
+/// returns how many the kernel took (from the first).
+pub fn send_batch(fd: BorrowedFd<'_>, packets: &[&[u8]]) -> io::Result<usize> {
+    if packets.is_empty() {
+        return Ok(0);
+    }
+    let mut iovecs: Vec<libc::iovec> = packets
+        .iter()
+        .map(|packet| libc::iovec {
+            iov_base: packet.as_ptr().cast_mut().cast(),
+            iov_len: packet.len(),
+        })
+        .collect();
+    let mut headers: Vec<libc::mmsghdr> = iovecs
+        .iter_mut()
+        .map(|iov| {
+            // SAFETY: mmsghdr is plain data; all-zero is valid.
+            let mut header: libc::mmsghdr = unsafe { zeroed() };
+            header.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+            header.msg_hdr.msg_iovlen = 1;
+            header
+        })
+        .collect();
+    // SAFETY: each header names one iovec over a packet that is readable for its length
+    // (the kernel only reads through msg_iov on send); no address: the socket is connected.
+    let sent = cvt(unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            headers.as_mut_ptr(),
+            headers.len() as libc::c_uint,
+            0,
+        )
+    })?;
+    Ok(sent as usize)
+}
+
+/// Asks for a receive buffer of `bytes`: beyond `rmem_max` with CAP_NET_ADMIN
+/// (`SO_RCVBUFFORCE`), else as much as `rmem_max` allows. Returns what the kernel granted.
+pub fn grow_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    let bytes = bytes.min(i32::MAX as usize) as i32;
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).is_err() {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes)?;
+    }
+    let mut granted: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `granted` is writable for `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            std::ptr::from_mut(&mut granted).cast(),
+            &raw mut len,
+        )
+    })?;
+    Ok(granted as usize)
 }
 
 fn socket_address(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {

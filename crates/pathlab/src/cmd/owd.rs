@@ -96,7 +96,7 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
         let s = &r.sequence;
         writeln!(
             out,
-            "{direction}: {} probes of {} bytes at {}",
+            "{direction}: {} probes sent of {} bytes, asked for {}",
             s.sent,
             r.size,
             format::rate(r.rate_bps as f64)
@@ -107,6 +107,14 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
             format::rate(r.achieved_rate_bps),
             r.achieved_pps
         )?;
+        let kept_up = r.achieved_rate_bps / r.rate_bps.max(1) as f64;
+        if kept_up < 0.98 {
+            writeln!(
+                out,
+                "  note         the sender reached only {} of the rate asked (its CPU or socket was the limit); what follows is for the rate sent",
+                format::percent(kept_up)
+            )?;
+        }
         writeln!(
             out,
             "  lost         {} ({}), duplicates {}, reordered {} ({}, extent up to {}){}",
