@@ -42,12 +42,12 @@ const GRACE: Duration = Duration::from_millis(500);
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
     /// The server cannot be reached.
-    #[error("cannot reach a pathlab server at {address}: {source}")]
+    #[error("cannot reach a pathlab server at {address}: {why}")]
     Unreachable {
         /// What was tried.
         address: String,
-        /// Why.
-        source: io::Error,
+        /// Why (said in the message, so not a `source`: it would be printed twice).
+        why: io::Error,
     },
     /// The host name does not resolve.
     #[error("cannot resolve '{0}'")]
@@ -125,7 +125,21 @@ impl Connection {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(frame) = self.reader.next_frame()? {
-                return Ok(control::decode(&frame, self.auth.as_mut())?);
+                return match control::decode(&frame, self.auth.as_mut()) {
+                    // A peer whose key differs cannot tag its error message; read it
+                    // untagged to say why (it ends the test, so trusting it risks nothing).
+                    Err(ControlError::AuthMismatch(_)) if self.auth.is_some() => {
+                        match control::decode(&frame, None) {
+                            Ok(Message::Error { message }) => Err(MeasureError::Auth(format!(
+                                "the peer says: {message}; give both sides the same --psk file"
+                            ))),
+                            _ => Err(MeasureError::Auth(
+                                "the peer sent a message without a tag; give both sides the same --psk file".into(),
+                            )),
+                        }
+                    }
+                    other => Ok(other?),
+                };
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -385,7 +399,7 @@ fn serve_connection(
         connection.send(&Message::Refuse {
             refusal: refusal.clone(),
         })?;
-        return Ok(format!("refused {test:?}: {refusal}"));
+        return Ok(format!("refused {test}: {refusal}"));
     }
     if active.fetch_add(1, Ordering::SeqCst) >= config.limits.max_tests {
         active.fetch_sub(1, Ordering::SeqCst);
@@ -453,7 +467,7 @@ fn serve_connection(
             }
             connection.send(&Message::Done { received, rejected })?;
             Ok(format!(
-                "one-way up {test:?}: received {received}, rejected {rejected}"
+                "{test}: received {received}, rejected {rejected}"
             ))
         }
         TestRequest::OneWay {
@@ -471,7 +485,7 @@ fn serve_connection(
             })?;
             let done = connection.receive(deadline, "the client's results")?;
             Ok(format!(
-                "one-way down {test:?}: sent {sent}, client says {done:?}"
+                "{test}: sent {sent}, {}", describe_done(&done)
             ))
         }
         TestRequest::Tcp {
@@ -501,10 +515,7 @@ fn serve_connection(
                 sample_ns,
                 &options,
             )?;
-            Ok(format!(
-                "tcp {streams} stream(s) {direction:?} {:.1} s: {line}",
-                duration_ns as f64 * 1e-9
-            ))
+            Ok(format!("{test}: {line}"))
         }
         TestRequest::RoundTrip { .. } => {
             let (received, rejected) = reflect_probes(
@@ -517,9 +528,19 @@ fn serve_connection(
             )?;
             connection.send(&Message::Done { received, rejected })?;
             Ok(format!(
-                "round trips {test:?}: reflected {received}, rejected {rejected}"
+                "{test}: reflected {received}, rejected {rejected}"
             ))
         }
+    }
+}
+
+/// The client's closing message of a downward one-way test, for the log.
+fn describe_done(done: &Message) -> String {
+    match done {
+        Message::Done { received, rejected } => {
+            format!("the client received {received}, rejected {rejected}")
+        }
+        other => format!("the client ended with {other:?}"),
     }
 }
 
@@ -702,7 +723,7 @@ impl Client {
         let stream = TcpStream::connect_timeout(&address, timeout).map_err(|source| {
             MeasureError::Unreachable {
                 address: address.to_string(),
-                source,
+                why: source,
             }
         })?;
         let mut connection = Connection::new(stream);
@@ -1225,13 +1246,14 @@ fn sample(stream: &TcpStream, start: Instant) -> Option<TcpSample> {
     })
 }
 
-/// Sends for `duration`, sampling TCP_INFO every `sample_every` on a second thread.
+/// Sends for `duration`, sampling TCP_INFO every `sample_every` on a second thread; with
+/// the CPU time that thread used.
 fn send_stream(
     mut stream: TcpStream,
     index: u32,
     duration: Duration,
     sample_every: Duration,
-) -> io::Result<StreamReport> {
+) -> io::Result<(StreamReport, Duration)> {
     let start = Instant::now();
     let sampler_stream = stream.try_clone()?;
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -1244,7 +1266,7 @@ fn send_stream(
             }
             std::thread::sleep(sample_every);
         }
-        samples
+        (samples, sys::thread_cpu_time())
     });
     let chunk = vec![0x5au8; TCP_CHUNK];
     let mut result = Ok(());
@@ -1260,16 +1282,19 @@ fn send_stream(
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = stream.read(&mut sink);
     done.store(true, Ordering::Relaxed);
-    let mut samples = sampler.join().expect("sampler does not panic");
+    let (mut samples, sampler_cpu) = sampler.join().expect("sampler does not panic");
     if let Some(last) = sample(&stream, start) {
         samples.push(last);
     }
     result?;
-    Ok(StreamReport {
-        index,
-        samples,
-        ..StreamReport::default()
-    })
+    Ok((
+        StreamReport {
+            index,
+            samples,
+            ..StreamReport::default()
+        },
+        sampler_cpu,
+    ))
 }
 
 /// Receives until the sender closes, counting bytes per interval.
@@ -1300,7 +1325,9 @@ fn receive_stream(
     })
 }
 
-/// Runs one stream's end in a thread: sends if `send`, else receives.
+/// Runs one stream's end in a thread: sends if `send`, else receives. With the CPU time
+/// its threads used: a test's CPU is the sum over its threads, not the process's, which
+/// may run other tests (a server, a lab) at the same time.
 fn stream_thread(
     stream: TcpStream,
     index: u32,
@@ -1308,13 +1335,14 @@ fn stream_thread(
     duration: Duration,
     interval: Duration,
     sample_every: Duration,
-) -> std::thread::JoinHandle<io::Result<StreamReport>> {
+) -> std::thread::JoinHandle<io::Result<(StreamReport, Duration)>> {
     std::thread::spawn(move || {
-        if send {
-            send_stream(stream, index, duration, sample_every)
+        let (report, helpers) = if send {
+            send_stream(stream, index, duration, sample_every)?
         } else {
-            receive_stream(stream, index, interval)
-        }
+            (receive_stream(stream, index, interval)?, Duration::ZERO)
+        };
+        Ok((report, helpers + sys::thread_cpu_time()))
     })
 }
 
@@ -1337,7 +1365,7 @@ fn serve_tcp(
         TcpDirection::Both => 2 * streams,
         _ => streams,
     } as usize;
-    let cpu_start = sys::process_cpu_time();
+    let control_cpu_start = sys::thread_cpu_time();
     let duration = Duration::from_nanos(duration_ns);
     let interval = Duration::from_nanos(interval_ns.max(1));
     let sample_every = Duration::from_nanos(sample_ns.max(1_000_000));
@@ -1382,8 +1410,10 @@ fn serve_tcp(
         }
     }
     let (mut up, mut down) = (Vec::new(), Vec::new());
+    let mut cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
     for (is_down, thread) in threads {
-        let report = thread.join().expect("stream threads do not panic")?;
+        let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
+        cpu += stream_cpu;
         if is_down {
             down.push(report);
         } else {
@@ -1392,7 +1422,7 @@ fn serve_tcp(
     }
     up.sort_by_key(|s| s.index);
     down.sort_by_key(|s| s.index);
-    let cpu_ns = sys::process_cpu_time().saturating_sub(cpu_start).as_nanos() as u64;
+    let cpu_ns = cpu.as_nanos() as u64;
     let received: u64 = up.iter().map(|s| s.bytes).sum();
     connection.send(&Message::TcpReport { up, down, cpu_ns })?;
     Ok(format!(
@@ -1432,7 +1462,7 @@ impl Client {
             congestion: test.options.congestion.clone(),
         };
         let (session, server, _) = self.request(request, 0)?;
-        let cpu_start = sys::process_cpu_time();
+        let control_cpu_start = sys::thread_cpu_time();
         let mut threads = Vec::new();
         let directions: &[bool] = match test.direction {
             TcpDirection::Up => &[false],
@@ -1442,9 +1472,9 @@ impl Client {
         for &down in directions {
             for index in 0..test.streams {
                 let stream = connect_stream(server, &test.options, session, index, down).map_err(
-                    |source| MeasureError::Unreachable {
+                    |why| MeasureError::Unreachable {
                         address: server.to_string(),
-                        source,
+                        why,
                     },
                 )?;
                 // The client sends the upward streams and receives the downward ones.
@@ -1462,15 +1492,16 @@ impl Client {
             }
         }
         let (mut sent_up, mut received_down) = (Vec::new(), Vec::new());
+        let mut client_cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
         for (down, thread) in threads {
-            let report = thread.join().expect("stream threads do not panic")?;
+            let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
+            client_cpu += stream_cpu;
             if down {
                 received_down.push(report);
             } else {
                 sent_up.push(report);
             }
         }
-        let client_cpu = sys::process_cpu_time().saturating_sub(cpu_start);
         let deadline = Duration::from_secs(30);
         match self.connection.receive(deadline, "the server's report")? {
             Message::TcpReport { up, down, cpu_ns } => {

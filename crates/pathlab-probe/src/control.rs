@@ -94,6 +94,70 @@ pub enum TestRequest {
     },
 }
 
+/// One line for a server's log: `one-way up: 1000 x 1200 B at 10 Mbit/s`.
+impl std::fmt::Display for TestRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mbit = |bps: u64| bps as f64 / 1e6;
+        match self {
+            TestRequest::OneWay {
+                direction,
+                rate_bps,
+                size,
+                count,
+            } => {
+                let way = match direction {
+                    Direction::Up => "up",
+                    Direction::Down => "down",
+                };
+                write!(
+                    f,
+                    "one-way {way}: {count} x {size} B at {} Mbit/s",
+                    mbit(*rate_bps)
+                )
+            }
+            TestRequest::Tcp {
+                streams,
+                direction,
+                duration_ns,
+                window,
+                mss,
+                congestion,
+                ..
+            } => {
+                let way = match direction {
+                    TcpDirection::Up => "up",
+                    TcpDirection::Down => "down",
+                    TcpDirection::Both => "both ways",
+                };
+                write!(
+                    f,
+                    "tcp {way}: {streams} stream(s) for {} s",
+                    *duration_ns as f64 * 1e-9
+                )?;
+                if let Some(window) = window {
+                    write!(f, ", window {window} B")?;
+                }
+                if let Some(mss) = mss {
+                    write!(f, ", mss {mss} B")?;
+                }
+                if let Some(congestion) = congestion {
+                    write!(f, ", {congestion}")?;
+                }
+                Ok(())
+            }
+            TestRequest::RoundTrip {
+                interval_ns,
+                size,
+                count,
+            } => write!(
+                f,
+                "round trips: {count} x {size} B every {} ms",
+                *interval_ns as f64 * 1e-6
+            ),
+        }
+    }
+}
+
 impl TestRequest {
     /// The rate the test offers, in bits per second of UDP payload.
     pub fn rate_bps(&self) -> u64 {

@@ -753,14 +753,16 @@ pub fn setsockopt_bytes(
     .map(drop)
 }
 
-/// CPU time (user + system) this process has used.
-pub fn process_cpu_time() -> Duration {
-    // SAFETY: rusage is plain data; getrusage fills it.
-    let mut usage: libc::rusage = unsafe { zeroed() };
-    // SAFETY: `usage` is writable.
+/// CPU time (user and system) the calling thread has used since it started.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable; the clock id is a constant the kernel knows.
     unsafe {
-        libc::getrusage(libc::RUSAGE_SELF, &raw mut usage);
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts);
     }
-    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    time(usage.ru_utime) + time(usage.ru_stime)
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
+
