@@ -466,9 +466,7 @@ fn serve_connection(
                 })?;
             }
             connection.send(&Message::Done { received, rejected })?;
-            Ok(format!(
-                "{test}: received {received}, rejected {rejected}"
-            ))
+            Ok(format!("{test}: received {received}, rejected {rejected}"))
         }
         TestRequest::OneWay {
             direction: Direction::Down,
@@ -484,9 +482,7 @@ fn serve_connection(
                 duration_ns,
             })?;
             let done = connection.receive(deadline, "the client's results")?;
-            Ok(format!(
-                "{test}: sent {sent}, {}", describe_done(&done)
-            ))
+            Ok(format!("{test}: sent {sent}, {}", describe_done(&done)))
         }
         TestRequest::Tcp {
             streams,
@@ -527,9 +523,7 @@ fn serve_connection(
                 deadline,
             )?;
             connection.send(&Message::Done { received, rejected })?;
-            Ok(format!(
-                "{test}: reflected {received}, rejected {rejected}"
-            ))
+            Ok(format!("{test}: reflected {received}, rejected {rejected}"))
         }
     }
 }
@@ -1471,12 +1465,13 @@ impl Client {
         };
         for &down in directions {
             for index in 0..test.streams {
-                let stream = connect_stream(server, &test.options, session, index, down).map_err(
-                    |why| MeasureError::Unreachable {
-                        address: server.to_string(),
-                        why,
-                    },
-                )?;
+                let stream =
+                    connect_stream(server, &test.options, session, index, down).map_err(|why| {
+                        MeasureError::Unreachable {
+                            address: server.to_string(),
+                            why,
+                        }
+                    })?;
                 // The client sends the upward streams and receives the downward ones.
                 threads.push((
                     down,

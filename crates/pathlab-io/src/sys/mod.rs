@@ -765,4 +765,3 @@ pub fn thread_cpu_time() -> Duration {
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
-

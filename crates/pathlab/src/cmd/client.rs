@@ -54,3 +54,98 @@ pub fn measure_error(error: MeasureError) -> anyhow::Error {
         other => anyhow::Error::new(other),
     }
 }
+
+/// Runs shorter than this show no progress line.
+const PROGRESS_AFTER: Duration = Duration::from_secs(2);
+
+/// A line on stderr saying how far a run is (`owd up: 3.2 s of 10.0 s [######......]`),
+/// redrawn five times a second; only for runs over 2 s and when stderr is a terminal, so
+/// pipes and files get none. Erased when dropped.
+#[derive(Debug)]
+pub struct Progress {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Starts the line for a run of `what` expected to last `total`.
+    pub fn start(what: &str, total: Duration) -> Option<Progress> {
+        use std::io::IsTerminal as _;
+        if total <= PROGRESS_AFTER || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let what = what.to_owned();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            loop {
+                let elapsed = start.elapsed();
+                eprint!("\r\x1b[2K{}", progress_line(&what, elapsed, total));
+                match stopped.recv_timeout(Duration::from_millis(200)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => break,
+                }
+            }
+            eprint!("\r\x1b[2K");
+        });
+        Some(Progress {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// `what: 3.2 s of 10.0 s [######..............]`; past the end it says it is finishing.
+fn progress_line(what: &str, elapsed: Duration, total: Duration) -> String {
+    const WIDTH: usize = 20;
+    let share = (elapsed.as_secs_f64() / total.as_secs_f64()).clamp(0.0, 1.0);
+    let done = (share * WIDTH as f64).round() as usize;
+    let bar = format!("[{}{}]", "#".repeat(done), ".".repeat(WIDTH - done));
+    if elapsed >= total {
+        format!(
+            "{what}: {:.1} s {bar} collecting the results",
+            elapsed.as_secs_f64()
+        )
+    } else {
+        format!(
+            "{what}: {:.1} s of {:.1} s {bar}",
+            elapsed.as_secs_f64(),
+            total.as_secs_f64()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_progress_line_fills_with_time_and_says_when_it_waits() {
+        assert_eq!(
+            progress_line(
+                "owd up",
+                Duration::from_millis(2500),
+                Duration::from_secs(10)
+            ),
+            "owd up: 2.5 s of 10.0 s [#####...............]"
+        );
+        assert_eq!(
+            progress_line("tcp", Duration::from_secs(11), Duration::from_secs(10)),
+            "tcp: 11.0 s [####################] collecting the results"
+        );
+    }
+
+    #[test]
+    fn short_runs_get_no_line() {
+        assert!(Progress::start("rtt", Duration::from_secs(2)).is_none());
+    }
+}

@@ -1,11 +1,12 @@
 //! `pathlab owd`: one-way delay probing, as the seed's link-aggregation probe does it.
 
 use std::io::Write as _;
+use std::time::Duration;
 
 use pathlab_probe::control::Direction;
 use pathlab_probe::owd::{OneWayResult, QueueVerdict};
 
-use crate::cmd::client::measure_error;
+use crate::cmd::client::{measure_error, Progress};
 use crate::{format, usage};
 
 /// Arguments of `pathlab owd`.
@@ -61,6 +62,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut results = Vec::new();
     for &direction in directions {
         let client = args.client.connect(&args.host)?;
+        let _progress = Progress::start(
+            match direction {
+                Direction::Up => "owd up",
+                Direction::Down => "owd down",
+            },
+            Duration::from_secs_f64(count as f64 * f64::from(args.size) * 8.0 / rate.as_f64()),
+        );
         let result = client
             .one_way(
                 direction,

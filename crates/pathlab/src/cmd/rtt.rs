@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
 
-use crate::cmd::client::measure_error;
+use crate::cmd::client::{measure_error, Progress};
 use crate::format;
 
 /// Arguments of `pathlab rtt`.
@@ -32,9 +32,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let (interval, time) = (args.interval, args.time);
     let count = (time.as_nanos() / interval.as_nanos()).max(1);
     let client = args.client.connect(&args.host)?;
+    let progress = Progress::start("rtt", time.into());
     let report = client
         .round_trip(Duration::from_nanos(interval.as_nanos()), args.size, count)
         .map_err(measure_error)?;
+    drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Rtt(Box::new(report.clone())))?;
     if args.client.json {

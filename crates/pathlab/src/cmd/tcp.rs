@@ -6,7 +6,7 @@ use pathlab_io::measure::{TcpOptions, TcpTest};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
 
-use crate::cmd::client::measure_error;
+use crate::cmd::client::{measure_error, Progress};
 use crate::{format, usage};
 
 /// Arguments of `pathlab tcp`.
@@ -73,7 +73,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         },
     };
     let client = args.client.connect(&args.host)?;
+    let progress = Progress::start("tcp", test.duration);
     let report = client.tcp(&test).map_err(measure_error)?;
+    drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Tcp(Box::new(report.clone())))?;
     if args.client.json {
