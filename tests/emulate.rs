@@ -1465,3 +1465,85 @@ fn owd_loss_duplicates_and_reordering_equal_the_recorded_truth() {
     assert_eq!(result.sequence.reordered, truth.reordered);
     assert_eq!(result.sequence.max_extent, truth.max_extent);
 }
+
+/// `pathlab tcp` upwards from h1 to a server in h2 with Reno for `seconds`.
+fn tcp_through(lab: &Lab, seconds: u64) -> pathlab_probe::tcp::TcpTestReport {
+    use pathlab_io::measure::{TcpOptions, TcpTest};
+    with_server_in_h2(lab, |client| {
+        client.tcp(&TcpTest {
+            streams: 1,
+            direction: pathlab_probe::control::TcpDirection::Up,
+            duration: Duration::from_secs(seconds),
+            interval: Duration::from_secs(1),
+            sample_every: Duration::from_millis(10),
+            options: TcpOptions {
+                window: Some(4 << 20),
+                mss: None,
+                congestion: Some("reno".into()),
+            },
+        })
+    })
+}
+
+#[test]
+fn tcp_goodput_and_retransmissions_match_the_emulators_truth() {
+    let Some(_serial) = privileged("tcp_goodput_and_retransmissions_match_the_emulators_truth")
+    else {
+        return;
+    };
+    // Clean, then lossy: goodput never above what the link carries and near it when
+    // nothing is lost; every segment the emulator dropped is one TCP retransmitted.
+    for (spec, fills) in [
+        ("rate 10mbit delay 5ms limit 100", true),
+        ("rate 10mbit delay 5ms limit 100 loss 1%", false),
+    ] {
+        let mut lab = Lab::start(
+            "tcp-truth",
+            spec,
+            &["--reverse", "delay 5ms", "--seed", "5"],
+            true,
+        );
+        let report = tcp_through(&lab, 6);
+        let (_, recording) = lab.stop();
+        let stream = &report.up[0];
+        let last = stream.samples.last().expect("TCP_INFO samples");
+        let retransmitted = u64::from(last.retrans_segments);
+        // Full-size data segments the emulator dropped on the way up (the control
+        // connection's messages are far smaller).
+        let dropped = recording
+            .packets(0)
+            .filter(|r| r.len_bytes >= 1000 && r.dropped.is_some())
+            .count() as u64;
+        let goodput = report.up_bps / 8.0;
+        eprintln!(
+            "tcp through '{spec}': {:.3} Mbit/s = {:.1}% of {:.3}; retransmitted {} segments, emulator dropped {dropped}",
+            report.up_bps * 1e-6,
+            goodput / TCP_GOODPUT_10MBIT * 100.0,
+            TCP_GOODPUT_10MBIT * 8e-6,
+            retransmitted,
+        );
+        // The receiver's count over the sender's time includes the last flight in the
+        // queue after the sender stopped writing: 1% over the ideal covers it.
+        assert!(
+            goodput <= TCP_GOODPUT_10MBIT * 1.01,
+            "goodput {:.3} Mbit/s above the link's {:.3}",
+            goodput * 8e-6,
+            TCP_GOODPUT_10MBIT * 8e-6
+        );
+        if fills {
+            assert!(
+                goodput >= TCP_GOODPUT_10MBIT * 0.9,
+                "a clean 10 Mbit/s link is filled: {:.3} Mbit/s",
+                goodput * 8e-6
+            );
+        } else {
+            assert!(dropped > 0, "1% of thousands of segments");
+        }
+        // Each dropped segment is sent again; a retransmission lost again counts twice on
+        // both sides. A few spurious ones (tail loss probes) are allowed on top.
+        assert!(
+            retransmitted >= dropped && retransmitted <= dropped + dropped / 10 + 5,
+            "retransmitted {retransmitted} for {dropped} dropped"
+        );
+    }
+}

@@ -1240,55 +1240,95 @@ fn sample(stream: &TcpStream, start: Instant) -> Option<TcpSample> {
     })
 }
 
-/// Sends for `duration`, sampling TCP_INFO every `sample_every` on a second thread; with
-/// the CPU time that thread used.
+/// Unsent bytes a sender keeps in its socket (TCP_NOTSENT_LOWAT): 50 ms at the rate TCP
+/// delivers, at least two writes. Without a bound a large window on a slow path holds
+/// seconds of data that drain after the test's time is over (4 MB at 10 Mbit/s is 3.4 s),
+/// and the test overruns by that much. Where 50 ms is more than a default send buffer
+/// holds anyway (above 640 Mbit/s) the bound is lifted (0: the kernel's default, none):
+/// any bound there measured a few percent slower on loopback. What is in flight (cwnd) is
+/// not affected either way.
+fn unsent_bytes(delivery_rate: u64) -> u64 {
+    const TIME: f64 = 0.05;
+    const MIN: u64 = 2 * TCP_CHUNK as u64;
+    const NO_BOUND_FROM: u64 = 4 << 20;
+    let bytes = ((delivery_rate as f64 * TIME) as u64).max(MIN);
+    if bytes >= NO_BOUND_FROM {
+        0
+    } else {
+        bytes
+    }
+}
+
+/// Sends for `duration`, sampling TCP_INFO every `sample_every`. One thread does both: the
+/// socket is non-blocking and the thread sleeps in poll until it can write or the next
+/// sample is due. (A second thread sampling while this one writes contends for the socket
+/// lock, which cost a tenth of the throughput on loopback.)
 fn send_stream(
     mut stream: TcpStream,
     index: u32,
     duration: Duration,
     sample_every: Duration,
-) -> io::Result<(StreamReport, Duration)> {
+) -> io::Result<StreamReport> {
     let start = Instant::now();
-    let sampler_stream = stream.try_clone()?;
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = Arc::clone(&done);
-    let sampler = std::thread::spawn(move || {
-        let mut samples = Vec::new();
-        while !flag.load(Ordering::Relaxed) {
-            if let Some(s) = sample(&sampler_stream, start) {
-                samples.push(s);
+    let end = start + duration;
+    let limit_unsent = |stream: &TcpStream, bytes: u64| {
+        let _ = sys::setsockopt(
+            stream.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            &(bytes as libc::c_int),
+        );
+    };
+    limit_unsent(&stream, unsent_bytes(0));
+    stream.set_nonblocking(true)?;
+    let mut chunk_storage = vec![0x5au8; TCP_CHUNK + PAGE];
+    let chunk = page_aligned(&mut chunk_storage);
+    let mut offset = 0;
+    let mut samples = Vec::new();
+    let mut next_sample = start;
+    loop {
+        let now = Instant::now();
+        if now >= next_sample {
+            if let Some(taken) = sample(&stream, start) {
+                limit_unsent(&stream, unsent_bytes(taken.delivery_rate));
+                samples.push(taken);
             }
-            std::thread::sleep(sample_every);
+            next_sample = (next_sample + sample_every).max(now);
         }
-        (samples, sys::thread_cpu_time())
-    });
-    let chunk = vec![0x5au8; TCP_CHUNK];
-    let mut result = Ok(());
-    while start.elapsed() < duration {
-        if let Err(error) = stream.write_all(&chunk) {
-            result = Err(error);
+        if now >= end {
             break;
         }
+        match stream.write(&chunk[offset..]) {
+            Ok(n) => offset = (offset + n) % TCP_CHUNK,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                sys::poll_writable(stream.as_fd(), next_sample.min(end) - now)?;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
     }
+    stream.set_nonblocking(false)?;
     let _ = stream.shutdown(std::net::Shutdown::Write);
     // Wait for the receiver to close: its last ACKs belong in the samples.
     let mut sink = [0u8; 64];
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = stream.read(&mut sink);
-    done.store(true, Ordering::Relaxed);
-    let (mut samples, sampler_cpu) = sampler.join().expect("sampler does not panic");
-    if let Some(last) = sample(&stream, start) {
-        samples.push(last);
-    }
-    result?;
-    Ok((
-        StreamReport {
-            index,
-            samples,
-            ..StreamReport::default()
-        },
-        sampler_cpu,
-    ))
+    samples.extend(sample(&stream, start));
+    Ok(StreamReport {
+        index,
+        samples,
+        ..StreamReport::default()
+    })
+}
+
+const PAGE: usize = 4096;
+
+/// `TCP_CHUNK` bytes of `storage` (`TCP_CHUNK + PAGE` long) starting on a page boundary:
+/// the kernel copies to and from page-aligned buffers fastest (the allocator's large
+/// blocks start 16 bytes into a page).
+fn page_aligned(storage: &mut [u8]) -> &mut [u8] {
+    let skip = storage.as_ptr().align_offset(PAGE);
+    &mut storage[skip..skip + TCP_CHUNK]
 }
 
 /// Receives until the sender closes, counting bytes per interval.
@@ -1299,10 +1339,11 @@ fn receive_stream(
 ) -> io::Result<StreamReport> {
     let start = Instant::now();
     let mut counter = IntervalCounter::new(interval.as_nanos() as u64);
-    let mut buffer = vec![0u8; TCP_CHUNK];
+    let mut storage = vec![0u8; TCP_CHUNK + PAGE];
+    let buffer = page_aligned(&mut storage);
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     loop {
-        let n = stream.read(&mut buffer)?;
+        let n = stream.read(buffer)?;
         if n == 0 {
             break;
         }
@@ -1320,7 +1361,7 @@ fn receive_stream(
 }
 
 /// Runs one stream's end in a thread: sends if `send`, else receives. With the CPU time
-/// its threads used: a test's CPU is the sum over its threads, not the process's, which
+/// the thread used: a test's CPU is the sum over its threads, not the process's, which
 /// may run other tests (a server, a lab) at the same time.
 fn stream_thread(
     stream: TcpStream,
@@ -1331,12 +1372,12 @@ fn stream_thread(
     sample_every: Duration,
 ) -> std::thread::JoinHandle<io::Result<(StreamReport, Duration)>> {
     std::thread::spawn(move || {
-        let (report, helpers) = if send {
+        let report = if send {
             send_stream(stream, index, duration, sample_every)?
         } else {
-            (receive_stream(stream, index, interval)?, Duration::ZERO)
+            receive_stream(stream, index, interval)?
         };
-        Ok((report, helpers + sys::thread_cpu_time()))
+        Ok((report, sys::thread_cpu_time()))
     })
 }
 

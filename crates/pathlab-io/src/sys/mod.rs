@@ -229,6 +229,31 @@ pub fn poll_readable(
     Ok(())
 }
 
+/// Waits until `fd` can take more data or `timeout` passes; true if it can (or has an
+/// error to report, which the next write returns).
+pub fn poll_writable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut pollfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let timespec = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: one initialized pollfd; a live timespec; a null sigmask keeps the current one.
+    let result = unsafe { libc::ppoll(&raw mut pollfd, 1, &raw const timespec, std::ptr::null()) };
+    if result < 0 {
+        let error = io::Error::last_os_error();
+        return if error.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(error)
+        };
+    }
+    Ok(pollfd.revents & (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) != 0)
+}
+
 /// A non-blocking eventfd, for waking a thread that sleeps in [`poll_readable`].
 pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: plain syscall; the result is a fresh descriptor we own.
