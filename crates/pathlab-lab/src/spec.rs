@@ -1,0 +1,822 @@
+//! Experiment specs: a TOML file of nodes, links with a link SPEC per direction, workloads
+//! and events on a timeline. Parsing and every check happen here, before anything is
+//! built, and every error names the line it is about (docs/lab.md has the format).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
+use std::time::Duration;
+
+use pathlab_core::LinkSpec;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A checked experiment.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    /// Its name (file names and titles).
+    pub name: String,
+    /// What it shows, for the report.
+    pub description: String,
+    /// How long the run lasts.
+    pub duration: Duration,
+    /// Hosts and routers, each a network namespace.
+    pub nodes: Vec<Node>,
+    /// Links between two nodes.
+    pub links: Vec<Link>,
+    /// What runs, when.
+    pub workloads: Vec<Workload>,
+    /// Link changes at given times, in time order.
+    pub events: Vec<Event>,
+}
+
+/// A host or a router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Its name (1 to 12 of a-z, 0-9, `-`).
+    pub name: String,
+    /// Routers only forward; hosts run workloads (both forward, so any graph routes).
+    pub router: bool,
+}
+
+/// A link between nodes `a` and `b` (indices into [`Experiment::nodes`]).
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// `A-B`, as events name it.
+    pub name: String,
+    /// One end.
+    pub a: usize,
+    /// The other end.
+    pub b: usize,
+    /// What a packet from `a` to `b` goes through.
+    pub forward: LinkSpec,
+    /// What a packet from `b` to `a` goes through.
+    pub reverse: LinkSpec,
+}
+
+impl Link {
+    /// Whether an emulator must sit on the link (some direction is not a perfect wire, or
+    /// an event will change it).
+    pub fn emulated(&self, events: &[Event], index: usize) -> bool {
+        !self.forward.is_passthrough()
+            || !self.reverse.is_passthrough()
+            || events.iter().any(|e| e.link == index)
+    }
+}
+
+/// What a workload does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadKind {
+    /// Bulk TCP from `from` to `to` (pathlab's `tcp`).
+    Tcp {
+        /// Parallel streams.
+        streams: u32,
+        /// Congestion control (`reno`, `bbr`, ...), the kernel's default if `None`.
+        congestion: Option<String>,
+        /// Socket buffers at both ends, bytes.
+        window: Option<u32>,
+    },
+    /// Isochronous round trips (pathlab's `rtt`).
+    Rtt {
+        /// Between requests.
+        interval: Duration,
+        /// UDP payload bytes.
+        size: u32,
+    },
+    /// One-way probes at a rate (pathlab's `owd`).
+    Owd {
+        /// Bits per second of UDP payload.
+        rate_bps: u64,
+        /// UDP payload bytes.
+        size: u32,
+    },
+    /// A program run in `from`'s namespace (`{to}` in its arguments becomes `to`'s address).
+    Command {
+        /// Program and arguments.
+        argv: Vec<String>,
+    },
+}
+
+/// Something that runs from `start` for `duration`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Its name in the results (`tcp-1`, or as given).
+    pub name: String,
+    /// What it is.
+    pub kind: WorkloadKind,
+    /// Where it runs (the client).
+    pub from: usize,
+    /// Its peer (the server), if it has one.
+    pub to: Option<usize>,
+    /// When it starts.
+    pub start: Duration,
+    /// How long it runs.
+    pub duration: Duration,
+}
+
+/// A link's spec changes at `at`.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// When.
+    pub at: Duration,
+    /// Which link (index into [`Experiment::links`]).
+    pub link: usize,
+    /// The new spec from `a` to `b`, if it changes.
+    pub forward: Option<LinkSpec>,
+    /// The new spec from `b` to `a`, if it changes.
+    pub reverse: Option<LinkSpec>,
+}
+
+/// Why a spec file is not an experiment: what and on which line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}line {line}: {message}", .file.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
+pub struct SpecFileError {
+    /// The file, when known.
+    pub file: Option<String>,
+    /// 1-based line.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    duration: Spanned<String>,
+    #[serde(default, rename = "node")]
+    nodes: Vec<Spanned<RawNode>>,
+    #[serde(default, rename = "link")]
+    links: Vec<Spanned<RawLink>>,
+    #[serde(default, rename = "workload")]
+    workloads: Vec<Spanned<RawWorkload>>,
+    #[serde(default, rename = "event")]
+    events: Vec<Spanned<RawEvent>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Spanned<String>,
+    #[serde(default)]
+    kind: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    between: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    spec: Option<Spanned<String>>,
+    #[serde(default)]
+    reverse: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    kind: Spanned<String>,
+    #[serde(default)]
+    name: Option<String>,
+    from: Spanned<String>,
+    #[serde(default)]
+    to: Option<Spanned<String>>,
+    #[serde(default)]
+    start: Option<Spanned<String>>,
+    #[serde(default)]
+    duration: Option<Spanned<String>>,
+    #[serde(default)]
+    streams: Option<u32>,
+    #[serde(default)]
+    congestion: Option<String>,
+    #[serde(default)]
+    window: Option<Spanned<String>>,
+    #[serde(default)]
+    interval: Option<Spanned<String>>,
+    #[serde(default)]
+    size: Option<u32>,
+    #[serde(default)]
+    rate: Option<Spanned<String>>,
+    #[serde(default)]
+    command: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvent {
+    at: Spanned<String>,
+    link: Spanned<String>,
+    #[serde(default)]
+    spec: Option<Spanned<String>>,
+    #[serde(default)]
+    reverse: Option<Spanned<String>>,
+}
+
+/// Longest node name: interface names are `to-NAME` within the kernel's 15 bytes.
+const MAX_NAME: usize = 12;
+/// Most links: one /24 of 198.18.0.0/15 each.
+const MAX_LINKS: usize = 512;
+
+struct Checker<'a> {
+    text: &'a str,
+}
+
+impl Checker<'_> {
+    fn line(&self, span: &Range<usize>) -> usize {
+        let end = span.start.min(self.text.len());
+        self.text[..end].bytes().filter(|&b| b == b'\n').count() + 1
+    }
+
+    fn error(&self, span: &Range<usize>, message: impl Into<String>) -> SpecFileError {
+        SpecFileError {
+            file: None,
+            line: self.line(span),
+            message: message.into(),
+        }
+    }
+
+    fn time(&self, value: &Spanned<String>, what: &str) -> Result<Duration, SpecFileError> {
+        parse_time(value.get_ref())
+            .map_err(|problem| self.error(&value.span(), format!("{what}: {problem}")))
+    }
+
+    fn link_spec(&self, value: &Spanned<String>) -> Result<LinkSpec, SpecFileError> {
+        LinkSpec::parse(value.get_ref()).map_err(|e| {
+            self.error(
+                &value.span(),
+                format!("bad SPEC '{}': {e}", value.get_ref()),
+            )
+        })
+    }
+}
+
+/// A time in an experiment: `10s`, `250ms`, `1.5s`; a bare number is seconds.
+fn parse_time(text: &str) -> Result<Duration, String> {
+    if let Ok(seconds) = text.parse::<f64>() {
+        return if seconds.is_finite() && seconds >= 0.0 {
+            Ok(Duration::from_secs_f64(seconds))
+        } else {
+            Err(format!("'{text}' is not a time like 10s"))
+        };
+    }
+    pathlab_core::spec::parse_time(text)
+        .map(Into::into)
+        .map_err(|e| e.to_string())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+}
+
+impl Experiment {
+    /// Parses and checks a spec file's text.
+    pub fn parse(text: &str) -> Result<Experiment, SpecFileError> {
+        let raw: RawExperiment = toml::from_str(text).map_err(|e| {
+            let checker = Checker { text };
+            let line = e.span().map_or(1, |span| checker.line(&span));
+            SpecFileError {
+                file: None,
+                line,
+                message: e.message().trim().to_owned(),
+            }
+        })?;
+        Checker { text }.experiment(raw)
+    }
+}
+
+impl Checker<'_> {
+    fn experiment(&self, raw: RawExperiment) -> Result<Experiment, SpecFileError> {
+        let name = raw.name.get_ref();
+        if name.is_empty()
+            || name.len() > 40
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(self.error(
+                &raw.name.span(),
+                format!("name '{name}': 1 to 40 of letters, digits, '-' and '_' (it names files)"),
+            ));
+        }
+        let duration = self.time(&raw.duration, "duration")?;
+        if duration.is_zero() {
+            return Err(self.error(&raw.duration.span(), "duration: must be above zero"));
+        }
+        let nodes = self.nodes(&raw.nodes)?;
+        let index: BTreeMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let find = |name: &Spanned<String>, what: &str| -> Result<usize, SpecFileError> {
+            index.get(name.get_ref().as_str()).copied().ok_or_else(|| {
+                self.error(
+                    &name.span(),
+                    format!(
+                        "{what} '{}' is not a node (the nodes are: {})",
+                        name.get_ref(),
+                        nodes
+                            .iter()
+                            .map(|n| n.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+        };
+        let mut links = Vec::new();
+        let mut pairs = BTreeSet::new();
+        for raw_link in &raw.links {
+            let link = raw_link.get_ref();
+            let ends = link.between.get_ref();
+            if ends.len() != 2 {
+                return Err(self.error(
+                    &link.between.span(),
+                    "between: a link joins exactly two nodes, as in [\"h1\", \"r1\"]",
+                ));
+            }
+            let (a, b) = (find(&ends[0], "link end")?, find(&ends[1], "link end")?);
+            if a == b {
+                return Err(self.error(&link.between.span(), "a link cannot join a node to itself"));
+            }
+            if !pairs.insert((a.min(b), a.max(b))) {
+                return Err(self.error(
+                    &link.between.span(),
+                    format!(
+                        "a second link between {} and {}",
+                        nodes[a].name, nodes[b].name
+                    ),
+                ));
+            }
+            let forward = match &link.spec {
+                Some(spec) => self.link_spec(spec)?,
+                None => LinkSpec::default(),
+            };
+            let reverse = match &link.reverse {
+                Some(spec) => self.link_spec(spec)?,
+                None => forward.clone(),
+            };
+            links.push(Link {
+                name: format!("{}-{}", nodes[a].name, nodes[b].name),
+                a,
+                b,
+                forward,
+                reverse,
+            });
+        }
+        if links.len() > MAX_LINKS {
+            return Err(self.error(
+                &raw.links[MAX_LINKS].span(),
+                format!("at most {MAX_LINKS} links (one /24 of 198.18.0.0/15 each)"),
+            ));
+        }
+        let mut events = Vec::new();
+        let mut seen = BTreeMap::new();
+        for raw_event in &raw.events {
+            let event = raw_event.get_ref();
+            let at = self.time(&event.at, "at")?;
+            if at >= duration {
+                return Err(self.error(
+                    &event.at.span(),
+                    format!("at {:?} is not within the run ({:?})", at, duration),
+                ));
+            }
+            let name = event.link.get_ref();
+            let link = links
+                .iter()
+                .position(|l| {
+                    l.name == *name || format!("{}-{}", nodes[l.b].name, nodes[l.a].name) == *name
+                })
+                .ok_or_else(|| {
+                    self.error(
+                        &event.link.span(),
+                        format!(
+                            "link '{name}' goes nowhere: the links are {}",
+                            links
+                                .iter()
+                                .map(|l| l.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?;
+            if event.spec.is_none() && event.reverse.is_none() {
+                return Err(self.error(&raw_event.span(), "an event needs spec or reverse"));
+            }
+            if let Some(previous) = seen.insert((link, at), self.line(&raw_event.span())) {
+                return Err(self.error(
+                    &raw_event.span(),
+                    format!(
+                        "two events change {} at the same time (the other is on line {previous})",
+                        links[link].name
+                    ),
+                ));
+            }
+            let forward = event.spec.as_ref().map(|s| self.link_spec(s)).transpose()?;
+            // Like a link: a spec without reverse changes both directions.
+            let reverse = match &event.reverse {
+                Some(spec) => Some(self.link_spec(spec)?),
+                None => forward.clone(),
+            };
+            events.push(Event {
+                at,
+                link,
+                forward,
+                reverse,
+            });
+        }
+        events.sort_by_key(|e| e.at);
+        let mut workloads = Vec::new();
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for raw_workload in &raw.workloads {
+            let workload = self.workload(raw_workload, &find, duration, &links, nodes.len())?;
+            let workload = Workload {
+                name: match &raw_workload.get_ref().name {
+                    Some(name) => name.clone(),
+                    None => {
+                        let kind = raw_workload.get_ref().kind.get_ref().clone();
+                        let count = counts.entry(kind.clone()).or_default();
+                        *count += 1;
+                        format!("{kind}-{count}")
+                    }
+                },
+                ..workload
+            };
+            if workloads.iter().any(|w: &Workload| w.name == workload.name) {
+                return Err(self.error(
+                    &raw_workload.span(),
+                    format!("a second workload named '{}'", workload.name),
+                ));
+            }
+            workloads.push(workload);
+        }
+        Ok(Experiment {
+            name: raw.name.into_inner(),
+            description: raw.description,
+            duration,
+            nodes,
+            links,
+            workloads,
+            events,
+        })
+    }
+
+    fn nodes(&self, raw: &[Spanned<RawNode>]) -> Result<Vec<Node>, SpecFileError> {
+        let mut nodes: Vec<Node> = Vec::new();
+        for raw_node in raw {
+            let node = raw_node.get_ref();
+            let name = node.name.get_ref();
+            if !valid_name(name) {
+                return Err(self.error(
+                    &node.name.span(),
+                    format!("node name '{name}': 1 to {MAX_NAME} of a-z, 0-9 and '-'"),
+                ));
+            }
+            if nodes.iter().any(|n| n.name == *name) {
+                return Err(self.error(&node.name.span(), format!("a second node named '{name}'")));
+            }
+            let router = match node.kind.as_ref().map(|k| k.get_ref().as_str()) {
+                None | Some("host") => false,
+                Some("router") => true,
+                Some(other) => {
+                    return Err(self.error(
+                        &node.kind.as_ref().expect("some").span(),
+                        format!("kind '{other}': host or router"),
+                    ))
+                }
+            };
+            nodes.push(Node {
+                name: name.clone(),
+                router,
+            });
+        }
+        if nodes.is_empty() {
+            return Err(SpecFileError {
+                file: None,
+                line: 1,
+                message: "no [[node]]: an experiment needs at least two".into(),
+            });
+        }
+        Ok(nodes)
+    }
+
+    fn workload(
+        &self,
+        raw: &Spanned<RawWorkload>,
+        find: &dyn Fn(&Spanned<String>, &str) -> Result<usize, SpecFileError>,
+        run: Duration,
+        links: &[Link],
+        node_count: usize,
+    ) -> Result<Workload, SpecFileError> {
+        let w = raw.get_ref();
+        let span = raw.span();
+        let from = find(&w.from, "from")?;
+        let to = w.to.as_ref().map(|to| find(to, "to")).transpose()?;
+        let start = match &w.start {
+            Some(start) => self.time(start, "start")?,
+            None => Duration::ZERO,
+        };
+        let duration = match &w.duration {
+            Some(d) => self.time(d, "duration")?,
+            None => run.saturating_sub(start),
+        };
+        if duration.is_zero() {
+            return Err(self.error(&span, "the workload has no time to run"));
+        }
+        if start + duration > run {
+            return Err(self.error(
+                &span,
+                format!(
+                    "the workload runs from {:?} to {:?}, past the end of the run ({:?})",
+                    start,
+                    start + duration,
+                    run
+                ),
+            ));
+        }
+        let kind = match w.kind.get_ref().as_str() {
+            "tcp" => WorkloadKind::Tcp {
+                streams: w.streams.unwrap_or(1).max(1),
+                congestion: w.congestion.clone(),
+                window: w
+                    .window
+                    .as_ref()
+                    .map(|s| {
+                        pathlab_core::spec::parse_size(s.get_ref())
+                            .map(|b| b as u32)
+                            .map_err(|e| self.error(&s.span(), format!("window: {e}")))
+                    })
+                    .transpose()?,
+            },
+            "rtt" => WorkloadKind::Rtt {
+                interval: match &w.interval {
+                    Some(i) => self.time(i, "interval")?,
+                    None => Duration::from_millis(10),
+                },
+                size: w.size.unwrap_or(64).max(32),
+            },
+            "owd" => WorkloadKind::Owd {
+                rate_bps: match &w.rate {
+                    Some(r) => pathlab_core::spec::parse_rate(r.get_ref())
+                        .map_err(|e| self.error(&r.span(), format!("rate: {e}")))?
+                        .bits_per_sec(),
+                    None => return Err(self.error(&span, "an owd workload needs a rate")),
+                },
+                size: w.size.unwrap_or(1200).max(32),
+            },
+            "command" => WorkloadKind::Command {
+                argv: match &w.command {
+                    Some(argv) if !argv.is_empty() => argv.clone(),
+                    _ => {
+                        return Err(self.error(
+                            &span,
+                            "a command workload needs command = [\"program\", ...]",
+                        ))
+                    }
+                },
+            },
+            other => {
+                return Err(self.error(
+                    &w.kind.span(),
+                    format!("kind '{other}': tcp, rtt, owd or command"),
+                ))
+            }
+        };
+        if !matches!(kind, WorkloadKind::Command { .. }) && to.is_none() {
+            return Err(self.error(
+                &span,
+                format!("a {} workload needs to = \"HOST\"", w.kind.get_ref()),
+            ));
+        }
+        if let Some(to) = to {
+            if to == from {
+                return Err(self.error(&span, "from and to are the same node"));
+            }
+            if !connected(links, node_count, from, to) {
+                return Err(self.error(&span, "no path of links joins from and to"));
+            }
+        }
+        Ok(Workload {
+            name: String::new(),
+            kind,
+            from,
+            to,
+            start,
+            duration,
+        })
+    }
+}
+
+/// Whether links join `from` and `to`.
+fn connected(links: &[Link], nodes: usize, from: usize, to: usize) -> bool {
+    first_hops(links, nodes, from)[to].is_some() || from == to
+}
+
+/// For every node, the link `from` sends through to reach it (breadth first: fewest
+/// hops, ties to the link declared first); `None` for `from` itself and unreachable nodes.
+pub fn first_hops(links: &[Link], nodes: usize, from: usize) -> Vec<Option<usize>> {
+    let mut hop = vec![None; nodes];
+    let mut seen = vec![false; nodes];
+    seen[from] = true;
+    let mut queue = VecDeque::from([from]);
+    while let Some(node) = queue.pop_front() {
+        for (i, link) in links.iter().enumerate() {
+            let next = if link.a == node {
+                link.b
+            } else if link.b == node {
+                link.a
+            } else {
+                continue;
+            };
+            if !seen[next] {
+                seen[next] = true;
+                hop[next] = if node == from { Some(i) } else { hop[node] };
+                queue.push_back(next);
+            }
+        }
+    }
+    hop
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"
+name = "line"
+duration = "20s"
+
+[[node]]
+name = "h1"
+[[node]]
+name = "r1"
+kind = "router"
+[[node]]
+name = "h2"
+
+[[link]]
+between = ["h1", "r1"]
+spec = "delay 5ms"
+[[link]]
+between = ["r1", "h2"]
+spec = "delay 5ms rate 10mbit limit 100"
+reverse = "delay 5ms"
+
+[[workload]]
+kind = "tcp"
+from = "h1"
+to = "h2"
+congestion = "reno"
+[[workload]]
+kind = "rtt"
+from = "h1"
+to = "h2"
+start = "1s"
+duration = "15s"
+
+[[event]]
+at = "10s"
+link = "r1-h2"
+spec = "rate 1mbit"
+"#;
+
+    fn error(text: &str) -> SpecFileError {
+        Experiment::parse(text).expect_err("refused")
+    }
+
+    #[test]
+    fn a_line_with_two_workloads_and_an_event() {
+        let e = Experiment::parse(LINE).expect("parses");
+        assert_eq!(e.duration, Duration::from_secs(20));
+        assert_eq!(e.nodes.len(), 3);
+        assert!(e.nodes[1].router);
+        assert_eq!(e.links[1].name, "r1-h2");
+        assert_eq!(
+            e.links[0].forward, e.links[0].reverse,
+            "spec without reverse: both ways"
+        );
+        assert_eq!(e.links[1].reverse, LinkSpec::parse("delay 5ms").unwrap());
+        assert_eq!(e.workloads[0].name, "tcp-1");
+        assert_eq!(
+            e.workloads[0].duration,
+            Duration::from_secs(20),
+            "to the end"
+        );
+        assert_eq!(e.workloads[1].start, Duration::from_secs(1));
+        assert_eq!(e.events[0].link, 1);
+        assert_eq!(e.events[0].forward, e.events[0].reverse);
+        assert_eq!(first_hops(&e.links, 3, 0), vec![None, Some(0), Some(0)]);
+        assert_eq!(first_hops(&e.links, 3, 1), vec![Some(0), None, Some(1)]);
+    }
+
+    fn replaced(from: &str, to: &str) -> String {
+        assert!(LINE.contains(from), "{from}");
+        LINE.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn an_unknown_host_is_named_with_its_line() {
+        let e = error(&replaced(
+            "to = \"h2\"\ncongestion",
+            "to = \"h9\"\ncongestion",
+        ));
+        assert_eq!(e.line, 24);
+        assert!(
+            e.message
+                .contains("'h9' is not a node (the nodes are: h1, r1, h2)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_link_to_nowhere_is_named_with_its_line() {
+        let e = error(&replaced("link = \"r1-h2\"", "link = \"r1-h3\""));
+        assert_eq!(e.line, 35);
+        assert!(
+            e.message
+                .contains("link 'r1-h3' goes nowhere: the links are h1-r1, r1-h2"),
+            "{e}"
+        );
+        let e = error(&replaced(
+            "between = [\"r1\", \"h2\"]",
+            "between = [\"r1\", \"h5\"]",
+        ));
+        assert_eq!(e.line, 17);
+        assert!(e.message.contains("'h5' is not a node"), "{e}");
+    }
+
+    #[test]
+    fn overlapping_and_overrunning_times_are_refused() {
+        let twice =
+            format!("{LINE}\n[[event]]\nat = \"10s\"\nlink = \"h2-r1\"\nspec = \"rate 2mbit\"\n");
+        let e = error(&twice);
+        assert_eq!(e.line, 38);
+        assert!(
+            e.message
+                .contains("two events change r1-h2 at the same time (the other is on line 33)"),
+            "{e}"
+        );
+        let e = error(&replaced("duration = \"15s\"", "duration = \"25s\""));
+        assert_eq!(e.line, 26);
+        assert!(e.message.contains("past the end of the run"), "{e}");
+        let e = error(&replaced("at = \"10s\"", "at = \"20s\""));
+        assert!(e.message.contains("not within the run"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_spec_is_quoted_with_its_line_and_the_reason() {
+        let e = error(&replaced("spec = \"rate 1mbit\"", "spec = \"rate 1 mbit\""));
+        assert_eq!(e.line, 36);
+        assert!(e.message.starts_with("bad SPEC 'rate 1 mbit':"), "{e}");
+        let e = error(&replaced(
+            "delay 5ms rate 10mbit",
+            "delay 5ms rate 10mbit lose 1%",
+        ));
+        assert_eq!(e.line, 18);
+    }
+
+    #[test]
+    fn toml_errors_unknown_keys_and_bad_kinds_name_the_line() {
+        let e = error(&replaced("kind = \"router\"", "kind = \"switch\""));
+        assert_eq!(
+            (e.line, e.message.as_str()),
+            (9, "kind 'switch': host or router")
+        );
+        let e = error(&replaced("congestion = \"reno\"", "congestoin = \"reno\""));
+        assert_eq!(e.line, 25);
+        assert!(e.message.contains("congestoin"), "{e}");
+        let e = error(&replaced("duration = \"20s\"", "duration = 20s"));
+        assert_eq!(e.line, 3);
+        let e = error(&replaced("kind = \"tcp\"", "kind = \"udp\""));
+        assert!(
+            e.message.contains("kind 'udp': tcp, rtt, owd or command"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn graphs_without_a_path_or_with_loops_are_refused() {
+        let e = error(&replaced(
+            "between = [\"r1\", \"h2\"]",
+            "between = [\"r1\", \"r1\"]",
+        ));
+        assert!(e.message.contains("itself"), "{e}");
+        let island = LINE
+            .replace(
+                "[[link]]\nbetween = [\"r1\", \"h2\"]\nspec = \"delay 5ms rate 10mbit limit 100\"\nreverse = \"delay 5ms\"\n",
+                "",
+            )
+            .replace("[[event]]\nat = \"10s\"\nlink = \"r1-h2\"\nspec = \"rate 1mbit\"\n", "");
+        let e = error(&island);
+        assert!(
+            e.message.contains("no path of links joins from and to"),
+            "{e}"
+        );
+    }
+}
