@@ -1547,3 +1547,123 @@ fn tcp_goodput_and_retransmissions_match_the_emulators_truth() {
         );
     }
 }
+
+/// The RTT series of a lab run's `rtt` workload named `name`.
+fn lab_rtts(result: &std::path::Path, name: &str) -> (u64, Vec<(u64, i64)>) {
+    let text = std::fs::read_to_string(result).expect("result file");
+    let file = pathlab_results::ResultFile::from_json(&text).expect("result file reads");
+    let pathlab_results::RunResult::Lab(run) = file.result else {
+        panic!("not a lab run");
+    };
+    assert!(!run.interrupted);
+    let workload = run
+        .workloads
+        .iter()
+        .find(|w| w.name == name)
+        .expect("workload");
+    let pathlab_results::lab::LabOutcome::Rtt(report) = &workload.outcome else {
+        panic!("{name}: {:?}", workload.outcome);
+    };
+    (report.sent, report.series.clone())
+}
+
+#[test]
+fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
+    let Some(_serial) =
+        privileged("the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-bufferbloat");
+    let out = dir.path("run");
+    let output = Command::new(PATHLAB)
+        .args(["lab", "bufferbloat", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .expect("pathlab lab runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut plateaus = Vec::new();
+    for queue in [10u32, 50, 100] {
+        let (sent, series) = lab_rtts(&out.join(format!("queue-{queue}/result.json")), "probes");
+        assert!(
+            series.len() as u64 >= sent * 9 / 10,
+            "queue {queue}: most probes answered"
+        );
+        // The plateau: the 99th percentile of the second half, once Reno keeps the queue
+        // between half and full. Theory: 4 x 5 ms + a full queue of 1514-byte frames.
+        let mut late: Vec<f64> = series
+            .iter()
+            .filter(|(seq, _)| *seq >= sent / 2)
+            .map(|(_, ns)| *ns as f64 / 1e6)
+            .collect();
+        late.sort_by(f64::total_cmp);
+        let plateau = late[(late.len() - 1) * 99 / 100];
+        let theory = 20.0 + f64::from(queue) * 1514.0 * 8.0 / 10e6 * 1e3;
+        eprintln!("queue {queue}: plateau {plateau:.1} ms, theory {theory:.1} ms");
+        assert!(
+            (plateau / theory - 1.0).abs() <= 0.10,
+            "queue {queue}: plateau {plateau:.1} ms against {theory:.1} ms"
+        );
+        plateaus.push(plateau);
+    }
+    assert!(
+        plateaus.windows(2).all(|w| w[0] < w[1]),
+        "the plateau grows with the queue: {plateaus:?}"
+    );
+    for queue in [10, 50, 100] {
+        let recording = out.join(format!("queue-{queue}/link-r1-h2.jsonl"));
+        let file = std::fs::File::open(&recording).expect("the bottleneck was recorded");
+        let recording = read_recording(std::io::BufReader::new(file)).expect("recording reads");
+        let peak = recording
+            .queue_samples(0)
+            .map(|(_, packets, _)| packets)
+            .max();
+        assert_eq!(
+            peak,
+            Some(queue),
+            "the emulator's queue filled to its limit"
+        );
+    }
+}
+
+#[test]
+fn a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built() {
+    let Some(_serial) = privileged("a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-bad-spec");
+    let before = live_netns_inodes();
+    let spec = dir.path("bad.toml");
+    let out = dir.path("out");
+    for (text, expected) in [
+        (
+            "name = \"x\"\nduration = \"5s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h3\"]\n",
+            "line 8: link end 'h3' is not a node",
+        ),
+        (
+            "name = \"x\"\nduration = \"5s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h2\"]\nspec = \"delay 5ms rate 10 mbit\"\n",
+            "line 9: bad SPEC 'delay 5ms rate 10 mbit'",
+        ),
+    ] {
+        std::fs::write(&spec, text).unwrap();
+        let output = Command::new(PATHLAB)
+            .arg("lab")
+            .arg(&spec)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .expect("pathlab lab runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert!(stderr.contains("bad.toml"), "names the file: {stderr}");
+        assert!(!out.exists(), "nothing created");
+    }
+    assert_eq!(live_netns_inodes(), before, "no namespace was made");
+}

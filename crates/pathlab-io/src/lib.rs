@@ -107,6 +107,12 @@ pub fn read_termination_signal(fd: std::os::fd::BorrowedFd<'_>) -> Option<i32> {
     sys::signalfd_read(fd)
 }
 
+/// Makes the process `command` starts get SIGKILL when the thread that started it ends,
+/// so a killed pathlab leaves no program (and no namespace it holds) behind.
+pub fn die_with_spawner(command: &mut std::process::Command) {
+    sys::command_parent_death_signal(command, libc::SIGKILL);
+}
+
 /// Sends `signal` to process `pid`.
 pub fn kill(pid: u32, signal: i32) -> std::io::Result<()> {
     sys::kill(pid, signal)

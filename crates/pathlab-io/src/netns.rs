@@ -87,6 +87,13 @@ impl Netns {
         self.run(|| std::fs::write(&path, value))?
     }
 
+    /// A second handle on the same namespace (for a thread that enters it later).
+    pub fn try_clone(&self) -> io::Result<Netns> {
+        Ok(Netns {
+            fd: self.fd.try_clone()?,
+        })
+    }
+
     /// The namespace's descriptor.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()

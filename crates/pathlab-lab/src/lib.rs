@@ -4,6 +4,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod recipes;
+pub mod run;
 pub mod spec;
+pub mod summary;
+pub mod topology;
 
 pub use spec::{Experiment, SpecFileError};

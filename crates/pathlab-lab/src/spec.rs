@@ -27,6 +27,105 @@ pub struct Experiment {
     pub workloads: Vec<Workload>,
     /// Link changes at given times, in time order.
     pub events: Vec<Event>,
+    /// The run's length with `--quick`, if the spec gives one.
+    pub quick: Option<Duration>,
+}
+
+impl Experiment {
+    /// The experiment shortened to its `quick` length: every start, duration and event
+    /// time scaled by the same factor. Unchanged without a `quick` length.
+    pub fn quick(mut self) -> Experiment {
+        let Some(quick) = self.quick else { return self };
+        let factor = quick.as_secs_f64() / self.duration.as_secs_f64();
+        let scale = |d: Duration| d.mul_f64(factor);
+        self.duration = quick;
+        for workload in &mut self.workloads {
+            workload.start = scale(workload.start);
+            workload.duration = scale(workload.duration);
+        }
+        for event in &mut self.events {
+            event.at = scale(event.at);
+        }
+        self
+    }
+}
+
+/// One run of a sweep: its label (`queue=10`) and the spec text with `{queue}` replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepPoint {
+    /// `KEY=VALUE, ...`, empty without a sweep.
+    pub label: String,
+    /// The text to parse.
+    pub text: String,
+}
+
+/// Expands a spec's `[sweep]` table (`queue = [10, 50, 100]`): one text per combination
+/// of values, `{queue}` replaced in each. A spec without one gives itself.
+pub fn expand(text: &str) -> Result<Vec<SweepPoint>, SpecFileError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| SpecFileError {
+        file: None,
+        line: e.span().map_or(1, |span| Checker { text }.line(&span)),
+        message: e.message().trim().to_owned(),
+    })?;
+    let mut points = vec![SweepPoint {
+        label: String::new(),
+        text: text.to_owned(),
+    }];
+    let Some(sweep) = table.get("sweep") else {
+        return Ok(points);
+    };
+    let line = text
+        .lines()
+        .position(|l| l.trim() == "[sweep]")
+        .map_or(1, |i| i + 1);
+    let bad = |message: String| SpecFileError {
+        file: None,
+        line,
+        message,
+    };
+    let sweep = sweep
+        .as_table()
+        .ok_or_else(|| bad("sweep: a table of KEY = [values]".into()))?;
+    for (key, values) in sweep {
+        let values = values.as_array().filter(|v| !v.is_empty()).ok_or_else(|| {
+            bad(format!(
+                "sweep.{key}: a list of values, as in [10, 50, 100]"
+            ))
+        })?;
+        let placeholder = format!("{{{key}}}");
+        if !text.contains(&placeholder) {
+            return Err(bad(format!(
+                "sweep.{key}: the spec never says {placeholder}"
+            )));
+        }
+        let mut next = Vec::new();
+        for point in &points {
+            for value in values {
+                let value = match value {
+                    toml::Value::String(s) => s.clone(),
+                    toml::Value::Integer(n) => n.to_string(),
+                    toml::Value::Float(x) => x.to_string(),
+                    other => {
+                        return Err(bad(format!(
+                            "sweep.{key}: a {} is not a string or number",
+                            other.type_str()
+                        )))
+                    }
+                };
+                let label = if point.label.is_empty() {
+                    format!("{key}={value}")
+                } else {
+                    format!("{}, {key}={value}", point.label)
+                };
+                next.push(SweepPoint {
+                    label,
+                    text: point.text.replace(&placeholder, &value),
+                });
+            }
+        }
+        points = next;
+    }
+    Ok(points)
 }
 
 /// A host or a router.
@@ -153,6 +252,13 @@ struct RawExperiment {
     workloads: Vec<Spanned<RawWorkload>>,
     #[serde(default, rename = "event")]
     events: Vec<Spanned<RawEvent>>,
+    /// Expanded before parsing ([`expand`]); accepted here so the text parses as is.
+    #[serde(default)]
+    #[allow(dead_code)]
+    sweep: Option<toml::Table>,
+    /// The run's length with `--quick` ([`Experiment::quick`]).
+    #[serde(default)]
+    quick: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -217,6 +323,9 @@ struct RawEvent {
 const MAX_NAME: usize = 12;
 /// Most links: one /24 of 198.18.0.0/15 each.
 const MAX_LINKS: usize = 512;
+
+/// Looks a node name up, or says on its line that there is no such node.
+type FindNode<'a> = dyn Fn(&Spanned<String>, &str) -> Result<usize, SpecFileError> + 'a;
 
 struct Checker<'a> {
     text: &'a str,
@@ -384,7 +493,7 @@ impl Checker<'_> {
             if at >= duration {
                 return Err(self.error(
                     &event.at.span(),
-                    format!("at {:?} is not within the run ({:?})", at, duration),
+                    format!("at {at:?} is not within the run ({duration:?})"),
                 ));
             }
             let name = event.link.get_ref();
@@ -456,9 +565,16 @@ impl Checker<'_> {
             }
             workloads.push(workload);
         }
+        let quick = raw
+            .quick
+            .as_ref()
+            .map(|q| self.time(q, "quick"))
+            .transpose()?
+            .filter(|q| !q.is_zero() && *q < duration);
         Ok(Experiment {
             name: raw.name.into_inner(),
             description: raw.description,
+            quick,
             duration,
             nodes,
             links,
@@ -509,7 +625,7 @@ impl Checker<'_> {
     fn workload(
         &self,
         raw: &Spanned<RawWorkload>,
-        find: &dyn Fn(&Spanned<String>, &str) -> Result<usize, SpecFileError>,
+        find: &FindNode<'_>,
         run: Duration,
         links: &[Link],
         node_count: usize,
@@ -798,6 +914,35 @@ spec = "rate 1mbit"
             e.message.contains("kind 'udp': tcp, rtt, owd or command"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_sweep_gives_one_spec_per_value_and_quick_scales_every_time() {
+        let text = format!(
+            "{}\nquick = \"10s\"\n[sweep]\nlimit = [10, 100]\n",
+            replaced("limit 100", "limit {limit}")
+        );
+        let text = text.replacen(
+            "duration = \"20s\"\n",
+            "duration = \"20s\"\nquick = \"10s\"\n",
+            1,
+        );
+        let text = text.replace("\nquick = \"10s\"\n[sweep]", "\n[sweep]");
+        let points = expand(&text).expect("expands");
+        assert_eq!(points.len(), 2);
+        assert_eq!(points[1].label, "limit=100");
+        let e = Experiment::parse(&points[0].text).expect("parses");
+        assert_eq!(
+            e.links[1].forward,
+            LinkSpec::parse("delay 5ms rate 10mbit limit 10").unwrap()
+        );
+        let quick = e.quick();
+        assert_eq!(quick.duration, Duration::from_secs(10));
+        assert_eq!(quick.workloads[1].start, Duration::from_millis(500));
+        assert_eq!(quick.workloads[1].duration, Duration::from_millis(7500));
+        assert_eq!(quick.events[0].at, Duration::from_secs(5));
+        let e = expand(&text.replace("limit {limit}", "limit 5")).expect_err("unused key");
+        assert!(e.message.contains("never says {limit}"), "{e}");
     }
 
     #[test]

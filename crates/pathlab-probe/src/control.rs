@@ -131,7 +131,7 @@ impl std::fmt::Display for TestRequest {
                 };
                 write!(
                     f,
-                    "tcp {way}: {streams} stream(s) for {} s",
+                    "tcp {way}: {streams} stream(s) for {:.1} s",
                     *duration_ns as f64 * 1e-9
                 )?;
                 if let Some(window) = window {
@@ -151,7 +151,7 @@ impl std::fmt::Display for TestRequest {
                 count,
             } => write!(
                 f,
-                "round trips: {count} x {size} B every {} ms",
+                "round trips: {count} x {size} B every {:.3} ms",
                 *interval_ns as f64 * 1e-6
             ),
         }

@@ -10,6 +10,7 @@
 
 use std::fmt::Write as _;
 
+pub mod lab;
 pub mod pcapng;
 pub mod recording;
 
@@ -55,6 +56,8 @@ pub enum RunResult {
     Rtt(Box<pathlab_probe::rtt::RttReport>),
     /// A `pathlab tcp` run.
     Tcp(Box<pathlab_probe::tcp::TcpTestReport>),
+    /// A `pathlab lab` run.
+    Lab(Box<lab::LabRun>),
 }
 
 /// Why a result file could not be read.

@@ -1,12 +1,39 @@
-//! `pathlab lab`: experiments on namespaced topologies. Today: `lab clean`.
+//! `pathlab lab`: experiments on namespaced topologies, and `lab clean`.
 
 use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use pathlab_lab::recipes::{recipe, RECIPES};
+use pathlab_lab::run::RunOptions;
+use pathlab_lab::spec::{expand, Experiment};
+use pathlab_lab::summary::rtt_summaries;
+
+use crate::usage;
 
 /// Arguments of `pathlab lab`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
     #[command(subcommand)]
-    pub action: Action,
+    pub action: Option<Action>,
+    /// A built-in recipe (bufferbloat) or an experiment spec file (TOML, docs/lab.md).
+    #[arg(value_name = "RECIPE|SPEC.toml")]
+    pub experiment: Option<String>,
+    /// The short form of the experiment (its `quick` length).
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for the results (default: lab-NAME-UNIXTIME).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Seed of the emulators' random choices.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Print the experiment's spec (to copy and edit) instead of running it.
+    #[arg(long)]
+    pub print: bool,
 }
 
 /// Lab actions.
@@ -19,10 +46,155 @@ pub enum Action {
     Clean,
 }
 
+/// Reads the experiment's text: a recipe's or a file's.
+fn experiment_text(name: &str) -> anyhow::Result<(String, Option<String>)> {
+    if let Some(text) = recipe(name) {
+        return Ok((text.to_owned(), None));
+    }
+    if !name.contains('.') && !name.contains('/') {
+        return Err(usage(anyhow::anyhow!(
+            "no recipe '{name}' (recipes: {}); a spec file's name ends in .toml",
+            RECIPES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let text = std::fs::read_to_string(name)
+        .with_context(|| format!("cannot read '{name}'"))
+        .map_err(usage)?;
+    Ok((text, Some(name.to_owned())))
+}
+
+fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
+    let (text, file) = experiment_text(name)?;
+    if args.print {
+        print!("{text}");
+        return Ok(());
+    }
+    let named = |mut e: pathlab_lab::SpecFileError| {
+        e.file.clone_from(&file);
+        usage(e)
+    };
+    // Every sweep point is checked before anything is built.
+    let mut runs = Vec::new();
+    for point in expand(&text).map_err(named)? {
+        let experiment = Experiment::parse(&point.text).map_err(named)?;
+        let experiment = if args.quick {
+            experiment.quick()
+        } else {
+            experiment
+        };
+        runs.push((point, experiment));
+    }
+    pathlab_io::require_net_admin("pathlab lab").map_err(usage)?;
+    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        // The descriptor is non-blocking: look five times a second.
+        std::thread::spawn(move || loop {
+            if pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
+                stop.store(true, Ordering::SeqCst);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        });
+    }
+    let out = args.out.clone().unwrap_or_else(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("lab-{}-{secs}", runs[0].1.name))
+    });
+    let mut stdout = std::io::stdout().lock();
+    for (point, experiment) in &runs {
+        let dir = if point.label.is_empty() {
+            out.clone()
+        } else {
+            out.join(point.label.replace('=', "-").replace(", ", "_"))
+        };
+        writeln!(
+            stdout,
+            "{}{}: {} s, results in {}",
+            experiment.name,
+            if point.label.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", point.label)
+            },
+            experiment.duration.as_secs_f64(),
+            dir.display()
+        )?;
+        stdout.flush()?;
+        let run = pathlab_lab::run::run(
+            experiment,
+            &point.text,
+            &RunOptions {
+                out: dir.clone(),
+                seed: args.seed,
+                stop: Arc::clone(&stop),
+            },
+        )?;
+        let file = pathlab_results::ResultFile::new(
+            pathlab_results::RunResult::Lab(Box::new(run.clone())),
+            std::env::args().collect(),
+            Some(run.started_unix_ns / 1_000_000_000),
+        );
+        std::fs::write(dir.join("result.json"), file.to_json())
+            .with_context(|| format!("writing {}", dir.join("result.json").display()))?;
+        for workload in &run.workloads {
+            if let pathlab_results::lab::LabOutcome::Failed(why) = &workload.outcome {
+                writeln!(stdout, "  {}: failed: {why}", workload.name)?;
+            }
+        }
+        for rtt in rtt_summaries(experiment, &run) {
+            write!(
+                stdout,
+                "  {}: RTT p50 {:.1} ms, p99 {:.1} ms, plateau {:.1} ms",
+                rtt.name,
+                rtt.p50_s * 1e3,
+                rtt.p99_s * 1e3,
+                rtt.plateau_s * 1e3
+            )?;
+            if let Some(theory) = rtt.theory {
+                write!(
+                    stdout,
+                    " (theory {:.1} ms = base {:.1} + {} packets x 1514 B at {}; {:+.1}%)",
+                    theory.plateau_s * 1e3,
+                    theory.base_s * 1e3,
+                    theory.queue_packets,
+                    crate::format::rate(theory.rate_bps),
+                    (rtt.plateau_s / theory.plateau_s - 1.0) * 100.0
+                )?;
+            }
+            writeln!(stdout)?;
+        }
+        if run.interrupted {
+            writeln!(
+                stdout,
+                "interrupted: what was recorded so far is in {}",
+                dir.display()
+            )?;
+            return Err(anyhow::anyhow!("interrupted"));
+        }
+    }
+    Ok(())
+}
+
 /// Runs `pathlab lab`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    match args.action {
-        Action::Clean => {
+    match (&args.action, &args.experiment) {
+        (None, None) => Err(usage(anyhow::anyhow!(
+            "say which experiment: a recipe ({}) or a spec file",
+            RECIPES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+        (None, Some(name)) => run_experiment(args, name),
+        (Some(Action::Clean), _) => {
             pathlab_io::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
             let cleaned = pathlab_io::runtime::clean()?;
             let mut out = std::io::stdout().lock();

@@ -1,0 +1,32 @@
+//! The experiments shipped with pathlab (`pathlab lab NAME`): spec files users can copy
+//! and edit (`pathlab lab NAME --print` shows one).
+
+/// (name, spec text) of every recipe.
+pub const RECIPES: &[(&str, &str)] =
+    &[("bufferbloat", include_str!("../recipes/bufferbloat.toml"))];
+
+/// A recipe's spec text by name.
+pub fn recipe(name: &str) -> Option<&'static str> {
+    RECIPES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{expand, Experiment};
+
+    #[test]
+    fn every_recipe_parses_in_every_sweep_point_and_has_a_quick_form() {
+        for (name, text) in RECIPES {
+            for point in expand(text).unwrap_or_else(|e| panic!("{name}: {e}")) {
+                let experiment = Experiment::parse(&point.text)
+                    .unwrap_or_else(|e| panic!("{name} {}: {e}", point.label));
+                assert!(experiment.quick.is_some(), "{name} has a quick length");
+                assert!(experiment.quick().duration.as_secs() * 3 <= 60, "{name}");
+            }
+        }
+    }
+}

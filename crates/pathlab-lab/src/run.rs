@@ -1,0 +1,392 @@
+//! Running an experiment: build the topology, start an emulator on every emulated link
+//! (recording to `link-NAME.jsonl` in the output directory), a pathlab server in every
+//! node a workload measures against, each workload at its time in its node's namespace,
+//! each event at its time; then collect everything into a [`LabRun`].
+//!
+//! Teardown needs no cleanup code: namespaces are held by file descriptors and vanish
+//! with the [`Topology`] or the process. Ctrl-C (the `stop` flag) ends the run early; the
+//! recordings on disk and the results of finished workloads are kept.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle};
+use pathlab_io::measure::{Client, Server, ServerConfig, TcpOptions, TcpTest};
+use pathlab_io::port::PacketPort;
+use pathlab_probe::control::{Direction, Limits, TcpDirection};
+use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload};
+
+use crate::spec::{Experiment, Workload, WorkloadKind};
+use crate::topology::{Topology, CABLE_A, CABLE_B};
+
+/// Port of the servers the lab starts.
+const SERVER_PORT: u16 = 4920;
+
+/// How a run is made.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Where recordings and outputs go (created if missing).
+    pub out: PathBuf,
+    /// Seed of the emulators' random choices.
+    pub seed: u64,
+    /// Set (by a Ctrl-C handler) to end the run early.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Why a run could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Building namespaces, links or files failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// An emulator did not start.
+    #[error("the emulator of link {link}: {message}")]
+    Emulator {
+        /// Which link.
+        link: String,
+        /// Why.
+        message: String,
+    },
+}
+
+fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let context = context.into();
+    move |source| RunError::Io { context, source }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn kernel() -> String {
+    let read = |key: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{key}"))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    format!("{} {}", read("ostype"), read("osrelease"))
+}
+
+/// Sleeps until `deadline` or until `stop` is set; false if stopped.
+fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Runs `experiment` (whose spec file text is `spec_text`, kept in the result).
+pub fn run(
+    experiment: &Experiment,
+    spec_text: &str,
+    options: &RunOptions,
+) -> Result<LabRun, RunError> {
+    std::fs::create_dir_all(&options.out)
+        .map_err(io_error(format!("creating {}", options.out.display())))?;
+    let topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
+    let mut emulators: Vec<Option<EmulatorHandle>> = Vec::new();
+    let mut links = Vec::new();
+    for (i, link) in experiment.links.iter().enumerate() {
+        let recording = match &topology.cables[i] {
+            Some(cable) => {
+                let file_name = format!("link-{}.jsonl", link.name);
+                let record = std::fs::File::create(options.out.join(&file_name))
+                    .map_err(io_error(format!("creating {file_name}")))?;
+                let ports = cable
+                    .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
+                        Ok([PacketPort::open(CABLE_A)?, PacketPort::open(CABLE_B)?])
+                    })
+                    .map_err(io_error("entering a cable namespace"))?
+                    .map_err(|e| RunError::Emulator {
+                        link: link.name.clone(),
+                        message: e.to_string(),
+                    })?;
+                let handle = emulator::spawn(
+                    ports,
+                    EmulatorConfig {
+                        name: link.name.clone(),
+                        forward: link.forward.clone(),
+                        reverse: link.reverse.clone(),
+                        seed: options.seed.wrapping_add(i as u64),
+                        record: Some(record),
+                        pcap: None,
+                        queue_sample_interval: pathlab_core::Duration::from_millis(10),
+                        command: vec![format!("pathlab lab {}", experiment.name)],
+                    },
+                )
+                .map_err(|e| RunError::Emulator {
+                    link: link.name.clone(),
+                    message: e.to_string(),
+                })?;
+                emulators.push(Some(handle));
+                Some(file_name)
+            }
+            None => {
+                emulators.push(None);
+                None
+            }
+        };
+        links.push(LabLink {
+            name: link.name.clone(),
+            forward: link.forward.to_string(),
+            reverse: link.reverse.to_string(),
+            recording,
+        });
+    }
+
+    let servers_stop = Arc::new(AtomicBool::new(false));
+    let mut servers = Vec::new();
+    let mut targets: Vec<usize> = experiment
+        .workloads
+        .iter()
+        .filter(|w| !matches!(w.kind, WorkloadKind::Command { .. }))
+        .filter_map(|w| w.to)
+        .collect();
+    targets.sort_unstable();
+    targets.dedup();
+    for &node in &targets {
+        let (ready, bound) = std::sync::mpsc::channel();
+        let netns = topology.nodes[node]
+            .try_clone()
+            .map_err(io_error("sharing a namespace"))?;
+        let stop = Arc::clone(&servers_stop);
+        servers.push(std::thread::spawn(move || {
+            let started = netns.enter().and_then(|()| {
+                Server::bind(ServerConfig {
+                    listen: SocketAddr::new(IpAddr::from([0u8; 4]), SERVER_PORT),
+                    limits: Limits {
+                        max_rate_bps: 100_000_000_000,
+                        max_duration_ns: u64::MAX / 2,
+                        max_tests: 64,
+                    },
+                    key: None,
+                })
+            });
+            match started {
+                Ok(server) => {
+                    let _ = ready.send(Ok(()));
+                    server.run(|| stop.load(Ordering::SeqCst));
+                }
+                Err(error) => {
+                    let _ = ready.send(Err(error));
+                }
+            }
+        }));
+        bound
+            .recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("server thread ended")))
+            .map_err(io_error(format!(
+                "starting the server in {}",
+                experiment.nodes[node].name
+            )))?;
+    }
+
+    let started = Instant::now();
+    let started_unix_ns = unix_ns();
+    let mut threads = Vec::new();
+    for workload in &experiment.workloads {
+        let netns = topology.nodes[workload.from]
+            .try_clone()
+            .map_err(io_error("sharing a namespace"))?;
+        let target = workload
+            .to
+            .and_then(|to| Topology::address(experiment, to))
+            .map(IpAddr::V4);
+        let workload = workload.clone();
+        let stop = Arc::clone(&options.stop);
+        let out = options.out.clone();
+        let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
+        threads.push(std::thread::spawn(move || {
+            let outcome = if sleep_until(started + workload.start, &stop) {
+                match netns.enter() {
+                    Ok(()) => run_workload(&workload, target, &out),
+                    Err(error) => LabOutcome::Failed(format!("entering the namespace: {error}")),
+                }
+            } else {
+                LabOutcome::NotStarted
+            };
+            LabWorkload {
+                name: workload.name.clone(),
+                from: names[workload.from].clone(),
+                to: workload.to.map(|to| names[to].clone()),
+                start_ns: workload.start.as_nanos() as u64,
+                duration_ns: workload.duration.as_nanos() as u64,
+                outcome,
+            }
+        }));
+    }
+
+    let mut interrupted = false;
+    for event in &experiment.events {
+        if !sleep_until(started + event.at, &options.stop) {
+            interrupted = true;
+            break;
+        }
+        if let Some(handle) = &emulators[event.link] {
+            if let Err(message) = handle.set(event.forward.clone(), event.reverse.clone()) {
+                return Err(RunError::Emulator {
+                    link: experiment.links[event.link].name.clone(),
+                    message,
+                });
+            }
+        }
+    }
+    if !interrupted && !sleep_until(started + experiment.duration, &options.stop) {
+        interrupted = true;
+    }
+    let workloads = if interrupted {
+        // Workloads still running are cut off with the namespaces; keep what finished.
+        threads
+            .into_iter()
+            .filter(std::thread::JoinHandle::is_finished)
+            .map(|t| t.join().expect("workload threads do not panic"))
+            .collect()
+    } else {
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("workload threads do not panic"))
+            .collect()
+    };
+    let duration_ns = started.elapsed().as_nanos() as u64;
+    for handle in emulators.into_iter().flatten() {
+        // Stopping flushes the recording.
+        let _ = handle.stop();
+    }
+    servers_stop.store(true, Ordering::SeqCst);
+    if !interrupted {
+        for server in servers {
+            let _ = server.join();
+        }
+    }
+    drop(topology);
+    Ok(LabRun {
+        name: experiment.name.clone(),
+        description: experiment.description.clone(),
+        spec: spec_text.to_owned(),
+        kernel: kernel(),
+        started_unix_ns,
+        duration_ns,
+        interrupted,
+        links,
+        workloads,
+    })
+}
+
+/// Runs one workload in the calling thread (already in its node's namespace).
+fn run_workload(workload: &Workload, target: Option<IpAddr>, out: &Path) -> LabOutcome {
+    let connect = || {
+        let target = target.expect("checked: measuring workloads have a peer");
+        Client::connect(
+            &SocketAddr::new(target, SERVER_PORT).to_string(),
+            None,
+            Duration::from_secs(5),
+        )
+    };
+    let result = match &workload.kind {
+        WorkloadKind::Tcp {
+            streams,
+            congestion,
+            window,
+        } => connect()
+            .and_then(|client| {
+                client.tcp(&TcpTest {
+                    streams: *streams,
+                    direction: TcpDirection::Up,
+                    duration: workload.duration,
+                    interval: Duration::from_millis(100),
+                    sample_every: Duration::from_millis(10),
+                    options: TcpOptions {
+                        window: *window,
+                        mss: None,
+                        congestion: congestion.clone(),
+                    },
+                })
+            })
+            .map(|report| LabOutcome::Tcp(Box::new(report))),
+        WorkloadKind::Rtt { interval, size } => {
+            let count = (workload.duration.as_nanos() / interval.as_nanos().max(1)).max(1) as u64;
+            connect()
+                .and_then(|client| client.round_trip(*interval, *size, count))
+                .map(|report| LabOutcome::Rtt(Box::new(report)))
+        }
+        WorkloadKind::Owd { rate_bps, size } => {
+            let count = ((workload.duration.as_secs_f64() * *rate_bps as f64
+                / (f64::from(*size) * 8.0)) as u64)
+                .max(1);
+            connect()
+                .and_then(|client| client.one_way(Direction::Up, *rate_bps, *size, count, 100))
+                .map(|result| LabOutcome::Owd(Box::new(result)))
+        }
+        WorkloadKind::Command { argv } => return run_command(workload, argv, target, out),
+    };
+    result.unwrap_or_else(|e| LabOutcome::Failed(e.to_string()))
+}
+
+/// Runs a program for at most the workload's time, its output to `NAME.out`.
+fn run_command(
+    workload: &Workload,
+    argv: &[String],
+    target: Option<IpAddr>,
+    out: &Path,
+) -> LabOutcome {
+    let file_name = format!("{}.out", workload.name);
+    let file = match std::fs::File::create(out.join(&file_name)) {
+        Ok(file) => file,
+        Err(error) => return LabOutcome::Failed(format!("creating {file_name}: {error}")),
+    };
+    let target = target.map(|t| t.to_string()).unwrap_or_default();
+    let args: Vec<String> = argv[1..]
+        .iter()
+        .map(|a| a.replace("{to}", &target))
+        .collect();
+    let mut command = std::process::Command::new(&argv[0]);
+    command.args(&args).stdin(std::process::Stdio::null());
+    pathlab_io::die_with_spawner(&mut command);
+    match file.try_clone() {
+        Ok(copy) => {
+            command.stdout(copy).stderr(file);
+        }
+        Err(error) => return LabOutcome::Failed(error.to_string()),
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => return LabOutcome::Failed(format!("starting {}: {error}", argv[0])),
+    };
+    let deadline = Instant::now() + workload.duration;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                return LabOutcome::Command {
+                    exit_code: status.code(),
+                    output: file_name,
+                }
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return LabOutcome::Command {
+                    exit_code: None,
+                    output: file_name,
+                };
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => return LabOutcome::Failed(error.to_string()),
+        }
+    }
+}
