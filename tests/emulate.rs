@@ -1667,3 +1667,59 @@ fn a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built() {
     }
     assert_eq!(live_netns_inodes(), before, "no namespace was made");
 }
+
+#[test]
+fn ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace() {
+    let Some(_serial) =
+        privileged("ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-ctrl-c");
+    let before = live_netns_inodes();
+    let spec = dir.path("line.toml");
+    std::fs::write(
+        &spec,
+        "name = \"line\"\nduration = \"60s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n\
+         [[link]]\nbetween = [\"h1\", \"h2\"]\nspec = \"delay 5ms\"\n\
+         [[workload]]\nname = \"probes\"\nkind = \"rtt\"\nfrom = \"h1\"\nto = \"h2\"\n",
+    )
+    .unwrap();
+    let out = dir.path("out");
+    let child = Command::new(PATHLAB)
+        .arg("lab")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pathlab lab starts");
+    // Wait until the emulator has recorded traffic, then Ctrl-C.
+    let recording = out.join("link-h1-h2.jsonl");
+    for _ in 0..300 {
+        if std::fs::metadata(&recording).is_ok_and(|m| m.len() > 10_000) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    pathlab_io::kill(child.id(), 2).expect("SIGINT");
+    let output = child.wait_with_output().expect("pathlab lab exits");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "an interrupted run says so");
+    assert!(stdout.contains("interrupted"), "{stdout}");
+    let text = std::fs::read_to_string(out.join("result.json")).expect("result written");
+    let file = pathlab_results::ResultFile::from_json(&text).expect("reads");
+    let pathlab_results::RunResult::Lab(run) = file.result else {
+        panic!("not a lab run");
+    };
+    assert!(run.interrupted);
+    assert!(run.duration_ns < 60_000_000_000);
+    assert_eq!(run.workloads.len(), 1, "the cut-off workload is listed");
+    let recorded = read_recording(std::io::BufReader::new(
+        std::fs::File::open(&recording).expect("recording kept"),
+    ))
+    .expect("the recording reads to its last line");
+    assert!(recorded.packets(0).count() > 0, "probes were recorded");
+    assert_eq!(live_netns_inodes(), before, "no namespace is left");
+}

@@ -251,11 +251,25 @@ pub fn run(
         interrupted = true;
     }
     let workloads = if interrupted {
-        // Workloads still running are cut off with the namespaces; keep what finished.
+        // Workloads still running are cut off with the namespaces; keep what finished and
+        // say which were cut off.
         threads
             .into_iter()
-            .filter(std::thread::JoinHandle::is_finished)
-            .map(|t| t.join().expect("workload threads do not panic"))
+            .zip(&experiment.workloads)
+            .map(|(thread, workload)| {
+                if thread.is_finished() {
+                    thread.join().expect("workload threads do not panic")
+                } else {
+                    LabWorkload {
+                        name: workload.name.clone(),
+                        from: experiment.nodes[workload.from].name.clone(),
+                        to: workload.to.map(|to| experiment.nodes[to].name.clone()),
+                        start_ns: workload.start.as_nanos() as u64,
+                        duration_ns: workload.duration.as_nanos() as u64,
+                        outcome: LabOutcome::Failed("cut off by the interruption".into()),
+                    }
+                }
+            })
             .collect()
     } else {
         threads
