@@ -1723,3 +1723,52 @@ fn ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace() {
     assert!(recorded.packets(0).count() > 0, "probes were recorded");
     assert_eq!(live_netns_inodes(), before, "no namespace is left");
 }
+
+#[test]
+fn the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10() {
+    let Some(_serial) =
+        privileged("the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-owd-probe");
+    let out = dir.path("run");
+    let output = Command::new(PATHLAB)
+        .args(["lab", "owd-probe", "--quick", "--out"])
+        .arg(&out)
+        .output()
+        .expect("pathlab lab runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for (rate, building) in [(10e6, false), (15e6, true)] {
+        let text =
+            std::fs::read_to_string(out.join(format!("rate-{}mbit/result.json", rate / 1e6)))
+                .expect("result file");
+        let file = pathlab_results::ResultFile::from_json(&text).expect("reads");
+        let pathlab_results::RunResult::Lab(run) = file.result else {
+            panic!("not a lab run");
+        };
+        let pathlab_results::lab::LabOutcome::Owd(result) = &run.workloads[0].outcome else {
+            panic!("{:?}", run.workloads[0].outcome);
+        };
+        assert_eq!(result.sequence.lost, 0, "the deep buffer drops nothing");
+        if building {
+            assert_eq!(result.owd.verdict, QueueVerdict::Building);
+            // Frames of 1242 bytes arrive at lambda = 15 Mbit/s x 1242/1200 and leave at
+            // mu = 11 Mbit/s: per second of arrivals the delay grows by (lambda - mu)/lambda.
+            let lambda = rate * 1242.0 / 1200.0;
+            let theory_us_per_s = (lambda - 11e6) / lambda * 1e6;
+            assert!(
+                (result.owd.trend_us_per_s / theory_us_per_s - 1.0).abs() <= 0.05,
+                "trend {:.0} us/s against {theory_us_per_s:.0}",
+                result.owd.trend_us_per_s
+            );
+        } else {
+            assert_eq!(result.owd.verdict, QueueVerdict::NotBuilding);
+        }
+    }
+}

@@ -2,8 +2,10 @@
 //! and edit (`pathlab lab NAME --print` shows one).
 
 /// (name, spec text) of every recipe.
-pub const RECIPES: &[(&str, &str)] =
-    &[("bufferbloat", include_str!("../recipes/bufferbloat.toml"))];
+pub const RECIPES: &[(&str, &str)] = &[
+    ("bufferbloat", include_str!("../recipes/bufferbloat.toml")),
+    ("owd-probe", include_str!("../recipes/owd-probe.toml")),
+];
 
 /// A recipe's spec text by name.
 pub fn recipe(name: &str) -> Option<&'static str> {

@@ -19,7 +19,7 @@ use crate::usage;
 pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
-    /// A built-in recipe (bufferbloat) or an experiment spec file (TOML, docs/lab.md).
+    /// A built-in recipe (bufferbloat, owd-probe) or an experiment spec file (TOML, docs/lab.md).
     #[arg(value_name = "RECIPE|SPEC.toml")]
     pub experiment: Option<String>,
     /// The short form of the experiment (its `quick` length).
@@ -169,6 +169,24 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 )?;
             }
             writeln!(stdout)?;
+        }
+        for workload in &run.workloads {
+            if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
+                writeln!(
+                    stdout,
+                    "  {}: sent at {}, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
+                    workload.name,
+                    crate::format::rate(result.achieved_rate_bps),
+                    result.sequence.lost,
+                    result.owd.trend_us_per_s,
+                    result.owd.trend_ci95_us_per_s,
+                    match result.owd.verdict {
+                        pathlab_probe::owd::QueueVerdict::Building => "queue building",
+                        pathlab_probe::owd::QueueVerdict::NotBuilding => "no queue building",
+                        pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
+                    }
+                )?;
+            }
         }
         if run.interrupted {
             writeln!(
