@@ -1548,13 +1548,19 @@ fn tcp_goodput_and_retransmissions_match_the_emulators_truth() {
     }
 }
 
-/// The RTT series of a lab run's `rtt` workload named `name`.
-fn lab_rtts(result: &std::path::Path, name: &str) -> (u64, Vec<(u64, i64)>) {
+/// The lab run a `result.json` holds.
+fn read_lab_run(result: &std::path::Path) -> pathlab_results::lab::LabRun {
     let text = std::fs::read_to_string(result).expect("result file");
     let file = pathlab_results::ResultFile::from_json(&text).expect("result file reads");
     let pathlab_results::RunResult::Lab(run) = file.result else {
         panic!("not a lab run");
     };
+    *run
+}
+
+/// The RTT series of a lab run's `rtt` workload named `name`.
+fn lab_rtts(result: &std::path::Path, name: &str) -> (u64, Vec<(u64, i64)>) {
+    let run = read_lab_run(result);
     assert!(!run.interrupted);
     let workload = run
         .workloads
@@ -1708,11 +1714,7 @@ fn ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "an interrupted run says so");
     assert!(stdout.contains("interrupted"), "{stdout}");
-    let text = std::fs::read_to_string(out.join("result.json")).expect("result written");
-    let file = pathlab_results::ResultFile::from_json(&text).expect("reads");
-    let pathlab_results::RunResult::Lab(run) = file.result else {
-        panic!("not a lab run");
-    };
+    let run = read_lab_run(&out.join("result.json"));
     assert!(run.interrupted);
     assert!(run.duration_ns < 60_000_000_000);
     assert_eq!(run.workloads.len(), 1, "the cut-off workload is listed");
@@ -1745,13 +1747,7 @@ fn the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10() {
         String::from_utf8_lossy(&output.stderr)
     );
     for (rate, building) in [(10e6, false), (15e6, true)] {
-        let text =
-            std::fs::read_to_string(out.join(format!("rate-{}mbit/result.json", rate / 1e6)))
-                .expect("result file");
-        let file = pathlab_results::ResultFile::from_json(&text).expect("reads");
-        let pathlab_results::RunResult::Lab(run) = file.result else {
-            panic!("not a lab run");
-        };
+        let run = read_lab_run(&out.join(format!("rate-{}mbit/result.json", rate / 1e6)));
         let pathlab_results::lab::LabOutcome::Owd(result) = &run.workloads[0].outcome else {
             panic!("{:?}", run.workloads[0].outcome);
         };

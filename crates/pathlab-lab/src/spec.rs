@@ -362,14 +362,7 @@ impl Checker<'_> {
 
 /// A time in an experiment: `10s`, `250ms`, `1.5s`; a bare number is seconds.
 fn parse_time(text: &str) -> Result<Duration, String> {
-    if let Ok(seconds) = text.parse::<f64>() {
-        return if seconds.is_finite() && seconds >= 0.0 {
-            Ok(Duration::from_secs_f64(seconds))
-        } else {
-            Err(format!("'{text}' is not a time like 10s"))
-        };
-    }
-    pathlab_core::spec::parse_time(text)
+    pathlab_core::spec::parse_time_secs(text)
         .map(Into::into)
         .map_err(|e| e.to_string())
 }

@@ -436,6 +436,23 @@ pub fn parse_time(text: &str) -> Result<Duration, SpecError> {
     })
 }
 
+/// Parses a time as a user types it on a command line or in an experiment file: `10s`,
+/// `250ms`, `1.5s`, and a bare number is seconds (as in iperf3 and ping; inside a SPEC a
+/// bare number is microseconds, as tc reads it).
+pub fn parse_time_secs(text: &str) -> Result<Duration, SpecError> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
+        Ok(_) => Err(SpecError::Expected {
+            what: "a time like 10s",
+            after: "time".into(),
+            got: text.to_owned(),
+        }),
+        Err(_) => parse_time(text),
+    }
+}
+
 /// Parses a size as tc writes it (`1500`, `64kb` = 65536 bytes).
 pub fn parse_size(text: &str) -> Result<u64, SpecError> {
     units::size(text).ok_or_else(|| SpecError::Expected {

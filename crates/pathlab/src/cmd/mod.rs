@@ -16,13 +16,7 @@ pub mod tcp;
 /// bare number is microseconds, as tc reads it; on the command line that would turn `-t 5`
 /// into a 5 us test.) Zero is refused: every one of these times must pass.
 pub fn parse_time(text: &str) -> Result<pathlab_core::Duration, String> {
-    let time = match text.parse::<f64>() {
-        Ok(seconds) if seconds.is_finite() && seconds >= 0.0 => {
-            pathlab_core::Duration::from_secs_f64(seconds)
-        }
-        Ok(_) => return Err(format!("'{text}' is not a time like 10s or 250ms")),
-        Err(_) => pathlab_core::spec::parse_time(text).map_err(|e| e.to_string())?,
-    };
+    let time = pathlab_core::spec::parse_time_secs(text).map_err(|e| e.to_string())?;
     if time.is_zero() {
         return Err(format!("'{text}' is no time at all; give one above zero"));
     }
