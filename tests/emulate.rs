@@ -1548,6 +1548,21 @@ fn tcp_goodput_and_retransmissions_match_the_emulators_truth() {
     }
 }
 
+/// Runs `pathlab lab RECIPE --quick --out OUT`, which must succeed.
+fn run_quick_recipe(recipe: &str, out: &std::path::Path) {
+    let output = Command::new(PATHLAB)
+        .args(["lab", recipe, "--quick", "--out"])
+        .arg(out)
+        .output()
+        .expect("pathlab lab runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// The lab run a `result.json` holds.
 fn read_lab_run(result: &std::path::Path) -> pathlab_results::lab::LabRun {
     let text = std::fs::read_to_string(result).expect("result file");
@@ -1582,17 +1597,7 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
     };
     let dir = TempDir::new("lab-bufferbloat");
     let out = dir.path("run");
-    let output = Command::new(PATHLAB)
-        .args(["lab", "bufferbloat", "--quick", "--out"])
-        .arg(&out)
-        .output()
-        .expect("pathlab lab runs");
-    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_quick_recipe("bufferbloat", &out);
     let mut plateaus = Vec::new();
     for queue in [10u32, 50, 100] {
         let (sent, series) = lab_rtts(&out.join(format!("queue-{queue}/result.json")), "probes");
@@ -1735,17 +1740,7 @@ fn the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10() {
     };
     let dir = TempDir::new("lab-owd-probe");
     let out = dir.path("run");
-    let output = Command::new(PATHLAB)
-        .args(["lab", "owd-probe", "--quick", "--out"])
-        .arg(&out)
-        .output()
-        .expect("pathlab lab runs");
-    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_quick_recipe("owd-probe", &out);
     for (rate, building) in [(10e6, false), (15e6, true)] {
         let run = read_lab_run(&out.join(format!("rate-{}mbit/result.json", rate / 1e6)));
         let pathlab_results::lab::LabOutcome::Owd(result) = &run.workloads[0].outcome else {

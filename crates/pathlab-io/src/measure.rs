@@ -1381,6 +1381,35 @@ fn stream_thread(
     })
 }
 
+/// A stream's thread, and whether the stream runs downwards.
+type StreamThread = (
+    bool,
+    std::thread::JoinHandle<io::Result<(StreamReport, Duration)>>,
+);
+
+/// Waits for every stream of one end of a test: its upward and downward reports, each in
+/// index order, and the CPU time of the test on this end (the streams' threads plus what
+/// the calling thread used since `control_cpu_start`).
+fn join_streams(
+    threads: Vec<StreamThread>,
+    control_cpu_start: Duration,
+) -> io::Result<(Vec<StreamReport>, Vec<StreamReport>, Duration)> {
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let mut cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
+    for (is_down, thread) in threads {
+        let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
+        cpu += stream_cpu;
+        if is_down {
+            down.push(report);
+        } else {
+            up.push(report);
+        }
+    }
+    up.sort_by_key(|s| s.index);
+    down.sort_by_key(|s| s.index);
+    Ok((up, down, cpu))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn serve_tcp(
     connection: &mut Connection,
@@ -1444,19 +1473,7 @@ fn serve_tcp(
             Err(error) => return Err(error.into()),
         }
     }
-    let (mut up, mut down) = (Vec::new(), Vec::new());
-    let mut cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
-    for (is_down, thread) in threads {
-        let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
-        cpu += stream_cpu;
-        if is_down {
-            down.push(report);
-        } else {
-            up.push(report);
-        }
-    }
-    up.sort_by_key(|s| s.index);
-    down.sort_by_key(|s| s.index);
+    let (up, down, cpu) = join_streams(threads, control_cpu_start)?;
     let cpu_ns = cpu.as_nanos() as u64;
     let received: u64 = up.iter().map(|s| s.bytes).sum();
     connection.send(&Message::TcpReport { up, down, cpu_ns })?;
@@ -1527,17 +1544,7 @@ impl Client {
                 ));
             }
         }
-        let (mut sent_up, mut received_down) = (Vec::new(), Vec::new());
-        let mut client_cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
-        for (down, thread) in threads {
-            let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
-            client_cpu += stream_cpu;
-            if down {
-                received_down.push(report);
-            } else {
-                sent_up.push(report);
-            }
-        }
+        let (sent_up, received_down, client_cpu) = join_streams(threads, control_cpu_start)?;
         let deadline = Duration::from_secs(30);
         match self.connection.receive(deadline, "the server's report")? {
             Message::TcpReport { up, down, cpu_ns } => {
