@@ -196,9 +196,17 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
         .collect();
     let growth = medians.iter().copied().fold(f64::MIN, f64::max) - medians[0];
     let growth_ns = growth.max(0.0) as u64;
+    // A queue builds when the delay rose by more than the noise (1 ms, or five times the
+    // jitter) both in the window medians and along the fitted trend over the whole run,
+    // and the trend is above zero with 95% confidence. The fitted rise keeps a slope that
+    // is significant but tiny (a few us/s, from timing noise on a busy host) from counting
+    // because one burst lifted a window's median.
+    let threshold = (1e6f64).max(5.0 * jitter.ns());
+    let span_s = corrected.last().map_or(0.0, |p| p.0) - corrected.first().map_or(0.0, |p| p.0);
+    let fitted_rise = trend * span_s;
     let verdict = if probes.len() < 2 * window {
         QueueVerdict::Unknown
-    } else if growth > (1e6f64).max(5.0 * jitter.ns()) && trend - 1.96 * trend_se > 0.0 {
+    } else if growth > threshold && fitted_rise > threshold && trend - 1.96 * trend_se > 0.0 {
         QueueVerdict::Building
     } else {
         QueueVerdict::NotBuilding
@@ -382,6 +390,38 @@ mod tests {
             "{}",
             report.trend_us_per_s
         );
+    }
+
+    #[test]
+    fn a_tiny_significant_slope_and_one_burst_are_not_a_queue() {
+        // What a busy host gave at 10 Mbit/s into 11: the delay creeps up by 30 us/s (not
+        // in the minima, so not clock drift) and one burst lifts one window's median by
+        // 2 ms. Over 2 s the fitted line rises 60 us: no queue is building.
+        let probes: Vec<ReceivedProbe> = (0..2000u64)
+            .map(|seq| {
+                let sent_ns = seq * 1_000_000;
+                let t = sent_ns as f64 * 1e-9;
+                let mut delay = 10_000_000.0;
+                if seq % 10 != 0 {
+                    delay += 50_000.0 + 30_000.0 * t + (seq % 7) as f64 * 1_000.0;
+                }
+                if (1000..1080).contains(&seq) {
+                    delay += 2_000_000.0;
+                }
+                ReceivedProbe {
+                    seq,
+                    sent_ns,
+                    received_ns: sent_ns + delay as u64,
+                }
+            })
+            .collect();
+        let report = analyse(&probes, 100);
+        assert!(
+            report.queue_growth_ns > 1_000_000
+                && report.trend_us_per_s - report.trend_ci95_us_per_s > 0.0,
+            "the case this guards: growth and a significant trend {report:?}"
+        );
+        assert_eq!(report.verdict, QueueVerdict::NotBuilding, "{report:?}");
     }
 
     #[test]
