@@ -19,7 +19,8 @@ use pathlab_io::port::PacketPort;
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
 use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload};
 
-use crate::spec::{Experiment, Workload, WorkloadKind};
+use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
+use crate::summary::path_theory;
 use crate::topology::{Topology, CABLE_A, CABLE_B};
 
 /// Port of the servers the lab starts.
@@ -91,10 +92,11 @@ fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
     }
 }
 
-/// Runs `experiment` (whose spec file text is `spec_text`, kept in the result).
+/// Runs `experiment`, parsed from sweep point `point` (whose text and parameters are
+/// kept in the result).
 pub fn run(
     experiment: &Experiment,
-    spec_text: &str,
+    point: &SweepPoint,
     options: &RunOptions,
 ) -> Result<LabRun, RunError> {
     std::fs::create_dir_all(&options.out)
@@ -211,7 +213,6 @@ pub fn run(
         let workload = workload.clone();
         let stop = Arc::clone(&options.stop);
         let out = options.out.clone();
-        let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
         threads.push(std::thread::spawn(move || {
             let outcome = if sleep_until(started + workload.start, &stop) {
                 match netns.enter() {
@@ -221,14 +222,7 @@ pub fn run(
             } else {
                 LabOutcome::NotStarted
             };
-            LabWorkload {
-                name: workload.name.clone(),
-                from: names[workload.from].clone(),
-                to: workload.to.map(|to| names[to].clone()),
-                start_ns: workload.start.as_nanos() as u64,
-                duration_ns: workload.duration.as_nanos() as u64,
-                outcome,
-            }
+            outcome
         }));
     }
 
@@ -250,6 +244,15 @@ pub fn run(
     if !interrupted && !sleep_until(started + experiment.duration, &options.stop) {
         interrupted = true;
     }
+    let entry = |workload: &Workload, outcome| LabWorkload {
+        name: workload.name.clone(),
+        from: experiment.nodes[workload.from].name.clone(),
+        to: workload.to.map(|to| experiment.nodes[to].name.clone()),
+        start_ns: workload.start.as_nanos() as u64,
+        duration_ns: workload.duration.as_nanos() as u64,
+        path: path_theory(experiment, workload),
+        outcome,
+    };
     let workloads = if interrupted {
         // Workloads still running are cut off with the namespaces; keep what finished and
         // say which were cut off.
@@ -257,24 +260,24 @@ pub fn run(
             .into_iter()
             .zip(&experiment.workloads)
             .map(|(thread, workload)| {
-                if thread.is_finished() {
+                let outcome = if thread.is_finished() {
                     thread.join().expect("workload threads do not panic")
                 } else {
-                    LabWorkload {
-                        name: workload.name.clone(),
-                        from: experiment.nodes[workload.from].name.clone(),
-                        to: workload.to.map(|to| experiment.nodes[to].name.clone()),
-                        start_ns: workload.start.as_nanos() as u64,
-                        duration_ns: workload.duration.as_nanos() as u64,
-                        outcome: LabOutcome::Failed("cut off by the interruption".into()),
-                    }
-                }
+                    LabOutcome::Failed("cut off by the interruption".into())
+                };
+                entry(workload, outcome)
             })
             .collect()
     } else {
         threads
             .into_iter()
-            .map(|t| t.join().expect("workload threads do not panic"))
+            .zip(&experiment.workloads)
+            .map(|(thread, workload)| {
+                entry(
+                    workload,
+                    thread.join().expect("workload threads do not panic"),
+                )
+            })
             .collect()
     };
     let duration_ns = started.elapsed().as_nanos() as u64;
@@ -292,11 +295,12 @@ pub fn run(
     Ok(LabRun {
         name: experiment.name.clone(),
         description: experiment.description.clone(),
-        spec: spec_text.to_owned(),
+        spec: point.text.clone(),
         kernel: kernel(),
         started_unix_ns,
         duration_ns,
         interrupted,
+        parameters: point.parameters.clone(),
         links,
         workloads,
     })

@@ -55,6 +55,8 @@ impl Experiment {
 pub struct SweepPoint {
     /// `KEY=VALUE, ...`, empty without a sweep.
     pub label: String,
+    /// `(KEY, VALUE)` of each sweep key, in the sweep's order.
+    pub parameters: Vec<(String, String)>,
     /// The text to parse.
     pub text: String,
 }
@@ -69,6 +71,7 @@ pub fn expand(text: &str) -> Result<Vec<SweepPoint>, SpecFileError> {
     })?;
     let mut points = vec![SweepPoint {
         label: String::new(),
+        parameters: Vec::new(),
         text: text.to_owned(),
     }];
     let Some(sweep) = table.get("sweep") else {
@@ -117,8 +120,11 @@ pub fn expand(text: &str) -> Result<Vec<SweepPoint>, SpecFileError> {
                 } else {
                     format!("{}, {key}={value}", point.label)
                 };
+                let mut parameters = point.parameters.clone();
+                parameters.push((key.clone(), value.clone()));
                 next.push(SweepPoint {
                     label,
+                    parameters,
                     text: point.text.replace(&placeholder, &value),
                 });
             }

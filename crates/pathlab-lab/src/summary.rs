@@ -1,13 +1,11 @@
 //! Figures a run is judged by, next to their theory.
 
-use pathlab_core::spec::RateSpec;
+use pathlab_core::spec::{LossSpec, RateSpec};
+use pathlab_core::units::{FRAME_BYTES, MSS_BYTES};
 use pathlab_core::LinkSpec;
-use pathlab_results::lab::{LabOutcome, LabRun};
+use pathlab_results::lab::{mathis_bps, LabOutcome, LabRun, PathTheory};
 
 use crate::spec::{first_hops, Experiment, Workload};
-
-/// Bytes of a full-size Ethernet frame (what a bottleneck queue holds when TCP fills it).
-const FRAME_BYTES: f64 = 1514.0;
 
 /// The links (index, whether crossed from `a` to `b`) on the fewest-hops path.
 fn path(experiment: &Experiment, from: usize, to: usize) -> Vec<(usize, bool)> {
@@ -29,26 +27,36 @@ fn delay_s(spec: &LinkSpec) -> f64 {
     spec.delay.map_or(0.0, |d| d.delay.as_secs_f64())
 }
 
-/// What queueing theory says a probe between a workload's ends sees when a bulk flow
-/// keeps the bottleneck's queue full.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct QueueTheory {
-    /// Sum of the path's delays, both ways, seconds.
-    pub base_s: f64,
-    /// The slowest fixed rate on the way there, bits per second.
-    pub rate_bps: f64,
-    /// Its queue's limit, packets.
-    pub queue_packets: u32,
-    /// base + queue x 1514 B x 8 / rate, seconds.
-    pub plateau_s: f64,
+/// The long-run loss probability of a direction, if its model has a fixed mean.
+fn loss_probability(spec: &LinkSpec) -> Option<f64> {
+    match spec.loss {
+        None => Some(0.0),
+        // Correlation keeps the mean (see the README).
+        Some(LossSpec::Random(chance)) => Some(chance.probability.get()),
+        Some(LossSpec::GilbertElliott {
+            p,
+            r,
+            loss_in_bad,
+            loss_in_good,
+        }) => {
+            let (p, r) = (p.get(), r.get());
+            if p + r == 0.0 {
+                return None;
+            }
+            Some((p * loss_in_bad.get() + r * loss_in_good.get()) / (p + r))
+        }
+        Some(LossSpec::State { .. }) => None,
+    }
 }
 
-/// The theory for `workload`'s path (as the run starts), if it has a fixed-rate bottleneck.
-pub fn queue_theory(experiment: &Experiment, workload: &Workload) -> Option<QueueTheory> {
+/// What the specs (as the run starts) say about `workload`'s path: base RTT, bottleneck,
+/// the RTT of a full bottleneck queue, loss on the way there and the Mathis bound.
+pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathTheory> {
     let to = workload.to?;
     let hops = path(experiment, workload.from, to);
-    let mut base_s = 0.0;
+    let mut base_rtt_s = 0.0;
     let mut bottleneck: Option<(f64, u32)> = None;
+    let mut delivered = Some(1.0);
     for &(link, forward) in &hops {
         let l = &experiment.links[link];
         let (there, back) = if forward {
@@ -56,7 +64,8 @@ pub fn queue_theory(experiment: &Experiment, workload: &Workload) -> Option<Queu
         } else {
             (&l.reverse, &l.forward)
         };
-        base_s += delay_s(there) + delay_s(back);
+        base_rtt_s += delay_s(there) + delay_s(back);
+        delivered = delivered.zip(loss_probability(there)).map(|(d, p)| d * (1.0 - p));
         if let Some(RateSpec::Fixed(fixed)) = &there.rate {
             let rate = fixed.rate.as_f64();
             if bottleneck.is_none_or(|(slowest, _)| rate < slowest) {
@@ -64,12 +73,17 @@ pub fn queue_theory(experiment: &Experiment, workload: &Workload) -> Option<Queu
             }
         }
     }
-    let (rate_bps, queue_packets) = bottleneck?;
-    Some(QueueTheory {
-        base_s,
-        rate_bps,
-        queue_packets,
-        plateau_s: base_s + f64::from(queue_packets) * FRAME_BYTES * 8.0 / rate_bps,
+    let loss = delivered.map(|d| 1.0 - d);
+    Some(PathTheory {
+        base_rtt_s,
+        bottleneck_bps: bottleneck.map(|(rate, _)| rate),
+        queue_packets: bottleneck.map(|(_, queue)| queue),
+        plateau_rtt_s: bottleneck
+            .map(|(rate, queue)| base_rtt_s + f64::from(queue) * FRAME_BYTES * 8.0 / rate),
+        loss,
+        mathis_bps: loss
+            .filter(|&p| p > 0.0 && base_rtt_s > 0.0)
+            .map(|p| mathis_bps(MSS_BYTES, base_rtt_s, p)),
     })
 }
 
@@ -84,8 +98,8 @@ pub struct RttSummary {
     pub p99_s: f64,
     /// The plateau: the 99th percentile of the second half (after the queue filled), s.
     pub plateau_s: f64,
-    /// What theory says the plateau is, if the path has a bottleneck.
-    pub theory: Option<QueueTheory>,
+    /// What theory says about the path.
+    pub theory: Option<PathTheory>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -121,7 +135,7 @@ pub fn rtt_summaries(experiment: &Experiment, run: &LabRun) -> Vec<RttSummary> {
             p50_s: percentile(&all, 0.5),
             p99_s: percentile(&all, 0.99),
             plateau_s: percentile(&late, 0.99),
-            theory: queue_theory(experiment, workload),
+            theory: path_theory(experiment, workload),
         });
     }
     out
@@ -138,10 +152,15 @@ mod tests {
         let points = expand(recipe("bufferbloat").unwrap()).unwrap();
         let e = Experiment::parse(&points[2].text).unwrap();
         let probes = &e.workloads[1];
-        let theory = queue_theory(&e, probes).expect("a bottleneck");
-        assert!((theory.base_s - 0.020).abs() < 1e-12);
-        assert_eq!((theory.rate_bps, theory.queue_packets), (10e6, 100));
+        let theory = path_theory(&e, probes).expect("a peer");
+        assert!((theory.base_rtt_s - 0.020).abs() < 1e-12);
+        assert_eq!(
+            (theory.bottleneck_bps, theory.queue_packets),
+            (Some(10e6), Some(100))
+        );
         // 20 ms + 100 x 1514 x 8 / 10e6 = 20 + 121.12 ms.
-        assert!((theory.plateau_s - 0.14112).abs() < 1e-9, "{theory:?}");
+        let plateau = theory.plateau_rtt_s.unwrap();
+        assert!((plateau - 0.14112).abs() < 1e-9, "{theory:?}");
+        assert_eq!((theory.loss, theory.mathis_bps), (Some(0.0), None));
     }
 }

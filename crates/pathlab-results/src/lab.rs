@@ -21,6 +21,10 @@ pub struct LabRun {
     pub duration_ns: u64,
     /// Whether Ctrl-C (or an error) ended it early: what is here is what was recorded.
     pub interrupted: bool,
+    /// The sweep point's parameters (`KEY`, value as substituted), in the sweep's order;
+    /// empty for an experiment without a sweep.
+    #[serde(default)]
+    pub parameters: Vec<(String, String)>,
     /// Every link.
     pub links: Vec<LabLink>,
     /// Every workload.
@@ -53,8 +57,39 @@ pub struct LabWorkload {
     pub start_ns: u64,
     /// How long it was asked to run, ns.
     pub duration_ns: u64,
+    /// What theory says about its path, from the specs as the run started (`None` without
+    /// a peer).
+    #[serde(default)]
+    pub path: Option<PathTheory>,
     /// What came of it.
     pub outcome: LabOutcome,
+}
+
+/// A workload's path from `from` to `to` as the specs describe it at the start of a run:
+/// the figures its measurements are judged against.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PathTheory {
+    /// Sum of the fixed delays of every hop, both ways, seconds: the RTT of an idle path.
+    pub base_rtt_s: f64,
+    /// The slowest fixed rate on the way there, bits per second.
+    pub bottleneck_bps: Option<f64>,
+    /// Its queue's limit, packets.
+    pub queue_packets: Option<u32>,
+    /// The RTT when that queue is full of full-size frames:
+    /// base + queue x 1514 B x 8 / rate, seconds.
+    pub plateau_rtt_s: Option<f64>,
+    /// The probability that a packet is lost on the way there (independent losses of the
+    /// hops combined; `None` if a hop's loss model has no fixed mean).
+    pub loss: Option<f64>,
+    /// The Mathis bound on one Reno flow's goodput there, (MSS / RTT) x sqrt(3/2) / sqrt(p)
+    /// with MSS 1448 B and the base RTT, bits per second (`None` without loss).
+    pub mathis_bps: Option<f64>,
+}
+
+/// The Mathis et al. (1997) bound on a Reno flow's goodput, bits per second:
+/// `(mss / rtt) x sqrt(3/2) / sqrt(p)`.
+pub fn mathis_bps(mss_bytes: f64, rtt_s: f64, loss: f64) -> f64 {
+    mss_bytes * 8.0 / rtt_s * (1.5f64).sqrt() / loss.sqrt()
 }
 
 /// A workload's result.

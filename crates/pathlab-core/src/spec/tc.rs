@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 use super::parse::red_weight;
 use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
 use crate::time::Duration;
+use crate::units::FRAME_BYTES;
 
 /// Commands for one device, and what they do not reproduce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -32,8 +33,6 @@ pub struct TcCommands {
     pub caveats: Vec<String>,
 }
 
-/// Bytes of a full-size Ethernet frame, for converting rate x time into packets.
-const FRAME_BYTES: f64 = 1514.0;
 
 /// The tc commands that make the egress of `dev` behave like `spec`.
 pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {

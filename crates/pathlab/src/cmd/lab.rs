@@ -129,7 +129,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         stdout.flush()?;
         let run = pathlab_lab::run::run(
             experiment,
-            &point.text,
+            point,
             &RunOptions {
                 out: dir.clone(),
                 seed: args.seed,
@@ -158,15 +158,20 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 rtt.plateau_s * 1e3
             )?;
             if let Some(theory) = rtt.theory {
-                write!(
-                    stdout,
-                    " (theory {:.1} ms = base {:.1} + {} packets x 1514 B at {}; {:+.1}%)",
-                    theory.plateau_s * 1e3,
-                    theory.base_s * 1e3,
+                if let (Some(plateau), Some(queue), Some(rate)) = (
+                    theory.plateau_rtt_s,
                     theory.queue_packets,
-                    crate::format::rate(theory.rate_bps),
-                    (rtt.plateau_s / theory.plateau_s - 1.0) * 100.0
-                )?;
+                    theory.bottleneck_bps,
+                ) {
+                    write!(
+                        stdout,
+                        " (theory {:.1} ms = base {:.1} + {queue} packets x 1514 B at {}; {:+.1}%)",
+                        plateau * 1e3,
+                        theory.base_rtt_s * 1e3,
+                        crate::format::rate(rate),
+                        (rtt.plateau_s / plateau - 1.0) * 100.0
+                    )?;
+                }
             }
             writeln!(stdout)?;
         }
