@@ -136,6 +136,10 @@ pub struct RttReport {
     pub send_error: Percentiles,
     /// Every round trip, in arrival order: (seq, rtt ns).
     pub series: Vec<(u64, i64)>,
+    /// When each round trip of `series` was sent, ns after the earliest of them (results
+    /// written before this field existed have none).
+    #[serde(default)]
+    pub series_sent_ns: Vec<u64>,
 }
 
 /// Analyses the replies (in arrival order) of a test that sent `sent` requests, of which
@@ -183,6 +187,10 @@ pub fn analyse(
         offset_basis: basis,
         send_error: percentiles(send_errors_ns.iter().map(|&e| e as i64)),
         series: distinct.iter().map(|r| (r.seq, r.rtt_ns())).collect(),
+        series_sent_ns: {
+            let first = distinct.iter().map(|r| r.sent_ns).min().unwrap_or(0);
+            distinct.iter().map(|r| r.sent_ns - first).collect()
+        },
     }
 }
 
@@ -221,6 +229,9 @@ mod tests {
         );
         assert_eq!(report.up.min_ns, 10_000_000);
         assert!(report.down.p50_ns.abs_diff(30_000_000) <= 3_000);
+        // Sent every 10 ms, on the clock of the first request.
+        assert_eq!(report.series_sent_ns.len(), report.series.len());
+        assert_eq!(report.series_sent_ns[7], 70_000_000);
     }
 
     #[test]
