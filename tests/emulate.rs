@@ -1642,6 +1642,102 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
     }
 }
 
+/// The round trips of a lab run's `rtt` workload `name` as `(when it was sent on the
+/// clock of the link `link`'s emulator, s; rtt, ms)`: the clock a rate schedule runs on.
+fn rtts_on_emulator_clock(run_dir: &std::path::Path, name: &str, link: &str) -> Vec<(f64, f64)> {
+    let run = read_lab_run(&run_dir.join("result.json"));
+    let file = std::fs::File::open(run_dir.join(format!("link-{link}.jsonl"))).expect("recorded");
+    let recording = read_recording(std::io::BufReader::new(file)).expect("recording reads");
+    let zero = recording.header.expect("header").clock_zero_unix_ns as f64;
+    let workload = run
+        .workloads
+        .iter()
+        .find(|w| w.name == name)
+        .expect("workload");
+    let pathlab_results::lab::LabOutcome::Rtt(report) = &workload.outcome else {
+        panic!("{name}: {:?}", workload.outcome);
+    };
+    assert_eq!(report.series_sent_ns.len(), report.series.len());
+    let start = run.started_unix_ns as f64 + workload.start_ns as f64 - zero;
+    report
+        .series_sent_ns
+        .iter()
+        .zip(&report.series)
+        .map(|(&sent, &(_, rtt))| ((start + sent as f64) / 1e9, rtt as f64 / 1e6))
+        .collect()
+}
+
+#[test]
+fn in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tail_drop() {
+    let Some(_serial) = privileged(
+        "in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tail_drop",
+    ) else {
+        return;
+    };
+    let dir = TempDir::new("lab-aqm");
+    let out = dir.path("run");
+    run_quick_recipe("aqm", &out);
+    // --quick: 18 s in six steps of 3 s at 100, 10, 1, 50, 1, 100 Mbit/s.
+    let step = 3.0;
+    let mut medians = std::collections::BTreeMap::new();
+    for queue in ["taildrop", "red", "codel", "fq_codel", "pie"] {
+        let run_dir = out.join(format!("queue-{queue}"));
+        let mut slow: Vec<f64> = rtts_on_emulator_clock(&run_dir, "probes", "r1-h2")
+            .into_iter()
+            .filter(|(at, _)| [2.0, 4.0].contains(&(at / step).floor()))
+            .map(|(_, rtt)| rtt)
+            .collect();
+        assert!(
+            slow.len() >= 20,
+            "{queue}: {} probes in the 1 Mbit/s phases",
+            slow.len()
+        );
+        slow.sort_by(f64::total_cmp);
+        let median = median(&slow);
+        // Goodput cannot exceed the schedule's mean rate less the headers (1448 of 1514 B).
+        let run = read_lab_run(&run_dir.join("result.json"));
+        let pathlab_results::lab::LabOutcome::Tcp(tcp) = &run.workloads[0].outcome else {
+            panic!("{queue}: {:?}", run.workloads[0].outcome);
+        };
+        let capacity = (100.0 + 10.0 + 1.0 + 50.0 + 1.0 + 100.0) / 6.0 * 1e6 * 1448.0 / 1514.0;
+        eprintln!(
+            "{queue}: median RTT at 1 Mbit/s {median:.1} ms ({} probes), goodput {:.2} Mbit/s",
+            slow.len(),
+            tcp.up_bps / 1e6
+        );
+        assert!(
+            tcp.up_bps > 0.0 && tcp.up_bps <= capacity * 1.01,
+            "{queue}: {tcp:?}"
+        );
+        medians.insert(queue, median);
+    }
+    // Tail drop: the 100-packet buffer stays nearly full, 100 x 1514 B x 8 / 1 Mbit/s =
+    // 1.21 s on top of the 20 ms base (less the slots the probes themselves hold, about
+    // a tenth, and the first moments of each phase while the queue fills).
+    let full = 20.0 + 100.0 * 1514.0 * 8.0 / 1e6 * 1e3;
+    assert!(
+        medians["taildrop"] >= 0.7 * full,
+        "{medians:?} against {full:.0} ms"
+    );
+    // CoDel holds the sojourn near 5 ms (plus a 12 ms packet in service) once its control
+    // law has caught up, which takes about half of a 3 s phase after a fall from 50 to
+    // 1 Mbit/s: its median must be under a fifth of tail drop's (measured: 1/17).
+    assert!(medians["codel"] <= medians["taildrop"] / 5.0, "{medians:?}");
+    // FQ-CoDel serves the sparse probes ahead of the bulk flow: they wait at most for the
+    // packet in service and one quantum, 2 x 12.1 ms, on top of the 20 ms base.
+    assert!(
+        medians["fq_codel"] <= 20.0 + 2.0 * 12.1 + 5.0,
+        "{medians:?}"
+    );
+    assert!(
+        medians["fq_codel"] <= medians["taildrop"] / 20.0,
+        "{medians:?}"
+    );
+    // RED and PIE also stay below tail drop's full buffer.
+    assert!(medians["red"] < medians["taildrop"], "{medians:?}");
+    assert!(medians["pie"] < medians["taildrop"], "{medians:?}");
+}
+
 #[test]
 fn a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built() {
     let Some(_serial) = privileged("a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built")

@@ -9,7 +9,7 @@ use pathlab_lab::spec::{expand, Experiment};
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let lines = text.lines().count().max(1);
-    let points = match expand(&text) {
+    let points = match expand(&text, false) {
         Ok(points) => points,
         Err(error) => {
             assert!(error.line >= 1 && error.line <= lines + 1, "{error}");

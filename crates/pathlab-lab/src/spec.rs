@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Range;
 use std::time::Duration;
 
+use pathlab_core::spec::RateSpec;
 use pathlab_core::LinkSpec;
 use serde::Deserialize;
 use toml::Spanned;
@@ -45,8 +46,25 @@ impl Experiment {
         }
         for event in &mut self.events {
             event.at = scale(event.at);
+            for spec in [&mut event.forward, &mut event.reverse]
+                .into_iter()
+                .flatten()
+            {
+                scale_schedule(spec, factor);
+            }
+        }
+        for link in &mut self.links {
+            scale_schedule(&mut link.forward, factor);
+            scale_schedule(&mut link.reverse, factor);
         }
         self
+    }
+}
+
+/// A rate schedule is part of the timeline: its steps scale with the experiment.
+fn scale_schedule(spec: &mut LinkSpec, factor: f64) {
+    if let Some(RateSpec::Schedule(schedule)) = &mut spec.rate {
+        schedule.step = pathlab_core::Duration::from_secs_f64(schedule.step.as_secs_f64() * factor);
     }
 }
 
@@ -62,8 +80,10 @@ pub struct SweepPoint {
 }
 
 /// Expands a spec's `[sweep]` table (`queue = [10, 50, 100]`): one text per combination
-/// of values, `{queue}` replaced in each. A spec without one gives itself.
-pub fn expand(text: &str) -> Result<Vec<SweepPoint>, SpecFileError> {
+/// of values, `{queue}` replaced in each. With `quick`, a key's values in `[quick_sweep]`
+/// (a thinner grid for `--quick`) replace its `[sweep]` values. A spec without a sweep
+/// gives itself.
+pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError> {
     let table: toml::Table = toml::from_str(text).map_err(|e| SpecFileError {
         file: None,
         line: e.span().map_or(1, |span| Checker { text }.line(&span)),
@@ -89,7 +109,34 @@ pub fn expand(text: &str) -> Result<Vec<SweepPoint>, SpecFileError> {
     let sweep = sweep
         .as_table()
         .ok_or_else(|| bad("sweep: a table of KEY = [values]".into()))?;
+    let quick_sweep = match table.get("quick_sweep") {
+        None => None,
+        Some(quick_sweep) => {
+            let line = text
+                .lines()
+                .position(|l| l.trim() == "[quick_sweep]")
+                .map_or(1, |i| i + 1);
+            let bad = |message: String| SpecFileError {
+                file: None,
+                line,
+                message,
+            };
+            let quick_sweep = quick_sweep
+                .as_table()
+                .ok_or_else(|| bad("quick_sweep: a table of KEY = [values]".into()))?;
+            if let Some(key) = quick_sweep.keys().find(|k| !sweep.contains_key(*k)) {
+                return Err(bad(format!(
+                    "quick_sweep.{key}: not a key of [sweep] (it can only thin a sweep's values)"
+                )));
+            }
+            Some(quick_sweep)
+        }
+    };
     for (key, values) in sweep {
+        let values = quick_sweep
+            .and_then(|q| q.get(key))
+            .filter(|_| quick)
+            .unwrap_or(values);
         let values = values.as_array().filter(|v| !v.is_empty()).ok_or_else(|| {
             bad(format!(
                 "sweep.{key}: a list of values, as in [10, 50, 100]"
@@ -262,6 +309,10 @@ struct RawExperiment {
     #[serde(default)]
     #[allow(dead_code)]
     sweep: Option<toml::Table>,
+    /// Also expanded before parsing.
+    #[serde(default)]
+    #[allow(dead_code)]
+    quick_sweep: Option<toml::Table>,
     /// The run's length with `--quick` ([`Experiment::quick`]).
     #[serde(default)]
     quick: Option<Spanned<String>>,
@@ -927,7 +978,7 @@ spec = "rate 1mbit"
             1,
         );
         let text = text.replace("\nquick = \"10s\"\n[sweep]", "\n[sweep]");
-        let points = expand(&text).expect("expands");
+        let points = expand(&text, false).expect("expands");
         assert_eq!(points.len(), 2);
         assert_eq!(points[1].label, "limit=100");
         let e = Experiment::parse(&points[0].text).expect("parses");
@@ -940,8 +991,33 @@ spec = "rate 1mbit"
         assert_eq!(quick.workloads[1].start, Duration::from_millis(500));
         assert_eq!(quick.workloads[1].duration, Duration::from_millis(7500));
         assert_eq!(quick.events[0].at, Duration::from_secs(5));
-        let e = expand(&text.replace("limit {limit}", "limit 5")).expect_err("unused key");
+        // A rate schedule is a timeline too.
+        let scheduled = Experiment::parse(
+            &points[0]
+                .text
+                .replace("rate 10mbit limit 10", "schedule 4s 10mbit 1mbit limit 10"),
+        )
+        .expect("parses")
+        .quick();
+        assert_eq!(
+            scheduled.links[1].forward,
+            LinkSpec::parse("delay 5ms schedule 2s 10mbit 1mbit limit 10").unwrap()
+        );
+        let e = expand(&text.replace("limit {limit}", "limit 5"), false).expect_err("unused key");
         assert!(e.message.contains("never says {limit}"), "{e}");
+        // --quick may thin the grid.
+        let thin = format!("{text}[quick_sweep]\nlimit = [10]\n");
+        assert_eq!(expand(&thin, false).expect("expands").len(), 2);
+        let points = expand(&thin, true).expect("expands");
+        assert_eq!(points.len(), 1);
+        assert_eq!(
+            points[0].parameters,
+            [("limit".to_owned(), "10".to_owned())]
+        );
+        let e = expand(&format!("{text}[quick_sweep]\nqueue = [10]\n"), true)
+            .expect_err("not a sweep key");
+        assert!(e.message.contains("quick_sweep.queue: not a key"), "{e}");
+        assert_eq!(e.line, text.lines().count() + 1);
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathT
     let mut base_rtt_s = 0.0;
     let mut bottleneck: Option<(f64, u32)> = None;
     let mut delivered = Some(1.0);
+    let mut varying = false;
     for &(link, forward) in &hops {
         let l = &experiment.links[link];
         let (there, back) = if forward {
@@ -65,14 +66,22 @@ pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathT
             (&l.reverse, &l.forward)
         };
         base_rtt_s += delay_s(there) + delay_s(back);
-        delivered = delivered.zip(loss_probability(there)).map(|(d, p)| d * (1.0 - p));
-        if let Some(RateSpec::Fixed(fixed)) = &there.rate {
-            let rate = fixed.rate.as_f64();
-            if bottleneck.is_none_or(|(slowest, _)| rate < slowest) {
-                bottleneck = Some((rate, there.queue.effective_limit_packets()));
+        delivered = delivered
+            .zip(loss_probability(there))
+            .map(|(d, p)| d * (1.0 - p));
+        match &there.rate {
+            Some(RateSpec::Fixed(fixed)) => {
+                let rate = fixed.rate.as_f64();
+                if bottleneck.is_none_or(|(slowest, _)| rate < slowest) {
+                    bottleneck = Some((rate, there.queue.effective_limit_packets()));
+                }
             }
+            // A rate that changes (schedule, trace) has no one bottleneck to judge by.
+            Some(_) => varying = true,
+            None => {}
         }
     }
+    let bottleneck = bottleneck.filter(|_| !varying);
     let loss = delivered.map(|d| 1.0 - d);
     Some(PathTheory {
         base_rtt_s,
@@ -149,7 +158,7 @@ mod tests {
 
     #[test]
     fn the_bufferbloat_recipes_theory_is_base_plus_a_full_queue() {
-        let points = expand(recipe("bufferbloat").unwrap()).unwrap();
+        let points = expand(recipe("bufferbloat").unwrap(), false).unwrap();
         let e = Experiment::parse(&points[2].text).unwrap();
         let probes = &e.workloads[1];
         let theory = path_theory(&e, probes).expect("a peer");
@@ -162,5 +171,31 @@ mod tests {
         let plateau = theory.plateau_rtt_s.unwrap();
         assert!((plateau - 0.14112).abs() < 1e-9, "{theory:?}");
         assert_eq!((theory.loss, theory.mathis_bps), (Some(0.0), None));
+    }
+
+    #[test]
+    fn a_changing_rate_has_no_plateau_and_loss_gives_the_mathis_bound() {
+        let points = expand(recipe("aqm").unwrap(), false).unwrap();
+        let e = Experiment::parse(&points[0].text).unwrap();
+        let theory = path_theory(&e, &e.workloads[1]).expect("a peer");
+        assert_eq!((theory.bottleneck_bps, theory.plateau_rtt_s), (None, None));
+        let lossy = points[0]
+            .text
+            .replace(
+                "spec = \"delay 5ms rate 100mbit limit 100\"",
+                "spec = \"delay 5ms loss 1%\"",
+            )
+            .replace(
+                "schedule 10s 100mbit 10mbit 1mbit 50mbit 1mbit 100mbit ",
+                "loss 1% ",
+            );
+        let e = Experiment::parse(&lossy).unwrap();
+        let theory = path_theory(&e, &e.workloads[0]).expect("a peer");
+        // Two hops of 1%: 1 - 0.99^2.
+        assert!((theory.loss.unwrap() - 0.0199).abs() < 1e-12, "{theory:?}");
+        // 1448 B x 8 / 20 ms x sqrt(1.5) / sqrt(0.0199) = 5.03 Mbit/s.
+        let mathis = 1448.0 * 8.0 / 0.020 * 1.5f64.sqrt() / 0.0199f64.sqrt();
+        assert!((theory.mathis_bps.unwrap() / mathis - 1.0).abs() < 1e-12);
+        assert!((mathis - 5.03e6).abs() < 0.01e6, "{mathis}");
     }
 }

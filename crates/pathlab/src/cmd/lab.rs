@@ -79,7 +79,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
     };
     // Every sweep point is checked before anything is built.
     let mut runs = Vec::new();
-    for point in expand(&text).map_err(named)? {
+    for point in expand(&text, args.quick).map_err(named)? {
         let experiment = Experiment::parse(&point.text).map_err(named)?;
         let experiment = if args.quick {
             experiment.quick()
