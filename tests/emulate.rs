@@ -1739,6 +1739,89 @@ fn in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tai
 }
 
 #[test]
+fn in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound() {
+    let Some(_serial) =
+        privileged("in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-wan-sweep");
+    let out = dir.path("run");
+    run_quick_recipe("wan-sweep", &out);
+    let line_goodput = 100e6 * 1448.0 / 1514.0;
+    for delay in [0u32, 10, 25] {
+        let mut goodputs = Vec::new();
+        for loss in ["0", "1", "2", "5"] {
+            let run_dir = out.join(format!("delay-{delay}_loss-{loss}"));
+            let run = read_lab_run(&run_dir.join("result.json"));
+            assert!(!run.interrupted);
+            let workload = &run.workloads[0];
+            let pathlab_results::lab::LabOutcome::Tcp(tcp) = &workload.outcome else {
+                panic!("{delay} ms, {loss}%: {:?}", workload.outcome);
+            };
+            // The steady state: what arrived in the second half of the transfer (the first
+            // seconds are slow start, which a model of congestion avoidance does not cover).
+            let intervals = &tcp.up[0].interval_bytes;
+            let late = &intervals[intervals.len() / 2..];
+            let steady = late.iter().sum::<u64>() as f64 * 8.0
+                / (late.len() as f64 * tcp.interval_ns as f64 / 1e9);
+            assert!(
+                tcp.up_bps <= line_goodput * 1.01,
+                "{delay} ms, {loss}%: {tcp:?}"
+            );
+            goodputs.push(tcp.up_bps);
+            if loss == "0" || delay == 0 {
+                continue;
+            }
+            // The loss the transfer met, from the emulator's truth: its full-size packets
+            // on the way there, and how many of them the loss model took.
+            let file =
+                std::fs::File::open(run_dir.join("link-client-wan.jsonl")).expect("recorded");
+            let recording = read_recording(std::io::BufReader::new(file)).expect("reads");
+            let data: Vec<_> = recording
+                .packets(0)
+                .filter(|p| p.len_bytes > 1000)
+                .collect();
+            let lost = data
+                .iter()
+                .filter(|p| matches!(p.dropped, Some((_, pathlab_core::DropReason::Loss))))
+                .count();
+            let p = lost as f64 / data.len() as f64;
+            let nominal: f64 = loss.parse::<f64>().unwrap() / 100.0;
+            assert!(
+                (p / nominal - 1.0).abs() < 0.5,
+                "{delay} ms: applied {p} for {nominal}"
+            );
+            // Mathis et al.: (MSS / RTT) x sqrt(3/2) / sqrt(p), with the base RTT (the real
+            // one is longer, so this errs high). A run's goodput averages the sawtooth
+            // cycles its N losses end, so it carries a sampling error of about 1/sqrt(N):
+            // allow two of them.
+            let rtt = 2.0 * f64::from(delay) / 1e3;
+            let bound = pathlab_results::lab::mathis_bps(1448.0, rtt, p);
+            let allowance = 1.0 + 2.0 / (lost as f64).sqrt();
+            eprintln!(
+                "{delay} ms, {loss}%: goodput {:.2} Mbit/s, steady {:.2}, Mathis {:.2} (p {p:.4}, {lost} losses, C = {:.2})",
+                tcp.up_bps / 1e6,
+                steady / 1e6,
+                bound / 1e6,
+                steady / bound * 1.5f64.sqrt()
+            );
+            assert!(
+                steady <= bound * allowance,
+                "{delay} ms, {loss}%: {steady:.0} bit/s above the Mathis bound {bound:.0} x {allowance:.2}"
+            );
+        }
+        // Throughput falls with loss (where the line rate does not cap both) and loses at
+        // least half at 5%.
+        assert!(
+            goodputs.windows(2).all(|w| w[1] <= w[0] * 1.03),
+            "{delay} ms: {goodputs:?}"
+        );
+        assert!(goodputs[3] < goodputs[0] / 2.0, "{delay} ms: {goodputs:?}");
+    }
+}
+
+#[test]
 fn a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built() {
     let Some(_serial) = privileged("a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built")
     else {

@@ -6,6 +6,7 @@ pub const RECIPES: &[(&str, &str)] = &[
     ("bufferbloat", include_str!("../recipes/bufferbloat.toml")),
     ("aqm", include_str!("../recipes/aqm.toml")),
     ("owd-probe", include_str!("../recipes/owd-probe.toml")),
+    ("wan-sweep", include_str!("../recipes/wan-sweep.toml")),
 ];
 
 /// A recipe's spec text by name.

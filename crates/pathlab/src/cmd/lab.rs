@@ -176,6 +176,25 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
             writeln!(stdout)?;
         }
         for workload in &run.workloads {
+            if let pathlab_results::lab::LabOutcome::Tcp(report) = &workload.outcome {
+                let retransmitted: u32 = report
+                    .up
+                    .iter()
+                    .chain(&report.down)
+                    .filter_map(|s| s.samples.last())
+                    .map(|s| s.retrans_segments)
+                    .sum();
+                write!(
+                    stdout,
+                    "  {}: goodput {}, {retransmitted} segments retransmitted",
+                    workload.name,
+                    crate::format::rate(report.up_bps + report.down_bps),
+                )?;
+                if let Some(bound) = workload.path.and_then(|p| p.mathis_bps) {
+                    write!(stdout, " (Mathis bound {})", crate::format::rate(bound))?;
+                }
+                writeln!(stdout)?;
+            }
             if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
                 writeln!(
                     stdout,
