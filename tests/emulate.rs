@@ -1822,6 +1822,58 @@ fn in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound() {
 }
 
 #[test]
+fn a_ping_workload_sees_the_delay_of_both_directions_and_the_loss() {
+    let Some(_serial) =
+        privileged("a_ping_workload_sees_the_delay_of_both_directions_and_the_loss")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-ping");
+    let spec = dir.path("ping.toml");
+    std::fs::write(
+        &spec,
+        "name = \"ping\"\nduration = \"4s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n\
+         [[link]]\nbetween = [\"h1\", \"h2\"]\nspec = \"delay 10ms loss 20%\"\nreverse = \"delay 25ms\"\n\
+         [[workload]]\nname = \"echo\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\ninterval = \"20ms\"\nduration = \"3s\"\n",
+    )
+    .unwrap();
+    let out = dir.path("out");
+    let output = Command::new(PATHLAB)
+        .arg("lab")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("pathlab lab runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let run = read_lab_run(&out.join("result.json"));
+    let pathlab_results::lab::LabOutcome::Ping(report) = &run.workloads[0].outcome else {
+        panic!("{:?}", run.workloads[0].outcome);
+    };
+    assert_eq!(report.sent, 150, "3 s every 20 ms");
+    // 10 + 25 ms, plus microseconds of forwarding.
+    let min = report.rtt.min_ns as f64 / 1e6;
+    assert!((35.0..36.0).contains(&min), "{report:?}");
+    assert!(report.rtt.p50_ns as f64 / 1e6 < 36.0, "{report:?}");
+    // What the emulator dropped is what ping missed: the loss is the truth's, not a guess.
+    let file = std::fs::File::open(out.join("link-h1-h2.jsonl")).expect("recorded");
+    let recording = read_recording(std::io::BufReader::new(file)).expect("reads");
+    // The echo requests: 56 B of payload in 8 B of ICMP, 20 of IPv4 and 14 of Ethernet
+    // (the link also carries the kernel's own IPv6 chatter).
+    let dropped = recording
+        .packets(0)
+        .filter(|p| p.len_bytes == 98 && p.dropped.is_some())
+        .count() as u64;
+    assert!(dropped > 0);
+    assert_eq!(report.sent - report.received, dropped, "{report:?}");
+    assert_eq!(report.series_sent_ns.len() as u64, report.received);
+}
+
+#[test]
 fn a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built() {
     let Some(_serial) = privileged("a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built")
     else {

@@ -17,7 +17,7 @@ use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle};
 use pathlab_io::measure::{Client, Server, ServerConfig, TcpOptions, TcpTest};
 use pathlab_io::port::PacketPort;
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
-use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload};
+use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
 use crate::summary::path_theory;
@@ -157,7 +157,12 @@ pub fn run(
     let mut targets: Vec<usize> = experiment
         .workloads
         .iter()
-        .filter(|w| !matches!(w.kind, WorkloadKind::Command { .. }))
+        .filter(|w| {
+            !matches!(
+                w.kind,
+                WorkloadKind::Command { .. } | WorkloadKind::Ping { .. }
+            )
+        })
         .filter_map(|w| w.to)
         .collect();
     targets.sort_unstable();
@@ -351,9 +356,45 @@ fn run_workload(workload: &Workload, target: Option<IpAddr>, out: &Path) -> LabO
                 .and_then(|client| client.one_way(Direction::Up, *rate_bps, *size, count, 100))
                 .map(|result| LabOutcome::Owd(Box::new(result)))
         }
+        WorkloadKind::Ping { interval, size } => {
+            let target = target.expect("checked: ping workloads have a peer");
+            return ping(target, *interval, *size, workload.duration);
+        }
         WorkloadKind::Command { argv } => return run_command(workload, argv, target, out),
     };
     result.unwrap_or_else(|e| LabOutcome::Failed(e.to_string()))
+}
+
+/// ICMP echo requests every `interval` for `duration`, from the calling thread's
+/// namespace; replies later than a second after the last request count as lost.
+fn ping(target: IpAddr, interval: Duration, size: u32, duration: Duration) -> LabOutcome {
+    let count = (duration.as_nanos() / interval.as_nanos().max(1)).clamp(1, 65_536) as usize;
+    let results = pathlab_io::ping::Pinger::new(target, size as usize)
+        .and_then(|mut pinger| pinger.run(count, interval, Duration::from_secs(1)));
+    let results = match results {
+        Ok(results) => results,
+        Err(error) => return LabOutcome::Failed(format!("ping: {error}")),
+    };
+    let first = results.first().map(|r| r.sent);
+    let replies: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.rtt.map(|rtt| (r, rtt.as_nanos() as i64)))
+        .collect();
+    LabOutcome::Ping(Box::new(PingReport {
+        interval_ns: interval.as_nanos() as u64,
+        size,
+        sent: results.len() as u64,
+        received: replies.len() as u64,
+        rtt: pathlab_probe::rtt::percentiles(replies.iter().map(|&(_, rtt)| rtt)),
+        series: replies
+            .iter()
+            .map(|&(r, rtt)| (u64::from(r.seq), rtt))
+            .collect(),
+        series_sent_ns: replies
+            .iter()
+            .map(|&(r, _)| first.map_or(0, |f| (r.sent - f).as_nanos() as u64))
+            .collect(),
+    }))
 }
 
 /// Runs a program for at most the workload's time, its output to `NAME.out`.

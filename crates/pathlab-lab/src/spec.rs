@@ -234,6 +234,13 @@ pub enum WorkloadKind {
         /// UDP payload bytes.
         size: u32,
     },
+    /// ICMP echo requests, as `ping -i INTERVAL -s SIZE` (no server needed).
+    Ping {
+        /// Between requests.
+        interval: Duration,
+        /// ICMP payload bytes.
+        size: u32,
+    },
     /// One-way probes at a rate (pathlab's `owd`).
     Owd {
         /// Bits per second of UDP payload.
@@ -727,6 +734,13 @@ impl Checker<'_> {
                 },
                 size: w.size.unwrap_or(64).max(32),
             },
+            "ping" => WorkloadKind::Ping {
+                interval: match &w.interval {
+                    Some(i) => self.time(i, "interval")?,
+                    None => Duration::from_secs(1),
+                },
+                size: w.size.unwrap_or(56),
+            },
             "owd" => WorkloadKind::Owd {
                 rate_bps: match &w.rate {
                     Some(r) => pathlab_core::spec::parse_rate(r.get_ref())
@@ -750,7 +764,7 @@ impl Checker<'_> {
             other => {
                 return Err(self.error(
                     &w.kind.span(),
-                    format!("kind '{other}': tcp, rtt, owd or command"),
+                    format!("kind '{other}': tcp, rtt, ping, owd or command"),
                 ))
             }
         };
@@ -961,7 +975,8 @@ spec = "rate 1mbit"
         assert_eq!(e.line, 3);
         let e = error(&replaced("kind = \"tcp\"", "kind = \"udp\""));
         assert!(
-            e.message.contains("kind 'udp': tcp, rtt, owd or command"),
+            e.message
+                .contains("kind 'udp': tcp, rtt, ping, owd or command"),
             "{e}"
         );
     }

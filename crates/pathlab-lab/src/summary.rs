@@ -118,21 +118,18 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// The RTT workloads of a run, summarized.
+/// The RTT and ping workloads of a run, summarized.
 pub fn rtt_summaries(experiment: &Experiment, run: &LabRun) -> Vec<RttSummary> {
     let mut out = Vec::new();
     for (workload, result) in experiment.workloads.iter().zip(&run.workloads) {
-        let LabOutcome::Rtt(report) = &result.outcome else {
-            continue;
+        let (sent, series) = match &result.outcome {
+            LabOutcome::Rtt(report) => (report.sent, &report.series),
+            LabOutcome::Ping(report) => (report.sent, &report.series),
+            _ => continue,
         };
-        let mut all: Vec<f64> = report
-            .series
-            .iter()
-            .map(|&(_, ns)| ns as f64 * 1e-9)
-            .collect();
-        let half = report.sent / 2;
-        let mut late: Vec<f64> = report
-            .series
+        let mut all: Vec<f64> = series.iter().map(|&(_, ns)| ns as f64 * 1e-9).collect();
+        let half = sent / 2;
+        let mut late: Vec<f64> = series
             .iter()
             .filter(|&&(seq, _)| seq >= half)
             .map(|&(_, ns)| ns as f64 * 1e-9)

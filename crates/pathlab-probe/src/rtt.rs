@@ -71,7 +71,7 @@ pub struct Percentiles {
 
 /// Percentiles from an HDR histogram (4 significant digits: 0.01% resolution); minimum,
 /// maximum and mean exact.
-fn percentiles(values: impl Iterator<Item = i64>) -> Percentiles {
+pub fn percentiles(values: impl Iterator<Item = i64>) -> Percentiles {
     let mut histogram =
         Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 4).expect("valid bounds");
     let (mut min, mut max, mut sum, mut count) = (u64::MAX, 0u64, 0f64, 0u64);

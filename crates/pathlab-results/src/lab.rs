@@ -65,6 +65,25 @@ pub struct LabWorkload {
     pub outcome: LabOutcome,
 }
 
+/// What an ICMP echo workload (`ping`) found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PingReport {
+    /// Between requests, ns.
+    pub interval_ns: u64,
+    /// ICMP payload bytes.
+    pub size: u32,
+    /// Requests sent.
+    pub sent: u64,
+    /// Replies received.
+    pub received: u64,
+    /// Round-trip time percentiles of the replies.
+    pub rtt: pathlab_probe::rtt::Percentiles,
+    /// Every reply: (seq, rtt ns), in sequence order (as `rtt`'s series).
+    pub series: Vec<(u64, i64)>,
+    /// When each request of `series` was sent, ns after the first request.
+    pub series_sent_ns: Vec<u64>,
+}
+
 /// A workload's path from `from` to `to` as the specs describe it at the start of a run:
 /// the figures its measurements are judged against.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -102,6 +121,8 @@ pub enum LabOutcome {
     Rtt(Box<pathlab_probe::rtt::RttReport>),
     /// `owd`.
     Owd(Box<pathlab_probe::owd::OneWayResult>),
+    /// `ping`.
+    Ping(Box<PingReport>),
     /// A program.
     Command {
         /// Its exit code (`None`: killed at the end of its time, or by a signal).
