@@ -1626,6 +1626,26 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
         plateaus.windows(2).all(|w| w[0] < w[1]),
         "the plateau grows with the queue: {plateaus:?}"
     );
+    // The queue's oscillation (the seed: "the period grows as the square of the queue"):
+    // overflows of the emulator's queue, spaced as one Reno flow's sawtooth.
+    for queue in [10, 50, 100] {
+        let run_dir = out.join(format!("queue-{queue}"));
+        let run = read_lab_run(&run_dir.join("result.json"));
+        let experiment = pathlab_lab::spec::Experiment::parse(&run.spec).expect("parses");
+        let sawtooths = pathlab_lab::summary::sawtooths(&experiment, &run, &run_dir);
+        let [sawtooth] = sawtooths.as_slice() else {
+            panic!("queue {queue}: {sawtooths:?}");
+        };
+        let theory = sawtooth.theory_s.expect("a fixed bottleneck");
+        eprintln!(
+            "queue {queue}: period {:.2} s over {} cycles, theory {theory:.2} s",
+            sawtooth.period_s, sawtooth.cycles
+        );
+        assert!(
+            (sawtooth.period_s / theory - 1.0).abs() <= 0.15,
+            "queue {queue}: {sawtooth:?}"
+        );
+    }
     for queue in [10, 50, 100] {
         let recording = out.join(format!("queue-{queue}/link-r1-h2.jsonl"));
         let file = std::fs::File::open(&recording).expect("the bottleneck was recorded");

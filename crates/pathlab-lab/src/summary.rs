@@ -5,7 +5,13 @@ use pathlab_core::units::{FRAME_BYTES, MSS_BYTES};
 use pathlab_core::LinkSpec;
 use pathlab_results::lab::{mathis_bps, LabOutcome, LabRun, PathTheory};
 
-use crate::spec::{first_hops, Experiment, Workload};
+use std::path::Path;
+
+use pathlab_core::time::Duration;
+use pathlab_core::verdict::DropReason;
+use pathlab_results::recording::read_recording;
+
+use crate::spec::{first_hops, Experiment, Workload, WorkloadKind};
 
 /// The links (index, whether crossed from `a` to `b`) on the fewest-hops path.
 fn path(experiment: &Experiment, from: usize, to: usize) -> Vec<(usize, bool)> {
@@ -52,10 +58,18 @@ fn loss_probability(spec: &LinkSpec) -> Option<f64> {
 /// What the specs (as the run starts) say about `workload`'s path: base RTT, bottleneck,
 /// the RTT of a full bottleneck queue, loss on the way there and the Mathis bound.
 pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathTheory> {
+    path_figures(experiment, workload).map(|(theory, _)| theory)
+}
+
+/// [`path_theory`], and the bottleneck's hop (link index, crossed from `a` to `b`).
+fn path_figures(
+    experiment: &Experiment,
+    workload: &Workload,
+) -> Option<(PathTheory, Option<(usize, bool)>)> {
     let to = workload.to?;
     let hops = path(experiment, workload.from, to);
     let mut base_rtt_s = 0.0;
-    let mut bottleneck: Option<(f64, u32)> = None;
+    let mut bottleneck: Option<(f64, u32, (usize, bool))> = None;
     let mut delivered = Some(1.0);
     let mut varying = false;
     for &(link, forward) in &hops {
@@ -72,8 +86,9 @@ pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathT
         match &there.rate {
             Some(RateSpec::Fixed(fixed)) => {
                 let rate = fixed.rate.as_f64();
-                if bottleneck.is_none_or(|(slowest, _)| rate < slowest) {
-                    bottleneck = Some((rate, there.queue.effective_limit_packets()));
+                if bottleneck.is_none_or(|(slowest, _, _)| rate < slowest) {
+                    bottleneck =
+                        Some((rate, there.queue.effective_limit_packets(), (link, forward)));
                 }
             }
             // A rate that changes (schedule, trace) has no one bottleneck to judge by.
@@ -83,17 +98,29 @@ pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathT
     }
     let bottleneck = bottleneck.filter(|_| !varying);
     let loss = delivered.map(|d| 1.0 - d);
-    Some(PathTheory {
+    let sawtooth_period_s = bottleneck.map(|(rate, queue, _)| {
+        let c = rate / (FRAME_BYTES * 8.0);
+        let r0 = base_rtt_s + 1.0 / c;
+        let w = c * r0 + f64::from(queue);
+        // Round trips of R0 while the window fits the pipe, of w / C once it queues.
+        let pipe = c * r0;
+        let flat = (pipe - w / 2.0).max(0.0) * r0;
+        let from = (w / 2.0).max(pipe);
+        flat + (w * w - from * from) / (2.0 * c) + w / c
+    });
+    let theory = PathTheory {
         base_rtt_s,
-        bottleneck_bps: bottleneck.map(|(rate, _)| rate),
-        queue_packets: bottleneck.map(|(_, queue)| queue),
+        bottleneck_bps: bottleneck.map(|(rate, _, _)| rate),
+        queue_packets: bottleneck.map(|(_, queue, _)| queue),
+        sawtooth_period_s,
         plateau_rtt_s: bottleneck
-            .map(|(rate, queue)| base_rtt_s + f64::from(queue) * FRAME_BYTES * 8.0 / rate),
+            .map(|(rate, queue, _)| base_rtt_s + f64::from(queue) * FRAME_BYTES * 8.0 / rate),
         loss,
         mathis_bps: loss
             .filter(|&p| p > 0.0 && base_rtt_s > 0.0)
             .map(|p| mathis_bps(MSS_BYTES, base_rtt_s, p)),
-    })
+    };
+    Some((theory, bottleneck.map(|(_, _, hop)| hop)))
 }
 
 /// An RTT workload's figures.
@@ -147,6 +174,64 @@ pub fn rtt_summaries(experiment: &Experiment, run: &LabRun) -> Vec<RttSummary> {
     out
 }
 
+/// How often a TCP workload's bottleneck queue overflowed, from the emulator's truth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sawtooth {
+    /// The workload.
+    pub name: String,
+    /// The bottleneck link, `A-B`.
+    pub link: String,
+    /// Overflow episodes after the first (slow start's), whose spacing is measured.
+    pub cycles: usize,
+    /// Median time between the starts of those episodes, seconds.
+    pub period_s: f64,
+    /// One Reno flow's period ([`PathTheory::sawtooth_period_s`]).
+    pub theory_s: Option<f64>,
+}
+
+/// The queue oscillation of every TCP workload whose path has a fixed-rate bottleneck and
+/// whose recording (in `dir`) shows at least two overflows after slow start's: the seed's
+/// "period of the queue length". Drops closer together than the full queue's RTT belong to
+/// one episode.
+pub fn sawtooths(experiment: &Experiment, run: &LabRun, dir: &Path) -> Vec<Sawtooth> {
+    let mut out = Vec::new();
+    for workload in &experiment.workloads {
+        if !matches!(workload.kind, WorkloadKind::Tcp { .. }) {
+            continue;
+        }
+        let Some((theory, Some((link, forward)))) = path_figures(experiment, workload) else {
+            continue;
+        };
+        let Some(recording) = run
+            .links
+            .get(link)
+            .and_then(|l| l.recording.as_ref())
+            .and_then(|file| std::fs::File::open(dir.join(file)).ok())
+            .and_then(|file| read_recording(std::io::BufReader::new(file)).ok())
+        else {
+            continue;
+        };
+        let gap = Duration::from_secs_f64(theory.plateau_rtt_s.unwrap_or(theory.base_rtt_s));
+        let episodes = recording.drop_episodes(u8::from(!forward), DropReason::QueueFull, gap);
+        if episodes.len() < 4 {
+            continue;
+        }
+        let mut gaps: Vec<f64> = episodes[1..]
+            .windows(2)
+            .map(|w| (w[1].0 - w[0].0).as_secs_f64())
+            .collect();
+        gaps.sort_by(f64::total_cmp);
+        out.push(Sawtooth {
+            name: workload.name.clone(),
+            link: experiment.links[link].name.clone(),
+            cycles: gaps.len(),
+            period_s: gaps[gaps.len() / 2],
+            theory_s: theory.sawtooth_period_s,
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +253,10 @@ mod tests {
         let plateau = theory.plateau_rtt_s.unwrap();
         assert!((plateau - 0.14112).abs() < 1e-9, "{theory:?}");
         assert_eq!((theory.loss, theory.mathis_bps), (Some(0.0), None));
+        // C = 825.6 packets/s, R0 = 21.2 ms, W = 17.5 + 100: (117.5^2 - 58.8^2) / 2C +
+        // W / C = 6.27 + 0.14 s.
+        let period = theory.sawtooth_period_s.unwrap();
+        assert!((period - 6.41).abs() < 0.01, "{period}");
     }
 
     #[test]

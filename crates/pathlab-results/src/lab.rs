@@ -97,6 +97,13 @@ pub struct PathTheory {
     /// The RTT when that queue is full of full-size frames:
     /// base + queue x 1514 B x 8 / rate, seconds.
     pub plateau_rtt_s: Option<f64>,
+    /// The period of one Reno flow's sawtooth when it alone fills that queue, seconds:
+    /// the window grows by a segment per round trip from W/2 to W = C x R0 + Q (C the
+    /// bottleneck's full-size packets per second, R0 the base RTT plus a frame's
+    /// serialization, Q the queue), each round trip lasting max(R0, w / C), plus one round
+    /// trip of recovery at W / C. Grows as Q squared once Q is past the pipe.
+    #[serde(default)]
+    pub sawtooth_period_s: Option<f64>,
     /// The probability that a packet is lost on the way there (independent losses of the
     /// hops combined; `None` if a hop's loss model has no fixed mean).
     pub loss: Option<f64>,

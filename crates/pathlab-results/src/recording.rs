@@ -103,6 +103,29 @@ impl Recording {
         })
     }
 
+    /// The drops of direction `dir` for `reason`, grouped into episodes: a drop more than
+    /// `gap` after the previous one starts a new episode. Each is (first, last) drop.
+    pub fn drop_episodes(
+        &self,
+        dir: u8,
+        reason: pathlab_core::verdict::DropReason,
+        gap: pathlab_core::time::Duration,
+    ) -> Vec<(Instant, Instant)> {
+        let mut drops: Vec<Instant> = self
+            .packets(dir)
+            .filter_map(|p| p.dropped.filter(|(_, r)| *r == reason).map(|(at, _)| at))
+            .collect();
+        drops.sort_unstable();
+        let mut episodes: Vec<(Instant, Instant)> = Vec::new();
+        for at in drops {
+            match episodes.last_mut() {
+                Some((_, last)) if at - *last <= gap => *last = at,
+                _ => episodes.push((at, at)),
+            }
+        }
+        episodes
+    }
+
     /// The queue samples of direction `dir`, as (instant, packets, bytes).
     pub fn queue_samples(&self, dir: u8) -> impl Iterator<Item = (Instant, u32, u64)> + '_ {
         self.lines.iter().filter_map(move |line| match line {

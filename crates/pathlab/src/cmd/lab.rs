@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use pathlab_lab::recipes::{recipe, RECIPES};
 use pathlab_lab::run::RunOptions;
 use pathlab_lab::spec::{expand, Experiment};
-use pathlab_lab::summary::rtt_summaries;
+use pathlab_lab::summary::{rtt_summaries, sawtooths};
 
 use crate::usage;
 
@@ -172,6 +172,17 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                         (rtt.plateau_s / plateau - 1.0) * 100.0
                     )?;
                 }
+            }
+            writeln!(stdout)?;
+        }
+        for sawtooth in sawtooths(experiment, &run, &dir) {
+            write!(
+                stdout,
+                "  {}: the queue at {} overflowed every {:.2} s (median of {} cycles)",
+                sawtooth.name, sawtooth.link, sawtooth.period_s, sawtooth.cycles
+            )?;
+            if let Some(theory) = sawtooth.theory_s {
+                write!(stdout, "; one Reno flow's sawtooth: {theory:.2} s")?;
             }
             writeln!(stdout)?;
         }
