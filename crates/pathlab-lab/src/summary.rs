@@ -65,7 +65,9 @@ pub fn path_theory(experiment: &Experiment, workload: &Workload) -> Option<PathT
             (&l.reverse, &l.forward)
         };
         base_rtt_s += delay_s(there) + delay_s(back);
-        delivered = delivered.zip(loss_probability(there)).map(|(d, p)| d * (1.0 - p));
+        delivered = delivered
+            .zip(loss_probability(there))
+            .map(|(d, p)| d * (1.0 - p));
         if let Some(RateSpec::Fixed(fixed)) = &there.rate {
             let rate = fixed.rate.as_f64();
             if bottleneck.is_none_or(|(slowest, _)| rate < slowest) {

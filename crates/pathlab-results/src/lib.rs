@@ -12,7 +12,9 @@ use std::fmt::Write as _;
 
 pub mod lab;
 pub mod pcapng;
+pub mod plot;
 pub mod recording;
+pub mod series;
 
 use pathlab_core::sim::SimReport;
 use serde::{Deserialize, Serialize};

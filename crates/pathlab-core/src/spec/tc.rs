@@ -33,7 +33,6 @@ pub struct TcCommands {
     pub caveats: Vec<String>,
 }
 
-
 /// The tc commands that make the egress of `dev` behave like `spec`.
 pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
     let mut out = TcCommands::default();
