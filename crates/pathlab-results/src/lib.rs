@@ -14,6 +14,7 @@ pub mod lab;
 pub mod pcapng;
 pub mod plot;
 pub mod recording;
+pub mod report;
 pub mod series;
 
 use pathlab_core::sim::SimReport;

@@ -160,6 +160,17 @@ impl Series {
     pub fn slug(&self) -> String {
         format!("{}-{}", self.metric.slug(), slug(&self.subject))
     }
+
+    /// The series as CSV: a header `time_s,<column>` ([`Metric::column`]), then one row per
+    /// point, the time to the nanosecond and the value as it was computed.
+    pub fn csv(&self) -> String {
+        use std::fmt::Write as _;
+        let mut csv = format!("time_s,{}\n", self.metric.column());
+        for &(time_s, value) in &self.points {
+            let _ = writeln!(csv, "{time_s:.9},{value}");
+        }
+        csv
+    }
 }
 
 /// `text` with everything but ASCII letters, digits, `.` and `_` turned into single dashes,
