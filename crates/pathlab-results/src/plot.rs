@@ -228,6 +228,9 @@ fn fit(text: &str, max: usize) -> String {
     }
 }
 
+/// A slice of x (its index) and its lowest and highest point.
+type Bucket = (usize, (f64, f64), (f64, f64));
+
 /// At most about `2 x buckets` points that keep the envelope of `points` (the smallest and
 /// largest y of each slice of x), so a 50 000-packet series draws fast and its SVG stays
 /// small without hiding a spike.
@@ -237,7 +240,7 @@ fn decimate(points: &[(f64, f64)], x0: f64, x1: f64, buckets: usize) -> Vec<(f64
     }
     let width = (x1 - x0) / buckets as f64;
     let mut out = Vec::with_capacity(buckets * 2 + 2);
-    let mut current: Option<(usize, (f64, f64), (f64, f64))> = None;
+    let mut current: Option<Bucket> = None;
     for &p in points {
         let bucket = ((p.0 - x0) / width) as usize;
         match &mut current {

@@ -261,9 +261,10 @@ pub fn link_series(
     let Some(header) = &recording.header else {
         return (Vec::new(), Vec::new());
     };
-    let offset_s =
-        (i128::from(header.clock_zero_unix_ns) - i128::from(run.started_unix_ns)) as f64 * 1e-9;
-    let run_s = |at: pathlab_core::time::Instant| at.as_nanos() as f64 * 1e-9 + offset_s;
+    // In integer nanoseconds, then one division: the seconds are the nearest double.
+    let offset_ns = i128::from(header.clock_zero_unix_ns) - i128::from(run.started_unix_ns);
+    let run_s =
+        |at: pathlab_core::time::Instant| (i128::from(at.as_nanos()) + offset_ns) as f64 / 1e9;
     let mut series = Vec::new();
     let mut stats = Vec::new();
     for (index, info) in header.directions.iter().enumerate() {
@@ -290,7 +291,7 @@ pub fn link_series(
                 let waited = dequeued
                     .as_nanos()
                     .saturating_sub(record.arrived.as_nanos());
-                delay_points.push((run_s(record.arrived), waited as f64 * 1e-9));
+                delay_points.push((run_s(record.arrived), waited as f64 / 1e9));
             }
         }
         let has_queue = spec_has_rate(&info.spec) || later_rate || !delay_points.is_empty();
@@ -355,7 +356,7 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
     let mut out = Vec::new();
     for workload in &run.workloads {
         let start_ns = workload.start_ns as f64;
-        let at = |ns: f64| (start_ns + ns) * 1e-9;
+        let at = |ns: f64| (start_ns + ns) / 1e9;
         match &workload.outcome {
             LabOutcome::Rtt(report) => {
                 let timed = report.series_sent_ns.len() == report.series.len();
@@ -374,7 +375,7 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
                         } else {
                             seq as f64 * interval_ns
                         };
-                        (at(sent_ns), rtt_ns as f64 * 1e-9)
+                        (at(sent_ns), rtt_ns as f64 / 1e9)
                     })
                     .collect();
                 points.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -392,7 +393,7 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
                     .series
                     .iter()
                     .map(|&(received_ns, deviation_ns)| {
-                        (at(received_ns as f64), deviation_ns as f64 * 1e-9)
+                        (at(received_ns as f64), deviation_ns as f64 / 1e9)
                     })
                     .collect(),
             }),
@@ -437,7 +438,7 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
                         Metric::Srtt,
                         samples
                             .iter()
-                            .map(|s| (at(s.at_ns as f64), f64::from(s.srtt_us) * 1e-6))
+                            .map(|s| (at(s.at_ns as f64), f64::from(s.srtt_us) / 1e6))
                             .collect(),
                     );
                     push(
@@ -458,7 +459,7 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
                                 .map(|(i, &bytes)| {
                                     (
                                         at((i + 1) as f64 * interval),
-                                        bytes as f64 * 8.0 / (interval * 1e-9),
+                                        bytes as f64 * 8.0 * 1e9 / interval,
                                     )
                                 })
                                 .collect(),

@@ -567,14 +567,17 @@ fn parameter_text(run: &RunData, key: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A figure of a whole run, if it has one.
+type RunFigure = fn(&RunData) -> Option<f64>;
+
 /// A metric of a whole run for the sweep figures, with its theory.
 struct SweepMetric {
     stem: &'static str,
     title: &'static str,
     axis: &'static str,
-    value: fn(&RunData) -> Option<f64>,
+    value: RunFigure,
     /// Figures to compare it with: (name, value).
-    theories: &'static [(&'static str, fn(&RunData) -> Option<f64>)],
+    theories: &'static [(&'static str, RunFigure)],
 }
 
 fn first_rtt_plateau_ms(run: &RunData) -> Option<f64> {
@@ -655,6 +658,7 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
                 groups.entry(others).or_default().push(run);
             }
             let mut lines = Vec::new();
+            let mut drawn_theories: Vec<&str> = Vec::new();
             for (color, (others, group)) in groups.iter().enumerate() {
                 let mut measured: Vec<(f64, f64)> = group
                     .iter()
@@ -681,6 +685,9 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
                         continue;
                     }
                     points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    if !drawn_theories.contains(theory_name) {
+                        drawn_theories.push(theory_name);
+                    }
                     lines.push(Line {
                         label: if others.is_empty() {
                             (*theory_name).to_owned()
@@ -707,14 +714,13 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
             out.push(Figure {
                 stem: format!("{}-vs-{}", metric.stem, slug(key)),
                 caption: format!(
-                    "{} of every run against {key}; dashed: {}",
+                    "{} of every run against {key}{}",
                     metric.title,
-                    metric
-                        .theories
-                        .iter()
-                        .map(|t| t.0)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    if drawn_theories.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; dashed: {}", drawn_theories.join(", "))
+                    }
                 ),
                 chart: Chart::Lines(LineFigure {
                     title: format!("{} against {key} — {name}", metric.title),

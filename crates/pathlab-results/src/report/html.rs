@@ -140,10 +140,10 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
 }
 
 fn figure(out: &mut String, drawn: &DrawnFigure) {
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<figure><img src=\"data:image/png;base64,{}\" width=\"{}\" height=\"{}\" alt=\"{}\">\
-         <figcaption>{}</figcaption></figure>\n",
+         <figcaption>{}</figcaption></figure>",
         base64(&drawn.png),
         crate::plot::WIDTH,
         crate::plot::HEIGHT,
