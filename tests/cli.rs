@@ -214,3 +214,180 @@ fn emulate_with_a_bad_spec_exits_2_before_anything_else() {
         stderr(&output)
     );
 }
+
+/// `pathlab report` on a saved run: CSV files with units, PNGs of the fixed size that decode,
+/// SVGs, and a page that inlines every PNG and escapes the run's text.
+#[test]
+fn report_of_a_run_writes_csv_figures_and_a_page_with_every_image() {
+    let dir = TempDir::new("report-run");
+    let run = dir.path("run");
+    util::lab_fixture::write_lab_run(&run, 50);
+    let output = pathlab(&["report", run.to_str().unwrap()]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let html_path = run.join("report.html");
+    assert!(
+        stdout(&output).contains(&format!("report: {}", html_path.display())),
+        "{}",
+        stdout(&output)
+    );
+
+    let rtt = std::fs::read_to_string(run.join("csv/rtt-probes.csv")).expect("rtt csv");
+    let mut lines = rtt.lines();
+    assert_eq!(lines.next(), Some("time_s,rtt_s"));
+    assert_eq!(lines.next(), Some("0.000000000,0.02"));
+    assert_eq!(
+        lines.nth(9),
+        Some("1.000000000,0.07"),
+        "probe 10: 20 ms + 10 x 5 ms"
+    );
+    // The emulator's clock started 0.1 s before the run's: its first sample is at -0.1 s.
+    let queue = std::fs::read_to_string(run.join("csv/queue-packets-r1-h2.csv")).expect("csv");
+    assert!(
+        queue.starts_with("time_s,queue_packets\n-0.100000000,0\n"),
+        "{queue}"
+    );
+    let delay = std::fs::read_to_string(run.join("csv/queue-delay-r1-h2.csv")).expect("csv");
+    assert!(delay.starts_with("time_s,queue_delay_s\n0.000000000,0\n0.010000000,0.0006\n"));
+    for name in [
+        "cwnd-bulk",
+        "ssthresh-bulk",
+        "srtt-bulk",
+        "throughput-bulk",
+        "drops-r1-h2",
+    ] {
+        let text = std::fs::read_to_string(run.join(format!("csv/{name}.csv")))
+            .unwrap_or_else(|e| panic!("{name}.csv: {e}"));
+        assert!(text.lines().count() > 1, "{name}.csv is empty");
+    }
+
+    let pngs = util::lab_fixture::files_with(&run.join("plots"), "png");
+    let svgs = util::lab_fixture::files_with(&run.join("plots"), "svg");
+    assert!(pngs.len() >= 7, "{pngs:?}");
+    assert_eq!(pngs.len(), svgs.len());
+    let html = std::fs::read_to_string(&html_path).expect("the page");
+    for png in &pngs {
+        let bytes = std::fs::read(png).expect("a PNG");
+        assert_eq!(
+            util::lab_fixture::png_size(&bytes),
+            (1024, 640),
+            "{}",
+            png.display()
+        );
+        assert!(
+            html.contains(&util::lab_fixture::base64(&bytes)),
+            "{} is not in the page",
+            png.display()
+        );
+    }
+    assert_eq!(
+        html.matches("<img src=\"data:image/png;base64,").count(),
+        pngs.len()
+    );
+    assert!(html.contains("h1 - r1 - h2 &lt;synthetic&gt; &amp; small"));
+    assert!(!html.contains("<synthetic>") && !html.contains("<script"));
+}
+
+/// A sweep's directory: one section per point in parameter order, sweep figures, and with
+/// --compare the points' series on shared figures.
+#[test]
+fn report_of_a_sweep_compares_its_points() {
+    let dir = TempDir::new("report-sweep");
+    for queue in [100, 10, 50] {
+        util::lab_fixture::write_lab_run(&dir.path(&format!("sweep/queue-{queue}")), queue);
+    }
+    let out = dir.path("out");
+    let output = pathlab(&[
+        "report",
+        dir.path("sweep").to_str().unwrap(),
+        "--compare",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    for figure in [
+        "plots/compare/rtt-probes.png",
+        "plots/compare/rtt-probes-cdf.png",
+        "plots/compare/queue-delay-r1-h2.svg",
+        "plots/sweep/goodput-vs-queue.png",
+        "plots/sweep/rtt-plateau-vs-queue.png",
+        "plots/queue-10/rtt.png",
+        "csv/queue-100/rtt-probes.csv",
+    ] {
+        assert!(out.join(figure).is_file(), "no {figure}");
+    }
+    let html = std::fs::read_to_string(out.join("report.html")).expect("the page");
+    let order: Vec<usize> = ["queue=10)", "queue=50)", "queue=100)"]
+        .iter()
+        .map(|h| html.find(&format!("<h2>bufferbloat ({h}</h2>")).expect(h))
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "sections out of order"
+    );
+    let pngs = util::lab_fixture::files_with(&out.join("plots"), "png");
+    assert_eq!(
+        html.matches("<img src=\"data:image/png;base64,").count(),
+        pngs.len()
+    );
+}
+
+#[test]
+fn report_of_bad_input_exits_2_naming_the_file_and_the_problem() {
+    let dir = TempDir::new("report-bad");
+    let missing = dir.path("nothing-here");
+    let output = pathlab(&["report", missing.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("nothing-here: no such file"),
+        "{}",
+        stderr(&output)
+    );
+
+    let garbage = dir.path("garbage.json");
+    std::fs::write(&garbage, "{\"magic\": 3}").unwrap();
+    let output = pathlab(&["report", garbage.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("garbage.json: not a pathlab result file"),
+        "{}",
+        stderr(&output)
+    );
+
+    let run = dir.path("run");
+    util::lab_fixture::write_lab_run(&run, 10);
+    let text = std::fs::read_to_string(run.join("result.json")).unwrap();
+    std::fs::write(
+        run.join("result.json"),
+        text.replacen("\"version\": 1", "\"version\": 99", 1),
+    )
+    .unwrap();
+    let output = pathlab(&["report", run.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("result.json: result file version 99 is newer"),
+        "{}",
+        stderr(&output)
+    );
+
+    // A result of another command is named as such.
+    let sim = dir.path("sim.json");
+    let output = pathlab(&[
+        "sim",
+        "rate 10mbit",
+        "--load",
+        "cbr:1mbit:1000",
+        "-t",
+        "1s",
+        "--save",
+        sim.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = pathlab(&["report", sim.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("not a lab result but a pathlab sim result"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(!dir.path("report.html").exists());
+}

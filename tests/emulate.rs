@@ -1561,6 +1561,14 @@ fn run_quick_recipe(recipe: &str, out: &std::path::Path) {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // A lab run ends with its report.
+    let report = out.join("report.html");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&format!("report: {}", report.display())),
+        "the lab did not say where its report is"
+    );
+    let html = std::fs::read_to_string(&report).expect("the lab wrote its report");
+    assert!(html.contains("<img src=\"data:image/png;base64,"));
 }
 
 /// The lab run a `result.json` holds.

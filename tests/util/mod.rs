@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod lab_fixture;
+
 /// A scratch directory removed when the test ends.
 pub struct TempDir(PathBuf);
 
@@ -13,6 +15,10 @@ impl TempDir {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("can create a temp dir");
         TempDir(dir)
+    }
+
+    pub fn root(&self) -> &std::path::Path {
+        &self.0
     }
 
     pub fn path(&self, file: &str) -> PathBuf {

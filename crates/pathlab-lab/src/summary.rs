@@ -3,7 +3,7 @@
 use pathlab_core::spec::{LossSpec, RateSpec};
 use pathlab_core::units::{FRAME_BYTES, MSS_BYTES};
 use pathlab_core::LinkSpec;
-use pathlab_results::lab::{mathis_bps, LabOutcome, LabRun, PathTheory};
+use pathlab_results::lab::{mathis_bps, LabRun, PathTheory};
 
 use std::path::Path;
 
@@ -138,36 +138,18 @@ pub struct RttSummary {
     pub theory: Option<PathTheory>,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 /// The RTT and ping workloads of a run, summarized.
 pub fn rtt_summaries(experiment: &Experiment, run: &LabRun) -> Vec<RttSummary> {
     let mut out = Vec::new();
     for (workload, result) in experiment.workloads.iter().zip(&run.workloads) {
-        let (sent, series) = match &result.outcome {
-            LabOutcome::Rtt(report) => (report.sent, &report.series),
-            LabOutcome::Ping(report) => (report.sent, &report.series),
-            _ => continue,
+        let Some(trips) = result.outcome.round_trips() else {
+            continue;
         };
-        let mut all: Vec<f64> = series.iter().map(|&(_, ns)| ns as f64 * 1e-9).collect();
-        let half = sent / 2;
-        let mut late: Vec<f64> = series
-            .iter()
-            .filter(|&&(seq, _)| seq >= half)
-            .map(|&(_, ns)| ns as f64 * 1e-9)
-            .collect();
-        all.sort_by(f64::total_cmp);
-        late.sort_by(f64::total_cmp);
         out.push(RttSummary {
             name: workload.name.clone(),
-            p50_s: percentile(&all, 0.5),
-            p99_s: percentile(&all, 0.99),
-            plateau_s: percentile(&late, 0.99),
+            p50_s: trips.rtt.p50_ns as f64 * 1e-9,
+            p99_s: trips.rtt.p99_ns as f64 * 1e-9,
+            plateau_s: trips.plateau_s().unwrap_or(f64::NAN),
             theory: path_theory(experiment, workload),
         });
     }

@@ -65,6 +65,56 @@ pub struct LabWorkload {
     pub outcome: LabOutcome,
 }
 
+/// The round trips of an `rtt` or `ping` workload, whichever measured them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundTrips<'a> {
+    /// Requests sent.
+    pub sent: u64,
+    /// Their round-trip time percentiles.
+    pub rtt: &'a pathlab_probe::rtt::Percentiles,
+    /// Every reply: (seq, rtt ns).
+    pub series: &'a [(u64, i64)],
+    /// When each reply's request was sent, ns after the first (empty in old rtt results).
+    pub sent_ns: &'a [u64],
+}
+
+impl RoundTrips<'_> {
+    /// The RTT plateau: the 99th percentile of the second half of the requests (once a
+    /// bulk flow keeps the queue between half and full), seconds.
+    pub fn plateau_s(&self) -> Option<f64> {
+        let half = self.sent / 2;
+        let mut late: Vec<f64> = self
+            .series
+            .iter()
+            .filter(|&&(seq, _)| seq >= half)
+            .map(|&(_, ns)| ns as f64 * 1e-9)
+            .collect();
+        late.sort_by(f64::total_cmp);
+        crate::series::quantile(&late, 0.99)
+    }
+}
+
+impl LabOutcome {
+    /// The round trips, for `rtt` and `ping` workloads.
+    pub fn round_trips(&self) -> Option<RoundTrips<'_>> {
+        match self {
+            LabOutcome::Rtt(report) => Some(RoundTrips {
+                sent: report.sent,
+                rtt: &report.rtt,
+                series: &report.series,
+                sent_ns: &report.series_sent_ns,
+            }),
+            LabOutcome::Ping(report) => Some(RoundTrips {
+                sent: report.sent,
+                rtt: &report.rtt,
+                series: &report.series,
+                sent_ns: &report.series_sent_ns,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// What an ICMP echo workload (`ping`) found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PingReport {
@@ -141,4 +191,29 @@ pub enum LabOutcome {
     Failed(String),
     /// The run ended before it started.
     NotStarted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ping_and_rtt_round_trips_share_the_plateau() {
+        // 100 requests; the second half's RTTs are 50..=99 ms, and the 99th percentile of
+        // those 50 is the one at index round(49 x 0.99) = 49: 99 ms.
+        let series: Vec<(u64, i64)> = (0..100).map(|i| (i, i as i64 * 1_000_000)).collect();
+        let ping = LabOutcome::Ping(Box::new(PingReport {
+            interval_ns: 10_000_000,
+            size: 56,
+            sent: 100,
+            received: 100,
+            rtt: pathlab_probe::rtt::percentiles(series.iter().map(|&(_, r)| r)),
+            series: series.clone(),
+            series_sent_ns: (0..100).map(|i| i * 10_000_000).collect(),
+        }));
+        let trips = ping.round_trips().expect("ping has round trips");
+        assert_eq!(trips.plateau_s(), Some(0.099));
+        assert_eq!(trips.sent_ns[3], 30_000_000);
+        assert!(LabOutcome::NotStarted.round_trips().is_none());
+    }
 }

@@ -1,9 +1,11 @@
-//! pathlab-results: versioned result files and exports.
+//! pathlab-results: versioned result files, exports, plots and reports.
 //!
 //! A run writes one [`ResultFile`]: a magic string, a format version, what produced it and
-//! the measured data. Exports (CSV today, plots with the lab) are pure functions of a
-//! result file, so any old run can be re-exported. This crate does no I/O of its own: it
-//! turns results into bytes and back; the binary reads and writes the files.
+//! the measured data. Exports are pure functions of what a run wrote, so any old run can be
+//! re-exported: [`series`] puts every time series of a lab run on the run's clock,
+//! [`plot`] draws figures in memory (PNG and SVG, with an embedded font), and [`report`]
+//! writes CSV files, figures and one HTML page. This crate only reads and writes files: no
+//! sockets, no clock, no other system call.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -12,7 +14,10 @@ use std::fmt::Write as _;
 
 pub mod lab;
 pub mod pcapng;
+pub mod plot;
 pub mod recording;
+pub mod report;
+pub mod series;
 
 use pathlab_core::sim::SimReport;
 use serde::{Deserialize, Serialize};

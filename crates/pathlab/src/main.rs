@@ -38,6 +38,8 @@ enum Command {
     Rtt(cmd::rtt::Args),
     /// Bulk TCP like iperf3: parallel streams, reverse, bidirectional, TCP_INFO samples.
     Tcp(cmd::tcp::Args),
+    /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
+    Report(cmd::report::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
+        Command::Report(args) => cmd::report::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -108,6 +108,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         PathBuf::from(format!("lab-{}-{secs}", runs[0].1.name))
     });
     let mut stdout = std::io::stdout().lock();
+    let mut saved = Vec::new();
     for (point, experiment) in &runs {
         let dir = if point.label.is_empty() {
             out.clone()
@@ -143,6 +144,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         );
         std::fs::write(dir.join("result.json"), file.to_json())
             .with_context(|| format!("writing {}", dir.join("result.json").display()))?;
+        saved.push(dir.clone());
         for workload in &run.workloads {
             if let pathlab_results::lab::LabOutcome::Failed(why) = &workload.outcome {
                 writeln!(stdout, "  {}: failed: {why}", workload.name)?;
@@ -224,15 +226,33 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
             }
         }
         if run.interrupted {
-            writeln!(
-                stdout,
+            drop(stdout);
+            write_report(&saved, &out)?;
+            println!(
                 "interrupted: what was recorded so far is in {}",
                 dir.display()
-            )?;
+            );
             return Err(anyhow::anyhow!("interrupted"));
         }
     }
-    Ok(())
+    drop(stdout);
+    write_report(&saved, &out)
+}
+
+/// The report of every saved sweep point, with their series compared on shared figures.
+fn write_report(saved: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> {
+    let context = || {
+        format!(
+            "making the report (the results are saved in {})",
+            out.display()
+        )
+    };
+    let mut runs = Vec::new();
+    for dir in saved {
+        runs.push(pathlab_results::report::load_run(dir).with_context(context)?);
+    }
+    pathlab_results::report::sort_by_parameters(&mut runs);
+    crate::cmd::report::report(&runs, out, true).with_context(context)
 }
 
 /// Runs `pathlab lab`.

@@ -4,6 +4,7 @@ pub mod client;
 pub mod emulate;
 pub mod lab;
 pub mod owd;
+pub mod report;
 pub mod rtt;
 pub mod server;
 pub mod shell;

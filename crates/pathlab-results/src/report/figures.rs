@@ -1,0 +1,777 @@
+//! Which figures a report draws, from the runs' series and theory.
+
+use std::collections::BTreeMap;
+
+use pathlab_core::spec::{LinkSpec, RateSpec};
+use pathlab_core::units::FRAME_BYTES;
+
+use super::RunData;
+use crate::lab::{LabOutcome, LabRun, PathTheory};
+use crate::plot::{Chart, Heatmap, LegendAt, Line, LineFigure, LineStyle};
+use crate::series::{slug, Metric, Series};
+
+/// A figure to draw: its file name (without extension), caption and chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// File name without extension.
+    pub stem: String,
+    /// What it shows, for the page.
+    pub caption: String,
+    /// The chart.
+    pub chart: Chart,
+}
+
+const TIME_AXIS: &str = "time since the run started (s)";
+
+/// `bufferbloat (queue=10)`.
+pub(super) fn run_heading(run: &RunData) -> String {
+    let parameters = run.parameters_label();
+    if parameters.is_empty() {
+        run.run.name.clone()
+    } else {
+        format!("{} ({parameters})", run.run.name)
+    }
+}
+
+/// Every link's specs in one line: `h1-r1: delay 5ms | r1-h2: delay 5ms rate 10mbit limit
+/// 10, back: delay 5ms`.
+pub(super) fn links_text(run: &LabRun) -> String {
+    run.links
+        .iter()
+        .map(|link| {
+            if link.forward == link.reverse {
+                format!("{}: {}", link.name, link.forward)
+            } else {
+                format!("{}: {}, back: {}", link.name, link.forward, link.reverse)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+fn scaled(series: &Series) -> Vec<(f64, f64)> {
+    let scale = series.metric.plot_scale();
+    series.points.iter().map(|&(t, v)| (t, v * scale)).collect()
+}
+
+fn of(run: &RunData, metric: Metric) -> impl Iterator<Item = &Series> {
+    run.series
+        .iter()
+        .filter(move |s| s.metric == metric && !s.points.is_empty())
+}
+
+fn horizontal(label: String, y: f64, x0: f64, x1: f64, color: usize) -> Line {
+    Line {
+        label,
+        points: vec![(x0, y), (x1, y)],
+        style: LineStyle::Dashed,
+        color,
+    }
+}
+
+fn time_span(lines: &[Line]) -> (f64, f64) {
+    let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    if lo.is_finite() {
+        (lo, hi)
+    } else {
+        (0.0, 1.0)
+    }
+}
+
+/// The spec of a link direction named by a series' subject (`r1->h2`), from the run's links.
+fn direction_spec<'a>(run: &'a RunData, subject: &str) -> Option<&'a str> {
+    run.links
+        .iter()
+        .find(|d| d.subject == subject)
+        .map(|d| d.spec.as_str())
+}
+
+/// A direction's queue limit (packets) and the delay of a full queue of full-size frames
+/// (seconds), if its spec has a fixed rate.
+fn queue_theory(spec: &str) -> Option<(u32, f64)> {
+    let spec = LinkSpec::parse(spec).ok()?;
+    let limit = spec.queue.effective_limit_packets();
+    match spec.rate? {
+        RateSpec::Fixed(fixed) => Some((
+            limit,
+            f64::from(limit) * FRAME_BYTES * 8.0 / fixed.rate.as_f64(),
+        )),
+        _ => None,
+    }
+}
+
+fn line_figure(
+    stem: String,
+    caption: String,
+    title: String,
+    subtitle: String,
+    y_label: &str,
+    lines: Vec<Line>,
+) -> Figure {
+    Figure {
+        stem,
+        caption,
+        chart: Chart::Lines(LineFigure {
+            title,
+            subtitle,
+            x_label: TIME_AXIS.to_owned(),
+            y_label: y_label.to_owned(),
+            lines,
+            y_from_zero: true,
+            legend: LegendAt::UpperRight,
+        }),
+    }
+}
+
+/// The first path theory of the run's workloads that has `pick`.
+fn theory<T>(run: &LabRun, pick: impl Fn(&PathTheory) -> Option<T>) -> Option<T> {
+    run.workloads
+        .iter()
+        .filter_map(|w| w.path.as_ref())
+        .find_map(pick)
+}
+
+/// The figures of one run: queue length, queue delay, drops, RTT per probe and its CDF,
+/// cwnd, throughput, retransmissions, OWD deviation (those it has data for).
+pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
+    let heading = run_heading(run);
+    let links = links_text(&run.run);
+    let mut out = Vec::new();
+
+    // Link directions: queue length with its limit, queue delay with a full queue's.
+    for metric in [Metric::QueuePackets, Metric::QueueDelay, Metric::Drops] {
+        let series: Vec<&Series> = of(run, metric).collect();
+        if series.is_empty()
+            || (metric == Metric::Drops && series.iter().all(|s| s.points.is_empty()))
+        {
+            continue;
+        }
+        let mut lines: Vec<Line> = series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Line {
+                label: s.subject.clone(),
+                points: scaled(s),
+                style: LineStyle::Solid,
+                color: i,
+            })
+            .collect();
+        let (x0, x1) = time_span(&lines);
+        for (i, s) in series.iter().enumerate() {
+            let Some((limit, full_delay_s)) =
+                direction_spec(run, &s.subject).and_then(queue_theory)
+            else {
+                continue;
+            };
+            match metric {
+                Metric::QueuePackets => lines.push(horizontal(
+                    format!("limit {limit} packets"),
+                    f64::from(limit),
+                    x0,
+                    x1,
+                    i,
+                )),
+                Metric::QueueDelay => lines.push(horizontal(
+                    format!("full queue: {:.1} ms", full_delay_s * 1e3),
+                    full_delay_s * 1e3,
+                    x0,
+                    x1,
+                    i,
+                )),
+                _ => {}
+            }
+        }
+        let specs = series
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}: {}",
+                    s.subject,
+                    direction_spec(run, &s.subject).unwrap_or("?")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" | ");
+        out.push(line_figure(
+            metric.slug().to_owned(),
+            format!(
+                "{} of every bottleneck ({heading}); dashed: the queue's limit",
+                metric.title()
+            ),
+            format!("{} — {heading}", metric.title()),
+            specs,
+            metric.axis(),
+            lines,
+        ));
+    }
+
+    // RTT per probe and its CDF, with the path's base RTT and full-queue plateau.
+    let rtt: Vec<&Series> = of(run, Metric::Rtt).collect();
+    if !rtt.is_empty() {
+        let mut lines: Vec<Line> = rtt
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Line {
+                label: s.subject.clone(),
+                points: scaled(s),
+                style: LineStyle::Points,
+                color: i,
+            })
+            .collect();
+        let (x0, x1) = time_span(&lines);
+        let base = theory(&run.run, |p| Some(p.base_rtt_s));
+        let plateau = theory(&run.run, |p| p.plateau_rtt_s);
+        if let Some(plateau) = plateau {
+            lines.push(horizontal(
+                format!("theory: full queue {:.1} ms", plateau * 1e3),
+                plateau * 1e3,
+                x0,
+                x1,
+                3,
+            ));
+        }
+        if let Some(base) = base {
+            lines.push(horizontal(
+                format!("theory: base RTT {:.1} ms", base * 1e3),
+                base * 1e3,
+                x0,
+                x1,
+                7,
+            ));
+        }
+        out.push(line_figure(
+            "rtt".into(),
+            format!("RTT of every probe against when it was sent ({heading}); dashed: theory"),
+            format!("RTT per probe — {heading}"),
+            links.clone(),
+            Metric::Rtt.axis(),
+            lines,
+        ));
+        let mut lines: Vec<Line> = rtt
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Line {
+                label: s.subject.clone(),
+                points: cdf(s),
+                style: LineStyle::Solid,
+                color: i,
+            })
+            .collect();
+        if let Some(plateau) = plateau {
+            lines.push(Line {
+                label: format!("theory: full queue {:.1} ms", plateau * 1e3),
+                points: vec![(plateau * 1e3, 0.0), (plateau * 1e3, 1.0)],
+                style: LineStyle::Dashed,
+                color: 3,
+            });
+        }
+        out.push(Figure {
+            stem: "rtt-cdf".into(),
+            caption: format!("Distribution of the RTT ({heading})"),
+            chart: Chart::Lines(LineFigure {
+                title: format!("CDF of the RTT — {heading}"),
+                subtitle: links.clone(),
+                x_label: "RTT (ms)".into(),
+                y_label: "fraction of probes".into(),
+                lines,
+                y_from_zero: true,
+                legend: LegendAt::LowerRight,
+            }),
+        });
+    }
+
+    // TCP: cwnd (ssthresh dashed), throughput against the bottleneck and Mathis bound.
+    let cwnd: Vec<&Series> = of(run, Metric::Cwnd).collect();
+    if !cwnd.is_empty() {
+        let mut lines = Vec::new();
+        for (i, s) in cwnd.iter().enumerate() {
+            lines.push(Line {
+                label: format!("{} cwnd", s.subject),
+                points: scaled(s),
+                style: LineStyle::Solid,
+                color: i,
+            });
+            if let Some(ssthresh) = of(run, Metric::Ssthresh).find(|t| t.subject == s.subject) {
+                lines.push(Line {
+                    label: format!("{} ssthresh", s.subject),
+                    points: scaled(ssthresh),
+                    style: LineStyle::Dashed,
+                    color: i,
+                });
+            }
+        }
+        out.push(line_figure(
+            "cwnd".into(),
+            format!("Congestion window of every TCP stream, from TCP_INFO ({heading})"),
+            format!("Congestion window — {heading}"),
+            links.clone(),
+            Metric::Cwnd.axis(),
+            lines,
+        ));
+    }
+    let throughput: Vec<&Series> = of(run, Metric::Throughput).collect();
+    if !throughput.is_empty() {
+        let mut lines: Vec<Line> = throughput
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Line {
+                label: s.subject.clone(),
+                points: scaled(s),
+                style: LineStyle::Solid,
+                color: i,
+            })
+            .collect();
+        let (x0, x1) = time_span(&lines);
+        if let Some(bottleneck) = theory(&run.run, |p| p.bottleneck_bps) {
+            lines.push(horizontal(
+                format!("bottleneck {:.2} Mbit/s", bottleneck * 1e-6),
+                bottleneck * 1e-6,
+                x0,
+                x1,
+                7,
+            ));
+        }
+        if let Some(mathis) = theory(&run.run, |p| p.mathis_bps) {
+            lines.push(horizontal(
+                format!("Mathis bound {:.2} Mbit/s", mathis * 1e-6),
+                mathis * 1e-6,
+                x0,
+                x1,
+                3,
+            ));
+        }
+        out.push(line_figure(
+            "throughput".into(),
+            format!("What each TCP stream's receiver got per interval ({heading}); dashed: theory"),
+            format!("Throughput per interval — {heading}"),
+            links.clone(),
+            Metric::Throughput.axis(),
+            lines,
+        ));
+    }
+    let retransmissions: Vec<&Series> = of(run, Metric::Retransmissions)
+        .filter(|s| s.points.iter().any(|p| p.1 > 0.0))
+        .collect();
+    if !retransmissions.is_empty() {
+        out.push(line_figure(
+            "retransmissions".into(),
+            format!("Segments every TCP sender retransmitted so far ({heading})"),
+            format!("Retransmissions — {heading}"),
+            links.clone(),
+            Metric::Retransmissions.axis(),
+            retransmissions
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Line {
+                    label: s.subject.clone(),
+                    points: scaled(s),
+                    style: LineStyle::Solid,
+                    color: i,
+                })
+                .collect(),
+        ));
+    }
+    let owd: Vec<&Series> = of(run, Metric::OwdDeviation).collect();
+    if !owd.is_empty() {
+        out.push(line_figure(
+            "owd-deviation".into(),
+            format!("One-way delay of every probe above the recent minimum ({heading})"),
+            format!("One-way delay deviation — {heading}"),
+            links,
+            Metric::OwdDeviation.axis(),
+            owd.iter()
+                .enumerate()
+                .map(|(i, s)| Line {
+                    label: s.subject.clone(),
+                    points: scaled(s),
+                    style: LineStyle::Solid,
+                    color: i,
+                })
+                .collect(),
+        ));
+    }
+    out
+}
+
+/// The empirical CDF of a series' values, plotted: `(value, fraction at or below)`.
+fn cdf(series: &Series) -> Vec<(f64, f64)> {
+    let scale = series.metric.plot_scale();
+    let mut values: Vec<f64> = series.points.iter().map(|p| p.1 * scale).collect();
+    values.sort_by(f64::total_cmp);
+    let n = values.len() as f64;
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v, (i + 1) as f64 / n))
+        .collect()
+}
+
+/// Several runs' same series on one figure, one line per run: queue length and delay,
+/// RTT per probe and its CDF, cwnd, throughput, OWD deviation.
+pub(super) fn compare_figures(runs: &[RunData]) -> Vec<Figure> {
+    let name = runs[0].run.name.clone();
+    let mut out = Vec::new();
+    let metrics = [
+        Metric::Rtt,
+        Metric::QueuePackets,
+        Metric::QueueDelay,
+        Metric::Cwnd,
+        Metric::Throughput,
+        Metric::OwdDeviation,
+    ];
+    for metric in metrics {
+        // Subjects in the order the first run that has them lists them.
+        let mut subjects: Vec<&str> = Vec::new();
+        for run in runs {
+            for s in of(run, metric) {
+                if !subjects.contains(&s.subject.as_str()) {
+                    subjects.push(&s.subject);
+                }
+            }
+        }
+        for subject in subjects {
+            let with: Vec<(usize, &RunData, &Series)> = runs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, run)| {
+                    of(run, metric)
+                        .find(|s| s.subject == subject)
+                        .map(|s| (i, run, s))
+                })
+                .collect();
+            if with.len() < 2 {
+                continue;
+            }
+            let mut lines: Vec<Line> = with
+                .iter()
+                .map(|&(i, run, s)| Line {
+                    label: run.label(),
+                    points: scaled(s),
+                    style: LineStyle::Solid,
+                    color: i,
+                })
+                .collect();
+            let (x0, x1) = time_span(&lines);
+            if metric == Metric::Rtt {
+                for &(i, run, _) in &with {
+                    if let Some(plateau) = theory(&run.run, |p| p.plateau_rtt_s) {
+                        lines.push(horizontal(
+                            format!("{}: theory {:.1} ms", run.label(), plateau * 1e3),
+                            plateau * 1e3,
+                            x0,
+                            x1,
+                            i,
+                        ));
+                    }
+                }
+            }
+            let stem = format!("{}-{}", metric.slug(), slug(subject));
+            out.push(line_figure(
+                stem.clone(),
+                format!("{} of {subject}, every run on one figure", metric.title()),
+                format!(
+                    "{} of {subject} — {name}, {} runs",
+                    metric.title(),
+                    with.len()
+                ),
+                with.iter()
+                    .map(|(_, run, _)| run.label())
+                    .collect::<Vec<_>>()
+                    .join(" | "),
+                metric.axis(),
+                lines,
+            ));
+            if metric == Metric::Rtt {
+                out.push(Figure {
+                    stem: format!("{stem}-cdf"),
+                    caption: format!(
+                        "Distribution of the RTT of {subject}, every run on one figure"
+                    ),
+                    chart: Chart::Lines(LineFigure {
+                        title: format!("CDF of the RTT of {subject} — {name}, {} runs", with.len()),
+                        subtitle: with
+                            .iter()
+                            .map(|(_, run, _)| run.label())
+                            .collect::<Vec<_>>()
+                            .join(" | "),
+                        x_label: "RTT (ms)".into(),
+                        y_label: "fraction of probes".into(),
+                        lines: with
+                            .iter()
+                            .map(|&(i, run, s)| Line {
+                                label: run.label(),
+                                points: cdf(s),
+                                style: LineStyle::Solid,
+                                color: i,
+                            })
+                            .collect(),
+                        y_from_zero: true,
+                        legend: LegendAt::LowerRight,
+                    }),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The parameters every run has with a number for a value, taking two or more values.
+pub(super) fn numeric_parameters(runs: &[RunData]) -> Vec<String> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .run
+        .parameters
+        .iter()
+        .map(|(key, _)| key.clone())
+        .filter(|key| {
+            let values: Option<Vec<f64>> = runs.iter().map(|r| parameter(r, key)).collect();
+            values.is_some_and(|v| v.iter().any(|&x| x != v[0]))
+        })
+        .collect()
+}
+
+fn parameter(run: &RunData, key: &str) -> Option<f64> {
+    run.run
+        .parameters
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+}
+
+fn parameter_text(run: &RunData, key: &str) -> String {
+    run.run
+        .parameters
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+/// A figure of a whole run, if it has one.
+type RunFigure = fn(&RunData) -> Option<f64>;
+
+/// A metric of a whole run for the sweep figures, with its theory.
+struct SweepMetric {
+    stem: &'static str,
+    title: &'static str,
+    axis: &'static str,
+    value: RunFigure,
+    /// Figures to compare it with: (name, value).
+    theories: &'static [(&'static str, RunFigure)],
+}
+
+fn first_rtt_plateau_ms(run: &RunData) -> Option<f64> {
+    run.run
+        .workloads
+        .iter()
+        .find_map(|w| w.outcome.round_trips())
+        .and_then(|trips| trips.plateau_s())
+        .map(|s| s * 1e3)
+}
+
+fn first_rtt_theory_ms(run: &RunData) -> Option<f64> {
+    run.run
+        .workloads
+        .iter()
+        .find(|w| w.outcome.round_trips().is_some())
+        .and_then(|w| w.path?.plateau_rtt_s)
+        .map(|s| s * 1e3)
+}
+
+fn tcp_mathis_mbps(run: &RunData) -> Option<f64> {
+    let mut total = None;
+    for workload in &run.run.workloads {
+        if let (LabOutcome::Tcp(_), Some(bound)) =
+            (&workload.outcome, workload.path.and_then(|p| p.mathis_bps))
+        {
+            *total.get_or_insert(0.0) += bound * 1e-6;
+        }
+    }
+    total
+}
+
+fn tcp_bottleneck_mbps(run: &RunData) -> Option<f64> {
+    run.run.workloads.iter().find_map(|w| match &w.outcome {
+        LabOutcome::Tcp(_) => w.path.and_then(|p| p.bottleneck_bps).map(|b| b * 1e-6),
+        _ => None,
+    })
+}
+
+const SWEEP_METRICS: [SweepMetric; 2] = [
+    SweepMetric {
+        stem: "goodput",
+        title: "TCP goodput",
+        axis: "goodput of the TCP workloads (Mbit/s)",
+        value: |run| run.tcp_goodput_bps().map(|b| b * 1e-6),
+        theories: &[
+            ("bottleneck", tcp_bottleneck_mbps),
+            ("Mathis bound", tcp_mathis_mbps),
+        ],
+    },
+    SweepMetric {
+        stem: "rtt-plateau",
+        title: "RTT plateau (p99 of the second half)",
+        axis: "RTT plateau (ms)",
+        value: first_rtt_plateau_ms,
+        theories: &[("theory: full queue", first_rtt_theory_ms)],
+    },
+];
+
+/// A sweep's metrics against each numeric parameter (a line per value of the others, theory
+/// dashed), and a heatmap of the goodput over the first two numeric parameters.
+pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
+    let numeric = numeric_parameters(runs);
+    let name = runs[0].run.name.clone();
+    let mut out = Vec::new();
+    for metric in &SWEEP_METRICS {
+        if runs.iter().all(|r| (metric.value)(r).is_none()) {
+            continue;
+        }
+        for key in &numeric {
+            // One line per combination of the other parameters' values.
+            let mut groups: BTreeMap<String, Vec<&RunData>> = BTreeMap::new();
+            for run in runs {
+                let others = run
+                    .run
+                    .parameters
+                    .iter()
+                    .filter(|(k, _)| k != key)
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                groups.entry(others).or_default().push(run);
+            }
+            let mut lines = Vec::new();
+            let mut drawn_theories: Vec<&str> = Vec::new();
+            for (color, (others, group)) in groups.iter().enumerate() {
+                let mut measured: Vec<(f64, f64)> = group
+                    .iter()
+                    .filter_map(|r| Some((parameter(r, key)?, (metric.value)(r)?)))
+                    .collect();
+                measured.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let label = if others.is_empty() {
+                    "measured".to_owned()
+                } else {
+                    others.clone()
+                };
+                lines.push(Line {
+                    label,
+                    points: measured,
+                    style: LineStyle::Points,
+                    color,
+                });
+                for (n, (theory_name, theory)) in metric.theories.iter().enumerate() {
+                    let mut points: Vec<(f64, f64)> = group
+                        .iter()
+                        .filter_map(|r| Some((parameter(r, key)?, theory(r)?)))
+                        .collect();
+                    if points.is_empty() {
+                        continue;
+                    }
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    if !drawn_theories.contains(theory_name) {
+                        drawn_theories.push(theory_name);
+                    }
+                    lines.push(Line {
+                        label: if others.is_empty() {
+                            (*theory_name).to_owned()
+                        } else {
+                            format!("{others}: {theory_name}")
+                        },
+                        points,
+                        style: LineStyle::Dashed,
+                        color: if groups.len() == 1 { 7 - 4 * n } else { color },
+                    });
+                }
+            }
+            let mut values: Vec<(f64, String)> = runs
+                .iter()
+                .filter_map(|r| Some((parameter(r, key)?, parameter_text(r, key))))
+                .collect();
+            values.sort_by(|a, b| a.0.total_cmp(&b.0));
+            values.dedup_by(|a, b| a.0 == b.0);
+            let values = values
+                .into_iter()
+                .map(|v| v.1)
+                .collect::<Vec<_>>()
+                .join(", ");
+            out.push(Figure {
+                stem: format!("{}-vs-{}", metric.stem, slug(key)),
+                caption: format!(
+                    "{} of every run against {key}{}",
+                    metric.title,
+                    if drawn_theories.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; dashed: {}", drawn_theories.join(", "))
+                    }
+                ),
+                chart: Chart::Lines(LineFigure {
+                    title: format!("{} against {key} — {name}", metric.title),
+                    subtitle: format!(
+                        "{key} = {values} | at the first run: {}",
+                        links_text(&runs[0].run)
+                    ),
+                    x_label: key.clone(),
+                    y_label: metric.axis.to_owned(),
+                    lines,
+                    y_from_zero: true,
+                    legend: LegendAt::LowerRight,
+                }),
+            });
+        }
+        if metric.stem == "goodput" && numeric.len() >= 2 {
+            out.push(heatmap(runs, &numeric[0], &numeric[1], &name));
+        }
+    }
+    out
+}
+
+fn heatmap(runs: &[RunData], x_key: &str, y_key: &str, name: &str) -> Figure {
+    let sorted_values = |key: &str| {
+        let mut values: Vec<(f64, String)> = runs
+            .iter()
+            .filter_map(|r| Some((parameter(r, key)?, parameter_text(r, key))))
+            .collect();
+        values.sort_by(|a, b| a.0.total_cmp(&b.0));
+        values.dedup_by(|a, b| a.0 == b.0);
+        values
+    };
+    let xs = sorted_values(x_key);
+    let ys = sorted_values(y_key);
+    let cells = ys
+        .iter()
+        .map(|(y, _)| {
+            xs.iter()
+                .map(|(x, _)| {
+                    runs.iter()
+                        .find(|r| {
+                            parameter(r, x_key) == Some(*x) && parameter(r, y_key) == Some(*y)
+                        })
+                        .and_then(RunData::tcp_goodput_bps)
+                        .map(|b| b * 1e-6)
+                })
+                .collect()
+        })
+        .collect();
+    Figure {
+        stem: format!("goodput-heatmap-{}-{}", slug(x_key), slug(y_key)),
+        caption: format!("TCP goodput (Mbit/s) over {x_key} and {y_key}"),
+        chart: Chart::Heatmap(Heatmap {
+            title: format!("TCP goodput (Mbit/s) over {x_key} and {y_key} — {name}"),
+            subtitle: links_text(&runs[0].run),
+            x_label: x_key.to_owned(),
+            y_label: y_key.to_owned(),
+            x_values: xs.into_iter().map(|v| v.1).collect(),
+            y_values: ys.into_iter().map(|v| v.1).collect(),
+            cells,
+            decimals: 2,
+        }),
+    }
+}

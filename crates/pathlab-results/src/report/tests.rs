@@ -1,0 +1,330 @@
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::plot::tests::{decode_png, png_size};
+use crate::plot::{HEIGHT, WIDTH};
+use crate::recording::{write_header, write_line};
+use crate::series::tests::{synthetic_recording, synthetic_run};
+
+/// A scratch directory removed when the test ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("pathlab-results-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes a run's result file and its recording into `dir`.
+fn save(dir: &Path, run: &LabRun) {
+    std::fs::create_dir_all(dir).unwrap();
+    let file = ResultFile::new(RunResult::Lab(Box::new(run.clone())), vec![], Some(1));
+    std::fs::write(dir.join(RESULT_FILE), file.to_json()).unwrap();
+    let recording = synthetic_recording();
+    let mut bytes = Vec::new();
+    write_header(&mut bytes, recording.header.as_ref().unwrap()).unwrap();
+    for line in &recording.lines {
+        write_line(&mut bytes, line).unwrap();
+    }
+    std::fs::write(dir.join("link-r1-h2.jsonl"), bytes).unwrap();
+}
+
+fn with_parameters(parameters: &[(&str, &str)], goodput_bps: f64) -> LabRun {
+    let mut run = synthetic_run();
+    run.parameters = parameters
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    if let LabOutcome::Tcp(report) = &mut run.workloads[0].outcome {
+        report.up_bps = goodput_bps;
+    }
+    run
+}
+
+fn images(html: &str) -> Vec<Vec<u8>> {
+    html.split("<img src=\"data:image/png;base64,")
+        .skip(1)
+        .map(|rest| {
+            let encoded = &rest[..rest.find('"').unwrap()];
+            decode_base64(encoded)
+        })
+        .collect()
+}
+
+fn decode_base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let mut out = Vec::new();
+    for chunk in text.as_bytes().chunks(4) {
+        let n = chunk
+            .iter()
+            .take_while(|&&c| c != b'=')
+            .enumerate()
+            .fold(0u32, |n, (i, &c)| n | u32::from(value(c)) << (18 - 6 * i));
+        let bytes = chunk.iter().filter(|&&c| c != b'=').count() - 1;
+        out.extend(&n.to_be_bytes()[1..=bytes]);
+    }
+    out
+}
+
+#[test]
+fn a_run_gets_csv_files_figures_and_a_self_contained_page() {
+    let scratch = Scratch::new("one-run");
+    let dir = scratch.0.join("run");
+    save(&dir, &synthetic_run());
+    let run = load_run(&dir).expect("loads");
+    assert!(run.notes.is_empty(), "{:?}", run.notes);
+    let out = scratch.0.join("report");
+    let files = write_report(&[run], &out, &ReportOptions::default()).expect("writes");
+
+    // CSV: one file per series, with the unit in the header, on the run's clock.
+    let queue = std::fs::read_to_string(out.join("csv/queue-packets-r1-h2.csv")).unwrap();
+    let mut lines = queue.lines();
+    assert_eq!(lines.next(), Some("time_s,queue_packets"));
+    assert_eq!(lines.next(), Some("-0.250000000,1"));
+    assert!(queue.contains("\n1.000000000,7\n"), "{queue}");
+    let rtt = std::fs::read_to_string(out.join("csv/rtt-probes.csv")).unwrap();
+    assert!(rtt.starts_with("time_s,rtt_s\n0.500000000,0.02\n"), "{rtt}");
+    let throughput = std::fs::read_to_string(out.join("csv/throughput-bulk.csv")).unwrap();
+    assert!(throughput.starts_with("time_s,throughput_bps\n0.500000000,8000000\n"));
+    for file in &files.csv {
+        let text = std::fs::read_to_string(file).unwrap();
+        let header = text.lines().next().unwrap();
+        assert!(
+            header.starts_with("time_s,"),
+            "{}: {header}",
+            file.display()
+        );
+        assert!(text.lines().skip(1).all(|l| l.split(',').count() == 2));
+    }
+    assert!(files.csv.len() >= 9, "{:?}", files.csv);
+
+    // Figures: a PNG of the fixed size and an SVG for each.
+    let stems: Vec<String> = files
+        .png
+        .iter()
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for expected in [
+        "queue-packets",
+        "queue-delay",
+        "drops",
+        "rtt",
+        "rtt-cdf",
+        "cwnd",
+        "throughput",
+        "retransmissions",
+    ] {
+        assert!(
+            stems.iter().any(|s| s == expected),
+            "no {expected} in {stems:?}"
+        );
+    }
+    assert_eq!(files.png.len(), files.svg.len());
+    for png in &files.png {
+        let bytes = std::fs::read(png).unwrap();
+        assert_eq!(png_size(&bytes), Some((WIDTH, HEIGHT)), "{}", png.display());
+    }
+
+    // The page: every figure inline, decodable, and nothing from outside.
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    let inline = images(&html);
+    assert_eq!(inline.len(), files.png.len());
+    for png in &inline {
+        let (w, h, _) = decode_png(png);
+        assert_eq!((w, h), (WIDTH, HEIGHT));
+    }
+    assert!(!html.contains("<script") && !html.contains("http") && !html.contains("<link"));
+    // Text from the run is escaped.
+    assert!(
+        html.contains("a &lt;made-up&gt; run &amp; its &quot;data&quot;"),
+        "not escaped"
+    );
+    assert!(!html.contains("<made-up>"));
+    // The summary: plateau theory, goodput against the bottleneck, link ground truth.
+    assert!(html.contains("32.1 ms"), "no plateau theory");
+    assert!(
+        html.contains("9.50 Mbit/s") && html.contains("95.0%"),
+        "no goodput vs bottleneck"
+    );
+    assert!(html.contains("1 (1 queue-full)"), "no drops by reason");
+    assert!(html.contains("2023-11-14 22:13:20 UTC"), "no date");
+}
+
+#[test]
+fn a_sweep_gets_figures_against_its_parameters_and_a_compare_view() {
+    let scratch = Scratch::new("sweep");
+    let mut n = 0;
+    for queue in ["10", "50"] {
+        for loss in ["0", "0.01"] {
+            n += 1;
+            let run = with_parameters(&[("queue", queue), ("loss", loss)], f64::from(n) * 1e6);
+            save(&scratch.0.join(format!("queue-{queue}_loss-{loss}")), &run);
+        }
+    }
+    let found = find_results(&scratch.0).expect("finds the runs");
+    assert_eq!(found.len(), 4);
+    let runs: Vec<RunData> = found.iter().map(|f| load_run(f).unwrap()).collect();
+    assert_eq!(figures::numeric_parameters(&runs), vec!["queue", "loss"]);
+    let files = write_report(&runs, &scratch.0, &ReportOptions { compare: true }).unwrap();
+    let names: Vec<String> = files
+        .png
+        .iter()
+        .map(|p| p.strip_prefix(&scratch.0).unwrap().display().to_string())
+        .collect();
+    for expected in [
+        "plots/sweep/goodput-vs-queue.png",
+        "plots/sweep/goodput-vs-loss.png",
+        "plots/sweep/goodput-heatmap-queue-loss.png",
+        "plots/sweep/rtt-plateau-vs-queue.png",
+        "plots/compare/rtt-probes.png",
+        "plots/compare/rtt-probes-cdf.png",
+        "plots/queue-10_loss-0/rtt.png",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "no {expected} in {names:?}"
+        );
+    }
+    assert!(scratch
+        .0
+        .join("csv/queue-50_loss-0.01/rtt-probes.csv")
+        .is_file());
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert_eq!(images(&html).len(), files.png.len());
+    // The table of all runs, one row per run.
+    assert!(html.contains("<td>queue=50, loss=0.01</td><td class=\"n\">4.00 Mbit/s</td>"));
+
+    // Without --compare, no overlays; the sweep figures stay.
+    let out = scratch.0.join("plain");
+    let files = write_report(&runs, &out, &ReportOptions::default()).unwrap();
+    assert!(files
+        .png
+        .iter()
+        .all(|p| !p.starts_with(out.join("plots/compare"))));
+    assert!(files
+        .png
+        .iter()
+        .any(|p| p.starts_with(out.join("plots/sweep"))));
+}
+
+#[test]
+fn bad_inputs_are_named() {
+    let scratch = Scratch::new("bad");
+    let missing = scratch.0.join("nope.json");
+    let error = load_run(&missing).unwrap_err();
+    assert!(matches!(error, ReportError::NotFound { .. }), "{error}");
+    assert!(
+        error.to_string().contains("nope.json: no such file"),
+        "{error}"
+    );
+    assert!(matches!(
+        find_results(&missing),
+        Err(ReportError::NotFound { .. })
+    ));
+    assert!(matches!(
+        find_results(&scratch.0),
+        Err(ReportError::NoRuns { .. })
+    ));
+
+    let garbage = scratch.0.join("garbage.json");
+    std::fs::write(&garbage, "hello").unwrap();
+    let error = load_run(&garbage).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("garbage.json: not a pathlab result file"),
+        "{error}"
+    );
+
+    let mut newer = ResultFile::new(RunResult::Lab(Box::new(synthetic_run())), vec![], None);
+    newer.version = crate::VERSION + 1;
+    let newer_path = scratch.0.join("newer.json");
+    std::fs::write(&newer_path, newer.to_json()).unwrap();
+    let error = load_run(&newer_path).unwrap_err();
+    assert!(
+        error.to_string().contains("newer than this pathlab reads"),
+        "{error}"
+    );
+
+    let rtt = ResultFile::new(
+        RunResult::Rtt(Box::new(match &synthetic_run().workloads[1].outcome {
+            LabOutcome::Rtt(r) => (**r).clone(),
+            _ => unreachable!(),
+        })),
+        vec![],
+        None,
+    );
+    let rtt_path = scratch.0.join("rtt.json");
+    std::fs::write(&rtt_path, rtt.to_json()).unwrap();
+    let error = load_run(&rtt_path).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("not a lab result but a pathlab rtt result"),
+        "{error}"
+    );
+
+    // A broken recording is an error naming it; a missing one a note.
+    let dir = scratch.0.join("run");
+    save(&dir, &synthetic_run());
+    std::fs::write(dir.join("link-r1-h2.jsonl"), "{}\n").unwrap();
+    let error = load_run(&dir).unwrap_err();
+    assert!(error.to_string().contains("link-r1-h2.jsonl"), "{error}");
+    std::fs::remove_file(dir.join("link-r1-h2.jsonl")).unwrap();
+    let run = load_run(&dir).unwrap();
+    assert_eq!(run.notes.len(), 1);
+    assert!(run
+        .series
+        .iter()
+        .all(|s| s.metric != crate::series::Metric::QueuePackets));
+    assert!(run
+        .series
+        .iter()
+        .any(|s| s.metric == crate::series::Metric::Rtt));
+}
+
+#[test]
+fn html_helpers() {
+    assert_eq!(
+        html::escape("<a href='x'>&\"</a>"),
+        "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
+    );
+    // RFC 4648 test vectors.
+    for (plain, encoded) in [
+        ("", ""),
+        ("f", "Zg=="),
+        ("fo", "Zm8="),
+        ("foo", "Zm9v"),
+        ("foob", "Zm9vYg=="),
+        ("fooba", "Zm9vYmE="),
+        ("foobar", "Zm9vYmFy"),
+    ] {
+        assert_eq!(html::base64(plain.as_bytes()), encoded);
+    }
+    assert_eq!(html::utc(0), "1970-01-01 00:00:00 UTC");
+    assert_eq!(
+        html::utc(951_782_400_000_000_000),
+        "2000-02-29 00:00:00 UTC"
+    );
+    assert_eq!(
+        html::utc(1_700_000_000_000_000_000),
+        "2023-11-14 22:13:20 UTC"
+    );
+}

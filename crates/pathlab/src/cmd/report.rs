@@ -1,0 +1,95 @@
+//! `pathlab report`: re-plot saved lab runs as CSV files, figures and one HTML page.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use pathlab_results::report::{
+    find_results, load_run, sort_by_parameters, write_report, ReportOptions, RunData,
+};
+
+use crate::usage;
+
+/// Arguments of `pathlab report`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+RESULT is a run's result.json, a run's directory, or a directory whose subdirectories are
+runs (a sweep, as `pathlab lab` writes it). The report goes to DIR/report.html, with every
+series as DIR/csv/*.csv and every figure as DIR/plots/*.png and *.svg.
+
+Example (the three queue sizes of the bufferbloat recipe on shared figures):
+  pathlab report lab-bufferbloat-1700000000 --compare")]
+pub struct Args {
+    /// Saved runs to report on.
+    #[arg(value_name = "RESULT", required = true, num_args = 1..)]
+    pub results: Vec<PathBuf>,
+    /// Directory for the report (default: the input's directory when there is one input,
+    /// else report-UNIXTIME).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Also draw the same series of every run on one figure (RTT per probe of each queue
+    /// size, ...).
+    #[arg(long)]
+    pub compare: bool,
+}
+
+/// Where the report of `inputs` goes by default.
+fn default_out(inputs: &[PathBuf]) -> PathBuf {
+    if let [only] = inputs {
+        if only.is_dir() {
+            return only.clone();
+        }
+        if let Some(parent) = only.parent() {
+            return if parent.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                parent.to_owned()
+            };
+        }
+    }
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from(format!("report-{secs}"))
+}
+
+/// Reads every run `inputs` name; a sweep's points in the order of their parameters.
+pub fn load_runs(inputs: &[PathBuf]) -> anyhow::Result<Vec<RunData>> {
+    let mut runs = Vec::new();
+    for input in inputs {
+        let mut group = Vec::new();
+        for file in find_results(input).map_err(usage)? {
+            group.push(load_run(&file).map_err(usage)?);
+        }
+        sort_by_parameters(&mut group);
+        runs.extend(group);
+    }
+    Ok(runs)
+}
+
+/// Writes the report of `runs` into `out` and says where it is.
+pub fn report(runs: &[RunData], out: &Path, compare: bool) -> anyhow::Result<()> {
+    let files = write_report(runs, out, &ReportOptions { compare })?;
+    let mut stderr = std::io::stderr().lock();
+    for run in runs {
+        for note in &run.notes {
+            writeln!(stderr, "pathlab: note: {note}")?;
+        }
+    }
+    println!(
+        "report: {} ({} figures as PNG and SVG, {} CSV files)",
+        files.html.display(),
+        files.png.len(),
+        files.csv.len()
+    );
+    Ok(())
+}
+
+/// Runs `pathlab report`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let runs = load_runs(&args.results)?;
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(&args.results));
+    report(&runs, &out, args.compare)
+}

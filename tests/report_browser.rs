@@ -1,0 +1,158 @@
+//! The report as a person sees it: headless Chromium opens `report.html` from disk, and every
+//! image must load with no script error.
+//!
+//! Needs Debian's `chromium`. As root it is installed with apt-get inside this test when
+//! missing (about a minute, once per machine); without root or apt the test says why and
+//! skips. With Chromium there it takes a few seconds.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod util;
+use util::TempDir;
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn find_chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser"].into_iter().find(|name| {
+        Command::new(name)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+fn apt_get(args: &[&str]) -> bool {
+    Command::new("apt-get")
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Chromium, installed with apt-get if missing and allowed; `Err` says why not.
+fn chromium() -> Result<&'static str, String> {
+    if let Some(found) = find_chromium() {
+        return Ok(found);
+    }
+    if !is_root() {
+        return Err("chromium is not installed and installing it needs root".into());
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "installing chromium with apt-get for the browser test"
+    );
+    // An old package list may name a version the mirror no longer has: update once then.
+    let install = || apt_get(&["install", "-y", "-qq", "chromium"]);
+    let installed = install() || (apt_get(&["update", "-qq"]) && install());
+    if !installed {
+        return Err("apt-get could not install chromium".into());
+    }
+    find_chromium().ok_or_else(|| "chromium was installed but does not run".into())
+}
+
+/// Runs Chromium headless on `page` and returns the DOM it ended with; killed after 90 s.
+fn dump_dom(browser: &str, page: &Path, scratch: &Path) -> String {
+    // To a file: the DOM with its inline images is far more than a pipe holds.
+    std::fs::create_dir_all(scratch).expect("creates chromium's directory");
+    let dom_path = scratch.join("dom.html");
+    let dom_file = std::fs::File::create(&dom_path).expect("creates the DOM file");
+    let mut child = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--virtual-time-budget=10000",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            scratch.join("profile").display()
+        ))
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .stdout(dom_file)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        if child.try_wait().expect("waiting for chromium").is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium did not finish rendering the report within 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::read_to_string(&dom_path).expect("chromium's DOM")
+}
+
+/// Sets the title to `IMAGES n BROKEN b` once the page has loaded, or to `ERROR ...` on a
+/// script or resource error.
+const CHECK: &str = "<script>\
+window.addEventListener('error',function(e){document.title='ERROR '+(e.message||(e.target&&e.target.src)||'resource');},true);\
+window.addEventListener('load',function(){var all=Array.prototype.slice.call(document.images);\
+var broken=all.filter(function(i){return !i.complete||i.naturalWidth===0;}).length;\
+if(document.title.indexOf('ERROR')!==0){document.title='IMAGES '+all.length+' BROKEN '+broken;}});\
+</script>";
+
+#[test]
+fn every_image_of_the_report_loads_in_a_browser() {
+    let browser = match chromium() {
+        Ok(browser) => browser,
+        Err(why) => {
+            // Straight to stderr, past the test harness's capture, so the skip is seen.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED every_image_of_the_report_loads_in_a_browser: {why}"
+            );
+            return;
+        }
+    };
+    let dir = TempDir::new("report-browser");
+    for queue in [10, 50] {
+        util::lab_fixture::write_lab_run(&dir.path(&format!("sweep/queue-{queue}")), queue);
+    }
+    let sweep = dir.path("sweep");
+    let output = Command::new(env!("CARGO_BIN_EXE_pathlab"))
+        .args(["report", sweep.to_str().expect("utf-8"), "--compare"])
+        .output()
+        .expect("pathlab runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let html = std::fs::read_to_string(sweep.join("report.html")).expect("the page");
+    let expected = html.matches("<img ").count();
+    assert!(expected >= 10, "only {expected} images");
+
+    // The page itself has no script; a copy for the test gets one that reports back.
+    let checked = sweep.join("check.html");
+    std::fs::write(
+        &checked,
+        html.replacen("</body>", &format!("{CHECK}</body>"), 1),
+    )
+    .expect("writes the copy");
+    let dom = dump_dom(browser, &checked, &dir.path("chromium"));
+    let title = dom
+        .split("<title>")
+        .nth(1)
+        .and_then(|rest| rest.split("</title>").next())
+        .unwrap_or_else(|| panic!("no title in what chromium rendered: {dom:.300}"));
+    assert_eq!(title, format!("IMAGES {expected} BROKEN 0"));
+}
