@@ -73,7 +73,8 @@ fn scale_schedule(spec: &mut LinkSpec, factor: f64) {
 pub struct SweepPoint {
     /// `KEY=VALUE, ...`, empty without a sweep.
     pub label: String,
-    /// `(KEY, VALUE)` of each sweep key, in the sweep's order.
+    /// `(KEY, VALUE)` of each sweep key, in the sweep's order; a number gets the unit the
+    /// spec writes after its placeholder (`delay {delay}ms` gives `10ms`).
     pub parameters: Vec<(String, String)>,
     /// The text to parse.
     pub text: String,
@@ -148,6 +149,7 @@ pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError>
                 "sweep.{key}: the spec never says {placeholder}"
             )));
         }
+        let unit = placeholder_unit(text, &placeholder);
         let mut next = Vec::new();
         for point in &points {
             for value in values {
@@ -168,7 +170,12 @@ pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError>
                     format!("{}, {key}={value}", point.label)
                 };
                 let mut parameters = point.parameters.clone();
-                parameters.push((key.clone(), value.clone()));
+                let with_unit = if value.parse::<f64>().is_ok() {
+                    format!("{value}{unit}")
+                } else {
+                    value.clone()
+                };
+                parameters.push((key.clone(), with_unit));
                 next.push(SweepPoint {
                     label,
                     parameters,
@@ -179,6 +186,26 @@ pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError>
         points = next;
     }
     Ok(points)
+}
+
+/// The unit written right after `placeholder` (`ms` in `delay {delay}ms`, `%` in
+/// `loss {loss}%`) where every such use agrees; empty otherwise.
+fn placeholder_unit(text: &str, placeholder: &str) -> String {
+    let units: BTreeSet<&str> = text
+        .match_indices(placeholder)
+        .map(|(at, _)| {
+            let rest = &text[at + placeholder.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphabetic() || c == '%'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|unit| !unit.is_empty())
+        .collect();
+    match units.len() {
+        1 => units.into_iter().next().unwrap_or_default().to_owned(),
+        _ => String::new(),
+    }
 }
 
 /// A host or a router.
@@ -1029,6 +1056,16 @@ spec = "rate 1mbit"
             points[0].parameters,
             [("limit".to_owned(), "10".to_owned())]
         );
+        // A number's unit comes from the spec around its placeholder.
+        let wan = expand(crate::recipes::recipe("wan-sweep").unwrap(), true).expect("expands");
+        assert_eq!(
+            wan[5].parameters,
+            [
+                ("delay".to_owned(), "10ms".to_owned()),
+                ("loss".to_owned(), "1%".to_owned())
+            ]
+        );
+        assert_eq!(wan[5].label, "delay=10, loss=1");
         let e = expand(&format!("{text}[quick_sweep]\nqueue = [10]\n"), true)
             .expect_err("not a sweep key");
         assert!(e.message.contains("quick_sweep.queue: not a key"), "{e}");

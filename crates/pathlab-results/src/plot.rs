@@ -441,7 +441,8 @@ fn draw_heatmap<DB: DrawingBackend>(
         .margin_bottom(8)
         .x_label_area_size(48)
         .y_label_area_size(90)
-        .build_cartesian_2d((0..nx).into_segmented(), (0..ny).into_segmented())?;
+        // A segmented 0..n has n + 1 segments: one per value is 0..n-1.
+        .build_cartesian_2d((0..nx - 1).into_segmented(), (0..ny - 1).into_segmented())?;
     let label = |values: &[String], v: &SegmentValue<u32>| match v {
         SegmentValue::CenterOf(i) => values.get(*i as usize).cloned().unwrap_or_default(),
         _ => String::new(),

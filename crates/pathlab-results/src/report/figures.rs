@@ -39,7 +39,9 @@ pub(super) fn links_text(run: &LabRun) -> String {
     run.links
         .iter()
         .map(|link| {
-            if link.forward == link.reverse {
+            if link.forward.is_empty() && link.reverse.is_empty() {
+                format!("{}: a plain wire", link.name)
+            } else if link.forward == link.reverse {
                 format!("{}: {}", link.name, link.forward)
             } else {
                 format!("{}: {}, back: {}", link.name, link.forward, link.reverse)
@@ -540,8 +542,21 @@ fn parameter(run: &RunData, key: &str) -> Option<f64> {
         .parameters
         .iter()
         .find(|(k, _)| k == key)
-        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-        .filter(|v| v.is_finite())
+        .and_then(|(_, v)| super::split_number(v))
+        .map(|(number, _)| number)
+}
+
+/// `key (unit)` when every run writes the same unit after `key`'s number, else `key`.
+fn axis_label(runs: &[RunData], key: &str) -> String {
+    let units: std::collections::BTreeSet<&str> = runs
+        .iter()
+        .filter_map(|r| r.run.parameters.iter().find(|(k, _)| k == key))
+        .filter_map(|(_, v)| super::split_number(v).map(|(_, unit)| unit))
+        .collect();
+    match units.into_iter().collect::<Vec<_>>().as_slice() {
+        [unit] if !unit.is_empty() => format!("{key} ({unit})"),
+        _ => key.to_owned(),
+    }
 }
 
 fn parameter_text(run: &RunData, key: &str) -> String {
@@ -718,7 +733,7 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
                         "{key} = {values} | at the first run: {}",
                         links_text(&runs[0].run)
                     ),
-                    x_label: key.clone(),
+                    x_label: axis_label(runs, key),
                     y_label: metric.axis.to_owned(),
                     lines,
                     y_from_zero: true,
@@ -766,8 +781,8 @@ fn heatmap(runs: &[RunData], x_key: &str, y_key: &str, name: &str) -> Figure {
         chart: Chart::Heatmap(Heatmap {
             title: format!("TCP goodput (Mbit/s) over {x_key} and {y_key} — {name}"),
             subtitle: links_text(&runs[0].run),
-            x_label: x_key.to_owned(),
-            y_label: y_key.to_owned(),
+            x_label: axis_label(runs, x_key),
+            y_label: axis_label(runs, y_key),
             x_values: xs.into_iter().map(|v| v.1).collect(),
             y_values: ys.into_iter().map(|v| v.1).collect(),
             cells,

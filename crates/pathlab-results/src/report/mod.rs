@@ -282,13 +282,28 @@ pub fn load_run(path: &Path) -> Result<RunData, ReportError> {
     })
 }
 
+/// A sweep parameter's value as a number and its unit: `10ms` is (10, "ms"), `0.5%` is
+/// (0.5, "%"), `10` is (10, ""); `None` if it does not start with a number.
+pub fn split_number(value: &str) -> Option<(f64, &str)> {
+    let value = value.trim();
+    let end = value
+        .find(|c: char| c.is_ascii_alphabetic() || c == '%')
+        .unwrap_or(value.len());
+    let number = value[..end]
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())?;
+    Some((number, &value[end..]))
+}
+
 /// Orders runs by their parameters, numerically where both values are numbers (so the
 /// points of a sweep over `queue` come as 10, 50, 100, not as their directories sort).
 pub fn sort_by_parameters(runs: &mut [RunData]) {
     runs.sort_by(|a, b| {
         for ((_, x), (_, y)) in a.run.parameters.iter().zip(&b.run.parameters) {
-            let order = match (x.trim().parse::<f64>(), y.trim().parse::<f64>()) {
-                (Ok(x), Ok(y)) => x.total_cmp(&y),
+            let order = match (split_number(x), split_number(y)) {
+                (Some((x, _)), Some((y, _))) => x.total_cmp(&y),
                 _ => x.cmp(y),
             };
             if order != std::cmp::Ordering::Equal {

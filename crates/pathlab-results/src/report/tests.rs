@@ -174,7 +174,11 @@ fn a_sweep_gets_figures_against_its_parameters_and_a_compare_view() {
     for queue in ["10", "50"] {
         for loss in ["0", "0.01"] {
             n += 1;
-            let run = with_parameters(&[("queue", queue), ("loss", loss)], f64::from(n) * 1e6);
+            let loss_percent = format!("{loss}%");
+            let run = with_parameters(
+                &[("queue", queue), ("loss", &loss_percent)],
+                f64::from(n) * 1e6,
+            );
             save(&scratch.0.join(format!("queue-{queue}_loss-{loss}")), &run);
         }
     }
@@ -206,10 +210,17 @@ fn a_sweep_gets_figures_against_its_parameters_and_a_compare_view() {
         .0
         .join("csv/queue-50_loss-0.01/rtt-probes.csv")
         .is_file());
+    // The unit written after the numbers labels the axis.
+    let svg = std::fs::read_to_string(scratch.0.join("plots/sweep/goodput-vs-loss.svg")).unwrap();
+    assert!(svg.contains("loss (%)"), "no unit on the axis");
+    assert_eq!(split_number("0.5%"), Some((0.5, "%")));
+    assert_eq!(split_number("10ms"), Some((10.0, "ms")));
+    assert_eq!(split_number("100"), Some((100.0, "")));
+    assert_eq!(split_number("codel"), None);
     let html = std::fs::read_to_string(&files.html).unwrap();
     assert_eq!(images(&html).len(), files.png.len());
     // The table of all runs, one row per run.
-    assert!(html.contains("<td>queue=50, loss=0.01</td><td class=\"n\">4.00 Mbit/s</td>"));
+    assert!(html.contains("<td>queue=50, loss=0.01%</td><td class=\"n\">4.00 Mbit/s</td>"));
 
     // Without --compare, no overlays; the sweep figures stay.
     let out = scratch.0.join("plain");
