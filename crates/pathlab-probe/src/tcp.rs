@@ -125,6 +125,24 @@ mod tests {
         };
         assert_eq!(sum_intervals(&[&a, &b]), vec![11, 22, 30]);
     }
+
+    #[test]
+    fn retransmissions_are_each_senders_last_count_summed() {
+        let sample = |retrans_segments| TcpSample {
+            retrans_segments,
+            ..TcpSample::default()
+        };
+        let stream = |counts: &[u32]| StreamReport {
+            samples: counts.iter().map(|&c| sample(c)).collect(),
+            ..StreamReport::default()
+        };
+        let report = TcpTestReport {
+            up: vec![stream(&[1, 4]), stream(&[])],
+            down: vec![stream(&[2, 3, 7])],
+            ..TcpTestReport::default()
+        };
+        assert_eq!(report.retransmitted_segments(), 11);
+    }
 }
 
 /// A TCP test's result: every stream with the receiver's counts and the sender's samples.
@@ -144,6 +162,18 @@ pub struct TcpTestReport {
     pub client_cpu_s: f64,
     /// CPU time of the server process during the test, s.
     pub server_cpu_s: f64,
+}
+
+impl TcpTestReport {
+    /// Segments retransmitted by every stream's sender, by its last `TCP_INFO` sample.
+    pub fn retransmitted_segments(&self) -> u64 {
+        self.up
+            .iter()
+            .chain(&self.down)
+            .filter_map(|s| s.samples.last())
+            .map(|s| u64::from(s.retrans_segments))
+            .sum()
+    }
 }
 
 /// Joins each stream's receiver view (`counts`) with its sender's samples (`sampled`), by

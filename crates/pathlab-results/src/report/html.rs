@@ -212,13 +212,7 @@ fn summaries(out: &mut String, data: &RunData) {
                 let goodput = report.up_bps + report.down_bps;
                 let bottleneck = path.and_then(|p| p.bottleneck_bps);
                 let mathis = path.and_then(|p| p.mathis_bps);
-                let retransmitted: u64 = report
-                    .up
-                    .iter()
-                    .chain(&report.down)
-                    .filter_map(|s| s.samples.last())
-                    .map(|s| u64::from(s.retrans_segments))
-                    .sum();
+                let retransmitted = report.retransmitted_segments();
                 tcp_rows.push(vec![
                     workload.name.clone(),
                     mbps(goodput),

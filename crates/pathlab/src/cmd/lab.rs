@@ -190,13 +190,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         }
         for workload in &run.workloads {
             if let pathlab_results::lab::LabOutcome::Tcp(report) = &workload.outcome {
-                let retransmitted: u32 = report
-                    .up
-                    .iter()
-                    .chain(&report.down)
-                    .filter_map(|s| s.samples.last())
-                    .map(|s| s.retrans_segments)
-                    .sum();
+                let retransmitted = report.retransmitted_segments();
                 write!(
                     stdout,
                     "  {}: goodput {}, {retransmitted} segments retransmitted",
