@@ -274,7 +274,7 @@ fn report_of_a_run_writes_csv_figures_and_a_page_with_every_image() {
             png.display()
         );
         assert!(
-            html.contains(&util::lab_fixture::base64(&bytes)),
+            html.contains(&pathlab_results::report::base64(&bytes)),
             "{} is not in the page",
             png.display()
         );

@@ -186,28 +186,6 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
     std::fs::write(dir.join("link-r1-h2.jsonl"), bytes).expect("can write the recording");
 }
 
-/// Standard base64 with padding (RFC 4648), to find a PNG file inside a page.
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 /// Decodes a PNG fully (signature, chunks, checksums, compressed data): width and height.
 pub fn png_size(bytes: &[u8]) -> (u32, u32) {
     let decoder = png::Decoder::new(bytes);

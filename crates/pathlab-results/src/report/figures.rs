@@ -51,6 +51,20 @@ pub(super) fn links_text(run: &LabRun) -> String {
         .join(" | ")
 }
 
+/// One line per series, in the palette's order, with the metric's plot scale.
+fn lines_of(series: &[&Series], style: LineStyle) -> Vec<Line> {
+    series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Line {
+            label: s.subject.clone(),
+            points: scaled(s),
+            style,
+            color: i,
+        })
+        .collect()
+}
+
 fn scaled(series: &Series) -> Vec<(f64, f64)> {
     let scale = series.metric.plot_scale();
     series.points.iter().map(|&(t, v)| (t, v * scale)).collect()
@@ -151,16 +165,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
         {
             continue;
         }
-        let mut lines: Vec<Line> = series
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Line {
-                label: s.subject.clone(),
-                points: scaled(s),
-                style: LineStyle::Solid,
-                color: i,
-            })
-            .collect();
+        let mut lines: Vec<Line> = lines_of(&series, LineStyle::Solid);
         let (x0, x1) = time_span(&lines);
         for (i, s) in series.iter().enumerate() {
             let Some((limit, full_delay_s)) =
@@ -213,16 +218,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
     // RTT per probe and its CDF, with the path's base RTT and full-queue plateau.
     let rtt: Vec<&Series> = of(run, Metric::Rtt).collect();
     if !rtt.is_empty() {
-        let mut lines: Vec<Line> = rtt
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Line {
-                label: s.subject.clone(),
-                points: scaled(s),
-                style: LineStyle::Points,
-                color: i,
-            })
-            .collect();
+        let mut lines: Vec<Line> = lines_of(&rtt, LineStyle::Points);
         let (x0, x1) = time_span(&lines);
         let base = theory(&run.run, |p| Some(p.base_rtt_s));
         let plateau = theory(&run.run, |p| p.plateau_rtt_s);
@@ -316,16 +312,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
     }
     let throughput: Vec<&Series> = of(run, Metric::Throughput).collect();
     if !throughput.is_empty() {
-        let mut lines: Vec<Line> = throughput
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Line {
-                label: s.subject.clone(),
-                points: scaled(s),
-                style: LineStyle::Solid,
-                color: i,
-            })
-            .collect();
+        let mut lines: Vec<Line> = lines_of(&throughput, LineStyle::Solid);
         let (x0, x1) = time_span(&lines);
         if let Some(bottleneck) = theory(&run.run, |p| p.bottleneck_bps) {
             lines.push(horizontal(
@@ -364,16 +351,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             format!("Retransmissions — {heading}"),
             links.clone(),
             Metric::Retransmissions.axis(),
-            retransmissions
-                .iter()
-                .enumerate()
-                .map(|(i, s)| Line {
-                    label: s.subject.clone(),
-                    points: scaled(s),
-                    style: LineStyle::Solid,
-                    color: i,
-                })
-                .collect(),
+            lines_of(&retransmissions, LineStyle::Solid),
         ));
     }
     let owd: Vec<&Series> = of(run, Metric::OwdDeviation).collect();
@@ -384,15 +362,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             format!("One-way delay deviation — {heading}"),
             links,
             Metric::OwdDeviation.axis(),
-            owd.iter()
-                .enumerate()
-                .map(|(i, s)| Line {
-                    label: s.subject.clone(),
-                    points: scaled(s),
-                    style: LineStyle::Solid,
-                    color: i,
-                })
-                .collect(),
+            lines_of(&owd, LineStyle::Solid),
         ));
     }
     out

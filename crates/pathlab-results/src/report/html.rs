@@ -35,8 +35,8 @@ pub(super) fn escape(text: &str) -> String {
     out
 }
 
-/// Standard base64 (RFC 4648, with padding).
-pub(super) fn base64(bytes: &[u8]) -> String {
+/// Standard base64 (RFC 4648, with padding): how the page inlines its images.
+pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {

@@ -36,6 +36,7 @@ use crate::series::{run_series, slug, DirectionStats, Series};
 use crate::{ResultError, ResultFile, RunResult};
 
 pub use figures::Figure;
+pub use html::base64;
 
 /// The name of a run's result file inside its directory.
 pub const RESULT_FILE: &str = "result.json";
