@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub mod emulated;
 pub mod lab_fixture;
 
 /// A scratch directory removed when the test ends.

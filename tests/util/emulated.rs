@@ -1,0 +1,219 @@
+//! The h1 - r - h2 line with `pathlab emulate` in r, and a pathlab server in h2: what the
+//! tests through the emulator share.
+
+use std::net::IpAddr;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use pathlab_io::emulator::EmulatorStats;
+use pathlab_io::ping::{PingResult, Pinger};
+use pathlab_io::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
+use pathlab_results::recording::{read_recording, Recording};
+
+use super::TempDir;
+
+/// The binary under test.
+pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
+
+/// The tests measure timing on a 2-core machine: one at a time, or they measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether the test may run (with the serializing guard): CAP_NET_ADMIN is needed; without
+/// it the test panics in CI and is skipped elsewhere.
+pub fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    if pathlab_io::require_net_admin("the namespace tests").is_ok() {
+        return Some(
+            ONE_AT_A_TIME
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: CI=true but this process lacks CAP_NET_ADMIN; CI must run the tests as root"
+    );
+    eprintln!("skipping {test}: needs CAP_NET_ADMIN (run the tests as root)");
+    None
+}
+
+/// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
+/// destroys the namespaces.
+pub struct Lab {
+    pub line: Line,
+    pub emulator: Option<Child>,
+    pub name: String,
+    pub dir: TempDir,
+}
+
+impl Lab {
+    /// Builds the line and starts `pathlab emulate --between r-h1 r-h2 SPEC [extra...]`
+    /// with a recording, and waits until its control socket answers.
+    pub fn start(test: &str, spec: &str, extra: &[&str], static_neighbors: bool) -> Lab {
+        let line = Line::build(Middle::Emulator, static_neighbors).expect("namespaces build");
+        let name = format!("t{}-{test}", std::process::id());
+        let dir = TempDir::new(test);
+        let mut command = line.r.command(PATHLAB);
+        command
+            .args([
+                "emulate",
+                "--between",
+                R_PORT_H1,
+                R_PORT_H2,
+                spec,
+                "--name",
+                &name,
+                "-J",
+            ])
+            .arg("--record")
+            .arg(dir.path("record.jsonl"))
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let emulator = command.spawn().expect("pathlab emulate starts");
+        let lab = Lab {
+            line,
+            emulator: Some(emulator),
+            name,
+            dir,
+        };
+        lab.wait_ready();
+        lab
+    }
+
+    pub fn wait_ready(&self) {
+        for _ in 0..200 {
+            if pathlab(&["emulate", "stats", "--name", &self.name])
+                .status
+                .success()
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("emulator {} did not come up", self.name);
+    }
+
+    pub fn stats(&self) -> EmulatorStats {
+        let output = pathlab(&["emulate", "stats", "--name", &self.name, "-J"]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("stats are JSON")
+    }
+
+    pub fn set(&self, spec: &str) {
+        let output = pathlab(&["emulate", "set", "--name", &self.name, spec]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// Stops the emulator with SIGTERM (as Ctrl-C would) and returns its final counters
+    /// and recording.
+    pub fn stop(&mut self) -> (EmulatorStats, Recording) {
+        let child = self.emulator.take().expect("running");
+        pathlab_io::kill(child.id(), libc_sigterm()).expect("signal");
+        let output = child.wait_with_output().expect("emulator exits");
+        assert!(
+            output.status.success(),
+            "emulator failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let stats: EmulatorStats =
+            serde_json::from_slice(&output.stdout).expect("final stats are JSON");
+        let file = std::fs::File::open(self.dir.path("record.jsonl")).expect("recording exists");
+        let recording = read_recording(std::io::BufReader::new(file)).expect("recording reads");
+        (stats, recording)
+    }
+
+    pub fn ping(
+        &self,
+        target: IpAddr,
+        count: usize,
+        interval: Duration,
+        payload: usize,
+    ) -> Vec<PingResult> {
+        let mut pinger = self
+            .line
+            .h1
+            .run(|| Pinger::new(target, payload))
+            .unwrap()
+            .expect("raw ICMP socket");
+        pinger
+            .run(count, interval, Duration::from_secs(2))
+            .expect("ping runs")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        // As Ctrl-C would: the emulator removes its socket and lock on the way out.
+        if let Some(mut child) = self.emulator.take() {
+            let _ = pathlab_io::kill(child.id(), libc_sigterm());
+            for _ in 0..100 {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub fn libc_sigterm() -> i32 {
+    15
+}
+
+pub fn pathlab(args: &[&str]) -> Output {
+    Command::new(PATHLAB)
+        .args(args)
+        .output()
+        .expect("pathlab runs")
+}
+
+/// Runs `test` from h1 against a pathlab server in h2, through the emulator.
+pub fn with_server_in_h2<T: Send>(
+    lab: &Lab,
+    test: impl FnOnce(pathlab_io::measure::Client) -> Result<T, pathlab_io::measure::MeasureError>
+        + Send,
+) -> T {
+    use pathlab_io::measure::{Client, Server, ServerConfig};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let (ready, bound) = std::sync::mpsc::channel();
+        let stop = &stop;
+        let serving = scope.spawn(move || {
+            // The server's threads create the tests' UDP sockets: they must live in h2.
+            lab.line.h2.enter().expect("enter h2");
+            let server = Server::bind(ServerConfig {
+                listen: "198.18.0.2:4920".parse().unwrap(),
+                limits: pathlab_probe::control::Limits {
+                    max_rate_bps: 1_000_000_000,
+                    max_duration_ns: 60_000_000_000,
+                    max_tests: 4,
+                },
+                key: None,
+            })
+            .expect("server in h2");
+            ready.send(()).expect("test waits");
+            server.run(|| stop.load(Ordering::SeqCst));
+        });
+        bound.recv().expect("server bound");
+        let result = lab
+            .line
+            .h1
+            .run(|| Client::connect("198.18.0.2", None, Duration::from_secs(5)).and_then(test))
+            .unwrap()
+            .expect("measurement through the emulator");
+        stop.store(true, Ordering::SeqCst);
+        serving.join().expect("server thread");
+        result
+    })
+}
