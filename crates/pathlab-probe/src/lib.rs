@@ -15,6 +15,7 @@ pub mod control;
 pub mod mtu;
 pub mod owd;
 pub mod probe;
+pub mod rfc6349;
 pub mod rtt;
 pub mod sequence;
 pub mod tcp;
