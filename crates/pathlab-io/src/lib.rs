@@ -20,6 +20,7 @@ pub mod netns;
 pub mod offload;
 pub mod ping;
 pub mod port;
+pub mod rfc6349;
 pub mod runtime;
 pub mod shell;
 mod sys;

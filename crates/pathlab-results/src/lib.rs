@@ -61,6 +61,8 @@ pub enum RunResult {
     Rtt(Box<pathlab_probe::rtt::RttReport>),
     /// A `pathlab tcp` run.
     Tcp(Box<pathlab_probe::tcp::TcpTestReport>),
+    /// A `pathlab tcp --rfc6349` run.
+    Rfc6349(Box<pathlab_probe::rfc6349::Rfc6349Report>),
     /// A `pathlab lab` run.
     Lab(Box<lab::LabRun>),
 }

@@ -198,6 +198,7 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::Owd(_) => "a pathlab owd result",
         RunResult::Rtt(_) => "a pathlab rtt result",
         RunResult::Tcp(_) => "a pathlab tcp result",
+        RunResult::Rfc6349(_) => "a pathlab tcp --rfc6349 result",
         RunResult::Lab(_) => "a pathlab lab result",
     }
 }

@@ -5,6 +5,7 @@ pub mod emulate;
 pub mod lab;
 pub mod owd;
 pub mod report;
+pub mod rfc6349;
 pub mod rtt;
 pub mod server;
 pub mod shell;

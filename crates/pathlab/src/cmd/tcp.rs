@@ -1,4 +1,5 @@
-//! `pathlab tcp`: bulk TCP with iperf3's flags, per-interval throughput and TCP_INFO.
+//! `pathlab tcp`: bulk TCP with iperf3's flags, per-interval throughput and TCP_INFO; with
+//! `--rfc6349`, the whole RFC 6349 method ([`crate::cmd::rfc6349`]).
 
 use std::io::Write as _;
 
@@ -15,14 +16,15 @@ pub struct Args {
     /// The pathlab server (NAME or ADDRESS, optionally :PORT).
     #[arg(value_name = "HOST")]
     pub host: String,
-    /// Parallel streams.
-    #[arg(short = 'P', long, value_name = "N", default_value_t = 1)]
-    pub parallel: u32,
+    /// Parallel streams [default: 1]. Not with --rfc6349, which works out how many
+    /// connections fill the path (RFC 6349 section 5.1).
+    #[arg(short = 'P', long, value_name = "N", conflicts_with = "rfc6349")]
+    pub parallel: Option<u32>,
     /// Reverse: the server sends.
     #[arg(short = 'R', long, conflicts_with = "bidir")]
     pub reverse: bool,
-    /// Both directions at once.
-    #[arg(long)]
+    /// Both directions at once. Not with --rfc6349, which tests one direction at a time.
+    #[arg(long, conflicts_with = "rfc6349")]
     pub bidir: bool,
     /// How long to send.
     #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
@@ -36,18 +38,29 @@ pub struct Args {
     /// Congestion control of the senders (cubic, reno, bbr, ...).
     #[arg(short = 'C', long, value_name = "ALGO")]
     pub congestion: Option<String>,
-    /// Reporting interval.
-    #[arg(short = 'i', long, value_name = "TIME", default_value = "1s", value_parser = crate::cmd::parse_time)]
-    pub interval: pathlab_core::Duration,
+    /// Reporting interval [default: 1s]; with --rfc6349, how long each count of received
+    /// bytes lasts [default: 100ms].
+    #[arg(short = 'i', long, value_name = "TIME", value_parser = crate::cmd::parse_time)]
+    pub interval: Option<pathlab_core::Duration>,
     /// How often the senders sample TCP_INFO.
     #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
     pub sample: pathlab_core::Duration,
+    /// Run the RFC 6349 method step by step: path MTU both ways, baseline RTT, bottleneck
+    /// rate, BDP and the windows and connections it needs, steady-state TCP throughput, and
+    /// the Transfer Time Ratio, TCP Efficiency and Buffer Delay Percentage.
+    #[arg(long)]
+    pub rfc6349: bool,
+    #[command(flatten)]
+    pub method: crate::cmd::rfc6349::Args,
     #[command(flatten)]
     pub client: crate::cmd::client::ClientOptions,
 }
 
 /// Runs `pathlab tcp`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.rfc6349 {
+        return crate::cmd::rfc6349::run(args);
+    }
     let window = args
         .window
         .as_deref()
@@ -55,7 +68,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .transpose()
         .map_err(usage)?;
     let test = TcpTest {
-        streams: args.parallel,
+        streams: args.parallel.unwrap_or(1),
         direction: if args.bidir {
             TcpDirection::Both
         } else if args.reverse {
@@ -64,7 +77,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             TcpDirection::Up
         },
         duration: args.time.into(),
-        interval: args.interval.into(),
+        interval: args
+            .interval
+            .unwrap_or(pathlab_core::Duration::from_secs(1))
+            .into(),
         sample_every: args.sample.into(),
         options: TcpOptions {
             window,

@@ -1,0 +1,486 @@
+//! `pathlab tcp HOST --rfc6349`: the RFC 6349 method, each step printed as it ends.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use pathlab_io::measure::Client;
+use pathlab_io::rfc6349::{self as method, Event, Rfc6349Error, Rfc6349Options};
+use pathlab_probe::control::{Direction, TcpDirection};
+use pathlab_probe::mtu::PathMtu;
+use pathlab_probe::rfc6349::{
+    Baseline, Framing, KernelSettings, PhaseResult, Plan, Rfc6349Report, SlowStartEnd, WindowLimit,
+};
+
+use crate::cmd::client::{measure_error, Progress};
+use crate::{format, usage};
+
+/// The options only `--rfc6349` uses.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The bottleneck's rate (e.g. 100mbit, 1G), counted as --framing says. Required for
+    /// now: the capacity step that will measure it is not there yet.
+    #[arg(long, value_name = "BOTTLENECK", requires = "rfc6349")]
+    pub rate: Option<String>,
+    /// What the bottleneck's rate counts besides IP: `ethernet` (preamble, header, FCS,
+    /// inter-frame gap: 38 bytes, the RFC's physical Ethernet), `frame` (the 14-byte header,
+    /// as Linux, tc, netem and pathlab emulate count), `ip` (nothing).
+    #[arg(long, value_name = "FRAMING", value_enum, default_value_t = FramingArg::Ethernet, requires = "rfc6349")]
+    pub framing: FramingArg,
+    /// The bottleneck's frames carry an 802.1Q VLAN tag (4 bytes more per packet).
+    #[arg(long, requires = "rfc6349")]
+    pub vlan: bool,
+    /// The idle period whose smallest round trip is the baseline RTT (probed every 10 ms).
+    #[arg(long, value_name = "TIME", default_value = "2s", value_parser = crate::cmd::parse_time, requires = "rfc6349")]
+    pub idle: pathlab_core::Duration,
+}
+
+/// `--framing` on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FramingArg {
+    /// Physical Ethernet: 38 bytes per packet.
+    Ethernet,
+    /// The Ethernet header only: 14 bytes.
+    Frame,
+    /// IP packets only.
+    Ip,
+}
+
+impl From<FramingArg> for Framing {
+    fn from(arg: FramingArg) -> Framing {
+        match arg {
+            FramingArg::Ethernet => Framing::Ethernet,
+            FramingArg::Frame => Framing::Frame,
+            FramingArg::Ip => Framing::Ip,
+        }
+    }
+}
+
+/// Time between the baseline's round-trip probes.
+const PROBE_INTERVAL: Duration = Duration::from_millis(10);
+/// UDP payload of each baseline probe, bytes (as `pathlab rtt`).
+const PROBE_BYTES: u32 = 64;
+/// The receivers' counting interval unless `-i` says otherwise.
+const COUNT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Builds the method's options from what the user typed.
+fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
+    let Some(rate) = &args.method.rate else {
+        return Err(usage(anyhow::anyhow!(
+            "--rfc6349 needs the bottleneck rate: give --rate (e.g. --rate 100mbit)"
+        )));
+    };
+    let rate_bps = pathlab_core::spec::parse_rate(rate)
+        .map_err(usage)?
+        .as_f64();
+    if rate_bps <= 0.0 {
+        return Err(usage(anyhow::anyhow!(
+            "--rate {rate}: the bottleneck rate must be above zero"
+        )));
+    }
+    let window = match args.window.as_deref() {
+        Some(text) => {
+            let bytes = pathlab_core::spec::parse_size(text).map_err(usage)?;
+            Some(
+                u32::try_from(bytes)
+                    .map_err(|_| usage(anyhow::anyhow!("-w {text}: a window is at most 4 GiB")))?,
+            )
+        }
+        None => None,
+    };
+    if args.mss == Some(0) {
+        return Err(usage(anyhow::anyhow!(
+            "--mss 0: give a segment size in bytes"
+        )));
+    }
+    let mut options = Rfc6349Options::new(
+        if args.reverse {
+            TcpDirection::Down
+        } else {
+            TcpDirection::Up
+        },
+        rate_bps,
+    );
+    options.framing = args.method.framing.into();
+    options.vlan = args.method.vlan;
+    options.duration = args.time.into();
+    options.idle = args.method.idle.into();
+    options.probe_interval = PROBE_INTERVAL;
+    options.probe_bytes = PROBE_BYTES;
+    options.window = window;
+    options.mss = args.mss;
+    options.congestion.clone_from(&args.congestion);
+    options.sample_every = args.sample.into();
+    options.count_interval = args.interval.map_or(COUNT_INTERVAL, Into::into);
+    Ok(options)
+}
+
+/// Runs `pathlab tcp HOST --rfc6349`.
+pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
+    let options = options(args)?;
+    let kernel = method::read_kernel_settings(std::path::Path::new("/proc/sys"))?;
+    let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
+    let host = args.host.clone();
+    let connect = move || Client::connect(&host, key.clone(), Duration::from_secs(5));
+    let json = args.client.json;
+    let mut printer = Printer {
+        out: std::io::stdout(),
+        quiet: json,
+        options: &options,
+        host: &args.host,
+        progress: None,
+    };
+    let report = method::run(&connect, &options, kernel, &mut |event| {
+        printer.event(&event)
+    })
+    .map_err(|error| match error {
+        Rfc6349Error::Plan(_) => usage(error),
+        Rfc6349Error::Measure { step, source } => measure_error(source).context(format!("{step}")),
+        other => anyhow::Error::new(other),
+    })?;
+    drop(printer);
+    args.client
+        .save(|| pathlab_results::RunResult::Rfc6349(Box::new(report.clone())))?;
+    if json {
+        let mut printed = report;
+        printed.baseline.report.series.clear();
+        printed.baseline.report.series_sent_ns.clear();
+        for phase in std::iter::once(&mut printed.single).chain(printed.multiple.as_mut()) {
+            for stream in phase.run.up.iter_mut().chain(phase.run.down.iter_mut()) {
+                stream.samples.truncate(1);
+                stream.interval_bytes.clear();
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&printed)?);
+    } else {
+        print_summary(&report)?;
+    }
+    Ok(())
+}
+
+/// Prints each step as the method reports it (nothing with `-J`).
+struct Printer<'a> {
+    out: std::io::Stdout,
+    quiet: bool,
+    options: &'a Rfc6349Options,
+    host: &'a str,
+    progress: Option<Progress>,
+}
+
+fn bytes(n: u64) -> String {
+    if n >= 10 << 20 {
+        format!("{:.1} MiB", n as f64 / f64::from(1 << 20))
+    } else if n >= 10 << 10 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{n} B")
+    }
+}
+
+fn ms(ns: f64) -> String {
+    format!("{:.3} ms", ns / 1e6)
+}
+
+fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+impl Printer<'_> {
+    fn event(&mut self, event: &Event<'_>) {
+        if let Event::Step(step) = event {
+            self.progress = match *step {
+                method::step::SINGLE | method::step::MULTIPLE => {
+                    Progress::start("tcp", self.options.duration)
+                }
+                _ => None,
+            };
+        } else {
+            self.progress = None;
+        }
+        if self.quiet {
+            return;
+        }
+        // A closed stdout (a pipe whose reader left) must not stop the measurement.
+        let _ = self.write(event);
+    }
+
+    fn write(&mut self, event: &Event<'_>) -> std::io::Result<()> {
+        let out = &mut self.out.lock();
+        match *event {
+            Event::Step(step) => match step {
+                method::step::MTU_UP => {
+                    writeln!(
+                        out,
+                        "RFC 6349 TCP throughput test against {}, data {}",
+                        self.host,
+                        match self.options.direction {
+                            TcpDirection::Down => "down (server to client, -R)",
+                            _ => "up (client to server)",
+                        }
+                    )?;
+                    writeln!(out, "step 1: path MTU (DF probes, RFC 4821)")?;
+                }
+                method::step::BASELINE => writeln!(
+                    out,
+                    "step 2: baseline RTT ({} probes of {} B every {} ms over {:.1} s idle)",
+                    (self.options.idle.as_nanos() / self.options.probe_interval.as_nanos()),
+                    self.options.probe_bytes,
+                    self.options.probe_interval.as_millis(),
+                    self.options.idle.as_secs_f64()
+                )?,
+                method::step::PLAN => writeln!(out, "step 3: bottleneck bandwidth")?,
+                method::step::SINGLE => writeln!(
+                    out,
+                    "step 5: TCP throughput, one connection, {:.1} s",
+                    self.options.duration.as_secs_f64()
+                )?,
+                method::step::MULTIPLE => writeln!(
+                    out,
+                    "step 5: TCP throughput, the plan's connections, {:.1} s",
+                    self.options.duration.as_secs_f64()
+                )?,
+                _ => {}
+            },
+            Event::Mtu(found) => print_mtu(out, found)?,
+            Event::Baseline(baseline) => print_baseline(out, baseline)?,
+            Event::Plan {
+                plan,
+                kernel,
+                congestion,
+            } => print_plan(out, plan, kernel, congestion)?,
+            Event::Phase(result) => print_phase(out, result, self.options)?,
+        }
+        out.flush()
+    }
+}
+
+fn print_mtu(out: &mut impl std::io::Write, found: &PathMtu) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "  {:<4} {} bytes ({}, this end's route {} bytes; {} probes, {} missing)",
+        match found.direction {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        },
+        found.mtu_bytes,
+        if found.ipv6 { "IPv6" } else { "IPv4" },
+        found.local_mtu_bytes,
+        found.probes,
+        found.lost
+    )
+}
+
+fn print_baseline(out: &mut impl std::io::Write, baseline: &Baseline) -> std::io::Result<()> {
+    let report = &baseline.report;
+    writeln!(
+        out,
+        "  baseline RTT {} (the smallest of {} replies to {} probes; median {}, p99 {})",
+        ms(baseline.rtt_ns as f64),
+        report.replies,
+        report.sent,
+        ms(report.rtt.p50_ns as f64),
+        ms(report.rtt.p99_ns as f64)
+    )
+}
+
+fn print_plan(
+    out: &mut impl std::io::Write,
+    plan: &Plan,
+    kernel: &KernelSettings,
+    congestion: &str,
+) -> std::io::Result<()> {
+    let overhead = &plan.overhead;
+    writeln!(
+        out,
+        "  {} ({}, counting {})",
+        format::rate(plan.bottleneck_bps),
+        match plan.rate_source {
+            pathlab_probe::rfc6349::RateSource::Given => "given with --rate",
+            pathlab_probe::rfc6349::RateSource::Measured => "measured",
+        },
+        match plan.framing {
+            Framing::Ethernet => "physical Ethernet: IP + 38 B per packet",
+            Framing::Frame => "frames: IP + the 14-B Ethernet header",
+            Framing::Ip => "IP packets only",
+        }
+    )?;
+    writeln!(out, "step 4: BDP, windows, connections")?;
+    writeln!(
+        out,
+        "  ideal TCP rate {} = {} x {} / {} (MTU {}: IP {} B, TCP {} B{}, link {} B{})",
+        format::rate(plan.ideal_rate_bps),
+        format::rate(plan.bottleneck_bps),
+        overhead.payload_bytes(plan.data_mtu_bytes),
+        overhead.wire_bytes(plan.data_mtu_bytes),
+        plan.data_mtu_bytes,
+        overhead.ip_header_bytes,
+        overhead.tcp_header_bytes,
+        if kernel.timestamps {
+            " with timestamps"
+        } else {
+            ""
+        },
+        overhead.link_bytes,
+        if plan.vlan { " with a VLAN tag" } else { "" }
+    )?;
+    writeln!(
+        out,
+        "  BDP {} ({} B) = {} x {}",
+        bytes(plan.bdp_bytes),
+        plan.bdp_bytes,
+        format::rate(plan.bottleneck_bps),
+        ms(plan.baseline_rtt_ns as f64)
+    )?;
+    writeln!(
+        out,
+        "  window needed {} (the BDP and a quarter more, for what the receiving host holds back)",
+        bytes(plan.window_needed_bytes)
+    )?;
+    match plan.window_limit {
+        WindowLimit::Given => writeln!(
+            out,
+            "  window per connection {} (-w: socket buffers at both ends)",
+            bytes(plan.largest_window_bytes)
+        )?,
+        WindowLimit::Host => writeln!(
+            out,
+            "  largest window per connection {}: half the smaller of tcp_rmem max {} and \
+             tcp_wmem max {}, within rmem_max {} and wmem_max {}{} (the server is assumed \
+             to allow as much)",
+            bytes(plan.largest_window_bytes),
+            kernel.tcp_rmem[2],
+            kernel.tcp_wmem[2],
+            kernel.rmem_max,
+            kernel.wmem_max,
+            if kernel.window_scaling {
+                ""
+            } else {
+                ", and 65535 without window scaling"
+            }
+        )?,
+    }
+    if plan.connections == 1 {
+        writeln!(
+            out,
+            "  one connection is enough: its largest window holds what is needed (with {} in \
+             flight it would reach {} at the baseline RTT); it gets a window of {}",
+            bytes(plan.largest_window_bytes),
+            format::rate(plan.one_connection_bps()),
+            bytes(plan.window_per_connection_bytes)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  one connection's largest window holds less than that (at the baseline RTT it \
+             reaches at most {}): {} connections of {} fill the pipe (RFC 6349 section 5.1)",
+            format::rate(plan.one_connection_bps()),
+            plan.connections,
+            bytes(plan.window_per_connection_bytes)
+        )?;
+    }
+    writeln!(
+        out,
+        "  MSS {} B ({}); congestion control {congestion}; timestamps {}, SACK {}, window scaling {}",
+        plan.mss_bytes,
+        if plan.mss_given {
+            "--mss".to_owned()
+        } else {
+            format!(
+                "path MTU {} - {} B of IP and TCP headers",
+                plan.data_mtu_bytes,
+                overhead.ip_header_bytes + pathlab_probe::rfc6349::TCP_HEADER_BYTES
+            )
+        },
+        on_off(kernel.timestamps),
+        on_off(kernel.sack),
+        on_off(kernel.window_scaling)
+    )
+}
+
+fn print_phase(
+    out: &mut impl std::io::Write,
+    result: &PhaseResult,
+    options: &Rfc6349Options,
+) -> std::io::Result<()> {
+    let steady = &result.steady;
+    writeln!(
+        out,
+        "  {} connection{} with {} windows: steady state {:.2}-{:.2} s ({}), {:.1} MB in {:.2} s = {}",
+        result.connections,
+        if result.connections == 1 { "" } else { "s" },
+        bytes(result.window_per_connection_bytes),
+        steady.from_ns as f64 * 1e-9,
+        steady.to_ns as f64 * 1e-9,
+        match steady.slow_start_end {
+            SlowStartEnd::Ssthresh => format!(
+                "slow start ended by a loss at {:.2} s",
+                steady.slow_start_end_ns as f64 * 1e-9
+            ),
+            SlowStartEnd::WindowFull => format!(
+                "the window held the BDP at {:.2} s",
+                steady.slow_start_end_ns as f64 * 1e-9
+            ),
+            SlowStartEnd::Floor => "no sign of slow start's end: from 10 RTTs on".to_owned(),
+        },
+        result.steady_bytes as f64 / 1e6,
+        result.steady_s,
+        format::rate(result.throughput_bps)
+    )?;
+    writeln!(
+        out,
+        "step 6: metrics ({} connection{})",
+        result.connections,
+        if result.connections == 1 { "" } else { "s" }
+    )?;
+    writeln!(
+        out,
+        "  Transfer Time Ratio     {:.3}  (actual {:.2} s / ideal {:.2} s at {}; MSS used {} B, TCP header {} B)",
+        result.transfer_time_ratio,
+        result.actual_transfer_s,
+        result.ideal_transfer_s,
+        format::rate(result.ideal_rate_bps),
+        result.mss_used_bytes,
+        result.tcp_header_bytes
+    )?;
+    writeln!(
+        out,
+        "  TCP Efficiency          {}  ({} B transmitted, {} B in {} segments retransmitted)",
+        format::percent(result.tcp_efficiency),
+        result.transmitted_bytes,
+        result.retransmitted_bytes,
+        result.retransmitted_segments
+    )?;
+    writeln!(
+        out,
+        "  Buffer Delay Percentage {:.1}%  (mean smoothed RTT {} over {} TCP_INFO samples, every {} ms, of the steady state)",
+        result.buffer_delay_percent,
+        ms(result.mean_rtt_ns),
+        result.rtt_samples,
+        options.sample_every.as_millis()
+    )
+}
+
+fn print_summary(report: &Rfc6349Report) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let answer = &report.answer().result;
+    writeln!(
+        out,
+        "summary: {} of an ideal {} (TTR {:.3}), TCP efficiency {}, buffer delay {:.1}%, \
+         {} connection{}, MTU {} up / {} down, MSS {} B, {} s per run, {}",
+        format::rate(answer.throughput_bps),
+        format::rate(answer.ideal_rate_bps),
+        answer.transfer_time_ratio,
+        format::percent(answer.tcp_efficiency),
+        answer.buffer_delay_percent,
+        answer.connections,
+        if answer.connections == 1 { "" } else { "s" },
+        report.mtu_up.mtu_bytes,
+        report.mtu_down.mtu_bytes,
+        report.plan.mss_bytes,
+        report.duration_ns as f64 * 1e-9,
+        report.congestion_control
+    )
+}
