@@ -420,7 +420,7 @@ fn print_phase(
                 steady.slow_start_end_ns as f64 * 1e-9
             ),
             SlowStartEnd::WindowFull => format!(
-                "the window held the BDP at {:.2} s",
+                "the window filled at {:.2} s",
                 steady.slow_start_end_ns as f64 * 1e-9
             ),
             SlowStartEnd::Floor => "no sign of slow start's end: from 10 RTTs on".to_owned(),
