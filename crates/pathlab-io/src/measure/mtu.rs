@@ -112,7 +112,7 @@ fn search_up(
 ) -> Result<PathMtu, MeasureError> {
     let mut slowest: Option<Duration> = None;
     let mut seq = 0u64;
-    while let Some(size) = search.next() {
+    while let Some(size) = search.next_size() {
         seq += 1;
         let bytes = encode(session, seq, size, key)?;
         let sent_at = Instant::now();
@@ -192,7 +192,7 @@ fn search_down(
             None => {
                 let mut new = MtuSearch::new(route_mtu, smallest, ipv6)
                     .map_err(|e| MeasureError::Protocol(e.to_string()))?;
-                new.next();
+                new.next_size();
                 search.insert(new)
             }
         };
@@ -221,7 +221,7 @@ fn search_down(
         } else {
             search.too_big_here(size);
         }
-        match search.next() {
+        match search.next_size() {
             Some(next) => size = next,
             None => return Ok(search.result(Direction::Down)),
         }
