@@ -11,7 +11,8 @@ use util::emulated::{privileged, with_server_in_h2, Lab};
 
 #[test]
 fn path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp() {
-    let Some(_serial) = privileged("path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp")
+    let Some(_serial) =
+        privileged("path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp")
     else {
         return;
     };

@@ -171,21 +171,20 @@ fn search_down(
         seq += 1;
         let asked_at = Instant::now();
         connection.send(&Message::MtuProbe { seq, size })?;
-        let (sent, route_mtu) = loop {
+        let (sent, route_mtu) =
             match connection.receive(Duration::from_secs(10), "the server's probe")? {
                 Message::MtuSent {
                     seq: s,
                     sent,
                     route_mtu,
-                } if s == seq => break (sent, route_mtu),
+                } if s == seq => (sent, route_mtu),
                 Message::Error { message } => return Err(MeasureError::Remote(message)),
                 other => {
                     return Err(MeasureError::Protocol(format!(
                         "unexpected {other:?} during the path MTU search"
                     )))
                 }
-            }
-        };
+            };
         // The server's route MTU bounds the search: known with its first answer.
         let search = match &mut search {
             Some(search) => search,
