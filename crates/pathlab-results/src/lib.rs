@@ -63,6 +63,8 @@ pub enum RunResult {
     Tcp(Box<pathlab_probe::tcp::TcpTestReport>),
     /// A `pathlab lab` run.
     Lab(Box<lab::LabRun>),
+    /// A `pathlab capacity` run: one report per direction.
+    Capacity(Vec<pathlab_probe::capacity::CapacityReport>),
 }
 
 /// Why a result file could not be read.

@@ -38,6 +38,8 @@ enum Command {
     Rtt(cmd::rtt::Args),
     /// Bulk TCP like iperf3: parallel streams, reverse, bidirectional, TCP_INFO samples.
     Tcp(cmd::tcp::Args),
+    /// Bottleneck capacity (packet pairs and trains) and available bandwidth (self-loading streams).
+    Capacity(cmd::capacity::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -76,6 +78,7 @@ fn main() -> ExitCode {
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
         Command::Report(args) => cmd::report::run(&args),
+        Command::Capacity(args) => cmd::capacity::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
