@@ -17,3 +17,4 @@ pub mod probe;
 pub mod rtt;
 pub mod sequence;
 pub mod tcp;
+pub mod tune;
