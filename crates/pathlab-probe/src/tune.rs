@@ -84,7 +84,9 @@ pub const SYSCTLS: [&str; 15] = [
 
 /// Congestion controls that regrow the window by about one segment per RTT after a loss,
 /// as Reno does.
-const LINEAR_GROWTH: [&str; 8] = ["reno", "westwood", "veno", "vegas", "lp", "dctcp", "nv", "cdg"];
+const LINEAR_GROWTH: [&str; 8] = [
+    "reno", "westwood", "veno", "vegas", "lp", "dctcp", "nv", "cdg",
+];
 
 /// Queue disciplines that give each flow its own queue.
 const PER_FLOW_QDISCS: [&str; 5] = ["fq", "fq_codel", "fq_pie", "cake", "sfq"];
@@ -147,7 +149,10 @@ impl TunePath {
 
     /// The bandwidth-delay product R x T in bits, rounded up.
     pub fn bdp_bits(&self) -> u64 {
-        div_ceil(u128::from(self.rate_bps) * u128::from(self.rtt_ns), 1_000_000_000)
+        div_ceil(
+            u128::from(self.rate_bps) * u128::from(self.rtt_ns),
+            1_000_000_000,
+        )
     }
 
     /// The window that keeps the path full: R x T / 8 bytes, rounded up.
@@ -162,10 +167,7 @@ fn div_ceil(numerator: u128, denominator: u128) -> u64 {
 
 /// The window a path of `rate_bps` and `rtt_ns` needs: R x T / 8 bytes, rounded up.
 pub fn window_bytes(rate_bps: u64, rtt_ns: u64) -> u64 {
-    div_ceil(
-        u128::from(rate_bps) * u128::from(rtt_ns),
-        8 * 1_000_000_000,
-    )
+    div_ceil(u128::from(rate_bps) * u128::from(rtt_ns), 8 * 1_000_000_000)
 }
 
 /// The most one connection with a window of `window_bytes` carries per `rtt_ns`:
@@ -402,7 +404,7 @@ fn receive_share(host: &HostSettings) -> (Share, String) {
             return (
                 Share::HALF,
                 format!(
-                    "Linux {major}.{minor} offers the payload share it measures on received packets, starting at 1/2"
+                    "Linux {major}.{minor}: the payload share it measures on received packets, starting at 1/2"
                 ),
             );
         }
@@ -467,7 +469,11 @@ fn parse_triple(raw: &str) -> Result<[u64; 3], String> {
 }
 
 fn parse_switch(raw: &str, allowed: &[u64]) -> Result<u64, String> {
-    let value = raw.trim().parse::<u64>().ok().filter(|v| allowed.contains(v));
+    let value = raw
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|v| allowed.contains(v));
     value.ok_or_else(|| {
         let choices: Vec<String> = allowed.iter().map(u64::to_string).collect();
         format!(
@@ -556,6 +562,11 @@ pub fn bytes_text(bytes: u64) -> String {
         }
     }
     format!("{bytes} B")
+}
+
+/// A bit count in SI units: `170 Mbit`.
+pub fn bits_text(bits: u64) -> String {
+    rate_text(bits as f64).trim_end_matches("/s").to_owned()
 }
 
 /// A rate in SI units: `1 Gbit/s`, `98.73 Mbit/s`.
@@ -676,7 +687,13 @@ fn switch_row(name: &str, host: &HostSettings, allowed: &[u64], on: &[u64], why:
     })
 }
 
-fn buffer_rows(path: &TunePath, host: &HostSettings, needs: Needs, share: Share, basis: &str) -> Vec<Row> {
+fn buffer_rows(
+    path: &TunePath,
+    host: &HostSettings,
+    needs: Needs,
+    share: Share,
+    basis: &str,
+) -> Vec<Row> {
     let share_text = if share == Share::HALF {
         "half".to_owned()
     } else {
@@ -730,7 +747,10 @@ fn tcp_mem_row(path: &TunePath, host: &HostSettings, needs: Needs) -> Row {
         let mut unknown = row(
             name,
             host.get(name),
-            format!("pressure >= {} in pages (page size unknown)", bytes_text(buffer)),
+            format!(
+                "pressure >= {} in pages (page size unknown)",
+                bytes_text(buffer)
+            ),
             why,
             |_| Ok(None),
         );
@@ -769,7 +789,10 @@ fn switch_rows(path: &TunePath, host: &HostSettings, needs: Needs) -> Vec<Row> {
     let default_buffer = host
         .get("net.ipv4.tcp_rmem")
         .and_then(|raw| parse_triple(raw).ok())
-        .map_or_else(|| "its default".to_owned(), |[_, default, _]| bytes_text(default));
+        .map_or_else(
+            || "its default".to_owned(),
+            |[_, default, _]| bytes_text(default),
+        );
     let mut rows = vec![switch_row(
         "net.ipv4.tcp_moderate_rcvbuf",
         host,
@@ -859,7 +882,11 @@ fn congestion_row(path: &TunePath, host: &HostSettings, needs: Needs) -> Row {
     };
     let recommended = ["cubic", "bbr"]
         .into_iter()
-        .find(|cc| available.as_ref().is_none_or(|list| list.iter().any(|a| a == cc)))
+        .find(|cc| {
+            available
+                .as_ref()
+                .is_none_or(|list| list.iter().any(|a| a == cc))
+        })
         .unwrap_or("cubic");
     let current = host.get(name).and_then(|raw| parse_name(raw).ok());
     let why = match current.as_deref() {
@@ -928,7 +955,9 @@ fn txqueuelen_rows(path: &TunePath, host: &HostSettings, needed: u64) -> Vec<Row
     );
     let why = "a large window hands the interface bursts; when its transmit queue is full the sender stalls until the next 10 ms timer tick, so the queue must hold one tick at the path's rate (the seed)";
     let Some(interfaces) = &host.interfaces else {
-        let mut unknown = row("txqueuelen", None, needed_text, why.to_owned(), |_| Ok(None));
+        let mut unknown = row("txqueuelen", None, needed_text, why.to_owned(), |_| {
+            Ok(None)
+        });
         unknown.problem = Some("the interface list is not readable".to_owned());
         return vec![unknown];
     };
@@ -969,7 +998,10 @@ fn allowed_windows(
     share: Share,
 ) -> (Option<(u64, String)>, Option<(u64, String)>) {
     let triple = |name: &str| host.get(name).and_then(|raw| parse_triple(raw).ok());
-    let switch = |name: &str| host.get(name).and_then(|raw| raw.trim().parse::<u64>().ok());
+    let switch = |name: &str| {
+        host.get(name)
+            .and_then(|raw| raw.trim().parse::<u64>().ok())
+    };
     let memory_cap = match (triple("net.ipv4.tcp_mem"), host.page_size_bytes) {
         (Some([_, pressure, _]), Some(page)) => Some(pressure.saturating_mul(page)),
         _ => None,
@@ -1087,8 +1119,8 @@ pub fn render_text(report: &TuneReport) -> String {
     }
     let _ = writeln!(
         out,
-        "BDP = {rate} x {rtt} = {} bits; the window it needs: {} ({} bytes, {} segments of {} B)",
-        report.bdp_bits,
+        "BDP = {rate} x {rtt} = {}; the window it needs: {} ({} bytes, {} segments of {} B)",
+        bits_text(report.bdp_bits),
         bytes_text(report.window_bytes),
         report.window_bytes,
         report.window_segments,
@@ -1126,7 +1158,11 @@ pub fn render_text(report: &TuneReport) -> String {
             let _ = writeln!(out, "            {label} {command}");
         }
         if let Some(persist) = &row.persist {
-            let _ = writeln!(out, "            keep:    {}: {}", persist.file, persist.line);
+            let _ = writeln!(
+                out,
+                "            keep:    {}: {}",
+                persist.file, persist.line
+            );
         }
     }
     let s = &report.summary;
@@ -1138,7 +1174,11 @@ pub fn render_text(report: &TuneReport) -> String {
     if s.malformed > 0 {
         let _ = write!(counts, ", {} malformed", s.malformed);
     }
-    let _ = writeln!(out, "summary: {} settings checked, {counts}", report.rows.len());
+    let _ = writeln!(
+        out,
+        "summary: {} settings checked, {counts}",
+        report.rows.len()
+    );
     let side = |name: &str, bytes: Option<u64>, by: &Option<String>| match (bytes, by) {
         (Some(bytes), Some(by)) => format!("{name} {} (set by {by})", bytes_text(bytes)),
         _ => format!("{name} unknown (not readable)"),
@@ -1146,7 +1186,11 @@ pub fn render_text(report: &TuneReport) -> String {
     let _ = writeln!(
         out,
         "  the current settings allow a window of: {}; {}",
-        side("as a receiver", s.receive_window_bytes, &s.receive_limited_by),
+        side(
+            "as a receiver",
+            s.receive_window_bytes,
+            &s.receive_limited_by
+        ),
         side("as a sender", s.send_window_bytes, &s.send_limited_by)
     );
     if let (Some(window), Some(cap)) = (s.window_bytes, s.throughput_cap_bps) {
@@ -1297,7 +1341,10 @@ mod tests {
             row(&report, "net.ipv4.tcp_congestion_control").status,
             Status::Ok
         );
-        assert_eq!(row(&report, "net.core.default_qdisc").status, Status::Change);
+        assert_eq!(
+            row(&report, "net.core.default_qdisc").status,
+            Status::Change
+        );
         // 1000 >= 834.
         assert_eq!(row(&report, "txqueuelen eth0").status, Status::Ok);
         // Receiver: half of 6291456; sender: half of 4194304 (the smaller).
@@ -1384,18 +1431,18 @@ mod tests {
         // The send side is unknown, so the window is the receiver's alone.
         assert_eq!(report.summary.send_window_bytes, None);
         assert_eq!(report.summary.window_bytes, Some(3_145_728));
-        assert_eq!(
-            (report.summary.unknown, report.summary.malformed),
-            (2, 2)
-        );
+        assert_eq!((report.summary.unknown, report.summary.malformed), (2, 2));
         let text = render_text(&report);
-        assert!(text.contains("net.core.rmem_max = unknown (not readable)"), "{text}");
-        assert!(text.contains("as a sender unknown (not readable)"), "{text}");
+        assert!(
+            text.contains("net.core.rmem_max = unknown (not readable)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("as a sender unknown (not readable)"),
+            "{text}"
+        );
         let nothing = advise(&gigabit_170ms(), &HostSettings::default());
-        assert!(nothing
-            .rows
-            .iter()
-            .all(|row| row.status == Status::Unknown));
+        assert!(nothing.rows.iter().all(|row| row.status == Status::Unknown));
         assert_eq!(nothing.summary.window_bytes, None);
         assert_eq!(nothing.summary.throughput_cap_bps, None);
     }
@@ -1423,7 +1470,10 @@ mod tests {
         let report = advise(&gigabit_170ms(), &host);
         let cc = row(&report, "net.ipv4.tcp_congestion_control");
         assert_eq!(cc.status, Status::Change);
-        assert_eq!(cc.commands, ["sysctl -w net.ipv4.tcp_congestion_control=cubic"]);
+        assert_eq!(
+            cc.commands,
+            ["sysctl -w net.ipv4.tcp_congestion_control=cubic"]
+        );
         assert!(cc.why.contains("7338 RTTs (20.79 min)"), "{}", cc.why);
         // 38 segments of 1448 B at 10 ms is 44 Mbit/s; 4 Mbit/s x 10 ms is 4 segments.
         let small = TunePath::new(4_000_000, 10 * MS, MSS).unwrap();
@@ -1559,13 +1609,26 @@ mod tests {
     fn the_text_names_every_setting_and_the_cap() {
         let text = render_text(&advise(&gigabit_170ms(), &debian()));
         for setting in SYSCTLS.iter().filter(|name| {
-            !["kernel.osrelease", "net.ipv4.tcp_adv_win_scale", "net.ipv4.tcp_available_congestion_control"]
-                .contains(name)
+            ![
+                "kernel.osrelease",
+                "net.ipv4.tcp_adv_win_scale",
+                "net.ipv4.tcp_available_congestion_control",
+            ]
+            .contains(name)
         }) {
             assert!(text.contains(setting), "{setting} missing from\n{text}");
         }
-        assert!(text.contains("the window it needs: 21.25 MB (21250000 bytes"), "{text}");
-        assert!(text.contains("summary: 13 settings checked, 6 to change"), "{text}");
-        assert!(text.contains("carries at most 98.69 Mbit/s at 170 ms"), "{text}");
+        assert!(
+            text.contains("the window it needs: 21.25 MB (21250000 bytes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("summary: 13 settings checked, 6 to change"),
+            "{text}"
+        );
+        assert!(
+            text.contains("carries at most 98.69 Mbit/s at 170 ms"),
+            "{text}"
+        );
     }
 }

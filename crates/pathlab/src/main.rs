@@ -38,6 +38,8 @@ enum Command {
     Rtt(cmd::rtt::Args),
     /// Bulk TCP like iperf3: parallel streams, reverse, bidirectional, TCP_INFO samples.
     Tcp(cmd::tcp::Args),
+    /// The window a path needs (rate x RTT), this host's TCP settings against it, what to change.
+    Tune(cmd::tune::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
+        Command::Tune(args) => cmd::tune::run(&args),
         Command::Report(args) => cmd::report::run(&args),
     };
     match result {
