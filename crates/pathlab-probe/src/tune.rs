@@ -714,9 +714,7 @@ fn buffer_rows(
             "net.ipv4.tcp_wmem",
             host,
             needs.send_buffer,
-            format!(
-                "the send buffer holds every unacknowledged byte, and in fast recovery the next window too: the kernel sizes it at 2 x cwnd (tcp_sndbuf_expand), capped at max"
-            ),
+            "the send buffer holds every unacknowledged byte, and in fast recovery the next window too: the kernel sizes it at 2 x cwnd (tcp_sndbuf_expand), capped at max".to_owned(),
         ),
         integer_row(
             "net.core.rmem_max",
@@ -992,11 +990,14 @@ fn txqueuelen_rows(path: &TunePath, host: &HostSettings, needed: u64) -> Vec<Row
         .collect()
 }
 
+/// A window the settings allow (bytes), and the setting that sets it.
+type WindowLimit = (u64, String);
+
 /// The window each side of this host allows with its current settings.
 fn allowed_windows(
     host: &HostSettings,
     share: Share,
-) -> (Option<(u64, String)>, Option<(u64, String)>) {
+) -> (Option<WindowLimit>, Option<WindowLimit>) {
     let triple = |name: &str| host.get(name).and_then(|raw| parse_triple(raw).ok());
     let switch = |name: &str| {
         host.get(name)
@@ -1119,11 +1120,12 @@ pub fn render_text(report: &TuneReport) -> String {
     }
     let _ = writeln!(
         out,
-        "BDP = {rate} x {rtt} = {}; the window it needs: {} ({} bytes, {} segments of {} B)",
+        "BDP = {rate} x {rtt} = {}; the window it needs: {} ({} bytes, {} segment{} of {} B)",
         bits_text(report.bdp_bits),
         bytes_text(report.window_bytes),
         report.window_bytes,
         report.window_segments,
+        if report.window_segments == 1 { "" } else { "s" },
         report.mss_bytes
     );
     if report.connections > 1 {

@@ -3,6 +3,7 @@
 //! none of them.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -98,12 +99,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     .map_err(usage)?;
     let mut report = tune::advise(&path, &read_host_settings(&root));
     report.rtt_measurement = measurement;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
     } else {
-        print!("{}", tune::render_text(&report));
+        tune::render_text(&report)
+    };
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        // A reader that stopped early (`| head`) wanted no more.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
-    Ok(())
 }
 
 /// `--root DIR` must be a directory holding a copy of `proc/sys` or `sys/class/net`.
