@@ -4,7 +4,7 @@
 //! optional pre-shared-key authentication ([`auth`]), and the estimators that turn what a
 //! receiver recorded into figures: loss, duplicates and reordering ([`sequence`], RFC
 //! 4737), interarrival jitter (RFC 3550) and one-way delay deviation with a queue verdict
-//! ([`owd`]). Nothing here opens a socket or reads a clock: timestamps come in as numbers,
+//! ([`owd`]), and the packetization-layer path MTU search ([`mtu`], RFC 4821). Nothing here opens a socket or reads a clock: timestamps come in as numbers,
 //! so every estimator is tested against a link simulated in virtual time.
 
 #![forbid(unsafe_code)]
@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod control;
+pub mod mtu;
 pub mod owd;
 pub mod probe;
 pub mod rtt;
