@@ -20,3 +20,4 @@ pub mod probe;
 pub mod rtt;
 pub mod sequence;
 pub mod tcp;
+pub mod tune;

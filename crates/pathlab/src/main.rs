@@ -40,6 +40,8 @@ enum Command {
     Tcp(cmd::tcp::Args),
     /// Bottleneck capacity (packet pairs and trains) and available bandwidth (self-loading streams).
     Capacity(cmd::capacity::Args),
+    /// The window a path needs (rate x RTT), this host's TCP settings against it, what to change.
+    Tune(cmd::tune::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
+        Command::Tune(args) => cmd::tune::run(&args),
         Command::Report(args) => cmd::report::run(&args),
         Command::Capacity(args) => cmd::capacity::run(&args),
     };

@@ -12,6 +12,7 @@ pub mod shell;
 pub mod sim;
 pub mod spec;
 pub mod tcp;
+pub mod tune;
 
 /// Parses a time on the command line (`-t`, `-i`, `--sample`, `--max-duration`): `10s`,
 /// `250ms`, `1.5s`; a bare number is seconds, as in iperf3 and ping. (Inside a SPEC a
