@@ -4,13 +4,15 @@
 //! optional pre-shared-key authentication ([`auth`]), and the estimators that turn what a
 //! receiver recorded into figures: loss, duplicates and reordering ([`sequence`], RFC
 //! 4737), interarrival jitter (RFC 3550) and one-way delay deviation with a queue verdict
-//! ([`owd`]). Nothing here opens a socket or reads a clock: timestamps come in as numbers,
-//! so every estimator is tested against a link simulated in virtual time.
+//! ([`owd`]), and latency under load graded as a bufferbloat test does ([`bloat`]).
+//! Nothing here opens a socket or reads a clock: timestamps come in as numbers, so every
+//! estimator is tested against a link simulated in virtual time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod auth;
+pub mod bloat;
 pub mod control;
 pub mod owd;
 pub mod probe;
