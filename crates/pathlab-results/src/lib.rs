@@ -63,6 +63,8 @@ pub enum RunResult {
     Tcp(Box<pathlab_probe::tcp::TcpTestReport>),
     /// A `pathlab lab` run.
     Lab(Box<lab::LabRun>),
+    /// A `pathlab bloat` run.
+    Bloat(Box<pathlab_probe::bloat::BloatReport>),
 }
 
 /// Why a result file could not be read.

@@ -38,6 +38,8 @@ enum Command {
     Rtt(cmd::rtt::Args),
     /// Bulk TCP like iperf3: parallel streams, reverse, bidirectional, TCP_INFO samples.
     Tcp(cmd::tcp::Args),
+    /// Latency under load: idle, download, upload and both; added latency, grade, RPM, verdict.
+    Bloat(cmd::bloat::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -75,6 +77,7 @@ fn main() -> ExitCode {
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
+        Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
     };
     match result {

@@ -199,6 +199,7 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::Rtt(_) => "a pathlab rtt result",
         RunResult::Tcp(_) => "a pathlab tcp result",
         RunResult::Lab(_) => "a pathlab lab result",
+        RunResult::Bloat(_) => "a pathlab bloat result",
     }
 }
 
