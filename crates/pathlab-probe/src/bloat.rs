@@ -229,7 +229,7 @@ pub fn responsiveness(foreign_rtts_ns: &[i64], loaded_rtts_ns: &[u64]) -> Option
         loaded_trimmed_mean_ms: loaded_ms,
         loaded_rpm,
         loaded_samples: loaded.len(),
-        rpm: loaded_rpm.map_or(foreign_rpm, |loaded| (foreign_rpm + loaded) / 2.0),
+        rpm: loaded_rpm.map_or(foreign_rpm, |loaded| foreign_rpm.midpoint(loaded)),
     })
 }
 
@@ -849,12 +849,9 @@ mod tests {
         assert_eq!(up.load_up_bps, 8_000_000.0);
         assert_eq!(up.load_down_bps, 0.0);
         assert_eq!(up.retransmitted_segments, 12);
-        // Foreign 60000 / 520 = 115.4, loaded 60000 / 120 = 500: (115.4 + 500) / 2.
+        // Foreign 60000 / 520 = 115.385, loaded 60000 / 120 = 500: (115.385 + 500) / 2.
         let rpm = up.responsiveness.unwrap();
-        assert!(
-            (rpm.rpm - (60_000.0 / 520.0 + 500.0) / 2.0).abs() < 0.1,
-            "{rpm:?}"
-        );
+        assert!((rpm.rpm - 307.692).abs() < 0.01, "{rpm:?}");
         assert_eq!(up.counted_from_unix_ns, 11_000_000_000);
         assert_eq!(up.counted_until_unix_ns, 12_000_000_000);
         assert_eq!(

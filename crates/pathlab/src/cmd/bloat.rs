@@ -1,5 +1,6 @@
 //! `pathlab bloat`: latency under load, graded as a bufferbloat test does.
 
+use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
 
@@ -189,10 +190,10 @@ fn print_plan(
         if settings.streams == 1 { "" } else { "s" }
     );
     if let Some(cc) = &settings.congestion {
-        load.push_str(&format!(", {cc}"));
+        let _ = write!(load, ", {cc}");
     }
     if let Some(window) = settings.window_bytes {
-        load.push_str(&format!(", window {window} B"));
+        let _ = write!(load, ", window {window} B");
     }
     writeln!(
         out,
