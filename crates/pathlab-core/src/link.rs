@@ -403,6 +403,13 @@ impl Link {
         packet.arrival = now;
         packet.queue_delay = Duration::ZERO;
         self.truth.arrive(&packet, None);
+        if let Some(mtu) = self.spec.mtu {
+            if packet.len_bytes > mtu + crate::spec::ETHERNET_HEADER_BYTES {
+                self.verdicts.drop_packet(packet, DropReason::Mtu, now);
+                self.truth.settle(&mut self.verdicts);
+                return;
+            }
+        }
 
         let packet = match &mut self.loss {
             Some(loss) => {
@@ -814,5 +821,34 @@ mod tests {
             order.windows(2).any(|w| w[0] > w[1]),
             "new packets overtake after 80 -> 20"
         );
+    }
+
+    /// `mtu 1400` passes a 1400-byte IP packet (a 1414-byte frame) and drops one byte more,
+    /// counted and recorded as `mtu`.
+    #[test]
+    fn mtu_drops_longer_packets_and_says_why() {
+        let mut link = Link::new(&LinkSpec::parse("mtu 1400").expect("valid"), 1).expect("valid");
+        link.record();
+        for len in [1414, 1415, 100, 1514] {
+            link.enqueue(
+                Instant::ZERO,
+                Packet::synthetic(Instant::ZERO, len, 0, crate::packet::Ecn::NotEct),
+            );
+        }
+        let mut passed = Vec::new();
+        while let Some(packet) = link.dequeue(Instant::ZERO) {
+            passed.push(packet.len_bytes);
+        }
+        assert_eq!(passed, vec![1414, 100]);
+        let counters = link.counters();
+        assert_eq!(counters.dropped(DropReason::Mtu), 2);
+        assert_eq!(counters.dropped_total(), 2);
+        let records = link.recorder().expect("recording").drain_all();
+        let dropped: Vec<u32> = records
+            .iter()
+            .filter(|r| r.dropped.map(|d| d.1) == Some(DropReason::Mtu))
+            .map(|r| r.len_bytes)
+            .collect();
+        assert_eq!(dropped, vec![1415, 1514]);
     }
 }

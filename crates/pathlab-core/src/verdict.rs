@@ -19,16 +19,19 @@ pub enum DropReason {
     Codel,
     /// PIE dropped it at enqueue.
     Pie,
+    /// Longer than the link's `mtu` (dropped silently, no ICMP).
+    Mtu,
 }
 
 impl DropReason {
     /// Every reason, in a fixed order (for counters indexed by reason).
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::Loss,
         DropReason::QueueFull,
         DropReason::Red,
         DropReason::Codel,
         DropReason::Pie,
+        DropReason::Mtu,
     ];
 
     /// Position of the reason in [`DropReason::ALL`].
@@ -44,6 +47,7 @@ impl DropReason {
             DropReason::Red => "red",
             DropReason::Codel => "codel",
             DropReason::Pie => "pie",
+            DropReason::Mtu => "mtu",
         }
     }
 }

@@ -147,6 +147,7 @@ const EXAMPLES: &[&str] = &[
     "loss gemodel 1% 10% 70% 0.1% ecn",
     "loss state 1% 30% 10% 40% 0.1%",
     "rate 1mbit 8 48 5 seed 42",
+    "delay 10ms mtu 1400 seed 3",
 ];
 
 #[test]
@@ -203,6 +204,9 @@ fn bad_input_names_the_token() {
         ),
         ("slot 20ms 10ms", "below its minimum"),
         ("seed x", "got 'x'"),
+        ("mtu 40", "mtu must be 68 to 65535 bytes, got 40"),
+        ("mtu 100kb", "got 100kb"),
+        ("mtu big", "got 'big'"),
         (
             "corrupt 200",
             "corrupt must be between 0% and 100%, got 200",
@@ -222,7 +226,7 @@ proptest! {
         "loss", "random", "state", "gemodel", "1%", "ecn", "duplicate", "corrupt", "reorder",
         "gap", "5", "rate", "10mbit", "1000", "schedule", "1s", "loop", "trace", "f", "slot",
         "packets", "bytes", "64kb", "limit", "queue", "red", "codel", "fq_codel", "pie",
-        "min", "max", "target", "interval", "flows", "quantum", "seed", "99999999999999999999",
+        "min", "max", "target", "interval", "flows", "quantum", "seed", "mtu", "1400", "99999999999999999999",
         "1e309", "nan", "%", "",
     ]), 0..24)) {
         let text = tokens.join(" ");

@@ -27,6 +27,8 @@ use pathlab_probe::tcp::{
 
 use crate::sys;
 
+mod mtu;
+
 /// The server's default TCP port.
 pub const DEFAULT_PORT: u16 = 4920;
 
@@ -305,6 +307,7 @@ fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
             }
             (size, count)
         }
+        TestRequest::PathMtu { max_size, .. } => (max_size, 1),
         TestRequest::RoundTrip {
             size,
             count,
@@ -510,6 +513,21 @@ fn serve_connection(
                 interval_ns,
                 sample_ns,
                 &options,
+            )?;
+            Ok(format!("{test}: {line}"))
+        }
+        TestRequest::PathMtu {
+            direction,
+            max_size,
+        } => {
+            let line = mtu::serve(
+                &udp,
+                &mut connection,
+                session,
+                client,
+                probe_key.as_ref(),
+                direction,
+                max_size,
             )?;
             Ok(format!("{test}: {line}"))
         }

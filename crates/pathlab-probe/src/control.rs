@@ -27,6 +27,11 @@ const PREFIX_LEN: usize = 4;
 const HEADER_LEN: usize = 10;
 const FLAG_AUTH: u8 = 1;
 
+/// Most probes a path MTU test may send (a search to the byte needs about 45 at worst).
+pub const MTU_MAX_PROBES: u32 = 100;
+/// How long a path MTU test may take, ns (its bound on the server).
+pub const MTU_TEST_NS: u64 = 20_000_000_000;
+
 /// Which way probes go in a one-way test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -82,6 +87,15 @@ pub enum TestRequest {
         mss: Option<u32>,
         /// TCP_CONGESTION for the senders.
         congestion: Option<String>,
+    },
+    /// Path MTU discovery with DF probes (RFC 4821): the client searches, probe by probe;
+    /// up, the server reports each probe that arrives ([`Message::MtuArrived`]); down, it
+    /// sends each probe the client asks for ([`Message::MtuProbe`], [`Message::MtuSent`]).
+    PathMtu {
+        /// Which way the probes go.
+        direction: Direction,
+        /// The largest UDP payload the client will probe with, bytes.
+        max_size: u32,
     },
     /// Isochronous round trips.
     RoundTrip {
@@ -145,6 +159,16 @@ impl std::fmt::Display for TestRequest {
                 }
                 Ok(())
             }
+            TestRequest::PathMtu {
+                direction,
+                max_size,
+            } => {
+                let way = match direction {
+                    Direction::Up => "up",
+                    Direction::Down => "down",
+                };
+                write!(f, "path mtu {way}: probes up to {max_size} B")
+            }
             TestRequest::RoundTrip {
                 interval_ns,
                 size,
@@ -165,6 +189,9 @@ impl TestRequest {
             // TCP finds its own rate; the server bounds it by duration and test count.
             TestRequest::Tcp { .. } => 0,
             TestRequest::OneWay { rate_bps, .. } => rate_bps,
+            TestRequest::PathMtu { max_size, .. } => {
+                u64::from(MTU_MAX_PROBES) * u64::from(max_size) * 8 * 1_000_000_000 / MTU_TEST_NS
+            }
             TestRequest::RoundTrip {
                 interval_ns, size, ..
             } => (u128::from(size) * 8 * 1_000_000_000 / u128::from(interval_ns.max(1))) as u64,
@@ -175,6 +202,7 @@ impl TestRequest {
     pub fn duration_ns(&self) -> u64 {
         match *self {
             TestRequest::Tcp { duration_ns, .. } => duration_ns,
+            TestRequest::PathMtu { .. } => MTU_TEST_NS,
             TestRequest::OneWay {
                 rate_bps,
                 size,
@@ -313,6 +341,29 @@ pub enum Message {
         down: Vec<crate::tcp::StreamReport>,
         /// CPU time this end's process used during the test, ns.
         cpu_ns: u64,
+    },
+    /// Client, path MTU down: send probe `seq` with `size` bytes of UDP payload, DF set.
+    MtuProbe {
+        /// Sequence number.
+        seq: u64,
+        /// UDP payload bytes.
+        size: u32,
+    },
+    /// Server, path MTU down: probe `seq` went out (or its own route refused it).
+    MtuSent {
+        /// Sequence number.
+        seq: u64,
+        /// Whether the server's kernel sent it (false: longer than the server's route MTU).
+        sent: bool,
+        /// The MTU of the server's route to the client, bytes.
+        route_mtu: u32,
+    },
+    /// Server, path MTU up: probe `seq` of `size` payload bytes arrived.
+    MtuArrived {
+        /// Sequence number.
+        seq: u64,
+        /// UDP payload bytes.
+        size: u32,
     },
     /// Either side: something went wrong.
     Error {

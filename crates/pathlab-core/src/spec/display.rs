@@ -285,6 +285,10 @@ impl fmt::Display for LinkSpec {
                 words.pie(config);
             }
         }
+        if let Some(mtu) = self.mtu {
+            words.push("mtu");
+            words.push(mtu);
+        }
         if let Some(seed) = self.seed {
             words.push("seed");
             words.push(seed);

@@ -43,9 +43,20 @@ pub struct LinkSpec {
     pub slot: Option<SlotSpec>,
     /// The queue in front of the rate stage.
     pub queue: QueueSpec,
+    /// The largest IP packet the link carries, bytes (`mtu 1400`): a longer one is dropped
+    /// silently, as by a router whose "fragmentation needed" messages are filtered. The
+    /// frame's 14-byte Ethernet header does not count (a 1500-byte MTU passes 1514-byte
+    /// frames); a VLAN tag does.
+    pub mtu: Option<u32>,
     /// Seed for the link's random choices (netem `seed`); `None` lets the caller choose.
     pub seed: Option<u64>,
 }
+
+/// Bytes of a frame's Ethernet header, which a link's `mtu` does not count.
+pub const ETHERNET_HEADER_BYTES: u32 = 14;
+
+/// The smallest `mtu` a spec may set: IPv4's minimum (RFC 791).
+pub const MIN_MTU: u32 = 68;
 
 impl LinkSpec {
     /// Parses a link specification in netem syntax plus pathlab's additions.

@@ -78,6 +78,7 @@ const KEYWORDS: &[&str] = &[
     "slot",
     "limit",
     "queue",
+    "mtu",
     "seed",
 ];
 
@@ -386,6 +387,20 @@ impl<'a> Parser<'a> {
             "queue" => {
                 self.once("queue")?;
                 self.queue()?;
+            }
+            "mtu" => {
+                self.once("mtu")?;
+                let (bytes, token) = self.required(word, SIZE, units::size)?;
+                self.spec.mtu = Some(
+                    u32::try_from(bytes)
+                        .ok()
+                        .filter(|b| (super::MIN_MTU..=65_535).contains(b))
+                        .ok_or_else(|| SpecError::OutOfRange {
+                            what: "mtu".into(),
+                            range: "68 to 65535 bytes",
+                            got: token.to_owned(),
+                        })?,
+                );
             }
             "seed" => {
                 self.once("seed")?;

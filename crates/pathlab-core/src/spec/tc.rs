@@ -36,6 +36,13 @@ pub struct TcCommands {
 /// The tc commands that make the egress of `dev` behave like `spec`.
 pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
     let mut out = TcCommands::default();
+    if let Some(mtu) = spec.mtu {
+        out.commands
+            .push(format!("ip link set dev {dev} mtu {mtu}"));
+        out.caveats.push(format!(
+            "the kernel enforces mtu {mtu} on {dev}'s own packets with an ICMP error or fragments, where pathlab drops longer packets silently (a black hole that only packetization-layer MTU discovery finds)"
+        ));
+    }
     let fixed_rate = match &spec.rate {
         Some(RateSpec::Fixed(fixed)) => Some(*fixed),
         Some(RateSpec::Schedule(schedule)) => {

@@ -668,6 +668,50 @@ pub fn send_batch(fd: BorrowedFd<'_>, packets: &[&[u8]]) -> io::Result<usize> {
     Ok(sent as usize)
 }
 
+/// Sets DF on a UDP socket's packets and ignores the kernel's cached path MTU
+/// (`IP_PMTUDISC_PROBE`): a datagram longer than the route's MTU fails with EMSGSIZE, a
+/// shorter one goes out whole, whatever ICMP said before. What packetization-layer MTU
+/// probes need.
+pub fn set_df_probe(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        setsockopt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            &libc::IPV6_PMTUDISC_PROBE,
+        )
+    } else {
+        setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            &libc::IP_PMTUDISC_PROBE,
+        )
+    }
+}
+
+/// The MTU of a connected socket's route (`IP_MTU`/`IPV6_MTU`), bytes.
+pub fn route_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
+    let (level, name) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `mtu` is writable for `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            std::ptr::from_mut(&mut mtu).cast(),
+            &raw mut len,
+        )
+    })?;
+    Ok(mtu.max(0) as u32)
+}
+
 /// Asks for a receive buffer of `bytes`: beyond `rmem_max` with CAP_NET_ADMIN
 /// (`SO_RCVBUFFORCE`), else as much as `rmem_max` allows. Returns what the kernel granted.
 pub fn grow_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {

@@ -1,0 +1,335 @@
+//! The path MTU test's two ends (the search itself is [`pathlab_probe::mtu`]).
+//!
+//! Up, the client sends DF probes and the server says over the control connection which
+//! arrived; down, the client asks over the control connection for each probe and the
+//! server sends it with DF. The server sends only what an authenticated (or at least
+//! TCP-verified) client asked for, at most [`MTU_MAX_PROBES`] probes within
+//! [`MTU_TEST_NS`], so a small request never turns into a flood towards anyone.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use pathlab_probe::auth::Key;
+use pathlab_probe::control::{Direction, Message, MTU_MAX_PROBES, MTU_TEST_NS};
+use pathlab_probe::mtu::{self, MtuSearch, PathMtu};
+use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
+
+use super::{now_ns, Client, Connection, MeasureError};
+use crate::sys;
+
+/// How long a probe may take before it counts as missing: three times the slowest arrival
+/// so far, at least 100 ms; 1 s before anything has arrived.
+fn probe_timeout(slowest: Option<Duration>) -> Duration {
+    slowest.map_or(Duration::from_secs(1), |s| {
+        (s * 3).max(Duration::from_millis(100))
+    })
+}
+
+fn encode(session: u64, seq: u64, size: u32, key: Option<&Key>) -> Result<Vec<u8>, MeasureError> {
+    let mut bytes = Vec::with_capacity(size as usize);
+    probe::encode(
+        &Probe {
+            kind: ProbeKind::OneWay,
+            session,
+            seq,
+            sent_ns: now_ns(),
+            reflection: Reflection::default(),
+        },
+        size as usize,
+        key,
+        &mut |pad| pad.fill(0x5a),
+        &mut bytes,
+    )
+    .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// Whether a send failed because the datagram is longer than the route's MTU.
+fn too_big(error: &std::io::Error) -> bool {
+    error.raw_os_error() == Some(libc::EMSGSIZE)
+}
+
+impl Client {
+    /// Finds the largest IP packet that crosses the path to (up) or from (down) the server
+    /// with DF set, by packetization-layer probing (RFC 4821): no ICMP needed.
+    pub fn path_mtu(mut self, direction: Direction) -> Result<PathMtu, MeasureError> {
+        let ipv6 = self.server.is_ipv6();
+        let udp = self.udp_socket()?;
+        sys::set_df_probe(udp.as_fd(), ipv6)?;
+        // The route towards the server says how large a probe this host can send at all.
+        udp.connect(self.server)?;
+        let route_mtu = sys::route_mtu(udp.as_fd(), ipv6)?;
+        let smallest = probe::min_len(ProbeKind::OneWay, self.connection.auth.is_some()) as u32;
+        let max_size = match direction {
+            Direction::Up => route_mtu.saturating_sub(mtu::overhead(ipv6)),
+            Direction::Down => probe::MAX_LEN as u32,
+        }
+        .max(smallest);
+        let test = pathlab_probe::control::TestRequest::PathMtu {
+            direction,
+            max_size,
+        };
+        let (session, server, key) = self.request(test, udp.local_addr()?.port())?;
+        let found = match direction {
+            Direction::Up => {
+                udp.connect(server)?;
+                let search = MtuSearch::new(route_mtu, smallest, ipv6)
+                    .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+                search_up(&mut self.connection, &udp, session, key.as_ref(), search)?
+            }
+            Direction::Down => search_down(
+                &mut self.connection,
+                &udp,
+                server,
+                session,
+                key.as_ref(),
+                smallest,
+                ipv6,
+            )?,
+        };
+        self.connection.send(&Message::Sent {
+            count: u64::from(found.probes),
+            duration_ns: 0,
+        })?;
+        match self
+            .connection
+            .receive(Duration::from_secs(10), "the server's end of the test")?
+        {
+            Message::Done { .. } => Ok(found),
+            Message::Error { message } => Err(MeasureError::Remote(message)),
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+fn search_up(
+    connection: &mut Connection,
+    udp: &UdpSocket,
+    session: u64,
+    key: Option<&Key>,
+    mut search: MtuSearch,
+) -> Result<PathMtu, MeasureError> {
+    let mut slowest: Option<Duration> = None;
+    let mut seq = 0u64;
+    while let Some(size) = search.next_size() {
+        seq += 1;
+        let bytes = encode(session, seq, size, key)?;
+        let sent_at = Instant::now();
+        match udp.send(&bytes) {
+            Ok(_) => {}
+            Err(error) if too_big(&error) => {
+                search.too_big_here(size);
+                continue;
+            }
+            Err(error) => return Err(error.into()),
+        }
+        let deadline = sent_at + probe_timeout(slowest);
+        let mut arrived = false;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match connection.poll(left)? {
+                Some(Message::MtuArrived { seq: s, .. }) if s == seq => {
+                    let took = sent_at.elapsed();
+                    slowest = Some(slowest.map_or(took, |s| s.max(took)));
+                    arrived = true;
+                    break;
+                }
+                // A probe judged lost that arrived after all: its size was tried again.
+                Some(Message::MtuArrived { .. }) | None => {}
+                Some(Message::Error { message }) => return Err(MeasureError::Remote(message)),
+                Some(other) => {
+                    return Err(MeasureError::Protocol(format!(
+                        "unexpected {other:?} during the path MTU search"
+                    )))
+                }
+            }
+        }
+        search
+            .record(size, arrived)
+            .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+    }
+    Ok(search.result(Direction::Up))
+}
+
+fn search_down(
+    connection: &mut Connection,
+    udp: &UdpSocket,
+    server: SocketAddr,
+    session: u64,
+    key: Option<&Key>,
+    smallest: u32,
+    ipv6: bool,
+) -> Result<PathMtu, MeasureError> {
+    udp.connect(server)?;
+    udp.set_nonblocking(true)?;
+    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+    let mut slowest: Option<Duration> = None;
+    let mut search: Option<MtuSearch> = None;
+    let mut size = smallest;
+    let mut seq = 0u64;
+    loop {
+        seq += 1;
+        let asked_at = Instant::now();
+        connection.send(&Message::MtuProbe { seq, size })?;
+        let (sent, route_mtu) =
+            match connection.receive(Duration::from_secs(10), "the server's probe")? {
+                Message::MtuSent {
+                    seq: s,
+                    sent,
+                    route_mtu,
+                } if s == seq => (sent, route_mtu),
+                Message::Error { message } => return Err(MeasureError::Remote(message)),
+                other => {
+                    return Err(MeasureError::Protocol(format!(
+                        "unexpected {other:?} during the path MTU search"
+                    )))
+                }
+            };
+        // The server's route MTU bounds the search: known with its first answer.
+        let search = match &mut search {
+            Some(search) => search,
+            None => {
+                let mut new = MtuSearch::new(route_mtu, smallest, ipv6)
+                    .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+                new.next_size();
+                search.insert(new)
+            }
+        };
+        if sent {
+            let deadline = asked_at + probe_timeout(slowest);
+            let mut arrived = false;
+            while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+                let mut ready = [false];
+                let _ = sys::poll_readable(&[udp.as_fd()], Some(left), &mut ready);
+                while let Ok(len) = udp.recv(&mut buffer) {
+                    if matches!(probe::decode(&buffer[..len], key), Ok(p) if p.session == session && p.seq == seq && p.kind == ProbeKind::OneWay)
+                        && len == size as usize
+                    {
+                        arrived = true;
+                    }
+                }
+                if arrived {
+                    let took = asked_at.elapsed();
+                    slowest = Some(slowest.map_or(took, |s| s.max(took)));
+                    break;
+                }
+            }
+            search
+                .record(size, arrived)
+                .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+        } else {
+            search.too_big_here(size);
+        }
+        match search.next_size() {
+            Some(next) => size = next,
+            None => return Ok(search.result(Direction::Down)),
+        }
+    }
+}
+
+/// The server's end: reports arrivals (up) or sends what the client asks for (down) until
+/// the client's `Sent`; returns the log line.
+pub(super) fn serve(
+    udp: &UdpSocket,
+    connection: &mut Connection,
+    session: u64,
+    client: SocketAddr,
+    key: Option<&Key>,
+    direction: Direction,
+    max_size: u32,
+) -> Result<String, MeasureError> {
+    let started = Instant::now();
+    let limit = Duration::from_nanos(MTU_TEST_NS);
+    let ipv6 = client.is_ipv6();
+    let mut count = 0u64;
+    let mut largest = 0usize;
+    match direction {
+        Direction::Up => {
+            udp.set_nonblocking(true)?;
+            let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+            loop {
+                let mut ready = [false];
+                let _ =
+                    sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
+                while let Ok((len, source)) = udp.recv_from(&mut buffer) {
+                    let ok = matches!(probe::decode(&buffer[..len], key), Ok(p) if p.session == session && p.kind == ProbeKind::OneWay)
+                        && source.ip() == client.ip();
+                    if ok {
+                        let seq = probe::decode(&buffer[..len], key)
+                            .map(|p| p.seq)
+                            .unwrap_or_default();
+                        count += 1;
+                        largest = largest.max(len);
+                        connection.send(&Message::MtuArrived {
+                            seq,
+                            size: len as u32,
+                        })?;
+                    }
+                }
+                if let Some(message) = connection.poll(Duration::ZERO)? {
+                    match message {
+                        Message::Sent { .. } => break,
+                        other => {
+                            return Err(MeasureError::Protocol(format!(
+                                "unexpected {other:?} during the path MTU test"
+                            )))
+                        }
+                    }
+                }
+                if started.elapsed() > limit {
+                    return Err(MeasureError::Timeout("the end of the path MTU test"));
+                }
+            }
+        }
+        Direction::Down => {
+            udp.connect(client)?;
+            sys::set_df_probe(udp.as_fd(), ipv6)?;
+            loop {
+                let left = limit.saturating_sub(started.elapsed());
+                match connection.receive(left, "the client's next probe")? {
+                    Message::MtuProbe { seq, size } => {
+                        count += 1;
+                        if count > u64::from(MTU_MAX_PROBES) || size > max_size {
+                            let message = format!(
+                                "a path MTU test sends at most {MTU_MAX_PROBES} probes of at most {max_size} bytes"
+                            );
+                            connection.send(&Message::Error {
+                                message: message.clone(),
+                            })?;
+                            return Err(MeasureError::Protocol(message));
+                        }
+                        let bytes = encode(session, seq, size, key)?;
+                        let sent = match udp.send(&bytes) {
+                            Ok(_) => true,
+                            Err(error) if too_big(&error) => false,
+                            Err(error) => return Err(error.into()),
+                        };
+                        if sent {
+                            largest = largest.max(bytes.len());
+                        }
+                        connection.send(&Message::MtuSent {
+                            seq,
+                            sent,
+                            route_mtu: sys::route_mtu(udp.as_fd(), ipv6)?,
+                        })?;
+                    }
+                    Message::Sent { .. } => break,
+                    other => {
+                        return Err(MeasureError::Protocol(format!(
+                            "unexpected {other:?} during the path MTU test"
+                        )))
+                    }
+                }
+            }
+        }
+    }
+    connection.send(&Message::Done {
+        received: count,
+        rejected: 0,
+    })?;
+    let way = match direction {
+        Direction::Up => "received",
+        Direction::Down => "sent",
+    };
+    Ok(format!("{way} {count} probes, the largest {largest} B"))
+}
