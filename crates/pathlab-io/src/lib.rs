@@ -11,6 +11,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bloat;
 pub mod capacity;
 pub mod control;
 pub mod emulator;

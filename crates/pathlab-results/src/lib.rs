@@ -65,6 +65,8 @@ pub enum RunResult {
     Lab(Box<lab::LabRun>),
     /// A `pathlab capacity` run: one report per direction.
     Capacity(Vec<pathlab_probe::capacity::CapacityReport>),
+    /// A `pathlab bloat` run.
+    Bloat(Box<pathlab_probe::bloat::BloatReport>),
 }
 
 /// Why a result file could not be read.

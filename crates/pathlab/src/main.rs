@@ -42,6 +42,8 @@ enum Command {
     Capacity(cmd::capacity::Args),
     /// The window a path needs (rate x RTT), this host's TCP settings against it, what to change.
     Tune(cmd::tune::Args),
+    /// Latency under load: idle, download, upload and both; added latency, grade, RPM, verdict.
+    Bloat(cmd::bloat::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
         Command::Tune(args) => cmd::tune::run(&args),
+        Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
         Command::Capacity(args) => cmd::capacity::run(&args),
     };

@@ -200,6 +200,7 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::Tcp(_) => "a pathlab tcp result",
         RunResult::Lab(_) => "a pathlab lab result",
         RunResult::Capacity(_) => "a pathlab capacity result",
+        RunResult::Bloat(_) => "a pathlab bloat result",
     }
 }
 

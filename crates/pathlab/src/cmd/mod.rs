@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments and what it runs.
 
+pub mod bloat;
 pub mod capacity;
 pub mod client;
 pub mod emulate;
