@@ -4,6 +4,7 @@
 //! They need CAP_NET_ADMIN: without it they fail when `CI=true` and skip elsewhere.
 
 use pathlab_core::verdict::DropReason;
+use pathlab_io::measure::Client;
 use pathlab_probe::control::Direction;
 
 mod util;
@@ -41,4 +42,107 @@ fn path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp() {
             assert_eq!(found.lost % pathlab_probe::mtu::TRIES, 0);
         }
     }
+}
+
+/// Runs `capacity` upwards from h1 to the server in h2.
+fn capacity_up(lab: &Lab, available: bool) -> pathlab_probe::capacity::CapacityReport {
+    use pathlab_io::capacity::{measure, CapacityOptions};
+    with_server_in_h2(lab, |first| {
+        drop(first);
+        let connect = || Client::connect("198.18.0.2", None, std::time::Duration::from_secs(5));
+        let options = CapacityOptions {
+            available,
+            ..CapacityOptions::new(Direction::Up)
+        };
+        measure(&connect, &options, &mut |line| eprintln!("  {line}"))
+    })
+}
+
+#[test]
+fn capacity_from_pairs_and_trains_is_the_emulated_rate() {
+    let Some(_serial) = privileged("capacity_from_pairs_and_trains_is_the_emulated_rate") else {
+        return;
+    };
+    // The emulator's `rate` counts each IP packet plus its 14-byte Ethernet header, as
+    // netem does: the frame capacity is the rate itself.
+    for mbit in [10.0, 50.0, 200.0] {
+        let spec = format!("rate {mbit}mbit delay 5ms");
+        let lab = Lab::start("capacity", &spec, &["--reverse", "delay 5ms"], true);
+        let report = capacity_up(&lab, false);
+        let c = &report.capacity;
+        eprintln!(
+            "{spec}: frame capacity {:.3} Mbit/s (IP {:.3}, CI {:.3} to {:.3}, {}), {} probes",
+            c.frame_capacity_bps / 1e6,
+            c.capacity_bps / 1e6,
+            c.low_bps / 1e6,
+            c.high_bps / 1e6,
+            c.method,
+            report.probes
+        );
+        assert_eq!(report.path_mtu_bytes, 1500);
+        let error = c.frame_capacity_bps / (mbit * 1e6) - 1.0;
+        assert!(error.abs() < 0.10, "{spec}: off by {:.1}%", error * 100.0);
+    }
+}
+
+#[test]
+fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
+    let Some(_serial) =
+        privileged("available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6")
+    else {
+        return;
+    };
+    let spec = "rate 10mbit delay 5ms";
+    let lab = Lab::start("available", spec, &["--reverse", "delay 5ms"], true);
+    // 4 Mbit/s of constant-rate UDP (an owd test, 1000-byte payloads) from h1 to h2 for
+    // 20 s, on its own connection and thread; the capacity run must end within it.
+    let report = with_server_in_h2(&lab, |first| {
+        drop(first);
+        let cross = std::thread::spawn(|| {
+            Client::connect("198.18.0.2", None, std::time::Duration::from_secs(5))?.one_way(
+                Direction::Up,
+                4_000_000,
+                1000,
+                20_000,
+                100,
+            )
+        });
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let connect = || Client::connect("198.18.0.2", None, std::time::Duration::from_secs(5));
+        let options = pathlab_io::capacity::CapacityOptions::new(Direction::Up);
+        let started = std::time::Instant::now();
+        let report =
+            pathlab_io::capacity::measure(&connect, &options, &mut |line| eprintln!("  {line}"));
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(19_500),
+            "the capacity run outlasted the cross traffic: {:?}",
+            started.elapsed()
+        );
+        let cross = cross.join().expect("cross traffic thread")?;
+        eprintln!(
+            "cross traffic sent at {:.2} Mbit/s, lost {}",
+            cross.achieved_rate_bps / 1e6,
+            cross.sequence.lost
+        );
+        report
+    });
+    let c = &report.capacity;
+    let a = report.available.as_ref().expect("searched");
+    eprintln!(
+        "{spec} + 4 Mbit/s: capacity {:.2} Mbit/s ({}), available {:.2} in [{:.2}, {:.2}], {} probes",
+        c.frame_capacity_bps / 1e6,
+        c.method,
+        a.available_bps / 1e6,
+        a.low_bps / 1e6,
+        a.high_bps / 1e6,
+        report.probes
+    );
+    // Back-to-back pairs and trains reach the emulator's queue before any cross packet can
+    // slip in: the capacity is still the link's.
+    assert!((c.frame_capacity_bps / 10e6 - 1.0).abs() < 0.10);
+    assert!(
+        (a.available_bps / 6e6 - 1.0).abs() < 0.20,
+        "available {:.2} Mbit/s",
+        a.available_bps / 1e6
+    );
 }

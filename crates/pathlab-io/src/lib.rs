@@ -11,6 +11,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bloat;
+pub mod capacity;
 pub mod control;
 pub mod emulator;
 pub mod measure;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pathlab_probe::auth::{ControlAuth, Key, NONCE_LEN};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::control::{
-    self, ControlError, Direction, FrameReader, Limits, Message, ReceivedProbe, Refusal,
+    self, ControlError, Direction, FrameReader, Limits, Message, ReceivedProbe, Refusal, Schedule,
     TestRequest, RECORDS_PER_CHUNK,
 };
 use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
@@ -273,6 +273,9 @@ impl Drop for ActiveTest<'_> {
     }
 }
 
+/// Most probes in one train.
+const MAX_TRAIN: u32 = 10_000;
+
 /// Most parallel streams a TCP test may ask for, per direction.
 const MAX_STREAMS: u32 = 128;
 
@@ -308,6 +311,22 @@ fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
             (size, count)
         }
         TestRequest::PathMtu { max_size, .. } => (max_size, 1),
+        TestRequest::Trains {
+            size,
+            length,
+            trains,
+            spacing_ns,
+            period_ns,
+            ..
+        } => {
+            let train_ns = u64::from(length.saturating_sub(1)).saturating_mul(spacing_ns);
+            if length == 0 || length > MAX_TRAIN || trains == 0 || period_ns <= train_ns {
+                return Err(Refusal::BadRequest(format!(
+                    "trains of {length} probes (1 to {MAX_TRAIN}), {trains} of them, each within its period"
+                )));
+            }
+            (size, u64::from(length) * u64::from(trains))
+        }
         TestRequest::RoundTrip {
             size,
             count,
@@ -447,45 +466,40 @@ fn serve_connection(
     let client = SocketAddr::new(peer.ip(), client_port);
     let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
     match test {
-        TestRequest::OneWay {
-            direction: Direction::Up,
-            size,
-            count,
-            ..
-        } => {
-            let expected = Expected {
-                session,
-                from: peer.ip(),
-                key: probe_key.as_ref(),
-                size,
-                count,
-            };
-            let (arrivals, rejected, _, _) =
-                receive_one_way(&udp, &mut connection, &expected, deadline)?;
-            let received = arrivals.len() as u64;
-            for chunk in arrivals.chunks(RECORDS_PER_CHUNK) {
-                connection.send(&Message::Received {
-                    probes: chunk.to_vec(),
-                })?;
+        TestRequest::OneWay { .. } | TestRequest::Trains { .. } => {
+            let (direction, size, count, schedule) = test.one_way().expect("a one-way test");
+            match direction {
+                Direction::Up => {
+                    let expected = Expected {
+                        session,
+                        from: peer.ip(),
+                        key: probe_key.as_ref(),
+                        size,
+                        count,
+                    };
+                    let (arrivals, rejected, _, _) =
+                        receive_one_way(&udp, &mut connection, &expected, deadline)?;
+                    let received = arrivals.len() as u64;
+                    for chunk in arrivals.chunks(RECORDS_PER_CHUNK) {
+                        connection.send(&Message::Received {
+                            probes: chunk.to_vec(),
+                        })?;
+                    }
+                    connection.send(&Message::Done { received, rejected })?;
+                    Ok(format!("{test}: received {received}, rejected {rejected}"))
+                }
+                Direction::Down => {
+                    udp.connect(client)?;
+                    let (sent, duration_ns) =
+                        send_probes(&udp, session, probe_key.as_ref(), &schedule, size, count)?;
+                    connection.send(&Message::Sent {
+                        count: sent,
+                        duration_ns,
+                    })?;
+                    let done = connection.receive(deadline, "the client's results")?;
+                    Ok(format!("{test}: sent {sent}, {}", describe_done(&done)))
+                }
             }
-            connection.send(&Message::Done { received, rejected })?;
-            Ok(format!("{test}: received {received}, rejected {rejected}"))
-        }
-        TestRequest::OneWay {
-            direction: Direction::Down,
-            rate_bps,
-            size,
-            count,
-        } => {
-            udp.connect(client)?;
-            let (sent, duration_ns) =
-                send_probes(&udp, session, probe_key.as_ref(), rate_bps, size, count)?;
-            connection.send(&Message::Sent {
-                count: sent,
-                duration_ns,
-            })?;
-            let done = connection.receive(deadline, "the client's results")?;
-            Ok(format!("{test}: sent {sent}, {}", describe_done(&done)))
         }
         TestRequest::Tcp {
             streams,
@@ -560,21 +574,23 @@ fn describe_done(done: &Message) -> String {
 /// system call per probe keeps up with), what is due goes out together.
 const SEND_BATCH: usize = 64;
 
-/// Sends up to `count` one-way probes at `rate_bps`; returns how many went out and the time
-/// from the first to the last. Each probe is stamped when it is written, so probes sent in
-/// one batch carry their real send time. A sender that cannot keep up stops when the test's
-/// time is over by half plus a second, and says how many it sent: the receiver counts loss
-/// against that, and the report shows the rate achieved.
+/// Sends up to `count` one-way probes on `schedule`; returns how many went out and the
+/// time from the first to the last. Each probe is stamped when it is written, so probes
+/// sent in one batch (a late schedule, or a back-to-back train) carry their real send
+/// time. A sender that cannot keep up stops when the test's time is over by half plus a
+/// second, and says how many it sent: the receiver counts loss against that, and the
+/// report shows the rate achieved.
 fn send_probes(
     udp: &UdpSocket,
     session: u64,
     key: Option<&Key>,
-    rate_bps: u64,
+    schedule: &Schedule,
     size: u32,
     count: u64,
 ) -> io::Result<(u64, u64)> {
-    let interval = Duration::from_secs_f64(f64::from(size) * 8.0 / rate_bps as f64);
-    let give_up = interval.mul_f64(count as f64).mul_f64(1.5) + Duration::from_secs(1);
+    let due = |seq: u64| Duration::from_nanos(schedule.due_ns(seq) as u64);
+    let give_up =
+        Duration::from_nanos(schedule.duration_ns(count)).mul_f64(1.5) + Duration::from_secs(1);
     let mut padding = [0u8; 4096];
     sys::random_bytes(&mut padding)?;
     let mut batch: Vec<Vec<u8>> = (0..SEND_BATCH)
@@ -584,7 +600,7 @@ fn send_probes(
     let mut last = start;
     let mut seq = 0;
     while seq < count {
-        pace_until(start + interval.mul_f64(seq as f64));
+        pace_until(start + due(seq));
         let now = Instant::now();
         if now - start > give_up {
             break;
@@ -592,7 +608,7 @@ fn send_probes(
         let mut n = 0;
         while n < SEND_BATCH
             && seq + (n as u64) < count
-            && (n == 0 || start + interval.mul_f64((seq + n as u64) as f64) <= now)
+            && (n == 0 || start + due(seq + n as u64) <= now)
         {
             let this = seq + n as u64;
             let header = Probe {
@@ -822,21 +838,59 @@ impl Client {
     /// open: [`OneWayTest::run`] runs it. In between, the addresses of both probe sockets
     /// are known (what a test of the receivers' defences needs).
     pub fn start_one_way(
-        mut self,
+        self,
         direction: Direction,
         rate_bps: u64,
         size: u32,
         count: u64,
         window: usize,
     ) -> Result<OneWayTest, MeasureError> {
+        self.start_probes(
+            TestRequest::OneWay {
+                direction,
+                rate_bps,
+                size,
+                count,
+            },
+            window,
+        )
+    }
+
+    /// Sends `trains` trains of `length` probes of `size` bytes in `direction`, a train
+    /// every `period`, its probes `spacing` apart (zero: back to back); returns what the
+    /// receiver recorded.
+    pub fn trains(
+        self,
+        direction: Direction,
+        size: u32,
+        length: u32,
+        trains: u32,
+        spacing: Duration,
+        period: Duration,
+    ) -> Result<ProbeArrivals, MeasureError> {
+        self.start_probes(
+            TestRequest::Trains {
+                direction,
+                size,
+                length,
+                trains,
+                spacing_ns: spacing.as_nanos() as u64,
+                period_ns: period.as_nanos() as u64,
+            },
+            0,
+        )?
+        .run_raw()
+    }
+
+    fn start_probes(
+        mut self,
+        test: TestRequest,
+        window: usize,
+    ) -> Result<OneWayTest, MeasureError> {
+        let (direction, size, count, schedule) = test.one_way().expect("a one-way test");
         let udp = self.udp_socket()?;
-        let test = TestRequest::OneWay {
-            direction,
-            rate_bps,
-            size,
-            count,
-        };
         let deadline = Duration::from_nanos(test.duration_ns()) + Duration::from_secs(10);
+        let rate_bps = test.rate_bps();
         let (session, server, key) = self.request(test, udp.local_addr()?.port())?;
         Ok(OneWayTest {
             client: self,
@@ -845,6 +899,7 @@ impl Client {
             session,
             server,
             key,
+            schedule,
             sender: SenderReport {
                 direction,
                 rate_bps,
@@ -857,6 +912,19 @@ impl Client {
     }
 }
 
+/// What the receiving end of a one-way test recorded, and what the sender says it sent.
+#[derive(Debug, Clone)]
+pub struct ProbeArrivals {
+    /// Every accepted probe in arrival order (duplicates included).
+    pub arrivals: Vec<ReceivedProbe>,
+    /// Datagrams the receiver rejected.
+    pub rejected: u64,
+    /// Probes the sender sent.
+    pub sent: u64,
+    /// From the sender's first probe to its last, ns.
+    pub duration_ns: u64,
+}
+
 /// A one-way test the server has accepted, not yet run.
 #[derive(Debug)]
 pub struct OneWayTest {
@@ -865,6 +933,7 @@ pub struct OneWayTest {
     session: u64,
     server: SocketAddr,
     key: Option<Key>,
+    schedule: Schedule,
     /// The test as asked (`sent` is the count asked for).
     sender: SenderReport,
     window: usize,
@@ -889,10 +958,25 @@ impl OneWayTest {
     }
 
     /// Runs the test and analyses it.
-    pub fn run(mut self) -> Result<OneWayResult, MeasureError> {
+    pub fn run(self) -> Result<OneWayResult, MeasureError> {
+        let (sender, window) = (self.sender, self.window);
+        let run = self.run_raw()?;
+        Ok(one_way_result(
+            SenderReport {
+                sent: run.sent,
+                duration_ns: run.duration_ns,
+                ..sender
+            },
+            &run.arrivals,
+            run.rejected,
+            window,
+        ))
+    }
+
+    /// Runs the test; returns what the receiver recorded.
+    pub fn run_raw(mut self) -> Result<ProbeArrivals, MeasureError> {
         let SenderReport {
             direction,
-            rate_bps,
             size,
             sent: count,
             ..
@@ -906,7 +990,7 @@ impl OneWayTest {
                     &self.udp,
                     self.session,
                     self.key.as_ref(),
-                    rate_bps,
+                    &self.schedule,
                     size,
                     count,
                 )?;
@@ -945,16 +1029,12 @@ impl OneWayTest {
                 (arrivals, rejected, sent, duration_ns)
             }
         };
-        Ok(one_way_result(
-            SenderReport {
-                sent,
-                duration_ns,
-                ..self.sender
-            },
-            &arrivals,
+        Ok(ProbeArrivals {
+            arrivals,
             rejected,
-            self.window,
-        ))
+            sent,
+            duration_ns,
+        })
     }
 }
 

@@ -88,6 +88,24 @@ pub enum TestRequest {
         /// TCP_CONGESTION for the senders.
         congestion: Option<String>,
     },
+    /// One-way probes in trains: `trains` trains of `length` probes, a train starting every
+    /// `period_ns`, its probes `spacing_ns` apart (0: back to back). Packet pairs and
+    /// trains measure capacity by their dispersion; periodic streams at a rate measure
+    /// available bandwidth by their delay trend.
+    Trains {
+        /// Which way.
+        direction: Direction,
+        /// UDP payload bytes per probe.
+        size: u32,
+        /// Probes per train.
+        length: u32,
+        /// How many trains.
+        trains: u32,
+        /// Between the probes of a train, ns (0: back to back).
+        spacing_ns: u64,
+        /// From the start of one train to the start of the next, ns.
+        period_ns: u64,
+    },
     /// Path MTU discovery with DF probes (RFC 4821): the client searches, probe by probe;
     /// up, the server reports each probe that arrives ([`Message::MtuArrived`]); down, it
     /// sends each probe the client asks for ([`Message::MtuProbe`], [`Message::MtuSent`]).
@@ -159,6 +177,25 @@ impl std::fmt::Display for TestRequest {
                 }
                 Ok(())
             }
+            TestRequest::Trains {
+                direction,
+                size,
+                length,
+                trains,
+                spacing_ns,
+                period_ns,
+            } => {
+                let way = match direction {
+                    Direction::Up => "up",
+                    Direction::Down => "down",
+                };
+                write!(
+                    f,
+                    "trains {way}: {trains} x {length} x {size} B, {:.1} us apart, every {:.1} ms",
+                    *spacing_ns as f64 * 1e-3,
+                    *period_ns as f64 * 1e-6
+                )
+            }
             TestRequest::PathMtu {
                 direction,
                 max_size,
@@ -182,13 +219,89 @@ impl std::fmt::Display for TestRequest {
     }
 }
 
+/// When each probe of a one-way test is due, after the first: trains of `length` probes
+/// `spacing_ns` apart, one train every `period_ns`. Evenly paced probes are one long train.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Schedule {
+    /// Probes per train.
+    pub length: u64,
+    /// Between the probes of a train, ns.
+    pub spacing_ns: f64,
+    /// From the start of one train to the next, ns.
+    pub period_ns: f64,
+}
+
+impl Schedule {
+    /// Probe `seq`'s send time after the first probe's, ns.
+    pub fn due_ns(&self, seq: u64) -> f64 {
+        let length = self.length.max(1);
+        (seq / length) as f64 * self.period_ns + (seq % length) as f64 * self.spacing_ns
+    }
+
+    /// How long `count` probes take: `count` spacings for one train, whole periods for
+    /// several.
+    pub fn duration_ns(&self, count: u64) -> u64 {
+        let length = self.length.max(1);
+        if length >= count {
+            (count as f64 * self.spacing_ns) as u64
+        } else {
+            (count.div_ceil(length) as f64 * self.period_ns) as u64
+        }
+    }
+}
+
 impl TestRequest {
+    /// A one-way test's direction, probe size, probe count and schedule (`None` for the
+    /// other kinds).
+    pub fn one_way(&self) -> Option<(Direction, u32, u64, Schedule)> {
+        match *self {
+            TestRequest::OneWay {
+                direction,
+                rate_bps,
+                size,
+                count,
+            } => Some((
+                direction,
+                size,
+                count,
+                Schedule {
+                    length: count,
+                    spacing_ns: f64::from(size) * 8.0 * 1e9 / rate_bps.max(1) as f64,
+                    period_ns: 0.0,
+                },
+            )),
+            TestRequest::Trains {
+                direction,
+                size,
+                length,
+                trains,
+                spacing_ns,
+                period_ns,
+            } => Some((
+                direction,
+                size,
+                u64::from(length) * u64::from(trains),
+                Schedule {
+                    length: u64::from(length),
+                    spacing_ns: spacing_ns as f64,
+                    period_ns: period_ns as f64,
+                },
+            )),
+            _ => None,
+        }
+    }
+
     /// The rate the test offers, in bits per second of UDP payload.
     pub fn rate_bps(&self) -> u64 {
         match *self {
             // TCP finds its own rate; the server bounds it by duration and test count.
             TestRequest::Tcp { .. } => 0,
             TestRequest::OneWay { rate_bps, .. } => rate_bps,
+            TestRequest::Trains { .. } => {
+                let (_, size, count, schedule) = self.one_way().expect("a one-way test");
+                (u128::from(count) * u128::from(size) * 8 * 1_000_000_000
+                    / u128::from(schedule.duration_ns(count).max(1))) as u64
+            }
             TestRequest::PathMtu { max_size, .. } => {
                 u64::from(MTU_MAX_PROBES) * u64::from(max_size) * 8 * 1_000_000_000 / MTU_TEST_NS
             }
@@ -203,6 +316,10 @@ impl TestRequest {
         match *self {
             TestRequest::Tcp { duration_ns, .. } => duration_ns,
             TestRequest::PathMtu { .. } => MTU_TEST_NS,
+            TestRequest::Trains { .. } => {
+                let (_, _, count, schedule) = self.one_way().expect("a one-way test");
+                schedule.duration_ns(count)
+            }
             TestRequest::OneWay {
                 rate_bps,
                 size,

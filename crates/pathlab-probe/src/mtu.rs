@@ -114,7 +114,7 @@ impl MtuSearch {
     }
 
     /// The payload size to probe next, or `None` when the search is over.
-    pub fn next(&mut self) -> Option<u32> {
+    pub fn next_size(&mut self) -> Option<u32> {
         if self.passed != 0 && self.passed + 1 >= self.failed {
             return None;
         }
@@ -122,7 +122,7 @@ impl MtuSearch {
         Some(self.trying)
     }
 
-    /// The probe of `size` (the one [`MtuSearch::next`] gave) arrived or not. Returns an
+    /// The probe of `size` (the one [`MtuSearch::next_size`] gave) arrived or not. Returns an
     /// error when the smallest probe never arrives.
     pub fn record(&mut self, size: u32, arrived: bool) -> Result<(), MtuError> {
         debug_assert_eq!(size, self.trying);
@@ -161,7 +161,7 @@ impl MtuSearch {
         self.local_mtu.saturating_sub(overhead(self.ipv6))
     }
 
-    /// The result, once [`MtuSearch::next`] has returned `None`.
+    /// The result, once [`MtuSearch::next_size`] has returned `None`.
     pub fn result(&self, direction: Direction) -> PathMtu {
         PathMtu {
             direction,
@@ -184,7 +184,7 @@ mod tests {
     fn search(local_mtu: u32, limit: u32, lose: &[u32]) -> Result<PathMtu, MtuError> {
         let mut search = MtuSearch::new(local_mtu, 64, false)?;
         let mut ordinal = 0;
-        while let Some(size) = search.next() {
+        while let Some(size) = search.next_size() {
             ordinal += 1;
             let arrived = size <= limit && !lose.contains(&ordinal);
             search.record(size, arrived)?;
@@ -230,11 +230,11 @@ mod tests {
     #[test]
     fn emsgsize_halves_at_once() {
         let mut search = MtuSearch::new(9000, 64, true).unwrap();
-        assert_eq!(search.next(), Some(64));
+        assert_eq!(search.next_size(), Some(64));
         search.record(64, true).unwrap();
-        let top = search.next().unwrap();
+        let top = search.next_size().unwrap();
         assert_eq!(top, 9000 - 48);
         search.too_big_here(top);
-        assert_eq!(search.next(), Some(64 + (top - 64) / 2));
+        assert_eq!(search.next_size(), Some(64 + (top - 64) / 2));
     }
 }

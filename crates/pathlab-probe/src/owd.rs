@@ -115,14 +115,121 @@ fn regression(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     Some((slope, standard_error))
 }
 
-/// Analyses the probes a receiver recorded (distinct ones, in arrival order).
-pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
+/// The trend test: whether the one-way delay of a run of probes rises, the sign of a queue
+/// building because they (with whatever shares the path) arrive faster than it drains.
+/// The same test judges `owd`'s queue verdict and each of `capacity`'s self-loading
+/// streams (the pathload idea: a stream faster than the available bandwidth builds a
+/// queue).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DelayTrend {
+    /// Estimated clock drift (receiver faster is positive), clamped to the plausible.
+    pub clock_drift: f64,
+    /// Least-squares trend of the drift-corrected delay, ns per second.
+    pub trend_ns_per_s: f64,
+    /// Its standard error.
+    pub trend_se_ns_per_s: f64,
+    /// How far the highest window median rose above the first window's, ns.
+    pub growth_ns: f64,
+    /// The trend times the run's span: the rise the fit says happened, ns.
+    pub fitted_rise_ns: f64,
+    /// What a rise must exceed to count: 1 ms, or five times the jitter.
+    pub threshold_ns: f64,
+    /// RFC 3550 jitter of the run, ns.
+    pub jitter_ns: f64,
+    /// The verdict.
+    pub verdict: QueueVerdict,
+}
+
+/// Each probe's time since the first arrival (s) and its delay relative to the first
+/// probe's (ns; the clocks' offset cancels).
+fn relative_delays(probes: &[ReceivedProbe]) -> Vec<(f64, i64)> {
+    let Some(first) = probes.first() else {
+        return Vec::new();
+    };
+    let start = first.received_ns;
+    let base = i128::from(first.received_ns) - i128::from(first.sent_ns);
+    probes
+        .iter()
+        .map(|p| {
+            let t = p.received_ns.saturating_sub(start) as f64 * 1e-9;
+            let delay = i128::from(p.received_ns) - i128::from(p.sent_ns) - base;
+            (t, delay as i64)
+        })
+        .collect()
+}
+
+/// Runs the trend test on probes (distinct ones, in arrival order) with windows of
+/// `window` packets: the clock drift from the trend of the per-window minima (the lowest
+/// delay any packet saw, which a queue does not lower), clamped to [`MAX_CLOCK_DRIFT`]
+/// (a faster rise is not a clock, it is a queue) and removed; then a queue builds when the
+/// delay rose by more than the noise (1 ms, or five times the jitter) both in the window
+/// medians and along the fitted trend over the whole run, and the trend is above zero with
+/// 95% confidence. The fitted rise keeps a slope that is significant but tiny (a few us/s,
+/// from timing noise on a busy host) from counting because one burst lifted a window's
+/// median. Fewer than two windows of probes: [`QueueVerdict::Unknown`].
+pub fn delay_trend(probes: &[ReceivedProbe], window: usize) -> DelayTrend {
     let window = window.max(2);
     let mut jitter = Jitter::default();
     for probe in probes {
         jitter.add(probe.sent_ns, probe.received_ns);
     }
-    let Some(first) = probes.first() else {
+    let raw = relative_delays(probes);
+    let block_minima: Vec<(f64, f64)> = raw
+        .chunks(window)
+        .filter(|block| block.len() == window)
+        .map(|block| {
+            let (t, d) = block.iter().min_by_key(|p| p.1).expect("non-empty");
+            (*t, *d as f64)
+        })
+        .collect();
+    let drift = regression(&block_minima).map_or(0.0, |(slope_ns_per_s, _)| {
+        (slope_ns_per_s * 1e-9).clamp(-MAX_CLOCK_DRIFT, MAX_CLOCK_DRIFT)
+    });
+    let corrected: Vec<(f64, f64)> = raw
+        .iter()
+        .map(|&(t, d)| (t, d as f64 - drift * t * 1e9))
+        .collect();
+    let (trend, trend_se) = regression(&corrected).unwrap_or((0.0, 0.0));
+    let medians: Vec<f64> = corrected
+        .chunks(window)
+        .map(|block| {
+            let mut values: Vec<f64> = block.iter().map(|p| p.1).collect();
+            values.sort_by(f64::total_cmp);
+            values[values.len() / 2]
+        })
+        .collect();
+    // Growth: the highest window median above the first window's median.
+    let growth = match medians.first() {
+        Some(first) => medians.iter().copied().fold(f64::MIN, f64::max) - first,
+        None => 0.0,
+    };
+    let threshold = (1e6f64).max(5.0 * jitter.ns());
+    let span_s = corrected.last().map_or(0.0, |p| p.0) - corrected.first().map_or(0.0, |p| p.0);
+    let fitted_rise = trend * span_s;
+    let verdict = if probes.len() < 2 * window {
+        QueueVerdict::Unknown
+    } else if growth > threshold && fitted_rise > threshold && trend - 1.96 * trend_se > 0.0 {
+        QueueVerdict::Building
+    } else {
+        QueueVerdict::NotBuilding
+    };
+    DelayTrend {
+        clock_drift: drift,
+        trend_ns_per_s: trend,
+        trend_se_ns_per_s: trend_se,
+        growth_ns: growth,
+        fitted_rise_ns: fitted_rise,
+        threshold_ns: threshold,
+        jitter_ns: jitter.ns(),
+        verdict,
+    }
+}
+
+/// Analyses the probes a receiver recorded (distinct ones, in arrival order).
+pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
+    let window = window.max(2);
+    let trend = delay_trend(probes, window);
+    if probes.is_empty() {
         return OwdReport {
             packets: 0,
             window: window as u64,
@@ -137,18 +244,8 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
             verdict: QueueVerdict::Unknown,
             series: Vec::new(),
         };
-    };
-    let start = first.received_ns;
-    // Offset-laden delay, relative to the first packet's, so the numbers stay small.
-    let base = i128::from(first.received_ns) - i128::from(first.sent_ns);
-    let raw: Vec<(f64, i64)> = probes
-        .iter()
-        .map(|p| {
-            let t = p.received_ns.saturating_sub(start) as f64 * 1e-9;
-            let delay = i128::from(p.received_ns) - i128::from(p.sent_ns) - base;
-            (t, delay as i64)
-        })
-        .collect();
+    }
+    let raw = relative_delays(probes);
     // The seed's deviation: from the minimum of the last `window` packets.
     let mut minima = std::collections::VecDeque::<(usize, i64)>::new();
     let mut series = Vec::with_capacity(raw.len());
@@ -168,61 +265,18 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
     }
     let mut deviations: Vec<u64> = series.iter().map(|s| s.1).collect();
     deviations.sort_unstable();
-    // Clock drift from the trend of the per-window minima.
-    let block_minima: Vec<(f64, f64)> = raw
-        .chunks(window)
-        .filter(|block| block.len() == window)
-        .map(|block| {
-            let (t, d) = block.iter().min_by_key(|p| p.1).expect("non-empty");
-            (*t, *d as f64)
-        })
-        .collect();
-    let drift = regression(&block_minima).map_or(0.0, |(slope_ns_per_s, _)| {
-        (slope_ns_per_s * 1e-9).clamp(-MAX_CLOCK_DRIFT, MAX_CLOCK_DRIFT)
-    });
-    let corrected: Vec<(f64, f64)> = raw
-        .iter()
-        .map(|&(t, d)| (t, d as f64 - drift * t * 1e9))
-        .collect();
-    let (trend, trend_se) = regression(&corrected).unwrap_or((0.0, 0.0));
-    // Growth: the highest window median above the first window's median.
-    let medians: Vec<f64> = corrected
-        .chunks(window)
-        .map(|block| {
-            let mut values: Vec<f64> = block.iter().map(|p| p.1).collect();
-            values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
-        })
-        .collect();
-    let growth = medians.iter().copied().fold(f64::MIN, f64::max) - medians[0];
-    let growth_ns = growth.max(0.0) as u64;
-    // A queue builds when the delay rose by more than the noise (1 ms, or five times the
-    // jitter) both in the window medians and along the fitted trend over the whole run,
-    // and the trend is above zero with 95% confidence. The fitted rise keeps a slope that
-    // is significant but tiny (a few us/s, from timing noise on a busy host) from counting
-    // because one burst lifted a window's median.
-    let threshold = (1e6f64).max(5.0 * jitter.ns());
-    let span_s = corrected.last().map_or(0.0, |p| p.0) - corrected.first().map_or(0.0, |p| p.0);
-    let fitted_rise = trend * span_s;
-    let verdict = if probes.len() < 2 * window {
-        QueueVerdict::Unknown
-    } else if growth > threshold && fitted_rise > threshold && trend - 1.96 * trend_se > 0.0 {
-        QueueVerdict::Building
-    } else {
-        QueueVerdict::NotBuilding
-    };
     OwdReport {
         packets: probes.len() as u64,
         window: window as u64,
         deviation_p50_ns: percentile(&deviations, 0.5),
         deviation_p95_ns: percentile(&deviations, 0.95),
         deviation_max_ns: deviations.last().copied().unwrap_or(0),
-        clock_drift_ppm: drift * 1e6,
-        jitter_ns: jitter.ns(),
-        trend_us_per_s: trend * 1e-3,
-        trend_ci95_us_per_s: 1.96 * trend_se * 1e-3,
-        queue_growth_ns: growth_ns,
-        verdict,
+        clock_drift_ppm: trend.clock_drift * 1e6,
+        jitter_ns: trend.jitter_ns,
+        trend_us_per_s: trend.trend_ns_per_s * 1e-3,
+        trend_ci95_us_per_s: 1.96 * trend.trend_se_ns_per_s * 1e-3,
+        queue_growth_ns: trend.growth_ns.max(0.0) as u64,
+        verdict: trend.verdict,
         series,
     }
 }

@@ -65,6 +65,10 @@ pub enum RunResult {
     Rfc6349(Box<pathlab_probe::rfc6349::Rfc6349Report>),
     /// A `pathlab lab` run.
     Lab(Box<lab::LabRun>),
+    /// A `pathlab capacity` run: one report per direction.
+    Capacity(Vec<pathlab_probe::capacity::CapacityReport>),
+    /// A `pathlab bloat` run.
+    Bloat(Box<pathlab_probe::bloat::BloatReport>),
 }
 
 /// Why a result file could not be read.

@@ -38,6 +38,12 @@ enum Command {
     Rtt(cmd::rtt::Args),
     /// Bulk TCP like iperf3: parallel streams, reverse, bidirectional, TCP_INFO samples.
     Tcp(cmd::tcp::Args),
+    /// Bottleneck capacity (packet pairs and trains) and available bandwidth (self-loading streams).
+    Capacity(cmd::capacity::Args),
+    /// The window a path needs (rate x RTT), this host's TCP settings against it, what to change.
+    Tune(cmd::tune::Args),
+    /// Latency under load: idle, download, upload and both; added latency, grade, RPM, verdict.
+    Bloat(cmd::bloat::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -75,7 +81,10 @@ fn main() -> ExitCode {
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
+        Command::Tune(args) => cmd::tune::run(&args),
+        Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
+        Command::Capacity(args) => cmd::capacity::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -112,7 +112,7 @@ fn search_up(
 ) -> Result<PathMtu, MeasureError> {
     let mut slowest: Option<Duration> = None;
     let mut seq = 0u64;
-    while let Some(size) = search.next() {
+    while let Some(size) = search.next_size() {
         seq += 1;
         let bytes = encode(session, seq, size, key)?;
         let sent_at = Instant::now();
@@ -171,28 +171,27 @@ fn search_down(
         seq += 1;
         let asked_at = Instant::now();
         connection.send(&Message::MtuProbe { seq, size })?;
-        let (sent, route_mtu) = loop {
+        let (sent, route_mtu) =
             match connection.receive(Duration::from_secs(10), "the server's probe")? {
                 Message::MtuSent {
                     seq: s,
                     sent,
                     route_mtu,
-                } if s == seq => break (sent, route_mtu),
+                } if s == seq => (sent, route_mtu),
                 Message::Error { message } => return Err(MeasureError::Remote(message)),
                 other => {
                     return Err(MeasureError::Protocol(format!(
                         "unexpected {other:?} during the path MTU search"
                     )))
                 }
-            }
-        };
+            };
         // The server's route MTU bounds the search: known with its first answer.
         let search = match &mut search {
             Some(search) => search,
             None => {
                 let mut new = MtuSearch::new(route_mtu, smallest, ipv6)
                     .map_err(|e| MeasureError::Protocol(e.to_string()))?;
-                new.next();
+                new.next_size();
                 search.insert(new)
             }
         };
@@ -221,7 +220,7 @@ fn search_down(
         } else {
             search.too_big_here(size);
         }
-        match search.next() {
+        match search.next_size() {
             Some(next) => size = next,
             None => return Ok(search.result(Direction::Down)),
         }

@@ -1,5 +1,7 @@
 //! One module per subcommand: its arguments and what it runs.
 
+pub mod bloat;
+pub mod capacity;
 pub mod client;
 pub mod emulate;
 pub mod lab;
@@ -12,6 +14,7 @@ pub mod shell;
 pub mod sim;
 pub mod spec;
 pub mod tcp;
+pub mod tune;
 
 /// Parses a time on the command line (`-t`, `-i`, `--sample`, `--max-duration`): `10s`,
 /// `250ms`, `1.5s`; a bare number is seconds, as in iperf3 and ping. (Inside a SPEC a

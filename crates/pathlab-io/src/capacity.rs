@@ -1,0 +1,210 @@
+//! `pathlab capacity`'s steps against a server: the path MTU (to size the probes), packet
+//! pairs, packet trains, then the search for the available bandwidth with self-loading
+//! streams. The estimators are [`pathlab_probe::capacity`]; this module sends and collects.
+
+use std::time::Duration;
+
+use pathlab_probe::capacity::{self, AvailableSearch, CapacityReport};
+use pathlab_probe::control::Direction;
+use pathlab_probe::mtu;
+
+use crate::measure::{Client, MeasureError};
+
+/// How a capacity run goes.
+#[derive(Debug, Clone)]
+pub struct CapacityOptions {
+    /// Which way the probes go.
+    pub direction: Direction,
+    /// Packet pairs to send.
+    pub pairs: u32,
+    /// Packet trains to send.
+    pub trains: u32,
+    /// Whether to search for the available bandwidth after the capacity.
+    pub available: bool,
+    /// Streams per rate in the search.
+    pub streams: u32,
+    /// How long each stream lasts.
+    pub stream_time: Duration,
+    /// The search stops when its bracket is narrower than this fraction of the capacity.
+    pub resolution: f64,
+    /// At most this many fleets (rates) in the search.
+    pub max_fleets: usize,
+}
+
+impl CapacityOptions {
+    /// The defaults in `direction`: 100 pairs, 30 trains, the available bandwidth to 4% of
+    /// the capacity with fleets of 5 streams of 100 ms.
+    pub fn new(direction: Direction) -> CapacityOptions {
+        CapacityOptions {
+            direction,
+            pairs: 100,
+            trains: 30,
+            available: true,
+            streams: 5,
+            stream_time: Duration::from_millis(100),
+            resolution: 0.04,
+            max_fleets: 10,
+        }
+    }
+}
+
+/// Fewest probes in a stream: two windows of the trend test's smallest.
+const MIN_STREAM_PROBES: u64 = 40;
+/// Pairs and trains start this far apart at least, so each finds the queue empty.
+const MIN_TRAIN_PERIOD: Duration = Duration::from_millis(10);
+
+/// Measures capacity (and available bandwidth) with a fresh connection from `connect` per
+/// step; `log` hears a line per step as it ends.
+pub fn measure(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<CapacityReport, MeasureError> {
+    let direction = options.direction;
+    let path = connect()?.path_mtu(direction)?;
+    log(&format!(
+        "path MTU {}: {} bytes ({} probes)",
+        way(direction),
+        path.mtu_bytes,
+        path.probes
+    ));
+    let payload = path.payload_bytes;
+    let packet_bytes = path.mtu_bytes;
+    let bits = f64::from(packet_bytes) * 8.0;
+    let mut probes = u64::from(path.probes);
+
+    // Pairs: back to back, 10 ms apart.
+    let pairs = connect()?.trains(
+        direction,
+        payload,
+        2,
+        options.pairs,
+        Duration::ZERO,
+        MIN_TRAIN_PERIOD,
+    )?;
+    probes += pairs.sent;
+    let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
+    let rough = capacity::median_ci(&pair_estimates)
+        .ok_or_else(|| {
+            MeasureError::Protocol(format!(
+                "none of {} packet pairs arrived whole; the path loses too much to measure",
+                options.pairs
+            ))
+        })?
+        .median_bps;
+    log(&format!(
+        "packet pairs: {} of {} whole, median {:.2} Mbit/s",
+        pair_estimates.len(),
+        options.pairs,
+        rough / 1e6
+    ));
+
+    // Trains long enough to last 10 ms at the pairs' rate (8 to 256 packets), so timing
+    // noise of tens of us is a fraction of a percent; each starts when the last has long
+    // drained.
+    let length = ((rough * 0.010 / bits).round() as u32).clamp(8, 256);
+    let train_time = Duration::from_secs_f64(f64::from(length) * bits / rough);
+    let period = (train_time * 4).max(MIN_TRAIN_PERIOD);
+    let trains = connect()?.trains(
+        direction,
+        payload,
+        length,
+        options.trains,
+        Duration::ZERO,
+        period,
+    )?;
+    probes += trains.sent;
+    let train_estimates = capacity::train_estimates(&trains.arrivals, u64::from(length), bits);
+    let found = capacity::combine(
+        &pair_estimates,
+        &train_estimates,
+        packet_bytes,
+        (
+            u64::from(options.pairs),
+            u64::from(length),
+            u64::from(options.trains),
+        ),
+    )
+    .ok_or_else(|| MeasureError::Protocol("no pair or train arrived whole".into()))?;
+    log(&format!(
+        "packet trains of {length}: {} of {} whole; capacity {:.2} Mbit/s (95% CI {:.2} to {:.2}, from the {}){}",
+        train_estimates.len(),
+        options.trains,
+        found.capacity_bps / 1e6,
+        found.low_bps / 1e6,
+        found.high_bps / 1e6,
+        found.method,
+        match found.pair_mode_bps {
+            Some(mode) if found.pairs_disagree() => format!(
+                "; the pairs' mode is {:.2} Mbit/s: cross traffic before the bottleneck, or bursty timestamps",
+                mode / 1e6
+            ),
+            _ => String::new(),
+        }
+    ));
+
+    let available = if options.available {
+        let mut search =
+            AvailableSearch::new(found.capacity_bps, options.resolution, options.max_fleets);
+        while let Some(rate) = search.next_rate() {
+            // Streams of `stream_time` at `rate`; at low rates, smaller probes keep the
+            // stream at least MIN_STREAM_PROBES long.
+            let overhead = mtu::overhead(path.ipv6);
+            let wanted_bytes =
+                rate * options.stream_time.as_secs_f64() / 8.0 / MIN_STREAM_PROBES as f64;
+            // A probe's header and (with a key) its tag: 64 bytes of payload at least.
+            let smallest = 64 + overhead;
+            let ip_bytes = (wanted_bytes as u32).clamp(smallest, packet_bytes);
+            let spacing = Duration::from_secs_f64(f64::from(ip_bytes) * 8.0 / rate);
+            let length = ((options.stream_time.as_secs_f64() / spacing.as_secs_f64()).round()
+                as u64)
+                .max(MIN_STREAM_PROBES);
+            // Each stream is followed by twice its length of silence, for its queue to
+            // drain before the next.
+            let stream_time = spacing * length as u32;
+            let fleet = connect()?.trains(
+                direction,
+                ip_bytes - overhead,
+                length as u32,
+                options.streams,
+                spacing,
+                stream_time * 3,
+            )?;
+            probes += fleet.sent;
+            let streams =
+                capacity::judge_streams(&fleet.arrivals, length, u64::from(options.streams));
+            let fleet = search.record(rate, streams);
+            log(&format!(
+                "streams at {:.2} Mbit/s: {} of {} rising -> {} the available bandwidth",
+                rate / 1e6,
+                fleet.streams.iter().filter(|s| s.rising()).count(),
+                fleet.streams.len(),
+                if fleet.above { "above" } else { "below" }
+            ));
+        }
+        let result = search.result();
+        log(&format!(
+            "available bandwidth {:.2} Mbit/s (between {:.2} and {:.2})",
+            result.available_bps / 1e6,
+            result.low_bps / 1e6,
+            result.high_bps / 1e6
+        ));
+        Some(result)
+    } else {
+        None
+    };
+    Ok(CapacityReport {
+        direction,
+        path_mtu_bytes: path.mtu_bytes,
+        capacity: found,
+        available,
+        probes,
+    })
+}
+
+fn way(direction: Direction) -> &'static str {
+    match direction {
+        Direction::Up => "up",
+        Direction::Down => "down",
+    }
+}

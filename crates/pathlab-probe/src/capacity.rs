@@ -1,0 +1,497 @@
+//! Capacity and available bandwidth from what probe receivers recorded, sans-IO.
+//!
+//! **Capacity** (the pathrate idea, Dovrolis, Ramanathan and Moore 2004): two packets sent
+//! back to back leave the narrowest link as far apart as that link takes to serialize the
+//! second, so `capacity = bits / dispersion`. A train of `n` back-to-back packets gives
+//! `(n - 1) x bits / (last arrival - first arrival)`, averaging the timestamps' noise over
+//! `n - 1` gaps. Cross traffic that slips in between widens the dispersion, so a train
+//! measures the *asymptotic dispersion rate* (ADR), at most the capacity; short pairs are
+//! less often hit, so the strongest *mode* of the pair estimates still sits at the
+//! capacity. Pairs are also the first to suffer from timestamps that come in bursts (60 us
+//! apart at 200 Mbit/s), so pathlab takes the trains' median and reports the pairs' mode
+//! beside it, flagging a disagreement (see [`combine`]).
+//!
+//! **Available bandwidth** (the pathload idea, Jain and Dovrolis 2002): a periodic stream at
+//! rate `R` builds a queue, and its one-way delays rise, exactly when `R` is above what the
+//! path has spare; below, the delays stay flat. Each stream is judged by the trend test
+//! `owd` uses ([`crate::owd::delay_trend`]), a stream that lost probes counts as rising,
+//! and a fleet of streams at one rate says "above" when most of its streams rose. A
+//! binary search over `R` between 0 and the capacity narrows the bracket in which the
+//! verdict flips; the available bandwidth is its middle, the bracket its range.
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::{Direction, ReceivedProbe};
+use crate::owd::{delay_trend, QueueVerdict};
+
+/// Bytes of an Ethernet header: what a frame adds to an IP packet on the links Linux, tc,
+/// netem and pathlab's emulator rate-limit (preamble, FCS and gap not counted).
+pub const ETHERNET_HEADER_BYTES: u32 = 14;
+
+/// A median with its 95% confidence interval (distribution-free, from order statistics).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// The median, bits/s.
+    pub median_bps: f64,
+    /// Lower end of the 95% confidence interval of the median.
+    pub low_bps: f64,
+    /// Upper end.
+    pub high_bps: f64,
+    /// How many samples.
+    pub samples: usize,
+}
+
+/// The median of `values` and a 95% confidence interval for it: the order statistics
+/// `n/2 -/+ 0.98 sqrt(n)` (normal approximation of the binomial), clamped to the sample.
+pub fn median_ci(values: &[f64]) -> Option<Estimate> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if sorted.is_empty() {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    let half_width = 0.98 * (n as f64).sqrt();
+    let low = ((n as f64 / 2.0 - half_width).floor().max(0.0)) as usize;
+    let high = ((n as f64 / 2.0 + half_width).ceil() as usize).min(n - 1);
+    let median = if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        f64::midpoint(sorted[n / 2 - 1], sorted[n / 2])
+    };
+    Some(Estimate {
+        median_bps: median,
+        low_bps: sorted[low],
+        high_bps: sorted[high],
+        samples: n,
+    })
+}
+
+/// One estimate per train whose every probe arrived exactly once: `(length - 1) x
+/// bits_per_probe / (last arrival - first arrival)`. Trains are the probes `k x length ..
+/// (k + 1) x length`.
+pub fn train_estimates(arrivals: &[ReceivedProbe], length: u64, bits_per_probe: f64) -> Vec<f64> {
+    let length = length.max(2);
+    let mut trains = std::collections::BTreeMap::<u64, Vec<&ReceivedProbe>>::new();
+    for probe in arrivals {
+        trains.entry(probe.seq / length).or_default().push(probe);
+    }
+    trains
+        .values()
+        .filter(|probes| {
+            let mut seqs: Vec<u64> = probes.iter().map(|p| p.seq).collect();
+            seqs.sort_unstable();
+            seqs.dedup();
+            seqs.len() == probes.len() && probes.len() as u64 == length
+        })
+        .filter_map(|probes| {
+            let first = probes.iter().map(|p| p.received_ns).min()?;
+            let last = probes.iter().map(|p| p.received_ns).max()?;
+            (last > first)
+                .then(|| (length - 1) as f64 * bits_per_probe / ((last - first) as f64 * 1e-9))
+        })
+        .collect()
+}
+
+/// The strongest mode of `values`: the centre of the densest window `width` wide (as a
+/// fraction of the value), found over windows centred on each sample; its samples'
+/// median. `None` when empty.
+pub fn strongest_mode(values: &[f64], width: f64) -> Option<(f64, usize)> {
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    let mut best: Option<(usize, usize)> = None;
+    let mut end = 0;
+    for start in 0..sorted.len() {
+        let limit = sorted[start] * (1.0 + width);
+        end = end.max(start);
+        while end + 1 < sorted.len() && sorted[end + 1] <= limit {
+            end += 1;
+        }
+        if best.is_none_or(|(s, e)| end - start > e - s) {
+            best = Some((start, end));
+        }
+    }
+    let (start, end) = best?;
+    let window = &sorted[start..=end];
+    Some((window[window.len() / 2], window.len()))
+}
+
+/// What the dispersion of pairs and trains says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// The path's capacity at the IP layer, bits/s.
+    pub capacity_bps: f64,
+    /// Its 95% confidence interval.
+    pub low_bps: f64,
+    /// Upper end.
+    pub high_bps: f64,
+    /// The same for the link layer that counts a 14-byte Ethernet header per packet (what
+    /// a `rate` in tc, netem or pathlab means).
+    pub frame_capacity_bps: f64,
+    /// Which estimate was taken: `trains` or `pairs`.
+    pub method: String,
+    /// IP bytes per probe.
+    pub packet_bytes: u32,
+    /// The pairs' median and CI.
+    pub pairs: Option<Estimate>,
+    /// The pairs' strongest mode, bits/s, and how many pairs are in it.
+    pub pair_mode_bps: Option<f64>,
+    /// Pairs sent.
+    pub pairs_sent: u64,
+    /// The trains' median and CI (the asymptotic dispersion rate).
+    pub trains: Option<Estimate>,
+    /// Probes per train.
+    pub train_length: u64,
+    /// Trains sent.
+    pub trains_sent: u64,
+}
+
+impl Capacity {
+    /// Whether the pairs' strongest mode is more than 10% away from the capacity.
+    pub fn pairs_disagree(&self) -> bool {
+        self.pair_mode_bps
+            .is_some_and(|mode| (mode / self.capacity_bps - 1.0).abs() > 0.1)
+    }
+}
+
+/// Width of the window the pair mode is taken over, as a fraction of the rate.
+pub const MODE_WIDTH: f64 = 0.05;
+
+/// Combines pairs and trains into a capacity: the trains' median, with its confidence
+/// interval. The pairs' strongest mode is kept beside it as a check: above the trains'
+/// median by more than 10%, cross traffic that joins before the bottleneck may be
+/// widening the trains (pathrate would take the mode then), or the receiver's timestamps
+/// are compressing pairs (a host that delivers packets in bursts, as a busy receiver or an
+/// emulator does at a few hundred Mbit/s, where a pair is 60 us apart). Only the trains
+/// average the timing noise over many gaps, so they decide; [`Capacity::pairs_disagree`]
+/// says when to look closer.
+pub fn combine(
+    pair_estimates: &[f64],
+    train_estimates: &[f64],
+    packet_bytes: u32,
+    (pairs_sent, train_length, trains_sent): (u64, u64, u64),
+) -> Option<Capacity> {
+    let pairs = median_ci(pair_estimates);
+    let trains = median_ci(train_estimates);
+    let mode = strongest_mode(pair_estimates, MODE_WIDTH);
+    let (capacity, low, high, method) = match (trains, pairs) {
+        (Some(t), _) => (t.median_bps, t.low_bps, t.high_bps, "trains"),
+        (None, Some(p)) => (p.median_bps, p.low_bps, p.high_bps, "pairs"),
+        (None, None) => return None,
+    };
+    let frame = f64::from(packet_bytes + ETHERNET_HEADER_BYTES) / f64::from(packet_bytes);
+    Some(Capacity {
+        capacity_bps: capacity,
+        low_bps: low,
+        high_bps: high,
+        frame_capacity_bps: capacity * frame,
+        method: method.into(),
+        packet_bytes,
+        pairs,
+        pair_mode_bps: mode.map(|m| m.0),
+        pairs_sent,
+        trains,
+        train_length,
+        trains_sent,
+    })
+}
+
+/// One self-loading stream, judged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Stream {
+    /// Probes that arrived (distinct).
+    pub received: u64,
+    /// Probes that did not.
+    pub lost: u64,
+    /// The trend test's verdict.
+    pub verdict: QueueVerdict,
+    /// The delay's rise along the fitted trend, ns.
+    pub rise_ns: f64,
+}
+
+impl Stream {
+    /// Whether the stream says its rate is above what is available: a rising delay, or
+    /// losses (a queue that overflowed).
+    pub fn rising(&self) -> bool {
+        self.lost > 0 || self.verdict == QueueVerdict::Building
+    }
+}
+
+/// Judges each stream of a fleet: stream `k` is the probes `k x length .. (k + 1) x length`,
+/// in arrival order; the trend test runs with windows of a tenth of a stream (pathload's
+/// groups), at least 4 probes.
+pub fn judge_streams(arrivals: &[ReceivedProbe], length: u64, streams: u64) -> Vec<Stream> {
+    let window = (length / 10).max(4) as usize;
+    (0..streams)
+        .map(|k| {
+            let mut seen = std::collections::HashSet::new();
+            let probes: Vec<ReceivedProbe> = arrivals
+                .iter()
+                .filter(|p| p.seq / length == k && seen.insert(p.seq))
+                .copied()
+                .collect();
+            let trend = delay_trend(&probes, window);
+            Stream {
+                received: probes.len() as u64,
+                lost: length - probes.len() as u64,
+                verdict: trend.verdict,
+                rise_ns: trend.fitted_rise_ns,
+            }
+        })
+        .collect()
+}
+
+/// A fleet of streams at one rate and what it said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fleet {
+    /// The streams' rate, bits/s (IP layer).
+    pub rate_bps: f64,
+    /// The streams.
+    pub streams: Vec<Stream>,
+    /// Whether most streams rose: the rate is above the available bandwidth.
+    pub above: bool,
+}
+
+/// The available bandwidth found by the search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Available {
+    /// The middle of the final bracket, bits/s (IP layer).
+    pub available_bps: f64,
+    /// The highest rate found below the available bandwidth.
+    pub low_bps: f64,
+    /// The lowest rate found above it (the capacity if none was).
+    pub high_bps: f64,
+    /// Every fleet, in the order sent.
+    pub fleets: Vec<Fleet>,
+}
+
+/// The binary search over stream rates.
+#[derive(Debug, Clone)]
+pub struct AvailableSearch {
+    low: f64,
+    high: f64,
+    resolution: f64,
+    max_fleets: usize,
+    fleets: Vec<Fleet>,
+}
+
+impl AvailableSearch {
+    /// A search between 0 and `capacity_bps` that stops when the bracket is narrower than
+    /// `resolution` (a fraction of the capacity) or after `max_fleets` fleets.
+    pub fn new(capacity_bps: f64, resolution: f64, max_fleets: usize) -> AvailableSearch {
+        AvailableSearch {
+            low: 0.0,
+            high: capacity_bps,
+            resolution: resolution * capacity_bps,
+            max_fleets,
+            fleets: Vec::new(),
+        }
+    }
+
+    /// The next fleet's rate, or `None` when done.
+    pub fn next_rate(&self) -> Option<f64> {
+        (self.high - self.low > self.resolution && self.fleets.len() < self.max_fleets)
+            .then(|| f64::midpoint(self.low, self.high))
+    }
+
+    /// What a fleet at `rate_bps` said.
+    pub fn record(&mut self, rate_bps: f64, streams: Vec<Stream>) -> &Fleet {
+        let rising = streams.iter().filter(|s| s.rising()).count();
+        let above = 2 * rising > streams.len();
+        if above {
+            self.high = self.high.min(rate_bps);
+        } else {
+            self.low = self.low.max(rate_bps);
+        }
+        self.fleets.push(Fleet {
+            rate_bps,
+            streams,
+            above,
+        });
+        self.fleets.last().expect("just pushed")
+    }
+
+    /// The result.
+    pub fn result(self) -> Available {
+        Available {
+            available_bps: f64::midpoint(self.low, self.high),
+            low_bps: self.low,
+            high_bps: self.high,
+            fleets: self.fleets,
+        }
+    }
+}
+
+/// Everything `capacity` found in one direction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityReport {
+    /// Which way the probes went.
+    pub direction: Direction,
+    /// The path MTU the probes were sized by, bytes.
+    pub path_mtu_bytes: u32,
+    /// The dispersion estimate.
+    pub capacity: Capacity,
+    /// The available bandwidth, when searched.
+    pub available: Option<Available>,
+    /// Probes sent in all (MTU search, pairs, trains, streams).
+    pub probes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Probes sent at `send_ns` through a FIFO link of `rate_bps` (IP layer), each `bits`
+    /// long, shared with cross-traffic packets arriving at `cross_ns`, each taking
+    /// `cross_service_ns` of the link; 5 ms of propagation after it.
+    fn through_link(
+        send_ns: &[u64],
+        bits: f64,
+        rate_bps: f64,
+        cross_ns: &[u64],
+        cross_service_ns: u64,
+    ) -> Vec<ReceivedProbe> {
+        let service = (bits / rate_bps * 1e9) as u64;
+        let mut events: Vec<(u64, Option<usize>)> = send_ns
+            .iter()
+            .enumerate()
+            .map(|(seq, &t)| (t, Some(seq)))
+            .chain(cross_ns.iter().map(|&t| (t, None)))
+            .collect();
+        events.sort_by_key(|e| (e.0, e.1.is_some()));
+        let mut free = 0u64;
+        let mut out = Vec::new();
+        for (at, probe) in events {
+            let start = at.max(free);
+            match probe {
+                Some(seq) => {
+                    free = start + service;
+                    out.push(ReceivedProbe {
+                        seq: seq as u64,
+                        sent_ns: at,
+                        received_ns: free + 5_000_000,
+                    });
+                }
+                None => free = start + cross_service_ns,
+            }
+        }
+        out
+    }
+
+    /// 4 Mbit/s of cross traffic on 10 Mbit/s: a 1 ms packet every 2.5 ms.
+    fn cbr_4mbit(until_ns: u64) -> Vec<u64> {
+        (0..until_ns / 2_500_000)
+            .map(|k| k * 2_500_000 + 300_000)
+            .collect()
+    }
+
+    #[test]
+    fn median_ci_brackets_the_median_by_order_statistics() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        let e = median_ci(&values).unwrap();
+        assert_eq!(e.median_bps, 50.5);
+        // 50 -/+ 0.98 x 10 = 40.2 .. 59.8 -> the 41st and 61st values (0-based 40, 60).
+        assert_eq!((e.low_bps, e.high_bps), (41.0, 61.0));
+        assert_eq!(median_ci(&[]), None);
+    }
+
+    #[test]
+    fn back_to_back_trains_give_the_link_rate() {
+        let bits = 1500.0 * 8.0;
+        // 10 trains of 8, back to back, 50 ms apart, through 10 Mbit/s.
+        let send: Vec<u64> = (0..80).map(|i| (i / 8) * 50_000_000).collect();
+        let arrivals = through_link(&send, bits, 10e6, &[], 0);
+        let estimates = train_estimates(&arrivals, 8, bits);
+        assert_eq!(estimates.len(), 10);
+        for e in estimates {
+            assert!((e / 10e6 - 1.0).abs() < 1e-6, "{e}");
+        }
+        // A train with a lost probe gives no estimate.
+        let partial: Vec<ReceivedProbe> = arrivals.iter().copied().filter(|p| p.seq != 3).collect();
+        assert_eq!(train_estimates(&partial, 8, bits).len(), 9);
+    }
+
+    #[test]
+    fn cross_traffic_widens_trains_and_the_pair_mode_says_so() {
+        let bits = 1500.0 * 8.0;
+        let cross = cbr_4mbit(2_000_000_000);
+        // The probes reach the bottleneck through a 12 Mbit/s access link, 1 ms apart, so
+        // cross traffic can slip in between. 100 pairs 7.3 ms apart (not a multiple of the
+        // cross traffic's period, so the pairs meet it at every phase), 10 trains of 16.
+        let pairs_send: Vec<u64> = (0..200u64)
+            .map(|i| (i / 2) * 7_300_000 + (i % 2) * 1_000_000)
+            .collect();
+        let pairs = through_link(&pairs_send, bits, 10e6, &cross, 1_000_000);
+        let pair_estimates = train_estimates(&pairs, 2, bits);
+        let train_send: Vec<u64> = (0..160)
+            .map(|i| (i / 16) * 100_000_000 + (i % 16) * 1_000_000)
+            .collect();
+        let trains = through_link(&train_send, bits, 10e6, &cross, 1_000_000);
+        let train_estimates = train_estimates(&trains, 16, bits);
+        let c = combine(&pair_estimates, &train_estimates, 1500, (100, 16, 10)).unwrap();
+        // The trains measure the asymptotic dispersion rate, below the capacity; the pairs'
+        // mode is the capacity, and the disagreement is flagged.
+        assert!(c.capacity_bps < 0.9 * 10e6, "{c:?}");
+        assert_eq!(c.method, "trains");
+        assert!(
+            (c.pair_mode_bps.unwrap() / 10e6 - 1.0).abs() < 0.01,
+            "{c:?}"
+        );
+        assert!(c.pairs_disagree());
+        assert!(c.low_bps <= c.capacity_bps && c.capacity_bps <= c.high_bps);
+        assert!((c.frame_capacity_bps / c.capacity_bps - 1514.0 / 1500.0).abs() < 1e-12);
+        // Without cross traffic the trains are taken, and exact.
+        let clean = through_link(&train_send, bits, 10e6, &[], 0);
+        let c = combine(
+            &pair_estimates,
+            &train_estimates_of(&clean, bits),
+            1500,
+            (100, 16, 10),
+        )
+        .unwrap();
+        assert_eq!(c.method, "trains");
+        assert!((c.capacity_bps / 10e6 - 1.0).abs() < 1e-6, "{c:?}");
+        assert!(!c.pairs_disagree());
+    }
+
+    fn train_estimates_of(arrivals: &[ReceivedProbe], bits: f64) -> Vec<f64> {
+        train_estimates(arrivals, 16, bits)
+    }
+
+    #[test]
+    fn streams_above_the_available_rate_rise_and_below_stay_flat() {
+        // A 10 Mbit/s link (IP layer) carrying 4 Mbit/s of cross traffic: 6 available.
+        let bits = 1000.0 * 8.0;
+        let cross = cbr_4mbit(1_000_000_000);
+        let stream = |rate: f64| {
+            let spacing = bits / rate * 1e9;
+            let send: Vec<u64> = (0..100).map(|i| (f64::from(i) * spacing) as u64).collect();
+            judge_streams(&through_link(&send, bits, 10e6, &cross, 1_000_000), 100, 1)[0]
+        };
+        assert!(stream(8e6).rising(), "{:?}", stream(8e6));
+        assert!(!stream(3e6).rising(), "{:?}", stream(3e6));
+        // The search converges on 6 Mbit/s.
+        let mut search = AvailableSearch::new(10e6, 0.04, 10);
+        while let Some(rate) = search.next_rate() {
+            let one = stream(rate);
+            search.record(rate, vec![one; 3]);
+        }
+        let found = search.result();
+        assert!(
+            (found.available_bps / 6e6 - 1.0).abs() < 0.1,
+            "{:.2} Mbit/s in [{:.2}, {:.2}]",
+            found.available_bps / 1e6,
+            found.low_bps / 1e6,
+            found.high_bps / 1e6
+        );
+        assert!(found.high_bps - found.low_bps <= 0.4e6 + 1.0);
+    }
+
+    #[test]
+    fn the_strongest_mode_is_the_densest_window() {
+        let values = [9.0, 9.9, 10.0, 10.1, 10.05, 6.0, 6.1, 20.0];
+        let (mode, count) = strongest_mode(&values, 0.05).unwrap();
+        assert_eq!(count, 4);
+        assert!((9.9..=10.1).contains(&mode), "{mode}");
+        assert_eq!(strongest_mode(&[], 0.05), None);
+    }
+}

@@ -1,0 +1,126 @@
+//! `pathlab capacity`: the bottleneck's capacity from packet dispersion and the available
+//! bandwidth from self-loading streams (the pathrate and pathload ideas).
+
+use std::io::Write as _;
+
+use pathlab_io::capacity::CapacityOptions;
+use pathlab_probe::capacity::CapacityReport;
+use pathlab_probe::control::Direction;
+
+use crate::cmd::client::measure_error;
+use crate::{format, usage};
+
+/// Arguments of `pathlab capacity`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
+    #[arg(value_name = "HOST")]
+    pub host: String,
+    /// Which way: up (to the server), down (from it), or both in turn.
+    #[arg(long, value_parser = ["up", "down", "both"], default_value = "both")]
+    pub direction: String,
+    /// Packet pairs to send (the capacity's mode).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub pairs: u32,
+    /// Packet trains to send (the capacity's median).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub trains: u32,
+    /// Streams per rate in the available-bandwidth search.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub streams: u32,
+    /// Measure the capacity only, not the available bandwidth.
+    #[arg(long)]
+    pub no_available: bool,
+    #[command(flatten)]
+    pub client: crate::cmd::client::ClientOptions,
+}
+
+/// Runs `pathlab capacity`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    for (name, value, least) in [
+        ("--pairs", args.pairs, 10),
+        ("--trains", args.trains, 5),
+        ("--streams", args.streams, 1),
+    ] {
+        if value < least {
+            return Err(usage(anyhow::anyhow!(
+                "{name} must be at least {least}, got {value}"
+            )));
+        }
+    }
+    let directions: &[Direction] = match args.direction.as_str() {
+        "up" => &[Direction::Up],
+        "down" => &[Direction::Down],
+        _ => &[Direction::Up, Direction::Down],
+    };
+    // Connect once first, so a wrong host or key fails before anything is sent.
+    drop(args.client.connect(&args.host)?);
+    let connect = || {
+        let key = crate::cmd::server::read_key(args.client.psk.as_deref())
+            .map_err(|e| pathlab_io::measure::MeasureError::Auth(e.to_string()))?;
+        pathlab_io::measure::Client::connect(&args.host, key, std::time::Duration::from_secs(5))
+    };
+    let mut reports = Vec::new();
+    for &direction in directions {
+        let options = CapacityOptions {
+            pairs: args.pairs,
+            trains: args.trains,
+            streams: args.streams,
+            available: !args.no_available,
+            ..CapacityOptions::new(direction)
+        };
+        let json = args.client.json;
+        let mut log = |line: &str| {
+            if !json {
+                println!("{} {line}", way(direction));
+            }
+        };
+        let report =
+            pathlab_io::capacity::measure(&connect, &options, &mut log).map_err(measure_error)?;
+        reports.push(report);
+    }
+    args.client
+        .save(|| pathlab_results::RunResult::Capacity(reports.clone()))?;
+    if args.client.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        print(&reports)?;
+    }
+    Ok(())
+}
+
+fn way(direction: Direction) -> &'static str {
+    match direction {
+        Direction::Up => "up:",
+        Direction::Down => "down:",
+    }
+}
+
+fn print(reports: &[CapacityReport]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for r in reports {
+        let c = &r.capacity;
+        writeln!(
+            out,
+            "{} capacity {} (95% CI {} to {}) at the IP layer, {} counting Ethernet headers; {} probes",
+            way(r.direction),
+            format::rate(c.capacity_bps),
+            format::rate(c.low_bps),
+            format::rate(c.high_bps),
+            format::rate(c.frame_capacity_bps),
+            r.probes
+        )?;
+        if let Some(a) = &r.available {
+            writeln!(
+                out,
+                "{} available {} (between {} and {}, {} of the capacity)",
+                way(r.direction),
+                format::rate(a.available_bps),
+                format::rate(a.low_bps),
+                format::rate(a.high_bps),
+                format::percent(a.available_bps / c.capacity_bps)
+            )?;
+        }
+    }
+    Ok(())
+}
