@@ -177,11 +177,9 @@ const RATE_BPS: f64 = 100e6;
 /// and the emulator's rate is exact to a fraction of a percent: 1% covers both.
 const TTR_TOLERANCE: f64 = 0.01;
 
-/// What every run here passes: Reno (the namespaces allow reno and bbr), rate counted as
-/// the emulator counts it, 5 s per TCP run, 1 s of idle probing.
-const COMMON: [&str; 11] = [
-    "--rate",
-    "100mbit",
+/// What every run here passes: Reno (the namespaces allow reno and bbr), rates counted as
+/// the emulator counts them, 5 s per TCP run, 1 s of idle probing, JSON.
+const COMMON: [&str; 9] = [
     "--framing",
     "frame",
     "-C",
@@ -192,6 +190,14 @@ const COMMON: [&str; 11] = [
     "1s",
     "-J",
 ];
+
+/// `COMMON` with the line's rate given, and `more`.
+fn with_rate(more: &[&'static str]) -> Vec<&'static str> {
+    let mut args = vec!["--rate", "100mbit"];
+    args.extend(COMMON);
+    args.extend(more);
+    args
+}
 
 /// Buffer delay against the queue delay the emulator recorded over the same steady state.
 fn check_buffer_delay(
@@ -222,12 +228,9 @@ fn rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate() {
     else {
         return;
     };
-    let run = run_method(
-        "rfc-clean",
-        "rate 100mbit delay 20ms",
-        "delay 20ms",
-        &COMMON[..COMMON.len() - 1],
-    );
+    // As text, to see every step printed.
+    let args: Vec<&str> = with_rate(&[]).into_iter().filter(|a| *a != "-J").collect();
+    let run = run_method("rfc-clean", "rate 100mbit delay 20ms", "delay 20ms", &args);
     let report = &run.report;
     for step in 1..=6 {
         assert!(
@@ -278,7 +281,7 @@ fn rfc6349_efficiency_counts_the_segments_the_emulator_dropped() {
         "rfc-loss",
         "rate 100mbit delay 20ms loss 1%",
         "delay 20ms",
-        &COMMON,
+        &with_rate(&[]),
     );
     let result = &run.report.single.result;
     let (start, end) = step_span(&run, step::SINGLE);
@@ -311,6 +314,7 @@ fn rfc6349_buffer_delay_is_the_queue_the_emulator_recorded() {
     };
     // A window far above the BDP, as a bulk transfer with autotuning has: Reno fills the
     // 500-packet tail-drop buffer (60 ms at 100 Mbit/s), loses, halves, fills it again.
+    // No --rate: step 3 measures the bottleneck.
     let mut args = COMMON.to_vec();
     args.extend(["-w", "4M"]);
     let run = run_method(
@@ -319,6 +323,25 @@ fn rfc6349_buffer_delay_is_the_queue_the_emulator_recorded() {
         "delay 20ms",
         &args,
     );
+    let printed: serde_json::Value = serde_json::from_str(&run.stdout).expect("-J prints JSON");
+    assert!(printed["plan"].is_object() && printed["single"].is_object());
+    let plan = &run.report.plan;
+    assert_eq!(
+        plan.rate_source,
+        pathlab_probe::rfc6349::RateSource::Measured
+    );
+    let measured = run
+        .report
+        .capacity
+        .as_ref()
+        .expect("the capacity step's report");
+    eprintln!(
+        "measured {:.3} Mbit/s at the IP layer, {:.3} Mbit/s as frames",
+        measured.capacity.capacity_bps * 1e-6,
+        plan.bottleneck_bps * 1e-6
+    );
+    // Within the capacity measurement's accuracy (pathlab capacity's own tests: 10%).
+    assert!((plan.bottleneck_bps / RATE_BPS - 1.0).abs() < 0.1);
     let result = &run.report.single.result;
     assert!(result.buffer_delay_percent > 25.0, "{result:#?}");
     check_buffer_delay(&run, step::SINGLE, result, FULL_FRAME_BYTES, 0.15);
@@ -333,8 +356,7 @@ fn rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections() 
     };
     // The way up silently drops packets above 1400 bytes. Windows of 200 KiB hold a third
     // of the 625 kB needed: one connection cannot fill the line, four can.
-    let mut args = COMMON.to_vec();
-    args.extend(["-w", "200k"]);
+    let args = with_rate(&["-w", "200k"]);
     let run = run_method(
         "rfc-mtu",
         "rate 100mbit delay 20ms mtu 1400",
@@ -458,7 +480,6 @@ fn rfc6349_refuses_what_makes_no_sense_with_exit_code_2() {
             vec!["--rfc6349", "--rate", "100mbit", "-P", "4"],
             vec!["--parallel", "--rfc6349"],
         ),
-        (vec!["--rfc6349"], vec!["--rate"]),
         (vec!["--rfc6349", "--rate", "0mbit"], vec!["above zero"]),
         (vec!["--rfc6349", "--rate", "fast"], vec!["fast"]),
         (

@@ -1,5 +1,5 @@
 //! The RFC 6349 TCP throughput test against a pathlab server, step by step: path MTU both
-//! ways, baseline RTT, the bottleneck rate, the plan (BDP, windows, connections), TCP with
+//! ways, baseline RTT, the bottleneck rate (given, or measured with packet trains), the plan (BDP, windows, connections), TCP with
 //! one connection and with the plan's connections. Every formula and decision is in
 //! [`pathlab_probe::rfc6349`]; this module runs the measurements, reads the host's TCP
 //! settings from `/proc/sys`, and tells the caller about each step as it ends.
@@ -7,14 +7,16 @@
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::{Direction, TcpDirection};
 use pathlab_probe::mtu::PathMtu;
 use pathlab_probe::rfc6349::{
-    analyse_phase, AnalysisError, Baseline, KernelSettings, Phase, PhaseResult, Plan, PlanError,
-    PlanInputs, RateSource, Rfc6349Report, StepTime,
+    analyse_phase, link_rate_bps, AnalysisError, Baseline, KernelSettings, Phase, PhaseResult,
+    Plan, PlanError, PlanInputs, RateSource, Rfc6349Report, StepTime,
 };
 use pathlab_probe::tcp::TcpTestReport;
 
+use crate::capacity::{self, CapacityOptions};
 use crate::measure::{Client, MeasureError, TcpOptions, TcpTest};
 
 /// The most parallel streams a pathlab server accepts in one TCP test.
@@ -25,8 +27,9 @@ pub const MAX_CONNECTIONS: u32 = 128;
 pub struct Rfc6349Options {
     /// Which way the data goes: `Up` (client to server) or `Down` (`-R`).
     pub direction: TcpDirection,
-    /// The bottleneck rate, bits/s, counting what `framing` counts.
-    pub rate_bps: f64,
+    /// The bottleneck rate, bits/s, counting what `framing` counts; measured (packet
+    /// trains, [`crate::capacity`]) when `None`.
+    pub rate_bps: Option<f64>,
     /// Which link bytes the rate counts.
     pub framing: pathlab_probe::rfc6349::Framing,
     /// Whether the bottleneck's frames carry a VLAN tag.
@@ -55,7 +58,7 @@ impl Rfc6349Options {
     /// The defaults for `direction` and `rate_bps`: ethernet framing, 10 s runs, a 2 s idle
     /// period probed every 10 ms with 64-byte probes, TCP_INFO every 10 ms, bytes counted
     /// per 100 ms.
-    pub fn new(direction: TcpDirection, rate_bps: f64) -> Rfc6349Options {
+    pub fn new(direction: TcpDirection, rate_bps: Option<f64>) -> Rfc6349Options {
         Rfc6349Options {
             direction,
             rate_bps,
@@ -83,6 +86,10 @@ pub enum Event<'a> {
     Mtu(&'a PathMtu),
     /// Step 2 ended.
     Baseline(&'a Baseline),
+    /// A line of the capacity measurement's progress (step 3 without a rate).
+    Note(&'a str),
+    /// Step 3 measured the bottleneck.
+    Capacity(&'a CapacityReport),
     /// Step 4: the plan, with the host's settings and the congestion control in use.
     Plan {
         /// The plan.
@@ -167,8 +174,10 @@ pub mod step {
     pub const MTU_DOWN: &str = "path MTU down";
     /// Step 2.
     pub const BASELINE: &str = "baseline RTT";
-    /// Steps 3 and 4.
-    pub const PLAN: &str = "bottleneck, BDP, windows";
+    /// Step 3.
+    pub const BOTTLENECK: &str = "bottleneck";
+    /// Step 4.
+    pub const PLAN: &str = "BDP, windows, connections";
     /// Step 5 with one connection.
     pub const SINGLE: &str = "TCP, one connection";
     /// Step 5 with the plan's connections.
@@ -218,6 +227,34 @@ pub fn run(
     }
     on_event(Event::Baseline(&baseline));
 
+    steps.start(step::BOTTLENECK, on_event);
+    let (rate_bps, rate_source, capacity) = match options.rate_bps {
+        Some(rate) => (rate, RateSource::Given, None),
+        None => {
+            let direction = match options.direction {
+                TcpDirection::Down => Direction::Down,
+                _ => Direction::Up,
+            };
+            let found = capacity::measure(
+                connect,
+                &CapacityOptions {
+                    available: false,
+                    ..CapacityOptions::new(direction)
+                },
+                &mut |line| on_event(Event::Note(line)),
+            )
+            .map_err(measure(step::BOTTLENECK))?;
+            on_event(Event::Capacity(&found));
+            let rate = link_rate_bps(
+                found.capacity.capacity_bps,
+                found.capacity.packet_bytes,
+                options.framing,
+                options.vlan,
+            );
+            (rate, RateSource::Measured, Some(found))
+        }
+    };
+
     steps.start(step::PLAN, on_event);
     let plan = Plan::new(&PlanInputs {
         direction: options.direction,
@@ -225,8 +262,8 @@ pub fn run(
         mtu_down_bytes: mtu_down.mtu_bytes,
         ipv6: mtu_up.ipv6,
         baseline_rtt_ns: baseline.rtt_ns,
-        bottleneck_bps: options.rate_bps,
-        rate_source: RateSource::Given,
+        bottleneck_bps: rate_bps,
+        rate_source,
         framing: options.framing,
         vlan: options.vlan,
         window_bytes: options.window.map(u64::from),
@@ -297,6 +334,7 @@ pub fn run(
         mtu_up,
         mtu_down,
         baseline,
+        capacity,
         kernel,
         plan,
         congestion_control: congestion,

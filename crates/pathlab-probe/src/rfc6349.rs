@@ -67,6 +67,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::capacity::CapacityReport;
 use crate::control::TcpDirection;
 use crate::mtu::PathMtu;
 use crate::rtt::RttReport;
@@ -211,6 +212,13 @@ impl PacketOverhead {
 /// every packet full, back to back.
 pub fn ideal_tcp_rate_bps(bottleneck_bps: f64, mtu: u32, overhead: &PacketOverhead) -> f64 {
     bottleneck_bps * f64::from(overhead.payload_bytes(mtu)) / f64::from(overhead.wire_bytes(mtu))
+}
+
+/// The rate a bottleneck counting `framing`'s bytes has when it carries `ip_bps` of IP
+/// packets of `packet_bytes` (a capacity measured at the IP layer, restated as the rate the
+/// ideal is computed from).
+pub fn link_rate_bps(ip_bps: f64, packet_bytes: u32, framing: Framing, vlan: bool) -> f64 {
+    ip_bps * f64::from(packet_bytes + framing.link_overhead_bytes(vlan)) / f64::from(packet_bytes)
 }
 
 /// The bandwidth-delay product of `rate_bps` and `rtt_ns`, bytes, rounded up.
@@ -872,6 +880,8 @@ pub struct Rfc6349Report {
     pub mtu_down: PathMtu,
     /// Step 2.
     pub baseline: Baseline,
+    /// Step 3, when the rate was measured rather than given.
+    pub capacity: Option<CapacityReport>,
     /// The host's TCP settings.
     pub kernel: KernelSettings,
     /// Step 4 (with step 3's rate in it).
@@ -939,6 +949,20 @@ mod tests {
         // With timestamps, as Linux sends by default: 1448 payload bytes.
         let ts = PacketOverhead::new(Framing::Ethernet, false, false, true);
         assert!(close(ideal_tcp_rate_bps(1e9, 1500, &ts), 941.48e6, 0.01e6));
+        // A capacity measured with 1500-byte packets at the IP layer is 1514/1500 of it as
+        // frames, 1538/1500 on physical Ethernet.
+        let ip = 100e6 * 1500.0 / 1514.0;
+        assert!(close(
+            link_rate_bps(ip, 1500, Framing::Frame, false),
+            100e6,
+            1e-6
+        ));
+        assert!(close(link_rate_bps(ip, 1500, Framing::Ip, true), ip, 1e-6));
+        assert!(close(
+            link_rate_bps(1e9, 1500, Framing::Ethernet, false),
+            1e9 * 1538.0 / 1500.0,
+            1e-3
+        ));
         // The emulator's 100 Mbit/s: 1448 payload bytes per 1514-byte frame.
         let frame = PacketOverhead::new(Framing::Frame, false, false, true);
         assert!(close(

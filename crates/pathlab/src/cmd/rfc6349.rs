@@ -17,8 +17,8 @@ use crate::{format, usage};
 /// The options only `--rfc6349` uses.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The bottleneck's rate (e.g. 100mbit, 1G), counted as --framing says. Required for
-    /// now: the capacity step that will measure it is not there yet.
+    /// The bottleneck's rate (e.g. 100mbit, 1G), counted as --framing says; measured with
+    /// packet trains (as `pathlab capacity` does) when not given.
     #[arg(long, value_name = "BOTTLENECK", requires = "rfc6349")]
     pub rate: Option<String>,
     /// What the bottleneck's rate counts besides IP: `ethernet` (preamble, header, FCS,
@@ -64,19 +64,20 @@ const COUNT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Builds the method's options from what the user typed.
 fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
-    let Some(rate) = &args.method.rate else {
-        return Err(usage(anyhow::anyhow!(
-            "--rfc6349 needs the bottleneck rate: give --rate (e.g. --rate 100mbit)"
-        )));
+    let rate_bps = match &args.method.rate {
+        Some(rate) => {
+            let bps = pathlab_core::spec::parse_rate(rate)
+                .map_err(usage)?
+                .as_f64();
+            if bps <= 0.0 {
+                return Err(usage(anyhow::anyhow!(
+                    "--rate {rate}: the bottleneck rate must be above zero"
+                )));
+            }
+            Some(bps)
+        }
+        None => None,
     };
-    let rate_bps = pathlab_core::spec::parse_rate(rate)
-        .map_err(usage)?
-        .as_f64();
-    if rate_bps <= 0.0 {
-        return Err(usage(anyhow::anyhow!(
-            "--rate {rate}: the bottleneck rate must be above zero"
-        )));
-    }
     let window = match args.window.as_deref() {
         Some(text) => {
             let bytes = pathlab_core::spec::parse_size(text).map_err(usage)?;
@@ -231,7 +232,15 @@ impl Printer<'_> {
                     self.options.probe_interval.as_millis(),
                     self.options.idle.as_secs_f64()
                 )?,
-                method::step::PLAN => writeln!(out, "step 3: bottleneck bandwidth")?,
+                method::step::BOTTLENECK => writeln!(
+                    out,
+                    "step 3: bottleneck bandwidth{}",
+                    if self.options.rate_bps.is_some() {
+                        ""
+                    } else {
+                        " (measured: packet trains, as pathlab capacity)"
+                    }
+                )?,
                 method::step::SINGLE => writeln!(
                     out,
                     "step 5: TCP throughput, one connection, {:.1} s",
@@ -246,6 +255,15 @@ impl Printer<'_> {
             },
             Event::Mtu(found) => print_mtu(out, found)?,
             Event::Baseline(baseline) => print_baseline(out, baseline)?,
+            Event::Note(line) => writeln!(out, "  {line}")?,
+            Event::Capacity(found) => writeln!(
+                out,
+                "  capacity {} at the IP layer (95% CI {} to {}, {}-byte packets)",
+                format::rate(found.capacity.capacity_bps),
+                format::rate(found.capacity.low_bps),
+                format::rate(found.capacity.high_bps),
+                found.capacity.packet_bytes
+            )?,
             Event::Plan {
                 plan,
                 kernel,
@@ -295,7 +313,7 @@ fn print_plan(
     let overhead = &plan.overhead;
     writeln!(
         out,
-        "  {} ({}, counting {})",
+        "  bottleneck {} ({}, counting {})",
         format::rate(plan.bottleneck_bps),
         match plan.rate_source {
             pathlab_probe::rfc6349::RateSource::Given => "given with --rate",
