@@ -125,16 +125,20 @@ fn step_span(run: &Run, name: &str) -> (u64, u64) {
     (start, start + step.took_ns)
 }
 
-/// The emulator's records of direction 0 (h1 to h2, where the data goes) of full-size
-/// frames that arrived between `from` and `to` (emulator clock, ns).
+/// The emulator's records of the frames of `frame_bytes` that arrived between `from` and
+/// `to` (emulator clock, ns) in the data's direction (0: h1 to h2, up; 1: down).
 fn full_frames(
     run: &Run,
     frame_bytes: u32,
     from: u64,
     to: u64,
 ) -> Vec<&pathlab_core::record::PacketRecord> {
+    let dir = match run.report.plan.direction {
+        pathlab_probe::control::TcpDirection::Down => 1,
+        _ => 0,
+    };
     run.recording
-        .packets(0)
+        .packets(dir)
         .filter(|r| r.len_bytes == frame_bytes)
         .filter(|r| (from..to).contains(&r.arrived.as_nanos()))
         .collect()
@@ -277,12 +281,15 @@ fn rfc6349_efficiency_counts_the_segments_the_emulator_dropped() {
     else {
         return;
     };
+    // Downwards (-R): the server sends, through the bottleneck and the loss on the way
+    // back, and reports its TCP_INFO.
     let run = run_method(
         "rfc-loss",
-        "rate 100mbit delay 20ms loss 1%",
         "delay 20ms",
-        &with_rate(&[]),
+        "rate 100mbit delay 20ms loss 1%",
+        &with_rate(&["-R"]),
     );
+    assert_eq!(run.report.single.run.down.len(), 1);
     let result = &run.report.single.result;
     let (start, end) = step_span(&run, step::SINGLE);
     let frames = full_frames(&run, FULL_FRAME_BYTES, start, end + ONE_WAY_NS);

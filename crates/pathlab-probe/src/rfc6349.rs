@@ -63,7 +63,10 @@
 //!
 //! [`SETTLE_RTTS`] baseline RTTs later its rate has settled. The steady state starts when
 //! every connection has settled, never before [`FLOOR_RTTS`] baseline RTTs, and ends when
-//! the senders stop.
+//! the senders stop. Each connection counts time from its own start, and N connections
+//! are opened one after another, a handshake (an RTT) apart: the last stops up to N - 1
+//! RTTs after the first, with the line to itself. So with N connections the steady state
+//! ends N - 1 baseline RTTs before the test's end, when all are still sending.
 
 use serde::{Deserialize, Serialize};
 
@@ -679,9 +682,10 @@ pub fn steady_state(
         Some((at, why)) => ((at + SETTLE_RTTS * baseline_rtt_ns).max(floor), at, why),
         None => (floor, floor, SlowStartEnd::Floor),
     };
+    let stagger = (streams.len() as u64 - 1) * baseline_rtt_ns;
     let steady = SteadyState {
         from_ns,
-        to_ns: duration_ns,
+        to_ns: duration_ns.saturating_sub(stagger),
         slow_start_end_ns,
         slow_start_end,
     };
@@ -1239,6 +1243,8 @@ mod tests {
         assert_eq!(steady.slow_start_end, SlowStartEnd::Ssthresh);
         assert_eq!(steady.slow_start_end_ns, 840_000_000);
         assert_eq!(steady.from_ns, 920_000_000);
+        // Two connections opened an RTT apart: the steady state ends an RTT early.
+        assert_eq!(steady.to_ns, 4_960_000_000);
         // A second loss during the reduction sets a new threshold: it is that reduction's
         // end that counts.
         let mut twice = stream(0, 500, Some((600, 800)));
