@@ -131,11 +131,11 @@ pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
         progress: None,
     };
     let report = method::run(&connect, &options, kernel, &mut |event| {
-        printer.event(&event)
+        printer.event(&event);
     })
     .map_err(|error| match error {
         Rfc6349Error::Plan(_) => usage(error),
-        Rfc6349Error::Measure { step, source } => measure_error(source).context(format!("{step}")),
+        Rfc6349Error::Measure { step, source } => measure_error(source).context(step),
         other => anyhow::Error::new(other),
     })?;
     drop(printer);
