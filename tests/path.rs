@@ -180,7 +180,10 @@ fn tune_without_a_rate_measures_the_capacity_from_the_server() {
     // The IP-layer capacity of a 50 Mbit/s link of 1514-byte frames, within 10%.
     let truth = 50e6 * 1500.0 / 1514.0;
     assert!((rate / truth - 1.0).abs() < 0.10, "{rate}");
-    assert_eq!(measured["capacity_bps"].as_f64().map(f64::round), Some(rate));
+    assert_eq!(
+        measured["capacity_bps"].as_f64().map(f64::round),
+        Some(rate)
+    );
     // The window is that rate times the given 20 ms.
     let window = report["window_bytes"].as_f64().expect("window");
     assert!((window - rate * 0.020 / 8.0).abs() <= 1.0, "{window}");
