@@ -417,3 +417,58 @@ fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
         assert!(report.client_cpu_s > 0.0 && report.server_cpu_s > 0.0);
     }
 }
+
+#[test]
+fn capacity_over_loopback_finds_its_64k_mtu_and_refuses_bad_counts() {
+    let server = TestServer::start(generous(), None, "127.0.0.1");
+    let output = std::process::Command::new(PATHLAB)
+        .args([
+            "capacity",
+            &server.address,
+            "--direction",
+            "up",
+            "--no-available",
+            "-J",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let report = &value[0];
+    // Loopback's MTU is 65536; the largest IPv4 packet a probe can be is 65535.
+    assert_eq!(report["path_mtu_bytes"], 65535);
+    let capacity = &report["capacity"];
+    let (low, mid, high) = (
+        capacity["low_bps"].as_f64().unwrap(),
+        capacity["capacity_bps"].as_f64().unwrap(),
+        capacity["high_bps"].as_f64().unwrap(),
+    );
+    assert!(0.0 < low && low <= mid && mid <= high, "{capacity}");
+    assert!(report["available"].is_null());
+    for (args, message) in [
+        (vec!["--pairs", "3"], "--pairs must be at least 10, got 3"),
+        (
+            vec!["--streams", "0"],
+            "--streams must be at least 1, got 0",
+        ),
+    ] {
+        let output = std::process::Command::new(PATHLAB)
+            .arg("capacity")
+            .arg(&server.address)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&output.stderr).contains(message));
+    }
+    let unreachable = std::process::Command::new(PATHLAB)
+        .args(["capacity", "127.0.0.1:9"])
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unreachable.stderr).contains("cannot reach a pathlab server"));
+}

@@ -146,3 +146,45 @@ fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
         a.available_bps / 1e6
     );
 }
+
+#[test]
+fn tune_without_a_rate_measures_the_capacity_from_the_server() {
+    let Some(_serial) = privileged("tune_without_a_rate_measures_the_capacity_from_the_server")
+    else {
+        return;
+    };
+    // 50 Mbit/s from the server (h2) to the client (h1): the way a download's window fills.
+    let lab = Lab::start(
+        "tune-rate",
+        "delay 5ms",
+        &["--reverse", "rate 50mbit delay 5ms"],
+        true,
+    );
+    let output = with_server_in_h2(&lab, |first| {
+        drop(first);
+        // A child forked from this thread lives in its namespace, h1.
+        Ok(std::process::Command::new(util::emulated::PATHLAB)
+            .args(["tune", "198.18.0.2", "--rtt", "20ms", "-J"])
+            .output()
+            .expect("pathlab runs"))
+    });
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let rate = report["rate_bps"].as_f64().expect("rate");
+    let measured = &report["rate_measurement"];
+    eprintln!("tune measured {:.2} Mbit/s: {measured}", rate / 1e6);
+    // The IP-layer capacity of a 50 Mbit/s link of 1514-byte frames, within 10%.
+    let truth = 50e6 * 1500.0 / 1514.0;
+    assert!((rate / truth - 1.0).abs() < 0.10, "{rate}");
+    assert_eq!(
+        measured["capacity_bps"].as_f64().map(f64::round),
+        Some(rate)
+    );
+    // The window is that rate times the given 20 ms.
+    let window = report["window_bytes"].as_f64().expect("window");
+    assert!((window - rate * 0.020 / 8.0).abs() <= 1.0, "{window}");
+}

@@ -73,14 +73,21 @@ pub fn measure(
     let bits = f64::from(packet_bytes) * 8.0;
     let mut probes = u64::from(path.probes);
 
-    // Pairs: back to back, 10 ms apart.
-    let pairs = connect()?.trains(
+    // Pairs: back to back, 10 ms apart (or further, to keep within the server's rate).
+    let client = connect()?;
+    let max_rate = client.limits.max_rate_bps as f64;
+    let period_for = |length: u32, at_least: Duration| {
+        at_least.max(MIN_TRAIN_PERIOD).max(Duration::from_secs_f64(
+            f64::from(length) * bits / (0.5 * max_rate),
+        ))
+    };
+    let pairs = client.trains(
         direction,
         payload,
         2,
         options.pairs,
         Duration::ZERO,
-        MIN_TRAIN_PERIOD,
+        period_for(2, MIN_TRAIN_PERIOD),
     )?;
     probes += pairs.sent;
     let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
@@ -104,7 +111,7 @@ pub fn measure(
     // drained.
     let length = ((rough * 0.010 / bits).round() as u32).clamp(8, 256);
     let train_time = Duration::from_secs_f64(f64::from(length) * bits / rough);
-    let period = (train_time * 4).max(MIN_TRAIN_PERIOD);
+    let period = period_for(length, train_time * 4);
     let trains = connect()?.trains(
         direction,
         payload,

@@ -63,6 +63,9 @@ pub enum MeasureError {
     /// The keys differ, or one side has none.
     #[error("authentication failed: {0}")]
     Auth(String),
+    /// The peer closed the control connection while a message was awaited.
+    #[error("the peer closed the connection while we waited for {0}")]
+    Closed(&'static str),
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
@@ -150,11 +153,7 @@ impl Connection {
             self.stream.set_read_timeout(Some(left))?;
             let mut buffer = [0u8; 16 * 1024];
             match self.stream.read(&mut buffer) {
-                Ok(0) => {
-                    return Err(MeasureError::Protocol(format!(
-                        "the peer closed the connection while we waited for {what}"
-                    )))
-                }
+                Ok(0) => return Err(MeasureError::Closed(what)),
                 Ok(n) => self.reader.push(&buffer[..n]),
                 Err(error)
                     if matches!(
@@ -404,6 +403,9 @@ fn serve_connection(
         .clone()
         .map(|key| ControlAuth::new(key, client_nonce, server_nonce));
     let request = match connection.receive(Duration::from_secs(10), "the test request") {
+        // A client that only checked the server is there (capacity and tune do, before
+        // their steps) leaves without a test.
+        Err(MeasureError::Closed(_)) => return Ok("left without asking for a test".into()),
         Err(MeasureError::Auth(problem)) => {
             // Said without a tag: the client cannot check a tag made with a key it lacks.
             connection.auth = None;

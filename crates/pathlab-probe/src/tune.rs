@@ -328,6 +328,10 @@ pub struct TuneReport {
     pub rtt_ns: u64,
     /// How the RTT was measured (`None`: given with `--rtt`).
     pub rtt_measurement: Option<RttMeasurement>,
+    /// How the rate was measured, from HOST towards this host (`None`: given with
+    /// `--rate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_measurement: Option<crate::capacity::Capacity>,
     /// TCP payload per segment assumed, bytes.
     pub mss_bytes: u64,
     /// R x T, bits.
@@ -1082,6 +1086,7 @@ pub fn advise(path: &TunePath, host: &HostSettings) -> TuneReport {
         rate_bps: path.rate_bps,
         rtt_ns: path.rtt_ns,
         rtt_measurement: None,
+        rate_measurement: None,
         mss_bytes: path.mss_bytes,
         bdp_bits: path.bdp_bits(),
         window_bytes: window,
@@ -1102,6 +1107,14 @@ pub fn render_text(report: &TuneReport) -> String {
     let mut out = String::new();
     let rtt = time_text(report.rtt_ns as f64);
     let rate = rate_text(report.rate_bps as f64);
+    if let Some(c) = &report.rate_measurement {
+        let _ = writeln!(
+            out,
+            "rate {rate}: the capacity measured from the server to this host with packet trains (95% CI {} to {})",
+            rate_text(c.low_bps),
+            rate_text(c.high_bps)
+        );
+    }
     match &report.rtt_measurement {
         Some(m) => {
             let _ = writeln!(

@@ -45,6 +45,12 @@ fn encode(session: u64, seq: u64, size: u32, key: Option<&Key>) -> Result<Vec<u8
     Ok(bytes)
 }
 
+/// A route's MTU, or the largest IP packet a probe can make (65535 bytes over IPv4, less
+/// than loopback's 65536), whichever is smaller.
+fn largest_probe(route_mtu: u32, ipv6: bool) -> u32 {
+    route_mtu.min(probe::MAX_LEN as u32 + mtu::overhead(ipv6))
+}
+
 /// Whether a send failed because the datagram is longer than the route's MTU.
 fn too_big(error: &std::io::Error) -> bool {
     error.raw_os_error() == Some(libc::EMSGSIZE)
@@ -74,7 +80,7 @@ impl Client {
         let found = match direction {
             Direction::Up => {
                 udp.connect(server)?;
-                let search = MtuSearch::new(route_mtu, smallest, ipv6)
+                let search = MtuSearch::new(largest_probe(route_mtu, ipv6), smallest, ipv6)
                     .map_err(|e| MeasureError::Protocol(e.to_string()))?;
                 search_up(&mut self.connection, &udp, session, key.as_ref(), search)?
             }
@@ -189,7 +195,7 @@ fn search_down(
         let search = match &mut search {
             Some(search) => search,
             None => {
-                let mut new = MtuSearch::new(route_mtu, smallest, ipv6)
+                let mut new = MtuSearch::new(largest_probe(route_mtu, ipv6), smallest, ipv6)
                     .map_err(|e| MeasureError::Protocol(e.to_string()))?;
                 new.next_size();
                 search.insert(new)

@@ -56,8 +56,15 @@ fn parse_rate(text: &str) -> Result<BitsPerSec, String> {
 
 /// Runs `pathlab tune`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    let mut rate_measurement = None;
     let rate = match (args.host.as_deref(), args.rate, args.rtt) {
         (_, Some(rate), Some(_)) | (Some(_), Some(rate), None) => rate,
+        (Some(host), None, _) => {
+            let capacity = measure_rate(host, args.psk.as_deref())?;
+            let rate = BitsPerSec(capacity.capacity_bps.round() as u64);
+            rate_measurement = Some(capacity);
+            rate
+        }
         (None, None, Some(_)) => {
             return Err(usage(anyhow!(
                 "missing --rate: give the path's bottleneck rate (e.g. --rate 1gbit)"
@@ -71,11 +78,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         (None, None, None) => {
             return Err(usage(anyhow!(
                 "missing --rate and --rtt: give both (e.g. --rate 1gbit --rtt 170ms), or HOST and --rate to measure the RTT"
-            )))
-        }
-        (Some(host), None, _) => {
-            return Err(usage(anyhow!(
-                "missing --rate: give the path's bottleneck rate (e.g. --rate 1gbit); pathlab tune does not measure it from {host} yet"
             )))
         }
     };
@@ -99,6 +101,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     .map_err(usage)?;
     let mut report = tune::advise(&path, &read_host_settings(&root));
     report.rtt_measurement = measurement;
+    report.rate_measurement = rate_measurement;
     let text = if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {
@@ -126,6 +129,24 @@ fn checked_root(root: &Path) -> anyhow::Result<PathBuf> {
         )));
     }
     Ok(root.to_owned())
+}
+
+/// The capacity from `host` to this host (what a download's window must fill), by
+/// `pathlab capacity`'s packet trains, without the available-bandwidth search.
+fn measure_rate(
+    host: &str,
+    psk: Option<&Path>,
+) -> anyhow::Result<pathlab_probe::capacity::Capacity> {
+    let key = read_key(psk)?;
+    let connect = || Client::connect(host, key.clone(), Duration::from_secs(5));
+    drop(connect().map_err(measure_error)?);
+    let options = pathlab_io::capacity::CapacityOptions {
+        available: false,
+        ..pathlab_io::capacity::CapacityOptions::new(pathlab_probe::control::Direction::Down)
+    };
+    let report =
+        pathlab_io::capacity::measure(&connect, &options, &mut |_| {}).map_err(measure_error)?;
+    Ok(report.capacity)
 }
 
 /// The RTT to `host`: the minimum of [`PROBES`] round trips, since the window must fill
