@@ -188,3 +188,25 @@ fn tune_without_a_rate_measures_the_capacity_from_the_server() {
     let window = report["window_bytes"].as_f64().expect("window");
     assert!((window - rate * 0.020 / 8.0).abs() <= 1.0, "{window}");
 }
+
+#[test]
+fn control_messages_cross_a_path_that_drops_packets_above_1280_bytes() {
+    let Some(_serial) =
+        privileged("control_messages_cross_a_path_that_drops_packets_above_1280_bytes")
+    else {
+        return;
+    };
+    // An upward one-way test ends with the server sending every record back over the
+    // control connection (tens of kilobytes): down a path whose MTU is 1280 and that
+    // says nothing about it, that works only if control segments fit.
+    let lab = Lab::start(
+        "control-mss",
+        "delay 5ms",
+        &["--reverse", "delay 5ms mtu 1280"],
+        true,
+    );
+    let result = with_server_in_h2(&lab, |client| {
+        client.one_way(Direction::Up, 2_000_000, 200, 2_000, 100)
+    });
+    assert_eq!(result.sequence.received, 2_000);
+}

@@ -178,6 +178,9 @@ impl Connection {
     }
 }
 
+/// The MSS of control connections: 1280 bytes less 40 of IPv6 and 20 of TCP header.
+const CONTROL_MSS: libc::c_int = 1220;
+
 /// Limits and key of a server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -202,6 +205,16 @@ impl Server {
     /// Binds the control port.
     pub fn bind(config: ServerConfig) -> io::Result<Server> {
         let listener = TcpListener::bind(config.listen)?;
+        // Control connections carry multi-kilobyte messages (a test's records, a TCP
+        // report); on a path that silently drops packets above its MTU they would stall.
+        // Accepted connections inherit this MSS and announce it, so both ways send
+        // segments that fit IPv6's minimum MTU (1280 bytes) with any headers.
+        sys::setsockopt(
+            listener.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            &CONTROL_MSS,
+        )?;
         listener.set_nonblocking(true)?;
         let mut seed = [0u8; 8];
         sys::random_bytes(&mut seed)?;
@@ -276,7 +289,7 @@ impl Drop for ActiveTest<'_> {
 const MAX_TRAIN: u32 = 10_000;
 
 /// Most parallel streams a TCP test may ask for, per direction.
-const MAX_STREAMS: u32 = 128;
+pub const MAX_STREAMS: u32 = 128;
 
 fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
     let (size, count) = match *test {

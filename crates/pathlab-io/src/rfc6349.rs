@@ -20,7 +20,7 @@ use crate::capacity::{self, CapacityOptions};
 use crate::measure::{Client, MeasureError, TcpOptions, TcpTest};
 
 /// The most parallel streams a pathlab server accepts in one TCP test.
-pub const MAX_CONNECTIONS: u32 = 128;
+pub use crate::measure::MAX_STREAMS as MAX_CONNECTIONS;
 
 /// How the test is run.
 #[derive(Debug, Clone)]
