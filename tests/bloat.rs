@@ -5,17 +5,14 @@
 //! The emulated tests need CAP_NET_ADMIN: without it they fail when `CI=true` and skip
 //! elsewhere.
 
-use std::net::SocketAddr;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use pathlab_io::measure::{Server, ServerConfig};
 use pathlab_io::topology::H2_V4;
 use pathlab_probe::bloat::{BloatReport, Grade, Phase, PhaseSummary};
 use pathlab_results::recording::Recording;
 
 mod util;
-use util::emulated::{privileged, Lab, PATHLAB};
+use util::emulated::{privileged, with_server_in_h2, Lab, PATHLAB};
 
 /// The link of both tests: 10 Mbit/s, 10 ms each way, 1000 packets of queue (a tail-drop
 /// FIFO unless the queue says otherwise).
@@ -27,39 +24,15 @@ const PROBE_FRAME_BYTES: f64 = 106.0;
 
 /// Runs `pathlab bloat 198.18.0.2 ARGS -J` in h1 against a server in h2.
 fn bloat_through(lab: &Lab, args: &[&str]) -> Output {
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let (ready, bound) = std::sync::mpsc::channel();
-        let stop = &stop;
-        let serving = scope.spawn(move || {
-            // The server's threads create the tests' sockets: they must live in h2.
-            lab.line.h2.enter().expect("enter h2");
-            let server = Server::bind(ServerConfig {
-                listen: SocketAddr::new(H2_V4.into(), 4920),
-                limits: pathlab_probe::control::Limits {
-                    max_rate_bps: 1_000_000_000,
-                    max_duration_ns: 60_000_000_000,
-                    max_tests: 4,
-                },
-                key: None,
-            })
-            .expect("server in h2");
-            ready.send(()).expect("test waits");
-            server.run(|| stop.load(Ordering::SeqCst));
-        });
-        bound.recv().expect("server bound");
-        let output = lab
-            .line
-            .h1
-            .command(PATHLAB)
+    with_server_in_h2(lab, |first| {
+        drop(first);
+        // A child forked from this thread lives in its namespace, h1.
+        Ok(Command::new(PATHLAB)
             .args(["bloat", &H2_V4.to_string()])
             .args(args)
             .arg("-J")
             .output()
-            .expect("pathlab bloat runs");
-        stop.store(true, Ordering::SeqCst);
-        serving.join().expect("server thread");
-        output
+            .expect("pathlab bloat runs"))
     })
 }
 

@@ -1,59 +1,20 @@
 //! End-to-end tests of the measurement commands over loopback: a server in the test
 //! process (or as a child), clients against it, limits, keys.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use pathlab_io::measure::{Client, MeasureError, Server, ServerConfig};
+use pathlab_io::measure::{Client, MeasureError};
 use pathlab_probe::auth::Key;
 use pathlab_probe::control::{Direction, Limits, Refusal};
 use pathlab_probe::owd::QueueVerdict;
 
+mod util;
+use util::LoopbackServer;
+
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
-/// A server on an ephemeral loopback port, stopped when dropped.
-struct TestServer {
-    address: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl TestServer {
-    fn start(limits: Limits, key: Option<Key>, ip: &str) -> TestServer {
-        let server = Server::bind(ServerConfig {
-            listen: format!("{ip}:0").parse().unwrap(),
-            limits,
-            key,
-        })
-        .expect("server binds");
-        let address = server.local_addr().unwrap().to_string();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || server.run(|| flag.load(Ordering::SeqCst)));
-        TestServer {
-            address,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 fn generous() -> Limits {
-    Limits {
-        max_rate_bps: 1_000_000_000,
-        max_duration_ns: 60_000_000_000,
-        max_tests: 64,
-    }
+    LoopbackServer::generous()
 }
 
 fn key(text: &str) -> Key {
@@ -63,7 +24,7 @@ fn key(text: &str) -> Key {
 #[test]
 fn owd_up_and_down_over_loopback_see_every_probe_and_no_queue() {
     for ip in ["127.0.0.1", "[::1]"] {
-        let server = TestServer::start(generous(), None, ip);
+        let server = LoopbackServer::start(generous(), None, ip);
         for direction in [Direction::Up, Direction::Down] {
             let client =
                 Client::connect(&server.address, None, Duration::from_secs(5)).expect("connects");
@@ -92,7 +53,7 @@ fn owd_up_and_down_over_loopback_see_every_probe_and_no_queue() {
 
 #[test]
 fn fifty_concurrent_clients_all_get_their_results() {
-    let server = TestServer::start(generous(), None, "127.0.0.1");
+    let server = LoopbackServer::start(generous(), None, "127.0.0.1");
     let clients: Vec<_> = (0..50)
         .map(|i| {
             let address = server.address.clone();
@@ -124,7 +85,7 @@ fn limits_are_enforced_and_the_refusal_says_which() {
         max_duration_ns: 2_000_000_000,
         max_tests: 1,
     };
-    let server = TestServer::start(limits, None, "127.0.0.1");
+    let server = LoopbackServer::start(limits, None, "127.0.0.1");
     let connect =
         || Client::connect(&server.address, None, Duration::from_secs(5)).expect("connects");
     match connect().one_way(Direction::Up, 20_000_000, 1000, 100, 10) {
@@ -172,7 +133,7 @@ fn limits_are_enforced_and_the_refusal_says_which() {
 
 #[test]
 fn a_pre_shared_key_authenticates_both_ways_and_a_wrong_one_is_refused() {
-    let server = TestServer::start(
+    let server = LoopbackServer::start(
         generous(),
         Some(key("the right key, 16+ bytes")),
         "127.0.0.1",
@@ -232,7 +193,7 @@ fn forgeries(session: u64, size: u32) -> Vec<Vec<u8>> {
 #[test]
 fn forged_probes_are_rejected_and_counted_in_both_directions() {
     let secret = "the right key, 16+ bytes";
-    let server = TestServer::start(generous(), Some(key(secret)), "127.0.0.1");
+    let server = LoopbackServer::start(generous(), Some(key(secret)), "127.0.0.1");
     let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for direction in [Direction::Up, Direction::Down] {
         let test = Client::connect(&server.address, Some(key(secret)), Duration::from_secs(5))
@@ -278,7 +239,7 @@ fn cli_errors_name_the_problem() {
         max_rate_bps: 1_000_000,
         ..generous()
     };
-    let server = TestServer::start(limits, None, "127.0.0.1");
+    let server = LoopbackServer::start(limits, None, "127.0.0.1");
     let refused = std::process::Command::new(PATHLAB)
         .args(["owd", &server.address, "--rate", "5M", "-t", "1s"])
         .output()
@@ -316,7 +277,7 @@ fn cli_errors_name_the_problem() {
 
 #[test]
 fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
-    let server = TestServer::start(
+    let server = LoopbackServer::start(
         generous(),
         Some(key("round trip key, 16 bytes")),
         "127.0.0.1",
@@ -350,7 +311,7 @@ fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
 fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
     use pathlab_io::measure::{TcpOptions, TcpTest};
     use pathlab_probe::control::TcpDirection;
-    let server = TestServer::start(generous(), None, "127.0.0.1");
+    let server = LoopbackServer::start(generous(), None, "127.0.0.1");
     for (direction, streams) in [
         (TcpDirection::Up, 3),
         (TcpDirection::Down, 1),
@@ -420,7 +381,7 @@ fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
 
 #[test]
 fn capacity_over_loopback_finds_its_64k_mtu_and_refuses_bad_counts() {
-    let server = TestServer::start(generous(), None, "127.0.0.1");
+    let server = LoopbackServer::start(generous(), None, "127.0.0.1");
     let output = std::process::Command::new(PATHLAB)
         .args([
             "capacity",

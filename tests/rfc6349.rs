@@ -4,8 +4,6 @@
 mod util;
 
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use pathlab_core::verdict::DropReason;
@@ -13,6 +11,7 @@ use pathlab_io::rfc6349::step;
 use pathlab_probe::rfc6349::{PhaseResult, Rfc6349Report};
 use pathlab_results::recording::Recording;
 use util::emulated::{privileged, Lab, PATHLAB};
+use util::LoopbackServer;
 
 /// A `pathlab server` process in h2; killed when dropped.
 struct ServerInH2(Child);
@@ -417,47 +416,6 @@ fn rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections() 
     );
 }
 
-/// A pathlab server on loopback in this process, for the refusals that need one.
-struct LoopbackServer {
-    address: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LoopbackServer {
-    fn start() -> LoopbackServer {
-        use pathlab_io::measure::{Server, ServerConfig};
-        let server = Server::bind(ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            limits: pathlab_probe::control::Limits {
-                max_rate_bps: 1_000_000_000,
-                max_duration_ns: 60_000_000_000,
-                max_tests: 4,
-            },
-            key: None,
-        })
-        .expect("server binds");
-        let address = server.local_addr().unwrap().to_string();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || server.run(|| flag.load(Ordering::SeqCst)));
-        LoopbackServer {
-            address,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for LoopbackServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 fn tcp(args: &[&str]) -> Output {
     Command::new(PATHLAB)
         .arg("tcp")
@@ -510,7 +468,7 @@ fn rfc6349_refuses_what_makes_no_sense_with_exit_code_2() {
     }
     // A window too small for the path is found once its MTU is known (loopback: 65536
     // bytes, a 65496-byte MSS).
-    let server = LoopbackServer::start();
+    let server = LoopbackServer::start(LoopbackServer::generous(), None, "127.0.0.1");
     let output = tcp(&[
         &server.address,
         "--rfc6349",

@@ -32,3 +32,54 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A pathlab server on an ephemeral port of `ip` (loopback), in this process; stopped
+/// when dropped.
+pub struct LoopbackServer {
+    pub address: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoopbackServer {
+    pub fn start(
+        limits: pathlab_probe::control::Limits,
+        key: Option<pathlab_probe::auth::Key>,
+        ip: &str,
+    ) -> LoopbackServer {
+        use std::sync::atomic::Ordering;
+        let server = pathlab_io::measure::Server::bind(pathlab_io::measure::ServerConfig {
+            listen: format!("{ip}:0").parse().unwrap(),
+            limits,
+            key,
+        })
+        .expect("server binds");
+        let address = server.local_addr().unwrap().to_string();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || server.run(|| flag.load(Ordering::SeqCst)));
+        LoopbackServer {
+            address,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Limits no test here comes near: 1 Gbit/s, 60 s, 64 tests at once.
+    pub fn generous() -> pathlab_probe::control::Limits {
+        pathlab_probe::control::Limits {
+            max_rate_bps: 1_000_000_000,
+            max_duration_ns: 60_000_000_000,
+            max_tests: 64,
+        }
+    }
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -53,13 +53,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "down" => &[Direction::Down],
         _ => &[Direction::Up, Direction::Down],
     };
-    // Connect once first, so a wrong host or key fails before anything is sent.
-    drop(args.client.connect(&args.host)?);
+    let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
     let connect = || {
-        let key = crate::cmd::server::read_key(args.client.psk.as_deref())
-            .map_err(|e| pathlab_io::measure::MeasureError::Auth(e.to_string()))?;
-        pathlab_io::measure::Client::connect(&args.host, key, std::time::Duration::from_secs(5))
+        pathlab_io::measure::Client::connect(
+            &args.host,
+            key.clone(),
+            std::time::Duration::from_secs(5),
+        )
     };
+    // Connect once first, so a wrong host or key fails before anything is sent.
+    drop(connect().map_err(measure_error)?);
     let mut reports = Vec::new();
     for &direction in directions {
         let options = CapacityOptions {
