@@ -64,7 +64,7 @@ pub fn measure(
     let path = connect()?.path_mtu(direction)?;
     log(&format!(
         "path MTU {}: {} bytes ({} probes)",
-        way(direction),
+        direction.name(),
         path.mtu_bytes,
         path.probes
     ));
@@ -207,11 +207,4 @@ pub fn measure(
         available,
         probes,
     })
-}
-
-fn way(direction: Direction) -> &'static str {
-    match direction {
-        Direction::Up => "up",
-        Direction::Down => "down",
-    }
 }

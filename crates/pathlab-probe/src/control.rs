@@ -42,6 +42,16 @@ pub enum Direction {
     Down,
 }
 
+impl Direction {
+    /// `up` or `down`, as the command line and the reports say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Up => "up",
+            Direction::Down => "down",
+        }
+    }
+}
+
 /// Which way a TCP test's data goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -137,10 +147,7 @@ impl std::fmt::Display for TestRequest {
                 size,
                 count,
             } => {
-                let way = match direction {
-                    Direction::Up => "up",
-                    Direction::Down => "down",
-                };
+                let way = direction.name();
                 write!(
                     f,
                     "one-way {way}: {count} x {size} B at {} Mbit/s",
@@ -185,10 +192,7 @@ impl std::fmt::Display for TestRequest {
                 spacing_ns,
                 period_ns,
             } => {
-                let way = match direction {
-                    Direction::Up => "up",
-                    Direction::Down => "down",
-                };
+                let way = direction.name();
                 write!(
                     f,
                     "trains {way}: {trains} x {length} x {size} B, {:.1} us apart, every {:.1} ms",
@@ -200,10 +204,7 @@ impl std::fmt::Display for TestRequest {
                 direction,
                 max_size,
             } => {
-                let way = match direction {
-                    Direction::Up => "up",
-                    Direction::Down => "down",
-                };
+                let way = direction.name();
                 write!(f, "path mtu {way}: probes up to {max_size} B")
             }
             TestRequest::RoundTrip {

@@ -75,7 +75,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let json = args.client.json;
         let mut log = |line: &str| {
             if !json {
-                println!("{} {line}", way(direction));
+                println!("{}: {line}", direction.name());
             }
         };
         let report =
@@ -92,21 +92,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn way(direction: Direction) -> &'static str {
-    match direction {
-        Direction::Up => "up:",
-        Direction::Down => "down:",
-    }
-}
-
 fn print(reports: &[CapacityReport]) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     for r in reports {
         let c = &r.capacity;
         writeln!(
             out,
-            "{} capacity {} (95% CI {} to {}) at the IP layer, {} counting Ethernet headers; {} probes",
-            way(r.direction),
+            "{}: capacity {} (95% CI {} to {}) at the IP layer, {} counting Ethernet headers; {} probes",
+            r.direction.name(),
             format::rate(c.capacity_bps),
             format::rate(c.low_bps),
             format::rate(c.high_bps),
@@ -116,8 +109,8 @@ fn print(reports: &[CapacityReport]) -> std::io::Result<()> {
         if let Some(a) = &r.available {
             writeln!(
                 out,
-                "{} available {} (between {} and {}, {} of the capacity)",
-                way(r.direction),
+                "{}: available {} (between {} and {}, {} of the capacity)",
+                r.direction.name(),
                 format::rate(a.available_bps),
                 format::rate(a.low_bps),
                 format::rate(a.high_bps),

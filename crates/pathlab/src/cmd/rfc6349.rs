@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use pathlab_io::measure::Client;
 use pathlab_io::rfc6349::{self as method, Event, Rfc6349Error, Rfc6349Options};
-use pathlab_probe::control::{Direction, TcpDirection};
+use pathlab_probe::control::TcpDirection;
 use pathlab_probe::mtu::PathMtu;
 use pathlab_probe::rfc6349::{
     Baseline, Framing, KernelSettings, PhaseResult, Plan, Rfc6349Report, SlowStartEnd, WindowLimit,
@@ -279,10 +279,7 @@ fn print_mtu(out: &mut impl std::io::Write, found: &PathMtu) -> std::io::Result<
     writeln!(
         out,
         "  {:<4} {} bytes ({}, this end's route {} bytes; {} probes, {} missing)",
-        match found.direction {
-            Direction::Up => "up",
-            Direction::Down => "down",
-        },
+        found.direction.name(),
         found.mtu_bytes,
         if found.ipv6 { "IPv6" } else { "IPv4" },
         found.local_mtu_bytes,
