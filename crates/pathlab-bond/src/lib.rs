@@ -1,0 +1,18 @@
+//! pathlab-bond: the sans-IO bonding tunnel.
+//!
+//! A site with several slow lines (ADSL, cable, 4G) carries its IP traffic through a TUN
+//! device, over UDP on every line at once, to a server that puts it back together. This
+//! crate is the state machine of both ends: the wire format and its authenticated
+//! encryption, the per-line rate controller that watches each line's one-way delay, the
+//! scheduler that sends each piece where it arrives first, the receiver's reorder buffer,
+//! and the fair sharing of the tunnel between users by volume.
+//!
+//! It performs no I/O, reads no clock and starts no thread: every entry point takes `now`
+//! (a [`pathlab_core::Instant`]), and randomness (nonces, session ids) comes from the
+//! caller. `pathlab-io` drives it with a TUN device and one UDP socket per line; tests drive
+//! it through emulated links in virtual time.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod wire;
