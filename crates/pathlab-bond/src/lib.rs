@@ -15,4 +15,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod control;
+pub mod fair;
+pub mod reorder;
 pub mod wire;

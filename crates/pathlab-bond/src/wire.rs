@@ -138,3 +138,7 @@ pub enum Frame<'a> {
     /// The sender ends the session.
     Close,
 }
+
+/// Bytes of a Fragment frame before its data: type, stream, packet, offset, total length,
+/// flags, length.
+pub const FRAGMENT_HEADER_BYTES: usize = 14;

@@ -41,6 +41,59 @@ impl Jitter {
     }
 }
 
+/// The base one-way delay of a live stream of samples: the minimum over a sliding history
+/// of fixed-length buckets, as the seed asks ("the normal level must be computed over the
+/// last N packets or minutes, because the clocks drift") and as LEDBAT keeps its base
+/// history (RFC 6817 section 3.4.2: one minimum per interval, the oldest forgotten).
+///
+/// Samples are the receiver's clock minus the sender's timestamp, in ns: the clocks' offset
+/// is in every sample and cancels in `sample - base`. A queue that never drains inside the
+/// history raises the base with it, so a user of this filter drains its queue from time to
+/// time; a drift of `d` (s/s) lets the base lag by at most `d x history`.
+#[derive(Debug, Clone)]
+pub struct BaseDelay {
+    bucket_ns: u64,
+    /// (start of the bucket in the caller's clock, minimum sample in it), oldest first.
+    buckets: std::collections::VecDeque<(u64, i64)>,
+    capacity: usize,
+}
+
+impl BaseDelay {
+    /// A filter whose history is `buckets` buckets of `bucket_ns` each.
+    pub fn new(bucket_ns: u64, buckets: usize) -> BaseDelay {
+        BaseDelay {
+            bucket_ns: bucket_ns.max(1),
+            buckets: std::collections::VecDeque::with_capacity(buckets.max(1)),
+            capacity: buckets.max(1),
+        }
+    }
+
+    /// Adds a sample taken at `now_ns` (the caller's clock, nondecreasing).
+    pub fn add(&mut self, now_ns: u64, sample_ns: i64) {
+        match self.buckets.back_mut() {
+            Some((start, min)) if now_ns < start.saturating_add(self.bucket_ns) => {
+                *min = (*min).min(sample_ns);
+            }
+            _ => {
+                if self.buckets.len() == self.capacity {
+                    self.buckets.pop_front();
+                }
+                self.buckets.push_back((now_ns, sample_ns));
+            }
+        }
+    }
+
+    /// The lowest sample in the history, if any.
+    pub fn base(&self) -> Option<i64> {
+        self.buckets.iter().map(|(_, min)| *min).min()
+    }
+
+    /// Forgets every sample (after a route change, say).
+    pub fn clear(&mut self) {
+        self.buckets.clear();
+    }
+}
+
 /// What a queue along the path is doing, as far as the probes can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -353,6 +406,23 @@ pub fn one_way_result(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn base_delay_is_the_minimum_of_its_history_and_forgets_the_oldest_bucket() {
+        let mut base = super::BaseDelay::new(1_000, 3);
+        assert_eq!(base.base(), None);
+        base.add(0, 50);
+        base.add(500, 40);
+        base.add(1_000, 70);
+        base.add(2_100, 60);
+        assert_eq!(base.base(), Some(40));
+        // A fourth bucket pushes out the first, whose minimum was 40.
+        base.add(3_200, 65);
+        assert_eq!(base.base(), Some(60));
+        // A clock running slow lowers the samples: the base follows at once.
+        base.add(3_300, -5);
+        assert_eq!(base.base(), Some(-5));
+    }
+
     use super::*;
     use pathlab_core::{Instant, Link, LinkSpec, Packet};
 

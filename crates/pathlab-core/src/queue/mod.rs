@@ -13,7 +13,7 @@ mod red;
 #[cfg(test)]
 mod testing;
 
-pub use codel::{Codel, CodelState};
+pub use codel::{Codel, CodelQueue, CodelState};
 pub use fifo::{HeadDrop, TailDrop};
 pub use fq_codel::FqCodel;
 pub use pie::Pie;

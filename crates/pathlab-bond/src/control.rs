@@ -1,0 +1,311 @@
+//! The per-line rate controller: pace each line just fast enough that its bottleneck queue
+//! (the modem's buffer) holds about `target` of delay, from the one-way delay the receiver
+//! reports.
+//!
+//! The receiver reports, every few tens of milliseconds, the lowest one-way delay sample it
+//! saw on the line (its clock minus our timestamp, so the clocks' offset is in it) and how
+//! many bytes arrived. The controller keeps the base delay (the minimum over a sliding
+//! history, [`pathlab_probe::owd::BaseDelay`], as the seed asks because the clocks drift) and
+//! reads the line's queueing delay as `sample - base`. The queue of a line fed at rate `r`
+//! and drained at its capacity `C` grows as `dq/dt = r/C - 1`; choosing
+//!
+//! ```text
+//! r = C_est x (1 + (target - q) / tau)
+//! ```
+//!
+//! makes `dq/dt = -(q - target) / tau`: the queue settles at `target` with time constant
+//! `tau`. While the queue is above target, `C_est` is the delivery rate the receiver
+//! measured, which a busy bottleneck makes exactly `C`. Below target the line is not full,
+//! the delivery rate is our own sending rate, and the same formula grows it by
+//! `(target - q) / tau` per report: a gentle multiplicative probe (5% per report with the
+//! defaults), which is how the line keeps probing for more.
+//!
+//! This is LEDBAT (RFC 6817) applied to a rate instead of a window: the same off-target
+//! signal `(target - q)`, a target of a few ms instead of LEDBAT's 100 ms (a bonded line must
+//! stay responsive, not just yield), and a set point from the measured delivery rate rather
+//! than an additive window step, so it converges in a fraction of a second rather than over
+//! many round trips. glorytun's "rate auto" judges congestion from the dispersion of a 100 ms
+//! beat (rate = 7/8 of the received rate when receiving takes 1.125x longer than sending)
+//! and cake-autorate from ping RTT growth of 30 ms: both react only once a queue tens of ms
+//! long exists; the one-way delay sees a queue of one packet.
+//!
+//! Two more rules:
+//! - **Loss** above [`LOSS_THRESHOLD`] in a report without a queue is a policer (a token
+//!   bucket drops, it does not delay): the rate falls to what was delivered.
+//! - **Drain**: a standing queue of `target` never drains, so it would end up in the base
+//!   delay, and the base would creep up with every new target on top of it (LEDBAT's
+//!   latecomer problem). Every [`ControllerConfig::drain_every`] the line runs at 3/4 of the
+//!   delivery rate for a short while, its queue empties, and the base is measured clean.
+
+use pathlab_core::{BitsPerSec, Duration, Instant};
+use pathlab_probe::owd::BaseDelay;
+
+use crate::wire::Feedback;
+
+/// Loss in one report, without a queue, above which the line is taken to be policed.
+pub const LOSS_THRESHOLD: f64 = 0.05;
+
+/// The controller's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ControllerConfig {
+    /// The queueing delay each line is held at.
+    pub target: Duration,
+    /// The time constant the queue converges to target with (at least; twice the line's
+    /// round trip if that is longer, to stay stable with the feedback's delay).
+    pub tau: Duration,
+    /// The rate a line starts at.
+    pub initial_rate: BitsPerSec,
+    /// The rate no line goes below.
+    pub min_rate: BitsPerSec,
+    /// The rate no line goes above (the line's nominal rate, if the user gave it).
+    pub max_rate: Option<BitsPerSec>,
+    /// How often the line drains its queue to measure the base delay clean.
+    pub drain_every: Duration,
+    /// How long the base delay's history is.
+    pub base_history: Duration,
+}
+
+impl Default for ControllerConfig {
+    fn default() -> ControllerConfig {
+        ControllerConfig {
+            target: Duration::from_millis(5),
+            tau: Duration::from_millis(100),
+            initial_rate: BitsPerSec(1_000_000),
+            min_rate: BitsPerSec(64_000),
+            max_rate: None,
+            drain_every: Duration::from_secs(10),
+            base_history: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The controller's phase, for stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the first report.
+    Starting,
+    /// Holding the queue at target.
+    Tracking,
+    /// Running below the delivery rate so the queue empties.
+    Draining,
+}
+
+/// What the previous report said, to difference cumulative counters against.
+#[derive(Debug, Clone, Copy)]
+struct Previous {
+    report_ns: u64,
+    received_bytes: u64,
+    received_packets: u64,
+    highest_seq: u64,
+}
+
+/// One line's rate controller.
+#[derive(Debug, Clone)]
+pub struct RateController {
+    config: ControllerConfig,
+    rate_bps: f64,
+    base: BaseDelay,
+    previous: Option<Previous>,
+    queue_delay: Duration,
+    /// Lowest raw one-way delay of the last report (ns, offset included).
+    owd_raw_ns: Option<i64>,
+    delivery_bps: f64,
+    loss: f64,
+    srtt: Option<Duration>,
+    /// Bytes we sent since the previous report, to tell a full line from an idle one.
+    sent_bytes: u64,
+    sent_since: Instant,
+    phase: Phase,
+    next_drain: Instant,
+    drain_until: Instant,
+}
+
+impl RateController {
+    /// A controller for a line that starts at `now`.
+    pub fn new(config: ControllerConfig, now: Instant) -> RateController {
+        let bucket = Duration::from_secs(1);
+        let buckets = (config.base_history.as_nanos() / bucket.as_nanos()).max(1) as usize;
+        RateController {
+            rate_bps: clamp_rate(&config, config.initial_rate.as_f64()),
+            base: BaseDelay::new(bucket.as_nanos(), buckets),
+            previous: None,
+            queue_delay: Duration::ZERO,
+            owd_raw_ns: None,
+            delivery_bps: 0.0,
+            loss: 0.0,
+            srtt: None,
+            sent_bytes: 0,
+            sent_since: now,
+            phase: Phase::Starting,
+            next_drain: now + config.drain_every,
+            drain_until: now,
+            config,
+        }
+    }
+
+    /// The rate to pace the line at.
+    pub fn rate(&self) -> BitsPerSec {
+        BitsPerSec(self.rate_bps as u64)
+    }
+
+    /// The line's queueing delay at the last report.
+    pub fn queue_delay(&self) -> Duration {
+        self.queue_delay
+    }
+
+    /// The rate the receiver saw over the last report's interval.
+    pub fn delivery_rate(&self) -> BitsPerSec {
+        BitsPerSec(self.delivery_bps as u64)
+    }
+
+    /// The loss fraction of the last report's interval.
+    pub fn loss(&self) -> f64 {
+        self.loss
+    }
+
+    /// The base one-way delay, offset included (ns): comparable between the lines of one
+    /// direction, since they share both clocks.
+    pub fn base_owd_ns(&self) -> Option<i64> {
+        self.base.base()
+    }
+
+    /// The latest one-way delay (base plus queue), offset included.
+    pub fn owd_ns(&self) -> Option<i64> {
+        self.owd_raw_ns
+    }
+
+    /// The controller's phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The line's smoothed round trip, if measured.
+    pub fn srtt(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// A round-trip sample of the line (from an echoed timestamp).
+    pub fn on_rtt(&mut self, sample: Duration) {
+        self.srtt = Some(match self.srtt {
+            None => sample,
+            Some(srtt) => {
+                Duration::from_nanos((srtt.as_nanos() * 7 + sample.as_nanos()) / 8)
+            }
+        });
+    }
+
+    /// We sent `len_bytes` on the line.
+    pub fn on_sent(&mut self, len_bytes: usize) {
+        self.sent_bytes += len_bytes as u64;
+    }
+
+    /// Forgets what the line was like (it went down and came back): the base is measured
+    /// anew and the rate restarts from half of what it was.
+    pub fn restart(&mut self, now: Instant) {
+        self.base.clear();
+        self.previous = None;
+        self.owd_raw_ns = None;
+        self.queue_delay = Duration::ZERO;
+        self.rate_bps = clamp_rate(&self.config, self.rate_bps / 2.0);
+        self.phase = Phase::Starting;
+        self.sent_bytes = 0;
+        self.sent_since = now;
+    }
+
+    /// The receiver's report on this line.
+    pub fn on_feedback(&mut self, now: Instant, report: &Feedback) {
+        if report.samples > 0 {
+            self.base.add(report.report_ns, report.owd_min_ns);
+            self.owd_raw_ns = Some(report.owd_min_ns);
+        }
+        let Some(previous) = self.previous else {
+            self.previous = Some(Previous::of(report));
+            self.phase = Phase::Tracking;
+            self.sent_bytes = 0;
+            self.sent_since = now;
+            return;
+        };
+        if report.report_ns <= previous.report_ns || report.received_bytes < previous.received_bytes
+        {
+            return; // a report older than one already used
+        }
+        self.previous = Some(Previous::of(report));
+        let interval_s = (report.report_ns - previous.report_ns) as f64 / 1e9;
+        let delivered_bytes = report.received_bytes - previous.received_bytes;
+        self.delivery_bps = delivered_bytes as f64 * 8.0 / interval_s;
+        let expected = report.highest_seq.saturating_sub(previous.highest_seq);
+        let received = report.received_packets - previous.received_packets;
+        self.loss = if expected == 0 {
+            0.0
+        } else {
+            1.0 - (received.min(expected) as f64 / expected as f64)
+        };
+        if let (Some(base), Some(owd)) = (self.base.base(), self.owd_raw_ns) {
+            self.queue_delay = Duration::from_nanos(owd.saturating_sub(base).max(0) as u64);
+        }
+        // Whether we kept the line busy: sent at least 3/4 of what the rate allowed.
+        let span = now.saturating_since(self.sent_since).as_secs_f64();
+        let allowed = self.rate_bps / 8.0 * span;
+        let busy = self.sent_bytes as f64 >= 0.75 * allowed;
+        self.sent_bytes = 0;
+        self.sent_since = now;
+        self.update_rate(now, busy);
+    }
+
+    fn update_rate(&mut self, now: Instant, busy: bool) {
+        let tau = self.tau().as_secs_f64();
+        let target = self.config.target.as_secs_f64();
+        let queue = self.queue_delay.as_secs_f64();
+        if self.phase == Phase::Draining && now >= self.drain_until {
+            self.phase = Phase::Tracking;
+            self.next_drain = now + self.config.drain_every;
+        }
+        if self.phase == Phase::Tracking && now >= self.next_drain && busy {
+            self.phase = Phase::Draining;
+            // Long enough for a target's worth of queue to empty at a quarter of the rate,
+            // and for the reports of the empty queue to come back.
+            let hold = self.srtt.unwrap_or(Duration::from_millis(50)) + self.config.target.saturating_mul(4);
+            self.drain_until = now + hold.max(Duration::from_millis(50));
+        }
+        let delivery = self.delivery_bps;
+        let rate = if self.phase == Phase::Draining {
+            0.75 * delivery.max(self.config.min_rate.as_f64())
+        } else if queue > target {
+            // The bottleneck is busy: the delivery rate is its capacity.
+            (delivery * (1.0 + (target - queue) / tau)).max(delivery * 0.5)
+        } else if self.loss > LOSS_THRESHOLD {
+            delivery.min(self.rate_bps)
+        } else if busy {
+            self.rate_bps.max(delivery) * (1.0 + (target - queue) / tau)
+        } else {
+            // An idle line tells nothing about its capacity: keep the rate.
+            self.rate_bps
+        };
+        self.rate_bps = clamp_rate(&self.config, rate);
+    }
+
+    /// The convergence time constant: the configured one, or twice the round trip.
+    fn tau(&self) -> Duration {
+        let rtt = self.srtt.unwrap_or(Duration::ZERO);
+        self.config.tau.max(rtt.saturating_mul(2))
+    }
+}
+
+impl Previous {
+    fn of(report: &Feedback) -> Previous {
+        Previous {
+            report_ns: report.report_ns,
+            received_bytes: report.received_bytes,
+            received_packets: report.received_packets,
+            highest_seq: report.highest_seq,
+        }
+    }
+}
+
+fn clamp_rate(config: &ControllerConfig, rate: f64) -> f64 {
+    let max = config.max_rate.map_or(f64::INFINITY, BitsPerSec::as_f64);
+    if rate.is_nan() {
+        return config.min_rate.as_f64();
+    }
+    rate.clamp(config.min_rate.as_f64(), max.max(config.min_rate.as_f64()))
+}

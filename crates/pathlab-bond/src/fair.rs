@@ -1,0 +1,415 @@
+//! The tunnel's ingress: users share it by volume, not by packet (the seed's last section).
+//!
+//! Inner packets queue per *stream* (a user: the inner source address by default; or a
+//! flow; or one stream for all). Each tunnel datagram is filled by deficit round robin at
+//! the granularity of bytes, so one datagram carries fragments of several users' packets in
+//! fair proportion, and a user's small packet does not wait behind every other user's
+//! full-size one. A stream that just became active is served first (FQ-CoDel's new-flow
+//! list, RFC 8290 section 4.1): the seed's pinging user's 100 bytes go into the very next
+//! datagram, so on a 1 Mbit/s line it waits one datagram (12 ms), not 14 (168 ms).
+//!
+//! Each stream's queue is managed by CoDel (RFC 8289, `pathlab-core`'s state machine; with
+//! ECN marking for ECN-capable packets) so a bulk TCP flow in the tunnel keeps a short queue
+//! here rather than moving the bufferbloat the line controller removed from the modem into
+//! the tunnel. CoDel's target is at least two full-size packets' time at a stream's fair
+//! share, as cake scales it on slow links: below that every packet would look late.
+//!
+//! Packets are numbered per stream when their first byte leaves, so every number the
+//! receiver sees belongs to a packet that was sent: a packet CoDel dropped leaves no hole
+//! for the receiver to wait on.
+
+use std::collections::{HashMap, VecDeque};
+
+use pathlab_core::queue::{CodelQueue, CodelState};
+use pathlab_core::spec::CodelConfig;
+use pathlab_core::{Duration, Instant, Packet, Verdicts};
+
+use crate::wire::FRAGMENT_HEADER_BYTES;
+
+/// How inner packets are told apart into users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FairKey {
+    /// By inner source address (the seed's users).
+    #[default]
+    Source,
+    /// By flow (the 5-tuple).
+    Flow,
+    /// Not at all: one FIFO for everything.
+    Off,
+}
+
+/// The ingress queue's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FairConfig {
+    /// How users are told apart.
+    pub key: FairKey,
+    /// Bytes a stream may send per round.
+    pub quantum_bytes: u32,
+    /// Bytes all streams may hold together; beyond it the longest stream loses its head.
+    pub limit_bytes: u64,
+    /// CoDel's settings for each stream.
+    pub codel: CodelConfig,
+}
+
+impl Default for FairConfig {
+    fn default() -> FairConfig {
+        FairConfig {
+            key: FairKey::Source,
+            quantum_bytes: 300,
+            limit_bytes: 4 << 20,
+            codel: CodelConfig {
+                ecn: true,
+                ..CodelConfig::default()
+            },
+        }
+    }
+}
+
+/// A fragment the queue hands out, to be written into a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece<'a> {
+    /// The stream (user) the packet belongs to.
+    pub stream: u16,
+    /// The packet's number in its stream.
+    pub packet: u32,
+    /// Where the piece starts in the packet.
+    pub offset: u16,
+    /// The whole packet's length.
+    pub total_len: u16,
+    /// Whether the packet's bytes are compressed.
+    pub compressed: bool,
+    /// The piece's bytes.
+    pub data: &'a [u8],
+}
+
+/// Counters of the ingress queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FairCounters {
+    /// Packets accepted.
+    pub packets_in: u64,
+    /// Packets CoDel dropped.
+    pub codel_dropped: u64,
+    /// Packets CoDel marked CE instead.
+    pub ce_marked: u64,
+    /// Packets dropped because the queue was full.
+    pub overflow_dropped: u64,
+    /// Packets too long for the wire's 16-bit lengths.
+    pub oversized_dropped: u64,
+}
+
+/// A packet being sent, fragment by fragment.
+#[derive(Debug)]
+struct Head {
+    number: u32,
+    data: Vec<u8>,
+    offset: usize,
+    compressed: bool,
+}
+
+/// A stream's packets not yet started, as CoDel sees them.
+#[derive(Debug, Default)]
+struct Waiting {
+    queue: VecDeque<Packet>,
+    queued_bytes: u64,
+}
+
+#[derive(Debug)]
+struct Stream {
+    id: u16,
+    next_number: u32,
+    waiting: Waiting,
+    head: Option<Head>,
+    deficit: i64,
+    codel: CodelState,
+    active: bool,
+}
+
+impl CodelQueue for Waiting {
+    fn pop(&mut self) -> Option<Packet> {
+        let packet = self.queue.pop_front()?;
+        self.queued_bytes -= packet.data.len() as u64;
+        Some(packet)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.queued_bytes
+    }
+}
+
+impl Stream {
+    fn new(id: u16) -> Stream {
+        Stream {
+            id,
+            next_number: 1,
+            waiting: Waiting::default(),
+            head: None,
+            deficit: 0,
+            codel: CodelState::default(),
+            active: false,
+        }
+    }
+
+    fn backlog(&self) -> u64 {
+        self.waiting.queued_bytes
+            + self
+                .head
+                .as_ref()
+                .map_or(0, |head| (head.data.len() - head.offset) as u64)
+    }
+}
+
+/// The smallest piece worth a fragment header when a packet has more to send.
+const MIN_PIECE_BYTES: usize = 64;
+
+/// The ingress queue: per-stream CoDel queues served by byte-granular deficit round robin.
+#[derive(Debug)]
+pub struct FairQueue {
+    config: FairConfig,
+    streams: Vec<Stream>,
+    by_key: HashMap<u64, usize>,
+    new_streams: VecDeque<usize>,
+    old_streams: VecDeque<usize>,
+    backlog_bytes: u64,
+    counters: FairCounters,
+    verdicts: Verdicts,
+    /// The tunnel's current total rate, to scale CoDel's target on slow links.
+    rate_bps: f64,
+}
+
+impl FairQueue {
+    /// An empty queue.
+    pub fn new(config: FairConfig) -> FairQueue {
+        FairQueue {
+            config,
+            streams: Vec::new(),
+            by_key: HashMap::new(),
+            new_streams: VecDeque::new(),
+            old_streams: VecDeque::new(),
+            backlog_bytes: 0,
+            counters: FairCounters::default(),
+            verdicts: Verdicts::default(),
+            rate_bps: 0.0,
+        }
+    }
+
+    /// Bytes waiting (packets not yet sent and the unsent rest of those being sent).
+    pub fn backlog_bytes(&self) -> u64 {
+        self.backlog_bytes
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.backlog_bytes == 0
+    }
+
+    /// The queue's counters.
+    pub fn counters(&self) -> FairCounters {
+        self.counters
+    }
+
+    /// Streams seen so far.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Tells the queue the tunnel's current rate (scales CoDel's target on slow lines).
+    pub fn set_rate(&mut self, rate_bps: f64) {
+        self.rate_bps = rate_bps;
+    }
+
+    /// Queues an inner packet at `now`; `compressed` says its bytes are LZ4 (the original
+    /// is not needed to classify it: `key_of` reads the header of the packet before).
+    pub fn enqueue(&mut self, now: Instant, mut packet: Packet, key: u64) {
+        if packet.data.is_empty() || packet.data.len() > usize::from(u16::MAX) {
+            self.counters.oversized_dropped += 1;
+            return;
+        }
+        packet.enqueued = now;
+        let index = match self.by_key.get(&key) {
+            Some(&index) => index,
+            None => {
+                let index = self.streams.len();
+                // Stream ids are the wire's 16 bits; past 65536 users, users share ids
+                // (they are then ordered together at the receiver, nothing worse).
+                self.streams.push(Stream::new(index as u16));
+                self.by_key.insert(key, index);
+                index
+            }
+        };
+        self.counters.packets_in += 1;
+        let len = packet.data.len() as u64;
+        let stream = &mut self.streams[index];
+        stream.waiting.queue.push_back(packet);
+        stream.waiting.queued_bytes += len;
+        self.backlog_bytes += len;
+        if !stream.active {
+            stream.active = true;
+            stream.deficit = i64::from(self.config.quantum_bytes);
+            self.new_streams.push_back(index);
+        }
+        while self.backlog_bytes > self.config.limit_bytes {
+            self.drop_from_longest();
+        }
+    }
+
+    /// The stream key of an inner IP packet under this queue's [`FairKey`].
+    pub fn key_of(&self, packet: &Packet) -> u64 {
+        match self.config.key {
+            FairKey::Off => 0,
+            FairKey::Flow => packet.flow,
+            FairKey::Source => source_key(&packet.data),
+        }
+    }
+
+    fn drop_from_longest(&mut self) {
+        let Some(index) = (0..self.streams.len()).max_by_key(|&i| self.streams[i].waiting.queued_bytes)
+        else {
+            return;
+        };
+        let stream = &mut self.streams[index];
+        if let Some(packet) = stream.waiting.pop() {
+            self.backlog_bytes -= packet.data.len() as u64;
+            self.counters.overflow_dropped += 1;
+        } else {
+            // Only packets already being sent are left: nothing more can be dropped.
+            self.backlog_bytes = self.backlog_bytes.min(self.config.limit_bytes);
+        }
+    }
+
+    fn codel_config(&self) -> CodelConfig {
+        let mut config = self.config.codel;
+        let active = (self.new_streams.len() + self.old_streams.len()).max(1) as f64;
+        if self.rate_bps > 0.0 {
+            let share = self.rate_bps / active;
+            let two_packets = Duration::from_secs_f64(2.0 * 1500.0 * 8.0 / share);
+            config.target = config.target.max(two_packets);
+            config.interval = config.interval.max(config.target.saturating_mul(4));
+        }
+        config
+    }
+
+    /// Hands out pieces of queued packets, fairly between streams, while `budget` bytes
+    /// (fragment headers included) allow; `emit` writes each piece. Returns the bytes used.
+    pub fn fill(&mut self, now: Instant, budget: usize, mut emit: impl FnMut(Piece<'_>)) -> usize {
+        let mut used = 0;
+        let codel = self.codel_config();
+        let quantum = i64::from(self.config.quantum_bytes);
+        loop {
+            let room = budget.saturating_sub(used + FRAGMENT_HEADER_BYTES);
+            if room == 0 {
+                break;
+            }
+            let (list_is_new, index) = match self.new_streams.front() {
+                Some(&index) => (true, index),
+                None => match self.old_streams.front() {
+                    Some(&index) => (false, index),
+                    None => break,
+                },
+            };
+            let stream = &mut self.streams[index];
+            if stream.deficit <= 0 {
+                stream.deficit += quantum;
+                self.pop_list(list_is_new);
+                self.old_streams.push_back(index);
+                continue;
+            }
+            if stream.head.is_none() {
+                let packet = stream
+                    .codel
+                    .dequeue(now, &codel, &mut stream.waiting, &mut self.verdicts);
+                for dropped in self.verdicts.dropped.drain(..) {
+                    self.counters.codel_dropped += 1;
+                    self.backlog_bytes -= dropped.packet.data.len() as u64;
+                }
+                self.counters.ce_marked += std::mem::take(&mut self.verdicts.ce_marked);
+                match packet {
+                    Some(packet) => {
+                        let number = stream.next_number;
+                        stream.next_number = stream.next_number.wrapping_add(1).max(1);
+                        stream.head = Some(Head {
+                            number,
+                            compressed: packet.tag == COMPRESSED_TAG,
+                            data: packet.data,
+                            offset: 0,
+                        });
+                    }
+                    None => {
+                        // Empty: a new stream moves to the old list once (so it cannot
+                        // come back as new at once and starve the others), an old one
+                        // leaves.
+                        self.pop_list(list_is_new);
+                        if list_is_new && !self.old_streams.is_empty() {
+                            self.old_streams.push_back(index);
+                        } else {
+                            self.streams[index].active = false;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let head = stream.head.as_mut().expect("set above");
+            let remaining = head.data.len() - head.offset;
+            let allowed = (stream.deficit as usize).max(MIN_PIECE_BYTES);
+            let mut take = remaining.min(room).min(allowed);
+            if take < remaining && take < MIN_PIECE_BYTES.min(remaining) {
+                // Not worth a fragment header: the datagram is full.
+                break;
+            }
+            if take == 0 {
+                break;
+            }
+            if remaining - take > 0 && remaining - take < 16 && take + (remaining - take) <= room
+            {
+                take = remaining; // do not leave a sliver for another header
+            }
+            emit(Piece {
+                stream: stream.id,
+                packet: head.number,
+                offset: head.offset as u16,
+                total_len: head.data.len() as u16,
+                compressed: head.compressed,
+                data: &head.data[head.offset..head.offset + take],
+            });
+            head.offset += take;
+            used += FRAGMENT_HEADER_BYTES + take;
+            stream.deficit -= take as i64;
+            self.backlog_bytes -= take as u64;
+            if head.offset == head.data.len() {
+                stream.head = None;
+            }
+        }
+        used
+    }
+
+    fn pop_list(&mut self, new: bool) {
+        if new {
+            self.new_streams.pop_front();
+        } else {
+            self.old_streams.pop_front();
+        }
+    }
+
+    /// Bytes one stream has waiting (for tests and stats).
+    pub fn stream_backlog(&self, key: u64) -> u64 {
+        self.by_key
+            .get(&key)
+            .map_or(0, |&index| self.streams[index].backlog())
+    }
+}
+
+/// The tag a queued packet carries when its bytes are compressed.
+pub const COMPRESSED_TAG: u32 = 1;
+
+/// A key from an IP packet's source address (0 when it is not IP).
+pub fn source_key(packet: &[u8]) -> u64 {
+    let address: &[u8] = match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 => &packet[12..16],
+        Some(6) if packet.len() >= 40 => &packet[8..24],
+        _ => return 0,
+    };
+    // FNV-1a: stable, cheap, and the queue needs no defence against chosen collisions
+    // beyond sharing a stream.
+    address.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
