@@ -18,4 +18,5 @@
 pub mod control;
 pub mod fair;
 pub mod reorder;
+pub mod sched;
 pub mod wire;
