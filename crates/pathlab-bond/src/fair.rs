@@ -402,10 +402,8 @@ pub const COMPRESSED_TAG: u32 = 1;
 
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
-    let address: &[u8] = match packet.first().map(|b| b >> 4) {
-        Some(4) if packet.len() >= 20 => &packet[12..16],
-        Some(6) if packet.len() >= 40 => &packet[8..24],
-        _ => return 0,
+    let Some(address) = crate::inner::source_bytes(packet) else {
+        return 0;
     };
     // FNV-1a: stable, cheap, and the queue needs no defence against chosen collisions
     // beyond sharing a stream.

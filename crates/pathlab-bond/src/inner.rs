@@ -1,0 +1,88 @@
+//! The inner packets' IP headers, as far as the tunnel reads them: version and addresses
+//! (to tell users apart and to route to the right session).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+mod field {
+    pub mod ipv4 {
+        pub const SOURCE: std::ops::Range<usize> = 12..16;
+        pub const DESTINATION: std::ops::Range<usize> = 16..20;
+        pub const MIN_HEADER: usize = 20;
+    }
+    pub mod ipv6 {
+        pub const SOURCE: std::ops::Range<usize> = 8..24;
+        pub const DESTINATION: std::ops::Range<usize> = 24..40;
+        pub const HEADER: usize = 40;
+    }
+}
+
+/// The IP version of a packet (the first byte's high nibble), if 4 or 6.
+pub fn version(packet: &[u8]) -> Option<u8> {
+    packet
+        .first()
+        .map(|b| b >> 4)
+        .filter(|v| *v == 4 || *v == 6)
+}
+
+/// The source and destination addresses of an IPv4 or IPv6 packet.
+pub fn addresses(packet: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    match version(packet)? {
+        4 if packet.len() >= field::ipv4::MIN_HEADER => {
+            let source: [u8; 4] = packet[field::ipv4::SOURCE].try_into().ok()?;
+            let destination: [u8; 4] = packet[field::ipv4::DESTINATION].try_into().ok()?;
+            Some((
+                Ipv4Addr::from(source).into(),
+                Ipv4Addr::from(destination).into(),
+            ))
+        }
+        6 if packet.len() >= field::ipv6::HEADER => {
+            let source: [u8; 16] = packet[field::ipv6::SOURCE].try_into().ok()?;
+            let destination: [u8; 16] = packet[field::ipv6::DESTINATION].try_into().ok()?;
+            Some((
+                Ipv6Addr::from(source).into(),
+                Ipv6Addr::from(destination).into(),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The bytes of the source address, for keying users.
+pub fn source_bytes(packet: &[u8]) -> Option<&[u8]> {
+    match version(packet)? {
+        4 if packet.len() >= field::ipv4::MIN_HEADER => Some(&packet[field::ipv4::SOURCE]),
+        6 if packet.len() >= field::ipv6::HEADER => Some(&packet[field::ipv6::SOURCE]),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_of_both_versions_and_nothing_from_garbage() {
+        let mut v4 = vec![0u8; 20];
+        v4[0] = 0x45;
+        v4[12..16].copy_from_slice(&[198, 18, 0, 1]);
+        v4[16..20].copy_from_slice(&[198, 18, 0, 2]);
+        assert_eq!(
+            addresses(&v4),
+            Some((
+                "198.18.0.1".parse().unwrap(),
+                "198.18.0.2".parse().unwrap()
+            ))
+        );
+        let mut v6 = vec![0u8; 40];
+        v6[0] = 0x60;
+        v6[8..24].copy_from_slice(&"2001:2::1".parse::<Ipv6Addr>().unwrap().octets());
+        v6[24..40].copy_from_slice(&"2001:2::2".parse::<Ipv6Addr>().unwrap().octets());
+        assert_eq!(
+            addresses(&v6).map(|(s, _)| s),
+            Some("2001:2::1".parse().unwrap())
+        );
+        assert_eq!(addresses(&v4[..19]), None);
+        assert_eq!(addresses(&[0x50; 40]), None);
+        assert_eq!(addresses(&[]), None);
+    }
+}

@@ -1,0 +1,306 @@
+//! One line of a session, both ways: what we send on it (sequence, pacer, rate controller,
+//! liveness) and what we receive on it (replay window, the one-way delay samples and
+//! counts we report back, the timestamp we echo).
+
+use pathlab_core::{Duration, Instant};
+
+use crate::control::{ControllerConfig, RateController};
+use crate::crypto::ReplayWindow;
+use crate::wire::{Feedback, Frame};
+
+/// Whether a line carries traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LineState {
+    /// Traffic flows both ways.
+    Up,
+    /// Nothing heard from the peer on it (or no report of what we sent) for too long; it
+    /// carries only probes until it answers again.
+    Down,
+}
+
+/// Per-line counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LineCounters {
+    /// Datagrams sent.
+    pub sent_packets: u64,
+    /// UDP payload bytes sent.
+    pub sent_bytes: u64,
+    /// Datagrams received and authenticated.
+    pub received_packets: u64,
+    /// UDP payload bytes received and authenticated.
+    pub received_bytes: u64,
+    /// Datagrams refused as replays.
+    pub replays: u64,
+    /// Times the line was declared down.
+    pub went_down: u64,
+    /// Times it came back.
+    pub came_back: u64,
+}
+
+/// What we receive on a line, summarised for the next report.
+#[derive(Debug, Clone, Default)]
+struct Receiving {
+    received_packets: u64,
+    received_bytes: u64,
+    owd_min_ns: Option<i64>,
+    owd_last_ns: i64,
+    samples: u32,
+    /// The latest sender timestamp and when it arrived, to echo.
+    echo: Option<(u64, Instant)>,
+    /// Whether something arrived since the last report.
+    fresh: bool,
+}
+
+/// One line of a session.
+#[derive(Debug)]
+pub struct Line {
+    /// Our index for it (the header's `line`).
+    pub index: u8,
+    seq: u64,
+    pub(crate) controller: RateController,
+    ready_at: Instant,
+    last_sent: Instant,
+    last_received: Instant,
+    last_feedback: Instant,
+    last_report: Instant,
+    state: LineState,
+    state_since: Instant,
+    replay: ReplayWindow,
+    receiving: Receiving,
+    counters: LineCounters,
+    /// Largest UDP payload the line carries.
+    pub(crate) max_payload: usize,
+}
+
+/// Timers of the liveness and reporting logic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineTimers {
+    /// How often a line that carries nothing else sends a keepalive.
+    pub keepalive: Duration,
+    /// How often the receiver reports what it saw on a line.
+    pub feedback: Duration,
+    /// How long without hearing from the peer (or without a report) a line is down after.
+    pub down_after: Duration,
+    /// How often a line that is down is probed.
+    pub probe_down: Duration,
+}
+
+impl Default for LineTimers {
+    fn default() -> LineTimers {
+        LineTimers {
+            keepalive: Duration::from_millis(50),
+            feedback: Duration::from_millis(25),
+            down_after: Duration::from_millis(300),
+            probe_down: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Line {
+    /// A line that starts up at `now`.
+    pub fn new(index: u8, controller: ControllerConfig, max_payload: usize, now: Instant) -> Line {
+        Line {
+            index,
+            seq: 0,
+            controller: RateController::new(controller, now),
+            ready_at: now,
+            last_sent: now,
+            last_received: now,
+            last_feedback: now,
+            last_report: now,
+            state: LineState::Up,
+            state_since: now,
+            replay: ReplayWindow::new(),
+            receiving: Receiving::default(),
+            counters: LineCounters::default(),
+            max_payload,
+        }
+    }
+
+    /// Starts the liveness clocks afresh (the session just opened).
+    pub fn reset_liveness(&mut self, now: Instant) {
+        self.last_received = now;
+        self.last_feedback = now;
+        self.last_sent = now;
+    }
+
+    /// Whether the line is up.
+    pub fn is_up(&self) -> bool {
+        self.state == LineState::Up
+    }
+
+    /// The line's state.
+    pub fn state(&self) -> LineState {
+        self.state
+    }
+
+    /// The rate controller.
+    pub fn controller(&self) -> &RateController {
+        &self.controller
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> LineCounters {
+        self.counters
+    }
+
+    /// When the pacer lets the line send.
+    pub fn ready_at(&self) -> Instant {
+        self.ready_at
+    }
+
+    /// The sequence number for the next datagram.
+    pub fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// We sent a datagram of `len_bytes` at `now`; `paced` charges it to the pacer.
+    pub fn on_sent(&mut self, now: Instant, len_bytes: usize, paced: bool) {
+        self.counters.sent_packets += 1;
+        self.counters.sent_bytes += len_bytes as u64;
+        self.last_sent = now;
+        self.controller.on_sent(len_bytes);
+        if paced {
+            // A pacer that fell behind (a late wake-up) may catch up by at most 1 ms.
+            let start = self.ready_at.max(now - Duration::from_millis(1).min(now - Instant::ZERO));
+            let rate = self.controller.rate().as_f64().max(1.0);
+            self.ready_at = start + Duration::from_secs_f64(len_bytes as f64 * 8.0 / rate);
+        }
+    }
+
+    /// Checks a datagram's sequence number against the replay window (after it was
+    /// authenticated) and records it.
+    pub fn accept_seq(&mut self, seq: u64) -> bool {
+        if self.replay.check_and_update(seq).is_err() {
+            self.counters.replays += 1;
+            return false;
+        }
+        true
+    }
+
+    /// An authenticated datagram of `len_bytes`, sent at `sent_ns` on the peer's clock,
+    /// arrived at `now`.
+    pub fn on_received(&mut self, now: Instant, sent_ns: u64, len_bytes: usize) {
+        self.counters.received_packets += 1;
+        self.counters.received_bytes += len_bytes as u64;
+        self.last_received = now;
+        let r = &mut self.receiving;
+        r.received_packets += 1;
+        r.received_bytes += len_bytes as u64;
+        let owd = (i128::from(now.as_nanos()) - i128::from(sent_ns))
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        r.owd_min_ns = Some(r.owd_min_ns.map_or(owd, |m| m.min(owd)));
+        r.owd_last_ns = owd;
+        r.samples += 1;
+        r.echo = Some((sent_ns, now));
+        r.fresh = true;
+    }
+
+    /// The peer reported on what we sent on this line.
+    pub fn on_feedback(&mut self, now: Instant, report: &Feedback) {
+        self.last_feedback = now;
+        self.controller.on_feedback(now, report);
+    }
+
+    /// The peer echoed one of our timestamps: a round-trip sample.
+    pub fn on_echo(&mut self, now: Instant, echoed_ns: u64, held_ns: u64) {
+        let rtt = now
+            .as_nanos()
+            .saturating_sub(echoed_ns)
+            .saturating_sub(held_ns);
+        if rtt > 0 {
+            self.controller.on_rtt(Duration::from_nanos(rtt));
+        }
+    }
+
+    /// Whether a report (and echo) is due on this line at `now`.
+    pub fn report_due(&self, now: Instant, timers: &LineTimers) -> bool {
+        self.receiving.fresh && now >= self.last_report + timers.feedback
+    }
+
+    /// Whether the line must send something at `now` to stay alive (keepalive, or a probe
+    /// while down).
+    pub fn keepalive_due(&self, now: Instant, timers: &LineTimers) -> bool {
+        let every = match self.state {
+            LineState::Up => timers.keepalive,
+            LineState::Down => timers.probe_down,
+        };
+        now >= self.last_sent + every
+    }
+
+    /// The report and echo frames for this line, written at `now`; marks them sent.
+    pub fn take_report(&mut self, now: Instant) -> [Frame<'static>; 2] {
+        self.last_report = now;
+        let r = &mut self.receiving;
+        r.fresh = false;
+        let feedback = Feedback {
+            line: self.index,
+            highest_seq: self.replay.highest(),
+            received_packets: r.received_packets,
+            received_bytes: r.received_bytes,
+            report_ns: now.as_nanos(),
+            owd_min_ns: r.owd_min_ns.unwrap_or(r.owd_last_ns),
+            owd_last_ns: r.owd_last_ns,
+            samples: r.samples,
+        };
+        r.owd_min_ns = None;
+        r.samples = 0;
+        let (echoed_ns, arrived) = r.echo.unwrap_or((0, now));
+        let echo = Frame::Echo {
+            line: self.index,
+            echoed_ns,
+            held_ns: now.saturating_since(arrived).as_nanos(),
+        };
+        [Frame::Feedback(feedback), echo]
+    }
+
+    /// Updates the line's state at `now`: down after `down_after` without hearing from the
+    /// peer or without a report of what we sent; up again once both come back. Returns
+    /// whether the state changed.
+    pub fn update_state(&mut self, now: Instant, timers: &LineTimers) -> bool {
+        let heard = now.saturating_since(self.last_received) < timers.down_after;
+        let reported = now.saturating_since(self.last_feedback) < timers.down_after;
+        let next = if heard && reported {
+            LineState::Up
+        } else {
+            LineState::Down
+        };
+        if next == self.state {
+            return false;
+        }
+        self.state = next;
+        self.state_since = now;
+        match next {
+            LineState::Down => self.counters.went_down += 1,
+            LineState::Up => {
+                self.counters.came_back += 1;
+                self.controller.restart(now);
+            }
+        }
+        true
+    }
+
+    /// When the line's state may next change, its keepalive or report falls due.
+    pub fn poll_at(&self, timers: &LineTimers) -> Instant {
+        let keepalive = self.last_sent
+            + match self.state {
+                LineState::Up => timers.keepalive,
+                LineState::Down => timers.probe_down,
+            };
+        let mut at = keepalive;
+        if self.receiving.fresh {
+            at = at.min(self.last_report + timers.feedback);
+        }
+        if self.state == LineState::Up {
+            at = at.min(self.last_received.min(self.last_feedback) + timers.down_after);
+        }
+        at
+    }
+
+    /// Since when the line is in its state.
+    pub fn state_since(&self) -> Instant {
+        self.state_since
+    }
+}
