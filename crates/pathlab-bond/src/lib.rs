@@ -15,4 +15,5 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod crypto;
 pub mod wire;
