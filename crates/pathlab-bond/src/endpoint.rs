@@ -108,7 +108,12 @@ pub struct BondCounters {
 #[derive(Debug)]
 enum State {
     /// A client waiting for its Welcome.
-    Connecting { client_nonce: [u8; 16], next_hello: Instant, next_line: usize },
+    Connecting {
+        client_nonce: [u8; 16],
+        next_hello: Instant,
+        next_line: usize,
+        hellos_sent: u64,
+    },
     /// Keys agreed.
     Open { session: u32, keys: SessionKeys },
     /// The peer closed the session.
@@ -149,6 +154,7 @@ impl Bond {
             client_nonce,
             next_hello: now,
             next_line: 0,
+            hellos_sent: 0,
         };
         Bond::new(config, Role::Client, psk, state, now)
     }
@@ -439,6 +445,7 @@ impl Bond {
                 client_nonce,
                 next_hello,
                 next_line,
+                hellos_sent,
             } => {
                 if now < *next_hello || self.lines.is_empty() {
                     return None;
@@ -449,7 +456,12 @@ impl Bond {
                     *next_line = 0;
                     *next_hello = now + self.config.hello_interval;
                 }
-                let seq = self.lines[line].next_seq();
+                // The hello key serves every session of this PSK, so a Hello's nonce must
+                // not repeat across client restarts: its seq starts from the random nonce.
+                *hellos_sent += 1;
+                let seq = u64::from_be_bytes(client_nonce[..8].try_into().expect("8 bytes"))
+                    .wrapping_add(*hellos_sent)
+                    .max(1);
                 let header = Header {
                     kind: Kind::Hello,
                     line: line as u8,

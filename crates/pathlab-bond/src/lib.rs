@@ -16,7 +16,16 @@
 #![warn(missing_docs)]
 
 pub mod control;
+pub mod crypto;
+pub mod endpoint;
 pub mod fair;
+pub mod inner;
+pub mod line;
 pub mod reorder;
 pub mod sched;
+pub mod server;
+pub mod sim;
 pub mod wire;
+
+pub use endpoint::{Bond, BondConfig, BondCounters, Entropy, Transmit};
+pub use server::{Server, ServerConfig, ServerCounters};

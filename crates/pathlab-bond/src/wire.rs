@@ -14,6 +14,32 @@
 //!
 //! All integers are big-endian. `seq` counts the datagrams the sender sent on `line`
 //! (from 1); with the line it forms the AEAD nonce, so it never repeats under one key.
+//!
+//! Bodies:
+//!
+//! ```text
+//! Hello    client_nonce [16] | lines u8                                  (17 bytes)
+//! Welcome  client_nonce [16] | server_nonce [16] | session u32           (36 bytes)
+//! Data     sent_ns u64 | frame*                                          (8 + frames)
+//! ```
+//!
+//! Frames, each a type byte then fixed fields:
+//!
+//! ```text
+//! 1 Fragment  stream u16 | packet u32 | offset u16 | total_len u16 | flags u8 | len u16 | data [len]
+//!             flags: bit 0 compressed, other bits 0; len > 0, offset + len <= total_len
+//! 2 Feedback  line u8 | highest_seq u64 | received_packets u64 | received_bytes u64 |
+//!             report_ns u64 | owd_min_ns i64 | owd_last_ns i64 | samples u32
+//! 3 Echo      line u8 | echoed_ns u64 | held_ns u64
+//! 4 Padding   len u16 | len zero bytes
+//! 5 ProbeAck  line u8 | seq u64 | len_bytes u16
+//! 6 Close     (nothing)
+//! ```
+//!
+//! Decoding never panics and never allocates: [`Header::decode`], [`Hello::decode`],
+//! [`Welcome::decode`], [`decode_data`] and the [`Frames`] iterator check every length
+//! before they read, and frames borrow their bytes from the body. Every offset is in one
+//! table (`mod field`), shared by the encoders and the decoders.
 
 /// Bytes of the clear header.
 pub const HEADER_BYTES: usize = 16;
@@ -23,6 +49,271 @@ pub const TAG_BYTES: usize = 16;
 pub const DATA_PREFIX_BYTES: usize = 8;
 /// The largest datagram the tunnel sends or accepts (the largest IPv4 UDP payload).
 pub const MAX_DATAGRAM_BYTES: usize = 65_507;
+/// Bytes a Data datagram spends before and after its frames: header, timestamp, tag.
+pub const DATA_OVERHEAD_BYTES: usize = HEADER_BYTES + DATA_PREFIX_BYTES + TAG_BYTES;
+/// Bytes of a Hello's body.
+pub const HELLO_BODY_BYTES: usize = 17;
+/// Bytes of a Welcome's body.
+pub const WELCOME_BODY_BYTES: usize = 36;
+/// Bytes of a Fragment frame before its data: the frame takes this plus `data.len()`.
+pub const FRAGMENT_HEADER_BYTES: usize = 14;
+/// Bytes of a Feedback frame.
+pub const FEEDBACK_FRAME_BYTES: usize = 54;
+/// Bytes of an Echo frame.
+pub const ECHO_FRAME_BYTES: usize = 18;
+/// Bytes of a Padding frame before its zeros: `Padding(n)` takes this plus `n`.
+pub const PADDING_HEADER_BYTES: usize = 3;
+/// Bytes of a ProbeAck frame.
+pub const PROBE_ACK_FRAME_BYTES: usize = 12;
+/// Bytes of a Close frame.
+pub const CLOSE_FRAME_BYTES: usize = 1;
+
+/// Where each field lives: the one table the encoders and decoders share.
+mod field {
+    /// A multi-byte field: its byte range.
+    pub type Field = core::ops::Range<usize>;
+
+    /// The clear header of every datagram.
+    pub mod header {
+        use super::Field;
+        /// Kind of datagram.
+        pub const KIND: usize = 0;
+        /// Sender's line.
+        pub const LINE: usize = 1;
+        /// Must be zero.
+        pub const RESERVED: Field = 2..4;
+        /// Session id.
+        pub const SESSION: Field = 4..8;
+        /// Datagram number on the line.
+        pub const SEQ: Field = 8..16;
+    }
+
+    /// A Hello's body.
+    pub mod hello {
+        use super::Field;
+        /// The client's nonce.
+        pub const CLIENT_NONCE: Field = 0..16;
+        /// How many lines the client has.
+        pub const LINES: usize = 16;
+    }
+
+    /// A Welcome's body.
+    pub mod welcome {
+        use super::Field;
+        /// The Hello's nonce, echoed.
+        pub const CLIENT_NONCE: Field = 0..16;
+        /// The server's nonce.
+        pub const SERVER_NONCE: Field = 16..32;
+        /// The session id.
+        pub const SESSION: Field = 32..36;
+    }
+
+    /// The start of a Data body.
+    pub mod data {
+        use super::Field;
+        /// The sender's timestamp.
+        pub const SENT_NS: Field = 0..8;
+    }
+
+    /// Every frame starts with its type byte.
+    pub const FRAME_TYPE: usize = 0;
+
+    /// A Fragment frame, before its data.
+    pub mod fragment {
+        use super::Field;
+        /// The stream (user) the packet belongs to.
+        pub const STREAM: Field = 1..3;
+        /// Inner packet number in its stream.
+        pub const PACKET: Field = 3..7;
+        /// Where the piece starts in the packet.
+        pub const OFFSET: Field = 7..9;
+        /// Length of the whole packet.
+        pub const TOTAL_LEN: Field = 9..11;
+        /// Bit 0: compressed; the others must be 0.
+        pub const FLAGS: usize = 11;
+        /// Length of the piece.
+        pub const LEN: Field = 12..14;
+    }
+
+    /// A Feedback frame.
+    pub mod feedback {
+        use super::Field;
+        /// The line reported on.
+        pub const LINE: usize = 1;
+        /// Highest seq received.
+        pub const HIGHEST_SEQ: Field = 2..10;
+        /// Datagrams received.
+        pub const RECEIVED_PACKETS: Field = 10..18;
+        /// Bytes received.
+        pub const RECEIVED_BYTES: Field = 18..26;
+        /// Receiver's clock at the report.
+        pub const REPORT_NS: Field = 26..34;
+        /// Lowest one-way delay sample.
+        pub const OWD_MIN_NS: Field = 34..42;
+        /// Latest one-way delay sample.
+        pub const OWD_LAST_NS: Field = 42..50;
+        /// Samples since the previous report.
+        pub const SAMPLES: Field = 50..54;
+    }
+
+    /// An Echo frame.
+    pub mod echo {
+        use super::Field;
+        /// The line the echoed datagram came by.
+        pub const LINE: usize = 1;
+        /// Its timestamp.
+        pub const ECHOED_NS: Field = 2..10;
+        /// How long it was held.
+        pub const HELD_NS: Field = 10..18;
+    }
+
+    /// A Padding frame, before its zeros.
+    pub mod padding {
+        use super::Field;
+        /// How many zeros follow.
+        pub const LEN: Field = 1..3;
+    }
+
+    /// A ProbeAck frame.
+    pub mod probe_ack {
+        use super::Field;
+        /// The line the probe came by.
+        pub const LINE: usize = 1;
+        /// The probe's seq.
+        pub const SEQ: Field = 2..10;
+        /// The probe's length.
+        pub const LEN_BYTES: Field = 10..12;
+    }
+}
+
+// The sizes above are the ends of the tables: a field added to one without the other
+// fails to compile.
+const _: () = {
+    assert!(field::header::SEQ.end == HEADER_BYTES);
+    assert!(field::hello::LINES + 1 == HELLO_BODY_BYTES);
+    assert!(field::welcome::SESSION.end == WELCOME_BODY_BYTES);
+    assert!(field::data::SENT_NS.end == DATA_PREFIX_BYTES);
+    assert!(field::fragment::LEN.end == FRAGMENT_HEADER_BYTES);
+    assert!(field::feedback::SAMPLES.end == FEEDBACK_FRAME_BYTES);
+    assert!(field::echo::HELD_NS.end == ECHO_FRAME_BYTES);
+    assert!(field::padding::LEN.end == PADDING_HEADER_BYTES);
+    assert!(field::probe_ack::LEN_BYTES.end == PROBE_ACK_FRAME_BYTES);
+    assert!(field::FRAME_TYPE + 1 == CLOSE_FRAME_BYTES);
+};
+
+/// The type byte of each frame.
+mod frame_type {
+    /// [`super::Frame::Fragment`].
+    pub const FRAGMENT: u8 = 1;
+    /// [`super::Frame::Feedback`].
+    pub const FEEDBACK: u8 = 2;
+    /// [`super::Frame::Echo`].
+    pub const ECHO: u8 = 3;
+    /// [`super::Frame::Padding`].
+    pub const PADDING: u8 = 4;
+    /// [`super::Frame::ProbeAck`].
+    pub const PROBE_ACK: u8 = 5;
+    /// [`super::Frame::Close`].
+    pub const CLOSE: u8 = 6;
+
+    /// The frame's name, for error messages.
+    pub fn name(frame_type: u8) -> &'static str {
+        match frame_type {
+            FRAGMENT => "Fragment",
+            FEEDBACK => "Feedback",
+            ECHO => "Echo",
+            PADDING => "Padding",
+            PROBE_ACK => "ProbeAck",
+            CLOSE => "Close",
+            _ => "unknown",
+        }
+    }
+}
+
+/// The Fragment flag saying the packet is compressed; every other bit is reserved.
+const FLAG_COMPRESSED: u8 = 0x01;
+
+/// Why bytes are not a valid datagram, body or frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The datagram is shorter than the clear header.
+    #[error("truncated header: the datagram has {len} bytes, the header needs {HEADER_BYTES}")]
+    TruncatedHeader {
+        /// The datagram's length.
+        len: usize,
+    },
+    /// The datagram is larger than any the tunnel sends.
+    #[error("oversized datagram: {len} bytes, at most {MAX_DATAGRAM_BYTES} expected")]
+    Oversized {
+        /// The datagram's length.
+        len: usize,
+    },
+    /// The header's kind byte is none of Hello, Welcome, Data.
+    #[error("unknown datagram kind {0}, expected 1 (Hello), 2 (Welcome) or 3 (Data)")]
+    UnknownKind(u8),
+    /// The header's reserved field is not zero.
+    #[error("reserved header field is {0:#06x}, expected 0")]
+    ReservedHeader(u16),
+    /// A Hello or Welcome body has the wrong length.
+    #[error("a {kind} body has {len} bytes, expected exactly {expected}")]
+    BodyLength {
+        /// "Hello" or "Welcome".
+        kind: &'static str,
+        /// The body's length.
+        len: usize,
+        /// Its fixed length.
+        expected: usize,
+    },
+    /// A Hello announces no line.
+    #[error("a Hello announces 0 lines, expected at least 1")]
+    NoLines,
+    /// A Welcome gives session 0, which only a Hello may carry.
+    #[error("a Welcome gives session 0, expected a non-zero session id")]
+    ZeroSession,
+    /// A Data body is shorter than its timestamp.
+    #[error("truncated Data body: {len} bytes, the timestamp needs {DATA_PREFIX_BYTES}")]
+    TruncatedData {
+        /// The body's length.
+        len: usize,
+    },
+    /// A frame's type byte is not a known frame.
+    #[error("unknown frame type {0}, expected 1 to 6")]
+    UnknownFrameType(u8),
+    /// A frame runs past the end of the body.
+    #[error("truncated {frame} frame: it needs {needed} bytes, {available} remain in the body")]
+    TruncatedFrame {
+        /// The frame's name.
+        frame: &'static str,
+        /// Bytes the frame needs (its fixed part, then with its data or zeros).
+        needed: usize,
+        /// Bytes left in the body from the frame's type byte on.
+        available: usize,
+    },
+    /// A Fragment sets flags that are reserved.
+    #[error("fragment flags {0:#04x} set reserved bits, only bit 0 (compressed) is defined")]
+    ReservedFlags(u8),
+    /// A Fragment is empty or lies outside its packet.
+    #[error(
+        "fragment of {len} bytes at offset {offset} does not fit a packet of {total_len} \
+         bytes (expected len > 0, total_len > 0, offset + len <= total_len)"
+    )]
+    FragmentOutOfRange {
+        /// The piece's offset.
+        offset: u16,
+        /// The piece's length.
+        len: u16,
+        /// The packet's length.
+        total_len: u16,
+    },
+    /// A Padding frame contains a byte that is not zero.
+    #[error("padding byte {index} is {value:#04x}, expected 0")]
+    NonZeroPadding {
+        /// Which of the frame's zeros it is (from 0).
+        index: usize,
+        /// Its value.
+        value: u8,
+    },
+}
 
 /// Which kind of datagram a header starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +363,9 @@ pub struct Welcome {
 /// One piece of an inner packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fragment<'a> {
-    /// The inner packet's tunnel-wide number in this direction (from 1).
+    /// The stream (user) the packet belongs to: the receiver keeps order per stream.
+    pub stream: u16,
+    /// The inner packet's number in its stream, in this direction (from 1).
     pub packet: u32,
     /// Where this piece starts in the (possibly compressed) packet.
     pub offset: u16,
@@ -139,6 +432,832 @@ pub enum Frame<'a> {
     Close,
 }
 
-/// Bytes of a Fragment frame before its data: type, stream, packet, offset, total length,
-/// flags, length.
-pub const FRAGMENT_HEADER_BYTES: usize = 14;
+/// A big-endian `u16` from a 2-byte field.
+fn read_u16(bytes: &[u8]) -> u16 {
+    u16::from_be_bytes(bytes.try_into().expect("the field table gives 2 bytes"))
+}
+
+/// A big-endian `u32` from a 4-byte field.
+fn read_u32(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes(bytes.try_into().expect("the field table gives 4 bytes"))
+}
+
+/// A big-endian `u64` from an 8-byte field.
+fn read_u64(bytes: &[u8]) -> u64 {
+    u64::from_be_bytes(bytes.try_into().expect("the field table gives 8 bytes"))
+}
+
+/// A big-endian `i64` from an 8-byte field.
+fn read_i64(bytes: &[u8]) -> i64 {
+    i64::from_be_bytes(bytes.try_into().expect("the field table gives 8 bytes"))
+}
+
+/// A 16-byte nonce from a 16-byte field.
+fn read_nonce(bytes: &[u8]) -> [u8; 16] {
+    bytes.try_into().expect("the field table gives 16 bytes")
+}
+
+/// Appends `len` zero bytes to `out` and returns them, for the encoders to fill by field.
+fn grow(out: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    let start = out.len();
+    out.resize(start + len, 0);
+    &mut out[start..]
+}
+
+impl TryFrom<u8> for Kind {
+    type Error = WireError;
+
+    fn try_from(byte: u8) -> Result<Kind, WireError> {
+        match byte {
+            1 => Ok(Kind::Hello),
+            2 => Ok(Kind::Welcome),
+            3 => Ok(Kind::Data),
+            other => Err(WireError::UnknownKind(other)),
+        }
+    }
+}
+
+impl Header {
+    /// The header's 16 bytes.
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        use field::header::{KIND, LINE, RESERVED, SEQ, SESSION};
+        let mut bytes = [0; HEADER_BYTES];
+        bytes[KIND] = self.kind as u8;
+        bytes[LINE] = self.line;
+        bytes[RESERVED].copy_from_slice(&0u16.to_be_bytes());
+        bytes[SESSION].copy_from_slice(&self.session.to_be_bytes());
+        bytes[SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        bytes
+    }
+
+    /// Appends the header's 16 bytes to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.to_bytes());
+    }
+
+    /// The header that starts `datagram` (a whole datagram, or at least its first 16 bytes).
+    ///
+    /// Checks the length (at least [`HEADER_BYTES`], at most [`MAX_DATAGRAM_BYTES`]), the
+    /// kind and that the reserved field is zero. It does not judge `session` or `seq`: the
+    /// session state and the replay window do.
+    pub fn decode(datagram: &[u8]) -> Result<Header, WireError> {
+        use field::header::{KIND, LINE, RESERVED, SEQ, SESSION};
+        if datagram.len() > MAX_DATAGRAM_BYTES {
+            return Err(WireError::Oversized {
+                len: datagram.len(),
+            });
+        }
+        let Some(bytes) = datagram.get(..HEADER_BYTES) else {
+            return Err(WireError::TruncatedHeader {
+                len: datagram.len(),
+            });
+        };
+        let kind = Kind::try_from(bytes[KIND])?;
+        let reserved = read_u16(&bytes[RESERVED]);
+        if reserved != 0 {
+            return Err(WireError::ReservedHeader(reserved));
+        }
+        Ok(Header {
+            kind,
+            line: bytes[LINE],
+            session: read_u32(&bytes[SESSION]),
+            seq: read_u64(&bytes[SEQ]),
+        })
+    }
+}
+
+impl Hello {
+    /// Appends the body's [`HELLO_BODY_BYTES`] bytes to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        use field::hello::{CLIENT_NONCE, LINES};
+        let bytes = grow(out, HELLO_BODY_BYTES);
+        bytes[CLIENT_NONCE].copy_from_slice(&self.client_nonce);
+        bytes[LINES] = self.lines;
+    }
+
+    /// The Hello in a (decrypted) body of exactly [`HELLO_BODY_BYTES`] bytes, announcing at
+    /// least one line.
+    pub fn decode(body: &[u8]) -> Result<Hello, WireError> {
+        use field::hello::{CLIENT_NONCE, LINES};
+        if body.len() != HELLO_BODY_BYTES {
+            return Err(WireError::BodyLength {
+                kind: "Hello",
+                len: body.len(),
+                expected: HELLO_BODY_BYTES,
+            });
+        }
+        let lines = body[LINES];
+        if lines == 0 {
+            return Err(WireError::NoLines);
+        }
+        Ok(Hello {
+            client_nonce: read_nonce(&body[CLIENT_NONCE]),
+            lines,
+        })
+    }
+}
+
+impl Welcome {
+    /// Appends the body's [`WELCOME_BODY_BYTES`] bytes to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        use field::welcome::{CLIENT_NONCE, SERVER_NONCE, SESSION};
+        let bytes = grow(out, WELCOME_BODY_BYTES);
+        bytes[CLIENT_NONCE].copy_from_slice(&self.client_nonce);
+        bytes[SERVER_NONCE].copy_from_slice(&self.server_nonce);
+        bytes[SESSION].copy_from_slice(&self.session.to_be_bytes());
+    }
+
+    /// The Welcome in a (decrypted) body of exactly [`WELCOME_BODY_BYTES`] bytes, with a
+    /// non-zero session.
+    pub fn decode(body: &[u8]) -> Result<Welcome, WireError> {
+        use field::welcome::{CLIENT_NONCE, SERVER_NONCE, SESSION};
+        if body.len() != WELCOME_BODY_BYTES {
+            return Err(WireError::BodyLength {
+                kind: "Welcome",
+                len: body.len(),
+                expected: WELCOME_BODY_BYTES,
+            });
+        }
+        let session = read_u32(&body[SESSION]);
+        if session == 0 {
+            return Err(WireError::ZeroSession);
+        }
+        Ok(Welcome {
+            client_nonce: read_nonce(&body[CLIENT_NONCE]),
+            server_nonce: read_nonce(&body[SERVER_NONCE]),
+            session,
+        })
+    }
+}
+
+/// Appends the start of a Data body, the sender's timestamp; frames follow.
+pub fn encode_data_prefix(sent_ns: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(&sent_ns.to_be_bytes());
+}
+
+/// Splits a (decrypted) Data body into the sender's timestamp (`sent_ns`) and its frames.
+pub fn decode_data(body: &[u8]) -> Result<(u64, Frames<'_>), WireError> {
+    let Some(prefix) = body.get(field::data::SENT_NS) else {
+        return Err(WireError::TruncatedData { len: body.len() });
+    };
+    Ok((read_u64(prefix), Frames::new(&body[DATA_PREFIX_BYTES..])))
+}
+
+impl Frame<'_> {
+    /// How many bytes [`Frame::encode`] appends.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Frame::Fragment(fragment) => FRAGMENT_HEADER_BYTES + fragment.data.len(),
+            Frame::Feedback(_) => FEEDBACK_FRAME_BYTES,
+            Frame::Echo { .. } => ECHO_FRAME_BYTES,
+            Frame::Padding(zeros) => PADDING_HEADER_BYTES + usize::from(*zeros),
+            Frame::ProbeAck { .. } => PROBE_ACK_FRAME_BYTES,
+            Frame::Close => CLOSE_FRAME_BYTES,
+        }
+    }
+
+    /// Appends the frame to `out` (no allocation if `out` has [`Frame::encoded_len`] bytes
+    /// of spare capacity).
+    ///
+    /// A Fragment must be one the decoder accepts: 1 to 65535 bytes of data, `total_len > 0`
+    /// and `offset + data.len() <= total_len` (checked in debug builds; a release build
+    /// writes the length truncated to 16 bits and the peer rejects the frame).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Frame::Fragment(fragment) => {
+                use field::fragment::{FLAGS, LEN, OFFSET, PACKET, STREAM, TOTAL_LEN};
+                debug_assert!(
+                    !fragment.data.is_empty()
+                        && u16::try_from(fragment.data.len()).is_ok()
+                        && usize::from(fragment.offset) + fragment.data.len()
+                            <= usize::from(fragment.total_len),
+                    "fragment of {} bytes at {} does not fit a packet of {}",
+                    fragment.data.len(),
+                    fragment.offset,
+                    fragment.total_len
+                );
+                let bytes = grow(out, FRAGMENT_HEADER_BYTES);
+                bytes[field::FRAME_TYPE] = frame_type::FRAGMENT;
+                bytes[STREAM].copy_from_slice(&fragment.stream.to_be_bytes());
+                bytes[PACKET].copy_from_slice(&fragment.packet.to_be_bytes());
+                bytes[OFFSET].copy_from_slice(&fragment.offset.to_be_bytes());
+                bytes[TOTAL_LEN].copy_from_slice(&fragment.total_len.to_be_bytes());
+                bytes[FLAGS] = if fragment.compressed {
+                    FLAG_COMPRESSED
+                } else {
+                    0
+                };
+                bytes[LEN].copy_from_slice(&(fragment.data.len() as u16).to_be_bytes());
+                out.extend_from_slice(fragment.data);
+            }
+            Frame::Feedback(feedback) => {
+                use field::feedback::{
+                    HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_NS, RECEIVED_BYTES, RECEIVED_PACKETS,
+                    REPORT_NS, SAMPLES,
+                };
+                let bytes = grow(out, FEEDBACK_FRAME_BYTES);
+                bytes[field::FRAME_TYPE] = frame_type::FEEDBACK;
+                bytes[LINE] = feedback.line;
+                bytes[HIGHEST_SEQ].copy_from_slice(&feedback.highest_seq.to_be_bytes());
+                bytes[RECEIVED_PACKETS].copy_from_slice(&feedback.received_packets.to_be_bytes());
+                bytes[RECEIVED_BYTES].copy_from_slice(&feedback.received_bytes.to_be_bytes());
+                bytes[REPORT_NS].copy_from_slice(&feedback.report_ns.to_be_bytes());
+                bytes[OWD_MIN_NS].copy_from_slice(&feedback.owd_min_ns.to_be_bytes());
+                bytes[OWD_LAST_NS].copy_from_slice(&feedback.owd_last_ns.to_be_bytes());
+                bytes[SAMPLES].copy_from_slice(&feedback.samples.to_be_bytes());
+            }
+            Frame::Echo {
+                line,
+                echoed_ns,
+                held_ns,
+            } => {
+                use field::echo::{ECHOED_NS, HELD_NS, LINE};
+                let bytes = grow(out, ECHO_FRAME_BYTES);
+                bytes[field::FRAME_TYPE] = frame_type::ECHO;
+                bytes[LINE] = *line;
+                bytes[ECHOED_NS].copy_from_slice(&echoed_ns.to_be_bytes());
+                bytes[HELD_NS].copy_from_slice(&held_ns.to_be_bytes());
+            }
+            Frame::Padding(zeros) => {
+                let bytes = grow(out, PADDING_HEADER_BYTES + usize::from(*zeros));
+                bytes[field::FRAME_TYPE] = frame_type::PADDING;
+                bytes[field::padding::LEN].copy_from_slice(&zeros.to_be_bytes());
+            }
+            Frame::ProbeAck {
+                line,
+                seq,
+                len_bytes,
+            } => {
+                use field::probe_ack::{LEN_BYTES, LINE, SEQ};
+                let bytes = grow(out, PROBE_ACK_FRAME_BYTES);
+                bytes[field::FRAME_TYPE] = frame_type::PROBE_ACK;
+                bytes[LINE] = *line;
+                bytes[SEQ].copy_from_slice(&seq.to_be_bytes());
+                bytes[LEN_BYTES].copy_from_slice(&len_bytes.to_be_bytes());
+            }
+            Frame::Close => out.push(frame_type::CLOSE),
+        }
+    }
+
+    /// The frame that starts `bytes` (non-empty) and how many bytes it takes.
+    fn decode(bytes: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+        let kind = bytes[field::FRAME_TYPE];
+        let fixed = match kind {
+            frame_type::FRAGMENT => FRAGMENT_HEADER_BYTES,
+            frame_type::FEEDBACK => FEEDBACK_FRAME_BYTES,
+            frame_type::ECHO => ECHO_FRAME_BYTES,
+            frame_type::PADDING => PADDING_HEADER_BYTES,
+            frame_type::PROBE_ACK => PROBE_ACK_FRAME_BYTES,
+            frame_type::CLOSE => CLOSE_FRAME_BYTES,
+            other => return Err(WireError::UnknownFrameType(other)),
+        };
+        let truncated = |needed| WireError::TruncatedFrame {
+            frame: frame_type::name(kind),
+            needed,
+            available: bytes.len(),
+        };
+        if bytes.len() < fixed {
+            return Err(truncated(fixed));
+        }
+        match kind {
+            frame_type::FRAGMENT => {
+                use field::fragment::{FLAGS, LEN, OFFSET, PACKET, STREAM, TOTAL_LEN};
+                let flags = bytes[FLAGS];
+                if flags & !FLAG_COMPRESSED != 0 {
+                    return Err(WireError::ReservedFlags(flags));
+                }
+                let offset = read_u16(&bytes[OFFSET]);
+                let total_len = read_u16(&bytes[TOTAL_LEN]);
+                let len = read_u16(&bytes[LEN]);
+                if len == 0
+                    || total_len == 0
+                    || u32::from(offset) + u32::from(len) > u32::from(total_len)
+                {
+                    return Err(WireError::FragmentOutOfRange {
+                        offset,
+                        len,
+                        total_len,
+                    });
+                }
+                let end = FRAGMENT_HEADER_BYTES + usize::from(len);
+                let Some(data) = bytes.get(FRAGMENT_HEADER_BYTES..end) else {
+                    return Err(truncated(end));
+                };
+                let fragment = Fragment {
+                    stream: read_u16(&bytes[STREAM]),
+                    packet: read_u32(&bytes[PACKET]),
+                    offset,
+                    total_len,
+                    compressed: flags & FLAG_COMPRESSED != 0,
+                    data,
+                };
+                Ok((Frame::Fragment(fragment), end))
+            }
+            frame_type::FEEDBACK => {
+                use field::feedback::{
+                    HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_NS, RECEIVED_BYTES, RECEIVED_PACKETS,
+                    REPORT_NS, SAMPLES,
+                };
+                let feedback = Feedback {
+                    line: bytes[LINE],
+                    highest_seq: read_u64(&bytes[HIGHEST_SEQ]),
+                    received_packets: read_u64(&bytes[RECEIVED_PACKETS]),
+                    received_bytes: read_u64(&bytes[RECEIVED_BYTES]),
+                    report_ns: read_u64(&bytes[REPORT_NS]),
+                    owd_min_ns: read_i64(&bytes[OWD_MIN_NS]),
+                    owd_last_ns: read_i64(&bytes[OWD_LAST_NS]),
+                    samples: read_u32(&bytes[SAMPLES]),
+                };
+                Ok((Frame::Feedback(feedback), FEEDBACK_FRAME_BYTES))
+            }
+            frame_type::ECHO => {
+                use field::echo::{ECHOED_NS, HELD_NS, LINE};
+                let echo = Frame::Echo {
+                    line: bytes[LINE],
+                    echoed_ns: read_u64(&bytes[ECHOED_NS]),
+                    held_ns: read_u64(&bytes[HELD_NS]),
+                };
+                Ok((echo, ECHO_FRAME_BYTES))
+            }
+            frame_type::PADDING => {
+                let zeros = read_u16(&bytes[field::padding::LEN]);
+                let end = PADDING_HEADER_BYTES + usize::from(zeros);
+                let Some(padding) = bytes.get(PADDING_HEADER_BYTES..end) else {
+                    return Err(truncated(end));
+                };
+                if let Some(index) = padding.iter().position(|&byte| byte != 0) {
+                    return Err(WireError::NonZeroPadding {
+                        index,
+                        value: padding[index],
+                    });
+                }
+                Ok((Frame::Padding(zeros), end))
+            }
+            frame_type::PROBE_ACK => {
+                use field::probe_ack::{LEN_BYTES, LINE, SEQ};
+                let probe_ack = Frame::ProbeAck {
+                    line: bytes[LINE],
+                    seq: read_u64(&bytes[SEQ]),
+                    len_bytes: read_u16(&bytes[LEN_BYTES]),
+                };
+                Ok((probe_ack, PROBE_ACK_FRAME_BYTES))
+            }
+            _ => Ok((Frame::Close, CLOSE_FRAME_BYTES)),
+        }
+    }
+}
+
+/// The frames of a Data body (after its timestamp: see [`decode_data`]), decoded one by one
+/// as they are iterated, borrowing from the body.
+///
+/// Yields every frame until the end of the bytes; at the first invalid frame it yields that
+/// error and then nothing more, since what follows a bad frame cannot be found.
+#[derive(Debug, Clone)]
+pub struct Frames<'a> {
+    /// The bytes not decoded yet; emptied by an error.
+    rest: &'a [u8],
+}
+
+impl<'a> Frames<'a> {
+    /// The frames in `frames`, the bytes of a Data body after [`DATA_PREFIX_BYTES`].
+    pub fn new(frames: &'a [u8]) -> Frames<'a> {
+        Frames { rest: frames }
+    }
+}
+
+impl<'a> Iterator for Frames<'a> {
+    type Item = Result<Frame<'a>, WireError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        match Frame::decode(self.rest) {
+            Ok((frame, len)) => {
+                self.rest = &self.rest[len..];
+                Some(Ok(frame))
+            }
+            Err(error) => {
+                self.rest = &[];
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+impl core::iter::FusedIterator for Frames<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One frame of each kind, with every field distinct so a swapped field shows.
+    fn one_of_each(data: &[u8]) -> Vec<Frame<'_>> {
+        vec![
+            Frame::Fragment(Fragment {
+                stream: 0xA1B2,
+                packet: 0x0102_0304,
+                offset: 5,
+                total_len: 5 + data.len() as u16 + 7,
+                compressed: true,
+                data,
+            }),
+            Frame::Feedback(Feedback {
+                line: 3,
+                highest_seq: 11,
+                received_packets: 12,
+                received_bytes: 13,
+                report_ns: 14,
+                owd_min_ns: -15,
+                owd_last_ns: 16,
+                samples: 17,
+            }),
+            Frame::Echo {
+                line: 4,
+                echoed_ns: 21,
+                held_ns: 22,
+            },
+            Frame::Padding(9),
+            Frame::ProbeAck {
+                line: 5,
+                seq: 31,
+                len_bytes: 1400,
+            },
+            Frame::Close,
+        ]
+    }
+
+    fn encode_all(frames: &[Frame<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for frame in frames {
+            let before = out.len();
+            frame.encode(&mut out);
+            assert_eq!(out.len() - before, frame.encoded_len(), "{frame:?}");
+        }
+        out
+    }
+
+    #[test]
+    fn header_bytes_are_the_documented_layout() {
+        let header = Header {
+            kind: Kind::Data,
+            line: 2,
+            session: 0x0a0b_0c0d,
+            seq: 0x0102_0304_0506_0708,
+        };
+        let bytes = header.to_bytes();
+        assert_eq!(
+            bytes,
+            [3, 2, 0, 0, 0x0a, 0x0b, 0x0c, 0x0d, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_eq!(Header::decode(&bytes), Ok(header));
+        let mut out = vec![0xee];
+        header.encode(&mut out);
+        assert_eq!(&out[1..], &bytes);
+    }
+
+    #[test]
+    fn header_errors_name_what_was_wrong() {
+        let good = Header {
+            kind: Kind::Hello,
+            line: 0,
+            session: 0,
+            seq: 1,
+        }
+        .to_bytes();
+        assert_eq!(
+            Header::decode(&good[..15]),
+            Err(WireError::TruncatedHeader { len: 15 })
+        );
+        let mut bad_kind = good;
+        bad_kind[0] = 4;
+        assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(4)));
+        bad_kind[0] = 0;
+        assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(0)));
+        let mut reserved = good;
+        reserved[3] = 1;
+        assert_eq!(Header::decode(&reserved), Err(WireError::ReservedHeader(1)));
+        let mut huge = vec![0; MAX_DATAGRAM_BYTES + 1];
+        huge[..HEADER_BYTES].copy_from_slice(&good);
+        assert_eq!(
+            Header::decode(&huge),
+            Err(WireError::Oversized {
+                len: MAX_DATAGRAM_BYTES + 1
+            })
+        );
+        assert!(Header::decode(&huge[..MAX_DATAGRAM_BYTES]).is_ok());
+        assert_eq!(
+            WireError::TruncatedHeader { len: 15 }.to_string(),
+            "truncated header: the datagram has 15 bytes, the header needs 16"
+        );
+    }
+
+    #[test]
+    fn hello_and_welcome_round_trip_and_reject_bad_bodies() {
+        let hello = Hello {
+            client_nonce: *b"0123456789abcdef",
+            lines: 3,
+        };
+        let mut out = Vec::new();
+        hello.encode(&mut out);
+        assert_eq!(out.len(), HELLO_BODY_BYTES);
+        assert_eq!(&out[..16], b"0123456789abcdef");
+        assert_eq!(out[16], 3);
+        assert_eq!(Hello::decode(&out), Ok(hello));
+        out[16] = 0;
+        assert_eq!(Hello::decode(&out), Err(WireError::NoLines));
+        out.push(0);
+        assert_eq!(
+            Hello::decode(&out),
+            Err(WireError::BodyLength {
+                kind: "Hello",
+                len: 18,
+                expected: 17
+            })
+        );
+
+        let welcome = Welcome {
+            client_nonce: [1; 16],
+            server_nonce: [2; 16],
+            session: 0x0102_0304,
+        };
+        let mut out = Vec::new();
+        welcome.encode(&mut out);
+        assert_eq!(out.len(), WELCOME_BODY_BYTES);
+        assert_eq!(&out[32..], &[1, 2, 3, 4]);
+        assert_eq!(Welcome::decode(&out), Ok(welcome));
+        out[32..].fill(0);
+        assert_eq!(Welcome::decode(&out), Err(WireError::ZeroSession));
+        for len in 0..WELCOME_BODY_BYTES {
+            assert!(Welcome::decode(&out[..len]).is_err(), "{len}");
+        }
+    }
+
+    #[test]
+    fn fragment_bytes_are_the_documented_layout() {
+        let frame = Frame::Fragment(Fragment {
+            stream: 3,
+            packet: 7,
+            offset: 2,
+            total_len: 5,
+            compressed: true,
+            data: b"abc",
+        });
+        let bytes = encode_all(&[frame]);
+        assert_eq!(
+            bytes,
+            [1, 0, 0, 0, 7, 0, 2, 0, 5, 1, 0, 3, b'a', b'b', b'c']
+        );
+    }
+
+    #[test]
+    fn every_frame_round_trips_and_the_iterator_stops_at_the_end() {
+        let frames = one_of_each(b"payload");
+        let bytes = encode_all(&frames);
+        let decoded: Vec<_> = Frames::new(&bytes).collect::<Result<_, _>>().unwrap();
+        assert_eq!(decoded, frames);
+        assert_eq!(Frames::new(&[]).next(), None);
+    }
+
+    #[test]
+    fn data_bodies_split_into_timestamp_and_frames() {
+        let mut body = Vec::new();
+        encode_data_prefix(0x1122_3344_5566_7788, &mut body);
+        Frame::Close.encode(&mut body);
+        let (sent_ns, mut frames) = decode_data(&body).unwrap();
+        assert_eq!(sent_ns, 0x1122_3344_5566_7788);
+        assert_eq!(frames.next(), Some(Ok(Frame::Close)));
+        assert_eq!(frames.next(), None);
+        assert_eq!(
+            decode_data(&body[..7]).map(|(sent_ns, _)| sent_ns),
+            Err(WireError::TruncatedData { len: 7 })
+        );
+    }
+
+    #[test]
+    fn garbage_yields_one_error_then_nothing() {
+        let mut bytes = encode_all(&[Frame::Close]);
+        // Type 0 is no frame; the Close frames after it must not be reached.
+        bytes.extend_from_slice(&[0, 6, 6]);
+        let mut frames = Frames::new(&bytes);
+        assert_eq!(frames.next(), Some(Ok(Frame::Close)));
+        assert_eq!(frames.next(), Some(Err(WireError::UnknownFrameType(0))));
+        assert_eq!(frames.next(), None);
+        assert_eq!(frames.next(), None);
+    }
+
+    #[test]
+    fn fragments_outside_their_packet_are_rejected() {
+        // packet 1, offset, total_len, flags 0, len, then enough data for any len.
+        let fragment = |offset: u16, total_len: u16, len: u16| {
+            let mut bytes = vec![1, 0, 0, 0, 1];
+            bytes.extend_from_slice(&offset.to_be_bytes());
+            bytes.extend_from_slice(&total_len.to_be_bytes());
+            bytes.push(0);
+            bytes.extend_from_slice(&len.to_be_bytes());
+            bytes.resize(bytes.len() + usize::from(len), 0xaa);
+            Frames::new(&bytes).next().unwrap().map(|_| ())
+        };
+        assert_eq!(fragment(0, 10, 10), Ok(()));
+        assert_eq!(fragment(9, 10, 1), Ok(()));
+        for (offset, total_len, len) in [(0, 10, 0), (0, 0, 0), (9, 10, 2), (65535, 65535, 1)] {
+            assert_eq!(
+                fragment(offset, total_len, len),
+                Err(WireError::FragmentOutOfRange {
+                    offset,
+                    len,
+                    total_len
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn reserved_flags_and_non_zero_padding_are_rejected() {
+        let mut bytes = encode_all(&[Frame::Fragment(Fragment {
+            stream: 0,
+            packet: 1,
+            offset: 0,
+            total_len: 1,
+            compressed: false,
+            data: b"x",
+        })]);
+        bytes[9] = 0x02;
+        assert_eq!(
+            Frames::new(&bytes).next(),
+            Some(Err(WireError::ReservedFlags(0x02)))
+        );
+        let mut bytes = encode_all(&[Frame::Padding(4)]);
+        bytes[5] = 0x80;
+        assert_eq!(
+            Frames::new(&bytes).next(),
+            Some(Err(WireError::NonZeroPadding {
+                index: 2,
+                value: 0x80
+            }))
+        );
+    }
+
+    #[test]
+    fn every_truncation_of_a_frame_is_an_error() {
+        for frame in one_of_each(b"some data") {
+            let bytes = encode_all(&[frame]);
+            assert_eq!(Frames::new(&bytes[..0]).next(), None);
+            for len in 1..bytes.len() {
+                let mut frames = Frames::new(&bytes[..len]);
+                match frames.next() {
+                    Some(Err(WireError::TruncatedFrame {
+                        needed, available, ..
+                    })) => {
+                        assert_eq!(available, len);
+                        assert!(needed > len, "{frame:?} cut at {len}: needs {needed}");
+                    }
+                    other => panic!("{frame:?} cut at {len} gave {other:?}"),
+                }
+                assert_eq!(frames.next(), None);
+            }
+        }
+    }
+
+    fn arb_frame() -> impl Strategy<Value = FrameValues> {
+        (
+            0u8..6,
+            any::<u32>(),
+            any::<u16>(),
+            0u16..2000,
+            any::<bool>(),
+            proptest::collection::vec(any::<u8>(), 1..300),
+            (
+                any::<u8>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<u64>(),
+                any::<i64>(),
+                any::<i64>(),
+                any::<u32>(),
+            )
+                .prop_map(
+                    |(line, highest_seq, packets, bytes, report_ns, min, last, samples)| Feedback {
+                        line,
+                        highest_seq,
+                        received_packets: packets,
+                        received_bytes: bytes,
+                        report_ns,
+                        owd_min_ns: min,
+                        owd_last_ns: last,
+                        samples,
+                    },
+                ),
+            any::<u64>(),
+        )
+    }
+
+    /// The values `arb_frame` draws: which frame, then fields it takes from.
+    type FrameValues = (u8, u32, u16, u16, bool, Vec<u8>, Feedback, u64);
+
+    /// A valid frame from `arb_frame`'s values; the data stays with the caller.
+    fn build((choice, packet, a, b, flag, data, feedback, wide): &FrameValues) -> Frame<'_> {
+        match choice {
+            0 => {
+                let len = data.len() as u16;
+                let total_len = len + b;
+                Frame::Fragment(Fragment {
+                    stream: *packet as u16,
+                    packet: *packet,
+                    offset: a % (total_len - len + 1),
+                    total_len,
+                    compressed: *flag,
+                    data,
+                })
+            }
+            1 => Frame::Feedback(*feedback),
+            2 => Frame::Echo {
+                line: *a as u8,
+                echoed_ns: *wide,
+                held_ns: u64::from(*packet),
+            },
+            3 => Frame::Padding(*b),
+            4 => Frame::ProbeAck {
+                line: *b as u8,
+                seq: *wide,
+                len_bytes: *a,
+            },
+            _ => Frame::Close,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn random_frame_lists_round_trip(values in proptest::collection::vec(arb_frame(), 0..12)) {
+            let frames: Vec<Frame<'_>> = values.iter().map(build).collect();
+            let bytes = encode_all(&frames);
+            let decoded: Vec<Frame<'_>> = Frames::new(&bytes).collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(decoded, frames);
+        }
+
+        #[test]
+        fn a_cut_frame_is_an_error(value in arb_frame(), cut in any::<prop::sample::Index>()) {
+            let frame = build(&value);
+            let bytes = encode_all(&[frame]);
+            if bytes.len() == 1 {
+                // A Close frame: its only cut, the empty one, holds no frame.
+                prop_assert_eq!(Frames::new(&bytes[..0]).next(), None);
+                return Ok(());
+            }
+            let len = 1 + cut.index(bytes.len() - 1);
+            let results: Vec<_> = Frames::new(&bytes[..len]).collect();
+            prop_assert_eq!(results.len(), 1);
+            let is_truncated = matches!(results[0], Err(WireError::TruncatedFrame { .. }));
+            prop_assert!(is_truncated, "{:?}", results[0]);
+        }
+
+        #[test]
+        fn altered_frames_decode_to_an_error_or_to_themselves(
+            values in proptest::collection::vec(arb_frame(), 1..6),
+            at in any::<prop::sample::Index>(),
+            flip in 1u8..,
+        ) {
+            let frames: Vec<Frame<'_>> = values.iter().map(build).collect();
+            let mut bytes = encode_all(&frames);
+            let index = at.index(bytes.len());
+            bytes[index] ^= flip;
+            // What still decodes is a prefix that re-encodes to the same bytes.
+            let mut again = Vec::new();
+            let mut errors = 0;
+            for frame in Frames::new(&bytes) {
+                match frame {
+                    Ok(frame) => frame.encode(&mut again),
+                    Err(_) => errors += 1,
+                }
+            }
+            prop_assert!(errors <= 1);
+            prop_assert_eq!(&bytes[..again.len()], &again[..]);
+        }
+
+        #[test]
+        fn headers_round_trip(kind in 1u8..=3, line in any::<u8>(), session in any::<u32>(), seq in any::<u64>()) {
+            let header = Header { kind: Kind::try_from(kind).unwrap(), line, session, seq };
+            prop_assert_eq!(Header::decode(&header.to_bytes()), Ok(header));
+        }
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Header::decode(&bytes);
+            let _ = Hello::decode(&bytes);
+            let _ = Welcome::decode(&bytes);
+            if let Ok((_, frames)) = decode_data(&bytes) {
+                let mut errors = 0;
+                for frame in frames {
+                    // Whatever decodes re-encodes to its own length.
+                    match frame {
+                        Ok(frame) => prop_assert!(frame.encoded_len() <= bytes.len()),
+                        Err(_) => errors += 1,
+                    }
+                }
+                prop_assert!(errors <= 1);
+            }
+        }
+    }
+}

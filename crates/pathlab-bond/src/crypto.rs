@@ -1,0 +1,753 @@
+//! The tunnel's keys and authenticated encryption: ChaCha20-Poly1305 under keys derived with
+//! HKDF-SHA256 from a pre-shared key, and the per-line replay window.
+//!
+//! Key schedule (one key per direction, so a datagram reflected back to its sender never
+//! opens):
+//!
+//! ```text
+//! hello keys    HKDF-SHA256(ikm = psk, salt = "pathlab-bond v1 hello", info = "c2s" | "s2c")
+//! session keys  HKDF-SHA256(ikm = psk, salt = client_nonce || server_nonce,
+//!                           info = "pathlab-bond v1 c2s" | "pathlab-bond v1 s2c")
+//! ```
+//!
+//! The hello keys seal Hellos and Welcomes; the session keys seal the Data of one session.
+//! The AEAD nonce is `kind u8 | line u8 | 0 | 0 | seq u64` (big-endian), taken from the
+//! clear header, which is also the associated data: Hello, Welcome and Data never share a
+//! nonce, nor do two lines.
+//!
+//! The hello keys are the same for every session under one PSK, so a Hello's or Welcome's
+//! `seq` must not repeat across restarts: send them with a random non-zero `seq` (64 bits:
+//! a repeat is expected after about 2^32 of them). Data `seq` counts from 1 per line, which
+//! is safe because each session has its own keys.
+//!
+//! [`seal`] and [`open`] work in place on the caller's buffer and never allocate (a [`seal`]
+//! appends the 16-byte tag, which needs that much spare capacity to stay allocation-free).
+
+use chacha20poly1305::aead::AeadInPlace;
+use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Tag};
+use hkdf::Hkdf;
+use sha2::Sha256;
+
+use crate::wire::{Header, WireError, HEADER_BYTES, MAX_DATAGRAM_BYTES, TAG_BYTES};
+
+/// The fewest bytes of key material a pre-shared key file must hold.
+pub const MIN_PSK_BYTES: usize = 32;
+
+/// Bytes of a ChaCha20-Poly1305 key.
+const KEY_BYTES: usize = 32;
+
+/// Bytes of a ChaCha20-Poly1305 nonce.
+const NONCE_BYTES: usize = 12;
+
+/// The HKDF salt of the hello keys.
+const HELLO_SALT: &[u8] = b"pathlab-bond v1 hello";
+
+/// The seqs behind the highest one that a [`ReplayWindow`] still accepts (the highest
+/// included).
+pub const REPLAY_WINDOW: u64 = 1024;
+
+/// The pre-shared key both ends read from the same file.
+///
+/// Make one with
+///
+/// ```text
+/// head -c 32 /dev/urandom | base64 > bond.key
+/// ```
+///
+/// (44 characters of base64 for 256 random bits). The file's bytes are the HKDF input
+/// keying material as they are: base64 is not decoded, and a text file only loses its
+/// trailing whitespace and newline, so any file of at least [`MIN_PSK_BYTES`] bytes works,
+/// such as 32 raw random bytes. A typed passphrase of that length is accepted too, but has
+/// far less than 256 bits of entropy.
+#[derive(Clone)]
+pub struct Psk(Vec<u8>);
+
+impl std::fmt::Debug for Psk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Psk(..)")
+    }
+}
+
+/// Why a key file's contents cannot be a pre-shared key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The file holds too few bytes of key material.
+    #[error(
+        "a pre-shared key needs at least {needed} bytes, the file has {found} (make one with \
+         `head -c 32 /dev/urandom | base64 > bond.key`)"
+    )]
+    TooShort {
+        /// Bytes found (after trimming a text file's trailing whitespace).
+        found: usize,
+        /// Bytes needed: [`MIN_PSK_BYTES`].
+        needed: usize,
+    },
+}
+
+impl Psk {
+    /// The key in a key file's contents.
+    ///
+    /// A text file (printable ASCII and whitespace only) loses its trailing whitespace, so
+    /// an editor's final newline does not change the key; a binary file is used whole.
+    pub fn from_file_contents(contents: &[u8]) -> Result<Psk, KeyError> {
+        let is_text = contents
+            .iter()
+            .all(|byte| byte.is_ascii_graphic() || byte.is_ascii_whitespace());
+        let material = if is_text {
+            contents.trim_ascii_end()
+        } else {
+            contents
+        };
+        if material.len() < MIN_PSK_BYTES {
+            return Err(KeyError::TooShort {
+                found: material.len(),
+                needed: MIN_PSK_BYTES,
+            });
+        }
+        Ok(Psk(material.to_vec()))
+    }
+}
+
+/// Which end of the tunnel this is: it decides which direction's key seals and which opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The site with the lines: it sends Hellos.
+    Client,
+    /// The end that answers with Welcomes.
+    Server,
+}
+
+/// One direction of the tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// Client to server.
+    ClientToServer,
+    /// Server to client.
+    ServerToClient,
+}
+
+impl Role {
+    /// The direction this end sends in.
+    fn sends(self) -> Direction {
+        match self {
+            Role::Client => Direction::ClientToServer,
+            Role::Server => Direction::ServerToClient,
+        }
+    }
+
+    /// The direction this end receives in.
+    fn receives(self) -> Direction {
+        match self {
+            Role::Client => Direction::ServerToClient,
+            Role::Server => Direction::ClientToServer,
+        }
+    }
+}
+
+/// HKDF-SHA256's first 32 bytes of output.
+fn derive(ikm: &[u8], salt: &[u8], info: &[u8]) -> [u8; KEY_BYTES] {
+    let mut okm = [0; KEY_BYTES];
+    Hkdf::<Sha256>::new(Some(salt), ikm)
+        .expand(info, &mut okm)
+        .expect("HKDF-SHA256 gives up to 8160 bytes, a key is 32");
+    okm
+}
+
+/// The bytes of a hello key.
+fn hello_key_bytes(psk: &Psk, direction: Direction) -> [u8; KEY_BYTES] {
+    let info: &[u8] = match direction {
+        Direction::ClientToServer => b"c2s",
+        Direction::ServerToClient => b"s2c",
+    };
+    derive(&psk.0, HELLO_SALT, info)
+}
+
+/// The bytes of a session key.
+fn session_key_bytes(
+    psk: &Psk,
+    direction: Direction,
+    client_nonce: &[u8; 16],
+    server_nonce: &[u8; 16],
+) -> [u8; KEY_BYTES] {
+    let mut salt = [0; 32];
+    salt[..16].copy_from_slice(client_nonce);
+    salt[16..].copy_from_slice(server_nonce);
+    let info: &[u8] = match direction {
+        Direction::ClientToServer => b"pathlab-bond v1 c2s",
+        Direction::ServerToClient => b"pathlab-bond v1 s2c",
+    };
+    derive(&psk.0, &salt, info)
+}
+
+/// A ChaCha20-Poly1305 key, its cipher set up once.
+#[derive(Clone)]
+pub struct Key {
+    /// The cipher, keyed.
+    cipher: ChaCha20Poly1305,
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
+impl Key {
+    /// The key with these bytes.
+    fn new(bytes: &[u8; KEY_BYTES]) -> Key {
+        Key {
+            cipher: ChaCha20Poly1305::new(bytes.into()),
+        }
+    }
+}
+
+/// The two keys of one end: one seals what it sends, the other opens what its peer sent.
+#[derive(Debug, Clone)]
+pub struct SessionKeys {
+    /// Seals this end's datagrams (the key of the direction it sends in).
+    pub seal: Key,
+    /// Opens the peer's datagrams (the key of the direction it receives in).
+    pub open: Key,
+}
+
+impl SessionKeys {
+    /// The hello keys, for Hellos (client to server) and Welcomes (server to client).
+    pub fn hello(psk: &Psk, role: Role) -> SessionKeys {
+        SessionKeys {
+            seal: Key::new(&hello_key_bytes(psk, role.sends())),
+            open: Key::new(&hello_key_bytes(psk, role.receives())),
+        }
+    }
+
+    /// The keys of the session opened by a Hello with `client_nonce` and a Welcome with
+    /// `server_nonce`, for its Data datagrams.
+    pub fn session(
+        psk: &Psk,
+        role: Role,
+        client_nonce: &[u8; 16],
+        server_nonce: &[u8; 16],
+    ) -> SessionKeys {
+        SessionKeys {
+            seal: Key::new(&session_key_bytes(
+                psk,
+                role.sends(),
+                client_nonce,
+                server_nonce,
+            )),
+            open: Key::new(&session_key_bytes(
+                psk,
+                role.receives(),
+                client_nonce,
+                server_nonce,
+            )),
+        }
+    }
+}
+
+/// Why a datagram cannot be sealed or opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CryptoError {
+    /// The buffer cannot hold a header (seal) or a header and a tag (open).
+    #[error("datagram too short: {len} bytes, at least {needed} expected")]
+    TooShort {
+        /// The buffer's length.
+        len: usize,
+        /// The least it needs.
+        needed: usize,
+    },
+    /// The clear header is invalid, or the datagram is (or would be) oversized.
+    #[error("bad datagram: {0}")]
+    Wire(#[from] WireError),
+    /// The tag does not match: wrong key or direction, or the datagram was altered.
+    #[error("authentication failed: wrong key or direction, or an altered datagram")]
+    BadTag,
+}
+
+/// The AEAD nonce of the datagram with this header: `kind | line | 0 | 0 | seq`.
+fn nonce(header: &Header) -> [u8; NONCE_BYTES] {
+    let mut nonce = [0; NONCE_BYTES];
+    nonce[0] = header.kind as u8;
+    nonce[1] = header.line;
+    nonce[4..].copy_from_slice(&header.seq.to_be_bytes());
+    nonce
+}
+
+/// Seals a datagram in place: `buf` holds [`HEADER_BYTES`] for the header, then the plain
+/// body.
+///
+/// Writes `header` into the first 16 bytes (whatever they held), encrypts the body in place
+/// with the header as associated data, and appends the tag. Allocates only if `buf` lacks
+/// [`TAG_BYTES`] of spare capacity. Fails if `buf` is shorter than a header or the sealed
+/// datagram would exceed [`MAX_DATAGRAM_BYTES`]; `buf` is then unchanged.
+pub fn seal(key: &Key, header: &Header, buf: &mut Vec<u8>) -> Result<(), CryptoError> {
+    if buf.len() < HEADER_BYTES {
+        return Err(CryptoError::TooShort {
+            len: buf.len(),
+            needed: HEADER_BYTES,
+        });
+    }
+    let sealed_len = buf.len() + TAG_BYTES;
+    if sealed_len > MAX_DATAGRAM_BYTES {
+        return Err(WireError::Oversized { len: sealed_len }.into());
+    }
+    let (head, body) = buf.split_at_mut(HEADER_BYTES);
+    head.copy_from_slice(&header.to_bytes());
+    let tag = key
+        .cipher
+        .encrypt_in_place_detached(&nonce(header).into(), head, body)
+        .expect("ChaCha20-Poly1305 seals up to 256 GiB, a datagram is at most 64 KiB");
+    buf.extend_from_slice(&tag);
+    Ok(())
+}
+
+/// Opens a datagram in place: checks its header and tag and decrypts its body.
+///
+/// Returns the header and the plain body, which borrows from `datagram`. On failure the
+/// body's bytes are unspecified. A datagram that opens is authentic, not fresh: pass its
+/// `seq` to the line's [`ReplayWindow`] next.
+pub fn open<'a>(key: &Key, datagram: &'a mut [u8]) -> Result<(Header, &'a [u8]), CryptoError> {
+    let needed = HEADER_BYTES + TAG_BYTES;
+    if datagram.len() < needed {
+        return Err(CryptoError::TooShort {
+            len: datagram.len(),
+            needed,
+        });
+    }
+    let header = Header::decode(datagram)?;
+    let (head, rest) = datagram.split_at_mut(HEADER_BYTES);
+    let (body, tag) = rest.split_at_mut(rest.len() - TAG_BYTES);
+    key.cipher
+        .decrypt_in_place_detached(&nonce(&header).into(), head, body, Tag::from_slice(tag))
+        .map_err(|_| CryptoError::BadTag)?;
+    Ok((header, body))
+}
+
+/// Why a replay window refuses a seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Replay {
+    /// Seq 0, which no sender uses (they count from 1).
+    #[error("seq 0 is never sent, seqs start at 1")]
+    Zero,
+    /// The seq is more than [`REPLAY_WINDOW`] behind the highest one seen.
+    #[error("seq {seq} is too old: the highest seen is {highest}, the window {REPLAY_WINDOW}")]
+    TooOld {
+        /// The refused seq.
+        seq: u64,
+        /// The highest seq seen on the line.
+        highest: u64,
+    },
+    /// The seq was already seen.
+    #[error("seq {0} was already received")]
+    Duplicate(u64),
+}
+
+/// Words of the bitmap: the window's 16 and one more, so that advancing clears whole words
+/// (the WireGuard layout, RFC 6479).
+const REPLAY_WORDS: usize = (REPLAY_WINDOW as usize) / 64 + 1;
+
+/// Which of the last [`REPLAY_WINDOW`] seqs of one line in one direction have been
+/// received.
+///
+/// Feed it only seqs of datagrams that [`open`] authenticated: a forged datagram with a
+/// huge seq would otherwise push the window past every genuine datagram still on its way,
+/// and the receiver would drop them all as too old.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayWindow {
+    /// The highest seq received (0: none yet).
+    highest: u64,
+    /// Bit `seq % 64` of word `(seq / 64) % REPLAY_WORDS`: whether `seq` was received.
+    bits: [u64; REPLAY_WORDS],
+}
+
+impl ReplayWindow {
+    /// A window that has received nothing.
+    pub fn new() -> ReplayWindow {
+        ReplayWindow::default()
+    }
+
+    /// The highest seq received (0 before the first).
+    pub fn highest(&self) -> u64 {
+        self.highest
+    }
+
+    /// Whether `seq` would be accepted, without recording it (a cheap early drop before
+    /// decrypting).
+    pub fn check(&self, seq: u64) -> Result<(), Replay> {
+        if seq == 0 {
+            return Err(Replay::Zero);
+        }
+        if seq > self.highest {
+            return Ok(());
+        }
+        if self.highest - seq >= REPLAY_WINDOW {
+            return Err(Replay::TooOld {
+                seq,
+                highest: self.highest,
+            });
+        }
+        let (word, bit) = Self::position(seq);
+        if self.bits[word] & bit != 0 {
+            return Err(Replay::Duplicate(seq));
+        }
+        Ok(())
+    }
+
+    /// Accepts `seq` if it is new and within the window, and records it.
+    pub fn check_and_update(&mut self, seq: u64) -> Result<(), Replay> {
+        self.check(seq)?;
+        if seq > self.highest {
+            // Words between the old highest's and the new one's hold seqs a whole bitmap
+            // ago: clear them before they are reused.
+            let old_word = self.highest / 64;
+            let new_word = seq / 64;
+            let stale = (new_word - old_word).min(REPLAY_WORDS as u64);
+            for step in 1..=stale {
+                self.bits[((old_word + step) % REPLAY_WORDS as u64) as usize] = 0;
+            }
+            self.highest = seq;
+        }
+        let (word, bit) = Self::position(seq);
+        self.bits[word] |= bit;
+        Ok(())
+    }
+
+    /// The word and bit mask of `seq` in the bitmap.
+    fn position(seq: u64) -> (usize, u64) {
+        (((seq / 64) % REPLAY_WORDS as u64) as usize, 1 << (seq % 64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Kind;
+    use proptest::prelude::*;
+
+    const PSK_TEXT: &[u8] = b"q0Yv3C1nX7d6m2Jx9oU4b8Ws5Lk0Tg1Rz2Ea3Hf4Ip8=\n";
+
+    fn psk() -> Psk {
+        Psk::from_file_contents(PSK_TEXT).unwrap()
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        use std::fmt::Write;
+        bytes.iter().fold(String::new(), |mut text, byte| {
+            write!(text, "{byte:02x}").unwrap();
+            text
+        })
+    }
+
+    fn data_header(seq: u64) -> Header {
+        Header {
+            kind: Kind::Data,
+            line: 2,
+            session: 77,
+            seq,
+        }
+    }
+
+    /// A sealed Data datagram with `body`.
+    fn sealed(key: &Key, header: &Header, body: &[u8]) -> Vec<u8> {
+        let mut buf = vec![0; HEADER_BYTES];
+        buf.extend_from_slice(body);
+        seal(key, header, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn hkdf_matches_rfc5869_test_case_1() {
+        let ikm = [0x0b; 22];
+        let salt: Vec<u8> = (0x00..=0x0c).collect();
+        let info: Vec<u8> = (0xf0..=0xf9).collect();
+        // RFC 5869 A.1's OKM, whose first 32 bytes do not depend on L.
+        assert_eq!(
+            hex(&derive(&ikm, &salt, &info)),
+            "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
+        );
+    }
+
+    #[test]
+    fn psk_files_of_32_bytes_or_more_are_accepted_and_text_is_trimmed() {
+        // `head -c 32 /dev/urandom | base64` gives 44 characters and a newline.
+        assert_eq!(PSK_TEXT.len(), 45);
+        assert_eq!(psk().0.len(), 44);
+        let crlf = Psk::from_file_contents(b"q0Yv3C1nX7d6m2Jx9oU4b8Ws5Lk0Tg1Rz2Ea3Hf4Ip8= \r\n\n")
+            .unwrap();
+        assert_eq!(crlf.0, psk().0);
+        // Raw random bytes are used whole, a final 0x0a included.
+        let mut binary = vec![0xff; 31];
+        binary.push(b'\n');
+        assert_eq!(Psk::from_file_contents(&binary).unwrap().0, binary);
+        assert_eq!(
+            Psk::from_file_contents(b"0123456789abcdef0123456789abcde\n").unwrap_err(),
+            KeyError::TooShort {
+                found: 31,
+                needed: 32
+            }
+        );
+        assert_eq!(format!("{:?}", psk()), "Psk(..)");
+    }
+
+    #[test]
+    fn keys_differ_per_direction_per_session_and_from_the_hello_keys() {
+        let psk = psk();
+        let hello_c2s = hello_key_bytes(&psk, Direction::ClientToServer);
+        let hello_s2c = hello_key_bytes(&psk, Direction::ServerToClient);
+        let c2s = session_key_bytes(&psk, Direction::ClientToServer, &[1; 16], &[2; 16]);
+        let s2c = session_key_bytes(&psk, Direction::ServerToClient, &[1; 16], &[2; 16]);
+        let other_client = session_key_bytes(&psk, Direction::ClientToServer, &[3; 16], &[2; 16]);
+        let other_server = session_key_bytes(&psk, Direction::ClientToServer, &[1; 16], &[3; 16]);
+        let all = [hello_c2s, hello_s2c, c2s, s2c, other_client, other_server];
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // The schedule is the documented one.
+        assert_eq!(
+            c2s,
+            derive(&psk.0, &[[1; 16], [2; 16]].concat(), b"pathlab-bond v1 c2s")
+        );
+        assert_eq!(hello_s2c, derive(&psk.0, b"pathlab-bond v1 hello", b"s2c"));
+    }
+
+    #[test]
+    fn nonces_separate_kinds_and_lines() {
+        let header = |kind| Header {
+            kind,
+            line: 9,
+            session: 0,
+            seq: 0x0102_0304_0506_0708,
+        };
+        assert_eq!(
+            nonce(&header(Kind::Welcome)),
+            [2, 9, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_ne!(nonce(&header(Kind::Hello)), nonce(&header(Kind::Data)));
+        assert_ne!(nonce(&header(Kind::Hello)), nonce(&header(Kind::Welcome)));
+    }
+
+    #[test]
+    fn seal_is_chacha20_poly1305_with_the_header_as_associated_data() {
+        let key_bytes = session_key_bytes(&psk(), Direction::ClientToServer, &[1; 16], &[2; 16]);
+        let header = data_header(5);
+        let datagram = sealed(&Key::new(&key_bytes), &header, b"inner packet");
+
+        let mut expected = b"inner packet".to_vec();
+        let nonce = [3, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+        let tag = ChaCha20Poly1305::new(&key_bytes.into())
+            .encrypt_in_place_detached(&nonce.into(), &header.to_bytes(), &mut expected)
+            .unwrap();
+        expected.extend_from_slice(&tag);
+        assert_eq!(&datagram[..HEADER_BYTES], &header.to_bytes());
+        assert_eq!(&datagram[HEADER_BYTES..], &expected);
+    }
+
+    #[test]
+    fn sealed_datagrams_open_in_place_without_reallocating() {
+        let client = SessionKeys::session(&psk(), Role::Client, &[1; 16], &[2; 16]);
+        let server = SessionKeys::session(&psk(), Role::Server, &[1; 16], &[2; 16]);
+        let mut buf = Vec::with_capacity(HEADER_BYTES + 100 + TAG_BYTES);
+        buf.resize(HEADER_BYTES, 0xee);
+        buf.extend_from_slice(&[0x42; 100]);
+        let allocation = buf.as_ptr();
+        seal(&client.seal, &data_header(7), &mut buf).unwrap();
+        assert_eq!(buf.as_ptr(), allocation);
+        assert_eq!(buf.len(), HEADER_BYTES + 100 + TAG_BYTES);
+        assert_ne!(&buf[HEADER_BYTES..HEADER_BYTES + 100], &[0x42; 100][..]);
+        let (header, body) = open(&server.open, &mut buf).unwrap();
+        assert_eq!(header, data_header(7));
+        assert_eq!(body, &[0x42; 100][..]);
+        // An empty body is a valid datagram too.
+        let mut empty = sealed(&server.seal, &data_header(1), b"");
+        assert_eq!(open(&client.open, &mut empty).unwrap().1, b"");
+    }
+
+    #[test]
+    fn every_altered_byte_fails_to_open() {
+        let keys = SessionKeys::hello(&psk(), Role::Client);
+        let server = SessionKeys::hello(&psk(), Role::Server);
+        let header = Header {
+            kind: Kind::Hello,
+            line: 1,
+            session: 0,
+            seq: 0x1234,
+        };
+        let datagram = sealed(&keys.seal, &header, b"seventeen bytes!!");
+        assert!(open(&server.open, &mut datagram.clone()).is_ok());
+        for index in 0..datagram.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut altered = datagram.clone();
+                altered[index] ^= flip;
+                let result = open(&server.open, &mut altered);
+                // Bytes of kind and reserved fail as a bad header, every other as a bad tag.
+                if index == 0 || (2..4).contains(&index) {
+                    assert!(
+                        matches!(result, Err(CryptoError::Wire(_) | CryptoError::BadTag)),
+                        "byte {index} ^ {flip:#x}: {result:?}"
+                    );
+                } else {
+                    assert_eq!(
+                        result.map(|_| ()),
+                        Err(CryptoError::BadTag),
+                        "byte {index} ^ {flip:#x}"
+                    );
+                }
+            }
+        }
+        let mut cut = datagram.clone();
+        assert_eq!(
+            open(&server.open, &mut cut[..datagram.len() - 1]).map(|_| ()),
+            Err(CryptoError::BadTag)
+        );
+        assert_eq!(
+            open(&server.open, &mut cut[..31]).map(|_| ()),
+            Err(CryptoError::TooShort {
+                len: 31,
+                needed: 32
+            })
+        );
+    }
+
+    #[test]
+    fn another_psk_and_a_reflected_datagram_fail_to_open() {
+        let other = Psk::from_file_contents(b"another key, also at least 32 bytes long").unwrap();
+        let client = SessionKeys::session(&psk(), Role::Client, &[1; 16], &[2; 16]);
+        let server = SessionKeys::session(&psk(), Role::Server, &[1; 16], &[2; 16]);
+        let stranger = SessionKeys::session(&other, Role::Server, &[1; 16], &[2; 16]);
+        let datagram = sealed(&client.seal, &data_header(3), b"to the server");
+        assert!(open(&server.open, &mut datagram.clone()).is_ok());
+        assert_eq!(
+            open(&stranger.open, &mut datagram.clone()).map(|_| ()),
+            Err(CryptoError::BadTag)
+        );
+        // Reflected to its sender, or opened with the key of the wrong direction.
+        assert_eq!(
+            open(&client.open, &mut datagram.clone()).map(|_| ()),
+            Err(CryptoError::BadTag)
+        );
+        let reply = sealed(&server.seal, &data_header(3), b"to the client");
+        assert_eq!(
+            open(&server.open, &mut reply.clone()).map(|_| ()),
+            Err(CryptoError::BadTag)
+        );
+        assert!(open(&client.open, &mut reply.clone()).is_ok());
+        // Another session's keys, or the hello keys, do not open it either.
+        let later = SessionKeys::session(&psk(), Role::Server, &[1; 16], &[9; 16]);
+        assert!(open(&later.open, &mut datagram.clone()).is_err());
+        let hello = SessionKeys::hello(&psk(), Role::Server);
+        assert!(open(&hello.open, &mut datagram.clone()).is_err());
+    }
+
+    #[test]
+    fn seal_refuses_short_buffers_and_oversized_datagrams() {
+        let keys = SessionKeys::hello(&psk(), Role::Client);
+        let mut short = vec![0; HEADER_BYTES - 1];
+        assert_eq!(
+            seal(&keys.seal, &data_header(1), &mut short),
+            Err(CryptoError::TooShort {
+                len: 15,
+                needed: 16
+            })
+        );
+        let mut largest = vec![0; MAX_DATAGRAM_BYTES - TAG_BYTES];
+        assert_eq!(seal(&keys.seal, &data_header(1), &mut largest), Ok(()));
+        let mut too_large = vec![0; MAX_DATAGRAM_BYTES - TAG_BYTES + 1];
+        assert_eq!(
+            seal(&keys.seal, &data_header(1), &mut too_large),
+            Err(CryptoError::Wire(WireError::Oversized {
+                len: MAX_DATAGRAM_BYTES + 1
+            }))
+        );
+        assert_eq!(too_large.len(), MAX_DATAGRAM_BYTES - TAG_BYTES + 1);
+    }
+
+    #[test]
+    fn replay_window_accepts_new_and_reordered_seqs_and_refuses_the_rest() {
+        let mut window = ReplayWindow::new();
+        assert_eq!(window.check_and_update(0), Err(Replay::Zero));
+        for seq in 1..=10 {
+            assert_eq!(window.check_and_update(seq), Ok(()));
+        }
+        assert_eq!(window.check_and_update(5), Err(Replay::Duplicate(5)));
+        // Jump ahead, then the gap arrives late, oldest just inside the window.
+        assert_eq!(window.check_and_update(2000), Ok(()));
+        assert_eq!(window.highest(), 2000);
+        assert_eq!(window.check_and_update(2000 - 1023), Ok(()));
+        assert_eq!(window.check_and_update(1500), Ok(()));
+        assert_eq!(window.check_and_update(1999), Ok(()));
+        assert_eq!(window.check_and_update(1500), Err(Replay::Duplicate(1500)));
+        assert_eq!(
+            window.check_and_update(2000 - 1024),
+            Err(Replay::TooOld {
+                seq: 976,
+                highest: 2000
+            })
+        );
+        assert_eq!(
+            window.check_and_update(10),
+            Err(Replay::TooOld {
+                seq: 10,
+                highest: 2000
+            })
+        );
+        // A far jump forgets everything before it, and reuses the words without leftovers.
+        assert_eq!(window.check_and_update(2000 + 64 * 17), Ok(()));
+        assert_eq!(window.check_and_update(2000 + 64 * 17 - 1), Ok(()));
+        assert_eq!(
+            window.check(2000 + 64 * 17 - 1),
+            Err(Replay::Duplicate(3087))
+        );
+        assert_eq!(window.check(2000 + 64 * 16), Ok(()));
+    }
+
+    proptest! {
+        #[test]
+        fn replay_window_agrees_with_a_set(seqs in proptest::collection::vec(1u64..5000, 0..400)) {
+            let mut window = ReplayWindow::new();
+            let mut seen = std::collections::BTreeSet::new();
+            let mut highest = 0;
+            for seq in seqs {
+                let expected = if seq + REPLAY_WINDOW <= highest {
+                    Err(Replay::TooOld { seq, highest })
+                } else if seen.contains(&seq) {
+                    Err(Replay::Duplicate(seq))
+                } else {
+                    Ok(())
+                };
+                prop_assert_eq!(window.check_and_update(seq), expected);
+                if expected.is_ok() {
+                    seen.insert(seq);
+                    highest = highest.max(seq);
+                }
+            }
+        }
+
+        #[test]
+        fn any_body_round_trips(body in proptest::collection::vec(any::<u8>(), 0..2000), seq in 1u64.., line in any::<u8>()) {
+            let client = SessionKeys::session(&psk(), Role::Client, &[5; 16], &[6; 16]);
+            let server = SessionKeys::session(&psk(), Role::Server, &[5; 16], &[6; 16]);
+            let header = Header { kind: Kind::Data, line, session: 1, seq };
+            let mut datagram = sealed(&client.seal, &header, &body);
+            let (opened, plain) = open(&server.open, &mut datagram).unwrap();
+            prop_assert_eq!(opened, header);
+            prop_assert_eq!(plain, &body[..]);
+        }
+
+        #[test]
+        fn an_altered_datagram_never_opens(body in proptest::collection::vec(any::<u8>(), 0..200), at in any::<prop::sample::Index>(), flip in 1u8..) {
+            let client = SessionKeys::session(&psk(), Role::Client, &[5; 16], &[6; 16]);
+            let server = SessionKeys::session(&psk(), Role::Server, &[5; 16], &[6; 16]);
+            let mut datagram = sealed(&client.seal, &data_header(1), &body);
+            let index = at.index(datagram.len());
+            datagram[index] ^= flip;
+            prop_assert!(open(&server.open, &mut datagram).is_err());
+        }
+
+        #[test]
+        fn random_datagrams_never_open_or_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let server = SessionKeys::hello(&psk(), Role::Server);
+            prop_assert!(open(&server.open, &mut bytes).is_err());
+        }
+    }
+}
