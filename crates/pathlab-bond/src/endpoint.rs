@@ -143,6 +143,8 @@ pub struct Bond {
     delivered: VecDeque<Vec<u8>>,
     counters: BondCounters,
     next_state_check: Instant,
+    /// When the scheduler said data may go next (set when it said "wait").
+    send_at: Option<Instant>,
 }
 
 impl Bond {
@@ -192,6 +194,7 @@ impl Bond {
             delivered: VecDeque::new(),
             counters: BondCounters::default(),
             next_state_check: now,
+            send_at: None,
             psk,
             role,
             state,
@@ -489,6 +492,7 @@ impl Bond {
 
     fn poll_transmit_open(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         let timers = self.config.timers;
+        self.send_at = None;
         // Control first: a line whose report or keepalive is due sends now, with data if
         // the scheduler would give it some anyway.
         if let Some(j) = (0..self.lines.len()).find(|&j| {
@@ -513,7 +517,10 @@ impl Bond {
                 match sched::earliest_arrival(now, &self.views(), len, self.fair.backlog_bytes())
                 {
                     Choice::Send(j) => j,
-                    Choice::Wait(_) => return None,
+                    Choice::Wait(at) => {
+                        self.send_at = Some(at);
+                        return None;
+                    }
                     Choice::NoLine => {
                         self.drop_backlog(now);
                         return None;
@@ -663,11 +670,7 @@ impl Bond {
                 let send = if self.fair.is_empty() {
                     None
                 } else {
-                    self.lines
-                        .iter()
-                        .filter(|l| l.is_up())
-                        .map(Line::ready_at)
-                        .min()
+                    self.send_at
                 };
                 [lines, send, self.reorder.poll_at()]
                     .into_iter()

@@ -140,6 +140,7 @@ impl Network {
     /// If the nodes keep producing events at one instant without end (a node whose
     /// `poll_at` stays in the past while it has nothing to do).
     pub fn run_until(&mut self, end: Instant, nodes: &mut [&mut dyn Node]) {
+        let mut idle_wakeups = 0usize;
         loop {
             self.settle(nodes);
             let next = nodes
@@ -148,7 +149,21 @@ impl Network {
                 .chain(self.wires.iter().filter_map(|wire| wire.link.poll_at()))
                 .min();
             match next {
-                Some(at) if at <= end => self.now = self.now.max(at),
+                Some(at) if at <= end => {
+                    // A deadline that does not move time on must be followed by work; a
+                    // node whose deadline stays in the past with nothing to do would spin.
+                    if at <= self.now {
+                        idle_wakeups += 1;
+                        assert!(
+                            idle_wakeups < 1_000,
+                            "a node's poll_at stays at {at} (now {}) with nothing to do",
+                            self.now
+                        );
+                    } else {
+                        idle_wakeups = 0;
+                    }
+                    self.now = self.now.max(at);
+                }
                 _ => {
                     self.now = self.now.max(end);
                     self.settle(nodes);
