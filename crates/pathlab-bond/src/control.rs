@@ -42,6 +42,9 @@ use pathlab_probe::owd::BaseDelay;
 
 use crate::wire::Feedback;
 
+/// A full-size Ethernet frame, in bits: the least queue a busy line holds.
+const FRAME_BITS: f64 = 1514.0 * 8.0;
+
 /// Loss in one report, without a queue, above which the line is taken to be policed.
 pub const LOSS_THRESHOLD: f64 = 0.05;
 
@@ -254,7 +257,11 @@ impl RateController {
 
     fn update_rate(&mut self, now: Instant, busy: bool) {
         let tau = self.tau().as_secs_f64();
-        let target = self.config.target.as_secs_f64();
+        // A full-size frame's own serialization is in every sample of a busy slow line
+        // (12 ms at 1 Mbit/s): a target below it would read an empty queue as a full one.
+        // As cake scales its target, the target is at least one frame's time.
+        let frame_time = FRAME_BITS / self.delivery_bps.max(self.config.min_rate.as_f64());
+        let target = self.config.target.as_secs_f64().max(frame_time);
         let queue = self.queue_delay.as_secs_f64();
         if self.phase == Phase::Draining && now >= self.drain_until {
             self.phase = Phase::Tracking;

@@ -120,6 +120,17 @@ enum State {
     Closed,
 }
 
+/// What a datagram carries besides its line's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fill {
+    /// As much queued data as fits.
+    All,
+    /// Only the packets of streams that just became active.
+    NewStreams,
+    /// No data (a keepalive or a report).
+    Nothing,
+}
+
 /// A datagram to send: the line it goes on; its bytes are in the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
@@ -408,19 +419,17 @@ impl Bond {
         for line in &mut self.lines {
             line.update_state(now, &self.config.timers);
         }
-        // The reorder buffer waits for what the slowest line up may still bring: the
-        // spread of the lines' one-way delays, plus a margin.
-        let delays: Vec<i64> = self
-            .lines
-            .iter()
-            .filter(|l| l.is_up())
-            .filter_map(|l| l.controller().owd_ns())
-            .collect();
-        if let (Some(min), Some(max)) = (delays.iter().min(), delays.iter().max()) {
-            let spread = Duration::from_nanos((max - min).max(0) as u64);
+        // The reorder buffer waits for what the slowest line may still bring: from the
+        // earliest a datagram arrives on any line to the latest one is likely to on any,
+        // as this end sees them, plus a margin.
+        let up = || self.lines.iter().filter(|l| l.is_up());
+        let low = up().filter_map(Line::owd_low_ns).min_by(f64::total_cmp);
+        let high = up().filter_map(Line::owd_high_ns).max_by(f64::total_cmp);
+        if let (Some(low), Some(high)) = (low, high) {
+            let spread = Duration::from_secs_f64((high - low).max(0.0) / 1e9);
             let timeout = (spread + self.config.reorder_margin)
                 .max(Duration::from_millis(10))
-                .min(Duration::from_millis(500));
+                .min(Duration::from_secs(1));
             self.reorder.set_timeout(timeout);
         }
         let rate: f64 = self
@@ -500,10 +509,28 @@ impl Bond {
             line.report_due(now, &timers) || line.keepalive_due(now, &timers)
         }) {
             let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
-            return self.build(now, j, with_data, buf);
+            return self.build(now, j, if with_data { Fill::All } else { Fill::Nothing }, buf);
         }
         if self.fair.is_empty() {
             return None;
+        }
+        // A sparse flow's packet (a ping, an ACK, a DNS query) need not wait for the
+        // pacer: it goes now, alone in a short datagram, on the line where it lands first,
+        // borrowing at most one frame's time from that line's pacer. Its bytes are charged
+        // to the pacer, so the line's rate holds: a flow that keeps coming back as new
+        // finds the pacer in debt and waits like everyone else.
+        if self.config.scheduler == SchedulerKind::Delay && self.fair.has_new_streams() {
+            let views: Vec<Option<LineView>> = self
+                .views()
+                .into_iter()
+                .map(|v| {
+                    v.filter(|v| v.ready_at <= now + frame_time(v.rate_bps))
+                        .map(|v| LineView { ready_at: now, ..v })
+                })
+                .collect();
+            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200) {
+                return self.build(now, j, Fill::NewStreams, buf);
+            }
         }
         let line = match self.config.scheduler {
             SchedulerKind::Delay => {
@@ -565,7 +592,7 @@ impl Bond {
                 }
             }
         };
-        self.build(now, line, true, buf)
+        self.build(now, line, Fill::All, buf)
     }
 
     /// Whether line `j` may carry data at `now` under the scheduler.
@@ -619,7 +646,7 @@ impl Bond {
 
     /// Writes a Data datagram for line `j`: its report and echo if due, then fragments if
     /// `with_data`, sealed.
-    fn build(&mut self, now: Instant, j: usize, with_data: bool, buf: &mut Vec<u8>) -> Option<Transmit> {
+    fn build(&mut self, now: Instant, j: usize, fill: Fill, buf: &mut Vec<u8>) -> Option<Transmit> {
         let State::Open { session, keys } = &self.state else {
             return None;
         };
@@ -639,19 +666,26 @@ impl Bond {
             }
         }
         let capacity = line.max_payload.saturating_sub(wire::TAG_BYTES);
-        if with_data {
-            let budget = capacity.saturating_sub(buf.len());
-            self.fair.fill(now, budget, |piece| {
-                Frame::Fragment(wire::Fragment {
-                    stream: piece.stream,
-                    packet: piece.packet,
-                    offset: piece.offset,
-                    total_len: piece.total_len,
-                    compressed: piece.compressed,
-                    data: piece.data,
-                })
-                .encode(buf);
-            });
+        let budget = capacity.saturating_sub(buf.len());
+        let write = |piece: crate::fair::Piece<'_>| {
+            Frame::Fragment(wire::Fragment {
+                stream: piece.stream,
+                packet: piece.packet,
+                offset: piece.offset,
+                total_len: piece.total_len,
+                compressed: piece.compressed,
+                data: piece.data,
+            })
+            .encode(buf);
+        };
+        match fill {
+            Fill::All => {
+                self.fair.fill(now, budget, write);
+            }
+            Fill::NewStreams => {
+                self.fair.fill_new(now, budget, write);
+            }
+            Fill::Nothing => {}
         }
         crypto::seal(&keys.seal, &header, buf).ok()?;
         let paced = self.config.scheduler == SchedulerKind::Delay;
@@ -684,6 +718,11 @@ impl Bond {
     pub fn close(&mut self) {
         self.state = State::Closed;
     }
+}
+
+/// The time a full-size frame takes at `rate_bps`.
+fn frame_time(rate_bps: f64) -> Duration {
+    Duration::from_secs_f64(1514.0 * 8.0 / rate_bps.max(1.0))
 }
 
 /// Decompresses an LZ4 block with its length prepended, refusing lengths beyond an IP

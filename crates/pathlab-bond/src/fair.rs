@@ -55,7 +55,7 @@ impl Default for FairConfig {
     fn default() -> FairConfig {
         FairConfig {
             key: FairKey::Source,
-            quantum_bytes: 300,
+            quantum_bytes: 1514,
             limit_bytes: 4 << 20,
             codel: CodelConfig {
                 ecn: true,
@@ -288,9 +288,31 @@ impl FairQueue {
         config
     }
 
+    /// Whether a stream that just became active waits (a sparse flow: a ping, a DNS query,
+    /// a TCP ACK after silence).
+    pub fn has_new_streams(&self) -> bool {
+        !self.new_streams.is_empty()
+    }
+
     /// Hands out pieces of queued packets, fairly between streams, while `budget` bytes
     /// (fragment headers included) allow; `emit` writes each piece. Returns the bytes used.
-    pub fn fill(&mut self, now: Instant, budget: usize, mut emit: impl FnMut(Piece<'_>)) -> usize {
+    pub fn fill(&mut self, now: Instant, budget: usize, emit: impl FnMut(Piece<'_>)) -> usize {
+        self.fill_from(now, budget, false, emit)
+    }
+
+    /// As [`FairQueue::fill`], from the streams that just became active only (their first
+    /// quantum), so a sparse flow's packet goes alone in a short datagram.
+    pub fn fill_new(&mut self, now: Instant, budget: usize, emit: impl FnMut(Piece<'_>)) -> usize {
+        self.fill_from(now, budget, true, emit)
+    }
+
+    fn fill_from(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        new_only: bool,
+        mut emit: impl FnMut(Piece<'_>),
+    ) -> usize {
         let mut used = 0;
         let codel = self.codel_config();
         let quantum = i64::from(self.config.quantum_bytes);
@@ -301,6 +323,7 @@ impl FairQueue {
             }
             let (list_is_new, index) = match self.new_streams.front() {
                 Some(&index) => (true, index),
+                None if new_only => break,
                 None => match self.old_streams.front() {
                     Some(&index) => (false, index),
                     None => break,

@@ -50,6 +50,12 @@ struct Receiving {
     echo: Option<(u64, Instant)>,
     /// Whether something arrived since the last report.
     fresh: bool,
+    /// Smoothed one-way delay and its mean deviation (ns, offset included), as TCP
+    /// smooths the round trip (RFC 6298): what the reorder buffer sizes its wait from.
+    owd_smoothed: Option<(f64, f64)>,
+    /// The lowest one-way delay seen recently (decays towards the smoothed one so a
+    /// route change is forgotten).
+    owd_floor: Option<f64>,
 }
 
 /// One line of a session.
@@ -196,6 +202,32 @@ impl Line {
         r.samples += 1;
         r.echo = Some((sent_ns, now));
         r.fresh = true;
+        let sample = owd as f64;
+        r.owd_smoothed = Some(match r.owd_smoothed {
+            None => (sample, 0.0),
+            Some((mean, deviation)) => (
+                mean + (sample - mean) / 8.0,
+                deviation + ((sample - mean).abs() - deviation) / 4.0,
+            ),
+        });
+        r.owd_floor = Some(match r.owd_floor {
+            None => sample,
+            Some(floor) if sample < floor => sample,
+            Some(floor) => floor + (sample - floor) / 1024.0,
+        });
+    }
+
+    /// The latest a datagram on this line is likely to arrive, relative to its sending: the
+    /// smoothed one-way delay plus four mean deviations (ns, offset included).
+    pub fn owd_high_ns(&self) -> Option<f64> {
+        self.receiving
+            .owd_smoothed
+            .map(|(mean, deviation)| mean + 4.0 * deviation)
+    }
+
+    /// The lowest one-way delay seen on this line recently (ns, offset included).
+    pub fn owd_low_ns(&self) -> Option<f64> {
+        self.receiving.owd_floor
     }
 
     /// The peer reported on what we sent on this line.

@@ -175,3 +175,163 @@ fn the_delay_controller_fills_each_line_and_holds_its_queue_near_target() {
     }
     assert_eq!(tunnel.far.from(USER).out_of_order, 0);
 }
+
+/// Inner bytes the far host received from `source` between `from` and `to`.
+fn inner_bytes(host: &Host, source: Ipv4Addr, from: Instant, to: Instant) -> u64 {
+    host.from(source)
+        .arrivals
+        .iter()
+        .filter(|(at, _)| *at >= from && *at < to)
+        .map(|(_, len)| *len as u64)
+        .sum()
+}
+
+#[test]
+fn the_aggregate_carries_nearly_the_sum_of_the_lines() {
+    let mut far = Host::new();
+    far.record_arrivals = true;
+    let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), bulk(30, 12.0), far);
+    tunnel.run_until(secs(12.0));
+    let (from, to) = (secs(4.0), secs(12.0));
+    let goodput = inner_bytes(&tunnel.far, USER, from, to) as f64 * 8.0 / 8.0 / 1e6;
+    let sum: f64 = RATES_MBIT.iter().sum();
+    // The tunnel's own bytes per datagram: IP + UDP 28, header 16, timestamp 8, tag 16, a
+    // report and an echo now and then, 14 per fragment: with 1472-byte datagrams carrying
+    // 1400-byte packets, about 95% of each line's bytes are inner bytes.
+    eprintln!("aggregate inner goodput {goodput:.2} Mbit/s of {sum} Mbit/s of lines");
+    eprintln!("client {:?} fair {:?}", tunnel.client.bond.counters(), tunnel.client.bond.fair().counters());
+    for line in tunnel.client.bond.lines() { eprintln!("line {:?}", line.counters()); }
+    let reorder = tunnel.client.bond.reorder().counters();
+    let far_reorder = tunnel
+        .server
+        .server
+        .sessions()
+        .next()
+        .unwrap()
+        .1
+        .reorder()
+        .counters();
+    eprintln!("server reorder {far_reorder:?}, client {reorder:?}");
+    assert_eq!(far_reorder.gaps_skipped, 0);
+    assert!(goodput > 0.92 * sum, "{goodput:.2} Mbit/s of {sum}");
+}
+
+#[test]
+fn round_robin_fills_the_modems_as_tunnels_do_today() {
+    let mut config = BondConfig::new(3);
+    config.scheduler = SchedulerKind::RoundRobin;
+    let mut tunnel = Tunnel::new(&THREE_LINES, config, bulk(30, 12.0), Host::new());
+    tunnel.run_until(secs(12.0));
+    let records = tunnel.records(2);
+    let p50 = queue_delay_ms(&records, secs(6.0), secs(12.0), 0.5);
+    eprintln!("round robin: the 3 Mbit/s line's queue p50 {p50:.0} ms");
+    // Unpaced, the slow line's modem buffer (250 packets at 3 Mbit/s: 0.99 s) stays full.
+    assert!(p50 > 500.0, "queue p50 {p50:.0} ms");
+}
+
+#[test]
+fn a_dead_line_is_left_within_half_a_second_and_rejoins_when_it_comes_back() {
+    let mut far = Host::new();
+    far.record_arrivals = true;
+    let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), bulk(30, 14.0), far);
+    tunnel.run_until(secs(5.0));
+    let dead = LinkSpec::parse("loss 100%").unwrap();
+    let now = tunnel.net.now();
+    tunnel.net.link_mut(tunnel.lines[1].0).set_spec(now, &dead).unwrap();
+    tunnel.net.link_mut(tunnel.lines[1].1).set_spec(now, &dead).unwrap();
+    let mut down_after = None;
+    for step in 1..=100 {
+        tunnel.run_until(secs(5.0 + f64::from(step) * 0.01));
+        if tunnel.client.bond.lines()[1].state() == LineState::Down {
+            down_after = Some(f64::from(step) * 0.01);
+            break;
+        }
+    }
+    let down_after = down_after.expect("the line was never declared down");
+    eprintln!("line declared down after {down_after:.2} s");
+    assert!(down_after <= 0.5, "{down_after} s");
+    // Traffic carries on over the other two lines: 15 Mbit/s of capacity.
+    tunnel.run_until(secs(8.0));
+    let carried = inner_bytes(&tunnel.far, USER, secs(6.0), secs(8.0)) as f64 * 8.0 / 2.0 / 1e6;
+    eprintln!("while down: {carried:.2} Mbit/s");
+    assert!(carried > 0.9 * 15.0, "{carried:.2} Mbit/s");
+    // Back at 8 s.
+    let now = tunnel.net.now();
+    let (up, down) = THREE_LINES[1];
+    tunnel.net.link_mut(tunnel.lines[1].0).set_spec(now, &LinkSpec::parse(up).unwrap()).unwrap();
+    tunnel.net.link_mut(tunnel.lines[1].1).set_spec(now, &LinkSpec::parse(down).unwrap()).unwrap();
+    let mut up_after = None;
+    for step in 1..=300 {
+        tunnel.run_until(secs(8.0 + f64::from(step) * 0.01));
+        if tunnel.client.bond.lines()[1].state() == LineState::Up {
+            up_after = Some(f64::from(step) * 0.01);
+            break;
+        }
+    }
+    let up_after = up_after.expect("the line never came back");
+    eprintln!("line back after {up_after:.2} s");
+    assert!(up_after <= 2.0, "{up_after} s");
+    tunnel.run_until(secs(14.0));
+    let records = tunnel.records(1);
+    let rejoined = bytes_out(&records, secs(12.0), secs(14.0)) as f64 * 8.0 / 2.0 / 1e6;
+    eprintln!("line 1 after rejoining: {rejoined:.2} Mbit/s");
+    assert!(rejoined > 0.9 * 6.0, "{rejoined:.2} Mbit/s");
+}
+
+/// The seed's case: a 1 Mbit/s line (one 1500-byte frame every 12 ms), 14 users sending
+/// bulk and one pinging with 100 bytes. Per packet, the ping would wait up to 14 x 12 ms;
+/// by volume, about one frame.
+fn pinger_added_rtt_ms(fair: pathlab_bond::fair::FairKey) -> (f64, f64) {
+    let mut near = Host::new().pings(
+        Ipv4Addr::new(198, 18, 1, 100),
+        FAR,
+        Duration::from_millis(50),
+        100,
+        secs(1.0),
+        secs(20.0),
+    );
+    for user in 0..14u8 {
+        near = near.flow(Flow {
+            source: Ipv4Addr::new(198, 18, 1, 10 + user),
+            destination: FAR,
+            rate: BitsPerSec(150_000),
+            size_bytes: 1400,
+            start: secs(5.0),
+            stop: secs(20.0),
+        });
+    }
+    let mut config = BondConfig::new(1);
+    config.fair.key = fair;
+    let lines = [("delay 10ms rate 1mbit limit 100", "delay 10ms rate 10mbit")];
+    let mut tunnel = Tunnel::new(&lines, config, near, Host::new());
+    tunnel.run_until(secs(20.0));
+    let rtts = |from: f64, to: f64| {
+        let mut v: Vec<f64> = tunnel
+            .near
+            .ping_samples
+            .iter()
+            .filter(|s| s.sent >= secs(from) && s.sent < secs(to))
+            .map(|s| s.rtt.as_millis_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let idle = rtts(2.0, 5.0);
+    let loaded = rtts(10.0, 19.5);
+    assert!(idle.len() > 50 && loaded.len() > 150, "{} {}", idle.len(), loaded.len());
+    let idle_median = idle[idle.len() / 2];
+    let p95 = loaded[(loaded.len() * 95).div_ceil(100) - 1];
+    let median = loaded[loaded.len() / 2];
+    (median - idle_median, p95 - idle_median)
+}
+
+#[test]
+fn a_pinging_user_waits_about_one_frame_behind_fourteen_bulk_users() {
+    let (median, p95) = pinger_added_rtt_ms(pathlab_bond::fair::FairKey::Source);
+    eprintln!("by volume: added RTT median {median:.1} ms, p95 {p95:.1} ms");
+    // The bound: at most 2 x 12 ms.
+    assert!(p95 <= 24.0, "p95 added RTT {p95:.1} ms");
+    let (median_fifo, p95_fifo) = pinger_added_rtt_ms(pathlab_bond::fair::FairKey::Off);
+    eprintln!("one FIFO: added RTT median {median_fifo:.1} ms, p95 {p95_fifo:.1} ms");
+    assert!(median_fifo > 2.0 * p95, "a FIFO should make the ping wait behind the bulk");
+}
