@@ -42,9 +42,6 @@ use pathlab_probe::owd::BaseDelay;
 
 use crate::wire::Feedback;
 
-/// A full-size Ethernet frame, in bits: the least queue a busy line holds.
-const FRAME_BITS: f64 = 1514.0 * 8.0;
-
 /// Loss in one report, without a queue, above which the line is taken to be policed.
 pub const LOSS_THRESHOLD: f64 = 0.05;
 
@@ -244,7 +241,17 @@ impl RateController {
             1.0 - (received.min(expected) as f64 / expected as f64)
         };
         if let (Some(base), Some(owd)) = (self.base.base(), self.owd_raw_ns) {
-            self.queue_delay = Duration::from_nanos(owd.saturating_sub(base).max(0) as u64);
+            // The lowest sample's own serialization (12 ms for a full datagram at 1 Mbit/s)
+            // is not queue: taken out at the rate the line delivers, which is its capacity
+            // while a queue exists (and, on an idle line, a rate so low it takes the whole
+            // sample out: no queue, which is right).
+            let serialization = if self.delivery_bps > 0.0 && report.samples > 0 {
+                f64::from(report.owd_min_len) * 8.0 / self.delivery_bps * 1e9
+            } else {
+                0.0
+            };
+            let queue = (owd.saturating_sub(base) as f64 - serialization).max(0.0);
+            self.queue_delay = Duration::from_nanos(queue as u64);
         }
         // Whether we kept the line busy: sent at least 3/4 of what the rate allowed.
         let span = now.saturating_since(self.sent_since).as_secs_f64();
@@ -257,11 +264,7 @@ impl RateController {
 
     fn update_rate(&mut self, now: Instant, busy: bool) {
         let tau = self.tau().as_secs_f64();
-        // A full-size frame's own serialization is in every sample of a busy slow line
-        // (12 ms at 1 Mbit/s): a target below it would read an empty queue as a full one.
-        // As cake scales its target, the target is at least one frame's time.
-        let frame_time = FRAME_BITS / self.delivery_bps.max(self.config.min_rate.as_f64());
-        let target = self.config.target.as_secs_f64().max(frame_time);
+        let target = self.config.target.as_secs_f64();
         let queue = self.queue_delay.as_secs_f64();
         if self.phase == Phase::Draining && now >= self.drain_until {
             self.phase = Phase::Tracking;

@@ -122,6 +122,7 @@ struct Stream {
     deficit: i64,
     codel: CodelState,
     active: bool,
+    urgent: bool,
 }
 
 impl CodelQueue for Waiting {
@@ -146,6 +147,7 @@ impl Stream {
             deficit: 0,
             codel: CodelState::default(),
             active: false,
+            urgent: false,
         }
     }
 
@@ -158,6 +160,16 @@ impl Stream {
     }
 }
 
+/// How a stream's service ended.
+enum Served {
+    /// The datagram has no room left.
+    Full,
+    /// The stream has nothing left.
+    Empty,
+    /// The stream spent its credit for this round.
+    OutOfCredit,
+}
+
 /// The smallest piece worth a fragment header when a packet has more to send.
 const MIN_PIECE_BYTES: usize = 64;
 
@@ -168,6 +180,8 @@ pub struct FairQueue {
     streams: Vec<Stream>,
     by_key: HashMap<u64, usize>,
     new_streams: VecDeque<usize>,
+    /// Active streams whose queue was empty when a packet came, with credit left.
+    urgent: VecDeque<usize>,
     old_streams: VecDeque<usize>,
     backlog_bytes: u64,
     counters: FairCounters,
@@ -184,6 +198,7 @@ impl FairQueue {
             streams: Vec::new(),
             by_key: HashMap::new(),
             new_streams: VecDeque::new(),
+            urgent: VecDeque::new(),
             old_streams: VecDeque::new(),
             backlog_bytes: 0,
             counters: FairCounters::default(),
@@ -246,6 +261,16 @@ impl FairQueue {
             stream.active = true;
             stream.deficit = i64::from(self.config.quantum_bytes);
             self.new_streams.push_back(index);
+        } else if stream.waiting.queue.len() == 1
+            && stream.head.is_none()
+            && stream.deficit > 0
+            && !stream.urgent
+            && !self.new_streams.contains(&index)
+        {
+            // Its queue was empty and it has credit left this round: it need not wait
+            // for its turn to spend it.
+            stream.urgent = true;
+            self.urgent.push_back(index);
         }
         while self.backlog_bytes > self.config.limit_bytes {
             self.drop_from_longest();
@@ -291,7 +316,7 @@ impl FairQueue {
     /// Whether a stream that just became active waits (a sparse flow: a ping, a DNS query,
     /// a TCP ACK after silence).
     pub fn has_new_streams(&self) -> bool {
-        !self.new_streams.is_empty()
+        !self.new_streams.is_empty() || !self.urgent.is_empty()
     }
 
     /// Hands out pieces of queued packets, fairly between streams, while `budget` bytes
@@ -316,11 +341,18 @@ impl FairQueue {
         let mut used = 0;
         let codel = self.codel_config();
         let quantum = i64::from(self.config.quantum_bytes);
-        loop {
-            let room = budget.saturating_sub(used + FRAGMENT_HEADER_BYTES);
-            if room == 0 {
-                break;
+        // Streams with credit left whose queue was empty when a packet came: served at
+        // once, within their credit (a ping between two of its turns).
+        while let Some(&index) = self.urgent.front() {
+            match self.serve(now, index, budget, &mut used, &codel, &mut emit) {
+                Served::Full => return used,
+                Served::Empty | Served::OutOfCredit => {
+                    self.urgent.pop_front();
+                    self.streams[index].urgent = false;
+                }
             }
+        }
+        loop {
             let (list_is_new, index) = match self.new_streams.front() {
                 Some(&index) => (true, index),
                 None if new_only => break,
@@ -329,60 +361,76 @@ impl FairQueue {
                     None => break,
                 },
             };
-            let stream = &mut self.streams[index];
-            if stream.deficit <= 0 {
-                stream.deficit += quantum;
+            if self.streams[index].deficit <= 0 {
+                self.streams[index].deficit += quantum;
                 self.pop_list(list_is_new);
                 self.old_streams.push_back(index);
                 continue;
             }
+            match self.serve(now, index, budget, &mut used, &codel, &mut emit) {
+                Served::Full => break,
+                Served::OutOfCredit => {}
+                Served::Empty => {
+                    // A new stream moves to the old list once (so it cannot come back as
+                    // new at once and starve the others), an old one leaves.
+                    self.pop_list(list_is_new);
+                    if list_is_new && !self.old_streams.is_empty() {
+                        self.old_streams.push_back(index);
+                    } else {
+                        self.streams[index].active = false;
+                    }
+                }
+            }
+        }
+        used
+    }
+
+    /// Emits pieces of stream `index` while it has packets, credit and room.
+    fn serve(
+        &mut self,
+        now: Instant,
+        index: usize,
+        budget: usize,
+        used: &mut usize,
+        codel: &CodelConfig,
+        emit: &mut impl FnMut(Piece<'_>),
+    ) -> Served {
+        loop {
+            let room = budget.saturating_sub(*used + FRAGMENT_HEADER_BYTES);
+            let stream = &mut self.streams[index];
+            if stream.deficit <= 0 {
+                return Served::OutOfCredit;
+            }
             if stream.head.is_none() {
                 let packet = stream
                     .codel
-                    .dequeue(now, &codel, &mut stream.waiting, &mut self.verdicts);
+                    .dequeue(now, codel, &mut stream.waiting, &mut self.verdicts);
                 for dropped in self.verdicts.dropped.drain(..) {
                     self.counters.codel_dropped += 1;
                     self.backlog_bytes -= dropped.packet.data.len() as u64;
                 }
                 self.counters.ce_marked += std::mem::take(&mut self.verdicts.ce_marked);
-                match packet {
-                    Some(packet) => {
-                        let number = stream.next_number;
-                        stream.next_number = stream.next_number.wrapping_add(1).max(1);
-                        stream.head = Some(Head {
-                            number,
-                            compressed: packet.tag == COMPRESSED_TAG,
-                            data: packet.data,
-                            offset: 0,
-                        });
-                    }
-                    None => {
-                        // Empty: a new stream moves to the old list once (so it cannot
-                        // come back as new at once and starve the others), an old one
-                        // leaves.
-                        self.pop_list(list_is_new);
-                        if list_is_new && !self.old_streams.is_empty() {
-                            self.old_streams.push_back(index);
-                        } else {
-                            self.streams[index].active = false;
-                        }
-                        continue;
-                    }
-                }
+                let Some(packet) = packet else {
+                    return Served::Empty;
+                };
+                let number = stream.next_number;
+                stream.next_number = stream.next_number.wrapping_add(1).max(1);
+                stream.head = Some(Head {
+                    number,
+                    compressed: packet.tag == COMPRESSED_TAG,
+                    data: packet.data,
+                    offset: 0,
+                });
             }
             let head = stream.head.as_mut().expect("set above");
             let remaining = head.data.len() - head.offset;
             let allowed = (stream.deficit as usize).max(MIN_PIECE_BYTES);
             let mut take = remaining.min(room).min(allowed);
-            if take < remaining && take < MIN_PIECE_BYTES.min(remaining) {
+            if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
                 // Not worth a fragment header: the datagram is full.
-                break;
+                return Served::Full;
             }
-            if take == 0 {
-                break;
-            }
-            if remaining - take > 0 && remaining - take < 16 && take + (remaining - take) <= room
-            {
+            if remaining - take < 16 && remaining <= room {
                 take = remaining; // do not leave a sliver for another header
             }
             emit(Piece {
@@ -394,14 +442,13 @@ impl FairQueue {
                 data: &head.data[head.offset..head.offset + take],
             });
             head.offset += take;
-            used += FRAGMENT_HEADER_BYTES + take;
+            *used += FRAGMENT_HEADER_BYTES + take;
             stream.deficit -= take as i64;
             self.backlog_bytes -= take as u64;
             if head.offset == head.data.len() {
                 stream.head = None;
             }
         }
-        used
     }
 
     fn pop_list(&mut self, new: bool) {

@@ -44,6 +44,7 @@ struct Receiving {
     received_packets: u64,
     received_bytes: u64,
     owd_min_ns: Option<i64>,
+    owd_min_len: u16,
     owd_last_ns: i64,
     samples: u32,
     /// The latest sender timestamp and when it arrived, to echo.
@@ -197,7 +198,10 @@ impl Line {
         r.received_bytes += len_bytes as u64;
         let owd = (i128::from(now.as_nanos()) - i128::from(sent_ns))
             .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
-        r.owd_min_ns = Some(r.owd_min_ns.map_or(owd, |m| m.min(owd)));
+        if r.owd_min_ns.is_none_or(|m| owd < m) {
+            r.owd_min_ns = Some(owd);
+            r.owd_min_len = len_bytes.min(usize::from(u16::MAX)) as u16;
+        }
         r.owd_last_ns = owd;
         r.samples += 1;
         r.echo = Some((sent_ns, now));
@@ -276,6 +280,7 @@ impl Line {
             owd_min_ns: r.owd_min_ns.unwrap_or(r.owd_last_ns),
             owd_last_ns: r.owd_last_ns,
             samples: r.samples,
+            owd_min_len: r.owd_min_len,
         };
         r.owd_min_ns = None;
         r.samples = 0;

@@ -29,7 +29,8 @@
 //! 1 Fragment  stream u16 | packet u32 | offset u16 | total_len u16 | flags u8 | len u16 | data [len]
 //!             flags: bit 0 compressed, other bits 0; len > 0, offset + len <= total_len
 //! 2 Feedback  line u8 | highest_seq u64 | received_packets u64 | received_bytes u64 |
-//!             report_ns u64 | owd_min_ns i64 | owd_last_ns i64 | samples u32
+//!             report_ns u64 | owd_min_ns i64 | owd_last_ns i64 | samples u32 |
+//!             owd_min_len u16
 //! 3 Echo      line u8 | echoed_ns u64 | held_ns u64
 //! 4 Padding   len u16 | len zero bytes
 //! 5 ProbeAck  line u8 | seq u64 | len_bytes u16
@@ -58,7 +59,7 @@ pub const WELCOME_BODY_BYTES: usize = 36;
 /// Bytes of a Fragment frame before its data: the frame takes this plus `data.len()`.
 pub const FRAGMENT_HEADER_BYTES: usize = 14;
 /// Bytes of a Feedback frame.
-pub const FEEDBACK_FRAME_BYTES: usize = 54;
+pub const FEEDBACK_FRAME_BYTES: usize = 56;
 /// Bytes of an Echo frame.
 pub const ECHO_FRAME_BYTES: usize = 18;
 /// Bytes of a Padding frame before its zeros: `Padding(n)` takes this plus `n`.
@@ -154,6 +155,8 @@ mod field {
         pub const OWD_LAST_NS: Field = 42..50;
         /// Samples since the previous report.
         pub const SAMPLES: Field = 50..54;
+        /// Length of the datagram of the lowest sample.
+        pub const OWD_MIN_LEN: Field = 54..56;
     }
 
     /// An Echo frame.
@@ -194,7 +197,7 @@ const _: () = {
     assert!(field::welcome::SESSION.end == WELCOME_BODY_BYTES);
     assert!(field::data::SENT_NS.end == DATA_PREFIX_BYTES);
     assert!(field::fragment::LEN.end == FRAGMENT_HEADER_BYTES);
-    assert!(field::feedback::SAMPLES.end == FEEDBACK_FRAME_BYTES);
+    assert!(field::feedback::OWD_MIN_LEN.end == FEEDBACK_FRAME_BYTES);
     assert!(field::echo::HELD_NS.end == ECHO_FRAME_BYTES);
     assert!(field::padding::LEN.end == PADDING_HEADER_BYTES);
     assert!(field::probe_ack::LEN_BYTES.end == PROBE_ACK_FRAME_BYTES);
@@ -397,6 +400,9 @@ pub struct Feedback {
     pub owd_last_ns: i64,
     /// One-way delay samples since the previous report (0: `owd_*` are stale).
     pub samples: u32,
+    /// Length (UDP payload) of the datagram that gave `owd_min_ns`: its own serialization
+    /// is in that sample, and the sender, who knows the line's rate, takes it out.
+    pub owd_min_len: u16,
 }
 
 /// A frame of a Data body.
@@ -652,8 +658,8 @@ impl Frame<'_> {
             }
             Frame::Feedback(feedback) => {
                 use field::feedback::{
-                    HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_NS, RECEIVED_BYTES, RECEIVED_PACKETS,
-                    REPORT_NS, SAMPLES,
+                    HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_LEN, OWD_MIN_NS, RECEIVED_BYTES,
+                    RECEIVED_PACKETS, REPORT_NS, SAMPLES,
                 };
                 let bytes = grow(out, FEEDBACK_FRAME_BYTES);
                 bytes[field::FRAME_TYPE] = frame_type::FEEDBACK;
@@ -665,6 +671,7 @@ impl Frame<'_> {
                 bytes[OWD_MIN_NS].copy_from_slice(&feedback.owd_min_ns.to_be_bytes());
                 bytes[OWD_LAST_NS].copy_from_slice(&feedback.owd_last_ns.to_be_bytes());
                 bytes[SAMPLES].copy_from_slice(&feedback.samples.to_be_bytes());
+                bytes[OWD_MIN_LEN].copy_from_slice(&feedback.owd_min_len.to_be_bytes());
             }
             Frame::Echo {
                 line,
@@ -755,8 +762,8 @@ impl Frame<'_> {
             }
             frame_type::FEEDBACK => {
                 use field::feedback::{
-                    HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_NS, RECEIVED_BYTES, RECEIVED_PACKETS,
-                    REPORT_NS, SAMPLES,
+                    HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_LEN, OWD_MIN_NS, RECEIVED_BYTES,
+                    RECEIVED_PACKETS, REPORT_NS, SAMPLES,
                 };
                 let feedback = Feedback {
                     line: bytes[LINE],
@@ -767,6 +774,7 @@ impl Frame<'_> {
                     owd_min_ns: read_i64(&bytes[OWD_MIN_NS]),
                     owd_last_ns: read_i64(&bytes[OWD_LAST_NS]),
                     samples: read_u32(&bytes[SAMPLES]),
+                    owd_min_len: read_u16(&bytes[OWD_MIN_LEN]),
                 };
                 Ok((Frame::Feedback(feedback), FEEDBACK_FRAME_BYTES))
             }
@@ -872,6 +880,7 @@ mod tests {
                 owd_min_ns: -15,
                 owd_last_ns: 16,
                 samples: 17,
+                owd_min_len: 1472,
             }),
             Frame::Echo {
                 line: 4,
@@ -1148,6 +1157,7 @@ mod tests {
                         owd_min_ns: min,
                         owd_last_ns: last,
                         samples,
+                        owd_min_len: samples as u16,
                     },
                 ),
             any::<u64>(),

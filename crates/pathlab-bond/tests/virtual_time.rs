@@ -302,6 +302,11 @@ fn pinger_added_rtt_ms(fair: pathlab_bond::fair::FairKey) -> (f64, f64) {
     }
     let mut config = BondConfig::new(1);
     config.fair.key = fair;
+    if fair == pathlab_bond::fair::FairKey::Off {
+        // A plain FIFO, as a tunnel's tun0 without cake.
+        config.fair.codel.target = Duration::from_secs(3600);
+        config.fair.limit_bytes = 200_000;
+    }
     let lines = [("delay 10ms rate 1mbit limit 100", "delay 10ms rate 10mbit")];
     let mut tunnel = Tunnel::new(&lines, config, near, Host::new());
     tunnel.run_until(secs(20.0));
@@ -331,7 +336,11 @@ fn a_pinging_user_waits_about_one_frame_behind_fourteen_bulk_users() {
     eprintln!("by volume: added RTT median {median:.1} ms, p95 {p95:.1} ms");
     // The bound: at most 2 x 12 ms.
     assert!(p95 <= 24.0, "p95 added RTT {p95:.1} ms");
+    // The same through one FIFO of 200 kB: the ping waits behind everyone's packets.
     let (median_fifo, p95_fifo) = pinger_added_rtt_ms(pathlab_bond::fair::FairKey::Off);
     eprintln!("one FIFO: added RTT median {median_fifo:.1} ms, p95 {p95_fifo:.1} ms");
-    assert!(median_fifo > 2.0 * p95, "a FIFO should make the ping wait behind the bulk");
+    assert!(
+        median_fifo > 10.0 * median,
+        "a FIFO makes the ping wait behind the bulk"
+    );
 }
