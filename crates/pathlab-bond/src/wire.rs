@@ -1016,7 +1016,7 @@ mod tests {
         let bytes = encode_all(&[frame]);
         assert_eq!(
             bytes,
-            [1, 0, 0, 0, 7, 0, 2, 0, 5, 1, 0, 3, b'a', b'b', b'c']
+            [1, 0, 3, 0, 0, 0, 7, 0, 2, 0, 5, 1, 0, 3, b'a', b'b', b'c']
         );
     }
 
@@ -1058,9 +1058,9 @@ mod tests {
 
     #[test]
     fn fragments_outside_their_packet_are_rejected() {
-        // packet 1, offset, total_len, flags 0, len, then enough data for any len.
+        // stream 0, packet 1, offset, total_len, flags 0, len, then data for any len.
         let fragment = |offset: u16, total_len: u16, len: u16| {
-            let mut bytes = vec![1, 0, 0, 0, 1];
+            let mut bytes = vec![1, 0, 0, 0, 0, 0, 1];
             bytes.extend_from_slice(&offset.to_be_bytes());
             bytes.extend_from_slice(&total_len.to_be_bytes());
             bytes.push(0);
@@ -1092,7 +1092,7 @@ mod tests {
             compressed: false,
             data: b"x",
         })]);
-        bytes[9] = 0x02;
+        bytes[field::fragment::FLAGS] = 0x02;
         assert_eq!(
             Frames::new(&bytes).next(),
             Some(Err(WireError::ReservedFlags(0x02)))
