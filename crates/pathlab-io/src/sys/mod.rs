@@ -427,9 +427,11 @@ pub fn drop_cap_net_admin_in_this_thread() -> io::Result<()> {
     Ok(())
 }
 
-/// Opens `/dev/net/tun` and creates (or attaches to) a TUN device named `name`
-/// (`IFF_TUN | IFF_NO_PI`: raw IP datagrams, no packet-info prefix). The device disappears
-/// when the descriptor closes. Returns the descriptor and the device's name.
+/// Opens `/dev/net/tun` and creates a TUN device named `name` (`IFF_TUN | IFF_NO_PI`: raw
+/// IP datagrams, no packet-info prefix; one queue, no `IFF_MULTI_QUEUE`). `IFF_TUN_EXCL`
+/// makes an existing interface of that name an error (`EBUSY`) instead of attaching to it,
+/// so the device is always this descriptor's own and disappears when it closes. A `%d` in
+/// `name` lets the kernel pick a free number. Returns the descriptor and the device's name.
 pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
@@ -447,7 +449,8 @@ pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
         *slot = byte as libc::c_char;
     }
-    request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    request.ifr_ifru.ifru_flags =
+        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
     cvt(unsafe {
         libc::ioctl(
