@@ -1,7 +1,9 @@
 //! pathlab-io: the only crate of pathlab that touches the operating system.
 //!
 //! It reads the clock and packets, and hands them to the sans-IO models of `pathlab-core`:
-//! AF_PACKET rings and TUN devices ([`port`]), offload undoing ([`offload`]), the
+//! AF_PACKET rings and TUN devices as emulator ports ([`port`]), TUN devices on their own
+//! ([`tun`]) and UDP sockets bound to one interface each ([`line`]) for the bonding
+//! tunnel, offload undoing ([`offload`]), the
 //! emulator's forwarding loop ([`emulator`]) and its control socket ([`control`]),
 //! network namespaces ([`netns`]) and rtnetlink ([`netlink`]) to build labs with, an ICMP
 //! pinger ([`ping`]) and the h1 - r - h2 topology tests and benchmarks use
@@ -15,6 +17,7 @@ pub mod bloat;
 pub mod capacity;
 pub mod control;
 pub mod emulator;
+pub mod line;
 pub mod measure;
 pub mod nat;
 pub mod netlink;
@@ -26,7 +29,10 @@ pub mod rfc6349;
 pub mod runtime;
 pub mod shell;
 mod sys;
+#[cfg(test)]
+mod testing;
 pub mod topology;
+pub mod tun;
 
 use pathlab_core::spec::{RateSpec, SpecError};
 use pathlab_core::stage::rate::{Trace, TraceError};

@@ -25,6 +25,9 @@ const RTM_GETLINK: u16 = 18;
 const RTM_NEWADDR: u16 = 20;
 const RTM_GETADDR: u16 = 22;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_DELROUTE: u16 = 25;
+const RTM_NEWRULE: u16 = 32;
+const RTM_DELRULE: u16 = 33;
 
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
@@ -50,11 +53,107 @@ const NUD_PERMANENT: u16 = 0x80;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
-const RT_TABLE_MAIN: u8 = 254;
+const RTA_PRIORITY: u16 = 6;
+const RTA_TABLE: u16 = 15;
+const RT_TABLE_UNSPEC: u8 = 0;
+/// The main routing table, the one `ip route` shows.
+pub const RT_TABLE_MAIN: u32 = 254;
 const RTPROT_STATIC: u8 = 4;
 const RT_SCOPE_UNIVERSE: u8 = 0;
 const RT_SCOPE_LINK: u8 = 253;
+/// In a delete request: whatever scope the route has.
+const RT_SCOPE_NOWHERE: u8 = 255;
 const RTN_UNICAST: u8 = 1;
+
+const FRA_SRC: u16 = 2;
+const FRA_PRIORITY: u16 = 6;
+const FRA_TABLE: u16 = 15;
+const FRA_OIFNAME: u16 = 17;
+const FR_ACT_TO_TBL: u8 = 1;
+
+/// The longest interface name Linux takes, in bytes (`IFNAMSIZ` less the NUL).
+pub const MAX_INTERFACE_NAME_LEN: usize = 15;
+
+/// Why a string cannot name a network interface (the kernel's `dev_valid_name`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadInterfaceName {
+    /// The name is empty.
+    #[error("the interface name is empty")]
+    Empty,
+    /// The name is longer than [`MAX_INTERFACE_NAME_LEN`]; the kernel would cut it, and
+    /// the cut name may be another interface's.
+    #[error("interface name '{0}' is {len} bytes long; Linux allows at most 15", len = .0.len())]
+    TooLong(String),
+    /// `.` and `..` are reserved.
+    #[error("interface name '{0}' is reserved")]
+    Reserved(String),
+    /// The name holds a character Linux refuses.
+    #[error("interface name '{0}' contains '/', ':', whitespace or NUL, which Linux refuses")]
+    BadCharacter(String),
+}
+
+/// Checks that `name` can be an interface name, before the kernel sees it.
+pub fn check_interface_name(name: &str) -> Result<(), BadInterfaceName> {
+    if name.is_empty() {
+        return Err(BadInterfaceName::Empty);
+    }
+    if name.len() > MAX_INTERFACE_NAME_LEN {
+        return Err(BadInterfaceName::TooLong(name.to_owned()));
+    }
+    if name == "." || name == ".." {
+        return Err(BadInterfaceName::Reserved(name.to_owned()));
+    }
+    if name
+        .bytes()
+        .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
+    {
+        return Err(BadInterfaceName::BadCharacter(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// A route, for [`Netlink::new_route`] and [`Netlink::delete_route`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// Destination prefix; `None` for the default route of the family.
+    pub destination: Option<(IpAddr, u8)>,
+    /// Next hop; `None` for a destination directly on the interface's link.
+    pub gateway: Option<IpAddr>,
+    /// The interface the route leaves through.
+    pub interface: u32,
+    /// IPv6 (the family of a default route without gateway cannot be told otherwise).
+    pub ipv6: bool,
+    /// Routing table ([`RT_TABLE_MAIN`] for the main one).
+    pub table: u32,
+    /// Metric (preference, lower wins); `None` for the kernel's default (0 for IPv4, 1024
+    /// for IPv6).
+    pub metric: Option<u32>,
+}
+
+/// What a policy-routing rule matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleSelector {
+    /// Flows whose output interface is already chosen as this one: sockets bound to it
+    /// with `SO_BINDTODEVICE` (`ip rule add oif NAME`).
+    OutputInterface(String),
+    /// Flows from this source address (`ip rule add from ADDRESS`), which is also what the
+    /// kernel's reverse-path filter looks up for packets arriving to that address.
+    Source(IpAddr),
+}
+
+/// A policy-routing rule sending the flows it selects to a routing table, for
+/// [`Netlink::new_rule`] and [`Netlink::delete_rule`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// IPv6 rules (the rule lists of the two families are separate).
+    pub ipv6: bool,
+    /// What the rule matches.
+    pub selector: RuleSelector,
+    /// The table the selected flows look their routes up in.
+    pub table: u32,
+    /// Its place in the rule list (lower first; the main table's rule is at 32766).
+    pub priority: u32,
+}
 
 /// A network interface as the kernel lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -540,7 +639,7 @@ impl Netlink {
     }
 
     /// Adds a route to `destination` (`None`: the default route) through `gateway` or,
-    /// without one, directly out of interface `index`.
+    /// without one, directly out of interface `index`, to the main table.
     pub fn add_route(
         &mut self,
         destination: Option<(IpAddr, u8)>,
@@ -548,31 +647,117 @@ impl Netlink {
         index: u32,
         ipv6: bool,
     ) -> io::Result<()> {
-        let mut fixed = [0u8; 12];
-        fixed[0] = if ipv6 {
-            libc::AF_INET6 as u8
-        } else {
-            libc::AF_INET as u8
-        };
-        fixed[1] = destination.map_or(0, |(_, len)| len);
-        fixed[4] = RT_TABLE_MAIN;
-        fixed[5] = RTPROT_STATIC;
-        fixed[6] = if gateway.is_some() {
+        self.new_route(&Route {
+            destination,
+            gateway,
+            interface: index,
+            ipv6,
+            table: RT_TABLE_MAIN,
+            metric: None,
+        })
+    }
+
+    /// Adds a route (`ip route add`); an identical one already there is an error
+    /// (`EEXIST`).
+    pub fn new_route(&mut self, route: &Route) -> io::Result<()> {
+        let scope = if route.gateway.is_some() {
             RT_SCOPE_UNIVERSE
         } else {
             RT_SCOPE_LINK
         };
-        fixed[7] = RTN_UNICAST;
-        let mut message = Message::new(RTM_NEWROUTE, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
-        if let Some((address, _)) = destination {
-            message.attr(RTA_DST, &ip_bytes(address));
-        }
-        if let Some(gateway) = gateway {
-            message.attr(RTA_GATEWAY, &ip_bytes(gateway));
-        }
-        message.attr(RTA_OIF, &index.to_ne_bytes());
-        self.request(message)
+        self.request(route_message(
+            RTM_NEWROUTE,
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+            route,
+            scope,
+        ))
     }
+
+    /// Deletes a route (`ip route del`); a missing one is an error (`ESRCH`).
+    pub fn delete_route(&mut self, route: &Route) -> io::Result<()> {
+        self.request(route_message(
+            RTM_DELROUTE,
+            NLM_F_ACK,
+            route,
+            RT_SCOPE_NOWHERE,
+        ))
+    }
+
+    /// Adds a policy-routing rule (`ip rule add`).
+    pub fn new_rule(&mut self, rule: &Rule) -> io::Result<()> {
+        self.request(rule_message(
+            RTM_NEWRULE,
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+            rule,
+        ))
+    }
+
+    /// Deletes a policy-routing rule (`ip rule del`); a missing one is an error
+    /// (`ENOENT`).
+    pub fn delete_rule(&mut self, rule: &Rule) -> io::Result<()> {
+        self.request(rule_message(RTM_DELRULE, NLM_F_ACK, rule))
+    }
+}
+
+/// The one-byte table field of `rtmsg` and `fib_rule_hdr`: tables above 255 only fit the
+/// 32-bit attribute, which is always sent as well.
+fn table_byte(table: u32) -> u8 {
+    u8::try_from(table).unwrap_or(RT_TABLE_UNSPEC)
+}
+
+/// An RTM_NEWROUTE or RTM_DELROUTE request (`struct rtmsg`, then attributes).
+fn route_message(kind: u16, flags: u16, route: &Route, scope: u8) -> Message {
+    let mut fixed = [0u8; 12];
+    fixed[0] = if route.ipv6 {
+        libc::AF_INET6 as u8
+    } else {
+        libc::AF_INET as u8
+    };
+    fixed[1] = route.destination.map_or(0, |(_, len)| len);
+    fixed[4] = table_byte(route.table);
+    fixed[5] = RTPROT_STATIC;
+    fixed[6] = scope;
+    fixed[7] = RTN_UNICAST;
+    let mut message = Message::new(kind, flags, &fixed);
+    message.attr(RTA_TABLE, &route.table.to_ne_bytes());
+    if let Some((address, _)) = route.destination {
+        message.attr(RTA_DST, &ip_bytes(address));
+    }
+    if let Some(gateway) = route.gateway {
+        message.attr(RTA_GATEWAY, &ip_bytes(gateway));
+    }
+    if let Some(metric) = route.metric {
+        message.attr(RTA_PRIORITY, &metric.to_ne_bytes());
+    }
+    message.attr(RTA_OIF, &route.interface.to_ne_bytes());
+    message
+}
+
+/// An RTM_NEWRULE or RTM_DELRULE request (`struct fib_rule_hdr`, then attributes).
+fn rule_message(kind: u16, flags: u16, rule: &Rule) -> Message {
+    let mut fixed = [0u8; 12];
+    fixed[0] = if rule.ipv6 {
+        libc::AF_INET6 as u8
+    } else {
+        libc::AF_INET as u8
+    };
+    if let RuleSelector::Source(address) = rule.selector {
+        fixed[2] = if address.is_ipv6() { 128 } else { 32 };
+    }
+    fixed[4] = table_byte(rule.table);
+    fixed[7] = FR_ACT_TO_TBL;
+    let mut message = Message::new(kind, flags, &fixed);
+    message.attr(FRA_TABLE, &rule.table.to_ne_bytes());
+    message.attr(FRA_PRIORITY, &rule.priority.to_ne_bytes());
+    match &rule.selector {
+        RuleSelector::OutputInterface(name) => {
+            message.attr_str(FRA_OIFNAME, name);
+        }
+        RuleSelector::Source(address) => {
+            message.attr(FRA_SRC, &ip_bytes(*address));
+        }
+    }
+    message
 }
 
 #[cfg(test)]

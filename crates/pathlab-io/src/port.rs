@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use crate::netlink::Netlink;
 use crate::offload::{self, VnetHeader};
 use crate::sys;
+use crate::tun::Tun;
 
 /// How the frames of a port begin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,26 +283,35 @@ impl Port for PacketPort {
     }
 }
 
-/// A TUN device: bare IP datagrams, one read or write per packet. The device exists while
-/// the port is open.
+/// A TUN device as an emulator port: bare IP datagrams, one read or write per packet.
+/// The device exists while the port is open.
 #[derive(Debug)]
 pub struct TunPort {
-    name: String,
-    fd: OwnedFd,
+    tun: Tun,
 }
 
+/// The MTU a TUN port is created with: Ethernet's, as the kernel's default for TUN.
+pub const TUN_PORT_MTU: u32 = 1500;
+
 impl TunPort {
-    /// Creates a TUN device called `name` in the calling thread's network namespace.
+    /// Creates a TUN device called `name` in the calling thread's network namespace, up,
+    /// with an MTU of [`TUN_PORT_MTU`].
     pub fn create(name: &str) -> io::Result<TunPort> {
-        let (fd, name) = sys::tun_create(name)?;
-        sys::set_nonblocking(fd.as_fd())?;
-        Ok(TunPort { name, fd })
+        Ok(TunPort {
+            tun: Tun::create(name, TUN_PORT_MTU)?,
+        })
+    }
+}
+
+impl From<Tun> for TunPort {
+    fn from(tun: Tun) -> TunPort {
+        TunPort { tun }
     }
 }
 
 impl Port for TunPort {
     fn name(&self) -> &str {
-        &self.name
+        self.tun.name()
     }
 
     fn framing(&self) -> Framing {
@@ -309,7 +319,7 @@ impl Port for TunPort {
     }
 
     fn pollable(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.tun.as_fd()
     }
 
     fn receive(
@@ -320,7 +330,7 @@ impl Port for TunPort {
         let mut counts = ReceiveCounts::default();
         let mut buffer = vec![0u8; 65_536];
         for _ in 0..budget {
-            match sys::read(self.fd.as_fd(), &mut buffer) {
+            match self.tun.recv(&mut buffer) {
                 Ok(0) => break,
                 Ok(n) => {
                     counts.frames += 1;
@@ -335,6 +345,6 @@ impl Port for TunPort {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        sys::write(self.fd.as_fd(), frame).map(drop)
+        self.tun.send(frame).map(drop)
     }
 }

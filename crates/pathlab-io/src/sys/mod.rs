@@ -11,7 +11,7 @@ mod ring;
 use std::ffi::CString;
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
@@ -124,8 +124,8 @@ pub fn bind_netlink(fd: BorrowedFd<'_>, groups: u32) -> io::Result<()> {
     .map(drop)
 }
 
-/// Connects a socket to an IP address (port 0 for raw sockets).
-pub fn connect(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<()> {
+/// An IP socket address as the kernel takes it: the storage and the length used.
+fn socket_address_to_c(address: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain data; all-zero is a valid value.
     let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
     let len = match address {
@@ -144,19 +144,61 @@ pub fn connect(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<
             sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             sin6.sin6_port = v6.port().to_be();
             sin6.sin6_addr.s6_addr = v6.ip().octets();
+            sin6.sin6_flowinfo = v6.flowinfo();
             sin6.sin6_scope_id = v6.scope_id();
             size_of::<libc::sockaddr_in6>()
         }
     };
+    (storage, len as libc::socklen_t)
+}
+
+/// Connects a socket to an IP address (port 0 for raw sockets).
+pub fn connect(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<()> {
+    let (storage, len) = socket_address_to_c(address);
     // SAFETY: `storage` holds a valid address of `len` bytes.
-    cvt(unsafe {
-        libc::connect(
-            fd.as_raw_fd(),
-            std::ptr::from_ref(&storage).cast(),
-            len as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    cvt(unsafe { libc::connect(fd.as_raw_fd(), std::ptr::from_ref(&storage).cast(), len) })
+        .map(drop)
+}
+
+/// Binds a socket to a local IP address and port.
+pub fn bind(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<()> {
+    let (storage, len) = socket_address_to_c(address);
+    // SAFETY: `storage` holds a valid address of `len` bytes.
+    cvt(unsafe { libc::bind(fd.as_raw_fd(), std::ptr::from_ref(&storage).cast(), len) }).map(drop)
+}
+
+/// Restricts a socket to one interface (`SO_BINDTODEVICE`): it sends only through it, its
+/// route lookups consider only routes through it, and it receives only what arrived on it.
+/// The kernel reads at most 15 bytes of `interface` and silently drops the rest, so callers
+/// check the name first.
+pub fn bind_to_device(fd: BorrowedFd<'_>, interface: &str) -> io::Result<()> {
+    setsockopt_bytes(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_BINDTODEVICE,
+        interface.as_bytes(),
+    )
+}
+
+/// A non-blocking, unbound UDP socket; an IPv6 one is IPv6 only (`IPV6_V6ONLY`), so it
+/// neither takes nor sends IPv4 as v4-mapped addresses.
+pub fn udp_socket_nonblocking(ipv6: bool) -> io::Result<OwnedFd> {
+    let domain = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+    let socket = self::socket(domain, libc::SOCK_DGRAM | libc::SOCK_NONBLOCK, 0)?;
+    if ipv6 {
+        setsockopt(socket.as_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &1i32)?;
+    }
+    Ok(socket)
+}
+
+/// Asks for the destination address and arrival interface of every datagram the socket
+/// receives (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), which [`RecvBatch`] reports.
+pub fn enable_packet_info(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, &1i32)
+    } else {
+        setsockopt(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, &1i32)
+    }
 }
 
 /// `send(2)` of one buffer.
@@ -315,22 +357,27 @@ pub fn set_timer_slack_min() {
     }
 }
 
-/// Whether the process has CAP_NET_ADMIN in its effective set.
-pub fn has_cap_net_admin() -> bool {
-    #[repr(C)]
-    struct CapHeader {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct CapData {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    const CAP_NET_ADMIN: u32 = 12;
+/// `struct __user_cap_header_struct` of capget(2)/capset(2).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+/// `struct __user_cap_data_struct`; version 3 takes two (capabilities 0-31, 32-63).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+const CAP_NET_ADMIN: u32 = 12;
+
+/// The calling thread's capability sets (capabilities are per thread on Linux).
+fn capabilities() -> io::Result<[CapData; 2]> {
     let mut header = CapHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,
@@ -344,12 +391,47 @@ pub fn has_cap_net_admin() -> bool {
             data.as_mut_ptr(),
         )
     };
-    result == 0 && data[0].effective & (1 << CAP_NET_ADMIN) != 0
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(data)
 }
 
-/// Opens `/dev/net/tun` and creates (or attaches to) a TUN device named `name`
-/// (`IFF_TUN | IFF_NO_PI`: raw IP datagrams, no packet-info prefix). The device disappears
-/// when the descriptor closes. Returns the descriptor and the device's name.
+/// Whether the calling thread has CAP_NET_ADMIN in its effective set (as the whole process
+/// does, unless a thread dropped it).
+pub fn has_cap_net_admin() -> bool {
+    capabilities().is_ok_and(|data| data[0].effective & (1 << CAP_NET_ADMIN) != 0)
+}
+
+/// Removes CAP_NET_ADMIN from the calling thread's effective set (the permitted set keeps
+/// it), so a test can see what an unprivileged caller sees without touching other threads.
+#[cfg(test)]
+pub fn drop_cap_net_admin_in_this_thread() -> io::Result<()> {
+    let mut data = capabilities()?;
+    data[0].effective &= !(1 << CAP_NET_ADMIN);
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    // SAFETY: version 3 takes a header and two data structs, which live for the call.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            std::ptr::from_mut(&mut header),
+            data.as_ptr(),
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens `/dev/net/tun` and creates a TUN device named `name` (`IFF_TUN | IFF_NO_PI`: raw
+/// IP datagrams, no packet-info prefix; one queue, no `IFF_MULTI_QUEUE`). `IFF_TUN_EXCL`
+/// makes an existing interface of that name an error (`EBUSY`) instead of attaching to it,
+/// so the device is always this descriptor's own and disappears when it closes. A `%d` in
+/// `name` lets the kernel pick a free number. Returns the descriptor and the device's name.
 pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
@@ -367,7 +449,8 @@ pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
         *slot = byte as libc::c_char;
     }
-    request.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    request.ifr_ifru.ifru_flags =
+        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
     cvt(unsafe {
         libc::ioctl(
@@ -477,7 +560,7 @@ pub fn recv_timestamped(
 ) -> io::Result<(usize, std::net::SocketAddr, Option<u64>)> {
     // SAFETY: sockaddr_storage is plain data; all-zero is valid.
     let mut source: libc::sockaddr_storage = unsafe { zeroed() };
-    let mut control = [0u64; 16];
+    let mut control = [0u64; CONTROL_WORDS];
     let mut iov = libc::iovec {
         iov_base: buffer.as_mut_ptr().cast(),
         iov_len: buffer.len(),
@@ -489,36 +572,74 @@ pub fn recv_timestamped(
     message.msg_iov = &raw mut iov;
     message.msg_iovlen = 1;
     message.msg_control = control.as_mut_ptr().cast();
-    message.msg_controllen = size_of::<[u64; 16]>() as _;
+    message.msg_controllen = size_of::<[u64; CONTROL_WORDS]>() as _;
     // SAFETY: every pointer in `message` refers to live buffers of the lengths given.
     let len = cvt_size(unsafe { libc::recvmsg(fd.as_raw_fd(), &raw mut message, 0) })?;
     // SAFETY: the kernel filled `message`; its control buffer is alive.
-    let timestamp = unsafe { receive_timestamp(&message) };
+    let ancillary = unsafe { ancillary_data(&message) };
     let address = socket_address(&source)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unknown address family"))?;
-    Ok((len, address, timestamp))
+    Ok((len, address, ancillary.kernel_ns))
 }
 
-/// The kernel receive time (`SCM_TIMESTAMPNS`) in a received message's control data.
+/// Room for one datagram's control messages: a timestamp (16 + 16 bytes) and IPv6 packet
+/// info (16 + 20, padded to 40) with space to spare.
+const CONTROL_WORDS: usize = 16;
+
+/// What the kernel said about a datagram besides its bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Ancillary {
+    kernel_ns: Option<u64>,
+    interface: Option<u32>,
+    destination: Option<std::net::IpAddr>,
+}
+
+/// The kernel receive time (`SCM_TIMESTAMPNS`) and packet info (`IP_PKTINFO`,
+/// `IPV6_PKTINFO`) in a received message's control data.
 ///
 /// # Safety
 /// `message` must be a `msghdr` the kernel filled in, its control buffer still alive.
-unsafe fn receive_timestamp(message: &libc::msghdr) -> Option<u64> {
-    let mut timestamp = None;
-    // SAFETY (caller): CMSG_* walk the control buffer within msg_controllen.
+unsafe fn ancillary_data(message: &libc::msghdr) -> Ancillary {
+    let mut ancillary = Ancillary::default();
+    // SAFETY (caller): CMSG_* walk the control buffer within msg_controllen; each payload
+    // is read unaligned with the type its level and type say it holds.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(message);
         while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
-            {
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
-                timestamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
+                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                    let ts =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
+                    ancillary.kernel_ns =
+                        Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                }
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                    let info =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
+                    ancillary.interface = Some(info.ipi_ifindex as u32);
+                    ancillary.destination = Some(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
+                        u32::from_be(info.ipi_addr.s_addr),
+                    )));
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                    let info =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
+                    ancillary.interface = Some(info.ipi6_ifindex);
+                    ancillary.destination = Some(std::net::IpAddr::V6(std::net::Ipv6Addr::from(
+                        info.ipi6_addr.s6_addr,
+                    )));
+                }
+                _ => {}
             }
             cmsg = libc::CMSG_NXTHDR(message, cmsg);
         }
     }
-    timestamp
+    ancillary
 }
+
+/// The most datagrams one `recvmmsg`/`sendmmsg` call handles here: the message headers
+/// live on the stack (64 x 64 bytes), so a batch allocates nothing.
+pub const MAX_BATCH: usize = 64;
 
 /// One datagram of a [`RecvBatch`].
 #[derive(Debug, Clone, Copy)]
@@ -529,63 +650,78 @@ pub struct Datagram<'a> {
     pub source: std::net::SocketAddr,
     /// Kernel receive time in ns since the Unix epoch, when the socket has timestamps on.
     pub kernel_ns: Option<u64>,
+    /// The interface it arrived on, when the socket has packet info on.
+    pub interface: Option<u32>,
+    /// The address it was sent to, when the socket has packet info on.
+    pub destination: Option<std::net::IpAddr>,
     /// It was longer than the slot.
     pub truncated: bool,
 }
 
-/// Buffers for receiving up to `slots` datagrams in one `recvmmsg(2)`, each with its source
-/// and kernel timestamp: at hundreds of thousands of probes a second, one system call per
-/// probe is what loses them.
+/// What the kernel filled in for one slot of a [`RecvBatch`].
+#[derive(Debug, Clone, Copy)]
+struct Received {
+    len: usize,
+    source: Option<std::net::SocketAddr>,
+    ancillary: Ancillary,
+    truncated: bool,
+}
+
+/// Buffers for receiving up to `slots` datagrams in one `recvmmsg(2)`, each with its
+/// source, kernel timestamp and packet info: at hundreds of thousands of probes a second,
+/// one system call per probe is what loses them.
 #[derive(Debug)]
 pub struct RecvBatch {
     slot_len: usize,
     data: Vec<u8>,
     sources: Vec<libc::sockaddr_storage>,
-    controls: Vec<[u64; 8]>,
-    received: Vec<(usize, Option<std::net::SocketAddr>, Option<u64>, bool)>,
+    controls: Vec<[u64; CONTROL_WORDS]>,
+    received: Vec<Received>,
 }
 
 impl RecvBatch {
-    /// Room for `slots` datagrams of up to `slot_len` bytes.
+    /// Room for `slots` datagrams (1 to [`MAX_BATCH`]) of up to `slot_len` bytes each.
     pub fn new(slots: usize, slot_len: usize) -> RecvBatch {
-        let slots = slots.max(1);
+        let slots = slots.clamp(1, MAX_BATCH);
         RecvBatch {
             slot_len,
             data: vec![0; slots * slot_len],
             // SAFETY: sockaddr_storage is plain data; all-zero is valid.
             sources: vec![unsafe { zeroed() }; slots],
-            controls: vec![[0; 8]; slots],
+            controls: vec![[0; CONTROL_WORDS]; slots],
             received: Vec::with_capacity(slots),
         }
     }
 
     /// Receives what is waiting, without blocking: the number of datagrams (0 when none).
+    /// Allocates nothing.
     pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
         self.received.clear();
         let slots = self.sources.len();
-        let mut iovecs: Vec<libc::iovec> = self
-            .data
-            .chunks_exact_mut(self.slot_len)
-            .map(|chunk| libc::iovec {
-                iov_base: chunk.as_mut_ptr().cast(),
-                iov_len: chunk.len(),
-            })
-            .collect();
-        let mut headers: Vec<libc::mmsghdr> = (0..slots)
-            .map(|i| {
-                // SAFETY: mmsghdr is plain data; all-zero is valid.
-                let mut header: libc::mmsghdr = unsafe { zeroed() };
-                header.msg_hdr.msg_name = std::ptr::from_mut(&mut self.sources[i]).cast();
-                header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                header.msg_hdr.msg_iov = &raw mut iovecs[i];
-                header.msg_hdr.msg_iovlen = 1;
-                header.msg_hdr.msg_control = self.controls[i].as_mut_ptr().cast();
-                header.msg_hdr.msg_controllen = size_of::<[u64; 8]>() as _;
-                header
-            })
-            .collect();
-        // SAFETY: every header points into buffers of `self` and `iovecs` that outlive the
-        // call, with the lengths given; a null timeout with MSG_DONTWAIT returns at once.
+        let mut iovecs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_BATCH];
+        for (iov, chunk) in iovecs
+            .iter_mut()
+            .zip(self.data.chunks_exact_mut(self.slot_len))
+        {
+            iov.iov_base = chunk.as_mut_ptr().cast();
+            iov.iov_len = chunk.len();
+        }
+        // SAFETY: mmsghdr is plain data; all-zero is valid.
+        let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { zeroed() };
+        for (i, header) in headers[..slots].iter_mut().enumerate() {
+            header.msg_hdr.msg_name = std::ptr::from_mut(&mut self.sources[i]).cast();
+            header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            header.msg_hdr.msg_iov = &raw mut iovecs[i];
+            header.msg_hdr.msg_iovlen = 1;
+            header.msg_hdr.msg_control = self.controls[i].as_mut_ptr().cast();
+            header.msg_hdr.msg_controllen = size_of::<[u64; CONTROL_WORDS]>() as _;
+        }
+        // SAFETY: the first `slots` headers point into buffers of `self` and `iovecs` that
+        // outlive the call, with the lengths given; a null timeout with MSG_DONTWAIT
+        // returns at once.
         let result = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
@@ -604,13 +740,16 @@ impl RecvBatch {
         }
         for header in &headers[..result as usize] {
             // SAFETY: the kernel filled this header; its control buffer is in `self`.
-            let kernel_ns = unsafe { receive_timestamp(&header.msg_hdr) };
+            let ancillary = unsafe { ancillary_data(&header.msg_hdr) };
             let name = header.msg_hdr.msg_name.cast::<libc::sockaddr_storage>();
             // SAFETY: msg_name points at one of `self.sources`.
             let source = socket_address(unsafe { &*name });
-            let truncated = header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let len = (header.msg_len as usize).min(self.slot_len);
-            self.received.push((len, source, kernel_ns, truncated));
+            self.received.push(Received {
+                len: (header.msg_len as usize).min(self.slot_len),
+                source,
+                ancillary,
+                truncated: header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+            });
         }
         Ok(self.received.len())
     }
@@ -621,51 +760,93 @@ impl RecvBatch {
         self.received
             .iter()
             .enumerate()
-            .filter_map(|(i, &(len, source, kernel_ns, truncated))| {
+            .filter_map(|(i, received)| {
+                let start = i * self.slot_len;
                 Some(Datagram {
-                    data: &self.data[i * self.slot_len..i * self.slot_len + len],
-                    source: source?,
-                    kernel_ns,
-                    truncated,
+                    data: &self.data[start..start + received.len],
+                    source: received.source?,
+                    kernel_ns: received.ancillary.kernel_ns,
+                    interface: received.ancillary.interface,
+                    destination: received.ancillary.destination,
+                    truncated: received.truncated,
                 })
             })
     }
 }
 
-/// Sends each of `packets` as one datagram on a connected socket in one `sendmmsg(2)`;
-/// returns how many the kernel took (from the first).
+/// Sends each of `packets` as one datagram on a connected socket, [`MAX_BATCH`] per
+/// `sendmmsg(2)`; returns how many the kernel took (from the first). Allocates nothing.
 pub fn send_batch(fd: BorrowedFd<'_>, packets: &[&[u8]]) -> io::Result<usize> {
-    if packets.is_empty() {
-        return Ok(0);
+    send_many(fd, packets.len(), |i| (packets[i], None))
+}
+
+/// Sends each packet to its own destination, [`MAX_BATCH`] per `sendmmsg(2)`; returns
+/// how many the kernel took (from the first). Allocates nothing.
+pub fn send_batch_to(
+    fd: BorrowedFd<'_>,
+    packets: &[(std::net::SocketAddr, &[u8])],
+) -> io::Result<usize> {
+    send_many(fd, packets.len(), |i| (packets[i].1, Some(packets[i].0)))
+}
+
+/// `sendmmsg(2)` over `count` packets, `packet(i)` giving each one's bytes and, on an
+/// unconnected socket, its destination. An error after some packets went out is left for
+/// the next call to report, as `sendmmsg` itself does.
+fn send_many<'a>(
+    fd: BorrowedFd<'_>,
+    count: usize,
+    packet: impl Fn(usize) -> (&'a [u8], Option<std::net::SocketAddr>),
+) -> io::Result<usize> {
+    let mut sent = 0;
+    while sent < count {
+        let chunk = (count - sent).min(MAX_BATCH);
+        let mut iovecs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_BATCH];
+        // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+        let mut names: [libc::sockaddr_storage; MAX_BATCH] = unsafe { zeroed() };
+        // SAFETY: mmsghdr is plain data; all-zero is valid.
+        let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { zeroed() };
+        for i in 0..chunk {
+            let (bytes, destination) = packet(sent + i);
+            iovecs[i] = libc::iovec {
+                iov_base: bytes.as_ptr().cast_mut().cast(),
+                iov_len: bytes.len(),
+            };
+            let header = &mut headers[i].msg_hdr;
+            header.msg_iov = &raw mut iovecs[i];
+            header.msg_iovlen = 1;
+            if let Some(destination) = destination {
+                let (storage, len) = socket_address_to_c(destination);
+                names[i] = storage;
+                header.msg_name = std::ptr::from_mut(&mut names[i]).cast();
+                header.msg_namelen = len;
+            }
+        }
+        // SAFETY: each of the first `chunk` headers names one iovec over a packet that is
+        // readable for its length (the kernel only reads through msg_iov on send) and, if
+        // any, an address in `names` of the length given; all live for the call.
+        let result = unsafe {
+            libc::sendmmsg(
+                fd.as_raw_fd(),
+                headers.as_mut_ptr(),
+                chunk as libc::c_uint,
+                0,
+            )
+        };
+        if result < 0 {
+            if sent > 0 {
+                break;
+            }
+            return Err(io::Error::last_os_error());
+        }
+        sent += result as usize;
+        if (result as usize) < chunk {
+            break;
+        }
     }
-    let mut iovecs: Vec<libc::iovec> = packets
-        .iter()
-        .map(|packet| libc::iovec {
-            iov_base: packet.as_ptr().cast_mut().cast(),
-            iov_len: packet.len(),
-        })
-        .collect();
-    let mut headers: Vec<libc::mmsghdr> = iovecs
-        .iter_mut()
-        .map(|iov| {
-            // SAFETY: mmsghdr is plain data; all-zero is valid.
-            let mut header: libc::mmsghdr = unsafe { zeroed() };
-            header.msg_hdr.msg_iov = std::ptr::from_mut(iov);
-            header.msg_hdr.msg_iovlen = 1;
-            header
-        })
-        .collect();
-    // SAFETY: each header names one iovec over a packet that is readable for its length
-    // (the kernel only reads through msg_iov on send); no address: the socket is connected.
-    let sent = cvt(unsafe {
-        libc::sendmmsg(
-            fd.as_raw_fd(),
-            headers.as_mut_ptr(),
-            headers.len() as libc::c_uint,
-            0,
-        )
-    })?;
-    Ok(sent as usize)
+    Ok(sent)
 }
 
 /// Sets DF on a UDP socket's packets and ignores the kernel's cached path MTU
@@ -690,48 +871,71 @@ pub fn set_df_probe(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
     }
 }
 
-/// The MTU of a connected socket's route (`IP_MTU`/`IPV6_MTU`), bytes.
-pub fn route_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
-    let (level, name) = if ipv6 {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
-    } else {
-        (libc::IPPROTO_IP, libc::IP_MTU)
-    };
-    let mut mtu: libc::c_int = 0;
+/// An integer socket option's current value.
+fn getsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `mtu` is writable for `len` bytes.
+    // SAFETY: `value` is writable for `len` bytes.
     cvt(unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
             level,
             name,
-            std::ptr::from_mut(&mut mtu).cast(),
+            std::ptr::from_mut(&mut value).cast(),
             &raw mut len,
         )
     })?;
+    Ok(value)
+}
+
+/// The MTU of a connected socket's route (`IP_MTU`/`IPV6_MTU`), bytes.
+pub fn route_mtu(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<u32> {
+    let mtu = if ipv6 {
+        getsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU)?
+    } else {
+        getsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU)?
+    };
     Ok(mtu.max(0) as u32)
 }
 
 /// Asks for a receive buffer of `bytes`: beyond `rmem_max` with CAP_NET_ADMIN
 /// (`SO_RCVBUFFORCE`), else as much as `rmem_max` allows. Returns what the kernel granted.
 pub fn grow_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    grow_buffer(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, bytes)
+}
+
+/// Asks for a send buffer of `bytes`: beyond `wmem_max` with CAP_NET_ADMIN
+/// (`SO_SNDBUFFORCE`), else as much as `wmem_max` allows. Returns what the kernel granted.
+pub fn grow_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<usize> {
+    grow_buffer(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, bytes)
+}
+
+/// The send and receive buffers the kernel granted a socket, bytes (`SO_SNDBUF`,
+/// `SO_RCVBUF`: twice what was asked, the kernel's bookkeeping share included).
+pub fn buffer_sizes(fd: BorrowedFd<'_>) -> io::Result<(usize, usize)> {
+    let send = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF)?;
+    let receive = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?;
+    Ok((send.max(0) as usize, receive.max(0) as usize))
+}
+
+/// Sets a buffer with the privileged option `force`, falling back to `plain` (which the
+/// kernel caps at its `*mem_max` sysctl); reads back what it granted (twice the request,
+/// the kernel's bookkeeping share included).
+fn grow_buffer(
+    fd: BorrowedFd<'_>,
+    force: libc::c_int,
+    plain: libc::c_int,
+    bytes: usize,
+) -> io::Result<usize> {
     let bytes = bytes.min(i32::MAX as usize) as i32;
-    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &bytes).is_err() {
-        setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes)?;
+    if setsockopt(fd, libc::SOL_SOCKET, force, &bytes).is_err() {
+        setsockopt(fd, libc::SOL_SOCKET, plain, &bytes)?;
     }
-    let mut granted: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `granted` is writable for `len` bytes.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            std::ptr::from_mut(&mut granted).cast(),
-            &raw mut len,
-        )
-    })?;
-    Ok(granted as usize)
+    Ok(getsockopt_int(fd, libc::SOL_SOCKET, plain)?.max(0) as usize)
 }
 
 fn socket_address(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {

@@ -1,0 +1,695 @@
+//! TUN devices: an interface whose packets a program reads and writes, bare IP datagrams
+//! one per `read`/`write`.
+//!
+//! A [`Tun`] is the tunnel end of `pathlab bond`: what the host routes into the device is
+//! read here and carried over the lines; what arrives over the lines is written here and
+//! the host receives it as if from a wire. The device is created with `IFF_TUN |
+//! IFF_NO_PI` (no packet-info prefix: byte 0 is the IP version nibble), one queue
+//! (no `IFF_MULTI_QUEUE`) and `IFF_TUN_EXCL` (an interface of the same name is an error,
+//! never silently attached to), set to its MTU and brought up. It is not persistent: the
+//! kernel deletes it, with its addresses and routes, when the descriptor closes, that is
+//! when the [`Tun`] drops or the process dies.
+//!
+//! Configuration goes through a netlink socket opened with the device, so it reaches the
+//! device's network namespace whichever thread calls later. This module does not choose
+//! addresses or routes, and does not segment or reassemble: a packet longer than the
+//! MTU is the caller's to avoid.
+
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use crate::netlink::{check_interface_name, BadInterfaceName, Netlink};
+use crate::sys;
+
+/// The smallest MTU a TUN device takes (IPv4's minimum datagram, RFC 791).
+pub const MIN_TUN_MTU: u32 = 68;
+/// The largest MTU a TUN device takes.
+pub const MAX_TUN_MTU: u32 = 65_535;
+/// The smallest MTU that keeps IPv6 on the device (RFC 8200 section 5); below it the
+/// kernel takes IPv6 off the interface.
+pub const MIN_IPV6_MTU: u32 = 1280;
+
+/// Why a TUN device cannot be created or configured. Returned inside an [`io::Error`]
+/// (of the kind given per variant); `error.get_ref()` and `downcast_ref::<TunError>()`
+/// recover it.
+#[derive(Debug, thiserror::Error)]
+pub enum TunError {
+    /// The name cannot be an interface name (`InvalidInput`).
+    #[error("cannot create TUN device: {0}")]
+    BadName(BadInterfaceName),
+    /// The MTU is outside what a TUN device takes (`InvalidInput`).
+    #[error(
+        "cannot create TUN device '{name}' with MTU {mtu}: a TUN device takes 68 to 65535 bytes"
+    )]
+    BadMtu {
+        /// The device.
+        name: String,
+        /// The MTU asked for.
+        mtu: u32,
+    },
+    /// `/dev/net/tun` is missing: no TUN driver in this kernel or container (`NotFound`).
+    #[error(
+        "cannot create TUN device '{name}': /dev/net/tun does not exist or has no driver \
+         (load the module with `modprobe tun`, or give the container the device)"
+    )]
+    NoTunDriver {
+        /// The device.
+        name: String,
+    },
+    /// Creating a device needs CAP_NET_ADMIN (`PermissionDenied`).
+    #[error("cannot create TUN device '{name}': it needs CAP_NET_ADMIN (run as root)")]
+    NeedsNetAdmin {
+        /// The device.
+        name: String,
+    },
+    /// An interface of that name exists already (`AlreadyExists`).
+    #[error("cannot create TUN device '{name}': an interface with that name already exists")]
+    NameTaken {
+        /// The device.
+        name: String,
+    },
+    /// A prefix length beyond the address's bits (`InvalidInput`).
+    #[error("TUN device '{name}': prefix length {prefix_len} is too long for {address}")]
+    BadPrefix {
+        /// The device.
+        name: String,
+        /// The address or destination given.
+        address: IpAddr,
+        /// The prefix length given.
+        prefix_len: u8,
+    },
+    /// A route's destination has bits set past its prefix length (`InvalidInput`).
+    #[error(
+        "TUN device '{name}': route destination {address}/{prefix_len} has host bits set \
+         (did you mean {network}/{prefix_len}?)"
+    )]
+    HostBitsSet {
+        /// The device.
+        name: String,
+        /// The destination given.
+        address: IpAddr,
+        /// Its prefix length.
+        prefix_len: u8,
+        /// The destination with the host bits cleared.
+        network: IpAddr,
+    },
+    /// A system call failed (the error's own kind).
+    #[error("TUN device '{name}': {what}: {error}")]
+    Io {
+        /// The device.
+        name: String,
+        /// What was being done, naming the value involved.
+        what: String,
+        /// The error.
+        error: io::Error,
+    },
+}
+
+impl From<TunError> for io::Error {
+    fn from(error: TunError) -> io::Error {
+        let kind = match &error {
+            TunError::BadName(_)
+            | TunError::BadMtu { .. }
+            | TunError::BadPrefix { .. }
+            | TunError::HostBitsSet { .. } => io::ErrorKind::InvalidInput,
+            TunError::NoTunDriver { .. } => io::ErrorKind::NotFound,
+            TunError::NeedsNetAdmin { .. } => io::ErrorKind::PermissionDenied,
+            TunError::NameTaken { .. } => io::ErrorKind::AlreadyExists,
+            TunError::Io { error, .. } => error.kind(),
+        };
+        io::Error::new(kind, error)
+    }
+}
+
+/// A TUN device this process created; deleted by the kernel when this drops.
+#[derive(Debug)]
+pub struct Tun {
+    name: String,
+    index: u32,
+    mtu: u32,
+    fd: OwnedFd,
+    netlink: Netlink,
+}
+
+impl Tun {
+    /// Creates TUN device `name` in the calling thread's network namespace, with a
+    /// non-blocking descriptor, MTU `mtu`, and the link up. A `%d` in `name` lets the
+    /// kernel number it ([`Tun::name`] says what it chose). The error is a [`TunError`]
+    /// naming the device.
+    pub fn create(name: &str, mtu: u32) -> io::Result<Tun> {
+        Tun::create_named(name, mtu).map_err(io::Error::from)
+    }
+
+    fn create_named(name: &str, mtu: u32) -> Result<Tun, TunError> {
+        check_interface_name(name).map_err(TunError::BadName)?;
+        if !(MIN_TUN_MTU..=MAX_TUN_MTU).contains(&mtu) {
+            return Err(TunError::BadMtu {
+                name: name.to_owned(),
+                mtu,
+            });
+        }
+        let (fd, name) = sys::tun_create(name).map_err(|error| {
+            let name = name.to_owned();
+            match error.raw_os_error() {
+                Some(libc::ENOENT | libc::ENODEV | libc::ENXIO) => TunError::NoTunDriver { name },
+                Some(libc::EPERM | libc::EACCES) => TunError::NeedsNetAdmin { name },
+                Some(libc::EBUSY | libc::EEXIST) => TunError::NameTaken { name },
+                _ => TunError::Io {
+                    name,
+                    what: "opening /dev/net/tun and creating the device".to_owned(),
+                    error,
+                },
+            }
+        })?;
+        let failed = |what: String| {
+            let name = name.clone();
+            move |error| TunError::Io { name, what, error }
+        };
+        sys::set_nonblocking(fd.as_fd()).map_err(failed("making it non-blocking".to_owned()))?;
+        let index = sys::if_nametoindex(&name).map_err(failed("finding its index".to_owned()))?;
+        let mut netlink = Netlink::open().map_err(failed("opening netlink".to_owned()))?;
+        netlink
+            .set_mtu(index, mtu)
+            .map_err(failed(format!("setting its MTU to {mtu}")))?;
+        netlink
+            .set_up(index, true)
+            .map_err(failed("bringing it up".to_owned()))?;
+        Ok(Tun {
+            name,
+            index,
+            mtu,
+            fd,
+            netlink,
+        })
+    }
+
+    /// The device's name (the kernel's choice when the name asked for had a `%d`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's interface index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The MTU it was created with, bytes: the longest packet [`Tun::send`] may write and
+    /// [`Tun::recv`] returns.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Reads one packet the host sent into the device (an IPv4 or IPv6 datagram, no
+    /// prefix); `WouldBlock` when none is waiting. A buffer shorter than the packet gets
+    /// its start and the rest is lost: give at least [`Tun::mtu`] bytes.
+    pub fn recv(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        sys::read(self.fd.as_fd(), buffer)
+    }
+
+    /// Writes one packet (an IPv4 or IPv6 datagram, no prefix) for the host to receive
+    /// from the device. The kernel checks it as it would a packet from a wire: a bad
+    /// header or checksum is dropped there, not reported here; a first nibble other than
+    /// 4 or 6 is `InvalidInput`.
+    pub fn send(&self, packet: &[u8]) -> io::Result<usize> {
+        sys::write(self.fd.as_fd(), packet)
+    }
+
+    /// Adds `address`/`prefix_len` to the device, which also routes that prefix into it
+    /// (IPv6 without duplicate address detection, usable at once; IPv6 needs an MTU of at
+    /// least [`MIN_IPV6_MTU`]).
+    pub fn add_address(&mut self, address: IpAddr, prefix_len: u8) -> io::Result<()> {
+        self.check_prefix(address, prefix_len)?;
+        self.netlink
+            .add_address(self.index, address, prefix_len, None)
+            .map_err(|error| {
+                io::Error::from(TunError::Io {
+                    name: self.name.clone(),
+                    what: format!("adding address {address}/{prefix_len}"),
+                    error,
+                })
+            })
+    }
+
+    /// Routes `destination`/`prefix_len` into the device (a direct route, no gateway: the
+    /// device is point-to-point), in the main table.
+    pub fn add_route(&mut self, destination: IpAddr, prefix_len: u8) -> io::Result<()> {
+        self.check_prefix(destination, prefix_len)?;
+        let network = network_of(destination, prefix_len);
+        if network != destination {
+            return Err(TunError::HostBitsSet {
+                name: self.name.clone(),
+                address: destination,
+                prefix_len,
+                network,
+            }
+            .into());
+        }
+        self.netlink
+            .add_route(
+                Some((destination, prefix_len)),
+                None,
+                self.index,
+                destination.is_ipv6(),
+            )
+            .map_err(|error| {
+                io::Error::from(TunError::Io {
+                    name: self.name.clone(),
+                    what: format!("adding a route to {destination}/{prefix_len}"),
+                    error,
+                })
+            })
+    }
+
+    fn check_prefix(&self, address: IpAddr, prefix_len: u8) -> Result<(), TunError> {
+        let bits = if address.is_ipv6() { 128 } else { 32 };
+        if prefix_len > bits {
+            return Err(TunError::BadPrefix {
+                name: self.name.clone(),
+                address,
+                prefix_len,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `address` with every bit past `prefix_len` cleared (`prefix_len` within the family's
+/// bits).
+fn network_of(address: IpAddr, prefix_len: u8) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(prefix_len))
+                .unwrap_or(0);
+            IpAddr::V4((u32::from(v4) & mask).into())
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(prefix_len))
+                .unwrap_or(0);
+            IpAddr::V6((u128::from(v6) & mask).into())
+        }
+    }
+}
+
+impl AsFd for Tun {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for Tun {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+    use std::ops::Range;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::netns::Netns;
+    use crate::offload::{checksum_add, checksum_finish};
+    use crate::testing::privileged;
+
+    /// IPv4 header fields (RFC 791), for a header without options.
+    mod ipv4_field {
+        use std::ops::Range;
+        pub const VERSION_IHL: usize = 0;
+        pub const TOTAL_LEN: Range<usize> = 2..4;
+        pub const TTL: usize = 8;
+        pub const PROTOCOL: usize = 9;
+        pub const CHECKSUM: Range<usize> = 10..12;
+        pub const SOURCE: Range<usize> = 12..16;
+        pub const DESTINATION: Range<usize> = 16..20;
+        pub const HEADER_LEN: usize = 20;
+    }
+
+    /// IPv6 header fields (RFC 8200).
+    mod ipv6_field {
+        use std::ops::Range;
+        pub const VERSION: usize = 0;
+        pub const PAYLOAD_LEN: Range<usize> = 4..6;
+        pub const NEXT_HEADER: usize = 6;
+        pub const HOP_LIMIT: usize = 7;
+        pub const SOURCE: Range<usize> = 8..24;
+        pub const DESTINATION: Range<usize> = 24..40;
+        pub const HEADER_LEN: usize = 40;
+    }
+
+    /// UDP header fields (RFC 768).
+    mod udp_field {
+        use std::ops::Range;
+        pub const SOURCE_PORT: Range<usize> = 0..2;
+        pub const DESTINATION_PORT: Range<usize> = 2..4;
+        pub const LENGTH: Range<usize> = 4..6;
+        pub const CHECKSUM: Range<usize> = 6..8;
+        pub const HEADER_LEN: usize = 8;
+    }
+
+    const IPPROTO_UDP: u8 = 17;
+
+    fn put_u16(buffer: &mut [u8], field: Range<usize>, value: u16) {
+        buffer[field].copy_from_slice(&value.to_be_bytes());
+    }
+
+    fn get_u16(buffer: &[u8], field: Range<usize>) -> u16 {
+        u16::from_be_bytes(buffer[field].try_into().expect("2 bytes"))
+    }
+
+    fn ip_octets(address: IpAddr) -> Vec<u8> {
+        match address {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        }
+    }
+
+    /// The one's-complement sum of the pseudo-header (RFC 768, RFC 8200 section 8.1) and
+    /// the UDP segment; a segment with a correct checksum sums to 0xffff.
+    fn udp_sum(source: IpAddr, destination: IpAddr, segment: &[u8]) -> u64 {
+        let pseudo = checksum_add(0, &ip_octets(source)) + checksum_add(0, &ip_octets(destination));
+        checksum_add(pseudo, segment) + u64::from(IPPROTO_UDP) + segment.len() as u64
+    }
+
+    /// A UDP datagram from `source` to `destination` in an IPv4 or IPv6 packet, with
+    /// correct checksums.
+    fn udp_packet(source: SocketAddr, destination: SocketAddr, payload: &[u8]) -> Vec<u8> {
+        let mut segment = vec![0u8; udp_field::HEADER_LEN];
+        put_u16(&mut segment, udp_field::SOURCE_PORT, source.port());
+        put_u16(
+            &mut segment,
+            udp_field::DESTINATION_PORT,
+            destination.port(),
+        );
+        put_u16(
+            &mut segment,
+            udp_field::LENGTH,
+            (udp_field::HEADER_LEN + payload.len()) as u16,
+        );
+        segment.extend_from_slice(payload);
+        let mut checksum = checksum_finish(udp_sum(source.ip(), destination.ip(), &segment));
+        if checksum == 0 {
+            checksum = 0xffff;
+        }
+        put_u16(&mut segment, udp_field::CHECKSUM, checksum);
+        let mut packet = match (source.ip(), destination.ip()) {
+            (IpAddr::V4(from), IpAddr::V4(to)) => {
+                let mut header = vec![0u8; ipv4_field::HEADER_LEN];
+                header[ipv4_field::VERSION_IHL] = 0x45;
+                put_u16(
+                    &mut header,
+                    ipv4_field::TOTAL_LEN,
+                    (ipv4_field::HEADER_LEN + segment.len()) as u16,
+                );
+                header[ipv4_field::TTL] = 64;
+                header[ipv4_field::PROTOCOL] = IPPROTO_UDP;
+                header[ipv4_field::SOURCE].copy_from_slice(&from.octets());
+                header[ipv4_field::DESTINATION].copy_from_slice(&to.octets());
+                let checksum = checksum_finish(checksum_add(0, &header));
+                put_u16(&mut header, ipv4_field::CHECKSUM, checksum);
+                header
+            }
+            (IpAddr::V6(from), IpAddr::V6(to)) => {
+                let mut header = vec![0u8; ipv6_field::HEADER_LEN];
+                header[ipv6_field::VERSION] = 0x60;
+                put_u16(&mut header, ipv6_field::PAYLOAD_LEN, segment.len() as u16);
+                header[ipv6_field::NEXT_HEADER] = IPPROTO_UDP;
+                header[ipv6_field::HOP_LIMIT] = 64;
+                header[ipv6_field::SOURCE].copy_from_slice(&from.octets());
+                header[ipv6_field::DESTINATION].copy_from_slice(&to.octets());
+                header
+            }
+            _ => panic!("{source} and {destination} are of different families"),
+        };
+        packet.extend_from_slice(&segment);
+        packet
+    }
+
+    /// A UDP datagram read from the device: its IP version, source, destination and
+    /// payload, if the packet is UDP with a correct checksum.
+    fn parse_udp(packet: &[u8]) -> Option<(u8, SocketAddr, SocketAddr, &[u8])> {
+        let version = packet.first()? >> 4;
+        let (source, destination, segment): (IpAddr, IpAddr, &[u8]) = match version {
+            4 => {
+                let header_len = usize::from(packet[ipv4_field::VERSION_IHL] & 0x0f) * 4;
+                let total = usize::from(get_u16(packet, ipv4_field::TOTAL_LEN));
+                if packet[ipv4_field::PROTOCOL] != IPPROTO_UDP || total > packet.len() {
+                    return None;
+                }
+                let source: [u8; 4] = packet[ipv4_field::SOURCE].try_into().ok()?;
+                let destination: [u8; 4] = packet[ipv4_field::DESTINATION].try_into().ok()?;
+                (
+                    Ipv4Addr::from(source).into(),
+                    Ipv4Addr::from(destination).into(),
+                    &packet[header_len..total],
+                )
+            }
+            6 => {
+                let end =
+                    ipv6_field::HEADER_LEN + usize::from(get_u16(packet, ipv6_field::PAYLOAD_LEN));
+                if packet[ipv6_field::NEXT_HEADER] != IPPROTO_UDP || end > packet.len() {
+                    return None;
+                }
+                let source: [u8; 16] = packet[ipv6_field::SOURCE].try_into().ok()?;
+                let destination: [u8; 16] = packet[ipv6_field::DESTINATION].try_into().ok()?;
+                (
+                    Ipv6Addr::from(source).into(),
+                    Ipv6Addr::from(destination).into(),
+                    &packet[ipv6_field::HEADER_LEN..end],
+                )
+            }
+            _ => return None,
+        };
+        if segment.len() < udp_field::HEADER_LEN
+            || checksum_finish(udp_sum(source, destination, segment)) != 0
+        {
+            return None;
+        }
+        Some((
+            version,
+            SocketAddr::new(source, get_u16(segment, udp_field::SOURCE_PORT)),
+            SocketAddr::new(destination, get_u16(segment, udp_field::DESTINATION_PORT)),
+            &segment[udp_field::HEADER_LEN..],
+        ))
+    }
+
+    /// Reads packets from the device until a UDP datagram to `destination` comes (the
+    /// kernel also sends its own: IPv6 router solicitations, MLD reports), for 2 s at most.
+    fn read_udp_to(tun: &Tun, destination: SocketAddr) -> (u8, SocketAddr, Vec<u8>) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut buffer = vec![0u8; tun.mtu() as usize];
+        while Instant::now() < deadline {
+            let mut ready = [false];
+            sys::poll_readable(&[tun.as_fd()], Some(Duration::from_millis(50)), &mut ready)
+                .expect("poll");
+            match tun.recv(&mut buffer) {
+                Ok(n) => {
+                    if let Some((version, source, to, payload)) = parse_udp(&buffer[..n]) {
+                        if to == destination {
+                            return (version, source, payload.to_vec());
+                        }
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Err(error) => panic!("reading {}: {error}", tun.name()),
+            }
+        }
+        panic!(
+            "no UDP datagram to {destination} came out of {}",
+            tun.name()
+        );
+    }
+
+    const TUN_NAME: &str = "pl-tun0";
+    const TUN_MTU: u32 = 1400;
+    const TUN_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 1);
+    const PEER_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 7, 2);
+    const TUN_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 7, 0, 0, 0, 1);
+    const PEER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 2, 0, 7, 0, 0, 0, 2);
+
+    /// A TUN device in a fresh namespace, with 198.18.7.1/24 and 2001:2:0:7::1/64.
+    fn tun_in(netns: &Netns) -> Tun {
+        netns
+            .run(|| -> io::Result<Tun> {
+                let mut tun = Tun::create(TUN_NAME, TUN_MTU)?;
+                tun.add_address(IpAddr::V4(TUN_V4), 24)?;
+                tun.add_address(IpAddr::V6(TUN_V6), 64)?;
+                Ok(tun)
+            })
+            .expect("enter the namespace")
+            .expect("TUN device is created and configured")
+    }
+
+    #[test]
+    fn tun_carries_udp_both_ways_over_ipv4_and_ipv6() {
+        let Some(_guard) = privileged("tun_carries_udp_both_ways_over_ipv4_and_ipv6") else {
+            return;
+        };
+        let netns = Netns::new().expect("namespace");
+        let tun = tun_in(&netns);
+        for (local, peer) in [
+            (IpAddr::V4(TUN_V4), IpAddr::V4(PEER_V4)),
+            (IpAddr::V6(TUN_V6), IpAddr::V6(PEER_V6)),
+        ] {
+            let expected_version = if local.is_ipv4() { 4 } else { 6 };
+            // Out of the host, into the device: the exact datagram the socket sent.
+            let socket = netns
+                .run(|| UdpSocket::bind(SocketAddr::new(local, 0)))
+                .unwrap()
+                .unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let destination = SocketAddr::new(peer, 4000);
+            socket
+                .send_to(b"out through the tunnel", destination)
+                .unwrap();
+            let (version, source, payload) = read_udp_to(&tun, destination);
+            assert_eq!(version, expected_version);
+            assert_eq!(source, socket.local_addr().unwrap());
+            assert_eq!(payload, b"out through the tunnel");
+            // Into the host from the device: a datagram we built reaches the socket.
+            let from = SocketAddr::new(peer, 4001);
+            let packet = udp_packet(from, socket.local_addr().unwrap(), b"in from the tunnel");
+            assert_eq!(tun.send(&packet).unwrap(), packet.len());
+            let mut buffer = [0u8; 64];
+            let (n, sender) = socket.recv_from(&mut buffer).expect("the datagram arrives");
+            assert_eq!(&buffer[..n], b"in from the tunnel");
+            assert_eq!(sender, from);
+        }
+    }
+
+    #[test]
+    fn tun_is_up_with_its_mtu_and_vanishes_when_dropped() {
+        let Some(_guard) = privileged("tun_is_up_with_its_mtu_and_vanishes_when_dropped") else {
+            return;
+        };
+        let netns = Netns::new().expect("namespace");
+        let link = || {
+            netns
+                .run(|| Netlink::open()?.link_by_name(TUN_NAME))
+                .unwrap()
+                .unwrap()
+        };
+        let tun = tun_in(&netns);
+        let shown = link().expect("the device is listed");
+        assert_eq!(shown.index, tun.index());
+        assert_eq!(shown.mtu, TUN_MTU);
+        assert!(shown.up);
+        assert_eq!(shown.kind.as_deref(), Some("tun"));
+        // Non-blocking: once what the kernel sent of its own is read, reading says so.
+        let mut buffer = vec![0u8; TUN_MTU as usize];
+        let empty = (0..100).find_map(|_| tun.recv(&mut buffer).err());
+        assert_eq!(empty.map(|e| e.kind()), Some(io::ErrorKind::WouldBlock));
+        drop(tun);
+        // No waiting: the kernel unregisters a non-persistent device as its last
+        // descriptor closes.
+        assert_eq!(link(), None, "the device outlived its descriptor");
+    }
+
+    #[test]
+    fn bad_names_and_mtus_are_refused_naming_the_input() {
+        let error = Tun::create("pl-a-name-too-long", 1500).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            matches!(
+                error.get_ref().and_then(|e| e.downcast_ref::<TunError>()),
+                Some(TunError::BadName(BadInterfaceName::TooLong(name))) if name == "pl-a-name-too-long"
+            ),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            "cannot create TUN device: interface name 'pl-a-name-too-long' is 18 bytes long; \
+             Linux allows at most 15"
+        );
+        for bad in ["", "a/b", "a b", ".."] {
+            let error = Tun::create(bad, 1500).unwrap_err();
+            assert_eq!(
+                error.kind(),
+                io::ErrorKind::InvalidInput,
+                "{bad:?}: {error}"
+            );
+        }
+        let error = Tun::create("pl-tun0", 20).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            error.to_string().contains("'pl-tun0' with MTU 20"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn taken_names_and_missing_privileges_are_refused_naming_the_device() {
+        let Some(_guard) =
+            privileged("taken_names_and_missing_privileges_are_refused_naming_the_device")
+        else {
+            return;
+        };
+        let netns = Netns::new().expect("namespace");
+        let _tun = tun_in(&netns);
+        for taken in [TUN_NAME, "lo"] {
+            let error = netns.run(|| Tun::create(taken, 1500)).unwrap().unwrap_err();
+            assert_eq!(
+                error.kind(),
+                io::ErrorKind::AlreadyExists,
+                "{taken}: {error}"
+            );
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "cannot create TUN device '{taken}': an interface with that name already exists"
+                )
+            );
+        }
+        // Capabilities are per thread: this one drops CAP_NET_ADMIN and ends.
+        let error = netns
+            .run(|| {
+                sys::drop_cap_net_admin_in_this_thread().expect("capset");
+                Tun::create("pl-tun1", 1500)
+            })
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::PermissionDenied, "{error}");
+        assert_eq!(
+            error.to_string(),
+            "cannot create TUN device 'pl-tun1': it needs CAP_NET_ADMIN (run as root)"
+        );
+    }
+
+    #[test]
+    fn routes_into_the_device_need_a_network_address() {
+        let Some(_guard) = privileged("routes_into_the_device_need_a_network_address") else {
+            return;
+        };
+        let netns = Netns::new().expect("namespace");
+        let mut tun = tun_in(&netns);
+        let error = tun
+            .add_route("198.18.9.1".parse().unwrap(), 24)
+            .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
+        assert!(
+            error.to_string().contains("did you mean 198.18.9.0/24"),
+            "{error}"
+        );
+        let error = tun
+            .add_route("198.18.9.0".parse().unwrap(), 33)
+            .unwrap_err();
+        assert!(error.to_string().contains("prefix length 33"), "{error}");
+        tun.add_route("198.18.9.0".parse().unwrap(), 24).unwrap();
+        tun.add_route("2001:2:0:9::".parse().unwrap(), 64).unwrap();
+        // A datagram to the routed prefix comes out of the device.
+        let socket = netns
+            .run(|| UdpSocket::bind(SocketAddr::new(IpAddr::V4(TUN_V4), 0)))
+            .unwrap()
+            .unwrap();
+        let destination: SocketAddr = "198.18.9.77:4000".parse().unwrap();
+        socket.send_to(b"routed", destination).unwrap();
+        let (_, _, payload) = read_udp_to(&tun, destination);
+        assert_eq!(payload, b"routed");
+    }
+}
