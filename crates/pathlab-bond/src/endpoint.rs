@@ -83,7 +83,7 @@ impl BondConfig {
 pub const DEFAULT_MAX_PAYLOAD: usize = 1500 - 20 - 8;
 
 /// Counters of a session end.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BondCounters {
     /// Inner packets taken from the TUN side.
     pub inner_in: u64,
@@ -438,7 +438,12 @@ impl Bond {
             .filter(|l| l.is_up())
             .map(|l| l.controller().rate().as_f64())
             .sum();
-        self.fair.set_rate(rate);
+        let sending = || self.lines.iter().filter(|l| l.is_up()).filter_map(|l| l.controller().owd_ns());
+        let spread = match (sending().min(), sending().max()) {
+            (Some(min), Some(max)) => Duration::from_nanos((max - min).max(0) as u64),
+            _ => Duration::ZERO,
+        };
+        self.fair.set_path(rate, spread.min(Duration::from_millis(500)));
         self.next_state_check = now;
     }
 
@@ -528,7 +533,7 @@ impl Bond {
                         .map(|v| LineView { ready_at: now, ..v })
                 })
                 .collect();
-            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200) {
+            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200, Duration::ZERO) {
                 return self.build(now, j, Fill::NewStreams, buf);
             }
         }
@@ -541,7 +546,13 @@ impl Bond {
                         .max()
                         .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
                 ) as usize;
-                match sched::earliest_arrival(now, &self.views(), len, self.fair.backlog_bytes())
+                match sched::earliest_arrival(
+                    now,
+                    &self.views(),
+                    len,
+                    self.fair.backlog_bytes(),
+                    self.config.controller.target,
+                )
                 {
                     Choice::Send(j) => j,
                     Choice::Wait(at) => {
@@ -603,7 +614,13 @@ impl Bond {
         match self.config.scheduler {
             SchedulerKind::Delay => {
                 let len = self.fair.backlog_bytes().min(self.lines[j].max_payload as u64) as usize;
-                sched::earliest_arrival(now, &self.views(), len, self.fair.backlog_bytes())
+                sched::earliest_arrival(
+                    now,
+                    &self.views(),
+                    len,
+                    self.fair.backlog_bytes(),
+                    self.config.controller.target,
+                )
                     == Choice::Send(j)
             }
             SchedulerKind::RoundRobin | SchedulerKind::WeightedRoundRobin => true,

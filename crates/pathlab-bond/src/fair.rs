@@ -83,7 +83,7 @@ pub struct Piece<'a> {
 }
 
 /// Counters of the ingress queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FairCounters {
     /// Packets accepted.
     pub packets_in: u64,
@@ -188,6 +188,8 @@ pub struct FairQueue {
     verdicts: Verdicts,
     /// The tunnel's current total rate, to scale CoDel's target on slow links.
     rate_bps: f64,
+    /// The spread of the lines' one-way delays.
+    spread: Duration,
 }
 
 impl FairQueue {
@@ -204,6 +206,7 @@ impl FairQueue {
             counters: FairCounters::default(),
             verdicts: Verdicts::default(),
             rate_bps: 0.0,
+            spread: Duration::ZERO,
         }
     }
 
@@ -227,9 +230,13 @@ impl FairQueue {
         self.streams.len()
     }
 
-    /// Tells the queue the tunnel's current rate (scales CoDel's target on slow lines).
-    pub fn set_rate(&mut self, rate_bps: f64) {
+    /// Tells the queue the tunnel's current rate (scales CoDel's target on slow lines) and
+    /// the spread of its lines' one-way delays: a backlog that drains over the fast lines
+    /// in less than the spread never reaches the slow ones, so CoDel lets a queue of the
+    /// spread stand (the slow lines' share then lands when the fast lines' does).
+    pub fn set_path(&mut self, rate_bps: f64, spread: Duration) {
         self.rate_bps = rate_bps;
+        self.spread = spread;
     }
 
     /// Queues an inner packet at `now`; `compressed` says its bytes are LZ4 (the original
@@ -308,8 +315,9 @@ impl FairQueue {
             let share = self.rate_bps / active;
             let two_packets = Duration::from_secs_f64(2.0 * 1500.0 * 8.0 / share);
             config.target = config.target.max(two_packets);
-            config.interval = config.interval.max(config.target.saturating_mul(4));
         }
+        config.target = config.target.max(self.config.codel.target + self.spread);
+        config.interval = config.interval.max(config.target.saturating_mul(4));
         config
     }
 

@@ -25,6 +25,7 @@ pub mod reorder;
 pub mod sched;
 pub mod server;
 pub mod sim;
+pub mod stats;
 pub mod wire;
 
 pub use endpoint::{Bond, BondConfig, BondCounters, Entropy, Transmit};

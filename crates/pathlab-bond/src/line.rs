@@ -9,7 +9,7 @@ use crate::crypto::ReplayWindow;
 use crate::wire::{Feedback, Frame};
 
 /// Whether a line carries traffic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LineState {
     /// Traffic flows both ways.
@@ -20,7 +20,7 @@ pub enum LineState {
 }
 
 /// Per-line counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LineCounters {
     /// Datagrams sent.
     pub sent_packets: u64,

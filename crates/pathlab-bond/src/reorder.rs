@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use pathlab_core::{Duration, Instant};
 
 /// Counters of the receiving side.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReorderCounters {
     /// Packets delivered.
     pub delivered: u64,

@@ -24,7 +24,7 @@
 //! weighted round robin with weights from the lines' configured rates (as MLVPN), both
 //! unpaced as those tunnels are.
 
-use pathlab_core::Instant;
+use pathlab_core::{Duration, Instant};
 
 /// Which scheduler a tunnel uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,12 +65,16 @@ fn nanos_for(len_bytes: usize, rate_bps: f64) -> f64 {
 }
 
 /// Picks the line for a datagram of `len_bytes` at `now`, with `backlog_bytes` waiting in
-/// all (this datagram's included). `lines[j]` is `None` for a line that is down.
+/// all (this datagram's included). `lines[j]` is `None` for a line that is down. A ready
+/// line that is not the earliest may still send if its datagram lands at most `slack`
+/// after the others would have delivered the backlog (the receiver's reorder buffer holds
+/// that much; a window-limited flow then keeps a far line busy with a smaller backlog).
 pub fn earliest_arrival(
     now: Instant,
     lines: &[Option<LineView>],
     len_bytes: usize,
     backlog_bytes: u64,
+    slack: Duration,
 ) -> Choice {
     let now_ns = now.as_nanos() as f64;
     let arrival = |view: &LineView| {
@@ -101,7 +105,7 @@ pub fn earliest_arrival(
             .enumerate()
             .filter(|(j, _)| *j != candidate)
             .filter_map(|(_, view)| *view);
-        if drain_time(now_ns, others, backlog_bytes) >= candidate_arrival {
+        if drain_time(now_ns, others, backlog_bytes) + slack.as_nanos() as f64 >= candidate_arrival {
             return Choice::Send(candidate);
         }
     }
@@ -185,14 +189,14 @@ mod tests {
         // 10.67 ms and 42.67 ms.
         let lines = [view(0, 12.0, 10), view(0, 3.0, 40)];
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 1000),
+            earliest_arrival(Instant::ZERO, &lines, 1000, 1000, Duration::ZERO),
             Choice::Send(0)
         );
         // Even with the fast line busy for 20 ms more, it still wins (30.7 ms < 42.7 ms):
         // the slow line waits.
         let lines = [view(20, 12.0, 10), view(0, 3.0, 40)];
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 1000),
+            earliest_arrival(Instant::ZERO, &lines, 1000, 1000, Duration::ZERO),
             Choice::Wait(Instant::from_millis(20))
         );
     }
@@ -205,11 +209,11 @@ mod tests {
         // landing, so the slow line sends; 30 kB would end at 31 ms, so it waits.
         let lines = [view(1, 12.0, 10), view(0, 3.0, 40)];
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 48_000),
+            earliest_arrival(Instant::ZERO, &lines, 1000, 48_000, Duration::ZERO),
             Choice::Send(1)
         );
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 30_000),
+            earliest_arrival(Instant::ZERO, &lines, 1000, 30_000, Duration::ZERO),
             Choice::Wait(Instant::from_millis(1))
         );
     }
@@ -226,7 +230,7 @@ mod tests {
     #[test]
     fn no_line_up_is_said() {
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &[None, None], 100, 100),
+            earliest_arrival(Instant::ZERO, &[None, None], 100, 100, Duration::ZERO),
             Choice::NoLine
         );
     }

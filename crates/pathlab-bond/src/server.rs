@@ -30,7 +30,7 @@ pub struct ServerConfig {
 }
 
 /// Counters of the server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServerCounters {
     /// Sessions opened.
     pub sessions_opened: u64,

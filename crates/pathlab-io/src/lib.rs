@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod bloat;
+pub mod bond;
 pub mod capacity;
 pub mod control;
 pub mod emulator;

@@ -828,7 +828,19 @@ fn connected(links: &[Link], nodes: usize, from: usize, to: usize) -> bool {
 /// For every node, the link `from` sends through to reach it (breadth first: fewest
 /// hops, ties to the link declared first); `None` for `from` itself and unreachable nodes.
 pub fn first_hops(links: &[Link], nodes: usize, from: usize) -> Vec<Option<usize>> {
+    first_hops_and_distances(links, nodes, from).0
+}
+
+/// As [`first_hops`], with each node's distance in hops from `from` (0 for itself,
+/// `usize::MAX` when unreachable).
+pub fn first_hops_and_distances(
+    links: &[Link],
+    nodes: usize,
+    from: usize,
+) -> (Vec<Option<usize>>, Vec<usize>) {
     let mut hop = vec![None; nodes];
+    let mut distance = vec![usize::MAX; nodes];
+    distance[from] = 0;
     let mut seen = vec![false; nodes];
     seen[from] = true;
     let mut queue = VecDeque::from([from]);
@@ -844,11 +856,12 @@ pub fn first_hops(links: &[Link], nodes: usize, from: usize) -> Vec<Option<usize
             if !seen[next] {
                 seen[next] = true;
                 hop[next] = if node == from { Some(i) } else { hop[node] };
+                distance[next] = distance[node] + 1;
                 queue.push_back(next);
             }
         }
     }
-    hop
+    (hop, distance)
 }
 
 #[cfg(test)]

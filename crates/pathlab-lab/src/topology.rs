@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use pathlab_io::netlink::{LinkInfo, Netlink};
 use pathlab_io::netns::Netns;
 
-use crate::spec::{first_hops, Experiment};
+use crate::spec::{first_hops_and_distances, Experiment};
 
 /// The cable namespace's port towards a link's first node.
 pub const CABLE_A: &str = "a";
@@ -121,13 +121,21 @@ impl Topology {
     fn add_routes(&self, experiment: &Experiment, names: &[&str]) -> io::Result<()> {
         let links = &experiment.links;
         for (node, netns) in self.nodes.iter().enumerate() {
-            let hops = first_hops(links, self.nodes.len(), node);
+            let (hops, distance) = first_hops_and_distances(links, self.nodes.len(), node);
             let mut routes = Vec::new();
             for (i, link) in links.iter().enumerate() {
                 if link.a == node || link.b == node {
                     continue;
                 }
-                let Some(first) = hops[link.a].or(hops[link.b]) else {
+                // Towards the nearer end of the link: a subnet is one hop from either of
+                // its nodes (with two paths to a server, each router sends a line's
+                // traffic straight to it, not back through the site).
+                let nearer = if distance[link.b] < distance[link.a] {
+                    link.b
+                } else {
+                    link.a
+                };
+                let Some(first) = hops[nearer] else {
                     continue;
                 };
                 let via = &links[first];

@@ -44,6 +44,8 @@ enum Command {
     Tune(cmd::tune::Args),
     /// Latency under load: idle, download, upload and both; added latency, grade, RPM, verdict.
     Bloat(cmd::bloat::Args),
+    /// Bond several lines into one tunnel, each line paced by its one-way delay.
+    Bond(cmd::bond::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
 }
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Tune(args) => cmd::tune::run(&args),
         Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
+        Command::Bond(args) => cmd::bond::run(&args),
         Command::Capacity(args) => cmd::capacity::run(&args),
     };
     match result {

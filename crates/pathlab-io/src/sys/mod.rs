@@ -228,14 +228,14 @@ pub fn poll_readable(
     ready: &mut [bool],
 ) -> io::Result<()> {
     assert!(
-        fds.len() <= 8 && ready.len() >= fds.len(),
-        "poll_readable takes at most 8 descriptors"
+        fds.len() <= 20 && ready.len() >= fds.len(),
+        "poll_readable takes at most 20 descriptors"
     );
     let mut pollfds = [libc::pollfd {
         fd: -1,
         events: 0,
         revents: 0,
-    }; 8];
+    }; 20];
     for (slot, fd) in pollfds.iter_mut().zip(fds) {
         slot.fd = fd.as_raw_fd();
         slot.events = libc::POLLIN;

@@ -1,0 +1,150 @@
+//! A snapshot of a tunnel end for `pathlab bond stats`, JSON and reports.
+
+use serde::{Deserialize, Serialize};
+
+use crate::control::Phase;
+use crate::endpoint::{Bond, BondCounters};
+use crate::fair::FairCounters;
+use crate::line::{LineCounters, LineState};
+use crate::reorder::ReorderCounters;
+use crate::server::{Server, ServerCounters};
+
+/// One line as its sender sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LineStats {
+    /// The line's index.
+    pub index: u8,
+    /// The interface (filled in by the driver; empty on the server).
+    #[serde(default)]
+    pub interface: String,
+    /// Up or down.
+    pub state: LineState,
+    /// The rate the controller paces the line at, bits/s.
+    pub rate_bps: u64,
+    /// The rate the peer received over the last report, bits/s (UDP payloads).
+    pub delivery_bps: u64,
+    /// The line's queueing delay at the last report, ms.
+    pub queue_delay_ms: f64,
+    /// The line's one-way delay above the lowest of all lines (the clocks' offset is
+    /// unknown, their difference is not), ms.
+    pub relative_owd_ms: Option<f64>,
+    /// Smoothed round trip, ms.
+    pub srtt_ms: Option<f64>,
+    /// Loss over the last report's interval.
+    pub loss: f64,
+    /// Whether the controller is draining the line's queue to measure its base delay.
+    pub draining: bool,
+    /// Counters.
+    pub counters: LineCounters,
+}
+
+/// One session end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionStats {
+    /// The session id (0 until the client is welcomed).
+    pub session: u32,
+    /// Whether keys are agreed.
+    pub open: bool,
+    /// Its lines.
+    pub lines: Vec<LineStats>,
+    /// Counters of the session end.
+    pub counters: BondCounters,
+    /// The fair ingress queue's counters.
+    pub fair: FairCounters,
+    /// Bytes waiting in the ingress queue.
+    pub backlog_bytes: u64,
+    /// The reorder buffer's counters.
+    pub reorder: ReorderCounters,
+    /// How long the reorder buffer waits for a gap, ms.
+    pub reorder_timeout_ms: f64,
+}
+
+/// A snapshot of a tunnel process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BondStats {
+    /// "client" or "server".
+    pub role: String,
+    /// The name `pathlab bond stats --name` finds it by.
+    pub name: String,
+    /// Seconds since it started.
+    pub uptime_s: f64,
+    /// Its sessions (one for a client).
+    pub sessions: Vec<SessionStats>,
+    /// The server's own counters.
+    #[serde(default)]
+    pub server: Option<ServerCounters>,
+}
+
+impl SessionStats {
+    /// A snapshot of `bond`.
+    pub fn of(bond: &Bond) -> SessionStats {
+        let lowest = bond
+            .lines()
+            .iter()
+            .filter_map(|l| l.controller().owd_ns())
+            .min();
+        SessionStats {
+            session: bond.session().unwrap_or(0),
+            open: bond.is_open(),
+            lines: bond
+                .lines()
+                .iter()
+                .map(|line| {
+                    let controller = line.controller();
+                    LineStats {
+                        index: line.index,
+                        interface: String::new(),
+                        state: line.state(),
+                        rate_bps: controller.rate().0,
+                        delivery_bps: controller.delivery_rate().0,
+                        queue_delay_ms: controller.queue_delay().as_millis_f64(),
+                        relative_owd_ms: controller
+                            .owd_ns()
+                            .zip(lowest)
+                            .map(|(owd, low)| (owd - low) as f64 / 1e6),
+                        srtt_ms: controller.srtt().map(|d| d.as_millis_f64()),
+                        loss: controller.loss(),
+                        draining: controller.phase() == Phase::Draining,
+                        counters: line.counters(),
+                    }
+                })
+                .collect(),
+            counters: bond.counters(),
+            fair: bond.fair().counters(),
+            backlog_bytes: bond.fair().backlog_bytes(),
+            reorder: bond.reorder().counters(),
+            reorder_timeout_ms: bond.reorder().timeout().as_millis_f64(),
+        }
+    }
+}
+
+impl BondStats {
+    /// A snapshot of a client.
+    pub fn client(name: &str, uptime_s: f64, bond: &Bond, interfaces: &[String]) -> BondStats {
+        let mut session = SessionStats::of(bond);
+        for (line, interface) in session.lines.iter_mut().zip(interfaces) {
+            line.interface.clone_from(interface);
+        }
+        BondStats {
+            role: "client".into(),
+            name: name.into(),
+            uptime_s,
+            sessions: vec![session],
+            server: None,
+        }
+    }
+
+    /// A snapshot of a server.
+    pub fn server(name: &str, uptime_s: f64, server: &Server) -> BondStats {
+        let mut sessions: Vec<SessionStats> =
+            server.sessions().map(|(_, bond)| SessionStats::of(bond)).collect();
+        sessions.sort_by_key(|s| s.session);
+        BondStats {
+            role: "server".into(),
+            name: name.into(),
+            uptime_s,
+            sessions,
+            server: Some(server.counters()),
+        }
+    }
+}

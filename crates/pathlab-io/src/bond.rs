@@ -1,0 +1,467 @@
+//! The bonding tunnel's OS side: a TUN device, UDP sockets (one per line on the client,
+//! one on the server), the clock and signals. `pathlab_bond` decides everything; this
+//! loop only moves bytes: it reads what the TUN device and the sockets have, hands it to
+//! the state machine with the current instant, sends what it answers, and sleeps in
+//! `ppoll` until its next deadline or the next packet.
+//!
+//! A stats socket (`bond-NAME.sock` in [`crate::runtime::runtime_dir`]) answers every
+//! connection with a JSON [`BondStats`] snapshot: `pathlab bond stats` reads it.
+//! The TUN device, the line routes and the stats socket are removed when the loop ends,
+//! on a signal too; the TUN device also vanishes with the process after SIGKILL (it is not
+//! persistent), and `pathlab lab clean` removes a stale stats socket and routes' tables
+//! go with the interfaces they name.
+
+use std::io::{self, Write as _};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use pathlab_bond::crypto::Psk;
+use pathlab_bond::endpoint::{Bond, BondConfig, Entropy};
+use pathlab_bond::line::LineState;
+use pathlab_bond::server::{Server, ServerConfig};
+use pathlab_bond::stats::BondStats;
+use pathlab_core::{Duration, Instant};
+
+use crate::emulator::Clock;
+use crate::line::{self, Family, LineRoute};
+use crate::netlink::Netlink;
+use crate::sys;
+use crate::tun::Tun;
+
+/// The OS's CSPRNG (getrandom), for nonces and session ids.
+#[derive(Debug, Default)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn fill(&mut self, buf: &mut [u8]) {
+        sys::random_bytes(buf).expect("the kernel's random source never fails once booted");
+    }
+}
+
+/// Addresses and routes put on the TUN device.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TunOptions {
+    /// The device's name.
+    pub name: String,
+    /// Its MTU.
+    pub mtu: u32,
+    /// Addresses (with prefix lengths).
+    pub addresses: Vec<(IpAddr, u8)>,
+    /// Routes into the tunnel.
+    pub routes: Vec<(IpAddr, u8)>,
+}
+
+/// One line of a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineOptions {
+    /// The interface the line leaves by.
+    pub interface: String,
+    /// The gateway to reach the server through, when the server is beyond the
+    /// interface's own subnet and the main routing table does not route it there.
+    pub via: Option<IpAddr>,
+}
+
+/// A client's options.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// The name `pathlab bond stats` finds it by.
+    pub name: String,
+    /// The server's address.
+    pub server: SocketAddr,
+    /// The lines.
+    pub lines: Vec<LineOptions>,
+    /// The pre-shared key.
+    pub psk: Psk,
+    /// The TUN device.
+    pub tun: TunOptions,
+    /// The tunnel's settings (`lines` and `max_payload` are set from `lines`).
+    pub config: BondConfig,
+    /// How long to wait for the server's Welcome before giving up.
+    pub connect_timeout: Duration,
+}
+
+/// A server's options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The name `pathlab bond stats` finds it by.
+    pub name: String,
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// The pre-shared key.
+    pub psk: Psk,
+    /// The TUN device.
+    pub tun: TunOptions,
+    /// The server's settings.
+    pub config: ServerConfig,
+}
+
+/// What the loop tells its caller as it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BondEvent {
+    /// The TUN device is up.
+    TunUp {
+        /// Its name.
+        name: String,
+    },
+    /// The client's session opened.
+    SessionOpen {
+        /// Its id.
+        session: u32,
+    },
+    /// A server's session count changed.
+    Sessions {
+        /// Sessions open now.
+        open: usize,
+    },
+    /// A client line changed state.
+    Line {
+        /// Its interface.
+        interface: String,
+        /// Up or down now.
+        state: LineState,
+    },
+}
+
+/// Why the tunnel could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum BondError {
+    /// A line's interface or socket could not be set up.
+    #[error("line '{interface}': {error}")]
+    Line {
+        /// The interface.
+        interface: String,
+        /// What failed.
+        error: io::Error,
+    },
+    /// The TUN device could not be set up.
+    #[error("TUN device '{name}': {error}")]
+    Tun {
+        /// The device.
+        name: String,
+        /// What failed.
+        error: io::Error,
+    },
+    /// The server's socket could not be bound.
+    #[error("cannot listen on {listen}: {error}")]
+    Listen {
+        /// The address.
+        listen: SocketAddr,
+        /// What failed.
+        error: io::Error,
+    },
+    /// No Welcome came from the server in time.
+    #[error(
+        "no answer from the server {server} in {timeout}: is it running, reachable over \
+         the lines, and does it have the same key?"
+    )]
+    NoAnswer {
+        /// The server.
+        server: SocketAddr,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// Another tunnel runs under this name.
+    #[error("a tunnel named '{0}' is already running (choose another --name)")]
+    NameTaken(String),
+    /// The loop's own I/O failed.
+    #[error("{what}: {error}")]
+    Io {
+        /// What it was doing.
+        what: &'static str,
+        /// What failed.
+        error: io::Error,
+    },
+}
+
+fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> BondError {
+    move |error| BondError::Io { what, error }
+}
+
+/// The path of a tunnel's stats socket.
+pub fn stats_socket_path(name: &str) -> PathBuf {
+    crate::runtime::runtime_dir().join(format!("bond-{name}.sock"))
+}
+
+/// Reads a running tunnel's stats.
+pub fn request_stats(name: &str) -> io::Result<BondStats> {
+    let path = stats_socket_path(name);
+    let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|error| {
+        io::Error::new(
+            error.kind(),
+            format!("no tunnel named '{name}' is running ({}: {error})", path.display()),
+        )
+    })?;
+    serde_json::from_reader(stream).map_err(io::Error::other)
+}
+
+/// The stats socket; removed on drop.
+#[derive(Debug)]
+struct StatsSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl StatsSocket {
+    fn bind(name: &str) -> Result<StatsSocket, BondError> {
+        let path = stats_socket_path(name);
+        std::fs::create_dir_all(crate::runtime::runtime_dir())
+            .map_err(io_error("creating the runtime directory"))?;
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(BondError::NameTaken(name.to_owned()));
+        }
+        let _ = std::fs::remove_file(&path); // a stale socket of a killed tunnel
+        let listener = UnixListener::bind(&path).map_err(io_error("binding the stats socket"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_error("binding the stats socket"))?;
+        Ok(StatsSocket { listener, path })
+    }
+
+    fn answer(&self, stats: impl FnOnce() -> BondStats) {
+        if let Ok((mut stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_write_timeout(Some(std::time::Duration::from_millis(200)));
+            if let Ok(json) = serde_json::to_vec(&stats()) {
+                let _ = stream.write_all(&json);
+            }
+        }
+    }
+}
+
+impl Drop for StatsSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn open_tun(options: &TunOptions) -> Result<Tun, BondError> {
+    let failed = |error| BondError::Tun {
+        name: options.name.clone(),
+        error,
+    };
+    let mut tun = Tun::create(&options.name, options.mtu).map_err(failed)?;
+    for &(address, prefix) in &options.addresses {
+        tun.add_address(address, prefix).map_err(failed)?;
+    }
+    for &(destination, prefix) in &options.routes {
+        tun.add_route(destination, prefix).map_err(failed)?;
+    }
+    Ok(tun)
+}
+
+/// Most datagrams or packets taken from one source per pass.
+const RECEIVE_BUDGET: usize = 64;
+/// The largest datagram or packet read.
+const BUFFER_BYTES: usize = 65_536;
+/// The longest sleep, so signals and stats are seen promptly even when idle.
+const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// Routing tables the client's line routes use: this one for line 0, the next for 1, ...
+const FIRST_LINE_TABLE: u32 = 27_000;
+
+/// A line's interface MTU, as the largest UDP payload over it.
+fn max_payload(netlink: &mut Netlink, interface: &str, family: Family) -> io::Result<usize> {
+    let info = netlink.link_by_name(interface)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface '{interface}' in this network namespace"),
+        )
+    })?;
+    let headers = match family {
+        Family::V4 => 20 + 8,
+        Family::V6 => 40 + 8,
+    };
+    Ok((info.mtu as usize).saturating_sub(headers))
+}
+
+fn sleep_until(fds: &[BorrowedFd<'_>], ready: &mut [bool], clock: &Clock, at: Option<Instant>) -> io::Result<()> {
+    let now = clock.now();
+    let wait = at.map_or(MAX_SLEEP, |at| at.saturating_since(now).min(MAX_SLEEP));
+    sys::poll_readable(fds, Some(wait.into()), ready)
+}
+
+/// Runs a client until a termination signal arrives on `signals`; `on_event` hears of
+/// what changes. Returns the last snapshot.
+pub fn run_client(
+    options: &ClientOptions,
+    signals: BorrowedFd<'_>,
+    mut on_event: impl FnMut(&BondEvent),
+) -> Result<BondStats, BondError> {
+    let family = Family::of(options.server.ip());
+    let mut netlink = Netlink::open().map_err(io_error("opening netlink"))?;
+    let mut sockets = Vec::new();
+    let mut routes = Vec::new();
+    let mut config = options.config.clone();
+    config.lines = options.lines.len();
+    config.max_payload.clear();
+    for (k, line) in options.lines.iter().enumerate() {
+        let failed = |error| BondError::Line {
+            interface: line.interface.clone(),
+            error,
+        };
+        let socket = line::line_socket(&line.interface, None, family).map_err(failed)?;
+        if let Some(via) = line.via {
+            routes.push(
+                LineRoute::add(&line.interface, via, FIRST_LINE_TABLE + k as u32).map_err(failed)?,
+            );
+        }
+        config
+            .max_payload
+            .push(max_payload(&mut netlink, &line.interface, family).map_err(failed)?);
+        sockets.push(socket);
+    }
+    config.line_rates.resize(config.lines, None);
+    let stats_socket = StatsSocket::bind(&options.name)?;
+    let tun = open_tun(&options.tun)?;
+    on_event(&BondEvent::TunUp {
+        name: tun.name().to_owned(),
+    });
+    let clock = Clock::start();
+    let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
+    let mut bond = Bond::client(config, options.psk.clone(), &mut OsEntropy, clock.now());
+    let mut buf = vec![0u8; BUFFER_BYTES];
+    let mut out = Vec::with_capacity(BUFFER_BYTES);
+    let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
+    let mut announced_open = false;
+    let mut ready = vec![false; sockets.len() + 3];
+    loop {
+        let now = clock.now();
+        // Inner packets from the TUN device.
+        for _ in 0..RECEIVE_BUDGET {
+            match tun.recv(&mut buf) {
+                Ok(len) => bond.handle_inner(now, buf[..len].to_vec()),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => return Err(io_error("reading the TUN device")(error)),
+            }
+        }
+        // Datagrams from every line.
+        for socket in &sockets {
+            for _ in 0..RECEIVE_BUDGET {
+                match socket.recv_from(&mut buf) {
+                    Ok((len, from)) if from == options.server => {
+                        bond.handle_datagram(now, &mut buf[..len]);
+                    }
+                    Ok(_) => {} // not from our server: not even worth authenticating
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    // An ICMP error (port unreachable while the server starts): the line
+                    // liveness logic sees the silence; nothing to do here.
+                    Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => break,
+                    Err(error) => return Err(io_error("reading a line")(error)),
+                }
+            }
+        }
+        bond.handle_timeout(now);
+        while let Some(packet) = bond.poll_deliver() {
+            let _ = tun.send(&packet); // a full TUN queue drops, as a NIC would
+        }
+        while let Some(transmit) = bond.poll_transmit(now, &mut out) {
+            let socket = &sockets[usize::from(transmit.line)];
+            // A line whose interface is down or unroutable fails to send: that is the
+            // liveness logic's to see (no reports come back), not an error of the loop.
+            let _ = socket.send_to(&out, options.server);
+        }
+        if bond.is_open() && !announced_open {
+            announced_open = true;
+            on_event(&BondEvent::SessionOpen {
+                session: bond.session().unwrap_or(0),
+            });
+        }
+        if !bond.is_open() && now.saturating_since(Instant::ZERO) > options.connect_timeout {
+            return Err(BondError::NoAnswer {
+                server: options.server,
+                timeout: options.connect_timeout,
+            });
+        }
+        for (k, line) in bond.lines().iter().enumerate() {
+            if line.state() != states[k] {
+                states[k] = line.state();
+                on_event(&BondEvent::Line {
+                    interface: interfaces[k].clone(),
+                    state: states[k],
+                });
+            }
+        }
+        let uptime = now.as_secs_f64();
+        stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
+        // Sleep until the next deadline or input.
+        let mut fds: Vec<BorrowedFd<'_>> = vec![tun.as_fd(), signals, stats_socket.listener.as_fd()];
+        fds.extend(sockets.iter().map(AsFd::as_fd));
+        sleep_until(&fds, &mut ready, &clock, bond.poll_at())
+            .map_err(io_error("waiting for packets"))?;
+        if ready[1] && crate::read_termination_signal(signals).is_some() {
+            break;
+        }
+    }
+    bond.close();
+    let stats = BondStats::client(&options.name, clock.now().as_secs_f64(), &bond, &interfaces);
+    drop(routes);
+    Ok(stats)
+}
+
+/// Runs a server until a termination signal arrives on `signals`.
+pub fn run_server(
+    options: &ServerOptions,
+    signals: BorrowedFd<'_>,
+    mut on_event: impl FnMut(&BondEvent),
+) -> Result<BondStats, BondError> {
+    let socket = UdpSocket::bind(options.listen).map_err(|error| BondError::Listen {
+        listen: options.listen,
+        error,
+    })?;
+    socket
+        .set_nonblocking(true)
+        .map_err(io_error("setting up the socket"))?;
+    let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
+    let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
+    let stats_socket = StatsSocket::bind(&options.name)?;
+    let tun = open_tun(&options.tun)?;
+    on_event(&BondEvent::TunUp {
+        name: tun.name().to_owned(),
+    });
+    let clock = Clock::start();
+    let mut server = Server::new(options.config.clone(), options.psk.clone(), Box::new(OsEntropy));
+    let mut buf = vec![0u8; BUFFER_BYTES];
+    let mut out = Vec::with_capacity(BUFFER_BYTES);
+    let mut ready = [false; 4];
+    let mut open = 0;
+    loop {
+        let now = clock.now();
+        for _ in 0..RECEIVE_BUDGET {
+            match tun.recv(&mut buf) {
+                Ok(len) => server.handle_inner(now, buf[..len].to_vec()),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => return Err(io_error("reading the TUN device")(error)),
+            }
+        }
+        for _ in 0..RECEIVE_BUDGET {
+            match socket.recv_from(&mut buf) {
+                Ok((len, from)) => server.handle_datagram(now, from, &mut buf[..len]),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {}
+                Err(error) => return Err(io_error("reading the socket")(error)),
+            }
+        }
+        server.handle_timeout(now);
+        while let Some(packet) = server.poll_deliver() {
+            let _ = tun.send(&packet);
+        }
+        while let Some(to) = server.poll_transmit(now, &mut out) {
+            let _ = socket.send_to(&out, to);
+        }
+        let sessions = server.sessions().count();
+        if sessions != open {
+            open = sessions;
+            on_event(&BondEvent::Sessions { open });
+        }
+        let uptime = now.as_secs_f64();
+        stats_socket.answer(|| BondStats::server(&options.name, uptime, &server));
+        let fds = [tun.as_fd(), signals, stats_socket.listener.as_fd(), socket.as_fd()];
+        sleep_until(&fds, &mut ready, &clock, server.poll_at())
+            .map_err(io_error("waiting for packets"))?;
+        if ready[1] && crate::read_termination_signal(signals).is_some() {
+            break;
+        }
+    }
+    Ok(BondStats::server(&options.name, clock.now().as_secs_f64(), &server))
+}

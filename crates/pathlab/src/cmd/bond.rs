@@ -1,0 +1,373 @@
+//! `pathlab bond`: bond several lines into one tunnel (server, client, stats).
+
+use std::net::{IpAddr, SocketAddr};
+
+use anyhow::Context as _;
+use pathlab_bond::crypto::Psk;
+use pathlab_bond::endpoint::BondConfig;
+use pathlab_bond::fair::FairKey;
+use pathlab_bond::line::LineState;
+use pathlab_bond::sched::SchedulerKind;
+use pathlab_bond::server::ServerConfig;
+use pathlab_bond::stats::BondStats;
+use pathlab_core::{BitsPerSec, Duration};
+use pathlab_io::bond::{BondEvent, ClientOptions, LineOptions, ServerOptions, TunOptions};
+
+use crate::format;
+use crate::usage;
+
+/// Arguments of `pathlab bond`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: BondCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum BondCommand {
+    /// The end that puts the lines back together (one UDP address, many clients).
+    Server(ServerArgs),
+    /// The site with the lines: carries its traffic over all of them at once.
+    Client(ClientArgs),
+    /// A running tunnel's lines: state, rate, queue delay, loss; sessions and counters.
+    Stats(StatsArgs),
+}
+
+/// What both ends share.
+#[derive(Debug, clap::Args)]
+struct Common {
+    /// The pre-shared key (at least 32 bytes; `head -c 32 /dev/urandom | base64 > bond.key`).
+    #[arg(long, value_name = "FILE")]
+    psk: std::path::PathBuf,
+    /// The TUN device's name.
+    #[arg(long, value_name = "NAME", default_value = "bond0")]
+    tun: String,
+    /// An address of the TUN device, with its prefix (repeat for IPv4 and IPv6).
+    #[arg(long, value_name = "CIDR")]
+    address: Vec<String>,
+    /// A route into the tunnel (repeat).
+    #[arg(long, value_name = "CIDR")]
+    route: Vec<String>,
+    /// The TUN device's MTU (inner packets larger than a line's datagrams are fragmented).
+    #[arg(long, value_name = "BYTES", default_value_t = 1500)]
+    mtu: u32,
+    /// How users share the tunnel: by inner source address, by flow, or not at all.
+    #[arg(long, value_parser = ["src", "flow", "off"], default_value = "src")]
+    fair: String,
+    /// Compress inner packets with LZ4 when it shrinks them.
+    #[arg(long)]
+    compress: bool,
+    /// The queueing delay each line is held at.
+    #[arg(long, value_name = "TIME", default_value = "5ms", value_parser = parse_target)]
+    target: Duration,
+    /// The name `pathlab bond stats --name` finds this tunnel by (default: the TUN name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Print the final stats as JSON.
+    #[arg(short = 'J', long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ServerArgs {
+    /// The address and port to listen on.
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: SocketAddr,
+    /// Most clients at once.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    max_clients: usize,
+    /// Most lines a client may have.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    max_lines: usize,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, clap::Args)]
+struct ClientArgs {
+    /// The server's address and port.
+    #[arg(value_name = "SERVER:PORT")]
+    server: SocketAddr,
+    /// A line: IFACE[,via=GATEWAY][,rate=RATE] (repeat). `via` routes the line's
+    /// datagrams through its own gateway; `rate` caps the line and weighs it for `wrr`.
+    #[arg(long, value_name = "IFACE[,via=GW][,rate=R]", required = true)]
+    line: Vec<String>,
+    /// How datagrams are spread over the lines: earliest arrival over paced lines, or
+    /// the unpaced round robins other tunnels use (for comparison).
+    #[arg(long, value_parser = ["delay", "rr", "wrr"], default_value = "delay")]
+    scheduler: String,
+    /// Give up if the server has not answered after this long.
+    #[arg(long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
+    connect_timeout: Duration,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, clap::Args)]
+struct StatsArgs {
+    /// The tunnel's name (its TUN device's name unless --name was given).
+    #[arg(long, default_value = "bond0")]
+    name: String,
+    /// JSON instead of a table.
+    #[arg(short = 'J', long)]
+    json: bool,
+}
+
+fn parse_target(text: &str) -> Result<Duration, String> {
+    let target = crate::cmd::parse_time(text)?;
+    if target > Duration::from_secs(1) {
+        return Err(format!("a target of {text} would let every line hold a second of queue; give at most 1s"));
+    }
+    Ok(target)
+}
+
+/// Runs `pathlab bond`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    match &args.command {
+        BondCommand::Server(server) => run_server(server),
+        BondCommand::Client(client) => run_client(client),
+        BondCommand::Stats(stats) => run_stats(stats),
+    }
+}
+
+/// An address with a prefix length: `198.18.0.1/24`, `2001:2::1/64`.
+fn parse_cidr(text: &str) -> anyhow::Result<(IpAddr, u8)> {
+    let (address, prefix) = text
+        .split_once('/')
+        .with_context(|| format!("'{text}' is not ADDRESS/PREFIX (e.g. 198.18.0.1/24)"))?;
+    let address: IpAddr = address
+        .parse()
+        .with_context(|| format!("'{address}' in '{text}' is not an IP address"))?;
+    let max = if address.is_ipv4() { 32 } else { 128 };
+    let prefix: u8 = prefix
+        .parse()
+        .ok()
+        .filter(|p| *p <= max)
+        .with_context(|| format!("'{prefix}' in '{text}' is not a prefix length of 0 to {max}"))?;
+    Ok((address, prefix))
+}
+
+/// A line option: `IFACE[,via=GW][,rate=R]`.
+fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
+    let mut parts = text.split(',');
+    let interface = parts.next().unwrap_or_default().to_owned();
+    if interface.is_empty() {
+        anyhow::bail!("--line '{text}' names no interface");
+    }
+    let mut line = LineOptions {
+        interface,
+        via: None,
+    };
+    let mut rate = None;
+    for part in parts {
+        match part.split_once('=') {
+            Some(("via", gateway)) => {
+                line.via = Some(gateway.parse().with_context(|| {
+                    format!("--line '{text}': '{gateway}' is not an IP address")
+                })?);
+            }
+            Some(("rate", value)) => {
+                rate = Some(
+                    pathlab_core::spec::parse_rate(value)
+                        .with_context(|| format!("--line '{text}': bad rate '{value}'"))?,
+                );
+            }
+            _ => anyhow::bail!(
+                "--line '{text}': '{part}' is neither via=GATEWAY nor rate=RATE"
+            ),
+        }
+    }
+    Ok((line, rate))
+}
+
+fn read_psk(path: &std::path::Path) -> anyhow::Result<Psk> {
+    let contents = std::fs::read(path)
+        .with_context(|| format!("cannot read the key file '{}'", path.display()))?;
+    Psk::from_file_contents(&contents).with_context(|| format!("key file '{}'", path.display()))
+}
+
+/// The tunnel settings both ends take from the command line.
+fn bond_config(common: &Common, lines: usize) -> anyhow::Result<(BondConfig, TunOptions, Psk)> {
+    let psk = read_psk(&common.psk).map_err(usage)?;
+    let addresses = common
+        .address
+        .iter()
+        .map(|a| parse_cidr(a))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(usage)?;
+    let routes = common
+        .route
+        .iter()
+        .map(|a| parse_cidr(a))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(usage)?;
+    pathlab_io::runtime::validate_name(common.name.as_deref().unwrap_or(&common.tun))
+        .map_err(|e| usage(anyhow::anyhow!(e)))?;
+    if !(576..=65_535).contains(&common.mtu) {
+        return Err(usage(anyhow::anyhow!(
+            "--mtu {} is outside 576..65535",
+            common.mtu
+        )));
+    }
+    let mut config = BondConfig::new(lines);
+    config.controller.target = common.target;
+    config.compress = common.compress;
+    config.fair.key = match common.fair.as_str() {
+        "flow" => FairKey::Flow,
+        "off" => FairKey::Off,
+        _ => FairKey::Source,
+    };
+    let tun = TunOptions {
+        name: common.tun.clone(),
+        mtu: common.mtu,
+        addresses,
+        routes,
+    };
+    Ok((config, tun, psk))
+}
+
+fn name_of(common: &Common) -> String {
+    common.name.clone().unwrap_or_else(|| common.tun.clone())
+}
+
+fn print_event(event: &BondEvent) {
+    match event {
+        BondEvent::TunUp { name } => eprintln!("bond: {name} is up"),
+        BondEvent::SessionOpen { session } => {
+            eprintln!("bond: session {session:08x} open");
+        }
+        BondEvent::Sessions { open } => eprintln!("bond: {open} client(s) connected"),
+        BondEvent::Line { interface, state } => match state {
+            LineState::Up => eprintln!("bond: line {interface} is up"),
+            LineState::Down => eprintln!("bond: line {interface} is DOWN"),
+        },
+    }
+}
+
+fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
+    let (session, tun, psk) = bond_config(&args.common, args.max_lines)?;
+    if args.max_clients == 0 || args.max_lines == 0 || args.max_lines > 64 {
+        return Err(usage(anyhow::anyhow!(
+            "--max-clients must be at least 1 and --max-lines 1 to 64"
+        )));
+    }
+    pathlab_io::require_net_admin("pathlab bond server").map_err(usage)?;
+    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let options = ServerOptions {
+        name: name_of(&args.common),
+        listen: args.listen,
+        psk,
+        tun,
+        config: ServerConfig {
+            session,
+            max_clients: args.max_clients,
+            idle_timeout: Duration::from_secs(60),
+        },
+    };
+    eprintln!("bond: server listening on {}", args.listen);
+    let stats = pathlab_io::bond::run_server(&options, std::os::fd::AsFd::as_fd(&signals), print_event)?;
+    finish(&stats, args.common.json)
+}
+
+fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
+    let parsed = args
+        .line
+        .iter()
+        .map(|l| parse_line(l))
+        .collect::<anyhow::Result<Vec<_>>>()
+        .map_err(usage)?;
+    if parsed.len() > 16 {
+        return Err(usage(anyhow::anyhow!("at most 16 lines, not {}", parsed.len())));
+    }
+    let (mut config, tun, psk) = bond_config(&args.common, parsed.len())?;
+    config.scheduler = match args.scheduler.as_str() {
+        "rr" => SchedulerKind::RoundRobin,
+        "wrr" => SchedulerKind::WeightedRoundRobin,
+        _ => SchedulerKind::Delay,
+    };
+    config.line_rates = parsed.iter().map(|(_, rate)| *rate).collect();
+    if config.scheduler == SchedulerKind::WeightedRoundRobin && config.line_rates.iter().any(Option::is_none) {
+        return Err(usage(anyhow::anyhow!(
+            "--scheduler wrr weighs lines by their rates: give every --line a rate=RATE"
+        )));
+    }
+    pathlab_io::require_net_admin("pathlab bond client").map_err(usage)?;
+    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let options = ClientOptions {
+        name: name_of(&args.common),
+        server: args.server,
+        lines: parsed.into_iter().map(|(line, _)| line).collect(),
+        psk,
+        tun,
+        config,
+        connect_timeout: args.connect_timeout,
+    };
+    let stats = pathlab_io::bond::run_client(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
+        .map_err(|error| match error {
+            pathlab_io::bond::BondError::Line { .. } => usage(error),
+            other => anyhow::Error::new(other),
+        })?;
+    finish(&stats, args.common.json)
+}
+
+fn finish(stats: &BondStats, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(stats)?);
+    } else {
+        print_stats(stats);
+    }
+    Ok(())
+}
+
+fn run_stats(args: &StatsArgs) -> anyhow::Result<()> {
+    let stats = pathlab_io::bond::request_stats(&args.name).map_err(usage)?;
+    finish(&stats, args.json)
+}
+
+fn print_stats(stats: &BondStats) {
+    println!(
+        "{} '{}', up {:.0} s, {} session(s)",
+        stats.role,
+        stats.name,
+        stats.uptime_s,
+        stats.sessions.len()
+    );
+    for session in &stats.sessions {
+        println!(
+            "session {:08x}: in {} out {} packets, backlog {} B, reorder wait {:.1} ms, auth failures {}, replays {}",
+            session.session,
+            session.counters.inner_in,
+            session.counters.inner_out,
+            session.backlog_bytes,
+            session.reorder_timeout_ms,
+            session.counters.auth_failures,
+            session.counters.replays,
+        );
+        println!(
+            "  {:<12} {:<5} {:>14} {:>14} {:>9} {:>9} {:>9} {:>7}",
+            "line", "state", "rate", "achieved", "queue ms", "owd+ ms", "rtt ms", "loss"
+        );
+        for line in &session.lines {
+            let name = if line.interface.is_empty() {
+                format!("#{}", line.index)
+            } else {
+                line.interface.clone()
+            };
+            let optional = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1}"));
+            println!(
+                "  {:<12} {:<5} {:>14} {:>14} {:>9.1} {:>9} {:>9} {:>7}",
+                name,
+                match line.state {
+                    LineState::Up => "up",
+                    LineState::Down => "DOWN",
+                },
+                format::rate(line.rate_bps as f64),
+                format::rate(line.delivery_bps as f64),
+                line.queue_delay_ms,
+                optional(line.relative_owd_ms),
+                optional(line.srtt_ms),
+                format::percent(line.loss),
+            );
+        }
+    }
+}
