@@ -24,8 +24,8 @@ use crate::line::{Line, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{self, Choice, LineView, SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
-    self, Frame, Header, Hello, Kind, Welcome, DATA_OVERHEAD_BYTES, FRAGMENT_HEADER_BYTES,
-    FEEDBACK_FRAME_BYTES, ECHO_FRAME_BYTES,
+    self, Frame, Header, Hello, Kind, Welcome, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES,
+    FEEDBACK_FRAME_BYTES, FRAGMENT_HEADER_BYTES,
 };
 
 /// Randomness the endpoint needs (nonces, session ids): the driver gives the OS's CSPRNG,
@@ -182,7 +182,13 @@ impl Bond {
         now: Instant,
     ) -> Bond {
         let keys = SessionKeys::session(&psk, Role::Server, client_nonce, server_nonce);
-        Bond::new(config, Role::Server, psk, State::Open { session, keys }, now)
+        Bond::new(
+            config,
+            Role::Server,
+            psk,
+            State::Open { session, keys },
+            now,
+        )
     }
 
     fn new(config: BondConfig, role: Role, psk: Psk, state: State, now: Instant) -> Bond {
@@ -192,7 +198,11 @@ impl Bond {
                 if let Some(rate) = config.line_rates.get(j).copied().flatten() {
                     controller.max_rate = Some(rate);
                 }
-                let max_payload = config.max_payload.get(j).copied().unwrap_or(DEFAULT_MAX_PAYLOAD);
+                let max_payload = config
+                    .max_payload
+                    .get(j)
+                    .copied()
+                    .unwrap_or(DEFAULT_MAX_PAYLOAD);
                 Line::new(j as u8, controller, max_payload, now)
             })
             .collect();
@@ -438,12 +448,18 @@ impl Bond {
             .filter(|l| l.is_up())
             .map(|l| l.controller().rate().as_f64())
             .sum();
-        let sending = || self.lines.iter().filter(|l| l.is_up()).filter_map(|l| l.controller().owd_ns());
+        let sending = || {
+            self.lines
+                .iter()
+                .filter(|l| l.is_up())
+                .filter_map(|l| l.controller().owd_ns())
+        };
         let spread = match (sending().min(), sending().max()) {
             (Some(min), Some(max)) => Duration::from_nanos((max - min).max(0) as u64),
             _ => Duration::ZERO,
         };
-        self.fair.set_path(rate, spread.min(Duration::from_millis(500)));
+        self.fair
+            .set_path(rate, spread.min(Duration::from_millis(500)));
         self.next_state_check = now;
     }
 
@@ -493,10 +509,7 @@ impl Bond {
                 .encode(buf);
                 // Padded to the Welcome's size: the server never answers with more bytes
                 // than it received.
-                buf.resize(
-                    wire::HEADER_BYTES + wire::WELCOME_BODY_BYTES,
-                    0,
-                );
+                buf.resize(wire::HEADER_BYTES + wire::WELCOME_BODY_BYTES, 0);
                 crypto::seal(&self.hello_keys.seal, &header, buf).ok()?;
                 Some(Transmit { line: line as u8 })
             }
@@ -514,7 +527,12 @@ impl Bond {
             line.report_due(now, &timers) || line.keepalive_due(now, &timers)
         }) {
             let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
-            return self.build(now, j, if with_data { Fill::All } else { Fill::Nothing }, buf);
+            return self.build(
+                now,
+                j,
+                if with_data { Fill::All } else { Fill::Nothing },
+                buf,
+            );
         }
         if self.fair.is_empty() {
             return None;
@@ -533,7 +551,8 @@ impl Bond {
                         .map(|v| LineView { ready_at: now, ..v })
                 })
                 .collect();
-            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200, Duration::ZERO) {
+            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200, Duration::ZERO)
+            {
                 return self.build(now, j, Fill::NewStreams, buf);
             }
         }
@@ -552,8 +571,7 @@ impl Bond {
                     len,
                     self.fair.backlog_bytes(),
                     self.config.controller.target,
-                )
-                {
+                ) {
                     Choice::Send(j) => j,
                     Choice::Wait(at) => {
                         self.send_at = Some(at);
@@ -613,15 +631,17 @@ impl Bond {
         }
         match self.config.scheduler {
             SchedulerKind::Delay => {
-                let len = self.fair.backlog_bytes().min(self.lines[j].max_payload as u64) as usize;
+                let len = self
+                    .fair
+                    .backlog_bytes()
+                    .min(self.lines[j].max_payload as u64) as usize;
                 sched::earliest_arrival(
                     now,
                     &self.views(),
                     len,
                     self.fair.backlog_bytes(),
                     self.config.controller.target,
-                )
-                    == Choice::Send(j)
+                ) == Choice::Send(j)
             }
             SchedulerKind::RoundRobin | SchedulerKind::WeightedRoundRobin => true,
         }

@@ -105,7 +105,8 @@ pub fn earliest_arrival(
             .enumerate()
             .filter(|(j, _)| *j != candidate)
             .filter_map(|(_, view)| *view);
-        if drain_time(now_ns, others, backlog_bytes) + slack.as_nanos() as f64 >= candidate_arrival {
+        if drain_time(now_ns, others, backlog_bytes) + slack.as_nanos() as f64 >= candidate_arrival
+        {
             return Choice::Send(candidate);
         }
     }
@@ -243,7 +244,9 @@ mod tests {
         let count = |j| picks.iter().filter(|&&p| p == j).count();
         assert_eq!((count(0), count(1), count(2)), (12, 6, 3));
         // Interleaved: the heaviest line never takes more than 2 in a row here.
-        assert!(picks.windows(3).all(|w| !(w[0] == 0 && w[1] == 0 && w[2] == 0)));
+        assert!(picks
+            .windows(3)
+            .all(|w| !(w[0] == 0 && w[1] == 0 && w[2] == 0)));
         // A line that goes down is skipped.
         assert_eq!(wrr.pick(&[None, Some(1.0), None]), Some(1));
     }

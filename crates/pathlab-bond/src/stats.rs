@@ -136,8 +136,10 @@ impl BondStats {
 
     /// A snapshot of a server.
     pub fn server(name: &str, uptime_s: f64, server: &Server) -> BondStats {
-        let mut sessions: Vec<SessionStats> =
-            server.sessions().map(|(_, bond)| SessionStats::of(bond)).collect();
+        let mut sessions: Vec<SessionStats> = server
+            .sessions()
+            .map(|(_, bond)| SessionStats::of(bond))
+            .collect();
         sessions.sort_by_key(|s| s.session);
         BondStats {
             role: "server".into(),

@@ -190,7 +190,10 @@ pub fn request_stats(name: &str) -> io::Result<BondStats> {
     let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|error| {
         io::Error::new(
             error.kind(),
-            format!("no tunnel named '{name}' is running ({}: {error})", path.display()),
+            format!(
+                "no tunnel named '{name}' is running ({}: {error})",
+                path.display()
+            ),
         )
     })?;
     serde_json::from_reader(stream).map_err(io::Error::other)
@@ -275,7 +278,12 @@ fn max_payload(netlink: &mut Netlink, interface: &str, family: Family) -> io::Re
     Ok((info.mtu as usize).saturating_sub(headers))
 }
 
-fn sleep_until(fds: &[BorrowedFd<'_>], ready: &mut [bool], clock: &Clock, at: Option<Instant>) -> io::Result<()> {
+fn sleep_until(
+    fds: &[BorrowedFd<'_>],
+    ready: &mut [bool],
+    clock: &Clock,
+    at: Option<Instant>,
+) -> io::Result<()> {
     let now = clock.now();
     let wait = at.map_or(MAX_SLEEP, |at| at.saturating_since(now).min(MAX_SLEEP));
     sys::poll_readable(fds, Some(wait.into()), ready)
@@ -303,7 +311,8 @@ pub fn run_client(
         let socket = line::line_socket(&line.interface, None, family).map_err(failed)?;
         if let Some(via) = line.via {
             routes.push(
-                LineRoute::add(&line.interface, via, FIRST_LINE_TABLE + k as u32).map_err(failed)?,
+                LineRoute::add(&line.interface, via, FIRST_LINE_TABLE + k as u32)
+                    .map_err(failed)?,
             );
         }
         config
@@ -385,7 +394,8 @@ pub fn run_client(
         let uptime = now.as_secs_f64();
         stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
         // Sleep until the next deadline or input.
-        let mut fds: Vec<BorrowedFd<'_>> = vec![tun.as_fd(), signals, stats_socket.listener.as_fd()];
+        let mut fds: Vec<BorrowedFd<'_>> =
+            vec![tun.as_fd(), signals, stats_socket.listener.as_fd()];
         fds.extend(sockets.iter().map(AsFd::as_fd));
         sleep_until(&fds, &mut ready, &clock, bond.poll_at())
             .map_err(io_error("waiting for packets"))?;
@@ -420,7 +430,11 @@ pub fn run_server(
         name: tun.name().to_owned(),
     });
     let clock = Clock::start();
-    let mut server = Server::new(options.config.clone(), options.psk.clone(), Box::new(OsEntropy));
+    let mut server = Server::new(
+        options.config.clone(),
+        options.psk.clone(),
+        Box::new(OsEntropy),
+    );
     let mut buf = vec![0u8; BUFFER_BYTES];
     let mut out = Vec::with_capacity(BUFFER_BYTES);
     let mut ready = [false; 4];
@@ -456,12 +470,21 @@ pub fn run_server(
         }
         let uptime = now.as_secs_f64();
         stats_socket.answer(|| BondStats::server(&options.name, uptime, &server));
-        let fds = [tun.as_fd(), signals, stats_socket.listener.as_fd(), socket.as_fd()];
+        let fds = [
+            tun.as_fd(),
+            signals,
+            stats_socket.listener.as_fd(),
+            socket.as_fd(),
+        ];
         sleep_until(&fds, &mut ready, &clock, server.poll_at())
             .map_err(io_error("waiting for packets"))?;
         if ready[1] && crate::read_termination_signal(signals).is_some() {
             break;
         }
     }
-    Ok(BondStats::server(&options.name, clock.now().as_secs_f64(), &server))
+    Ok(BondStats::server(
+        &options.name,
+        clock.now().as_secs_f64(),
+        &server,
+    ))
 }

@@ -127,3 +127,8 @@ pub fn die_with_spawner(command: &mut std::process::Command) {
 pub fn kill(pid: u32, signal: i32) -> std::io::Result<()> {
     sys::kill(pid, signal)
 }
+
+/// Asks process `pid` to end (SIGTERM), as Ctrl-C or `kill` would.
+pub fn terminate(pid: u32) -> std::io::Result<()> {
+    sys::kill(pid, libc::SIGTERM)
+}

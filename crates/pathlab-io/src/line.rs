@@ -310,9 +310,18 @@ impl LineRoute {
             table,
             metric: None,
         };
-        netlink.new_route(&route).map_err(failed(format!(
-            "adding a default route via {gateway} to table {table}"
-        )))?;
+        if let Err(error) = netlink.new_route(&route) {
+            // A client killed with SIGKILL left its route behind: ours replaces it.
+            if error.raw_os_error() != Some(libc::EEXIST) {
+                return Err(failed(format!(
+                    "adding a default route via {gateway} to table {table}"
+                ))(error));
+            }
+            let _ = netlink.delete_route(&route);
+            netlink.new_route(&route).map_err(failed(format!(
+                "replacing the default route via {gateway} in table {table}"
+            )))?;
+        }
         // From here on, dropping `line_route` undoes what was added so far.
         let mut line_route = LineRoute {
             netlink,

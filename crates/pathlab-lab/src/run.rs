@@ -410,11 +410,22 @@ fn run_command(
         Err(error) => return LabOutcome::Failed(format!("creating {file_name}: {error}")),
     };
     let target = target.map(|t| t.to_string()).unwrap_or_default();
-    let args: Vec<String> = argv[1..]
-        .iter()
-        .map(|a| a.replace("{to}", &target))
-        .collect();
-    let mut command = std::process::Command::new(&argv[0]);
+    // `{pathlab}` is this very binary (a recipe runs `pathlab bond` or `pathlab tcp` without
+    // relying on PATH); `{out}` the run's output directory.
+    let pathlab = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "pathlab".to_owned());
+    let out_dir = std::path::absolute(out)
+        .unwrap_or_else(|_| out.to_path_buf())
+        .display()
+        .to_string();
+    let substitute = |a: &String| {
+        a.replace("{to}", &target)
+            .replace("{pathlab}", &pathlab)
+            .replace("{out}", &out_dir)
+    };
+    let args: Vec<String> = argv[1..].iter().map(substitute).collect();
+    let mut command = std::process::Command::new(substitute(&argv[0]));
     command.args(&args).stdin(std::process::Stdio::null());
     pathlab_io::die_with_spawner(&mut command);
     match file.try_clone() {
@@ -437,6 +448,13 @@ fn run_command(
                 }
             }
             Ok(None) if Instant::now() >= deadline => {
+                // SIGTERM first, so a program that cleans up after itself (a tunnel's
+                // routes, its stats) can; SIGKILL if it has not ended a second later.
+                let _ = pathlab_io::terminate(child.id());
+                let grace = Instant::now() + Duration::from_secs(1);
+                while Instant::now() < grace && matches!(child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 let _ = child.kill();
                 let _ = child.wait();
                 return LabOutcome::Command {

@@ -31,6 +31,15 @@ enum BondCommand {
     Client(ClientArgs),
     /// A running tunnel's lines: state, rate, queue delay, loss; sessions and counters.
     Stats(StatsArgs),
+    /// Write a fresh pre-shared key (32 random bytes, hex) to FILE, readable by its owner only.
+    Key(KeyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct KeyArgs {
+    /// Where to write the key (refused if it exists).
+    #[arg(value_name = "FILE")]
+    file: std::path::PathBuf,
 }
 
 /// What both ends share.
@@ -116,7 +125,9 @@ struct StatsArgs {
 fn parse_target(text: &str) -> Result<Duration, String> {
     let target = crate::cmd::parse_time(text)?;
     if target > Duration::from_secs(1) {
-        return Err(format!("a target of {text} would let every line hold a second of queue; give at most 1s"));
+        return Err(format!(
+            "a target of {text} would let every line hold a second of queue; give at most 1s"
+        ));
     }
     Ok(target)
 }
@@ -127,7 +138,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         BondCommand::Server(server) => run_server(server),
         BondCommand::Client(client) => run_client(client),
         BondCommand::Stats(stats) => run_stats(stats),
+        BondCommand::Key(key) => write_key(key),
     }
+}
+
+fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut bytes = [0u8; 32];
+    pathlab_bond::endpoint::Entropy::fill(&mut pathlab_io::bond::OsEntropy, &mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&args.file)
+        .with_context(|| format!("cannot create the key file '{}'", args.file.display()))
+        .map_err(usage)?;
+    writeln!(file, "{hex}")?;
+    Ok(())
 }
 
 /// An address with a prefix length: `198.18.0.1/24`, `2001:2::1/64`.
@@ -139,11 +168,10 @@ fn parse_cidr(text: &str) -> anyhow::Result<(IpAddr, u8)> {
         .parse()
         .with_context(|| format!("'{address}' in '{text}' is not an IP address"))?;
     let max = if address.is_ipv4() { 32 } else { 128 };
-    let prefix: u8 = prefix
-        .parse()
-        .ok()
-        .filter(|p| *p <= max)
-        .with_context(|| format!("'{prefix}' in '{text}' is not a prefix length of 0 to {max}"))?;
+    let prefix: u8 =
+        prefix.parse().ok().filter(|p| *p <= max).with_context(|| {
+            format!("'{prefix}' in '{text}' is not a prefix length of 0 to {max}")
+        })?;
     Ok((address, prefix))
 }
 
@@ -172,9 +200,7 @@ fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
                         .with_context(|| format!("--line '{text}': bad rate '{value}'"))?,
                 );
             }
-            _ => anyhow::bail!(
-                "--line '{text}': '{part}' is neither via=GATEWAY nor rate=RATE"
-            ),
+            _ => anyhow::bail!("--line '{text}': '{part}' is neither via=GATEWAY nor rate=RATE"),
         }
     }
     Ok((line, rate))
@@ -265,7 +291,8 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
         },
     };
     eprintln!("bond: server listening on {}", args.listen);
-    let stats = pathlab_io::bond::run_server(&options, std::os::fd::AsFd::as_fd(&signals), print_event)?;
+    let stats =
+        pathlab_io::bond::run_server(&options, std::os::fd::AsFd::as_fd(&signals), print_event)?;
     finish(&stats, args.common.json)
 }
 
@@ -277,7 +304,10 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()
         .map_err(usage)?;
     if parsed.len() > 16 {
-        return Err(usage(anyhow::anyhow!("at most 16 lines, not {}", parsed.len())));
+        return Err(usage(anyhow::anyhow!(
+            "at most 16 lines, not {}",
+            parsed.len()
+        )));
     }
     let (mut config, tun, psk) = bond_config(&args.common, parsed.len())?;
     config.scheduler = match args.scheduler.as_str() {
@@ -286,7 +316,9 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         _ => SchedulerKind::Delay,
     };
     config.line_rates = parsed.iter().map(|(_, rate)| *rate).collect();
-    if config.scheduler == SchedulerKind::WeightedRoundRobin && config.line_rates.iter().any(Option::is_none) {
+    if config.scheduler == SchedulerKind::WeightedRoundRobin
+        && config.line_rates.iter().any(Option::is_none)
+    {
         return Err(usage(anyhow::anyhow!(
             "--scheduler wrr weighs lines by their rates: give every --line a rate=RATE"
         )));
@@ -302,11 +334,12 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         config,
         connect_timeout: args.connect_timeout,
     };
-    let stats = pathlab_io::bond::run_client(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
-        .map_err(|error| match error {
-            pathlab_io::bond::BondError::Line { .. } => usage(error),
-            other => anyhow::Error::new(other),
-        })?;
+    let stats =
+        pathlab_io::bond::run_client(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
+            .map_err(|error| match error {
+                pathlab_io::bond::BondError::Line { .. } => usage(error),
+                other => anyhow::Error::new(other),
+            })?;
     finish(&stats, args.common.json)
 }
 
