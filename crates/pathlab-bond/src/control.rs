@@ -188,9 +188,7 @@ impl RateController {
     pub fn on_rtt(&mut self, sample: Duration) {
         self.srtt = Some(match self.srtt {
             None => sample,
-            Some(srtt) => {
-                Duration::from_nanos((srtt.as_nanos() * 7 + sample.as_nanos()) / 8)
-            }
+            Some(srtt) => Duration::from_nanos((srtt.as_nanos() * 7 + sample.as_nanos()) / 8),
         });
     }
 
@@ -274,7 +272,8 @@ impl RateController {
             self.phase = Phase::Draining;
             // Long enough for a target's worth of queue to empty at a quarter of the rate,
             // and for the reports of the empty queue to come back.
-            let hold = self.srtt.unwrap_or(Duration::from_millis(50)) + self.config.target.saturating_mul(4);
+            let hold = self.srtt.unwrap_or(Duration::from_millis(50))
+                + self.config.target.saturating_mul(4);
             self.drain_until = now + hold.max(Duration::from_millis(50));
         }
         let delivery = self.delivery_bps;

@@ -24,8 +24,8 @@ use crate::line::{Line, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{self, Choice, LineView, SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
-    self, Frame, Header, Hello, Kind, Welcome, DATA_OVERHEAD_BYTES, FRAGMENT_HEADER_BYTES,
-    FEEDBACK_FRAME_BYTES, ECHO_FRAME_BYTES,
+    self, Frame, Header, Hello, Kind, Welcome, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES,
+    FEEDBACK_FRAME_BYTES, FRAGMENT_HEADER_BYTES,
 };
 
 /// Randomness the endpoint needs (nonces, session ids): the driver gives the OS's CSPRNG,
@@ -182,7 +182,13 @@ impl Bond {
         now: Instant,
     ) -> Bond {
         let keys = SessionKeys::session(&psk, Role::Server, client_nonce, server_nonce);
-        Bond::new(config, Role::Server, psk, State::Open { session, keys }, now)
+        Bond::new(
+            config,
+            Role::Server,
+            psk,
+            State::Open { session, keys },
+            now,
+        )
     }
 
     fn new(config: BondConfig, role: Role, psk: Psk, state: State, now: Instant) -> Bond {
@@ -192,7 +198,11 @@ impl Bond {
                 if let Some(rate) = config.line_rates.get(j).copied().flatten() {
                     controller.max_rate = Some(rate);
                 }
-                let max_payload = config.max_payload.get(j).copied().unwrap_or(DEFAULT_MAX_PAYLOAD);
+                let max_payload = config
+                    .max_payload
+                    .get(j)
+                    .copied()
+                    .unwrap_or(DEFAULT_MAX_PAYLOAD);
                 Line::new(j as u8, controller, max_payload, now)
             })
             .collect();
@@ -488,10 +498,7 @@ impl Bond {
                 .encode(buf);
                 // Padded to the Welcome's size: the server never answers with more bytes
                 // than it received.
-                buf.resize(
-                    wire::HEADER_BYTES + wire::WELCOME_BODY_BYTES,
-                    0,
-                );
+                buf.resize(wire::HEADER_BYTES + wire::WELCOME_BODY_BYTES, 0);
                 crypto::seal(&self.hello_keys.seal, &header, buf).ok()?;
                 Some(Transmit { line: line as u8 })
             }
@@ -509,7 +516,12 @@ impl Bond {
             line.report_due(now, &timers) || line.keepalive_due(now, &timers)
         }) {
             let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
-            return self.build(now, j, if with_data { Fill::All } else { Fill::Nothing }, buf);
+            return self.build(
+                now,
+                j,
+                if with_data { Fill::All } else { Fill::Nothing },
+                buf,
+            );
         }
         if self.fair.is_empty() {
             return None;
@@ -541,8 +553,7 @@ impl Bond {
                         .max()
                         .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
                 ) as usize;
-                match sched::earliest_arrival(now, &self.views(), len, self.fair.backlog_bytes())
-                {
+                match sched::earliest_arrival(now, &self.views(), len, self.fair.backlog_bytes()) {
                     Choice::Send(j) => j,
                     Choice::Wait(at) => {
                         self.send_at = Some(at);
@@ -602,7 +613,10 @@ impl Bond {
         }
         match self.config.scheduler {
             SchedulerKind::Delay => {
-                let len = self.fair.backlog_bytes().min(self.lines[j].max_payload as u64) as usize;
+                let len = self
+                    .fair
+                    .backlog_bytes()
+                    .min(self.lines[j].max_payload as u64) as usize;
                 sched::earliest_arrival(now, &self.views(), len, self.fair.backlog_bytes())
                     == Choice::Send(j)
             }

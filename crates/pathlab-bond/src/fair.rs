@@ -287,7 +287,8 @@ impl FairQueue {
     }
 
     fn drop_from_longest(&mut self) {
-        let Some(index) = (0..self.streams.len()).max_by_key(|&i| self.streams[i].waiting.queued_bytes)
+        let Some(index) =
+            (0..self.streams.len()).max_by_key(|&i| self.streams[i].waiting.queued_bytes)
         else {
             return;
         };
@@ -402,9 +403,10 @@ impl FairQueue {
                 return Served::OutOfCredit;
             }
             if stream.head.is_none() {
-                let packet = stream
-                    .codel
-                    .dequeue(now, codel, &mut stream.waiting, &mut self.verdicts);
+                let packet =
+                    stream
+                        .codel
+                        .dequeue(now, codel, &mut stream.waiting, &mut self.verdicts);
                 for dropped in self.verdicts.dropped.drain(..) {
                     self.counters.codel_dropped += 1;
                     self.backlog_bytes -= dropped.packet.data.len() as u64;
@@ -477,7 +479,9 @@ pub fn source_key(packet: &[u8]) -> u64 {
     };
     // FNV-1a: stable, cheap, and the queue needs no defence against chosen collisions
     // beyond sharing a stream.
-    address.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    })
+    address
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |hash, &byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        })
 }

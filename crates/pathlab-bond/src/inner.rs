@@ -68,10 +68,7 @@ mod tests {
         v4[16..20].copy_from_slice(&[198, 18, 0, 2]);
         assert_eq!(
             addresses(&v4),
-            Some((
-                "198.18.0.1".parse().unwrap(),
-                "198.18.0.2".parse().unwrap()
-            ))
+            Some(("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap()))
         );
         let mut v6 = vec![0u8; 40];
         v6[0] = 0x60;

@@ -171,7 +171,9 @@ impl Line {
         self.controller.on_sent(len_bytes);
         if paced {
             // A pacer that fell behind (a late wake-up) may catch up by at most 1 ms.
-            let start = self.ready_at.max(now - Duration::from_millis(1).min(now - Instant::ZERO));
+            let start = self
+                .ready_at
+                .max(now - Duration::from_millis(1).min(now - Instant::ZERO));
             let rate = self.controller.rate().as_f64().max(1.0);
             self.ready_at = start + Duration::from_secs_f64(len_bytes as f64 * 8.0 / rate);
         }

@@ -171,6 +171,8 @@ impl WeightedRoundRobin {
 mod tests {
     use super::*;
 
+    // The scheduler takes one `Option<LineView>` per line (`None`: down).
+    #[allow(clippy::unnecessary_wraps)]
     fn view(ready_ms: u64, mbit: f64, owd_ms: i64) -> Option<LineView> {
         Some(LineView {
             ready_at: Instant::from_millis(ready_ms),
@@ -239,7 +241,9 @@ mod tests {
         let count = |j| picks.iter().filter(|&&p| p == j).count();
         assert_eq!((count(0), count(1), count(2)), (12, 6, 3));
         // Interleaved: the heaviest line never takes more than 2 in a row here.
-        assert!(picks.windows(3).all(|w| !(w[0] == 0 && w[1] == 0 && w[2] == 0)));
+        assert!(picks
+            .windows(3)
+            .all(|w| !(w[0] == 0 && w[1] == 0 && w[2] == 0)));
         // A line that goes down is skipped.
         assert_eq!(wrr.pick(&[None, Some(1.0), None]), Some(1));
     }

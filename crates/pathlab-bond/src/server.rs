@@ -185,7 +185,9 @@ impl Server {
         self.entropy.fill(&mut server_nonce);
         let mut config = self.config.session.clone();
         config.lines = usize::from(hello.lines);
-        config.max_payload.resize(config.lines, crate::endpoint::DEFAULT_MAX_PAYLOAD);
+        config
+            .max_payload
+            .resize(config.lines, crate::endpoint::DEFAULT_MAX_PAYLOAD);
         config.line_rates.resize(config.lines, None);
         let bond = Bond::server(
             config,

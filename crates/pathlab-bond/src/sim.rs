@@ -80,7 +80,10 @@ impl Node for ClientNode {
 
 /// The address the server sees line `k` of client `client` come from.
 pub fn line_address(client: u8, line: usize) -> SocketAddr {
-    SocketAddr::new(Ipv4Addr::new(198, 19, client, line as u8 + 1).into(), 40_000)
+    SocketAddr::new(
+        Ipv4Addr::new(198, 19, client, line as u8 + 1).into(),
+        40_000,
+    )
 }
 
 /// The server as a node; several clients reach it: client `c`'s line `k` arrives on port
@@ -275,7 +278,14 @@ impl Host {
 }
 
 /// An IPv4/UDP packet of `len` bytes with the host's payload.
-pub fn packet(source: Ipv4Addr, destination: Ipv4Addr, len: usize, mark: u8, number: u64, sent: Instant) -> Vec<u8> {
+pub fn packet(
+    source: Ipv4Addr,
+    destination: Ipv4Addr,
+    len: usize,
+    mark: u8,
+    number: u64,
+    sent: Instant,
+) -> Vec<u8> {
     let len = len.max(MIN_PACKET);
     let mut p = vec![0u8; len];
     p[0] = 0x45;
@@ -338,7 +348,14 @@ impl Node for Host {
             if now >= pinger.next && now < pinger.stop {
                 pinger.seq += 1;
                 pinger.next += pinger.every;
-                let p = packet(pinger.source, pinger.destination, pinger.size_bytes, PING, pinger.seq, now);
+                let p = packet(
+                    pinger.source,
+                    pinger.destination,
+                    pinger.size_bytes,
+                    PING,
+                    pinger.seq,
+                    now,
+                );
                 return Some((0, p));
             }
         }
@@ -346,7 +363,17 @@ impl Node for Host {
             if now >= *next && now < flow.stop {
                 *number += 1;
                 *next += flow.rate.serialization_time(flow.size_bytes as u64);
-                return Some((0, packet(flow.source, flow.destination, flow.size_bytes, DATA, *number, now)));
+                return Some((
+                    0,
+                    packet(
+                        flow.source,
+                        flow.destination,
+                        flow.size_bytes,
+                        DATA,
+                        *number,
+                        now,
+                    ),
+                ));
             }
         }
         None

@@ -101,7 +101,10 @@ fn queue_delay_ms(records: &[PacketRecord], from: Instant, to: Instant, q: f64) 
     let mut delays: Vec<f64> = records
         .iter()
         .filter(|r| r.arrived >= from && r.arrived < to)
-        .filter_map(|r| r.dequeued.map(|d| d.saturating_since(r.arrived).as_millis_f64()))
+        .filter_map(|r| {
+            r.dequeued
+                .map(|d| d.saturating_since(r.arrived).as_millis_f64())
+        })
         .collect();
     assert!(!delays.is_empty(), "no packets between {from} and {to}");
     delays.sort_by(f64::total_cmp);
@@ -132,7 +135,10 @@ fn bulk(rate_mbit: u64, until: f64) -> Host {
 /// ADSL/cable/4G-like lines: 12, 6 and 3 Mbit/s up, one-way 10, 20 and 40 ms, tail-drop
 /// buffers of about a second; downward fast.
 const THREE_LINES: [(&str, &str); 3] = [
-    ("delay 10ms rate 12mbit limit 1000", "delay 10ms rate 50mbit"),
+    (
+        "delay 10ms rate 12mbit limit 1000",
+        "delay 10ms rate 50mbit",
+    ),
     ("delay 20ms rate 6mbit limit 500", "delay 20ms rate 50mbit"),
     ("delay 40ms rate 3mbit limit 250", "delay 40ms rate 50mbit"),
 ];
@@ -141,7 +147,14 @@ const RATES_MBIT: [f64; 3] = [12.0, 6.0, 3.0];
 #[test]
 fn the_session_opens_and_carries_packets_both_ways() {
     let near = bulk(1, 2.0);
-    let far = Host::new().pings(FAR, USER, Duration::from_millis(100), 100, secs(1.0), secs(2.0));
+    let far = Host::new().pings(
+        FAR,
+        USER,
+        Duration::from_millis(100),
+        100,
+        secs(1.0),
+        secs(2.0),
+    );
     let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), near, far);
     tunnel.run_until(secs(3.0));
     assert!(tunnel.client.bond.is_open());
@@ -157,7 +170,12 @@ fn the_session_opens_and_carries_packets_both_ways() {
 #[test]
 fn the_delay_controller_fills_each_line_and_holds_its_queue_near_target() {
     // 30 Mbit/s offered to 21 Mbit/s of lines, for 20 s.
-    let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), bulk(30, 20.0), Host::new());
+    let mut tunnel = Tunnel::new(
+        &THREE_LINES,
+        BondConfig::new(3),
+        bulk(30, 20.0),
+        Host::new(),
+    );
     tunnel.run_until(secs(20.0));
     let (from, to) = (secs(10.0), secs(20.0));
     for (k, rate) in RATES_MBIT.iter().enumerate() {
@@ -165,7 +183,9 @@ fn the_delay_controller_fills_each_line_and_holds_its_queue_near_target() {
         let delivered_mbit = bytes_out(&records, from, to) as f64 * 8.0 / 10.0 / 1e6;
         let p50 = queue_delay_ms(&records, from, to, 0.5);
         let p95 = queue_delay_ms(&records, from, to, 0.95);
-        eprintln!("line {k}: {delivered_mbit:.2} of {rate} Mbit/s, queue p50 {p50:.1} ms p95 {p95:.1} ms");
+        eprintln!(
+            "line {k}: {delivered_mbit:.2} of {rate} Mbit/s, queue p50 {p50:.1} ms p95 {p95:.1} ms"
+        );
         // Within 5% of the line's rate (the link counts IP + UDP bytes: the line's own).
         assert!(
             (delivered_mbit - rate).abs() / rate < 0.05,
@@ -199,8 +219,14 @@ fn the_aggregate_carries_nearly_the_sum_of_the_lines() {
     // report and an echo now and then, 14 per fragment: with 1472-byte datagrams carrying
     // 1400-byte packets, about 95% of each line's bytes are inner bytes.
     eprintln!("aggregate inner goodput {goodput:.2} Mbit/s of {sum} Mbit/s of lines");
-    eprintln!("client {:?} fair {:?}", tunnel.client.bond.counters(), tunnel.client.bond.fair().counters());
-    for line in tunnel.client.bond.lines() { eprintln!("line {:?}", line.counters()); }
+    eprintln!(
+        "client {:?} fair {:?}",
+        tunnel.client.bond.counters(),
+        tunnel.client.bond.fair().counters()
+    );
+    for line in tunnel.client.bond.lines() {
+        eprintln!("line {:?}", line.counters());
+    }
     let reorder = tunnel.client.bond.reorder().counters();
     let far_reorder = tunnel
         .server
@@ -237,8 +263,16 @@ fn a_dead_line_is_left_within_half_a_second_and_rejoins_when_it_comes_back() {
     tunnel.run_until(secs(5.0));
     let dead = LinkSpec::parse("loss 100%").unwrap();
     let now = tunnel.net.now();
-    tunnel.net.link_mut(tunnel.lines[1].0).set_spec(now, &dead).unwrap();
-    tunnel.net.link_mut(tunnel.lines[1].1).set_spec(now, &dead).unwrap();
+    tunnel
+        .net
+        .link_mut(tunnel.lines[1].0)
+        .set_spec(now, &dead)
+        .unwrap();
+    tunnel
+        .net
+        .link_mut(tunnel.lines[1].1)
+        .set_spec(now, &dead)
+        .unwrap();
     let mut down_after = None;
     for step in 1..=100 {
         tunnel.run_until(secs(5.0 + f64::from(step) * 0.01));
@@ -258,8 +292,16 @@ fn a_dead_line_is_left_within_half_a_second_and_rejoins_when_it_comes_back() {
     // Back at 8 s.
     let now = tunnel.net.now();
     let (up, down) = THREE_LINES[1];
-    tunnel.net.link_mut(tunnel.lines[1].0).set_spec(now, &LinkSpec::parse(up).unwrap()).unwrap();
-    tunnel.net.link_mut(tunnel.lines[1].1).set_spec(now, &LinkSpec::parse(down).unwrap()).unwrap();
+    tunnel
+        .net
+        .link_mut(tunnel.lines[1].0)
+        .set_spec(now, &LinkSpec::parse(up).unwrap())
+        .unwrap();
+    tunnel
+        .net
+        .link_mut(tunnel.lines[1].1)
+        .set_spec(now, &LinkSpec::parse(down).unwrap())
+        .unwrap();
     let mut up_after = None;
     for step in 1..=300 {
         tunnel.run_until(secs(8.0 + f64::from(step) * 0.01));
@@ -323,7 +365,12 @@ fn pinger_added_rtt_ms(fair: pathlab_bond::fair::FairKey) -> (f64, f64) {
     };
     let idle = rtts(2.0, 5.0);
     let loaded = rtts(10.0, 19.5);
-    assert!(idle.len() > 50 && loaded.len() > 150, "{} {}", idle.len(), loaded.len());
+    assert!(
+        idle.len() > 50 && loaded.len() > 150,
+        "{} {}",
+        idle.len(),
+        loaded.len()
+    );
     let idle_median = idle[idle.len() / 2];
     let p95 = loaded[(loaded.len() * 95).div_ceil(100) - 1];
     let median = loaded[loaded.len() / 2];
