@@ -23,7 +23,8 @@ pub struct ReorderCounters {
     pub reordered: u64,
     /// Gaps given up on (packets never completed before a successor timed out).
     pub gaps_skipped: u64,
-    /// Incomplete packets dropped because their missing fragments never came.
+    /// Incomplete packets dropped because their missing fragments never came (given up
+    /// with a gap, or after the fragment timeout).
     pub fragments_timed_out: u64,
     /// Fragments for packets already delivered or skipped.
     pub late_fragments: u64,
@@ -226,7 +227,10 @@ impl Reorder {
                     .min_by_key(|&n| n.wrapping_sub(rx.next))
                     .unwrap_or(first);
                 self.counters.gaps_skipped += 1;
+                // Incomplete packets in the gap are given up with it: they timed out too.
+                let partials = rx.partial.len();
                 rx.partial.retain(|&n, _| !before(n, first));
+                self.counters.fragments_timed_out += (partials - rx.partial.len()) as u64;
                 rx.next = first;
                 Self::release_in_order(rx, &mut self.ready, &mut self.counters);
             }
@@ -321,6 +325,11 @@ mod tests {
         reorder.handle_fragment(ms(1), 1, 2, 0, 10, false, &[2; 10]);
         reorder.handle_timeout(ms(51));
         assert_eq!(delivered(&mut reorder), vec![vec![2; 10]]);
+        assert_eq!(
+            reorder.counters().fragments_timed_out,
+            1,
+            "given up with the gap"
+        );
         // The partial packet 1 is behind `next` now: dropped with the gap.
         reorder.handle_timeout(ms(600));
         assert_eq!(reorder.poll_at(), None);

@@ -176,6 +176,8 @@ impl WeightedRoundRobin {
 mod tests {
     use super::*;
 
+    // The scheduler takes one `Option<LineView>` per line (`None`: down).
+    #[allow(clippy::unnecessary_wraps)]
     fn view(ready_ms: u64, mbit: f64, owd_ms: i64) -> Option<LineView> {
         Some(LineView {
             ready_at: Instant::from_millis(ready_ms),
