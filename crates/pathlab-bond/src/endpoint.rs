@@ -357,9 +357,13 @@ impl Bond {
                     self.handle_frame(now, frame);
                 }
             }
+            (Kind::Welcome, State::Open { .. } | State::Closed) => {
+                // The server welcomes every line's Hello: the second line's Welcome comes
+                // after the session opened. Not an attack; ignored, not counted.
+            }
             _ => {
-                // A Hello at a client, a Welcome once open, Data before the Welcome: not
-                // for this state. Counted with the failures; never answered.
+                // A Hello at a client, Data before the Welcome: not for this state.
+                // Counted with the failures; never answered.
                 self.counters.auth_failures += 1;
             }
         }

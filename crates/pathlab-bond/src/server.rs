@@ -137,6 +137,12 @@ impl Server {
 
     fn handle_hello(&mut self, now: Instant, from: SocketAddr, datagram: &mut [u8]) {
         let received_len = datagram.len();
+        // A Hello must be as long as the Welcome it asks for (the client pads it): a
+        // shorter one gets no answer, so it must not get a session either.
+        if received_len < wire::HEADER_BYTES + wire::WELCOME_BODY_BYTES + wire::TAG_BYTES {
+            self.counters.malformed += 1;
+            return;
+        }
         let Ok((header, body)) = crypto::open(&self.hello_keys.open, datagram) else {
             self.counters.auth_failures += 1;
             return;
