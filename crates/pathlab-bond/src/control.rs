@@ -116,6 +116,8 @@ pub struct RateController {
     sent_bytes: u64,
     sent_since: Instant,
     phase: Phase,
+    /// The rate when the line went down, while it is down.
+    rate_before_down: Option<f64>,
     next_drain: Instant,
     drain_until: Instant,
 }
@@ -137,6 +139,7 @@ impl RateController {
             sent_bytes: 0,
             sent_since: now,
             phase: Phase::Starting,
+            rate_before_down: None,
             next_drain: now + config.drain_every,
             drain_until: now,
             config,
@@ -204,10 +207,26 @@ impl RateController {
         self.previous = None;
         self.owd_raw_ns = None;
         self.queue_delay = Duration::ZERO;
-        self.rate_bps = clamp_rate(&self.config, self.rate_bps / 2.0);
+        // From half the rate it had when it went down (a line that comes back is likely the
+        // line it was), and never below the initial rate: a line paced too slowly gets no
+        // traffic from the scheduler, so it would never show it can do more.
+        let before = self.rate_before_down.take().unwrap_or(self.rate_bps);
+        self.rate_bps = clamp_rate(
+            &self.config,
+            (before / 2.0).max(self.config.initial_rate.as_f64()),
+        );
         self.phase = Phase::Starting;
         self.sent_bytes = 0;
         self.sent_since = now;
+    }
+
+    /// The line went down: what it could do is kept for when it comes back, and reports
+    /// that straddle the outage (all loss, nothing delivered) must not count.
+    pub fn suspend(&mut self) {
+        if self.rate_before_down.is_none() {
+            self.rate_before_down = Some(self.rate_bps);
+        }
+        self.previous = None;
     }
 
     /// The receiver's report on this line.

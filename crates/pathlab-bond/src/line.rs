@@ -239,6 +239,11 @@ impl Line {
     /// The peer reported on what we sent on this line.
     pub fn on_feedback(&mut self, now: Instant, report: &Feedback) {
         self.last_feedback = now;
+        if self.state == LineState::Down {
+            // Reports of a line that is down span the outage: their loss and delivery say
+            // nothing about the line's rate. It restarts when it comes back.
+            return;
+        }
         self.controller.on_feedback(now, report);
     }
 
@@ -312,7 +317,10 @@ impl Line {
         self.state = next;
         self.state_since = now;
         match next {
-            LineState::Down => self.counters.went_down += 1,
+            LineState::Down => {
+                self.counters.went_down += 1;
+                self.controller.suspend();
+            }
             LineState::Up => {
                 self.counters.came_back += 1;
                 self.controller.restart(now);

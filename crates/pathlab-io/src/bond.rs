@@ -403,8 +403,8 @@ pub fn run_client(
             break;
         }
     }
-    bond.close();
     let stats = BondStats::client(&options.name, clock.now().as_secs_f64(), &bond, &interfaces);
+    bond.close();
     drop(routes);
     Ok(stats)
 }

@@ -7,6 +7,7 @@ pub const RECIPES: &[(&str, &str)] = &[
     ("aqm", include_str!("../recipes/aqm.toml")),
     ("owd-probe", include_str!("../recipes/owd-probe.toml")),
     ("wan-sweep", include_str!("../recipes/wan-sweep.toml")),
+    ("bond", include_str!("../recipes/bond.toml")),
 ];
 
 /// A recipe's spec text by name.

@@ -419,10 +419,17 @@ fn run_command(
         .unwrap_or_else(|_| out.to_path_buf())
         .display()
         .to_string();
+    // `{duration}`: how long a measuring command should run to end inside its slot (the
+    // slot less a second for it to start and report), in seconds.
+    let duration = format!(
+        "{:.1}",
+        (workload.duration.as_secs_f64() - 1.0).max(1.0)
+    );
     let substitute = |a: &String| {
         a.replace("{to}", &target)
             .replace("{pathlab}", &pathlab)
             .replace("{out}", &out_dir)
+            .replace("{duration}", &duration)
     };
     let args: Vec<String> = argv[1..].iter().map(substitute).collect();
     let mut command = std::process::Command::new(substitute(&argv[0]));
