@@ -574,7 +574,7 @@ impl Bond {
                     &self.views(),
                     len,
                     self.fair.backlog_bytes(),
-                    self.config.controller.target,
+                    self.config.controller.target.saturating_mul(2),
                 ) {
                     Choice::Send(j) => j,
                     Choice::Wait(at) => {
@@ -644,7 +644,7 @@ impl Bond {
                     &self.views(),
                     len,
                     self.fair.backlog_bytes(),
-                    self.config.controller.target,
+                    self.config.controller.target.saturating_mul(2),
                 ) == Choice::Send(j)
             }
             SchedulerKind::RoundRobin | SchedulerKind::WeightedRoundRobin => true,

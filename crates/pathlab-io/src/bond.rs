@@ -18,7 +18,7 @@ use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
 use pathlab_bond::crypto::Psk;
-use pathlab_bond::endpoint::{Bond, BondConfig, Entropy};
+use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, DEFAULT_MAX_PAYLOAD};
 use pathlab_bond::line::LineState;
 use pathlab_bond::server::{Server, ServerConfig};
 use pathlab_bond::stats::BondStats;
@@ -45,8 +45,10 @@ impl Entropy for OsEntropy {
 pub struct TunOptions {
     /// The device's name.
     pub name: String,
-    /// Its MTU.
-    pub mtu: u32,
+    /// Its MTU; `None`: one inner packet per datagram of the smallest line (the line's
+    /// payload less the tunnel's header, timestamp, tag and one fragment header), so
+    /// nothing is fragmented. Larger MTUs work too, their packets in fragments.
+    pub mtu: Option<u32>,
     /// Addresses (with prefix lengths).
     pub addresses: Vec<(IpAddr, u8)>,
     /// Routes into the tunnel.
@@ -104,6 +106,8 @@ pub enum BondEvent {
     TunUp {
         /// Its name.
         name: String,
+        /// Its MTU.
+        mtu: u32,
     },
     /// The client's session opened.
     SessionOpen {
@@ -239,12 +243,22 @@ impl Drop for StatsSocket {
     }
 }
 
-fn open_tun(options: &TunOptions) -> Result<Tun, BondError> {
+/// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes.
+pub fn unfragmented_mtu(max_payload: usize) -> u32 {
+    max_payload.saturating_sub(
+        pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::FRAGMENT_HEADER_BYTES,
+    ) as u32
+}
+
+fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondError> {
     let failed = |error| BondError::Tun {
         name: options.name.clone(),
         error,
     };
-    let mut tun = Tun::create(&options.name, options.mtu).map_err(failed)?;
+    let mtu = options
+        .mtu
+        .unwrap_or_else(|| unfragmented_mtu(smallest_payload).max(576));
+    let mut tun = Tun::create(&options.name, mtu).map_err(failed)?;
     for &(address, prefix) in &options.addresses {
         tun.add_address(address, prefix).map_err(failed)?;
     }
@@ -322,9 +336,11 @@ pub fn run_client(
     }
     config.line_rates.resize(config.lines, None);
     let stats_socket = StatsSocket::bind(&options.name)?;
-    let tun = open_tun(&options.tun)?;
+    let smallest = config.max_payload.iter().copied().min().unwrap_or(DEFAULT_MAX_PAYLOAD);
+    let tun = open_tun(&options.tun, smallest)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
+        mtu: tun.mtu(),
     });
     let clock = Clock::start();
     let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
@@ -425,9 +441,10 @@ pub fn run_server(
     let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let stats_socket = StatsSocket::bind(&options.name)?;
-    let tun = open_tun(&options.tun)?;
+    let tun = open_tun(&options.tun, DEFAULT_MAX_PAYLOAD)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
+        mtu: tun.mtu(),
     });
     let clock = Clock::start();
     let mut server = Server::new(

@@ -57,9 +57,10 @@ struct Common {
     /// A route into the tunnel (repeat).
     #[arg(long, value_name = "CIDR")]
     route: Vec<String>,
-    /// The TUN device's MTU (inner packets larger than a line's datagrams are fragmented).
-    #[arg(long, value_name = "BYTES", default_value_t = 1500)]
-    mtu: u32,
+    /// The TUN device's MTU (default: what fits one datagram of the smallest line, 1418
+    /// on 1500-byte IPv4 lines; larger inner packets are fragmented over datagrams).
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<u32>,
     /// How users share the tunnel: by inner source address, by flow, or not at all.
     #[arg(long, value_parser = ["src", "flow", "off"], default_value = "src")]
     fair: String,
@@ -229,11 +230,8 @@ fn bond_config(common: &Common, lines: usize) -> anyhow::Result<(BondConfig, Tun
         .map_err(usage)?;
     pathlab_io::runtime::validate_name(common.name.as_deref().unwrap_or(&common.tun))
         .map_err(|e| usage(anyhow::anyhow!(e)))?;
-    if !(576..=65_535).contains(&common.mtu) {
-        return Err(usage(anyhow::anyhow!(
-            "--mtu {} is outside 576..65535",
-            common.mtu
-        )));
+    if let Some(mtu) = common.mtu.filter(|mtu| !(576..=65_535).contains(mtu)) {
+        return Err(usage(anyhow::anyhow!("--mtu {mtu} is outside 576..65535")));
     }
     let mut config = BondConfig::new(lines);
     config.controller.target = common.target;
@@ -258,7 +256,7 @@ fn name_of(common: &Common) -> String {
 
 fn print_event(event: &BondEvent) {
     match event {
-        BondEvent::TunUp { name } => eprintln!("bond: {name} is up"),
+        BondEvent::TunUp { name, mtu } => eprintln!("bond: {name} is up, MTU {mtu}"),
         BondEvent::SessionOpen { session } => {
             eprintln!("bond: session {session:08x} open");
         }
