@@ -102,7 +102,7 @@ impl SessionStats {
                             .owd_ns()
                             .zip(lowest)
                             .map(|(owd, low)| (owd - low) as f64 / 1e6),
-                        srtt_ms: controller.srtt().map(|d| d.as_millis_f64()),
+                        srtt_ms: controller.srtt().map(pathlab_core::Duration::as_millis_f64),
                         loss: controller.loss(),
                         draining: controller.phase() == Phase::Draining,
                         counters: line.counters(),

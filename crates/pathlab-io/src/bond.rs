@@ -4,12 +4,12 @@
 //! the state machine with the current instant, sends what it answers, and sleeps in
 //! `ppoll` until its next deadline or the next packet.
 //!
-//! A stats socket (`bond-NAME.sock` in [`crate::runtime::runtime_dir`]) answers every
+//! A stats socket (`bond/NAME.sock` in [`crate::runtime::runtime_dir`]) answers every
 //! connection with a JSON [`BondStats`] snapshot: `pathlab bond stats` reads it.
 //! The TUN device, the line routes and the stats socket are removed when the loop ends,
 //! on a signal too; the TUN device also vanishes with the process after SIGKILL (it is not
-//! persistent), and `pathlab lab clean` removes a stale stats socket and routes' tables
-//! go with the interfaces they name.
+//! persistent), and `pathlab lab clean` removes a stale stats socket; a killed client's
+//! line routes are replaced by the next client's (and go with their namespace).
 
 use std::io::{self, Write as _};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -185,7 +185,9 @@ fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> BondError {
 
 /// The path of a tunnel's stats socket.
 pub fn stats_socket_path(name: &str) -> PathBuf {
-    crate::runtime::runtime_dir().join(format!("bond-{name}.sock"))
+    crate::runtime::runtime_dir()
+        .join("bond")
+        .join(format!("{name}.sock"))
 }
 
 /// Reads a running tunnel's stats.
@@ -213,7 +215,7 @@ struct StatsSocket {
 impl StatsSocket {
     fn bind(name: &str) -> Result<StatsSocket, BondError> {
         let path = stats_socket_path(name);
-        std::fs::create_dir_all(crate::runtime::runtime_dir())
+        std::fs::create_dir_all(path.parent().expect("in the runtime directory"))
             .map_err(io_error("creating the runtime directory"))?;
         if std::os::unix::net::UnixStream::connect(&path).is_ok() {
             return Err(BondError::NameTaken(name.to_owned()));
@@ -336,7 +338,12 @@ pub fn run_client(
     }
     config.line_rates.resize(config.lines, None);
     let stats_socket = StatsSocket::bind(&options.name)?;
-    let smallest = config.max_payload.iter().copied().min().unwrap_or(DEFAULT_MAX_PAYLOAD);
+    let smallest = config
+        .max_payload
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(DEFAULT_MAX_PAYLOAD);
     let tun = open_tun(&options.tun, smallest)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),

@@ -60,7 +60,7 @@ pub fn lock_interface(ifindex: u32) -> io::Result<(Option<File>, PathBuf)> {
 /// What [`clean`] removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Cleaned {
-    /// Control sockets no emulator answers on any more.
+    /// Control sockets no emulator (and stats sockets no tunnel) answers on any more.
     pub sockets: Vec<PathBuf>,
     /// Lock files no process holds.
     pub locks: Vec<PathBuf>,
@@ -77,8 +77,11 @@ pub struct Cleaned {
 /// in this namespace whose owner is gone. Live emulators and shells are not touched.
 pub fn clean() -> io::Result<Cleaned> {
     let mut cleaned = Cleaned::default();
-    let sockets = runtime_dir().join("emulate");
-    if let Ok(entries) = fs::read_dir(&sockets) {
+    // Emulators' control sockets and tunnels' stats sockets.
+    for kind in ["emulate", "bond"] {
+        let Ok(entries) = fs::read_dir(runtime_dir().join(kind)) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_some_and(|e| e == "sock")

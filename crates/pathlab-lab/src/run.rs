@@ -413,18 +413,16 @@ fn run_command(
     // `{pathlab}` is this very binary (a recipe runs `pathlab bond` or `pathlab tcp` without
     // relying on PATH); `{out}` the run's output directory.
     let pathlab = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "pathlab".to_owned());
+        .map_or_else(|_| "pathlab".to_owned(), |p| p.display().to_string());
     let out_dir = std::path::absolute(out)
         .unwrap_or_else(|_| out.to_path_buf())
         .display()
         .to_string();
-    // `{duration}`: how long a measuring command should run to end inside its slot (the
-    // slot less a second for it to start and report), in seconds.
-    let duration = format!(
-        "{:.1}",
-        (workload.duration.as_secs_f64() - 1.0).max(1.0)
-    );
+    // `{duration}`: how long a measuring command should run to end inside its slot, in
+    // seconds: 80% of it, so it has time to start, collect its last replies (a round trip
+    // or two, half a second through a bloated path) and report.
+    let slot = workload.duration.as_secs_f64();
+    let duration = format!("{:.1}", (0.8 * slot).min(slot - 1.0).max(1.0));
     let substitute = |a: &String| {
         a.replace("{to}", &target)
             .replace("{pathlab}", &pathlab)

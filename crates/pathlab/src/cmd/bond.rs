@@ -148,7 +148,11 @@ fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut bytes = [0u8; 32];
     pathlab_bond::endpoint::Entropy::fill(&mut pathlab_io::bond::OsEntropy, &mut bytes);
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = bytes.iter().fold(String::with_capacity(64), |mut hex, b| {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
