@@ -412,8 +412,8 @@ fn run_command(
     let target = target.map(|t| t.to_string()).unwrap_or_default();
     // `{pathlab}` is this very binary (a recipe runs `pathlab bond` or `pathlab tcp` without
     // relying on PATH); `{out}` the run's output directory.
-    let pathlab = std::env::current_exe()
-        .map_or_else(|_| "pathlab".to_owned(), |p| p.display().to_string());
+    let pathlab =
+        std::env::current_exe().map_or_else(|_| "pathlab".to_owned(), |p| p.display().to_string());
     let out_dir = std::path::absolute(out)
         .unwrap_or_else(|_| out.to_path_buf())
         .display()
