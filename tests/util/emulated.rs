@@ -15,26 +15,11 @@ use super::TempDir;
 /// The binary under test.
 pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
-/// The tests measure timing on a 2-core machine: one at a time, or they measure each other.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Whether the test may run (with the serializing guard): CAP_NET_ADMIN is needed; without
-/// it the test panics in CI and is skipped elsewhere.
-pub fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
-    if pathlab_io::require_net_admin("the namespace tests").is_ok() {
-        return Some(
-            ONE_AT_A_TIME
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: CI=true but this process lacks CAP_NET_ADMIN; CI must run the tests as root"
-    );
-    eprintln!("skipping {test}: needs CAP_NET_ADMIN (run the tests as root)");
-    None
-}
+/// Whether the test may run (with the serializing guard: the tests measure timing on a
+/// 2-core machine, one at a time): CAP_NET_ADMIN is needed; without it the test panics in
+/// CI and is skipped elsewhere.
+#[allow(unused_imports)] // not every test binary has namespace tests
+pub use pathlab_io::testing::privileged;
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
 /// destroys the namespaces.

@@ -30,8 +30,7 @@ pub mod rfc6349;
 pub mod runtime;
 pub mod shell;
 mod sys;
-#[cfg(test)]
-mod testing;
+pub mod testing;
 pub mod topology;
 pub mod tun;
 

@@ -1,5 +1,5 @@
-//! What pathlab-io's own namespace tests share: the privileged-test gate, the same one the
-//! end-to-end tests use (`tests/util/emulated.rs`).
+//! What namespace tests share, pathlab-io's own and the end-to-end tests in `tests/`: the
+//! privileged-test gate.
 
 /// The namespace tests build interfaces on a 2-core machine: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
