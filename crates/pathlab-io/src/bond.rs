@@ -270,10 +270,68 @@ fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondEr
     Ok(tun)
 }
 
-/// Most datagrams or packets taken from one source per pass.
+/// Datagrams to send, collected in reused buffers and sent [`line::MAX_BATCH`] at a time
+/// with `sendmmsg` (one system call for a batch instead of one per datagram).
+#[derive(Debug)]
+struct Outbox {
+    buffers: Vec<Vec<u8>>,
+    /// (socket index, destination) of each filled buffer, in order.
+    queued: Vec<(usize, SocketAddr)>,
+}
+
+impl Outbox {
+    fn new() -> Outbox {
+        Outbox {
+            buffers: (0..line::MAX_BATCH)
+                .map(|_| Vec::with_capacity(BUFFER_BYTES))
+                .collect(),
+            queued: Vec::with_capacity(line::MAX_BATCH),
+        }
+    }
+
+    /// The buffer for the next datagram.
+    fn next(&mut self) -> &mut Vec<u8> {
+        &mut self.buffers[self.queued.len()]
+    }
+
+    /// The buffer [`Outbox::next`] gave is filled: to `to` by socket `socket`. True when the
+    /// box is full and must be flushed.
+    fn push(&mut self, socket: usize, to: SocketAddr) -> bool {
+        self.queued.push((socket, to));
+        self.queued.len() == self.buffers.len()
+    }
+
+    /// Sends everything queued. A datagram the kernel refuses (a line whose interface is
+    /// down or unroutable) is dropped: the liveness logic sees the silence.
+    fn flush(&mut self, sockets: &[&UdpSocket]) {
+        for (index, socket) in sockets.iter().enumerate() {
+            let batch: Vec<(SocketAddr, &[u8])> = self
+                .queued
+                .iter()
+                .zip(&self.buffers)
+                .filter(|((s, _), _)| *s == index)
+                .map(|((_, to), buf)| (*to, buf.as_slice()))
+                .collect();
+            let mut sent = 0;
+            while sent < batch.len() {
+                match line::send_batch_to(socket, &batch[sent..]) {
+                    Ok(0) | Err(_) => sent += 1, // skip the one refused
+                    Ok(n) => sent += n,
+                }
+            }
+        }
+        self.queued.clear();
+    }
+}
+
+/// Batches of datagrams taken from one socket per pass (each up to [`line::MAX_BATCH`]).
+const RECEIVE_BATCHES: usize = 2;
+/// Most packets taken from the TUN device per pass.
 const RECEIVE_BUDGET: usize = 64;
 /// The largest datagram or packet read.
 const BUFFER_BYTES: usize = 65_536;
+/// A receive batch's slot: a jumbo frame's datagram (longer ones are not the tunnel's).
+const RECEIVE_SLOT_BYTES: usize = 9_216;
 /// The longest sleep, so signals and stats are seen promptly even when idle.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// Routing tables the client's line routes use: this one for line 0, the next for 1, ...
@@ -353,7 +411,9 @@ pub fn run_client(
     let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
     let mut bond = Bond::client(config, options.psk.clone(), &mut OsEntropy, clock.now());
     let mut buf = vec![0u8; BUFFER_BYTES];
-    let mut out = Vec::with_capacity(BUFFER_BYTES);
+    let mut outbox = Outbox::new();
+    let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
+    let socket_refs: Vec<&UdpSocket> = sockets.iter().collect();
     let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
     let mut announced_open = false;
     let mut ready = vec![false; sockets.len() + 3];
@@ -369,12 +429,21 @@ pub fn run_client(
         }
         // Datagrams from every line.
         for socket in &sockets {
-            for _ in 0..RECEIVE_BUDGET {
-                match socket.recv_from(&mut buf) {
-                    Ok((len, from)) if from == options.server => {
-                        bond.handle_datagram(now, &mut buf[..len]);
+            for _ in 0..RECEIVE_BATCHES {
+                match line::recv_batch(socket, &mut batch) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        for datagram in batch.datagrams() {
+                            // Not from our server, or longer than any line's datagram: not
+                            // even worth authenticating.
+                            if datagram.source != options.server || datagram.truncated {
+                                continue;
+                            }
+                            let len = datagram.data.len();
+                            buf[..len].copy_from_slice(datagram.data);
+                            bond.handle_datagram(now, &mut buf[..len]);
+                        }
                     }
-                    Ok(_) => {} // not from our server: not even worth authenticating
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                     // An ICMP error (port unreachable while the server starts): the line
                     // liveness logic sees the silence; nothing to do here.
@@ -387,12 +456,12 @@ pub fn run_client(
         while let Some(packet) = bond.poll_deliver() {
             let _ = tun.send(&packet); // a full TUN queue drops, as a NIC would
         }
-        while let Some(transmit) = bond.poll_transmit(now, &mut out) {
-            let socket = &sockets[usize::from(transmit.line)];
-            // A line whose interface is down or unroutable fails to send: that is the
-            // liveness logic's to see (no reports come back), not an error of the loop.
-            let _ = socket.send_to(&out, options.server);
+        while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
+            if outbox.push(usize::from(transmit.line), options.server) {
+                outbox.flush(&socket_refs);
+            }
         }
+        outbox.flush(&socket_refs);
         if bond.is_open() && !announced_open {
             announced_open = true;
             on_event(&BondEvent::SessionOpen {
@@ -460,7 +529,8 @@ pub fn run_server(
         Box::new(OsEntropy),
     );
     let mut buf = vec![0u8; BUFFER_BYTES];
-    let mut out = Vec::with_capacity(BUFFER_BYTES);
+    let mut outbox = Outbox::new();
+    let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
     let mut ready = [false; 4];
     let mut open = 0;
     loop {
@@ -472,9 +542,19 @@ pub fn run_server(
                 Err(error) => return Err(io_error("reading the TUN device")(error)),
             }
         }
-        for _ in 0..RECEIVE_BUDGET {
-            match socket.recv_from(&mut buf) {
-                Ok((len, from)) => server.handle_datagram(now, from, &mut buf[..len]),
+        for _ in 0..RECEIVE_BATCHES {
+            match line::recv_batch(&socket, &mut batch) {
+                Ok(0) => break,
+                Ok(_) => {
+                    for datagram in batch.datagrams() {
+                        if datagram.truncated {
+                            continue; // larger than any line's datagram: not ours
+                        }
+                        let len = datagram.data.len();
+                        buf[..len].copy_from_slice(datagram.data);
+                        server.handle_datagram(now, datagram.source, &mut buf[..len]);
+                    }
+                }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {}
                 Err(error) => return Err(io_error("reading the socket")(error)),
@@ -484,9 +564,12 @@ pub fn run_server(
         while let Some(packet) = server.poll_deliver() {
             let _ = tun.send(&packet);
         }
-        while let Some(to) = server.poll_transmit(now, &mut out) {
-            let _ = socket.send_to(&out, to);
+        while let Some(to) = server.poll_transmit(now, outbox.next()) {
+            if outbox.push(0, to) {
+                outbox.flush(&[&socket]);
+            }
         }
+        outbox.flush(&[&socket]);
         let sessions = server.sessions().count();
         if sessions != open {
             open = sessions;
