@@ -708,17 +708,7 @@ impl Bond {
         }
         let capacity = line.max_payload.saturating_sub(wire::TAG_BYTES);
         let budget = capacity.saturating_sub(buf.len());
-        let write = |piece: crate::fair::Piece<'_>| {
-            Frame::Fragment(wire::Fragment {
-                stream: piece.stream,
-                packet: piece.packet,
-                offset: piece.offset,
-                total_len: piece.total_len,
-                compressed: piece.compressed,
-                data: piece.data,
-            })
-            .encode(buf);
-        };
+        let write = |fragment: wire::Fragment<'_>| Frame::Fragment(fragment).encode(buf);
         match fill {
             Fill::All => {
                 self.fair.fill(now, budget, write);

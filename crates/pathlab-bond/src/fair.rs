@@ -24,7 +24,7 @@ use pathlab_core::queue::{CodelQueue, CodelState};
 use pathlab_core::spec::CodelConfig;
 use pathlab_core::{Duration, Instant, Packet, Verdicts};
 
-use crate::wire::FRAGMENT_HEADER_BYTES;
+use crate::wire::{Fragment, FRAGMENT_HEADER_BYTES};
 
 /// How inner packets are told apart into users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -63,23 +63,6 @@ impl Default for FairConfig {
             },
         }
     }
-}
-
-/// A fragment the queue hands out, to be written into a datagram.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Piece<'a> {
-    /// The stream (user) the packet belongs to.
-    pub stream: u16,
-    /// The packet's number in its stream.
-    pub packet: u32,
-    /// Where the piece starts in the packet.
-    pub offset: u16,
-    /// The whole packet's length.
-    pub total_len: u16,
-    /// Whether the packet's bytes are compressed.
-    pub compressed: bool,
-    /// The piece's bytes.
-    pub data: &'a [u8],
 }
 
 /// Counters of the ingress queue.
@@ -330,13 +313,18 @@ impl FairQueue {
 
     /// Hands out pieces of queued packets, fairly between streams, while `budget` bytes
     /// (fragment headers included) allow; `emit` writes each piece. Returns the bytes used.
-    pub fn fill(&mut self, now: Instant, budget: usize, emit: impl FnMut(Piece<'_>)) -> usize {
+    pub fn fill(&mut self, now: Instant, budget: usize, emit: impl FnMut(Fragment<'_>)) -> usize {
         self.fill_from(now, budget, false, emit)
     }
 
     /// As [`FairQueue::fill`], from the streams that just became active only (their first
     /// quantum), so a sparse flow's packet goes alone in a short datagram.
-    pub fn fill_new(&mut self, now: Instant, budget: usize, emit: impl FnMut(Piece<'_>)) -> usize {
+    pub fn fill_new(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        emit: impl FnMut(Fragment<'_>),
+    ) -> usize {
         self.fill_from(now, budget, true, emit)
     }
 
@@ -345,7 +333,7 @@ impl FairQueue {
         now: Instant,
         budget: usize,
         new_only: bool,
-        mut emit: impl FnMut(Piece<'_>),
+        mut emit: impl FnMut(Fragment<'_>),
     ) -> usize {
         let mut used = 0;
         let codel = self.codel_config();
@@ -402,7 +390,7 @@ impl FairQueue {
         budget: usize,
         used: &mut usize,
         codel: &CodelConfig,
-        emit: &mut impl FnMut(Piece<'_>),
+        emit: &mut impl FnMut(Fragment<'_>),
     ) -> Served {
         loop {
             let room = budget.saturating_sub(*used + FRAGMENT_HEADER_BYTES);
@@ -443,7 +431,7 @@ impl FairQueue {
             if remaining - take < 16 && remaining <= room {
                 take = remaining; // do not leave a sliver for another header
             }
-            emit(Piece {
+            emit(Fragment {
                 stream: stream.id,
                 packet: head.number,
                 offset: head.offset as u16,

@@ -5,15 +5,45 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod field {
     pub mod ipv4 {
+        pub const VERSION_IHL: usize = 0;
+        pub const TOTAL_LEN: std::ops::Range<usize> = 2..4;
+        pub const TTL: usize = 8;
+        pub const PROTOCOL: usize = 9;
         pub const SOURCE: std::ops::Range<usize> = 12..16;
         pub const DESTINATION: std::ops::Range<usize> = 16..20;
         pub const MIN_HEADER: usize = 20;
+    }
+    pub mod udp {
+        pub const SOURCE_PORT: std::ops::Range<usize> = 0..2;
+        pub const DESTINATION_PORT: std::ops::Range<usize> = 2..4;
+        pub const LEN: std::ops::Range<usize> = 4..6;
+        pub const HEADER: usize = 8;
     }
     pub mod ipv6 {
         pub const SOURCE: std::ops::Range<usize> = 8..24;
         pub const DESTINATION: std::ops::Range<usize> = 24..40;
         pub const HEADER: usize = 40;
     }
+}
+
+/// An IPv4/UDP packet of `len` bytes (at least 28) from `source` to `destination`, ports
+/// 4000 to 5000, TTL 64, its payload zeros (checksums left zero: for simulations and
+/// tests, which never hand it to a kernel).
+pub fn ipv4_udp(source: Ipv4Addr, destination: Ipv4Addr, len: usize) -> Vec<u8> {
+    use field::{ipv4, udp};
+    let len = len.max(ipv4::MIN_HEADER + udp::HEADER);
+    let mut packet = vec![0u8; len];
+    packet[ipv4::VERSION_IHL] = 0x45;
+    packet[ipv4::TOTAL_LEN].copy_from_slice(&(len as u16).to_be_bytes());
+    packet[ipv4::TTL] = 64;
+    packet[ipv4::PROTOCOL] = 17;
+    packet[ipv4::SOURCE].copy_from_slice(&source.octets());
+    packet[ipv4::DESTINATION].copy_from_slice(&destination.octets());
+    let udp = &mut packet[ipv4::MIN_HEADER..];
+    udp[udp::SOURCE_PORT].copy_from_slice(&4000u16.to_be_bytes());
+    udp[udp::DESTINATION_PORT].copy_from_slice(&5000u16.to_be_bytes());
+    udp[udp::LEN].copy_from_slice(&((len - ipv4::MIN_HEADER) as u16).to_be_bytes());
+    packet
 }
 
 /// The IP version of a packet (the first byte's high nibble), if 4 or 6.

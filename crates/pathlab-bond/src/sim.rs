@@ -286,15 +286,7 @@ pub fn packet(
     number: u64,
     sent: Instant,
 ) -> Vec<u8> {
-    let len = len.max(MIN_PACKET);
-    let mut p = vec![0u8; len];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&source.octets());
-    p[16..20].copy_from_slice(&destination.octets());
-    p[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
+    let mut p = crate::inner::ipv4_udp(source, destination, len.max(MIN_PACKET));
     p[PAYLOAD_AT] = mark;
     p[PAYLOAD_AT + 1..PAYLOAD_AT + 9].copy_from_slice(&number.to_be_bytes());
     p[PAYLOAD_AT + 9..PAYLOAD_AT + 17].copy_from_slice(&sent.as_nanos().to_be_bytes());

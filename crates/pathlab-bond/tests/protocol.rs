@@ -85,16 +85,7 @@ fn ipv4_udp(
     len: usize,
     fill: Fill,
 ) -> Vec<u8> {
-    let mut p = vec![0u8; len];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&source.octets());
-    p[16..20].copy_from_slice(&destination.octets());
-    p[20..22].copy_from_slice(&4000u16.to_be_bytes());
-    p[22..24].copy_from_slice(&5000u16.to_be_bytes());
-    p[24..26].copy_from_slice(&((len - IPV4_HEADER_BYTES) as u16).to_be_bytes());
+    let mut p = pathlab_bond::inner::ipv4_udp(source, destination, len);
     fill_payload(&mut p[IPV4_HEADER_BYTES + UDP_HEADER_BYTES..], number, fill);
     p
 }
