@@ -4,9 +4,8 @@
 mod util;
 
 use std::path::Path;
-use std::process::Command;
 
-use util::emulated::{privileged, PATHLAB};
+use util::emulated::{privileged, run_quick_recipe, PATHLAB};
 use util::TempDir;
 
 /// One upward packet of a line's recording: when it arrived at the emulator, when it left
@@ -86,16 +85,7 @@ fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure()
     };
     let dir = TempDir::new("lab-bond");
     let out = dir.path("run");
-    let output = Command::new(PATHLAB)
-        .args(["lab", "bond", "--quick", "--out"])
-        .arg(&out)
-        .output()
-        .expect("pathlab lab runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_quick_recipe("bond", &out);
     // The quick form halves the recipe's times: each line alone 4 s from 1, 5 and 9 s; the
     // round robin's flow from 14 s for 8.5 s; the delay controller's from 24.5 s for 17 s,
     // the cable line dead from 35 to 38 s.
@@ -194,10 +184,7 @@ fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure()
 
 /// Runs `pathlab ARGS`; (exit code, stderr).
 fn pathlab(args: &[&str]) -> (i32, String) {
-    let output = Command::new(PATHLAB)
-        .args(args)
-        .output()
-        .expect("pathlab runs");
+    let output = util::emulated::pathlab(args);
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stderr).into_owned(),

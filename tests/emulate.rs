@@ -20,7 +20,7 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_results::recording::read_recording;
 
 mod util;
-use util::emulated::{pathlab, privileged, with_server_in_h2, Lab, PATHLAB};
+use util::emulated::{pathlab, privileged, run_quick_recipe, with_server_in_h2, Lab, PATHLAB};
 use util::TempDir;
 
 /// 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload each (timestamps on),
@@ -1340,29 +1340,6 @@ fn tcp_goodput_and_retransmissions_match_the_emulators_truth() {
             "retransmitted {retransmitted} for {dropped} dropped"
         );
     }
-}
-
-/// Runs `pathlab lab RECIPE --quick --out OUT`, which must succeed.
-fn run_quick_recipe(recipe: &str, out: &std::path::Path) {
-    let output = Command::new(PATHLAB)
-        .args(["lab", recipe, "--quick", "--out"])
-        .arg(out)
-        .output()
-        .expect("pathlab lab runs");
-    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    // A lab run ends with its report.
-    let report = out.join("report.html");
-    assert!(
-        String::from_utf8_lossy(&output.stdout).contains(&format!("report: {}", report.display())),
-        "the lab did not say where its report is"
-    );
-    let html = std::fs::read_to_string(&report).expect("the lab wrote its report");
-    assert!(html.contains("<img src=\"data:image/png;base64,"));
 }
 
 /// The lab run a `result.json` holds.

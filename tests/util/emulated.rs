@@ -162,6 +162,29 @@ pub fn pathlab(args: &[&str]) -> Output {
         .expect("pathlab runs")
 }
 
+/// Runs `pathlab lab RECIPE --quick --out OUT`, which must succeed.
+pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) {
+    let output = Command::new(PATHLAB)
+        .args(["lab", recipe, "--quick", "--out"])
+        .arg(out)
+        .output()
+        .expect("pathlab lab runs");
+    eprintln!("{}", String::from_utf8_lossy(&output.stdout));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // A lab run ends with its report.
+    let report = out.join("report.html");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&format!("report: {}", report.display())),
+        "the lab did not say where its report is"
+    );
+    let html = std::fs::read_to_string(&report).expect("the lab wrote its report");
+    assert!(html.contains("<img src=\"data:image/png;base64,"));
+}
+
 /// Runs `test` from h1 against a pathlab server in h2, through the emulator.
 pub fn with_server_in_h2<T: Send>(
     lab: &Lab,
