@@ -456,14 +456,24 @@ impl Bond {
             self.lines
                 .iter()
                 .filter(|l| l.is_up())
-                .filter_map(|l| l.controller().owd_ns())
+                .filter_map(|l| l.controller().scheduling_owd_ns())
         };
         let spread = match (sending().min(), sending().max()) {
             (Some(min), Some(max)) => Duration::from_nanos((max - min).max(0) as u64),
             _ => Duration::ZERO,
         };
-        self.fair
-            .set_path(rate, spread.min(Duration::from_millis(500)));
+        let fast_rtt = self
+            .lines
+            .iter()
+            .filter(|l| l.is_up())
+            .filter_map(|l| l.controller().srtt())
+            .min()
+            .unwrap_or(Duration::ZERO);
+        self.fair.set_path(
+            rate,
+            spread.min(Duration::from_millis(500)),
+            fast_rtt.min(Duration::from_millis(500)),
+        );
         self.next_state_check = now;
     }
 
@@ -655,7 +665,7 @@ impl Bond {
         let fallback = self
             .lines
             .iter()
-            .filter_map(|l| l.controller().owd_ns())
+            .filter_map(|l| l.controller().scheduling_owd_ns())
             .min()
             .unwrap_or(0);
         self.lines
@@ -666,7 +676,7 @@ impl Bond {
                     rate_bps: line.controller().rate().as_f64().max(1.0),
                     // A line not measured yet is taken as good as the best: it gets
                     // traffic, and so a measurement.
-                    owd_ns: line.controller().owd_ns().unwrap_or(fallback),
+                    owd_ns: line.controller().scheduling_owd_ns().unwrap_or(fallback),
                 })
             })
             .collect()

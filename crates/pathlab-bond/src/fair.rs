@@ -171,7 +171,7 @@ pub struct FairQueue {
     verdicts: Verdicts,
     /// The tunnel's current total rate, to scale CoDel's target on slow links.
     rate_bps: f64,
-    /// The spread of the lines' one-way delays.
+    /// The standing queue the lines' spread of one-way delays needs (see `set_path`).
     spread: Duration,
 }
 
@@ -213,13 +213,24 @@ impl FairQueue {
         self.streams.len()
     }
 
-    /// Tells the queue the tunnel's current rate (scales CoDel's target on slow lines) and
-    /// the spread of its lines' one-way delays: a backlog that drains over the fast lines
-    /// in less than the spread never reaches the slow ones, so CoDel lets a queue of the
-    /// spread stand (the slow lines' share then lands when the fast lines' does).
-    pub fn set_path(&mut self, rate_bps: f64, spread: Duration) {
+    /// Tells the queue the tunnel's current rate (scales CoDel's target on slow lines), the
+    /// spread of its lines' one-way delays and the fastest line's round trip.
+    ///
+    /// A backlog that drains over the fast lines in less than the spread never reaches the
+    /// slow ones, so CoDel must let a queue of more than the spread stand; and after a
+    /// loss-based sender halves or (CUBIC) cuts its window to 0.7, the queue must still
+    /// exceed the spread or the slow lines idle until the window grows back (measured in
+    /// the `bond` recipe: the 3 Mbit/s line carried 2.4 of 3 with a target of the spread).
+    /// With all lines busy the window is the rate times the fast round trip plus the
+    /// queue's delay `q`; a cut to 0.7 leaves `q - 0.3 (rtt + q)`, which stays above the
+    /// spread from `q = (spread + 0.3 rtt) / 0.7`: CoDel's target is that plus its own.
+    pub fn set_path(&mut self, rate_bps: f64, spread: Duration, fast_rtt: Duration) {
         self.rate_bps = rate_bps;
-        self.spread = spread;
+        self.spread = if spread.is_zero() {
+            spread
+        } else {
+            Duration::from_secs_f64((spread.as_secs_f64() + 0.3 * fast_rtt.as_secs_f64()) / 0.7)
+        };
     }
 
     /// Queues an inner packet at `now`; `compressed` says its bytes are LZ4 (the original
@@ -480,4 +491,32 @@ pub fn source_key(packet: &[u8]) -> u64 {
         .fold(0xcbf2_9ce4_8422_2325u64, |hash, &byte| {
             (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(d: Duration) -> f64 {
+        d.as_secs_f64() * 1e3
+    }
+
+    #[test]
+    fn codel_lets_a_queue_stand_that_survives_a_cubic_cut_over_the_delay_spread() {
+        let mut queue = FairQueue::new(FairConfig::default());
+        // One line, fast: CoDel's own target (the two-packet floor is 1.2 ms at 20 Mbit/s).
+        queue.set_path(20e6, Duration::ZERO, Duration::from_millis(25));
+        assert!((ms(queue.codel_config().target) - 5.0).abs() < 1e-6);
+        // Lines 30 ms apart, the fast one 25 ms round trip: after a cut to 0.7 a queue of
+        // q keeps q - 0.3 (25 + q) ms, above 30 from q = (30 + 7.5) / 0.7 = 53.57 ms.
+        queue.set_path(20e6, Duration::from_millis(30), Duration::from_millis(25));
+        let config = queue.codel_config();
+        let q = 37.5 / 0.7;
+        assert!((ms(config.target) - (5.0 + q)).abs() < 1e-3, "{config:?}");
+        assert!(q - 0.3 * (25.0 + q) >= 30.0 - 1e-9);
+        assert_eq!(config.interval, config.target.saturating_mul(4));
+        // A slow tunnel: two full packets at the share of each of its streams.
+        queue.set_path(100e3, Duration::ZERO, Duration::from_millis(25));
+        assert!((ms(queue.codel_config().target) - 240.0).abs() < 1e-6);
+    }
 }
