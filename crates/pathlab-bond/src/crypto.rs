@@ -28,7 +28,7 @@ use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Tag};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
-use crate::wire::{Header, WireError, HEADER_BYTES, MAX_DATAGRAM_BYTES, TAG_BYTES};
+use crate::wire::{Header, WireError, HEADER_BYTES, MAX_DATAGRAM_BYTES, MAX_SEQ, TAG_BYTES};
 
 /// The fewest bytes of key material a pre-shared key file must hold.
 pub const MIN_PSK_BYTES: usize = 32;
@@ -258,28 +258,34 @@ pub enum CryptoError {
     /// The clear header is invalid, or the datagram is (or would be) oversized.
     #[error("bad datagram: {0}")]
     Wire(#[from] WireError),
+    /// The header's `seq` does not fit the wire's 48 bits (sealing it would reuse a nonce
+    /// the receiver cannot tell apart).
+    #[error("seq {0} is past the wire's 48 bits: the line must not send again under this key")]
+    SeqExhausted(u64),
     /// The tag does not match: wrong key or direction, or the datagram was altered.
     #[error("authentication failed: wrong key or direction, or an altered datagram")]
     BadTag,
 }
 
-/// The AEAD nonce of the datagram with this header: `kind | line | 0 | 0 | seq`.
+/// The AEAD nonce of the datagram with this header: `kind | line | session | seq` (the
+/// header's 12 bytes: seq is 48 bits). A Hello, under the key every client of the PSK
+/// shares, has 80 random bits in its session and seq.
 fn nonce(header: &Header) -> [u8; NONCE_BYTES] {
-    let mut nonce = [0; NONCE_BYTES];
-    nonce[0] = header.kind as u8;
-    nonce[1] = header.line;
-    nonce[4..].copy_from_slice(&header.seq.to_be_bytes());
-    nonce
+    header.to_bytes()
 }
 
 /// Seals a datagram in place: `buf` holds [`HEADER_BYTES`] for the header, then the plain
 /// body.
 ///
-/// Writes `header` into the first 16 bytes (whatever they held), encrypts the body in place
-/// with the header as associated data, and appends the tag. Allocates only if `buf` lacks
-/// [`TAG_BYTES`] of spare capacity. Fails if `buf` is shorter than a header or the sealed
-/// datagram would exceed [`MAX_DATAGRAM_BYTES`]; `buf` is then unchanged.
+/// Writes `header` into the first [`HEADER_BYTES`] (whatever they held), encrypts the body
+/// in place with the header as associated data, and appends the tag. Allocates only if
+/// `buf` lacks [`TAG_BYTES`] of spare capacity. Fails if `buf` is shorter than a header, the
+/// sealed datagram would exceed [`MAX_DATAGRAM_BYTES`] or `seq` is past [`MAX_SEQ`]; `buf`
+/// is then unchanged.
 pub fn seal(key: &Key, header: &Header, buf: &mut Vec<u8>) -> Result<(), CryptoError> {
+    if header.seq > MAX_SEQ {
+        return Err(CryptoError::SeqExhausted(header.seq));
+    }
     if buf.len() < HEADER_BYTES {
         return Err(CryptoError::TooShort {
             len: buf.len(),
@@ -516,12 +522,12 @@ mod tests {
         let header = |kind| Header {
             kind,
             line: 9,
-            session: 0,
-            seq: 0x0102_0304_0506_0708,
+            session: 0x0a0b_0c0d,
+            seq: 0x0000_0304_0506_0708,
         };
         assert_eq!(
             nonce(&header(Kind::Welcome)),
-            [2, 9, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+            [2, 9, 0x0a, 0x0b, 0x0c, 0x0d, 3, 4, 5, 6, 7, 8]
         );
         assert_ne!(nonce(&header(Kind::Hello)), nonce(&header(Kind::Data)));
         assert_ne!(nonce(&header(Kind::Hello)), nonce(&header(Kind::Welcome)));
@@ -534,7 +540,7 @@ mod tests {
         let datagram = sealed(&Key::new(&key_bytes), &header, b"inner packet");
 
         let mut expected = b"inner packet".to_vec();
-        let nonce = [3, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
+        let nonce = [3, 2, 0, 0, 0, 77, 0, 0, 0, 0, 0, 5];
         let tag = ChaCha20Poly1305::new(&key_bytes.into())
             .encrypt_in_place_detached(&nonce.into(), &header.to_bytes(), &mut expected)
             .unwrap();
@@ -601,10 +607,10 @@ mod tests {
             Err(CryptoError::BadTag)
         );
         assert_eq!(
-            open(&server.open, &mut cut[..31]).map(|_| ()),
+            open(&server.open, &mut cut[..HEADER_BYTES + TAG_BYTES - 1]).map(|_| ()),
             Err(CryptoError::TooShort {
-                len: 31,
-                needed: 32
+                len: HEADER_BYTES + TAG_BYTES - 1,
+                needed: HEADER_BYTES + TAG_BYTES
             })
         );
     }
@@ -646,8 +652,8 @@ mod tests {
         assert_eq!(
             seal(&keys.seal, &data_header(1), &mut short),
             Err(CryptoError::TooShort {
-                len: 15,
-                needed: 16
+                len: HEADER_BYTES - 1,
+                needed: HEADER_BYTES
             })
         );
         let mut largest = vec![0; MAX_DATAGRAM_BYTES - TAG_BYTES];
@@ -660,6 +666,13 @@ mod tests {
             }))
         );
         assert_eq!(too_large.len(), MAX_DATAGRAM_BYTES - TAG_BYTES + 1);
+        let mut last = vec![0; HEADER_BYTES + 10];
+        assert!(seal(&keys.seal, &data_header(MAX_SEQ), &mut last).is_ok());
+        let mut past = vec![0; HEADER_BYTES + 10];
+        assert_eq!(
+            seal(&keys.seal, &data_header(MAX_SEQ + 1), &mut past),
+            Err(CryptoError::SeqExhausted(MAX_SEQ + 1))
+        );
     }
 
     #[test]
@@ -724,7 +737,7 @@ mod tests {
         }
 
         #[test]
-        fn any_body_round_trips(body in proptest::collection::vec(any::<u8>(), 0..2000), seq in 1u64.., line in any::<u8>()) {
+        fn any_body_round_trips(body in proptest::collection::vec(any::<u8>(), 0..2000), seq in 1..=MAX_SEQ, line in any::<u8>()) {
             let client = SessionKeys::session(&psk(), Role::Client, &[5; 16], &[6; 16]);
             let server = SessionKeys::session(&psk(), Role::Server, &[5; 16], &[6; 16]);
             let header = Header { kind: Kind::Data, line, session: 1, seq };

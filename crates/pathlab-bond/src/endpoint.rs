@@ -504,15 +504,17 @@ impl Bond {
                     *next_hello = now + self.config.hello_interval;
                 }
                 // The hello key serves every session of this PSK, so a Hello's nonce must
-                // not repeat across client restarts: its seq starts from the random nonce.
+                // not repeat across clients and restarts: its session field and seq (80
+                // bits of the nonce) start from the client's random nonce.
                 *hellos_sent += 1;
-                let seq = u64::from_be_bytes(client_nonce[..8].try_into().expect("8 bytes"))
+                let seq = (u64::from_be_bytes(client_nonce[..8].try_into().expect("8 bytes"))
                     .wrapping_add(*hellos_sent)
+                    & wire::MAX_SEQ)
                     .max(1);
                 let header = Header {
                     kind: Kind::Hello,
                     line: line as u8,
-                    session: 0,
+                    session: u32::from_be_bytes(client_nonce[8..12].try_into().expect("4 bytes")),
                     seq,
                 };
                 header.encode(buf);
@@ -707,7 +709,7 @@ impl Bond {
             kind: Kind::Data,
             line: line.index,
             session: *session,
-            seq: line.next_seq(),
+            seq: line.next_seq()?,
         };
         header.encode(buf);
         wire::encode_data_prefix(now.as_nanos(), buf);

@@ -6,7 +6,7 @@ use pathlab_core::{Duration, Instant};
 
 use crate::control::{ControllerConfig, RateController};
 use crate::crypto::ReplayWindow;
-use crate::wire::{Feedback, Frame};
+use crate::wire::{Feedback, Frame, MAX_SEQ};
 
 /// Whether a line carries traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -134,7 +134,7 @@ impl Line {
 
     /// Whether the line is up.
     pub fn is_up(&self) -> bool {
-        self.state == LineState::Up
+        self.state == LineState::Up && !self.exhausted()
     }
 
     /// The line's state.
@@ -157,10 +157,19 @@ impl Line {
         self.ready_at
     }
 
-    /// The sequence number for the next datagram.
-    pub fn next_seq(&mut self) -> u64 {
+    /// The sequence number for the next datagram; `None` once the line has used all 48
+    /// bits (it would repeat an AEAD nonce: the line stays down, 9 years at 10^6 a second).
+    pub fn next_seq(&mut self) -> Option<u64> {
+        if self.seq >= MAX_SEQ {
+            return None;
+        }
         self.seq += 1;
-        self.seq
+        Some(self.seq)
+    }
+
+    /// Whether the line has sent its last sequence number.
+    fn exhausted(&self) -> bool {
+        self.seq >= MAX_SEQ
     }
 
     /// We sent a datagram of `len_bytes` at `now`; `paced` charges it to the pacer.
@@ -266,6 +275,9 @@ impl Line {
     /// Whether the line must send something at `now` to stay alive (keepalive, or a probe
     /// while down).
     pub fn keepalive_due(&self, now: Instant, timers: &LineTimers) -> bool {
+        if self.exhausted() {
+            return false;
+        }
         let every = match self.state {
             LineState::Up => timers.keepalive,
             LineState::Down => timers.probe_down,

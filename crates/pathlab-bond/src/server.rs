@@ -210,7 +210,8 @@ impl Server {
             seq: {
                 let mut bytes = [0; 8];
                 self.entropy.fill(&mut bytes);
-                u64::from_be_bytes(bytes) | 1
+                // With the random session id, 80 random bits of the hello key's nonce.
+                (u64::from_be_bytes(bytes) & wire::MAX_SEQ) | 1
             },
         };
         let mut welcome = Vec::new();

@@ -4,8 +4,8 @@
 //! Every UDP datagram of the tunnel is
 //!
 //! ```text
-//! header (16 bytes, clear, authenticated as associated data)
-//!   kind u8 | line u8 | reserved u16 (0) | session u32 | seq u64
+//! header (12 bytes, clear, authenticated as associated data)
+//!   kind u8 | line u8 | session u32 | seq u48
 //! body (sealed with ChaCha20-Poly1305 under the sender's direction key)
 //!   Hello / Welcome: their fields
 //!   Data: sent_ns u64, then frames until the end
@@ -13,7 +13,8 @@
 //! ```
 //!
 //! All integers are big-endian. `seq` counts the datagrams the sender sent on `line`
-//! (from 1); with the line it forms the AEAD nonce, so it never repeats under one key.
+//! (from 1); with the line it forms the AEAD nonce, so it never repeats under one key: a
+//! line stops sending at [`MAX_SEQ`] (2^48 - 1: 9 years at a million datagrams a second).
 //!
 //! Bodies:
 //!
@@ -28,6 +29,8 @@
 //! ```text
 //! 1 Fragment  stream u16 | packet u32 | offset u16 | total_len u16 | flags u8 | len u16 | data [len]
 //!             flags: bit 0 compressed, other bits 0; len > 0, offset + len <= total_len
+//! 7 Packet    stream u16 | packet u32 | flags u8 | len u16 | data [len]
+//!             a whole packet (a Fragment at offset 0 of total_len = len, 4 bytes shorter)
 //! 2 Feedback  line u8 | highest_seq u64 | received_packets u64 | received_bytes u64 |
 //!             report_ns u64 | owd_min_ns i64 | owd_last_ns i64 | samples u32 |
 //!             owd_min_len u16
@@ -37,13 +40,19 @@
 //! 6 Close     (nothing)
 //! ```
 //!
+//! A datagram that carries one whole inner packet spends 46 bytes on the tunnel (header
+//! 12, timestamp 8, Packet frame 10, tag 16) and 28 on IPv4 and UDP: a 1500-byte line
+//! carries inner packets of 1426 bytes in one datagram each (WireGuard spends 32 + 28).
+//!
 //! Decoding never panics and never allocates: [`Header::decode`], [`Hello::decode`],
 //! [`Welcome::decode`], [`decode_data`] and the [`Frames`] iterator check every length
 //! before they read, and frames borrow their bytes from the body. Every offset is in one
 //! table (`mod field`), shared by the encoders and the decoders.
 
 /// Bytes of the clear header.
-pub const HEADER_BYTES: usize = 16;
+pub const HEADER_BYTES: usize = 12;
+/// The largest `seq` (48 bits on the wire).
+pub const MAX_SEQ: u64 = (1 << 48) - 1;
 /// Bytes of the AEAD tag that ends every datagram.
 pub const TAG_BYTES: usize = 16;
 /// Bytes of a Data body before its first frame (the sender's timestamp).
@@ -58,6 +67,8 @@ pub const HELLO_BODY_BYTES: usize = 17;
 pub const WELCOME_BODY_BYTES: usize = 36;
 /// Bytes of a Fragment frame before its data: the frame takes this plus `data.len()`.
 pub const FRAGMENT_HEADER_BYTES: usize = 14;
+/// Bytes of a Packet frame (a whole inner packet) before its data.
+pub const PACKET_HEADER_BYTES: usize = 10;
 /// Bytes of a Feedback frame.
 pub const FEEDBACK_FRAME_BYTES: usize = 56;
 /// Bytes of an Echo frame.
@@ -81,12 +92,10 @@ mod field {
         pub const KIND: usize = 0;
         /// Sender's line.
         pub const LINE: usize = 1;
-        /// Must be zero.
-        pub const RESERVED: Field = 2..4;
         /// Session id.
-        pub const SESSION: Field = 4..8;
-        /// Datagram number on the line.
-        pub const SEQ: Field = 8..16;
+        pub const SESSION: Field = 2..6;
+        /// Datagram number on the line (48 bits).
+        pub const SEQ: Field = 6..12;
     }
 
     /// A Hello's body.
@@ -134,6 +143,19 @@ mod field {
         pub const FLAGS: usize = 11;
         /// Length of the piece.
         pub const LEN: Field = 12..14;
+    }
+
+    /// A Packet frame (a whole inner packet), before its data.
+    pub mod packet {
+        use super::Field;
+        /// The stream (user) the packet belongs to.
+        pub const STREAM: Field = 1..3;
+        /// Inner packet number in its stream.
+        pub const PACKET: Field = 3..7;
+        /// Bit 0: compressed; the others must be 0.
+        pub const FLAGS: usize = 7;
+        /// Length of the packet.
+        pub const LEN: Field = 8..10;
     }
 
     /// A Feedback frame.
@@ -197,6 +219,7 @@ const _: () = {
     assert!(field::welcome::SESSION.end == WELCOME_BODY_BYTES);
     assert!(field::data::SENT_NS.end == DATA_PREFIX_BYTES);
     assert!(field::fragment::LEN.end == FRAGMENT_HEADER_BYTES);
+    assert!(field::packet::LEN.end == PACKET_HEADER_BYTES);
     assert!(field::feedback::OWD_MIN_LEN.end == FEEDBACK_FRAME_BYTES);
     assert!(field::echo::HELD_NS.end == ECHO_FRAME_BYTES);
     assert!(field::padding::LEN.end == PADDING_HEADER_BYTES);
@@ -218,6 +241,8 @@ mod frame_type {
     pub const PROBE_ACK: u8 = 5;
     /// [`super::Frame::Close`].
     pub const CLOSE: u8 = 6;
+    /// [`super::Frame::Fragment`] of a whole packet.
+    pub const PACKET: u8 = 7;
 
     /// The frame's name, for error messages.
     pub fn name(frame_type: u8) -> &'static str {
@@ -228,6 +253,7 @@ mod frame_type {
             PADDING => "Padding",
             PROBE_ACK => "ProbeAck",
             CLOSE => "Close",
+            PACKET => "Packet",
             _ => "unknown",
         }
     }
@@ -254,9 +280,6 @@ pub enum WireError {
     /// The header's kind byte is none of Hello, Welcome, Data.
     #[error("unknown datagram kind {0}, expected 1 (Hello), 2 (Welcome) or 3 (Data)")]
     UnknownKind(u8),
-    /// The header's reserved field is not zero.
-    #[error("reserved header field is {0:#06x}, expected 0")]
-    ReservedHeader(u16),
     /// A Hello or Welcome body has the wrong length.
     #[error("a {kind} body has {len} bytes, expected exactly {expected}")]
     BodyLength {
@@ -280,7 +303,7 @@ pub enum WireError {
         len: usize,
     },
     /// A frame's type byte is not a known frame.
-    #[error("unknown frame type {0}, expected 1 to 6")]
+    #[error("unknown frame type {0}, expected 1 to 7")]
     UnknownFrameType(u8),
     /// A frame runs past the end of the body.
     #[error("truncated {frame} frame: it needs {needed} bytes, {available} remain in the body")]
@@ -337,7 +360,8 @@ pub struct Header {
     /// The sender's line the datagram was sent on (the client's line index; the server
     /// answers on the same index).
     pub line: u8,
-    /// The session, chosen by the server in its Welcome; 0 in a Hello.
+    /// The session, chosen by the server in its Welcome; in a Hello, random bits of the
+    /// AEAD nonce (the hello key is shared by every client of the PSK).
     pub session: u32,
     /// Datagrams sent on this line in this direction, from 1.
     pub seq: u64,
@@ -484,30 +508,31 @@ impl TryFrom<u8> for Kind {
 }
 
 impl Header {
-    /// The header's 16 bytes.
+    /// The header's 12 bytes. `seq` must be at most [`MAX_SEQ`] (checked in debug builds;
+    /// its low 48 bits are written).
     pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
-        use field::header::{KIND, LINE, RESERVED, SEQ, SESSION};
+        use field::header::{KIND, LINE, SEQ, SESSION};
+        debug_assert!(self.seq <= MAX_SEQ, "seq {} is past 48 bits", self.seq);
         let mut bytes = [0; HEADER_BYTES];
         bytes[KIND] = self.kind as u8;
         bytes[LINE] = self.line;
-        bytes[RESERVED].copy_from_slice(&0u16.to_be_bytes());
         bytes[SESSION].copy_from_slice(&self.session.to_be_bytes());
-        bytes[SEQ].copy_from_slice(&self.seq.to_be_bytes());
+        bytes[SEQ].copy_from_slice(&self.seq.to_be_bytes()[2..]);
         bytes
     }
 
-    /// Appends the header's 16 bytes to `out`.
+    /// Appends the header's 12 bytes to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.to_bytes());
     }
 
-    /// The header that starts `datagram` (a whole datagram, or at least its first 16 bytes).
+    /// The header that starts `datagram` (a whole datagram, or at least its first 12 bytes).
     ///
-    /// Checks the length (at least [`HEADER_BYTES`], at most [`MAX_DATAGRAM_BYTES`]), the
-    /// kind and that the reserved field is zero. It does not judge `session` or `seq`: the
-    /// session state and the replay window do.
+    /// Checks the length (at least [`HEADER_BYTES`], at most [`MAX_DATAGRAM_BYTES`]) and the
+    /// kind. It does not judge `session` or `seq`: the session state and the replay window
+    /// do.
     pub fn decode(datagram: &[u8]) -> Result<Header, WireError> {
-        use field::header::{KIND, LINE, RESERVED, SEQ, SESSION};
+        use field::header::{KIND, LINE, SEQ, SESSION};
         if datagram.len() > MAX_DATAGRAM_BYTES {
             return Err(WireError::Oversized {
                 len: datagram.len(),
@@ -519,15 +544,13 @@ impl Header {
             });
         };
         let kind = Kind::try_from(bytes[KIND])?;
-        let reserved = read_u16(&bytes[RESERVED]);
-        if reserved != 0 {
-            return Err(WireError::ReservedHeader(reserved));
-        }
+        let mut seq = [0; 8];
+        seq[2..].copy_from_slice(&bytes[SEQ]);
         Ok(Header {
             kind,
             line: bytes[LINE],
             session: read_u32(&bytes[SESSION]),
-            seq: read_u64(&bytes[SEQ]),
+            seq: u64::from_be_bytes(seq),
         })
     }
 }
@@ -596,6 +619,25 @@ impl Welcome {
     }
 }
 
+/// Bytes a Fragment's frame spends before its data: a whole packet goes as a Packet frame.
+pub fn fragment_frame_bytes(fragment: &Fragment<'_>) -> usize {
+    piece_header_bytes(
+        usize::from(fragment.offset),
+        fragment.data.len(),
+        usize::from(fragment.total_len),
+    )
+}
+
+/// Bytes the frame of a piece of `len` bytes at `offset` of a packet of `total_len` spends
+/// before its data.
+pub fn piece_header_bytes(offset: usize, len: usize, total_len: usize) -> usize {
+    if offset == 0 && len == total_len {
+        PACKET_HEADER_BYTES
+    } else {
+        FRAGMENT_HEADER_BYTES
+    }
+}
+
 /// Appends the start of a Data body, the sender's timestamp; frames follow.
 pub fn encode_data_prefix(sent_ns: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&sent_ns.to_be_bytes());
@@ -613,7 +655,7 @@ impl Frame<'_> {
     /// How many bytes [`Frame::encode`] appends.
     pub fn encoded_len(&self) -> usize {
         match self {
-            Frame::Fragment(fragment) => FRAGMENT_HEADER_BYTES + fragment.data.len(),
+            Frame::Fragment(fragment) => fragment_frame_bytes(fragment) + fragment.data.len(),
             Frame::Feedback(_) => FEEDBACK_FRAME_BYTES,
             Frame::Echo { .. } => ECHO_FRAME_BYTES,
             Frame::Padding(zeros) => PADDING_HEADER_BYTES + usize::from(*zeros),
@@ -642,18 +684,29 @@ impl Frame<'_> {
                     fragment.offset,
                     fragment.total_len
                 );
-                let bytes = grow(out, FRAGMENT_HEADER_BYTES);
-                bytes[field::FRAME_TYPE] = frame_type::FRAGMENT;
-                bytes[STREAM].copy_from_slice(&fragment.stream.to_be_bytes());
-                bytes[PACKET].copy_from_slice(&fragment.packet.to_be_bytes());
-                bytes[OFFSET].copy_from_slice(&fragment.offset.to_be_bytes());
-                bytes[TOTAL_LEN].copy_from_slice(&fragment.total_len.to_be_bytes());
-                bytes[FLAGS] = if fragment.compressed {
+                let flags = if fragment.compressed {
                     FLAG_COMPRESSED
                 } else {
                     0
                 };
-                bytes[LEN].copy_from_slice(&(fragment.data.len() as u16).to_be_bytes());
+                let len = (fragment.data.len() as u16).to_be_bytes();
+                if fragment_frame_bytes(fragment) == PACKET_HEADER_BYTES {
+                    let bytes = grow(out, PACKET_HEADER_BYTES);
+                    bytes[field::FRAME_TYPE] = frame_type::PACKET;
+                    bytes[field::packet::STREAM].copy_from_slice(&fragment.stream.to_be_bytes());
+                    bytes[field::packet::PACKET].copy_from_slice(&fragment.packet.to_be_bytes());
+                    bytes[field::packet::FLAGS] = flags;
+                    bytes[field::packet::LEN].copy_from_slice(&len);
+                } else {
+                    let bytes = grow(out, FRAGMENT_HEADER_BYTES);
+                    bytes[field::FRAME_TYPE] = frame_type::FRAGMENT;
+                    bytes[STREAM].copy_from_slice(&fragment.stream.to_be_bytes());
+                    bytes[PACKET].copy_from_slice(&fragment.packet.to_be_bytes());
+                    bytes[OFFSET].copy_from_slice(&fragment.offset.to_be_bytes());
+                    bytes[TOTAL_LEN].copy_from_slice(&fragment.total_len.to_be_bytes());
+                    bytes[FLAGS] = flags;
+                    bytes[LEN].copy_from_slice(&len);
+                }
                 out.extend_from_slice(fragment.data);
             }
             Frame::Feedback(feedback) => {
@@ -711,6 +764,7 @@ impl Frame<'_> {
         let kind = bytes[field::FRAME_TYPE];
         let fixed = match kind {
             frame_type::FRAGMENT => FRAGMENT_HEADER_BYTES,
+            frame_type::PACKET => PACKET_HEADER_BYTES,
             frame_type::FEEDBACK => FEEDBACK_FRAME_BYTES,
             frame_type::ECHO => ECHO_FRAME_BYTES,
             frame_type::PADDING => PADDING_HEADER_BYTES,
@@ -755,6 +809,34 @@ impl Frame<'_> {
                     packet: read_u32(&bytes[PACKET]),
                     offset,
                     total_len,
+                    compressed: flags & FLAG_COMPRESSED != 0,
+                    data,
+                };
+                Ok((Frame::Fragment(fragment), end))
+            }
+            frame_type::PACKET => {
+                use field::packet::{FLAGS, LEN, PACKET, STREAM};
+                let flags = bytes[FLAGS];
+                if flags & !FLAG_COMPRESSED != 0 {
+                    return Err(WireError::ReservedFlags(flags));
+                }
+                let len = read_u16(&bytes[LEN]);
+                if len == 0 {
+                    return Err(WireError::FragmentOutOfRange {
+                        offset: 0,
+                        len,
+                        total_len: len,
+                    });
+                }
+                let end = PACKET_HEADER_BYTES + usize::from(len);
+                let Some(data) = bytes.get(PACKET_HEADER_BYTES..end) else {
+                    return Err(truncated(end));
+                };
+                let fragment = Fragment {
+                    stream: read_u16(&bytes[STREAM]),
+                    packet: read_u32(&bytes[PACKET]),
+                    offset: 0,
+                    total_len: len,
                     compressed: flags & FLAG_COMPRESSED != 0,
                     data,
                 };
@@ -913,13 +995,15 @@ mod tests {
             kind: Kind::Data,
             line: 2,
             session: 0x0a0b_0c0d,
-            seq: 0x0102_0304_0506_0708,
+            seq: 0x0000_0304_0506_0708,
         };
         let bytes = header.to_bytes();
-        assert_eq!(
-            bytes,
-            [3, 2, 0, 0, 0x0a, 0x0b, 0x0c, 0x0d, 1, 2, 3, 4, 5, 6, 7, 8]
-        );
+        assert_eq!(bytes, [3, 2, 0x0a, 0x0b, 0x0c, 0x0d, 3, 4, 5, 6, 7, 8]);
+        let last = Header {
+            seq: MAX_SEQ,
+            ..header
+        };
+        assert_eq!(Header::decode(&last.to_bytes()), Ok(last));
         assert_eq!(Header::decode(&bytes), Ok(header));
         let mut out = vec![0xee];
         header.encode(&mut out);
@@ -936,17 +1020,16 @@ mod tests {
         }
         .to_bytes();
         assert_eq!(
-            Header::decode(&good[..15]),
-            Err(WireError::TruncatedHeader { len: 15 })
+            Header::decode(&good[..HEADER_BYTES - 1]),
+            Err(WireError::TruncatedHeader {
+                len: HEADER_BYTES - 1
+            })
         );
         let mut bad_kind = good;
         bad_kind[0] = 4;
         assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(4)));
         bad_kind[0] = 0;
         assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(0)));
-        let mut reserved = good;
-        reserved[3] = 1;
-        assert_eq!(Header::decode(&reserved), Err(WireError::ReservedHeader(1)));
         let mut huge = vec![0; MAX_DATAGRAM_BYTES + 1];
         huge[..HEADER_BYTES].copy_from_slice(&good);
         assert_eq!(
@@ -958,7 +1041,7 @@ mod tests {
         assert!(Header::decode(&huge[..MAX_DATAGRAM_BYTES]).is_ok());
         assert_eq!(
             WireError::TruncatedHeader { len: 15 }.to_string(),
-            "truncated header: the datagram has 15 bytes, the header needs 16"
+            "truncated header: the datagram has 15 bytes, the header needs 12"
         );
     }
 
@@ -1083,20 +1166,61 @@ mod tests {
     }
 
     #[test]
-    fn reserved_flags_and_non_zero_padding_are_rejected() {
-        let mut bytes = encode_all(&[Frame::Fragment(Fragment {
-            stream: 0,
-            packet: 1,
+    fn a_whole_packet_goes_as_a_packet_frame_four_bytes_shorter() {
+        let whole = Frame::Fragment(Fragment {
+            stream: 0x0102,
+            packet: 0x0304_0506,
             offset: 0,
-            total_len: 1,
-            compressed: false,
-            data: b"x",
-        })]);
-        bytes[field::fragment::FLAGS] = 0x02;
+            total_len: 3,
+            compressed: true,
+            data: b"abc",
+        });
+        let bytes = encode_all(&[whole]);
+        assert_eq!(bytes, [7, 1, 2, 3, 4, 5, 6, 1, 0, 3, b'a', b'b', b'c']);
+        assert_eq!(whole.encoded_len(), PACKET_HEADER_BYTES + 3);
+        assert_eq!(Frames::new(&bytes).next(), Some(Ok(whole)));
+        let piece = Frame::Fragment(Fragment {
+            total_len: 4,
+            ..match whole {
+                Frame::Fragment(f) => f,
+                _ => unreachable!(),
+            }
+        });
+        assert_eq!(piece.encoded_len(), FRAGMENT_HEADER_BYTES + 3);
+        assert_eq!(encode_all(&[piece])[0], 1);
+        let empty = [7, 0, 0, 0, 0, 0, 1, 0, 0, 0];
         assert_eq!(
-            Frames::new(&bytes).next(),
-            Some(Err(WireError::ReservedFlags(0x02)))
+            Frames::new(&empty).next(),
+            Some(Err(WireError::FragmentOutOfRange {
+                offset: 0,
+                len: 0,
+                total_len: 0
+            }))
         );
+        assert!(matches!(
+            Frames::new(&bytes[..12]).next(),
+            Some(Err(WireError::TruncatedFrame { needed: 13, .. }))
+        ));
+    }
+
+    #[test]
+    fn reserved_flags_and_non_zero_padding_are_rejected() {
+        // A whole packet goes as a Packet frame, a piece as a Fragment: both check flags.
+        for (total_len, flags) in [(1, field::packet::FLAGS), (2, field::fragment::FLAGS)] {
+            let mut bytes = encode_all(&[Frame::Fragment(Fragment {
+                stream: 0,
+                packet: 1,
+                offset: 0,
+                total_len,
+                compressed: false,
+                data: b"x",
+            })]);
+            bytes[flags] = 0x02;
+            assert_eq!(
+                Frames::new(&bytes).next(),
+                Some(Err(WireError::ReservedFlags(0x02)))
+            );
+        }
         let mut bytes = encode_all(&[Frame::Padding(4)]);
         bytes[5] = 0x80;
         assert_eq!(
@@ -1247,7 +1371,7 @@ mod tests {
         }
 
         #[test]
-        fn headers_round_trip(kind in 1u8..=3, line in any::<u8>(), session in any::<u32>(), seq in any::<u64>()) {
+        fn headers_round_trip(kind in 1u8..=3, line in any::<u8>(), session in any::<u32>(), seq in 0..=MAX_SEQ) {
             let header = Header { kind: Kind::try_from(kind).unwrap(), line, session, seq };
             prop_assert_eq!(Header::decode(&header.to_bytes()), Ok(header));
         }

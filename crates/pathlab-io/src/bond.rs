@@ -248,7 +248,7 @@ impl Drop for StatsSocket {
 /// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes.
 pub fn unfragmented_mtu(max_payload: usize) -> u32 {
     max_payload.saturating_sub(
-        pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::FRAGMENT_HEADER_BYTES,
+        pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::PACKET_HEADER_BYTES,
     ) as u32
 }
 

@@ -57,7 +57,7 @@ struct Common {
     /// A route into the tunnel (repeat).
     #[arg(long, value_name = "CIDR")]
     route: Vec<String>,
-    /// The TUN device's MTU (default: what fits one datagram of the smallest line, 1418
+    /// The TUN device's MTU (default: what fits one datagram of the smallest line, 1426
     /// on 1500-byte IPv4 lines; larger inner packets are fragmented over datagrams).
     #[arg(long, value_name = "BYTES")]
     mtu: Option<u32>,
