@@ -248,6 +248,18 @@ impl RateController {
 
     /// The receiver's report on this line.
     pub fn on_feedback(&mut self, now: Instant, report: &Feedback) {
+        self.on_feedback_excusing(now, report, |_, _| 0);
+    }
+
+    /// The receiver's report on this line; `excused(from, to)` counts the datagrams with a
+    /// seq in `(from, to]` that were not meant to arrive (path MTU probes too big for the
+    /// path): they are not loss.
+    pub fn on_feedback_excusing(
+        &mut self,
+        now: Instant,
+        report: &Feedback,
+        excused: impl FnOnce(u64, u64) -> u64,
+    ) {
         if report.samples > 0 {
             self.base.add(report.report_ns, report.owd_min_ns);
             self.owd_raw_ns = Some(report.owd_min_ns);
@@ -267,7 +279,10 @@ impl RateController {
         let interval_s = (report.report_ns - previous.report_ns) as f64 / 1e9;
         let delivered_bytes = report.received_bytes - previous.received_bytes;
         self.delivery_bps = delivered_bytes as f64 * 8.0 / interval_s;
-        let expected = report.highest_seq.saturating_sub(previous.highest_seq);
+        let expected = report
+            .highest_seq
+            .saturating_sub(previous.highest_seq)
+            .saturating_sub(excused(previous.highest_seq, report.highest_seq));
         let received = report.received_packets - previous.received_packets;
         self.loss = if expected == 0 {
             0.0

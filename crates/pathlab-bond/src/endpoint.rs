@@ -349,11 +349,16 @@ impl Bond {
                     return;
                 };
                 line.on_received(now, sent_ns, len);
+                let j = usize::from(header.line);
                 for frame in frames {
                     let Ok(frame) = frame else {
                         self.counters.malformed += 1;
                         break;
                     };
+                    if let Frame::Padding(_) = frame {
+                        // A path MTU probe: it crossed the line at this size.
+                        self.lines[j].probe_received(header.seq, len);
+                    }
                     self.handle_frame(now, frame);
                 }
             }
@@ -395,8 +400,17 @@ impl Bond {
                     line.on_echo(now, echoed_ns, held_ns);
                 }
             }
+            Frame::ProbeAck {
+                line,
+                seq,
+                len_bytes,
+            } => {
+                if let Some(line) = self.lines.get_mut(usize::from(line)) {
+                    line.on_probe_ack(seq, len_bytes);
+                }
+            }
             Frame::Close => self.state = State::Closed,
-            Frame::Padding(_) | Frame::ProbeAck { .. } => {}
+            Frame::Padding(_) => {}
         }
         self.take_reordered();
     }
@@ -536,6 +550,15 @@ impl Bond {
     fn poll_transmit_open(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         let timers = self.config.timers;
         self.send_at = None;
+        // A path MTU probe first: a few per search, and the search holds data back to what
+        // is proven.
+        for j in 0..self.lines.len() {
+            if let Some(size) = self.lines[j].probe_due(now) {
+                if let Some(transmit) = self.build_probe(now, j, size, buf) {
+                    return Some(transmit);
+                }
+            }
+        }
         // Control first: a line whose report or keepalive is due sends now, with data if
         // the scheduler would give it some anyway.
         if let Some(j) = (0..self.lines.len()).find(|&j| {
@@ -577,7 +600,7 @@ impl Bond {
                 let len = self.fair.backlog_bytes().min(
                     self.lines
                         .iter()
-                        .map(|l| l.max_payload)
+                        .map(Line::payload_limit)
                         .max()
                         .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
                 ) as usize;
@@ -650,7 +673,7 @@ impl Bond {
                 let len = self
                     .fair
                     .backlog_bytes()
-                    .min(self.lines[j].max_payload as u64) as usize;
+                    .min(self.lines[j].payload_limit() as u64) as usize;
                 sched::earliest_arrival(
                     now,
                     &self.views(),
@@ -714,11 +737,16 @@ impl Bond {
         header.encode(buf);
         wire::encode_data_prefix(now.as_nanos(), buf);
         if line.report_due(now, &timers) || line.keepalive_due(now, &timers) {
+            // A probe's acknowledgement before the report that counts it: the peer then
+            // tells a probe too big for the path from a lost datagram.
+            if let Some(ack) = line.take_probe_ack() {
+                ack.encode(buf);
+            }
             for frame in line.take_report(now) {
                 frame.encode(buf);
             }
         }
-        let capacity = line.max_payload.saturating_sub(wire::TAG_BYTES);
+        let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
         let budget = capacity.saturating_sub(buf.len());
         let write = |fragment: wire::Fragment<'_>| Frame::Fragment(fragment).encode(buf);
         match fill {
@@ -734,6 +762,49 @@ impl Bond {
         let paced = self.config.scheduler == SchedulerKind::Delay;
         line.on_sent(now, buf.len(), paced);
         Some(Transmit { line: line.index })
+    }
+
+    /// Writes a path MTU probe of `size` bytes (UDP payload) for line `j`: a Data datagram
+    /// of zeros (a Padding frame), sealed. `None` if the line has sent its last seq.
+    fn build_probe(
+        &mut self,
+        now: Instant,
+        j: usize,
+        size: usize,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let State::Open { session, keys } = &self.state else {
+            return None;
+        };
+        let line = &mut self.lines[j];
+        let header = Header {
+            kind: Kind::Data,
+            line: line.index,
+            session: *session,
+            seq: line.next_seq()?,
+        };
+        header.encode(buf);
+        wire::encode_data_prefix(now.as_nanos(), buf);
+        let zeros = size.saturating_sub(buf.len() + wire::PADDING_HEADER_BYTES + wire::TAG_BYTES);
+        Frame::Padding(u16::try_from(zeros).unwrap_or(u16::MAX)).encode(buf);
+        crypto::seal(&keys.seal, &header, buf).ok()?;
+        line.on_probe_sent(header.seq, buf.len(), now);
+        let paced = self.config.scheduler == SchedulerKind::Delay;
+        line.on_sent(now, buf.len(), paced);
+        Some(Transmit { line: line.index })
+    }
+
+    /// The MTU for the TUN device: the largest inner packet that goes whole in one datagram
+    /// of every line that is up and whose path MTU search has ended (`None` before one has).
+    pub fn tunnel_mtu(&self) -> Option<usize> {
+        self.lines
+            .iter()
+            .filter(|l| l.is_up() && !l.mtu().searching())
+            .map(|l| {
+                l.payload_limit()
+                    .saturating_sub(DATA_OVERHEAD_BYTES + wire::PACKET_HEADER_BYTES)
+            })
+            .min()
     }
 
     /// When the endpoint next needs [`Bond::handle_timeout`] or [`Bond::poll_transmit`].

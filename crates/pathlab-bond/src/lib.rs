@@ -21,6 +21,7 @@ pub mod endpoint;
 pub mod fair;
 pub mod inner;
 pub mod line;
+pub mod pmtu;
 pub mod reorder;
 pub mod sched;
 pub mod server;

@@ -6,6 +6,7 @@ use pathlab_core::{Duration, Instant};
 
 use crate::control::{ControllerConfig, RateController};
 use crate::crypto::ReplayWindow;
+use crate::pmtu::LineMtu;
 use crate::wire::{Feedback, Frame, MAX_SEQ};
 
 /// Whether a line carries traffic.
@@ -76,8 +77,10 @@ pub struct Line {
     replay: ReplayWindow,
     receiving: Receiving,
     counters: LineCounters,
-    /// Largest UDP payload the line carries.
-    pub(crate) max_payload: usize,
+    /// What the line's path carries, and its search.
+    mtu: LineMtu,
+    /// A probe the peer sent on this line, to acknowledge: its seq and length.
+    probe_ack: Option<(u64, u16)>,
 }
 
 /// Timers of the liveness and reporting logic.
@@ -121,7 +124,8 @@ impl Line {
             replay: ReplayWindow::new(),
             receiving: Receiving::default(),
             counters: LineCounters::default(),
-            max_payload,
+            mtu: LineMtu::new(max_payload, now),
+            probe_ack: None,
         }
     }
 
@@ -130,6 +134,52 @@ impl Line {
         self.last_received = now;
         self.last_feedback = now;
         self.last_sent = now;
+    }
+
+    /// The largest datagram (UDP payload) the line may send now: what its path MTU search
+    /// has proven.
+    pub fn payload_limit(&self) -> usize {
+        self.mtu.limit()
+    }
+
+    /// The line's path MTU state.
+    pub fn mtu(&self) -> &LineMtu {
+        &self.mtu
+    }
+
+    /// The size of a path MTU probe due at `now`, if the line is up and one is.
+    pub fn probe_due(&mut self, now: Instant) -> Option<usize> {
+        if !self.is_up() {
+            return None;
+        }
+        self.mtu.probe_due(now, self.controller.srtt())
+    }
+
+    /// A probe of `size` went out as datagram `seq`.
+    pub fn on_probe_sent(&mut self, seq: u64, size: usize, now: Instant) {
+        self.mtu.on_probe_sent(seq, size, now);
+    }
+
+    /// The peer acknowledged our probe `seq` of `len_bytes`.
+    pub fn on_probe_ack(&mut self, seq: u64, len_bytes: u16) {
+        self.mtu.on_ack(seq, usize::from(len_bytes));
+    }
+
+    /// The peer's datagram `seq` of `len_bytes` on this line was a probe: acknowledge it
+    /// in the next report, which falls due at once.
+    pub fn probe_received(&mut self, seq: u64, len_bytes: usize) {
+        self.probe_ack = Some((seq, u16::try_from(len_bytes).unwrap_or(u16::MAX)));
+    }
+
+    /// The acknowledgement of the peer's latest probe, if not sent yet.
+    pub fn take_probe_ack(&mut self) -> Option<Frame<'static>> {
+        self.probe_ack
+            .take()
+            .map(|(seq, len_bytes)| Frame::ProbeAck {
+                line: self.index,
+                seq,
+                len_bytes,
+            })
     }
 
     /// Whether the line is up.
@@ -253,7 +303,9 @@ impl Line {
             // nothing about the line's rate. It restarts when it comes back.
             return;
         }
-        self.controller.on_feedback(now, report);
+        let mtu = &self.mtu;
+        self.controller
+            .on_feedback_excusing(now, report, |from, to| mtu.lost_between(from, to));
     }
 
     /// The peer echoed one of our timestamps: a round-trip sample.
@@ -269,7 +321,8 @@ impl Line {
 
     /// Whether a report (and echo) is due on this line at `now`.
     pub fn report_due(&self, now: Instant, timers: &LineTimers) -> bool {
-        self.receiving.fresh && now >= self.last_report + timers.feedback
+        self.probe_ack.is_some()
+            || self.receiving.fresh && now >= self.last_report + timers.feedback
     }
 
     /// Whether the line must send something at `now` to stay alive (keepalive, or a probe
@@ -336,6 +389,7 @@ impl Line {
             LineState::Up => {
                 self.counters.came_back += 1;
                 self.controller.restart(now);
+                self.mtu.restart(now);
             }
         }
         true
@@ -352,8 +406,12 @@ impl Line {
         if self.receiving.fresh {
             at = at.min(self.last_report + timers.feedback);
         }
+        if self.probe_ack.is_some() {
+            at = Instant::ZERO;
+        }
         if self.state == LineState::Up {
             at = at.min(self.last_received.min(self.last_feedback) + timers.down_after);
+            at = at.min(self.mtu.poll_at(self.controller.srtt()));
         }
         at
     }

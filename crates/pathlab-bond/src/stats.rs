@@ -34,6 +34,15 @@ pub struct LineStats {
     pub loss: f64,
     /// Whether the controller is draining the line's queue to measure its base delay.
     pub draining: bool,
+    /// The largest datagram (UDP payload) the line sends: what its path MTU search proved.
+    #[serde(default)]
+    pub payload_limit_bytes: usize,
+    /// Whether its path MTU search is under way.
+    #[serde(default)]
+    pub mtu_searching: bool,
+    /// Path MTU probes sent and lost (too big, or lost).
+    #[serde(default)]
+    pub mtu_probes: (u64, u64),
     /// Counters.
     pub counters: LineCounters,
 }
@@ -105,6 +114,9 @@ impl SessionStats {
                         srtt_ms: controller.srtt().map(pathlab_core::Duration::as_millis_f64),
                         loss: controller.loss(),
                         draining: controller.phase() == Phase::Draining,
+                        payload_limit_bytes: line.payload_limit(),
+                        mtu_searching: line.mtu().searching(),
+                        mtu_probes: line.mtu().probes(),
                         counters: line.counters(),
                     }
                 })

@@ -28,7 +28,7 @@ use crate::emulator::Clock;
 use crate::line::{self, Family, LineRoute};
 use crate::netlink::Netlink;
 use crate::sys;
-use crate::tun::Tun;
+use crate::tun::{self, Tun};
 
 /// The OS's CSPRNG (getrandom), for nonces and session ids.
 #[derive(Debug, Default)]
@@ -125,6 +125,15 @@ pub enum BondEvent {
         interface: String,
         /// Up or down now.
         state: LineState,
+    },
+    /// The lines' path MTU searches lowered the TUN device's MTU.
+    TunMtu {
+        /// The device's name.
+        name: String,
+        /// Its MTU now.
+        mtu: u32,
+        /// The narrowest line's UDP payload, as its search found it.
+        line_payload: usize,
     },
 }
 
@@ -247,9 +256,12 @@ impl Drop for StatsSocket {
 
 /// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes.
 pub fn unfragmented_mtu(max_payload: usize) -> u32 {
-    max_payload.saturating_sub(
-        pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::PACKET_HEADER_BYTES,
-    ) as u32
+    max_payload.saturating_sub(unfragmented_overhead()) as u32
+}
+
+/// Bytes a datagram spends around one whole inner packet.
+fn unfragmented_overhead() -> usize {
+    pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::PACKET_HEADER_BYTES
 }
 
 fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondError> {
@@ -402,7 +414,7 @@ pub fn run_client(
         .copied()
         .min()
         .unwrap_or(DEFAULT_MAX_PAYLOAD);
-    let tun = open_tun(&options.tun, smallest)?;
+    let mut tun = open_tun(&options.tun, smallest)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
         mtu: tun.mtu(),
@@ -483,6 +495,20 @@ pub fn run_client(
                 });
             }
         }
+        // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
+        // that goes down and comes back must not see packets it cannot carry whole).
+        if let (None, Some(mtu)) = (options.tun.mtu, bond.tunnel_mtu()) {
+            let mtu = (mtu as u32).max(tun::MIN_TUN_MTU);
+            if mtu < tun.mtu() {
+                tun.set_mtu(mtu)
+                    .map_err(io_error("lowering the TUN device's MTU"))?;
+                on_event(&BondEvent::TunMtu {
+                    name: tun.name().to_owned(),
+                    mtu,
+                    line_payload: mtu as usize + unfragmented_overhead(),
+                });
+            }
+        }
         let uptime = now.as_secs_f64();
         stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
         // Sleep until the next deadline or input.
@@ -514,6 +540,9 @@ pub fn run_server(
     socket
         .set_nonblocking(true)
         .map_err(io_error("setting up the socket"))?;
+    // DF on, as on the client's lines: the server probes each line's path MTU downward.
+    sys::set_df_probe(socket.as_fd(), options.listen.is_ipv6())
+        .map_err(io_error("setting DF for path MTU probing"))?;
     let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let stats_socket = StatsSocket::bind(&options.name)?;

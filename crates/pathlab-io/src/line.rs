@@ -207,6 +207,10 @@ fn line_socket_named(
             },
         }
     })?;
+    // DF on, the kernel's cached path MTU ignored: the tunnel probes each line's path MTU
+    // itself, and a datagram too big for a hop must vanish, not be fragmented on the way.
+    sys::set_df_probe(socket.as_fd(), family == Family::V6)
+        .map_err(failed("setting DF for path MTU probing"))?;
     sys::grow_send_buffer(socket.as_fd(), LINE_BUFFER_BYTES)
         .map_err(failed("growing the send buffer"))?;
     sys::grow_receive_buffer(socket.as_fd(), LINE_BUFFER_BYTES)

@@ -200,6 +200,21 @@ impl Tun {
         self.mtu
     }
 
+    /// Sets the device's MTU (68 to 65535 bytes).
+    pub fn set_mtu(&mut self, mtu: u32) -> io::Result<()> {
+        if !(MIN_TUN_MTU..=MAX_TUN_MTU).contains(&mtu) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a TUN device takes an MTU of {MIN_TUN_MTU} to {MAX_TUN_MTU} bytes, not {mtu}"
+                ),
+            ));
+        }
+        self.netlink.set_mtu(self.index, mtu)?;
+        self.mtu = mtu;
+        Ok(())
+    }
+
     /// Reads one packet the host sent into the device (an IPv4 or IPv6 datagram, no
     /// prefix); `WouldBlock` when none is waiting. A buffer shorter than the packet gets
     /// its start and the rest is lost: give at least [`Tun::mtu`] bytes.

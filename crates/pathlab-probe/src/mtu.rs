@@ -157,6 +157,11 @@ impl MtuSearch {
         self.trying = self.passed + (self.failed - self.passed) / 2;
     }
 
+    /// The largest payload proven to arrive so far (0 before any probe has).
+    pub fn passed(&self) -> u32 {
+        self.passed
+    }
+
     fn largest(&self) -> u32 {
         self.local_mtu.saturating_sub(overhead(self.ipv6))
     }

@@ -269,6 +269,13 @@ fn print_event(event: &BondEvent) {
             LineState::Up => eprintln!("bond: line {interface} is up"),
             LineState::Down => eprintln!("bond: line {interface} is DOWN"),
         },
+        BondEvent::TunMtu {
+            name,
+            mtu,
+            line_payload,
+        } => eprintln!(
+            "bond: {name}'s MTU lowered to {mtu}: the narrowest line carries datagrams of {line_payload} bytes"
+        ),
     }
 }
 
