@@ -439,3 +439,456 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
     assert_eq!(code, 0, "{stderr}");
     assert!(!socket.exists(), "lab clean removes the stale stats socket");
 }
+
+/// Runs the lab spec `text` (its `NAME` replaced by a name unique to this test process, so
+/// the tunnels' stats sockets do not meet another run's) from `dir`, output in `out`.
+fn run_spec(dir: &TempDir, text: &str, out: &Path) -> String {
+    let name = format!("t{}", std::process::id());
+    let spec = dir.path("spec.toml");
+    std::fs::write(&spec, text.replace("NAME", &name)).unwrap();
+    run_quick_recipe(spec.to_str().unwrap(), out);
+    name
+}
+
+/// A `command` workload's JSON output.
+fn json_out(out: &Path, workload: &str) -> serde_json::Value {
+    let path = out.join(format!("{workload}.out"));
+    let text = std::fs::read_to_string(&path).expect("the workload wrote its output");
+    // `pathlab bond` prints its events before the final JSON.
+    let json = &text[text
+        .find('{')
+        .unwrap_or_else(|| panic!("{}: {text}", path.display()))..];
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("{}: {e}: {text}", path.display()))
+}
+
+/// Mbit/s of upward packets that left a line's emulator in [from, to) s (its truth of what
+/// the line carried), frames as the emulator counts them.
+fn delivered_mbps(packets: &[Packet], from: f64, to: f64) -> f64 {
+    let bytes: u64 = packets
+        .iter()
+        .filter(|p| p.queue_ms.is_some() && p.arrived_s >= from && p.arrived_s < to)
+        .map(|p| p.len)
+        .sum();
+    bytes as f64 * 8.0 / (to - from) / 1e6
+}
+
+const TWO_CLIENTS: &str = r#"
+name = "bond-two-clients"
+duration = "15s"
+quick = "15s"
+[[node]]
+name = "site1"
+[[node]]
+name = "site2"
+[[node]]
+name = "net"
+kind = "router"
+[[node]]
+name = "srv"
+[[link]]
+between = ["site1", "net"]
+spec = "delay 10ms rate 8mbit limit 200"
+reverse = "delay 10ms rate 50mbit limit 200"
+[[link]]
+between = ["site2", "net"]
+spec = "delay 20ms rate 4mbit limit 200"
+reverse = "delay 20ms rate 50mbit limit 200"
+[[link]]
+between = ["net", "srv"]
+[[workload]]
+name = "key"
+kind = "command"
+from = "srv"
+duration = "1s"
+command = ["{pathlab}", "bond", "key", "{out}/bond.key"]
+[[workload]]
+name = "bond-server"
+kind = "command"
+from = "srv"
+start = "1s"
+command = ["{pathlab}", "bond", "server", "--listen", "198.18.2.2:7000", "--psk", "{out}/bond.key", "--address", "198.19.0.1/24", "--name", "NAME-srv", "-J"]
+[[workload]]
+name = "client-a"
+kind = "command"
+from = "site1"
+start = "2s"
+command = ["{pathlab}", "bond", "client", "198.18.2.2:7000", "--line", "to-net", "--psk", "{out}/bond.key", "--address", "198.19.0.2/24", "--name", "NAME-a", "-J"]
+[[workload]]
+name = "client-b"
+kind = "command"
+from = "site2"
+start = "2s"
+command = ["{pathlab}", "bond", "client", "198.18.2.2:7000", "--line", "to-net", "--psk", "{out}/bond.key", "--address", "198.19.0.3/24", "--name", "NAME-b", "-J"]
+[[workload]]
+name = "tcp-a"
+kind = "tcp"
+from = "site1"
+to = "srv"
+address = "198.19.0.1"
+start = "4s"
+duration = "8s"
+congestion = "cubic"
+[[workload]]
+name = "rtt-b"
+kind = "rtt"
+from = "site2"
+to = "srv"
+address = "198.19.0.1"
+start = "3s"
+duration = "10s"
+interval = "50ms"
+[[workload]]
+name = "tcp-b"
+kind = "tcp"
+from = "site2"
+to = "srv"
+address = "198.19.0.1"
+start = "4s"
+duration = "8s"
+congestion = "cubic"
+[[workload]]
+name = "server-stats"
+kind = "command"
+from = "srv"
+start = "9s"
+duration = "1s"
+command = ["{pathlab}", "bond", "stats", "--name", "NAME-srv", "-J"]
+"#;
+
+/// A lab workload's result (`result.json`).
+fn lab_outcome(out: &Path, workload: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(out.join("result.json")).expect("the lab wrote a result");
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let found = value["result"]["data"]["workloads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == workload)
+        .unwrap_or_else(|| panic!("no workload {workload}"))
+        .clone();
+    assert_ne!(
+        found["outcome"]["kind"], "failed",
+        "{workload}: {}",
+        found["outcome"]
+    );
+    found
+}
+
+/// Goodput per interval (Mbit/s) of a lab `tcp` workload's upward stream.
+fn lab_intervals(out: &Path, workload: &str) -> Vec<f64> {
+    let data = &lab_outcome(out, workload)["outcome"]["data"];
+    let interval_s = data["interval_ns"].as_f64().expect("the interval") / 1e9;
+    data["up"][0]["interval_bytes"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|b| b.as_f64().unwrap() * 8.0 / interval_s / 1e6)
+        .collect()
+}
+
+#[test]
+fn two_clients_carry_traffic_through_one_server_at_once() {
+    let Some(_serial) = privileged("two_clients_carry_traffic_through_one_server_at_once") else {
+        return;
+    };
+    let dir = TempDir::new("bond-two");
+    let out = dir.path("run");
+    run_spec(&dir, TWO_CLIENTS, &out);
+    // Both flows from 4 to 12 s, one per client, each over its own line (8 and 4 Mbit/s).
+    for (flow, line, rate) in [("tcp-a", "site1-net", 8.0), ("tcp-b", "site2-net", 4.0)] {
+        let series = lab_intervals(&out, flow);
+        let goodput = median(&series[1..series.len() - 1]);
+        let (packets, _) = read_line(&out.join(format!("link-{line}.jsonl")));
+        let carried = delivered_mbps(&packets, 6.0, 11.0);
+        eprintln!(
+            "{flow}: {goodput:.2} Mbit/s through the tunnel; its line carried {carried:.2} of {rate}"
+        );
+        // The emulator's truth: the line was busy with this client's tunnel (the tunnel and
+        // the inner headers cost about 9% of a 1514-byte frame), and the flow got most of it.
+        assert!(carried > 0.85 * rate, "{line} carried {carried:.2} Mbit/s");
+        assert!(
+            goodput < carried && goodput > 0.8 * carried,
+            "{flow}: {goodput:.2} Mbit/s of {carried:.2} carried"
+        );
+    }
+    let rtt = &lab_outcome(&out, "rtt-b")["outcome"]["data"];
+    assert!(rtt["replies"].as_u64().unwrap() + 5 >= rtt["sent"].as_u64().unwrap());
+    // The server saw both clients at once: two open sessions, the clients' own.
+    let stats = json_out(&out, "server-stats");
+    let sessions = stats["sessions"].as_array().expect("sessions");
+    assert_eq!(sessions.len(), 2, "{stats}");
+    for client in ["client-a", "client-b"] {
+        let id = json_out(&out, client)["sessions"][0]["session"].clone();
+        let session = sessions
+            .iter()
+            .find(|s| s["session"] == id)
+            .unwrap_or_else(|| panic!("{client}'s session {id} is not the server's"));
+        assert_eq!(session["open"], true);
+        // Its inner packets reached the server's TUN device: thousands of them.
+        let delivered = session["counters"]["inner_out"].as_u64().unwrap();
+        eprintln!("{client}: session {id}, {delivered} inner packets delivered by 9 s");
+        assert!(delivered > 1000, "{client}: {delivered}");
+    }
+}
+
+const IPV6: &str = r#"
+name = "bond-ipv6"
+duration = "15s"
+quick = "15s"
+[[node]]
+name = "site"
+[[node]]
+name = "isp0"
+kind = "router"
+[[node]]
+name = "isp1"
+kind = "router"
+[[node]]
+name = "srv"
+[[link]]
+between = ["site", "isp0"]
+spec = "delay 10ms rate 6mbit limit 300"
+reverse = "delay 10ms rate 50mbit limit 300"
+[[link]]
+between = ["site", "isp1"]
+spec = "delay 20ms rate 3mbit limit 300"
+reverse = "delay 20ms rate 50mbit limit 300"
+[[link]]
+between = ["isp0", "srv"]
+[[link]]
+between = ["isp1", "srv"]
+[[workload]]
+name = "key"
+kind = "command"
+from = "srv"
+duration = "1s"
+command = ["{pathlab}", "bond", "key", "{out}/bond.key"]
+[[workload]]
+name = "bond-server"
+kind = "command"
+from = "srv"
+start = "1s"
+command = ["{pathlab}", "bond", "server", "--listen", "[2001:2:0:2::2]:7000", "--psk", "{out}/bond.key", "--address", "2001:2:ff::1/64", "--address", "198.19.0.1/24", "--name", "NAME-srv6", "-J"]
+# The lab's own server answers IPv4 only: a pathlab server on every address of srv.
+[[workload]]
+name = "measure-server"
+kind = "command"
+from = "srv"
+command = ["{pathlab}", "server", "--listen", "[::]:4920"]
+[[workload]]
+name = "client"
+kind = "command"
+from = "site"
+start = "2s"
+command = ["{pathlab}", "bond", "client", "[2001:2:0:2::2]:7000", "--line", "to-isp0", "--line", "to-isp1,via=2001:2:0:1::2", "--psk", "{out}/bond.key", "--address", "2001:2:ff::2/64", "--address", "198.19.0.2/24", "--name", "NAME-c6", "-J"]
+[[workload]]
+name = "tcp6"
+kind = "command"
+from = "site"
+start = "4s"
+duration = "9s"
+command = ["{pathlab}", "tcp", "2001:2:ff::1", "-t", "{duration}", "-C", "cubic", "-J"]
+[[workload]]
+name = "rtt6"
+kind = "command"
+from = "site"
+start = "3s"
+duration = "11s"
+command = ["{pathlab}", "rtt", "2001:2:ff::1", "-i", "50ms", "-t", "{duration}", "-J"]
+[[workload]]
+name = "rtt4"
+kind = "command"
+from = "site"
+start = "3s"
+duration = "11s"
+command = ["{pathlab}", "rtt", "198.19.0.1", "-i", "100ms", "-t", "{duration}", "-J"]
+"#;
+
+#[test]
+fn ipv6_inside_the_tunnel_over_ipv6_lines() {
+    let Some(_serial) = privileged("ipv6_inside_the_tunnel_over_ipv6_lines") else {
+        return;
+    };
+    let dir = TempDir::new("bond-ipv6");
+    let out = dir.path("run");
+    run_spec(&dir, IPV6, &out);
+    // IPv6 outside: both ends size their datagrams for IPv6 lines (1500 - 40 - 8 bytes),
+    // so a full inner packet is one datagram, not two IPv6 fragments.
+    for end in ["bond-server", "client"] {
+        let text = std::fs::read_to_string(out.join(format!("{end}.out"))).unwrap();
+        assert!(text.contains("MTU 1398"), "{end}: {text}");
+    }
+    let lines: Vec<Vec<Packet>> = ["site-isp0", "site-isp1"]
+        .iter()
+        .map(|name| read_line(&out.join(format!("link-{name}.jsonl"))).0)
+        .collect();
+    // tcp6 sends from 4 s for 7.2 s (80% of its slot).
+    let series = intervals(&out.join("tcp6.out"));
+    let goodput = median(&series[1..series.len() - 1]);
+    let carried: Vec<f64> = lines.iter().map(|l| delivered_mbps(l, 6.0, 10.0)).collect();
+    eprintln!("IPv6 TCP through the tunnel {goodput:.2} Mbit/s; the lines carried {carried:.2?}");
+    // Both IPv6 lines carried the flow, the second one through its `via` gateway, and the
+    // flow got most of what they carried (an IPv6 tunnel over IPv6 costs about 12% of a
+    // 1514-byte frame).
+    assert!(
+        carried[0] > 0.8 * 6.0 && carried[1] > 0.8 * 3.0,
+        "{carried:?}"
+    );
+    let sum: f64 = carried.iter().sum();
+    assert!(
+        goodput < sum && goodput > 0.75 * sum,
+        "{goodput:.2} Mbit/s of {sum:.2} carried"
+    );
+    // No datagram is longer than a 1500-byte IPv6 line's frame takes.
+    for packets in &lines {
+        assert!(packets.iter().all(|p| p.len <= 1514));
+    }
+    // Round trips over IPv6 and IPv4 inside, at once, all answered.
+    for (name, base_ms) in [("rtt6", 20.0), ("rtt4", 20.0)] {
+        let rtt = json_out(&out, name);
+        let (sent, replies) = (
+            rtt["sent"].as_u64().unwrap(),
+            rtt["replies"].as_u64().unwrap(),
+        );
+        let p50 = rtt["rtt"]["p50_ns"].as_f64().unwrap() / 1e6;
+        eprintln!("{name}: {replies} of {sent} answered, p50 {p50:.1} ms");
+        assert!(
+            sent > 50 && replies + 3 >= sent,
+            "{name}: {replies} of {sent}"
+        );
+        assert!(
+            p50 >= base_ms,
+            "{name}: {p50:.1} ms below the lines' base RTT"
+        );
+    }
+}
+
+/// Nearest-rank quantile of sorted `values`.
+fn quantile(values: &[f64], q: f64) -> f64 {
+    values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1]
+}
+
+/// One sharing of the `bond-fair` recipe: the pinging user's RTTs (ms) before the bulk
+/// and under it, the line's queue delays under it (emulator truth, ms), and the bulk
+/// flows' goodputs (Mbit/s).
+struct FairRun {
+    idle_ms: Vec<f64>,
+    loaded_ms: Vec<f64>,
+    line_queue_ms: Vec<f64>,
+    goodputs: Vec<f64>,
+}
+
+/// The quick form's times: the ping every 50 ms from 2 s, the 14 bulk flows from 7.5 to
+/// 22.5 s; under load is from 3 s after they start (their slow starts over) to their end.
+const FAIR_BULK_START_S: f64 = 7.5;
+const FAIR_LOADED: (f64, f64) = (10.5, 22.5);
+
+fn fair_run(out: &Path) -> FairRun {
+    let ping = lab_outcome(out, "ping");
+    let start_s = ping["start_ns"].as_f64().unwrap() / 1e9;
+    let mut idle_ms = Vec::new();
+    let mut loaded_ms = Vec::new();
+    for sample in ping["outcome"]["data"]["series"].as_array().unwrap() {
+        let sent_s = start_s + sample[0].as_f64().unwrap() * 0.05;
+        let rtt_ms = sample[1].as_f64().unwrap() / 1e6;
+        if sent_s < FAIR_BULK_START_S {
+            idle_ms.push(rtt_ms);
+        } else if (FAIR_LOADED.0..FAIR_LOADED.1).contains(&sent_s) {
+            loaded_ms.push(rtt_ms);
+        }
+    }
+    idle_ms.sort_by(f64::total_cmp);
+    loaded_ms.sort_by(f64::total_cmp);
+    let (packets, _) = read_line(&out.join("link-site-srv.jsonl"));
+    let mut line_queue_ms: Vec<f64> = packets
+        .iter()
+        .filter(|p| (FAIR_LOADED.0..FAIR_LOADED.1).contains(&p.arrived_s))
+        .filter_map(|p| p.queue_ms)
+        .collect();
+    line_queue_ms.sort_by(f64::total_cmp);
+    let goodputs = (1..=14)
+        .filter_map(|k| {
+            let text = std::fs::read_to_string(out.join("result.json")).unwrap();
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+            value["result"]["data"]["workloads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|w| w["name"] == format!("bulk-{k}"))
+                .and_then(|w| w["outcome"]["data"]["up_bps"].as_f64())
+                .map(|bps| bps / 1e6)
+        })
+        .collect();
+    FairRun {
+        idle_ms,
+        loaded_ms,
+        line_queue_ms,
+        goodputs,
+    }
+}
+
+#[test]
+fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_users() {
+    let Some(_serial) = privileged("the_bond_fair_recipe_keeps_a_pinging_user") else {
+        return;
+    };
+    let dir = TempDir::new("lab-bond-fair");
+    let out = dir.path("run");
+    run_quick_recipe("bond-fair", &out);
+    // One frame of the seed's line: 1500 bytes at 1 Mbit/s.
+    let frame_ms = 12.0;
+    let mut added_p50 = std::collections::HashMap::new();
+    for fair in ["src", "flow", "off"] {
+        let run = fair_run(&out.join(format!("fair-{fair}")));
+        assert!(run.idle_ms.len() > 80 && run.loaded_ms.len() > 150);
+        let idle = quantile(&run.idle_ms, 0.5);
+        // The idle path against the emulator's: 2 x 10 ms, the ping's datagram (100 bytes
+        // inside, 196 on the wire) serialized at 1 and 10 Mbit/s, 1.7 ms; up to 4 ms of
+        // the tunnel's and the hosts' own time (measured 22.2-23.9 ms on a busy host).
+        assert!(
+            (21.5..26.0).contains(&idle),
+            "{fair}: idle RTT {idle:.1} ms"
+        );
+        let (p50, p95) = (
+            quantile(&run.loaded_ms, 0.5) - idle,
+            quantile(&run.loaded_ms, 0.95) - idle,
+        );
+        let (queue_p50, queue_p95) = (
+            quantile(&run.line_queue_ms, 0.5),
+            quantile(&run.line_queue_ms, 0.95),
+        );
+        let total: f64 = run.goodputs.iter().sum();
+        eprintln!(
+            "--fair {fair}: idle RTT {idle:.1} ms; under 14 bulk flows ({total:.3} Mbit/s, {} of \
+             14 reported) the ping's added RTT p50 {p50:.1} ms, p95 {p95:.1} ms; the line's \
+             queue p50 {queue_p50:.1} ms, p95 {queue_p95:.1} ms",
+            run.goodputs.len()
+        );
+        // The delay controller holds the modem's queue near its target whatever the
+        // sharing (emulator truth): what the ping waits beyond it is the tunnel's ingress.
+        assert!(queue_p95 < 30.0, "{fair}: line queue p95 {queue_p95:.1} ms");
+        added_p50.insert(fair, (p50, p50 - queue_p50));
+        if fair != "off" {
+            // The issue's figure: at most 2 x 12 ms while 14 others saturate the line (at
+            // the median; the p95 gets a frame more for this busy 2-core host, measured
+            // 24.6-26.2 ms), and the ingress adds at most one frame to the modem's queue.
+            assert!(p50 <= 2.0 * frame_ms, "{fair}: added RTT p50 {p50:.1} ms");
+            assert!(p95 <= 3.0 * frame_ms, "{fair}: added RTT p95 {p95:.1} ms");
+            assert!(
+                p50 - queue_p50 <= frame_ms,
+                "{fair}: {:.1} ms in the tunnel's ingress",
+                p50 - queue_p50
+            );
+            // The 14 users saturated the line between them.
+            assert_eq!(run.goodputs.len(), 14, "{fair}: every bulk flow reported");
+            assert!(total > 0.7, "{fair}: {total:.3} Mbit/s");
+        }
+    }
+    // One FIFO: the ping waits behind the bulk users' packets in the tunnel's ingress,
+    // several frames (the seed's worst case per packet: 14).
+    let (off, off_ingress) = added_p50["off"];
+    assert!(
+        off_ingress > 4.0 * frame_ms && off > 3.0 * added_p50["src"].0,
+        "one FIFO: added RTT p50 {off:.1} ms, {off_ingress:.1} in the ingress"
+    );
+}

@@ -546,17 +546,21 @@ pub fn run_server(
     let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let stats_socket = StatsSocket::bind(&options.name)?;
-    let tun = open_tun(&options.tun, DEFAULT_MAX_PAYLOAD)?;
+    // Datagrams of a 1500-byte path of the listening address's family: sized for IPv4, a
+    // full one would leave an IPv6 server in two fragments.
+    let max_payload = match Family::of(options.listen.ip()) {
+        Family::V4 => DEFAULT_MAX_PAYLOAD,
+        Family::V6 => 1500 - 40 - 8,
+    };
+    let mut config = options.config.clone();
+    config.session.max_payload = vec![max_payload; config.session.lines];
+    let tun = open_tun(&options.tun, max_payload)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
         mtu: tun.mtu(),
     });
     let clock = Clock::start();
-    let mut server = Server::new(
-        options.config.clone(),
-        options.psk.clone(),
-        Box::new(OsEntropy),
-    );
+    let mut server = Server::new(config, options.psk.clone(), Box::new(OsEntropy));
     let mut buf = vec![0u8; BUFFER_BYTES];
     let mut outbox = Outbox::new();
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);

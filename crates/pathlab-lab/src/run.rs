@@ -211,10 +211,12 @@ pub fn run(
         let netns = topology.nodes[workload.from]
             .try_clone()
             .map_err(io_error("sharing a namespace"))?;
-        let target = workload
-            .to
-            .and_then(|to| Topology::address(experiment, to))
-            .map(IpAddr::V4);
+        let target = workload.address.or_else(|| {
+            workload
+                .to
+                .and_then(|to| Topology::address(experiment, to))
+                .map(IpAddr::V4)
+        });
         let workload = workload.clone();
         let stop = Arc::clone(&options.stop);
         let out = options.out.clone();

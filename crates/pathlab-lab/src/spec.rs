@@ -293,6 +293,9 @@ pub struct Workload {
     pub from: usize,
     /// Its peer (the server), if it has one.
     pub to: Option<usize>,
+    /// The address `to` is measured at, when not its lab address: one a tunnel or a
+    /// program the run starts gives it (`pathlab bond`'s inner address).
+    pub address: Option<std::net::IpAddr>,
     /// When it starts.
     pub start: Duration,
     /// How long it runs.
@@ -379,6 +382,8 @@ struct RawWorkload {
     from: Spanned<String>,
     #[serde(default)]
     to: Option<Spanned<String>>,
+    #[serde(default)]
+    address: Option<Spanned<String>>,
     #[serde(default)]
     start: Option<Spanned<String>>,
     #[serde(default)]
@@ -801,6 +806,18 @@ impl Checker<'_> {
                 format!("a {} workload needs to = \"HOST\"", w.kind.get_ref()),
             ));
         }
+        let address = match &w.address {
+            Some(_) if to.is_none() => {
+                return Err(self.error(&span, "address is where to = \"HOST\" is reached: give to"))
+            }
+            Some(text) => Some(text.get_ref().parse().map_err(|_| {
+                self.error(
+                    &text.span(),
+                    format!("address: '{}' is not an IP address", text.get_ref()),
+                )
+            })?),
+            None => None,
+        };
         if let Some(to) = to {
             if to == from {
                 return Err(self.error(&span, "from and to are the same node"));
@@ -814,6 +831,7 @@ impl Checker<'_> {
             kind,
             from,
             to,
+            address,
             start,
             duration,
         })
@@ -938,6 +956,23 @@ spec = "rate 1mbit"
     fn replaced(from: &str, to: &str) -> String {
         assert!(LINE.contains(from), "{from}");
         LINE.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn a_workload_may_reach_its_peer_at_another_address() {
+        let e = Experiment::parse(&replaced(
+            "to = \"h2\"\ncongestion",
+            "to = \"h2\"\naddress = \"198.19.0.1\"\ncongestion",
+        ))
+        .expect("parses");
+        assert_eq!(e.workloads[0].address, Some("198.19.0.1".parse().unwrap()));
+        assert_eq!(e.workloads[1].address, None);
+        let e = error(&replaced(
+            "to = \"h2\"\ncongestion",
+            "to = \"h2\"\naddress = \"tunnel\"\ncongestion",
+        ));
+        assert_eq!(e.line, 25);
+        assert!(e.message.contains("'tunnel' is not an IP address"), "{e}");
     }
 
     #[test]

@@ -66,6 +66,10 @@ fn path_figures(
     experiment: &Experiment,
     workload: &Workload,
 ) -> Option<(PathTheory, Option<(usize, bool)>)> {
+    // Reached at another address (through a tunnel), the path is not the lab's routes.
+    if workload.address.is_some() {
+        return None;
+    }
     let to = workload.to?;
     let hops = path(experiment, workload.from, to);
     let mut base_rtt_s = 0.0;

@@ -39,6 +39,9 @@ pub enum Metric {
     QueueDelay,
     /// Packets dropped on a link direction so far (any reason), at each drop.
     Drops,
+    /// Bits per second a link direction's bottleneck sent on, per interval (the emulator's
+    /// truth of what the link carried).
+    DeliveredRate,
     /// Round-trip time of each probe, seconds.
     Rtt,
     /// A TCP sender's congestion window, segments.
@@ -57,10 +60,11 @@ pub enum Metric {
 
 impl Metric {
     /// Every metric, in the order figures and files list them.
-    pub const ALL: [Metric; 10] = [
+    pub const ALL: [Metric; 11] = [
         Metric::QueuePackets,
         Metric::QueueDelay,
         Metric::Drops,
+        Metric::DeliveredRate,
         Metric::Rtt,
         Metric::Cwnd,
         Metric::Ssthresh,
@@ -76,6 +80,7 @@ impl Metric {
             Metric::QueuePackets => "queue_packets",
             Metric::QueueDelay => "queue_delay_s",
             Metric::Drops => "dropped_packets_total",
+            Metric::DeliveredRate => "delivered_bps",
             Metric::Rtt => "rtt_s",
             Metric::Cwnd => "cwnd_segments",
             Metric::Ssthresh => "ssthresh_segments",
@@ -92,6 +97,7 @@ impl Metric {
             Metric::QueuePackets => "queue-packets",
             Metric::QueueDelay => "queue-delay",
             Metric::Drops => "drops",
+            Metric::DeliveredRate => "delivered-rate",
             Metric::Rtt => "rtt",
             Metric::Cwnd => "cwnd",
             Metric::Ssthresh => "ssthresh",
@@ -108,6 +114,7 @@ impl Metric {
             Metric::QueuePackets => "Queue length",
             Metric::QueueDelay => "Queue delay per packet",
             Metric::Drops => "Drops",
+            Metric::DeliveredRate => "Delivered rate per link direction",
             Metric::Rtt => "RTT per probe",
             Metric::Cwnd => "Congestion window",
             Metric::Ssthresh => "Slow-start threshold",
@@ -124,6 +131,7 @@ impl Metric {
             Metric::QueuePackets => "queue (packets)",
             Metric::QueueDelay => "queue delay (ms)",
             Metric::Drops => "dropped packets (total)",
+            Metric::DeliveredRate => "delivered (Mbit/s)",
             Metric::Rtt => "RTT (ms)",
             Metric::Cwnd | Metric::Ssthresh => "segments",
             Metric::Srtt => "srtt (ms)",
@@ -137,7 +145,7 @@ impl Metric {
     pub fn plot_scale(self) -> f64 {
         match self {
             Metric::QueueDelay | Metric::Rtt | Metric::Srtt | Metric::OwdDeviation => 1e3,
-            Metric::Throughput => 1e-6,
+            Metric::Throughput | Metric::DeliveredRate => 1e-6,
             _ => 1.0,
         }
     }
@@ -280,6 +288,8 @@ pub fn link_series(
         let mut drops = BTreeMap::new();
         let mut drop_points = Vec::new();
         let mut delay_points = Vec::new();
+        // (when it left the queue, frame bytes) of every packet the bottleneck sent.
+        let mut sent = Vec::new();
         for record in recording.packets(dir) {
             packets += 1;
             ce_marked += u64::from(record.ce_marked);
@@ -292,6 +302,7 @@ pub fn link_series(
                     .as_nanos()
                     .saturating_sub(record.arrived.as_nanos());
                 delay_points.push((run_s(record.arrived), waited as f64 / 1e9));
+                sent.push((run_s(dequeued), record.len_bytes));
             }
         }
         let has_queue = spec_has_rate(&info.spec) || later_rate || !delay_points.is_empty();
@@ -332,6 +343,11 @@ pub fn link_series(
                 subject: subject.clone(),
                 points: delay_points,
             });
+            series.push(Series {
+                metric: Metric::DeliveredRate,
+                subject: subject.clone(),
+                points: delivered_rate(&mut sent, DELIVERED_RATE_INTERVAL_S),
+            });
         }
         if has_queue || !drop_points.is_empty() {
             series.push(Series {
@@ -346,6 +362,36 @@ pub fn link_series(
         }
     }
     (series, stats)
+}
+
+/// The interval a link direction's delivered rate is averaged over.
+pub const DELIVERED_RATE_INTERVAL_S: f64 = 0.5;
+
+/// Bits per second of `sent` (seconds, frame bytes) in consecutive intervals of
+/// `interval_s` from the first packet's (each at the interval's end; empty intervals
+/// between busy ones at 0).
+fn delivered_rate(sent: &mut [(f64, u32)], interval_s: f64) -> Vec<(f64, f64)> {
+    sent.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let Some(&(first, _)) = sent.first() else {
+        return Vec::new();
+    };
+    let mut bins: Vec<u64> = Vec::new();
+    for &(at, len_bytes) in sent.iter() {
+        let bin = ((at - first) / interval_s) as usize;
+        if bins.len() <= bin {
+            bins.resize(bin + 1, 0);
+        }
+        bins[bin] += u64::from(len_bytes);
+    }
+    bins.iter()
+        .enumerate()
+        .map(|(i, &bytes)| {
+            (
+                first + (i + 1) as f64 * interval_s,
+                bytes as f64 * 8.0 / interval_s,
+            )
+        })
+        .collect()
 }
 
 /// Linux reports this (or more) as the slow-start threshold before the first loss.
@@ -708,6 +754,30 @@ pub(crate) mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn a_direction_delivers_what_left_its_queue_per_interval() {
+        let run = synthetic_run();
+        let (series, _) = run_series(&run, &[("r1-h2".into(), synthetic_recording())]);
+        let rate = find(&series, Metric::DeliveredRate, "r1->h2");
+        // Two 1514-byte frames left the queue at 1.003 and 1.055 s (the drop sent nothing):
+        // one interval from the first, at its end, 2 x 1514 x 8 bits in 0.5 s.
+        assert_eq!(rate.points.len(), 1, "{:?}", rate.points);
+        assert!(close(rate.points[0].0, 1.003 + DELIVERED_RATE_INTERVAL_S));
+        assert!(close(rate.points[0].1, 2.0 * 1514.0 * 8.0 / 0.5));
+        let mut sent = vec![(2.2, 1000), (0.1, 500), (0.3, 500)];
+        assert_eq!(
+            delivered_rate(&mut sent, 1.0),
+            vec![(1.1, 8000.0), (2.1, 0.0), (3.1, 8000.0)],
+            "an idle interval between busy ones is 0"
+        );
+        assert!(
+            series
+                .iter()
+                .all(|s| s.metric != Metric::DeliveredRate || s.subject != "h2->r1"),
+            "a direction without a rate has no bottleneck to count"
+        );
     }
 
     #[test]

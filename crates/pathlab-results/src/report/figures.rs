@@ -119,6 +119,14 @@ fn queue_theory(spec: &str) -> Option<(u32, f64)> {
     }
 }
 
+/// A spec's fixed bottleneck rate, bits/s.
+fn fixed_rate_bps(spec: &str) -> Option<f64> {
+    match LinkSpec::parse(spec).ok()?.rate? {
+        RateSpec::Fixed(fixed) => Some(fixed.rate.as_f64()),
+        _ => None,
+    }
+}
+
 fn line_figure(
     stem: String,
     caption: String,
@@ -158,7 +166,12 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
     let mut out = Vec::new();
 
     // Link directions: queue length with its limit, queue delay with a full queue's.
-    for metric in [Metric::QueuePackets, Metric::QueueDelay, Metric::Drops] {
+    for metric in [
+        Metric::QueuePackets,
+        Metric::QueueDelay,
+        Metric::Drops,
+        Metric::DeliveredRate,
+    ] {
         let series: Vec<&Series> = of(run, metric).collect();
         if series.is_empty()
             || (metric == Metric::Drops && series.iter().all(|s| s.points.is_empty()))
@@ -168,6 +181,18 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
         let mut lines: Vec<Line> = lines_of(&series, LineStyle::Solid);
         let (x0, x1) = time_span(&lines);
         for (i, s) in series.iter().enumerate() {
+            if metric == Metric::DeliveredRate {
+                if let Some(rate_bps) = direction_spec(run, &s.subject).and_then(fixed_rate_bps) {
+                    lines.push(horizontal(
+                        format!("rate {:.2} Mbit/s", rate_bps / 1e6),
+                        rate_bps / 1e6,
+                        x0,
+                        x1,
+                        i,
+                    ));
+                }
+                continue;
+            }
             let Some((limit, full_delay_s)) =
                 direction_spec(run, &s.subject).and_then(queue_theory)
             else {
@@ -204,10 +229,18 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             .join(" | ");
         out.push(line_figure(
             metric.slug().to_owned(),
-            format!(
-                "{} of every bottleneck ({heading}); dashed: the queue's limit",
-                metric.title()
-            ),
+            if metric == Metric::DeliveredRate {
+                format!(
+                    "What every bottleneck sent per {} s, frames as the emulator counts them \
+                     ({heading}); dashed: its rate",
+                    crate::series::DELIVERED_RATE_INTERVAL_S
+                )
+            } else {
+                format!(
+                    "{} of every bottleneck ({heading}); dashed: the queue's limit",
+                    metric.title()
+                )
+            },
             format!("{} — {heading}", metric.title()),
             specs,
             metric.axis(),
@@ -390,6 +423,7 @@ pub(super) fn compare_figures(runs: &[RunData]) -> Vec<Figure> {
         Metric::Rtt,
         Metric::QueuePackets,
         Metric::QueueDelay,
+        Metric::DeliveredRate,
         Metric::Cwnd,
         Metric::Throughput,
         Metric::OwdDeviation,

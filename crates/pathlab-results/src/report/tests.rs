@@ -99,6 +99,11 @@ fn a_run_gets_csv_files_figures_and_a_self_contained_page() {
     assert_eq!(lines.next(), Some("time_s,queue_packets"));
     assert_eq!(lines.next(), Some("-0.250000000,1"));
     assert!(queue.contains("\n1.000000000,7\n"), "{queue}");
+    let delivered = std::fs::read_to_string(out.join("csv/delivered-rate-r1-h2.csv")).unwrap();
+    assert!(
+        delivered.starts_with("time_s,delivered_bps\n1.503000000,48448\n"),
+        "{delivered}"
+    );
     let rtt = std::fs::read_to_string(out.join("csv/rtt-probes.csv")).unwrap();
     assert!(rtt.starts_with("time_s,rtt_s\n0.500000000,0.02\n"), "{rtt}");
     let throughput = std::fs::read_to_string(out.join("csv/throughput-bulk.csv")).unwrap();
@@ -125,6 +130,7 @@ fn a_run_gets_csv_files_figures_and_a_self_contained_page() {
         "queue-packets",
         "queue-delay",
         "drops",
+        "delivered-rate",
         "rtt",
         "rtt-cdf",
         "cwnd",
