@@ -89,19 +89,14 @@ fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure()
     // The quick form halves the recipe's times: each line alone 4 s from 1, 5 and 9 s; the
     // round robin's flow from 14 s for 8.5 s; the delay controller's from 24.5 s for 17 s,
     // the cable line dead from 35 to 38 s.
+    // The steady state: without the first second (slow start) and the last half (the end).
     let alone: Vec<f64> = ["alone-isp0", "alone-isp1", "alone-isp2"]
         .iter()
-        .map(|name| {
-            let series = intervals(&out.join(format!("{name}.out")));
-            // The steady state: without the first second (slow start) and the last (partial).
-            median(&series[1..series.len() - 1])
-        })
+        .map(|name| lab_goodput(&out, name, 1.0, 3.5))
         .collect();
     let sum_alone: f64 = alone.iter().sum();
-    let delay = intervals(&out.join("tunnel-delay.out"));
-    let steady: f64 = delay[2..10].iter().sum::<f64>() / 8.0;
-    let rr = intervals(&out.join("tunnel-rr.out"));
-    let rr_steady: f64 = rr[2..rr.len() - 1].iter().sum::<f64>() / (rr.len() - 3) as f64;
+    let steady = lab_goodput(&out, "tunnel-delay", 2.0, 10.0);
+    let rr_steady = lab_goodput(&out, "tunnel-rr", 2.0, 7.5);
     eprintln!(
         "alone {alone:.2?} (sum {sum_alone:.2}); tunnel {steady:.2} Mbit/s ({:.1}%), round robin {rr_steady:.2}",
         100.0 * steady / sum_alone
@@ -167,9 +162,9 @@ fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure()
 
     // RTT through the tunnel under load: the delay controller's against round robin's.
     let rtt_p50 = |name: &str| {
-        let text = std::fs::read_to_string(out.join(format!("{name}.out"))).unwrap();
-        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
-        value["rtt"]["p50_ns"].as_f64().map(|ns| ns / 1e6)
+        lab_outcome(&out, name)["outcome"]["data"]["rtt"]["p50_ns"]
+            .as_f64()
+            .map(|ns| ns / 1e6)
     };
     let delay_rtt = rtt_p50("rtt-delay").expect("RTT probes through the delay tunnel");
     let rr_rtt = rtt_p50("rtt-rr").expect("RTT probes through the round-robin tunnel");
@@ -572,6 +567,27 @@ fn lab_outcome(out: &Path, workload: &str) -> serde_json::Value {
         found["outcome"]
     );
     found
+}
+
+/// Mean goodput (Mbit/s) of a lab `tcp` workload over the intervals that lie within
+/// `[from_s, to_s)` of its start.
+fn lab_goodput(out: &Path, workload: &str, from_s: f64, to_s: f64) -> f64 {
+    let data = &lab_outcome(out, workload)["outcome"]["data"];
+    let interval_s = data["interval_ns"].as_f64().expect("the interval") / 1e9;
+    let within: Vec<f64> = lab_intervals(out, workload)
+        .into_iter()
+        .enumerate()
+        .filter(|&(i, _)| {
+            let start = i as f64 * interval_s;
+            start >= from_s - 1e-9 && start + interval_s <= to_s + 1e-9
+        })
+        .map(|(_, mbps)| mbps)
+        .collect();
+    assert!(
+        !within.is_empty(),
+        "{workload}: no interval in [{from_s}, {to_s}) s"
+    );
+    within.iter().sum::<f64>() / within.len() as f64
 }
 
 /// Goodput per interval (Mbit/s) of a lab `tcp` workload's upward stream.
