@@ -909,3 +909,70 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
         "one FIFO: added RTT p50 {off:.1} ms, {off_ingress:.1} in the ingress"
     );
 }
+
+#[test]
+fn without_cap_net_admin_bond_refuses_before_touching_anything() {
+    let Some(_serial) = privileged("without_cap_net_admin_bond_refuses") else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = TempDir::new("bond-unpriv");
+    std::fs::set_permissions(dir.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let key = dir.path("bond.key");
+    let (code, stderr) = pathlab(&["bond", "key", key.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    // Readable by nobody, so the refusal is the capability's, not the key file's.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let key = key.to_str().unwrap();
+    let tun = "plunpriv0";
+    for args in [
+        &[
+            "bond",
+            "server",
+            "--listen",
+            "127.0.0.1:7999",
+            "--psk",
+            key,
+            "--tun",
+            tun,
+            "--name",
+            "unpriv-srv",
+        ][..],
+        &[
+            "bond",
+            "client",
+            "127.0.0.1:7999",
+            "--line",
+            "lo",
+            "--psk",
+            key,
+            "--tun",
+            tun,
+            "--name",
+            "unpriv-cli",
+        ][..],
+    ] {
+        // uid 65534 (nobody) has no capabilities.
+        let output = std::process::Command::new(PATHLAB)
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .expect("runs as nobody");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // No TUN device, no stats socket.
+    assert!(!std::path::Path::new(&format!("/sys/class/net/{tun}")).exists());
+    for name in ["unpriv-srv", "unpriv-cli"] {
+        assert!(!pathlab_io::runtime::runtime_dir()
+            .join("bond")
+            .join(format!("{name}.sock"))
+            .exists());
+    }
+}
