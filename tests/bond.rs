@@ -3,6 +3,8 @@
 
 mod util;
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use util::emulated::{privileged, run_quick_recipe, PATHLAB};
@@ -915,8 +917,6 @@ fn without_cap_net_admin_bond_refuses_before_touching_anything() {
     let Some(_serial) = privileged("without_cap_net_admin_bond_refuses") else {
         return;
     };
-    use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
     let dir = TempDir::new("bond-unpriv");
     std::fs::set_permissions(dir.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let key = dir.path("bond.key");
