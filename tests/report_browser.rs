@@ -74,21 +74,18 @@ if(document.title.indexOf('ERROR')!==0){document.title='IMAGES '+all.length+' BR
 
 #[test]
 fn every_image_of_the_report_loads_in_a_browser() {
-    let browser = match find_chromium() {
-        Some(browser) => browser,
-        None => {
-            let why = "chromium is not installed (.ci/run installs it: apt-get install chromium)";
-            assert!(
-                std::env::var("CI").map_or(true, |ci| ci != "true"),
-                "CI must run the browser test: {why}"
-            );
-            // Straight to stderr, past the test harness's capture, so the skip is seen.
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED every_image_of_the_report_loads_in_a_browser: {why}"
-            );
-            return;
-        }
+    let Some(browser) = find_chromium() else {
+        let why = "chromium is not installed (.ci/run installs it: apt-get install chromium)";
+        assert!(
+            std::env::var("CI").map_or(true, |ci| ci != "true"),
+            "CI must run the browser test: {why}"
+        );
+        // Straight to stderr, past the test harness's capture, so the skip is seen.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED every_image_of_the_report_loads_in_a_browser: {why}"
+        );
+        return;
     };
     let dir = TempDir::new("report-browser");
     for queue in [10, 50] {
