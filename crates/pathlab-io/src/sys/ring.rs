@@ -87,7 +87,7 @@ impl RxRing {
     /// Sets up a TPACKET_V2 receive ring of `frame_count` frames of `frame_size` bytes
     /// on `socket` (which must not be bound yet, so no packet bypasses the ring).
     pub fn new(socket: OwnedFd, frame_size: usize, frame_count: usize) -> io::Result<RxRing> {
-        let page = 4096;
+        let page = page_size();
         assert!(
             frame_size.is_multiple_of(16) && frame_size >= 2048,
             "frame size must be a multiple of 16"
@@ -157,19 +157,27 @@ impl RxRing {
     /// frame to give it back before asking for the next.
     pub fn next_frame(&mut self) -> Option<RxFrame<'_>> {
         let offset = self.next * self.frame_size;
-        // SAFETY: `offset` is inside the mapping (next < frame_count, frames back to back);
-        // the header is 32 bytes, aligned to 16; tp_status is written by the kernel, so it
-        // is read through an atomic.
+        // No reference to the header yet: the kernel may be writing it. Only raw pointers
+        // until the acquire load of its status says the frame is ours.
         #[allow(clippy::cast_ptr_alignment)]
         // frames start at multiples of 16 in a page-aligned map
-        let header = unsafe { &*self.map.add(offset).cast::<Tpacket2Hdr>() };
-        let status_ptr = std::ptr::from_ref(&header.tp_status).cast_mut();
-        // SAFETY: `status_ptr` is aligned for u32 and valid for the ring's lifetime.
-        let status = unsafe { AtomicU32::from_ptr(status_ptr) };
+        // SAFETY: `offset` is inside the mapping (next < frame_count, frames back to back),
+        // and the 32-byte header lies within the frame.
+        let header_ptr = unsafe { self.map.add(offset) }.cast::<Tpacket2Hdr>();
+        // SAFETY: a place expression through the raw pointer, no reference created; the
+        // field is aligned for u32 (the header is aligned to 16) and valid for as long as
+        // the mapping, which outlives the frame's borrow of `self`. The kernel writes it
+        // concurrently, so it is only ever accessed through this atomic.
+        let status =
+            unsafe { AtomicU32::from_ptr(std::ptr::addr_of_mut!((*header_ptr).tp_status)) };
         let value = status.load(Ordering::Acquire);
         if value & TP_STATUS_USER == 0 {
             return None;
         }
+        // SAFETY: TP_STATUS_USER, read with Acquire: the kernel finished writing the frame
+        // and will not touch it until the status goes back to KERNEL (when the frame is
+        // dropped). A copy, so no reference to shared memory lives on.
+        let header = unsafe { std::ptr::read(header_ptr) };
         self.next = (self.next + 1) % self.frame_count;
         let mac = header.tp_mac as usize;
         let snaplen = header.tp_snaplen as usize;
@@ -196,6 +204,17 @@ impl RxRing {
             status,
         })
     }
+}
+
+/// The system's page size (a ring's blocks are whole pages: 4 KiB on most machines, 16 or
+/// 64 KiB on some ARM and POWER kernels).
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the running system; no memory is involved.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page)
+        .ok()
+        .filter(|&p| p > 0)
+        .unwrap_or(4096)
 }
 
 impl Drop for RxRing {
