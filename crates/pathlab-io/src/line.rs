@@ -44,7 +44,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use crate::netlink::{check_interface_name, BadInterfaceName, Netlink, Route, Rule, RuleSelector};
 use crate::sys;
 
-pub use crate::sys::{Datagram, RecvBatch, MAX_BATCH};
+pub use crate::sys::{Datagram, RecvBatch, Train, MAX_BATCH, MAX_TRAIN_BYTES, MAX_TRAIN_SEGMENTS};
 
 /// Send and receive buffer asked for on each line socket: 4 MiB holds about 30 ms of a
 /// 1 Gbit/s line, so a tunnel thread that is descheduled for a moment loses nothing.
@@ -253,6 +253,28 @@ pub fn send_batch(socket: &UdpSocket, packets: &[&[u8]]) -> io::Result<usize> {
 /// first.
 pub fn send_batch_to(socket: &UdpSocket, packets: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
     sys::send_batch_to(socket.as_fd(), packets)
+}
+
+/// Asks the kernel to hand `socket`'s datagrams in trains (UDP GRO): read them with
+/// [`Datagram::segments`].
+pub fn enable_udp_gro(socket: &UdpSocket) -> io::Result<()> {
+    sys::enable_udp_gro(socket.as_fd())
+}
+
+/// Sends `trains` of `datagrams` in one `sendmmsg(2)`, a GSO train (several datagrams of
+/// one size but the last, to one destination) as one message: it crosses the stack as one
+/// packet. Returns how many trains the kernel took, from the first; `EIO`/`EINVAL` on a
+/// GSO train means the socket's device or kernel cannot take them (send one datagram per
+/// train).
+pub fn send_trains(socket: &UdpSocket, datagrams: &[&[u8]], trains: &[Train]) -> io::Result<usize> {
+    sys::send_trains(socket.as_fd(), datagrams, trains)
+}
+
+/// Whether a failed [`send_trains`] of a GSO train means the socket cannot take trains
+/// (`EIO`: its device has no checksum offload; `EINVAL`, `ENOPROTOOPT`, `EOPNOTSUPP`: no
+/// UDP GSO in this kernel), rather than a failure of this one train.
+pub fn is_gso_refusal(error: &io::Error) -> bool {
+    sys::is_gso_refusal(error)
 }
 
 /// One line's routing for sockets bound to its interface: a default route through the
