@@ -65,20 +65,27 @@ pub enum OffloadError {
 }
 
 /// Adds `data` to a one's-complement sum (RFC 1071), treating it as big-endian 16-bit words.
-pub fn checksum_add(mut sum: u64, data: &[u8]) -> u64 {
+///
+/// Eight bytes at a time with an end-around carry (RFC 1071 section 2 (B), "byte order
+/// independence" and "parallel summation": 2^64 is 1 modulo 2^16 - 1, so 64-bit words sum
+/// to the same checksum as 16-bit ones), folded to 33 bits before it is added to `sum`.
+pub fn checksum_add(sum: u64, data: &[u8]) -> u64 {
+    let mut wide: u64 = 0;
     let mut chunks = data.chunks_exact(8);
     for chunk in &mut chunks {
         let word = u64::from_be_bytes(chunk.try_into().expect("8 bytes"));
-        sum += (word >> 48) + ((word >> 32) & 0xffff) + ((word >> 16) & 0xffff) + (word & 0xffff);
+        let (total, carry) = wide.overflowing_add(word);
+        wide = total + u64::from(carry);
     }
+    let mut narrow = (wide >> 32) + (wide & 0xffff_ffff);
     let mut pairs = chunks.remainder().chunks_exact(2);
     for pair in &mut pairs {
-        sum += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
+        narrow += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
     }
     if let [last] = pairs.remainder() {
-        sum += u64::from(*last) << 8;
+        narrow += u64::from(*last) << 8;
     }
-    sum
+    sum + narrow
 }
 
 /// Folds a one's-complement sum to 16 bits and complements it (the value stored in a header).
@@ -185,7 +192,11 @@ pub fn to_wire_frames(
     vnet: &VnetHeader,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
-    segment(frame, Framing::Ethernet, vnet, emit)
+    if is_super_packet(vnet) {
+        segment(&frame, Framing::Ethernet, vnet, emit)
+    } else {
+        pass_whole(frame, vnet, emit)
+    }
 }
 
 /// Turns one packet read from a TUN device with offloads on (`IFF_VNET_HDR`, without its
@@ -193,24 +204,31 @@ pub fn to_wire_frames(
 /// each to `emit`: a TCP super-packet is cut as [`to_wire_frames`] cuts a frame, and a
 /// checksum left to "hardware" is completed. Returns how many there were.
 pub fn to_ip_packets(
-    packet: Vec<u8>,
+    packet: &[u8],
     vnet: &VnetHeader,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
-    segment(packet, Framing::Ip, vnet, emit)
+    if is_super_packet(vnet) {
+        segment(packet, Framing::Ip, vnet, emit)
+    } else {
+        pass_whole(packet.to_vec(), vnet, emit)
+    }
 }
 
+/// Whether a vnet header announces a super-packet to cut.
+fn is_super_packet(vnet: &VnetHeader) -> bool {
+    vnet.gso_type & !GSO_ECN != GSO_NONE && vnet.gso_size != 0
+}
+
+/// Cuts a super-packet (see [`is_super_packet`]) into its segments.
 fn segment(
-    frame: Vec<u8>,
+    frame: &[u8],
     framing: Framing,
     vnet: &VnetHeader,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     let gso_type = vnet.gso_type & !GSO_ECN;
-    if gso_type == GSO_NONE || vnet.gso_size == 0 {
-        return pass_whole(frame, vnet, emit);
-    }
-    let (ip, version) = ip_header(&frame, framing).ok_or(OffloadError::Malformed)?;
+    let (ip, version) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
     let l4 = vnet.csum_start as usize;
     let (protocol, l4_header_len) = match gso_type {
         GSO_TCPV4 | GSO_TCPV6 => {
@@ -246,7 +264,7 @@ fn segment(
     let payload = &frame[headers_len..];
     if payload.is_empty() {
         // Headers only: nothing to cut, but the checksum may still be partial.
-        return pass_whole(frame, vnet, emit);
+        return pass_whole(frame.to_vec(), vnet, emit);
     }
     let segment_size = vnet.gso_size as usize;
     let count = payload.len().div_ceil(segment_size);
@@ -545,6 +563,27 @@ mod tests {
     }
 
     #[test]
+    fn wide_checksum_sums_agree_with_16_bit_words() {
+        let data: Vec<u8> = (0..3000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in (0..64).chain([1499, 1500, 2999, 3000]) {
+            let slice = &data[..len];
+            let mut naive = 0u64;
+            for pair in slice.chunks(2) {
+                naive += u64::from(pair[0]) << 8 | u64::from(*pair.get(1).unwrap_or(&0));
+            }
+            assert_eq!(
+                checksum_finish(checksum_add(0, slice)),
+                checksum_finish(naive),
+                "{len} bytes"
+            );
+        }
+        let all_ones = [0xff; 4096];
+        assert_eq!(checksum_finish(checksum_add(0, &all_ones)), 0);
+    }
+
+    #[test]
     fn tso_packet_is_cut_into_mss_segments_with_sequence_numbers_flags_and_checksums() {
         let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
         let frame = tcp_v4_frame(&payload, 0x18 | 0x01 | 0x80); // PSH ACK FIN CWR
@@ -689,7 +728,7 @@ mod tests {
         };
         let mut segments = Vec::new();
         assert_eq!(
-            to_ip_packets(packet.clone(), &vnet, &mut |s| segments.push(s)).unwrap(),
+            to_ip_packets(&packet, &vnet, &mut |s| segments.push(s)).unwrap(),
             3
         );
         let mut rebuilt = Vec::new();
@@ -720,10 +759,10 @@ mod tests {
         );
         assert_eq!(joined.len(), packet.len());
         let mut again = Vec::new();
-        to_ip_packets(joined, &header, &mut |s| again.push(s)).unwrap();
+        to_ip_packets(&joined, &header, &mut |s| again.push(s)).unwrap();
         assert_eq!(again, segments);
         // A packet that is not IP is malformed, not a panic.
-        assert!(to_ip_packets(vec![0x15; 60], &vnet, &mut |_| {}).is_err());
+        assert!(to_ip_packets(&[0x15; 60], &vnet, &mut |_| {}).is_err());
     }
 
     #[test]

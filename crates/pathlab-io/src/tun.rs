@@ -267,7 +267,7 @@ impl Tun {
             return Ok(0);
         };
         let vnet = VnetHeader::parse(header.try_into().expect("10 bytes"));
-        let packet = buffer[sys::VNET_HDR_LEN..len].to_vec();
+        let packet = &buffer[sys::VNET_HDR_LEN..len];
         Ok(offload::to_ip_packets(packet, &vnet, &mut emit).unwrap_or(0))
     }
 
