@@ -563,6 +563,99 @@ mod tests {
     }
 
     #[test]
+    fn gso_trains_arrive_as_their_datagrams_with_and_without_gro() {
+        let Some(_guard) = privileged("gso_trains_arrive_as_their_datagrams_with_and_without_gro")
+        else {
+            return;
+        };
+        let lines = Lines::build().expect("namespaces build");
+        for family in [Family::V4, Family::V6] {
+            let _routes = lines.route_lines(family);
+            let to = SocketAddr::new(server_address(family), SERVER_PORT);
+            // Seven datagrams: three full trains' worth of one size, a short last one, then
+            // one alone; each numbered in its first byte.
+            let buffers: Vec<Vec<u8>> = [1200, 1200, 1200, 300, 1200, 1200, 80]
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| vec![i as u8; len])
+                .collect();
+            let datagrams: Vec<&[u8]> = buffers.iter().map(Vec::as_slice).collect();
+            let trains = [
+                Train {
+                    to,
+                    first: 0,
+                    count: 4,
+                    segment_size: Some(1200),
+                },
+                Train {
+                    to,
+                    first: 4,
+                    count: 2,
+                    segment_size: Some(1200),
+                },
+                Train {
+                    to,
+                    first: 6,
+                    count: 1,
+                    segment_size: None,
+                },
+            ];
+            for gro in [false, true] {
+                let server = lines.server_socket(family);
+                if gro {
+                    enable_udp_gro(&server).unwrap();
+                }
+                let line = lines
+                    .client
+                    .run(|| line_socket("c1", None, family))
+                    .unwrap()
+                    .unwrap();
+                // Neighbour discovery (and IPv6 duplicate address detection) first.
+                let mut warm = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(3);
+                while warm.is_empty() && Instant::now() < deadline {
+                    line.send_to(b"warm", to).unwrap();
+                    warm = receive(&server, 1, Duration::from_millis(100));
+                }
+                assert!(!warm.is_empty(), "{family:?}: the line works");
+                // Warm-ups held while the neighbour was resolved may still come.
+                receive(&server, usize::MAX, Duration::from_millis(50));
+                assert_eq!(send_trains(&line, &datagrams, &trains).unwrap(), 3);
+                let mut batch = RecvBatch::new(MAX_BATCH, 65_536);
+                let mut got: Vec<Vec<u8>> = Vec::new();
+                let mut messages = 0;
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while got.len() < buffers.len() && Instant::now() < deadline {
+                    let mut ready = [false];
+                    sys::poll_readable(
+                        &[server.as_fd()],
+                        Some(Duration::from_millis(20)),
+                        &mut ready,
+                    )
+                    .unwrap();
+                    recv_batch(&server, &mut batch).unwrap();
+                    for datagram in batch.datagrams() {
+                        messages += 1;
+                        got.extend(datagram.segments().map(<[u8]>::to_vec));
+                    }
+                }
+                let summary = |all: &[Vec<u8>]| -> Vec<(usize, u8)> {
+                    all.iter().map(|d| (d.len(), d[0])).collect()
+                };
+                assert_eq!(
+                    summary(&got),
+                    summary(&buffers),
+                    "{family:?}, GRO {gro}: every datagram, in order"
+                );
+                assert_eq!(got, buffers);
+                if !gro {
+                    assert_eq!(messages, buffers.len(), "without GRO, one message each");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn each_line_reaches_the_same_server_address_through_its_own_interface() {
         let Some(_guard) =
             privileged("each_line_reaches_the_same_server_address_through_its_own_interface")
