@@ -272,7 +272,7 @@ fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondEr
     let mtu = options
         .mtu
         .unwrap_or_else(|| unfragmented_mtu(smallest_payload).max(576));
-    let mut tun = Tun::create(&options.name, mtu).map_err(failed)?;
+    let mut tun = Tun::create_offloaded(&options.name, mtu).map_err(failed)?;
     for &(address, prefix) in &options.addresses {
         tun.add_address(address, prefix).map_err(failed)?;
     }
@@ -283,21 +283,30 @@ fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondEr
 }
 
 /// Datagrams to send, collected in reused buffers and sent [`line::MAX_BATCH`] at a time
-/// with `sendmmsg` (one system call for a batch instead of one per datagram).
+/// with one `sendmmsg` per socket; consecutive datagrams of one size to one destination go
+/// as one UDP GSO train (one trip through the stack for up to 44 full datagrams, and with
+/// the receiver's UDP GRO one trip up its stack too).
 #[derive(Debug)]
 struct Outbox {
     buffers: Vec<Vec<u8>>,
     /// (socket index, destination) of each filled buffer, in order.
     queued: Vec<(usize, SocketAddr)>,
+    /// Per socket: whether it takes GSO trains (false once its device or kernel refused
+    /// one).
+    gso: Vec<bool>,
+    /// The trains of the flush under way (reused).
+    trains: Vec<line::Train>,
 }
 
 impl Outbox {
-    fn new() -> Outbox {
+    fn new(sockets: usize) -> Outbox {
         Outbox {
             buffers: (0..line::MAX_BATCH)
                 .map(|_| Vec::with_capacity(BUFFER_BYTES))
                 .collect(),
             queued: Vec::with_capacity(line::MAX_BATCH),
+            gso: vec![true; sockets],
+            trains: Vec::with_capacity(line::MAX_BATCH),
         }
     }
 
@@ -314,21 +323,47 @@ impl Outbox {
     }
 
     /// Sends everything queued. A datagram the kernel refuses (a line whose interface is
-    /// down or unroutable) is dropped: the liveness logic sees the silence.
+    /// down or unroutable) is dropped: the liveness logic sees the silence. A socket whose
+    /// device cannot take GSO trains sends one datagram per message from then on.
     fn flush(&mut self, sockets: &[&UdpSocket]) {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         for (index, socket) in sockets.iter().enumerate() {
-            let batch: Vec<(SocketAddr, &[u8])> = self
-                .queued
-                .iter()
-                .zip(&self.buffers)
-                .filter(|((s, _), _)| *s == index)
-                .map(|((_, to), buf)| (*to, buf.as_slice()))
-                .collect();
-            let mut sent = 0;
-            while sent < batch.len() {
-                match line::send_batch_to(socket, &batch[sent..]) {
-                    Ok(0) | Err(_) => sent += 1, // skip the one refused
-                    Ok(n) => sent += n,
+            let mut datagrams: [&[u8]; line::MAX_BATCH] = [&[]; line::MAX_BATCH];
+            let mut destinations = [unspecified; line::MAX_BATCH];
+            let mut count = 0;
+            for ((s, to), buf) in self.queued.iter().zip(&self.buffers) {
+                if *s == index {
+                    datagrams[count] = buf;
+                    destinations[count] = *to;
+                    count += 1;
+                }
+            }
+            let (datagrams, destinations) = (&datagrams[..count], &destinations[..count]);
+            let mut from = 0;
+            while from < count {
+                plan_trains(
+                    datagrams,
+                    destinations,
+                    from,
+                    self.gso[index],
+                    &mut self.trains,
+                );
+                from = count;
+                let mut sent = 0;
+                while sent < self.trains.len() {
+                    match line::send_trains(socket, datagrams, &self.trains[sent..]) {
+                        Ok(n) if n > 0 => sent += n,
+                        Err(error)
+                            if self.trains[sent].segment_size.is_some()
+                                && line::is_gso_refusal(&error) =>
+                        {
+                            // Send the rest again, one datagram per message.
+                            self.gso[index] = false;
+                            from = self.trains[sent].first;
+                            break;
+                        }
+                        _ => sent += 1, // skip the one refused
+                    }
                 }
             }
         }
@@ -336,14 +371,65 @@ impl Outbox {
     }
 }
 
+/// Cuts `datagrams[from..]` into trains: runs to one destination, of one size but a
+/// shorter last, within the kernel's limits of a GSO train; with `gso` false, one datagram
+/// each.
+fn plan_trains(
+    datagrams: &[&[u8]],
+    destinations: &[SocketAddr],
+    from: usize,
+    gso: bool,
+    trains: &mut Vec<line::Train>,
+) {
+    trains.clear();
+    let mut first = from;
+    while first < datagrams.len() {
+        let size = datagrams[first].len();
+        let mut end = first + 1;
+        let mut total = size;
+        if gso && size > 0 {
+            while end < datagrams.len()
+                && end - first < line::MAX_TRAIN_SEGMENTS
+                && destinations[end] == destinations[first]
+                && datagrams[end - 1].len() == size
+                && !datagrams[end].is_empty()
+                && datagrams[end].len() <= size
+                && total + datagrams[end].len() <= line::MAX_TRAIN_BYTES
+            {
+                total += datagrams[end].len();
+                end += 1;
+            }
+        }
+        let count = end - first;
+        trains.push(line::Train {
+            to: destinations[first],
+            first,
+            count,
+            segment_size: (count > 1).then_some(size as u16),
+        });
+        first = end;
+    }
+}
+
+/// Writes the packets the state machine delivered into the TUN device, runs of one TCP
+/// flow as one super-packet (a full TUN queue drops, as a NIC would), and empties the list.
+fn deliver(tun: &Tun, delivered: &mut Vec<Vec<u8>>) {
+    if delivered.is_empty() {
+        return;
+    }
+    let packets: Vec<&[u8]> = delivered.iter().map(Vec::as_slice).collect();
+    tun.send_packets(&packets);
+    delivered.clear();
+}
+
 /// Batches of datagrams taken from one socket per pass (each up to [`line::MAX_BATCH`]).
 const RECEIVE_BATCHES: usize = 2;
-/// Most packets taken from the TUN device per pass.
-const RECEIVE_BUDGET: usize = 64;
-/// The largest datagram or packet read.
-const BUFFER_BYTES: usize = 65_536;
-/// A receive batch's slot: a jumbo frame's datagram (longer ones are not the tunnel's).
-const RECEIVE_SLOT_BYTES: usize = 9_216;
+/// Packets taken from the TUN device per pass (once reached, no further read).
+const RECEIVE_BUDGET: usize = 256;
+/// The largest datagram or read: a vnet header and a 64 KB super-packet.
+const BUFFER_BYTES: usize = crate::tun::OFFLOADED_READ_BYTES;
+/// A receive batch's slot: a GRO train of datagrams (up to 64 KB).
+const RECEIVE_SLOT_BYTES: usize = 65_536;
 /// The longest sleep, so signals and stats are seen promptly even when idle.
 const MAX_SLEEP: Duration = Duration::from_millis(200);
 /// Routing tables the client's line routes use: this one for line 0, the next for 1, ...
@@ -395,6 +481,7 @@ pub fn run_client(
             error,
         };
         let socket = line::line_socket(&line.interface, None, family).map_err(failed)?;
+        let _ = line::enable_udp_gro(&socket); // without it, one datagram per message
         if let Some(via) = line.via {
             routes.push(
                 LineRoute::add(&line.interface, via, FIRST_LINE_TABLE + k as u32)
@@ -423,7 +510,8 @@ pub fn run_client(
     let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
     let mut bond = Bond::client(config, options.psk.clone(), &mut OsEntropy, clock.now());
     let mut buf = vec![0u8; BUFFER_BYTES];
-    let mut outbox = Outbox::new();
+    let mut delivered: Vec<Vec<u8>> = Vec::new();
+    let mut outbox = Outbox::new(sockets.len());
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
     let socket_refs: Vec<&UdpSocket> = sockets.iter().collect();
     let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
@@ -432,9 +520,10 @@ pub fn run_client(
     loop {
         let now = clock.now();
         // Inner packets from the TUN device.
-        for _ in 0..RECEIVE_BUDGET {
-            match tun.recv(&mut buf) {
-                Ok(len) => bond.handle_inner(now, buf[..len].to_vec()),
+        let mut taken = 0;
+        while taken < RECEIVE_BUDGET {
+            match tun.recv_packets(&mut buf, |packet| bond.handle_inner(now, packet)) {
+                Ok(packets) => taken += packets.max(1),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(io_error("reading the TUN device")(error)),
             }
@@ -451,9 +540,11 @@ pub fn run_client(
                             if datagram.source != options.server || datagram.truncated {
                                 continue;
                             }
-                            let len = datagram.data.len();
-                            buf[..len].copy_from_slice(datagram.data);
-                            bond.handle_datagram(now, &mut buf[..len]);
+                            for segment in datagram.segments() {
+                                let len = segment.len();
+                                buf[..len].copy_from_slice(segment);
+                                bond.handle_datagram(now, &mut buf[..len]);
+                            }
                         }
                     }
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
@@ -466,8 +557,9 @@ pub fn run_client(
         }
         bond.handle_timeout(now);
         while let Some(packet) = bond.poll_deliver() {
-            let _ = tun.send(&packet); // a full TUN queue drops, as a NIC would
+            delivered.push(packet);
         }
+        deliver(&tun, &mut delivered);
         while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
             if outbox.push(usize::from(transmit.line), options.server) {
                 outbox.flush(&socket_refs);
@@ -509,8 +601,10 @@ pub fn run_client(
                 });
             }
         }
-        let uptime = now.as_secs_f64();
-        stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
+        if ready[2] {
+            let uptime = now.as_secs_f64();
+            stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
+        }
         // Sleep until the next deadline or input.
         let mut fds: Vec<BorrowedFd<'_>> =
             vec![tun.as_fd(), signals, stats_socket.listener.as_fd()];
@@ -545,6 +639,7 @@ pub fn run_server(
         .map_err(io_error("setting DF for path MTU probing"))?;
     let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
+    let _ = line::enable_udp_gro(&socket);
     let stats_socket = StatsSocket::bind(&options.name)?;
     // Datagrams of a 1500-byte path of the listening address's family: sized for IPv4, a
     // full one would leave an IPv6 server in two fragments.
@@ -562,15 +657,17 @@ pub fn run_server(
     let clock = Clock::start();
     let mut server = Server::new(config, options.psk.clone(), Box::new(OsEntropy));
     let mut buf = vec![0u8; BUFFER_BYTES];
-    let mut outbox = Outbox::new();
+    let mut delivered: Vec<Vec<u8>> = Vec::new();
+    let mut outbox = Outbox::new(1);
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
     let mut ready = [false; 4];
     let mut open = 0;
     loop {
         let now = clock.now();
-        for _ in 0..RECEIVE_BUDGET {
-            match tun.recv(&mut buf) {
-                Ok(len) => server.handle_inner(now, buf[..len].to_vec()),
+        let mut taken = 0;
+        while taken < RECEIVE_BUDGET {
+            match tun.recv_packets(&mut buf, |packet| server.handle_inner(now, packet)) {
+                Ok(packets) => taken += packets.max(1),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(io_error("reading the TUN device")(error)),
             }
@@ -583,9 +680,11 @@ pub fn run_server(
                         if datagram.truncated {
                             continue; // larger than any line's datagram: not ours
                         }
-                        let len = datagram.data.len();
-                        buf[..len].copy_from_slice(datagram.data);
-                        server.handle_datagram(now, datagram.source, &mut buf[..len]);
+                        for segment in datagram.segments() {
+                            let len = segment.len();
+                            buf[..len].copy_from_slice(segment);
+                            server.handle_datagram(now, datagram.source, &mut buf[..len]);
+                        }
                     }
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
@@ -595,8 +694,9 @@ pub fn run_server(
         }
         server.handle_timeout(now);
         while let Some(packet) = server.poll_deliver() {
-            let _ = tun.send(&packet);
+            delivered.push(packet);
         }
+        deliver(&tun, &mut delivered);
         while let Some(to) = server.poll_transmit(now, outbox.next()) {
             if outbox.push(0, to) {
                 outbox.flush(&[&socket]);
@@ -608,8 +708,10 @@ pub fn run_server(
             open = sessions;
             on_event(&BondEvent::Sessions { open });
         }
-        let uptime = now.as_secs_f64();
-        stats_socket.answer(|| BondStats::server(&options.name, uptime, &server));
+        if ready[2] {
+            let uptime = now.as_secs_f64();
+            stats_socket.answer(|| BondStats::server(&options.name, uptime, &server));
+        }
         let fds = [
             tun.as_fd(),
             signals,
@@ -627,4 +729,43 @@ pub fn run_server(
         clock.now().as_secs_f64(),
         &server,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trains(lens: &[usize], gso: bool) -> Vec<(usize, usize, Option<u16>)> {
+        let buffers: Vec<Vec<u8>> = lens.iter().map(|&len| vec![0; len]).collect();
+        let datagrams: Vec<&[u8]> = buffers.iter().map(Vec::as_slice).collect();
+        let to = SocketAddr::from(([198, 18, 0, 2], 7000));
+        let destinations = vec![to; lens.len()];
+        let mut planned = Vec::new();
+        plan_trains(&datagrams, &destinations, 0, gso, &mut planned);
+        planned
+            .iter()
+            .map(|t| (t.first, t.count, t.segment_size))
+            .collect()
+    }
+
+    #[test]
+    fn trains_are_runs_of_one_size_ending_at_a_shorter_datagram() {
+        assert_eq!(
+            trains(&[1472, 1472, 1472, 300, 1472, 80, 90], true),
+            vec![(0, 4, Some(1472)), (4, 2, Some(1472)), (6, 1, None)]
+        );
+        // A longer datagram starts a new train; no GSO: one datagram each.
+        assert_eq!(trains(&[300, 1472], true), vec![(0, 1, None), (1, 1, None)]);
+        assert_eq!(
+            trains(&[1472, 1472], false),
+            vec![(0, 1, None), (1, 1, None)]
+        );
+    }
+
+    #[test]
+    fn a_train_stays_within_one_ipv4_packet() {
+        let planned = trains(&[1472; 64], true);
+        assert_eq!(planned[0], (0, 44, Some(1472)), "44 x 1472 = 64768 bytes");
+        assert_eq!(planned[1], (44, 20, Some(1472)));
+    }
 }

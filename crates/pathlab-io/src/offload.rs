@@ -65,20 +65,27 @@ pub enum OffloadError {
 }
 
 /// Adds `data` to a one's-complement sum (RFC 1071), treating it as big-endian 16-bit words.
-pub fn checksum_add(mut sum: u64, data: &[u8]) -> u64 {
+///
+/// Eight bytes at a time with an end-around carry (RFC 1071 section 2 (B), "byte order
+/// independence" and "parallel summation": 2^64 is 1 modulo 2^16 - 1, so 64-bit words sum
+/// to the same checksum as 16-bit ones), folded to 33 bits before it is added to `sum`.
+pub fn checksum_add(sum: u64, data: &[u8]) -> u64 {
+    let mut wide: u64 = 0;
     let mut chunks = data.chunks_exact(8);
     for chunk in &mut chunks {
         let word = u64::from_be_bytes(chunk.try_into().expect("8 bytes"));
-        sum += (word >> 48) + ((word >> 32) & 0xffff) + ((word >> 16) & 0xffff) + (word & 0xffff);
+        let (total, carry) = wide.overflowing_add(word);
+        wide = total + u64::from(carry);
     }
+    let mut narrow = (wide >> 32) + (wide & 0xffff_ffff);
     let mut pairs = chunks.remainder().chunks_exact(2);
     for pair in &mut pairs {
-        sum += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
+        narrow += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
     }
     if let [last] = pairs.remainder() {
-        sum += u64::from(*last) << 8;
+        narrow += u64::from(*last) << 8;
     }
-    sum
+    sum + narrow
 }
 
 /// Folds a one's-complement sum to 16 bits and complements it (the value stored in a header).
@@ -89,8 +96,33 @@ pub fn checksum_finish(mut sum: u64) -> u16 {
     !(sum as u16)
 }
 
-/// Where the IP header starts in an Ethernet frame (after any VLAN tags), and its version.
-fn ip_header(frame: &[u8]) -> Option<(usize, u8)> {
+/// What a frame starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// An Ethernet header (a packet socket's frames).
+    Ethernet,
+    /// The IP header (a TUN device's packets).
+    Ip,
+}
+
+impl Framing {
+    /// The offset of the IP header when there are no VLAN tags.
+    fn ip_offset(self) -> usize {
+        match self {
+            Framing::Ethernet => 14,
+            Framing::Ip => 0,
+        }
+    }
+}
+
+/// Where the IP header starts in a frame (after any VLAN tags), and its version.
+fn ip_header(frame: &[u8], framing: Framing) -> Option<(usize, u8)> {
+    if framing == Framing::Ip {
+        return match frame.first()? >> 4 {
+            version @ (4 | 6) => Some((0, version)),
+            _ => None,
+        };
+    }
     let mut offset = 12;
     loop {
         let ethertype = u16::from_be_bytes([*frame.get(offset)?, *frame.get(offset + 1)?]);
@@ -160,11 +192,43 @@ pub fn to_wire_frames(
     vnet: &VnetHeader,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
-    let gso_type = vnet.gso_type & !GSO_ECN;
-    if gso_type == GSO_NONE || vnet.gso_size == 0 {
-        return pass_whole(frame, vnet, emit);
+    if is_super_packet(vnet) {
+        segment(&frame, Framing::Ethernet, vnet, emit)
+    } else {
+        pass_whole(frame, vnet, emit)
     }
-    let (ip, version) = ip_header(&frame).ok_or(OffloadError::Malformed)?;
+}
+
+/// Turns one packet read from a TUN device with offloads on (`IFF_VNET_HDR`, without its
+/// vnet header) into the IP packets it stands for, at most the segment size each, passing
+/// each to `emit`: a TCP super-packet is cut as [`to_wire_frames`] cuts a frame, and a
+/// checksum left to "hardware" is completed. Returns how many there were.
+pub fn to_ip_packets(
+    packet: &[u8],
+    vnet: &VnetHeader,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<usize, OffloadError> {
+    if is_super_packet(vnet) {
+        segment(packet, Framing::Ip, vnet, emit)
+    } else {
+        pass_whole(packet.to_vec(), vnet, emit)
+    }
+}
+
+/// Whether a vnet header announces a super-packet to cut.
+fn is_super_packet(vnet: &VnetHeader) -> bool {
+    vnet.gso_type & !GSO_ECN != GSO_NONE && vnet.gso_size != 0
+}
+
+/// Cuts a super-packet (see [`is_super_packet`]) into its segments.
+fn segment(
+    frame: &[u8],
+    framing: Framing,
+    vnet: &VnetHeader,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<usize, OffloadError> {
+    let gso_type = vnet.gso_type & !GSO_ECN;
+    let (ip, version) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
     let l4 = vnet.csum_start as usize;
     let (protocol, l4_header_len) = match gso_type {
         GSO_TCPV4 | GSO_TCPV6 => {
@@ -200,7 +264,7 @@ pub fn to_wire_frames(
     let payload = &frame[headers_len..];
     if payload.is_empty() {
         // Headers only: nothing to cut, but the checksum may still be partial.
-        return pass_whole(frame, vnet, emit);
+        return pass_whole(frame.to_vec(), vnet, emit);
     }
     let segment_size = vnet.gso_size as usize;
     let count = payload.len().div_ceil(segment_size);
@@ -254,29 +318,40 @@ pub fn to_wire_frames(
     Ok(count)
 }
 
-/// Where the TCP header of an untagged Ethernet frame carrying TCP over IPv4 (without
-/// options or fragmentation) or IPv6 (without extension headers) starts, with the IP
-/// version, the TCP header length and the payload length; `None` for anything else.
-fn plain_tcp(frame: &[u8]) -> Option<(u8, usize, usize, usize)> {
-    let ethertype = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
-    let (version, l4) = match ethertype {
-        0x0800 => {
-            let ip = frame.get(14..34)?;
-            let fragmented = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
-            if ip[0] != 0x45 || ip[9] != 6 || fragmented {
+/// Where the TCP header of an untagged frame carrying TCP over IPv4 (without options or
+/// fragmentation) or IPv6 (without extension headers) starts, with the IP version, the IP
+/// header's offset, the TCP header length and the payload length; `None` for anything
+/// else.
+fn plain_tcp(frame: &[u8], framing: Framing) -> Option<(u8, usize, usize, usize, usize)> {
+    let ip = framing.ip_offset();
+    let version = match framing {
+        Framing::Ethernet => match u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]) {
+            0x0800 => 4,
+            0x86DD => 6,
+            _ => return None,
+        },
+        Framing::Ip => frame.first()? >> 4,
+    };
+    let l4 = match version {
+        4 => {
+            let header = frame.get(ip..ip + 20)?;
+            let fragmented = u16::from_be_bytes([header[6], header[7]]) & 0x3fff != 0;
+            if header[0] != 0x45 || header[9] != 6 || fragmented {
                 return None;
             }
-            if usize::from(u16::from_be_bytes([ip[2], ip[3]])) != frame.len() - 14 {
+            if usize::from(u16::from_be_bytes([header[2], header[3]])) != frame.len() - ip {
                 return None;
             }
-            (4, 34)
+            ip + 20
         }
-        0x86DD => {
-            let ip = frame.get(14..54)?;
-            if ip[6] != 6 || usize::from(u16::from_be_bytes([ip[4], ip[5]])) != frame.len() - 54 {
+        6 => {
+            let header = frame.get(ip..ip + 40)?;
+            if header[6] != 6
+                || usize::from(u16::from_be_bytes([header[4], header[5]])) != frame.len() - ip - 40
+            {
                 return None;
             }
-            (6, 54)
+            ip + 40
         }
         _ => return None,
     };
@@ -284,7 +359,7 @@ fn plain_tcp(frame: &[u8]) -> Option<(u8, usize, usize, usize)> {
     if header_len < 20 || l4 + header_len > frame.len() {
         return None;
     }
-    Some((version, l4, header_len, frame.len() - l4 - header_len))
+    Some((version, ip, l4, header_len, frame.len() - l4 - header_len))
 }
 
 /// How many of `frames`, from the first, can be sent as one GSO super-packet: segments of
@@ -293,12 +368,18 @@ fn plain_tcp(frame: &[u8]) -> Option<(u8, usize, usize, usize)> {
 /// contiguous sequence numbers and equal payloads but for a shorter last one. The kernel
 /// (or the NIC) cuts such a super-packet back into exactly these frames.
 pub fn coalescable_run(frames: &[&[u8]]) -> usize {
+    coalescable_run_framed(frames, Framing::Ethernet)
+}
+
+/// [`coalescable_run`] for frames that start as `framing` says (a TUN device's IP
+/// packets: [`Framing::Ip`]).
+pub fn coalescable_run_framed(frames: &[&[u8]], framing: Framing) -> usize {
     const MAX_SEGMENTS: usize = 64;
     const MAX_BYTES: usize = 65_000;
     let Some(&first) = frames.first() else {
         return 0;
     };
-    let Some((version, l4, header_len, mss)) = plain_tcp(first) else {
+    let Some((version, ip, l4, header_len, mss)) = plain_tcp(first, framing) else {
         return 1;
     };
     if mss == 0 {
@@ -306,7 +387,7 @@ pub fn coalescable_run(frames: &[&[u8]]) -> usize {
     }
     let headers = l4 + header_len;
     let first_seq = u32::from_be_bytes(first[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
-    let first_id = u16::from_be_bytes([first[18], first[19]]);
+    let first_id = u16::from_be_bytes([first[ip + 4], first[ip + 5]]);
     let mut total = first.len();
     let mut run = 1;
     // The segment before may not carry PSH or FIN: those end a super-packet.
@@ -315,7 +396,7 @@ pub fn coalescable_run(frames: &[&[u8]]) -> usize {
         if run >= MAX_SEGMENTS || previous_flags & 0x09 != 0 {
             break;
         }
-        let Some((v, l, h, payload)) = plain_tcp(frame) else {
+        let Some((v, _, l, h, payload)) = plain_tcp(frame, framing) else {
             break;
         };
         if (v, l, h) != (version, l4, header_len)
@@ -326,10 +407,12 @@ pub fn coalescable_run(frames: &[&[u8]]) -> usize {
             break;
         }
         let same = |range: std::ops::Range<usize>| frame[range.clone()] == first[range];
+        // Everything up to the TCP header but the IP length, id and checksum (the IPv6
+        // payload length).
         let ip_fields_same = if version == 4 {
-            same(0..16) && same(20..24) && same(26..34)
+            same(0..ip + 2) && same(ip + 6..ip + 10) && same(ip + 12..l4)
         } else {
-            same(0..18) && same(20..54)
+            same(0..ip + 4) && same(ip + 6..l4)
         };
         let flags = frame[l4 + 13];
         let tcp_same = same(l4..l4 + 4)
@@ -341,7 +424,8 @@ pub fn coalescable_run(frames: &[&[u8]]) -> usize {
         let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
         let seq_ok = seq == first_seq.wrapping_add((index * mss) as u32);
         let id_ok = version == 6
-            || u16::from_be_bytes([frame[18], frame[19]]) == first_id.wrapping_add(index as u16);
+            || u16::from_be_bytes([frame[ip + 4], frame[ip + 5]])
+                == first_id.wrapping_add(index as u16);
         // Only the last segment may be short.
         let previous_full = frames[index - 1].len() - headers == mss;
         if !(ip_fields_same && tcp_same && flags_ok && seq_ok && id_ok && previous_full) {
@@ -357,8 +441,13 @@ pub fn coalescable_run(frames: &[&[u8]]) -> usize {
 /// Builds the GSO super-packet of `frames` (a run [`coalescable_run`] accepted, at least
 /// two) and the vnet header that tells the kernel how to cut it back.
 pub fn build_gso(frames: &[&[u8]]) -> (Vec<u8>, VnetHeader) {
+    build_gso_framed(frames, Framing::Ethernet)
+}
+
+/// [`build_gso`] for frames that start as `framing` says.
+pub fn build_gso_framed(frames: &[&[u8]], framing: Framing) -> (Vec<u8>, VnetHeader) {
     let first = frames[0];
-    let (version, l4, header_len, mss) = plain_tcp(first).expect("a coalescable run");
+    let (version, ip, l4, header_len, mss) = plain_tcp(first, framing).expect("a coalescable run");
     let headers = l4 + header_len;
     let mut packet =
         Vec::with_capacity(frames.iter().map(|f| f.len() - headers).sum::<usize>() + headers);
@@ -370,16 +459,16 @@ pub fn build_gso(frames: &[&[u8]]) -> (Vec<u8>, VnetHeader) {
     packet[l4 + 13] |= last[l4 + 13] & 0x09;
     let l4_len = packet.len() - l4;
     if version == 4 {
-        let ip_len = (packet.len() - 14) as u16;
-        packet[16..18].copy_from_slice(&ip_len.to_be_bytes());
-        packet[24..26].copy_from_slice(&[0, 0]);
-        let checksum = checksum_finish(checksum_add(0, &packet[14..34]));
-        packet[24..26].copy_from_slice(&checksum.to_be_bytes());
+        let ip_len = (packet.len() - ip) as u16;
+        packet[ip + 2..ip + 4].copy_from_slice(&ip_len.to_be_bytes());
+        packet[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+        let checksum = checksum_finish(checksum_add(0, &packet[ip..ip + 20]));
+        packet[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
     } else {
-        packet[18..20].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        packet[ip + 4..ip + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
     }
     // CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum, not complemented.
-    let pseudo = pseudo_header_sum(&packet, 14, version, 6, l4_len);
+    let pseudo = pseudo_header_sum(&packet, ip, version, 6, l4_len);
     packet[l4 + 16..l4 + 18].copy_from_slice(&(!checksum_finish(pseudo)).to_be_bytes());
     let cwr = if first[l4 + 13] & 0x80 != 0 {
         GSO_ECN
@@ -471,6 +560,27 @@ mod tests {
         assert_eq!(checksum_finish(checksum_add(0, &data)), !0xddf2);
         // Odd length: the last byte is the high half of a word.
         assert_eq!(checksum_finish(checksum_add(0, &[0x12])), !0x1200);
+    }
+
+    #[test]
+    fn wide_checksum_sums_agree_with_16_bit_words() {
+        let data: Vec<u8> = (0..3000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for len in (0..64).chain([1499, 1500, 2999, 3000]) {
+            let slice = &data[..len];
+            let mut naive = 0u64;
+            for pair in slice.chunks(2) {
+                naive += u64::from(pair[0]) << 8 | u64::from(*pair.get(1).unwrap_or(&0));
+            }
+            assert_eq!(
+                checksum_finish(checksum_add(0, slice)),
+                checksum_finish(naive),
+                "{len} bytes"
+            );
+        }
+        let all_ones = [0xff; 4096];
+        assert_eq!(checksum_finish(checksum_add(0, &all_ones)), 0);
     }
 
     #[test]
@@ -598,6 +708,61 @@ mod tests {
             1,
             "not TCP: alone"
         );
+    }
+
+    #[test]
+    fn tun_super_packets_are_cut_and_joined_without_an_ethernet_header() {
+        // The same TSO packet as a TUN device hands it: the IP header first, csum_start
+        // counted from it.
+        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        let mut packet = tcp_v4_frame(&payload, 0x18 | 0x80).split_off(14);
+        let total = packet.len() as u16;
+        packet[2..4].copy_from_slice(&total.to_be_bytes());
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 52,
+            gso_size: 1448,
+            csum_start: 20,
+            csum_offset: 16,
+        };
+        let mut segments = Vec::new();
+        assert_eq!(
+            to_ip_packets(&packet, &vnet, &mut |s| segments.push(s)).unwrap(),
+            3
+        );
+        let mut rebuilt = Vec::new();
+        for (index, segment) in segments.iter().enumerate() {
+            let mut framed = vec![0u8; 14];
+            framed[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            framed.extend_from_slice(segment);
+            verify_ipv4_tcp(&framed);
+            let seq = u32::from_be_bytes(segment[24..28].try_into().unwrap());
+            assert_eq!(seq, 1000 + (index * 1448) as u32);
+            assert_eq!(
+                u16::from_be_bytes([segment[4], segment[5]]),
+                100 + index as u16
+            );
+            rebuilt.extend_from_slice(&segment[52..]);
+        }
+        assert_eq!(rebuilt, payload);
+        let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
+        assert_eq!(coalescable_run_framed(&views, Framing::Ip), 3);
+        assert_eq!(
+            coalescable_run_framed(&[views[0], views[2]], Framing::Ip),
+            1
+        );
+        let (joined, header) = build_gso_framed(&views, Framing::Ip);
+        assert_eq!(
+            (header.gso_size, header.hdr_len, header.csum_start),
+            (1448, 52, 20)
+        );
+        assert_eq!(joined.len(), packet.len());
+        let mut again = Vec::new();
+        to_ip_packets(&joined, &header, &mut |s| again.push(s)).unwrap();
+        assert_eq!(again, segments);
+        // A packet that is not IP is malformed, not a panic.
+        assert!(to_ip_packets(&[0x15; 60], &vnet, &mut |_| {}).is_err());
     }
 
     #[test]

@@ -12,14 +12,17 @@
 //!
 //! Configuration goes through a netlink socket opened with the device, so it reaches the
 //! device's network namespace whichever thread calls later. This module does not choose
-//! addresses or routes, and does not segment or reassemble: a packet longer than the
-//! MTU is the caller's to avoid.
+//! addresses or routes, and does not fragment or reassemble: a packet longer than the
+//! MTU is the caller's to avoid. With [`Tun::create_offloaded`] the host hands the device
+//! TCP super-packets (TSO, as to a NIC) and takes them back (as from GRO): this module cuts
+//! and joins them, so its caller still sees packets of at most the MTU.
 
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use crate::netlink::{check_interface_name, BadInterfaceName, Netlink};
+use crate::offload::{self, Framing, VnetHeader};
 use crate::sys;
 
 /// The smallest MTU a TUN device takes (IPv4's minimum datagram, RFC 791).
@@ -130,7 +133,12 @@ pub struct Tun {
     mtu: u32,
     fd: OwnedFd,
     netlink: Netlink,
+    /// Created with [`Tun::create_offloaded`]: reads and writes carry a vnet header.
+    offloaded: bool,
 }
+
+/// The longest read of an offloaded [`Tun`]: a vnet header and a 64 KB super-packet.
+pub const OFFLOADED_READ_BYTES: usize = sys::VNET_HDR_LEN + 65_535;
 
 impl Tun {
     /// Creates TUN device `name` in the calling thread's network namespace, with a
@@ -138,10 +146,20 @@ impl Tun {
     /// kernel number it ([`Tun::name`] says what it chose). The error is a [`TunError`]
     /// naming the device.
     pub fn create(name: &str, mtu: u32) -> io::Result<Tun> {
-        Tun::create_named(name, mtu).map_err(io::Error::from)
+        Tun::create_named(name, mtu, false).map_err(io::Error::from)
     }
 
-    fn create_named(name: &str, mtu: u32) -> Result<Tun, TunError> {
+    /// [`Tun::create`], with offloads: the host may hand the device TCP super-packets of up
+    /// to 64 KB and leave checksums to fill, as to a NIC with TSO and checksum offload
+    /// (`IFF_VNET_HDR`, `TUNSETOFFLOAD`), so its TCP stack works per 64 KB rather than per
+    /// packet; [`Tun::recv_packets`] cuts them back into packets of at most the MTU, and
+    /// [`Tun::send_packets`] writes runs of one TCP flow's segments as one super-packet
+    /// the host takes in one pass (as GRO would have made them).
+    pub fn create_offloaded(name: &str, mtu: u32) -> io::Result<Tun> {
+        Tun::create_named(name, mtu, true).map_err(io::Error::from)
+    }
+
+    fn create_named(name: &str, mtu: u32, offloaded: bool) -> Result<Tun, TunError> {
         check_interface_name(name).map_err(TunError::BadName)?;
         if !(MIN_TUN_MTU..=MAX_TUN_MTU).contains(&mtu) {
             return Err(TunError::BadMtu {
@@ -149,7 +167,7 @@ impl Tun {
                 mtu,
             });
         }
-        let (fd, name) = sys::tun_create(name).map_err(|error| {
+        let (fd, name) = sys::tun_create(name, offloaded).map_err(|error| {
             let name = name.to_owned();
             match error.raw_os_error() {
                 Some(libc::ENOENT | libc::ENODEV | libc::ENXIO) => TunError::NoTunDriver { name },
@@ -167,6 +185,11 @@ impl Tun {
             move |error| TunError::Io { name, what, error }
         };
         sys::set_nonblocking(fd.as_fd()).map_err(failed("making it non-blocking".to_owned()))?;
+        if offloaded {
+            // A kernel without TSO on TUN still takes the vnet header: reads then carry
+            // plain packets, and writes may still be super-packets.
+            let _ = sys::tun_set_offload(fd.as_fd());
+        }
         let index = sys::if_nametoindex(&name).map_err(failed("finding its index".to_owned()))?;
         let mut netlink = Netlink::open().map_err(failed("opening netlink".to_owned()))?;
         netlink
@@ -181,6 +204,7 @@ impl Tun {
             mtu,
             fd,
             netlink,
+            offloaded,
         })
     }
 
@@ -219,6 +243,10 @@ impl Tun {
     /// prefix); `WouldBlock` when none is waiting. A buffer shorter than the packet gets
     /// its start and the rest is lost: give at least [`Tun::mtu`] bytes.
     pub fn recv(&self, buffer: &mut [u8]) -> io::Result<usize> {
+        debug_assert!(
+            !self.offloaded,
+            "an offloaded device is read with recv_packets"
+        );
         sys::read(self.fd.as_fd(), buffer)
     }
 
@@ -227,7 +255,59 @@ impl Tun {
     /// header or checksum is dropped there, not reported here; a first nibble other than
     /// 4 or 6 is `InvalidInput`.
     pub fn send(&self, packet: &[u8]) -> io::Result<usize> {
+        if self.offloaded {
+            let written = sys::write_two(self.fd.as_fd(), &[0; sys::VNET_HDR_LEN], packet)?;
+            return Ok(written.saturating_sub(sys::VNET_HDR_LEN));
+        }
         sys::write(self.fd.as_fd(), packet)
+    }
+
+    /// Reads what the host sent into the device, one read, and hands `emit` the IP packets
+    /// in it, each at most the MTU: a super-packet of an offloaded device cut into its
+    /// segments, its checksums completed. Returns how many; `WouldBlock` when nothing waits.
+    /// `buffer` takes the read: [`OFFLOADED_READ_BYTES`] for an offloaded device, the MTU
+    /// otherwise. A super-packet that cannot be cut (offload metadata that does not match
+    /// the packet) is dropped, as a NIC would: 0.
+    pub fn recv_packets(
+        &self,
+        buffer: &mut [u8],
+        mut emit: impl FnMut(Vec<u8>),
+    ) -> io::Result<usize> {
+        let len = sys::read(self.fd.as_fd(), buffer)?;
+        if !self.offloaded {
+            emit(buffer[..len].to_vec());
+            return Ok(1);
+        }
+        let Some(header) = buffer.get(..sys::VNET_HDR_LEN) else {
+            return Ok(0);
+        };
+        let vnet = VnetHeader::parse(header.try_into().expect("10 bytes"));
+        let packet = &buffer[sys::VNET_HDR_LEN..len];
+        Ok(offload::to_ip_packets(packet, &vnet, &mut emit).unwrap_or(0))
+    }
+
+    /// Writes `packets` (IPv4 or IPv6 datagrams) for the host to receive, as
+    /// [`Tun::send`] does each; an offloaded device takes each run of one TCP flow's
+    /// consecutive segments as one super-packet (one write, one pass through the host's
+    /// stack). A packet the device refuses (a full queue) is dropped, as by a NIC.
+    pub fn send_packets(&self, packets: &[&[u8]]) {
+        if !self.offloaded {
+            for packet in packets {
+                let _ = self.send(packet);
+            }
+            return;
+        }
+        let mut rest = packets;
+        while !rest.is_empty() {
+            let run = offload::coalescable_run_framed(rest, Framing::Ip).max(1);
+            if run == 1 {
+                let _ = self.send(rest[0]);
+            } else {
+                let (packet, vnet) = offload::build_gso_framed(&rest[..run], Framing::Ip);
+                let _ = sys::write_two(self.fd.as_fd(), &vnet.to_bytes(), &packet);
+            }
+            rest = &rest[run..];
+        }
     }
 
     /// Adds `address`/`prefix_len` to the device, which also routes that prefix into it

@@ -432,7 +432,11 @@ pub fn drop_cap_net_admin_in_this_thread() -> io::Result<()> {
 /// makes an existing interface of that name an error (`EBUSY`) instead of attaching to it,
 /// so the device is always this descriptor's own and disappears when it closes. A `%d` in
 /// `name` lets the kernel pick a free number. Returns the descriptor and the device's name.
-pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
+///
+/// With `vnet_header`, every read and write starts with a 10-byte `virtio_net_hdr`
+/// (`IFF_VNET_HDR`), which says what offloads (a super-packet, a checksum left to fill) the
+/// packet after it carries; [`tun_set_offload`] then says which the device may hand over.
+pub fn tun_create(name: &str, vnet_header: bool) -> io::Result<(OwnedFd, String)> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -449,8 +453,9 @@ pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
     for (slot, byte) in request.ifr_name.iter_mut().zip(name.bytes()) {
         *slot = byte as libc::c_char;
     }
+    let vnet_flag = if vnet_header { libc::IFF_VNET_HDR } else { 0 };
     request.ifr_ifru.ifru_flags =
-        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL) as libc::c_short;
+        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL | vnet_flag) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
     cvt(unsafe {
         libc::ioctl(
@@ -466,6 +471,33 @@ pub fn tun_create(name: &str) -> io::Result<(OwnedFd, String)> {
         .map(|&c| c as u8)
         .collect();
     Ok((fd, String::from_utf8_lossy(&actual).into_owned()))
+}
+
+/// The offloads a TUN device with a vnet header takes: checksums left to fill
+/// (`TUN_F_CSUM`) and TCP super-packets over IPv4 and IPv6 (`TUN_F_TSO4`, `TUN_F_TSO6`, with
+/// ECN). The host's TCP then hands the device 64 KB at a time.
+pub fn tun_set_offload(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
+    // SAFETY: TUNSETOFFLOAD takes its flags as the integer argument itself.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, flags as libc::c_ulong) })
+        .map(drop)
+}
+
+/// `writev(2)` of a header and a body, as one write.
+pub fn write_two(fd: BorrowedFd<'_>, header: &[u8], body: &[u8]) -> io::Result<usize> {
+    let iovecs = [
+        libc::iovec {
+            iov_base: header.as_ptr().cast_mut().cast(),
+            iov_len: header.len(),
+        },
+        libc::iovec {
+            iov_base: body.as_ptr().cast_mut().cast(),
+            iov_len: body.len(),
+        },
+    ];
+    // SAFETY: both iovecs describe readable buffers that live for the call; writev only
+    // reads through them.
+    cvt_size(unsafe { libc::writev(fd.as_raw_fd(), iovecs.as_ptr(), 2) })
 }
 
 /// Makes a descriptor non-blocking.
@@ -592,10 +624,11 @@ struct Ancillary {
     kernel_ns: Option<u64>,
     interface: Option<u32>,
     destination: Option<std::net::IpAddr>,
+    segment_size: Option<usize>,
 }
 
-/// The kernel receive time (`SCM_TIMESTAMPNS`) and packet info (`IP_PKTINFO`,
-/// `IPV6_PKTINFO`) in a received message's control data.
+/// The kernel receive time (`SCM_TIMESTAMPNS`), packet info (`IP_PKTINFO`,
+/// `IPV6_PKTINFO`) and GRO segment size (`UDP_GRO`) in a received message's control data.
 ///
 /// # Safety
 /// `message` must be a `msghdr` the kernel filled in, its control buffer still alive.
@@ -620,6 +653,11 @@ unsafe fn ancillary_data(message: &libc::msghdr) -> Ancillary {
                     ancillary.destination = Some(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
                         u32::from_be(info.ipi_addr.s_addr),
                     )));
+                }
+                (libc::SOL_UDP, libc::UDP_GRO) => {
+                    let size =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                    ancillary.segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
                 }
                 (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
                     let info =
@@ -656,6 +694,17 @@ pub struct Datagram<'a> {
     pub destination: Option<std::net::IpAddr>,
     /// It was longer than the slot.
     pub truncated: bool,
+    /// On a socket with [`enable_udp_gro`]: the kernel handed several datagrams of one
+    /// sender at once, `data` is their concatenation, each this long but the last.
+    pub segment_size: Option<usize>,
+}
+
+impl<'a> Datagram<'a> {
+    /// The datagrams the sender sent: `data` cut at [`Datagram::segment_size`], or whole.
+    pub fn segments(&self) -> std::slice::Chunks<'a, u8> {
+        let size = self.segment_size.unwrap_or(self.data.len()).max(1);
+        self.data.chunks(size)
+    }
 }
 
 /// What the kernel filled in for one slot of a [`RecvBatch`].
@@ -769,6 +818,7 @@ impl RecvBatch {
                     interface: received.ancillary.interface,
                     destination: received.ancillary.destination,
                     truncated: received.truncated,
+                    segment_size: received.ancillary.segment_size,
                 })
             })
     }
@@ -847,6 +897,115 @@ fn send_many<'a>(
         }
     }
     Ok(sent)
+}
+
+/// Asks the kernel to hand a UDP socket's datagrams in trains (`UDP_GRO`): consecutive
+/// datagrams of one sender, of one size but the last, come as one message whose
+/// [`Datagram::segment_size`] says where to cut. A sender's GSO train (see [`send_trains`])
+/// then crosses the stack as one packet, not one per datagram.
+pub fn enable_udp_gro(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_UDP, libc::UDP_GRO, &(1 as libc::c_int))
+}
+
+/// The most datagrams in one [`Train`] (the kernel's `UDP_MAX_SEGMENTS` on older kernels).
+pub const MAX_TRAIN_SEGMENTS: usize = 64;
+
+/// The most UDP payload bytes in one [`Train`]: one IPv4 packet's.
+pub const MAX_TRAIN_BYTES: usize = 65_507;
+
+/// Datagrams `first..first + count` of a [`send_trains`] call, to `to` in one `sendmsg`:
+/// with `segment_size` (all that long but the last, which may be shorter) the kernel cuts
+/// them apart as late as it can (UDP GSO, `UDP_SEGMENT`), possibly only at the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Train {
+    /// The destination.
+    pub to: std::net::SocketAddr,
+    /// The index of the first datagram.
+    pub first: usize,
+    /// How many datagrams.
+    pub count: usize,
+    /// Their size, for a GSO train; `None` sends one datagram (`count` must be 1).
+    pub segment_size: Option<u16>,
+}
+
+/// Room for one `UDP_SEGMENT` control message (`CMSG_SPACE(2)` is 24 bytes).
+const SEGMENT_CONTROL_WORDS: usize = 4;
+
+/// Sends `trains` of `datagrams` (at most [`MAX_BATCH`] datagrams in all), each train one
+/// message of one `sendmmsg(2)`; returns how many trains the kernel took, from the first.
+/// A device that cannot take a GSO train fails it with `EIO` (no checksum offload) or a
+/// kernel without UDP GSO with `EINVAL`: send such trains one datagram each. Allocates
+/// nothing.
+pub fn send_trains(fd: BorrowedFd<'_>, datagrams: &[&[u8]], trains: &[Train]) -> io::Result<usize> {
+    assert!(
+        datagrams.len() <= MAX_BATCH && trains.len() <= MAX_BATCH,
+        "send_trains takes at most MAX_BATCH datagrams"
+    );
+    let mut iovecs = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_BATCH];
+    for (iov, datagram) in iovecs.iter_mut().zip(datagrams) {
+        iov.iov_base = datagram.as_ptr().cast_mut().cast();
+        iov.iov_len = datagram.len();
+    }
+    // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+    let mut names: [libc::sockaddr_storage; MAX_BATCH] = unsafe { zeroed() };
+    let mut controls = [[0u64; SEGMENT_CONTROL_WORDS]; MAX_BATCH];
+    // SAFETY: mmsghdr is plain data; all-zero is valid.
+    let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { zeroed() };
+    for (i, train) in trains.iter().enumerate() {
+        assert!(
+            train.count >= 1 && train.first + train.count <= datagrams.len(),
+            "a train's datagrams are in the batch"
+        );
+        let (storage, len) = socket_address_to_c(train.to);
+        names[i] = storage;
+        let header = &mut headers[i].msg_hdr;
+        header.msg_name = std::ptr::from_mut(&mut names[i]).cast();
+        header.msg_namelen = len;
+        header.msg_iov = &raw mut iovecs[train.first];
+        header.msg_iovlen = train.count as _;
+        if let Some(size) = train.segment_size {
+            header.msg_control = controls[i].as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is pure arithmetic.
+            header.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as _;
+            // SAFETY: the control buffer is `controls[i]`, 32 bytes, aligned for cmsghdr,
+            // and msg_controllen (24) fits in it: CMSG_FIRSTHDR is not null and the header
+            // and its 2 data bytes are inside the buffer.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(header);
+                (*cmsg).cmsg_level = libc::SOL_UDP;
+                (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size);
+            }
+        }
+    }
+    // SAFETY: each of the first `trains.len()` headers names iovecs over datagrams that are
+    // readable for their lengths (the kernel only reads through msg_iov on send), an address
+    // in `names` and a control buffer in `controls` of the lengths given; all live for the
+    // call.
+    let result = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            headers.as_mut_ptr(),
+            trains.len() as libc::c_uint,
+            0,
+        )
+    };
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(result as usize)
+}
+
+/// Whether a failed [`send_trains`] of a GSO train says the socket cannot take them.
+pub fn is_gso_refusal(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+    )
 }
 
 /// Sets DF on a UDP socket's packets and ignores the kernel's cached path MTU
