@@ -518,7 +518,13 @@ pub fn run_client(
     let mut announced_open = false;
     let mut ready = vec![false; sockets.len() + 3];
     loop {
-        let now = clock.now();
+        // `now` is read again before datagrams are handled and before they are built: the
+        // one-way delay a receiver measures is its `now` less the sender's, so a `now` read
+        // before a loop pass of milliseconds (a busy host, batches of 64 KB) gave samples
+        // too low (an arrival dated before it happened, which the base delay then kept:
+        // every later sample read as a standing queue and the rate fell to a tenth, measured
+        // on benches/bond_cpu.py) and too high (a datagram dated before it was built).
+        let mut now = clock.now();
         // Inner packets from the TUN device.
         let mut taken = 0;
         while taken < RECEIVE_BUDGET {
@@ -534,6 +540,7 @@ pub fn run_client(
                 match line::recv_batch(socket, &mut batch) {
                     Ok(0) => break,
                     Ok(_) => {
+                        now = clock.now();
                         for datagram in batch.datagrams() {
                             // Not from our server, or longer than any line's datagram: not
                             // even worth authenticating.
@@ -560,6 +567,7 @@ pub fn run_client(
             delivered.push(packet);
         }
         deliver(&tun, &mut delivered);
+        now = clock.now();
         while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
             if outbox.push(usize::from(transmit.line), options.server) {
                 outbox.flush(&socket_refs);
@@ -663,7 +671,13 @@ pub fn run_server(
     let mut ready = [false; 4];
     let mut open = 0;
     loop {
-        let now = clock.now();
+        // `now` is read again before datagrams are handled and before they are built: the
+        // one-way delay a receiver measures is its `now` less the sender's, so a `now` read
+        // before a loop pass of milliseconds (a busy host, batches of 64 KB) gave samples
+        // too low (an arrival dated before it happened, which the base delay then kept:
+        // every later sample read as a standing queue and the rate fell to a tenth, measured
+        // on benches/bond_cpu.py) and too high (a datagram dated before it was built).
+        let mut now = clock.now();
         let mut taken = 0;
         while taken < RECEIVE_BUDGET {
             match tun.recv_packets(&mut buf, |packet| server.handle_inner(now, packet)) {
@@ -676,6 +690,7 @@ pub fn run_server(
             match line::recv_batch(&socket, &mut batch) {
                 Ok(0) => break,
                 Ok(_) => {
+                    now = clock.now();
                     for datagram in batch.datagrams() {
                         if datagram.truncated {
                             continue; // larger than any line's datagram: not ours
@@ -697,6 +712,7 @@ pub fn run_server(
             delivered.push(packet);
         }
         deliver(&tun, &mut delivered);
+        now = clock.now();
         while let Some(to) = server.poll_transmit(now, outbox.next()) {
             if outbox.push(0, to) {
                 outbox.flush(&[&socket]);
