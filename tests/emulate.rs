@@ -1793,3 +1793,95 @@ fn the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10() {
         }
     }
 }
+
+/// CPU time (user + system) process `pid` has used, in clock ticks (100 per second).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process runs");
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Runs `change` on r's interface `name` through netlink, in r.
+fn in_r(lab: &Lab, name: &str, change: impl FnOnce(&mut pathlab_io::netlink::Netlink, u32) + Send) {
+    let name = name.to_owned();
+    lab.line
+        .r
+        .run(move || {
+            let mut netlink = pathlab_io::netlink::Netlink::open().unwrap();
+            let link = netlink
+                .link_by_name(&name)
+                .unwrap()
+                .expect("r has the port");
+            change(&mut netlink, link.index);
+        })
+        .unwrap();
+}
+
+#[test]
+fn an_interface_that_goes_down_pauses_without_cpu_and_one_that_disappears_ends_the_emulator() {
+    let Some(_serial) = privileged("an_interface_that_goes_down_pauses_without_cpu") else {
+        return;
+    };
+    let mut lab = Lab::start("if-down", "delay 1ms", &[], true);
+    let pid = lab.emulator.as_ref().unwrap().id();
+    let answered = |results: &[PingResult]| results.iter().filter(|r| r.rtt.is_some()).count();
+    assert_eq!(
+        answered(&lab.ping(IpAddr::V4(H2_V4), 5, Duration::from_millis(20), 56)),
+        5
+    );
+
+    // Down: the direction waits, and the process sleeps. A loop spinning on the socket's
+    // pending error used all of a core (200 ticks in 2 s, measured before the fix); a
+    // sleeping one wakes once a second to see whether the interface is gone.
+    in_r(&lab, R_PORT_H2, |netlink, index| {
+        netlink.set_up(index, false).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(pid) - before;
+    eprintln!("CPU while {R_PORT_H2} was down: {used} ticks in 2 s");
+    assert!(used <= 20, "{used} ticks of 200 in 2 s: the emulator spins");
+    assert_eq!(
+        answered(&lab.ping(IpAddr::V4(H2_V4), 3, Duration::from_millis(20), 56)),
+        0
+    );
+
+    // Up again: forwarding resumes by itself, the outage counted.
+    in_r(&lab, R_PORT_H2, |netlink, index| {
+        netlink.set_up(index, true).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let results = lab.ping(IpAddr::V4(H2_V4), 10, Duration::from_millis(20), 56);
+    assert!(answered(&results) >= 9, "{results:?}");
+    let stats = lab.stats();
+    assert_eq!(stats.directions[1].from, R_PORT_H2);
+    assert_eq!(stats.directions[1].went_down, 1, "{stats:?}");
+    assert_eq!(stats.directions[0].went_down, 0);
+
+    // Gone (the veth pair deleted): the emulator ends, exit 1, naming the interface.
+    in_r(&lab, R_PORT_H2, |netlink, index| {
+        netlink.delete_link(index).unwrap();
+    });
+    let mut child = lab.emulator.take().unwrap();
+    let mut status = None;
+    for _ in 0..150 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let Some(status) = status else {
+        let _ = child.kill();
+        panic!("the emulator still runs 3 s after {R_PORT_H2} disappeared");
+    };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("interface {R_PORT_H2} disappeared")),
+        "{stderr}"
+    );
+}

@@ -147,6 +147,10 @@ pub struct DirectionStats {
     pub malformed: u64,
     /// Times the kernel said the receive ring overflowed.
     pub ring_full: u64,
+    /// Times the receiving interface went down (the direction waits, sleeping, until it
+    /// comes back).
+    #[serde(default)]
+    pub went_down: u64,
     /// The link's own counters: in, out, drops by reason, marks.
     pub link: LinkCounters,
     /// Packets sent out of the other port.
@@ -174,6 +178,9 @@ pub struct EmulatorStats {
     pub uptime_ns: u64,
     /// Index 0: first port to second; 1: second to first.
     pub directions: Vec<DirectionStats>,
+    /// Why the emulator ended by itself, if it did (an interface disappeared).
+    #[serde(default)]
+    pub failure: Option<String>,
 }
 
 /// What the emulator is asked while it runs.
@@ -318,7 +325,17 @@ struct Forwarder<P: Port> {
     next_flush: Instant,
     /// Packets due in this pass, reused between passes.
     due: Vec<(Instant, Packet)>,
+    /// Which ports the last sleep's poll found ready (readable, or an error pending).
+    polled: [bool; 2],
+    /// Why the forwarder stopped by itself.
+    failure: Option<String>,
+    /// Ports whose interface went down: checked every [`DOWN_CHECK`] for being gone.
+    down: [bool; 2],
 }
+
+/// How often an interface that went down is checked for having disappeared (a packet
+/// socket says ENETDOWN when its interface goes down, and nothing when it is then deleted).
+const DOWN_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Starts an emulator between two ports on its own thread.
 pub fn spawn<P: Port + 'static>(
@@ -426,6 +443,9 @@ pub fn spawn<P: Port + 'static>(
         next_sample: Instant::ZERO,
         next_flush: Instant::ZERO,
         due: Vec::new(),
+        polled: [false; 2],
+        failure: None,
+        down: [false; 2],
     };
     let thread = std::thread::Builder::new()
         .name("pathlab-forward".into())
@@ -445,6 +465,9 @@ impl<P: Port> Forwarder<P> {
             let mut backlog = false;
             for index in 0..2 {
                 backlog |= self.receive(index, now);
+            }
+            if self.check_ports() {
+                break;
             }
             for index in 0..2 {
                 self.transmit(index);
@@ -471,8 +494,57 @@ impl<P: Port> Forwarder<P> {
         self.stats()
     }
 
+    /// After a poll that woke for a port and found no frame: takes the port's pending
+    /// error, so the next poll sleeps (a packet socket polls POLLERR until its error is
+    /// read: an interface that went down made the loop spin at 100% CPU). ENETDOWN: the
+    /// direction waits, counted, and resumes by itself when the interface comes back.
+    /// ENODEV (the interface is gone) ends the emulator, naming it; returns true then.
+    fn check_ports(&mut self) -> bool {
+        for index in 0..2 {
+            if self.down[index] && !self.ports[index].exists() {
+                self.failure = Some(format!(
+                    "interface {} disappeared",
+                    self.ports[index].name()
+                ));
+                return true;
+            }
+            if !std::mem::take(&mut self.polled[index]) {
+                continue;
+            }
+            let Some(error) = self.ports[index].take_error() else {
+                continue;
+            };
+            let name = self.ports[index].name().to_owned();
+            match error.raw_os_error() {
+                Some(libc::ENETDOWN) => {
+                    self.down[index] = true;
+                    self.directions[index].stats.went_down += 1;
+                    eprintln!(
+                        "pathlab emulate '{}': {name} went down; its direction waits for it",
+                        self.name
+                    );
+                }
+                Some(libc::ENODEV | libc::ENXIO) => {
+                    self.failure = Some(format!("interface {name} disappeared"));
+                    return true;
+                }
+                _ => eprintln!("pathlab emulate '{}': {name}: {error}", self.name),
+            }
+        }
+        false
+    }
+
     /// Reads what port `index` has; returns whether it had more than one pass takes.
     fn receive(&mut self, index: usize, now: Instant) -> bool {
+        let before = self.directions[index].stats.frames_received;
+        let more = self.receive_frames(index, now);
+        if self.directions[index].stats.frames_received > before {
+            self.down[index] = false; // frames again: it came back
+        }
+        more
+    }
+
+    fn receive_frames(&mut self, index: usize, now: Instant) -> bool {
         let framing = self.ports[index].framing();
         let direction = &mut self.directions[index];
         let result = self.ports[index].receive(RECEIVE_BUDGET, &mut |frame| {
@@ -671,6 +743,7 @@ impl<P: Port> Forwarder<P> {
                     stats
                 })
                 .collect(),
+            failure: self.failure.clone(),
         }
     }
 
@@ -726,22 +799,28 @@ impl<P: Port> Forwarder<P> {
         } else if self.capture.is_some() {
             deadline = Some(deadline.map_or(self.next_flush, |d| d.min(self.next_flush)));
         }
-        let timeout = match deadline {
+        let mut timeout = match deadline {
             Some(at) if at <= now + SPIN_WINDOW => return,
             Some(at) => Some(std::time::Duration::from_nanos(
                 (at - now - SPIN_WINDOW).as_nanos(),
             )),
             None => None,
         };
+        if self.down.iter().any(|&down| down) {
+            timeout = Some(timeout.map_or(DOWN_CHECK, |t| t.min(DOWN_CHECK)));
+        }
         let fds = [
             self.ports[0].pollable(),
             self.ports[1].pollable(),
             self.wake.as_fd(),
         ];
         let mut ready = [false; 3];
-        if sys::poll_readable(&fds, timeout, &mut ready).is_ok() && ready[2] {
-            let mut counter = [0u8; 8];
-            let _ = sys::read(self.wake.as_fd(), &mut counter);
+        if sys::poll_readable(&fds, timeout, &mut ready).is_ok() {
+            self.polled = [ready[0], ready[1]];
+            if ready[2] {
+                let mut counter = [0u8; 8];
+                let _ = sys::read(self.wake.as_fd(), &mut counter);
+            }
         }
     }
 }

@@ -58,6 +58,15 @@ pub trait Port: Send {
     ) -> io::Result<ReceiveCounts>;
     /// Sends one frame.
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// The error the port's receive descriptor has pending, taken (cleared): what a poll
+    /// that woke without frames reported. `None` when there is none.
+    fn take_error(&mut self) -> Option<io::Error> {
+        None
+    }
+    /// Whether the port's interface still exists.
+    fn exists(&self) -> bool {
+        true
+    }
     /// Whether [`Port::send_gso`] works on this port.
     fn can_send_gso(&self) -> bool {
         false
@@ -269,6 +278,18 @@ impl Port for PacketPort {
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.send_gso(frame, &VnetHeader::default())
+    }
+
+    fn exists(&self) -> bool {
+        sys::interface_exists(self.ifindex)
+    }
+
+    fn take_error(&mut self) -> Option<io::Error> {
+        match sys::take_socket_error(self.rx.socket()) {
+            Ok(0) => None,
+            Ok(code) => Some(io::Error::from_raw_os_error(code)),
+            Err(error) => Some(error),
+        }
     }
 
     fn can_send_gso(&self) -> bool {

@@ -316,6 +316,13 @@ pub fn if_nametoindex(name: &str) -> io::Result<u32> {
     }
 }
 
+/// Whether an interface with index `index` exists in the calling thread's namespace.
+pub fn interface_exists(index: u32) -> bool {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `name` has room for IF_NAMESIZE bytes, as if_indextoname requires.
+    !unsafe { libc::if_indextoname(index, name.as_mut_ptr()) }.is_null()
+}
+
 /// Moves the calling thread into a new, empty network namespace.
 pub fn unshare_netns() -> io::Result<()> {
     // SAFETY: plain syscall; affects only the calling thread's namespace.
@@ -1031,6 +1038,14 @@ pub fn set_df_probe(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
 }
 
 /// An integer socket option's current value.
+/// Takes the error a socket has pending (`SO_ERROR`, which clears it): 0 when none. A
+/// packet socket gets ENETDOWN when its interface goes down and ENODEV when it disappears,
+/// and polls with POLLERR until the error is read, which a socket read through a ring
+/// never does by itself.
+pub fn take_socket_error(fd: BorrowedFd<'_>) -> io::Result<i32> {
+    getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)
+}
+
 fn getsockopt_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,

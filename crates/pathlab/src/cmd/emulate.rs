@@ -175,6 +175,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     } else {
         print_stats(&stats);
     }
+    if let Some(failure) = &stats.failure {
+        anyhow::bail!("emulator '{}' stopped: {failure}", args.common.name);
+    }
     Ok(())
 }
 
@@ -323,6 +326,13 @@ pub fn print_stats(stats: &EmulatorStats) {
                 out,
                 "  errors     {} sends failed, receive ring overflowed {} times",
                 d.send_errors, d.ring_full
+            );
+        }
+        if d.went_down > 0 {
+            let _ = writeln!(
+                out,
+                "  down       {} went down {} time(s)",
+                d.from, d.went_down
             );
         }
     }
