@@ -347,10 +347,20 @@ pub fn command_in_netns(command: &mut Command, netns: RawFd) {
 /// Makes the child of `command` receive `signal` when the thread that spawned it dies, so
 /// a killed pathlab does not leave its programs (and their namespaces) behind.
 pub fn command_parent_death_signal(command: &mut Command, signal: libc::c_int) {
-    // SAFETY: prctl is async-signal-safe; it runs in the child between fork and exec.
+    // SAFETY: getpid is async-signal-safe.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: prctl, getppid and raise are async-signal-safe; this runs in the child
+    // between fork and exec.
     unsafe {
         command.pre_exec(move || {
-            cvt(libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong)).map(drop)
+            cvt(libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong))?;
+            // The parent may have died between fork and prctl, which then never fires (a
+            // lab SIGKILLed at that instant left a tunnel end running on its own): the
+            // child is then an orphan, and takes the signal itself.
+            if libc::getppid() != parent {
+                libc::raise(signal);
+            }
+            Ok(())
         });
     }
 }
