@@ -18,6 +18,6 @@ pub fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
         std::env::var("CI").as_deref() != Ok("true"),
         "{test}: CI=true but this process lacks CAP_NET_ADMIN; CI must run the tests as root"
     );
-    eprintln!("skipping {test}: needs CAP_NET_ADMIN (run the tests as root)");
+    eprintln!("SKIPPED {test}: needs CAP_NET_ADMIN (run the tests as root; CI does)");
     None
 }
