@@ -4,7 +4,6 @@
 mod util;
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use util::emulated::{privileged, run_quick_recipe, PATHLAB};
@@ -953,19 +952,7 @@ fn without_cap_net_admin_bond_refuses_before_touching_anything() {
             "unpriv-cli",
         ][..],
     ] {
-        // uid 65534 (nobody) has no capabilities.
-        let output = std::process::Command::new(PATHLAB)
-            .args(args)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .expect("runs as nobody");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"),
-            "{args:?}: {stderr}"
-        );
+        util::emulated::refused_without_cap_net_admin(args);
     }
     // No TUN device, no stats socket.
     assert!(!std::path::Path::new(&format!("/sys/class/net/{tun}")).exists());

@@ -8,7 +8,6 @@
 
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -678,19 +677,7 @@ fn without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything() {
         &["shell", "delay 1ms", "--", "true"][..],
         &["lab", "clean"][..],
     ] {
-        // uid 65534 (nobody) has no capabilities.
-        let output = Command::new(PATHLAB)
-            .args(args)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .expect("runs as nobody");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"),
-            "{args:?}: {stderr}"
-        );
+        util::emulated::refused_without_cap_net_admin(args);
     }
     assert!(!pathlab_io::runtime::control_socket_path("unpriv").exists());
 }

@@ -151,6 +151,25 @@ impl Drop for Lab {
     }
 }
 
+/// Runs `pathlab ARGS` as nobody (uid 65534, no capabilities) and checks it exits 2 saying
+/// it needs CAP_NET_ADMIN and changed nothing.
+#[allow(dead_code)] // not every test binary refuses
+pub fn refused_without_cap_net_admin(args: &[&str]) {
+    use std::os::unix::process::CommandExt;
+    let output = Command::new(PATHLAB)
+        .args(args)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("runs as nobody");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains("needs CAP_NET_ADMIN") && stderr.contains("Nothing was changed"),
+        "{args:?}: {stderr}"
+    );
+}
+
 pub fn libc_sigterm() -> i32 {
     15
 }

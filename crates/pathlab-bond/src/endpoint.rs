@@ -129,6 +129,9 @@ enum Fill {
     NewStreams,
     /// No data (a keepalive or a report).
     Nothing,
+    /// A path MTU probe: zeros (a Padding frame) to this many bytes of UDP payload, no
+    /// report.
+    Probe(usize),
 }
 
 /// A datagram to send: the line it goes on; its bytes are in the caller's buffer.
@@ -554,7 +557,7 @@ impl Bond {
         // is proven.
         for j in 0..self.lines.len() {
             if let Some(size) = self.lines[j].probe_due(now) {
-                if let Some(transmit) = self.build_probe(now, j, size, buf) {
+                if let Some(transmit) = self.build(now, j, Fill::Probe(size), buf) {
                     return Some(transmit);
                 }
             }
@@ -720,8 +723,8 @@ impl Bond {
         self.counters.no_line_dropped += dropped;
     }
 
-    /// Writes a Data datagram for line `j`: its report and echo if due, then fragments if
-    /// `with_data`, sealed.
+    /// Writes a Data datagram for line `j`: its report and echo if due, then what `fill`
+    /// says (fragments, or a probe's padding), sealed.
     fn build(&mut self, now: Instant, j: usize, fill: Fill, buf: &mut Vec<u8>) -> Option<Transmit> {
         let State::Open { session, keys } = &self.state else {
             return None;
@@ -736,7 +739,8 @@ impl Bond {
         };
         header.encode(buf);
         wire::encode_data_prefix(now.as_nanos(), buf);
-        if line.report_due(now, &timers) || line.keepalive_due(now, &timers) {
+        let probe = matches!(fill, Fill::Probe(_));
+        if !probe && (line.report_due(now, &timers) || line.keepalive_due(now, &timers)) {
             // A probe's acknowledgement before the report that counts it: the peer then
             // tells a probe too big for the path from a lost datagram.
             if let Some(ack) = line.take_probe_ack() {
@@ -757,38 +761,16 @@ impl Bond {
                 self.fair.fill_new(now, budget, write);
             }
             Fill::Nothing => {}
+            Fill::Probe(size) => {
+                let zeros =
+                    size.saturating_sub(buf.len() + wire::PADDING_HEADER_BYTES + wire::TAG_BYTES);
+                Frame::Padding(u16::try_from(zeros).unwrap_or(u16::MAX)).encode(buf);
+            }
         }
         crypto::seal(&keys.seal, &header, buf).ok()?;
-        let paced = self.config.scheduler == SchedulerKind::Delay;
-        line.on_sent(now, buf.len(), paced);
-        Some(Transmit { line: line.index })
-    }
-
-    /// Writes a path MTU probe of `size` bytes (UDP payload) for line `j`: a Data datagram
-    /// of zeros (a Padding frame), sealed. `None` if the line has sent its last seq.
-    fn build_probe(
-        &mut self,
-        now: Instant,
-        j: usize,
-        size: usize,
-        buf: &mut Vec<u8>,
-    ) -> Option<Transmit> {
-        let State::Open { session, keys } = &self.state else {
-            return None;
-        };
-        let line = &mut self.lines[j];
-        let header = Header {
-            kind: Kind::Data,
-            line: line.index,
-            session: *session,
-            seq: line.next_seq()?,
-        };
-        header.encode(buf);
-        wire::encode_data_prefix(now.as_nanos(), buf);
-        let zeros = size.saturating_sub(buf.len() + wire::PADDING_HEADER_BYTES + wire::TAG_BYTES);
-        Frame::Padding(u16::try_from(zeros).unwrap_or(u16::MAX)).encode(buf);
-        crypto::seal(&keys.seal, &header, buf).ok()?;
-        line.on_probe_sent(header.seq, buf.len(), now);
+        if probe {
+            line.on_probe_sent(header.seq, buf.len(), now);
+        }
         let paced = self.config.scheduler == SchedulerKind::Delay;
         line.on_sent(now, buf.len(), paced);
         Some(Transmit { line: line.index })
