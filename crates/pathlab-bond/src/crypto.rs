@@ -25,8 +25,8 @@
 
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Tag};
-use hkdf::Hkdf;
-use sha2::Sha256;
+use pathlab_probe::auth::{hkdf_sha256, key_material, Way};
+pub use pathlab_probe::auth::{KeyError, Role};
 
 use crate::wire::{Header, WireError, HEADER_BYTES, MAX_DATAGRAM_BYTES, MAX_SEQ, TAG_BYTES};
 
@@ -68,115 +68,32 @@ impl std::fmt::Debug for Psk {
     }
 }
 
-/// Why a key file's contents cannot be a pre-shared key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
-    /// The file holds too few bytes of key material.
-    #[error(
-        "a pre-shared key needs at least {needed} bytes, the file has {found} (make one with \
-         `head -c 32 /dev/urandom | base64 > bond.key`)"
-    )]
-    TooShort {
-        /// Bytes found (after trimming a text file's trailing whitespace).
-        found: usize,
-        /// Bytes needed: [`MIN_PSK_BYTES`].
-        needed: usize,
-    },
-}
-
 impl Psk {
     /// The key in a key file's contents.
     ///
     /// A text file (printable ASCII and whitespace only) loses its trailing whitespace, so
     /// an editor's final newline does not change the key; a binary file is used whole.
     pub fn from_file_contents(contents: &[u8]) -> Result<Psk, KeyError> {
-        let is_text = contents
-            .iter()
-            .all(|byte| byte.is_ascii_graphic() || byte.is_ascii_whitespace());
-        let material = if is_text {
-            contents.trim_ascii_end()
-        } else {
-            contents
-        };
-        if material.len() < MIN_PSK_BYTES {
-            return Err(KeyError::TooShort {
-                found: material.len(),
-                needed: MIN_PSK_BYTES,
-            });
-        }
-        Ok(Psk(material.to_vec()))
+        Ok(Psk(key_material(contents, MIN_PSK_BYTES)?.to_vec()))
     }
-}
-
-/// Which end of the tunnel this is: it decides which direction's key seals and which opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// The site with the lines: it sends Hellos.
-    Client,
-    /// The end that answers with Welcomes.
-    Server,
-}
-
-/// One direction of the tunnel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Direction {
-    /// Client to server.
-    ClientToServer,
-    /// Server to client.
-    ServerToClient,
-}
-
-impl Role {
-    /// The direction this end sends in.
-    fn sends(self) -> Direction {
-        match self {
-            Role::Client => Direction::ClientToServer,
-            Role::Server => Direction::ServerToClient,
-        }
-    }
-
-    /// The direction this end receives in.
-    fn receives(self) -> Direction {
-        match self {
-            Role::Client => Direction::ServerToClient,
-            Role::Server => Direction::ClientToServer,
-        }
-    }
-}
-
-/// HKDF-SHA256's first 32 bytes of output.
-fn derive(ikm: &[u8], salt: &[u8], info: &[u8]) -> [u8; KEY_BYTES] {
-    let mut okm = [0; KEY_BYTES];
-    Hkdf::<Sha256>::new(Some(salt), ikm)
-        .expand(info, &mut okm)
-        .expect("HKDF-SHA256 gives up to 8160 bytes, a key is 32");
-    okm
 }
 
 /// The bytes of a hello key.
-fn hello_key_bytes(psk: &Psk, direction: Direction) -> [u8; KEY_BYTES] {
-    let info: &[u8] = match direction {
-        Direction::ClientToServer => b"c2s",
-        Direction::ServerToClient => b"s2c",
-    };
-    derive(&psk.0, HELLO_SALT, info)
+fn hello_key_bytes(psk: &Psk, direction: Way) -> [u8; KEY_BYTES] {
+    hkdf_sha256(&psk.0, HELLO_SALT, &[direction.label()])
 }
 
 /// The bytes of a session key.
 fn session_key_bytes(
     psk: &Psk,
-    direction: Direction,
+    direction: Way,
     client_nonce: &[u8; 16],
     server_nonce: &[u8; 16],
 ) -> [u8; KEY_BYTES] {
     let mut salt = [0; 32];
     salt[..16].copy_from_slice(client_nonce);
     salt[16..].copy_from_slice(server_nonce);
-    let info: &[u8] = match direction {
-        Direction::ClientToServer => b"pathlab-bond v1 c2s",
-        Direction::ServerToClient => b"pathlab-bond v1 s2c",
-    };
-    derive(&psk.0, &salt, info)
+    hkdf_sha256(&psk.0, &salt, &[b"pathlab-bond v1 ", direction.label()])
 }
 
 /// A ChaCha20-Poly1305 key, its cipher set up once.

@@ -10,14 +10,16 @@
 //! that was hit. Then the probes flow over UDP; at the end, the side that received them
 //! sends what it saw ([`Message::Received`], in chunks) and [`Message::Done`]. The counter
 //! and tag are there when both sides have the key (see [`crate::auth`]); without a key
-//! the counter is 0 and there is no tag.
+//! the counter is 0 and there is no tag. With a key, every message after the hello is
+//! tagged, the welcome included: its tag proves the server's key to the client before the
+//! client says anything more. The dialogue's state machines are in [`crate::session`].
 
 use serde::{Deserialize, Serialize};
 
 use crate::auth::{ControlAuth, NONCE_LEN, TAG_LEN};
 
 /// The control protocol version this build speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// The largest frame accepted (a chunk of received records fits with room to spare).
 pub const MAX_FRAME: usize = 1 << 20;
 /// Records per [`Message::Received`] chunk.
@@ -587,6 +589,46 @@ pub fn decode(frame: &[u8], auth: Option<&mut ControlAuth>) -> Result<Message, C
     Ok(serde_json::from_slice(body)?)
 }
 
+/// Decodes the server's welcome, the first tagged frame, whose tag can only be checked once
+/// its nonce is read: the body is parsed first, the tag checked with the keys it gives.
+/// Returns the message and, with `key`, the client's authentication state.
+pub fn decode_welcome(
+    frame: &[u8],
+    key: Option<&crate::auth::Key>,
+    client_nonce: [u8; NONCE_LEN],
+) -> Result<(Message, Option<ControlAuth>), ControlError> {
+    let Some(key) = key else {
+        return Ok((decode(frame, None)?, None));
+    };
+    if frame.len() < HEADER_LEN + TAG_LEN || frame[1] & FLAG_AUTH == 0 {
+        // Untagged: a refusal (say why), or a server without a key.
+        return match decode(frame, None) {
+            Ok(message @ Message::Error { .. }) => Ok((message, None)),
+            Ok(_) => Err(ControlError::AuthMismatch(
+                "has no pre-shared key; run without --psk",
+            )),
+            Err(error) => Err(error),
+        };
+    }
+    if frame[0] != VERSION {
+        return Err(ControlError::WrongVersion(frame[0]));
+    }
+    let body = &frame[HEADER_LEN..frame.len() - TAG_LEN];
+    let message: Message = serde_json::from_slice(body)?;
+    let Message::Welcome { nonce, .. } = &message else {
+        return Err(ControlError::BadTag);
+    };
+    let server_nonce = nonce_from_hex(nonce).ok_or(ControlError::BadTag)?;
+    let mut auth = ControlAuth::new(
+        key.clone(),
+        client_nonce,
+        server_nonce,
+        crate::auth::Role::Client,
+    );
+    decode(frame, Some(&mut auth))?;
+    Ok((message, Some(auth)))
+}
+
 /// Cuts a byte stream into frames (sans-IO: feed it what the socket gave).
 #[derive(Debug, Default)]
 pub struct FrameReader {
@@ -644,7 +686,7 @@ pub fn nonce_from_hex(text: &str) -> Option<[u8; NONCE_LEN]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Key;
+    use crate::auth::{Key, Role};
     use proptest::prelude::*;
 
     fn messages() -> Vec<Message> {
@@ -709,8 +751,8 @@ mod tests {
     #[test]
     fn authenticated_messages_round_trip_and_mismatches_are_named() {
         let key = Key::from_file_contents(b"0123456789abcdef").unwrap();
-        let mut client = ControlAuth::new(key.clone(), [1; 16], [2; 16]);
-        let mut server = ControlAuth::new(key, [1; 16], [2; 16]);
+        let mut client = ControlAuth::new(key.clone(), [1; 16], [2; 16], Role::Client);
+        let mut server = ControlAuth::new(key, [1; 16], [2; 16], Role::Server);
         for message in messages() {
             let frame = encode(&message, Some(&mut client));
             assert_eq!(decode(&frame[4..], Some(&mut server)).unwrap(), message);
@@ -750,8 +792,8 @@ mod tests {
             Err(ControlError::Truncated { need: 10, got: 3 })
         ));
         assert!(matches!(
-            decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),
-            Err(ControlError::WrongVersion(2))
+            decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),
+            Err(ControlError::WrongVersion(1))
         ));
         assert!(matches!(
             decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),

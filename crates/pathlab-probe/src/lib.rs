@@ -23,5 +23,6 @@ pub mod probe;
 pub mod rfc6349;
 pub mod rtt;
 pub mod sequence;
+pub mod session;
 pub mod tcp;
 pub mod tune;

@@ -223,14 +223,17 @@ pub fn decode(bytes: &[u8], key: Option<&Key>) -> Result<Probe, ProbeError> {
     })
 }
 
-/// Turns a request into its reply in place: kind, reflector fields, a new tag. The length
-/// does not change.
+/// Turns a request into its reply in place: kind, reflector fields, a new tag. The request
+/// is checked with `request_key`, the reply tagged with `reply_key` (each direction of an
+/// authenticated test has its own, so a request sent back is no reply). The length does
+/// not change.
 pub fn reflect(
     bytes: &mut [u8],
     reflection: Reflection,
-    key: Option<&Key>,
+    request_key: Option<&Key>,
+    reply_key: Option<&Key>,
 ) -> Result<(), ProbeError> {
-    let probe = decode(bytes, key)?;
+    let probe = decode(bytes, request_key)?;
     if probe.kind != ProbeKind::Request {
         return Err(ProbeError::UnknownKind(bytes[3]));
     }
@@ -238,7 +241,7 @@ pub fn reflect(
     bytes[32..40].copy_from_slice(&reflection.received_ns.to_be_bytes());
     bytes[40..48].copy_from_slice(&reflection.sent_ns.to_be_bytes());
     bytes[48..56].copy_from_slice(&reflection.received_count.to_be_bytes());
-    if let Some(key) = key {
+    if let Some(key) = reply_key {
         let body_len = bytes.len() - TAG_LEN;
         let tag = key.tag(&[&bytes[..body_len]]);
         bytes[body_len..].copy_from_slice(&tag);
@@ -327,16 +330,22 @@ mod tests {
                 sent_ns: 6,
                 received_count: 7,
             };
-            reflect(&mut bytes, reflection, key.as_ref()).unwrap();
+            let reply_key = key
+                .as_ref()
+                .map(|_| Key::from_file_contents(b"the other direction's key").unwrap());
+            reflect(&mut bytes, reflection, key.as_ref(), reply_key.as_ref()).unwrap();
             assert_eq!(bytes.len(), 200, "no amplification");
-            let reply = decode(&bytes, key.as_ref()).unwrap();
+            if key.is_some() {
+                assert_eq!(decode(&bytes, key.as_ref()), Err(ProbeError::BadTag));
+            }
+            let reply = decode(&bytes, reply_key.as_ref()).unwrap();
             assert_eq!(reply.kind, ProbeKind::Reply);
             assert_eq!(reply.reflection, reflection);
             assert_eq!(reply.seq, 42);
         }
         let mut one_way = encoded(&probe(ProbeKind::OneWay), 64, None);
         assert!(
-            reflect(&mut one_way, Reflection::default(), None).is_err(),
+            reflect(&mut one_way, Reflection::default(), None, None).is_err(),
             "only requests are reflected"
         );
     }

@@ -1,0 +1,384 @@
+//! The measurement dialogue as state machines: [`ServerSession`] and [`ClientSession`].
+//!
+//! Each takes the control connection's bytes as they arrive ([`handle_control`]) with the
+//! time they arrived at, gives the bytes to send ([`poll_transmit`]) and what its driver
+//! must act on ([`poll_event`]), and says when it next needs the clock ([`poll_at`],
+//! [`handle_timeout`]), as quinn-proto's `Connection` does. Nothing here opens a socket or
+//! reads a clock: `pathlab-io` moves the bytes and probes, and the tests run both ends
+//! through `pathlab-core` links in virtual time.
+//!
+//! The sessions also decide what the data plane accepts: which probes belong to the test
+//! (its session id, its sender, its direction's key), and which TCP streams (a greeting
+//! tagged with the test's key, for a stream the request asked for, once).
+//!
+//! [`handle_control`]: ServerSession::handle_control
+//! [`poll_transmit`]: ServerSession::poll_transmit
+//! [`poll_event`]: ServerSession::poll_event
+//! [`poll_at`]: ServerSession::poll_at
+//! [`handle_timeout`]: ServerSession::handle_timeout
+
+mod client;
+mod probes;
+mod server;
+#[cfg(test)]
+mod tests;
+
+use std::net::IpAddr;
+
+use pathlab_core::{Duration, Instant};
+
+pub use client::{ClientEvent, ClientSession};
+pub use probes::{fill_padding, ProbeReceiver, ProbeSender, Received};
+pub use server::{ServerEvent, ServerPolicy, ServerSession};
+
+use crate::auth::{ControlAuth, Key, ProbeKeys, Way, TAG_LEN};
+use crate::control::{self, ControlError, FrameReader, Limits, Message, Refusal, TestRequest};
+use crate::probe::{self, Probe, ProbeError, ProbeKind, Reflection};
+
+/// How long a server waits from a connection's accept to its test request: the hello,
+/// the welcome and the request take two round trips (1.2 s over a geostationary
+/// satellite); a connection that says nothing for longer is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a client waits for the welcome, and for the answer to its request.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long either end waits for its peer beyond the test's own time before it gives up:
+/// the receiver's records take a moment to arrive, a TCP sender's last bytes to drain.
+/// A frozen or vanished peer ends a test this long after its time.
+pub const TEST_GRACE: Duration = Duration::from_secs(10);
+
+/// How long after the sender's last probe the receiver keeps listening for stragglers.
+pub const STRAGGLERS: Duration = Duration::from_millis(500);
+
+/// Most probes in one train.
+pub const MAX_TRAIN: u32 = 10_000;
+
+/// Most parallel streams a TCP test may ask for, per direction.
+pub const MAX_STREAMS: u32 = 128;
+
+/// Bytes of a data stream's greeting: `session u64 | index u32 | down u8 | 0 0 0 | tag`
+/// (the tag zero without a key).
+pub const GREETING_LEN: usize = 16 + TAG_LEN;
+
+/// Why a dialogue ended badly.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The peer stopped answering.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    /// The keys differ, or one side has none, or a message failed its tag.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The peer closed the control connection while a message was awaited.
+    #[error("the peer closed the connection while we waited for {0}")]
+    Closed(&'static str),
+    /// The peer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The peer reported an error.
+    #[error("the peer reported: {0}")]
+    Remote(String),
+    /// The server said no.
+    #[error("the server refused the test: {0}")]
+    Refused(Refusal),
+}
+
+impl From<ControlError> for SessionError {
+    fn from(error: ControlError) -> SessionError {
+        match error {
+            ControlError::BadTag | ControlError::AuthMismatch(_) => {
+                SessionError::Auth(error.to_string())
+            }
+            other => SessionError::Protocol(other.to_string()),
+        }
+    }
+}
+
+/// What a session refused, for the server's counters and the tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rejections {
+    /// Control messages that failed authentication (a wrong key, a reflected, replayed or
+    /// tampered message).
+    pub control: u64,
+    /// Probes that were not this test's: another session, another sender, a wrong tag or
+    /// kind, a wrong size.
+    pub probes: u64,
+    /// Data stream greetings refused: untagged or forged, another session, a stream the
+    /// test did not ask for, or one already open.
+    pub greetings: u64,
+}
+
+/// The control connection's framing and authentication: bytes in, messages out.
+#[derive(Debug, Default)]
+struct Channel {
+    reader: FrameReader,
+    out: Vec<u8>,
+    auth: Option<ControlAuth>,
+}
+
+impl Channel {
+    fn send(&mut self, message: &Message) {
+        self.out
+            .extend_from_slice(&control::encode(message, self.auth.as_mut()));
+    }
+
+    fn take_output(&mut self) -> Option<Vec<u8>> {
+        (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
+    }
+}
+
+/// The test a session runs, once accepted.
+#[derive(Debug, Clone)]
+pub struct Running {
+    /// The session id the server chose (a CSPRNG's, in every probe and greeting).
+    pub session: u64,
+    /// The test.
+    pub test: TestRequest,
+    /// The client's UDP port (probes to it).
+    pub client_port: u16,
+    /// The server's UDP port, or its TCP data port for a TCP test.
+    pub server_port: u16,
+    /// The peer's address: probes from anywhere else are not this test's.
+    pub peer: IpAddr,
+    probe_keys: Option<ProbeKeys>,
+    greeting_key: Option<Key>,
+    streams_open: Vec<(u32, bool)>,
+}
+
+impl Running {
+    fn new(
+        session: u64,
+        test: TestRequest,
+        client_port: u16,
+        server_port: u16,
+        peer: IpAddr,
+        auth: Option<&ControlAuth>,
+    ) -> Running {
+        Running {
+            session,
+            test,
+            client_port,
+            server_port,
+            peer,
+            probe_keys: auth.map(|auth| auth.keys().probes(session)),
+            greeting_key: auth.map(|auth| auth.keys().greetings(session)),
+            streams_open: Vec::new(),
+        }
+    }
+
+    /// The key of probes going `way`, if the test is authenticated.
+    pub fn probe_key(&self, way: Way) -> Option<&Key> {
+        self.probe_keys.as_ref().map(|keys| keys.of(way))
+    }
+
+    /// Writes probe `probe` going `way` as `len` bytes into `out`.
+    pub fn encode_probe(
+        &self,
+        way: Way,
+        probe: &Probe,
+        len: usize,
+        padding: &mut dyn FnMut(&mut [u8]),
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProbeError> {
+        probe::encode(probe, len, self.probe_key(way), padding, out)
+    }
+
+    /// The probe in `data` if it belongs to this test: from its peer, of `kind`, going
+    /// `way` (tagged with that way's key when the test has one), with this session id.
+    /// `None` counts as rejected in `rejections`.
+    pub fn accept_probe(
+        &self,
+        way: Way,
+        kind: ProbeKind,
+        source: IpAddr,
+        data: &[u8],
+        rejections: &mut Rejections,
+    ) -> Option<Probe> {
+        let probe = probe::decode(data, self.probe_key(way)).ok().filter(|p| {
+            p.session == self.session && p.kind == kind && same_host(source, self.peer)
+        });
+        if probe.is_none() {
+            rejections.probes += 1;
+        }
+        probe
+    }
+
+    /// Turns a request in `data` (already accepted) into its reply in place, tagged with
+    /// the server-to-client key.
+    pub fn reflect(&self, data: &mut [u8], reflection: Reflection) -> Result<(), ProbeError> {
+        probe::reflect(
+            data,
+            reflection,
+            self.probe_key(Way::ClientToServer),
+            self.probe_key(Way::ServerToClient),
+        )
+    }
+
+    /// The greeting that opens data stream `index` (`down`: the server sends on it).
+    pub fn greeting(&self, index: u32, down: bool) -> [u8; GREETING_LEN] {
+        let mut greeting = [0u8; GREETING_LEN];
+        greeting[..8].copy_from_slice(&self.session.to_be_bytes());
+        greeting[8..12].copy_from_slice(&index.to_be_bytes());
+        greeting[12] = u8::from(down);
+        if let Some(key) = &self.greeting_key {
+            let tag = key.tag(&[&greeting[..16]]);
+            greeting[16..].copy_from_slice(&tag);
+        }
+        greeting
+    }
+
+    /// Checks a data stream's greeting: tagged with this test's key (when it has one), for
+    /// this session, a stream the request asked for, not one already open. Returns the
+    /// stream's index and whether it runs down.
+    pub fn accept_greeting(
+        &mut self,
+        greeting: &[u8; GREETING_LEN],
+        rejections: &mut Rejections,
+    ) -> Option<(u32, bool)> {
+        let stream = self.check_greeting(greeting);
+        match stream {
+            Some(stream) => self.streams_open.push(stream),
+            None => rejections.greetings += 1,
+        }
+        stream
+    }
+
+    fn check_greeting(&self, greeting: &[u8; GREETING_LEN]) -> Option<(u32, bool)> {
+        if let Some(key) = &self.greeting_key {
+            if !key.verify(&[&greeting[..16]], &greeting[16..]) {
+                return None;
+            }
+        }
+        let session = u64::from_be_bytes(greeting[..8].try_into().expect("8 bytes"));
+        let index = u32::from_be_bytes(greeting[8..12].try_into().expect("4 bytes"));
+        let down = match greeting[12] {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let TestRequest::Tcp {
+            streams, direction, ..
+        } = self.test
+        else {
+            return None;
+        };
+        let direction_asked = match direction {
+            control::TcpDirection::Up => !down,
+            control::TcpDirection::Down => down,
+            control::TcpDirection::Both => true,
+        };
+        (session == self.session
+            && index < streams
+            && direction_asked
+            && !self.streams_open.contains(&(index, down)))
+        .then_some((index, down))
+    }
+
+    /// How many data streams the test opens.
+    pub fn streams_expected(&self) -> usize {
+        match self.test {
+            TestRequest::Tcp {
+                streams,
+                direction: control::TcpDirection::Both,
+                ..
+            } => 2 * streams as usize,
+            TestRequest::Tcp { streams, .. } => streams as usize,
+            _ => 0,
+        }
+    }
+}
+
+/// Whether two addresses are one host (an IPv4 client seen on a dual-stack socket as
+/// `::ffff:a.b.c.d` is the same client).
+fn same_host(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
+}
+
+/// The server's limits on one request (besides the number of tests running, which the
+/// driver knows).
+pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
+    let (size, count) = match *test {
+        TestRequest::Tcp {
+            streams,
+            duration_ns,
+            ..
+        } => {
+            if streams == 0 || streams > MAX_STREAMS {
+                return Err(Refusal::BadRequest(format!(
+                    "{streams} streams (1 to {MAX_STREAMS})"
+                )));
+            }
+            if duration_ns > limits.max_duration_ns {
+                return Err(Refusal::TooLong {
+                    max_ns: limits.max_duration_ns,
+                    asked_ns: duration_ns,
+                });
+            }
+            return Ok(());
+        }
+        TestRequest::OneWay {
+            size,
+            count,
+            rate_bps,
+            ..
+        } => {
+            if rate_bps == 0 {
+                return Err(Refusal::BadRequest("the rate is zero".into()));
+            }
+            (size, count)
+        }
+        TestRequest::PathMtu { max_size, .. } => (max_size, 1),
+        TestRequest::Trains {
+            size,
+            length,
+            trains,
+            spacing_ns,
+            period_ns,
+            ..
+        } => {
+            let train_ns = u64::from(length.saturating_sub(1)).saturating_mul(spacing_ns);
+            if length == 0 || length > MAX_TRAIN || trains == 0 || period_ns <= train_ns {
+                return Err(Refusal::BadRequest(format!(
+                    "trains of {length} probes (1 to {MAX_TRAIN}), {trains} of them, each within its period"
+                )));
+            }
+            (size, u64::from(length) * u64::from(trains))
+        }
+        TestRequest::RoundTrip {
+            size,
+            count,
+            interval_ns,
+        } => {
+            if interval_ns == 0 {
+                return Err(Refusal::BadRequest("the interval is zero".into()));
+            }
+            (size, count)
+        }
+    };
+    if size as usize > probe::MAX_LEN || count == 0 {
+        return Err(Refusal::BadRequest(format!(
+            "size {size} and count {count}"
+        )));
+    }
+    let asked_bps = test.rate_bps();
+    if asked_bps > limits.max_rate_bps {
+        return Err(Refusal::RateTooHigh {
+            max_rate_bps: limits.max_rate_bps,
+            asked_bps,
+        });
+    }
+    let asked_ns = test.duration_ns();
+    if asked_ns > limits.max_duration_ns {
+        return Err(Refusal::TooLong {
+            max_ns: limits.max_duration_ns,
+            asked_ns,
+        });
+    }
+    Ok(())
+}
+
+/// When a running test is over for good: its time, plus [`TEST_GRACE`].
+fn test_deadline(now: Instant, test: &TestRequest) -> Instant {
+    now + Duration::from_nanos(test.duration_ns()) + TEST_GRACE
+}

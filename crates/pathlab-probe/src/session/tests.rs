@@ -1,0 +1,660 @@
+//! Both ends of the dialogue through emulated links in virtual time: no sockets, no root,
+//! no sleeps. Port 0 of each node is the control connection (a lossless link stands in for
+//! TCP), port 1 its probe socket.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+use pathlab_core::harness::{Network, Node, Port};
+use pathlab_core::{Duration, Instant, LinkSpec};
+
+use super::*;
+use crate::auth::{Key, Way};
+use crate::control::{Direction, Limits, Message, TcpDirection, TestRequest};
+use crate::owd::{one_way_result, SenderReport};
+
+const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
+const SERVER: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
+
+fn limits() -> Limits {
+    Limits {
+        max_rate_bps: 100_000_000,
+        max_duration_ns: 60_000_000_000,
+        max_tests: 4,
+    }
+}
+
+fn key(text: &[u8]) -> Key {
+    Key::from_file_contents(text).unwrap()
+}
+
+fn policy(key: Option<Key>) -> ServerPolicy {
+    ServerPolicy {
+        limits: limits(),
+        key,
+        software: "pathlab test".into(),
+    }
+}
+
+/// The server as a node: one connection, the one-way test's receiver or sender.
+struct ServerNode {
+    session: ServerSession,
+    receiver: Option<ProbeReceiver>,
+    sender: Option<ProbeSender>,
+    sent_reported: bool,
+    out: VecDeque<(usize, Vec<u8>)>,
+    ended: Option<Result<String, SessionError>>,
+    session_id: u64,
+}
+
+impl ServerNode {
+    fn new(key: Option<Key>, session_id: u64) -> ServerNode {
+        ServerNode {
+            session: ServerSession::new(Instant::ZERO, policy(key), CLIENT, [2; 16]),
+            receiver: None,
+            sender: None,
+            sent_reported: false,
+            out: VecDeque::new(),
+            ended: None,
+            session_id,
+        }
+    }
+
+    fn work(&mut self, now: Instant) {
+        self.session.handle_timeout(now);
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                ServerEvent::Request(test) => {
+                    self.session.accept(now, self.session_id, 5000);
+                    let (direction, size, count, schedule) = test.one_way().unwrap();
+                    match direction {
+                        Direction::Up => {
+                            self.receiver =
+                                Some(ProbeReceiver::new(Way::ClientToServer, size, count));
+                        }
+                        Direction::Down => {
+                            self.sender = Some(ProbeSender::new(
+                                now,
+                                Way::ServerToClient,
+                                schedule,
+                                size,
+                                count,
+                                Box::new([7; 4096]),
+                            ));
+                        }
+                    }
+                }
+                ServerEvent::Message(Message::Sent { count, duration_ns }) => {
+                    if let Some(receiver) = &mut self.receiver {
+                        receiver.handle_sent(now, count, duration_ns);
+                    }
+                }
+                ServerEvent::Message(Message::Done { received, .. }) => {
+                    self.session
+                        .finish(format!("the client received {received}"));
+                }
+                ServerEvent::Message(other) => panic!("unexpected {other:?}"),
+                ServerEvent::Ended(outcome) => self.ended = Some(outcome),
+            }
+        }
+        if self.receiver.as_ref().is_some_and(|r| r.is_finished(now)) {
+            let receiver = self.receiver.take().unwrap();
+            let rejected = self.session.rejections.probes;
+            let (received, messages) = receiver.finish(rejected);
+            for message in &messages {
+                self.session.send(message);
+            }
+            self.session
+                .finish(format!("received {}", received.arrivals.len()));
+            self.work(now);
+        }
+        if let Some(sender) = &mut self.sender {
+            let running = self.session.running().unwrap();
+            let mut bytes = Vec::new();
+            while let Some(_seq) = sender
+                .poll_probe(now, now.as_nanos(), running, &mut bytes)
+                .unwrap()
+            {
+                self.out.push_back((1, std::mem::take(&mut bytes)));
+            }
+            if let (Some(sent), false) = (sender.sent(), self.sent_reported) {
+                self.sent_reported = true;
+                self.session.send(&sent);
+            }
+        }
+        while let Some(bytes) = self.session.poll_transmit() {
+            self.out.push_back((0, bytes));
+        }
+    }
+}
+
+impl Node for ServerNode {
+    fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
+        if port == 0 {
+            self.session.handle_control(now, &data);
+        } else if let (Some(receiver), Some((running, rejections))) =
+            (&mut self.receiver, self.session.running_mut())
+        {
+            receiver.handle_probe(now.as_nanos(), CLIENT, &data, false, running, rejections);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
+        self.work(now);
+        self.out.pop_front()
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        [
+            self.session.poll_at(),
+            self.receiver.as_ref().and_then(ProbeReceiver::poll_at),
+            self.sender.as_ref().and_then(ProbeSender::poll_at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+/// The client as a node: asks for `test` once connected.
+struct ClientNode {
+    session: ClientSession,
+    test: TestRequest,
+    receiver: Option<ProbeReceiver>,
+    sender: Option<ProbeSender>,
+    sent_reported: bool,
+    records: Vec<crate::control::ReceivedProbe>,
+    done: Option<(u64, u64)>,
+    failed: Option<SessionError>,
+    out: VecDeque<(usize, Vec<u8>)>,
+}
+
+impl ClientNode {
+    fn new(key: Option<Key>, test: TestRequest) -> ClientNode {
+        ClientNode {
+            session: ClientSession::new(Instant::ZERO, key, SERVER, [1; 16], "test".into()),
+            test,
+            receiver: None,
+            sender: None,
+            sent_reported: false,
+            records: Vec::new(),
+            done: None,
+            failed: None,
+            out: VecDeque::new(),
+        }
+    }
+
+    fn work(&mut self, now: Instant) {
+        self.session.handle_timeout(now);
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                ClientEvent::Connected { .. } => self.session.request(now, self.test.clone(), 6000),
+                ClientEvent::Accepted => {
+                    let (direction, size, count, schedule) = self.test.one_way().unwrap();
+                    match direction {
+                        Direction::Up => {
+                            self.sender = Some(ProbeSender::new(
+                                now,
+                                Way::ClientToServer,
+                                schedule,
+                                size,
+                                count,
+                                Box::new([9; 4096]),
+                            ));
+                        }
+                        Direction::Down => {
+                            self.receiver =
+                                Some(ProbeReceiver::new(Way::ServerToClient, size, count));
+                        }
+                    }
+                }
+                ClientEvent::Message(Message::Received { probes }) => self.records.extend(probes),
+                ClientEvent::Message(Message::Done { received, rejected }) => {
+                    self.done = Some((received, rejected));
+                    self.session.finish();
+                }
+                ClientEvent::Message(Message::Sent { count, duration_ns }) => {
+                    if let Some(receiver) = &mut self.receiver {
+                        receiver.handle_sent(now, count, duration_ns);
+                    }
+                }
+                ClientEvent::Message(other) => panic!("unexpected {other:?}"),
+                ClientEvent::Failed(error) => self.failed = Some(error),
+            }
+        }
+        if self.receiver.as_ref().is_some_and(|r| r.is_finished(now)) {
+            let receiver = self.receiver.take().unwrap();
+            let rejected = self.session.rejections.probes;
+            let (received, messages) = receiver.finish(rejected);
+            self.session.send(messages.last().unwrap());
+            self.done = Some((received.arrivals.len() as u64, rejected));
+            self.records = received.arrivals;
+            self.session.finish();
+        }
+        if let Some(sender) = &mut self.sender {
+            let running = self.session.running().unwrap();
+            let mut bytes = Vec::new();
+            while sender
+                .poll_probe(now, now.as_nanos(), running, &mut bytes)
+                .unwrap()
+                .is_some()
+            {
+                self.out.push_back((1, std::mem::take(&mut bytes)));
+            }
+            if let (Some(sent), false) = (sender.sent(), self.sent_reported) {
+                self.sent_reported = true;
+                self.session.send(&sent);
+            }
+        }
+        while let Some(bytes) = self.session.poll_transmit() {
+            self.out.push_back((0, bytes));
+        }
+    }
+}
+
+impl Node for ClientNode {
+    fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
+        if port == 0 {
+            self.session.handle_control(now, &data);
+        } else if let (Some(receiver), Some((running, rejections))) =
+            (&mut self.receiver, self.session.running_mut())
+        {
+            receiver.handle_probe(now.as_nanos(), SERVER, &data, false, running, rejections);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
+        self.work(now);
+        self.out.pop_front()
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        [
+            self.session.poll_at(),
+            self.receiver.as_ref().and_then(ProbeReceiver::poll_at),
+            self.sender.as_ref().and_then(ProbeSender::poll_at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+fn spec(text: &str) -> LinkSpec {
+    LinkSpec::parse(text).unwrap()
+}
+
+/// Runs `client` and `server` for `seconds`: control over a lossless 10 ms link each way,
+/// probes over `probes` each way.
+fn run(client: &mut ClientNode, server: &mut ServerNode, probes: &str, seconds: u64) {
+    let mut network = Network::new(28);
+    let control = spec("delay 10ms");
+    network
+        .connect(Port::new(0, 0), Port::new(1, 0), &control, &control, 1)
+        .unwrap();
+    network
+        .connect(
+            Port::new(0, 1),
+            Port::new(1, 1),
+            &spec(probes),
+            &spec(probes),
+            2,
+        )
+        .unwrap();
+    network.run_until(Instant::from_secs(seconds), &mut [client, server]);
+}
+
+fn one_way(direction: Direction, count: u64) -> TestRequest {
+    TestRequest::OneWay {
+        direction,
+        rate_bps: 1_000_000,
+        size: 125,
+        count,
+    }
+}
+
+#[test]
+fn a_one_way_test_runs_in_virtual_time_and_measures_the_link() {
+    for (direction, psk) in [
+        (Direction::Up, None),
+        (Direction::Up, Some(key(b"0123456789abcdef"))),
+        (Direction::Down, Some(key(b"0123456789abcdef"))),
+    ] {
+        let mut client = ClientNode::new(psk.clone(), one_way(direction, 2000));
+        let mut server = ServerNode::new(psk.clone(), 0x5eed);
+        // 1 Mbit/s of 125-byte probes: 1000 per second, 2 s; 2% loss, 25 ms.
+        run(&mut client, &mut server, "delay 25ms loss 2%", 10);
+        assert_eq!(client.failed, None, "{direction:?} {}", psk.is_some());
+        let (received, rejected) = client.done.expect("the test ended");
+        assert_eq!(rejected, 0);
+        assert_eq!(received as usize, client.records.len());
+        // Binomial(2000, 0.98): mean 1960, sd 6.3; 5 sd either way.
+        assert!((1928..=1992).contains(&received), "{received} of 2000");
+        let result = one_way_result(
+            SenderReport {
+                direction,
+                rate_bps: 1_000_000,
+                size: 125,
+                sent: 2000,
+                duration_ns: 0,
+            },
+            &client.records,
+            0,
+            100,
+        );
+        assert_eq!(result.sequence.lost, 2000 - received);
+        // The link has no rate: every probe took its delay, exactly.
+        for record in &client.records {
+            assert_eq!(record.received_ns - record.sent_ns, 25_000_000);
+        }
+        assert!(matches!(server.ended, Some(Ok(_))), "{:?}", server.ended);
+    }
+}
+
+#[test]
+fn limits_are_checked_and_refused_with_the_limit() {
+    let mut client = ClientNode::new(
+        None,
+        TestRequest::OneWay {
+            direction: Direction::Up,
+            rate_bps: 200_000_000,
+            size: 1200,
+            count: 10,
+        },
+    );
+    let mut server = ServerNode::new(None, 1);
+    run(&mut client, &mut server, "delay 1ms", 2);
+    assert_eq!(
+        client.failed,
+        Some(SessionError::Refused(Refusal::RateTooHigh {
+            max_rate_bps: 100_000_000,
+            asked_bps: 200_000_000
+        }))
+    );
+    assert!(matches!(&server.ended, Some(Ok(line)) if line.starts_with("refused")));
+}
+
+#[test]
+fn different_keys_fail_at_the_welcome_and_the_server_answers_nothing_more() {
+    let mut client = ClientNode::new(Some(key(b"0123456789abcdef")), one_way(Direction::Up, 10));
+    let mut server = ServerNode::new(Some(key(b"fedcba9876543210")), 1);
+    run(&mut client, &mut server, "delay 1ms", 2);
+    assert!(
+        matches!(&client.failed, Some(SessionError::Auth(why)) if why.contains("keys differ")),
+        "{:?}",
+        client.failed
+    );
+    assert_eq!(client.session.rejections.control, 1);
+    // The client said nothing after the hello: the server still waits for a request.
+    assert!(server.session.in_handshake());
+    // A key on one side only: the server says so in its answer to the hello.
+    let mut client = ClientNode::new(None, one_way(Direction::Up, 10));
+    let mut server = ServerNode::new(Some(key(b"fedcba9876543210")), 1);
+    run(&mut client, &mut server, "delay 1ms", 2);
+    assert!(
+        matches!(&client.failed, Some(SessionError::Auth(why)) if why.contains("requires a pre-shared key")),
+        "{:?}",
+        client.failed
+    );
+}
+
+#[test]
+fn a_silent_client_is_dropped_after_the_handshake_timeout() {
+    let mut server = ServerSession::new(Instant::ZERO, policy(None), CLIENT, [2; 16]);
+    assert_eq!(server.poll_at(), Some(Instant::ZERO + HANDSHAKE_TIMEOUT));
+    server.handle_timeout(Instant::from_millis(4999));
+    assert!(server.poll_event().is_none());
+    server.handle_timeout(Instant::from_secs(5));
+    assert_eq!(
+        server.poll_event(),
+        Some(ServerEvent::Ended(Err(SessionError::Timeout(
+            "the client's hello"
+        ))))
+    );
+    assert_eq!(
+        server.poll_transmit(),
+        None,
+        "nothing said to a silent client"
+    );
+}
+
+#[test]
+fn a_frozen_server_ends_the_client_at_the_tests_time_plus_the_grace() {
+    // The server accepts, then freezes (its node is not run any more): the probes flow
+    // into the void and no results come back.
+    let test = one_way(Direction::Up, 1000);
+    let mut client = ClientNode::new(None, test.clone());
+    let mut server = ServerNode::new(None, 3);
+    let mut network = Network::new(28);
+    let control = spec("delay 10ms");
+    network
+        .connect(Port::new(0, 0), Port::new(1, 0), &control, &control, 1)
+        .unwrap();
+    // Hello, welcome, request, accept: then the server stops answering.
+    struct Frozen<'a>(&'a mut ServerNode, Instant);
+    impl Node for Frozen<'_> {
+        fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
+            if now < self.1 {
+                self.0.handle(now, port, data);
+            }
+        }
+        fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
+            (now < self.1).then(|| self.0.poll_transmit(now)).flatten()
+        }
+        fn poll_at(&self) -> Option<Instant> {
+            self.0.poll_at().filter(|&at| at < self.1)
+        }
+    }
+    let mut frozen = Frozen(&mut server, Instant::from_millis(100));
+    network.run_until(Instant::from_secs(60), &mut [&mut client, &mut frozen]);
+    assert_eq!(
+        client.failed,
+        Some(SessionError::Timeout("the server's results"))
+    );
+    // Accepted at 40 ms (two round trips of 20 ms); the test takes 1 s; then the grace.
+    let accepted = Instant::from_millis(40);
+    let expected = accepted + Duration::from_nanos(test.duration_ns()) + TEST_GRACE;
+    assert_eq!(client.session.poll_at(), None);
+    assert!(network.now() >= expected);
+}
+
+/// A server session in a running TCP test, and the client session that asked for it.
+fn tcp_pair(
+    psk: Option<Key>,
+    direction: TcpDirection,
+    session_id: u64,
+) -> (ClientSession, ServerSession) {
+    let now = Instant::ZERO;
+    let mut client = ClientSession::new(now, psk.clone(), SERVER, [1; 16], "c".into());
+    let mut server = ServerSession::new(now, policy(psk), CLIENT, [session_id as u8; 16]);
+    let pump = |client: &mut ClientSession, server: &mut ServerSession| {
+        for _ in 0..4 {
+            while let Some(bytes) = client.poll_transmit() {
+                server.handle_control(now, &bytes);
+            }
+            while let Some(bytes) = server.poll_transmit() {
+                client.handle_control(now, &bytes);
+            }
+        }
+    };
+    pump(&mut client, &mut server);
+    assert!(matches!(
+        client.poll_event(),
+        Some(ClientEvent::Connected { .. })
+    ));
+    client.request(
+        now,
+        TestRequest::Tcp {
+            streams: 2,
+            direction,
+            duration_ns: 1_000_000_000,
+            interval_ns: 100_000_000,
+            sample_ns: 10_000_000,
+            window: None,
+            mss: None,
+            congestion: None,
+        },
+        0,
+    );
+    pump(&mut client, &mut server);
+    assert!(matches!(server.poll_event(), Some(ServerEvent::Request(_))));
+    server.accept(now, session_id, 7000);
+    pump(&mut client, &mut server);
+    assert_eq!(client.poll_event(), Some(ClientEvent::Accepted));
+    (client, server)
+}
+
+#[test]
+fn greetings_open_only_the_streams_asked_for_in_their_own_session() {
+    for psk in [None, Some(key(b"0123456789abcdef"))] {
+        let authenticated = psk.is_some();
+        let (client, mut server) = tcp_pair(psk.clone(), TcpDirection::Up, 0xa11ce);
+        let (other, _) = tcp_pair(psk.clone(), TcpDirection::Up, 0xb0b);
+        let running = client.running().unwrap();
+        let (server_test, rejections) = server.running_mut().unwrap();
+        // The two upward streams open, once each.
+        assert_eq!(
+            server_test.accept_greeting(&running.greeting(0, false), rejections),
+            Some((0, false))
+        );
+        assert_eq!(
+            server_test.accept_greeting(&running.greeting(0, false), rejections),
+            None,
+            "replayed"
+        );
+        assert_eq!(
+            server_test.accept_greeting(&running.greeting(2, false), rejections),
+            None,
+            "stream 2 of 2"
+        );
+        assert_eq!(
+            server_test.accept_greeting(&running.greeting(1, true), rejections),
+            None,
+            "down in an up test"
+        );
+        // Another session's greeting: its id differs (and, with a key, its greeting key).
+        let foreign = other.running().unwrap().greeting(1, false);
+        assert_eq!(
+            server_test.accept_greeting(&foreign, rejections),
+            None,
+            "another session"
+        );
+        // A forged greeting: this session's id, a made-up tag.
+        let mut forged = running.greeting(1, false);
+        forged[20] ^= 1;
+        let forged_ok = server_test.accept_greeting(&forged, rejections);
+        if authenticated {
+            assert_eq!(forged_ok, None, "forged");
+            assert_eq!(rejections.greetings, 5);
+            assert_eq!(
+                server_test.accept_greeting(&running.greeting(1, false), rejections),
+                Some((1, false))
+            );
+        } else {
+            // Without a key the tag is not checked: the session id alone (64 random bits).
+            assert_eq!(forged_ok, Some((1, false)));
+            assert_eq!(rejections.greetings, 4);
+        }
+    }
+}
+
+#[test]
+fn reflected_and_replayed_control_messages_are_refused_and_counted() {
+    let psk = Some(key(b"0123456789abcdef"));
+    // Reflected: the server's accept (its message 1) sent back to it as the client's.
+    let (mut client, mut server) = tcp_pair(psk.clone(), TcpDirection::Up, 1);
+    server.send(&Message::Done {
+        received: 0,
+        rejected: 0,
+    });
+    let server_message = server.poll_transmit().unwrap();
+    client.handle_control(Instant::ZERO, &server_message);
+    // The client has sent hello and request (message 0): its next counter is 1, and the
+    // server's message 2 carries counter 2; resend the server's whole frame to it.
+    while server.poll_event().is_some() {}
+    server.handle_control(Instant::ZERO, &server_message);
+    assert_eq!(server.rejections.control, 1, "reflected");
+    assert!(matches!(
+        server.poll_event(),
+        Some(ServerEvent::Ended(Err(SessionError::Auth(_))))
+    ));
+    // Replayed from an earlier session: a request recorded in one dialogue, played into a
+    // fresh one after its hello.
+    let now = Instant::ZERO;
+    let mut recorded = ClientSession::new(now, psk.clone(), SERVER, [1; 16], "c".into());
+    let mut first = ServerSession::new(now, policy(psk.clone()), CLIENT, [2; 16]);
+    first.handle_control(now, &recorded.poll_transmit().unwrap());
+    recorded.handle_control(now, &first.poll_transmit().unwrap());
+    recorded.request(now, one_way(Direction::Up, 10), 1);
+    let request = recorded.poll_transmit().unwrap();
+    let mut replay = ServerSession::new(now, policy(psk.clone()), CLIENT, [3; 16]);
+    // The attacker replays the first hello too (it is not tagged)...
+    let mut again = ClientSession::new(now, psk, SERVER, [1; 16], "c".into());
+    replay.handle_control(now, &again.poll_transmit().unwrap());
+    assert!(replay.poll_transmit().is_some(), "the hello is answered");
+    // ...but the request was tagged under the first connection's nonces.
+    replay.handle_control(now, &request);
+    assert_eq!(replay.rejections.control, 1, "replayed");
+    assert!(matches!(
+        replay.poll_event(),
+        Some(ServerEvent::Ended(Err(SessionError::Auth(_))))
+    ));
+    assert_eq!(replay.poll_transmit(), None, "nothing answered");
+    // The same request in its own connection is accepted.
+    first.handle_control(now, &request);
+    assert!(matches!(first.poll_event(), Some(ServerEvent::Request(_))));
+}
+
+#[test]
+fn probes_of_another_session_sender_or_direction_are_refused_and_counted() {
+    let psk = Some(key(b"0123456789abcdef"));
+    let (client, mut server) = tcp_pair(psk.clone(), TcpDirection::Up, 10);
+    let (other, _) = tcp_pair(psk, TcpDirection::Up, 11);
+    let mut receiver = ProbeReceiver::new(Way::ClientToServer, 200, 10);
+    let sender = |running: &Running, way: Way| {
+        let mut bytes = Vec::new();
+        let mut s = ProbeSender::new(
+            Instant::ZERO,
+            way,
+            crate::control::Schedule {
+                length: 1,
+                spacing_ns: 0.0,
+                period_ns: 0.0,
+            },
+            200,
+            1,
+            Box::new([0; 4096]),
+        );
+        s.poll_probe(Instant::ZERO, 1, running, &mut bytes)
+            .unwrap()
+            .unwrap();
+        bytes
+    };
+    let good = sender(client.running().unwrap(), Way::ClientToServer);
+    let foreign = sender(other.running().unwrap(), Way::ClientToServer);
+    let wrong_way = sender(client.running().unwrap(), Way::ServerToClient);
+    let (running, rejections) = server.running_mut().unwrap();
+    assert!(receiver.handle_probe(5, CLIENT, &good, false, running, rejections));
+    assert!(
+        !receiver.handle_probe(5, CLIENT, &foreign, false, running, rejections),
+        "another session"
+    );
+    assert!(
+        !receiver.handle_probe(5, CLIENT, &wrong_way, false, running, rejections),
+        "the server's own direction"
+    );
+    let stranger = IpAddr::V4(Ipv4Addr::new(198, 18, 9, 9));
+    assert!(
+        !receiver.handle_probe(5, stranger, &good, false, running, rejections),
+        "another sender"
+    );
+    assert!(
+        !receiver.handle_probe(5, CLIENT, &good, true, running, rejections),
+        "truncated"
+    );
+    assert_eq!(rejections.probes, 4);
+    assert_eq!(receiver.received(), 1);
+    // An IPv4 client seen through a dual-stack socket is the same client.
+    let mapped = IpAddr::V6(Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped());
+    assert!(receiver.handle_probe(6, mapped, &good, false, running, rejections));
+}
