@@ -219,15 +219,15 @@ pub fn with_server_in_h2<T: Send>(
         let serving = scope.spawn(move || {
             // The server's threads create the tests' UDP sockets: they must live in h2.
             lab.line.h2.enter().expect("enter h2");
-            let server = Server::bind(ServerConfig {
-                listen: "198.18.0.2:4920".parse().unwrap(),
-                limits: pathlab_probe::control::Limits {
+            let server = Server::bind(ServerConfig::new(
+                "198.18.0.2:4920".parse().unwrap(),
+                pathlab_probe::control::Limits {
                     max_rate_bps: 1_000_000_000,
                     max_duration_ns: 60_000_000_000,
                     max_tests: 4,
                 },
-                key: None,
-            })
+                None,
+            ))
             .expect("server in h2");
             ready.send(()).expect("test waits");
             server.run(|| stop.load(Ordering::SeqCst));

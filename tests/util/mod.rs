@@ -47,13 +47,17 @@ impl LoopbackServer {
         key: Option<pathlab_probe::auth::Key>,
         ip: &str,
     ) -> LoopbackServer {
-        use std::sync::atomic::Ordering;
-        let server = pathlab_io::measure::Server::bind(pathlab_io::measure::ServerConfig {
-            listen: format!("{ip}:0").parse().unwrap(),
+        LoopbackServer::start_with(pathlab_io::measure::ServerConfig::new(
+            format!("{ip}:0").parse().unwrap(),
             limits,
             key,
-        })
-        .expect("server binds");
+        ))
+    }
+
+    /// A server with `config` (its port 0: an ephemeral one).
+    pub fn start_with(config: pathlab_io::measure::ServerConfig) -> LoopbackServer {
+        use std::sync::atomic::Ordering;
+        let server = pathlab_io::measure::Server::bind(config).expect("server binds");
         let address = server.local_addr().unwrap().to_string();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = std::sync::Arc::clone(&stop);

@@ -176,13 +176,17 @@ pub fn run(
         servers.push(std::thread::spawn(move || {
             let started = netns.enter().and_then(|()| {
                 Server::bind(ServerConfig {
-                    listen: SocketAddr::new(IpAddr::from([0u8; 4]), SERVER_PORT),
-                    limits: Limits {
-                        max_rate_bps: 100_000_000_000,
-                        max_duration_ns: u64::MAX / 2,
-                        max_tests: 64,
-                    },
-                    key: None,
+                    // A lab host may run many workloads against one server at once.
+                    max_clients: 64,
+                    ..ServerConfig::new(
+                        SocketAddr::new(IpAddr::from([0u8; 4]), SERVER_PORT),
+                        Limits {
+                            max_rate_bps: 100_000_000_000,
+                            max_duration_ns: u64::MAX / 2,
+                            max_tests: 64,
+                        },
+                        None,
+                    )
                 })
             });
             match started {

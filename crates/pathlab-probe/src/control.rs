@@ -376,6 +376,12 @@ pub enum Refusal {
         /// The limit.
         max_tests: u32,
     },
+    /// `--max-clients` connections from the client's address are open.
+    #[error("the server takes at most {max_clients} connections at once from one address (--max-clients); try again when one ends")]
+    TooManyClients {
+        /// The limit.
+        max_clients: u32,
+    },
     /// The request makes no sense (zero size, zero rate).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -603,7 +609,7 @@ pub fn decode_welcome(
     if frame.len() < HEADER_LEN + TAG_LEN || frame[1] & FLAG_AUTH == 0 {
         // Untagged: a refusal (say why), or a server without a key.
         return match decode(frame, None) {
-            Ok(message @ Message::Error { .. }) => Ok((message, None)),
+            Ok(message @ (Message::Error { .. } | Message::Refuse { .. })) => Ok((message, None)),
             Ok(_) => Err(ControlError::AuthMismatch(
                 "has no pre-shared key; run without --psk",
             )),
@@ -796,7 +802,7 @@ mod tests {
             Err(ControlError::WrongVersion(1))
         ));
         assert!(matches!(
-            decode(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),
+            decode(&[VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'{'], None),
             Err(ControlError::Malformed(_))
         ));
         let mut reader = FrameReader::default();

@@ -10,12 +10,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use pathlab_probe::auth::Key;
+use pathlab_probe::auth::Way;
 use pathlab_probe::control::{Direction, Message, MTU_MAX_PROBES, MTU_TEST_NS};
 use pathlab_probe::mtu::{self, MtuSearch, PathMtu};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
+use pathlab_probe::session::{Rejections, Running};
 
-use super::{now_ns, Client, Connection, MeasureError};
+use super::{now_ns, Client, Control, MeasureError};
 use crate::sys;
 
 /// How long a probe may take before it counts as missing: three times the slowest arrival
@@ -26,22 +27,23 @@ fn probe_timeout(slowest: Option<Duration>) -> Duration {
     })
 }
 
-fn encode(session: u64, seq: u64, size: u32, key: Option<&Key>) -> Result<Vec<u8>, MeasureError> {
+fn encode(running: &Running, way: Way, seq: u64, size: u32) -> Result<Vec<u8>, MeasureError> {
     let mut bytes = Vec::with_capacity(size as usize);
-    probe::encode(
-        &Probe {
-            kind: ProbeKind::OneWay,
-            session,
-            seq,
-            sent_ns: now_ns(),
-            reflection: Reflection::default(),
-        },
-        size as usize,
-        key,
-        &mut |pad| pad.fill(0x5a),
-        &mut bytes,
-    )
-    .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+    running
+        .encode_probe(
+            way,
+            &Probe {
+                kind: ProbeKind::OneWay,
+                session: running.session,
+                seq,
+                sent_ns: now_ns(),
+                reflection: Reflection::default(),
+            },
+            size as usize,
+            &mut |pad| pad.fill(0x5a),
+            &mut bytes,
+        )
+        .map_err(|e| MeasureError::Protocol(e.to_string()))?;
     Ok(bytes)
 }
 
@@ -66,7 +68,7 @@ impl Client {
         // The route towards the server says how large a probe this host can send at all.
         udp.connect(self.server)?;
         let route_mtu = sys::route_mtu(udp.as_fd(), ipv6)?;
-        let smallest = probe::min_len(ProbeKind::OneWay, self.connection.auth.is_some()) as u32;
+        let smallest = probe::min_len(ProbeKind::OneWay, self.authenticated()) as u32;
         let max_size = match direction {
             Direction::Up => route_mtu.saturating_sub(mtu::overhead(ipv6)),
             Direction::Down => probe::MAX_LEN as u32,
@@ -76,51 +78,41 @@ impl Client {
             direction,
             max_size,
         };
-        let (session, server, key) = self.request(test, udp.local_addr()?.port())?;
+        let running = self.request(test, udp.local_addr()?.port())?;
+        let server = self.server_address(&running);
         let found = match direction {
             Direction::Up => {
                 udp.connect(server)?;
                 let search = MtuSearch::new(largest_probe(route_mtu, ipv6), smallest, ipv6)
                     .map_err(|e| MeasureError::Protocol(e.to_string()))?;
-                search_up(&mut self.connection, &udp, session, key.as_ref(), search)?
+                search_up(&mut self, &udp, &running, search)?
             }
-            Direction::Down => search_down(
-                &mut self.connection,
-                &udp,
-                server,
-                session,
-                key.as_ref(),
-                smallest,
-                ipv6,
-            )?,
+            Direction::Down => search_down(&mut self, &udp, server, &running, smallest, ipv6)?,
         };
-        self.connection.send(&Message::Sent {
+        self.send(&Message::Sent {
             count: u64::from(found.probes),
             duration_ns: 0,
         })?;
-        match self
-            .connection
-            .receive(Duration::from_secs(10), "the server's end of the test")?
-        {
+        let end = self.next_message()?;
+        self.finish();
+        match end {
             Message::Done { .. } => Ok(found),
-            Message::Error { message } => Err(MeasureError::Remote(message)),
             other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
         }
     }
 }
 
 fn search_up(
-    connection: &mut Connection,
+    connection: &mut dyn Control,
     udp: &UdpSocket,
-    session: u64,
-    key: Option<&Key>,
+    running: &Running,
     mut search: MtuSearch,
 ) -> Result<PathMtu, MeasureError> {
     let mut slowest: Option<Duration> = None;
     let mut seq = 0u64;
     while let Some(size) = search.next_size() {
         seq += 1;
-        let bytes = encode(session, seq, size, key)?;
+        let bytes = encode(running, Way::ClientToServer, seq, size)?;
         let sent_at = Instant::now();
         match udp.send(&bytes) {
             Ok(_) => {}
@@ -133,7 +125,7 @@ fn search_up(
         let deadline = sent_at + probe_timeout(slowest);
         let mut arrived = false;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match connection.poll(left)? {
+            match connection.poll_message(left)? {
                 Some(Message::MtuArrived { seq: s, .. }) if s == seq => {
                     let took = sent_at.elapsed();
                     slowest = Some(slowest.map_or(took, |s| s.max(took)));
@@ -142,7 +134,6 @@ fn search_up(
                 }
                 // A probe judged lost that arrived after all: its size was tried again.
                 Some(Message::MtuArrived { .. }) | None => {}
-                Some(Message::Error { message }) => return Err(MeasureError::Remote(message)),
                 Some(other) => {
                     return Err(MeasureError::Protocol(format!(
                         "unexpected {other:?} during the path MTU search"
@@ -158,11 +149,10 @@ fn search_up(
 }
 
 fn search_down(
-    connection: &mut Connection,
+    connection: &mut dyn Control,
     udp: &UdpSocket,
     server: SocketAddr,
-    session: u64,
-    key: Option<&Key>,
+    running: &Running,
     smallest: u32,
     ipv6: bool,
 ) -> Result<PathMtu, MeasureError> {
@@ -177,14 +167,12 @@ fn search_down(
         seq += 1;
         let asked_at = Instant::now();
         connection.send(&Message::MtuProbe { seq, size })?;
-        let (sent, route_mtu) =
-            match connection.receive(Duration::from_secs(10), "the server's probe")? {
+        let (sent, route_mtu) = match connection.next_message()? {
                 Message::MtuSent {
                     seq: s,
                     sent,
                     route_mtu,
                 } if s == seq => (sent, route_mtu),
-                Message::Error { message } => return Err(MeasureError::Remote(message)),
                 other => {
                     return Err(MeasureError::Protocol(format!(
                         "unexpected {other:?} during the path MTU search"
@@ -207,10 +195,15 @@ fn search_down(
             while let Some(left) = deadline.checked_duration_since(Instant::now()) {
                 let mut ready = [false];
                 let _ = sys::poll_readable(&[udp.as_fd()], Some(left), &mut ready);
-                while let Ok(len) = udp.recv(&mut buffer) {
-                    if matches!(probe::decode(&buffer[..len], key), Ok(p) if p.session == session && p.seq == seq && p.kind == ProbeKind::OneWay)
-                        && len == size as usize
-                    {
+                while let Ok((len, source)) = udp.recv_from(&mut buffer) {
+                    let probe = running.accept_probe(
+                        Way::ServerToClient,
+                        ProbeKind::OneWay,
+                        source.ip(),
+                        &buffer[..len],
+                        &mut Rejections::default(),
+                    );
+                    if probe.is_some_and(|p| p.seq == seq) && len == size as usize {
                         arrived = true;
                     }
                 }
@@ -237,10 +230,9 @@ fn search_down(
 /// the client's `Sent`; returns the log line.
 pub(super) fn serve(
     udp: &UdpSocket,
-    connection: &mut Connection,
-    session: u64,
+    connection: &mut dyn Control,
+    running: &Running,
     client: SocketAddr,
-    key: Option<&Key>,
     direction: Direction,
     max_size: u32,
 ) -> Result<String, MeasureError> {
@@ -258,12 +250,15 @@ pub(super) fn serve(
                 let _ =
                     sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
                 while let Ok((len, source)) = udp.recv_from(&mut buffer) {
-                    let ok = matches!(probe::decode(&buffer[..len], key), Ok(p) if p.session == session && p.kind == ProbeKind::OneWay)
-                        && source.ip() == client.ip();
-                    if ok {
-                        let seq = probe::decode(&buffer[..len], key)
-                            .map(|p| p.seq)
-                            .unwrap_or_default();
+                    let probe = running.accept_probe(
+                        Way::ClientToServer,
+                        ProbeKind::OneWay,
+                        source.ip(),
+                        &buffer[..len],
+                        &mut Rejections::default(),
+                    );
+                    if let Some(probe) = probe {
+                        let seq = probe.seq;
                         count += 1;
                         largest = largest.max(len);
                         connection.send(&Message::MtuArrived {
@@ -272,7 +267,7 @@ pub(super) fn serve(
                         })?;
                     }
                 }
-                if let Some(message) = connection.poll(Duration::ZERO)? {
+                if let Some(message) = connection.poll_message(Duration::ZERO)? {
                     match message {
                         Message::Sent { .. } => break,
                         other => {
@@ -291,8 +286,10 @@ pub(super) fn serve(
             udp.connect(client)?;
             sys::set_df_probe(udp.as_fd(), ipv6)?;
             loop {
-                let left = limit.saturating_sub(started.elapsed());
-                match connection.receive(left, "the client's next probe")? {
+                if started.elapsed() > limit {
+                    return Err(MeasureError::Timeout("the client's next probe"));
+                }
+                match connection.next_message()? {
                     Message::MtuProbe { seq, size } => {
                         count += 1;
                         if count > u64::from(MTU_MAX_PROBES) || size > max_size {
@@ -304,7 +301,7 @@ pub(super) fn serve(
                             })?;
                             return Err(MeasureError::Protocol(message));
                         }
-                        let bytes = encode(session, seq, size, key)?;
+                        let bytes = encode(running, Way::ServerToClient, seq, size)?;
                         let sent = match udp.send(&bytes) {
                             Ok(_) => true,
                             Err(error) if too_big(&error) => false,

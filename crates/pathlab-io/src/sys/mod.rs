@@ -227,15 +227,22 @@ pub fn poll_readable(
     timeout: Option<Duration>,
     ready: &mut [bool],
 ) -> io::Result<()> {
-    assert!(
-        fds.len() <= 20 && ready.len() >= fds.len(),
-        "poll_readable takes at most 20 descriptors"
-    );
-    let mut pollfds = [libc::pollfd {
+    assert!(ready.len() >= fds.len(), "a flag per descriptor");
+    let empty = libc::pollfd {
         fd: -1,
         events: 0,
         revents: 0,
-    }; 20];
+    };
+    // Up to 20 descriptors on the stack (the hot loops); more (a server's handshakes) on
+    // the heap.
+    let mut on_stack = [empty; 20];
+    let mut on_heap = Vec::new();
+    let pollfds: &mut [libc::pollfd] = if fds.len() <= on_stack.len() {
+        &mut on_stack[..fds.len()]
+    } else {
+        on_heap.resize(fds.len(), empty);
+        &mut on_heap
+    };
     for (slot, fd) in pollfds.iter_mut().zip(fds) {
         slot.fd = fd.as_raw_fd();
         slot.events = libc::POLLIN;
@@ -265,7 +272,7 @@ pub fn poll_readable(
         }
         return Err(error);
     }
-    for (flag, slot) in ready.iter_mut().zip(&pollfds[..fds.len()]) {
+    for (flag, slot) in ready.iter_mut().zip(pollfds.iter()) {
         *flag = slot.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
     }
     Ok(())
@@ -1145,6 +1152,23 @@ fn socket_address(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAd
             )))
         }
         _ => None,
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (a server holds a
+/// descriptor per connection; the soft default of 1024 is a fraction of what is allowed).
+pub fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `limit`; setrlimit reads one.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
     }
 }
 

@@ -173,6 +173,8 @@ impl ClientSession {
                     .push_back(ClientEvent::Connected { limits, software });
             }
             Ok((Message::Error { message }, _)) => self.fail(SessionError::Auth(message)),
+            // A refusal before the welcome: the server's bounds on connections.
+            Ok((Message::Refuse { refusal }, _)) => self.fail(SessionError::Refused(refusal)),
             Ok((other, _)) => self.fail(SessionError::Protocol(format!(
                 "expected a welcome, got {}",
                 message_name(&other)

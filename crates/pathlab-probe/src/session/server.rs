@@ -270,6 +270,11 @@ impl ServerSession {
         }
     }
 
+    /// The request awaiting the driver's decision ([`ServerEvent::Request`]).
+    pub fn pending_request(&self) -> Option<&TestRequest> {
+        self.pending.as_ref().map(|(test, _)| test)
+    }
+
     /// The running test, once accepted.
     pub fn running(&self) -> Option<&Running> {
         self.running.as_ref()

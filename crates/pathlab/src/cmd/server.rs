@@ -26,6 +26,14 @@ pub struct Args {
     /// Most tests at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub max_tests: u32,
+    /// Most connections at once from one source address (in their handshake or running a
+    /// test); more are refused with a message saying so.
+    #[arg(long, value_name = "N", default_value_t = ServerConfig::DEFAULT_MAX_CLIENTS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_clients: u32,
+    /// Most connections in their handshake at once, from everywhere; a new one beyond that
+    /// displaces the oldest (a flood of idle connections cannot lock clients out).
+    #[arg(long, value_name = "N", default_value_t = ServerConfig::DEFAULT_MAX_HANDSHAKES, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_handshakes: u32,
 }
 
 /// Reads a pre-shared key file (a usage error when it is missing or too short).
@@ -49,13 +57,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let key = read_key(args.psk.as_deref())?;
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
     let server = Server::bind(ServerConfig {
-        listen: args.listen,
-        limits: Limits {
-            max_rate_bps: max_rate.bits_per_sec(),
-            max_duration_ns: max_duration.as_nanos(),
-            max_tests: args.max_tests,
-        },
-        key,
+        max_clients: args.max_clients,
+        max_handshakes: args.max_handshakes,
+        ..ServerConfig::new(
+            args.listen,
+            Limits {
+                max_rate_bps: max_rate.bits_per_sec(),
+                max_duration_ns: max_duration.as_nanos(),
+                max_tests: args.max_tests,
+            },
+            key,
+        )
     })
     .with_context(|| format!("cannot listen on {}", args.listen))?;
     eprintln!(
@@ -66,6 +78,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     server
         .run(|| pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some());
-    eprintln!("pathlab server: stopped");
+    eprintln!("pathlab server: stopped: {}", server.counters().summary());
     Ok(())
 }

@@ -1,0 +1,276 @@
+//! The sockets of the measurement commands: `pathlab server` and its clients.
+//!
+//! The dialogue, its limits and authentication, and what the data plane accepts are the
+//! state machines of [`pathlab_probe::session`]; every estimator is in `pathlab-probe` too.
+//! This module is their driver: it moves control bytes over TCP and probes over UDP, reads
+//! the clock, paces probes (sleeping until 200 us before each send and spinning the rest),
+//! and takes receive times from the kernel (`SO_TIMESTAMPNS`).
+//!
+//! The server runs every connection's handshake in one event loop (no thread per idle
+//! connection), bounded overall and per source address; an accepted test runs on a thread
+//! of its own, at most `--max-tests` of them.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pathlab_probe::control::{Message, Refusal};
+use pathlab_probe::session::{
+    ClientEvent, ClientSession, ServerEvent, ServerSession, SessionError,
+};
+
+use crate::sys;
+
+mod client;
+mod mtu;
+mod probes;
+mod server;
+mod streams;
+
+pub use client::{Client, OneWayTest, ProbeArrivals};
+pub use pathlab_probe::session::MAX_STREAMS;
+pub use server::{Server, ServerConfig, ServerCounters};
+pub use streams::{TcpOptions, TcpTest};
+
+/// The server's default TCP port.
+pub const DEFAULT_PORT: u16 = 4920;
+
+/// Why a measurement failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// The server cannot be reached.
+    #[error("cannot reach a pathlab server at {address}: {why}")]
+    Unreachable {
+        /// What was tried.
+        address: String,
+        /// Why (said in the message, so not a `source`: it would be printed twice).
+        why: io::Error,
+    },
+    /// The host name does not resolve.
+    #[error("cannot resolve '{0}'")]
+    Resolve(String),
+    /// The server said no.
+    #[error("the server refused the test: {0}")]
+    Refused(Refusal),
+    /// The peer stopped answering.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    /// The keys differ, or one side has none.
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    /// The peer closed the control connection while a message was awaited.
+    #[error("the peer closed the connection while we waited for {0}")]
+    Closed(&'static str),
+    /// The peer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The peer reported an error.
+    #[error("the server reported: {0}")]
+    Remote(String),
+    /// The server is shutting down (said to its clients, which see it as `Remote`).
+    #[error("the server is shutting down")]
+    Stopped,
+    /// A socket call failed.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// The control connection as the data plane's loops see it: messages of the running test.
+trait Control {
+    /// A message if one is here or arrives within `wait`.
+    fn poll_message(&mut self, wait: Duration) -> Result<Option<Message>, MeasureError>;
+    /// Sends a message.
+    fn send(&mut self, message: &Message) -> Result<(), MeasureError>;
+    /// The next message, however long it takes (the session's deadline bounds it).
+    fn next_message(&mut self) -> Result<Message, MeasureError> {
+        loop {
+            if let Some(message) = self.poll_message(Duration::from_secs(1))? {
+                return Ok(message);
+            }
+        }
+    }
+}
+
+impl From<SessionError> for MeasureError {
+    fn from(error: SessionError) -> MeasureError {
+        match error {
+            SessionError::Timeout(what) => MeasureError::Timeout(what),
+            SessionError::Auth(why) => MeasureError::Auth(why),
+            SessionError::Closed(what) => MeasureError::Closed(what),
+            SessionError::Protocol(why) => MeasureError::Protocol(why),
+            SessionError::Remote(why) => MeasureError::Remote(why),
+            SessionError::Refused(refusal) => MeasureError::Refused(refusal),
+        }
+    }
+}
+
+/// Wall-clock nanoseconds since the Unix epoch (probe timestamps: kernel receive times are
+/// on this clock; one-way figures are deviations, so any common epoch works).
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The sessions' clock: monotonic, from the process's first reading.
+fn clock() -> pathlab_core::Instant {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+    pathlab_core::Instant::from_nanos(origin.elapsed().as_nanos() as u64)
+}
+
+/// A std duration until `at` on the sessions' clock (zero if past).
+fn until(at: pathlab_core::Instant) -> Duration {
+    at.saturating_since(clock()).into()
+}
+
+fn random<const N: usize>() -> io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    sys::random_bytes(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// A session the driver moves bytes for: the client's or the server's end.
+trait Dialogue {
+    type Event;
+    fn handle_control(&mut self, now: pathlab_core::Instant, bytes: &[u8]);
+    fn handle_close(&mut self, now: pathlab_core::Instant);
+    fn handle_timeout(&mut self, now: pathlab_core::Instant);
+    fn poll_transmit(&mut self) -> Option<Vec<u8>>;
+    fn poll_event(&mut self) -> Option<Self::Event>;
+    fn poll_at(&self) -> Option<pathlab_core::Instant>;
+}
+
+macro_rules! dialogue {
+    ($session:ty, $event:ty) => {
+        impl Dialogue for $session {
+            type Event = $event;
+            fn handle_control(&mut self, now: pathlab_core::Instant, bytes: &[u8]) {
+                <$session>::handle_control(self, now, bytes)
+            }
+            fn handle_close(&mut self, now: pathlab_core::Instant) {
+                <$session>::handle_close(self, now)
+            }
+            fn handle_timeout(&mut self, now: pathlab_core::Instant) {
+                <$session>::handle_timeout(self, now)
+            }
+            fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+                <$session>::poll_transmit(self)
+            }
+            fn poll_event(&mut self) -> Option<$event> {
+                <$session>::poll_event(self)
+            }
+            fn poll_at(&self) -> Option<pathlab_core::Instant> {
+                <$session>::poll_at(self)
+            }
+        }
+    };
+}
+dialogue!(ClientSession, ClientEvent);
+dialogue!(ServerSession, ServerEvent);
+
+/// A control connection and its session.
+#[derive(Debug)]
+struct Conn<D> {
+    stream: TcpStream,
+    session: D,
+    closed: bool,
+}
+
+impl<D: Dialogue> Conn<D> {
+    fn new(stream: TcpStream, session: D) -> Conn<D> {
+        let _ = stream.set_nodelay(true);
+        Conn {
+            stream,
+            session,
+            closed: false,
+        }
+    }
+
+    /// Writes what the session has to send (blocking: control messages are small, and a
+    /// test's records are worth waiting for).
+    fn flush(&mut self) -> io::Result<()> {
+        while let Some(bytes) = self.session.poll_transmit() {
+            if !self.closed {
+                self.stream.write_all(&bytes)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what is there without waiting; feeds it, or the close, to the session.
+    fn read_ready(&mut self) -> io::Result<()> {
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match self.stream.read(&mut buffer) {
+                Ok(0) => {
+                    self.closed = true;
+                    self.session.handle_close(clock());
+                    return Ok(());
+                }
+                Ok(n) => self.session.handle_control(clock(), &buffer[..n]),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) if error.kind() == io::ErrorKind::ConnectionReset => {
+                    self.closed = true;
+                    self.session.handle_close(clock());
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// The session's next event, waiting at most `wait` (and never past its deadline,
+    /// where it produces one of its own).
+    fn pump(&mut self, wait: Duration) -> Result<Option<D::Event>, MeasureError> {
+        let give_up = clock() + pathlab_core::Duration::from(wait);
+        loop {
+            self.flush()?;
+            if let Some(event) = self.session.poll_event() {
+                return Ok(Some(event));
+            }
+            if !self.closed {
+                let wake = self.session.poll_at().map_or(give_up, |at| at.min(give_up));
+                let mut ready = [false];
+                sys::poll_readable(&[self.stream.as_fd()], Some(until(wake)), &mut ready)?;
+                if ready[0] {
+                    self.stream.set_nonblocking(true)?;
+                    let read = self.read_ready();
+                    self.stream.set_nonblocking(false)?;
+                    read?;
+                }
+            }
+            let now = clock();
+            self.session.handle_timeout(now);
+            if let Some(event) = self.session.poll_event() {
+                return Ok(Some(event));
+            }
+            if self.closed || now >= give_up {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// [`pathlab_probe::session::TEST_GRACE`] as a std duration.
+const TEST_GRACE_STD: Duration = Duration::from_secs(10);
+/// [`pathlab_probe::session::STRAGGLERS`] as a std duration.
+const STRAGGLERS_STD: Duration = Duration::from_millis(500);
+const _: () = assert!(
+    TEST_GRACE_STD.as_nanos() == pathlab_probe::session::TEST_GRACE.as_nanos() as u128
+        && STRAGGLERS_STD.as_nanos() == pathlab_probe::session::STRAGGLERS.as_nanos() as u128
+);
+
+/// Receive buffer asked for on probe sockets: 4 MiB holds about 10 ms of probes at
+/// 1 Gbit/s (plus the kernel's per-datagram overhead), so a receiver that is descheduled
+/// for a moment does not count its own drops as path loss.
+const PROBE_RECEIVE_BUFFER: usize = 4 << 20;
+
+/// Kernel receive timestamps on, and a receive buffer as large as the host allows.
+fn prepare_probe_socket(udp: &UdpSocket) -> io::Result<()> {
+    sys::enable_receive_timestamps(udp.as_fd())?;
+    sys::grow_receive_buffer(udp.as_fd(), PROBE_RECEIVE_BUFFER)?;
+    Ok(())
+}

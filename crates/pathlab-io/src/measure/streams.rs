@@ -1,0 +1,509 @@
+//! TCP tests: the data streams of both ends, each on a thread of its own, sampling
+//! TCP_INFO as they send. Which streams the server takes is decided by the test's
+//! [`Running::accept_greeting`].
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pathlab_probe::control::{Message, TcpDirection, TestRequest};
+use pathlab_probe::session::{Rejections, Running, GREETING_LEN};
+use pathlab_probe::tcp::{self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport};
+
+use super::{Client, Control, MeasureError};
+use crate::sys;
+
+/// Socket options of a TCP test.
+#[derive(Debug, Clone, Default)]
+pub struct TcpOptions {
+    /// SO_SNDBUF and SO_RCVBUF, bytes.
+    pub window: Option<u32>,
+    /// TCP_MAXSEG, bytes.
+    pub mss: Option<u32>,
+    /// TCP_CONGESTION (senders only).
+    pub congestion: Option<String>,
+}
+
+/// Bytes written per `write` by a TCP sender.
+const TCP_CHUNK: usize = 128 * 1024;
+pub(super) fn apply_tcp_options(fd: std::os::fd::BorrowedFd<'_>, options: &TcpOptions) -> io::Result<()> {
+    if let Some(window) = options.window {
+        let window = window as i32;
+        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &window)?;
+        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &window)?;
+    }
+    if let Some(mss) = options.mss {
+        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &(mss as i32))?;
+    }
+    if let Some(algorithm) = &options.congestion {
+        sys::setsockopt_bytes(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            algorithm.as_bytes(),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("congestion control '{algorithm}': {e}")))?;
+    }
+    Ok(())
+}
+
+/// Connects a data stream with the options set before the handshake (window scaling and
+/// MSS are negotiated in it) and sends its greeting.
+fn connect_stream(
+    server: SocketAddr,
+    options: &TcpOptions,
+    running: &Running,
+    index: u32,
+    down: bool,
+) -> io::Result<TcpStream> {
+    let domain = if server.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    apply_tcp_options(
+        socket.as_fd(),
+        &TcpOptions {
+            congestion: if down {
+                None
+            } else {
+                options.congestion.clone()
+            },
+            ..options.clone()
+        },
+    )?;
+    sys::connect(socket.as_fd(), server)?;
+    let mut stream = TcpStream::from(socket);
+    stream.write_all(&running.greeting(index, down))?;
+    Ok(stream)
+}
+
+fn sample(stream: &TcpStream, start: Instant) -> Option<TcpSample> {
+    let info = sys::tcp_info(stream.as_fd()).ok()?;
+    Some(TcpSample {
+        at_ns: start.elapsed().as_nanos() as u64,
+        cwnd: info.tcpi_snd_cwnd,
+        ssthresh: info.tcpi_snd_ssthresh,
+        srtt_us: info.tcpi_rtt,
+        rttvar_us: info.tcpi_rttvar,
+        retrans_segments: info.tcpi_total_retrans,
+        retrans_bytes: info.tcpi_bytes_retrans,
+        sent_bytes: info.tcpi_bytes_sent,
+        delivery_rate: info.tcpi_delivery_rate,
+        pacing_rate: info.tcpi_pacing_rate,
+        mss: info.tcpi_snd_mss,
+    })
+}
+
+/// Unsent bytes a sender keeps in its socket (TCP_NOTSENT_LOWAT): 50 ms at the rate TCP
+/// delivers, at least two writes. Without a bound a large window on a slow path holds
+/// seconds of data that drain after the test's time is over (4 MB at 10 Mbit/s is 3.4 s),
+/// and the test overruns by that much. Where 50 ms is more than a default send buffer
+/// holds anyway (above 640 Mbit/s) the bound is lifted (0: the kernel's default, none):
+/// any bound there measured a few percent slower on loopback. What is in flight (cwnd) is
+/// not affected either way.
+fn unsent_bytes(delivery_rate: u64) -> u64 {
+    const TIME: f64 = 0.05;
+    const MIN: u64 = 2 * TCP_CHUNK as u64;
+    const NO_BOUND_FROM: u64 = 4 << 20;
+    let bytes = ((delivery_rate as f64 * TIME) as u64).max(MIN);
+    if bytes >= NO_BOUND_FROM {
+        0
+    } else {
+        bytes
+    }
+}
+
+/// Sends for `duration`, sampling TCP_INFO every `sample_every`. One thread does both: the
+/// socket is non-blocking and the thread sleeps in poll until it can write or the next
+/// sample is due. (A second thread sampling while this one writes contends for the socket
+/// lock, which cost a tenth of the throughput on loopback.)
+fn send_stream(
+    mut stream: TcpStream,
+    index: u32,
+    duration: Duration,
+    sample_every: Duration,
+    stop: &AtomicBool,
+) -> io::Result<StreamReport> {
+    let start = Instant::now();
+    let end = start + duration;
+    let limit_unsent = |stream: &TcpStream, bytes: u64| {
+        let _ = sys::setsockopt(
+            stream.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            &(bytes as libc::c_int),
+        );
+    };
+    limit_unsent(&stream, unsent_bytes(0));
+    stream.set_nonblocking(true)?;
+    let mut chunk_storage = vec![0x5au8; TCP_CHUNK + PAGE];
+    let chunk = page_aligned(&mut chunk_storage);
+    let mut offset = 0;
+    let mut samples = Vec::new();
+    let mut next_sample = start;
+    loop {
+        let now = Instant::now();
+        if now >= next_sample {
+            if let Some(taken) = sample(&stream, start) {
+                limit_unsent(&stream, unsent_bytes(taken.delivery_rate));
+                samples.push(taken);
+            }
+            next_sample = (next_sample + sample_every).max(now);
+        }
+        if now >= end || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match stream.write(&chunk[offset..]) {
+            Ok(n) => offset = (offset + n) % TCP_CHUNK,
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                sys::poll_writable(stream.as_fd(), next_sample.min(end) - now)?;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    // Wait for the receiver to close: its last ACKs belong in the samples.
+    let mut sink = [0u8; 64];
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let waited = Instant::now();
+    while waited.elapsed() < super::TEST_GRACE_STD && !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut sink) {
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) => {}
+            _ => break,
+        }
+    }
+    samples.extend(sample(&stream, start));
+    Ok(StreamReport {
+        index,
+        samples,
+        ..StreamReport::default()
+    })
+}
+
+const PAGE: usize = 4096;
+
+/// `TCP_CHUNK` bytes of `storage` (`TCP_CHUNK + PAGE` long) starting on a page boundary:
+/// the kernel copies to and from page-aligned buffers fastest (the allocator's large
+/// blocks start 16 bytes into a page).
+fn page_aligned(storage: &mut [u8]) -> &mut [u8] {
+    let skip = storage.as_ptr().align_offset(PAGE);
+    &mut storage[skip..skip + TCP_CHUNK]
+}
+
+/// Receives until the sender closes, counting bytes per interval.
+fn receive_stream(
+    mut stream: TcpStream,
+    index: u32,
+    interval: Duration,
+    last_byte_by: Instant,
+    stop: &AtomicBool,
+) -> io::Result<StreamReport> {
+    let start = Instant::now();
+    let mut counter = IntervalCounter::new(interval.as_nanos() as u64);
+    let mut storage = vec![0u8; TCP_CHUNK + PAGE];
+    let buffer = page_aligned(&mut storage);
+    // A sender that freezes or vanishes ends the stream at the test's time plus the grace.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    loop {
+        match stream.read(buffer) {
+            Ok(0) => break,
+            Ok(n) => counter.add(start.elapsed().as_nanos() as u64, n as u64),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) =>
+            {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if Instant::now() > last_byte_by {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the sender went silent: no end of the stream by the test's time plus the grace",
+                    ));
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    let receive_ns = start.elapsed().as_nanos() as u64;
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    Ok(StreamReport {
+        index,
+        interval_bytes: counter.intervals,
+        bytes: counter.total,
+        receive_ns,
+        samples: Vec::new(),
+    })
+}
+
+/// Runs one stream's end in a thread: sends if `send`, else receives. With the CPU time
+/// the thread used: a test's CPU is the sum over its threads, not the process's, which
+/// may run other tests (a server, a lab) at the same time.
+#[allow(clippy::too_many_arguments)]
+fn stream_thread(
+    stream: TcpStream,
+    index: u32,
+    send: bool,
+    duration: Duration,
+    interval: Duration,
+    sample_every: Duration,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<io::Result<(StreamReport, Duration)>> {
+    let last_byte_by = Instant::now() + duration + super::TEST_GRACE_STD;
+    std::thread::spawn(move || {
+        let report = if send {
+            send_stream(stream, index, duration, sample_every, &stop)?
+        } else {
+            receive_stream(stream, index, interval, last_byte_by, &stop)?
+        };
+        Ok((report, sys::thread_cpu_time()))
+    })
+}
+
+/// A stream's thread, and whether the stream runs downwards.
+type StreamThread = (
+    bool,
+    std::thread::JoinHandle<io::Result<(StreamReport, Duration)>>,
+);
+
+/// Waits for every stream of one end of a test: its upward and downward reports, each in
+/// index order, and the CPU time of the test on this end (the streams' threads plus what
+/// the calling thread used since `control_cpu_start`).
+fn join_streams(
+    threads: Vec<StreamThread>,
+    control_cpu_start: Duration,
+) -> io::Result<(Vec<StreamReport>, Vec<StreamReport>, Duration)> {
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let mut cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
+    for (is_down, thread) in threads {
+        let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
+        cpu += stream_cpu;
+        if is_down {
+            down.push(report);
+        } else {
+            up.push(report);
+        }
+    }
+    up.sort_by_key(|s| s.index);
+    down.sort_by_key(|s| s.index);
+    Ok((up, down, cpu))
+}
+
+/// The server's end of a TCP test: takes the streams the test's greetings open, runs
+/// them, and sends its report.
+pub(super) fn serve_tcp(
+    test: &mut dyn Control,
+    listener: &TcpListener,
+    running: &mut Running,
+    rejections: &mut Rejections,
+) -> Result<String, MeasureError> {
+    let TestRequest::Tcp {
+        duration_ns,
+        interval_ns,
+        sample_ns,
+        ref congestion,
+        ..
+    } = running.test
+    else {
+        unreachable!("a TCP test")
+    };
+    let congestion = congestion.clone();
+    let expected = running.streams_expected();
+    let control_cpu_start = sys::thread_cpu_time();
+    let duration = Duration::from_nanos(duration_ns);
+    let interval = Duration::from_nanos(interval_ns.max(1));
+    let sample_every = Duration::from_nanos(sample_ns.max(1_000_000));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let accept_deadline = Instant::now() + Duration::from_secs(10);
+    listener.set_nonblocking(true)?;
+    let outcome = (|| {
+        while threads.len() < expected {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false)?;
+                    let mut greeting = [0u8; GREETING_LEN];
+                    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+                    if stream.read_exact(&mut greeting).is_err() {
+                        rejections.greetings += 1;
+                        continue;
+                    }
+                    let Some((index, down)) = running.accept_greeting(&greeting, rejections)
+                    else {
+                        continue;
+                    };
+                    if down {
+                        if let Some(algorithm) = &congestion {
+                            sys::setsockopt_bytes(
+                                stream.as_fd(),
+                                libc::IPPROTO_TCP,
+                                libc::TCP_CONGESTION,
+                                algorithm.as_bytes(),
+                            )?;
+                        }
+                    }
+                    threads.push((
+                        down,
+                        stream_thread(
+                            stream,
+                            index,
+                            down,
+                            duration,
+                            interval,
+                            sample_every,
+                            Arc::clone(&stop),
+                        ),
+                    ));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > accept_deadline {
+                        return Err(MeasureError::Timeout("the test's TCP streams"));
+                    }
+                    test.poll_message(Duration::from_millis(2))?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        // Watch the control connection while the streams run: a server that stops ends
+        // them now.
+        while threads.iter().any(|(_, t)| !t.is_finished()) {
+            if let Some(message) = test.poll_message(Duration::from_millis(50))? {
+                return Err(MeasureError::Protocol(format!(
+                    "unexpected {message:?} during the test"
+                )));
+            }
+        }
+        Ok(())
+    })();
+    if outcome.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let joined = join_streams(threads, control_cpu_start);
+    outcome?;
+    let (up, down, cpu) = joined?;
+    let cpu_ns = cpu.as_nanos() as u64;
+    let received: u64 = up.iter().map(|s| s.bytes).sum();
+    test.send(&Message::TcpReport { up, down, cpu_ns })?;
+    Ok(format!(
+        "received {received} bytes, cpu {:.2} s",
+        cpu_ns as f64 * 1e-9
+    ))
+}
+
+/// A TCP test as the client asks for it.
+#[derive(Debug, Clone)]
+pub struct TcpTest {
+    /// Parallel streams per direction.
+    pub streams: u32,
+    /// Which way.
+    pub direction: TcpDirection,
+    /// How long.
+    pub duration: Duration,
+    /// Reporting interval.
+    pub interval: Duration,
+    /// TCP_INFO sampling period.
+    pub sample_every: Duration,
+    /// Socket options.
+    pub options: TcpOptions,
+}
+
+impl Client {
+    /// Runs a bulk TCP test.
+    pub fn tcp(mut self, test: &TcpTest) -> Result<TcpTestReport, MeasureError> {
+        let request = TestRequest::Tcp {
+            streams: test.streams,
+            direction: test.direction,
+            duration_ns: test.duration.as_nanos() as u64,
+            interval_ns: test.interval.as_nanos() as u64,
+            sample_ns: test.sample_every.as_nanos() as u64,
+            window: test.options.window,
+            mss: test.options.mss,
+            congestion: test.options.congestion.clone(),
+        };
+        let running = self.request(request, 0)?;
+        let server = self.server_address(&running);
+        let stop = Arc::new(AtomicBool::new(false));
+        let control_cpu_start = sys::thread_cpu_time();
+        let mut threads = Vec::new();
+        let directions: &[bool] = match test.direction {
+            TcpDirection::Up => &[false],
+            TcpDirection::Down => &[true],
+            TcpDirection::Both => &[false, true],
+        };
+        for &down in directions {
+            for index in 0..test.streams {
+                let stream =
+                    connect_stream(server, &test.options, &running, index, down).map_err(|why| {
+                        MeasureError::Unreachable {
+                            address: server.to_string(),
+                            why,
+                        }
+                    })?;
+                // The client sends the upward streams and receives the downward ones.
+                threads.push((
+                    down,
+                    stream_thread(
+                        stream,
+                        index,
+                        !down,
+                        test.duration,
+                        test.interval,
+                        test.sample_every,
+                        Arc::clone(&stop),
+                    ),
+                ));
+            }
+        }
+        // A server that gives up or stops says so: the streams end now, not at their time.
+        let mut early = None;
+        while threads.iter().any(|(_, t)| !t.is_finished()) {
+            match self.poll_message(Duration::from_millis(50)) {
+                Ok(None) => {}
+                Ok(Some(message)) => {
+                    early = Some(message);
+                    break;
+                }
+                Err(error) => {
+                    stop.store(true, Ordering::Relaxed);
+                    let _ = join_streams(threads, control_cpu_start);
+                    return Err(error);
+                }
+            }
+        }
+        let (sent_up, received_down, client_cpu) = join_streams(threads, control_cpu_start)?;
+        let report = match early {
+            Some(message) => message,
+            None => self.next_message()?,
+        };
+        self.finish();
+        match report {
+            Message::TcpReport { up, down, cpu_ns } => {
+                let up = tcp_report::merge_streams(&up, &sent_up);
+                let down = tcp_report::merge_streams(&received_down, &down);
+                Ok(TcpTestReport {
+                    interval_ns: test.interval.as_nanos() as u64,
+                    up_bps: tcp_report::goodput_bps(&up),
+                    down_bps: tcp_report::goodput_bps(&down),
+                    up,
+                    down,
+                    client_cpu_s: client_cpu.as_secs_f64(),
+                    server_cpu_s: cpu_ns as f64 * 1e-9,
+                })
+            }
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+}
