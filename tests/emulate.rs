@@ -1872,3 +1872,162 @@ fn an_interface_that_goes_down_pauses_without_cpu_and_one_that_disappears_ends_t
         "{stderr}"
     );
 }
+
+/// Puts back h2's wire to r after it was deleted, as a NIC plugged in again: a new veth
+/// pair of the same names, h2's end with the old MAC address (so h1's neighbour entry
+/// stays right), h2's addresses and its neighbour entry for h1 again, and r's end left
+/// down for `before_up` (an interface that is back but down cannot be opened yet) before
+/// it is brought up. Returns when r's end was brought up.
+fn replug_h2(lab: &Lab, h2_mac: &[u8], h1_mac: &[u8], before_up: Duration) -> std::time::Instant {
+    use pathlab_io::netlink::Netlink;
+    use pathlab_io::topology::H1_V6;
+    let r = lab.line.r.fd();
+    lab.line
+        .h2
+        .run(|| {
+            let mut netlink = Netlink::open().unwrap();
+            netlink
+                .create_veth(HOST_PORT, R_PORT_H2, Some(r))
+                .expect("a new veth pair of the old names");
+            let eth = netlink.link_by_name(HOST_PORT).unwrap().expect("h2's eth0");
+            netlink.set_mac(eth.index, h2_mac).unwrap();
+            netlink
+                .add_address(eth.index, IpAddr::V4(H2_V4), 24, None)
+                .unwrap();
+            netlink
+                .add_address(eth.index, IpAddr::V6(H2_V6), 64, None)
+                .unwrap();
+            netlink.set_up(eth.index, true).unwrap();
+            netlink
+                .add_neighbor(eth.index, IpAddr::V4(H1_V4), h1_mac)
+                .unwrap();
+            netlink
+                .add_neighbor(eth.index, IpAddr::V6(H1_V6), h1_mac)
+                .unwrap();
+        })
+        .unwrap();
+    std::thread::sleep(before_up);
+    in_r(lab, R_PORT_H2, |netlink, index| {
+        netlink.set_up(index, true).unwrap();
+    });
+    std::time::Instant::now()
+}
+
+#[test]
+fn with_wait_an_interface_that_disappears_is_waited_for_without_cpu_and_reopened() {
+    let Some(_serial) = privileged("with_wait_an_interface_that_disappears_is_waited_for") else {
+        return;
+    };
+    let mut lab = Lab::start("if-wait", "delay 1ms", &["--wait"], true);
+    let pid = lab.emulator.as_ref().unwrap().id();
+    let mac = |netns| Line::interface(netns, HOST_PORT).expect("eth0").mac;
+    let (h1_mac, h2_mac) = (mac(&lab.line.h1), mac(&lab.line.h2));
+    let answered = |results: &[PingResult]| results.iter().filter(|r| r.rtt.is_some()).count();
+    assert_eq!(
+        answered(&lab.ping(IpAddr::V4(H2_V4), 5, Duration::from_millis(20), 56)),
+        5
+    );
+
+    // Gone (the veth pair deleted): with --wait the emulator keeps running, and sleeps
+    // while it waits (a check a second, and the recording's 10 ms queue samples).
+    in_r(&lab, R_PORT_H2, |netlink, index| {
+        netlink.delete_link(index).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let child = lab.emulator.as_mut().unwrap();
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the emulator ended although it was told to wait"
+    );
+    let stats = lab.stats();
+    assert_eq!(stats.directions[1].from, R_PORT_H2);
+    assert_eq!(stats.directions[1].disappeared, 1, "{stats:?}");
+    assert_eq!(stats.directions[1].reopened, 0, "{stats:?}");
+    let wall = std::time::Instant::now();
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    // /proc/PID/stat counts in USER_HZ, 100 per second on Linux.
+    let used_s = (cpu_ticks(pid) - before) as f64 / 100.0;
+    let wall_s = wall.elapsed().as_secs_f64();
+    eprintln!(
+        "CPU while waiting for {R_PORT_H2}: {used_s:.2} s in {wall_s:.2} s ({:.1}%)",
+        used_s / wall_s * 100.0
+    );
+    assert!(
+        used_s < 0.1 * wall_s,
+        "{used_s:.2} s of CPU in {wall_s:.2} s while waiting: the emulator spins"
+    );
+    assert!(lab.emulator.as_mut().unwrap().try_wait().unwrap().is_none());
+
+    // Back (same name, new index): reopened within a check, and forwarding resumes.
+    let up = replug_h2(&lab, &h2_mac, &h1_mac, Duration::from_millis(1200));
+    let mut reopened_after = None;
+    while up.elapsed() < Duration::from_secs(3) {
+        if lab.stats().directions[1].reopened == 1 {
+            reopened_after = Some(up.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let reopened_after = reopened_after.expect("reopened within 3 s of the interface coming up");
+    let results = lab.ping(IpAddr::V4(H2_V4), 10, Duration::from_millis(20), 56);
+    let pings_done = up.elapsed();
+    eprintln!(
+        "{R_PORT_H2} back up: reopened after {:.0} ms, 10 pings done {:.0} ms after it came up",
+        reopened_after.as_secs_f64() * 1e3,
+        pings_done.as_secs_f64() * 1e3
+    );
+    assert!(answered(&results) >= 9, "{results:?}");
+    let text = pathlab(&["emulate", "stats", "--name", &lab.name]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "gone       {R_PORT_H2} disappeared 1 time(s), reopened 1 time(s)"
+        )),
+        "{text}"
+    );
+
+    // Stopped as usual: exit 0, each state change said once.
+    let child = lab.emulator.take().unwrap();
+    pathlab_io::kill(child.id(), util::emulated::libc_sigterm()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for (said, times) in [
+        (
+            format!("interface {R_PORT_H2} disappeared; waiting for it to reappear"),
+            1,
+        ),
+        (
+            format!("named {R_PORT_H2} is back but cannot be opened yet"),
+            1,
+        ),
+        (
+            format!("interface {R_PORT_H2} is back; forwarding through it resumed"),
+            1,
+        ),
+    ] {
+        assert_eq!(
+            stderr.matches(&said).count(),
+            times,
+            "'{said}' in: {stderr}"
+        );
+    }
+    let stats: EmulatorStats = serde_json::from_slice(&output.stdout).expect("final stats");
+    assert_eq!(
+        (
+            stats.directions[1].disappeared,
+            stats.directions[1].reopened
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        (
+            stats.directions[0].disappeared,
+            stats.directions[0].reopened
+        ),
+        (0, 0)
+    );
+    assert!(stats.failure.is_none());
+    assert_conservation(&stats);
+}

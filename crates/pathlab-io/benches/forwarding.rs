@@ -44,6 +44,7 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
             pcap: None,
             queue_sample_interval: pathlab_core::Duration::from_millis(10),
             command: vec![],
+            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
         },
     )
     .expect("emulator starts");

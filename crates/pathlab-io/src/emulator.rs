@@ -151,6 +151,14 @@ pub struct DirectionStats {
     /// comes back).
     #[serde(default)]
     pub went_down: u64,
+    /// Times the receiving interface disappeared and the emulator waited for one of its
+    /// name ([`OnInterfaceGone::Wait`]).
+    #[serde(default)] // added with `--wait`
+    pub disappeared: u64,
+    /// Times an interface of its name appeared again and was opened in its place: both
+    /// directions through it forward again.
+    #[serde(default)] // added with `--wait`
+    pub reopened: u64,
     /// The link's own counters: in, out, drops by reason, marks.
     pub link: LinkCounters,
     /// Packets sent out of the other port.
@@ -223,6 +231,32 @@ pub struct EmulatorConfig {
     pub queue_sample_interval: Duration,
     /// The command line, for the recording's header.
     pub command: Vec<String>,
+    /// What to do when one of the two interfaces disappears.
+    pub on_interface_gone: OnInterfaceGone,
+}
+
+/// What an emulator does when one of its interfaces disappears (a USB NIC unplugged, a
+/// veth deleted with its namespace).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnInterfaceGone {
+    /// End, with a failure naming the interface.
+    #[default]
+    Stop,
+    /// Wait, sleeping, for an interface of the same name to appear, then open it as the
+    /// first one was opened and forward again (`pathlab emulate --wait`).
+    Wait,
+}
+
+/// Where a port's interface is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PortState {
+    /// Up, as far as the emulator knows.
+    Up,
+    /// Went down: its direction waits for frames, and the port is checked for having
+    /// disappeared.
+    Down,
+    /// Disappeared; waiting for an interface of its name ([`OnInterfaceGone::Wait`]).
+    Gone,
 }
 
 /// Why an emulator could not start.
@@ -329,13 +363,19 @@ struct Forwarder<P: Port> {
     polled: [bool; 2],
     /// Why the forwarder stopped by itself.
     failure: Option<String>,
-    /// Ports whose interface went down: checked every [`DOWN_CHECK`] for being gone.
-    down: [bool; 2],
+    /// Where each port's interface is.
+    state: [PortState; 2],
+    /// When a port that is down or gone is checked next.
+    next_check: [Instant; 2],
+    /// Why a gone port's new interface could not be opened yet, as last said (said once).
+    reopen_error: [Option<String>; 2],
+    on_interface_gone: OnInterfaceGone,
 }
 
 /// How often an interface that went down is checked for having disappeared (a packet
-/// socket says ENETDOWN when its interface goes down, and nothing when it is then deleted).
-const DOWN_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+/// socket says ENETDOWN when its interface goes down, and nothing when it is then deleted),
+/// and one that disappeared for being back (with [`OnInterfaceGone::Wait`]).
+const DOWN_CHECK: Duration = Duration::from_millis(1000);
 
 /// Starts an emulator between two ports on its own thread.
 pub fn spawn<P: Port + 'static>(
@@ -445,7 +485,10 @@ pub fn spawn<P: Port + 'static>(
         due: Vec::new(),
         polled: [false; 2],
         failure: None,
-        down: [false; 2],
+        state: [PortState::Up; 2],
+        next_check: [Instant::ZERO; 2],
+        reopen_error: [None, None],
+        on_interface_gone: config.on_interface_gone,
     };
     let thread = std::thread::Builder::new()
         .name("pathlab-forward".into())
@@ -494,19 +537,29 @@ impl<P: Port> Forwarder<P> {
         self.stats()
     }
 
-    /// After a poll that woke for a port and found no frame: takes the port's pending
-    /// error, so the next poll sleeps (a packet socket polls POLLERR until its error is
-    /// read: an interface that went down made the loop spin at 100% CPU). ENETDOWN: the
-    /// direction waits, counted, and resumes by itself when the interface comes back.
-    /// ENODEV (the interface is gone) ends the emulator, naming it; returns true then.
+    /// Checks the ports that are not up, each every [`DOWN_CHECK`], and after a poll that
+    /// woke for a port and found no frame takes the port's pending error, so the next poll
+    /// sleeps (a packet socket polls POLLERR until its error is read: an interface that
+    /// went down made the loop spin at 100% CPU). ENETDOWN: the direction waits, counted,
+    /// and resumes by itself when the interface comes back. An interface that is gone
+    /// (ENODEV, or down and then deleted) ends the emulator, naming it, and this returns
+    /// true; with [`OnInterfaceGone::Wait`] it is reopened once one of its name exists.
     fn check_ports(&mut self) -> bool {
+        let now = self.clock.now();
         for index in 0..2 {
-            if self.down[index] && !self.ports[index].exists() {
-                self.failure = Some(format!(
-                    "interface {} disappeared",
-                    self.ports[index].name()
-                ));
-                return true;
+            if self.state[index] != PortState::Up && now >= self.next_check[index] {
+                self.next_check[index] = now + DOWN_CHECK;
+                let stop = match self.state[index] {
+                    PortState::Down => !self.ports[index].exists() && self.gone(index, now),
+                    PortState::Gone => {
+                        self.reopen(index);
+                        false
+                    }
+                    PortState::Up => false,
+                };
+                if stop {
+                    return true;
+                }
             }
             if !std::mem::take(&mut self.polled[index]) {
                 continue;
@@ -517,7 +570,12 @@ impl<P: Port> Forwarder<P> {
             let name = self.ports[index].name().to_owned();
             match error.raw_os_error() {
                 Some(libc::ENETDOWN) => {
-                    self.down[index] = true;
+                    if self.state[index] == PortState::Gone {
+                        continue;
+                    }
+                    self.state[index] = PortState::Down;
+                    // Deleted interfaces go down first: see at once whether it is gone.
+                    self.next_check[index] = now;
                     self.directions[index].stats.went_down += 1;
                     eprintln!(
                         "pathlab emulate '{}': {name} went down; its direction waits for it",
@@ -525,8 +583,9 @@ impl<P: Port> Forwarder<P> {
                     );
                 }
                 Some(libc::ENODEV | libc::ENXIO) => {
-                    self.failure = Some(format!("interface {name} disappeared"));
-                    return true;
+                    if self.gone(index, now) {
+                        return true;
+                    }
                 }
                 _ => eprintln!("pathlab emulate '{}': {name}: {error}", self.name),
             }
@@ -534,12 +593,64 @@ impl<P: Port> Forwarder<P> {
         false
     }
 
+    /// Port `index`'s interface disappeared: returns whether the emulator ends, or starts
+    /// waiting for an interface of its name.
+    fn gone(&mut self, index: usize, now: Instant) -> bool {
+        let name = self.ports[index].name().to_owned();
+        if self.on_interface_gone == OnInterfaceGone::Stop {
+            self.failure = Some(format!("interface {name} disappeared"));
+            return true;
+        }
+        if self.state[index] != PortState::Gone {
+            self.state[index] = PortState::Gone;
+            self.next_check[index] = now; // it may be back already
+            self.directions[index].stats.disappeared += 1;
+            eprintln!(
+                "pathlab emulate '{}': interface {name} disappeared; waiting for it to reappear \
+                 (checked every {} s; what would go out by it is counted in send errors)",
+                self.name,
+                DOWN_CHECK.as_secs_f64()
+            );
+        }
+        false
+    }
+
+    /// Opens gone port `index` again if an interface of its name exists.
+    fn reopen(&mut self, index: usize) {
+        let name = self.ports[index].name().to_owned();
+        match self.ports[index].reopen() {
+            Ok(false) => {}
+            Ok(true) => {
+                self.state[index] = PortState::Up;
+                self.reopen_error[index] = None;
+                self.directions[index].stats.reopened += 1;
+                eprintln!(
+                    "pathlab emulate '{}': interface {name} is back; forwarding through it resumed",
+                    self.name
+                );
+            }
+            Err(error) => {
+                let error = error.to_string();
+                if self.reopen_error[index].as_ref() != Some(&error) {
+                    eprintln!(
+                        "pathlab emulate '{}': an interface named {name} is back but cannot be \
+                         opened yet ({error}); still waiting",
+                        self.name
+                    );
+                    self.reopen_error[index] = Some(error);
+                }
+            }
+        }
+    }
+
     /// Reads what port `index` has; returns whether it had more than one pass takes.
     fn receive(&mut self, index: usize, now: Instant) -> bool {
         let before = self.directions[index].stats.frames_received;
         let more = self.receive_frames(index, now);
-        if self.directions[index].stats.frames_received > before {
-            self.down[index] = false; // frames again: it came back
+        if self.directions[index].stats.frames_received > before
+            && self.state[index] == PortState::Down
+        {
+            self.state[index] = PortState::Up; // frames again: it came back
         }
         more
     }
@@ -806,8 +917,13 @@ impl<P: Port> Forwarder<P> {
             )),
             None => None,
         };
-        if self.down.iter().any(|&down| down) {
-            timeout = Some(timeout.map_or(DOWN_CHECK, |t| t.min(DOWN_CHECK)));
+        for index in 0..2 {
+            if self.state[index] != PortState::Up {
+                let check = std::time::Duration::from_nanos(
+                    self.next_check[index].saturating_since(now).as_nanos(),
+                );
+                timeout = Some(timeout.map_or(check, |t| t.min(check)));
+            }
         }
         let fds = [
             self.ports[0].pollable(),

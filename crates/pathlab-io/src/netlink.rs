@@ -515,6 +515,14 @@ impl Netlink {
         self.request(message)
     }
 
+    /// Sets an interface's MAC address (a replacement interface can take its
+    /// predecessor's, so that its neighbours' entries stay right).
+    pub fn set_mac(&mut self, index: u32, mac: &[u8]) -> io::Result<()> {
+        let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+        message.attr(IFLA_ADDRESS, mac);
+        self.request(message)
+    }
+
     /// Moves an interface into another network namespace.
     pub fn move_to_netns(&mut self, index: u32, netns: BorrowedFd<'_>) -> io::Result<()> {
         let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));

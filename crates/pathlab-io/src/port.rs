@@ -7,6 +7,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use crate::netlink::Netlink;
+use crate::netns::Netns;
 use crate::offload::{self, VnetHeader};
 use crate::sys;
 use crate::tun::Tun;
@@ -66,6 +67,14 @@ pub trait Port: Send {
     /// Whether the port's interface still exists.
     fn exists(&self) -> bool {
         true
+    }
+    /// After its interface disappeared: opens the port again on the interface that now
+    /// has its name, set up as when it was first opened. `Ok(false)` while no interface
+    /// has the name; an error when one has but cannot be opened (down, busy), so the
+    /// caller can say why it still waits. A port whose device cannot disappear never has
+    /// one come back.
+    fn reopen(&mut self) -> Result<bool, PortError> {
+        Ok(false)
     }
     /// Whether [`Port::send_gso`] works on this port.
     fn can_send_gso(&self) -> bool {
@@ -134,13 +143,27 @@ pub struct PacketPort {
     rx: sys::RxRing,
     tx: OwnedFd,
     tx_buffer: Vec<u8>,
-    lock: (File, PathBuf),
+    /// The interface's lock; `None` once released for a [`Port::reopen`].
+    lock: Option<(File, PathBuf)>,
+    /// The namespace the port was opened in: the thread that forwards may be in another
+    /// (a lab opens its cables' ports from inside their namespaces), and the interface's
+    /// name and index only mean something in this one.
+    netns: Netns,
+}
+
+impl PacketPort {
+    fn unlock(&mut self) {
+        if let Some((file, path)) = self.lock.take() {
+            // Unlinked while still held, so no other process can have locked it meanwhile.
+            let _ = std::fs::remove_file(path);
+            drop(file);
+        }
+    }
 }
 
 impl Drop for PacketPort {
     fn drop(&mut self) {
-        // Unlinked while still held, so no other process can have locked it meanwhile.
-        let _ = std::fs::remove_file(&self.lock.1);
+        self.unlock();
     }
 }
 
@@ -219,7 +242,8 @@ impl PacketPort {
             rx,
             tx,
             tx_buffer: Vec::with_capacity(65_536 + sys::VNET_HDR_LEN),
-            lock: (lock, lock_path),
+            lock: Some((lock, lock_path)),
+            netns: Netns::current().map_err(io_error("opening its network namespace", name))?,
         })
     }
 }
@@ -281,7 +305,31 @@ impl Port for PacketPort {
     }
 
     fn exists(&self) -> bool {
-        sys::interface_exists(self.ifindex)
+        let ifindex = self.ifindex;
+        // Cannot enter its namespace: say it exists rather than end an emulator wrongly.
+        self.netns
+            .run(|| sys::interface_exists(ifindex))
+            .unwrap_or(true)
+    }
+
+    fn reopen(&mut self) -> Result<bool, PortError> {
+        let name = self.name.clone();
+        let entering = || io_error("entering its network namespace", &name);
+        let present = self
+            .netns
+            .run(|| sys::if_nametoindex(&name).is_ok())
+            .map_err(entering())?;
+        if !present {
+            return Ok(false);
+        }
+        // The old lock goes first: the new interface may have been given the old index,
+        // whose lock file a second flock from this process would find busy.
+        self.unlock();
+        *self = self
+            .netns
+            .run(|| PacketPort::open(&name))
+            .map_err(entering())??;
+        Ok(true)
     }
 
     fn take_error(&mut self) -> Option<io::Error> {

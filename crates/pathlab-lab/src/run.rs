@@ -130,6 +130,7 @@ pub fn run(
                         pcap: None,
                         queue_sample_interval: pathlab_core::Duration::from_millis(10),
                         command: vec![format!("pathlab lab {}", experiment.name)],
+                        on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
                     },
                 )
                 .map_err(|e| RunError::Emulator {

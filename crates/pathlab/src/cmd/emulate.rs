@@ -8,7 +8,7 @@ use anyhow::{bail, Context as _};
 use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
 use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
-use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats};
+use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
 use pathlab_io::port::{PacketPort, PortError};
 
 use crate::cmd::spec::parse_spec as load;
@@ -56,6 +56,12 @@ pub struct Args {
     /// Print the final counters as JSON.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// When IF_A or IF_B disappears (a USB NIC unplugged, a veth deleted), wait for an
+    /// interface of the same name to appear (checked every second, without using CPU
+    /// meanwhile), open it as at start and forward again, instead of ending with exit 1.
+    /// Both interfaces must exist at start.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// Options every emulate action shares.
@@ -153,6 +159,11 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             .transpose()?,
         queue_sample_interval: args.sample_interval,
         command: command_line,
+        on_interface_gone: if args.wait {
+            OnInterfaceGone::Wait
+        } else {
+            OnInterfaceGone::Stop
+        },
     };
     let handle = emulator::spawn(ports, config)?;
     eprintln!(
@@ -333,6 +344,13 @@ pub fn print_stats(stats: &EmulatorStats) {
                 out,
                 "  down       {} went down {} time(s)",
                 d.from, d.went_down
+            );
+        }
+        if d.disappeared + d.reopened > 0 {
+            let _ = writeln!(
+                out,
+                "  gone       {} disappeared {} time(s), reopened {} time(s)",
+                d.from, d.disappeared, d.reopened
             );
         }
     }

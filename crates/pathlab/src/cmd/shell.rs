@@ -76,6 +76,7 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             pcap: args.pcap.as_deref().map(create).transpose()?,
             queue_sample_interval: Duration::from_millis(10),
             command: std::env::args().collect(),
+            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
         },
         program,
         nat: !args.no_nat,
