@@ -13,7 +13,9 @@ use pathlab_probe::rtt::{self, RoundTrip, RttReport};
 use pathlab_probe::session::{fill_padding, ClientEvent, ClientSession, Rejections, Running};
 
 use super::probes::{receive_one_way, send_probes};
-use super::{clock, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError, DEFAULT_PORT};
+use super::{
+    clock, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError, DEFAULT_PORT,
+};
 use crate::sys;
 
 /// A client's connection to a server, after the hello exchange.
@@ -113,12 +115,7 @@ impl Client {
         loop {
             match self.conn.pump(Duration::from_secs(3600))? {
                 Some(ClientEvent::Accepted) => {
-                    return Ok(self
-                        .conn
-                        .session
-                        .running()
-                        .expect("accepted")
-                        .clone())
+                    return Ok(self.conn.session.running().expect("accepted").clone())
                 }
                 Some(ClientEvent::Failed(error)) => return Err(error.into()),
                 Some(other) => {
@@ -393,8 +390,7 @@ impl Client {
         let mut seq = 0;
         let server_ip = self.server.ip();
         let mut collect = |replies: &mut Vec<RoundTrip>, rejections: &mut Rejections| {
-            while let Ok((len, source, kernel_ns)) =
-                sys::recv_timestamped(udp.as_fd(), &mut buffer)
+            while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
                 let received_ns = kernel_ns.unwrap_or_else(now_ns);
                 let _ = server_ip;

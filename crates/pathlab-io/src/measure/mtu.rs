@@ -168,17 +168,17 @@ fn search_down(
         let asked_at = Instant::now();
         connection.send(&Message::MtuProbe { seq, size })?;
         let (sent, route_mtu) = match connection.next_message()? {
-                Message::MtuSent {
-                    seq: s,
-                    sent,
-                    route_mtu,
-                } if s == seq => (sent, route_mtu),
-                other => {
-                    return Err(MeasureError::Protocol(format!(
-                        "unexpected {other:?} during the path MTU search"
-                    )))
-                }
-            };
+            Message::MtuSent {
+                seq: s,
+                sent,
+                route_mtu,
+            } if s == seq => (sent, route_mtu),
+            other => {
+                return Err(MeasureError::Protocol(format!(
+                    "unexpected {other:?} during the path MTU search"
+                )))
+            }
+        };
         // The server's route MTU bounds the search: known with its first answer.
         let search = match &mut search {
             Some(search) => search,

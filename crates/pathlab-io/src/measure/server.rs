@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 use pathlab_probe::auth::Way;
 use pathlab_probe::control::{self, Direction, Limits, Message, Refusal, TestRequest};
 use pathlab_probe::probe::{self, ProbeKind, Reflection};
-use pathlab_probe::session::{
-    Rejections, Running, ServerEvent, ServerPolicy, ServerSession,
-};
+use pathlab_probe::session::{Rejections, Running, ServerEvent, ServerPolicy, ServerSession};
 
 use super::probes::{receive_one_way, send_probes};
 use super::streams::{serve_tcp, TcpOptions};
@@ -347,7 +345,8 @@ impl Server {
                 ServerEvent::Message(_) => unreachable!("no test runs in a handshake"),
             }
         }
-        self.counters.add(&std::mem::take(&mut handshake.conn.session.rejections));
+        self.counters
+            .add(&std::mem::take(&mut handshake.conn.session.rejections));
         // Welcome and refusals are small: a client whose window cannot take them is gone.
         let _ = handshake.conn.stream.set_nonblocking(true);
         if handshake.conn.flush().is_err() {

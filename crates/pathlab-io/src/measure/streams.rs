@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Message, TcpDirection, TestRequest};
 use pathlab_probe::session::{Rejections, Running, GREETING_LEN};
-use pathlab_probe::tcp::{self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport};
+use pathlab_probe::tcp::{
+    self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
+};
 
 use super::{Client, Control, MeasureError};
 use crate::sys;
@@ -29,7 +31,10 @@ pub struct TcpOptions {
 
 /// Bytes written per `write` by a TCP sender.
 const TCP_CHUNK: usize = 128 * 1024;
-pub(super) fn apply_tcp_options(fd: std::os::fd::BorrowedFd<'_>, options: &TcpOptions) -> io::Result<()> {
+pub(super) fn apply_tcp_options(
+    fd: std::os::fd::BorrowedFd<'_>,
+    options: &TcpOptions,
+) -> io::Result<()> {
     if let Some(window) = options.window {
         let window = window as i32;
         sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &window)?;
@@ -178,7 +183,9 @@ fn send_stream(
             Err(error)
                 if matches!(
                     error.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) => {}
             _ => break,
         }
@@ -222,7 +229,9 @@ fn receive_stream(
             Err(error)
                 if matches!(
                     error.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 if stop.load(Ordering::Relaxed) {
@@ -341,8 +350,7 @@ pub(super) fn serve_tcp(
                         rejections.greetings += 1;
                         continue;
                     }
-                    let Some((index, down)) = running.accept_greeting(&greeting, rejections)
-                    else {
+                    let Some((index, down)) = running.accept_greeting(&greeting, rejections) else {
                         continue;
                     };
                     if down {
@@ -445,13 +453,12 @@ impl Client {
         };
         for &down in directions {
             for index in 0..test.streams {
-                let stream =
-                    connect_stream(server, &test.options, &running, index, down).map_err(|why| {
-                        MeasureError::Unreachable {
-                            address: server.to_string(),
-                            why,
-                        }
-                    })?;
+                let stream = connect_stream(server, &test.options, &running, index, down).map_err(
+                    |why| MeasureError::Unreachable {
+                        address: server.to_string(),
+                        why,
+                    },
+                )?;
                 // The client sends the upward streams and receives the downward ones.
                 threads.push((
                     down,
