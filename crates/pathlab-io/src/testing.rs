@@ -21,3 +21,23 @@ pub fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     eprintln!("SKIPPED {test}: needs CAP_NET_ADMIN (run the tests as root; CI does)");
     None
 }
+
+/// A TCP connection to `server` from the local address `source` (a loopback address of
+/// 127/8, say, to look like many clients).
+pub fn tcp_connect_from(
+    source: std::net::IpAddr,
+    server: std::net::SocketAddr,
+) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::AsFd as _;
+    let domain = if server.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    crate::sys::bind(socket.as_fd(), std::net::SocketAddr::new(source, 0))?;
+    crate::sys::connect(socket.as_fd(), server)?;
+    Ok(std::net::TcpStream::from(socket))
+}
+
+pub use crate::sys::{raise_open_files_limit, send_signal};

@@ -312,9 +312,8 @@ impl OneWayTest {
                     count,
                     &mut self.client,
                 )?;
-                let (count, duration_ns) = match sent {
-                    Message::Sent { count, duration_ns } => (count, duration_ns),
-                    _ => unreachable!("the sender ends with Sent"),
+                let Message::Sent { count, duration_ns } = sent else {
+                    unreachable!("the sender ends with Sent")
                 };
                 self.client.send(&sent)?;
                 let mut arrivals = Vec::new();
@@ -388,12 +387,10 @@ impl Client {
         let mut rejections = Rejections::default();
         let start = Instant::now();
         let mut seq = 0;
-        let server_ip = self.server.ip();
         let mut collect = |replies: &mut Vec<RoundTrip>, rejections: &mut Rejections| {
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
                 let received_ns = kernel_ns.unwrap_or_else(now_ns);
-                let _ = server_ip;
                 if let Some(p) = running.accept_probe(
                     Way::ServerToClient,
                     ProbeKind::Reply,

@@ -70,7 +70,7 @@ pub(super) fn send_probes(
 fn pace_until(due: pathlab_core::Instant) {
     let left = until(due);
     if left > Duration::from_micros(200) {
-        std::thread::sleep(left - Duration::from_micros(200));
+        std::thread::sleep(left.saturating_sub(Duration::from_micros(200)));
     }
     while clock() < due {
         std::hint::spin_loop();

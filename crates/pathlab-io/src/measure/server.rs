@@ -388,15 +388,25 @@ struct TestConn<'a> {
 
 impl Control for TestConn<'_> {
     fn poll_message(&mut self, wait: Duration) -> Result<Option<Message>, MeasureError> {
-        if self.stopping.load(Ordering::Relaxed) {
-            return Err(MeasureError::Stopped);
-        }
-        match self.conn.pump(wait)? {
-            Some(ServerEvent::Message(message)) => Ok(Some(message)),
-            Some(ServerEvent::Ended(Err(error))) => Err(error.into()),
-            Some(other) => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
-            None if self.conn.closed => Err(MeasureError::Closed("the end of the test")),
-            None => Ok(None),
+        // Waits in slices, so a stop is seen within 50 ms however long the wait.
+        let end = Instant::now() + wait;
+        loop {
+            if self.stopping.load(Ordering::Relaxed) {
+                return Err(MeasureError::Stopped);
+            }
+            let slice = end
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50));
+            match self.conn.pump(slice)? {
+                Some(ServerEvent::Message(message)) => return Ok(Some(message)),
+                Some(ServerEvent::Ended(Err(error))) => return Err(error.into()),
+                Some(other) => return Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+                None if self.conn.closed => {
+                    return Err(MeasureError::Closed("the end of the test"))
+                }
+                None if Instant::now() >= end => return Ok(None),
+                None => {}
+            }
         }
     }
 
@@ -632,7 +642,7 @@ fn reflect_probes(
         if finish_by.is_none() {
             match control.poll_message(Duration::ZERO)? {
                 Some(Message::Sent { .. }) => {
-                    finish_by = Some(Instant::now() + super::STRAGGLERS_STD)
+                    finish_by = Some(Instant::now() + super::STRAGGLERS_STD);
                 }
                 Some(other) => {
                     return Err(MeasureError::Protocol(format!(

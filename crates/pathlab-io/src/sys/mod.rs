@@ -1155,6 +1155,12 @@ fn socket_address(storage: &libc::sockaddr_storage) -> Option<std::net::SocketAd
     }
 }
 
+/// Sends `signal` to process `pid`.
+pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) with integer arguments.
+    cvt(unsafe { libc::kill(pid as libc::pid_t, signal) }).map(drop)
+}
+
 /// Raises this process's soft limit on open files to its hard limit (a server holds a
 /// descriptor per connection; the soft default of 1024 is a fraction of what is allowed).
 pub fn raise_open_files_limit() {
@@ -1164,10 +1170,11 @@ pub fn raise_open_files_limit() {
     };
     // SAFETY: getrlimit writes one rlimit into `limit`; setrlimit reads one.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) == 0
+            && limit.rlim_cur < limit.rlim_max
         {
             limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit);
         }
     }
 }

@@ -418,6 +418,22 @@ fn a_silent_client_is_dropped_after_the_handshake_timeout() {
     );
 }
 
+/// A node that stops answering at an instant (a server frozen by SIGSTOP).
+struct Frozen<'a>(&'a mut ServerNode, Instant);
+impl Node for Frozen<'_> {
+    fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
+        if now < self.1 {
+            self.0.handle(now, port, data);
+        }
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
+        (now < self.1).then(|| self.0.poll_transmit(now)).flatten()
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        self.0.poll_at().filter(|&at| at < self.1)
+    }
+}
+
 #[test]
 fn a_frozen_server_ends_the_client_at_the_tests_time_plus_the_grace() {
     // The server accepts, then freezes (its node is not run any more): the probes flow
@@ -431,20 +447,6 @@ fn a_frozen_server_ends_the_client_at_the_tests_time_plus_the_grace() {
         .connect(Port::new(0, 0), Port::new(1, 0), &control, &control, 1)
         .unwrap();
     // Hello, welcome, request, accept: then the server stops answering.
-    struct Frozen<'a>(&'a mut ServerNode, Instant);
-    impl Node for Frozen<'_> {
-        fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
-            if now < self.1 {
-                self.0.handle(now, port, data);
-            }
-        }
-        fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
-            (now < self.1).then(|| self.0.poll_transmit(now)).flatten()
-        }
-        fn poll_at(&self) -> Option<Instant> {
-            self.0.poll_at().filter(|&at| at < self.1)
-        }
-    }
     let mut frozen = Frozen(&mut server, Instant::from_millis(100));
     network.run_until(Instant::from_secs(60), &mut [&mut client, &mut frozen]);
     assert_eq!(
