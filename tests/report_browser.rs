@@ -5,7 +5,6 @@
 //! changes the host). Without it the test fails in CI (`CI=true`) and elsewhere says
 //! SKIPPED and why. With Chromium there it takes a few seconds.
 
-use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,11 +79,7 @@ fn every_image_of_the_report_loads_in_a_browser() {
             std::env::var("CI").map_or(true, |ci| ci != "true"),
             "CI must run the browser test: {why}"
         );
-        // Straight to stderr, past the test harness's capture, so the skip is seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED every_image_of_the_report_loads_in_a_browser: {why}"
-        );
+        pathlab_io::testing::skipped("every_image_of_the_report_loads_in_a_browser", why);
         return;
     };
     let dir = TempDir::new("report-browser");

@@ -18,8 +18,26 @@ pub fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
         std::env::var("CI").as_deref() != Ok("true"),
         "{test}: CI=true but this process lacks CAP_NET_ADMIN; CI must run the tests as root"
     );
-    eprintln!("SKIPPED {test}: needs CAP_NET_ADMIN (run the tests as root; CI does)");
+    skipped(test, "needs CAP_NET_ADMIN (run the tests as root; CI does)");
     None
+}
+
+/// Says that `test` skipped and why: straight to stderr, past the test harness's capture,
+/// so it is seen; and appended to the file `PATHLAB_SKIP_LOG` names, if any, which
+/// `scripts/test` counts at the end of the run.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    let line = format!("SKIPPED {test}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("PATHLAB_SKIP_LOG") {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = file.write_all(line.as_bytes());
+        }
+    }
 }
 
 /// A TCP connection to `server` from the local address `source` (a loopback address of
