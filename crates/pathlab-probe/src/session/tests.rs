@@ -660,3 +660,31 @@ fn probes_of_another_session_sender_or_direction_are_refused_and_counted() {
     let mapped = IpAddr::V6(Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped());
     assert!(receiver.handle_probe(6, mapped, &good, false, running, rejections));
 }
+
+proptest::proptest! {
+    /// Whatever bytes arrive, in whatever chunks, neither end panics; a session that ends
+    /// says why once.
+    #[test]
+    fn any_bytes_on_the_control_connection_end_a_session_cleanly(
+        chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0..8),
+        keyed: bool,
+    ) {
+        let psk = keyed.then(|| key(b"0123456789abcdef"));
+        let mut server = ServerSession::new(Instant::ZERO, policy(psk.clone()), CLIENT, [2; 16]);
+        let mut client = ClientSession::new(Instant::ZERO, psk, SERVER, [1; 16], "c".into());
+        for chunk in &chunks {
+            server.handle_control(Instant::ZERO, chunk);
+            client.handle_control(Instant::ZERO, chunk);
+        }
+        server.handle_close(Instant::ZERO);
+        client.handle_close(Instant::ZERO);
+        let ended = std::iter::from_fn(|| server.poll_event())
+            .filter(|e| matches!(e, ServerEvent::Ended(_)))
+            .count();
+        proptest::prop_assert_eq!(ended, 1);
+        let failed = std::iter::from_fn(|| client.poll_event())
+            .filter(|e| matches!(e, ClientEvent::Failed(_)))
+            .count();
+        proptest::prop_assert!(failed <= 1);
+    }
+}
