@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pathlab_probe::bloat::{BloatSettings, Phase, PhaseRecord};
 
-use crate::measure::{Client, MeasureError, TcpOptions, TcpTest};
+use crate::measure::{Client, MeasureError, Partial, TcpOptions, TcpTest};
 
 /// Wall-clock ns since the Unix epoch (the clock the emulator's recording is put on).
 fn unix_now_ns() -> u64 {
@@ -46,31 +46,66 @@ pub fn run_phase(
     probes: Client,
     load: Option<Client>,
 ) -> Result<PhaseRecord, MeasureError> {
+    run_phase_or_partial(settings, phase, probes, load).map_err(|partial| partial.error)
+}
+
+/// [`run_phase`], keeping what a phase that fails part way measured: the probes' side
+/// (every request sent, every reply received) and the load's side of this end, as
+/// [`Client::round_trip_or_partial`] and [`Client::tcp_or_partial`] keep them. The probes
+/// and the load run at the same time, each bounded by its own time and the grace, so a
+/// server that stops answering ends the phase once, one grace period after its end.
+pub fn run_phase_or_partial(
+    settings: &BloatSettings,
+    phase: Phase,
+    probes: Client,
+    load: Option<Client>,
+) -> Result<PhaseRecord, Partial<PhaseRecord>> {
     let test = load_test(settings, phase);
     if test.is_some() && load.is_none() {
         return Err(MeasureError::Protocol(format!(
             "the {phase} phase needs a second connection for its load"
-        )));
+        ))
+        .into());
     }
     let interval = Duration::from_nanos(settings.probe_interval_ns);
     let count = settings.probe_count(phase);
     let size = settings.probe_size;
     let start_unix_ns = unix_now_ns();
     let (probed, loaded) = thread::scope(|scope| {
-        let probing = scope.spawn(move || probes.round_trip(interval, size, count));
+        let probing = scope.spawn(move || probes.round_trip_or_partial(interval, size, count));
         let loaded = match (load, &test) {
-            (Some(client), Some(test)) => Some(client.tcp(test)),
+            (Some(client), Some(test)) => Some(client.tcp_or_partial(test)),
             _ => None,
         };
         let probed = probing.join().expect("the probe thread does not panic");
         (probed, loaded)
     });
     let end_unix_ns = unix_now_ns();
-    Ok(PhaseRecord {
+    let record = |probes, load| PhaseRecord {
         phase,
         start_unix_ns,
         end_unix_ns,
-        probes: probed?,
-        load: loaded.transpose()?,
-    })
+        probes,
+        load,
+    };
+    match (probed, loaded.transpose()) {
+        (Ok(probes), Ok(load)) => Ok(record(probes, load)),
+        // The probes' error says when the server was last heard from (its last reply).
+        (Err(probes), load) => Err(Partial {
+            error: probes.error,
+            measured: probes.measured.map(|probes| {
+                record(
+                    probes,
+                    match load {
+                        Ok(load) => load,
+                        Err(load) => load.measured,
+                    },
+                )
+            }),
+        }),
+        (Ok(probes), Err(load)) => Err(Partial {
+            error: load.error,
+            measured: Some(record(probes, load.measured)),
+        }),
+    }
 }

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use pathlab_probe::capacity::{self, AvailableSearch, CapacityReport};
+use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport};
 use pathlab_probe::control::Direction;
 use pathlab_probe::mtu;
 
-use crate::measure::{Client, MeasureError};
+use crate::measure::{Client, MeasureError, Partial};
 
 /// How a capacity run goes.
 #[derive(Debug, Clone)]
@@ -60,8 +60,36 @@ pub fn measure(
     options: &CapacityOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<CapacityReport, MeasureError> {
+    measure_or_partial(connect, options, log).map_err(|partial| partial.error)
+}
+
+/// [`measure`], keeping what a run that fails part way found: the steps that finished
+/// (the path MTU, the pairs, the capacity, the search's bracket from the fleets that
+/// finished). The step that failed stops the run: each step is bounded by its own time
+/// and the grace ([`crate::measure::CONNECT_TIMEOUT`] and the sessions' timeouts), so a
+/// server that stops answering costs one grace period, not one per step left.
+pub fn measure_or_partial(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<CapacityReport, Partial<CapacityProgress>> {
+    let mut progress = CapacityProgress::new(options.direction);
+    measure_steps(connect, options, log, &mut progress).map_err(|error| Partial {
+        error,
+        measured: (!progress.is_empty()).then_some(progress),
+    })
+}
+
+fn measure_steps(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    log: &mut dyn FnMut(&str),
+    progress: &mut CapacityProgress,
+) -> Result<CapacityReport, MeasureError> {
     let direction = options.direction;
     let path = connect()?.path_mtu(direction)?;
+    progress.path_mtu_bytes = Some(path.mtu_bytes);
+    progress.probes = u64::from(path.probes);
     log(&format!(
         "path MTU {}: {} bytes ({} probes)",
         direction.name(),
@@ -91,6 +119,8 @@ pub fn measure(
     )?;
     probes += pairs.sent;
     let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
+    progress.pair_estimates_bps.clone_from(&pair_estimates);
+    progress.probes = probes;
     let rough = capacity::median_ci(&pair_estimates)
         .ok_or_else(|| {
             MeasureError::Protocol(format!(
@@ -133,6 +163,8 @@ pub fn measure(
         ),
     )
     .ok_or_else(|| MeasureError::Protocol("no pair or train arrived whole".into()))?;
+    progress.capacity = Some(found.clone());
+    progress.probes = probes;
     log(&format!(
         "packet trains of {length}: {} of {} whole; capacity {:.2} Mbit/s (95% CI {:.2} to {:.2}, from the {}){}",
         train_estimates.len(),
@@ -181,6 +213,7 @@ pub fn measure(
             let streams =
                 capacity::judge_streams(&fleet.arrivals, length, u64::from(options.streams));
             let fleet = search.record(rate, streams);
+            progress.probes = probes;
             log(&format!(
                 "streams at {:.2} Mbit/s: {} of {} rising -> {} the available bandwidth",
                 rate / 1e6,
@@ -188,6 +221,7 @@ pub fn measure(
                 fleet.streams.len(),
                 if fleet.above { "above" } else { "below" }
             ));
+            progress.available = Some(search.clone().result());
         }
         let result = search.result();
         log(&format!(

@@ -12,12 +12,12 @@ use pathlab_probe::control::{Direction, TcpDirection};
 use pathlab_probe::mtu::PathMtu;
 use pathlab_probe::rfc6349::{
     analyse_phase, link_rate_bps, AnalysisError, Baseline, KernelSettings, Phase, PhaseResult,
-    Plan, PlanError, PlanInputs, RateSource, Rfc6349Report, StepTime,
+    Plan, PlanError, PlanInputs, RateSource, Rfc6349Progress, Rfc6349Report, StepTime,
 };
 use pathlab_probe::tcp::TcpTestReport;
 
 use crate::capacity::{self, CapacityOptions};
-use crate::measure::{Client, MeasureError, TcpOptions, TcpTest};
+use crate::measure::{Client, MeasureError, Partial, TcpOptions, TcpTest};
 
 /// The most parallel streams a pathlab server accepts in one TCP test.
 pub use crate::measure::MAX_STREAMS as MAX_CONNECTIONS;
@@ -193,18 +193,82 @@ pub fn run(
     kernel: KernelSettings,
     on_event: &mut dyn FnMut(Event<'_>),
 ) -> Result<Rfc6349Report, Rfc6349Error> {
-    let measure = |step| move |source| Rfc6349Error::Measure { step, source };
+    run_or_partial(connect, options, kernel, on_event).map_err(|partial| partial.error)
+}
+
+/// [`run`], keeping what a test that fails part way found: the steps that finished, the
+/// capacity run's finished steps when step 3 failed, and this end's side of a TCP run that
+/// failed. The step that fails ends the test: each is bounded by its own time and the
+/// grace, so a server that stops answering costs one grace period, not one per step left.
+pub fn run_or_partial(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &Rfc6349Options,
+    kernel: KernelSettings,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Rfc6349Report, Partial<Rfc6349Progress, Rfc6349Error>> {
+    let mut progress = Rfc6349Progress {
+        steps: Vec::new(),
+        failed_step: String::new(),
+        mtu_up: None,
+        mtu_down: None,
+        baseline: None,
+        capacity: None,
+        capacity_progress: None,
+        kernel: kernel.clone(),
+        plan: None,
+        congestion_control: options
+            .congestion
+            .clone()
+            .unwrap_or_else(|| kernel.congestion_control.clone()),
+        duration_ns: options.duration.as_nanos() as u64,
+        single: None,
+        multiple: None,
+        interrupted_run: None,
+    };
     let mut steps = Steps(Vec::new(), None);
+    match run_steps(
+        connect,
+        options,
+        kernel,
+        on_event,
+        &mut steps,
+        &mut progress,
+    ) {
+        Ok(report) => Ok(report),
+        Err(error) => {
+            steps.end();
+            progress.failed_step = steps.0.last().map(|s| s.step.clone()).unwrap_or_default();
+            progress.steps = steps.0;
+            let measured = progress.mtu_up.is_some();
+            Err(Partial {
+                error,
+                measured: measured.then_some(progress),
+            })
+        }
+    }
+}
+
+fn run_steps(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &Rfc6349Options,
+    kernel: KernelSettings,
+    on_event: &mut dyn FnMut(Event<'_>),
+    steps: &mut Steps,
+    progress: &mut Rfc6349Progress,
+) -> Result<Rfc6349Report, Rfc6349Error> {
+    let measure = |step| move |source| Rfc6349Error::Measure { step, source };
 
     steps.start(step::MTU_UP, on_event);
     let mtu_up = connect()
         .and_then(|c| c.path_mtu(Direction::Up))
         .map_err(measure(step::MTU_UP))?;
+    progress.mtu_up = Some(mtu_up.clone());
     on_event(Event::Mtu(&mtu_up));
     steps.start(step::MTU_DOWN, on_event);
     let mtu_down = connect()
         .and_then(|c| c.path_mtu(Direction::Down))
         .map_err(measure(step::MTU_DOWN))?;
+    progress.mtu_down = Some(mtu_down.clone());
     on_event(Event::Mtu(&mtu_down));
 
     steps.start(step::BASELINE, on_event);
@@ -225,6 +289,7 @@ pub fn run(
             source: MeasureError::Timeout("any reply to the round-trip probes"),
         });
     }
+    progress.baseline = Some(baseline.clone());
     on_event(Event::Baseline(&baseline));
 
     steps.start(step::BOTTLENECK, on_event);
@@ -235,7 +300,7 @@ pub fn run(
                 TcpDirection::Down => Direction::Down,
                 _ => Direction::Up,
             };
-            let found = capacity::measure(
+            let found = capacity::measure_or_partial(
                 connect,
                 &CapacityOptions {
                     available: false,
@@ -243,7 +308,11 @@ pub fn run(
                 },
                 &mut |line| on_event(Event::Note(line)),
             )
-            .map_err(measure(step::BOTTLENECK))?;
+            .map_err(|partial| {
+                progress.capacity_progress = partial.measured;
+                measure(step::BOTTLENECK)(partial.error)
+            })?;
+            progress.capacity = Some(found.clone());
             on_event(Event::Capacity(&found));
             let rate = link_rate_bps(
                 found.capacity.capacity_bps,
@@ -275,6 +344,7 @@ pub fn run(
         .congestion
         .clone()
         .unwrap_or_else(|| kernel.congestion_control.clone());
+    progress.plan = Some(plan.clone());
     on_event(Event::Plan {
         plan: &plan,
         kernel: &kernel,
@@ -282,8 +352,8 @@ pub fn run(
     });
 
     let duration_ns = options.duration.as_nanos() as u64;
-    let tcp_run = |streams: u32, window: u64| -> Result<TcpTestReport, MeasureError> {
-        connect()?.tcp(&TcpTest {
+    let tcp_run = |streams: u32, window: u64| -> Result<TcpTestReport, Partial<TcpTestReport>> {
+        connect()?.tcp_or_partial(&TcpTest {
             streams,
             direction: options.direction,
             duration: options.duration,
@@ -298,12 +368,16 @@ pub fn run(
     };
     let phase = |step: &'static str,
                  steps: &mut Steps,
+                 progress: &mut Rfc6349Progress,
                  on_event: &mut dyn FnMut(Event<'_>),
                  connections: u32,
                  window: u64|
      -> Result<Phase, Rfc6349Error> {
         steps.start(step, on_event);
-        let run = tcp_run(connections, window).map_err(measure(step))?;
+        let run = tcp_run(connections, window).map_err(|partial| {
+            progress.interrupted_run = partial.measured;
+            measure(step)(partial.error)
+        })?;
         let result = analyse_phase(&plan, &run, connections, window, duration_ns)
             .map_err(|source| Rfc6349Error::Analysis { step, source })?;
         on_event(Event::Phase(&result));
@@ -316,11 +390,13 @@ pub fn run(
     } else {
         plan.largest_window_bytes
     };
-    let single = phase(step::SINGLE, &mut steps, on_event, 1, single_window)?;
+    let single = phase(step::SINGLE, steps, progress, on_event, 1, single_window)?;
+    progress.single = Some(single.clone());
     let multiple = if plan.connections > 1 {
         Some(phase(
             step::MULTIPLE,
-            &mut steps,
+            steps,
+            progress,
             on_event,
             plan.connections,
             plan.window_per_connection_bytes,
@@ -330,7 +406,7 @@ pub fn run(
     };
     steps.end();
     Ok(Rfc6349Report {
-        steps: steps.0,
+        steps: std::mem::take(&mut steps.0),
         mtu_up,
         mtu_down,
         baseline,

@@ -434,6 +434,25 @@ pub struct BloatReport {
     pub records: Vec<PhaseRecord>,
 }
 
+/// What a bloat run had measured when it was cut short (a server that stopped answering, a
+/// path that went down): the phases that finished, analysed as in [`BloatReport`], and
+/// this end's side of the phase that failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BloatProgress {
+    /// Every parameter used (`phases` lists those planned, not those run).
+    pub settings: BloatSettings,
+    /// The idle median round trip, once the idle phase finished, ns.
+    pub baseline_rtt_ns: Option<u64>,
+    /// The phases that finished, in the order they ran.
+    pub phases: Vec<PhaseSummary>,
+    /// What they measured.
+    pub records: Vec<PhaseRecord>,
+    /// The phase that failed, as this end saw it: every probe sent and reply received (the
+    /// server's count of what it received never came), the load's client side (see
+    /// `pathlab tcp`'s partial results). Not analysed: before and after the failure mix.
+    pub interrupted: Option<PhaseRecord>,
+}
+
 /// The counted probes' round trips and how many were sent.
 fn counted_probes(probes: &RttReport, seqs: &Range<u64>) -> (Vec<i64>, u64) {
     let rtts = probes

@@ -336,6 +336,57 @@ pub struct CapacityReport {
     pub probes: u64,
 }
 
+/// What a capacity run had found in one direction when it was cut short (a server that
+/// stopped answering, a path that went down): each step that finished, none after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityProgress {
+    /// Which way the probes went.
+    pub direction: Direction,
+    /// The path MTU, once its search finished, bytes.
+    pub path_mtu_bytes: Option<u32>,
+    /// Each whole pair's capacity estimate, bits/s, once the pairs had all come back.
+    pub pair_estimates_bps: Vec<f64>,
+    /// The capacity, once the trains had.
+    pub capacity: Option<Capacity>,
+    /// The available-bandwidth search's bracket from the fleets that finished (none before
+    /// the first).
+    pub available: Option<Available>,
+    /// Probes sent in the steps that finished.
+    pub probes: u64,
+}
+
+impl CapacityProgress {
+    /// Nothing found yet in `direction`.
+    pub fn new(direction: Direction) -> CapacityProgress {
+        CapacityProgress {
+            direction,
+            path_mtu_bytes: None,
+            pair_estimates_bps: Vec::new(),
+            capacity: None,
+            available: None,
+            probes: 0,
+        }
+    }
+
+    /// Whether any step finished.
+    pub fn is_empty(&self) -> bool {
+        self.path_mtu_bytes.is_none()
+    }
+
+    /// The step after the last that finished: the one a failure stopped.
+    pub fn running_step(&self) -> &'static str {
+        if self.path_mtu_bytes.is_none() {
+            "path MTU"
+        } else if self.pair_estimates_bps.is_empty() && self.capacity.is_none() {
+            "packet pairs"
+        } else if self.capacity.is_none() {
+            "packet trains"
+        } else {
+            "available bandwidth"
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

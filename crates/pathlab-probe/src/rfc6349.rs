@@ -70,7 +70,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::capacity::CapacityReport;
+use crate::capacity::{CapacityProgress, CapacityReport};
 use crate::control::TcpDirection;
 use crate::mtu::PathMtu;
 use crate::rtt::RttReport;
@@ -905,6 +905,43 @@ impl Rfc6349Report {
     pub fn answer(&self) -> &Phase {
         self.multiple.as_ref().unwrap_or(&self.single)
     }
+}
+
+/// What an RFC 6349 test had found when it was cut short (a server that stopped
+/// answering, a path that went down): each step that finished, and what the step that
+/// failed had measured, where it had something.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rfc6349Progress {
+    /// When each step ran; the last is the one that failed.
+    pub steps: Vec<StepTime>,
+    /// The step that failed.
+    pub failed_step: String,
+    /// Step 1 up, if it finished.
+    pub mtu_up: Option<PathMtu>,
+    /// Step 1 down, if it finished.
+    pub mtu_down: Option<PathMtu>,
+    /// Step 2, if it finished.
+    pub baseline: Option<Baseline>,
+    /// Step 3, when measured and finished.
+    pub capacity: Option<CapacityReport>,
+    /// Step 3's capacity run, when it was the step that failed: its steps that finished.
+    pub capacity_progress: Option<CapacityProgress>,
+    /// The host's TCP settings.
+    pub kernel: KernelSettings,
+    /// Step 4, if it was reached.
+    pub plan: Option<Plan>,
+    /// Congestion control of the senders.
+    pub congestion_control: String,
+    /// Length of each TCP run, ns.
+    pub duration_ns: u64,
+    /// Step 5 with one connection, if it finished.
+    pub single: Option<Phase>,
+    /// Step 5 with the plan's connections, if it finished.
+    pub multiple: Option<Phase>,
+    /// The TCP run of the step that failed, as this end saw it: the senders' `TCP_INFO`
+    /// samples upwards, the bytes received per interval downwards (the server's side never
+    /// came).
+    pub interrupted_run: Option<TcpTestReport>,
 }
 
 #[cfg(test)]

@@ -45,8 +45,32 @@ pub struct ResultFile {
     /// The command line that produced the run.
     #[serde(default)]
     pub command: Vec<String>,
+    /// Why the run ended before it was complete, for a file that holds what it measured
+    /// until then; absent for a complete run (added in v1 after its first files, which are
+    /// all complete: a reader that predates it reads a partial `owd`, `rtt` or `tcp` file
+    /// as a complete one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<Incomplete>,
     /// What was measured.
     pub result: RunResult,
+}
+
+/// What a `pathlab capacity` run that ended early had measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CapacityPartial {
+    /// The directions that finished.
+    pub done: Vec<pathlab_probe::capacity::CapacityReport>,
+    /// The direction that failed: its steps that finished, if any did.
+    pub interrupted: Option<pathlab_probe::capacity::CapacityProgress>,
+}
+
+/// Why a run ended early; its file holds what it had measured until then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incomplete {
+    /// The error the run ended with, as the command printed it.
+    pub error: String,
+    /// What the saved result holds, and what it lacks.
+    pub partial: String,
 }
 
 /// The measured data, by kind of run.
@@ -69,6 +93,13 @@ pub enum RunResult {
     Capacity(Vec<pathlab_probe::capacity::CapacityReport>),
     /// A `pathlab bloat` run.
     Bloat(Box<pathlab_probe::bloat::BloatReport>),
+    /// A `pathlab capacity` run that ended early (always with
+    /// [`ResultFile::incomplete`] saying why).
+    CapacityPartial(Box<CapacityPartial>),
+    /// A `pathlab bloat` run that ended early.
+    BloatPartial(Box<pathlab_probe::bloat::BloatProgress>),
+    /// A `pathlab tcp --rfc6349` run that ended early.
+    Rfc6349Partial(Box<pathlab_probe::rfc6349::Rfc6349Progress>),
 }
 
 /// Why a result file could not be read.
@@ -120,7 +151,16 @@ impl ResultFile {
             pathlab_version: env!("CARGO_PKG_VERSION").to_owned(),
             created_unix_secs,
             command,
+            incomplete: None,
             result,
+        }
+    }
+
+    /// The file of a run that ended early with `incomplete`, holding what it measured.
+    pub fn with_incomplete(self, incomplete: Incomplete) -> Self {
+        ResultFile {
+            incomplete: Some(incomplete),
+            ..self
         }
     }
 

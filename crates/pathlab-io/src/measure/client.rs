@@ -10,13 +10,28 @@ use pathlab_probe::control::{Direction, Limits, Message, ReceivedProbe, TestRequ
 use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::rtt::{self, RoundTrip, RttReport};
-use pathlab_probe::session::{fill_padding, ClientEvent, ClientSession, Rejections, Running};
+use pathlab_probe::session::{
+    fill_padding, ClientEvent, ClientSession, ProbeReceiver, Rejections, Running, SessionError,
+};
 
-use super::probes::{receive_one_way, send_probes};
+use super::probes::{receive_into, send_probes};
 use super::{
-    clock, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError, DEFAULT_PORT,
+    clock, now_ns, prepare_probe_socket, random, Conn, Control, Interruption, MeasureError,
+    Partial, DEFAULT_PORT, TEST_GRACE_STD,
 };
 use crate::sys;
+
+/// How long the commands wait for a TCP connection to the server (the control connection
+/// and each data stream of a TCP test): a host that left the network answers nothing, and
+/// the kernel's own SYN retries would wait two minutes.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a client waits for the welcome and for the answer to its request
+/// ([`pathlab_probe::session::ANSWER_TIMEOUT`]).
+const ANSWER_TIMEOUT_STD: Duration = Duration::from_secs(10);
+const _: () = assert!(
+    ANSWER_TIMEOUT_STD.as_nanos() == pathlab_probe::session::ANSWER_TIMEOUT.as_nanos() as u128
+);
 
 /// A client's connection to a server, after the hello exchange.
 #[derive(Debug)]
@@ -25,22 +40,76 @@ pub struct Client {
     pub(super) server: SocketAddr,
     /// The server's limits.
     pub limits: Limits,
+    /// How long a TCP connection to the server may take.
+    pub(super) connect_timeout: Duration,
+    /// When the server accepted the running test.
+    test_started: Option<Instant>,
+    /// The last sign of life from the server during the test.
+    last_heard: Option<Instant>,
 }
 
 impl Control for Client {
     fn poll_message(&mut self, wait: Duration) -> Result<Option<Message>, MeasureError> {
         match self.conn.pump(wait)? {
-            Some(ClientEvent::Message(message)) => Ok(Some(message)),
+            Some(ClientEvent::Message(message)) => {
+                self.heard(Instant::now());
+                Ok(Some(message))
+            }
+            Some(ClientEvent::Failed(SessionError::Timeout(_))) if self.test_started.is_some() => {
+                Err(self.interrupted(
+                    false,
+                    "results",
+                    format!("within {:.0} s of its end", TEST_GRACE_STD.as_secs_f64()),
+                ))
+            }
+            Some(ClientEvent::Failed(SessionError::Closed(_))) if self.test_started.is_some() => {
+                Err(self.interrupted(true, "results", String::new()))
+            }
             Some(ClientEvent::Failed(error)) => Err(error.into()),
             Some(other) => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
-            None if self.conn.closed => Err(MeasureError::Closed("the server's results")),
+            None if self.conn.closed => Err(if self.test_started.is_some() {
+                self.interrupted(true, "results", String::new())
+            } else {
+                MeasureError::Closed("the server's results")
+            }),
             None => Ok(None),
         }
     }
 
     fn send(&mut self, message: &Message) -> Result<(), MeasureError> {
         self.conn.session.send(message);
-        Ok(self.conn.flush()?)
+        match self.conn.flush() {
+            Ok(()) => Ok(()),
+            // The control connection's write timeout: a server that takes nothing for that
+            // long is not reading.
+            Err(error)
+                if self.test_started.is_some()
+                    && matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+            {
+                Err(self.interrupted(
+                    false,
+                    "room for a control message",
+                    format!("within {:.0} s", TEST_GRACE_STD.as_secs_f64()),
+                ))
+            }
+            Err(error)
+                if self.test_started.is_some()
+                    && matches!(
+                        error.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) =>
+            {
+                Err(self.interrupted(true, "results", String::new()))
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn heard_from_peer(&mut self) {
+        self.heard(Instant::now());
     }
 }
 
@@ -71,6 +140,9 @@ impl Client {
                 why: source,
             }
         })?;
+        // Control messages are small; a write that cannot go out for the grace period is
+        // a server that stopped reading, and must not hold the client forever.
+        stream.set_write_timeout(Some(TEST_GRACE_STD))?;
         let session = ClientSession::new(
             clock(),
             key,
@@ -86,6 +158,15 @@ impl Client {
                         conn,
                         server: address,
                         limits,
+                        connect_timeout: timeout,
+                        test_started: None,
+                        last_heard: None,
+                    })
+                }
+                Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
+                    return Err(MeasureError::NoAnswer {
+                        what: "welcome",
+                        within: ANSWER_TIMEOUT_STD,
                     })
                 }
                 Some(ClientEvent::Failed(error)) => return Err(error.into()),
@@ -115,7 +196,16 @@ impl Client {
         loop {
             match self.conn.pump(Duration::from_secs(3600))? {
                 Some(ClientEvent::Accepted) => {
-                    return Ok(self.conn.session.running().expect("accepted").clone())
+                    let now = Instant::now();
+                    self.test_started = Some(now);
+                    self.last_heard = Some(now);
+                    return Ok(self.conn.session.running().expect("accepted").clone());
+                }
+                Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
+                    return Err(MeasureError::NoAnswer {
+                        what: "answer to the test request",
+                        within: ANSWER_TIMEOUT_STD,
+                    })
                 }
                 Some(ClientEvent::Failed(error)) => return Err(error.into()),
                 Some(other) => {
@@ -134,6 +224,65 @@ impl Client {
     /// The test is over.
     pub(super) fn finish(&mut self) {
         self.conn.session.finish();
+    }
+
+    /// Whether the dialogue is over (a failure ended it).
+    pub(super) fn session_ended(&self) -> bool {
+        self.conn.session.is_ended()
+    }
+
+    /// The server gave a sign of life at `at`.
+    pub(super) fn heard(&mut self, at: Instant) {
+        if self.last_heard.is_none_or(|last| at > last) {
+            self.last_heard = Some(at);
+        }
+    }
+
+    /// The running test's error for a server that went silent (or `closed` the
+    /// connection) while `awaited` was awaited `bound`.
+    pub(super) fn interrupted(
+        &self,
+        closed: bool,
+        awaited: &'static str,
+        bound: String,
+    ) -> MeasureError {
+        let started = self.test_started.unwrap_or_else(Instant::now);
+        let heard = self
+            .last_heard
+            .map(|at| at.saturating_duration_since(started))
+            // Heard from only at its accept: nothing during the test.
+            .filter(|since| !since.is_zero());
+        MeasureError::Interrupted(Interruption {
+            closed,
+            at_s: started.elapsed().as_secs_f64(),
+            last_heard_s: heard.map(|since| since.as_secs_f64()),
+            awaited,
+            bound,
+        })
+    }
+
+    /// The server's next message of the running test, if it comes within `wait` (and
+    /// before the session's deadline); else the error of a server that went silent while
+    /// `awaited` was awaited.
+    pub(super) fn next_message_within(
+        &mut self,
+        wait: Duration,
+        awaited: &'static str,
+    ) -> Result<Message, MeasureError> {
+        let give_up = Instant::now() + wait;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.interrupted(
+                    false,
+                    awaited,
+                    format!("within {:.0} s", wait.as_secs_f64()),
+                ));
+            }
+            if let Some(message) = self.poll_message(left)? {
+                return Ok(message);
+            }
+        }
     }
 
     /// Where the server's end of `running` is.
@@ -161,8 +310,22 @@ impl Client {
         count: u64,
         window: usize,
     ) -> Result<OneWayResult, MeasureError> {
+        self.one_way_or_partial(direction, rate_bps, size, count, window)
+            .map_err(|partial| partial.error)
+    }
+
+    /// [`Client::one_way`], keeping what a test that fails part way measured: downwards,
+    /// the probes received until then (see [`OneWayTest::run_or_partial`]).
+    pub fn one_way_or_partial(
+        self,
+        direction: Direction,
+        rate_bps: u64,
+        size: u32,
+        count: u64,
+        window: usize,
+    ) -> Result<OneWayResult, Partial<OneWayResult>> {
         self.start_one_way(direction, rate_bps, size, count, window)?
-            .run()
+            .run_or_partial()
     }
 
     /// Asks for a one-way test and stops once the server has accepted it, its probe socket
@@ -252,6 +415,21 @@ pub struct ProbeArrivals {
     pub duration_ns: u64,
 }
 
+/// What a receiver that stopped early holds: its arrivals, counted as sent up to the
+/// highest sequence number among them, over the span of their send times (none if none
+/// arrived).
+fn arrivals_so_far(arrivals: Vec<ReceivedProbe>, rejected: u64) -> Option<ProbeArrivals> {
+    let sent = arrivals.iter().map(|p| p.seq + 1).max()?;
+    let first = arrivals.iter().map(|p| p.sent_ns).min().unwrap_or(0);
+    let last = arrivals.iter().map(|p| p.sent_ns).max().unwrap_or(0);
+    Some(ProbeArrivals {
+        arrivals,
+        rejected,
+        sent,
+        duration_ns: last - first,
+    })
+}
+
 /// A one-way test the server has accepted, not yet run.
 #[derive(Debug)]
 pub struct OneWayTest {
@@ -282,27 +460,48 @@ impl OneWayTest {
 
     /// Runs the test and analyses it.
     pub fn run(self) -> Result<OneWayResult, MeasureError> {
+        self.run_or_partial().map_err(|partial| partial.error)
+    }
+
+    /// Runs the test and analyses it; a test that fails part way keeps what this end
+    /// received. That is something only downwards (upwards the server's records come at
+    /// the end): the probes received, counted as sent up to the highest sequence number
+    /// among them (the server's own count never came), its send rate over the span of
+    /// their send times.
+    pub fn run_or_partial(self) -> Result<OneWayResult, Partial<OneWayResult>> {
         let (sender, window) = (self.sender, self.window);
-        let run = self.run_raw()?;
-        Ok(one_way_result(
-            SenderReport {
-                sent: run.sent,
-                duration_ns: run.duration_ns,
-                ..sender
-            },
-            &run.arrivals,
-            run.rejected,
-            window,
-        ))
+        let analyse = |run: ProbeArrivals| {
+            one_way_result(
+                SenderReport {
+                    sent: run.sent,
+                    duration_ns: run.duration_ns,
+                    ..sender
+                },
+                &run.arrivals,
+                run.rejected,
+                window,
+            )
+        };
+        match self.run_or_partial_raw() {
+            Ok(run) => Ok(analyse(run)),
+            Err(Partial { error, measured }) => Err(Partial {
+                error,
+                measured: measured.map(analyse),
+            }),
+        }
     }
 
     /// Runs the test; returns what the receiver recorded.
-    pub fn run_raw(mut self) -> Result<ProbeArrivals, MeasureError> {
+    pub fn run_raw(self) -> Result<ProbeArrivals, MeasureError> {
+        self.run_or_partial_raw().map_err(|partial| partial.error)
+    }
+
+    fn run_or_partial_raw(mut self) -> Result<ProbeArrivals, Partial<ProbeArrivals>> {
         let (direction, size, count, schedule) =
             self.running.test.one_way().expect("a one-way test");
         let result = match direction {
             Direction::Up => {
-                self.udp.connect(self.server)?;
+                self.udp.connect(self.server).map_err(MeasureError::from)?;
                 let sent = send_probes(
                     &self.udp,
                     &self.running,
@@ -329,22 +528,30 @@ impl OneWayTest {
                             };
                         }
                         other => {
-                            return Err(MeasureError::Protocol(format!("unexpected {other:?}")))
+                            return Err(
+                                MeasureError::Protocol(format!("unexpected {other:?}")).into()
+                            )
                         }
                     }
                 }
             }
             Direction::Down => {
                 let mut rejections = Rejections::default();
-                let received = receive_one_way(
+                let mut receiver = ProbeReceiver::new(Way::ServerToClient, size, count);
+                let outcome = receive_into(
+                    &mut receiver,
                     &self.udp,
                     &mut self.client,
                     &self.running,
                     &mut rejections,
-                    Way::ServerToClient,
-                    size,
-                    count,
-                )?;
+                );
+                let (received, _) = receiver.finish(rejections.probes);
+                if let Err(error) = outcome {
+                    return Err(Partial {
+                        error,
+                        measured: arrivals_so_far(received.arrivals, rejections.probes),
+                    });
+                }
                 self.client.send(&Message::Done {
                     received: received.arrivals.len() as u64,
                     rejected: rejections.probes,
@@ -362,32 +569,105 @@ impl OneWayTest {
     }
 }
 
+/// What a round-trip test has so far: every reply in arrival order, and how late each
+/// request left.
+#[derive(Debug, Default)]
+struct RoundTrips {
+    replies: Vec<RoundTrip>,
+    send_errors: Vec<u64>,
+}
+
+impl RoundTrips {
+    /// The report of a test cut short after `sent` requests: the server's count of what it
+    /// received never came, so it is what the replies prove (every loss counts as lost
+    /// on the way up).
+    fn partial(&self, sent: u64) -> Option<RttReport> {
+        if sent == 0 {
+            return None;
+        }
+        let mut answered: Vec<u64> = self.replies.iter().map(|r| r.seq).collect();
+        answered.sort_unstable();
+        answered.dedup();
+        Some(rtt::analyse(
+            &self.replies,
+            sent,
+            answered.len() as u64,
+            &self.send_errors,
+        ))
+    }
+}
+
 impl Client {
     /// Runs `count` isochronous round trips, one every `interval`, of `size` bytes.
     pub fn round_trip(
-        mut self,
+        self,
         interval: Duration,
         size: u32,
         count: u64,
     ) -> Result<RttReport, MeasureError> {
-        let udp = self.udp_socket()?;
+        self.round_trip_or_partial(interval, size, count)
+            .map_err(|partial| partial.error)
+    }
+
+    /// [`Client::round_trip`], keeping what a test that fails part way measured: every
+    /// request sent and every reply received, with the server's count of what it received
+    /// taken as what the replies prove.
+    pub fn round_trip_or_partial(
+        mut self,
+        interval: Duration,
+        size: u32,
+        count: u64,
+    ) -> Result<RttReport, Partial<RttReport>> {
+        let udp = self.udp_socket().map_err(MeasureError::from)?;
         let test = TestRequest::RoundTrip {
             interval_ns: interval.as_nanos() as u64,
             size,
             count,
         };
-        let running = self.request(test, udp.local_addr()?.port())?;
-        udp.connect(self.server_address(&running))?;
+        let running = self.request(test, udp.local_addr().map_err(MeasureError::from)?.port())?;
+        let mut so_far = RoundTrips::default();
+        let mut sent = 0;
+        match self.run_round_trips(
+            &udp,
+            &running,
+            interval,
+            size,
+            count,
+            &mut so_far,
+            &mut sent,
+        ) {
+            Ok(report) => Ok(report),
+            Err(error) => Err(Partial {
+                error,
+                measured: so_far.partial(sent),
+            }),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_round_trips(
+        &mut self,
+        udp: &UdpSocket,
+        running: &Running,
+        interval: Duration,
+        size: u32,
+        count: u64,
+        so_far: &mut RoundTrips,
+        sent: &mut u64,
+    ) -> Result<RttReport, MeasureError> {
+        udp.connect(self.server_address(running))?;
         udp.set_nonblocking(true)?;
         let padding = Box::new(random::<4096>()?);
         let mut bytes = Vec::with_capacity(size as usize + 64);
         let mut buffer = vec![0u8; probe::MAX_LEN + 1];
-        let mut replies = Vec::with_capacity(count as usize);
-        let mut send_errors = Vec::with_capacity(count as usize);
+        so_far.replies.reserve(count as usize);
+        so_far.send_errors.reserve(count as usize);
         let mut rejections = Rejections::default();
         let start = Instant::now();
-        let mut seq = 0;
-        let mut collect = |replies: &mut Vec<RoundTrip>, rejections: &mut Rejections| {
+        let mut collect = |client: &mut Client,
+                           replies: &mut Vec<RoundTrip>,
+                           rejections: &mut Rejections| {
+            let before = replies.len();
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
                 let received_ns = kernel_ns.unwrap_or_else(now_ns);
@@ -407,8 +687,12 @@ impl Client {
                     });
                 }
             }
+            if replies.len() > before {
+                client.heard(Instant::now());
+            }
         };
-        while seq < count {
+        while *sent < count {
+            let seq = *sent;
             let due = start + interval.mul_f64(seq as f64);
             let now = Instant::now();
             if now >= due {
@@ -429,8 +713,10 @@ impl Client {
                     )
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let _ = udp.send(&bytes);
-                send_errors.push(now.duration_since(due).as_nanos() as u64);
-                seq += 1;
+                so_far
+                    .send_errors
+                    .push(now.duration_since(due).as_nanos() as u64);
+                *sent += 1;
                 continue;
             }
             let left = due - now;
@@ -441,7 +727,7 @@ impl Client {
                     &mut [false],
                 );
             }
-            collect(&mut replies, &mut rejections);
+            collect(self, &mut so_far.replies, &mut rejections);
             // A server that gave up (or says why it stops) ends the test now.
             if let Some(message) = self.poll_message(Duration::ZERO)? {
                 return Err(MeasureError::Protocol(format!(
@@ -451,7 +737,8 @@ impl Client {
         }
         let sending = start.elapsed();
         // Replies still on their way: wait up to a second (or ten round trips) for them.
-        let slowest = replies
+        let slowest = so_far
+            .replies
             .iter()
             .map(RoundTrip::rtt_ns)
             .max()
@@ -460,13 +747,13 @@ impl Client {
         let wait_until = Instant::now()
             + Duration::from_nanos(slowest.saturating_mul(10))
                 .clamp(Duration::from_millis(200), Duration::from_secs(1));
-        while (replies.len() as u64) < count && Instant::now() < wait_until {
+        while (so_far.replies.len() as u64) < count && Instant::now() < wait_until {
             let _ = sys::poll_readable(
                 &[udp.as_fd()],
                 Some(Duration::from_millis(10)),
                 &mut [false],
             );
-            collect(&mut replies, &mut rejections);
+            collect(self, &mut so_far.replies, &mut rejections);
         }
         self.send(&Message::Sent {
             count,
@@ -474,9 +761,14 @@ impl Client {
         })?;
         match self.next_message()? {
             Message::Done { received, .. } => {
-                collect(&mut replies, &mut rejections);
+                collect(self, &mut so_far.replies, &mut rejections);
                 self.finish();
-                Ok(rtt::analyse(&replies, count, received, &send_errors))
+                Ok(rtt::analyse(
+                    &so_far.replies,
+                    count,
+                    received,
+                    &so_far.send_errors,
+                ))
             }
             other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
         }

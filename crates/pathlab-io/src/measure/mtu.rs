@@ -16,7 +16,7 @@ use pathlab_probe::mtu::{self, MtuSearch, PathMtu};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::session::{Rejections, Running};
 
-use super::{now_ns, Client, Control, MeasureError};
+use super::{now_ns, Client, Control, MeasureError, TEST_GRACE_STD};
 use crate::sys;
 
 /// How long a probe may take before it counts as missing: three times the slowest arrival
@@ -85,25 +85,43 @@ impl Client {
                 udp.connect(server)?;
                 let search = MtuSearch::new(largest_probe(route_mtu, ipv6), smallest, ipv6)
                     .map_err(|e| MeasureError::Protocol(e.to_string()))?;
-                search_up(&mut self, &udp, &running, search)?
+                search_up(&mut self, &udp, &running, search)
             }
-            Direction::Down => search_down(&mut self, &udp, server, &running, smallest, ipv6)?,
+            Direction::Down => search_down(&mut self, &udp, server, &running, smallest, ipv6),
         };
+        // The search asks the server nothing once it is over: the end of the test is
+        // awaited for the grace period, not for the rest of the 20 s a search may take.
+        // A search that failed (nothing arrived) asks too: a server that does not answer
+        // is frozen or gone, not behind a path that drops UDP.
+        let found = match found {
+            Err(error) if self.session_ended() || matches!(error, MeasureError::Interrupted(_)) => {
+                return Err(error)
+            }
+            other => other,
+        };
+        let probes = found.as_ref().map_or(0, |found| found.probes);
         self.send(&Message::Sent {
-            count: u64::from(found.probes),
+            count: u64::from(probes),
             duration_ns: 0,
         })?;
-        let end = self.next_message()?;
+        let end = self.next_message_within(TEST_GRACE_STD, "end of the path MTU test");
+        let found = match (found, end) {
+            (Ok(_), Err(error)) | (Err(_), Err(error @ MeasureError::Interrupted(_))) => {
+                return Err(error)
+            }
+            (Err(error), _) => return Err(error),
+            (Ok(found), Ok(end)) => match end {
+                Message::Done { .. } => found,
+                other => return Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+            },
+        };
         self.finish();
-        match end {
-            Message::Done { .. } => Ok(found),
-            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
-        }
+        Ok(found)
     }
 }
 
 fn search_up(
-    connection: &mut dyn Control,
+    connection: &mut Client,
     udp: &UdpSocket,
     running: &Running,
     mut search: MtuSearch,
@@ -120,6 +138,9 @@ fn search_up(
                 search.too_big_here(size);
                 continue;
             }
+            // An ICMP port unreachable for an earlier probe: the server's test is gone,
+            // which its control connection says (closed) in a moment.
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => {}
             Err(error) => return Err(error.into()),
         }
         let deadline = sent_at + probe_timeout(slowest);
@@ -149,7 +170,7 @@ fn search_up(
 }
 
 fn search_down(
-    connection: &mut dyn Control,
+    connection: &mut Client,
     udp: &UdpSocket,
     server: SocketAddr,
     running: &Running,
@@ -167,7 +188,11 @@ fn search_down(
         seq += 1;
         let asked_at = Instant::now();
         connection.send(&Message::MtuProbe { seq, size })?;
-        let (sent, route_mtu) = match connection.next_message()? {
+        // The server answers each request at once: one that says nothing for the grace
+        // period is frozen or gone.
+        let answer =
+            connection.next_message_within(TEST_GRACE_STD, "answer to a path MTU probe")?;
+        let (sent, route_mtu) = match answer {
             Message::MtuSent {
                 seq: s,
                 sent,

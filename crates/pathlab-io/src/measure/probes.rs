@@ -90,12 +90,27 @@ pub(super) fn receive_one_way(
     count: u64,
 ) -> Result<Received, MeasureError> {
     let mut receiver = ProbeReceiver::new(way, size, count);
+    receive_into(&mut receiver, udp, control, running, rejections)?;
+    let (received, _) = receiver.finish(rejections.probes);
+    Ok(received)
+}
+
+/// Runs `receiver` until its test is over; on an error, what it received until then is
+/// still in it (a client keeps it as a partial result).
+pub(super) fn receive_into(
+    receiver: &mut ProbeReceiver,
+    udp: &UdpSocket,
+    control: &mut dyn Control,
+    running: &Running,
+    rejections: &mut Rejections,
+) -> Result<(), MeasureError> {
     // A probe longer than the test's size is not one of its probes: the slot holds one byte
     // more, so such a datagram shows as truncated.
-    let mut batch = sys::RecvBatch::new(RECEIVE_BATCH, size as usize + 1);
+    let mut batch = sys::RecvBatch::new(RECEIVE_BATCH, receiver.size() as usize + 1);
     loop {
         let mut ready = [false];
         let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
+        let before = receiver.received();
         while batch.recv(udp.as_fd())? > 0 {
             for datagram in batch.datagrams() {
                 receiver.handle_probe(
@@ -107,6 +122,9 @@ pub(super) fn receive_one_way(
                     rejections,
                 );
             }
+        }
+        if receiver.received() > before {
+            control.heard_from_peer();
         }
         if receiver.poll_at().is_none() {
             match control.poll_message(Duration::ZERO)? {
@@ -122,8 +140,7 @@ pub(super) fn receive_one_way(
             }
         }
         if receiver.is_finished(clock()) {
-            let (received, _) = receiver.finish(rejections.probes);
-            return Ok(received);
+            return Ok(());
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ use pathlab_probe::tcp::{
     self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
 };
 
-use super::{Client, Control, MeasureError};
+use super::{Client, Control, MeasureError, Partial};
 use crate::sys;
 
 /// Socket options of a TCP test.
@@ -56,13 +56,15 @@ pub(super) fn apply_tcp_options(
 }
 
 /// Connects a data stream with the options set before the handshake (window scaling and
-/// MSS are negotiated in it) and sends its greeting.
+/// MSS are negotiated in it) and sends its greeting; a handshake that takes longer than
+/// `timeout` fails (a server host that left the network answers nothing).
 fn connect_stream(
     server: SocketAddr,
     options: &TcpOptions,
     running: &Running,
     index: u32,
     down: bool,
+    timeout: Duration,
 ) -> io::Result<TcpStream> {
     let domain = if server.is_ipv4() {
         libc::AF_INET
@@ -81,9 +83,32 @@ fn connect_stream(
             ..options.clone()
         },
     )?;
-    sys::connect(socket.as_fd(), server)?;
+    sys::set_nonblocking(socket.as_fd())?;
+    match sys::connect(socket.as_fd(), server) {
+        Ok(()) => {}
+        Err(error) if error.raw_os_error() == Some(libc::EINPROGRESS) => {
+            if !sys::poll_writable(socket.as_fd(), timeout)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer to the connection within {:.0} s",
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            match sys::take_socket_error(socket.as_fd())? {
+                0 => {}
+                code => return Err(io::Error::from_raw_os_error(code)),
+            }
+        }
+        Err(error) => return Err(error),
+    }
     let mut stream = TcpStream::from(socket);
+    stream.set_nonblocking(false)?;
+    // The greeting is 48 bytes: it fits any socket buffer, the timeout is a backstop.
+    stream.set_write_timeout(Some(timeout))?;
     stream.write_all(&running.greeting(index, down))?;
+    stream.set_write_timeout(None)?;
     Ok(stream)
 }
 
@@ -123,18 +148,86 @@ fn unsent_bytes(delivery_rate: u64) -> u64 {
     }
 }
 
+/// The last time a stream moved data (a receiver read some, a sender's socket took some),
+/// in ns after the test's `epoch`, shared by a test's stream threads: a client names when
+/// a server that stopped answering was last heard from.
+#[derive(Debug, Clone)]
+struct Progress {
+    epoch: Instant,
+    last_ns: Arc<AtomicU64>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            epoch: Instant::now(),
+            last_ns: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn moved(&self) {
+        let ns = self.epoch.elapsed().as_nanos() as u64;
+        self.last_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// When data last moved, if it did.
+    fn last(&self) -> Option<Instant> {
+        match self.last_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns)),
+        }
+    }
+}
+
+/// How one stream's end finished: its report (what it did until then, even when it
+/// failed), and the error if it failed.
+type StreamEnd = (StreamReport, Option<io::Error>);
+
 /// Sends for `duration`, sampling TCP_INFO every `sample_every`. One thread does both: the
 /// socket is non-blocking and the thread sleeps in poll until it can write or the next
 /// sample is due. (A second thread sampling while this one writes contends for the socket
-/// lock, which cost a tenth of the throughput on loopback.)
+/// lock, which cost a tenth of the throughput on loopback.) A peer that stops reading
+/// closes the window, and the writes stop with it: the loop still ends at `duration`.
 fn send_stream(
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     index: u32,
     duration: Duration,
     sample_every: Duration,
     stop: &AtomicBool,
-) -> io::Result<StreamReport> {
+    progress: &Progress,
+) -> StreamEnd {
     let start = Instant::now();
+    let mut samples = Vec::new();
+    let error = send_for(
+        stream,
+        start,
+        duration,
+        sample_every,
+        stop,
+        progress,
+        &mut samples,
+    )
+    .err();
+    samples.extend(sample(stream, start));
+    (
+        StreamReport {
+            index,
+            samples,
+            ..StreamReport::default()
+        },
+        error,
+    )
+}
+
+fn send_for(
+    stream: &mut TcpStream,
+    start: Instant,
+    duration: Duration,
+    sample_every: Duration,
+    stop: &AtomicBool,
+    progress: &Progress,
+    samples: &mut Vec<TcpSample>,
+) -> io::Result<()> {
     let end = start + duration;
     let limit_unsent = |stream: &TcpStream, bytes: u64| {
         let _ = sys::setsockopt(
@@ -144,18 +237,17 @@ fn send_stream(
             &(bytes as libc::c_int),
         );
     };
-    limit_unsent(&stream, unsent_bytes(0));
+    limit_unsent(stream, unsent_bytes(0));
     stream.set_nonblocking(true)?;
     let mut chunk_storage = vec![0x5au8; TCP_CHUNK + PAGE];
     let chunk = page_aligned(&mut chunk_storage);
     let mut offset = 0;
-    let mut samples = Vec::new();
     let mut next_sample = start;
     loop {
         let now = Instant::now();
         if now >= next_sample {
-            if let Some(taken) = sample(&stream, start) {
-                limit_unsent(&stream, unsent_bytes(taken.delivery_rate));
+            if let Some(taken) = sample(stream, start) {
+                limit_unsent(stream, unsent_bytes(taken.delivery_rate));
                 samples.push(taken);
             }
             next_sample = (next_sample + sample_every).max(now);
@@ -164,7 +256,10 @@ fn send_stream(
             break;
         }
         match stream.write(&chunk[offset..]) {
-            Ok(n) => offset = (offset + n) % TCP_CHUNK,
+            Ok(n) => {
+                offset = (offset + n) % TCP_CHUNK;
+                progress.moved();
+            }
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 sys::poll_writable(stream.as_fd(), next_sample.min(end) - now)?;
             }
@@ -190,12 +285,7 @@ fn send_stream(
             _ => break,
         }
     }
-    samples.extend(sample(&stream, start));
-    Ok(StreamReport {
-        index,
-        samples,
-        ..StreamReport::default()
-    })
+    Ok(())
 }
 
 const PAGE: usize = 4096;
@@ -208,16 +298,58 @@ fn page_aligned(storage: &mut [u8]) -> &mut [u8] {
     &mut storage[skip..skip + TCP_CHUNK]
 }
 
-/// Receives until the sender closes, counting bytes per interval.
+/// Receives until the sender closes, counting bytes per interval; a stream that fails
+/// keeps what it counted until then.
 fn receive_stream(
-    mut stream: TcpStream,
+    stream: &mut TcpStream,
     index: u32,
     interval: Duration,
     last_byte_by: Instant,
     stop: &AtomicBool,
-) -> io::Result<StreamReport> {
+    progress: &Progress,
+) -> StreamEnd {
     let start = Instant::now();
     let mut counter = IntervalCounter::new(interval.as_nanos() as u64);
+    let mut last_byte_ns = 0;
+    let error = receive_until_closed(
+        stream,
+        start,
+        &mut counter,
+        &mut last_byte_ns,
+        last_byte_by,
+        stop,
+        progress,
+    )
+    .err();
+    // A stream that failed received until its last byte (its goodput is over that time,
+    // not over the silence before the failure was seen).
+    let receive_ns = if error.is_some() || stop.load(Ordering::Relaxed) {
+        last_byte_ns
+    } else {
+        start.elapsed().as_nanos() as u64
+    };
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    (
+        StreamReport {
+            index,
+            interval_bytes: counter.intervals,
+            bytes: counter.total,
+            receive_ns,
+            samples: Vec::new(),
+        },
+        error,
+    )
+}
+
+fn receive_until_closed(
+    stream: &mut TcpStream,
+    start: Instant,
+    counter: &mut IntervalCounter,
+    last_byte_ns: &mut u64,
+    last_byte_by: Instant,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> io::Result<()> {
     let mut storage = vec![0u8; TCP_CHUNK + PAGE];
     let buffer = page_aligned(&mut storage);
     // A sender that freezes or vanishes ends the stream at the test's time plus the grace.
@@ -225,7 +357,11 @@ fn receive_stream(
     loop {
         match stream.read(buffer) {
             Ok(0) => break,
-            Ok(n) => counter.add(start.elapsed().as_nanos() as u64, n as u64),
+            Ok(n) => {
+                *last_byte_ns = start.elapsed().as_nanos() as u64;
+                counter.add(*last_byte_ns, n as u64);
+                progress.moved();
+            }
             Err(error)
                 if matches!(
                     error.kind(),
@@ -247,15 +383,7 @@ fn receive_stream(
             Err(error) => return Err(error),
         }
     }
-    let receive_ns = start.elapsed().as_nanos() as u64;
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-    Ok(StreamReport {
-        index,
-        interval_bytes: counter.intervals,
-        bytes: counter.total,
-        receive_ns,
-        samples: Vec::new(),
-    })
+    Ok(())
 }
 
 /// Runs one stream's end in a thread: sends if `send`, else receives. With the CPU time
@@ -263,43 +391,51 @@ fn receive_stream(
 /// may run other tests (a server, a lab) at the same time.
 #[allow(clippy::too_many_arguments)]
 fn stream_thread(
-    stream: TcpStream,
+    mut stream: TcpStream,
     index: u32,
     send: bool,
     duration: Duration,
     interval: Duration,
     sample_every: Duration,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<io::Result<(StreamReport, Duration)>> {
+    progress: Progress,
+) -> std::thread::JoinHandle<(StreamEnd, Duration)> {
     let last_byte_by = Instant::now() + duration + super::TEST_GRACE_STD;
     std::thread::spawn(move || {
-        let report = if send {
-            send_stream(stream, index, duration, sample_every, &stop)?
+        let end = if send {
+            send_stream(&mut stream, index, duration, sample_every, &stop, &progress)
         } else {
-            receive_stream(stream, index, interval, last_byte_by, &stop)?
+            receive_stream(&mut stream, index, interval, last_byte_by, &stop, &progress)
         };
-        Ok((report, sys::thread_cpu_time()))
+        (end, sys::thread_cpu_time())
     })
 }
 
 /// A stream's thread, and whether the stream runs downwards.
-type StreamThread = (
-    bool,
-    std::thread::JoinHandle<io::Result<(StreamReport, Duration)>>,
-);
+type StreamThread = (bool, std::thread::JoinHandle<(StreamEnd, Duration)>);
 
-/// Waits for every stream of one end of a test: its upward and downward reports, each in
-/// index order, and the CPU time of the test on this end (the streams' threads plus what
-/// the calling thread used since `control_cpu_start`).
-fn join_streams(
-    threads: Vec<StreamThread>,
-    control_cpu_start: Duration,
-) -> io::Result<(Vec<StreamReport>, Vec<StreamReport>, Duration)> {
+/// Every stream of one end of a test, joined: the upward and downward reports (each in
+/// index order, each with what it did until it ended, failed or not), the CPU time of the
+/// test on this end (the streams' threads plus what the calling thread used since
+/// `control_cpu_start`), and the first stream's error, if one failed.
+struct Joined {
+    up: Vec<StreamReport>,
+    down: Vec<StreamReport>,
+    cpu: Duration,
+    error: Option<io::Error>,
+}
+
+/// Waits for every stream of one end of a test.
+fn join_streams(threads: Vec<StreamThread>, control_cpu_start: Duration) -> Joined {
     let (mut up, mut down) = (Vec::new(), Vec::new());
     let mut cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
+    let mut first_error = None;
     for (is_down, thread) in threads {
-        let (report, stream_cpu) = thread.join().expect("stream threads do not panic")?;
+        let ((report, error), stream_cpu) = thread.join().expect("stream threads do not panic");
         cpu += stream_cpu;
+        if first_error.is_none() {
+            first_error = error;
+        }
         if is_down {
             down.push(report);
         } else {
@@ -308,7 +444,12 @@ fn join_streams(
     }
     up.sort_by_key(|s| s.index);
     down.sort_by_key(|s| s.index);
-    Ok((up, down, cpu))
+    Joined {
+        up,
+        down,
+        cpu,
+        error: first_error,
+    }
 }
 
 /// The server's end of a TCP test: takes the streams the test's greetings open, runs
@@ -336,6 +477,7 @@ pub(super) fn serve_tcp(
     let interval = Duration::from_nanos(interval_ns.max(1));
     let sample_every = Duration::from_nanos(sample_ns.max(1_000_000));
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new();
     let mut threads = Vec::new();
     let accept_deadline = Instant::now() + Duration::from_secs(10);
     listener.set_nonblocking(true)?;
@@ -373,6 +515,7 @@ pub(super) fn serve_tcp(
                             interval,
                             sample_every,
                             Arc::clone(&stop),
+                            progress.clone(),
                         ),
                     ));
                 }
@@ -401,7 +544,10 @@ pub(super) fn serve_tcp(
     }
     let joined = join_streams(threads, control_cpu_start);
     outcome?;
-    let (up, down, cpu) = joined?;
+    if let Some(error) = joined.error {
+        return Err(error.into());
+    }
+    let Joined { up, down, cpu, .. } = joined;
     let cpu_ns = cpu.as_nanos() as u64;
     let received: u64 = up.iter().map(|s| s.bytes).sum();
     test.send(&Message::TcpReport { up, down, cpu_ns })?;
@@ -430,7 +576,18 @@ pub struct TcpTest {
 
 impl Client {
     /// Runs a bulk TCP test.
-    pub fn tcp(mut self, test: &TcpTest) -> Result<TcpTestReport, MeasureError> {
+    pub fn tcp(self, test: &TcpTest) -> Result<TcpTestReport, MeasureError> {
+        self.tcp_or_partial(test).map_err(|partial| partial.error)
+    }
+
+    /// [`Client::tcp`], keeping what a test that fails part way measured: this end's side
+    /// of each stream. Upwards that is the sender's `TCP_INFO` samples (the server's counts
+    /// of what it received never came: no bytes, and `up_bps` 0); downwards, the bytes
+    /// received per interval (the server's samples never came).
+    pub fn tcp_or_partial(
+        mut self,
+        test: &TcpTest,
+    ) -> Result<TcpTestReport, Partial<TcpTestReport>> {
         let request = TestRequest::Tcp {
             streams: test.streams,
             direction: test.direction,
@@ -444,6 +601,7 @@ impl Client {
         let running = self.request(request, 0)?;
         let server = self.server_address(&running);
         let stop = Arc::new(AtomicBool::new(false));
+        let progress = Progress::new();
         let control_cpu_start = sys::thread_cpu_time();
         let mut threads = Vec::new();
         let directions: &[bool] = match test.direction {
@@ -451,14 +609,41 @@ impl Client {
             TcpDirection::Down => &[true],
             TcpDirection::Both => &[false, true],
         };
+        let partial = |joined: Joined| {
+            let report = TcpTestReport {
+                interval_ns: test.interval.as_nanos() as u64,
+                up_bps: 0.0,
+                down_bps: tcp_report::goodput_bps(&joined.down),
+                up: joined.up,
+                down: joined.down,
+                client_cpu_s: joined.cpu.as_secs_f64(),
+                server_cpu_s: 0.0,
+            };
+            (!report.up.is_empty() || !report.down.is_empty()).then_some(report)
+        };
         for &down in directions {
             for index in 0..test.streams {
-                let stream = connect_stream(server, &test.options, &running, index, down).map_err(
-                    |why| MeasureError::Unreachable {
-                        address: server.to_string(),
-                        why,
-                    },
-                )?;
+                let stream = match connect_stream(
+                    server,
+                    &test.options,
+                    &running,
+                    index,
+                    down,
+                    self.connect_timeout,
+                ) {
+                    Ok(stream) => stream,
+                    Err(why) => {
+                        stop.store(true, Ordering::Relaxed);
+                        let joined = join_streams(threads, control_cpu_start);
+                        return Err(Partial {
+                            error: MeasureError::Unreachable {
+                                address: server.to_string(),
+                                why,
+                            },
+                            measured: partial(joined),
+                        });
+                    }
+                };
                 // The client sends the upward streams and receives the downward ones.
                 threads.push((
                     down,
@@ -470,11 +655,14 @@ impl Client {
                         test.interval,
                         test.sample_every,
                         Arc::clone(&stop),
+                        progress.clone(),
                     ),
                 ));
             }
         }
         // A server that gives up or stops says so: the streams end now, not at their time.
+        // One that freezes or vanishes says nothing: the session's deadline (the test's
+        // time and the grace) ends the wait, and the streams with it.
         let mut early = None;
         while threads.iter().any(|(_, t)| !t.is_finished()) {
             match self.poll_message(Duration::from_millis(50)) {
@@ -485,17 +673,47 @@ impl Client {
                 }
                 Err(error) => {
                     stop.store(true, Ordering::Relaxed);
-                    let _ = join_streams(threads, control_cpu_start);
-                    return Err(error);
+                    let joined = join_streams(threads, control_cpu_start);
+                    return Err(self.tcp_failed(error, &progress, partial(joined)));
                 }
             }
         }
-        let (sent_up, received_down, client_cpu) = join_streams(threads, control_cpu_start)?;
+        let mut joined = join_streams(threads, control_cpu_start);
+        if let Some(error) = joined.error.take() {
+            let error = match error.kind() {
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                    self.interrupted(true, "results", String::new())
+                }
+                io::ErrorKind::TimedOut => self.interrupted(
+                    false,
+                    "end of its data",
+                    format!(
+                        "within {:.0} s of the test's end",
+                        super::TEST_GRACE_STD.as_secs_f64()
+                    ),
+                ),
+                _ => error.into(),
+            };
+            let error = self.tcp_failed(error, &progress, None);
+            return Err(Partial {
+                measured: partial(joined),
+                ..error
+            });
+        }
         let report = match early {
             Some(message) => message,
-            None => self.next_message()?,
+            None => match self.next_message() {
+                Ok(message) => message,
+                Err(error) => return Err(self.tcp_failed(error, &progress, partial(joined))),
+            },
         };
         self.finish();
+        let Joined {
+            up: sent_up,
+            down: received_down,
+            cpu: client_cpu,
+            ..
+        } = joined;
         match report {
             Message::TcpReport { up, down, cpu_ns } => {
                 let up = tcp_report::merge_streams(&up, &sent_up);
@@ -510,7 +728,30 @@ impl Client {
                     server_cpu_s: cpu_ns as f64 * 1e-9,
                 })
             }
-            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}")).into()),
         }
+    }
+
+    /// A TCP test's failure, its message naming when data last moved.
+    fn tcp_failed(
+        &mut self,
+        error: MeasureError,
+        progress: &Progress,
+        measured: Option<TcpTestReport>,
+    ) -> Partial<TcpTestReport> {
+        let error = match error {
+            MeasureError::Interrupted(interruption) => {
+                if let Some(moved) = progress.last() {
+                    self.heard(moved);
+                }
+                self.interrupted(
+                    interruption.closed,
+                    interruption.awaited,
+                    interruption.bound,
+                )
+            }
+            other => other,
+        };
+        Partial { error, measured }
     }
 }

@@ -193,6 +193,11 @@ impl ProbeReceiver {
         self.finish_at.is_some_and(|at| now >= at)
     }
 
+    /// The size of the test's probes, bytes.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
     /// Probes accepted so far.
     pub fn received(&self) -> u64 {
         self.arrivals.len() as u64

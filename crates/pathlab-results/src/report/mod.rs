@@ -202,6 +202,9 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::Lab(_) => "a pathlab lab result",
         RunResult::Capacity(_) => "a pathlab capacity result",
         RunResult::Bloat(_) => "a pathlab bloat result",
+        RunResult::CapacityPartial(_) => "a partial pathlab capacity result",
+        RunResult::BloatPartial(_) => "a partial pathlab bloat result",
+        RunResult::Rfc6349Partial(_) => "a partial pathlab tcp --rfc6349 result",
     }
 }
 

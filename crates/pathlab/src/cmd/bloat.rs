@@ -120,6 +120,11 @@ impl Args {
     }
 }
 
+/// What a saved `bloat` run that failed part way holds.
+const PARTIAL: &str = "the phases that finished, analysed (phases, records), and the raw \
+record of the phase that failed as this end saw it (interrupted: every probe sent and reply \
+received, the load's client side), not analysed";
+
 /// Runs `pathlab bloat`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let settings = args.settings()?;
@@ -130,17 +135,56 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let mut records = Vec::with_capacity(settings.phases.len());
     let mut baseline = None;
+    // A phase that fails ends the run, saving the phases before it and its own record.
+    let failed = |error: anyhow::Error,
+                  records: Vec<bloat::PhaseRecord>,
+                  baseline: Option<u64>,
+                  interrupted: Option<bloat::PhaseRecord>| {
+        if records.is_empty() && interrupted.is_none() {
+            return error;
+        }
+        let phases = records
+            .iter()
+            .map(|record| bloat::summarize(&settings, baseline, record))
+            .collect();
+        args.client.save_partial(
+            error,
+            PARTIAL,
+            pathlab_results::RunResult::BloatPartial(Box::new(bloat::BloatProgress {
+                settings: settings.clone(),
+                baseline_rtt_ns: baseline,
+                phases,
+                records,
+                interrupted,
+            })),
+        )
+    };
     for &phase in &settings.phases {
-        let probes = args.client.connect(&args.host)?;
-        let load = if phase == Phase::Idle {
-            None
-        } else {
-            Some(args.client.connect(&args.host)?)
+        let connected = args.client.connect(&args.host).and_then(|probes| {
+            let load = if phase == Phase::Idle {
+                None
+            } else {
+                Some(args.client.connect(&args.host)?)
+            };
+            Ok((probes, load))
+        });
+        let (probes, load) = match connected {
+            Ok(clients) => clients,
+            Err(error) => {
+                let error = error.context(format!("{} phase", phase.name()));
+                return Err(failed(error, records, baseline, None));
+            }
         };
         let length = settings.probe_count(phase) * settings.probe_interval_ns;
         let progress = Progress::start(phase.name(), Duration::from_nanos(length));
-        let record =
-            pathlab_io::bloat::run_phase(&settings, phase, probes, load).map_err(measure_error)?;
+        let record = match pathlab_io::bloat::run_phase_or_partial(&settings, phase, probes, load) {
+            Ok(record) => record,
+            Err(partial) => {
+                drop(progress);
+                let error = measure_error(partial.error).context(format!("{} phase", phase.name()));
+                return Err(failed(error, records, baseline, partial.measured));
+            }
+        };
         drop(progress);
         if phase == Phase::Idle {
             baseline = Some(bloat::baseline_rtt_ns(&settings, &record).ok_or(

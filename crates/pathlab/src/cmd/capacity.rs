@@ -4,7 +4,7 @@
 use std::io::Write as _;
 
 use pathlab_io::capacity::CapacityOptions;
-use pathlab_probe::capacity::CapacityReport;
+use pathlab_probe::capacity::{CapacityProgress, CapacityReport};
 use pathlab_probe::control::Direction;
 
 use crate::cmd::client::measure_error;
@@ -35,6 +35,11 @@ pub struct Args {
     pub client: crate::cmd::client::ClientOptions,
 }
 
+/// What a saved `capacity` run that failed part way holds.
+const PARTIAL: &str = "the directions that finished (done), and the steps of the one that \
+failed that had finished (interrupted: the path MTU, the pairs' estimates, the capacity, the \
+available bandwidth's bracket from the fleets that finished)";
+
 /// Runs `pathlab capacity`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     for (name, value, least) in [
@@ -58,7 +63,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         pathlab_io::measure::Client::connect(
             &args.host,
             key.clone(),
-            std::time::Duration::from_secs(5),
+            pathlab_io::measure::CONNECT_TIMEOUT,
         )
     };
     // Connect once first, so a wrong host or key fails before anything is sent.
@@ -78,9 +83,30 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 println!("{}: {line}", direction.name());
             }
         };
-        let report =
-            pathlab_io::capacity::measure(&connect, &options, &mut log).map_err(measure_error)?;
-        reports.push(report);
+        match pathlab_io::capacity::measure_or_partial(&connect, &options, &mut log) {
+            Ok(report) => reports.push(report),
+            Err(partial) => {
+                let step = partial
+                    .measured
+                    .as_ref()
+                    .map_or("path MTU", CapacityProgress::running_step);
+                let error =
+                    measure_error(partial.error).context(format!("{}: {step}", direction.name()));
+                if reports.is_empty() && partial.measured.is_none() {
+                    return Err(error);
+                }
+                return Err(args.client.save_partial(
+                    error,
+                    PARTIAL,
+                    pathlab_results::RunResult::CapacityPartial(Box::new(
+                        pathlab_results::CapacityPartial {
+                            done: reports,
+                            interrupted: partial.measured,
+                        },
+                    )),
+                ));
+            }
+        }
     }
     args.client
         .save(|| pathlab_results::RunResult::Capacity(reports.clone()))?;

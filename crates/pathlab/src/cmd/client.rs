@@ -16,7 +16,10 @@ pub struct ClientOptions {
     /// Print JSON.
     #[arg(short = 'J', long)]
     pub json: bool,
-    /// Save the whole result (every sample) to FILE, for later plots.
+    /// Save the whole result (every sample) to FILE, for later plots. A run that fails
+    /// part way (a server that stops answering is given up 10 s after the test's time, one
+    /// that closes the connection at once) saves what it measured until then, marked
+    /// "incomplete" with the error.
     #[arg(long, value_name = "FILE")]
     pub save: Option<std::path::PathBuf>,
 }
@@ -25,7 +28,7 @@ impl ClientOptions {
     /// Connects to `host` with the key, if any.
     pub fn connect(&self, host: &str) -> anyhow::Result<Client> {
         let key = read_key(self.psk.as_deref())?;
-        Client::connect(host, key, Duration::from_secs(5)).map_err(measure_error)
+        Client::connect(host, key, pathlab_io::measure::CONNECT_TIMEOUT).map_err(measure_error)
     }
 
     /// Writes `result` to `--save`, if given.
@@ -33,17 +36,49 @@ impl ClientOptions {
         let Some(path) = &self.save else {
             return Ok(());
         };
-        let file = pathlab_results::ResultFile::new(
-            result(),
-            std::env::args().collect(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs()),
-        );
-        std::fs::write(path, file.to_json())?;
+        std::fs::write(path, result_file(result()).to_json())?;
         Ok(())
     }
+
+    /// Writes what a run that failed with `error` had measured (`result`, which holds
+    /// what `partial` says) to `--save`, marked incomplete, and says so on stderr; returns
+    /// `error` for the command to end with.
+    pub fn save_partial(
+        &self,
+        error: anyhow::Error,
+        partial: &str,
+        result: pathlab_results::RunResult,
+    ) -> anyhow::Error {
+        let Some(path) = &self.save else {
+            return error;
+        };
+        let file = result_file(result).with_incomplete(pathlab_results::Incomplete {
+            error: format!("{error:#}"),
+            partial: partial.to_owned(),
+        });
+        match std::fs::write(path, file.to_json()) {
+            Ok(()) => eprintln!(
+                "pathlab: saved what was measured before the failure to {} (marked incomplete)",
+                path.display()
+            ),
+            Err(write) => eprintln!(
+                "pathlab: could not save what was measured to {}: {write}",
+                path.display()
+            ),
+        }
+        error
+    }
+}
+
+fn result_file(result: pathlab_results::RunResult) -> pathlab_results::ResultFile {
+    pathlab_results::ResultFile::new(
+        result,
+        std::env::args().collect(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs()),
+    )
 }
 
 /// A measurement error as the CLI reports it: the user's input (refused, unknown host,

@@ -37,6 +37,12 @@ pub struct Args {
     pub client: crate::cmd::client::ClientOptions,
 }
 
+/// What a saved `owd` run that failed part way holds.
+const PARTIAL: &str = "the directions that finished; a downward test cut short keeps the \
+probes received until then, counted as sent up to the highest sequence number received (the \
+server's own count never came); an upward one keeps nothing (the server's records of what \
+arrived come at the end of the test)";
+
 /// Runs `pathlab owd`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let rate = pathlab_core::spec::parse_rate(&args.rate).map_err(usage)?;
@@ -60,8 +66,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         _ => &[Direction::Up, Direction::Down],
     };
     let mut results = Vec::new();
+    let failed = |error: anyhow::Error, results: Vec<OneWayResult>| {
+        if results.is_empty() {
+            error
+        } else {
+            args.client
+                .save_partial(error, PARTIAL, pathlab_results::RunResult::Owd(results))
+        }
+    };
     for &direction in directions {
-        let client = args.client.connect(&args.host)?;
+        let client = match args.client.connect(&args.host) {
+            Ok(client) => client,
+            Err(error) => return Err(failed(error, results)),
+        };
         let _progress = Progress::start(
             match direction {
                 Direction::Up => "owd up",
@@ -69,16 +86,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             },
             Duration::from_secs_f64(count as f64 * f64::from(args.size) * 8.0 / rate.as_f64()),
         );
-        let result = client
-            .one_way(
-                direction,
-                rate.bits_per_sec(),
-                args.size,
-                count,
-                args.window,
-            )
-            .map_err(measure_error)?;
-        results.push(result);
+        match client.one_way_or_partial(
+            direction,
+            rate.bits_per_sec(),
+            args.size,
+            count,
+            args.window,
+        ) {
+            Ok(result) => results.push(result),
+            Err(partial) => {
+                results.extend(partial.measured);
+                return Err(failed(measure_error(partial.error), results));
+            }
+        }
     }
     args.client
         .save(|| pathlab_results::RunResult::Owd(results.clone()))?;

@@ -115,13 +115,18 @@ fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
     Ok(options)
 }
 
+/// What a saved `tcp --rfc6349` run that failed part way holds.
+const PARTIAL: &str = "the steps that finished (failed_step names the one that failed), the \
+capacity run's finished steps when the bottleneck step failed (capacity_progress), and the \
+failed step's TCP run as this end saw it (interrupted_run, as pathlab tcp keeps it)";
+
 /// Runs `pathlab tcp HOST --rfc6349`.
 pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
     let options = options(args)?;
     let kernel = method::read_kernel_settings(std::path::Path::new("/proc/sys"))?;
     let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
     let host = args.host.clone();
-    let connect = move || Client::connect(&host, key.clone(), Duration::from_secs(5));
+    let connect = move || Client::connect(&host, key.clone(), pathlab_io::measure::CONNECT_TIMEOUT);
     let json = args.client.json;
     let mut printer = Printer {
         out: std::io::stdout(),
@@ -130,13 +135,23 @@ pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
         host: &args.host,
         progress: None,
     };
-    let report = method::run(&connect, &options, kernel, &mut |event| {
+    let report = method::run_or_partial(&connect, &options, kernel, &mut |event| {
         printer.event(&event);
     })
-    .map_err(|error| match error {
-        Rfc6349Error::Plan(_) => usage(error),
-        Rfc6349Error::Measure { step, source } => measure_error(source).context(step),
-        other => anyhow::Error::new(other),
+    .map_err(|partial| {
+        let error = match partial.error {
+            error @ Rfc6349Error::Plan(_) => return usage(error),
+            Rfc6349Error::Measure { step, source } => measure_error(source).context(step),
+            other => anyhow::Error::new(other),
+        };
+        match partial.measured {
+            Some(progress) => args.client.save_partial(
+                error,
+                PARTIAL,
+                pathlab_results::RunResult::Rfc6349Partial(Box::new(progress)),
+            ),
+            None => error,
+        }
     })?;
     drop(printer);
     args.client

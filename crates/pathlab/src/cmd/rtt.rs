@@ -27,6 +27,11 @@ pub struct Args {
     pub client: crate::cmd::client::ClientOptions,
 }
 
+/// What a saved `rtt` run that failed part way holds.
+const PARTIAL: &str = "every request sent and every reply received until the failure; the \
+server's count of the requests it received never came, so reflector_received is what the \
+replies prove and every loss counts as lost on the way up";
+
 /// Runs `pathlab rtt`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let (interval, time) = (args.interval, args.time);
@@ -34,8 +39,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let client = args.client.connect(&args.host)?;
     let progress = Progress::start("rtt", time.into());
     let report = client
-        .round_trip(Duration::from_nanos(interval.as_nanos()), args.size, count)
-        .map_err(measure_error)?;
+        .round_trip_or_partial(Duration::from_nanos(interval.as_nanos()), args.size, count)
+        .map_err(|partial| {
+            let error = measure_error(partial.error);
+            match partial.measured {
+                Some(report) => args.client.save_partial(
+                    error,
+                    PARTIAL,
+                    pathlab_results::RunResult::Rtt(Box::new(report)),
+                ),
+                None => error,
+            }
+        })?;
     drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Rtt(Box::new(report.clone())))?;

@@ -56,6 +56,12 @@ pub struct Args {
     pub client: crate::cmd::client::ClientOptions,
 }
 
+/// What a saved `tcp` run that failed part way holds.
+pub const PARTIAL: &str = "this end's side of each stream until the failure: the upward \
+streams' TCP_INFO samples (the server's counts of what it received never came: their bytes \
+and up_bps are 0), the downward streams' bytes per interval and down_bps (the server's \
+samples never came); server_cpu_s is 0";
+
 /// Runs `pathlab tcp`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.rfc6349 {
@@ -90,7 +96,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let client = args.client.connect(&args.host)?;
     let progress = Progress::start("tcp", test.duration);
-    let report = client.tcp(&test).map_err(measure_error)?;
+    let report = client.tcp_or_partial(&test).map_err(|partial| {
+        let error = measure_error(partial.error);
+        match partial.measured {
+            Some(report) => args.client.save_partial(
+                error,
+                PARTIAL,
+                pathlab_results::RunResult::Tcp(Box::new(report)),
+            ),
+            None => error,
+        }
+    })?;
     drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Tcp(Box::new(report.clone())))?;
