@@ -32,11 +32,6 @@ const GRACE: Duration = Duration::from_secs(10);
 /// machine running both cases of a test at once.
 const MARGIN: Duration = Duration::from_secs(5);
 
-/// Signal numbers of Linux on x86-64 and arm64 (`pathlab_io::kill` takes the raw number).
-const SIGKILL: i32 = 9;
-const SIGCONT: i32 = 18;
-const SIGSTOP: i32 = 19;
-
 /// What happens to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -117,7 +112,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = pathlab_io::kill(self.child.id(), SIGCONT);
+        let _ = pathlab_io::kill(self.child.id(), libc::SIGCONT);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -205,8 +200,8 @@ impl Case {
         std::thread::sleep(self.wait);
         let fault_at = client.started.elapsed();
         server.signal(match self.fault {
-            Fault::Freeze => SIGSTOP,
-            Fault::Kill => SIGKILL,
+            Fault::Freeze => libc::SIGSTOP,
+            Fault::Kill => libc::SIGKILL,
         });
         let status = loop {
             if let Some(status) = client.child.try_wait().unwrap() {
@@ -502,13 +497,14 @@ fn capacity_ends_at_the_step_that_fails_keeping_the_steps_before() {
 #[test]
 fn bloat_ends_at_the_phase_that_fails_keeping_the_phases_before() {
     let dir = TempDir::new("client-fail-bloat");
-    // Idle 2 s, then upload 2 s with 1 s of drain: the fault comes 1 s into the upload.
+    // Idle 2 s (and about 0.5 s more for its last replies and results), then upload 2 s
+    // with 1 s of drain: the fault comes 1 s into the upload.
     let case = |fault| Case {
         args: &["bloat", "HOST", "-t", "2", "--direction", "up", "-P", "1"],
         fault,
         after_tests: 1,
         wait: Duration::from_secs(1),
-        own_time: Duration::from_secs(5),
+        own_time: Duration::from_millis(5500),
     };
     let outcomes = run_all(
         &dir,
@@ -544,9 +540,9 @@ fn bloat_ends_at_the_phase_that_fails_keeping_the_phases_before() {
 #[test]
 fn rfc6349_ends_at_the_step_that_fails_keeping_the_steps_before() {
     let dir = TempDir::new("client-fail-rfc6349");
-    // Path MTU both ways, 1 s of baseline, the given rate, then the fault 1 s into the
-    // one-connection run of 2 s. (--mss: loopback's own, 65495 B, is more than the kernel
-    // takes for TCP_MAXSEG.)
+    // Path MTU both ways, 1 s of baseline (and about 0.5 s more for its last replies and
+    // results), the given rate, then the fault 1 s into the one-connection run of 2 s.
+    // (--mss: loopback's own, 65495 B, is more than the kernel takes for TCP_MAXSEG.)
     let case = |fault| Case {
         args: &[
             "tcp",
@@ -564,7 +560,7 @@ fn rfc6349_ends_at_the_step_that_fails_keeping_the_steps_before() {
         fault,
         after_tests: 3,
         wait: Duration::from_secs(1),
-        own_time: Duration::from_secs(4),
+        own_time: Duration::from_millis(3500),
     };
     let outcomes = run_all(
         &dir,

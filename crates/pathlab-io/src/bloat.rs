@@ -94,18 +94,18 @@ pub fn run_phase_or_partial(
         (Err(probes), load) => Err(Partial {
             error: probes.error,
             measured: probes.measured.map(|probes| {
-                record(
-                    probes,
+                Box::new(record(
+                    *probes,
                     match load {
                         Ok(load) => load,
-                        Err(load) => load.measured,
+                        Err(load) => load.measured.map(|load| *load),
                     },
-                )
+                ))
             }),
         }),
         (Ok(probes), Err(load)) => Err(Partial {
             error: load.error,
-            measured: Some(record(probes, load.measured)),
+            measured: Some(Box::new(record(probes, load.measured.map(|load| *load)))),
         }),
     }
 }

@@ -76,7 +76,7 @@ pub fn measure_or_partial(
     let mut progress = CapacityProgress::new(options.direction);
     measure_steps(connect, options, log, &mut progress).map_err(|error| Partial {
         error,
-        measured: (!progress.is_empty()).then_some(progress),
+        measured: (!progress.is_empty()).then(|| Box::new(progress)),
     })
 }
 

@@ -242,7 +242,7 @@ pub fn run_or_partial(
             let measured = progress.mtu_up.is_some();
             Err(Partial {
                 error,
-                measured: measured.then_some(progress),
+                measured: measured.then(|| Box::new(progress)),
             })
         }
     }
@@ -309,7 +309,7 @@ fn run_steps(
                 &mut |line| on_event(Event::Note(line)),
             )
             .map_err(|partial| {
-                progress.capacity_progress = partial.measured;
+                progress.capacity_progress = partial.measured.map(|measured| *measured);
                 measure(step::BOTTLENECK)(partial.error)
             })?;
             progress.capacity = Some(found.clone());
@@ -375,7 +375,7 @@ fn run_steps(
      -> Result<Phase, Rfc6349Error> {
         steps.start(step, on_event);
         let run = tcp_run(connections, window).map_err(|partial| {
-            progress.interrupted_run = partial.measured;
+            progress.interrupted_run = partial.measured.map(|measured| *measured);
             measure(step)(partial.error)
         })?;
         let result = analyse_phase(&plan, &run, connections, window, duration_ns)

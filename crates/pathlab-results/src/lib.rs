@@ -238,6 +238,25 @@ mod tests {
     }
 
     #[test]
+    fn a_partial_result_says_so_and_a_complete_one_has_no_mark() {
+        let complete = ResultFile::new(RunResult::Owd(Vec::new()), vec![], Some(1));
+        let json = complete.to_json();
+        assert!(!json.contains("incomplete"), "no mark on a complete run");
+        let partial = complete.with_incomplete(Incomplete {
+            error: "the server stopped answering 1.0 s into the test".into(),
+            partial: "the probes received".into(),
+        });
+        let back = ResultFile::from_json(&partial.to_json()).expect("reads back");
+        assert_eq!(back, partial);
+        assert_eq!(
+            back.incomplete.map(|i| i.partial).as_deref(),
+            Some("the probes received")
+        );
+        // Files without the mark (all those written before it existed) are complete runs.
+        assert_eq!(ResultFile::from_json(&json).unwrap().incomplete, None);
+    }
+
+    #[test]
     fn wrong_files_are_named_as_such() {
         assert!(matches!(
             ResultFile::from_json("{\"magic\":\"other\",\"version\":1}"),

@@ -486,7 +486,7 @@ impl OneWayTest {
             Ok(run) => Ok(analyse(run)),
             Err(Partial { error, measured }) => Err(Partial {
                 error,
-                measured: measured.map(analyse),
+                measured: measured.map(|run| Box::new(analyse(*run))),
             }),
         }
     }
@@ -549,7 +549,8 @@ impl OneWayTest {
                 if let Err(error) = outcome {
                     return Err(Partial {
                         error,
-                        measured: arrivals_so_far(received.arrivals, rejections.probes),
+                        measured: arrivals_so_far(received.arrivals, rejections.probes)
+                            .map(Box::new),
                     });
                 }
                 self.client.send(&Message::Done {
@@ -639,7 +640,7 @@ impl Client {
             Ok(report) => Ok(report),
             Err(error) => Err(Partial {
                 error,
-                measured: so_far.partial(sent),
+                measured: so_far.partial(sent).map(Box::new),
             }),
         }
     }
@@ -772,5 +773,55 @@ impl Client {
             }
             other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrival(seq: u64, sent_ns: u64) -> ReceivedProbe {
+        ReceivedProbe {
+            seq,
+            sent_ns,
+            received_ns: sent_ns + 1_000,
+        }
+    }
+
+    #[test]
+    fn a_receiver_cut_short_counts_as_sent_what_precedes_its_last_arrival() {
+        assert!(arrivals_so_far(Vec::new(), 3).is_none(), "nothing arrived");
+        // Probes 0..=9 sent 1 ms apart; 4 lost, 9 the last to arrive, 7 late.
+        let arrivals: Vec<ReceivedProbe> = [0, 1, 2, 3, 5, 6, 8, 9, 7]
+            .into_iter()
+            .map(|seq| arrival(seq, 1_000_000_000 + seq * 1_000_000))
+            .collect();
+        let run = arrivals_so_far(arrivals, 3).unwrap();
+        assert_eq!((run.sent, run.rejected), (10, 3));
+        assert_eq!(run.duration_ns, 9_000_000, "first to last send time");
+    }
+
+    #[test]
+    fn round_trips_cut_short_count_what_the_replies_prove() {
+        let reply = |seq: u64| RoundTrip {
+            seq,
+            sent_ns: seq * 10_000_000,
+            reflector_received_ns: seq * 10_000_000 + 500_000,
+            reflector_sent_ns: seq * 10_000_000 + 520_000,
+            received_ns: seq * 10_000_000 + 1_000_000,
+        };
+        let so_far = RoundTrips {
+            // 0..=99 answered, 42 twice; nothing after.
+            replies: (0..100).chain([42]).map(reply).collect(),
+            send_errors: vec![0; 300],
+        };
+        assert!(so_far.partial(0).is_none());
+        let report = so_far.partial(300).unwrap();
+        assert_eq!(
+            (report.sent, report.replies, report.duplicates),
+            (300, 100, 1)
+        );
+        assert_eq!(report.reflector_received, 100);
+        assert_eq!((report.lost_up, report.lost_down), (200, 0));
     }
 }

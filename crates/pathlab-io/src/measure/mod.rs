@@ -120,7 +120,7 @@ impl std::fmt::Display for Interruption {
         } else {
             match self.last_heard_s {
                 Some(heard) => {
-                    write!(f, "the server stopped answering {heard:.1} s into the test")?
+                    write!(f, "the server stopped answering {heard:.1} s into the test")?;
                 }
                 None => write!(f, "the server stopped answering during the test")?,
             }
@@ -140,8 +140,9 @@ pub struct Partial<T, E = MeasureError> {
     /// Why it ended.
     pub error: E,
     /// What it measured before (none when nothing was: an upward one-way test whose
-    /// receiver's records never came, a test that never started).
-    pub measured: Option<T>,
+    /// receiver's records never came, a test that never started). Boxed: a result is
+    /// large, and an error is passed up through every step.
+    pub measured: Option<Box<T>>,
 }
 
 impl<T, E> Partial<T, E> {
@@ -360,4 +361,42 @@ fn prepare_probe_socket(udp: &UdpSocket) -> io::Result<()> {
     sys::enable_receive_timestamps(udp.as_fd())?;
     sys::grow_receive_buffer(udp.as_fd(), PROBE_RECEIVE_BUFFER)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interruption_says_what_happened_when_and_the_bound() {
+        let frozen = Interruption {
+            closed: false,
+            at_s: 13.0,
+            last_heard_s: Some(3.21),
+            awaited: "results",
+            bound: "within 10 s of its end".into(),
+        };
+        assert_eq!(
+            frozen.to_string(),
+            "the server stopped answering 3.2 s into the test (no results within 10 s of its \
+             end; it is frozen, overloaded or unreachable)"
+        );
+        let unheard = Interruption {
+            last_heard_s: None,
+            ..frozen.clone()
+        };
+        assert!(unheard
+            .to_string()
+            .starts_with("the server stopped answering during the test (no results"));
+        let killed = Interruption {
+            closed: true,
+            at_s: 1.04,
+            ..frozen
+        };
+        assert_eq!(
+            killed.to_string(),
+            "the server closed the connection 1.0 s into the test, before its results (it \
+             stopped or crashed)"
+        );
+    }
 }

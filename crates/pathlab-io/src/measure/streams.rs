@@ -619,7 +619,7 @@ impl Client {
                 client_cpu_s: joined.cpu.as_secs_f64(),
                 server_cpu_s: 0.0,
             };
-            (!report.up.is_empty() || !report.down.is_empty()).then_some(report)
+            (!report.up.is_empty() || !report.down.is_empty()).then(|| Box::new(report))
         };
         for &down in directions {
             for index in 0..test.streams {
@@ -737,7 +737,7 @@ impl Client {
         &mut self,
         error: MeasureError,
         progress: &Progress,
-        measured: Option<TcpTestReport>,
+        measured: Option<Box<TcpTestReport>>,
     ) -> Partial<TcpTestReport> {
         let error = match error {
             MeasureError::Interrupted(interruption) => {

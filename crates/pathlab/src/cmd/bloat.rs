@@ -182,7 +182,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Err(partial) => {
                 drop(progress);
                 let error = measure_error(partial.error).context(format!("{} phase", phase.name()));
-                return Err(failed(error, records, baseline, partial.measured));
+                let interrupted = partial.measured.map(|record| *record);
+                return Err(failed(error, records, baseline, interrupted));
             }
         };
         drop(progress);

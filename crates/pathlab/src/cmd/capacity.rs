@@ -4,7 +4,7 @@
 use std::io::Write as _;
 
 use pathlab_io::capacity::CapacityOptions;
-use pathlab_probe::capacity::{CapacityProgress, CapacityReport};
+use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
 
 use crate::cmd::client::measure_error;
@@ -89,7 +89,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 let step = partial
                     .measured
                     .as_ref()
-                    .map_or("path MTU", CapacityProgress::running_step);
+                    .map_or("path MTU", |progress| progress.running_step());
                 let error =
                     measure_error(partial.error).context(format!("{}: {step}", direction.name()));
                 if reports.is_empty() && partial.measured.is_none() {
@@ -101,7 +101,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     pathlab_results::RunResult::CapacityPartial(Box::new(
                         pathlab_results::CapacityPartial {
                             done: reports,
-                            interrupted: partial.measured,
+                            interrupted: partial.measured.map(|measured| *measured),
                         },
                     )),
                 ));

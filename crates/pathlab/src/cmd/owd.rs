@@ -95,7 +95,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ) {
             Ok(result) => results.push(result),
             Err(partial) => {
-                results.extend(partial.measured);
+                results.extend(partial.measured.map(|result| *result));
                 return Err(failed(measure_error(partial.error), results));
             }
         }

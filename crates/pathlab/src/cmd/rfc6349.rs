@@ -148,7 +148,7 @@ pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
             Some(progress) => args.client.save_partial(
                 error,
                 PARTIAL,
-                pathlab_results::RunResult::Rfc6349Partial(Box::new(progress)),
+                pathlab_results::RunResult::Rfc6349Partial(progress),
             ),
             None => error,
         }

@@ -46,7 +46,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 Some(report) => args.client.save_partial(
                     error,
                     PARTIAL,
-                    pathlab_results::RunResult::Rtt(Box::new(report)),
+                    pathlab_results::RunResult::Rtt(report),
                 ),
                 None => error,
             }

@@ -99,11 +99,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let report = client.tcp_or_partial(&test).map_err(|partial| {
         let error = measure_error(partial.error);
         match partial.measured {
-            Some(report) => args.client.save_partial(
-                error,
-                PARTIAL,
-                pathlab_results::RunResult::Tcp(Box::new(report)),
-            ),
+            Some(report) => {
+                args.client
+                    .save_partial(error, PARTIAL, pathlab_results::RunResult::Tcp(report))
+            }
             None => error,
         }
     })?;
