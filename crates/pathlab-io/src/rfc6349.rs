@@ -361,7 +361,10 @@ fn run_steps(
             sample_every: options.sample_every,
             options: TcpOptions {
                 window: Some(u32::try_from(window).unwrap_or(u32::MAX)),
-                mss: Some(plan.mss_bytes),
+                // The path's own MSS is what the kernel derives from the route: set only
+                // one the user gave (TCP_MAXSEG refuses more than 32767, less than a
+                // loopback path's 65483).
+                mss: plan.mss_given.then_some(plan.mss_bytes),
                 congestion: options.congestion.clone(),
             },
         })

@@ -41,7 +41,12 @@ pub(super) fn apply_tcp_options(
         sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &window)?;
     }
     if let Some(mss) = options.mss {
-        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &(mss as i32))?;
+        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &(mss as i32)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("MSS {mss}: {e} (Linux takes 88 to 32767 bytes)"),
+            )
+        })?;
     }
     if let Some(algorithm) = &options.congestion {
         sys::setsockopt_bytes(
