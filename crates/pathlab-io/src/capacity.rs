@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport};
+use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport, TrainPlan};
 use pathlab_probe::control::Direction;
 use pathlab_probe::mtu;
 
@@ -47,11 +47,6 @@ impl CapacityOptions {
         }
     }
 }
-
-/// Fewest probes in a stream: two windows of the trend test's smallest.
-const MIN_STREAM_PROBES: u64 = 40;
-/// Pairs and trains start this far apart at least, so each finds the queue empty.
-const MIN_TRAIN_PERIOD: Duration = Duration::from_millis(10);
 
 /// Measures capacity (and available bandwidth) with a fresh connection from `connect` per
 /// step; `log` hears a line per step as it ends.
@@ -101,21 +96,24 @@ fn measure_steps(
     let bits = f64::from(packet_bytes) * 8.0;
     let mut probes = u64::from(path.probes);
 
-    // Pairs: back to back, 10 ms apart (or further, to keep within the server's rate).
+    // Pairs, trains and streams: how long, how large and how far apart is
+    // pathlab_probe::capacity's plan; this sends and collects.
     let client = connect()?;
     let max_rate = client.limits.max_rate_bps as f64;
-    let period_for = |length: u32, at_least: Duration| {
-        at_least.max(MIN_TRAIN_PERIOD).max(Duration::from_secs_f64(
-            f64::from(length) * bits / (0.5 * max_rate),
-        ))
+    let run = |client: Client, plan: TrainPlan, trains: u32| {
+        client.trains(
+            direction,
+            plan.payload_bytes,
+            plan.length,
+            trains,
+            Duration::from_nanos(plan.spacing_ns),
+            Duration::from_nanos(plan.period_ns),
+        )
     };
-    let pairs = client.trains(
-        direction,
-        payload,
-        2,
+    let pairs = run(
+        client,
+        capacity::pairs_plan(payload, packet_bytes, max_rate),
         options.pairs,
-        Duration::ZERO,
-        period_for(2, MIN_TRAIN_PERIOD),
     )?;
     probes += pairs.sent;
     let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
@@ -136,20 +134,9 @@ fn measure_steps(
         rough / 1e6
     ));
 
-    // Trains long enough to last 10 ms at the pairs' rate (8 to 256 packets), so timing
-    // noise of tens of us is a fraction of a percent; each starts when the last has long
-    // drained.
-    let length = ((rough * 0.010 / bits).round() as u32).clamp(8, 256);
-    let train_time = Duration::from_secs_f64(f64::from(length) * bits / rough);
-    let period = period_for(length, train_time * 4);
-    let trains = connect()?.trains(
-        direction,
-        payload,
-        length,
-        options.trains,
-        Duration::ZERO,
-        period,
-    )?;
+    let plan = capacity::trains_plan(rough, payload, packet_bytes, max_rate);
+    let length = plan.length;
+    let trains = run(connect()?, plan, options.trains)?;
     probes += trains.sent;
     let train_estimates = capacity::train_estimates(&trains.arrivals, u64::from(length), bits);
     let found = capacity::combine(
@@ -186,29 +173,14 @@ fn measure_steps(
         let mut search =
             AvailableSearch::new(found.capacity_bps, options.resolution, options.max_fleets);
         while let Some(rate) = search.next_rate() {
-            // Streams of `stream_time` at `rate`; at low rates, smaller probes keep the
-            // stream at least MIN_STREAM_PROBES long.
-            let overhead = mtu::overhead(path.ipv6);
-            let wanted_bytes =
-                rate * options.stream_time.as_secs_f64() / 8.0 / MIN_STREAM_PROBES as f64;
-            // A probe's header and (with a key) its tag: 64 bytes of payload at least.
-            let smallest = 64 + overhead;
-            let ip_bytes = (wanted_bytes as u32).clamp(smallest, packet_bytes);
-            let spacing = Duration::from_secs_f64(f64::from(ip_bytes) * 8.0 / rate);
-            let length = ((options.stream_time.as_secs_f64() / spacing.as_secs_f64()).round()
-                as u64)
-                .max(MIN_STREAM_PROBES);
-            // Each stream is followed by twice its length of silence, for its queue to
-            // drain before the next.
-            let stream_time = spacing * length as u32;
-            let fleet = connect()?.trains(
-                direction,
-                ip_bytes - overhead,
-                length as u32,
-                options.streams,
-                spacing,
-                stream_time * 3,
-            )?;
+            let plan = capacity::stream_plan(
+                rate,
+                options.stream_time.as_nanos() as u64,
+                packet_bytes,
+                mtu::overhead(path.ipv6),
+            );
+            let length = u64::from(plan.length);
+            let fleet = run(connect()?, plan, options.streams)?;
             probes += fleet.sent;
             let streams =
                 capacity::judge_streams(&fleet.arrivals, length, u64::from(options.streams));

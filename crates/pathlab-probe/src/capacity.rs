@@ -387,6 +387,93 @@ impl CapacityProgress {
     }
 }
 
+/// Probes of one kind of train: `length` probes of `payload_bytes` (UDP payload), `spacing_ns`
+/// apart (0: back to back), a train every `period_ns`; what a `Trains` request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainPlan {
+    /// UDP payload bytes per probe.
+    pub payload_bytes: u32,
+    /// Probes per train.
+    pub length: u32,
+    /// Between the probes of a train, ns.
+    pub spacing_ns: u64,
+    /// From the start of one train to the start of the next, ns.
+    pub period_ns: u64,
+}
+
+/// Fewest probes in a self-loading stream: two windows of the trend test's smallest.
+pub const MIN_STREAM_PROBES: u64 = 40;
+
+/// Pairs and trains start this far apart at least, so each finds the queue empty.
+pub const MIN_TRAIN_PERIOD_NS: u64 = 10_000_000;
+
+/// The period of trains of `length` probes of `packet_bits`: at least `at_least_ns` and
+/// [`MIN_TRAIN_PERIOD_NS`], and long enough that the test's average rate is at most half
+/// the server's `max_rate_bps`.
+fn train_period_ns(length: u32, packet_bits: f64, max_rate_bps: f64, at_least_ns: u64) -> u64 {
+    let within_rate = (f64::from(length) * packet_bits / (0.5 * max_rate_bps) * 1e9).ceil() as u64;
+    at_least_ns.max(MIN_TRAIN_PERIOD_NS).max(within_rate)
+}
+
+/// Packet pairs: two probes back to back, [`MIN_TRAIN_PERIOD_NS`] apart (or further, to
+/// stay within half the server's rate). `packet_bytes` is the IP packet, `payload_bytes`
+/// its UDP payload.
+pub fn pairs_plan(payload_bytes: u32, packet_bytes: u32, max_rate_bps: f64) -> TrainPlan {
+    let bits = f64::from(packet_bytes) * 8.0;
+    TrainPlan {
+        payload_bytes,
+        length: 2,
+        spacing_ns: 0,
+        period_ns: train_period_ns(2, bits, max_rate_bps, MIN_TRAIN_PERIOD_NS),
+    }
+}
+
+/// Packet trains long enough to last 10 ms at the pairs' rough capacity (8 to 256
+/// packets), so timing noise of tens of microseconds is a fraction of a percent; each
+/// starts when the last has long drained (four train times apart at least).
+pub fn trains_plan(
+    rough_bps: f64,
+    payload_bytes: u32,
+    packet_bytes: u32,
+    max_rate_bps: f64,
+) -> TrainPlan {
+    let bits = f64::from(packet_bytes) * 8.0;
+    let length = ((rough_bps * 0.010 / bits).round() as u32).clamp(8, 256);
+    let train_ns = (f64::from(length) * bits / rough_bps * 1e9) as u64;
+    TrainPlan {
+        payload_bytes,
+        length,
+        spacing_ns: 0,
+        period_ns: train_period_ns(length, bits, max_rate_bps, 4 * train_ns),
+    }
+}
+
+/// A fleet's streams at `rate_bps`, each lasting about `stream_ns`: probes up to
+/// `packet_bytes` (IP), smaller at low rates so a stream keeps at least
+/// [`MIN_STREAM_PROBES`]; never smaller than 64 bytes of payload (a header and a tag).
+/// Each stream is followed by twice its length of silence, for its queue to drain before
+/// the next. `overhead_bytes` is the IP and UDP headers.
+pub fn stream_plan(
+    rate_bps: f64,
+    stream_ns: u64,
+    packet_bytes: u32,
+    overhead_bytes: u32,
+) -> TrainPlan {
+    let stream_s = stream_ns as f64 * 1e-9;
+    let wanted_bytes = rate_bps * stream_s / 8.0 / MIN_STREAM_PROBES as f64;
+    let smallest = 64 + overhead_bytes;
+    let ip_bytes = (wanted_bytes as u32).clamp(smallest, packet_bytes.max(smallest));
+    let spacing_ns = (f64::from(ip_bytes) * 8.0 / rate_bps * 1e9) as u64;
+    let length =
+        ((stream_s * 1e9 / spacing_ns.max(1) as f64).round() as u64).max(MIN_STREAM_PROBES);
+    TrainPlan {
+        payload_bytes: ip_bytes - overhead_bytes,
+        length: length as u32,
+        spacing_ns,
+        period_ns: 3 * spacing_ns * length,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,5 +631,57 @@ mod tests {
         assert_eq!(count, 4);
         assert!((9.9..=10.1).contains(&mode), "{mode}");
         assert_eq!(strongest_mode(&[], 0.05), None);
+    }
+
+    #[test]
+    fn train_plans_stay_within_half_the_servers_rate_and_last_what_they_should() {
+        // 1500-byte packets, a server allowing 100 Mbit/s.
+        let pairs = pairs_plan(1472, 1500, 100e6);
+        assert_eq!((pairs.length, pairs.spacing_ns), (2, 0));
+        assert_eq!(pairs.period_ns, MIN_TRAIN_PERIOD_NS);
+        // A server allowing 1 Mbit/s: 2 x 12,000 bits at 0.5 Mbit/s take 48 ms.
+        assert_eq!(pairs_plan(1472, 1500, 1e6).period_ns, 48_000_000);
+        // Trains at a rough 100 Mbit/s: 10 ms is 83.3 packets; 4 train times apart.
+        let trains = trains_plan(100e6, 1472, 1500, 1e9);
+        assert_eq!(trains.length, 83);
+        assert_eq!(trains.period_ns, 4 * 9_960_000);
+        // At 1 Mbit/s 10 ms is less than a packet: the shortest train, 8.
+        assert_eq!(trains_plan(1e6, 1472, 1500, 1e9).length, 8);
+        // At 10 Gbit/s, the longest, 256, and a 100 Mbit/s server's rate sets the period:
+        // 256 x 12,000 bits at 50 Mbit/s.
+        let fast = trains_plan(10e9, 1472, 1500, 100e6);
+        assert_eq!(fast.length, 256);
+        assert_eq!(fast.period_ns, 61_440_000);
+        for (plan, max_rate) in [(pairs, 100e6), (trains, 1e9), (fast, 100e6)] {
+            let rate = f64::from(plan.length) * 12_000.0 / (plan.period_ns as f64 * 1e-9);
+            assert!(rate <= 0.5 * max_rate + 1.0, "{plan:?}: {rate}");
+        }
+    }
+
+    #[test]
+    fn streams_offer_their_rate_for_their_time_with_enough_probes() {
+        for rate in [0.3e6, 1e6, 10e6, 100e6, 1e9] {
+            let plan = stream_plan(rate, 100_000_000, 1500, 28);
+            let ip_bits = f64::from(plan.payload_bytes + 28) * 8.0;
+            let offered = ip_bits / (plan.spacing_ns as f64 * 1e-9);
+            assert!(
+                (offered / rate - 1.0).abs() < 1e-3,
+                "{rate}: offers {offered}"
+            );
+            assert!(u64::from(plan.length) >= MIN_STREAM_PROBES, "{rate}");
+            assert!(
+                plan.payload_bytes >= 64 && plan.payload_bytes <= 1472,
+                "{rate}"
+            );
+            let stream_ns = plan.spacing_ns * u64::from(plan.length);
+            // 100 ms unless the 40-probe floor or the 64-byte floor makes it longer.
+            if u64::from(plan.length) > MIN_STREAM_PROBES {
+                assert!(
+                    (stream_ns as f64 / 1e8 - 1.0).abs() < 0.02,
+                    "{rate}: {stream_ns}"
+                );
+            }
+            assert_eq!(plan.period_ns, 3 * stream_ns);
+        }
     }
 }
