@@ -22,6 +22,9 @@ use crate::measure::{Client, MeasureError, Partial, TcpOptions, TcpTest};
 /// The most parallel streams a pathlab server accepts in one TCP test.
 pub use crate::measure::MAX_STREAMS as MAX_CONNECTIONS;
 
+/// The largest MSS Linux takes in TCP_MAXSEG (MAX_TCP_WINDOW).
+const MAX_TCP_MAXSEG: u32 = 32_767;
+
 /// How the test is run.
 #[derive(Debug, Clone)]
 pub struct Rfc6349Options {
@@ -361,10 +364,10 @@ fn run_steps(
             sample_every: options.sample_every,
             options: TcpOptions {
                 window: Some(u32::try_from(window).unwrap_or(u32::MAX)),
-                // The path's own MSS is what the kernel derives from the route: set only
-                // one the user gave (TCP_MAXSEG refuses more than 32767, less than a
-                // loopback path's 65483).
-                mss: plan.mss_given.then_some(plan.mss_bytes),
+                // The plan's MSS fits the path MTU found, which may be below the route's
+                // (a path that drops large packets silently). TCP_MAXSEG refuses more than
+                // 32767: a larger plan (loopback's 65495) is what the route gives anyway.
+                mss: (plan.mss_bytes <= MAX_TCP_MAXSEG).then_some(plan.mss_bytes),
                 congestion: options.congestion.clone(),
             },
         })
