@@ -72,6 +72,7 @@ fn main() {
     // several between minutes, and the ratio within a round is what is comparable.
     let rounds = 3;
     let mut ratios = Vec::new();
+    let mut kernel_rates = Vec::new();
     let mut last_stats = None;
     println!(
         "TCP h1 -> h2, {} s per run, default congestion control:",
@@ -100,12 +101,17 @@ fn main() {
             forward.packets_received
         );
         ratios.push(pathlab / kernel);
+        kernel_rates.push(kernel);
         last_stats = Some(stats);
     }
     ratios.sort_by(f64::total_cmp);
+    kernel_rates.sort_by(f64::total_cmp);
     println!("  median ratio {:.3}", ratios[rounds / 2]);
     let stats = last_stats.expect("at least one round");
     print_lateness("  sent late (empty spec)", &stats);
+
+    let kernel_bps = kernel_rates[rounds / 2];
+    bottleneck_runs(kernel_bps);
 
     let (line, handle) = with_emulator("delay 10ms");
     let mut delays = line
@@ -127,6 +133,77 @@ fn main() {
         percentile(&added, 0.99).as_secs_f64() * 1e6
     );
     print_lateness("  emulator's own send error", &stats);
+}
+
+/// How long each bottleneck run counts (after 5 s of warm-up): PATHLAB_BENCH_LONG_SECS,
+/// default 15 (cubic needs long to grow a window of tens of MB again after a loss).
+fn long_seconds() -> Duration {
+    Duration::from_secs(
+        std::env::var("PATHLAB_BENCH_LONG_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(15),
+    )
+}
+
+/// TCP through `rate R delay 40ms` each way with a queue of one bandwidth-delay product,
+/// 128 MB socket buffers, for R up to the kernel's rate, cubic and bbr: goodput against the
+/// TCP ideal at R (1448 bytes of payload per 1514-byte frame), and the emulator's lateness.
+/// PATHLAB_BENCH_RATES (Mbit/s, comma-separated) picks the rates.
+fn bottleneck_runs(kernel_bps: f64) {
+    let rates: Vec<f64> = std::env::var("PATHLAB_BENCH_RATES").ok().map_or_else(
+        || vec![1000.0, 2000.0, 4000.0],
+        |list| {
+            list.split(',')
+                .filter_map(|r| r.trim().parse().ok())
+                .collect()
+        },
+    );
+    println!(
+        "TCP through 'rate R delay 40ms limit BDP' (each way), 128 MB buffers; kernel bridge {:.2} Gbit/s:",
+        kernel_bps * 1e-9
+    );
+    for mbit in rates {
+        for congestion in ["cubic", "bbr"] {
+            let rate = mbit * 1e6;
+            let bdp_packets = (rate * 0.080 / (1514.0 * 8.0)).ceil() as u64;
+            let (line, handle) =
+                with_emulator(&format!("rate {mbit}mbit delay 40ms limit {bdp_packets}"));
+            let goodput = line
+                .start_tcp_bulk_with(
+                    5203,
+                    long_seconds() + Duration::from_secs(5),
+                    Duration::from_secs(5),
+                    pathlab_io::topology::Check::Nothing,
+                    &pathlab_io::topology::BulkOptions {
+                        window: Some(128 << 20),
+                        congestion: Some(congestion.into()),
+                    },
+                )
+                .expect("transfer starts")
+                .finish()
+                .expect("transfer")
+                * 8.0;
+            let stats = handle.stop();
+            drop(line);
+            let ideal = rate * 1448.0 / 1514.0;
+            let forward = &stats.directions[0];
+            let late = &forward.lateness;
+            println!(
+                "  {mbit:5.0} Mbit/s ({:.2} of the kernel's) {congestion:5}: {:7.1} Mbit/s, {:5.1}% of the TCP ideal {:.1}; sent late p50 {} us, p99 {} us, max {} us; dropped by the queue {}, ring full {}, send errors {}",
+                rate / kernel_bps,
+                goodput * 1e-6,
+                100.0 * goodput / ideal,
+                ideal * 1e-6,
+                late.p50_ns as f64 / 1e3,
+                late.p99_ns as f64 / 1e3,
+                late.max_ns as f64 / 1e3,
+                forward.link.dropped_total(),
+                forward.ring_full,
+                forward.send_errors,
+            );
+        }
+    }
 }
 
 fn print_lateness(label: &str, stats: &EmulatorStats) {

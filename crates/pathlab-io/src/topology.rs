@@ -8,6 +8,7 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsFd as _;
 
 use crate::netlink::{LinkInfo, Netlink};
 use crate::netns::Netns;
@@ -139,6 +140,15 @@ fn pattern_byte(offset: u64) -> u8 {
     (offset % 251) as u8
 }
 
+/// Socket settings of a bulk transfer.
+#[derive(Debug, Clone, Default)]
+pub struct BulkOptions {
+    /// Send and receive buffers of both ends, bytes (forced past the sysctl maxima).
+    pub window: Option<usize>,
+    /// The sender's congestion control.
+    pub congestion: Option<String>,
+}
+
 /// A TCP bulk transfer from h1 to h2 in progress (see [`Line::start_tcp_bulk`]).
 #[derive(Debug)]
 pub struct BulkTransfer {
@@ -167,9 +177,32 @@ impl Line {
         warmup: std::time::Duration,
         check: Check,
     ) -> io::Result<BulkTransfer> {
+        self.start_tcp_bulk_with(port, duration, warmup, check, &BulkOptions::default())
+    }
+
+    /// [`Line::start_tcp_bulk`] with socket buffers and a congestion control.
+    pub fn start_tcp_bulk_with(
+        &self,
+        port: u16,
+        duration: std::time::Duration,
+        warmup: std::time::Duration,
+        check: Check,
+        options: &BulkOptions,
+    ) -> io::Result<BulkTransfer> {
         use std::io::{Read, Write};
         let address = std::net::SocketAddr::new(IpAddr::V4(H2_V4), port);
-        let listener = self.h2.run(|| std::net::TcpListener::bind(address))??;
+        let window = options.window;
+        let listener = self.h2.run(|| -> io::Result<std::net::TcpListener> {
+            let socket = crate::sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
+            crate::sys::setsockopt(socket.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, &1)?;
+            if let Some(bytes) = window {
+                // Before listen: the window scale goes out in the SYN-ACK.
+                crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
+            }
+            crate::sys::bind(socket.as_fd(), address)?;
+            crate::sys::listen(socket.as_fd(), 8)?;
+            Ok(std::net::TcpListener::from(socket))
+        })??;
         let receiver = std::thread::spawn(move || -> io::Result<f64> {
             let (mut stream, _) = listener.accept()?;
             let start = std::time::Instant::now();
@@ -205,7 +238,24 @@ impl Line {
                 0.0
             })
         });
-        let mut stream = self.h1.run(|| std::net::TcpStream::connect(address))??;
+        let congestion = options.congestion.clone();
+        let mut stream = self.h1.run(|| -> io::Result<std::net::TcpStream> {
+            let socket = crate::sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
+            if let Some(bytes) = window {
+                crate::sys::grow_send_buffer(socket.as_fd(), bytes)?;
+                crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
+            }
+            if let Some(algorithm) = &congestion {
+                crate::sys::setsockopt_bytes(
+                    socket.as_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_CONGESTION,
+                    algorithm.as_bytes(),
+                )?;
+            }
+            crate::sys::connect(socket.as_fd(), address)?;
+            Ok(std::net::TcpStream::from(socket))
+        })??;
         let sender = std::thread::spawn(move || -> io::Result<()> {
             // 251 is prime, so the pattern repeats every 251 bytes and a 64 KB chunk starts
             // at a different phase each time: a misplaced segment shows.

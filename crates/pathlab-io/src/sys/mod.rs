@@ -167,6 +167,12 @@ pub fn bind(fd: BorrowedFd<'_>, address: std::net::SocketAddr) -> io::Result<()>
     cvt(unsafe { libc::bind(fd.as_raw_fd(), std::ptr::from_ref(&storage).cast(), len) }).map(drop)
 }
 
+/// Marks a bound stream socket as accepting connections.
+pub fn listen(fd: BorrowedFd<'_>, backlog: libc::c_int) -> io::Result<()> {
+    // SAFETY: plain syscall with integer arguments.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), backlog) }).map(drop)
+}
+
 /// Restricts a socket to one interface (`SO_BINDTODEVICE`): it sends only through it, its
 /// route lookups consider only routes through it, and it receives only what arrived on it.
 /// The kernel reads at most 15 bytes of `interface` and silently drops the rest, so callers
