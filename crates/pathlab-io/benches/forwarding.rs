@@ -28,7 +28,11 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
     let ports = line
         .r
         .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
-            Ok([PacketPort::open(R_PORT_H1)?, PacketPort::open(R_PORT_H2)?])
+            let ring = pathlab_io::port::RingSize::for_link(&LinkSpec::parse(spec).expect("spec"));
+            Ok([
+                PacketPort::open_with(R_PORT_H1, ring)?,
+                PacketPort::open_with(R_PORT_H2, ring)?,
+            ])
         })
         .expect("thread in r")
         .expect("ports open");

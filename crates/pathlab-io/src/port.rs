@@ -125,9 +125,42 @@ pub enum PortError {
     },
 }
 
-/// Frames in each receive ring. At 1 Gbit/s of 1514-byte frames, 512 frames is 6 ms of
-/// traffic, far more than the loop ever lags.
-const RING_FRAMES: usize = 512;
+/// How many frames a receive ring holds: what arrives at the link's rate in
+/// [`RingSize::BACKLOG_NS`] of 1514-byte frames, at least 512 (6 ms at 1 Gbit/s, which a
+/// link without a rate gets too), at most 4096. Each frame slot is 68 KB (a GSO
+/// super-packet fits whole), so a ring takes 35 MB at 512 frames and 280 MB at 4096: a
+/// 4 Gbit/s link's 3303 frames take 225 MB per direction. At 4 Gbit/s a ring of 512
+/// overflowed in TCP's slow start (the kernel dropped 25,000 bursts of frames the model
+/// never saw).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingSize {
+    /// Frames in the ring.
+    pub frames: usize,
+}
+
+impl RingSize {
+    /// The traffic a ring holds at the link's rate, ns.
+    pub const BACKLOG_NS: u64 = 10_000_000;
+    const MIN_FRAMES: usize = 512;
+    const MAX_FRAMES: usize = 4096;
+
+    /// The ring for traffic entering a link with `spec`.
+    pub fn for_link(spec: &pathlab_core::LinkSpec) -> RingSize {
+        let frames = spec.peak_rate().map_or(Self::MIN_FRAMES, |rate| {
+            let bytes = rate.bits_per_sec() as f64 / 8.0 * (Self::BACKLOG_NS as f64 * 1e-9);
+            ((bytes / 1514.0).ceil() as usize).clamp(Self::MIN_FRAMES, Self::MAX_FRAMES)
+        });
+        RingSize { frames }
+    }
+}
+
+impl Default for RingSize {
+    fn default() -> RingSize {
+        RingSize {
+            frames: RingSize::MIN_FRAMES,
+        }
+    }
+}
 /// Ring frame size: a 64 KB GSO super-packet with its headers and vnet header fits whole.
 const RING_FRAME_SIZE: usize = 17 * 4096;
 
@@ -141,6 +174,7 @@ pub struct PacketPort {
     /// MTU in bytes.
     pub mtu: u32,
     rx: sys::RxRing,
+    ring: RingSize,
     tx: OwnedFd,
     tx_buffer: Vec<u8>,
     /// The interface's lock; `None` once released for a [`Port::reopen`].
@@ -176,8 +210,14 @@ fn io_error<'a>(what: &'static str, name: &'a str) -> impl FnOnce(io::Error) -> 
 }
 
 impl PacketPort {
-    /// Opens interface `name` in the calling thread's network namespace.
+    /// Opens interface `name` in the calling thread's network namespace, with the default
+    /// ring.
     pub fn open(name: &str) -> Result<PacketPort, PortError> {
+        PacketPort::open_with(name, RingSize::default())
+    }
+
+    /// Opens interface `name` with a receive ring of `ring`'s size.
+    pub fn open_with(name: &str, ring: RingSize) -> Result<PacketPort, PortError> {
         let mut netlink = Netlink::open().map_err(io_error("opening netlink", name))?;
         let links = netlink
             .links()
@@ -222,7 +262,7 @@ impl PacketPort {
             &1i32,
         )
         .map_err(io_error("ignoring outgoing frames", name))?;
-        let rx = sys::RxRing::new(rx_socket, RING_FRAME_SIZE, RING_FRAMES)
+        let rx = sys::RxRing::new(rx_socket, RING_FRAME_SIZE, ring.frames)
             .map_err(io_error("mapping the receive ring", name))?;
         sys::bind_packet(rx.socket(), link.index).map_err(io_error("binding", name))?;
         sys::packet_promiscuous(rx.socket(), link.index)
@@ -240,6 +280,7 @@ impl PacketPort {
             ifindex: link.index,
             mtu: link.mtu,
             rx,
+            ring,
             tx,
             tx_buffer: Vec::with_capacity(65_536 + sys::VNET_HDR_LEN),
             lock: Some((lock, lock_path)),
@@ -325,9 +366,10 @@ impl Port for PacketPort {
         // The old lock goes first: the new interface may have been given the old index,
         // whose lock file a second flock from this process would find busy.
         self.unlock();
+        let ring = self.ring;
         *self = self
             .netns
-            .run(|| PacketPort::open(&name))
+            .run(|| PacketPort::open_with(&name, ring))
             .map_err(entering())??;
         Ok(true)
     }
@@ -415,5 +457,26 @@ impl Port for TunPort {
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         self.tun.send(frame).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RingSize;
+    use pathlab_core::LinkSpec;
+
+    fn frames(spec: &str) -> usize {
+        RingSize::for_link(&LinkSpec::parse(spec).unwrap()).frames
+    }
+
+    #[test]
+    fn rings_hold_ten_milliseconds_of_the_links_rate_within_bounds() {
+        // 4 Gbit/s for 10 ms: 5 MB, 3303 frames of 1514 bytes.
+        assert_eq!(frames("rate 4gbit delay 40ms"), 3303);
+        assert_eq!(frames("rate 10mbit"), 512);
+        assert_eq!(frames(""), 512);
+        assert_eq!(frames("rate 40gbit"), 4096);
+        // A schedule's highest step.
+        assert_eq!(frames("schedule 1s 10mbit 2gbit 100mbit"), 1652);
     }
 }

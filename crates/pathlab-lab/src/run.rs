@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle};
 use pathlab_io::measure::{Client, Server, ServerConfig, TcpOptions, TcpTest};
-use pathlab_io::port::PacketPort;
+use pathlab_io::port::{PacketPort, RingSize};
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
 use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport};
 
@@ -112,7 +112,10 @@ pub fn run(
                     .map_err(io_error(format!("creating {file_name}")))?;
                 let ports = cable
                     .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
-                        Ok([PacketPort::open(CABLE_A)?, PacketPort::open(CABLE_B)?])
+                        Ok([
+                            PacketPort::open_with(CABLE_A, RingSize::for_link(&link.forward))?,
+                            PacketPort::open_with(CABLE_B, RingSize::for_link(&link.reverse))?,
+                        ])
                     })
                     .map_err(io_error("entering a cable namespace"))?
                     .map_err(|e| RunError::Emulator {

@@ -68,6 +68,16 @@ impl LinkSpec {
     pub fn is_passthrough(&self) -> bool {
         *self == LinkSpec::default()
     }
+
+    /// The highest rate the bottleneck serves at (a schedule's highest step), if it has a
+    /// known one (`None`: no rate, or a trace, whose rate is the caller's to load).
+    pub fn peak_rate(&self) -> Option<BitsPerSec> {
+        match &self.rate {
+            Some(RateSpec::Fixed(fixed)) => Some(fixed.rate),
+            Some(RateSpec::Schedule(schedule)) => schedule.rates.iter().copied().max(),
+            Some(RateSpec::Trace(_)) | None => None,
+        }
+    }
 }
 
 /// Shape of the jitter distribution (netem `distribution`).

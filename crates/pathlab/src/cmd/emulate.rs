@@ -136,8 +136,11 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         ControlError::NameTaken(_) => usage(e),
         other => anyhow::Error::new(other),
     })?;
-    let open = |name: &str| PacketPort::open(name).map_err(port_error);
-    let ports = [open(if_a)?, open(if_b)?];
+    // Each port's ring holds the traffic that enters the direction it feeds.
+    let open = |name: &str, spec: &LinkSpec| {
+        PacketPort::open_with(name, pathlab_io::port::RingSize::for_link(spec)).map_err(port_error)
+    };
+    let ports = [open(if_a, &forward)?, open(if_b, &reverse)?];
     let create = |path: &std::path::Path, what: &str| {
         File::create(path)
             .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
