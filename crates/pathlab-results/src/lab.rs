@@ -44,6 +44,24 @@ pub struct LabLink {
     pub recording: Option<String>,
 }
 
+/// A lateness as people read it: `850 us` below a millisecond, `3.2 ms` below 100 ms,
+/// `143 ms` above. The one way lateness figures are written, by the emulator's warnings,
+/// the lab's summary and reports.
+pub fn lateness_text(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{} us", ns / 1_000)
+    } else if ns < 100_000_000 {
+        let tenths = (ns + 50_000) / 100_000;
+        if tenths.is_multiple_of(10) {
+            format!("{} ms", tenths / 10)
+        } else {
+            format!("{}.{} ms", tenths / 10, tenths % 10)
+        }
+    } else {
+        format!("{} ms", (ns + 500_000) / 1_000_000)
+    }
+}
+
 /// A workload of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LabWorkload {
@@ -196,6 +214,15 @@ pub enum LabOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lateness_reads_in_the_unit_that_fits() {
+        assert_eq!(lateness_text(0), "0 us");
+        assert_eq!(lateness_text(850_400), "850 us");
+        assert_eq!(lateness_text(1_000_000), "1 ms");
+        assert_eq!(lateness_text(3_240_000), "3.2 ms");
+        assert_eq!(lateness_text(143_400_000), "143 ms");
+    }
 
     #[test]
     fn ping_and_rtt_round_trips_share_the_plateau() {
