@@ -2129,3 +2129,69 @@ fn an_emulator_that_cannot_follow_its_rate_warns_once_and_counts_the_late_second
     );
     assert!(lines[1].contains(" sends on time again: p99 "), "{stderr}");
 }
+
+/// The fidelity guard in a lab: the same link the emulator cannot follow (see the test
+/// above), under the lab's own `owd` workload at 200 Mbit/s (UDP, which fills the queue in
+/// the slow halves), is marked in result.json (its lateness, its late seconds), in the
+/// terminal summary and in the report, with the figure.
+#[test]
+fn a_lab_run_whose_emulator_cannot_follow_its_link_is_marked_late() {
+    let Some(_serial) =
+        privileged("a_lab_run_whose_emulator_cannot_follow_its_link_is_marked_late")
+    else {
+        return;
+    };
+    let dir = TempDir::new("lab-late");
+    let spec = dir.path("late.toml");
+    std::fs::write(
+        &spec,
+        "name = \"late\"\nduration = \"4s\"\nlate_warn = \"1ms\"\n[[node]]\nname = \"h1\"\n\
+         [[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h2\"]\n\
+         spec = \"schedule 500ms 10mbit 40gbit loop limit 5000\"\n\
+         [[workload]]\nname = \"load\"\nkind = \"owd\"\nfrom = \"h1\"\nto = \"h2\"\nrate = \"200mbit\"\n\
+         size = 1400\nduration = \"3s\"\n",
+    )
+    .unwrap();
+    let out = dir.path("out");
+    let output = Command::new(PATHLAB)
+        .arg("lab")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("pathlab lab runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{stdout}");
+    let run = read_lab_run(&out.join("result.json"));
+    let lateness = &run.links[0].lateness;
+    assert_eq!(lateness.len(), 2, "both directions: {lateness:?}");
+    let forward = &lateness[0];
+    assert_eq!((forward.from.as_str(), forward.to.as_str()), ("h1", "h2"));
+    assert_eq!(forward.bound_ns, Some(1_000_000));
+    assert!(forward.seconds >= 3, "{forward:?}");
+    assert!(
+        (1..=forward.seconds).contains(&forward.late_seconds),
+        "{forward:?}"
+    );
+    assert!(forward.worst_second_p99_ns > 1_000_000, "{forward:?}");
+    let warning = forward.warning("h1-h2").expect("a late direction warns");
+    assert!(
+        warning.starts_with("link h1-h2 sent late (h1 to h2): p99 up to ")
+            && warning.ends_with("results may reflect the emulator, not the link"),
+        "{warning}"
+    );
+    assert!(
+        stdout.contains(&format!("  warning: {warning}")),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).expect("the lab wrote its report");
+    assert!(
+        html.contains(&format!("<p class=\"late\">{warning}</p>")),
+        "the report marks the run"
+    );
+}
