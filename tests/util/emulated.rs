@@ -34,6 +34,18 @@ impl Lab {
     /// Builds the line and starts `pathlab emulate --between r-h1 r-h2 SPEC [extra...]`
     /// with a recording, and waits until its control socket answers.
     pub fn start(test: &str, spec: &str, extra: &[&str], static_neighbors: bool) -> Lab {
+        Lab::start_with(test, spec, extra, static_neighbors, true)
+    }
+
+    /// [`Lab::start`], with a recording or not (a recording of a multi-gigabit load is
+    /// hundreds of MB).
+    pub fn start_with(
+        test: &str,
+        spec: &str,
+        extra: &[&str],
+        static_neighbors: bool,
+        record: bool,
+    ) -> Lab {
         let line = Line::build(Middle::Emulator, static_neighbors).expect("namespaces build");
         let name = format!("t{}-{test}", std::process::id());
         let dir = TempDir::new(test);
@@ -49,11 +61,12 @@ impl Lab {
                 &name,
                 "-J",
             ])
-            .arg("--record")
-            .arg(dir.path("record.jsonl"))
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if record {
+            command.arg("--record").arg(dir.path("record.jsonl"));
+        }
         let emulator = command.spawn().expect("pathlab emulate starts");
         let lab = Lab {
             line,

@@ -98,6 +98,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
             forward: format!("delay 5ms rate 10mbit limit {queue}"),
             reverse: "delay 5ms".into(),
             recording: Some("link-r1-h2.jsonl".into()),
+            lateness: Vec::new(),
         }],
         workloads: vec![
             LabWorkload {

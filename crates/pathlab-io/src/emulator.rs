@@ -6,7 +6,8 @@
 //! control requests, and hands records to the recorder thread. Then it sleeps until the
 //! earliest `poll_at`: in `ppoll` (with 1 ns timer slack) while the deadline is far, and
 //! spinning for the last [`SPIN_WINDOW`], so packets leave within microseconds of their
-//! model departure. How late each one actually left is measured and reported.
+//! model departure. How late each one actually left is measured and reported
+//! ([`crate::fidelity`]).
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -21,6 +22,8 @@ use pathlab_core::{Link, LinkSpec, Packet};
 use pathlab_results::recording::{self, DirectionInfo, RecordingHeader, RecordingLine};
 use serde::{Deserialize, Serialize};
 
+use crate::fidelity::Lateness;
+pub use crate::fidelity::LatenessSummary;
 use crate::offload;
 use crate::port::{Framing, Port, ReceiveCounts};
 use crate::sys;
@@ -62,71 +65,6 @@ impl Clock {
     /// Wall-clock ns since the Unix epoch of an instant.
     pub fn unix_ns(&self, at: Instant) -> u64 {
         self.zero_unix_ns + at.as_nanos()
-    }
-}
-
-/// How late packets left compared with their model departure.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LatenessSummary {
-    /// Packets measured.
-    pub packets: u64,
-    /// Median lateness in ns.
-    pub p50_ns: u64,
-    /// 99th percentile in ns.
-    pub p99_ns: u64,
-    /// Largest lateness in ns.
-    pub max_ns: u64,
-}
-
-/// A histogram of lateness in 1 us buckets up to 10 ms.
-#[derive(Debug, Clone)]
-struct Lateness {
-    buckets: Vec<u64>,
-    count: u64,
-    max_ns: u64,
-}
-
-impl Lateness {
-    const BUCKET_NS: u64 = 1_000;
-
-    fn new() -> Lateness {
-        Lateness {
-            buckets: vec![0; 10_001],
-            count: 0,
-            max_ns: 0,
-        }
-    }
-
-    fn add(&mut self, lateness_ns: u64) {
-        let bucket = ((lateness_ns / Self::BUCKET_NS) as usize).min(self.buckets.len() - 1);
-        self.buckets[bucket] += 1;
-        self.count += 1;
-        self.max_ns = self.max_ns.max(lateness_ns);
-    }
-
-    fn quantile_ns(&self, q: f64) -> u64 {
-        if self.count == 0 {
-            return 0;
-        }
-        let rank = ((q * self.count as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (bucket, &n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                // Report the bucket's upper edge: a bound, not an estimate.
-                return ((bucket as u64 + 1) * Self::BUCKET_NS).min(self.max_ns);
-            }
-        }
-        self.max_ns
-    }
-
-    fn summary(&self) -> LatenessSummary {
-        LatenessSummary {
-            packets: self.count,
-            p50_ns: self.quantile_ns(0.5),
-            p99_ns: self.quantile_ns(0.99),
-            max_ns: self.max_ns,
-        }
     }
 }
 
@@ -208,6 +146,8 @@ pub enum Request {
         /// Where to answer.
         reply: mpsc::Sender<EmulatorStats>,
     },
+    /// Set the lateness bound of both directions' fidelity guard (`None`: off).
+    LateBound(Option<Duration>),
     /// Stop forwarding and return the final counters.
     Stop,
 }
@@ -308,6 +248,13 @@ impl EmulatorHandle {
         let (reply, answer) = mpsc::channel();
         self.ask(Request::Stats { reply });
         answer.recv().ok()
+    }
+
+    /// Sets the bound of the fidelity guard, both directions: a whole second whose p99
+    /// lateness exceeds it is a late second (`None`: the guard is off). Until set it is
+    /// [`crate::fidelity::DEFAULT_LATE_BOUND`]; seconds already judged keep their verdict.
+    pub fn set_late_bound(&self, bound: Option<Duration>) {
+        self.ask(Request::LateBound(bound));
     }
 
     /// Whether the forwarding thread has ended (it only ends on a failure or when stopped).
@@ -770,9 +717,7 @@ impl<P: Port> Forwarder<P> {
         ok: bool,
     ) {
         let direction = &mut self.directions[index];
-        direction
-            .lateness
-            .add(sent.saturating_since(due).as_nanos());
+        direction.lateness.record(sent, sent.saturating_since(due));
         if !ok {
             direction.stats.send_errors += 1;
             return;
@@ -806,6 +751,11 @@ impl<P: Port> Forwarder<P> {
                 Request::Stats { reply } => {
                     let _ = reply.send(self.stats());
                 }
+                Request::LateBound(bound) => {
+                    for direction in &mut self.directions {
+                        direction.lateness.set_bound(bound);
+                    }
+                }
                 Request::Stop => stop = true,
             }
         }
@@ -837,20 +787,21 @@ impl<P: Port> Forwarder<P> {
         Ok(())
     }
 
-    fn stats(&self) -> EmulatorStats {
+    fn stats(&mut self) -> EmulatorStats {
+        let now = self.clock.now();
         EmulatorStats {
             name: self.name.clone(),
-            uptime_ns: self.clock.now().as_nanos(),
+            uptime_ns: now.as_nanos(),
             directions: self
                 .directions
-                .iter()
+                .iter_mut()
                 .map(|d| {
                     let mut stats = d.stats.clone();
                     stats.link = d.link.counters();
                     stats.queue_packets = d.link.queue_len_packets() as u64;
                     stats.queue_bytes = d.link.queue_len_bytes();
                     stats.in_flight = d.link.in_flight() as u64;
-                    stats.lateness = d.lateness.summary();
+                    stats.lateness = d.lateness.summary(now);
                     stats
                 })
                 .collect(),
@@ -938,25 +889,5 @@ impl<P: Port> Forwarder<P> {
                 let _ = sys::read(self.wake.as_fd(), &mut counter);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lateness_quantiles_are_bucket_upper_bounds_capped_by_the_maximum() {
-        let mut lateness = Lateness::new();
-        for ns in [500, 1_500, 2_500, 3_500] {
-            lateness.add(ns);
-        }
-        let summary = lateness.summary();
-        assert_eq!(summary.packets, 4);
-        assert_eq!(summary.p50_ns, 2_000);
-        assert_eq!(summary.p99_ns, 3_500);
-        assert_eq!(summary.max_ns, 3_500);
-        lateness.add(50_000_000);
-        assert_eq!(lateness.summary().max_ns, 50_000_000);
     }
 }

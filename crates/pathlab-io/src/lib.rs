@@ -4,7 +4,8 @@
 //! AF_PACKET rings and TUN devices as emulator ports ([`port`]), TUN devices on their own
 //! ([`tun`]) and UDP sockets bound to one interface each ([`line`]) for the bonding
 //! tunnel, offload undoing ([`offload`]), the
-//! emulator's forwarding loop ([`emulator`]) and its control socket ([`control`]),
+//! emulator's forwarding loop ([`emulator`]), how late it sends ([`fidelity`]) and its
+//! control socket ([`control`]),
 //! network namespaces ([`netns`]) and rtnetlink ([`netlink`]) to build labs with, an ICMP
 //! pinger ([`ping`]) and the h1 - r - h2 topology tests and benchmarks use
 //! ([`topology`]). It does not model anything: every decision about a packet is made by a
@@ -18,6 +19,7 @@ pub mod bond;
 pub mod capacity;
 pub mod control;
 pub mod emulator;
+pub mod fidelity;
 pub mod line;
 pub mod measure;
 pub mod nat;

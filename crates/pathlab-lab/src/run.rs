@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle};
+use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
 use pathlab_io::measure::{Client, Server, ServerConfig, TcpOptions, TcpTest};
 use pathlab_io::port::{PacketPort, RingSize};
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
-use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport};
+use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport, SendLateness};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
 use crate::summary::path_theory;
@@ -140,6 +140,7 @@ pub fn run(
                     link: link.name.clone(),
                     message: e.to_string(),
                 })?;
+                handle.set_late_bound(experiment.late_bound);
                 emulators.push(Some(handle));
                 Some(file_name)
             }
@@ -153,6 +154,7 @@ pub fn run(
             forward: link.forward.to_string(),
             reverse: link.reverse.to_string(),
             recording,
+            lateness: Vec::new(),
         });
     }
 
@@ -296,9 +298,11 @@ pub fn run(
             .collect()
     };
     let duration_ns = started.elapsed().as_nanos() as u64;
-    for handle in emulators.into_iter().flatten() {
+    for (index, (link, handle)) in links.iter_mut().zip(emulators).enumerate() {
         // Stopping flushes the recording.
-        let _ = handle.stop();
+        if let Some(handle) = handle {
+            link.lateness = send_lateness(experiment, index, &handle.stop());
+        }
     }
     servers_stop.store(true, Ordering::SeqCst);
     if !interrupted {
@@ -319,6 +323,41 @@ pub fn run(
         links,
         workloads,
     })
+}
+
+/// What the fidelity guard of link `index`'s emulator found, A to B then B to A, named by
+/// the nodes each direction joins.
+fn send_lateness(
+    experiment: &Experiment,
+    index: usize,
+    stats: &EmulatorStats,
+) -> Vec<SendLateness> {
+    let link = &experiment.links[index];
+    stats
+        .directions
+        .iter()
+        .map(|direction| {
+            // The cable's port A faces node A.
+            let (from, to) = if direction.from == CABLE_A {
+                (link.a, link.b)
+            } else {
+                (link.b, link.a)
+            };
+            let l = &direction.lateness;
+            SendLateness {
+                from: experiment.nodes[from].name.clone(),
+                to: experiment.nodes[to].name.clone(),
+                packets: l.packets,
+                p50_ns: l.p50_ns,
+                p99_ns: l.p99_ns,
+                max_ns: l.max_ns,
+                bound_ns: l.bound_ns,
+                seconds: l.seconds,
+                late_seconds: l.late_seconds,
+                worst_second_p99_ns: l.worst_second_p99_ns,
+            }
+        })
+        .collect()
 }
 
 /// Runs one workload in the calling thread (already in its node's namespace).

@@ -30,6 +30,9 @@ pub struct Experiment {
     pub events: Vec<Event>,
     /// The run's length with `--quick`, if the spec gives one.
     pub quick: Option<Duration>,
+    /// The fidelity guard's bound on every emulated link (`late_warn`): a second whose
+    /// p99 send lateness exceeds it is late, and the run is marked; `None`: off.
+    pub late_bound: Option<pathlab_core::Duration>,
 }
 
 impl Experiment {
@@ -353,6 +356,9 @@ struct RawExperiment {
     /// The run's length with `--quick` ([`Experiment::quick`]).
     #[serde(default)]
     quick: Option<Spanned<String>>,
+    /// The fidelity guard's bound, or `off` ([`Experiment::late_bound`]).
+    #[serde(default)]
+    late_warn: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -660,10 +666,29 @@ impl Checker<'_> {
             .map(|q| self.time(q, "quick"))
             .transpose()?
             .filter(|q| !q.is_zero() && *q < duration);
+        let late_bound = match &raw.late_warn {
+            None => Some(pathlab_io::fidelity::DEFAULT_LATE_BOUND),
+            Some(text) if text.get_ref() == "off" => None,
+            Some(text) => Some(
+                pathlab_core::spec::parse_time_secs(text.get_ref())
+                    .ok()
+                    .filter(|bound| !bound.is_zero())
+                    .ok_or_else(|| {
+                        self.error(
+                            &text.span(),
+                            format!(
+                                "late_warn '{}': a time above zero like \"1ms\", or \"off\"",
+                                text.get_ref()
+                            ),
+                        )
+                    })?,
+            ),
+        };
         Ok(Experiment {
             name: raw.name.into_inner(),
             description: raw.description,
             quick,
+            late_bound,
             duration,
             nodes,
             links,
@@ -1022,6 +1047,36 @@ spec = "rate 1mbit"
         assert!(e.message.contains("past the end of the run"), "{e}");
         let e = error(&replaced("at = \"10s\"", "at = \"20s\""));
         assert!(e.message.contains("not within the run"), "{e}");
+    }
+
+    #[test]
+    fn late_warn_sets_the_fidelity_guards_bound_or_turns_it_off() {
+        let default = Experiment::parse(LINE).expect("parses");
+        assert_eq!(
+            default.late_bound,
+            Some(pathlab_core::Duration::from_millis(1))
+        );
+        let set = |value: &str| {
+            Experiment::parse(&replaced(
+                "duration = \"20s\"",
+                &format!("duration = \"20s\"\nlate_warn = \"{value}\""),
+            ))
+        };
+        assert_eq!(
+            set("500us").expect("parses").late_bound,
+            Some(pathlab_core::Duration::from_micros(500))
+        );
+        assert_eq!(set("off").expect("parses").late_bound, None);
+        for bad in ["soon", "0ms"] {
+            let e = set(bad).expect_err("refused");
+            assert_eq!(e.line, 4);
+            assert!(
+                e.message.contains(&format!(
+                    "late_warn '{bad}': a time above zero like \"1ms\", or \"off\""
+                )),
+                "{e}"
+            );
+        }
     }
 
     #[test]

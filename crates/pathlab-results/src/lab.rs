@@ -42,6 +42,87 @@ pub struct LabLink {
     pub reverse: String,
     /// The emulator's recording (JSON lines, next to the result file), if emulated.
     pub recording: Option<String>,
+    /// How late its emulator sent against the model, A to B then B to A; empty when the
+    /// link was not emulated (or the file predates the fidelity guard).
+    #[serde(default)] // added in v1 with the fidelity guard
+    pub lateness: Vec<SendLateness>,
+}
+
+/// How late an emulator sent one direction of a link against its model (the fidelity
+/// guard's figures, see docs/emulate.md): when it cannot keep up, what crossed the link
+/// is not the link the spec describes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendLateness {
+    /// The node the direction leaves.
+    pub from: String,
+    /// The node it reaches.
+    pub to: String,
+    /// Packets sent.
+    pub packets: u64,
+    /// Median lateness of the run, ns.
+    pub p50_ns: u64,
+    /// 99th percentile of the run, ns.
+    pub p99_ns: u64,
+    /// Largest, ns.
+    pub max_ns: u64,
+    /// The bound a second's p99 had to stay under, ns; `None`: the guard was off.
+    pub bound_ns: Option<u64>,
+    /// Whole seconds judged (the run's length, rounded down).
+    pub seconds: u64,
+    /// Of those, the ones whose p99 exceeded the bound.
+    pub late_seconds: u64,
+    /// The highest p99 of any one second, ns.
+    pub worst_second_p99_ns: u64,
+}
+
+impl SendLateness {
+    /// The warning a report and the lab's summary give when some second was late:
+    /// `link r1-h2 sent late (r1 to h2): p99 up to 3.2 ms, over 1 ms in 4 of 20 s —
+    /// results may reflect the emulator, not the link`.
+    pub fn warning(&self, link: &str) -> Option<String> {
+        if self.late_seconds == 0 {
+            return None;
+        }
+        Some(format!(
+            "link {link} sent late ({} to {}): p99 up to {}, over {} in {} of {} s \u{2014} \
+             results may reflect the emulator, not the link",
+            self.from,
+            self.to,
+            lateness_text(self.worst_second_p99_ns),
+            lateness_text(self.bound_ns.unwrap_or(0)),
+            self.late_seconds,
+            self.seconds,
+        ))
+    }
+}
+
+impl LabRun {
+    /// Every late direction's warning ([`SendLateness::warning`]), link by link: empty
+    /// when every emulator kept up.
+    pub fn late_warnings(&self) -> Vec<String> {
+        self.links
+            .iter()
+            .flat_map(|link| link.lateness.iter().filter_map(|l| l.warning(&link.name)))
+            .collect()
+    }
+}
+
+/// A lateness as people read it: `850 us` below a millisecond, `3.2 ms` below 100 ms,
+/// `143 ms` above. The one way lateness figures are written, by the emulator's warnings,
+/// the lab's summary and reports.
+pub fn lateness_text(ns: u64) -> String {
+    if ns < 1_000_000 {
+        format!("{} us", ns / 1_000)
+    } else if ns < 100_000_000 {
+        let tenths = (ns + 50_000) / 100_000;
+        if tenths.is_multiple_of(10) {
+            format!("{} ms", tenths / 10)
+        } else {
+            format!("{}.{} ms", tenths / 10, tenths % 10)
+        }
+    } else {
+        format!("{} ms", (ns + 500_000) / 1_000_000)
+    }
 }
 
 /// A workload of a run.
@@ -196,6 +277,41 @@ pub enum LabOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lateness_reads_in_the_unit_that_fits() {
+        assert_eq!(lateness_text(0), "0 us");
+        assert_eq!(lateness_text(850_400), "850 us");
+        assert_eq!(lateness_text(1_000_000), "1 ms");
+        assert_eq!(lateness_text(3_240_000), "3.2 ms");
+        assert_eq!(lateness_text(143_400_000), "143 ms");
+    }
+
+    #[test]
+    fn a_late_direction_is_named_with_its_figures_and_an_on_time_one_is_not() {
+        let late = SendLateness {
+            from: "r1".into(),
+            to: "h2".into(),
+            packets: 1_000,
+            bound_ns: Some(1_000_000),
+            seconds: 20,
+            late_seconds: 4,
+            worst_second_p99_ns: 3_200_000,
+            ..SendLateness::default()
+        };
+        assert_eq!(
+            late.warning("r1-h2").as_deref(),
+            Some(
+                "link r1-h2 sent late (r1 to h2): p99 up to 3.2 ms, over 1 ms in 4 of 20 s \u{2014} \
+                 results may reflect the emulator, not the link"
+            )
+        );
+        let on_time = SendLateness {
+            late_seconds: 0,
+            ..late
+        };
+        assert_eq!(on_time.warning("r1-h2"), None);
+    }
 
     #[test]
     fn ping_and_rtt_round_trips_share_the_plateau() {

@@ -637,6 +637,7 @@ pub(crate) mod tests {
                 forward: "delay 5ms rate 10mbit limit 10".into(),
                 reverse: "delay 5ms".into(),
                 recording: Some("link-r1-h2.jsonl".into()),
+                lateness: Vec::new(),
             }],
             workloads: vec![
                 LabWorkload {

@@ -8,7 +8,7 @@ use pathlab_probe::owd::QueueVerdict;
 
 use super::figures::{links_text, run_heading};
 use super::{DrawnFigure, RunData};
-use crate::lab::LabOutcome;
+use crate::lab::{lateness_text, LabLink, LabOutcome};
 
 /// One run's part of the page.
 #[derive(Debug)]
@@ -111,7 +111,8 @@ dl{display:grid;grid-template-columns:max-content auto;gap:.2em 1em;font-size:.9
 dt{font-weight:600}dd{margin:0}code{font-size:.9em;background:#f5f5f5;padding:0 .2em}\
 figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}\
 figcaption{font-size:.9em;color:#555}.note{background:#fff7e0;border-left:4px solid #e0a000;padding:.4em .8em}\
-.files{font-size:.85em;color:#555}";
+.files{font-size:.85em;color:#555}\
+.late{background:#fdecea;border-left:4px solid #c62828;padding:.4em .8em;font-weight:600}";
 
 fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     out.push_str("<table><thead><tr>");
@@ -382,13 +383,23 @@ fn run_section(out: &mut String, section: &RunSection<'_>) {
     item("kernel", &run.kernel);
     item("result file", &data.source.display().to_string());
     out.push_str("</dl>\n");
+    // The emulator could not keep up: first thing after the facts, before any figure.
+    for warning in run.late_warnings() {
+        let _ = writeln!(out, "<p class=\"late\">{}</p>", escape(&warning));
+    }
     for note in &data.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
     }
     out.push_str("<h3>Links</h3>\n");
     table(
         out,
-        &["link", "A to B", "B to A", "recording"],
+        &[
+            "link",
+            "A to B",
+            "B to A",
+            "recording",
+            "emulator sent late",
+        ],
         &run.links
             .iter()
             .map(|l| {
@@ -397,6 +408,7 @@ fn run_section(out: &mut String, section: &RunSection<'_>) {
                     l.forward.clone(),
                     l.reverse.clone(),
                     l.recording.clone().unwrap_or_else(|| "not emulated".into()),
+                    lateness_cell(l),
                 ]
             })
             .collect::<Vec<_>>(),
@@ -449,6 +461,36 @@ fn run_section(out: &mut String, section: &RunSection<'_>) {
     out.push_str("</section>\n");
 }
 
+/// How late a link's emulator sent, each direction: `r1 to h2: p99 12 us, max 80 us, late
+/// 0 of 20 s; ...` (`–` without figures).
+fn lateness_cell(link: &LabLink) -> String {
+    if link.lateness.is_empty() {
+        return "–".into();
+    }
+    link.lateness
+        .iter()
+        .map(|l| {
+            let late = match l.bound_ns {
+                Some(bound) => format!(
+                    ", over {} in {} of {} s",
+                    lateness_text(bound),
+                    l.late_seconds,
+                    l.seconds
+                ),
+                None => String::new(),
+            };
+            format!(
+                "{} to {}: p99 {}, max {}{late}",
+                l.from,
+                l.to,
+                lateness_text(l.p99_ns),
+                lateness_text(l.max_ns)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// One row per run: what a sweep changes and what came of it.
 fn comparison_table(out: &mut String, runs: &[RunData]) {
     let rows: Vec<Vec<String>> = runs
@@ -482,6 +524,7 @@ fn comparison_table(out: &mut String, runs: &[RunData]) {
                     drops.to_string()
                 },
                 opt(owd.map(|o| verdict(o.owd.verdict).to_owned())),
+                late_seconds(&data.run),
             ]
         })
         .collect();
@@ -496,9 +539,23 @@ fn comparison_table(out: &mut String, runs: &[RunData]) {
             "queue max (packets)",
             "drops",
             "OWD verdict",
+            "emulator late",
         ],
         &rows,
     );
+}
+
+/// A run's late seconds, summed over its links' directions, for the comparison table:
+/// `4 s` when some emulator sent late, `none` when none did, `–` without figures.
+fn late_seconds(run: &crate::lab::LabRun) -> String {
+    let mut figures = run.links.iter().flat_map(|l| &l.lateness).peekable();
+    if figures.peek().is_none() {
+        return "–".into();
+    }
+    match figures.map(|l| l.late_seconds).sum::<u64>() {
+        0 => "none".into(),
+        late => format!("{late} s"),
+    }
 }
 
 /// The whole page.
@@ -527,6 +584,21 @@ pub(super) fn page(
             escape(name),
             escape(&links_text(&runs[0].run))
         );
+        let late: Vec<String> = runs
+            .iter()
+            .filter(|r| !r.run.late_warnings().is_empty())
+            .map(RunData::label)
+            .collect();
+        if !late.is_empty() {
+            let _ = writeln!(
+                out,
+                "<p class=\"late\">An emulator sent late in {} of {} runs ({}): their \
+                 results may reflect the emulator, not the links (see each run).</p>",
+                late.len(),
+                runs.len(),
+                escape(&late.join("; "))
+            );
+        }
         out.push_str("<section><h2>All runs</h2>\n");
         comparison_table(&mut out, runs);
         for drawn in comparison {

@@ -241,6 +241,91 @@ fn a_sweep_gets_figures_against_its_parameters_and_a_compare_view() {
         .any(|p| p.starts_with(out.join("plots/sweep"))));
 }
 
+/// The figures of one direction that sent late in `late` of 20 seconds (worst second's
+/// p99 3.2 ms against a 1 ms bound).
+fn lateness(from: &str, to: &str, late: u64) -> crate::lab::SendLateness {
+    crate::lab::SendLateness {
+        from: from.into(),
+        to: to.into(),
+        packets: 1_000_000,
+        p50_ns: 12_000,
+        p99_ns: if late > 0 { 2_100_000 } else { 40_000 },
+        max_ns: 9_000_000,
+        bound_ns: Some(1_000_000),
+        seconds: 20,
+        late_seconds: late,
+        worst_second_p99_ns: if late > 0 { 3_200_000 } else { 40_000 },
+    }
+}
+
+#[test]
+fn a_run_whose_emulator_sent_late_is_marked_with_the_figure_and_one_on_time_is_not() {
+    let scratch = Scratch::new("late");
+    let mut late = with_parameters(&[("rate", "40gbit")], 1e9);
+    late.links[0].lateness = vec![lateness("r1", "h2", 4), lateness("h2", "r1", 0)];
+    let mut on_time = with_parameters(&[("rate", "1gbit")], 1e9);
+    on_time.links[0].lateness = vec![lateness("r1", "h2", 0), lateness("h2", "r1", 0)];
+    save(&scratch.0.join("rate-40gbit"), &late);
+    save(&scratch.0.join("rate-1gbit"), &on_time);
+    let mut runs: Vec<RunData> = find_results(&scratch.0)
+        .unwrap()
+        .iter()
+        .map(|f| load_run(f).unwrap())
+        .collect();
+    sort_by_parameters(&mut runs);
+    // What the lab saved is what the report reads.
+    let read = runs.iter().find(|r| r.label() == "rate=40gbit").unwrap();
+    assert_eq!(read.run.links[0].lateness, late.links[0].lateness);
+    let files = write_report(&runs, &scratch.0, &ReportOptions::default()).unwrap();
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    let warning =
+        "link r1-h2 sent late (r1 to h2): p99 up to 3.2 ms, over 1 ms in 4 of 20 s \u{2014} \
+                   results may reflect the emulator, not the link";
+    assert_eq!(
+        html.matches(warning).count(),
+        1,
+        "once, in the late run's section"
+    );
+    assert_eq!(html.matches("<p class=\"late\">").count(), 2, "{html}");
+    assert!(html
+        .contains("An emulator sent late in 1 of 2 runs (rate=40gbit): their results may reflect"));
+    // The warning is in the late run's section, before its figures.
+    let late_section = &html[html
+        .find("<h2>synthetic (rate=40gbit)")
+        .expect("the late run's section")..];
+    let late_section = &late_section[..late_section.find("</section>").unwrap()];
+    assert!(late_section.find(warning).unwrap() < late_section.find("<figure>").unwrap());
+    let on_time_section = &html[html
+        .find("<h2>synthetic (rate=1gbit)")
+        .expect("the on-time run's section")..];
+    let on_time_section = &on_time_section[..on_time_section.find("</section>").unwrap()];
+    assert!(!on_time_section.contains("class=\"late\""));
+    // The links table has each direction's figures; the comparison, the late seconds.
+    assert!(late_section.contains(
+        "r1 to h2: p99 2.1 ms, max 9 ms, over 1 ms in 4 of 20 s; \
+         h2 to r1: p99 40 us, max 9 ms, over 1 ms in 0 of 20 s"
+    ));
+    assert!(html.contains("<td class=\"n\">4 s</td>") && html.contains("<td>none</td>"));
+}
+
+#[test]
+fn a_lab_result_from_before_the_fidelity_guard_reads_without_figures() {
+    let run = synthetic_run();
+    let json = ResultFile::new(RunResult::Lab(Box::new(run)), vec![], Some(1)).to_json();
+    let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let link = &mut value["result"]["data"]["links"][0];
+    assert!(
+        link.as_object_mut().unwrap().remove("lateness").is_some(),
+        "{json}"
+    );
+    let old = value.to_string();
+    let RunResult::Lab(read) = ResultFile::from_json(&old).unwrap().result else {
+        panic!("a lab result");
+    };
+    assert!(read.links[0].lateness.is_empty());
+    assert!(read.late_warnings().is_empty());
+}
+
 #[test]
 fn bad_inputs_are_named() {
     let scratch = Scratch::new("bad");

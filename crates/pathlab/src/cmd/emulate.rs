@@ -9,7 +9,9 @@ use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
 use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
+use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
 use pathlab_io::port::{PacketPort, PortError};
+use pathlab_results::lab::lateness_text;
 
 use crate::cmd::spec::parse_spec as load;
 use crate::{format, usage};
@@ -62,6 +64,93 @@ pub struct Args {
     /// Both interfaces must exist at start.
     #[arg(long)]
     pub wait: bool,
+    /// Warn on stderr when the emulator sends late: when the 99th percentile of how late
+    /// packets left against the model, over the last second, exceeds TIME (once when it
+    /// starts, at most every 10 s while it lasts, once when it ends). Seconds over it are
+    /// counted in the stats as late seconds. `off`: no warning, no late seconds.
+    #[arg(long, value_name = "TIME|off", default_value_t = LateBound(Some(DEFAULT_LATE_BOUND)), value_parser = parse_late_bound)]
+    pub late_warn: LateBound,
+}
+
+/// The fidelity guard's bound, `off` (`None`) or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LateBound(pub Option<Duration>);
+
+impl std::fmt::Display for LateBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(bound) => write!(f, "{bound}"),
+            None => f.write_str("off"),
+        }
+    }
+}
+
+/// Reads `--late-warn`: `off`, or a time above zero (`1ms`, `500us`; a bare number is
+/// seconds, as every time on the command line).
+fn parse_late_bound(text: &str) -> Result<LateBound, String> {
+    if text == "off" {
+        return Ok(LateBound(None));
+    }
+    crate::cmd::parse_time(text)
+        .map(|bound| LateBound(Some(bound)))
+        .map_err(|e| format!("{e}; or 'off'"))
+}
+
+/// How often `pathlab emulate` looks at the lateness: the window moves by this much.
+const GUARD_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Prints the fidelity guard's warnings of a running emulator, from its stats.
+struct Guard {
+    name: String,
+    warnings: [LateWarnings; 2],
+    next: std::time::Instant,
+}
+
+impl Guard {
+    /// Looks at the lateness every [`GUARD_INTERVAL`] and prints what there is to say.
+    fn poll(&mut self, handle: &emulator::EmulatorHandle) {
+        let now = std::time::Instant::now();
+        if now < self.next {
+            return;
+        }
+        self.next = now + GUARD_INTERVAL;
+        let Some(stats) = handle.stats() else { return };
+        // The emulator's own clock: the window's slots are on it.
+        let at = pathlab_core::time::Instant::from_nanos(stats.uptime_ns);
+        for (warnings, d) in self.warnings.iter_mut().zip(&stats.directions) {
+            let Some(warning) = warnings.observe(at, &d.lateness) else {
+                continue;
+            };
+            let name = &self.name;
+            let (from, to) = (&d.from, &d.to);
+            match warning {
+                LateWarning::Late { p99_ns, bound_ns } => eprintln!(
+                    "pathlab emulate '{name}': {from} -> {to} sends late: p99 {} over the last \
+                     second, over the {} bound; what crosses it is not the link the spec \
+                     describes (the emulator cannot keep up here)",
+                    lateness_text(p99_ns),
+                    lateness_text(bound_ns)
+                ),
+                LateWarning::StillLate {
+                    p99_ns,
+                    late_for,
+                    late_seconds,
+                    seconds,
+                } => eprintln!(
+                    "pathlab emulate '{name}': {from} -> {to} still sends late: p99 {} over the \
+                     last second, late for {:.0} s; {late_seconds} of {seconds} s late so far",
+                    lateness_text(p99_ns),
+                    late_for.as_secs_f64()
+                ),
+                LateWarning::OnTime { p99_ns, late_for } => eprintln!(
+                    "pathlab emulate '{name}': {from} -> {to} sends on time again: p99 {} over \
+                     the last second, after {:.0} s late",
+                    lateness_text(p99_ns),
+                    late_for.as_secs_f64()
+                ),
+            }
+        }
+    }
 }
 
 /// Options every emulate action shares.
@@ -169,6 +258,12 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         },
     };
     let handle = emulator::spawn(ports, config)?;
+    handle.set_late_bound(args.late_warn.0);
+    let mut guard = args.late_warn.0.map(|_| Guard {
+        name: args.common.name.clone(),
+        warnings: Default::default(),
+        next: std::time::Instant::now() + GUARD_INTERVAL,
+    });
     eprintln!(
         "pathlab emulate '{name}': {if_a} <-> {if_b}\n  {if_a} -> {if_b}: {}\n  {if_b} -> {if_a}: {}\n\
          control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. Ctrl-C stops.",
@@ -180,6 +275,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         .time
         .map(|t| std::time::Instant::now() + std::time::Duration::from(t));
     server.serve(&handle, std::os::fd::AsFd::as_fd(&signals), || {
+        if let Some(guard) = &mut guard {
+            guard.poll(&handle);
+        }
         deadline.is_some_and(|d| std::time::Instant::now() >= d)
     });
     let stats = handle.stop();
@@ -335,6 +433,7 @@ pub fn print_stats(stats: &EmulatorStats) {
             late.max_ns / 1000,
             late.packets
         );
+        let _ = writeln!(out, "  guard      {}", guard_text(late));
         if d.send_errors + d.ring_full > 0 {
             let _ = writeln!(
                 out,
@@ -359,10 +458,51 @@ pub fn print_stats(stats: &EmulatorStats) {
     }
 }
 
+/// The fidelity guard's line of a direction: `last second p99 40 us; late 0 of 12 s (p99
+/// over 1 ms), worst second p99 90 us`.
+fn guard_text(late: &pathlab_io::fidelity::LatenessSummary) -> String {
+    let verdict = match late.bound_ns {
+        Some(bound) => format!(
+            "late {} of {} s (p99 over {})",
+            late.late_seconds,
+            late.seconds,
+            lateness_text(bound)
+        ),
+        None => "off (no second judged late)".into(),
+    };
+    format!(
+        "last second p99 {}; {verdict}, worst second p99 {}",
+        lateness_text(late.last_second_p99_ns),
+        lateness_text(late.worst_second_p99_ns)
+    )
+}
+
 fn show_text(spec: &str) -> &str {
     if spec.is_empty() {
         "(nothing)"
     } else {
         spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn late_warn_is_a_time_above_zero_or_off() {
+        assert_eq!(
+            parse_late_bound("1ms"),
+            Ok(LateBound(Some(Duration::from_millis(1))))
+        );
+        assert_eq!(
+            parse_late_bound("250us"),
+            Ok(LateBound(Some(Duration::from_micros(250))))
+        );
+        assert_eq!(parse_late_bound("off"), Ok(LateBound(None)));
+        assert!(parse_late_bound("0ms").unwrap_err().ends_with("; or 'off'"));
+        assert!(parse_late_bound("never").is_err());
+        // The default shows as it is typed.
+        assert_eq!(LateBound(Some(DEFAULT_LATE_BOUND)).to_string(), "1ms");
     }
 }

@@ -150,6 +150,10 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 writeln!(stdout, "  {}: failed: {why}", workload.name)?;
             }
         }
+        // Before the figures: they may describe the emulator rather than the links.
+        for warning in run.late_warnings() {
+            writeln!(stdout, "  warning: {warning}")?;
+        }
         for rtt in rtt_summaries(experiment, &run) {
             write!(
                 stdout,
