@@ -74,7 +74,7 @@ if(document.title.indexOf('ERROR')!==0){document.title='IMAGES '+all.length+' BR
 #[test]
 fn every_image_of_the_report_loads_in_a_browser() {
     let Some(browser) = find_chromium() else {
-        let why = "chromium is not installed (.ci/run installs it: apt-get install chromium)";
+        let why = "chromium is not installed (.ci/run puts Debian's chromium package there before the tests)";
         assert!(
             std::env::var("CI").map_or(true, |ci| ci != "true"),
             "CI must run the browser test: {why}"

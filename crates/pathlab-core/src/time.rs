@@ -201,7 +201,14 @@ impl From<std::time::Duration> for Duration {
 
 impl From<Duration> for std::time::Duration {
     fn from(d: Duration) -> std::time::Duration {
-        std::time::Duration::from_nanos(d.0)
+        d.to_std()
+    }
+}
+
+impl Duration {
+    /// The same span as a `std::time::Duration` (usable in constants).
+    pub const fn to_std(self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.0)
     }
 }
 

@@ -654,26 +654,28 @@ impl<P: Port> Forwarder<P> {
             if due.is_empty() {
                 break;
             }
+            let gso = self.ports[out].can_send_gso();
+            let mut frames: Vec<&[u8]> = Vec::with_capacity(offload::GSO_MAX_SEGMENTS);
             let mut start = 0;
             while start < due.len() {
-                let run = if self.ports[out].can_send_gso() {
-                    let frames: Vec<&[u8]> = due[start..]
-                        .iter()
-                        // A corrupted packet must reach the receiver with its checksum
-                        // wrong; a super-packet's checksum is recomputed, so it goes alone.
-                        .take_while(|(_, p)| !p.corrupted)
-                        .map(|(_, p)| p.data.as_slice())
-                        .collect();
-                    offload::coalescable_run(&frames).max(1)
-                } else {
-                    1
-                };
+                frames.clear();
+                if gso {
+                    // At most one super-packet's worth: a long batch of other flows' frames
+                    // is looked at once, not once per frame.
+                    frames.extend(
+                        due[start..]
+                            .iter()
+                            .take(offload::GSO_MAX_SEGMENTS)
+                            // A corrupted packet must reach the receiver with its checksum
+                            // wrong; a super-packet's checksum is recomputed, so it goes
+                            // alone.
+                            .take_while(|(_, p)| !p.corrupted)
+                            .map(|(_, p)| p.data.as_slice()),
+                    );
+                }
+                let run = offload::coalescable_run(&frames).max(1);
                 let result = if run > 1 {
-                    let frames: Vec<&[u8]> = due[start..start + run]
-                        .iter()
-                        .map(|(_, p)| p.data.as_slice())
-                        .collect();
-                    let (packet, vnet) = offload::build_gso(&frames);
+                    let (packet, vnet) = offload::build_gso(&frames[..run]);
                     self.ports[out].send_gso(&packet, &vnet)
                 } else {
                     self.ports[out].send(&due[start].1.data)

@@ -362,6 +362,9 @@ fn plain_tcp(frame: &[u8], framing: Framing) -> Option<(u8, usize, usize, usize,
     Some((version, ip, l4, header_len, frame.len() - l4 - header_len))
 }
 
+/// Most segments in one GSO super-packet this module builds.
+pub const GSO_MAX_SEGMENTS: usize = 64;
+
 /// How many of `frames`, from the first, can be sent as one GSO super-packet: segments of
 /// one TCP flow with identical headers except what segmentation changes (IP length, id and
 /// checksum; TCP sequence number and checksum; PSH/FIN on the last), consecutive IPv4 ids,
@@ -374,7 +377,6 @@ pub fn coalescable_run(frames: &[&[u8]]) -> usize {
 /// [`coalescable_run`] for frames that start as `framing` says (a TUN device's IP
 /// packets: [`Framing::Ip`]).
 pub fn coalescable_run_framed(frames: &[&[u8]], framing: Framing) -> usize {
-    const MAX_SEGMENTS: usize = 64;
     const MAX_BYTES: usize = 65_000;
     let Some(&first) = frames.first() else {
         return 0;
@@ -393,7 +395,7 @@ pub fn coalescable_run_framed(frames: &[&[u8]], framing: Framing) -> usize {
     // The segment before may not carry PSH or FIN: those end a super-packet.
     let mut previous_flags = first[l4 + 13];
     for (index, &frame) in frames.iter().enumerate().skip(1) {
-        if run >= MAX_SEGMENTS || previous_flags & 0x09 != 0 {
+        if run >= GSO_MAX_SEGMENTS || previous_flags & 0x09 != 0 {
             break;
         }
         let Some((v, _, l, h, payload)) = plain_tcp(frame, framing) else {

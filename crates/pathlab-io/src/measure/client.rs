@@ -28,10 +28,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a client waits for the welcome and for the answer to its request
 /// ([`pathlab_probe::session::ANSWER_TIMEOUT`]).
-const ANSWER_TIMEOUT_STD: Duration = Duration::from_secs(10);
-const _: () = assert!(
-    ANSWER_TIMEOUT_STD.as_nanos() == pathlab_probe::session::ANSWER_TIMEOUT.as_nanos() as u128
-);
+const ANSWER_TIMEOUT_STD: Duration = pathlab_probe::session::ANSWER_TIMEOUT.to_std();
 
 /// A client's connection to a server, after the hello exchange.
 #[derive(Debug)]
@@ -82,19 +79,12 @@ impl Control for Client {
             Ok(()) => Ok(()),
             // The control connection's write timeout: a server that takes nothing for that
             // long is not reading.
-            Err(error)
-                if self.test_started.is_some()
-                    && matches!(
-                        error.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-            {
-                Err(self.interrupted(
+            Err(error) if self.test_started.is_some() && super::timed_out(&error) => Err(self
+                .interrupted(
                     false,
                     "room for a control message",
                     format!("within {:.0} s", TEST_GRACE_STD.as_secs_f64()),
-                ))
-            }
+                )),
             Err(error)
                 if self.test_started.is_some()
                     && matches!(

@@ -281,12 +281,7 @@ fn send_for(
     while waited.elapsed() < super::TEST_GRACE_STD && !stop.load(Ordering::Relaxed) {
         match stream.read(&mut sink) {
             Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+                if super::timed_out(&error) || error.kind() == io::ErrorKind::Interrupted => {}
             _ => break,
         }
     }
@@ -368,12 +363,7 @@ fn receive_until_closed(
                 progress.moved();
             }
             Err(error)
-                if matches!(
-                    error.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
+                if super::timed_out(&error) || error.kind() == io::ErrorKind::Interrupted =>
             {
                 if stop.load(Ordering::Relaxed) {
                     break;

@@ -36,12 +36,71 @@ fn policy(key: Option<Key>) -> ServerPolicy {
     }
 }
 
-/// The server as a node: one connection, the one-way test's receiver or sender.
-struct ServerNode {
-    session: ServerSession,
+/// One end's probes of a one-way test: the sender or the receiver, whichever this end is.
+#[derive(Default)]
+struct Probes {
     receiver: Option<ProbeReceiver>,
     sender: Option<ProbeSender>,
     sent_reported: bool,
+}
+
+impl Probes {
+    /// Starts this end of `test` at `now`: it sends if the probes go `sending`'s way.
+    fn start(&mut self, now: Instant, test: &TestRequest, sending: Way, padding: u8) {
+        let (direction, size, count, schedule) = test.one_way().unwrap();
+        let way = match direction {
+            Direction::Up => Way::ClientToServer,
+            Direction::Down => Way::ServerToClient,
+        };
+        if way == sending {
+            let padding = Box::new([padding; 4096]);
+            self.sender = Some(ProbeSender::new(now, way, schedule, size, count, padding));
+        } else {
+            self.receiver = Some(ProbeReceiver::new(way, size, count));
+        }
+    }
+
+    /// The receiver, once its test is over at `now`.
+    fn finished(&mut self, now: Instant) -> Option<ProbeReceiver> {
+        self.receiver.take_if(|receiver| receiver.is_finished(now))
+    }
+
+    /// Sends the probes due at `now` (port 1); returns the `Sent` message, once.
+    fn send_due(
+        &mut self,
+        now: Instant,
+        running: Option<&Running>,
+        out: &mut VecDeque<(usize, Vec<u8>)>,
+    ) -> Option<Message> {
+        let sender = self.sender.as_mut()?;
+        let mut bytes = Vec::new();
+        while sender
+            .poll_probe(now, now.as_nanos(), running.unwrap(), &mut bytes)
+            .unwrap()
+            .is_some()
+        {
+            out.push_back((1, std::mem::take(&mut bytes)));
+        }
+        let sent = sender.sent().filter(|_| !self.sent_reported);
+        self.sent_reported |= sent.is_some();
+        sent
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        [
+            self.receiver.as_ref().and_then(ProbeReceiver::poll_at),
+            self.sender.as_ref().and_then(ProbeSender::poll_at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+/// The server as a node: one connection, the one-way test's receiver or sender.
+struct ServerNode {
+    session: ServerSession,
+    probes: Probes,
     out: VecDeque<(usize, Vec<u8>)>,
     ended: Option<Result<String, SessionError>>,
     session_id: u64,
@@ -51,9 +110,7 @@ impl ServerNode {
     fn new(key: Option<Key>, session_id: u64) -> ServerNode {
         ServerNode {
             session: ServerSession::new(Instant::ZERO, policy(key), CLIENT, [2; 16]),
-            receiver: None,
-            sender: None,
-            sent_reported: false,
+            probes: Probes::default(),
             out: VecDeque::new(),
             ended: None,
             session_id,
@@ -66,26 +123,10 @@ impl ServerNode {
             match event {
                 ServerEvent::Request(test) => {
                     self.session.accept(now, self.session_id, 5000);
-                    let (direction, size, count, schedule) = test.one_way().unwrap();
-                    match direction {
-                        Direction::Up => {
-                            self.receiver =
-                                Some(ProbeReceiver::new(Way::ClientToServer, size, count));
-                        }
-                        Direction::Down => {
-                            self.sender = Some(ProbeSender::new(
-                                now,
-                                Way::ServerToClient,
-                                schedule,
-                                size,
-                                count,
-                                Box::new([7; 4096]),
-                            ));
-                        }
-                    }
+                    self.probes.start(now, &test, Way::ServerToClient, 7);
                 }
                 ServerEvent::Message(Message::Sent { count, duration_ns }) => {
-                    if let Some(receiver) = &mut self.receiver {
+                    if let Some(receiver) = &mut self.probes.receiver {
                         receiver.handle_sent(now, count, duration_ns);
                     }
                 }
@@ -97,8 +138,7 @@ impl ServerNode {
                 ServerEvent::Ended(outcome) => self.ended = Some(outcome),
             }
         }
-        if self.receiver.as_ref().is_some_and(|r| r.is_finished(now)) {
-            let receiver = self.receiver.take().unwrap();
+        if let Some(receiver) = self.probes.finished(now) {
             let rejected = self.session.rejections.probes;
             let (received, messages) = receiver.finish(rejected);
             for message in &messages {
@@ -108,19 +148,11 @@ impl ServerNode {
                 .finish(format!("received {}", received.arrivals.len()));
             self.work(now);
         }
-        if let Some(sender) = &mut self.sender {
-            let running = self.session.running().unwrap();
-            let mut bytes = Vec::new();
-            while let Some(_seq) = sender
-                .poll_probe(now, now.as_nanos(), running, &mut bytes)
-                .unwrap()
-            {
-                self.out.push_back((1, std::mem::take(&mut bytes)));
-            }
-            if let (Some(sent), false) = (sender.sent(), self.sent_reported) {
-                self.sent_reported = true;
-                self.session.send(&sent);
-            }
+        if let Some(sent) = self
+            .probes
+            .send_due(now, self.session.running(), &mut self.out)
+        {
+            self.session.send(&sent);
         }
         while let Some(bytes) = self.session.poll_transmit() {
             self.out.push_back((0, bytes));
@@ -133,7 +165,7 @@ impl Node for ServerNode {
         if port == 0 {
             self.session.handle_control(now, &data);
         } else if let (Some(receiver), Some((running, rejections))) =
-            (&mut self.receiver, self.session.running_mut())
+            (&mut self.probes.receiver, self.session.running_mut())
         {
             receiver.handle_probe(now.as_nanos(), CLIENT, &data, false, running, rejections);
         }
@@ -145,14 +177,10 @@ impl Node for ServerNode {
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        [
-            self.session.poll_at(),
-            self.receiver.as_ref().and_then(ProbeReceiver::poll_at),
-            self.sender.as_ref().and_then(ProbeSender::poll_at),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        match (self.session.poll_at(), self.probes.poll_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -160,9 +188,7 @@ impl Node for ServerNode {
 struct ClientNode {
     session: ClientSession,
     test: TestRequest,
-    receiver: Option<ProbeReceiver>,
-    sender: Option<ProbeSender>,
-    sent_reported: bool,
+    probes: Probes,
     records: Vec<crate::control::ReceivedProbe>,
     done: Option<(u64, u64)>,
     failed: Option<SessionError>,
@@ -174,9 +200,7 @@ impl ClientNode {
         ClientNode {
             session: ClientSession::new(Instant::ZERO, key, SERVER, [1; 16], "test".into()),
             test,
-            receiver: None,
-            sender: None,
-            sent_reported: false,
+            probes: Probes::default(),
             records: Vec::new(),
             done: None,
             failed: None,
@@ -190,23 +214,7 @@ impl ClientNode {
             match event {
                 ClientEvent::Connected { .. } => self.session.request(now, self.test.clone(), 6000),
                 ClientEvent::Accepted => {
-                    let (direction, size, count, schedule) = self.test.one_way().unwrap();
-                    match direction {
-                        Direction::Up => {
-                            self.sender = Some(ProbeSender::new(
-                                now,
-                                Way::ClientToServer,
-                                schedule,
-                                size,
-                                count,
-                                Box::new([9; 4096]),
-                            ));
-                        }
-                        Direction::Down => {
-                            self.receiver =
-                                Some(ProbeReceiver::new(Way::ServerToClient, size, count));
-                        }
-                    }
+                    self.probes.start(now, &self.test, Way::ClientToServer, 9);
                 }
                 ClientEvent::Message(Message::Received { probes }) => self.records.extend(probes),
                 ClientEvent::Message(Message::Done { received, rejected }) => {
@@ -214,7 +222,7 @@ impl ClientNode {
                     self.session.finish();
                 }
                 ClientEvent::Message(Message::Sent { count, duration_ns }) => {
-                    if let Some(receiver) = &mut self.receiver {
+                    if let Some(receiver) = &mut self.probes.receiver {
                         receiver.handle_sent(now, count, duration_ns);
                     }
                 }
@@ -222,8 +230,7 @@ impl ClientNode {
                 ClientEvent::Failed(error) => self.failed = Some(error),
             }
         }
-        if self.receiver.as_ref().is_some_and(|r| r.is_finished(now)) {
-            let receiver = self.receiver.take().unwrap();
+        if let Some(receiver) = self.probes.finished(now) {
             let rejected = self.session.rejections.probes;
             let (received, messages) = receiver.finish(rejected);
             self.session.send(messages.last().unwrap());
@@ -231,20 +238,11 @@ impl ClientNode {
             self.records = received.arrivals;
             self.session.finish();
         }
-        if let Some(sender) = &mut self.sender {
-            let running = self.session.running().unwrap();
-            let mut bytes = Vec::new();
-            while sender
-                .poll_probe(now, now.as_nanos(), running, &mut bytes)
-                .unwrap()
-                .is_some()
-            {
-                self.out.push_back((1, std::mem::take(&mut bytes)));
-            }
-            if let (Some(sent), false) = (sender.sent(), self.sent_reported) {
-                self.sent_reported = true;
-                self.session.send(&sent);
-            }
+        if let Some(sent) = self
+            .probes
+            .send_due(now, self.session.running(), &mut self.out)
+        {
+            self.session.send(&sent);
         }
         while let Some(bytes) = self.session.poll_transmit() {
             self.out.push_back((0, bytes));
@@ -257,7 +255,7 @@ impl Node for ClientNode {
         if port == 0 {
             self.session.handle_control(now, &data);
         } else if let (Some(receiver), Some((running, rejections))) =
-            (&mut self.receiver, self.session.running_mut())
+            (&mut self.probes.receiver, self.session.running_mut())
         {
             receiver.handle_probe(now.as_nanos(), SERVER, &data, false, running, rejections);
         }
@@ -269,14 +267,10 @@ impl Node for ClientNode {
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        [
-            self.session.poll_at(),
-            self.receiver.as_ref().and_then(ProbeReceiver::poll_at),
-            self.sender.as_ref().and_then(ProbeSender::poll_at),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        match (self.session.poll_at(), self.probes.poll_at()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
