@@ -792,7 +792,7 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
             .unwrap()
             .expect("raw port")
     };
-    let (mut h1, mut h2) = (open(&lab.line.h1), open(&lab.line.h2));
+    let (h1, mut h2) = (open(&lab.line.h1), open(&lab.line.h2));
     let source = [0x02, 0, 0, 0, 0, 0x01];
     let frame = |tags: &[u8], ethertype: [u8; 2], fill: u8| {
         let mut frame = vec![0xff; 6];
@@ -811,8 +811,9 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
         ), // QinQ 10/20
         frame(&[], [0x88, 0xb5], 3),                       // local experimental
     ];
+    let mut h1_out = h1.transmitter().expect("h1's sending half");
     for frame in &sent {
-        h1.send(frame).expect("send from h1");
+        h1_out.send(frame).expect("send from h1");
     }
     let mut received = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(2);

@@ -173,7 +173,22 @@ fn bottleneck_runs(kernel_bps: f64) {
             let bdp_packets = (rate * 0.080 / (1514.0 * 8.0)).ceil() as u64;
             let (line, handle) =
                 with_emulator(&format!("rate {mbit}mbit delay 40ms limit {bdp_packets}"));
-            let goodput = line
+            let trace = std::env::var_os("PATHLAB_BENCH_TRACE").is_some();
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let goodput = std::thread::scope(|scope| {
+            if trace { scope.spawn(|| {
+                let mut last = 0u64;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    if let Some(s) = handle.stats() {
+                        let d = &s.directions[0];
+                        eprintln!("fwd {:.0} Mbit/s q {} pk {} MB inflight {} late p99 {} us frames {} segs {}",
+                            (d.forwarded_bytes - last) as f64 * 8e-6, d.queue_packets, d.queue_bytes / 1_000_000, d.in_flight, d.lateness.p99_ns / 1000, d.frames_received, d.packets_received);
+                        last = d.forwarded_bytes;
+                    }
+                }
+            }); }
+            let g = line
                 .start_tcp_bulk_with(
                     5203,
                     long_seconds() + Duration::from_secs(5),
@@ -188,6 +203,8 @@ fn bottleneck_runs(kernel_bps: f64) {
                 .finish()
                 .expect("transfer")
                 * 8.0;
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            g });
             let stats = handle.stop();
             drop(line);
             let ideal = rate * 1448.0 / 1514.0;

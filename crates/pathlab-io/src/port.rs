@@ -57,8 +57,10 @@ pub trait Port: Send {
         budget: usize,
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts>;
-    /// Sends one frame.
-    fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// A sending half of the port, independent of it: the thread that forwards the other
+    /// direction sends through it while this port's thread receives. Made again after a
+    /// [`Port::reopen`].
+    fn transmitter(&self) -> io::Result<Box<dyn Transmit>>;
     /// The error the port's receive descriptor has pending, taken (cleared): what a poll
     /// that woke without frames reported. `None` when there is none.
     fn take_error(&mut self) -> Option<io::Error> {
@@ -76,7 +78,13 @@ pub trait Port: Send {
     fn reopen(&mut self) -> Result<bool, PortError> {
         Ok(false)
     }
-    /// Whether [`Port::send_gso`] works on this port.
+}
+
+/// The sending half of a port.
+pub trait Transmit: Send {
+    /// Sends one frame.
+    fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Whether [`Transmit::send_gso`] works on this port.
     fn can_send_gso(&self) -> bool {
         false
     }
@@ -176,7 +184,6 @@ pub struct PacketPort {
     rx: sys::RxRing,
     ring: RingSize,
     tx: OwnedFd,
-    tx_buffer: Vec<u8>,
     /// The interface's lock; `None` once released for a [`Port::reopen`].
     lock: Option<(File, PathBuf)>,
     /// The namespace the port was opened in: the thread that forwards may be in another
@@ -282,7 +289,6 @@ impl PacketPort {
             rx,
             ring,
             tx,
-            tx_buffer: Vec::with_capacity(65_536 + sys::VNET_HDR_LEN),
             lock: Some((lock, lock_path)),
             netns: Netns::current().map_err(io_error("opening its network namespace", name))?,
         })
@@ -341,8 +347,11 @@ impl Port for PacketPort {
         Ok(counts)
     }
 
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.send_gso(frame, &VnetHeader::default())
+    fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
+        Ok(Box::new(PacketTx {
+            socket: self.tx.try_clone()?,
+            buffer: Vec::with_capacity(65_536 + sys::VNET_HDR_LEN),
+        }))
     }
 
     fn exists(&self) -> bool {
@@ -382,15 +391,31 @@ impl Port for PacketPort {
         }
     }
 
+}
+
+/// A [`PacketPort`]'s sending half: its send socket, shared (a duplicate descriptor), each
+/// frame preceded by a vnet header.
+#[derive(Debug)]
+struct PacketTx {
+    socket: OwnedFd,
+    /// The vnet header and the frame, reused.
+    buffer: Vec<u8>,
+}
+
+impl Transmit for PacketTx {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.send_gso(frame, &VnetHeader::default())
+    }
+
     fn can_send_gso(&self) -> bool {
         true
     }
 
     fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
-        self.tx_buffer.clear();
-        self.tx_buffer.extend_from_slice(&vnet.to_bytes());
-        self.tx_buffer.extend_from_slice(packet);
-        sys::send(self.tx.as_fd(), &self.tx_buffer, 0).map(drop)
+        self.buffer.clear();
+        self.buffer.extend_from_slice(&vnet.to_bytes());
+        self.buffer.extend_from_slice(packet);
+        sys::send(self.socket.as_fd(), &self.buffer, 0).map(drop)
     }
 }
 
@@ -455,8 +480,18 @@ impl Port for TunPort {
         Ok(counts)
     }
 
+    fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
+        Ok(Box::new(TunTx(self.tun.sender()?)))
+    }
+}
+
+/// A [`TunPort`]'s sending half.
+#[derive(Debug)]
+struct TunTx(crate::tun::TunSender);
+
+impl Transmit for TunTx {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.tun.send(frame).map(drop)
+        self.0.send(frame).map(drop)
     }
 }
 

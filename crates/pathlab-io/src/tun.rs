@@ -137,6 +137,30 @@ pub struct Tun {
     offloaded: bool,
 }
 
+/// Writes one IP packet into a TUN device's descriptor (after an empty vnet header when the
+/// device is offloaded); returns the packet bytes written.
+fn send_on(fd: BorrowedFd<'_>, offloaded: bool, packet: &[u8]) -> io::Result<usize> {
+    if offloaded {
+        let written = sys::write_two(fd, &[0; sys::VNET_HDR_LEN], packet)?;
+        return Ok(written.saturating_sub(sys::VNET_HDR_LEN));
+    }
+    sys::write(fd, packet)
+}
+
+/// The sending side of a [`Tun`], for another thread (a duplicate of its descriptor).
+#[derive(Debug)]
+pub struct TunSender {
+    fd: OwnedFd,
+    offloaded: bool,
+}
+
+impl TunSender {
+    /// As [`Tun::send`].
+    pub fn send(&self, packet: &[u8]) -> io::Result<usize> {
+        send_on(self.fd.as_fd(), self.offloaded, packet)
+    }
+}
+
 /// The longest read of an offloaded [`Tun`]: a vnet header and a 64 KB super-packet.
 pub const OFFLOADED_READ_BYTES: usize = sys::VNET_HDR_LEN + 65_535;
 
@@ -255,11 +279,15 @@ impl Tun {
     /// header or checksum is dropped there, not reported here; a first nibble other than
     /// 4 or 6 is `InvalidInput`.
     pub fn send(&self, packet: &[u8]) -> io::Result<usize> {
-        if self.offloaded {
-            let written = sys::write_two(self.fd.as_fd(), &[0; sys::VNET_HDR_LEN], packet)?;
-            return Ok(written.saturating_sub(sys::VNET_HDR_LEN));
-        }
-        sys::write(self.fd.as_fd(), packet)
+        send_on(self.fd.as_fd(), self.offloaded, packet)
+    }
+
+    /// A handle that writes packets into the device from another thread.
+    pub fn sender(&self) -> io::Result<TunSender> {
+        Ok(TunSender {
+            fd: self.fd.try_clone()?,
+            offloaded: self.offloaded,
+        })
     }
 
     /// Reads what the host sent into the device, one read, and hands `emit` the IP packets

@@ -103,6 +103,9 @@ pub fn run(
         .map_err(io_error(format!("creating {}", options.out.display())))?;
     let topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
     let mut emulators: Vec<Option<EmulatorHandle>> = Vec::new();
+    // One forwarding thread per core for all the lab's links: a thread per direction
+    // would be thousands of threads in a large lab.
+    let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
     let mut links = Vec::new();
     for (i, link) in experiment.links.iter().enumerate() {
         let recording = match &topology.cables[i] {
@@ -122,7 +125,7 @@ pub fn run(
                         link: link.name.clone(),
                         message: e.to_string(),
                     })?;
-                let handle = emulator::spawn(
+                let handle = pool.spawn(
                     ports,
                     EmulatorConfig {
                         name: link.name.clone(),
