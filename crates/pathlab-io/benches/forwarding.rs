@@ -1,10 +1,13 @@
 //! The emulator against kernel forwarding, on the same h1 - r - h2 line, in one run:
 //! TCP throughput through a kernel bridge and through `pathlab emulate` with an empty spec,
-//! their ratio, the packets per second that makes, and how far from its model time the
-//! emulator sends packets under a 100 Mbit/s load.
+//! their ratio, the packets per second that makes; both directions at once against one;
+//! TCP through a bottleneck of R Mbit/s against the TCP ideal; and how far from its model
+//! time the emulator sends packets under a 100 Mbit/s load.
 //!
-//! `cargo bench -p pathlab-io --bench forwarding` (as root). Set PATHLAB_BENCH_SECS to
-//! change the length of each TCP run (default 5).
+//! `cargo bench -p pathlab-io --bench forwarding` (as root). PATHLAB_BENCH_SECS sets the
+//! length of each empty-spec TCP run (default 5), PATHLAB_BENCH_LONG_SECS and
+//! PATHLAB_BENCH_RATES the bottleneck runs', and PATHLAB_BENCH_TRACE prints each
+//! direction's rate, queue and lateness every second of a bottleneck run.
 
 use std::time::Duration;
 
@@ -115,6 +118,7 @@ fn main() {
     print_lateness("  sent late (empty spec)", &stats);
 
     let kernel_bps = kernel_rates[rounds / 2];
+    bidirectional_runs(rounds);
     bottleneck_runs(kernel_bps);
 
     let (line, handle) = with_emulator("delay 10ms");
@@ -173,38 +177,30 @@ fn bottleneck_runs(kernel_bps: f64) {
             let bdp_packets = (rate * 0.080 / (1514.0 * 8.0)).ceil() as u64;
             let (line, handle) =
                 with_emulator(&format!("rate {mbit}mbit delay 40ms limit {bdp_packets}"));
-            let trace = std::env::var_os("PATHLAB_BENCH_TRACE").is_some();
             let done = std::sync::atomic::AtomicBool::new(false);
             let goodput = std::thread::scope(|scope| {
-            if trace { scope.spawn(|| {
-                let mut last = 0u64;
-                while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_secs(1));
-                    if let Some(s) = handle.stats() {
-                        let d = &s.directions[0];
-                        eprintln!("fwd {:.0} Mbit/s q {} pk {} MB inflight {} late p99 {} us frames {} segs {}",
-                            (d.forwarded_bytes - last) as f64 * 8e-6, d.queue_packets, d.queue_bytes / 1_000_000, d.in_flight, d.lateness.p99_ns / 1000, d.frames_received, d.packets_received);
-                        last = d.forwarded_bytes;
-                    }
+                if std::env::var_os("PATHLAB_BENCH_TRACE").is_some() {
+                    scope.spawn(|| trace(&handle, &done));
                 }
-            }); }
-            let g = line
-                .start_tcp_bulk_with(
-                    5203,
-                    long_seconds() + Duration::from_secs(5),
-                    Duration::from_secs(5),
-                    pathlab_io::topology::Check::Nothing,
-                    &pathlab_io::topology::BulkOptions {
-                        window: Some(128 << 20),
-                        congestion: Some(congestion.into()),
-                    },
-                )
-                .expect("transfer starts")
-                .finish()
-                .expect("transfer")
-                * 8.0;
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
-            g });
+                let goodput = line
+                    .start_tcp_bulk_with(
+                        5203,
+                        long_seconds() + Duration::from_secs(5),
+                        Duration::from_secs(5),
+                        pathlab_io::topology::Check::Nothing,
+                        &pathlab_io::topology::BulkOptions {
+                            window: Some(128 << 20),
+                            congestion: Some(congestion.into()),
+                            reverse: false,
+                        },
+                    )
+                    .expect("transfer starts")
+                    .finish()
+                    .expect("transfer")
+                    * 8.0;
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                goodput
+            });
             let stats = handle.stop();
             drop(line);
             let ideal = rate * 1448.0 / 1514.0;
@@ -225,6 +221,72 @@ fn bottleneck_runs(kernel_bps: f64) {
             );
         }
     }
+}
+
+/// Every second until `done`: each direction's rate out, queue, packets inside the link
+/// and lateness p99 over the last second (PATHLAB_BENCH_TRACE set).
+fn trace(handle: &emulator::EmulatorHandle, done: &std::sync::atomic::AtomicBool) {
+    let mut last = [0u64; 2];
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_secs(1));
+        let Some(stats) = handle.stats() else { return };
+        let line: Vec<String> = stats
+            .directions
+            .iter()
+            .zip(&mut last)
+            .map(|(d, last)| {
+                let rate = (d.forwarded_bytes - *last) as f64 * 8e-6;
+                *last = d.forwarded_bytes;
+                format!(
+                    "{} -> {}: {rate:7.1} Mbit/s, queue {} packets, inside {}, late p99 {} us, ring full {}",
+                    d.from, d.to, d.queue_packets, d.in_flight, d.lateness.last_second_p99_ns / 1000, d.ring_full
+                )
+            })
+            .collect();
+        eprintln!("    {}", line.join("; "));
+    }
+}
+
+/// Both directions saturated at once through an empty spec, against one direction alone,
+/// in the same round: what a thread per direction buys.
+fn bidirectional_runs(rounds: usize) {
+    println!(
+        "TCP both ways at once through pathlab emulate '', {} s per run:",
+        seconds().as_secs()
+    );
+    let mut gains = Vec::new();
+    for round in 1..=rounds {
+        let (line, handle) = with_emulator("");
+        let one = tcp(&line);
+        let start = |port, reverse| {
+            line.start_tcp_bulk_with(
+                port,
+                seconds(),
+                Duration::from_secs(1),
+                Check::Nothing,
+                &pathlab_io::topology::BulkOptions {
+                    reverse,
+                    ..Default::default()
+                },
+            )
+            .expect("transfer starts")
+        };
+        let (up, down) = (start(5204, false), start(5205, true));
+        let both = [up, down].map(|t| t.finish().expect("transfer") * 8.0);
+        drop(handle);
+        let sum = both[0] + both[1];
+        println!(
+            "  round {round}: one way {:6.3} Gbit/s; both ways {:6.3} + {:6.3} = {:6.3} Gbit/s, {:.2} x one way",
+            one * 1e-9,
+            both[0] * 1e-9,
+            both[1] * 1e-9,
+            sum * 1e-9,
+            sum / one
+        );
+        gains.push(sum / one);
+    }
+    gains.sort_by(f64::total_cmp);
+    println!("  median gain {:.2}", gains[rounds / 2]);
 }
 
 fn print_lateness(label: &str, stats: &EmulatorStats) {

@@ -448,20 +448,30 @@ pub fn build_gso(frames: &[&[u8]]) -> (Vec<u8>, VnetHeader) {
 
 /// [`build_gso`] for frames that start as `framing` says.
 pub fn build_gso_framed(frames: &[&[u8]], framing: Framing) -> (Vec<u8>, VnetHeader) {
-    let first = frames[0];
-    let (version, ip, l4, header_len, mss) = plain_tcp(first, framing).expect("a coalescable run");
-    let headers = l4 + header_len;
-    let mut packet =
-        Vec::with_capacity(frames.iter().map(|f| f.len() - headers).sum::<usize>() + headers);
-    packet.extend_from_slice(&first[..headers]);
+    let (mut packet, vnet) = gso_headers(frames, framing);
+    let headers = packet.len();
+    packet.reserve(frames.iter().map(|f| f.len() - headers).sum::<usize>());
     for frame in frames {
         packet.extend_from_slice(&frame[headers..]);
     }
+    (packet, vnet)
+}
+
+/// The headers of the GSO super-packet of `frames` (a run [`coalescable_run_framed`]
+/// accepted, at least two) and its vnet header: the super-packet is these headers followed
+/// by every frame's payload (its bytes after as many bytes as the headers have), which a
+/// sender can gather without copying them.
+pub fn gso_headers(frames: &[&[u8]], framing: Framing) -> (Vec<u8>, VnetHeader) {
+    let first = frames[0];
+    let (version, ip, l4, header_len, mss) = plain_tcp(first, framing).expect("a coalescable run");
+    let headers = l4 + header_len;
+    let mut packet = first[..headers].to_vec();
+    let total = headers + frames.iter().map(|f| f.len() - headers).sum::<usize>();
     let last = frames[frames.len() - 1];
     packet[l4 + 13] |= last[l4 + 13] & 0x09;
-    let l4_len = packet.len() - l4;
+    let l4_len = total - l4;
     if version == 4 {
-        let ip_len = (packet.len() - ip) as u16;
+        let ip_len = (total - ip) as u16;
         packet[ip + 2..ip + 4].copy_from_slice(&ip_len.to_be_bytes());
         packet[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
         let checksum = checksum_finish(checksum_add(0, &packet[ip..ip + 20]));

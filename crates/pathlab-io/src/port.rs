@@ -94,6 +94,12 @@ pub trait Transmit: Send {
         let _ = (packet, vnet);
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
+    /// Sends a run of one flow's TCP segments that [`offload::coalescable_run`] accepted
+    /// (at least two) as one GSO super-packet.
+    fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
+        let (packet, vnet) = offload::build_gso(frames);
+        self.send_gso(&packet, &vnet)
+    }
 }
 
 /// Why a port cannot be opened.
@@ -350,7 +356,6 @@ impl Port for PacketPort {
     fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
         Ok(Box::new(PacketTx {
             socket: self.tx.try_clone()?,
-            buffer: Vec::with_capacity(65_536 + sys::VNET_HDR_LEN),
         }))
     }
 
@@ -390,7 +395,6 @@ impl Port for PacketPort {
             Err(error) => Some(error),
         }
     }
-
 }
 
 /// A [`PacketPort`]'s sending half: its send socket, shared (a duplicate descriptor), each
@@ -398,8 +402,6 @@ impl Port for PacketPort {
 #[derive(Debug)]
 struct PacketTx {
     socket: OwnedFd,
-    /// The vnet header and the frame, reused.
-    buffer: Vec<u8>,
 }
 
 impl Transmit for PacketTx {
@@ -412,10 +414,21 @@ impl Transmit for PacketTx {
     }
 
     fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
-        self.buffer.clear();
-        self.buffer.extend_from_slice(&vnet.to_bytes());
-        self.buffer.extend_from_slice(packet);
-        sys::send(self.socket.as_fd(), &self.buffer, 0).map(drop)
+        sys::write_two(self.socket.as_fd(), &vnet.to_bytes(), packet).map(drop)
+    }
+
+    /// Gathers the super-packet from the frames where they are: its vnet header, its
+    /// headers, then each segment's payload, in one `writev` (no copy in user space).
+    fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
+        let (headers, vnet) = offload::gso_headers(frames, offload::Framing::Ethernet);
+        let vnet = vnet.to_bytes();
+        let mut parts: [&[u8]; sys::GATHER_MAX] = [&[]; sys::GATHER_MAX];
+        parts[0] = &vnet;
+        parts[1] = &headers;
+        for (part, frame) in parts[2..].iter_mut().zip(frames) {
+            *part = &frame[headers.len()..];
+        }
+        sys::write_gather(self.socket.as_fd(), &parts[..2 + frames.len()]).map(drop)
     }
 }
 

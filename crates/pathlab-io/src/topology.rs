@@ -147,6 +147,8 @@ pub struct BulkOptions {
     pub window: Option<usize>,
     /// The sender's congestion control.
     pub congestion: Option<String>,
+    /// From h2 to h1 instead.
+    pub reverse: bool,
 }
 
 /// A TCP bulk transfer from h1 to h2 in progress (see [`Line::start_tcp_bulk`]).
@@ -166,7 +168,8 @@ impl BulkTransfer {
 }
 
 impl Line {
-    /// Starts a TCP bulk transfer from h1 to h2 on `port` for `duration`; bytes received
+    /// Starts a TCP bulk transfer from h1 to h2 (or back, [`BulkOptions::reverse`]) on
+    /// `port` for `duration`; bytes received
     /// during the first `warmup` (slow start) are not counted. With [`Check::EveryByte`]
     /// the receiver checks every byte against the pattern the sender wrote and fails the
     /// transfer on a mismatch (which costs the receiver about a core at 10 Gbit/s).
@@ -190,9 +193,14 @@ impl Line {
         options: &BulkOptions,
     ) -> io::Result<BulkTransfer> {
         use std::io::{Read, Write};
-        let address = std::net::SocketAddr::new(IpAddr::V4(H2_V4), port);
+        let (sending, receiving, to) = if options.reverse {
+            (&self.h2, &self.h1, H1_V4)
+        } else {
+            (&self.h1, &self.h2, H2_V4)
+        };
+        let address = std::net::SocketAddr::new(IpAddr::V4(to), port);
         let window = options.window;
-        let listener = self.h2.run(|| -> io::Result<std::net::TcpListener> {
+        let listener = receiving.run(|| -> io::Result<std::net::TcpListener> {
             let socket = crate::sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
             crate::sys::setsockopt(socket.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, &1)?;
             if let Some(bytes) = window {
@@ -239,7 +247,7 @@ impl Line {
             })
         });
         let congestion = options.congestion.clone();
-        let mut stream = self.h1.run(|| -> io::Result<std::net::TcpStream> {
+        let mut stream = sending.run(|| -> io::Result<std::net::TcpStream> {
             let socket = crate::sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
             if let Some(bytes) = window {
                 crate::sys::grow_send_buffer(socket.as_fd(), bytes)?;

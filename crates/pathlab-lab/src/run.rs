@@ -125,24 +125,25 @@ pub fn run(
                         link: link.name.clone(),
                         message: e.to_string(),
                     })?;
-                let handle = pool.spawn(
-                    ports,
-                    EmulatorConfig {
-                        name: link.name.clone(),
-                        forward: link.forward.clone(),
-                        reverse: link.reverse.clone(),
-                        seed: options.seed.wrapping_add(i as u64),
-                        record: Some(record),
-                        pcap: None,
-                        queue_sample_interval: pathlab_core::Duration::from_millis(10),
-                        command: vec![format!("pathlab lab {}", experiment.name)],
-                        on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
-                    },
-                )
-                .map_err(|e| RunError::Emulator {
-                    link: link.name.clone(),
-                    message: e.to_string(),
-                })?;
+                let handle = pool
+                    .spawn(
+                        ports,
+                        EmulatorConfig {
+                            name: link.name.clone(),
+                            forward: link.forward.clone(),
+                            reverse: link.reverse.clone(),
+                            seed: options.seed.wrapping_add(i as u64),
+                            record: Some(record),
+                            pcap: None,
+                            queue_sample_interval: pathlab_core::Duration::from_millis(10),
+                            command: vec![format!("pathlab lab {}", experiment.name)],
+                            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
+                        },
+                    )
+                    .map_err(|e| RunError::Emulator {
+                        link: link.name.clone(),
+                        message: e.to_string(),
+                    })?;
                 handle.set_late_bound(experiment.late_bound);
                 emulators.push(Some(handle));
                 Some(file_name)

@@ -250,7 +250,11 @@ impl Pool {
 
     /// The two threads to put a new emulator's directions on.
     fn place(&self) -> [usize; 2] {
-        let mut load = self.inner.load.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut load = self
+            .inner
+            .load
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut order: Vec<usize> = (0..load.len()).collect();
         order.sort_by_key(|&w| (load[w], w));
         let chosen = [order[0], order[order.len().min(2) - 1]];
@@ -261,7 +265,11 @@ impl Pool {
     }
 
     fn unplace(&self, worker: usize) {
-        let mut load = self.inner.load.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut load = self
+            .inner
+            .load
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         load[worker] = load[worker].saturating_sub(1);
     }
 }

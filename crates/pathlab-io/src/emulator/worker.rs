@@ -365,12 +365,12 @@ impl Direction {
             while start < due.len() {
                 let run = next_run(&due[start..], gso);
                 let result = if run > 1 {
-                    let frames: Vec<&[u8]> = due[start..start + run]
-                        .iter()
-                        .map(|(_, p)| p.data.as_slice())
-                        .collect();
-                    let (packet, vnet) = offload::build_gso(&frames);
-                    out.send_gso(&packet, &vnet)
+                    let mut frames: [&[u8]; offload::GSO_MAX_SEGMENTS] =
+                        [&[]; offload::GSO_MAX_SEGMENTS];
+                    for (frame, (_, packet)) in frames.iter_mut().zip(&due[start..start + run]) {
+                        *frame = packet.data.as_slice();
+                    }
+                    out.send_run(&frames[..run])
                 } else {
                     out.send(&due[start].1.data)
                 };
@@ -523,9 +523,7 @@ pub(crate) fn next_run(due: &[(Instant, Packet)], gso: bool) -> usize {
         frames[n] = packet.data.as_slice();
         n += 1;
     }
-    offload::coalescable_run(&frames[..n])
-        .max(1)
-        .min(due.len())
+    offload::coalescable_run(&frames[..n]).max(1).min(due.len())
 }
 
 /// What a worker is asked.
@@ -738,7 +736,7 @@ impl Worker {
         let now = std::time::Instant::now();
         let timeout = match deadline {
             Some(at) if at <= now + spin => return,
-            Some(at) => Some(at - now - spin),
+            Some(at) => Some(at.saturating_duration_since(now + spin)),
             None => None,
         };
         let mut ready = [false; 1];
@@ -840,7 +838,10 @@ mod tests {
         assert_eq!(sent.len(), 40, "every frame leaves");
         let mut last_id = 0;
         for &(due, at, id, _, _) in &sent {
-            assert!(at >= due, "frame {id} left at {at}, before its instant {due}");
+            assert!(
+                at >= due,
+                "frame {id} left at {at}, before its instant {due}"
+            );
             // The pass it left in is the first at or after its instant.
             let first = passes.iter().find(|p| **p >= due).expect("a pass after");
             assert_eq!(at, *first, "frame {id} waited for a later pass");
@@ -853,12 +854,24 @@ mod tests {
         assert!(runs.len() < sent.len(), "some frames were glued");
         for run in runs {
             let members: Vec<_> = sent.iter().filter(|s| s.3 == run).collect();
-            assert!(members.iter().all(|m| m.1 == members[0].1), "a run is one pass");
-            assert!(members.iter().all(|m| m.4 == members[0].4), "a run is one flow");
+            assert!(
+                members.iter().all(|m| m.1 == members[0].1),
+                "a run is one pass"
+            );
+            assert!(
+                members.iter().all(|m| m.4 == members[0].4),
+                "a run is one flow"
+            );
         }
         // Without GSO every frame goes alone.
-        let mut due = vec![(Instant::ZERO, Packet::from_ethernet(Instant::ZERO, tcp_segment(1, 1, 0, 1448)))];
-        due.push((Instant::ZERO, Packet::from_ethernet(Instant::ZERO, tcp_segment(1, 1449, 1, 1448))));
+        let mut due = vec![(
+            Instant::ZERO,
+            Packet::from_ethernet(Instant::ZERO, tcp_segment(1, 1, 0, 1448)),
+        )];
+        due.push((
+            Instant::ZERO,
+            Packet::from_ethernet(Instant::ZERO, tcp_segment(1, 1449, 1, 1448)),
+        ));
         assert_eq!(next_run(&due, true), 2);
         assert_eq!(next_run(&due, false), 1);
         due[0].1.corrupted = true;

@@ -517,20 +517,30 @@ pub fn tun_set_offload(fd: BorrowedFd<'_>) -> io::Result<()> {
 
 /// `writev(2)` of a header and a body, as one write.
 pub fn write_two(fd: BorrowedFd<'_>, header: &[u8], body: &[u8]) -> io::Result<usize> {
-    let iovecs = [
-        libc::iovec {
-            iov_base: header.as_ptr().cast_mut().cast(),
-            iov_len: header.len(),
-        },
-        libc::iovec {
-            iov_base: body.as_ptr().cast_mut().cast(),
-            iov_len: body.len(),
-        },
-    ];
-    // SAFETY: both iovecs describe readable buffers that live for the call; writev only
-    // reads through them.
-    cvt_size(unsafe { libc::writev(fd.as_raw_fd(), iovecs.as_ptr(), 2) })
+    write_gather(fd, &[header, body])
 }
+
+/// `writev(2)` of `parts`, one after the other, as one write (one datagram or frame on a
+/// packet or datagram socket). At most [`GATHER_MAX`] parts.
+pub fn write_gather(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
+    assert!(parts.len() <= GATHER_MAX, "at most {GATHER_MAX} parts");
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iovecs = [empty; GATHER_MAX];
+    for (iovec, part) in iovecs.iter_mut().zip(parts) {
+        iovec.iov_base = part.as_ptr().cast_mut().cast();
+        iovec.iov_len = part.len();
+    }
+    // SAFETY: the first `parts.len()` iovecs describe readable buffers that live for the
+    // call; writev only reads through them.
+    cvt_size(unsafe { libc::writev(fd.as_raw_fd(), iovecs.as_ptr(), parts.len() as libc::c_int) })
+}
+
+/// The most parts [`write_gather`] takes: a vnet header, a super-packet's headers and the
+/// payloads of its up to 64 segments, with room to spare.
+pub const GATHER_MAX: usize = 72;
 
 /// Makes a descriptor non-blocking.
 pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
