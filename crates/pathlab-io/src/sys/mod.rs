@@ -6,6 +6,7 @@
 
 #![allow(unsafe_code)]
 
+mod packet_batch;
 mod ring;
 
 use std::ffi::CString;
@@ -16,6 +17,7 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
+pub use packet_batch::{enable_packet_auxdata, packet_drops, PacketBatch};
 pub use ring::RxRing;
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.
