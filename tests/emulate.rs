@@ -2397,3 +2397,125 @@ fn ring_and_socket_receive_deliver_the_same_frames() {
         );
     }
 }
+
+/// The network-namespace inodes process `pid` holds open (`net:[...]`).
+fn netns_held_by(pid: u32) -> std::collections::HashSet<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with("net:["))
+        .collect()
+}
+
+/// The named namespaces (`ip netns list`).
+fn named_netns() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_nothing() {
+    let Some(_serial) = privileged(
+        "a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_nothing",
+    ) else {
+        return;
+    };
+    // A star: router r, hosts h1..h200 each on an emulated link; h1's is `delay 2ms`,
+    // h2's `delay 3ms`, the others `delay 1ms`. A ping h1 -> h2 crosses both ways of both.
+    const HOSTS: usize = 200;
+    let mut spec = String::from(
+        "name = \"star200\"\nduration = \"4s\"\n[[node]]\nname = \"r\"\nkind = \"router\"\n",
+    );
+    for host in 1..=HOSTS {
+        spec += &format!("[[node]]\nname = \"h{host}\"\n");
+    }
+    for host in 1..=HOSTS {
+        let delay = match host {
+            1 => 2,
+            2 => 3,
+            _ => 1,
+        };
+        spec += &format!("[[link]]\nbetween = [\"r\", \"h{host}\"]\nspec = \"delay {delay}ms\"\n");
+    }
+    spec += "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
+             interval = \"50ms\"\nduration = \"3s\"\n";
+    let dir = TempDir::new("lab-200");
+    let spec_path = dir.path("star200.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = dir.path("out");
+    let named_before = named_netns();
+    let mut child = Command::new(PATHLAB)
+        .arg("lab")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path("stderr")).unwrap())
+        .spawn()
+        .expect("pathlab lab starts");
+    // Built once every emulator has opened its recording: then the lab's namespaces are
+    // the ones it holds (201 nodes, 200 cables).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let recordings = || {
+        std::fs::read_dir(&out).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("link-"))
+                .count()
+        })
+    };
+    while recordings() < HOSTS
+        && std::time::Instant::now() < deadline
+        && child.try_wait().unwrap().is_none()
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let held = netns_held_by(child.id());
+    let status = child.wait().expect("pathlab lab ends");
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(dir.path("stderr")).unwrap_or_default()
+    );
+    assert!(held.len() > 2 * HOSTS, "{} namespaces held", held.len());
+
+    let run = read_lab_run(&out.join("result.json"));
+    let pathlab_results::lab::LabOutcome::Ping(report) = &run.workloads[0].outcome else {
+        panic!("{:?}", run.workloads[0].outcome);
+    };
+    assert_eq!(report.sent, 60, "3 s every 50 ms");
+    assert_eq!(report.received, report.sent, "{report:?}");
+    // (2 + 3 ms) each way; the issue asks for the links' delays within 0.5 ms, and 0.5 ms
+    // more is allowed for the median on 2 cores shared with 400 emulator threads (a debug
+    // build forwarding four times per ping).
+    let (min, p50) = (
+        report.rtt.min_ns as f64 / 1e6,
+        report.rtt.p50_ns as f64 / 1e6,
+    );
+    eprintln!("200 links: ping h1 -> h2 min {min:.3} ms, p50 {p50:.3} ms (theory 10 ms)");
+    assert!((10.0..10.5).contains(&min), "{report:?}");
+    assert!((10.0..11.0).contains(&p50), "{report:?}");
+
+    // Torn down: no process holds any of the lab's namespaces, none was named, and no
+    // interface of it reached this namespace.
+    let live = live_netns_inodes();
+    let left: Vec<&String> = held.intersection(&live).collect();
+    assert!(left.is_empty(), "namespaces still alive: {left:?}");
+    assert!(
+        named_netns().is_subset(&named_before),
+        "{:?}",
+        named_netns()
+    );
+    let strays: Vec<String> = root_interfaces()
+        .into_iter()
+        .filter(|name| name.starts_with("to-") || name == "a" || name == "b")
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
+}
