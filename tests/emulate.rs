@@ -6,6 +6,7 @@
 //! missing capability is a broken CI, not a reason to skip) and skip with a message
 //! elsewhere.
 
+use std::fmt::Write as _;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
@@ -2429,20 +2430,23 @@ fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_noth
     };
     // A star: router r, hosts h1..h200 each on an emulated link; h1's is `delay 2ms`,
     // h2's `delay 3ms`, the others `delay 1ms`. A ping h1 -> h2 crosses both ways of both.
-    const HOSTS: usize = 200;
+    let hosts = 200;
     let mut spec = String::from(
         "name = \"star200\"\nduration = \"4s\"\n[[node]]\nname = \"r\"\nkind = \"router\"\n",
     );
-    for host in 1..=HOSTS {
-        spec += &format!("[[node]]\nname = \"h{host}\"\n");
+    for host in 1..=hosts {
+        let _ = write!(spec, "[[node]]\nname = \"h{host}\"\n");
     }
-    for host in 1..=HOSTS {
+    for host in 1..=hosts {
         let delay = match host {
             1 => 2,
             2 => 3,
             _ => 1,
         };
-        spec += &format!("[[link]]\nbetween = [\"r\", \"h{host}\"]\nspec = \"delay {delay}ms\"\n");
+        let _ = write!(
+            spec,
+            "[[link]]\nbetween = [\"r\", \"h{host}\"]\nspec = \"delay {delay}ms\"\n"
+        );
     }
     spec += "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
              interval = \"50ms\"\nduration = \"3s\"\n";
@@ -2471,7 +2475,7 @@ fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_noth
                 .count()
         })
     };
-    while recordings() < HOSTS
+    while recordings() < hosts
         && std::time::Instant::now() < deadline
         && child.try_wait().unwrap().is_none()
     {
@@ -2484,7 +2488,7 @@ fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_noth
         "{}",
         std::fs::read_to_string(dir.path("stderr")).unwrap_or_default()
     );
-    assert!(held.len() > 2 * HOSTS, "{} namespaces held", held.len());
+    assert!(held.len() > 2 * hosts, "{} namespaces held", held.len());
 
     let run = read_lab_run(&out.join("result.json"));
     let pathlab_results::lab::LabOutcome::Ping(report) = &run.workloads[0].outcome else {
