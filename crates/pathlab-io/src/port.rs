@@ -345,9 +345,8 @@ impl PacketPort {
                 lock: lock_path,
             });
         };
-        // Protocol 0: the socket receives nothing until bind gives it the interface and
-        // every protocol at once, so no frame of another interface slips in before.
-        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+        let protocol = i32::from((libc::ETH_P_ALL as u16).to_be());
+        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, protocol)
             .map_err(io_error("opening a packet socket", name))?;
         // The options must be set before the ring exists and before bind, so that no frame
         // arrives without them.
