@@ -6,6 +6,7 @@
 //! missing capability is a broken CI, not a reason to skip) and skip with a message
 //! elsewhere.
 
+use std::fmt::Write as _;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
@@ -2195,4 +2196,332 @@ fn a_lab_run_whose_emulator_cannot_follow_its_link_is_marked_late() {
         html.contains(&format!("<p class=\"late\">{warning}</p>")),
         "the report marks the run"
     );
+}
+
+/// An Ethernet frame from the test's own source MAC (so the receiver can tell it from the
+/// kernel's traffic): `tags` (VLAN headers), `ethertype`, then `payload`.
+fn test_frame(tags: &[u8], ethertype: [u8; 2], payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&TEST_SOURCE_MAC);
+    frame.extend_from_slice(tags);
+    frame.extend_from_slice(&ethertype);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+const TEST_SOURCE_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+
+/// An IPv4 header of `l4_len` bytes of protocol `protocol` from h1 to h2, with its
+/// checksum.
+fn ipv4_header(id: u16, protocol: u8, l4_len: usize) -> Vec<u8> {
+    let mut header = vec![0x45, 0];
+    header.extend_from_slice(&((20 + l4_len) as u16).to_be_bytes());
+    header.extend_from_slice(&id.to_be_bytes());
+    header.extend_from_slice(&[0x40, 0, 64, protocol, 0, 0]);
+    header.extend_from_slice(&H1_V4.octets());
+    header.extend_from_slice(&H2_V4.octets());
+    let sum = pathlab_io::offload::checksum_add(0, &header);
+    let checksum = pathlab_io::offload::checksum_finish(sum);
+    header[10..12].copy_from_slice(&checksum.to_be_bytes());
+    header
+}
+
+/// Five full TCP segments of one flow (1448 bytes each, consecutive ids and sequence
+/// numbers, PSH on the last) that [`pathlab_io::offload::build_gso`] joins into one
+/// super-packet.
+fn tcp_segments() -> Vec<Vec<u8>> {
+    (0..5u16)
+        .map(|i| {
+            let payload: Vec<u8> = (0..1448u32).map(|b| (b * 7 + u32::from(i)) as u8).collect();
+            let mut tcp = Vec::new();
+            tcp.extend_from_slice(&40_000u16.to_be_bytes());
+            tcp.extend_from_slice(&5201u16.to_be_bytes());
+            tcp.extend_from_slice(&(1000 + u32::from(i) * 1448).to_be_bytes());
+            tcp.extend_from_slice(&1u32.to_be_bytes());
+            tcp.extend_from_slice(&[0x50, if i == 4 { 0x18 } else { 0x10 }]);
+            tcp.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
+            tcp.extend_from_slice(&payload);
+            let mut packet = ipv4_header(100 + i, 6, tcp.len());
+            packet.extend_from_slice(&tcp);
+            test_frame(&[], [0x08, 0x00], &packet)
+        })
+        .collect()
+}
+
+/// A UDP datagram from h1 to h2 of `len` payload bytes (checksum 0: none, as IPv4 allows).
+fn udp_frame(len: usize, fill: u8) -> Vec<u8> {
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&40_001u16.to_be_bytes());
+    udp.extend_from_slice(&9u16.to_be_bytes());
+    udp.extend_from_slice(&((8 + len) as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend(std::iter::repeat_n(fill, len));
+    let mut packet = ipv4_header(200 + u16::from(fill), 17, udp.len());
+    packet.extend_from_slice(&udp);
+    test_frame(&[], [0x08, 0x00], &packet)
+}
+
+/// What h2 receives of the test's frames when an emulator in r (`delay 1ms`) reads its
+/// ports as `mode` says, h1 sending one GSO TCP super-packet, VLAN and QinQ frames and
+/// plain UDP; and the emulator's counters. Then a second of real TCP (the kernel's own
+/// super-packets), every byte checked; its goodput in bytes/s.
+fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
+    use pathlab_io::emulator::{self, EmulatorConfig};
+    use pathlab_io::port::ReceiveMode;
+    let line = Line::build(pathlab_io::topology::Middle::Emulator, true).expect("namespaces");
+    let spec = pathlab_core::LinkSpec::parse("delay 1ms").unwrap();
+    let receive = if mode == "ring" {
+        ReceiveMode::ring_for_link(&spec)
+    } else {
+        ReceiveMode::socket_for_link(&spec)
+    };
+    let ports = line
+        .r
+        .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
+            Ok([
+                PacketPort::open_with(R_PORT_H1, receive)?,
+                PacketPort::open_with(R_PORT_H2, receive)?,
+            ])
+        })
+        .unwrap()
+        .expect("r's ports open");
+    let handle = emulator::spawn(
+        ports,
+        EmulatorConfig {
+            name: format!("modes-{mode}"),
+            forward: spec.clone(),
+            reverse: spec,
+            seed: 1,
+            record: None,
+            pcap: None,
+            queue_sample_interval: pathlab_core::Duration::from_millis(10),
+            command: vec![],
+            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
+        },
+    )
+    .expect("emulator starts");
+    let open = |ns: &pathlab_io::netns::Netns| {
+        ns.run(|| PacketPort::open(HOST_PORT))
+            .unwrap()
+            .expect("raw port")
+    };
+    let (h1, mut h2) = (open(&line.h1), open(&line.h2));
+    let mut h1 = h1.transmitter().expect("h1's sending half");
+    let segments = tcp_segments();
+    let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
+    assert_eq!(pathlab_io::offload::coalescable_run(&views), 5);
+    let (super_packet, vnet) = pathlab_io::offload::build_gso(&views);
+    h1.send_gso(&super_packet, &vnet).expect("GSO from h1");
+    for frame in [
+        test_frame(&[0x81, 0x00, 0x00, 0x64], [0x08, 0x00], &[1; 64]), // VLAN 100
+        test_frame(
+            &[0x88, 0xa8, 0x00, 0x0a, 0x81, 0x00, 0x00, 0x14],
+            [0x86, 0xdd],
+            &[2; 64],
+        ), // QinQ 10/20
+        udp_frame(18, 3),
+        udp_frame(1000, 4),
+        udp_frame(1472, 5),
+    ] {
+        h1.send(&frame).expect("send from h1");
+    }
+    let mut received = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while received.len() < 10 && std::time::Instant::now() < deadline {
+        h2.receive(64, &mut |frame| {
+            if frame[6..12] == TEST_SOURCE_MAC {
+                received.push(frame);
+            }
+        })
+        .expect("receive at h2");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop((h1, h2));
+    let goodput = line
+        .start_tcp_bulk(
+            5201,
+            Duration::from_secs(2),
+            Duration::from_secs(1),
+            Check::EveryByte,
+        )
+        .expect("starts")
+        .finish()
+        .expect("every byte arrives as sent");
+    let stats = handle.stop();
+    (received, stats, goodput)
+}
+
+#[test]
+fn ring_and_socket_receive_deliver_the_same_frames() {
+    let Some(_serial) = privileged("ring_and_socket_receive_deliver_the_same_frames") else {
+        return;
+    };
+    // What should arrive: the super-packet as the wire frames it stands for, the rest as
+    // sent (a VLAN tag the driver took off is put back).
+    let segments = tcp_segments();
+    let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
+    let (super_packet, vnet) = pathlab_io::offload::build_gso(&views);
+    let mut expected = Vec::new();
+    pathlab_io::offload::to_wire_frames(super_packet, &vnet, &mut |f| expected.push(f))
+        .expect("cuts");
+    assert_eq!(expected.len(), 5);
+    expected.push(test_frame(
+        &[0x81, 0x00, 0x00, 0x64],
+        [0x08, 0x00],
+        &[1; 64],
+    ));
+    expected.push(test_frame(
+        &[0x88, 0xa8, 0x00, 0x0a, 0x81, 0x00, 0x00, 0x14],
+        [0x86, 0xdd],
+        &[2; 64],
+    ));
+    expected.extend([udp_frame(18, 3), udp_frame(1000, 4), udp_frame(1472, 5)]);
+    let (ring, ring_stats, ring_goodput) = frames_through("ring");
+    let (socket, socket_stats, socket_goodput) = frames_through("socket");
+    eprintln!(
+        "TCP through delay 1ms, every byte checked: ring {:.2} Gbit/s, socket {:.2} Gbit/s",
+        ring_goodput * 8e-9,
+        socket_goodput * 8e-9
+    );
+    assert_eq!(ring.len(), expected.len(), "ring: every frame arrived");
+    assert!(ring == expected, "ring: frames arrive as sent, in order");
+    assert!(socket == ring, "the socket delivers what the ring does");
+    for (mode, stats) in [("ring", &ring_stats), ("socket", &socket_stats)] {
+        assert_conservation(stats);
+        let h1_to_h2 = &stats.directions[0];
+        assert_eq!(h1_to_h2.malformed, 0, "{mode}");
+        // The kernel's TCP arrived as super-packets in both modes: fewer frames read
+        // than wire frames they held.
+        assert!(
+            h1_to_h2.frames_received * 2 < h1_to_h2.packets_received,
+            "{mode}: {} frames for {} packets",
+            h1_to_h2.frames_received,
+            h1_to_h2.packets_received
+        );
+    }
+}
+
+/// The network-namespace inodes process `pid` holds open (`net:[...]`).
+fn netns_held_by(pid: u32) -> std::collections::HashSet<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with("net:["))
+        .collect()
+}
+
+/// The named namespaces (`ip netns list`).
+fn named_netns() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_nothing() {
+    let Some(_serial) = privileged(
+        "a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_nothing",
+    ) else {
+        return;
+    };
+    // A star: router r, hosts h1..h200 each on an emulated link; h1's is `delay 2ms`,
+    // h2's `delay 3ms`, the others `delay 1ms`. A ping h1 -> h2 crosses both ways of both.
+    let hosts = 200;
+    let mut spec = String::from(
+        "name = \"star200\"\nduration = \"4s\"\n[[node]]\nname = \"r\"\nkind = \"router\"\n",
+    );
+    for host in 1..=hosts {
+        let _ = write!(spec, "[[node]]\nname = \"h{host}\"\n");
+    }
+    for host in 1..=hosts {
+        let delay = match host {
+            1 => 2,
+            2 => 3,
+            _ => 1,
+        };
+        let _ = write!(
+            spec,
+            "[[link]]\nbetween = [\"r\", \"h{host}\"]\nspec = \"delay {delay}ms\"\n"
+        );
+    }
+    spec += "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
+             interval = \"50ms\"\nduration = \"3s\"\n";
+    let dir = TempDir::new("lab-200");
+    let spec_path = dir.path("star200.toml");
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = dir.path("out");
+    let named_before = named_netns();
+    let mut child = Command::new(PATHLAB)
+        .arg("lab")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path("stderr")).unwrap())
+        .spawn()
+        .expect("pathlab lab starts");
+    // Built once every emulator has opened its recording: then the lab's namespaces are
+    // the ones it holds (201 nodes, 200 cables).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let recordings = || {
+        std::fs::read_dir(&out).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("link-"))
+                .count()
+        })
+    };
+    while recordings() < hosts
+        && std::time::Instant::now() < deadline
+        && child.try_wait().unwrap().is_none()
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let held = netns_held_by(child.id());
+    let status = child.wait().expect("pathlab lab ends");
+    assert!(
+        status.success(),
+        "{}",
+        std::fs::read_to_string(dir.path("stderr")).unwrap_or_default()
+    );
+    assert!(held.len() > 2 * hosts, "{} namespaces held", held.len());
+
+    let run = read_lab_run(&out.join("result.json"));
+    let pathlab_results::lab::LabOutcome::Ping(report) = &run.workloads[0].outcome else {
+        panic!("{:?}", run.workloads[0].outcome);
+    };
+    assert_eq!(report.sent, 60, "3 s every 50 ms");
+    assert_eq!(report.received, report.sent, "{report:?}");
+    // (2 + 3 ms) each way; the issue asks for the links' delays within 0.5 ms, and 0.5 ms
+    // more is allowed for the median on 2 cores shared with 400 emulator threads (a debug
+    // build forwarding four times per ping).
+    let (min, p50) = (
+        report.rtt.min_ns as f64 / 1e6,
+        report.rtt.p50_ns as f64 / 1e6,
+    );
+    eprintln!("200 links: ping h1 -> h2 min {min:.3} ms, p50 {p50:.3} ms (theory 10 ms)");
+    assert!((10.0..10.5).contains(&min), "{report:?}");
+    assert!((10.0..11.0).contains(&p50), "{report:?}");
+
+    // Torn down: no process holds any of the lab's namespaces, none was named, and no
+    // interface of it reached this namespace.
+    let live = live_netns_inodes();
+    let left: Vec<&String> = held.intersection(&live).collect();
+    assert!(left.is_empty(), "namespaces still alive: {left:?}");
+    assert!(
+        named_netns().is_subset(&named_before),
+        "{:?}",
+        named_netns()
+    );
+    let strays: Vec<String> = root_interfaces()
+        .into_iter()
+        .filter(|name| name.starts_with("to-") || name == "a" || name == "b")
+        .collect();
+    assert!(strays.is_empty(), "{strays:?}");
 }

@@ -8,12 +8,14 @@
 //! length of each empty-spec TCP run (default 5), PATHLAB_BENCH_LONG_SECS and
 //! PATHLAB_BENCH_RATES the bottleneck runs', and PATHLAB_BENCH_TRACE prints each
 //! direction's rate, queue and lateness every second of a bottleneck run.
+//! PATHLAB_BENCH_RECEIVE set to `ring` or `socket` makes every port receive that way
+//! (default: as `ReceiveMode::for_link` chooses), to compare the two.
 
 use std::time::Duration;
 
 use pathlab_core::LinkSpec;
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats};
-use pathlab_io::port::PacketPort;
+use pathlab_io::port::{PacketPort, ReceiveMode};
 use pathlab_io::topology::{Check, Line, Middle, R_PORT_H1, R_PORT_H2};
 
 fn seconds() -> Duration {
@@ -31,10 +33,15 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
     let ports = line
         .r
         .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
-            let ring = pathlab_io::port::RingSize::for_link(&LinkSpec::parse(spec).expect("spec"));
+            let spec = LinkSpec::parse(spec).expect("spec");
+            let mode = match std::env::var("PATHLAB_BENCH_RECEIVE").as_deref() {
+                Ok("ring") => ReceiveMode::ring_for_link(&spec),
+                Ok("socket") => ReceiveMode::socket_for_link(&spec),
+                _ => ReceiveMode::for_link(&spec),
+            };
             Ok([
-                PacketPort::open_with(R_PORT_H1, ring)?,
-                PacketPort::open_with(R_PORT_H2, ring)?,
+                PacketPort::open_with(R_PORT_H1, mode)?,
+                PacketPort::open_with(R_PORT_H2, mode)?,
             ])
         })
         .expect("thread in r")

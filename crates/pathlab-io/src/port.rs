@@ -30,7 +30,9 @@ pub struct ReceiveCounts {
     pub segments: u64,
     /// Frames dropped because they were cut short or their offload metadata was bad.
     pub malformed: u64,
-    /// Times the kernel reported it dropped frames because the ring was full.
+    /// Drops the kernel reported because the port could not take more: with a ring, the
+    /// frames that said frames were lost before them (the ring was full); reading the
+    /// socket, the frames dropped (its buffer was full).
     pub ring_full: u64,
 }
 
@@ -139,47 +141,147 @@ pub enum PortError {
     },
 }
 
-/// How many frames a receive ring holds: what arrives at the link's rate in
-/// [`RingSize::BACKLOG_NS`] of 1514-byte frames, at least 512 (6 ms at 1 Gbit/s, which a
-/// link without a rate gets too), at most 4096. Each frame slot is 68 KB (a GSO
-/// super-packet fits whole), so a ring takes 35 MB at 512 frames and 280 MB at 4096: a
-/// 4 Gbit/s link's 3303 frames take 225 MB per direction. At 4 Gbit/s a ring of 512
-/// overflowed in TCP's slow start (the kernel dropped 25,000 bursts of frames the model
-/// never saw).
+/// How a packet port receives, chosen per link direction ([`ReceiveMode::for_link`]).
+///
+/// A ring's memory is fixed and large: each frame slot is 68 KB (a GSO super-packet fits
+/// whole; the kernel allocates each in a 128 KB block), so a ring of 512 frames maps 35 MB
+/// and takes 64 MB of the machine, per direction, from the moment the port opens; a lab
+/// of 100 links held 6.8 GB of rings. Reading the socket's own buffer costs memory only
+/// while frames wait in it (and a batch of slots whose pages are touched only by what
+/// arrives), for a system call per batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingSize {
-    /// Frames in the ring.
-    pub frames: usize,
+pub enum ReceiveMode {
+    /// A TPACKET_V2 ring shared with the kernel: no system call per frame.
+    Ring {
+        /// Frames in the ring.
+        frames: usize,
+    },
+    /// `recvmmsg` from the packet socket's receive buffer, [`SOCKET_BATCH`] frames a call.
+    Socket {
+        /// The most the frames waiting in the socket may take (`SO_RCVBUF`, which the
+        /// kernel counts with its own overhead: a 1514-byte frame takes about 2.3 KB).
+        buffer_bytes: usize,
+    },
 }
 
-impl RingSize {
-    /// The traffic a ring holds at the link's rate, ns.
+/// Frames one `recvmmsg` takes in [`ReceiveMode::Socket`]: 8 slots of 68 KB, whose pages
+/// take memory only once frames were written to them (a port that only sees pings uses
+/// one page of each slot it used).
+pub const SOCKET_BATCH: usize = 8;
+
+impl ReceiveMode {
+    /// The traffic a ring or socket buffer holds at the link's rate, ns.
     pub const BACKLOG_NS: u64 = 10_000_000;
+    /// The fastest rate whose links read the socket rather than a ring: above it the
+    /// ring's saved system calls pay (measured in the README's lab table).
+    pub const SOCKET_MAX_BPS: u64 = 1_000_000_000;
     const MIN_FRAMES: usize = 512;
     const MAX_FRAMES: usize = 4096;
+    const MIN_SOCKET_BYTES: usize = 4 << 20;
+    const MAX_SOCKET_BYTES: usize = 64 << 20;
 
-    /// The ring for traffic entering a link with `spec`.
-    pub fn for_link(spec: &pathlab_core::LinkSpec) -> RingSize {
-        let frames = spec.peak_rate().map_or(Self::MIN_FRAMES, |rate| {
+    /// The mode for traffic entering a link with `spec`: the socket when its rate is at
+    /// most [`ReceiveMode::SOCKET_MAX_BPS`], else (a faster rate, or none: as fast as
+    /// the emulator forwards) a ring of [`ReceiveMode::ring_for_link`]'s size.
+    pub fn for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
+        match spec.peak_rate() {
+            Some(rate) if rate.bits_per_sec() <= Self::SOCKET_MAX_BPS => {
+                ReceiveMode::socket_for_link(spec)
+            }
+            _ => ReceiveMode::ring_for_link(spec),
+        }
+    }
+
+    /// A ring for `spec`: what arrives at the link's rate in [`ReceiveMode::BACKLOG_NS`]
+    /// of 1514-byte frames, at least 512 (6 ms at 1 Gbit/s, which a link without a rate
+    /// gets too), at most 4096: a 4 Gbit/s link's 3303 frames take 225 MB per direction.
+    /// At 4 Gbit/s a ring of 512 overflowed in TCP's slow start (the kernel dropped
+    /// 25,000 bursts of frames the model never saw).
+    pub fn ring_for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
+        ReceiveMode::Ring {
+            frames: Self::frames_for(spec),
+        }
+    }
+
+    /// The socket for `spec`: a buffer for twice what the ring would hold in 1514-byte
+    /// frames at the link's rate (the kernel's overhead per frame), at least 4 MiB, at
+    /// most 64 MiB. It is only a bound: frames take memory while they wait.
+    pub fn socket_for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
+        ReceiveMode::Socket {
+            buffer_bytes: (Self::frames_for(spec) * 1514 * 2)
+                .clamp(Self::MIN_SOCKET_BYTES, Self::MAX_SOCKET_BYTES),
+        }
+    }
+
+    fn frames_for(spec: &pathlab_core::LinkSpec) -> usize {
+        spec.peak_rate().map_or(Self::MIN_FRAMES, |rate| {
             let bytes = rate.bits_per_sec() as f64 / 8.0 * (Self::BACKLOG_NS as f64 * 1e-9);
             ((bytes / 1514.0).ceil() as usize).clamp(Self::MIN_FRAMES, Self::MAX_FRAMES)
-        });
-        RingSize { frames }
+        })
     }
 }
 
-impl Default for RingSize {
-    fn default() -> RingSize {
-        RingSize {
-            frames: RingSize::MIN_FRAMES,
+impl Default for ReceiveMode {
+    /// A ring of 512 frames.
+    fn default() -> ReceiveMode {
+        ReceiveMode::Ring {
+            frames: ReceiveMode::MIN_FRAMES,
         }
     }
 }
-/// Ring frame size: a 64 KB GSO super-packet with its headers and vnet header fits whole.
+
+/// Ring frame size and socket slot size: a 64 KB GSO super-packet with its headers and
+/// vnet header fits whole.
 const RING_FRAME_SIZE: usize = 17 * 4096;
 
-/// An interface opened at layer 2: a receive ring (with vnet headers, not seeing what it
-/// sends itself, promiscuous while open) and a socket to send on.
+/// Where a packet port's frames come from.
+#[derive(Debug)]
+enum Receiver {
+    Ring(sys::RxRing),
+    Socket {
+        socket: OwnedFd,
+        batch: sys::PacketBatch,
+    },
+}
+
+impl Receiver {
+    fn socket(&self) -> BorrowedFd<'_> {
+        match self {
+            Receiver::Ring(ring) => ring.socket(),
+            Receiver::Socket { socket, .. } => socket.as_fd(),
+        }
+    }
+}
+
+/// One received frame (vnet header, then Ethernet) into wire frames for `deliver`.
+fn deliver_frame(
+    data: &[u8],
+    wire_len: u32,
+    vlan: Option<(u16, u16)>,
+    counts: &mut ReceiveCounts,
+    deliver: &mut dyn FnMut(Vec<u8>),
+) {
+    if data.len() < sys::VNET_HDR_LEN + 14 || wire_len as usize + sys::VNET_HDR_LEN > data.len() {
+        counts.malformed += 1;
+        return;
+    }
+    let vnet = VnetHeader::parse(data[..sys::VNET_HDR_LEN].try_into().expect("10 bytes"));
+    let bytes = data[sys::VNET_HDR_LEN..].to_vec();
+    let mut emit = |mut wire: Vec<u8>| {
+        if let Some((tci, tpid)) = vlan {
+            offload::insert_vlan_tag(&mut wire, tci, tpid);
+        }
+        deliver(wire);
+    };
+    match offload::to_wire_frames(bytes, &vnet, &mut emit) {
+        Ok(n) => counts.segments += n as u64,
+        Err(_) => counts.malformed += 1,
+    }
+}
+
+/// An interface opened at layer 2: a receive ring or socket ([`ReceiveMode`]; with vnet
+/// headers, not seeing what it sends itself, promiscuous while open) and a socket to send
+/// on.
 #[derive(Debug)]
 pub struct PacketPort {
     name: String,
@@ -187,8 +289,8 @@ pub struct PacketPort {
     pub ifindex: u32,
     /// MTU in bytes.
     pub mtu: u32,
-    rx: sys::RxRing,
-    ring: RingSize,
+    rx: Receiver,
+    mode: ReceiveMode,
     tx: OwnedFd,
     /// The interface's lock; `None` once released for a [`Port::reopen`].
     lock: Option<(File, PathBuf)>,
@@ -226,11 +328,11 @@ impl PacketPort {
     /// Opens interface `name` in the calling thread's network namespace, with the default
     /// ring.
     pub fn open(name: &str) -> Result<PacketPort, PortError> {
-        PacketPort::open_with(name, RingSize::default())
+        PacketPort::open_with(name, ReceiveMode::default())
     }
 
-    /// Opens interface `name` with a receive ring of `ring`'s size.
-    pub fn open_with(name: &str, ring: RingSize) -> Result<PacketPort, PortError> {
+    /// Opens interface `name`, receiving as `mode` says.
+    pub fn open_with(name: &str, mode: ReceiveMode) -> Result<PacketPort, PortError> {
         let mut netlink = Netlink::open().map_err(io_error("opening netlink", name))?;
         let links = netlink
             .links()
@@ -275,8 +377,25 @@ impl PacketPort {
             &1i32,
         )
         .map_err(io_error("ignoring outgoing frames", name))?;
-        let rx = sys::RxRing::new(rx_socket, RING_FRAME_SIZE, ring.frames)
-            .map_err(io_error("mapping the receive ring", name))?;
+        let rx = match mode {
+            ReceiveMode::Ring { frames } => Receiver::Ring(
+                sys::RxRing::new(rx_socket, RING_FRAME_SIZE, frames)
+                    .map_err(io_error("mapping the receive ring", name))?,
+            ),
+            ReceiveMode::Socket { buffer_bytes } => {
+                // The ring's frame header says what auxdata says: the length on the wire
+                // and the VLAN tag the driver took off.
+                sys::enable_packet_auxdata(rx_socket.as_fd())
+                    .map_err(io_error("enabling packet auxdata", name))?;
+                sys::grow_receive_buffer(rx_socket.as_fd(), buffer_bytes)
+                    .map_err(io_error("sizing the receive buffer", name))?;
+                Receiver::Socket {
+                    socket: rx_socket,
+                    batch: sys::PacketBatch::new(SOCKET_BATCH, RING_FRAME_SIZE)
+                        .map_err(io_error("mapping the receive slots", name))?,
+                }
+            }
+        };
         sys::bind_packet(rx.socket(), link.index).map_err(io_error("binding", name))?;
         sys::packet_promiscuous(rx.socket(), link.index)
             .map_err(io_error("entering promiscuous mode", name))?;
@@ -293,7 +412,7 @@ impl PacketPort {
             ifindex: link.index,
             mtu: link.mtu,
             rx,
-            ring,
+            mode,
             tx,
             lock: Some((lock, lock_path)),
             netns: Netns::current().map_err(io_error("opening its network namespace", name))?,
@@ -320,34 +439,40 @@ impl Port for PacketPort {
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
-        for _ in 0..budget {
-            let Some(frame) = self.rx.next_frame() else {
-                break;
-            };
-            counts.frames += 1;
-            if frame.losing {
-                counts.ring_full += 1;
-            }
-            let data = frame.data;
-            if data.len() < sys::VNET_HDR_LEN + 14
-                || frame.wire_len as usize + sys::VNET_HDR_LEN > data.len()
-            {
-                counts.malformed += 1;
-                continue;
-            }
-            let vnet = VnetHeader::parse(data[..sys::VNET_HDR_LEN].try_into().expect("10 bytes"));
-            let bytes = data[sys::VNET_HDR_LEN..].to_vec();
-            let vlan = frame.vlan;
-            drop(frame);
-            let mut emit = |mut wire: Vec<u8>| {
-                if let Some((tci, tpid)) = vlan {
-                    offload::insert_vlan_tag(&mut wire, tci, tpid);
+        match &mut self.rx {
+            Receiver::Ring(ring) => {
+                for _ in 0..budget {
+                    let Some(frame) = ring.next_frame() else {
+                        break;
+                    };
+                    counts.frames += 1;
+                    if frame.losing {
+                        counts.ring_full += 1;
+                    }
+                    deliver_frame(frame.data, frame.wire_len, frame.vlan, &mut counts, deliver);
                 }
-                deliver(wire);
-            };
-            match offload::to_wire_frames(bytes, &vnet, &mut emit) {
-                Ok(n) => counts.segments += n as u64,
-                Err(_) => counts.malformed += 1,
+            }
+            Receiver::Socket { socket, batch } => {
+                while (counts.frames as usize) < budget {
+                    let wanted = (budget - counts.frames as usize).min(batch.slots());
+                    let received = batch.recv(socket.as_fd(), wanted)?;
+                    for frame in batch.frames() {
+                        counts.frames += 1;
+                        if frame.truncated {
+                            counts.malformed += 1;
+                            continue;
+                        }
+                        deliver_frame(frame.data, frame.wire_len, frame.vlan, &mut counts, deliver);
+                    }
+                    if received < wanted {
+                        break; // drained
+                    }
+                }
+                if counts.frames > 0 {
+                    // Drops happen while frames wait, so only a pass that found some can
+                    // follow them.
+                    counts.ring_full += sys::packet_drops(socket.as_fd())?;
+                }
             }
         }
         Ok(counts)
@@ -380,10 +505,10 @@ impl Port for PacketPort {
         // The old lock goes first: the new interface may have been given the old index,
         // whose lock file a second flock from this process would find busy.
         self.unlock();
-        let ring = self.ring;
+        let mode = self.mode;
         *self = self
             .netns
-            .run(|| PacketPort::open_with(&name, ring))
+            .run(|| PacketPort::open_with(&name, mode))
             .map_err(entering())??;
         Ok(true)
     }
@@ -510,11 +635,18 @@ impl Transmit for TunTx {
 
 #[cfg(test)]
 mod tests {
-    use super::RingSize;
+    use super::ReceiveMode;
     use pathlab_core::LinkSpec;
 
+    fn mode(spec: &str) -> ReceiveMode {
+        ReceiveMode::for_link(&LinkSpec::parse(spec).unwrap())
+    }
+
     fn frames(spec: &str) -> usize {
-        RingSize::for_link(&LinkSpec::parse(spec).unwrap()).frames
+        match ReceiveMode::ring_for_link(&LinkSpec::parse(spec).unwrap()) {
+            ReceiveMode::Ring { frames } => frames,
+            ReceiveMode::Socket { .. } => unreachable!(),
+        }
     }
 
     #[test]
@@ -526,5 +658,40 @@ mod tests {
         assert_eq!(frames("rate 40gbit"), 4096);
         // A schedule's highest step.
         assert_eq!(frames("schedule 1s 10mbit 2gbit 100mbit"), 1652);
+    }
+
+    #[test]
+    fn links_up_to_1_gbits_read_the_socket_and_faster_or_unlimited_ones_a_ring() {
+        assert_eq!(
+            mode("rate 4gbit delay 40ms"),
+            ReceiveMode::Ring { frames: 3303 }
+        );
+        assert_eq!(mode("delay 1ms"), ReceiveMode::Ring { frames: 512 });
+        assert_eq!(mode(""), ReceiveMode::default());
+        // A schedule counts by its highest step.
+        assert_eq!(
+            mode("schedule 1s 10mbit 2gbit"),
+            ReceiveMode::Ring { frames: 1652 }
+        );
+        // 512 frames x 1514 B x 2 = 1.5 MB: the 4 MiB floor.
+        assert_eq!(
+            mode("rate 10mbit delay 5ms"),
+            ReceiveMode::Socket {
+                buffer_bytes: 4 << 20
+            }
+        );
+        // 1 Gbit/s: 826 frames in 10 ms, x 1514 B x 2 = 2.5 MB, still the floor.
+        assert_eq!(
+            mode("rate 1gbit"),
+            ReceiveMode::Socket {
+                buffer_bytes: 4 << 20
+            }
+        );
+        assert_eq!(
+            ReceiveMode::socket_for_link(&LinkSpec::parse("rate 40gbit").unwrap()),
+            ReceiveMode::Socket {
+                buffer_bytes: 4096 * 1514 * 2
+            }
+        );
     }
 }

@@ -11,6 +11,8 @@ use pathlab_core::LinkSpec;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::topology::Addressing;
+
 /// A checked experiment.
 #[derive(Debug, Clone)]
 pub struct Experiment {
@@ -423,8 +425,8 @@ struct RawEvent {
 
 /// Longest node name: interface names are `to-NAME` within the kernel's 15 bytes.
 const MAX_NAME: usize = 12;
-/// Most links: one /24 of 198.18.0.0/15 each.
-const MAX_LINKS: usize = 512;
+/// Most links: as many subnets as the addressing has ([`Addressing::MAX_LINKS`]).
+const MAX_LINKS: usize = Addressing::MAX_LINKS;
 
 /// Looks a node name up, or says on its line that there is no such node.
 type FindNode<'a> = dyn Fn(&Spanned<String>, &str) -> Result<usize, SpecFileError> + 'a;
@@ -577,7 +579,7 @@ impl Checker<'_> {
         if links.len() > MAX_LINKS {
             return Err(self.error(
                 &raw.links[MAX_LINKS].span(),
-                format!("at most {MAX_LINKS} links (one /24 of 198.18.0.0/15 each)"),
+                format!("at most {MAX_LINKS} links (one /30 of 198.18.0.0/15 each)"),
             ));
         }
         let mut events = Vec::new();
@@ -881,6 +883,13 @@ pub fn first_hops_and_distances(
     nodes: usize,
     from: usize,
 ) -> (Vec<Option<usize>>, Vec<usize>) {
+    // Each node's links in the file's order, so the search visits them as before it had
+    // this list (a lab of 1,000 links searched every link from every node it reached).
+    let mut adjacent: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nodes];
+    for (i, link) in links.iter().enumerate() {
+        adjacent[link.a].push((i, link.b));
+        adjacent[link.b].push((i, link.a));
+    }
     let mut hop = vec![None; nodes];
     let mut distance = vec![usize::MAX; nodes];
     distance[from] = 0;
@@ -888,14 +897,7 @@ pub fn first_hops_and_distances(
     seen[from] = true;
     let mut queue = VecDeque::from([from]);
     while let Some(node) = queue.pop_front() {
-        for (i, link) in links.iter().enumerate() {
-            let next = if link.a == node {
-                link.b
-            } else if link.b == node {
-                link.a
-            } else {
-                continue;
-            };
+        for &(i, next) in &adjacent[node] {
             if !seen[next] {
                 seen[next] = true;
                 hop[next] = if node == from { Some(i) } else { hop[node] };

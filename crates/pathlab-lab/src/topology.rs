@@ -2,39 +2,164 @@
 //! veth pair per plain link, and for an emulated link a namespace of its own (the
 //! "cable") holding the emulator between two veth pairs, so that each direction of the
 //! link is one direction of the emulator. Addresses come from the benchmarking ranges
-//! (link i: 198.18.0.0/15's i-th /24 and 2001:2:0:i::/64, its first node .1, the second
-//! .2), every node forwards, and routes follow the fewest hops. Neighbours are static:
-//! no ARP or neighbour discovery crosses an emulator, so a lossy link cannot lose them.
+//! ([`Addressing`]: link i gets the i-th /24 of 198.18.0.0/15, or the i-th /30 in a lab
+//! of more than 512 links, and 2001:2:0:i::/64; its first node .1, the second .2), every
+//! node forwards, and routes follow the fewest hops ([`node_routes`]: a node with one
+//! link only needs a default route). Neighbours are static: no ARP or neighbour
+//! discovery crosses an emulator, so a lossy link cannot lose them.
 //!
 //! The namespaces are held by file descriptors only: dropping the [`Topology`] (or the
 //! process dying) destroys them and every interface in them; nothing is left to clean.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use pathlab_io::netlink::{LinkInfo, Netlink};
+use pathlab_io::netlink::Netlink;
 use pathlab_io::netns::Netns;
 
-use crate::spec::{first_hops_and_distances, Experiment};
+use crate::spec::{first_hops_and_distances, Experiment, Link};
 
 /// The cable namespace's port towards a link's first node.
 pub const CABLE_A: &str = "a";
 /// The cable namespace's port towards a link's second node.
 pub const CABLE_B: &str = "b";
 
-/// The addresses of link `index`'s two ends, IPv4 and IPv6.
-pub fn link_addresses(index: usize) -> [(Ipv4Addr, Ipv6Addr); 2] {
-    let base = u32::from(Ipv4Addr::new(198, 18, 0, 0)) + (index as u32) * 256;
-    let v6 = |host: u16| Ipv6Addr::new(0x2001, 2, 0, index as u16, 0, 0, 0, host);
-    [
-        (Ipv4Addr::from(base + 1), v6(1)),
-        (Ipv4Addr::from(base + 2), v6(2)),
-    ]
+/// How a lab's links are numbered, the one definition every route, neighbour and report
+/// uses: link i's IPv4 subnet is the i-th block of [`Addressing::v4_prefix_len`] bits in
+/// 198.18.0.0/15 (a /24 in labs of up to [`Addressing::SLASH_24_LINKS`] links, a /30 in
+/// larger ones: 512 /24s fill the /15), its IPv6 subnet 2001:2:0:i::/64; its first node
+/// has the subnet's first address (.1, ::1), the second the next (.2, ::2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Addressing {
+    v4_prefix_len: u8,
+}
+
+impl Addressing {
+    /// The IPv4 range links are numbered from (RFC 2544's benchmarking range).
+    pub const V4_RANGE: (Ipv4Addr, u8) = (Ipv4Addr::new(198, 18, 0, 0), 15);
+    /// Labs of up to this many links give each link a /24 (as many as the range holds).
+    pub const SLASH_24_LINKS: usize = 1 << (24 - Self::V4_RANGE.1);
+    /// Prefix of a link's subnet in larger labs: a /30 holds its two ends.
+    pub const SMALL_PREFIX_LEN: u8 = 30;
+    /// Most links a lab can number: /30s of the /15.
+    pub const MAX_LINKS: usize = 1 << (Self::SMALL_PREFIX_LEN - Self::V4_RANGE.1);
+
+    /// The numbering of a lab of `links` links.
+    pub fn for_links(links: usize) -> Addressing {
+        Addressing {
+            v4_prefix_len: if links <= Self::SLASH_24_LINKS {
+                24
+            } else {
+                Self::SMALL_PREFIX_LEN
+            },
+        }
+    }
+
+    /// The numbering of `experiment`'s links.
+    pub fn of(experiment: &Experiment) -> Addressing {
+        Addressing::for_links(experiment.links.len())
+    }
+
+    /// The prefix length of every link's IPv4 subnet.
+    pub fn v4_prefix_len(self) -> u8 {
+        self.v4_prefix_len
+    }
+
+    /// Link `index`'s IPv4 subnet (network address, prefix length).
+    pub fn v4_subnet(self, index: usize) -> (Ipv4Addr, u8) {
+        assert!(index < Addressing::MAX_LINKS, "link {index} has no subnet");
+        let block = 1u32 << (32 - self.v4_prefix_len);
+        let base = u32::from(Addressing::V4_RANGE.0) + index as u32 * block;
+        (Ipv4Addr::from(base), self.v4_prefix_len)
+    }
+
+    /// Link `index`'s IPv6 subnet (network address, prefix length): 2001:2:0:i::/64.
+    pub fn v6_subnet(self, index: usize) -> (Ipv6Addr, u8) {
+        assert!(index < Addressing::MAX_LINKS, "link {index} has no subnet");
+        (Ipv6Addr::new(0x2001, 2, 0, index as u16, 0, 0, 0, 0), 64)
+    }
+
+    /// The addresses of link `index`'s two ends, IPv4 and IPv6.
+    pub fn ends(self, index: usize) -> [(Ipv4Addr, Ipv6Addr); 2] {
+        let v4 = u32::from(self.v4_subnet(index).0);
+        let v6 = u128::from(self.v6_subnet(index).0);
+        [1, 2].map(|host| {
+            (
+                Ipv4Addr::from(v4 + host),
+                Ipv6Addr::from(v6 + u128::from(host)),
+            )
+        })
+    }
 }
 
 /// A node's interface towards `peer`.
 pub fn port_name(peer: &str) -> String {
     format!("to-{peer}")
+}
+
+/// A route a node needs, IPv4 and IPv6 alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRoute {
+    /// The link whose subnets it leads to; `None`: the default route.
+    pub to_link: Option<usize>,
+    /// The link it leaves the node by (the node is one of its ends).
+    pub via_link: usize,
+    /// The node at that link's other end, the gateway.
+    pub peer: usize,
+}
+
+/// The routes `node` needs so that every link it can reach is reached in the fewest hops:
+/// none to its own links (they are on its interfaces); for a stub (a node with one link
+/// whose peer has others) one default route through that peer, which is every path's
+/// first hop; for any other node a route to each link it is not on, through the first
+/// hop towards the link's nearer end. A stub's peer never sends back to it what is not
+/// for its link, so the default cannot loop.
+pub fn node_routes(links: &[Link], nodes: usize, node: usize) -> Vec<NodeRoute> {
+    let own: Vec<usize> = (0..links.len())
+        .filter(|&i| links[i].a == node || links[i].b == node)
+        .collect();
+    let other_end = |link: &Link| if link.a == node { link.b } else { link.a };
+    if let [only] = own[..] {
+        let peer = other_end(&links[only]);
+        let peer_has_others = links
+            .iter()
+            .enumerate()
+            .any(|(i, l)| i != only && (l.a == peer || l.b == peer));
+        return if peer_has_others {
+            vec![NodeRoute {
+                to_link: None,
+                via_link: only,
+                peer,
+            }]
+        } else {
+            Vec::new()
+        };
+    }
+    let (hops, distance) = first_hops_and_distances(links, nodes, node);
+    let mut routes = Vec::new();
+    for (i, link) in links.iter().enumerate() {
+        if link.a == node || link.b == node {
+            continue;
+        }
+        // Towards the nearer end of the link: a subnet is one hop from either of its
+        // nodes (with two paths to a server, each router sends a line's traffic straight
+        // to it, not back through the site).
+        let nearer = if distance[link.b] < distance[link.a] {
+            link.b
+        } else {
+            link.a
+        };
+        let Some(first) = hops[nearer] else {
+            continue;
+        };
+        routes.push(NodeRoute {
+            to_link: Some(i),
+            via_link: first,
+            peer: other_end(&links[first]),
+        });
+    }
+    routes
 }
 
 /// The built experiment.
@@ -46,171 +171,369 @@ pub struct Topology {
     pub cables: Vec<Option<Netns>>,
 }
 
-fn interface(netlink: &mut Netlink, name: &str) -> io::Result<LinkInfo> {
-    netlink
-        .link_by_name(name)?
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}")))
+/// Writes a sysctl of the calling thread's namespace (`net/ipv4/ip_forward`).
+fn set_sysctl(key: &str, value: &str) -> io::Result<()> {
+    std::fs::write(format!("/proc/sys/{key}"), value)
+}
+
+/// Every interface of the calling thread's namespace, by name: (index, MAC).
+fn interfaces(netlink: &mut Netlink) -> io::Result<HashMap<String, (u32, Vec<u8>)>> {
+    Ok(netlink
+        .links()?
+        .into_iter()
+        .map(|link| (link.name, (link.index, link.mac)))
+        .collect())
+}
+
+fn missing(name: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}"))
 }
 
 impl Topology {
-    /// Builds every namespace, link, address, neighbour and route of `experiment`.
+    /// Builds every namespace, link, address, neighbour and route of `experiment`. The
+    /// work inside each namespace is done in one visit with one netlink socket: every
+    /// visit is a thread entering the namespace, and a lab of 1,000 links has 2,001.
     pub fn build(experiment: &Experiment) -> io::Result<Topology> {
-        let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
-        let mut nodes = Vec::new();
-        for _ in &experiment.nodes {
-            let netns = Netns::new()?;
-            netns.set_sysctl("net/ipv4/ip_forward", "1")?;
-            netns.set_sysctl("net/ipv6/conf/all/forwarding", "1")?;
-            nodes.push(netns);
-        }
-        let mut cables = Vec::new();
-        for (i, link) in experiment.links.iter().enumerate() {
-            let (a, b) = (&nodes[link.a], &nodes[link.b]);
-            let (to_b, to_a) = (port_name(names[link.b]), port_name(names[link.a]));
-            if link.emulated(&experiment.events, i) {
-                let cable = Netns::new()?;
-                // The cable sends nothing of its own: no IPv6 (solicitations, MLD).
-                cable.set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
-                cable.set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
-                let cable_fd = cable.fd();
-                a.run(|| Netlink::open()?.create_veth(&to_b, CABLE_A, Some(cable_fd)))??;
-                b.run(|| Netlink::open()?.create_veth(&to_a, CABLE_B, Some(cable_fd)))??;
-                cable.run(|| -> io::Result<()> {
-                    let mut netlink = Netlink::open()?;
-                    for port in [CABLE_A, CABLE_B] {
-                        let info = interface(&mut netlink, port)?;
-                        netlink.set_up(info.index, true)?;
-                    }
-                    Ok(())
-                })??;
-                cables.push(Some(cable));
-            } else {
-                let b_fd = b.fd();
-                a.run(|| Netlink::open()?.create_veth(&to_b, &to_a, Some(b_fd)))??;
-                cables.push(None);
-            }
-            let ends = link_addresses(i);
-            let mut macs = Vec::new();
-            for (node, port, (v4, v6)) in [(a, &to_b, ends[0]), (b, &to_a, ends[1])] {
-                macs.push(node.run(|| -> io::Result<Vec<u8>> {
-                    let mut netlink = Netlink::open()?;
-                    let info = interface(&mut netlink, port)?;
-                    netlink.add_address(info.index, IpAddr::V4(v4), 24, None)?;
-                    netlink.add_address(info.index, IpAddr::V6(v6), 64, None)?;
-                    netlink.set_up(info.index, true)?;
-                    Ok(info.mac)
-                })??);
-            }
-            for (node, port, peer_mac, (v4, v6)) in
-                [(a, &to_b, &macs[1], ends[1]), (b, &to_a, &macs[0], ends[0])]
-            {
-                node.run(|| -> io::Result<()> {
-                    let mut netlink = Netlink::open()?;
-                    let info = interface(&mut netlink, port)?;
-                    netlink.add_neighbor(info.index, IpAddr::V4(v4), peer_mac)?;
-                    netlink.add_neighbor(info.index, IpAddr::V6(v6), peer_mac)
-                })??;
-            }
-        }
-        let topology = Topology { nodes, cables };
-        topology.add_routes(experiment, &names)?;
-        Ok(topology)
-    }
-
-    /// For every node, a route to every link it is not on, through its first hop there.
-    fn add_routes(&self, experiment: &Experiment, names: &[&str]) -> io::Result<()> {
         let links = &experiment.links;
-        for (node, netns) in self.nodes.iter().enumerate() {
-            let (hops, distance) = first_hops_and_distances(links, self.nodes.len(), node);
-            let mut routes = Vec::new();
-            for (i, link) in links.iter().enumerate() {
-                if link.a == node || link.b == node {
-                    continue;
-                }
-                // Towards the nearer end of the link: a subnet is one hop from either of
-                // its nodes (with two paths to a server, each router sends a line's
-                // traffic straight to it, not back through the site).
-                let nearer = if distance[link.b] < distance[link.a] {
-                    link.b
-                } else {
-                    link.a
-                };
-                let Some(first) = hops[nearer] else {
-                    continue;
-                };
-                let via = &links[first];
-                let (peer, peer_end) = if via.a == node {
-                    (via.b, 1)
-                } else {
-                    (via.a, 0)
-                };
-                let gateway = link_addresses(first)[peer_end];
-                let destination = link_addresses(i)[0];
-                routes.push((port_name(names[peer]), destination, gateway));
-            }
-            netns.run(|| -> io::Result<()> {
+        let addressing = Addressing::of(experiment);
+        let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
+        // A node's links, in the file's order: (link, which end the node is).
+        let mut ends_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); names.len()];
+        for (i, link) in links.iter().enumerate() {
+            ends_of[link.a].push((i, 0));
+            ends_of[link.b].push((i, 1));
+        }
+        // A node's port on link i, end e, is named after the node at the other end.
+        let port = |i: usize, end: usize| {
+            let link = &links[i];
+            port_name(names[if end == 0 { link.b } else { link.a }])
+        };
+
+        let nodes = (0..names.len())
+            .map(|_| Netns::new())
+            .collect::<io::Result<Vec<_>>>()?;
+        let cables = (0..links.len())
+            .map(|i| {
+                links[i]
+                    .emulated(&experiment.events, i)
+                    .then(Netns::new)
+                    .transpose()
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+
+        // The veths: a cable makes both of its own, its ports up; a node makes those of
+        // the plain links it is the first end of.
+        for (i, cable) in cables.iter().enumerate() {
+            let Some(cable) = cable else { continue };
+            let link = &links[i];
+            let (a, b) = (nodes[link.a].fd(), nodes[link.b].fd());
+            cable.run(|| -> io::Result<()> {
+                // The cable sends nothing of its own: no IPv6 (solicitations, MLD).
+                set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+                set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
                 let mut netlink = Netlink::open()?;
-                for (port, (dest_v4, dest_v6), (gw_v4, gw_v6)) in &routes {
-                    let info = interface(&mut netlink, port)?;
-                    let net_v4 = Ipv4Addr::from(u32::from(*dest_v4) & !0xff);
-                    let mut net_v6 = dest_v6.segments();
-                    net_v6[4..].fill(0);
-                    netlink.add_route(
-                        Some((IpAddr::V4(net_v4), 24)),
-                        Some(IpAddr::V4(*gw_v4)),
-                        info.index,
-                        false,
-                    )?;
-                    netlink.add_route(
-                        Some((IpAddr::V6(Ipv6Addr::from(net_v6)), 64)),
-                        Some(IpAddr::V6(*gw_v6)),
-                        info.index,
-                        true,
-                    )?;
+                netlink.create_veth(CABLE_A, &port(i, 0), Some(a))?;
+                netlink.create_veth(CABLE_B, &port(i, 1), Some(b))?;
+                let ports = interfaces(&mut netlink)?;
+                for name in [CABLE_A, CABLE_B] {
+                    let (index, _) = ports.get(name).ok_or_else(|| missing(name))?;
+                    netlink.set_up(*index, true)?;
                 }
                 Ok(())
             })??;
         }
-        Ok(())
+        for (node, netns) in nodes.iter().enumerate() {
+            let plain: Vec<usize> = ends_of[node]
+                .iter()
+                .filter(|&&(i, end)| end == 0 && cables[i].is_none())
+                .map(|&(i, _)| i)
+                .collect();
+            if plain.is_empty() {
+                continue;
+            }
+            netns.run(|| -> io::Result<()> {
+                let mut netlink = Netlink::open()?;
+                for &i in &plain {
+                    let peer = nodes[links[i].b].fd();
+                    netlink.create_veth(&port(i, 0), &port(i, 1), Some(peer))?;
+                }
+                Ok(())
+            })??;
+        }
+
+        // Each node: forwarding on, its ports addressed and up; their indices and MACs
+        // (per link, per end) for the neighbours and routes.
+        let mut ports: Vec<[(u32, Vec<u8>); 2]> = vec![Default::default(); links.len()];
+        for (node, netns) in nodes.iter().enumerate() {
+            let found = netns.run(|| -> io::Result<Vec<(u32, Vec<u8>)>> {
+                set_sysctl("net/ipv4/ip_forward", "1")?;
+                set_sysctl("net/ipv6/conf/all/forwarding", "1")?;
+                let mut netlink = Netlink::open()?;
+                let present = interfaces(&mut netlink)?;
+                let mut found = Vec::new();
+                for &(i, end) in &ends_of[node] {
+                    let name = port(i, end);
+                    let (index, mac) = present.get(&name).ok_or_else(|| missing(&name))?;
+                    let (v4, v6) = addressing.ends(i)[end];
+                    netlink.add_address(*index, IpAddr::V4(v4), addressing.v4_prefix_len, None)?;
+                    netlink.add_address(*index, IpAddr::V6(v6), 64, None)?;
+                    netlink.set_up(*index, true)?;
+                    found.push((*index, mac.clone()));
+                }
+                Ok(found)
+            })??;
+            for (&(i, end), port) in ends_of[node].iter().zip(found) {
+                ports[i][end] = port;
+            }
+        }
+
+        // Each node: its peers' neighbour entries and its routes.
+        for (node, netns) in nodes.iter().enumerate() {
+            let routes = node_routes(links, names.len(), node);
+            netns.run(|| -> io::Result<()> {
+                let mut netlink = Netlink::open()?;
+                for &(i, end) in &ends_of[node] {
+                    let (index, _) = ports[i][end];
+                    let (_, peer_mac) = &ports[i][1 - end];
+                    let (v4, v6) = addressing.ends(i)[1 - end];
+                    netlink.add_neighbor(index, IpAddr::V4(v4), peer_mac)?;
+                    netlink.add_neighbor(index, IpAddr::V6(v6), peer_mac)?;
+                }
+                for route in &routes {
+                    let via = &links[route.via_link];
+                    let end = usize::from(via.b == node);
+                    let (index, _) = ports[route.via_link][end];
+                    let (gateway_v4, gateway_v6) = addressing.ends(route.via_link)[1 - end];
+                    let (v4, v6) = match route.to_link {
+                        Some(to) => {
+                            let (net_v4, len_v4) = addressing.v4_subnet(to);
+                            let (net_v6, len_v6) = addressing.v6_subnet(to);
+                            (
+                                Some((IpAddr::V4(net_v4), len_v4)),
+                                Some((IpAddr::V6(net_v6), len_v6)),
+                            )
+                        }
+                        None => (None, None),
+                    };
+                    netlink.add_route(v4, Some(IpAddr::V4(gateway_v4)), index, false)?;
+                    netlink.add_route(v6, Some(IpAddr::V6(gateway_v6)), index, true)?;
+                }
+                Ok(())
+            })??;
+        }
+        Ok(Topology { nodes, cables })
     }
 
     /// The IPv4 address other nodes reach `node` at: its end of its first link.
     pub fn address(experiment: &Experiment, node: usize) -> Option<Ipv4Addr> {
+        let addressing = Addressing::of(experiment);
         experiment
             .links
             .iter()
             .enumerate()
             .find(|(_, l)| l.a == node || l.b == node)
-            .map(|(i, l)| link_addresses(i)[usize::from(l.b == node)].0)
+            .map(|(i, l)| addressing.ends(i)[usize::from(l.b == node)].0)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pathlab_core::LinkSpec;
+
+    fn v6(text: &str) -> Ipv6Addr {
+        text.parse().unwrap()
+    }
 
     #[test]
-    fn links_get_their_own_slash_24_and_slash_64() {
+    fn labs_of_up_to_512_links_give_each_link_its_own_slash_24_and_slash_64() {
+        let addressing = Addressing::for_links(512);
+        assert_eq!(addressing.v4_prefix_len(), 24);
         assert_eq!(
-            link_addresses(0),
+            addressing.ends(0),
             [
-                (
-                    Ipv4Addr::new(198, 18, 0, 1),
-                    "2001:2:0:0::1".parse().unwrap()
-                ),
-                (
-                    Ipv4Addr::new(198, 18, 0, 2),
-                    "2001:2:0:0::2".parse().unwrap()
-                )
+                (Ipv4Addr::new(198, 18, 0, 1), v6("2001:2:0:0::1")),
+                (Ipv4Addr::new(198, 18, 0, 2), v6("2001:2:0:0::2"))
             ]
         );
-        assert_eq!(link_addresses(3)[1].0, Ipv4Addr::new(198, 18, 3, 2));
-        assert_eq!(link_addresses(300)[0].0, Ipv4Addr::new(198, 19, 44, 1));
+        assert_eq!(addressing.ends(3)[1].0, Ipv4Addr::new(198, 18, 3, 2));
+        assert_eq!(addressing.ends(300)[0].0, Ipv4Addr::new(198, 19, 44, 1));
+        assert_eq!(addressing.ends(511)[1].1, v6("2001:2:0:1ff::2"));
         assert_eq!(
-            link_addresses(511)[1].1,
-            "2001:2:0:1ff::2".parse::<Ipv6Addr>().unwrap()
+            addressing.v4_subnet(511),
+            (Ipv4Addr::new(198, 19, 255, 0), 24)
         );
+        assert_eq!(addressing.v6_subnet(511), (v6("2001:2:0:1ff::"), 64));
+        assert_eq!(Addressing::for_links(1), addressing);
         assert_eq!(port_name("router-12345"), "to-router-12345");
         assert!(port_name("router-12345").len() <= 15);
+    }
+
+    #[test]
+    fn larger_labs_give_each_link_a_slash_30_and_keep_the_slash_64() {
+        let addressing = Addressing::for_links(513);
+        assert_eq!(addressing.v4_prefix_len(), 30);
+        assert_eq!(addressing, Addressing::for_links(Addressing::MAX_LINKS));
+        assert_eq!(
+            addressing.ends(1),
+            [
+                (Ipv4Addr::new(198, 18, 0, 5), v6("2001:2:0:1::1")),
+                (Ipv4Addr::new(198, 18, 0, 6), v6("2001:2:0:1::2"))
+            ]
+        );
+        // 999 x 4 = 3996 = 15 x 256 + 156.
+        assert_eq!(
+            addressing.v4_subnet(999),
+            (Ipv4Addr::new(198, 18, 15, 156), 30)
+        );
+        assert_eq!(addressing.ends(999)[1].1, v6("2001:2:0:3e7::2"));
+        // The last link's /30 is the range's last.
+        let last = Addressing::MAX_LINKS - 1;
+        assert_eq!(Addressing::MAX_LINKS, 32_768);
+        assert_eq!(
+            addressing.v4_subnet(last),
+            (Ipv4Addr::new(198, 19, 255, 252), 30)
+        );
+        assert_eq!(addressing.ends(last)[1].0, Ipv4Addr::new(198, 19, 255, 254));
+        assert_eq!(addressing.ends(last)[1].1, v6("2001:2:0:7fff::2"));
+    }
+
+    #[test]
+    fn every_end_lies_in_its_own_subnet_inside_the_range_and_no_two_subnets_meet() {
+        let (range, range_len) = Addressing::V4_RANGE;
+        let in_prefix = |address: Ipv4Addr, (net, len): (Ipv4Addr, u8)| {
+            let mask = u32::MAX << (32 - len);
+            u32::from(address) & mask == u32::from(net)
+        };
+        for links in [2, 512, 513, 1000, Addressing::MAX_LINKS] {
+            let addressing = Addressing::for_links(links);
+            let mut networks = std::collections::BTreeSet::new();
+            for i in 0..links {
+                let subnet = addressing.v4_subnet(i);
+                assert!(in_prefix(subnet.0, (range, range_len)), "{links}: {i}");
+                // Subnets of one length that differ in their network address are disjoint.
+                assert!(networks.insert(subnet.0), "{links}: {i}");
+                for (v4, v6) in addressing.ends(i) {
+                    assert!(in_prefix(v4, subnet), "{links}: {i}");
+                    assert_ne!(v4, subnet.0, "not the network address");
+                    let broadcast = u32::from(subnet.0) | !(u32::MAX << (32 - subnet.1));
+                    assert_ne!(u32::from(v4), broadcast, "not the broadcast address");
+                    assert_eq!(v6.segments()[..4], [0x2001, 2, 0, i as u16]);
+                }
+            }
+        }
+    }
+
+    fn link(a: usize, b: usize) -> Link {
+        Link {
+            name: format!("{a}-{b}"),
+            a,
+            b,
+            forward: LinkSpec::default(),
+            reverse: LinkSpec::default(),
+        }
+    }
+
+    fn default_via(link: usize, peer: usize) -> NodeRoute {
+        NodeRoute {
+            to_link: None,
+            via_link: link,
+            peer,
+        }
+    }
+
+    #[test]
+    fn in_a_star_each_host_has_one_default_route_and_the_hub_none() {
+        // Node 0 the hub, hosts 1..=1000: 2 routes per host (v4 and v6 from one entry)
+        // instead of a route to each of the 999 other links.
+        let links: Vec<Link> = (1..=1000).map(|host| link(0, host)).collect();
+        assert!(node_routes(&links, 1001, 0).is_empty());
+        for host in [1, 2, 500, 1000] {
+            assert_eq!(
+                node_routes(&links, 1001, host),
+                vec![default_via(host - 1, 0)]
+            );
+        }
+    }
+
+    #[test]
+    fn two_nodes_alone_need_no_route_and_a_line_routes_through_its_routers() {
+        assert!(node_routes(&[link(0, 1)], 2, 0).is_empty());
+        assert!(node_routes(&[link(0, 1)], 2, 1).is_empty());
+        // h1(0) - r1(1) - r2(2) - h2(3): the hosts default to their router; each router
+        // routes the far host's link through the other router.
+        let line = [link(0, 1), link(1, 2), link(2, 3)];
+        assert_eq!(node_routes(&line, 4, 0), vec![default_via(0, 1)]);
+        assert_eq!(node_routes(&line, 4, 3), vec![default_via(2, 2)]);
+        assert_eq!(
+            node_routes(&line, 4, 1),
+            vec![NodeRoute {
+                to_link: Some(2),
+                via_link: 1,
+                peer: 2
+            }]
+        );
+        assert_eq!(
+            node_routes(&line, 4, 2),
+            vec![NodeRoute {
+                to_link: Some(0),
+                via_link: 1,
+                peer: 1
+            }]
+        );
+    }
+
+    /// Follows `node_routes` hop by hop from `from` until a node on `to_link`; the hops
+    /// taken, or `None` if a node had no route (or the walk looped).
+    fn walk(links: &[Link], nodes: usize, from: usize, to_link: usize) -> Option<usize> {
+        let mut node = from;
+        for hops in 0..=nodes {
+            if links[to_link].a == node || links[to_link].b == node {
+                return Some(hops);
+            }
+            let routes = node_routes(links, nodes, node);
+            let route = routes
+                .iter()
+                .find(|r| r.to_link == Some(to_link))
+                .or_else(|| routes.iter().find(|r| r.to_link.is_none()))?;
+            node = route.peer;
+        }
+        None
+    }
+
+    #[test]
+    fn every_link_is_reached_in_the_fewest_hops_with_default_routes_at_the_stubs() {
+        // A tree: core 0; routers 1, 2 under it; hosts 3, 4 under 1 and 5, 6, 7 under 2;
+        // a second path 2 - 8 - 1 (a ring through 8) and a stub 9 on 8.
+        let links = vec![
+            link(0, 1),
+            link(0, 2),
+            link(1, 3),
+            link(1, 4),
+            link(2, 5),
+            link(2, 6),
+            link(2, 7),
+            link(2, 8),
+            link(8, 1),
+            link(8, 9),
+        ];
+        let nodes = 10;
+        for from in 0..nodes {
+            let (_, distance) = first_hops_and_distances(&links, nodes, from);
+            for (i, l) in links.iter().enumerate() {
+                // A link's subnet is reached at the nearer of its two ends.
+                let fewest = distance[l.a].min(distance[l.b]);
+                assert_eq!(
+                    walk(&links, nodes, from, i),
+                    Some(fewest),
+                    "from {from} to link {i}"
+                );
+            }
+        }
+        for stub in [3, 4, 5, 6, 7, 9] {
+            let routes = node_routes(&links, nodes, stub);
+            assert_eq!(routes.len(), 1, "{stub}: {routes:?}");
+            assert_eq!(routes[0].to_link, None);
+        }
     }
 }

@@ -7,6 +7,7 @@
 #![allow(unsafe_code)]
 
 mod epoll;
+mod packet_batch;
 mod ring;
 
 use std::ffi::CString;
@@ -18,6 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 pub use epoll::Epoll;
+pub use packet_batch::{enable_packet_auxdata, packet_drops, PacketBatch};
 pub use ring::RxRing;
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.

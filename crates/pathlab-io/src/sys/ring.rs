@@ -188,14 +188,7 @@ impl RxRing {
         // SAFETY: [start, end) lies inside this frame, which the kernel handed to us
         // (TP_STATUS_USER) and will not touch until the status goes back to KERNEL.
         let data = unsafe { std::slice::from_raw_parts(self.map.add(offset + start), end - start) };
-        let vlan = (value & TP_STATUS_VLAN_VALID != 0).then(|| {
-            let tpid = if value & TP_STATUS_VLAN_TPID_VALID != 0 {
-                header.tp_vlan_tpid
-            } else {
-                0x8100
-            };
-            (header.tp_vlan_tci, tpid)
-        });
+        let vlan = vlan_tag(value, header.tp_vlan_tci, header.tp_vlan_tpid);
         Some(RxFrame {
             data,
             wire_len: header.tp_len,
@@ -204,6 +197,20 @@ impl RxRing {
             status,
         })
     }
+}
+
+/// The VLAN tag a frame's status says the driver took off: (tci, tpid), the tpid 802.1Q's
+/// when the kernel does not say. The ring's frame header and `PACKET_AUXDATA` carry the
+/// same status bits and fields.
+pub(super) fn vlan_tag(status: u32, tci: u16, tpid: u16) -> Option<(u16, u16)> {
+    (status & TP_STATUS_VLAN_VALID != 0).then(|| {
+        let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+            tpid
+        } else {
+            0x8100
+        };
+        (tci, tpid)
+    })
 }
 
 /// The system's page size (a ring's blocks are whole pages: 4 KiB on most machines, 16 or

@@ -227,7 +227,8 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     })?;
     // Each port's ring holds the traffic that enters the direction it feeds.
     let open = |name: &str, spec: &LinkSpec| {
-        PacketPort::open_with(name, pathlab_io::port::RingSize::for_link(spec)).map_err(port_error)
+        PacketPort::open_with(name, pathlab_io::port::ReceiveMode::for_link(spec))
+            .map_err(port_error)
     };
     let ports = [open(if_a, &forward)?, open(if_b, &reverse)?];
     let create = |path: &std::path::Path, what: &str| {
