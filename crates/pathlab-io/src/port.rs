@@ -358,8 +358,11 @@ impl PacketPort {
                 lock: lock_path,
             });
         };
-        let protocol = i32::from((libc::ETH_P_ALL as u16).to_be());
-        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, protocol)
+        // Protocol 0 until bound: a socket opened for every protocol would take every
+        // interface's frames at once, and binding it to one interface would then wait for
+        // an RCU grace period (synchronize_net) to take its hook back, milliseconds each:
+        // half a minute for the 2,000 ports of a 1,000-link lab.
+        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
             .map_err(io_error("opening a packet socket", name))?;
         // The options must be set before the ring exists and before bind, so that no frame
         // arrives without them.

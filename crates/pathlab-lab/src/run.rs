@@ -175,31 +175,32 @@ pub fn run(
                         link: link.name.clone(),
                         message: e.to_string(),
                     })?;
-                let handle = pool.spawn(
-                    ports,
-                    EmulatorConfig {
-                        name: link.name.clone(),
-                        forward: link.forward.clone(),
-                        reverse: link.reverse.clone(),
-                        seed: options.seed.wrapping_add(i as u64),
-                        record: Some(record),
-                        pcap: None,
-                        // Without a queue, one sample at the start says it was empty.
-                        queue_sample_interval: if has_bottleneck(experiment, i) {
-                            QUEUE_SAMPLE_INTERVAL
-                        } else {
-                            pathlab_core::Duration::from_nanos(
-                                experiment.duration.as_nanos() as u64 + 1,
-                            )
+                let handle = pool
+                    .spawn(
+                        ports,
+                        EmulatorConfig {
+                            name: link.name.clone(),
+                            forward: link.forward.clone(),
+                            reverse: link.reverse.clone(),
+                            seed: options.seed.wrapping_add(i as u64),
+                            record: Some(record),
+                            pcap: None,
+                            // Without a queue, one sample at the start says it was empty.
+                            queue_sample_interval: if has_bottleneck(experiment, i) {
+                                QUEUE_SAMPLE_INTERVAL
+                            } else {
+                                pathlab_core::Duration::from_nanos(
+                                    experiment.duration.as_nanos() as u64 + 1,
+                                )
+                            },
+                            command: vec![format!("pathlab lab {}", experiment.name)],
+                            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
                         },
-                        command: vec![format!("pathlab lab {}", experiment.name)],
-                        on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
-                    },
-                )
-                .map_err(|e| RunError::Emulator {
-                    link: link.name.clone(),
-                    message: e.to_string(),
-                })?;
+                    )
+                    .map_err(|e| RunError::Emulator {
+                        link: link.name.clone(),
+                        message: e.to_string(),
+                    })?;
                 handle.set_late_bound(experiment.late_bound);
                 emulators.push(Some(handle));
                 Some(file_name)

@@ -7,7 +7,8 @@
 //! of slow links on the machine's few cores). Each pass it reads what the ready ports
 //! have, gives it to their links at the current instant, sends every packet whose departure
 //! has come, answers requests, and then sleeps until the earliest deadline: in `ppoll`
-//! while it is far, spinning for the last [`SPIN_WINDOW`].
+//! while it is far, spinning for the last [`super::SPIN_WINDOW`] where the machine has
+//! cores to spare ([`super::spin_window`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -19,7 +20,7 @@ use pathlab_core::time::{Duration, Instant};
 use pathlab_core::{Link, LinkSpec, Packet};
 use pathlab_results::recording::RecordingLine;
 
-use super::{Clock, DirectionStats, OnInterfaceGone, SPIN_WINDOW};
+use super::{Clock, DirectionStats, OnInterfaceGone};
 use crate::fidelity::Lateness;
 use crate::offload;
 use crate::port::{Framing, Port, PortError, ReceiveCounts, Transmit};
@@ -561,16 +562,19 @@ pub(super) struct WorkerHandle {
 
 impl WorkerHandle {
     /// Starts a worker thread.
-    pub fn start(name: &str) -> io::Result<WorkerHandle> {
+    pub fn start(name: &str, spin: Duration, share: f64) -> io::Result<WorkerHandle> {
         let (requests, receiver) = mpsc::channel();
         let wake = Arc::new(sys::eventfd()?);
         let mut worker = Worker {
             directions: Vec::new(),
             keys: Vec::new(),
             slots: HashMap::new(),
+            deadlines: Vec::new(),
             requests: receiver,
             wake: Arc::clone(&wake),
             epoll: sys::Epoll::new()?,
+            spin: std::time::Duration::from_nanos(spin.as_nanos()),
+            spin_budget: SpinBudget::new(share),
             due: Vec::new(),
             ready: Vec::new(),
         };
@@ -602,16 +606,75 @@ impl Drop for WorkerHandle {
     }
 }
 
+/// A forwarding thread's allowance of spinning: it earns `share` of the time that passes
+/// (up to [`SpinBudget::MAX_NS`] saved) and spends the time it spins.
+struct SpinBudget {
+    share: f64,
+    /// Nanoseconds of spinning left.
+    left_ns: f64,
+    /// When it was last earned.
+    earned_at: Option<std::time::Instant>,
+    /// Since when it spins, if it does.
+    spinning_since: Option<std::time::Instant>,
+}
+
+impl SpinBudget {
+    /// The most spinning saved up: a few deadlines' worth.
+    const MAX_NS: f64 = 2_000_000.0;
+
+    fn new(share: f64) -> SpinBudget {
+        SpinBudget {
+            share,
+            left_ns: Self::MAX_NS,
+            earned_at: None,
+            spinning_since: None,
+        }
+    }
+
+    /// Earns and spends up to `now`; whether the thread may spin (on).
+    fn spin(&mut self, now: std::time::Instant) -> bool {
+        if self.share >= 1.0 {
+            return true;
+        }
+        if let Some(earned_at) = self.earned_at {
+            let elapsed = now.saturating_duration_since(earned_at).as_nanos() as f64;
+            self.left_ns = (self.left_ns + elapsed * self.share).min(Self::MAX_NS);
+        }
+        self.earned_at = Some(now);
+        if let Some(since) = self.spinning_since {
+            self.left_ns -= now.saturating_duration_since(since).as_nanos() as f64;
+            self.spinning_since = Some(now);
+        }
+        self.left_ns > 0.0
+    }
+
+    /// The thread spins on from `now`.
+    fn spinning(&mut self, now: std::time::Instant) {
+        self.spinning_since.get_or_insert(now);
+    }
+
+    /// The thread sleeps: its spinning, if any, ended.
+    fn sleeping(&mut self) {
+        self.spinning_since = None;
+    }
+}
+
 struct Worker {
     directions: Vec<Direction>,
     /// Each direction's key, by position.
     keys: Vec<u64>,
     /// Each key's position.
     slots: HashMap<u64, usize>,
+    /// Each direction's next deadline (see [`Direction::deadline`]), by position.
+    deadlines: Vec<Option<std::time::Instant>>,
     requests: mpsc::Receiver<WorkerRequest>,
     wake: Arc<OwnedFd>,
     /// The ports' receive descriptors (token: the direction's key) and the wake-up eventfd.
     epoll: sys::Epoll,
+    /// How long before a deadline it stops sleeping and spins.
+    spin: std::time::Duration,
+    /// How much spinning it has left.
+    spin_budget: SpinBudget,
     /// Packets due in this pass, reused between passes.
     due: Vec<(Instant, Packet)>,
     /// Tokens the epoll set reported ready, reused.
@@ -623,33 +686,48 @@ impl Worker {
         sys::set_timer_slack_min();
         loop {
             let wall = std::time::Instant::now();
-            for direction in &mut self.directions {
-                direction.keep_records(direction.clock.at(wall), false);
-            }
             let mut backlog = false;
             let scan_all = self.directions.len() <= SCAN_ALL;
             if !scan_all {
                 self.poll_ready();
             }
-            for direction in &mut self.directions {
+            // Each direction is touched only when something is due in it, so a pass costs
+            // what is active, not every direction the worker serves; records are caught up
+            // just before its queue changes, and its next deadline is kept in `deadlines`.
+            for slot in 0..self.directions.len() {
+                let direction = &mut self.directions[slot];
                 if direction.failed() {
                     continue;
                 }
+                let now = direction.clock.at(wall);
                 if scan_all || direction.polled || direction.backlog {
-                    direction.backlog = direction.receive(direction.clock.at(wall));
+                    direction.keep_records(now, false);
+                    direction.backlog = direction.receive(now);
                     backlog |= direction.backlog;
                 }
-            }
-            for (direction, key) in self.directions.iter_mut().zip(&self.keys) {
-                if !direction.failed() && direction.check_port(direction.clock.at(wall)) {
-                    let _ = self.epoll.add(direction.port.pollable(), *key);
+                if direction.polled || direction.state != PortState::Up {
+                    if direction.check_port(now) {
+                        let _ = self.epoll.add(direction.port.pollable(), self.keys[slot]);
+                    }
+                    self.refresh(slot);
+                } else if scan_all || direction.backlog {
+                    self.refresh(slot);
                 }
             }
-            for direction in &mut self.directions {
-                let now = direction.clock.now();
-                if !direction.failed() && direction.link.poll_at().is_some_and(|at| at <= now) {
-                    direction.transmit(&mut self.due);
+            let wall = std::time::Instant::now();
+            for slot in 0..self.directions.len() {
+                if self.deadlines[slot].is_none_or(|at| at > wall) {
+                    continue;
                 }
+                let direction = &mut self.directions[slot];
+                if !direction.failed() {
+                    let now = direction.clock.at(wall);
+                    direction.keep_records(now, false);
+                    if direction.link.poll_at().is_some_and(|at| at <= now) {
+                        direction.transmit(&mut self.due);
+                    }
+                }
+                self.refresh(slot);
             }
             if self.handle_requests() {
                 break;
@@ -658,6 +736,16 @@ impl Worker {
                 self.sleep();
             }
         }
+    }
+
+    /// Recomputes direction `slot`'s next deadline (none once its emulator failed).
+    fn refresh(&mut self, slot: usize) {
+        let direction = &self.directions[slot];
+        self.deadlines[slot] = if direction.failed() {
+            None
+        } else {
+            direction.deadline().map(|at| direction.clock.monotonic(at))
+        };
     }
 
     /// Marks the directions whose ports the epoll set says are ready.
@@ -682,6 +770,8 @@ impl Worker {
                     self.slots.insert(key, self.directions.len());
                     self.keys.push(key);
                     self.directions.push(*direction);
+                    self.deadlines.push(None);
+                    self.refresh(self.directions.len() - 1);
                 }
                 WorkerRequest::Remove { key, reply } => {
                     let Some(slot) = self.slots.remove(&key) else {
@@ -689,6 +779,7 @@ impl Worker {
                     };
                     let mut direction = self.directions.swap_remove(slot);
                     self.keys.swap_remove(slot);
+                    self.deadlines.swap_remove(slot);
                     if let Some(&moved) = self.keys.get(slot) {
                         self.slots.insert(moved, slot);
                     }
@@ -701,7 +792,9 @@ impl Worker {
                     let answer = match self.slots.get(&key) {
                         Some(&slot) => {
                             let direction = &mut self.directions[slot];
-                            direction.set(direction.clock.now(), &spec)
+                            let answer = direction.set(direction.clock.now(), &spec);
+                            self.refresh(slot);
+                            answer
                         }
                         None => Err("the emulator has stopped".into()),
                     };
@@ -726,19 +819,22 @@ impl Worker {
 
     /// Waits for the next deadline, a frame, or a request.
     fn sleep(&mut self) {
-        let deadline = self
-            .directions
-            .iter()
-            .filter(|d| !d.failed())
-            .filter_map(|d| d.deadline().map(|at| d.clock.monotonic(at)))
-            .min();
-        let spin = std::time::Duration::from_nanos(SPIN_WINDOW.as_nanos());
+        let deadline = self.deadlines.iter().flatten().min().copied();
         let now = std::time::Instant::now();
+        let spin = if self.spin_budget.spin(now) {
+            self.spin
+        } else {
+            std::time::Duration::ZERO
+        };
         let timeout = match deadline {
-            Some(at) if at <= now + spin => return,
+            Some(at) if at <= now + spin => {
+                self.spin_budget.spinning(now);
+                return;
+            }
             Some(at) => Some(at.saturating_duration_since(now + spin)),
             None => None,
         };
+        self.spin_budget.sleeping();
         let mut ready = [false; 1];
         if sys::poll_readable(&[self.epoll.as_fd()], timeout, &mut ready).is_ok() && ready[0] {
             self.poll_ready();
