@@ -107,6 +107,17 @@ fn delay_20ms_each_way_gives_a_40ms_ping() {
     );
     let live = lab.stats();
     assert_eq!(live.directions[0].spec, "delay 20ms");
+    // Every frame came with the kernel's receive stamp, on the clock it is read against
+    // (a stamp on another clock would be seconds or years off, not microseconds).
+    for direction in &live.directions {
+        let waited = &direction.waited;
+        assert!(
+            waited.packets >= direction.packets_received && waited.packets > 0,
+            "stamped frames: {waited:?} of {}",
+            direction.packets_received
+        );
+        assert!(waited.max_ns < 1_000_000_000, "{waited:?}");
+    }
     assert!(
         live.directions[0].forwarded >= 106,
         "stats while running: {live:?}"

@@ -359,6 +359,11 @@ impl Link {
         counters
     }
 
+    /// The latest instant the link has been called at: it takes no packet before it.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
     /// Packets waiting in the bottleneck queue (not counting the one being serialized).
     pub fn queue_len_packets(&self) -> usize {
         self.bottleneck

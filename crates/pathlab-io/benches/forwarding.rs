@@ -245,8 +245,8 @@ fn trace(handle: &emulator::EmulatorHandle, done: &std::sync::atomic::AtomicBool
                 let rate = (d.forwarded_bytes - *last) as f64 * 8e-6;
                 *last = d.forwarded_bytes;
                 format!(
-                    "{} -> {}: {rate:7.1} Mbit/s, queue {} packets, inside {}, late p99 {} us, ring full {}",
-                    d.from, d.to, d.queue_packets, d.in_flight, d.lateness.last_second_p99_ns / 1000, d.ring_full
+                    "{} -> {}: {rate:7.1} Mbit/s, queue {} packets, inside {}, late p99 {} us, waited p99 {} us, ring full {}",
+                    d.from, d.to, d.queue_packets, d.in_flight, d.lateness.last_second_p99_ns / 1000, d.waited.last_second_p99_ns / 1000, d.ring_full
                 )
             })
             .collect();

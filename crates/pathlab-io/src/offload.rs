@@ -199,6 +199,20 @@ pub fn to_wire_frames(
     }
 }
 
+/// [`to_wire_frames`] of a frame still in a receive buffer: a super-packet is cut from
+/// where it is, and only a frame that passes whole is copied.
+pub fn to_wire_frames_from(
+    frame: &[u8],
+    vnet: &VnetHeader,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<usize, OffloadError> {
+    if is_super_packet(vnet) {
+        segment(frame, Framing::Ethernet, vnet, emit)
+    } else {
+        pass_whole(frame.to_vec(), vnet, emit)
+    }
+}
+
 /// Turns one packet read from a TUN device with offloads on (`IFF_VNET_HDR`, without its
 /// vnet header) into the IP packets it stands for, at most the segment size each, passing
 /// each to `emit`: a TCP super-packet is cut as [`to_wire_frames`] cuts a frame, and a

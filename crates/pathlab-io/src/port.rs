@@ -59,6 +59,15 @@ pub trait Port: Send {
         budget: usize,
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts>;
+    /// [`Port::receive`], with when the kernel received each frame (ns since the Unix
+    /// epoch, `CLOCK_REALTIME`) where the port knows it.
+    fn receive_timed(
+        &mut self,
+        budget: usize,
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts> {
+        self.receive(budget, &mut |frame| deliver(frame, None))
+    }
     /// A sending half of the port, independent of it: the thread that forwards the other
     /// direction sends through it while this port's thread receives. Made again after a
     /// [`Port::reopen`].
@@ -258,22 +267,22 @@ fn deliver_frame(
     data: &[u8],
     wire_len: u32,
     vlan: Option<(u16, u16)>,
+    received_unix_ns: Option<u64>,
     counts: &mut ReceiveCounts,
-    deliver: &mut dyn FnMut(Vec<u8>),
+    deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
 ) {
     if data.len() < sys::VNET_HDR_LEN + 14 || wire_len as usize + sys::VNET_HDR_LEN > data.len() {
         counts.malformed += 1;
         return;
     }
     let vnet = VnetHeader::parse(data[..sys::VNET_HDR_LEN].try_into().expect("10 bytes"));
-    let bytes = data[sys::VNET_HDR_LEN..].to_vec();
     let mut emit = |mut wire: Vec<u8>| {
         if let Some((tci, tpid)) = vlan {
             offload::insert_vlan_tag(&mut wire, tci, tpid);
         }
-        deliver(wire);
+        deliver(wire, received_unix_ns);
     };
-    match offload::to_wire_frames(bytes, &vnet, &mut emit) {
+    match offload::to_wire_frames_from(&data[sys::VNET_HDR_LEN..], &vnet, &mut emit) {
         Ok(n) => counts.segments += n as u64,
         Err(_) => counts.malformed += 1,
     }
@@ -441,6 +450,14 @@ impl Port for PacketPort {
         budget: usize,
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts> {
+        self.receive_timed(budget, &mut |frame, _| deliver(frame))
+    }
+
+    fn receive_timed(
+        &mut self,
+        budget: usize,
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
         match &mut self.rx {
             Receiver::Ring(ring) => {
@@ -452,7 +469,15 @@ impl Port for PacketPort {
                     if frame.losing {
                         counts.ring_full += 1;
                     }
-                    deliver_frame(frame.data, frame.wire_len, frame.vlan, &mut counts, deliver);
+                    let at = Some(frame.received_unix_ns);
+                    deliver_frame(
+                        frame.data,
+                        frame.wire_len,
+                        frame.vlan,
+                        at,
+                        &mut counts,
+                        deliver,
+                    );
                 }
             }
             Receiver::Socket { socket, batch } => {
@@ -465,7 +490,15 @@ impl Port for PacketPort {
                             counts.malformed += 1;
                             continue;
                         }
-                        deliver_frame(frame.data, frame.wire_len, frame.vlan, &mut counts, deliver);
+                        let at = frame.received_unix_ns;
+                        deliver_frame(
+                            frame.data,
+                            frame.wire_len,
+                            frame.vlan,
+                            at,
+                            &mut counts,
+                            deliver,
+                        );
                     }
                     if received < wanted {
                         break; // drained

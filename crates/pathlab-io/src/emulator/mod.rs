@@ -141,8 +141,14 @@ pub struct DirectionStats {
     pub queue_bytes: u64,
     /// Packets inside the link now (queued, in service, delayed).
     pub in_flight: u64,
-    /// How late packets left compared with their model departure.
+    /// How late packets left compared with their model departure. A frame enters the
+    /// link at the instant the kernel received it, so this includes how long it waited to
+    /// be read (`waited`), unless it waited past what the link had already been told.
     pub lateness: LatenessSummary,
+    /// How long frames waited in the kernel (ring or socket) before the emulator read
+    /// them: what a busy emulator's backlog adds.
+    #[serde(default)] // added with receive timestamps
+    pub waited: LatenessSummary,
 }
 
 /// A snapshot of an emulator.

@@ -45,6 +45,22 @@ const CAPTURE_FLUSH: Duration = Duration::from_millis(10);
 /// that receives on its port replaces it when the port is opened again.
 pub(super) type SharedTransmit = Arc<Mutex<Box<dyn Transmit>>>;
 
+/// The instant a frame read at `now` entered the link, having waited `waited_ns` in the
+/// kernel: when it arrived, but not before what the link has already been told (time only
+/// goes forward in it) nor after now (a clock stepped back).
+fn arrival(now: Instant, waited_ns: u64, link_now: Instant) -> Instant {
+    Instant::from_nanos(now.as_nanos().saturating_sub(waited_ns))
+        .max(link_now)
+        .min(now)
+}
+
+/// The time now, ns since the Unix epoch (`CLOCK_REALTIME`, as the kernel stamps frames).
+fn unix_ns_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// What one emulator's directions share, wherever they run.
 pub(super) struct Shared {
     /// The emulator's name, for messages.
@@ -99,6 +115,8 @@ pub(super) struct Direction {
     pub link: Link,
     pub stats: DirectionStats,
     pub lateness: Lateness,
+    /// How long frames waited in the kernel before this thread read them.
+    waited: Lateness,
     pub shared: Arc<Shared>,
     /// Where finished records go, if the emulator records.
     pub records: Option<mpsc::Sender<Vec<RecordingLine>>>,
@@ -149,6 +167,7 @@ impl Direction {
             link,
             stats,
             lateness: Lateness::new(),
+            waited: Lateness::new(),
             shared,
             records,
             queue_sample_interval,
@@ -176,6 +195,7 @@ impl Direction {
         stats.queue_bytes = self.link.queue_len_bytes();
         stats.in_flight = self.link.in_flight() as u64;
         stats.lateness = self.lateness.summary(now);
+        stats.waited = self.waited.summary(now);
         stats
     }
 
@@ -209,20 +229,33 @@ impl Direction {
         let framing = self.port.framing();
         let tag = self.index as u32;
         let link = &mut self.link;
-        let result = self.port.receive(RECEIVE_BUDGET, &mut |frame| {
-            let mut packet = match framing {
-                Framing::Ethernet => Packet::from_ethernet(now, frame),
-                Framing::Ip => {
-                    let mut packet = Packet::from_ip(now, frame);
-                    // Account a TUN packet as the Ethernet frame it would be on a wire, so
-                    // `rate` means the same through `shell` as through `emulate`.
-                    packet.len_bytes += 14;
-                    packet
+        let waited = &mut self.waited;
+        // Frames enter the link when the kernel received them, not when this thread got
+        // to them: a frame that waited in the ring is sent as late as it waited, and the
+        // guard sees it. The kernel's stamps are CLOCK_REALTIME; their offset from this
+        // clock is taken now, so neither clock's drift matters.
+        let unix_now = unix_ns_now();
+        let result = self
+            .port
+            .receive_timed(RECEIVE_BUDGET, &mut |frame, received| {
+                let waited_ns = received.map_or(0, |at| unix_now.saturating_sub(at));
+                if received.is_some() {
+                    waited.record(now, Duration::from_nanos(waited_ns));
                 }
-            };
-            packet.tag = tag;
-            link.enqueue(now, packet);
-        });
+                let at = arrival(now, waited_ns, link.now());
+                let mut packet = match framing {
+                    Framing::Ethernet => Packet::from_ethernet(at, frame),
+                    Framing::Ip => {
+                        let mut packet = Packet::from_ip(at, frame);
+                        // Account a TUN packet as the Ethernet frame it would be on a wire, so
+                        // `rate` means the same through `shell` as through `emulate`.
+                        packet.len_bytes += 14;
+                        packet
+                    }
+                };
+                packet.tag = tag;
+                link.enqueue(at, packet);
+            });
         match result {
             Ok(counts) => {
                 let ReceiveCounts {
@@ -908,6 +941,20 @@ mod tests {
             }
         }
         sent
+    }
+
+    #[test]
+    fn a_frame_enters_the_link_when_it_arrived_within_what_the_link_allows() {
+        let ms = Instant::from_millis;
+        assert_eq!(arrival(ms(10), 0, ms(9)), ms(10), "read at once");
+        assert_eq!(arrival(ms(10), 3_000_000, ms(2)), ms(7), "waited 3 ms");
+        assert_eq!(
+            arrival(ms(10), 3_000_000, ms(8)),
+            ms(8),
+            "the link is past it"
+        );
+        assert_eq!(arrival(ms(10), 30_000_000, Instant::ZERO), Instant::ZERO);
+        assert_eq!(arrival(ms(10), 0, ms(10)), ms(10));
     }
 
     #[test]

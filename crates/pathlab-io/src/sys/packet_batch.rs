@@ -39,13 +39,16 @@ struct TpacketStats {
     tp_drops: u32,
 }
 
-/// Control buffer per slot, in u64 words for alignment: one `cmsghdr` (16 bytes) and a
-/// `tpacket_auxdata` (20) rounded up, with room to spare.
-const CONTROL_WORDS: usize = 8;
+/// Control buffer per slot, in u64 words for alignment: a `cmsghdr` (16 bytes) with a
+/// `tpacket_auxdata` (20, to 40 in all) and one with a `timespec` (16, to 32), with room
+/// to spare.
+const CONTROL_WORDS: usize = 12;
 
-/// Turns on the frame metadata [`PacketBatch`] reads: `PACKET_AUXDATA`.
+/// Turns on the frame metadata [`PacketBatch`] reads: `PACKET_AUXDATA`, and
+/// `SO_TIMESTAMPNS` (when the kernel received each frame).
 pub fn enable_packet_auxdata(fd: BorrowedFd<'_>) -> io::Result<()> {
-    setsockopt(fd, libc::SOL_PACKET, PACKET_AUXDATA, &1i32)
+    setsockopt(fd, libc::SOL_PACKET, PACKET_AUXDATA, &1i32)?;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1i32)
 }
 
 /// Frames the kernel dropped on this packet socket since the last call (its receive
@@ -78,6 +81,8 @@ pub struct PacketFrame<'a> {
     pub vlan: Option<(u16, u16)>,
     /// The frame was longer than the slot.
     pub truncated: bool,
+    /// When the kernel received it (`CLOCK_REALTIME`, ns since the Unix epoch), if it said.
+    pub received_unix_ns: Option<u64>,
 }
 
 /// What the kernel filled in for one slot.
@@ -86,6 +91,7 @@ struct Slot {
     len: usize,
     auxdata: TpacketAuxdata,
     truncated: bool,
+    received_unix_ns: Option<u64>,
 }
 
 /// Room for `slots` frames of up to `slot_len` bytes, received with one `recvmmsg(2)`.
@@ -180,11 +186,12 @@ impl PacketBatch {
         }
         for header in &headers[..result as usize] {
             // SAFETY: the kernel filled this header; its control buffer is in `self`.
-            let auxdata = unsafe { auxdata(&header.msg_hdr) };
+            let (auxdata, received_unix_ns) = unsafe { control(&header.msg_hdr) };
             self.received.push(Slot {
                 len: (header.msg_len as usize).min(self.slot_len),
                 auxdata: auxdata.unwrap_or_default(),
                 truncated: header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                received_unix_ns,
             });
         }
         Ok(self.received.len())
@@ -204,6 +211,7 @@ impl PacketBatch {
                 wire_len: aux.tp_len,
                 vlan: super::ring::vlan_tag(aux.tp_status, aux.tp_vlan_tci, aux.tp_vlan_tpid),
                 truncated: slot.truncated,
+                received_unix_ns: slot.received_unix_ns,
             }
         })
     }
@@ -218,28 +226,37 @@ impl Drop for PacketBatch {
     }
 }
 
-/// The `PACKET_AUXDATA` message of a received frame, if the kernel attached one.
+/// The `PACKET_AUXDATA` and `SCM_TIMESTAMPNS` messages of a received frame, where the
+/// kernel attached them.
 ///
 /// # Safety
 /// `message` must be a header `recvmmsg` filled, its control buffer still alive.
-unsafe fn auxdata(message: &libc::msghdr) -> Option<TpacketAuxdata> {
+unsafe fn control(message: &libc::msghdr) -> (Option<TpacketAuxdata>, Option<u64>) {
+    let (mut auxdata, mut received) = (None, None);
     // SAFETY: the caller guarantees the header and its control buffer; CMSG_* walk only
-    // within msg_controllen.
+    // within msg_controllen, and each payload is read unaligned after its length is
+    // checked.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(message);
         while !cmsg.is_null() {
             let header = &*cmsg;
+            let fits = |len: usize| header.cmsg_len as usize >= libc::CMSG_LEN(len as u32) as usize;
             if header.cmsg_level == libc::SOL_PACKET
                 && header.cmsg_type == PACKET_AUXDATA
-                && header.cmsg_len as usize
-                    >= libc::CMSG_LEN(size_of::<TpacketAuxdata>() as u32) as usize
+                && fits(size_of::<TpacketAuxdata>())
             {
-                return Some(std::ptr::read_unaligned(
+                auxdata = Some(std::ptr::read_unaligned(
                     libc::CMSG_DATA(cmsg).cast::<TpacketAuxdata>(),
                 ));
+            } else if header.cmsg_level == libc::SOL_SOCKET
+                && header.cmsg_type == libc::SCM_TIMESTAMPNS
+                && fits(size_of::<libc::timespec>())
+            {
+                let at = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
+                received = Some(at.tv_sec as u64 * 1_000_000_000 + at.tv_nsec as u64);
             }
             cmsg = libc::CMSG_NXTHDR(message, cmsg);
         }
     }
-    None
+    (auxdata, received)
 }

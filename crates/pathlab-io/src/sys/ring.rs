@@ -73,6 +73,8 @@ pub struct RxFrame<'a> {
     pub vlan: Option<(u16, u16)>,
     /// Whether the kernel dropped packets because the ring was full since the last frame.
     pub losing: bool,
+    /// When the kernel received the frame (`CLOCK_REALTIME`), ns since the Unix epoch.
+    pub received_unix_ns: u64,
     status: &'a AtomicU32,
 }
 
@@ -194,6 +196,7 @@ impl RxRing {
             wire_len: header.tp_len,
             vlan,
             losing: value & TP_STATUS_LOSING != 0,
+            received_unix_ns: u64::from(header.tp_sec) * 1_000_000_000 + u64::from(header.tp_nsec),
             status,
         })
     }

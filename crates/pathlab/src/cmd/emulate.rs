@@ -434,6 +434,15 @@ pub fn print_stats(stats: &EmulatorStats) {
             late.max_ns / 1000,
             late.packets
         );
+        let waited = &d.waited;
+        let _ = writeln!(
+            out,
+            "  reading    frames waited to be read p50 {} us, p99 {} us, max {} us (counted in \
+             the lateness above)",
+            waited.p50_ns / 1000,
+            waited.p99_ns / 1000,
+            waited.max_ns / 1000,
+        );
         let _ = writeln!(out, "  guard      {}", guard_text(late));
         if d.send_errors + d.ring_full > 0 {
             let _ = writeln!(
