@@ -230,19 +230,30 @@ impl Direction {
         let tag = self.index as u32;
         let link = &mut self.link;
         let waited = &mut self.waited;
+        let clock = self.clock;
         // Frames enter the link when the kernel received them, not when this thread got
         // to them: a frame that waited in the ring is sent as late as it waited, and the
-        // guard sees it. The kernel's stamps are CLOCK_REALTIME; their offset from this
-        // clock is taken now, so neither clock's drift matters.
-        let unix_now = unix_ns_now();
+        // guard sees it. The kernel's stamps are CLOCK_REALTIME; both clocks are read
+        // together when a frame is taken (the segments of one super-packet share its
+        // stamp and the reading), so neither clock's drift nor the pass's length matters.
+        let mut last: Option<(u64, Instant)> = None;
         let result = self
             .port
             .receive_timed(RECEIVE_BUDGET, &mut |frame, received| {
-                let waited_ns = received.map_or(0, |at| unix_now.saturating_sub(at));
-                if received.is_some() {
-                    waited.record(now, Duration::from_nanos(waited_ns));
-                }
-                let at = arrival(now, waited_ns, link.now());
+                let at = match received {
+                    Some(stamp) => match last {
+                        Some((previous, at)) if previous == stamp => at,
+                        _ => {
+                            let (now, unix_now) = (clock.now(), unix_ns_now());
+                            let waited_ns = unix_now.saturating_sub(stamp);
+                            waited.record(now, Duration::from_nanos(waited_ns));
+                            let at = arrival(now, waited_ns, link.now());
+                            last = Some((stamp, at));
+                            at
+                        }
+                    },
+                    None => now.max(link.now()),
+                };
                 let mut packet = match framing {
                     Framing::Ethernet => Packet::from_ethernet(at, frame),
                     Framing::Ip => {
