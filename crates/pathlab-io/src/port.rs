@@ -12,14 +12,9 @@ use crate::offload::{self, VnetHeader};
 use crate::sys;
 use crate::tun::Tun;
 
-/// How the frames of a port begin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// Ethernet frames (AF_PACKET ports).
-    Ethernet,
-    /// Bare IP datagrams (TUN ports).
-    Ip,
-}
+/// How the frames of a port begin: Ethernet (AF_PACKET ports) or bare IP (TUN ports), as
+/// the offload code reads them.
+pub use crate::offload::Framing;
 
 /// What a receive pass saw besides the frames it delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -581,7 +576,7 @@ impl Transmit for PacketTx {
     /// Gathers the super-packet from the frames where they are: its vnet header, its
     /// headers, then each segment's payload, in one `writev` (no copy in user space).
     fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
-        let (headers, vnet) = offload::gso_headers(frames, offload::Framing::Ethernet);
+        let (headers, vnet) = offload::gso_headers(frames, Framing::Ethernet);
         let vnet = vnet.to_bytes();
         let mut parts: [&[u8]; sys::GATHER_MAX] = [&[]; sys::GATHER_MAX];
         parts[0] = &vnet;
