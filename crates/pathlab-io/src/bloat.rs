@@ -9,18 +9,12 @@
 //! means is decided in `pathlab_probe::bloat`.
 
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use pathlab_probe::bloat::{BloatSettings, Phase, PhaseRecord};
 
 use crate::measure::{Client, MeasureError, Partial, TcpOptions, TcpTest};
-
-/// Wall-clock ns since the Unix epoch (the clock the emulator's recording is put on).
-fn unix_now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
+use crate::unix_now_ns;
 
 /// The load's TCP test for `phase` under `settings` (none when idle).
 pub fn load_test(settings: &BloatSettings, phase: Phase) -> Option<TcpTest> {

@@ -64,6 +64,14 @@ pub enum LoadSpecError {
     },
 }
 
+/// The wall-clock time now, ns since the Unix epoch (`CLOCK_REALTIME`: the clock results,
+/// recordings and the kernel's packet stamps are on).
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Parses a spec and loads the trace file it names, if any; the trace's path is made
 /// absolute so the spec means the same to an emulator running elsewhere.
 pub fn load_spec(text: &str) -> Result<LinkSpec, LoadSpecError> {

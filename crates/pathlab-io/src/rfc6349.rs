@@ -5,7 +5,7 @@
 //! settings from `/proc/sys`, and tells the caller about each step as it ends.
 
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::{Direction, TcpDirection};
@@ -141,12 +141,6 @@ pub enum Rfc6349Error {
     },
 }
 
-fn now_unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// Times the steps.
 struct Steps(Vec<StepTime>, Option<Instant>);
 
@@ -156,7 +150,7 @@ impl Steps {
         on_event(Event::Step(step));
         self.0.push(StepTime {
             step: step.to_owned(),
-            started_unix_ns: now_unix_ns(),
+            started_unix_ns: crate::unix_now_ns(),
             took_ns: 0,
         });
         self.1 = Some(Instant::now());

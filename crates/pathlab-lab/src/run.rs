@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
 use pathlab_io::measure::{Client, Server, ServerConfig, TcpOptions, TcpTest};
@@ -104,12 +104,6 @@ pub enum RunError {
 fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     let context = context.into();
     move |source| RunError::Io { context, source }
-}
-
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn kernel() -> String {
@@ -276,7 +270,7 @@ pub fn run(
     }
 
     let started = Instant::now();
-    let started_unix_ns = unix_ns();
+    let started_unix_ns = pathlab_io::unix_now_ns();
     let mut threads = Vec::new();
     for workload in &experiment.workloads {
         let netns = topology.nodes[workload.from]

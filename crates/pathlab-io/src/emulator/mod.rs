@@ -68,9 +68,7 @@ pub struct Clock {
 impl Clock {
     /// A clock whose zero is now.
     pub fn start() -> Clock {
-        let zero_unix_ns = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let zero_unix_ns = crate::unix_now_ns();
         Clock {
             start: std::time::Instant::now(),
             zero_unix_ns,

@@ -54,13 +54,6 @@ fn arrival(now: Instant, waited_ns: u64, link_now: Instant) -> Instant {
         .min(now)
 }
 
-/// The time now, ns since the Unix epoch (`CLOCK_REALTIME`, as the kernel stamps frames).
-fn unix_ns_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
 /// What one emulator's directions share, wherever they run.
 pub(super) struct Shared {
     /// The emulator's name, for messages.
@@ -244,7 +237,7 @@ impl Direction {
                     Some(stamp) => match last {
                         Some((previous, at)) if previous == stamp => at,
                         _ => {
-                            let (now, unix_now) = (clock.now(), unix_ns_now());
+                            let (now, unix_now) = (clock.now(), crate::unix_now_ns());
                             let waited_ns = unix_now.saturating_sub(stamp);
                             waited.record(now, Duration::from_nanos(waited_ns));
                             let at = arrival(now, waited_ns, link.now());

@@ -813,25 +813,9 @@ impl RecvBatch {
             header.msg_hdr.msg_controllen = size_of::<[u64; CONTROL_WORDS]>() as _;
         }
         // SAFETY: the first `slots` headers point into buffers of `self` and `iovecs` that
-        // outlive the call, with the lengths given; a null timeout with MSG_DONTWAIT
-        // returns at once.
-        let result = unsafe {
-            libc::recvmmsg(
-                fd.as_raw_fd(),
-                headers.as_mut_ptr(),
-                slots as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if result < 0 {
-            let error = io::Error::last_os_error();
-            return match error.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(error),
-            };
-        }
-        for header in &headers[..result as usize] {
+        // outlive the call, with the lengths given.
+        let result = unsafe { recvmmsg_now(fd, &mut headers[..slots]) }?;
+        for header in &headers[..result] {
             // SAFETY: the kernel filled this header; its control buffer is in `self`.
             let ancillary = unsafe { ancillary_data(&header.msg_hdr) };
             let name = header.msg_hdr.msg_name.cast::<libc::sockaddr_storage>();
@@ -1272,4 +1256,32 @@ pub fn thread_cpu_time() -> Duration {
         libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts);
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `recvmmsg(2)` into `headers` without waiting: the number of messages received, 0 when
+/// none waited (or a signal came).
+///
+/// # Safety
+/// Every header must describe buffers (iovecs, name, control) that are writable for the
+/// lengths it gives and live for the call.
+unsafe fn recvmmsg_now(fd: BorrowedFd<'_>, headers: &mut [libc::mmsghdr]) -> io::Result<usize> {
+    // SAFETY: the caller vouches for the headers; a null timeout with MSG_DONTWAIT
+    // returns at once.
+    let result = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            headers.as_mut_ptr(),
+            headers.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if result < 0 {
+        let error = io::Error::last_os_error();
+        return match error.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(error),
+        };
+    }
+    Ok(result as usize)
 }

@@ -166,25 +166,9 @@ impl PacketBatch {
             header.msg_hdr.msg_controllen = size_of::<[u64; CONTROL_WORDS]>() as _;
         }
         // SAFETY: the first `slots` headers point into the mapping and `self.controls`,
-        // which outlive the call, with the lengths given; a null timeout with
-        // MSG_DONTWAIT returns at once.
-        let result = unsafe {
-            libc::recvmmsg(
-                fd.as_raw_fd(),
-                headers.as_mut_ptr(),
-                slots as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if result < 0 {
-            let error = io::Error::last_os_error();
-            return match error.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => Err(error),
-            };
-        }
-        for header in &headers[..result as usize] {
+        // which outlive the call, with the lengths given.
+        let result = unsafe { super::recvmmsg_now(fd, &mut headers[..slots]) }?;
+        for header in &headers[..result] {
             // SAFETY: the kernel filled this header; its control buffer is in `self`.
             let (auxdata, received_unix_ns) = unsafe { control(&header.msg_hdr) };
             self.received.push(Slot {
