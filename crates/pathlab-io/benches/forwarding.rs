@@ -9,7 +9,8 @@
 //! PATHLAB_BENCH_RATES the bottleneck runs', and PATHLAB_BENCH_TRACE prints each
 //! direction's rate, queue and lateness every second of a bottleneck run.
 //! PATHLAB_BENCH_RECEIVE set to `ring` or `socket` makes every port receive that way
-//! (default: as `ReceiveMode::for_link` chooses), to compare the two.
+//! (default: as `ReceiveMode::for_link` chooses), to compare the two. PATHLAB_BENCH_PARTS
+//! (comma-separated: `empty`, `both`, `bottleneck`, `udp`; default all) runs only those parts.
 
 use std::time::Duration;
 
@@ -73,6 +74,12 @@ fn tcp(line: &Line) -> f64 {
         * 8.0
 }
 
+/// Whether PATHLAB_BENCH_PARTS asks for `part` (all parts when it is not set).
+fn wanted(part: &str) -> bool {
+    std::env::var("PATHLAB_BENCH_PARTS")
+        .map_or(true, |parts| parts.split(',').any(|p| p.trim() == part))
+}
+
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
 }
@@ -82,9 +89,29 @@ fn main() {
         eprintln!("the forwarding benchmark needs CAP_NET_ADMIN: run it as root");
         return;
     }
+    let rounds = 3;
+    let kernel_bps = if wanted("empty") {
+        empty_spec_runs(rounds)
+    } else {
+        let line = Line::build(Middle::KernelBridge, true).expect("namespaces");
+        tcp(&line)
+    };
+    if wanted("both") {
+        bidirectional_runs(rounds);
+    }
+    if wanted("bottleneck") {
+        bottleneck_runs(kernel_bps);
+    }
+    if wanted("udp") {
+        udp_lateness();
+    }
+}
+
+/// The emulator with an empty spec against the kernel bridge, alternated for `rounds`
+/// rounds; returns the kernel bridge's median TCP rate in bit/s.
+fn empty_spec_runs(rounds: usize) -> f64 {
     // Alternate the two, several rounds: this machine's speed drifts by a factor of
     // several between minutes, and the ratio within a round is what is comparable.
-    let rounds = 3;
     let mut ratios = Vec::new();
     let mut kernel_rates = Vec::new();
     let mut last_stats = None;
@@ -124,10 +151,12 @@ fn main() {
     let stats = last_stats.expect("at least one round");
     print_lateness("  sent late (empty spec)", &stats);
 
-    let kernel_bps = kernel_rates[rounds / 2];
-    bidirectional_runs(rounds);
-    bottleneck_runs(kernel_bps);
+    kernel_rates[rounds / 2]
+}
 
+/// UDP at 100 Mbit/s through `delay 10ms`: the one-way delay the application sees beyond
+/// the 10 ms, and the emulator's own send error.
+fn udp_lateness() {
     let (line, handle) = with_emulator("delay 10ms");
     let mut delays = line
         .udp_one_way_delays(5202, 100e6, 1472, Duration::from_secs(3))
@@ -255,45 +284,68 @@ fn trace(handle: &emulator::EmulatorHandle, done: &std::sync::atomic::AtomicBool
 }
 
 /// Both directions saturated at once through an empty spec, against one direction alone,
-/// in the same round: what a thread per direction buys.
+/// in the same round, through the kernel bridge and through the emulator: what a thread per
+/// direction buys, against what the machine's cores allow the kernel.
 fn bidirectional_runs(rounds: usize) {
     println!(
-        "TCP both ways at once through pathlab emulate '', {} s per run:",
+        "TCP both ways at once against one way, {} s per run:",
         seconds().as_secs()
     );
     let mut gains = Vec::new();
     for round in 1..=rounds {
-        let (line, handle) = with_emulator("");
-        let one = tcp(&line);
-        let start = |port, reverse| {
-            line.start_tcp_bulk_with(
-                port,
-                seconds(),
-                Duration::from_secs(1),
-                Check::Nothing,
-                &pathlab_io::topology::BulkOptions {
-                    reverse,
-                    ..Default::default()
-                },
-            )
-            .expect("transfer starts")
+        let kernel = {
+            let line = Line::build(Middle::KernelBridge, true).expect("namespaces");
+            both_ways(&line)
         };
-        let (up, down) = (start(5204, false), start(5205, true));
-        let both = [up, down].map(|t| t.finish().expect("transfer") * 8.0);
+        let (line, handle) = with_emulator("");
+        let pathlab = both_ways(&line);
         drop(handle);
-        let sum = both[0] + both[1];
-        println!(
-            "  round {round}: one way {:6.3} Gbit/s; both ways {:6.3} + {:6.3} = {:6.3} Gbit/s, {:.2} x one way",
-            one * 1e-9,
-            both[0] * 1e-9,
-            both[1] * 1e-9,
-            sum * 1e-9,
-            sum / one
-        );
-        gains.push(sum / one);
+        for (name, (one, up, down)) in [("kernel bridge", kernel), ("pathlab emulate ''", pathlab)]
+        {
+            println!(
+                "  round {round}: {name:18}: one way {:6.3} Gbit/s; both ways {:6.3} + {:6.3} = {:6.3} Gbit/s, {:.2} x one way",
+                one * 1e-9,
+                up * 1e-9,
+                down * 1e-9,
+                (up + down) * 1e-9,
+                (up + down) / one
+            );
+        }
+        gains.push((
+            (kernel.1 + kernel.2) / kernel.0,
+            (pathlab.1 + pathlab.2) / pathlab.0,
+        ));
     }
-    gains.sort_by(f64::total_cmp);
-    println!("  median gain {:.2}", gains[rounds / 2]);
+    let mut kernel: Vec<f64> = gains.iter().map(|g| g.0).collect();
+    let mut pathlab: Vec<f64> = gains.iter().map(|g| g.1).collect();
+    kernel.sort_by(f64::total_cmp);
+    pathlab.sort_by(f64::total_cmp);
+    println!(
+        "  median gain: kernel bridge {:.2}, pathlab emulate {:.2}",
+        kernel[rounds / 2],
+        pathlab[rounds / 2]
+    );
+}
+
+/// TCP one way alone, then both ways at once on `line`: (one, up, down) in bit/s.
+fn both_ways(line: &Line) -> (f64, f64, f64) {
+    let one = tcp(line);
+    let start = |port, reverse| {
+        line.start_tcp_bulk_with(
+            port,
+            seconds(),
+            Duration::from_secs(1),
+            Check::Nothing,
+            &pathlab_io::topology::BulkOptions {
+                reverse,
+                ..Default::default()
+            },
+        )
+        .expect("transfer starts")
+    };
+    let (up, down) = (start(5204, false), start(5205, true));
+    let [up, down] = [up, down].map(|t| t.finish().expect("transfer") * 8.0);
+    (one, up, down)
 }
 
 fn print_lateness(label: &str, stats: &EmulatorStats) {
