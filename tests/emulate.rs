@@ -831,11 +831,15 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
     let mut received = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while received.len() < sent.len() && std::time::Instant::now() < deadline {
-        h2.receive(64, &mut |frame| {
-            if frame[6..12] == source {
-                received.push(frame);
-            }
-        })
+        h2.receive(
+            64,
+            &mut pathlab_io::buffers::BufferPool::default(),
+            &mut |frame| {
+                if frame[6..12] == source {
+                    received.push(frame);
+                }
+            },
+        )
         .expect("receive at h2");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -2340,11 +2344,15 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     let mut received = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while received.len() < 10 && std::time::Instant::now() < deadline {
-        h2.receive(64, &mut |frame| {
-            if frame[6..12] == TEST_SOURCE_MAC {
-                received.push(frame);
-            }
-        })
+        h2.receive(
+            64,
+            &mut pathlab_io::buffers::BufferPool::default(),
+            &mut |frame| {
+                if frame[6..12] == TEST_SOURCE_MAC {
+                    received.push(frame);
+                }
+            },
+        )
         .expect("receive at h2");
         std::thread::sleep(Duration::from_millis(5));
     }

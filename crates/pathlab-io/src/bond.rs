@@ -510,6 +510,9 @@ pub fn run_client(
     let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
     let mut bond = Bond::client(config, options.psk.clone(), &mut OsEntropy, clock.now());
     let mut buf = vec![0u8; BUFFER_BYTES];
+    // The tunnel's core keeps the inner packets it is handed (to seal them into
+    // datagrams), so none come back to a pool: each read allocates.
+    let mut inner = crate::buffers::BufferPool::new(0);
     let mut delivered: Vec<Vec<u8>> = Vec::new();
     let mut outbox = Outbox::new(sockets.len());
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
@@ -528,7 +531,9 @@ pub fn run_client(
         // Inner packets from the TUN device.
         let mut taken = 0;
         while taken < RECEIVE_BUDGET {
-            match tun.recv_packets(&mut buf, |packet| bond.handle_inner(now, packet)) {
+            match tun.recv_packets(&mut buf, &mut inner, |packet| {
+                bond.handle_inner(now, packet);
+            }) {
                 Ok(packets) => taken += packets.max(1),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(io_error("reading the TUN device")(error)),
@@ -665,6 +670,9 @@ pub fn run_server(
     let clock = Clock::start();
     let mut server = Server::new(config, options.psk.clone(), Box::new(OsEntropy));
     let mut buf = vec![0u8; BUFFER_BYTES];
+    // The tunnel's core keeps the inner packets it is handed (to seal them into
+    // datagrams), so none come back to a pool: each read allocates.
+    let mut inner = crate::buffers::BufferPool::new(0);
     let mut delivered: Vec<Vec<u8>> = Vec::new();
     let mut outbox = Outbox::new(1);
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
@@ -680,7 +688,9 @@ pub fn run_server(
         let mut now = clock.now();
         let mut taken = 0;
         while taken < RECEIVE_BUDGET {
-            match tun.recv_packets(&mut buf, |packet| server.handle_inner(now, packet)) {
+            match tun.recv_packets(&mut buf, &mut inner, |packet| {
+                server.handle_inner(now, packet);
+            }) {
                 Ok(packets) => taken += packets.max(1),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(io_error("reading the TUN device")(error)),

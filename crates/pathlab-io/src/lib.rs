@@ -16,6 +16,7 @@
 
 pub mod bloat;
 pub mod bond;
+pub mod buffers;
 pub mod capacity;
 pub mod control;
 pub mod emulator;

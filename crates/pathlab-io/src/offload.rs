@@ -10,6 +10,8 @@
 //! because a frame sent through a packet socket reaches the peer as "checksum unknown" and
 //! a receiver drops a TCP segment whose checksum field still holds the partial sum.
 
+use crate::buffers::BufferPool;
+
 /// `virtio_net_hdr` flags: the checksum from `csum_start` on is still to be computed.
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
 const GSO_NONE: u8 = 0;
@@ -193,39 +195,49 @@ pub fn to_wire_frames(
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     if is_super_packet(vnet) {
-        segment(&frame, Framing::Ethernet, vnet, emit)
+        segment(
+            &frame,
+            Framing::Ethernet,
+            vnet,
+            &mut BufferPool::new(0),
+            emit,
+        )
     } else {
         pass_whole(frame, vnet, emit)
     }
 }
 
 /// [`to_wire_frames`] of a frame still in a receive buffer: a super-packet is cut from
-/// where it is, and only a frame that passes whole is copied.
+/// where it is, and only a frame that passes whole is copied; the frames are written into
+/// buffers taken from `pool`.
 pub fn to_wire_frames_from(
     frame: &[u8],
     vnet: &VnetHeader,
+    pool: &mut BufferPool,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     if is_super_packet(vnet) {
-        segment(frame, Framing::Ethernet, vnet, emit)
+        segment(frame, Framing::Ethernet, vnet, pool, emit)
     } else {
-        pass_whole(frame.to_vec(), vnet, emit)
+        pass_whole(pool.copy_of(frame), vnet, emit)
     }
 }
 
 /// Turns one packet read from a TUN device with offloads on (`IFF_VNET_HDR`, without its
 /// vnet header) into the IP packets it stands for, at most the segment size each, passing
 /// each to `emit`: a TCP super-packet is cut as [`to_wire_frames`] cuts a frame, and a
-/// checksum left to "hardware" is completed. Returns how many there were.
+/// checksum left to "hardware" is completed, in buffers taken from `pool`. Returns how
+/// many there were.
 pub fn to_ip_packets(
     packet: &[u8],
     vnet: &VnetHeader,
+    pool: &mut BufferPool,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     if is_super_packet(vnet) {
-        segment(packet, Framing::Ip, vnet, emit)
+        segment(packet, Framing::Ip, vnet, pool, emit)
     } else {
-        pass_whole(packet.to_vec(), vnet, emit)
+        pass_whole(pool.copy_of(packet), vnet, emit)
     }
 }
 
@@ -239,6 +251,7 @@ fn segment(
     frame: &[u8],
     framing: Framing,
     vnet: &VnetHeader,
+    pool: &mut BufferPool,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     let gso_type = vnet.gso_type & !GSO_ECN;
@@ -278,14 +291,14 @@ fn segment(
     let payload = &frame[headers_len..];
     if payload.is_empty() {
         // Headers only: nothing to cut, but the checksum may still be partial.
-        return pass_whole(frame.to_vec(), vnet, emit);
+        return pass_whole(pool.copy_of(frame), vnet, emit);
     }
     let segment_size = vnet.gso_size as usize;
     let count = payload.len().div_ceil(segment_size);
     let ip_id = u16::from_be_bytes([frame[ip + 4], frame[ip + 5]]);
     let first_seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
     for (index, chunk) in payload.chunks(segment_size).enumerate() {
-        let mut segment = Vec::with_capacity(headers_len + chunk.len());
+        let mut segment = pool.take(headers_len + chunk.len());
         segment.extend_from_slice(&frame[..headers_len]);
         segment.extend_from_slice(chunk);
         let l4_len = segment.len() - l4;
@@ -754,7 +767,10 @@ mod tests {
         };
         let mut segments = Vec::new();
         assert_eq!(
-            to_ip_packets(&packet, &vnet, &mut |s| segments.push(s)).unwrap(),
+            to_ip_packets(&packet, &vnet, &mut BufferPool::default(), &mut |s| {
+                segments.push(s);
+            })
+            .unwrap(),
             3
         );
         let mut rebuilt = Vec::new();
@@ -785,10 +801,15 @@ mod tests {
         );
         assert_eq!(joined.len(), packet.len());
         let mut again = Vec::new();
-        to_ip_packets(&joined, &header, &mut |s| again.push(s)).unwrap();
+        to_ip_packets(&joined, &header, &mut BufferPool::default(), &mut |s| {
+            again.push(s);
+        })
+        .unwrap();
         assert_eq!(again, segments);
         // A packet that is not IP is malformed, not a panic.
-        assert!(to_ip_packets(&[0x15; 60], &vnet, &mut |_| {}).is_err());
+        assert!(
+            to_ip_packets(&[0x15; 60], &vnet, &mut BufferPool::default(), &mut |_| {}).is_err()
+        );
     }
 
     #[test]

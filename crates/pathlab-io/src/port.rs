@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
+use crate::buffers::BufferPool;
 use crate::netlink::Netlink;
 use crate::netns::Netns;
 use crate::offload::{self, VnetHeader};
@@ -48,10 +49,12 @@ pub trait Port: Send {
     fn framing(&self) -> Framing;
     /// A descriptor that polls readable when frames are waiting.
     fn pollable(&self) -> BorrowedFd<'_>;
-    /// Reads up to `budget` waiting frames and passes each wire frame to `deliver`.
+    /// Reads up to `budget` waiting frames and passes each wire frame to `deliver`, in a
+    /// buffer taken from `pool` (the caller gives it back once the frame is sent).
     fn receive(
         &mut self,
         budget: usize,
+        pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts>;
     /// [`Port::receive`], with when the kernel received each frame (ns since the Unix
@@ -59,9 +62,10 @@ pub trait Port: Send {
     fn receive_timed(
         &mut self,
         budget: usize,
+        pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
     ) -> io::Result<ReceiveCounts> {
-        self.receive(budget, &mut |frame| deliver(frame, None))
+        self.receive(budget, pool, &mut |frame| deliver(frame, None))
     }
     /// A sending half of the port, independent of it: the thread that forwards the other
     /// direction sends through it while this port's thread receives. Made again after a
@@ -264,6 +268,7 @@ fn deliver_frame(
     vlan: Option<(u16, u16)>,
     received_unix_ns: Option<u64>,
     counts: &mut ReceiveCounts,
+    pool: &mut BufferPool,
     deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
 ) {
     if data.len() < sys::VNET_HDR_LEN + 14 || wire_len as usize + sys::VNET_HDR_LEN > data.len() {
@@ -277,7 +282,7 @@ fn deliver_frame(
         }
         deliver(wire, received_unix_ns);
     };
-    match offload::to_wire_frames_from(&data[sys::VNET_HDR_LEN..], &vnet, &mut emit) {
+    match offload::to_wire_frames_from(&data[sys::VNET_HDR_LEN..], &vnet, pool, &mut emit) {
         Ok(n) => counts.segments += n as u64,
         Err(_) => counts.malformed += 1,
     }
@@ -443,14 +448,16 @@ impl Port for PacketPort {
     fn receive(
         &mut self,
         budget: usize,
+        pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts> {
-        self.receive_timed(budget, &mut |frame, _| deliver(frame))
+        self.receive_timed(budget, pool, &mut |frame, _| deliver(frame))
     }
 
     fn receive_timed(
         &mut self,
         budget: usize,
+        pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
     ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
@@ -471,6 +478,7 @@ impl Port for PacketPort {
                         frame.vlan,
                         at,
                         &mut counts,
+                        pool,
                         deliver,
                     );
                 }
@@ -492,6 +500,7 @@ impl Port for PacketPort {
                             frame.vlan,
                             at,
                             &mut counts,
+                            pool,
                             deliver,
                         );
                     }
@@ -593,6 +602,8 @@ impl Transmit for PacketTx {
 #[derive(Debug)]
 pub struct TunPort {
     tun: Tun,
+    /// The read buffer.
+    buffer: Vec<u8>,
 }
 
 /// The MTU a TUN port is created with: Ethernet's, as the kernel's default for TUN.
@@ -602,15 +613,16 @@ impl TunPort {
     /// Creates a TUN device called `name` in the calling thread's network namespace, up,
     /// with an MTU of [`TUN_PORT_MTU`].
     pub fn create(name: &str) -> io::Result<TunPort> {
-        Ok(TunPort {
-            tun: Tun::create(name, TUN_PORT_MTU)?,
-        })
+        Ok(TunPort::from(Tun::create(name, TUN_PORT_MTU)?))
     }
 }
 
 impl From<Tun> for TunPort {
     fn from(tun: Tun) -> TunPort {
-        TunPort { tun }
+        TunPort {
+            tun,
+            buffer: vec![0; 65_536],
+        }
     }
 }
 
@@ -630,17 +642,17 @@ impl Port for TunPort {
     fn receive(
         &mut self,
         budget: usize,
+        pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
-        let mut buffer = vec![0u8; 65_536];
         for _ in 0..budget {
-            match self.tun.recv(&mut buffer) {
+            match self.tun.recv(&mut self.buffer) {
                 Ok(0) => break,
                 Ok(n) => {
                     counts.frames += 1;
                     counts.segments += 1;
-                    deliver(buffer[..n].to_vec());
+                    deliver(pool.copy_of(&self.buffer[..n]));
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(error),

@@ -295,15 +295,17 @@ impl Tun {
     /// segments, its checksums completed. Returns how many; `WouldBlock` when nothing waits.
     /// `buffer` takes the read: [`OFFLOADED_READ_BYTES`] for an offloaded device, the MTU
     /// otherwise. A super-packet that cannot be cut (offload metadata that does not match
-    /// the packet) is dropped, as a NIC would: 0.
+    /// the packet) is dropped, as a NIC would: 0. The packets are written into buffers taken
+    /// from `pool`.
     pub fn recv_packets(
         &self,
         buffer: &mut [u8],
+        pool: &mut crate::buffers::BufferPool,
         mut emit: impl FnMut(Vec<u8>),
     ) -> io::Result<usize> {
         let len = sys::read(self.fd.as_fd(), buffer)?;
         if !self.offloaded {
-            emit(buffer[..len].to_vec());
+            emit(pool.copy_of(&buffer[..len]));
             return Ok(1);
         }
         let Some(header) = buffer.get(..sys::VNET_HDR_LEN) else {
@@ -311,7 +313,7 @@ impl Tun {
         };
         let vnet = VnetHeader::parse(header.try_into().expect("10 bytes"));
         let packet = &buffer[sys::VNET_HDR_LEN..len];
-        Ok(offload::to_ip_packets(packet, &vnet, &mut emit).unwrap_or(0))
+        Ok(offload::to_ip_packets(packet, &vnet, pool, &mut emit).unwrap_or(0))
     }
 
     /// Writes `packets` (IPv4 or IPv6 datagrams) for the host to receive, as

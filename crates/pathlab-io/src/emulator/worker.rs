@@ -21,6 +21,7 @@ use pathlab_core::{Link, LinkSpec, Packet};
 use pathlab_results::recording::RecordingLine;
 
 use super::{Clock, DirectionStats, OnInterfaceGone};
+use crate::buffers::BufferPool;
 use crate::fidelity::Lateness;
 use crate::offload;
 use crate::port::{Framing, Port, PortError, ReceiveCounts, Transmit};
@@ -132,6 +133,9 @@ pub(super) struct Direction {
     polled: bool,
     /// The last receive took a whole budget: more is waiting.
     backlog: bool,
+    /// Buffers its frames are received into, given back once they are sent, as many as
+    /// the link needs (see [`BufferPool::follow`]).
+    pool: BufferPool,
 }
 
 impl Direction {
@@ -173,6 +177,7 @@ impl Direction {
             reopen_error: None,
             polled: false,
             backlog: false,
+            pool: BufferPool::new(0),
         }
     }
 
@@ -230,36 +235,36 @@ impl Direction {
         // together when a frame is taken (the segments of one super-packet share its
         // stamp and the reading), so neither clock's drift nor the pass's length matters.
         let mut last: Option<(u64, Instant)> = None;
-        let result = self
-            .port
-            .receive_timed(RECEIVE_BUDGET, &mut |frame, received| {
-                let at = match received {
-                    Some(stamp) => match last {
-                        Some((previous, at)) if previous == stamp => at,
-                        _ => {
-                            let (now, unix_now) = (clock.now(), crate::unix_now_ns());
-                            let waited_ns = unix_now.saturating_sub(stamp);
-                            waited.record(now, Duration::from_nanos(waited_ns));
-                            let at = arrival(now, waited_ns, link.now());
-                            last = Some((stamp, at));
-                            at
+        let result =
+            self.port
+                .receive_timed(RECEIVE_BUDGET, &mut self.pool, &mut |frame, received| {
+                    let at = match received {
+                        Some(stamp) => match last {
+                            Some((previous, at)) if previous == stamp => at,
+                            _ => {
+                                let (now, unix_now) = (clock.now(), crate::unix_now_ns());
+                                let waited_ns = unix_now.saturating_sub(stamp);
+                                waited.record(now, Duration::from_nanos(waited_ns));
+                                let at = arrival(now, waited_ns, link.now());
+                                last = Some((stamp, at));
+                                at
+                            }
+                        },
+                        None => now.max(link.now()),
+                    };
+                    let mut packet = match framing {
+                        Framing::Ethernet => Packet::from_ethernet(at, frame),
+                        Framing::Ip => {
+                            let mut packet = Packet::from_ip(at, frame);
+                            // Account a TUN packet as the Ethernet frame it would be on a wire, so
+                            // `rate` means the same through `shell` as through `emulate`.
+                            packet.len_bytes += 14;
+                            packet
                         }
-                    },
-                    None => now.max(link.now()),
-                };
-                let mut packet = match framing {
-                    Framing::Ethernet => Packet::from_ethernet(at, frame),
-                    Framing::Ip => {
-                        let mut packet = Packet::from_ip(at, frame);
-                        // Account a TUN packet as the Ethernet frame it would be on a wire, so
-                        // `rate` means the same through `shell` as through `emulate`.
-                        packet.len_bytes += 14;
-                        packet
-                    }
-                };
-                packet.tag = tag;
-                link.enqueue(at, packet);
-            });
+                    };
+                    packet.tag = tag;
+                    link.enqueue(at, packet);
+                });
         match result {
             Ok(counts) => {
                 let ReceiveCounts {
@@ -394,8 +399,10 @@ impl Direction {
         let out = Arc::clone(&self.out);
         let mut out = out.lock().unwrap_or_else(PoisonError::into_inner);
         let gso = out.can_send_gso();
+        let mut sent = 0;
         loop {
             take_due(&mut self.link, clock.now(), due);
+            sent += due.len();
             if due.is_empty() {
                 break;
             }
@@ -418,7 +425,12 @@ impl Direction {
                 }
                 start += run;
             }
+            for (_, packet) in due.drain(..) {
+                self.pool.give(packet.data);
+            }
         }
+        let held = self.link.queue_len_packets() + self.link.in_flight() + sent;
+        self.pool.follow(clock.now(), held);
         drop(out);
         // The queue drops as packets leave too (CoDel, PIE).
         self.capture_dropped();
