@@ -32,6 +32,7 @@ pub mod port;
 pub mod rfc6349;
 pub mod runtime;
 pub mod shell;
+pub mod sockdiag;
 mod sys;
 pub mod testing;
 pub mod topology;

@@ -307,7 +307,7 @@ fn family(address: IpAddr) -> u8 {
 }
 
 /// Iterates over the attributes in `bytes` as (kind, payload).
-fn attributes(mut bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+pub(crate) fn attributes(mut bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     std::iter::from_fn(move || {
         if bytes.len() < 4 {
             return None;

@@ -17,6 +17,7 @@ pub mod auth;
 pub mod bloat;
 pub mod capacity;
 pub mod control;
+pub mod diagnosis;
 pub mod mtu;
 pub mod owd;
 pub mod probe;

@@ -568,6 +568,22 @@ pub fn bytes_text(bytes: u64) -> String {
     format!("{bytes} B")
 }
 
+/// A byte count in binary units, as buffers and windows are sized: `64 KiB`, `1.38 MiB`.
+pub fn binary_bytes_text(bytes: u64) -> String {
+    const UNITS: [(f64, &str); 3] = [
+        (1_073_741_824.0, "GiB"),
+        (1_048_576.0, "MiB"),
+        (1024.0, "KiB"),
+    ];
+    let value = bytes as f64;
+    for (scale, unit) in UNITS {
+        if value >= scale {
+            return format!("{} {unit}", trimmed(value / scale));
+        }
+    }
+    format!("{bytes} B")
+}
+
 /// A bit count in SI units: `170 Mbit`.
 pub fn bits_text(bits: u64) -> String {
     rate_text(bits as f64).trim_end_matches("/s").to_owned()

@@ -183,13 +183,7 @@ struct Printer<'a> {
 }
 
 fn bytes(n: u64) -> String {
-    if n >= 10 << 20 {
-        format!("{:.1} MiB", n as f64 / f64::from(1 << 20))
-    } else if n >= 10 << 10 {
-        format!("{:.1} KiB", n as f64 / 1024.0)
-    } else {
-        format!("{n} B")
-    }
+    pathlab_probe::tune::binary_bytes_text(n)
 }
 
 fn ms(ns: f64) -> String {

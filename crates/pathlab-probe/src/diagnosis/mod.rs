@@ -1,0 +1,419 @@
+//! What limits a live TCP transfer, from what its kernel says about it: the socket's
+//! `tcp_info` and memory, sampled over time (`pathlab inspect`).
+//!
+//! The triage is web100's (RFC 4898 `SndLimTime{Rwin,Cwnd,Snd}`) as Linux keeps it since
+//! 4.10: `tcpi_busy_time` is the time the socket had data to send or in flight, and the
+//! parts of it spent blocked by the peer's advertised window (`tcpi_rwnd_limited`) and by
+//! the send buffer (`tcpi_sndbuf_limited`); the rest of the busy time the congestion window
+//! (the network) set the pace, and the time not busy the application had nothing to send.
+//! Over an interval of `dt`, with `d` the change of each counter:
+//!
+//! - receiver's window `R = d rwnd_limited`,
+//! - send buffer `S = d sndbuf_limited`,
+//! - congestion `C = d busy - R - S`,
+//! - application `A = dt - d busy`;
+//!
+//! the largest share of `dt` is the verdict, with the number that explains it: the peer's
+//! window over the RTT for `R` (what it caps the rate at), the send buffer over the RTT for
+//! `S`, retransmissions and RTT growth for `C`. A finite slow-start threshold on a
+//! connection that has lost nothing came from the kernel's metrics cache (seed 001: a cached
+//! ssthresh capped a fresh transfer's window at 1.45 MB).
+//!
+//! Nothing here reads a socket or a clock: samples come in with their instants.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::tune::{binary_bytes_text, rate_text, time_text};
+
+mod select;
+mod tcp_info;
+#[cfg(test)]
+mod tests;
+mod watch;
+
+pub use select::Selector;
+pub use tcp_info::{SocketMemory, TcpInfo, INFINITE_SSTHRESH, TCP_STATES};
+pub use watch::{ConnectionReport, InspectReport, Watch};
+
+/// One look at one TCP socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SocketSample {
+    /// When it was taken, ns since the watch began.
+    pub at_ns: u64,
+    /// The socket's own address.
+    pub local: SocketAddr,
+    /// The peer's address.
+    pub remote: SocketAddr,
+    /// The kernel's cookie of the socket: what tells two sockets of the same addresses apart.
+    pub cookie: u64,
+    /// The socket's inode (what /proc/PID/fd links to), 0 when the kernel hides it.
+    pub inode: u64,
+    /// The owner's user id.
+    pub uid: u32,
+    /// Bytes not yet acknowledged by the peer, or queued to send (`idiag_wqueue`).
+    pub send_queue: u32,
+    /// Bytes received and not read by the application (`idiag_rqueue`).
+    pub recv_queue: u32,
+    /// The congestion control's name.
+    pub congestion: Option<String>,
+    /// The kernel's `tcp_info`, if it gave one.
+    pub info: Option<TcpInfo>,
+    /// The socket's memory, if the kernel gave it.
+    pub memory: Option<SocketMemory>,
+}
+
+impl SocketSample {
+    /// `local -> remote` as `ss` prints it.
+    pub fn name(&self) -> String {
+        format!("{} -> {}", self.local, self.remote)
+    }
+}
+
+/// Where an interval's time went, as fractions of it (they add up to 1).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Blocked by the peer's advertised window.
+    pub receiver_window: f64,
+    /// Blocked by the send buffer.
+    pub send_buffer: f64,
+    /// Paced by the congestion window (the network).
+    pub congestion: f64,
+    /// Nothing to send: the application.
+    pub application: f64,
+}
+
+impl Limits {
+    /// From the changes of busy, rwnd-limited and sndbuf-limited time over `dt_us`.
+    fn from_deltas(dt_us: f64, busy_us: f64, rwnd_us: f64, sndbuf_us: f64) -> Limits {
+        if dt_us <= 0.0 {
+            return Limits::default();
+        }
+        // The counters are read at slightly different moments than `dt`: clamp so the
+        // shares stay within the interval.
+        let busy = busy_us.clamp(0.0, dt_us);
+        let rwnd = rwnd_us.clamp(0.0, busy);
+        let sndbuf = sndbuf_us.clamp(0.0, busy - rwnd);
+        Limits {
+            receiver_window: rwnd / dt_us,
+            send_buffer: sndbuf / dt_us,
+            congestion: (busy - rwnd - sndbuf) / dt_us,
+            application: (dt_us - busy) / dt_us,
+        }
+    }
+
+    /// The largest share, with its kind.
+    pub fn largest(&self) -> (Limit, f64) {
+        [
+            (Limit::ReceiverWindow, self.receiver_window),
+            (Limit::SendBuffer, self.send_buffer),
+            (Limit::Congestion, self.congestion),
+            (Limit::Application, self.application),
+        ]
+        .into_iter()
+        .fold((Limit::Application, f64::MIN), |best, next| {
+            if next.1 > best.1 {
+                next
+            } else {
+                best
+            }
+        })
+    }
+}
+
+/// What one interval between two samples of a connection shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Start and end, ns since the watch began.
+    pub from_ns: u64,
+    /// End, ns since the watch began.
+    pub to_ns: u64,
+    /// Whether this end sent data in the interval (otherwise it only received).
+    pub sending: bool,
+    /// Bytes acknowledged by the peer (sending) or received (receiving) per second, as bits.
+    pub throughput_bps: f64,
+    /// Congestion window at the end, segments.
+    pub cwnd: u32,
+    /// Segments; `None` before the first (infinite).
+    pub ssthresh: Option<u32>,
+    /// The peer's advertised window, bytes (0 when the kernel does not say).
+    pub peer_window: u32,
+    /// Bytes sent and not acknowledged (unacked segments x MSS).
+    pub in_flight_bytes: u64,
+    /// Smoothed RTT at the end, us.
+    pub srtt_us: u32,
+    /// Its variation, us.
+    pub rttvar_us: u32,
+    /// Smallest RTT seen, us.
+    pub min_rtt_us: u32,
+    /// Segments and bytes retransmitted in the interval.
+    pub retrans_segments: u32,
+    /// Bytes retransmitted in the interval.
+    pub retrans_bytes: u64,
+    /// Bits/s.
+    pub pacing_rate_bps: f64,
+    /// The kernel's delivery-rate estimate, bits/s.
+    pub delivery_rate_bps: f64,
+    /// Bytes in the send queue at the end.
+    pub send_queue: u32,
+    /// Bytes in the receive queue at the end.
+    pub recv_queue: u32,
+    /// Where the time went.
+    pub limits: Limits,
+}
+
+/// The interval between two samples of one connection (`earlier` first).
+pub fn interval(earlier: &SocketSample, later: &SocketSample) -> Option<Interval> {
+    let (a, b) = (earlier.info?, later.info?);
+    let dt_ns = later.at_ns.saturating_sub(earlier.at_ns);
+    if dt_ns == 0 {
+        return None;
+    }
+    let seconds = dt_ns as f64 * 1e-9;
+    let acked = b.bytes_acked.saturating_sub(a.bytes_acked);
+    let received = b.bytes_received.saturating_sub(a.bytes_received);
+    let sending = acked > 0 || b.data_segs_out > a.data_segs_out || b.unacked > 0;
+    let moved = if sending { acked } else { received };
+    let limits = Limits::from_deltas(
+        dt_ns as f64 * 1e-3,
+        b.busy_time_us.saturating_sub(a.busy_time_us) as f64,
+        b.rwnd_limited_us.saturating_sub(a.rwnd_limited_us) as f64,
+        b.sndbuf_limited_us.saturating_sub(a.sndbuf_limited_us) as f64,
+    );
+    Some(Interval {
+        from_ns: earlier.at_ns,
+        to_ns: later.at_ns,
+        sending,
+        throughput_bps: moved as f64 * 8.0 / seconds,
+        cwnd: b.snd_cwnd,
+        ssthresh: (b.snd_ssthresh < INFINITE_SSTHRESH).then_some(b.snd_ssthresh),
+        peer_window: b.snd_wnd,
+        in_flight_bytes: u64::from(b.unacked) * u64::from(b.snd_mss),
+        srtt_us: b.rtt_us,
+        rttvar_us: b.rttvar_us,
+        min_rtt_us: b.min_rtt_us,
+        retrans_segments: b.total_retrans.saturating_sub(a.total_retrans),
+        retrans_bytes: b.bytes_retrans.saturating_sub(a.bytes_retrans),
+        pacing_rate_bps: b.pacing_rate as f64 * 8.0,
+        delivery_rate_bps: b.delivery_rate as f64 * 8.0,
+        send_queue: later.send_queue,
+        recv_queue: later.recv_queue,
+        limits,
+    })
+}
+
+/// What limited a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Limit {
+    /// The peer's advertised window: the receiving application or its buffer.
+    ReceiverWindow,
+    /// This end's send buffer.
+    SendBuffer,
+    /// The congestion window: the network (losses, a queue) or slow start.
+    Congestion,
+    /// The application did not give TCP data fast enough.
+    Application,
+    /// This end only receives: the sender's end says what limits the transfer.
+    Receiving,
+    /// No data moved.
+    Idle,
+    /// The kernel does not say where the time went (before 4.10).
+    Unknown,
+}
+
+/// A verdict on a connection over the time it was watched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What limited it most.
+    pub limit: Limit,
+    /// The share of the watched time the limit held.
+    pub share: f64,
+    /// Where all the time went.
+    pub limits: Limits,
+    /// Bits/s moved over the watch.
+    pub throughput_bps: f64,
+    /// What the limit caps the rate at, bits/s, where it is a window over an RTT.
+    pub cap_bps: Option<f64>,
+    /// A slow-start threshold from the metrics cache, bytes, when one was seen.
+    pub cached_ssthresh_bytes: Option<u64>,
+    /// The sentence a user acts on.
+    pub sentence: String,
+}
+
+/// Shares below this are not called a limit: the transfer ran free.
+const LEAST_SHARE: f64 = 0.2;
+
+/// The verdict on a connection watched from `first` to `last` (the same socket).
+pub fn verdict(first: &SocketSample, last: &SocketSample) -> Verdict {
+    let Some(whole) = interval(first, last) else {
+        return Verdict {
+            limit: Limit::Unknown,
+            share: 0.0,
+            limits: Limits::default(),
+            throughput_bps: 0.0,
+            cap_bps: None,
+            cached_ssthresh_bytes: None,
+            sentence: "watched too briefly, or the kernel gave no tcp_info: nothing to say".into(),
+        };
+    };
+    let (a, b) = (
+        first.info.expect("interval had it"),
+        last.info.expect("interval had it"),
+    );
+    let cached = cached_ssthresh(&b);
+    let moved = b.bytes_acked.saturating_sub(a.bytes_acked)
+        + b.bytes_received.saturating_sub(a.bytes_received);
+    let rtt_s = f64::from(b.rtt_us.max(1)) * 1e-6;
+    let rtt = time_text(f64::from(b.rtt_us) * 1e3);
+    let mut verdict = Verdict {
+        limit: Limit::Idle,
+        share: 0.0,
+        limits: whole.limits,
+        throughput_bps: whole.throughput_bps,
+        cap_bps: None,
+        cached_ssthresh_bytes: cached,
+        sentence: String::new(),
+    };
+    let rate = rate_text(whole.throughput_bps);
+    if moved == 0 {
+        verdict.sentence = "idle: no data moved while it was watched".into();
+        return verdict;
+    }
+    if !whole.sending {
+        let window = if b.rcv_wnd > 0 {
+            b.rcv_wnd
+        } else {
+            b.rcv_space
+        };
+        let cap = f64::from(window) * 8.0 / rtt_s;
+        verdict.limit = Limit::Receiving;
+        verdict.cap_bps = Some(cap);
+        verdict.sentence = format!(
+            "this end only receives ({rate}); what limits the transfer shows at the sender \
+             (run `pathlab inspect` there). This end advertises a window of {} (receive buffer \
+             {}), which caps the sender at {} over a {rtt} RTT",
+            binary_bytes_text(u64::from(window)),
+            last.memory.map_or_else(
+                || "unknown".to_owned(),
+                |m| binary_bytes_text(u64::from(m.rcvbuf))
+            ),
+            rate_text(cap),
+        );
+        return verdict;
+    }
+    if !b.has_limits() {
+        verdict.limit = Limit::Unknown;
+        verdict.sentence = format!(
+            "{rate}; this kernel does not say where the time went (tcp_info of {} bytes, 4.10 \
+             and later keep busy, rwnd-limited and sndbuf-limited time)",
+            b.len
+        );
+        return verdict;
+    }
+    let (limit, share) = whole.limits.largest();
+    verdict.limit = limit;
+    verdict.share = share;
+    let percent = format!("{:.0}%", share * 100.0);
+    verdict.sentence = match limit {
+        Limit::ReceiverWindow => {
+            let window = u64::from(b.snd_wnd);
+            let cap = window as f64 * 8.0 / rtt_s;
+            verdict.cap_bps = Some(cap);
+            format!(
+                "limited by the receiver's window {percent} of the time ({} at a {rtt} RTT caps \
+                 it at {}; it moved {rate}): the receiving application, or its receive buffer \
+                 (SO_RCVBUF, net.ipv4.tcp_rmem), is the bottleneck; see `pathlab tune`",
+                binary_bytes_text(window),
+                rate_text(cap),
+            )
+        }
+        Limit::SendBuffer => {
+            let buffer = last
+                .memory
+                .map_or(u64::from(b.unacked) * u64::from(b.snd_mss), |m| {
+                    u64::from(m.sndbuf)
+                });
+            let in_flight = u64::from(b.unacked) * u64::from(b.snd_mss);
+            let cap = in_flight.max(1) as f64 * 8.0 / rtt_s;
+            verdict.cap_bps = Some(cap);
+            format!(
+                "limited by the send buffer {percent} of the time (a buffer of {} holds {} in \
+                 flight, which at a {rtt} RTT caps it at {}; it moved {rate}): raise the \
+                 sender's SO_SNDBUF or net.ipv4.tcp_wmem; see `pathlab tune`",
+                binary_bytes_text(buffer),
+                binary_bytes_text(in_flight),
+                rate_text(cap),
+            )
+        }
+        Limit::Congestion => congestion_sentence(&percent, &rate, &a, &b, cached),
+        Limit::Application => format!(
+            "application-limited {percent} of the time: the sender waited for data from the \
+             application (it moved {rate}); TCP and the path could carry more"
+        ),
+        Limit::Receiving | Limit::Idle | Limit::Unknown => unreachable!("not among the shares"),
+    };
+    if share < LEAST_SHARE {
+        verdict.sentence = format!(
+            "nothing held it back for long ({rate}; the largest share: {})",
+            verdict.sentence
+        );
+    }
+    verdict
+}
+
+/// The congestion window set the pace: say why, from losses, RTT growth or a cached
+/// threshold.
+fn congestion_sentence(
+    percent: &str,
+    rate: &str,
+    a: &TcpInfo,
+    b: &TcpInfo,
+    cached: Option<u64>,
+) -> String {
+    let sent = b.bytes_sent.saturating_sub(a.bytes_sent).max(1);
+    let retrans = b.bytes_retrans.saturating_sub(a.bytes_retrans);
+    let retrans_share = retrans as f64 / sent as f64;
+    let head = format!(
+        "limited by congestion control {percent} of the time (cwnd {} segments, it moved {rate})",
+        b.snd_cwnd
+    );
+    if let Some(bytes) = cached {
+        return format!(
+            "{head}: a cached ssthresh of {} ended slow start early (the kernel kept it from an \
+             earlier connection to this host; net.ipv4.tcp_no_metrics_save=1 stops that)",
+            binary_bytes_text(bytes)
+        );
+    }
+    let queue_us = b.rtt_us.saturating_sub(b.min_rtt_us);
+    if retrans_share >= 0.001 {
+        format!(
+            "{head}: the path loses packets ({:.2}% of the bytes were sent again, {} \
+             segments)",
+            retrans_share * 100.0,
+            b.total_retrans.saturating_sub(a.total_retrans)
+        )
+    } else if b.min_rtt_us > 0 && queue_us > b.min_rtt_us / 2 {
+        format!(
+            "{head}: a queue on the path (RTT {} against a minimum of {}: {} of queueing)",
+            time_text(f64::from(b.rtt_us) * 1e3),
+            time_text(f64::from(b.min_rtt_us) * 1e3),
+            time_text(f64::from(queue_us) * 1e3)
+        )
+    } else {
+        format!("{head}: the window was still growing or the path is full (no losses, no queue)")
+    }
+}
+
+/// A slow-start threshold the connection could only have from the metrics cache: finite,
+/// though nothing was ever lost, retransmitted or marked, in bytes.
+pub fn cached_ssthresh(info: &TcpInfo) -> Option<u64> {
+    let finite = info.snd_ssthresh > 0 && info.snd_ssthresh < INFINITE_SSTHRESH;
+    let untouched = info.total_retrans == 0
+        && info.bytes_retrans == 0
+        && info.total_rto == 0
+        && info.delivered_ce == 0
+        && info.lost == 0;
+    (finite && untouched).then(|| u64::from(info.snd_ssthresh) * u64::from(info.snd_mss))
+}
