@@ -128,6 +128,19 @@ pub fn read_termination_signal(fd: std::os::fd::BorrowedFd<'_>) -> Option<i32> {
     sys::signalfd_read(fd)
 }
 
+/// Waits up to `timeout` for a termination signal on a [`termination_signals`]
+/// descriptor; which one came, if one did.
+pub fn wait_for_termination(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> Option<i32> {
+    let mut ready = [false];
+    match sys::poll_readable(&[fd], Some(timeout), &mut ready) {
+        Ok(()) if ready[0] => sys::signalfd_read(fd),
+        _ => None,
+    }
+}
+
 /// Makes the process `command` starts get SIGKILL when the thread that started it ends,
 /// so a killed pathlab leaves no program (and no namespace it holds) behind.
 pub fn die_with_spawner(command: &mut std::process::Command) {

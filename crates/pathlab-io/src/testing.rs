@@ -58,4 +58,56 @@ pub fn tcp_connect_from(
     Ok(std::net::TcpStream::from(socket))
 }
 
+/// A TCP listener on `address` whose connections get a receive buffer of `receive` bytes
+/// (as SO_RCVBUF: the kernel doubles it), set before the handshake so the window scale
+/// follows it.
+pub fn tcp_listen_with_receive_buffer(
+    address: std::net::SocketAddr,
+    receive: Option<usize>,
+) -> std::io::Result<std::net::TcpListener> {
+    use std::os::fd::AsFd as _;
+    let domain = if address.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    crate::sys::setsockopt(socket.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, &1)?;
+    if let Some(bytes) = receive {
+        crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
+    }
+    crate::sys::bind(socket.as_fd(), address)?;
+    crate::sys::listen(socket.as_fd(), 8)?;
+    Ok(std::net::TcpListener::from(socket))
+}
+
+/// A TCP connection to `server` with a send buffer of `send` bytes (as SO_SNDBUF) and the
+/// congestion control `congestion`, where given, set before it connects.
+pub fn tcp_connect_with(
+    server: std::net::SocketAddr,
+    send: Option<usize>,
+    congestion: Option<&str>,
+) -> std::io::Result<std::net::TcpStream> {
+    use std::os::fd::AsFd as _;
+    let domain = if server.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    if let Some(bytes) = send {
+        crate::sys::grow_send_buffer(socket.as_fd(), bytes)?;
+    }
+    if let Some(algorithm) = congestion {
+        crate::sys::setsockopt_bytes(
+            socket.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            algorithm.as_bytes(),
+        )?;
+    }
+    crate::sys::connect(socket.as_fd(), server)?;
+    Ok(std::net::TcpStream::from(socket))
+}
+
 pub use crate::sys::{raise_open_files_limit, send_signal};

@@ -100,6 +100,8 @@ pub enum RunResult {
     BloatPartial(Box<pathlab_probe::bloat::BloatProgress>),
     /// A `pathlab tcp --rfc6349` run that ended early.
     Rfc6349Partial(Box<pathlab_probe::rfc6349::Rfc6349Progress>),
+    /// A `pathlab inspect` watch.
+    Inspect(Box<pathlab_probe::diagnosis::InspectReport>),
 }
 
 /// Why a result file could not be read.

@@ -48,6 +48,8 @@ enum Command {
     Bond(cmd::bond::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
+    /// What limits the live TCP transfers of any program: receiver's window, send buffer, congestion or the application.
+    Inspect(cmd::inspect::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Rtt(args) => cmd::rtt::run(&args),
         Command::Tcp(args) => cmd::tcp::run(&args),
         Command::Tune(args) => cmd::tune::run(&args),
+        Command::Inspect(args) => cmd::inspect::run(&args),
         Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
         Command::Bond(args) => cmd::bond::run(&args),
@@ -99,5 +102,17 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks a command's definition only when it is parsed in a debug build: a
+    /// conflict (two flattened structs that both derive an argument group named `Args`)
+    /// stopped `pathlab tcp` in every debug build. This checks every subcommand at once.
+    #[test]
+    fn every_subcommand_is_defined_consistently() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

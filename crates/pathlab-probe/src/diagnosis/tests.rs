@@ -90,6 +90,7 @@ fn each_share_of_the_time_gives_its_verdict_with_the_cap_it_implies() {
     let window = verdict(
         &sample(0, start),
         &sample(1000, sender(3_000_000, 990_000, 900_000, 0)),
+        &[],
     );
     assert_eq!(window.limit, Limit::ReceiverWindow);
     assert!((window.share - 0.9).abs() < 1e-9);
@@ -106,6 +107,7 @@ fn each_share_of_the_time_gives_its_verdict_with_the_cap_it_implies() {
     let buffer = verdict(
         &sample(0, start),
         &sample(1000, sender(1_000_000, 1_000_000, 0, 700_000)),
+        &[],
     );
     assert_eq!(buffer.limit, Limit::SendBuffer);
     assert!((buffer.limits.congestion - 0.3).abs() < 1e-9);
@@ -113,6 +115,7 @@ fn each_share_of_the_time_gives_its_verdict_with_the_cap_it_implies() {
     let app = verdict(
         &sample(0, start),
         &sample(1000, sender(100_000, 150_000, 0, 0)),
+        &[],
     );
     assert_eq!(app.limit, Limit::Application);
     assert!((app.share - 0.85).abs() < 1e-9);
@@ -125,6 +128,7 @@ fn each_share_of_the_time_gives_its_verdict_with_the_cap_it_implies() {
     let network = verdict(
         &sample(0, start),
         &sample(1000, sender(9_000_000, 1_000_000, 50_000, 0)),
+        &[],
     );
     assert_eq!(network.limit, Limit::Congestion);
     assert!((network.share - 0.95).abs() < 1e-9);
@@ -144,22 +148,30 @@ fn shares_always_add_up_to_the_interval_even_when_counters_overshoot_it() {
 fn a_finite_ssthresh_without_any_loss_is_named_as_cached() {
     let mut info = sender(0, 0, 0, 0);
     info.snd_ssthresh = 1000;
-    assert_eq!(cached_ssthresh(&info), Some(1_448_000));
+    assert_eq!(cached_ssthresh(&info, &info), Some(1_448_000));
     let later = TcpInfo {
         bytes_acked: 5_000_000,
         bytes_sent: 5_000_000,
         busy_time_us: 1_000_000,
         ..info
     };
-    let v = verdict(&sample(0, info), &sample(1000, later));
+    let v = verdict(&sample(0, info), &sample(1000, later), &[]);
     assert_eq!(v.limit, Limit::Congestion);
     assert!(
         v.sentence.contains("cached ssthresh of 1.38 MiB"),
         "{}",
         v.sentence
     );
-    info.total_retrans = 1;
-    assert_eq!(cached_ssthresh(&info), None, "a loss explains it");
+    let lost = TcpInfo {
+        total_retrans: 1,
+        ..later
+    };
+    assert_eq!(cached_ssthresh(&info, &lost), None, "a loss explains it");
+    assert_eq!(
+        cached_ssthresh(&later, &later),
+        None,
+        "first seen after sending more than the threshold: set later (idle, app-limited)"
+    );
 }
 
 #[test]
@@ -229,9 +241,62 @@ fn a_receiving_end_says_so_and_what_its_window_allows() {
         bytes_received: 2_500_000,
         ..a
     };
-    let v = verdict(&sample(0, a), &sample(1000, b));
+    let v = verdict(&sample(0, a), &sample(1000, b), &[]);
     assert_eq!(v.limit, Limit::Receiving);
     assert!((v.cap_bps.unwrap() - 131_072.0 * 8.0 / 0.04).abs() < 1.0);
-    let idle = verdict(&sample(0, a), &sample(1000, a));
+    let idle = verdict(&sample(0, a), &sample(1000, a), &[]);
     assert_eq!(idle.limit, Limit::Idle);
+}
+
+#[test]
+fn busy_time_the_kernel_left_to_congestion_goes_to_the_bound_that_held_at_both_looks() {
+    // The transfer of the namespace test: a 41 KB window at 20 ms, cwnd 72 segments; the
+    // kernel's clocks said 44% rwnd-limited, 56% just busy.
+    let window_held = |t: u64, busy: u64, rwnd: u64| {
+        let mut info = sender(t * 2_100, busy, rwnd, 0);
+        info.snd_wnd = 41_992;
+        info.snd_cwnd = 72;
+        info.unacked = 29; // 41,992 B in flight
+        sample(t, info)
+    };
+    let (a, b) = (window_held(0, 0, 0), window_held(1000, 1_000_000, 440_000));
+    let i = interval(&a, &b).unwrap();
+    assert!(
+        (i.limits.receiver_window - 1.0).abs() < 1e-9,
+        "{:?}",
+        i.limits
+    );
+    assert_eq!(i.limits.congestion, 0.0);
+    let v = verdict(&a, &b, &[i]);
+    assert_eq!(v.limit, Limit::ReceiverWindow);
+
+    // Without the window held at the first look (in flight far below it), the kernel's
+    // split stands.
+    let mut early = window_held(0, 0, 0);
+    early.info.as_mut().unwrap().unacked = 3;
+    let i = interval(&early, &b).unwrap();
+    assert!((i.limits.receiver_window - 0.44).abs() < 1e-9);
+
+    // A full 32 KiB send buffer, 22 segments in flight, both windows far larger.
+    let buffer_held = |t: u64, busy: u64| {
+        let mut info = sender(t * 1_600, busy, 0, 50_000 * t / 1000);
+        info.snd_wnd = 3 << 20;
+        info.snd_cwnd = 94;
+        info.unacked = 22;
+        SocketSample {
+            memory: Some(SocketMemory {
+                sndbuf: 32_768,
+                wmem_queued: 31_000,
+                ..SocketMemory::default()
+            }),
+            ..sample(t, info)
+        }
+    };
+    let i = interval(&buffer_held(0, 0), &buffer_held(1000, 1_000_000)).unwrap();
+    assert!((i.limits.send_buffer - 1.0).abs() < 1e-9, "{:?}", i.limits);
+    // Half empty: not the buffer.
+    let mut roomy = buffer_held(1000, 1_000_000);
+    roomy.memory.as_mut().unwrap().wmem_queued = 16_000;
+    let i = interval(&buffer_held(0, 0), &roomy).unwrap();
+    assert!((i.limits.send_buffer - 0.05).abs() < 1e-9, "{:?}", i.limits);
 }

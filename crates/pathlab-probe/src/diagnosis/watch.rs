@@ -86,6 +86,11 @@ impl Watch {
         new
     }
 
+    /// The last look at connection `index` (as [`Watch::observe`] numbers them).
+    pub fn last(&self, index: usize) -> &SocketSample {
+        &self.connections[index].last
+    }
+
     /// How many connections it has seen.
     pub fn len(&self) -> usize {
         self.connections.len()
@@ -114,7 +119,7 @@ impl Watch {
                     first: c.first.clone(),
                     last: c.last.clone(),
                     intervals: c.intervals.clone(),
-                    verdict: verdict(&c.first, &c.last),
+                    verdict: verdict(&c.first, &c.last, &c.intervals),
                     closed: c.seen_at_ns < self.last_at_ns,
                 })
                 .collect(),

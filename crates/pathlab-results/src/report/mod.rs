@@ -205,6 +205,7 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::CapacityPartial(_) => "a partial pathlab capacity result",
         RunResult::BloatPartial(_) => "a partial pathlab bloat result",
         RunResult::Rfc6349Partial(_) => "a partial pathlab tcp --rfc6349 result",
+        RunResult::Inspect(_) => "a pathlab inspect result",
     }
 }
 

@@ -70,7 +70,7 @@ impl ClientOptions {
     }
 }
 
-fn result_file(result: pathlab_results::RunResult) -> pathlab_results::ResultFile {
+pub(crate) fn result_file(result: pathlab_results::RunResult) -> pathlab_results::ResultFile {
     pathlab_results::ResultFile::new(
         result,
         std::env::args().collect(),

@@ -5,6 +5,7 @@ pub mod bond;
 pub mod capacity;
 pub mod client;
 pub mod emulate;
+pub mod inspect;
 pub mod lab;
 pub mod owd;
 pub mod report;

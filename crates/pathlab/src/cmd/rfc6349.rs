@@ -14,8 +14,11 @@ use pathlab_probe::rfc6349::{
 use crate::cmd::client::{measure_error, Progress};
 use crate::{format, usage};
 
-/// The options only `--rfc6349` uses.
+/// The options only `--rfc6349` uses (flattened into `tcp`'s, whose struct is also called
+/// `Args`: without `group(skip)` both derive an argument group of that name, and clap's
+/// debug assertions stopped every debug build of `pathlab tcp`).
 #[derive(Debug, clap::Args)]
+#[group(skip)]
 pub struct Args {
     /// The bottleneck's rate (e.g. 100mbit, 1G), counted as --framing says; measured with
     /// packet trains (as `pathlab capacity` does) when not given.

@@ -1,0 +1,244 @@
+//! `pathlab inspect`: what limits the live TCP transfers of any program, from what the
+//! kernel says about their sockets (NETLINK_SOCK_DIAG), sampled every interval, with a
+//! verdict a user acts on at the end.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use pathlab_io::netns::Netns;
+use pathlab_probe::diagnosis::{InspectReport, Interval, Selector, Watch};
+use pathlab_probe::tune::{binary_bytes_text, rate_text};
+
+use crate::usage;
+
+/// Arguments of `pathlab inspect`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+FILTER is in ss's words: `dport = :22`, `sport 5201`, `port 443`, `dst 198.18.0.0/15`, \
+`src ADDR`, joined by `and`. Without --pid, --port or FILTER every TCP connection of the \
+network namespace is watched; live rows show those that moved data.
+
+Each row: what the connection moved in the interval, its congestion window (segments), \
+slow-start threshold, the peer's advertised window, bytes in flight, smoothed RTT and \
+its variation, segments retransmitted, send and receive queues, and where the time went: \
+blocked by the receiver's window / by the send buffer / paced by congestion control / \
+waiting for the application (the kernel's tcpi_rwnd_limited, tcpi_sndbuf_limited and \
+tcpi_busy_time, Linux 4.10 and later).
+
+The kernel shows every socket's tcp_info to any user. Finding another user's process's \
+sockets (--pid) needs root, and so does looking into another network namespace (--netns, \
+or --pid of a process in one).")]
+pub struct Args {
+    /// Only the sockets of process PID (in its network namespace).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// Only connections with port N at either end.
+    #[arg(long, value_name = "N")]
+    pub port: Option<u16>,
+    /// Look in the network namespace NAME (/run/netns/NAME), as `ip netns exec` does.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// How often to look.
+    #[arg(short = 'i', long, value_name = "TIME", default_value = "1s", value_parser = crate::cmd::parse_time)]
+    pub interval: pathlab_core::Duration,
+    /// How long to watch (default: until Ctrl-C, or until --pid's process ends).
+    #[arg(short = 't', long, value_name = "TIME", value_parser = crate::cmd::parse_time)]
+    pub time: Option<pathlab_core::Duration>,
+    /// Print JSON at the end instead of the table and verdicts.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Save the watch (every interval of every connection, and the verdicts) to FILE, for
+    /// `pathlab report`.
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Which connections, in ss's filter words (see below).
+    #[arg(value_name = "FILTER", trailing_var_arg = true)]
+    pub filter: Vec<String>,
+}
+
+/// Runs `pathlab inspect`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.pid.is_some() && args.netns.is_some() {
+        return Err(usage(anyhow!(
+            "give --pid or --netns, not both: --pid looks in its process's namespace"
+        )));
+    }
+    let mut selector =
+        Selector::parse(&args.filter.join(" ")).map_err(|e| usage(anyhow!("FILTER: {e}")))?;
+    if let Some(port) = args.port {
+        selector = selector.and(Selector::port(port));
+    }
+    // Signals first: every thread started later inherits the mask.
+    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    enter_namespace(args)?;
+    let interval = Duration::from_nanos(args.interval.as_nanos());
+    let end = args.time.map(|t| Duration::from_nanos(t.as_nanos()));
+    let start = Instant::now();
+    let mut watch = Watch::new();
+    let mut rows = 0usize;
+    let mut next = start;
+    loop {
+        let at = start.elapsed();
+        let mut samples = pathlab_io::sockdiag::tcp_sockets(at.as_nanos() as u64)
+            .context("reading the TCP sockets (NETLINK_SOCK_DIAG)")?;
+        samples.retain(|s| selector.matches(s));
+        if let Some(pid) = args.pid {
+            match pathlab_io::sockdiag::process_sockets(pid) {
+                Ok(inodes) => samples.retain(|s| inodes.contains(&s.inode)),
+                Err(error) if watch.is_empty() || !process_alive(pid) => {
+                    if watch.is_empty() {
+                        return Err(usage(anyhow!(error)));
+                    }
+                    break; // the process ended: the watch is over
+                }
+                Err(error) => return Err(anyhow!(error)),
+            }
+        }
+        let intervals = watch.observe(samples);
+        if !args.json {
+            print_rows(&watch, &intervals, &mut rows, at);
+        }
+        if end.is_some_and(|end| at >= end) {
+            break;
+        }
+        // The next look, and a last one exactly at the end of -t.
+        next += interval;
+        if let Some(end) = end {
+            next = next.min(start + end);
+        }
+        let wait = next.saturating_duration_since(Instant::now());
+        if pathlab_io::wait_for_termination(std::os::fd::AsFd::as_fd(&signals), wait).is_some() {
+            break;
+        }
+    }
+    let report = watch.report(args.interval.as_nanos());
+    if let Some(path) = &args.save {
+        save(path, &report)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_verdicts(&report);
+    }
+    Ok(())
+}
+
+/// Moves this process into the namespace to look in: --netns's, or --pid's process's when
+/// it is not this one's.
+fn enter_namespace(args: &Args) -> anyhow::Result<()> {
+    let path = match (&args.netns, args.pid) {
+        (Some(name), _) => PathBuf::from("/run/netns").join(name),
+        (None, Some(pid)) => PathBuf::from(format!("/proc/{pid}/ns/net")),
+        (None, None) => return Ok(()),
+    };
+    let target = Netns::open(&path).map_err(|e| {
+        usage(anyhow!(
+            "cannot open the network namespace {}: {e}{}",
+            path.display(),
+            if args.netns.is_some() {
+                " (`ip netns list` shows the names)"
+            } else {
+                ""
+            }
+        ))
+    })?;
+    let here = Netns::current().context("reading this process's network namespace")?;
+    if target.inode()? == here.inode()? {
+        return Ok(());
+    }
+    target.enter().map_err(|e| {
+        anyhow!(
+            "cannot enter the network namespace {}: {e} (it takes root, CAP_SYS_ADMIN)",
+            path.display()
+        )
+    })
+}
+
+fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+const HEADER: &str = "    time  connection                                         moved          cwnd  ssthresh  peer wnd  in flight   srtt/rttvar ms  retr    send-q    recv-q  rwnd/sndbuf/cwnd/app %";
+
+/// One row per connection that moved data in the interval.
+fn print_rows(watch: &Watch, intervals: &[(usize, Interval)], rows: &mut usize, at: Duration) {
+    let mut out = std::io::stdout().lock();
+    for (index, i) in intervals {
+        let name = watch.last(*index).name();
+        if i.throughput_bps == 0.0 && i.in_flight_bytes == 0 && i.retrans_segments == 0 {
+            continue;
+        }
+        if rows.is_multiple_of(20) {
+            let _ = writeln!(out, "{HEADER}");
+        }
+        *rows += 1;
+        let limits = if i.sending {
+            format!(
+                "{:3.0}/{:3.0}/{:3.0}/{:3.0}",
+                i.limits.receiver_window * 100.0,
+                i.limits.send_buffer * 100.0,
+                i.limits.congestion * 100.0,
+                i.limits.application * 100.0
+            )
+        } else {
+            "receiving".to_owned()
+        };
+        // A receiving end's congestion window and flight say nothing: dashes.
+        let sender = |text: String| if i.sending { text } else { "-".to_owned() };
+        let _ = writeln!(
+            out,
+            "{:8.2}  {name:49}  {:>13}  {:>5}  {:>8}  {:>8}  {:>9}  {:>14}  {:>4}  {:>8}  {:>8}  {limits}",
+            at.as_secs_f64(),
+            rate_text(i.throughput_bps),
+            sender(i.cwnd.to_string()),
+            sender(i.ssthresh.map_or_else(|| "-".to_owned(), |s| s.to_string())),
+            sender(binary_bytes_text(u64::from(i.peer_window))),
+            sender(binary_bytes_text(i.in_flight_bytes)),
+            format!(
+                "{:.1}/{:.1}",
+                f64::from(i.srtt_us) / 1e3,
+                f64::from(i.rttvar_us) / 1e3
+            ),
+            i.retrans_segments,
+            binary_bytes_text(u64::from(i.send_queue)),
+            binary_bytes_text(u64::from(i.recv_queue)),
+        );
+    }
+}
+
+/// The verdict of every connection that moved data; how many did not.
+fn print_verdicts(report: &InspectReport) {
+    let mut idle = 0;
+    println!();
+    for connection in &report.connections {
+        let verdict = &connection.verdict;
+        if verdict.limit == pathlab_probe::diagnosis::Limit::Idle {
+            idle += 1;
+            continue;
+        }
+        let last = &connection.last;
+        println!(
+            "{}{}{}:\n  {}",
+            last.name(),
+            last.congestion
+                .as_deref()
+                .map_or_else(String::new, |c| format!(" ({c})")),
+            if connection.closed { ", closed" } else { "" },
+            verdict.sentence
+        );
+    }
+    if report.connections.is_empty() {
+        println!("no TCP connection matched");
+    } else if idle > 0 {
+        println!("{idle} other connection(s) matched and moved no data");
+    }
+}
+
+fn save(path: &Path, report: &InspectReport) -> anyhow::Result<()> {
+    let file = crate::cmd::client::result_file(pathlab_results::RunResult::Inspect(Box::new(
+        report.clone(),
+    )));
+    std::fs::write(path, file.to_json()).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,313 @@
+//! `pathlab inspect` on transfers through the emulator, each limited by one thing on
+//! purpose: the receiver's window, the send buffer, the application, the path's losses.
+//! The inspector runs in h1 beside the sender, as a user would run it next to a program
+//! it cannot change; the ground truth is what the receiver counted and what the emulator
+//! dropped.
+
+mod util;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
+use util::emulated::{privileged, Lab, PATHLAB};
+
+/// How the sender writes.
+#[derive(Clone, Copy)]
+enum Writes {
+    /// As fast as TCP takes it, for this long.
+    Bulk(Duration),
+    /// `bytes` at once every `pause`, for this long.
+    Bursts {
+        bytes: usize,
+        pause: Duration,
+        total: Duration,
+    },
+}
+
+/// The socket buffers of the two ends (`None`: the kernel's autotuning), and the sender's
+/// congestion control (`None`: the machine's default).
+#[derive(Clone, Copy, Default)]
+struct Buffers {
+    send: Option<usize>,
+    receive: Option<usize>,
+    congestion: Option<&'static str>,
+}
+
+/// What one watched transfer gave.
+struct Watched {
+    report: InspectReport,
+    /// Bits/s the receiver counted, from its first byte to its last.
+    received_bps: f64,
+}
+
+impl Watched {
+    /// The watched connection (the sender's end: h1 to h2's port).
+    fn sender(&self, port: u16) -> &ConnectionReport {
+        self.report
+            .connections
+            .iter()
+            .find(|c| c.first.remote.port() == port)
+            .expect("inspect saw the sender's socket")
+    }
+}
+
+const H2: &str = "198.18.0.2";
+
+/// Starts `pathlab inspect -J` in h1 on connections to `port`, then a transfer from h1 to
+/// h2's `port` written as `writes` says, with `buffers`; the sender holds its socket open
+/// until inspect is done, so the last look sees every retransmission.
+fn watch(lab: &Lab, port: u16, writes: Writes, buffers: Buffers, watch_for: &str) -> Watched {
+    let address: SocketAddr = format!("{H2}:{port}").parse().unwrap();
+    let listener = lab
+        .line
+        .h2
+        .run(|| pathlab_io::testing::tcp_listen_with_receive_buffer(address, buffers.receive))
+        .unwrap()
+        .unwrap();
+    let receiver = std::thread::spawn(move || -> f64 {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut buffer = vec![0u8; 1 << 16];
+        // Bytes after the first read, between it and the last.
+        let mut counted = 0u64;
+        let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if first.is_some() {
+                        counted += n as u64;
+                    }
+                    first.get_or_insert_with(Instant::now);
+                    last = Instant::now();
+                }
+            }
+        }
+        first.map_or(0.0, |f| counted as f64 * 8.0 / (last - f).as_secs_f64())
+    });
+    let inspect = lab
+        .line
+        .h1
+        .command(PATHLAB)
+        .args(["inspect", "-i", "200ms", "-t", watch_for, "-J"])
+        .args(["dport", "=", &format!(":{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pathlab inspect starts");
+    // Its first look before the connection: the whole transfer is watched.
+    std::thread::sleep(Duration::from_millis(300));
+    let stream = lab
+        .line
+        .h1
+        .run(|| pathlab_io::testing::tcp_connect_with(address, buffers.send, buffers.congestion))
+        .unwrap()
+        .unwrap();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let sender = std::thread::spawn(move || {
+        let mut stream = stream;
+        let start = Instant::now();
+        let chunk = vec![0x5au8; 1 << 16];
+        match writes {
+            Writes::Bulk(total) => {
+                while start.elapsed() < total {
+                    stream.write_all(&chunk).unwrap();
+                }
+            }
+            Writes::Bursts {
+                bytes,
+                pause,
+                total,
+            } => {
+                while start.elapsed() < total {
+                    stream.write_all(&chunk[..bytes]).unwrap();
+                    std::thread::sleep(pause);
+                }
+            }
+        }
+        // Held open until inspect's last look.
+        let _ = done_rx.recv();
+        drop(stream);
+    });
+    let output = inspect.wait_with_output().expect("inspect ends");
+    let _ = done_tx.send(());
+    sender.join().unwrap();
+    let received_bps = receiver.join().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "inspect failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: InspectReport = serde_json::from_str(&stdout).expect("inspect -J prints JSON");
+    Watched {
+        report,
+        received_bps,
+    }
+}
+
+#[test]
+fn a_small_receive_window_across_20_ms_is_named_and_its_rate_is_the_window_over_the_rtt() {
+    let Some(_serial) = privileged("inspect_window") else {
+        return;
+    };
+    let lab = Lab::start_with("inspect-window", "delay 10ms", &[], true, false);
+    let watched = watch(
+        &lab,
+        5301,
+        Writes::Bulk(Duration::from_secs(3)),
+        Buffers {
+            receive: Some(64 << 10),
+            ..Buffers::default()
+        },
+        "4",
+    );
+    let connection = watched.sender(5301);
+    let verdict = &connection.verdict;
+    // The intervals the window held: what inspect says the connection moved then, and the
+    // window and RTT it read.
+    let held: Vec<_> = connection
+        .intervals
+        .iter()
+        .filter(|i| i.sending && i.limits.largest().0 == Limit::ReceiverWindow)
+        .collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let moved = median(held.iter().map(|i| i.throughput_bps).collect());
+    let window = median(held.iter().map(|i| f64::from(i.peer_window)).collect());
+    let rtt = median(held.iter().map(|i| f64::from(i.srtt_us) * 1e-6).collect());
+    let theory = window * 8.0 / rtt;
+    eprintln!(
+        "{}\n  {} intervals held by a window of {window} B at {rtt} s: window/RTT {theory:.0} bit/s, inspect {moved:.0}, receiver {:.0}",
+        verdict.sentence,
+        held.len(),
+        watched.received_bps
+    );
+    assert_eq!(verdict.limit, Limit::ReceiverWindow, "{}", verdict.sentence);
+    // 3 s of the 4 watched the sender wrote; the rest it held the socket idle.
+    assert!(verdict.share > 0.6, "{}", verdict.sentence);
+    assert!(held.len() >= 10, "most of the 15 intervals of sending");
+    // Window over RTT against what inspect says it moved and what the receiver counted.
+    for (what, rate) in [("inspect", moved), ("receiver", watched.received_bps)] {
+        assert!(
+            (rate - theory).abs() <= 0.1 * theory,
+            "{what}: {rate:.0} bit/s against window/RTT {theory:.0}"
+        );
+    }
+    let cap = verdict.cap_bps.expect("a window gives a cap");
+    assert!(
+        (cap - theory).abs() <= 0.02 * theory,
+        "{cap} against {theory}"
+    );
+}
+
+#[test]
+fn a_small_send_buffer_is_named() {
+    let Some(_serial) = privileged("inspect_send_buffer") else {
+        return;
+    };
+    let lab = Lab::start_with("inspect-sndbuf", "delay 10ms", &[], true, false);
+    let watched = watch(
+        &lab,
+        5302,
+        Writes::Bulk(Duration::from_secs(3)),
+        Buffers {
+            send: Some(16 << 10),
+            ..Buffers::default()
+        },
+        "4",
+    );
+    let verdict = &watched.sender(5302).verdict;
+    eprintln!("{}", verdict.sentence);
+    assert_eq!(verdict.limit, Limit::SendBuffer, "{}", verdict.sentence);
+    assert!(verdict.share > 0.5, "{}", verdict.sentence);
+}
+
+#[test]
+fn an_application_that_writes_in_bursts_with_pauses_is_named() {
+    let Some(_serial) = privileged("inspect_application") else {
+        return;
+    };
+    let lab = Lab::start_with("inspect-app", "delay 10ms", &[], true, false);
+    let watched = watch(
+        &lab,
+        5303,
+        Writes::Bursts {
+            bytes: 16 << 10,
+            pause: Duration::from_millis(100),
+            total: Duration::from_secs(3),
+        },
+        Buffers::default(),
+        "4",
+    );
+    let verdict = &watched.sender(5303).verdict;
+    eprintln!("{}", verdict.sentence);
+    assert_eq!(verdict.limit, Limit::Application, "{}", verdict.sentence);
+    // 16 KiB every 100 ms over a 20 ms RTT: busy about one RTT in five at most.
+    assert!(verdict.share > 0.7, "{}", verdict.sentence);
+    assert!(verdict.sentence.starts_with("application-limited"));
+}
+
+#[test]
+fn the_retransmissions_it_reports_are_the_segments_the_emulator_dropped() {
+    let Some(_serial) = privileged("inspect_retransmissions") else {
+        return;
+    };
+    // Cubic (not the machine's bbr, which does not slow down for random loss) through a
+    // 50 Mbit/s line losing 1%: the losses hold it far below the rate.
+    let mut lab = Lab::start_with(
+        "inspect-loss",
+        "rate 50mbit delay 10ms loss 1%",
+        &["--reverse", "delay 10ms", "--seed", "11"],
+        true,
+        true,
+    );
+    let watched = watch(
+        &lab,
+        5304,
+        Writes::Bulk(Duration::from_secs(3)),
+        Buffers {
+            congestion: Some("cubic"),
+            ..Buffers::default()
+        },
+        "4",
+    );
+    let (_, recording) = lab.stop();
+    let connection = watched.sender(5304);
+    let retrans = connection.last.info.expect("tcp_info").total_retrans;
+    let dropped = recording
+        .packets(0)
+        .filter(|r| r.dropped.is_some() && r.len_bytes > 100)
+        .count() as u32;
+    eprintln!(
+        "{}\n  inspect: {retrans} segments retransmitted; the emulator dropped {dropped} data segments",
+        connection.verdict.sentence
+    );
+    assert!(dropped >= 10, "1% of thousands of segments: {dropped}");
+    // Every dropped segment is sent again; tail-loss probes and timeouts may resend a few
+    // that were not lost: 10% and 2 on top.
+    assert!(
+        retrans >= dropped && f64::from(retrans) <= f64::from(dropped) * 1.1 + 2.0,
+        "inspect's {retrans} retransmissions against the emulator's {dropped} drops"
+    );
+    assert_eq!(
+        connection.verdict.limit,
+        Limit::Congestion,
+        "{}",
+        connection.verdict.sentence
+    );
+    assert!(
+        connection
+            .verdict
+            .sentence
+            .contains("the path loses packets"),
+        "{}",
+        connection.verdict.sentence
+    );
+}
