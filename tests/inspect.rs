@@ -60,7 +60,14 @@ const H2: &str = "198.18.0.2";
 /// Starts `pathlab inspect -J` in h1 on connections to `port`, then a transfer from h1 to
 /// h2's `port` written as `writes` says, with `buffers`; the sender holds its socket open
 /// until inspect is done, so the last look sees every retransmission.
-fn watch(lab: &Lab, port: u16, writes: Writes, buffers: Buffers, watch_for: &str) -> Watched {
+fn watch(
+    lab: &Lab,
+    port: u16,
+    writes: Writes,
+    buffers: Buffers,
+    watch_for: &str,
+    extra: &[&std::ffi::OsStr],
+) -> Watched {
     let address: SocketAddr = format!("{H2}:{port}").parse().unwrap();
     let listener = lab
         .line
@@ -94,6 +101,7 @@ fn watch(lab: &Lab, port: u16, writes: Writes, buffers: Buffers, watch_for: &str
         .h1
         .command(PATHLAB)
         .args(["inspect", "-i", "200ms", "-t", watch_for, "-J"])
+        .args(extra)
         .args(["dport", "=", &format!(":{port}")])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -156,6 +164,7 @@ fn a_small_receive_window_across_20_ms_is_named_and_its_rate_is_the_window_over_
         return;
     };
     let lab = Lab::start_with("inspect-window", "delay 10ms", &[], true, false);
+    let saved = lab.dir.path("inspect.json");
     let watched = watch(
         &lab,
         5301,
@@ -165,6 +174,7 @@ fn a_small_receive_window_across_20_ms_is_named_and_its_rate_is_the_window_over_
             ..Buffers::default()
         },
         "4",
+        &["--save".as_ref(), saved.as_os_str()],
     );
     let connection = watched.sender(5301);
     let verdict = &connection.verdict;
@@ -222,6 +232,7 @@ fn a_small_send_buffer_is_named() {
             ..Buffers::default()
         },
         "4",
+        &[],
     );
     let verdict = &watched.sender(5302).verdict;
     eprintln!("{}", verdict.sentence);
@@ -245,6 +256,7 @@ fn an_application_that_writes_in_bursts_with_pauses_is_named() {
         },
         Buffers::default(),
         "4",
+        &[],
     );
     let verdict = &watched.sender(5303).verdict;
     eprintln!("{}", verdict.sentence);
@@ -277,6 +289,7 @@ fn the_retransmissions_it_reports_are_the_segments_the_emulator_dropped() {
             ..Buffers::default()
         },
         "4",
+        &[],
     );
     let (_, recording) = lab.stop();
     let connection = watched.sender(5304);

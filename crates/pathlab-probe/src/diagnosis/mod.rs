@@ -135,6 +135,9 @@ pub struct Interval {
     pub throughput_bps: f64,
     /// Congestion window at the end, segments.
     pub cwnd: u32,
+    /// The MSS it sends with, bytes (what turns segments into bytes).
+    #[serde(default)]
+    pub mss: u32,
     /// Segments; `None` before the first (infinite).
     pub ssthresh: Option<u32>,
     /// The peer's advertised window, bytes (0 when the kernel does not say).
@@ -200,6 +203,7 @@ pub fn interval(earlier: &SocketSample, later: &SocketSample) -> Option<Interval
         sending,
         throughput_bps: moved as f64 * 8.0 / seconds,
         cwnd: b.snd_cwnd,
+        mss: b.snd_mss,
         ssthresh: (b.snd_ssthresh < INFINITE_SSTHRESH).then_some(b.snd_ssthresh),
         peer_window: b.snd_wnd,
         in_flight_bytes: u64::from(b.unacked) * u64::from(b.snd_mss),
@@ -270,6 +274,21 @@ pub enum Limit {
     Idle,
     /// The kernel does not say where the time went (before 4.10).
     Unknown,
+}
+
+impl Limit {
+    /// Its name in a sentence or a table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::ReceiverWindow => "receiver's window",
+            Limit::SendBuffer => "send buffer",
+            Limit::Congestion => "congestion",
+            Limit::Application => "application",
+            Limit::Receiving => "receiving",
+            Limit::Idle => "idle",
+            Limit::Unknown => "unknown",
+        }
+    }
 }
 
 /// A verdict on a connection over the time it was watched.

@@ -100,7 +100,7 @@ fn versus(measured: f64, theory: f64) -> String {
     }
 }
 
-const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;\
+pub(super) const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;\
 max-width:1100px;padding:1em 2em;color:#222;line-height:1.4}\
 h1{font-size:1.6em;border-bottom:2px solid #1f77b4;padding-bottom:.2em}\
 h2{font-size:1.3em;margin-top:2em;border-bottom:1px solid #ccc}h3{font-size:1.05em;margin-top:1.4em}\
@@ -114,7 +114,7 @@ figcaption{font-size:.9em;color:#555}.note{background:#fff7e0;border-left:4px so
 .files{font-size:.85em;color:#555}\
 .late{background:#fdecea;border-left:4px solid #c62828;padding:.4em .8em;font-weight:600}";
 
-fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
+pub(super) fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     out.push_str("<table><thead><tr>");
     for h in head {
         let _ = write!(out, "<th>{}</th>", escape(h));
@@ -140,7 +140,7 @@ fn table(out: &mut String, head: &[&str], rows: &[Vec<String>]) {
     out.push_str("</tbody></table>\n");
 }
 
-fn figure(out: &mut String, drawn: &DrawnFigure) {
+pub(super) fn figure(out: &mut String, drawn: &DrawnFigure) {
     let _ = writeln!(
         out,
         "<figure><img src=\"data:image/png;base64,{}\" width=\"{}\" height=\"{}\" alt=\"{}\">\

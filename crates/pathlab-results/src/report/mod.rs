@@ -26,6 +26,7 @@
 
 mod figures;
 mod html;
+pub mod inspect;
 
 use std::path::{Path, PathBuf};
 
