@@ -324,3 +324,81 @@ fn the_retransmissions_it_reports_are_the_segments_the_emulator_dropped() {
         connection.verdict.sentence
     );
 }
+
+/// The saved lab run at `path`.
+fn lab_run(path: &std::path::Path) -> pathlab_results::lab::LabRun {
+    let text = std::fs::read_to_string(path).expect("result.json");
+    match pathlab_results::ResultFile::from_json(&text)
+        .unwrap()
+        .result
+    {
+        pathlab_results::RunResult::Lab(run) => *run,
+        _ => panic!("not a lab run"),
+    }
+}
+
+#[test]
+fn the_app_limits_recipe_names_each_applications_limit_and_blocks_move_a_block_per_rtt() {
+    let Some(_serial) = privileged("inspect_app_limits_recipe") else {
+        return;
+    };
+    let dir = util::TempDir::new("lab-app-limits");
+    let out = dir.path("run");
+    util::emulated::run_quick_recipe("app-limits", &out);
+    for delay in [1u32, 5, 25] {
+        let run = lab_run(&out.join(format!("delay-{delay}_loss-0/result.json")));
+        let workload = |name: &str| {
+            run.workloads
+                .iter()
+                .find(|w| w.name == name)
+                .unwrap_or_else(|| panic!("workload {name}"))
+        };
+        let verdicts = |name: &str| -> Vec<(Limit, String)> {
+            workload(name)
+                .inspect
+                .as_ref()
+                .expect("watched")
+                .connections
+                .iter()
+                .map(|c| (c.verdict.limit, c.verdict.sentence.clone()))
+                .collect()
+        };
+        for (name, expected) in [
+            ("bulk", &[Limit::Congestion][..]),
+            // 64 KiB buffers at both ends: whichever of the two binds first.
+            ("window", &[Limit::ReceiverWindow, Limit::SendBuffer][..]),
+            ("blocks", &[Limit::Application][..]),
+        ] {
+            let found = verdicts(name);
+            eprintln!("delay {delay} ms, {name}: {found:?}");
+            assert_eq!(found.len(), 1, "{name}: its one data connection");
+            assert!(
+                expected.contains(&found[0].0),
+                "{name} at {delay} ms: {}",
+                found[0].1
+            );
+        }
+        // One block per round trip at most (base RTT and the block's 1.4 ms through the
+        // 100 Mbit/s line), and at least half of it (11 segments after an idle round trip
+        // can take two, slow start begun again).
+        let blocks = workload("blocks");
+        let pathlab_results::lab::LabOutcome::Blocks(report) = &blocks.outcome else {
+            panic!("blocks ran: {:?}", blocks.outcome)
+        };
+        let bound =
+            pathlab_results::lab::blocks_bound_bps(report.size, &blocks.path.expect("a path"));
+        eprintln!(
+            "delay {delay} ms: blocks {:.2} Mbit/s, a block per round trip {:.2}",
+            report.throughput_bps * 1e-6,
+            bound * 1e-6
+        );
+        assert!(
+            report.throughput_bps <= bound && report.throughput_bps >= 0.5 * bound,
+            "blocks at {delay} ms: {} against {bound}",
+            report.throughput_bps
+        );
+    }
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("What limited each connection (pathlab inspect)"));
+    assert!(out.join("plots/sweep/workloads-vs-delay.png").exists());
+}

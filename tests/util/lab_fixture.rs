@@ -109,6 +109,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
                 duration_ns: 4_000_000_000,
                 path: Some(path),
                 outcome: LabOutcome::Tcp(Box::new(tcp)),
+                inspect: None,
             },
             LabWorkload {
                 name: "probes".into(),
@@ -118,6 +119,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
                 duration_ns: 4_000_000_000,
                 path: Some(path),
                 outcome: LabOutcome::Rtt(Box::new(rtt)),
+                inspect: None,
             },
         ],
     };

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod bloat;
+pub mod blocks;
 pub mod bond;
 pub mod buffers;
 pub mod capacity;

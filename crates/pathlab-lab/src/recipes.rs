@@ -8,6 +8,7 @@ pub const RECIPES: &[(&str, &str)] = &[
     ("owd-probe", include_str!("../recipes/owd-probe.toml")),
     ("wan-sweep", include_str!("../recipes/wan-sweep.toml")),
     ("bond", include_str!("../recipes/bond.toml")),
+    ("app-limits", include_str!("../recipes/app-limits.toml")),
     ("bond-fair", include_str!("../recipes/bond-fair.toml")),
 ];
 

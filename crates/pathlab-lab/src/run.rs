@@ -26,6 +26,12 @@ use crate::topology::{Topology, CABLE_A, CABLE_B};
 /// Port of the servers the lab starts.
 const SERVER_PORT: u16 = 4920;
 
+/// Port of the responders of `blocks` workloads.
+const BLOCKS_PORT: u16 = 4921;
+
+/// How often a workload with `inspect = true` has its connections looked at.
+const INSPECT_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Labs with more emulated links than this read every port from its socket, whatever
 /// the link's rate: a ring takes 64 MB of the machine per direction from the start (a
 /// lab of 100 links held 6.8 GB of rings and spent 19 s allocating them), reading the
@@ -221,7 +227,9 @@ pub fn run(
         .filter(|w| {
             !matches!(
                 w.kind,
-                WorkloadKind::Command { .. } | WorkloadKind::Ping { .. }
+                WorkloadKind::Command { .. }
+                    | WorkloadKind::Ping { .. }
+                    | WorkloadKind::Blocks { .. }
             )
         })
         .filter_map(|w| w.to)
@@ -269,6 +277,46 @@ pub fn run(
             )))?;
     }
 
+    // A responder in every node a `blocks` workload writes to, one per block size.
+    let mut responders: Vec<(usize, u32)> = experiment
+        .workloads
+        .iter()
+        .filter_map(|w| match w.kind {
+            WorkloadKind::Blocks { size } => w.to.map(|to| (to, size)),
+            _ => None,
+        })
+        .collect();
+    responders.sort_unstable();
+    responders.dedup();
+    for (port_offset, &(node, size)) in responders.iter().enumerate() {
+        let listener = topology.nodes[node]
+            .run(|| {
+                std::net::TcpListener::bind(SocketAddr::new(
+                    IpAddr::from([0u8; 4]),
+                    BLOCKS_PORT + port_offset as u16,
+                ))
+            })
+            .map_err(io_error("entering a namespace"))?
+            .map_err(io_error(format!(
+                "starting the blocks responder in {}",
+                experiment.nodes[node].name
+            )))?;
+        let stop = Arc::clone(&servers_stop);
+        servers.push(std::thread::spawn(move || {
+            let _ = pathlab_io::blocks::respond(&listener, size as usize, &stop);
+        }));
+    }
+    let blocks_port = |workload: &Workload| -> u16 {
+        let WorkloadKind::Blocks { size } = workload.kind else {
+            return 0;
+        };
+        let index = responders
+            .iter()
+            .position(|&r| Some(r.0) == workload.to && r.1 == size)
+            .expect("a responder for every blocks workload");
+        BLOCKS_PORT + index as u16
+    };
+
     let started = Instant::now();
     let started_unix_ns = pathlab_io::unix_now_ns();
     let mut threads = Vec::new();
@@ -282,19 +330,26 @@ pub fn run(
                 .and_then(|to| Topology::address(experiment, to))
                 .map(IpAddr::V4)
         });
+        let port = blocks_port(workload);
         let workload = workload.clone();
         let stop = Arc::clone(&options.stop);
         let out = options.out.clone();
         threads.push(std::thread::spawn(move || {
-            let outcome = if sleep_until(started + workload.start, &stop) {
-                match netns.enter() {
-                    Ok(()) => run_workload(&workload, target, &out),
-                    Err(error) => LabOutcome::Failed(format!("entering the namespace: {error}")),
-                }
-            } else {
-                LabOutcome::NotStarted
-            };
-            outcome
+            if !sleep_until(started + workload.start, &stop) {
+                return (LabOutcome::NotStarted, None);
+            }
+            if let Err(error) = netns.enter() {
+                return (
+                    LabOutcome::Failed(format!("entering the namespace: {error}")),
+                    None,
+                );
+            }
+            // The watcher is started from this thread, so it is in this namespace too.
+            let watching = (workload.inspect)
+                .then(|| target.map(|t| Watcher::start(t, started)))
+                .flatten();
+            let outcome = run_workload(&workload, target, port, &out);
+            (outcome, watching.map(Watcher::finish))
         }));
     }
 
@@ -316,7 +371,7 @@ pub fn run(
     if !interrupted && !sleep_until(started + experiment.duration, &options.stop) {
         interrupted = true;
     }
-    let entry = |workload: &Workload, outcome| LabWorkload {
+    let entry = |workload: &Workload, (outcome, inspect)| LabWorkload {
         name: workload.name.clone(),
         from: experiment.nodes[workload.from].name.clone(),
         to: workload.to.map(|to| experiment.nodes[to].name.clone()),
@@ -324,6 +379,7 @@ pub fn run(
         duration_ns: workload.duration.as_nanos() as u64,
         path: path_theory(experiment, workload),
         outcome,
+        inspect,
     };
     let workloads = if interrupted {
         // Workloads still running are cut off with the namespaces; keep what finished and
@@ -335,7 +391,10 @@ pub fn run(
                 let outcome = if thread.is_finished() {
                     thread.join().expect("workload threads do not panic")
                 } else {
-                    LabOutcome::Failed("cut off by the interruption".into())
+                    (
+                        LabOutcome::Failed("cut off by the interruption".into()),
+                        None,
+                    )
                 };
                 entry(workload, outcome)
             })
@@ -440,8 +499,69 @@ fn send_lateness(
         .collect()
 }
 
-/// Runs one workload in the calling thread (already in its node's namespace).
-fn run_workload(workload: &Workload, target: Option<IpAddr>, out: &Path) -> LabOutcome {
+/// `pathlab inspect` on a workload's connections: a thread in the workload's namespace
+/// that looks at the TCP sockets to its peer every [`INSPECT_INTERVAL`] until finished.
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<pathlab_probe::diagnosis::InspectReport>,
+}
+
+impl Watcher {
+    /// Starts watching connections to `target` (times since `started`, the run's start).
+    fn start(target: IpAddr, started: Instant) -> Watcher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let selector = pathlab_probe::diagnosis::Selector::parse(&format!("dst {target}"))
+            .expect("an address is a filter");
+        // The sockets open before the workload starts are not its own.
+        let before: std::collections::HashSet<u64> = pathlab_io::sockdiag::tcp_sockets(0)
+            .map(|samples| samples.iter().map(|s| s.cookie).collect())
+            .unwrap_or_default();
+        let thread = std::thread::spawn(move || {
+            let mut watch = pathlab_probe::diagnosis::Watch::new();
+            let mut next = Instant::now();
+            loop {
+                let at = started.elapsed().as_nanos() as u64;
+                if let Ok(mut samples) = pathlab_io::sockdiag::tcp_sockets(at) {
+                    samples.retain(|s| selector.matches(s));
+                    watch.observe(samples);
+                }
+                if flag.load(Ordering::SeqCst) {
+                    break;
+                }
+                next += INSPECT_INTERVAL;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            let mut report = watch.report(INSPECT_INTERVAL.as_nanos() as u64);
+            // Only the workload's own connections that moved data: not those open before
+            // it started (an earlier workload's, still draining), nor a measurement's
+            // control connection (a few hundred bytes beside megabytes).
+            let moved = |c: &pathlab_probe::diagnosis::ConnectionReport| {
+                let (Some(a), Some(b)) = (c.first.info, c.last.info) else {
+                    return 0;
+                };
+                b.bytes_acked.saturating_sub(a.bytes_acked)
+                    + b.bytes_received.saturating_sub(a.bytes_received)
+            };
+            let most = report.connections.iter().map(moved).max().unwrap_or(0);
+            report.connections.retain(|c| {
+                !before.contains(&c.first.cookie) && moved(c) > 0 && moved(c) * 20 >= most
+            });
+            report
+        });
+        Watcher { stop, thread }
+    }
+
+    /// One last look, and the watch's report.
+    fn finish(self) -> pathlab_probe::diagnosis::InspectReport {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("the watcher does not panic")
+    }
+}
+
+/// Runs one workload in the calling thread (already in its node's namespace); a `blocks`
+/// workload writes to `port`.
+fn run_workload(workload: &Workload, target: Option<IpAddr>, port: u16, out: &Path) -> LabOutcome {
     let connect = || {
         let target = target.expect("checked: measuring workloads have a peer");
         Client::connect(
@@ -488,6 +608,17 @@ fn run_workload(workload: &Workload, target: Option<IpAddr>, out: &Path) -> LabO
         WorkloadKind::Ping { interval, size } => {
             let target = target.expect("checked: ping workloads have a peer");
             return ping(target, *interval, *size, workload.duration);
+        }
+        WorkloadKind::Blocks { size } => {
+            let target = target.expect("checked: blocks workloads have a peer");
+            return match pathlab_io::blocks::run(
+                SocketAddr::new(target, port),
+                *size as usize,
+                workload.duration,
+            ) {
+                Ok(report) => LabOutcome::Blocks(Box::new(report)),
+                Err(error) => LabOutcome::Failed(format!("blocks: {error}")),
+            };
         }
         WorkloadKind::Command { argv } => return run_command(workload, argv, target, out),
     };

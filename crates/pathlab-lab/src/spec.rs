@@ -280,6 +280,13 @@ pub enum WorkloadKind {
         /// UDP payload bytes.
         size: u32,
     },
+    /// An application that works in blocks (seed 003's Lotus Notes, 16 kB): it writes a
+    /// block of `size` bytes to `to` over TCP and waits for a one-byte answer before the
+    /// next, so it moves at most one block per round trip whatever the window.
+    Blocks {
+        /// Bytes per block.
+        size: u32,
+    },
     /// A program run in `from`'s namespace (`{to}` in its arguments becomes `to`'s address).
     Command {
         /// Program and arguments.
@@ -305,6 +312,9 @@ pub struct Workload {
     pub start: Duration,
     /// How long it runs.
     pub duration: Duration,
+    /// Watch its TCP connections as `pathlab inspect` does (every 100 ms, from `from`'s
+    /// namespace, connections to `to`), and keep what limited them.
+    pub inspect: bool,
 }
 
 /// A link's spec changes at `at`.
@@ -410,6 +420,8 @@ struct RawWorkload {
     rate: Option<Spanned<String>>,
     #[serde(default)]
     command: Option<Vec<String>>,
+    #[serde(default)]
+    inspect: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -809,6 +821,13 @@ impl Checker<'_> {
                 },
                 size: w.size.unwrap_or(1200).max(32),
             },
+            "blocks" => WorkloadKind::Blocks {
+                size: match w.size {
+                    Some(0) => return Err(self.error(&span, "size: a block of 0 bytes")),
+                    Some(size) => size,
+                    None => 16 * 1024,
+                },
+            },
             "command" => WorkloadKind::Command {
                 argv: match &w.command {
                     Some(argv) if !argv.is_empty() => argv.clone(),
@@ -823,7 +842,7 @@ impl Checker<'_> {
             other => {
                 return Err(self.error(
                     &w.kind.span(),
-                    format!("kind '{other}': tcp, rtt, ping, owd or command"),
+                    format!("kind '{other}': tcp, rtt, ping, owd, blocks or command"),
                 ))
             }
         };
@@ -853,6 +872,12 @@ impl Checker<'_> {
                 return Err(self.error(&span, "no path of links joins from and to"));
             }
         }
+        if w.inspect && to.is_none() {
+            return Err(self.error(
+                &span,
+                "inspect watches the connections to to = \"HOST\": give to",
+            ));
+        }
         Ok(Workload {
             name: String::new(),
             kind,
@@ -861,6 +886,7 @@ impl Checker<'_> {
             address,
             start,
             duration,
+            inspect: w.inspect,
         })
     }
 }

@@ -205,3 +205,20 @@ pub fn goodput_bps(streams: &[StreamReport]) -> f64 {
         bytes as f64 * 8.0 / (ns as f64 * 1e-9)
     }
 }
+
+/// What an application that works in blocks moved (seed 003: Lotus Notes' 16 kB blocks,
+/// each waiting for the peer's answer): a block per round trip at most, whatever the
+/// window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BlocksReport {
+    /// Bytes per block.
+    pub size: u32,
+    /// Blocks answered.
+    pub blocks: u64,
+    /// How long it ran, ns.
+    pub duration_ns: u64,
+    /// Bytes of answered blocks per second, as bits.
+    pub throughput_bps: f64,
+    /// From writing a block to its answer, ns.
+    pub block_time: crate::rtt::Percentiles,
+}

@@ -144,6 +144,10 @@ pub struct LabWorkload {
     pub path: Option<PathTheory>,
     /// What came of it.
     pub outcome: LabOutcome,
+    /// What `pathlab inspect` saw of its TCP connections that moved data, with their
+    /// verdicts, when the workload asked to be watched (added in v1 with issue 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inspect: Option<pathlab_probe::diagnosis::InspectReport>,
 }
 
 /// The round trips of an `rtt` or `ping` workload, whichever measured them.
@@ -243,6 +247,17 @@ pub struct PathTheory {
     pub mathis_bps: Option<f64>,
 }
 
+/// The most a `blocks` application of `size`-byte blocks can move on `path`, bits/s: a
+/// block per round trip, the round trip being the base RTT plus the block's time through
+/// the bottleneck (in full-size frames, 1448 B of payload per 1514 B) where there is one.
+pub fn blocks_bound_bps(size: u32, path: &PathTheory) -> f64 {
+    let bits = f64::from(size) * 8.0;
+    let serialization = path
+        .bottleneck_bps
+        .map_or(0.0, |rate| bits * 1514.0 / 1448.0 / rate);
+    bits / (path.base_rtt_s + serialization)
+}
+
 /// The Mathis et al. (1997) bound on a Reno flow's goodput, bits per second:
 /// `(mss / rtt) x sqrt(3/2) / sqrt(p)`.
 pub fn mathis_bps(mss_bytes: f64, rtt_s: f64, loss: f64) -> f64 {
@@ -261,6 +276,8 @@ pub enum LabOutcome {
     Owd(Box<pathlab_probe::owd::OneWayResult>),
     /// `ping`.
     Ping(Box<PingReport>),
+    /// `blocks`.
+    Blocks(Box<pathlab_probe::tcp::BlocksReport>),
     /// A program.
     Command {
         /// Its exit code (`None`: killed at the end of its time, or by a signal).

@@ -394,8 +394,7 @@ fn delivered_rate(sent: &mut [(f64, u32)], interval_s: f64) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Linux reports this (or more) as the slow-start threshold before the first loss.
-const INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+use pathlab_probe::diagnosis::INFINITE_SSTHRESH;
 
 /// The series of the run's workloads (RTT, TCP, OWD), on the run's clock.
 pub fn workload_series(run: &LabRun) -> Vec<Series> {
@@ -514,7 +513,10 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
                     }
                 }
             }
-            LabOutcome::Command { .. } | LabOutcome::Failed(_) | LabOutcome::NotStarted => {}
+            LabOutcome::Blocks(_)
+            | LabOutcome::Command { .. }
+            | LabOutcome::Failed(_)
+            | LabOutcome::NotStarted => {}
         }
     }
     out
@@ -648,6 +650,7 @@ pub(crate) mod tests {
                     duration_ns: 2_000_000_000,
                     path: Some(path),
                     outcome: LabOutcome::Tcp(Box::new(tcp)),
+                    inspect: None,
                 },
                 LabWorkload {
                     name: "probes".into(),
@@ -657,6 +660,7 @@ pub(crate) mod tests {
                     duration_ns: 1_000_000_000,
                     path: Some(path),
                     outcome: LabOutcome::Rtt(Box::new(rtt)),
+                    inspect: None,
                 },
             ],
         }

@@ -195,6 +195,10 @@ pub fn interval(earlier: &SocketSample, later: &SocketSample) -> Option<Interval
             limits.send_buffer += limits.congestion;
             limits.congestion = 0.0;
         }
+        (Some(Limit::Application), Some(Limit::Application)) => {
+            limits.application += limits.congestion;
+            limits.congestion = 0.0;
+        }
         _ => {}
     }
     Some(Interval {
@@ -222,7 +226,8 @@ pub fn interval(earlier: &SocketSample, later: &SocketSample) -> Option<Interval
 
 /// Which bound on the bytes in flight holds at this look: the peer's window (it is smaller
 /// than the congestion window and in flight is within 2 MSS of it), the send buffer (at
-/// least three quarters full, and in flight short of both windows by more than 2 MSS), or
+/// least three quarters full, and in flight short of both windows by more than 2 MSS), the
+/// application (in flight short of both windows by more than 2 MSS and nothing unsent), or
 /// else the congestion window; `None` when nothing is in flight or waits to be sent.
 ///
 /// The kernel's own clocks miss much of the first two: it stops its rwnd-limited clock
@@ -252,6 +257,12 @@ fn binding(sample: &SocketSample) -> Option<Limit> {
         if memory.sndbuf > 0 && full && in_flight + 2 * mss < smaller {
             return Some(Limit::SendBuffer);
         }
+    }
+    // Both windows open, nothing waiting to be sent: the application has not written more
+    // (an application that waits for an answer to each block keeps data in flight, so the
+    // kernel counts it busy the whole time).
+    if in_flight + 2 * mss < smaller && info.notsent_bytes == 0 {
+        return Some(Limit::Application);
     }
     Some(Limit::Congestion)
 }

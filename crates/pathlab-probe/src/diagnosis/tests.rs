@@ -300,3 +300,25 @@ fn busy_time_the_kernel_left_to_congestion_goes_to_the_bound_that_held_at_both_l
     let i = interval(&buffer_held(0, 0), &roomy).unwrap();
     assert!((i.limits.send_buffer - 0.05).abs() < 1e-9, "{:?}", i.limits);
 }
+
+#[test]
+fn an_application_waiting_for_answers_is_named_though_the_kernel_counts_it_busy() {
+    // 16 KiB blocks at 50 ms: 11 segments in flight the whole time, the congestion window
+    // at 38 and the peer's 3 MiB both open, nothing unsent; the kernel says 100% busy.
+    let waiting = |t: u64, busy: u64| {
+        let mut info = sender(t * 250, busy, 0, 0);
+        info.snd_wnd = 3 << 20;
+        info.snd_cwnd = 38;
+        info.unacked = 11;
+        sample(t, info)
+    };
+    let (a, b) = (waiting(0, 0), waiting(1000, 1_000_000));
+    let i = interval(&a, &b).unwrap();
+    assert!((i.limits.application - 1.0).abs() < 1e-9, "{:?}", i.limits);
+    assert_eq!(verdict(&a, &b, &[i]).limit, Limit::Application);
+    // Data waiting unsent is not the application's doing.
+    let mut queued = waiting(1000, 1_000_000);
+    queued.info.as_mut().unwrap().notsent_bytes = 100_000;
+    let i = interval(&a, &queued).unwrap();
+    assert_eq!(i.limits.application, 0.0);
+}

@@ -749,6 +749,147 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
             out.push(heatmap(runs, &numeric[0], &numeric[1], &name));
         }
     }
+    out.extend(workload_sweep_figures(runs, &numeric, &name));
+    out
+}
+
+/// What each workload moved, bits/s: a TCP test's goodput, a blocks application's rate.
+fn workload_throughput_bps(outcome: &LabOutcome) -> Option<f64> {
+    match outcome {
+        LabOutcome::Tcp(report) => Some(report.up_bps + report.down_bps),
+        LabOutcome::Blocks(report) => Some(report.throughput_bps),
+        _ => None,
+    }
+}
+
+/// The bound on what a workload can move, bits/s, and its name: a block per round trip
+/// (base RTT and the block's time through the bottleneck) for a blocks application; for a TCP test the smaller of the bottleneck's TCP ideal (1448 B
+/// of payload per 1514-byte frame) and the peer's window per base RTT (the window as
+/// `inspect` read it, median over the intervals it sent in).
+fn workload_bound(workload: &crate::lab::LabWorkload) -> Option<(f64, &'static str)> {
+    let path = workload.path?;
+    match &workload.outcome {
+        LabOutcome::Blocks(report) => Some((
+            crate::lab::blocks_bound_bps(report.size, &path),
+            "a block per RTT",
+        )),
+        LabOutcome::Tcp(_) => {
+            let line = path.bottleneck_bps.map(|b| b * 1448.0 / 1514.0);
+            let window = workload.inspect.as_ref().and_then(|inspect| {
+                let windows: Vec<i64> = inspect
+                    .connections
+                    .iter()
+                    .flat_map(|c| &c.intervals)
+                    .filter(|i| i.sending && i.peer_window > 0)
+                    .map(|i| i64::from(i.peer_window))
+                    .collect();
+                (!windows.is_empty()).then(|| {
+                    pathlab_probe::rtt::percentiles(windows.into_iter()).p50_ns as f64 * 8.0
+                        / path.base_rtt_s
+                })
+            });
+            let bound = match (line, window) {
+                (Some(l), Some(w)) => l.min(w),
+                (l, w) => l.or(w)?,
+            };
+            Some((bound, "line or window per RTT"))
+        }
+        _ => None,
+    }
+}
+
+/// Each workload's throughput against each numeric parameter, with its bound dashed: how
+/// applications of different kinds fall with delay (the `app-limits` recipe). Only for a
+/// sweep with more than one workload that moves data.
+fn workload_sweep_figures(runs: &[RunData], numeric: &[String], name: &str) -> Vec<Figure> {
+    let names: Vec<&str> = runs[0]
+        .run
+        .workloads
+        .iter()
+        .filter(|w| workload_throughput_bps(&w.outcome).is_some())
+        .map(|w| w.name.as_str())
+        .collect();
+    if names.len() < 2 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for key in numeric {
+        let mut groups: BTreeMap<String, Vec<&RunData>> = BTreeMap::new();
+        for run in runs {
+            let others = run
+                .run
+                .parameters
+                .iter()
+                .filter(|(k, _)| k != key)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            groups.entry(others).or_default().push(run);
+        }
+        let mut lines = Vec::new();
+        let mut color = 0;
+        for (others, group) in &groups {
+            for workload in &names {
+                let label = if others.is_empty() {
+                    (*workload).to_owned()
+                } else {
+                    format!("{workload} ({others})")
+                };
+                let mut measured = Vec::new();
+                let mut bound = Vec::new();
+                let mut bound_name = "";
+                for run in group {
+                    let Some(x) = parameter(run, key) else {
+                        continue;
+                    };
+                    let Some(w) = run.run.workloads.iter().find(|w| w.name == *workload) else {
+                        continue;
+                    };
+                    if let Some(bps) = workload_throughput_bps(&w.outcome) {
+                        measured.push((x, bps * 1e-6));
+                    }
+                    if let Some((bps, what)) = workload_bound(w) {
+                        bound.push((x, bps * 1e-6));
+                        bound_name = what;
+                    }
+                }
+                measured.sort_by(|a, b| a.0.total_cmp(&b.0));
+                bound.sort_by(|a, b| a.0.total_cmp(&b.0));
+                lines.push(Line {
+                    label: label.clone(),
+                    points: measured,
+                    style: LineStyle::Points,
+                    color,
+                });
+                if !bound.is_empty() {
+                    lines.push(Line {
+                        label: format!("{label}: {bound_name}"),
+                        points: bound,
+                        style: LineStyle::Dashed,
+                        color,
+                    });
+                }
+                color += 1;
+            }
+        }
+        out.push(Figure {
+            stem: format!("workloads-vs-{}", slug(key)),
+            caption: format!(
+                "What each workload moved against {key}; dashed, its bound: a block per \
+                 round trip (blocks), the smaller of the line's TCP ideal and the peer's \
+                 window (as inspect read it) per base RTT (TCP)"
+            ),
+            chart: Chart::Lines(LineFigure {
+                title: format!("Throughput of each workload against {key} — {name}"),
+                subtitle: format!("at the first run: {}", links_text(&runs[0].run)),
+                x_label: axis_label(runs, key),
+                y_label: "throughput (Mbit/s)".to_owned(),
+                lines,
+                y_from_zero: true,
+                legend: LegendAt::UpperRight,
+            }),
+        });
+    }
     out
 }
 

@@ -167,6 +167,7 @@ fn outcome_text(outcome: &LabOutcome) -> String {
         LabOutcome::Rtt(_) => "rtt".into(),
         LabOutcome::Owd(_) => "owd".into(),
         LabOutcome::Ping(_) => "ping".into(),
+        LabOutcome::Blocks(_) => "blocks".into(),
         LabOutcome::Command { exit_code, output } => format!(
             "command, {}, output in {output}",
             exit_code.map_or_else(
@@ -185,8 +186,19 @@ fn summaries(out: &mut String, data: &RunData) {
     let mut rtt_rows = Vec::new();
     let mut tcp_rows = Vec::new();
     let mut owd_rows = Vec::new();
+    let mut blocks_rows = Vec::new();
+    let mut verdict_rows = Vec::new();
     for workload in &run.workloads {
         let path = workload.path;
+        for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
+            verdict_rows.push(vec![
+                workload.name.clone(),
+                connection.last.name(),
+                connection.verdict.limit.name().to_owned(),
+                format!("{:.0}%", connection.verdict.share * 100.0),
+                connection.verdict.sentence.clone(),
+            ]);
+        }
         match &workload.outcome {
             LabOutcome::Rtt(_) | LabOutcome::Ping(_) => {
                 let trips = workload.outcome.round_trips().expect("rtt or ping");
@@ -245,8 +257,46 @@ fn summaries(out: &mut String, data: &RunData) {
                     mbps(result.achieved_rate_bps),
                 ]);
             }
+            LabOutcome::Blocks(report) => {
+                let bound = path.map(|p| crate::lab::blocks_bound_bps(report.size, &p));
+                blocks_rows.push(vec![
+                    workload.name.clone(),
+                    format!("{} B", report.size),
+                    mbps(report.throughput_bps),
+                    opt(bound.map(mbps)),
+                    opt(bound.map(|b| versus(report.throughput_bps, b))),
+                    ms(report.block_time.p50_ns as f64 * 1e-9),
+                    opt(path.map(|p| ms(p.base_rtt_s))),
+                    report.blocks.to_string(),
+                ]);
+            }
             LabOutcome::Command { .. } | LabOutcome::Failed(_) | LabOutcome::NotStarted => {}
         }
+    }
+    if !blocks_rows.is_empty() {
+        out.push_str("<h3>Applications in blocks</h3>\n");
+        table(
+            out,
+            &[
+                "workload",
+                "block",
+                "throughput",
+                "bound: a block per round trip",
+                "vs bound",
+                "block time p50",
+                "base RTT",
+                "blocks",
+            ],
+            &blocks_rows,
+        );
+    }
+    if !verdict_rows.is_empty() {
+        out.push_str("<h3>What limited each connection (pathlab inspect)</h3>\n");
+        table(
+            out,
+            &["workload", "connection", "limit", "share", "verdict"],
+            &verdict_rows,
+        );
     }
     if !rtt_rows.is_empty() {
         out.push_str("<h3>Round trips</h3>\n");

@@ -206,6 +206,31 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 }
                 writeln!(stdout)?;
             }
+            if let pathlab_results::lab::LabOutcome::Blocks(report) = &workload.outcome {
+                write!(
+                    stdout,
+                    "  {}: {} blocks of {} B answered, {}, block time p50 {:.1} ms",
+                    workload.name,
+                    report.blocks,
+                    report.size,
+                    crate::format::rate(report.throughput_bps),
+                    report.block_time.p50_ns as f64 * 1e-6
+                )?;
+                if let Some(path) = workload.path {
+                    write!(
+                        stdout,
+                        " (a block per round trip: {})",
+                        crate::format::rate(pathlab_results::lab::blocks_bound_bps(
+                            report.size,
+                            &path
+                        ))
+                    )?;
+                }
+                writeln!(stdout)?;
+            }
+            for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
+                writeln!(stdout, "    inspect: {}", connection.verdict.sentence)?;
+            }
             if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
                 writeln!(
                     stdout,
