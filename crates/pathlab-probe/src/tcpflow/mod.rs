@@ -535,11 +535,14 @@ impl Flow {
         let window = u64::from(segment.window) << scale.unwrap_or(0);
         let mut sample = None;
         if !self.ack_seen || acked > self.acked {
-            let mut last = None;
+            // Karn's rule as Linux keeps it: no sample from an ACK that covers anything
+            // sent twice; else from the newest segment it covers.
+            let (mut last, mut ambiguous) = (None, false);
             while self.unacked.front().is_some_and(|u| u.end <= acked) {
                 last = self.unacked.pop_front();
+                ambiguous |= last.is_some_and(|u| u.retransmitted);
             }
-            if let Some(unacked) = last.filter(|u| !u.retransmitted) {
+            if let Some(unacked) = last.filter(|_| !ambiguous) {
                 sample = Some(now.saturating_since(unacked.at).as_nanos());
             }
             self.acked = acked;
