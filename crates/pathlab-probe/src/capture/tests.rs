@@ -40,7 +40,7 @@ fn ipv6_tcp(seq: u32, payload: usize, extension: bool) -> Vec<u8> {
 
 fn tcp_header(seq: u32, flags: u8, options: &[u8]) -> Vec<u8> {
     let mut options = options.to_vec();
-    while options.len() % 4 != 0 {
+    while !options.len().is_multiple_of(4) {
         options.push(1);
     }
     let mut tcp = Vec::new();
@@ -48,7 +48,7 @@ fn tcp_header(seq: u32, flags: u8, options: &[u8]) -> Vec<u8> {
     tcp.extend(5001u16.to_be_bytes());
     tcp.extend(seq.to_be_bytes());
     tcp.extend(7u32.to_be_bytes());
-    tcp.push(((20 + options.len()) / 4 << 4) as u8);
+    tcp.push((((20 + options.len()) / 4) << 4) as u8);
     tcp.push(flags);
     tcp.extend(1000u16.to_be_bytes());
     tcp.extend([0, 0, 0, 0]);
@@ -167,7 +167,7 @@ impl Pcapng {
         put16(body, self.big, code);
         put16(body, self.big, value.len() as u16);
         body.extend(value);
-        while body.len() % 4 != 0 {
+        while !body.len().is_multiple_of(4) {
             body.push(0);
         }
     }
@@ -200,7 +200,7 @@ impl Pcapng {
         put32(&mut body, self.big, data.len() as u32);
         put32(&mut body, self.big, original);
         body.extend(data);
-        while body.len() % 4 != 0 {
+        while !body.len().is_multiple_of(4) {
             body.push(0);
         }
         let mut flags = Vec::new();
@@ -263,7 +263,7 @@ fn pcapng_of_either_byte_order_with_interfaces_of_different_link_types() {
         let mut file = Pcapng::new(big);
         file.interface(LINKTYPE_ETHERNET, Some(9), "eth0");
         file.interface(LINKTYPE_LINUX_SLL2, None, "any");
-        file.interface(LINKTYPE_RAW, Some(0x80 | 10), "tun0");
+        file.interface(LINKTYPE_RAW, Some(0x80 | 0x0A), "tun0");
         file.interface(LINKTYPE_IPV6, Some(3), "v6");
         file.block(0x0000_0BAD, &[1, 2, 3, 4]); // unknown: skipped
         file.packet(
