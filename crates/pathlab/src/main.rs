@@ -48,6 +48,8 @@ enum Command {
     Bond(cmd::bond::Args),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
+    /// What each TCP connection in a pcap/pcapng capture did and what limited it.
+    Analyze(cmd::analyze::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -86,6 +88,7 @@ fn main() -> ExitCode {
         Command::Tune(args) => cmd::tune::run(&args),
         Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
+        Command::Analyze(args) => cmd::analyze::run(&args, command_line),
         Command::Bond(args) => cmd::bond::run(&args),
         Command::Capacity(args) => cmd::capacity::run(&args),
     };

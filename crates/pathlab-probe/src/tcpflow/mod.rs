@@ -61,11 +61,13 @@ use crate::capture::{TcpFlags, TcpSegment};
 use crate::diagnosis::{Limit, Limits};
 use crate::rfc6349::Framing;
 
+mod driver;
 mod flow;
 mod summary;
 #[cfg(test)]
 mod tests;
 
+pub use driver::{analyze_capture, CaptureAnalysis};
 use flow::{unwrap_seq, Ack, Flow, Send, Unacked};
 pub use flow::{Retransmission, RetransmissionKind, RTO_MIN_NS};
 
