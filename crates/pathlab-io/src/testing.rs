@@ -59,3 +59,28 @@ pub fn tcp_connect_from(
 }
 
 pub use crate::sys::{raise_open_files_limit, send_signal};
+
+/// A TCP listener on `address` whose sockets get a receive buffer of `bytes`
+/// (`SO_RCVBUF`, set before `listen` so the accepted connections inherit it and their
+/// window scale follows from it): a receiver whose window limits its sender.
+pub fn tcp_listener_with_receive_buffer(
+    address: std::net::SocketAddr,
+    bytes: u32,
+) -> std::io::Result<std::net::TcpListener> {
+    use std::os::fd::AsFd as _;
+    let domain = if address.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    crate::sys::setsockopt(
+        socket.as_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUF,
+        &(bytes as libc::c_int),
+    )?;
+    crate::sys::bind(socket.as_fd(), address)?;
+    crate::sys::listen(socket.as_fd(), 16)?;
+    Ok(std::net::TcpListener::from(socket))
+}

@@ -143,6 +143,10 @@ pub struct Flow {
     pub highest_end: i64,
     pub highest_at: Option<Instant>,
     pub seen: RangeSet,
+    /// Bytes of segments the capture says were dropped at the capture point: sent, never
+    /// forwarded, and seen at another time than the forwarded ones (the emulator writes a
+    /// drop when the packet arrives, a forwarded packet when it leaves).
+    pub dropped: RangeSet,
     pub data_segments: u64,
     pub bytes_sent: u64,
     pub retransmitted_bytes: u64,

@@ -454,8 +454,16 @@ impl Flow {
         if dropped_here {
             self.dropped_at_capture += 1;
             self.dropped_bytes_at_capture += segment.payload_len as u64;
+            // Sent and lost here: a retransmission if its bytes were sent before; it moves
+            // neither the highest sequence nor the timeline of what passed.
+            let prior = (self.seen.overlap(start, end) + self.dropped.overlap(start, end)).min(len);
+            if prior > 0 {
+                self.record_retransmission(now, start, end, prior, false);
+            }
+            self.dropped.insert(start, end);
+            return;
         }
-        let overlap = self.seen.overlap(start, end);
+        let overlap = (self.seen.overlap(start, end) + self.dropped.overlap(start, end)).min(len);
         let below_highest = start < self.highest_end;
         let retransmission = if overlap > 0 {
             Some(false)
@@ -470,43 +478,16 @@ impl Flow {
                 Some(true)
             }
         } else {
-            if start > self.highest_end {
+            let gap = start - self.highest_end - self.dropped.overlap(self.highest_end, start);
+            if gap > 0 {
                 self.holes += 1;
-                self.hole_bytes += (start - self.highest_end) as u64;
+                self.hole_bytes += gap as u64;
             }
             None
         };
         if let Some(lost_before_capture) = retransmission {
-            self.retransmitted_bytes += if lost_before_capture {
-                len as u64
-            } else {
-                overlap as u64
-            };
-            let silence_from = [self.last_send_at, self.last_ack_at]
-                .into_iter()
-                .flatten()
-                .max()
-                .unwrap_or(now);
-            let kind = if self.dupacks >= 3 || self.sacked.any_above(end) {
-                RetransmissionKind::Fast
-            } else if now.saturating_since(silence_from).as_nanos() >= RTO_MIN_NS {
-                RetransmissionKind::Rto
-            } else {
-                RetransmissionKind::Probe
-            };
-            self.retransmissions.push(Retransmission {
-                at_ns: now.as_nanos(),
-                start: start as u64,
-                end: end as u64,
-                kind,
-                spurious: self.ack_seen && end <= self.acked,
-                lost_before_capture,
-            });
-            for unacked in &mut self.unacked {
-                if unacked.end > start && unacked.start < end {
-                    unacked.retransmitted = true;
-                }
-            }
+            let bytes = if lost_before_capture { len } else { overlap };
+            self.record_retransmission(now, start, end, bytes, lost_before_capture);
         }
         if end > self.highest_end {
             self.highest_end = end;
@@ -527,6 +508,44 @@ impl Flow {
             retransmission: retransmission.is_some(),
             flight: self.flight(),
         });
+    }
+
+    /// Counts a retransmission of `[start, end)` (`bytes` of it sent before) seen at `now`,
+    /// with its kind, and marks what it covers as sent twice (Karn).
+    fn record_retransmission(
+        &mut self,
+        now: Instant,
+        start: i64,
+        end: i64,
+        bytes: i64,
+        lost_before_capture: bool,
+    ) {
+        self.retransmitted_bytes += bytes as u64;
+        let silence_from = [self.last_send_at, self.last_ack_at]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or(now);
+        let kind = if self.dupacks >= 3 || self.sacked.any_above(end) {
+            RetransmissionKind::Fast
+        } else if now.saturating_since(silence_from).as_nanos() >= RTO_MIN_NS {
+            RetransmissionKind::Rto
+        } else {
+            RetransmissionKind::Probe
+        };
+        self.retransmissions.push(Retransmission {
+            at_ns: now.as_nanos(),
+            start: start as u64,
+            end: end as u64,
+            kind,
+            spurious: self.ack_seen && end <= self.acked,
+            lost_before_capture,
+        });
+        for unacked in &mut self.unacked {
+            if unacked.end > start && unacked.start < end {
+                unacked.retransmitted = true;
+            }
+        }
     }
 
     /// Takes the peer's ACK of this direction's data; returns an RTT sample of the half
