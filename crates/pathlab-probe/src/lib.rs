@@ -16,6 +16,7 @@
 pub mod auth;
 pub mod bloat;
 pub mod capacity;
+pub mod capture;
 pub mod control;
 pub mod diagnosis;
 pub mod mtu;
@@ -26,4 +27,5 @@ pub mod rtt;
 pub mod sequence;
 pub mod session;
 pub mod tcp;
+pub mod tcpflow;
 pub mod tune;

@@ -138,7 +138,8 @@ pub struct OwdReport {
     pub series: Vec<(u64, u64)>,
 }
 
-fn percentile(sorted: &[u64], q: f64) -> u64 {
+/// The value at quantile `q` (0..=1) of `sorted`, nearest rank; 0 when empty.
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }

@@ -12,6 +12,7 @@
 
 use std::fmt::Write as _;
 
+pub mod capture_figures;
 pub mod lab;
 pub mod pcapng;
 pub mod plot;
@@ -89,6 +90,9 @@ pub enum RunResult {
     Rfc6349(Box<pathlab_probe::rfc6349::Rfc6349Report>),
     /// A `pathlab lab` run.
     Lab(Box<lab::LabRun>),
+    /// A `pathlab analyze` of a capture (added in v1 with `analyze`: older readers do not
+    /// know it).
+    Analyze(Box<pathlab_probe::tcpflow::CaptureAnalysis>),
     /// A `pathlab capacity` run: one report per direction.
     Capacity(Vec<pathlab_probe::capacity::CapacityReport>),
     /// A `pathlab bloat` run.

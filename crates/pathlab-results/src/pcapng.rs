@@ -8,16 +8,11 @@
 
 use std::io::{self, Write};
 
-const BLOCK_SECTION_HEADER: u32 = 0x0A0D_0D0A;
-const BLOCK_INTERFACE: u32 = 0x0000_0001;
-const BLOCK_ENHANCED_PACKET: u32 = 0x0000_0006;
-const BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
-const OPT_END: u16 = 0;
-const OPT_COMMENT: u16 = 1;
-const SHB_USERAPPL: u16 = 4;
-const IF_NAME: u16 = 2;
-const IF_TSRESOL: u16 = 9;
-const EPB_FLAGS: u16 = 2;
+// One definition of each number, shared with the reader in pathlab-probe.
+use pathlab_probe::capture::format::{
+    BLOCK_ENHANCED_PACKET, BLOCK_INTERFACE, BLOCK_SECTION_HEADER, BYTE_ORDER_MAGIC, EPB_FLAGS,
+    IF_NAME, IF_TSRESOL, LINKTYPE_ETHERNET, LINKTYPE_RAW, OPT_COMMENT, OPT_END, SHB_USERAPPL,
+};
 
 /// The link type of an interface (the tcpdump LINKTYPE_ registry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,8 +26,8 @@ pub enum LinkType {
 impl LinkType {
     fn code(self) -> u16 {
         match self {
-            LinkType::Ethernet => 1,
-            LinkType::RawIp => 101,
+            LinkType::Ethernet => LINKTYPE_ETHERNET,
+            LinkType::RawIp => LINKTYPE_RAW,
         }
     }
 }

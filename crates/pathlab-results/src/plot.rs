@@ -56,6 +56,9 @@ pub enum LineStyle {
     Dashed,
     /// Measured points, each a dot (and a thin line through them).
     Points,
+    /// Events, each a dot and nothing between them (retransmissions on a time-sequence
+    /// graph).
+    Marks,
 }
 
 /// One line of a figure.
@@ -307,7 +310,11 @@ fn draw_lines<DB: DrawingBackend>(
         x0 -= 0.5;
         x1 += 0.5;
     }
-    if figure.lines.iter().any(|l| l.style == LineStyle::Points) {
+    if figure
+        .lines
+        .iter()
+        .any(|l| matches!(l.style, LineStyle::Points | LineStyle::Marks))
+    {
         // Room for the dots at the ends.
         let pad = (x1 - x0) * 0.03;
         x0 -= pad;
@@ -364,6 +371,14 @@ fn draw_lines<DB: DrawingBackend>(
                 let thin = color.mix(0.45).stroke_width(1);
                 chart.draw_series(LineSeries::new(points.iter().copied(), thin))?;
                 chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+                color.filled()
+            }
+            LineStyle::Marks => {
+                chart.draw_series(
+                    line.points
+                        .iter()
+                        .map(|&p| Circle::new(p, 3, color.filled())),
+                )?;
                 color.filled()
             }
         };

@@ -50,6 +50,8 @@ enum Command {
     Report(cmd::report::Args),
     /// What limits the live TCP transfers of any program: receiver's window, send buffer, congestion or the application.
     Inspect(cmd::inspect::Args),
+    /// What each TCP connection in a pcap/pcapng capture did and what limited it.
+    Analyze(cmd::analyze::Args),
 }
 
 /// An error caused by the user's input (exit code 2), as opposed to a failed run (1).
@@ -89,6 +91,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(&args),
         Command::Bloat(args) => cmd::bloat::run(&args),
         Command::Report(args) => cmd::report::run(&args),
+        Command::Analyze(args) => cmd::analyze::run(&args, command_line),
         Command::Bond(args) => cmd::bond::run(&args),
         Command::Capacity(args) => cmd::capacity::run(&args),
     };

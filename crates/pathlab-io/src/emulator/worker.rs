@@ -409,6 +409,10 @@ impl Direction {
             let mut start = 0;
             while start < due.len() {
                 let run = next_run(&due[start..], gso);
+                // The capture's time of a packet is when it was handed to the kernel: the
+                // send itself runs the receiving host's stack (its ACK may reach the other
+                // port before the send returns), so a stamp taken after it is late by that.
+                let handed = clock.now();
                 let result = if run > 1 {
                     let mut frames: [&[u8]; offload::GSO_MAX_SEGMENTS] =
                         [&[]; offload::GSO_MAX_SEGMENTS];
@@ -421,7 +425,7 @@ impl Direction {
                 };
                 let sent = clock.now();
                 for (at, packet) in &due[start..start + run] {
-                    self.account_sent(*at, sent, packet, result.is_ok());
+                    self.account_sent(*at, sent, handed, packet, result.is_ok());
                 }
                 start += run;
             }
@@ -461,8 +465,16 @@ impl Direction {
         }
     }
 
-    /// Counts one packet that was due at `due` and sent at `sent`.
-    fn account_sent(&mut self, due: Instant, sent: Instant, packet: &Packet, ok: bool) {
+    /// Counts one packet that was due at `due`, handed to the kernel at `handed` (its time
+    /// in the capture) and sent at `sent`.
+    fn account_sent(
+        &mut self,
+        due: Instant,
+        sent: Instant,
+        handed: Instant,
+        packet: &Packet,
+        ok: bool,
+    ) {
         self.lateness.record(sent, sent.saturating_since(due));
         if !ok {
             self.stats.send_errors += 1;
@@ -473,7 +485,7 @@ impl Direction {
         if let Some(mut capture) = self.shared.capture() {
             let _ = capture.writer.write_packet(
                 (1 - self.index) as u32,
-                self.clock.unix_ns(sent),
+                self.clock.unix_ns(handed),
                 &packet.data,
                 packet.data.len() as u32,
                 pathlab_results::pcapng::Direction::Outbound,

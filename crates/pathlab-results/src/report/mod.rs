@@ -201,6 +201,7 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::Tcp(_) => "a pathlab tcp result",
         RunResult::Rfc6349(_) => "a pathlab tcp --rfc6349 result",
         RunResult::Lab(_) => "a pathlab lab result",
+        RunResult::Analyze(_) => "a pathlab analyze result",
         RunResult::Capacity(_) => "a pathlab capacity result",
         RunResult::Bloat(_) => "a pathlab bloat result",
         RunResult::CapacityPartial(_) => "a partial pathlab capacity result",

@@ -1,5 +1,6 @@
 //! One module per subcommand: its arguments and what it runs.
 
+pub mod analyze;
 pub mod bloat;
 pub mod bond;
 pub mod capacity;

@@ -1,0 +1,438 @@
+//! TCP segments out of captured frames: the link layer ([`super::format`]'s link types,
+//! 802.1Q and QinQ tags), IPv4 or IPv6 (extension headers skipped), then TCP with its
+//! options.
+//!
+//! Lengths come from the headers, not from what was captured: a frame cut by the snaplen
+//! still says how much payload it carried (its IP total length less the headers). A capture
+//! taken at a sender with TSO shows super-packets whose IP length field is 0; the frame's
+//! original length stands in for it then.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use super::format::{
+    LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
+    LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW,
+};
+
+/// Offsets of the headers' fields.
+mod field {
+    pub const ETHERNET_TYPE: usize = 12;
+    pub const ETHERNET_HEADER: usize = 14;
+    pub const VLAN_TAG: usize = 4;
+    pub const SLL_PROTOCOL: usize = 14;
+    pub const SLL_HEADER: usize = 16;
+    pub const SLL2_PROTOCOL: usize = 0;
+    pub const SLL2_HEADER: usize = 20;
+    pub const NULL_HEADER: usize = 4;
+
+    pub const IPV4_TOTAL_LEN: usize = 2;
+    pub const IPV4_FRAGMENT: usize = 6;
+    pub const IPV4_PROTOCOL: usize = 9;
+    pub const IPV4_SOURCE: usize = 12;
+    pub const IPV4_DESTINATION: usize = 16;
+    pub const IPV4_MIN_HEADER: usize = 20;
+
+    pub const IPV6_PAYLOAD_LEN: usize = 4;
+    pub const IPV6_NEXT_HEADER: usize = 6;
+    pub const IPV6_SOURCE: usize = 8;
+    pub const IPV6_DESTINATION: usize = 24;
+    pub const IPV6_HEADER: usize = 40;
+
+    pub const TCP_SOURCE_PORT: usize = 0;
+    pub const TCP_DESTINATION_PORT: usize = 2;
+    pub const TCP_SEQ: usize = 4;
+    pub const TCP_ACK: usize = 8;
+    pub const TCP_DATA_OFFSET: usize = 12;
+    pub const TCP_FLAGS: usize = 13;
+    pub const TCP_WINDOW: usize = 14;
+    pub const TCP_MIN_HEADER: usize = 20;
+}
+
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86DD;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const ETHERTYPE_QINQ: u16 = 0x88A8;
+const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
+const IP_PROTOCOL_TCP: u8 = 6;
+/// IPv6 extension headers skipped on the way to TCP: hop-by-hop, routing, destination
+/// options (length in 8-byte units after the first 8), and fragment (8 bytes).
+const IPV6_HOP_BY_HOP: u8 = 0;
+const IPV6_ROUTING: u8 = 43;
+const IPV6_FRAGMENT: u8 = 44;
+const IPV6_DESTINATION_OPTIONS: u8 = 60;
+/// More VLAN tags than this in one frame is a corrupt frame.
+const MAX_VLAN_TAGS: usize = 4;
+
+/// The TCP header's flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpFlags(pub u8);
+
+impl TcpFlags {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN.
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// PSH.
+    pub const PSH: u8 = 0x08;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+
+    /// Whether `flag` is set.
+    pub fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+}
+
+/// The TCP options the analysis uses (RFC 9293, RFC 7323, RFC 2018).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TcpOptions {
+    /// Maximum segment size (on a SYN).
+    pub mss: Option<u16>,
+    /// Window scale shift (on a SYN).
+    pub window_scale: Option<u8>,
+    /// SACK permitted (on a SYN).
+    pub sack_permitted: bool,
+    /// SACK blocks, `[left, right)` sequence numbers.
+    pub sack: Vec<(u32, u32)>,
+    /// Timestamps: (TSval, TSecr).
+    pub timestamps: Option<(u32, u32)>,
+    /// The capture cut the options short: those after the cut are missing.
+    pub truncated: bool,
+}
+
+/// One TCP segment as decoded from a captured frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpSegment {
+    /// Sender.
+    pub source: SocketAddr,
+    /// Receiver.
+    pub destination: SocketAddr,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgment number (meaningful with ACK).
+    pub ack: u32,
+    /// Flags.
+    pub flags: TcpFlags,
+    /// Advertised window as sent (unscaled).
+    pub window: u16,
+    /// Options.
+    pub options: TcpOptions,
+    /// Payload bytes the segment carried, from the IP and TCP headers' lengths.
+    pub payload_len: u32,
+    /// The IP packet's length, bytes.
+    pub ip_len: u32,
+    /// IP header bytes (with IPv6 extension headers).
+    pub ip_header_len: u32,
+    /// TCP header bytes (with options).
+    pub tcp_header_len: u32,
+    /// The frame carried an 802.1Q tag.
+    pub vlan: bool,
+}
+
+impl TcpSegment {
+    /// The sequence space the segment occupies: payload, plus one for SYN and for FIN.
+    pub fn seq_len(&self) -> u32 {
+        self.payload_len
+            + u32::from(self.flags.has(TcpFlags::SYN))
+            + u32::from(self.flags.has(TcpFlags::FIN))
+    }
+}
+
+/// Why a frame holds no readable TCP segment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The capture kept too little of the frame to read a header.
+    #[error("the capture kept {captured} bytes, too few for the {header} header")]
+    Truncated {
+        /// Which header.
+        header: &'static str,
+        /// Bytes captured.
+        captured: usize,
+    },
+    /// A header's field is impossible.
+    #[error("{0}")]
+    Malformed(String),
+    /// The link type is not one this reader decodes.
+    #[error("link type {0} is not one pathlab reads (Ethernet 1, raw IP 101/228/229, Linux cooked SLL 113 and SLL2 276, loopback 0/108)")]
+    UnknownLinkType(u16),
+}
+
+fn truncated(header: &'static str, captured: usize) -> DecodeError {
+    DecodeError::Truncated { header, captured }
+}
+
+fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(bytes.get(at..at + 2)?.try_into().ok()?))
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// The TCP segment in `data`, a frame of `link_type` whose original length was
+/// `original_len`; `Ok(None)` when it holds something else (ARP, UDP, a later IP fragment).
+pub fn decode(
+    link_type: u16,
+    data: &[u8],
+    original_len: u32,
+) -> Result<Option<TcpSegment>, DecodeError> {
+    let (ethertype, at, vlan) = match link_type {
+        LINKTYPE_ETHERNET => {
+            let mut ethertype =
+                u16_at(data, field::ETHERNET_TYPE).ok_or(truncated("Ethernet", data.len()))?;
+            let mut at = field::ETHERNET_HEADER;
+            let mut tags = 0;
+            while matches!(
+                ethertype,
+                ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD
+            ) {
+                tags += 1;
+                if tags > MAX_VLAN_TAGS {
+                    return Err(DecodeError::Malformed(format!(
+                        "more than {MAX_VLAN_TAGS} VLAN tags"
+                    )));
+                }
+                ethertype = u16_at(data, at + 2).ok_or(truncated("802.1Q tag", data.len()))?;
+                at += field::VLAN_TAG;
+            }
+            (Some(ethertype), at, tags > 0)
+        }
+        LINKTYPE_LINUX_SLL => (
+            Some(u16_at(data, field::SLL_PROTOCOL).ok_or(truncated("Linux cooked", data.len()))?),
+            field::SLL_HEADER,
+            false,
+        ),
+        LINKTYPE_LINUX_SLL2 => (
+            Some(
+                u16_at(data, field::SLL2_PROTOCOL)
+                    .ok_or(truncated("Linux cooked v2", data.len()))?,
+            ),
+            field::SLL2_HEADER,
+            false,
+        ),
+        LINKTYPE_RAW | LINKTYPE_IPV4 | LINKTYPE_IPV6 => (None, 0, false),
+        LINKTYPE_NULL | LINKTYPE_LOOP => (None, field::NULL_HEADER, false),
+        other => return Err(DecodeError::UnknownLinkType(other)),
+    };
+    let link_header = at;
+    if data.len() < link_header {
+        return Err(truncated("link-layer", data.len()));
+    }
+    let ip = &data[link_header..];
+    let ip_original = (original_len as usize).saturating_sub(link_header);
+    let version = match ethertype {
+        Some(ETHERTYPE_IPV4) => 4,
+        Some(ETHERTYPE_IPV6) => 6,
+        Some(_) => return Ok(None),
+        // Raw IP and loopback: the version nibble says.
+        None => match ip.first().map(|b| b >> 4) {
+            Some(4) => 4,
+            Some(6) => 6,
+            Some(_) => return Ok(None),
+            None => return Err(truncated("IP", 0)),
+        },
+    };
+    let (source, destination, ip_header_len, ip_len, tcp_at) = if version == 4 {
+        match ipv4(ip, ip_original)? {
+            Some(parsed) => parsed,
+            None => return Ok(None),
+        }
+    } else {
+        match ipv6(ip, ip_original)? {
+            Some(parsed) => parsed,
+            None => return Ok(None),
+        }
+    };
+    let tcp = &ip[tcp_at..];
+    if tcp.len() < field::TCP_MIN_HEADER {
+        return Err(truncated("TCP", tcp.len()));
+    }
+    let data_offset = usize::from(tcp[field::TCP_DATA_OFFSET] >> 4) * 4;
+    if data_offset < field::TCP_MIN_HEADER {
+        return Err(DecodeError::Malformed(format!(
+            "TCP data offset of {data_offset} bytes is below the 20-byte header"
+        )));
+    }
+    let ip_payload = ip_len.saturating_sub(ip_header_len);
+    let Some(payload_len) = ip_payload.checked_sub(data_offset as u32) else {
+        return Err(DecodeError::Malformed(format!(
+            "TCP header of {data_offset} bytes is longer than the IP payload of {ip_payload}"
+        )));
+    };
+    let options_end = data_offset.min(tcp.len());
+    let mut options = tcp_options(&tcp[field::TCP_MIN_HEADER..options_end]);
+    options.truncated |= tcp.len() < data_offset;
+    let port = |at| u16_at(tcp, at).unwrap_or(0);
+    Ok(Some(TcpSegment {
+        source: SocketAddr::new(source, port(field::TCP_SOURCE_PORT)),
+        destination: SocketAddr::new(destination, port(field::TCP_DESTINATION_PORT)),
+        seq: u32_at(tcp, field::TCP_SEQ).unwrap_or(0),
+        ack: u32_at(tcp, field::TCP_ACK).unwrap_or(0),
+        flags: TcpFlags(tcp[field::TCP_FLAGS]),
+        window: port(field::TCP_WINDOW),
+        options,
+        payload_len,
+        ip_len,
+        ip_header_len,
+        tcp_header_len: data_offset as u32,
+        vlan,
+    }))
+}
+
+/// An IPv4 header: (source, destination, header length, packet length, where TCP starts),
+/// `None` when it does not carry the start of a TCP segment.
+type IpParts = (IpAddr, IpAddr, u32, u32, usize);
+
+fn ipv4(ip: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
+    if ip.len() < field::IPV4_MIN_HEADER {
+        return Err(truncated("IPv4", ip.len()));
+    }
+    let header_len = usize::from(ip[0] & 0x0F) * 4;
+    if header_len < field::IPV4_MIN_HEADER {
+        return Err(DecodeError::Malformed(format!(
+            "IPv4 header length {header_len} is below 20"
+        )));
+    }
+    if ip.len() < header_len {
+        return Err(truncated("IPv4", ip.len()));
+    }
+    if ip[field::IPV4_PROTOCOL] != IP_PROTOCOL_TCP {
+        return Ok(None);
+    }
+    let fragment_offset = u16_at(ip, field::IPV4_FRAGMENT).unwrap_or(0) & 0x1FFF;
+    if fragment_offset != 0 {
+        return Ok(None);
+    }
+    let mut total_len = usize::from(u16_at(ip, field::IPV4_TOTAL_LEN).unwrap_or(0));
+    if total_len == 0 {
+        // A TSO super-packet captured before segmentation.
+        total_len = original_len.max(ip.len());
+    }
+    if total_len < header_len {
+        return Err(DecodeError::Malformed(format!(
+            "IPv4 total length {total_len} is below its header length {header_len}"
+        )));
+    }
+    let address = |at: usize| {
+        let b: [u8; 4] = ip[at..at + 4].try_into().expect("checked length");
+        IpAddr::V4(Ipv4Addr::from(b))
+    };
+    Ok(Some((
+        address(field::IPV4_SOURCE),
+        address(field::IPV4_DESTINATION),
+        header_len as u32,
+        total_len as u32,
+        header_len,
+    )))
+}
+
+fn ipv6(ip: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
+    if ip.len() < field::IPV6_HEADER {
+        return Err(truncated("IPv6", ip.len()));
+    }
+    let payload_len = usize::from(u16_at(ip, field::IPV6_PAYLOAD_LEN).unwrap_or(0));
+    let total_len = if payload_len == 0 {
+        // A jumbogram or a GSO super-packet: the frame's length says.
+        original_len.max(ip.len())
+    } else {
+        field::IPV6_HEADER + payload_len
+    };
+    let mut next = ip[field::IPV6_NEXT_HEADER];
+    let mut at = field::IPV6_HEADER;
+    loop {
+        match next {
+            IP_PROTOCOL_TCP => break,
+            IPV6_HOP_BY_HOP | IPV6_ROUTING | IPV6_DESTINATION_OPTIONS => {
+                let (Some(&following), Some(&len)) = (ip.get(at), ip.get(at + 1)) else {
+                    return Err(truncated("IPv6 extension", ip.len()));
+                };
+                next = following;
+                at += (usize::from(len) + 1) * 8;
+            }
+            IPV6_FRAGMENT => {
+                let (Some(&following), Some(offset)) = (ip.get(at), u16_at(ip, at + 2)) else {
+                    return Err(truncated("IPv6 fragment", ip.len()));
+                };
+                if offset >> 3 != 0 {
+                    return Ok(None);
+                }
+                next = following;
+                at += 8;
+            }
+            _ => return Ok(None),
+        }
+        if at > total_len {
+            return Err(DecodeError::Malformed(format!(
+                "IPv6 extension headers run to byte {at}, past the packet's {total_len}"
+            )));
+        }
+    }
+    if ip.len() < at {
+        return Err(truncated("IPv6 extension", ip.len()));
+    }
+    let address = |at: usize| {
+        let b: [u8; 16] = ip[at..at + 16].try_into().expect("checked length");
+        IpAddr::V6(Ipv6Addr::from(b))
+    };
+    Ok(Some((
+        address(field::IPV6_SOURCE),
+        address(field::IPV6_DESTINATION),
+        at as u32,
+        total_len as u32,
+        at,
+    )))
+}
+
+/// The options in `bytes` (the TCP header after its 20 fixed bytes, as far as captured).
+fn tcp_options(bytes: &[u8]) -> TcpOptions {
+    const END: u8 = 0;
+    const NOP: u8 = 1;
+    const MSS: u8 = 2;
+    const WINDOW_SCALE: u8 = 3;
+    const SACK_PERMITTED: u8 = 4;
+    const SACK: u8 = 5;
+    const TIMESTAMPS: u8 = 8;
+    let mut options = TcpOptions::default();
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            END => break,
+            NOP => at += 1,
+            kind => {
+                let Some(&len) = bytes.get(at + 1) else {
+                    options.truncated = true;
+                    break;
+                };
+                let len = usize::from(len);
+                if len < 2 {
+                    // A length that cannot be: the rest is unreadable.
+                    break;
+                }
+                let Some(value) = bytes.get(at + 2..at + len) else {
+                    options.truncated = true;
+                    break;
+                };
+                match (kind, value.len()) {
+                    (MSS, 2) => options.mss = u16_at(value, 0),
+                    (WINDOW_SCALE, 1) => options.window_scale = Some(value[0].min(14)),
+                    (SACK_PERMITTED, 0) => options.sack_permitted = true,
+                    (SACK, n) if n % 8 == 0 => {
+                        options.sack = value
+                            .chunks_exact(8)
+                            .filter_map(|b| Some((u32_at(b, 0)?, u32_at(b, 4)?)))
+                            .collect();
+                    }
+                    (TIMESTAMPS, 8) => {
+                        options.timestamps =
+                            Some((u32_at(value, 0).unwrap_or(0), u32_at(value, 4).unwrap_or(0)));
+                    }
+                    _ => {}
+                }
+                at += len;
+            }
+        }
+    }
+    options
+}

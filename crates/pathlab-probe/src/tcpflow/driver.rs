@@ -1,0 +1,200 @@
+//! A whole capture through the analysis: read, decode, analyze, with what could not be
+//! read counted and named rather than fatal.
+
+use pathlab_core::Instant;
+use serde::{Deserialize, Serialize};
+
+use super::{Analyzer, AnalyzerConfig, ConnectionReport};
+use crate::capture::{decode, CaptureError, CaptureReader, Format};
+
+/// Segments held back to put a capture merged from several interfaces (or written by
+/// several threads) back in time order.
+const REORDER_DEPTH: usize = 4096;
+
+/// The most decode problems the analysis names one by one (the rest are counted).
+const NAMED_PROBLEMS: usize = 10;
+
+/// What `pathlab analyze` found in a capture.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaptureAnalysis {
+    /// The capture's format.
+    pub format: Format,
+    /// Packets read.
+    pub packets: u64,
+    /// TCP segments among them.
+    pub tcp_segments: u64,
+    /// Packets whose headers could not be read (cut short by the snaplen, malformed, an
+    /// unknown link type).
+    pub undecodable: u64,
+    /// Packets the capture says the emulator dropped at the capture point.
+    pub dropped_at_capture: u64,
+    /// The first packet's time, ns since the Unix epoch; every other time is from it.
+    pub start_unix_ns: u64,
+    /// What went wrong on the way, in words (the first problems, a truncated file).
+    pub warnings: Vec<String>,
+    /// Every TCP connection, in the order they began.
+    pub connections: Vec<ConnectionReport>,
+}
+
+/// Reads the capture in `bytes` and analyzes its TCP connections.
+///
+/// A file that is not a capture at all is an error. A capture that breaks part way (a file
+/// cut while it was written) is analyzed up to the break, with a warning naming it.
+pub fn analyze_capture(
+    bytes: &[u8],
+    config: AnalyzerConfig,
+) -> Result<CaptureAnalysis, CaptureError> {
+    let mut reader = CaptureReader::new(bytes)?;
+    let mut analyzer = Analyzer::new(config);
+    let mut analysis = CaptureAnalysis {
+        format: reader.format(),
+        packets: 0,
+        tcp_segments: 0,
+        undecodable: 0,
+        dropped_at_capture: 0,
+        start_unix_ns: 0,
+        warnings: Vec::new(),
+        connections: Vec::new(),
+    };
+    let mut start: Option<u64> = None;
+    let mut last_ns = 0u64;
+    let mut untimed = 0u64;
+    let mut backwards = 0u64;
+    let mut held = std::collections::BinaryHeap::new();
+    let mut released_ns = 0u64;
+    loop {
+        let packet = match reader.next_packet() {
+            Ok(Some(packet)) => packet,
+            Ok(None) => break,
+            Err(error) if analysis.packets > 0 => {
+                analysis.warnings.push(format!(
+                    "the capture breaks off after {} packets ({error}): analyzed what came \
+                     before",
+                    analysis.packets
+                ));
+                break;
+            }
+            Err(error) => return Err(error),
+        };
+        analysis.packets += 1;
+        let timestamp_ns = match packet.timestamp_ns {
+            Some(ns) => ns,
+            None => {
+                untimed += 1;
+                last_ns
+            }
+        };
+        let start_ns = *start.get_or_insert(timestamp_ns);
+        last_ns = last_ns.max(timestamp_ns);
+        let dropped = packet.dropped_by_emulator();
+        analysis.dropped_at_capture += u64::from(dropped);
+        match decode(packet.link_type, packet.data, packet.original_len) {
+            Ok(Some(segment)) => {
+                analysis.tcp_segments += 1;
+                held.push(std::cmp::Reverse(Held {
+                    timestamp_ns,
+                    order: analysis.packets,
+                    segment,
+                    dropped,
+                }));
+                if held.len() > REORDER_DEPTH {
+                    release(
+                        &mut held,
+                        &mut analyzer,
+                        start_ns,
+                        &mut released_ns,
+                        &mut backwards,
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(problem) => {
+                analysis.undecodable += 1;
+                if analysis.undecodable as usize <= NAMED_PROBLEMS {
+                    analysis
+                        .warnings
+                        .push(format!("packet {}: {problem}", analysis.packets));
+                }
+            }
+        }
+    }
+    while !held.is_empty() {
+        let start_ns = start.unwrap_or(0);
+        release(
+            &mut held,
+            &mut analyzer,
+            start_ns,
+            &mut released_ns,
+            &mut backwards,
+        );
+    }
+    if analysis.undecodable as usize > NAMED_PROBLEMS {
+        analysis.warnings.push(format!(
+            "{} packets in all could not be decoded",
+            analysis.undecodable
+        ));
+    }
+    if untimed > 0 {
+        analysis.warnings.push(format!(
+            "{untimed} packets (simple packet blocks) carry no timestamp: each is taken as seen \
+             with the packet before it"
+        ));
+    }
+    if backwards > 0 {
+        analysis.warnings.push(format!(
+            "{backwards} TCP segments are earlier than one {REORDER_DEPTH} segments before them \
+             in the file: each is taken as seen with the latest before it"
+        ));
+    }
+    analysis.start_unix_ns = start.unwrap_or(0);
+    analysis.connections = analyzer.finish();
+    Ok(analysis)
+}
+
+/// A decoded segment waiting for its turn in time order.
+#[derive(Debug)]
+struct Held {
+    timestamp_ns: u64,
+    order: u64,
+    segment: crate::capture::TcpSegment,
+    dropped: bool,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Held) -> bool {
+        (self.timestamp_ns, self.order) == (other.timestamp_ns, other.order)
+    }
+}
+
+impl Eq for Held {}
+
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Held) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Held {
+    fn cmp(&self, other: &Held) -> std::cmp::Ordering {
+        (self.timestamp_ns, self.order).cmp(&(other.timestamp_ns, other.order))
+    }
+}
+
+/// Gives the earliest held segment to the analyzer; one earlier than a segment already
+/// given is taken as seen with it.
+fn release(
+    held: &mut std::collections::BinaryHeap<std::cmp::Reverse<Held>>,
+    analyzer: &mut Analyzer,
+    start_ns: u64,
+    released_ns: &mut u64,
+    backwards: &mut u64,
+) {
+    if let Some(std::cmp::Reverse(next)) = held.pop() {
+        if next.timestamp_ns < *released_ns {
+            *backwards += 1;
+        }
+        *released_ns = (*released_ns).max(next.timestamp_ns);
+        let now = Instant::from_nanos(released_ns.saturating_sub(start_ns));
+        analyzer.handle_segment(now, &next.segment, next.dropped);
+    }
+}

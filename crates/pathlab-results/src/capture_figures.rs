@@ -1,0 +1,262 @@
+//! The figures of `pathlab analyze`, drawn from its saved [`CaptureAnalysis`] alone: per
+//! direction that carried data, the time-sequence graph (tcptrace's: segments, the ACK
+//! line, the advertised window's right edge, retransmissions marked), RTT over time,
+//! goodput and throughput over time, and bytes in flight against the advertised window.
+
+use pathlab_probe::tcpflow::{CaptureAnalysis, ConnectionReport, FlowReport};
+
+use crate::plot::{Chart, LegendAt, Line, LineFigure, LineStyle};
+
+/// Directions drawn at most (the largest transfers first); the rest are in the JSON.
+pub const MAX_FLOWS_DRAWN: usize = 8;
+
+/// Palette indices, as tcptrace colours its lines where the palette allows.
+const SEGMENTS: usize = 0;
+const WINDOW: usize = 1;
+const ACKS: usize = 2;
+const RETRANSMISSIONS: usize = 3;
+
+/// Sequence numbers in the unit that keeps a figure's labels short.
+fn sequence_unit(max: u64) -> (f64, &'static str) {
+    if max >= 10_000_000 {
+        (1e6, "MB")
+    } else {
+        (1e3, "kB")
+    }
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 * 1e-9
+}
+
+/// The figures of `analysis`: (file stem, chart).
+pub fn figures(analysis: &CaptureAnalysis) -> Vec<(String, Chart)> {
+    let mut flows: Vec<(usize, &ConnectionReport, &FlowReport)> = analysis
+        .connections
+        .iter()
+        .enumerate()
+        .flat_map(|(index, c)| c.flows.iter().map(move |f| (index, c, f)))
+        .collect();
+    flows.sort_by_key(|(_, _, flow)| std::cmp::Reverse(flow.bytes));
+    flows
+        .into_iter()
+        .take(MAX_FLOWS_DRAWN)
+        .flat_map(|(index, connection, flow)| flow_figures(index + 1, connection, flow))
+        .collect()
+}
+
+fn line(label: &str, points: Vec<(f64, f64)>, style: LineStyle, color: usize) -> Line {
+    Line {
+        label: label.to_owned(),
+        points,
+        style,
+        color,
+    }
+}
+
+fn flow_figures(
+    number: usize,
+    connection: &ConnectionReport,
+    flow: &FlowReport,
+) -> Vec<(String, Chart)> {
+    let series = &flow.series;
+    let subject = format!("connection {number}: {} -> {}", flow.from, flow.to);
+    let stem = format!(
+        "conn{number}-{}",
+        if flow.from == connection.client {
+            "up"
+        } else {
+            "down"
+        }
+    );
+    let subtitle = format!(
+        "{} bytes, {} retransmissions; {}",
+        flow.bytes, flow.retransmissions.total, flow.verdict.sentence
+    );
+    let max_seq = series
+        .acks
+        .iter()
+        .map(|a| a.2)
+        .chain(series.segments.iter().map(|s| s.2))
+        .max()
+        .unwrap_or(0);
+    let (scale, unit) = sequence_unit(max_seq);
+    let seq = |v: u64| v as f64 / scale;
+    let mut sequence_lines = vec![
+        line(
+            "segments (end)",
+            series
+                .segments
+                .iter()
+                .map(|s| (seconds(s.0), seq(s.2)))
+                .collect(),
+            LineStyle::Solid,
+            SEGMENTS,
+        ),
+        line(
+            "ACK",
+            series
+                .acks
+                .iter()
+                .map(|a| (seconds(a.0), seq(a.1)))
+                .collect(),
+            LineStyle::Solid,
+            ACKS,
+        ),
+    ];
+    if flow.window.scale_known {
+        sequence_lines.push(line(
+            "advertised window",
+            series
+                .acks
+                .iter()
+                .map(|a| (seconds(a.0), seq(a.2)))
+                .collect(),
+            LineStyle::Dashed,
+            WINDOW,
+        ));
+    }
+    if !series.retransmissions.is_empty() {
+        sequence_lines.push(line(
+            "retransmission",
+            series
+                .retransmissions
+                .iter()
+                .map(|r| (seconds(r.0), seq(r.2)))
+                .collect(),
+            LineStyle::Marks,
+            RETRANSMISSIONS,
+        ));
+    }
+    let mut charts = vec![(
+        format!("{stem}-sequence"),
+        Chart::Lines(LineFigure {
+            title: format!("Time-sequence graph, {subject}"),
+            subtitle: subtitle.clone(),
+            x_label: "time since the capture began (s)".into(),
+            y_label: format!("sequence number, relative ({unit})"),
+            lines: sequence_lines,
+            y_from_zero: true,
+            legend: LegendAt::UpperLeft,
+        }),
+    )];
+    let rtt_style = if series.rtt.len() > 2000 {
+        LineStyle::Solid
+    } else {
+        LineStyle::Points
+    };
+    charts.push((
+        format!("{stem}-rtt"),
+        Chart::Lines(LineFigure {
+            title: format!("RTT, {subject}"),
+            subtitle: format!(
+                "{} samples: min {:.3} ms, median {:.3} ms, p95 {:.3} ms{}",
+                flow.rtt.samples,
+                flow.rtt.min_ns as f64 * 1e-6,
+                flow.rtt.median_ns as f64 * 1e-6,
+                flow.rtt.p95_ns as f64 * 1e-6,
+                if flow.rtt.both_halves {
+                    ""
+                } else {
+                    " (capture point to the receiver and back only)"
+                }
+            ),
+            x_label: "time since the capture began (s)".into(),
+            y_label: "RTT (ms)".into(),
+            lines: vec![line(
+                "RTT sample",
+                series
+                    .rtt
+                    .iter()
+                    .map(|r| (seconds(r.0), r.1 as f64 * 1e-6))
+                    .collect(),
+                rtt_style,
+                SEGMENTS,
+            )],
+            y_from_zero: true,
+            legend: LegendAt::UpperRight,
+        }),
+    ));
+    charts.push((
+        format!("{stem}-throughput"),
+        Chart::Lines(LineFigure {
+            title: format!("Throughput, {subject}"),
+            subtitle: format!(
+                "goodput {:.3} Mbit/s over {:.3} s; TCP efficiency {}",
+                flow.goodput_bps * 1e-6,
+                seconds(flow.duration_ns),
+                flow.metrics
+                    .tcp_efficiency
+                    .map_or("-".to_owned(), |e| format!("{:.2}%", e * 100.0))
+            ),
+            x_label: "time since the capture began (s)".into(),
+            y_label: "rate (Mbit/s)".into(),
+            lines: vec![
+                line(
+                    "goodput (newly ACKed)",
+                    series
+                        .goodput
+                        .iter()
+                        .map(|g| (seconds(g.0), g.1 * 1e-6))
+                        .collect(),
+                    LineStyle::Solid,
+                    ACKS,
+                ),
+                line(
+                    "throughput (sent, with retransmissions)",
+                    series
+                        .throughput
+                        .iter()
+                        .map(|g| (seconds(g.0), g.1 * 1e-6))
+                        .collect(),
+                    LineStyle::Dashed,
+                    SEGMENTS,
+                ),
+            ],
+            y_from_zero: true,
+            legend: LegendAt::UpperRight,
+        }),
+    ));
+    let kib = |v: u64| v as f64 / 1024.0;
+    charts.push((
+        format!("{stem}-flight"),
+        Chart::Lines(LineFigure {
+            title: format!("In flight and the advertised window, {subject}"),
+            subtitle: format!(
+                "{}; in flight as the capture point sees it (SACKed bytes left out)",
+                if flow.window.scale_known {
+                    format!("window scale {}", flow.window.scale.unwrap_or(0))
+                } else {
+                    "window scale unknown (no handshake): windows unscaled".to_owned()
+                }
+            ),
+            x_label: "time since the capture began (s)".into(),
+            y_label: "bytes (KiB)".into(),
+            lines: vec![
+                line(
+                    "in flight",
+                    series
+                        .flight
+                        .iter()
+                        .map(|f| (seconds(f.0), kib(f.1)))
+                        .collect(),
+                    LineStyle::Solid,
+                    SEGMENTS,
+                ),
+                line(
+                    "advertised window",
+                    series
+                        .flight
+                        .iter()
+                        .map(|f| (seconds(f.0), kib(f.2)))
+                        .collect(),
+                    LineStyle::Dashed,
+                    WINDOW,
+                ),
+            ],
+            y_from_zero: true,
+            legend: LegendAt::UpperRight,
+        }),
+    ));
+    charts
+}

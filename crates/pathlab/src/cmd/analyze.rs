@@ -1,0 +1,254 @@
+//! `pathlab analyze`: what each TCP connection in a packet capture did and what limited
+//! it, tcptrace-style, with RFC 6349's metrics and figures.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use pathlab_probe::tcpflow::{
+    analyze_capture, AnalyzerConfig, CaptureAnalysis, ConnectionReport, FlowReport, VantageKind,
+};
+use pathlab_results::{ResultFile, RunResult};
+
+use crate::cmd::rfc6349::FramingArg;
+use crate::{format, usage};
+
+/// Arguments of `pathlab analyze`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+FILE is a pcap (either byte order, microsecond or nanosecond timestamps) or pcapng capture
+of Ethernet (802.1Q/QinQ tags too), Linux cooked (SLL, SLL2) or raw IP frames, IPv4 and
+IPv6; snaplen-cut captures are fine (lengths come from the headers). It may be taken at
+either end or in between (`pathlab emulate --pcap`): the report says which, from the two
+halves of the round trip it measures.
+
+Example (a transfer through an emulated 20 Mbit/s line, the bottleneck counting frames):
+  pathlab analyze capture.pcapng --rate 20mbit --framing frame --out analysis")]
+pub struct Args {
+    /// The capture.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// The bottleneck's rate (e.g. 100mbit, 1G), counted as --framing says: with it, RFC
+    /// 6349's Transfer Time Ratio.
+    #[arg(long, value_name = "BOTTLENECK")]
+    pub rate: Option<String>,
+    /// What the bottleneck's rate counts besides IP: `ethernet` (38 bytes per packet, the
+    /// RFC's), `frame` (the 14-byte header, as Linux, tc and pathlab emulate count), `ip`.
+    #[arg(long, value_name = "FRAMING", value_enum, default_value_t = FramingArg::Ethernet)]
+    pub framing: FramingArg,
+    /// Print the analysis as JSON (without the plotted series).
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Write result.json (with the series) and the figures as SVG into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `pathlab analyze`.
+pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
+    let bottleneck_bps = match &args.rate {
+        Some(rate) => {
+            let bps = pathlab_core::spec::parse_rate(rate)
+                .map_err(usage)?
+                .as_f64();
+            if bps <= 0.0 {
+                return Err(usage(anyhow::anyhow!(
+                    "--rate {rate}: the bottleneck rate must be above zero"
+                )));
+            }
+            Some(bps)
+        }
+        None => None,
+    };
+    let bytes = std::fs::read(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))
+        .map_err(usage)?;
+    let config = AnalyzerConfig {
+        bottleneck_bps,
+        framing: args.framing.into(),
+    };
+    let analysis = analyze_capture(&bytes, config)
+        .with_context(|| format!("{} is not a capture pathlab reads", args.file.display()))
+        .map_err(usage)?;
+    for warning in &analysis.warnings {
+        eprintln!("pathlab: warning: {warning}");
+    }
+    if let Some(out) = &args.out {
+        write_out(&analysis, out, command_line)?;
+    }
+    if args.json {
+        let mut printed = analysis;
+        for connection in &mut printed.connections {
+            for flow in &mut connection.flows {
+                flow.series = pathlab_probe::tcpflow::FlowSeries::default();
+            }
+        }
+        println!("{}", serde_json::to_string_pretty(&printed)?);
+    } else {
+        print(&args.file, &analysis);
+    }
+    Ok(())
+}
+
+/// Writes `result.json` and one SVG per figure into `out`.
+fn write_out(analysis: &CaptureAnalysis, out: &Path, command: Vec<String>) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs());
+    let file = ResultFile::new(
+        RunResult::Analyze(Box::new(analysis.clone())),
+        command,
+        created,
+    );
+    let result = out.join("result.json");
+    std::fs::write(&result, file.to_json())
+        .with_context(|| format!("writing {}", result.display()))?;
+    let mut written = 0;
+    for (stem, chart) in pathlab_results::capture_figures::figures(analysis) {
+        let rendered = pathlab_results::plot::render(&chart)?;
+        let path = out.join(format!("{stem}.svg"));
+        std::fs::write(&path, rendered.svg)
+            .with_context(|| format!("writing {}", path.display()))?;
+        written += 1;
+    }
+    eprintln!(
+        "pathlab: wrote {} and {written} figures (SVG) in {}",
+        result.display(),
+        out.display()
+    );
+    Ok(())
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3} ms", ns as f64 * 1e-6)
+}
+
+fn print(file: &Path, analysis: &CaptureAnalysis) {
+    println!(
+        "{}: {:?} capture, {} packets, {} TCP segments, {} connections{}",
+        file.display(),
+        analysis.format,
+        analysis.packets,
+        analysis.tcp_segments,
+        analysis.connections.len(),
+        if analysis.dropped_at_capture > 0 {
+            format!(
+                ", {} packets dropped at the capture point (the emulator's comments)",
+                analysis.dropped_at_capture
+            )
+        } else {
+            String::new()
+        }
+    );
+    for (index, connection) in analysis.connections.iter().enumerate() {
+        print_connection(index + 1, connection);
+    }
+}
+
+fn print_connection(number: usize, connection: &ConnectionReport) {
+    let vantage = &connection.vantage;
+    let halves = match (vantage.client_half_ns, vantage.server_half_ns) {
+        (Some(client), Some(server)) => format!(
+            "{} to the client and back, {} to the server and back",
+            ms(client),
+            ms(server)
+        ),
+        _ => "one half of the round trip unmeasured".to_owned(),
+    };
+    let place = match vantage.kind {
+        VantageKind::Client => "captured at the client",
+        VantageKind::Server => "captured at the server",
+        VantageKind::Middle => "captured in the middle",
+        VantageKind::Unknown => "capture point unknown",
+    };
+    println!(
+        "connection {number}: {} -> {} ({}; {place}: {halves}; {} segments over {:.3} s)",
+        connection.client,
+        connection.server,
+        if connection.handshake_seen {
+            "handshake seen"
+        } else {
+            "no handshake"
+        },
+        connection.segments,
+        connection.duration_ns as f64 * 1e-9,
+    );
+    for flow in &connection.flows {
+        print_flow(flow);
+    }
+    for note in &connection.notes {
+        println!("  note: {note}");
+    }
+}
+
+fn print_flow(flow: &FlowReport) {
+    println!(
+        "  {} -> {}: {} bytes in {:.3} s, {}",
+        flow.from,
+        flow.to,
+        flow.bytes,
+        flow.duration_ns as f64 * 1e-9,
+        format::rate(flow.goodput_bps)
+    );
+    if flow.rtt.samples > 0 {
+        println!(
+            "    RTT min {} / median {} / p95 {} ({} samples{})",
+            ms(flow.rtt.min_ns),
+            ms(flow.rtt.median_ns),
+            ms(flow.rtt.p95_ns),
+            flow.rtt.samples,
+            if flow.rtt.both_halves {
+                ""
+            } else {
+                ", the capture point to the receiver and back only"
+            }
+        );
+    }
+    let r = flow.retransmissions;
+    println!(
+        "    retransmissions {} ({} bytes; fast {}, RTO {}, probe {}, spurious {}, lost before \
+         the capture point {}), out of order {}, holes {}, dropped at the capture point {}",
+        r.total,
+        flow.bytes_retransmitted,
+        r.fast,
+        r.rto,
+        r.probe,
+        r.spurious,
+        r.lost_before_capture,
+        flow.out_of_order,
+        flow.holes,
+        flow.dropped_at_capture
+    );
+    let window = &flow.window;
+    println!(
+        "    window: {}, median {} B, largest {} B, {} zero-window ACKs ({})",
+        match window.scale {
+            Some(scale) => format!("scale {scale}"),
+            None => "scale unknown (unscaled)".to_owned(),
+        },
+        window.median_bytes,
+        window.max_bytes,
+        window.zero_window_acks,
+        ms(window.zero_window_ns)
+    );
+    let metrics = flow.metrics;
+    println!(
+        "    RFC 6349: TCP efficiency {}, buffer delay {}, transfer time ratio {}",
+        metrics
+            .tcp_efficiency
+            .map_or("-".to_owned(), format::percent),
+        metrics
+            .buffer_delay_percent
+            .map_or("-".to_owned(), |p| format!("{p:.2}%")),
+        match (metrics.transfer_time_ratio, metrics.ideal_rate_bps) {
+            (Some(ratio), Some(ideal)) => format!(
+                "{ratio:.3} (ideal {} at MTU {})",
+                format::rate(ideal),
+                metrics.mtu_bytes
+            ),
+            _ => "- (give the bottleneck with --rate)".to_owned(),
+        }
+    );
+    println!("    verdict: {}", flow.verdict.sentence);
+}
