@@ -200,11 +200,44 @@ fn analyze_finds_the_emulators_drops_its_delay_and_every_byte() {
     // The figures and the saved result.
     let out = dir.path("out");
     assert!(out.join("result.json").exists());
-    let svgs = std::fs::read_dir(&out)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension() == Some("svg".as_ref()))
-        .count();
-    assert!(svgs >= 4, "{svgs} figures");
+    let figures = |extension: &str| {
+        std::fs::read_dir(out.join("plots"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some(extension.as_ref()))
+            .count()
+    };
+    assert!(
+        figures("svg") >= 4 && figures("png") == figures("svg"),
+        "figures"
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(
+        page.contains(&escape_html(&flow.verdict.sentence)),
+        "the verdict is on the page"
+    );
+    // `pathlab report` draws the saved analysis again.
+    let again = dir.path("again");
+    let output = util::emulated::pathlab(&[
+        "report",
+        out.join("result.json").to_str().unwrap(),
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(again.join("report.html").exists());
+}
+
+/// `text` as the report page escapes it.
+fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
 }
 
 #[test]

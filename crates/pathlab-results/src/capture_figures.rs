@@ -54,7 +54,9 @@ fn line(label: &str, points: Vec<(f64, f64)>, style: LineStyle, color: usize) ->
     }
 }
 
-fn flow_figures(
+/// The figures of one direction of connection `number` (counted from 1): (file stem,
+/// chart).
+pub fn flow_figures(
     number: usize,
     connection: &ConnectionReport,
     flow: &FlowReport,

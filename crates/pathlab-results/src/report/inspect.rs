@@ -8,8 +8,8 @@ use std::path::Path;
 use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
 
 use super::figures::Figure;
-use super::html::{escape, figure, table, STYLE};
-use super::{draw_all, write, ReportError, ReportFiles};
+use super::page::{write_page, Section};
+use super::{ReportError, ReportFiles};
 use crate::plot::{Chart, LegendAt, Line, LineFigure, LineStyle};
 use crate::series::slug;
 
@@ -173,69 +173,46 @@ pub fn write_inspect_report(
     command: &[String],
     out_dir: &Path,
 ) -> Result<ReportFiles, ReportError> {
-    let mut files = ReportFiles {
-        html: out_dir.join("report.html"),
-        ..ReportFiles::default()
-    };
-    let mut sections = String::new();
     let mut rows = Vec::new();
+    let mut sections = Vec::new();
     for connection in moving(report) {
         let stem = slug(&connection.last.name());
-        let csv = out_dir.join("csv").join(format!("{stem}.csv"));
-        write(&csv, intervals_csv(connection).as_bytes())?;
-        files.csv.push(csv.clone());
-        let drawn = draw_all(
-            connection_figures(connection, &stem),
-            &out_dir.join("plots"),
-            &mut files,
-        )?;
-        let _ = writeln!(
-            sections,
-            "<h2>{}</h2><p>{}</p><p class=\"files\">intervals: {}</p>",
-            escape(&connection.last.name()),
-            escape(&connection.verdict.sentence),
-            escape(
-                &csv.strip_prefix(out_dir)
-                    .unwrap_or(&csv)
-                    .display()
-                    .to_string()
-            )
-        );
-        for f in &drawn {
-            figure(&mut sections, f);
-        }
         rows.push(vec![
             connection.last.name(),
             connection.last.congestion.clone().unwrap_or_default(),
-            format!("{:.0}%", connection.verdict.share * 100.0),
             connection.verdict.limit.name().to_owned(),
+            format!("{:.0}%", connection.verdict.share * 100.0),
             connection.verdict.sentence.clone(),
         ]);
+        sections.push(Section {
+            heading: connection.last.name(),
+            text: connection.verdict.sentence.clone(),
+            figures: connection_figures(connection, &stem),
+            csv: vec![(format!("{stem}.csv"), intervals_csv(connection))],
+        });
     }
-    let mut page = format!(
-        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>pathlab inspect</title>\
-         <style>{STYLE}</style></head><body><h1>pathlab inspect</h1>\
-         <p><code>{}</code>: {} connection(s) watched for {:.1} s, a look every {:.0} ms; \
-         {} moved data.</p>",
-        escape(&command.join(" ")),
+    let intro = format!(
+        "{}: {} connection(s) watched for {:.1} s, a look every {:.0} ms; {} moved data.",
+        command.join(" "),
         report.connections.len(),
         report.duration_ns as f64 * 1e-9,
         report.interval_ns as f64 * 1e-6,
         rows.len()
     );
-    table(
-        &mut page,
-        &[
-            "connection",
-            "congestion control",
-            "share",
-            "limit",
-            "verdict",
-        ],
-        &rows,
-    );
-    page.push_str(&sections);
-    page.push_str("</body></html>\n");
-    write(&files.html, page.as_bytes())?;
-    Ok(files)
+    write_page(
+        "pathlab inspect",
+        &intro,
+        (
+            &[
+                "connection",
+                "congestion control",
+                "limit",
+                "share",
+                "verdict",
+            ],
+            rows,
+        ),
+        sections,
+        out_dir,
+    )
 }

@@ -24,9 +24,11 @@
 //! - `OUT/plots/FIGURE.png` and `.svg` (or `OUT/plots/RUN/...`, `OUT/plots/compare/...`,
 //!   `OUT/plots/sweep/...`).
 
+pub mod analyze;
 mod figures;
 mod html;
 pub mod inspect;
+pub mod page;
 
 use std::path::{Path, PathBuf};
 

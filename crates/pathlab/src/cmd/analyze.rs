@@ -38,7 +38,8 @@ pub struct Args {
     /// Print the analysis as JSON (without the plotted series).
     #[arg(short = 'J', long)]
     pub json: bool,
-    /// Write result.json (with the series) and the figures as SVG into DIR.
+    /// Write result.json (with the series), the figures (PNG and SVG) and report.html into
+    /// DIR; `pathlab report DIR/result.json` draws them again.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
@@ -104,18 +105,13 @@ fn write_out(analysis: &CaptureAnalysis, out: &Path, command: Vec<String>) -> an
     let result = out.join("result.json");
     std::fs::write(&result, file.to_json())
         .with_context(|| format!("writing {}", result.display()))?;
-    let mut written = 0;
-    for (stem, chart) in pathlab_results::capture_figures::figures(analysis) {
-        let rendered = pathlab_results::plot::render(&chart)?;
-        let path = out.join(format!("{stem}.svg"));
-        std::fs::write(&path, rendered.svg)
-            .with_context(|| format!("writing {}", path.display()))?;
-        written += 1;
-    }
+    let files =
+        pathlab_results::report::analyze::write_analyze_report(analysis, &file.command, out)?;
     eprintln!(
-        "pathlab: wrote {} and {written} figures (SVG) in {}",
+        "pathlab: wrote {}, {} ({} figures as PNG and SVG)",
         result.display(),
-        out.display()
+        files.html.display(),
+        files.png.len()
     );
     Ok(())
 }

@@ -13,7 +13,8 @@ use crate::usage;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 RESULT is a run's result.json, a run's directory, or a directory whose subdirectories are
-runs (a sweep, as `pathlab lab` writes it); or one file `pathlab inspect --save` wrote. The report goes to DIR/report.html, with every
+runs (a sweep, as `pathlab lab` writes it); or one file `pathlab inspect --save` or
+`pathlab analyze --out` wrote. The report goes to DIR/report.html, with every
 series as DIR/csv/*.csv and every figure as DIR/plots/*.png and *.svg.
 
 Example (the three queue sizes of the bufferbloat recipe on shared figures):
@@ -84,29 +85,42 @@ pub fn report(runs: &[RunData], out: &Path, compare: bool) -> anyhow::Result<()>
     Ok(())
 }
 
-/// A saved `pathlab inspect` watch at `path`, if that is what it is.
-fn inspect_result(path: &Path) -> Option<pathlab_results::ResultFile> {
+/// A saved `pathlab inspect` watch or `pathlab analyze` at `path`, if that is what it is.
+fn page_result(path: &Path) -> Option<pathlab_results::ResultFile> {
     let text = std::fs::read_to_string(path).ok()?;
     let file = pathlab_results::ResultFile::from_json(&text).ok()?;
-    matches!(file.result, pathlab_results::RunResult::Inspect(_)).then_some(file)
+    matches!(
+        file.result,
+        pathlab_results::RunResult::Inspect(_) | pathlab_results::RunResult::Analyze(_)
+    )
+    .then_some(file)
 }
 
 /// Runs `pathlab report`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     if let [only] = args.results.as_slice() {
-        if let Some(file) = inspect_result(only) {
-            let pathlab_results::RunResult::Inspect(report) = &file.result else {
-                unreachable!("checked")
-            };
+        if let Some(file) = page_result(only) {
             let out = args
                 .out
                 .clone()
                 .unwrap_or_else(|| default_out(&args.results));
-            let files = pathlab_results::report::inspect::write_inspect_report(
-                report,
-                &file.command,
-                &out,
-            )?;
+            let files = match &file.result {
+                pathlab_results::RunResult::Inspect(report) => {
+                    pathlab_results::report::inspect::write_inspect_report(
+                        report,
+                        &file.command,
+                        &out,
+                    )?
+                }
+                pathlab_results::RunResult::Analyze(analysis) => {
+                    pathlab_results::report::analyze::write_analyze_report(
+                        analysis,
+                        &file.command,
+                        &out,
+                    )?
+                }
+                _ => unreachable!("checked"),
+            };
             println!(
                 "report: {} ({} figures as PNG and SVG, {} CSV files)",
                 files.html.display(),
