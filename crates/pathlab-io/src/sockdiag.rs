@@ -187,4 +187,30 @@ mod tests {
         assert!(inodes.contains(&mine.inode) && inodes.contains(&peer.inode));
         assert!(process_sockets(u32::MAX).is_err());
     }
+
+    #[test]
+    fn an_ipv6_connection_is_found_with_its_addresses() {
+        let Ok(listener) = std::net::TcpListener::bind("[::1]:0") else {
+            // A machine without IPv6 on loopback has nothing to find.
+            crate::testing::skipped(
+                "an_ipv6_connection_is_found_with_its_addresses",
+                "no IPv6 on loopback",
+            );
+            return;
+        };
+        let server = listener.local_addr().unwrap();
+        let mut client = std::net::TcpStream::connect(server).unwrap();
+        let (mut accepted, _) = listener.accept().unwrap();
+        client.write_all(b"hello").unwrap();
+        let mut got = [0u8; 5];
+        accepted.read_exact(&mut got).unwrap();
+        let local = client.local_addr().unwrap();
+        let mine = tcp_sockets(0)
+            .unwrap()
+            .into_iter()
+            .find(|s| s.local == local && s.remote == server)
+            .expect("the IPv6 socket is listed");
+        assert!(mine.local.is_ipv6());
+        assert!(mine.info.expect("tcp_info").bytes_acked >= 5);
+    }
 }

@@ -46,6 +46,28 @@ const CAPTURE_FLUSH: Duration = Duration::from_millis(10);
 /// that receives on its port replaces it when the port is opened again.
 pub(super) type SharedTransmit = Arc<Mutex<Box<dyn Transmit>>>;
 
+/// Longest a pair of clock readings may be apart (see [`read_clocks`]).
+const CLOCKS_APART: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// The emulator's clock and the wall clock (ns since the Unix epoch), read together to
+/// turn a kernel receive stamp into an instant: the wall clock first, so a thread
+/// preempted between the two readings dates a frame late, never early (read the other way
+/// round, a 100 us preemption made a ping through `delay 10ms` / `delay 25ms` come back in
+/// 34.90 ms); and again, up to three times, while they were more than [`CLOCKS_APART`]
+/// apart.
+fn read_clocks(clock: &super::Clock) -> (Instant, u64) {
+    let mut tries = 0;
+    loop {
+        let before = std::time::Instant::now();
+        let unix = crate::unix_now_ns();
+        let after = std::time::Instant::now();
+        tries += 1;
+        if after - before <= CLOCKS_APART || tries == 3 {
+            return (clock.at(after), unix);
+        }
+    }
+}
+
 /// The instant a frame read at `now` entered the link, having waited `waited_ns` in the
 /// kernel: when it arrived, but not before what the link has already been told (time only
 /// goes forward in it) nor after now (a clock stepped back).
@@ -242,7 +264,7 @@ impl Direction {
                         Some(stamp) => match last {
                             Some((previous, at)) if previous == stamp => at,
                             _ => {
-                                let (now, unix_now) = (clock.now(), crate::unix_now_ns());
+                                let (now, unix_now) = read_clocks(&clock);
                                 let waited_ns = unix_now.saturating_sub(stamp);
                                 waited.record(now, Duration::from_nanos(waited_ns));
                                 let at = arrival(now, waited_ns, link.now());
