@@ -1134,7 +1134,7 @@ spec = "rate 1mbit"
         let e = error(&replaced("kind = \"tcp\"", "kind = \"udp\""));
         assert!(
             e.message
-                .contains("kind 'udp': tcp, rtt, ping, owd or command"),
+                .contains("kind 'udp': tcp, rtt, ping, owd, blocks or command"),
             "{e}"
         );
     }
