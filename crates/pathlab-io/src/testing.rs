@@ -40,6 +40,16 @@ pub fn skipped(test: &str, why: &str) {
     }
 }
 
+/// A TCP socket of `address`'s family.
+fn tcp_socket(address: std::net::SocketAddr) -> std::io::Result<std::os::fd::OwnedFd> {
+    let domain = if address.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    crate::sys::socket(domain, libc::SOCK_STREAM, 0)
+}
+
 /// A TCP connection to `server` from the local address `source` (a loopback address of
 /// 127/8, say, to look like many clients).
 pub fn tcp_connect_from(
@@ -47,12 +57,7 @@ pub fn tcp_connect_from(
     server: std::net::SocketAddr,
 ) -> std::io::Result<std::net::TcpStream> {
     use std::os::fd::AsFd as _;
-    let domain = if server.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    let socket = tcp_socket(server)?;
     crate::sys::bind(socket.as_fd(), std::net::SocketAddr::new(source, 0))?;
     crate::sys::connect(socket.as_fd(), server)?;
     Ok(std::net::TcpStream::from(socket))
@@ -66,12 +71,7 @@ pub fn tcp_listen_with_receive_buffer(
     receive: Option<usize>,
 ) -> std::io::Result<std::net::TcpListener> {
     use std::os::fd::AsFd as _;
-    let domain = if address.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    let socket = tcp_socket(address)?;
     crate::sys::setsockopt(socket.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, &1)?;
     if let Some(bytes) = receive {
         crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
@@ -89,22 +89,12 @@ pub fn tcp_connect_with(
     congestion: Option<&str>,
 ) -> std::io::Result<std::net::TcpStream> {
     use std::os::fd::AsFd as _;
-    let domain = if server.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    let socket = crate::sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    let socket = tcp_socket(server)?;
     if let Some(bytes) = send {
         crate::sys::grow_send_buffer(socket.as_fd(), bytes)?;
     }
     if let Some(algorithm) = congestion {
-        crate::sys::setsockopt_bytes(
-            socket.as_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            algorithm.as_bytes(),
-        )?;
+        crate::sys::set_congestion_control(socket.as_fd(), algorithm)?;
     }
     crate::sys::connect(socket.as_fd(), server)?;
     Ok(std::net::TcpStream::from(socket))

@@ -254,12 +254,7 @@ impl Line {
                 crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
             }
             if let Some(algorithm) = &congestion {
-                crate::sys::setsockopt_bytes(
-                    socket.as_fd(),
-                    libc::IPPROTO_TCP,
-                    libc::TCP_CONGESTION,
-                    algorithm.as_bytes(),
-                )?;
+                crate::sys::set_congestion_control(socket.as_fd(), algorithm)?;
             }
             crate::sys::connect(socket.as_fd(), address)?;
             Ok(std::net::TcpStream::from(socket))

@@ -1,9 +1,9 @@
-//! The figures of `pathlab analyze`, drawn from its saved [`CaptureAnalysis`] alone: per
+//! The figures of `pathlab analyze`, drawn from its saved `CaptureAnalysis` alone: per
 //! direction that carried data, the time-sequence graph (tcptrace's: segments, the ACK
 //! line, the advertised window's right edge, retransmissions marked), RTT over time,
 //! goodput and throughput over time, and bytes in flight against the advertised window.
 
-use pathlab_probe::tcpflow::{CaptureAnalysis, ConnectionReport, FlowReport};
+use pathlab_probe::tcpflow::{ConnectionReport, FlowReport};
 
 use crate::plot::{Chart, LegendAt, Line, LineFigure, LineStyle};
 
@@ -27,31 +27,6 @@ fn sequence_unit(max: u64) -> (f64, &'static str) {
 
 fn seconds(ns: u64) -> f64 {
     ns as f64 * 1e-9
-}
-
-/// The figures of `analysis`: (file stem, chart).
-pub fn figures(analysis: &CaptureAnalysis) -> Vec<(String, Chart)> {
-    let mut flows: Vec<(usize, &ConnectionReport, &FlowReport)> = analysis
-        .connections
-        .iter()
-        .enumerate()
-        .flat_map(|(index, c)| c.flows.iter().map(move |f| (index, c, f)))
-        .collect();
-    flows.sort_by_key(|(_, _, flow)| std::cmp::Reverse(flow.bytes));
-    flows
-        .into_iter()
-        .take(MAX_FLOWS_DRAWN)
-        .flat_map(|(index, connection, flow)| flow_figures(index + 1, connection, flow))
-        .collect()
-}
-
-fn line(label: &str, points: Vec<(f64, f64)>, style: LineStyle, color: usize) -> Line {
-    Line {
-        label: label.to_owned(),
-        points,
-        style,
-        color,
-    }
 }
 
 /// The figures of one direction of connection `number` (counted from 1): (file stem,
@@ -85,7 +60,7 @@ pub fn flow_figures(
     let (scale, unit) = sequence_unit(max_seq);
     let seq = |v: u64| v as f64 / scale;
     let mut sequence_lines = vec![
-        line(
+        Line::new(
             "segments (end)",
             series
                 .segments
@@ -95,7 +70,7 @@ pub fn flow_figures(
             LineStyle::Solid,
             SEGMENTS,
         ),
-        line(
+        Line::new(
             "ACK",
             series
                 .acks
@@ -107,7 +82,7 @@ pub fn flow_figures(
         ),
     ];
     if flow.window.scale_known {
-        sequence_lines.push(line(
+        sequence_lines.push(Line::new(
             "advertised window",
             series
                 .acks
@@ -119,7 +94,7 @@ pub fn flow_figures(
         ));
     }
     if !series.retransmissions.is_empty() {
-        sequence_lines.push(line(
+        sequence_lines.push(Line::new(
             "retransmission",
             series
                 .retransmissions
@@ -165,7 +140,7 @@ pub fn flow_figures(
             ),
             x_label: "time since the capture began (s)".into(),
             y_label: "RTT (ms)".into(),
-            lines: vec![line(
+            lines: vec![Line::new(
                 "RTT sample",
                 series
                     .rtt
@@ -194,7 +169,7 @@ pub fn flow_figures(
             x_label: "time since the capture began (s)".into(),
             y_label: "rate (Mbit/s)".into(),
             lines: vec![
-                line(
+                Line::new(
                     "goodput (newly ACKed)",
                     series
                         .goodput
@@ -204,7 +179,7 @@ pub fn flow_figures(
                     LineStyle::Solid,
                     ACKS,
                 ),
-                line(
+                Line::new(
                     "throughput (sent, with retransmissions)",
                     series
                         .throughput
@@ -235,7 +210,7 @@ pub fn flow_figures(
             x_label: "time since the capture began (s)".into(),
             y_label: "bytes (KiB)".into(),
             lines: vec![
-                line(
+                Line::new(
                     "in flight",
                     series
                         .flight
@@ -245,7 +220,7 @@ pub fn flow_figures(
                     LineStyle::Solid,
                     SEGMENTS,
                 ),
-                line(
+                Line::new(
                     "advertised window",
                     series
                         .flight

@@ -74,6 +74,18 @@ pub struct Line {
     pub color: usize,
 }
 
+impl Line {
+    /// A line labelled `label` through `points`.
+    pub fn new(label: &str, points: Vec<(f64, f64)>, style: LineStyle, color: usize) -> Line {
+        Line {
+            label: label.to_owned(),
+            points,
+            style,
+            color,
+        }
+    }
+}
+
 /// Where the legend goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LegendAt {

@@ -49,13 +49,9 @@ pub(super) fn apply_tcp_options(
         })?;
     }
     if let Some(algorithm) = &options.congestion {
-        sys::setsockopt_bytes(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            algorithm.as_bytes(),
-        )
-        .map_err(|e| io::Error::new(e.kind(), format!("congestion control '{algorithm}': {e}")))?;
+        sys::set_congestion_control(fd, algorithm).map_err(|e| {
+            io::Error::new(e.kind(), format!("congestion control '{algorithm}': {e}"))
+        })?;
     }
     Ok(())
 }
@@ -492,12 +488,7 @@ pub(super) fn serve_tcp(
                     };
                     if down {
                         if let Some(algorithm) = &congestion {
-                            sys::setsockopt_bytes(
-                                stream.as_fd(),
-                                libc::IPPROTO_TCP,
-                                libc::TCP_CONGESTION,
-                                algorithm.as_bytes(),
-                            )?;
+                            sys::set_congestion_control(stream.as_fd(), algorithm)?;
                         }
                     }
                     threads.push((

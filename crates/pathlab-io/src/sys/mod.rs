@@ -1207,6 +1207,16 @@ pub fn random_bytes(buffer: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets a TCP socket's congestion control (`TCP_CONGESTION`: `cubic`, `reno`, `bbr`).
+pub fn set_congestion_control(fd: BorrowedFd<'_>, algorithm: &str) -> io::Result<()> {
+    setsockopt_bytes(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_CONGESTION,
+        algorithm.as_bytes(),
+    )
+}
+
 /// The kernel's `TCP_INFO` for a TCP socket.
 pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
     // SAFETY: tcp_info is plain data; all-zero is valid.

@@ -654,18 +654,7 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
         }
         for key in &numeric {
             // One line per combination of the other parameters' values.
-            let mut groups: BTreeMap<String, Vec<&RunData>> = BTreeMap::new();
-            for run in runs {
-                let others = run
-                    .run
-                    .parameters
-                    .iter()
-                    .filter(|(k, _)| k != key)
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                groups.entry(others).or_default().push(run);
-            }
+            let groups = by_other_parameters(runs, key);
             let mut lines = Vec::new();
             let mut drawn_theories: Vec<&str> = Vec::new();
             for (color, (others, group)) in groups.iter().enumerate() {
@@ -753,6 +742,24 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
     out
 }
 
+/// `runs` grouped by the values of every parameter but `key` (`loss=1, queue=50`; empty
+/// when `key` is the only one).
+fn by_other_parameters<'a>(runs: &'a [RunData], key: &str) -> BTreeMap<String, Vec<&'a RunData>> {
+    let mut groups: BTreeMap<String, Vec<&RunData>> = BTreeMap::new();
+    for run in runs {
+        let others = run
+            .run
+            .parameters
+            .iter()
+            .filter(|(k, _)| k != key)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        groups.entry(others).or_default().push(run);
+    }
+    groups
+}
+
 /// What each workload moved, bits/s: a TCP test's goodput, a blocks application's rate.
 fn workload_throughput_bps(outcome: &LabOutcome) -> Option<f64> {
     match outcome {
@@ -814,18 +821,7 @@ fn workload_sweep_figures(runs: &[RunData], numeric: &[String], name: &str) -> V
     }
     let mut out = Vec::new();
     for key in numeric {
-        let mut groups: BTreeMap<String, Vec<&RunData>> = BTreeMap::new();
-        for run in runs {
-            let others = run
-                .run
-                .parameters
-                .iter()
-                .filter(|(k, _)| k != key)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            groups.entry(others).or_default().push(run);
-        }
+        let groups = by_other_parameters(runs, key);
         let mut lines = Vec::new();
         let mut color = 0;
         for (others, group) in &groups {

@@ -23,15 +23,6 @@ fn moving(report: &InspectReport) -> impl Iterator<Item = &ConnectionReport> {
         .filter(|c| c.verdict.limit != Limit::Idle && !c.intervals.is_empty())
 }
 
-fn line(label: &str, points: Vec<(f64, f64)>, style: LineStyle, color: usize) -> Line {
-    Line {
-        label: label.to_owned(),
-        points,
-        style,
-        color,
-    }
-}
-
 /// The figures of one connection.
 pub fn connection_figures(connection: &ConnectionReport, stem: &str) -> Vec<Figure> {
     let name = connection.last.name();
@@ -63,7 +54,7 @@ pub fn connection_figures(connection: &ConnectionReport, stem: &str) -> Vec<Figu
             format!("What {name} moved per interval (acknowledged, or received at a receiving end)."),
             "Throughput",
             "Mbit/s",
-            vec![line(
+            vec![Line::new(
                 "moved",
                 over(&|i| i.throughput_bps * 1e-6),
                 LineStyle::Solid,
@@ -79,19 +70,19 @@ pub fn connection_figures(connection: &ConnectionReport, stem: &str) -> Vec<Figu
             "Windows and bytes in flight",
             "KiB",
             vec![
-                line(
+                Line::new(
                     "congestion window",
                     over(&|i| kib(f64::from(i.cwnd) * f64::from(i.mss))),
                     LineStyle::Solid,
                     0,
                 ),
-                line(
+                Line::new(
                     "peer's window",
                     over(&|i| kib(f64::from(i.peer_window))),
                     LineStyle::Solid,
                     1,
                 ),
-                line(
+                Line::new(
                     "in flight",
                     over(&|i| kib(i.in_flight_bytes as f64)),
                     LineStyle::Dashed,
@@ -105,8 +96,8 @@ pub fn connection_figures(connection: &ConnectionReport, stem: &str) -> Vec<Figu
             "Round-trip time",
             "ms",
             vec![
-                line("smoothed", over(&|i| f64::from(i.srtt_us) * 1e-3), LineStyle::Solid, 0),
-                line("minimum", over(&|i| f64::from(i.min_rtt_us) * 1e-3), LineStyle::Dashed, 1),
+                Line::new("smoothed", over(&|i| f64::from(i.srtt_us) * 1e-3), LineStyle::Solid, 0),
+                Line::new("minimum", over(&|i| f64::from(i.min_rtt_us) * 1e-3), LineStyle::Dashed, 1),
             ],
         ),
         figure(
@@ -118,10 +109,10 @@ pub fn connection_figures(connection: &ConnectionReport, stem: &str) -> Vec<Figu
             "Where the time went",
             "% of the interval",
             vec![
-                line("receiver's window", over(&|i| i.limits.receiver_window * 100.0), LineStyle::Solid, 0),
-                line("send buffer", over(&|i| i.limits.send_buffer * 100.0), LineStyle::Solid, 1),
-                line("congestion", over(&|i| i.limits.congestion * 100.0), LineStyle::Solid, 2),
-                line("application", over(&|i| i.limits.application * 100.0), LineStyle::Solid, 3),
+                Line::new("receiver's window", over(&|i| i.limits.receiver_window * 100.0), LineStyle::Solid, 0),
+                Line::new("send buffer", over(&|i| i.limits.send_buffer * 100.0), LineStyle::Solid, 1),
+                Line::new("congestion", over(&|i| i.limits.congestion * 100.0), LineStyle::Solid, 2),
+                Line::new("application", over(&|i| i.limits.application * 100.0), LineStyle::Solid, 3),
             ],
         ),
     ]

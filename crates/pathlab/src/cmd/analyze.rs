@@ -46,20 +46,7 @@ pub struct Args {
 
 /// Runs `pathlab analyze`.
 pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
-    let bottleneck_bps = match &args.rate {
-        Some(rate) => {
-            let bps = pathlab_core::spec::parse_rate(rate)
-                .map_err(usage)?
-                .as_f64();
-            if bps <= 0.0 {
-                return Err(usage(anyhow::anyhow!(
-                    "--rate {rate}: the bottleneck rate must be above zero"
-                )));
-            }
-            Some(bps)
-        }
-        None => None,
-    };
+    let bottleneck_bps = crate::cmd::rfc6349::bottleneck_rate(args.rate.as_deref())?;
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))
         .map_err(usage)?;

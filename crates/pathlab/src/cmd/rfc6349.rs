@@ -65,22 +65,23 @@ const PROBE_BYTES: u32 = 64;
 /// The receivers' counting interval unless `-i` says otherwise.
 const COUNT_INTERVAL: Duration = Duration::from_millis(100);
 
+/// `--rate`, the bottleneck's rate, in bits/s: above zero, or a usage error.
+pub fn bottleneck_rate(rate: Option<&str>) -> anyhow::Result<Option<f64>> {
+    let Some(rate) = rate else { return Ok(None) };
+    let bps = pathlab_core::spec::parse_rate(rate)
+        .map_err(usage)?
+        .as_f64();
+    if bps <= 0.0 {
+        return Err(usage(anyhow::anyhow!(
+            "--rate {rate}: the bottleneck rate must be above zero"
+        )));
+    }
+    Ok(Some(bps))
+}
+
 /// Builds the method's options from what the user typed.
 fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
-    let rate_bps = match &args.method.rate {
-        Some(rate) => {
-            let bps = pathlab_core::spec::parse_rate(rate)
-                .map_err(usage)?
-                .as_f64();
-            if bps <= 0.0 {
-                return Err(usage(anyhow::anyhow!(
-                    "--rate {rate}: the bottleneck rate must be above zero"
-                )));
-            }
-            Some(bps)
-        }
-        None => None,
-    };
+    let rate_bps = bottleneck_rate(args.method.rate.as_deref())?;
     let window = match args.window.as_deref() {
         Some(text) => {
             let bytes = pathlab_core::spec::parse_size(text).map_err(usage)?;
