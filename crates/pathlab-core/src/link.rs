@@ -323,6 +323,11 @@ impl Link {
         self.truth.recorder.get_or_insert_with(Recorder::new);
     }
 
+    /// Stops recording (the records not drained are dropped with the recorder).
+    pub fn stop_recording(&mut self) {
+        self.truth.recorder = None;
+    }
+
     /// Keeps every dropped packet from now on, for [`Link::take_dropped`] (an emulator
     /// writes them to a capture; a simulation attributes them to their load).
     pub fn keep_dropped(&mut self) {

@@ -33,6 +33,25 @@ const OCTAVES: u64 = 26;
 /// Buckets of a histogram; the last also holds everything beyond.
 const BUCKETS: usize = (LINEAR_US + OCTAVES * SUB_BUCKETS) as usize;
 
+/// The upper bounds of the coarse histogram `/metrics` exposes (Prometheus buckets), ns:
+/// 10 us to 1 s. Counted exactly per packet, beside the fine histogram whose edges do not
+/// fall on round numbers.
+pub const EXPOSED_EDGES_NS: [u64; 13] = [
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    100_000_000,
+    1_000_000_000,
+];
+
 /// The bucket of a lateness: 1 us wide below 64 us, then 32 per power of two.
 fn bucket(lateness_ns: u64) -> usize {
     let us = lateness_ns / 1_000;
@@ -108,6 +127,12 @@ pub struct LatenessSummary {
     /// The highest p99 of any whole second, ns.
     #[serde(default)] // added with the fidelity guard
     pub worst_second_p99_ns: u64,
+    /// Packets whose lateness was at most each of [`EXPOSED_EDGES_NS`] (cumulative).
+    #[serde(default)] // added with /metrics
+    pub at_most: Vec<u64>,
+    /// The sum of every packet's lateness, ns.
+    #[serde(default)] // added with /metrics
+    pub sum_ns: u64,
 }
 
 /// The last second of lateness: ten 100 ms slots of histograms, rotated in place.
@@ -239,6 +264,9 @@ pub struct Lateness {
     run: Box<[u64]>,
     count: u64,
     max_ns: u64,
+    /// Packets per interval of [`EXPOSED_EDGES_NS`] (the last: beyond the largest).
+    exposed: [u64; EXPOSED_EDGES_NS.len() + 1],
+    sum_ns: u64,
     window: Window,
     seconds: Seconds,
 }
@@ -256,6 +284,8 @@ impl Lateness {
             run: vec![0; BUCKETS].into_boxed_slice(),
             count: 0,
             max_ns: 0,
+            exposed: [0; EXPOSED_EDGES_NS.len() + 1],
+            sum_ns: 0,
             window: Window::new(),
             seconds: Seconds {
                 bound: Some(DEFAULT_LATE_BOUND),
@@ -285,6 +315,8 @@ impl Lateness {
         self.run[bucket(lateness_ns)] += 1;
         self.count += 1;
         self.max_ns = self.max_ns.max(lateness_ns);
+        self.exposed[EXPOSED_EDGES_NS.partition_point(|&edge| edge < lateness_ns)] += 1;
+        self.sum_ns = self.sum_ns.saturating_add(lateness_ns);
     }
 
     /// The figures as of `now`.
@@ -302,6 +334,14 @@ impl Lateness {
             seconds: self.seconds.judged,
             late_seconds: self.seconds.late,
             worst_second_p99_ns: self.seconds.worst_p99_ns,
+            at_most: self.exposed[..EXPOSED_EDGES_NS.len()]
+                .iter()
+                .scan(0, |total, n| {
+                    *total += n;
+                    Some(*total)
+                })
+                .collect(),
+            sum_ns: self.sum_ns,
         }
     }
 }
@@ -401,6 +441,41 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_exposed_histogram_counts_each_packet_at_every_edge_at_or_above_it() {
+        let mut lateness = Lateness::new();
+        let now = Instant::from_nanos(0);
+        // On an edge counts at that edge (le is "at most"); 1 ns over does not.
+        for ns in [
+            0,
+            10_000,
+            10_001,
+            999_999,
+            1_000_000,
+            1_000_001,
+            2_000_000_000,
+        ] {
+            lateness.record(now, Duration::from_nanos(ns));
+        }
+        let summary = lateness.summary(now);
+        assert_eq!(summary.at_most.len(), EXPOSED_EDGES_NS.len());
+        let at = |edge| summary.at_most[EXPOSED_EDGES_NS.iter().position(|&e| e == edge).unwrap()];
+        assert_eq!(at(10_000), 2);
+        assert_eq!(at(20_000), 3);
+        assert_eq!(at(500_000), 3);
+        assert_eq!(at(1_000_000), 5);
+        assert_eq!(at(2_000_000), 6);
+        assert_eq!(
+            at(1_000_000_000),
+            6,
+            "2 s is beyond every edge, in +Inf only"
+        );
+        assert_eq!(
+            summary.sum_ns,
+            10_000 + 10_001 + 999_999 + 1_000_000 + 1_000_001 + 2_000_000_000
+        );
+    }
 
     #[test]
     fn buckets_are_1_us_below_64_us_then_at_most_one_32nd_wide() {

@@ -22,6 +22,7 @@ pub mod capacity;
 pub mod control;
 pub mod emulator;
 pub mod fidelity;
+pub mod http;
 pub mod line;
 pub mod measure;
 pub mod nat;

@@ -19,6 +19,7 @@ pub mod capacity;
 pub mod capture;
 pub mod control;
 pub mod diagnosis;
+pub mod http;
 pub mod mtu;
 pub mod owd;
 pub mod probe;

@@ -139,6 +139,10 @@ pub struct DirectionStats {
     pub queue_bytes: u64,
     /// Packets inside the link now (queued, in service, delayed).
     pub in_flight: u64,
+    /// How long the packet that left last had waited in the bottleneck queue, ns; 0 when
+    /// the queue is empty now.
+    #[serde(default)] // added with the control page
+    pub queue_delay_ns: u64,
     /// How late packets left compared with their model departure. A frame enters the
     /// link at the instant the kernel received it, so this includes how long it waited to
     /// be read (`waited`), unless it waited past what the link had already been told.
@@ -355,37 +359,15 @@ fn spawn_on<P: Port + 'static>(
     let clock = Clock::start();
     let (records, recorder_thread) = match config.record {
         Some(file) => {
-            let header = RecordingHeader {
-                magic: recording::RECORDING_MAGIC.into(),
-                version: recording::RECORDING_VERSION,
-                pathlab_version: env!("CARGO_PKG_VERSION").into(),
-                command: config.command.clone(),
-                clock_zero_unix_ns: clock.zero_unix_ns,
-                directions: stats
+            let header = recording_header(
+                config.command.clone(),
+                &clock,
+                stats
                     .iter()
-                    .map(|d| DirectionInfo {
-                        from: d.from.clone(),
-                        to: d.to.clone(),
-                        spec: d.spec.clone(),
-                    })
-                    .collect(),
-                queue_sample_interval_ns: config.queue_sample_interval.as_nanos(),
-            };
-            let (sender, receiver) = mpsc::channel::<Vec<RecordingLine>>();
-            let mut writer = BufWriter::with_capacity(1 << 20, file);
-            recording::write_header(&mut writer, &header)?;
-            writer.flush()?;
-            let thread = std::thread::Builder::new()
-                .name("pathlab-recorder".into())
-                .spawn(move || {
-                    for batch in receiver {
-                        for line in &batch {
-                            recording::write_line(&mut writer, line)?;
-                        }
-                        writer.flush()?;
-                    }
-                    writer.flush()
-                })?;
+                    .map(|d| (d.from.clone(), d.to.clone(), d.spec.clone())),
+                config.queue_sample_interval,
+            );
+            let (sender, thread) = start_recorder(file, &header)?;
             (Some(sender), Some(thread))
         }
         None => (None, None),
@@ -444,9 +426,63 @@ fn spawn_on<P: Port + 'static>(
         slots,
         shared,
         clock,
-        recorder_thread,
+        recording: Mutex::new(recorder_thread.map(|thread| Recording { thread, path: None })),
+        queue_sample_interval: config.queue_sample_interval,
         stopped: false,
     })
+}
+
+/// Where a direction sends its finished records.
+type RecordSender = mpsc::Sender<Vec<RecordingLine>>;
+
+/// A recording's header: what the file holds and on which clock.
+fn recording_header(
+    command: Vec<String>,
+    clock: &Clock,
+    directions: impl Iterator<Item = (String, String, String)>,
+    queue_sample_interval: Duration,
+) -> RecordingHeader {
+    RecordingHeader {
+        magic: recording::RECORDING_MAGIC.into(),
+        version: recording::RECORDING_VERSION,
+        pathlab_version: env!("CARGO_PKG_VERSION").into(),
+        command,
+        clock_zero_unix_ns: clock.zero_unix_ns,
+        directions: directions
+            .map(|(from, to, spec)| DirectionInfo { from, to, spec })
+            .collect(),
+        queue_sample_interval_ns: queue_sample_interval.as_nanos(),
+    }
+}
+
+/// Writes `header` to `file` and starts the thread that writes what the directions send
+/// after it; it ends once every sender is gone.
+fn start_recorder(
+    file: File,
+    header: &RecordingHeader,
+) -> io::Result<(RecordSender, JoinHandle<io::Result<()>>)> {
+    let (sender, receiver) = mpsc::channel::<Vec<RecordingLine>>();
+    let mut writer = BufWriter::with_capacity(1 << 20, file);
+    recording::write_header(&mut writer, header)?;
+    writer.flush()?;
+    let thread = std::thread::Builder::new()
+        .name("pathlab-recorder".into())
+        .spawn(move || {
+            for batch in receiver {
+                for line in &batch {
+                    recording::write_line(&mut writer, line)?;
+                }
+                writer.flush()?;
+            }
+            writer.flush()
+        })?;
+    Ok((sender, thread))
+}
+
+/// A recording under way: its writer thread, and its file if it was started while running.
+struct Recording {
+    thread: JoinHandle<io::Result<()>>,
+    path: Option<std::path::PathBuf>,
 }
 
 /// A running emulator: the way to talk to its directions.
@@ -457,7 +493,8 @@ pub struct EmulatorHandle {
     slots: [(usize, u64); 2],
     shared: Arc<worker::Shared>,
     clock: Clock,
-    recorder_thread: Option<JoinHandle<io::Result<()>>>,
+    recording: Mutex<Option<Recording>>,
+    queue_sample_interval: Duration,
     stopped: bool,
 }
 
@@ -544,6 +581,86 @@ impl EmulatorHandle {
         }
     }
 
+    /// Starts recording both directions into `file` (at `path`, which
+    /// [`EmulatorHandle::recording_path`] reports), as `--record` does from the start; the
+    /// header names `command` and the specs in force. Fails when a recording is under way.
+    pub fn start_recording(
+        &self,
+        file: File,
+        path: std::path::PathBuf,
+        command: Vec<String>,
+    ) -> Result<(), String> {
+        let mut recording = self
+            .recording
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if recording.is_some() {
+            return Err("a recording is already under way; stop it first".into());
+        }
+        let stats = self.stats().ok_or("the emulator has stopped")?;
+        let header = recording_header(
+            command,
+            &self.clock,
+            stats
+                .directions
+                .iter()
+                .map(|d| (d.from.clone(), d.to.clone(), d.spec.clone())),
+            self.queue_sample_interval,
+        );
+        let (sender, thread) =
+            start_recorder(file, &header).map_err(|e| format!("writing the recording: {e}"))?;
+        self.each_direction_records(Some(&sender));
+        drop(sender);
+        *recording = Some(Recording {
+            thread,
+            path: Some(path),
+        });
+        Ok(())
+    }
+
+    /// Stops the recording under way, after every record was written; returns its path
+    /// (`None` for `--record`'s).
+    pub fn stop_recording(&self) -> Result<Option<std::path::PathBuf>, String> {
+        let mut recording = self
+            .recording
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(active) = recording.take() else {
+            return Err("no recording is under way".into());
+        };
+        self.each_direction_records(None);
+        match active.thread.join() {
+            Ok(Ok(())) => Ok(active.path),
+            Ok(Err(error)) => Err(format!("writing the recording failed: {error}")),
+            Err(_) => Err("the recording's writer failed".into()),
+        }
+    }
+
+    /// The file of the recording under way: `Some(None)` for `--record`'s, `None` when
+    /// nothing records.
+    pub fn recording_path(&self) -> Option<Option<std::path::PathBuf>> {
+        self.recording
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .map(|r| r.path.clone())
+    }
+
+    fn each_direction_records(&self, records: Option<&RecordSender>) {
+        for index in 0..2 {
+            let (reply, answer) = mpsc::channel();
+            self.ask(
+                index,
+                worker::WorkerRequest::Record {
+                    key: self.slots[index].1,
+                    records: records.cloned(),
+                    reply,
+                },
+            );
+            let _ = answer.recv();
+        }
+    }
+
     /// Whether the emulator has ended by itself (an interface disappeared); its
     /// [`EmulatorStats::failure`] says why.
     pub fn is_finished(&self) -> bool {
@@ -571,8 +688,13 @@ impl EmulatorHandle {
             self.pool.unplace(self.slots[index].0);
         }
         // The directions held the only senders: the recorder ends once it wrote all.
-        if let Some(thread) = self.recorder_thread.take() {
-            if let Ok(Err(error)) = thread.join() {
+        let recording = self
+            .recording
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(recording) = recording {
+            if let Ok(Err(error)) = recording.thread.join() {
                 eprintln!("pathlab: writing the recording failed: {error}");
             }
         }

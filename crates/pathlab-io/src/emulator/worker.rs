@@ -214,6 +214,9 @@ impl Direction {
         stats.queue_packets = self.link.queue_len_packets() as u64;
         stats.queue_bytes = self.link.queue_len_bytes();
         stats.in_flight = self.link.in_flight() as u64;
+        if stats.queue_packets == 0 {
+            stats.queue_delay_ns = 0;
+        }
         stats.lateness = self.lateness.summary(now);
         stats.waited = self.waited.summary(now);
         stats
@@ -504,6 +507,7 @@ impl Direction {
         }
         self.stats.forwarded += 1;
         self.stats.forwarded_bytes += packet.data.len() as u64;
+        self.stats.queue_delay_ns = packet.queue_delay.as_nanos();
         if let Some(mut capture) = self.shared.capture() {
             let _ = capture.writer.write_packet(
                 (1 - self.index) as u32,
@@ -513,6 +517,23 @@ impl Direction {
                 pathlab_results::pcapng::Direction::Outbound,
                 None,
             );
+        }
+    }
+
+    /// Starts recording into `records` from `now`, or stops (`None`) after shipping every
+    /// record.
+    fn set_records(&mut self, now: Instant, records: Option<mpsc::Sender<Vec<RecordingLine>>>) {
+        match records {
+            Some(records) => {
+                self.link.record();
+                self.next_sample = now;
+                self.records = Some(records);
+            }
+            None => {
+                self.keep_records(now, true);
+                self.records = None;
+                self.link.stop_recording();
+            }
         }
     }
 
@@ -632,6 +653,13 @@ pub(super) enum WorkerRequest {
     },
     /// The fidelity guard's bound of direction `key` (`None`: off).
     LateBound { key: u64, bound: Option<Duration> },
+    /// Start recording direction `key` into `records`, or stop (`None`: every record
+    /// shipped first); `reply` when done.
+    Record {
+        key: u64,
+        records: Option<mpsc::Sender<Vec<RecordingLine>>>,
+        reply: mpsc::Sender<()>,
+    },
     /// End the thread (after its directions were removed).
     Exit,
 }
@@ -893,6 +921,18 @@ impl Worker {
                     if let Some(&slot) = self.slots.get(&key) {
                         self.directions[slot].lateness.set_bound(bound);
                     }
+                }
+                WorkerRequest::Record {
+                    key,
+                    records,
+                    reply,
+                } => {
+                    if let Some(&slot) = self.slots.get(&key) {
+                        let direction = &mut self.directions[slot];
+                        direction.set_records(direction.clock.now(), records);
+                        self.refresh(slot);
+                    }
+                    let _ = reply.send(());
                 }
                 WorkerRequest::Exit => return true,
             }
