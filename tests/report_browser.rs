@@ -10,18 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod util;
+use util::browser::find_chromium;
 use util::TempDir;
-
-fn find_chromium() -> Option<&'static str> {
-    ["chromium", "chromium-browser"].into_iter().find(|name| {
-        Command::new(name)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    })
-}
 
 /// Runs Chromium headless on `page` and returns the DOM it ended with; killed after 90 s.
 fn dump_dom(browser: &str, page: &Path, scratch: &Path) -> String {
@@ -30,14 +20,8 @@ fn dump_dom(browser: &str, page: &Path, scratch: &Path) -> String {
     let dom_path = scratch.join("dom.html");
     let dom_file = std::fs::File::create(&dom_path).expect("creates the DOM file");
     let mut child = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--virtual-time-budget=10000",
-        ])
+        .args(util::browser::HEADLESS)
+        .arg("--virtual-time-budget=10000")
         .arg(format!(
             "--user-data-dir={}",
             scratch.join("profile").display()

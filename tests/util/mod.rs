@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
 

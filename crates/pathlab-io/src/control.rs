@@ -154,7 +154,12 @@ fn answer(stream: &UnixStream, emulator: &EmulatorHandle) -> io::Result<()> {
         Ok(ControlRequest::Set { forward, reverse }) => {
             let parse = |text: Option<String>| text.map(|t| crate::load_spec(&t)).transpose();
             match (parse(forward), parse(reverse)) {
-                (Ok(forward), Ok(reverse)) => match emulator.set(forward, reverse) {
+                (Ok(forward), Ok(reverse)) => match crate::control_http::apply(
+                    emulator,
+                    forward,
+                    reverse,
+                    "pathlab emulate set",
+                ) {
                     Ok(()) => ControlReply::Ok,
                     Err(error) => ControlReply::Error(error),
                 },

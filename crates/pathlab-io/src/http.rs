@@ -132,7 +132,7 @@ impl HttpServer {
                     Some(Duration::from_millis(100)),
                     &mut ready,
                 );
-                while let Ok((stream, _)) = self.listener.accept() {
+                while let Ok((stream, peer)) = self.listener.accept() {
                     if active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
                         let _ = stream.set_nonblocking(false);
                         let _ = (&stream).write_all(
@@ -143,7 +143,7 @@ impl HttpServer {
                     active.fetch_add(1, Ordering::AcqRel);
                     let active = &active;
                     scope.spawn(move || {
-                        let _ = self.answer(stream, handler);
+                        let _ = self.answer(stream, peer, handler);
                         active.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
@@ -154,6 +154,7 @@ impl HttpServer {
     fn answer(
         &self,
         mut stream: TcpStream,
+        peer: SocketAddr,
         handler: &(dyn Fn(&Request) -> Response + Sync),
     ) -> io::Result<()> {
         stream.set_nonblocking(false)?;
@@ -163,7 +164,10 @@ impl HttpServer {
         let mut continued = false;
         let response = loop {
             match http::parse_request(&buf) {
-                Ok(Parsed::Complete(request, _)) => break self.authorized(&request, handler),
+                Ok(Parsed::Complete(mut request, _)) => {
+                    request.peer = Some(peer.to_string());
+                    break self.authorized(&request, handler);
+                }
                 Ok(Parsed::Incomplete { head }) => {
                     if let Some(head) = head {
                         if !continued && head.expects_continue() {

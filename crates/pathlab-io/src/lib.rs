@@ -20,6 +20,7 @@ pub mod bond;
 pub mod buffers;
 pub mod capacity;
 pub mod control;
+pub mod control_http;
 pub mod emulator;
 pub mod fidelity;
 pub mod http;

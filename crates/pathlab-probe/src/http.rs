@@ -27,6 +27,8 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// Who sent it (`ADDR:PORT`), filled in by the server for its log.
+    pub peer: Option<String>,
 }
 
 impl Request {
@@ -188,6 +190,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Parsed<Request>, HttpError> {
         query: query.to_owned(),
         headers,
         body: Vec::new(),
+        peer: None,
     };
     if buf.len() < head_len + length {
         return Ok(Parsed::Incomplete {

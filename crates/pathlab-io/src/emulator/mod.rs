@@ -512,6 +512,11 @@ impl EmulatorHandle {
         self.pool.inner.workers[self.slots[direction].0].ask(request);
     }
 
+    /// The emulator's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Replaces the specs of the directions given (both checked before either changes).
     pub fn set(&self, forward: Option<LinkSpec>, reverse: Option<LinkSpec>) -> Result<(), String> {
         for spec in [&forward, &reverse].into_iter().flatten() {

@@ -8,8 +8,10 @@ use anyhow::{bail, Context as _};
 use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
 use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
+use pathlab_io::control_http::{Controlled, History, Specs};
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
 use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
+use pathlab_io::http::{HttpServer, HttpServerError};
 use pathlab_io::port::{PacketPort, PortError};
 use pathlab_results::lab::lateness_text;
 
@@ -70,6 +72,26 @@ pub struct Args {
     /// counted in the stats as late seconds. `off`: no warning, no late seconds.
     #[arg(long, value_name = "TIME|off", default_value_t = LateBound(Some(DEFAULT_LATE_BOUND)), value_parser = parse_late_bound)]
     pub late_warn: LateBound,
+    /// Serve the HTTP API, the live page and Prometheus /metrics on ADDR (`127.0.0.1:8080`,
+    /// `[::]:8080`; port 0 picks a free one, printed at start). Beyond loopback a token is
+    /// required (--control-token).
+    #[arg(long, value_name = "ADDR")]
+    pub control: Option<std::net::SocketAddr>,
+    /// The bearer token the control address requires, from the first line of FILE (at
+    /// least 16 characters: `head -c 24 /dev/urandom | base64 > FILE`).
+    #[arg(long, value_name = "FILE", requires = "control")]
+    pub control_token: Option<std::path::PathBuf>,
+}
+
+/// How to reach an emulator on another machine, through its `--control` address.
+#[derive(Debug, clap::Args)]
+pub struct RemoteArgs {
+    /// The emulator's control address, HOST:PORT (instead of --name on this machine).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub remote: Option<String>,
+    /// The file holding its token (as given to its --control-token).
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token: Option<std::path::PathBuf>,
 }
 
 /// The fidelity guard's bound, `off` (`None`) or a time.
@@ -183,6 +205,8 @@ pub struct SetArgs {
     /// Change only one direction: `forward` (IF_A to IF_B) or `reverse`.
     #[arg(long, value_parser = ["forward", "reverse", "both"], default_value = "both")]
     pub direction: String,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// Arguments of `pathlab emulate stats`.
@@ -191,6 +215,8 @@ pub struct StatsArgs {
     /// Print JSON.
     #[arg(short = 'J', long)]
     pub json: bool,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// Runs `pathlab emulate`.
@@ -198,7 +224,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     pathlab_io::runtime::validate_name(&args.common.name).map_err(|e| usage(anyhow::anyhow!(e)))?;
     match &args.action {
         Some(Action::Set(set)) => return run_set(&args.common.name, set),
-        Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats.json),
+        Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats),
         None => {}
     }
     let [if_a, if_b] = [&args.between[0], &args.between[1]];
@@ -225,6 +251,27 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         ControlError::NameTaken(_) => usage(e),
         other => anyhow::Error::new(other),
     })?;
+    // The control address next, before any interface is opened: a missing token or a
+    // taken port says so without touching them.
+    let http = match args.control {
+        Some(addr) => {
+            let token = args
+                .control_token
+                .as_deref()
+                .map(pathlab_io::http::read_token)
+                .transpose()
+                .map_err(usage)?;
+            Some(
+                HttpServer::bind(addr, token)
+                    .map_err(|e| match e {
+                        HttpServerError::Bind { .. } => anyhow::Error::new(e),
+                        other => usage(other),
+                    })?
+                    .public(&["/"]),
+            )
+        }
+        None => None,
+    };
     // Each port's ring holds the traffic that enters the direction it feeds.
     let open = |name: &str, spec: &LinkSpec| {
         PacketPort::open_with(name, pathlab_io::port::ReceiveMode::for_link(spec))
@@ -235,6 +282,8 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         File::create(path)
             .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
     };
+    // The API's recordings name the same command line in their header.
+    let control_command = command_line.clone();
     let config = EmulatorConfig {
         name: args.common.name.clone(),
         forward: forward.clone(),
@@ -272,14 +321,51 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         show(&reverse),
         name = args.common.name,
     );
+    if let Some(http) = &http {
+        eprintln!(
+            "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics){}",
+            if args.control_token.is_some() {
+                "; every request but the page needs the token"
+            } else {
+                ""
+            },
+            addr = http.local_addr()
+        );
+    }
     let deadline = args
         .time
         .map(|t| std::time::Instant::now() + std::time::Duration::from(t));
-    server.serve(&handle, std::os::fd::AsFd::as_fd(&signals), || {
-        if let Some(guard) = &mut guard {
-            guard.poll(&handle);
+    let history = std::sync::Mutex::new(History::new());
+    let stop_http = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        if let Some(http) = &http {
+            let controlled = Controlled {
+                emulator: &handle,
+                history: &history,
+                command: control_command,
+                presets: Vec::new(),
+            };
+            let stop_http = &stop_http;
+            scope.spawn(move || http.serve(stop_http, &|request| controlled.answer(request)));
         }
-        deadline.is_some_and(|d| std::time::Instant::now() >= d)
+        let mut next_sample = std::time::Instant::now();
+        server.serve(&handle, std::os::fd::AsFd::as_fd(&signals), || {
+            if let Some(guard) = &mut guard {
+                guard.poll(&handle);
+            }
+            let now = std::time::Instant::now();
+            if http.is_some() && now >= next_sample {
+                next_sample = now + std::time::Duration::from_millis(250);
+                if let Some(stats) = handle.stats() {
+                    history
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .observe(&stats);
+                }
+            }
+            deadline.is_some_and(|d| now >= d)
+        });
+        stop_http.store(true, std::sync::atomic::Ordering::Release);
     });
     let stats = handle.stop();
     drop(server);
@@ -336,6 +422,22 @@ fn run_set(name: &str, args: &SetArgs) -> anyhow::Result<()> {
         (_, Some(reverse)) => (Some(text), Some(reverse.to_string())),
         (_, None) => (Some(text.clone()), Some(text)),
     };
+    if let Some(remote) = &args.remote.remote {
+        let body = serde_json::to_vec(&Specs { forward, reverse })?;
+        let reply = remote_request(&args.remote, "PUT", "/api/v1/spec", Some(&body))?;
+        return match reply.status {
+            200 => Ok(()),
+            400 => bail!(
+                "the emulator at {remote} refused the spec: {}",
+                reply_error(&reply)
+            ),
+            _ => bail!(
+                "the emulator at {remote} answered {}: {}",
+                reply.status,
+                reply_error(&reply)
+            ),
+        };
+    }
     match control::request(name, &ControlRequest::Set { forward, reverse })
         .map_err(control_error)?
     {
@@ -345,7 +447,64 @@ fn run_set(name: &str, args: &SetArgs) -> anyhow::Result<()> {
     }
 }
 
-fn run_stats(name: &str, json: bool) -> anyhow::Result<()> {
+/// Sends one request to a remote emulator's control address, with the token if given;
+/// a refused token is said as such.
+fn remote_request(
+    remote: &RemoteArgs,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> anyhow::Result<pathlab_probe::http::ClientResponse> {
+    let addr = remote.remote.as_deref().expect("called with --remote");
+    let token = remote
+        .token
+        .as_deref()
+        .map(pathlab_io::http::read_token)
+        .transpose()
+        .map_err(usage)?;
+    let reply = pathlab_io::http::request(addr, method, path, token.as_deref(), body)
+        .map_err(|e| usage(anyhow::Error::new(e)))?;
+    if reply.status == 401 {
+        return Err(usage(anyhow::anyhow!(
+            "the emulator at {addr} {}",
+            if token.is_some() {
+                "refused the token of --token"
+            } else {
+                "needs its token: --token FILE"
+            }
+        )));
+    }
+    Ok(reply)
+}
+
+/// The message of an error reply (`{"error": ...}`), or its body as text.
+fn reply_error(reply: &pathlab_probe::http::ClientResponse) -> String {
+    serde_json::from_slice::<serde_json::Value>(&reply.body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&reply.body).trim().to_owned())
+}
+
+fn run_stats(name: &str, args: &StatsArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    if args.remote.remote.is_some() {
+        let reply = remote_request(&args.remote, "GET", "/api/v1/stats", None)?;
+        if reply.status != 200 {
+            bail!(
+                "the emulator answered {}: {}",
+                reply.status,
+                reply_error(&reply)
+            );
+        }
+        let stats: EmulatorStats = serde_json::from_slice(&reply.body)
+            .context("the emulator's stats are not what this pathlab reads")?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&stats)?);
+        } else {
+            print_stats(&stats);
+        }
+        return Ok(());
+    }
     match control::request(name, &ControlRequest::Stats).map_err(control_error)? {
         ControlReply::Stats(stats) => {
             if json {

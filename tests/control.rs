@@ -1,0 +1,452 @@
+//! `pathlab emulate --control`: the HTTP API, Prometheus metrics and the live page, on
+//! h1 - r - h2 with the emulator in r, every change checked on the wire by ping.
+//!
+//! They need CAP_NET_ADMIN (fail in CI without it, SKIPPED elsewhere); the page test also
+//! needs Chromium, which `.ci/run` installs.
+
+use std::io::{BufRead, BufReader};
+use std::net::IpAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use pathlab_io::emulator::EmulatorStats;
+use pathlab_io::topology::H2_V4;
+use pathlab_probe::http::ClientResponse;
+use pathlab_results::recording::{read_recording, RecordingLine};
+use serde_json::{json, Value};
+
+mod util;
+use util::browser::{find_chromium, Browser};
+use util::emulated::{privileged, Lab, PATHLAB};
+
+const TOKEN: &str = "pathlab-test-token-0123456789";
+
+/// Starts the lab with `--control 127.0.0.1:0 --control-token FILE` and returns it with
+/// the address the emulator printed; its stderr keeps being read (into `log`).
+fn start(test: &str, spec: &str) -> (Lab, String, mpsc::Receiver<String>) {
+    let dir = util::TempDir::new(&format!("{test}-token"));
+    let token_file = dir.path("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let token_arg = token_file.display().to_string();
+    let mut lab = Lab::start(
+        test,
+        spec,
+        &["--control", "127.0.0.1:0", "--control-token", &token_arg],
+        true,
+    );
+    let stderr = lab.emulator.as_mut().unwrap().stderr.take().expect("piped");
+    let (log, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = log.send(line);
+        }
+    });
+    let addr = loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the emulator prints its control address");
+        if let Some(at) = line.find("http://") {
+            let rest = &line[at + "http://".len()..];
+            break rest[..rest.find('/').unwrap()].to_owned();
+        }
+    };
+    // The token was read at start, before the address was printed.
+    drop(dir);
+    (lab, addr, lines)
+}
+
+/// One request from inside r, where the control address is.
+fn call(
+    lab: &Lab,
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: bool,
+    body: Option<Value>,
+) -> ClientResponse {
+    let body = body.map(|b| b.to_string().into_bytes());
+    lab.line
+        .r
+        .run(|| {
+            pathlab_io::http::request(addr, method, path, token.then_some(TOKEN), body.as_deref())
+        })
+        .unwrap()
+        .expect("the control address answers")
+}
+
+fn json_of(reply: &ClientResponse) -> Value {
+    serde_json::from_slice(&reply.body).expect("a JSON body")
+}
+
+/// The median RTT of 15 pings h1 -> h2, ms.
+fn median_rtt_ms(lab: &Lab) -> f64 {
+    let mut rtts: Vec<f64> = lab
+        .ping(IpAddr::V4(H2_V4), 15, Duration::from_millis(20), 56)
+        .iter()
+        .map(|r| r.rtt.expect("no loss").as_secs_f64() * 1e3)
+        .collect();
+    rtts.sort_by(f64::total_cmp);
+    rtts[rtts.len() / 2]
+}
+
+/// A ping's RTT through `delay D` each way is 2 D plus the emulator's and kernel's part,
+/// which the delay tests bound to well under a millisecond.
+const RTT_TOLERANCE_MS: f64 = 1.0;
+
+#[test]
+fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_follows() {
+    let Some(_guard) = privileged("control_api") else {
+        return;
+    };
+    let (mut lab, addr, log) = start("control-api", "delay 10ms");
+    // Without the token, or with another, nothing but the page.
+    let refused = call(&lab, &addr, "GET", "/api/v1/stats", false, None);
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        call(&lab, &addr, "GET", "/metrics", false, None).status,
+        401
+    );
+    let page = call(&lab, &addr, "GET", "/", false, None);
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("<title>pathlab emulate</title>"));
+
+    let specs = json_of(&call(&lab, &addr, "GET", "/api/v1/spec", true, None));
+    assert_eq!(
+        specs,
+        json!({ "forward": "delay 10ms", "reverse": "delay 10ms" })
+    );
+    let rtt = median_rtt_ms(&lab);
+    assert!((rtt - 20.0).abs() < RTT_TOLERANCE_MS, "before: {rtt:.2} ms");
+
+    // A bad spec: 400 with the parser's own message, and nothing changes.
+    let bad = call(
+        &lab,
+        &addr,
+        "PUT",
+        "/api/v1/spec",
+        true,
+        Some(json!({ "forward": "delay banana" })),
+    );
+    assert_eq!(bad.status, 400);
+    let parser = pathlab_io::load_spec("delay banana")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(json_of(&bad)["error"], format!("forward: {parser}"));
+    let not_json = call(
+        &lab,
+        &addr,
+        "PUT",
+        "/api/v1/spec",
+        true,
+        Some(json!("delay 5ms")),
+    );
+    assert_eq!(not_json.status, 400);
+
+    // A change through the API: the RTT follows.
+    let set = call(
+        &lab,
+        &addr,
+        "PUT",
+        "/api/v1/spec",
+        true,
+        Some(json!({ "forward": "delay 30ms", "reverse": "delay 20ms" })),
+    );
+    assert_eq!(set.status, 200, "{}", String::from_utf8_lossy(&set.body));
+    assert_eq!(
+        json_of(&set),
+        json!({ "forward": "delay 30ms", "reverse": "delay 20ms" })
+    );
+    let rtt = median_rtt_ms(&lab);
+    assert!(
+        (rtt - 50.0).abs() < RTT_TOLERANCE_MS,
+        "after the API: {rtt:.2} ms"
+    );
+
+    // The client command from "another machine": `emulate set --remote`.
+    let token_dir = util::TempDir::new("control-api-client");
+    let token_file = token_dir.path("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let remote = |args: &[&str]| {
+        lab.line
+            .r
+            .command(PATHLAB)
+            .args(["emulate"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let token_arg = token_file.display().to_string();
+    let out = remote(&["set", "--remote", &addr, "--token", &token_arg, "delay 5ms"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rtt = median_rtt_ms(&lab);
+    assert!(
+        (rtt - 10.0).abs() < RTT_TOLERANCE_MS,
+        "after --remote: {rtt:.2} ms"
+    );
+    let out = remote(&[
+        "set", "--remote", &addr, "--token", &token_arg, "delay", "x",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "a bad spec is a usage error");
+    let out = remote(&["set", "--remote", &addr, "delay 5ms"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs its token"));
+    // Recording started and stopped through the API holds what crossed meanwhile.
+    let file = lab.dir.path("api-recording.jsonl");
+    let relative = call(
+        &lab,
+        &addr,
+        "POST",
+        "/api/v1/recording",
+        true,
+        Some(json!({ "path": "x.jsonl" })),
+    );
+    assert_eq!(relative.status, 400);
+    let start = call(
+        &lab,
+        &addr,
+        "POST",
+        "/api/v1/recording",
+        true,
+        Some(json!({ "path": file })),
+    );
+    assert_eq!(
+        start.status, 409,
+        "--record's recording is under way already"
+    );
+    assert_eq!(
+        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        200
+    );
+    assert_eq!(
+        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        409
+    );
+    let start = call(
+        &lab,
+        &addr,
+        "POST",
+        "/api/v1/recording",
+        true,
+        Some(json!({ "path": file })),
+    );
+    assert_eq!(
+        start.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&start.body)
+    );
+    let again = call(
+        &lab,
+        &addr,
+        "POST",
+        "/api/v1/recording",
+        true,
+        Some(json!({ "path": file })),
+    );
+    assert_eq!(again.status, 400, "an existing file is never overwritten");
+    let pings = lab.ping(IpAddr::V4(H2_V4), 10, Duration::from_millis(10), 56);
+    assert!(pings.iter().all(|p| p.rtt.is_some()));
+    let recording = json_of(&call(&lab, &addr, "GET", "/api/v1/recording", true, None));
+    assert_eq!(recording["recording"], json!(file));
+    assert_eq!(
+        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        200
+    );
+    let recorded = read_recording(BufReader::new(std::fs::File::open(&file).unwrap())).unwrap();
+    assert_eq!(
+        recorded.header.as_ref().unwrap().directions[0].spec,
+        "delay 5ms"
+    );
+    let packets = |dir: u8| {
+        recorded
+            .lines
+            .iter()
+            .filter(|l| matches!(l, RecordingLine::Packet { dir: d, .. } if *d == dir))
+            .count()
+    };
+    // Ten echo requests one way, ten replies back (static neighbours: nothing else).
+    assert_eq!((packets(0), packets(1)), (10, 10));
+
+    // Prometheus: the exposition parses and equals the stats, read with nothing crossing.
+    let metrics = call(&lab, &addr, "GET", "/metrics", true, None);
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8(metrics.body).unwrap();
+    let families = pathlab_results::prometheus::parse(&text).expect("the exposition parses");
+    let out = util::emulated::pathlab(&["emulate", "stats", "--name", &lab.name, "-J"]);
+    let stats: EmulatorStats = serde_json::from_slice(&out.stdout).unwrap();
+    let value = |name: &str, direction: &str| {
+        families
+            .iter()
+            .flat_map(|f| &f.samples)
+            .find(|s| s.name == name && s.label("direction") == Some(direction))
+            .unwrap_or_else(|| panic!("{name} {direction}"))
+            .value
+    };
+    for d in &stats.directions {
+        let direction = format!("{} -> {}", d.from, d.to);
+        assert_eq!(
+            value("pathlab_emulator_forwarded_packets_total", &direction),
+            d.forwarded as f64
+        );
+        assert_eq!(
+            value("pathlab_emulator_forwarded_bytes_total", &direction),
+            d.forwarded_bytes as f64
+        );
+        assert_eq!(
+            value("pathlab_emulator_received_packets_total", &direction),
+            d.link.packets_in as f64
+        );
+        assert_eq!(
+            value("pathlab_emulator_lateness_seconds_count", &direction),
+            d.lateness.packets as f64
+        );
+    }
+    // The stats through the API are the same counters.
+    let api: EmulatorStats =
+        serde_json::from_slice(&call(&lab, &addr, "GET", "/api/v1/stats", true, None).body)
+            .unwrap();
+    assert_eq!(api.directions[0].forwarded, stats.directions[0].forwarded);
+    let out = remote(&["stats", "--remote", &addr, "--token", &token_arg, "-J"]);
+    let remote_stats: EmulatorStats = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        remote_stats.directions[1].forwarded,
+        stats.directions[1].forwarded
+    );
+
+    assert_eq!(call(&lab, &addr, "GET", "/nothing", true, None).status, 404);
+    assert_eq!(
+        call(&lab, &addr, "POST", "/api/v1/stats", true, None).status,
+        405
+    );
+
+    // Every change was logged with who made it.
+    drop(lab.stop());
+    let logged: Vec<String> = log.try_iter().collect();
+    let sets = logged.iter().filter(|l| l.contains(" set to '")).count();
+    assert_eq!(
+        sets,
+        2 + 2,
+        "two API changes of both ways, one --remote of both: {logged:?}"
+    );
+    assert!(logged
+        .iter()
+        .any(|l| l.contains("set to 'delay 30ms' by http 127.0.0.1:")));
+    assert!(logged
+        .iter()
+        .any(|l| l.contains("recording into") && l.contains("started by http")));
+}
+
+#[test]
+fn a_control_address_beyond_loopback_needs_a_token() {
+    let Some(_guard) = privileged("control_needs_token") else {
+        return;
+    };
+    let lab = Lab::start("control-token", "delay 1ms", &[], true);
+    let out = lab
+        .line
+        .r
+        .command(PATHLAB)
+        .args([
+            "emulate",
+            "--between",
+            "r-h1",
+            "r-h2",
+            "--name",
+            "other",
+            "--control",
+            "0.0.0.0:0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--control-token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
+    let Some(_guard) = privileged("control_page") else {
+        return;
+    };
+    let Some(chromium) = find_chromium() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but Chromium is missing; .ci/run installs it"
+        );
+        pathlab_io::testing::skipped("control_page", "needs chromium (apt-get install chromium)");
+        return;
+    };
+    let (lab, addr, _log) = start("control-page", "delay 10ms");
+    let profile = util::TempDir::new("control-page-chromium");
+    let url = format!("http://{addr}/#token={TOKEN}");
+    lab.line
+        .r
+        .run(|| {
+            let mut page = Browser::open(lab.line.r.command(chromium), profile.root(), &url);
+            page.wait_for(
+                "document.getElementById('spec-0') && document.getElementById('spec-0').value",
+                Duration::from_secs(20),
+                |v| v == "delay 10ms",
+            );
+            // The graphs grow a point a second.
+            let points =
+                "Number(document.querySelector('#dir-0 .chart-throughput').dataset.points || 0)";
+            let first = page.wait_for(points, Duration::from_secs(10), |v| v.as_u64() >= Some(1));
+            let first = first.as_u64().unwrap();
+            page.wait_for(points, Duration::from_secs(10), |v| {
+                v.as_u64() >= Some(first + 2)
+            });
+            // A bad spec shows the parser's message and changes nothing.
+            page.eval(
+                "document.getElementById('spec-0').value = 'delay banana'; \
+                 document.getElementById('apply-0').click(); true",
+            );
+            let parser = pathlab_io::load_spec("delay banana")
+                .unwrap_err()
+                .to_string();
+            page.wait_for(
+                "document.getElementById('error-0').textContent",
+                Duration::from_secs(10),
+                |v| v.as_str().is_some_and(|t| t.contains(&parser)),
+            );
+            // A good one, both ways, from the page.
+            page.eval(
+                "document.getElementById('spec-0').value = 'delay 40ms'; \
+                 document.getElementById('spec-1').value = 'delay 25ms'; \
+                 document.getElementById('apply-0').click(); \
+                 document.getElementById('apply-1').click(); true",
+            );
+            for i in 0..2 {
+                page.wait_for(
+                    &format!("document.getElementById('error-{i}').textContent"),
+                    Duration::from_secs(10),
+                    |v| v.as_str().is_some_and(|t| t.starts_with("applied")),
+                );
+            }
+        })
+        .unwrap();
+    let rtt = median_rtt_ms(&lab);
+    assert!(
+        (rtt - 65.0).abs() < RTT_TOLERANCE_MS,
+        "after the page's change: {rtt:.2} ms"
+    );
+    // The page shows the figures of the traffic that just crossed.
+    lab.line
+        .r
+        .run(|| {
+            let mut page = Browser::open(lab.line.r.command(chromium), profile.root(), &url);
+            page.wait_for(
+                "(document.querySelector('#dir-0 .throughput') || {}).textContent || ''",
+                Duration::from_secs(10),
+                |v| v.as_str().is_some_and(|t| t.contains("packets/s")),
+            );
+        })
+        .unwrap();
+}
