@@ -62,6 +62,86 @@ fn bad_specs_exit_2_naming_the_token() {
 }
 
 #[test]
+fn spec_preset_shows_both_directions_and_its_sources() {
+    let output = pathlab(&["spec", "--preset", "lte"]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let text = stdout(&output);
+    for expected in [
+        "lte: 4G LTE",
+        "downlink (asked): preset lte = delay 25ms rate 21mbit slot 1ms",
+        "uplink: preset lte-up = delay 25ms rate 6mbit slot 1ms",
+        "round trip: 50.000 ms",
+        "sources: ",
+        "docs/presets.md",
+    ] {
+        assert!(text.contains(expected), "missing '{expected}' in:\n{text}");
+    }
+    // What --preset prints is what `preset NAME` parses to, in canonical form.
+    let spec = pathlab(&["spec", "preset lte-up"]);
+    assert_eq!(stdout(&spec).trim(), "delay 25ms rate 6mbit slot 1ms");
+    let json = pathlab(&["spec", "-J", "--preset", "geo-up"]);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&json)).expect("valid JSON");
+    assert_eq!(value["uplink"]["name"], "geo-up");
+    assert_eq!(value["uplink"]["spec"]["delay"]["delay"], 300_000_000);
+}
+
+#[test]
+fn spec_lists_presets_one_line_each() {
+    let listed = pathlab(&["spec", "--list-presets"]);
+    assert!(listed.status.success(), "stderr: {}", stderr(&listed));
+    assert_eq!(
+        stdout(&pathlab(&["spec", "--preset", "list"])),
+        stdout(&listed)
+    );
+    let lines: Vec<_> = stdout(&listed).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), pathlab_core::spec::preset::PRESETS.len());
+    assert!(lines[0].starts_with("adsl adsl-up "), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("transatlantic ")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn unknown_preset_exits_2_listing_the_valid_names() {
+    for args in [
+        &["spec", "--preset", "lte4"][..],
+        &["spec", "preset lte4 loss 1%"][..],
+    ] {
+        let output = pathlab(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let message = stderr(&output);
+        assert!(
+            message.contains("unknown preset 'lte4' (did you mean 'lte'?)"),
+            "{message}"
+        );
+        assert!(message.contains("adsl, adsl-up"), "{message}");
+    }
+}
+
+#[test]
+fn presets_print_tc_like_any_spec() {
+    let output = pathlab(&[
+        "emulate",
+        "--between",
+        "lan0",
+        "wan0",
+        "--print-tc",
+        "preset adsl",
+        "--reverse",
+        "preset adsl-up distance 1000km",
+    ]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("delay 10ms"), "{text}");
+    // adsl-up's 10 ms plus 1000 km of fibre (7.5 ms).
+    assert!(
+        text.contains("netem delay 17500us rate 1mbit 8 48 5"),
+        "{text}"
+    );
+}
+
+#[test]
 fn missing_trace_file_is_a_usage_error_naming_the_file() {
     let output = pathlab(&["spec", "trace /nonexistent/pathlab.trace"]);
     assert_eq!(output.status.code(), Some(2));

@@ -148,6 +148,10 @@ const EXAMPLES: &[&str] = &[
     "loss state 1% 30% 10% 40% 0.1%",
     "rate 1mbit 8 48 5 seed 42",
     "delay 10ms mtu 1400 seed 3",
+    "preset lte loss 2%",
+    "preset cable-up queue fq_codel limit 100",
+    "preset leo distribution pareto distance 1000km",
+    "delay 5ms 2ms distance 6000km",
 ];
 
 #[test]
@@ -207,6 +211,10 @@ fn bad_input_names_the_token() {
         ("mtu 40", "mtu must be 68 to 65535 bytes, got 40"),
         ("mtu 100kb", "got 100kb"),
         ("mtu big", "got 'big'"),
+        ("preset lte4", "unknown preset 'lte4' (did you mean 'lte'?)"),
+        ("loss 1% preset lte", "'preset' must come first"),
+        ("distance -1km", "distance must be between 0 and 40075 km"),
+        ("distance 6000", "got '6000'"),
         (
             "corrupt 200",
             "corrupt must be between 0% and 100%, got 200",
@@ -227,7 +235,7 @@ proptest! {
         "gap", "5", "rate", "10mbit", "1000", "schedule", "1s", "loop", "trace", "f", "slot",
         "packets", "bytes", "64kb", "limit", "queue", "red", "codel", "fq_codel", "pie",
         "min", "max", "target", "interval", "flows", "quantum", "seed", "mtu", "1400", "99999999999999999999",
-        "1e309", "nan", "%", "",
+        "1e309", "nan", "%", "", "preset", "lte", "adsl-up", "wifi-up", "distance", "6000km", "-3km",
     ]), 0..24)) {
         let text = tokens.join(" ");
         if let Ok(spec) = LinkSpec::parse(&text) {

@@ -1,12 +1,15 @@
 //! Link specifications: what one direction of a path does to packets.
 //!
 //! The syntax is netem's, as users paste it after `tc qdisc add dev X root netem`, plus
-//! pathlab's additions (`queue ...`, byte limits, `trace`, `schedule`). [`LinkSpec::parse`]
-//! turns text into a validated [`LinkSpec`]; its `Display` prints the canonical form, which
-//! parses back to the same spec.
+//! pathlab's additions (`queue ...`, byte limits, `trace`, `schedule`, `preset`, `distance`).
+//! [`LinkSpec::parse`] turns text into a validated [`LinkSpec`]; its `Display` prints the
+//! canonical form, which parses back to the same spec (a preset and a distance are printed
+//! as what they expand to).
 
 mod display;
+mod distance;
 mod parse;
+pub mod preset;
 pub mod tc;
 mod units;
 
@@ -14,6 +17,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use distance::{propagation_delay, FIBRE_KM_PER_MS, MAX_KM, ROUTE_FACTOR};
 pub use parse::SpecError;
 
 use crate::time::Duration;

@@ -3,8 +3,14 @@
 //! Keywords may come in any order, each at most once (`limit` once as a packet count and
 //! once as a size). Optional arguments are taken while the next token has their kind, as
 //! tc does: in `delay 25ms 5ms loss 1%`, `5ms` is the jitter and `loss` the next keyword.
+//!
+//! `preset NAME`, first if at all, starts from a preset's spec; each keyword after it
+//! replaces what that keyword sets in the preset (`delay` its whole delay line with jitter
+//! and distribution, `limit` its queue limits), and leaves the rest. `distance KM` adds the
+//! propagation delay of that many kilometres to `delay` (or is the delay, without one).
 
 use super::units::{self, RateProblem};
+use super::{distance, preset};
 use super::{
     Chance, CodelConfig, DelaySpec, Discipline, Distribution, FixedRate, FqCodelConfig, LinkSpec,
     LossSpec, PieConfig, RateSchedule, RateSpec, RedConfig, ReorderSpec, SlotInterval, SlotSpec,
@@ -61,6 +67,16 @@ pub enum SpecError {
     /// Keywords that cannot be used together, or one that needs another.
     #[error("{0}")]
     Conflict(String),
+    /// A preset name pathlab does not know (or `-up` of a link that is the same both ways).
+    #[error("unknown preset '{name}'{}; the presets are: {valid}", suggestion.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
+    UnknownPreset {
+        /// The name as given.
+        name: String,
+        /// The closest valid name, if close.
+        suggestion: Option<String>,
+        /// Every valid name, comma-separated.
+        valid: String,
+    },
 }
 
 const KEYWORDS: &[&str] = &[
@@ -80,6 +96,8 @@ const KEYWORDS: &[&str] = &[
     "queue",
     "mtu",
     "seed",
+    "preset",
+    "distance",
 ];
 
 const TIME: &str = "a time like 25ms";
@@ -106,6 +124,8 @@ struct Parser<'a> {
     gap: Option<u32>,
     /// Queue options whose defaults depend on the limit: resolved at the end.
     red: Option<RedDraft>,
+    /// Propagation delay from `distance`, added to the delay at the end.
+    distance: Option<Duration>,
 }
 
 pub(super) fn parse(text: &str) -> Result<LinkSpec, SpecError> {
@@ -117,6 +137,7 @@ pub(super) fn parse(text: &str) -> Result<LinkSpec, SpecError> {
         limit_packets_seen: false,
         gap: None,
         red: None,
+        distance: None,
     };
     while let Some(word) = parser.take() {
         parser.keyword(word)?;
@@ -130,6 +151,20 @@ fn probability(what: &str, token: &str, percent: f64) -> Result<Probability, Spe
         range: "between 0% and 100%",
         got: token.to_owned(),
     })
+}
+
+/// The candidate closest to `word` by edit distance, if within `max_edits`.
+pub(super) fn nearest<'c>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'c str>,
+    max_edits: usize,
+) -> Option<String> {
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= max_edits)
+        .min()
+        .map(|(_, c)| c.to_owned())
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -278,7 +313,12 @@ impl<'a> Parser<'a> {
                     self.optional_percent("delay correlation")?
                         .unwrap_or(Probability::ZERO)
                 };
-                let distribution = self.spec.delay.map(|d| d.distribution).unwrap_or_default();
+                // `distribution` may come first; a preset's is replaced with its delay line.
+                let distribution = if self.seen.contains(&"distribution") {
+                    self.spec.delay.map(|d| d.distribution).unwrap_or_default()
+                } else {
+                    Distribution::default()
+                };
                 self.spec.delay = Some(DelaySpec {
                     delay,
                     jitter,
@@ -406,28 +446,45 @@ impl<'a> Parser<'a> {
                 self.once("seed")?;
                 self.spec.seed = Some(self.required(word, COUNT, units::integer)?.0);
             }
+            "preset" => {
+                if self.next != 1 {
+                    return Err(SpecError::Conflict(
+                        "'preset' must come first: the keywords after it change the preset".into(),
+                    ));
+                }
+                self.once("preset")?;
+                let (name, _) =
+                    self.required(word, "a preset name like lte", |t| Some(t.to_owned()))?;
+                self.spec = preset::expand(&name)?;
+            }
+            "distance" => {
+                self.once("distance")?;
+                let Some(token) = self.take() else {
+                    return Err(SpecError::Ended {
+                        keyword: word.to_owned(),
+                        what: "a distance like 6000km",
+                    });
+                };
+                self.distance = Some(distance::propagation_delay(distance::parse_km(token)?));
+            }
             _ => {
-                let suggestion = KEYWORDS
-                    .iter()
-                    .map(|k| (edit_distance(word, k), *k))
-                    .filter(|(d, _)| *d <= 2)
-                    .min()
-                    .map(|(_, k)| k.to_owned());
                 return Err(SpecError::UnknownKeyword {
                     word: word.to_owned(),
-                    suggestion,
+                    suggestion: nearest(word, KEYWORDS.iter().copied(), 2),
                 });
             }
         }
         Ok(())
     }
 
+    /// The three rate keywords share one slot (a preset's rate is replaced, not a conflict).
     fn rate_once(&mut self) -> Result<(), SpecError> {
-        if self.spec.rate.is_some() {
+        if self.seen.contains(&"rate") {
             return Err(SpecError::Conflict(
                 "only one of 'rate', 'schedule' and 'trace' may be given".into(),
             ));
         }
+        self.seen.push("rate");
         Ok(())
     }
 
@@ -513,6 +570,12 @@ impl<'a> Parser<'a> {
                 what: "a packet count like 100 or a size like 150kb",
             });
         };
+        if !self.seen.contains(&"limit") {
+            // The first `limit` replaces a preset's queue limits, both kinds.
+            self.seen.push("limit");
+            self.spec.queue.limit_packets = None;
+            self.spec.queue.limit_bytes = None;
+        }
         if let Some(bytes) = units::size_with_unit(token) {
             if self.spec.queue.limit_bytes.replace(bytes).is_some() {
                 return Err(SpecError::Duplicate("limit SIZE".into()));
@@ -726,6 +789,15 @@ impl<'a> Parser<'a> {
     }
 
     fn finish(mut self) -> Result<LinkSpec, SpecError> {
+        if let Some(propagation) = self.distance {
+            let delay = self.spec.delay.get_or_insert(DelaySpec {
+                delay: Duration::ZERO,
+                jitter: Duration::ZERO,
+                correlation: Probability::ZERO,
+                distribution: Distribution::Uniform,
+            });
+            delay.delay += propagation;
+        }
         if let Some(gap) = self.gap {
             match &mut self.spec.reorder {
                 Some(reorder) => reorder.gap = gap,
