@@ -268,8 +268,15 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
             .filter(|l| matches!(l, RecordingLine::Packet { dir: d, .. } if *d == dir))
             .count()
     };
-    // Ten echo requests one way, ten replies back (static neighbours: nothing else).
-    assert_eq!((packets(0), packets(1)), (10, 10));
+    // Ten echo requests one way, ten replies back; with static neighbours the hosts send
+    // little else (an IPv6 report now and then).
+    for dir in 0..2 {
+        assert!(
+            (10..=14).contains(&packets(dir)),
+            "direction {dir}: {} packets",
+            packets(dir)
+        );
+    }
 
     // Prometheus: the exposition parses and equals the stats, read with nothing crossing.
     let metrics = call(&lab, &addr, "GET", "/metrics", true, None);
@@ -416,9 +423,17 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
                 Duration::from_secs(10),
                 |v| v.as_str().is_some_and(|t| t.contains(&parser)),
             );
-            // A good one, both ways, from the page.
+            // Good ones, from the page: a preset picked one way (transatlantic: 39 ms),
+            // a spec typed the other.
+            let presets = page.eval("document.getElementById('preset-0').options.length");
+            assert!(
+                presets.as_u64() > Some(10),
+                "the presets are offered: {presets}"
+            );
             page.eval(
-                "document.getElementById('spec-0').value = 'delay 40ms'; \
+                "const pick = document.getElementById('preset-0'); \
+                 pick.value = 'preset transatlantic'; \
+                 pick.dispatchEvent(new Event('change')); \
                  document.getElementById('spec-1').value = 'delay 25ms'; \
                  document.getElementById('apply-0').click(); \
                  document.getElementById('apply-1').click(); true",

@@ -343,7 +343,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
                 emulator: &handle,
                 history: &history,
                 command: control_command,
-                presets: Vec::new(),
+                presets: preset_choices(),
             };
             let stop_http = &stop_http;
             scope.spawn(move || http.serve(stop_http, &|request| controlled.answer(request)));
@@ -378,6 +378,21 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         anyhow::bail!("emulator '{}' stopped: {failure}", args.common.name);
     }
     Ok(())
+}
+
+/// The presets the live page offers: each name `preset` takes, with what it is.
+fn preset_choices() -> Vec<(String, String, String)> {
+    use pathlab_core::spec::preset::{self, PRESETS};
+    preset::names()
+        .into_iter()
+        .map(|name| {
+            let summary = PRESETS
+                .iter()
+                .find(|p| name == p.name || name.strip_suffix("-up") == Some(p.name))
+                .map_or("", |p| p.summary);
+            (name.clone(), format!("preset {name}"), summary.to_owned())
+        })
+        .collect()
 }
 
 fn show(spec: &LinkSpec) -> String {
