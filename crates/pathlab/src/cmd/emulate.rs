@@ -10,7 +10,8 @@ use pathlab_core::LinkSpec;
 use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
 use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
-use pathlab_io::port::{PacketPort, PortError};
+use pathlab_io::port::{PacketPort, PortError, ReceiveMode};
+use pathlab_io::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::spec::parse_spec as load;
@@ -23,8 +24,21 @@ pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
     /// The two interfaces to bridge; SPEC applies from the first to the second.
-    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required = true)]
+    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required_unless_present = "trunk")]
     pub between: Vec<String>,
+    /// Instead of two interfaces, bridge two VLANs (--vlans A,B) of this one trunk port:
+    /// frames tagged A go through SPEC and leave tagged B, and back (see docs/emulate.md,
+    /// "One-port VLAN box"). Needs no 8021q module.
+    #[arg(long, value_name = "IF", conflicts_with_all = ["between", "wait"], requires = "vlans")]
+    pub trunk: Option<String>,
+    /// The two VLAN IDs (1 to 4094) --trunk bridges; SPEC applies from A to B.
+    #[arg(long, value_name = "A,B", requires = "trunk", value_parser = TrunkVlans::parse)]
+    pub vlans: Option<TrunkVlans>,
+    /// With --trunk: untagged (and priority-tagged) frames belong to VLAN VID, one of
+    /// --vlans, and its frames leave untagged, for a switch that carries that VLAN untagged
+    /// on the trunk. Default: untagged frames are not forwarded.
+    #[arg(long, value_name = "VID", requires = "trunk", value_parser = pathlab_io::vlan::parse_vid)]
+    pub native_vlan: Option<u16>,
     /// The link spec from IF_A to IF_B, e.g. 'delay 20ms loss 1% rate 10mbit limit 100'.
     #[arg(value_name = "SPEC", num_args = 0..)]
     pub spec: Vec<String>,
@@ -201,7 +215,16 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats.json),
         None => {}
     }
-    let [if_a, if_b] = [&args.between[0], &args.between[1]];
+    let trunk = match (&args.trunk, args.vlans) {
+        (Some(trunk), Some(vlans)) => Some((trunk, vlans.with_untagged(args.native_vlan))),
+        _ => None,
+    };
+    let names = match &trunk {
+        Some((trunk, Ok(vlans))) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
+        Some((_, Err(e))) => return Err(usage(anyhow::anyhow!("--native-vlan: {e}"))),
+        None => [args.between[0].clone(), args.between[1].clone()],
+    };
+    let [if_a, if_b] = [&names[0], &names[1]];
     if if_a == if_b {
         return Err(usage(anyhow::anyhow!(
             "--between needs two different interfaces, got '{if_a}' twice"
@@ -226,11 +249,15 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         other => anyhow::Error::new(other),
     })?;
     // Each port's ring holds the traffic that enters the direction it feeds.
-    let open = |name: &str, spec: &LinkSpec| {
-        PacketPort::open_with(name, pathlab_io::port::ReceiveMode::for_link(spec))
-            .map_err(port_error)
+    let modes = [
+        ReceiveMode::for_link(&forward),
+        ReceiveMode::for_link(&reverse),
+    ];
+    let ports = match &trunk {
+        Some((trunk, Ok(vlans))) => Ports::Trunk(vlan::open_trunk(trunk, *vlans, modes)),
+        _ => Ports::Pair([0, 1].map(|i| PacketPort::open_with(&names[i], modes[i]))),
     };
-    let ports = [open(if_a, &forward)?, open(if_b, &reverse)?];
+    let ports = ports.opened().map_err(port_error)?;
     let create = |path: &std::path::Path, what: &str| {
         File::create(path)
             .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
@@ -258,7 +285,10 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             OnInterfaceGone::Stop
         },
     };
-    let handle = emulator::spawn(ports, config)?;
+    let handle = match ports {
+        Ports::Pair(ports) => emulator::spawn(ports, config)?,
+        Ports::Trunk(ports) => emulator::spawn(ports, config)?,
+    };
     handle.set_late_bound(args.late_warn.0);
     let mut guard = args.late_warn.0.map(|_| Guard {
         name: args.common.name.clone(),
@@ -292,6 +322,24 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         anyhow::bail!("emulator '{}' stopped: {failure}", args.common.name);
     }
     Ok(())
+}
+
+/// The ports an emulator forwards between: two interfaces, or two VLANs of one trunk.
+enum Ports<Pair, Trunk> {
+    Pair(Pair),
+    Trunk(Trunk),
+}
+
+type Opening = Ports<[Result<PacketPort, PortError>; 2], Result<[vlan::VlanPort; 2], PortError>>;
+
+impl Opening {
+    /// The ports, or the first error opening them.
+    fn opened(self) -> Result<Ports<[PacketPort; 2], [vlan::VlanPort; 2]>, PortError> {
+        Ok(match self {
+            Ports::Pair([a, b]) => Ports::Pair([a?, b?]),
+            Ports::Trunk(ports) => Ports::Trunk(ports?),
+        })
+    }
 }
 
 fn show(spec: &LinkSpec) -> String {
