@@ -90,6 +90,56 @@ pub trait Port: Send {
     }
 }
 
+/// A boxed port is a port: an emulator can join two kinds (an interface and a VLAN of a
+/// trunk, a TUN device and an interface).
+impl Port for Box<dyn Port> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn framing(&self) -> Framing {
+        (**self).framing()
+    }
+
+    fn pollable(&self) -> BorrowedFd<'_> {
+        (**self).pollable()
+    }
+
+    fn receive(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(Vec<u8>),
+    ) -> io::Result<ReceiveCounts> {
+        (**self).receive(budget, pool, deliver)
+    }
+
+    fn receive_timed(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts> {
+        (**self).receive_timed(budget, pool, deliver)
+    }
+
+    fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
+        (**self).transmitter()
+    }
+
+    fn take_error(&mut self) -> Option<io::Error> {
+        (**self).take_error()
+    }
+
+    fn exists(&self) -> bool {
+        (**self).exists()
+    }
+
+    fn reopen(&mut self) -> Result<bool, PortError> {
+        (**self).reopen()
+    }
+}
+
 /// The sending half of a port.
 pub trait Transmit: Send {
     /// Sends one frame.

@@ -10,7 +10,7 @@ use pathlab_core::LinkSpec;
 use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
 use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
-use pathlab_io::port::{PacketPort, PortError, ReceiveMode};
+use pathlab_io::port::{PacketPort, Port, PortError, ReceiveMode};
 use pathlab_io::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
@@ -217,6 +217,11 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     }
     let trunk = match (&args.trunk, args.vlans) {
         (Some(trunk), Some(vlans)) => Some((trunk, vlans.with_untagged(args.native_vlan))),
+        (None, _) if args.vlans.is_some() || args.native_vlan.is_some() => {
+            return Err(usage(anyhow::anyhow!(
+                "--vlans and --native-vlan go with --trunk IF"
+            )));
+        }
         _ => None,
     };
     let names = match &trunk {
@@ -253,11 +258,15 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         ReceiveMode::for_link(&forward),
         ReceiveMode::for_link(&reverse),
     ];
-    let ports = match &trunk {
-        Some((trunk, Ok(vlans))) => Ports::Trunk(vlan::open_trunk(trunk, *vlans, modes)),
-        _ => Ports::Pair([0, 1].map(|i| PacketPort::open_with(&names[i], modes[i]))),
+    let ports: [Box<dyn Port>; 2] = match &trunk {
+        Some((trunk, Ok(vlans))) => vlan::open_trunk(trunk, *vlans, modes)
+            .map_err(port_error)?
+            .map(|port| Box::new(port) as Box<dyn Port>),
+        _ => [
+            Box::new(PacketPort::open_with(if_a, modes[0]).map_err(port_error)?),
+            Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
+        ],
     };
-    let ports = ports.opened().map_err(port_error)?;
     let create = |path: &std::path::Path, what: &str| {
         File::create(path)
             .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
@@ -285,10 +294,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             OnInterfaceGone::Stop
         },
     };
-    let handle = match ports {
-        Ports::Pair(ports) => emulator::spawn(ports, config)?,
-        Ports::Trunk(ports) => emulator::spawn(ports, config)?,
-    };
+    let handle = emulator::spawn(ports, config)?;
     handle.set_late_bound(args.late_warn.0);
     let mut guard = args.late_warn.0.map(|_| Guard {
         name: args.common.name.clone(),
@@ -322,24 +328,6 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         anyhow::bail!("emulator '{}' stopped: {failure}", args.common.name);
     }
     Ok(())
-}
-
-/// The ports an emulator forwards between: two interfaces, or two VLANs of one trunk.
-enum Ports<Pair, Trunk> {
-    Pair(Pair),
-    Trunk(Trunk),
-}
-
-type Opening = Ports<[Result<PacketPort, PortError>; 2], Result<[vlan::VlanPort; 2], PortError>>;
-
-impl Opening {
-    /// The ports, or the first error opening them.
-    fn opened(self) -> Result<Ports<[PacketPort; 2], [vlan::VlanPort; 2]>, PortError> {
-        Ok(match self {
-            Ports::Pair([a, b]) => Ports::Pair([a?, b?]),
-            Ports::Trunk(ports) => Ports::Trunk(ports?),
-        })
-    }
 }
 
 fn show(spec: &LinkSpec) -> String {
