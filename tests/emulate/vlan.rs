@@ -56,9 +56,29 @@ fn box_wired_to(peer: &Netns, peer_port: &str) -> Netns {
     the_box
 }
 
+/// A running `pathlab emulate --trunk`, stopped (SIGTERM, then SIGKILL) if the test ends
+/// without [`stop_box`], so a failing test leaves no process (nor the namespace it holds).
+struct BoxProcess(Option<Child>);
+
+impl Drop for BoxProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = pathlab_io::kill(child.id(), libc_sigterm());
+            for _ in 0..100 {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// `pathlab emulate --trunk trunk --vlans 5,6 SPEC EXTRA..` in `the_box`, once its control
 /// socket answers.
-fn start_box(the_box: &Netns, name: &str, spec: &str, extra: &[&str]) -> Child {
+fn start_box(the_box: &Netns, name: &str, spec: &str, extra: &[&str]) -> BoxProcess {
     let child = the_box
         .command(PATHLAB)
         .args(["emulate", "--trunk", TRUNK, "--vlans", "5,6", spec])
@@ -68,12 +88,13 @@ fn start_box(the_box: &Netns, name: &str, spec: &str, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("pathlab emulate starts");
+    let process = BoxProcess(Some(child));
     for _ in 0..200 {
         if pathlab(&["emulate", "stats", "--name", name])
             .status
             .success()
         {
-            return child;
+            return process;
         }
         std::thread::sleep(Duration::from_millis(25));
     }
@@ -81,7 +102,8 @@ fn start_box(the_box: &Netns, name: &str, spec: &str, extra: &[&str]) -> Child {
 }
 
 /// Stops the box as Ctrl-C would and returns its final counters.
-fn stop_box(child: Child) -> EmulatorStats {
+fn stop_box(mut process: BoxProcess) -> EmulatorStats {
+    let child = process.0.take().expect("running");
     pathlab_io::kill(child.id(), libc_sigterm()).expect("signal");
     let output = child.wait_with_output().expect("the box exits");
     assert!(
