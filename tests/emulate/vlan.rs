@@ -172,7 +172,12 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         &the_box,
         &name,
         "delay 1ms rate 100mbit",
-        &["--pcap", pcap.to_str().unwrap()],
+        &[
+            "--pcap",
+            pcap.to_str().unwrap(),
+            "--record",
+            dir.path("box.jsonl").to_str().unwrap(),
+        ],
     );
     let stp = {
         let mut bpdu = frame(&tag(0, 5), 9);
@@ -230,6 +235,20 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         text.contains("trunk.5") && text.contains("trunk.6"),
         "named by VLAN"
     );
+    // The recording names the directions by VLAN and holds every packet.
+    let file = std::fs::File::open(dir.path("box.jsonl")).expect("the recording");
+    let recording = pathlab_results::recording::read_recording(std::io::BufReader::new(file))
+        .expect("the recording reads");
+    let header = recording.header.as_ref().expect("a header");
+    assert_eq!(
+        (
+            header.directions[0].from.as_str(),
+            header.directions[0].to.as_str()
+        ),
+        ("trunk.5", "trunk.6")
+    );
+    assert_eq!(recording.packets(0).count(), 2);
+    assert_eq!(recording.packets(1).count(), 1);
 
     // With --native-vlan 5 the trunk carries VLAN 5 untagged: untagged (and
     // priority-tagged) frames go into 6, and 6's frames leave untagged. BPDUs still stay.
@@ -334,9 +353,8 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
     };
     // Through the box with nothing in the link: the switch's and the box's own cost.
     let child = start_box(&the_box, &name, "", &[]);
-    let base = ping(30);
-    assert_eq!(base.len(), 30, "every ping of the empty link came back");
-    let base_ms = median(&base);
+    let base = ping(50);
+    assert_eq!(base.len(), 50, "every ping of the empty link came back");
     // 10 ms each way: 20 ms more.
     let output = pathlab(&["emulate", "set", "--name", &name, "delay 10ms"]);
     assert!(
@@ -344,12 +362,17 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let rtts = ping(30);
-    assert_eq!(rtts.len(), 30, "every ping came back");
-    let (min, med) = (rtts[0], median(&rtts));
+    let rtts = ping(50);
+    assert_eq!(rtts.len(), 50, "every ping came back");
+    // The lower quartile and the median: the switch is a user-space thread with little
+    // spinning, so on a loaded 2-core machine the upper half of the pings waits for CPU.
+    let quartile = |sorted: &[f64]| sorted[sorted.len() / 4];
+    let (min, low, med) = (rtts[0], quartile(&rtts), median(&rtts));
+    let (base_low, base_med) = (quartile(&base), median(&base));
     eprintln!(
-        "one-port VLAN box: empty link median RTT {base_ms:.3} ms; delay 10ms each way: min \
-         {min:.3} ms, median {med:.3} ms, max {:.3} ms (theory 20 ms + the empty link's)",
+        "one-port VLAN box: empty link RTT lower quartile {base_low:.3} ms, median \
+         {base_med:.3} ms; delay 10ms each way: min {min:.3} ms, lower quartile {low:.3} ms, \
+         median {med:.3} ms, max {:.3} ms (theory: 20 ms + the empty link's)",
         rtts[rtts.len() - 1]
     );
     assert!(
@@ -357,8 +380,13 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
         "no ping beats the 20 ms the link adds: {min:.3} ms"
     );
     assert!(
-        (med - base_ms - 20.0).abs() < 1.0,
-        "median {med:.3} ms is 20 ms above the empty link's {base_ms:.3} ms, within 1 ms"
+        (low - base_low - 20.0).abs() < 1.0,
+        "lower quartile {low:.3} ms is 20 ms above the empty link's {base_low:.3} ms, within \
+         1 ms"
+    );
+    assert!(
+        (med - base_med - 20.0).abs() < 3.0,
+        "median {med:.3} ms is 20 ms above the empty link's {base_med:.3} ms, within 3 ms"
     );
     // TCP both ways, every byte checked: runs of segments leave the box as tagged GSO
     // super-packets.
