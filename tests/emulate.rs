@@ -20,6 +20,8 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_results::recording::read_recording;
 
 mod util;
+#[path = "emulate/vlan.rs"]
+mod vlan;
 use util::emulated::{pathlab, privileged, run_quick_recipe, with_server_in_h2, Lab, PATHLAB};
 use util::TempDir;
 

@@ -40,6 +40,7 @@ mod sys;
 pub mod testing;
 pub mod topology;
 pub mod tun;
+pub mod vlan;
 
 use pathlab_core::spec::{RateSpec, SpecError};
 use pathlab_core::stage::rate::{Trace, TraceError};

@@ -90,6 +90,56 @@ pub trait Port: Send {
     }
 }
 
+/// A boxed port is a port: an emulator can join two kinds (an interface and a VLAN of a
+/// trunk, a TUN device and an interface).
+impl Port for Box<dyn Port> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn framing(&self) -> Framing {
+        (**self).framing()
+    }
+
+    fn pollable(&self) -> BorrowedFd<'_> {
+        (**self).pollable()
+    }
+
+    fn receive(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(Vec<u8>),
+    ) -> io::Result<ReceiveCounts> {
+        (**self).receive(budget, pool, deliver)
+    }
+
+    fn receive_timed(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts> {
+        (**self).receive_timed(budget, pool, deliver)
+    }
+
+    fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
+        (**self).transmitter()
+    }
+
+    fn take_error(&mut self) -> Option<io::Error> {
+        (**self).take_error()
+    }
+
+    fn exists(&self) -> bool {
+        (**self).exists()
+    }
+
+    fn reopen(&mut self) -> Result<bool, PortError> {
+        (**self).reopen()
+    }
+}
+
 /// The sending half of a port.
 pub trait Transmit: Send {
     /// Sends one frame.
@@ -244,7 +294,7 @@ const RING_FRAME_SIZE: usize = 17 * 4096;
 
 /// Where a packet port's frames come from.
 #[derive(Debug)]
-enum Receiver {
+pub(crate) enum Receiver {
     Ring(sys::RxRing),
     Socket {
         socket: OwnedFd,
@@ -252,13 +302,190 @@ enum Receiver {
     },
 }
 
+/// Which received frames a [`Receiver`] delivers, and with what tag: all of them, each
+/// with the VLAN tag the kernel took off put back in its bytes (`None`); or only those
+/// whose tag (or its absence) the function accepts, without it (a VLAN port's).
+pub(crate) type Untag<'a> = Option<&'a dyn Fn(Option<(u16, u16)>) -> bool>;
+
 impl Receiver {
-    fn socket(&self) -> BorrowedFd<'_> {
+    pub(crate) fn socket(&self) -> BorrowedFd<'_> {
         match self {
             Receiver::Ring(ring) => ring.socket(),
             Receiver::Socket { socket, .. } => socket.as_fd(),
         }
     }
+
+    /// Opens the receiving socket of interface `index` (`name` for errors) as `mode` says,
+    /// with `filter` attached if given, bound and promiscuous.
+    pub(crate) fn open(
+        name: &str,
+        index: u32,
+        mode: ReceiveMode,
+        filter: Option<sys::VlanFilter>,
+    ) -> Result<Receiver, PortError> {
+        // Protocol 0 until bound: a socket opened for every protocol would take every
+        // interface's frames at once, and binding it to one interface would then wait for
+        // an RCU grace period (synchronize_net) to take its hook back, milliseconds each:
+        // half a minute for the 2,000 ports of a 1,000-link lab.
+        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+            .map_err(io_error("opening a packet socket", name))?;
+        // The options must be set before the ring exists and before bind, so that no frame
+        // arrives without them.
+        sys::setsockopt(
+            rx_socket.as_fd(),
+            libc::SOL_PACKET,
+            sys::PACKET_VNET_HDR,
+            &1i32,
+        )
+        .map_err(io_error("enabling vnet headers", name))?;
+        sys::setsockopt(
+            rx_socket.as_fd(),
+            libc::SOL_PACKET,
+            sys::PACKET_IGNORE_OUTGOING,
+            &1i32,
+        )
+        .map_err(io_error("ignoring outgoing frames", name))?;
+        if let Some(filter) = filter {
+            sys::attach_vlan_filter(rx_socket.as_fd(), filter)
+                .map_err(io_error("attaching the VLAN filter", name))?;
+        }
+        let rx = match mode {
+            ReceiveMode::Ring { frames } => Receiver::Ring(
+                sys::RxRing::new(rx_socket, RING_FRAME_SIZE, frames)
+                    .map_err(io_error("mapping the receive ring", name))?,
+            ),
+            ReceiveMode::Socket { buffer_bytes } => {
+                // The ring's frame header says what auxdata says: the length on the wire
+                // and the VLAN tag the driver took off.
+                sys::enable_packet_auxdata(rx_socket.as_fd())
+                    .map_err(io_error("enabling packet auxdata", name))?;
+                sys::grow_receive_buffer(rx_socket.as_fd(), buffer_bytes)
+                    .map_err(io_error("sizing the receive buffer", name))?;
+                Receiver::Socket {
+                    socket: rx_socket,
+                    batch: sys::PacketBatch::new(SOCKET_BATCH, RING_FRAME_SIZE)
+                        .map_err(io_error("mapping the receive slots", name))?,
+                }
+            }
+        };
+        sys::bind_packet(rx.socket(), index).map_err(io_error("binding", name))?;
+        sys::packet_promiscuous(rx.socket(), index)
+            .map_err(io_error("entering promiscuous mode", name))?;
+        Ok(rx)
+    }
+
+    /// Reads up to `budget` waiting frames, each to `deliver` as wire frames with its
+    /// receive time, its VLAN tag as `untag` says.
+    pub(crate) fn receive_timed(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        untag: Untag<'_>,
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts> {
+        let mut counts = ReceiveCounts::default();
+        // The tag to put back, or none; `None` overall: the frame is not delivered.
+        let tag_of = |vlan: Option<(u16, u16)>| match untag {
+            None => Some(vlan),
+            Some(accept) => accept(vlan).then_some(None),
+        };
+        match self {
+            Receiver::Ring(ring) => {
+                for _ in 0..budget {
+                    let Some(frame) = ring.next_frame() else {
+                        break;
+                    };
+                    counts.frames += 1;
+                    if frame.losing {
+                        counts.ring_full += 1;
+                    }
+                    let Some(vlan) = tag_of(frame.vlan) else {
+                        continue;
+                    };
+                    let at = Some(frame.received_unix_ns);
+                    deliver_frame(
+                        frame.data,
+                        frame.wire_len,
+                        vlan,
+                        at,
+                        &mut counts,
+                        pool,
+                        deliver,
+                    );
+                }
+            }
+            Receiver::Socket { socket, batch } => {
+                while (counts.frames as usize) < budget {
+                    let wanted = (budget - counts.frames as usize).min(batch.slots());
+                    let received = batch.recv(socket.as_fd(), wanted)?;
+                    for frame in batch.frames() {
+                        counts.frames += 1;
+                        if frame.truncated {
+                            counts.malformed += 1;
+                            continue;
+                        }
+                        let Some(vlan) = tag_of(frame.vlan) else {
+                            continue;
+                        };
+                        let at = frame.received_unix_ns;
+                        deliver_frame(
+                            frame.data,
+                            frame.wire_len,
+                            vlan,
+                            at,
+                            &mut counts,
+                            pool,
+                            deliver,
+                        );
+                    }
+                    if received < wanted {
+                        break; // drained
+                    }
+                }
+                if counts.frames > 0 {
+                    // Drops happen while frames wait, so only a pass that found some can
+                    // follow them.
+                    counts.ring_full += sys::packet_drops(socket.as_fd())?;
+                }
+            }
+        }
+        Ok(counts)
+    }
+}
+
+/// Finds interface `name` in the calling thread's namespace, one a port can open: it
+/// exists, is not the loopback, and is up.
+pub(crate) fn usable_link(name: &str) -> Result<crate::netlink::LinkInfo, PortError> {
+    let mut netlink = Netlink::open().map_err(io_error("opening netlink", name))?;
+    let links = netlink
+        .links()
+        .map_err(io_error("listing interfaces", name))?;
+    let Some(link) = links.iter().find(|link| link.name == name) else {
+        let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
+        return Err(PortError::NoSuchInterface {
+            name: name.to_owned(),
+            hint: format!(" (there are: {})", names.join(", ")),
+        });
+    };
+    if link.name == "lo" || link.kind.as_deref() == Some("loopback") || link.index == 1 {
+        return Err(PortError::Loopback(name.to_owned()));
+    }
+    if !link.up {
+        return Err(PortError::Down(name.to_owned()));
+    }
+    Ok(link.clone())
+}
+
+/// Opens the sending socket of interface `index` (`name` for errors). It receives nothing:
+/// protocol 0 binds it to no traffic. It takes a vnet header before every frame, so that
+/// runs of segments can go out as one GSO packet.
+pub(crate) fn open_sender(name: &str, index: u32) -> Result<OwnedFd, PortError> {
+    let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
+        .map_err(io_error("opening a packet socket", name))?;
+    sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)
+        .map_err(io_error("enabling vnet headers", name))?;
+    sys::bind_packet_protocol(tx.as_fd(), index, 0).map_err(io_error("binding", name))?;
+    Ok(tx)
 }
 
 /// One received frame (vnet header, then Ethernet) into wire frames for `deliver`.
@@ -325,7 +552,10 @@ impl Drop for PacketPort {
     }
 }
 
-fn io_error<'a>(what: &'static str, name: &'a str) -> impl FnOnce(io::Error) -> PortError + 'a {
+pub(crate) fn io_error<'a>(
+    what: &'static str,
+    name: &'a str,
+) -> impl FnOnce(io::Error) -> PortError + 'a {
     move |source| PortError::Io {
         what,
         name: name.to_owned(),
@@ -342,23 +572,7 @@ impl PacketPort {
 
     /// Opens interface `name`, receiving as `mode` says.
     pub fn open_with(name: &str, mode: ReceiveMode) -> Result<PacketPort, PortError> {
-        let mut netlink = Netlink::open().map_err(io_error("opening netlink", name))?;
-        let links = netlink
-            .links()
-            .map_err(io_error("listing interfaces", name))?;
-        let Some(link) = links.iter().find(|link| link.name == name) else {
-            let names: Vec<&str> = links.iter().map(|l| l.name.as_str()).collect();
-            return Err(PortError::NoSuchInterface {
-                name: name.to_owned(),
-                hint: format!(" (there are: {})", names.join(", ")),
-            });
-        };
-        if link.name == "lo" || link.kind.as_deref() == Some("loopback") || link.index == 1 {
-            return Err(PortError::Loopback(name.to_owned()));
-        }
-        if !link.up {
-            return Err(PortError::Down(name.to_owned()));
-        }
+        let link = usable_link(name)?;
         let (lock, lock_path) =
             crate::runtime::lock_interface(link.index).map_err(io_error("locking", name))?;
         let Some(lock) = lock else {
@@ -367,58 +581,8 @@ impl PacketPort {
                 lock: lock_path,
             });
         };
-        // Protocol 0 until bound: a socket opened for every protocol would take every
-        // interface's frames at once, and binding it to one interface would then wait for
-        // an RCU grace period (synchronize_net) to take its hook back, milliseconds each:
-        // half a minute for the 2,000 ports of a 1,000-link lab.
-        let rx_socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
-            .map_err(io_error("opening a packet socket", name))?;
-        // The options must be set before the ring exists and before bind, so that no frame
-        // arrives without them.
-        sys::setsockopt(
-            rx_socket.as_fd(),
-            libc::SOL_PACKET,
-            sys::PACKET_VNET_HDR,
-            &1i32,
-        )
-        .map_err(io_error("enabling vnet headers", name))?;
-        sys::setsockopt(
-            rx_socket.as_fd(),
-            libc::SOL_PACKET,
-            sys::PACKET_IGNORE_OUTGOING,
-            &1i32,
-        )
-        .map_err(io_error("ignoring outgoing frames", name))?;
-        let rx = match mode {
-            ReceiveMode::Ring { frames } => Receiver::Ring(
-                sys::RxRing::new(rx_socket, RING_FRAME_SIZE, frames)
-                    .map_err(io_error("mapping the receive ring", name))?,
-            ),
-            ReceiveMode::Socket { buffer_bytes } => {
-                // The ring's frame header says what auxdata says: the length on the wire
-                // and the VLAN tag the driver took off.
-                sys::enable_packet_auxdata(rx_socket.as_fd())
-                    .map_err(io_error("enabling packet auxdata", name))?;
-                sys::grow_receive_buffer(rx_socket.as_fd(), buffer_bytes)
-                    .map_err(io_error("sizing the receive buffer", name))?;
-                Receiver::Socket {
-                    socket: rx_socket,
-                    batch: sys::PacketBatch::new(SOCKET_BATCH, RING_FRAME_SIZE)
-                        .map_err(io_error("mapping the receive slots", name))?,
-                }
-            }
-        };
-        sys::bind_packet(rx.socket(), link.index).map_err(io_error("binding", name))?;
-        sys::packet_promiscuous(rx.socket(), link.index)
-            .map_err(io_error("entering promiscuous mode", name))?;
-        // The send socket receives nothing: protocol 0 binds it to no traffic. It takes a
-        // vnet header before every frame, so that runs of segments can go out as one GSO
-        // packet.
-        let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)
-            .map_err(io_error("opening a packet socket", name))?;
-        sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)
-            .map_err(io_error("enabling vnet headers", name))?;
-        sys::bind_packet_protocol(tx.as_fd(), link.index, 0).map_err(io_error("binding", name))?;
+        let rx = Receiver::open(name, link.index, mode, None)?;
+        let tx = open_sender(name, link.index)?;
         Ok(PacketPort {
             name: name.to_owned(),
             ifindex: link.index,
@@ -460,62 +624,7 @@ impl Port for PacketPort {
         pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
     ) -> io::Result<ReceiveCounts> {
-        let mut counts = ReceiveCounts::default();
-        match &mut self.rx {
-            Receiver::Ring(ring) => {
-                for _ in 0..budget {
-                    let Some(frame) = ring.next_frame() else {
-                        break;
-                    };
-                    counts.frames += 1;
-                    if frame.losing {
-                        counts.ring_full += 1;
-                    }
-                    let at = Some(frame.received_unix_ns);
-                    deliver_frame(
-                        frame.data,
-                        frame.wire_len,
-                        frame.vlan,
-                        at,
-                        &mut counts,
-                        pool,
-                        deliver,
-                    );
-                }
-            }
-            Receiver::Socket { socket, batch } => {
-                while (counts.frames as usize) < budget {
-                    let wanted = (budget - counts.frames as usize).min(batch.slots());
-                    let received = batch.recv(socket.as_fd(), wanted)?;
-                    for frame in batch.frames() {
-                        counts.frames += 1;
-                        if frame.truncated {
-                            counts.malformed += 1;
-                            continue;
-                        }
-                        let at = frame.received_unix_ns;
-                        deliver_frame(
-                            frame.data,
-                            frame.wire_len,
-                            frame.vlan,
-                            at,
-                            &mut counts,
-                            pool,
-                            deliver,
-                        );
-                    }
-                    if received < wanted {
-                        break; // drained
-                    }
-                }
-                if counts.frames > 0 {
-                    // Drops happen while frames wait, so only a pass that found some can
-                    // follow them.
-                    counts.ring_full += sys::packet_drops(socket.as_fd())?;
-                }
-            }
-        }
-        Ok(counts)
+        self.rx.receive_timed(budget, pool, None, deliver)
     }
 
     fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {

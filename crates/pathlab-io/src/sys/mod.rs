@@ -9,6 +9,7 @@
 mod epoll;
 mod packet_batch;
 mod ring;
+mod vlan_filter;
 
 use std::ffi::CString;
 use std::io;
@@ -21,6 +22,7 @@ use std::time::Duration;
 pub use epoll::Epoll;
 pub use packet_batch::{enable_packet_auxdata, packet_drops, PacketBatch};
 pub use ring::RxRing;
+pub use vlan_filter::{attach_vlan_filter, VlanFilter};
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.
 pub const PACKET_IGNORE_OUTGOING: libc::c_int = 23;

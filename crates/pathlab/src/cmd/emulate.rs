@@ -12,7 +12,8 @@ use pathlab_io::control_http::{Controlled, History, Specs};
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
 use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
 use pathlab_io::http::{HttpServer, HttpServerError};
-use pathlab_io::port::{PacketPort, PortError};
+use pathlab_io::port::{PacketPort, Port, PortError, ReceiveMode};
+use pathlab_io::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::spec::parse_spec as load;
@@ -25,8 +26,21 @@ pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
     /// The two interfaces to bridge; SPEC applies from the first to the second.
-    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required = true)]
+    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required_unless_present = "trunk")]
     pub between: Vec<String>,
+    /// Instead of two interfaces, bridge two VLANs (--vlans A,B) of this one trunk port:
+    /// frames tagged A go through SPEC and leave tagged B, and back (see docs/emulate.md,
+    /// "One-port VLAN box"). Needs no 8021q module.
+    #[arg(long, value_name = "IF", conflicts_with_all = ["between", "wait"], requires = "vlans")]
+    pub trunk: Option<String>,
+    /// The two VLAN IDs (1 to 4094) --trunk bridges; SPEC applies from A to B.
+    #[arg(long, value_name = "A,B", requires = "trunk", value_parser = TrunkVlans::parse)]
+    pub vlans: Option<TrunkVlans>,
+    /// With --trunk: untagged (and priority-tagged) frames belong to VLAN VID, one of
+    /// --vlans, and its frames leave untagged, for a switch that carries that VLAN untagged
+    /// on the trunk. Default: untagged frames are not forwarded.
+    #[arg(long, value_name = "VID", requires = "trunk", value_parser = pathlab_io::vlan::parse_vid)]
+    pub native_vlan: Option<u16>,
     /// The link spec from IF_A to IF_B, e.g. 'delay 20ms loss 1% rate 10mbit limit 100'.
     #[arg(value_name = "SPEC", num_args = 0..)]
     pub spec: Vec<String>,
@@ -227,7 +241,21 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats),
         None => {}
     }
-    let [if_a, if_b] = [&args.between[0], &args.between[1]];
+    let trunk = match (&args.trunk, args.vlans) {
+        (Some(trunk), Some(vlans)) => Some((trunk, vlans.with_untagged(args.native_vlan))),
+        (None, _) if args.vlans.is_some() || args.native_vlan.is_some() => {
+            return Err(usage(anyhow::anyhow!(
+                "--vlans and --native-vlan go with --trunk IF"
+            )));
+        }
+        _ => None,
+    };
+    let names = match &trunk {
+        Some((trunk, Ok(vlans))) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
+        Some((_, Err(e))) => return Err(usage(anyhow::anyhow!("--native-vlan: {e}"))),
+        None => [args.between[0].clone(), args.between[1].clone()],
+    };
+    let [if_a, if_b] = [&names[0], &names[1]];
     if if_a == if_b {
         return Err(usage(anyhow::anyhow!(
             "--between needs two different interfaces, got '{if_a}' twice"
@@ -273,11 +301,19 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         None => None,
     };
     // Each port's ring holds the traffic that enters the direction it feeds.
-    let open = |name: &str, spec: &LinkSpec| {
-        PacketPort::open_with(name, pathlab_io::port::ReceiveMode::for_link(spec))
-            .map_err(port_error)
+    let modes = [
+        ReceiveMode::for_link(&forward),
+        ReceiveMode::for_link(&reverse),
+    ];
+    let ports: [Box<dyn Port>; 2] = match &trunk {
+        Some((trunk, Ok(vlans))) => vlan::open_trunk(trunk, *vlans, modes)
+            .map_err(port_error)?
+            .map(|port| Box::new(port) as Box<dyn Port>),
+        _ => [
+            Box::new(PacketPort::open_with(if_a, modes[0]).map_err(port_error)?),
+            Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
+        ],
     };
-    let ports = [open(if_a, &forward)?, open(if_b, &reverse)?];
     let create = |path: &std::path::Path, what: &str| {
         File::create(path)
             .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
