@@ -69,7 +69,7 @@ impl Metrics {
                  --metrics-token FILE (or serve on 127.0.0.1 or [::1])"
             )),
             HttpServerError::Bind { .. } => anyhow::Error::new(error),
-            other => usage(other),
+            other @ HttpServerError::Token { .. } => usage(other),
         })?;
         eprintln!("metrics: http://{}/metrics", server.local_addr());
         Ok(Metrics {
@@ -91,15 +91,18 @@ impl Metrics {
         std::thread::scope(|scope| {
             scope.spawn(|| server.serve(&stop, &|request: &Request| route(request, render)));
             // The flag is set even if `body` panics, so the scope's join does not hang.
-            struct StopOnDrop<'a>(&'a AtomicBool);
-            impl Drop for StopOnDrop<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::Release);
-                }
-            }
             let _stop = StopOnDrop(&stop);
             body()
         })
+    }
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
     }
 }
 
