@@ -3,7 +3,7 @@
 //! It reads the clock and packets, and hands them to the sans-IO models of `pathlab-core`:
 //! AF_PACKET rings and TUN devices as emulator ports ([`port`]), TUN devices on their own
 //! ([`tun`]) and UDP sockets bound to one interface each ([`line`]) for the bonding
-//! tunnel, offload undoing ([`offload`]), the
+//! tunnel and its Prometheus exposition ([`bond_metrics`]), offload undoing ([`offload`]), the
 //! emulator's forwarding loop ([`emulator`]), how late it sends ([`fidelity`]) and its
 //! control socket ([`control`]),
 //! network namespaces ([`netns`]) and rtnetlink ([`netlink`]) to build labs with, an ICMP
@@ -17,6 +17,7 @@
 pub mod bloat;
 pub mod blocks;
 pub mod bond;
+pub mod bond_metrics;
 pub mod buffers;
 pub mod capacity;
 pub mod control;

@@ -23,14 +23,16 @@ use pathlab_probe::session::{
 use crate::sys;
 
 mod client;
+mod counters;
 mod mtu;
 mod probes;
 mod server;
 mod streams;
 
 pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
+pub use counters::{metrics, RefusalReason, ServerCounters, TestKind, TestOutcome};
 pub use pathlab_probe::session::MAX_STREAMS;
-pub use server::{Server, ServerConfig, ServerCounters};
+pub use server::{Server, ServerConfig};
 pub use streams::{TcpOptions, TcpTest};
 
 /// The server's default TCP port.

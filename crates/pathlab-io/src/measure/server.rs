@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,7 @@ use pathlab_probe::control::{self, Direction, Limits, Message, Refusal, TestRequ
 use pathlab_probe::probe::{self, ProbeKind, Reflection};
 use pathlab_probe::session::{Rejections, Running, ServerEvent, ServerPolicy, ServerSession};
 
+use super::counters::{RefusalReason, ServerCounters, TestKind, TestOutcome};
 use super::probes::{receive_one_way, send_probes};
 use super::streams::{serve_tcp, TcpOptions};
 use super::{clock, mtu, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError};
@@ -64,57 +65,6 @@ impl ServerConfig {
             max_clients: Self::DEFAULT_MAX_CLIENTS,
             max_handshakes: Self::DEFAULT_MAX_HANDSHAKES,
         }
-    }
-}
-
-/// What a server did and refused, since it started.
-#[derive(Debug, Default)]
-pub struct ServerCounters {
-    /// Connections accepted.
-    pub connections: AtomicU64,
-    /// Tests run (accepted).
-    pub tests: AtomicU64,
-    /// Connections refused: too many from one address.
-    pub refused_per_source: AtomicU64,
-    /// Handshakes dropped to make room for new connections.
-    pub handshakes_dropped: AtomicU64,
-    /// Handshakes that timed out.
-    pub handshake_timeouts: AtomicU64,
-    /// Tests refused: `--max-tests` running.
-    pub refused_busy: AtomicU64,
-    /// Control messages that failed authentication.
-    pub auth_failures: AtomicU64,
-    /// Probes rejected (another session, sender, direction, tag).
-    pub rejected_probes: AtomicU64,
-    /// Data stream greetings rejected.
-    pub rejected_greetings: AtomicU64,
-}
-
-impl ServerCounters {
-    fn add(&self, rejections: &Rejections) {
-        self.auth_failures
-            .fetch_add(rejections.control, Ordering::Relaxed);
-        self.rejected_probes
-            .fetch_add(rejections.probes, Ordering::Relaxed);
-        self.rejected_greetings
-            .fetch_add(rejections.greetings, Ordering::Relaxed);
-    }
-
-    /// One line for the log.
-    pub fn summary(&self) -> String {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        format!(
-            "{} connections, {} tests; refused: {} over --max-clients, {} busy; {} handshakes dropped for room, {} timed out; {} control messages, {} probes, {} greetings failed their checks",
-            get(&self.connections),
-            get(&self.tests),
-            get(&self.refused_per_source),
-            get(&self.refused_busy),
-            get(&self.handshakes_dropped),
-            get(&self.handshake_timeouts),
-            get(&self.auth_failures),
-            get(&self.rejected_probes),
-            get(&self.rejected_greetings),
-        )
     }
 }
 
@@ -171,10 +121,14 @@ impl Server {
         )?;
         listener.set_nonblocking(true)?;
         sys::raise_open_files_limit();
+        let counters = Arc::new(ServerCounters::default());
+        counters
+            .started_unix_ns
+            .store(super::now_ns(), Ordering::Relaxed);
         Ok(Server {
             listener,
             config,
-            counters: Arc::default(),
+            counters,
         })
     }
 
@@ -238,20 +192,26 @@ impl Server {
                         let handshake = handshakes.remove(index).expect("there");
                         active.fetch_add(1, Ordering::SeqCst);
                         self.counters.tests.fetch_add(1, Ordering::Relaxed);
+                        self.counters.running.fetch_add(1, Ordering::Relaxed);
                         let active = Arc::clone(&active);
                         let stopping = Arc::clone(&stopping);
                         let counters = Arc::clone(&self.counters);
                         workers.push(std::thread::spawn(move || {
                             run_test(handshake, &stopping, &counters);
+                            counters.running.fetch_sub(1, Ordering::Relaxed);
                             active.fetch_sub(1, Ordering::SeqCst);
                         }));
                     }
                 }
             }
+            self.counters
+                .handshakes
+                .store(handshakes.len() as u64, Ordering::Relaxed);
             workers.retain(|w| !w.is_finished());
         }
         stopping.store(true, Ordering::SeqCst);
         drop(handshakes);
+        self.counters.handshakes.store(0, Ordering::Relaxed);
         for worker in workers {
             let _ = worker.join();
         }
@@ -287,9 +247,7 @@ impl Server {
                 ip,
             };
             if from_there > self.config.max_clients {
-                self.counters
-                    .refused_per_source
-                    .fetch_add(1, Ordering::Relaxed);
+                self.counters.count_refusal(RefusalReason::PerSource);
                 refuse_connection(
                     stream,
                     Refusal::TooManyClients {
@@ -322,7 +280,6 @@ impl Server {
             match event {
                 ServerEvent::Request(_) => {
                     if active.load(Ordering::SeqCst) >= self.config.limits.max_tests {
-                        self.counters.refused_busy.fetch_add(1, Ordering::Relaxed);
                         handshake.conn.session.refuse(Refusal::Busy {
                             max_tests: self.config.limits.max_tests,
                         });
@@ -338,6 +295,12 @@ impl Server {
                         self.counters
                             .handshake_timeouts
                             .fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Refused by the session's limits or by ours (`--max-tests`).
+                    if let Some((test, refusal)) = handshake.conn.session.refused() {
+                        self.counters
+                            .count_test(TestKind::of(test), TestOutcome::Refused);
+                        self.counters.count_refusal(RefusalReason::of(refusal));
                     }
                     log(handshake.peer, handshake.started, &outcome);
                     step = Step::Close;
@@ -431,8 +394,19 @@ fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &ServerCounte
         slot,
     } = handshake;
     let _slot = slot;
+    let kind = TestKind::of(&pending_test(&conn.session));
     let mut test = TestConn { conn, stopping };
-    let outcome = serve(&mut test, peer, counters);
+    let mut moved = Moved::default();
+    let outcome = serve(&mut test, peer, counters, &mut moved);
+    counters.count_bytes(kind, moved.sent_bytes, moved.received_bytes);
+    counters.count_test(
+        kind,
+        match &outcome {
+            Ok(_) => TestOutcome::Completed,
+            Err(MeasureError::Stopped) => TestOutcome::Aborted,
+            Err(_) => TestOutcome::Failed,
+        },
+    );
     let outcome = match outcome {
         Ok(line) => Ok(line),
         Err(error) => {
@@ -458,10 +432,18 @@ fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &ServerCounte
     }
 }
 
+/// Payload bytes a test moved, for the counters (filled as far as the test got).
+#[derive(Debug, Default)]
+pub(super) struct Moved {
+    pub(super) sent_bytes: u64,
+    pub(super) received_bytes: u64,
+}
+
 fn serve(
     test: &mut TestConn<'_>,
     peer: SocketAddr,
     counters: &ServerCounters,
+    moved: &mut Moved,
 ) -> Result<String, MeasureError> {
     test.conn.stream.set_nonblocking(false)?;
     let local = test.conn.stream.local_addr()?;
@@ -510,6 +492,7 @@ fn serve(
                         count,
                     )?;
                     let count = received.arrivals.len() as u64;
+                    moved.received_bytes = count * u64::from(size);
                     for chunk in received
                         .arrivals
                         .chunks(pathlab_probe::control::RECORDS_PER_CHUNK)
@@ -538,12 +521,13 @@ fn serve(
                         count,
                         test,
                     )?;
-                    test.send(&sent)?;
-                    let done = test.next_message()?;
                     let count = match sent {
                         Message::Sent { count, .. } => count,
                         _ => 0,
                     };
+                    moved.sent_bytes = count * u64::from(size);
+                    test.send(&sent)?;
+                    let done = test.next_message()?;
                     format!("{}: sent {count}, {}", running.test, describe_done(&done))
                 }
             }
@@ -551,7 +535,7 @@ fn serve(
         TestRequest::Tcp { .. } => {
             drop(udp);
             let listener = data_listener.expect("a TCP test has a data listener");
-            let line = serve_tcp(test, &listener, &mut running, &mut rejections)?;
+            let line = serve_tcp(test, &listener, &mut running, &mut rejections, moved)?;
             format!("{}: {line}", running.test)
         }
         TestRequest::PathMtu {
@@ -561,8 +545,11 @@ fn serve(
             let line = mtu::serve(&udp, test, &running, client, direction, max_size)?;
             format!("{}: {line}", running.test)
         }
-        TestRequest::RoundTrip { .. } => {
+        TestRequest::RoundTrip { size, .. } => {
             let received = reflect_probes(&udp, test, &running, &mut rejections)?;
+            // Each reflection is as long as its request (no amplification).
+            moved.received_bytes = received * u64::from(size);
+            moved.sent_bytes = moved.received_bytes;
             test.send(&Message::Done {
                 received,
                 rejected: rejections.probes,

@@ -450,6 +450,7 @@ pub(super) fn serve_tcp(
     listener: &TcpListener,
     running: &mut Running,
     rejections: &mut Rejections,
+    moved: &mut super::server::Moved,
 ) -> Result<String, MeasureError> {
     let TestRequest::Tcp {
         duration_ns,
@@ -529,6 +530,15 @@ pub(super) fn serve_tcp(
         stop.store(true, Ordering::Relaxed);
     }
     let joined = join_streams(threads, control_cpu_start);
+    // What the streams moved until they ended, failed or not: data received upwards, and
+    // downwards what the kernel sent less its retransmissions.
+    moved.received_bytes = joined.up.iter().map(|s| s.bytes).sum();
+    moved.sent_bytes = joined
+        .down
+        .iter()
+        .filter_map(|s| s.samples.last())
+        .map(|last| last.sent_bytes.saturating_sub(last.retrans_bytes))
+        .sum();
     outcome?;
     if let Some(error) = joined.error {
         return Err(error.into());

@@ -58,6 +58,7 @@ pub struct ServerSession {
     events: VecDeque<ServerEvent>,
     pending: Option<(TestRequest, u16)>,
     running: Option<Running>,
+    refused: Option<(TestRequest, Refusal)>,
     /// What this session refused.
     pub rejections: Rejections,
 }
@@ -80,6 +81,7 @@ impl ServerSession {
             events: VecDeque::new(),
             pending: None,
             running: None,
+            refused: None,
             rejections: Rejections::default(),
         }
     }
@@ -126,7 +128,10 @@ impl ServerSession {
                     }
                     Err(refusal) => {
                         let line = format!("refused {test}: {refusal}");
-                        self.channel.send(&Message::Refuse { refusal });
+                        self.channel.send(&Message::Refuse {
+                            refusal: refusal.clone(),
+                        });
+                        self.refused = Some((test, refusal));
                         self.end(Ok(line));
                     }
                 }
@@ -233,10 +238,22 @@ impl ServerSession {
 
     /// Refuses the requested test (the driver's limits: `--max-tests`).
     pub fn refuse(&mut self, refusal: Refusal) {
-        let test = self.pending.take().map(|(test, _)| test.to_string());
-        let line = format!("refused {}: {refusal}", test.unwrap_or_default());
-        self.channel.send(&Message::Refuse { refusal });
+        let test = self.pending.take().map(|(test, _)| test);
+        let line = format!(
+            "refused {}: {refusal}",
+            test.as_ref().map(ToString::to_string).unwrap_or_default()
+        );
+        self.channel.send(&Message::Refuse {
+            refusal: refusal.clone(),
+        });
+        self.refused = test.map(|test| (test, refusal));
         self.end(Ok(line));
+    }
+
+    /// The request this session refused and why (by its limits or by the driver's
+    /// [`ServerSession::refuse`]), for the server's counters.
+    pub fn refused(&self) -> Option<&(TestRequest, Refusal)> {
+        self.refused.as_ref()
     }
 
     /// Sends a message of the running test.

@@ -366,6 +366,21 @@ fn limits_are_checked_and_refused_with_the_limit() {
         }))
     );
     assert!(matches!(&server.ended, Some(Ok(line)) if line.starts_with("refused")));
+    // What the server's counters read: the request's kind and the limit it hit.
+    assert!(
+        matches!(
+            server.session.refused(),
+            Some((
+                TestRequest::OneWay { .. },
+                Refusal::RateTooHigh {
+                    asked_bps: 200_000_000,
+                    ..
+                }
+            ))
+        ),
+        "{:?}",
+        server.session.refused()
+    );
 }
 
 #[test]

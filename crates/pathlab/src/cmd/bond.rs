@@ -76,6 +76,8 @@ struct Common {
     /// Print the final stats as JSON.
     #[arg(short = 'J', long)]
     json: bool,
+    #[command(flatten)]
+    metrics: crate::cmd::metrics::MetricsArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -258,6 +260,20 @@ fn name_of(common: &Common) -> String {
     common.name.clone().unwrap_or_else(|| common.tun.clone())
 }
 
+/// Runs the tunnel `body` with `--metrics` served beside it. A scrape asks the tunnel's
+/// stats socket, as `pathlab bond stats` does, so both read one snapshot's numbers and the
+/// tunnel's loop carries no second reporting path.
+fn with_metrics<R>(common: &Common, body: impl FnOnce() -> R) -> anyhow::Result<R> {
+    let metrics = crate::cmd::metrics::Metrics::bind(&common.metrics)?;
+    let name = name_of(common);
+    let render = || {
+        pathlab_io::bond::request_stats(&name)
+            .map(|stats| pathlab_io::bond_metrics::metrics(&stats))
+            .map_err(crate::cmd::metrics::render_error)
+    };
+    Ok(metrics.serve_while(&render, body))
+}
+
 fn print_event(event: &BondEvent) {
     match event {
         BondEvent::TunUp { name, mtu } => eprintln!("bond: {name} is up, MTU {mtu}"),
@@ -300,8 +316,9 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
         },
     };
     eprintln!("bond: server listening on {}", args.listen);
-    let stats =
-        pathlab_io::bond::run_server(&options, std::os::fd::AsFd::as_fd(&signals), print_event)?;
+    let stats = with_metrics(&args.common, || {
+        pathlab_io::bond::run_server(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
+    })??;
     finish(&stats, args.common.json)
 }
 
@@ -343,12 +360,13 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         config,
         connect_timeout: args.connect_timeout,
     };
-    let stats =
+    let stats = with_metrics(&args.common, || {
         pathlab_io::bond::run_client(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
-            .map_err(|error| match error {
-                pathlab_io::bond::BondError::Line { .. } => usage(error),
-                other => anyhow::Error::new(other),
-            })?;
+    })?
+    .map_err(|error| match error {
+        pathlab_io::bond::BondError::Line { .. } => usage(error),
+        other => anyhow::Error::new(other),
+    })?;
     finish(&stats, args.common.json)
 }
 

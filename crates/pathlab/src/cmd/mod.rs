@@ -8,6 +8,7 @@ pub mod client;
 pub mod emulate;
 pub mod inspect;
 pub mod lab;
+pub mod metrics;
 pub mod owd;
 pub mod report;
 pub mod rfc6349;

@@ -1,4 +1,5 @@
-//! `pathlab server`: answers `owd` (and later `rtt`, `tcp`) clients, within limits.
+//! `pathlab server`: answers `owd`, `rtt`, `tcp` (and the commands built on them) clients,
+//! within limits; `--metrics` serves its counters as Prometheus text.
 
 use std::net::SocketAddr;
 
@@ -34,6 +35,8 @@ pub struct Args {
     /// displaces the oldest (a flood of idle connections cannot lock clients out).
     #[arg(long, value_name = "N", default_value_t = ServerConfig::DEFAULT_MAX_HANDSHAKES, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_handshakes: u32,
+    #[command(flatten)]
+    pub metrics: crate::cmd::metrics::MetricsArgs,
 }
 
 /// Reads a pre-shared key file (a usage error when it is missing or too short).
@@ -55,6 +58,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let max_rate = pathlab_core::spec::parse_rate(&args.max_rate).map_err(usage)?;
     let max_duration = args.max_duration;
     let key = read_key(args.psk.as_deref())?;
+    let metrics = crate::cmd::metrics::Metrics::bind(&args.metrics)?;
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
     let server = Server::bind(ServerConfig {
         max_clients: args.max_clients,
@@ -76,8 +80,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.max_tests,
         if args.psk.is_some() { ", key required" } else { "" }
     );
-    server
-        .run(|| pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some());
+    let counters = server.counters();
+    metrics.serve_while(&|| Ok(pathlab_io::measure::metrics(counters)), || {
+        server.run(|| {
+            pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some()
+        });
+    });
     eprintln!("pathlab server: stopped: {}", server.counters().summary());
     Ok(())
 }
