@@ -210,8 +210,8 @@ impl HttpServer {
             {
                 Response::error(
                     401,
-                    "this address needs 'Authorization: Bearer TOKEN' with the token of \
-                     --control-token",
+                    "this address needs 'Authorization: Bearer TOKEN', the token of the file \
+                     it was started with",
                 )
                 .with_header("WWW-Authenticate", "Bearer realm=\"pathlab\"")
             }

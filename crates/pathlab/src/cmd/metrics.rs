@@ -122,6 +122,7 @@ mod tests {
             query: String::new(),
             headers: Vec::new(),
             body: Vec::new(),
+            peer: None,
         }
     }
 
