@@ -286,12 +286,8 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     let out = util::emulated::pathlab(&["emulate", "stats", "--name", &lab.name, "-J"]);
     let stats: EmulatorStats = serde_json::from_slice(&out.stdout).unwrap();
     let value = |name: &str, direction: &str| {
-        families
-            .iter()
-            .flat_map(|f| &f.samples)
-            .find(|s| s.name == name && s.label("direction") == Some(direction))
+        pathlab_results::prometheus::value(&families, name, &[("direction", direction)])
             .unwrap_or_else(|| panic!("{name} {direction}"))
-            .value
     };
     for d in &stats.directions {
         let direction = format!("{} -> {}", d.from, d.to);

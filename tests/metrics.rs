@@ -93,18 +93,8 @@ impl Drop for Server {
 
 /// The one sample of family `name` whose labels include `labels`.
 fn value(families: &[Family], name: &str, labels: &[(&str, &str)]) -> f64 {
-    let family = families
-        .iter()
-        .find(|f| f.name == name)
-        .unwrap_or_else(|| panic!("no family {name}"));
-    let matching: Vec<f64> = family
-        .samples
-        .iter()
-        .filter(|s| labels.iter().all(|(n, v)| s.label(n) == Some(v)))
-        .map(|s| s.value)
-        .collect();
-    assert_eq!(matching.len(), 1, "{name}{labels:?}: {matching:?}");
-    matching[0]
+    pathlab_results::prometheus::value(families, name, labels)
+        .unwrap_or_else(|| panic!("not one sample of {name}{labels:?}"))
 }
 
 fn tests(families: &[Family], kind: &str, outcome: &str) -> f64 {

@@ -415,15 +415,7 @@ mod tests {
 
     fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let families = parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let family = families.into_iter().find(|f| f.name == name)?;
-        let matching: Vec<f64> = family
-            .samples
-            .iter()
-            .filter(|s| labels.iter().all(|(n, v)| s.label(n) == Some(v)))
-            .map(|s| s.value)
-            .collect();
-        assert!(matching.len() <= 1, "{name}{labels:?}: {matching:?}");
-        matching.first().copied()
+        pathlab_results::prometheus::value(&families, name, labels)
     }
 
     #[test]

@@ -202,6 +202,18 @@ pub struct Family {
     pub samples: Vec<Sample>,
 }
 
+/// The value of series `name` (a family's name, or a histogram's `NAME_bucket`, `_sum`,
+/// `_count`) among `families`, in the one sample whose labels include every one of
+/// `labels`; `None` when no sample or more than one matches.
+pub fn value(families: &[Family], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut matching = families
+        .iter()
+        .flat_map(|f| &f.samples)
+        .filter(|s| s.name == name && labels.iter().all(|(n, v)| s.label(n) == Some(v)));
+    let first = matching.next()?;
+    matching.next().is_none().then_some(first.value)
+}
+
 /// Why an exposition does not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {problem}")]
@@ -500,6 +512,24 @@ mod tests {
             "Packets dropped, by reason.\nSecond line \\ backslash."
         );
         assert_eq!(drops.samples[0].label("reason"), Some("queue"));
+        let of = |name, labels: &[(&str, &str)]| value(&families, name, labels);
+        assert_eq!(
+            of(
+                "pathlab_emulator_dropped_packets_total",
+                &[("reason", "queue")]
+            ),
+            Some(12.0)
+        );
+        // Two samples match: no single value.
+        assert_eq!(of("pathlab_emulator_dropped_packets_total", &[]), None);
+        assert_eq!(
+            of(
+                "pathlab_emulator_lateness_seconds_bucket",
+                &[("le", "0.001")]
+            ),
+            Some(7.0)
+        );
+        assert_eq!(of("pathlab_emulator_nothing", &[]), None);
         assert_eq!(drops.samples[0].value, 12.0);
         assert_eq!(drops.samples[1].label("direction"), Some("say \"hi\"\n"));
         assert_eq!(families[1].samples[0].value, 0.0125);
