@@ -84,6 +84,9 @@ pub struct RunOptions {
     pub seed: u64,
     /// Set (by a Ctrl-C handler) to end the run early.
     pub stop: Arc<AtomicBool>,
+    /// Where to serve the links' HTTP API and metrics while the run lasts
+    /// (`pathlab lab --control`).
+    pub control: Option<Arc<pathlab_io::http::HttpServer>>,
 }
 
 /// Why a run could not be made.
@@ -146,7 +149,7 @@ pub fn run(
         .map_err(io_error(format!("creating {}", options.out.display())))?;
     let topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
     let emulated_links = topology.cables.iter().flatten().count();
-    let mut emulators: Vec<Option<EmulatorHandle>> = Vec::new();
+    let mut emulators: Vec<Option<Arc<EmulatorHandle>>> = Vec::new();
     // One forwarding thread per core for all the lab's links: a thread per direction
     // would be thousands of threads in a large lab.
     let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
@@ -202,7 +205,7 @@ pub fn run(
                         message: e.to_string(),
                     })?;
                 handle.set_late_bound(experiment.late_bound);
-                emulators.push(Some(handle));
+                emulators.push(Some(Arc::new(handle)));
                 Some(file_name)
             }
             None => {
@@ -218,6 +221,25 @@ pub fn run(
             lateness: Vec::new(),
         });
     }
+
+    // The links' control address, served until the emulators stop (or the run fails).
+    let control_stop = Arc::new(AtomicBool::new(false));
+    let control_thread = ServingGuard {
+        stop: Arc::clone(&control_stop),
+        thread: options.control.as_ref().map(|server| {
+            let server = Arc::clone(server);
+            let stop = Arc::clone(&control_stop);
+            let control = pathlab_io::control_http::LabControl {
+                links: experiment
+                    .links
+                    .iter()
+                    .zip(&emulators)
+                    .map(|(link, emulator)| (link.name.clone(), emulator.clone()))
+                    .collect(),
+            };
+            std::thread::spawn(move || server.serve(&stop, &|request| control.answer(request)))
+        }),
+    };
 
     let servers_stop = Arc::new(AtomicBool::new(false));
     let mut servers = Vec::new();
@@ -412,6 +434,12 @@ pub fn run(
             .collect()
     };
     let duration_ns = started.elapsed().as_nanos() as u64;
+    drop(control_thread);
+    // The control thread held the only other references.
+    let emulators = emulators
+        .into_iter()
+        .map(|e| e.map(|e| Arc::into_inner(e).expect("the control thread has ended")))
+        .collect();
     for (index, (link, stats)) in links.iter_mut().zip(stop_all(emulators)).enumerate() {
         if let Some(stats) = stats {
             link.lateness = send_lateness(experiment, index, &stats);
@@ -436,6 +464,22 @@ pub fn run(
         links,
         workloads,
     })
+}
+
+/// A thread serving a lab's control address: stopped and joined when dropped, so a run
+/// that fails midway does not leave it serving.
+struct ServingGuard {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ServingGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Stops every emulator (which flushes its recording) and returns its final counters, in

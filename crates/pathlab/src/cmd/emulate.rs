@@ -11,7 +11,6 @@ use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, Cont
 use pathlab_io::control_http::{Controlled, History, Specs};
 use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
 use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
-use pathlab_io::http::{HttpServer, HttpServerError};
 use pathlab_io::port::{PacketPort, Port, PortError, ReceiveMode};
 use pathlab_io::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
@@ -281,25 +280,13 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     })?;
     // The control address next, before any interface is opened: a missing token or a
     // taken port says so without touching them.
-    let http = match args.control {
-        Some(addr) => {
-            let token = args
-                .control_token
-                .as_deref()
-                .map(pathlab_io::http::read_token)
-                .transpose()
-                .map_err(usage)?;
-            Some(
-                HttpServer::bind(addr, token)
-                    .map_err(|e| match e {
-                        HttpServerError::Bind { .. } => anyhow::Error::new(e),
-                        other => usage(other),
-                    })?
-                    .public(&["/"]),
-            )
-        }
-        None => None,
-    };
+    let http = args
+        .control
+        .map(|addr| {
+            crate::cmd::metrics::bind_http(addr, args.control_token.as_deref(), "--control")
+                .map(|server| server.public(&["/"]))
+        })
+        .transpose()?;
     // Each port's ring holds the traffic that enters the direction it feeds.
     let modes = [
         ReceiveMode::for_link(&forward),

@@ -34,6 +34,14 @@ pub struct Args {
     /// Print the experiment's spec (to copy and edit) instead of running it.
     #[arg(long)]
     pub print: bool,
+    /// While it runs, serve each emulated link's HTTP API (read and change its spec, its
+    /// stats) and Prometheus metrics of every link on ADDR (see docs/lab.md). Beyond
+    /// loopback a token is required (--control-token).
+    #[arg(long, value_name = "ADDR")]
+    pub control: Option<std::net::SocketAddr>,
+    /// The bearer token the control address requires, from the first line of FILE.
+    #[arg(long, value_name = "FILE", requires = "control")]
+    pub control_token: Option<PathBuf>,
 }
 
 /// Lab actions.
@@ -89,6 +97,19 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         runs.push((point, experiment));
     }
     pathlab_io::require_net_admin("pathlab lab").map_err(usage)?;
+    let control = args
+        .control
+        .map(|addr| {
+            crate::cmd::metrics::bind_http(addr, args.control_token.as_deref(), "--control")
+        })
+        .transpose()?
+        .map(Arc::new);
+    if let Some(control) = &control {
+        eprintln!(
+            "links' control: http://{addr}/api/v1/links, metrics http://{addr}/metrics",
+            addr = control.local_addr()
+        );
+    }
     let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -135,6 +156,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 out: dir.clone(),
                 seed: args.seed,
                 stop: Arc::clone(&stop),
+                control: control.clone(),
             },
         )?;
         let file = pathlab_results::ResultFile::new(

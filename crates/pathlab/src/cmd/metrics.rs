@@ -44,6 +44,28 @@ pub fn route(request: &Request, render: &dyn Fn() -> Result<String, String>) -> 
     }
 }
 
+/// Binds an HTTP address of `flag` (`--metrics`, `--control`) with the token in
+/// `token_file`: a token file that will not do, or an address beyond loopback without
+/// one, is a usage error; a failed bind (a port in use) is not.
+pub fn bind_http(
+    addr: SocketAddr,
+    token_file: Option<&std::path::Path>,
+    flag: &str,
+) -> anyhow::Result<HttpServer> {
+    let token = token_file
+        .map(pathlab_io::http::read_token)
+        .transpose()
+        .map_err(usage)?;
+    HttpServer::bind(addr, token).map_err(|error| match error {
+        HttpServerError::NeedsToken(addr) => usage(anyhow::anyhow!(
+            "{flag} {addr} is reachable from other machines: give a token with {flag}-token \
+             FILE (or serve on 127.0.0.1 or [::1])"
+        )),
+        HttpServerError::Bind { .. } => anyhow::Error::new(error),
+        other @ HttpServerError::Token { .. } => usage(other),
+    })
+}
+
 /// A bound metrics address, or none.
 #[derive(Debug)]
 pub struct Metrics {
@@ -57,20 +79,7 @@ impl Metrics {
         let Some(addr) = args.metrics else {
             return Ok(Metrics { server: None });
         };
-        let token = args
-            .metrics_token
-            .as_deref()
-            .map(pathlab_io::http::read_token)
-            .transpose()
-            .map_err(usage)?;
-        let server = HttpServer::bind(addr, token).map_err(|error| match error {
-            HttpServerError::NeedsToken(addr) => usage(anyhow::anyhow!(
-                "--metrics {addr} is reachable from other machines: give a token with \
-                 --metrics-token FILE (or serve on 127.0.0.1 or [::1])"
-            )),
-            HttpServerError::Bind { .. } => anyhow::Error::new(error),
-            other @ HttpServerError::Token { .. } => usage(other),
-        })?;
+        let server = bind_http(addr, args.metrics_token.as_deref(), "--metrics")?;
         eprintln!("metrics: http://{}/metrics", server.local_addr());
         Ok(Metrics {
             server: Some(server),

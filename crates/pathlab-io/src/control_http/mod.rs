@@ -22,17 +22,22 @@ use std::sync::{Mutex, PoisonError};
 
 use pathlab_core::DropReason;
 use pathlab_probe::http::{Request, Response};
-use pathlab_results::prometheus::{self, Exposition, HistogramData, Kind};
+use pathlab_results::prometheus;
 use serde::{Deserialize, Serialize};
 
-use crate::emulator::{DirectionStats, EmulatorHandle, EmulatorStats};
-use crate::fidelity::EXPOSED_EDGES_NS;
+use crate::emulator::{EmulatorHandle, EmulatorStats};
+
+mod lab;
+mod metrics;
+
+pub use lab::LabControl;
+pub use metrics::metrics;
 
 /// How much history the page gets: 10 minutes of one-second samples.
 pub const HISTORY_SECONDS: usize = 600;
 
 /// The live page.
-pub const PAGE: &str = include_str!("control_page.html");
+pub const PAGE: &str = include_str!("page.html");
 
 /// One second of one direction, for the page's graphs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -163,17 +168,8 @@ impl Controlled<'_> {
                 Some(stats) => Response::json(200, &stats),
                 None => Response::error(503, "the emulator has stopped"),
             },
-            ("GET", "/api/v1/spec") => match self.emulator.stats() {
-                Some(stats) => Response::json(
-                    200,
-                    &Specs {
-                        forward: Some(stats.directions[0].spec.clone()),
-                        reverse: Some(stats.directions[1].spec.clone()),
-                    },
-                ),
-                None => Response::error(503, "the emulator has stopped"),
-            },
-            ("PUT", "/api/v1/spec") => self.set(request),
+            ("GET", "/api/v1/spec") => specs_of(self.emulator),
+            ("PUT", "/api/v1/spec") => set_specs(self.emulator, request),
             ("GET", "/api/v1/history") => {
                 let since = query_value(&request.query, "since")
                     .and_then(|v| v.parse::<f64>().ok())
@@ -214,7 +210,7 @@ impl Controlled<'_> {
                 Err(error) => Response::error(409, &error),
             },
             ("GET", "/metrics") => match self.emulator.stats() {
-                Some(stats) => Response::new(200, prometheus::CONTENT_TYPE, metrics(&stats)),
+                Some(stats) => Response::new(200, prometheus::CONTENT_TYPE, metrics(&[stats])),
                 None => Response::error(503, "the emulator has stopped"),
             },
             (
@@ -233,49 +229,6 @@ impl Controlled<'_> {
                 |p| p.display().to_string(),
             )
         })
-    }
-
-    fn set(&self, request: &Request) -> Response {
-        let specs: Specs = match serde_json::from_slice(&request.body) {
-            Ok(specs) => specs,
-            Err(error) => {
-                return Response::error(
-                    400,
-                    &format!(
-                        "the body must be {{\"forward\": SPEC, \"reverse\": SPEC}} (either or \
-                         both): {error}"
-                    ),
-                )
-            }
-        };
-        if specs.forward.is_none() && specs.reverse.is_none() {
-            return Response::error(400, "give \"forward\", \"reverse\" or both");
-        }
-        let parse = |text: &Option<String>, which: &str| {
-            text.as_deref()
-                .map(|t| crate::load_spec(t).map_err(|e| format!("{which}: {e}")))
-                .transpose()
-        };
-        let (forward, reverse) = match (
-            parse(&specs.forward, "forward"),
-            parse(&specs.reverse, "reverse"),
-        ) {
-            (Ok(f), Ok(r)) => (f, r),
-            (Err(e), _) | (_, Err(e)) => return Response::error(400, &e),
-        };
-        match apply(self.emulator, forward, reverse, &who(request)) {
-            Ok(()) => match self.emulator.stats() {
-                Some(stats) => Response::json(
-                    200,
-                    &Specs {
-                        forward: Some(stats.directions[0].spec.clone()),
-                        reverse: Some(stats.directions[1].spec.clone()),
-                    },
-                ),
-                None => Response::error(503, "the emulator has stopped"),
-            },
-            Err(error) => Response::error(400, &error),
-        }
     }
 
     fn start_recording(&self, request: &Request) -> Response {
@@ -333,6 +286,56 @@ impl Controlled<'_> {
     }
 }
 
+/// `PUT .../spec`: changes either direction or both, answering the specs in force or the
+/// parser's error (400); neither changes if either is wrong.
+fn set_specs(emulator: &EmulatorHandle, request: &Request) -> Response {
+    let specs: Specs = match serde_json::from_slice(&request.body) {
+        Ok(specs) => specs,
+        Err(error) => {
+            return Response::error(
+                400,
+                &format!(
+                    "the body must be {{\"forward\": SPEC, \"reverse\": SPEC}} (either or \
+                     both): {error}"
+                ),
+            )
+        }
+    };
+    if specs.forward.is_none() && specs.reverse.is_none() {
+        return Response::error(400, "give \"forward\", \"reverse\" or both");
+    }
+    let parse = |text: &Option<String>, which: &str| {
+        text.as_deref()
+            .map(|t| crate::load_spec(t).map_err(|e| format!("{which}: {e}")))
+            .transpose()
+    };
+    let (forward, reverse) = match (
+        parse(&specs.forward, "forward"),
+        parse(&specs.reverse, "reverse"),
+    ) {
+        (Ok(f), Ok(r)) => (f, r),
+        (Err(e), _) | (_, Err(e)) => return Response::error(400, &e),
+    };
+    match apply(emulator, forward, reverse, &who(request)) {
+        Ok(()) => specs_of(emulator),
+        Err(error) => Response::error(400, &error),
+    }
+}
+
+/// `GET .../spec`: both directions' specs, canonical.
+fn specs_of(emulator: &EmulatorHandle) -> Response {
+    match emulator.stats() {
+        Some(stats) => Response::json(
+            200,
+            &Specs {
+                forward: Some(stats.directions[0].spec.clone()),
+                reverse: Some(stats.directions[1].spec.clone()),
+            },
+        ),
+        None => Response::error(503, "the emulator has stopped"),
+    }
+}
+
 /// Who sent a request, for the log.
 fn who(request: &Request) -> String {
     request
@@ -377,195 +380,10 @@ fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-/// A metric taken from each direction: name, help, value.
-type Field<T> = (&'static str, &'static str, fn(&DirectionStats) -> T);
-
-/// The Prometheus exposition of an emulator's counters: each series equals the field of
-/// `emulate stats -J` it is named after (times in seconds).
-pub fn metrics(stats: &EmulatorStats) -> String {
-    let mut e = Exposition::new();
-    let direction = |d: &DirectionStats| format!("{} -> {}", d.from, d.to);
-    let labels: Vec<String> = stats.directions.iter().map(direction).collect();
-    let each = |e: &mut Exposition, value: &dyn Fn(&DirectionStats) -> f64| {
-        for (d, label) in stats.directions.iter().zip(&labels) {
-            e.sample(&[("direction", label)], value(d));
-        }
-    };
-    e.family(
-        "pathlab_emulator_uptime_seconds",
-        Kind::Gauge,
-        "Time since the emulator started.",
-    )
-    .sample(&[], stats.uptime_ns as f64 / 1e9);
-    let counters: [Field<u64>; 8] = [
-        (
-            "pathlab_emulator_received_frames_total",
-            "Frames read from the interface (a GSO super-packet counts once).",
-            |d| d.frames_received,
-        ),
-        (
-            "pathlab_emulator_received_packets_total",
-            "Wire packets that entered the link.",
-            |d| d.link.packets_in,
-        ),
-        (
-            "pathlab_emulator_received_bytes_total",
-            "Bytes that entered the link.",
-            |d| d.link.bytes_in,
-        ),
-        (
-            "pathlab_emulator_forwarded_packets_total",
-            "Packets sent out of the other interface.",
-            |d| d.forwarded,
-        ),
-        (
-            "pathlab_emulator_forwarded_bytes_total",
-            "Bytes sent out of the other interface.",
-            |d| d.forwarded_bytes,
-        ),
-        (
-            "pathlab_emulator_send_errors_total",
-            "Packets the link let through but the send failed.",
-            |d| d.send_errors,
-        ),
-        (
-            "pathlab_emulator_malformed_frames_total",
-            "Frames that could not be read (cut short, bad offload metadata).",
-            |d| d.malformed,
-        ),
-        (
-            "pathlab_emulator_ring_full_total",
-            "Times the kernel said the receive ring overflowed.",
-            |d| d.ring_full,
-        ),
-    ];
-    for (name, help, value) in counters {
-        e.family(name, Kind::Counter, help);
-        each(&mut e, &|d| value(d) as f64);
-    }
-    for (name, help, bytes) in [
-        (
-            "pathlab_emulator_dropped_packets_total",
-            "Packets the link dropped, by reason.",
-            false,
-        ),
-        (
-            "pathlab_emulator_dropped_bytes_total",
-            "Bytes the link dropped, by reason.",
-            true,
-        ),
-    ] {
-        e.family(name, Kind::Counter, help);
-        for (d, label) in stats.directions.iter().zip(&labels) {
-            for reason in DropReason::ALL {
-                let counts = if bytes {
-                    &d.link.dropped_bytes
-                } else {
-                    &d.link.dropped_packets
-                };
-                e.sample(
-                    &[("direction", label), ("reason", reason.name())],
-                    counts[reason.index()] as f64,
-                );
-            }
-        }
-    }
-    let altered: [Field<u64>; 4] = [
-        (
-            "pathlab_emulator_ce_marked_packets_total",
-            "Packets marked CE instead of dropped.",
-            |d| d.link.ce_marked,
-        ),
-        (
-            "pathlab_emulator_duplicated_packets_total",
-            "Copies made by duplicate.",
-            |d| d.link.duplicated,
-        ),
-        (
-            "pathlab_emulator_corrupted_packets_total",
-            "Packets with a flipped bit.",
-            |d| d.link.corrupted,
-        ),
-        (
-            "pathlab_emulator_reordered_packets_total",
-            "Packets sent ahead of their turn by reorder.",
-            |d| d.link.reordered,
-        ),
-    ];
-    for (name, help, value) in altered {
-        e.family(name, Kind::Counter, help);
-        each(&mut e, &|d| value(d) as f64);
-    }
-    let gauges: [Field<f64>; 4] = [
-        (
-            "pathlab_emulator_queue_packets",
-            "Packets waiting in the bottleneck queue.",
-            |d| d.queue_packets as f64,
-        ),
-        (
-            "pathlab_emulator_queue_bytes",
-            "Bytes waiting in the bottleneck queue.",
-            |d| d.queue_bytes as f64,
-        ),
-        (
-            "pathlab_emulator_queue_delay_seconds",
-            "How long the last packet out waited in the queue (0 with an empty queue).",
-            |d| d.queue_delay_ns as f64 / 1e9,
-        ),
-        (
-            "pathlab_emulator_in_flight_packets",
-            "Packets inside the link (queued, in service, delayed).",
-            |d| d.in_flight as f64,
-        ),
-    ];
-    for (name, help, value) in gauges {
-        e.family(name, Kind::Gauge, help);
-        each(&mut e, &value);
-    }
-    e.family(
-        "pathlab_emulator_lateness_seconds",
-        Kind::Histogram,
-        "How late packets left against the model's departure instant (the fidelity guard).",
-    );
-    for (d, label) in stats.directions.iter().zip(&labels) {
-        let late = &d.lateness;
-        e.histogram(
-            &[("direction", label)],
-            &HistogramData {
-                buckets: EXPOSED_EDGES_NS
-                    .iter()
-                    .zip(&late.at_most)
-                    .map(|(&edge, &count)| (edge as f64 / 1e9, count))
-                    .collect(),
-                count: late.packets,
-                sum: late.sum_ns as f64 / 1e9,
-            },
-        );
-    }
-    e.family(
-        "pathlab_emulator_late_last_second_p99_seconds",
-        Kind::Gauge,
-        "p99 of how late packets left over the last second.",
-    );
-    each(&mut e, &|d| d.lateness.last_second_p99_ns as f64 / 1e9);
-    e.family(
-        "pathlab_emulator_late_seconds_total",
-        Kind::Counter,
-        "Whole seconds whose p99 lateness exceeded the guard's bound.",
-    );
-    each(&mut e, &|d| d.lateness.late_seconds as f64);
-    e.family(
-        "pathlab_emulator_judged_seconds_total",
-        Kind::Counter,
-        "Whole seconds the fidelity guard judged.",
-    );
-    each(&mut e, &|d| d.lateness.seconds as f64);
-    e.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::emulator::DirectionStats;
 
     fn stats(uptime_s: f64, forwarded_bytes: u64, queue_drops: u64) -> EmulatorStats {
         let mut d = DirectionStats {
@@ -609,41 +427,6 @@ mod tests {
             history.observe(&stats(second as f64, 0, 0));
         }
         assert_eq!(history.since(f64::NEG_INFINITY).len(), HISTORY_SECONDS);
-    }
-
-    #[test]
-    fn metrics_parse_and_equal_the_stats_they_came_from() {
-        let stats = stats(12.0, 5_000_000, 7);
-        let families = prometheus::parse(&metrics(&stats)).expect("the exposition parses");
-        let find = |name: &str| families.iter().find(|f| f.name == name).expect(name);
-        let drops = find("pathlab_emulator_dropped_packets_total");
-        let queue_full = drops
-            .samples
-            .iter()
-            .find(|s| {
-                s.label("reason") == Some("queue-full") && s.label("direction") == Some("a -> b")
-            })
-            .unwrap();
-        assert_eq!(queue_full.value, 7.0);
-        assert_eq!(
-            find("pathlab_emulator_forwarded_bytes_total").samples[0].value,
-            5_000_000.0
-        );
-        assert_eq!(
-            find("pathlab_emulator_queue_delay_seconds").samples[0].value,
-            0.0025
-        );
-        let late = find("pathlab_emulator_lateness_seconds");
-        let count = late
-            .samples
-            .iter()
-            .find(|s| s.name.ends_with("_count"))
-            .unwrap();
-        assert_eq!(count.value, 10.0);
-        assert_eq!(
-            find("pathlab_emulator_uptime_seconds").samples[0].value,
-            12.0
-        );
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! `pathlab lab --control ADDR`: each emulated link of a running lab, read and changed over
+//! HTTP as `emulate --control` does for one emulator, and every link's metrics at once.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `GET /api/v1/links` | every link: its name, whether it is emulated, its specs |
+//! | `GET /api/v1/links/NAME/stats` | a link's counters, as `emulate stats -J` |
+//! | `GET /api/v1/links/NAME/spec` | its specs |
+//! | `PUT /api/v1/links/NAME/spec` | `{"forward": SPEC, "reverse": SPEC}`, either or both |
+//! | `GET /metrics` | every link, labelled `emulator="NAME"` |
+
+use std::sync::Arc;
+
+use pathlab_probe::http::{Request, Response};
+use pathlab_results::prometheus;
+
+use super::{metrics, set_specs, specs_of};
+use crate::emulator::EmulatorHandle;
+
+/// A lab's links, for its control address.
+#[derive(Debug)]
+pub struct LabControl {
+    /// Each link's name and, if it is emulated, its emulator (a plain cable has none).
+    pub links: Vec<(String, Option<Arc<EmulatorHandle>>)>,
+}
+
+impl LabControl {
+    /// Answers one request.
+    pub fn answer(&self, request: &Request) -> Response {
+        let method = request.method.as_str();
+        let path = request.path.as_str();
+        if path == "/metrics" {
+            if method != "GET" {
+                return Response::error(405, "GET only");
+            }
+            let all: Vec<_> = self
+                .links
+                .iter()
+                .filter_map(|(_, emulator)| emulator.as_ref()?.stats())
+                .collect();
+            return Response::new(200, prometheus::CONTENT_TYPE, metrics(&all));
+        }
+        if path == "/api/v1/links" {
+            if method != "GET" {
+                return Response::error(405, "GET only");
+            }
+            let links: Vec<serde_json::Value> = self
+                .links
+                .iter()
+                .map(|(name, emulator)| {
+                    let specs = emulator
+                        .as_ref()
+                        .and_then(|e| e.stats())
+                        .map(|stats| [0, 1].map(|i| stats.directions[i].spec.clone()));
+                    serde_json::json!({
+                        "name": name,
+                        "emulated": emulator.is_some(),
+                        "forward": specs.as_ref().map(|s| &s[0]),
+                        "reverse": specs.as_ref().map(|s| &s[1]),
+                    })
+                })
+                .collect();
+            return Response::json(200, &links);
+        }
+        let Some(rest) = path.strip_prefix("/api/v1/links/") else {
+            return Response::error(404, &format!("nothing at {path}"));
+        };
+        let Some((name, what)) = rest.split_once('/') else {
+            return Response::error(404, &format!("nothing at {path}; try {path}/stats"));
+        };
+        let Some((_, emulator)) = self.links.iter().find(|(n, _)| n == name) else {
+            let names: Vec<&str> = self.links.iter().map(|(n, _)| n.as_str()).collect();
+            return Response::error(
+                404,
+                &format!("no link '{name}'; the links are {}", names.join(", ")),
+            );
+        };
+        let Some(emulator) = emulator else {
+            return Response::error(
+                409,
+                &format!("link '{name}' is a plain cable, not emulated (its spec is empty)"),
+            );
+        };
+        match (method, what) {
+            ("GET", "stats") => match emulator.stats() {
+                Some(stats) => Response::json(200, &stats),
+                None => Response::error(503, "the emulator has stopped"),
+            },
+            ("GET", "spec") => specs_of(emulator),
+            ("PUT", "spec") => set_specs(emulator, request),
+            (_, "stats" | "spec") => Response::error(405, &format!("{method} is not served here")),
+            _ => Response::error(404, &format!("nothing at {path}")),
+        }
+    }
+}
