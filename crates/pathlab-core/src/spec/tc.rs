@@ -24,6 +24,11 @@ use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
 use crate::time::Duration;
 use crate::units::FRAME_BYTES;
 
+/// Bytes of payload in an ATM cell (netem's CELLSIZE for ATM).
+const ATM_CELL_PAYLOAD: u32 = 48;
+/// Bytes of header in an ATM cell (netem's CELLOVERHEAD for ATM): 53-byte cells.
+const ATM_CELL_HEADER: i32 = 5;
+
 /// Commands for one device, and what they do not reproduce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TcCommands {
@@ -190,18 +195,14 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
     if rate.packet_overhead != 0 {
         let _ = write!(htb, " overhead {}", rate.packet_overhead);
     }
-    if rate.cell_size == 53 {
+    // netem's cells carry CELLSIZE bytes and cost CELLSIZE + CELLOVERHEAD on the line, so
+    // ATM (48 bytes of payload in a 53-byte cell) is `48 5`: exactly htb's `linklayer atm`.
+    if (rate.cell_size, rate.cell_overhead) == (ATM_CELL_PAYLOAD, ATM_CELL_HEADER) {
         htb.push_str(" linklayer atm");
-        if rate.cell_overhead != 0 {
-            out.caveats.push(format!(
-                "htb has no per-cell overhead; the {} bytes per cell are left out",
-                rate.cell_overhead
-            ));
-        }
     } else if rate.cell_size != 0 {
         out.caveats.push(format!(
-            "htb knows only ATM cells (53 bytes); cells of {} bytes are left out",
-            rate.cell_size
+            "htb knows only ATM's cells (48 bytes of payload in 53, netem's `48 5`); cells of {} + {} bytes are left out",
+            rate.cell_size, rate.cell_overhead
         ));
     }
     out.commands.push(htb);
@@ -577,23 +578,24 @@ mod tests {
 
     #[test]
     fn htb_takes_atm_cells_only() {
-        let atm = tc("rate 10mbit 20 53 5 queue codel");
+        // netem's `48 5` (tc-netem(8): "ATM for example has an payload cellsize of 48
+        // bytes and 5 byte per cell header") is htb's `linklayer atm`: ceil(len / 48)
+        // cells of 53 bytes, nothing left out.
+        let atm = tc("rate 10mbit 20 48 5 queue codel");
         assert_eq!(
             atm.commands[1],
             "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit overhead 20 linklayer atm"
         );
-        assert_eq!(
-            atm.caveats[0],
-            "htb has no per-cell overhead; the 5 bytes per cell are left out"
-        );
-        let other = tc("rate 10mbit 20 48 queue codel");
+        assert!(atm.caveats[0].starts_with("htb is a token bucket"));
+        // 53-byte cells costing 58 are not ATM's.
+        let other = tc("rate 10mbit 20 53 5 queue codel");
         assert_eq!(
             other.commands[1],
             "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit overhead 20"
         );
         assert_eq!(
             other.caveats[0],
-            "htb knows only ATM cells (53 bytes); cells of 48 bytes are left out"
+            "htb knows only ATM's cells (48 bytes of payload in 53, netem's `48 5`); cells of 53 + 5 bytes are left out"
         );
     }
 
