@@ -8,7 +8,7 @@
 //! holding the rate and the AQM as htb's leaf (netem is classful with one child; putting
 //! netem under an AQM is not possible). That order delays packets before the bottleneck
 //! instead of after it, which changes nothing for a constant delay. What tc cannot express
-//! (traces, schedules, some parameters) is listed in `caveats`.
+//! (traces, schedules, packet rates, some parameters) is listed in `caveats`.
 //!
 //! The alternative of netem on the other side of an `ifb` device (`ingress` + `mirred`)
 //! was not taken: it moves the delay and loss onto the device's ingress, i.e. onto the
@@ -71,11 +71,30 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         }
         None => None,
     };
+    if let Some(packet_rate) = spec.packet_rate {
+        let faster = match fixed_rate {
+            Some(fixed) => format!(
+                "packets that take under {} at {} ({} bytes as the rate counts them) pass faster than pathlab lets them",
+                packet_rate.interval(),
+                fixed.rate,
+                fixed.rate.as_f64() / (8.0 * f64::from(packet_rate.get())),
+            ),
+            None => "packets pass without pathlab's queue in front of it".to_owned(),
+        };
+        out.caveats.push(format!(
+            "netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps {packet_rate}' is left out, so {faster}"
+        ));
+    }
     let needs_real_queue =
         !matches!(spec.queue.discipline, Discipline::TailDrop) || spec.queue.limit_bytes.is_some();
     if needs_real_queue && fixed_rate.is_none() {
         out.caveats.push(
-            "the queue discipline and byte limit only act in front of a rate; without one pathlab never queues, so they are left out".into(),
+            if spec.packet_rate.is_some() {
+                "the queue discipline and byte limit only act in front of a rate; tc has no packet rate to put them in front of, so they are left out"
+            } else {
+                "the queue discipline and byte limit only act in front of a rate; without one pathlab never queues, so they are left out"
+            }
+            .into(),
         );
     }
     if needs_real_queue {
@@ -150,6 +169,7 @@ fn seed_caveat(spec: &LinkSpec, out: &mut TcCommands) {
 fn netem_part(spec: &LinkSpec) -> LinkSpec {
     LinkSpec {
         rate: None,
+        packet_rate: None,
         queue: QueueSpec {
             limit_packets: spec.queue.limit_packets,
             ..QueueSpec::default()
@@ -491,6 +511,29 @@ mod tests {
             tc("rate 10mbit 20 53 5").commands,
             vec!["tc qdisc replace dev eth1 root netem rate 10mbit 20 53 5"]
         );
+    }
+
+    #[test]
+    fn a_packet_rate_is_left_out_and_said_so() {
+        let out = tc("rate 10mbit pps 5000");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem rate 10mbit"]
+        );
+        // 10e6 / (8 x 5000) = 250 bytes: below it the packet rate binds in pathlab.
+        assert_eq!(
+            out.caveats,
+            vec!["netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps 5000' is left out, so packets that take under 200us at 10mbit (250 bytes as the rate counts them) pass faster than pathlab lets them"]
+        );
+        let alone = tc("pps 6500 delay 10ms");
+        assert_eq!(
+            alone.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 10ms"]
+        );
+        assert!(alone.caveats[0].contains("'pps 6500' is left out"));
+        let with_aqm = tc("rate 10mbit pps 5000 queue codel");
+        assert!(with_aqm.caveats[0].contains("'pps 5000' is left out"));
+        assert!(with_aqm.commands.iter().all(|c| !c.contains("pps")));
     }
 
     #[test]
