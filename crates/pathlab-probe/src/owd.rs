@@ -356,6 +356,18 @@ pub struct OneWayResult {
     pub owd: OwdReport,
 }
 
+impl OneWayResult {
+    /// Probes per second that arrived, from the first arrival to the last: what the path
+    /// delivered (its capacity in packets, when the probes overloaded it). `None` with
+    /// fewer than two arrivals.
+    pub fn delivered_pps(&self) -> Option<f64> {
+        let series = &self.owd.series;
+        let span_ns = series.last()?.0;
+        (series.len() >= 2 && span_ns > 0)
+            .then(|| (series.len() - 1) as f64 / (span_ns as f64 * 1e-9))
+    }
+}
+
 /// What the sender of a one-way test reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SenderReport {
