@@ -194,8 +194,8 @@ pub fn pathlab(args: &[&str]) -> Output {
         .expect("pathlab runs")
 }
 
-/// Runs `pathlab lab RECIPE --quick --out OUT`, which must succeed.
-pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) {
+/// Runs `pathlab lab RECIPE --quick --out OUT`, which must succeed; returns what it printed.
+pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) -> String {
     let output = Command::new(PATHLAB)
         .args(["lab", recipe, "--quick", "--out"])
         .arg(out)
@@ -215,6 +215,7 @@ pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) {
     );
     let html = std::fs::read_to_string(&report).expect("the lab wrote its report");
     assert!(html.contains("<img src=\"data:image/png;base64,"));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Runs `test` from h1 against a pathlab server in h2, through the emulator.

@@ -27,5 +27,5 @@ pub use link::{Link, Path};
 pub use packet::{Ecn, Packet};
 pub use spec::LinkSpec;
 pub use time::{Duration, Instant};
-pub use units::{BitsPerSec, Probability};
+pub use units::{BitsPerSec, PacketsPerSec, Probability};
 pub use verdict::{DropReason, Verdicts};

@@ -4,8 +4,9 @@
 //!
 //! 1. **impairments**, instantly on arrival: loss (or ECN mark), duplication, corruption;
 //! 2. the **bottleneck**: a queue ([`crate::queue`]) in front of a serializer whose timing a
-//!    rate model gives (fixed, scheduled, trace). Without a rate there is no bottleneck and
-//!    no queue: packets go straight on;
+//!    rate model gives (fixed, scheduled, trace; and a packet rate, `pps`, beside or
+//!    instead of them). Without a rate there is no bottleneck and no queue: packets go
+//!    straight on;
 //! 3. **delay**: propagation delay with jitter, and reordering;
 //! 4. **slotting**, if asked.
 //!
@@ -198,15 +199,12 @@ impl Link {
     /// else by `seed`; the same seed and the same arrivals give the same run.
     pub fn new(spec: &LinkSpec, seed: u64) -> Result<Link, LinkError> {
         let mut rng = Rng::seed_from(spec.seed.unwrap_or(seed));
-        let bottleneck = match &spec.rate {
-            Some(rate) => Some(Bottleneck {
-                queue: queue::build(&spec.queue, rng.fork()),
-                rate: RateModel::new(rate)?,
-                cursor: Instant::ZERO,
-                in_service: VecDeque::new(),
-            }),
-            None => None,
-        };
+        let bottleneck = RateModel::for_link(spec)?.map(|rate| Bottleneck {
+            queue: queue::build(&spec.queue, rng.fork()),
+            rate,
+            cursor: Instant::ZERO,
+            in_service: VecDeque::new(),
+        });
         let delay = (spec.delay.is_some() || spec.reorder.is_some())
             .then(|| DelayStage::new(spec.delay, spec.reorder, rng.fork()));
         Ok(Link {
@@ -255,7 +253,7 @@ impl Link {
         self.duplicate = fresh.duplicate;
         self.corrupt = fresh.corrupt;
         let same_queue = self.spec.queue == spec.queue;
-        let same_rate = self.spec.rate == spec.rate;
+        let same_rate = self.spec.rate == spec.rate && self.spec.packet_rate == spec.packet_rate;
         let mut orphans = Vec::new();
         self.bottleneck = match (self.bottleneck.take(), fresh.bottleneck) {
             (Some(old), Some(mut new)) => {
@@ -401,9 +399,10 @@ impl Link {
             + self.ready.len()
     }
 
-    /// The bottleneck rate in force at `now`, if the link has one.
+    /// The bottleneck's byte rate in force at `now`, if the link has one (a link limited
+    /// only by `pps` has none).
     pub fn rate_at(&self, now: Instant) -> Option<BitsPerSec> {
-        self.bottleneck.as_ref().map(|b| b.rate.rate_at(now))
+        self.bottleneck.as_ref().and_then(|b| b.rate.rate_at(now))
     }
 
     /// Takes a packet arriving at `now`.

@@ -85,6 +85,40 @@ impl fmt::Display for BitsPerSec {
     }
 }
 
+/// A packet rate: the most packets per second a device serves, whatever their size (`pps
+/// N`: a modem's or router's per-packet processing limit, beside its byte rate).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct PacketsPerSec(pub u32);
+
+impl PacketsPerSec {
+    /// The most a spec may ask for: one packet per nanosecond, the model's resolution.
+    pub const MAX: PacketsPerSec = PacketsPerSec(1_000_000_000);
+
+    /// The packets per second.
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The time one packet occupies the server, 1/N s, rounded up to the next nanosecond
+    /// so a stream of packets never exceeds the rate. A zero rate never serves.
+    pub fn interval(self) -> Duration {
+        if self.0 == 0 {
+            return Duration::MAX;
+        }
+        Duration::from_nanos(1_000_000_000u64.div_ceil(u64::from(self.0)))
+    }
+}
+
+impl fmt::Display for PacketsPerSec {
+    /// The plain count, as the spec's canonical form writes it (`pps 6500`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// A probability in `[0, 1]`, printed and parsed as a percentage like tc does.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -158,5 +192,21 @@ mod tests {
         assert_eq!(Probability::from_percent(0.5).unwrap().to_string(), "0.5%");
         assert_eq!(Probability::ONE.to_string(), "100%");
         assert!(Probability::from_percent(150.0).is_none());
+        assert_eq!(PacketsPerSec(6500).to_string(), "6500");
+    }
+
+    #[test]
+    fn packet_interval_is_one_over_the_rate_rounded_up() {
+        assert_eq!(
+            PacketsPerSec(6250).interval(),
+            Duration::from_nanos(160_000)
+        );
+        // 1e9 / 6500 = 153 846.15.. ns: rounded up, so 6500 packets take at least 1 s.
+        assert_eq!(
+            PacketsPerSec(6500).interval(),
+            Duration::from_nanos(153_847)
+        );
+        assert_eq!(PacketsPerSec::MAX.interval(), Duration::from_nanos(1));
+        assert_eq!(PacketsPerSec(0).interval(), Duration::MAX);
     }
 }

@@ -2,7 +2,7 @@
 //! is rejected with a message that names the token.
 
 use pathlab_core::spec::{Discipline, Distribution, LossSpec, RateSpec, SlotInterval};
-use pathlab_core::{BitsPerSec, Duration, LinkSpec};
+use pathlab_core::{BitsPerSec, Duration, LinkSpec, PacketsPerSec};
 use proptest::prelude::*;
 
 fn parse(text: &str) -> LinkSpec {
@@ -133,6 +133,27 @@ fn pathlab_additions_parse() {
     );
 }
 
+#[test]
+fn a_packet_rate_parses_in_every_spelling_and_prints_as_a_count() {
+    for text in [
+        "pps 6500",
+        "pps 6.5k",
+        "pps 6.5kpps",
+        "pps 6500pps",
+        "pps 6.5K",
+    ] {
+        let spec = parse(text);
+        assert_eq!(spec.packet_rate, Some(PacketsPerSec(6500)), "{text}");
+        assert_eq!(spec.to_string(), "pps 6500", "{text}");
+    }
+    // Beside a byte rate (with ATM cells), in any order.
+    let spec = parse("pps 1M rate 11mbit 12 48 5");
+    assert_eq!(spec.packet_rate, Some(PacketsPerSec(1_000_000)));
+    assert_eq!(spec.to_string(), "rate 11mbit 12 48 5 pps 1000000");
+    assert!(spec.has_bottleneck() && parse("pps 1").has_bottleneck());
+    assert!(!parse("delay 1ms").has_bottleneck());
+}
+
 const EXAMPLES: &[&str] = &[
     "",
     "delay 25ms 5ms 25% distribution normal loss 0.5% 25% duplicate 1% corrupt 0.1% reorder 25% 50% gap 5 rate 10mbit 20 1500 limit 100",
@@ -152,6 +173,8 @@ const EXAMPLES: &[&str] = &[
     "preset cable-up queue fq_codel limit 100",
     "preset leo distribution pareto distance 1000km",
     "delay 5ms 2ms distance 6000km",
+    "rate 10mbit pps 5000 limit 50",
+    "delay 5ms pps 6.5k queue codel",
 ];
 
 #[test]
@@ -209,6 +232,28 @@ fn bad_input_names_the_token() {
         ("slot 20ms 10ms", "below its minimum"),
         ("seed x", "got 'x'"),
         ("mtu 40", "mtu must be 68 to 65535 bytes, got 40"),
+        (
+            "pps 0",
+            "'pps' must be a whole number of packets per second from 1 to 1000000000, got 0",
+        ),
+        (
+            "pps -3",
+            "'pps' must be a whole number of packets per second from 1 to 1000000000, got -3",
+        ),
+        ("pps 6.5", "got 6.5"),
+        ("pps 2000M", "from 1 to 1000000000, got 2000M"),
+        ("pps 2G", "after 'pps', got '2G'"),
+        (
+            "rate 1mbit pps",
+            "'pps' needs a packet rate like 6500 or 6.5k, but the spec ended",
+        ),
+        (
+            "pps abc",
+            "expected a packet rate like 6500 or 6.5k after 'pps', got 'abc'",
+        ),
+        ("pps 10mbit", "after 'pps', got '10mbit'"),
+        ("pps 1 pps 2", "'pps' is given twice"),
+        ("ppd 100", "unknown keyword 'ppd' (did you mean 'pps'?)"),
         ("mtu 100kb", "got 100kb"),
         ("mtu big", "got 'big'"),
         ("preset lte4", "unknown preset 'lte4' (did you mean 'lte'?)"),
@@ -235,6 +280,7 @@ proptest! {
         "gap", "5", "rate", "10mbit", "1000", "schedule", "1s", "loop", "trace", "f", "slot",
         "packets", "bytes", "64kb", "limit", "queue", "red", "codel", "fq_codel", "pie",
         "min", "max", "target", "interval", "flows", "quantum", "seed", "mtu", "1400", "99999999999999999999",
+        "pps", "6.5k", "2G", "-1",
         "1e309", "nan", "%", "", "preset", "lte", "adsl-up", "wifi-up", "distance", "6000km", "-3km",
     ]), 0..24)) {
         let text = tokens.join(" ");

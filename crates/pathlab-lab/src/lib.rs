@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod modem_pps;
 pub mod recipes;
 pub mod run;
 pub mod spec;

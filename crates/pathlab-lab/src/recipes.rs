@@ -10,6 +10,7 @@ pub const RECIPES: &[(&str, &str)] = &[
     ("bond", include_str!("../recipes/bond.toml")),
     ("app-limits", include_str!("../recipes/app-limits.toml")),
     ("bond-fair", include_str!("../recipes/bond-fair.toml")),
+    ("modem-pps", include_str!("../recipes/modem-pps.toml")),
 ];
 
 /// A recipe's spec text by name.

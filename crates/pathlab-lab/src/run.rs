@@ -55,14 +55,14 @@ fn receive_mode(spec: &pathlab_core::LinkSpec, emulated_links: usize) -> Receive
     }
 }
 
-/// Whether link `index` ever has a bottleneck queue: a rate in a direction, now or after
-/// an event. A link without one has nothing to sample: its queue is always empty, the
+/// Whether link `index` ever has a bottleneck queue: a rate or a packet rate in a
+/// direction, now or after an event. A link without one has nothing to sample: its queue is always empty, the
 /// report draws no queue for it, and sampling it every 10 ms woke its emulator 100 times
 /// a second for nothing (a lab of 1,000 delay-only links spent a core on it).
 fn has_bottleneck(experiment: &Experiment, index: usize) -> bool {
     let link = &experiment.links[index];
-    link.forward.rate.is_some()
-        || link.reverse.rate.is_some()
+    link.forward.has_bottleneck()
+        || link.reverse.has_bottleneck()
         || experiment
             .events
             .iter()
@@ -71,7 +71,7 @@ fn has_bottleneck(experiment: &Experiment, index: usize) -> bool {
                 [&e.forward, &e.reverse]
                     .into_iter()
                     .flatten()
-                    .any(|spec| spec.rate.is_some())
+                    .any(pathlab_core::LinkSpec::has_bottleneck)
             })
 }
 

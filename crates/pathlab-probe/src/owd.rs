@@ -356,6 +356,28 @@ pub struct OneWayResult {
     pub owd: OwdReport,
 }
 
+impl OneWayResult {
+    /// Probes per second that arrived: what the path delivered (its capacity in packets,
+    /// when the probes overloaded it). It is the least-squares slope of the arrivals'
+    /// count against their arrival time, not the count over the first-to-last span: a
+    /// forwarder that stalls for a few milliseconds at either end (a busy emulator) moves
+    /// the span's ends, and the span's rate with them, but only a few points of the line.
+    /// `None` with fewer than two arrivals at distinct times.
+    pub fn delivered_pps(&self) -> Option<f64> {
+        let series = &self.owd.series;
+        let n = series.len() as f64;
+        let mean_t = series.iter().map(|&(t, _)| t as f64).sum::<f64>() / n;
+        let mean_i = (n - 1.0) / 2.0;
+        let (mut covariance, mut variance) = (0.0, 0.0);
+        for (i, &(t, _)) in series.iter().enumerate() {
+            let dt = (t as f64 - mean_t) * 1e-9;
+            covariance += dt * (i as f64 - mean_i);
+            variance += dt * dt;
+        }
+        (series.len() >= 2 && variance > 0.0).then(|| covariance / variance)
+    }
+}
+
 /// What the sender of a one-way test reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SenderReport {
@@ -547,6 +569,41 @@ mod tests {
             "the case this guards: growth and a significant trend {report:?}"
         );
         assert_eq!(report.verdict, QueueVerdict::NotBuilding, "{report:?}");
+    }
+
+    #[test]
+    fn delivered_packets_per_second_are_the_lines_and_a_late_tail_barely_moves_them() {
+        // 400-byte probes at 5 Mbit/s (1562.5/s) into 1000 packets/s: the line delivers
+        // one per ms (rate 10 Mbit/s is far from binding).
+        let (probes, sent) = through_link("rate 10mbit pps 1000", 5e6, 400, 3.0, 0, 0.0);
+        let sender = SenderReport {
+            direction: Direction::Up,
+            rate_bps: 5_000_000,
+            size: 400,
+            sent,
+            duration_ns: 3_000_000_000,
+        };
+        let result = one_way_result(sender, &probes, 0, 100);
+        let delivered = result.delivered_pps().unwrap();
+        assert!((delivered / 1000.0 - 1.0).abs() < 1e-3, "{delivered}");
+        // A forwarder that stalls 30 ms before its last 20 packets (a busy emulator): the
+        // first-to-last span (about 4 s: 3 s of sending, then the queue's 1000 packets)
+        // would say 0.7% less; the slope moves under 0.1%.
+        let mut late = probes.clone();
+        let count = late.len();
+        for probe in &mut late[count - 20..] {
+            probe.received_ns += 30_000_000;
+        }
+        let result = one_way_result(sender, &late, 0, 100);
+        let span_s = result.owd.series.last().unwrap().0 as f64 * 1e-9;
+        let by_span = (result.owd.series.len() - 1) as f64 / span_s;
+        assert!(by_span / 1000.0 - 1.0 < -0.006, "{by_span}");
+        let delivered = result.delivered_pps().unwrap();
+        assert!((delivered / 1000.0 - 1.0).abs() < 1e-3, "{delivered}");
+        assert_eq!(
+            one_way_result(sender, &probes[..1], 0, 100).delivered_pps(),
+            None
+        );
     }
 
     #[test]

@@ -256,8 +256,9 @@ pub fn direction_subject(link: &str, dir: u8) -> String {
     }
 }
 
+/// Whether a spec has a bottleneck queue (a rate or a packet rate).
 fn spec_has_rate(spec: &str) -> bool {
-    LinkSpec::parse(spec).is_ok_and(|s| s.rate.is_some())
+    LinkSpec::parse(spec).is_ok_and(|s| s.has_bottleneck())
 }
 
 /// The series and statistics of one link's recording, on the run's clock.

@@ -228,6 +228,10 @@ impl fmt::Display for LinkSpec {
             }
             None => {}
         }
+        if let Some(packet_rate) = self.packet_rate {
+            words.push("pps");
+            words.push(packet_rate);
+        }
         if let Some(slot) = self.slot {
             words.push("slot");
             match slot.interval {

@@ -1,10 +1,10 @@
 //! Link specifications: what one direction of a path does to packets.
 //!
 //! The syntax is netem's, as users paste it after `tc qdisc add dev X root netem`, plus
-//! pathlab's additions (`queue ...`, byte limits, `trace`, `schedule`, `preset`, `distance`).
-//! [`LinkSpec::parse`] turns text into a validated [`LinkSpec`]; its `Display` prints the
-//! canonical form, which parses back to the same spec (a preset and a distance are printed
-//! as what they expand to).
+//! pathlab's additions (`queue ...`, byte limits, `trace`, `schedule`, `pps`, `preset`,
+//! `distance`). [`LinkSpec::parse`] turns text into a validated [`LinkSpec`]; its `Display`
+//! prints the canonical form, which parses back to the same spec (a preset and a distance
+//! are printed as what they expand to).
 
 mod display;
 mod distance;
@@ -21,7 +21,7 @@ pub use distance::{propagation_delay, FIBRE_KM_PER_MS, MAX_KM, ROUTE_FACTOR};
 pub use parse::SpecError;
 
 use crate::time::Duration;
-use crate::units::{BitsPerSec, Probability};
+use crate::units::{BitsPerSec, PacketsPerSec, Probability};
 
 /// Everything one direction of a link does, in pipeline order: impairments (loss,
 /// duplicate, corrupt), the bottleneck queue and its rate, then delay with jitter and
@@ -43,6 +43,10 @@ pub struct LinkSpec {
     pub reorder: Option<ReorderSpec>,
     /// Bottleneck rate: fixed, scheduled, or a trace.
     pub rate: Option<RateSpec>,
+    /// Per-packet service limit of the bottleneck (`pps N`): a packet occupies it for at
+    /// least 1/N s, however short its serialization at `rate`; alone (no `rate`), for
+    /// exactly 1/N s.
+    pub packet_rate: Option<PacketsPerSec>,
     /// Slotted delivery (netem `slot`).
     pub slot: Option<SlotSpec>,
     /// The queue in front of the rate stage.
@@ -71,6 +75,12 @@ impl LinkSpec {
     /// Whether the spec does nothing at all to packets (an empty spec).
     pub fn is_passthrough(&self) -> bool {
         *self == LinkSpec::default()
+    }
+
+    /// Whether the link has a bottleneck (a queue in front of a server): a byte rate, a
+    /// packet rate, or both. Without one, packets never queue.
+    pub fn has_bottleneck(&self) -> bool {
+        self.rate.is_some() || self.packet_rate.is_some()
     }
 
     /// The highest rate the bottleneck serves at (a schedule's highest step), if it has a
@@ -204,6 +214,32 @@ pub struct FixedRate {
     /// Bytes of overhead per cell.
     #[serde(default)]
     pub cell_overhead: i32,
+}
+
+impl FixedRate {
+    /// The bytes a packet of `len_bytes` counts for on the line, as netem's
+    /// `packet_time_ns`: `len + packet_overhead` (not below 0); with a cell size,
+    /// `ceil(that / cell_size)` cells of `cell_size + cell_overhead` bytes each. ATM
+    /// (`48 5`): cells of 48 bytes of payload, 53 on the wire.
+    pub fn accounted_bytes(&self, len_bytes: u32) -> u64 {
+        let mut accounted = (i64::from(len_bytes) + i64::from(self.packet_overhead)).max(0);
+        if self.cell_size > 0 {
+            let cell_size = i64::from(self.cell_size);
+            let cells = (accounted + cell_size - 1) / cell_size;
+            accounted = cells
+                .saturating_mul(cell_size + i64::from(self.cell_overhead))
+                .max(0);
+        }
+        // Not negative, so it fits.
+        accounted as u64
+    }
+
+    /// How long a packet of `len_bytes` takes on the line: its accounted bits over the
+    /// rate, rounded up to the nanosecond. A zero rate never finishes.
+    pub fn serialization_time(&self, len_bytes: u32) -> Duration {
+        self.rate
+            .serialization_time(self.accounted_bytes(len_bytes))
+    }
 }
 
 /// A rate that steps through `rates`, one every `step`.

@@ -17,7 +17,7 @@ use super::{
     TraceRef,
 };
 use crate::time::Duration;
-use crate::units::{BitsPerSec, Probability};
+use crate::units::{BitsPerSec, PacketsPerSec, Probability};
 
 /// Why a link specification was rejected; every message names the token at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,6 +91,7 @@ const KEYWORDS: &[&str] = &[
     "rate",
     "schedule",
     "trace",
+    "pps",
     "slot",
     "limit",
     "queue",
@@ -105,6 +106,7 @@ const PERCENT: &str = "a percentage like 1%";
 const RATE: &str = "a rate like 10mbit";
 const SIZE: &str = "a size like 1500 or 64kb";
 const COUNT: &str = "a whole number";
+const PACKET_RATE: &str = "a packet rate like 6500 or 6.5k";
 
 /// RED's config with the options whose defaults depend on the limit: min, max, burst, weight.
 type RedDraft = (
@@ -419,6 +421,10 @@ impl<'a> Parser<'a> {
                 let (path, _) = self.required(word, "a trace file name", |t| Some(t.to_owned()))?;
                 self.spec.rate = Some(RateSpec::Trace(TraceRef { path, trace: None }));
             }
+            "pps" => {
+                self.once("pps")?;
+                self.spec.packet_rate = Some(self.packet_rate(word)?);
+            }
             "slot" => {
                 self.once("slot")?;
                 self.spec.slot = Some(self.slot(word)?);
@@ -475,6 +481,38 @@ impl<'a> Parser<'a> {
             }
         }
         Ok(())
+    }
+
+    /// `pps N`: a whole number of packets per second, at least 1, at most one per ns.
+    fn packet_rate(&mut self, keyword: &str) -> Result<PacketsPerSec, SpecError> {
+        let Some(token) = self.take() else {
+            return Err(SpecError::Ended {
+                keyword: keyword.to_owned(),
+                what: PACKET_RATE,
+            });
+        };
+        let out_of_range = || SpecError::OutOfRange {
+            what: format!("'{keyword}'"),
+            range: "a whole number of packets per second from 1 to 1000000000",
+            got: token.to_owned(),
+        };
+        let value = match units::packet_rate(token.strip_prefix('-').unwrap_or(token)) {
+            Some(_) if token.starts_with('-') => return Err(out_of_range()),
+            Some(value) => value,
+            None => {
+                return Err(SpecError::Expected {
+                    what: PACKET_RATE,
+                    after: keyword.to_owned(),
+                    got: token.to_owned(),
+                })
+            }
+        };
+        let max = f64::from(PacketsPerSec::MAX.get());
+        if value < 1.0 || value > max || value.fract() != 0.0 {
+            return Err(out_of_range());
+        }
+        // Whole and within 1..=1e9: exact in a u32.
+        Ok(PacketsPerSec(value as u32))
     }
 
     /// The three rate keywords share one slot (a preset's rate is replaced, not a conflict).

@@ -8,7 +8,7 @@
 //! holding the rate and the AQM as htb's leaf (netem is classful with one child; putting
 //! netem under an AQM is not possible). That order delays packets before the bottleneck
 //! instead of after it, which changes nothing for a constant delay. What tc cannot express
-//! (traces, schedules, some parameters) is listed in `caveats`.
+//! (traces, schedules, packet rates, some parameters) is listed in `caveats`.
 //!
 //! The alternative of netem on the other side of an `ifb` device (`ingress` + `mirred`)
 //! was not taken: it moves the delay and loss onto the device's ingress, i.e. onto the
@@ -23,6 +23,11 @@ use super::parse::red_weight;
 use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
 use crate::time::Duration;
 use crate::units::FRAME_BYTES;
+
+/// Bytes of payload in an ATM cell (netem's CELLSIZE for ATM).
+const ATM_CELL_PAYLOAD: u32 = 48;
+/// Bytes of header in an ATM cell (netem's CELLOVERHEAD for ATM): 53-byte cells.
+const ATM_CELL_HEADER: i32 = 5;
 
 /// Commands for one device, and what they do not reproduce.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -66,11 +71,30 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         }
         None => None,
     };
+    if let Some(packet_rate) = spec.packet_rate {
+        let faster = match fixed_rate {
+            Some(fixed) => format!(
+                "packets that take under {} at {} ({} bytes as the rate counts them) pass faster than pathlab lets them",
+                packet_rate.interval(),
+                fixed.rate,
+                fixed.rate.as_f64() / (8.0 * f64::from(packet_rate.get())),
+            ),
+            None => "packets pass without pathlab's queue in front of it".to_owned(),
+        };
+        out.caveats.push(format!(
+            "netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps {packet_rate}' is left out, so {faster}"
+        ));
+    }
     let needs_real_queue =
         !matches!(spec.queue.discipline, Discipline::TailDrop) || spec.queue.limit_bytes.is_some();
     if needs_real_queue && fixed_rate.is_none() {
         out.caveats.push(
-            "the queue discipline and byte limit only act in front of a rate; without one pathlab never queues, so they are left out".into(),
+            if spec.packet_rate.is_some() {
+                "the queue discipline and byte limit only act in front of a rate; tc has no packet rate to put them in front of, so they are left out"
+            } else {
+                "the queue discipline and byte limit only act in front of a rate; without one pathlab never queues, so they are left out"
+            }
+            .into(),
         );
     }
     if needs_real_queue {
@@ -145,6 +169,7 @@ fn seed_caveat(spec: &LinkSpec, out: &mut TcCommands) {
 fn netem_part(spec: &LinkSpec) -> LinkSpec {
     LinkSpec {
         rate: None,
+        packet_rate: None,
         queue: QueueSpec {
             limit_packets: spec.queue.limit_packets,
             ..QueueSpec::default()
@@ -190,18 +215,14 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
     if rate.packet_overhead != 0 {
         let _ = write!(htb, " overhead {}", rate.packet_overhead);
     }
-    if rate.cell_size == 53 {
+    // netem's cells carry CELLSIZE bytes and cost CELLSIZE + CELLOVERHEAD on the line, so
+    // ATM (48 bytes of payload in a 53-byte cell) is `48 5`: exactly htb's `linklayer atm`.
+    if (rate.cell_size, rate.cell_overhead) == (ATM_CELL_PAYLOAD, ATM_CELL_HEADER) {
         htb.push_str(" linklayer atm");
-        if rate.cell_overhead != 0 {
-            out.caveats.push(format!(
-                "htb has no per-cell overhead; the {} bytes per cell are left out",
-                rate.cell_overhead
-            ));
-        }
     } else if rate.cell_size != 0 {
         out.caveats.push(format!(
-            "htb knows only ATM cells (53 bytes); cells of {} bytes are left out",
-            rate.cell_size
+            "htb knows only ATM's cells (48 bytes of payload in 53, netem's `48 5`); cells of {} + {} bytes are left out",
+            rate.cell_size, rate.cell_overhead
         ));
     }
     out.commands.push(htb);
@@ -493,6 +514,29 @@ mod tests {
     }
 
     #[test]
+    fn a_packet_rate_is_left_out_and_said_so() {
+        let out = tc("rate 10mbit pps 5000");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem rate 10mbit"]
+        );
+        // 10e6 / (8 x 5000) = 250 bytes: below it the packet rate binds in pathlab.
+        assert_eq!(
+            out.caveats,
+            vec!["netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps 5000' is left out, so packets that take under 200us at 10mbit (250 bytes as the rate counts them) pass faster than pathlab lets them"]
+        );
+        let alone = tc("pps 6500 delay 10ms");
+        assert_eq!(
+            alone.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 10ms"]
+        );
+        assert!(alone.caveats[0].contains("'pps 6500' is left out"));
+        let with_aqm = tc("rate 10mbit pps 5000 queue codel");
+        assert!(with_aqm.caveats[0].contains("'pps 5000' is left out"));
+        assert!(with_aqm.commands.iter().all(|c| !c.contains("pps")));
+    }
+
+    #[test]
     fn slots_both_forms() {
         assert_eq!(
             tc("slot 800us 1ms packets 32 bytes 64000b").commands,
@@ -577,23 +621,24 @@ mod tests {
 
     #[test]
     fn htb_takes_atm_cells_only() {
-        let atm = tc("rate 10mbit 20 53 5 queue codel");
+        // netem's `48 5` (tc-netem(8): "ATM for example has an payload cellsize of 48
+        // bytes and 5 byte per cell header") is htb's `linklayer atm`: ceil(len / 48)
+        // cells of 53 bytes, nothing left out.
+        let atm = tc("rate 10mbit 20 48 5 queue codel");
         assert_eq!(
             atm.commands[1],
             "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit overhead 20 linklayer atm"
         );
-        assert_eq!(
-            atm.caveats[0],
-            "htb has no per-cell overhead; the 5 bytes per cell are left out"
-        );
-        let other = tc("rate 10mbit 20 48 queue codel");
+        assert!(atm.caveats[0].starts_with("htb is a token bucket"));
+        // 53-byte cells costing 58 are not ATM's.
+        let other = tc("rate 10mbit 20 53 5 queue codel");
         assert_eq!(
             other.commands[1],
             "tc class add dev eth1 parent 1: classid 1:1 htb rate 10mbit ceil 10mbit overhead 20"
         );
         assert_eq!(
             other.caveats[0],
-            "htb knows only ATM cells (53 bytes); cells of 48 bytes are left out"
+            "htb knows only ATM's cells (48 bytes of payload in 53, netem's `48 5`); cells of 53 + 5 bytes are left out"
         );
     }
 

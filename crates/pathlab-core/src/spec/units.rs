@@ -76,6 +76,22 @@ pub fn rate(token: &str) -> Result<BitsPerSec, RateProblem> {
     Ok(BitsPerSec(bits as u64))
 }
 
+/// A packet rate: a number with an optional SI multiplier `k` or `M` and an optional
+/// `pps` unit (`6500`, `6.5k`, `6.5kpps`). Returns packets per second, not checked for
+/// being whole or positive.
+pub fn packet_rate(token: &str) -> Option<f64> {
+    let lower = token.to_ascii_lowercase();
+    let number = lower.strip_suffix("pps").unwrap_or(&lower);
+    let (value, unit) = split_number(number)?;
+    let multiplier = match unit {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        _ => return None,
+    };
+    Some(value * multiplier)
+}
+
 /// A size in bytes as tc's get_size: `b`, `k kb`, `m mb`, `g gb` (powers of 1024), `kbit
 /// mbit gbit` (1024-based bits). A bare number is bytes.
 pub fn size(token: &str) -> Option<u64> {
@@ -151,5 +167,12 @@ mod tests {
         assert_eq!(percent("x%"), None);
         assert_eq!(signed("-4"), Some(-4));
         assert_eq!(integer("1e3"), None);
+        assert_eq!(packet_rate("6500"), Some(6500.0));
+        assert_eq!(packet_rate("6.5k"), Some(6500.0));
+        assert_eq!(packet_rate("6.5kpps"), Some(6500.0));
+        assert_eq!(packet_rate("1M"), Some(1e6));
+        assert_eq!(packet_rate("pps"), None);
+        assert_eq!(packet_rate("-3"), None);
+        assert_eq!(packet_rate("10mbit"), None);
     }
 }

@@ -12,11 +12,20 @@
 //!
 //! # Fixed (`rate RATE [PACKETOVERHEAD [CELLSIZE [CELLOVERHEAD]]]`)
 //!
-//! As netem's `packet_time_ns`: the accounted length is `len + packet_overhead` (not
-//! below 0); with a cell size, `cells = ceil(len' / cell_size)` and the accounted length
-//! becomes `cells * (cell_size + cell_overhead)`. The serialization time is the accounted
-//! bits over the rate, rounded up to the nanosecond. `next_start(now) = max(now,
-//! busy_until)`. A zero rate never finishes.
+//! As netem's `packet_time_ns` ([`FixedRate::accounted_bytes`]): the accounted length is
+//! `len + packet_overhead` (not below 0); with a cell size, `cells = ceil(len' /
+//! cell_size)` and the accounted length becomes `cells * (cell_size + cell_overhead)`.
+//! The serialization time is the accounted bits over the rate, rounded up to the
+//! nanosecond. `next_start(now) = max(now, busy_until)`. A zero rate never finishes.
+//!
+//! # Packet rate (`pps N`)
+//!
+//! A per-packet service limit beside any of the byte rates, or alone: no packet starts
+//! less than 1/N s ([`PacketsPerSec::interval`]) after the previous one started, and none
+//! finishes sooner than 1/N s after its start. With a fixed rate, a packet's service time
+//! is therefore `max(accounted bits / rate, 1/N)`: small packets leave at N per second,
+//! large ones at the byte rate, crossing where `accounted bytes = rate / (8 N)`. Without
+//! a byte rate, every packet takes exactly 1/N s.
 //!
 //! # Schedule (`schedule STEP RATE... [loop]`)
 //!
@@ -51,9 +60,9 @@
 
 use std::sync::Arc;
 
-use crate::spec::RateSpec;
+use crate::spec::{FixedRate, LinkSpec, RateSpec};
 use crate::time::{Duration, Instant};
-use crate::units::BitsPerSec;
+use crate::units::{BitsPerSec, PacketsPerSec};
 
 /// Bytes one mahimahi delivery opportunity carries: one full-size Ethernet frame.
 pub const MAHIMAHI_OPPORTUNITY_BYTES: u32 = 1514;
@@ -182,12 +191,11 @@ pub enum RateError {
 #[derive(Debug, Clone)]
 enum Model {
     Fixed {
-        rate: BitsPerSec,
-        packet_overhead: i64,
-        cell_size: i64,
-        cell_overhead: i64,
+        fixed: FixedRate,
         busy_until: Instant,
     },
+    /// No byte rate: only a packet rate limits the server.
+    Unlimited,
     Schedule {
         step_ns: u64,
         rates: Vec<u64>,
@@ -208,21 +216,54 @@ enum Model {
     },
 }
 
+/// The packet-rate limit (`pps N`) in force beside a byte rate.
+#[derive(Debug, Clone, Copy)]
+struct PacketLimit {
+    /// 1/N, rounded up to the nanosecond.
+    interval: Duration,
+    /// The previous packet's start plus `interval`: no packet starts before it.
+    free_at: Instant,
+}
+
 /// The serializer's timing.
 #[derive(Debug, Clone)]
 pub struct RateModel {
     model: Model,
+    packet_limit: Option<PacketLimit>,
 }
 
 impl RateModel {
+    /// The bottleneck a link spec describes: its byte rate and packet rate, either or
+    /// both; `None` when it has neither (no bottleneck).
+    pub fn for_link(spec: &LinkSpec) -> Result<Option<RateModel>, RateError> {
+        let model = match (&spec.rate, spec.packet_rate) {
+            (None, None) => return Ok(None),
+            (None, Some(_)) => RateModel {
+                model: Model::Unlimited,
+                packet_limit: None,
+            },
+            (Some(rate), _) => RateModel::new(rate)?,
+        };
+        Ok(Some(match spec.packet_rate {
+            Some(packet_rate) => model.with_packet_rate(packet_rate),
+            None => model,
+        }))
+    }
+
+    /// Adds a packet-rate limit (`pps N`) to the model; call it before the first packet.
+    pub fn with_packet_rate(mut self, packet_rate: PacketsPerSec) -> RateModel {
+        self.packet_limit = Some(PacketLimit {
+            interval: packet_rate.interval(),
+            free_at: Instant::ZERO,
+        });
+        self
+    }
+
     /// The model a spec describes.
     pub fn new(spec: &RateSpec) -> Result<RateModel, RateError> {
         let model = match spec {
             RateSpec::Fixed(fixed) => Model::Fixed {
-                rate: fixed.rate,
-                packet_overhead: i64::from(fixed.packet_overhead),
-                cell_size: i64::from(fixed.cell_size),
-                cell_overhead: i64::from(fixed.cell_overhead),
+                fixed: *fixed,
                 busy_until: Instant::ZERO,
             },
             RateSpec::Schedule(schedule) => {
@@ -254,7 +295,10 @@ impl RateModel {
                 None => return Err(RateError::TraceNotLoaded(trace.path.clone())),
             },
         };
-        Ok(RateModel { model })
+        Ok(RateModel {
+            model,
+            packet_limit: None,
+        })
     }
 
     /// A trace model whose opportunities carry `bytes_per_opportunity` bytes each.
@@ -276,6 +320,7 @@ impl RateModel {
                 cursor: 0,
                 budget_left: bytes_per_opportunity,
             },
+            packet_limit: None,
         })
     }
 
@@ -283,7 +328,7 @@ impl RateModel {
     /// call it before the first packet. No effect on a fixed rate.
     pub fn with_origin(mut self, start: Instant) -> RateModel {
         match &mut self.model {
-            Model::Fixed { .. } => {}
+            Model::Fixed { .. } | Model::Unlimited => {}
             Model::Schedule { origin, .. } | Model::Trace { origin, .. } => *origin = start,
         }
         self
@@ -291,7 +336,17 @@ impl RateModel {
 
     /// Earliest instant at or after `now` at which a packet may start.
     pub fn next_start(&self, now: Instant) -> Instant {
+        let now = match self.packet_limit {
+            Some(limit) => now.max(limit.free_at),
+            None => now,
+        };
+        self.bytes_next_start(now)
+    }
+
+    /// [`RateModel::next_start`] as the byte rate alone says.
+    fn bytes_next_start(&self, now: Instant) -> Instant {
         match &self.model {
+            Model::Unlimited => now,
             Model::Fixed { busy_until, .. } => now.max(*busy_until),
             Model::Schedule { busy_until, .. } => self.schedule_skip_outage(now.max(*busy_until)),
             Model::Trace {
@@ -311,21 +366,23 @@ impl RateModel {
     /// last bit has left. A start earlier than the end of the previous transmission is
     /// moved to it (transmissions never overlap).
     pub fn transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
+        let Some(limit) = self.packet_limit else {
+            return self.bytes_transmit(start, len_bytes);
+        };
+        let start = start.max(limit.free_at);
+        let bytes_end = self.bytes_transmit(start, len_bytes);
+        let free_at = start + limit.interval;
+        self.packet_limit = Some(PacketLimit { free_at, ..limit });
+        bytes_end.max(free_at)
+    }
+
+    /// [`RateModel::transmit`] as the byte rate alone says.
+    fn bytes_transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
         match &mut self.model {
-            Model::Fixed {
-                rate,
-                packet_overhead,
-                cell_size,
-                cell_overhead,
-                busy_until,
-            } => {
-                let mut accounted = (i64::from(len_bytes) + *packet_overhead).max(0);
-                if *cell_size > 0 {
-                    let cells = (accounted + *cell_size - 1) / *cell_size;
-                    accounted = cells.saturating_mul(*cell_size + *cell_overhead).max(0);
-                }
+            Model::Unlimited => start,
+            Model::Fixed { fixed, busy_until } => {
                 let start = start.max(*busy_until);
-                *busy_until = start + rate.serialization_time(accounted as u64);
+                *busy_until = start + fixed.serialization_time(len_bytes);
                 *busy_until
             }
             Model::Schedule { busy_until, .. } => {
@@ -366,10 +423,12 @@ impl RateModel {
         }
     }
 
-    /// The line rate in force at `now` (for traces, the long-run average).
-    pub fn rate_at(&self, now: Instant) -> BitsPerSec {
-        match &self.model {
-            Model::Fixed { rate, .. } => *rate,
+    /// The line rate in force at `now` (for traces, the long-run average); `None` when
+    /// only a packet rate limits the bottleneck.
+    pub fn rate_at(&self, now: Instant) -> Option<BitsPerSec> {
+        Some(match &self.model {
+            Model::Unlimited => return None,
+            Model::Fixed { fixed, .. } => fixed.rate,
             Model::Schedule { .. } => BitsPerSec(self.schedule_segment(now).0),
             Model::Trace {
                 trace,
@@ -383,7 +442,7 @@ impl RateModel {
                 let rate = bits / u128::from(trace.period.as_nanos().max(1));
                 BitsPerSec(u64::try_from(rate).unwrap_or(u64::MAX))
             }
-        }
+        })
     }
 
     /// For a schedule: the rate at `t` and the end of its segment (`Instant::MAX` when
@@ -616,18 +675,64 @@ mod tests {
     }
 
     #[test]
+    fn a_packet_rate_holds_back_every_kind_of_rate() {
+        let ms = Instant::from_millis;
+        let pps_1000 = PacketsPerSec(1000);
+        // 10 Mbit/s and 1000 packets/s: 100 bytes take 80 us on the line but 1 ms of the
+        // packet rate; 12 500 bytes take 10 ms, more than 1 ms.
+        let mut model = fixed(BitsPerSec::mbit(10), 0, 0, 0).with_packet_rate(pps_1000);
+        let out = serialize(
+            &mut model,
+            &[
+                (Instant::ZERO, 100),
+                (Instant::ZERO, 100),
+                (Instant::ZERO, 12_500),
+                (Instant::ZERO, 100),
+            ],
+        );
+        assert_eq!(out, [ms(1), ms(2), ms(12), ms(13)]);
+        // The same under a schedule that holds 10 Mbit/s.
+        let mut model = schedule(Duration::from_secs(1), &[BitsPerSec::mbit(10)], false)
+            .with_packet_rate(pps_1000);
+        let out = serialize(&mut model, &[(Instant::ZERO, 100), (Instant::ZERO, 12_500)]);
+        assert_eq!(out, [ms(1), ms(11)]);
+        // Alone: exactly 1 ms per packet whatever its size; an idle server starts at once.
+        let spec = LinkSpec::parse("pps 1000").unwrap();
+        let mut alone = RateModel::for_link(&spec).unwrap().expect("a bottleneck");
+        let out = serialize(
+            &mut alone,
+            &[(Instant::ZERO, 1), (Instant::ZERO, 65_535), (ms(5), 100)],
+        );
+        assert_eq!(out, [ms(1), ms(2), ms(6)]);
+        assert_eq!(alone.rate_at(Instant::ZERO), None);
+        // A trace (opportunities at 1 and 10 ms, looping every 10 ms) with 500 packets/s:
+        // the first small packet takes the opportunity at 1 ms and occupies the server
+        // until 3 ms; the next may start only then, at the next opportunity (10 ms), and
+        // holds the server until 12 ms; the third waits for 20 ms.
+        let mut model = trace_model("1\n10\n").with_packet_rate(PacketsPerSec(500));
+        let out = serialize(&mut model, &[(Instant::ZERO, 100); 3]);
+        assert_eq!(out, [ms(3), ms(12), ms(22)]);
+        // No rate and no packet rate: no bottleneck.
+        let spec = LinkSpec::parse("delay 5ms").unwrap();
+        assert!(RateModel::for_link(&spec).unwrap().is_none());
+    }
+
+    #[test]
     fn schedule_changes_rate_at_the_boundaries_and_integrates_across_them() {
         let step = Duration::from_millis(100);
         let mut model = schedule(step, &[BitsPerSec::mbit(10), BitsPerSec::mbit(1)], false);
         assert_eq!(
             model.rate_at(Instant::from_nanos(99_999_999)),
-            BitsPerSec::mbit(10)
+            Some(BitsPerSec::mbit(10))
         );
         assert_eq!(
             model.rate_at(Instant::from_millis(100)),
-            BitsPerSec::mbit(1)
+            Some(BitsPerSec::mbit(1))
         );
-        assert_eq!(model.rate_at(Instant::from_secs(100)), BitsPerSec::mbit(1));
+        assert_eq!(
+            model.rate_at(Instant::from_secs(100)),
+            Some(BitsPerSec::mbit(1))
+        );
         // 1514 bytes starting at 99 ms: 1 ms at 10 Mbit/s carries 10 000 bits; the other
         // 12 112 - 10 000 = 2112 bits take 2.112 ms at 1 Mbit/s: done at 102.112 ms.
         let done = model.transmit(Instant::from_millis(99), 1514);
@@ -680,14 +785,17 @@ mod tests {
             false,
         )
         .with_origin(Instant::from_secs(5));
-        assert_eq!(model.rate_at(Instant::from_secs(1)), BitsPerSec::mbit(1));
+        assert_eq!(
+            model.rate_at(Instant::from_secs(1)),
+            Some(BitsPerSec::mbit(1))
+        );
         assert_eq!(
             model.rate_at(Instant::from_millis(5_009)),
-            BitsPerSec::mbit(1)
+            Some(BitsPerSec::mbit(1))
         );
         assert_eq!(
             model.rate_at(Instant::from_millis(5_010)),
-            BitsPerSec::mbit(2)
+            Some(BitsPerSec::mbit(2))
         );
     }
 
@@ -695,7 +803,7 @@ mod tests {
     fn trace_delivers_full_frames_exactly_at_its_opportunities_looping() {
         let mut model = trace_model("# a comment\n0\n5\n5\n\n12  # period\n");
         // Average: 4 opportunities x 1514 B x 8 / 12 ms = 4 037 333 bit/s.
-        assert_eq!(model.rate_at(Instant::ZERO), BitsPerSec(4_037_333));
+        assert_eq!(model.rate_at(Instant::ZERO), Some(BitsPerSec(4_037_333)));
         let out = serialize(&mut model, &[(Instant::ZERO, 1514); 12]);
         let expected: Vec<Instant> = [0, 5, 5, 12, 12, 17, 17, 24, 24, 29, 29, 36]
             .iter()
@@ -801,6 +909,11 @@ mod tests {
             schedule(Duration::from_nanos(1), &[BitsPerSec(u64::MAX)], true),
             trace_model("18446744073709\n"),
             trace_model("1\n"),
+            fixed(BitsPerSec(1), 0, 0, 0).with_packet_rate(PacketsPerSec(1)),
+            fixed(BitsPerSec(u64::MAX), 0, 0, 0).with_packet_rate(PacketsPerSec::MAX),
+            RateModel::for_link(&LinkSpec::parse("pps 1").unwrap())
+                .unwrap()
+                .unwrap(),
         ] {
             for start in [Instant::ZERO, Instant::from_secs(1), Instant::MAX] {
                 let begin = model.next_start(start);

@@ -19,7 +19,7 @@ use crate::usage;
 pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
-    /// A built-in recipe (bufferbloat, owd-probe) or an experiment spec file (TOML, docs/lab.md).
+    /// A built-in recipe (bufferbloat, owd-probe, modem-pps, ...) or an experiment spec file (TOML, docs/lab.md).
     #[arg(value_name = "RECIPE|SPEC.toml")]
     pub experiment: Option<String>,
     /// The short form of the experiment (its `quick` length).
@@ -256,9 +256,11 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
             if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
                 writeln!(
                     stdout,
-                    "  {}: sent at {}, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
+                    "  {}: sent at {} ({:.0} packets/s), {:.0} packets/s arrived, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
                     workload.name,
                     crate::format::rate(result.achieved_rate_bps),
+                    result.achieved_pps,
+                    result.delivered_pps().unwrap_or(0.0),
                     result.sequence.lost,
                     result.owd.trend_us_per_s,
                     result.owd.trend_ci95_us_per_s,
@@ -268,6 +270,11 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                         pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
                     }
                 )?;
+            }
+        }
+        if experiment.name == pathlab_lab::modem_pps::RECIPE {
+            for line in pathlab_lab::modem_pps::summary_lines(&run) {
+                writeln!(stdout, "  {line}")?;
             }
         }
         if run.interrupted {
