@@ -461,3 +461,155 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
         })
         .unwrap();
 }
+
+/// `pathlab lab --control`: a link's spec changed over HTTP in the middle of a run shows in
+/// the run's own ping series, and every link's metrics are there while it runs.
+#[test]
+fn a_labs_links_are_read_and_changed_over_http_while_it_runs() {
+    let Some(_guard) = privileged("control_lab") else {
+        return;
+    };
+    let dir = util::TempDir::new("control-lab");
+    let spec = dir.path("lab.toml");
+    std::fs::write(
+        &spec,
+        r#"
+name = "control"
+duration = "5s"
+quick = "5s"
+[[node]]
+name = "h1"
+[[node]]
+name = "h2"
+[[link]]
+between = ["h1", "h2"]
+spec = "delay 10ms"
+[[workload]]
+kind = "ping"
+from = "h1"
+to = "h2"
+interval = "20ms"
+"#,
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(PATHLAB)
+        .args(["lab"])
+        .arg(&spec)
+        .args(["--control", "127.0.0.1:0", "--out"])
+        .arg(dir.path("out"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the lab prints its control address")
+            .unwrap();
+        if let Some(at) = line.find("http://") {
+            let rest = &line[at + "http://".len()..];
+            break rest[..rest.find('/').unwrap()].to_owned();
+        }
+    };
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let call = |method: &str, path: &str, body: Option<Value>| {
+        let body = body.map(|b| b.to_string().into_bytes());
+        pathlab_io::http::request(&addr, method, path, None, body.as_deref()).unwrap()
+    };
+    // The workload starts once the topology is built; change the delay 2 s into it.
+    let links = loop {
+        let reply = call("GET", "/api/v1/links", None);
+        if reply.status == 200 {
+            break json_of(&reply);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        links,
+        json!([{ "name": "h1-h2", "emulated": true, "forward": "delay 10ms", "reverse": "delay 10ms" }])
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let set = call(
+        "PUT",
+        "/api/v1/links/h1-h2/spec",
+        Some(json!({ "forward": "delay 30ms", "reverse": "delay 30ms" })),
+    );
+    assert_eq!(set.status, 200, "{}", String::from_utf8_lossy(&set.body));
+    let bad = call(
+        "PUT",
+        "/api/v1/links/h1-h2/spec",
+        Some(json!({ "forward": "delay banana" })),
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(call("GET", "/api/v1/links/h9-h2/stats", None).status, 404);
+    let metrics = call("GET", "/metrics", None);
+    let text = String::from_utf8(metrics.body).unwrap();
+    let families = pathlab_results::prometheus::parse(&text).expect("the exposition parses");
+    let stats: EmulatorStats =
+        serde_json::from_slice(&call("GET", "/api/v1/links/h1-h2/stats", None).body).unwrap();
+    let forwarded = pathlab_results::prometheus::value(
+        &families,
+        "pathlab_emulator_forwarded_packets_total",
+        &[
+            ("emulator", "h1-h2"),
+            (
+                "direction",
+                &format!("{} -> {}", stats.directions[0].from, stats.directions[0].to),
+            ),
+        ],
+    )
+    .unwrap();
+    // Pings keep crossing between the two reads: the later read has as many or more.
+    assert!(forwarded > 0.0 && forwarded <= stats.directions[0].forwarded as f64);
+    let output = child.wait_with_output().unwrap();
+    let log = drain.join().unwrap();
+    assert!(output.status.success(), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("set to 'delay 30ms' by http 127.0.0.1:")),
+        "{log:?}"
+    );
+    // The run's ping series: 20 ms before the change, 60 ms after, and at most a couple of
+    // pings in flight across it (40 ms).
+    let result: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path("out").join("result.json")).unwrap(),
+    )
+    .unwrap();
+    let series: Vec<f64> = result
+        .pointer("/result/data/workloads/0/outcome/data/series")
+        .expect("the ping's series")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pair| pair[1].as_f64().unwrap() / 1e6)
+        .collect();
+    let near = |target: f64| {
+        series
+            .iter()
+            .filter(|&&rtt| (rtt - target).abs() < RTT_TOLERANCE_MS)
+            .count()
+    };
+    let (before, after) = (near(20.0), near(60.0));
+    assert!(
+        before > 50 && after > 50,
+        "{before} pings at 20 ms, {after} at 60 ms: {series:?}"
+    );
+    assert!(before + after + 3 >= series.len(), "{series:?}");
+    // The link's recording holds the change, as `emulate set` would have written it.
+    let recording = read_recording(BufReader::new(
+        std::fs::File::open(dir.path("out").join("link-h1-h2.jsonl")).unwrap(),
+    ))
+    .unwrap();
+    let changes = recording
+        .lines
+        .iter()
+        .filter(|l| matches!(l, RecordingLine::Spec { spec, .. } if spec == "delay 30ms"))
+        .count();
+    assert_eq!(changes, 2, "both directions' change recorded");
+    let first_after = series.iter().position(|&rtt| rtt > 30.0).unwrap();
+    assert!(
+        series[first_after..].iter().all(|&rtt| rtt > 30.0),
+        "no ping went back to the old delay"
+    );
+}
