@@ -210,37 +210,16 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::example_stats;
     use super::*;
     use pathlab_results::prometheus;
 
-    fn stats(name: &str, forwarded_bytes: u64, queue_drops: u64) -> EmulatorStats {
-        let mut d = DirectionStats {
-            from: "a".into(),
-            to: "b".into(),
-            forwarded_bytes,
-            forwarded: forwarded_bytes / 1000,
-            queue_packets: 3,
-            queue_delay_ns: 2_500_000,
-            ..DirectionStats::default()
-        };
-        d.link.dropped_packets[DropReason::QueueFull.index()] = queue_drops;
-        d.lateness.packets = 10;
-        d.lateness.at_most = vec![4, 5, 6, 7, 8, 9, 9, 9, 9, 9, 9, 9, 10];
-        d.lateness.sum_ns = 123_000;
-        let mut r = d.clone();
-        r.from = "b".into();
-        r.to = "a".into();
-        EmulatorStats {
-            name: name.into(),
-            uptime_ns: 12_000_000_000,
-            directions: vec![d, r],
-            failure: None,
-        }
-    }
-
     #[test]
     fn metrics_parse_and_equal_the_stats_they_came_from() {
-        let all = [stats("x", 5_000_000, 7), stats("y", 1_000, 0)];
+        let all = [
+            example_stats("x", 5_000_000, 7),
+            example_stats("y", 1_000, 0),
+        ];
         let families = prometheus::parse(&metrics(&all)).expect("the exposition parses");
         let of = |name: &str, labels: &[(&str, &str)]| {
             prometheus::value(&families, name, labels).unwrap_or_else(|| panic!("{name}"))

@@ -380,34 +380,43 @@ fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
+/// Stats of an emulator `name` whose directions `a -> b` and `b -> a` each forwarded
+/// `forwarded_bytes`, dropped `queue_drops` for a full queue, hold 3 packets queued 2.5 ms
+/// and sent 10 packets late (for the tests of the API and the metrics).
+#[cfg(test)]
+fn example_stats(name: &str, forwarded_bytes: u64, queue_drops: u64) -> EmulatorStats {
+    let mut d = crate::emulator::DirectionStats {
+        from: "a".into(),
+        to: "b".into(),
+        forwarded_bytes,
+        forwarded: forwarded_bytes / 1000,
+        queue_packets: 3,
+        queue_delay_ns: 2_500_000,
+        ..Default::default()
+    };
+    d.link.dropped_packets[DropReason::QueueFull.index()] = queue_drops;
+    d.lateness.packets = 10;
+    d.lateness.at_most = vec![4, 5, 6, 7, 8, 9, 9, 9, 9, 9, 9, 9, 10];
+    d.lateness.sum_ns = 123_000;
+    let mut r = d.clone();
+    r.from = "b".into();
+    r.to = "a".into();
+    EmulatorStats {
+        name: name.into(),
+        uptime_ns: 12_000_000_000,
+        directions: vec![d, r],
+        failure: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emulator::DirectionStats;
 
     fn stats(uptime_s: f64, forwarded_bytes: u64, queue_drops: u64) -> EmulatorStats {
-        let mut d = DirectionStats {
-            from: "a".into(),
-            to: "b".into(),
-            forwarded_bytes,
-            forwarded: forwarded_bytes / 1000,
-            queue_packets: 3,
-            queue_delay_ns: 2_500_000,
-            ..DirectionStats::default()
-        };
-        d.link.dropped_packets[DropReason::QueueFull.index()] = queue_drops;
-        d.lateness.packets = 10;
-        d.lateness.at_most = vec![4, 5, 6, 7, 8, 9, 9, 9, 9, 9, 9, 9, 10];
-        d.lateness.sum_ns = 123_000;
-        let mut r = d.clone();
-        r.from = "b".into();
-        r.to = "a".into();
-        EmulatorStats {
-            name: "x".into(),
-            uptime_ns: (uptime_s * 1e9) as u64,
-            directions: vec![d, r],
-            failure: None,
-        }
+        let mut stats = example_stats("x", forwarded_bytes, queue_drops);
+        stats.uptime_ns = (uptime_s * 1e9) as u64;
+        stats
     }
 
     #[test]
