@@ -1,6 +1,6 @@
 //! Figures a run is judged by, next to their theory.
 
-use pathlab_core::spec::{LossSpec, RateSpec};
+use pathlab_core::spec::LossSpec;
 use pathlab_core::units::{FRAME_BYTES, MSS_BYTES};
 use pathlab_core::LinkSpec;
 use pathlab_results::lab::{mathis_bps, LabRun, PathTheory};
@@ -87,17 +87,15 @@ fn path_figures(
         delivered = delivered
             .zip(loss_probability(there))
             .map(|(d, p)| d * (1.0 - p));
-        match &there.rate {
-            Some(RateSpec::Fixed(fixed)) => {
-                let rate = fixed.rate.as_f64();
-                if bottleneck.is_none_or(|(slowest, _, _)| rate < slowest) {
-                    bottleneck =
-                        Some((rate, there.queue.effective_limit_packets(), (link, forward)));
-                }
+        // Full-size frames' rate: the line's less its per-packet overhead, or the packet
+        // rate where that binds first.
+        match there.frame_rate_bps(FRAME_BYTES) {
+            Some(rate) if bottleneck.is_none_or(|(slowest, _, _)| rate < slowest) => {
+                bottleneck = Some((rate, there.queue.effective_limit_packets(), (link, forward)));
             }
             // A rate that changes (schedule, trace) has no one bottleneck to judge by.
-            Some(_) => varying = true,
-            None => {}
+            None if there.has_bottleneck() => varying = true,
+            Some(_) | None => {}
         }
     }
     let bottleneck = bottleneck.filter(|_| !varying);
@@ -243,6 +241,23 @@ mod tests {
         // W / C = 6.27 + 0.14 s.
         let period = theory.sawtooth_period_s.unwrap();
         assert!((period - 6.41).abs() < 0.01, "{period}");
+    }
+
+    #[test]
+    fn a_packet_rate_that_binds_first_is_the_bottleneck_of_full_frames() {
+        let points = expand(recipe("bufferbloat").unwrap(), false).unwrap();
+        let text = points[2].text.replace("rate 10mbit", "rate 10mbit pps 500");
+        assert_ne!(
+            text, points[2].text,
+            "the recipe's bottleneck is rate 10mbit"
+        );
+        let e = Experiment::parse(&text).unwrap();
+        let theory = path_theory(&e, &e.workloads[1]).expect("a peer");
+        // 500 frames of 1514 B a second: 6.056 Mbit/s, under the line's 10.
+        assert_eq!(theory.bottleneck_bps, Some(500.0 * 1514.0 * 8.0));
+        // A full queue of 100 frames drains in 100 / 500 s.
+        let plateau = theory.plateau_rtt_s.unwrap();
+        assert!((plateau - (0.020 + 0.2)).abs() < 1e-9, "{theory:?}");
     }
 
     #[test]

@@ -83,6 +83,28 @@ impl LinkSpec {
         self.rate.is_some() || self.packet_rate.is_some()
     }
 
+    /// How fast the bottleneck passes frames of `frame_bytes`, in bits of those frames per
+    /// second: the rate less what its `OVERHEAD` and cells add to each frame (netem's
+    /// accounting), or the packet-rate limit where that binds first (`pps`: N frames a
+    /// second, whatever their size). `None` without a bottleneck or with one that varies
+    /// (a schedule, a trace): no one figure to judge by.
+    pub fn frame_rate_bps(&self, frame_bytes: f64) -> Option<f64> {
+        let per_packet = self.packet_rate.map(|n| 1.0 / f64::from(n.get()));
+        let serialization = match &self.rate {
+            Some(RateSpec::Fixed(fixed)) => {
+                Some(fixed.accounted_bytes(frame_bytes as u32) as f64 * 8.0 / fixed.rate.as_f64())
+            }
+            Some(_) => return None,
+            None => None,
+        };
+        let service_s = match (serialization, per_packet) {
+            (Some(s), Some(p)) => s.max(p),
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => return None,
+        };
+        Some(frame_bytes * 8.0 / service_s)
+    }
+
     /// The highest rate the bottleneck serves at (a schedule's highest step), if it has a
     /// known one (`None`: no rate, or a trace, whose rate is the caller's to load).
     pub fn peak_rate(&self) -> Option<BitsPerSec> {
@@ -521,4 +543,33 @@ pub fn parse_size(text: &str) -> Result<u64, SpecError> {
         after: "size".into(),
         got: text.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_rate(spec: &str) -> Option<f64> {
+        LinkSpec::parse(spec).unwrap().frame_rate_bps(1514.0)
+    }
+
+    #[test]
+    fn the_frame_rate_is_the_rate_less_overhead_and_cells_or_the_packet_rate() {
+        assert_eq!(frame_rate("rate 10mbit"), Some(10e6));
+        // 1514 + 8 bytes accounted: 1514/1522 of the line carries the frames.
+        let with_overhead = frame_rate("rate 10mbit 8").unwrap();
+        assert!((with_overhead - 10e6 * 1514.0 / 1522.0).abs() < 1e-6);
+        // ATM: ceil((1514 + 8) / 48) = 32 cells of 53 bytes.
+        let atm = frame_rate("rate 10mbit 8 48 5").unwrap();
+        assert!((atm - 10e6 * 1514.0 / (32.0 * 53.0)).abs() < 1e-6);
+        // 100 full frames a second bind before 10 Mbit/s (825 would not).
+        assert_eq!(
+            frame_rate("rate 10mbit pps 100"),
+            Some(100.0 * 1514.0 * 8.0)
+        );
+        assert_eq!(frame_rate("rate 10mbit pps 1000"), Some(10e6));
+        assert_eq!(frame_rate("pps 100"), Some(100.0 * 1514.0 * 8.0));
+        assert_eq!(frame_rate("delay 10ms"), None);
+        assert_eq!(frame_rate("schedule 1s 10mbit 20mbit"), None);
+    }
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use pathlab_core::spec::{LinkSpec, RateSpec};
+use pathlab_core::spec::LinkSpec;
 use pathlab_core::units::FRAME_BYTES;
 
 use super::RunData;
@@ -110,21 +110,14 @@ fn direction_spec<'a>(run: &'a RunData, subject: &str) -> Option<&'a str> {
 fn queue_theory(spec: &str) -> Option<(u32, f64)> {
     let spec = LinkSpec::parse(spec).ok()?;
     let limit = spec.queue.effective_limit_packets();
-    match spec.rate? {
-        RateSpec::Fixed(fixed) => Some((
-            limit,
-            f64::from(limit) * FRAME_BYTES * 8.0 / fixed.rate.as_f64(),
-        )),
-        _ => None,
-    }
+    let rate = spec.frame_rate_bps(FRAME_BYTES)?;
+    Some((limit, f64::from(limit) * FRAME_BYTES * 8.0 / rate))
 }
 
-/// A spec's fixed bottleneck rate, bits/s.
+/// How fast a spec's bottleneck passes full-size frames, bits/s (`None`: no bottleneck,
+/// or one that varies).
 fn fixed_rate_bps(spec: &str) -> Option<f64> {
-    match LinkSpec::parse(spec).ok()?.rate? {
-        RateSpec::Fixed(fixed) => Some(fixed.rate.as_f64()),
-        _ => None,
-    }
+    LinkSpec::parse(spec).ok()?.frame_rate_bps(FRAME_BYTES)
 }
 
 fn line_figure(
