@@ -471,3 +471,25 @@ fn report_of_bad_input_exits_2_naming_the_file_and_the_problem() {
     );
     assert!(!dir.path("report.html").exists());
 }
+
+#[test]
+fn a_reader_that_closes_the_output_early_ends_the_command_quietly() {
+    // The read end is closed before the command starts: its first write fails with EPIPE.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let output = Command::new(env!("CARGO_BIN_EXE_pathlab"))
+        .args(["spec", "--list-presets"])
+        .stdout(writer)
+        .output()
+        .expect("pathlab runs");
+    assert_eq!(
+        output.status.code(),
+        Some(141),
+        "as a death by SIGPIPE: {output:?}"
+    );
+    assert!(
+        stderr(&output).is_empty(),
+        "no panic message: {}",
+        stderr(&output)
+    );
+}

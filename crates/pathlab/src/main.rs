@@ -71,7 +71,28 @@ pub fn usage(error: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(UsageError(error.into()))
 }
 
+/// A reader that closed standard output early (`pathlab spec --list-presets | head -3`)
+/// ends the command as it ends `cat`: quietly, with the status of a death by SIGPIPE (141),
+/// instead of `println!`'s panic "failed printing to stdout: Broken pipe". Rust ignores
+/// SIGPIPE so that sockets report EPIPE; that stays so.
+fn quiet_when_stdout_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_when_stdout_closes();
     let command_line: Vec<String> = std::env::args().collect();
     let cli = Cli::parse();
     let result = match cli.command {
