@@ -200,6 +200,9 @@ impl HttpServer {
         request: &Request,
         handler: &(dyn Fn(&Request) -> Response + Sync),
     ) -> Response {
+        if let Some(refused) = self.refuse_cross_site(request) {
+            return refused;
+        }
         let public = request.method == "GET" && self.public.contains(&request.path.as_str());
         match &self.token {
             Some(token)
@@ -218,6 +221,57 @@ impl HttpServer {
             _ => handler(request),
         }
     }
+}
+
+impl HttpServer {
+    /// What keeps a web page the user visits from driving this address through their
+    /// browser. A body must come as JSON: a browser sends a form or plain text to any
+    /// site without asking first, but asks (a CORS preflight, which is refused here)
+    /// before sending JSON elsewhere. And without a token, only loopback names are taken
+    /// in `Host`: a site whose name resolves to 127.0.0.1 (DNS rebinding) would otherwise
+    /// be same-origin with this address and read it.
+    fn refuse_cross_site(&self, request: &Request) -> Option<Response> {
+        if !request.body.is_empty() {
+            let json = request.header("content-type").is_some_and(|value| {
+                value
+                    .split(';')
+                    .next()
+                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+            });
+            if !json {
+                return Some(Response::error(
+                    415,
+                    "send the body as JSON, with 'Content-Type: application/json'",
+                ));
+            }
+        }
+        if self.token.is_none() {
+            if let Some(host) = request.header("host") {
+                if !host_is_loopback(host) {
+                    return Some(Response::error(
+                        403,
+                        &format!(
+                            "'Host: {host}' is not this loopback address; without a token only \
+                             127.0.0.1, [::1] and localhost are served"
+                        ),
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Whether `Host` names a loopback address (`127.0.0.1:8080`, `[::1]:8080`,
+/// `localhost`), on any port: an SSH tunnel (`ssh -L 9000:127.0.0.1:8080`) brings the
+/// page to another port, and a rebinding site's name is never a loopback one.
+fn host_is_loopback(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, p)) if !name.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name.eq_ignore_ascii_case("localhost") || name.parse::<IpAddr>().is_ok_and(is_loopback)
 }
 
 fn is_loopback(ip: IpAddr) -> bool {
@@ -387,6 +441,44 @@ mod tests {
             assert!(answer.starts_with("HTTP/1.1 501 "), "{answer}");
             assert_eq!(request(addr, "GET", "/", None, None).unwrap().status, 200);
         });
+    }
+
+    #[test]
+    fn changes_come_as_json_and_without_a_token_only_loopback_names_are_served() {
+        serve_one_test(None, |addr| {
+            let port = addr.rsplit_once(':').unwrap().1;
+            let exchange = |head: String| {
+                let mut stream = TcpStream::connect(addr).unwrap();
+                stream.write_all(head.as_bytes()).unwrap();
+                let mut answer = String::new();
+                stream.read_to_string(&mut answer).unwrap();
+                answer
+            };
+            // A form or plain text: what a page of another site can send without asking.
+            let form = exchange(format!(
+                "POST /x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: text/plain\r\n\
+                 Content-Length: 2\r\n\r\n{{}}"
+            ));
+            assert!(form.starts_with("HTTP/1.1 415 "), "{form}");
+            let json = exchange(format!(
+                "PUT /x HTTP/1.1\r\nHost: localhost:{port}\r\n\
+                 Content-Type: application/json; charset=utf-8\r\nContent-Length: 2\r\n\r\n{{}}"
+            ));
+            assert!(json.starts_with("HTTP/1.1 200 "), "{json}");
+            // DNS rebinding: a name of another site that resolves here.
+            let rebound = exchange(format!(
+                "GET /x HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n"
+            ));
+            assert!(rebound.starts_with("HTTP/1.1 403 "), "{rebound}");
+            let ipv6 = exchange(format!("GET /x HTTP/1.1\r\nHost: [::1]:{port}\r\n\r\n"));
+            assert!(ipv6.starts_with("HTTP/1.1 200 "), "{ipv6}");
+        });
+        assert!(host_is_loopback("127.0.0.1"));
+        assert!(host_is_loopback("127.0.0.1:9000"));
+        assert!(host_is_loopback("[::1]:8080"));
+        assert!(host_is_loopback("LOCALHOST:8080"));
+        assert!(!host_is_loopback("198.18.0.1:8080"));
+        assert!(!host_is_loopback("localhost.evil.example:8080"));
     }
 
     #[test]
