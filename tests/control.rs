@@ -570,12 +570,36 @@ interval = "20ms"
             .any(|l| l.contains("set to 'delay 30ms' by http 127.0.0.1:")),
         "{log:?}"
     );
-    // The run's ping series: 20 ms before the change, 60 ms after, and at most a couple of
-    // pings in flight across it (40 ms).
     let result: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path("out").join("result.json")).unwrap(),
     )
     .unwrap();
+    // The result and the summary say the run was changed by hand, when and by whom.
+    let changes = result
+        .pointer("/result/data/links/0/changes")
+        .expect("the change in the result")
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        changes.len(),
+        1,
+        "the bad spec changed nothing: {changes:?}"
+    );
+    assert_eq!(changes[0]["forward"], "delay 30ms");
+    assert_eq!(changes[0]["reverse"], "delay 30ms");
+    let at_s = changes[0]["at_ns"].as_f64().unwrap() / 1e9;
+    assert!((1.0..4.0).contains(&at_s), "changed {at_s} s into the run");
+    assert!(changes[0]["by"]
+        .as_str()
+        .unwrap()
+        .starts_with("http 127.0.0.1:"));
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.contains("note: link h1-h2 changed") && summary.contains("'delay 30ms' both ways"),
+        "{summary}"
+    );
+    // The run's ping series: 20 ms before the change, 60 ms after, and at most a couple of
+    // pings in flight across it (40 ms).
     let series: Vec<f64> = result
         .pointer("/result/data/workloads/0/outcome/data/series")
         .expect("the ping's series")

@@ -99,6 +99,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
             reverse: "delay 5ms".into(),
             recording: Some("link-r1-h2.jsonl".into()),
             lateness: Vec::new(),
+            changes: Vec::new(),
         }],
         workloads: vec![
             LabWorkload {

@@ -219,26 +219,35 @@ pub fn run(
             reverse: link.reverse.to_string(),
             recording,
             lateness: Vec::new(),
+            changes: Vec::new(),
         });
     }
 
     // The links' control address, served until the emulators stop (or the run fails).
     let control_stop = Arc::new(AtomicBool::new(false));
+    let control = options.control.as_ref().map(|server| {
+        let control = Arc::new(pathlab_io::control_http::LabControl::new(
+            experiment
+                .links
+                .iter()
+                .zip(&emulators)
+                .map(|(link, emulator)| (link.name.clone(), emulator.clone()))
+                .collect(),
+        ));
+        let serving = Arc::clone(&control);
+        let server = Arc::clone(server);
+        let stop = Arc::clone(&control_stop);
+        let thread =
+            std::thread::spawn(move || server.serve(&stop, &|request| serving.answer(request)));
+        (control, thread)
+    });
+    let (control, control_thread) = match control {
+        Some((control, thread)) => (Some(control), Some(thread)),
+        None => (None, None),
+    };
     let control_thread = ServingGuard {
         stop: Arc::clone(&control_stop),
-        thread: options.control.as_ref().map(|server| {
-            let server = Arc::clone(server);
-            let stop = Arc::clone(&control_stop);
-            let control = pathlab_io::control_http::LabControl {
-                links: experiment
-                    .links
-                    .iter()
-                    .zip(&emulators)
-                    .map(|(link, emulator)| (link.name.clone(), emulator.clone()))
-                    .collect(),
-            };
-            std::thread::spawn(move || server.serve(&stop, &|request| control.answer(request)))
-        }),
+        thread: control_thread,
     };
 
     let servers_stop = Arc::new(AtomicBool::new(false));
@@ -435,7 +444,20 @@ pub fn run(
     };
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(control_thread);
-    // The control thread held the only other references.
+    // Changes made by hand, on the run's clock; the control held the only other
+    // references to the emulators.
+    if let Some(control) = control {
+        for change in control.changes() {
+            links[change.link]
+                .changes
+                .push(pathlab_results::lab::LinkChange {
+                    at_ns: change.at.saturating_duration_since(started).as_nanos() as u64,
+                    forward: change.specs.forward,
+                    reverse: change.specs.reverse,
+                    by: change.by,
+                });
+        }
+    }
     let emulators = emulators
         .into_iter()
         .map(|e| e.map(|e| Arc::into_inner(e).expect("the control thread has ended")))

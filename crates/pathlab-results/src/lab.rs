@@ -46,6 +46,23 @@ pub struct LabLink {
     /// link was not emulated (or the file predates the fidelity guard).
     #[serde(default)] // added in v1 with the fidelity guard
     pub lateness: Vec<SendLateness>,
+    /// Changes of its specs made by hand while the run lasted (`pathlab lab --control`),
+    /// in order; scheduled events are in the spec instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")] // added with lab --control
+    pub changes: Vec<LinkChange>,
+}
+
+/// A change of a link's specs made while a run lasted, over `pathlab lab --control`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkChange {
+    /// When, ns after the run's start.
+    pub at_ns: u64,
+    /// The new spec from A to B, canonical, if it changed.
+    pub forward: Option<String>,
+    /// The new spec from B to A, if it changed.
+    pub reverse: Option<String>,
+    /// Who made it (`http 127.0.0.1:40312`).
+    pub by: String,
 }
 
 /// How late an emulator sent one direction of a link against its model (the fidelity
@@ -97,6 +114,33 @@ impl SendLateness {
 }
 
 impl LabRun {
+    /// A line for each change made by hand to a link while the run lasted: `link h1-h2
+    /// changed 2.01 s into the run by http 127.0.0.1:40312: h1-h2 'delay 30ms' both ways —
+    /// the theory is the specs' at the start`.
+    pub fn change_notes(&self) -> Vec<String> {
+        self.links
+            .iter()
+            .flat_map(|link| {
+                link.changes.iter().map(move |change| {
+                    let what = match (&change.forward, &change.reverse) {
+                        (Some(f), Some(r)) if f == r => format!("'{f}' both ways"),
+                        (Some(f), Some(r)) => format!("'{f}' forward, '{r}' reverse"),
+                        (Some(f), None) => format!("'{f}' forward"),
+                        (None, Some(r)) => format!("'{r}' reverse"),
+                        (None, None) => "nothing".into(),
+                    };
+                    format!(
+                        "link {} changed {:.2} s into the run by {}: {what} \u{2014} the \
+                         figures' theory is the specs' at the start",
+                        link.name,
+                        change.at_ns as f64 / 1e9,
+                        change.by
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// Every late direction's warning ([`SendLateness::warning`]), link by link: empty
     /// when every emulator kept up.
     pub fn late_warnings(&self) -> Vec<String> {
@@ -294,6 +338,50 @@ pub enum LabOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changes_made_by_hand_are_told_with_when_and_by_whom() {
+        let change = |forward: Option<&str>, reverse: Option<&str>| LinkChange {
+            at_ns: 2_012_000_000,
+            forward: forward.map(str::to_owned),
+            reverse: reverse.map(str::to_owned),
+            by: "http 127.0.0.1:40312".into(),
+        };
+        let run = LabRun {
+            links: vec![LabLink {
+                name: "h1-h2".into(),
+                forward: "delay 10ms".into(),
+                reverse: "delay 10ms".into(),
+                recording: None,
+                lateness: Vec::new(),
+                changes: vec![
+                    change(Some("delay 30ms"), Some("delay 30ms")),
+                    change(None, Some("loss 1%")),
+                ],
+            }],
+            ..serde_json::from_value(serde_json::json!({
+                "name": "x", "description": "", "spec": "", "parameters": [],
+                "kernel": "", "started_unix_ns": 0, "duration_ns": 0,
+                "interrupted": false, "links": [], "workloads": []
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            run.change_notes(),
+            [
+                "link h1-h2 changed 2.01 s into the run by http 127.0.0.1:40312: 'delay 30ms' \
+                 both ways \u{2014} the figures' theory is the specs' at the start",
+                "link h1-h2 changed 2.01 s into the run by http 127.0.0.1:40312: 'loss 1%' \
+                 reverse \u{2014} the figures' theory is the specs' at the start",
+            ]
+        );
+        // A run without changes writes no field, and older files read without one.
+        let mut plain = run.clone();
+        plain.links[0].changes.clear();
+        let json = serde_json::to_string(&plain).unwrap();
+        assert!(!json.contains("changes"));
+        assert_eq!(serde_json::from_str::<LabRun>(&json).unwrap(), plain);
+    }
 
     #[test]
     fn lateness_reads_in_the_unit_that_fits() {

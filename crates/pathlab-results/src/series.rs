@@ -641,6 +641,7 @@ pub(crate) mod tests {
                 reverse: "delay 5ms".into(),
                 recording: Some("link-r1-h2.jsonl".into()),
                 lateness: Vec::new(),
+                changes: Vec::new(),
             }],
             workloads: vec![
                 LabWorkload {

@@ -9,22 +9,53 @@
 //! | `PUT /api/v1/links/NAME/spec` | `{"forward": SPEC, "reverse": SPEC}`, either or both |
 //! | `GET /metrics` | every link, labelled `emulator="NAME"` |
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use pathlab_probe::http::{Request, Response};
 use pathlab_results::prometheus;
 
-use super::{metrics, set_specs, specs_of};
+use super::{metrics, set_specs, specs_of, who, Specs};
 use crate::emulator::EmulatorHandle;
 
 /// A lab's links, for its control address.
 #[derive(Debug)]
 pub struct LabControl {
     /// Each link's name and, if it is emulated, its emulator (a plain cable has none).
-    pub links: Vec<(String, Option<Arc<EmulatorHandle>>)>,
+    links: Vec<(String, Option<Arc<EmulatorHandle>>)>,
+    /// The changes made, in order: link index, when, the specs now in force, by whom.
+    changes: Mutex<Vec<Change>>,
+}
+
+/// A change made over the control address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The link's index.
+    pub link: usize,
+    /// When it took effect.
+    pub at: std::time::Instant,
+    /// The directions it changed, with their new specs (canonical).
+    pub specs: Specs,
+    /// Who made it.
+    pub by: String,
 }
 
 impl LabControl {
+    /// Serves `links`: each one's name and emulator, if it has one.
+    pub fn new(links: Vec<(String, Option<Arc<EmulatorHandle>>)>) -> LabControl {
+        LabControl {
+            links,
+            changes: Mutex::default(),
+        }
+    }
+
+    /// The changes made so far, in order.
+    pub fn changes(&self) -> Vec<Change> {
+        self.changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Answers one request.
     pub fn answer(&self, request: &Request) -> Response {
         let method = request.method.as_str();
@@ -68,14 +99,14 @@ impl LabControl {
         let Some((name, what)) = rest.split_once('/') else {
             return Response::error(404, &format!("nothing at {path}; try {path}/stats"));
         };
-        let Some((_, emulator)) = self.links.iter().find(|(n, _)| n == name) else {
+        let Some(index) = self.links.iter().position(|(n, _)| n == name) else {
             let names: Vec<&str> = self.links.iter().map(|(n, _)| n.as_str()).collect();
             return Response::error(
                 404,
                 &format!("no link '{name}'; the links are {}", names.join(", ")),
             );
         };
-        let Some(emulator) = emulator else {
+        let Some(emulator) = &self.links[index].1 else {
             return Response::error(
                 409,
                 &format!("link '{name}' is a plain cable, not emulated (its spec is empty)"),
@@ -87,7 +118,27 @@ impl LabControl {
                 None => Response::error(503, "the emulator has stopped"),
             },
             ("GET", "spec") => specs_of(emulator),
-            ("PUT", "spec") => set_specs(emulator, request),
+            ("PUT", "spec") => {
+                let response = set_specs(emulator, request);
+                if response.status == 200 {
+                    // Which directions changed: those the request named, as now in force.
+                    let asked: Specs = serde_json::from_slice(&request.body).unwrap_or_default();
+                    let now: Specs = serde_json::from_slice(&response.body).unwrap_or_default();
+                    self.changes
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(Change {
+                            link: index,
+                            at: std::time::Instant::now(),
+                            specs: Specs {
+                                forward: asked.forward.and(now.forward),
+                                reverse: asked.reverse.and(now.reverse),
+                            },
+                            by: who(request),
+                        });
+                }
+                response
+            }
             (_, "stats" | "spec") => Response::error(405, &format!("{method} is not served here")),
             _ => Response::error(404, &format!("nothing at {path}")),
         }

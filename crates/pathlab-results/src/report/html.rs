@@ -437,6 +437,9 @@ fn run_section(out: &mut String, section: &RunSection<'_>) {
     for warning in run.late_warnings() {
         let _ = writeln!(out, "<p class=\"late\">{}</p>", escape(&warning));
     }
+    for note in run.change_notes() {
+        let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(&note));
+    }
     for note in &data.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
     }

@@ -176,6 +176,9 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         for warning in run.late_warnings() {
             writeln!(stdout, "  warning: {warning}")?;
         }
+        for note in run.change_notes() {
+            writeln!(stdout, "  note: {note}")?;
+        }
         for rtt in rtt_summaries(experiment, &run) {
             write!(
                 stdout,
