@@ -14,12 +14,12 @@
 use std::fs::File;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pathlab_results::{ResultFile, RunResult};
 
 mod util;
+use util::stderr::StderrLog;
 use util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
@@ -47,7 +47,7 @@ enum Fault {
 struct Server {
     child: Child,
     address: String,
-    log: Arc<Mutex<Vec<String>>>,
+    log: StderrLog,
 }
 
 impl Server {
@@ -60,46 +60,23 @@ impl Server {
             .stderr(Stdio::piped());
         pathlab_io::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab server starts");
-        let stderr = child.stderr.take().expect("piped");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = Arc::clone(&log);
-        // Reads until the server's end (EOF once it is killed).
-        std::thread::spawn(move || {
-            use std::io::BufRead as _;
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
+        let log = StderrLog::follow(&mut child);
+        let address = log.wait_for("listening address", |line| {
+            line.split_whitespace()
+                .find(|word| word.starts_with("127.0.0.1:"))
+                .map(str::to_owned)
         });
-        let mut server = Server {
+        Server {
             child,
-            address: String::new(),
+            address,
             log,
-        };
-        let started = Instant::now();
-        server.address = loop {
-            let first = server.log.lock().unwrap().first().cloned();
-            if let Some(line) = first {
-                let address = line
-                    .split_whitespace()
-                    .find(|word| word.starts_with("127.0.0.1:"))
-                    .unwrap_or_else(|| panic!("no address in '{line}'"));
-                break address.to_owned();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the server did not say where it listens"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        server
+        }
     }
 
     /// How many tests the server has logged as ended.
     fn tests_ended(&self) -> usize {
         self.log
-            .lock()
-            .unwrap()
+            .lines()
             .iter()
             .filter(|line| line.starts_with("pathlab server: 127.0.0.1:"))
             .count()
@@ -187,7 +164,7 @@ impl Case {
                 client.started.elapsed() < bound,
                 "{name}: the server never ended {} tests; it logged {:?}",
                 self.after_tests,
-                server.log.lock().unwrap()
+                server.log.lines()
             );
             if let Some(status) = client.child.try_wait().unwrap() {
                 panic!(

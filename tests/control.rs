@@ -4,9 +4,8 @@
 //! They need CAP_NET_ADMIN (fail in CI without it, SKIPPED elsewhere); the page test also
 //! needs Chromium, which `.ci/run` installs.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::net::IpAddr;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use pathlab_io::emulator::EmulatorStats;
@@ -18,12 +17,13 @@ use serde_json::{json, Value};
 mod util;
 use util::browser::{find_chromium, Browser};
 use util::emulated::{privileged, Lab, PATHLAB};
+use util::stderr::StderrLog;
 
 const TOKEN: &str = "pathlab-test-token-0123456789";
 
 /// Starts the lab with `--control 127.0.0.1:0 --control-token FILE` and returns it with
 /// the address the emulator printed; its stderr keeps being read (into `log`).
-fn start(test: &str, spec: &str) -> (Lab, String, mpsc::Receiver<String>) {
+fn start(test: &str, spec: &str) -> (Lab, String, StderrLog) {
     let dir = util::TempDir::new(&format!("{test}-token"));
     let token_file = dir.path("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
@@ -34,25 +34,11 @@ fn start(test: &str, spec: &str) -> (Lab, String, mpsc::Receiver<String>) {
         &["--control", "127.0.0.1:0", "--control-token", &token_arg],
         true,
     );
-    let stderr = lab.emulator.as_mut().unwrap().stderr.take().expect("piped");
-    let (log, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = log.send(line);
-        }
-    });
-    let addr = loop {
-        let line = lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the emulator prints its control address");
-        if let Some(at) = line.find("http://") {
-            let rest = &line[at + "http://".len()..];
-            break rest[..rest.find('/').unwrap()].to_owned();
-        }
-    };
+    let log = StderrLog::follow(lab.emulator.as_mut().unwrap());
+    let addr = log.http_address();
     // The token was read at start, before the address was printed.
     drop(dir);
-    (lab, addr, lines)
+    (lab, addr, log)
 }
 
 /// One request from inside r, where the control address is.
@@ -328,7 +314,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
 
     // Every change was logged with who made it.
     drop(lab.stop());
-    let logged: Vec<String> = log.try_iter().collect();
+    let logged = log.lines();
     let sets = logged.iter().filter(|l| l.contains(" set to '")).count();
     assert_eq!(
         sets,
@@ -383,7 +369,7 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true but Chromium is missing; .ci/run installs it"
         );
-        pathlab_io::testing::skipped("control_page", "needs chromium (apt-get install chromium)");
+        pathlab_io::testing::skipped("control_page", "needs Chromium, which .ci/run installs");
         return;
     };
     let (lab, addr, _log) = start("control-page", "delay 10ms");
@@ -501,18 +487,8 @@ interval = "20ms"
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("the lab prints its control address")
-            .unwrap();
-        if let Some(at) = line.find("http://") {
-            let rest = &line[at + "http://".len()..];
-            break rest[..rest.find('/').unwrap()].to_owned();
-        }
-    };
-    let drain = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let log = StderrLog::follow(&mut child);
+    let addr = log.http_address();
     let call = |method: &str, path: &str, body: Option<Value>| {
         let body = body.map(|b| b.to_string().into_bytes());
         pathlab_io::http::request(&addr, method, path, None, body.as_deref()).unwrap()
@@ -563,7 +539,7 @@ interval = "20ms"
     // Pings keep crossing between the two reads: the later read has as many or more.
     assert!(forwarded > 0.0 && forwarded <= stats.directions[0].forwarded as f64);
     let output = child.wait_with_output().unwrap();
-    let log = drain.join().unwrap();
+    let log = log.lines();
     assert!(output.status.success(), "{log:?}");
     assert!(
         log.iter()

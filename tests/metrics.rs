@@ -2,14 +2,13 @@
 //! against it, its `/metrics` scraped and read with the strict exposition reader, the
 //! counters checked against what the clients did.
 
-use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pathlab_results::prometheus::{parse, Family};
 
 mod util;
+use util::stderr::StderrLog;
 use util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
@@ -19,7 +18,6 @@ struct Server {
     child: Child,
     address: String,
     metrics: String,
-    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
@@ -39,39 +37,17 @@ impl Server {
             .stderr(Stdio::piped());
         pathlab_io::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab server starts");
-        let stderr = child.stderr.take().expect("piped");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
+        let log = StderrLog::follow(&mut child);
+        let metrics = log.http_address();
+        let address = log.wait_for("listening address", |line| {
+            let rest = line.strip_prefix("pathlab server listening on ")?;
+            rest.split_whitespace().next().map(str::to_owned)
         });
-        let mut server = Server {
+        Server {
             child,
-            address: String::new(),
-            metrics: String::new(),
-            log,
-        };
-        let started = Instant::now();
-        while server.address.is_empty() || server.metrics.is_empty() {
-            for line in server.log.lock().unwrap().iter() {
-                if let Some(url) = line.strip_prefix("metrics: http://") {
-                    server.metrics = url.trim_end_matches("/metrics").to_owned();
-                }
-                if let Some(rest) = line.strip_prefix("pathlab server listening on ") {
-                    server.address = rest.split_whitespace().next().unwrap().to_owned();
-                }
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the server did not say where it listens: {:?}",
-                server.log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            address,
+            metrics,
         }
-        server
     }
 
     /// `GET /metrics`, read strictly.
@@ -276,7 +252,7 @@ fn a_metrics_token_is_required_when_given_and_beyond_loopback() {
 /// A child in a namespace, its stderr collected; killed on drop.
 struct Tunnel {
     child: Child,
-    log: Arc<Mutex<Vec<String>>>,
+    log: StderrLog,
 }
 
 impl Tunnel {
@@ -289,38 +265,15 @@ impl Tunnel {
             .stderr(Stdio::piped());
         pathlab_io::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab bond starts");
-        let stderr = child.stderr.take().expect("piped");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                lines.lock().unwrap().push(line);
-            }
-        });
+        let log = StderrLog::follow(&mut child);
         Tunnel { child, log }
     }
 
     /// The first stderr line that starts with `prefix`, waiting up to 10 s for it.
     fn wait_for(&self, prefix: &str) -> String {
-        let started = Instant::now();
-        loop {
-            if let Some(line) = self
-                .log
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l.starts_with(prefix))
-            {
-                return line.clone();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "no '{prefix}' in {:?}",
-                self.log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.log.wait_for(prefix, |line| {
+            line.starts_with(prefix).then(|| line.to_owned())
+        })
     }
 
     /// Stops it with SIGTERM, as a user would, and waits.

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
+pub mod stderr;
 
 /// A scratch directory removed when the test ends.
 pub struct TempDir(PathBuf);
