@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use pathlab_probe::http::{Request, Response};
 use pathlab_results::prometheus;
 
-use super::{metrics, set_specs, specs_of, who, Specs};
+use super::{change_specs, metrics, specs_of, who, Specs};
 use crate::emulator::EmulatorHandle;
 
 /// A lab's links, for its control address.
@@ -118,27 +118,21 @@ impl LabControl {
                 None => Response::error(503, "the emulator has stopped"),
             },
             ("GET", "spec") => specs_of(emulator),
-            ("PUT", "spec") => {
-                let response = set_specs(emulator, request);
-                if response.status == 200 {
-                    // Which directions changed: those the request named, as now in force.
-                    let asked: Specs = serde_json::from_slice(&request.body).unwrap_or_default();
-                    let now: Specs = serde_json::from_slice(&response.body).unwrap_or_default();
+            ("PUT", "spec") => match change_specs(emulator, request) {
+                Ok(specs) => {
                     self.changes
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(Change {
                             link: index,
                             at: std::time::Instant::now(),
-                            specs: Specs {
-                                forward: asked.forward.and(now.forward),
-                                reverse: asked.reverse.and(now.reverse),
-                            },
+                            specs,
                             by: who(request),
                         });
+                    specs_of(emulator)
                 }
-                response
-            }
+                Err(refused) => refused,
+            },
             (_, "stats" | "spec") => Response::error(405, &format!("{method} is not served here")),
             _ => Response::error(404, &format!("nothing at {path}")),
         }

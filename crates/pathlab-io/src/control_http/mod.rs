@@ -289,37 +289,46 @@ impl Controlled<'_> {
 /// `PUT .../spec`: changes either direction or both, answering the specs in force or the
 /// parser's error (400); neither changes if either is wrong.
 fn set_specs(emulator: &EmulatorHandle, request: &Request) -> Response {
-    let specs: Specs = match serde_json::from_slice(&request.body) {
-        Ok(specs) => specs,
-        Err(error) => {
-            return Response::error(
-                400,
-                &format!(
-                    "the body must be {{\"forward\": SPEC, \"reverse\": SPEC}} (either or \
-                     both): {error}"
-                ),
-            )
-        }
-    };
+    match change_specs(emulator, request) {
+        Ok(_) => specs_of(emulator),
+        Err(refused) => refused,
+    }
+}
+
+/// Applies the specs a `PUT .../spec` body gives and returns them, canonical (only the
+/// directions it names), or the 400 that says why not.
+fn change_specs(emulator: &EmulatorHandle, request: &Request) -> Result<Specs, Response> {
+    let specs: Specs = serde_json::from_slice(&request.body).map_err(|error| {
+        Response::error(
+            400,
+            &format!(
+                "the body must be {{\"forward\": SPEC, \"reverse\": SPEC}} (either or both): \
+                 {error}"
+            ),
+        )
+    })?;
     if specs.forward.is_none() && specs.reverse.is_none() {
-        return Response::error(400, "give \"forward\", \"reverse\" or both");
+        return Err(Response::error(
+            400,
+            "give \"forward\", \"reverse\" or both",
+        ));
     }
     let parse = |text: &Option<String>, which: &str| {
         text.as_deref()
             .map(|t| crate::load_spec(t).map_err(|e| format!("{which}: {e}")))
             .transpose()
+            .map_err(|e| Response::error(400, &e))
     };
-    let (forward, reverse) = match (
-        parse(&specs.forward, "forward"),
-        parse(&specs.reverse, "reverse"),
-    ) {
-        (Ok(f), Ok(r)) => (f, r),
-        (Err(e), _) | (_, Err(e)) => return Response::error(400, &e),
+    let (forward, reverse) = (
+        parse(&specs.forward, "forward")?,
+        parse(&specs.reverse, "reverse")?,
+    );
+    let applied = Specs {
+        forward: forward.as_ref().map(ToString::to_string),
+        reverse: reverse.as_ref().map(ToString::to_string),
     };
-    match apply(emulator, forward, reverse, &who(request)) {
-        Ok(()) => specs_of(emulator),
-        Err(error) => Response::error(400, &error),
-    }
+    apply(emulator, forward, reverse, &who(request)).map_err(|e| Response::error(400, &e))?;
+    Ok(applied)
 }
 
 /// `GET .../spec`: both directions' specs, canonical.
