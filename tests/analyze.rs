@@ -29,7 +29,7 @@ fn transfer(lab: &Lab, bytes: usize, receive_buffer: Option<u32>) -> (SocketAddr
         .line
         .h2
         .run(|| {
-            pathlab_io::testing::tcp_listen_with_receive_buffer(
+            pathlab_os::testing::tcp_listen_with_receive_buffer(
                 server,
                 receive_buffer.map(|size| size as usize),
             )

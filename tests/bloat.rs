@@ -7,7 +7,7 @@
 
 use std::process::{Command, Output};
 
-use pathlab_io::topology::H2_V4;
+use pathlab_os::topology::H2_V4;
 use pathlab_probe::bloat::{BloatReport, Grade, Phase, PhaseSummary};
 use pathlab_results::recording::Recording;
 

@@ -316,10 +316,10 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
 }
 
 /// Interface names in a namespace.
-fn links_in(netns: &pathlab_io::netns::Netns) -> Vec<String> {
+fn links_in(netns: &pathlab_os::netns::Netns) -> Vec<String> {
     netns
         .run(|| {
-            pathlab_io::netlink::Netlink::open()
+            pathlab_os::netlink::Netlink::open()
                 .and_then(|mut n| n.links())
                 .map(|links| links.into_iter().map(|l| l.name).collect::<Vec<_>>())
         })
@@ -335,10 +335,10 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
     let dir = TempDir::new("bond-fail");
     let key = dir.path("bond.key");
     assert_eq!(pathlab(&["bond", "key", key.to_str().unwrap()]).0, 0);
-    let netns = pathlab_io::netns::Netns::new().unwrap();
+    let netns = pathlab_os::netns::Netns::new().unwrap();
     netns
         .run(|| {
-            let mut netlink = pathlab_io::netlink::Netlink::open().unwrap();
+            let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
             let lo = netlink.link_by_name("lo").unwrap().unwrap();
             netlink.set_up(lo.index, true).unwrap();
         })
@@ -391,7 +391,7 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         "the TUN device is gone"
     );
     assert!(
-        !pathlab_io::bond::stats_socket_path("bond-test-b").exists(),
+        !pathlab_bond_driver::tunnel::stats_socket_path("bond-test-b").exists(),
         "the stats socket is gone"
     );
     // Killed with SIGKILL while connecting: the TUN device goes with the process, the
@@ -414,7 +414,7 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let socket = pathlab_io::bond::stats_socket_path("bond-test-c");
+    let socket = pathlab_bond_driver::tunnel::stats_socket_path("bond-test-c");
     let mut waited = 0;
     while !links_in(&netns).contains(&"pl-bondk".to_owned()) && waited < 100 {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -424,7 +424,7 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         links_in(&netns).contains(&"pl-bondk".to_owned()),
         "the client made its TUN"
     );
-    let stats = pathlab_io::bond::request_stats("bond-test-c").expect("stats answer");
+    let stats = pathlab_bond_driver::tunnel::request_stats("bond-test-c").expect("stats answer");
     assert_eq!(stats.role, "client");
     assert!(!stats.sessions[0].open);
     child.kill().unwrap();
@@ -957,7 +957,7 @@ fn without_cap_net_admin_bond_refuses_before_touching_anything() {
     // No TUN device, no stats socket.
     assert!(!std::path::Path::new(&format!("/sys/class/net/{tun}")).exists());
     for name in ["unpriv-srv", "unpriv-cli"] {
-        assert!(!pathlab_io::runtime::runtime_dir()
+        assert!(!pathlab_os::runtime::runtime_dir()
             .join("bond")
             .join(format!("{name}.sock"))
             .exists());

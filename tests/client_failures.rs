@@ -58,7 +58,7 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        pathlab_io::die_with_spawner(&mut command);
+        pathlab_os::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab server starts");
         let log = StderrLog::follow(&mut child);
         let address = log.wait_for("listening address", |line| {
@@ -83,13 +83,13 @@ impl Server {
     }
 
     fn signal(&self, signal: i32) {
-        pathlab_io::kill(self.child.id(), signal).expect("the server is ours to signal");
+        pathlab_os::kill(self.child.id(), signal).expect("the server is ours to signal");
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = pathlab_io::kill(self.child.id(), libc::SIGCONT);
+        let _ = pathlab_os::kill(self.child.id(), libc::SIGCONT);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -152,7 +152,7 @@ impl Case {
             .stdin(Stdio::null())
             .stdout(File::create(&out).unwrap())
             .stderr(File::create(&err).unwrap());
-        pathlab_io::die_with_spawner(&mut command);
+        pathlab_os::die_with_spawner(&mut command);
         let mut client = ClientRun {
             child: command.spawn().expect("the client starts"),
             started: Instant::now(),

@@ -8,9 +8,9 @@ use std::io::BufReader;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use pathlab_io::emulator::EmulatorStats;
-use pathlab_io::topology::H2_V4;
-use pathlab_probe::http::ClientResponse;
+use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_http::ClientResponse;
+use pathlab_os::topology::H2_V4;
 use pathlab_results::recording::{read_recording, RecordingLine};
 use serde_json::{json, Value};
 
@@ -53,9 +53,7 @@ fn call(
     let body = body.map(|b| b.to_string().into_bytes());
     lab.line
         .r
-        .run(|| {
-            pathlab_io::http::request(addr, method, path, token.then_some(TOKEN), body.as_deref())
-        })
+        .run(|| pathlab_http::request(addr, method, path, token.then_some(TOKEN), body.as_deref()))
         .unwrap()
         .expect("the control address answers")
 }
@@ -114,7 +112,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         Some(json!({ "forward": "delay banana" })),
     );
     assert_eq!(bad.status, 400);
-    let parser = pathlab_io::load_spec("delay banana")
+    let parser = pathlab_core_driver::load_spec("delay banana")
         .unwrap_err()
         .to_string();
     assert_eq!(json_of(&bad)["error"], format!("forward: {parser}"));
@@ -268,11 +266,11 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     let metrics = call(&lab, &addr, "GET", "/metrics", true, None);
     assert_eq!(metrics.status, 200);
     let text = String::from_utf8(metrics.body).unwrap();
-    let families = pathlab_results::prometheus::parse(&text).expect("the exposition parses");
+    let families = pathlab_http::prometheus::parse(&text).expect("the exposition parses");
     let out = util::emulated::pathlab(&["emulate", "stats", "--name", &lab.name, "-J"]);
     let stats: EmulatorStats = serde_json::from_slice(&out.stdout).unwrap();
     let value = |name: &str, direction: &str| {
-        pathlab_results::prometheus::value(&families, name, &[("direction", direction)])
+        pathlab_http::prometheus::value(&families, name, &[("direction", direction)])
             .unwrap_or_else(|| panic!("{name} {direction}"))
     };
     for d in &stats.directions {
@@ -369,7 +367,7 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
             std::env::var("CI").as_deref() != Ok("true"),
             "CI=true but Chromium is missing; .ci/run installs it"
         );
-        pathlab_io::testing::skipped("control_page", "needs Chromium, which .ci/run installs");
+        pathlab_os::testing::skipped("control_page", "needs Chromium, which .ci/run installs");
         return;
     };
     let (lab, addr, _log) = start("control-page", "delay 10ms");
@@ -397,7 +395,7 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
                 "document.getElementById('spec-0').value = 'delay banana'; \
                  document.getElementById('apply-0').click(); true",
             );
-            let parser = pathlab_io::load_spec("delay banana")
+            let parser = pathlab_core_driver::load_spec("delay banana")
                 .unwrap_err()
                 .to_string();
             page.wait_for(
@@ -491,7 +489,7 @@ interval = "20ms"
     let addr = log.http_address();
     let call = |method: &str, path: &str, body: Option<Value>| {
         let body = body.map(|b| b.to_string().into_bytes());
-        pathlab_io::http::request(&addr, method, path, None, body.as_deref()).unwrap()
+        pathlab_http::request(&addr, method, path, None, body.as_deref()).unwrap()
     };
     // The workload starts once the topology is built; change the delay 2 s into it.
     let links = loop {
@@ -521,10 +519,10 @@ interval = "20ms"
     assert_eq!(call("GET", "/api/v1/links/h9-h2/stats", None).status, 404);
     let metrics = call("GET", "/metrics", None);
     let text = String::from_utf8(metrics.body).unwrap();
-    let families = pathlab_results::prometheus::parse(&text).expect("the exposition parses");
+    let families = pathlab_http::prometheus::parse(&text).expect("the exposition parses");
     let stats: EmulatorStats =
         serde_json::from_slice(&call("GET", "/api/v1/links/h1-h2/stats", None).body).unwrap();
-    let forwarded = pathlab_results::prometheus::value(
+    let forwarded = pathlab_http::prometheus::value(
         &families,
         "pathlab_emulator_forwarded_packets_total",
         &[

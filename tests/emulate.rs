@@ -12,11 +12,11 @@ use std::net::IpAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use pathlab_io::emulator::EmulatorStats;
-use pathlab_io::ping::{PingResult, Pinger};
-use pathlab_io::port::{PacketPort, Port};
-use pathlab_io::topology::{Check, Line, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2};
+use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_core_driver::port::{PacketPort, Port};
+use pathlab_os::topology::{Check, Line, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2};
 use pathlab_probe::owd::QueueVerdict;
+use pathlab_probe_driver::ping::{PingResult, Pinger};
 use pathlab_results::recording::read_recording;
 
 mod util;
@@ -472,7 +472,7 @@ fn live_netns_inodes() -> std::collections::HashSet<String> {
 }
 
 fn root_interfaces() -> Vec<String> {
-    let mut netlink = pathlab_io::netlink::Netlink::open().expect("netlink");
+    let mut netlink = pathlab_os::netlink::Netlink::open().expect("netlink");
     let mut names: Vec<String> = netlink
         .links()
         .expect("links")
@@ -494,7 +494,7 @@ fn a_killed_emulator_leaves_nothing_once_lab_clean_ran() {
         .iter()
         .map(|ns| format!("net:[{}]", ns.inode().expect("inode")))
         .collect();
-    let socket = pathlab_io::runtime::control_socket_path(&lab.name);
+    let socket = pathlab_os::runtime::control_socket_path(&lab.name);
     assert!(
         socket.exists(),
         "control socket {} while running",
@@ -522,7 +522,7 @@ fn a_killed_emulator_leaves_nothing_once_lab_clean_ran() {
         "clean names what it removed"
     );
     assert!(!socket.exists(), "lab clean removed the stale socket");
-    let locks = pathlab_io::runtime::runtime_dir().join("locks");
+    let locks = pathlab_os::runtime::runtime_dir().join("locks");
     let r_inode = lab.line.r.inode().expect("inode");
     let leftover_locks: Vec<_> = std::fs::read_dir(&locks)
         .into_iter()
@@ -573,7 +573,7 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
             .output()
             .expect("runs")
     };
-    let sockets_before = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate"))
+    let sockets_before = std::fs::read_dir(pathlab_os::runtime::runtime_dir().join("emulate"))
         .map_or(0, Iterator::count);
     let cases: [(&[&str], &str); 6] = [
         (
@@ -658,7 +658,7 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
             "{args:?}: stderr {stderr:?} should say {message:?}"
         );
     }
-    let sockets_after = std::fs::read_dir(pathlab_io::runtime::runtime_dir().join("emulate"))
+    let sockets_after = std::fs::read_dir(pathlab_os::runtime::runtime_dir().join("emulate"))
         .map_or(0, Iterator::count);
     assert_eq!(
         sockets_after, sockets_before,
@@ -694,7 +694,7 @@ fn without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything() {
     ] {
         util::emulated::refused_without_cap_net_admin(args);
     }
-    assert!(!pathlab_io::runtime::control_socket_path("unpriv").exists());
+    assert!(!pathlab_os::runtime::control_socket_path("unpriv").exists());
 }
 
 #[test]
@@ -705,7 +705,7 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
         return;
     };
     // Everything in a namespace of the test's own: the shells' outside ends and the server.
-    let outer = pathlab_io::netns::Netns::new().expect("namespace");
+    let outer = pathlab_os::netns::Netns::new().expect("namespace");
     let listener = outer
         .run(|| std::net::TcpListener::bind("0.0.0.0:7007"))
         .unwrap()
@@ -774,7 +774,7 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
     );
     // Nothing is left in the namespace: no TUN device, no NAT table, forwarding back off.
     let interfaces: Vec<String> = outer
-        .run(|| pathlab_io::netlink::Netlink::open().and_then(|mut n| n.links()))
+        .run(|| pathlab_os::netlink::Netlink::open().and_then(|mut n| n.links()))
         .unwrap()
         .expect("links")
         .into_iter()
@@ -783,7 +783,7 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
     assert_eq!(interfaces, vec!["lo"], "only loopback is left");
     assert!(
         outer
-            .run(pathlab_io::nat::tables)
+            .run(pathlab_os::nat::tables)
             .unwrap()
             .expect("tables")
             .is_empty(),
@@ -802,7 +802,7 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
         return;
     };
     let mut lab = Lab::start("frames", "delay 1ms", &[], false);
-    let open = |ns: &pathlab_io::netns::Netns| {
+    let open = |ns: &pathlab_os::netns::Netns| {
         ns.run(|| PacketPort::open(HOST_PORT))
             .unwrap()
             .expect("raw port")
@@ -835,7 +835,7 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
     while received.len() < sent.len() && std::time::Instant::now() < deadline {
         h2.receive(
             64,
-            &mut pathlab_io::buffers::BufferPool::default(),
+            &mut pathlab_os::buffers::BufferPool::default(),
             &mut |frame| {
                 if frame[6..12] == source {
                     received.push(frame);
@@ -979,7 +979,7 @@ fn pcap_holds_what_was_forwarded_and_what_was_dropped_with_the_reason() {
 }
 
 /// A counter of `/proc/net/snmp` (`Tcp`, `RetransSegs`) as seen from inside `netns`.
-fn snmp(netns: &pathlab_io::netns::Netns, group: &str, name: &str) -> u64 {
+fn snmp(netns: &pathlab_os::netns::Netns, group: &str, name: &str) -> u64 {
     let text = netns
         .run(|| std::fs::read_to_string("/proc/thread-self/net/snmp"))
         .unwrap()
@@ -1269,7 +1269,7 @@ fn owd_loss_duplicates_and_reordering_equal_the_recorded_truth() {
 
 /// `pathlab tcp` upwards from h1 to a server in h2 with Reno for `seconds`.
 fn tcp_through(lab: &Lab, seconds: u64) -> pathlab_probe::tcp::TcpTestReport {
-    use pathlab_io::measure::{TcpOptions, TcpTest};
+    use pathlab_probe_driver::{TcpOptions, TcpTest};
     with_server_in_h2(lab, |client| {
         client.tcp(&TcpTest {
             streams: 1,
@@ -1751,7 +1751,7 @@ fn ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    pathlab_io::kill(child.id(), 2).expect("SIGINT");
+    pathlab_os::kill(child.id(), 2).expect("SIGINT");
     let output = child.wait_with_output().expect("pathlab lab exits");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!output.status.success(), "an interrupted run says so");
@@ -1810,12 +1810,12 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 /// Runs `change` on r's interface `name` through netlink, in r.
-fn in_r(lab: &Lab, name: &str, change: impl FnOnce(&mut pathlab_io::netlink::Netlink, u32) + Send) {
+fn in_r(lab: &Lab, name: &str, change: impl FnOnce(&mut pathlab_os::netlink::Netlink, u32) + Send) {
     let name = name.to_owned();
     lab.line
         .r
         .run(move || {
-            let mut netlink = pathlab_io::netlink::Netlink::open().unwrap();
+            let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
             let link = netlink
                 .link_by_name(&name)
                 .unwrap()
@@ -1899,8 +1899,8 @@ fn an_interface_that_goes_down_pauses_without_cpu_and_one_that_disappears_ends_t
 /// down for `before_up` (an interface that is back but down cannot be opened yet) before
 /// it is brought up. Returns when r's end was brought up.
 fn replug_h2(lab: &Lab, h2_mac: &[u8], h1_mac: &[u8], before_up: Duration) -> std::time::Instant {
-    use pathlab_io::netlink::Netlink;
-    use pathlab_io::topology::H1_V6;
+    use pathlab_os::netlink::Netlink;
+    use pathlab_os::topology::H1_V6;
     let r = lab.line.r.fd();
     lab.line
         .h2
@@ -2009,7 +2009,7 @@ fn with_wait_an_interface_that_disappears_is_waited_for_without_cpu_and_reopened
 
     // Stopped as usual: exit 0, each state change said once.
     let child = lab.emulator.take().unwrap();
-    pathlab_io::kill(child.id(), util::emulated::libc_sigterm()).unwrap();
+    pathlab_os::kill(child.id(), util::emulated::libc_sigterm()).unwrap();
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -2104,7 +2104,7 @@ fn an_emulator_that_cannot_follow_its_rate_warns_once_and_counts_the_late_second
     // empties and the emulator is on time again.
     std::thread::sleep(Duration::from_millis(2_500));
     let child = lab.emulator.take().expect("running");
-    pathlab_io::kill(child.id(), util::emulated::libc_sigterm()).expect("signal");
+    pathlab_os::kill(child.id(), util::emulated::libc_sigterm()).expect("signal");
     let output = child.wait_with_output().expect("emulator exits");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -2238,14 +2238,14 @@ fn ipv4_header(id: u16, protocol: u8, l4_len: usize) -> Vec<u8> {
     header.extend_from_slice(&[0x40, 0, 64, protocol, 0, 0]);
     header.extend_from_slice(&H1_V4.octets());
     header.extend_from_slice(&H2_V4.octets());
-    let sum = pathlab_io::offload::checksum_add(0, &header);
-    let checksum = pathlab_io::offload::checksum_finish(sum);
+    let sum = pathlab_os::offload::checksum_add(0, &header);
+    let checksum = pathlab_os::offload::checksum_finish(sum);
     header[10..12].copy_from_slice(&checksum.to_be_bytes());
     header
 }
 
 /// Five full TCP segments of one flow (1448 bytes each, consecutive ids and sequence
-/// numbers, PSH on the last) that [`pathlab_io::offload::build_gso`] joins into one
+/// numbers, PSH on the last) that [`pathlab_os::offload::build_gso`] joins into one
 /// super-packet.
 fn tcp_segments() -> Vec<Vec<u8>> {
     (0..5u16)
@@ -2284,9 +2284,9 @@ fn udp_frame(len: usize, fill: u8) -> Vec<u8> {
 /// plain UDP; and the emulator's counters. Then a second of real TCP (the kernel's own
 /// super-packets), every byte checked; its goodput in bytes/s.
 fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
-    use pathlab_io::emulator::{self, EmulatorConfig};
-    use pathlab_io::port::ReceiveMode;
-    let line = Line::build(pathlab_io::topology::Middle::Emulator, true).expect("namespaces");
+    use pathlab_core_driver::emulator::{self, EmulatorConfig};
+    use pathlab_core_driver::port::ReceiveMode;
+    let line = Line::build(pathlab_os::topology::Middle::Emulator, true).expect("namespaces");
     let spec = pathlab_core::LinkSpec::parse("delay 1ms").unwrap();
     let receive = if mode == "ring" {
         ReceiveMode::ring_for_link(&spec)
@@ -2295,12 +2295,14 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     };
     let ports = line
         .r
-        .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
-            Ok([
-                PacketPort::open_with(R_PORT_H1, receive)?,
-                PacketPort::open_with(R_PORT_H2, receive)?,
-            ])
-        })
+        .run(
+            || -> Result<[PacketPort; 2], pathlab_core_driver::port::PortError> {
+                Ok([
+                    PacketPort::open_with(R_PORT_H1, receive)?,
+                    PacketPort::open_with(R_PORT_H2, receive)?,
+                ])
+            },
+        )
         .unwrap()
         .expect("r's ports open");
     let handle = emulator::spawn(
@@ -2314,11 +2316,11 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
             pcap: None,
             queue_sample_interval: pathlab_core::Duration::from_millis(10),
             command: vec![],
-            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
+            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
         },
     )
     .expect("emulator starts");
-    let open = |ns: &pathlab_io::netns::Netns| {
+    let open = |ns: &pathlab_os::netns::Netns| {
         ns.run(|| PacketPort::open(HOST_PORT))
             .unwrap()
             .expect("raw port")
@@ -2327,8 +2329,8 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     let mut h1 = h1.transmitter().expect("h1's sending half");
     let segments = tcp_segments();
     let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
-    assert_eq!(pathlab_io::offload::coalescable_run(&views), 5);
-    let (super_packet, vnet) = pathlab_io::offload::build_gso(&views);
+    assert_eq!(pathlab_os::offload::coalescable_run(&views), 5);
+    let (super_packet, vnet) = pathlab_os::offload::build_gso(&views);
     h1.send_gso(&super_packet, &vnet).expect("GSO from h1");
     for frame in [
         test_frame(&[0x81, 0x00, 0x00, 0x64], [0x08, 0x00], &[1; 64]), // VLAN 100
@@ -2348,7 +2350,7 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     while received.len() < 10 && std::time::Instant::now() < deadline {
         h2.receive(
             64,
-            &mut pathlab_io::buffers::BufferPool::default(),
+            &mut pathlab_os::buffers::BufferPool::default(),
             &mut |frame| {
                 if frame[6..12] == TEST_SOURCE_MAC {
                     received.push(frame);
@@ -2382,9 +2384,9 @@ fn ring_and_socket_receive_deliver_the_same_frames() {
     // sent (a VLAN tag the driver took off is put back).
     let segments = tcp_segments();
     let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
-    let (super_packet, vnet) = pathlab_io::offload::build_gso(&views);
+    let (super_packet, vnet) = pathlab_os::offload::build_gso(&views);
     let mut expected = Vec::new();
-    pathlab_io::offload::to_wire_frames(super_packet, &vnet, &mut |f| expected.push(f))
+    pathlab_os::offload::to_wire_frames(super_packet, &vnet, &mut |f| expected.push(f))
         .expect("cuts");
     assert_eq!(expected.len(), 5);
     expected.push(test_frame(

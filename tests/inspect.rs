@@ -72,7 +72,7 @@ fn watch(
     let listener = lab
         .line
         .h2
-        .run(|| pathlab_io::testing::tcp_listen_with_receive_buffer(address, buffers.receive))
+        .run(|| pathlab_os::testing::tcp_listen_with_receive_buffer(address, buffers.receive))
         .unwrap()
         .unwrap();
     let receiver = std::thread::spawn(move || -> f64 {
@@ -112,7 +112,7 @@ fn watch(
     let stream = lab
         .line
         .h1
-        .run(|| pathlab_io::testing::tcp_connect_with(address, buffers.send, buffers.congestion))
+        .run(|| pathlab_os::testing::tcp_connect_with(address, buffers.send, buffers.congestion))
         .unwrap()
         .unwrap();
     let (done_tx, done_rx) = mpsc::channel::<()>();

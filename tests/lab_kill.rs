@@ -89,7 +89,7 @@ fn host_state() -> (BTreeSet<String>, BTreeSet<String>, BTreeSet<String>) {
             .unwrap_or_default()
     };
     let netns = names("/run/netns".into());
-    let runtime = pathlab_io::runtime::runtime_dir();
+    let runtime = pathlab_os::runtime::runtime_dir();
     let mut files = names(runtime.join("bond"));
     files.extend(names(runtime.join("emulate")));
     files.extend(names(runtime.join("locks")));

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use pathlab_io::measure::{Client, MeasureError};
 use pathlab_probe::auth::Key;
 use pathlab_probe::control::{Direction, Limits, Refusal};
 use pathlab_probe::owd::QueueVerdict;
+use pathlab_probe_driver::{Client, MeasureError};
 
 mod util;
 use util::LoopbackServer;
@@ -54,9 +54,9 @@ fn owd_up_and_down_over_loopback_see_every_probe_and_no_queue() {
 #[test]
 fn fifty_concurrent_clients_all_get_their_results() {
     // All from 127.0.0.1: the per-address bound raised to let them in.
-    let server = LoopbackServer::start_with(pathlab_io::measure::ServerConfig {
+    let server = LoopbackServer::start_with(pathlab_probe_driver::ServerConfig {
         max_clients: 64,
-        ..pathlab_io::measure::ServerConfig::new("127.0.0.1:0".parse().unwrap(), generous(), None)
+        ..pathlab_probe_driver::ServerConfig::new("127.0.0.1:0".parse().unwrap(), generous(), None)
     });
     let clients: Vec<_> = (0..50)
         .map(|i| {
@@ -313,8 +313,8 @@ fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
 
 #[test]
 fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
-    use pathlab_io::measure::{TcpOptions, TcpTest};
     use pathlab_probe::control::TcpDirection;
+    use pathlab_probe_driver::{TcpOptions, TcpTest};
     let server = LoopbackServer::start(generous(), None, "127.0.0.1");
     for (direction, streams) in [
         (TcpDirection::Up, 3),

@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use pathlab_results::prometheus::{parse, Family};
+use pathlab_http::prometheus::{parse, Family};
 
 mod util;
 use util::stderr::StderrLog;
@@ -35,7 +35,7 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        pathlab_io::die_with_spawner(&mut command);
+        pathlab_os::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab server starts");
         let log = StderrLog::follow(&mut child);
         let metrics = log.http_address();
@@ -52,7 +52,7 @@ impl Server {
 
     /// `GET /metrics`, read strictly.
     fn scrape(&self, token: Option<&str>) -> Vec<Family> {
-        let response = pathlab_io::http::request(&self.metrics, "GET", "/metrics", token, None)
+        let response = pathlab_http::request(&self.metrics, "GET", "/metrics", token, None)
             .expect("the metrics address answers");
         assert_eq!(response.status, 200, "{response:?}");
         let text = String::from_utf8(response.body).expect("UTF-8");
@@ -69,7 +69,7 @@ impl Drop for Server {
 
 /// The one sample of family `name` whose labels include `labels`.
 fn value(families: &[Family], name: &str, labels: &[(&str, &str)]) -> f64 {
-    pathlab_results::prometheus::value(families, name, labels)
+    pathlab_http::prometheus::value(families, name, labels)
         .unwrap_or_else(|| panic!("not one sample of {name}{labels:?}"))
 }
 
@@ -208,9 +208,9 @@ fn a_metrics_token_is_required_when_given_and_beyond_loopback() {
     std::fs::write(&token_file, format!("{token}\n")).unwrap();
     let server = Server::start(&["--metrics-token", token_file.to_str().unwrap()]);
     let refused =
-        pathlab_io::http::request(&server.metrics, "GET", "/metrics", None, None).expect("answers");
+        pathlab_http::request(&server.metrics, "GET", "/metrics", None, None).expect("answers");
     assert_eq!(refused.status, 401);
-    let wrong = pathlab_io::http::request(
+    let wrong = pathlab_http::request(
         &server.metrics,
         "GET",
         "/metrics",
@@ -222,7 +222,7 @@ fn a_metrics_token_is_required_when_given_and_beyond_loopback() {
     let families = server.scrape(Some(token));
     assert_eq!(tests(&families, "tcp", "completed"), 0.0);
     let elsewhere =
-        pathlab_io::http::request(&server.metrics, "GET", "/", Some(token), None).expect("answers");
+        pathlab_http::request(&server.metrics, "GET", "/", Some(token), None).expect("answers");
     assert_eq!(elsewhere.status, 404);
 
     // Reachable from other machines without a token: refused before anything starts.
@@ -256,14 +256,14 @@ struct Tunnel {
 }
 
 impl Tunnel {
-    fn start(netns: &pathlab_io::netns::Netns, args: &[&str]) -> Tunnel {
+    fn start(netns: &pathlab_os::netns::Netns, args: &[&str]) -> Tunnel {
         let mut command = netns.command(PATHLAB);
         command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        pathlab_io::die_with_spawner(&mut command);
+        pathlab_os::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab bond starts");
         let log = StderrLog::follow(&mut child);
         Tunnel { child, log }
@@ -278,7 +278,7 @@ impl Tunnel {
 
     /// Stops it with SIGTERM, as a user would, and waits.
     fn stop(mut self) {
-        let _ = pathlab_io::kill(self.child.id(), libc::SIGTERM);
+        let _ = pathlab_os::kill(self.child.id(), libc::SIGTERM);
         let _ = self.child.wait();
     }
 }
@@ -292,7 +292,7 @@ impl Drop for Tunnel {
 
 #[test]
 fn bond_metrics_say_what_bond_stats_says() {
-    let Some(_serial) = pathlab_io::testing::privileged("bond_metrics_say_what_bond_stats_says")
+    let Some(_serial) = pathlab_os::testing::privileged("bond_metrics_say_what_bond_stats_says")
     else {
         return;
     };
@@ -305,10 +305,10 @@ fn bond_metrics_say_what_bond_stats_says() {
     // Names of this test process: the stats sockets live in the host's runtime directory.
     let tag = format!("mt{}", std::process::id());
     let (server_name, client_name) = (format!("{tag}-s"), format!("{tag}-c"));
-    let netns = pathlab_io::netns::Netns::new().unwrap();
+    let netns = pathlab_os::netns::Netns::new().unwrap();
     netns
         .run(|| {
-            let mut netlink = pathlab_io::netlink::Netlink::open().unwrap();
+            let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
             let lo = netlink.link_by_name("lo").unwrap().unwrap();
             netlink.set_up(lo.index, true).unwrap();
         })
@@ -361,12 +361,12 @@ fn bond_metrics_say_what_bond_stats_says() {
         let addr = url["metrics: http://".len()..]
             .trim_end_matches("/metrics")
             .to_owned();
-        let before = pathlab_io::bond::request_stats(name).expect("stats");
+        let before = pathlab_bond_driver::tunnel::request_stats(name).expect("stats");
         let response = netns
-            .run(|| pathlab_io::http::request(&addr, "GET", "/metrics", None, None))
+            .run(|| pathlab_http::request(&addr, "GET", "/metrics", None, None))
             .unwrap()
             .expect("the metrics address answers");
-        let after = pathlab_io::bond::request_stats(name).expect("stats");
+        let after = pathlab_bond_driver::tunnel::request_stats(name).expect("stats");
         assert_eq!(response.status, 200, "{response:?}");
         let text = String::from_utf8(response.body).unwrap();
         let families = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -444,6 +444,6 @@ fn bond_metrics_say_what_bond_stats_says() {
     }
     client.stop();
     server.stop();
-    assert!(!pathlab_io::bond::stats_socket_path(&client_name).exists());
-    assert!(!pathlab_io::bond::stats_socket_path(&server_name).exists());
+    assert!(!pathlab_bond_driver::tunnel::stats_socket_path(&client_name).exists());
+    assert!(!pathlab_bond_driver::tunnel::stats_socket_path(&server_name).exists());
 }

@@ -4,8 +4,8 @@
 //! They need CAP_NET_ADMIN: without it they fail when `CI=true` and skip elsewhere.
 
 use pathlab_core::verdict::DropReason;
-use pathlab_io::measure::Client;
 use pathlab_probe::control::Direction;
+use pathlab_probe_driver::Client;
 
 mod util;
 use util::emulated::{privileged, with_server_in_h2, Lab};
@@ -46,7 +46,7 @@ fn path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp() {
 
 /// Runs `capacity` upwards from h1 to the server in h2.
 fn capacity_up(lab: &Lab, available: bool) -> pathlab_probe::capacity::CapacityReport {
-    use pathlab_io::capacity::{measure, CapacityOptions};
+    use pathlab_probe_driver::capacity::{measure, CapacityOptions};
     with_server_in_h2(lab, |first| {
         drop(first);
         let connect = || Client::connect("198.18.0.2", None, std::time::Duration::from_secs(5));
@@ -110,10 +110,11 @@ fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
         });
         std::thread::sleep(std::time::Duration::from_millis(500));
         let connect = || Client::connect("198.18.0.2", None, std::time::Duration::from_secs(5));
-        let options = pathlab_io::capacity::CapacityOptions::new(Direction::Up);
+        let options = pathlab_probe_driver::capacity::CapacityOptions::new(Direction::Up);
         let started = std::time::Instant::now();
-        let report =
-            pathlab_io::capacity::measure(&connect, &options, &mut |line| eprintln!("  {line}"));
+        let report = pathlab_probe_driver::capacity::measure(&connect, &options, &mut |line| {
+            eprintln!("  {line}")
+        });
         assert!(
             started.elapsed() < std::time::Duration::from_millis(29_500),
             "the capacity run outlasted the cross traffic: {:?}",

@@ -63,7 +63,7 @@ fn every_image_of_the_report_loads_in_a_browser() {
             std::env::var("CI").map_or(true, |ci| ci != "true"),
             "CI must run the browser test: {why}"
         );
-        pathlab_io::testing::skipped("every_image_of_the_report_loads_in_a_browser", why);
+        pathlab_os::testing::skipped("every_image_of_the_report_loads_in_a_browser", why);
         return;
     };
     let dir = TempDir::new("report-browser");

@@ -7,8 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use pathlab_core::verdict::DropReason;
-use pathlab_io::rfc6349::step;
 use pathlab_probe::rfc6349::{PhaseResult, Rfc6349Report};
+use pathlab_probe_driver::rfc6349::step;
 use pathlab_results::recording::Recording;
 use util::emulated::{privileged, Lab, PATHLAB};
 use util::LoopbackServer;
@@ -52,7 +52,7 @@ impl ServerInH2 {
 
 impl Drop for ServerInH2 {
     fn drop(&mut self) {
-        let _ = pathlab_io::kill(self.0.id(), util::emulated::libc_sigterm());
+        let _ = pathlab_os::kill(self.0.id(), util::emulated::libc_sigterm());
         let _ = self.0.wait();
     }
 }

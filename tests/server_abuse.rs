@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use pathlab_io::measure::{Client, MeasureError};
 use pathlab_probe::control::{Direction, Refusal};
+use pathlab_probe_driver::{Client, MeasureError};
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
@@ -70,7 +70,7 @@ impl ServerProcess {
     }
 
     fn signal(&self, signal: libc::c_int) {
-        pathlab_io::testing::send_signal(self.child.id(), signal).unwrap();
+        pathlab_os::testing::send_signal(self.child.id(), signal).unwrap();
     }
 
     /// Every log line so far.
@@ -88,7 +88,7 @@ impl Drop for ServerProcess {
 
 /// A TCP connection to `server` from `source` (a loopback address of 127/8).
 fn connect_from(source: Ipv4Addr, server: SocketAddr) -> std::io::Result<TcpStream> {
-    pathlab_io::testing::tcp_connect_from(IpAddr::V4(source), server)
+    pathlab_os::testing::tcp_connect_from(IpAddr::V4(source), server)
 }
 
 /// Whether the server closed `stream` (reads its end of file, or a reset), within 10 s.
@@ -107,7 +107,7 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
 
 #[test]
 fn the_server_holds_under_two_thousand_idle_connections_and_garbage_and_stops_at_sigterm() {
-    pathlab_io::testing::raise_open_files_limit();
+    pathlab_os::testing::raise_open_files_limit();
     let server = ServerProcess::start(&["--max-clients", "8", "--max-handshakes", "256"]);
     let started = Instant::now();
     // 2,000 idle connections from 250 addresses, 8 each (within --max-clients).

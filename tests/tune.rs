@@ -393,7 +393,7 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        let _ = pathlab_io::kill(self.child.id(), 15);
+        let _ = pathlab_os::kill(self.child.id(), 15);
         let _ = self.child.wait();
     }
 }

@@ -1,10 +1,10 @@
-//! Any bytes from a peer of a control or metrics address (`pathlab_probe::http`) are a
+//! Any bytes from a peer of a control or metrics address (`pathlab_http`) are a
 //! request, a need for more bytes or an error with its status, never a panic; the same for
 //! a response read by `emulate set --remote`, and for a Prometheus exposition read back.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pathlab_probe::http::{parse_request, parse_response, Parsed, MAX_BODY};
+use pathlab_http::{parse_request, parse_response, Parsed, MAX_BODY};
 
 fuzz_target!(|data: &[u8]| {
     match parse_request(data) {
@@ -22,6 +22,6 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = pathlab_results::prometheus::parse(text);
+        let _ = pathlab_http::prometheus::parse(text);
     }
 });

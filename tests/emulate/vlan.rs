@@ -14,12 +14,12 @@ use std::net::IpAddr;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats, Pool};
-use pathlab_io::netlink::Netlink;
-use pathlab_io::netns::Netns;
-use pathlab_io::port::{PacketPort, Port, ReceiveMode};
-use pathlab_io::topology::{Check, Line, Middle, H2_V4, R_PORT_H1, R_PORT_H2};
-use pathlab_io::vlan::{self, TrunkVlans};
+use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats, Pool};
+use pathlab_core_driver::port::{PacketPort, Port, ReceiveMode};
+use pathlab_core_driver::vlan::{self, TrunkVlans};
+use pathlab_os::netlink::Netlink;
+use pathlab_os::netns::Netns;
+use pathlab_os::topology::{Check, Line, Middle, H2_V4, R_PORT_H1, R_PORT_H2};
 
 use super::util::emulated::{libc_sigterm, pathlab, privileged, PATHLAB};
 use super::util::TempDir;
@@ -63,7 +63,7 @@ struct BoxProcess(Option<Child>);
 impl Drop for BoxProcess {
     fn drop(&mut self) {
         if let Some(mut child) = self.0.take() {
-            let _ = pathlab_io::kill(child.id(), libc_sigterm());
+            let _ = pathlab_os::kill(child.id(), libc_sigterm());
             for _ in 0..100 {
                 if child.try_wait().ok().flatten().is_some() {
                     return;
@@ -104,7 +104,7 @@ fn start_box(the_box: &Netns, name: &str, spec: &str, extra: &[&str]) -> BoxProc
 /// Stops the box as Ctrl-C would and returns its final counters.
 fn stop_box(mut process: BoxProcess) -> EmulatorStats {
     let child = process.0.take().expect("running");
-    pathlab_io::kill(child.id(), libc_sigterm()).expect("signal");
+    pathlab_os::kill(child.id(), libc_sigterm()).expect("signal");
     let output = child.wait_with_output().expect("the box exits");
     assert!(
         output.status.success(),
@@ -140,7 +140,7 @@ fn through_the_box(switch: &Netns, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
     }
     let mut received = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    let mut pool = pathlab_io::buffers::BufferPool::default();
+    let mut pool = pathlab_os::buffers::BufferPool::default();
     while std::time::Instant::now() < deadline {
         port.receive(64, &mut pool, &mut |frame| {
             if frame[6..12] == TEST_SOURCE_MAC {
@@ -320,7 +320,7 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
     let [access_5, access_6, trunk_5, trunk_6] = line
         .r
         .run(
-            || -> Result<[Box<dyn Port>; 4], pathlab_io::port::PortError> {
+            || -> Result<[Box<dyn Port>; 4], pathlab_core_driver::port::PortError> {
                 let vlans = TrunkVlans::parse("5,6").expect("two VLANs");
                 let [trunk_5, trunk_6] = vlan::open_trunk("r-box", vlans, [mode; 2])?;
                 Ok([
@@ -343,7 +343,7 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
     let ping = |count: usize| {
         let mut pinger = line
             .h1
-            .run(|| pathlab_io::ping::Pinger::new(IpAddr::V4(H2_V4), 56))
+            .run(|| pathlab_probe_driver::ping::Pinger::new(IpAddr::V4(H2_V4), 56))
             .unwrap()
             .expect("raw ICMP socket");
         let results = pinger

@@ -5,9 +5,9 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use pathlab_io::emulator::EmulatorStats;
-use pathlab_io::ping::{PingResult, Pinger};
-use pathlab_io::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
+use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_os::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
+use pathlab_probe_driver::ping::{PingResult, Pinger};
 use pathlab_results::recording::{read_recording, Recording};
 
 use super::TempDir;
@@ -19,7 +19,7 @@ pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 /// 2-core machine, one at a time): CAP_NET_ADMIN is needed; without it the test panics in
 /// CI and is skipped elsewhere.
 #[allow(unused_imports)] // not every test binary has namespace tests
-pub use pathlab_io::testing::privileged;
+pub use pathlab_os::testing::privileged;
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
 /// destroys the namespaces.
@@ -114,7 +114,7 @@ impl Lab {
     /// and recording.
     pub fn stop(&mut self) -> (EmulatorStats, Recording) {
         let child = self.emulator.take().expect("running");
-        pathlab_io::kill(child.id(), libc_sigterm()).expect("signal");
+        pathlab_os::kill(child.id(), libc_sigterm()).expect("signal");
         let output = child.wait_with_output().expect("emulator exits");
         assert!(
             output.status.success(),
@@ -151,7 +151,7 @@ impl Drop for Lab {
     fn drop(&mut self) {
         // As Ctrl-C would: the emulator removes its socket and lock on the way out.
         if let Some(mut child) = self.emulator.take() {
-            let _ = pathlab_io::kill(child.id(), libc_sigterm());
+            let _ = pathlab_os::kill(child.id(), libc_sigterm());
             for _ in 0..100 {
                 if child.try_wait().ok().flatten().is_some() {
                     return;
@@ -221,10 +221,10 @@ pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) -> String {
 /// Runs `test` from h1 against a pathlab server in h2, through the emulator.
 pub fn with_server_in_h2<T: Send>(
     lab: &Lab,
-    test: impl FnOnce(pathlab_io::measure::Client) -> Result<T, pathlab_io::measure::MeasureError>
+    test: impl FnOnce(pathlab_probe_driver::Client) -> Result<T, pathlab_probe_driver::MeasureError>
         + Send,
 ) -> T {
-    use pathlab_io::measure::{Client, Server, ServerConfig};
+    use pathlab_probe_driver::{Client, Server, ServerConfig};
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {

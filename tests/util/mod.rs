@@ -49,7 +49,7 @@ impl LoopbackServer {
         key: Option<pathlab_probe::auth::Key>,
         ip: &str,
     ) -> LoopbackServer {
-        LoopbackServer::start_with(pathlab_io::measure::ServerConfig::new(
+        LoopbackServer::start_with(pathlab_probe_driver::ServerConfig::new(
             format!("{ip}:0").parse().unwrap(),
             limits,
             key,
@@ -57,9 +57,9 @@ impl LoopbackServer {
     }
 
     /// A server with `config` (its port 0: an ephemeral one).
-    pub fn start_with(config: pathlab_io::measure::ServerConfig) -> LoopbackServer {
+    pub fn start_with(config: pathlab_probe_driver::ServerConfig) -> LoopbackServer {
         use std::sync::atomic::Ordering;
-        let server = pathlab_io::measure::Server::bind(config).expect("server binds");
+        let server = pathlab_probe_driver::Server::bind(config).expect("server binds");
         let address = server.local_addr().unwrap().to_string();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = std::sync::Arc::clone(&stop);

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pathlab_io::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
-use pathlab_io::measure::{Client, Server, ServerConfig, TcpOptions, TcpTest};
-use pathlab_io::port::{PacketPort, ReceiveMode};
+use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
+use pathlab_core_driver::port::{PacketPort, ReceiveMode};
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
+use pathlab_probe_driver::{Client, Server, ServerConfig, TcpOptions, TcpTest};
 use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport, SendLateness};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
@@ -86,7 +86,7 @@ pub struct RunOptions {
     pub stop: Arc<AtomicBool>,
     /// Where to serve the links' HTTP API and metrics while the run lasts
     /// (`pathlab lab --control`).
-    pub control: Option<Arc<pathlab_io::http::HttpServer>>,
+    pub control: Option<Arc<pathlab_http::HttpServer>>,
 }
 
 /// Why a run could not be made.
@@ -161,18 +161,20 @@ pub fn run(
                 let record = std::fs::File::create(options.out.join(&file_name))
                     .map_err(io_error(format!("creating {file_name}")))?;
                 let ports = cable
-                    .run(|| -> Result<[PacketPort; 2], pathlab_io::port::PortError> {
-                        Ok([
-                            PacketPort::open_with(
-                                CABLE_A,
-                                receive_mode(&link.forward, emulated_links),
-                            )?,
-                            PacketPort::open_with(
-                                CABLE_B,
-                                receive_mode(&link.reverse, emulated_links),
-                            )?,
-                        ])
-                    })
+                    .run(
+                        || -> Result<[PacketPort; 2], pathlab_core_driver::port::PortError> {
+                            Ok([
+                                PacketPort::open_with(
+                                    CABLE_A,
+                                    receive_mode(&link.forward, emulated_links),
+                                )?,
+                                PacketPort::open_with(
+                                    CABLE_B,
+                                    receive_mode(&link.reverse, emulated_links),
+                                )?,
+                            ])
+                        },
+                    )
                     .map_err(io_error("entering a cable namespace"))?
                     .map_err(|e| RunError::Emulator {
                         link: link.name.clone(),
@@ -197,7 +199,7 @@ pub fn run(
                                 )
                             },
                             command: vec![format!("pathlab lab {}", experiment.name)],
-                            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
+                            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
                         },
                     )
                     .map_err(|e| RunError::Emulator {
@@ -226,7 +228,7 @@ pub fn run(
     // The links' control address, served until the emulators stop (or the run fails).
     let control_stop = Arc::new(AtomicBool::new(false));
     let control = options.control.as_ref().map(|server| {
-        let control = Arc::new(pathlab_io::control_http::LabControl::new(
+        let control = Arc::new(pathlab_core_driver::api::LabControl::new(
             experiment
                 .links
                 .iter()
@@ -334,7 +336,7 @@ pub fn run(
             )))?;
         let stop = Arc::clone(&servers_stop);
         servers.push(std::thread::spawn(move || {
-            let _ = pathlab_io::blocks::respond(&listener, size as usize, &stop);
+            let _ = pathlab_probe_driver::blocks::respond(&listener, size as usize, &stop);
         }));
     }
     let blocks_port = |workload: &Workload| -> u16 {
@@ -349,7 +351,7 @@ pub fn run(
     };
 
     let started = Instant::now();
-    let started_unix_ns = pathlab_io::unix_now_ns();
+    let started_unix_ns = pathlab_os::unix_now_ns();
     let mut threads = Vec::new();
     for workload in &experiment.workloads {
         let netns = topology.nodes[workload.from]
@@ -580,7 +582,7 @@ impl Watcher {
         let selector = pathlab_probe::diagnosis::Selector::parse(&format!("dst {target}"))
             .expect("an address is a filter");
         // The sockets open before the workload starts are not its own.
-        let before: std::collections::HashSet<u64> = pathlab_io::sockdiag::tcp_sockets(0)
+        let before: std::collections::HashSet<u64> = pathlab_probe_driver::sockdiag::tcp_sockets(0)
             .map(|samples| samples.iter().map(|s| s.cookie).collect())
             .unwrap_or_default();
         let thread = std::thread::spawn(move || {
@@ -588,7 +590,7 @@ impl Watcher {
             let mut next = Instant::now();
             loop {
                 let at = started.elapsed().as_nanos() as u64;
-                if let Ok(mut samples) = pathlab_io::sockdiag::tcp_sockets(at) {
+                if let Ok(mut samples) = pathlab_probe_driver::sockdiag::tcp_sockets(at) {
                     samples.retain(|s| selector.matches(s));
                     watch.observe(samples);
                 }
@@ -677,7 +679,7 @@ fn run_workload(workload: &Workload, target: Option<IpAddr>, port: u16, out: &Pa
         }
         WorkloadKind::Blocks { size } => {
             let target = target.expect("checked: blocks workloads have a peer");
-            return match pathlab_io::blocks::run(
+            return match pathlab_probe_driver::blocks::run(
                 SocketAddr::new(target, port),
                 *size as usize,
                 workload.duration,
@@ -695,7 +697,7 @@ fn run_workload(workload: &Workload, target: Option<IpAddr>, port: u16, out: &Pa
 /// namespace; replies later than a second after the last request count as lost.
 fn ping(target: IpAddr, interval: Duration, size: u32, duration: Duration) -> LabOutcome {
     let count = (duration.as_nanos() / interval.as_nanos().max(1)).clamp(1, 65_536) as usize;
-    let results = pathlab_io::ping::Pinger::new(target, size as usize)
+    let results = pathlab_probe_driver::ping::Pinger::new(target, size as usize)
         .and_then(|mut pinger| pinger.run(count, interval, Duration::from_secs(1)));
     let results = match results {
         Ok(results) => results,
@@ -758,7 +760,7 @@ fn run_command(
     let args: Vec<String> = argv[1..].iter().map(substitute).collect();
     let mut command = std::process::Command::new(substitute(&argv[0]));
     command.args(&args).stdin(std::process::Stdio::null());
-    pathlab_io::die_with_spawner(&mut command);
+    pathlab_os::die_with_spawner(&mut command);
     match file.try_clone() {
         Ok(copy) => {
             command.stdout(copy).stderr(file);
@@ -781,7 +783,7 @@ fn run_command(
             Ok(None) if Instant::now() >= deadline => {
                 // SIGTERM first, so a program that cleans up after itself (a tunnel's
                 // routes, its stats) can; SIGKILL if it has not ended a second later.
-                let _ = pathlab_io::terminate(child.id());
+                let _ = pathlab_os::terminate(child.id());
                 let grace = Instant::now() + Duration::from_secs(1);
                 while Instant::now() < grace && matches!(child.try_wait(), Ok(None)) {
                     std::thread::sleep(Duration::from_millis(20));

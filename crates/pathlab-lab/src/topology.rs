@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use pathlab_io::netlink::Netlink;
-use pathlab_io::netns::Netns;
+use pathlab_os::netlink::Netlink;
+use pathlab_os::netns::Netns;
 
 use crate::spec::{first_hops_and_distances, Experiment, Link};
 

@@ -19,7 +19,6 @@ pub mod capacity;
 pub mod capture;
 pub mod control;
 pub mod diagnosis;
-pub mod http;
 pub mod mtu;
 pub mod owd;
 pub mod probe;

@@ -16,7 +16,6 @@ pub mod capture_figures;
 pub mod lab;
 pub mod pcapng;
 pub mod plot;
-pub mod prometheus;
 pub mod recording;
 pub mod report;
 pub mod series;

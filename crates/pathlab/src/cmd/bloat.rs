@@ -177,15 +177,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         };
         let length = settings.probe_count(phase) * settings.probe_interval_ns;
         let progress = Progress::start(phase.name(), Duration::from_nanos(length));
-        let record = match pathlab_io::bloat::run_phase_or_partial(&settings, phase, probes, load) {
-            Ok(record) => record,
-            Err(partial) => {
-                drop(progress);
-                let error = measure_error(partial.error).context(format!("{} phase", phase.name()));
-                let interrupted = partial.measured.map(|record| *record);
-                return Err(failed(error, records, baseline, interrupted));
-            }
-        };
+        let record =
+            match pathlab_probe_driver::bloat::run_phase_or_partial(&settings, phase, probes, load)
+            {
+                Ok(record) => record,
+                Err(partial) => {
+                    drop(progress);
+                    let error =
+                        measure_error(partial.error).context(format!("{} phase", phase.name()));
+                    let interrupted = partial.measured.map(|record| *record);
+                    return Err(failed(error, records, baseline, interrupted));
+                }
+            };
         drop(progress);
         if phase == Phase::Idle {
             baseline = Some(bloat::baseline_rtt_ns(&settings, &record).ok_or(

@@ -10,8 +10,10 @@ use pathlab_bond::line::LineState;
 use pathlab_bond::sched::SchedulerKind;
 use pathlab_bond::server::ServerConfig;
 use pathlab_bond::stats::BondStats;
+use pathlab_bond_driver::tunnel::{
+    BondEvent, ClientOptions, LineOptions, ServerOptions, TunOptions,
+};
 use pathlab_core::{BitsPerSec, Duration};
-use pathlab_io::bond::{BondEvent, ClientOptions, LineOptions, ServerOptions, TunOptions};
 
 use crate::format;
 use crate::usage;
@@ -149,7 +151,7 @@ fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut bytes = [0u8; 32];
-    pathlab_bond::endpoint::Entropy::fill(&mut pathlab_io::bond::OsEntropy, &mut bytes);
+    pathlab_bond::endpoint::Entropy::fill(&mut pathlab_bond_driver::tunnel::OsEntropy, &mut bytes);
     let hex = bytes.iter().fold(String::with_capacity(64), |mut hex, b| {
         use std::fmt::Write as _;
         let _ = write!(hex, "{b:02x}");
@@ -234,7 +236,7 @@ fn bond_config(common: &Common, lines: usize) -> anyhow::Result<(BondConfig, Tun
         .map(|a| parse_cidr(a))
         .collect::<anyhow::Result<Vec<_>>>()
         .map_err(usage)?;
-    pathlab_io::runtime::validate_name(common.name.as_deref().unwrap_or(&common.tun))
+    pathlab_os::runtime::validate_name(common.name.as_deref().unwrap_or(&common.tun))
         .map_err(|e| usage(anyhow::anyhow!(e)))?;
     if let Some(mtu) = common.mtu.filter(|mtu| !(576..=65_535).contains(mtu)) {
         return Err(usage(anyhow::anyhow!("--mtu {mtu} is outside 576..65535")));
@@ -267,8 +269,8 @@ fn with_metrics<R>(common: &Common, body: impl FnOnce() -> R) -> anyhow::Result<
     let metrics = crate::cmd::metrics::Metrics::bind(&common.metrics)?;
     let name = name_of(common);
     let render = || {
-        pathlab_io::bond::request_stats(&name)
-            .map(|stats| pathlab_io::bond_metrics::metrics(&stats))
+        pathlab_bond_driver::tunnel::request_stats(&name)
+            .map(|stats| pathlab_bond_driver::metrics::metrics(&stats))
             .map_err(crate::cmd::metrics::render_error)
     };
     Ok(metrics.serve_while(&render, body))
@@ -302,8 +304,8 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
             "--max-clients must be at least 1 and --max-lines 1 to 64"
         )));
     }
-    pathlab_io::require_net_admin("pathlab bond server").map_err(usage)?;
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    pathlab_os::require_net_admin("pathlab bond server").map_err(usage)?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let options = ServerOptions {
         name: name_of(&args.common),
         listen: args.listen,
@@ -317,7 +319,11 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
     };
     eprintln!("bond: server listening on {}", args.listen);
     let stats = with_metrics(&args.common, || {
-        pathlab_io::bond::run_server(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
+        pathlab_bond_driver::tunnel::run_server(
+            &options,
+            std::os::fd::AsFd::as_fd(&signals),
+            print_event,
+        )
     })??;
     finish(&stats, args.common.json)
 }
@@ -349,8 +355,8 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
             "--scheduler wrr weighs lines by their rates: give every --line a rate=RATE"
         )));
     }
-    pathlab_io::require_net_admin("pathlab bond client").map_err(usage)?;
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    pathlab_os::require_net_admin("pathlab bond client").map_err(usage)?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let options = ClientOptions {
         name: name_of(&args.common),
         server: args.server,
@@ -361,10 +367,14 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         connect_timeout: args.connect_timeout,
     };
     let stats = with_metrics(&args.common, || {
-        pathlab_io::bond::run_client(&options, std::os::fd::AsFd::as_fd(&signals), print_event)
+        pathlab_bond_driver::tunnel::run_client(
+            &options,
+            std::os::fd::AsFd::as_fd(&signals),
+            print_event,
+        )
     })?
     .map_err(|error| match error {
-        pathlab_io::bond::BondError::Line { .. } => usage(error),
+        pathlab_bond_driver::tunnel::BondError::Line { .. } => usage(error),
         other => anyhow::Error::new(other),
     })?;
     finish(&stats, args.common.json)
@@ -380,7 +390,7 @@ fn finish(stats: &BondStats, json: bool) -> anyhow::Result<()> {
 }
 
 fn run_stats(args: &StatsArgs) -> anyhow::Result<()> {
-    let stats = pathlab_io::bond::request_stats(&args.name).map_err(usage)?;
+    let stats = pathlab_bond_driver::tunnel::request_stats(&args.name).map_err(usage)?;
     finish(&stats, args.json)
 }
 

@@ -3,9 +3,9 @@
 
 use std::io::Write as _;
 
-use pathlab_io::capacity::CapacityOptions;
 use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
+use pathlab_probe_driver::capacity::CapacityOptions;
 
 use crate::cmd::client::measure_error;
 use crate::{format, usage};
@@ -60,10 +60,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
     let connect = || {
-        pathlab_io::measure::Client::connect(
+        pathlab_probe_driver::Client::connect(
             &args.host,
             key.clone(),
-            pathlab_io::measure::CONNECT_TIMEOUT,
+            pathlab_probe_driver::CONNECT_TIMEOUT,
         )
     };
     // Connect once first, so a wrong host or key fails before anything is sent.
@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 println!("{}: {line}", direction.name());
             }
         };
-        match pathlab_io::capacity::measure_or_partial(&connect, &options, &mut log) {
+        match pathlab_probe_driver::capacity::measure_or_partial(&connect, &options, &mut log) {
             Ok(report) => reports.push(report),
             Err(partial) => {
                 let step = partial

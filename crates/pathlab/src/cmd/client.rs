@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use pathlab_io::measure::{Client, MeasureError};
+use pathlab_probe_driver::{Client, MeasureError};
 
 use crate::cmd::server::read_key;
 use crate::usage;
@@ -28,7 +28,7 @@ impl ClientOptions {
     /// Connects to `host` with the key, if any.
     pub fn connect(&self, host: &str) -> anyhow::Result<Client> {
         let key = read_key(self.psk.as_deref())?;
-        Client::connect(host, key, pathlab_io::measure::CONNECT_TIMEOUT).map_err(measure_error)
+        Client::connect(host, key, pathlab_probe_driver::CONNECT_TIMEOUT).map_err(measure_error)
     }
 
     /// Writes `result` to `--save`, if given.

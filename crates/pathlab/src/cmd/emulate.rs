@@ -7,12 +7,14 @@ use std::io::Write as _;
 use anyhow::{bail, Context as _};
 use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
-use pathlab_io::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
-use pathlab_io::control_http::{Controlled, History, Specs};
-use pathlab_io::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
-use pathlab_io::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
-use pathlab_io::port::{PacketPort, Port, PortError, ReceiveMode};
-use pathlab_io::vlan::{self, TrunkVlans};
+use pathlab_core_driver::api::{Controlled, History, Specs};
+use pathlab_core_driver::control::{
+    self, ControlError, ControlReply, ControlRequest, ControlServer,
+};
+use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
+use pathlab_core_driver::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
+use pathlab_core_driver::port::{PacketPort, Port, PortError, ReceiveMode};
+use pathlab_core_driver::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::spec::parse_spec as load;
@@ -38,7 +40,7 @@ pub struct Args {
     /// With --trunk: untagged (and priority-tagged) frames belong to VLAN VID, one of
     /// --vlans, and its frames leave untagged, for a switch that carries that VLAN untagged
     /// on the trunk. Default: untagged frames are not forwarded.
-    #[arg(long, value_name = "VID", requires = "trunk", value_parser = pathlab_io::vlan::parse_vid)]
+    #[arg(long, value_name = "VID", requires = "trunk", value_parser = pathlab_core_driver::vlan::parse_vid)]
     pub native_vlan: Option<u16>,
     /// The link spec from IF_A to IF_B, e.g. 'delay 20ms loss 1% rate 10mbit limit 100'.
     #[arg(value_name = "SPEC", num_args = 0..)]
@@ -234,7 +236,7 @@ pub struct StatsArgs {
 
 /// Runs `pathlab emulate`.
 pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
-    pathlab_io::runtime::validate_name(&args.common.name).map_err(|e| usage(anyhow::anyhow!(e)))?;
+    pathlab_os::runtime::validate_name(&args.common.name).map_err(|e| usage(anyhow::anyhow!(e)))?;
     match &args.action {
         Some(Action::Set(set)) => return run_set(&args.common.name, set),
         Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats),
@@ -269,9 +271,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         print_tc(&forward, if_b, &reverse, if_a);
         return Ok(());
     }
-    pathlab_io::require_net_admin("pathlab emulate").map_err(usage)?;
+    pathlab_os::require_net_admin("pathlab emulate").map_err(usage)?;
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     // The socket first: a name clash is found before any interface is opened, and the
     // socket file goes away with `server` if opening an interface fails.
     let server = ControlServer::bind(&args.common.name).map_err(|e| match e {
@@ -492,15 +494,15 @@ fn remote_request(
     method: &str,
     path: &str,
     body: Option<&[u8]>,
-) -> anyhow::Result<pathlab_probe::http::ClientResponse> {
+) -> anyhow::Result<pathlab_http::ClientResponse> {
     let addr = remote.remote.as_deref().expect("called with --remote");
     let token = remote
         .token
         .as_deref()
-        .map(pathlab_io::http::read_token)
+        .map(pathlab_http::read_token)
         .transpose()
         .map_err(usage)?;
-    let reply = pathlab_io::http::request(addr, method, path, token.as_deref(), body)
+    let reply = pathlab_http::request(addr, method, path, token.as_deref(), body)
         .map_err(|e| usage(anyhow::Error::new(e)))?;
     if reply.status == 401 {
         return Err(usage(anyhow::anyhow!(
@@ -516,7 +518,7 @@ fn remote_request(
 }
 
 /// The message of an error reply (`{"error": ...}`), or its body as text.
-fn reply_error(reply: &pathlab_probe::http::ClientResponse) -> String {
+fn reply_error(reply: &pathlab_http::ClientResponse) -> String {
     serde_json::from_slice::<serde_json::Value>(&reply.body)
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
@@ -667,7 +669,7 @@ pub fn print_stats(stats: &EmulatorStats) {
 
 /// The fidelity guard's line of a direction: `last second p99 40 us; late 0 of 12 s (p99
 /// over 1 ms), worst second p99 90 us`.
-fn guard_text(late: &pathlab_io::fidelity::LatenessSummary) -> String {
+fn guard_text(late: &pathlab_core_driver::fidelity::LatenessSummary) -> String {
     let verdict = match late.bound_ns {
         Some(bound) => format!(
             "late {} of {} s (p99 over {})",

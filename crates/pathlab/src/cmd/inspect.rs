@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use pathlab_io::netns::Netns;
+use pathlab_os::netns::Netns;
 use pathlab_probe::diagnosis::{InspectReport, Interval, Selector, Watch};
 use pathlab_probe::tune::{binary_bytes_text, rate_text};
 
@@ -71,7 +71,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         selector = selector.and(Selector::port(port));
     }
     // Signals first: every thread started later inherits the mask.
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     enter_namespace(args)?;
     let interval = Duration::from_nanos(args.interval.as_nanos());
     let end = args.time.map(|t| Duration::from_nanos(t.as_nanos()));
@@ -81,11 +81,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut next = start;
     loop {
         let at = start.elapsed();
-        let mut samples = pathlab_io::sockdiag::tcp_sockets(at.as_nanos() as u64)
+        let mut samples = pathlab_probe_driver::sockdiag::tcp_sockets(at.as_nanos() as u64)
             .context("reading the TCP sockets (NETLINK_SOCK_DIAG)")?;
         samples.retain(|s| selector.matches(s));
         if let Some(pid) = args.pid {
-            match pathlab_io::sockdiag::process_sockets(pid) {
+            match pathlab_probe_driver::sockdiag::process_sockets(pid) {
                 Ok(inodes) => samples.retain(|s| inodes.contains(&s.inode)),
                 Err(error) if watch.is_empty() || !process_alive(pid) => {
                     if watch.is_empty() {
@@ -109,7 +109,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             next = next.min(start + end);
         }
         let wait = next.saturating_duration_since(Instant::now());
-        if pathlab_io::wait_for_termination(std::os::fd::AsFd::as_fd(&signals), wait).is_some() {
+        if pathlab_os::wait_for_termination(std::os::fd::AsFd::as_fd(&signals), wait).is_some() {
             break;
         }
     }

@@ -96,7 +96,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         };
         runs.push((point, experiment));
     }
-    pathlab_io::require_net_admin("pathlab lab").map_err(usage)?;
+    pathlab_os::require_net_admin("pathlab lab").map_err(usage)?;
     let control = args
         .control
         .map(|addr| {
@@ -110,13 +110,13 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
             addr = control.local_addr()
         );
     }
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = Arc::clone(&stop);
         // The descriptor is non-blocking: look five times a second.
         std::thread::spawn(move || loop {
-            if pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
+            if pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
                 stop.store(true, Ordering::SeqCst);
             }
             std::thread::sleep(std::time::Duration::from_millis(200));
@@ -323,8 +323,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ))),
         (None, Some(name)) => run_experiment(args, name),
         (Some(Action::Clean), _) => {
-            pathlab_io::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
-            let cleaned = pathlab_io::runtime::clean()?;
+            pathlab_os::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
+            let cleaned = pathlab_os::clean::clean()?;
             let mut out = std::io::stdout().lock();
             let total = cleaned.sockets.len()
                 + cleaned.locks.len()

@@ -3,13 +3,13 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use pathlab_io::measure::Client;
-use pathlab_io::rfc6349::{self as method, Event, Rfc6349Error, Rfc6349Options};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::mtu::PathMtu;
 use pathlab_probe::rfc6349::{
     Baseline, Framing, KernelSettings, PhaseResult, Plan, Rfc6349Report, SlowStartEnd, WindowLimit,
 };
+use pathlab_probe_driver::rfc6349::{self as method, Event, Rfc6349Error, Rfc6349Options};
+use pathlab_probe_driver::Client;
 
 use crate::cmd::client::{measure_error, Progress};
 use crate::{format, usage};
@@ -130,7 +130,8 @@ pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
     let kernel = method::read_kernel_settings(std::path::Path::new("/proc/sys"))?;
     let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
     let host = args.host.clone();
-    let connect = move || Client::connect(&host, key.clone(), pathlab_io::measure::CONNECT_TIMEOUT);
+    let connect =
+        move || Client::connect(&host, key.clone(), pathlab_probe_driver::CONNECT_TIMEOUT);
     let json = args.client.json;
     let mut printer = Printer {
         out: std::io::stdout(),

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
-use pathlab_io::measure::{Server, ServerConfig, DEFAULT_PORT};
 use pathlab_probe::control::Limits;
+use pathlab_probe_driver::{Server, ServerConfig, DEFAULT_PORT};
 
 use crate::usage;
 
@@ -59,7 +59,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let max_duration = args.max_duration;
     let key = read_key(args.psk.as_deref())?;
     let metrics = crate::cmd::metrics::Metrics::bind(&args.metrics)?;
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let server = Server::bind(ServerConfig {
         max_clients: args.max_clients,
         max_handshakes: args.max_handshakes,
@@ -81,9 +81,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if args.psk.is_some() { ", key required" } else { "" }
     );
     let counters = server.counters();
-    metrics.serve_while(&|| Ok(pathlab_io::measure::metrics(counters)), || {
+    metrics.serve_while(&|| Ok(pathlab_probe_driver::metrics(counters)), || {
         server.run(|| {
-            pathlab_io::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some()
+            pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some()
         });
     });
     eprintln!("pathlab server: stopped: {}", server.counters().summary());

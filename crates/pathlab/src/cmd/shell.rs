@@ -4,9 +4,9 @@ use std::fs::File;
 
 use anyhow::Context as _;
 use pathlab_core::time::Duration;
-use pathlab_io::control::ControlError;
-use pathlab_io::emulator::EmulatorConfig;
-use pathlab_io::shell::{self, ShellConfig, ShellError};
+use pathlab_core_driver::control::ControlError;
+use pathlab_core_driver::emulator::EmulatorConfig;
+use pathlab_core_driver::shell::{self, ShellConfig, ShellError};
 
 use crate::cmd::spec::parse_spec;
 use crate::usage;
@@ -55,14 +55,14 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         .name
         .clone()
         .unwrap_or_else(|| format!("shell-{}", std::process::id()));
-    pathlab_io::runtime::validate_name(&name).map_err(|e| usage(anyhow::anyhow!(e)))?;
+    pathlab_os::runtime::validate_name(&name).map_err(|e| usage(anyhow::anyhow!(e)))?;
     let program = if args.command.is_empty() {
         vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
     } else {
         args.command.clone()
     };
-    pathlab_io::require_net_admin("pathlab shell").map_err(usage)?;
-    let signals = pathlab_io::termination_signals().context("setting up signal handling")?;
+    pathlab_os::require_net_admin("pathlab shell").map_err(usage)?;
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let create = |path: &std::path::Path| {
         File::create(path).with_context(|| format!("cannot create '{}'", path.display()))
     };
@@ -76,7 +76,7 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             pcap: args.pcap.as_deref().map(create).transpose()?,
             queue_sample_interval: Duration::from_millis(10),
             command: std::env::args().collect(),
-            on_interface_gone: pathlab_io::emulator::OnInterfaceGone::Stop,
+            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
         },
         program,
         nat: !args.no_nat,

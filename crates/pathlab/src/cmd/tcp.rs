@@ -3,9 +3,9 @@
 
 use std::io::Write as _;
 
-use pathlab_io::measure::{TcpOptions, TcpTest};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
+use pathlab_probe_driver::{TcpOptions, TcpTest};
 
 use crate::cmd::client::{measure_error, Progress};
 use crate::{format, usage};

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use pathlab_core::BitsPerSec;
-use pathlab_io::measure::Client;
 use pathlab_probe::tune::{self, HostSettings, RttMeasurement, TunePath};
+use pathlab_probe_driver::Client;
 
 use crate::cmd::client::measure_error;
 use crate::cmd::server::read_key;
@@ -140,12 +140,14 @@ fn measure_rate(
     let key = read_key(psk)?;
     let connect = || Client::connect(host, key.clone(), Duration::from_secs(5));
     drop(connect().map_err(measure_error)?);
-    let options = pathlab_io::capacity::CapacityOptions {
+    let options = pathlab_probe_driver::capacity::CapacityOptions {
         available: false,
-        ..pathlab_io::capacity::CapacityOptions::new(pathlab_probe::control::Direction::Down)
+        ..pathlab_probe_driver::capacity::CapacityOptions::new(
+            pathlab_probe::control::Direction::Down,
+        )
     };
-    let report =
-        pathlab_io::capacity::measure(&connect, &options, &mut |_| {}).map_err(measure_error)?;
+    let report = pathlab_probe_driver::capacity::measure(&connect, &options, &mut |_| {})
+        .map_err(measure_error)?;
     Ok(report.capacity)
 }
 

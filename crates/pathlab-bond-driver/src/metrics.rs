@@ -1,0 +1,552 @@
+//! The Prometheus exposition of a bonding tunnel (`pathlab bond ... --metrics`): a pure
+//! function of the [`BondStats`] snapshot `pathlab bond stats -J` prints, so the two say
+//! the same numbers. Units are converted to the exposition's base units (seconds, bytes),
+//! nothing else.
+
+use pathlab_bond::line::LineState;
+use pathlab_bond::stats::{BondStats, LineStats, SessionStats};
+use pathlab_http::prometheus::{Exposition, Kind};
+
+/// A per-line family: its name, kind, help, and the value of a line (`None`: no sample,
+/// as `bond stats` prints "-").
+type LineFamily = (
+    &'static str,
+    Kind,
+    &'static str,
+    fn(&LineStats) -> Option<f64>,
+);
+
+const LINE_FAMILIES: &[LineFamily] = &[
+    (
+        "pathlab_bond_line_up",
+        Kind::Gauge,
+        "1 when the line is up, 0 when it was declared down (silent too long).",
+        |l| Some(f64::from(u8::from(l.state == LineState::Up))),
+    ),
+    (
+        "pathlab_bond_line_sent_packets_total",
+        Kind::Counter,
+        "Datagrams sent on the line.",
+        |l| Some(l.counters.sent_packets as f64),
+    ),
+    (
+        "pathlab_bond_line_sent_bytes_total",
+        Kind::Counter,
+        "UDP payload bytes sent on the line.",
+        |l| Some(l.counters.sent_bytes as f64),
+    ),
+    (
+        "pathlab_bond_line_received_packets_total",
+        Kind::Counter,
+        "Datagrams received on the line and authenticated.",
+        |l| Some(l.counters.received_packets as f64),
+    ),
+    (
+        "pathlab_bond_line_received_bytes_total",
+        Kind::Counter,
+        "UDP payload bytes received on the line and authenticated.",
+        |l| Some(l.counters.received_bytes as f64),
+    ),
+    (
+        "pathlab_bond_line_replays_total",
+        Kind::Counter,
+        "Datagrams on the line refused as replays.",
+        |l| Some(l.counters.replays as f64),
+    ),
+    (
+        "pathlab_bond_line_went_down_total",
+        Kind::Counter,
+        "Times the line was declared down.",
+        |l| Some(l.counters.went_down as f64),
+    ),
+    (
+        "pathlab_bond_line_came_back_total",
+        Kind::Counter,
+        "Times the line came back up.",
+        |l| Some(l.counters.came_back as f64),
+    ),
+    (
+        "pathlab_bond_line_rate_bytes_per_second",
+        Kind::Gauge,
+        "The rate the line's controller paces it at (UDP payload), bytes/s (bond stats: \
+         rate, in bits/s).",
+        |l| Some(l.rate_bps as f64 / 8.0),
+    ),
+    (
+        "pathlab_bond_line_delivery_rate_bytes_per_second",
+        Kind::Gauge,
+        "The rate the peer received on the line over its last report (UDP payload), \
+         bytes/s (bond stats: achieved, in bits/s).",
+        |l| Some(l.delivery_bps as f64 / 8.0),
+    ),
+    (
+        "pathlab_bond_line_queue_delay_seconds",
+        Kind::Gauge,
+        "The line's queueing delay at its last report.",
+        |l| Some(l.queue_delay_ms / 1e3),
+    ),
+    (
+        "pathlab_bond_line_relative_owd_seconds",
+        Kind::Gauge,
+        "The line's one-way delay above the lowest of the session's lines (absent until \
+         measured).",
+        |l| l.relative_owd_ms.map(|ms| ms / 1e3),
+    ),
+    (
+        "pathlab_bond_line_rtt_seconds",
+        Kind::Gauge,
+        "The line's smoothed round-trip time (absent until measured).",
+        |l| l.srtt_ms.map(|ms| ms / 1e3),
+    ),
+    (
+        "pathlab_bond_line_loss_ratio",
+        Kind::Gauge,
+        "The line's loss over its last report's interval, 0 to 1.",
+        |l| Some(l.loss),
+    ),
+    (
+        "pathlab_bond_line_draining",
+        Kind::Gauge,
+        "1 while the controller drains the line's queue to measure its base delay.",
+        |l| Some(f64::from(u8::from(l.draining))),
+    ),
+    (
+        "pathlab_bond_line_payload_limit_bytes",
+        Kind::Gauge,
+        "The largest datagram (UDP payload) the line sends, as its path MTU search proved.",
+        |l| Some(l.payload_limit_bytes as f64),
+    ),
+];
+
+/// A per-session family with one sample: name, kind, help, value.
+type SessionFamily = (&'static str, Kind, &'static str, fn(&SessionStats) -> f64);
+
+const SESSION_FAMILIES: &[SessionFamily] = &[
+    (
+        "pathlab_bond_session_open",
+        Kind::Gauge,
+        "1 once the session's keys are agreed.",
+        |s| f64::from(u8::from(s.open)),
+    ),
+    (
+        "pathlab_bond_ingress_packets_total",
+        Kind::Counter,
+        "Inner packets accepted into the fair ingress queue.",
+        |s| s.fair.packets_in as f64,
+    ),
+    (
+        "pathlab_bond_ce_marked_packets_total",
+        Kind::Counter,
+        "Inner packets CoDel marked CE instead of dropping them.",
+        |s| s.fair.ce_marked as f64,
+    ),
+    (
+        "pathlab_bond_backlog_bytes",
+        Kind::Gauge,
+        "Bytes waiting in the ingress queue.",
+        |s| s.backlog_bytes as f64,
+    ),
+    (
+        "pathlab_bond_compressed_packets_total",
+        Kind::Counter,
+        "Inner packets sent compressed (LZ4 shrank them).",
+        |s| s.counters.compressed as f64,
+    ),
+    (
+        "pathlab_bond_compression_saved_bytes_total",
+        Kind::Counter,
+        "Bytes compression saved.",
+        |s| s.counters.compression_saved_bytes as f64,
+    ),
+    (
+        "pathlab_bond_reordered_packets_total",
+        Kind::Counter,
+        "Inner packets delivered after waiting for a predecessor in the reorder buffer.",
+        |s| s.reorder.reordered as f64,
+    ),
+    (
+        "pathlab_bond_reorder_delivered_packets_total",
+        Kind::Counter,
+        "Inner packets the reorder buffer delivered.",
+        |s| s.reorder.delivered as f64,
+    ),
+    (
+        "pathlab_bond_reorder_gaps_skipped_total",
+        Kind::Counter,
+        "Gaps the reorder buffer gave up waiting for.",
+        |s| s.reorder.gaps_skipped as f64,
+    ),
+    (
+        "pathlab_bond_reorder_timeout_seconds",
+        Kind::Gauge,
+        "How long the reorder buffer waits for a gap.",
+        |s| s.reorder_timeout_ms / 1e3,
+    ),
+];
+
+/// The exposition of `stats`. Per-line series are labelled `session` (8 hex digits),
+/// `line` (its index) and `interface` (empty on a server); per-session ones `session`.
+pub fn metrics(stats: &BondStats) -> String {
+    let mut e = Exposition::new();
+    e.family(
+        "pathlab_bond_info",
+        Kind::Gauge,
+        "1, labelled with the tunnel's role (client or server) and name.",
+    )
+    .sample(&[("role", &stats.role), ("name", &stats.name)], 1.0);
+    e.family(
+        "pathlab_bond_uptime_seconds",
+        Kind::Gauge,
+        "Seconds since the tunnel started.",
+    )
+    .sample(&[], stats.uptime_s);
+    e.family(
+        "pathlab_bond_sessions",
+        Kind::Gauge,
+        "Sessions the tunnel has (a client has one).",
+    )
+    .sample(&[], stats.sessions.len() as f64);
+    let ids: Vec<String> = stats
+        .sessions
+        .iter()
+        .map(|s| format!("{:08x}", s.session))
+        .collect();
+    for &(name, kind, help, value) in LINE_FAMILIES {
+        e.family(name, kind, help);
+        for (session, id) in stats.sessions.iter().zip(&ids) {
+            for line in &session.lines {
+                if let Some(value) = value(line) {
+                    let index = line.index.to_string();
+                    e.sample(
+                        &[
+                            ("session", id),
+                            ("line", &index),
+                            ("interface", &line.interface),
+                        ],
+                        value,
+                    );
+                }
+            }
+        }
+    }
+    e.family(
+        "pathlab_bond_line_mtu_probes_total",
+        Kind::Counter,
+        "Path MTU probes the line sent (result=sent) and that were too big or lost \
+         (result=lost).",
+    );
+    for (session, id) in stats.sessions.iter().zip(&ids) {
+        for line in &session.lines {
+            let index = line.index.to_string();
+            let (sent, lost) = line.mtu_probes;
+            for (result, value) in [("sent", sent), ("lost", lost)] {
+                e.sample(
+                    &[
+                        ("session", id),
+                        ("line", &index),
+                        ("interface", &line.interface),
+                        ("result", result),
+                    ],
+                    value as f64,
+                );
+            }
+        }
+    }
+    e.family(
+        "pathlab_bond_inner_packets_total",
+        Kind::Counter,
+        "Inner packets the session took from the TUN device (direction=from_tun) and \
+         handed to it (direction=to_tun): the tunnel's totals.",
+    );
+    for (session, id) in stats.sessions.iter().zip(&ids) {
+        e.sample(
+            &[("session", id), ("direction", "from_tun")],
+            session.counters.inner_in as f64,
+        );
+        e.sample(
+            &[("session", id), ("direction", "to_tun")],
+            session.counters.inner_out as f64,
+        );
+    }
+    e.family(
+        "pathlab_bond_dropped_packets_total",
+        Kind::Counter,
+        "Inner packets the session dropped, by reason: codel (the fair queue's AQM), \
+         overflow (the queue was full), oversized (too long for the wire), no_line (no \
+         line was up), decompress (failed to decompress), incomplete (fragments never \
+         came).",
+    );
+    for (session, id) in stats.sessions.iter().zip(&ids) {
+        for (reason, value) in [
+            ("codel", session.fair.codel_dropped),
+            ("overflow", session.fair.overflow_dropped),
+            ("oversized", session.fair.oversized_dropped),
+            ("no_line", session.counters.no_line_dropped),
+            ("decompress", session.counters.decompress_failures),
+            ("incomplete", session.reorder.fragments_timed_out),
+        ] {
+            e.sample(&[("session", id), ("reason", reason)], value as f64);
+        }
+    }
+    e.family(
+        "pathlab_bond_rejected_datagrams_total",
+        Kind::Counter,
+        "Datagrams (or fragments) the session refused, by reason: auth (failed \
+         authentication), malformed (did not parse), replay, late_fragment (for a packet \
+         already delivered or skipped), bad_fragment (did not fit its packet).",
+    );
+    for (session, id) in stats.sessions.iter().zip(&ids) {
+        for (reason, value) in [
+            ("auth", session.counters.auth_failures),
+            ("malformed", session.counters.malformed),
+            ("replay", session.counters.replays),
+            ("late_fragment", session.reorder.late_fragments),
+            ("bad_fragment", session.reorder.bad_fragments),
+        ] {
+            e.sample(&[("session", id), ("reason", reason)], value as f64);
+        }
+    }
+    for &(name, kind, help, value) in SESSION_FAMILIES {
+        e.family(name, kind, help);
+        for (session, id) in stats.sessions.iter().zip(&ids) {
+            e.sample(&[("session", id)], value(session));
+        }
+    }
+    if let Some(server) = &stats.server {
+        e.family(
+            "pathlab_bond_server_sessions_opened_total",
+            Kind::Counter,
+            "Sessions the server opened.",
+        )
+        .sample(&[], server.sessions_opened as f64);
+        e.family(
+            "pathlab_bond_server_sessions_ended_total",
+            Kind::Counter,
+            "Sessions forgotten after the idle timeout or closed by their client.",
+        )
+        .sample(&[], server.sessions_ended as f64);
+        e.family(
+            "pathlab_bond_server_refused_total",
+            Kind::Counter,
+            "Hellos refused because --max-clients sessions were open.",
+        )
+        .sample(&[], server.refused_full as f64);
+        e.family(
+            "pathlab_bond_server_rejected_datagrams_total",
+            Kind::Counter,
+            "Datagrams refused before reaching a session: auth (a hello with another key, \
+             data for no session), malformed.",
+        )
+        .sample(&[("reason", "auth")], server.auth_failures as f64)
+        .sample(&[("reason", "malformed")], server.malformed as f64);
+        e.family(
+            "pathlab_bond_server_unroutable_packets_total",
+            Kind::Counter,
+            "Inner packets from the TUN device that no session claims.",
+        )
+        .sample(&[], server.unroutable as f64);
+    }
+    e.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pathlab_bond::endpoint::BondCounters;
+    use pathlab_bond::fair::FairCounters;
+    use pathlab_bond::line::LineCounters;
+    use pathlab_bond::reorder::ReorderCounters;
+    use pathlab_bond::ServerCounters;
+    use pathlab_http::prometheus::parse;
+
+    fn line(index: u8, interface: &str, state: LineState, srtt_ms: Option<f64>) -> LineStats {
+        LineStats {
+            index,
+            interface: interface.into(),
+            state,
+            rate_bps: 8_000_000,
+            delivery_bps: 4_000_000,
+            queue_delay_ms: 2.5,
+            relative_owd_ms: srtt_ms.map(|_| 0.0),
+            srtt_ms,
+            loss: 0.01,
+            draining: false,
+            payload_limit_bytes: 1472,
+            mtu_searching: false,
+            mtu_probes: (3, 1),
+            counters: LineCounters {
+                sent_packets: 100 + u64::from(index),
+                sent_bytes: 120_000,
+                received_packets: 90,
+                received_bytes: 100_000,
+                replays: 1,
+                went_down: u64::from(state == LineState::Down),
+                came_back: 0,
+            },
+        }
+    }
+
+    fn session(id: u32, lines: Vec<LineStats>) -> SessionStats {
+        SessionStats {
+            session: id,
+            open: true,
+            lines,
+            counters: BondCounters {
+                inner_in: 500,
+                inner_out: 400,
+                auth_failures: 2,
+                no_line_dropped: 5,
+                ..BondCounters::default()
+            },
+            fair: FairCounters {
+                packets_in: 500,
+                codel_dropped: 7,
+                ..FairCounters::default()
+            },
+            backlog_bytes: 3000,
+            reorder: ReorderCounters {
+                delivered: 400,
+                reordered: 9,
+                ..ReorderCounters::default()
+            },
+            reorder_timeout_ms: 12.0,
+        }
+    }
+
+    fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let families = parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        pathlab_http::prometheus::value(&families, name, labels)
+    }
+
+    #[test]
+    fn a_client_reads_back_as_bond_stats_says_in_base_units() {
+        let stats = BondStats {
+            role: "client".into(),
+            name: "bond0".into(),
+            uptime_s: 12.5,
+            sessions: vec![session(
+                0xab,
+                vec![
+                    line(0, "isp0", LineState::Up, Some(21.0)),
+                    line(1, "isp1", LineState::Down, None),
+                ],
+            )],
+            server: None,
+        };
+        let text = metrics(&stats);
+        let families = parse(&text).unwrap();
+        assert!(families.iter().all(|f| !f.help.is_empty()));
+        let of = |interface| [("session", "000000ab"), ("interface", interface)];
+        assert_eq!(
+            sample(&text, "pathlab_bond_line_up", &of("isp0")),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_line_up", &of("isp1")),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_line_sent_packets_total", &of("isp1")),
+            Some(101.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "pathlab_bond_line_rate_bytes_per_second",
+                &of("isp0")
+            ),
+            Some(1_000_000.0)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_line_rtt_seconds", &of("isp0")),
+            Some(0.021)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_line_rtt_seconds", &of("isp1")),
+            None,
+            "no RTT yet: no sample, as stats prints '-'"
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_line_queue_delay_seconds", &of("isp0")),
+            Some(0.0025)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "pathlab_bond_dropped_packets_total",
+                &[("reason", "codel")]
+            ),
+            Some(7.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "pathlab_bond_inner_packets_total",
+                &[("direction", "to_tun")]
+            ),
+            Some(400.0)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_reorder_timeout_seconds", &[]),
+            Some(0.012)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_info", &[("role", "client")]),
+            Some(1.0)
+        );
+        assert!(sample(&text, "pathlab_bond_server_sessions_opened_total", &[]).is_none());
+    }
+
+    #[test]
+    fn a_server_labels_each_session_and_adds_its_own_counters() {
+        let stats = BondStats {
+            role: "server".into(),
+            name: "bond-srv".into(),
+            uptime_s: 3.0,
+            sessions: vec![
+                session(1, vec![line(0, "", LineState::Up, Some(5.0))]),
+                session(2, vec![line(0, "", LineState::Up, Some(6.0))]),
+            ],
+            server: Some(ServerCounters {
+                sessions_opened: 2,
+                refused_full: 1,
+                malformed: 4,
+                ..ServerCounters::default()
+            }),
+        };
+        let text = metrics(&stats);
+        assert_eq!(sample(&text, "pathlab_bond_sessions", &[]), Some(2.0));
+        assert_eq!(
+            sample(
+                &text,
+                "pathlab_bond_line_rtt_seconds",
+                &[("session", "00000002")]
+            ),
+            Some(0.006)
+        );
+        assert_eq!(
+            sample(&text, "pathlab_bond_server_sessions_opened_total", &[]),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "pathlab_bond_server_rejected_datagrams_total",
+                &[("reason", "malformed")]
+            ),
+            Some(4.0)
+        );
+    }
+
+    #[test]
+    fn a_tunnel_without_sessions_still_parses() {
+        let stats = BondStats {
+            role: "server".into(),
+            name: "idle".into(),
+            uptime_s: 0.5,
+            sessions: Vec::new(),
+            server: Some(ServerCounters::default()),
+        };
+        parse(&metrics(&stats)).unwrap();
+    }
+}

@@ -1,0 +1,797 @@
+//! The bonding tunnel's OS side: a TUN device, UDP sockets (one per line on the client,
+//! one on the server), the clock and signals. `pathlab_bond` decides everything; this
+//! loop only moves bytes: it reads what the TUN device and the sockets have, hands it to
+//! the state machine with the current instant, sends what it answers, and sleeps in
+//! `ppoll` until its next deadline or the next packet.
+//!
+//! A stats socket (`bond/NAME.sock` in [`pathlab_os::runtime::runtime_dir`]) answers every
+//! connection with a JSON [`BondStats`] snapshot: `pathlab bond stats` reads it.
+//! The TUN device, the line routes and the stats socket are removed when the loop ends,
+//! on a signal too; the TUN device also vanishes with the process after SIGKILL (it is not
+//! persistent), and `pathlab lab clean` removes a stale stats socket; a killed client's
+//! line routes are replaced by the next client's (and go with their namespace).
+
+use std::io::{self, Write as _};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+use pathlab_bond::crypto::Psk;
+use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, DEFAULT_MAX_PAYLOAD};
+use pathlab_bond::line::LineState;
+use pathlab_bond::server::{Server, ServerConfig};
+use pathlab_bond::stats::BondStats;
+use pathlab_core::{Duration, Instant};
+
+use crate::line::{self, Family, LineRoute};
+use pathlab_os::netlink::Netlink;
+use pathlab_os::sys;
+use pathlab_os::tun::{self, Tun};
+use pathlab_os::Clock;
+
+/// The OS's CSPRNG (getrandom), for nonces and session ids.
+#[derive(Debug, Default)]
+pub struct OsEntropy;
+
+impl Entropy for OsEntropy {
+    fn fill(&mut self, buf: &mut [u8]) {
+        sys::random_bytes(buf).expect("the kernel's random source never fails once booted");
+    }
+}
+
+/// Addresses and routes put on the TUN device.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TunOptions {
+    /// The device's name.
+    pub name: String,
+    /// Its MTU; `None`: one inner packet per datagram of the smallest line (the line's
+    /// payload less the tunnel's header, timestamp, tag and one fragment header), so
+    /// nothing is fragmented. Larger MTUs work too, their packets in fragments.
+    pub mtu: Option<u32>,
+    /// Addresses (with prefix lengths).
+    pub addresses: Vec<(IpAddr, u8)>,
+    /// Routes into the tunnel.
+    pub routes: Vec<(IpAddr, u8)>,
+}
+
+/// One line of a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineOptions {
+    /// The interface the line leaves by.
+    pub interface: String,
+    /// The gateway to reach the server through, when the server is beyond the
+    /// interface's own subnet and the main routing table does not route it there.
+    pub via: Option<IpAddr>,
+}
+
+/// A client's options.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// The name `pathlab bond stats` finds it by.
+    pub name: String,
+    /// The server's address.
+    pub server: SocketAddr,
+    /// The lines.
+    pub lines: Vec<LineOptions>,
+    /// The pre-shared key.
+    pub psk: Psk,
+    /// The TUN device.
+    pub tun: TunOptions,
+    /// The tunnel's settings (`lines` and `max_payload` are set from `lines`).
+    pub config: BondConfig,
+    /// How long to wait for the server's Welcome before giving up.
+    pub connect_timeout: Duration,
+}
+
+/// A server's options.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The name `pathlab bond stats` finds it by.
+    pub name: String,
+    /// The address to listen on.
+    pub listen: SocketAddr,
+    /// The pre-shared key.
+    pub psk: Psk,
+    /// The TUN device.
+    pub tun: TunOptions,
+    /// The server's settings.
+    pub config: ServerConfig,
+}
+
+/// What the loop tells its caller as it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BondEvent {
+    /// The TUN device is up.
+    TunUp {
+        /// Its name.
+        name: String,
+        /// Its MTU.
+        mtu: u32,
+    },
+    /// The client's session opened.
+    SessionOpen {
+        /// Its id.
+        session: u32,
+    },
+    /// A server's session count changed.
+    Sessions {
+        /// Sessions open now.
+        open: usize,
+    },
+    /// A client line changed state.
+    Line {
+        /// Its interface.
+        interface: String,
+        /// Up or down now.
+        state: LineState,
+    },
+    /// The lines' path MTU searches lowered the TUN device's MTU.
+    TunMtu {
+        /// The device's name.
+        name: String,
+        /// Its MTU now.
+        mtu: u32,
+        /// The narrowest line's UDP payload, as its search found it.
+        line_payload: usize,
+    },
+}
+
+/// Why the tunnel could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum BondError {
+    /// A line's interface or socket could not be set up.
+    #[error("line '{interface}': {error}")]
+    Line {
+        /// The interface.
+        interface: String,
+        /// What failed.
+        error: io::Error,
+    },
+    /// The TUN device could not be set up.
+    #[error("TUN device '{name}': {error}")]
+    Tun {
+        /// The device.
+        name: String,
+        /// What failed.
+        error: io::Error,
+    },
+    /// The server's socket could not be bound.
+    #[error("cannot listen on {listen}: {error}")]
+    Listen {
+        /// The address.
+        listen: SocketAddr,
+        /// What failed.
+        error: io::Error,
+    },
+    /// No Welcome came from the server in time.
+    #[error(
+        "no answer from the server {server} in {timeout}: is it running, reachable over \
+         the lines, and does it have the same key?"
+    )]
+    NoAnswer {
+        /// The server.
+        server: SocketAddr,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// Another tunnel runs under this name.
+    #[error("a tunnel named '{0}' is already running (choose another --name)")]
+    NameTaken(String),
+    /// The loop's own I/O failed.
+    #[error("{what}: {error}")]
+    Io {
+        /// What it was doing.
+        what: &'static str,
+        /// What failed.
+        error: io::Error,
+    },
+}
+
+fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> BondError {
+    move |error| BondError::Io { what, error }
+}
+
+/// The path of a tunnel's stats socket.
+pub fn stats_socket_path(name: &str) -> PathBuf {
+    pathlab_os::runtime::runtime_dir()
+        .join("bond")
+        .join(format!("{name}.sock"))
+}
+
+/// Reads a running tunnel's stats.
+pub fn request_stats(name: &str) -> io::Result<BondStats> {
+    let path = stats_socket_path(name);
+    let stream = std::os::unix::net::UnixStream::connect(&path).map_err(|error| {
+        io::Error::new(
+            error.kind(),
+            format!(
+                "no tunnel named '{name}' is running ({}: {error})",
+                path.display()
+            ),
+        )
+    })?;
+    serde_json::from_reader(stream).map_err(io::Error::other)
+}
+
+/// The stats socket; removed on drop.
+#[derive(Debug)]
+struct StatsSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl StatsSocket {
+    fn bind(name: &str) -> Result<StatsSocket, BondError> {
+        let path = stats_socket_path(name);
+        std::fs::create_dir_all(path.parent().expect("in the runtime directory"))
+            .map_err(io_error("creating the runtime directory"))?;
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(BondError::NameTaken(name.to_owned()));
+        }
+        let _ = std::fs::remove_file(&path); // a stale socket of a killed tunnel
+        let listener = UnixListener::bind(&path).map_err(io_error("binding the stats socket"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io_error("binding the stats socket"))?;
+        Ok(StatsSocket { listener, path })
+    }
+
+    fn answer(&self, stats: impl FnOnce() -> BondStats) {
+        if let Ok((mut stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_write_timeout(Some(std::time::Duration::from_millis(200)));
+            if let Ok(json) = serde_json::to_vec(&stats()) {
+                let _ = stream.write_all(&json);
+            }
+        }
+    }
+}
+
+impl Drop for StatsSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes.
+pub fn unfragmented_mtu(max_payload: usize) -> u32 {
+    max_payload.saturating_sub(unfragmented_overhead()) as u32
+}
+
+/// Bytes a datagram spends around one whole inner packet.
+fn unfragmented_overhead() -> usize {
+    pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::PACKET_HEADER_BYTES
+}
+
+fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondError> {
+    let failed = |error| BondError::Tun {
+        name: options.name.clone(),
+        error,
+    };
+    let mtu = options
+        .mtu
+        .unwrap_or_else(|| unfragmented_mtu(smallest_payload).max(576));
+    let mut tun = Tun::create_offloaded(&options.name, mtu).map_err(failed)?;
+    for &(address, prefix) in &options.addresses {
+        tun.add_address(address, prefix).map_err(failed)?;
+    }
+    for &(destination, prefix) in &options.routes {
+        tun.add_route(destination, prefix).map_err(failed)?;
+    }
+    Ok(tun)
+}
+
+/// Datagrams to send, collected in reused buffers and sent [`line::MAX_BATCH`] at a time
+/// with one `sendmmsg` per socket; consecutive datagrams of one size to one destination go
+/// as one UDP GSO train (one trip through the stack for up to 44 full datagrams, and with
+/// the receiver's UDP GRO one trip up its stack too).
+#[derive(Debug)]
+struct Outbox {
+    buffers: Vec<Vec<u8>>,
+    /// (socket index, destination) of each filled buffer, in order.
+    queued: Vec<(usize, SocketAddr)>,
+    /// Per socket: whether it takes GSO trains (false once its device or kernel refused
+    /// one).
+    gso: Vec<bool>,
+    /// The trains of the flush under way (reused).
+    trains: Vec<line::Train>,
+}
+
+impl Outbox {
+    fn new(sockets: usize) -> Outbox {
+        Outbox {
+            buffers: (0..line::MAX_BATCH)
+                .map(|_| Vec::with_capacity(BUFFER_BYTES))
+                .collect(),
+            queued: Vec::with_capacity(line::MAX_BATCH),
+            gso: vec![true; sockets],
+            trains: Vec::with_capacity(line::MAX_BATCH),
+        }
+    }
+
+    /// The buffer for the next datagram.
+    fn next(&mut self) -> &mut Vec<u8> {
+        &mut self.buffers[self.queued.len()]
+    }
+
+    /// The buffer [`Outbox::next`] gave is filled: to `to` by socket `socket`. True when the
+    /// box is full and must be flushed.
+    fn push(&mut self, socket: usize, to: SocketAddr) -> bool {
+        self.queued.push((socket, to));
+        self.queued.len() == self.buffers.len()
+    }
+
+    /// Sends everything queued. A datagram the kernel refuses (a line whose interface is
+    /// down or unroutable) is dropped: the liveness logic sees the silence. A socket whose
+    /// device cannot take GSO trains sends one datagram per message from then on.
+    fn flush(&mut self, sockets: &[&UdpSocket]) {
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        for (index, socket) in sockets.iter().enumerate() {
+            let mut datagrams: [&[u8]; line::MAX_BATCH] = [&[]; line::MAX_BATCH];
+            let mut destinations = [unspecified; line::MAX_BATCH];
+            let mut count = 0;
+            for ((s, to), buf) in self.queued.iter().zip(&self.buffers) {
+                if *s == index {
+                    datagrams[count] = buf;
+                    destinations[count] = *to;
+                    count += 1;
+                }
+            }
+            let (datagrams, destinations) = (&datagrams[..count], &destinations[..count]);
+            let mut from = 0;
+            while from < count {
+                plan_trains(
+                    datagrams,
+                    destinations,
+                    from,
+                    self.gso[index],
+                    &mut self.trains,
+                );
+                from = count;
+                let mut sent = 0;
+                while sent < self.trains.len() {
+                    match line::send_trains(socket, datagrams, &self.trains[sent..]) {
+                        Ok(n) if n > 0 => sent += n,
+                        Err(error)
+                            if self.trains[sent].segment_size.is_some()
+                                && line::is_gso_refusal(&error) =>
+                        {
+                            // Send the rest again, one datagram per message.
+                            self.gso[index] = false;
+                            from = self.trains[sent].first;
+                            break;
+                        }
+                        _ => sent += 1, // skip the one refused
+                    }
+                }
+            }
+        }
+        self.queued.clear();
+    }
+}
+
+/// Cuts `datagrams[from..]` into trains: runs to one destination, of one size but a
+/// shorter last, within the kernel's limits of a GSO train; with `gso` false, one datagram
+/// each.
+fn plan_trains(
+    datagrams: &[&[u8]],
+    destinations: &[SocketAddr],
+    from: usize,
+    gso: bool,
+    trains: &mut Vec<line::Train>,
+) {
+    trains.clear();
+    let mut first = from;
+    while first < datagrams.len() {
+        let size = datagrams[first].len();
+        let mut end = first + 1;
+        let mut total = size;
+        if gso && size > 0 {
+            while end < datagrams.len()
+                && end - first < line::MAX_TRAIN_SEGMENTS
+                && destinations[end] == destinations[first]
+                && datagrams[end - 1].len() == size
+                && !datagrams[end].is_empty()
+                && datagrams[end].len() <= size
+                && total + datagrams[end].len() <= line::MAX_TRAIN_BYTES
+            {
+                total += datagrams[end].len();
+                end += 1;
+            }
+        }
+        let count = end - first;
+        trains.push(line::Train {
+            to: destinations[first],
+            first,
+            count,
+            segment_size: (count > 1).then_some(size as u16),
+        });
+        first = end;
+    }
+}
+
+/// Writes the packets the state machine delivered into the TUN device, runs of one TCP
+/// flow as one super-packet (a full TUN queue drops, as a NIC would), and empties the list.
+fn deliver(tun: &Tun, delivered: &mut Vec<Vec<u8>>) {
+    if delivered.is_empty() {
+        return;
+    }
+    let packets: Vec<&[u8]> = delivered.iter().map(Vec::as_slice).collect();
+    tun.send_packets(&packets);
+    delivered.clear();
+}
+
+/// Batches of datagrams taken from one socket per pass (each up to [`line::MAX_BATCH`]).
+const RECEIVE_BATCHES: usize = 2;
+/// Packets taken from the TUN device per pass (once reached, no further read).
+const RECEIVE_BUDGET: usize = 256;
+/// The largest datagram or read: a vnet header and a 64 KB super-packet.
+const BUFFER_BYTES: usize = pathlab_os::tun::OFFLOADED_READ_BYTES;
+/// A receive batch's slot: a GRO train of datagrams (up to 64 KB).
+const RECEIVE_SLOT_BYTES: usize = 65_536;
+/// The longest sleep, so signals and stats are seen promptly even when idle.
+const MAX_SLEEP: Duration = Duration::from_millis(200);
+/// Routing tables the client's line routes use: this one for line 0, the next for 1, ...
+const FIRST_LINE_TABLE: u32 = 27_000;
+
+/// A line's interface MTU, as the largest UDP payload over it.
+fn max_payload(netlink: &mut Netlink, interface: &str, family: Family) -> io::Result<usize> {
+    let info = netlink.link_by_name(interface)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no interface '{interface}' in this network namespace"),
+        )
+    })?;
+    let headers = match family {
+        Family::V4 => 20 + 8,
+        Family::V6 => 40 + 8,
+    };
+    Ok((info.mtu as usize).saturating_sub(headers))
+}
+
+fn sleep_until(
+    fds: &[BorrowedFd<'_>],
+    ready: &mut [bool],
+    clock: &Clock,
+    at: Option<Instant>,
+) -> io::Result<()> {
+    let now = clock.now();
+    let wait = at.map_or(MAX_SLEEP, |at| at.saturating_since(now).min(MAX_SLEEP));
+    sys::poll_readable(fds, Some(wait.into()), ready)
+}
+
+/// Runs a client until a termination signal arrives on `signals`; `on_event` hears of
+/// what changes. Returns the last snapshot.
+pub fn run_client(
+    options: &ClientOptions,
+    signals: BorrowedFd<'_>,
+    mut on_event: impl FnMut(&BondEvent),
+) -> Result<BondStats, BondError> {
+    let family = Family::of(options.server.ip());
+    let mut netlink = Netlink::open().map_err(io_error("opening netlink"))?;
+    let mut sockets = Vec::new();
+    let mut routes = Vec::new();
+    let mut config = options.config.clone();
+    config.lines = options.lines.len();
+    config.max_payload.clear();
+    for (k, line) in options.lines.iter().enumerate() {
+        let failed = |error| BondError::Line {
+            interface: line.interface.clone(),
+            error,
+        };
+        let socket = line::line_socket(&line.interface, None, family).map_err(failed)?;
+        let _ = line::enable_udp_gro(&socket); // without it, one datagram per message
+        if let Some(via) = line.via {
+            routes.push(
+                LineRoute::add(&line.interface, via, FIRST_LINE_TABLE + k as u32)
+                    .map_err(failed)?,
+            );
+        }
+        config
+            .max_payload
+            .push(max_payload(&mut netlink, &line.interface, family).map_err(failed)?);
+        sockets.push(socket);
+    }
+    config.line_rates.resize(config.lines, None);
+    let stats_socket = StatsSocket::bind(&options.name)?;
+    let smallest = config
+        .max_payload
+        .iter()
+        .copied()
+        .min()
+        .unwrap_or(DEFAULT_MAX_PAYLOAD);
+    let mut tun = open_tun(&options.tun, smallest)?;
+    on_event(&BondEvent::TunUp {
+        name: tun.name().to_owned(),
+        mtu: tun.mtu(),
+    });
+    let clock = Clock::start();
+    let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
+    let mut bond = Bond::client(config, options.psk.clone(), &mut OsEntropy, clock.now());
+    let mut buf = vec![0u8; BUFFER_BYTES];
+    // The tunnel's core keeps the inner packets it is handed (to seal them into
+    // datagrams), so none come back to a pool: each read allocates.
+    let mut inner = pathlab_os::buffers::BufferPool::new(0);
+    let mut delivered: Vec<Vec<u8>> = Vec::new();
+    let mut outbox = Outbox::new(sockets.len());
+    let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
+    let socket_refs: Vec<&UdpSocket> = sockets.iter().collect();
+    let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
+    let mut announced_open = false;
+    let mut ready = vec![false; sockets.len() + 3];
+    loop {
+        // `now` is read again before datagrams are handled and before they are built: the
+        // one-way delay a receiver measures is its `now` less the sender's, so a `now` read
+        // before a loop pass of milliseconds (a busy host, batches of 64 KB) gave samples
+        // too low (an arrival dated before it happened, which the base delay then kept:
+        // every later sample read as a standing queue and the rate fell to a tenth, measured
+        // on benches/bond_cpu.py) and too high (a datagram dated before it was built).
+        let mut now = clock.now();
+        // Inner packets from the TUN device.
+        let mut taken = 0;
+        while taken < RECEIVE_BUDGET {
+            match tun.recv_packets(&mut buf, &mut inner, |packet| {
+                bond.handle_inner(now, packet);
+            }) {
+                Ok(packets) => taken += packets.max(1),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => return Err(io_error("reading the TUN device")(error)),
+            }
+        }
+        // Datagrams from every line.
+        for socket in &sockets {
+            for _ in 0..RECEIVE_BATCHES {
+                match line::recv_batch(socket, &mut batch) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        now = clock.now();
+                        for datagram in batch.datagrams() {
+                            // Not from our server, or longer than any line's datagram: not
+                            // even worth authenticating.
+                            if datagram.source != options.server || datagram.truncated {
+                                continue;
+                            }
+                            for segment in datagram.segments() {
+                                let len = segment.len();
+                                buf[..len].copy_from_slice(segment);
+                                bond.handle_datagram(now, &mut buf[..len]);
+                            }
+                        }
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    // An ICMP error (port unreachable while the server starts): the line
+                    // liveness logic sees the silence; nothing to do here.
+                    Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => break,
+                    Err(error) => return Err(io_error("reading a line")(error)),
+                }
+            }
+        }
+        bond.handle_timeout(now);
+        while let Some(packet) = bond.poll_deliver() {
+            delivered.push(packet);
+        }
+        deliver(&tun, &mut delivered);
+        now = clock.now();
+        while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
+            if outbox.push(usize::from(transmit.line), options.server) {
+                outbox.flush(&socket_refs);
+            }
+        }
+        outbox.flush(&socket_refs);
+        if bond.is_open() && !announced_open {
+            announced_open = true;
+            on_event(&BondEvent::SessionOpen {
+                session: bond.session().unwrap_or(0),
+            });
+        }
+        if !bond.is_open() && now.saturating_since(Instant::ZERO) > options.connect_timeout {
+            return Err(BondError::NoAnswer {
+                server: options.server,
+                timeout: options.connect_timeout,
+            });
+        }
+        for (k, line) in bond.lines().iter().enumerate() {
+            if line.state() != states[k] {
+                states[k] = line.state();
+                on_event(&BondEvent::Line {
+                    interface: interfaces[k].clone(),
+                    state: states[k],
+                });
+            }
+        }
+        // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
+        // that goes down and comes back must not see packets it cannot carry whole).
+        if let (None, Some(mtu)) = (options.tun.mtu, bond.tunnel_mtu()) {
+            let mtu = (mtu as u32).max(tun::MIN_TUN_MTU);
+            if mtu < tun.mtu() {
+                tun.set_mtu(mtu)
+                    .map_err(io_error("lowering the TUN device's MTU"))?;
+                on_event(&BondEvent::TunMtu {
+                    name: tun.name().to_owned(),
+                    mtu,
+                    line_payload: mtu as usize + unfragmented_overhead(),
+                });
+            }
+        }
+        if ready[2] {
+            let uptime = now.as_secs_f64();
+            stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
+        }
+        // Sleep until the next deadline or input.
+        let mut fds: Vec<BorrowedFd<'_>> =
+            vec![tun.as_fd(), signals, stats_socket.listener.as_fd()];
+        fds.extend(sockets.iter().map(AsFd::as_fd));
+        sleep_until(&fds, &mut ready, &clock, bond.poll_at())
+            .map_err(io_error("waiting for packets"))?;
+        if ready[1] && pathlab_os::read_termination_signal(signals).is_some() {
+            break;
+        }
+    }
+    let stats = BondStats::client(&options.name, clock.now().as_secs_f64(), &bond, &interfaces);
+    bond.close();
+    drop(routes);
+    Ok(stats)
+}
+
+/// Runs a server until a termination signal arrives on `signals`.
+pub fn run_server(
+    options: &ServerOptions,
+    signals: BorrowedFd<'_>,
+    mut on_event: impl FnMut(&BondEvent),
+) -> Result<BondStats, BondError> {
+    let socket = UdpSocket::bind(options.listen).map_err(|error| BondError::Listen {
+        listen: options.listen,
+        error,
+    })?;
+    socket
+        .set_nonblocking(true)
+        .map_err(io_error("setting up the socket"))?;
+    // DF on, as on the client's lines: the server probes each line's path MTU downward.
+    sys::set_df_probe(socket.as_fd(), options.listen.is_ipv6())
+        .map_err(io_error("setting DF for path MTU probing"))?;
+    let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
+    let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
+    let _ = line::enable_udp_gro(&socket);
+    let stats_socket = StatsSocket::bind(&options.name)?;
+    // Datagrams of a 1500-byte path of the listening address's family: sized for IPv4, a
+    // full one would leave an IPv6 server in two fragments.
+    let max_payload = match Family::of(options.listen.ip()) {
+        Family::V4 => DEFAULT_MAX_PAYLOAD,
+        Family::V6 => 1500 - 40 - 8,
+    };
+    let mut config = options.config.clone();
+    config.session.max_payload = vec![max_payload; config.session.lines];
+    let tun = open_tun(&options.tun, max_payload)?;
+    on_event(&BondEvent::TunUp {
+        name: tun.name().to_owned(),
+        mtu: tun.mtu(),
+    });
+    let clock = Clock::start();
+    let mut server = Server::new(config, options.psk.clone(), Box::new(OsEntropy));
+    let mut buf = vec![0u8; BUFFER_BYTES];
+    // The tunnel's core keeps the inner packets it is handed (to seal them into
+    // datagrams), so none come back to a pool: each read allocates.
+    let mut inner = pathlab_os::buffers::BufferPool::new(0);
+    let mut delivered: Vec<Vec<u8>> = Vec::new();
+    let mut outbox = Outbox::new(1);
+    let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
+    let mut ready = [false; 4];
+    let mut open = 0;
+    loop {
+        // `now` is read again before datagrams are handled and before they are built: the
+        // one-way delay a receiver measures is its `now` less the sender's, so a `now` read
+        // before a loop pass of milliseconds (a busy host, batches of 64 KB) gave samples
+        // too low (an arrival dated before it happened, which the base delay then kept:
+        // every later sample read as a standing queue and the rate fell to a tenth, measured
+        // on benches/bond_cpu.py) and too high (a datagram dated before it was built).
+        let mut now = clock.now();
+        let mut taken = 0;
+        while taken < RECEIVE_BUDGET {
+            match tun.recv_packets(&mut buf, &mut inner, |packet| {
+                server.handle_inner(now, packet);
+            }) {
+                Ok(packets) => taken += packets.max(1),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => return Err(io_error("reading the TUN device")(error)),
+            }
+        }
+        for _ in 0..RECEIVE_BATCHES {
+            match line::recv_batch(&socket, &mut batch) {
+                Ok(0) => break,
+                Ok(_) => {
+                    now = clock.now();
+                    for datagram in batch.datagrams() {
+                        if datagram.truncated {
+                            continue; // larger than any line's datagram: not ours
+                        }
+                        for segment in datagram.segments() {
+                            let len = segment.len();
+                            buf[..len].copy_from_slice(segment);
+                            server.handle_datagram(now, datagram.source, &mut buf[..len]);
+                        }
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {}
+                Err(error) => return Err(io_error("reading the socket")(error)),
+            }
+        }
+        server.handle_timeout(now);
+        while let Some(packet) = server.poll_deliver() {
+            delivered.push(packet);
+        }
+        deliver(&tun, &mut delivered);
+        now = clock.now();
+        while let Some(to) = server.poll_transmit(now, outbox.next()) {
+            if outbox.push(0, to) {
+                outbox.flush(&[&socket]);
+            }
+        }
+        outbox.flush(&[&socket]);
+        let sessions = server.sessions().count();
+        if sessions != open {
+            open = sessions;
+            on_event(&BondEvent::Sessions { open });
+        }
+        if ready[2] {
+            let uptime = now.as_secs_f64();
+            stats_socket.answer(|| BondStats::server(&options.name, uptime, &server));
+        }
+        let fds = [
+            tun.as_fd(),
+            signals,
+            stats_socket.listener.as_fd(),
+            socket.as_fd(),
+        ];
+        sleep_until(&fds, &mut ready, &clock, server.poll_at())
+            .map_err(io_error("waiting for packets"))?;
+        if ready[1] && pathlab_os::read_termination_signal(signals).is_some() {
+            break;
+        }
+    }
+    Ok(BondStats::server(
+        &options.name,
+        clock.now().as_secs_f64(),
+        &server,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trains(lens: &[usize], gso: bool) -> Vec<(usize, usize, Option<u16>)> {
+        let buffers: Vec<Vec<u8>> = lens.iter().map(|&len| vec![0; len]).collect();
+        let datagrams: Vec<&[u8]> = buffers.iter().map(Vec::as_slice).collect();
+        let to = SocketAddr::from(([198, 18, 0, 2], 7000));
+        let destinations = vec![to; lens.len()];
+        let mut planned = Vec::new();
+        plan_trains(&datagrams, &destinations, 0, gso, &mut planned);
+        planned
+            .iter()
+            .map(|t| (t.first, t.count, t.segment_size))
+            .collect()
+    }
+
+    #[test]
+    fn trains_are_runs_of_one_size_ending_at_a_shorter_datagram() {
+        assert_eq!(
+            trains(&[1472, 1472, 1472, 300, 1472, 80, 90], true),
+            vec![(0, 4, Some(1472)), (4, 2, Some(1472)), (6, 1, None)]
+        );
+        // A longer datagram starts a new train; no GSO: one datagram each.
+        assert_eq!(trains(&[300, 1472], true), vec![(0, 1, None), (1, 1, None)]);
+        assert_eq!(
+            trains(&[1472, 1472], false),
+            vec![(0, 1, None), (1, 1, None)]
+        );
+    }
+
+    #[test]
+    fn a_train_stays_within_one_ipv4_packet() {
+        let planned = trains(&[1472; 64], true);
+        assert_eq!(planned[0], (0, 44, Some(1472)), "44 x 1472 = 64768 bytes");
+        assert_eq!(planned[1], (44, 20, Some(1472)));
+    }
+}

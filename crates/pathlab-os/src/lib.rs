@@ -1,0 +1,33 @@
+//! pathlab-os: the only crate of pathlab that calls the operating system directly.
+//!
+//! Layer: the bottom of the IO side. It holds the syscalls ([`sys`], the only `unsafe` in
+//! pathlab), rtnetlink ([`netlink`]), network namespaces ([`netns`]), nftables NAT
+//! ([`nat`]), TUN devices ([`tun`]), offload undoing ([`offload`]), packet buffers
+//! ([`buffers`]), runtime files and locks ([`runtime`]) and their cleanup ([`clean`]),
+//! process helpers ([`process`]), the one clock ([`clock`]), and the fixtures tests and
+//! benchmarks build namespaces with ([`testing`], [`topology`]). It does not know what an
+//! emulator, a measurement or a tunnel is: the driver crates (`pathlab-core-driver`,
+//! `pathlab-probe-driver`, `pathlab-bond-driver`) are built on it.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod buffers;
+pub mod clean;
+pub mod clock;
+pub mod nat;
+pub mod netlink;
+pub mod netns;
+pub mod offload;
+pub mod process;
+pub mod runtime;
+pub mod sys;
+pub mod testing;
+pub mod topology;
+pub mod tun;
+
+pub use clock::{unix_now_ns, Clock};
+pub use process::{
+    die_with_spawner, kill, read_termination_signal, require_net_admin, terminate,
+    termination_signals, wait_for_termination, NeedsNetAdmin,
+};

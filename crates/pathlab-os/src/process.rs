@@ -1,0 +1,63 @@
+//! The process itself: the capability check made before anything is touched, termination
+//! signals turned into a descriptor for orderly teardown, and signals to other processes.
+
+/// Why a command that builds or bridges interfaces cannot run.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{command} needs CAP_NET_ADMIN (run it as root, or give the binary the capability with \
+     `setcap cap_net_admin,cap_sys_admin+ep`): it opens interfaces at layer 2 and creates \
+     network namespaces and devices. Nothing was changed."
+)]
+pub struct NeedsNetAdmin {
+    /// The command that was refused.
+    pub command: &'static str,
+}
+
+/// Checks that the process may administer the network, before anything is touched.
+pub fn require_net_admin(command: &'static str) -> Result<(), NeedsNetAdmin> {
+    if !crate::sys::has_cap_net_admin() {
+        return Err(NeedsNetAdmin { command });
+    }
+    Ok(())
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread and every thread it starts later, and
+/// returns a descriptor that reports them, so Ctrl-C leads to an orderly teardown. Call it
+/// before starting threads.
+pub fn termination_signals() -> std::io::Result<std::os::fd::OwnedFd> {
+    crate::sys::signalfd_termination()
+}
+
+/// Which termination signal a [`termination_signals`] descriptor reported, if any.
+pub fn read_termination_signal(fd: std::os::fd::BorrowedFd<'_>) -> Option<i32> {
+    crate::sys::signalfd_read(fd)
+}
+
+/// Waits up to `timeout` for a termination signal on a [`termination_signals`]
+/// descriptor; which one came, if one did.
+pub fn wait_for_termination(
+    fd: std::os::fd::BorrowedFd<'_>,
+    timeout: std::time::Duration,
+) -> Option<i32> {
+    let mut ready = [false];
+    match crate::sys::poll_readable(&[fd], Some(timeout), &mut ready) {
+        Ok(()) if ready[0] => crate::sys::signalfd_read(fd),
+        _ => None,
+    }
+}
+
+/// Makes the process `command` starts get SIGKILL when the thread that started it ends,
+/// so a killed pathlab leaves no program (and no namespace it holds) behind.
+pub fn die_with_spawner(command: &mut std::process::Command) {
+    crate::sys::command_parent_death_signal(command, libc::SIGKILL);
+}
+
+/// Sends `signal` to process `pid`.
+pub fn kill(pid: u32, signal: i32) -> std::io::Result<()> {
+    crate::sys::kill(pid, signal)
+}
+
+/// Asks process `pid` to end (SIGTERM), as Ctrl-C or `kill` would.
+pub fn terminate(pid: u32) -> std::io::Result<()> {
+    crate::sys::kill(pid, libc::SIGTERM)
+}

@@ -1,0 +1,216 @@
+//! `pathlab capacity`'s steps against a server: the path MTU (to size the probes), packet
+//! pairs, packet trains, then the search for the available bandwidth with self-loading
+//! streams. The estimators are [`pathlab_probe::capacity`]; this module sends and collects.
+
+use std::time::Duration;
+
+use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport, TrainPlan};
+use pathlab_probe::control::Direction;
+use pathlab_probe::mtu;
+
+use crate::{Client, MeasureError, Partial};
+
+/// How a capacity run goes.
+#[derive(Debug, Clone)]
+pub struct CapacityOptions {
+    /// Which way the probes go.
+    pub direction: Direction,
+    /// Packet pairs to send.
+    pub pairs: u32,
+    /// Packet trains to send.
+    pub trains: u32,
+    /// Whether to search for the available bandwidth after the capacity.
+    pub available: bool,
+    /// Streams per rate in the search.
+    pub streams: u32,
+    /// How long each stream lasts.
+    pub stream_time: Duration,
+    /// The search stops when its bracket is narrower than this fraction of the capacity.
+    pub resolution: f64,
+    /// At most this many fleets (rates) in the search.
+    pub max_fleets: usize,
+}
+
+impl CapacityOptions {
+    /// The defaults in `direction`: 100 pairs, 30 trains, the available bandwidth to 4% of
+    /// the capacity with fleets of 5 streams of 100 ms.
+    pub fn new(direction: Direction) -> CapacityOptions {
+        CapacityOptions {
+            direction,
+            pairs: 100,
+            trains: 30,
+            available: true,
+            streams: 5,
+            stream_time: Duration::from_millis(100),
+            resolution: 0.04,
+            max_fleets: 10,
+        }
+    }
+}
+
+/// Measures capacity (and available bandwidth) with a fresh connection from `connect` per
+/// step; `log` hears a line per step as it ends.
+pub fn measure(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<CapacityReport, MeasureError> {
+    measure_or_partial(connect, options, log).map_err(|partial| partial.error)
+}
+
+/// [`measure`], keeping what a run that fails part way found: the steps that finished
+/// (the path MTU, the pairs, the capacity, the search's bracket from the fleets that
+/// finished). The step that failed stops the run: each step is bounded by its own time
+/// and the grace ([`crate::CONNECT_TIMEOUT`] and the sessions' timeouts), so a
+/// server that stops answering costs one grace period, not one per step left.
+pub fn measure_or_partial(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<CapacityReport, Partial<CapacityProgress>> {
+    let mut progress = CapacityProgress::new(options.direction);
+    measure_steps(connect, options, log, &mut progress).map_err(|error| Partial {
+        error,
+        measured: (!progress.is_empty()).then(|| Box::new(progress)),
+    })
+}
+
+fn measure_steps(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    log: &mut dyn FnMut(&str),
+    progress: &mut CapacityProgress,
+) -> Result<CapacityReport, MeasureError> {
+    let direction = options.direction;
+    let path = connect()?.path_mtu(direction)?;
+    progress.path_mtu_bytes = Some(path.mtu_bytes);
+    progress.probes = u64::from(path.probes);
+    log(&format!(
+        "path MTU {}: {} bytes ({} probes)",
+        direction.name(),
+        path.mtu_bytes,
+        path.probes
+    ));
+    let payload = path.payload_bytes;
+    let packet_bytes = path.mtu_bytes;
+    let bits = f64::from(packet_bytes) * 8.0;
+    let mut probes = u64::from(path.probes);
+
+    // Pairs, trains and streams: how long, how large and how far apart is
+    // pathlab_probe::capacity's plan; this sends and collects.
+    let client = connect()?;
+    let max_rate = client.limits.max_rate_bps as f64;
+    let run = |client: Client, plan: TrainPlan, trains: u32| {
+        client.trains(
+            direction,
+            plan.payload_bytes,
+            plan.length,
+            trains,
+            Duration::from_nanos(plan.spacing_ns),
+            Duration::from_nanos(plan.period_ns),
+        )
+    };
+    let pairs = run(
+        client,
+        capacity::pairs_plan(payload, packet_bytes, max_rate),
+        options.pairs,
+    )?;
+    probes += pairs.sent;
+    let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
+    progress.pair_estimates_bps.clone_from(&pair_estimates);
+    progress.probes = probes;
+    let rough = capacity::median_ci(&pair_estimates)
+        .ok_or_else(|| {
+            MeasureError::Protocol(format!(
+                "none of {} packet pairs arrived whole; the path loses too much to measure",
+                options.pairs
+            ))
+        })?
+        .median_bps;
+    log(&format!(
+        "packet pairs: {} of {} whole, median {:.2} Mbit/s",
+        pair_estimates.len(),
+        options.pairs,
+        rough / 1e6
+    ));
+
+    let plan = capacity::trains_plan(rough, payload, packet_bytes, max_rate);
+    let length = plan.length;
+    let trains = run(connect()?, plan, options.trains)?;
+    probes += trains.sent;
+    let train_estimates = capacity::train_estimates(&trains.arrivals, u64::from(length), bits);
+    let found = capacity::combine(
+        &pair_estimates,
+        &train_estimates,
+        packet_bytes,
+        (
+            u64::from(options.pairs),
+            u64::from(length),
+            u64::from(options.trains),
+        ),
+    )
+    .ok_or_else(|| MeasureError::Protocol("no pair or train arrived whole".into()))?;
+    progress.capacity = Some(found.clone());
+    progress.probes = probes;
+    log(&format!(
+        "packet trains of {length}: {} of {} whole; capacity {:.2} Mbit/s (95% CI {:.2} to {:.2}, from the {}){}",
+        train_estimates.len(),
+        options.trains,
+        found.capacity_bps / 1e6,
+        found.low_bps / 1e6,
+        found.high_bps / 1e6,
+        found.method,
+        match found.pair_mode_bps {
+            Some(mode) if found.pairs_disagree() => format!(
+                "; the pairs' mode is {:.2} Mbit/s: cross traffic before the bottleneck, or bursty timestamps",
+                mode / 1e6
+            ),
+            _ => String::new(),
+        }
+    ));
+
+    let available = if options.available {
+        let mut search =
+            AvailableSearch::new(found.capacity_bps, options.resolution, options.max_fleets);
+        while let Some(rate) = search.next_rate() {
+            let plan = capacity::stream_plan(
+                rate,
+                options.stream_time.as_nanos() as u64,
+                packet_bytes,
+                mtu::overhead(path.ipv6),
+            );
+            let length = u64::from(plan.length);
+            let fleet = run(connect()?, plan, options.streams)?;
+            probes += fleet.sent;
+            let streams =
+                capacity::judge_streams(&fleet.arrivals, length, u64::from(options.streams));
+            let fleet = search.record(rate, streams);
+            progress.probes = probes;
+            log(&format!(
+                "streams at {:.2} Mbit/s: {} of {} rising -> {} the available bandwidth",
+                rate / 1e6,
+                fleet.streams.iter().filter(|s| s.rising()).count(),
+                fleet.streams.len(),
+                if fleet.above { "above" } else { "below" }
+            ));
+            progress.available = Some(search.clone().result());
+        }
+        let result = search.result();
+        log(&format!(
+            "available bandwidth {:.2} Mbit/s (between {:.2} and {:.2})",
+            result.available_bps / 1e6,
+            result.low_bps / 1e6,
+            result.high_bps / 1e6
+        ));
+        Some(result)
+    } else {
+        None
+    };
+    Ok(CapacityReport {
+        direction,
+        path_mtu_bytes: path.mtu_bytes,
+        capacity: found,
+        available,
+        probes,
+    })
+}

@@ -1,0 +1,817 @@
+//! A client's end: connect, ask for a test, run its data plane.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use pathlab_probe::auth::Way;
+use pathlab_probe::control::{Direction, Limits, Message, ReceivedProbe, TestRequest};
+use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
+use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
+use pathlab_probe::rtt::{self, RoundTrip, RttReport};
+use pathlab_probe::session::{
+    fill_padding, ClientEvent, ClientSession, ProbeReceiver, Rejections, Running, SessionError,
+};
+
+use crate::probes::{receive_into, send_probes};
+use crate::{
+    clock, now_ns, prepare_probe_socket, random, Conn, Control, Interruption, MeasureError,
+    Partial, DEFAULT_PORT, TEST_GRACE_STD,
+};
+use pathlab_os::sys;
+
+/// How long the commands wait for a TCP connection to the server (the control connection
+/// and each data stream of a TCP test): a host that left the network answers nothing, and
+/// the kernel's own SYN retries would wait two minutes.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a client waits for the welcome and for the answer to its request
+/// ([`pathlab_probe::session::ANSWER_TIMEOUT`]).
+const ANSWER_TIMEOUT_STD: Duration = pathlab_probe::session::ANSWER_TIMEOUT.to_std();
+
+/// A client's connection to a server, after the hello exchange.
+#[derive(Debug)]
+pub struct Client {
+    conn: Conn<ClientSession>,
+    pub(super) server: SocketAddr,
+    /// The server's limits.
+    pub limits: Limits,
+    /// How long a TCP connection to the server may take.
+    pub(super) connect_timeout: Duration,
+    /// When the server accepted the running test.
+    test_started: Option<Instant>,
+    /// The last sign of life from the server during the test.
+    last_heard: Option<Instant>,
+}
+
+impl Control for Client {
+    fn poll_message(&mut self, wait: Duration) -> Result<Option<Message>, MeasureError> {
+        match self.conn.pump(wait)? {
+            Some(ClientEvent::Message(message)) => {
+                self.heard(Instant::now());
+                Ok(Some(message))
+            }
+            Some(ClientEvent::Failed(SessionError::Timeout(_))) if self.test_started.is_some() => {
+                Err(self.interrupted(
+                    false,
+                    "results",
+                    format!("within {:.0} s of its end", TEST_GRACE_STD.as_secs_f64()),
+                ))
+            }
+            Some(ClientEvent::Failed(SessionError::Closed(_))) if self.test_started.is_some() => {
+                Err(self.interrupted(true, "results", String::new()))
+            }
+            Some(ClientEvent::Failed(error)) => Err(error.into()),
+            Some(other) => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+            None if self.conn.closed => Err(if self.test_started.is_some() {
+                self.interrupted(true, "results", String::new())
+            } else {
+                MeasureError::Closed("the server's results")
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn send(&mut self, message: &Message) -> Result<(), MeasureError> {
+        self.conn.session.send(message);
+        match self.conn.flush() {
+            Ok(()) => Ok(()),
+            // The control connection's write timeout: a server that takes nothing for that
+            // long is not reading.
+            Err(error) if self.test_started.is_some() && crate::timed_out(&error) => Err(self
+                .interrupted(
+                    false,
+                    "room for a control message",
+                    format!("within {:.0} s", TEST_GRACE_STD.as_secs_f64()),
+                )),
+            Err(error)
+                if self.test_started.is_some()
+                    && matches!(
+                        error.kind(),
+                        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                    ) =>
+            {
+                Err(self.interrupted(true, "results", String::new()))
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn heard_from_peer(&mut self) {
+        self.heard(Instant::now());
+    }
+}
+
+impl Client {
+    /// Connects to `host` (a name or address, with or without `:port`), exchanges hellos,
+    /// and sets up authentication when `key` is given.
+    pub fn connect(
+        host: &str,
+        key: Option<pathlab_probe::auth::Key>,
+        timeout: Duration,
+    ) -> Result<Client, MeasureError> {
+        let with_port = if host.parse::<IpAddr>().is_ok() || !host.contains(':') {
+            match host.parse::<IpAddr>() {
+                Ok(IpAddr::V6(v6)) => format!("[{v6}]:{DEFAULT_PORT}"),
+                _ => format!("{host}:{DEFAULT_PORT}"),
+            }
+        } else {
+            host.to_owned()
+        };
+        let address = with_port
+            .to_socket_addrs()
+            .map_err(|_| MeasureError::Resolve(host.to_owned()))?
+            .next()
+            .ok_or_else(|| MeasureError::Resolve(host.to_owned()))?;
+        let stream = TcpStream::connect_timeout(&address, timeout).map_err(|source| {
+            MeasureError::Unreachable {
+                address: address.to_string(),
+                why: source,
+            }
+        })?;
+        // Control messages are small; a write that cannot go out for the grace period is
+        // a server that stopped reading, and must not hold the client forever.
+        stream.set_write_timeout(Some(TEST_GRACE_STD))?;
+        let session = ClientSession::new(
+            clock(),
+            key,
+            address.ip(),
+            random()?,
+            format!("pathlab {}", env!("CARGO_PKG_VERSION")),
+        );
+        let mut conn = Conn::new(stream, session);
+        loop {
+            match conn.pump(Duration::from_secs(3600))? {
+                Some(ClientEvent::Connected { limits, .. }) => {
+                    return Ok(Client {
+                        conn,
+                        server: address,
+                        limits,
+                        connect_timeout: timeout,
+                        test_started: None,
+                        last_heard: None,
+                    })
+                }
+                Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
+                    return Err(MeasureError::NoAnswer {
+                        what: "welcome",
+                        within: ANSWER_TIMEOUT_STD,
+                    })
+                }
+                Some(ClientEvent::Failed(error)) => return Err(error.into()),
+                Some(other) => {
+                    return Err(MeasureError::Protocol(format!(
+                        "expected a welcome, got {other:?}"
+                    )))
+                }
+                None if conn.closed => return Err(MeasureError::Closed("the server's welcome")),
+                None => {}
+            }
+        }
+    }
+
+    /// Whether the dialogue is authenticated (probes then carry tags).
+    pub(super) fn authenticated(&self) -> bool {
+        self.conn.session.authenticated()
+    }
+
+    /// Asks for `test`; returns the accepted test (session, ports, keys).
+    pub(super) fn request(
+        &mut self,
+        test: TestRequest,
+        client_port: u16,
+    ) -> Result<Running, MeasureError> {
+        self.conn.session.request(clock(), test, client_port);
+        loop {
+            match self.conn.pump(Duration::from_secs(3600))? {
+                Some(ClientEvent::Accepted) => {
+                    let now = Instant::now();
+                    self.test_started = Some(now);
+                    self.last_heard = Some(now);
+                    return Ok(self.conn.session.running().expect("accepted").clone());
+                }
+                Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
+                    return Err(MeasureError::NoAnswer {
+                        what: "answer to the test request",
+                        within: ANSWER_TIMEOUT_STD,
+                    })
+                }
+                Some(ClientEvent::Failed(error)) => return Err(error.into()),
+                Some(other) => {
+                    return Err(MeasureError::Protocol(format!(
+                        "expected accept or refuse, got {other:?}"
+                    )))
+                }
+                None if self.conn.closed => {
+                    return Err(MeasureError::Closed("the server's answer"))
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// The test is over.
+    pub(super) fn finish(&mut self) {
+        self.conn.session.finish();
+    }
+
+    /// Whether the dialogue is over (a failure ended it).
+    pub(super) fn session_ended(&self) -> bool {
+        self.conn.session.is_ended()
+    }
+
+    /// The server gave a sign of life at `at`.
+    pub(super) fn heard(&mut self, at: Instant) {
+        if self.last_heard.is_none_or(|last| at > last) {
+            self.last_heard = Some(at);
+        }
+    }
+
+    /// The running test's error for a server that went silent (or `closed` the
+    /// connection) while `awaited` was awaited `bound`.
+    pub(super) fn interrupted(
+        &self,
+        closed: bool,
+        awaited: &'static str,
+        bound: String,
+    ) -> MeasureError {
+        let started = self.test_started.unwrap_or_else(Instant::now);
+        let heard = self
+            .last_heard
+            .map(|at| at.saturating_duration_since(started))
+            // Heard from only at its accept: nothing during the test.
+            .filter(|since| !since.is_zero());
+        MeasureError::Interrupted(Interruption {
+            closed,
+            at_s: started.elapsed().as_secs_f64(),
+            last_heard_s: heard.map(|since| since.as_secs_f64()),
+            awaited,
+            bound,
+        })
+    }
+
+    /// The server's next message of the running test, if it comes within `wait` (and
+    /// before the session's deadline); else the error of a server that went silent while
+    /// `awaited` was awaited.
+    pub(super) fn next_message_within(
+        &mut self,
+        wait: Duration,
+        awaited: &'static str,
+    ) -> Result<Message, MeasureError> {
+        let give_up = Instant::now() + wait;
+        loop {
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.interrupted(
+                    false,
+                    awaited,
+                    format!("within {:.0} s", wait.as_secs_f64()),
+                ));
+            }
+            if let Some(message) = self.poll_message(left)? {
+                return Ok(message);
+            }
+        }
+    }
+
+    /// Where the server's end of `running` is.
+    pub(super) fn server_address(&self, running: &Running) -> SocketAddr {
+        SocketAddr::new(self.server.ip(), running.server_port)
+    }
+
+    pub(super) fn udp_socket(&self) -> io::Result<UdpSocket> {
+        let unspecified: IpAddr = if self.server.is_ipv4() {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        };
+        let udp = UdpSocket::bind(SocketAddr::new(unspecified, 0))?;
+        prepare_probe_socket(&udp)?;
+        Ok(udp)
+    }
+
+    /// Runs a one-way test in `direction` and analyses it (deviation window `window`).
+    pub fn one_way(
+        self,
+        direction: Direction,
+        rate_bps: u64,
+        size: u32,
+        count: u64,
+        window: usize,
+    ) -> Result<OneWayResult, MeasureError> {
+        self.one_way_or_partial(direction, rate_bps, size, count, window)
+            .map_err(|partial| partial.error)
+    }
+
+    /// [`Client::one_way`], keeping what a test that fails part way measured: downwards,
+    /// the probes received until then (see [`OneWayTest::run_or_partial`]).
+    pub fn one_way_or_partial(
+        self,
+        direction: Direction,
+        rate_bps: u64,
+        size: u32,
+        count: u64,
+        window: usize,
+    ) -> Result<OneWayResult, Partial<OneWayResult>> {
+        self.start_one_way(direction, rate_bps, size, count, window)?
+            .run_or_partial()
+    }
+
+    /// Asks for a one-way test and stops once the server has accepted it, its probe socket
+    /// open: [`OneWayTest::run`] runs it. In between, the addresses of both probe sockets
+    /// are known (what a test of the receivers' defences needs).
+    pub fn start_one_way(
+        self,
+        direction: Direction,
+        rate_bps: u64,
+        size: u32,
+        count: u64,
+        window: usize,
+    ) -> Result<OneWayTest, MeasureError> {
+        self.start_probes(
+            TestRequest::OneWay {
+                direction,
+                rate_bps,
+                size,
+                count,
+            },
+            window,
+        )
+    }
+
+    /// Sends `trains` trains of `length` probes of `size` bytes in `direction`, a train
+    /// every `period`, its probes `spacing` apart (zero: back to back); returns what the
+    /// receiver recorded.
+    pub fn trains(
+        self,
+        direction: Direction,
+        size: u32,
+        length: u32,
+        trains: u32,
+        spacing: Duration,
+        period: Duration,
+    ) -> Result<ProbeArrivals, MeasureError> {
+        self.start_probes(
+            TestRequest::Trains {
+                direction,
+                size,
+                length,
+                trains,
+                spacing_ns: spacing.as_nanos() as u64,
+                period_ns: period.as_nanos() as u64,
+            },
+            0,
+        )?
+        .run_raw()
+    }
+
+    fn start_probes(
+        mut self,
+        test: TestRequest,
+        window: usize,
+    ) -> Result<OneWayTest, MeasureError> {
+        let (direction, size, count, _) = test.one_way().expect("a one-way test");
+        let udp = self.udp_socket()?;
+        let rate_bps = test.rate_bps();
+        let running = self.request(test, udp.local_addr()?.port())?;
+        Ok(OneWayTest {
+            server: self.server_address(&running),
+            client: self,
+            udp,
+            running,
+            sender: SenderReport {
+                direction,
+                rate_bps,
+                size,
+                sent: count,
+                duration_ns: 0,
+            },
+            window,
+        })
+    }
+}
+
+/// What the receiving end of a one-way test recorded, and what the sender says it sent.
+#[derive(Debug, Clone)]
+pub struct ProbeArrivals {
+    /// Every accepted probe in arrival order (duplicates included).
+    pub arrivals: Vec<ReceivedProbe>,
+    /// Datagrams the receiver rejected.
+    pub rejected: u64,
+    /// Probes the sender sent.
+    pub sent: u64,
+    /// From the sender's first probe to its last, ns.
+    pub duration_ns: u64,
+}
+
+/// What a receiver that stopped early holds: its arrivals, counted as sent up to the
+/// highest sequence number among them, over the span of their send times (none if none
+/// arrived).
+fn arrivals_so_far(arrivals: Vec<ReceivedProbe>, rejected: u64) -> Option<ProbeArrivals> {
+    let sent = arrivals.iter().map(|p| p.seq + 1).max()?;
+    let first = arrivals.iter().map(|p| p.sent_ns).min().unwrap_or(0);
+    let last = arrivals.iter().map(|p| p.sent_ns).max().unwrap_or(0);
+    Some(ProbeArrivals {
+        arrivals,
+        rejected,
+        sent,
+        duration_ns: last - first,
+    })
+}
+
+/// A one-way test the server has accepted, not yet run.
+#[derive(Debug)]
+pub struct OneWayTest {
+    client: Client,
+    udp: UdpSocket,
+    running: Running,
+    server: SocketAddr,
+    /// The test as asked (`sent` is the count asked for).
+    sender: SenderReport,
+    window: usize,
+}
+
+impl OneWayTest {
+    /// Where the server receives (up) or sends (down) this test's probes.
+    pub fn server_probe_address(&self) -> SocketAddr {
+        self.server
+    }
+
+    /// The session number the server gave the test (in every probe).
+    pub fn session(&self) -> u64 {
+        self.running.session
+    }
+
+    /// Where this client sends (up) or receives (down) this test's probes.
+    pub fn local_probe_address(&self) -> io::Result<SocketAddr> {
+        self.udp.local_addr()
+    }
+
+    /// Runs the test and analyses it.
+    pub fn run(self) -> Result<OneWayResult, MeasureError> {
+        self.run_or_partial().map_err(|partial| partial.error)
+    }
+
+    /// Runs the test and analyses it; a test that fails part way keeps what this end
+    /// received. That is something only downwards (upwards the server's records come at
+    /// the end): the probes received, counted as sent up to the highest sequence number
+    /// among them (the server's own count never came), its send rate over the span of
+    /// their send times.
+    pub fn run_or_partial(self) -> Result<OneWayResult, Partial<OneWayResult>> {
+        let (sender, window) = (self.sender, self.window);
+        let analyse = |run: ProbeArrivals| {
+            one_way_result(
+                SenderReport {
+                    sent: run.sent,
+                    duration_ns: run.duration_ns,
+                    ..sender
+                },
+                &run.arrivals,
+                run.rejected,
+                window,
+            )
+        };
+        match self.run_or_partial_raw() {
+            Ok(run) => Ok(analyse(run)),
+            Err(Partial { error, measured }) => Err(Partial {
+                error,
+                measured: measured.map(|run| Box::new(analyse(*run))),
+            }),
+        }
+    }
+
+    /// Runs the test; returns what the receiver recorded.
+    pub fn run_raw(self) -> Result<ProbeArrivals, MeasureError> {
+        self.run_or_partial_raw().map_err(|partial| partial.error)
+    }
+
+    fn run_or_partial_raw(mut self) -> Result<ProbeArrivals, Partial<ProbeArrivals>> {
+        let (direction, size, count, schedule) =
+            self.running.test.one_way().expect("a one-way test");
+        let result = match direction {
+            Direction::Up => {
+                self.udp.connect(self.server).map_err(MeasureError::from)?;
+                let sent = send_probes(
+                    &self.udp,
+                    &self.running,
+                    Way::ClientToServer,
+                    schedule,
+                    size,
+                    count,
+                    &mut self.client,
+                )?;
+                let Message::Sent { count, duration_ns } = sent else {
+                    unreachable!("the sender ends with Sent")
+                };
+                self.client.send(&sent)?;
+                let mut arrivals = Vec::new();
+                loop {
+                    match self.client.next_message()? {
+                        Message::Received { probes } => arrivals.extend(probes),
+                        Message::Done { rejected, .. } => {
+                            break ProbeArrivals {
+                                arrivals,
+                                rejected,
+                                sent: count,
+                                duration_ns,
+                            };
+                        }
+                        other => {
+                            return Err(
+                                MeasureError::Protocol(format!("unexpected {other:?}")).into()
+                            )
+                        }
+                    }
+                }
+            }
+            Direction::Down => {
+                let mut rejections = Rejections::default();
+                let mut receiver = ProbeReceiver::new(Way::ServerToClient, size, count);
+                let outcome = receive_into(
+                    &mut receiver,
+                    &self.udp,
+                    &mut self.client,
+                    &self.running,
+                    &mut rejections,
+                );
+                let (received, _) = receiver.finish(rejections.probes);
+                if let Err(error) = outcome {
+                    return Err(Partial {
+                        error,
+                        measured: arrivals_so_far(received.arrivals, rejections.probes)
+                            .map(Box::new),
+                    });
+                }
+                self.client.send(&Message::Done {
+                    received: received.arrivals.len() as u64,
+                    rejected: rejections.probes,
+                })?;
+                ProbeArrivals {
+                    arrivals: received.arrivals,
+                    rejected: rejections.probes,
+                    sent: received.sent,
+                    duration_ns: received.duration_ns,
+                }
+            }
+        };
+        self.client.finish();
+        Ok(result)
+    }
+}
+
+/// What a round-trip test has so far: every reply in arrival order, and how late each
+/// request left.
+#[derive(Debug, Default)]
+struct RoundTrips {
+    replies: Vec<RoundTrip>,
+    send_errors: Vec<u64>,
+}
+
+impl RoundTrips {
+    /// The report of a test cut short after `sent` requests: the server's count of what it
+    /// received never came, so it is what the replies prove (every loss counts as lost
+    /// on the way up).
+    fn partial(&self, sent: u64) -> Option<RttReport> {
+        if sent == 0 {
+            return None;
+        }
+        let mut answered: Vec<u64> = self.replies.iter().map(|r| r.seq).collect();
+        answered.sort_unstable();
+        answered.dedup();
+        Some(rtt::analyse(
+            &self.replies,
+            sent,
+            answered.len() as u64,
+            &self.send_errors,
+        ))
+    }
+}
+
+impl Client {
+    /// Runs `count` isochronous round trips, one every `interval`, of `size` bytes.
+    pub fn round_trip(
+        self,
+        interval: Duration,
+        size: u32,
+        count: u64,
+    ) -> Result<RttReport, MeasureError> {
+        self.round_trip_or_partial(interval, size, count)
+            .map_err(|partial| partial.error)
+    }
+
+    /// [`Client::round_trip`], keeping what a test that fails part way measured: every
+    /// request sent and every reply received, with the server's count of what it received
+    /// taken as what the replies prove.
+    pub fn round_trip_or_partial(
+        mut self,
+        interval: Duration,
+        size: u32,
+        count: u64,
+    ) -> Result<RttReport, Partial<RttReport>> {
+        let udp = self.udp_socket().map_err(MeasureError::from)?;
+        let test = TestRequest::RoundTrip {
+            interval_ns: interval.as_nanos() as u64,
+            size,
+            count,
+        };
+        let running = self.request(test, udp.local_addr().map_err(MeasureError::from)?.port())?;
+        let mut so_far = RoundTrips::default();
+        let mut sent = 0;
+        match self.run_round_trips(
+            &udp,
+            &running,
+            interval,
+            size,
+            count,
+            &mut so_far,
+            &mut sent,
+        ) {
+            Ok(report) => Ok(report),
+            Err(error) => Err(Partial {
+                error,
+                measured: so_far.partial(sent).map(Box::new),
+            }),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_round_trips(
+        &mut self,
+        udp: &UdpSocket,
+        running: &Running,
+        interval: Duration,
+        size: u32,
+        count: u64,
+        so_far: &mut RoundTrips,
+        sent: &mut u64,
+    ) -> Result<RttReport, MeasureError> {
+        udp.connect(self.server_address(running))?;
+        udp.set_nonblocking(true)?;
+        let padding = Box::new(random::<4096>()?);
+        let mut bytes = Vec::with_capacity(size as usize + 64);
+        let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+        so_far.replies.reserve(count as usize);
+        so_far.send_errors.reserve(count as usize);
+        let mut rejections = Rejections::default();
+        let start = Instant::now();
+        let mut collect = |client: &mut Client,
+                           replies: &mut Vec<RoundTrip>,
+                           rejections: &mut Rejections| {
+            let before = replies.len();
+            while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
+            {
+                let received_ns = kernel_ns.unwrap_or_else(now_ns);
+                if let Some(p) = running.accept_probe(
+                    Way::ServerToClient,
+                    ProbeKind::Reply,
+                    source.ip(),
+                    &buffer[..len],
+                    rejections,
+                ) {
+                    replies.push(RoundTrip {
+                        seq: p.seq,
+                        sent_ns: p.sent_ns,
+                        reflector_received_ns: p.reflection.received_ns,
+                        reflector_sent_ns: p.reflection.sent_ns,
+                        received_ns,
+                    });
+                }
+            }
+            if replies.len() > before {
+                client.heard(Instant::now());
+            }
+        };
+        while *sent < count {
+            let seq = *sent;
+            let due = start + interval.mul_f64(seq as f64);
+            let now = Instant::now();
+            if now >= due {
+                let header = Probe {
+                    kind: ProbeKind::Request,
+                    session: running.session,
+                    seq,
+                    sent_ns: now_ns(),
+                    reflection: Reflection::default(),
+                };
+                running
+                    .encode_probe(
+                        Way::ClientToServer,
+                        &header,
+                        size as usize,
+                        &mut |pad| fill_padding(pad, &padding, seq),
+                        &mut bytes,
+                    )
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let _ = udp.send(&bytes);
+                so_far
+                    .send_errors
+                    .push(now.duration_since(due).as_nanos() as u64);
+                *sent += 1;
+                continue;
+            }
+            let left = due - now;
+            if left > Duration::from_micros(300) {
+                let _ = sys::poll_readable(
+                    &[udp.as_fd()],
+                    Some(left.saturating_sub(Duration::from_micros(200))),
+                    &mut [false],
+                );
+            }
+            collect(self, &mut so_far.replies, &mut rejections);
+            // A server that gave up (or says why it stops) ends the test now.
+            if let Some(message) = self.poll_message(Duration::ZERO)? {
+                return Err(MeasureError::Protocol(format!(
+                    "unexpected {message:?} during the test"
+                )));
+            }
+        }
+        let sending = start.elapsed();
+        // Replies still on their way: wait up to a second (or ten round trips) for them.
+        let slowest = so_far
+            .replies
+            .iter()
+            .map(RoundTrip::rtt_ns)
+            .max()
+            .unwrap_or(0)
+            .max(0) as u64;
+        let wait_until = Instant::now()
+            + Duration::from_nanos(slowest.saturating_mul(10))
+                .clamp(Duration::from_millis(200), Duration::from_secs(1));
+        while (so_far.replies.len() as u64) < count && Instant::now() < wait_until {
+            let _ = sys::poll_readable(
+                &[udp.as_fd()],
+                Some(Duration::from_millis(10)),
+                &mut [false],
+            );
+            collect(self, &mut so_far.replies, &mut rejections);
+        }
+        self.send(&Message::Sent {
+            count,
+            duration_ns: sending.as_nanos() as u64,
+        })?;
+        match self.next_message()? {
+            Message::Done { received, .. } => {
+                collect(self, &mut so_far.replies, &mut rejections);
+                self.finish();
+                Ok(rtt::analyse(
+                    &so_far.replies,
+                    count,
+                    received,
+                    &so_far.send_errors,
+                ))
+            }
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrival(seq: u64, sent_ns: u64) -> ReceivedProbe {
+        ReceivedProbe {
+            seq,
+            sent_ns,
+            received_ns: sent_ns + 1_000,
+        }
+    }
+
+    #[test]
+    fn a_receiver_cut_short_counts_as_sent_what_precedes_its_last_arrival() {
+        assert!(arrivals_so_far(Vec::new(), 3).is_none(), "nothing arrived");
+        // Probes 0..=9 sent 1 ms apart; 4 lost, 9 the last to arrive, 7 late.
+        let arrivals: Vec<ReceivedProbe> = [0, 1, 2, 3, 5, 6, 8, 9, 7]
+            .into_iter()
+            .map(|seq| arrival(seq, 1_000_000_000 + seq * 1_000_000))
+            .collect();
+        let run = arrivals_so_far(arrivals, 3).unwrap();
+        assert_eq!((run.sent, run.rejected), (10, 3));
+        assert_eq!(run.duration_ns, 9_000_000, "first to last send time");
+    }
+
+    #[test]
+    fn round_trips_cut_short_count_what_the_replies_prove() {
+        let reply = |seq: u64| RoundTrip {
+            seq,
+            sent_ns: seq * 10_000_000,
+            reflector_received_ns: seq * 10_000_000 + 500_000,
+            reflector_sent_ns: seq * 10_000_000 + 520_000,
+            received_ns: seq * 10_000_000 + 1_000_000,
+        };
+        let so_far = RoundTrips {
+            // 0..=99 answered, 42 twice; nothing after.
+            replies: (0..100).chain([42]).map(reply).collect(),
+            send_errors: vec![0; 300],
+        };
+        assert!(so_far.partial(0).is_none());
+        let report = so_far.partial(300).unwrap();
+        assert_eq!(
+            (report.sent, report.replies, report.duplicates),
+            (300, 100, 1)
+        );
+        assert_eq!(report.reflector_received, 100);
+        assert_eq!((report.lost_up, report.lost_down), (200, 0));
+    }
+}

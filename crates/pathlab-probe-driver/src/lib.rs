@@ -1,0 +1,52 @@
+//! pathlab-probe-driver: the sockets of the measurement commands: `pathlab server` and its clients.
+//!
+//! The dialogue, its limits and authentication, and what the data plane accepts are the
+//! state machines of [`pathlab_probe::session`]; every estimator is in `pathlab-probe` too.
+//! This crate is their driver: it moves control bytes over TCP and probes over UDP, reads
+//! the clock, paces probes (sleeping until 200 us before each send and spinning the rest),
+//! and takes receive times from the kernel (`SO_TIMESTAMPNS`).
+//!
+//! The server runs every connection's handshake in one event loop (no thread per idle
+//! connection), bounded overall and per source address; an accepted test runs on a thread
+//! of its own, at most `--max-tests` of them.
+//!
+//! Layer: the driver of `pathlab-probe`, over `pathlab-os` (sockets, the clock) and
+//! `pathlab-http` (the server's `/metrics`). The client and server ([`client`],
+//! [`server`]) drive the control dialogue ([`conn`]) and the data plane ([`probes`] for
+//! UDP, [`streams`] for TCP); [`capacity`], [`bloat`], [`rfc6349`] and [`blocks`] are the
+//! multi-step tests built on them, [`ping`] an ICMP pinger, [`sockdiag`] the kernel's view
+//! of other programs' sockets for `inspect`.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod bloat;
+pub mod blocks;
+pub mod capacity;
+pub mod client;
+mod conn;
+pub mod counters;
+mod error;
+pub mod mtu;
+pub mod ping;
+pub mod probes;
+pub mod rfc6349;
+pub mod server;
+pub mod sockdiag;
+pub mod streams;
+
+pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
+pub use counters::{metrics, RefusalReason, ServerCounters, TestKind, TestOutcome};
+pub use error::{Interruption, MeasureError, Partial};
+pub use pathlab_probe::session::MAX_STREAMS;
+pub use server::{Server, ServerConfig};
+pub use streams::{TcpOptions, TcpTest};
+
+pub(crate) use conn::{
+    clock, prepare_probe_socket, random, timed_out, until, Conn, Control, STRAGGLERS_STD,
+    TEST_GRACE_STD,
+};
+pub(crate) use pathlab_os::unix_now_ns as now_ns;
+
+/// The server's default TCP port.
+pub const DEFAULT_PORT: u16 = 4920;

@@ -1,0 +1,753 @@
+//! TCP tests: the data streams of both ends, each on a thread of its own, sampling
+//! TCP_INFO as they send. Which streams the server takes is decided by the test's
+//! [`Running::accept_greeting`].
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pathlab_probe::control::{Message, TcpDirection, TestRequest};
+use pathlab_probe::session::{Rejections, Running, GREETING_LEN};
+use pathlab_probe::tcp::{
+    self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
+};
+
+use crate::{Client, Control, MeasureError, Partial};
+use pathlab_os::sys;
+
+/// Socket options of a TCP test.
+#[derive(Debug, Clone, Default)]
+pub struct TcpOptions {
+    /// SO_SNDBUF and SO_RCVBUF, bytes.
+    pub window: Option<u32>,
+    /// TCP_MAXSEG, bytes.
+    pub mss: Option<u32>,
+    /// TCP_CONGESTION (senders only).
+    pub congestion: Option<String>,
+}
+
+/// Bytes written per `write` by a TCP sender.
+const TCP_CHUNK: usize = 128 * 1024;
+pub(super) fn apply_tcp_options(
+    fd: std::os::fd::BorrowedFd<'_>,
+    options: &TcpOptions,
+) -> io::Result<()> {
+    if let Some(window) = options.window {
+        let window = window as i32;
+        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &window)?;
+        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &window)?;
+    }
+    if let Some(mss) = options.mss {
+        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &(mss as i32)).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("MSS {mss}: {e} (Linux takes 88 to 32767 bytes)"),
+            )
+        })?;
+    }
+    if let Some(algorithm) = &options.congestion {
+        sys::set_congestion_control(fd, algorithm).map_err(|e| {
+            io::Error::new(e.kind(), format!("congestion control '{algorithm}': {e}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// Connects a data stream with the options set before the handshake (window scaling and
+/// MSS are negotiated in it) and sends its greeting; a handshake that takes longer than
+/// `timeout` fails (a server host that left the network answers nothing).
+fn connect_stream(
+    server: SocketAddr,
+    options: &TcpOptions,
+    running: &Running,
+    index: u32,
+    down: bool,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let domain = if server.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let socket = sys::socket(domain, libc::SOCK_STREAM, 0)?;
+    apply_tcp_options(
+        socket.as_fd(),
+        &TcpOptions {
+            congestion: if down {
+                None
+            } else {
+                options.congestion.clone()
+            },
+            ..options.clone()
+        },
+    )?;
+    sys::set_nonblocking(socket.as_fd())?;
+    match sys::connect(socket.as_fd(), server) {
+        Ok(()) => {}
+        Err(error) if error.raw_os_error() == Some(libc::EINPROGRESS) => {
+            if !sys::poll_writable(socket.as_fd(), timeout)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer to the connection within {:.0} s",
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            match sys::take_socket_error(socket.as_fd())? {
+                0 => {}
+                code => return Err(io::Error::from_raw_os_error(code)),
+            }
+        }
+        Err(error) => return Err(error),
+    }
+    let mut stream = TcpStream::from(socket);
+    stream.set_nonblocking(false)?;
+    // The greeting is 48 bytes: it fits any socket buffer, the timeout is a backstop.
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(&running.greeting(index, down))?;
+    stream.set_write_timeout(None)?;
+    Ok(stream)
+}
+
+fn sample(stream: &TcpStream, start: Instant) -> Option<TcpSample> {
+    let info = sys::tcp_info(stream.as_fd()).ok()?;
+    Some(TcpSample {
+        at_ns: start.elapsed().as_nanos() as u64,
+        cwnd: info.tcpi_snd_cwnd,
+        ssthresh: info.tcpi_snd_ssthresh,
+        srtt_us: info.tcpi_rtt,
+        rttvar_us: info.tcpi_rttvar,
+        retrans_segments: info.tcpi_total_retrans,
+        retrans_bytes: info.tcpi_bytes_retrans,
+        sent_bytes: info.tcpi_bytes_sent,
+        delivery_rate: info.tcpi_delivery_rate,
+        pacing_rate: info.tcpi_pacing_rate,
+        mss: info.tcpi_snd_mss,
+    })
+}
+
+/// Unsent bytes a sender keeps in its socket (TCP_NOTSENT_LOWAT): 50 ms at the rate TCP
+/// delivers, at least two writes. Without a bound a large window on a slow path holds
+/// seconds of data that drain after the test's time is over (4 MB at 10 Mbit/s is 3.4 s),
+/// and the test overruns by that much. Where 50 ms is more than a default send buffer
+/// holds anyway (above 640 Mbit/s) the bound is lifted (0: the kernel's default, none):
+/// any bound there measured a few percent slower on loopback. What is in flight (cwnd) is
+/// not affected either way.
+fn unsent_bytes(delivery_rate: u64) -> u64 {
+    const TIME: f64 = 0.05;
+    const MIN: u64 = 2 * TCP_CHUNK as u64;
+    const NO_BOUND_FROM: u64 = 4 << 20;
+    let bytes = ((delivery_rate as f64 * TIME) as u64).max(MIN);
+    if bytes >= NO_BOUND_FROM {
+        0
+    } else {
+        bytes
+    }
+}
+
+/// The last time a stream moved data (a receiver read some, a sender's socket took some),
+/// in ns after the test's `epoch`, shared by a test's stream threads: a client names when
+/// a server that stopped answering was last heard from.
+#[derive(Debug, Clone)]
+struct Progress {
+    epoch: Instant,
+    last_ns: Arc<AtomicU64>,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            epoch: Instant::now(),
+            last_ns: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn moved(&self) {
+        let ns = self.epoch.elapsed().as_nanos() as u64;
+        self.last_ns.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// When data last moved, if it did.
+    fn last(&self) -> Option<Instant> {
+        match self.last_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns)),
+        }
+    }
+}
+
+/// How one stream's end finished: its report (what it did until then, even when it
+/// failed), and the error if it failed.
+type StreamEnd = (StreamReport, Option<io::Error>);
+
+/// Sends for `duration`, sampling TCP_INFO every `sample_every`. One thread does both: the
+/// socket is non-blocking and the thread sleeps in poll until it can write or the next
+/// sample is due. (A second thread sampling while this one writes contends for the socket
+/// lock, which cost a tenth of the throughput on loopback.) A peer that stops reading
+/// closes the window, and the writes stop with it: the loop still ends at `duration`.
+fn send_stream(
+    stream: &mut TcpStream,
+    index: u32,
+    duration: Duration,
+    sample_every: Duration,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> StreamEnd {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    let error = send_for(
+        stream,
+        start,
+        duration,
+        sample_every,
+        stop,
+        progress,
+        &mut samples,
+    )
+    .err();
+    samples.extend(sample(stream, start));
+    (
+        StreamReport {
+            index,
+            samples,
+            ..StreamReport::default()
+        },
+        error,
+    )
+}
+
+fn send_for(
+    stream: &mut TcpStream,
+    start: Instant,
+    duration: Duration,
+    sample_every: Duration,
+    stop: &AtomicBool,
+    progress: &Progress,
+    samples: &mut Vec<TcpSample>,
+) -> io::Result<()> {
+    let end = start + duration;
+    let limit_unsent = |stream: &TcpStream, bytes: u64| {
+        let _ = sys::setsockopt(
+            stream.as_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            &(bytes as libc::c_int),
+        );
+    };
+    limit_unsent(stream, unsent_bytes(0));
+    stream.set_nonblocking(true)?;
+    let mut chunk_storage = vec![0x5au8; TCP_CHUNK + PAGE];
+    let chunk = page_aligned(&mut chunk_storage);
+    let mut offset = 0;
+    let mut next_sample = start;
+    loop {
+        let now = Instant::now();
+        if now >= next_sample {
+            if let Some(taken) = sample(stream, start) {
+                limit_unsent(stream, unsent_bytes(taken.delivery_rate));
+                samples.push(taken);
+            }
+            next_sample = (next_sample + sample_every).max(now);
+        }
+        if now >= end || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match stream.write(&chunk[offset..]) {
+            Ok(n) => {
+                offset = (offset + n) % TCP_CHUNK;
+                progress.moved();
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                sys::poll_writable(stream.as_fd(), next_sample.min(end) - now)?;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    // Wait for the receiver to close: its last ACKs belong in the samples.
+    let mut sink = [0u8; 64];
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    let waited = Instant::now();
+    while waited.elapsed() < crate::TEST_GRACE_STD && !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut sink) {
+            Err(error)
+                if crate::timed_out(&error) || error.kind() == io::ErrorKind::Interrupted => {}
+            _ => break,
+        }
+    }
+    Ok(())
+}
+
+const PAGE: usize = 4096;
+
+/// `TCP_CHUNK` bytes of `storage` (`TCP_CHUNK + PAGE` long) starting on a page boundary:
+/// the kernel copies to and from page-aligned buffers fastest (the allocator's large
+/// blocks start 16 bytes into a page).
+fn page_aligned(storage: &mut [u8]) -> &mut [u8] {
+    let skip = storage.as_ptr().align_offset(PAGE);
+    &mut storage[skip..skip + TCP_CHUNK]
+}
+
+/// Receives until the sender closes, counting bytes per interval; a stream that fails
+/// keeps what it counted until then.
+fn receive_stream(
+    stream: &mut TcpStream,
+    index: u32,
+    interval: Duration,
+    last_byte_by: Instant,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> StreamEnd {
+    let start = Instant::now();
+    let mut counter = IntervalCounter::new(interval.as_nanos() as u64);
+    let mut last_byte_ns = 0;
+    let error = receive_until_closed(
+        stream,
+        start,
+        &mut counter,
+        &mut last_byte_ns,
+        last_byte_by,
+        stop,
+        progress,
+    )
+    .err();
+    // A stream that failed received until its last byte (its goodput is over that time,
+    // not over the silence before the failure was seen).
+    let receive_ns = if error.is_some() || stop.load(Ordering::Relaxed) {
+        last_byte_ns
+    } else {
+        start.elapsed().as_nanos() as u64
+    };
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+    (
+        StreamReport {
+            index,
+            interval_bytes: counter.intervals,
+            bytes: counter.total,
+            receive_ns,
+            samples: Vec::new(),
+        },
+        error,
+    )
+}
+
+fn receive_until_closed(
+    stream: &mut TcpStream,
+    start: Instant,
+    counter: &mut IntervalCounter,
+    last_byte_ns: &mut u64,
+    last_byte_by: Instant,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> io::Result<()> {
+    let mut storage = vec![0u8; TCP_CHUNK + PAGE];
+    let buffer = page_aligned(&mut storage);
+    // A sender that freezes or vanishes ends the stream at the test's time plus the grace.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+    loop {
+        match stream.read(buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                *last_byte_ns = start.elapsed().as_nanos() as u64;
+                counter.add(*last_byte_ns, n as u64);
+                progress.moved();
+            }
+            Err(error)
+                if crate::timed_out(&error) || error.kind() == io::ErrorKind::Interrupted =>
+            {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if Instant::now() > last_byte_by {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the sender went silent: no end of the stream by the test's time plus the grace",
+                    ));
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Runs one stream's end in a thread: sends if `send`, else receives. With the CPU time
+/// the thread used: a test's CPU is the sum over its threads, not the process's, which
+/// may run other tests (a server, a lab) at the same time.
+#[allow(clippy::too_many_arguments)]
+fn stream_thread(
+    mut stream: TcpStream,
+    index: u32,
+    send: bool,
+    duration: Duration,
+    interval: Duration,
+    sample_every: Duration,
+    stop: Arc<AtomicBool>,
+    progress: Progress,
+) -> std::thread::JoinHandle<(StreamEnd, Duration)> {
+    let last_byte_by = Instant::now() + duration + crate::TEST_GRACE_STD;
+    std::thread::spawn(move || {
+        let end = if send {
+            send_stream(&mut stream, index, duration, sample_every, &stop, &progress)
+        } else {
+            receive_stream(&mut stream, index, interval, last_byte_by, &stop, &progress)
+        };
+        (end, sys::thread_cpu_time())
+    })
+}
+
+/// A stream's thread, and whether the stream runs downwards.
+type StreamThread = (bool, std::thread::JoinHandle<(StreamEnd, Duration)>);
+
+/// Every stream of one end of a test, joined: the upward and downward reports (each in
+/// index order, each with what it did until it ended, failed or not), the CPU time of the
+/// test on this end (the streams' threads plus what the calling thread used since
+/// `control_cpu_start`), and the first stream's error, if one failed.
+struct Joined {
+    up: Vec<StreamReport>,
+    down: Vec<StreamReport>,
+    cpu: Duration,
+    error: Option<io::Error>,
+}
+
+/// Waits for every stream of one end of a test.
+fn join_streams(threads: Vec<StreamThread>, control_cpu_start: Duration) -> Joined {
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let mut cpu = sys::thread_cpu_time().saturating_sub(control_cpu_start);
+    let mut first_error = None;
+    for (is_down, thread) in threads {
+        let ((report, error), stream_cpu) = thread.join().expect("stream threads do not panic");
+        cpu += stream_cpu;
+        if first_error.is_none() {
+            first_error = error;
+        }
+        if is_down {
+            down.push(report);
+        } else {
+            up.push(report);
+        }
+    }
+    up.sort_by_key(|s| s.index);
+    down.sort_by_key(|s| s.index);
+    Joined {
+        up,
+        down,
+        cpu,
+        error: first_error,
+    }
+}
+
+/// The server's end of a TCP test: takes the streams the test's greetings open, runs
+/// them, and sends its report.
+pub(super) fn serve_tcp(
+    test: &mut dyn Control,
+    listener: &TcpListener,
+    running: &mut Running,
+    rejections: &mut Rejections,
+    moved: &mut crate::counters::Moved,
+) -> Result<String, MeasureError> {
+    let TestRequest::Tcp {
+        duration_ns,
+        interval_ns,
+        sample_ns,
+        ref congestion,
+        ..
+    } = running.test
+    else {
+        unreachable!("a TCP test")
+    };
+    let congestion = congestion.clone();
+    let expected = running.streams_expected();
+    let control_cpu_start = sys::thread_cpu_time();
+    let duration = Duration::from_nanos(duration_ns);
+    let interval = Duration::from_nanos(interval_ns.max(1));
+    let sample_every = Duration::from_nanos(sample_ns.max(1_000_000));
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Progress::new();
+    let mut threads = Vec::new();
+    let accept_deadline = Instant::now() + Duration::from_secs(10);
+    listener.set_nonblocking(true)?;
+    let outcome = (|| {
+        while threads.len() < expected {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false)?;
+                    let mut greeting = [0u8; GREETING_LEN];
+                    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+                    if stream.read_exact(&mut greeting).is_err() {
+                        rejections.greetings += 1;
+                        continue;
+                    }
+                    let Some((index, down)) = running.accept_greeting(&greeting, rejections) else {
+                        continue;
+                    };
+                    if down {
+                        if let Some(algorithm) = &congestion {
+                            sys::set_congestion_control(stream.as_fd(), algorithm)?;
+                        }
+                    }
+                    threads.push((
+                        down,
+                        stream_thread(
+                            stream,
+                            index,
+                            down,
+                            duration,
+                            interval,
+                            sample_every,
+                            Arc::clone(&stop),
+                            progress.clone(),
+                        ),
+                    ));
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > accept_deadline {
+                        return Err(MeasureError::Timeout("the test's TCP streams"));
+                    }
+                    test.poll_message(Duration::from_millis(2))?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        // Watch the control connection while the streams run: a server that stops ends
+        // them now.
+        while threads.iter().any(|(_, t)| !t.is_finished()) {
+            if let Some(message) = test.poll_message(Duration::from_millis(50))? {
+                return Err(MeasureError::Protocol(format!(
+                    "unexpected {message:?} during the test"
+                )));
+            }
+        }
+        Ok(())
+    })();
+    if outcome.is_err() {
+        stop.store(true, Ordering::Relaxed);
+    }
+    let joined = join_streams(threads, control_cpu_start);
+    // What the streams moved until they ended, failed or not: data received upwards, and
+    // downwards what the kernel sent less its retransmissions.
+    moved.received_bytes = joined.up.iter().map(|s| s.bytes).sum();
+    moved.sent_bytes = joined
+        .down
+        .iter()
+        .filter_map(|s| s.samples.last())
+        .map(|last| last.sent_bytes.saturating_sub(last.retrans_bytes))
+        .sum();
+    outcome?;
+    if let Some(error) = joined.error {
+        return Err(error.into());
+    }
+    let Joined { up, down, cpu, .. } = joined;
+    let cpu_ns = cpu.as_nanos() as u64;
+    let received: u64 = up.iter().map(|s| s.bytes).sum();
+    test.send(&Message::TcpReport { up, down, cpu_ns })?;
+    Ok(format!(
+        "received {received} bytes, cpu {:.2} s",
+        cpu_ns as f64 * 1e-9
+    ))
+}
+
+/// A TCP test as the client asks for it.
+#[derive(Debug, Clone)]
+pub struct TcpTest {
+    /// Parallel streams per direction.
+    pub streams: u32,
+    /// Which way.
+    pub direction: TcpDirection,
+    /// How long.
+    pub duration: Duration,
+    /// Reporting interval.
+    pub interval: Duration,
+    /// TCP_INFO sampling period.
+    pub sample_every: Duration,
+    /// Socket options.
+    pub options: TcpOptions,
+}
+
+impl Client {
+    /// Runs a bulk TCP test.
+    pub fn tcp(self, test: &TcpTest) -> Result<TcpTestReport, MeasureError> {
+        self.tcp_or_partial(test).map_err(|partial| partial.error)
+    }
+
+    /// [`Client::tcp`], keeping what a test that fails part way measured: this end's side
+    /// of each stream. Upwards that is the sender's `TCP_INFO` samples (the server's counts
+    /// of what it received never came: no bytes, and `up_bps` 0); downwards, the bytes
+    /// received per interval (the server's samples never came).
+    pub fn tcp_or_partial(
+        mut self,
+        test: &TcpTest,
+    ) -> Result<TcpTestReport, Partial<TcpTestReport>> {
+        let request = TestRequest::Tcp {
+            streams: test.streams,
+            direction: test.direction,
+            duration_ns: test.duration.as_nanos() as u64,
+            interval_ns: test.interval.as_nanos() as u64,
+            sample_ns: test.sample_every.as_nanos() as u64,
+            window: test.options.window,
+            mss: test.options.mss,
+            congestion: test.options.congestion.clone(),
+        };
+        let running = self.request(request, 0)?;
+        let server = self.server_address(&running);
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = Progress::new();
+        let control_cpu_start = sys::thread_cpu_time();
+        let mut threads = Vec::new();
+        let directions: &[bool] = match test.direction {
+            TcpDirection::Up => &[false],
+            TcpDirection::Down => &[true],
+            TcpDirection::Both => &[false, true],
+        };
+        let partial = |joined: Joined| {
+            let report = TcpTestReport {
+                interval_ns: test.interval.as_nanos() as u64,
+                up_bps: 0.0,
+                down_bps: tcp_report::goodput_bps(&joined.down),
+                up: joined.up,
+                down: joined.down,
+                client_cpu_s: joined.cpu.as_secs_f64(),
+                server_cpu_s: 0.0,
+            };
+            (!report.up.is_empty() || !report.down.is_empty()).then(|| Box::new(report))
+        };
+        for &down in directions {
+            for index in 0..test.streams {
+                let stream = match connect_stream(
+                    server,
+                    &test.options,
+                    &running,
+                    index,
+                    down,
+                    self.connect_timeout,
+                ) {
+                    Ok(stream) => stream,
+                    Err(why) => {
+                        stop.store(true, Ordering::Relaxed);
+                        let joined = join_streams(threads, control_cpu_start);
+                        return Err(Partial {
+                            error: MeasureError::Unreachable {
+                                address: server.to_string(),
+                                why,
+                            },
+                            measured: partial(joined),
+                        });
+                    }
+                };
+                // The client sends the upward streams and receives the downward ones.
+                threads.push((
+                    down,
+                    stream_thread(
+                        stream,
+                        index,
+                        !down,
+                        test.duration,
+                        test.interval,
+                        test.sample_every,
+                        Arc::clone(&stop),
+                        progress.clone(),
+                    ),
+                ));
+            }
+        }
+        // A server that gives up or stops says so: the streams end now, not at their time.
+        // One that freezes or vanishes says nothing: the session's deadline (the test's
+        // time and the grace) ends the wait, and the streams with it.
+        let mut early = None;
+        while threads.iter().any(|(_, t)| !t.is_finished()) {
+            match self.poll_message(Duration::from_millis(50)) {
+                Ok(None) => {}
+                Ok(Some(message)) => {
+                    early = Some(message);
+                    break;
+                }
+                Err(error) => {
+                    stop.store(true, Ordering::Relaxed);
+                    let joined = join_streams(threads, control_cpu_start);
+                    return Err(self.tcp_failed(error, &progress, partial(joined)));
+                }
+            }
+        }
+        let mut joined = join_streams(threads, control_cpu_start);
+        if let Some(error) = joined.error.take() {
+            let error = match error.kind() {
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                    self.interrupted(true, "results", String::new())
+                }
+                io::ErrorKind::TimedOut => self.interrupted(
+                    false,
+                    "end of its data",
+                    format!(
+                        "within {:.0} s of the test's end",
+                        crate::TEST_GRACE_STD.as_secs_f64()
+                    ),
+                ),
+                _ => error.into(),
+            };
+            let error = self.tcp_failed(error, &progress, None);
+            return Err(Partial {
+                measured: partial(joined),
+                ..error
+            });
+        }
+        let report = match early {
+            Some(message) => message,
+            None => match self.next_message() {
+                Ok(message) => message,
+                Err(error) => return Err(self.tcp_failed(error, &progress, partial(joined))),
+            },
+        };
+        self.finish();
+        let Joined {
+            up: sent_up,
+            down: received_down,
+            cpu: client_cpu,
+            ..
+        } = joined;
+        match report {
+            Message::TcpReport { up, down, cpu_ns } => {
+                let up = tcp_report::merge_streams(&up, &sent_up);
+                let down = tcp_report::merge_streams(&received_down, &down);
+                Ok(TcpTestReport {
+                    interval_ns: test.interval.as_nanos() as u64,
+                    up_bps: tcp_report::goodput_bps(&up),
+                    down_bps: tcp_report::goodput_bps(&down),
+                    up,
+                    down,
+                    client_cpu_s: client_cpu.as_secs_f64(),
+                    server_cpu_s: cpu_ns as f64 * 1e-9,
+                })
+            }
+            other => Err(MeasureError::Protocol(format!("unexpected {other:?}")).into()),
+        }
+    }
+
+    /// A TCP test's failure, its message naming when data last moved.
+    fn tcp_failed(
+        &mut self,
+        error: MeasureError,
+        progress: &Progress,
+        measured: Option<Box<TcpTestReport>>,
+    ) -> Partial<TcpTestReport> {
+        let error = match error {
+            MeasureError::Interrupted(interruption) => {
+                if let Some(moved) = progress.last() {
+                    self.heard(moved);
+                }
+                self.interrupted(
+                    interruption.closed,
+                    interruption.awaited,
+                    interruption.bound,
+                )
+            }
+            other => other,
+        };
+        Partial { error, measured }
+    }
+}
