@@ -113,7 +113,7 @@ fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
         let options = pathlab_probe_driver::capacity::CapacityOptions::new(Direction::Up);
         let started = std::time::Instant::now();
         let report = pathlab_probe_driver::capacity::measure(&connect, &options, &mut |line| {
-            eprintln!("  {line}")
+            eprintln!("  {line}");
         });
         assert!(
             started.elapsed() < std::time::Duration::from_millis(29_500),

@@ -1,4 +1,4 @@
-//! pathlab-bond: the sans-IO bonding tunnel.
+//! pathlab-bond: the sans-IO bonding protocol.
 //!
 //! A site with several slow lines (ADSL, cable, 4G) carries its IP traffic through a TUN
 //! device, over UDP on every line at once, to a server that puts it back together. This
@@ -9,7 +9,7 @@
 //!
 //! It performs no I/O, reads no clock and starts no thread: every entry point takes `now`
 //! (a [`pathlab_core::Instant`]), and randomness (nonces, session ids) comes from the
-//! caller. `pathlab-io` drives it with a TUN device and one UDP socket per line; tests drive
+//! caller. `pathlab-bond-driver` drives it with a TUN device and one UDP socket per line; tests drive
 //! it through emulated links in virtual time.
 
 #![forbid(unsafe_code)]

@@ -4,7 +4,7 @@
 //! TCP through a bottleneck of R Mbit/s against the TCP ideal; and how far from its model
 //! time the emulator sends packets under a 100 Mbit/s load.
 //!
-//! `cargo bench -p pathlab-io --bench forwarding` (as root). PATHLAB_BENCH_SECS sets the
+//! `cargo bench -p pathlab-core-driver --bench forwarding` (as root). PATHLAB_BENCH_SECS sets the
 //! length of each empty-spec TCP run (default 5), PATHLAB_BENCH_LONG_SECS and
 //! PATHLAB_BENCH_RATES the bottleneck runs', and PATHLAB_BENCH_TRACE prints each
 //! direction's rate, queue and lateness every second of a bottleneck run.

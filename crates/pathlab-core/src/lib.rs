@@ -5,7 +5,7 @@
 //! no clock and starts no thread: every entry point takes `now`, and randomness comes from
 //! a seeded [`rng::Rng`]. That is what lets every model run in a discrete-event simulation
 //! in virtual time ([`sim`]), exactly and fast, and be driven by a real-time emulator in
-//! `pathlab-io` without change.
+//! `pathlab-core-driver` without change.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -27,6 +27,19 @@ mod tests {
     use crate::spec::{expand, Experiment};
 
     #[test]
+    fn a_sweep_number_takes_its_unit_from_the_spec_around_its_placeholder() {
+        let wan = expand(recipe("wan-sweep").unwrap(), true).expect("expands");
+        assert_eq!(
+            wan[5].parameters,
+            [
+                ("delay".to_owned(), "10ms".to_owned()),
+                ("loss".to_owned(), "1%".to_owned())
+            ]
+        );
+        assert_eq!(wan[5].label, "delay=10, loss=1");
+    }
+
+    #[test]
     fn every_recipe_parses_in_every_sweep_point_and_has_a_quick_form() {
         for (name, text) in RECIPES {
             for point in expand(text, false).unwrap_or_else(|e| panic!("{name}: {e}")) {

@@ -1,4 +1,4 @@
-//! What namespace tests share, pathlab-io's own and the end-to-end tests in `tests/`: the
+//! What namespace tests share, the crates' own and the end-to-end tests in `tests/`: the
 //! privileged-test gate.
 
 /// The namespace tests build interfaces on a 2-core machine: one at a time.

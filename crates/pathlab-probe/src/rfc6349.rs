@@ -2,7 +2,7 @@
 //! bandwidth-delay product and the windows and connections it needs (section 5.1), the
 //! choice of the steady state in a connection's `TCP_INFO` samples, and the three metrics
 //! (section 4). The steps that measure (path MTU, baseline RTT, bottleneck, the TCP runs)
-//! are run by `pathlab-io`; everything they measure comes in here as numbers.
+//! are run by `pathlab-probe-driver`; everything they measure comes in here as numbers.
 //!
 //! # The overhead table
 //!

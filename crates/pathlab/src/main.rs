@@ -1,5 +1,7 @@
-//! The pathlab command line: parse what the user typed, build a validated configuration,
-//! run, print. Exit codes: 0 success, 1 the run failed, 2 the input was wrong.
+//! pathlab: the command line.
+//!
+//! Parse what the user typed, build a validated configuration, run, print. Exit codes: 0
+//! success, 1 the run failed, 2 the input was wrong.
 
 #![forbid(unsafe_code)]
 

@@ -11,6 +11,7 @@ mod distance;
 mod parse;
 pub mod preset;
 pub mod tc;
+pub mod trace;
 mod units;
 
 use std::sync::Arc;
@@ -284,9 +285,9 @@ pub struct TraceRef {
     /// The file as the user named it.
     pub path: String,
     /// The parsed trace; the core does no I/O, so the caller loads it
-    /// (see [`crate::stage::rate::Trace::parse`]).
+    /// (see [`trace::Trace::parse`]).
     #[serde(skip)]
-    pub trace: Option<Arc<crate::stage::rate::Trace>>,
+    pub trace: Option<Arc<trace::Trace>>,
 }
 
 /// `slot MIN [MAX] [packets N] [bytes N]` or

@@ -4,7 +4,7 @@
 //! time they arrived at, gives the bytes to send ([`poll_transmit`]) and what its driver
 //! must act on ([`poll_event`]), and says when it next needs the clock ([`poll_at`],
 //! [`handle_timeout`]), as quinn-proto's `Connection` does. Nothing here opens a socket or
-//! reads a clock: `pathlab-io` moves the bytes and probes, and the tests run both ends
+//! reads a clock: `pathlab-probe-driver` moves the bytes and probes, and the tests run both ends
 //! through `pathlab-core` links in virtual time.
 //!
 //! The sessions also decide what the data plane accepts: which probes belong to the test
