@@ -16,6 +16,12 @@ pub fn unix_now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// The wall-clock time now in whole seconds since the Unix epoch (file names, a result's
+/// creation time).
+pub fn unix_now_secs() -> u64 {
+    unix_now_ns() / 1_000_000_000
+}
+
 /// A monotonic clock whose [`Instant::ZERO`] is when it started, with the wall-clock time
 /// of that zero.
 #[derive(Debug, Clone, Copy)]

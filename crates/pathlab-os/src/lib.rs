@@ -26,7 +26,7 @@ pub mod testing;
 pub mod topology;
 pub mod tun;
 
-pub use clock::{unix_now_ns, Clock};
+pub use clock::{unix_now_ns, unix_now_secs, Clock};
 pub use process::{
     die_with_spawner, kill, read_termination_signal, require_net_admin, terminate,
     termination_signals, wait_for_termination, NeedsNetAdmin,

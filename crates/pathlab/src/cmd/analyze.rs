@@ -80,10 +80,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
 /// Writes `result.json` and one SVG per figure into `out`.
 fn write_out(analysis: &CaptureAnalysis, out: &Path, command: Vec<String>) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs());
+    let created = Some(pathlab_os::unix_now_secs());
     let file = ResultFile::new(
         RunResult::Analyze(Box::new(analysis.clone())),
         command,

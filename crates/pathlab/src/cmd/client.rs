@@ -74,10 +74,7 @@ pub(crate) fn result_file(result: pathlab_results::RunResult) -> pathlab_results
     pathlab_results::ResultFile::new(
         result,
         std::env::args().collect(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .map(|d| d.as_secs()),
+        Some(pathlab_os::unix_now_secs()),
     )
 }
 

@@ -123,9 +123,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         });
     }
     let out = args.out.clone().unwrap_or_else(|| {
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let secs = pathlab_os::unix_now_secs();
         PathBuf::from(format!("lab-{}-{secs}", runs[0].1.name))
     });
     let mut stdout = std::io::stdout().lock();

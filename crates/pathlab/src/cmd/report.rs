@@ -47,9 +47,7 @@ fn default_out(inputs: &[PathBuf]) -> PathBuf {
             };
         }
     }
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let secs = pathlab_os::unix_now_secs();
     PathBuf::from(format!("report-{secs}"))
 }
 

@@ -72,10 +72,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let report = sim::run(&config).map_err(usage)?;
 
     if let Some(path) = &args.save {
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .map(|d| d.as_secs());
+        let created = Some(pathlab_os::unix_now_secs());
         let file = ResultFile::new(
             RunResult::Sim(Box::new(report.clone())),
             std::env::args().collect(),
