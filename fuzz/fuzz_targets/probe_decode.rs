@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(probe) = decode(data, key) {
             if probe.kind == ProbeKind::Request {
                 let mut copy = data.to_vec();
-                reflect(&mut copy, Reflection::default(), key).expect("a decoded request reflects");
+                reflect(&mut copy, Reflection::default(), key, key).expect("a decoded request reflects");
                 assert_eq!(copy.len(), data.len());
             }
         }
