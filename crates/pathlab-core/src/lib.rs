@@ -6,10 +6,15 @@
 //! a seeded [`rng::Rng`]. That is what lets every model run in a discrete-event simulation
 //! in virtual time ([`sim`]), exactly and fast, and be driven by a real-time emulator in
 //! `pathlab-core-driver` without change.
+//!
+//! It also holds [`format`], the one way rates, times, sizes and percentages are written
+//! for people, since every crate that prints them (the CLI, reports, `tune`, `inspect`,
+//! the lab) depends on this one.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod format;
 pub mod harness;
 pub mod link;
 pub mod packet;

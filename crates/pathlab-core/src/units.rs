@@ -4,6 +4,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::format::{self, Digits};
 use crate::time::Duration;
 
 /// Bytes of a full-size Ethernet frame (1500 B of IP, 14 B of header): what a bottleneck
@@ -157,11 +158,9 @@ impl Probability {
 }
 
 impl fmt::Display for Probability {
-    /// Prints a percentage with up to 6 significant decimals and no trailing zeros: `0.5%`.
+    /// Prints a percentage with up to 6 decimals and no trailing zeros: `0.5%`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = format!("{:.6}", self.percent());
-        let text = text.trim_end_matches('0').trim_end_matches('.');
-        write!(f, "{text}%")
+        f.write_str(&format::percent_as_is(self.percent(), Digits::up_to(6)))
     }
 }
 

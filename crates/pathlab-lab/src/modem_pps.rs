@@ -19,6 +19,7 @@
 //! frame of `size + 42` bytes; a TCP segment of 1448 bytes a frame of 1514), so a fitted
 //! model is a link spec the recipe runs as it is.
 
+use pathlab_core::format::{self, Digits};
 use pathlab_core::spec::{FixedRate, RateSpec, ETHERNET_HEADER_BYTES};
 use pathlab_core::units::{FRAME_BYTES, MSS_BYTES};
 use pathlab_core::{BitsPerSec, LinkSpec, PacketsPerSec};
@@ -297,11 +298,6 @@ pub fn seed_fits() -> [Fit; 2] {
     [fit_packet_rate(&points), fit_atm(&points)]
 }
 
-/// A signed percentage with one decimal: `+1.6%`.
-fn percent(fraction: f64) -> String {
-    format!("{:+.1}%", fraction * 100.0)
-}
-
 /// Lines saying how each explanation fits the seed and which fits it better.
 pub fn fit_lines(fits: &[Fit; 2]) -> Vec<String> {
     let points = seed_points();
@@ -317,14 +313,20 @@ pub fn fit_lines(fits: &[Fit; 2]) -> Vec<String> {
         let residuals = points
             .iter()
             .zip(fit.residuals.iter().zip(&fit.residuals_pps))
-            .map(|(p, (r, pps))| format!("{} {} ({pps:+.0}/s)", p.label, percent(*r)))
+            .map(|(p, (r, pps))| {
+                format!(
+                    "{} {} ({pps:+.0}/s)",
+                    p.label,
+                    format::fraction_as_percent(*r, Digits::fixed(1).signed())
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ");
         lines.push(format!(
-            "  {}: '{}': residuals {residuals}; rms {:.2}%",
+            "  {}: '{}': residuals {residuals}; rms {}",
             fit.explanation.name(),
             fit.explanation.spec(),
-            fit.rms * 100.0
+            format::fraction_as_percent(fit.rms, Digits::fixed(2))
         ));
     }
     let (better, worse) = if fits[0].rms <= fits[1].rms {
@@ -333,13 +335,13 @@ pub fn fit_lines(fits: &[Fit; 2]) -> Vec<String> {
         (&fits[1], &fits[0])
     };
     lines.push(format!(
-        "  {} explains the seed better: rms {:.2}% against {:.2}% ({:.1} times smaller), with two parameters each",
+        "  {} explains the seed better: rms {} against {} ({:.1} times smaller), with two parameters each",
         match better.explanation {
             Explanation::PacketRate { .. } => "a packet-rate limit",
             Explanation::AtmCells { .. } => "ATM's cell tax",
         },
-        better.rms * 100.0,
-        worse.rms * 100.0,
+        format::fraction_as_percent(better.rms, Digits::fixed(2)),
+        format::fraction_as_percent(worse.rms, Digits::fixed(2)),
         worse.rms / better.rms
     ));
     lines
@@ -455,7 +457,10 @@ pub fn summary_lines(run: &LabRun) -> Vec<String> {
                         "{:.0}/{:.0} ({})",
                         m.delivered_pps,
                         m.theory_pps,
-                        percent(m.delivered_pps / m.theory_pps - 1.0)
+                        format::fraction_as_percent(
+                            m.delivered_pps / m.theory_pps - 1.0,
+                            Digits::fixed(1).signed()
+                        )
                     )
                 })
         };

@@ -47,6 +47,7 @@
 use std::fmt;
 use std::ops::Range;
 
+use pathlab_core::format::{self, Digits};
 use serde::{Deserialize, Serialize};
 
 use crate::control::TcpDirection;
@@ -527,7 +528,10 @@ pub fn verdict(phase: Phase, added_p50_ns: Option<i64>, grade: Grade, probe_loss
         format!("latency rises by {}", human_duration(added))
     };
     let loss = if probe_loss >= 0.01 {
-        format!(" and {:.1}% of packets are lost", probe_loss * 100.0)
+        format!(
+            " and {} of packets are lost",
+            format::fraction_as_percent(probe_loss, Digits::fixed(1))
+        )
     } else {
         String::new()
     };

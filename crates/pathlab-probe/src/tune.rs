@@ -16,6 +16,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use pathlab_core::format::{self, Digits};
 use serde::{Deserialize, Serialize};
 
 /// The largest window TCP can offer: 65535 bytes shifted by the largest window scale, 14
@@ -556,69 +557,6 @@ fn row(
     row
 }
 
-/// A byte count in SI units as the seed writes them: `21.25 MB`.
-pub fn bytes_text(bytes: u64) -> String {
-    const UNITS: [(f64, &str); 4] = [(1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")];
-    let value = bytes as f64;
-    for (scale, unit) in UNITS {
-        if value >= scale {
-            return format!("{} {unit}", trimmed(value / scale));
-        }
-    }
-    format!("{bytes} B")
-}
-
-/// A byte count in binary units, as buffers and windows are sized: `64 KiB`, `1.38 MiB`.
-pub fn binary_bytes_text(bytes: u64) -> String {
-    const UNITS: [(f64, &str); 3] = [
-        (1_073_741_824.0, "GiB"),
-        (1_048_576.0, "MiB"),
-        (1024.0, "KiB"),
-    ];
-    let value = bytes as f64;
-    for (scale, unit) in UNITS {
-        if value >= scale {
-            return format!("{} {unit}", trimmed(value / scale));
-        }
-    }
-    format!("{bytes} B")
-}
-
-/// A bit count in SI units: `170 Mbit`.
-pub fn bits_text(bits: u64) -> String {
-    rate_text(bits as f64).trim_end_matches("/s").to_owned()
-}
-
-/// A rate in SI units: `1 Gbit/s`, `98.73 Mbit/s`.
-pub fn rate_text(bits_per_sec: f64) -> String {
-    const UNITS: [(f64, &str); 4] = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
-    for (scale, prefix) in UNITS {
-        if bits_per_sec >= scale {
-            return format!("{} {prefix}bit/s", trimmed(bits_per_sec / scale));
-        }
-    }
-    format!("{} bit/s", trimmed(bits_per_sec))
-}
-
-/// A duration in the unit that reads best: `170 ms`, `34.36 s`, `20.79 min`.
-pub fn time_text(ns: f64) -> String {
-    if ns >= 120e9 {
-        format!("{} min", trimmed(ns / 60e9))
-    } else if ns >= 1e9 {
-        format!("{} s", trimmed(ns / 1e9))
-    } else if ns >= 1e6 {
-        format!("{} ms", trimmed(ns / 1e6))
-    } else {
-        format!("{} us", trimmed(ns / 1e3))
-    }
-}
-
-/// Two decimals without trailing zeros: 21.25, 1, 6.3.
-fn trimmed(value: f64) -> String {
-    let text = format!("{value:.2}");
-    text.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
 /// What the path needs of each buffer limit.
 #[derive(Debug, Clone, Copy)]
 struct Needs {
@@ -649,7 +587,10 @@ fn triple_row(name: &str, host: &HostSettings, needed: u64, why: String) -> Row 
     row(
         name,
         host.get(name),
-        format!("max >= {needed} ({}){limit}", bytes_text(needed)),
+        format!(
+            "max >= {needed} ({}){limit}",
+            format::bytes_si(needed, Digits::up_to(2))
+        ),
         why,
         |raw| {
             let [min, default, max] = parse_triple(raw)?;
@@ -674,7 +615,10 @@ fn integer_row(name: &str, host: &HostSettings, needed: u64, why: String) -> Row
     row(
         name,
         host.get(name),
-        format!(">= {needed} ({}){limit}", bytes_text(needed)),
+        format!(
+            ">= {needed} ({}){limit}",
+            format::bytes_si(needed, Digits::up_to(2))
+        ),
         why,
         |raw| {
             let value = parse_integer(raw)?;
@@ -726,8 +670,8 @@ fn buffer_rows(
             needs.receive_buffer,
             format!(
                 "receive buffer autotuning stops at max; the kernel offers {share_text} of the buffer as window ({basis}), so a {} window takes {}",
-                bytes_text(needs.window),
-                bytes_text(needs.receive_buffer)
+                format::bytes_si(needs.window, Digits::up_to(2)),
+                format::bytes_si(needs.receive_buffer, Digits::up_to(2))
             ),
         ),
         triple_row(
@@ -767,7 +711,7 @@ fn tcp_mem_row(path: &TunePath, host: &HostSettings, needs: Needs) -> Row {
             host.get(name),
             format!(
                 "pressure >= {} in pages (page size unknown)",
-                bytes_text(buffer)
+                format::bytes_si(buffer, Digits::up_to(2))
             ),
             why,
             |_| Ok(None),
@@ -782,7 +726,7 @@ fn tcp_mem_row(path: &TunePath, host: &HostSettings, needs: Needs) -> Row {
         host.get(name),
         format!(
             "pressure >= {pages} pages ({} at {page} B a page)",
-            bytes_text(buffer)
+            format::bytes_si(buffer, Digits::up_to(2))
         ),
         why,
         |raw| {
@@ -809,7 +753,7 @@ fn switch_rows(path: &TunePath, host: &HostSettings, needs: Needs) -> Vec<Row> {
         .and_then(|raw| parse_triple(raw).ok())
         .map_or_else(
             || "its default".to_owned(),
-            |[_, default, _]| bytes_text(default),
+            |[_, default, _]| format::bytes_si(default, Digits::up_to(2)),
         );
     let mut rows = vec![switch_row(
         "net.ipv4.tcp_moderate_rcvbuf",
@@ -829,7 +773,7 @@ fn switch_rows(path: &TunePath, host: &HostSettings, needs: Needs) -> Vec<Row> {
             &[1],
             format!(
                 "without window scaling (RFC 7323) the window stops at 65535 bytes: {} at this RTT",
-                rate_text(unscaled_cap)
+                format::rate(unscaled_cap, Digits::up_to(2))
             ),
         ));
     } else {
@@ -852,8 +796,8 @@ fn switch_rows(path: &TunePath, host: &HostSettings, needs: Needs) -> Vec<Row> {
         &[1, 2],
         format!(
             "timestamps give an RTT sample per ACK (RFC 7323), which receive autotuning uses, and PAWS: at {} the 32-bit sequence numbers wrap every {}",
-            rate_text(path.rate_bps as f64),
-            time_text(wrap_ns)
+            format::rate(path.rate_bps as f64, Digits::up_to(2)),
+            format::time(wrap_ns * 1e-9, Digits::up_to(2))
         ),
     ));
     let segments = needs.window.div_ceil(path.mss_bytes);
@@ -910,22 +854,22 @@ fn congestion_row(path: &TunePath, host: &HostSettings, needs: Needs) -> Row {
     let why = match current.as_deref() {
         Some(cc) if LINEAR_GROWTH.contains(&cc) => format!(
             "{cc} adds one segment per RTT: after a loss it takes {reno_rtts} RTTs ({}) to regrow the {} window; cubic takes {} (RFC 9438)",
-            time_text(reno_ns),
-            bytes_text(needs.window),
-            time_text(cubic_ns)
+            format::time(reno_ns * 1e-9, Digits::up_to(2)),
+            format::bytes_si(needs.window, Digits::up_to(2)),
+            format::time(cubic_ns * 1e-9, Digits::up_to(2))
         ),
         Some("cubic") => format!(
             "cubic regrows the window {} after a loss (RFC 9438); reno would take {reno_rtts} RTTs ({})",
-            time_text(cubic_ns),
-            time_text(reno_ns)
+            format::time(cubic_ns * 1e-9, Digits::up_to(2)),
+            format::time(reno_ns * 1e-9, Digits::up_to(2))
         ),
         Some(cc) if cc.starts_with("bbr") => format!(
             "{cc} paces at the bottleneck rate it measures and does not halve its window on a loss; reno would take {} to regrow it",
-            time_text(reno_ns)
+            format::time(reno_ns * 1e-9, Digits::up_to(2))
         ),
         _ => format!(
             "one segment per RTT (reno) would take {reno_rtts} RTTs ({}) to regrow the window after a loss",
-            time_text(reno_ns)
+            format::time(reno_ns * 1e-9, Digits::up_to(2))
         ),
     };
     let mut congestion = row(name, host.get(name), needed, why, |raw| {
@@ -969,7 +913,7 @@ fn qdisc_row(host: &HostSettings) -> Row {
 fn txqueuelen_rows(path: &TunePath, host: &HostSettings, needed: u64) -> Vec<Row> {
     let needed_text = format!(
         ">= {needed} packets ({} x 10 ms / 1500 B)",
-        rate_text(path.rate_bps as f64)
+        format::rate(path.rate_bps as f64, Digits::up_to(2))
     );
     let why = "a large window hands the interface bursts; when its transmit queue is full the sender stalls until the next 10 ms timer tick, so the queue must hold one tick at the path's rate (the seed)";
     let Some(interfaces) = &host.interfaces else {
@@ -1121,14 +1065,14 @@ pub fn advise(path: &TunePath, host: &HostSettings) -> TuneReport {
 /// The report as the terminal shows it.
 pub fn render_text(report: &TuneReport) -> String {
     let mut out = String::new();
-    let rtt = time_text(report.rtt_ns as f64);
-    let rate = rate_text(report.rate_bps as f64);
+    let rtt = format::time(report.rtt_ns as f64 * 1e-9, Digits::up_to(2));
+    let rate = format::rate(report.rate_bps as f64, Digits::up_to(2));
     if let Some(c) = &report.rate_measurement {
         let _ = writeln!(
             out,
             "rate {rate}: the capacity measured from the server to this host with packet trains (95% CI {} to {})",
-            rate_text(c.low_bps),
-            rate_text(c.high_bps)
+            format::rate(c.low_bps, Digits::up_to(2)),
+            format::rate(c.high_bps, Digits::up_to(2))
         );
     }
     match &report.rtt_measurement {
@@ -1139,8 +1083,8 @@ pub fn render_text(report: &TuneReport) -> String {
                 m.host,
                 m.replies,
                 m.probes,
-                time_text(m.interval_ns as f64),
-                time_text(m.median_ns as f64)
+                format::time(m.interval_ns as f64 * 1e-9, Digits::up_to(2)),
+                format::time(m.median_ns as f64 * 1e-9, Digits::up_to(2))
             );
         }
         None => {
@@ -1150,8 +1094,8 @@ pub fn render_text(report: &TuneReport) -> String {
     let _ = writeln!(
         out,
         "BDP = {rate} x {rtt} = {}; the window it needs: {} ({} bytes, {} segment{} of {} B)",
-        bits_text(report.bdp_bits),
-        bytes_text(report.window_bytes),
+        format::bits(report.bdp_bits as f64, Digits::up_to(2)),
+        format::bytes_si(report.window_bytes, Digits::up_to(2)),
         report.window_bytes,
         report.window_segments,
         if report.window_segments == 1 { "" } else { "s" },
@@ -1161,9 +1105,9 @@ pub fn render_text(report: &TuneReport) -> String {
         let _ = writeln!(
             out,
             "one TCP connection offers at most {} (65535 x 2^14): use {} connections of {} each",
-            bytes_text(report.max_tcp_window_bytes),
+            format::bytes_si(report.max_tcp_window_bytes, Digits::up_to(2)),
             report.connections,
-            bytes_text(report.window_per_connection_bytes)
+            format::bytes_si(report.window_per_connection_bytes, Digits::up_to(2))
         );
     }
     let _ = writeln!(out);
@@ -1211,7 +1155,10 @@ pub fn render_text(report: &TuneReport) -> String {
         report.rows.len()
     );
     let side = |name: &str, bytes: Option<u64>, by: &Option<String>| match (bytes, by) {
-        (Some(bytes), Some(by)) => format!("{name} {} (set by {by})", bytes_text(bytes)),
+        (Some(bytes), Some(by)) => format!(
+            "{name} {} (set by {by})",
+            format::bytes_si(bytes, Digits::up_to(2))
+        ),
         _ => format!("{name} unknown (not readable)"),
     };
     let _ = writeln!(
@@ -1236,8 +1183,8 @@ pub fn render_text(report: &TuneReport) -> String {
         let _ = writeln!(
             out,
             "  one connection with a {} window carries at most {} at {rtt} (window / RTT): {verdict}",
-            bytes_text(window),
-            rate_text(cap)
+            format::bytes_si(window, Digits::up_to(2)),
+            format::rate(cap, Digits::up_to(2))
         );
     }
     out
@@ -1299,7 +1246,7 @@ mod tests {
         // Slide 4: "1 Gb/s + 50 ms RTT => TCP okénko 6 MB", "1 Gb/s + 170 ms => 21 MB".
         assert_eq!(window_bytes(1_000_000_000, 50 * MS), 6_250_000);
         assert_eq!(window_bytes(1_000_000_000, 170 * MS), 21_250_000);
-        assert_eq!(bytes_text(21_250_000), "21.25 MB");
+        assert_eq!(format::bytes_si(21_250_000, Digits::up_to(2)), "21.25 MB");
         // "64 kB + 50 ms RTT => 10.5 Mb/s", "64 kB + 170 ms RTT (USA) => 3 Mb/s".
         assert!((throughput_cap_bps(65_536, 50 * MS) / 1e6 - 10.49).abs() < 0.01);
         assert!((throughput_cap_bps(65_536, 170 * MS) / 1e6 - 3.08).abs() < 0.01);

@@ -3,6 +3,7 @@
 //! line, the advertised window's right edge, retransmissions marked), RTT over time,
 //! goodput and throughput over time, and bytes in flight against the advertised window.
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::tcpflow::{ConnectionReport, FlowReport};
 
 use crate::plot::{Chart, LegendAt, Line, LineFigure, LineStyle};
@@ -37,6 +38,7 @@ pub fn flow_figures(
     flow: &FlowReport,
 ) -> Vec<(String, Chart)> {
     let series = &flow.series;
+    let ms = |ns: u64| format::in_millis(seconds(ns), Digits::fixed(3));
     let subject = format!("connection {number}: {} -> {}", flow.from, flow.to);
     let stem = format!(
         "conn{number}-{}",
@@ -127,11 +129,11 @@ pub fn flow_figures(
         Chart::Lines(LineFigure {
             title: format!("RTT, {subject}"),
             subtitle: format!(
-                "{} samples: min {:.3} ms, median {:.3} ms, p95 {:.3} ms{}",
+                "{} samples: min {} ms, median {} ms, p95 {} ms{}",
                 flow.rtt.samples,
-                flow.rtt.min_ns as f64 * 1e-6,
-                flow.rtt.median_ns as f64 * 1e-6,
-                flow.rtt.p95_ns as f64 * 1e-6,
+                ms(flow.rtt.min_ns),
+                ms(flow.rtt.median_ns),
+                ms(flow.rtt.p95_ns),
                 if flow.rtt.both_halves {
                     ""
                 } else {
@@ -159,12 +161,12 @@ pub fn flow_figures(
         Chart::Lines(LineFigure {
             title: format!("Throughput, {subject}"),
             subtitle: format!(
-                "goodput {:.3} Mbit/s over {:.3} s; TCP efficiency {}",
-                flow.goodput_bps * 1e-6,
+                "goodput {} Mbit/s over {:.3} s; TCP efficiency {}",
+                format::in_mbit_per_sec(flow.goodput_bps, Digits::fixed(3)),
                 seconds(flow.duration_ns),
-                flow.metrics
-                    .tcp_efficiency
-                    .map_or("-".to_owned(), |e| format!("{:.2}%", e * 100.0))
+                flow.metrics.tcp_efficiency.map_or("-".to_owned(), |e| {
+                    format::fraction_as_percent(e, Digits::fixed(2))
+                })
             ),
             x_label: "time since the capture began (s)".into(),
             y_label: "rate (Mbit/s)".into(),

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod chart;
 mod cmd;
-mod format;
 
 /// Emulate, measure and experiment on network paths, in user space.
 #[derive(Debug, Parser)]

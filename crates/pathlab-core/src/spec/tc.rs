@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 
 use super::parse::red_weight;
 use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
+use crate::format::{self, Digits};
 use crate::time::Duration;
 use crate::units::FRAME_BYTES;
 
@@ -118,9 +119,10 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         }
         (Some(delay), None) if !delay.is_zero() => {
             let limit = spec.queue.effective_limit_packets();
-            let mbit = f64::from(limit) * FRAME_BYTES * 8.0 / delay.as_secs_f64() / 1e6;
+            let rate_bps = f64::from(limit) * FRAME_BYTES * 8.0 / delay.as_secs_f64();
+            let mbit = format::in_mbit_per_sec(rate_bps, Digits::fixed(0));
             out.caveats.push(format!(
-                "netem's limit ({limit}) counts the packets in its delay line: above {mbit:.0} Mbit/s of full-size frames ({limit} x 1514 B per {delay}) it drops, where pathlab does not"
+                "netem's limit ({limit}) counts the packets in its delay line: above {mbit} Mbit/s of full-size frames ({limit} x 1514 B per {delay}) it drops, where pathlab does not"
             ));
         }
         _ => {}

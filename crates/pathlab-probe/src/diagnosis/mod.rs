@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::tune::{binary_bytes_text, rate_text, time_text};
+use pathlab_core::format::{self, Digits};
 
 mod select;
 mod tcp_info;
@@ -348,7 +348,7 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
     let moved = b.bytes_acked.saturating_sub(a.bytes_acked)
         + b.bytes_received.saturating_sub(a.bytes_received);
     let rtt_s = f64::from(b.rtt_us.max(1)) * 1e-6;
-    let rtt = time_text(f64::from(b.rtt_us) * 1e3);
+    let rtt = format::time(f64::from(b.rtt_us) * 1e-6, Digits::up_to(2));
     let mut verdict = Verdict {
         limit: Limit::Idle,
         share: 0.0,
@@ -358,7 +358,7 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
         cached_ssthresh_bytes: cached,
         sentence: String::new(),
     };
-    let rate = rate_text(whole.throughput_bps);
+    let rate = format::rate(whole.throughput_bps, Digits::up_to(2));
     if moved == 0 {
         verdict.sentence = "idle: no data moved while it was watched".into();
         return verdict;
@@ -376,12 +376,12 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
             "this end only receives ({rate}); what limits the transfer shows at the sender \
              (run `pathlab inspect` there). This end advertises a window of {} (receive buffer \
              {}), which caps the sender at {} over a {rtt} RTT",
-            binary_bytes_text(u64::from(window)),
+            format::bytes_binary(u64::from(window), Digits::up_to(2)),
             last.memory.map_or_else(
                 || "unknown".to_owned(),
-                |m| binary_bytes_text(u64::from(m.rcvbuf))
+                |m| format::bytes_binary(u64::from(m.rcvbuf), Digits::up_to(2))
             ),
-            rate_text(cap),
+            format::rate(cap, Digits::up_to(2)),
         );
         return verdict;
     }
@@ -397,7 +397,7 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
     let (limit, share) = verdict.limits.largest();
     verdict.limit = limit;
     verdict.share = share;
-    let percent = format!("{:.0}%", share * 100.0);
+    let percent = format::fraction_as_percent(share, Digits::fixed(0));
     verdict.sentence = match limit {
         Limit::ReceiverWindow => {
             let held = Typical::of(intervals, limit, &b);
@@ -407,10 +407,10 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
                 "limited by the receiver's window {percent} of the time ({} at a {} RTT caps \
                  it at {}; it moved {} then): the receiving application, or its receive buffer \
                  (SO_RCVBUF, net.ipv4.tcp_rmem), is the bottleneck; see `pathlab tune`",
-                binary_bytes_text(held.window),
+                format::bytes_binary(held.window, Digits::up_to(2)),
                 held.rtt_text(),
-                rate_text(cap),
-                rate_text(held.throughput_bps),
+                format::rate(cap, Digits::up_to(2)),
+                format::rate(held.throughput_bps, Digits::up_to(2)),
             )
         }
         Limit::SendBuffer => {
@@ -422,11 +422,11 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
                 "limited by the send buffer {percent} of the time (the buffer, {} as the kernel \
                  counts it, let {} be in flight, which at a {} RTT caps it at {}; it moved {} \
                  then): raise the sender's SO_SNDBUF or net.ipv4.tcp_wmem; see `pathlab tune`",
-                binary_bytes_text(buffer),
-                binary_bytes_text(held.in_flight),
+                format::bytes_binary(buffer, Digits::up_to(2)),
+                format::bytes_binary(held.in_flight, Digits::up_to(2)),
                 held.rtt_text(),
-                rate_text(cap),
-                rate_text(held.throughput_bps),
+                format::rate(cap, Digits::up_to(2)),
+                format::rate(held.throughput_bps, Digits::up_to(2)),
             )
         }
         Limit::Congestion => congestion_sentence(&percent, &rate, &a, &b, cached),
@@ -485,7 +485,7 @@ impl Typical {
     }
 
     fn rtt_text(&self) -> String {
-        time_text(f64::from(self.srtt_us) * 1e3)
+        format::time(f64::from(self.srtt_us) * 1e-6, Digits::up_to(2))
     }
 }
 
@@ -529,23 +529,23 @@ fn congestion_sentence(
         return format!(
             "{head}: a cached ssthresh of {} ended slow start early (the kernel kept it from an \
              earlier connection to this host; net.ipv4.tcp_no_metrics_save=1 stops that)",
-            binary_bytes_text(bytes)
+            format::bytes_binary(bytes, Digits::up_to(2))
         );
     }
     let queue_us = b.rtt_us.saturating_sub(b.min_rtt_us);
     if retrans_share >= 0.001 {
         format!(
-            "{head}: the path loses packets ({:.2}% of the bytes were sent again, {} \
+            "{head}: the path loses packets ({} of the bytes were sent again, {} \
              segments)",
-            retrans_share * 100.0,
+            format::fraction_as_percent(retrans_share, Digits::fixed(2)),
             b.total_retrans.saturating_sub(a.total_retrans)
         )
     } else if b.min_rtt_us > 0 && queue_us > b.min_rtt_us / 2 {
         format!(
             "{head}: a queue on the path (RTT {} against a minimum of {}: {} of queueing)",
-            time_text(f64::from(b.rtt_us) * 1e3),
-            time_text(f64::from(b.min_rtt_us) * 1e3),
-            time_text(f64::from(queue_us) * 1e3)
+            format::time(f64::from(b.rtt_us) * 1e-6, Digits::up_to(2)),
+            format::time(f64::from(b.min_rtt_us) * 1e-6, Digits::up_to(2)),
+            format::time(f64::from(queue_us) * 1e-6, Digits::up_to(2))
         )
     } else {
         format!("{head}: the window was still growing or the path is full (no losses, no queue)")

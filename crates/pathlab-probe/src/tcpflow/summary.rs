@@ -15,7 +15,7 @@ use crate::rfc6349::{
     buffer_delay_percent, ideal_tcp_rate_bps, tcp_efficiency, transfer_time_ratio, transfer_time_s,
     window_limited_rate_bps, PacketOverhead,
 };
-use crate::tune::{binary_bytes_text, rate_text, time_text};
+use pathlab_core::format::{self, Digits};
 
 /// The most points a series keeps (retransmissions are all kept).
 pub const MAX_POINTS: usize = 20_000;
@@ -368,9 +368,9 @@ fn verdict(
     scale: Option<u8>,
 ) -> FlowVerdict {
     let (limit, share) = limits.largest();
-    let percent = format!("{:.0}%", share * 100.0);
-    let rate = rate_text(goodput_bps);
-    let median_rtt = time_text(rtt.median_ns as f64);
+    let percent = format::fraction_as_percent(share, Digits::fixed(0));
+    let rate = format::rate(goodput_bps, Digits::up_to(2));
+    let median_rtt = format::time(rtt.median_ns as f64 * 1e-9, Digits::up_to(2));
     let mut cap_bps = None;
     let mut sentence = match limit {
         Limit::ReceiverWindow => {
@@ -384,8 +384,8 @@ fn verdict(
                 "limited by the receiver's window {percent} of the time: {} at a {median_rtt} \
                  RTT caps it at {} (it moved {rate}); the receiving application or its receive \
                  buffer (SO_RCVBUF, net.ipv4.tcp_rmem) is the bottleneck; see `pathlab tune`",
-                binary_bytes_text(window),
-                rate_text(cap),
+                format::bytes_binary(window, Digits::up_to(2)),
+                format::rate(cap, Digits::up_to(2)),
             )
         }
         Limit::Application => format!(
@@ -398,9 +398,9 @@ fn verdict(
             let resent = 1.0 - metrics.tcp_efficiency.unwrap_or(1.0);
             if resent >= 0.001 {
                 format!(
-                    "{head}: the path loses packets ({:.2}% of the bytes were sent again: {} \
+                    "{head}: the path loses packets ({} of the bytes were sent again: {} \
                      retransmissions, {} fast, {} after a timeout, {} probes, {} spurious)",
-                    resent * 100.0,
+                    format::fraction_as_percent(resent, Digits::fixed(2)),
                     retransmissions.total,
                     retransmissions.fast,
                     retransmissions.rto,
@@ -410,10 +410,13 @@ fn verdict(
             } else if metrics.buffer_delay_percent.is_some_and(|p| p > 50.0) {
                 format!(
                     "{head}: a queue on the path (mean RTT {} against a minimum of {}: buffer \
-                     delay {:.0}%)",
-                    time_text(rtt.mean_ns),
-                    time_text(rtt.min_ns as f64),
-                    metrics.buffer_delay_percent.unwrap_or(0.0)
+                     delay {})",
+                    format::time(rtt.mean_ns * 1e-9, Digits::up_to(2)),
+                    format::time(rtt.min_ns as f64 * 1e-9, Digits::up_to(2)),
+                    format::percent_as_is(
+                        metrics.buffer_delay_percent.unwrap_or(0.0),
+                        Digits::fixed(0)
+                    )
                 )
             } else {
                 format!(

@@ -41,7 +41,7 @@ pub fn write_analyze_report(
                 format!("{number}: {} -> {}", f.from, f.to),
                 f.bytes.to_string(),
                 format!("{:.3} s", f.duration_ns as f64 * 1e-9),
-                format!("{:.2} Mbit/s", f.goodput_bps * 1e-6),
+                super::mbit_per_sec(f.goodput_bps),
                 f.retransmissions.total.to_string(),
                 f.verdict.limit.name().to_owned(),
                 f.verdict.sentence.clone(),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use pathlab_core::spec::LinkSpec;
 use pathlab_core::units::FRAME_BYTES;
 
-use super::RunData;
+use super::{mbit_per_sec, ms, RunData};
 use crate::lab::{LabOutcome, LabRun, PathTheory};
 use crate::plot::{Chart, Heatmap, LegendAt, Line, LineFigure, LineStyle};
 use crate::series::{slug, Metric, Series};
@@ -177,7 +177,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             if metric == Metric::DeliveredRate {
                 if let Some(rate_bps) = direction_spec(run, &s.subject).and_then(fixed_rate_bps) {
                     lines.push(horizontal(
-                        format!("rate {:.2} Mbit/s", rate_bps / 1e6),
+                        format!("rate {}", mbit_per_sec(rate_bps)),
                         rate_bps / 1e6,
                         x0,
                         x1,
@@ -200,7 +200,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
                     i,
                 )),
                 Metric::QueueDelay => lines.push(horizontal(
-                    format!("full queue: {:.1} ms", full_delay_s * 1e3),
+                    format!("full queue: {}", ms(full_delay_s)),
                     full_delay_s * 1e3,
                     x0,
                     x1,
@@ -250,7 +250,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
         let plateau = theory(&run.run, |p| p.plateau_rtt_s);
         if let Some(plateau) = plateau {
             lines.push(horizontal(
-                format!("theory: full queue {:.1} ms", plateau * 1e3),
+                format!("theory: full queue {}", ms(plateau)),
                 plateau * 1e3,
                 x0,
                 x1,
@@ -259,7 +259,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
         }
         if let Some(base) = base {
             lines.push(horizontal(
-                format!("theory: base RTT {:.1} ms", base * 1e3),
+                format!("theory: base RTT {}", ms(base)),
                 base * 1e3,
                 x0,
                 x1,
@@ -286,7 +286,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             .collect();
         if let Some(plateau) = plateau {
             lines.push(Line {
-                label: format!("theory: full queue {:.1} ms", plateau * 1e3),
+                label: format!("theory: full queue {}", ms(plateau)),
                 points: vec![(plateau * 1e3, 0.0), (plateau * 1e3, 1.0)],
                 style: LineStyle::Dashed,
                 color: 3,
@@ -342,7 +342,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
         let (x0, x1) = time_span(&lines);
         if let Some(bottleneck) = theory(&run.run, |p| p.bottleneck_bps) {
             lines.push(horizontal(
-                format!("bottleneck {:.2} Mbit/s", bottleneck * 1e-6),
+                format!("bottleneck {}", mbit_per_sec(bottleneck)),
                 bottleneck * 1e-6,
                 x0,
                 x1,
@@ -351,7 +351,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
         }
         if let Some(mathis) = theory(&run.run, |p| p.mathis_bps) {
             lines.push(horizontal(
-                format!("Mathis bound {:.2} Mbit/s", mathis * 1e-6),
+                format!("Mathis bound {}", mbit_per_sec(mathis)),
                 mathis * 1e-6,
                 x0,
                 x1,
@@ -458,7 +458,7 @@ pub(super) fn compare_figures(runs: &[RunData]) -> Vec<Figure> {
                 for &(i, run, _) in &with {
                     if let Some(plateau) = theory(&run.run, |p| p.plateau_rtt_s) {
                         lines.push(horizontal(
-                            format!("{}: theory {:.1} ms", run.label(), plateau * 1e3),
+                            format!("{}: theory {}", run.label(), ms(plateau)),
                             plateau * 1e3,
                             x0,
                             x1,

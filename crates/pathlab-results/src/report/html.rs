@@ -4,10 +4,11 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::owd::QueueVerdict;
 
 use super::figures::{links_text, run_heading};
-use super::{DrawnFigure, RunData};
+use super::{mbit_per_sec, ms, versus, DrawnFigure, RunData};
 use crate::lab::{lateness_text, LabLink, LabOutcome};
 
 /// One run's part of the page.
@@ -80,24 +81,8 @@ pub(super) fn utc(unix_ns: u64) -> String {
     )
 }
 
-fn ms(seconds: f64) -> String {
-    format!("{:.1} ms", seconds * 1e3)
-}
-
-fn mbps(bits_per_sec: f64) -> String {
-    format!("{:.2} Mbit/s", bits_per_sec * 1e-6)
-}
-
 fn opt(value: Option<String>) -> String {
     value.unwrap_or_else(|| "–".to_owned())
-}
-
-fn versus(measured: f64, theory: f64) -> String {
-    if theory > 0.0 {
-        format!("{:+.1}%", (measured / theory - 1.0) * 100.0)
-    } else {
-        "–".to_owned()
-    }
 }
 
 pub(super) const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:0 auto;\
@@ -195,7 +180,7 @@ fn summaries(out: &mut String, data: &RunData) {
                 workload.name.clone(),
                 connection.last.name(),
                 connection.verdict.limit.name().to_owned(),
-                format!("{:.0}%", connection.verdict.share * 100.0),
+                format::fraction_as_percent(connection.verdict.share, Digits::fixed(0)),
                 connection.verdict.sentence.clone(),
             ]);
         }
@@ -228,14 +213,15 @@ fn summaries(out: &mut String, data: &RunData) {
                 let retransmitted = report.retransmitted_segments();
                 tcp_rows.push(vec![
                     workload.name.clone(),
-                    mbps(goodput),
-                    opt(bottleneck.map(mbps)),
-                    opt(bottleneck.map(|b| format!("{:.1}%", goodput / b * 100.0))),
-                    opt(mathis.map(mbps)),
+                    mbit_per_sec(goodput),
+                    opt(bottleneck.map(mbit_per_sec)),
+                    opt(bottleneck
+                        .map(|b| format::fraction_as_percent(goodput / b, Digits::fixed(1)))),
+                    opt(mathis.map(mbit_per_sec)),
                     opt(mathis.map(|m| versus(goodput, m))),
                     opt(path
                         .and_then(|p| p.loss)
-                        .map(|l| format!("{:.3}%", l * 100.0))),
+                        .map(|l| format::fraction_as_percent(l, Digits::fixed(3)))),
                     retransmitted.to_string(),
                     (report.up.len() + report.down.len()).to_string(),
                 ]);
@@ -254,7 +240,7 @@ fn summaries(out: &mut String, data: &RunData) {
                     ms(owd.deviation_max_ns as f64 * 1e-9),
                     ms(owd.queue_growth_ns as f64 * 1e-9),
                     format!("{} / {}", result.sequence.lost, result.sequence.sent),
-                    mbps(result.achieved_rate_bps),
+                    mbit_per_sec(result.achieved_rate_bps),
                 ]);
             }
             LabOutcome::Blocks(report) => {
@@ -262,8 +248,8 @@ fn summaries(out: &mut String, data: &RunData) {
                 blocks_rows.push(vec![
                     workload.name.clone(),
                     format!("{} B", report.size),
-                    mbps(report.throughput_bps),
-                    opt(bound.map(mbps)),
+                    mbit_per_sec(report.throughput_bps),
+                    opt(bound.map(mbit_per_sec)),
                     opt(bound.map(|b| versus(report.throughput_bps, b))),
                     ms(report.block_time.p50_ns as f64 * 1e-9),
                     opt(path.map(|p| ms(p.base_rtt_s))),
@@ -566,7 +552,7 @@ fn comparison_table(out: &mut String, runs: &[RunData]) {
                 .sum();
             vec![
                 data.label(),
-                opt(data.tcp_goodput_bps().map(mbps)),
+                opt(data.tcp_goodput_bps().map(mbit_per_sec)),
                 opt(rtt.map(|(r, _)| ms(r.rtt.p50_ns as f64 * 1e-9))),
                 opt(rtt.and_then(|(r, _)| r.plateau_s()).map(ms)),
                 opt(rtt.and_then(|(_, p)| p?.plateau_rtt_s).map(ms)),

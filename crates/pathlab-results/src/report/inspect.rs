@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
 
 use super::figures::Figure;
@@ -172,7 +173,7 @@ pub fn write_inspect_report(
             connection.last.name(),
             connection.last.congestion.clone().unwrap_or_default(),
             connection.verdict.limit.name().to_owned(),
-            format!("{:.0}%", connection.verdict.share * 100.0),
+            format::fraction_as_percent(connection.verdict.share, Digits::fixed(0)),
             connection.verdict.sentence.clone(),
         ]);
         sections.push(Section {

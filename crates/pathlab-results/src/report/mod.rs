@@ -32,6 +32,8 @@ pub mod page;
 
 use std::path::{Path, PathBuf};
 
+use pathlab_core::format::{self, Digits};
+
 use crate::lab::{LabOutcome, LabRun};
 use crate::plot::{render, PlotError};
 use crate::recording::read_recording;
@@ -193,6 +195,31 @@ pub fn find_results(path: &Path) -> Result<Vec<PathBuf>, ReportError> {
     }
     found.sort();
     Ok(found)
+}
+
+/// A time as every table and figure label of a report writes it: milliseconds with one
+/// decimal, so rows compare in one unit: `32.1 ms`.
+fn ms(seconds: f64) -> String {
+    format!("{} ms", format::in_millis(seconds, Digits::fixed(1)))
+}
+
+/// A rate as every table and figure label of a report writes it: Mbit/s with two decimals,
+/// so rows compare in one unit: `9.50 Mbit/s`.
+fn mbit_per_sec(bits_per_sec: f64) -> String {
+    format!(
+        "{} Mbit/s",
+        format::in_mbit_per_sec(bits_per_sec, Digits::fixed(2))
+    )
+}
+
+/// How far a measurement lies from its theory, as a signed percentage with one decimal:
+/// `-5.0%`; `–` without a theory to compare with.
+fn versus(measured: f64, theory: f64) -> String {
+    if theory > 0.0 {
+        format::fraction_as_percent(measured / theory - 1.0, Digits::fixed(1).signed())
+    } else {
+        "–".to_owned()
+    }
 }
 
 fn kind_name(result: &RunResult) -> &'static str {

@@ -4,13 +4,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::tcpflow::{
     analyze_capture, AnalyzerConfig, CaptureAnalysis, ConnectionReport, FlowReport, VantageKind,
 };
 use pathlab_results::{ResultFile, RunResult};
 
 use crate::cmd::rfc6349::FramingArg;
-use crate::{format, usage};
+use crate::usage;
 
 /// Arguments of `pathlab analyze`.
 #[derive(Debug, clap::Args)]
@@ -100,10 +101,6 @@ fn write_out(analysis: &CaptureAnalysis, out: &Path, command: Vec<String>) -> an
     Ok(())
 }
 
-fn ms(ns: u64) -> String {
-    format!("{:.3} ms", ns as f64 * 1e-6)
-}
-
 fn print(file: &Path, analysis: &CaptureAnalysis) {
     println!(
         "{}: {:?} capture, {} packets, {} TCP segments, {} connections{}",
@@ -130,9 +127,9 @@ fn print_connection(number: usize, connection: &ConnectionReport) {
     let vantage = &connection.vantage;
     let halves = match (vantage.client_half_ns, vantage.server_half_ns) {
         (Some(client), Some(server)) => format!(
-            "{} to the client and back, {} to the server and back",
-            ms(client),
-            ms(server)
+            "{} ms to the client and back, {} ms to the server and back",
+            format::in_millis(client as f64 * 1e-9, Digits::fixed(3)),
+            format::in_millis(server as f64 * 1e-9, Digits::fixed(3))
         ),
         _ => "one half of the round trip unmeasured".to_owned(),
     };
@@ -169,14 +166,14 @@ fn print_flow(flow: &FlowReport) {
         flow.to,
         flow.bytes,
         flow.duration_ns as f64 * 1e-9,
-        format::rate(flow.goodput_bps)
+        format::rate(flow.goodput_bps, Digits::fixed(2))
     );
     if flow.rtt.samples > 0 {
         println!(
-            "    RTT min {} / median {} / p95 {} ({} samples{})",
-            ms(flow.rtt.min_ns),
-            ms(flow.rtt.median_ns),
-            ms(flow.rtt.p95_ns),
+            "    RTT min {} ms / median {} ms / p95 {} ms ({} samples{})",
+            format::in_millis(flow.rtt.min_ns as f64 * 1e-9, Digits::fixed(3)),
+            format::in_millis(flow.rtt.median_ns as f64 * 1e-9, Digits::fixed(3)),
+            format::in_millis(flow.rtt.p95_ns as f64 * 1e-9, Digits::fixed(3)),
             flow.rtt.samples,
             if flow.rtt.both_halves {
                 ""
@@ -202,7 +199,7 @@ fn print_flow(flow: &FlowReport) {
     );
     let window = &flow.window;
     println!(
-        "    window: {}, median {} B, largest {} B, {} zero-window ACKs ({})",
+        "    window: {}, median {} B, largest {} B, {} zero-window ACKs ({} ms)",
         match window.scale {
             Some(scale) => format!("scale {scale}"),
             None => "scale unknown (unscaled)".to_owned(),
@@ -210,21 +207,27 @@ fn print_flow(flow: &FlowReport) {
         window.median_bytes,
         window.max_bytes,
         window.zero_window_acks,
-        ms(window.zero_window_ns)
+        format::in_millis(window.zero_window_ns as f64 * 1e-9, Digits::fixed(3))
     );
     let metrics = flow.metrics;
     println!(
         "    RFC 6349: TCP efficiency {}, buffer delay {}, transfer time ratio {}",
         metrics
             .tcp_efficiency
-            .map_or("-".to_owned(), format::percent),
+            .map_or("-".to_owned(), |f| format::fraction_as_percent(
+                f,
+                Digits::fixed(2)
+            )),
         metrics
             .buffer_delay_percent
-            .map_or("-".to_owned(), |p| format!("{p:.2}%")),
+            .map_or("-".to_owned(), |p| format::percent_as_is(
+                p,
+                Digits::fixed(2)
+            )),
         match (metrics.transfer_time_ratio, metrics.ideal_rate_bps) {
             (Some(ratio), Some(ideal)) => format!(
                 "{ratio:.3} (ideal {} at MTU {})",
-                format::rate(ideal),
+                format::rate(ideal, Digits::fixed(2)),
                 metrics.mtu_bytes
             ),
             _ => "- (give the bottleneck with --rate)".to_owned(),

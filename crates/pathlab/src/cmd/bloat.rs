@@ -4,10 +4,11 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::time::Duration;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::bloat::{self, BloatReport, BloatSettings, Phase, PhaseSummary};
 
 use crate::cmd::client::{measure_error, Progress};
-use crate::{format, usage};
+use crate::usage;
 
 /// Which loaded phase to run after the idle one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -218,14 +219,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ms(ns: f64) -> String {
-    format!("{:.2}", ns / 1e6)
-}
-
-fn signed_ms(ns: f64) -> String {
-    format!("{:+.2}", ns / 1e6)
-}
-
 fn print_plan(
     out: &mut impl std::io::Write,
     host: &str,
@@ -251,7 +244,7 @@ fn print_plan(
         phases.join(", "),
         settings.phase_ns as f64 * 1e-9,
         settings.probe_size,
-        ms(settings.probe_interval_ns as f64),
+        format::in_millis(settings.probe_interval_ns as f64 * 1e-9, Digits::fixed(2)),
         settings.ramp_up_ns as f64 * 1e-9,
     )
 }
@@ -264,12 +257,12 @@ fn print_phase(out: &mut impl std::io::Write, phase: &PhaseSummary) -> std::io::
         out,
         "{:<9} rtt p50 {:>8} p90 {:>8} p99 {:>8} ms  lost {}/{} ({})  {rpm} RPM{}",
         phase.phase.name(),
-        ms(phase.rtt.p50_ns as f64),
-        ms(phase.rtt.p90_ns as f64),
-        ms(phase.rtt.p99_ns as f64),
+        format::in_millis(phase.rtt.p50_ns as f64 * 1e-9, Digits::fixed(2)),
+        format::in_millis(phase.rtt.p90_ns as f64 * 1e-9, Digits::fixed(2)),
+        format::in_millis(phase.rtt.p99_ns as f64 * 1e-9, Digits::fixed(2)),
         phase.probes_sent - phase.probes_answered.min(phase.probes_sent),
         phase.probes_sent,
-        format::percent(phase.probe_loss),
+        format::fraction_as_percent(phase.probe_loss, Digits::fixed(2)),
         phase
             .grade
             .map_or_else(String::new, |g| format!("  grade {g}")),
@@ -279,11 +272,11 @@ fn print_phase(out: &mut impl std::io::Write, phase: &PhaseSummary) -> std::io::
             out,
             "{:<9} added p50 {:>8} p90 {:>8} p99 {:>8} ms  load up {}, down {}, {} segments retransmitted",
             "",
-            signed_ms(added.p50_ns as f64),
-            signed_ms(added.p90_ns as f64),
-            signed_ms(added.p99_ns as f64),
-            format::rate(phase.load_up_bps),
-            format::rate(phase.load_down_bps),
+            format::in_millis(added.p50_ns as f64 * 1e-9, Digits::fixed(2).signed()),
+            format::in_millis(added.p90_ns as f64 * 1e-9, Digits::fixed(2).signed()),
+            format::in_millis(added.p99_ns as f64 * 1e-9, Digits::fixed(2).signed()),
+            format::rate(phase.load_up_bps, Digits::fixed(2)),
+            format::rate(phase.load_down_bps, Digits::fixed(2)),
             phase.retransmitted_segments,
         )?;
     }

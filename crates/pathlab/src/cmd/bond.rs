@@ -13,9 +13,9 @@ use pathlab_bond::stats::BondStats;
 use pathlab_bond_driver::tunnel::{
     BondEvent, ClientOptions, LineOptions, ServerOptions, TunOptions,
 };
+use pathlab_core::format::{self, Digits};
 use pathlab_core::{BitsPerSec, Duration};
 
-use crate::format;
 use crate::usage;
 
 /// Arguments of `pathlab bond`.
@@ -431,12 +431,12 @@ fn print_stats(stats: &BondStats) {
                     LineState::Up => "up",
                     LineState::Down => "DOWN",
                 },
-                format::rate(line.rate_bps as f64),
-                format::rate(line.delivery_bps as f64),
+                format::rate(line.rate_bps as f64, Digits::fixed(2)),
+                format::rate(line.delivery_bps as f64, Digits::fixed(2)),
                 line.queue_delay_ms,
                 optional(line.relative_owd_ms),
                 optional(line.srtt_ms),
-                format::percent(line.loss),
+                format::fraction_as_percent(line.loss, Digits::fixed(2)),
             );
         }
     }

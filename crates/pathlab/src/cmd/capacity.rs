@@ -3,12 +3,13 @@
 
 use std::io::Write as _;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
 use pathlab_probe_driver::capacity::CapacityOptions;
 
 use crate::cmd::client::measure_error;
-use crate::{format, usage};
+use crate::usage;
 
 /// Arguments of `pathlab capacity`.
 #[derive(Debug, clap::Args)]
@@ -126,10 +127,10 @@ fn print(reports: &[CapacityReport]) -> std::io::Result<()> {
             out,
             "{}: capacity {} (95% CI {} to {}) at the IP layer, {} counting Ethernet headers; {} probes",
             r.direction.name(),
-            format::rate(c.capacity_bps),
-            format::rate(c.low_bps),
-            format::rate(c.high_bps),
-            format::rate(c.frame_capacity_bps),
+            format::rate(c.capacity_bps, Digits::fixed(2)),
+            format::rate(c.low_bps, Digits::fixed(2)),
+            format::rate(c.high_bps, Digits::fixed(2)),
+            format::rate(c.frame_capacity_bps, Digits::fixed(2)),
             r.probes
         )?;
         if let Some(a) = &r.available {
@@ -137,10 +138,10 @@ fn print(reports: &[CapacityReport]) -> std::io::Result<()> {
                 out,
                 "{}: available {} (between {} and {}, {} of the capacity)",
                 r.direction.name(),
-                format::rate(a.available_bps),
-                format::rate(a.low_bps),
-                format::rate(a.high_bps),
-                format::percent(a.available_bps / c.capacity_bps)
+                format::rate(a.available_bps, Digits::fixed(2)),
+                format::rate(a.low_bps, Digits::fixed(2)),
+                format::rate(a.high_bps, Digits::fixed(2)),
+                format::fraction_as_percent(a.available_bps / c.capacity_bps, Digits::fixed(2))
             )?;
         }
     }

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::Write as _;
 
 use anyhow::{bail, Context as _};
+use pathlab_core::format::{self, Digits};
 use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
 use pathlab_core_driver::api::{Controlled, History, Specs};
@@ -18,7 +19,7 @@ use pathlab_core_driver::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::spec::parse_spec as load;
-use crate::{format, usage};
+use crate::usage;
 
 /// Arguments of `pathlab emulate`.
 #[derive(Debug, clap::Args)]
@@ -595,7 +596,7 @@ pub fn print_stats(stats: &EmulatorStats) {
             "  forwarded  {} packets, {} bytes, {} average",
             d.forwarded,
             d.forwarded_bytes,
-            format::rate(d.forwarded_bytes as f64 * 8.0 / seconds)
+            format::rate(d.forwarded_bytes as f64 * 8.0 / seconds, Digits::fixed(2))
         );
         let drops: Vec<String> = pathlab_core::DropReason::ALL
             .iter()

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
+use pathlab_core::format::{self, Digits};
 use pathlab_os::netns::Netns;
 use pathlab_probe::diagnosis::{InspectReport, Interval, Selector, Watch};
-use pathlab_probe::tune::{binary_bytes_text, rate_text};
 
 use crate::usage;
 
@@ -191,19 +191,19 @@ fn print_rows(watch: &Watch, intervals: &[(usize, Interval)], rows: &mut usize, 
             out,
             "{:8.2}  {name:49}  {:>13}  {:>5}  {:>8}  {:>8}  {:>9}  {:>14}  {:>4}  {:>8}  {:>8}  {limits}",
             at.as_secs_f64(),
-            rate_text(i.throughput_bps),
+            format::rate(i.throughput_bps, Digits::up_to(2)),
             sender(i.cwnd.to_string()),
             sender(i.ssthresh.map_or_else(|| "-".to_owned(), |s| s.to_string())),
-            sender(binary_bytes_text(u64::from(i.peer_window))),
-            sender(binary_bytes_text(i.in_flight_bytes)),
+            sender(format::bytes_binary(u64::from(i.peer_window), Digits::up_to(2))),
+            sender(format::bytes_binary(i.in_flight_bytes, Digits::up_to(2))),
             format!(
-                "{:.1}/{:.1}",
-                f64::from(i.srtt_us) / 1e3,
-                f64::from(i.rttvar_us) / 1e3
+                "{}/{}",
+                format::in_millis(f64::from(i.srtt_us) * 1e-6, Digits::fixed(1)),
+                format::in_millis(f64::from(i.rttvar_us) * 1e-6, Digits::fixed(1))
             ),
             i.retrans_segments,
-            binary_bytes_text(u64::from(i.send_queue)),
-            binary_bytes_text(u64::from(i.recv_queue)),
+            format::bytes_binary(u64::from(i.send_queue), Digits::up_to(2)),
+            format::bytes_binary(u64::from(i.recv_queue), Digits::up_to(2)),
         );
     }
 }

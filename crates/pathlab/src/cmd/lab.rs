@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use pathlab_core::format::{self, Digits};
 use pathlab_lab::recipes::{recipe, RECIPES};
 use pathlab_lab::run::RunOptions;
 use pathlab_lab::spec::{expand, Experiment};
@@ -177,14 +178,15 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         for note in run.change_notes() {
             writeln!(stdout, "  note: {note}")?;
         }
+        let ms = |seconds: f64| format::in_millis(seconds, Digits::fixed(1));
         for rtt in rtt_summaries(experiment, &run) {
             write!(
                 stdout,
-                "  {}: RTT p50 {:.1} ms, p99 {:.1} ms, plateau {:.1} ms",
+                "  {}: RTT p50 {} ms, p99 {} ms, plateau {} ms",
                 rtt.name,
-                rtt.p50_s * 1e3,
-                rtt.p99_s * 1e3,
-                rtt.plateau_s * 1e3
+                ms(rtt.p50_s),
+                ms(rtt.p99_s),
+                ms(rtt.plateau_s)
             )?;
             if let Some(theory) = rtt.theory {
                 if let (Some(plateau), Some(queue), Some(rate)) = (
@@ -194,11 +196,14 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 ) {
                     write!(
                         stdout,
-                        " (theory {:.1} ms = base {:.1} + {queue} packets x 1514 B at {}; {:+.1}%)",
-                        plateau * 1e3,
-                        theory.base_rtt_s * 1e3,
-                        crate::format::rate(rate),
-                        (rtt.plateau_s / plateau - 1.0) * 100.0
+                        " (theory {} ms = base {} + {queue} packets x 1514 B at {}; {})",
+                        ms(plateau),
+                        ms(theory.base_rtt_s),
+                        format::rate(rate, Digits::fixed(2)),
+                        format::fraction_as_percent(
+                            rtt.plateau_s / plateau - 1.0,
+                            Digits::fixed(1).signed()
+                        )
                     )?;
                 }
             }
@@ -222,31 +227,35 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                     stdout,
                     "  {}: goodput {}, {retransmitted} segments retransmitted",
                     workload.name,
-                    crate::format::rate(report.up_bps + report.down_bps),
+                    format::rate(report.up_bps + report.down_bps, Digits::fixed(2)),
                 )?;
                 if let Some(bound) = workload.path.and_then(|p| p.mathis_bps) {
-                    write!(stdout, " (Mathis bound {})", crate::format::rate(bound))?;
+                    write!(
+                        stdout,
+                        " (Mathis bound {})",
+                        format::rate(bound, Digits::fixed(2))
+                    )?;
                 }
                 writeln!(stdout)?;
             }
             if let pathlab_results::lab::LabOutcome::Blocks(report) = &workload.outcome {
                 write!(
                     stdout,
-                    "  {}: {} blocks of {} B answered, {}, block time p50 {:.1} ms",
+                    "  {}: {} blocks of {} B answered, {}, block time p50 {} ms",
                     workload.name,
                     report.blocks,
                     report.size,
-                    crate::format::rate(report.throughput_bps),
-                    report.block_time.p50_ns as f64 * 1e-6
+                    format::rate(report.throughput_bps, Digits::fixed(2)),
+                    ms(report.block_time.p50_ns as f64 * 1e-9)
                 )?;
                 if let Some(path) = workload.path {
                     write!(
                         stdout,
                         " (a block per round trip: {})",
-                        crate::format::rate(pathlab_results::lab::blocks_bound_bps(
-                            report.size,
-                            &path
-                        ))
+                        format::rate(
+                            pathlab_results::lab::blocks_bound_bps(report.size, &path),
+                            Digits::fixed(2)
+                        )
                     )?;
                 }
                 writeln!(stdout)?;
@@ -259,7 +268,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                     stdout,
                     "  {}: sent at {} ({:.0} packets/s), {:.0} packets/s arrived, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
                     workload.name,
-                    crate::format::rate(result.achieved_rate_bps),
+                    format::rate(result.achieved_rate_bps, Digits::fixed(2)),
                     result.achieved_pps,
                     result.delivered_pps().unwrap_or(0.0),
                     result.sequence.lost,

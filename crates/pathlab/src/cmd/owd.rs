@@ -3,11 +3,12 @@
 use std::io::Write as _;
 use std::time::Duration;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::control::Direction;
 use pathlab_probe::owd::{OneWayResult, QueueVerdict};
 
 use crate::cmd::client::{measure_error, Progress};
-use crate::{format, usage};
+use crate::{chart, usage};
 
 /// Arguments of `pathlab owd`.
 #[derive(Debug, clap::Args)]
@@ -127,12 +128,12 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
             "{direction}: {} probes sent of {} bytes, asked for {}",
             s.sent,
             r.size,
-            format::rate(r.rate_bps as f64)
+            format::rate(r.rate_bps as f64, Digits::fixed(2))
         )?;
         writeln!(
             out,
             "  sent at      {} ({:.0} packets/s)",
-            format::rate(r.achieved_rate_bps),
+            format::rate(r.achieved_rate_bps, Digits::fixed(2)),
             r.achieved_pps
         )?;
         let kept_up = r.achieved_rate_bps / r.rate_bps.max(1) as f64;
@@ -140,17 +141,17 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
             writeln!(
                 out,
                 "  note         the sender reached only {} of the rate asked (its CPU or socket was the limit); what follows is for the rate sent",
-                format::percent(kept_up)
+                format::fraction_as_percent(kept_up, Digits::fixed(2))
             )?;
         }
         writeln!(
             out,
             "  lost         {} ({}), duplicates {}, reordered {} ({}, extent up to {}){}",
             s.lost,
-            format::percent(s.lost as f64 / s.sent.max(1) as f64),
+            format::fraction_as_percent(s.lost as f64 / s.sent.max(1) as f64, Digits::fixed(2)),
             s.duplicates,
             s.reordered,
-            format::percent(s.reordered_ratio),
+            format::fraction_as_percent(s.reordered_ratio, Digits::fixed(2)),
             s.max_extent,
             if r.rejected > 0 {
                 format!(", {} rejected", r.rejected)
@@ -159,22 +160,23 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
             }
         )?;
         let o = &r.owd;
-        writeln!(out, "  jitter       {:.3} ms (RFC 3550)", o.jitter_ns / 1e6)?;
+        let ms = |ns: f64| format::in_millis(ns * 1e-9, Digits::fixed(3));
+        writeln!(out, "  jitter       {} ms (RFC 3550)", ms(o.jitter_ns))?;
         writeln!(
             out,
-            "  deviation    p50 {:.3} ms, p95 {:.3} ms, max {:.3} ms (from the minimum of the last {} packets)",
-            o.deviation_p50_ns as f64 / 1e6,
-            o.deviation_p95_ns as f64 / 1e6,
-            o.deviation_max_ns as f64 / 1e6,
+            "  deviation    p50 {} ms, p95 {} ms, max {} ms (from the minimum of the last {} packets)",
+            ms(o.deviation_p50_ns as f64),
+            ms(o.deviation_p95_ns as f64),
+            ms(o.deviation_max_ns as f64),
             o.window
         )?;
         writeln!(
             out,
-            "  trend        {:+.1} us/s (95% CI +-{:.1}), clock drift {:+.1} ppm removed, delay rose {:.3} ms",
+            "  trend        {:+.1} us/s (95% CI +-{:.1}), clock drift {:+.1} ppm removed, delay rose {} ms",
             o.trend_us_per_s,
             o.trend_ci95_us_per_s,
             o.clock_drift_ppm,
-            o.queue_growth_ns as f64 / 1e6
+            ms(o.queue_growth_ns as f64)
         )?;
         let verdict = match o.verdict {
             QueueVerdict::Building => "a queue is building along the path: the probes arrive later and later (offered rate above what the path carries?)",
@@ -187,7 +189,7 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
             writeln!(
                 out,
                 "  deviation over time: {}",
-                format::sparkline(&deviations, 60)
+                chart::sparkline(&deviations, 60)
             )?;
         }
     }

@@ -3,6 +3,7 @@
 use std::io::Write as _;
 use std::time::Duration;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::mtu::PathMtu;
 use pathlab_probe::rfc6349::{
@@ -12,7 +13,7 @@ use pathlab_probe_driver::rfc6349::{self as method, Event, Rfc6349Error, Rfc6349
 use pathlab_probe_driver::Client;
 
 use crate::cmd::client::{measure_error, Progress};
-use crate::{format, usage};
+use crate::usage;
 
 /// The options only `--rfc6349` uses (flattened into `tcp`'s, whose struct is also called
 /// `Args`: without `group(skip)` both derive an argument group of that name, and clap's
@@ -187,14 +188,6 @@ struct Printer<'a> {
     progress: Option<Progress>,
 }
 
-fn bytes(n: u64) -> String {
-    pathlab_probe::tune::binary_bytes_text(n)
-}
-
-fn ms(ns: f64) -> String {
-    format!("{:.3} ms", ns / 1e6)
-}
-
 fn on_off(on: bool) -> &'static str {
     if on {
         "on"
@@ -273,9 +266,9 @@ impl Printer<'_> {
             Event::Capacity(found) => writeln!(
                 out,
                 "  capacity {} at the IP layer (95% CI {} to {}, {}-byte packets)",
-                format::rate(found.capacity.capacity_bps),
-                format::rate(found.capacity.low_bps),
-                format::rate(found.capacity.high_bps),
+                format::rate(found.capacity.capacity_bps, Digits::fixed(2)),
+                format::rate(found.capacity.low_bps, Digits::fixed(2)),
+                format::rate(found.capacity.high_bps, Digits::fixed(2)),
                 found.capacity.packet_bytes
             )?,
             Event::Plan {
@@ -306,12 +299,12 @@ fn print_baseline(out: &mut impl std::io::Write, baseline: &Baseline) -> std::io
     let report = &baseline.report;
     writeln!(
         out,
-        "  baseline RTT {} (the smallest of {} replies to {} probes; median {}, p99 {})",
-        ms(baseline.rtt_ns as f64),
+        "  baseline RTT {} ms (the smallest of {} replies to {} probes; median {} ms, p99 {} ms)",
+        format::in_millis(baseline.rtt_ns as f64 * 1e-9, Digits::fixed(3)),
         report.replies,
         report.sent,
-        ms(report.rtt.p50_ns as f64),
-        ms(report.rtt.p99_ns as f64)
+        format::in_millis(report.rtt.p50_ns as f64 * 1e-9, Digits::fixed(3)),
+        format::in_millis(report.rtt.p99_ns as f64 * 1e-9, Digits::fixed(3))
     )
 }
 
@@ -325,7 +318,7 @@ fn print_plan(
     writeln!(
         out,
         "  bottleneck {} ({}, counting {})",
-        format::rate(plan.bottleneck_bps),
+        format::rate(plan.bottleneck_bps, Digits::fixed(2)),
         match plan.rate_source {
             pathlab_probe::rfc6349::RateSource::Given => "given with --rate",
             pathlab_probe::rfc6349::RateSource::Measured => "measured",
@@ -340,8 +333,8 @@ fn print_plan(
     writeln!(
         out,
         "  ideal TCP rate {} = {} x {} / {} (MTU {}: IP {} B, TCP {} B{}, link {} B{})",
-        format::rate(plan.ideal_rate_bps),
-        format::rate(plan.bottleneck_bps),
+        format::rate(plan.ideal_rate_bps, Digits::fixed(2)),
+        format::rate(plan.bottleneck_bps, Digits::fixed(2)),
         overhead.payload_bytes(plan.data_mtu_bytes),
         overhead.wire_bytes(plan.data_mtu_bytes),
         plan.data_mtu_bytes,
@@ -357,29 +350,29 @@ fn print_plan(
     )?;
     writeln!(
         out,
-        "  BDP {} ({} B) = {} x {}",
-        bytes(plan.bdp_bytes),
+        "  BDP {} ({} B) = {} x {} ms",
+        format::bytes_binary(plan.bdp_bytes, Digits::up_to(2)),
         plan.bdp_bytes,
-        format::rate(plan.bottleneck_bps),
-        ms(plan.baseline_rtt_ns as f64)
+        format::rate(plan.bottleneck_bps, Digits::fixed(2)),
+        format::in_millis(plan.baseline_rtt_ns as f64 * 1e-9, Digits::fixed(3))
     )?;
     writeln!(
         out,
         "  window needed {} (the BDP and a quarter more, for what the receiving host holds back)",
-        bytes(plan.window_needed_bytes)
+        format::bytes_binary(plan.window_needed_bytes, Digits::up_to(2))
     )?;
     match plan.window_limit {
         WindowLimit::Given => writeln!(
             out,
             "  window per connection {} (-w: socket buffers at both ends)",
-            bytes(plan.largest_window_bytes)
+            format::bytes_binary(plan.largest_window_bytes, Digits::up_to(2))
         )?,
         WindowLimit::Host => writeln!(
             out,
             "  largest window per connection {}: half the smaller of tcp_rmem max {} and \
              tcp_wmem max {}, within rmem_max {} and wmem_max {}{} (the server is assumed \
              to allow as much)",
-            bytes(plan.largest_window_bytes),
+            format::bytes_binary(plan.largest_window_bytes, Digits::up_to(2)),
             kernel.tcp_rmem[2],
             kernel.tcp_wmem[2],
             kernel.rmem_max,
@@ -396,18 +389,18 @@ fn print_plan(
             out,
             "  one connection is enough: its largest window holds what is needed (with {} in \
              flight it would reach {} at the baseline RTT); it gets a window of {}",
-            bytes(plan.largest_window_bytes),
-            format::rate(plan.one_connection_bps()),
-            bytes(plan.window_per_connection_bytes)
+            format::bytes_binary(plan.largest_window_bytes, Digits::up_to(2)),
+            format::rate(plan.one_connection_bps(), Digits::fixed(2)),
+            format::bytes_binary(plan.window_per_connection_bytes, Digits::up_to(2))
         )?;
     } else {
         writeln!(
             out,
             "  one connection's largest window holds less than that (at the baseline RTT it \
              reaches at most {}): {} connections of {} fill the pipe (RFC 6349 section 5.1)",
-            format::rate(plan.one_connection_bps()),
+            format::rate(plan.one_connection_bps(), Digits::fixed(2)),
             plan.connections,
-            bytes(plan.window_per_connection_bytes)
+            format::bytes_binary(plan.window_per_connection_bytes, Digits::up_to(2))
         )?;
     }
     writeln!(
@@ -437,10 +430,10 @@ fn print_phase(
     let steady = &result.steady;
     writeln!(
         out,
-        "  {} connection{} with {} windows: steady state {:.2}-{:.2} s ({}), {:.1} MB in {:.2} s = {}",
+        "  {} connection{} with {} windows: steady state {:.2}-{:.2} s ({}), {} in {:.2} s = {}",
         result.connections,
         if result.connections == 1 { "" } else { "s" },
-        bytes(result.window_per_connection_bytes),
+        format::bytes_binary(result.window_per_connection_bytes, Digits::up_to(2)),
         steady.from_ns as f64 * 1e-9,
         steady.to_ns as f64 * 1e-9,
         match steady.slow_start_end {
@@ -454,9 +447,9 @@ fn print_phase(
             ),
             SlowStartEnd::Floor => "no sign of slow start's end: from 10 RTTs on".to_owned(),
         },
-        result.steady_bytes as f64 / 1e6,
+        format::bytes_si(result.steady_bytes, Digits::fixed(1)),
         result.steady_s,
-        format::rate(result.throughput_bps)
+        format::rate(result.throughput_bps, Digits::fixed(2))
     )?;
     writeln!(
         out,
@@ -470,23 +463,23 @@ fn print_phase(
         result.transfer_time_ratio,
         result.actual_transfer_s,
         result.ideal_transfer_s,
-        format::rate(result.ideal_rate_bps),
+        format::rate(result.ideal_rate_bps, Digits::fixed(2)),
         result.mss_used_bytes,
         result.tcp_header_bytes
     )?;
     writeln!(
         out,
         "  TCP Efficiency          {}  ({} B transmitted, {} B in {} segments retransmitted)",
-        format::percent(result.tcp_efficiency),
+        format::fraction_as_percent(result.tcp_efficiency, Digits::fixed(2)),
         result.transmitted_bytes,
         result.retransmitted_bytes,
         result.retransmitted_segments
     )?;
     writeln!(
         out,
-        "  Buffer Delay Percentage {:.1}%  (mean smoothed RTT {} over {} TCP_INFO samples, every {} ms, of the steady state)",
-        result.buffer_delay_percent,
-        ms(result.mean_rtt_ns),
+        "  Buffer Delay Percentage {}  (mean smoothed RTT {} ms over {} TCP_INFO samples, every {} ms, of the steady state)",
+        format::percent_as_is(result.buffer_delay_percent, Digits::fixed(1)),
+        format::in_millis(result.mean_rtt_ns * 1e-9, Digits::fixed(3)),
         result.rtt_samples,
         options.sample_every.as_millis()
     )
@@ -497,13 +490,13 @@ fn print_summary(report: &Rfc6349Report) -> std::io::Result<()> {
     let answer = &report.answer().result;
     writeln!(
         out,
-        "summary: {} of an ideal {} (TTR {:.3}), TCP efficiency {}, buffer delay {:.1}%, \
+        "summary: {} of an ideal {} (TTR {:.3}), TCP efficiency {}, buffer delay {}, \
          {} connection{}, MTU {} up / {} down, MSS {} B, {} s per run, {}",
-        format::rate(answer.throughput_bps),
-        format::rate(answer.ideal_rate_bps),
+        format::rate(answer.throughput_bps, Digits::fixed(2)),
+        format::rate(answer.ideal_rate_bps, Digits::fixed(2)),
         answer.transfer_time_ratio,
-        format::percent(answer.tcp_efficiency),
-        answer.buffer_delay_percent,
+        format::fraction_as_percent(answer.tcp_efficiency, Digits::fixed(2)),
+        format::percent_as_is(answer.buffer_delay_percent, Digits::fixed(1)),
         answer.connections,
         if answer.connections == 1 { "" } else { "s" },
         report.mtu_up.mtu_bytes,

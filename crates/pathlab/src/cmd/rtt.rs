@@ -3,10 +3,11 @@
 use std::io::Write as _;
 use std::time::Duration;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
 
+use crate::chart;
 use crate::cmd::client::{measure_error, Progress};
-use crate::format;
 
 /// Arguments of `pathlab rtt`.
 #[derive(Debug, clap::Args)]
@@ -64,20 +65,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ms(ns: f64) -> String {
-    format!("{:.3}", ns / 1e6)
-}
-
 fn row(out: &mut impl std::io::Write, name: &str, p: &Percentiles) -> std::io::Result<()> {
     writeln!(
         out,
         "  {name:<10} min {:>9}  p50 {:>9}  p90 {:>9}  p99 {:>9}  max {:>9}  mean {:>9} ms",
-        ms(p.min_ns as f64),
-        ms(p.p50_ns as f64),
-        ms(p.p90_ns as f64),
-        ms(p.p99_ns as f64),
-        ms(p.max_ns as f64),
-        ms(p.mean_ns)
+        format::in_millis(p.min_ns as f64 * 1e-9, Digits::fixed(3)),
+        format::in_millis(p.p50_ns as f64 * 1e-9, Digits::fixed(3)),
+        format::in_millis(p.p90_ns as f64 * 1e-9, Digits::fixed(3)),
+        format::in_millis(p.p99_ns as f64 * 1e-9, Digits::fixed(3)),
+        format::in_millis(p.max_ns as f64 * 1e-9, Digits::fixed(3)),
+        format::in_millis(p.mean_ns * 1e-9, Digits::fixed(3))
     )
 }
 
@@ -89,9 +86,9 @@ fn print(r: &RttReport) -> std::io::Result<()> {
         r.sent,
         r.replies,
         r.lost_up,
-        format::percent(r.lost_up as f64 / r.sent.max(1) as f64),
+        format::fraction_as_percent(r.lost_up as f64 / r.sent.max(1) as f64, Digits::fixed(2)),
         r.lost_down,
-        format::percent(r.lost_down as f64 / r.sent.max(1) as f64),
+        format::fraction_as_percent(r.lost_down as f64 / r.sent.max(1) as f64, Digits::fixed(2)),
         r.duplicates
     )?;
     row(&mut out, "round trip", &r.rtt)?;
@@ -103,7 +100,10 @@ fn print(r: &RttReport) -> std::io::Result<()> {
         }
         OffsetBasis::Corrected => format!(
             "the server's clock is off by at least {} ms; the split is a bound",
-            ms(r.clock_offset_ns.unsigned_abs() as f64)
+            format::in_millis(
+                r.clock_offset_ns.unsigned_abs() as f64 * 1e-9,
+                Digits::fixed(3)
+            )
         ),
     };
     writeln!(out, "  one-way split: {basis}")?;
@@ -113,7 +113,7 @@ fn print(r: &RttReport) -> std::io::Result<()> {
         writeln!(
             out,
             "  round trip over time: {}",
-            format::sparkline(&rtts, 60)
+            chart::sparkline(&rtts, 60)
         )?;
     }
     Ok(())

@@ -4,12 +4,13 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
+use pathlab_core::format::{self, Digits};
 use pathlab_core::sim::{self, Load, SimConfig, SimReport};
 use pathlab_core::{Duration, LinkSpec};
 use pathlab_results::{ResultFile, RunResult};
 
 use crate::cmd::spec::parse_spec;
-use crate::{format, usage};
+use crate::{chart, usage};
 
 /// Arguments of `pathlab sim`.
 #[derive(Debug, clap::Args)]
@@ -130,18 +131,18 @@ fn human(report: &SimReport) -> String {
         let triple = |s: &pathlab_core::sim::Summary| {
             format!(
                 "{}/{}/{}",
-                format::millis(s.p50),
-                format::millis(s.p99),
-                format::millis(s.max)
+                format::in_millis(s.p50.as_secs_f64(), Digits::fixed(3)),
+                format::in_millis(s.p99.as_secs_f64(), Digits::fixed(3)),
+                format::in_millis(s.max.as_secs_f64(), Digits::fixed(3))
             )
         };
         let _ = writeln!(
             out,
             "{:<34} {:>14} {:>14} {:>8}  {:<28} {:<28}",
             load.description,
-            format::rate(load.offered_bps),
-            format::rate(load.delivered_bps),
-            format::percent(lost),
+            format::rate(load.offered_bps, Digits::fixed(2)),
+            format::rate(load.delivered_bps, Digits::fixed(2)),
+            format::fraction_as_percent(lost, Digits::fixed(2)),
             triple(&load.queue_delay),
             triple(&load.owd),
         );
@@ -167,7 +168,7 @@ fn human(report: &SimReport) -> String {
         let _ = writeln!(
             out,
             "\nforward queue, packets over time (peak {peak:.0}):\n  {}",
-            format::sparkline(&queue, 72)
+            chart::sparkline(&queue, 72)
         );
     }
     out

@@ -1,13 +1,14 @@
 //! `pathlab spec`: check a link spec and print its canonical form, or show the presets.
 
 use anyhow::anyhow;
+use pathlab_core::format::{self, Digits};
 use pathlab_core::spec::preset::{self, Direction, Preset, PRESETS};
 use pathlab_core::spec::{Discipline, RateSpec, SlotInterval};
 use pathlab_core::stage::rate::RateModel;
 use pathlab_core::{Duration, Instant, LinkSpec};
 use serde_json::json;
 
-use crate::{format, usage};
+use crate::usage;
 
 /// Arguments of `pathlab spec`.
 #[derive(Debug, clap::Args)]
@@ -146,7 +147,7 @@ fn show(name: &str, json: bool) -> anyhow::Result<()> {
     };
     println!(
         "round trip: {} ms of delay, before queueing and slots",
-        format::millis(round_trip)
+        format::in_millis(round_trip.as_secs_f64(), Digits::fixed(3))
     );
     println!("sources: {} (references: docs/presets.md)", preset.sources);
     if preset.is_asymmetric() {
@@ -169,6 +170,7 @@ fn one_way(spec: &LinkSpec) -> Duration {
 
 /// What a spec does, in words, a line per stage it has.
 fn meaning(spec: &LinkSpec) -> Vec<String> {
+    let ms = |d: Duration| format::in_millis(d.as_secs_f64(), Digits::fixed(3));
     let mut lines = Vec::new();
     if let Some(delay) = spec.delay {
         let jitter = if delay.jitter.is_zero() {
@@ -176,15 +178,12 @@ fn meaning(spec: &LinkSpec) -> Vec<String> {
         } else {
             format!(
                 ", jitter {} ms ({:?})",
-                format::millis(delay.jitter),
+                ms(delay.jitter),
                 delay.distribution
             )
             .to_lowercase()
         };
-        lines.push(format!(
-            "one-way delay {} ms{jitter}",
-            format::millis(delay.delay)
-        ));
+        lines.push(format!("one-way delay {} ms{jitter}", ms(delay.delay)));
     }
     if let Some(RateSpec::Fixed(fixed)) = &spec.rate {
         let cells = if fixed.cell_size > 0 {
@@ -197,7 +196,7 @@ fn meaning(spec: &LinkSpec) -> Vec<String> {
         };
         lines.push(format!(
             "bottleneck {}{cells}",
-            format::rate(fixed.rate.0 as f64)
+            format::rate(fixed.rate.0 as f64, Digits::fixed(2))
         ));
     }
     if let Some(RateSpec::Fixed(_)) = &spec.rate {
@@ -215,30 +214,26 @@ fn meaning(spec: &LinkSpec) -> Vec<String> {
             Discipline::TailDrop => "tail drop".to_owned(),
             Discipline::HeadDrop => "head drop".to_owned(),
             Discipline::Red(_) => "RED".to_owned(),
-            Discipline::Codel(c) => format!("CoDel, target {} ms", format::millis(c.target)),
+            Discipline::Codel(c) => format!("CoDel, target {} ms", ms(c.target)),
             Discipline::FqCodel(c) => {
-                format!("FQ-CoDel, target {} ms", format::millis(c.codel.target))
+                format!("FQ-CoDel, target {} ms", ms(c.codel.target))
             }
-            Discipline::Pie(c) => format!("PIE, target {} ms", format::millis(c.target)),
+            Discipline::Pie(c) => format!("PIE, target {} ms", ms(c.target)),
         };
         lines.push(format!(
             "queue {packets} packets, {discipline}: {} ms of full-size frames when full \
              (change with limit N or queue ...)",
-            format::millis(drain)
+            ms(drain)
         ));
     }
     if let Some(slot) = spec.slot {
         let every = match slot.interval {
             SlotInterval::Uniform { min, max } if min == max => {
-                format!("every {} ms", format::millis(min))
+                format!("every {} ms", ms(min))
             }
-            SlotInterval::Uniform { min, max } => format!(
-                "every {} to {} ms",
-                format::millis(min),
-                format::millis(max)
-            ),
+            SlotInterval::Uniform { min, max } => format!("every {} to {} ms", ms(min), ms(max)),
             SlotInterval::Distribution { delay, .. } => {
-                format!("every {} ms on average", format::millis(delay))
+                format!("every {} ms on average", ms(delay))
             }
         };
         lines.push(format!(

@@ -3,12 +3,13 @@
 
 use std::io::Write as _;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
 use pathlab_probe_driver::{TcpOptions, TcpTest};
 
 use crate::cmd::client::{measure_error, Progress};
-use crate::{format, usage};
+use crate::usage;
 
 /// Arguments of `pathlab tcp`.
 #[derive(Debug, clap::Args)]
@@ -145,35 +146,35 @@ fn print(report: &TcpTestReport) -> std::io::Result<()> {
                 out,
                 "  {from:6.2}-{to:6.2} s  {:10.2} MBytes  {}",
                 *bytes as f64 / 1e6,
-                format::rate(*bytes as f64 * 8.0 / (to - from))
+                format::rate(*bytes as f64 * 8.0 / (to - from), Digits::fixed(2))
             )?;
         }
         for stream in streams {
             let last = stream.samples.last().copied().unwrap_or_default();
-            let retrans_pct = if last.sent_bytes > 0 {
+            let retransmitted_fraction = if last.sent_bytes > 0 {
                 last.retrans_bytes as f64 / last.sent_bytes as f64
             } else {
                 0.0
             };
             writeln!(
                 out,
-                "  stream {}: {:.2} MBytes in {:.2} s, retransmitted {} segments ({} of bytes), last cwnd {} x {} B, srtt {:.3} ms",
+                "  stream {}: {:.2} MBytes in {:.2} s, retransmitted {} segments ({} of bytes), last cwnd {} x {} B, srtt {} ms",
                 stream.index,
                 stream.bytes as f64 / 1e6,
                 stream.receive_ns as f64 * 1e-9,
                 last.retrans_segments,
-                format::percent(retrans_pct),
+                format::fraction_as_percent(retransmitted_fraction, Digits::fixed(2)),
                 last.cwnd,
                 last.mss,
-                f64::from(last.srtt_us) / 1e3
+                format::in_millis(f64::from(last.srtt_us) * 1e-6, Digits::fixed(3))
             )?;
         }
     }
     writeln!(
         out,
         "total: up {}, down {}",
-        format::rate(report.up_bps),
-        format::rate(report.down_bps)
+        format::rate(report.up_bps, Digits::fixed(2)),
+        format::rate(report.down_bps, Digits::fixed(2))
     )?;
     writeln!(
         out,
