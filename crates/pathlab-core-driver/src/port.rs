@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
+use pathlab_core::wire::ethernet;
 use pathlab_os::buffers::BufferPool;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
@@ -498,7 +499,9 @@ fn deliver_frame(
     pool: &mut BufferPool,
     deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
 ) {
-    if data.len() < sys::VNET_HDR_LEN + 14 || wire_len as usize + sys::VNET_HDR_LEN > data.len() {
+    if data.len() < sys::VNET_HDR_LEN + ethernet::HEADER_LEN
+        || wire_len as usize + sys::VNET_HDR_LEN > data.len()
+    {
         counts.malformed += 1;
         return;
     }

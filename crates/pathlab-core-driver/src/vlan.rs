@@ -34,16 +34,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::port::{self, Port, PortError, ReceiveCounts, ReceiveMode, Receiver, Transmit};
+use pathlab_core::wire::ethernet::{VlanTag, TPID_8021Q, VLAN_TAG_LEN, VLAN_TAG_OFFSET};
 use pathlab_os::buffers::BufferPool;
 use pathlab_os::netns::Netns;
 use pathlab_os::offload::{self, Framing, VnetHeader};
 use pathlab_os::sys;
-
-/// The 802.1Q tag protocol identifier.
-pub const TPID_8021Q: u16 = 0x8100;
-
-/// Bytes an 802.1Q tag adds to a frame.
-pub const TAG_LEN: usize = 4;
 
 /// Why a VLAN setting is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -203,9 +198,9 @@ pub fn open_trunk(
 /// to VLAN `vid` (`untagged`: the trunk's untagged VLAN): what the socket filter lets
 /// through, checked again.
 fn is_ours(vid: u16, untagged: bool, tag: Option<(u16, u16)>) -> bool {
-    match tag {
+    match tag.map(|(tci, tpid)| VlanTag { tpid, tci }) {
         None => untagged,
-        Some((tci, TPID_8021Q)) => match tci & 0x0FFF {
+        Some(tag) if tag.tpid == TPID_8021Q => match tag.vid() {
             0 => untagged,
             tagged => tagged == vid,
         },
@@ -271,10 +266,8 @@ impl Port for VlanPort {
 }
 
 /// The 802.1Q tag of VLAN `vid`, priority 0, as it goes into a frame.
-pub fn tag_bytes(vid: u16) -> [u8; TAG_LEN] {
-    let [tpid_hi, tpid_lo] = TPID_8021Q.to_be_bytes();
-    let [tci_hi, tci_lo] = (vid & 0x0FFF).to_be_bytes();
-    [tpid_hi, tpid_lo, tci_hi, tci_lo]
+pub fn tag_bytes(vid: u16) -> [u8; VLAN_TAG_LEN] {
+    VlanTag::dot1q(vid).to_bytes()
 }
 
 /// A [`VlanPort`]'s sending half: its send socket (a duplicate descriptor), writing its
@@ -283,11 +276,8 @@ pub fn tag_bytes(vid: u16) -> [u8; TAG_LEN] {
 struct VlanTx {
     socket: OwnedFd,
     /// `None`: the VLAN leaves untagged.
-    tag: Option<[u8; TAG_LEN]>,
+    tag: Option<[u8; VLAN_TAG_LEN]>,
 }
-
-/// Where a tag goes: after the destination and source MAC addresses.
-const TAG_AT: usize = 12;
 
 /// `vnet` for the packet once a tag is in it: the offsets into it move by the tag.
 fn shifted(vnet: &VnetHeader) -> VnetHeader {
@@ -295,7 +285,7 @@ fn shifted(vnet: &VnetHeader) -> VnetHeader {
         if offset == 0 {
             0
         } else {
-            offset + TAG_LEN as u16
+            offset + VLAN_TAG_LEN as u16
         }
     };
     VnetHeader {
@@ -316,9 +306,14 @@ impl Transmit for VlanTx {
 
     fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
         match &self.tag {
-            Some(tag) if packet.len() >= TAG_AT => {
+            Some(tag) if packet.len() >= VLAN_TAG_OFFSET => {
                 let vnet = shifted(vnet).to_bytes();
-                let parts: [&[u8]; 4] = [&vnet, &packet[..TAG_AT], tag, &packet[TAG_AT..]];
+                let parts: [&[u8]; 4] = [
+                    &vnet,
+                    &packet[..VLAN_TAG_OFFSET],
+                    tag,
+                    &packet[VLAN_TAG_OFFSET..],
+                ];
                 sys::write_gather(self.socket.as_fd(), &parts).map(drop)
             }
             _ => sys::write_two(self.socket.as_fd(), &vnet.to_bytes(), packet).map(drop),
@@ -335,7 +330,12 @@ impl Transmit for VlanTx {
             None => (vnet.to_bytes(), &[]),
         };
         let mut parts: [&[u8]; sys::GATHER_MAX] = [&[]; sys::GATHER_MAX];
-        parts[..4].copy_from_slice(&[&vnet, &headers[..TAG_AT], tag, &headers[TAG_AT..]]);
+        parts[..4].copy_from_slice(&[
+            &vnet,
+            &headers[..VLAN_TAG_OFFSET],
+            tag,
+            &headers[VLAN_TAG_OFFSET..],
+        ]);
         for (part, frame) in parts[4..].iter_mut().zip(frames) {
             *part = &frame[headers.len()..];
         }

@@ -1,7 +1,8 @@
 //! pathlab-core: the sans-IO network path emulation model.
 //!
 //! This layer holds time, packets, impairment stages, queues and AQMs, rate models and the
-//! links they compose, and the parser for link specifications. It performs no I/O, reads
+//! links they compose, the parser for link specifications, and checked views of the wire
+//! formats the model and its drivers read ([`wire`]). It performs no I/O, reads
 //! no clock and starts no thread: every entry point takes `now`, and randomness comes from
 //! a seeded [`rng::Rng`]. That is what lets every model run in a discrete-event simulation
 //! in virtual time ([`sim`]), exactly and fast, and be driven by a real-time emulator in
@@ -27,6 +28,7 @@ pub mod stage;
 pub mod time;
 pub mod units;
 pub mod verdict;
+pub mod wire;
 
 pub use link::{Link, Path};
 pub use packet::{Ecn, Packet};

@@ -413,7 +413,8 @@ impl Link {
         packet.queue_delay = Duration::ZERO;
         self.truth.arrive(&packet, None);
         if let Some(mtu) = self.spec.mtu {
-            if packet.len_bytes > mtu + crate::spec::ETHERNET_HEADER_BYTES {
+            // The MTU counts the IP packet; the frame's Ethernet header comes on top.
+            if packet.len_bytes > mtu + crate::wire::ethernet::HEADER_LEN as u32 {
                 self.verdicts.drop_packet(packet, DropReason::Mtu, now);
                 self.truth.settle(&mut self.verdicts);
                 return;

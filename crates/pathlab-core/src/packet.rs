@@ -6,6 +6,7 @@
 //! has no bytes, only a length, a flow and ECN bits: simulations use those.
 
 use crate::time::Instant;
+use crate::wire::ethernet::{self, EthernetFrame};
 
 /// The two ECN bits of the IP header (RFC 3168).
 #[derive(
@@ -89,11 +90,6 @@ pub struct Packet {
     ip: IpHeader,
 }
 
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86DD;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88A8;
-
 impl Packet {
     /// A packet without bytes, of `len_bytes`, in flow `flow`.
     pub fn synthetic(now: Instant, len_bytes: u32, flow: FlowHash, ecn: Ecn) -> Packet {
@@ -112,31 +108,22 @@ impl Packet {
         }
     }
 
-    /// A packet from an Ethernet frame (VLAN and QinQ tags are skipped to find IP).
+    /// A packet from an Ethernet frame (VLAN tags, [`ethernet::VLAN_TPIDS`], are skipped to
+    /// find IP).
     pub fn from_ethernet(now: Instant, data: Vec<u8>) -> Packet {
-        let mut offset = 12;
-        let mut ip = IpHeader::None;
-        while let Some(ethertype) = read_u16(&data, offset) {
-            match ethertype {
-                ETHERTYPE_VLAN | ETHERTYPE_QINQ => offset += 4,
-                ETHERTYPE_IPV4 => {
-                    ip = IpHeader::V4 {
-                        offset: (offset + 2) as u16,
-                    };
-                    break;
-                }
-                ETHERTYPE_IPV6 => {
-                    ip = IpHeader::V6 {
-                        offset: (offset + 2) as u16,
-                    };
-                    break;
-                }
-                _ => break,
-            }
-            if offset > 64 {
-                break;
-            }
-        }
+        let ip = match EthernetFrame::new_checked(&data) {
+            // At most 14 + MAX_VLAN_TAGS x 4 bytes in: the offset fits a u16.
+            Ok(frame) => match frame.ethertype() {
+                ethernet::ETHERTYPE_IPV4 => IpHeader::V4 {
+                    offset: frame.payload_offset() as u16,
+                },
+                ethernet::ETHERTYPE_IPV6 => IpHeader::V6 {
+                    offset: frame.payload_offset() as u16,
+                },
+                _ => IpHeader::None,
+            },
+            Err(_) => IpHeader::None,
+        };
         Packet::with_ip_header(now, data, ip)
     }
 
@@ -213,11 +200,6 @@ impl Packet {
     }
 }
 
-fn read_u16(data: &[u8], offset: usize) -> Option<u16> {
-    let bytes = data.get(offset..offset + 2)?;
-    Some(u16::from_be_bytes([bytes[0], bytes[1]]))
-}
-
 /// FNV-1a over the 5-tuple: stable across runs and platforms, fast, good enough to spread
 /// flows over fair-queueing buckets (which add their own perturbation).
 fn flow_hash(parts: &[&[u8]]) -> FlowHash {
@@ -278,6 +260,7 @@ fn parse_ipv6(data: &[u8], offset: usize) -> Option<(FlowHash, Ecn)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::ethernet::ETHERTYPE_IPV4;
 
     fn ipv4_udp_frame(tos: u8, src_port: u16) -> Vec<u8> {
         let mut frame = vec![0u8; 14 + 20 + 8];
@@ -326,6 +309,24 @@ mod tests {
         let packet = Packet::from_ethernet(Instant::ZERO, frame);
         assert_eq!(packet.ip_offset(), Some(18));
         assert_eq!(packet.ecn, Ecn::Ect1);
+    }
+
+    /// Guards the one tag walker: the link model classifies the flows of QinQ frames with
+    /// any of the three TPIDs, as the offload code and the capture decoder do.
+    #[test]
+    fn qinq_and_pre_standard_9100_tagged_frames_are_parsed() {
+        let untagged = Packet::from_ethernet(Instant::ZERO, ipv4_udp_frame(0b10, 5));
+        for tags in [
+            [0x88, 0xA8, 0x00, 0x64, 0x81, 0x00, 0x00, 0x2A],
+            [0x91, 0x00, 0x00, 0x64, 0x81, 0x00, 0x00, 0x2A],
+        ] {
+            let mut frame = ipv4_udp_frame(0b10, 5);
+            frame.splice(12..12, tags);
+            let packet = Packet::from_ethernet(Instant::ZERO, frame);
+            assert_eq!(packet.ip_offset(), Some(22), "{tags:x?}");
+            assert_eq!(packet.flow, untagged.flow, "{tags:x?}");
+            assert_eq!(packet.ecn, Ecn::Ect0);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::time::Duration;
 
 /// Bytes of a full-size Ethernet frame (1500 B of IP, 14 B of header): what a bottleneck
 /// queue holds when a bulk TCP flow fills it.
-pub const FRAME_BYTES: f64 = 1514.0;
+pub const FRAME_BYTES: f64 = 1500.0 + crate::wire::ethernet::HEADER_LEN as f64;
 
 /// TCP payload of a full-size packet with timestamps (1500 - 20 - 20 - 12 B).
 pub const MSS_BYTES: f64 = 1448.0;

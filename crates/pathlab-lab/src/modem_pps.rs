@@ -20,8 +20,9 @@
 //! model is a link spec the recipe runs as it is.
 
 use pathlab_core::format::{self, Digits};
-use pathlab_core::spec::{FixedRate, RateSpec, ETHERNET_HEADER_BYTES};
+use pathlab_core::spec::{FixedRate, RateSpec};
 use pathlab_core::units::{FRAME_BYTES, MSS_BYTES};
+use pathlab_core::wire::ethernet;
 use pathlab_core::{BitsPerSec, LinkSpec, PacketsPerSec};
 use pathlab_probe::mtu::IPV4_UDP_OVERHEAD;
 use pathlab_results::lab::{LabOutcome, LabRun};
@@ -30,7 +31,7 @@ use pathlab_results::lab::{LabOutcome, LabRun};
 pub const RECIPE: &str = "modem-pps";
 
 /// Bytes of an Ethernet frame beyond its UDP payload (IPv4).
-pub const UDP_FRAME_OVERHEAD: u32 = ETHERNET_HEADER_BYTES + IPV4_UDP_OVERHEAD;
+pub const UDP_FRAME_OVERHEAD: u32 = ethernet::HEADER_LEN as u32 + IPV4_UDP_OVERHEAD;
 
 /// The rate the seed offered its probes at, bits/s of UDP payload.
 pub const SEED_OFFERED_BPS: f64 = 10e6;

@@ -10,6 +10,8 @@
 //! because a frame sent through a packet socket reaches the peer as "checksum unknown" and
 //! a receiver drops a TCP segment whose checksum field still holds the partial sum.
 
+use pathlab_core::wire::ethernet::{self, EthernetFrame, VlanTag};
+
 use crate::buffers::BufferPool;
 
 /// `virtio_net_hdr` flags: the checksum from `csum_start` on is still to be computed.
@@ -107,33 +109,27 @@ pub enum Framing {
     Ip,
 }
 
-impl Framing {
-    /// The offset of the IP header when there are no VLAN tags.
-    fn ip_offset(self) -> usize {
-        match self {
-            Framing::Ethernet => 14,
-            Framing::Ip => 0,
+/// Where the IP header starts in a frame (after any VLAN tags), and its version, with
+/// the number of VLAN tags before it.
+fn ip_header(frame: &[u8], framing: Framing) -> Option<(usize, u8, usize)> {
+    match framing {
+        Framing::Ethernet => {
+            let ethernet = EthernetFrame::new_checked(frame).ok()?;
+            let version = match ethernet.ethertype() {
+                ethernet::ETHERTYPE_IPV4 => 4,
+                ethernet::ETHERTYPE_IPV6 => 6,
+                _ => return None,
+            };
+            Some((
+                ethernet.payload_offset(),
+                version,
+                ethernet.vlan_tag_count(),
+            ))
         }
-    }
-}
-
-/// Where the IP header starts in a frame (after any VLAN tags), and its version.
-fn ip_header(frame: &[u8], framing: Framing) -> Option<(usize, u8)> {
-    if framing == Framing::Ip {
-        return match frame.first()? >> 4 {
-            version @ (4 | 6) => Some((0, version)),
+        Framing::Ip => match frame.first()? >> 4 {
+            version @ (4 | 6) => Some((0, version, 0)),
             _ => None,
-        };
-    }
-    let mut offset = 12;
-    loop {
-        let ethertype = u16::from_be_bytes([*frame.get(offset)?, *frame.get(offset + 1)?]);
-        match ethertype {
-            0x8100 | 0x88A8 => offset += 4,
-            0x0800 => return Some((offset + 2, 4)),
-            0x86DD => return Some((offset + 2, 6)),
-            _ => return None,
-        }
+        },
     }
 }
 
@@ -255,7 +251,7 @@ fn segment(
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     let gso_type = vnet.gso_type & !GSO_ECN;
-    let (ip, version) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
+    let (ip, version, _) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
     let l4 = vnet.csum_start as usize;
     let (protocol, l4_header_len) = match gso_type {
         GSO_TCPV4 | GSO_TCPV6 => {
@@ -350,15 +346,10 @@ fn segment(
 /// header's offset, the TCP header length and the payload length; `None` for anything
 /// else.
 fn plain_tcp(frame: &[u8], framing: Framing) -> Option<(u8, usize, usize, usize, usize)> {
-    let ip = framing.ip_offset();
-    let version = match framing {
-        Framing::Ethernet => match u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]) {
-            0x0800 => 4,
-            0x86DD => 6,
-            _ => return None,
-        },
-        Framing::Ip => frame.first()? >> 4,
-    };
+    let (ip, version, vlan_tags) = ip_header(frame, framing)?;
+    if vlan_tags != 0 {
+        return None;
+    }
     let l4 = match version {
         4 => {
             let header = frame.get(ip..ip + 20)?;
@@ -542,13 +533,11 @@ impl VnetHeader {
 /// Puts back a VLAN tag the driver carried outside the frame (`tci`, `tpid`), after the
 /// two MAC addresses.
 pub fn insert_vlan_tag(frame: &mut Vec<u8>, tci: u16, tpid: u16) {
-    if frame.len() < 12 {
+    if frame.len() < ethernet::VLAN_TAG_OFFSET {
         return;
     }
-    let mut tag = [0u8; 4];
-    tag[..2].copy_from_slice(&tpid.to_be_bytes());
-    tag[2..].copy_from_slice(&tci.to_be_bytes());
-    frame.splice(12..12, tag);
+    let at = ethernet::VLAN_TAG_OFFSET;
+    frame.splice(at..at, VlanTag { tpid, tci }.to_bytes());
 }
 
 #[cfg(test)]
@@ -653,6 +642,43 @@ mod tests {
             rebuilt.extend_from_slice(&segment[66..]);
         }
         assert_eq!(rebuilt, payload);
+    }
+
+    /// Guards the one tag walker: a super-packet behind QinQ tags with any of the three
+    /// TPIDs is cut, its tags copied into every segment.
+    #[test]
+    fn tso_packet_behind_qinq_tags_is_cut() {
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        for outer in [ethernet::TPID_8021AD, ethernet::TPID_QINQ_9100] {
+            let mut frame = tcp_v4_frame(&payload, 0x18);
+            let tags = [
+                VlanTag {
+                    tpid: outer,
+                    tci: 100,
+                }
+                .to_bytes(),
+                VlanTag::dot1q(5).to_bytes(),
+            ]
+            .concat();
+            frame.splice(12..12, tags.iter().copied());
+            let vnet = VnetHeader {
+                flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+                gso_type: GSO_TCPV4,
+                hdr_len: 74,
+                gso_size: 1448,
+                csum_start: 42,
+                csum_offset: 16,
+            };
+            let mut segments = Vec::new();
+            let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
+            assert_eq!(count, 3, "outer TPID {outer:#06x}");
+            for segment in &segments {
+                assert_eq!(&segment[12..20], &tags[..]);
+                let mut untagged = segment.clone();
+                untagged.drain(12..20);
+                verify_ipv4_tcp(&untagged);
+            }
+        }
     }
 
     #[test]

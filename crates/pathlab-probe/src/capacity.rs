@@ -19,14 +19,11 @@
 //! binary search over `R` between 0 and the capacity narrows the bracket in which the
 //! verdict flips; the available bandwidth is its middle, the bracket its range.
 
+use pathlab_core::wire::ethernet;
 use serde::{Deserialize, Serialize};
 
 use crate::control::{Direction, ReceivedProbe};
 use crate::owd::{delay_trend, QueueVerdict};
-
-/// Bytes of an Ethernet header: what a frame adds to an IP packet on the links Linux, tc,
-/// netem and pathlab's emulator rate-limit (preamble, FCS and gap not counted).
-pub const ETHERNET_HEADER_BYTES: u32 = 14;
 
 /// A median with its 95% confidence interval (distribution-free, from order statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -178,7 +175,10 @@ pub fn combine(
         (None, Some(p)) => (p.median_bps, p.low_bps, p.high_bps, "pairs"),
         (None, None) => return None,
     };
-    let frame = f64::from(packet_bytes + ETHERNET_HEADER_BYTES) / f64::from(packet_bytes);
+    // The Ethernet header is what a frame adds to an IP packet on the links Linux, tc,
+    // netem and pathlab's emulator rate-limit (preamble, FCS and gap not counted).
+    let frame_bytes = packet_bytes + ethernet::HEADER_LEN as u32;
+    let frame = f64::from(frame_bytes) / f64::from(packet_bytes);
     Some(Capacity {
         capacity_bps: capacity,
         low_bps: low,

@@ -68,6 +68,7 @@
 //! RTTs after the first, with the line to itself. So with N connections the steady state
 //! ends N - 1 baseline RTTs before the test's end, when all are still sending.
 
+use pathlab_core::wire::ethernet;
 use serde::{Deserialize, Serialize};
 
 use crate::capacity::{CapacityProgress, CapacityReport};
@@ -79,19 +80,16 @@ use crate::tcp::{StreamReport, TcpSample, TcpTestReport};
 /// Ethernet's preamble (7 bytes) and start-of-frame delimiter (1), on the wire before
 /// every frame.
 pub const ETHERNET_PREAMBLE_SFD_BYTES: u32 = 8;
-/// Ethernet header: destination and source MAC addresses and the EtherType.
-pub const ETHERNET_HEADER_BYTES: u32 = 14;
 /// Ethernet frame check sequence (CRC-32).
 pub const ETHERNET_FCS_BYTES: u32 = 4;
 /// Ethernet's minimum inter-frame gap: 96 bit times of silence.
 pub const ETHERNET_INTERFRAME_GAP_BYTES: u32 = 12;
-/// Everything physical Ethernet adds to an IP packet: 8 + 14 + 4 + 12 = 38 bytes.
+/// Everything physical Ethernet adds to an IP packet: 8 + 14 (the header) + 4 + 12 = 38
+/// bytes.
 pub const ETHERNET_OVERHEAD_BYTES: u32 = ETHERNET_PREAMBLE_SFD_BYTES
-    + ETHERNET_HEADER_BYTES
+    + ethernet::HEADER_LEN as u32
     + ETHERNET_FCS_BYTES
     + ETHERNET_INTERFRAME_GAP_BYTES;
-/// An 802.1Q VLAN tag.
-pub const VLAN_TAG_BYTES: u32 = 4;
 /// PPP in HDLC-like framing (RFC 1662): flag, address, control, 2-byte protocol, 2-byte
 /// FCS, closing flag. The framing of the RFC's T3 example.
 pub const PPP_OVERHEAD_BYTES: u32 = 8;
@@ -140,10 +138,14 @@ impl Framing {
     /// The bytes this framing adds to every IP packet, with a VLAN tag if `vlan` (the tag
     /// is part of the frame, so `ip` has none).
     pub fn link_overhead_bytes(self, vlan: bool) -> u32 {
-        let tag = if vlan { VLAN_TAG_BYTES } else { 0 };
+        let tag = if vlan {
+            ethernet::VLAN_TAG_LEN as u32
+        } else {
+            0
+        };
         match self {
             Framing::Ethernet => ETHERNET_OVERHEAD_BYTES + tag,
-            Framing::Frame => ETHERNET_HEADER_BYTES + tag,
+            Framing::Frame => ethernet::HEADER_LEN as u32 + tag,
             Framing::Ip => 0,
         }
     }

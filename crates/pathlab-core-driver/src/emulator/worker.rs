@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use pathlab_core::time::{Duration, Instant};
+use pathlab_core::wire::ethernet;
 use pathlab_core::{Link, LinkSpec, Packet};
 use pathlab_results::recording::RecordingLine;
 
@@ -284,7 +285,7 @@ impl Direction {
                             let mut packet = Packet::from_ip(at, frame);
                             // Account a TUN packet as the Ethernet frame it would be on a wire, so
                             // `rate` means the same through `shell` as through `emulate`.
-                            packet.len_bytes += 14;
+                            packet.len_bytes += ethernet::HEADER_LEN as u32;
                             packet
                         }
                     };

@@ -61,9 +61,6 @@ pub struct LinkSpec {
     pub seed: Option<u64>,
 }
 
-/// Bytes of a frame's Ethernet header, which a link's `mtu` does not count.
-pub const ETHERNET_HEADER_BYTES: u32 = 14;
-
 /// The smallest `mtu` a spec may set: IPv4's minimum (RFC 791).
 pub const MIN_MTU: u32 = 68;
 

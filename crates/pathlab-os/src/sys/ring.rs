@@ -210,7 +210,7 @@ pub(super) fn vlan_tag(status: u32, tci: u16, tpid: u16) -> Option<(u16, u16)> {
         let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
             tpid
         } else {
-            0x8100
+            pathlab_core::wire::ethernet::TPID_8021Q
         };
         (tci, tpid)
     })

@@ -13,12 +13,12 @@
 use std::io;
 use std::os::fd::BorrowedFd;
 
+use pathlab_core::wire::ethernet;
+
 use super::setsockopt;
 
 /// `PACKET_OUTGOING`: a frame this host sent.
 const PACKET_OUTGOING: u32 = 4;
-/// The 802.1Q tag protocol identifier.
-const TPID_8021Q: u32 = 0x8100;
 /// The first four bytes of the IEEE 802.1D reserved group addresses 01-80-C2-00-00-00 to
 /// 0F (STP, pause, LACP, 802.1X, LLDP): frames for the link they arrived on, which no
 /// bridge forwards.
@@ -85,9 +85,12 @@ fn program(filter: VlanFilter) -> Vec<libc::sock_filter> {
         jump(JEQ, 0, to(7, UNTAGGED), 0),
         // 8-12: 802.1Q with this VID; VID 0 (priority tag only) counts as untagged.
         load_ancillary(libc::SKF_AD_VLAN_TPID),
-        jump(JEQ, TPID_8021Q, 0, to(9, DROP)),
+        jump(JEQ, u32::from(ethernet::TPID_8021Q), 0, to(9, DROP)),
         load_ancillary(libc::SKF_AD_VLAN_TAG),
-        statement(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, 0x0FFF),
+        statement(
+            libc::BPF_ALU | libc::BPF_AND | libc::BPF_K,
+            u32::from(ethernet::VID_MASK),
+        ),
         jump(JEQ, u32::from(filter.vid), to(12, ACCEPT), 0),
         // 13 (UNTAGGED, and VID 0 falls through to here from 12 only when it is 0).
         jump(JEQ, 0, to(13, untagged_verdict), to(13, DROP)),

@@ -1,6 +1,6 @@
 //! TCP segments out of captured frames: the link layer ([`super::format`]'s link types,
-//! 802.1Q and QinQ tags), IPv4 or IPv6 (extension headers skipped), then TCP with its
-//! options.
+//! and the VLAN tags [`EthernetFrame`] skips), IPv4 or IPv6 (extension headers skipped),
+//! then TCP with its options.
 //!
 //! Lengths come from the headers, not from what was captured: a frame cut by the snaplen
 //! still says how much payload it carried (its IP total length less the headers). A capture
@@ -9,6 +9,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use pathlab_core::wire::ethernet::{EthernetError, EthernetFrame, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+
 use super::format::{
     LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
     LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW,
@@ -16,9 +18,6 @@ use super::format::{
 
 /// Offsets of the headers' fields.
 mod field {
-    pub const ETHERNET_TYPE: usize = 12;
-    pub const ETHERNET_HEADER: usize = 14;
-    pub const VLAN_TAG: usize = 4;
     pub const SLL_PROTOCOL: usize = 14;
     pub const SLL_HEADER: usize = 16;
     pub const SLL2_PROTOCOL: usize = 0;
@@ -48,11 +47,6 @@ mod field {
     pub const TCP_MIN_HEADER: usize = 20;
 }
 
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86DD;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88A8;
-const ETHERTYPE_QINQ_OLD: u16 = 0x9100;
 const IP_PROTOCOL_TCP: u8 = 6;
 /// IPv6 extension headers skipped on the way to TCP: hop-by-hop, routing, destination
 /// options (length in 8-byte units after the first 8), and fragment (8 bytes).
@@ -60,8 +54,6 @@ const IPV6_HOP_BY_HOP: u8 = 0;
 const IPV6_ROUTING: u8 = 43;
 const IPV6_FRAGMENT: u8 = 44;
 const IPV6_DESTINATION_OPTIONS: u8 = 60;
-/// More VLAN tags than this in one frame is a corrupt frame.
-const MAX_VLAN_TAGS: usize = 4;
 
 /// The TCP header's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,24 +172,16 @@ pub fn decode(
 ) -> Result<Option<TcpSegment>, DecodeError> {
     let (ethertype, at, vlan) = match link_type {
         LINKTYPE_ETHERNET => {
-            let mut ethertype =
-                u16_at(data, field::ETHERNET_TYPE).ok_or(truncated("Ethernet", data.len()))?;
-            let mut at = field::ETHERNET_HEADER;
-            let mut tags = 0;
-            while matches!(
-                ethertype,
-                ETHERTYPE_VLAN | ETHERTYPE_QINQ | ETHERTYPE_QINQ_OLD
-            ) {
-                tags += 1;
-                if tags > MAX_VLAN_TAGS {
-                    return Err(DecodeError::Malformed(format!(
-                        "more than {MAX_VLAN_TAGS} VLAN tags"
-                    )));
-                }
-                ethertype = u16_at(data, at + 2).ok_or(truncated("802.1Q tag", data.len()))?;
-                at += field::VLAN_TAG;
-            }
-            (Some(ethertype), at, tags > 0)
+            let frame = EthernetFrame::new_checked(data).map_err(|error| match error {
+                EthernetError::Truncated { len } => truncated("Ethernet", len),
+                EthernetError::TruncatedTag { len, .. } => truncated("802.1Q tag", len),
+                EthernetError::TooManyTags => DecodeError::Malformed(error.to_string()),
+            })?;
+            (
+                Some(frame.ethertype()),
+                frame.payload_offset(),
+                frame.vlan_tag_count() > 0,
+            )
         }
         LINKTYPE_LINUX_SLL => (
             Some(u16_at(data, field::SLL_PROTOCOL).ok_or(truncated("Linux cooked", data.len()))?),
