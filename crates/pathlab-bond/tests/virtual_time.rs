@@ -108,8 +108,7 @@ fn queue_delay_ms(records: &[PacketRecord], from: Instant, to: Instant, q: f64) 
         .collect();
     assert!(!delays.is_empty(), "no packets between {from} and {to}");
     delays.sort_by(f64::total_cmp);
-    let rank = ((q * delays.len() as f64).ceil() as usize).clamp(1, delays.len());
-    delays[rank - 1]
+    pathlab_core::quantile::of_sorted(&delays, q).expect("not empty")
 }
 
 /// Bytes (as the link counts them) that left the link between `from` and `to`.
@@ -373,7 +372,7 @@ fn pinger_added_rtts_ms(fair: pathlab_bond::fair::FairKey, offset_ms: u64) -> Ve
         idle.len(),
         loaded.len()
     );
-    let idle_median = idle[idle.len() / 2];
+    let idle_median = pathlab_core::quantile::of_sorted(&idle, 0.5).expect("idle samples");
     loaded.iter().map(|rtt| rtt - idle_median).collect()
 }
 
@@ -386,8 +385,8 @@ fn pinger_added_rtt_ms(fair: pathlab_bond::fair::FairKey, offsets_ms: &[u64]) ->
         .flat_map(|&offset| pinger_added_rtts_ms(fair, offset))
         .collect();
     added.sort_by(f64::total_cmp);
-    let p95 = added[(added.len() * 95).div_ceil(100) - 1];
-    (added[added.len() / 2], p95)
+    let quantile = |q| pathlab_core::quantile::of_sorted(&added, q).expect("added samples");
+    (quantile(0.5), quantile(0.95))
 }
 
 #[test]

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use pathlab_core::LinkSpec;
+use pathlab_core::{quantile, LinkSpec};
 use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorStats};
 use pathlab_core_driver::port::{PacketPort, ReceiveMode};
 use pathlab_os::topology::{Check, Line, Middle, R_PORT_H1, R_PORT_H2};
@@ -82,10 +82,6 @@ fn wanted(part: &str) -> bool {
         .map_or(true, |parts| parts.split(',').any(|p| p.trim() == part))
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
-}
-
 fn main() {
     if pathlab_os::require_net_admin("the forwarding benchmark").is_err() {
         eprintln!("the forwarding benchmark needs CAP_NET_ADMIN: run it as root");
@@ -149,11 +145,12 @@ fn empty_spec_runs(rounds: usize) -> f64 {
     }
     ratios.sort_by(f64::total_cmp);
     kernel_rates.sort_by(f64::total_cmp);
-    println!("  median ratio {:.3}", ratios[rounds / 2]);
+    let median = |sorted: &[f64]| quantile::of_sorted(sorted, 0.5).expect("at least one round");
+    println!("  median ratio {:.3}", median(&ratios));
     let stats = last_stats.expect("at least one round");
     print_lateness("  sent late (empty spec)", &stats);
 
-    kernel_rates[rounds / 2]
+    median(&kernel_rates)
 }
 
 /// UDP at 100 Mbit/s through `delay 10ms`: the one-way delay the application sees beyond
@@ -173,10 +170,16 @@ fn udp_lateness() {
         "UDP 100 Mbit/s of 1472-byte datagrams through 'delay 10ms' ({} received):",
         delays.len()
     );
+    let added_us = |q| {
+        quantile::of_sorted(&added, q)
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e6
+    };
     println!(
         "  one-way delay minus 10 ms, application to application: p50 {:.1} us, p99 {:.1} us",
-        percentile(&added, 0.5).as_secs_f64() * 1e6,
-        percentile(&added, 0.99).as_secs_f64() * 1e6
+        added_us(0.5),
+        added_us(0.99)
     );
     print_lateness("  emulator's own send error", &stats);
 }
@@ -324,8 +327,8 @@ fn bidirectional_runs(rounds: usize) {
     pathlab.sort_by(f64::total_cmp);
     println!(
         "  median gain: kernel bridge {:.2}, pathlab emulate {:.2}",
-        kernel[rounds / 2],
-        pathlab[rounds / 2]
+        quantile::of_sorted(&kernel, 0.5).expect("at least one round"),
+        quantile::of_sorted(&pathlab, 0.5).expect("at least one round")
     );
 }
 

@@ -74,26 +74,19 @@ fn upper_edge_ns(index: usize) -> u64 {
     ((SUB_BUCKETS + sub + 1) << (octave - 5)) * 1_000
 }
 
-/// The nearest-rank quantile `q` of a histogram of `count` values whose largest is
-/// `max_ns`: the first bucket where the running count reaches `ceil(q x count)`, reported
-/// as its upper edge (a bound, not an estimate) capped by the largest value. The one
-/// quantile of lateness: the whole run's and the window's.
+/// The quantile `q` of a histogram of `count` values whose largest is `max_ns`, in the
+/// bucket [`pathlab_core::quantile::bucket_of`] finds (nearest rank), reported as its
+/// upper edge (a bound, not an estimate) capped by the largest value. The one quantile of
+/// lateness: the whole run's and the window's.
 fn quantile_ns(counts: impl Iterator<Item = u64>, count: u64, max_ns: u64, q: f64) -> u64 {
     if count == 0 {
         return 0;
     }
-    let rank = ((q * count as f64).ceil() as u64).clamp(1, count);
-    let mut seen = 0;
-    for (index, n) in counts.enumerate() {
-        seen += n;
-        if seen >= rank {
-            if index == BUCKETS - 1 {
-                return max_ns;
-            }
-            return upper_edge_ns(index).min(max_ns);
-        }
+    match pathlab_core::quantile::bucket_of(counts, count, q) {
+        Some(index) if index < BUCKETS - 1 => upper_edge_ns(index).min(max_ns),
+        // The last bucket has no upper edge (and counts short of `count` cannot happen).
+        _ => max_ns,
     }
-    max_ns
 }
 
 /// How late a direction sent compared with its model: the whole run, the last second,

@@ -1,8 +1,9 @@
 //! pathlab-core: the sans-IO network path emulation model.
 //!
 //! This layer holds time, packets, impairment stages, queues and AQMs, rate models and the
-//! links they compose, the parser for link specifications, and checked views of the wire
-//! formats the model and its drivers read ([`wire`]). It performs no I/O, reads
+//! links they compose, the parser for link specifications, checked views of the wire
+//! formats the model and its drivers read ([`wire`]), and the one [`quantile`] definition
+//! every crate reports percentiles by. It performs no I/O, reads
 //! no clock and starts no thread: every entry point takes `now`, and randomness comes from
 //! a seeded [`rng::Rng`]. That is what lets every model run in a discrete-event simulation
 //! in virtual time ([`sim`]), exactly and fast, and be driven by a real-time emulator in
@@ -19,6 +20,7 @@ pub mod format;
 pub mod harness;
 pub mod link;
 pub mod packet;
+pub mod quantile;
 pub mod queue;
 pub mod record;
 pub mod rng;

@@ -162,7 +162,7 @@ pub struct Summary {
     pub min: Duration,
     /// Mean (rounded to the nanosecond).
     pub mean: Duration,
-    /// Median (nearest rank).
+    /// Median ([nearest rank](crate::quantile)).
     pub p50: Duration,
     /// 90th percentile.
     pub p90: Duration,
@@ -180,9 +180,7 @@ impl Summary {
         }
         values.sort_unstable();
         let rank = |q: f64| {
-            // Nearest-rank percentile: the smallest value with at least q of the data at or below it.
-            let index = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1;
-            Duration::from_nanos(values[index])
+            Duration::from_nanos(crate::quantile::of_sorted(values, q).unwrap_or_default())
         };
         let sum: u128 = values.iter().map(|&v| u128::from(v)).sum();
         Summary {

@@ -209,7 +209,8 @@ pub fn sawtooths(experiment: &Experiment, run: &LabRun, dir: &Path) -> Vec<Sawto
             name: workload.name.clone(),
             link: experiment.links[link].name.clone(),
             cycles: gaps.len(),
-            period_s: gaps[gaps.len() / 2],
+            period_s: pathlab_core::quantile::of_sorted(&gaps, 0.5)
+                .expect("four episodes leave at least two gaps"),
             theory_s: theory.sawtooth_period_s,
         });
     }

@@ -19,6 +19,7 @@
 //! binary search over `R` between 0 and the capacity narrows the bracket in which the
 //! verdict flips; the available bandwidth is its middle, the bracket its range.
 
+use pathlab_core::quantile;
 use pathlab_core::wire::ethernet;
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +110,7 @@ pub fn strongest_mode(values: &[f64], width: f64) -> Option<(f64, usize)> {
     }
     let (start, end) = best?;
     let window = &sorted[start..=end];
-    Some((window[window.len() / 2], window.len()))
+    Some((quantile::of_sorted(window, 0.5)?, window.len()))
 }
 
 /// What the dispersion of pairs and trains says.

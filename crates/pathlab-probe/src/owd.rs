@@ -9,6 +9,7 @@
 //! probe does, the deviation of each packet is taken from the minimum of the last `window`
 //! packets; the queue verdict uses the drift-corrected delay over the whole run.
 
+use pathlab_core::quantile;
 use serde::{Deserialize, Serialize};
 
 use crate::control::{Direction, ReceivedProbe};
@@ -138,14 +139,6 @@ pub struct OwdReport {
     pub series: Vec<(u64, u64)>,
 }
 
-/// The value at quantile `q` (0..=1) of `sorted`, nearest rank; 0 when empty.
-pub(crate) fn percentile(sorted: &[u64], q: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 /// Least-squares slope of `y` on `x` and its standard error.
 fn regression(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     let n = points.len() as f64;
@@ -249,7 +242,7 @@ pub fn delay_trend(probes: &[ReceivedProbe], window: usize) -> DelayTrend {
         .map(|block| {
             let mut values: Vec<f64> = block.iter().map(|p| p.1).collect();
             values.sort_by(f64::total_cmp);
-            values[values.len() / 2]
+            quantile::of_sorted(&values, 0.5).expect("a chunk is not empty")
         })
         .collect();
     // Growth: the highest window median above the first window's median.
@@ -322,8 +315,8 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
     OwdReport {
         packets: probes.len() as u64,
         window: window as u64,
-        deviation_p50_ns: percentile(&deviations, 0.5),
-        deviation_p95_ns: percentile(&deviations, 0.95),
+        deviation_p50_ns: quantile::of_sorted(&deviations, 0.5).unwrap_or(0),
+        deviation_p95_ns: quantile::of_sorted(&deviations, 0.95).unwrap_or(0),
         deviation_max_ns: deviations.last().copied().unwrap_or(0),
         clock_drift_ppm: trend.clock_drift * 1e6,
         jitter_ns: trend.jitter_ns,

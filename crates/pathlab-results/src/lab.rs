@@ -219,7 +219,7 @@ impl RoundTrips<'_> {
             .map(|&(_, ns)| ns as f64 * 1e-9)
             .collect();
         late.sort_by(f64::total_cmp);
-        crate::series::quantile(&late, 0.99)
+        pathlab_core::quantile::of_sorted(&late, 0.99)
     }
 }
 
@@ -421,7 +421,7 @@ mod tests {
     #[test]
     fn ping_and_rtt_round_trips_share_the_plateau() {
         // 100 requests; the second half's RTTs are 50..=99 ms, and the 99th percentile of
-        // those 50 is the one at index round(49 x 0.99) = 49: 99 ms.
+        // those 50 is the one of rank ceil(0.99 x 50) = 50: 99 ms.
         let series: Vec<(u64, i64)> = (0..100).map(|i| (i, i as i64 * 1_000_000)).collect();
         let ping = LabOutcome::Ping(Box::new(PingReport {
             interval_ns: 10_000_000,

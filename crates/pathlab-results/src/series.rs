@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 
+use pathlab_core::quantile;
 use pathlab_core::spec::LinkSpec;
 use pathlab_core::verdict::DropReason;
 
@@ -236,14 +237,6 @@ impl DirectionStats {
     }
 }
 
-/// The value at quantile `q` (0..=1) of sorted values, nearest rank.
-pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    Some(sorted[((sorted.len() - 1) as f64 * q).round() as usize])
-}
-
 /// Names a link direction: `r1->h2` for link `r1-h2` direction 0, `h2->r1` for 1 (or
 /// `NAME forward` when the name does not split in two nodes).
 pub fn direction_subject(link: &str, dir: u8) -> String {
@@ -327,10 +320,10 @@ pub fn link_series(
             ce_marked,
             queue_max_packets: has_queue.then(|| queue_sorted.last().copied()).flatten(),
             queue_median_packets: has_queue
-                .then(|| queue_sorted.get(queue_sorted.len() / 2).copied())
+                .then(|| quantile::of_sorted(&queue_sorted, 0.5))
                 .flatten(),
-            queue_delay_p50_s: quantile(&delays, 0.5),
-            queue_delay_p99_s: quantile(&delays, 0.99),
+            queue_delay_p50_s: quantile::of_sorted(&delays, 0.5),
+            queue_delay_p99_s: quantile::of_sorted(&delays, 0.99),
             queue_delay_max_s: delays.last().copied(),
         });
         if has_queue {

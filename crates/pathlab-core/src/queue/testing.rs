@@ -107,14 +107,11 @@ impl Outcome {
     }
 }
 
-/// The `q`-quantile (0..=1) of `values` (nearest rank); zero when empty.
+/// The `q`-quantile (0..=1) of `values`, sorted here, by [`crate::quantile::of_sorted`];
+/// zero when empty.
 pub(crate) fn quantile(mut values: Vec<Duration>, q: f64) -> Duration {
-    if values.is_empty() {
-        return Duration::ZERO;
-    }
     values.sort_unstable();
-    let rank = ((values.len() - 1) as f64 * q).round() as usize;
-    values[rank]
+    crate::quantile::of_sorted(&values, q).unwrap_or(Duration::ZERO)
 }
 
 /// Feeds `sources` into `queue`, served at `line` until `end`. At equal instants arrivals

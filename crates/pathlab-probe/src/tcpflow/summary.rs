@@ -1,7 +1,7 @@
 //! From a connection's state at the end of the capture to its report: RTT from the two
 //! halves, the time slices' limits and the verdict, RFC 6349's metrics, the series.
 
-use pathlab_core::Instant;
+use pathlab_core::{quantile, Instant};
 
 use super::flow::Flow;
 use super::{
@@ -10,7 +10,6 @@ use super::{
     WindowSummary,
 };
 use crate::diagnosis::{Limit, Limits};
-use crate::owd::percentile;
 use crate::rfc6349::{
     buffer_delay_percent, ideal_tcp_rate_bps, tcp_efficiency, transfer_time_ratio, transfer_time_s,
     window_limited_rate_bps, PacketOverhead,
@@ -118,8 +117,8 @@ fn summarize_rtt(samples: &[(Instant, u64)], both_halves: bool) -> RttSummary {
     RttSummary {
         samples: sorted.len() as u64,
         min_ns: sorted[0],
-        median_ns: percentile(&sorted, 0.5),
-        p95_ns: percentile(&sorted, 0.95),
+        median_ns: quantile::of_sorted(&sorted, 0.5).unwrap_or(0),
+        p95_ns: quantile::of_sorted(&sorted, 0.95).unwrap_or(0),
         mean_ns: sorted.iter().map(|&ns| ns as f64).sum::<f64>() / sorted.len() as f64,
         both_halves,
     }
@@ -170,7 +169,7 @@ fn flow_report(connection: &Connection, from: usize, config: &AnalyzerConfig) ->
         scale,
         scale_known: scale.is_some(),
         max_bytes: windows.last().copied().unwrap_or(0),
-        median_bytes: percentile(&windows, 0.5),
+        median_bytes: quantile::of_sorted(&windows, 0.5).unwrap_or(0),
         zero_window_acks: flow.zero_window_acks,
         zero_window_ns: zero_windows
             .iter()
@@ -377,7 +376,7 @@ fn verdict(
             // The window while it limited: the median of those advertised.
             let mut windows: Vec<u64> = flow.acks.iter().map(|a| a.window).collect();
             windows.sort_unstable();
-            let window = percentile(&windows, 0.5);
+            let window = quantile::of_sorted(&windows, 0.5).unwrap_or(0);
             let cap = window_limited_rate_bps(window, rtt.median_ns.max(1));
             cap_bps = Some(cap);
             format!(
