@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use pathlab_probe::auth::Way;
 use pathlab_probe::control::{self, Direction, Limits, Message, Refusal, TestRequest};
 use pathlab_probe::probe::{self, ProbeKind, Reflection};
-use pathlab_probe::session::{Rejections, Running, ServerEvent, ServerPolicy, ServerSession};
+use pathlab_probe::session::{
+    Rejections, Running, ServerEvent, ServerPolicy, ServerSession, SessionError,
+};
 
 use crate::counters::{Moved, RefusalReason, ServerCounters, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
@@ -288,10 +290,7 @@ impl Server {
                     }
                 }
                 ServerEvent::Ended(outcome) => {
-                    if matches!(
-                        outcome,
-                        Err(pathlab_probe::session::SessionError::Timeout(_))
-                    ) {
+                    if matches!(outcome, Err(SessionError::Timeout(_))) {
                         self.counters
                             .handshake_timeouts
                             .fetch_add(1, Ordering::Relaxed);
@@ -331,11 +330,7 @@ fn refuse_connection(mut stream: TcpStream, refusal: Refusal) {
     let _ = stream.write_all(&control::encode(&Message::Refuse { refusal }, None));
 }
 
-fn log(
-    peer: SocketAddr,
-    started: Instant,
-    outcome: &Result<String, pathlab_probe::session::SessionError>,
-) {
+fn log(peer: SocketAddr, started: Instant, outcome: &Result<String, SessionError>) {
     let seconds = started.elapsed().as_secs_f64();
     match outcome {
         Ok(line) => eprintln!("pathlab server: {peer}: {line} ({seconds:.1} s)"),
@@ -363,9 +358,15 @@ impl Control for TestConn<'_> {
             match self.conn.pump(slice)? {
                 Some(ServerEvent::Message(message)) => return Ok(Some(message)),
                 Some(ServerEvent::Ended(Err(error))) => return Err(error.into()),
-                Some(other) => return Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+                Some(other) => {
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
+                        "unexpected {other:?}"
+                    ))))
+                }
                 None if self.conn.closed => {
-                    return Err(MeasureError::Closed("the end of the test"))
+                    return Err(MeasureError::Session(SessionError::Closed(
+                        "the end of the test",
+                    )))
                 }
                 None if Instant::now() >= end => return Ok(None),
                 None => {}
@@ -625,9 +626,9 @@ fn reflect_probes(
                     finish_by = Some(Instant::now() + crate::STRAGGLERS_STD);
                 }
                 Some(other) => {
-                    return Err(MeasureError::Protocol(format!(
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
                         "unexpected {other:?} during the test"
-                    )))
+                    ))))
                 }
                 None => {}
             }

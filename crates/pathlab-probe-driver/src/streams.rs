@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Message, TcpDirection, TestRequest};
-use pathlab_probe::session::{Rejections, Running, GREETING_LEN};
+use pathlab_probe::session::{Rejections, Running, SessionError, GREETING_LEN};
 use pathlab_probe::tcp::{
     self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
 };
@@ -508,7 +508,9 @@ pub(super) fn serve_tcp(
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() > accept_deadline {
-                        return Err(MeasureError::Timeout("the test's TCP streams"));
+                        return Err(MeasureError::Session(SessionError::Timeout(
+                            "the test's TCP streams",
+                        )));
                     }
                     test.poll_message(Duration::from_millis(2))?;
                 }
@@ -519,9 +521,9 @@ pub(super) fn serve_tcp(
         // them now.
         while threads.iter().any(|(_, t)| !t.is_finished()) {
             if let Some(message) = test.poll_message(Duration::from_millis(50))? {
-                return Err(MeasureError::Protocol(format!(
+                return Err(MeasureError::Session(SessionError::Protocol(format!(
                     "unexpected {message:?} during the test"
-                )));
+                ))));
             }
         }
         Ok(())
@@ -724,7 +726,10 @@ impl Client {
                     server_cpu_s: cpu_ns as f64 * 1e-9,
                 })
             }
-            other => Err(MeasureError::Protocol(format!("unexpected {other:?}")).into()),
+            other => Err(MeasureError::Session(SessionError::Protocol(format!(
+                "unexpected {other:?}"
+            )))
+            .into()),
         }
     }
 
