@@ -24,7 +24,7 @@ use pathlab_probe::session::{
     Rejections, Running, ServerEvent, ServerPolicy, ServerSession, SessionError,
 };
 
-use crate::counters::{Moved, RefusalReason, ServerCounters, TestKind, TestOutcome};
+use crate::counters::{MeasurementServerCounters, Moved, RefusalReason, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
 use crate::{clock, mtu, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError};
@@ -75,7 +75,7 @@ impl ServerConfig {
 pub struct Server {
     listener: TcpListener,
     config: ServerConfig,
-    counters: Arc<ServerCounters>,
+    counters: Arc<MeasurementServerCounters>,
 }
 
 /// Connections per source address, shared by the loop and the test threads.
@@ -123,7 +123,7 @@ impl Server {
         )?;
         listener.set_nonblocking(true)?;
         sys::raise_open_files_limit();
-        let counters = Arc::new(ServerCounters::default());
+        let counters = Arc::new(MeasurementServerCounters::default());
         counters
             .started_unix_ns
             .store(crate::now_ns(), Ordering::Relaxed);
@@ -140,7 +140,7 @@ impl Server {
     }
 
     /// What it did and refused so far.
-    pub fn counters(&self) -> &ServerCounters {
+    pub fn counters(&self) -> &MeasurementServerCounters {
         &self.counters
     }
 
@@ -387,7 +387,7 @@ impl TestConn<'_> {
 }
 
 /// Runs an accepted test to its end on its own thread.
-fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &ServerCounters) {
+fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &MeasurementServerCounters) {
     let Handshake {
         conn,
         peer,
@@ -436,7 +436,7 @@ fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &ServerCounte
 fn serve(
     test: &mut TestConn<'_>,
     peer: SocketAddr,
-    counters: &ServerCounters,
+    counters: &MeasurementServerCounters,
     moved: &mut Moved,
 ) -> Result<String, MeasureError> {
     test.conn.stream.set_nonblocking(false)?;
