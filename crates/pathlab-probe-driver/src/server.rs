@@ -29,9 +29,10 @@ use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
 use crate::{clock, mtu, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError};
 use pathlab_os::sys;
+use pathlab_os::tcp_socket::{self, TcpSocketOptions};
 
 /// The MSS of control connections: 1280 bytes less 40 of IPv6 and 20 of TCP header.
-const CONTROL_MSS: libc::c_int = 1220;
+const CONTROL_MSS: u32 = 1220;
 
 /// Limits and key of a server.
 #[derive(Debug, Clone)]
@@ -115,12 +116,11 @@ impl Server {
         // report); on a path that silently drops packets above its MTU they would stall.
         // Accepted connections inherit this MSS and announce it, so both ways send
         // segments that fit IPv6's minimum MTU (1280 bytes) with any headers.
-        sys::setsockopt(
-            listener.as_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            &CONTROL_MSS,
-        )?;
+        let control_options = TcpSocketOptions {
+            mss_bytes: Some(CONTROL_MSS),
+            ..TcpSocketOptions::default()
+        };
+        control_options.apply(listener.as_fd())?;
         listener.set_nonblocking(true)?;
         sys::raise_open_files_limit();
         let counters = Arc::new(MeasurementServerCounters::default());
@@ -448,16 +448,15 @@ fn serve(
     let pending_test = pending_test(&test.conn.session);
     let data_listener = match &pending_test {
         TestRequest::Tcp { window, mss, .. } => {
-            let listener = TcpListener::bind(SocketAddr::new(local.ip(), 0))?;
-            crate::streams::apply_tcp_options(
-                listener.as_fd(),
-                &TcpOptions {
-                    window: *window,
-                    mss: *mss,
-                    congestion: None,
-                },
-            )?;
-            Some(listener)
+            // Set before it listens: the streams' window scale and MSS go out in the
+            // SYN-ACKs.
+            let options = TcpOptions {
+                window: *window,
+                mss: *mss,
+                congestion: None,
+            };
+            let address = SocketAddr::new(local.ip(), 0);
+            Some(tcp_socket::listen(address, &options.socket_options(false))?)
         }
         _ => None,
     };
