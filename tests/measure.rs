@@ -6,6 +6,7 @@ use std::time::Duration;
 use pathlab_probe::auth::Key;
 use pathlab_probe::control::{Direction, Limits, Refusal};
 use pathlab_probe::owd::QueueVerdict;
+use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
 mod util;
@@ -93,17 +94,20 @@ fn limits_are_enforced_and_the_refusal_says_which() {
     let connect =
         || Client::connect(&server.address, None, Duration::from_secs(5)).expect("connects");
     match connect().one_way(Direction::Up, 20_000_000, 1000, 100, 10) {
-        Err(MeasureError::Refused(Refusal::RateTooHigh {
+        Err(MeasureError::Session(SessionError::Refused(Refusal::RateTooHigh {
             max_rate_bps,
             asked_bps,
-        })) => {
+        }))) => {
             assert_eq!((max_rate_bps, asked_bps), (10_000_000, 20_000_000));
         }
         other => panic!("expected a rate refusal, got {other:?}"),
     }
     // 1000 probes of 1000 bytes at 1 Mbit/s last 8 s.
     match connect().one_way(Direction::Up, 1_000_000, 1000, 1000, 10) {
-        Err(MeasureError::Refused(Refusal::TooLong { max_ns, asked_ns })) => {
+        Err(MeasureError::Session(SessionError::Refused(Refusal::TooLong {
+            max_ns,
+            asked_ns,
+        }))) => {
             assert_eq!((max_ns, asked_ns), (2_000_000_000, 8_000_000_000));
         }
         other => panic!("expected a duration refusal, got {other:?}"),
@@ -117,7 +121,7 @@ fn limits_are_enforced_and_the_refusal_says_which() {
     });
     std::thread::sleep(Duration::from_millis(300));
     match connect().one_way(Direction::Up, 1_000_000, 100, 10, 10) {
-        Err(MeasureError::Refused(Refusal::Busy { max_tests: 1 })) => {}
+        Err(MeasureError::Session(SessionError::Refused(Refusal::Busy { max_tests: 1 }))) => {}
         other => panic!("expected busy, got {other:?}"),
     }
     assert_eq!(
@@ -159,11 +163,14 @@ fn a_pre_shared_key_authenticates_both_ways_and_a_wrong_one_is_refused() {
     )
     .and_then(|client| client.one_way(Direction::Up, 1_000_000, 200, 10, 10));
     assert!(
-        matches!(&wrong, Err(MeasureError::Auth(why)) if why.contains("the keys differ") && why.contains("same --psk")),
+        matches!(&wrong, Err(MeasureError::Session(SessionError::Auth(why))) if why.contains("the keys differ") && why.contains("same --psk")),
         "the client says why: {wrong:?}"
     );
     let none = Client::connect(&server.address, None, Duration::from_secs(5));
-    assert!(matches!(none, Err(MeasureError::Auth(_))), "{none:?}");
+    assert!(
+        matches!(none, Err(MeasureError::Session(SessionError::Auth(_)))),
+        "{none:?}"
+    );
 }
 
 /// Datagrams an attacker on the client's address could send into a test: garbage, a probe

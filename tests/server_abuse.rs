@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Direction, Refusal};
+use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
@@ -213,7 +214,9 @@ fn the_server_holds_under_two_thousand_idle_connections_and_garbage_and_stops_at
     eprintln!("SIGTERM to exit: {:.0} ms", took.as_secs_f64() * 1e3);
     assert!(status.success(), "{status:?}");
     match long.join().unwrap() {
-        Err(MeasureError::Remote(why)) => assert!(why.contains("shutting down"), "{why}"),
+        Err(MeasureError::Session(SessionError::Remote { message: why, .. })) => {
+            assert!(why.contains("shutting down"), "{why}");
+        }
         other => panic!("the running test's client was not told: {other:?}"),
     }
     let log = server.drain_log();
@@ -232,7 +235,9 @@ fn a_refusal_for_too_many_connections_is_a_clear_error() {
     let _held = TcpStream::connect(server.address).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     match Client::connect(&server.address.to_string(), None, Duration::from_secs(5)) {
-        Err(MeasureError::Refused(Refusal::TooManyClients { max_clients: 1 })) => {}
+        Err(MeasureError::Session(SessionError::Refused(Refusal::TooManyClients {
+            max_clients: 1,
+        }))) => {}
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

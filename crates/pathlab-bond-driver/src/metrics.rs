@@ -356,7 +356,7 @@ mod tests {
     use pathlab_bond::fair::FairCounters;
     use pathlab_bond::line::LineCounters;
     use pathlab_bond::reorder::ReorderCounters;
-    use pathlab_bond::ServerCounters;
+    use pathlab_bond::BondServerCounters;
     use pathlab_http::prometheus::parse;
 
     fn line(index: u8, interface: &str, state: LineState, srtt_ms: Option<f64>) -> LineStats {
@@ -507,11 +507,11 @@ mod tests {
                 session(1, vec![line(0, "", LineState::Up, Some(5.0))]),
                 session(2, vec![line(0, "", LineState::Up, Some(6.0))]),
             ],
-            server: Some(ServerCounters {
+            server: Some(BondServerCounters {
                 sessions_opened: 2,
                 refused_full: 1,
                 malformed: 4,
-                ..ServerCounters::default()
+                ..BondServerCounters::default()
             }),
         };
         let text = metrics(&stats);
@@ -545,7 +545,7 @@ mod tests {
             name: "idle".into(),
             uptime_s: 0.5,
             sessions: Vec::new(),
-            server: Some(ServerCounters::default()),
+            server: Some(BondServerCounters::default()),
         };
         parse(&metrics(&stats)).unwrap();
     }

@@ -30,4 +30,4 @@ pub mod stats;
 pub mod wire;
 
 pub use endpoint::{Bond, BondConfig, BondCounters, Entropy, Transmit};
-pub use server::{Server, ServerConfig, ServerCounters};
+pub use server::{BondServerCounters, Server, ServerConfig};

@@ -29,9 +29,11 @@ pub struct ServerConfig {
     pub idle_timeout: Duration,
 }
 
-/// Counters of the server.
+/// What the bond's tunnel server did with datagrams and sessions (`pathlab bond stats`
+/// shows them); not the measurement server's counters (`pathlab server`, in
+/// `pathlab-probe-driver`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ServerCounters {
+pub struct BondServerCounters {
     /// Sessions opened.
     pub sessions_opened: u64,
     /// Sessions forgotten after `idle_timeout`, or closed by their client.
@@ -68,7 +70,7 @@ pub struct Server {
     routes: HashMap<IpAddr, u32>,
     /// Welcomes to send: (address, datagram).
     welcomes: Vec<(SocketAddr, Vec<u8>)>,
-    counters: ServerCounters,
+    counters: BondServerCounters,
     /// Round-robin start over sessions for fairness of transmit polling.
     poll_order: Vec<u32>,
 }
@@ -84,14 +86,14 @@ impl Server {
             by_nonce: HashMap::new(),
             routes: HashMap::new(),
             welcomes: Vec::new(),
-            counters: ServerCounters::default(),
+            counters: BondServerCounters::default(),
             poll_order: Vec::new(),
             config,
         }
     }
 
     /// The counters.
-    pub fn counters(&self) -> ServerCounters {
+    pub fn counters(&self) -> BondServerCounters {
         self.counters
     }
 

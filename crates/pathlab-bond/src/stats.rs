@@ -7,7 +7,7 @@ use crate::endpoint::{Bond, BondCounters};
 use crate::fair::FairCounters;
 use crate::line::{LineCounters, LineState};
 use crate::reorder::ReorderCounters;
-use crate::server::{Server, ServerCounters};
+use crate::server::{BondServerCounters, Server};
 
 /// One line as its sender sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,7 +81,7 @@ pub struct BondStats {
     pub sessions: Vec<SessionStats>,
     /// The server's own counters.
     #[serde(default)]
-    pub server: Option<ServerCounters>,
+    pub server: Option<BondServerCounters>,
 }
 
 impl SessionStats {

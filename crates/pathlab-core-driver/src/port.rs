@@ -51,22 +51,23 @@ pub trait Port: Send {
     /// A descriptor that polls readable when frames are waiting.
     fn pollable(&self) -> BorrowedFd<'_>;
     /// Reads up to `budget` waiting frames and passes each wire frame to `deliver`, in a
-    /// buffer taken from `pool` (the caller gives it back once the frame is sent).
-    fn receive(
-        &mut self,
-        budget: usize,
-        pool: &mut BufferPool,
-        deliver: &mut dyn FnMut(Vec<u8>),
-    ) -> io::Result<ReceiveCounts>;
-    /// [`Port::receive`], with when the kernel received each frame (ns since the Unix
-    /// epoch, `CLOCK_REALTIME`) where the port knows it.
+    /// buffer taken from `pool` (the caller gives it back once the frame is sent), with
+    /// when the kernel received it (ns since the Unix epoch, `CLOCK_REALTIME`) where the
+    /// port knows it.
     fn receive_timed(
         &mut self,
         budget: usize,
         pool: &mut BufferPool,
         deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts>;
+    /// [`Port::receive_timed`] without the receive times.
+    fn receive(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(Vec<u8>),
     ) -> io::Result<ReceiveCounts> {
-        self.receive(budget, pool, &mut |frame| deliver(frame, None))
+        self.receive_timed(budget, pool, &mut |frame, _| deliver(frame))
     }
     /// A sending half of the port, independent of it: the thread that forwards the other
     /// direction sends through it while this port's thread receives. Made again after a
@@ -104,15 +105,6 @@ impl Port for Box<dyn Port> {
 
     fn pollable(&self) -> BorrowedFd<'_> {
         (**self).pollable()
-    }
-
-    fn receive(
-        &mut self,
-        budget: usize,
-        pool: &mut BufferPool,
-        deliver: &mut dyn FnMut(Vec<u8>),
-    ) -> io::Result<ReceiveCounts> {
-        (**self).receive(budget, pool, deliver)
     }
 
     fn receive_timed(
@@ -313,6 +305,16 @@ impl Receiver {
         match self {
             Receiver::Ring(ring) => ring.socket(),
             Receiver::Socket { socket, .. } => socket.as_fd(),
+        }
+    }
+
+    /// The error its socket has pending, taken (cleared): [`Port::take_error`] of a port
+    /// that receives through it.
+    pub(crate) fn take_error(&self) -> Option<io::Error> {
+        match sys::take_socket_error(self.socket()) {
+            Ok(0) => None,
+            Ok(code) => Some(io::Error::from_raw_os_error(code)),
+            Err(error) => Some(error),
         }
     }
 
@@ -555,6 +557,13 @@ impl Drop for PacketPort {
     }
 }
 
+/// Whether interface `ifindex` of namespace `netns` still exists: [`Port::exists`] of a
+/// port on it. A namespace that cannot be entered says yes, rather than end an emulator
+/// wrongly.
+pub(crate) fn interface_exists_in(netns: &Netns, ifindex: u32) -> bool {
+    netns.run(|| sys::interface_exists(ifindex)).unwrap_or(true)
+}
+
 pub(crate) fn io_error<'a>(
     what: &'static str,
     name: &'a str,
@@ -612,15 +621,6 @@ impl Port for PacketPort {
         self.rx.socket()
     }
 
-    fn receive(
-        &mut self,
-        budget: usize,
-        pool: &mut BufferPool,
-        deliver: &mut dyn FnMut(Vec<u8>),
-    ) -> io::Result<ReceiveCounts> {
-        self.receive_timed(budget, pool, &mut |frame, _| deliver(frame))
-    }
-
     fn receive_timed(
         &mut self,
         budget: usize,
@@ -637,11 +637,7 @@ impl Port for PacketPort {
     }
 
     fn exists(&self) -> bool {
-        let ifindex = self.ifindex;
-        // Cannot enter its namespace: say it exists rather than end an emulator wrongly.
-        self.netns
-            .run(|| sys::interface_exists(ifindex))
-            .unwrap_or(true)
+        interface_exists_in(&self.netns, self.ifindex)
     }
 
     fn reopen(&mut self) -> Result<bool, PortError> {
@@ -666,11 +662,7 @@ impl Port for PacketPort {
     }
 
     fn take_error(&mut self) -> Option<io::Error> {
-        match sys::take_socket_error(self.rx.socket()) {
-            Ok(0) => None,
-            Ok(code) => Some(io::Error::from_raw_os_error(code)),
-            Err(error) => Some(error),
-        }
+        self.rx.take_error()
     }
 }
 
@@ -751,11 +743,12 @@ impl Port for TunPort {
         self.tun.as_fd()
     }
 
-    fn receive(
+    /// No receive times: a TUN device's `read` gives none.
+    fn receive_timed(
         &mut self,
         budget: usize,
         pool: &mut BufferPool,
-        deliver: &mut dyn FnMut(Vec<u8>),
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
     ) -> io::Result<ReceiveCounts> {
         let mut counts = ReceiveCounts::default();
         for _ in 0..budget {
@@ -764,7 +757,7 @@ impl Port for TunPort {
                 Ok(n) => {
                     counts.frames += 1;
                     counts.segments += 1;
-                    deliver(pool.copy_of(&self.buffer[..n]));
+                    deliver(pool.copy_of(&self.buffer[..n]), None);
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(error),

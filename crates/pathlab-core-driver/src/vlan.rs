@@ -221,15 +221,6 @@ impl Port for VlanPort {
         self.rx.socket()
     }
 
-    fn receive(
-        &mut self,
-        budget: usize,
-        pool: &mut BufferPool,
-        deliver: &mut dyn FnMut(Vec<u8>),
-    ) -> io::Result<ReceiveCounts> {
-        self.receive_timed(budget, pool, &mut |frame, _| deliver(frame))
-    }
-
     fn receive_timed(
         &mut self,
         budget: usize,
@@ -249,19 +240,11 @@ impl Port for VlanPort {
     }
 
     fn exists(&self) -> bool {
-        let ifindex = self.ifindex;
-        // Cannot enter its namespace: say it exists rather than end an emulator wrongly.
-        self.netns
-            .run(|| sys::interface_exists(ifindex))
-            .unwrap_or(true)
+        port::interface_exists_in(&self.netns, self.ifindex)
     }
 
     fn take_error(&mut self) -> Option<io::Error> {
-        match sys::take_socket_error(self.rx.socket()) {
-            Ok(0) => None,
-            Ok(code) => Some(io::Error::from_raw_os_error(code)),
-            Err(error) => Some(error),
-        }
+        self.rx.take_error()
     }
 }
 

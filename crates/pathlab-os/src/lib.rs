@@ -4,9 +4,10 @@
 //! pathlab), rtnetlink ([`netlink`]), network namespaces ([`netns`]), nftables NAT
 //! ([`nat`]), TUN devices ([`tun`]), offload undoing ([`offload`]), packet buffers
 //! ([`buffers`]), runtime files and locks ([`runtime`]) and their cleanup ([`clean`]),
-//! process helpers ([`process`]), the one clock ([`clock`]), and the fixtures tests and
-//! benchmarks build namespaces with ([`testing`], [`topology`]). It does not know what an
-//! emulator, a measurement or a tunnel is: the driver crates (`pathlab-core-driver`,
+//! process helpers ([`process`]), the one clock ([`clock`]), TCP sockets set up before
+//! they connect or listen ([`tcp_socket`]), and the fixtures tests and benchmarks build
+//! namespaces with ([`testing`], [`topology`]). It does not know what an emulator, a
+//! measurement or a tunnel is: the driver crates (`pathlab-core-driver`,
 //! `pathlab-probe-driver`, `pathlab-bond-driver`) are built on it.
 
 #![deny(unsafe_code)]
@@ -22,6 +23,7 @@ pub mod offload;
 pub mod process;
 pub mod runtime;
 pub mod sys;
+pub mod tcp_socket;
 pub mod testing;
 pub mod topology;
 pub mod tun;

@@ -1,5 +1,7 @@
 //! What namespace tests share, the crates' own and the end-to-end tests in `tests/`: the
-//! privileged-test gate.
+//! privileged-test gate, and the TCP sockets they measure with (made by [`tcp_socket`]).
+
+use crate::tcp_socket::{self, BufferLimit, TcpSocketOptions};
 
 /// The namespace tests build interfaces on a 2-core machine: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -40,64 +42,45 @@ pub fn skipped(test: &str, why: &str) {
     }
 }
 
-/// A TCP socket of `address`'s family.
-fn tcp_socket(address: std::net::SocketAddr) -> std::io::Result<std::os::fd::OwnedFd> {
-    let domain = if address.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    crate::sys::socket(domain, libc::SOCK_STREAM, 0)
-}
-
 /// A TCP connection to `server` from the local address `source` (a loopback address of
 /// 127/8, say, to look like many clients).
 pub fn tcp_connect_from(
     source: std::net::IpAddr,
     server: std::net::SocketAddr,
 ) -> std::io::Result<std::net::TcpStream> {
-    use std::os::fd::AsFd as _;
-    let socket = tcp_socket(server)?;
-    crate::sys::bind(socket.as_fd(), std::net::SocketAddr::new(source, 0))?;
-    crate::sys::connect(socket.as_fd(), server)?;
-    Ok(std::net::TcpStream::from(socket))
+    tcp_socket::connect(server, Some(source), &TcpSocketOptions::default())
 }
 
 /// A TCP listener on `address` whose connections get a receive buffer of `receive` bytes
-/// (as SO_RCVBUF: the kernel doubles it), set before the handshake so the window scale
-/// follows it.
+/// (as SO_RCVBUF: the kernel doubles it; past `rmem_max` with CAP_NET_ADMIN), set before
+/// the handshake so the window scale follows it.
 pub fn tcp_listen_with_receive_buffer(
     address: std::net::SocketAddr,
     receive: Option<usize>,
 ) -> std::io::Result<std::net::TcpListener> {
-    use std::os::fd::AsFd as _;
-    let socket = tcp_socket(address)?;
-    crate::sys::setsockopt(socket.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, &1)?;
-    if let Some(bytes) = receive {
-        crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
-    }
-    crate::sys::bind(socket.as_fd(), address)?;
-    crate::sys::listen(socket.as_fd(), 8)?;
-    Ok(std::net::TcpListener::from(socket))
+    let options = TcpSocketOptions {
+        receive_buffer_bytes: receive,
+        buffer_limit: BufferLimit::Forced,
+        ..TcpSocketOptions::default()
+    };
+    tcp_socket::listen(address, &options)
 }
 
-/// A TCP connection to `server` with a send buffer of `send` bytes (as SO_SNDBUF) and the
-/// congestion control `congestion`, where given, set before it connects.
+/// A TCP connection to `server` with a send buffer of `send` bytes (as SO_SNDBUF; past
+/// `wmem_max` with CAP_NET_ADMIN) and the congestion control `congestion`, where given,
+/// set before it connects.
 pub fn tcp_connect_with(
     server: std::net::SocketAddr,
     send: Option<usize>,
     congestion: Option<&str>,
 ) -> std::io::Result<std::net::TcpStream> {
-    use std::os::fd::AsFd as _;
-    let socket = tcp_socket(server)?;
-    if let Some(bytes) = send {
-        crate::sys::grow_send_buffer(socket.as_fd(), bytes)?;
-    }
-    if let Some(algorithm) = congestion {
-        crate::sys::set_congestion_control(socket.as_fd(), algorithm)?;
-    }
-    crate::sys::connect(socket.as_fd(), server)?;
-    Ok(std::net::TcpStream::from(socket))
+    let options = TcpSocketOptions {
+        send_buffer_bytes: send,
+        buffer_limit: BufferLimit::Forced,
+        congestion: congestion.map(str::to_owned),
+        ..TcpSocketOptions::default()
+    };
+    tcp_socket::connect(server, None, &options)
 }
 
 pub use crate::sys::{raise_open_files_limit, send_signal};

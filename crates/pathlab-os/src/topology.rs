@@ -8,10 +8,10 @@
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsFd as _;
 
 use crate::netlink::{LinkInfo, Netlink};
 use crate::netns::Netns;
+use crate::tcp_socket::{self, BufferLimit, TcpSocketOptions};
 
 /// What joins r's two ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,17 +200,13 @@ impl Line {
         };
         let address = std::net::SocketAddr::new(IpAddr::V4(to), port);
         let window = options.window;
-        let listener = receiving.run(|| -> io::Result<std::net::TcpListener> {
-            let socket = crate::sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
-            crate::sys::setsockopt(socket.as_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, &1)?;
-            if let Some(bytes) = window {
-                // Before listen: the window scale goes out in the SYN-ACK.
-                crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
-            }
-            crate::sys::bind(socket.as_fd(), address)?;
-            crate::sys::listen(socket.as_fd(), 8)?;
-            Ok(std::net::TcpListener::from(socket))
-        })??;
+        // The receiver's buffer before it listens: the window scale goes out in the SYN-ACK.
+        let receiver_options = TcpSocketOptions {
+            receive_buffer_bytes: window,
+            buffer_limit: BufferLimit::Forced,
+            ..TcpSocketOptions::default()
+        };
+        let listener = receiving.run(|| tcp_socket::listen(address, &receiver_options))??;
         let receiver = std::thread::spawn(move || -> io::Result<f64> {
             let (mut stream, _) = listener.accept()?;
             let start = std::time::Instant::now();
@@ -246,19 +242,14 @@ impl Line {
                 0.0
             })
         });
-        let congestion = options.congestion.clone();
-        let mut stream = sending.run(|| -> io::Result<std::net::TcpStream> {
-            let socket = crate::sys::socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
-            if let Some(bytes) = window {
-                crate::sys::grow_send_buffer(socket.as_fd(), bytes)?;
-                crate::sys::grow_receive_buffer(socket.as_fd(), bytes)?;
-            }
-            if let Some(algorithm) = &congestion {
-                crate::sys::set_congestion_control(socket.as_fd(), algorithm)?;
-            }
-            crate::sys::connect(socket.as_fd(), address)?;
-            Ok(std::net::TcpStream::from(socket))
-        })??;
+        let sender_options = TcpSocketOptions {
+            send_buffer_bytes: window,
+            receive_buffer_bytes: window,
+            buffer_limit: BufferLimit::Forced,
+            congestion: options.congestion.clone(),
+            ..TcpSocketOptions::default()
+        };
+        let mut stream = sending.run(|| tcp_socket::connect(address, None, &sender_options))??;
         let sender = std::thread::spawn(move || -> io::Result<()> {
             // 251 is prime, so the pattern repeats every 251 bytes and a 64 KB chunk starts
             // at a different phase each time: a misplaced segment shows.

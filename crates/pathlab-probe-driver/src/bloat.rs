@@ -12,6 +12,7 @@ use std::thread;
 use std::time::Duration;
 
 use pathlab_probe::bloat::{BloatSettings, Phase, PhaseRecord};
+use pathlab_probe::session::SessionError;
 
 use crate::{Client, MeasureError, Partial, TcpOptions, TcpTest};
 use pathlab_os::unix_now_ns;
@@ -56,9 +57,9 @@ pub fn run_phase_or_partial(
 ) -> Result<PhaseRecord, Partial<PhaseRecord>> {
     let test = load_test(settings, phase);
     if test.is_some() && load.is_none() {
-        return Err(MeasureError::Protocol(format!(
+        return Err(MeasureError::Session(SessionError::Protocol(format!(
             "the {phase} phase needs a second connection for its load"
-        ))
+        )))
         .into());
     }
     let interval = Duration::from_nanos(settings.probe_interval_ns);

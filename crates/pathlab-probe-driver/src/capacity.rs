@@ -7,6 +7,7 @@ use std::time::Duration;
 use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport, TrainPlan};
 use pathlab_probe::control::Direction;
 use pathlab_probe::mtu;
+use pathlab_probe::session::SessionError;
 
 use crate::{Client, MeasureError, Partial};
 
@@ -121,10 +122,10 @@ fn measure_steps(
     progress.probes = probes;
     let rough = capacity::median_ci(&pair_estimates)
         .ok_or_else(|| {
-            MeasureError::Protocol(format!(
+            MeasureError::Session(SessionError::Protocol(format!(
                 "none of {} packet pairs arrived whole; the path loses too much to measure",
                 options.pairs
-            ))
+            )))
         })?
         .median_bps;
     log(&format!(
@@ -149,7 +150,11 @@ fn measure_steps(
             u64::from(options.trains),
         ),
     )
-    .ok_or_else(|| MeasureError::Protocol("no pair or train arrived whole".into()))?;
+    .ok_or_else(|| {
+        MeasureError::Session(SessionError::Protocol(
+            "no pair or train arrived whole".into(),
+        ))
+    })?;
     progress.capacity = Some(found.clone());
     progress.probes = probes;
     log(&format!(

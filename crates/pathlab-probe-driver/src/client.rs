@@ -63,11 +63,13 @@ impl Control for Client {
                 Err(self.interrupted(true, "results", String::new()))
             }
             Some(ClientEvent::Failed(error)) => Err(error.into()),
-            Some(other) => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+            Some(other) => Err(MeasureError::Session(SessionError::Protocol(format!(
+                "unexpected {other:?}"
+            )))),
             None if self.conn.closed => Err(if self.test_started.is_some() {
                 self.interrupted(true, "results", String::new())
             } else {
-                MeasureError::Closed("the server's results")
+                MeasureError::Session(SessionError::Closed("the server's results"))
             }),
             None => Ok(None),
         }
@@ -161,11 +163,15 @@ impl Client {
                 }
                 Some(ClientEvent::Failed(error)) => return Err(error.into()),
                 Some(other) => {
-                    return Err(MeasureError::Protocol(format!(
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
                         "expected a welcome, got {other:?}"
+                    ))))
+                }
+                None if conn.closed => {
+                    return Err(MeasureError::Session(SessionError::Closed(
+                        "the server's welcome",
                     )))
                 }
-                None if conn.closed => return Err(MeasureError::Closed("the server's welcome")),
                 None => {}
             }
         }
@@ -199,12 +205,14 @@ impl Client {
                 }
                 Some(ClientEvent::Failed(error)) => return Err(error.into()),
                 Some(other) => {
-                    return Err(MeasureError::Protocol(format!(
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
                         "expected accept or refuse, got {other:?}"
-                    )))
+                    ))))
                 }
                 None if self.conn.closed => {
-                    return Err(MeasureError::Closed("the server's answer"))
+                    return Err(MeasureError::Session(SessionError::Closed(
+                        "the server's answer",
+                    )))
                 }
                 None => {}
             }
@@ -518,9 +526,10 @@ impl OneWayTest {
                             };
                         }
                         other => {
-                            return Err(
-                                MeasureError::Protocol(format!("unexpected {other:?}")).into()
-                            )
+                            return Err(MeasureError::Session(SessionError::Protocol(format!(
+                                "unexpected {other:?}"
+                            )))
+                            .into())
                         }
                     }
                 }
@@ -721,9 +730,9 @@ impl Client {
             collect(self, &mut so_far.replies, &mut rejections);
             // A server that gave up (or says why it stops) ends the test now.
             if let Some(message) = self.poll_message(Duration::ZERO)? {
-                return Err(MeasureError::Protocol(format!(
+                return Err(MeasureError::Session(SessionError::Protocol(format!(
                     "unexpected {message:?} during the test"
-                )));
+                ))));
             }
         }
         let sending = start.elapsed();
@@ -761,7 +770,9 @@ impl Client {
                     &so_far.send_errors,
                 ))
             }
-            other => Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+            other => Err(MeasureError::Session(SessionError::Protocol(format!(
+                "unexpected {other:?}"
+            )))),
         }
     }
 }

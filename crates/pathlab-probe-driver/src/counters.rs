@@ -142,9 +142,10 @@ const KINDS: usize = TestKind::ALL.len();
 const OUTCOMES: usize = TestOutcome::ALL.len();
 const REASONS: usize = RefusalReason::ALL.len();
 
-/// What a server did and refused, since it started.
+/// What the measurement server (`pathlab server`) did and refused since it started, for
+/// its log and `/metrics`; not the bond's tunnel server's counters.
 #[derive(Debug, Default)]
-pub struct ServerCounters {
+pub struct MeasurementServerCounters {
     /// When the server started listening, ns since the Unix epoch.
     pub started_unix_ns: AtomicU64,
     /// Connections accepted.
@@ -184,7 +185,7 @@ fn index<T: PartialEq>(all: &[T], item: &T) -> usize {
     all.iter().position(|x| x == item).expect("listed in ALL")
 }
 
-impl ServerCounters {
+impl MeasurementServerCounters {
     pub(super) fn add(&self, rejections: &Rejections) {
         self.auth_failures
             .fetch_add(rejections.control, Ordering::Relaxed);
@@ -250,7 +251,7 @@ impl ServerCounters {
 /// The Prometheus exposition of `counters` (`GET /metrics` of `pathlab server
 /// --metrics`). Every label combination is written, zeros included, so a rate over a
 /// series that has not moved yet reads 0, not nothing.
-pub fn metrics(counters: &ServerCounters) -> String {
+pub fn metrics(counters: &MeasurementServerCounters) -> String {
     let mut e = Exposition::new();
     e.family(
         "pathlab_server_start_time_seconds",
@@ -374,7 +375,7 @@ mod tests {
 
     #[test]
     fn the_exposition_parses_and_says_what_the_counters_hold() {
-        let counters = ServerCounters::default();
+        let counters = MeasurementServerCounters::default();
         counters
             .started_unix_ns
             .store(1_700_000_000_500_000_000, Ordering::Relaxed);

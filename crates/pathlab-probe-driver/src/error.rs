@@ -3,7 +3,6 @@
 use std::io;
 use std::time::Duration;
 
-use pathlab_probe::control::Refusal;
 use pathlab_probe::session::SessionError;
 
 /// Why a measurement failed.
@@ -20,25 +19,12 @@ pub enum MeasureError {
     /// The host name does not resolve.
     #[error("cannot resolve '{0}'")]
     Resolve(String),
-    /// The server said no.
-    #[error("the server refused the test: {0}")]
-    Refused(Refusal),
-    /// The peer stopped answering.
-    #[error("timed out waiting for {0}")]
-    Timeout(&'static str),
-    /// The keys differ, or one side has none.
-    #[error("authentication failed: {0}")]
-    Auth(String),
-    /// The peer closed the control connection while a message was awaited.
-    #[error("the peer closed the connection while we waited for {0}")]
-    Closed(&'static str),
-    /// The peer broke the protocol.
-    #[error("protocol error: {0}")]
-    Protocol(String),
-    /// The peer reported an error.
-    #[error("the server reported: {0}")]
-    Remote(String),
-    /// The server is shutting down (said to its clients, which see it as `Remote`).
+    /// The dialogue failed: the peer refused, timed out, closed, broke the protocol or
+    /// reported an error (said as the session says it).
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The server is shutting down (said to its clients, which see it as
+    /// [`SessionError::Remote`]).
     #[error("the server is shutting down")]
     Stopped,
     /// The server sent no welcome, or no answer to a request, in time: it accepted the
@@ -128,19 +114,6 @@ impl<T, E> Partial<T, E> {
 impl<T> From<MeasureError> for Partial<T> {
     fn from(error: MeasureError) -> Partial<T> {
         Partial::nothing(error)
-    }
-}
-
-impl From<SessionError> for MeasureError {
-    fn from(error: SessionError) -> MeasureError {
-        match error {
-            SessionError::Timeout(what) => MeasureError::Timeout(what),
-            SessionError::Auth(why) => MeasureError::Auth(why),
-            SessionError::Closed(what) => MeasureError::Closed(what),
-            SessionError::Protocol(why) => MeasureError::Protocol(why),
-            SessionError::Remote(why) => MeasureError::Remote(why),
-            SessionError::Refused(refusal) => MeasureError::Refused(refusal),
-        }
     }
 }
 

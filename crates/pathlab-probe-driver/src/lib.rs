@@ -36,7 +36,7 @@ pub mod sockdiag;
 pub mod streams;
 
 pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
-pub use counters::{metrics, RefusalReason, ServerCounters, TestKind, TestOutcome};
+pub use counters::{metrics, MeasurementServerCounters, RefusalReason, TestKind, TestOutcome};
 pub use error::{Interruption, MeasureError, Partial};
 pub use pathlab_probe::session::MAX_STREAMS;
 pub use server::{Server, ServerConfig};

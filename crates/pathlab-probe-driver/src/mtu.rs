@@ -14,7 +14,7 @@ use pathlab_probe::auth::Way;
 use pathlab_probe::control::{Direction, Message, MTU_MAX_PROBES, MTU_TEST_NS};
 use pathlab_probe::mtu::{self, MtuSearch, PathMtu};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
-use pathlab_probe::session::{Rejections, Running};
+use pathlab_probe::session::{Rejections, Running, SessionError};
 
 use crate::{now_ns, Client, Control, MeasureError, TEST_GRACE_STD};
 use pathlab_os::sys;
@@ -43,7 +43,7 @@ fn encode(running: &Running, way: Way, seq: u64, size: u32) -> Result<Vec<u8>, M
             &mut |pad| pad.fill(0x5a),
             &mut bytes,
         )
-        .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+        .map_err(|e| SessionError::Protocol(e.to_string()))?;
     Ok(bytes)
 }
 
@@ -84,7 +84,7 @@ impl Client {
             Direction::Up => {
                 udp.connect(server)?;
                 let search = MtuSearch::new(largest_probe(route_mtu, ipv6), smallest, ipv6)
-                    .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+                    .map_err(|e| SessionError::Protocol(e.to_string()))?;
                 search_up(&mut self, &udp, &running, search)
             }
             Direction::Down => search_down(&mut self, &udp, server, &running, smallest, ipv6),
@@ -112,7 +112,11 @@ impl Client {
             (Err(error), _) => return Err(error),
             (Ok(found), Ok(end)) => match end {
                 Message::Done { .. } => found,
-                other => return Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+                other => {
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
+                        "unexpected {other:?}"
+                    ))))
+                }
             },
         };
         self.finish();
@@ -156,15 +160,15 @@ fn search_up(
                 // A probe judged lost that arrived after all: its size was tried again.
                 Some(Message::MtuArrived { .. }) | None => {}
                 Some(other) => {
-                    return Err(MeasureError::Protocol(format!(
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
                         "unexpected {other:?} during the path MTU search"
-                    )))
+                    ))))
                 }
             }
         }
         search
             .record(size, arrived)
-            .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+            .map_err(|e| SessionError::Protocol(e.to_string()))?;
     }
     Ok(search.result(Direction::Up))
 }
@@ -199,9 +203,9 @@ fn search_down(
                 route_mtu,
             } if s == seq => (sent, route_mtu),
             other => {
-                return Err(MeasureError::Protocol(format!(
+                return Err(MeasureError::Session(SessionError::Protocol(format!(
                     "unexpected {other:?} during the path MTU search"
-                )))
+                ))))
             }
         };
         // The server's route MTU bounds the search: known with its first answer.
@@ -209,7 +213,7 @@ fn search_down(
             Some(search) => search,
             None => {
                 let mut new = MtuSearch::new(largest_probe(route_mtu, ipv6), smallest, ipv6)
-                    .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+                    .map_err(|e| SessionError::Protocol(e.to_string()))?;
                 new.next_size();
                 search.insert(new)
             }
@@ -240,7 +244,7 @@ fn search_down(
             }
             search
                 .record(size, arrived)
-                .map_err(|e| MeasureError::Protocol(e.to_string()))?;
+                .map_err(|e| SessionError::Protocol(e.to_string()))?;
         } else {
             search.too_big_here(size);
         }
@@ -296,14 +300,16 @@ pub(super) fn serve(
                     match message {
                         Message::Sent { .. } => break,
                         other => {
-                            return Err(MeasureError::Protocol(format!(
+                            return Err(MeasureError::Session(SessionError::Protocol(format!(
                                 "unexpected {other:?} during the path MTU test"
-                            )))
+                            ))))
                         }
                     }
                 }
                 if started.elapsed() > limit {
-                    return Err(MeasureError::Timeout("the end of the path MTU test"));
+                    return Err(MeasureError::Session(SessionError::Timeout(
+                        "the end of the path MTU test",
+                    )));
                 }
             }
         }
@@ -312,7 +318,9 @@ pub(super) fn serve(
             sys::set_df_probe(udp.as_fd(), ipv6)?;
             loop {
                 if started.elapsed() > limit {
-                    return Err(MeasureError::Timeout("the client's next probe"));
+                    return Err(MeasureError::Session(SessionError::Timeout(
+                        "the client's next probe",
+                    )));
                 }
                 match connection.next_message()? {
                     Message::MtuProbe { seq, size } => {
@@ -324,7 +332,7 @@ pub(super) fn serve(
                             connection.send(&Message::Error {
                                 message: message.clone(),
                             })?;
-                            return Err(MeasureError::Protocol(message));
+                            return Err(MeasureError::Session(SessionError::Protocol(message)));
                         }
                         let bytes = encode(running, Way::ServerToClient, seq, size)?;
                         let sent = match udp.send(&bytes) {
@@ -343,9 +351,9 @@ pub(super) fn serve(
                     }
                     Message::Sent { .. } => break,
                     other => {
-                        return Err(MeasureError::Protocol(format!(
+                        return Err(MeasureError::Session(SessionError::Protocol(format!(
                             "unexpected {other:?} during the path MTU test"
-                        )))
+                        ))))
                     }
                 }
             }

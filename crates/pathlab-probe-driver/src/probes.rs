@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use pathlab_probe::auth::Way;
 use pathlab_probe::control::{Message, Schedule};
-use pathlab_probe::session::{ProbeReceiver, ProbeSender, Received, Rejections, Running};
+use pathlab_probe::session::{
+    ProbeReceiver, ProbeSender, Received, Rejections, Running, SessionError,
+};
 
 use crate::{clock, now_ns, random, until, Control, MeasureError};
 use pathlab_os::sys;
@@ -57,9 +59,9 @@ pub(super) fn send_probes(
         if now.saturating_since(checked) > pathlab_core::Duration::from_millis(50) {
             checked = now;
             if let Some(message) = control.poll_message(Duration::ZERO)? {
-                return Err(MeasureError::Protocol(format!(
+                return Err(MeasureError::Session(SessionError::Protocol(format!(
                     "unexpected {message:?} during the test"
-                )));
+                ))));
             }
         }
     }
@@ -132,9 +134,9 @@ pub(super) fn receive_into(
                     receiver.handle_sent(clock(), count, duration_ns);
                 }
                 Some(other) => {
-                    return Err(MeasureError::Protocol(format!(
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
                         "unexpected {other:?} during the test"
-                    )))
+                    ))))
                 }
                 None => {}
             }

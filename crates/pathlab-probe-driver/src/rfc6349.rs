@@ -14,6 +14,7 @@ use pathlab_probe::rfc6349::{
     analyse_phase, link_rate_bps, AnalysisError, Baseline, KernelSettings, Phase, PhaseResult,
     Plan, PlanError, PlanInputs, RateSource, Rfc6349Progress, Rfc6349Report, StepTime,
 };
+use pathlab_probe::session::SessionError;
 use pathlab_probe::tcp::TcpTestReport;
 
 use crate::capacity::{self, CapacityOptions};
@@ -283,7 +284,9 @@ fn run_steps(
     if baseline.report.replies == 0 {
         return Err(Rfc6349Error::Measure {
             step: step::BASELINE,
-            source: MeasureError::Timeout("any reply to the round-trip probes"),
+            source: MeasureError::Session(SessionError::Timeout(
+                "any reply to the round-trip probes",
+            )),
         });
     }
     progress.baseline = Some(baseline.clone());

@@ -20,16 +20,19 @@ use std::time::{Duration, Instant};
 use pathlab_probe::auth::Way;
 use pathlab_probe::control::{self, Direction, Limits, Message, Refusal, TestRequest};
 use pathlab_probe::probe::{self, ProbeKind, Reflection};
-use pathlab_probe::session::{Rejections, Running, ServerEvent, ServerPolicy, ServerSession};
+use pathlab_probe::session::{
+    Rejections, Running, ServerEvent, ServerPolicy, ServerSession, SessionError,
+};
 
-use crate::counters::{Moved, RefusalReason, ServerCounters, TestKind, TestOutcome};
+use crate::counters::{MeasurementServerCounters, Moved, RefusalReason, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
 use crate::{clock, mtu, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError};
 use pathlab_os::sys;
+use pathlab_os::tcp_socket::{self, TcpSocketOptions};
 
 /// The MSS of control connections: 1280 bytes less 40 of IPv6 and 20 of TCP header.
-const CONTROL_MSS: libc::c_int = 1220;
+const CONTROL_MSS: u32 = 1220;
 
 /// Limits and key of a server.
 #[derive(Debug, Clone)]
@@ -73,7 +76,7 @@ impl ServerConfig {
 pub struct Server {
     listener: TcpListener,
     config: ServerConfig,
-    counters: Arc<ServerCounters>,
+    counters: Arc<MeasurementServerCounters>,
 }
 
 /// Connections per source address, shared by the loop and the test threads.
@@ -113,15 +116,14 @@ impl Server {
         // report); on a path that silently drops packets above its MTU they would stall.
         // Accepted connections inherit this MSS and announce it, so both ways send
         // segments that fit IPv6's minimum MTU (1280 bytes) with any headers.
-        sys::setsockopt(
-            listener.as_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            &CONTROL_MSS,
-        )?;
+        let control_options = TcpSocketOptions {
+            mss_bytes: Some(CONTROL_MSS),
+            ..TcpSocketOptions::default()
+        };
+        control_options.apply(listener.as_fd())?;
         listener.set_nonblocking(true)?;
         sys::raise_open_files_limit();
-        let counters = Arc::new(ServerCounters::default());
+        let counters = Arc::new(MeasurementServerCounters::default());
         counters
             .started_unix_ns
             .store(crate::now_ns(), Ordering::Relaxed);
@@ -138,7 +140,7 @@ impl Server {
     }
 
     /// What it did and refused so far.
-    pub fn counters(&self) -> &ServerCounters {
+    pub fn counters(&self) -> &MeasurementServerCounters {
         &self.counters
     }
 
@@ -288,10 +290,7 @@ impl Server {
                     }
                 }
                 ServerEvent::Ended(outcome) => {
-                    if matches!(
-                        outcome,
-                        Err(pathlab_probe::session::SessionError::Timeout(_))
-                    ) {
+                    if matches!(outcome, Err(SessionError::Timeout(_))) {
                         self.counters
                             .handshake_timeouts
                             .fetch_add(1, Ordering::Relaxed);
@@ -331,11 +330,7 @@ fn refuse_connection(mut stream: TcpStream, refusal: Refusal) {
     let _ = stream.write_all(&control::encode(&Message::Refuse { refusal }, None));
 }
 
-fn log(
-    peer: SocketAddr,
-    started: Instant,
-    outcome: &Result<String, pathlab_probe::session::SessionError>,
-) {
+fn log(peer: SocketAddr, started: Instant, outcome: &Result<String, SessionError>) {
     let seconds = started.elapsed().as_secs_f64();
     match outcome {
         Ok(line) => eprintln!("pathlab server: {peer}: {line} ({seconds:.1} s)"),
@@ -363,9 +358,15 @@ impl Control for TestConn<'_> {
             match self.conn.pump(slice)? {
                 Some(ServerEvent::Message(message)) => return Ok(Some(message)),
                 Some(ServerEvent::Ended(Err(error))) => return Err(error.into()),
-                Some(other) => return Err(MeasureError::Protocol(format!("unexpected {other:?}"))),
+                Some(other) => {
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
+                        "unexpected {other:?}"
+                    ))))
+                }
                 None if self.conn.closed => {
-                    return Err(MeasureError::Closed("the end of the test"))
+                    return Err(MeasureError::Session(SessionError::Closed(
+                        "the end of the test",
+                    )))
                 }
                 None if Instant::now() >= end => return Ok(None),
                 None => {}
@@ -386,7 +387,7 @@ impl TestConn<'_> {
 }
 
 /// Runs an accepted test to its end on its own thread.
-fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &ServerCounters) {
+fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &MeasurementServerCounters) {
     let Handshake {
         conn,
         peer,
@@ -435,7 +436,7 @@ fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &ServerCounte
 fn serve(
     test: &mut TestConn<'_>,
     peer: SocketAddr,
-    counters: &ServerCounters,
+    counters: &MeasurementServerCounters,
     moved: &mut Moved,
 ) -> Result<String, MeasureError> {
     test.conn.stream.set_nonblocking(false)?;
@@ -447,16 +448,15 @@ fn serve(
     let pending_test = pending_test(&test.conn.session);
     let data_listener = match &pending_test {
         TestRequest::Tcp { window, mss, .. } => {
-            let listener = TcpListener::bind(SocketAddr::new(local.ip(), 0))?;
-            crate::streams::apply_tcp_options(
-                listener.as_fd(),
-                &TcpOptions {
-                    window: *window,
-                    mss: *mss,
-                    congestion: None,
-                },
-            )?;
-            Some(listener)
+            // Set before it listens: the streams' window scale and MSS go out in the
+            // SYN-ACKs.
+            let options = TcpOptions {
+                window: *window,
+                mss: *mss,
+                congestion: None,
+            };
+            let address = SocketAddr::new(local.ip(), 0);
+            Some(tcp_socket::listen(address, &options.socket_options(false))?)
         }
         _ => None,
     };
@@ -625,9 +625,9 @@ fn reflect_probes(
                     finish_by = Some(Instant::now() + crate::STRAGGLERS_STD);
                 }
                 Some(other) => {
-                    return Err(MeasureError::Protocol(format!(
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
                         "unexpected {other:?} during the test"
-                    )))
+                    ))))
                 }
                 None => {}
             }

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Message, TcpDirection, TestRequest};
-use pathlab_probe::session::{Rejections, Running, GREETING_LEN};
+use pathlab_probe::session::{Rejections, Running, SessionError, GREETING_LEN};
 use pathlab_probe::tcp::{
     self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
 };
 
 use crate::{Client, Control, MeasureError, Partial};
 use pathlab_os::sys;
+use pathlab_os::tcp_socket::{self, BufferLimit, TcpSocketOptions};
 
 /// Socket options of a TCP test.
 #[derive(Debug, Clone, Default)]
@@ -31,29 +32,20 @@ pub struct TcpOptions {
 
 /// Bytes written per `write` by a TCP sender.
 const TCP_CHUNK: usize = 128 * 1024;
-pub(super) fn apply_tcp_options(
-    fd: std::os::fd::BorrowedFd<'_>,
-    options: &TcpOptions,
-) -> io::Result<()> {
-    if let Some(window) = options.window {
-        let window = window as i32;
-        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &window)?;
-        sys::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &window)?;
+impl TcpOptions {
+    /// The socket options of a stream's end, or of the server's listener: the window as
+    /// both buffers, capped by the host's maxima as any program's are; the congestion
+    /// control only where the end `sends`.
+    pub(super) fn socket_options(&self, sends: bool) -> TcpSocketOptions {
+        let window = self.window.map(|bytes| bytes as usize);
+        TcpSocketOptions {
+            send_buffer_bytes: window,
+            receive_buffer_bytes: window,
+            buffer_limit: BufferLimit::Capped,
+            mss_bytes: self.mss,
+            congestion: if sends { self.congestion.clone() } else { None },
+        }
     }
-    if let Some(mss) = options.mss {
-        sys::setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &(mss as i32)).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("MSS {mss}: {e} (Linux takes 88 to 32767 bytes)"),
-            )
-        })?;
-    }
-    if let Some(algorithm) = &options.congestion {
-        sys::set_congestion_control(fd, algorithm).map_err(|e| {
-            io::Error::new(e.kind(), format!("congestion control '{algorithm}': {e}"))
-        })?;
-    }
-    Ok(())
 }
 
 /// Connects a data stream with the options set before the handshake (window scaling and
@@ -67,23 +59,8 @@ fn connect_stream(
     down: bool,
     timeout: Duration,
 ) -> io::Result<TcpStream> {
-    let domain = if server.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    let socket = sys::socket(domain, libc::SOCK_STREAM, 0)?;
-    apply_tcp_options(
-        socket.as_fd(),
-        &TcpOptions {
-            congestion: if down {
-                None
-            } else {
-                options.congestion.clone()
-            },
-            ..options.clone()
-        },
-    )?;
+    // The client sends on an upward stream, the server on a downward one.
+    let socket = tcp_socket::open(server, &options.socket_options(!down))?;
     sys::set_nonblocking(socket.as_fd())?;
     match sys::connect(socket.as_fd(), server) {
         Ok(()) => {}
@@ -462,7 +439,12 @@ pub(super) fn serve_tcp(
     else {
         unreachable!("a TCP test")
     };
-    let congestion = congestion.clone();
+    // The listener gave the streams their buffers and MSS; a downward stream, which the
+    // server sends on, takes the congestion control too.
+    let sender_options = TcpSocketOptions {
+        congestion: congestion.clone(),
+        ..TcpSocketOptions::default()
+    };
     let expected = running.streams_expected();
     let control_cpu_start = sys::thread_cpu_time();
     let duration = Duration::from_nanos(duration_ns);
@@ -488,9 +470,7 @@ pub(super) fn serve_tcp(
                         continue;
                     };
                     if down {
-                        if let Some(algorithm) = &congestion {
-                            sys::set_congestion_control(stream.as_fd(), algorithm)?;
-                        }
+                        sender_options.apply(stream.as_fd())?;
                     }
                     threads.push((
                         down,
@@ -508,7 +488,9 @@ pub(super) fn serve_tcp(
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() > accept_deadline {
-                        return Err(MeasureError::Timeout("the test's TCP streams"));
+                        return Err(MeasureError::Session(SessionError::Timeout(
+                            "the test's TCP streams",
+                        )));
                     }
                     test.poll_message(Duration::from_millis(2))?;
                 }
@@ -519,9 +501,9 @@ pub(super) fn serve_tcp(
         // them now.
         while threads.iter().any(|(_, t)| !t.is_finished()) {
             if let Some(message) = test.poll_message(Duration::from_millis(50))? {
-                return Err(MeasureError::Protocol(format!(
+                return Err(MeasureError::Session(SessionError::Protocol(format!(
                     "unexpected {message:?} during the test"
-                )));
+                ))));
             }
         }
         Ok(())
@@ -724,7 +706,10 @@ impl Client {
                     server_cpu_s: cpu_ns as f64 * 1e-9,
                 })
             }
-            other => Err(MeasureError::Protocol(format!("unexpected {other:?}")).into()),
+            other => Err(MeasureError::Session(SessionError::Protocol(format!(
+                "unexpected {other:?}"
+            )))
+            .into()),
         }
     }
 

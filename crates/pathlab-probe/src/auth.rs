@@ -57,6 +57,15 @@ impl Way {
     }
 }
 
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Client => "client",
+            Role::Server => "server",
+        })
+    }
+}
+
 impl Role {
     /// The direction this end sends in.
     pub fn sends(self) -> Way {

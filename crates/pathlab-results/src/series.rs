@@ -202,9 +202,10 @@ pub fn slug(text: &str) -> String {
     }
 }
 
-/// What an emulator's recording says about one direction of a link.
+/// What an emulator's recording says about one direction of a link, summed up after the
+/// run (the emulator's live counters are `pathlab_core_driver::emulator::DirectionCounters`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct DirectionStats {
+pub struct RecordedDirectionSummary {
     /// `A->B` (the link's forward direction) or `B->A`.
     pub subject: String,
     /// The direction's spec at the start.
@@ -230,7 +231,7 @@ pub struct DirectionStats {
     pub queue_delay_max_s: Option<f64>,
 }
 
-impl DirectionStats {
+impl RecordedDirectionSummary {
     /// Packets dropped for any reason.
     pub fn drops_total(&self) -> u64 {
         self.drops.values().sum()
@@ -259,7 +260,7 @@ pub fn link_series(
     run: &LabRun,
     link: &str,
     recording: &Recording,
-) -> (Vec<Series>, Vec<DirectionStats>) {
+) -> (Vec<Series>, Vec<RecordedDirectionSummary>) {
     let Some(header) = &recording.header else {
         return (Vec::new(), Vec::new());
     };
@@ -311,7 +312,7 @@ pub fn link_series(
         // Records are written when a packet's fate is known, so sort by the plotted time.
         delay_points.sort_by(|a, b| a.0.total_cmp(&b.0));
         drop_points.sort_by(f64::total_cmp);
-        stats.push(DirectionStats {
+        stats.push(RecordedDirectionSummary {
             subject: subject.clone(),
             spec: info.spec.clone(),
             has_queue,
@@ -521,7 +522,7 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
 pub fn run_series(
     run: &LabRun,
     recordings: &[(String, Recording)],
-) -> (Vec<Series>, Vec<DirectionStats>) {
+) -> (Vec<Series>, Vec<RecordedDirectionSummary>) {
     let mut series = Vec::new();
     let mut stats = Vec::new();
     for (link, recording) in recordings {

@@ -4,11 +4,11 @@
 use pathlab_core::DropReason;
 use pathlab_http::prometheus::{Exposition, HistogramData, Kind};
 
-use crate::emulator::{DirectionStats, EmulatorStats};
+use crate::emulator::{DirectionCounters, EmulatorStats};
 use crate::fidelity::EXPOSED_EDGES_NS;
 
 /// A metric taken from each direction: name, help, value.
-type Field<T> = (&'static str, &'static str, fn(&DirectionStats) -> T);
+type Field<T> = (&'static str, &'static str, fn(&DirectionCounters) -> T);
 
 /// The Prometheus exposition of emulators' counters (one, or a lab's links): each series
 /// equals the field of `emulate stats -J` it is named after (times in seconds), labelled
@@ -16,7 +16,7 @@ type Field<T> = (&'static str, &'static str, fn(&DirectionStats) -> T);
 pub fn metrics(all: &[EmulatorStats]) -> String {
     let mut e = Exposition::new();
     // (emulator, direction, its counters), every direction of every emulator.
-    let directions: Vec<(&str, String, &DirectionStats)> = all
+    let directions: Vec<(&str, String, &DirectionCounters)> = all
         .iter()
         .flat_map(|stats| {
             stats
@@ -25,7 +25,7 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
                 .map(|d| (stats.name.as_str(), format!("{} -> {}", d.from, d.to), d))
         })
         .collect();
-    let each = |e: &mut Exposition, value: &dyn Fn(&DirectionStats) -> f64| {
+    let each = |e: &mut Exposition, value: &dyn Fn(&DirectionCounters) -> f64| {
         for (name, label, d) in &directions {
             e.sample(&[("emulator", name), ("direction", label)], value(d));
         }

@@ -398,7 +398,7 @@ fn query_value<'a>(query: &'a str, name: &str) -> Option<&'a str> {
 /// and sent 10 packets late (for the tests of the API and the metrics).
 #[cfg(test)]
 fn example_stats(name: &str, forwarded_bytes: u64, queue_drops: u64) -> EmulatorStats {
-    let mut d = crate::emulator::DirectionStats {
+    let mut d = crate::emulator::DirectionCounters {
         from: "a".into(),
         to: "b".into(),
         forwarded_bytes,

@@ -58,9 +58,11 @@ pub fn spin_window(threads: usize) -> (Duration, f64) {
     }
 }
 
-/// Counters of one direction.
+/// A running emulator's counters of one direction, live: what it read, forwarded and
+/// dropped so far and what its queue holds now (a recording's summary of a direction is
+/// `pathlab_results::series::RecordedDirectionSummary`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DirectionStats {
+pub struct DirectionCounters {
     /// Interface packets come from.
     pub from: String,
     /// Interface they go to.
@@ -123,7 +125,7 @@ pub struct EmulatorStats {
     /// Time since it started, in ns.
     pub uptime_ns: u64,
     /// Index 0: first port to second; 1: second to first.
-    pub directions: Vec<DirectionStats>,
+    pub directions: Vec<DirectionCounters>,
     /// Why the emulator ended by itself, if it did (an interface disappeared).
     #[serde(default)]
     pub failure: Option<String>,
@@ -312,11 +314,11 @@ fn spawn_on<P: Port + 'static>(
         make_link(0, &config.forward)?,
         make_link(1, &config.reverse)?,
     ];
-    let stats: [DirectionStats; 2] = std::array::from_fn(|index| DirectionStats {
+    let stats: [DirectionCounters; 2] = std::array::from_fn(|index| DirectionCounters {
         from: names[index].clone(),
         to: names[1 - index].clone(),
         spec: [&config.forward, &config.reverse][index].to_string(),
-        ..DirectionStats::default()
+        ..DirectionCounters::default()
     });
     let clock = Clock::start();
     let (records, recorder_thread) = match config.record {
@@ -519,7 +521,7 @@ impl EmulatorHandle {
         Some(self.summary(directions))
     }
 
-    fn summary(&self, directions: Vec<DirectionStats>) -> EmulatorStats {
+    fn summary(&self, directions: Vec<DirectionCounters>) -> EmulatorStats {
         EmulatorStats {
             name: self.name.clone(),
             uptime_ns: self.clock.now().as_nanos(),

@@ -21,7 +21,7 @@ use pathlab_core::wire::ethernet;
 use pathlab_core::{Link, LinkSpec, Packet};
 use pathlab_results::recording::RecordingLine;
 
-use super::{DirectionStats, OnInterfaceGone};
+use super::{DirectionCounters, OnInterfaceGone};
 use crate::fidelity::Lateness;
 use crate::port::{Framing, Port, PortError, ReceiveCounts, Transmit};
 use pathlab_os::buffers::BufferPool;
@@ -131,7 +131,7 @@ pub(super) struct Direction {
     /// port is opened again.
     pub own_out: SharedTransmit,
     pub link: Link,
-    pub stats: DirectionStats,
+    pub stats: DirectionCounters,
     pub lateness: Lateness,
     /// How long frames waited in the kernel before this thread read them.
     waited: Lateness,
@@ -172,7 +172,7 @@ impl Direction {
         out: SharedTransmit,
         own_out: SharedTransmit,
         link: Link,
-        stats: DirectionStats,
+        stats: DirectionCounters,
         shared: Arc<Shared>,
         records: Option<mpsc::Sender<Vec<RecordingLine>>>,
         queue_sample_interval: Duration,
@@ -210,7 +210,7 @@ impl Direction {
     }
 
     /// The counters now.
-    fn snapshot(&mut self, now: Instant) -> DirectionStats {
+    fn snapshot(&mut self, now: Instant) -> DirectionCounters {
         let mut stats = self.stats.clone();
         stats.link = self.link.counters();
         stats.queue_packets = self.link.queue_len_packets() as u64;
@@ -640,7 +640,7 @@ pub(super) enum WorkerRequest {
     /// Stop serving direction `key`: its final counters, its records all shipped.
     Remove {
         key: u64,
-        reply: mpsc::Sender<DirectionStats>,
+        reply: mpsc::Sender<DirectionCounters>,
     },
     /// Replace direction `key`'s spec (checked by the asker already).
     Set {
@@ -651,7 +651,7 @@ pub(super) enum WorkerRequest {
     /// A snapshot of direction `key`'s counters.
     Stats {
         key: u64,
-        reply: mpsc::Sender<DirectionStats>,
+        reply: mpsc::Sender<DirectionCounters>,
     },
     /// The fidelity guard's bound of direction `key` (`None`: off).
     LateBound { key: u64, bound: Option<Duration> },

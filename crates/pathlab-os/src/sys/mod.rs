@@ -192,6 +192,18 @@ pub fn bind_to_device(fd: BorrowedFd<'_>, interface: &str) -> io::Result<()> {
     )
 }
 
+/// A blocking, unbound TCP socket of IPv6 or IPv4.
+pub fn tcp_socket(ipv6: bool) -> io::Result<OwnedFd> {
+    let domain = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+    self::socket(domain, libc::SOCK_STREAM, 0)
+}
+
+/// Lets a listener bind a port whose earlier connections are still in TIME_WAIT
+/// (`SO_REUSEADDR`).
+pub fn set_reuse_address(fd: BorrowedFd<'_>) -> io::Result<()> {
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &1i32)
+}
+
 /// A non-blocking, unbound UDP socket; an IPv6 one is IPv6 only (`IPV6_V6ONLY`), so it
 /// neither takes nor sends IPv4 as v4-mapped addresses.
 pub fn udp_socket_nonblocking(ipv6: bool) -> io::Result<OwnedFd> {
@@ -1118,6 +1130,20 @@ pub fn buffer_sizes(fd: BorrowedFd<'_>) -> io::Result<(usize, usize)> {
     Ok((send.max(0) as usize, receive.max(0) as usize))
 }
 
+/// Asks for a send buffer of `bytes` as any program does (`SO_SNDBUF`): the kernel caps
+/// the request at `wmem_max` and doubles it for its bookkeeping.
+pub fn set_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let bytes = bytes.min(i32::MAX as usize) as i32;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, &bytes)
+}
+
+/// Asks for a receive buffer of `bytes` as any program does (`SO_RCVBUF`): the kernel
+/// caps the request at `rmem_max` and doubles it for its bookkeeping.
+pub fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let bytes = bytes.min(i32::MAX as usize) as i32;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &bytes)
+}
+
 /// Sets a buffer with the privileged option `force`, falling back to `plain` (which the
 /// kernel caps at its `*mem_max` sysctl); reads back what it granted (twice the request,
 /// the kernel's bookkeeping share included).
@@ -1216,6 +1242,13 @@ pub fn set_congestion_control(fd: BorrowedFd<'_>, algorithm: &str) -> io::Result
         libc::TCP_CONGESTION,
         algorithm.as_bytes(),
     )
+}
+
+/// Clamps a TCP socket's maximum segment size (`TCP_MAXSEG`), bytes; set before the
+/// handshake, it is the MSS the socket announces.
+pub fn set_max_segment(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
+    let bytes = bytes.min(i32::MAX as u32) as i32;
+    setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, &bytes)
 }
 
 /// The kernel's `TCP_INFO` for a TCP socket.

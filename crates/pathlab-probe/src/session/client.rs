@@ -7,7 +7,7 @@ use pathlab_core::Instant;
 
 use super::server::message_name;
 use super::{test_deadline, Channel, Rejections, Running, SessionError, ANSWER_TIMEOUT};
-use crate::auth::{Key, NONCE_LEN};
+use crate::auth::{Key, Role, NONCE_LEN};
 use crate::control::{self, ControlError, Limits, Message, TestRequest};
 
 /// What the client's driver must act on.
@@ -126,7 +126,10 @@ impl ClientSession {
             Err(error) => return self.fail(error.into()),
         };
         match (self.state, message) {
-            (_, Message::Error { message }) => self.fail(SessionError::Remote(message)),
+            (_, Message::Error { message }) => self.fail(SessionError::Remote {
+                from: Role::Server,
+                message,
+            }),
             (
                 State::AwaitAnswer,
                 Message::Accept {

@@ -31,7 +31,7 @@ pub use client::{ClientEvent, ClientSession};
 pub use probes::{fill_padding, ProbeReceiver, ProbeSender, Received};
 pub use server::{ServerEvent, ServerPolicy, ServerSession};
 
-use crate::auth::{ControlAuth, Key, ProbeKeys, Way, TAG_LEN};
+use crate::auth::{ControlAuth, Key, ProbeKeys, Role, Way, TAG_LEN};
 use crate::control::{self, ControlError, FrameReader, Limits, Message, Refusal, TestRequest};
 use crate::probe::{self, Probe, ProbeError, ProbeKind, Reflection};
 
@@ -76,9 +76,15 @@ pub enum SessionError {
     /// The peer broke the protocol.
     #[error("protocol error: {0}")]
     Protocol(String),
-    /// The peer reported an error.
-    #[error("the peer reported: {0}")]
-    Remote(String),
+    /// An end reported an error: the peer (its `Error` message), or the server itself
+    /// when it ends a dialogue ([`ServerSession::abort`]).
+    #[error("the {from} reported: {message}")]
+    Remote {
+        /// Which end said it.
+        from: Role,
+        /// What it said.
+        message: String,
+    },
     /// The server said no.
     #[error("the server refused the test: {0}")]
     Refused(Refusal),

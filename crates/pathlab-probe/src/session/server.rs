@@ -117,7 +117,10 @@ impl ServerSession {
             Err(error) => return self.end(Err(error.into())),
         };
         match (self.state, message) {
-            (_, Message::Error { message }) => self.end(Err(SessionError::Remote(message))),
+            (_, Message::Error { message }) => self.end(Err(SessionError::Remote {
+                from: Role::Client,
+                message,
+            })),
             (State::AwaitRequest, Message::Request { test, client_port }) => {
                 match check_limits(&test, &self.policy.limits) {
                     Ok(()) => {
@@ -276,7 +279,10 @@ impl ServerSession {
         self.channel.send(&Message::Error {
             message: why.to_owned(),
         });
-        self.end(Err(SessionError::Remote(why.to_owned())));
+        self.end(Err(SessionError::Remote {
+            from: Role::Server,
+            message: why.to_owned(),
+        }));
     }
 
     fn end(&mut self, outcome: Result<String, SessionError>) {

@@ -548,7 +548,7 @@ fn comparison_table(out: &mut String, runs: &[RunData]) {
             let drops: u64 = data
                 .links
                 .iter()
-                .map(super::super::series::DirectionStats::drops_total)
+                .map(super::super::series::RecordedDirectionSummary::drops_total)
                 .sum();
             vec![
                 data.label(),

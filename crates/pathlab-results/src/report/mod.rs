@@ -37,7 +37,7 @@ use pathlab_core::format::{self, Digits};
 use crate::lab::{LabOutcome, LabRun};
 use crate::plot::{render, PlotError};
 use crate::recording::read_recording;
-use crate::series::{run_series, slug, DirectionStats, Series};
+use crate::series::{run_series, slug, RecordedDirectionSummary, Series};
 use crate::{ResultError, ResultFile, RunResult};
 
 pub use figures::Figure;
@@ -119,7 +119,7 @@ pub struct RunData {
     /// Every series, on the run's clock ([`crate::series`]).
     pub series: Vec<Series>,
     /// What its links' recordings say, per direction.
-    pub links: Vec<DirectionStats>,
+    pub links: Vec<RecordedDirectionSummary>,
     /// What could not be read and was left out (a missing recording), for the reader.
     pub notes: Vec<String>,
 }

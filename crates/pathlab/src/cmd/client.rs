@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
 use crate::cmd::server::read_key;
@@ -82,7 +83,8 @@ pub(crate) fn result_file(result: pathlab_results::RunResult) -> pathlab_results
 /// wrong key) is a usage error.
 pub fn measure_error(error: MeasureError) -> anyhow::Error {
     match error {
-        MeasureError::Refused(_) | MeasureError::Resolve(_) | MeasureError::Auth(_) => usage(error),
+        MeasureError::Session(SessionError::Refused(_) | SessionError::Auth(_))
+        | MeasureError::Resolve(_) => usage(error),
         other => anyhow::Error::new(other),
     }
 }
