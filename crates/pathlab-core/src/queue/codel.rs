@@ -178,17 +178,7 @@ impl Queue for Codel {
             .dequeue(now, &self.config, &mut self.fifo, verdicts)
     }
 
-    fn len_packets(&self) -> usize {
-        self.fifo.len_packets()
-    }
-
-    fn len_bytes(&self) -> u64 {
-        self.fifo.len_bytes()
-    }
-
-    fn drain(&mut self) -> Vec<Packet> {
-        self.fifo.drain_all()
-    }
+    held_in_fifo!(fifo);
 }
 
 #[cfg(test)]

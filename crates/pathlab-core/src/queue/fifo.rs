@@ -101,17 +101,7 @@ impl Queue for TailDrop {
         self.fifo.pop()
     }
 
-    fn len_packets(&self) -> usize {
-        self.fifo.len_packets()
-    }
-
-    fn len_bytes(&self) -> u64 {
-        self.fifo.len_bytes()
-    }
-
-    fn drain(&mut self) -> Vec<Packet> {
-        self.fifo.drain_all()
-    }
+    held_in_fifo!(fifo);
 }
 
 /// A FIFO that drops its oldest packets to make room for an arrival.
@@ -155,17 +145,7 @@ impl Queue for HeadDrop {
         self.inner.dequeue(now, verdicts)
     }
 
-    fn len_packets(&self) -> usize {
-        self.inner.len_packets()
-    }
-
-    fn len_bytes(&self) -> u64 {
-        self.inner.len_bytes()
-    }
-
-    fn drain(&mut self) -> Vec<Packet> {
-        self.inner.drain()
-    }
+    held_in_fifo!(inner.fifo);
 }
 
 #[cfg(test)]

@@ -5,6 +5,24 @@
 //! drops). The bottleneck calls `dequeue` exactly when the line is free to send, with the
 //! virtual time of that instant, so sojourn times are exact. No discipline reads a clock.
 
+/// The `len_packets`, `len_bytes` and `drain` of a discipline that holds its packets in
+/// one [`fifo::Fifo`] at `self.$path`: counted and drained as that FIFO is.
+macro_rules! held_in_fifo {
+    ($($path:ident).+) => {
+        fn len_packets(&self) -> usize {
+            self.$($path).+.len_packets()
+        }
+
+        fn len_bytes(&self) -> u64 {
+            self.$($path).+.len_bytes()
+        }
+
+        fn drain(&mut self) -> Vec<Packet> {
+            self.$($path).+.drain_all()
+        }
+    };
+}
+
 mod codel;
 mod fifo;
 mod fq_codel;

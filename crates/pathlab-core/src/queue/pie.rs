@@ -208,17 +208,7 @@ impl Queue for Pie {
         Some(packet)
     }
 
-    fn len_packets(&self) -> usize {
-        self.fifo.len_packets()
-    }
-
-    fn len_bytes(&self) -> u64 {
-        self.fifo.len_bytes()
-    }
-
-    fn drain(&mut self) -> Vec<Packet> {
-        self.fifo.drain_all()
-    }
+    held_in_fifo!(fifo);
 }
 
 #[cfg(test)]

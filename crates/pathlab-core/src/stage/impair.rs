@@ -116,15 +116,7 @@ impl Stage for Duplicate {
             self.out.push(now, packet);
         }
     }
-    fn dequeue(&mut self, now: Instant) -> Option<Packet> {
-        self.out.dequeue(now)
-    }
-    fn poll_at(&self) -> Option<Instant> {
-        self.out.poll_at()
-    }
-    fn len_packets(&self) -> usize {
-        self.out.len()
-    }
+    passes_through_outbox!(out);
 }
 
 /// Flips one random bit of packets.
@@ -173,15 +165,7 @@ impl Stage for Corrupt {
         }
         self.out.push(now, packet);
     }
-    fn dequeue(&mut self, now: Instant) -> Option<Packet> {
-        self.out.dequeue(now)
-    }
-    fn poll_at(&self) -> Option<Instant> {
-        self.out.poll_at()
-    }
-    fn len_packets(&self) -> usize {
-        self.out.len()
-    }
+    passes_through_outbox!(out);
 }
 
 #[cfg(test)]

@@ -19,6 +19,22 @@
 //! - The [`rate::RateModel`] is not a stage: the link asks it `next_start`, dequeues its
 //!   queue at that instant, then `transmit`s (see its module doc).
 
+/// The `dequeue`, `poll_at` and `len_packets` of a stage that decides at `enqueue` and
+/// holds what it passes in its [`Outbox`] at `self.$field` until then.
+macro_rules! passes_through_outbox {
+    ($field:ident) => {
+        fn dequeue(&mut self, now: Instant) -> Option<Packet> {
+            self.$field.dequeue(now)
+        }
+        fn poll_at(&self) -> Option<Instant> {
+            self.$field.poll_at()
+        }
+        fn len_packets(&self) -> usize {
+            self.$field.len()
+        }
+    };
+}
+
 pub mod delay;
 pub mod distribution;
 pub mod impair;
