@@ -119,7 +119,7 @@ pub struct TcpSegment {
     pub ip_header_len: u32,
     /// TCP header bytes (with options).
     pub tcp_header_len: u32,
-    /// The frame carried an 802.1Q tag.
+    /// The frame carried at least one VLAN tag (802.1Q, 802.1ad or 0x9100).
     pub vlan: bool,
 }
 

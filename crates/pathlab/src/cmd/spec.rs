@@ -161,7 +161,7 @@ fn show(name: &str, json: bool) -> anyhow::Result<()> {
 }
 
 /// A 1500-byte IP packet in its Ethernet frame, as the emulator counts it.
-const FULL_FRAME_BYTES: u32 = 1514;
+const FULL_FRAME_BYTES: u32 = pathlab_core::units::FRAME_BYTES as u32;
 
 /// The mean one-way delay a spec adds besides queueing and slots.
 fn one_way(spec: &LinkSpec) -> Duration {
