@@ -330,6 +330,12 @@ impl<'a> PcapngReader<'a> {
                     Some(self.timed_packet(body, interface, 20)?)
                 }
                 BLOCK_SIMPLE_PACKET => {
+                    if body.len() < 4 {
+                        return Err(self.error(format!(
+                            "simple packet block body of {} bytes, the fixed part is 4",
+                            body.len()
+                        )));
+                    }
                     let (link_type, _) = self.interface(0)?;
                     let original_len = self.endian.u32(body, 0).unwrap_or(0);
                     let snaplen = self.interfaces[0].snaplen;

@@ -496,3 +496,30 @@ proptest! {
         }
     }
 }
+
+/// Regression: a Simple Packet Block with an empty body (shorter than its 4-byte fixed part)
+/// made the reader slice past the block (`body[4..4]`) and panic; `pathlab analyze` died on
+/// such a file (issue 30). It is now a named error.
+#[test]
+fn a_simple_packet_block_shorter_than_its_fixed_part_is_an_error_not_a_panic() {
+    for big in [false, true] {
+        // Block lengths are multiples of 4: the only body shorter than 4 is the empty one.
+        let mut file = Pcapng::new(big);
+        file.interface(LINKTYPE_ETHERNET, None, "eth0");
+        file.block(BLOCK_SIMPLE_PACKET, &[]);
+        let error = all_packets(&file.out).expect_err("an empty simple packet block");
+        assert!(
+            error
+                .to_string()
+                .contains("simple packet block body of 0 bytes"),
+            "{error}"
+        );
+        // The shortest valid one: an original length and no data.
+        let mut file = Pcapng::new(big);
+        file.interface(LINKTYPE_ETHERNET, None, "eth0");
+        file.block(BLOCK_SIMPLE_PACKET, &[0; 4]);
+        let packets = all_packets(&file.out).expect("a valid empty simple packet");
+        assert_eq!(packets.len(), 1);
+        assert!(packets[0].data.is_empty());
+    }
+}
