@@ -208,6 +208,29 @@ fn sim_saves_a_result_file_and_csv() {
     assert_eq!(rows, 202, "a header and a row per sample");
 }
 
+/// Regression (issue 30): `tcp -i 1us` was sent to the server, which kept a slot per
+/// interval; the client now refuses it before it connects (and servers refuse it too).
+#[test]
+fn a_tcp_report_interval_under_10ms_exits_2_before_connecting() {
+    for args in [
+        vec!["tcp", "198.18.0.1", "-i", "1us", "-t", "20"],
+        vec!["tcp", "198.18.0.1", "-i", "9ms", "--rfc6349"],
+    ] {
+        let output = pathlab(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("at least 10 ms"),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+}
+
 #[test]
 fn bad_loads_and_times_exit_2() {
     for (args, message) in [

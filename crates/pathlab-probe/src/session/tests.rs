@@ -697,3 +697,41 @@ proptest::proptest! {
         proptest::prop_assert!(failed <= 1);
     }
 }
+
+/// Regression (issue 30): a TCP test's report interval had no floor, so `tcp -i 1us -t 20`
+/// made the server keep 20 million slots. The interval is bounded below and the number of
+/// intervals above, before the test is accepted.
+#[test]
+fn a_tcp_report_interval_is_bounded_below_and_its_count_above() {
+    let tcp = |duration_ns: u64, interval_ns: u64| TestRequest::Tcp {
+        streams: 1,
+        direction: TcpDirection::Up,
+        duration_ns,
+        interval_ns,
+        sample_ns: 10_000_000,
+        window: None,
+        mss: None,
+        congestion: None,
+    };
+    let refusal = |test: &TestRequest| match check_limits(test, &limits()) {
+        Err(Refusal::BadRequest(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    let min = MIN_REPORT_INTERVAL.as_nanos();
+    assert!(refusal(&tcp(20_000_000_000, 1_000)).contains("at least 10 ms"));
+    assert!(refusal(&tcp(20_000_000_000, 1)).contains("at least 10 ms"));
+    assert!(refusal(&tcp(1_000_000_000, min - 1)).contains("at least 10 ms"));
+    assert_eq!(check_limits(&tcp(1_000_000_000, min), &limits()), Ok(()));
+    // 10,000 intervals are the most: 100 s at 10 ms (within a 200 s limit here).
+    let long = Limits {
+        max_duration_ns: 200_000_000_000,
+        ..limits()
+    };
+    assert_eq!(check_limits(&tcp(100_000_000_000, min), &long), Ok(()));
+    match check_limits(&tcp(100_000_000_001, min), &long) {
+        Err(Refusal::BadRequest(why)) => {
+            assert!(why.starts_with("10001 report intervals"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -65,6 +65,14 @@ samples never came); server_cpu_s is 0";
 
 /// Runs `pathlab tcp`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    let shortest = pathlab_probe::session::MIN_REPORT_INTERVAL;
+    if let Some(interval) = args.interval.filter(|i| *i < shortest) {
+        return Err(usage(anyhow::anyhow!(
+            "-i {} ns: the report interval is at least {} ms (servers refuse shorter ones)",
+            interval.as_nanos(),
+            shortest.as_nanos() / 1_000_000
+        )));
+    }
     if args.rfc6349 {
         return crate::cmd::rfc6349::run(args);
     }
