@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use pathlab_core::Instant;
 
 use super::server::message_name;
-use super::{test_deadline, Channel, Rejections, Running, SessionError, ANSWER_TIMEOUT};
+use super::{peer_text, test_deadline, Channel, Rejections, Running, SessionError, ANSWER_TIMEOUT};
 use crate::auth::{Key, Role, NONCE_LEN};
 use crate::control::{self, ControlError, Limits, Message, TestRequest};
 
@@ -128,7 +128,7 @@ impl ClientSession {
         match (self.state, message) {
             (_, Message::Error { message }) => self.fail(SessionError::Remote {
                 from: Role::Server,
-                message,
+                message: peer_text(&message),
             }),
             (
                 State::AwaitAnswer,
@@ -175,7 +175,9 @@ impl ClientSession {
                 self.events
                     .push_back(ClientEvent::Connected { limits, software });
             }
-            Ok((Message::Error { message }, _)) => self.fail(SessionError::Auth(message)),
+            Ok((Message::Error { message }, _)) => {
+                self.fail(SessionError::Auth(peer_text(&message)));
+            }
             // A refusal before the welcome: the server's bounds on connections.
             Ok((Message::Refuse { refusal }, _)) => self.fail(SessionError::Refused(refusal)),
             Ok((other, _)) => self.fail(SessionError::Protocol(format!(

@@ -62,6 +62,35 @@ pub const MAX_STREAMS: u32 = 128;
 /// hundreds of GB).
 pub const MIN_REPORT_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Smallest TCP MSS a test may ask for (RFC 1122's default for a path not known to take
+/// more): smaller segments only multiply the packets a server sends for the same bytes.
+pub const MIN_MSS: u32 = 536;
+
+/// Longest congestion-control name (Linux's `TCP_CA_NAME_MAX` is 16 with its NUL).
+pub const MAX_CONGESTION_NAME: usize = 15;
+
+/// Most characters of a peer's own text (an error message) kept for a log.
+pub const MAX_PEER_TEXT: usize = 256;
+
+/// Text a peer chose (an error message), made safe to print in a log: control characters
+/// (newlines, terminal escapes) shown escaped, and at most [`MAX_PEER_TEXT`] characters,
+/// marked with `...` when cut.
+pub fn peer_text(text: &str) -> String {
+    let mut out = String::new();
+    for (count, c) in text.chars().enumerate() {
+        if count == MAX_PEER_TEXT {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Most report intervals in one TCP test (at [`MIN_REPORT_INTERVAL`], 100 s of test).
 pub const MAX_REPORT_INTERVALS: u64 = 10_000;
 
@@ -317,6 +346,8 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
             streams,
             duration_ns,
             interval_ns,
+            mss,
+            ref congestion,
             ..
         } => {
             if streams == 0 || streams > MAX_STREAMS {
@@ -329,6 +360,24 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
                     max_ns: limits.max_duration_ns,
                     asked_ns: duration_ns,
                 });
+            }
+            if let Some(mss) = mss.filter(|m| !(MIN_MSS..=65_535).contains(m)) {
+                return Err(Refusal::BadRequest(format!(
+                    "an MSS of {mss} bytes: {MIN_MSS} to 65535"
+                )));
+            }
+            if let Some(name) = congestion {
+                let well_formed = !name.is_empty()
+                    && name.len() <= MAX_CONGESTION_NAME
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+                if !well_formed {
+                    return Err(Refusal::BadRequest(format!(
+                        "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
+                        peer_text(name)
+                    )));
+                }
             }
             let min_interval_ns = MIN_REPORT_INTERVAL.as_nanos();
             if interval_ns < min_interval_ns {

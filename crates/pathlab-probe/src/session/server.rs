@@ -6,7 +6,8 @@ use std::net::IpAddr;
 use pathlab_core::Instant;
 
 use super::{
-    check_limits, test_deadline, Channel, Rejections, Running, SessionError, HANDSHAKE_TIMEOUT,
+    check_limits, peer_text, test_deadline, Channel, Rejections, Running, SessionError,
+    HANDSHAKE_TIMEOUT,
 };
 use crate::auth::{ControlAuth, Key, Role, NONCE_LEN};
 use crate::control::{self, ControlError, Limits, Message, Refusal, TestRequest};
@@ -119,7 +120,7 @@ impl ServerSession {
         match (self.state, message) {
             (_, Message::Error { message }) => self.end(Err(SessionError::Remote {
                 from: Role::Client,
-                message,
+                message: peer_text(&message),
             })),
             (State::AwaitRequest, Message::Request { test, client_port }) => {
                 match check_limits(&test, &self.policy.limits) {

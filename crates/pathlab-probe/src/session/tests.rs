@@ -735,3 +735,59 @@ fn a_tcp_report_interval_is_bounded_below_and_its_count_above() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Regression (issue 30): a client's error text and congestion-control name reached the
+/// server's log raw (newlines, terminal escapes), and a root server loaded any module a
+/// client named; an MSS of a few bytes multiplied the server's packets.
+#[test]
+fn a_peer_chooses_no_escape_no_odd_congestion_name_and_no_tiny_mss() {
+    assert_eq!(peer_text("bad\n\u{1b}[31mred\r"), "bad\\n\\u{1b}[31mred\\r");
+    assert_eq!(peer_text("naïve text"), "naïve text");
+    let long = "x".repeat(MAX_PEER_TEXT + 10);
+    assert_eq!(
+        peer_text(&long),
+        format!("{}...", "x".repeat(MAX_PEER_TEXT))
+    );
+    let tcp = |mss: Option<u32>, congestion: Option<&str>| TestRequest::Tcp {
+        streams: 1,
+        direction: TcpDirection::Up,
+        duration_ns: 1_000_000_000,
+        interval_ns: 100_000_000,
+        sample_ns: 10_000_000,
+        window: None,
+        mss,
+        congestion: congestion.map(str::to_owned),
+    };
+    let refused = |test: TestRequest| match check_limits(&test, &limits()) {
+        Err(Refusal::BadRequest(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    for mss in [0, 1, MIN_MSS - 1, 65_536] {
+        assert!(
+            refused(tcp(Some(mss), None)).contains("536 to 65535"),
+            "{mss}"
+        );
+    }
+    for mss in [MIN_MSS, 1448, 65_535] {
+        assert_eq!(
+            check_limits(&tcp(Some(mss), None), &limits()),
+            Ok(()),
+            "{mss}"
+        );
+    }
+    let escaped = refused(tcp(None, Some("cubic\n\u{1b}[2J")));
+    assert!(escaped.contains("cubic\\n\\u{1b}[2J"), "{escaped}");
+    for bad in ["", "Cubic", "tcp-lp", "../cubic", &"a".repeat(16)] {
+        assert!(
+            refused(tcp(None, Some(bad))).contains("a-z, 0-9, _"),
+            "{bad}"
+        );
+    }
+    for good in ["reno", "cubic", "bbr", &"a".repeat(15)] {
+        assert_eq!(
+            check_limits(&tcp(None, Some(good)), &limits()),
+            Ok(()),
+            "{good}"
+        );
+    }
+}
