@@ -16,10 +16,11 @@ use pathlab_probe::session::{
 
 use crate::probes::{receive_into, send_probes};
 use crate::{
-    clock, now_ns, prepare_probe_socket, random, Conn, Control, Interruption, MeasureError,
-    Partial, DEFAULT_PORT, TEST_GRACE_STD,
+    clock, prepare_probe_socket, random, Conn, Control, Interruption, MeasureError, Partial,
+    DEFAULT_PORT, TEST_GRACE_STD,
 };
 use pathlab_os::sys;
+use pathlab_os::unix_now_ns;
 
 /// How long the commands wait for a TCP connection to the server (the control connection
 /// and each data stream of a TCP test): a host that left the network answers nothing, and
@@ -670,7 +671,7 @@ impl Client {
             let before = replies.len();
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
-                let received_ns = kernel_ns.unwrap_or_else(now_ns);
+                let received_ns = kernel_ns.unwrap_or_else(unix_now_ns);
                 if let Some(p) = running.accept_probe(
                     Way::ServerToClient,
                     ProbeKind::Reply,
@@ -700,7 +701,7 @@ impl Client {
                     kind: ProbeKind::Request,
                     session: running.session,
                     seq,
-                    sent_ns: now_ns(),
+                    sent_ns: unix_now_ns(),
                     reflection: Reflection::default(),
                 };
                 running

@@ -46,7 +46,6 @@ pub(crate) use conn::{
     clock, prepare_probe_socket, random, timed_out, until, Conn, Control, STRAGGLERS_STD,
     TEST_GRACE_STD,
 };
-pub(crate) use pathlab_os::unix_now_ns as now_ns;
 
 /// The server's default TCP port.
 pub const DEFAULT_PORT: u16 = 4920;

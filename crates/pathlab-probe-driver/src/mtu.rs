@@ -16,8 +16,9 @@ use pathlab_probe::mtu::{self, MtuSearch, PathMtu};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::session::{Rejections, Running, SessionError};
 
-use crate::{now_ns, Client, Control, MeasureError, TEST_GRACE_STD};
+use crate::{Client, Control, MeasureError, TEST_GRACE_STD};
 use pathlab_os::sys;
+use pathlab_os::unix_now_ns;
 
 /// How long a probe may take before it counts as missing: three times the slowest arrival
 /// so far, at least 100 ms; 1 s before anything has arrived.
@@ -36,7 +37,7 @@ fn encode(running: &Running, way: Way, seq: u64, size: u32) -> Result<Vec<u8>, M
                 kind: ProbeKind::OneWay,
                 session: running.session,
                 seq,
-                sent_ns: now_ns(),
+                sent_ns: unix_now_ns(),
                 reflection: Reflection::default(),
             },
             size as usize,

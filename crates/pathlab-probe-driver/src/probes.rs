@@ -13,8 +13,9 @@ use pathlab_probe::session::{
     ProbeReceiver, ProbeSender, Received, Rejections, Running, SessionError,
 };
 
-use crate::{clock, now_ns, random, until, Control, MeasureError};
+use crate::{clock, random, until, Control, MeasureError};
 use pathlab_os::sys;
+use pathlab_os::unix_now_ns;
 
 /// Probes sent in one `sendmmsg` at most: when the schedule is behind (rates above what one
 /// system call per probe keeps up with), what is due goes out together.
@@ -46,7 +47,7 @@ pub(super) fn send_probes(
         let now = clock();
         let mut n = 0;
         while n < SEND_BATCH {
-            match sender.poll_probe(now, now_ns(), running, &mut batch[n]) {
+            match sender.poll_probe(now, unix_now_ns(), running, &mut batch[n]) {
                 Ok(Some(_)) => n += 1,
                 Ok(None) => break,
                 Err(error) => return Err(io::Error::new(io::ErrorKind::InvalidInput, error).into()),
@@ -116,7 +117,7 @@ pub(super) fn receive_into(
         while batch.recv(udp.as_fd())? > 0 {
             for datagram in batch.datagrams() {
                 receiver.handle_probe(
-                    datagram.kernel_ns.unwrap_or_else(now_ns),
+                    datagram.kernel_ns.unwrap_or_else(unix_now_ns),
                     datagram.source.ip(),
                     datagram.data,
                     datagram.truncated,

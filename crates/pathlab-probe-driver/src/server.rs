@@ -27,9 +27,10 @@ use pathlab_probe::session::{
 use crate::counters::{MeasurementServerCounters, Moved, RefusalReason, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
-use crate::{clock, mtu, now_ns, prepare_probe_socket, random, Conn, Control, MeasureError};
+use crate::{clock, mtu, prepare_probe_socket, random, Conn, Control, MeasureError};
 use pathlab_os::sys;
 use pathlab_os::tcp_socket::{self, TcpSocketOptions};
+use pathlab_os::unix_now_ns;
 
 /// The MSS of control connections: 1280 bytes less 40 of IPv6 and 20 of TCP header.
 const CONTROL_MSS: u32 = 1220;
@@ -126,7 +127,7 @@ impl Server {
         let counters = Arc::new(MeasurementServerCounters::default());
         counters
             .started_unix_ns
-            .store(crate::now_ns(), Ordering::Relaxed);
+            .store(unix_now_ns(), Ordering::Relaxed);
         Ok(Server {
             listener,
             config,
@@ -594,7 +595,7 @@ fn reflect_probes(
         if ready[0] {
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
-                let received_ns = kernel_ns.unwrap_or_else(now_ns);
+                let received_ns = kernel_ns.unwrap_or_else(unix_now_ns);
                 if running
                     .accept_probe(
                         Way::ClientToServer,
@@ -610,7 +611,7 @@ fn reflect_probes(
                 received += 1;
                 let reflection = Reflection {
                     received_ns,
-                    sent_ns: now_ns(),
+                    sent_ns: unix_now_ns(),
                     received_count: received,
                 };
                 // Same length as the request: no amplification.

@@ -160,9 +160,6 @@ fn show(name: &str, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A 1500-byte IP packet in its Ethernet frame, as the emulator counts it.
-const FULL_FRAME_BYTES: u32 = pathlab_core::units::FRAME_BYTES as u32;
-
 /// The mean one-way delay a spec adds besides queueing and slots.
 fn one_way(spec: &LinkSpec) -> Duration {
     spec.delay.map_or(Duration::ZERO, |d| d.delay)
@@ -207,7 +204,8 @@ fn meaning(spec: &LinkSpec) -> Vec<String> {
             .as_ref()
             .and_then(|rate| RateModel::new(rate).ok())
             .map_or(Duration::ZERO, |mut model| {
-                model.transmit(Instant::ZERO, FULL_FRAME_BYTES) - Instant::ZERO
+                model.transmit(Instant::ZERO, pathlab_core::units::FRAME_BYTES as u32)
+                    - Instant::ZERO
             });
         let drain = Duration::from_nanos(frame_time.as_nanos().saturating_mul(u64::from(packets)));
         let discipline = match spec.queue.discipline {
