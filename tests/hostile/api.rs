@@ -1,0 +1,4 @@
+//! Issue 30, api.
+
+#[allow(unused_imports)]
+use super::util;

@@ -1,0 +1,4 @@
+//! Issue 30, server.
+
+#[allow(unused_imports)]
+use super::util;
