@@ -89,6 +89,7 @@ fn limits_are_enforced_and_the_refusal_says_which() {
         max_rate_bps: 10_000_000,
         max_duration_ns: 2_000_000_000,
         max_tests: 1,
+        max_test_memory: pathlab_probe::control::DEFAULT_MAX_TEST_MEMORY,
     };
     let server = LoopbackServer::start(limits, None, "127.0.0.1");
     let connect =

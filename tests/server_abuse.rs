@@ -3,89 +3,16 @@
 //! client still gets an exact result, the server's threads and memory stay bounded, and
 //! SIGTERM ends it (and tells a running test's client) promptly.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Direction, Refusal};
 use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
-const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
-
-/// The server as a child process; killed when dropped.
-struct ServerProcess {
-    child: Child,
-    address: SocketAddr,
-    log: mpsc::Receiver<String>,
-}
-
-impl ServerProcess {
-    fn start(extra: &[&str]) -> ServerProcess {
-        let mut child = Command::new(PATHLAB)
-            .args(["server", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("pathlab server starts");
-        let (lines, log) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let first = log
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the server says where it listens");
-        let address = first
-            .strip_prefix("pathlab server listening on ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|address| address.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line: {first}"));
-        ServerProcess {
-            child,
-            address,
-            log,
-        }
-    }
-
-    /// (threads, resident set in KiB) from /proc.
-    fn threads_and_rss(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| -> u64 {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(name))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|value| value.parse().ok())
-                .unwrap_or_else(|| panic!("{name} in /proc/PID/status"))
-        };
-        (field("Threads:"), field("VmRSS:"))
-    }
-
-    fn signal(&self, signal: libc::c_int) {
-        pathlab_os::testing::send_signal(self.child.id(), signal).unwrap();
-    }
-
-    /// Every log line so far.
-    fn drain_log(&self) -> Vec<String> {
-        self.log.try_iter().collect()
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod util;
+use util::server_process::ServerProcess;
 
 /// A TCP connection to `server` from `source` (a loopback address of 127/8).
 fn connect_from(source: Ipv4Addr, server: SocketAddr) -> std::io::Result<TcpStream> {

@@ -25,9 +25,11 @@ fuzz_target!(|data: &[u8]| {
             max_rate_bps: 1_000_000,
             max_duration_ns: 1_000_000_000,
             max_tests: 1,
+            max_test_memory: 1 << 20,
         },
         key: key.clone(),
         software: String::new(),
+        congestion_allowed: vec!["reno".into()],
     };
     let mut server = ServerSession::new(now, policy, peer, [2; 16]);
     let mut client = ClientSession::new(now, key, peer, [1; 16], String::new());

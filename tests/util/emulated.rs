@@ -239,6 +239,7 @@ pub fn with_server_in_h2<T: Send>(
                     max_rate_bps: 1_000_000_000,
                     max_duration_ns: 60_000_000_000,
                     max_tests: 4,
+                    max_test_memory: pathlab_probe::control::DEFAULT_MAX_TEST_MEMORY,
                 },
                 None,
             ))

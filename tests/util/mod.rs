@@ -7,6 +7,7 @@ use std::path::PathBuf;
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
+pub mod server_process;
 pub mod stderr;
 
 /// A scratch directory removed when the test ends.
@@ -77,6 +78,7 @@ impl LoopbackServer {
             max_rate_bps: 1_000_000_000,
             max_duration_ns: 60_000_000_000,
             max_tests: 64,
+            max_test_memory: pathlab_probe::control::DEFAULT_MAX_TEST_MEMORY,
         }
     }
 }

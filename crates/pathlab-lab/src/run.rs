@@ -286,6 +286,7 @@ pub fn run(
                             max_rate_bps: 100_000_000_000,
                             max_duration_ns: u64::MAX / 2,
                             max_tests: 64,
+                            max_test_memory: 1 << 32,
                         },
                         None,
                     )

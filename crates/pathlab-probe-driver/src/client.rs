@@ -404,10 +404,12 @@ impl Client {
 /// What the receiving end of a one-way test recorded, and what the sender says it sent.
 #[derive(Debug, Clone)]
 pub struct ProbeArrivals {
-    /// Every accepted probe in arrival order (duplicates included).
+    /// Each accepted probe's first arrival, in arrival order.
     pub arrivals: Vec<ReceivedProbe>,
     /// Datagrams the receiver rejected.
     pub rejected: u64,
+    /// Copies of probes already received (counted, not recorded).
+    pub duplicates: u64,
     /// Probes the sender sent.
     pub sent: u64,
     /// From the sender's first probe to its last, ns.
@@ -417,13 +419,18 @@ pub struct ProbeArrivals {
 /// What a receiver that stopped early holds: its arrivals, counted as sent up to the
 /// highest sequence number among them, over the span of their send times (none if none
 /// arrived).
-fn arrivals_so_far(arrivals: Vec<ReceivedProbe>, rejected: u64) -> Option<ProbeArrivals> {
+fn arrivals_so_far(
+    arrivals: Vec<ReceivedProbe>,
+    rejected: u64,
+    duplicates: u64,
+) -> Option<ProbeArrivals> {
     let sent = arrivals.iter().map(|p| p.seq + 1).max()?;
     let first = arrivals.iter().map(|p| p.sent_ns).min().unwrap_or(0);
     let last = arrivals.iter().map(|p| p.sent_ns).max().unwrap_or(0);
     Some(ProbeArrivals {
         arrivals,
         rejected,
+        duplicates,
         sent,
         duration_ns: last - first,
     })
@@ -478,6 +485,7 @@ impl OneWayTest {
                 },
                 &run.arrivals,
                 run.rejected,
+                run.duplicates,
                 window,
             )
         };
@@ -518,10 +526,15 @@ impl OneWayTest {
                 loop {
                     match self.client.next_message()? {
                         Message::Received { probes } => arrivals.extend(probes),
-                        Message::Done { rejected, .. } => {
+                        Message::Done {
+                            rejected,
+                            duplicates,
+                            ..
+                        } => {
                             break ProbeArrivals {
                                 arrivals,
                                 rejected,
+                                duplicates,
                                 sent: count,
                                 duration_ns,
                             };
@@ -549,17 +562,24 @@ impl OneWayTest {
                 if let Err(error) = outcome {
                     return Err(Partial {
                         error,
-                        measured: arrivals_so_far(received.arrivals, rejections.probes)
+                        measured: arrivals_so_far(
+                            received.arrivals,
+                            rejections.probes,
+                            received.duplicates,
+                        )
                             .map(Box::new),
                     });
                 }
                 self.client.send(&Message::Done {
                     received: received.arrivals.len() as u64,
                     rejected: rejections.probes,
+                    duplicates: received.duplicates,
+                    excess: 0,
                 })?;
                 ProbeArrivals {
                     arrivals: received.arrivals,
                     rejected: rejections.probes,
+                    duplicates: received.duplicates,
                     sent: received.sent,
                     duration_ns: received.duration_ns,
                 }
@@ -792,13 +812,13 @@ mod tests {
 
     #[test]
     fn a_receiver_cut_short_counts_as_sent_what_precedes_its_last_arrival() {
-        assert!(arrivals_so_far(Vec::new(), 3).is_none(), "nothing arrived");
+        assert!(arrivals_so_far(Vec::new(), 3, 0).is_none(), "nothing arrived");
         // Probes 0..=9 sent 1 ms apart; 4 lost, 9 the last to arrive, 7 late.
         let arrivals: Vec<ReceivedProbe> = [0, 1, 2, 3, 5, 6, 8, 9, 7]
             .into_iter()
             .map(|seq| arrival(seq, 1_000_000_000 + seq * 1_000_000))
             .collect();
-        let run = arrivals_so_far(arrivals, 3).unwrap();
+        let run = arrivals_so_far(arrivals, 3, 0).unwrap();
         assert_eq!((run.sent, run.rejected), (10, 3));
         assert_eq!(run.duration_ns, 9_000_000, "first to last send time");
     }

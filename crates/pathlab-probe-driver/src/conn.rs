@@ -4,6 +4,8 @@
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, UdpSocket};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use pathlab_os::sys;
@@ -69,12 +71,25 @@ macro_rules! dialogue {
 dialogue!(ClientSession, ClientEvent);
 dialogue!(ServerSession, ServerEvent);
 
+/// How long a server waits for a client to take any of a control message: a client that
+/// takes nothing for this long, or takes a message slower than this plus its length at
+/// [`CONTROL_WRITE_FLOOR`], ends its test (a client that stops reading would otherwise hold a blocked writer, its test's
+/// slot, and the server's shutdown, forever).
+pub(crate) const CONTROL_WRITE_GRACE: Duration = Duration::from_secs(10);
+
+/// The slowest a client may take a long control message (a test's records), bytes per
+/// second: 64 kbit/s, below any path a measurement runs on.
+pub(crate) const CONTROL_WRITE_FLOOR: u64 = 8_000;
+
 /// A control connection and its session.
 #[derive(Debug)]
 pub(crate) struct Conn<D> {
     pub(crate) stream: TcpStream,
     pub(crate) session: D,
     pub(crate) closed: bool,
+    /// Set on the server: writes end at their deadline ([`CONTROL_WRITE_GRACE`]), or as
+    /// soon as the flag says the server stops.
+    bounded: Option<Arc<AtomicBool>>,
 }
 
 impl<D: Dialogue> Conn<D> {
@@ -84,15 +99,27 @@ impl<D: Dialogue> Conn<D> {
             stream,
             session,
             closed: false,
+            bounded: None,
         }
     }
 
-    /// Writes what the session has to send (blocking: control messages are small, and a
-    /// test's records are worth waiting for).
+    /// Bounds every write from now on: each message must go within
+    /// [`CONTROL_WRITE_GRACE`] plus its length at [`CONTROL_WRITE_FLOOR`], and none waits
+    /// once `stop` is set.
+    pub(crate) fn bound_writes(&mut self, stop: Arc<AtomicBool>) {
+        self.bounded = Some(stop);
+    }
+
+    /// Writes what the session has to send (blocking, within the bound if there is one: a
+    /// test's records are worth waiting for, a client that takes none is not).
     pub(crate) fn flush(&mut self) -> io::Result<()> {
         while let Some(bytes) = self.session.poll_transmit() {
-            if !self.closed {
-                self.stream.write_all(&bytes)?;
+            if self.closed {
+                continue;
+            }
+            match &self.bounded {
+                None => self.stream.write_all(&bytes)?,
+                Some(stop) => write_within(&self.stream, &bytes, stop)?,
             }
         }
         Ok(())
@@ -152,6 +179,56 @@ impl<D: Dialogue> Conn<D> {
         }
     }
 }
+
+/// Writes `bytes` to `stream` within [`CONTROL_WRITE_GRACE`] plus their length at
+/// [`CONTROL_WRITE_FLOOR`]; gives up at once when `stop` is set and the socket is full.
+/// Leaves the stream blocking.
+fn write_within(mut stream: &TcpStream, bytes: &[u8], stop: &AtomicBool) -> io::Result<()> {
+    let allowance = Duration::from_secs_f64(bytes.len() as f64 / CONTROL_WRITE_FLOOR as f64);
+    let give_up = std::time::Instant::now() + CONTROL_WRITE_GRACE + allowance;
+    let mut progressed = std::time::Instant::now();
+    // A bounded connection (the server's, during a test) is otherwise blocking.
+    stream.set_nonblocking(true)?;
+    let mut rest = bytes;
+    let outcome = loop {
+        if rest.is_empty() {
+            break Ok(());
+        }
+        match stream.write(rest) {
+            Ok(n) => {
+                rest = &rest[n..];
+                progressed = std::time::Instant::now();
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                if stop.load(Ordering::Relaxed) {
+                    break Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        "the server is shutting down",
+                    ));
+                }
+                let now = std::time::Instant::now();
+                let left = give_up
+                    .min(progressed + CONTROL_WRITE_GRACE)
+                    .saturating_duration_since(now);
+                if left.is_zero() {
+                    break Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        STALLED_CLIENT,
+                    ));
+                }
+                sys::poll_writable(stream.as_fd(), left.min(Duration::from_millis(50)))?;
+            }
+            Err(error) => break Err(error),
+        }
+    };
+    stream.set_nonblocking(false)?;
+    outcome
+}
+
+/// Why a server ended a test whose client stopped taking its control messages.
+pub(crate) const STALLED_CLIENT: &str =
+    "the client stopped reading the control connection (its messages did not go within the deadline)";
 
 /// The control connection as the data plane's loops see it: messages of the running test.
 pub(crate) trait Control {

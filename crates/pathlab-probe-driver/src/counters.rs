@@ -101,17 +101,20 @@ pub enum RefusalReason {
     /// `--max-clients` connections from the source address (a connection, before any
     /// request).
     PerSource,
-    /// A request that makes no sense (zero size, zero rate).
+    /// Over `--max-test-memory`.
+    Memory,
+    /// A request that makes no sense (zero size, zero rate) or is out of bounds.
     BadRequest,
 }
 
 impl RefusalReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [RefusalReason; 5] = [
+    pub const ALL: [RefusalReason; 6] = [
         RefusalReason::Rate,
         RefusalReason::Duration,
         RefusalReason::Busy,
         RefusalReason::PerSource,
+        RefusalReason::Memory,
         RefusalReason::BadRequest,
     ];
 
@@ -122,7 +125,8 @@ impl RefusalReason {
             Refusal::TooLong { .. } => RefusalReason::Duration,
             Refusal::Busy { .. } => RefusalReason::Busy,
             Refusal::TooManyClients { .. } => RefusalReason::PerSource,
-            Refusal::BadRequest(_) => RefusalReason::BadRequest,
+            Refusal::TooMuchMemory { .. } => RefusalReason::Memory,
+            Refusal::BadRequest { .. } => RefusalReason::BadRequest,
         }
     }
 
@@ -133,6 +137,7 @@ impl RefusalReason {
             RefusalReason::Duration => "duration",
             RefusalReason::Busy => "busy",
             RefusalReason::PerSource => "per_source",
+            RefusalReason::Memory => "memory",
             RefusalReason::BadRequest => "bad_request",
         }
     }
@@ -175,6 +180,11 @@ pub struct MeasurementServerCounters {
     pub rejected_probes: AtomicU64,
     /// Data stream greetings rejected.
     pub rejected_greetings: AtomicU64,
+    /// Round-trip requests dropped unanswered: faster than the test's rate, or beyond its
+    /// count.
+    pub excess_requests: AtomicU64,
+    /// Tests ended because their client stopped taking control messages.
+    pub stalled_clients: AtomicU64,
 }
 
 fn get(counter: &AtomicU64) -> u64 {
@@ -193,6 +203,8 @@ impl MeasurementServerCounters {
             .fetch_add(rejections.probes, Ordering::Relaxed);
         self.rejected_greetings
             .fetch_add(rejections.greetings, Ordering::Relaxed);
+        self.excess_requests
+            .fetch_add(rejections.excess, Ordering::Relaxed);
     }
 
     /// A test of `kind` ended (or was refused) with `outcome`.
@@ -232,18 +244,22 @@ impl MeasurementServerCounters {
     /// One line for the log.
     pub fn summary(&self) -> String {
         format!(
-            "{} connections, {} tests; refused: {} over --max-clients, {} busy, {} over --max-rate, {} over --max-duration; {} handshakes dropped for room, {} timed out; {} control messages, {} probes, {} greetings failed their checks",
+            "{} connections, {} tests; refused: {} over --max-clients, {} busy, {} over --max-rate, {} over --max-duration, {} over --max-test-memory, {} bad; {} handshakes dropped for room, {} timed out; {} control messages, {} probes, {} greetings failed their checks; {} requests beyond their test's rate or count; {} clients stopped reading",
             get(&self.connections),
             get(&self.tests),
             self.refusals(RefusalReason::PerSource),
             self.refusals(RefusalReason::Busy),
             self.refusals(RefusalReason::Rate),
             self.refusals(RefusalReason::Duration),
+            self.refusals(RefusalReason::Memory),
+            self.refusals(RefusalReason::BadRequest),
             get(&self.handshakes_dropped),
             get(&self.handshake_timeouts),
             get(&self.auth_failures),
             get(&self.rejected_probes),
             get(&self.rejected_greetings),
+            get(&self.excess_requests),
+            get(&self.stalled_clients),
         )
     }
 }
@@ -297,7 +313,8 @@ pub fn metrics(counters: &MeasurementServerCounters) -> String {
         Kind::Counter,
         "Refusals by reason: rate (over --max-rate), duration (over --max-duration), busy \
          (--max-tests running), per_source (over --max-clients connections from one \
-         address; refused before any request), bad_request.",
+         address, an IPv6 client's /64; refused before any request), memory (over \
+         --max-test-memory), bad_request.",
     );
     for reason in RefusalReason::ALL {
         e.sample(
@@ -305,6 +322,13 @@ pub fn metrics(counters: &MeasurementServerCounters) -> String {
             counters.refusals(reason) as f64,
         );
     }
+    e.family(
+        "pathlab_server_stalled_clients_total",
+        Kind::Counter,
+        "Tests ended because their client stopped taking control messages (none went \
+         within the deadline).",
+    )
+    .sample(&[], get(&counters.stalled_clients) as f64);
     e.family(
         "pathlab_server_handshakes_dropped_total",
         Kind::Counter,
@@ -323,14 +347,16 @@ pub fn metrics(counters: &MeasurementServerCounters) -> String {
         "pathlab_server_rejected_total",
         Kind::Counter,
         "Inputs that failed their checks: control (messages failing authentication), \
-         probes (another session, sender, direction or tag), greetings (TCP data streams).",
+         probes (another session, sender, direction or tag), greetings (TCP data streams), \
+         excess (round-trip requests beyond their test's rate or count, unanswered).",
     )
     .sample(&[("what", "control")], get(&counters.auth_failures) as f64)
     .sample(&[("what", "probes")], get(&counters.rejected_probes) as f64)
     .sample(
         &[("what", "greetings")],
         get(&counters.rejected_greetings) as f64,
-    );
+    )
+    .sample(&[("what", "excess")], get(&counters.excess_requests) as f64);
     for (name, help, sent) in [
         (
             "pathlab_server_sent_bytes_total",
@@ -393,6 +419,7 @@ mod tests {
             control: 1,
             probes: 4,
             greetings: 2,
+            excess: 9,
         });
         let text = metrics(&counters);
         let families = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -447,6 +474,14 @@ mod tests {
                 &[("what", "probes")]
             ),
             4.0
+        );
+        assert_eq!(
+            value(
+                &families,
+                "pathlab_server_rejected_total",
+                &[("what", "excess")]
+            ),
+            9.0
         );
         assert_eq!(
             value(

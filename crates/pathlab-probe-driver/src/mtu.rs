@@ -363,6 +363,8 @@ pub(super) fn serve(
     connection.send(&Message::Done {
         received: count,
         rejected: 0,
+        duplicates: 0,
+        excess: 0,
     })?;
     let way = match direction {
         Direction::Up => "received",

@@ -21,16 +21,21 @@ use pathlab_probe::auth::Way;
 use pathlab_probe::control::{self, Direction, Limits, Message, Refusal, TestRequest};
 use pathlab_probe::probe::{self, ProbeKind, Reflection};
 use pathlab_probe::session::{
-    Rejections, Running, ServerEvent, ServerPolicy, ServerSession, SessionError,
+    client_prefix, Reflector, Rejections, Running, ServerEvent, ServerPolicy, ServerSession,
+    SessionError,
 };
 
 use crate::counters::{MeasurementServerCounters, Moved, RefusalReason, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
+use crate::conn::STALLED_CLIENT;
 use crate::{clock, mtu, prepare_probe_socket, random, Conn, Control, MeasureError};
 use pathlab_os::sys;
 use pathlab_os::tcp_socket::{self, TcpSocketOptions};
 use pathlab_os::unix_now_ns;
+
+/// How long a stopping server waits for its tests to tell their clients.
+const SHUTDOWN_WAIT: Duration = Duration::from_millis(800);
 
 /// The MSS of control connections: 1280 bytes less 40 of IPv6 and 20 of TCP header.
 const CONTROL_MSS: u32 = 1220;
@@ -44,7 +49,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// The pre-shared key, if tests must be authenticated.
     pub key: Option<pathlab_probe::auth::Key>,
-    /// Most connections at once from one source address (handshakes and tests).
+    /// Most connections at once from one source address, an IPv6 client's /64 (handshakes
+    /// and tests).
     pub max_clients: u32,
     /// Most connections in their handshake at once, from everywhere.
     pub max_handshakes: u32,
@@ -80,7 +86,8 @@ pub struct Server {
     counters: Arc<MeasurementServerCounters>,
 }
 
-/// Connections per source address, shared by the loop and the test threads.
+/// Connections per source (an IPv4 address, an IPv6 /64), shared by the loop and the
+/// test threads.
 type PerSource = Arc<Mutex<HashMap<IpAddr, u32>>>;
 
 /// Releases a connection's place in the per-source count when it ends.
@@ -152,6 +159,7 @@ impl Server {
             limits: self.config.limits,
             key: self.config.key.clone(),
             software: format!("pathlab {}", env!("CARGO_PKG_VERSION")),
+            congestion_allowed: tcp_socket::allowed_congestion_controls(),
         };
         let stopping = Arc::new(AtomicBool::new(false));
         let active = Arc::new(AtomicU32::new(0));
@@ -200,7 +208,7 @@ impl Server {
                         let stopping = Arc::clone(&stopping);
                         let counters = Arc::clone(&self.counters);
                         workers.push(std::thread::spawn(move || {
-                            run_test(handshake, &stopping, &counters);
+                            run_test(handshake, stopping, &counters);
                             counters.running.fetch_sub(1, Ordering::Relaxed);
                             active.fetch_sub(1, Ordering::SeqCst);
                         }));
@@ -215,8 +223,17 @@ impl Server {
         stopping.store(true, Ordering::SeqCst);
         drop(handshakes);
         self.counters.handshakes.store(0, Ordering::Relaxed);
+        // Tests see the flag within 50 ms and tell their clients; one whose client does
+        // not take the message is left behind at the deadline, so a stop takes under a
+        // second whatever clients do.
+        let give_up = Instant::now() + SHUTDOWN_WAIT;
         for worker in workers {
-            let _ = worker.join();
+            while !worker.is_finished() && Instant::now() < give_up {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if worker.is_finished() {
+                let _ = worker.join();
+            }
         }
     }
 
@@ -238,7 +255,7 @@ impl Server {
                 }
             };
             self.counters.connections.fetch_add(1, Ordering::Relaxed);
-            let ip = peer.ip().to_canonical();
+            let ip = client_prefix(peer.ip());
             let from_there = {
                 let mut map = per_source.lock().expect("not poisoned");
                 let count = map.entry(ip).or_insert(0);
@@ -377,7 +394,10 @@ impl Control for TestConn<'_> {
 
     fn send(&mut self, message: &Message) -> Result<(), MeasureError> {
         self.conn.session.send(message);
-        Ok(self.conn.flush()?)
+        match self.conn.flush() {
+            Err(_) if self.stopping() => Err(MeasureError::Stopped),
+            outcome => Ok(outcome?),
+        }
     }
 }
 
@@ -388,16 +408,24 @@ impl TestConn<'_> {
 }
 
 /// Runs an accepted test to its end on its own thread.
-fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &MeasurementServerCounters) {
+fn run_test(
+    handshake: Handshake,
+    stopping: Arc<AtomicBool>,
+    counters: &MeasurementServerCounters,
+) {
     let Handshake {
-        conn,
+        mut conn,
         peer,
         started,
         slot,
     } = handshake;
     let _slot = slot;
     let kind = TestKind::of(&pending_test(&conn.session));
-    let mut test = TestConn { conn, stopping };
+    conn.bound_writes(Arc::clone(&stopping));
+    let mut test = TestConn {
+        conn,
+        stopping: &stopping,
+    };
     let mut moved = Moved::default();
     let outcome = serve(&mut test, peer, counters, &mut moved);
     counters.count_bytes(kind, moved.sent_bytes, moved.received_bytes);
@@ -409,6 +437,10 @@ fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &MeasurementS
             Err(_) => TestOutcome::Failed,
         },
     );
+    let stalled = matches!(&outcome, Err(MeasureError::Io(error)) if error.to_string() == STALLED_CLIENT);
+    if stalled {
+        counters.stalled_clients.fetch_add(1, Ordering::Relaxed);
+    }
     let outcome = match outcome {
         Ok(line) => Ok(line),
         Err(error) => {
@@ -420,12 +452,10 @@ fn run_test(handshake: Handshake, stopping: &AtomicBool, counters: &MeasurementS
             Err(error)
         }
     };
-    let _ = test.conn.stream.set_nonblocking(false);
-    let _ = test
-        .conn
-        .stream
-        .set_write_timeout(Some(Duration::from_secs(1)));
-    let _ = test.conn.flush();
+    // A client that took nothing for the deadline takes no goodbye either.
+    if !stalled {
+        let _ = test.conn.flush();
+    }
     counters.add(&test.conn.session.rejections);
     let seconds = started.elapsed().as_secs_f64();
     match outcome {
@@ -498,10 +528,12 @@ fn serve(
                     test.send(&Message::Done {
                         received: count,
                         rejected: rejections.probes,
+                        duplicates: received.duplicates,
+                        excess: 0,
                     })?;
                     format!(
-                        "{}: received {count}, rejected {}",
-                        running.test, rejections.probes
+                        "{}: received {count}, {} duplicates, rejected {}",
+                        running.test, received.duplicates, rejections.probes
                     )
                 }
                 Direction::Down => {
@@ -547,10 +579,12 @@ fn serve(
             test.send(&Message::Done {
                 received,
                 rejected: rejections.probes,
+                duplicates: 0,
+                excess: rejections.excess,
             })?;
             format!(
-                "{}: reflected {received}, rejected {}",
-                running.test, rejections.probes
+                "{}: reflected {received}, rejected {}, {} beyond the test's rate or count",
+                running.test, rejections.probes, rejections.excess
             )
         }
     };
@@ -570,21 +604,36 @@ fn pending_test(session: &ServerSession) -> TestRequest {
 /// The client's closing message of a downward one-way test, for the log.
 fn describe_done(done: &Message) -> String {
     match done {
-        Message::Done { received, rejected } => {
-            format!("the client received {received}, rejected {rejected}")
+        Message::Done {
+            received,
+            rejected,
+            duplicates,
+            ..
+        } => {
+            format!("the client received {received}, {duplicates} duplicates, rejected {rejected}")
         }
         other => format!("the client ended with {other:?}"),
     }
 }
 
 /// Reflects round-trip requests until the client's `Sent` plus a moment for stragglers;
-/// returns how many it reflected.
+/// returns how many it reflected. Only requests of the test's size are reflected, at most
+/// its count at its rate ([`Reflector`]); the rest are counted in `rejections`.
 fn reflect_probes(
     udp: &UdpSocket,
     control: &mut TestConn<'_>,
     running: &Running,
     rejections: &mut Rejections,
 ) -> Result<u64, MeasureError> {
+    let TestRequest::RoundTrip {
+        size,
+        count,
+        interval_ns,
+    } = running.test
+    else {
+        unreachable!("a round-trip test")
+    };
+    let mut reflector = Reflector::new(clock(), count, pathlab_core::Duration::from_nanos(interval_ns));
     let mut buffer = vec![0u8; probe::MAX_LEN + 1];
     let mut received = 0u64;
     let mut finish_by: Option<Instant> = None;
@@ -596,6 +645,10 @@ fn reflect_probes(
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
                 let received_ns = kernel_ns.unwrap_or_else(unix_now_ns);
+                if len != size as usize {
+                    rejections.probes += 1;
+                    continue;
+                }
                 if running
                     .accept_probe(
                         Way::ClientToServer,
@@ -606,6 +659,9 @@ fn reflect_probes(
                     )
                     .is_none()
                 {
+                    continue;
+                }
+                if !reflector.admit(clock()) {
                     continue;
                 }
                 received += 1;
@@ -636,6 +692,7 @@ fn reflect_probes(
             return Err(MeasureError::Stopped);
         }
         if finish_by.is_some_and(|t| Instant::now() >= t) {
+            rejections.excess += reflector.excess();
             return Ok(received);
         }
     }

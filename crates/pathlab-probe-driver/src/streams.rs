@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Message, TcpDirection, TestRequest};
 use pathlab_probe::session::{Rejections, Running, SessionError, GREETING_LEN};
+use pathlab_probe::tcp::TCP_CHUNK;
 use pathlab_probe::tcp::{
     self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
 };
@@ -30,8 +31,6 @@ pub struct TcpOptions {
     pub congestion: Option<String>,
 }
 
-/// Bytes written per `write` by a TCP sender.
-const TCP_CHUNK: usize = 128 * 1024;
 impl TcpOptions {
     /// The socket options of a stream's end, or of the server's listener: the window as
     /// both buffers, capped by the host's maxima as any program's are; the congestion
@@ -334,6 +333,14 @@ fn receive_until_closed(
                 *last_byte_ns = start.elapsed().as_nanos() as u64;
                 counter.add(*last_byte_ns, n as u64);
                 progress.moved();
+                // A sender that keeps sending past the test's time would otherwise keep
+                // the stream, its slot and its interval counts growing for ever.
+                if Instant::now() > last_byte_by {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the sender kept sending past the test's time plus the grace",
+                    ));
+                }
             }
             Err(error)
                 if crate::timed_out(&error) || error.kind() == io::ErrorKind::Interrupted =>

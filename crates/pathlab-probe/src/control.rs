@@ -24,6 +24,12 @@ pub const VERSION: u8 = 2;
 pub const MAX_FRAME: usize = 1 << 20;
 /// Records per [`Message::Received`] chunk.
 pub const RECORDS_PER_CHUNK: usize = 10_000;
+/// The largest frame a server takes before it accepts a test: a hello or a request is a
+/// few hundred bytes, and without this bound every connection in its handshake could make
+/// the server hold a [`MAX_FRAME`] (256 of them: 256 MB) before saying anything.
+pub const MAX_HANDSHAKE_FRAME: usize = 4096;
+/// [`Limits::max_test_memory`] unless a server says otherwise: 64 MiB.
+pub const DEFAULT_MAX_TEST_MEMORY: u64 = 64 << 20;
 
 const PREFIX_LEN: usize = 4;
 const HEADER_LEN: usize = 10;
@@ -348,6 +354,14 @@ pub struct Limits {
     pub max_duration_ns: u64,
     /// Most tests at once.
     pub max_tests: u32,
+    /// Most memory one test may hold on the server, bytes (its records, reports and
+    /// buffers, known from the request before it is accepted).
+    #[serde(default = "default_max_test_memory")]
+    pub max_test_memory: u64,
+}
+
+fn default_max_test_memory() -> u64 {
+    DEFAULT_MAX_TEST_MEMORY
 }
 
 /// Why a server refused a test.
@@ -382,9 +396,23 @@ pub enum Refusal {
         /// The limit.
         max_clients: u32,
     },
-    /// The request makes no sense (zero size, zero rate).
-    #[error("bad request: {0}")]
-    BadRequest(String),
+    /// The test would hold more memory on the server than its `--max-test-memory`.
+    #[error("the test would hold {asked_bytes} bytes on the server, which allows at most {max_bytes} per test (--max-test-memory); ask for fewer probes, streams or report intervals")]
+    TooMuchMemory {
+        /// The limit.
+        max_bytes: u64,
+        /// What the test would hold.
+        asked_bytes: u64,
+    },
+    /// The request makes no sense (zero size, zero rate) or is outside the protocol's
+    /// bounds. (A struct variant: an internally tagged enum cannot carry a bare string,
+    /// and serializing the tuple variant this was panicked the server at the first such
+    /// refusal.)
+    #[error("bad request: {why}")]
+    BadRequest {
+        /// What is wrong, and what would do.
+        why: String,
+    },
 }
 
 /// One probe as its receiver saw it.
@@ -453,10 +481,18 @@ pub enum Message {
     },
     /// Receiver (or reflector): no more records; with its counters.
     Done {
-        /// Probes received, duplicates included.
+        /// Probes received (a one-way receiver: each sequence number once; a reflector:
+        /// requests reflected).
         received: u64,
         /// Probes dropped because they failed authentication or did not belong to the test.
         rejected: u64,
+        /// Copies of a sequence number already received: counted, not recorded.
+        #[serde(default)]
+        duplicates: u64,
+        /// Requests a reflector dropped for coming faster than the test's rate, or beyond
+        /// its count.
+        #[serde(default)]
+        excess: u64,
     },
     /// Either side, at the end of a TCP test: its view of every stream and the CPU time it
     /// spent.
@@ -501,8 +537,9 @@ pub enum Message {
 /// Why a frame is not a control message.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// The frame says it is longer than [`MAX_FRAME`].
-    #[error("control frame of {0} bytes is larger than {MAX_FRAME}")]
+    /// The frame says it is longer than the reader takes ([`MAX_FRAME`], or
+    /// [`MAX_HANDSHAKE_FRAME`] before a test is accepted).
+    #[error("a control frame of {0} bytes is larger than this end takes")]
     Oversized(usize),
     /// Shorter than its header (and tag).
     #[error("control frame truncated: {got} bytes, at least {need} needed")]
@@ -636,12 +673,28 @@ pub fn decode_welcome(
 }
 
 /// Cuts a byte stream into frames (sans-IO: feed it what the socket gave).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct FrameReader {
     buffer: Vec<u8>,
+    max: usize,
+}
+
+impl Default for FrameReader {
+    fn default() -> FrameReader {
+        FrameReader {
+            buffer: Vec::new(),
+            max: MAX_FRAME,
+        }
+    }
 }
 
 impl FrameReader {
+    /// Frames longer than `max` bytes (at most [`MAX_FRAME`]) are errors from now on, seen
+    /// from their length prefix before their bytes are kept.
+    pub fn limit(&mut self, max: usize) {
+        self.max = max.min(MAX_FRAME);
+    }
+
     /// Appends received bytes.
     pub fn push(&mut self, bytes: &[u8]) {
         self.buffer.extend_from_slice(bytes);
@@ -654,7 +707,7 @@ impl FrameReader {
         }
         let len =
             u32::from_be_bytes(self.buffer[..PREFIX_LEN].try_into().expect("4 bytes")) as usize;
-        if len > MAX_FRAME {
+        if len > self.max {
             return Err(ControlError::Oversized(len));
         }
         if self.buffer.len() < PREFIX_LEN + len {
@@ -709,6 +762,7 @@ mod tests {
                     max_rate_bps: 1_000_000_000,
                     max_duration_ns: 60_000_000_000,
                     max_tests: 16,
+                    max_test_memory: DEFAULT_MAX_TEST_MEMORY,
                 },
             },
             Message::Request {
@@ -726,6 +780,19 @@ mod tests {
                     asked_bps: 2,
                 },
             },
+            // Regression (issue 30): a bad request's refusal did not serialize (a tuple
+            // variant of a tagged enum), and the server panicked at the first one.
+            Message::Refuse {
+                refusal: Refusal::BadRequest {
+                    why: "size 0 and count 0".into(),
+                },
+            },
+            Message::Refuse {
+                refusal: Refusal::TooMuchMemory {
+                    max_bytes: 1,
+                    asked_bytes: 2,
+                },
+            },
             Message::Received {
                 probes: vec![ReceivedProbe {
                     seq: 1,
@@ -736,6 +803,8 @@ mod tests {
             Message::Done {
                 received: 5,
                 rejected: 1,
+                duplicates: 2,
+                excess: 3,
             },
         ]
     }

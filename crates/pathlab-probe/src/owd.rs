@@ -387,11 +387,13 @@ pub struct SenderReport {
 }
 
 /// Computes a direction's result from what the sender reports and what the receiver
-/// recorded (every arrival, in arrival order, duplicates included).
+/// recorded (arrivals in arrival order; a receiver counts copies of a probe it recorded in
+/// `duplicates` instead of recording them, and copies among `arrivals` count too).
 pub fn one_way_result(
     sender: SenderReport,
     arrivals: &[ReceivedProbe],
     rejected: u64,
+    duplicates: u64,
     window: usize,
 ) -> OneWayResult {
     let mut tracker = SequenceTracker::new(sender.sent);
@@ -414,7 +416,11 @@ pub fn one_way_result(
         size: sender.size,
         achieved_rate_bps: achieved_pps * f64::from(sender.size) * 8.0,
         achieved_pps,
-        sequence: tracker.stats(sender.sent),
+        sequence: {
+            let mut stats = tracker.stats(sender.sent);
+            stats.duplicates += duplicates;
+            stats
+        },
         rejected,
         owd: analyse(&distinct, window),
     }
@@ -576,7 +582,7 @@ mod tests {
             sent,
             duration_ns: 3_000_000_000,
         };
-        let result = one_way_result(sender, &probes, 0, 100);
+        let result = one_way_result(sender, &probes, 0, 0, 100);
         let delivered = result.delivered_pps().unwrap();
         assert!((delivered / 1000.0 - 1.0).abs() < 1e-3, "{delivered}");
         // A forwarder that stalls 30 ms before its last 20 packets (a busy emulator): the
@@ -587,14 +593,14 @@ mod tests {
         for probe in &mut late[count - 20..] {
             probe.received_ns += 30_000_000;
         }
-        let result = one_way_result(sender, &late, 0, 100);
+        let result = one_way_result(sender, &late, 0, 0, 100);
         let span_s = result.owd.series.last().unwrap().0 as f64 * 1e-9;
         let by_span = (result.owd.series.len() - 1) as f64 / span_s;
         assert!(by_span / 1000.0 - 1.0 < -0.006, "{by_span}");
         let delivered = result.delivered_pps().unwrap();
         assert!((delivered / 1000.0 - 1.0).abs() < 1e-3, "{delivered}");
         assert_eq!(
-            one_way_result(sender, &probes[..1], 0, 100).delivered_pps(),
+            one_way_result(sender, &probes[..1], 0, 0, 100).delivered_pps(),
             None
         );
     }

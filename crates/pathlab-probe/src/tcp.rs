@@ -3,6 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Bytes a stream's end writes or reads per call, the buffer each end of a stream holds.
+pub const TCP_CHUNK: usize = 128 * 1024;
+
 /// One `TCP_INFO` sample of a sending socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TcpSample {

@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use pathlab_core::{Duration, Instant};
 
 pub use client::{ClientEvent, ClientSession};
-pub use probes::{fill_padding, ProbeReceiver, ProbeSender, Received};
+pub use probes::{fill_padding, ProbeReceiver, ProbeSender, Received, Reflector};
 pub use server::{ServerEvent, ServerPolicy, ServerSession};
 
 use crate::auth::{ControlAuth, Key, ProbeKeys, Role, Way, TAG_LEN};
@@ -94,6 +94,82 @@ pub fn peer_text(text: &str) -> String {
 /// Most report intervals in one TCP test (at [`MIN_REPORT_INTERVAL`], 100 s of test).
 pub const MAX_REPORT_INTERVALS: u64 = 10_000;
 
+/// Shortest TCP_INFO sampling period of a TCP test (the server keeps every sample of the
+/// streams it sends on until the test's report).
+pub const MIN_SAMPLE_INTERVAL: Duration = Duration::from_millis(1);
+
+/// What one record costs the server as it sends it back, beyond the record itself: its
+/// JSON (field names and up to 20 digits per number).
+const RECORD_JSON_BYTES: u64 = 100;
+/// What one TCP_INFO sample costs in the report's JSON.
+const SAMPLE_JSON_BYTES: u64 = 320;
+/// What one interval's byte count costs in the report's JSON (20 digits and a comma).
+const INTERVAL_JSON_BYTES: u64 = 21;
+/// Datagrams the server's probe sockets take or send per system call (its batch buffers).
+const DATAGRAM_BATCH: u64 = 64;
+
+/// The memory a test holds on the server, bytes, known from its request before it is
+/// accepted: an upward one-way test's records (one per sequence number: copies are
+/// counted, not kept) and a bit per sequence number, a TCP test's per-interval counts and
+/// TCP_INFO samples with their report's JSON and each stream's buffer, a probe socket's
+/// batch buffers. An upper bound: the test's own probes and streams never need more.
+pub fn test_memory(test: &TestRequest) -> u64 {
+    let record = std::mem::size_of::<control::ReceivedProbe>() as u64;
+    let batch = |size: u32| DATAGRAM_BATCH * (u64::from(size) + 64);
+    if let Some((direction, size, count, _)) = test.one_way() {
+        let kept = if direction == control::Direction::Up {
+            let chunk = control::RECORDS_PER_CHUNK as u64 * (record + RECORD_JSON_BYTES);
+            count
+                .saturating_mul(record)
+                .saturating_add(count.div_ceil(8))
+                .saturating_add(chunk)
+        } else {
+            0
+        };
+        return kept.saturating_add(batch(size));
+    }
+    match *test {
+        TestRequest::OneWay { .. } | TestRequest::Trains { .. } => 0,
+        TestRequest::RoundTrip { .. } | TestRequest::PathMtu { .. } => probe::MAX_LEN as u64 + 1,
+        TestRequest::Tcp {
+            streams,
+            direction,
+            duration_ns,
+            interval_ns,
+            sample_ns,
+            ..
+        } => {
+            let buffer = (crate::tcp::TCP_CHUNK + 4096) as u64;
+            let time_ns = duration_ns.saturating_add(TEST_GRACE.as_nanos());
+            // The server receives the upward streams (a count per interval) and sends the
+            // downward ones (a sample per period).
+            let intervals = time_ns / interval_ns.max(1) + 1;
+            let samples = duration_ns / sample_ns.max(1) + 2;
+            let receiving =
+                buffer.saturating_add(intervals.saturating_mul(8 + INTERVAL_JSON_BYTES));
+            let sample = std::mem::size_of::<crate::tcp::TcpSample>() as u64;
+            let sending = buffer.saturating_add(samples.saturating_mul(sample + SAMPLE_JSON_BYTES));
+            let (up, down) = match direction {
+                control::TcpDirection::Up => (1, 0),
+                control::TcpDirection::Down => (0, 1),
+                control::TcpDirection::Both => (1, 1),
+            };
+            u64::from(streams).saturating_mul((up * receiving).saturating_add(down * sending))
+        }
+    }
+}
+
+/// The address a server counts a client's connections under (`--max-clients`): an IPv4
+/// address as itself (an IPv4 client on a dual-stack socket too), an IPv6 one by its /64,
+/// the least a site or host is given, so one host cannot take 2^64 addresses' worth of
+/// connections.
+pub fn client_prefix(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        v4 => v4,
+    }
+}
+
 /// Bytes of a data stream's greeting: `session u64 | index u32 | down u8 | 0 0 0 | tag`
 /// (the tag zero without a key).
 pub const GREETING_LEN: usize = 16 + TAG_LEN;
@@ -150,6 +226,9 @@ pub struct Rejections {
     /// Data stream greetings refused: untagged or forged, another session, a stream the
     /// test did not ask for, or one already open.
     pub greetings: u64,
+    /// Round-trip requests a reflector dropped: faster than the test's rate or beyond its
+    /// count ([`Reflector`]).
+    pub excess: u64,
 }
 
 /// The control connection's framing and authentication: bytes in, messages out.
@@ -346,14 +425,15 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
             streams,
             duration_ns,
             interval_ns,
+            sample_ns,
             mss,
             ref congestion,
             ..
         } => {
             if streams == 0 || streams > MAX_STREAMS {
-                return Err(Refusal::BadRequest(format!(
-                    "{streams} streams (1 to {MAX_STREAMS})"
-                )));
+                return Err(Refusal::BadRequest {
+                    why: format!("{streams} streams (1 to {MAX_STREAMS})"),
+                });
             }
             if duration_ns > limits.max_duration_ns {
                 return Err(Refusal::TooLong {
@@ -362,9 +442,9 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
                 });
             }
             if let Some(mss) = mss.filter(|m| !(MIN_MSS..=65_535).contains(m)) {
-                return Err(Refusal::BadRequest(format!(
-                    "an MSS of {mss} bytes: {MIN_MSS} to 65535"
-                )));
+                return Err(Refusal::BadRequest {
+                    why: format!("an MSS of {mss} bytes: {MIN_MSS} to 65535"),
+                });
             }
             if let Some(name) = congestion {
                 let well_formed = !name.is_empty()
@@ -373,27 +453,42 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
                         .bytes()
                         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
                 if !well_formed {
-                    return Err(Refusal::BadRequest(format!(
-                        "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
-                        peer_text(name)
-                    )));
+                    return Err(Refusal::BadRequest {
+                        why: format!(
+                            "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
+                            peer_text(name)
+                        ),
+                    });
                 }
             }
             let min_interval_ns = MIN_REPORT_INTERVAL.as_nanos();
             if interval_ns < min_interval_ns {
-                return Err(Refusal::BadRequest(format!(
-                    "a report interval of {interval_ns} ns: at least {} ms",
-                    min_interval_ns / 1_000_000
-                )));
+                return Err(Refusal::BadRequest {
+                    why: format!(
+                        "a report interval of {interval_ns} ns: at least {} ms",
+                        min_interval_ns / 1_000_000
+                    ),
+                });
             }
             let intervals = duration_ns.div_ceil(interval_ns);
             if intervals > MAX_REPORT_INTERVALS {
-                return Err(Refusal::BadRequest(format!(
-                    "{intervals} report intervals: at most {MAX_REPORT_INTERVALS} per test \
+                return Err(Refusal::BadRequest {
+                    why: format!(
+                        "{intervals} report intervals: at most {MAX_REPORT_INTERVALS} per test \
                      (a longer interval, or a shorter test)"
-                )));
+                    ),
+                });
             }
-            return Ok(());
+            let min_sample_ns = MIN_SAMPLE_INTERVAL.as_nanos();
+            if sample_ns < min_sample_ns {
+                return Err(Refusal::BadRequest {
+                    why: format!(
+                        "a TCP_INFO sampling period of {sample_ns} ns: at least {} ms",
+                        min_sample_ns / 1_000_000
+                    ),
+                });
+            }
+            return check_memory(test, limits);
         }
         TestRequest::OneWay {
             size,
@@ -402,7 +497,9 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
             ..
         } => {
             if rate_bps == 0 {
-                return Err(Refusal::BadRequest("the rate is zero".into()));
+                return Err(Refusal::BadRequest {
+                    why: "the rate is zero".into(),
+                });
             }
             (size, count)
         }
@@ -417,9 +514,11 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
         } => {
             let train_ns = u64::from(length.saturating_sub(1)).saturating_mul(spacing_ns);
             if length == 0 || length > MAX_TRAIN || trains == 0 || period_ns <= train_ns {
-                return Err(Refusal::BadRequest(format!(
+                return Err(Refusal::BadRequest {
+ why: format!(
                     "trains of {length} probes (1 to {MAX_TRAIN}), {trains} of them, each within its period"
-                )));
+                ),
+});
             }
             (size, u64::from(length) * u64::from(trains))
         }
@@ -429,15 +528,17 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
             interval_ns,
         } => {
             if interval_ns == 0 {
-                return Err(Refusal::BadRequest("the interval is zero".into()));
+                return Err(Refusal::BadRequest {
+                    why: "the interval is zero".into(),
+                });
             }
             (size, count)
         }
     };
     if size as usize > probe::MAX_LEN || count == 0 {
-        return Err(Refusal::BadRequest(format!(
-            "size {size} and count {count}"
-        )));
+        return Err(Refusal::BadRequest {
+            why: format!("size {size} and count {count}"),
+        });
     }
     let asked_bps = test.rate_bps();
     if asked_bps > limits.max_rate_bps {
@@ -451,6 +552,17 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
         return Err(Refusal::TooLong {
             max_ns: limits.max_duration_ns,
             asked_ns,
+        });
+    }
+    check_memory(test, limits)
+}
+
+fn check_memory(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
+    let asked_bytes = test_memory(test);
+    if asked_bytes > limits.max_test_memory {
+        return Err(Refusal::TooMuchMemory {
+            max_bytes: limits.max_test_memory,
+            asked_bytes,
         });
     }
     Ok(())

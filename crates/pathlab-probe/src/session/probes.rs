@@ -113,12 +113,18 @@ pub fn fill_padding(pad: &mut [u8], random: &[u8; 4096], seq: u64) {
     }
 }
 
-/// Records a one-way test's probes as they arrive.
+/// Records a one-way test's probes as they arrive: each sequence number of the test once,
+/// in arrival order. Copies of one already recorded are counted, not kept, and sequence
+/// numbers past the test's count are not the test's: whatever a sender sends, the records
+/// are at most the count it asked for.
 #[derive(Debug, Clone)]
 pub struct ProbeReceiver {
     way: Way,
     size: u32,
+    count: u64,
+    seen: Vec<u64>,
     arrivals: Vec<ReceivedProbe>,
+    duplicates: u64,
     sent: Option<(u64, u64)>,
     finish_at: Option<Instant>,
 }
@@ -126,8 +132,10 @@ pub struct ProbeReceiver {
 /// What a receiver recorded, once the test is over.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Received {
-    /// Every accepted probe in arrival order (duplicates included).
+    /// Each accepted probe's first arrival, in arrival order.
     pub arrivals: Vec<ReceivedProbe>,
+    /// Copies of probes already recorded.
+    pub duplicates: u64,
     /// Probes the sender says it sent.
     pub sent: u64,
     /// From the sender's first probe to its last, ns.
@@ -135,12 +143,16 @@ pub struct Received {
 }
 
 impl ProbeReceiver {
-    /// A receiver of probes of `size` bytes going `way`; room for `count` of them.
+    /// A receiver of `count` probes of `size` bytes going `way` (the request's, bounded by
+    /// [`super::check_limits`] before a server accepts it).
     pub fn new(way: Way, size: u32, count: u64) -> ProbeReceiver {
         ProbeReceiver {
             way,
             size,
+            count,
+            seen: vec![0; count.div_ceil(64) as usize],
             arrivals: Vec::with_capacity(count.min(10_000_000) as usize),
+            duplicates: 0,
             sent: None,
             finish_at: None,
         }
@@ -163,7 +175,17 @@ impl ProbeReceiver {
             return false;
         }
         match running.accept_probe(self.way, ProbeKind::OneWay, source, data, rejections) {
+            Some(probe) if probe.seq >= self.count => {
+                rejections.probes += 1;
+                false
+            }
             Some(probe) => {
+                let (word, bit) = ((probe.seq / 64) as usize, 1u64 << (probe.seq % 64));
+                if self.seen[word] & bit != 0 {
+                    self.duplicates += 1;
+                    return true;
+                }
+                self.seen[word] |= bit;
                 self.arrivals.push(ReceivedProbe {
                     seq: probe.seq,
                     sent_ns: probe.sent_ns,
@@ -198,9 +220,9 @@ impl ProbeReceiver {
         self.size
     }
 
-    /// Probes accepted so far.
+    /// Probes accepted so far, copies included (a sign the sender is alive).
     pub fn received(&self) -> u64 {
-        self.arrivals.len() as u64
+        self.arrivals.len() as u64 + self.duplicates
     }
 
     /// What it recorded, and the messages that report it to the sender (`Received` in
@@ -216,15 +238,70 @@ impl ProbeReceiver {
         messages.push(Message::Done {
             received: self.arrivals.len() as u64,
             rejected,
+            duplicates: self.duplicates,
+            excess: 0,
         });
         let (sent, duration_ns) = self.sent.unwrap_or_default();
         (
             Received {
                 arrivals: self.arrivals,
+                duplicates: self.duplicates,
                 sent,
                 duration_ns,
             },
             messages,
         )
+    }
+}
+
+/// Holds a reflector to what its test asked for: at most the test's count of requests,
+/// at its rate (one per interval, with a second's worth of burst for a path that bunches
+/// them). What comes faster or beyond is dropped unanswered and counted: a client cannot
+/// make a server reflect more than the test it was granted, at any rate, for its whole time.
+#[derive(Debug, Clone)]
+pub struct Reflector {
+    interval: Duration,
+    burst: u64,
+    left: u64,
+    tokens: u64,
+    refilled: Instant,
+    excess: u64,
+}
+
+impl Reflector {
+    /// A reflector of `count` requests, one per `interval`, starting at `now`.
+    pub fn new(now: Instant, count: u64, interval: Duration) -> Reflector {
+        let interval = interval.max(Duration::from_nanos(1));
+        let burst =
+            (Duration::from_secs(1).as_nanos() / interval.as_nanos()).clamp(1, count.max(1));
+        Reflector {
+            interval,
+            burst,
+            left: count,
+            tokens: burst,
+            refilled: now,
+            excess: 0,
+        }
+    }
+
+    /// Whether a request arrived at `now` may be reflected (counted as excess if not).
+    pub fn admit(&mut self, now: Instant) -> bool {
+        let earned = now.saturating_since(self.refilled).as_nanos() / self.interval.as_nanos();
+        if earned > 0 {
+            self.tokens = self.tokens.saturating_add(earned).min(self.burst);
+            self.refilled = self.refilled + Duration::from_nanos(earned * self.interval.as_nanos());
+        }
+        if self.left == 0 || self.tokens == 0 {
+            self.excess += 1;
+            return false;
+        }
+        self.left -= 1;
+        self.tokens -= 1;
+        true
+    }
+
+    /// Requests dropped so far.
+    pub fn excess(&self) -> u64 {
+        self.excess
     }
 }

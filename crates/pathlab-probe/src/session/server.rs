@@ -21,6 +21,9 @@ pub struct ServerPolicy {
     pub key: Option<Key>,
     /// Software and version, announced in the welcome.
     pub software: String,
+    /// The congestion controls a TCP test may name: the host's allowed list (a server
+    /// running as root could otherwise make the kernel load any module a client names).
+    pub congestion_allowed: Vec<String>,
 }
 
 /// What the server's driver must act on.
@@ -72,11 +75,13 @@ impl ServerSession {
         peer: IpAddr,
         nonce: [u8; NONCE_LEN],
     ) -> ServerSession {
+        let mut channel = Channel::default();
+        channel.reader.limit(control::MAX_HANDSHAKE_FRAME);
         ServerSession {
             policy,
             peer,
             nonce,
-            channel: Channel::default(),
+            channel,
             state: State::AwaitHello,
             deadline: Some(now + HANDSHAKE_TIMEOUT),
             events: VecDeque::new(),
@@ -123,7 +128,9 @@ impl ServerSession {
                 message: peer_text(&message),
             })),
             (State::AwaitRequest, Message::Request { test, client_port }) => {
-                match check_limits(&test, &self.policy.limits) {
+                match check_limits(&test, &self.policy.limits)
+                    .and_then(|()| self.check_congestion(&test))
+                {
                     Ok(()) => {
                         self.state = State::Deciding;
                         self.deadline = None;
@@ -191,6 +198,26 @@ impl ServerSession {
         self.state = State::AwaitRequest;
     }
 
+    fn check_congestion(&self, test: &TestRequest) -> Result<(), Refusal> {
+        let TestRequest::Tcp {
+            congestion: Some(name),
+            ..
+        } = test
+        else {
+            return Ok(());
+        };
+        if self.policy.congestion_allowed.iter().any(|a| a == name) {
+            return Ok(());
+        }
+        Err(Refusal::BadRequest {
+            why: format!(
+                "congestion control '{}' is not allowed on this server (it allows: {})",
+                super::peer_text(name),
+                self.policy.congestion_allowed.join(" ")
+            ),
+        })
+    }
+
     /// The client closed its end of the control connection at `now`.
     pub fn handle_close(&mut self, now: Instant) {
         let _ = now;
@@ -229,6 +256,9 @@ impl ServerSession {
             server_port,
         });
         self.deadline = Some(test_deadline(now, &test));
+        // Authenticated (or, without a key, accepted within the limits): the test's own
+        // messages may be as large as the protocol allows (a TCP test's report).
+        self.channel.reader.limit(control::MAX_FRAME);
         self.running = Some(Running::new(
             session,
             test,

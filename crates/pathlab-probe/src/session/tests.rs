@@ -21,6 +21,7 @@ fn limits() -> Limits {
         max_rate_bps: 100_000_000,
         max_duration_ns: 60_000_000_000,
         max_tests: 4,
+        max_test_memory: crate::control::DEFAULT_MAX_TEST_MEMORY,
     }
 }
 
@@ -33,6 +34,7 @@ fn policy(key: Option<Key>) -> ServerPolicy {
         limits: limits(),
         key,
         software: "pathlab test".into(),
+        congestion_allowed: vec!["reno".into(), "cubic".into(), "bbr".into()],
     }
 }
 
@@ -217,7 +219,9 @@ impl ClientNode {
                     self.probes.start(now, &self.test, Way::ClientToServer, 9);
                 }
                 ClientEvent::Message(Message::Received { probes }) => self.records.extend(probes),
-                ClientEvent::Message(Message::Done { received, rejected }) => {
+                ClientEvent::Message(Message::Done {
+                    received, rejected, ..
+                }) => {
                     self.done = Some((received, rejected));
                     self.session.finish();
                 }
@@ -333,6 +337,7 @@ fn a_one_way_test_runs_in_virtual_time_and_measures_the_link() {
                 duration_ns: 0,
             },
             &client.records,
+            0,
             0,
             100,
         );
@@ -577,6 +582,8 @@ fn reflected_and_replayed_control_messages_are_refused_and_counted() {
     server.send(&Message::Done {
         received: 0,
         rejected: 0,
+        duplicates: 0,
+        excess: 0,
     });
     let server_message = server.poll_transmit().unwrap();
     client.handle_control(Instant::ZERO, &server_message);
@@ -714,7 +721,7 @@ fn a_tcp_report_interval_is_bounded_below_and_its_count_above() {
         congestion: None,
     };
     let refusal = |test: &TestRequest| match check_limits(test, &limits()) {
-        Err(Refusal::BadRequest(why)) => why,
+        Err(Refusal::BadRequest { why }) => why,
         other => panic!("{other:?}"),
     };
     let min = MIN_REPORT_INTERVAL.as_nanos();
@@ -729,7 +736,7 @@ fn a_tcp_report_interval_is_bounded_below_and_its_count_above() {
     };
     assert_eq!(check_limits(&tcp(100_000_000_000, min), &long), Ok(()));
     match check_limits(&tcp(100_000_000_001, min), &long) {
-        Err(Refusal::BadRequest(why)) => {
+        Err(Refusal::BadRequest { why }) => {
             assert!(why.starts_with("10001 report intervals"), "{why}");
         }
         other => panic!("{other:?}"),
@@ -759,7 +766,7 @@ fn a_peer_chooses_no_escape_no_odd_congestion_name_and_no_tiny_mss() {
         congestion: congestion.map(str::to_owned),
     };
     let refused = |test: TestRequest| match check_limits(&test, &limits()) {
-        Err(Refusal::BadRequest(why)) => why,
+        Err(Refusal::BadRequest { why }) => why,
         other => panic!("{other:?}"),
     };
     for mss in [0, 1, MIN_MSS - 1, 65_536] {
@@ -790,4 +797,262 @@ fn a_peer_chooses_no_escape_no_odd_congestion_name_and_no_tiny_mss() {
             "{good}"
         );
     }
+}
+
+/// Probes `0..count` of `running`'s test going up, each `size` bytes.
+fn upward_probes(running: &Running, size: u32, count: u64) -> Vec<Vec<u8>> {
+    let mut sender = ProbeSender::new(
+        Instant::ZERO,
+        Way::ClientToServer,
+        crate::control::Schedule {
+            length: count,
+            spacing_ns: 0.0,
+            period_ns: 0.0,
+        },
+        size,
+        count,
+        Box::new([0; 4096]),
+    );
+    (0..count)
+        .map(|_| {
+            let mut bytes = Vec::new();
+            sender
+                .poll_probe(Instant::ZERO, 1, running, &mut bytes)
+                .unwrap()
+                .unwrap();
+            bytes
+        })
+        .collect()
+}
+
+/// Regression (issue 30): an upward test recorded every accepted probe, copies included,
+/// with no cap at the count asked for (60 s of small probes at 1 Gbit/s: 5.6 GB). Each
+/// sequence number is recorded once, copies are counted, and numbers past the count are
+/// not the test's.
+#[test]
+fn a_receiver_records_each_probe_of_its_count_once_and_counts_the_copies() {
+    let (client, mut server) = tcp_pair(None, TcpDirection::Up, 12);
+    let probes = upward_probes(client.running().unwrap(), 200, 12);
+    let mut receiver = ProbeReceiver::new(Way::ClientToServer, 200, 10);
+    let (running, rejections) = server.running_mut().unwrap();
+    // Every probe five times over, the two past the count included.
+    for _ in 0..5 {
+        for probe in &probes {
+            receiver.handle_probe(1, CLIENT, probe, false, running, rejections);
+        }
+    }
+    assert_eq!(rejections.probes, 2 * 5, "sequence numbers 10 and 11");
+    let (received, messages) = receiver.finish(rejections.probes);
+    assert_eq!(received.arrivals.len(), 10);
+    let seqs: Vec<u64> = received.arrivals.iter().map(|a| a.seq).collect();
+    assert_eq!(seqs, (0..10).collect::<Vec<_>>());
+    assert_eq!(received.duplicates, 4 * 10);
+    assert!(matches!(
+        messages.last(),
+        Some(Message::Done {
+            received: 10,
+            duplicates: 40,
+            ..
+        })
+    ));
+    // The copies still count as duplicates in the result, as they did when recorded.
+    let result = one_way_result(
+        SenderReport {
+            direction: Direction::Up,
+            rate_bps: 1_000_000,
+            size: 200,
+            sent: 10,
+            duration_ns: 1,
+        },
+        &received.arrivals,
+        0,
+        received.duplicates,
+        100,
+    );
+    assert_eq!(
+        (result.sequence.received, result.sequence.duplicates),
+        (10, 40)
+    );
+}
+
+/// Regression (issue 30): a reflector echoed requests of any number at any rate for the
+/// whole test. It answers at most the count, at the test's rate with a second's burst.
+#[test]
+fn a_reflector_answers_the_asked_rate_and_count_and_counts_the_excess() {
+    let interval = Duration::from_millis(10);
+    // Ten times the asked rate (a request every ms) for 5 s: 5,000 requests for a test
+    // of 1,000 at 100/s. The first second's burst (100) plus 100/s for 5 s (500) pass.
+    let mut reflector = Reflector::new(Instant::ZERO, 1_000, interval);
+    let mut answered = 0;
+    for ms in 0..5_000 {
+        if reflector.admit(Instant::ZERO + Duration::from_millis(ms)) {
+            answered += 1;
+        }
+    }
+    assert!((599..=601).contains(&answered), "{answered}");
+    assert_eq!(reflector.excess(), 5_000 - answered);
+    // At the asked rate every request passes, up to the count and not one more.
+    let mut reflector = Reflector::new(Instant::ZERO, 300, interval);
+    let answered = (0..400)
+        .filter(|&i| reflector.admit(Instant::ZERO + Duration::from_millis(10 * i)))
+        .count();
+    assert_eq!(answered, 300);
+    assert_eq!(reflector.excess(), 100);
+}
+
+/// Issue 30: what a test holds on the server is known before it is accepted, and a test
+/// above `--max-test-memory` is refused saying so.
+#[test]
+fn a_test_that_would_hold_too_much_memory_is_refused_before_it_starts() {
+    let limits = Limits {
+        max_rate_bps: u64::MAX,
+        ..limits()
+    };
+    // 60 s of 64-byte probes at 1 Gbit/s upward: 117 M records (2.8 GB).
+    let count = 60 * 1_000_000_000 / (64 * 8);
+    let up = TestRequest::OneWay {
+        direction: Direction::Up,
+        rate_bps: 1_000_000_000,
+        size: 64,
+        count,
+    };
+    let record = std::mem::size_of::<crate::control::ReceivedProbe>() as u64;
+    assert!(test_memory(&up) >= count * record);
+    match check_limits(&up, &limits) {
+        Err(Refusal::TooMuchMemory {
+            max_bytes,
+            asked_bytes,
+        }) => {
+            assert_eq!(max_bytes, crate::control::DEFAULT_MAX_TEST_MEMORY);
+            assert_eq!(asked_bytes, test_memory(&up));
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same probes downwards are the client's to keep.
+    let down = TestRequest::OneWay {
+        direction: Direction::Down,
+        rate_bps: 1_000_000_000,
+        size: 64,
+        count,
+    };
+    assert_eq!(check_limits(&down, &limits), Ok(()));
+    // An ordinary upward test fits.
+    let ordinary = one_way(Direction::Up, 50_000);
+    assert_eq!(check_limits(&ordinary, &limits), Ok(()));
+    // 128 streams sampled every ms for 60 s hold 2.5 GB of samples and report.
+    let tcp = |streams: u32, sample_ns: u64| TestRequest::Tcp {
+        streams,
+        direction: TcpDirection::Both,
+        duration_ns: 60_000_000_000,
+        interval_ns: 100_000_000,
+        sample_ns,
+        window: None,
+        mss: None,
+        congestion: None,
+    };
+    assert!(matches!(
+        check_limits(&tcp(128, 1_000_000), &limits),
+        Err(Refusal::TooMuchMemory { .. })
+    ));
+    assert_eq!(check_limits(&tcp(8, 10_000_000), &limits), Ok(()));
+    match check_limits(&tcp(1, 999_999), &limits) {
+        Err(Refusal::BadRequest { why }) => assert!(why.contains("at least 1 ms"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Regression (issue 30): each connection in its handshake could make the server buffer a
+/// 1 MiB frame (256 of them: 256 MB) before saying anything. A frame longer than a hello
+/// needs ends the handshake from its length prefix alone.
+#[test]
+fn a_handshake_frame_longer_than_a_hello_ends_the_session_unread() {
+    let mut server = ServerSession::new(Instant::ZERO, policy(None), CLIENT, [3; 16]);
+    let prefix = ((crate::control::MAX_HANDSHAKE_FRAME + 1) as u32).to_be_bytes();
+    server.handle_control(Instant::ZERO, &prefix);
+    server.handle_control(Instant::ZERO, &[b'x'; 1024]);
+    match server.poll_event() {
+        Some(ServerEvent::Ended(Err(SessionError::Protocol(why)))) => {
+            assert!(why.contains("larger than this end takes"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A running test's messages may be as large as the protocol allows (a TCP report).
+    let (mut client, mut running) = tcp_pair(None, TcpDirection::Up, 13);
+    let report = Message::TcpReport {
+        up: vec![crate::tcp::StreamReport {
+            interval_bytes: vec![u64::MAX; 2_000],
+            ..Default::default()
+        }],
+        down: Vec::new(),
+        cpu_ns: 0,
+    };
+    client.send(&report);
+    let bytes = client.poll_transmit().unwrap();
+    assert!(bytes.len() > crate::control::MAX_HANDSHAKE_FRAME);
+    running.handle_control(Instant::ZERO, &bytes);
+    assert_eq!(
+        running.poll_event(),
+        Some(ServerEvent::Message(report)),
+        "accepted once the test runs"
+    );
+}
+
+/// Issue 30: a TCP test may name only a congestion control the host allows, and the
+/// refusal says which it allows.
+#[test]
+fn a_congestion_control_outside_the_hosts_allowed_list_is_refused() {
+    let mut client = ClientSession::new(Instant::ZERO, None, SERVER, [1; 16], "c".into());
+    let mut server = ServerSession::new(Instant::ZERO, policy(None), CLIENT, [2; 16]);
+    let pump = |client: &mut ClientSession, server: &mut ServerSession| {
+        for _ in 0..4 {
+            while let Some(bytes) = client.poll_transmit() {
+                server.handle_control(Instant::ZERO, &bytes);
+            }
+            while let Some(bytes) = server.poll_transmit() {
+                client.handle_control(Instant::ZERO, &bytes);
+            }
+        }
+    };
+    pump(&mut client, &mut server);
+    client.request(
+        Instant::ZERO,
+        TestRequest::Tcp {
+            streams: 1,
+            direction: TcpDirection::Down,
+            duration_ns: 1_000_000_000,
+            interval_ns: 100_000_000,
+            sample_ns: 10_000_000,
+            window: None,
+            mss: None,
+            congestion: Some("vegas".into()),
+        },
+        0,
+    );
+    pump(&mut client, &mut server);
+    let refusal = server.refused().map(|(_, refusal)| refusal.to_string());
+    assert_eq!(
+        refusal.as_deref(),
+        Some(
+            "bad request: congestion control 'vegas' is not allowed on this server \
+             (it allows: reno cubic bbr)"
+        )
+    );
+}
+
+/// Issue 30: `--max-clients` counts an IPv6 client by its /64 (one host may hold a /64),
+/// an IPv4 one by its address, also when seen on a dual-stack socket.
+#[test]
+fn clients_are_counted_by_their_ipv6_64_and_their_ipv4_address() {
+    let v6 = |text: &str| IpAddr::V6(text.parse().unwrap());
+    assert_eq!(
+        client_prefix(v6("2001:2:0:1:aaaa:bbbb:cccc:dddd")),
+        v6("2001:2:0:1::")
+    );
+    assert_ne!(
+        client_prefix(v6("2001:2:0:1::1")),
+        client_prefix(v6("2001:2:0:2::1"))
+    );
+    assert_eq!(client_prefix(CLIENT), CLIENT);
+    let mapped = IpAddr::V6(Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped());
+    assert_eq!(client_prefix(mapped), CLIENT);
 }

@@ -27,6 +27,10 @@ pub struct Args {
     /// Most tests at once.
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub max_tests: u32,
+    /// Most memory one test may hold on the server (its records, reports and buffers,
+    /// known from the request): a test that would hold more is refused saying so.
+    #[arg(long, value_name = "SIZE", default_value = "64mb", value_parser = parse_memory)]
+    pub max_test_memory: u64,
     /// Most connections at once from one source address (in their handshake or running a
     /// test); more are refused with a message saying so.
     #[arg(long, value_name = "N", default_value_t = ServerConfig::DEFAULT_MAX_CLIENTS, value_parser = clap::value_parser!(u32).range(1..))]
@@ -37,6 +41,15 @@ pub struct Args {
     pub max_handshakes: u32,
     #[command(flatten)]
     pub metrics: crate::cmd::metrics::MetricsArgs,
+}
+
+/// A memory size (`64mb`, `1gb`: powers of 1024), at least 1 MiB.
+fn parse_memory(text: &str) -> Result<u64, String> {
+    let bytes = pathlab_core::spec::parse_size(text).map_err(|e| e.to_string())?;
+    if bytes < 1 << 20 {
+        return Err(format!("{text} is less than 1mb"));
+    }
+    Ok(bytes)
 }
 
 /// Reads a pre-shared key file (a usage error when it is missing or too short).
@@ -69,6 +82,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 max_rate_bps: max_rate.bits_per_sec(),
                 max_duration_ns: max_duration.as_nanos(),
                 max_tests: args.max_tests,
+                max_test_memory: args.max_test_memory,
             },
             key,
         )
