@@ -77,4 +77,3 @@ impl Drop for ServerProcess {
         let _ = self.child.wait();
     }
 }
-

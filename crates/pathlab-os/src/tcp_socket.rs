@@ -111,6 +111,33 @@ pub fn connect(
     Ok(TcpStream::from(socket))
 }
 
+/// Where Linux lists the congestion controls an unprivileged socket may choose, and those
+/// registered (built in or loaded).
+const ALLOWED_CONGESTION: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+const AVAILABLE_CONGESTION: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+
+/// The congestion controls this process may let a peer choose: the host's allowed list
+/// (`tcp_allowed_congestion_control`), and with CAP_NET_ADMIN those already registered
+/// (`tcp_available_congestion_control`), never another name: with the capability, naming
+/// an unregistered one makes the kernel load its module. Empty if neither can be read.
+pub fn allowed_congestion_controls() -> Vec<String> {
+    let read = |path: &str| {
+        std::fs::read_to_string(path).map_or_else(
+            |_| Vec::new(),
+            |text| text.split_whitespace().map(str::to_owned).collect(),
+        )
+    };
+    let mut names: Vec<String> = read(ALLOWED_CONGESTION);
+    if sys::has_cap_net_admin() {
+        for name in read(AVAILABLE_CONGESTION) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,30 +188,4 @@ mod tests {
             "{error}"
         );
     }
-}
-
-/// Where Linux lists the congestion controls an unprivileged socket may choose, and those
-/// registered (built in or loaded).
-const ALLOWED_CONGESTION: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
-const AVAILABLE_CONGESTION: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
-
-/// The congestion controls this process may let a peer choose: the host's allowed list
-/// (`tcp_allowed_congestion_control`), and with CAP_NET_ADMIN those already registered
-/// (`tcp_available_congestion_control`), never another name: with the capability, naming
-/// an unregistered one makes the kernel load its module. Empty if neither can be read.
-pub fn allowed_congestion_controls() -> Vec<String> {
-    let read = |path: &str| {
-        std::fs::read_to_string(path)
-            .map(|text| text.split_whitespace().map(str::to_owned).collect())
-            .unwrap_or_else(|_| Vec::new())
-    };
-    let mut names: Vec<String> = read(ALLOWED_CONGESTION);
-    if sys::has_cap_net_admin() {
-        for name in read(AVAILABLE_CONGESTION) {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-    }
-    names
 }

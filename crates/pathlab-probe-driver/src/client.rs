@@ -567,7 +567,7 @@ impl OneWayTest {
                             rejections.probes,
                             received.duplicates,
                         )
-                            .map(Box::new),
+                        .map(Box::new),
                     });
                 }
                 self.client.send(&Message::Done {
@@ -812,7 +812,10 @@ mod tests {
 
     #[test]
     fn a_receiver_cut_short_counts_as_sent_what_precedes_its_last_arrival() {
-        assert!(arrivals_so_far(Vec::new(), 3, 0).is_none(), "nothing arrived");
+        assert!(
+            arrivals_so_far(Vec::new(), 3, 0).is_none(),
+            "nothing arrived"
+        );
         // Probes 0..=9 sent 1 ms apart; 4 lost, 9 the last to arrive, 7 late.
         let arrivals: Vec<ReceivedProbe> = [0, 1, 2, 3, 5, 6, 8, 9, 7]
             .into_iter()

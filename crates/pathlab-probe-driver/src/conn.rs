@@ -212,10 +212,7 @@ fn write_within(mut stream: &TcpStream, bytes: &[u8], stop: &AtomicBool) -> io::
                     .min(progressed + CONTROL_WRITE_GRACE)
                     .saturating_duration_since(now);
                 if left.is_zero() {
-                    break Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        STALLED_CLIENT,
-                    ));
+                    break Err(io::Error::new(io::ErrorKind::TimedOut, STALLED_CLIENT));
                 }
                 sys::poll_writable(stream.as_fd(), left.min(Duration::from_millis(50)))?;
             }

@@ -25,10 +25,10 @@ use pathlab_probe::session::{
     SessionError,
 };
 
+use crate::conn::STALLED_CLIENT;
 use crate::counters::{MeasurementServerCounters, Moved, RefusalReason, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
-use crate::conn::STALLED_CLIENT;
 use crate::{clock, mtu, prepare_probe_socket, random, Conn, Control, MeasureError};
 use pathlab_os::sys;
 use pathlab_os::tcp_socket::{self, TcpSocketOptions};
@@ -208,7 +208,7 @@ impl Server {
                         let stopping = Arc::clone(&stopping);
                         let counters = Arc::clone(&self.counters);
                         workers.push(std::thread::spawn(move || {
-                            run_test(handshake, stopping, &counters);
+                            run_test(handshake, &stopping, &counters);
                             counters.running.fetch_sub(1, Ordering::Relaxed);
                             active.fetch_sub(1, Ordering::SeqCst);
                         }));
@@ -410,7 +410,7 @@ impl TestConn<'_> {
 /// Runs an accepted test to its end on its own thread.
 fn run_test(
     handshake: Handshake,
-    stopping: Arc<AtomicBool>,
+    stopping: &Arc<AtomicBool>,
     counters: &MeasurementServerCounters,
 ) {
     let Handshake {
@@ -421,11 +421,8 @@ fn run_test(
     } = handshake;
     let _slot = slot;
     let kind = TestKind::of(&pending_test(&conn.session));
-    conn.bound_writes(Arc::clone(&stopping));
-    let mut test = TestConn {
-        conn,
-        stopping: &stopping,
-    };
+    conn.bound_writes(Arc::clone(stopping));
+    let mut test = TestConn { conn, stopping };
     let mut moved = Moved::default();
     let outcome = serve(&mut test, peer, counters, &mut moved);
     counters.count_bytes(kind, moved.sent_bytes, moved.received_bytes);
@@ -437,7 +434,8 @@ fn run_test(
             Err(_) => TestOutcome::Failed,
         },
     );
-    let stalled = matches!(&outcome, Err(MeasureError::Io(error)) if error.to_string() == STALLED_CLIENT);
+    let stalled =
+        matches!(&outcome, Err(MeasureError::Io(error)) if error.to_string() == STALLED_CLIENT);
     if stalled {
         counters.stalled_clients.fetch_add(1, Ordering::Relaxed);
     }
@@ -633,7 +631,11 @@ fn reflect_probes(
     else {
         unreachable!("a round-trip test")
     };
-    let mut reflector = Reflector::new(clock(), count, pathlab_core::Duration::from_nanos(interval_ns));
+    let mut reflector = Reflector::new(
+        clock(),
+        count,
+        pathlab_core::Duration::from_nanos(interval_ns),
+    );
     let mut buffer = vec![0u8; probe::MAX_LEN + 1];
     let mut received = 0u64;
     let mut finish_by: Option<Instant> = None;

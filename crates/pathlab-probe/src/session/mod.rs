@@ -166,7 +166,7 @@ pub fn test_memory(test: &TestRequest) -> u64 {
 pub fn client_prefix(ip: IpAddr) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        v4 => v4,
+        v4 @ IpAddr::V4(_) => v4,
     }
 }
 

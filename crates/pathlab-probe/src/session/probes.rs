@@ -289,7 +289,7 @@ impl Reflector {
         let earned = now.saturating_since(self.refilled).as_nanos() / self.interval.as_nanos();
         if earned > 0 {
             self.tokens = self.tokens.saturating_add(earned).min(self.burst);
-            self.refilled = self.refilled + Duration::from_nanos(earned * self.interval.as_nanos());
+            self.refilled += Duration::from_nanos(earned * self.interval.as_nanos());
         }
         if self.left == 0 || self.tokens == 0 {
             self.excess += 1;
