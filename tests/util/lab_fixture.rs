@@ -64,6 +64,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
     let rtt = RttReport {
         sent: 40,
         reflector_received: 40,
+        reflector_dropped: 0,
         replies: 40,
         lost_up: 0,
         lost_down: 0,

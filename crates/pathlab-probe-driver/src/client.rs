@@ -613,6 +613,7 @@ impl RoundTrips {
             &self.replies,
             sent,
             answered.len() as u64,
+            0,
             &self.send_errors,
         ))
     }
@@ -781,13 +782,16 @@ impl Client {
             duration_ns: sending.as_nanos() as u64,
         })?;
         match self.next_message()? {
-            Message::Done { received, .. } => {
+            Message::Done {
+                received, excess, ..
+            } => {
                 collect(self, &mut so_far.replies, &mut rejections);
                 self.finish();
                 Ok(rtt::analyse(
                     &so_far.replies,
                     count,
                     received,
+                    excess,
                     &so_far.send_errors,
                 ))
             }

@@ -761,7 +761,7 @@ mod tests {
             })
             .collect();
         let received = replies.len() as u64;
-        analyse_rtt(&replies, count, received, &[])
+        analyse_rtt(&replies, count, received, 0, &[])
     }
 
     /// Four upward streams, each 100 kB per 100 ms interval over 2 s (8 Mbit/s together),

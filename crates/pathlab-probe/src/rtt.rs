@@ -112,8 +112,12 @@ pub enum OffsetBasis {
 pub struct RttReport {
     /// Requests sent.
     pub sent: u64,
-    /// Requests the reflector received.
+    /// Requests the reflector received and answered.
     pub reflector_received: u64,
+    /// Requests the reflector received and dropped unanswered: faster than the test's
+    /// rate or beyond its count (a client that sent in bursts); not path loss.
+    #[serde(default)]
+    pub reflector_dropped: u64,
     /// Distinct replies received.
     pub replies: u64,
     /// Requests lost on the way up.
@@ -149,6 +153,7 @@ pub fn analyse(
     replies: &[RoundTrip],
     sent: u64,
     reflector_received: u64,
+    reflector_dropped: u64,
     send_errors_ns: &[u64],
 ) -> RttReport {
     let mut seen = std::collections::HashSet::new();
@@ -176,8 +181,9 @@ pub fn analyse(
     RttReport {
         sent,
         reflector_received,
+        reflector_dropped,
         replies: replies_count,
-        lost_up: sent.saturating_sub(reflector_received),
+        lost_up: sent.saturating_sub(reflector_received + reflector_dropped),
         lost_down: reflector_received.saturating_sub(replies_count),
         duplicates,
         rtt: percentiles(distinct.iter().map(RoundTrip::rtt_ns)),
@@ -220,7 +226,7 @@ mod tests {
 
     #[test]
     fn asymmetric_path_with_agreeing_clocks_splits_as_it_is() {
-        let report = analyse(&replies(10_000_000, 30_000_000, 0), 200, 200, &[]);
+        let report = analyse(&replies(10_000_000, 30_000_000, 0), 200, 200, 0, &[]);
         assert_eq!(report.offset_basis, OffsetBasis::ClocksAgree);
         // Within the histogram's 0.01%.
         assert!(
@@ -237,7 +243,13 @@ mod tests {
     #[test]
     fn a_clock_behind_is_corrected_to_the_smallest_offset_that_explains_it() {
         // Reflector 50 ms behind: raw up = 10 - 50 < 0.
-        let report = analyse(&replies(10_000_000, 30_000_000, -50_000_000), 200, 200, &[]);
+        let report = analyse(
+            &replies(10_000_000, 30_000_000, -50_000_000),
+            200,
+            200,
+            0,
+            &[],
+        );
         assert_eq!(report.offset_basis, OffsetBasis::Corrected);
         assert_eq!(
             report.clock_offset_ns, -40_000_000,
@@ -258,10 +270,12 @@ mod tests {
         let mut all = replies(1_000_000, 1_000_000, 0);
         all.truncate(150); // 150 replies came back
         all.push(all[3]);
-        let report = analyse(&all, 200, 180, &[5_000, 7_000]);
+        // 170 reflected and 10 dropped by the reflector (over the test's rate): 180
+        // arrived, and what the reflector dropped is not the path's loss either way.
+        let report = analyse(&all, 200, 170, 10, &[5_000, 7_000]);
         assert_eq!(
             (report.lost_up, report.lost_down, report.duplicates),
-            (20, 30, 1)
+            (20, 20, 1)
         );
         assert_eq!(report.send_error.max_ns, 7_000);
     }

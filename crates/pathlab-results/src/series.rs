@@ -605,6 +605,7 @@ pub(crate) mod tests {
         let rtt = RttReport {
             sent: 10,
             reflector_received: 10,
+            reflector_dropped: 0,
             replies: 10,
             lost_up: 0,
             lost_down: 0,

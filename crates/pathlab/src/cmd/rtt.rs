@@ -91,6 +91,13 @@ fn print(r: &RttReport) -> std::io::Result<()> {
         format::fraction_as_percent(r.lost_down as f64 / r.sent.max(1) as f64, Digits::fixed(2)),
         r.duplicates
     )?;
+    if r.reflector_dropped > 0 {
+        writeln!(
+            out,
+            "the server dropped {} requests that came faster than the test's rate (not counted as loss)",
+            r.reflector_dropped
+        )?;
+    }
     row(&mut out, "round trip", &r.rtt)?;
     row(&mut out, "up", &r.up)?;
     row(&mut out, "down", &r.down)?;
