@@ -1,7 +1,15 @@
-//! `pathlab lab clean`: what killed pathlab runs left behind (stale sockets and locks under
-//! the runtime directory, named namespaces, `pl-` interfaces, nftables tables), removed
-//! when its owner is gone. It reads the runtime directory ([`crate::runtime`]) and the NAT
-//! tables ([`crate::nat`]); neither of those knows about it.
+//! `pathlab lab clean`: what killed pathlab runs left behind, removed when its owner is
+//! gone, and nothing else: stale sockets and locks under the runtime directory, the
+//! nftables tables of killed shells, and the IPv4 forwarding they turned on. It reads the
+//! runtime directory ([`crate::runtime`]) and the NAT tables ([`crate::nat`]); neither of
+//! those knows about it.
+//!
+//! Namespaces and interfaces are not its business: pathlab's namespaces are anonymous
+//! (they go with the last process or descriptor holding them) and its interfaces live in
+//! them or are TUN devices that go with their descriptor, so a killed run leaves none. A
+//! named namespace or an interface whose name looks like pathlab's was made by someone
+//! else and is left alone. A table is deleted only if pathlab recorded making it
+//! ([`crate::runtime::record_table`]), as a name alone can be anyone's.
 
 use std::fs::{self, File};
 use std::io;
@@ -16,17 +24,18 @@ pub struct Cleaned {
     pub sockets: Vec<PathBuf>,
     /// Lock files no process holds.
     pub locks: Vec<PathBuf>,
-    /// Named namespaces (`/run/netns/pathlab-*`) removed.
-    pub namespaces: Vec<String>,
-    /// Interfaces (`pl-*`) removed from the current namespace.
-    pub interfaces: Vec<String>,
-    /// nftables tables (`pathlab-*`) of dead shells removed from the current namespace.
+    /// nftables tables of killed shells removed from the current namespace.
     pub nat_tables: Vec<String>,
+    /// Records of killed shells' tables whose namespace is gone, and the tables with it.
+    pub records: Vec<PathBuf>,
+    /// Forwarding locks of killed shells: IPv4 forwarding set back to what it was before
+    /// them where the lock is of the current namespace.
+    pub forwarding: Vec<PathBuf>,
 }
 
-/// Removes what killed pathlab runs left: stale control sockets, unheld locks, named
-/// namespaces with pathlab's prefix, and `pl-` interfaces and `pathlab-` nftables tables
-/// in this namespace whose owner is gone. Live emulators and shells are not touched.
+/// Removes what killed pathlab runs left: stale control sockets, unheld locks, and in this
+/// namespace the nftables tables and IPv4 forwarding of shells that were killed. Live
+/// emulators and shells, and whatever pathlab did not record making, are not touched.
 pub fn clean() -> io::Result<Cleaned> {
     let mut cleaned = Cleaned::default();
     // Emulators' control sockets and tunnels' stats sockets.
@@ -56,43 +65,77 @@ pub fn clean() -> io::Result<Cleaned> {
             }
         }
     }
-    if let Ok(entries) = fs::read_dir("/run/netns") {
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with("pathlab-") {
-                let path = entry.path();
-                let _ = crate::sys::unmount_detach(&path.to_string_lossy());
-                fs::remove_file(&path)?;
-                cleaned.namespaces.push(name);
-            }
+    let here = crate::runtime::current_netns()?;
+    let mut tables = None;
+    for (path, record) in crate::runtime::table_records()? {
+        if record.owner.is_alive() {
+            continue;
         }
-    }
-    let mut netlink = crate::netlink::Netlink::open()?;
-    for link in netlink.links()? {
-        if let Some(pid) = link.name.strip_prefix("pl-").and_then(owner_pid) {
-            if !crate::sys::process_exists(pid) {
-                netlink.delete_link(link.index)?;
-                cleaned.interfaces.push(link.name);
+        if record.netns == here {
+            let tables = match &mut tables {
+                Some(tables) => tables,
+                None => tables.insert(crate::nat::tables()?),
+            };
+            if tables.contains(&record.table) {
+                crate::nat::delete_table(&record.table)?;
+                cleaned.nat_tables.push(record.table);
             }
+            fs::remove_file(&path)?;
+        } else if namespace_gone(record.netns) {
+            fs::remove_file(&path)?;
+            cleaned.records.push(path);
         }
+        // Otherwise the table is in a namespace still alive: `lab clean` run there
+        // deletes it.
     }
-    for table in crate::nat::tables()? {
-        if let Some(pid) = table
-            .strip_prefix(crate::nat::TABLE_PREFIX)
-            .and_then(owner_pid)
-        {
-            if !crate::sys::process_exists(pid) {
-                crate::nat::delete_table(&table)?;
-                cleaned.nat_tables.push(table);
-            }
-        }
-    }
+    cleaned.forwarding = crate::nat::restore_forwarding_of_killed_shells(namespace_gone)?;
     Ok(cleaned)
 }
 
-/// The pid in an interface name pathlab made: `pl-<pid>-<role>`.
-fn owner_pid(rest: &str) -> Option<u32> {
-    rest.split('-').next()?.parse().ok()
+/// Whether no process is in the network namespace of inode `netns`, none holds a
+/// descriptor of it and nothing is mounted on it (`ip netns add`): it is gone, with
+/// everything in it. Where that cannot be read (another process's descriptors without
+/// the right to), it counts as alive, so what it holds is left alone.
+fn namespace_gone(netns: u64) -> bool {
+    let wanted = format!("net:[{netns}]");
+    let is_it = |path: PathBuf| {
+        fs::read_link(path).is_ok_and(|target| target.as_os_str() == wanted.as_str())
+    };
+    let Ok(processes) = fs::read_dir("/proc") else {
+        return false;
+    };
+    for process in processes.flatten() {
+        let dir = process.path();
+        if !process
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        // Threads enter namespaces of their own (`Netns::run`); a process that ended
+        // while this looked holds nothing.
+        let (threads, descriptors) =
+            match (fs::read_dir(dir.join("task")), fs::read_dir(dir.join("fd"))) {
+                (Ok(threads), Ok(descriptors)) => (threads, descriptors),
+                (Err(e), _) | (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+                _ => return false,
+            };
+        if threads
+            .flatten()
+            .map(|t| t.path().join("ns/net"))
+            .chain(descriptors.flatten().map(|d| d.path()))
+            .any(is_it)
+        {
+            return false;
+        }
+    }
+    // A bind mount keeps a namespace without any process (mountinfo's root field).
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    !mounts
+        .lines()
+        .any(|line| line.split(' ').nth(3) == Some(wanted.as_str()))
 }
 
 #[cfg(test)]
@@ -100,8 +143,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn owner_pid_is_read_from_interface_names() {
-        assert_eq!(owner_pid("1234-o"), Some(1234));
-        assert_eq!(owner_pid("x-o"), None);
+    fn a_namespace_is_gone_only_when_nothing_holds_it() {
+        let here = crate::runtime::current_netns().unwrap();
+        assert!(!namespace_gone(here), "this thread is in it");
+        // Inodes of namespaces come from the kernel's proc inode numbers, which start at
+        // 0xF0000000: 1 is never one.
+        assert!(namespace_gone(1));
     }
 }

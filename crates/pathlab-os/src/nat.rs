@@ -4,15 +4,17 @@
 //! namespace its outside end lives in (the host's network, or an outer shell's
 //! namespace), that namespace forwards them and rewrites their source to its own address:
 //! an nftables table `pathlab-PID` with one postrouting NAT chain and the rule
-//! `ip saddr INSIDE masquerade`. The table is deleted when the [`Masquerade`] is dropped;
-//! `lab clean` deletes tables of processes that no longer exist. IPv4 only: turning on
+//! `ip saddr INSIDE masquerade`. The table is deleted when the [`Masquerade`] is dropped.
+//! It is the one thing a shell makes that outlives a killed shell, so a record of it is
+//! written first ([`crate::runtime::record_table`]) and `lab clean` deletes the tables of
+//! records whose owner is gone: never a table by its name alone. IPv4 only: turning on
 //! IPv6 forwarding on a host makes it stop accepting router advertisements, which can cut
 //! its own IPv6 connectivity, so a shell's IPv6 reaches this namespace's addresses only.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 use crate::netlink::{Message, Netlink};
 
@@ -58,8 +60,9 @@ const NFTA_DATA_VALUE: u16 = 1;
 const NFT_REG_1: u32 = 1;
 const NFT_CMP_EQ: u32 = 0;
 
-/// Table names pathlab makes start with this, followed by the owner's pid.
-pub const TABLE_PREFIX: &str = "pathlab-";
+/// Table names pathlab makes start with this, followed by the owner's pid (for a reader
+/// of `nft list tables`; `lab clean` goes by the records, not the names).
+const TABLE_PREFIX: &str = "pathlab-";
 
 fn message(kind: u16, flags: u16, family: u8) -> Message {
     Message::new(
@@ -89,6 +92,8 @@ fn run_batch(messages: Vec<Message>) -> io::Result<()> {
 #[derive(Debug)]
 pub struct Masquerade {
     table: String,
+    /// Removed once the table is deleted; kept for `lab clean` if deleting it failed.
+    record: Option<crate::runtime::Recorded>,
     _forwarding: ForwardingGuard,
 }
 
@@ -148,9 +153,11 @@ impl Masquerade {
             .attr_str(NFTA_EXPR_NAME, "masq")
             .end_nest();
         rule.end_nest();
+        let record = crate::runtime::record_table(&table)?;
         run_batch(vec![new_table, new_chain, rule])?;
         Ok(Masquerade {
             table,
+            record: Some(record),
             _forwarding: forwarding,
         })
     }
@@ -180,9 +187,12 @@ impl Drop for Masquerade {
     fn drop(&mut self) {
         if let Err(error) = delete_table(&self.table) {
             eprintln!(
-                "pathlab: could not delete nftables table {}: {error}",
+                "pathlab: could not delete nftables table {} (`pathlab lab clean` will): {error}",
                 self.table
             );
+            if let Some(record) = self.record.take() {
+                record.keep();
+            }
         }
     }
 }
@@ -200,12 +210,59 @@ struct ForwardingGuard {
 
 const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
+/// The lock of the shells of namespace `netns`.
+fn forwarding_lock_path(netns: u64) -> PathBuf {
+    crate::runtime::runtime_dir().join(format!("forwarding-{netns}.lock"))
+}
+
+/// Undoes what killed shells left of IPv4 forwarding: a forwarding lock no shell holds
+/// any more is one whose last shell was killed before it wrote back the value
+/// `ip_forward` had. In this namespace that value is written back and the lock removed;
+/// the lock of another namespace is removed once `namespace_gone` says that namespace
+/// went (with its setting). Returns the locks removed.
+pub fn restore_forwarding_of_killed_shells(
+    namespace_gone: impl Fn(u64) -> bool,
+) -> io::Result<Vec<PathBuf>> {
+    let here = crate::runtime::current_netns()?;
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(crate::runtime::runtime_dir()) else {
+        return Ok(removed);
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(netns) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("forwarding-")?.strip_suffix(".lock"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let path = forwarding_lock_path(netns);
+        let Ok(lock) = OpenOptions::new().read(true).write(true).open(&path) else {
+            continue;
+        };
+        if lock.try_lock().is_err() {
+            continue; // a live shell holds it
+        }
+        if netns == here {
+            let original = fs::read_to_string(&path)?;
+            if !original.trim().is_empty() {
+                fs::write(IP_FORWARD, original.trim())?;
+            }
+        } else if !namespace_gone(netns) {
+            continue;
+        }
+        fs::remove_file(&path)?;
+        removed.push(path);
+    }
+    Ok(removed)
+}
+
 impl ForwardingGuard {
     fn enable() -> io::Result<ForwardingGuard> {
-        let netns = fs::metadata("/proc/thread-self/ns/net")?.ino();
-        let dir = crate::runtime::runtime_dir();
-        fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("forwarding-{netns}.lock"));
+        let netns = crate::runtime::current_netns()?;
+        fs::create_dir_all(crate::runtime::runtime_dir())?;
+        let path = forwarding_lock_path(netns);
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)

@@ -1,15 +1,17 @@
-//! Where running emulators leave their control sockets and locks (what a killed run left
-//! is found by [`crate::clean`]).
+//! Where running emulators leave their control sockets and locks, and the records of what
+//! pathlab made that would outlive a killed run (what a killed run left is found by
+//! [`crate::clean`]).
 //!
 //! Everything lives under one directory (`/run/pathlab`, or `$PATHLAB_RUNTIME_DIR`):
 //! `emulate/NAME.sock` is an emulator's control socket, `locks/` holds one lock file per
-//! interface an emulator forwards. Locks are `flock`s, which the kernel releases when the
+//! interface an emulator forwards, `owned/` one record per kernel object a live or killed
+//! run made ([`record_table`]). Locks are `flock`s, which the kernel releases when the
 //! process dies, so a killed emulator never keeps an interface busy.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 /// The directory for sockets and locks.
 pub fn runtime_dir() -> PathBuf {
@@ -41,7 +43,7 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 /// Takes the lock of interface `ifindex` in the calling thread's namespace. Returns the
 /// open lock file, or `None` if another process holds it, with the lock's path.
 pub fn lock_interface(ifindex: u32) -> io::Result<(Option<File>, PathBuf)> {
-    let netns = fs::metadata("/proc/thread-self/ns/net")?.ino();
+    let netns = current_netns()?;
     let dir = runtime_dir().join("locks");
     fs::create_dir_all(&dir)?;
     let path = dir.join(format!("netns-{netns}-if-{ifindex}.lock"));
@@ -57,9 +59,230 @@ pub fn lock_interface(ifindex: u32) -> io::Result<(Option<File>, PathBuf)> {
     }
 }
 
+/// The inode of the calling thread's network namespace: what names a namespace in records
+/// and lock files (two namespaces alive at once never share one).
+pub fn current_netns() -> io::Result<u64> {
+    Ok(fs::metadata("/proc/thread-self/ns/net")?.ino())
+}
+
+/// A process, known by its pid and when it started, so that a pid the kernel has since
+/// given to another process does not pass for the owner of what the first one made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Owner {
+    /// Its pid.
+    pub pid: u32,
+    /// When it started, clock ticks after boot (`/proc/PID/stat`, field 22).
+    pub start_ticks: u64,
+    /// The inode of its pid namespace: a pid means that process only in that namespace.
+    pub pid_namespace: u64,
+}
+
+impl Owner {
+    /// This process.
+    pub fn this_process() -> io::Result<Owner> {
+        let stat = fs::read_to_string("/proc/self/stat")?;
+        let (_, start_ticks) = parse_stat(&stat).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "unreadable /proc/self/stat")
+        })?;
+        Ok(Owner {
+            pid: std::process::id(),
+            start_ticks,
+            pid_namespace: fs::metadata("/proc/self/ns/pid")?.ino(),
+        })
+    }
+
+    /// Whether the owner may still be running. Only a definite "gone" is false: no
+    /// such pid, a zombie, or the pid now held by a process that started at another
+    /// time. An owner in another pid namespace cannot be looked up from here, so it is
+    /// taken as alive.
+    pub fn is_alive(&self) -> bool {
+        let same_namespace =
+            fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == self.pid_namespace);
+        if !same_namespace {
+            return true;
+        }
+        match fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
+            Ok(stat) => match parse_stat(&stat) {
+                Some((state, start_ticks)) => {
+                    start_ticks == self.start_ticks && state != 'Z' && state != 'X'
+                }
+                None => true,
+            },
+            Err(error) => error.kind() != io::ErrorKind::NotFound,
+        }
+    }
+}
+
+/// The state and start time of a `/proc/PID/stat` line. The command name (field 2) is in
+/// parentheses and may hold spaces and parentheses itself, so fields are counted from
+/// the last `)`: the state is field 3, the start time field 22.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start_ticks = fields.nth(22 - 4)?.parse().ok()?;
+    Some((state, start_ticks))
+}
+
+/// The record of an nftables table pathlab made (a shell's NAT): who made it and in which
+/// network namespace. It is what lets `lab clean` delete the table after its owner was
+/// killed, and only then: a table of the same name without a record is not pathlab's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TableRecord {
+    /// The process that made the table.
+    pub owner: Owner,
+    /// The network namespace the table is in ([`current_netns`]).
+    pub netns: u64,
+    /// The table's name (IPv4 family).
+    pub table: String,
+}
+
+/// A record this process wrote, removed when dropped: keep it until what it records is
+/// gone.
+#[derive(Debug)]
+pub struct Recorded {
+    path: Option<PathBuf>,
+}
+
+impl Recorded {
+    /// Leaves the record in place, for `lab clean` (when deleting what it records failed).
+    pub fn keep(mut self) {
+        self.path = None;
+    }
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        if let Some(path) = self.path.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// The directory of records. Only its owner may write in it (0700): a record there was
+/// written by a process with the rights to make what it records, not forged by a user
+/// who can only name something alike.
+fn records_dir() -> PathBuf {
+    runtime_dir().join("owned")
+}
+
+/// Records that this process is about to make nftables table `table` in the calling
+/// thread's namespace. Written before the table is made, so a run killed at any instant
+/// after leaves a record of it; drop the returned value once the table is deleted.
+pub fn record_table(table: &str) -> io::Result<Recorded> {
+    let record = TableRecord {
+        owner: Owner::this_process()?,
+        netns: current_netns()?,
+        table: table.to_owned(),
+    };
+    // The table's name is pathlab's own (`pathlab-PID-N`): a file name as it is.
+    let dir = records_dir();
+    fs::create_dir_all(runtime_dir())?;
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => return Err(error),
+        _ => {}
+    }
+    let path = dir.join(format!("nft-{}-{table}.json", record.netns));
+    let text = serde_json::to_string(&record).map_err(io::Error::other)?;
+    fs::write(&path, text)?;
+    Ok(Recorded { path: Some(path) })
+}
+
+/// Every table record (with its file), for `lab clean`. Files that are not records
+/// (symbolic links, other files, unreadable ones) are left out. Refused if the records'
+/// directory is writable by group or others, where anyone could have written them.
+pub fn table_records() -> io::Result<Vec<(PathBuf, TableRecord)>> {
+    let dir = records_dir();
+    let meta = match fs::symlink_metadata(&dir) {
+        Ok(meta) => meta,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    if !meta.is_dir() || meta.permissions().mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a directory only its owner can write in; its records are not trusted",
+                dir.display()
+            ),
+        ));
+    }
+    let mut records = Vec::new();
+    for entry in fs::read_dir(&dir)?.flatten() {
+        let path = entry.path();
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        if let Some(record) = read_record(&path) {
+            records.push((path, record));
+        }
+    }
+    records.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(records)
+}
+
+fn read_record(path: &Path) -> Option<TableRecord> {
+    serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines_are_read_past_the_command_name() {
+        // Field 22 is the start time; a command name may hold ") " itself.
+        let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                    987654 1000 200";
+        assert_eq!(parse_stat(stat), Some(('S', 987_654)));
+        assert_eq!(parse_stat("4242 (x"), None);
+        let own = fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(parse_stat(&own).is_some(), "{own}");
+    }
+
+    #[test]
+    fn an_owner_is_gone_when_its_pid_is_another_process_or_none() {
+        let me = Owner::this_process().unwrap();
+        assert!(me.is_alive());
+        let reused = Owner {
+            start_ticks: me.start_ticks + 1,
+            ..me
+        };
+        assert!(!reused.is_alive(), "the pid now belongs to another process");
+        // pid_max is at most 2^22: this pid cannot exist.
+        let never = Owner { pid: 1 << 23, ..me };
+        assert!(!never.is_alive());
+        let elsewhere = Owner {
+            pid: 1 << 23,
+            pid_namespace: 1,
+            ..me
+        };
+        assert!(
+            elsewhere.is_alive(),
+            "another pid namespace cannot be checked"
+        );
+    }
+
+    #[test]
+    fn a_zombie_owner_is_gone() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let stat_path = format!("/proc/{}/stat", child.id());
+        let stat = loop {
+            let stat = fs::read_to_string(&stat_path).unwrap();
+            if parse_stat(&stat).unwrap().0 == 'Z' {
+                break stat;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        let owner = Owner {
+            pid: child.id(),
+            start_ticks: parse_stat(&stat).unwrap().1,
+            pid_namespace: Owner::this_process().unwrap().pid_namespace,
+        };
+        assert!(!owner.is_alive(), "exited, not reaped yet");
+        child.wait().unwrap();
+        assert!(!owner.is_alive());
+    }
 
     #[test]
     fn names_are_checked() {

@@ -84,3 +84,56 @@ pub fn tcp_connect_with(
 }
 
 pub use crate::sys::{raise_open_files_limit, send_signal};
+
+/// A named network namespace, `/run/netns/NAME`, made as `ip netns add` makes one (a new
+/// namespace bind-mounted on a file there) and deleted when dropped: something of
+/// someone else's that `lab clean` must leave alone.
+#[derive(Debug)]
+pub struct NamedNetns {
+    path: std::path::PathBuf,
+}
+
+impl NamedNetns {
+    /// Makes `/run/netns/NAME`.
+    pub fn add(name: &str) -> std::io::Result<NamedNetns> {
+        let dir = std::path::Path::new("/run/netns");
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(name);
+        std::fs::File::create_new(&path)?;
+        let named = NamedNetns { path };
+        let target = named.path.to_string_lossy().into_owned();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    crate::sys::unshare_netns()?;
+                    crate::sys::bind_mount("/proc/thread-self/ns/net", &target)
+                })
+                .join()
+                .expect("namespace thread does not panic")
+        })?;
+        Ok(named)
+    }
+
+    /// Its file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Whether it is still a namespace: its file is there with a namespace mounted on it
+    /// (nsfs, another device than the directory's).
+    pub fn exists(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let device = |path: &std::path::Path| std::fs::metadata(path).map(|m| m.dev());
+        match (device(&self.path), self.path.parent().map(device)) {
+            (Ok(file), Some(Ok(dir))) => file != dir,
+            _ => false,
+        }
+    }
+}
+
+impl Drop for NamedNetns {
+    fn drop(&mut self) {
+        let _ = crate::sys::unmount_detach(&self.path.to_string_lossy());
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

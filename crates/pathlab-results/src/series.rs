@@ -260,9 +260,9 @@ pub fn link_series(
     run: &LabRun,
     link: &str,
     recording: &Recording,
-) -> (Vec<Series>, Vec<RecordedDirectionSummary>) {
+) -> Result<(Vec<Series>, Vec<RecordedDirectionSummary>), TooManyIntervals> {
     let Some(header) = &recording.header else {
-        return (Vec::new(), Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     // In integer nanoseconds, then one division: the seconds are the nearest double.
     let offset_ns = i128::from(header.clock_zero_unix_ns) - i128::from(run.started_unix_ns);
@@ -341,7 +341,13 @@ pub fn link_series(
             series.push(Series {
                 metric: Metric::DeliveredRate,
                 subject: subject.clone(),
-                points: delivered_rate(&mut sent, DELIVERED_RATE_INTERVAL_S),
+                points: delivered_rate(&mut sent, DELIVERED_RATE_INTERVAL_S).ok_or_else(|| {
+                    TooManyIntervals {
+                        link: link.to_owned(),
+                        subject: subject.clone(),
+                        span_s: sent.last().map_or(0.0, |l| l.0) - sent[0].0,
+                    }
+                })?,
             });
         }
         if has_queue || !drop_points.is_empty() {
@@ -356,37 +362,67 @@ pub fn link_series(
             });
         }
     }
-    (series, stats)
+    Ok((series, stats))
 }
 
 /// The interval a link direction's delivered rate is averaged over.
 pub const DELIVERED_RATE_INTERVAL_S: f64 = 0.5;
 
+/// The most intervals a link direction's delivered rate is counted in: 500,000 s (almost
+/// six days) of [`DELIVERED_RATE_INTERVAL_S`], 8 MB of counters. The intervals span what
+/// a recording's timestamps say, so without a bound a file with one packet 2^63 ns after
+/// another asks for 1.8e10 of them (147 GB).
+pub const MAX_DELIVERED_RATE_INTERVALS: usize = 1_000_000;
+
+/// A link direction whose packets left its queue over more time than a report counts what
+/// it delivered in ([`MAX_DELIVERED_RATE_INTERVALS`]): a damaged or crafted recording.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "link {link}, direction {subject}: its packets left the queue over {span_s:.0} s, more \
+     than the {max_s:.0} s ({MAX_DELIVERED_RATE_INTERVALS} intervals of \
+     {DELIVERED_RATE_INTERVAL_S} s) a report counts what a link delivered in; is the \
+     recording damaged?",
+    max_s = MAX_DELIVERED_RATE_INTERVALS as f64 * DELIVERED_RATE_INTERVAL_S
+)]
+pub struct TooManyIntervals {
+    /// The link.
+    pub link: String,
+    /// The direction ([`direction_subject`]).
+    pub subject: String,
+    /// From the first packet that left the queue to the last, seconds.
+    pub span_s: f64,
+}
+
 /// Bits per second of `sent` (seconds, frame bytes) in consecutive intervals of
 /// `interval_s` from the first packet's (each at the interval's end; empty intervals
-/// between busy ones at 0).
-fn delivered_rate(sent: &mut [(f64, u32)], interval_s: f64) -> Vec<(f64, f64)> {
+/// between busy ones at 0); `None` if that takes more than
+/// [`MAX_DELIVERED_RATE_INTERVALS`].
+fn delivered_rate(sent: &mut [(f64, u32)], interval_s: f64) -> Option<Vec<(f64, f64)>> {
     sent.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let Some(&(first, _)) = sent.first() else {
-        return Vec::new();
+    let (Some(&(first, _)), Some(&(last, _))) = (sent.first(), sent.last()) else {
+        return Some(Vec::new());
     };
-    let mut bins: Vec<u64> = Vec::new();
+    // In floating point: a span of 1e300 s is no usize.
+    let intervals = ((last - first) / interval_s).floor() + 1.0;
+    if intervals > MAX_DELIVERED_RATE_INTERVALS as f64 {
+        return None;
+    }
+    let mut bins: Vec<u64> = vec![0; intervals as usize];
     for &(at, len_bytes) in sent.iter() {
         let bin = ((at - first) / interval_s) as usize;
-        if bins.len() <= bin {
-            bins.resize(bin + 1, 0);
-        }
         bins[bin] += u64::from(len_bytes);
     }
-    bins.iter()
-        .enumerate()
-        .map(|(i, &bytes)| {
-            (
-                first + (i + 1) as f64 * interval_s,
-                bytes as f64 * 8.0 / interval_s,
-            )
-        })
-        .collect()
+    Some(
+        bins.iter()
+            .enumerate()
+            .map(|(i, &bytes)| {
+                (
+                    first + (i + 1) as f64 * interval_s,
+                    bytes as f64 * 8.0 / interval_s,
+                )
+            })
+            .collect(),
+    )
 }
 
 use pathlab_probe::diagnosis::INFINITE_SSTHRESH;
@@ -522,18 +558,18 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
 pub fn run_series(
     run: &LabRun,
     recordings: &[(String, Recording)],
-) -> (Vec<Series>, Vec<RecordedDirectionSummary>) {
+) -> Result<(Vec<Series>, Vec<RecordedDirectionSummary>), TooManyIntervals> {
     let mut series = Vec::new();
     let mut stats = Vec::new();
     for (link, recording) in recordings {
-        let (s, d) = link_series(run, link, recording);
+        let (s, d) = link_series(run, link, recording)?;
         series.extend(s);
         stats.extend(d);
     }
     series.extend(workload_series(run));
     // Stable: within a metric, links and workloads keep the run's order.
     series.sort_by_key(|s| s.metric);
-    (series, stats)
+    Ok((series, stats))
 }
 
 #[cfg(test)]
@@ -761,7 +797,7 @@ pub(crate) mod tests {
     #[test]
     fn a_direction_delivers_what_left_its_queue_per_interval() {
         let run = synthetic_run();
-        let (series, _) = run_series(&run, &[("r1-h2".into(), synthetic_recording())]);
+        let (series, _) = run_series(&run, &[("r1-h2".into(), synthetic_recording())]).unwrap();
         let rate = find(&series, Metric::DeliveredRate, "r1->h2");
         // Two 1514-byte frames left the queue at 1.003 and 1.055 s (the drop sent nothing):
         // one interval from the first, at its end, 2 x 1514 x 8 bits in 0.5 s.
@@ -771,7 +807,7 @@ pub(crate) mod tests {
         let mut sent = vec![(2.2, 1000), (0.1, 500), (0.3, 500)];
         assert_eq!(
             delivered_rate(&mut sent, 1.0),
-            vec![(1.1, 8000.0), (2.1, 0.0), (3.1, 8000.0)],
+            Some(vec![(1.1, 8000.0), (2.1, 0.0), (3.1, 8000.0)]),
             "an idle interval between busy ones is 0"
         );
         assert!(
@@ -783,9 +819,45 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_recording_asking_for_more_rate_intervals_than_the_bound_is_refused() {
+        let run = synthetic_run();
+        // The synthetic packets left the queue at 1.253 and 1.305 s (emulator clock); one
+        // more 2^62 ns later would take 9.2e9 intervals of 0.5 s, 74 GB of counters.
+        let late = |dequeued_ns: u64| {
+            let mut recording = synthetic_recording();
+            recording.lines.push(RecordingLine::Packet {
+                dir: 0,
+                record: packet(4, dequeued_ns - 1_000_000, Some(dequeued_ns), false),
+            });
+            recording
+        };
+        let error = run_series(&run, &[("r1-h2".into(), late(1 << 62))]).unwrap_err();
+        assert_eq!(
+            (error.link.as_str(), error.subject.as_str()),
+            ("r1-h2", "r1->h2")
+        );
+        assert!((error.span_s - 4.611_686e9).abs() < 1e3, "{}", error.span_s);
+        let message = error.to_string();
+        assert!(
+            message.contains("more than the 500000 s (1000000 intervals of 0.5 s)"),
+            "{message}"
+        );
+        // At the bound: the last interval is the 1,000,000th.
+        let last_allowed_ns = 1_253_000_000 + 499_999_999_000_000;
+        let (series, _) = run_series(&run, &[("r1-h2".into(), late(last_allowed_ns))]).unwrap();
+        let rate = find(&series, Metric::DeliveredRate, "r1->h2");
+        assert_eq!(rate.points.len(), MAX_DELIVERED_RATE_INTERVALS);
+        assert!(run_series(
+            &run,
+            &[("r1-h2".into(), late(last_allowed_ns + 1_000_000_000))]
+        )
+        .is_err());
+    }
+
+    #[test]
     fn emulator_instants_land_on_the_runs_clock() {
         let run = synthetic_run();
-        let (series, stats) = run_series(&run, &[("r1-h2".into(), synthetic_recording())]);
+        let (series, stats) = run_series(&run, &[("r1-h2".into(), synthetic_recording())]).unwrap();
         let queue = find(&series, Metric::QueuePackets, "r1->h2");
         // Emulator zero is 0.25 s before the run: its first sample is at -0.25 s on the run's
         // clock, and the 7-packet sample taken 1.25 s after its zero is at 1.0 s.

@@ -577,6 +577,25 @@ pub fn write(fd: BorrowedFd<'_>, data: &[u8]) -> io::Result<usize> {
     cvt_size(unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) })
 }
 
+/// Bind-mounts `source` on `target` (`mount(MS_BIND)`), as `ip netns add` keeps a namespace
+/// under /run/netns.
+pub fn bind_mount(source: &str, target: &str) -> io::Result<()> {
+    let invalid = |_| io::Error::from(io::ErrorKind::InvalidInput);
+    let source = CString::new(source).map_err(invalid)?;
+    let target = CString::new(target).map_err(invalid)?;
+    // SAFETY: both paths are NUL-terminated; no file system type or data for a bind mount.
+    cvt(unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    })
+    .map(drop)
+}
+
 /// Detaches a mount point (`umount2(MNT_DETACH)`), as `ip netns delete` does for the bind
 /// mounts under /run/netns.
 pub fn unmount_detach(path: &str) -> io::Result<()> {

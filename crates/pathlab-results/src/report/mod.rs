@@ -37,7 +37,7 @@ use pathlab_core::format::{self, Digits};
 use crate::lab::{LabOutcome, LabRun};
 use crate::plot::{render, PlotError};
 use crate::recording::read_recording;
-use crate::series::{run_series, slug, RecordedDirectionSummary, Series};
+use crate::series::{run_series, slug, RecordedDirectionSummary, Series, TooManyIntervals};
 use crate::{ResultError, ResultFile, RunResult};
 
 pub use figures::Figure;
@@ -92,6 +92,17 @@ pub enum ReportError {
         path: PathBuf,
         /// What is wrong with it.
         source: ResultError,
+    },
+    /// A link's recording asks for more rate intervals than a report counts (its
+    /// timestamps span more than [`crate::series::MAX_DELIVERED_RATE_INTERVALS`] of them):
+    /// refused before anything is allocated for them.
+    #[error("{}: {why}", path.display())]
+    TooLong {
+        /// The recording.
+        path: PathBuf,
+        /// Which direction, and over how long (in this message, not a source of it: `main`
+        /// prints the chain).
+        why: TooManyIntervals,
     },
     /// A file of the report could not be written.
     #[error("writing {}: {source}", path.display())]
@@ -311,7 +322,18 @@ pub fn load_run(path: &Path) -> Result<RunData, ReportError> {
         })?;
         recordings.push((link.name.clone(), recording));
     }
-    let (series, links) = run_series(&run, &recordings);
+    let (series, links) = run_series(&run, &recordings).map_err(|why| {
+        let recording = run
+            .links
+            .iter()
+            .find(|l| l.name == why.link)
+            .and_then(|l| l.recording.as_deref())
+            .unwrap_or_default();
+        ReportError::TooLong {
+            path: dir.join(recording),
+            why,
+        }
+    })?;
     Ok(RunData {
         source: file,
         run,

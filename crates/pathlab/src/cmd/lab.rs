@@ -48,10 +48,10 @@ pub struct Args {
 /// Lab actions.
 #[derive(Debug, clap::Subcommand)]
 pub enum Action {
-    /// Remove what killed pathlab runs left behind: stale control sockets and locks, named
-    /// namespaces called pathlab-*, pl-* interfaces and pathlab-* nftables tables whose
-    /// process is gone. Running
-    /// emulators and shells are left alone.
+    /// Remove what killed pathlab runs left behind: stale control sockets and locks, and in
+    /// this namespace the nftables tables and IPv4 forwarding of killed shells (tables
+    /// pathlab recorded making, never one by its name). Running emulators and shells, and
+    /// namespaces and interfaces (a killed run leaves none), are left alone.
     Clean,
 }
 
@@ -335,23 +335,32 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let mut out = std::io::stdout().lock();
             let total = cleaned.sockets.len()
                 + cleaned.locks.len()
-                + cleaned.namespaces.len()
-                + cleaned.interfaces.len()
-                + cleaned.nat_tables.len();
+                + cleaned.nat_tables.len()
+                + cleaned.records.len()
+                + cleaned.forwarding.len();
             for path in &cleaned.sockets {
                 writeln!(out, "removed stale control socket {}", path.display())?;
             }
             for path in &cleaned.locks {
                 writeln!(out, "removed unheld lock {}", path.display())?;
             }
-            for name in &cleaned.namespaces {
-                writeln!(out, "removed namespace {name}")?;
-            }
-            for name in &cleaned.interfaces {
-                writeln!(out, "removed interface {name}")?;
-            }
             for name in &cleaned.nat_tables {
-                writeln!(out, "removed nftables table {name}")?;
+                writeln!(out, "removed nftables table {name} of a killed shell")?;
+            }
+            for path in &cleaned.records {
+                writeln!(
+                    out,
+                    "removed record {} (its namespace and table are gone)",
+                    path.display()
+                )?;
+            }
+            for path in &cleaned.forwarding {
+                writeln!(
+                    out,
+                    "removed forwarding lock {} of killed shells (IPv4 forwarding restored \
+                     where it is this namespace's)",
+                    path.display()
+                )?;
             }
             if total == 0 {
                 writeln!(out, "nothing to clean")?;
