@@ -191,7 +191,11 @@ fn pathlab(args: &[&str]) -> (i32, String) {
 fn bad_bond_input_exits_2_with_a_message_that_names_it() {
     let dir = TempDir::new("bond-input");
     let short = dir.path("short.key");
-    std::fs::write(&short, b"too short").unwrap();
+    util::write_secret(&short, "too short");
+    // A key file other users may read is refused as ssh refuses one (issue 30).
+    let open = dir.path("open.key");
+    std::fs::write(&open, "0123456789abcdef0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
     let key = dir.path("good.key");
     let (code, stderr) = pathlab(&["bond", "key", key.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
@@ -224,6 +228,18 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
                 short.to_str().unwrap(),
             ],
             "short.key",
+        ),
+        (
+            &[
+                "bond",
+                "client",
+                "198.18.0.1:7000",
+                "--line",
+                "eth9",
+                "--psk",
+                open.to_str().unwrap(),
+            ],
+            "chmod 600",
         ),
         (
             &[
@@ -921,8 +937,8 @@ fn without_cap_net_admin_bond_refuses_before_touching_anything() {
     let key = dir.path("bond.key");
     let (code, stderr) = pathlab(&["bond", "key", key.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
-    // Readable by nobody, so the refusal is the capability's, not the key file's.
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // nobody's own (0600), so the refusal is the capability's, not the key file's.
+    std::os::unix::fs::chown(&key, Some(65534), Some(65534)).unwrap();
     let key = key.to_str().unwrap();
     let tun = "plunpriv0";
     for args in [

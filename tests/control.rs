@@ -21,24 +21,34 @@ use util::stderr::StderrLog;
 
 const TOKEN: &str = "pathlab-test-token-0123456789";
 
-/// Starts the lab with `--control 127.0.0.1:0 --control-token FILE` and returns it with
-/// the address the emulator printed; its stderr keeps being read (into `log`).
-fn start(test: &str, spec: &str) -> (Lab, String, StderrLog) {
+/// Starts the lab with `--control 127.0.0.1:0 --control-token FILE --record-dir DIR` and
+/// returns it with the address the emulator printed and DIR; its stderr keeps being read
+/// (into `log`).
+fn start(test: &str, spec: &str) -> (Lab, String, StderrLog, util::TempDir) {
     let dir = util::TempDir::new(&format!("{test}-token"));
     let token_file = dir.path("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    util::write_secret(&token_file, &format!("{TOKEN}\n"));
     let token_arg = token_file.display().to_string();
+    let recordings = util::TempDir::new(&format!("{test}-recordings"));
+    let record_dir = recordings.root().display().to_string();
     let mut lab = Lab::start(
         test,
         spec,
-        &["--control", "127.0.0.1:0", "--control-token", &token_arg],
+        &[
+            "--control",
+            "127.0.0.1:0",
+            "--control-token",
+            &token_arg,
+            "--record-dir",
+            &record_dir,
+        ],
         true,
     );
     let log = StderrLog::follow(lab.emulator.as_mut().unwrap());
     let addr = log.http_address();
     // The token was read at start, before the address was printed.
     drop(dir);
-    (lab, addr, log)
+    (lab, addr, log, recordings)
 }
 
 /// One request from inside r, where the control address is.
@@ -56,6 +66,23 @@ fn call(
         .run(|| pathlab_http::request(addr, method, path, token.then_some(TOKEN), body.as_deref()))
         .unwrap()
         .expect("the control address answers")
+}
+
+/// `PUT /api/v1/spec` of `body`, with the token or without.
+fn put_spec(lab: &Lab, addr: &str, token: bool, body: Value) -> ClientResponse {
+    call(lab, addr, "PUT", "/api/v1/spec", token, Some(body))
+}
+
+/// `POST /api/v1/recording` of a file `name`, with the token.
+fn record(lab: &Lab, addr: &str, name: &str) -> ClientResponse {
+    call(
+        lab,
+        addr,
+        "POST",
+        "/api/v1/recording",
+        true,
+        Some(json!({ "name": name })),
+    )
 }
 
 fn json_of(reply: &ClientResponse) -> Value {
@@ -82,14 +109,18 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     let Some(_guard) = privileged("control_api") else {
         return;
     };
-    let (mut lab, addr, log) = start("control-api", "delay 10ms");
-    // Without the token, or with another, nothing but the page.
-    let refused = call(&lab, &addr, "GET", "/api/v1/stats", false, None);
-    assert_eq!(refused.status, 401);
+    let (mut lab, addr, log, recordings) = start("control-api", "delay 10ms");
+    // Without the token: reads from loopback (where `call` is) but no change.
+    assert_eq!(
+        call(&lab, &addr, "GET", "/api/v1/stats", false, None).status,
+        200
+    );
     assert_eq!(
         call(&lab, &addr, "GET", "/metrics", false, None).status,
-        401
+        200
     );
+    let refused = put_spec(&lab, &addr, false, json!({ "forward": "delay 1ms" }));
+    assert_eq!(refused.status, 401);
     let page = call(&lab, &addr, "GET", "/", false, None);
     assert_eq!(page.status, 200);
     assert!(String::from_utf8_lossy(&page.body).contains("<title>pathlab emulate</title>"));
@@ -103,37 +134,21 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     assert!((rtt - 20.0).abs() < RTT_TOLERANCE_MS, "before: {rtt:.2} ms");
 
     // A bad spec: 400 with the parser's own message, and nothing changes.
-    let bad = call(
-        &lab,
-        &addr,
-        "PUT",
-        "/api/v1/spec",
-        true,
-        Some(json!({ "forward": "delay banana" })),
-    );
+    let bad = put_spec(&lab, &addr, true, json!({ "forward": "delay banana" }));
     assert_eq!(bad.status, 400);
     let parser = pathlab_core_driver::load_spec("delay banana")
         .unwrap_err()
         .to_string();
     assert_eq!(json_of(&bad)["error"], format!("forward: {parser}"));
-    let not_json = call(
-        &lab,
-        &addr,
-        "PUT",
-        "/api/v1/spec",
-        true,
-        Some(json!("delay 5ms")),
-    );
+    let not_json = put_spec(&lab, &addr, true, json!("delay 5ms"));
     assert_eq!(not_json.status, 400);
 
     // A change through the API: the RTT follows.
-    let set = call(
+    let set = put_spec(
         &lab,
         &addr,
-        "PUT",
-        "/api/v1/spec",
         true,
-        Some(json!({ "forward": "delay 30ms", "reverse": "delay 20ms" })),
+        json!({ "forward": "delay 30ms", "reverse": "delay 20ms" }),
     );
     assert_eq!(set.status, 200, "{}", String::from_utf8_lossy(&set.body));
     assert_eq!(
@@ -149,7 +164,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     // The client command from "another machine": `emulate set --remote`.
     let token_dir = util::TempDir::new("control-api-client");
     let token_file = token_dir.path("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
+    util::write_secret(&token_file, TOKEN);
     let remote = |args: &[&str]| {
         lab.line
             .r
@@ -178,25 +193,12 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     let out = remote(&["set", "--remote", &addr, "delay 5ms"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs its token"));
-    // Recording started and stopped through the API holds what crossed meanwhile.
-    let file = lab.dir.path("api-recording.jsonl");
-    let relative = call(
-        &lab,
-        &addr,
-        "POST",
-        "/api/v1/recording",
-        true,
-        Some(json!({ "path": "x.jsonl" })),
-    );
-    assert_eq!(relative.status, 400);
-    let start = call(
-        &lab,
-        &addr,
-        "POST",
-        "/api/v1/recording",
-        true,
-        Some(json!({ "path": file })),
-    );
+    // Recording started and stopped through the API holds what crossed meanwhile: a new
+    // file of --record-dir, named by the request.
+    let file = recordings.path("api-recording.jsonl");
+    let path = record(&lab, &addr, &file.display().to_string());
+    assert_eq!(path.status, 403, "a name, not a path");
+    let start = record(&lab, &addr, "api-recording.jsonl");
     assert_eq!(
         start.status, 409,
         "--record's recording is under way already"
@@ -209,29 +211,22 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
         409
     );
-    let start = call(
-        &lab,
-        &addr,
-        "POST",
-        "/api/v1/recording",
-        true,
-        Some(json!({ "path": file })),
-    );
+    let start = record(&lab, &addr, "api-recording.jsonl");
     assert_eq!(
         start.status,
         200,
         "{}",
         String::from_utf8_lossy(&start.body)
     );
-    let again = call(
-        &lab,
-        &addr,
-        "POST",
-        "/api/v1/recording",
-        true,
-        Some(json!({ "path": file })),
+    assert_eq!(
+        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        200
     );
+    let again = record(&lab, &addr, "api-recording.jsonl");
     assert_eq!(again.status, 400, "an existing file is never overwritten");
+    let start = record(&lab, &addr, "api-recording-2.jsonl");
+    assert_eq!(start.status, 200);
+    let file = recordings.path("api-recording-2.jsonl");
     let pings = lab.ping(IpAddr::V4(H2_V4), 10, Duration::from_millis(10), 56);
     assert!(pings.iter().all(|p| p.rtt.is_some()));
     let recording = json_of(&call(&lab, &addr, "GET", "/api/v1/recording", true, None));
@@ -370,7 +365,7 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
         pathlab_os::testing::skipped("control_page", "needs Chromium, which .ci/run installs");
         return;
     };
-    let (lab, addr, _log) = start("control-page", "delay 10ms");
+    let (lab, addr, _log, _recordings) = start("control-page", "delay 10ms");
     let profile = util::TempDir::new("control-page-chromium");
     let url = format!("http://{addr}/#token={TOKEN}");
     lab.line
@@ -476,10 +471,14 @@ interval = "20ms"
 "#,
     )
     .unwrap();
+    let token_file = dir.path("token");
+    util::write_secret(&token_file, TOKEN);
     let mut child = std::process::Command::new(PATHLAB)
         .args(["lab"])
         .arg(&spec)
-        .args(["--control", "127.0.0.1:0", "--out"])
+        .args(["--control", "127.0.0.1:0", "--control-token"])
+        .arg(&token_file)
+        .args(["--out"])
         .arg(dir.path("out"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -487,9 +486,11 @@ interval = "20ms"
         .unwrap();
     let log = StderrLog::follow(&mut child);
     let addr = log.http_address();
+    // Reads from loopback need no token; a change does.
     let call = |method: &str, path: &str, body: Option<Value>| {
+        let token = (method != "GET").then_some(TOKEN);
         let body = body.map(|b| b.to_string().into_bytes());
-        pathlab_http::request(&addr, method, path, None, body.as_deref()).unwrap()
+        pathlab_http::request(&addr, method, path, token, body.as_deref()).unwrap()
     };
     // The workload starts once the topology is built; change the delay 2 s into it.
     let links = loop {
@@ -510,6 +511,18 @@ interval = "20ms"
         Some(json!({ "forward": "delay 30ms", "reverse": "delay 30ms" })),
     );
     assert_eq!(set.status, 200, "{}", String::from_utf8_lossy(&set.body));
+    let unsigned = pathlab_http::request(
+        &addr,
+        "PUT",
+        "/api/v1/links/h1-h2/spec",
+        None,
+        Some(br#"{"forward": "delay 1ms"}"#),
+    )
+    .unwrap();
+    assert_eq!(
+        unsigned.status, 401,
+        "a change needs the token on loopback too"
+    );
     let bad = call(
         "PUT",
         "/api/v1/links/h1-h2/spec",

@@ -205,7 +205,7 @@ fn a_metrics_token_is_required_when_given_and_beyond_loopback() {
     let dir = TempDir::new("metrics-token");
     let token_file = dir.path("token");
     let token = "0123456789abcdefghijklmn";
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    util::write_secret(&token_file, &format!("{token}\n"));
     let server = Server::start(&["--metrics-token", token_file.to_str().unwrap()]);
     let refused =
         pathlab_http::request(&server.metrics, "GET", "/metrics", None, None).expect("answers");

@@ -452,7 +452,7 @@ fn with_a_host_the_rtt_is_measured_and_the_bdp_is_rate_times_it() {
 fn with_a_keyed_server_the_client_needs_the_same_psk() {
     let key = TempDir::new("tune-psk");
     let key_file = key.path("key");
-    std::fs::write(&key_file, "a pre-shared key of more than sixteen bytes\n").unwrap();
+    util::write_secret(&key_file, "a pre-shared key of more than sixteen bytes\n");
     let key_file = key_file.to_str().unwrap();
     let server = ServerProcess::start(&["--psk", key_file]);
     let dir = fixture("tune-psk-root", &[]);

@@ -2,8 +2,6 @@
 
 #![allow(dead_code)] // each test crate uses a different part
 
-use std::path::PathBuf;
-
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
@@ -11,29 +9,14 @@ pub mod server_process;
 pub mod stderr;
 
 /// A scratch directory removed when the test ends.
-pub struct TempDir(PathBuf);
+pub use pathlab_os::testing::ScratchDir as TempDir;
 
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("pathlab-test-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("can create a temp dir");
-        TempDir(dir)
-    }
-
-    pub fn root(&self) -> &std::path::Path {
-        &self.0
-    }
-
-    pub fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Writes a key or token file as pathlab takes them: its owner's only (`0600`).
+pub fn write_secret(path: &std::path::Path, contents: &str) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::write(path, contents).expect("can write the secret file");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .expect("can make it the owner's only");
 }
 
 /// A pathlab server on an ephemeral port of `ip` (loopback), in this process; stopped

@@ -51,10 +51,11 @@ pub const REPLAY_WINDOW: u64 = 1024;
 /// Make one with
 ///
 /// ```text
-/// head -c 32 /dev/urandom | base64 > bond.key
+/// (umask 077; head -c 32 /dev/urandom | base64 > bond.key)
 /// ```
 ///
-/// (44 characters of base64 for 256 random bits). The file's bytes are the HKDF input
+/// (44 characters of base64 for 256 random bits; the umask makes the file its owner's
+/// only, which the command line requires of a key file), or with `pathlab bond key FILE`. The file's bytes are the HKDF input
 /// keying material as they are: base64 is not decoded, and a text file only loses its
 /// trailing whitespace and newline, so any file of at least [`MIN_PSK_BYTES`] bytes works,
 /// such as 32 raw random bytes. A typed passphrase of that length is accepted too, but has

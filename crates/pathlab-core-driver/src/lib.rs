@@ -22,4 +22,4 @@ pub mod shell;
 pub mod spec;
 pub mod vlan;
 
-pub use spec::{load_spec, LoadSpecError};
+pub use spec::{load_spec, load_spec_in, LoadSpecError, MAX_TRACE_BYTES};

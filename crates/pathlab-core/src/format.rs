@@ -167,12 +167,30 @@ pub fn percent_as_is(percent: f64, digits: Digits) -> String {
     format!("{}%", digits.write(percent))
 }
 
+/// Bytes as lowercase hex, two digits each (`[0xab, 0x01]` is `ab01`): nonces, keys and
+/// tokens written as text.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(2 * bytes.len()), |mut text, b| {
+            let _ = write!(text, "{b:02x}");
+            text
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const TWO: Digits = Digits::fixed(2);
     const UP_TO_TWO: Digits = Digits::up_to(2);
+
+    #[test]
+    fn hex_is_two_lowercase_digits_a_byte() {
+        assert_eq!(hex(&[0xab, 0x01, 0x00]), "ab0100");
+        assert_eq!(hex(&[]), "");
+    }
 
     #[test]
     fn digits_are_fixed_trimmed_or_signed() {

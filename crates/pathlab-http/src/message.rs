@@ -269,6 +269,13 @@ pub struct ClientResponse {
     pub body: Vec<u8>,
 }
 
+impl ClientResponse {
+    /// The first header called `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header(&self.headers, name)
+    }
+}
+
 /// Reads a response from what arrived so far; `closed`: the server closed the
 /// connection, so a response without a length ends here.
 pub fn parse_response(buf: &[u8], closed: bool) -> Result<Parsed<ClientResponse>, HttpError> {

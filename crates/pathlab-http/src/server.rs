@@ -3,28 +3,52 @@
 //! bearer token checked on every request, and the client that `emulate set --remote` uses.
 //!
 //! Served from a thread of its own, with a thread per connection (at most
-//! [`MAX_CONNECTIONS`] at once: the rest get 503) and a 5 s limit to send a request, so a
-//! slow or hostile peer holds one thread for 5 s at most and never the forwarding.
+//! [`MAX_CONNECTIONS`] at once, [`MAX_CONNECTIONS_PER_SOURCE`] of them from one source: the
+//! rest get 503) and a 5 s limit to send a request, so a slow or hostile peer holds one
+//! thread for 5 s at most, never the forwarding, and one source cannot take every slot.
+//!
+//! Who may do what: a request that changes anything (any method but GET) needs the token,
+//! from anywhere, loopback included; without a token the address takes no change at all.
+//! A GET needs it too, but for the paths declared [`HttpServer::public`] (a page that
+//! holds no data) and, where [`HttpServer::reads_open_on_loopback`] says so, for a peer on
+//! loopback. Every answer carries headers that forbid framing it into another site's page
+//! and guessing its type.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::message::{self as http, ClientResponse, HttpError, Parsed, Request, Response};
 
+use pathlab_os::files::FileError;
 use pathlab_os::sys;
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 16;
+pub const MAX_CONNECTIONS: usize = 32;
+/// Connections served at once from one source (an IPv4 address, an IPv6 /64): a fraction
+/// of [`MAX_CONNECTIONS`], so one peer cannot lock the others out, and more than a browser
+/// opens to one site (6).
+pub const MAX_CONNECTIONS_PER_SOURCE: usize = 8;
 /// How long a peer has to send its whole request.
 const REQUEST_TIME: Duration = Duration::from_secs(5);
 /// The shortest token taken: 16 characters (a token from `head -c 24 /dev/urandom |
 /// base64` has 32).
 pub const MIN_TOKEN: usize = 16;
+
+/// The headers every answer carries: no other site may show it in a frame (clickjacking
+/// the page's buttons), old browsers included (`X-Frame-Options`), and no browser may take
+/// a JSON answer for a script or a page (`nosniff`).
+const GUARD_HEADERS: [(&str, &str); 3] = [
+    ("X-Frame-Options", "DENY"),
+    ("Content-Security-Policy", "frame-ancestors 'none'"),
+    ("X-Content-Type-Options", "nosniff"),
+];
 
 /// Why an address cannot be served.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +59,10 @@ pub enum HttpServerError {
          serve on 127.0.0.1 or [::1])"
     )]
     NeedsToken(SocketAddr),
-    /// The token file is unusable.
+    /// The token file cannot be read, or is open to other users.
+    #[error("token file: {0}")]
+    TokenFile(FileError),
+    /// The token file holds no usable token.
     #[error("token file {path}: {problem}")]
     Token {
         /// The file.
@@ -54,18 +81,20 @@ pub enum HttpServerError {
 }
 
 /// Reads a bearer token from `path`: its first line, trimmed, at least [`MIN_TOKEN`]
-/// printable characters.
+/// printable characters, from a file only its owner may read
+/// ([`pathlab_os::files::read_secret`]).
 pub fn read_token(path: &Path) -> Result<String, HttpServerError> {
     let fail = |problem: String| HttpServerError::Token {
         path: path.display().to_string(),
         problem,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let bytes = pathlab_os::files::read_secret(path).map_err(HttpServerError::TokenFile)?;
+    let text = String::from_utf8(bytes).map_err(|_| fail("it is not text".into()))?;
     let token = text.lines().next().unwrap_or("").trim().to_owned();
     if token.len() < MIN_TOKEN {
         return Err(fail(format!(
-            "the token is {} characters; use at least {MIN_TOKEN} (e.g. head -c 24 \
-             /dev/urandom | base64 > FILE)",
+            "the token is {} characters; use at least {MIN_TOKEN} (e.g. (umask 077; head -c \
+             24 /dev/urandom | base64 > FILE))",
             token.len()
         )));
     }
@@ -85,6 +114,8 @@ pub struct HttpServer {
     token: Option<String>,
     /// Paths served without the token (a page that holds no data and asks for it).
     public: Vec<&'static str>,
+    /// Whether a peer on loopback reads (GET) without the token.
+    loopback_reads: bool,
 }
 
 impl HttpServer {
@@ -106,12 +137,21 @@ impl HttpServer {
             addr,
             token,
             public: Vec::new(),
+            loopback_reads: false,
         })
     }
 
     /// Serves `paths` (GET only) without the token.
     pub fn public(mut self, paths: &[&'static str]) -> HttpServer {
         self.public.extend_from_slice(paths);
+        self
+    }
+
+    /// Serves every GET from a peer on loopback without the token (a user of the machine
+    /// reads stats and metrics as `emulate stats` would); changes still need it. Such
+    /// requests must name a loopback host (see [`HttpServer::refuse_rebound`]).
+    pub fn reads_open_on_loopback(mut self) -> HttpServer {
+        self.loopback_reads = true;
         self
     }
 
@@ -123,7 +163,13 @@ impl HttpServer {
     /// Serves requests with `handler` until `stop` is set (looked at every 100 ms). Each
     /// request is checked for the token first: without it, 401.
     pub fn serve(&self, stop: &AtomicBool, handler: &(dyn Fn(&Request) -> Response + Sync)) {
-        let active = AtomicUsize::new(0);
+        let slots = Mutex::new(Slots::default());
+        let give_back = |source| {
+            slots
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .give_back(source);
+        };
         std::thread::scope(|scope| {
             while !stop.load(Ordering::Acquire) {
                 let mut ready = [false];
@@ -133,18 +179,19 @@ impl HttpServer {
                     &mut ready,
                 );
                 while let Ok((stream, peer)) = self.listener.accept() {
-                    if active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-                        let _ = stream.set_nonblocking(false);
-                        let _ = (&stream).write_all(
-                            &Response::error(503, "too many connections at once").to_bytes(),
-                        );
+                    let source = pathlab_core::wire::source_prefix(peer.ip());
+                    let taken = slots
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take(source);
+                    if let Err(refusal) = taken {
+                        refuse_at_once(&stream, refusal);
                         continue;
                     }
-                    active.fetch_add(1, Ordering::AcqRel);
-                    let active = &active;
+                    let give_back = &give_back;
                     scope.spawn(move || {
                         let _ = self.answer(stream, peer, handler);
-                        active.fetch_sub(1, Ordering::AcqRel);
+                        give_back(source);
                     });
                 }
             }
@@ -166,7 +213,7 @@ impl HttpServer {
             match http::parse_request(&buf) {
                 Ok(Parsed::Complete(mut request, _)) => {
                     request.peer = Some(peer.to_string());
-                    break self.authorized(&request, handler);
+                    break self.authorized(&request, peer.ip(), handler);
                 }
                 Ok(Parsed::Incomplete { head }) => {
                     if let Some(head) = head {
@@ -191,74 +238,162 @@ impl HttpServer {
             }
         };
         stream.set_write_timeout(Some(REQUEST_TIME))?;
-        stream.write_all(&response.to_bytes())?;
+        stream.write_all(&guarded(response).to_bytes())?;
         stream.shutdown(std::net::Shutdown::Write)
     }
 
     fn authorized(
         &self,
         request: &Request,
+        peer: IpAddr,
         handler: &(dyn Fn(&Request) -> Response + Sync),
     ) -> Response {
-        if let Some(refused) = self.refuse_cross_site(request) {
+        if let Some(refused) = refuse_non_json(request) {
             return refused;
         }
-        let public = request.method == "GET" && self.public.contains(&request.path.as_str());
-        match &self.token {
-            Some(token)
-                if !public
-                    && !request.bearer().is_some_and(|given| {
-                        http::tokens_equal(given.as_bytes(), token.as_bytes())
-                    }) =>
-            {
-                Response::error(
-                    401,
-                    "this address needs 'Authorization: Bearer TOKEN', the token of the file \
-                     it was started with",
-                )
-                .with_header("WWW-Authenticate", "Bearer realm=\"pathlab\"")
-            }
-            _ => handler(request),
+        let with_token = self.token.as_ref().is_some_and(|token| {
+            request
+                .bearer()
+                .is_some_and(|given| http::tokens_equal(given.as_bytes(), token.as_bytes()))
+        });
+        if with_token {
+            return handler(request);
+        }
+        let reading = request.method == "GET";
+        if reading && self.public.contains(&request.path.as_str()) {
+            return handler(request);
+        }
+        if !reading {
+            return Response::error(
+                401,
+                if self.token.is_some() {
+                    "a change needs 'Authorization: Bearer TOKEN', from loopback too: the \
+                     token this address was started with (printed at start, or its \
+                     --control-token file)"
+                } else {
+                    "this address was started without a token and takes no changes"
+                },
+            )
+            .with_header("WWW-Authenticate", "Bearer realm=\"pathlab\"");
+        }
+        let open = self.token.is_none() || (self.loopback_reads && is_loopback(peer));
+        if !open {
+            return Response::error(
+                401,
+                "this address needs 'Authorization: Bearer TOKEN', the token of the file \
+                 it was started with",
+            )
+            .with_header("WWW-Authenticate", "Bearer realm=\"pathlab\"");
+        }
+        if let Some(refused) = refuse_rebound(request) {
+            return refused;
+        }
+        handler(request)
+    }
+}
+
+/// Answers `refusal` on a connection that gets no thread, without waiting for anything:
+/// one write (the socket is new, its send buffer empty; a peer that does not read gets
+/// nothing more), then what the peer sent so far is read and dropped, since closing a
+/// socket with unread bytes resets it and the peer could lose the answer.
+fn refuse_at_once(stream: &TcpStream, refusal: Response) {
+    let _ = stream.set_nonblocking(true);
+    let mut stream = stream;
+    let _ = stream.write_all(&guarded(refusal).to_bytes());
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 4096];
+    for _ in 0..4 {
+        if !matches!(stream.read(&mut sink), Ok(n) if n > 0) {
+            break;
         }
     }
 }
 
-impl HttpServer {
-    /// What keeps a web page the user visits from driving this address through their
-    /// browser. A body must come as JSON: a browser sends a form or plain text to any
-    /// site without asking first, but asks (a CORS preflight, which is refused here)
-    /// before sending JSON elsewhere. And without a token, only loopback names are taken
-    /// in `Host`: a site whose name resolves to 127.0.0.1 (DNS rebinding) would otherwise
-    /// be same-origin with this address and read it.
-    fn refuse_cross_site(&self, request: &Request) -> Option<Response> {
-        if !request.body.is_empty() {
-            let json = request.header("content-type").is_some_and(|value| {
-                value
-                    .split(';')
-                    .next()
-                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
-            });
-            if !json {
-                return Some(Response::error(
-                    415,
-                    "send the body as JSON, with 'Content-Type: application/json'",
-                ));
-            }
+/// An answer with the [`GUARD_HEADERS`].
+fn guarded(response: Response) -> Response {
+    GUARD_HEADERS
+        .iter()
+        .fold(response, |response, (name, value)| {
+            response.with_header(name, value)
+        })
+}
+
+/// What keeps a web page the user visits from driving an address through their browser: a
+/// body must come as JSON. A browser sends a form or plain text to any site without
+/// asking first, but asks (a CORS preflight, which is refused here) before sending JSON
+/// elsewhere.
+fn refuse_non_json(request: &Request) -> Option<Response> {
+    if request.body.is_empty() {
+        return None;
+    }
+    let json = request.header("content-type").is_some_and(|value| {
+        value
+            .split(';')
+            .next()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+    });
+    (!json).then(|| {
+        Response::error(
+            415,
+            "send the body as JSON, with 'Content-Type: application/json'",
+        )
+    })
+}
+
+/// What keeps another site from reading what is served without a token: only loopback
+/// names are taken in `Host`. A site whose name resolves to 127.0.0.1 (DNS rebinding)
+/// would otherwise be same-origin with this address and read it.
+fn refuse_rebound(request: &Request) -> Option<Response> {
+    let host = request.header("host")?;
+    (!host_is_loopback(host)).then(|| {
+        Response::error(
+            403,
+            &format!(
+                "'Host: {host}' is not this loopback address; without a token only \
+                 127.0.0.1, [::1] and localhost are served"
+            ),
+        )
+    })
+}
+
+/// The connections being served: their number and how many each source holds.
+#[derive(Debug, Default)]
+struct Slots {
+    total: usize,
+    by_source: HashMap<IpAddr, usize>,
+}
+
+impl Slots {
+    /// Takes a slot for `source`, or says why not (503): [`MAX_CONNECTIONS`] are served
+    /// already, or [`MAX_CONNECTIONS_PER_SOURCE`] from this source.
+    fn take(&mut self, source: IpAddr) -> Result<(), Response> {
+        if self.total >= MAX_CONNECTIONS {
+            return Err(Response::error(503, "too many connections at once"));
         }
-        if self.token.is_none() {
-            if let Some(host) = request.header("host") {
-                if !host_is_loopback(host) {
-                    return Some(Response::error(
-                        403,
-                        &format!(
-                            "'Host: {host}' is not this loopback address; without a token only \
-                             127.0.0.1, [::1] and localhost are served"
-                        ),
-                    ));
-                }
-            }
+        let held = self.by_source.entry(source).or_default();
+        if *held >= MAX_CONNECTIONS_PER_SOURCE {
+            return Err(Response::error(
+                503,
+                &format!(
+                    "too many connections from your address at once (at most \
+                     {MAX_CONNECTIONS_PER_SOURCE})"
+                ),
+            ));
         }
-        None
+        *held += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Gives back a slot [`Slots::take`] gave `source`.
+    fn give_back(&mut self, source: IpAddr) {
+        if let Some(held) = self.by_source.get_mut(&source) {
+            *held -= 1;
+            if *held == 0 {
+                self.by_source.remove(&source);
+            }
+            self.total -= 1;
+        }
     }
 }
 
@@ -274,7 +409,8 @@ fn host_is_loopback(host: &str) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<IpAddr>().is_ok_and(is_loopback)
 }
 
-fn is_loopback(ip: IpAddr) -> bool {
+/// Whether `ip` is a loopback address (an IPv4-mapped IPv6 one included).
+pub fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {
@@ -380,10 +516,17 @@ pub fn request(
 mod tests {
     use super::*;
 
-    fn serve_one_test(token: Option<&str>, exchange: impl FnOnce(&str)) {
-        let server = HttpServer::bind("127.0.0.1:0".parse().unwrap(), token.map(str::to_owned))
-            .unwrap()
-            .public(&["/"]);
+    /// Stops the server however the exchange ends, a failed assertion included.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    fn serve_one_test(server: HttpServer, exchange: impl FnOnce(&str)) {
+        let server = server.public(&["/"]);
         let addr = server.local_addr().to_string();
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
@@ -392,9 +535,27 @@ mod tests {
                     Response::json(200, &serde_json::json!({ "path": request.path, "body": String::from_utf8_lossy(&request.body) }))
                 });
             });
+            let _stop = StopOnDrop(&stop);
             exchange(&addr);
-            stop.store(true, Ordering::Release);
         });
+    }
+
+    fn loopback(token: Option<&str>) -> HttpServer {
+        HttpServer::bind("127.0.0.1:0".parse().unwrap(), token.map(str::to_owned)).unwrap()
+    }
+
+    /// Sends `head` (a whole request) and reads the whole answer.
+    fn exchange(addr: &str, head: &str) -> String {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        if let Err(error) = stream.read_to_string(&mut answer) {
+            let _ = write!(answer, "(then {error})");
+        }
+        answer
     }
 
     #[test]
@@ -404,13 +565,12 @@ mod tests {
             Err(HttpServerError::NeedsToken(_))
         ));
         let token = "0123456789abcdefXYZ";
-        serve_one_test(Some(token), |addr| {
+        serve_one_test(loopback(Some(token)), |addr| {
             let refused = request(addr, "GET", "/api/v1/stats", None, None).unwrap();
             assert_eq!(refused.status, 401);
             assert!(refused
-                .headers
-                .iter()
-                .any(|(n, v)| n == "www-authenticate" && v.starts_with("Bearer")));
+                .header("www-authenticate")
+                .is_some_and(|v| v.starts_with("Bearer")));
             let wrong = request(
                 addr,
                 "GET",
@@ -430,47 +590,61 @@ mod tests {
     }
 
     #[test]
+    fn every_answer_forbids_framing_and_sniffing() {
+        serve_one_test(loopback(Some("0123456789abcdefXYZ")), |addr| {
+            for (method, path) in [("GET", "/"), ("GET", "/api/v1/stats"), ("PUT", "/x")] {
+                let answer = request(addr, method, path, None, Some(b"{}")).unwrap();
+                assert_eq!(answer.header("x-frame-options"), Some("DENY"), "{path}");
+                assert_eq!(
+                    answer.header("content-security-policy"),
+                    Some("frame-ancestors 'none'")
+                );
+                assert_eq!(answer.header("x-content-type-options"), Some("nosniff"));
+            }
+        });
+    }
+
+    #[test]
     fn a_malformed_request_gets_its_status_and_the_server_goes_on() {
-        serve_one_test(None, |addr| {
-            let mut stream = TcpStream::connect(addr).unwrap();
-            stream
-                .write_all(b"PUT / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
-                .unwrap();
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).unwrap();
+        serve_one_test(loopback(None), |addr| {
+            let answer = exchange(addr, "PUT / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
             assert!(answer.starts_with("HTTP/1.1 501 "), "{answer}");
             assert_eq!(request(addr, "GET", "/", None, None).unwrap().status, 200);
         });
     }
 
     #[test]
-    fn changes_come_as_json_and_without_a_token_only_loopback_names_are_served() {
-        serve_one_test(None, |addr| {
+    fn changes_come_as_json_with_the_token_and_reads_without_one_name_loopback() {
+        serve_one_test(loopback(None), |addr| {
             let port = addr.rsplit_once(':').unwrap().1;
-            let exchange = |head: String| {
-                let mut stream = TcpStream::connect(addr).unwrap();
-                stream.write_all(head.as_bytes()).unwrap();
-                let mut answer = String::new();
-                stream.read_to_string(&mut answer).unwrap();
-                answer
-            };
             // A form or plain text: what a page of another site can send without asking.
-            let form = exchange(format!(
-                "POST /x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: text/plain\r\n\
-                 Content-Length: 2\r\n\r\n{{}}"
-            ));
+            let form = exchange(
+                addr,
+                &format!(
+                    "POST /x HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: text/plain\r\n\
+                     Content-Length: 2\r\n\r\n{{}}"
+                ),
+            );
             assert!(form.starts_with("HTTP/1.1 415 "), "{form}");
-            let json = exchange(format!(
-                "PUT /x HTTP/1.1\r\nHost: localhost:{port}\r\n\
-                 Content-Type: application/json; charset=utf-8\r\nContent-Length: 2\r\n\r\n{{}}"
-            ));
-            assert!(json.starts_with("HTTP/1.1 200 "), "{json}");
+            // Without a token the address takes no change, even from loopback.
+            let json = exchange(
+                addr,
+                &format!(
+                    "PUT /x HTTP/1.1\r\nHost: localhost:{port}\r\n\
+                     Content-Type: application/json; charset=utf-8\r\nContent-Length: 2\r\n\r\n{{}}"
+                ),
+            );
+            assert!(json.starts_with("HTTP/1.1 401 "), "{json}");
             // DNS rebinding: a name of another site that resolves here.
-            let rebound = exchange(format!(
-                "GET /x HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n"
-            ));
+            let rebound = exchange(
+                addr,
+                &format!("GET /x HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n"),
+            );
             assert!(rebound.starts_with("HTTP/1.1 403 "), "{rebound}");
-            let ipv6 = exchange(format!("GET /x HTTP/1.1\r\nHost: [::1]:{port}\r\n\r\n"));
+            let ipv6 = exchange(
+                addr,
+                &format!("GET /x HTTP/1.1\r\nHost: [::1]:{port}\r\n\r\n"),
+            );
             assert!(ipv6.starts_with("HTTP/1.1 200 "), "{ipv6}");
         });
         assert!(host_is_loopback("127.0.0.1"));
@@ -482,18 +656,102 @@ mod tests {
     }
 
     #[test]
-    fn tokens_too_short_or_with_spaces_are_refused() {
+    fn with_reads_open_on_loopback_a_change_still_needs_the_token() {
+        let token = "0123456789abcdefXYZ";
+        serve_one_test(loopback(Some(token)).reads_open_on_loopback(), |addr| {
+            let port = addr.rsplit_once(':').unwrap().1;
+            assert_eq!(
+                request(addr, "GET", "/stats", None, None).unwrap().status,
+                200
+            );
+            let put = request(addr, "PUT", "/spec", None, Some(b"{}")).unwrap();
+            assert_eq!(put.status, 401);
+            let delete = request(addr, "DELETE", "/recording", None, None).unwrap();
+            assert_eq!(delete.status, 401);
+            let put = request(addr, "PUT", "/spec", Some(token), Some(b"{}")).unwrap();
+            assert_eq!(put.status, 200);
+            // What is open without the token is not open to a rebinding site.
+            let rebound = exchange(
+                addr,
+                &format!("GET /stats HTTP/1.1\r\nHost: evil.example:{port}\r\n\r\n"),
+            );
+            assert!(rebound.starts_with("HTTP/1.1 403 "), "{rebound}");
+        });
+    }
+
+    #[test]
+    fn one_source_cannot_take_every_connection() {
+        serve_one_test(loopback(None), |addr| {
+            // Connections that never send a request hold their slots for 5 s.
+            let idle: Vec<TcpStream> = (0..MAX_CONNECTIONS_PER_SOURCE)
+                .map(|_| TcpStream::connect(addr).unwrap())
+                .collect();
+            // The server takes them in its own time: wait until it refuses.
+            let deadline = std::time::Instant::now() + Duration::from_secs(3);
+            let refused = loop {
+                let answer = exchange(addr, "GET /x HTTP/1.1\r\n\r\n");
+                if answer.starts_with("HTTP/1.1 503 ") {
+                    break answer;
+                }
+                assert!(std::time::Instant::now() < deadline, "{answer}");
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert!(refused.contains("from your address"), "{refused}");
+            drop(idle);
+            let deadline = std::time::Instant::now() + Duration::from_secs(3);
+            while request(addr, "GET", "/x", None, None).unwrap().status != 200 {
+                assert!(std::time::Instant::now() < deadline, "slots given back");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+
+    #[test]
+    fn slots_are_bounded_per_source_and_overall_and_given_back() {
+        let mut slots = Slots::default();
+        let a: IpAddr = "198.18.0.1".parse().unwrap();
+        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
+            assert!(slots.take(a).is_ok());
+        }
+        assert_eq!(slots.take(a).unwrap_err().status, 503);
+        slots.give_back(a);
+        assert!(slots.take(a).is_ok());
+        let mut sources = (1..=255u8).map(|i| IpAddr::from([198, 18, 1, i]));
+        while slots.total < MAX_CONNECTIONS {
+            assert!(slots.take(sources.next().unwrap()).is_ok());
+        }
+        assert!(
+            slots.take(sources.next().unwrap()).is_err(),
+            "overall bound"
+        );
+        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
+            slots.give_back(a);
+        }
+        assert!(!slots.by_source.contains_key(&a));
+        assert_eq!(slots.total, MAX_CONNECTIONS - MAX_CONNECTIONS_PER_SOURCE);
+    }
+
+    #[test]
+    fn tokens_too_short_with_spaces_or_open_to_others_are_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
         let dir = std::env::temp_dir().join(format!("pathlab-token-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("token");
-        for (text, ok) in [
-            ("short\n", false),
-            ("0123456789abcdef\n", true),
-            ("0123456789 abcdef\n", false),
+        for (text, mode, ok) in [
+            ("short\n", 0o600, false),
+            ("0123456789abcdef\n", 0o600, true),
+            ("0123456789 abcdef\n", 0o600, false),
+            ("0123456789abcdef\n", 0o644, false),
+            ("0123456789abcdef\n", 0o640, false),
         ] {
             std::fs::write(&file, text).unwrap();
-            assert_eq!(read_token(&file).is_ok(), ok, "{text:?}");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(read_token(&file).is_ok(), ok, "{text:?} {mode:o}");
         }
+        assert!(matches!(
+            read_token(&file),
+            Err(HttpServerError::TokenFile(FileError::OpenToOthers { .. }))
+        ));
         assert!(read_token(&dir.join("missing")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -87,6 +87,9 @@ pub struct RunOptions {
     /// Where to serve the links' HTTP API and metrics while the run lasts
     /// (`pathlab lab --control`).
     pub control: Option<Arc<pathlab_http::HttpServer>>,
+    /// Where a spec sent to the control address may name trace files, by file name
+    /// (`pathlab lab --trace-dir`); none: it names none.
+    pub trace_dir: Option<Arc<pathlab_os::files::Dir>>,
 }
 
 /// Why a run could not be made.
@@ -235,6 +238,7 @@ pub fn run(
                 .zip(&emulators)
                 .map(|(link, emulator)| (link.name.clone(), emulator.clone()))
                 .collect(),
+            options.trace_dir.clone(),
         ));
         let serving = Arc::clone(&control);
         let server = Arc::clone(server);

@@ -4,10 +4,11 @@
 //! pathlab), rtnetlink ([`netlink`]), network namespaces ([`netns`]), nftables NAT
 //! ([`nat`]), TUN devices ([`tun`]), offload undoing ([`offload`]), packet buffers
 //! ([`buffers`]), runtime files and locks ([`runtime`]) and their cleanup ([`clean`]),
-//! process helpers ([`process`]), the one clock ([`clock`]), TCP sockets set up before
-//! they connect or listen ([`tcp_socket`]), and the fixtures tests and benchmarks build
-//! namespaces with ([`testing`], [`topology`]). It does not know what an emulator, a
-//! measurement or a tunnel is: the driver crates (`pathlab-core-driver`,
+//! process helpers ([`process`]), the one clock ([`clock`]), the files opened on someone
+//! else's word (keys, tokens, names inside a directory given at start: [`files`]), TCP
+//! sockets set up before they connect or listen ([`tcp_socket`]), and the fixtures tests
+//! and benchmarks build namespaces with ([`testing`], [`topology`]). It does not know what
+//! an emulator, a measurement or a tunnel is: the driver crates (`pathlab-core-driver`,
 //! `pathlab-probe-driver`, `pathlab-bond-driver`) are built on it.
 
 #![deny(unsafe_code)]
@@ -16,6 +17,7 @@
 pub mod buffers;
 pub mod clean;
 pub mod clock;
+pub mod files;
 pub mod nat;
 pub mod netlink;
 pub mod netns;

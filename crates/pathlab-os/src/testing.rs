@@ -1,5 +1,6 @@
 //! What namespace tests share, the crates' own and the end-to-end tests in `tests/`: the
-//! privileged-test gate, and the TCP sockets they measure with (made by [`tcp_socket`]).
+//! privileged-test gate, the TCP sockets they measure with (made by [`tcp_socket`]), and
+//! a scratch directory for the tests of files.
 
 use crate::tcp_socket::{self, BufferLimit, TcpSocketOptions};
 
@@ -135,5 +136,37 @@ impl Drop for NamedNetns {
     fn drop(&mut self) {
         let _ = crate::sys::unmount_detach(&self.path.to_string_lossy());
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A scratch directory for one test, under the system's temporary directory, removed
+/// when dropped: the crates' unit tests and the end-to-end tests (as `util::TempDir`) use
+/// this one.
+#[derive(Debug)]
+pub struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    /// A fresh, empty directory named after `name` and this process.
+    pub fn new(name: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("pathlab-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("can create a temp dir");
+        ScratchDir(dir)
+    }
+
+    /// Its path.
+    pub fn root(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    /// The path of `file` inside it.
+    pub fn path(&self, file: &str) -> std::path::PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

@@ -21,8 +21,7 @@ use pathlab_probe::auth::Way;
 use pathlab_probe::control::{self, Direction, Limits, Message, Refusal, TestRequest};
 use pathlab_probe::probe::{self, ProbeKind, Reflection};
 use pathlab_probe::session::{
-    client_prefix, Reflector, Rejections, Running, ServerEvent, ServerPolicy, ServerSession,
-    SessionError,
+    Reflector, Rejections, Running, ServerEvent, ServerPolicy, ServerSession, SessionError,
 };
 
 use crate::conn::STALLED_CLIENT;
@@ -255,7 +254,7 @@ impl Server {
                 }
             };
             self.counters.connections.fetch_add(1, Ordering::Relaxed);
-            let ip = client_prefix(peer.ip());
+            let ip = pathlab_core::wire::source_prefix(peer.ip());
             let from_there = {
                 let mut map = per_source.lock().expect("not poisoned");
                 let count = map.entry(ip).or_insert(0);

@@ -89,8 +89,8 @@ impl Role {
 pub enum KeyError {
     /// The file holds too few bytes of key material.
     #[error(
-        "a pre-shared key needs at least {needed} bytes, the file has {found} (make one with \
-         `head -c 32 /dev/urandom | base64 > pathlab.key`)"
+        "a pre-shared key needs at least {needed} bytes, the file has {found} (make one, its \
+         owner's only, with `(umask 077; head -c 32 /dev/urandom | base64 > pathlab.key)`)"
     )]
     TooShort {
         /// Bytes found (after trimming a text file's trailing whitespace).
@@ -318,14 +318,7 @@ impl ControlAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(bytes: &[u8]) -> String {
-        use std::fmt::Write as _;
-        bytes.iter().fold(String::new(), |mut text, b| {
-            let _ = write!(text, "{b:02x}");
-            text
-        })
-    }
+    use pathlab_core::format::hex;
 
     #[test]
     fn rfc4231_test_case_2() {

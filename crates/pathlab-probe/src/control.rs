@@ -721,13 +721,7 @@ impl FrameReader {
 
 /// A nonce as hex text.
 pub fn nonce_to_hex(nonce: &[u8; NONCE_LEN]) -> String {
-    use std::fmt::Write as _;
-    nonce
-        .iter()
-        .fold(String::with_capacity(2 * NONCE_LEN), |mut text, b| {
-            let _ = write!(text, "{b:02x}");
-            text
-        })
+    pathlab_core::format::hex(nonce)
 }
 
 /// A nonce from hex text.

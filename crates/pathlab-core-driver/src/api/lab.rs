@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pathlab_http::{Request, Response};
 
+use pathlab_os::files::Dir;
+
 use super::{change_specs, metrics, specs_of, who, Specs};
 use crate::emulator::EmulatorHandle;
 
@@ -23,6 +25,8 @@ pub struct LabControl {
     links: Vec<(String, Option<Arc<EmulatorHandle>>)>,
     /// The changes made, in order: link index, when, the specs now in force, by whom.
     changes: Mutex<Vec<Change>>,
+    /// `--trace-dir`: where a spec's trace file is read from, by name.
+    traces: Option<Arc<Dir>>,
 }
 
 /// A change made over the control address.
@@ -39,11 +43,16 @@ pub struct Change {
 }
 
 impl LabControl {
-    /// Serves `links`: each one's name and emulator, if it has one.
-    pub fn new(links: Vec<(String, Option<Arc<EmulatorHandle>>)>) -> LabControl {
+    /// Serves `links`: each one's name and emulator, if it has one; a spec may name a trace
+    /// of `traces` (`--trace-dir`), by file name.
+    pub fn new(
+        links: Vec<(String, Option<Arc<EmulatorHandle>>)>,
+        traces: Option<Arc<Dir>>,
+    ) -> LabControl {
         LabControl {
             links,
             changes: Mutex::default(),
+            traces,
         }
     }
 
@@ -117,7 +126,7 @@ impl LabControl {
                 None => Response::error(503, "the emulator has stopped"),
             },
             ("GET", "spec") => specs_of(emulator),
-            ("PUT", "spec") => match change_specs(emulator, request) {
+            ("PUT", "spec") => match change_specs(emulator, request, self.traces.as_deref()) {
                 Ok(specs) => {
                     self.changes
                         .lock()

@@ -10,18 +10,24 @@
 //! | `GET /api/v1/about` | the name, the drop reasons' names, the presets |
 //! | `GET /api/v1/history?since=T` | per-second samples of the last 10 minutes, after `T` s |
 //! | `GET /api/v1/recording` | the recording under way, if any |
-//! | `POST /api/v1/recording` | `{"path": FILE}`: start recording into a new file |
+//! | `POST /api/v1/recording` | `{"name": NAME}`: start recording into a new file NAME of `--record-dir` |
 //! | `DELETE /api/v1/recording` | stop it |
 //! | `GET /metrics` | Prometheus text |
 //!
 //! Every change is logged on stderr with who made it, and written into the recording as
 //! `emulate set` does.
+//!
+//! The API touches no file it was not given at start: a spec names a trace only by a
+//! file name inside `--trace-dir` ([`crate::load_spec_in`]), a recording is a new file
+//! inside `--record-dir` ([`pathlab_os::files::Dir::create_new`]), and without the
+//! directory neither is taken (403). Nothing it made is ever removed.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 
 use pathlab_core::DropReason;
 use pathlab_http::{Request, Response};
+use pathlab_os::files::Dir;
 use serde::{Deserialize, Serialize};
 
 use crate::emulator::{EmulatorHandle, EmulatorStats};
@@ -155,6 +161,10 @@ pub struct Controlled<'a> {
     pub command: Vec<String>,
     /// The presets the page offers: (name, spec text, what it is).
     pub presets: Vec<(String, String, String)>,
+    /// `--trace-dir`: where a spec's trace file is read from, by name.
+    pub traces: Option<&'a Dir>,
+    /// `--record-dir`: where a recording is created, by name.
+    pub recordings: Option<&'a Dir>,
 }
 
 impl Controlled<'_> {
@@ -177,7 +187,7 @@ impl Controlled<'_> {
                 None => Response::error(503, "the emulator has stopped"),
             },
             ("GET", "/api/v1/spec") => specs_of(self.emulator),
-            ("PUT", "/api/v1/spec") => set_specs(self.emulator, request),
+            ("PUT", "/api/v1/spec") => set_specs(self.emulator, request, self.traces),
             ("GET", "/api/v1/history") => {
                 let since = query_value(&request.query, "since")
                     .and_then(|v| v.parse::<f64>().ok())
@@ -235,73 +245,85 @@ impl Controlled<'_> {
         })
     }
 
+    /// `POST .../recording`: a new file of `--record-dir`, by name. It is never removed,
+    /// not even when the recording then fails to start: looking the name up again to
+    /// remove it could remove whatever was swapped in meanwhile.
     fn start_recording(&self, request: &Request) -> Response {
         #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
         struct Start {
-            path: std::path::PathBuf,
+            name: String,
         }
+        let Some(dir) = self.recordings else {
+            return Response::error(
+                403,
+                "this emulator writes no recordings for the API: start it with --record-dir \
+                 DIR, then name a new file of DIR",
+            );
+        };
         let start: Start = match serde_json::from_slice(&request.body) {
             Ok(start) => start,
             Err(error) => {
                 return Response::error(
                     400,
-                    &format!("the body must be {{\"path\": FILE}}: {error}"),
+                    &format!(
+                        "the body must be {{\"name\": NAME}}, the name of a new file in \
+                         --record-dir (a name, not a path): {error}"
+                    ),
                 )
             }
         };
-        if !start.path.is_absolute() {
-            return Response::error(
-                400,
-                "the path must be absolute (a file on the emulator's machine)",
-            );
+        if let Err(error) = pathlab_os::files::check_plain_name(&start.name) {
+            return Response::error(403, &format!("{error} (--record-dir holds it)"));
         }
-        // A new file only: the API never overwrites what is there.
-        let file = match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&start.path)
-        {
+        // Before the file is made: a refused recording leaves nothing behind.
+        if self.emulator.recording_path().is_some() {
+            return Response::error(409, "a recording is already under way; stop it first");
+        }
+        // A new file only: the API never overwrites what is there, nor follows a link.
+        let file = match dir.create_new(&start.name) {
             Ok(file) => file,
-            Err(error) => {
-                return Response::error(
-                    400,
-                    &format!("cannot create {}: {error}", start.path.display()),
-                )
-            }
+            Err(error) => return Response::error(400, &format!("cannot create {error}")),
         };
+        let path = std::path::PathBuf::from(dir.shown(&start.name));
         match self
             .emulator
-            .start_recording(file, start.path.clone(), self.command.clone())
+            .start_recording(file, path.clone(), self.command.clone())
         {
             Ok(()) => {
                 eprintln!(
                     "pathlab emulate '{}': recording into {} started by {}",
                     self.emulator.name(),
-                    start.path.display(),
+                    path.display(),
                     who(request)
                 );
-                Response::json(200, &serde_json::json!({ "recording": start.path }))
+                Response::json(200, &serde_json::json!({ "recording": path }))
             }
-            Err(error) => {
-                let _ = std::fs::remove_file(&start.path);
-                Response::error(409, &error)
-            }
+            Err(error) => Response::error(
+                409,
+                &format!("{error} ({} was created and is left empty)", path.display()),
+            ),
         }
     }
 }
 
 /// `PUT .../spec`: changes either direction or both, answering the specs in force or the
 /// parser's error (400); neither changes if either is wrong.
-fn set_specs(emulator: &EmulatorHandle, request: &Request) -> Response {
-    match change_specs(emulator, request) {
+fn set_specs(emulator: &EmulatorHandle, request: &Request, traces: Option<&Dir>) -> Response {
+    match change_specs(emulator, request, traces) {
         Ok(_) => specs_of(emulator),
         Err(refused) => refused,
     }
 }
 
 /// Applies the specs a `PUT .../spec` body gives and returns them, canonical (only the
-/// directions it names), or the 400 that says why not.
-fn change_specs(emulator: &EmulatorHandle, request: &Request) -> Result<Specs, Response> {
+/// directions it names), or the 400 that says why not (403 for a trace it may not read:
+/// outside `traces`, or any without it).
+fn change_specs(
+    emulator: &EmulatorHandle,
+    request: &Request,
+    traces: Option<&Dir>,
+) -> Result<Specs, Response> {
     let specs: Specs = serde_json::from_slice(&request.body).map_err(|error| {
         Response::error(
             400,
@@ -319,9 +341,14 @@ fn change_specs(emulator: &EmulatorHandle, request: &Request) -> Result<Specs, R
     }
     let parse = |text: &Option<String>, which: &str| {
         text.as_deref()
-            .map(|t| crate::load_spec(t).map_err(|e| format!("{which}: {e}")))
+            .map(|t| crate::load_spec_in(t, traces))
             .transpose()
-            .map_err(|e| Response::error(400, &e))
+            .map_err(|e| {
+                Response::error(
+                    if e.is_forbidden() { 403 } else { 400 },
+                    &format!("{which}: {e}"),
+                )
+            })
     };
     let (forward, reverse) = (
         parse(&specs.forward, "forward")?,

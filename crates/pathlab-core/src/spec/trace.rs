@@ -54,6 +54,27 @@ pub enum TraceError {
     },
 }
 
+impl TraceError {
+    /// The error without anything the file holds: the line and what is wrong with it, for
+    /// a reader who may not read the file (a client of the HTTP API naming a trace), so a
+    /// refusal never shows a line of a file.
+    pub fn without_contents(&self) -> String {
+        match self {
+            TraceError::Empty | TraceError::ZeroPeriod { .. } => self.to_string(),
+            TraceError::NotANumber { line, .. } => {
+                format!("trace line {line} is not a whole number of milliseconds")
+            }
+            TraceError::TooLarge { line, .. } => {
+                format!("trace line {line} is too large (at most 18446744073709 ms)")
+            }
+            TraceError::Decreasing { line, .. } => format!(
+                "trace line {line} is earlier than the line before it; timestamps must not \
+                 decrease"
+            ),
+        }
+    }
+}
+
 impl Trace {
     /// Parses a mahimahi trace (one integer millisecond timestamp per line; blank lines
     /// and `#` comments are ignored).

@@ -785,6 +785,19 @@ mod tests {
             message.contains("line 2") && message.contains("abc"),
             "{message}"
         );
+        // For a reader who may not read the file: the line and the problem, never its text.
+        for (text, line) in [
+            ("1\nSECRET\n", 2),
+            ("99999999999999999999\n", 1),
+            ("7\n3\n", 2),
+        ] {
+            let error = Trace::parse(text).unwrap_err();
+            let message = error.without_contents();
+            assert!(message.contains(&format!("line {line} ")), "{message}");
+            for word in text.lines().filter(|w| *w != "1") {
+                assert!(!message.contains(word), "{message} quotes {word}");
+            }
+        }
         let trace = Trace::parse("0\n3\n3\n7").unwrap();
         assert_eq!(trace.period, Duration::from_millis(7));
         assert_eq!(trace.opportunities.len(), 4);

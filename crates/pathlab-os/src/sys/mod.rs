@@ -1253,6 +1253,76 @@ pub fn random_bytes(buffer: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// The calling process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Who is at the other end of a Unix socket: the process, user and group that connected
+/// (or called `socketpair`), as the kernel recorded them then (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCredentials {
+    /// The peer's process id.
+    pub pid: u32,
+    /// Its effective user id.
+    pub uid: u32,
+    /// Its effective group id.
+    pub gid: u32,
+}
+
+/// The credentials of a Unix socket's peer (`SO_PEERCRED`); the kernel's, not anything the
+/// peer says, so it holds against a peer that lies.
+pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<PeerCredentials> {
+    // SAFETY: ucred is plain data; all-zero is a valid value.
+    let mut cred: libc::ucred = unsafe { zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is writable for `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &raw mut len,
+        )
+    })?;
+    if len as usize != size_of::<libc::ucred>() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "SO_PEERCRED answered a short ucred",
+        ));
+    }
+    Ok(PeerCredentials {
+        pid: cred.pid as u32,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// Opens `name` relative to the directory `dir` (`openat`), with `flags` (`O_CLOEXEC` is
+/// always added) and, when it creates, `mode`. `name` is taken as given: the caller decides
+/// whether it may hold `/` or `..`.
+pub fn openat(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    flags: libc::c_int,
+    mode: libc::mode_t,
+) -> io::Result<OwnedFd> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `name` is a NUL-terminated string; `dir` is a descriptor we borrow.
+    let fd = cvt(unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            libc::c_uint::from(mode),
+        )
+    })?;
+    // SAFETY: `fd` was just returned by openat(2) and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// Sets a TCP socket's congestion control (`TCP_CONGESTION`: `cubic`, `reno`, `bbr`).
 pub fn set_congestion_control(fd: BorrowedFd<'_>, algorithm: &str) -> io::Result<()> {
     setsockopt_bytes(

@@ -159,17 +159,6 @@ pub fn test_memory(test: &TestRequest) -> u64 {
     }
 }
 
-/// The address a server counts a client's connections under (`--max-clients`): an IPv4
-/// address as itself (an IPv4 client on a dual-stack socket too), an IPv6 one by its /64,
-/// the least a site or host is given, so one host cannot take 2^64 addresses' worth of
-/// connections.
-pub fn client_prefix(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        v4 @ IpAddr::V4(_) => v4,
-    }
-}
-
 /// Bytes of a data stream's greeting: `session u64 | index u32 | down u8 | 0 0 0 | tag`
 /// (the tag zero without a key).
 pub const GREETING_LEN: usize = 16 + TAG_LEN;

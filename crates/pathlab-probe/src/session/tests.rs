@@ -1038,21 +1038,3 @@ fn a_congestion_control_outside_the_hosts_allowed_list_is_refused() {
         )
     );
 }
-
-/// Issue 30: `--max-clients` counts an IPv6 client by its /64 (one host may hold a /64),
-/// an IPv4 one by its address, also when seen on a dual-stack socket.
-#[test]
-fn clients_are_counted_by_their_ipv6_64_and_their_ipv4_address() {
-    let v6 = |text: &str| IpAddr::V6(text.parse().unwrap());
-    assert_eq!(
-        client_prefix(v6("2001:2:0:1:aaaa:bbbb:cccc:dddd")),
-        v6("2001:2:0:1::")
-    );
-    assert_ne!(
-        client_prefix(v6("2001:2:0:1::1")),
-        client_prefix(v6("2001:2:0:2::1"))
-    );
-    assert_eq!(client_prefix(CLIENT), CLIENT);
-    let mapped = IpAddr::V6(Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped());
-    assert_eq!(client_prefix(mapped), CLIENT);
-}

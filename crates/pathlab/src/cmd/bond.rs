@@ -47,7 +47,8 @@ struct KeyArgs {
 /// What both ends share.
 #[derive(Debug, clap::Args)]
 struct Common {
-    /// The pre-shared key (at least 32 bytes; `head -c 32 /dev/urandom | base64 > bond.key`).
+    /// The pre-shared key (at least 32 bytes, in a file only its owner may read: `pathlab
+    /// bond key bond.key` makes one).
     #[arg(long, value_name = "FILE")]
     psk: std::path::PathBuf,
     /// The TUN device's name.
@@ -152,11 +153,7 @@ fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut bytes = [0u8; 32];
     pathlab_bond::endpoint::Entropy::fill(&mut pathlab_bond_driver::tunnel::OsEntropy, &mut bytes);
-    let hex = bytes.iter().fold(String::with_capacity(64), |mut hex, b| {
-        use std::fmt::Write as _;
-        let _ = write!(hex, "{b:02x}");
-        hex
-    });
+    let hex = pathlab_core::format::hex(&bytes);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -216,8 +213,7 @@ fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
 }
 
 fn read_psk(path: &std::path::Path) -> anyhow::Result<Psk> {
-    let contents = std::fs::read(path)
-        .with_context(|| format!("cannot read the key file '{}'", path.display()))?;
+    let contents = crate::cmd::read_key_file(path)?;
     Psk::from_file_contents(&contents).with_context(|| format!("key file '{}'", path.display()))
 }
 

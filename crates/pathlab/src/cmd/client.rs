@@ -11,7 +11,8 @@ use crate::usage;
 /// Options of every client command.
 #[derive(Debug, clap::Args)]
 pub struct ClientOptions {
-    /// Authenticate with the pre-shared key in FILE (the server must have the same).
+    /// Authenticate with the pre-shared key in FILE (the server must have the same; only
+    /// its owner may read the file).
     #[arg(long, value_name = "FILE")]
     pub psk: Option<std::path::PathBuf>,
     /// Print JSON.

@@ -18,6 +18,7 @@ use pathlab_core_driver::port::{PacketPort, Port, PortError, ReceiveMode};
 use pathlab_core_driver::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
+use crate::cmd::metrics::{Control, ControlArgs};
 use crate::cmd::spec::parse_spec as load;
 use crate::usage;
 
@@ -88,15 +89,13 @@ pub struct Args {
     /// counted in the stats as late seconds. `off`: no warning, no late seconds.
     #[arg(long, value_name = "TIME|off", default_value_t = LateBound(Some(DEFAULT_LATE_BOUND)), value_parser = parse_late_bound)]
     pub late_warn: LateBound,
-    /// Serve the HTTP API, the live page and Prometheus /metrics on ADDR (`127.0.0.1:8080`,
-    /// `[::]:8080`; port 0 picks a free one, printed at start). Beyond loopback a token is
-    /// required (--control-token).
-    #[arg(long, value_name = "ADDR")]
-    pub control: Option<std::net::SocketAddr>,
-    /// The bearer token the control address requires, from the first line of FILE (at
-    /// least 16 characters: `head -c 24 /dev/urandom | base64 > FILE`).
-    #[arg(long, value_name = "FILE", requires = "control")]
-    pub control_token: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub control: ControlArgs,
+    /// A recording started over the control address (POST /api/v1/recording) is a new
+    /// file of DIR, named by the request (a file name, no path). Without it, the address
+    /// starts no recordings.
+    #[arg(long, value_name = "DIR", requires = "control")]
+    pub record_dir: Option<std::path::PathBuf>,
 }
 
 /// How to reach an emulator on another machine, through its `--control` address.
@@ -281,15 +280,10 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         ControlError::NameTaken(_) => usage(e),
         other => anyhow::Error::new(other),
     })?;
-    // The control address next, before any interface is opened: a missing token or a
-    // taken port says so without touching them.
-    let http = args
-        .control
-        .map(|addr| {
-            crate::cmd::metrics::bind_http(addr, args.control_token.as_deref(), "--control")
-                .map(|server| server.public(&["/"]))
-        })
-        .transpose()?;
+    // The control address next, before any interface is opened: a missing token, a
+    // directory that is not there or a taken port says so without touching them.
+    let http = Control::bind(&args.control)?;
+    let recordings = crate::cmd::metrics::open_dir(args.record_dir.as_deref(), "--record-dir")?;
     // Each port's ring holds the traffic that enters the direction it feeds.
     let modes = [
         ReceiveMode::for_link(&forward),
@@ -348,15 +342,11 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         name = args.common.name,
     );
     if let Some(http) = &http {
-        eprintln!(
-            "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics){}",
-            if args.control_token.is_some() {
-                "; every request but the page needs the token"
-            } else {
-                ""
-            },
-            addr = http.local_addr()
-        );
+        http.announce(&format!(
+            "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a change \
+             needs the token, and so does a read from another machine",
+            addr = http.server.local_addr()
+        ));
     }
     let deadline = args
         .time
@@ -370,9 +360,14 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
                 history: &history,
                 command: control_command,
                 presets: preset_choices(),
+                traces: http.traces.as_ref(),
+                recordings: recordings.as_ref(),
             };
             let stop_http = &stop_http;
-            scope.spawn(move || http.serve(stop_http, &|request| controlled.answer(request)));
+            scope.spawn(move || {
+                http.server
+                    .serve(stop_http, &|request| controlled.answer(request));
+            });
         }
         let mut next_sample = std::time::Instant::now();
         server.serve(&handle, std::os::fd::AsFd::as_fd(&signals), || {

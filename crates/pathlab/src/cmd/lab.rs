@@ -35,14 +35,11 @@ pub struct Args {
     /// Print the experiment's spec (to copy and edit) instead of running it.
     #[arg(long)]
     pub print: bool,
-    /// While it runs, serve each emulated link's HTTP API (read and change its spec, its
-    /// stats) and Prometheus metrics of every link on ADDR (see docs/lab.md). Beyond
-    /// loopback a token is required (--control-token).
-    #[arg(long, value_name = "ADDR")]
-    pub control: Option<std::net::SocketAddr>,
-    /// The bearer token the control address requires, from the first line of FILE.
-    #[arg(long, value_name = "FILE", requires = "control")]
-    pub control_token: Option<PathBuf>,
+    /// `--control ADDR`: while it runs, serve each emulated link's HTTP API (read and
+    /// change its spec, its stats) and Prometheus metrics of every link on ADDR (see
+    /// docs/lab.md).
+    #[command(flatten)]
+    pub control: crate::cmd::metrics::ControlArgs,
 }
 
 /// Lab actions.
@@ -98,19 +95,17 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         runs.push((point, experiment));
     }
     pathlab_os::require_net_admin("pathlab lab").map_err(usage)?;
-    let control = args
-        .control
-        .map(|addr| {
-            crate::cmd::metrics::bind_http(addr, args.control_token.as_deref(), "--control")
-        })
-        .transpose()?
-        .map(Arc::new);
+    let control = crate::cmd::metrics::Control::bind(&args.control)?;
     if let Some(control) = &control {
-        eprintln!(
+        control.announce(&format!(
             "links' control: http://{addr}/api/v1/links, metrics http://{addr}/metrics",
-            addr = control.local_addr()
-        );
+            addr = control.server.local_addr()
+        ));
     }
+    let (control, trace_dir) = match control {
+        Some(control) => (Some(Arc::new(control.server)), control.traces.map(Arc::new)),
+        None => (None, None),
+    };
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -156,6 +151,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 seed: args.seed,
                 stop: Arc::clone(&stop),
                 control: control.clone(),
+                trace_dir: trace_dir.clone(),
             },
         )?;
         let file = pathlab_results::ResultFile::new(

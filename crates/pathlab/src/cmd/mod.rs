@@ -20,6 +20,13 @@ pub mod spec;
 pub mod tcp;
 pub mod tune;
 
+/// Reads a key file (`--psk`): its owner's only, as [`pathlab_os::files::read_secret`]
+/// requires; any problem is a usage error.
+pub fn read_key_file(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    pathlab_os::files::read_secret(path)
+        .map_err(|error| crate::usage(anyhow::anyhow!("key file: {error}")))
+}
+
 /// Parses a time on the command line (`-t`, `-i`, `--sample`, `--max-duration`): `10s`,
 /// `250ms`, `1.5s`; a bare number is seconds, as in iperf3 and ping. (Inside a SPEC a
 /// bare number is microseconds, as tc reads it; on the command line that would turn `-t 5`

@@ -15,7 +15,8 @@ pub struct Args {
     /// Address to listen on (TCP control; each test gets its own UDP port on it).
     #[arg(long, value_name = "ADDR", default_value_t = SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 0], DEFAULT_PORT)))]
     pub listen: SocketAddr,
-    /// Require every client to authenticate with the key in FILE (at least 16 bytes).
+    /// Require every client to authenticate with the key in FILE (at least 16 bytes; only
+    /// its owner may read the file).
     #[arg(long, value_name = "FILE")]
     pub psk: Option<std::path::PathBuf>,
     /// Highest rate a test may offer.
@@ -52,14 +53,13 @@ fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// Reads a pre-shared key file (a usage error when it is missing or too short).
+/// Reads a pre-shared key file (a usage error when it is missing, too short or open to
+/// other users).
 pub fn read_key(
     path: Option<&std::path::Path>,
 ) -> anyhow::Result<Option<pathlab_probe::auth::Key>> {
     let Some(path) = path else { return Ok(None) };
-    let contents = std::fs::read(path)
-        .with_context(|| format!("cannot read the key file '{}'", path.display()))
-        .map_err(usage)?;
+    let contents = crate::cmd::read_key_file(path)?;
     let key = pathlab_probe::auth::Key::from_file_contents(&contents)
         .with_context(|| format!("key file '{}'", path.display()))
         .map_err(usage)?;

@@ -42,7 +42,8 @@ pub struct Args {
     /// another machine's settings from a copy.
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Authenticate with the pre-shared key in FILE (the server must have the same).
+    /// Authenticate with the pre-shared key in FILE (the server must have the same; only
+    /// its owner may read the file).
     #[arg(long, value_name = "FILE")]
     pub psk: Option<PathBuf>,
     /// Print JSON.
