@@ -107,9 +107,9 @@ pub(super) fn receive_into(
     running: &Running,
     rejections: &mut Rejections,
 ) -> Result<(), MeasureError> {
-    // A probe longer than the test's size is not one of its probes: the slot holds one byte
+    // A probe longer than the test's probes is not one of them: the slot holds one byte
     // more, so such a datagram shows as truncated.
-    let mut batch = sys::RecvBatch::new(RECEIVE_BATCH, receiver.size() as usize + 1);
+    let mut batch = sys::RecvBatch::new(RECEIVE_BATCH, receiver.probe_len(running) + 1);
     loop {
         let mut ready = [false];
         let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);

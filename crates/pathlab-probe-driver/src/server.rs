@@ -630,6 +630,7 @@ fn reflect_probes(
     else {
         unreachable!("a round-trip test")
     };
+    let request_len = running.probe_len(Way::ClientToServer, ProbeKind::Request, size);
     let mut reflector = Reflector::new(
         clock(),
         count,
@@ -646,7 +647,7 @@ fn reflect_probes(
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
                 let received_ns = kernel_ns.unwrap_or_else(unix_now_ns);
-                if len != size as usize {
+                if len != request_len {
                     rejections.probes += 1;
                     continue;
                 }

@@ -283,6 +283,12 @@ impl Running {
         self.probe_keys.as_ref().map(|keys| keys.of(way))
     }
 
+    /// How long a probe of `kind` going `way` is on the wire when the test asked for `size`
+    /// bytes: the size, or the least such a probe takes (a keyed one carries its tag).
+    pub fn probe_len(&self, way: Way, kind: ProbeKind, size: u32) -> usize {
+        (size as usize).max(probe::min_len(kind, self.probe_key(way).is_some()))
+    }
+
     /// Writes probe `probe` going `way` as `len` bytes into `out`.
     pub fn encode_probe(
         &self,

@@ -170,7 +170,7 @@ impl ProbeReceiver {
         running: &Running,
         rejections: &mut Rejections,
     ) -> bool {
-        if truncated || data.len() != self.size as usize {
+        if truncated || data.len() != self.probe_len(running) {
             rejections.probes += 1;
             return false;
         }
@@ -213,6 +213,12 @@ impl ProbeReceiver {
     /// Whether the test is over at `now`.
     pub fn is_finished(&self, now: Instant) -> bool {
         self.finish_at.is_some_and(|at| now >= at)
+    }
+
+    /// How long the test's probes are on the wire: the asked size, or the least a probe
+    /// takes (a keyed one carries its tag).
+    pub fn probe_len(&self, running: &Running) -> usize {
+        running.probe_len(self.way, ProbeKind::OneWay, self.size)
     }
 
     /// The size of the test's probes, bytes.

@@ -1038,3 +1038,21 @@ fn a_congestion_control_outside_the_hosts_allowed_list_is_refused() {
         )
     );
 }
+
+/// A keyed probe smaller than its header and tag goes out at that least length: the
+/// receiver takes it at that length (a reflector too, through the same `probe_len`).
+#[test]
+fn a_keyed_probe_below_its_least_length_is_received_at_that_length() {
+    let psk = Some(key(b"0123456789abcdef"));
+    let (client, mut server) = tcp_pair(psk, TcpDirection::Up, 14);
+    let probes = upward_probes(client.running().unwrap(), 40, 3);
+    let least = crate::probe::min_len(ProbeKind::OneWay, true);
+    assert!(probes.iter().all(|p| p.len() == least));
+    let mut receiver = ProbeReceiver::new(Way::ClientToServer, 40, 3);
+    let (running, rejections) = server.running_mut().unwrap();
+    assert_eq!(receiver.probe_len(running), least);
+    for probe in &probes {
+        assert!(receiver.handle_probe(1, CLIENT, probe, false, running, rejections));
+    }
+    assert_eq!((receiver.received(), rejections.probes), (3, 0));
+}
