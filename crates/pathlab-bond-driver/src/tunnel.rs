@@ -214,7 +214,8 @@ pub fn request_stats(name: &str) -> io::Result<BondStats> {
     serde_json::from_reader(stream).map_err(io::Error::other)
 }
 
-/// The stats socket; removed on drop.
+/// The stats socket (the owner's only, answered for root and the tunnel's user); removed on
+/// drop.
 #[derive(Debug)]
 struct StatsSocket {
     listener: UnixListener,
@@ -224,21 +225,19 @@ struct StatsSocket {
 impl StatsSocket {
     fn bind(name: &str) -> Result<StatsSocket, BondError> {
         let path = stats_socket_path(name);
-        std::fs::create_dir_all(path.parent().expect("in the runtime directory"))
-            .map_err(io_error("creating the runtime directory"))?;
-        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
-            return Err(BondError::NameTaken(name.to_owned()));
-        }
-        let _ = std::fs::remove_file(&path); // a stale socket of a killed tunnel
-        let listener = UnixListener::bind(&path).map_err(io_error("binding the stats socket"))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(io_error("binding the stats socket"))?;
+        let listener = pathlab_os::local_socket::bind_private(&path)
+            .map_err(io_error("binding the stats socket"))?
+            .ok_or_else(|| BondError::NameTaken(name.to_owned()))?;
         Ok(StatsSocket { listener, path })
     }
 
     fn answer(&self, stats: impl FnOnce() -> BondStats) {
+        // The lines' addresses and counters are for root and the tunnel's own user only
+        // (the socket is theirs alone too, unless someone changed its mode).
         if let Ok((mut stream, _)) = self.listener.accept() {
+            if !pathlab_os::local_socket::trusted_peer(&stream) {
+                return;
+            }
             let _ = stream.set_nonblocking(false);
             let _ = stream.set_write_timeout(Some(std::time::Duration::from_millis(200)));
             if let Ok(json) = serde_json::to_vec(&stats()) {

@@ -14,7 +14,6 @@
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -22,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::emulator::{EmulatorHandle, EmulatorStats};
-use pathlab_os::runtime;
+use pathlab_os::{local_socket, runtime};
 use pathlab_os::sys;
 
 /// The longest request line taken: a request is two specs, each a few dozen bytes.
@@ -114,20 +113,9 @@ impl ControlServer {
             path: path.clone(),
             source,
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io_error)?;
-        }
-        if path.exists() {
-            if UnixStream::connect(&path).is_ok() {
-                return Err(ControlError::NameTaken(name.to_owned()));
-            }
-            std::fs::remove_file(&path).map_err(io_error)?;
-        }
-        let listener = UnixListener::bind(&path).map_err(io_error)?;
-        // The umask decided the mode bind gave; the owner's only, whatever it was.
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .map_err(io_error)?;
-        listener.set_nonblocking(true).map_err(io_error)?;
+        let Some(listener) = local_socket::bind_private(&path).map_err(io_error)? else {
+            return Err(ControlError::NameTaken(name.to_owned()));
+        };
         Ok(ControlServer { listener, path })
     }
 
@@ -159,7 +147,7 @@ impl ControlServer {
                 while let Ok((stream, _)) = self.listener.accept() {
                     // Others are closed unread (and cannot connect to a 0600 socket
                     // anyway, unless someone changed its mode).
-                    if may_control(&stream) {
+                    if local_socket::trusted_peer(&stream) {
                         let _ = answer(&stream, emulator);
                     }
                 }
@@ -175,12 +163,6 @@ impl Drop for ControlServer {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-/// Whether the peer of `stream` may control this emulator: root, or the user it runs as.
-fn may_control(stream: &UnixStream) -> bool {
-    sys::peer_credentials(stream.as_fd())
-        .is_ok_and(|peer| peer.uid == 0 || peer.uid == sys::effective_uid())
 }
 
 /// Why a request line was not read.
@@ -351,11 +333,5 @@ mod tests {
         let started = Instant::now();
         assert!(matches!(read_from(b"{", 100), Err(LineError::TooSlow)));
         assert!(started.elapsed() < Duration::from_secs(2));
-    }
-
-    #[test]
-    fn the_peer_of_a_socket_of_this_user_may_control() {
-        let (ours, _theirs) = UnixStream::pair().unwrap();
-        assert!(may_control(&ours));
     }
 }
