@@ -1,7 +1,8 @@
 //! The tunnel's ingress: users share it by volume, not by packet (the seed's last section).
 //!
-//! Inner packets queue per *stream* (a user: the inner source address by default; or a
-//! flow; or one stream for all). Each tunnel datagram is filled by deficit round robin at
+//! Inner packets queue per *stream* (a user of the site: the inner source address of what
+//! goes up, the inner destination of what comes down, by default; or a flow; or one stream
+//! for all). Each tunnel datagram is filled by deficit round robin at
 //! the granularity of bytes, so one datagram carries fragments of several users' packets in
 //! fair proportion, and a user's small packet does not wait behind every other user's
 //! full-size one. A stream that just became active is served first (FQ-CoDel's new-flow
@@ -40,13 +41,25 @@ use crate::wire::{piece_header_bytes, Fragment, FRAGMENT_HEADER_BYTES};
 /// How inner packets are told apart into users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FairKey {
-    /// By inner source address (the seed's users).
+    /// By the site's user (the seed's users): the inner source address at the site, the
+    /// inner destination at the server (see [`Direction`]), never the internet host at the
+    /// other end, which a user multiplies by talking to many.
     #[default]
     Source,
     /// By flow (the 5-tuple).
     Flow,
     /// Not at all: one FIFO for everything.
     Off,
+}
+
+/// Which way a queue sends, which decides which inner address is the site's user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// From the site to the server: the user is the inner source.
+    #[default]
+    Up,
+    /// From the server down to the site: the user is the inner destination.
+    Down,
 }
 
 /// The ingress queue's settings.
@@ -208,6 +221,7 @@ const MIN_PIECE_BYTES: usize = 64;
 #[derive(Debug)]
 pub struct FairQueue {
     config: FairConfig,
+    direction: Direction,
     /// Indexed by stream id.
     streams: Vec<Stream>,
     by_key: HashMap<u64, usize>,
@@ -229,10 +243,16 @@ pub struct FairQueue {
 }
 
 impl FairQueue {
-    /// An empty queue.
+    /// An empty queue sending up from the site.
     pub fn new(config: FairConfig) -> FairQueue {
+        FairQueue::with_direction(config, Direction::Up)
+    }
+
+    /// An empty queue sending `direction`.
+    pub fn with_direction(config: FairConfig, direction: Direction) -> FairQueue {
         FairQueue {
             config,
+            direction,
             streams: Vec::new(),
             by_key: HashMap::new(),
             free_ids: Vec::new(),
@@ -380,7 +400,10 @@ impl FairQueue {
         match self.config.key {
             FairKey::Off => 0,
             FairKey::Flow => packet.flow,
-            FairKey::Source => source_key(&packet.data),
+            FairKey::Source => match self.direction {
+                Direction::Up => source_key(&packet.data),
+                Direction::Down => destination_key(&packet.data),
+            },
         }
     }
 
@@ -590,9 +613,15 @@ pub const COMPRESSED_TAG: u32 = 1;
 
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
-    let Some(address) = crate::inner::source_bytes(packet) else {
-        return 0;
-    };
+    crate::inner::source_bytes(packet).map_or(0, address_key)
+}
+
+/// A key from an IP packet's destination address (0 when it is not IP).
+pub fn destination_key(packet: &[u8]) -> u64 {
+    crate::inner::destination_bytes(packet).map_or(0, address_key)
+}
+
+fn address_key(address: &[u8]) -> u64 {
     // FNV-1a: stable, cheap, and the queue needs no defence against chosen collisions
     // beyond sharing a stream.
     address
@@ -627,7 +656,10 @@ mod tests {
             while let Some(packet) = receiver.poll_deliver() {
                 // A packet made of two users' fragments would mix their bytes.
                 let user = u64::from_be_bytes(packet.data[..8].try_into().unwrap());
-                assert!(packet.data.chunks(8).all(|c| c == &user.to_be_bytes()[..c.len()]));
+                assert!(packet
+                    .data
+                    .chunks(8)
+                    .all(|c| c == &user.to_be_bytes()[..c.len()]));
                 assert!(delivered.insert(user), "user {user} delivered twice");
             }
         };
@@ -635,7 +667,13 @@ mod tests {
         // bytes) cut into two fragments: 70 s, past the 65,536 ids.
         for user in 0..users {
             let now = Instant::from_millis(user);
-            let data: Vec<u8> = user.to_be_bytes().iter().copied().cycle().take(300).collect();
+            let data: Vec<u8> = user
+                .to_be_bytes()
+                .iter()
+                .copied()
+                .cycle()
+                .take(300)
+                .collect();
             queue.enqueue(now, Packet::from_ip(now, data), user);
             let mut fragments = Vec::new();
             queue.fill(now, 200, |f| {
@@ -668,7 +706,11 @@ mod tests {
         // At most the users of the last `stream_idle` (and its sweep period) hold ids: a
         // user per ms for 5 s plus 1.25 s.
         let bound = (config.stream_idle.as_millis_f64() * 1.25) as usize + 1;
-        assert!(queue.stream_slots() <= bound, "{} slots", queue.stream_slots());
+        assert!(
+            queue.stream_slots() <= bound,
+            "{} slots",
+            queue.stream_slots()
+        );
         assert!(queue.stream_count() <= bound);
         assert!(queue.counters().streams_reclaimed >= users - bound as u64);
         assert_eq!(queue.counters().streams_shared, 0);
