@@ -483,7 +483,7 @@ impl Bond {
                 .filter_map(|l| l.controller().scheduling_owd_ns())
         };
         let spread = match (sending().min(), sending().max()) {
-            (Some(min), Some(max)) => Duration::from_nanos((max - min).max(0) as u64),
+            (Some(min), Some(max)) => Duration::from_nanos(max.saturating_sub(min).max(0) as u64),
             _ => Duration::ZERO,
         };
         let fast_rtt = self

@@ -677,10 +677,10 @@ mod tests {
             queue.enqueue(now, Packet::from_ip(now, data), user);
             let mut fragments = Vec::new();
             queue.fill(now, 200, |f| {
-                fragments.push((f.stream, f.packet, f.offset, f.total_len, f.data.to_vec()))
+                fragments.push((f.stream, f.packet, f.offset, f.total_len, f.data.to_vec()));
             });
             queue.fill(now, 200, |f| {
-                fragments.push((f.stream, f.packet, f.offset, f.total_len, f.data.to_vec()))
+                fragments.push((f.stream, f.packet, f.offset, f.total_len, f.data.to_vec()));
             });
             assert_eq!(fragments.len(), 2, "user {user}");
             for (stream, number, offset, total_len, bytes) in fragments.into_iter().rev() {
