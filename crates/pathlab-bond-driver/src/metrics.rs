@@ -382,6 +382,7 @@ mod tests {
                 replays: 1,
                 went_down: u64::from(state == LineState::Down),
                 came_back: 0,
+                refused_reports: 0,
             },
         }
     }

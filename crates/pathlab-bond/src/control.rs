@@ -202,8 +202,11 @@ impl RateController {
     pub fn scheduling_owd_ns(&self) -> Option<i64> {
         let base = self.base.base()?;
         let target = self.config.target.as_nanos() as i64;
-        let excess = (self.queue_delay.as_nanos() as i64 - 4 * target).max(0);
-        Some(base + target + excess)
+        let queue = i64::try_from(self.queue_delay.as_nanos()).unwrap_or(i64::MAX);
+        let excess = queue.saturating_sub(target.saturating_mul(4)).max(0);
+        // Saturating: `base` is the peer's figure (bounded where the line takes it, and
+        // again here).
+        Some(base.saturating_add(target).saturating_add(excess))
     }
 
     /// The controller's phase.
@@ -286,9 +289,11 @@ impl RateController {
             self.sent_since = now;
             return;
         };
-        if report.report_ns <= previous.report_ns || report.received_bytes < previous.received_bytes
+        if report.report_ns <= previous.report_ns
+            || report.received_bytes < previous.received_bytes
+            || report.received_packets < previous.received_packets
         {
-            return; // a report older than one already used
+            return; // a report older than one already used (or a peer's counters gone back)
         }
         self.previous = Some(Previous::of(report));
         if self.history.len() == DELIVERY_HISTORY {
@@ -312,7 +317,9 @@ impl RateController {
             .highest_seq
             .saturating_sub(previous.highest_seq)
             .saturating_sub(excused(previous.highest_seq, report.highest_seq));
-        let received = report.received_packets - previous.received_packets;
+        let received = report
+            .received_packets
+            .saturating_sub(previous.received_packets);
         self.loss = if expected == 0 {
             0.0
         } else {

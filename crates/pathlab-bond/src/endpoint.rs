@@ -19,7 +19,7 @@ use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
 
 use crate::control::ControllerConfig;
 use crate::crypto::{self, Psk, Role, SessionKeys};
-use crate::fair::{FairConfig, FairQueue, COMPRESSED_TAG};
+use crate::fair::{Direction, FairConfig, FairQueue, COMPRESSED_TAG};
 use crate::line::{Line, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{self, Choice, LineView, SchedulerKind, WeightedRoundRobin};
@@ -211,7 +211,14 @@ impl Bond {
             .collect();
         Bond {
             hello_keys: SessionKeys::hello(&psk, role),
-            fair: FairQueue::new(config.fair),
+            // The server sends down to the site: its users are the inner destinations.
+            fair: FairQueue::with_direction(
+                config.fair,
+                match role {
+                    Role::Client => Direction::Up,
+                    Role::Server => Direction::Down,
+                },
+            ),
             reorder: Reorder::new(Duration::from_millis(50)),
             wrr: WeightedRoundRobin::default(),
             round_robin_next: 0,
@@ -476,7 +483,7 @@ impl Bond {
                 .filter_map(|l| l.controller().scheduling_owd_ns())
         };
         let spread = match (sending().min(), sending().max()) {
-            (Some(min), Some(max)) => Duration::from_nanos((max - min).max(0) as u64),
+            (Some(min), Some(max)) => Duration::from_nanos(max.saturating_sub(min).max(0) as u64),
             _ => Duration::ZERO,
         };
         let fast_rtt = self

@@ -1,7 +1,8 @@
 //! The tunnel's ingress: users share it by volume, not by packet (the seed's last section).
 //!
-//! Inner packets queue per *stream* (a user: the inner source address by default; or a
-//! flow; or one stream for all). Each tunnel datagram is filled by deficit round robin at
+//! Inner packets queue per *stream* (a user of the site: the inner source address of what
+//! goes up, the inner destination of what comes down, by default; or a flow; or one stream
+//! for all). Each tunnel datagram is filled by deficit round robin at
 //! the granularity of bytes, so one datagram carries fragments of several users' packets in
 //! fair proportion, and a user's small packet does not wait behind every other user's
 //! full-size one. A stream that just became active is served first (FQ-CoDel's new-flow
@@ -17,6 +18,17 @@
 //! Packets are numbered per stream when their first byte leaves, so every number the
 //! receiver sees belongs to a packet that was sent: a packet CoDel dropped leaves no hole
 //! for the receiver to wait on.
+//!
+//! Stream ids are the wire's 16 bits, so they are reused: a stream idle for
+//! [`FairConfig::stream_idle`] gives its id back, and a later user takes it. Two rules keep
+//! users apart at the far end. An id's packet numbers go on from where its previous owner
+//! stopped (they live with the id, not the user), so no (stream, packet) pair ever names
+//! two packets and no fragment can be put into another user's packet, whatever the far
+//! end still remembers. And an id is only freed after its last byte left at least
+//! `stream_idle` ago, longer than the far end waits for a gap or a fragment (at most 1 s)
+//! plus a line's delay, so a new owner never waits behind its predecessor's gaps. When all
+//! 65,536 ids are held by streams active within `stream_idle`, a new user shares one
+//! (counted in [`FairCounters::streams_shared`]): ordered with its owner, nothing worse.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -29,13 +41,25 @@ use crate::wire::{piece_header_bytes, Fragment, FRAGMENT_HEADER_BYTES};
 /// How inner packets are told apart into users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FairKey {
-    /// By inner source address (the seed's users).
+    /// By the site's user (the seed's users): the inner source address at the site, the
+    /// inner destination at the server (see [`Direction`]), never the internet host at the
+    /// other end, which a user multiplies by talking to many.
     #[default]
     Source,
     /// By flow (the 5-tuple).
     Flow,
     /// Not at all: one FIFO for everything.
     Off,
+}
+
+/// Which way a queue sends, which decides which inner address is the site's user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Direction {
+    /// From the site to the server: the user is the inner source.
+    #[default]
+    Up,
+    /// From the server down to the site: the user is the inner destination.
+    Down,
 }
 
 /// The ingress queue's settings.
@@ -49,6 +73,10 @@ pub struct FairConfig {
     pub limit_bytes: u64,
     /// CoDel's settings for each stream.
     pub codel: CodelConfig,
+    /// How long a stream stays idle (its last byte sent) before its id is freed for
+    /// another user; longer than the far end's reorder and fragment timeouts (at most 1 s
+    /// each) plus a line's delay, so no packet of the previous owner is still expected.
+    pub stream_idle: Duration,
 }
 
 impl Default for FairConfig {
@@ -61,6 +89,7 @@ impl Default for FairConfig {
                 ecn: true,
                 ..CodelConfig::default()
             },
+            stream_idle: Duration::from_secs(5),
         }
     }
 }
@@ -78,6 +107,12 @@ pub struct FairCounters {
     pub overflow_dropped: u64,
     /// Packets too long for the wire's 16-bit lengths.
     pub oversized_dropped: u64,
+    /// Idle streams whose id was freed for another user.
+    #[serde(default)]
+    pub streams_reclaimed: u64,
+    /// Users that found every stream id held and shared another user's stream.
+    #[serde(default)]
+    pub streams_shared: u64,
 }
 
 /// A packet being sent, fragment by fragment.
@@ -99,6 +134,11 @@ struct Waiting {
 #[derive(Debug)]
 struct Stream {
     id: u16,
+    /// The user holding the id (`None`: free, waiting in `free_ids`).
+    key: Option<u64>,
+    /// When a packet last came or a byte last left.
+    last_active: Instant,
+    /// Survives a change of owner: see the module's doc.
     next_number: u32,
     waiting: Waiting,
     head: Option<Head>,
@@ -121,9 +161,11 @@ impl CodelQueue for Waiting {
 }
 
 impl Stream {
-    fn new(id: u16) -> Stream {
+    fn new(id: u16, key: u64, now: Instant) -> Stream {
         Stream {
             id,
+            key: Some(key),
+            last_active: now,
             next_number: 1,
             waiting: Waiting::default(),
             head: None,
@@ -141,7 +183,26 @@ impl Stream {
                 .as_ref()
                 .map_or(0, |head| (head.data.len() - head.offset) as u64)
     }
+
+    /// Whether the stream holds nothing and has not for `idle`.
+    fn is_idle(&self, now: Instant, idle: Duration) -> bool {
+        !self.active
+            && !self.urgent
+            && self.head.is_none()
+            && self.waiting.queue.is_empty()
+            && now.saturating_since(self.last_active) >= idle
+    }
+
+    /// Hands the id to `key`: a fresh queue, the packet numbers going on.
+    fn reassign(&mut self, key: u64, now: Instant) {
+        let next_number = self.next_number;
+        *self = Stream::new(self.id, key, now);
+        self.next_number = next_number;
+    }
 }
+
+/// Stream ids are the wire's 16 bits.
+pub const MAX_STREAM_IDS: usize = 1 << 16;
 
 /// How a stream's service ended.
 enum Served {
@@ -160,8 +221,14 @@ const MIN_PIECE_BYTES: usize = 64;
 #[derive(Debug)]
 pub struct FairQueue {
     config: FairConfig,
+    direction: Direction,
+    /// Indexed by stream id.
     streams: Vec<Stream>,
     by_key: HashMap<u64, usize>,
+    /// Ids freed by idle streams (each idle for `stream_idle` already).
+    free_ids: Vec<usize>,
+    /// When idle streams are next looked for.
+    next_sweep: Instant,
     new_streams: VecDeque<usize>,
     /// Active streams whose queue was empty when a packet came, with credit left.
     urgent: VecDeque<usize>,
@@ -176,12 +243,20 @@ pub struct FairQueue {
 }
 
 impl FairQueue {
-    /// An empty queue.
+    /// An empty queue sending up from the site.
     pub fn new(config: FairConfig) -> FairQueue {
+        FairQueue::with_direction(config, Direction::Up)
+    }
+
+    /// An empty queue sending `direction`.
+    pub fn with_direction(config: FairConfig, direction: Direction) -> FairQueue {
         FairQueue {
             config,
+            direction,
             streams: Vec::new(),
             by_key: HashMap::new(),
+            free_ids: Vec::new(),
+            next_sweep: Instant::ZERO,
             new_streams: VecDeque::new(),
             urgent: VecDeque::new(),
             old_streams: VecDeque::new(),
@@ -208,8 +283,14 @@ impl FairQueue {
         self.counters
     }
 
-    /// Streams seen so far.
+    /// Streams held by a user now (idle ones are freed after `stream_idle`).
     pub fn stream_count(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Stream ids ever handed out at once: the size of the stream table, which never
+    /// exceeds [`MAX_STREAM_IDS`].
+    pub fn stream_slots(&self) -> usize {
         self.streams.len()
     }
 
@@ -243,18 +324,12 @@ impl FairQueue {
         packet.enqueued = now;
         let index = match self.by_key.get(&key) {
             Some(&index) => index,
-            None => {
-                let index = self.streams.len();
-                // Stream ids are the wire's 16 bits; past 65536 users, users share ids
-                // (they are then ordered together at the receiver, nothing worse).
-                self.streams.push(Stream::new(index as u16));
-                self.by_key.insert(key, index);
-                index
-            }
+            None => self.claim_stream(now, key),
         };
         self.counters.packets_in += 1;
         let len = packet.data.len() as u64;
         let stream = &mut self.streams[index];
+        stream.last_active = now;
         stream.waiting.queue.push_back(packet);
         stream.waiting.queued_bytes += len;
         self.backlog_bytes += len;
@@ -278,12 +353,57 @@ impl FairQueue {
         }
     }
 
+    /// A stream for a user not seen within `stream_idle`: a freed id, a new one, or (all
+    /// 65,536 held) another user's.
+    fn claim_stream(&mut self, now: Instant, key: u64) -> usize {
+        if now >= self.next_sweep {
+            self.reclaim_idle(now);
+        }
+        let index = if let Some(index) = self.free_ids.pop() {
+            self.streams[index].reassign(key, now);
+            index
+        } else if self.streams.len() < MAX_STREAM_IDS {
+            let index = self.streams.len();
+            self.streams.push(Stream::new(index as u16, key, now));
+            index
+        } else {
+            self.counters.streams_shared += 1;
+            // Not mapped: the user gets an id of its own once one is freed.
+            return (key % MAX_STREAM_IDS as u64) as usize;
+        };
+        self.by_key.insert(key, index);
+        index
+    }
+
+    /// Frees the ids of streams idle for `stream_idle`. A sweep of the table, at most four
+    /// times per `stream_idle` and only when a new user comes: the cost stays a few
+    /// operations per packet however many users churn.
+    fn reclaim_idle(&mut self, now: Instant) {
+        let idle = self.config.stream_idle;
+        self.next_sweep = now + Duration::from_nanos(idle.as_nanos() / 4);
+        for (index, stream) in self.streams.iter_mut().enumerate() {
+            if stream.key.is_none() || !stream.is_idle(now, idle) {
+                continue;
+            }
+            if let Some(key) = stream.key.take() {
+                self.by_key.remove(&key);
+            }
+            // Its queue's memory goes back now, not when the id is taken again.
+            stream.waiting = Waiting::default();
+            self.free_ids.push(index);
+            self.counters.streams_reclaimed += 1;
+        }
+    }
+
     /// The stream key of an inner IP packet under this queue's [`FairKey`].
     pub fn key_of(&self, packet: &Packet) -> u64 {
         match self.config.key {
             FairKey::Off => 0,
             FairKey::Flow => packet.flow,
-            FairKey::Source => source_key(&packet.data),
+            FairKey::Source => match self.direction {
+                Direction::Up => source_key(&packet.data),
+                Direction::Down => destination_key(&packet.data),
+            },
         }
     }
 
@@ -453,6 +573,7 @@ impl FairQueue {
             if remaining - take < 16 && remaining <= room {
                 take = remaining; // do not leave a sliver for another header
             }
+            stream.last_active = now;
             emit(Fragment {
                 stream: stream.id,
                 packet: head.number,
@@ -492,9 +613,15 @@ pub const COMPRESSED_TAG: u32 = 1;
 
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
-    let Some(address) = crate::inner::source_bytes(packet) else {
-        return 0;
-    };
+    crate::inner::source_bytes(packet).map_or(0, address_key)
+}
+
+/// A key from an IP packet's destination address (0 when it is not IP).
+pub fn destination_key(packet: &[u8]) -> u64 {
+    crate::inner::destination_bytes(packet).map_or(0, address_key)
+}
+
+fn address_key(address: &[u8]) -> u64 {
     // FNV-1a: stable, cheap, and the queue needs no defence against chosen collisions
     // beyond sharing a stream.
     address
@@ -510,6 +637,83 @@ mod tests {
 
     fn ms(d: Duration) -> f64 {
         d.as_secs_f64() * 1e3
+    }
+
+    /// Regression (issue 27): ids were never freed and wrapped at 65,536, so user 65,536's
+    /// packet 1 went out as stream 0's packet 1 and the far end merged the two.
+    #[test]
+    fn stream_ids_churn_past_65536_users_without_two_users_sharing_a_packet_number() {
+        use std::collections::HashMap;
+        let config = FairConfig::default();
+        let mut queue = FairQueue::new(config);
+        let mut receiver = crate::reorder::Reorder::new(Duration::from_millis(50));
+        // (stream, packet) -> user that sent it; stream -> (its user, its last byte's time).
+        let mut owner_of_number: HashMap<(u16, u32), u64> = HashMap::new();
+        let mut holder: HashMap<u16, (u64, Instant)> = HashMap::new();
+        let users = 70_000u64;
+        let mut delivered = std::collections::HashSet::new();
+        let mut take = |receiver: &mut crate::reorder::Reorder| {
+            while let Some(packet) = receiver.poll_deliver() {
+                // A packet made of two users' fragments would mix their bytes.
+                let user = u64::from_be_bytes(packet.data[..8].try_into().unwrap());
+                assert!(packet
+                    .data
+                    .chunks(8)
+                    .all(|c| c == &user.to_be_bytes()[..c.len()]));
+                assert!(delivered.insert(user), "user {user} delivered twice");
+            }
+        };
+        // A user every millisecond, each sending one 300-byte packet (its id in its
+        // bytes) cut into two fragments: 70 s, past the 65,536 ids.
+        for user in 0..users {
+            let now = Instant::from_millis(user);
+            let data: Vec<u8> = user
+                .to_be_bytes()
+                .iter()
+                .copied()
+                .cycle()
+                .take(300)
+                .collect();
+            queue.enqueue(now, Packet::from_ip(now, data), user);
+            let mut fragments = Vec::new();
+            queue.fill(now, 200, |f| {
+                fragments.push((f.stream, f.packet, f.offset, f.total_len, f.data.to_vec()));
+            });
+            queue.fill(now, 200, |f| {
+                fragments.push((f.stream, f.packet, f.offset, f.total_len, f.data.to_vec()));
+            });
+            assert_eq!(fragments.len(), 2, "user {user}");
+            for (stream, number, offset, total_len, bytes) in fragments.into_iter().rev() {
+                let first = *owner_of_number.entry((stream, number)).or_insert(user);
+                assert_eq!(first, user, "stream {stream} packet {number} named twice");
+                if let Some(&(previous, last_sent)) = holder.get(&stream) {
+                    if previous != user {
+                        // A reused id waited out its quarantine.
+                        assert!(now.saturating_since(last_sent) >= config.stream_idle);
+                    }
+                }
+                holder.insert(stream, (user, now));
+                receiver.handle_fragment(now, stream, number, offset, total_len, false, &bytes);
+            }
+            if user % 25 == 0 {
+                receiver.handle_timeout(now);
+            }
+            take(&mut receiver);
+        }
+        receiver.handle_timeout(Instant::from_millis(users + 1000));
+        take(&mut receiver);
+        assert_eq!(delivered.len() as u64, users, "every packet whole, once");
+        // At most the users of the last `stream_idle` (and its sweep period) hold ids: a
+        // user per ms for 5 s plus 1.25 s.
+        let bound = (config.stream_idle.as_millis_f64() * 1.25) as usize + 1;
+        assert!(
+            queue.stream_slots() <= bound,
+            "{} slots",
+            queue.stream_slots()
+        );
+        assert!(queue.stream_count() <= bound);
+        assert!(queue.counters().streams_reclaimed >= users - bound as u64);
+        assert_eq!(queue.counters().streams_shared, 0);
     }
 
     #[test]

@@ -86,6 +86,15 @@ pub fn source_bytes(packet: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// The bytes of the destination address, for keying the site's users at the server.
+pub fn destination_bytes(packet: &[u8]) -> Option<&[u8]> {
+    match version(packet)? {
+        4 if packet.len() >= field::ipv4::MIN_HEADER => Some(&packet[field::ipv4::DESTINATION]),
+        6 if packet.len() >= field::ipv6::HEADER => Some(&packet[field::ipv6::DESTINATION]),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

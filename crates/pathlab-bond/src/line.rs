@@ -37,6 +37,31 @@ pub struct LineCounters {
     pub went_down: u64,
     /// Times it came back.
     pub came_back: u64,
+    /// Reports and echoes from the peer refused as impossible (a datagram we never sent,
+    /// more bytes than datagrams can hold, a delay of centuries): see [`Line::on_feedback`].
+    #[serde(default)]
+    pub refused_reports: u64,
+}
+
+/// Largest one-way delay sample (ns, clock offset included) a report may carry: 2^62 ns
+/// is 146 years, beyond any two clocks' offset, and leaves room to add and subtract two
+/// samples and a target without overflowing an `i64`.
+pub const MAX_REPORTED_OWD_NS: i64 = 1 << 62;
+
+/// Largest round trip an echo may give: a line is down after 300 ms of silence, so a
+/// minute is no line's round trip, only an old or forged timestamp.
+pub const MAX_ECHO_RTT: Duration = Duration::from_secs(60);
+
+/// Whether a report of what arrived on a line on which we sent up to `sent_seq` could be
+/// true. The peer is authenticated, but its counters are summed and subtracted here: a
+/// bug or a compromised peer must not overflow them, nor pace the line by absurd figures.
+fn plausible(report: &Feedback, sent_seq: u64) -> bool {
+    let max_payload = crate::wire::MAX_DATAGRAM_BYTES as u64;
+    report.highest_seq <= sent_seq
+        && report.received_packets <= report.highest_seq
+        && report.received_bytes <= report.received_packets.saturating_mul(max_payload)
+        && report.owd_min_ns.unsigned_abs() <= MAX_REPORTED_OWD_NS as u64
+        && report.owd_last_ns.unsigned_abs() <= MAX_REPORTED_OWD_NS as u64
 }
 
 /// What we receive on a line, summarised for the next report.
@@ -295,8 +320,15 @@ impl Line {
         self.receiving.owd_floor
     }
 
-    /// The peer reported on what we sent on this line.
+    /// The peer reported on what we sent on this line. A report that cannot be true (it
+    /// counts a datagram beyond the last we sent, more datagrams than sequence numbers,
+    /// more bytes than they hold, or a delay beyond [`MAX_REPORTED_OWD_NS`]) is refused
+    /// and counted, and does not keep the line up.
     pub fn on_feedback(&mut self, now: Instant, report: &Feedback) {
+        if !plausible(report, self.seq) {
+            self.counters.refused_reports += 1;
+            return;
+        }
         self.last_feedback = now;
         if self.state == LineState::Down {
             // Reports of a line that is down span the outage: their loss and delivery say
@@ -308,12 +340,17 @@ impl Line {
             .on_feedback_excusing(now, report, |from, to| mtu.lost_between(from, to));
     }
 
-    /// The peer echoed one of our timestamps: a round-trip sample.
+    /// The peer echoed one of our timestamps: a round-trip sample (refused and counted
+    /// beyond [`MAX_ECHO_RTT`]).
     pub fn on_echo(&mut self, now: Instant, echoed_ns: u64, held_ns: u64) {
         let rtt = now
             .as_nanos()
             .saturating_sub(echoed_ns)
             .saturating_sub(held_ns);
+        if rtt > MAX_ECHO_RTT.as_nanos() {
+            self.counters.refused_reports += 1;
+            return;
+        }
         if rtt > 0 {
             self.controller.on_rtt(Duration::from_nanos(rtt));
         }
@@ -419,5 +456,92 @@ impl Line {
     /// Since when the line is in its state.
     pub fn state_since(&self) -> Instant {
         self.state_since
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_that_sent(datagrams: u64) -> Line {
+        let mut line = Line::new(0, ControllerConfig::default(), 1472, Instant::ZERO);
+        for _ in 0..datagrams {
+            line.next_seq();
+        }
+        line
+    }
+
+    fn report(highest_seq: u64, packets: u64, bytes: u64, report_ns: u64) -> Feedback {
+        Feedback {
+            line: 0,
+            highest_seq,
+            received_packets: packets,
+            received_bytes: bytes,
+            report_ns,
+            owd_min_ns: 20_000_000,
+            owd_last_ns: 20_000_000,
+            samples: 1,
+            owd_min_len: 1472,
+        }
+    }
+
+    /// Regression (issue 27): a report whose received count went down made the controller
+    /// subtract past zero (a panic in debug builds, a wrap to 2^64 in release), and
+    /// `u64::MAX`-style figures reached the pacer and the scheduler's sums.
+    #[test]
+    fn reports_with_impossible_counters_are_refused_and_nothing_overflows() {
+        let mut line = line_that_sent(100);
+        let ms = |n: u64| Instant::from_millis(n);
+        line.on_feedback(ms(10), &report(50, 50, 50 * 1472, 10_000_000));
+        // Fewer datagrams received than the previous report said: ignored, no panic.
+        line.on_feedback(ms(20), &report(60, 40, 60 * 1472, 20_000_000));
+        line.on_feedback(ms(30), &report(70, 70, 70 * 1472, 30_000_000));
+        assert_eq!(line.counters().refused_reports, 0, "plausible so far");
+        let absurd = [
+            report(u64::MAX, u64::MAX, u64::MAX, u64::MAX),
+            report(101, 80, 80 * 1472, 40_000_000), // a datagram we never sent
+            report(80, 81, 80 * 1472, 40_000_000),  // more datagrams than numbers
+            report(80, 80, 80 * 65_508, 40_000_000), // more bytes than they hold
+            Feedback {
+                owd_min_ns: i64::MAX,
+                ..report(80, 80, 80 * 1472, 40_000_000)
+            },
+            Feedback {
+                owd_last_ns: i64::MIN,
+                ..report(80, 80, 80 * 1472, 40_000_000)
+            },
+        ];
+        for (k, report) in absurd.iter().enumerate() {
+            line.on_feedback(ms(40), report);
+            assert_eq!(line.counters().refused_reports, k as u64 + 1, "{report:?}");
+        }
+        // The figures in use are still the plausible ones.
+        assert!(line.controller().owd_ns() == Some(20_000_000));
+        assert!(line.controller().rate().as_f64().is_finite());
+        // An echo of a timestamp from the start of time is no round trip.
+        line.on_echo(Instant::from_secs(3600), 0, 0);
+        assert_eq!(line.counters().refused_reports, absurd.len() as u64 + 1);
+        assert_eq!(line.controller().srtt(), None);
+        line.on_echo(ms(40), 0, u64::MAX);
+        assert_eq!(
+            line.controller().srtt(),
+            None,
+            "held longer than it took: no sample"
+        );
+    }
+
+    /// The controller, on its own, also survives a count that goes backwards.
+    #[test]
+    fn the_controller_ignores_a_received_count_that_goes_backwards() {
+        let mut controller = RateController::new(ControllerConfig::default(), Instant::ZERO);
+        controller.on_feedback(
+            Instant::from_millis(10),
+            &report(50, 50, 50_000, 10_000_000),
+        );
+        controller.on_feedback(
+            Instant::from_millis(20),
+            &report(60, 10, 60_000, 20_000_000),
+        );
+        assert!((0.0..=1.0).contains(&controller.loss()));
     }
 }

@@ -9,8 +9,16 @@
 //! and a fragment that never comes costs its stream one timeout, not the tunnel.
 //! Packets are numbered per stream from 1 (serial-number arithmetic, RFC 1982, so numbers
 //! wrap).
+//!
+//! What waits here is bounded per session by [`ReorderLimits`], in bytes (what a packet's
+//! first fragment makes us allocate: its claimed length) and in packets: beyond either, the
+//! packet that has waited longest is given up ([`ReorderCounters::evicted`]), so a peer
+//! that starts packets it never finishes costs at most the limits, not memory without end.
+//! Each packet remembers which of its bytes arrived, so a fragment that came twice is
+//! counted once ([`ReorderCounters::duplicate_fragments`]) and cannot complete a packet
+//! whose bytes are missing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use pathlab_core::{Duration, Instant};
 
@@ -30,15 +38,53 @@ pub struct ReorderCounters {
     pub late_fragments: u64,
     /// Fragments that did not fit their packet (overlap or a length that disagrees).
     pub bad_fragments: u64,
+    /// Fragments whose bytes had all arrived already: ignored.
+    #[serde(default)]
+    pub duplicate_fragments: u64,
+    /// Packets (incomplete, or complete and waiting for a predecessor) given up because
+    /// the session's reassembly held [`ReorderLimits`] already: the oldest go first.
+    #[serde(default)]
+    pub evicted: u64,
+}
+
+/// How much the reassembly and reorder buffers of one session may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReorderLimits {
+    /// Bytes: packets' claimed lengths plus what records their arrived bytes.
+    pub max_bytes: usize,
+    /// Packets, incomplete or waiting.
+    pub max_packets: usize,
+}
+
+impl Default for ReorderLimits {
+    /// 8 MiB: a second (the longest gap wait) of a 64 Mbit/s tunnel, more than the
+    /// slow lines the bond is for carry; 8,192 packets: as many 1 KB packets.
+    fn default() -> ReorderLimits {
+        ReorderLimits {
+            max_bytes: 8 << 20,
+            max_packets: 8192,
+        }
+    }
 }
 
 /// A packet being put together.
 #[derive(Debug)]
 struct Partial {
     data: Vec<u8>,
+    /// One bit per byte of `data`: arrived.
+    arrived: Vec<u64>,
     received: usize,
     compressed: bool,
     first_seen: Instant,
+    /// Its place in [`Reorder::arrival_order`].
+    serial: u64,
+}
+
+impl Partial {
+    /// Bytes it holds, as the limits count them.
+    fn charge(&self) -> usize {
+        self.data.len() + self.arrived.len() * 8
+    }
 }
 
 /// A complete packet waiting for its predecessors.
@@ -47,6 +93,39 @@ struct Complete {
     data: Vec<u8>,
     compressed: bool,
     since: Instant,
+    serial: u64,
+}
+
+/// What a fragment's bytes are to the bytes of its packet that arrived already.
+enum Coverage {
+    New,
+    Duplicate,
+    Overlap,
+}
+
+/// Marks bytes `range` of a packet arrived, unless some of them had.
+fn mark_arrived(arrived: &mut [u64], range: std::ops::Range<usize>) -> Coverage {
+    let seen = range
+        .clone()
+        .filter(|&i| arrived[i / 64] & (1 << (i % 64)) != 0)
+        .count();
+    if seen == range.len() {
+        return Coverage::Duplicate;
+    }
+    if seen > 0 {
+        return Coverage::Overlap;
+    }
+    for i in range {
+        arrived[i / 64] |= 1 << (i % 64);
+    }
+    Coverage::New
+}
+
+/// Bytes and packets held, against the limits.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    bytes: usize,
+    packets: usize,
 }
 
 #[derive(Debug)]
@@ -75,8 +154,14 @@ pub struct Reorder {
     streams: HashMap<u16, StreamRx>,
     timeout: Duration,
     fragment_timeout: Duration,
-    ready: std::collections::VecDeque<Delivered>,
+    ready: VecDeque<Delivered>,
     counters: ReorderCounters,
+    limits: ReorderLimits,
+    held: Held,
+    /// Packets in the order their first fragment came, to give up the oldest; entries of
+    /// packets gone already are skipped (their serial no longer matches) and pruned.
+    arrival_order: VecDeque<(u64, u16, u32)>,
+    next_serial: u64,
 }
 
 /// `a` comes before `b` in serial-number order.
@@ -87,13 +172,32 @@ fn before(a: u32, b: u32) -> bool {
 impl Reorder {
     /// A receiver that waits at most `timeout` for a gap.
     pub fn new(timeout: Duration) -> Reorder {
+        Reorder::with_limits(timeout, ReorderLimits::default())
+    }
+
+    /// A receiver that waits at most `timeout` for a gap and holds at most `limits`.
+    pub fn with_limits(timeout: Duration, limits: ReorderLimits) -> Reorder {
         Reorder {
             streams: HashMap::new(),
             timeout,
             fragment_timeout: timeout.max(Duration::from_millis(500)),
-            ready: std::collections::VecDeque::new(),
+            ready: VecDeque::new(),
             counters: ReorderCounters::default(),
+            limits,
+            held: Held::default(),
+            arrival_order: VecDeque::new(),
+            next_serial: 0,
         }
+    }
+
+    /// Bytes held in incomplete and waiting packets (as [`ReorderLimits`] counts them).
+    pub fn held_bytes(&self) -> usize {
+        self.held.bytes
+    }
+
+    /// Incomplete and waiting packets held.
+    pub fn held_packets(&self) -> usize {
+        self.held.packets
     }
 
     /// Changes how long a gap is waited for (the lines' delay spread changed).
@@ -124,6 +228,11 @@ impl Reorder {
         compressed: bool,
         data: &[u8],
     ) {
+        let (offset, total_len) = (usize::from(offset), usize::from(total_len));
+        if data.is_empty() || offset + data.len() > total_len {
+            self.counters.bad_fragments += 1;
+            return;
+        }
         if !self.streams.contains_key(&stream) && self.streams.len() >= MAX_STREAMS {
             self.forget_oldest_stream();
         }
@@ -138,19 +247,47 @@ impl Reorder {
             self.counters.late_fragments += 1;
             return;
         }
-        let (offset, total_len) = (usize::from(offset), usize::from(total_len));
-        let partial = rx.partial.entry(packet).or_insert_with(|| Partial {
-            data: vec![0; total_len],
-            received: 0,
-            compressed,
-            first_seen: now,
-        });
-        if partial.data.len() != total_len
-            || offset + data.len() > total_len
-            || partial.compressed != compressed
-        {
+        if !rx.partial.contains_key(&packet) {
+            let charge = total_len + total_len.div_ceil(64) * 8;
+            if !self.make_room(charge) {
+                self.counters.evicted += 1;
+                return;
+            }
+            let serial = self.next_serial;
+            self.next_serial += 1;
+            self.arrival_order.push_back((serial, stream, packet));
+            self.held.bytes += charge;
+            self.held.packets += 1;
+            let rx = self.streams.get_mut(&stream).expect("made above");
+            rx.partial.insert(
+                packet,
+                Partial {
+                    data: vec![0; total_len],
+                    arrived: vec![0; total_len.div_ceil(64)],
+                    received: 0,
+                    compressed,
+                    first_seen: now,
+                    serial,
+                },
+            );
+        }
+        let rx = self.streams.get_mut(&stream).expect("made above");
+        let partial = rx.partial.get_mut(&packet).expect("present");
+        if partial.data.len() != total_len || partial.compressed != compressed {
             self.counters.bad_fragments += 1;
             return;
+        }
+        match mark_arrived(&mut partial.arrived, offset..offset + data.len()) {
+            Coverage::New => {}
+            Coverage::Duplicate => {
+                self.counters.duplicate_fragments += 1;
+                return;
+            }
+            Coverage::Overlap => {
+                // Pieces that disagree on where bytes go: the bytes are suspect.
+                self.counters.bad_fragments += 1;
+                return;
+            }
         }
         partial.data[offset..offset + data.len()].copy_from_slice(data);
         partial.received += data.len();
@@ -158,18 +295,17 @@ impl Reorder {
             return;
         }
         let partial = rx.partial.remove(&packet).expect("present");
-        if partial.received > total_len {
-            self.counters.bad_fragments += 1; // overlapping pieces: the bytes are suspect
-            return;
-        }
+        self.held.bytes -= partial.arrived.len() * 8;
         if packet == rx.next {
+            self.held.bytes -= partial.data.len();
+            self.held.packets -= 1;
             self.ready.push_back(Delivered {
                 data: partial.data,
                 compressed: partial.compressed,
             });
             self.counters.delivered += 1;
             rx.next = rx.next.wrapping_add(1).max(1);
-            Self::release_in_order(rx, &mut self.ready, &mut self.counters);
+            Self::release_in_order(rx, &mut self.ready, &mut self.counters, &mut self.held);
         } else {
             rx.complete.insert(
                 packet,
@@ -177,17 +313,61 @@ impl Reorder {
                     data: partial.data,
                     compressed: partial.compressed,
                     since: now,
+                    serial: partial.serial,
                 },
             );
         }
     }
 
+    /// Gives up the oldest packets until `charge` more bytes and one more packet fit the
+    /// limits; false if they never can.
+    fn make_room(&mut self, charge: usize) -> bool {
+        if charge > self.limits.max_bytes || self.limits.max_packets == 0 {
+            return false;
+        }
+        while self.held.bytes + charge > self.limits.max_bytes
+            || self.held.packets + 1 > self.limits.max_packets
+        {
+            let Some((serial, stream, packet)) = self.arrival_order.pop_front() else {
+                break;
+            };
+            let Some(rx) = self.streams.get_mut(&stream) else {
+                continue;
+            };
+            if rx.partial.get(&packet).is_some_and(|p| p.serial == serial) {
+                let partial = rx.partial.remove(&packet).expect("present");
+                self.held.bytes -= partial.charge();
+            } else if rx.complete.get(&packet).is_some_and(|c| c.serial == serial) {
+                let complete = rx.complete.remove(&packet).expect("present");
+                self.held.bytes -= complete.data.len();
+            } else {
+                continue; // gone already
+            }
+            self.held.packets -= 1;
+            self.counters.evicted += 1;
+        }
+        // Entries of packets gone by other ways: pruned once they outnumber the live ones.
+        if self.arrival_order.len() > 2 * self.held.packets + 1024 {
+            let streams = &self.streams;
+            self.arrival_order.retain(|&(serial, stream, packet)| {
+                streams.get(&stream).is_some_and(|rx| {
+                    rx.partial.get(&packet).is_some_and(|p| p.serial == serial)
+                        || rx.complete.get(&packet).is_some_and(|c| c.serial == serial)
+                })
+            });
+        }
+        true
+    }
+
     fn release_in_order(
         rx: &mut StreamRx,
-        ready: &mut std::collections::VecDeque<Delivered>,
+        ready: &mut VecDeque<Delivered>,
         counters: &mut ReorderCounters,
+        held: &mut Held,
     ) {
         while let Some(complete) = rx.complete.remove(&rx.next) {
+            held.bytes -= complete.data.len();
+            held.packets -= 1;
             ready.push_back(Delivered {
                 data: complete.data,
                 compressed: complete.compressed,
@@ -205,7 +385,15 @@ impl Reorder {
             .min_by_key(|(_, rx)| rx.last_active)
             .map(|(id, _)| *id)
         {
-            self.streams.remove(&oldest);
+            if let Some(rx) = self.streams.remove(&oldest) {
+                for partial in rx.partial.values() {
+                    self.held.bytes -= partial.charge();
+                }
+                for complete in rx.complete.values() {
+                    self.held.bytes -= complete.data.len();
+                }
+                self.held.packets -= rx.partial.len() + rx.complete.len();
+            }
         }
     }
 
@@ -228,16 +416,32 @@ impl Reorder {
                     .unwrap_or(first);
                 self.counters.gaps_skipped += 1;
                 // Incomplete packets in the gap are given up with it: they timed out too.
-                let partials = rx.partial.len();
-                rx.partial.retain(|&n, _| !before(n, first));
-                self.counters.fragments_timed_out += (partials - rx.partial.len()) as u64;
+                let held = &mut self.held;
+                let counters = &mut self.counters;
+                rx.partial.retain(|&n, p| {
+                    let keep = !before(n, first);
+                    if !keep {
+                        held.bytes -= p.charge();
+                        held.packets -= 1;
+                        counters.fragments_timed_out += 1;
+                    }
+                    keep
+                });
                 rx.next = first;
-                Self::release_in_order(rx, &mut self.ready, &mut self.counters);
+                Self::release_in_order(rx, &mut self.ready, &mut self.counters, &mut self.held);
             }
-            let before_count = rx.partial.len();
-            rx.partial
-                .retain(|_, p| now.saturating_since(p.first_seen) < self.fragment_timeout);
-            self.counters.fragments_timed_out += (before_count - rx.partial.len()) as u64;
+            let held = &mut self.held;
+            let counters = &mut self.counters;
+            let fragment_timeout = self.fragment_timeout;
+            rx.partial.retain(|_, p| {
+                let keep = now.saturating_since(p.first_seen) < fragment_timeout;
+                if !keep {
+                    held.bytes -= p.charge();
+                    held.packets -= 1;
+                    counters.fragments_timed_out += 1;
+                }
+                keep
+            });
         }
     }
 
@@ -350,6 +554,62 @@ mod tests {
         reorder.handle_fragment(ms(0), 3, 1, 0, 1, false, &[1]);
         reorder.handle_fragment(ms(0), 3, u32::MAX, 0, 1, false, &[0]);
         assert_eq!(delivered(&mut reorder), vec![vec![0], vec![1]]);
+    }
+
+    /// Regression (issue 27): a fragment that came twice counted its bytes twice, so
+    /// half a packet and its duplicate made a "whole" packet with zeros for its missing half.
+    #[test]
+    fn a_duplicate_fragment_is_counted_once_and_completes_nothing() {
+        let mut reorder = Reorder::new(Duration::from_millis(50));
+        let packet: Vec<u8> = (0..100).collect();
+        reorder.handle_fragment(ms(0), 1, 1, 0, 100, false, &packet[..50]);
+        reorder.handle_fragment(ms(1), 1, 1, 0, 100, false, &packet[..50]);
+        assert!(
+            reorder.poll_deliver().is_none(),
+            "half a packet is not a packet"
+        );
+        assert_eq!(reorder.counters().duplicate_fragments, 1);
+        reorder.handle_fragment(ms(2), 1, 1, 50, 100, false, &packet[50..]);
+        assert_eq!(delivered(&mut reorder), vec![packet]);
+        assert_eq!((reorder.held_bytes(), reorder.held_packets()), (0, 0));
+    }
+
+    /// Regression (issue 27): reassembly was unbounded: each packet number's first
+    /// fragment allocated its claimed length (up to 64 KiB) until its timeout, so a peer
+    /// sending one byte of many packets it never finished held gigabytes.
+    #[test]
+    fn a_reassembly_flood_is_held_within_the_limits_and_counted() {
+        let limits = ReorderLimits::default();
+        let mut reorder = Reorder::new(Duration::from_millis(50));
+        // Within one fragment timeout (500 ms): 20,000 packets over 1,000 streams, each
+        // claiming 65,535 bytes (1.3 GB claimed), one byte sent, and sent twice.
+        let floods = 20_000u32;
+        for k in 0..floods {
+            let now = ms(u64::from(k) / 100);
+            let (stream, packet) = ((k % 1000) as u16, 2 + k / 1000);
+            reorder.handle_fragment(now, stream, packet, 7, u16::MAX, false, &[1]);
+            reorder.handle_fragment(now, stream, packet, 7, u16::MAX, false, &[1]);
+            assert!(reorder.held_bytes() <= limits.max_bytes);
+            assert!(reorder.held_packets() <= limits.max_packets);
+        }
+        let charge = 65_535 + 65_535usize.div_ceil(64) * 8;
+        let held = limits.max_bytes / charge;
+        assert_eq!(reorder.held_packets(), held, "as many as fit 8 MiB");
+        let counters = reorder.counters();
+        assert_eq!(
+            counters.evicted,
+            u64::from(floods) - held as u64,
+            "the rest counted"
+        );
+        assert_eq!(counters.duplicate_fragments, u64::from(floods));
+        // A real packet still gets through, and the oldest went first: what is held is
+        // the latest packets.
+        reorder.handle_fragment(ms(200), 5000, 1, 0, 3, false, &[1, 2, 3]);
+        assert_eq!(delivered(&mut reorder), vec![vec![1, 2, 3]]);
+        // Everything times out: nothing held.
+        reorder.handle_timeout(ms(1000));
+        assert_eq!((reorder.held_bytes(), reorder.held_packets()), (0, 0));
+        assert!(reorder.arrival_order.len() <= 2 * held + 1024);
     }
 
     #[test]

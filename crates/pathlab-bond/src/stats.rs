@@ -110,7 +110,7 @@ impl SessionStats {
                         relative_owd_ms: controller
                             .owd_ns()
                             .zip(lowest)
-                            .map(|(owd, low)| (owd - low) as f64 / 1e6),
+                            .map(|(owd, low)| owd.saturating_sub(low) as f64 / 1e6),
                         srtt_ms: controller.srtt().map(pathlab_core::Duration::as_millis_f64),
                         loss: controller.loss(),
                         draining: controller.phase() == Phase::Draining,

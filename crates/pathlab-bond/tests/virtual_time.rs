@@ -404,3 +404,73 @@ fn a_pinging_user_waits_about_one_frame_behind_fourteen_bulk_users() {
         "a FIFO makes the ping wait behind the bulk"
     );
 }
+
+/// Regression (issue 27): the server's queue keyed on the remote internet host (the inner
+/// source going down), so a site user downloading from many hosts took a share per host.
+/// Three site users on lines of 3 x 4 Mbit/s down: two each fed by one remote bulk sender,
+/// one by eight. Each user offers 6 Mbit/s or more, so a queue fair by site user gives each
+/// a third of what the tunnel delivers; keyed by remote host the third user would take 8/10.
+#[test]
+fn downstream_shares_follow_the_sites_users_not_the_remote_hosts() {
+    let site_users = [
+        Ipv4Addr::new(198, 18, 1, 1),
+        Ipv4Addr::new(198, 18, 1, 2),
+        Ipv4Addr::new(198, 18, 1, 3),
+    ];
+    let remotes: Vec<(Ipv4Addr, Ipv4Addr)> = (0..10u8)
+        .map(|k| {
+            let user = site_users[usize::from(k.min(2))];
+            (Ipv4Addr::new(198, 18, 2, 1 + k), user)
+        })
+        .collect();
+    let mut far = Host::new();
+    for &(remote, user) in &remotes {
+        far = far.flow(Flow {
+            source: remote,
+            destination: user,
+            rate: BitsPerSec(6_000_000),
+            size_bytes: 1400,
+            start: secs(0.5),
+            stop: secs(8.0),
+        });
+    }
+    let mut near = Host::new();
+    near.record_arrivals = true;
+    // The site's first packet opens the session and teaches the server the route.
+    let near = near.pings(
+        site_users[0],
+        FAR,
+        Duration::from_millis(200),
+        100,
+        secs(0.0),
+        secs(8.0),
+    );
+    let lines = [
+        ("delay 10ms rate 50mbit", "delay 10ms rate 4mbit limit 300"),
+        ("delay 20ms rate 50mbit", "delay 20ms rate 4mbit limit 300"),
+        ("delay 30ms rate 50mbit", "delay 30ms rate 4mbit limit 300"),
+    ];
+    let mut tunnel = Tunnel::new(&lines, BondConfig::new(3), near, far);
+    tunnel.run_until(secs(8.0));
+    let (from, to) = (secs(3.0), secs(8.0));
+    let per_user: Vec<u64> = site_users
+        .iter()
+        .map(|&user| {
+            remotes
+                .iter()
+                .filter(|(_, u)| *u == user)
+                .map(|&(remote, _)| inner_bytes(&tunnel.near, remote, from, to))
+                .sum()
+        })
+        .collect();
+    let total: u64 = per_user.iter().sum();
+    eprintln!("bytes per site user {per_user:?} of {total}");
+    assert!(total > 0);
+    for (user, bytes) in site_users.iter().zip(&per_user) {
+        let share = *bytes as f64 / total as f64;
+        assert!(
+            (share - 1.0 / 3.0).abs() < 0.05,
+            "{user}: {share:.3} of the tunnel"
+        );
+    }
+}
