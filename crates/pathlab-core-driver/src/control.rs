@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::emulator::{EmulatorHandle, EmulatorStats};
-use pathlab_os::{local_socket, runtime};
 use pathlab_os::sys;
+use pathlab_os::{local_socket, runtime};
 
 /// The longest request line taken: a request is two specs, each a few dozen bytes.
 pub const MAX_REQUEST_LINE: usize = 64 * 1024;
