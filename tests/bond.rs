@@ -343,6 +343,75 @@ fn links_in(netns: &pathlab_os::netns::Netns) -> Vec<String> {
         .unwrap()
 }
 
+/// Issue 27: two tunnels with the default names (TUN `bond0`, name `bond0`) in two
+/// namespaces of one machine both run, each found by `bond stats` from its own namespace
+/// (the stats sockets' names were global: the second one was refused as taken).
+#[test]
+fn two_tunnels_with_default_names_in_two_namespaces_both_run() {
+    let Some(_serial) = privileged("two_tunnels_with_default_names_in_two_namespaces") else {
+        return;
+    };
+    let dir = TempDir::new("bond-names");
+    let key = dir.path("bond.key");
+    assert_eq!(pathlab(&["bond", "key", key.to_str().unwrap()]).0, 0);
+    let key = key.to_str().unwrap();
+    let namespaces: Vec<pathlab_os::netns::Netns> = (0..2)
+        .map(|_| {
+            let netns = pathlab_os::netns::Netns::new().unwrap();
+            netns
+                .run(|| {
+                    let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
+                    let lo = netlink.link_by_name("lo").unwrap().unwrap();
+                    netlink.set_up(lo.index, true).unwrap();
+                })
+                .unwrap();
+            netns
+        })
+        .collect();
+    // Clients of a server nobody runs: each stays connecting, with its TUN and its socket.
+    let mut children: Vec<std::process::Child> = namespaces
+        .iter()
+        .map(|netns| {
+            netns
+                .command(PATHLAB)
+                .args([
+                    "bond",
+                    "client",
+                    "127.0.0.1:7000",
+                    "--line",
+                    "lo",
+                    "--psk",
+                    key,
+                ])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for netns in &namespaces {
+        let mut waited = 0;
+        while !links_in(netns).contains(&"bond0".to_owned()) && waited < 100 {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            waited += 1;
+        }
+    }
+    for (netns, child) in namespaces.iter().zip(&mut children) {
+        assert_eq!(child.try_wait().unwrap(), None, "both still run");
+        assert!(links_in(netns).contains(&"bond0".to_owned()));
+        let stats = netns
+            .run(|| pathlab_bond_driver::tunnel::request_stats("bond0"))
+            .unwrap()
+            .expect("each answers in its own namespace");
+        assert_eq!(stats.role, "client");
+    }
+    for mut child in children {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let (code, stderr) = pathlab(&["lab", "clean"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
 #[test]
 fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_nothing() {
     let Some(_serial) = privileged("a_client_fails_cleanly_on_a_missing_interface") else {
@@ -407,7 +476,10 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         "the TUN device is gone"
     );
     assert!(
-        !pathlab_bond_driver::tunnel::stats_socket_path("bond-test-b").exists(),
+        !netns
+            .run(|| pathlab_bond_driver::tunnel::stats_socket_path("bond-test-b"))
+            .unwrap()
+            .exists(),
         "the stats socket is gone"
     );
     // Killed with SIGKILL while connecting: the TUN device goes with the process, the
@@ -430,7 +502,10 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let socket = pathlab_bond_driver::tunnel::stats_socket_path("bond-test-c");
+    // Names are per namespace: the tunnel's socket is found from its namespace.
+    let socket = netns
+        .run(|| pathlab_bond_driver::tunnel::stats_socket_path("bond-test-c"))
+        .unwrap();
     let mut waited = 0;
     while !links_in(&netns).contains(&"pl-bondk".to_owned()) && waited < 100 {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -440,7 +515,10 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         links_in(&netns).contains(&"pl-bondk".to_owned()),
         "the client made its TUN"
     );
-    let stats = pathlab_bond_driver::tunnel::request_stats("bond-test-c").expect("stats answer");
+    let stats = netns
+        .run(|| pathlab_bond_driver::tunnel::request_stats("bond-test-c"))
+        .unwrap()
+        .expect("stats answer");
     assert_eq!(stats.role, "client");
     assert!(!stats.sessions[0].open);
     child.kill().unwrap();

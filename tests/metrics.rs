@@ -361,12 +361,18 @@ fn bond_metrics_say_what_bond_stats_says() {
         let addr = url["metrics: http://".len()..]
             .trim_end_matches("/metrics")
             .to_owned();
-        let before = pathlab_bond_driver::tunnel::request_stats(name).expect("stats");
+        let stats = || {
+            netns
+                .run(|| pathlab_bond_driver::tunnel::request_stats(name))
+                .unwrap()
+                .expect("stats")
+        };
+        let before = stats();
         let response = netns
             .run(|| pathlab_http::request(&addr, "GET", "/metrics", None, None))
             .unwrap()
             .expect("the metrics address answers");
-        let after = pathlab_bond_driver::tunnel::request_stats(name).expect("stats");
+        let after = stats();
         assert_eq!(response.status, 200, "{response:?}");
         let text = String::from_utf8(response.body).unwrap();
         let families = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

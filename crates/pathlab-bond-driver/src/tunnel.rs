@@ -192,11 +192,15 @@ fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> BondError {
     move |error| BondError::Io { what, error }
 }
 
-/// The path of a tunnel's stats socket.
+/// The path of the stats socket of the tunnel called `name` in the calling thread's network
+/// namespace. Names are per namespace, as the TUN devices' are: both ends of a tunnel on one
+/// machine, each in its own namespace, may keep the default name.
 pub fn stats_socket_path(name: &str) -> PathBuf {
+    // A thread whose namespace cannot be read shares namespace 0's names.
+    let netns = pathlab_os::runtime::current_netns().unwrap_or(0);
     pathlab_os::runtime::runtime_dir()
         .join("bond")
-        .join(format!("{name}.sock"))
+        .join(format!("netns-{netns}-{name}.sock"))
 }
 
 /// Reads a running tunnel's stats.
