@@ -356,17 +356,7 @@ fn two_tunnels_with_default_names_in_two_namespaces_both_run() {
     assert_eq!(pathlab(&["bond", "key", key.to_str().unwrap()]).0, 0);
     let key = key.to_str().unwrap();
     let namespaces: Vec<pathlab_os::netns::Netns> = (0..2)
-        .map(|_| {
-            let netns = pathlab_os::netns::Netns::new().unwrap();
-            netns
-                .run(|| {
-                    let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
-                    let lo = netlink.link_by_name("lo").unwrap().unwrap();
-                    netlink.set_up(lo.index, true).unwrap();
-                })
-                .unwrap();
-            netns
-        })
+        .map(|_| pathlab_os::testing::netns_with_loopback().unwrap())
         .collect();
     // Clients of a server nobody runs: each stays connecting, with its TUN and its socket.
     let mut children: Vec<std::process::Child> = namespaces
@@ -420,14 +410,7 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
     let dir = TempDir::new("bond-fail");
     let key = dir.path("bond.key");
     assert_eq!(pathlab(&["bond", "key", key.to_str().unwrap()]).0, 0);
-    let netns = pathlab_os::netns::Netns::new().unwrap();
-    netns
-        .run(|| {
-            let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
-            let lo = netlink.link_by_name("lo").unwrap().unwrap();
-            netlink.set_up(lo.index, true).unwrap();
-        })
-        .unwrap();
+    let netns = pathlab_os::testing::netns_with_loopback().unwrap();
     let run = |args: &[&str]| {
         let output = netns.command(PATHLAB).args(args).output().unwrap();
         (

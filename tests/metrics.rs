@@ -305,14 +305,7 @@ fn bond_metrics_say_what_bond_stats_says() {
     // Names of this test process: the stats sockets live in the host's runtime directory.
     let tag = format!("mt{}", std::process::id());
     let (server_name, client_name) = (format!("{tag}-s"), format!("{tag}-c"));
-    let netns = pathlab_os::netns::Netns::new().unwrap();
-    netns
-        .run(|| {
-            let mut netlink = pathlab_os::netlink::Netlink::open().unwrap();
-            let lo = netlink.link_by_name("lo").unwrap().unwrap();
-            netlink.set_up(lo.index, true).unwrap();
-        })
-        .unwrap();
+    let netns = pathlab_os::testing::netns_with_loopback().unwrap();
     let server = Tunnel::start(
         &netns,
         &[

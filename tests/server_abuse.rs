@@ -125,19 +125,7 @@ fn the_server_holds_under_two_thousand_idle_connections_and_garbage_and_stops_at
     });
     std::thread::sleep(Duration::from_millis(500));
     let mut server = server;
-    server.signal(libc::SIGTERM);
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            signalled.elapsed() < Duration::from_secs(10),
-            "the server still runs 10 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let took = signalled.elapsed();
+    let (status, took) = server.terminate(Duration::from_secs(10));
     eprintln!("SIGTERM to exit: {:.0} ms", took.as_secs_f64() * 1e3);
     assert!(status.success(), "{status:?}");
     match long.join().unwrap() {

@@ -76,6 +76,23 @@ impl RawClient {
         }
     }
 
+    /// Asks for an upward one-way test of `count` probes of `size` bytes at `rate_bps`; the
+    /// running test, the socket to send its probes from, and where to send them.
+    fn upward(&mut self, rate_bps: u64, size: u32, count: u64) -> (Running, UdpSocket, SocketAddr) {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let test = TestRequest::OneWay {
+            direction: Direction::Up,
+            rate_bps,
+            size,
+            count,
+        };
+        let running = self
+            .request(test, udp.local_addr().unwrap().port())
+            .expect("accepted");
+        let to = SocketAddr::new(self.stream.peer_addr().unwrap().ip(), running.server_port);
+        (running, udp, to)
+    }
+
     fn send(&mut self, message: &Message) {
         self.session.send(message);
         self.flush();
@@ -183,20 +200,8 @@ fn a_test_above_the_servers_memory_bound_is_refused_with_the_reason() {
 fn duplicated_upward_probes_are_counted_not_recorded() {
     let server = ServerProcess::start(&[]);
     let mut client = RawClient::connect(server.address);
-    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
     let count = 200;
-    let running = client
-        .request(
-            TestRequest::OneWay {
-                direction: Direction::Up,
-                rate_bps: 1_000_000,
-                size: 100,
-                count,
-            },
-            udp.local_addr().unwrap().port(),
-        )
-        .expect("accepted");
-    let to = SocketAddr::new(server.address.ip(), running.server_port);
+    let (running, udp, to) = client.upward(1_000_000, 100, count);
     let mut sent = 0;
     for seq in 0..count + 20 {
         let bytes = probe(&running, ProbeKind::OneWay, seq, 100);
@@ -358,16 +363,11 @@ fn a_clients_error_text_is_logged_escaped() {
     client.send(&Message::Error {
         message: "bad\npathlab server: FORGED\u{1b}[2J".into(),
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut log = Vec::new();
-    while Instant::now() < deadline && !log.iter().any(|l: &String| l.contains("FORGED")) {
-        log.extend(server.drain_log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let log = server.wait_for_log("FORGED", Duration::from_secs(10));
     let line = log
         .iter()
         .find(|l| l.contains("FORGED"))
-        .unwrap_or_else(|| panic!("{log:?}"));
+        .expect("waited for");
     assert!(
         line.contains(r"bad\npathlab server: FORGED\u{1b}[2J"),
         "{line}"
@@ -419,19 +419,7 @@ fn a_client_that_stops_reading_is_ended_and_sigterm_still_returns_within_a_secon
         // A socket that is never read keeps its receive buffer at the default (128 KiB):
         // the records fill it and the server's send buffer (4 MiB at most).
         let mut client = RawClient::connect(server.address);
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let running = client
-            .request(
-                TestRequest::OneWay {
-                    direction: Direction::Up,
-                    rate_bps: 100_000_000,
-                    size: 64,
-                    count,
-                },
-                udp.local_addr().unwrap().port(),
-            )
-            .expect("accepted");
-        let to = SocketAddr::new(server.address.ip(), running.server_port);
+        let (running, udp, to) = client.upward(100_000_000, 64, count);
         for seq in 0..count {
             let _ = udp.send_to(&probe(&running, ProbeKind::OneWay, seq, 64), to);
             if seq % 64 == 63 {
@@ -445,38 +433,13 @@ fn a_client_that_stops_reading_is_ended_and_sigterm_still_returns_within_a_secon
         // And now read nothing.
         client
     };
-    let wait_for = |what: &str, within: Duration| {
-        let deadline = Instant::now() + within;
-        let mut log = Vec::new();
-        while Instant::now() < deadline {
-            log.extend(server.drain_log());
-            if log.iter().any(|l| l.contains(what)) {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("no '{what}' in {log:?}");
-    };
     // 150,000 records are about 10 MB of messages: more than both ends' buffers take.
     let first = stall(150_000);
-    let log = wait_for("stopped reading", Duration::from_secs(60));
-    assert!(log.iter().any(|l| l.contains("stopped reading")));
+    server.wait_for_log("stopped reading", Duration::from_secs(60));
     let _second = stall(150_000);
     std::thread::sleep(Duration::from_secs(1));
-    server.signal(libc::SIGTERM);
-    let signalled = Instant::now();
     let mut server = server;
-    let status = loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            signalled.elapsed() < Duration::from_secs(5),
-            "still running 5 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let took = signalled.elapsed();
+    let (status, took) = server.terminate(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
     assert!(took < Duration::from_secs(1), "SIGTERM took {took:?}");
     let summary = server.drain_log().join("\n");

@@ -65,6 +65,37 @@ impl ServerProcess {
         pathlab_os::testing::send_signal(self.child.id(), signal).unwrap();
     }
 
+    /// Sends SIGTERM and waits for the exit (failing the test if it has not come `within`);
+    /// the exit status and how long it took.
+    pub fn terminate(&mut self, within: Duration) -> (std::process::ExitStatus, Duration) {
+        self.signal(libc::SIGTERM);
+        let signalled = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status, signalled.elapsed());
+            }
+            assert!(
+                signalled.elapsed() < within,
+                "the server still runs {within:?} after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The log until a line containing `what` (failing the test if none comes `within`).
+    pub fn wait_for_log(&self, what: &str, within: Duration) -> Vec<String> {
+        let deadline = std::time::Instant::now() + within;
+        let mut log = Vec::new();
+        while std::time::Instant::now() < deadline {
+            log.extend(self.drain_log());
+            if log.iter().any(|line| line.contains(what)) {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("no '{what}' in the server's log within {within:?}: {log:?}");
+    }
+
     /// Every log line so far.
     pub fn drain_log(&self) -> Vec<String> {
         self.log.try_iter().collect()

@@ -86,6 +86,20 @@ pub fn tcp_connect_with(
 
 pub use crate::sys::{raise_open_files_limit, send_signal};
 
+/// A new network namespace with its loopback up (a fresh one has it down): what a test
+/// that runs a program on 127.0.0.1 in a namespace of its own needs.
+pub fn netns_with_loopback() -> std::io::Result<crate::netns::Netns> {
+    let netns = crate::netns::Netns::new()?;
+    netns.run(|| {
+        let mut netlink = crate::netlink::Netlink::open()?;
+        let lo = netlink
+            .link_by_name("lo")?
+            .ok_or_else(|| std::io::Error::other("no loopback"))?;
+        netlink.set_up(lo.index, true)
+    })??;
+    Ok(netns)
+}
+
 /// A named network namespace, `/run/netns/NAME`, made as `ip netns add` makes one (a new
 /// namespace bind-mounted on a file there) and deleted when dropped: something of
 /// someone else's that `lab clean` must leave alone.

@@ -212,7 +212,7 @@ fn write_within(mut stream: &TcpStream, bytes: &[u8], stop: &AtomicBool) -> io::
                     .min(progressed + CONTROL_WRITE_GRACE)
                     .saturating_duration_since(now);
                 if left.is_zero() {
-                    break Err(io::Error::new(io::ErrorKind::TimedOut, STALLED_CLIENT));
+                    break Err(io::Error::new(io::ErrorKind::TimedOut, StalledClient));
                 }
                 sys::poll_writable(stream.as_fd(), left.min(Duration::from_millis(50)))?;
             }
@@ -224,8 +224,16 @@ fn write_within(mut stream: &TcpStream, bytes: &[u8], stop: &AtomicBool) -> io::
 }
 
 /// Why a server ended a test whose client stopped taking its control messages.
-pub(crate) const STALLED_CLIENT: &str =
-    "the client stopped reading the control connection (its messages did not go within the deadline)";
+#[derive(Debug, thiserror::Error)]
+#[error("the client stopped reading the control connection (its messages did not go within the deadline)")]
+pub(crate) struct StalledClient;
+
+impl StalledClient {
+    /// Whether `error` is this one.
+    pub(crate) fn is(error: &MeasureError) -> bool {
+        matches!(error, MeasureError::Io(io) if io.get_ref().is_some_and(<dyn std::error::Error + Send + Sync>::is::<StalledClient>))
+    }
+}
 
 /// The control connection as the data plane's loops see it: messages of the running test.
 pub(crate) trait Control {

@@ -24,7 +24,7 @@ use pathlab_probe::session::{
     Reflector, Rejections, Running, ServerEvent, ServerPolicy, ServerSession, SessionError,
 };
 
-use crate::conn::STALLED_CLIENT;
+use crate::conn::StalledClient;
 use crate::counters::{MeasurementServerCounters, Moved, RefusalReason, TestKind, TestOutcome};
 use crate::probes::{receive_one_way, send_probes};
 use crate::streams::{serve_tcp, TcpOptions};
@@ -433,8 +433,7 @@ fn run_test(
             Err(_) => TestOutcome::Failed,
         },
     );
-    let stalled =
-        matches!(&outcome, Err(MeasureError::Io(error)) if error.to_string() == STALLED_CLIENT);
+    let stalled = outcome.as_ref().is_err_and(StalledClient::is);
     if stalled {
         counters.stalled_clients.fetch_add(1, Ordering::Relaxed);
     }
