@@ -306,6 +306,50 @@ pub fn metrics(stats: &BondStats) -> String {
             e.sample(&[("session", id), ("reason", reason)], value as f64);
         }
     }
+    e.family(
+        "pathlab_bond_handshakes_total",
+        Kind::Counter,
+        "A client's session life: handshakes started (an Initiation on every line), \
+         reconnects (sessions opened after the first: the server restarted or forgot the \
+         session, or every line was down too long), cookies received (the server was under \
+         load), stale signals received (the server knew no such session).",
+    );
+    for (session, id) in stats.sessions.iter().zip(&ids) {
+        for (event, value) in [
+            ("started", session.counters.handshakes),
+            ("reconnect", session.counters.reconnects),
+            ("cookie", session.counters.cookies),
+            ("stale", session.counters.stale_signals),
+        ] {
+            e.sample(&[("session", id), ("event", event)], value as f64);
+        }
+    }
+    e.family(
+        "pathlab_bond_bounds_total",
+        Kind::Counter,
+        "What a session's bounds gave up or refused: evicted (reassembly full, oldest \
+         packet given up), duplicate_fragment (counted once), refused_report (a peer report \
+         that could not be true), stream_reclaimed (an idle user's stream id freed), \
+         stream_shared (every id held: a user shared one), new_session (a packet half sent \
+         when a new session began).",
+    );
+    for (session, id) in stats.sessions.iter().zip(&ids) {
+        let refused_reports: u64 = session
+            .lines
+            .iter()
+            .map(|l| l.counters.refused_reports)
+            .sum();
+        for (what, value) in [
+            ("evicted", session.reorder.evicted),
+            ("duplicate_fragment", session.reorder.duplicate_fragments),
+            ("refused_report", refused_reports),
+            ("stream_reclaimed", session.fair.streams_reclaimed),
+            ("stream_shared", session.fair.streams_shared),
+            ("new_session", session.fair.new_session_dropped),
+        ] {
+            e.sample(&[("session", id), ("what", what)], value as f64);
+        }
+    }
     for &(name, kind, help, value) in SESSION_FAMILIES {
         e.family(name, kind, help);
         for (session, id) in stats.sessions.iter().zip(&ids) {
@@ -339,6 +383,39 @@ pub fn metrics(stats: &BondStats) -> String {
         )
         .sample(&[("reason", "auth")], server.auth_failures as f64)
         .sample(&[("reason", "malformed")], server.malformed as f64);
+        e.family(
+            "pathlab_bond_server_handshakes_total",
+            Kind::Counter,
+            "Initiations by outcome: accepted (a Response sent), copy (another line's copy \
+             of one already answered), replay (a timestamp not newer than the peer's last), \
+             unknown_peer (a key that is no peer), cookie (under load: a CookieReply sent \
+             instead).",
+        )
+        .sample(&[("outcome", "accepted")], server.handshakes as f64)
+        .sample(&[("outcome", "copy")], server.hello_copies as f64)
+        .sample(&[("outcome", "replay")], server.replayed_hellos as f64)
+        .sample(&[("outcome", "unknown_peer")], server.unknown_peers as f64)
+        .sample(&[("outcome", "cookie")], server.cookies_sent as f64);
+        e.family(
+            "pathlab_bond_server_session_events_total",
+            Kind::Counter,
+            "Sessions that closed (the client sent Close), were replaced (the same client's \
+             new session), or expired unconfirmed (no Data came under their keys); stale \
+             signals sent (Data for a session the server does not know).",
+        )
+        .sample(&[("event", "closed")], server.sessions_closed as f64)
+        .sample(&[("event", "replaced")], server.sessions_replaced as f64)
+        .sample(
+            &[("event", "unconfirmed")],
+            server.unconfirmed_expired as f64,
+        )
+        .sample(&[("event", "stale_sent")], server.stale_sent as f64);
+        e.family(
+            "pathlab_bond_server_spoofed_packets_total",
+            Kind::Counter,
+            "Inner packets whose source lies outside their client's allowed prefixes, dropped.",
+        )
+        .sample(&[], server.spoofed_sources as f64);
         e.family(
             "pathlab_bond_server_unroutable_packets_total",
             Kind::Counter,

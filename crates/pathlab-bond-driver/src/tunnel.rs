@@ -17,10 +17,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
-use pathlab_bond::crypto::Psk;
 use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, DEFAULT_MAX_PAYLOAD};
+use pathlab_bond::handshake::{ClientKeys, ServerKeys};
 use pathlab_bond::line::LineState;
-use pathlab_bond::server::{Server, ServerConfig};
+use pathlab_bond::peers::PeerError;
+use pathlab_bond::server::{Address, Peers, Server, ServerConfig};
 use pathlab_bond::stats::BondStats;
 use pathlab_core::{Duration, Instant};
 
@@ -74,13 +75,14 @@ pub struct ClientOptions {
     pub server: SocketAddr,
     /// The lines.
     pub lines: Vec<LineOptions>,
-    /// The pre-shared key.
-    pub psk: Psk,
+    /// Its keys and the server's.
+    pub keys: ClientKeys,
     /// The TUN device.
     pub tun: TunOptions,
     /// The tunnel's settings (`lines` and `max_payload` are set from `lines`).
     pub config: BondConfig,
-    /// How long to wait for the server's Welcome before giving up.
+    /// How long to wait for the server's first Response before giving up (once a session
+    /// opened, the client never gives up: it handshakes again until the server answers).
     pub connect_timeout: Duration,
 }
 
@@ -91,8 +93,10 @@ pub struct ServerOptions {
     pub name: String,
     /// The address to listen on.
     pub listen: SocketAddr,
-    /// The pre-shared key.
-    pub psk: Psk,
+    /// Its keys.
+    pub keys: ServerKeys,
+    /// Who may connect.
+    pub peers: Peers,
     /// The TUN device.
     pub tun: TunOptions,
     /// The server's settings.
@@ -109,10 +113,12 @@ pub enum BondEvent {
         /// Its MTU.
         mtu: u32,
     },
-    /// The client's session opened.
+    /// The client's session opened (again, after a reconnect).
     SessionOpen {
         /// Its id.
         session: u32,
+        /// Sessions opened before this one.
+        reconnects: u64,
     },
     /// A server's session count changed.
     Sessions {
@@ -175,6 +181,9 @@ pub enum BondError {
         /// How long we waited.
         timeout: Duration,
     },
+    /// The peers given are inconsistent.
+    #[error("{0}")]
+    Peers(#[from] PeerError),
     /// Another tunnel runs under this name.
     #[error("a tunnel named '{0}' is already running (choose another --name)")]
     NameTaken(String),
@@ -511,7 +520,13 @@ pub fn run_client(
     });
     let clock = Clock::start();
     let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
-    let mut bond = Bond::client(config, options.psk.clone(), &mut OsEntropy, clock.now());
+    let mut bond = Bond::client(
+        config,
+        options.keys.clone(),
+        Box::new(OsEntropy),
+        clock.now(),
+        pathlab_os::clock::unix_now_ns(),
+    );
     let mut buf = vec![0u8; BUFFER_BYTES];
     // The tunnel's core keeps the inner packets it is handed (to seal them into
     // datagrams), so none come back to a pool: each read allocates.
@@ -521,7 +536,7 @@ pub fn run_client(
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
     let socket_refs: Vec<&UdpSocket> = sockets.iter().collect();
     let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
-    let mut announced_open = false;
+    let mut announced: Option<u32> = None;
     let mut ready = vec![false; sockets.len() + 3];
     loop {
         // `now` is read again before datagrams are handled and before they are built: the
@@ -550,15 +565,16 @@ pub fn run_client(
                     Ok(_) => {
                         now = clock.now();
                         for datagram in batch.datagrams() {
-                            // Not from our server, or longer than any line's datagram: not
-                            // even worth authenticating.
-                            if datagram.source != options.server || datagram.truncated {
+                            // Longer than any line's datagram: not even worth
+                            // authenticating. Any source is heard: what authenticates is
+                            // the server, whatever address a multi-homed one answers from.
+                            if datagram.truncated {
                                 continue;
                             }
                             for segment in datagram.segments() {
                                 let len = segment.len();
                                 buf[..len].copy_from_slice(segment);
-                                bond.handle_datagram(now, &mut buf[..len]);
+                                let _ = bond.handle_datagram(now, &mut buf[..len]);
                             }
                         }
                     }
@@ -582,13 +598,14 @@ pub fn run_client(
             }
         }
         outbox.flush(&socket_refs);
-        if bond.is_open() && !announced_open {
-            announced_open = true;
+        if bond.is_open() && bond.session() != announced {
+            announced = bond.session();
             on_event(&BondEvent::SessionOpen {
                 session: bond.session().unwrap_or(0),
+                reconnects: bond.counters().reconnects,
             });
         }
-        if !bond.is_open() && now.saturating_since(Instant::ZERO) > options.connect_timeout {
+        if announced.is_none() && now.saturating_since(Instant::ZERO) > options.connect_timeout {
             return Err(BondError::NoAnswer {
                 server: options.server,
                 timeout: options.connect_timeout,
@@ -632,7 +649,16 @@ pub fn run_client(
         }
     }
     let stats = BondStats::client(&options.name, clock.now().as_secs_f64(), &bond, &interfaces);
+    // A Close on every line, so the server frees the slot now rather than after its idle
+    // timeout.
     bond.close();
+    let now = clock.now();
+    while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
+        if outbox.push(usize::from(transmit.line), options.server) {
+            outbox.flush(&socket_refs);
+        }
+    }
+    outbox.flush(&socket_refs);
     drop(routes);
     Ok(stats)
 }
@@ -671,7 +697,12 @@ pub fn run_server(
         mtu: tun.mtu(),
     });
     let clock = Clock::start();
-    let mut server = Server::new(config, options.psk.clone(), Box::new(OsEntropy));
+    let mut server = Server::new(
+        config,
+        options.keys.clone(),
+        options.peers.clone(),
+        Box::new(OsEntropy),
+    )?;
     let mut buf = vec![0u8; BUFFER_BYTES];
     // The tunnel's core keeps the inner packets it is handed (to seal them into
     // datagrams), so none come back to a pool: each read allocates.
@@ -711,7 +742,11 @@ pub fn run_server(
                         for segment in datagram.segments() {
                             let len = segment.len();
                             buf[..len].copy_from_slice(segment);
-                            server.handle_datagram(now, datagram.source, &mut buf[..len]);
+                            let from = Address {
+                                remote: datagram.source,
+                                local: None,
+                            };
+                            server.handle_datagram(now, from, &mut buf[..len]);
                         }
                     }
                 }
@@ -727,7 +762,7 @@ pub fn run_server(
         deliver(&tun, &mut delivered);
         now = clock.now();
         while let Some(to) = server.poll_transmit(now, outbox.next()) {
-            if outbox.push(0, to) {
+            if outbox.push(0, to.remote) {
                 outbox.flush(&[&socket]);
             }
         }
@@ -753,11 +788,18 @@ pub fn run_server(
             break;
         }
     }
-    Ok(BondStats::server(
-        &options.name,
-        clock.now().as_secs_f64(),
-        &server,
-    ))
+    let stats = BondStats::server(&options.name, clock.now().as_secs_f64(), &server);
+    // A Close to every client on every line it was heard on: each handshakes again as soon
+    // as a server answers, instead of waiting for silence.
+    server.close_all();
+    let now = clock.now();
+    while let Some(to) = server.poll_transmit(now, outbox.next()) {
+        if outbox.push(0, to.remote) {
+            outbox.flush(&[&socket]);
+        }
+    }
+    outbox.flush(&[&socket]);
+    Ok(stats)
 }
 
 #[cfg(test)]

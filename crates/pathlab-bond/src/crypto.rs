@@ -1,31 +1,17 @@
-//! The tunnel's keys and authenticated encryption: ChaCha20-Poly1305 under keys derived with
-//! HKDF-SHA256 from a pre-shared key, and the per-line replay window.
+//! The tunnel's Data encryption: ChaCha20-Poly1305 under the keys a handshake
+//! ([`crate::handshake`], Noise IKpsk2) agreed, and the per-line replay window.
 //!
-//! Key schedule (one key per direction, so a datagram reflected back to its sender never
-//! opens):
-//!
-//! ```text
-//! hello keys    HKDF-SHA256(ikm = psk, salt = "pathlab-bond v1 hello", info = "c2s" | "s2c")
-//! session keys  HKDF-SHA256(ikm = psk, salt = client_nonce || server_nonce,
-//!                           info = "pathlab-bond v1 c2s" | "pathlab-bond v1 s2c")
-//! ```
-//!
-//! The hello keys seal Hellos and Welcomes; the session keys seal the Data of one session.
-//! The AEAD nonce is `kind u8 | line u8 | 0 | 0 | seq u64` (big-endian), taken from the
-//! clear header, which is also the associated data: Hello, Welcome and Data never share a
-//! nonce, nor do two lines.
-//!
-//! The hello keys are the same for every session under one PSK, so a Hello's or Welcome's
-//! `seq` must not repeat across restarts: send them with a random non-zero `seq` (64 bits:
-//! a repeat is expected after about 2^32 of them). Data `seq` counts from 1 per line, which
-//! is safe because each session has its own keys.
+//! Each direction has its own key (Noise's split), so a datagram reflected back to its
+//! sender never opens. The AEAD nonce is the clear header, `kind u8 | line u8 | session u32
+//! | seq u48` (big-endian), which is also the associated data: two lines never share a
+//! nonce, and `seq` counts from 1 per line under each session's fresh keys.
 //!
 //! [`seal`] and [`open`] work in place on the caller's buffer and never allocate (a [`seal`]
 //! appends the 16-byte tag, which needs that much spare capacity to stay allocation-free).
 
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Tag};
-use pathlab_probe::auth::{hkdf_sha256, key_material, Way};
+use pathlab_probe::auth::{hkdf_sha256, key_material};
 pub use pathlab_probe::auth::{KeyError, Role};
 
 use crate::wire::{Header, WireError, HEADER_BYTES, MAX_DATAGRAM_BYTES, MAX_SEQ, TAG_BYTES};
@@ -39,8 +25,8 @@ const KEY_BYTES: usize = 32;
 /// Bytes of a ChaCha20-Poly1305 nonce.
 const NONCE_BYTES: usize = 12;
 
-/// The HKDF salt of the hello keys.
-const HELLO_SALT: &[u8] = b"pathlab-bond v1 hello";
+/// The HKDF salt of what derives from a pre-shared key.
+const PSK_SALT: &[u8] = b"pathlab-bond v2";
 
 /// The seqs behind the highest one that a [`ReplayWindow`] still accepts (the highest
 /// included).
@@ -77,24 +63,12 @@ impl Psk {
     pub fn from_file_contents(contents: &[u8]) -> Result<Psk, KeyError> {
         Ok(Psk(key_material(contents, MIN_PSK_BYTES)?.to_vec()))
     }
-}
 
-/// The bytes of a hello key.
-fn hello_key_bytes(psk: &Psk, direction: Way) -> [u8; KEY_BYTES] {
-    hkdf_sha256(&psk.0, HELLO_SALT, &[direction.label()])
-}
-
-/// The bytes of a session key.
-fn session_key_bytes(
-    psk: &Psk,
-    direction: Way,
-    client_nonce: &[u8; 16],
-    server_nonce: &[u8; 16],
-) -> [u8; KEY_BYTES] {
-    let mut salt = [0; 32];
-    salt[..16].copy_from_slice(client_nonce);
-    salt[16..].copy_from_slice(server_nonce);
-    hkdf_sha256(&psk.0, &salt, &[b"pathlab-bond v1 ", direction.label()])
+    /// 32 bytes derived from the key for one use (`label`): HKDF-SHA256 with the salt
+    /// "pathlab-bond v2" (the simple mode's server key, the Noise pre-shared key).
+    pub(crate) fn derive(&self, label: &[u8]) -> [u8; 32] {
+        hkdf_sha256(&self.0, PSK_SALT, &[label])
+    }
 }
 
 /// A ChaCha20-Poly1305 key, its cipher set up once.
@@ -129,35 +103,21 @@ pub struct SessionKeys {
 }
 
 impl SessionKeys {
-    /// The hello keys, for Hellos (client to server) and Welcomes (server to client).
-    pub fn hello(psk: &Psk, role: Role) -> SessionKeys {
-        SessionKeys {
-            seal: Key::new(&hello_key_bytes(psk, role.sends())),
-            open: Key::new(&hello_key_bytes(psk, role.receives())),
-        }
-    }
-
-    /// The keys of the session opened by a Hello with `client_nonce` and a Welcome with
-    /// `server_nonce`, for its Data datagrams.
-    pub fn session(
-        psk: &Psk,
-        role: Role,
-        client_nonce: &[u8; 16],
-        server_nonce: &[u8; 16],
+    /// The keys of a Noise split: `initiator` seals what the client sends, `responder` what
+    /// the server sends; `is_initiator` says which end this is.
+    pub fn from_split(
+        initiator: &[u8; KEY_BYTES],
+        responder: &[u8; KEY_BYTES],
+        is_initiator: bool,
     ) -> SessionKeys {
+        let (seal, open) = if is_initiator {
+            (initiator, responder)
+        } else {
+            (responder, initiator)
+        };
         SessionKeys {
-            seal: Key::new(&session_key_bytes(
-                psk,
-                role.sends(),
-                client_nonce,
-                server_nonce,
-            )),
-            open: Key::new(&session_key_bytes(
-                psk,
-                role.receives(),
-                client_nonce,
-                server_nonce,
-            )),
+            seal: Key::new(seal),
+            open: Key::new(open),
         }
     }
 }
@@ -186,8 +146,7 @@ pub enum CryptoError {
 }
 
 /// The AEAD nonce of the datagram with this header: `kind | line | session | seq` (the
-/// header's 12 bytes: seq is 48 bits). A Hello, under the key every client of the PSK
-/// shares, has 80 random bits in its session and seq.
+/// header's 12 bytes: seq is 48 bits).
 fn nonce(header: &Header) -> [u8; NONCE_BYTES] {
     header.to_bytes()
 }
@@ -392,33 +351,17 @@ mod tests {
         assert_eq!(format!("{:?}", psk()), "Psk(..)");
     }
 
+    /// One end's keys of session `session` (a stand-in for a handshake's split).
+    fn keys(role: Role, session: u8) -> SessionKeys {
+        SessionKeys::from_split(&[session; 32], &[session ^ 0xff; 32], role == Role::Client)
+    }
+
     #[test]
-    fn keys_differ_per_direction_per_session_and_from_the_hello_keys() {
-        let psk = psk();
-        let hello_c2s = hello_key_bytes(&psk, Way::ClientToServer);
-        let hello_s2c = hello_key_bytes(&psk, Way::ServerToClient);
-        let c2s = session_key_bytes(&psk, Way::ClientToServer, &[1; 16], &[2; 16]);
-        let s2c = session_key_bytes(&psk, Way::ServerToClient, &[1; 16], &[2; 16]);
-        let other_client = session_key_bytes(&psk, Way::ClientToServer, &[3; 16], &[2; 16]);
-        let other_server = session_key_bytes(&psk, Way::ClientToServer, &[1; 16], &[3; 16]);
-        let all = [hello_c2s, hello_s2c, c2s, s2c, other_client, other_server];
-        for (i, a) in all.iter().enumerate() {
-            for b in &all[i + 1..] {
-                assert_ne!(a, b);
-            }
-        }
-        // The schedule is the documented one.
+    fn derived_keys_differ_per_label_and_follow_the_documented_schedule() {
+        assert_ne!(psk().derive(b"a"), psk().derive(b"b"));
         assert_eq!(
-            c2s,
-            hkdf_sha256(
-                &psk.0,
-                &[[1; 16], [2; 16]].concat(),
-                &[b"pathlab-bond v1 c2s"]
-            )
-        );
-        assert_eq!(
-            hello_s2c,
-            hkdf_sha256(&psk.0, b"pathlab-bond v1 hello", &[b"s2c"])
+            psk().derive(b"noise psk2"),
+            hkdf_sha256(&psk().0, b"pathlab-bond v2", &[b"noise psk2"])
         );
     }
 
@@ -440,7 +383,7 @@ mod tests {
 
     #[test]
     fn seal_is_chacha20_poly1305_with_the_header_as_associated_data() {
-        let key_bytes = session_key_bytes(&psk(), Way::ClientToServer, &[1; 16], &[2; 16]);
+        let key_bytes = [7; 32];
         let header = data_header(5);
         let datagram = sealed(&Key::new(&key_bytes), &header, b"inner packet");
 
@@ -456,8 +399,8 @@ mod tests {
 
     #[test]
     fn sealed_datagrams_open_in_place_without_reallocating() {
-        let client = SessionKeys::session(&psk(), Role::Client, &[1; 16], &[2; 16]);
-        let server = SessionKeys::session(&psk(), Role::Server, &[1; 16], &[2; 16]);
+        let client = keys(Role::Client, 1);
+        let server = keys(Role::Server, 1);
         let mut buf = Vec::with_capacity(HEADER_BYTES + 100 + TAG_BYTES);
         buf.resize(HEADER_BYTES, 0xee);
         buf.extend_from_slice(&[0x42; 100]);
@@ -476,10 +419,10 @@ mod tests {
 
     #[test]
     fn every_altered_byte_fails_to_open() {
-        let keys = SessionKeys::hello(&psk(), Role::Client);
-        let server = SessionKeys::hello(&psk(), Role::Server);
+        let keys = keys(Role::Client, 3);
+        let server = self::keys(Role::Server, 3);
         let header = Header {
-            kind: Kind::Hello,
+            kind: Kind::Data,
             line: 1,
             session: 0,
             seq: 0x1234,
@@ -521,11 +464,10 @@ mod tests {
     }
 
     #[test]
-    fn another_psk_and_a_reflected_datagram_fail_to_open() {
-        let other = Psk::from_file_contents(b"another key, also at least 32 bytes long").unwrap();
-        let client = SessionKeys::session(&psk(), Role::Client, &[1; 16], &[2; 16]);
-        let server = SessionKeys::session(&psk(), Role::Server, &[1; 16], &[2; 16]);
-        let stranger = SessionKeys::session(&other, Role::Server, &[1; 16], &[2; 16]);
+    fn another_session_and_a_reflected_datagram_fail_to_open() {
+        let client = keys(Role::Client, 1);
+        let server = keys(Role::Server, 1);
+        let stranger = keys(Role::Server, 2);
         let datagram = sealed(&client.seal, &data_header(3), b"to the server");
         assert!(open(&server.open, &mut datagram.clone()).is_ok());
         assert_eq!(
@@ -543,16 +485,14 @@ mod tests {
             Err(CryptoError::BadTag)
         );
         assert!(open(&client.open, &mut reply.clone()).is_ok());
-        // Another session's keys, or the hello keys, do not open it either.
-        let later = SessionKeys::session(&psk(), Role::Server, &[1; 16], &[9; 16]);
+        // Another session's keys do not open it either.
+        let later = keys(Role::Server, 9);
         assert!(open(&later.open, &mut datagram.clone()).is_err());
-        let hello = SessionKeys::hello(&psk(), Role::Server);
-        assert!(open(&hello.open, &mut datagram.clone()).is_err());
     }
 
     #[test]
     fn seal_refuses_short_buffers_and_oversized_datagrams() {
-        let keys = SessionKeys::hello(&psk(), Role::Client);
+        let keys = keys(Role::Client, 4);
         let mut short = vec![0; HEADER_BYTES - 1];
         assert_eq!(
             seal(&keys.seal, &data_header(1), &mut short),
@@ -643,8 +583,8 @@ mod tests {
 
         #[test]
         fn any_body_round_trips(body in proptest::collection::vec(any::<u8>(), 0..2000), seq in 1..=MAX_SEQ, line in any::<u8>()) {
-            let client = SessionKeys::session(&psk(), Role::Client, &[5; 16], &[6; 16]);
-            let server = SessionKeys::session(&psk(), Role::Server, &[5; 16], &[6; 16]);
+            let client = keys(Role::Client, 5);
+            let server = keys(Role::Server, 5);
             let header = Header { kind: Kind::Data, line, session: 1, seq };
             let mut datagram = sealed(&client.seal, &header, &body);
             let (opened, plain) = open(&server.open, &mut datagram).unwrap();
@@ -654,8 +594,8 @@ mod tests {
 
         #[test]
         fn an_altered_datagram_never_opens(body in proptest::collection::vec(any::<u8>(), 0..200), at in any::<prop::sample::Index>(), flip in 1u8..) {
-            let client = SessionKeys::session(&psk(), Role::Client, &[5; 16], &[6; 16]);
-            let server = SessionKeys::session(&psk(), Role::Server, &[5; 16], &[6; 16]);
+            let client = keys(Role::Client, 5);
+            let server = keys(Role::Server, 5);
             let mut datagram = sealed(&client.seal, &data_header(1), &body);
             let index = at.index(datagram.len());
             datagram[index] ^= flip;
@@ -664,7 +604,7 @@ mod tests {
 
         #[test]
         fn random_datagrams_never_open_or_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let server = SessionKeys::hello(&psk(), Role::Server);
+            let server = keys(Role::Server, 6);
             prop_assert!(open(&server.open, &mut bytes).is_err());
         }
     }

@@ -8,24 +8,30 @@
 //! sleep until [`Bond::poll_at`] or the next input, and call [`Bond::handle_timeout`]
 //! when that instant comes. Every call takes `now`; the endpoint never reads a clock.
 //!
-//! A client starts by sending Hellos on every line (sealed with the hello key, so only a
-//! holder of the pre-shared key gets an answer) until a Welcome comes back; the session
-//! keys then derive from both nonces, so a datagram of another session, a reflected one or
-//! one sealed with another key fails authentication, is counted and never answered.
+//! A client opens its session with a Noise handshake ([`crate::handshake`]): the same
+//! Initiation on every line, retried with backoff until a Response comes back. It never
+//! gives up on its server: when it has heard nothing authenticated for
+//! [`BondConfig::rehandshake_after`] while sending (keepalives go every 50 ms, so silence
+//! means every line is down or the server lost the session), when the server says it knows
+//! no such session (a [`Kind::Stale`], believed only after a shorter silence), or when the
+//! server closes, it handshakes again, keeping the old session until the new one opens.
+//! A datagram of another session, a reflected one or one sealed with another key fails
+//! authentication, is counted and never answered.
 
 use std::collections::VecDeque;
 
 use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
 
 use crate::control::ControllerConfig;
-use crate::crypto::{self, Psk, Role, SessionKeys};
+use crate::crypto::{self, Role, SessionKeys};
 use crate::fair::{Direction, FairConfig, FairQueue, COMPRESSED_TAG};
+use crate::handshake::{self, ClientKeys, Initiation};
 use crate::line::{Line, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{self, Choice, LineView, SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
-    self, Frame, Header, Hello, Kind, Welcome, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES,
-    FEEDBACK_FRAME_BYTES, FRAGMENT_HEADER_BYTES,
+    self, Frame, Header, Kind, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES, FEEDBACK_FRAME_BYTES,
+    FRAGMENT_HEADER_BYTES,
 };
 
 /// Randomness the endpoint needs (nonces, session ids): the driver gives the OS's CSPRNG,
@@ -55,8 +61,19 @@ pub struct BondConfig {
     pub compress: bool,
     /// Liveness and reporting timers.
     pub timers: LineTimers,
-    /// How often a client repeats its Hellos until welcomed.
+    /// How long a client waits for a Response before its first retry; each retry waits
+    /// twice as long, up to [`BondConfig::hello_backoff_max`] (each wait drawn from 75% to
+    /// 100% of it, so clients that lost their server together do not retry together).
     pub hello_interval: Duration,
+    /// The longest wait between two handshake attempts: once a line can carry a
+    /// handshake again, the session is back within this and a round trip.
+    pub hello_backoff_max: Duration,
+    /// How long a client with an open session may hear nothing authenticated before it
+    /// handshakes again.
+    pub rehandshake_after: Duration,
+    /// How long a client must have heard nothing authenticated to believe a Stale (which
+    /// anyone can forge) and handshake at once.
+    pub stale_after: Duration,
     /// Reorder timeout's margin over the lines' delay spread.
     pub reorder_margin: Duration,
 }
@@ -73,7 +90,10 @@ impl BondConfig {
             fair: FairConfig::default(),
             compress: false,
             timers: LineTimers::default(),
-            hello_interval: Duration::from_millis(250),
+            hello_interval: Duration::from_millis(200),
+            hello_backoff_max: Duration::from_millis(800),
+            rehandshake_after: Duration::from_millis(500),
+            stale_after: Duration::from_millis(100),
             reorder_margin: Duration::from_millis(10),
         }
     }
@@ -84,6 +104,7 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1500 - 20 - 8;
 
 /// Counters of a session end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct BondCounters {
     /// Inner packets taken from the TUN side.
     pub inner_in: u64,
@@ -103,21 +124,71 @@ pub struct BondCounters {
     pub no_line_dropped: u64,
     /// Compressed packets that failed to decompress.
     pub decompress_failures: u64,
+    /// Handshakes a client started (each an Initiation sent on every line).
+    pub handshakes: u64,
+    /// Sessions a client opened after its first: the server restarted or forgot it, or
+    /// every line was down too long.
+    pub reconnects: u64,
+    /// Cookies a client received (the server was under load and asked for proof of
+    /// address).
+    pub cookies: u64,
+    /// Stale signals a client received (the server knew no such session).
+    pub stale_signals: u64,
 }
 
 #[derive(Debug)]
 enum State {
-    /// A client waiting for its Welcome.
-    Connecting {
-        client_nonce: [u8; 16],
-        next_hello: Instant,
-        next_line: usize,
-        hellos_sent: u64,
-    },
+    /// A client that has no session yet.
+    Connecting,
     /// Keys agreed.
     Open { session: u32, keys: SessionKeys },
-    /// The peer closed the session.
+    /// Closed: by this end, or (a server's session) by its client.
     Closed,
+}
+
+/// A client's handshake under way.
+#[derive(Debug)]
+struct Handshaking {
+    /// The latest attempts, newest last: a Response to the one before the newest still
+    /// counts (a round trip longer than the retry interval).
+    attempts: VecDeque<Initiation>,
+    /// The newest Initiation's bytes.
+    message: Vec<u8>,
+    /// Lines the newest Initiation still has to go on (from line `lines - left`).
+    copies_left: usize,
+    /// When the next attempt starts.
+    next_attempt: Instant,
+    /// The wait after the next attempt (before jitter).
+    interval: Duration,
+}
+
+/// What a client keeps across sessions: its keys, randomness and handshake.
+#[derive(Debug)]
+struct ClientSide {
+    keys: ClientKeys,
+    entropy: Box<dyn Entropy>,
+    /// The wall clock (unix ns) at `Instant::ZERO`: the Initiation's timestamp.
+    unix_at_zero_ns: u64,
+    /// The last timestamp sent: the next is greater, even if the wall clock steps back.
+    last_timestamp_ns: u64,
+    /// A cookie the server gave, and when.
+    cookie: Option<([u8; handshake::MAC_BYTES], Instant)>,
+    handshake: Option<Handshaking>,
+}
+
+/// What a datagram did, for the server's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// It authenticated under the session's keys, on `line`; `newest` if its seq is the
+    /// highest seen on that line (only such a datagram may move the line's address).
+    Authentic {
+        /// The sender's line.
+        line: u8,
+        /// Whether it is the newest on its line.
+        newest: bool,
+    },
+    /// Refused (counted), or not for this end's state.
+    Refused,
 }
 
 /// What a datagram carries besides its line's report.
@@ -132,6 +203,8 @@ enum Fill {
     /// A path MTU probe: zeros (a Padding frame) to this many bytes of UDP payload, no
     /// report.
     Probe(usize),
+    /// A Close frame only.
+    Close,
 }
 
 /// A datagram to send: the line it goes on; its bytes are in the caller's buffer.
@@ -146,9 +219,12 @@ pub struct Transmit {
 pub struct Bond {
     config: BondConfig,
     role: Role,
-    psk: Psk,
-    hello_keys: SessionKeys,
     state: State,
+    client: Option<ClientSide>,
+    /// Lines a Close still has to go on (from line `lines - left`), after [`Bond::close`].
+    closing_left: usize,
+    /// When the last authenticated datagram came.
+    last_authenticated: Instant,
     lines: Vec<Line>,
     fair: FairQueue,
     reorder: Reorder,
@@ -162,55 +238,56 @@ pub struct Bond {
 }
 
 impl Bond {
-    /// A client end that will open a session with the first [`Bond::poll_transmit`].
-    pub fn client(config: BondConfig, psk: Psk, entropy: &mut dyn Entropy, now: Instant) -> Bond {
-        let mut client_nonce = [0; 16];
-        entropy.fill(&mut client_nonce);
-        let state = State::Connecting {
-            client_nonce,
-            next_hello: now,
-            next_line: 0,
-            hellos_sent: 0,
-        };
-        Bond::new(config, Role::Client, psk, state, now)
-    }
-
-    /// The server end of a session a client's Hello opened.
-    pub fn server(
+    /// A client end that opens a session with its first [`Bond::poll_transmit`]: `keys` are
+    /// its own and the server's, `entropy` draws its handshakes' randomness, and
+    /// `unix_now_ns` is the wall clock at `now` (handshake timestamps grow with it).
+    pub fn client(
         config: BondConfig,
-        psk: Psk,
-        session: u32,
-        client_nonce: &[u8; 16],
-        server_nonce: &[u8; 16],
+        keys: ClientKeys,
+        entropy: Box<dyn Entropy>,
         now: Instant,
+        unix_now_ns: u64,
     ) -> Bond {
-        let keys = SessionKeys::session(&psk, Role::Server, client_nonce, server_nonce);
-        Bond::new(
-            config,
-            Role::Server,
-            psk,
-            State::Open { session, keys },
-            now,
-        )
+        let mut bond = Bond::new(config, Role::Client, State::Connecting, now);
+        bond.client = Some(ClientSide {
+            keys,
+            entropy,
+            unix_at_zero_ns: unix_now_ns.saturating_sub(now.as_nanos()),
+            last_timestamp_ns: 0,
+            cookie: None,
+            handshake: None,
+        });
+        bond.tick_client(now);
+        bond
     }
 
-    fn new(config: BondConfig, role: Role, psk: Psk, state: State, now: Instant) -> Bond {
+    /// The server end of a session a handshake opened with `keys`.
+    pub fn server(config: BondConfig, session: u32, keys: SessionKeys, now: Instant) -> Bond {
+        Bond::new(config, Role::Server, State::Open { session, keys }, now)
+    }
+
+    fn new_line(config: &BondConfig, j: usize, now: Instant) -> Line {
+        let max_payload = config
+            .max_payload
+            .get(j)
+            .copied()
+            .unwrap_or(DEFAULT_MAX_PAYLOAD);
+        Line::new(j as u8, Bond::line_controller(config, j), max_payload, now)
+    }
+
+    fn line_controller(config: &BondConfig, j: usize) -> ControllerConfig {
+        let mut controller = config.controller;
+        if let Some(rate) = config.line_rates.get(j).copied().flatten() {
+            controller.max_rate = Some(rate);
+        }
+        controller
+    }
+
+    fn new(config: BondConfig, role: Role, state: State, now: Instant) -> Bond {
         let lines = (0..config.lines)
-            .map(|j| {
-                let mut controller = config.controller;
-                if let Some(rate) = config.line_rates.get(j).copied().flatten() {
-                    controller.max_rate = Some(rate);
-                }
-                let max_payload = config
-                    .max_payload
-                    .get(j)
-                    .copied()
-                    .unwrap_or(DEFAULT_MAX_PAYLOAD);
-                Line::new(j as u8, controller, max_payload, now)
-            })
+            .map(|j| Bond::new_line(&config, j, now))
             .collect();
         Bond {
-            hello_keys: SessionKeys::hello(&psk, role),
             // The server sends down to the site: its users are the inner destinations.
             fair: FairQueue::with_direction(
                 config.fair,
@@ -226,7 +303,9 @@ impl Bond {
             counters: BondCounters::default(),
             next_state_check: now,
             send_at: None,
-            psk,
+            client: None,
+            closing_left: 0,
+            last_authenticated: now,
             role,
             state,
             lines,
@@ -239,9 +318,14 @@ impl Bond {
         matches!(self.state, State::Open { .. })
     }
 
-    /// Whether the peer closed the session.
+    /// Whether the session ended: closed by this end, or a server's by its client.
     pub fn is_closed(&self) -> bool {
         matches!(self.state, State::Closed)
+    }
+
+    /// Whether a client is handshaking (to open its first session or a new one).
+    pub fn is_handshaking(&self) -> bool {
+        self.client.as_ref().is_some_and(|c| c.handshake.is_some())
     }
 
     /// The session id, once open.
@@ -280,7 +364,7 @@ impl Bond {
     /// An inner IP packet from the TUN side at `now`.
     pub fn handle_inner(&mut self, now: Instant, data: Vec<u8>) {
         self.counters.inner_in += 1;
-        if !self.is_open() {
+        if !self.is_open() || self.closing_left > 0 {
             self.counters.no_line_dropped += 1;
             return;
         }
@@ -302,87 +386,237 @@ impl Bond {
     /// A datagram that arrived on line `line` at `now` (for a client, the line whose
     /// socket received it). Authentication failures and malformed datagrams are counted and
     /// otherwise ignored: nothing is ever sent in answer to them.
-    pub fn handle_datagram(&mut self, now: Instant, datagram: &mut [u8]) {
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &mut [u8]) -> Received {
         let Ok(header) = Header::decode(datagram) else {
             self.counters.malformed += 1;
-            return;
+            return Received::Refused;
         };
-        match (header.kind, &self.state) {
-            (Kind::Welcome, State::Connecting { client_nonce, .. }) => {
-                let client_nonce = *client_nonce;
-                let Ok((_, body)) = crypto::open(&self.hello_keys.open, datagram) else {
-                    self.counters.auth_failures += 1;
-                    return;
-                };
-                let Ok(welcome) = Welcome::decode(body) else {
-                    self.counters.malformed += 1;
-                    return;
-                };
-                if welcome.client_nonce != client_nonce {
-                    self.counters.auth_failures += 1;
-                    return;
-                }
-                let keys = SessionKeys::session(
-                    &self.psk,
-                    self.role,
-                    &client_nonce,
-                    &welcome.server_nonce,
-                );
-                self.state = State::Open {
-                    session: welcome.session,
-                    keys,
-                };
-                for line in &mut self.lines {
-                    line.reset_liveness(now);
-                }
+        let received = match (header.kind, self.role) {
+            (Kind::Data, _) => self.handle_data(now, header, datagram),
+            (Kind::Welcome, Role::Client) => {
+                self.handle_response(now, header, datagram);
+                Received::Refused
             }
-            (Kind::Data, State::Open { session, keys }) => {
-                if header.session != *session {
-                    self.counters.auth_failures += 1;
-                    return;
-                }
-                let len = datagram.len();
-                let Ok((header, body)) = crypto::open(&keys.open, datagram) else {
-                    self.counters.auth_failures += 1;
-                    return;
-                };
-                let Some(line) = self.lines.get_mut(usize::from(header.line)) else {
-                    self.counters.malformed += 1;
-                    return;
-                };
-                if !line.accept_seq(header.seq) {
-                    self.counters.replays += 1;
-                    return;
-                }
-                let Ok((sent_ns, frames)) = wire::decode_data(body) else {
-                    self.counters.malformed += 1;
-                    return;
-                };
-                line.on_received(now, sent_ns, len);
-                let j = usize::from(header.line);
-                for frame in frames {
-                    let Ok(frame) = frame else {
-                        self.counters.malformed += 1;
-                        break;
-                    };
-                    if let Frame::Padding(_) = frame {
-                        // A path MTU probe: it crossed the line at this size.
-                        self.lines[j].probe_received(header.seq, len);
-                    }
-                    self.handle_frame(now, frame);
-                }
+            (Kind::Cookie, Role::Client) => {
+                self.handle_cookie(now, header, datagram);
+                Received::Refused
             }
-            (Kind::Welcome, State::Open { .. } | State::Closed) => {
-                // The server welcomes every line's Hello: the second line's Welcome comes
-                // after the session opened. Not an attack; ignored, not counted.
+            (Kind::Stale, Role::Client) => {
+                self.handle_stale(now, header);
+                Received::Refused
             }
             _ => {
-                // A Hello at a client, Data before the Welcome: not for this state.
-                // Counted with the failures; never answered.
+                // A handshake message at the wrong end: never answered.
                 self.counters.auth_failures += 1;
+                Received::Refused
+            }
+        };
+        self.update_lines(now);
+        received
+    }
+
+    fn handle_data(&mut self, now: Instant, header: Header, datagram: &mut [u8]) -> Received {
+        let State::Open { session, keys } = &self.state else {
+            self.counters.auth_failures += 1;
+            return Received::Refused;
+        };
+        if header.session != *session {
+            self.counters.auth_failures += 1;
+            return Received::Refused;
+        }
+        let len = datagram.len();
+        let Ok((header, body)) = crypto::open(&keys.open, datagram) else {
+            self.counters.auth_failures += 1;
+            return Received::Refused;
+        };
+        let Some(line) = self.lines.get_mut(usize::from(header.line)) else {
+            self.counters.malformed += 1;
+            return Received::Refused;
+        };
+        let newest = header.seq > line.highest_received_seq();
+        if !line.accept_seq(header.seq) {
+            self.counters.replays += 1;
+            return Received::Refused;
+        }
+        let Ok((sent_ns, frames)) = wire::decode_data(body) else {
+            self.counters.malformed += 1;
+            return Received::Refused;
+        };
+        self.last_authenticated = now;
+        line.on_received(now, sent_ns, len);
+        let j = usize::from(header.line);
+        for frame in frames {
+            let Ok(frame) = frame else {
+                self.counters.malformed += 1;
+                break;
+            };
+            if let Frame::Padding(_) = frame {
+                // A path MTU probe: it crossed the line at this size.
+                self.lines[j].probe_received(header.seq, len);
+            }
+            self.handle_frame(now, frame);
+        }
+        Received::Authentic {
+            line: header.line,
+            newest,
+        }
+    }
+
+    /// A Response: the session it opens replaces the current one, if any.
+    fn handle_response(&mut self, now: Instant, header: Header, datagram: &[u8]) {
+        let Some(client) = &mut self.client else {
+            return;
+        };
+        let Some(handshake) = &mut client.handshake else {
+            // A copy of a Response already taken (the server answers every line's copy).
+            return;
+        };
+        let Some(at) = handshake
+            .attempts
+            .iter()
+            .position(|a| a.index == header.session)
+        else {
+            return;
+        };
+        let attempt = handshake.attempts.remove(at).expect("found above");
+        let Ok((session, keys)) = attempt.finish(datagram) else {
+            self.counters.auth_failures += 1;
+            return;
+        };
+        client.handshake = None;
+        if matches!(self.state, State::Open { .. }) {
+            // A new session: the far end starts afresh.
+            self.counters.reconnects += 1;
+            let lines = std::mem::take(&mut self.lines);
+            self.lines = lines
+                .into_iter()
+                .enumerate()
+                .map(|(j, line)| line.renewed(Bond::line_controller(&self.config, j), now))
+                .collect();
+            self.reorder.renew();
+            self.fair.new_session();
+        }
+        self.state = State::Open { session, keys };
+        self.last_authenticated = now;
+        for line in &mut self.lines {
+            line.reset_liveness(now);
+        }
+    }
+
+    fn handle_cookie(&mut self, now: Instant, header: Header, datagram: &[u8]) {
+        let Some(client) = &mut self.client else {
+            return;
+        };
+        let Some(handshake) = &client.handshake else {
+            return;
+        };
+        let cookie = handshake
+            .attempts
+            .iter()
+            .find(|a| a.index == header.session)
+            .and_then(|a| a.open_cookie(&client.keys.server, datagram).ok());
+        match cookie {
+            Some(cookie) => {
+                client.cookie = Some((cookie, now));
+                self.counters.cookies += 1;
+            }
+            None => self.counters.auth_failures += 1,
+        }
+    }
+
+    fn handle_stale(&mut self, now: Instant, header: Header) {
+        if self.session() != Some(header.session) {
+            return;
+        }
+        self.counters.stale_signals += 1;
+        // Anyone can forge a Stale: believe it only when the session has gone quiet too.
+        if now.saturating_since(self.last_authenticated) >= self.config.stale_after {
+            self.start_handshaking(now);
+        }
+    }
+
+    fn start_handshaking(&mut self, now: Instant) {
+        let interval = self.config.hello_interval;
+        if let Some(client) = &mut self.client {
+            if client.handshake.is_none() && self.closing_left == 0 {
+                client.handshake = Some(Handshaking {
+                    attempts: VecDeque::new(),
+                    message: Vec::new(),
+                    copies_left: 0,
+                    next_attempt: now,
+                    interval,
+                });
             }
         }
-        self.update_lines(now);
+    }
+
+    /// A client's handshake timers: start one when needed, and each attempt when due.
+    fn tick_client(&mut self, now: Instant) {
+        if self.client.is_none() || self.closing_left > 0 {
+            return;
+        }
+        let needed = match self.state {
+            State::Connecting => true,
+            State::Open { .. } => {
+                now.saturating_since(self.last_authenticated) >= self.config.rehandshake_after
+            }
+            State::Closed => false,
+        };
+        if needed {
+            self.start_handshaking(now);
+        }
+        let lines = self.lines.len();
+        let max = self.config.hello_backoff_max;
+        let Some(client) = &mut self.client else {
+            return;
+        };
+        let Some(handshake) = &mut client.handshake else {
+            return;
+        };
+        if now < handshake.next_attempt || lines == 0 {
+            return;
+        }
+        let mut index = 0;
+        while index == 0 || handshake.attempts.iter().any(|a| a.index == index) {
+            let mut bytes = [0; 4];
+            client.entropy.fill(&mut bytes);
+            index = u32::from_be_bytes(bytes);
+        }
+        let unix_ns = client
+            .unix_at_zero_ns
+            .saturating_add(now.as_nanos())
+            .max(client.last_timestamp_ns + 1);
+        client.last_timestamp_ns = unix_ns;
+        let cookie_lifetime =
+            handshake::COOKIE_SECRET_LIFETIME.saturating_sub(Duration::from_secs(10));
+        let cookie = client
+            .cookie
+            .as_ref()
+            .filter(|(_, at)| now.saturating_since(*at) < cookie_lifetime)
+            .map(|(cookie, _)| cookie);
+        let attempt = Initiation::start(
+            &client.keys,
+            index,
+            unix_ns,
+            lines as u8,
+            cookie,
+            client.entropy.as_mut(),
+            &mut handshake.message,
+        );
+        handshake.attempts.push_back(attempt);
+        if handshake.attempts.len() > 2 {
+            handshake.attempts.pop_front();
+        }
+        handshake.copies_left = lines;
+        // The wait, 75-100% of the interval: clients that lost their server together do
+        // not come back together.
+        let mut jitter = [0; 2];
+        client.entropy.fill(&mut jitter);
+        let fraction = 0.75 + 0.25 * f64::from(u16::from_be_bytes(jitter)) / f64::from(u16::MAX);
+        handshake.next_attempt =
+            now + Duration::from_secs_f64(handshake.interval.as_secs_f64() * fraction);
+        handshake.interval = handshake.interval.saturating_mul(2).min(max);
+        self.counters.handshakes += 1;
     }
 
     fn handle_frame(&mut self, now: Instant, frame: Frame<'_>) {
@@ -419,7 +653,12 @@ impl Bond {
                     line.on_probe_ack(seq, len_bytes);
                 }
             }
-            Frame::Close => self.state = State::Closed,
+            Frame::Close => match self.role {
+                // The client left: the server frees its slot.
+                Role::Server => self.state = State::Closed,
+                // The server is going away (a restart, say): come back as soon as it does.
+                Role::Client => self.start_handshaking(now),
+            },
             Frame::Padding(_) => {}
         }
         self.take_reordered();
@@ -445,6 +684,7 @@ impl Bond {
 
     /// Timers due at `now`: reorder gaps, line liveness.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.tick_client(now);
         self.reorder.handle_timeout(now);
         self.take_reordered();
         self.update_lines(now);
@@ -510,49 +750,29 @@ impl Bond {
     /// it goes on. Call until `None`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
-        match &mut self.state {
-            State::Closed => None,
-            State::Connecting {
-                client_nonce,
-                next_hello,
-                next_line,
-                hellos_sent,
-            } => {
-                if now < *next_hello || self.lines.is_empty() {
-                    return None;
-                }
-                let line = *next_line;
-                *next_line += 1;
-                if *next_line == self.lines.len() {
-                    *next_line = 0;
-                    *next_hello = now + self.config.hello_interval;
-                }
-                // The hello key serves every session of this PSK, so a Hello's nonce must
-                // not repeat across clients and restarts: its session field and seq (80
-                // bits of the nonce) start from the client's random nonce.
-                *hellos_sent += 1;
-                let seq = (u64::from_be_bytes(client_nonce[..8].try_into().expect("8 bytes"))
-                    .wrapping_add(*hellos_sent)
-                    & wire::MAX_SEQ)
-                    .max(1);
-                let header = Header {
-                    kind: Kind::Hello,
-                    line: line as u8,
-                    session: u32::from_be_bytes(client_nonce[8..12].try_into().expect("4 bytes")),
-                    seq,
-                };
-                header.encode(buf);
-                Hello {
-                    client_nonce: *client_nonce,
-                    lines: self.lines.len() as u8,
-                }
-                .encode(buf);
-                // Padded to the Welcome's size: the server never answers with more bytes
-                // than it received.
-                buf.resize(wire::HEADER_BYTES + wire::WELCOME_BODY_BYTES, 0);
-                crypto::seal(&self.hello_keys.seal, &header, buf).ok()?;
-                Some(Transmit { line: line as u8 })
+        self.tick_client(now);
+        let lines = self.lines.len();
+        if let Some(handshake) = self.client.as_mut().and_then(|c| c.handshake.as_mut()) {
+            if handshake.copies_left > 0 {
+                // The same Initiation on every line: the server answers the first that
+                // comes, and copies on other lines get the same Response.
+                let line = lines - handshake.copies_left;
+                handshake.copies_left -= 1;
+                buf.extend_from_slice(&handshake.message);
+                return Some(Transmit { line: line as u8 });
             }
+        }
+        if self.closing_left > 0 {
+            let line = lines - self.closing_left;
+            self.closing_left -= 1;
+            let transmit = self.build(now, line, Fill::Close, buf);
+            if self.closing_left == 0 {
+                self.state = State::Closed;
+            }
+            return transmit.or_else(|| self.poll_transmit(now, buf));
+        }
+        match self.state {
+            State::Closed | State::Connecting => None,
             State::Open { .. } => self.poll_transmit_open(now, buf),
         }
     }
@@ -747,7 +967,10 @@ impl Bond {
         header.encode(buf);
         wire::encode_data_prefix(now.as_nanos(), buf);
         let probe = matches!(fill, Fill::Probe(_));
-        if !probe && (line.report_due(now, &timers) || line.keepalive_due(now, &timers)) {
+        if !probe
+            && fill != Fill::Close
+            && (line.report_due(now, &timers) || line.keepalive_due(now, &timers))
+        {
             // A probe's acknowledgement before the report that counts it: the peer then
             // tells a probe too big for the path from a lost datagram.
             if let Some(ack) = line.take_probe_ack() {
@@ -768,6 +991,7 @@ impl Bond {
                 self.fair.fill_new(now, budget, write);
             }
             Fill::Nothing => {}
+            Fill::Close => Frame::Close.encode(buf),
             Fill::Probe(size) => {
                 let zeros =
                     size.saturating_sub(buf.len() + wire::PADDING_HEADER_BYTES + wire::TAG_BYTES);
@@ -798,9 +1022,27 @@ impl Bond {
 
     /// When the endpoint next needs [`Bond::handle_timeout`] or [`Bond::poll_transmit`].
     pub fn poll_at(&self) -> Option<Instant> {
-        match &self.state {
-            State::Closed => None,
-            State::Connecting { next_hello, .. } => Some(*next_hello),
+        let handshake = self
+            .client
+            .as_ref()
+            .and_then(|c| c.handshake.as_ref())
+            .map(|h| {
+                if h.copies_left > 0 {
+                    Instant::ZERO
+                } else {
+                    h.next_attempt
+                }
+            });
+        let silence = match (&self.client, &self.state) {
+            (Some(client), State::Open { .. })
+                if client.handshake.is_none() && self.closing_left == 0 =>
+            {
+                Some(self.last_authenticated + self.config.rehandshake_after)
+            }
+            _ => None,
+        };
+        let closing = (self.closing_left > 0).then_some(Instant::ZERO);
+        let open = match &self.state {
             State::Open { .. } => {
                 let timers = &self.config.timers;
                 let lines = self.lines.iter().map(|l| l.poll_at(timers)).min();
@@ -814,12 +1056,24 @@ impl Bond {
                     .flatten()
                     .min()
             }
-        }
+            State::Connecting | State::Closed => None,
+        };
+        [handshake, silence, closing, open]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Ends the session: the next datagram tells the peer.
+    /// Ends the session: the next [`Bond::poll_transmit`] calls send an authenticated Close
+    /// on every line (so the server frees the slot at once), then nothing more.
     pub fn close(&mut self) {
-        self.state = State::Closed;
+        if let Some(client) = &mut self.client {
+            client.handshake = None;
+        }
+        match self.state {
+            State::Open { .. } if !self.lines.is_empty() => self.closing_left = self.lines.len(),
+            _ => self.state = State::Closed,
+        }
     }
 }
 

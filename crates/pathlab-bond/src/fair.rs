@@ -113,6 +113,9 @@ pub struct FairCounters {
     /// Users that found every stream id held and shared another user's stream.
     #[serde(default)]
     pub streams_shared: u64,
+    /// Packets half sent when a new session began, given up.
+    #[serde(default)]
+    pub new_session_dropped: u64,
 }
 
 /// A packet being sent, fragment by fragment.
@@ -266,6 +269,23 @@ impl FairQueue {
             rate_bps: 0.0,
             spread: Duration::ZERO,
         }
+    }
+
+    /// A new session: the far end's reassembly starts afresh, so every stream's packet
+    /// numbers start again at 1; a packet half sent under the old session is given up (its
+    /// first pieces went to a far end that forgot them) and counted as dropped. Returns how
+    /// many were given up.
+    pub fn new_session(&mut self) -> u64 {
+        let mut given_up = 0;
+        for stream in &mut self.streams {
+            if let Some(head) = stream.head.take() {
+                self.backlog_bytes -= (head.data.len() - head.offset) as u64;
+                given_up += 1;
+            }
+            stream.next_number = 1;
+        }
+        self.counters.new_session_dropped += given_up;
+        given_up
     }
 
     /// Bytes waiting (packets not yet sent and the unsent rest of those being sent).

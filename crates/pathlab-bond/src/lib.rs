@@ -7,8 +7,12 @@
 //! scheduler that sends each piece where it arrives first, the receiver's reorder buffer,
 //! and the fair sharing of the tunnel between users by volume.
 //!
+//! Sessions open with a Noise IKpsk2 handshake (WireGuard's pattern, from the `snow`
+//! crate), recover on their own when the server restarts or forgets them, and keep each
+//! client to its own inner addresses.
+//!
 //! It performs no I/O, reads no clock and starts no thread: every entry point takes `now`
-//! (a [`pathlab_core::Instant`]), and randomness (nonces, session ids) comes from the
+//! (a [`pathlab_core::Instant`]), and randomness (keys, nonces, session ids) comes from the
 //! caller. `pathlab-bond-driver` drives it with a TUN device and one UDP socket per line; tests drive
 //! it through emulated links in virtual time.
 
@@ -19,8 +23,10 @@ pub mod control;
 pub mod crypto;
 pub mod endpoint;
 pub mod fair;
+pub mod handshake;
 pub mod inner;
 pub mod line;
+pub mod peers;
 pub mod pmtu;
 pub mod reorder;
 pub mod sched;
@@ -29,5 +35,6 @@ pub mod sim;
 pub mod stats;
 pub mod wire;
 
-pub use endpoint::{Bond, BondConfig, BondCounters, Entropy, Transmit};
-pub use server::{BondServerCounters, Server, ServerConfig};
+pub use endpoint::{Bond, BondConfig, BondCounters, Entropy, Received, Transmit};
+pub use handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
+pub use server::{Address, BondServerCounters, Peers, Server, ServerConfig};

@@ -154,6 +154,22 @@ impl Line {
         }
     }
 
+    /// The line for a new session at `now` (new keys, a far end that starts afresh): its
+    /// sequence numbers, replay window, reports and rate controller start again; its
+    /// counters and what its path MTU search found go on.
+    pub fn renewed(self, controller: ControllerConfig, now: Instant) -> Line {
+        Line {
+            counters: self.counters,
+            mtu: self.mtu,
+            ..Line::new(self.index, controller, 0, now)
+        }
+    }
+
+    /// The highest seq received on the line in this session (0 before the first).
+    pub fn highest_received_seq(&self) -> u64 {
+        self.replay.highest()
+    }
+
     /// Starts the liveness clocks afresh (the session just opened).
     pub fn reset_liveness(&mut self, now: Instant) {
         self.last_received = now;

@@ -190,6 +190,14 @@ impl Reorder {
         }
     }
 
+    /// Forgets every stream and what it held (a new session numbers its packets from 1
+    /// again); keeps the counters, limits and timeout.
+    pub fn renew(&mut self) {
+        let counters = self.counters;
+        *self = Reorder::with_limits(self.timeout, self.limits);
+        self.counters = counters;
+    }
+
     /// Bytes held in incomplete and waiting packets (as [`ReorderLimits`] counts them).
     pub fn held_bytes(&self) -> usize {
         self.held.bytes

@@ -18,7 +18,12 @@ use pathlab_core::{BitsPerSec, Duration, Instant};
 
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig, Entropy};
-use crate::server::{Server, ServerConfig};
+use crate::handshake::{ClientKeys, SecretKey};
+use crate::server::{Address, Server, ServerConfig};
+
+/// The wall clock a simulation's clients start at (2026-01-01, unix ns): handshake
+/// timestamps grow from it.
+pub const SIM_UNIX_START_NS: u64 = 1_767_225_600_000_000_000;
 
 /// Seeded, not cryptographic: for simulations only.
 #[derive(Debug)]
@@ -42,11 +47,24 @@ pub struct ClientNode {
 }
 
 impl ClientNode {
-    /// A client with `config`, keyed by `psk`, seeded by `seed`.
+    /// A client with `config` in the simple mode of `psk` (a fresh key of its own),
+    /// seeded by `seed`.
     pub fn new(config: BondConfig, psk: Psk, seed: u64) -> ClientNode {
         let mut entropy = SeededEntropy(Rng::seed_from(seed));
+        let keys = ClientKeys::from_psk(&psk, SecretKey::generate(&mut entropy));
+        ClientNode::with_keys(config, keys, seed)
+    }
+
+    /// A client with `config` and `keys`, seeded by `seed`, starting at `Instant::ZERO`.
+    pub fn with_keys(config: BondConfig, keys: ClientKeys, seed: u64) -> ClientNode {
         ClientNode {
-            bond: Bond::client(config, psk, &mut entropy, Instant::ZERO),
+            bond: Bond::client(
+                config,
+                keys,
+                Box::new(SeededEntropy(Rng::seed_from(seed ^ 0x5eed))),
+                Instant::ZERO,
+                SIM_UNIX_START_NS,
+            ),
             buf: Vec::new(),
         }
     }
@@ -97,12 +115,18 @@ pub struct ServerNode {
 }
 
 impl ServerNode {
-    /// A server whose clients have at most `config.session.lines` lines each.
+    /// A server in the simple mode of `psk` whose clients have at most
+    /// `config.session.lines` lines each.
     pub fn new(config: ServerConfig, psk: Psk, seed: u64) -> ServerNode {
-        let lines_per_client = config.session.lines;
+        let entropy = Box::new(SeededEntropy(Rng::seed_from(seed)));
+        ServerNode::with_server(Server::with_psk(config, &psk, entropy))
+    }
+
+    /// A node around `server`.
+    pub fn with_server(server: Server) -> ServerNode {
         ServerNode {
-            server: Server::new(config, psk, Box::new(SeededEntropy(Rng::seed_from(seed)))),
-            lines_per_client,
+            lines_per_client: server.config().session.lines,
+            server,
             buf: Vec::new(),
         }
     }
@@ -120,8 +144,11 @@ impl Node for ServerNode {
         } else {
             let client = (port - 1) / self.lines_per_client;
             let line = (port - 1) % self.lines_per_client;
-            self.server
-                .handle_datagram(now, line_address(client as u8, line), &mut data);
+            let from = Address {
+                remote: line_address(client as u8, line),
+                local: None,
+            };
+            self.server.handle_datagram(now, from, &mut data);
         }
     }
 
@@ -134,7 +161,7 @@ impl Node for ServerNode {
             return Some((0, packet));
         }
         let to = self.server.poll_transmit(now, &mut self.buf)?;
-        let IpAddrs { client, line } = IpAddrs::of(to);
+        let IpAddrs { client, line } = IpAddrs::of(to.remote);
         Some((self.port(client, line), self.buf.clone()))
     }
 

@@ -66,6 +66,9 @@ pub struct SessionStats {
     pub reorder: ReorderCounters,
     /// How long the reorder buffer waits for a gap, ms.
     pub reorder_timeout_ms: f64,
+    /// The client's peer name at the server (empty at the client).
+    #[serde(default)]
+    pub peer: String,
 }
 
 /// A snapshot of a tunnel process.
@@ -126,6 +129,7 @@ impl SessionStats {
             backlog_bytes: bond.fair().backlog_bytes(),
             reorder: bond.reorder().counters(),
             reorder_timeout_ms: bond.reorder().timeout().as_millis_f64(),
+            peer: String::new(),
         }
     }
 }
@@ -150,7 +154,10 @@ impl BondStats {
     pub fn server(name: &str, uptime_s: f64, server: &Server) -> BondStats {
         let mut sessions: Vec<SessionStats> = server
             .sessions()
-            .map(|(_, bond)| SessionStats::of(bond))
+            .map(|(_, peer, bond)| SessionStats {
+                peer: peer.to_owned(),
+                ..SessionStats::of(bond)
+            })
             .collect();
         sessions.sort_by_key(|s| s.session);
         BondStats {

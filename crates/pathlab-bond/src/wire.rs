@@ -6,21 +6,22 @@
 //! ```text
 //! header (12 bytes, clear, authenticated as associated data)
 //!   kind u8 | line u8 | session u32 | seq u48
-//! body (sealed with ChaCha20-Poly1305 under the sender's direction key)
-//!   Hello / Welcome: their fields
+//! body (Data: sealed with ChaCha20-Poly1305 under the sender's direction key)
 //!   Data: sent_ns u64, then frames until the end
 //! tag (16 bytes)
 //! ```
+//!
+//! Kinds: 1 Hello (the handshake's Initiation), 2 Welcome (its Response), 3 Data, 4 Cookie
+//! (a CookieReply), 5 Stale (the server knows no such session). The handshake's messages
+//! are laid out in [`crate::handshake`]; a Stale is the bare header of the Data it answers.
 //!
 //! All integers are big-endian. `seq` counts the datagrams the sender sent on `line`
 //! (from 1); with the line it forms the AEAD nonce, so it never repeats under one key: a
 //! line stops sending at [`MAX_SEQ`] (2^48 - 1: 9 years at a million datagrams a second).
 //!
-//! Bodies:
+//! A Data body:
 //!
 //! ```text
-//! Hello    client_nonce [16] | lines u8                                  (17 bytes)
-//! Welcome  client_nonce [16] | server_nonce [16] | session u32           (36 bytes)
 //! Data     sent_ns u64 | frame*                                          (8 + frames)
 //! ```
 //!
@@ -44,8 +45,7 @@
 //! 12, timestamp 8, Packet frame 10, tag 16) and 28 on IPv4 and UDP: a 1500-byte line
 //! carries inner packets of 1426 bytes in one datagram each (WireGuard spends 32 + 28).
 //!
-//! Decoding never panics and never allocates: [`Header::decode`], [`Hello::decode`],
-//! [`Welcome::decode`], [`decode_data`] and the [`Frames`] iterator check every length
+//! Decoding never panics and never allocates: [`Header::decode`], [`decode_data`] and the [`Frames`] iterator check every length
 //! before they read, and frames borrow their bytes from the body. Every offset is in one
 //! table (`mod field`), shared by the encoders and the decoders.
 
@@ -61,10 +61,6 @@ pub const DATA_PREFIX_BYTES: usize = 8;
 pub const MAX_DATAGRAM_BYTES: usize = 65_507;
 /// Bytes a Data datagram spends before and after its frames: header, timestamp, tag.
 pub const DATA_OVERHEAD_BYTES: usize = HEADER_BYTES + DATA_PREFIX_BYTES + TAG_BYTES;
-/// Bytes of a Hello's body.
-pub const HELLO_BODY_BYTES: usize = 17;
-/// Bytes of a Welcome's body.
-pub const WELCOME_BODY_BYTES: usize = 36;
 /// Bytes of a Fragment frame before its data: the frame takes this plus `data.len()`.
 pub const FRAGMENT_HEADER_BYTES: usize = 14;
 /// Bytes of a Packet frame (a whole inner packet) before its data.
@@ -96,26 +92,6 @@ mod field {
         pub const SESSION: Field = 2..6;
         /// Datagram number on the line (48 bits).
         pub const SEQ: Field = 6..12;
-    }
-
-    /// A Hello's body.
-    pub mod hello {
-        use super::Field;
-        /// The client's nonce.
-        pub const CLIENT_NONCE: Field = 0..16;
-        /// How many lines the client has.
-        pub const LINES: usize = 16;
-    }
-
-    /// A Welcome's body.
-    pub mod welcome {
-        use super::Field;
-        /// The Hello's nonce, echoed.
-        pub const CLIENT_NONCE: Field = 0..16;
-        /// The server's nonce.
-        pub const SERVER_NONCE: Field = 16..32;
-        /// The session id.
-        pub const SESSION: Field = 32..36;
     }
 
     /// The start of a Data body.
@@ -215,8 +191,6 @@ mod field {
 // fails to compile.
 const _: () = {
     assert!(field::header::SEQ.end == HEADER_BYTES);
-    assert!(field::hello::LINES + 1 == HELLO_BODY_BYTES);
-    assert!(field::welcome::SESSION.end == WELCOME_BODY_BYTES);
     assert!(field::data::SENT_NS.end == DATA_PREFIX_BYTES);
     assert!(field::fragment::LEN.end == FRAGMENT_HEADER_BYTES);
     assert!(field::packet::LEN.end == PACKET_HEADER_BYTES);
@@ -277,25 +251,9 @@ pub enum WireError {
         /// The datagram's length.
         len: usize,
     },
-    /// The header's kind byte is none of Hello, Welcome, Data.
-    #[error("unknown datagram kind {0}, expected 1 (Hello), 2 (Welcome) or 3 (Data)")]
+    /// The header's kind byte is none of Hello, Welcome, Data, Cookie, Stale.
+    #[error("unknown datagram kind {0}, expected 1 (Hello), 2 (Welcome), 3 (Data), 4 (Cookie) or 5 (Stale)")]
     UnknownKind(u8),
-    /// A Hello or Welcome body has the wrong length.
-    #[error("a {kind} body has {len} bytes, expected exactly {expected}")]
-    BodyLength {
-        /// "Hello" or "Welcome".
-        kind: &'static str,
-        /// The body's length.
-        len: usize,
-        /// Its fixed length.
-        expected: usize,
-    },
-    /// A Hello announces no line.
-    #[error("a Hello announces 0 lines, expected at least 1")]
-    NoLines,
-    /// A Welcome gives session 0, which only a Hello may carry.
-    #[error("a Welcome gives session 0, expected a non-zero session id")]
-    ZeroSession,
     /// A Data body is shorter than its timestamp.
     #[error("truncated Data body: {len} bytes, the timestamp needs {DATA_PREFIX_BYTES}")]
     TruncatedData {
@@ -344,12 +302,17 @@ pub enum WireError {
 /// Which kind of datagram a header starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Client to server, on every line, until welcomed: opens a session.
+    /// Client to server, on every line, until welcomed: a handshake's Initiation.
     Hello = 1,
-    /// Server to client: accepts a session.
+    /// Server to client: the handshake's Response, which opens the session.
     Welcome = 2,
     /// Either way, once the session is open: frames.
     Data = 3,
+    /// Server to client: a CookieReply, asking the Initiation again with its cookie.
+    Cookie = 4,
+    /// Server to client: the session a Data named is unknown here (the server restarted or
+    /// forgot it). Not authenticated: a hint to handshake again, taken only after silence.
+    Stale = 5,
 }
 
 /// The clear header of a datagram.
@@ -360,31 +323,11 @@ pub struct Header {
     /// The sender's line the datagram was sent on (the client's line index; the server
     /// answers on the same index).
     pub line: u8,
-    /// The session, chosen by the server in its Welcome; in a Hello, random bits of the
-    /// AEAD nonce (the hello key is shared by every client of the PSK).
+    /// The session, chosen by the server in its Welcome's payload; in the handshake's
+    /// messages, the client's sender index.
     pub session: u32,
     /// Datagrams sent on this line in this direction, from 1.
     pub seq: u64,
-}
-
-/// A Hello's body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hello {
-    /// The client's random nonce for this session; the session keys derive from it.
-    pub client_nonce: [u8; 16],
-    /// How many lines the client has.
-    pub lines: u8,
-}
-
-/// A Welcome's body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Welcome {
-    /// The Hello's nonce, echoed: the client matches the Welcome to its Hello.
-    pub client_nonce: [u8; 16],
-    /// The server's random nonce for this session.
-    pub server_nonce: [u8; 16],
-    /// The session id the client puts in every Data header from now on.
-    pub session: u32,
 }
 
 /// One piece of an inner packet.
@@ -482,11 +425,6 @@ fn read_i64(bytes: &[u8]) -> i64 {
     i64::from_be_bytes(bytes.try_into().expect("the field table gives 8 bytes"))
 }
 
-/// A 16-byte nonce from a 16-byte field.
-fn read_nonce(bytes: &[u8]) -> [u8; 16] {
-    bytes.try_into().expect("the field table gives 16 bytes")
-}
-
 /// Appends `len` zero bytes to `out` and returns them, for the encoders to fill by field.
 fn grow(out: &mut Vec<u8>, len: usize) -> &mut [u8] {
     let start = out.len();
@@ -502,6 +440,8 @@ impl TryFrom<u8> for Kind {
             1 => Ok(Kind::Hello),
             2 => Ok(Kind::Welcome),
             3 => Ok(Kind::Data),
+            4 => Ok(Kind::Cookie),
+            5 => Ok(Kind::Stale),
             other => Err(WireError::UnknownKind(other)),
         }
     }
@@ -551,70 +491,6 @@ impl Header {
             line: bytes[LINE],
             session: read_u32(&bytes[SESSION]),
             seq: u64::from_be_bytes(seq),
-        })
-    }
-}
-
-impl Hello {
-    /// Appends the body's [`HELLO_BODY_BYTES`] bytes to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        use field::hello::{CLIENT_NONCE, LINES};
-        let bytes = grow(out, HELLO_BODY_BYTES);
-        bytes[CLIENT_NONCE].copy_from_slice(&self.client_nonce);
-        bytes[LINES] = self.lines;
-    }
-
-    /// The Hello in a (decrypted) body of exactly [`HELLO_BODY_BYTES`] bytes, announcing at
-    /// least one line.
-    pub fn decode(body: &[u8]) -> Result<Hello, WireError> {
-        use field::hello::{CLIENT_NONCE, LINES};
-        if body.len() != HELLO_BODY_BYTES {
-            return Err(WireError::BodyLength {
-                kind: "Hello",
-                len: body.len(),
-                expected: HELLO_BODY_BYTES,
-            });
-        }
-        let lines = body[LINES];
-        if lines == 0 {
-            return Err(WireError::NoLines);
-        }
-        Ok(Hello {
-            client_nonce: read_nonce(&body[CLIENT_NONCE]),
-            lines,
-        })
-    }
-}
-
-impl Welcome {
-    /// Appends the body's [`WELCOME_BODY_BYTES`] bytes to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        use field::welcome::{CLIENT_NONCE, SERVER_NONCE, SESSION};
-        let bytes = grow(out, WELCOME_BODY_BYTES);
-        bytes[CLIENT_NONCE].copy_from_slice(&self.client_nonce);
-        bytes[SERVER_NONCE].copy_from_slice(&self.server_nonce);
-        bytes[SESSION].copy_from_slice(&self.session.to_be_bytes());
-    }
-
-    /// The Welcome in a (decrypted) body of exactly [`WELCOME_BODY_BYTES`] bytes, with a
-    /// non-zero session.
-    pub fn decode(body: &[u8]) -> Result<Welcome, WireError> {
-        use field::welcome::{CLIENT_NONCE, SERVER_NONCE, SESSION};
-        if body.len() != WELCOME_BODY_BYTES {
-            return Err(WireError::BodyLength {
-                kind: "Welcome",
-                len: body.len(),
-                expected: WELCOME_BODY_BYTES,
-            });
-        }
-        let session = read_u32(&body[SESSION]);
-        if session == 0 {
-            return Err(WireError::ZeroSession);
-        }
-        Ok(Welcome {
-            client_nonce: read_nonce(&body[CLIENT_NONCE]),
-            server_nonce: read_nonce(&body[SERVER_NONCE]),
-            session,
         })
     }
 }
@@ -1026,8 +902,8 @@ mod tests {
             })
         );
         let mut bad_kind = good;
-        bad_kind[0] = 4;
-        assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(4)));
+        bad_kind[0] = 6;
+        assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(6)));
         bad_kind[0] = 0;
         assert_eq!(Header::decode(&bad_kind), Err(WireError::UnknownKind(0)));
         let mut huge = vec![0; MAX_DATAGRAM_BYTES + 1];
@@ -1043,47 +919,6 @@ mod tests {
             WireError::TruncatedHeader { len: 15 }.to_string(),
             "truncated header: the datagram has 15 bytes, the header needs 12"
         );
-    }
-
-    #[test]
-    fn hello_and_welcome_round_trip_and_reject_bad_bodies() {
-        let hello = Hello {
-            client_nonce: *b"0123456789abcdef",
-            lines: 3,
-        };
-        let mut out = Vec::new();
-        hello.encode(&mut out);
-        assert_eq!(out.len(), HELLO_BODY_BYTES);
-        assert_eq!(&out[..16], b"0123456789abcdef");
-        assert_eq!(out[16], 3);
-        assert_eq!(Hello::decode(&out), Ok(hello));
-        out[16] = 0;
-        assert_eq!(Hello::decode(&out), Err(WireError::NoLines));
-        out.push(0);
-        assert_eq!(
-            Hello::decode(&out),
-            Err(WireError::BodyLength {
-                kind: "Hello",
-                len: 18,
-                expected: 17
-            })
-        );
-
-        let welcome = Welcome {
-            client_nonce: [1; 16],
-            server_nonce: [2; 16],
-            session: 0x0102_0304,
-        };
-        let mut out = Vec::new();
-        welcome.encode(&mut out);
-        assert_eq!(out.len(), WELCOME_BODY_BYTES);
-        assert_eq!(&out[32..], &[1, 2, 3, 4]);
-        assert_eq!(Welcome::decode(&out), Ok(welcome));
-        out[32..].fill(0);
-        assert_eq!(Welcome::decode(&out), Err(WireError::ZeroSession));
-        for len in 0..WELCOME_BODY_BYTES {
-            assert!(Welcome::decode(&out[..len]).is_err(), "{len}");
-        }
     }
 
     #[test]
@@ -1375,7 +1210,7 @@ mod tests {
         }
 
         #[test]
-        fn headers_round_trip(kind in 1u8..=3, line in any::<u8>(), session in any::<u32>(), seq in 0..=MAX_SEQ) {
+        fn headers_round_trip(kind in 1u8..=5, line in any::<u8>(), session in any::<u32>(), seq in 0..=MAX_SEQ) {
             let header = Header { kind: Kind::try_from(kind).unwrap(), line, session, seq };
             prop_assert_eq!(Header::decode(&header.to_bytes()), Ok(header));
         }
@@ -1383,8 +1218,6 @@ mod tests {
         #[test]
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = Header::decode(&bytes);
-            let _ = Hello::decode(&bytes);
-            let _ = Welcome::decode(&bytes);
             if let Ok((_, frames)) = decode_data(&bytes) {
                 let mut errors = 0;
                 for frame in frames {

@@ -17,12 +17,15 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use pathlab_bond::crypto::{self, Psk, Role, SessionKeys};
+use pathlab_bond::crypto::Psk;
+use pathlab_bond::handshake;
 use pathlab_bond::reorder::ReorderCounters;
 use pathlab_bond::sched::SchedulerKind;
-use pathlab_bond::sim::{line_address, ClientNode, Host, SeededEntropy, ServerNode};
-use pathlab_bond::wire::{self, Header, Hello, Kind, HEADER_BYTES};
-use pathlab_bond::{Bond, BondConfig, Server, ServerConfig};
+use pathlab_bond::sim::{
+    line_address, ClientNode, Host, SeededEntropy, ServerNode, SIM_UNIX_START_NS,
+};
+use pathlab_bond::wire::{self, Header, Kind, HEADER_BYTES};
+use pathlab_bond::{Address, Bond, BondConfig, ClientKeys, SecretKey, Server, ServerConfig};
 use pathlab_core::harness::{Network, Node, Port, WireId};
 use pathlab_core::record::PacketRecord;
 use pathlab_core::rng::Rng;
@@ -45,10 +48,27 @@ fn secs(s: f64) -> Instant {
 }
 
 fn server_config(lines: usize) -> ServerConfig {
-    ServerConfig {
-        session: BondConfig::new(lines),
-        max_clients: 8,
-        idle_timeout: Duration::from_secs(60),
+    ServerConfig::new(BondConfig::new(lines), 8)
+}
+
+/// A client of `lines` lines in the simple mode of `psk`, seeded `seed`, starting at 0.
+fn psk_client(lines: usize, psk: &Psk, seed: u64) -> Bond {
+    let mut entropy = SeededEntropy(Rng::seed_from(seed));
+    let keys = ClientKeys::from_psk(psk, SecretKey::generate(&mut entropy));
+    Bond::client(
+        BondConfig::new(lines),
+        keys,
+        Box::new(entropy),
+        Instant::ZERO,
+        SIM_UNIX_START_NS,
+    )
+}
+
+/// A datagram from `remote`, to the server's only address.
+fn from(remote: SocketAddr) -> Address {
+    Address {
+        remote,
+        local: None,
     }
 }
 
@@ -197,22 +217,14 @@ impl Lab {
     /// A server seeded `server_seed` and one client per `(seed, psk)`, run for 100 ms
     /// (which opens the sessions of clients with the server's key).
     fn new(server_seed: u64, clients: &[(u64, Psk)]) -> Lab {
-        let server = Server::new(
+        let server = Server::with_psk(
             server_config(LAB_LINES),
-            psk(),
+            &psk(),
             Box::new(SeededEntropy(Rng::seed_from(server_seed))),
         );
         let clients = clients
             .iter()
-            .map(|(seed, key)| {
-                let mut entropy = SeededEntropy(Rng::seed_from(*seed));
-                Bond::client(
-                    BondConfig::new(LAB_LINES),
-                    key.clone(),
-                    &mut entropy,
-                    Instant::ZERO,
-                )
-            })
+            .map(|(seed, key)| psk_client(LAB_LINES, key, *seed))
             .collect();
         let mut lab = Lab {
             now: Instant::ZERO,
@@ -240,10 +252,13 @@ impl Lab {
             while self.flights.front().is_some_and(|f| f.at <= now) {
                 let mut flight = self.flights.pop_front().expect("checked");
                 match flight.to {
-                    To::Server => self
-                        .server
-                        .handle_datagram(now, flight.from, &mut flight.data),
-                    To::Client(c) => self.clients[c].handle_datagram(now, &mut flight.data),
+                    To::Server => {
+                        self.server
+                            .handle_datagram(now, from(flight.from), &mut flight.data);
+                    }
+                    To::Client(c) => {
+                        let _ = self.clients[c].handle_datagram(now, &mut flight.data);
+                    }
                 }
                 moved = true;
             }
@@ -253,6 +268,7 @@ impl Lab {
                 moved = true;
             }
             while let Some(to) = self.server.poll_transmit(now, &mut self.buf) {
+                let to = to.remote;
                 let data = self.buf.clone();
                 if let Some(c) = self.client_at(to) {
                     self.flights.push_back(Flight {
@@ -354,8 +370,12 @@ impl Lab {
     /// A datagram arrives now, outside the wires.
     fn inject(&mut self, to: To, from: SocketAddr, mut data: Vec<u8>) {
         match to {
-            To::Server => self.server.handle_datagram(self.now, from, &mut data),
-            To::Client(c) => self.clients[c].handle_datagram(self.now, &mut data),
+            To::Server => self
+                .server
+                .handle_datagram(self.now, self::from(from), &mut data),
+            To::Client(c) => {
+                let _ = self.clients[c].handle_datagram(self.now, &mut data);
+            }
         }
     }
 
@@ -372,8 +392,8 @@ impl Lab {
         let id = self.clients[c].session()?;
         self.server
             .sessions()
-            .find(|(s, _)| *s == id)
-            .map(|(_, bond)| bond)
+            .find(|(s, _, _)| *s == id)
+            .map(|(_, _, bond)| bond)
     }
 
     /// Every counter of the server, its sessions and the clients, by name: `server.*`,
@@ -457,6 +477,8 @@ fn lab_with_datagram() -> (Lab, u8, Vec<u8>) {
 
 /// Runs `attack` (given the lab and the good datagram `d` and its line) on a fresh lab
 /// and checks against a lab where `d` was lost: same log, counters apart by `expected`.
+/// The only answers allowed are the Stales `expected` counts (`server.stale_sent`): 12
+/// bytes each, to a datagram that named an unknown session.
 fn check_dropped(
     what: &str,
     attack: impl FnOnce(&mut Lab, u8, &[u8]),
@@ -469,8 +491,13 @@ fn check_dropped(
     attack(&mut attacked, line, &datagram);
     attacked.run_until(end);
     assert_eq!(&difference(&lost, &attacked), expected, "{what}: counters");
-    // Nothing answered, nothing delivered, nothing that shows later.
-    let (lost_log, attacked_log) = (lost.sorted_log(), attacked.sorted_log());
+    // Nothing answered (but Stales), nothing delivered, nothing that shows later.
+    let is_stale = |e: &Event| matches!(e, Event::ServerSent { data, .. } if data.len() == HEADER_BYTES && data[0] == Kind::Stale as u8);
+    let stales = attacked.log.iter().filter(|e| is_stale(e)).count();
+    let expected_stales = expected.get("server.stale_sent").copied().unwrap_or(0);
+    assert_eq!(stales as i64, expected_stales, "{what}: Stales sent");
+    let (lost_log, mut attacked_log) = (lost.sorted_log(), attacked.sorted_log());
+    attacked_log.retain(|e| !is_stale(e));
     assert_eq!(lost_log.len(), attacked_log.len(), "{what}: events");
     assert!(lost_log == attacked_log, "{what}: the logs differ");
 }
@@ -515,12 +542,14 @@ fn a_datagram_altered_in_any_byte_is_dropped_counted_and_unanswered() {
     eprintln!("datagram of {} bytes, every byte flipped", datagram.len());
     for index in 0..datagram.len() {
         // Which check catches it: the clear header's fields first, then the tag.
-        let counter = match index {
-            // Kind: Data (3) ^ 1 = Welcome (2), which a server never takes; session id:
-            // no such session.
-            0 | 2..=5 => "server.auth_failures",
+        let counters: &[(&str, i64)] = match index {
+            // Kind: Data (3) ^ 1 = Welcome (2), which a server never takes.
+            0 => &[("server.auth_failures", 2)],
+            // Session id: no such session, which the server says in a 12-byte Stale (the
+            // client, whose session it does not name, ignores it).
+            2..=5 => &[("server.auth_failures", 2), ("server.stale_sent", 2)],
             // Line, seq (the AEAD nonce and associated data), body, tag.
-            _ => "s0.auth_failures",
+            _ => &[("s0.auth_failures", 2)],
         };
         let what = format!("byte {index} of {}", datagram.len());
         check_dropped(
@@ -534,7 +563,7 @@ fn a_datagram_altered_in_any_byte_is_dropped_counted_and_unanswered() {
                 lab.inject(To::Server, from_line, altered.clone());
                 lab.inject(To::Server, attacker(), altered);
             },
-            &expect(&[(counter, 2)]),
+            &expect(counters),
         );
     }
 }
@@ -622,35 +651,59 @@ fn a_truncated_datagram_is_dropped_counted_and_unanswered() {
 
 #[test]
 fn a_client_with_another_key_gets_no_welcome_and_its_data_is_dropped() {
-    // Its Hellos: one per line every 250 ms, none answered.
+    // Its Hellos: on every line, again after 200 ms, then twice as long each time up to
+    // 800 ms, each wait drawn from 75% to 100% of that; none answered.
     let mut stranger = Lab::new(7, &[(3, other_psk())]);
-    // Until the last Hellos (sent at 1000 ms) have arrived.
-    stranger.run_until(ms(1000) + ONE_WAY);
-    let hellos = stranger
-        .log
-        .iter()
-        .filter(|e| matches!(e, Event::ClientSent { data, .. } if data[0] == Kind::Hello as u8))
-        .count();
+    stranger.run_until(ms(5000) + ONE_WAY);
+    let sent_at = |line: u8| -> Vec<Instant> {
+        stranger
+            .log
+            .iter()
+            .filter_map(|e| match e {
+                Event::ClientSent {
+                    at, line: l, data, ..
+                } if *l == line && data[0] == Kind::Hello as u8 => Some(*at),
+                _ => None,
+            })
+            .collect()
+    };
+    let attempts = sent_at(0);
+    assert_eq!(sent_at(1), attempts, "every attempt goes on both lines");
+    let mut interval = 200.0;
+    for pair in attempts.windows(2) {
+        let gap = pair[1].saturating_since(pair[0]).as_millis_f64();
+        assert!(
+            (0.75 * interval - 1e-6..=interval + 1e-6).contains(&gap),
+            "a wait of {gap} ms where {interval} ms (75-100%) was due: {attempts:?}"
+        );
+        interval = (2.0 * interval).min(800.0);
+    }
+    // 0, ~0.2, ~0.6, then every ~0.8 s (0.6-0.8) to 5 s: 7 to 9 attempts.
+    assert!(
+        (7..=9).contains(&attempts.len()),
+        "{} attempts",
+        attempts.len()
+    );
+    let hellos = 2 * attempts.len();
     let server_sent = stranger
         .log
         .iter()
         .filter(|e| matches!(e, Event::ServerSent { .. }))
         .count();
     eprintln!("{hellos} Hellos under another key, {server_sent} answers");
-    // At 0, 250, 500, 750 and 1000 ms, on both lines.
-    assert_eq!(hellos, 5 * LAB_LINES);
     assert_eq!(server_sent, 0);
     assert!(!stranger.clients[0].is_open());
     assert_eq!(stranger.server.counters().auth_failures, hellos as u64);
+    assert_eq!(stranger.server.counters().handshakes, 0);
     assert_eq!(stranger.server.counters().sessions_opened, 0);
 
     // Its Data, from a session with another server of that key. Seeded alike, that session
     // has the same nonces and id as the lab's own: only the key differs, so the datagram
     // reaches the session and must fail there.
     let mut elsewhere = Lab::new(7, &[(3, other_psk())]);
-    elsewhere.server = Server::new(
+    elsewhere.server = Server::with_psk(
         server_config(LAB_LINES),
-        other_psk(),
+        &other_psk(),
         Box::new(SeededEntropy(Rng::seed_from(7))),
     );
     elsewhere.run_until(ms(400));
@@ -712,7 +765,7 @@ fn a_datagram_of_another_session_or_an_unknown_one_is_dropped_counted_and_unansw
     let mut attacked = restarted();
     let id = Header::decode(&datagram).unwrap().session;
     assert!(
-        attacked.server.sessions().all(|(s, _)| s != id),
+        attacked.server.sessions().all(|(s, _, _)| s != id),
         "the session is unknown"
     );
     attacked.inject(
@@ -723,10 +776,19 @@ fn a_datagram_of_another_session_or_an_unknown_one_is_dropped_counted_and_unansw
     attacked.run_until(end);
     assert_eq!(
         difference(&quiet, &attacked),
-        expect(&[("server.auth_failures", 1)])
+        expect(&[("server.auth_failures", 1), ("server.stale_sent", 1)])
     );
+    // Its only answer: a Stale naming the unknown session, to where the datagram came from.
+    let mut answered = attacked.sorted_log();
+    let before = answered.len();
+    answered.retain(|e| {
+        !matches!(e, Event::ServerSent { data, to, .. }
+            if *to == line_address(0, usize::from(line)) && data.len() == HEADER_BYTES
+                && Header::decode(data).is_ok_and(|h| h.kind == Kind::Stale && h.session == id))
+    });
+    assert_eq!(before - answered.len(), 1, "one Stale");
     assert!(
-        quiet.sorted_log() == attacked.sorted_log(),
+        quiet.sorted_log() == answered,
         "unknown session: the logs differ"
     );
 
@@ -738,7 +800,7 @@ fn a_datagram_of_another_session_or_an_unknown_one_is_dropped_counted_and_unansw
     quiet.run_until(end);
     let mut attacked = restarted_alike();
     assert!(
-        attacked.server.sessions().any(|(s, _)| s == id),
+        attacked.server.sessions().any(|(s, _, _)| s == id),
         "the id is reused"
     );
     attacked.inject(To::Server, line_address(0, usize::from(line)), datagram);
@@ -792,8 +854,8 @@ fn reflected_datagrams_are_dropped_counted_and_unanswered() {
 }
 
 #[test]
-fn the_server_never_answers_a_hello_with_more_bytes_than_it_received() {
-    // The clients' own Hellos and the Welcomes they get.
+fn the_server_never_answers_with_more_bytes_than_it_received() {
+    // The clients' own Hellos (Initiations) and the Welcomes (Responses) they get.
     let lab = Lab::new(7, &[(3, psk()), (4, psk())]);
     let lens = |kind: Kind, server: bool| -> Vec<usize> {
         lab.log
@@ -814,57 +876,60 @@ fn the_server_never_answers_a_hello_with_more_bytes_than_it_received() {
     eprintln!("Hellos {hellos:?}, Welcomes {welcomes:?}");
     assert!(!welcomes.is_empty() && welcomes.len() <= hellos.len());
     assert!(welcomes.iter().max() <= hellos.iter().min());
+    assert_eq!(hellos[0], handshake::INITIATION_BYTES);
+    assert_eq!(welcomes[0], handshake::RESPONSE_BYTES);
 
-    // Hellos sealed with the right key but shorter than a Welcome open the session and are
-    // not answered; one as long as a Welcome is.
-    let hello = |seq: u64, len: usize| {
-        let header = Header {
-            kind: Kind::Hello,
-            line: 0,
-            session: 0,
-            seq,
-        };
-        let mut buf = Vec::new();
-        header.encode(&mut buf);
-        Hello {
-            client_nonce: [9; 16],
-            lines: 2,
-        }
-        .encode(&mut buf);
-        buf.resize(len - wire::TAG_BYTES, 0);
-        crypto::seal(
-            &SessionKeys::hello(&psk(), Role::Client).seal,
-            &header,
-            &mut buf,
-        )
-        .unwrap();
-        assert_eq!(buf.len(), len);
-        buf
-    };
-    let welcome_len = HEADER_BYTES + wire::WELCOME_BODY_BYTES + wire::TAG_BYTES;
-    let unpadded = HEADER_BYTES + wire::HELLO_BODY_BYTES + wire::TAG_BYTES;
-    let mut server = Server::new(
+    // A Hello of any other length, or garbage of a Hello's length, gets nothing (and no
+    // session: it would hold a slot until it expired).
+    let mut server = Server::with_psk(
         server_config(2),
-        psk(),
+        &psk(),
         Box::new(SeededEntropy(Rng::seed_from(1))),
     );
-    let from = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)), 999);
+    let attacker = from(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
+        999,
+    ));
     let mut buf = Vec::new();
-    for (seq, len) in [(1, unpadded), (2, welcome_len - 1)] {
-        server.handle_datagram(ms(1), from, &mut hello(seq, len));
-        assert_eq!(
-            server.poll_transmit(ms(1), &mut buf),
-            None,
-            "a Hello of {len} bytes"
-        );
+    let mut entropy = SeededEntropy(Rng::seed_from(11));
+    let keys = ClientKeys::from_psk(&psk(), SecretKey::generate(&mut entropy));
+    let mut hello = Vec::new();
+    let _ = handshake::Initiation::start(
+        &keys,
+        5,
+        SIM_UNIX_START_NS,
+        2,
+        None,
+        &mut entropy,
+        &mut hello,
+    );
+    for len in [HEADER_BYTES, hello.len() - 1, hello.len() + 1, 1400] {
+        let mut bytes = hello.clone();
+        bytes.resize(len, 0);
+        server.handle_datagram(ms(1), attacker, &mut bytes);
+        assert_eq!(server.poll_transmit(ms(1), &mut buf), None, "{len} bytes");
     }
-    // A short Hello gets no session either (it would hold one until the idle timeout).
-    assert_eq!(server.counters().sessions_opened, 0);
-    assert_eq!(server.counters().malformed, 2);
-    server.handle_datagram(ms(2), from, &mut hello(3, welcome_len));
-    assert_eq!(server.counters().sessions_opened, 1);
-    assert_eq!(server.poll_transmit(ms(2), &mut buf), Some(from));
-    assert_eq!(buf.len(), welcome_len);
+    let mut garbage = hello.clone();
+    garbage[HEADER_BYTES..].fill(0x5a);
+    server.handle_datagram(ms(1), attacker, &mut garbage);
+    assert_eq!(server.poll_transmit(ms(1), &mut buf), None, "garbage");
+    assert_eq!(server.counters().malformed, 4);
+    assert_eq!(server.counters().auth_failures, 1);
+    assert_eq!(server.counters().handshakes, 0);
+    server.handle_datagram(ms(2), attacker, &mut hello.clone());
+    assert_eq!(server.counters().handshakes, 1);
+    assert_eq!(server.poll_transmit(ms(2), &mut buf), Some(attacker));
+    assert_eq!(buf.len(), handshake::RESPONSE_BYTES);
+    // Data for no session: a 12-byte Stale, for a datagram of at least 12.
+    let mut data = vec![0u8; HEADER_BYTES];
+    data[0] = Kind::Data as u8;
+    data[5] = 9;
+    server.handle_datagram(ms(3), attacker, &mut data);
+    assert_eq!(server.poll_transmit(ms(3), &mut buf), Some(attacker));
+    assert_eq!(buf.len(), HEADER_BYTES);
+    assert_eq!(Header::decode(&buf).unwrap().kind, Kind::Stale);
+    assert_eq!(Header::decode(&buf).unwrap().session, 9);
+    let _ = wire::TAG_BYTES;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -966,15 +1031,7 @@ impl<N: Node, F: Node> Tunnel<N, F> {
         let mut net = Network::new(28);
         let ideal = LinkSpec::parse("").unwrap();
         let server_node = 2 * clients;
-        let server = ServerNode::new(
-            ServerConfig {
-                session: config.clone(),
-                max_clients: 8,
-                idle_timeout: Duration::from_secs(60),
-            },
-            psk(),
-            7,
-        );
+        let server = ServerNode::new(ServerConfig::new(config.clone(), 8), psk(), 7);
         net.connect(
             Port::new(server_node, 0),
             Port::new(server_node + 1, 0),
@@ -1047,9 +1104,9 @@ impl<N: Node, F: Node> Tunnel<N, F> {
         self.server
             .server
             .sessions()
-            .find(|(s, _)| *s == id)
+            .find(|(s, _, _)| *s == id)
             .expect("the server has it")
-            .1
+            .2
     }
 }
 
@@ -1320,7 +1377,12 @@ fn two_clients_share_a_server_and_each_gets_its_own_replies() {
         .iter()
         .map(|c| c.bond.session().expect("open"))
         .collect();
-    let server_ids: Vec<u32> = tunnel.server.server.sessions().map(|(id, _)| id).collect();
+    let server_ids: Vec<u32> = tunnel
+        .server
+        .server
+        .sessions()
+        .map(|(id, _, _)| id)
+        .collect();
     eprintln!(
         "sessions {ids:?}, the server's {server_ids:?}, {:?}",
         tunnel.server.server.counters()

@@ -39,11 +39,7 @@ impl Tunnel {
             .unwrap();
         net.connect(Port::new(2, 0), Port::new(3, 0), &ideal, &ideal, 2)
             .unwrap();
-        let server_config = ServerConfig {
-            session: config.clone(),
-            max_clients: 8,
-            idle_timeout: Duration::from_secs(60),
-        };
+        let server_config = ServerConfig::new(config.clone(), 8);
         let server = ServerNode::new(server_config, psk(), 7);
         let mut wires = Vec::new();
         for (k, (up, down)) in lines.iter().enumerate() {
@@ -233,7 +229,7 @@ fn the_aggregate_carries_nearly_the_sum_of_the_lines() {
         .sessions()
         .next()
         .unwrap()
-        .1
+        .2
         .reorder()
         .counters();
     eprintln!("server reorder {far_reorder:?}, client {reorder:?}");

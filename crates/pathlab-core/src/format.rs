@@ -179,6 +179,19 @@ pub fn hex(bytes: &[u8]) -> String {
         })
 }
 
+/// The bytes of `N * 2` hex digits (either case), or `None` if the text is anything else:
+/// the inverse of [`hex`].
+pub fn from_hex<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != 2 * N || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut bytes = [0u8; N];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +203,11 @@ mod tests {
     fn hex_is_two_lowercase_digits_a_byte() {
         assert_eq!(hex(&[0xab, 0x01, 0x00]), "ab0100");
         assert_eq!(hex(&[]), "");
+        assert_eq!(from_hex::<3>("ab0100"), Some([0xab, 0x01, 0x00]));
+        assert_eq!(from_hex::<1>("AB"), Some([0xab]));
+        assert_eq!(from_hex::<2>("ab0"), None);
+        assert_eq!(from_hex::<1>("+1"), None);
+        assert_eq!(from_hex::<1>("zz"), None);
     }
 
     #[test]

@@ -726,14 +726,7 @@ pub fn nonce_to_hex(nonce: &[u8; NONCE_LEN]) -> String {
 
 /// A nonce from hex text.
 pub fn nonce_from_hex(text: &str) -> Option<[u8; NONCE_LEN]> {
-    if text.len() != NONCE_LEN * 2 || !text.is_ascii() {
-        return None;
-    }
-    let mut nonce = [0u8; NONCE_LEN];
-    for (i, byte) in nonce.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(nonce)
+    pathlab_core::format::from_hex(text)
 }
 
 #[cfg(test)]

@@ -6,8 +6,11 @@ use anyhow::Context as _;
 use pathlab_bond::crypto::Psk;
 use pathlab_bond::endpoint::BondConfig;
 use pathlab_bond::fair::FairKey;
+use pathlab_bond::handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
 use pathlab_bond::line::LineState;
+use pathlab_bond::peers::PeerConfig;
 use pathlab_bond::sched::SchedulerKind;
+use pathlab_bond::server::Peers;
 use pathlab_bond::server::ServerConfig;
 use pathlab_bond::stats::BondStats;
 use pathlab_bond_driver::tunnel::{
@@ -33,13 +36,18 @@ enum BondCommand {
     Client(ClientArgs),
     /// A running tunnel's lines: state, rate, queue delay, loss; sessions and counters.
     Stats(StatsArgs),
-    /// Write a fresh pre-shared key (32 random bytes, hex) to FILE, readable by its owner only.
+    /// Write a fresh key (32 random bytes, 64 hex digits) to FILE, readable by its owner
+    /// only, and print its public key. It serves as an end's private key (--key) or as a
+    /// pre-shared key (--psk).
     Key(KeyArgs),
+    /// Print the public key of a key file (what the other end gives as --server-key or in
+    /// --peer NAME,key=PUBLIC).
+    Public(KeyArgs),
 }
 
 #[derive(Debug, clap::Args)]
 struct KeyArgs {
-    /// Where to write the key (refused if it exists).
+    /// The key file (`bond key` refuses one that exists).
     #[arg(value_name = "FILE")]
     file: std::path::PathBuf,
 }
@@ -47,10 +55,15 @@ struct KeyArgs {
 /// What both ends share.
 #[derive(Debug, clap::Args)]
 struct Common {
-    /// The pre-shared key (at least 32 bytes, in a file only its owner may read: `pathlab
-    /// bond key bond.key` makes one).
+    /// A pre-shared key (at least 32 bytes, in a file only its owner may read: `pathlab
+    /// bond key bond.key` makes one). Alone at both ends, it is the simple mode for one
+    /// site: every key derives from it. With --key, it is mixed into every handshake.
     #[arg(long, value_name = "FILE")]
-    psk: std::path::PathBuf,
+    psk: Option<std::path::PathBuf>,
+    /// This end's private key (a file only its owner may read: `pathlab bond key` makes
+    /// one and prints its public key for the other end).
+    #[arg(long, value_name = "FILE")]
+    key: Option<std::path::PathBuf>,
     /// The TUN device's name.
     #[arg(long, value_name = "NAME", default_value = "bond0")]
     tun: String,
@@ -94,6 +107,14 @@ struct ServerArgs {
     /// Most lines a client may have.
     #[arg(long, value_name = "N", default_value_t = 8)]
     max_lines: usize,
+    /// A client that may connect (with --key): its name, its public key and the inner
+    /// prefixes it may send from and receive at (none: every address, for one client).
+    /// Repeat for each client.
+    #[arg(long, value_name = "NAME,key=PUBLIC[,allowed=CIDR]...")]
+    peer: Vec<String>,
+    /// A file of peers, one per line as --peer takes them (# starts a comment).
+    #[arg(long, value_name = "FILE")]
+    peers: Option<std::path::PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -111,7 +132,12 @@ struct ClientArgs {
     /// the unpaced round robins other tunnels use (for comparison).
     #[arg(long, value_parser = ["delay", "rr", "wrr"], default_value = "delay")]
     scheduler: String,
-    /// Give up if the server has not answered after this long.
+    /// The server's public key (with --key; `pathlab bond public` prints it from the
+    /// server's key file).
+    #[arg(long, value_name = "PUBLIC")]
+    server_key: Option<String>,
+    /// Give up if the server has not answered the first handshake after this long (once
+    /// a session opened, the client never gives up).
     #[arg(long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
     connect_timeout: Duration,
     #[command(flatten)]
@@ -145,15 +171,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         BondCommand::Client(client) => run_client(client),
         BondCommand::Stats(stats) => run_stats(stats),
         BondCommand::Key(key) => write_key(key),
+        BondCommand::Public(key) => {
+            println!("{}", read_secret_key(&key.file)?.public_key());
+            Ok(())
+        }
     }
 }
 
 fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut bytes = [0u8; 32];
-    pathlab_bond::endpoint::Entropy::fill(&mut pathlab_bond_driver::tunnel::OsEntropy, &mut bytes);
-    let hex = pathlab_core::format::hex(&bytes);
+    let key = SecretKey::generate(&mut pathlab_bond_driver::tunnel::OsEntropy);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -161,24 +189,21 @@ fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
         .open(&args.file)
         .with_context(|| format!("cannot create the key file '{}'", args.file.display()))
         .map_err(usage)?;
-    writeln!(file, "{hex}")?;
+    writeln!(file, "{}", key.to_hex())?;
+    println!("{}", key.public_key());
     Ok(())
+}
+
+fn read_secret_key(path: &std::path::Path) -> anyhow::Result<SecretKey> {
+    let contents = crate::cmd::read_key_file(path).map_err(usage)?;
+    SecretKey::from_file_contents(&contents)
+        .with_context(|| format!("key file '{}'", path.display()))
+        .map_err(usage)
 }
 
 /// An address with a prefix length: `198.18.0.1/24`, `2001:2::1/64`.
 fn parse_cidr(text: &str) -> anyhow::Result<(IpAddr, u8)> {
-    let (address, prefix) = text
-        .split_once('/')
-        .with_context(|| format!("'{text}' is not ADDRESS/PREFIX (e.g. 198.18.0.1/24)"))?;
-    let address: IpAddr = address
-        .parse()
-        .with_context(|| format!("'{address}' in '{text}' is not an IP address"))?;
-    let max = if address.is_ipv4() { 32 } else { 128 };
-    let prefix: u8 =
-        prefix.parse().ok().filter(|p| *p <= max).with_context(|| {
-            format!("'{prefix}' in '{text}' is not a prefix length of 0 to {max}")
-        })?;
-    Ok((address, prefix))
+    Ok(pathlab_bond::peers::parse_cidr(text)?)
 }
 
 /// A line option: `IFACE[,via=GW][,rate=R]`.
@@ -217,9 +242,18 @@ fn read_psk(path: &std::path::Path) -> anyhow::Result<Psk> {
     Psk::from_file_contents(&contents).with_context(|| format!("key file '{}'", path.display()))
 }
 
-/// The tunnel settings both ends take from the command line.
-fn bond_config(common: &Common, lines: usize) -> anyhow::Result<(BondConfig, TunOptions, Psk)> {
-    let psk = read_psk(&common.psk).map_err(usage)?;
+/// The tunnel settings both ends take from the command line, and the pre-shared key if
+/// one was given.
+fn bond_config(
+    common: &Common,
+    lines: usize,
+) -> anyhow::Result<(BondConfig, TunOptions, Option<Psk>)> {
+    let psk = common
+        .psk
+        .as_deref()
+        .map(read_psk)
+        .transpose()
+        .map_err(usage)?;
     let addresses = common
         .address
         .iter()
@@ -275,8 +309,17 @@ fn with_metrics<R>(common: &Common, body: impl FnOnce() -> R) -> anyhow::Result<
 fn print_event(event: &BondEvent) {
     match event {
         BondEvent::TunUp { name, mtu } => eprintln!("bond: {name} is up, MTU {mtu}"),
-        BondEvent::SessionOpen { session } => {
+        BondEvent::SessionOpen {
+            session,
+            reconnects: 0,
+        } => {
             eprintln!("bond: session {session:08x} open");
+        }
+        BondEvent::SessionOpen {
+            session,
+            reconnects,
+        } => {
+            eprintln!("bond: session {session:08x} open (reconnect {reconnects})");
         }
         BondEvent::Sessions { open } => eprintln!("bond: {open} client(s) connected"),
         BondEvent::Line { interface, state } => match state {
@@ -293,8 +336,83 @@ fn print_event(event: &BondEvent) {
     }
 }
 
+/// The server's keys and peers: the simple mode (--psk alone), or its key and listed
+/// peers.
+fn server_keys(args: &ServerArgs, psk: Option<&Psk>) -> anyhow::Result<(ServerKeys, Peers)> {
+    let mut peers = args
+        .peer
+        .iter()
+        .map(|p| PeerConfig::parse(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| usage(anyhow::Error::new(e)))?;
+    if let Some(path) = &args.peers {
+        let contents = std::fs::read(path)
+            .with_context(|| format!("cannot read the peers file '{}'", path.display()))
+            .map_err(usage)?;
+        peers.extend(
+            PeerConfig::parse_file(&contents)
+                .with_context(|| format!("peers file '{}'", path.display()))
+                .map_err(usage)?,
+        );
+    }
+    match (&args.common.key, psk) {
+        (Some(key), psk) => {
+            if peers.is_empty() {
+                return Err(usage(anyhow::anyhow!(
+                    "a server with --key needs its clients: --peer NAME,key=PUBLIC[,allowed=CIDR] \
+                     (repeat) or --peers FILE"
+                )));
+            }
+            Ok((
+                ServerKeys::new(read_secret_key(key)?, psk),
+                Peers::Listed(peers),
+            ))
+        }
+        (None, Some(psk)) => {
+            if !peers.is_empty() {
+                return Err(usage(anyhow::anyhow!(
+                    "--peer and --peers name clients by their keys: give the server's own \
+                     --key too"
+                )));
+            }
+            Ok((ServerKeys::from_psk(psk), Peers::AnyKey))
+        }
+        (None, None) => Err(usage(anyhow::anyhow!(
+            "give --psk FILE (the simple mode, one key at both ends) or --key FILE with \
+             --peer/--peers"
+        ))),
+    }
+}
+
+/// The client's keys: the simple mode (--psk alone), or its key and the server's.
+fn client_keys(args: &ClientArgs, psk: Option<&Psk>) -> anyhow::Result<ClientKeys> {
+    match (&args.common.key, &args.server_key, psk) {
+        (Some(key), Some(server), psk) => {
+            let server = PublicKey::from_hex(server)
+                .context("--server-key")
+                .map_err(usage)?;
+            Ok(ClientKeys::new(read_secret_key(key)?, server, psk))
+        }
+        (None, None, Some(psk)) => Ok(ClientKeys::from_psk(
+            psk,
+            SecretKey::generate(&mut pathlab_bond_driver::tunnel::OsEntropy),
+        )),
+        (Some(_), None, _) => Err(usage(anyhow::anyhow!(
+            "--key needs the server's public key: --server-key PUBLIC"
+        ))),
+        (None, Some(_), _) => Err(usage(anyhow::anyhow!(
+            "--server-key needs this client's own --key FILE"
+        ))),
+        (None, None, None) => Err(usage(anyhow::anyhow!(
+            "give --psk FILE (the simple mode, one key at both ends) or --key FILE with \
+             --server-key PUBLIC"
+        ))),
+    }
+}
+
 fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
     let (session, tun, psk) = bond_config(&args.common, args.max_lines)?;
+    let (keys, peers) = server_keys(args, psk.as_ref())?;
     if args.max_clients == 0 || args.max_lines == 0 || args.max_lines > 64 {
         return Err(usage(anyhow::anyhow!(
             "--max-clients must be at least 1 and --max-lines 1 to 64"
@@ -302,18 +420,25 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
     }
     pathlab_os::require_net_admin("pathlab bond server").map_err(usage)?;
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
+    let public = match peers {
+        Peers::Listed(ref listed) => {
+            format!(
+                ", public key {}, {} peer(s)",
+                keys.secret.public_key(),
+                listed.len()
+            )
+        }
+        Peers::AnyKey => String::new(),
+    };
     let options = ServerOptions {
         name: name_of(&args.common),
         listen: args.listen,
-        psk,
+        keys,
+        peers,
         tun,
-        config: ServerConfig {
-            session,
-            max_clients: args.max_clients,
-            idle_timeout: Duration::from_secs(60),
-        },
+        config: ServerConfig::new(session, args.max_clients),
     };
-    eprintln!("bond: server listening on {}", args.listen);
+    eprintln!("bond: server listening on {}{public}", args.listen);
     let stats = with_metrics(&args.common, || {
         pathlab_bond_driver::tunnel::run_server(
             &options,
@@ -338,6 +463,7 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         )));
     }
     let (mut config, tun, psk) = bond_config(&args.common, parsed.len())?;
+    let keys = client_keys(args, psk.as_ref())?;
     config.scheduler = match args.scheduler.as_str() {
         "rr" => SchedulerKind::RoundRobin,
         "wrr" => SchedulerKind::WeightedRoundRobin,
@@ -357,7 +483,7 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         name: name_of(&args.common),
         server: args.server,
         lines: parsed.into_iter().map(|(line, _)| line).collect(),
-        psk,
+        keys,
         tun,
         config,
         connect_timeout: args.connect_timeout,
