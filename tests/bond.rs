@@ -197,13 +197,26 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
     std::fs::write(&open, "0123456789abcdef0123456789abcdef0123456789abcdef\n").unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
     let key = dir.path("good.key");
-    let (code, stderr) = pathlab(&["bond", "key", key.to_str().unwrap()]);
-    assert_eq!(code, 0, "{stderr}");
+    let made = util::emulated::pathlab(&["bond", "key", key.to_str().unwrap()]);
+    assert!(made.status.success(), "{made:?}");
+    let printed = String::from_utf8_lossy(&made.stdout).trim().to_owned();
     let written = std::fs::read_to_string(&key).unwrap();
     assert_eq!(written.trim().len(), 64, "32 bytes in hex");
     let (code, stderr) = pathlab(&["bond", "key", key.to_str().unwrap()]);
     assert_eq!(code, 2, "an existing key is not overwritten: {stderr}");
+    // `bond key` prints the key's public half, and `bond public` reads it back.
+    let read = util::emulated::pathlab(&["bond", "public", key.to_str().unwrap()]);
+    assert!(read.status.success(), "{read:?}");
+    let public = String::from_utf8_lossy(&read.stdout).trim().to_owned();
+    assert_eq!(public.len(), 64, "{public}");
+    assert_eq!(public, printed);
+    assert_ne!(
+        public,
+        written.trim(),
+        "the public key is not the private one"
+    );
     let key = key.to_str().unwrap();
+    let peer_spec = format!("site-a,key={public}");
     let cases: &[(&[&str], &str)] = &[
         (
             &[
@@ -290,7 +303,7 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
                 "--psk",
                 key,
             ],
-            "ADDRESS/PREFIX",
+            "no /LENGTH",
         ),
         (
             &[
@@ -318,6 +331,73 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
                 key,
             ],
             "at most 1s",
+        ),
+        (
+            &[
+                "bond",
+                "client",
+                "198.18.0.1:7000",
+                "--line",
+                "eth9",
+                "--key",
+                key,
+            ],
+            "--server-key PUBLIC",
+        ),
+        (
+            &[
+                "bond",
+                "client",
+                "198.18.0.1:7000",
+                "--line",
+                "eth9",
+                "--key",
+                key,
+                "--server-key",
+                "abcd",
+            ],
+            "64 hex digits",
+        ),
+        (
+            &["bond", "client", "198.18.0.1:7000", "--line", "eth9"],
+            "give --psk FILE",
+        ),
+        (
+            &[
+                "bond",
+                "server",
+                "--listen",
+                "198.18.0.1:7000",
+                "--key",
+                key,
+            ],
+            "--peer NAME,key=PUBLIC",
+        ),
+        (
+            &[
+                "bond",
+                "server",
+                "--listen",
+                "198.18.0.1:7000",
+                "--key",
+                key,
+                "--peer",
+                "site-a,allowed=198.19.1.0/24",
+            ],
+            "no key=PUBLIC",
+        ),
+        (
+            &[
+                "bond",
+                "server",
+                "--listen",
+                "198.18.0.1:7000",
+                "--psk",
+                key,
+                "--peer",
+                &peer_spec,
+            ],
+            "give the server's own --key",
         ),
         (
             &["bond", "stats", "--name", "no-such-tunnel"],

@@ -488,6 +488,7 @@ mod tests {
                 ..ReorderCounters::default()
             },
             reorder_timeout_ms: 12.0,
+            peer: String::new(),
         }
     }
 

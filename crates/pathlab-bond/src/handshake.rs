@@ -334,7 +334,7 @@ fn builder(entropy: &mut dyn Entropy) -> snow::Builder<'static> {
 }
 
 /// HASH(label | key): the key of a mac1 or of the cookie encryption.
-fn labelled_key(label: &[u8; 8], key: &PublicKey) -> [u8; 32] {
+fn labelled_key(label: [u8; 8], key: &PublicKey) -> [u8; 32] {
     Blake2s256::new()
         .chain_update(label)
         .chain_update(key.0)
@@ -452,13 +452,13 @@ impl Initiation {
             .write_message(&payload, &mut out[HEADER_BYTES..])
             .expect("room for the first message");
         debug_assert_eq!(written, INITIATION_NOISE_BYTES);
-        put_macs(out, &labelled_key(b"mac1----", &keys.server), cookie);
+        put_macs(out, &labelled_key(*b"mac1----", &keys.server), cookie);
         let (at1, at2) = mac_offsets(out.len());
         Initiation {
             state,
             index,
             mac1: out[at1..at2].try_into().expect("16 bytes"),
-            mac1_key: labelled_key(b"mac1----", &keys.secret.public_key()),
+            mac1_key: labelled_key(*b"mac1----", &keys.secret.public_key()),
         }
     }
 
@@ -507,7 +507,7 @@ fn open_cookie(
     reply: &[u8],
 ) -> Result<[u8; MAC_BYTES], HandshakeError> {
     check_len("CookieReply", reply, COOKIE_REPLY_BYTES)?;
-    let cipher = XChaCha20Poly1305::new(&labelled_key(b"cookie--", server).into());
+    let cipher = XChaCha20Poly1305::new(&labelled_key(*b"cookie--", server).into());
     let nonce = &reply[HEADER_BYTES..HEADER_BYTES + XNONCE_BYTES];
     let mut cookie = [0; MAC_BYTES];
     cookie.copy_from_slice(&reply[HEADER_BYTES + XNONCE_BYTES..][..MAC_BYTES]);
@@ -553,7 +553,7 @@ impl Incoming {
             .write_message(&session.to_be_bytes(), &mut out[HEADER_BYTES..])
             .expect("room for the second message");
         debug_assert_eq!(written, RESPONSE_NOISE_BYTES);
-        put_macs(out, &labelled_key(b"mac1----", &self.peer), None);
+        put_macs(out, &labelled_key(*b"mac1----", &self.peer), None);
         let (initiator, responder) = self.state.dangerously_get_raw_split();
         SessionKeys::from_split(&initiator, &responder, false)
     }
@@ -583,8 +583,8 @@ impl Responder {
     pub fn new(keys: ServerKeys) -> Responder {
         let public = keys.secret.public_key();
         Responder {
-            mac1_key: labelled_key(b"mac1----", &public),
-            cookie_key: labelled_key(b"cookie--", &public),
+            mac1_key: labelled_key(*b"mac1----", &public),
+            cookie_key: labelled_key(*b"cookie--", &public),
             cookie_secret: [0; 32],
             secret_since: None,
             public,

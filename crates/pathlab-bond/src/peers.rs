@@ -25,10 +25,12 @@ pub const MAX_PEERS_FILE_BYTES: usize = 16 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeerError {
     /// A prefix is not ADDRESS/LENGTH.
-    #[error("'{text}' is not ADDRESS/LENGTH (e.g. 198.19.1.0/24 or 2001:2:1::/64)")]
+    #[error("'{text}': {why} (expected ADDRESS/LENGTH, e.g. 198.19.1.0/24 or 2001:2:1::/64)")]
     BadPrefix {
         /// The text.
         text: String,
+        /// What is wrong.
+        why: String,
     },
     /// A peer spec is malformed.
     #[error("peer '{text}': {why}")]
@@ -62,17 +64,22 @@ pub struct Prefix {
 
 /// `ADDRESS/LENGTH` as written, host bits kept (an interface address).
 pub fn parse_cidr(text: &str) -> Result<(IpAddr, u8), PeerError> {
-    let bad = || PeerError::BadPrefix {
+    let bad = |why: String| PeerError::BadPrefix {
         text: text.chars().take(80).collect(),
+        why,
     };
-    let (address, len) = text.split_once('/').ok_or_else(bad)?;
-    let address: IpAddr = address.parse().map_err(|_| bad())?;
+    let (address, len) = text
+        .split_once('/')
+        .ok_or_else(|| bad("no /LENGTH".to_owned()))?;
+    let address: IpAddr = address
+        .parse()
+        .map_err(|_| bad(format!("'{address}' is not an IP address")))?;
     let max = if address.is_ipv4() { 32 } else { 128 };
     let len: u8 = len
         .parse()
         .ok()
         .filter(|l| *l <= max && !len.starts_with('+'))
-        .ok_or_else(bad)?;
+        .ok_or_else(|| bad(format!("'{len}' is not a prefix length of 0 to {max}")))?;
     Ok((address, len))
 }
 

@@ -385,16 +385,21 @@ impl Server {
                 return;
             }
         }
-        // A copy (another line's, or a retransmission) of an Initiation already answered:
-        // the same Response, no second handshake.
+        // A copy (another line's) of an Initiation already answered: the same Response, no
+        // second handshake.
         let digest = handshake::initiation_digest(datagram);
+        // Once the session confirmed, the client needs no Response: a copy is a replay.
         if let Some(session) = self
             .by_initiation
             .get(&digest)
             .and_then(|id| self.sessions.get(id))
         {
-            self.outbox.push((from, session.response.clone()));
-            self.counters.hello_copies += 1;
+            if session.confirmed {
+                self.counters.replayed_hellos += 1;
+            } else {
+                self.outbox.push((from, session.response.clone()));
+                self.counters.hello_copies += 1;
+            }
             return;
         }
         // Under load, a Diffie-Hellman only for a client that proved its address.

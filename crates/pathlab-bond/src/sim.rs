@@ -49,9 +49,9 @@ pub struct ClientNode {
 impl ClientNode {
     /// A client with `config` in the simple mode of `psk` (a fresh key of its own),
     /// seeded by `seed`.
-    pub fn new(config: BondConfig, psk: Psk, seed: u64) -> ClientNode {
+    pub fn new(config: BondConfig, psk: &Psk, seed: u64) -> ClientNode {
         let mut entropy = SeededEntropy(Rng::seed_from(seed));
-        let keys = ClientKeys::from_psk(&psk, SecretKey::generate(&mut entropy));
+        let keys = ClientKeys::from_psk(psk, SecretKey::generate(&mut entropy));
         ClientNode::with_keys(config, keys, seed)
     }
 
@@ -117,9 +117,9 @@ pub struct ServerNode {
 impl ServerNode {
     /// A server in the simple mode of `psk` whose clients have at most
     /// `config.session.lines` lines each.
-    pub fn new(config: ServerConfig, psk: Psk, seed: u64) -> ServerNode {
+    pub fn new(config: ServerConfig, psk: &Psk, seed: u64) -> ServerNode {
         let entropy = Box::new(SeededEntropy(Rng::seed_from(seed)));
-        ServerNode::with_server(Server::with_psk(config, &psk, entropy))
+        ServerNode::with_server(Server::with_psk(config, psk, entropy))
     }
 
     /// A node around `server`.

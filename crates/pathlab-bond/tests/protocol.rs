@@ -1031,7 +1031,7 @@ impl<N: Node, F: Node> Tunnel<N, F> {
         let mut net = Network::new(28);
         let ideal = LinkSpec::parse("").unwrap();
         let server_node = 2 * clients;
-        let server = ServerNode::new(ServerConfig::new(config.clone(), 8), psk(), 7);
+        let server = ServerNode::new(ServerConfig::new(config.clone(), 8), &psk(), 7);
         net.connect(
             Port::new(server_node, 0),
             Port::new(server_node + 1, 0),
@@ -1070,7 +1070,7 @@ impl<N: Node, F: Node> Tunnel<N, F> {
             net,
             nears,
             clients: (0..clients)
-                .map(|c| ClientNode::new(config.clone(), psk(), 3 + c as u64))
+                .map(|c| ClientNode::new(config.clone(), &psk(), 3 + c as u64))
                 .collect(),
             server,
             far,

@@ -40,7 +40,7 @@ impl Tunnel {
         net.connect(Port::new(2, 0), Port::new(3, 0), &ideal, &ideal, 2)
             .unwrap();
         let server_config = ServerConfig::new(config.clone(), 8);
-        let server = ServerNode::new(server_config, psk(), 7);
+        let server = ServerNode::new(server_config, &psk(), 7);
         let mut wires = Vec::new();
         for (k, (up, down)) in lines.iter().enumerate() {
             let up = LinkSpec::parse(up).unwrap();
@@ -60,7 +60,7 @@ impl Tunnel {
         Tunnel {
             net,
             near,
-            client: ClientNode::new(config, psk(), 3),
+            client: ClientNode::new(config, &psk(), 3),
             server,
             far,
             lines: wires,
