@@ -69,14 +69,14 @@ pub struct StreamReport {
     /// Set on an upward stream whose data stopped getting through and had not resumed
     /// when its client gave up waiting for the test's results ([`starvation`]); its
     /// counts are then its sender's ([`StreamReport::count_acknowledged`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    // added in v1 with starved streams
+    #[serde(default, skip_serializing_if = "Option::is_none")] // added in v1
     pub starved: Option<Starved>,
 }
 
 /// A stream that a queue or the path starved: none of its data got through for seconds,
-/// and none had when its client gave up waiting for the test's results (an unfair queue's
-/// victim sits in retransmission backoff, its timeout doubling each time: 1, 2, 4, 8 s).
+/// and it was still getting none through when its client gave up waiting for the test's
+/// results (an unfair queue's victim sits in retransmission backoff, its timeout doubling
+/// each time: 1, 2, 4, 8 s).
 /// A result of the path, not a failure of the measurement.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Starved {
