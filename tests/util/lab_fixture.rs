@@ -51,6 +51,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
             bytes: 4_800_000,
             receive_ns: 4_000_000_000,
             samples,
+            starved: None,
         }],
         down: vec![],
         up_bps: 9.6e6,

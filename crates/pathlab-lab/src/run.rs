@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
 use pathlab_core_driver::port::{PacketPort, ReceiveMode};
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
-use pathlab_probe_driver::{Client, Server, ServerConfig, TcpOptions, TcpTest};
+use pathlab_probe::tcp::TcpTestReport;
+use pathlab_probe_driver::{
+    Client, MeasureError, Partial, Server, ServerConfig, TcpOptions, TcpTest,
+};
 use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport, SendLateness};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
@@ -648,22 +651,25 @@ fn run_workload(workload: &Workload, target: Option<IpAddr>, port: u16, out: &Pa
             streams,
             congestion,
             window,
-        } => connect()
-            .and_then(|client| {
-                client.tcp(&TcpTest {
-                    streams: *streams,
-                    direction: TcpDirection::Up,
-                    duration: workload.duration,
-                    interval: Duration::from_millis(100),
-                    sample_every: Duration::from_millis(10),
-                    options: TcpOptions {
-                        window: *window,
-                        mss: None,
-                        congestion: congestion.clone(),
-                    },
-                })
-            })
-            .map(|report| LabOutcome::Tcp(Box::new(report))),
+        } => {
+            let test = TcpTest {
+                streams: *streams,
+                direction: TcpDirection::Up,
+                duration: workload.duration,
+                interval: Duration::from_millis(100),
+                sample_every: Duration::from_millis(10),
+                options: TcpOptions {
+                    window: *window,
+                    mss: None,
+                    congestion: congestion.clone(),
+                },
+            };
+            return tcp_outcome(
+                connect()
+                    .map_err(Partial::from)
+                    .and_then(|client| client.tcp_or_partial(&test)),
+            );
+        }
         WorkloadKind::Rtt { interval, size } => {
             let count = (workload.duration.as_nanos() / interval.as_nanos().max(1)).max(1) as u64;
             connect()
@@ -696,6 +702,20 @@ fn run_workload(workload: &Workload, target: Option<IpAddr>, port: u16, out: &Pa
         WorkloadKind::Command { argv } => return run_command(workload, argv, target, out),
     };
     result.unwrap_or_else(|e| LabOutcome::Failed(e.to_string()))
+}
+
+/// A `tcp` workload's outcome: its report, also when a stream was starved (a queue or the
+/// path let none of its data through until the client gave up: a result of the path, kept
+/// with what got through and the gap); any other failure fails it.
+fn tcp_outcome(result: Result<TcpTestReport, Partial<TcpTestReport>>) -> LabOutcome {
+    match result {
+        Ok(report) => LabOutcome::Tcp(Box::new(report)),
+        Err(Partial {
+            error: MeasureError::Starved(_),
+            measured: Some(report),
+        }) => LabOutcome::Tcp(report),
+        Err(partial) => LabOutcome::Failed(partial.error.to_string()),
+    }
 }
 
 /// ICMP echo requests every `interval` for `duration`, from the calling thread's
@@ -803,5 +823,58 @@ fn run_command(
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(error) => return LabOutcome::Failed(error.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pathlab_probe::tcp::{Starved, StreamReport};
+    use pathlab_probe_driver::{Interruption, Starvation};
+
+    #[test]
+    fn a_starved_tcp_workload_is_a_result_and_a_silent_server_a_failure() {
+        let starved = Starved {
+            longest_gap_ns: 17_300_000_000,
+            gap_from_ns: 6_100_000_000,
+        };
+        let report = TcpTestReport {
+            up: vec![StreamReport {
+                bytes: 61_000,
+                starved: Some(starved),
+                ..StreamReport::default()
+            }],
+            ..TcpTestReport::default()
+        };
+        let outcome = tcp_outcome(Err(Partial {
+            error: MeasureError::Starved(Starvation {
+                streams: vec![(0, starved)],
+            }),
+            measured: Some(Box::new(report.clone())),
+        }));
+        assert_eq!(outcome, LabOutcome::Tcp(Box::new(report.clone())));
+        let LabOutcome::Tcp(kept) = outcome else {
+            unreachable!()
+        };
+        assert_eq!(
+            kept.starved().map(|s| s.summary()).as_deref(),
+            Some("starved: no data for 17.3 s")
+        );
+        // A server that stopped answering is not a result, whatever was measured.
+        let frozen = MeasureError::Interrupted(Interruption {
+            closed: false,
+            at_s: 25.0,
+            last_heard_s: Some(4.0),
+            awaited: "results",
+            bound: "within 10 s of its end".into(),
+        });
+        let failed = tcp_outcome(Err(Partial {
+            error: frozen,
+            measured: Some(Box::new(report)),
+        }));
+        assert!(
+            matches!(&failed, LabOutcome::Failed(why) if why.starts_with("the server stopped answering")),
+            "{failed:?}"
+        );
     }
 }

@@ -4,6 +4,7 @@ use std::io;
 use std::time::Duration;
 
 use pathlab_probe::session::SessionError;
+use pathlab_probe::tcp::Starved;
 
 /// Why a measurement failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +41,12 @@ pub enum MeasureError {
     /// connection) or closed the connection before the test's results.
     #[error("{0}")]
     Interrupted(Interruption),
+    /// A TCP test's upward stream got none of its data through for so long that the
+    /// server's results, which wait for every stream's end, did not come within the
+    /// grace: a queue or the path starved it. A result of the path rather than a failure
+    /// of the test: what got through, and the gap, are in the partial result.
+    #[error("{0}")]
+    Starved(Starvation),
     /// A socket call failed.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -86,6 +93,36 @@ impl std::fmt::Display for Interruption {
                 self.awaited, self.bound
             )
         }
+    }
+}
+
+/// Which upward streams of a TCP test were starved, and how: what
+/// [`MeasureError::Starved`] says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Starvation {
+    /// Each starved stream's index and record, in index order.
+    pub streams: Vec<(u32, Starved)>,
+}
+
+impl std::fmt::Display for Starvation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let indexes: Vec<String> = self.streams.iter().map(|(i, _)| i.to_string()).collect();
+        let longest = self
+            .streams
+            .iter()
+            .map(|&(_, starved)| starved)
+            .max_by_key(|s| s.longest_gap_ns)
+            .unwrap_or_default();
+        write!(
+            f,
+            "upward stream{} {} {} from {:.1} s into the test (retransmissions went \
+             unanswered: a queue or the path dropped what was sent), so the server's \
+             results, which wait for every stream's end, never came",
+            if indexes.len() == 1 { "" } else { "s" },
+            indexes.join(", "),
+            longest.summary(),
+            longest.gap_from_ns as f64 * 1e-9,
+        )
     }
 }
 
@@ -152,5 +189,28 @@ mod tests {
             "the server closed the connection 1.0 s into the test, before its results (it \
              stopped or crashed)"
         );
+    }
+
+    #[test]
+    fn a_starvation_says_which_streams_for_how_long_and_since_when() {
+        let starved = |gap_s: u64, from_s: u64| Starved {
+            longest_gap_ns: gap_s * 1_000_000_000,
+            gap_from_ns: from_s * 1_000_000_000,
+        };
+        let one = Starvation {
+            streams: vec![(0, starved(20, 5))],
+        };
+        assert_eq!(
+            one.to_string(),
+            "upward stream 0 starved: no data for 20.0 s from 5.0 s into the test \
+             (retransmissions went unanswered: a queue or the path dropped what was sent), \
+             so the server's results, which wait for every stream's end, never came"
+        );
+        let two = Starvation {
+            streams: vec![(1, starved(12, 8)), (3, starved(17, 3))],
+        };
+        assert!(two
+            .to_string()
+            .starts_with("upward streams 1, 3 starved: no data for 17.0 s from 3.0 s"));
     }
 }

@@ -37,7 +37,7 @@ pub mod streams;
 
 pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
 pub use counters::{metrics, MeasurementServerCounters, RefusalReason, TestKind, TestOutcome};
-pub use error::{Interruption, MeasureError, Partial};
+pub use error::{Interruption, MeasureError, Partial, Starvation};
 pub use pathlab_probe::session::MAX_STREAMS;
 pub use server::{Server, ServerConfig};
 pub use streams::{TcpOptions, TcpTest};

@@ -16,7 +16,7 @@ use pathlab_probe::tcp::{
     self as tcp_report, IntervalCounter, StreamReport, TcpSample, TcpTestReport,
 };
 
-use crate::{Client, Control, MeasureError, Partial};
+use crate::{Client, Control, Interruption, MeasureError, Partial, Starvation};
 use pathlab_os::sys;
 use pathlab_os::tcp_socket::{self, BufferLimit, TcpSocketOptions};
 
@@ -103,6 +103,8 @@ fn sample(stream: &TcpStream, start: Instant) -> Option<TcpSample> {
         delivery_rate: info.tcpi_delivery_rate,
         pacing_rate: info.tcpi_pacing_rate,
         mss: info.tcpi_snd_mss,
+        acked_bytes: info.tcpi_bytes_acked,
+        unanswered_timeouts: info.tcpi_retransmits,
     })
 }
 
@@ -308,6 +310,7 @@ fn receive_stream(
             bytes: counter.total,
             receive_ns,
             samples: Vec::new(),
+            starved: None,
         },
         error,
     )
@@ -659,7 +662,7 @@ impl Client {
                 Err(error) => {
                     stop.store(true, Ordering::Relaxed);
                     let joined = join_streams(threads, control_cpu_start);
-                    return Err(self.tcp_failed(error, &progress, partial(joined)));
+                    return Err(self.tcp_failed(error, &progress, partial(joined), test));
                 }
             }
         }
@@ -679,17 +682,13 @@ impl Client {
                 ),
                 _ => error.into(),
             };
-            let error = self.tcp_failed(error, &progress, None);
-            return Err(Partial {
-                measured: partial(joined),
-                ..error
-            });
+            return Err(self.tcp_failed(error, &progress, partial(joined), test));
         }
         let report = match early {
             Some(message) => message,
             None => match self.next_message() {
                 Ok(message) => message,
-                Err(error) => return Err(self.tcp_failed(error, &progress, partial(joined))),
+                Err(error) => return Err(self.tcp_failed(error, &progress, partial(joined), test)),
             },
         };
         self.finish();
@@ -720,12 +719,14 @@ impl Client {
         }
     }
 
-    /// A TCP test's failure, its message naming when data last moved.
+    /// A TCP test's failure, its message naming when data last moved; a server that went
+    /// silent because a stream was starved is told apart ([`starved_or`]).
     fn tcp_failed(
         &mut self,
         error: MeasureError,
         progress: &Progress,
         measured: Option<Box<TcpTestReport>>,
+        test: &TcpTest,
     ) -> Partial<TcpTestReport> {
         let error = match error {
             MeasureError::Interrupted(interruption) => {
@@ -740,6 +741,144 @@ impl Client {
             }
             other => other,
         };
-        Partial { error, measured }
+        starved_or(error, measured, test.duration)
+    }
+}
+
+/// What a TCP test that failed measured, and why it failed. A server that went silent
+/// (no results within the grace) may only be waiting for a stream that a queue or the
+/// path starved: the server waits for each stream's end, which is held up behind data in
+/// retransmission backoff. When an upward stream's sender shows that, the test ended
+/// [`MeasureError::Starved`], and its upward streams are counted from what their senders
+/// saw acknowledged ([`StreamReport::count_acknowledged`]), the server's counts having
+/// never come. Any other failure, a silent server whose streams show no starved one
+/// (frozen: it acknowledged what it took and closed its window) included, is kept as
+/// it is.
+fn starved_or(
+    error: MeasureError,
+    measured: Option<Box<TcpTestReport>>,
+    duration: Duration,
+) -> Partial<TcpTestReport> {
+    let silent = matches!(
+        error,
+        MeasureError::Interrupted(Interruption { closed: false, .. })
+    );
+    let starved = |report: &TcpTestReport| {
+        report
+            .up
+            .iter()
+            .any(|s| tcp_report::starvation(&s.samples).is_some())
+    };
+    match measured {
+        Some(mut report) if silent && starved(&report) => {
+            let duration_ns = duration.as_nanos() as u64;
+            for stream in &mut report.up {
+                stream.count_acknowledged(report.interval_ns, duration_ns);
+            }
+            report.up_bps = tcp_report::goodput_bps(&report.up);
+            let streams = report
+                .up
+                .iter()
+                .filter_map(|s| s.starved.map(|starved| (s.index, starved)))
+                .collect();
+            Partial {
+                error: MeasureError::Starved(Starvation { streams }),
+                measured: Some(report),
+            }
+        }
+        measured => Partial { error, measured },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The partial report of a 15 s upward test whose client gave up the grace after the
+    /// test's time: its stream's data got through at 10 kB per 10 ms sample until
+    /// `stalled_ms`, none after; from then on its sender was in retransmission backoff
+    /// when `backoff`, else it faced a closed window (a server that stopped reading).
+    fn given_up(stalled_ms: u64, backoff: bool) -> (Duration, Box<TcpTestReport>) {
+        let duration = Duration::from_secs(15);
+        let given_up_ms = (duration + crate::TEST_GRACE_STD).as_millis() as u64;
+        let samples = (0..=given_up_ms / 10)
+            .map(|i| TcpSample {
+                at_ns: i * 10_000_000,
+                acked_bytes: i.min(stalled_ms / 10) * 10_000,
+                unanswered_timeouts: u8::from(backoff && i * 10 > stalled_ms),
+                ..TcpSample::default()
+            })
+            .collect();
+        let report = TcpTestReport {
+            interval_ns: 100_000_000,
+            up: vec![StreamReport {
+                samples,
+                ..StreamReport::default()
+            }],
+            ..TcpTestReport::default()
+        };
+        (duration, Box::new(report))
+    }
+
+    fn silent_server() -> MeasureError {
+        MeasureError::Interrupted(Interruption {
+            closed: false,
+            at_s: 25.0,
+            last_heard_s: Some(4.0),
+            awaited: "results",
+            bound: "within 10 s of its end".into(),
+        })
+    }
+
+    #[test]
+    fn a_stream_silent_past_the_give_up_time_is_reported_starved_with_its_gap() {
+        // Nothing got through from 4 s to the give-up at 25 s: longer than the grace the
+        // client waited for the results after the test's 15 s.
+        let (duration, report) = given_up(4_000, true);
+        let partial = starved_or(silent_server(), Some(report), duration);
+        let MeasureError::Starved(starvation) = &partial.error else {
+            panic!("not reported starved: {}", partial.error)
+        };
+        let gap_ns = 21_000_000_000;
+        assert!(gap_ns > crate::TEST_GRACE_STD.as_nanos() as u64);
+        assert_eq!(starvation.streams.len(), 1);
+        let (index, starved) = starvation.streams[0];
+        assert_eq!(index, 0);
+        assert_eq!(
+            (starved.gap_from_ns, starved.longest_gap_ns),
+            (4_000_000_000, gap_ns)
+        );
+        // What got through until then is the result: 4 s at 8 Mbit/s, over the 15 s.
+        let report = partial.measured.expect("what got through");
+        assert_eq!(report.up[0].starved, Some(starved));
+        assert_eq!(report.up[0].bytes, 4_000_000);
+        // The last acknowledgement was seen by the sample at 4.00 s: interval 40.
+        assert_eq!(report.up[0].interval_bytes.len(), 41);
+        assert_eq!(report.up[0].interval_bytes[40], 10_000);
+        assert!((report.up_bps - 4_000_000.0 * 8.0 / 15.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_frozen_server_or_one_that_closed_is_still_an_error() {
+        // As silent, but the closed window says the server stopped reading.
+        let (duration, report) = given_up(4_000, false);
+        let partial = starved_or(silent_server(), Some(report.clone()), duration);
+        assert!(matches!(partial.error, MeasureError::Interrupted(_)));
+        assert_eq!(partial.measured, Some(report.clone()));
+        // A server that closed the connection ended the test, whatever its streams did.
+        let (duration, starved) = given_up(4_000, true);
+        let closed = MeasureError::Interrupted(Interruption {
+            closed: true,
+            ..match silent_server() {
+                MeasureError::Interrupted(interruption) => interruption,
+                _ => unreachable!(),
+            }
+        });
+        let partial = starved_or(closed, Some(starved.clone()), duration);
+        assert!(matches!(
+            partial.error,
+            MeasureError::Interrupted(Interruption { closed: true, .. })
+        ));
+        assert_eq!(partial.measured, Some(starved));
     }
 }

@@ -780,6 +780,7 @@ mod tests {
                     ..TcpSample::default()
                 })
                 .collect(),
+            starved: None,
         };
         TcpTestReport {
             interval_ns: 100_000_000,

@@ -1261,6 +1261,7 @@ mod tests {
             bytes: 51_000_000,
             receive_ns: 5_100_000_000,
             samples,
+            starved: None,
         }
     }
 

@@ -31,6 +31,16 @@ pub struct TcpSample {
     pub pacing_rate: u64,
     /// The MSS in use, bytes.
     pub mss: u32,
+    /// Bytes the receiver acknowledged so far (`tcpi_bytes_acked`): what got through,
+    /// as the sender knows it.
+    #[serde(default)] // added in v1 with starved streams
+    pub acked_bytes: u64,
+    /// Retransmission timeouts in a row that no acknowledgement answered
+    /// (`tcpi_retransmits`): above 0 while the sender, doubling its timeout each time,
+    /// waits for the path to deliver anything it has outstanding. A receiver that stops
+    /// reading leaves it at 0: it answers with a closed window, which the sender probes.
+    #[serde(default)] // added in v1 with starved streams
+    pub unanswered_timeouts: u8,
 }
 
 /// Which way a stream's data goes.
@@ -56,6 +66,92 @@ pub struct StreamReport {
     pub receive_ns: u64,
     /// `TCP_INFO` samples (the sender's view).
     pub samples: Vec<TcpSample>,
+    /// Set on an upward stream whose data stopped getting through and had not resumed
+    /// when its client gave up waiting for the test's results ([`starvation`]); its
+    /// counts are then its sender's ([`StreamReport::count_acknowledged`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")] // added in v1
+    pub starved: Option<Starved>,
+}
+
+/// A stream that a queue or the path starved: none of its data got through for seconds,
+/// and it was still getting none through when its client gave up waiting for the test's
+/// results (an unfair queue's victim sits in retransmission backoff, its timeout doubling
+/// each time: 1, 2, 4, 8 s).
+/// A result of the path, not a failure of the measurement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Starved {
+    /// The longest time none of its data got through, ns, to its sender's sampling
+    /// period: from the sample that first showed an acknowledged count to the next that
+    /// showed more, or to the last sample (when the client gave up).
+    pub longest_gap_ns: u64,
+    /// When that gap began, ns after the stream's start.
+    pub gap_from_ns: u64,
+}
+
+impl Starved {
+    /// How reports and summaries say it: `starved: no data for 14.2 s`.
+    pub fn summary(&self) -> String {
+        format!(
+            "starved: no data for {:.1} s",
+            self.longest_gap_ns as f64 * 1e-9
+        )
+    }
+}
+
+/// Whether a stream was starved, judged from its sender's `TCP_INFO` samples up to the
+/// moment its client gave up waiting for the test's results (the last sample): it was if
+/// the sender then had data outstanding that it had retransmitted on timeout with no
+/// acknowledgement since ([`TcpSample::unanswered_timeouts`]), so the path, not the
+/// peer, held its data. A peer that stopped reading (a frozen server) acknowledges what
+/// it received and closes its window: not starved, the peer stopped answering. With the
+/// longest time nothing got through ([`Starved::longest_gap_ns`]).
+pub fn starvation(samples: &[TcpSample]) -> Option<Starved> {
+    let last = samples.last()?;
+    if last.unanswered_timeouts == 0 {
+        return None;
+    }
+    let mut longest = Starved::default();
+    let mut gap = |from_ns: u64, to_ns: u64| {
+        let gap_ns = to_ns.saturating_sub(from_ns);
+        if gap_ns > longest.longest_gap_ns {
+            longest = Starved {
+                longest_gap_ns: gap_ns,
+                gap_from_ns: from_ns,
+            };
+        }
+    };
+    // Nothing got through before the first acknowledgement either.
+    let (mut since_ns, mut acked) = (0, 0);
+    for sample in samples {
+        if sample.acked_bytes > acked {
+            gap(since_ns, sample.at_ns);
+            (since_ns, acked) = (sample.at_ns, sample.acked_bytes);
+        }
+    }
+    gap(since_ns, last.at_ns);
+    Some(longest)
+}
+
+impl StreamReport {
+    /// Counts an upward stream from its sender's samples, for a test whose results never
+    /// came (the receiver's counts are the server's): bytes per interval and in all from
+    /// what the receiver acknowledged, over the test's time (`duration_ns`) or until the
+    /// last acknowledgement if later; and marks it [`starved`](Self::starved) if it was
+    /// ([`starvation`]).
+    pub fn count_acknowledged(&mut self, interval_ns: u64, duration_ns: u64) {
+        let mut counter = IntervalCounter::new(interval_ns);
+        let mut last_ns = 0;
+        for sample in &self.samples {
+            if sample.acked_bytes > counter.total {
+                counter.add(sample.at_ns, sample.acked_bytes - counter.total);
+                last_ns = sample.at_ns;
+            }
+        }
+        self.interval_bytes = counter.intervals;
+        self.bytes = counter.total;
+        self.receive_ns = duration_ns.max(last_ns);
+        self.starved = starvation(&self.samples);
+    }
 }
 
 /// Interval sums of several streams.
@@ -146,6 +242,74 @@ mod tests {
         };
         assert_eq!(report.retransmitted_segments(), 11);
     }
+
+    /// Samples every 100 ms from 0 to `end` tenths of a second of a sender whose data got
+    /// through at 4,000 bytes per sample until `stalled` tenths and never after (the count
+    /// it reached then kept); from then on it is in retransmission backoff when `backoff`
+    /// (one more timeout each time its doubling timeout fires), else its receiver's
+    /// window is closed (a receiver that stopped reading).
+    fn stalled_sender(stalled: u64, end: u64, backoff: bool) -> Vec<TcpSample> {
+        (0..=end)
+            .map(|tenth| TcpSample {
+                at_ns: tenth * 100_000_000,
+                acked_bytes: tenth.min(stalled) * 4_000,
+                unanswered_timeouts: match tenth.checked_sub(stalled) {
+                    Some(since) if since > 0 && backoff => (since.ilog2() + 1) as u8,
+                    _ => 0,
+                },
+                ..TcpSample::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_silent_past_the_give_up_in_backoff_is_starved_for_its_gap() {
+        // A 15 s test whose stream stalled at 5.3 s; its client gave up 10 s after the
+        // test's time (the grace), at 25 s: 19.7 s without data.
+        let samples = stalled_sender(53, 250, true);
+        let starved = starvation(&samples).expect("starved");
+        assert_eq!(starved.gap_from_ns, 5_300_000_000);
+        assert_eq!(starved.longest_gap_ns, 19_700_000_000);
+        assert_eq!(starved.summary(), "starved: no data for 19.7 s");
+        // Its counts: what got through, per interval of 1 s, over the test's 15 s.
+        let mut stream = StreamReport {
+            samples,
+            ..StreamReport::default()
+        };
+        stream.count_acknowledged(1_000_000_000, 15_000_000_000);
+        assert_eq!(stream.bytes, 212_000);
+        assert_eq!(
+            stream.interval_bytes,
+            [36_000, 40_000, 40_000, 40_000, 40_000, 16_000]
+        );
+        assert_eq!(stream.receive_ns, 15_000_000_000);
+        assert_eq!(stream.starved, Some(starved));
+        assert!((goodput_bps(&[stream]) - 212_000.0 * 8.0 / 15.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_longest_gap_may_be_one_the_stream_recovered_from() {
+        // Silent from 2 to 9 s (7 s), then through again until a stall at 14 s that the
+        // client gave up on at 20 s (6 s).
+        let mut samples = stalled_sender(140, 200, true);
+        for sample in &mut samples[20..90] {
+            sample.acked_bytes = 80_000;
+        }
+        let starved = starvation(&samples).expect("starved");
+        assert_eq!(
+            (starved.gap_from_ns, starved.longest_gap_ns),
+            (2_000_000_000, 7_000_000_000)
+        );
+    }
+
+    #[test]
+    fn a_closed_window_or_a_stream_still_delivering_is_not_starved() {
+        // A receiver that stopped reading (a frozen server): as silent, but answered.
+        assert_eq!(starvation(&stalled_sender(53, 250, false)), None);
+        // A stream that delivered to the end.
+        assert_eq!(starvation(&stalled_sender(250, 250, true)), None);
+        assert_eq!(starvation(&[]), None);
+    }
 }
 
 /// A TCP test's result: every stream with the receiver's counts and the sender's samples.
@@ -176,6 +340,15 @@ impl TcpTestReport {
             .filter_map(|s| s.samples.last())
             .map(|s| u64::from(s.retrans_segments))
             .sum()
+    }
+
+    /// The record of the starved stream with the longest gap, if a stream was starved.
+    pub fn starved(&self) -> Option<Starved> {
+        self.up
+            .iter()
+            .chain(&self.down)
+            .filter_map(|s| s.starved)
+            .max_by_key(|s| s.longest_gap_ns)
     }
 }
 

@@ -631,6 +631,7 @@ pub(crate) mod tests {
                 bytes: 2_375_000,
                 receive_ns: 2_000_000_000,
                 samples,
+                starved: None,
             }],
             down: vec![],
             up_bps: 9.5e6,

@@ -148,7 +148,10 @@ fn verdict(v: QueueVerdict) -> &'static str {
 
 fn outcome_text(outcome: &LabOutcome) -> String {
     match outcome {
-        LabOutcome::Tcp(_) => "tcp".into(),
+        LabOutcome::Tcp(report) => match report.starved() {
+            Some(starved) => format!("tcp, {}", starved.summary()),
+            None => "tcp".into(),
+        },
         LabOutcome::Rtt(_) => "rtt".into(),
         LabOutcome::Owd(_) => "owd".into(),
         LabOutcome::Ping(_) => "ping".into(),

@@ -327,6 +327,45 @@ fn a_lab_result_from_before_the_fidelity_guard_reads_without_figures() {
 }
 
 #[test]
+fn a_starved_tcp_workload_is_reported_starved_and_older_files_read_without_the_record() {
+    let starved = pathlab_probe::tcp::Starved {
+        longest_gap_ns: 17_300_000_000,
+        gap_from_ns: 6_100_000_000,
+    };
+    let mut run = synthetic_run();
+    let LabOutcome::Tcp(report) = &mut run.workloads[0].outcome else {
+        panic!("the synthetic run's first workload is tcp")
+    };
+    report.up[0].starved = Some(starved);
+    let scratch = Scratch::new("starved");
+    let dir = scratch.0.join("run");
+    save(&dir, &run);
+    let loaded = load_run(&dir).expect("loads");
+    let out = scratch.0.join("report");
+    let files = write_report(&[loaded], &out, &ReportOptions::default()).expect("writes");
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert!(html.contains("tcp, starved: no data for 17.3 s"), "{html}");
+    // A file from before starved streams: no record, no acknowledged counts in samples.
+    let json = ResultFile::new(RunResult::Lab(Box::new(run)), vec![], Some(1)).to_json();
+    let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let stream = &mut value["result"]["data"]["workloads"][0]["outcome"]["data"]["up"][0];
+    assert!(stream.as_object_mut().unwrap().remove("starved").is_some());
+    for sample in stream["samples"].as_array_mut().unwrap() {
+        let sample = sample.as_object_mut().unwrap();
+        assert!(sample.remove("acked_bytes").is_some());
+        assert!(sample.remove("unanswered_timeouts").is_some());
+    }
+    let RunResult::Lab(read) = ResultFile::from_json(&value.to_string()).unwrap().result else {
+        panic!("a lab result");
+    };
+    let LabOutcome::Tcp(report) = &read.workloads[0].outcome else {
+        panic!("tcp")
+    };
+    assert_eq!(report.starved(), None);
+    assert!(report.up[0].samples.iter().all(|s| s.acked_bytes == 0));
+}
+
+#[test]
 fn bad_inputs_are_named() {
     let scratch = Scratch::new("bad");
     let missing = scratch.0.join("nope.json");

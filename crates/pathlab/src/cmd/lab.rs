@@ -232,6 +232,10 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                         format::rate(bound, Digits::fixed(2))
                     )?;
                 }
+                // A result of the path, not a failure: what got through is the goodput.
+                if let Some(starved) = report.starved() {
+                    write!(stdout, "; {}", starved.summary())?;
+                }
                 writeln!(stdout)?;
             }
             if let pathlab_results::lab::LabOutcome::Blocks(report) = &workload.outcome {

@@ -61,7 +61,9 @@ pub struct Args {
 pub const PARTIAL: &str = "this end's side of each stream until the failure: the upward \
 streams' TCP_INFO samples (the server's counts of what it received never came: their bytes \
 and up_bps are 0), the downward streams' bytes per interval and down_bps (the server's \
-samples never came); server_cpu_s is 0";
+samples never came); server_cpu_s is 0. When an upward stream was starved (none of its \
+data got through until the client gave up), the upward streams' bytes, bytes per interval \
+and up_bps are what their senders saw acknowledged, and the starved one says for how long";
 
 /// Runs `pathlab tcp`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
