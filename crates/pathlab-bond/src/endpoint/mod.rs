@@ -22,13 +22,19 @@ use std::collections::VecDeque;
 
 use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
 
+mod client;
+mod transmit;
+
+use client::ClientSide;
+use transmit::Fill;
+
 use crate::control::ControllerConfig;
 use crate::crypto::{self, Role, SessionKeys};
 use crate::fair::{Direction, FairConfig, FairQueue, COMPRESSED_TAG};
-use crate::handshake::{self, ClientKeys, Initiation};
+use crate::handshake::ClientKeys;
 use crate::line::{Line, LineTimers};
 use crate::reorder::Reorder;
-use crate::sched::{self, Choice, LineView, SchedulerKind, WeightedRoundRobin};
+use crate::sched::{SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
     self, Frame, Header, Kind, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES, FEEDBACK_FRAME_BYTES,
     FRAGMENT_HEADER_BYTES,
@@ -146,36 +152,6 @@ enum State {
     Closed,
 }
 
-/// A client's handshake under way.
-#[derive(Debug)]
-struct Handshaking {
-    /// The latest attempts, newest last: a Response to the one before the newest still
-    /// counts (a round trip longer than the retry interval).
-    attempts: VecDeque<Initiation>,
-    /// The newest Initiation's bytes.
-    message: Vec<u8>,
-    /// Lines the newest Initiation still has to go on (from line `lines - left`).
-    copies_left: usize,
-    /// When the next attempt starts.
-    next_attempt: Instant,
-    /// The wait after the next attempt (before jitter).
-    interval: Duration,
-}
-
-/// What a client keeps across sessions: its keys, randomness and handshake.
-#[derive(Debug)]
-struct ClientSide {
-    keys: ClientKeys,
-    entropy: Box<dyn Entropy>,
-    /// The wall clock (unix ns) at `Instant::ZERO`: the Initiation's timestamp.
-    unix_at_zero_ns: u64,
-    /// The last timestamp sent: the next is greater, even if the wall clock steps back.
-    last_timestamp_ns: u64,
-    /// A cookie the server gave, and when.
-    cookie: Option<([u8; handshake::MAC_BYTES], Instant)>,
-    handshake: Option<Handshaking>,
-}
-
 /// What a datagram did, for the server's bookkeeping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Received {
@@ -189,22 +165,6 @@ pub enum Received {
     },
     /// Refused (counted), or not for this end's state.
     Refused,
-}
-
-/// What a datagram carries besides its line's report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fill {
-    /// As much queued data as fits.
-    All,
-    /// Only the packets of streams that just became active.
-    NewStreams,
-    /// No data (a keepalive or a report).
-    Nothing,
-    /// A path MTU probe: zeros (a Padding frame) to this many bytes of UDP payload, no
-    /// report.
-    Probe(usize),
-    /// A Close frame only.
-    Close,
 }
 
 /// A datagram to send: the line it goes on; its bytes are in the caller's buffer.
@@ -462,163 +422,6 @@ impl Bond {
         }
     }
 
-    /// A Response: the session it opens replaces the current one, if any.
-    fn handle_response(&mut self, now: Instant, header: Header, datagram: &[u8]) {
-        let Some(client) = &mut self.client else {
-            return;
-        };
-        let Some(handshake) = &mut client.handshake else {
-            // A copy of a Response already taken (the server answers every line's copy).
-            return;
-        };
-        let Some(at) = handshake
-            .attempts
-            .iter()
-            .position(|a| a.index == header.session)
-        else {
-            return;
-        };
-        let attempt = handshake.attempts.remove(at).expect("found above");
-        let Ok((session, keys)) = attempt.finish(datagram) else {
-            self.counters.auth_failures += 1;
-            return;
-        };
-        client.handshake = None;
-        if matches!(self.state, State::Open { .. }) {
-            // A new session: the far end starts afresh.
-            self.counters.reconnects += 1;
-            let lines = std::mem::take(&mut self.lines);
-            self.lines = lines
-                .into_iter()
-                .enumerate()
-                .map(|(j, line)| line.renewed(Bond::line_controller(&self.config, j), now))
-                .collect();
-            self.reorder.renew();
-            self.fair.new_session();
-        }
-        self.state = State::Open { session, keys };
-        self.last_authenticated = now;
-        for line in &mut self.lines {
-            line.reset_liveness(now);
-        }
-    }
-
-    fn handle_cookie(&mut self, now: Instant, header: Header, datagram: &[u8]) {
-        let Some(client) = &mut self.client else {
-            return;
-        };
-        let Some(handshake) = &client.handshake else {
-            return;
-        };
-        let cookie = handshake
-            .attempts
-            .iter()
-            .find(|a| a.index == header.session)
-            .and_then(|a| a.open_cookie(&client.keys.server, datagram).ok());
-        match cookie {
-            Some(cookie) => {
-                client.cookie = Some((cookie, now));
-                self.counters.cookies += 1;
-            }
-            None => self.counters.auth_failures += 1,
-        }
-    }
-
-    fn handle_stale(&mut self, now: Instant, header: Header) {
-        if self.session() != Some(header.session) {
-            return;
-        }
-        self.counters.stale_signals += 1;
-        // Anyone can forge a Stale: believe it only when the session has gone quiet too.
-        if now.saturating_since(self.last_authenticated) >= self.config.stale_after {
-            self.start_handshaking(now);
-        }
-    }
-
-    fn start_handshaking(&mut self, now: Instant) {
-        let interval = self.config.hello_interval;
-        if let Some(client) = &mut self.client {
-            if client.handshake.is_none() && self.closing_left == 0 {
-                client.handshake = Some(Handshaking {
-                    attempts: VecDeque::new(),
-                    message: Vec::new(),
-                    copies_left: 0,
-                    next_attempt: now,
-                    interval,
-                });
-            }
-        }
-    }
-
-    /// A client's handshake timers: start one when needed, and each attempt when due.
-    fn tick_client(&mut self, now: Instant) {
-        if self.client.is_none() || self.closing_left > 0 {
-            return;
-        }
-        let needed = match self.state {
-            State::Connecting => true,
-            State::Open { .. } => {
-                now.saturating_since(self.last_authenticated) >= self.config.rehandshake_after
-            }
-            State::Closed => false,
-        };
-        if needed {
-            self.start_handshaking(now);
-        }
-        let lines = self.lines.len();
-        let max = self.config.hello_backoff_max;
-        let Some(client) = &mut self.client else {
-            return;
-        };
-        let Some(handshake) = &mut client.handshake else {
-            return;
-        };
-        if now < handshake.next_attempt || lines == 0 {
-            return;
-        }
-        let mut index = 0;
-        while index == 0 || handshake.attempts.iter().any(|a| a.index == index) {
-            let mut bytes = [0; 4];
-            client.entropy.fill(&mut bytes);
-            index = u32::from_be_bytes(bytes);
-        }
-        let unix_ns = client
-            .unix_at_zero_ns
-            .saturating_add(now.as_nanos())
-            .max(client.last_timestamp_ns + 1);
-        client.last_timestamp_ns = unix_ns;
-        let cookie_lifetime =
-            handshake::COOKIE_SECRET_LIFETIME.saturating_sub(Duration::from_secs(10));
-        let cookie = client
-            .cookie
-            .as_ref()
-            .filter(|(_, at)| now.saturating_since(*at) < cookie_lifetime)
-            .map(|(cookie, _)| cookie);
-        let attempt = Initiation::start(
-            &client.keys,
-            index,
-            unix_ns,
-            lines as u8,
-            cookie,
-            client.entropy.as_mut(),
-            &mut handshake.message,
-        );
-        handshake.attempts.push_back(attempt);
-        if handshake.attempts.len() > 2 {
-            handshake.attempts.pop_front();
-        }
-        handshake.copies_left = lines;
-        // The wait, 75-100% of the interval: clients that lost their server together do
-        // not come back together.
-        let mut jitter = [0; 2];
-        client.entropy.fill(&mut jitter);
-        let fraction = 0.75 + 0.25 * f64::from(u16::from_be_bytes(jitter)) / f64::from(u16::MAX);
-        handshake.next_attempt =
-            now + Duration::from_secs_f64(handshake.interval.as_secs_f64() * fraction);
-        handshake.interval = handshake.interval.saturating_mul(2).min(max);
-        self.counters.handshakes += 1;
-    }
-
     fn handle_frame(&mut self, now: Instant, frame: Frame<'_>) {
         match frame {
             Frame::Fragment(fragment) => self.reorder.handle_fragment(
@@ -777,236 +580,6 @@ impl Bond {
         }
     }
 
-    fn poll_transmit_open(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let timers = self.config.timers;
-        self.send_at = None;
-        // A path MTU probe first: a few per search, and the search holds data back to what
-        // is proven.
-        for j in 0..self.lines.len() {
-            if let Some(size) = self.lines[j].probe_due(now) {
-                if let Some(transmit) = self.build(now, j, Fill::Probe(size), buf) {
-                    return Some(transmit);
-                }
-            }
-        }
-        // Control first: a line whose report or keepalive is due sends now, with data if
-        // the scheduler would give it some anyway.
-        if let Some(j) = (0..self.lines.len()).find(|&j| {
-            let line = &self.lines[j];
-            line.report_due(now, &timers) || line.keepalive_due(now, &timers)
-        }) {
-            let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
-            return self.build(
-                now,
-                j,
-                if with_data { Fill::All } else { Fill::Nothing },
-                buf,
-            );
-        }
-        if self.fair.is_empty() {
-            return None;
-        }
-        // A sparse flow's packet (a ping, an ACK, a DNS query) need not wait for the
-        // pacer: it goes now, alone in a short datagram, on the line where it lands first,
-        // borrowing at most one frame's time from that line's pacer. Its bytes are charged
-        // to the pacer, so the line's rate holds: a flow that keeps coming back as new
-        // finds the pacer in debt and waits like everyone else.
-        if self.config.scheduler == SchedulerKind::Delay && self.fair.has_new_streams() {
-            let views: Vec<Option<LineView>> = self
-                .views()
-                .into_iter()
-                .map(|v| {
-                    v.filter(|v| v.ready_at <= now + frame_time(v.rate_bps))
-                        .map(|v| LineView { ready_at: now, ..v })
-                })
-                .collect();
-            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200, Duration::ZERO)
-            {
-                return self.build(now, j, Fill::NewStreams, buf);
-            }
-        }
-        let line = match self.config.scheduler {
-            SchedulerKind::Delay => {
-                let len = self.fair.backlog_bytes().min(
-                    self.lines
-                        .iter()
-                        .map(Line::payload_limit)
-                        .max()
-                        .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
-                ) as usize;
-                match sched::earliest_arrival(
-                    now,
-                    &self.views(),
-                    len,
-                    self.fair.backlog_bytes(),
-                    self.config.controller.target.saturating_mul(2),
-                ) {
-                    Choice::Send(j) => j,
-                    Choice::Wait(at) => {
-                        self.send_at = Some(at);
-                        return None;
-                    }
-                    Choice::NoLine => {
-                        self.drop_backlog(now);
-                        return None;
-                    }
-                }
-            }
-            SchedulerKind::RoundRobin => {
-                let up: Vec<usize> = (0..self.lines.len())
-                    .filter(|&j| self.lines[j].is_up())
-                    .collect();
-                if up.is_empty() {
-                    self.drop_backlog(now);
-                    return None;
-                }
-                self.round_robin_next = (self.round_robin_next + 1) % self.lines.len();
-                *up.iter()
-                    .find(|&&j| j >= self.round_robin_next)
-                    .unwrap_or(&up[0])
-            }
-            SchedulerKind::WeightedRoundRobin => {
-                let weights: Vec<Option<f64>> = self
-                    .lines
-                    .iter()
-                    .enumerate()
-                    .map(|(j, l)| {
-                        l.is_up().then(|| {
-                            self.config
-                                .line_rates
-                                .get(j)
-                                .copied()
-                                .flatten()
-                                .map_or(1.0, BitsPerSec::as_f64)
-                        })
-                    })
-                    .collect();
-                match self.wrr.pick(&weights) {
-                    Some(j) => j,
-                    None => {
-                        self.drop_backlog(now);
-                        return None;
-                    }
-                }
-            }
-        };
-        self.build(now, line, Fill::All, buf)
-    }
-
-    /// Whether line `j` may carry data at `now` under the scheduler.
-    fn line_may_send(&self, now: Instant, j: usize) -> bool {
-        if self.fair.is_empty() {
-            return false;
-        }
-        match self.config.scheduler {
-            SchedulerKind::Delay => {
-                let len = self
-                    .fair
-                    .backlog_bytes()
-                    .min(self.lines[j].payload_limit() as u64) as usize;
-                sched::earliest_arrival(
-                    now,
-                    &self.views(),
-                    len,
-                    self.fair.backlog_bytes(),
-                    self.config.controller.target.saturating_mul(2),
-                ) == Choice::Send(j)
-            }
-            SchedulerKind::RoundRobin | SchedulerKind::WeightedRoundRobin => true,
-        }
-    }
-
-    fn views(&self) -> Vec<Option<LineView>> {
-        let fallback = self
-            .lines
-            .iter()
-            .filter_map(|l| l.controller().scheduling_owd_ns())
-            .min()
-            .unwrap_or(0);
-        self.lines
-            .iter()
-            .map(|line| {
-                line.is_up().then(|| LineView {
-                    ready_at: line.ready_at(),
-                    rate_bps: line.controller().rate().as_f64().max(1.0),
-                    // A line not measured yet is taken as good as the best: it gets
-                    // traffic, and so a measurement.
-                    owd_ns: line.controller().scheduling_owd_ns().unwrap_or(fallback),
-                })
-            })
-            .collect()
-    }
-
-    fn drop_backlog(&mut self, now: Instant) {
-        // No line is up: what waits would only grow stale. Drop it, counted.
-        let mut dropped = 0;
-        while !self.fair.is_empty() {
-            let before = self.fair.backlog_bytes();
-            self.fair.fill(now, usize::MAX / 2, |_| dropped += 1);
-            if self.fair.backlog_bytes() == before {
-                break;
-            }
-        }
-        self.counters.no_line_dropped += dropped;
-    }
-
-    /// Writes a Data datagram for line `j`: its report and echo if due, then what `fill`
-    /// says (fragments, or a probe's padding), sealed.
-    fn build(&mut self, now: Instant, j: usize, fill: Fill, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let State::Open { session, keys } = &self.state else {
-            return None;
-        };
-        let timers = self.config.timers;
-        let line = &mut self.lines[j];
-        let header = Header {
-            kind: Kind::Data,
-            line: line.index,
-            session: *session,
-            seq: line.next_seq()?,
-        };
-        header.encode(buf);
-        wire::encode_data_prefix(now.as_nanos(), buf);
-        let probe = matches!(fill, Fill::Probe(_));
-        if !probe
-            && fill != Fill::Close
-            && (line.report_due(now, &timers) || line.keepalive_due(now, &timers))
-        {
-            // A probe's acknowledgement before the report that counts it: the peer then
-            // tells a probe too big for the path from a lost datagram.
-            if let Some(ack) = line.take_probe_ack() {
-                ack.encode(buf);
-            }
-            for frame in line.take_report(now) {
-                frame.encode(buf);
-            }
-        }
-        let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
-        let budget = capacity.saturating_sub(buf.len());
-        let write = |fragment: wire::Fragment<'_>| Frame::Fragment(fragment).encode(buf);
-        match fill {
-            Fill::All => {
-                self.fair.fill(now, budget, write);
-            }
-            Fill::NewStreams => {
-                self.fair.fill_new(now, budget, write);
-            }
-            Fill::Nothing => {}
-            Fill::Close => Frame::Close.encode(buf),
-            Fill::Probe(size) => {
-                let zeros =
-                    size.saturating_sub(buf.len() + wire::PADDING_HEADER_BYTES + wire::TAG_BYTES);
-                Frame::Padding(u16::try_from(zeros).unwrap_or(u16::MAX)).encode(buf);
-            }
-        }
-        crypto::seal(&keys.seal, &header, buf).ok()?;
-        if probe {
-            line.on_probe_sent(header.seq, buf.len(), now);
-        }
-        let paced = self.config.scheduler == SchedulerKind::Delay;
-        line.on_sent(now, buf.len(), paced);
-        Some(Transmit { line: line.index })
-    }
-
     /// The MTU for the TUN device: the largest inner packet that goes whole in one datagram
     /// of every line that is up and whose path MTU search has ended (`None` before one has).
     pub fn tunnel_mtu(&self) -> Option<usize> {
@@ -1075,11 +648,6 @@ impl Bond {
             _ => self.state = State::Closed,
         }
     }
-}
-
-/// The time a full-size frame takes at `rate_bps`.
-fn frame_time(rate_bps: f64) -> Duration {
-    Duration::from_secs_f64(1514.0 * 8.0 / rate_bps.max(1.0))
 }
 
 /// Decompresses an LZ4 block with its length prepended, refusing lengths beyond an IP

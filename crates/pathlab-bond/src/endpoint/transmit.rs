@@ -1,0 +1,272 @@
+//! What a [`Bond`] sends: the scheduler's choice of line, and the datagrams it builds.
+
+use pathlab_core::{BitsPerSec, Duration, Instant};
+
+use super::{Bond, State, Transmit, DEFAULT_MAX_PAYLOAD};
+use crate::crypto;
+use crate::line::Line;
+use crate::sched::{self, Choice, LineView, SchedulerKind};
+use crate::wire::{self, Frame, Header, Kind};
+
+/// What a datagram carries besides its line's report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fill {
+    /// As much queued data as fits.
+    All,
+    /// Only the packets of streams that just became active.
+    NewStreams,
+    /// No data (a keepalive or a report).
+    Nothing,
+    /// A path MTU probe: zeros (a Padding frame) to this many bytes of UDP payload, no
+    /// report.
+    Probe(usize),
+    /// A Close frame only.
+    Close,
+}
+
+impl Bond {
+    pub(super) fn poll_transmit_open(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let timers = self.config.timers;
+        self.send_at = None;
+        // A path MTU probe first: a few per search, and the search holds data back to what
+        // is proven.
+        for j in 0..self.lines.len() {
+            if let Some(size) = self.lines[j].probe_due(now) {
+                if let Some(transmit) = self.build(now, j, Fill::Probe(size), buf) {
+                    return Some(transmit);
+                }
+            }
+        }
+        // Control first: a line whose report or keepalive is due sends now, with data if
+        // the scheduler would give it some anyway.
+        if let Some(j) = (0..self.lines.len()).find(|&j| {
+            let line = &self.lines[j];
+            line.report_due(now, &timers) || line.keepalive_due(now, &timers)
+        }) {
+            let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
+            return self.build(
+                now,
+                j,
+                if with_data { Fill::All } else { Fill::Nothing },
+                buf,
+            );
+        }
+        if self.fair.is_empty() {
+            return None;
+        }
+        // A sparse flow's packet (a ping, an ACK, a DNS query) need not wait for the
+        // pacer: it goes now, alone in a short datagram, on the line where it lands first,
+        // borrowing at most one frame's time from that line's pacer. Its bytes are charged
+        // to the pacer, so the line's rate holds: a flow that keeps coming back as new
+        // finds the pacer in debt and waits like everyone else.
+        if self.config.scheduler == SchedulerKind::Delay && self.fair.has_new_streams() {
+            let views: Vec<Option<LineView>> = self
+                .views()
+                .into_iter()
+                .map(|v| {
+                    v.filter(|v| v.ready_at <= now + frame_time(v.rate_bps))
+                        .map(|v| LineView { ready_at: now, ..v })
+                })
+                .collect();
+            if let Choice::Send(j) = sched::earliest_arrival(now, &views, 200, 200, Duration::ZERO)
+            {
+                return self.build(now, j, Fill::NewStreams, buf);
+            }
+        }
+        let line = match self.config.scheduler {
+            SchedulerKind::Delay => {
+                let len = self.fair.backlog_bytes().min(
+                    self.lines
+                        .iter()
+                        .map(Line::payload_limit)
+                        .max()
+                        .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
+                ) as usize;
+                match sched::earliest_arrival(
+                    now,
+                    &self.views(),
+                    len,
+                    self.fair.backlog_bytes(),
+                    self.config.controller.target.saturating_mul(2),
+                ) {
+                    Choice::Send(j) => j,
+                    Choice::Wait(at) => {
+                        self.send_at = Some(at);
+                        return None;
+                    }
+                    Choice::NoLine => {
+                        self.drop_backlog(now);
+                        return None;
+                    }
+                }
+            }
+            SchedulerKind::RoundRobin => {
+                let up: Vec<usize> = (0..self.lines.len())
+                    .filter(|&j| self.lines[j].is_up())
+                    .collect();
+                if up.is_empty() {
+                    self.drop_backlog(now);
+                    return None;
+                }
+                self.round_robin_next = (self.round_robin_next + 1) % self.lines.len();
+                *up.iter()
+                    .find(|&&j| j >= self.round_robin_next)
+                    .unwrap_or(&up[0])
+            }
+            SchedulerKind::WeightedRoundRobin => {
+                let weights: Vec<Option<f64>> = self
+                    .lines
+                    .iter()
+                    .enumerate()
+                    .map(|(j, l)| {
+                        l.is_up().then(|| {
+                            self.config
+                                .line_rates
+                                .get(j)
+                                .copied()
+                                .flatten()
+                                .map_or(1.0, BitsPerSec::as_f64)
+                        })
+                    })
+                    .collect();
+                match self.wrr.pick(&weights) {
+                    Some(j) => j,
+                    None => {
+                        self.drop_backlog(now);
+                        return None;
+                    }
+                }
+            }
+        };
+        self.build(now, line, Fill::All, buf)
+    }
+
+    /// Whether line `j` may carry data at `now` under the scheduler.
+    pub(super) fn line_may_send(&self, now: Instant, j: usize) -> bool {
+        if self.fair.is_empty() {
+            return false;
+        }
+        match self.config.scheduler {
+            SchedulerKind::Delay => {
+                let len = self
+                    .fair
+                    .backlog_bytes()
+                    .min(self.lines[j].payload_limit() as u64) as usize;
+                sched::earliest_arrival(
+                    now,
+                    &self.views(),
+                    len,
+                    self.fair.backlog_bytes(),
+                    self.config.controller.target.saturating_mul(2),
+                ) == Choice::Send(j)
+            }
+            SchedulerKind::RoundRobin | SchedulerKind::WeightedRoundRobin => true,
+        }
+    }
+
+    pub(super) fn views(&self) -> Vec<Option<LineView>> {
+        let fallback = self
+            .lines
+            .iter()
+            .filter_map(|l| l.controller().scheduling_owd_ns())
+            .min()
+            .unwrap_or(0);
+        self.lines
+            .iter()
+            .map(|line| {
+                line.is_up().then(|| LineView {
+                    ready_at: line.ready_at(),
+                    rate_bps: line.controller().rate().as_f64().max(1.0),
+                    // A line not measured yet is taken as good as the best: it gets
+                    // traffic, and so a measurement.
+                    owd_ns: line.controller().scheduling_owd_ns().unwrap_or(fallback),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) fn drop_backlog(&mut self, now: Instant) {
+        // No line is up: what waits would only grow stale. Drop it, counted.
+        let mut dropped = 0;
+        while !self.fair.is_empty() {
+            let before = self.fair.backlog_bytes();
+            self.fair.fill(now, usize::MAX / 2, |_| dropped += 1);
+            if self.fair.backlog_bytes() == before {
+                break;
+            }
+        }
+        self.counters.no_line_dropped += dropped;
+    }
+
+    /// Writes a Data datagram for line `j`: its report and echo if due, then what `fill`
+    /// says (fragments, or a probe's padding), sealed.
+    pub(super) fn build(
+        &mut self,
+        now: Instant,
+        j: usize,
+        fill: Fill,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let State::Open { session, keys } = &self.state else {
+            return None;
+        };
+        let timers = self.config.timers;
+        let line = &mut self.lines[j];
+        let header = Header {
+            kind: Kind::Data,
+            line: line.index,
+            session: *session,
+            seq: line.next_seq()?,
+        };
+        header.encode(buf);
+        wire::encode_data_prefix(now.as_nanos(), buf);
+        let probe = matches!(fill, Fill::Probe(_));
+        if !probe
+            && fill != Fill::Close
+            && (line.report_due(now, &timers) || line.keepalive_due(now, &timers))
+        {
+            // A probe's acknowledgement before the report that counts it: the peer then
+            // tells a probe too big for the path from a lost datagram.
+            if let Some(ack) = line.take_probe_ack() {
+                ack.encode(buf);
+            }
+            for frame in line.take_report(now) {
+                frame.encode(buf);
+            }
+        }
+        let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
+        let budget = capacity.saturating_sub(buf.len());
+        let write = |fragment: wire::Fragment<'_>| Frame::Fragment(fragment).encode(buf);
+        match fill {
+            Fill::All => {
+                self.fair.fill(now, budget, write);
+            }
+            Fill::NewStreams => {
+                self.fair.fill_new(now, budget, write);
+            }
+            Fill::Nothing => {}
+            Fill::Close => Frame::Close.encode(buf),
+            Fill::Probe(size) => {
+                let zeros =
+                    size.saturating_sub(buf.len() + wire::PADDING_HEADER_BYTES + wire::TAG_BYTES);
+                Frame::Padding(u16::try_from(zeros).unwrap_or(u16::MAX)).encode(buf);
+            }
+        }
+        crypto::seal(&keys.seal, &header, buf).ok()?;
+        if probe {
+            line.on_probe_sent(header.seq, buf.len(), now);
+        }
+        let paced = self.config.scheduler == SchedulerKind::Delay;
+        line.on_sent(now, buf.len(), paced);
+        Some(Transmit { line: line.index })
+    }
+}
+
+/// The time a full-size frame takes at `rate_bps`.
+fn frame_time(rate_bps: f64) -> Duration {
+    Duration::from_secs_f64(1514.0 * 8.0 / rate_bps.max(1.0))
+}
