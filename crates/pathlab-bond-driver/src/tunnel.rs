@@ -409,6 +409,7 @@ fn plan_trains(
             first,
             count,
             segment_size: (count > 1).then_some(size as u16),
+            from: None,
         });
         first = end;
     }
