@@ -230,7 +230,9 @@ fn line_socket_named(
 
 /// Asks for the arrival interface and destination address of every datagram `socket`
 /// receives, which [`Datagram::interface`] and [`Datagram::destination`] then report
-/// (a server learns which of its addresses and links a line's packets came in by).
+/// (a server learns which of its addresses and links a line's packets came in by, and
+/// answers from that address with [`Train::from`]). On an IPv6 socket that takes IPv4
+/// too, IPv4 datagrams report their destination IPv4-mapped.
 pub fn enable_packet_info(socket: &UdpSocket) -> io::Result<()> {
     let ipv6 = socket.local_addr()?.is_ipv6();
     sys::enable_packet_info(socket.as_fd(), ipv6)
@@ -594,18 +596,21 @@ mod tests {
                     first: 0,
                     count: 4,
                     segment_size: Some(1200),
+                    from: None,
                 },
                 Train {
                     to,
                     first: 4,
                     count: 2,
                     segment_size: Some(1200),
+                    from: None,
                 },
                 Train {
                     to,
                     first: 6,
                     count: 1,
                     segment_size: None,
+                    from: None,
                 },
             ];
             for gro in [false, true] {
@@ -755,6 +760,213 @@ mod tests {
                 );
             }
             drop(lines.route_lines(family));
+        }
+    }
+
+    /// A host with two addresses of each family, 198.18.0.1 and .2, 2001:2::1 and ::2, on
+    /// its loopback: what a multi-homed server looks like to sockets bound to a wildcard.
+    fn multihomed_host() -> io::Result<Netns> {
+        let host = pathlab_os::testing::netns_with_loopback()?;
+        host.run(|| -> io::Result<()> {
+            let mut netlink = Netlink::open()?;
+            let lo = sys::if_nametoindex("lo")?;
+            for family in [Family::V4, Family::V6] {
+                let prefix_len = if family == Family::V4 { 32 } else { 128 };
+                for host in 1..=2 {
+                    netlink.add_address(lo, host_address(family, host), prefix_len, None)?;
+                }
+            }
+            Ok(())
+        })??;
+        Ok(host)
+    }
+
+    /// Address `host` (1 or 2) of [`multihomed_host`].
+    fn host_address(family: Family, host: u8) -> IpAddr {
+        match family {
+            Family::V4 => IpAddr::V4(Ipv4Addr::new(198, 18, 0, host)),
+            Family::V6 => IpAddr::V6(Ipv6Addr::new(0x2001, 2, 0, 0, 0, 0, 0, u16::from(host))),
+        }
+    }
+
+    /// How a wildcard-bound server socket is made and which traffic it gets.
+    #[derive(Debug, Clone, Copy)]
+    enum Wildcard {
+        /// `0.0.0.0`, IPv4 traffic.
+        V4,
+        /// `[::]`, IPv6 traffic.
+        V6,
+        /// `[::]`, IPv4 traffic: a fresh namespace's `bindv6only` is 0, so `[::]` bound as
+        /// `run_server` binds it (std's `UdpSocket::bind`) takes IPv4 too, IPv4-mapped.
+        V6TakingV4,
+    }
+
+    impl Wildcard {
+        /// The socket's family, the traffic's family and the port.
+        fn families_and_port(self) -> (Family, Family, u16) {
+            match self {
+                Wildcard::V4 => (Family::V4, Family::V4, 7100),
+                Wildcard::V6 => (Family::V6, Family::V6, 7101),
+                Wildcard::V6TakingV4 => (Family::V6, Family::V4, 7102),
+            }
+        }
+
+        /// An address of the traffic's family as the server's socket shows it.
+        fn seen(self, address: IpAddr) -> IpAddr {
+            match (self, address) {
+                (Wildcard::V6TakingV4, IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+                _ => address,
+            }
+        }
+    }
+
+    /// Sends `datagrams` from `server` as one train to `to` (a GSO train when there are
+    /// several, all but the last `segment_size` long), from `from`, and returns the
+    /// sources `client` sees them come from.
+    fn reply(
+        server: &UdpSocket,
+        client: &UdpSocket,
+        to: SocketAddr,
+        from: Option<IpAddr>,
+        datagrams: &[&[u8]],
+    ) -> Vec<SocketAddr> {
+        let train = Train {
+            to,
+            first: 0,
+            count: datagrams.len(),
+            segment_size: (datagrams.len() > 1).then(|| datagrams[0].len() as u16),
+            from,
+        };
+        assert_eq!(send_trains(server, datagrams, &[train]).unwrap(), 1);
+        let back = receive(client, datagrams.len(), Duration::from_secs(2));
+        let payloads: Vec<&[u8]> = back.iter().map(|d| d.payload.as_slice()).collect();
+        assert_eq!(
+            payloads, datagrams,
+            "every datagram of the reply from {from:?}"
+        );
+        back.iter().map(|d| d.source).collect()
+    }
+
+    #[test]
+    fn a_wildcard_bound_server_answers_from_the_address_each_datagram_came_to() {
+        let test = "a_wildcard_bound_server_answers_from_the_address_each_datagram_came_to";
+        let Some(_guard) = privileged(test) else {
+            return;
+        };
+        let host = multihomed_host().expect("namespace builds");
+        for wildcard in [Wildcard::V4, Wildcard::V6, Wildcard::V6TakingV4] {
+            let (socket_family, family, port) = wildcard.families_and_port();
+            let (first, second) = (host_address(family, 1), host_address(family, 2));
+            let server = host
+                .run(|| UdpSocket::bind((socket_family.unspecified(), port)))
+                .unwrap()
+                .unwrap();
+            server.set_nonblocking(true).unwrap();
+            // Everything the server's control buffers must hold at once: timestamps, GRO
+            // segment sizes and packet info.
+            enable_packet_info(&server).unwrap();
+            enable_udp_gro(&server).unwrap();
+            sys::enable_receive_timestamps(server.as_fd()).unwrap();
+            // The client is the host itself, from its first address; so routing answers
+            // it from that address, not from the second one it wrote to.
+            let client = host.run(|| UdpSocket::bind((first, 0))).unwrap().unwrap();
+            client.set_nonblocking(true).unwrap();
+            let client_address = client.local_addr().unwrap();
+            let to_second = SocketAddr::new(second, port);
+
+            // A GSO train, so it arrives as one message with a segment size and the packet
+            // info both.
+            let train = Train {
+                to: to_second,
+                first: 0,
+                count: 3,
+                segment_size: Some(1000),
+                from: None,
+            };
+            let (full, short) = (vec![7u8; 1000], vec![8u8; 400]);
+            let hello: [&[u8]; 3] = [&full, &full, &short];
+            assert_eq!(send_trains(&client, &hello, &[train]).unwrap(), 1);
+            let mut batch = RecvBatch::new(MAX_BATCH, 65_536);
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while got.is_empty() && Instant::now() < deadline {
+                let mut ready = [false];
+                sys::poll_readable(
+                    &[server.as_fd()],
+                    Some(Duration::from_millis(20)),
+                    &mut ready,
+                )
+                .unwrap();
+                recv_batch(&server, &mut batch).unwrap();
+                got.extend(batch.datagrams().map(|d| {
+                    (
+                        d.segments().map(|s| (s.len(), s[0])).collect::<Vec<_>>(),
+                        d.segment_size,
+                        d.kernel_ns.is_some(),
+                        d.source,
+                        d.interface,
+                        d.destination,
+                    )
+                }));
+            }
+            assert_eq!(
+                got,
+                [(
+                    vec![(1000, 7), (1000, 7), (400, 8)],
+                    Some(1000),
+                    true,
+                    SocketAddr::new(wildcard.seen(first), client_address.port()),
+                    Some(1),
+                    Some(wildcard.seen(second)),
+                )],
+                "{wildcard:?}: one GRO message with its timestamp, source and packet info"
+            );
+            let seen_source = got[0].3;
+            let local = got[0].5.unwrap();
+
+            // Routing's pick, without `from`: the client's own address, which it did not
+            // write to; a connected client socket, a NAT or a stateful firewall drops such
+            // an answer.
+            let answered_from = |from: Option<IpAddr>, datagrams: &[&[u8]]| {
+                reply(&server, &client, seen_source, from, datagrams)
+            };
+            let one: [&[u8]; 1] = [b"answer"];
+            let three: [&[u8]; 3] = [&[1; 900], &[2; 900], &[3; 10]];
+            for datagrams in [&one[..], &three[..]] {
+                let n = datagrams.len();
+                assert_eq!(
+                    answered_from(None, datagrams),
+                    vec![SocketAddr::new(first, port); n],
+                    "{wildcard:?}, {n} datagrams: routing picks the client's own address"
+                );
+                assert_eq!(
+                    answered_from(Some(local), datagrams),
+                    vec![to_second; n],
+                    "{wildcard:?}, {n} datagrams: sent from the address they came to"
+                );
+            }
+            if let Wildcard::V6TakingV4 = wildcard {
+                // The IPv4 address unmapped says the same.
+                assert_eq!(answered_from(Some(second), &one), [to_second]);
+            }
+            // An address the host does not have is refused, not replaced by routing's pick.
+            let elsewhere = host_address(family, 3);
+            let train = Train {
+                to: seen_source,
+                first: 0,
+                count: 1,
+                segment_size: None,
+                from: Some(elsewhere),
+            };
+            let error = send_trains(&server, &one, &[train]).unwrap_err();
+            // Linux 6.18 says ENETUNREACH for IPv4 (IPv4-mapped too), EINVAL for IPv6.
+            assert!(
+                matches!(
+                    error.kind(),
+                    io::ErrorKind::InvalidInput | io::ErrorKind::NetworkUnreachable
+                ),
+                "{wildcard:?}: {error}"
+            );
         }
     }
 

@@ -418,6 +418,7 @@ fn plan_trains(
             first,
             count,
             segment_size: (count > 1).then_some(size as u16),
+            from: None,
         });
         first = end;
     }

@@ -216,7 +216,9 @@ pub fn udp_socket_nonblocking(ipv6: bool) -> io::Result<OwnedFd> {
 }
 
 /// Asks for the destination address and arrival interface of every datagram the socket
-/// receives (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), which [`RecvBatch`] reports.
+/// receives (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), which [`RecvBatch`] reports. On an IPv6
+/// socket that also takes IPv4 (not `IPV6_V6ONLY`) the IPv6 option covers its IPv4
+/// datagrams too, their addresses IPv4-mapped.
 pub fn enable_packet_info(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
     if ipv6 {
         setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, &1i32)
@@ -690,9 +692,22 @@ pub fn recv_timestamped(
     Ok((len, address, ancillary.kernel_ns))
 }
 
-/// Room for one datagram's control messages: a timestamp (16 + 16 bytes) and IPv6 packet
-/// info (16 + 20, padded to 40) with space to spare.
-const CONTROL_WORDS: usize = 16;
+/// Bytes one control message with a `T` takes in a control buffer, padding included
+/// (`CMSG_SPACE`).
+const fn control_space<T>() -> usize {
+    // SAFETY: CMSG_SPACE is pure arithmetic.
+    unsafe { libc::CMSG_SPACE(size_of::<T>() as u32) as usize }
+}
+
+/// Room for one received datagram's control messages, every one this module asks for at
+/// once: a timestamp, IPv4 and IPv6 packet info (an IPv6 socket may have both on) and a
+/// GRO segment size. Too small a buffer would lose the last ones without an error (only
+/// `MSG_CTRUNC` says so).
+const CONTROL_WORDS: usize = (control_space::<libc::timespec>()
+    + control_space::<libc::in_pktinfo>()
+    + control_space::<libc::in6_pktinfo>()
+    + control_space::<libc::c_int>())
+.div_ceil(size_of::<u64>());
 
 /// What the kernel said about a datagram besides its bytes.
 #[derive(Debug, Clone, Copy, Default)]
@@ -711,37 +726,37 @@ struct Ancillary {
 unsafe fn ancillary_data(message: &libc::msghdr) -> Ancillary {
     let mut ancillary = Ancillary::default();
     // SAFETY (caller): CMSG_* walk the control buffer within msg_controllen; each payload
-    // is read unaligned with the type its level and type say it holds.
+    // is read, by `payload`, with the type its level and type say it holds.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(message);
         while !cmsg.is_null() {
             match ((*cmsg).cmsg_level, (*cmsg).cmsg_type) {
                 (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
-                    let ts =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
-                    ancillary.kernel_ns =
-                        Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    if let Some(ts) = payload::<libc::timespec>(cmsg) {
+                        ancillary.kernel_ns =
+                            Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    }
                 }
                 (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
-                    let info =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in_pktinfo>());
-                    ancillary.interface = Some(info.ipi_ifindex as u32);
-                    ancillary.destination = Some(std::net::IpAddr::V4(std::net::Ipv4Addr::from(
-                        u32::from_be(info.ipi_addr.s_addr),
-                    )));
+                    if let Some(info) = payload::<libc::in_pktinfo>(cmsg) {
+                        ancillary.interface = Some(info.ipi_ifindex as u32);
+                        ancillary.destination = Some(std::net::IpAddr::V4(
+                            std::net::Ipv4Addr::from(u32::from_be(info.ipi_addr.s_addr)),
+                        ));
+                    }
                 }
                 (libc::SOL_UDP, libc::UDP_GRO) => {
-                    let size =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                    ancillary.segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
+                    if let Some(size) = payload::<libc::c_int>(cmsg) {
+                        ancillary.segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
+                    }
                 }
                 (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
-                    let info =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::in6_pktinfo>());
-                    ancillary.interface = Some(info.ipi6_ifindex);
-                    ancillary.destination = Some(std::net::IpAddr::V6(std::net::Ipv6Addr::from(
-                        info.ipi6_addr.s6_addr,
-                    )));
+                    if let Some(info) = payload::<libc::in6_pktinfo>(cmsg) {
+                        ancillary.interface = Some(info.ipi6_ifindex);
+                        ancillary.destination = Some(std::net::IpAddr::V6(
+                            std::net::Ipv6Addr::from(info.ipi6_addr.s6_addr),
+                        ));
+                    }
                 }
                 _ => {}
             }
@@ -749,6 +764,22 @@ unsafe fn ancillary_data(message: &libc::msghdr) -> Ancillary {
         }
     }
     ancillary
+}
+
+/// The payload of a received control message as a `T`, if the message holds a whole one:
+/// when the buffer is too small the kernel cuts the last message short (`MSG_CTRUNC`), and
+/// reading a whole `T` would go past the buffer's end.
+///
+/// # Safety
+/// `cmsg` must point at a control message header inside a buffer the kernel filled, its
+/// `cmsg_len` bytes inside that buffer.
+unsafe fn payload<T: Copy>(cmsg: *const libc::cmsghdr) -> Option<T> {
+    // SAFETY (caller): the header is readable, and so are `cmsg_len` bytes from it, which
+    // is checked to cover a whole `T` at CMSG_DATA (read unaligned).
+    unsafe {
+        ((*cmsg).cmsg_len >= libc::CMSG_LEN(size_of::<T>() as u32) as _)
+            .then(|| std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<T>()))
+    }
 }
 
 /// The most datagrams one `recvmmsg`/`sendmmsg` call handles here: the message headers
@@ -766,7 +797,9 @@ pub struct Datagram<'a> {
     pub kernel_ns: Option<u64>,
     /// The interface it arrived on, when the socket has packet info on.
     pub interface: Option<u32>,
-    /// The address it was sent to, when the socket has packet info on.
+    /// The local address it was sent to, when the socket has packet info on: the address
+    /// to answer from ([`Train::from`]) on a socket bound to a wildcard address. An IPv4
+    /// datagram on an IPv6 socket that takes IPv4 reports it IPv4-mapped, as its `source`.
     pub destination: Option<std::net::IpAddr>,
     /// It was longer than the slot.
     pub truncated: bool,
@@ -986,16 +1019,97 @@ pub struct Train {
     pub count: usize,
     /// Their size, for a GSO train; `None` sends one datagram (`count` must be 1).
     pub segment_size: Option<u16>,
+    /// The local address to send from (`IP_PKTINFO` / `IPV6_PKTINFO`, the interface left
+    /// to routing), or `None` to let routing pick it: a server bound to a wildcard address
+    /// answers from the [`Datagram::destination`] a client's datagrams came to. It must be
+    /// a local address, or the kernel refuses the train (`ENETUNREACH` for IPv4, `EINVAL`
+    /// for IPv6, on Linux 6.18). An IPv4 address to an IPv4-mapped `to` (an IPv6 socket
+    /// that takes IPv4) is mapped, an IPv4-mapped one to an IPv4 `to` unmapped; an IPv6
+    /// address to an IPv4 `to` panics.
+    pub from: Option<std::net::IpAddr>,
 }
 
-/// Room for one `UDP_SEGMENT` control message (`CMSG_SPACE(2)` is 24 bytes).
-const SEGMENT_CONTROL_WORDS: usize = 4;
+/// Room for one train's control messages: a `UDP_SEGMENT` (`CMSG_SPACE(2)`, 24 bytes) and
+/// the larger of the two packet infos (`CMSG_SPACE` of an `in6_pktinfo`, 40).
+const TRAIN_CONTROL_WORDS: usize =
+    (control_space::<u16>() + control_space::<libc::in6_pktinfo>()).div_ceil(size_of::<u64>());
+
+/// One train's control buffer, filled a message at a time.
+struct TrainControl<'a> {
+    buffer: &'a mut [u64; TRAIN_CONTROL_WORDS],
+    /// Bytes filled, each message padded to the alignment `CMSG_SPACE` keeps.
+    used: usize,
+}
+
+impl TrainControl<'_> {
+    /// Appends a control message of `level` and `kind` carrying `payload`.
+    fn push<T: Copy>(&mut self, level: libc::c_int, kind: libc::c_int, payload: T) {
+        let space = control_space::<T>();
+        assert!(
+            self.used + space <= size_of::<[u64; TRAIN_CONTROL_WORDS]>(),
+            "a train's control messages fit its buffer"
+        );
+        #[allow(clippy::cast_ptr_alignment)]
+        // `used` is a sum of CMSG_SPACE values, multiples of the header's alignment, and the
+        // buffer is u64-aligned, so the header is aligned.
+        // SAFETY: byte `used` lies in the buffer (checked above).
+        let cmsg =
+            unsafe { self.buffer.as_mut_ptr().cast::<u8>().add(self.used) }.cast::<libc::cmsghdr>();
+        // SAFETY: the header (aligned, above) and the `space` bytes from it lie in the
+        // buffer (checked above); CMSG_LEN(size) <= space, so the payload CMSG_DATA points
+        // at is inside too, written unaligned.
+        unsafe {
+            (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<T>() as u32) as _;
+            (*cmsg).cmsg_level = level;
+            (*cmsg).cmsg_type = kind;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<T>(), payload);
+        }
+        self.used += space;
+    }
+
+    /// The `IP_PKTINFO` or `IPV6_PKTINFO` that sends from `from`, on the interface
+    /// routing picks (index 0).
+    fn push_source(&mut self, from: std::net::IpAddr) {
+        match from {
+            std::net::IpAddr::V4(from) => {
+                // SAFETY: in_pktinfo is plain data; all-zero is valid.
+                let mut info: libc::in_pktinfo = unsafe { zeroed() };
+                info.ipi_spec_dst.s_addr = u32::from(from).to_be();
+                self.push(libc::IPPROTO_IP, libc::IP_PKTINFO, info);
+            }
+            std::net::IpAddr::V6(from) => {
+                // SAFETY: in6_pktinfo is plain data; all-zero is valid.
+                let mut info: libc::in6_pktinfo = unsafe { zeroed() };
+                info.ipi6_addr.s6_addr = from.octets();
+                self.push(libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, info);
+            }
+        }
+    }
+}
+
+/// `from` in `to`'s family, the one the kernel reads a source address in: an IPv4 address
+/// IPv4-mapped for an IPv6 destination, an IPv4-mapped one unmapped for an IPv4
+/// destination. Panics for an IPv6 address to an IPv4 destination: a socket that sent
+/// that way would never have received from it.
+fn source_in_family_of(to: std::net::SocketAddr, from: std::net::IpAddr) -> std::net::IpAddr {
+    use std::net::IpAddr;
+    match (to, from) {
+        (std::net::SocketAddr::V4(_), IpAddr::V6(v6)) => {
+            IpAddr::V4(v6.to_ipv4_mapped().unwrap_or_else(|| {
+                panic!("a train to {to} cannot be sent from the IPv6 address {from}")
+            }))
+        }
+        (std::net::SocketAddr::V6(_), IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+        (_, from) => from,
+    }
+}
 
 /// Sends `trains` of `datagrams` (at most [`MAX_BATCH`] datagrams in all), each train one
 /// message of one `sendmmsg(2)`; returns how many trains the kernel took, from the first.
 /// A device that cannot take a GSO train fails it with `EIO` (no checksum offload) or a
-/// kernel without UDP GSO with `EINVAL`: send such trains one datagram each. Allocates
-/// nothing.
+/// kernel without UDP GSO with `EINVAL`: send such trains one datagram each. A train whose
+/// [`Train::from`] is not a local address fails too, with `ENETUNREACH` (IPv4) or `EINVAL`
+/// (IPv6, which [`is_gso_refusal`] cannot tell from a GSO refusal). Allocates nothing.
 pub fn send_trains(fd: BorrowedFd<'_>, datagrams: &[&[u8]], trains: &[Train]) -> io::Result<usize> {
     assert!(
         datagrams.len() <= MAX_BATCH && trains.len() <= MAX_BATCH,
@@ -1011,35 +1125,38 @@ pub fn send_trains(fd: BorrowedFd<'_>, datagrams: &[&[u8]], trains: &[Train]) ->
     }
     // SAFETY: sockaddr_storage is plain data; all-zero is valid.
     let mut names: [libc::sockaddr_storage; MAX_BATCH] = unsafe { zeroed() };
-    let mut controls = [[0u64; SEGMENT_CONTROL_WORDS]; MAX_BATCH];
+    let mut controls = [[0u64; TRAIN_CONTROL_WORDS]; MAX_BATCH];
     // SAFETY: mmsghdr is plain data; all-zero is valid.
     let mut headers: [libc::mmsghdr; MAX_BATCH] = unsafe { zeroed() };
-    for (i, train) in trains.iter().enumerate() {
+    for ((train, header), (name, control)) in trains
+        .iter()
+        .zip(headers.iter_mut())
+        .zip(names.iter_mut().zip(controls.iter_mut()))
+    {
         assert!(
             train.count >= 1 && train.first + train.count <= datagrams.len(),
             "a train's datagrams are in the batch"
         );
         let (storage, len) = socket_address_to_c(train.to);
-        names[i] = storage;
-        let header = &mut headers[i].msg_hdr;
-        header.msg_name = std::ptr::from_mut(&mut names[i]).cast();
+        *name = storage;
+        let header = &mut header.msg_hdr;
+        header.msg_name = std::ptr::from_mut(name).cast();
         header.msg_namelen = len;
         header.msg_iov = &raw mut iovecs[train.first];
         header.msg_iovlen = train.count as _;
+        let mut control = TrainControl {
+            buffer: control,
+            used: 0,
+        };
         if let Some(size) = train.segment_size {
-            header.msg_control = controls[i].as_mut_ptr().cast();
-            // SAFETY: CMSG_SPACE is pure arithmetic.
-            header.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as _;
-            // SAFETY: the control buffer is `controls[i]`, 32 bytes, aligned for cmsghdr,
-            // and msg_controllen (24) fits in it: CMSG_FIRSTHDR is not null and the header
-            // and its 2 data bytes are inside the buffer.
-            unsafe {
-                let cmsg = libc::CMSG_FIRSTHDR(header);
-                (*cmsg).cmsg_level = libc::SOL_UDP;
-                (*cmsg).cmsg_type = libc::UDP_SEGMENT;
-                (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), size);
-            }
+            control.push(libc::SOL_UDP, libc::UDP_SEGMENT, size);
+        }
+        if let Some(from) = train.from {
+            control.push_source(source_in_family_of(train.to, from));
+        }
+        if control.used > 0 {
+            header.msg_controllen = control.used as _;
+            header.msg_control = control.buffer.as_mut_ptr().cast();
         }
     }
     // SAFETY: each of the first `trains.len()` headers names iovecs over datagrams that are
