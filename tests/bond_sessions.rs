@@ -349,9 +349,12 @@ fn a_server_on_0_0_0_0_with_its_address_on_lo_answers_from_it_over_three_lines()
         .run(|| pathlab_bond_driver::tunnel::request_stats("lo-cl"))
         .unwrap()
         .unwrap();
-    // Every line heard the server (each is up and its datagrams authenticated).
+    // Every line heard the server, from the address it wrote to (on lo), not from the
+    // address of the interface the route picks (198.18.1k.2): the server answered each
+    // datagram from the address it came to.
     for line in &stats.sessions[0].lines {
         assert!(line.counters.received_packets > 10, "{line:?}");
+        assert_eq!(line.peer_address, "198.18.0.1:7000", "{line:?}");
     }
     // A clean stop sends a Close: the server frees the slot at once.
     assert!(client.stop().success());

@@ -440,6 +440,7 @@ mod tests {
         LineStats {
             index,
             interface: interface.into(),
+            peer_address: String::new(),
             state,
             rate_bps: 8_000_000,
             delivery_bps: 4_000_000,

@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
-use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, DEFAULT_MAX_PAYLOAD};
+use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, Received, DEFAULT_MAX_PAYLOAD};
 use pathlab_bond::handshake::{ClientKeys, ServerKeys};
 use pathlab_bond::line::LineState;
 use pathlab_bond::peers::PeerError;
@@ -301,8 +301,9 @@ fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondEr
 #[derive(Debug)]
 struct Outbox {
     buffers: Vec<Vec<u8>>,
-    /// (socket index, destination) of each filled buffer, in order.
-    queued: Vec<(usize, SocketAddr)>,
+    /// (socket index, destination, source address to send from) of each filled buffer,
+    /// in order.
+    queued: Vec<(usize, SocketAddr, Option<IpAddr>)>,
     /// Per socket: whether it takes GSO trains (false once its device or kernel refused
     /// one).
     gso: Vec<bool>,
@@ -330,7 +331,13 @@ impl Outbox {
     /// The buffer [`Outbox::next`] gave is filled: to `to` by socket `socket`. True when the
     /// box is full and must be flushed.
     fn push(&mut self, socket: usize, to: SocketAddr) -> bool {
-        self.queued.push((socket, to));
+        self.push_from(socket, to, None)
+    }
+
+    /// As [`Outbox::push`], sent from the local address `from` (the one the peer's
+    /// datagram came to, on a multi-homed server; `None`: the kernel's choice).
+    fn push_from(&mut self, socket: usize, to: SocketAddr, from: Option<IpAddr>) -> bool {
+        self.queued.push((socket, to, from));
         self.queued.len() == self.buffers.len()
     }
 
@@ -341,12 +348,12 @@ impl Outbox {
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         for (index, socket) in sockets.iter().enumerate() {
             let mut datagrams: [&[u8]; line::MAX_BATCH] = [&[]; line::MAX_BATCH];
-            let mut destinations = [unspecified; line::MAX_BATCH];
+            let mut destinations = [(unspecified, None); line::MAX_BATCH];
             let mut count = 0;
-            for ((s, to), buf) in self.queued.iter().zip(&self.buffers) {
+            for ((s, to, from), buf) in self.queued.iter().zip(&self.buffers) {
                 if *s == index {
                     datagrams[count] = buf;
-                    destinations[count] = *to;
+                    destinations[count] = (*to, *from);
                     count += 1;
                 }
             }
@@ -365,6 +372,12 @@ impl Outbox {
                 while sent < self.trains.len() {
                     match line::send_trains(socket, datagrams, &self.trains[sent..]) {
                         Ok(n) if n > 0 => sent += n,
+                        // The local address to answer from is gone (removed while the
+                        // server runs): send it from the kernel's choice instead, which is
+                        // no reason to give up GSO.
+                        Err(_) if self.trains[sent].from.is_some() => {
+                            self.trains[sent].from = None;
+                        }
                         Err(error)
                             if self.trains[sent].segment_size.is_some()
                                 && line::is_gso_refusal(&error) =>
@@ -383,12 +396,12 @@ impl Outbox {
     }
 }
 
-/// Cuts `datagrams[from..]` into trains: runs to one destination, of one size but a
-/// shorter last, within the kernel's limits of a GSO train; with `gso` false, one datagram
-/// each.
+/// Cuts `datagrams[from..]` into trains: runs to one destination from one local address,
+/// of one size but a shorter last, within the kernel's limits of a GSO train; with `gso`
+/// false, one datagram each.
 fn plan_trains(
     datagrams: &[&[u8]],
-    destinations: &[SocketAddr],
+    destinations: &[(SocketAddr, Option<IpAddr>)],
     from: usize,
     gso: bool,
     trains: &mut Vec<line::Train>,
@@ -414,11 +427,11 @@ fn plan_trains(
         }
         let count = end - first;
         trains.push(line::Train {
-            to: destinations[first],
+            to: destinations[first].0,
             first,
             count,
             segment_size: (count > 1).then_some(size as u16),
-            from: None,
+            from: destinations[first].1,
         });
         first = end;
     }
@@ -538,6 +551,8 @@ pub fn run_client(
     let socket_refs: Vec<&UdpSocket> = sockets.iter().collect();
     let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
     let mut announced: Option<u32> = None;
+    // Per line, the address it last heard the server from (what authenticated).
+    let mut heard_from: Vec<Option<SocketAddr>> = vec![None; sockets.len()];
     let mut ready = vec![false; sockets.len() + 3];
     loop {
         // `now` is read again before datagrams are handled and before they are built: the
@@ -559,7 +574,7 @@ pub fn run_client(
             }
         }
         // Datagrams from every line.
-        for socket in &sockets {
+        for (k, socket) in sockets.iter().enumerate() {
             for _ in 0..RECEIVE_BATCHES {
                 match line::recv_batch(socket, &mut batch) {
                     Ok(0) => break,
@@ -575,7 +590,11 @@ pub fn run_client(
                             for segment in datagram.segments() {
                                 let len = segment.len();
                                 buf[..len].copy_from_slice(segment);
-                                let _ = bond.handle_datagram(now, &mut buf[..len]);
+                                if let Received::Authentic { .. } =
+                                    bond.handle_datagram(now, &mut buf[..len])
+                                {
+                                    heard_from[k] = Some(datagram.source);
+                                }
                             }
                         }
                     }
@@ -637,7 +656,9 @@ pub fn run_client(
         }
         if ready[2] {
             let uptime = now.as_secs_f64();
-            stats_socket.answer(|| BondStats::client(&options.name, uptime, &bond, &interfaces));
+            stats_socket.answer(|| {
+                BondStats::client(&options.name, uptime, &bond, &interfaces, &heard_from)
+            });
         }
         // Sleep until the next deadline or input.
         let mut fds: Vec<BorrowedFd<'_>> =
@@ -649,7 +670,13 @@ pub fn run_client(
             break;
         }
     }
-    let stats = BondStats::client(&options.name, clock.now().as_secs_f64(), &bond, &interfaces);
+    let stats = BondStats::client(
+        &options.name,
+        clock.now().as_secs_f64(),
+        &bond,
+        &interfaces,
+        &heard_from,
+    );
     // A Close on every line, so the server frees the slot now rather than after its idle
     // timeout.
     bond.close();
@@ -680,9 +707,18 @@ pub fn run_server(
     // DF on, as on the client's lines: the server probes each line's path MTU downward.
     sys::set_df_probe(socket.as_fd(), options.listen.is_ipv6())
         .map_err(io_error("setting DF for path MTU probing"))?;
+    if options.listen.is_ipv6() {
+        // An IPv6 socket carries IPv4 clients too (mapped addresses), whose datagrams
+        // follow the IPv4 option: without it, a probe too big for the path is fragmented
+        // instead of lost. A socket that takes no IPv4 (bindv6only) refuses it: no matter.
+        let _ = sys::set_df_probe(socket.as_fd(), false);
+    }
     let _ = sys::grow_receive_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let _ = sys::grow_send_buffer(socket.as_fd(), line::LINE_BUFFER_BYTES);
     let _ = line::enable_udp_gro(&socket);
+    // Each datagram's local address, to answer from it: a server on 0.0.0.0 or [::] with
+    // several addresses must not answer from whichever one the route picks.
+    line::enable_packet_info(&socket).map_err(io_error("asking for each datagram's address"))?;
     let stats_socket = StatsSocket::bind(&options.name)?;
     // Datagrams of a 1500-byte path of the listening address's family: sized for IPv4, a
     // full one would leave an IPv6 server in two fragments.
@@ -745,7 +781,7 @@ pub fn run_server(
                             buf[..len].copy_from_slice(segment);
                             let from = Address {
                                 remote: datagram.source,
-                                local: None,
+                                local: datagram.destination,
                             };
                             server.handle_datagram(now, from, &mut buf[..len]);
                         }
@@ -763,7 +799,7 @@ pub fn run_server(
         deliver(&tun, &mut delivered);
         now = clock.now();
         while let Some(to) = server.poll_transmit(now, outbox.next()) {
-            if outbox.push(0, to.remote) {
+            if outbox.push_from(0, to.remote, to.local) {
                 outbox.flush(&[&socket]);
             }
         }
@@ -795,7 +831,7 @@ pub fn run_server(
     server.close_all();
     let now = clock.now();
     while let Some(to) = server.poll_transmit(now, outbox.next()) {
-        if outbox.push(0, to.remote) {
+        if outbox.push_from(0, to.remote, to.local) {
             outbox.flush(&[&socket]);
         }
     }
@@ -811,7 +847,7 @@ mod tests {
         let buffers: Vec<Vec<u8>> = lens.iter().map(|&len| vec![0; len]).collect();
         let datagrams: Vec<&[u8]> = buffers.iter().map(Vec::as_slice).collect();
         let to = SocketAddr::from(([198, 18, 0, 2], 7000));
-        let destinations = vec![to; lens.len()];
+        let destinations = vec![(to, None); lens.len()];
         let mut planned = Vec::new();
         plan_trains(&datagrams, &destinations, 0, gso, &mut planned);
         planned

@@ -17,6 +17,10 @@ pub struct LineStats {
     /// The interface (filled in by the driver; empty on the server).
     #[serde(default)]
     pub interface: String,
+    /// The address the line last heard its peer from, in an authenticated datagram (filled
+    /// in by the client's driver: which of a multi-homed server's addresses answers).
+    #[serde(default)]
+    pub peer_address: String,
     /// Up or down.
     pub state: LineState,
     /// The rate the controller paces the line at, bits/s.
@@ -106,6 +110,7 @@ impl SessionStats {
                     LineStats {
                         index: line.index,
                         interface: String::new(),
+                        peer_address: String::new(),
                         state: line.state(),
                         rate_bps: controller.rate().0,
                         delivery_bps: controller.delivery_rate().0,
@@ -135,11 +140,21 @@ impl SessionStats {
 }
 
 impl BondStats {
-    /// A snapshot of a client.
-    pub fn client(name: &str, uptime_s: f64, bond: &Bond, interfaces: &[String]) -> BondStats {
+    /// A snapshot of a client whose lines are `interfaces` and last heard the server from
+    /// `peers`.
+    pub fn client(
+        name: &str,
+        uptime_s: f64,
+        bond: &Bond,
+        interfaces: &[String],
+        peers: &[Option<std::net::SocketAddr>],
+    ) -> BondStats {
         let mut session = SessionStats::of(bond);
         for (line, interface) in session.lines.iter_mut().zip(interfaces) {
             line.interface.clone_from(interface);
+        }
+        for (line, peer) in session.lines.iter_mut().zip(peers) {
+            line.peer_address = peer.map(|p| p.to_string()).unwrap_or_default();
         }
         BondStats {
             role: "client".into(),
