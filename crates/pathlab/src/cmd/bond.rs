@@ -535,6 +535,18 @@ fn print_stats(stats: &BondStats) {
             session.counters.auth_failures,
             session.counters.replays,
         );
+        if !session.peer.is_empty() {
+            println!("  peer {}", session.peer);
+        }
+        if stats.role == "client" {
+            println!(
+                "  handshakes {}, reconnects {}, cookies {}, stale signals {}",
+                session.counters.handshakes,
+                session.counters.reconnects,
+                session.counters.cookies,
+                session.counters.stale_signals,
+            );
+        }
         println!(
             "  {:<12} {:<5} {:>14} {:>14} {:>9} {:>9} {:>9} {:>7}",
             "line", "state", "rate", "achieved", "queue ms", "owd+ ms", "rtt ms", "loss"
@@ -561,5 +573,23 @@ fn print_stats(stats: &BondStats) {
                 format::fraction_as_percent(line.loss, Digits::fixed(2)),
             );
         }
+    }
+    if let Some(server) = &stats.server {
+        println!(
+            "handshakes {} (copies {}, replays {}, unknown keys {}, cookies sent {}), sessions opened {} closed {} replaced {} ended {}, unconfirmed expired {}, stale sent {}, spoofed sources {}, refused full {}",
+            server.handshakes,
+            server.hello_copies,
+            server.replayed_hellos,
+            server.unknown_peers,
+            server.cookies_sent,
+            server.sessions_opened,
+            server.sessions_closed,
+            server.sessions_replaced,
+            server.sessions_ended,
+            server.unconfirmed_expired,
+            server.stale_sent,
+            server.spoofed_sources,
+            server.refused_full,
+        );
     }
 }
