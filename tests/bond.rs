@@ -102,10 +102,10 @@ fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure()
         "alone {alone:.2?} (sum {sum_alone:.2}); tunnel {steady:.2} Mbit/s ({:.1}%), round robin {rr_steady:.2}",
         100.0 * steady / sum_alone
     );
-    // The issue asks 90% of the sum; this machine measures 90-91% in the quick form (8 s of
-    // steady state). The guard leaves 5 points for a busy CI host.
+    // The issue asks 90% of the sum, and the README claims it (91.8-93.2% in the quick
+    // form, 8 s of steady state): the test holds the claim.
     assert!(
-        steady >= 0.85 * sum_alone,
+        steady >= 0.90 * sum_alone,
         "{steady:.2} Mbit/s through the tunnel against {sum_alone:.2} alone"
     );
     // The unpaced round robin does what users of other tunnels report: below the best line.
