@@ -66,6 +66,13 @@ const LINE_FAMILIES: &[LineFamily] = &[
         |l| Some(l.counters.came_back as f64),
     ),
     (
+        "pathlab_bond_line_base_resets_total",
+        Kind::Counter,
+        "Times the line's base delay restarted: a queue above target that did not drain \
+         was the path's delay grown for good.",
+        |l| Some(l.base_resets as f64),
+    ),
+    (
         "pathlab_bond_line_rate_bytes_per_second",
         Kind::Gauge,
         "The rate the line's controller paces it at (UDP payload), bytes/s (bond stats: \
@@ -441,6 +448,7 @@ mod tests {
             index,
             interface: interface.into(),
             peer_address: String::new(),
+            base_resets: 0,
             state,
             rate_bps: 8_000_000,
             delivery_bps: 4_000_000,

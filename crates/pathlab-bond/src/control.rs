@@ -36,6 +36,14 @@
 //!   delay, and the base would creep up with every new target on top of it (LEDBAT's
 //!   latecomer problem). Every [`ControllerConfig::drain_every`] the line runs at 3/4 of the
 //!   delivery rate for a short while, its queue empties, and the base is measured clean.
+//! - **A queue that does not drain is a new base.** Above target the rate is set below the
+//!   delivery rate, so a queue of ours empties within a few `tau`. One that stays above
+//!   target for [`ControllerConfig::rebase_after`] (30 `tau`) without moving (its lowest
+//!   samples within two targets of each other) is the path's delay grown for good (a 4G
+//!   handover, a rerouted backhaul), not a queue: the base history restarts from those
+//!   samples and the line ramps up again, instead of starving until the old base leaves
+//!   the 30 s history. A bloated queue of someone else's moves with their sawtooth and is
+//!   not taken for a base.
 
 use pathlab_core::{BitsPerSec, Duration, Instant};
 use pathlab_probe::owd::BaseDelay;
@@ -68,6 +76,9 @@ pub struct ControllerConfig {
     pub drain_every: Duration,
     /// How long the base delay's history is.
     pub base_history: Duration,
+    /// How long a queue above target that does not move is taken for a queue before it is
+    /// taken for a new base delay.
+    pub rebase_after: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -80,6 +91,7 @@ impl Default for ControllerConfig {
             max_rate: None,
             drain_every: Duration::from_secs(10),
             base_history: Duration::from_secs(30),
+            rebase_after: Duration::from_secs(3),
         }
     }
 }
@@ -130,6 +142,11 @@ pub struct RateController {
     ramping: bool,
     next_drain: Instant,
     drain_until: Instant,
+    /// Since when the queue has stayed above target, and the lowest and highest one-way
+    /// delay samples since (ns, offset included).
+    stuck: Option<(Instant, i64, i64)>,
+    /// Times the base delay restarted from a queue that did not drain.
+    base_resets: u64,
 }
 
 impl RateController {
@@ -154,6 +171,8 @@ impl RateController {
             ramping: true,
             next_drain: now + config.drain_every,
             drain_until: now,
+            stuck: None,
+            base_resets: 0,
             config,
         }
     }
@@ -182,6 +201,12 @@ impl RateController {
     /// direction, since they share both clocks.
     pub fn base_owd_ns(&self) -> Option<i64> {
         self.base.base()
+    }
+
+    /// Times the base delay restarted because a queue above target did not drain (the
+    /// path's delay grew for good).
+    pub fn base_resets(&self) -> u64 {
+        self.base_resets
     }
 
     /// The latest one-way delay (base plus queue), offset included.
@@ -337,6 +362,9 @@ impl RateController {
             };
             let queue = (owd.saturating_sub(base) as f64 - serialization).max(0.0);
             self.queue_delay = Duration::from_nanos(queue as u64);
+            if report.samples > 0 {
+                self.watch_for_new_base(now, report.report_ns, owd);
+            }
         }
         // Whether we kept the line busy: sent at least 3/4 of what the rate allowed.
         let span = now.saturating_since(self.sent_since).as_secs_f64();
@@ -345,6 +373,35 @@ impl RateController {
         self.sent_bytes = 0;
         self.sent_since = now;
         self.update_rate(now, busy, span);
+    }
+
+    /// A queue above target that stays put for `rebase_after` is the path's new delay: the
+    /// base restarts from the samples of that time (see the module's doc).
+    fn watch_for_new_base(&mut self, now: Instant, report_ns: u64, owd: i64) {
+        if self.queue_delay <= self.config.target {
+            self.stuck = None;
+            return;
+        }
+        let (since, low, high) = match self.stuck {
+            Some((since, low, high)) => (since, low.min(owd), high.max(owd)),
+            None => (now, owd, owd),
+        };
+        let spread = high.saturating_sub(low);
+        let still = spread <= self.config.target.saturating_mul(2).as_nanos() as i64;
+        if !still {
+            // It moves: a queue (ours draining, or someone else's sawtooth). Watch afresh.
+            self.stuck = Some((now, owd, owd));
+            return;
+        }
+        self.stuck = Some((since, low, high));
+        if now.saturating_since(since) >= self.config.rebase_after {
+            self.base.clear();
+            self.base.add(report_ns, low);
+            self.queue_delay = Duration::ZERO;
+            self.ramping = true;
+            self.stuck = None;
+            self.base_resets += 1;
+        }
     }
 
     fn update_rate(&mut self, now: Instant, busy: bool, span_s: f64) {

@@ -23,6 +23,10 @@ pub struct LineStats {
     pub peer_address: String,
     /// Up or down.
     pub state: LineState,
+    /// Times the line's base delay restarted because a queue above target did not drain
+    /// (the path's delay grew for good).
+    #[serde(default)]
+    pub base_resets: u64,
     /// The rate the controller paces the line at, bits/s.
     pub rate_bps: u64,
     /// The rate the peer received over the last report, bits/s (UDP payloads).
@@ -111,6 +115,7 @@ impl SessionStats {
                         index: line.index,
                         interface: String::new(),
                         peer_address: String::new(),
+                        base_resets: controller.base_resets(),
                         state: line.state(),
                         rate_bps: controller.rate().0,
                         delivery_bps: controller.delivery_rate().0,

@@ -470,3 +470,47 @@ fn downstream_shares_follow_the_sites_users_not_the_remote_hosts() {
         );
     }
 }
+
+/// A route change that lengthens a line's delay for good (a 4G handover, a rerouted
+/// ADSL backhaul) is not a queue: the line must not be starved until the old base delay
+/// leaves the 30 s history. Found by the chaos test (`tests/bond_chaos.rs`): a line whose
+/// one-way delay rose by 30 ms fell to 0.1-0.5 Mbit/s for about 30 s.
+#[test]
+fn a_line_whose_delay_rises_for_good_is_used_again_within_seconds() {
+    let line = [(
+        "delay 10ms rate 12mbit limit 1000",
+        "delay 10ms rate 50mbit",
+    )];
+    let mut tunnel = Tunnel::new(&line, BondConfig::new(1), bulk(20, 30.0), Host::new());
+    tunnel.run_until(secs(8.0));
+    let now = tunnel.net.now();
+    let (up, down) = tunnel.lines[0];
+    tunnel
+        .net
+        .link_mut(up)
+        .set_spec(
+            now,
+            &LinkSpec::parse("delay 40ms rate 12mbit limit 1000").unwrap(),
+        )
+        .unwrap();
+    tunnel
+        .net
+        .link_mut(down)
+        .set_spec(now, &LinkSpec::parse("delay 40ms rate 50mbit").unwrap())
+        .unwrap();
+    tunnel.run_until(secs(20.0));
+    let records = tunnel.records(0);
+    let mbit = |from: f64, to: f64| {
+        bytes_out(&records, secs(from), secs(to)) as f64 * 8.0 / (to - from) / 1e6
+    };
+    let (before, after) = (mbit(4.0, 8.0), mbit(14.0, 20.0));
+    let p95 = queue_delay_ms(&records, secs(14.0), secs(20.0), 0.95);
+    let resets = tunnel.client.bond.lines()[0].controller().base_resets();
+    eprintln!(
+        "before {before:.2} Mbit/s, 6-12 s after the change {after:.2} Mbit/s, queue p95 {p95:.1} ms, {resets} base reset(s)"
+    );
+    assert!(before > 0.9 * 12.0, "{before:.2} Mbit/s before");
+    assert!(after > 0.9 * 12.0, "{after:.2} Mbit/s after the delay rose");
+    assert!(p95 < 30.0, "queue p95 {p95:.1} ms");
+    assert_eq!(resets, 1);
+}
