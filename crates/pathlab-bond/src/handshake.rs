@@ -58,7 +58,7 @@ use snow::resolvers::{CryptoResolver, DefaultResolver};
 use snow::types::{Cipher, Dh, Hash, Random};
 
 use crate::crypto::{Psk, SessionKeys};
-use crate::endpoint::Entropy;
+use crate::entropy::Entropy;
 use crate::wire::{Header, Kind, HEADER_BYTES};
 
 /// The Noise protocol name.
@@ -724,7 +724,7 @@ pub fn address_bytes(address: std::net::SocketAddr) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::crypto;
-    use crate::sim::SeededEntropy;
+    use crate::entropy::SeededEntropy;
     use pathlab_core::rng::Rng;
 
     fn entropy(seed: u64) -> SeededEntropy {

@@ -22,6 +22,7 @@
 pub mod control;
 pub mod crypto;
 pub mod endpoint;
+pub mod entropy;
 pub mod fair;
 pub mod handshake;
 pub mod inner;

@@ -17,7 +17,7 @@ use pathlab_core::rng::Rng;
 use pathlab_core::{BitsPerSec, Duration, Instant};
 
 use crate::crypto::Psk;
-use crate::endpoint::{Bond, BondConfig, Entropy};
+use crate::endpoint::{Bond, BondConfig};
 use crate::handshake::{ClientKeys, SecretKey};
 use crate::server::{Address, Server, ServerConfig};
 
@@ -25,18 +25,7 @@ use crate::server::{Address, Server, ServerConfig};
 /// timestamps grow from it.
 pub const SIM_UNIX_START_NS: u64 = 1_767_225_600_000_000_000;
 
-/// Seeded, not cryptographic: for simulations only.
-#[derive(Debug)]
-pub struct SeededEntropy(pub Rng);
-
-impl Entropy for SeededEntropy {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for chunk in buf.chunks_mut(8) {
-            let bytes = self.0.next_u64().to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
-    }
-}
+pub use crate::entropy::SeededEntropy;
 
 /// The client end as a node.
 #[derive(Debug)]

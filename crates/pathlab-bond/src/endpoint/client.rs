@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use pathlab_core::{Duration, Instant};
 
 use super::{Bond, State};
-use crate::endpoint::Entropy;
+use crate::entropy::Entropy;
 use crate::handshake::{self, ClientKeys, Initiation};
 use crate::wire::Header;
 

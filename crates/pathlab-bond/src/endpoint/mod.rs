@@ -40,12 +40,7 @@ use crate::wire::{
     FRAGMENT_HEADER_BYTES,
 };
 
-/// Randomness the endpoint needs (nonces, session ids): the driver gives the OS's CSPRNG,
-/// tests a seeded generator.
-pub trait Entropy: std::fmt::Debug + Send {
-    /// Fills `buf` with random bytes.
-    fn fill(&mut self, buf: &mut [u8]);
-}
+pub use crate::entropy::Entropy;
 
 /// A session end's settings.
 #[derive(Debug, Clone, PartialEq)]
