@@ -60,10 +60,16 @@ def flaps(seconds, mean_s, seed):
         at += length
 
 
+# Seconds the run goes on after the load ends, for its results to come back.
+RESULTS_MARGIN_S = 30
+
+
 def spec(seconds, rate, names, failures):
     out = [
         'name = "bond-soak"',
-        f'duration = "{LOAD_START_S + seconds + 3}s"',
+        # The load's results come back after its end: a 30-minute owd test's records took
+        # more than the 3 s first given here, and the run ended under it.
+        f'duration = "{LOAD_START_S + seconds + RESULTS_MARGIN_S}s"',
         '[[node]]\nname = "site"',
     ]
     out += [f'[[node]]\nname = "isp{k}"\nkind = "router"' for k in range(len(LINES))]
