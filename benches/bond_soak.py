@@ -34,6 +34,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bond_cpu import command_lines  # noqa: E402  one reader of /proc for both benches
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PATHLAB = os.path.join(ROOT, "target", "release", "pathlab")
 SAMPLE_S = 10
@@ -110,20 +113,6 @@ def spec(seconds, rate, names, failures):
         out.append(f'[[event]]\nat = "{at + length:.1f}s"\nlink = "site-isp{k}"\n'
                    f'spec = "{up}"\nreverse = "{down}"')
     return "\n".join(out) + "\n"
-
-
-def command_lines():
-    """Every process's command line, by pid."""
-    found = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                found[int(pid)] = f.read().split(b"\0")
-        except OSError:
-            pass
-    return found
 
 
 def find(commands, *words):
