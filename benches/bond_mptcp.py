@@ -2,12 +2,12 @@
 """One CUBIC flow over three unequal lines: Linux MPTCP against `pathlab bond`, in one run.
 
     cargo build --release -p pathlab && sudo python3 benches/bond_mptcp.py [--quick]
-        [--seconds 25] [--pathlab PATH] [--out DIR] [--json FILE] [--keep]
+        [--seconds 30] [--pathlab PATH] [--out DIR] [--json FILE] [--keep]
 
 Runs `pathlab lab` on a spec it writes: site - isp0/isp1/isp2 - srv, the `bond` recipe's
 shape with lines of rates 4:1, 12, 6 and 3 Mbit/s up (50 Mbit/s down), one-way 5, 15 and
 35 ms both ways, and tail-drop modem buffers of about a second (1000, 500 and 250
-packets). Each phase's flow runs SECONDS (25; --quick: 10), one after the other:
+packets). Each phase's flow runs SECONDS (30; --quick: 10), one after the other:
 
 1. each line alone: one CUBIC flow (`pathlab tcp`) to the server's address behind that
    line; the sum of the three is "the lines' plain-TCP sum";
@@ -23,13 +23,16 @@ packets). Each phase's flow runs SECONDS (25; --quick: 10), one after the other:
 
 Goodput is the receiver's bytes per one-second interval, averaged over the steady window
 (from 3 s after the flow's start to 1 s before its end: a stall counts, so the mean and
-not a median). Each line's queue delay is the ground truth of its emulator's recording
+not a median). MPTCP's seconds are bursty once its far subflow loses a packet in a full
+modem buffer (in-order delivery waits for the retransmission, a second behind: seconds of
+0 then of 40 Mbit/s), so where the window's edges cut such a burst moves its mean by a few
+percent from run to run; the lines' own rates do not move. Each line's queue delay is the ground truth of its emulator's recording
 (the time each upward packet waited in the modem's queue, dequeued - arrived), p50/p95
 (nearest rank) over the packets that arrived in the same window. The per-flow-order
 figure is the loaded probes' RTT p50/p95 against the fastest line's base RTT (`rtt`
 probes across it, idle, before anything else runs).
 
-It aborts (exit 2) with a message when the set-up is wrong: MPTCP disabled or its set-up
+It aborts (exit 1) with a message when the set-up is wrong: MPTCP disabled or its set-up
 refused, a flow that did not run, a line that carried under a tenth of what it carries
 alone in the MPTCP or the bond phase (MPTCP fell back to one path, or a subflow left by
 the wrong line), a line's flow alone that did not fit its rate.
@@ -58,6 +61,7 @@ import time
 sys.dont_write_bytecode = True  # no __pycache__ in the repository
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bond_cpu import command_lines  # noqa: E402  one reader of /proc for the benches
+from bond_soak import site_spec  # noqa: E402  the `bond` recipe's topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.abspath(__file__)
@@ -268,17 +272,7 @@ def timeline(seconds):
 
 def spec(seconds, python, names):
     starts, duration = timeline(seconds)
-    out = [
-        'name = "bond-mptcp"',
-        f'duration = "{duration}s"',
-        '[[node]]\nname = "site"',
-    ]
-    out += [f'[[node]]\nname = "isp{k}"\nkind = "router"' for k in range(len(LINES))]
-    out.append('[[node]]\nname = "srv"')
-    for k in range(len(LINES)):
-        up, down = line_spec(k)
-        out.append(f'[[link]]\nbetween = ["site", "isp{k}"]\nspec = "{up}"\nreverse = "{down}"')
-    out += [f'[[link]]\nbetween = ["isp{k}", "srv"]' for k in range(len(LINES))]
+    out = site_spec("bond-mptcp", duration, [line_spec(k) for k in range(len(LINES))])
 
     def command(name, node, start, length, argv):
         text = f'[[workload]]\nname = "{name}"\nkind = "command"\nfrom = "{node}"\n'
@@ -339,13 +333,14 @@ def quantile(values, q):
 
 def steady_goodput(path, seconds):
     """Mean goodput (Mbit/s) of the one-second intervals in [SKIP_S, seconds - TAIL_S) of a
-    `pathlab tcp -J` output or the MPTCP receiver's result."""
+    `pathlab tcp -J` output or the MPTCP receiver's result, and every interval's (Mbit/s)."""
     with open(path) as f:
         report = json.load(f)
-    intervals = report["up"][0]["interval_bytes"][SKIP_S:seconds - TAIL_S]
-    if not intervals:
+    every = [b * 8 / 1e6 for b in report["up"][0]["interval_bytes"]]
+    steady = every[SKIP_S:seconds - TAIL_S]
+    if not steady:
         raise SystemExit(f"{path}: no interval in the steady window")
-    return sum(intervals) * 8 / 1e6 / len(intervals)
+    return sum(steady) / len(steady), every
 
 
 def read_lines(run):
@@ -471,9 +466,11 @@ def analyse(run, seconds, starts):
 
     alone = []
     alone_lines = []
+    alone_intervals = []
     for k in range(len(LINES)):
         name = f"alone-isp{k}"
-        goodput = steady_goodput(os.path.join(run, f"{name}.out"), seconds)
+        goodput, every = steady_goodput(os.path.join(run, f"{name}.out"), seconds)
+        alone_intervals.append(every)
         alone_lines.append(line_figures(lines[k], *window(name)))
         carried = alone_lines[-1]["carried_mbit"]
         rate = LINES[k][0]
@@ -482,17 +479,19 @@ def analyse(run, seconds, starts):
                              f"(goodput {goodput:.2f}) on a {rate} Mbit/s line")
         alone.append(goodput)
     total = sum(alone)
-    figures = {"alone_mbit": alone, "sum_mbit": total, "alone_lines": alone_lines}
+    figures = {"alone_mbit": alone, "sum_mbit": total, "alone_lines": alone_lines,
+               "alone_intervals_mbit": alone_intervals}
     for key, flow, path in (("mptcp", "mptcp", "mptcp-receive.json"),
                             ("bond", "tunnel", "tunnel.out")):
-        goodput = steady_goodput(os.path.join(run, path), seconds)
+        goodput, every = steady_goodput(os.path.join(run, path), seconds)
         per_line = [line_figures(lines[k], *window(flow)) for k in range(len(LINES))]
         for k, line in enumerate(per_line):
             if line["carried_mbit"] < LEAST_SHARE * alone[k]:
                 raise SystemExit(
                     f"set-up wrong: line {k} carried {line['carried_mbit']:.2f} Mbit/s during "
                     f"the {key} phase, under a tenth of its {alone[k]:.2f} alone")
-        figures[key] = {"goodput_mbit": goodput, "share": goodput / total, "lines": per_line}
+        figures[key] = {"goodput_mbit": goodput, "share": goodput / total, "lines": per_line,
+                        "intervals_mbit": every}
     with open(os.path.join(run, "mptcp-send.json")) as f:
         sender = json.load(f)
     with open(os.path.join(run, "mptcp-receive.json")) as f:
@@ -536,7 +535,7 @@ def leftovers(marker):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=25, help="each flow's length (s)")
+    parser.add_argument("--seconds", type=int, default=30, help="each flow's length (s)")
     parser.add_argument("--quick", action="store_true", help="10 s per flow")
     parser.add_argument("--pathlab", default=PATHLAB,
                         help="the pathlab binary (default: this worktree's release build)")

@@ -67,20 +67,25 @@ def flaps(seconds, mean_s, seed):
 RESULTS_MARGIN_S = 30
 
 
-def spec(seconds, rate, names, failures):
-    out = [
-        'name = "bond-soak"',
-        # The load's results come back after its end: a 30-minute owd test's records took
-        # more than the 3 s first given here, and the run ended under it.
-        f'duration = "{LOAD_START_S + seconds + RESULTS_MARGIN_S}s"',
-        '[[node]]\nname = "site"',
-    ]
-    out += [f'[[node]]\nname = "isp{k}"\nkind = "router"' for k in range(len(LINES))]
+def site_spec(name, duration_s, lines):
+    """The first lines of a lab spec of the `bond` recipe's shape, site - isp0..ispN-1 - srv:
+    link k (site - ispK) with `lines[k]` = (SPEC up, SPEC down), links N + k (ispK - srv)
+    plain cables. So the site is 198.18.k.1 on line k and the server 198.18.(N+k).2 behind
+    it."""
+    out = [f'name = "{name}"', f'duration = "{duration_s}s"', '[[node]]\nname = "site"']
+    out += [f'[[node]]\nname = "isp{k}"\nkind = "router"' for k in range(len(lines))]
     out.append('[[node]]\nname = "srv"')
-    for k in range(len(LINES)):
-        up, down = line_specs(k)
+    for k, (up, down) in enumerate(lines):
         out.append(f'[[link]]\nbetween = ["site", "isp{k}"]\nspec = "{up}"\nreverse = "{down}"')
-    out += [f'[[link]]\nbetween = ["isp{k}", "srv"]' for k in range(len(LINES))]
+    out += [f'[[link]]\nbetween = ["isp{k}", "srv"]' for k in range(len(lines))]
+    return out
+
+
+def spec(seconds, rate, names, failures):
+    # The load's results come back after its end: a 30-minute owd test's records took
+    # more than the 3 s first given here, and the run ended under it.
+    out = site_spec("bond-soak", LOAD_START_S + seconds + RESULTS_MARGIN_S,
+                    [line_specs(k) for k in range(len(LINES))])
     # The server listens on its end of the link to isp0 (link 3: 198.18.3.2); the site
     # reaches it over each line through that line's router.
     lines = ["--line", "to-isp0"]
