@@ -26,16 +26,17 @@ Goodput is the receiver's bytes per one-second interval, averaged over the stead
 not a median). MPTCP's seconds are bursty once its far subflow loses a packet in a full
 modem buffer (in-order delivery waits for the retransmission, a second behind: seconds of
 0 then of 40 Mbit/s), so where the window's edges cut such a burst moves its mean by a few
-percent from run to run; the lines' own rates do not move. Each line's queue delay is the ground truth of its emulator's recording
-(the time each upward packet waited in the modem's queue, dequeued - arrived), p50/p95
-(nearest rank) over the packets that arrived in the same window. The per-flow-order
+percent from run to run; the lines' own rates do not move. Each line's queue delay is the
+ground truth of its emulator's recording (the time each upward packet waited in the
+modem's queue, dequeued - arrived), p50/p95 (nearest rank) over the packets that arrived
+in the same window. The per-flow-order
 figure is the loaded probes' RTT p50/p95 against the fastest line's base RTT (`rtt`
 probes across it, idle, before anything else runs).
 
 It aborts (exit 1) with a message when the set-up is wrong: MPTCP disabled or its set-up
-refused, a flow that did not run, a line that carried under a tenth of what it carries
-alone in the MPTCP or the bond phase (MPTCP fell back to one path, or a subflow left by
-the wrong line), a line's flow alone that did not fit its rate.
+refused (at once: the lab is stopped), a flow that did not run, a line that carried under
+a tenth of what it carries alone in the MPTCP or the bond phase (MPTCP fell back to one
+path, or a subflow left by the wrong line), a line's flow alone that did not fit its rate.
 
 Prints a Markdown table (rows: lines alone, MPTCP, bond; columns: goodput, share of the
 sum, each line's queue p50/p95) and writes a JSON result (bond_mptcp.json in the output
@@ -89,6 +90,8 @@ PHASE_MARGIN_S = 4
 # A line carrying less than this share of its goodput alone during MPTCP or the bond is a
 # set-up error (a subflow that never opened, or left by another line).
 LEAST_SHARE = 0.1
+# Written by a set-up in a namespace that failed (MPTCP disabled, `ip` refused).
+SETUP_FAILED = "mptcp-setup-failed"
 # Issue 28: the host's own ping beside its bulk flow, RTT p95 at most the fastest line's
 # base RTT plus this.
 ORDER_BOUND_MS = 25.0
@@ -294,8 +297,10 @@ def spec(seconds, python, names):
     for k in range(1, len(LINES)):
         lines += ["--line", f"to-isp{k},via={ROUTER.format(k)}"]
     command("key", "srv", 0, 1, ["{pathlab}", "bond", "key", "{out}/bond.key"])
-    command("mptcp-setup-srv", "srv", 0, 3, [python, SCRIPT, "setup", "server"])
-    command("mptcp-setup-site", "site", 0, 3, [python, SCRIPT, "setup", "client"])
+    command("mptcp-setup-srv", "srv", 0, 3,
+            [python, SCRIPT, "setup", "server", "{out}/" + SETUP_FAILED])
+    command("mptcp-setup-site", "site", 0, 3,
+            [python, SCRIPT, "setup", "client", "{out}/" + SETUP_FAILED])
     command("bond-server", "srv", 1, None,
             ["{pathlab}", "bond", "server", "--listen", f"{SERVER.format(3)}:7000", "--psk",
              "{out}/bond.key", "--address", "198.19.0.1/24", "--name", names["server"]])
@@ -567,9 +572,14 @@ def main():
                                stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + length + 120
+            failed = os.path.join(run, SETUP_FAILED)
             while lab.poll() is None:
                 if time.monotonic() > deadline:
                     raise SystemExit(f"pathlab lab still runs {length + 120} s after its start")
+                if os.path.exists(failed):
+                    time.sleep(0.2)
+                    with open(failed) as f:
+                        raise SystemExit(f"set-up wrong: MPTCP's set-up failed, {f.read().strip()}")
                 time.sleep(0.2)
         finally:
             if lab.poll() is None:
@@ -624,7 +634,13 @@ def inner(argv):
     """The roles the lab's spec starts inside its namespaces."""
     role = argv[0]
     if role == "setup":
-        setup(argv[1])
+        try:
+            setup(argv[1])
+        except SystemExit as failure:
+            # The run watches for this file, to stop at once rather than minutes later.
+            with open(argv[2], "a") as f:
+                f.write(f"{argv[1]}: {failure}\n")
+            raise
     elif role == "teardown":
         teardown()
     elif role == "send":
