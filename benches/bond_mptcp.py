@@ -71,11 +71,20 @@ PATHLAB = os.path.join(ROOT, "target", "release", "pathlab")
 # (up Mbit/s, one-way delay ms, modem buffer packets: about a second of full frames)
 LINES = [(12, 5, 1000), (6, 15, 500), (3, 35, 250)]
 DOWN = "rate 50mbit limit 1000"
-# Link k (site - ispK) is 198.18.k.0/24, the site .1, the router .2; link 3 + k (ispK -
-# srv) is 198.18.(3+k).0/24 with srv at .2. The server's address behind line k:
-SERVER = "198.18.{}.2"
+# Link k (site - ispK) is 198.18.k.0/24, the site .1, the router .2; link N + k (ispK -
+# srv) is 198.18.(N+k).0/24 with srv at .2 (site_spec's numbering).
 SITE = "198.18.{}.1"
 ROUTER = "198.18.{}.2"
+
+
+def server(k):
+    """The server's address behind line k."""
+    return f"198.18.{len(LINES) + k}.2"
+
+
+# Where MPTCP's first subflow, the tunnel and the base RTT reach the server: behind line 0,
+# the fastest.
+SERVER = server(0)
 MPTCP_PORT = 5301
 TABLE_BASE = 100
 IPPROTO_MPTCP = getattr(socket, "IPPROTO_MPTCP", 262)
@@ -302,23 +311,23 @@ def spec(seconds, python, names):
     command("mptcp-setup-site", "site", 0, 3,
             [python, SCRIPT, "setup", "client", "{out}/" + SETUP_FAILED])
     command("bond-server", "srv", 1, None,
-            ["{pathlab}", "bond", "server", "--listen", f"{SERVER.format(3)}:7000", "--psk",
+            ["{pathlab}", "bond", "server", "--listen", f"{SERVER}:7000", "--psk",
              "{out}/bond.key", "--address", "198.19.0.1/24", "--name", names["server"]])
     # The fastest line's base RTT, idle; it also starts the lab's measurement server in srv.
-    rtt("base-rtt", SERVER.format(3), 1, 3, "50ms")
+    rtt("base-rtt", SERVER, 1, 3, "50ms")
     for k in range(len(LINES)):
-        tcp(f"alone-isp{k}", SERVER.format(3 + k), starts[f"alone-isp{k}"])
+        tcp(f"alone-isp{k}", server(k), starts[f"alone-isp{k}"])
     at = starts["mptcp"]
     command("mptcp-receive", "srv", at - 1, seconds + 4,
-            [python, SCRIPT, "receive", SERVER.format(3), str(MPTCP_PORT), str(seconds),
+            [python, SCRIPT, "receive", SERVER, str(MPTCP_PORT), str(seconds),
              "{out}/mptcp-receive.json"])
     command("mptcp-send", "site", at, seconds + 2,
-            [python, SCRIPT, "send", SERVER.format(3), str(MPTCP_PORT), str(seconds),
+            [python, SCRIPT, "send", SERVER, str(MPTCP_PORT), str(seconds),
              "{out}/mptcp-send.json"])
     command("mptcp-teardown", "site", at + seconds + 3, 1, [python, SCRIPT, "teardown"])
     at = starts["tunnel"]
     command("client", "site", at - 3, seconds + 6,
-            ["{pathlab}", "bond", "client", f"{SERVER.format(3)}:7000", *lines, "--psk",
+            ["{pathlab}", "bond", "client", f"{SERVER}:7000", *lines, "--psk",
              "{out}/bond.key", "--address", "198.19.0.2/24", "--name", names["client"],
              "-J"])
     rtt("tunnel-idle-rtt", "198.19.0.1", at - 1.5, 1.5, "50ms")
