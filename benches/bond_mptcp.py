@@ -99,6 +99,11 @@ PHASE_MARGIN_S = 4
 # A line carrying less than this share of its goodput alone during MPTCP or the bond is a
 # set-up error (a subflow that never opened, or left by another line).
 LEAST_SHARE = 0.1
+# What one CUBIC flow alone carries of a line's rate: a 1448-byte segment (MSS with
+# timestamps) per 1514-byte Ethernet frame, as the emulator counts frames.
+TCP_PAYLOAD_PER_FRAME = 1448 / 1514
+# A line alone below this share of that is a run the emulators (a busy machine) spoiled.
+ALONE_LEAST = 0.95
 # Written by a set-up in a namespace that failed (MPTCP disabled, `ip` refused).
 SETUP_FAILED = "mptcp-setup-failed"
 # Issue 28: the host's own ping beside its bulk flow, RTT p95 at most the fastest line's
@@ -493,8 +498,13 @@ def analyse(run, seconds, starts):
                              f"(goodput {goodput:.2f}) on a {rate} Mbit/s line")
         alone.append(goodput)
     total = sum(alone)
+    # A line alone below its theory means the emulators, not the lines, set the sum (a
+    # busy machine: a quick run with emulators 480 ms late gave 9.33 Mbit/s on the 12 Mbit/s
+    # line, and shares above 100%).
+    short = [f"line {k} alone {a:.2f} Mbit/s of {LINES[k][0] * TCP_PAYLOAD_PER_FRAME:.2f}"
+             for k, a in enumerate(alone) if a < ALONE_LEAST * LINES[k][0] * TCP_PAYLOAD_PER_FRAME]
     figures = {"alone_mbit": alone, "sum_mbit": total, "alone_lines": alone_lines,
-               "alone_intervals_mbit": alone_intervals}
+               "alone_intervals_mbit": alone_intervals, "alone_below_theory": short}
     for key, flow, path in (("mptcp", "mptcp", "mptcp-receive.json"),
                             ("bond", "tunnel", "tunnel.out")):
         goodput, every = steady_goodput(os.path.join(run, path), seconds)
@@ -636,6 +646,10 @@ def main():
               "emulator, not the line: " + "; ".join(figures["late_emulators"]))
     print(f"load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     print(f"result: {path}")
+    if figures["alone_below_theory"]:
+        print("not a valid run, the shares are against a sum the emulators lowered: "
+              + "; ".join(figures["alone_below_theory"]) + " (theory: rate x 1448 / 1514)")
+        return 1
     return 0
 
 
