@@ -1,42 +1,59 @@
-//! The tunnel's ingress: users share it by volume, not by packet (the seed's last section).
+//! The tunnel's ingress: users share it by volume, not by packet (the seed's last section),
+//! and each user's flows are queued, and kept in order, apart.
 //!
-//! Inner packets queue per *stream* (a user of the site: the inner source address of what
-//! goes up, the inner destination of what comes down, by default; or a flow; or one stream
-//! for all). Each tunnel datagram is filled by deficit round robin at
-//! the granularity of bytes, so one datagram carries fragments of several users' packets in
-//! fair proportion, and a user's small packet does not wait behind every other user's
-//! full-size one. A stream that just became active is served first (FQ-CoDel's new-flow
-//! list, RFC 8290 section 4.1): the seed's pinging user's 100 bytes go into the very next
-//! datagram, so on a 1 Mbit/s line it waits one datagram (12 ms), not 14 (168 ms).
+//! Two levels. Inner packets belong to a *user* of the site (the inner source address of
+//! what goes up, the inner destination of what comes down, by default; or a flow; or one
+//! user for all: [`FairKey`]) and, within it, to a *flow* (the 5-tuple, `Packet::flow`).
+//! Users share each datagram by deficit round robin at the granularity of bytes, so one
+//! datagram carries fragments of several users' packets in fair proportion and a user's
+//! small packet does not wait behind every other user's full-size one. Within a user its
+//! flows take turns the same way, each with its own queue, and every byte a flow sends is
+//! charged to its user's credit too: a user that opens many flows gets one user's share.
+//! At both levels what just became active is served first (FQ-CoDel's new-flow list, RFC
+//! 8290 section 4.1): the seed's pinging user's 100 bytes go into the very next datagram,
+//! so on a 1 Mbit/s line it waits one datagram (12 ms), not 14 (168 ms); and a host's own
+//! ping goes ahead of its own bulk flow's queue, within the host's credit.
 //!
-//! Each stream's queue is managed by CoDel (RFC 8289, `pathlab-core`'s state machine; with
+//! Each flow's queue is managed by CoDel (RFC 8289, `pathlab-core`'s state machine; with
 //! ECN marking for ECN-capable packets) so a bulk TCP flow in the tunnel keeps a short queue
 //! here rather than moving the bufferbloat the line controller removed from the modem into
-//! the tunnel. CoDel's target is at least two full-size packets' time at a stream's fair
-//! share, as cake scales it on slow links: below that every packet would look late.
+//! the tunnel. CoDel's target is at least two full-size packets' time at a flow's fair
+//! share, as cake scales it on slow links: below that every packet would look late; and,
+//! over lines of different delays, long enough for the queue the far lines need (see
+//! [`FairQueue::set_path`]): only a bulk flow's queue stands that long, a sparse flow's
+//! packet is served when it comes.
 //!
-//! Packets are numbered per stream when their first byte leaves, so every number the
-//! receiver sees belongs to a packet that was sent: a packet CoDel dropped leaves no hole
-//! for the receiver to wait on.
+//! Each flow is a *stream* on the wire: its own 16-bit id and packet numbers, numbered when
+//! a packet's first byte leaves (so every number the receiver sees belongs to a packet that
+//! was sent: a packet CoDel dropped leaves no hole to wait on), and the receiver restores
+//! order per stream, that is per flow: what TCP needs, and a host's ping no longer waits for
+//! its bulk flow's gaps from the slowest line. With [`Order::User`] a user's flows are one
+//! flow, queued and ordered together (the order per user of before, for comparison).
 //!
-//! Stream ids are the wire's 16 bits, so they are reused: a stream idle for
-//! [`FairConfig::stream_idle`] gives its id back, and a later user takes it. Two rules keep
-//! users apart at the far end. An id's packet numbers go on from where its previous owner
-//! stopped (they live with the id, not the user), so no (stream, packet) pair ever names
-//! two packets and no fragment can be put into another user's packet, whatever the far
+//! Stream ids are the wire's 16 bits, so they are reused: a flow idle for
+//! [`FairConfig::stream_idle`] gives its id back, and a later flow takes it. Two rules keep
+//! flows apart at the far end. An id's packet numbers go on from where its previous owner
+//! stopped (they live with the id, not the flow), so no (stream, packet) pair ever names
+//! two packets and no fragment can be put into another flow's packet, whatever the far
 //! end still remembers. And an id is only freed after its last byte left at least
 //! `stream_idle` ago, longer than the far end waits for a gap or a fragment (at most 1 s)
 //! plus a line's delay, so a new owner never waits behind its predecessor's gaps. When all
-//! 65,536 ids are held by streams active within `stream_idle`, a new user shares one
-//! (counted in [`FairCounters::streams_shared`]): ordered with its owner, nothing worse.
+//! 65,536 ids are held by flows active within `stream_idle`, a new flow shares one, of its
+//! own user's if it has one (counted in [`FairCounters::streams_shared`]): ordered with
+//! it, nothing worse. A user holds at most [`MAX_FLOWS_PER_USER`] ids; its further flows
+//! share its own ([`FairCounters::flows_merged`]). The receiver remembers every id (its
+//! table is as large as the id space), so a reused id's numbers always follow on there.
 
-use std::collections::{HashMap, VecDeque};
+mod table;
 
-use pathlab_core::queue::{CodelQueue, CodelState};
+use std::collections::VecDeque;
+
 use pathlab_core::spec::CodelConfig;
 use pathlab_core::{Duration, Instant, Packet, Verdicts};
 
 use crate::wire::{piece_header_bytes, Fragment, FRAGMENT_HEADER_BYTES};
+use table::{Head, List, Table};
+pub use table::{MAX_FLOWS_PER_USER, MAX_STREAM_IDS};
 
 /// How inner packets are told apart into users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,10 +63,21 @@ pub enum FairKey {
     /// other end, which a user multiplies by talking to many.
     #[default]
     Source,
-    /// By flow (the 5-tuple).
+    /// By flow (the 5-tuple): each flow is a user of its own.
     Flow,
-    /// Not at all: one FIFO for everything.
+    /// Not at all: one user for everything (its flows still take turns, unless order is
+    /// per user: then one FIFO).
     Off,
+}
+
+/// What the receiver keeps in order, and so what queues apart within a user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Each flow (5-tuple): a host's ping does not wait for its bulk flow.
+    #[default]
+    Flow,
+    /// Each user: its flows share one queue and one sequence (the order of before).
+    User,
 }
 
 /// Which way a queue sends, which decides which inner address is the site's user.
@@ -67,14 +95,17 @@ pub enum Direction {
 pub struct FairConfig {
     /// How users are told apart.
     pub key: FairKey,
-    /// Bytes a stream may send per round.
+    /// Whether order (and queueing within a user) is per flow or per user.
+    pub order: Order,
+    /// Bytes a user, and a flow within its user, may send per round.
     pub quantum_bytes: u32,
-    /// Bytes all streams may hold together; beyond it the longest stream loses its head.
+    /// Bytes all flows may hold together; beyond it the user holding most loses the head
+    /// of its longest flow.
     pub limit_bytes: u64,
-    /// CoDel's settings for each stream.
+    /// CoDel's settings for each flow.
     pub codel: CodelConfig,
-    /// How long a stream stays idle (its last byte sent) before its id is freed for
-    /// another user; longer than the far end's reorder and fragment timeouts (at most 1 s
+    /// How long a flow stays idle (its last byte sent) before its id is freed for
+    /// another flow; longer than the far end's reorder and fragment timeouts (at most 1 s
     /// each) plus a line's delay, so no packet of the previous owner is still expected.
     pub stream_idle: Duration,
 }
@@ -83,6 +114,7 @@ impl Default for FairConfig {
     fn default() -> FairConfig {
         FairConfig {
             key: FairKey::Source,
+            order: Order::Flow,
             quantum_bytes: 1514,
             limit_bytes: 4 << 20,
             codel: CodelConfig {
@@ -107,135 +139,60 @@ pub struct FairCounters {
     pub overflow_dropped: u64,
     /// Packets too long for the wire's 16-bit lengths.
     pub oversized_dropped: u64,
-    /// Idle streams whose id was freed for another user.
+    /// Idle flows whose stream id was freed for another flow.
     #[serde(default)]
     pub streams_reclaimed: u64,
-    /// Users that found every stream id held and shared another user's stream.
+    /// Flows that found every stream id held and shared another flow's stream.
     #[serde(default)]
     pub streams_shared: u64,
+    /// Flows of a user holding [`MAX_FLOWS_PER_USER`] already, queued and ordered with one
+    /// of its others.
+    #[serde(default)]
+    pub flows_merged: u64,
     /// Packets half sent when a new session began, given up.
     #[serde(default)]
     pub new_session_dropped: u64,
 }
 
-/// A packet being sent, fragment by fragment.
-#[derive(Debug)]
-struct Head {
-    number: u32,
-    data: Vec<u8>,
-    offset: usize,
-    compressed: bool,
-}
-
-/// A stream's packets not yet started, as CoDel sees them.
-#[derive(Debug, Default)]
-struct Waiting {
-    queue: VecDeque<Packet>,
-    queued_bytes: u64,
-}
-
-#[derive(Debug)]
-struct Stream {
-    id: u16,
-    /// The user holding the id (`None`: free, waiting in `free_ids`).
-    key: Option<u64>,
-    /// When a packet last came or a byte last left.
-    last_active: Instant,
-    /// Survives a change of owner: see the module's doc.
-    next_number: u32,
-    waiting: Waiting,
-    head: Option<Head>,
-    deficit: i64,
-    codel: CodelState,
-    active: bool,
-    urgent: bool,
-}
-
-impl CodelQueue for Waiting {
-    fn pop(&mut self) -> Option<Packet> {
-        let packet = self.queue.pop_front()?;
-        self.queued_bytes -= packet.data.len() as u64;
-        Some(packet)
-    }
-
-    fn bytes(&self) -> u64 {
-        self.queued_bytes
-    }
-}
-
-impl Stream {
-    fn new(id: u16, key: u64, now: Instant) -> Stream {
-        Stream {
-            id,
-            key: Some(key),
-            last_active: now,
-            next_number: 1,
-            waiting: Waiting::default(),
-            head: None,
-            deficit: 0,
-            codel: CodelState::default(),
-            active: false,
-            urgent: false,
-        }
-    }
-
-    fn backlog(&self) -> u64 {
-        self.waiting.queued_bytes
-            + self
-                .head
-                .as_ref()
-                .map_or(0, |head| (head.data.len() - head.offset) as u64)
-    }
-
-    /// Whether the stream holds nothing and has not for `idle`.
-    fn is_idle(&self, now: Instant, idle: Duration) -> bool {
-        !self.active
-            && !self.urgent
-            && self.head.is_none()
-            && self.waiting.queue.is_empty()
-            && now.saturating_since(self.last_active) >= idle
-    }
-
-    /// Hands the id to `key`: a fresh queue, the packet numbers going on.
-    fn reassign(&mut self, key: u64, now: Instant) {
-        let next_number = self.next_number;
-        *self = Stream::new(self.id, key, now);
-        self.next_number = next_number;
-    }
-}
-
-/// Stream ids are the wire's 16 bits.
-pub const MAX_STREAM_IDS: usize = 1 << 16;
-
-/// How a stream's service ended.
+/// How a user's or a flow's service ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Served {
     /// The datagram has no room left.
     Full,
-    /// The stream has nothing left.
+    /// Nothing left (to serve at once, for [`Scope::Prompt`]).
     Empty,
-    /// The stream spent its credit for this round.
+    /// The user spent its credit for this round.
     OutOfCredit,
+    /// The flow spent its credit for this round (its user has some left).
+    FlowOutOfCredit,
+}
+
+/// Which of a user's flows a service may take from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Only those that just became active (new or urgent).
+    Prompt,
+    /// All, in turn.
+    All,
 }
 
 /// The smallest piece worth a fragment header when a packet has more to send.
 const MIN_PIECE_BYTES: usize = 64;
 
-/// The ingress queue: per-stream CoDel queues served by byte-granular deficit round robin.
+/// The ingress queue: per-flow CoDel queues, served by byte-granular deficit round robin
+/// between users and between each user's flows.
 #[derive(Debug)]
 pub struct FairQueue {
     config: FairConfig,
     direction: Direction,
-    /// Indexed by stream id.
-    streams: Vec<Stream>,
-    by_key: HashMap<u64, usize>,
-    /// Ids freed by idle streams (each idle for `stream_idle` already).
-    free_ids: Vec<usize>,
-    /// When idle streams are next looked for.
-    next_sweep: Instant,
-    new_streams: VecDeque<usize>,
-    /// Active streams whose queue was empty when a packet came, with credit left.
-    urgent: VecDeque<usize>,
-    old_streams: VecDeque<usize>,
+    table: Table,
+    new_users: VecDeque<usize>,
+    old_users: VecDeque<usize>,
+    /// Users with credit left and a flow that just became active (a new flow, or an
+    /// active one whose queue was empty): that flow is served at once, within the credit.
+    prompt: VecDeque<usize>,
+    /// Flows on a list (for CoDel's two-packet floor).
+    active_flows: usize,
     backlog_bytes: u64,
     counters: FairCounters,
     verdicts: Verdicts,
@@ -256,13 +213,11 @@ impl FairQueue {
         FairQueue {
             config,
             direction,
-            streams: Vec::new(),
-            by_key: HashMap::new(),
-            free_ids: Vec::new(),
-            next_sweep: Instant::ZERO,
-            new_streams: VecDeque::new(),
-            urgent: VecDeque::new(),
-            old_streams: VecDeque::new(),
+            table: Table::default(),
+            new_users: VecDeque::new(),
+            old_users: VecDeque::new(),
+            prompt: VecDeque::new(),
+            active_flows: 0,
             backlog_bytes: 0,
             counters: FairCounters::default(),
             verdicts: Verdicts::default(),
@@ -271,18 +226,18 @@ impl FairQueue {
         }
     }
 
-    /// A new session: the far end's reassembly starts afresh, so every stream's packet
+    /// A new session: the far end's reassembly starts afresh, so every flow's packet
     /// numbers start again at 1; a packet half sent under the old session is given up (its
     /// first pieces went to a far end that forgot them) and counted as dropped. Returns how
     /// many were given up.
     pub fn new_session(&mut self) -> u64 {
         let mut given_up = 0;
-        for stream in &mut self.streams {
-            if let Some(head) = stream.head.take() {
+        for flow in &mut self.table.flows {
+            if let Some(head) = flow.head.take() {
                 self.backlog_bytes -= (head.data.len() - head.offset) as u64;
                 given_up += 1;
             }
-            stream.next_number = 1;
+            flow.next_number = 1;
         }
         self.counters.new_session_dropped += given_up;
         given_up
@@ -303,15 +258,20 @@ impl FairQueue {
         self.counters
     }
 
-    /// Streams held by a user now (idle ones are freed after `stream_idle`).
+    /// Flows holding a stream id now (idle ones are freed after `stream_idle`).
     pub fn stream_count(&self) -> usize {
-        self.by_key.len()
+        self.table.flow_count()
     }
 
-    /// Stream ids ever handed out at once: the size of the stream table, which never
+    /// Users holding a flow now.
+    pub fn user_count(&self) -> usize {
+        self.table.user_count()
+    }
+
+    /// Stream ids ever handed out at once: the size of the flow table, which never
     /// exceeds [`MAX_STREAM_IDS`].
     pub fn stream_slots(&self) -> usize {
-        self.streams.len()
+        self.table.flows.len()
     }
 
     /// Tells the queue the tunnel's current rate (scales CoDel's target on slow lines), the
@@ -325,6 +285,8 @@ impl FairQueue {
     /// With all lines busy the window is the rate times the fast round trip plus the
     /// queue's delay `q`; a cut to 0.7 leaves `q - 0.3 (rtt + q)`, which stays above the
     /// spread from `q = (spread + 0.3 rtt) / 0.7`: CoDel's target is that plus its own.
+    /// That queue is the bulk flow's own: each flow has its CoDel, and another flow's
+    /// packet (of the same user too) is served in its turn, not behind it.
     pub fn set_path(&mut self, rate_bps: f64, spread: Duration, fast_rtt: Duration) {
         self.rate_bps = rate_bps;
         self.spread = if spread.is_zero() {
@@ -334,88 +296,71 @@ impl FairQueue {
         };
     }
 
-    /// Queues an inner packet at `now`; `compressed` says its bytes are LZ4 (the original
-    /// is not needed to classify it: `key_of` reads the header of the packet before).
+    /// Queues an inner packet at `now` for user `key` (from [`FairQueue::key_of`]); its
+    /// flow is `packet.flow` under [`Order::Flow`]. `packet.tag` is [`COMPRESSED_TAG`] when
+    /// its bytes are LZ4 (the original is not needed to classify it: the key and the flow
+    /// were read from the packet before).
     pub fn enqueue(&mut self, now: Instant, mut packet: Packet, key: u64) {
         if packet.data.is_empty() || packet.data.len() > usize::from(u16::MAX) {
             self.counters.oversized_dropped += 1;
             return;
         }
         packet.enqueued = now;
-        let index = match self.by_key.get(&key) {
-            Some(&index) => index,
-            None => self.claim_stream(now, key),
+        let flow_key = match self.config.order {
+            Order::Flow => packet.flow,
+            Order::User => 0,
         };
+        let index = self.table.flow_of(
+            now,
+            key,
+            flow_key,
+            self.config.stream_idle,
+            &mut self.counters,
+        );
         self.counters.packets_in += 1;
         let len = packet.data.len() as u64;
-        let stream = &mut self.streams[index];
-        stream.last_active = now;
-        stream.waiting.queue.push_back(packet);
-        stream.waiting.queued_bytes += len;
+        let quantum = i64::from(self.config.quantum_bytes);
+        let flow = &mut self.table.flows[index];
+        let user_index = flow.user;
+        let user = &mut self.table.users[user_index];
+        flow.last_active = now;
+        flow.waiting.queue.push_back(packet);
+        flow.waiting.queued_bytes += len;
+        user.waiting_bytes += len;
         self.backlog_bytes += len;
-        if !stream.active {
-            stream.active = true;
-            stream.deficit = i64::from(self.config.quantum_bytes);
-            self.new_streams.push_back(index);
-        } else if stream.waiting.queue.len() == 1
-            && stream.head.is_none()
-            && stream.deficit > 0
-            && !stream.urgent
-            && !self.new_streams.contains(&index)
+        let mut prompt = false;
+        if flow.list.is_none() {
+            flow.list = Some(List::New);
+            flow.deficit = quantum;
+            user.new_flows.push_back(index);
+            self.active_flows += 1;
+            prompt = true;
+        } else if flow.waiting.queue.len() == 1
+            && flow.head.is_none()
+            && flow.deficit > 0
+            && !flow.urgent
+            && flow.list != Some(List::New)
         {
             // Its queue was empty and it has credit left this round: it need not wait
             // for its turn to spend it.
-            stream.urgent = true;
-            self.urgent.push_back(index);
+            flow.urgent = true;
+            user.urgent_flows.push_back(index);
+            prompt = true;
+        }
+        if user.list.is_none() {
+            user.list = Some(List::New);
+            user.deficit = quantum;
+            self.new_users.push_back(user_index);
+        } else if prompt && user.list != Some(List::New) && !user.prompt && user.deficit > 0 {
+            user.prompt = true;
+            self.prompt.push_back(user_index);
         }
         while self.backlog_bytes > self.config.limit_bytes {
             self.drop_from_longest();
         }
     }
 
-    /// A stream for a user not seen within `stream_idle`: a freed id, a new one, or (all
-    /// 65,536 held) another user's.
-    fn claim_stream(&mut self, now: Instant, key: u64) -> usize {
-        if now >= self.next_sweep {
-            self.reclaim_idle(now);
-        }
-        let index = if let Some(index) = self.free_ids.pop() {
-            self.streams[index].reassign(key, now);
-            index
-        } else if self.streams.len() < MAX_STREAM_IDS {
-            let index = self.streams.len();
-            self.streams.push(Stream::new(index as u16, key, now));
-            index
-        } else {
-            self.counters.streams_shared += 1;
-            // Not mapped: the user gets an id of its own once one is freed.
-            return (key % MAX_STREAM_IDS as u64) as usize;
-        };
-        self.by_key.insert(key, index);
-        index
-    }
-
-    /// Frees the ids of streams idle for `stream_idle`. A sweep of the table, at most four
-    /// times per `stream_idle` and only when a new user comes: the cost stays a few
-    /// operations per packet however many users churn.
-    fn reclaim_idle(&mut self, now: Instant) {
-        let idle = self.config.stream_idle;
-        self.next_sweep = now + Duration::from_nanos(idle.as_nanos() / 4);
-        for (index, stream) in self.streams.iter_mut().enumerate() {
-            if stream.key.is_none() || !stream.is_idle(now, idle) {
-                continue;
-            }
-            if let Some(key) = stream.key.take() {
-                self.by_key.remove(&key);
-            }
-            // Its queue's memory goes back now, not when the id is taken again.
-            stream.waiting = Waiting::default();
-            self.free_ids.push(index);
-            self.counters.streams_reclaimed += 1;
-        }
-    }
-
-    /// The stream key of an inner IP packet under this queue's [`FairKey`].
+    /// The user key of an inner IP packet under this queue's [`FairKey`].
     pub fn key_of(&self, packet: &Packet) -> u64 {
         match self.config.key {
             FairKey::Off => 0,
@@ -427,15 +372,28 @@ impl FairQueue {
         }
     }
 
+    /// Drops the head of the longest flow of the user holding most.
     fn drop_from_longest(&mut self) {
-        let Some(index) =
-            (0..self.streams.len()).max_by_key(|&i| self.streams[i].waiting.queued_bytes)
-        else {
+        let users = &self.table.users;
+        let Some(user) = (0..users.len()).max_by_key(|&u| users[u].waiting_bytes) else {
             return;
         };
-        let stream = &mut self.streams[index];
-        if let Some(packet) = stream.waiting.pop() {
-            self.backlog_bytes -= packet.data.len() as u64;
+        let flows = &self.table.flows;
+        let user_entry = &users[user];
+        let longest = user_entry
+            .new_flows
+            .iter()
+            .chain(&user_entry.old_flows)
+            .copied()
+            .max_by_key(|&f| flows[f].waiting.queued_bytes);
+        let dropped = longest.and_then(|f| {
+            use pathlab_core::queue::CodelQueue;
+            self.table.flows[f].waiting.pop()
+        });
+        if let Some(packet) = dropped {
+            let len = packet.data.len() as u64;
+            self.table.users[user].waiting_bytes -= len;
+            self.backlog_bytes -= len;
             self.counters.overflow_dropped += 1;
         } else {
             // Only packets already being sent are left: nothing more can be dropped.
@@ -445,7 +403,7 @@ impl FairQueue {
 
     fn codel_config(&self) -> CodelConfig {
         let mut config = self.config.codel;
-        let active = (self.new_streams.len() + self.old_streams.len()).max(1) as f64;
+        let active = self.active_flows.max(1) as f64;
         if self.rate_bps > 0.0 {
             let share = self.rate_bps / active;
             let two_packets = Duration::from_secs_f64(2.0 * 1500.0 * 8.0 / share);
@@ -456,20 +414,26 @@ impl FairQueue {
         config
     }
 
-    /// Whether a stream that just became active waits (a sparse flow: a ping, a DNS query,
-    /// a TCP ACK after silence).
+    /// Whether a flow that just became active waits (a sparse flow: a ping, a DNS query,
+    /// a TCP ACK after silence) and its user has the credit to send it now.
     pub fn has_new_streams(&self) -> bool {
-        !self.new_streams.is_empty() || !self.urgent.is_empty()
+        !self.new_users.is_empty()
+            || self
+                .prompt
+                .iter()
+                .any(|&user| self.table.users[user].has_prompt_flow())
     }
 
-    /// Hands out pieces of queued packets, fairly between streams, while `budget` bytes
-    /// (frame headers included) allow; `emit` writes each piece. Returns the bytes used.
+    /// Hands out pieces of queued packets, fairly between users and between each user's
+    /// flows, while `budget` bytes (frame headers included) allow; `emit` writes each
+    /// piece. Returns the bytes used.
     pub fn fill(&mut self, now: Instant, budget: usize, emit: impl FnMut(Fragment<'_>)) -> usize {
         self.fill_from(now, budget, false, emit)
     }
 
-    /// As [`FairQueue::fill`], from the streams that just became active only (their first
-    /// quantum), so a sparse flow's packet goes alone in a short datagram.
+    /// As [`FairQueue::fill`], from the flows that just became active only (a new user's
+    /// first quantum, another user's new flows within its credit), so a sparse flow's
+    /// packet goes alone in a short datagram.
     pub fn fill_new(
         &mut self,
         now: Instant,
@@ -489,43 +453,55 @@ impl FairQueue {
         let mut used = 0;
         let codel = self.codel_config();
         let quantum = i64::from(self.config.quantum_bytes);
-        // Streams with credit left whose queue was empty when a packet came: served at
-        // once, within their credit (a ping between two of its turns).
-        while let Some(&index) = self.urgent.front() {
-            match self.serve(now, index, budget, &mut used, &codel, &mut emit) {
+        // Users with a flow that just became active and credit left: that flow is served
+        // at once, within the user's credit (a ping between two of its user's turns).
+        while let Some(&user) = self.prompt.front() {
+            match self.serve_user(
+                now,
+                user,
+                Scope::Prompt,
+                budget,
+                &mut used,
+                &codel,
+                &mut emit,
+            ) {
                 Served::Full => return used,
-                Served::Empty | Served::OutOfCredit => {
-                    self.urgent.pop_front();
-                    self.streams[index].urgent = false;
+                Served::Empty | Served::OutOfCredit | Served::FlowOutOfCredit => {
+                    self.prompt.pop_front();
+                    self.table.users[user].prompt = false;
+                    self.table.free_user_if_done(user);
                 }
             }
         }
         loop {
-            let (list_is_new, index) = match self.new_streams.front() {
-                Some(&index) => (true, index),
+            let (list, user) = match self.new_users.front() {
+                Some(&user) => (List::New, user),
                 None if new_only => break,
-                None => match self.old_streams.front() {
-                    Some(&index) => (false, index),
+                None => match self.old_users.front() {
+                    Some(&user) => (List::Old, user),
                     None => break,
                 },
             };
-            if self.streams[index].deficit <= 0 {
-                self.streams[index].deficit += quantum;
-                self.pop_list(list_is_new);
-                self.old_streams.push_back(index);
+            if self.table.users[user].deficit <= 0 {
+                self.table.users[user].deficit += quantum;
+                self.pop_users(list);
+                self.table.users[user].list = Some(List::Old);
+                self.old_users.push_back(user);
                 continue;
             }
-            match self.serve(now, index, budget, &mut used, &codel, &mut emit) {
+            match self.serve_user(now, user, Scope::All, budget, &mut used, &codel, &mut emit) {
                 Served::Full => break,
-                Served::OutOfCredit => {}
+                Served::OutOfCredit | Served::FlowOutOfCredit => {}
                 Served::Empty => {
-                    // A new stream moves to the old list once (so it cannot come back as
+                    // A new user moves to the old list once (so it cannot come back as
                     // new at once and starve the others), an old one leaves.
-                    self.pop_list(list_is_new);
-                    if list_is_new && !self.old_streams.is_empty() {
-                        self.old_streams.push_back(index);
+                    self.pop_users(list);
+                    if list == List::New && !self.old_users.is_empty() {
+                        self.table.users[user].list = Some(List::Old);
+                        self.old_users.push_back(user);
                     } else {
-                        self.streams[index].active = false;
+                        self.table.users[user].list = None;
+                        self.table.free_user_if_done(user);
                     }
                 }
             }
@@ -533,8 +509,105 @@ impl FairQueue {
         used
     }
 
-    /// Emits pieces of stream `index` while it has packets, credit and room.
-    fn serve(
+    fn pop_users(&mut self, list: List) {
+        match list {
+            List::New => self.new_users.pop_front(),
+            List::Old => self.old_users.pop_front(),
+        };
+    }
+
+    /// Serves user `user`'s flows (those `scope` allows) while it has credit, they have
+    /// packets and the datagram room: urgent flows, then new ones, then old ones in turn.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_user(
+        &mut self,
+        now: Instant,
+        user: usize,
+        scope: Scope,
+        budget: usize,
+        used: &mut usize,
+        codel: &CodelConfig,
+        emit: &mut impl FnMut(Fragment<'_>),
+    ) -> Served {
+        let quantum = i64::from(self.config.quantum_bytes);
+        loop {
+            let entry = &self.table.users[user];
+            if entry.deficit <= 0 {
+                return Served::OutOfCredit;
+            }
+            let (list, flow) = if let Some(&flow) = entry.urgent_flows.front() {
+                (None, flow)
+            } else if let Some(&flow) = entry.new_flows.front() {
+                (Some(List::New), flow)
+            } else if let (Scope::All, Some(&flow)) = (scope, entry.old_flows.front()) {
+                (Some(List::Old), flow)
+            } else {
+                return Served::Empty;
+            };
+            if self.table.flows[flow].deficit <= 0 {
+                match list {
+                    None => self.end_urgent(user, flow),
+                    Some(list) => {
+                        self.table.flows[flow].deficit += quantum;
+                        self.rotate_flow(user, flow, list);
+                    }
+                }
+                continue;
+            }
+            match self.serve_flow(now, flow, budget, used, codel, emit) {
+                Served::Full => return Served::Full,
+                Served::OutOfCredit => return Served::OutOfCredit,
+                Served::FlowOutOfCredit => {
+                    if list.is_none() {
+                        self.end_urgent(user, flow);
+                    }
+                    // Else the next pass gives it a quantum and its turn goes on.
+                }
+                Served::Empty => match list {
+                    None => self.end_urgent(user, flow),
+                    Some(list) => self.flow_emptied(user, flow, list),
+                },
+            }
+        }
+    }
+
+    fn end_urgent(&mut self, user: usize, flow: usize) {
+        self.table.users[user].urgent_flows.pop_front();
+        self.table.flows[flow].urgent = false;
+    }
+
+    /// Moves the flow at the front of `list` to the back of its user's old flows.
+    fn rotate_flow(&mut self, user: usize, flow: usize, list: List) {
+        let entry = &mut self.table.users[user];
+        match list {
+            List::New => entry.new_flows.pop_front(),
+            List::Old => entry.old_flows.pop_front(),
+        };
+        entry.old_flows.push_back(flow);
+        self.table.flows[flow].list = Some(List::Old);
+    }
+
+    /// A flow at the front of `list` has nothing left: a new one moves to the old list
+    /// once (so it cannot come back as new at once and starve its siblings), an old one
+    /// leaves.
+    fn flow_emptied(&mut self, user: usize, flow: usize, list: List) {
+        let entry = &self.table.users[user];
+        if list == List::New && !entry.old_flows.is_empty() {
+            self.rotate_flow(user, flow, list);
+        } else {
+            let entry = &mut self.table.users[user];
+            match list {
+                List::New => entry.new_flows.pop_front(),
+                List::Old => entry.old_flows.pop_front(),
+            };
+            self.table.flows[flow].list = None;
+            self.active_flows -= 1;
+        }
+    }
+
+    /// Emits pieces of flow `index` while it has packets, it and its user credit, and the
+    /// datagram room. Every byte is charged to both.
+    fn serve_flow(
         &mut self,
         now: Instant,
         index: usize,
@@ -544,15 +617,20 @@ impl FairQueue {
         emit: &mut impl FnMut(Fragment<'_>),
     ) -> Served {
         loop {
-            let stream = &mut self.streams[index];
-            if stream.deficit <= 0 {
+            let flow = &mut self.table.flows[index];
+            let user = &mut self.table.users[flow.user];
+            if user.deficit <= 0 {
                 return Served::OutOfCredit;
             }
-            if stream.head.is_none() {
-                let packet =
-                    stream
-                        .codel
-                        .dequeue(now, codel, &mut stream.waiting, &mut self.verdicts);
+            if flow.deficit <= 0 {
+                return Served::FlowOutOfCredit;
+            }
+            if flow.head.is_none() {
+                let before = flow.waiting.queued_bytes;
+                let packet = flow
+                    .codel
+                    .dequeue(now, codel, &mut flow.waiting, &mut self.verdicts);
+                user.waiting_bytes -= before - flow.waiting.queued_bytes;
                 for dropped in self.verdicts.dropped.drain(..) {
                     self.counters.codel_dropped += 1;
                     self.backlog_bytes -= dropped.packet.data.len() as u64;
@@ -561,16 +639,16 @@ impl FairQueue {
                 let Some(packet) = packet else {
                     return Served::Empty;
                 };
-                let number = stream.next_number;
-                stream.next_number = stream.next_number.wrapping_add(1).max(1);
-                stream.head = Some(Head {
+                let number = flow.next_number;
+                flow.next_number = flow.next_number.wrapping_add(1).max(1);
+                flow.head = Some(Head {
                     number,
                     compressed: packet.tag == COMPRESSED_TAG,
                     data: packet.data,
                     offset: 0,
                 });
             }
-            let head = stream.head.as_mut().expect("set above");
+            let head = flow.head.as_mut().expect("set above");
             let remaining = head.data.len() - head.offset;
             // A whole packet that fits goes with the shorter header of a Packet frame; one
             // that does not is split to fill the datagram. (Not splitting a packet that
@@ -584,7 +662,8 @@ impl FairQueue {
             } else {
                 budget.saturating_sub(*used + FRAGMENT_HEADER_BYTES)
             };
-            let allowed = (stream.deficit as usize).max(MIN_PIECE_BYTES);
+            let credit = flow.deficit.min(user.deficit);
+            let allowed = (credit as usize).max(MIN_PIECE_BYTES);
             let mut take = remaining.min(room).min(allowed);
             if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
                 // Not worth a fragment header: the datagram is full.
@@ -593,9 +672,9 @@ impl FairQueue {
             if remaining - take < 16 && remaining <= room {
                 take = remaining; // do not leave a sliver for another header
             }
-            stream.last_active = now;
+            flow.last_active = now;
             emit(Fragment {
-                stream: stream.id,
+                stream: flow.id,
                 packet: head.number,
                 offset: head.offset as u16,
                 total_len: head.data.len() as u16,
@@ -604,27 +683,24 @@ impl FairQueue {
             });
             *used += piece_header_bytes(head.offset, take, head.data.len()) + take;
             head.offset += take;
-            stream.deficit -= take as i64;
+            flow.deficit -= take as i64;
+            user.deficit -= take as i64;
             self.backlog_bytes -= take as u64;
             if head.offset == head.data.len() {
-                stream.head = None;
+                flow.head = None;
             }
         }
     }
 
-    fn pop_list(&mut self, new: bool) {
-        if new {
-            self.new_streams.pop_front();
-        } else {
-            self.old_streams.pop_front();
-        }
-    }
-
-    /// Bytes one stream has waiting (for tests and stats).
-    pub fn stream_backlog(&self, key: u64) -> u64 {
-        self.by_key
-            .get(&key)
-            .map_or(0, |&index| self.streams[index].backlog())
+    /// Bytes one user has waiting, all its flows together (for tests and stats).
+    pub fn user_backlog(&self, key: u64) -> u64 {
+        self.table.user_of(key).map_or(0, |user| {
+            self.table.users[user]
+                .held
+                .iter()
+                .map(|&flow| self.table.flows[flow].backlog())
+                .sum()
+        })
     }
 }
 
