@@ -5,8 +5,11 @@
 //! small (each piece goes where it arrives first), and this buffer hides what is left: a
 //! packet whose predecessors in its stream have not all arrived waits, at most `timeout`
 //! (the lines' delay spread plus a margin, set by the endpoint), then the gap is given up
-//! as lost. Streams are independent, so one user's lost fragment holds back no one else,
-//! and a fragment that never comes costs its stream one timeout, not the tunnel.
+//! as lost. A stream is one inner flow (the sender's `fair` module gives each flow its own
+//! id and numbers), so order is kept per flow, as TCP needs, and a host's ping does not
+//! wait for its own bulk flow's gaps. Streams are independent, so one flow's lost fragment
+//! holds back no one else, and a fragment that never comes costs its stream one timeout,
+//! not the tunnel.
 //! Packets are numbered per stream from 1 (serial-number arithmetic, RFC 1982, so numbers
 //! wrap).
 //!
@@ -145,8 +148,14 @@ pub struct Delivered {
     pub compressed: bool,
 }
 
-/// Most streams the receiver tracks; the least recently active is forgotten beyond it.
-pub const MAX_STREAMS: usize = 4096;
+/// Most streams the receiver tracks: every id the wire can name, so it never forgets one.
+/// A sender reuses a flow's id after it idled, its packet numbers going on; a receiver that
+/// had forgotten the id would wait for numbers 1 to N - 1 (a gap's timeout) before the new
+/// flow's first packet. Ids are per flow, and a site's flows within the sender's
+/// `stream_idle` (5 s) may well pass 4,096 (this was the bound when ids were per user).
+/// What it costs: an empty stream's entry, about 80 bytes, 5 MiB for all 65,536. The least
+/// recently active is forgotten beyond it (unreachable with 16-bit ids).
+pub const MAX_STREAMS: usize = 1 << 16;
 
 /// Reassembly and per-stream ordering.
 #[derive(Debug)]

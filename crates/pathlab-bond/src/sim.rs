@@ -179,7 +179,8 @@ impl IpAddrs {
     }
 }
 
-/// A traffic source behind a tunnel end.
+/// A traffic source behind a tunnel end: one UDP flow (a host's `k`-th flow leaves from
+/// port [`FLOW_PORT`]` + k`, so two flows of one host are two 5-tuples).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Flow {
     /// Inner source address (the user).
@@ -203,10 +204,13 @@ pub struct Received {
     pub packets: u64,
     /// IP bytes.
     pub bytes: u64,
-    /// Packets that arrived with a lower number than one before them (out of order).
+    /// Packets that arrived with a lower number than one before them of the same flow
+    /// (out of order: the tunnel keeps order per flow).
     pub out_of_order: u64,
-    /// Highest number seen.
+    /// Highest number seen, of any flow.
     pub highest: u64,
+    /// Highest number seen per flow (by UDP source port).
+    pub highest_by_port: HashMap<u16, u64>,
     /// Arrival instants and lengths, when recording.
     pub arrivals: Vec<(Instant, usize)>,
 }
@@ -244,6 +248,13 @@ struct Pinger {
     seq: u64,
     stop: Instant,
 }
+
+/// The UDP source port of a host's first flow; its `k`-th leaves from `FLOW_PORT + k`.
+pub const FLOW_PORT: u16 = 4000;
+/// The UDP source port of a host's pings: a flow of its own, apart from its data flows.
+pub const PING_PORT: u16 = 3000;
+/// Where the UDP source port sits in the host's IPv4 packets (no IP options).
+const SOURCE_PORT_AT: std::ops::Range<usize> = 20..22;
 
 /// Payload marks: a data packet, a ping, a pong.
 const DATA: u8 = 0;
@@ -303,6 +314,7 @@ pub fn packet(
     sent: Instant,
 ) -> Vec<u8> {
     let mut p = crate::inner::ipv4_udp(source, destination, len.max(MIN_PACKET));
+    p[SOURCE_PORT_AT].copy_from_slice(&FLOW_PORT.to_be_bytes());
     p[PAYLOAD_AT] = mark;
     p[PAYLOAD_AT + 1..PAYLOAD_AT + 9].copy_from_slice(&number.to_be_bytes());
     p[PAYLOAD_AT + 9..PAYLOAD_AT + 17].copy_from_slice(&sent.as_nanos().to_be_bytes());
@@ -338,9 +350,13 @@ impl Node for Host {
         received.packets += 1;
         received.bytes += data.len() as u64;
         if mark == DATA {
-            if number < received.highest {
+            let port =
+                u16::from_be_bytes([data[SOURCE_PORT_AT.start], data[SOURCE_PORT_AT.start + 1]]);
+            let highest = received.highest_by_port.entry(port).or_default();
+            if number < *highest {
                 received.out_of_order += 1;
             }
+            *highest = (*highest).max(number);
             received.highest = received.highest.max(number);
         }
         if record {
@@ -356,7 +372,7 @@ impl Node for Host {
             if now >= pinger.next && now < pinger.stop {
                 pinger.seq += 1;
                 pinger.next += pinger.every;
-                let p = packet(
+                let mut p = packet(
                     pinger.source,
                     pinger.destination,
                     pinger.size_bytes,
@@ -364,24 +380,25 @@ impl Node for Host {
                     pinger.seq,
                     now,
                 );
+                p[SOURCE_PORT_AT].copy_from_slice(&PING_PORT.to_be_bytes());
                 return Some((0, p));
             }
         }
-        for (flow, next, number) in &mut self.flows {
+        for (k, (flow, next, number)) in self.flows.iter_mut().enumerate() {
             if now >= *next && now < flow.stop {
                 *number += 1;
                 *next += flow.rate.serialization_time(flow.size_bytes as u64);
-                return Some((
-                    0,
-                    packet(
-                        flow.source,
-                        flow.destination,
-                        flow.size_bytes,
-                        DATA,
-                        *number,
-                        now,
-                    ),
-                ));
+                let mut p = packet(
+                    flow.source,
+                    flow.destination,
+                    flow.size_bytes,
+                    DATA,
+                    *number,
+                    now,
+                );
+                let port = FLOW_PORT.wrapping_add(k as u16);
+                p[SOURCE_PORT_AT].copy_from_slice(&port.to_be_bytes());
+                return Some((0, p));
             }
         }
         None
