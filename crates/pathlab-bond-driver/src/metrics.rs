@@ -75,16 +75,30 @@ const LINE_FAMILIES: &[LineFamily] = &[
     (
         "pathlab_bond_line_rate_bytes_per_second",
         Kind::Gauge,
-        "The rate the line's controller paces it at (UDP payload), bytes/s (bond stats: \
-         rate, in bits/s).",
+        "The rate the line's controller paces it at, bytes/s as its modem counts them \
+         (UDP payload, UDP and IP headers, the line's framing; bond stats: rate, in bits/s).",
         |l| Some(l.rate_bps as f64 / 8.0),
     ),
     (
         "pathlab_bond_line_delivery_rate_bytes_per_second",
         Kind::Gauge,
-        "The rate the peer received on the line over its last report (UDP payload), \
-         bytes/s (bond stats: achieved, in bits/s).",
+        "The rate the peer received on the line over its last report, bytes/s as its \
+         modem counts them (bond stats: achieved, in bits/s).",
         |l| Some(l.delivery_bps as f64 / 8.0),
+    ),
+    (
+        "pathlab_bond_line_packet_rate_per_second",
+        Kind::Gauge,
+        "The datagrams per second the line's controller paces it at besides its rate, \
+         once the line showed a queue (absent before).",
+        |l| l.packet_rate_pps,
+    ),
+    (
+        "pathlab_bond_line_control_only_packets_total",
+        Kind::Counter,
+        "Datagrams sent on the line with no inner data (reports, keepalives, probes that \
+         found no data datagram to ride on).",
+        |l| Some(l.counters.control_only_packets as f64),
     ),
     (
         "pathlab_bond_line_queue_delay_seconds",
@@ -452,6 +466,9 @@ mod tests {
             state,
             rate_bps: 8_000_000,
             delivery_bps: 4_000_000,
+            packet_rate_pps: None,
+            delivery_pps: 0.0,
+            overhead_bytes: 42,
             queue_delay_ms: 2.5,
             relative_owd_ms: srtt_ms.map(|_| 0.0),
             srtt_ms,
@@ -469,6 +486,7 @@ mod tests {
                 went_down: u64::from(state == LineState::Down),
                 came_back: 0,
                 refused_reports: 0,
+                control_only_packets: 0,
             },
         }
     }

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, Received, DEFAULT_MAX_PAYLOAD};
 use pathlab_bond::handshake::{ClientKeys, ServerKeys};
-use pathlab_bond::line::LineState;
+use pathlab_bond::line::{LineFraming, LineState, ETHERNET_FRAMING_BYTES};
 use pathlab_bond::peers::PeerError;
 use pathlab_bond::server::{Address, Peers, Server, ServerConfig};
 use pathlab_bond::stats::BondStats;
@@ -64,6 +64,9 @@ pub struct LineOptions {
     /// The gateway to reach the server through, when the server is beyond the
     /// interface's own subnet and the main routing table does not route it there.
     pub via: Option<IpAddr>,
+    /// Bytes the line's link layer adds to each IP packet, as its modem counts them
+    /// (`None`: Ethernet's 14, [`pathlab_bond::line::ETHERNET_FRAMING_BYTES`]).
+    pub framing_bytes: Option<u16>,
 }
 
 /// A client's options.
@@ -79,7 +82,7 @@ pub struct ClientOptions {
     pub keys: ClientKeys,
     /// The TUN device.
     pub tun: TunOptions,
-    /// The tunnel's settings (`lines` and `max_payload` are set from `lines`).
+    /// The tunnel's settings (`lines`, `max_payload` and `framing` are set from `lines`).
     pub config: BondConfig,
     /// How long to wait for the server's first Response before giving up (once a session
     /// opened, the client never gives up: it handshakes again until the server answers).
@@ -469,10 +472,11 @@ fn max_payload(netlink: &mut Netlink, interface: &str, family: Family) -> io::Re
             format!("no interface '{interface}' in this network namespace"),
         )
     })?;
-    let headers = match family {
-        Family::V4 => 20 + 8,
-        Family::V6 => 40 + 8,
-    };
+    let headers = LineFraming {
+        ipv6: family == Family::V6,
+        framing_bytes: 0,
+    }
+    .overhead_bytes();
     Ok((info.mtu as usize).saturating_sub(headers))
 }
 
@@ -501,6 +505,14 @@ pub fn run_client(
     let mut config = options.config.clone();
     config.lines = options.lines.len();
     config.max_payload.clear();
+    config.framing = options
+        .lines
+        .iter()
+        .map(|line| LineFraming {
+            ipv6: family == Family::V6,
+            framing_bytes: line.framing_bytes.unwrap_or(ETHERNET_FRAMING_BYTES),
+        })
+        .collect();
     for (k, line) in options.lines.iter().enumerate() {
         let failed = |error| BondError::Line {
             interface: line.interface.clone(),

@@ -20,6 +20,23 @@
 //! `(target - q) / tau` per report: a gentle multiplicative probe (5% per report with the
 //! defaults), which is how the line keeps probing for more.
 //!
+//! Rates and bytes are the line's as its modem counts them: the receiver reports UDP
+//! payloads and datagrams, and the controller adds [`RateController::set_overhead_bytes`]
+//! (UDP and IP headers and the line's framing) per datagram, so the delivery rate is what
+//! the modem forwarded and a rate `r` paces the line to exactly what a modem of rate `r`
+//! carries, whatever the datagrams' sizes.
+//!
+//! A modem may also forward a bounded number of packets per second, whatever their size
+//! (seed 000's ADSL modems: about 6,500). A pacer of bytes alone cannot hold such a line:
+//! while data waits, datagrams are full and few; once the backlog empties, each small inner
+//! packet leaves alone, the packet rate jumps past the modem's, a queue of 100 ms builds
+//! and the rate is cut, the backlog grows again (measured in virtual time: 200-byte UDP
+//! over 1,000 packets/s swung between 1.3 and 10 Mbit/s every 1.2 s, queue peaks of
+//! 100 ms). So once a line shows a queue, the controller also paces its datagrams
+//! ([`RateController::packet_rate`]): set from the datagrams the receiver counted, by the
+//! same rule and factor as the bytes, so whichever of the two the modem runs out of first
+//! holds the queue at target. A line that never showed a queue has no packet limit.
+//!
 //! This is LEDBAT (RFC 6817) applied to a rate instead of a window: the same off-target
 //! signal `(target - q)`, a target of a few ms instead of LEDBAT's 100 ms (a bonded line must
 //! stay responsive, not just yield), and a set point from the measured delivery rate rather
@@ -55,6 +72,9 @@ pub const LOSS_THRESHOLD: f64 = 0.05;
 /// The delivery rate is measured over at least this long: over one 25 ms report a 1 Mbit/s
 /// line delivers 2 frames, or 1, or 3 (a rate off by half either way), over 100 ms 8 to 9.
 pub const DELIVERY_WINDOW: Duration = Duration::from_millis(100);
+/// The lowest packet rate a line is paced at, datagrams per second (a keepalive every
+/// 50 ms and a report every 25 ms are 60).
+pub const MIN_PACKET_RATE: f64 = 100.0;
 /// Reports kept to measure the delivery rate over [`DELIVERY_WINDOW`].
 const DELIVERY_HISTORY: usize = 32;
 
@@ -129,6 +149,12 @@ pub struct RateController {
     /// Lowest raw one-way delay of the last report (ns, offset included).
     owd_raw_ns: Option<i64>,
     delivery_bps: f64,
+    /// Datagrams per second the receiver counted over the delivery window.
+    delivery_pps: f64,
+    /// Datagrams per second the line is paced at, once it showed a queue.
+    packet_rate: Option<f64>,
+    /// Datagrams we sent since the previous report.
+    sent_packets: u64,
     loss: f64,
     srtt: Option<Duration>,
     /// Bytes we sent since the previous report, to tell a full line from an idle one.
@@ -147,6 +173,8 @@ pub struct RateController {
     stuck: Option<(Instant, i64, i64)>,
     /// Times the base delay restarted from a queue that did not drain.
     base_resets: u64,
+    /// Bytes the line's modem counts per datagram beyond its UDP payload.
+    overhead_bytes: u64,
 }
 
 impl RateController {
@@ -162,6 +190,9 @@ impl RateController {
             queue_delay: Duration::ZERO,
             owd_raw_ns: None,
             delivery_bps: 0.0,
+            delivery_pps: 0.0,
+            packet_rate: None,
+            sent_packets: 0,
             loss: 0.0,
             srtt: None,
             sent_bytes: 0,
@@ -173,13 +204,31 @@ impl RateController {
             drain_until: now,
             stuck: None,
             base_resets: 0,
+            overhead_bytes: 0,
             config,
         }
     }
 
-    /// The rate to pace the line at.
+    /// Sets the bytes the line's modem counts per datagram beyond its UDP payload (UDP and
+    /// IP headers, framing), which reports do not count.
+    pub fn set_overhead_bytes(&mut self, overhead_bytes: usize) {
+        self.overhead_bytes = overhead_bytes as u64;
+    }
+
+    /// The rate to pace the line at (line bytes: see the module's doc).
     pub fn rate(&self) -> BitsPerSec {
         BitsPerSec(self.rate_bps as u64)
+    }
+
+    /// The datagrams per second the line is paced at besides its rate, once it showed a
+    /// queue (see the module's doc); `None`: no packet limit.
+    pub fn packet_rate(&self) -> Option<f64> {
+        self.packet_rate
+    }
+
+    /// The datagrams per second the receiver counted over the last delivery window.
+    pub fn delivery_packet_rate(&self) -> f64 {
+        self.delivery_pps
     }
 
     /// The line's queueing delay at the last report.
@@ -187,7 +236,7 @@ impl RateController {
         self.queue_delay
     }
 
-    /// The rate the receiver saw over the last report's interval.
+    /// The rate the receiver saw over the last report's interval (line bytes).
     pub fn delivery_rate(&self) -> BitsPerSec {
         BitsPerSec(self.delivery_bps as u64)
     }
@@ -252,9 +301,10 @@ impl RateController {
         });
     }
 
-    /// We sent `len_bytes` on the line.
+    /// We sent `len_bytes` on the line (line bytes, overhead included).
     pub fn on_sent(&mut self, len_bytes: usize) {
         self.sent_bytes += len_bytes as u64;
+        self.sent_packets += 1;
     }
 
     /// Forgets what the line was like (it went down and came back): the base is measured
@@ -275,7 +325,9 @@ impl RateController {
         );
         self.phase = Phase::Starting;
         self.ramping = true;
+        self.packet_rate = None;
         self.sent_bytes = 0;
+        self.sent_packets = 0;
         self.sent_since = now;
     }
 
@@ -311,6 +363,7 @@ impl RateController {
             self.previous = Some(Previous::of(report));
             self.phase = Phase::Tracking;
             self.sent_bytes = 0;
+            self.sent_packets = 0;
             self.sent_since = now;
             return;
         };
@@ -336,8 +389,21 @@ impl RateController {
             .copied()
             .unwrap_or(previous);
         let interval_s = (report.report_ns - since.report_ns) as f64 / 1e9;
-        let delivered_bytes = report.received_bytes.saturating_sub(since.received_bytes);
+        // Payload bytes plus each datagram's overhead: what the line's modem forwarded.
+        let delivered_bytes = report
+            .received_bytes
+            .saturating_sub(since.received_bytes)
+            .saturating_add(
+                report
+                    .received_packets
+                    .saturating_sub(since.received_packets)
+                    .saturating_mul(self.overhead_bytes),
+            );
         self.delivery_bps = delivered_bytes as f64 * 8.0 / interval_s;
+        self.delivery_pps = report
+            .received_packets
+            .saturating_sub(since.received_packets) as f64
+            / interval_s;
         let expected = report
             .highest_seq
             .saturating_sub(previous.highest_seq)
@@ -356,7 +422,9 @@ impl RateController {
             // while a queue exists (and, on an idle line, a rate so low it takes the whole
             // sample out: no queue, which is right).
             let serialization = if self.delivery_bps > 0.0 && report.samples > 0 {
-                f64::from(report.owd_min_len) * 8.0 / self.delivery_bps * 1e9
+                (f64::from(report.owd_min_len) + self.overhead_bytes as f64) * 8.0
+                    / self.delivery_bps
+                    * 1e9
             } else {
                 0.0
             };
@@ -369,8 +437,12 @@ impl RateController {
         // Whether we kept the line busy: sent at least 3/4 of what the rate allowed.
         let span = now.saturating_since(self.sent_since).as_secs_f64();
         let allowed = self.rate_bps / 8.0 * span;
-        let busy = self.sent_bytes as f64 >= 0.75 * allowed;
+        // Or its packet pacer: sent at least 3/4 of the datagrams it allowed.
+        let packets_allowed = self.packet_rate.map_or(f64::INFINITY, |pps| pps * span);
+        let busy = self.sent_bytes as f64 >= 0.75 * allowed
+            || self.sent_packets as f64 >= 0.75 * packets_allowed;
         self.sent_bytes = 0;
+        self.sent_packets = 0;
         self.sent_since = now;
         self.update_rate(now, busy, span);
     }
@@ -421,34 +493,58 @@ impl RateController {
             self.drain_until = now + hold.max(Duration::from_millis(50));
         }
         let delivery = self.delivery_bps;
+        let delivery_pps = self.delivery_pps;
         if queue > target / 2.0 || self.loss > LOSS_THRESHOLD {
             self.ramping = false;
         }
-        let rate = if self.phase == Phase::Draining {
-            0.75 * delivery.max(self.config.min_rate.as_f64())
+        // Each rule sets the rate of bytes and, the same way, the rate of datagrams.
+        let (rate, packet_rate) = if self.phase == Phase::Draining {
+            (
+                0.75 * delivery.max(self.config.min_rate.as_f64()),
+                self.packet_rate.map(|_| 0.75 * delivery_pps),
+            )
         } else if queue > target {
-            // The bottleneck is busy: the delivery rate is its capacity.
-            (delivery * (1.0 + (target - queue) / tau)).max(delivery * 0.5)
+            // The bottleneck is busy: the delivery rate is its capacity, in bytes and in
+            // datagrams (one of the two is what the modem runs out of).
+            let factor = (1.0 + (target - queue) / tau).max(0.5);
+            (delivery * factor, Some(delivery_pps * factor))
         } else if self.loss > LOSS_THRESHOLD {
-            delivery.min(self.rate_bps)
-        } else if busy && self.ramping {
-            // Slow start: twice the rate per round trip (at most per report), from what
-            // the line took. From the initial 1 Mbit/s a 12 Mbit/s line is full in 4 round
-            // trips instead of 50 reports (1.3 s) of the 5% probe below, while a TCP flow's
-            // own slow start, which the tunnel must not cut short, is under way.
-            let rtt = self
-                .srtt
-                .unwrap_or(Duration::from_millis(100))
-                .as_secs_f64()
-                .max(0.005);
-            self.rate_bps.max(delivery) * 2f64.powf((span_s / rtt).min(1.0))
+            (
+                delivery.min(self.rate_bps),
+                self.packet_rate.map(|pps| delivery_pps.min(pps)),
+            )
         } else if busy {
-            self.rate_bps.max(delivery) * (1.0 + (target - queue) / tau)
+            let factor = if self.ramping {
+                // Slow start: twice the rate per round trip (at most per report), from what
+                // the line took. From the initial 1 Mbit/s a 12 Mbit/s line is full in 4
+                // round trips instead of 50 reports (1.3 s) of the 5% probe below, while a
+                // TCP flow's own slow start, which the tunnel must not cut short, is under
+                // way.
+                let rtt = self
+                    .srtt
+                    .unwrap_or(Duration::from_millis(100))
+                    .as_secs_f64()
+                    .max(0.005);
+                2f64.powf((span_s / rtt).min(1.0))
+            } else {
+                1.0 + (target - queue) / tau
+            };
+            (
+                self.rate_bps.max(delivery) * factor,
+                self.packet_rate.map(|pps| pps.max(delivery_pps) * factor),
+            )
         } else {
             // An idle line tells nothing about its capacity: keep the rate.
-            self.rate_bps
+            (self.rate_bps, self.packet_rate)
         };
         self.rate_bps = clamp_rate(&self.config, rate);
+        self.packet_rate = packet_rate.map(|pps| {
+            if pps.is_nan() {
+                MIN_PACKET_RATE
+            } else {
+                pps.max(MIN_PACKET_RATE)
+            }
+        });
     }
 
     /// The convergence time constant: the configured one, or twice the round trip.

@@ -1,7 +1,16 @@
 //! One line of a session, both ways: what we send on it (sequence, pacer, rate controller,
 //! liveness) and what we receive on it (replay window, the one-way delay samples and
 //! counts we report back, the timestamp we echo).
+//!
+//! A line counts what its modem counts: each datagram as its UDP payload plus the UDP and
+//! IP headers of the line's family plus the line's framing ([`LineFraming`]). Its pacer,
+//! its controller's rates and its byte counters are in those bytes, so a line paced at
+//! `R` carries datagrams of `len` bytes of payload at `R / ((len + overhead) * 8)` per
+//! second, what a modem of rate `R` forwards. Reports the peer sends count UDP payloads
+//! (the peer need not know our framing); the controller adds the overhead per datagram
+//! they count.
 
+use pathlab_core::wire::{ethernet, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 use pathlab_core::{Duration, Instant};
 
 use crate::control::{ControllerConfig, RateController};
@@ -20,17 +29,71 @@ pub enum LineState {
     Down,
 }
 
-/// Per-line counters.
+/// The framing a line's modem counts per datagram by default: Ethernet's header, 14 bytes,
+/// as `pathlab emulate` counts a frame for its `rate` (no preamble, FCS or gap), so a bond
+/// over an emulated line of `rate 10mbit` paces to exactly what that line carries.
+pub const ETHERNET_FRAMING_BYTES: u16 = ethernet::HEADER_LEN as u16;
+
+/// The largest framing a line may declare (`--line IF,overhead=BYTES`): far above any
+/// real link layer's (PPPoE over ATM with LLC/SNAP is 40 bytes, Ethernet on the wire 38),
+/// small enough that a typo does not pace a line at a fraction of its rate.
+pub const MAX_FRAMING_BYTES: u16 = 256;
+
+/// What a line's modem counts per datagram besides the UDP payload: the UDP header, the
+/// IP header of the line's (outer) family, and the link layer's framing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineFraming {
+    /// Whether the line's datagrams are IPv6 (40-byte header) or IPv4 (20).
+    pub ipv6: bool,
+    /// Bytes the link layer adds to each IP packet, as the modem counts them (at most
+    /// [`MAX_FRAMING_BYTES`]).
+    pub framing_bytes: u16,
+}
+
+impl Default for LineFraming {
+    /// IPv4 over Ethernet: 8 + 20 + 14 = 42 bytes per datagram.
+    fn default() -> LineFraming {
+        LineFraming {
+            ipv6: false,
+            framing_bytes: ETHERNET_FRAMING_BYTES,
+        }
+    }
+}
+
+impl LineFraming {
+    /// Bytes per datagram beyond its UDP payload.
+    pub fn overhead_bytes(self) -> usize {
+        let ip = if self.ipv6 {
+            IPV6_HEADER_LEN
+        } else {
+            IPV4_HEADER_LEN
+        };
+        UDP_HEADER_LEN + ip + usize::from(self.framing_bytes.min(MAX_FRAMING_BYTES))
+    }
+
+    /// The bytes the line's modem counts for a datagram of `payload_bytes` of UDP payload.
+    pub fn line_bytes(self, payload_bytes: usize) -> usize {
+        payload_bytes + self.overhead_bytes()
+    }
+}
+
+/// Per-line counters. Bytes are the line's (UDP payload, UDP and IP headers and the line's
+/// framing: [`LineFraming`]), as its modem counts them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LineCounters {
     /// Datagrams sent.
     pub sent_packets: u64,
-    /// UDP payload bytes sent.
+    /// Line bytes sent.
     pub sent_bytes: u64,
     /// Datagrams received and authenticated.
     pub received_packets: u64,
-    /// UDP payload bytes received and authenticated.
+    /// Line bytes received and authenticated.
     pub received_bytes: u64,
+    /// Datagrams sent that carried no inner data: reports, keepalives, probes and closes
+    /// that found no data datagram to ride on (each a packet a packet-limited modem
+    /// counts).
+    #[serde(default)]
+    pub control_only_packets: u64,
     /// Datagrams refused as replays.
     pub replays: u64,
     /// Times the line was declared down.
@@ -106,6 +169,19 @@ pub struct Line {
     mtu: LineMtu,
     /// A probe the peer sent on this line, to acknowledge: its seq and length.
     probe_ack: Option<(u64, u16)>,
+    /// What the line's modem counts per datagram.
+    framing: LineFraming,
+    /// When the line last sent a datagram with inner data in it.
+    last_data_sent: Instant,
+}
+
+/// How a datagram that went out on a line is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// Whether it carried inner data (a fragment); if not, it was control only.
+    pub data: bool,
+    /// Whether it is charged to the line's pacer.
+    pub paced: bool,
 }
 
 /// Timers of the liveness and reporting logic.
@@ -115,6 +191,10 @@ pub struct LineTimers {
     pub keepalive: Duration,
     /// How often the receiver reports what it saw on a line.
     pub feedback: Duration,
+    /// How long a due report may wait for a data datagram of its line to ride on, while
+    /// the line carries data; a line that sent no data for a report interval sends its
+    /// report alone when due.
+    pub report_grace: Duration,
     /// How long without hearing from the peer (or without a report) a line is down after.
     pub down_after: Duration,
     /// How often a line that is down is probed.
@@ -126,6 +206,7 @@ impl Default for LineTimers {
         LineTimers {
             keepalive: Duration::from_millis(50),
             feedback: Duration::from_millis(25),
+            report_grace: Duration::from_millis(25),
             down_after: Duration::from_millis(300),
             probe_down: Duration::from_millis(100),
         }
@@ -133,9 +214,10 @@ impl Default for LineTimers {
 }
 
 impl Line {
-    /// A line that starts up at `now`.
+    /// A line that starts up at `now`, counted as IPv4 over Ethernet until
+    /// [`Line::set_framing`] says otherwise.
     pub fn new(index: u8, controller: ControllerConfig, max_payload: usize, now: Instant) -> Line {
-        Line {
+        let mut line = Line {
             index,
             seq: 0,
             controller: RateController::new(controller, now),
@@ -151,18 +233,36 @@ impl Line {
             counters: LineCounters::default(),
             mtu: LineMtu::new(max_payload, now),
             probe_ack: None,
-        }
+            framing: LineFraming::default(),
+            last_data_sent: now,
+        };
+        line.set_framing(LineFraming::default());
+        line
+    }
+
+    /// What the line's modem counts per datagram.
+    pub fn framing(&self) -> LineFraming {
+        self.framing
+    }
+
+    /// Sets what the line's modem counts per datagram (a server learns a line's family
+    /// from the address its datagrams come from).
+    pub fn set_framing(&mut self, framing: LineFraming) {
+        self.framing = framing;
+        self.controller.set_overhead_bytes(framing.overhead_bytes());
     }
 
     /// The line for a new session at `now` (new keys, a far end that starts afresh): its
     /// sequence numbers, replay window, reports and rate controller start again; its
     /// counters and what its path MTU search found go on.
     pub fn renewed(self, controller: ControllerConfig, now: Instant) -> Line {
-        Line {
+        let mut line = Line {
             counters: self.counters,
             mtu: self.mtu,
             ..Line::new(self.index, controller, 0, now)
-        }
+        };
+        line.set_framing(self.framing);
+        line
     }
 
     /// The highest seq received on the line in this session (0 before the first).
@@ -263,19 +363,30 @@ impl Line {
         self.seq >= MAX_SEQ
     }
 
-    /// We sent a datagram of `len_bytes` at `now`; `paced` charges it to the pacer.
-    pub fn on_sent(&mut self, now: Instant, len_bytes: usize, paced: bool) {
+    /// We sent a datagram of `len_bytes` of UDP payload at `now`; `sent` says whether it
+    /// carried inner data and whether the pacer is charged. The pacer and the controller
+    /// count it as the line's modem does ([`LineFraming`]).
+    pub fn on_sent(&mut self, now: Instant, len_bytes: usize, sent: Sent) {
+        let len_bytes = self.framing.line_bytes(len_bytes);
         self.counters.sent_packets += 1;
         self.counters.sent_bytes += len_bytes as u64;
         self.last_sent = now;
+        if sent.data {
+            self.last_data_sent = now;
+        } else {
+            self.counters.control_only_packets += 1;
+        }
         self.controller.on_sent(len_bytes);
-        if paced {
+        if sent.paced {
             // A pacer that fell behind (a late wake-up) may catch up by at most 1 ms.
             let start = self
                 .ready_at
                 .max(now - Duration::from_millis(1).min(now - Instant::ZERO));
             let rate = self.controller.rate().as_f64().max(1.0);
-            self.ready_at = start + Duration::from_secs_f64(len_bytes as f64 * 8.0 / rate);
+            // Its bytes at the rate, and not sooner than the packet rate allows.
+            let packet_time = self.controller.packet_rate().map_or(0.0, |pps| 1.0 / pps);
+            self.ready_at =
+                start + Duration::from_secs_f64((len_bytes as f64 * 8.0 / rate).max(packet_time));
         }
     }
 
@@ -289,11 +400,12 @@ impl Line {
         true
     }
 
-    /// An authenticated datagram of `len_bytes`, sent at `sent_ns` on the peer's clock,
-    /// arrived at `now`.
+    /// An authenticated datagram of `len_bytes` of UDP payload, sent at `sent_ns` on the
+    /// peer's clock, arrived at `now`. The report counts the payload (what the peer's
+    /// controller adds its own overhead to), the counters the line's bytes.
     pub fn on_received(&mut self, now: Instant, sent_ns: u64, len_bytes: usize) {
         self.counters.received_packets += 1;
-        self.counters.received_bytes += len_bytes as u64;
+        self.counters.received_bytes += self.framing.line_bytes(len_bytes) as u64;
         self.last_received = now;
         let r = &mut self.receiving;
         r.received_packets += 1;
@@ -372,10 +484,38 @@ impl Line {
         }
     }
 
-    /// Whether a report (and echo) is due on this line at `now`.
+    /// Whether a report (and echo) is due on this line at `now`: a datagram the line sends
+    /// now carries it.
     pub fn report_due(&self, now: Instant, timers: &LineTimers) -> bool {
         self.probe_ack.is_some()
             || self.receiving.fresh && now >= self.last_report + timers.feedback
+    }
+
+    /// When the line's due report stops waiting for data to ride on and goes in a datagram
+    /// of its own (`None`: nothing to report). A probe's acknowledgement goes at once.
+    /// Otherwise a report due at `due` rides on the line's next data datagram, for at
+    /// most [`LineTimers::report_grace`]; a line that sent no data for a report interval
+    /// is not expected to send any, and sends its report alone when due.
+    ///
+    /// Only the line's own datagrams carry its report: its Echo's round trip is the
+    /// line's (the controller's `tau` and the path MTU search's timeouts are per line).
+    pub fn report_alone_at(&self, timers: &LineTimers) -> Option<Instant> {
+        if self.probe_ack.is_some() {
+            return Some(Instant::ZERO);
+        }
+        if !self.receiving.fresh {
+            return None;
+        }
+        let due = self.last_report + timers.feedback;
+        let no_data_expected = (self.last_data_sent + timers.feedback).max(due);
+        Some(no_data_expected.min(due + timers.report_grace))
+    }
+
+    /// Whether the line must send a datagram at `now`, with or without data: its report
+    /// waited long enough for data to ride on ([`Line::report_alone_at`]), or its
+    /// keepalive is due.
+    pub fn must_send(&self, now: Instant, timers: &LineTimers) -> bool {
+        self.report_alone_at(timers).is_some_and(|at| now >= at) || self.keepalive_due(now, timers)
     }
 
     /// Whether the line must send something at `now` to stay alive (keepalive, or a probe
@@ -456,11 +596,8 @@ impl Line {
                 LineState::Down => timers.probe_down,
             };
         let mut at = keepalive;
-        if self.receiving.fresh {
-            at = at.min(self.last_report + timers.feedback);
-        }
-        if self.probe_ack.is_some() {
-            at = Instant::ZERO;
+        if let Some(report) = self.report_alone_at(timers) {
+            at = at.min(report);
         }
         if self.state == LineState::Up {
             at = at.min(self.last_received.min(self.last_feedback) + timers.down_after);

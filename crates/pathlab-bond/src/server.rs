@@ -30,6 +30,7 @@ use pathlab_core::{Duration, Instant};
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig, Entropy, Received};
 use crate::handshake::{self, PublicKey, Responder, ServerKeys, TIMESTAMP_BYTES};
+use crate::line::LineFraming;
 use crate::peers::{AllowedIps, PeerConfig, PeerError};
 use crate::wire::{Header, Kind};
 
@@ -335,6 +336,17 @@ impl Server {
             if newest {
                 if let Some(slot) = session.remotes.get_mut(usize::from(line)) {
                     *slot = Some(from);
+                    // The line's datagrams are IPv6 or IPv4 (an IPv4-mapped source is
+                    // IPv4 on the wire): its IP header counts in what its modem carries.
+                    let ipv6 = from.remote.ip().to_canonical().is_ipv6();
+                    let framing = session.bond.config().framing.get(usize::from(line));
+                    session.bond.set_line_framing(
+                        usize::from(line),
+                        LineFraming {
+                            ipv6,
+                            ..framing.copied().unwrap_or_default()
+                        },
+                    );
                 }
             }
             if !session.confirmed {
@@ -498,6 +510,7 @@ impl Server {
             .max_payload
             .resize(config.lines, crate::endpoint::DEFAULT_MAX_PAYLOAD);
         config.line_rates.resize(config.lines, None);
+        config.framing.resize(config.lines, LineFraming::default());
         let peer_key = incoming.peer;
         let mut response = Vec::new();
         let keys = incoming.respond(id, &mut response);

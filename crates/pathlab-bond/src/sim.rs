@@ -19,6 +19,7 @@ use pathlab_core::{BitsPerSec, Duration, Instant};
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig};
 use crate::handshake::{ClientKeys, SecretKey};
+use crate::line::LineFraming;
 use crate::server::{Address, Server, ServerConfig};
 
 /// The wall clock a simulation's clients start at (2026-01-01, unix ns): handshake
@@ -83,6 +84,15 @@ impl Node for ClientNode {
     fn poll_at(&self) -> Option<Instant> {
         self.bond.poll_at()
     }
+}
+
+/// What a simulated line counts per datagram beyond the UDP payload the simulation
+/// carries, for [`pathlab_core::harness::Network::new`]: the UDP and IPv4 headers and
+/// Ethernet's header (42 bytes), as `pathlab emulate` counts a real line's frames and as a
+/// line of [`LineFraming::default`] paces them. So a simulated `rate 10mbit` carries what
+/// a real one does.
+pub fn line_overhead_bytes() -> u32 {
+    LineFraming::default().overhead_bytes() as u32
 }
 
 /// The address the server sees line `k` of client `client` come from.

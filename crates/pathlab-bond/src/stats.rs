@@ -27,10 +27,23 @@ pub struct LineStats {
     /// (the path's delay grew for good).
     #[serde(default)]
     pub base_resets: u64,
-    /// The rate the controller paces the line at, bits/s.
+    /// The rate the controller paces the line at, bits/s of the line's bytes (UDP payload,
+    /// UDP and IP headers, the line's framing: what its modem counts).
     pub rate_bps: u64,
-    /// The rate the peer received over the last report, bits/s (UDP payloads).
+    /// The rate the peer received over the last report, bits/s of the line's bytes.
     pub delivery_bps: u64,
+    /// The datagrams per second the controller paces the line at besides its rate, once
+    /// the line showed a queue (a modem may forward a bounded number of packets per
+    /// second); absent before.
+    #[serde(default)]
+    pub packet_rate_pps: Option<f64>,
+    /// The datagrams per second the peer received over the last report.
+    #[serde(default)]
+    pub delivery_pps: f64,
+    /// Bytes the line's modem counts per datagram beyond its UDP payload: UDP and IP
+    /// headers and the line's framing.
+    #[serde(default)]
+    pub overhead_bytes: usize,
     /// The line's queueing delay at the last report, ms.
     pub queue_delay_ms: f64,
     /// The line's one-way delay above the lowest of all lines (the clocks' offset is
@@ -119,6 +132,9 @@ impl SessionStats {
                         state: line.state(),
                         rate_bps: controller.rate().0,
                         delivery_bps: controller.delivery_rate().0,
+                        packet_rate_pps: controller.packet_rate(),
+                        delivery_pps: controller.delivery_packet_rate(),
+                        overhead_bytes: line.framing().overhead_bytes(),
                         queue_delay_ms: controller.queue_delay().as_millis_f64(),
                         relative_owd_ms: controller
                             .owd_ns()

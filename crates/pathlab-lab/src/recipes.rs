@@ -11,6 +11,7 @@ pub const RECIPES: &[(&str, &str)] = &[
     ("app-limits", include_str!("../recipes/app-limits.toml")),
     ("bond-fair", include_str!("../recipes/bond-fair.toml")),
     ("modem-pps", include_str!("../recipes/modem-pps.toml")),
+    ("bond-pps", include_str!("../recipes/bond-pps.toml")),
 ];
 
 /// A recipe's spec text by name.

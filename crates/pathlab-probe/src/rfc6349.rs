@@ -94,9 +94,9 @@ pub const ETHERNET_OVERHEAD_BYTES: u32 = ETHERNET_PREAMBLE_SFD_BYTES
 /// FCS, closing flag. The framing of the RFC's T3 example.
 pub const PPP_OVERHEAD_BYTES: u32 = 8;
 /// IPv4 header without options.
-pub const IPV4_HEADER_BYTES: u32 = 20;
+pub const IPV4_HEADER_BYTES: u32 = pathlab_core::wire::IPV4_HEADER_LEN as u32;
 /// IPv6 header without extension headers.
-pub const IPV6_HEADER_BYTES: u32 = 40;
+pub const IPV6_HEADER_BYTES: u32 = pathlab_core::wire::IPV6_HEADER_LEN as u32;
 /// TCP header without options.
 pub const TCP_HEADER_BYTES: u32 = 20;
 /// The TCP timestamps option (RFC 7323) as carried on every segment: 10 bytes and two

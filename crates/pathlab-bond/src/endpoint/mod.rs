@@ -32,7 +32,7 @@ use crate::control::ControllerConfig;
 use crate::crypto::{self, Role, SessionKeys};
 use crate::fair::{Direction, FairConfig, FairQueue, COMPRESSED_TAG};
 use crate::handshake::ClientKeys;
-use crate::line::{Line, LineTimers};
+use crate::line::{Line, LineFraming, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
@@ -49,6 +49,9 @@ pub struct BondConfig {
     pub lines: usize,
     /// Largest UDP payload per line (the line's path MTU minus IP and UDP headers).
     pub max_payload: Vec<usize>,
+    /// What each line's modem counts per datagram besides the UDP payload (missing: IPv4
+    /// over Ethernet). A server learns each line's family from its datagrams' source.
+    pub framing: Vec<LineFraming>,
     /// The rate controller's settings (the same for every line; `max_rate` per line below).
     pub controller: ControllerConfig,
     /// Each line's nominal rate, if the user gave it: caps its controller, and weighs it
@@ -85,6 +88,7 @@ impl BondConfig {
         BondConfig {
             lines,
             max_payload: vec![DEFAULT_MAX_PAYLOAD; lines],
+            framing: vec![LineFraming::default(); lines],
             controller: ControllerConfig::default(),
             line_rates: vec![None; lines],
             scheduler: SchedulerKind::Delay,
@@ -101,7 +105,8 @@ impl BondConfig {
 }
 
 /// The largest UDP payload on a 1500-byte IPv4 path.
-pub const DEFAULT_MAX_PAYLOAD: usize = 1500 - 20 - 8;
+pub const DEFAULT_MAX_PAYLOAD: usize =
+    1500 - pathlab_core::wire::IPV4_HEADER_LEN - pathlab_core::wire::UDP_HEADER_LEN;
 
 /// Counters of a session end.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -227,7 +232,19 @@ impl Bond {
             .get(j)
             .copied()
             .unwrap_or(DEFAULT_MAX_PAYLOAD);
-        Line::new(j as u8, Bond::line_controller(config, j), max_payload, now)
+        let mut line = Line::new(j as u8, Bond::line_controller(config, j), max_payload, now);
+        line.set_framing(config.framing.get(j).copied().unwrap_or_default());
+        line
+    }
+
+    /// Sets what line `line`'s modem counts per datagram (a server learns a line's family
+    /// from the address its datagrams come from). An index beyond the lines is ignored.
+    pub fn set_line_framing(&mut self, line: usize, framing: LineFraming) {
+        if let Some(l) = self.lines.get_mut(line) {
+            if l.framing() != framing {
+                l.set_framing(framing);
+            }
+        }
     }
 
     fn line_controller(config: &BondConfig, j: usize) -> ControllerConfig {

@@ -4,7 +4,7 @@ use pathlab_core::{BitsPerSec, Duration, Instant};
 
 use super::{Bond, State, Transmit, DEFAULT_MAX_PAYLOAD};
 use crate::crypto;
-use crate::line::Line;
+use crate::line::{Line, Sent};
 use crate::sched::{self, Choice, LineView, SchedulerKind};
 use crate::wire::{self, Frame, Header, Kind};
 
@@ -41,12 +41,12 @@ impl Bond {
                 }
             }
         }
-        // Control first: a line whose report or keepalive is due sends now, with data if
-        // the scheduler would give it some anyway.
-        if let Some(j) = (0..self.lines.len()).find(|&j| {
-            let line = &self.lines[j];
-            line.report_due(now, &timers) || line.keepalive_due(now, &timers)
-        }) {
+        // Control that cannot wait: a report that found no data datagram of its line to
+        // ride on within its grace, a keepalive of a line silent for the keepalive
+        // interval. It goes now, with data if the scheduler would give the line some
+        // anyway. (A report that is due but may still wait rides on the line's next data
+        // datagram: `build` adds it to any datagram of its line.)
+        if let Some(j) = (0..self.lines.len()).find(|&j| self.lines[j].must_send(now, &timers)) {
             let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
             return self.build(
                 now,
@@ -240,6 +240,7 @@ impl Bond {
         }
         let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
         let budget = capacity.saturating_sub(buf.len());
+        let before_fill = buf.len();
         let write = |fragment: wire::Fragment<'_>| Frame::Fragment(fragment).encode(buf);
         match fill {
             Fill::All => {
@@ -260,8 +261,11 @@ impl Bond {
         if probe {
             line.on_probe_sent(header.seq, buf.len(), now);
         }
-        let paced = self.config.scheduler == SchedulerKind::Delay;
-        line.on_sent(now, buf.len(), paced);
+        let sent = Sent {
+            data: matches!(fill, Fill::All | Fill::NewStreams) && buf.len() > before_fill,
+            paced: self.config.scheduler == SchedulerKind::Delay,
+        };
+        line.on_sent(now, buf.len(), sent);
         Some(Transmit { line: line.index })
     }
 }

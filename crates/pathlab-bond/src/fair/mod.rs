@@ -108,6 +108,10 @@ pub struct FairConfig {
     /// another flow; longer than the far end's reorder and fragment timeouts (at most 1 s
     /// each) plus a line's delay, so no packet of the previous owner is still expected.
     pub stream_idle: Duration,
+    /// Whether a datagram carries several inner packets (true), or pieces of one only
+    /// (`--packing off`, the comparison: a packet-limited line then carries one small
+    /// packet per packet it forwards).
+    pub packing: bool,
 }
 
 impl Default for FairConfig {
@@ -122,6 +126,7 @@ impl Default for FairConfig {
                 ..CodelConfig::default()
             },
             stream_idle: Duration::from_secs(5),
+            packing: true,
         }
     }
 }
@@ -700,6 +705,9 @@ impl FairQueue {
             self.backlog_bytes -= take as u64;
             if head.offset == head.data.len() {
                 flow.head = None;
+                if !self.config.packing {
+                    return Served::Full;
+                }
             }
         }
     }

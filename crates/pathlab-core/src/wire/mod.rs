@@ -8,6 +8,13 @@
 
 pub mod ethernet;
 
+/// Bytes of an IPv4 header without options (RFC 791).
+pub const IPV4_HEADER_LEN: usize = 20;
+/// Bytes of an IPv6 header without extension headers (RFC 8200).
+pub const IPV6_HEADER_LEN: usize = 40;
+/// Bytes of a UDP header (RFC 768).
+pub const UDP_HEADER_LEN: usize = 8;
+
 use std::net::IpAddr;
 
 /// Where a peer comes from, as a per-source bound counts it (the measurement server's

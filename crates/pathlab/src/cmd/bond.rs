@@ -7,7 +7,7 @@ use pathlab_bond::crypto::Psk;
 use pathlab_bond::endpoint::BondConfig;
 use pathlab_bond::fair::FairKey;
 use pathlab_bond::handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
-use pathlab_bond::line::LineState;
+use pathlab_bond::line::{LineState, MAX_FRAMING_BYTES};
 use pathlab_bond::peers::PeerConfig;
 use pathlab_bond::sched::SchedulerKind;
 use pathlab_bond::server::Peers;
@@ -83,6 +83,11 @@ struct Common {
     /// Compress inner packets with LZ4 when it shrinks them.
     #[arg(long)]
     compress: bool,
+    /// Several small inner packets per datagram (on), or one per datagram (off, the
+    /// comparison: a line whose modem forwards a bounded number of packets per second
+    /// then carries one small packet per packet).
+    #[arg(long, value_parser = ["on", "off"], default_value = "on")]
+    packing: String,
     /// The queueing delay each line is held at.
     #[arg(long, value_name = "TIME", default_value = "5ms", value_parser = parse_target)]
     target: Duration,
@@ -124,9 +129,16 @@ struct ClientArgs {
     /// The server's address and port.
     #[arg(value_name = "SERVER:PORT")]
     server: SocketAddr,
-    /// A line: IFACE[,via=GATEWAY][,rate=RATE] (repeat). `via` routes the line's
-    /// datagrams through its own gateway; `rate` caps the line and weighs it for `wrr`.
-    #[arg(long, value_name = "IFACE[,via=GW][,rate=R]", required = true)]
+    /// A line: IFACE[,via=GATEWAY][,rate=RATE][,overhead=BYTES] (repeat). `via` routes
+    /// the line's datagrams through its own gateway; `rate` caps the line and weighs it
+    /// for `wrr`; `overhead` is what the line's link layer adds to each IP packet as its
+    /// modem counts it (default Ethernet's 14; 0 to 256): rates count UDP and IP headers
+    /// and this.
+    #[arg(
+        long,
+        value_name = "IFACE[,via=GW][,rate=R][,overhead=BYTES]",
+        required = true
+    )]
     line: Vec<String>,
     /// How datagrams are spread over the lines: earliest arrival over paced lines, or
     /// the unpaced round robins other tunnels use (for comparison).
@@ -206,7 +218,7 @@ fn parse_cidr(text: &str) -> anyhow::Result<(IpAddr, u8)> {
     Ok(pathlab_bond::peers::parse_cidr(text)?)
 }
 
-/// A line option: `IFACE[,via=GW][,rate=R]`.
+/// A line option: `IFACE[,via=GW][,rate=R][,overhead=BYTES]`.
 fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
     let mut parts = text.split(',');
     let interface = parts.next().unwrap_or_default().to_owned();
@@ -216,6 +228,7 @@ fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
     let mut line = LineOptions {
         interface,
         via: None,
+        framing_bytes: None,
     };
     let mut rate = None;
     for part in parts {
@@ -231,7 +244,23 @@ fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
                         .with_context(|| format!("--line '{text}': bad rate '{value}'"))?,
                 );
             }
-            _ => anyhow::bail!("--line '{text}': '{part}' is neither via=GATEWAY nor rate=RATE"),
+            Some(("overhead", value)) => {
+                let bytes = value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|bytes| *bytes <= MAX_FRAMING_BYTES)
+                    .with_context(|| {
+                        format!(
+                            "--line '{text}': overhead={value} is not a byte count from 0 to \
+                             {MAX_FRAMING_BYTES} (the link layer's bytes per packet: Ethernet \
+                             14, the default)"
+                        )
+                    })?;
+                line.framing_bytes = Some(bytes);
+            }
+            _ => anyhow::bail!(
+                "--line '{text}': '{part}' is none of via=GATEWAY, rate=RATE, overhead=BYTES"
+            ),
         }
     }
     Ok((line, rate))
@@ -274,6 +303,7 @@ fn bond_config(
     let mut config = BondConfig::new(lines);
     config.controller.target = common.target;
     config.compress = common.compress;
+    config.fair.packing = common.packing == "on";
     config.fair.key = match common.fair.as_str() {
         "flow" => FairKey::Flow,
         "off" => FairKey::Off,
