@@ -36,7 +36,7 @@ use pathlab_core::queue::{CodelQueue, CodelState};
 use pathlab_core::spec::CodelConfig;
 use pathlab_core::{Duration, Instant, Packet, Verdicts};
 
-use crate::wire::{piece_header_bytes, Fragment, FRAGMENT_HEADER_BYTES};
+use crate::wire::{piece_header_bytes, Coding, Fragment, FRAGMENT_HEADER_BYTES};
 
 /// How inner packets are told apart into users.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,7 +124,7 @@ struct Head {
     number: u32,
     data: Vec<u8>,
     offset: usize,
-    compressed: bool,
+    coding: Coding,
 }
 
 /// A stream's packets not yet started, as CoDel sees them.
@@ -334,8 +334,9 @@ impl FairQueue {
         };
     }
 
-    /// Queues an inner packet at `now`; `compressed` says its bytes are LZ4 (the original
-    /// is not needed to classify it: `key_of` reads the header of the packet before).
+    /// Queues an inner packet at `now`; its tag says how its bytes are coded
+    /// ([`Coding::to_tag`]; the original is not needed to classify it: `key_of` reads the
+    /// header of the packet before).
     pub fn enqueue(&mut self, now: Instant, mut packet: Packet, key: u64) {
         if packet.data.is_empty() || packet.data.len() > usize::from(u16::MAX) {
             self.counters.oversized_dropped += 1;
@@ -565,7 +566,7 @@ impl FairQueue {
                 stream.next_number = stream.next_number.wrapping_add(1).max(1);
                 stream.head = Some(Head {
                     number,
-                    compressed: packet.tag == COMPRESSED_TAG,
+                    coding: Coding::from_tag(packet.tag),
                     data: packet.data,
                     offset: 0,
                 });
@@ -599,7 +600,7 @@ impl FairQueue {
                 packet: head.number,
                 offset: head.offset as u16,
                 total_len: head.data.len() as u16,
-                compressed: head.compressed,
+                coding: head.coding,
                 data: &head.data[head.offset..head.offset + take],
             });
             *used += piece_header_bytes(head.offset, take, head.data.len()) + take;
@@ -627,9 +628,6 @@ impl FairQueue {
             .map_or(0, |&index| self.streams[index].backlog())
     }
 }
-
-/// The tag a queued packet carries when its bytes are compressed.
-pub const COMPRESSED_TAG: u32 = 1;
 
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
@@ -713,7 +711,15 @@ mod tests {
                     }
                 }
                 holder.insert(stream, (user, now));
-                receiver.handle_fragment(now, stream, number, offset, total_len, false, &bytes);
+                receiver.handle_fragment(
+                    now,
+                    stream,
+                    number,
+                    offset,
+                    total_len,
+                    Coding::RAW,
+                    &bytes,
+                );
             }
             if user % 25 == 0 {
                 receiver.handle_timeout(now);
