@@ -42,7 +42,7 @@
 //! 6 Close     (nothing)
 //! 8 HeaderAcks count u8 | (cid u16 | gen u8) * count
 //!             the header-compression references the sender stored (crate::headers);
-//!             1 <= count <= MAX_HEADER_ACKS, cid < headers::MAX_CONTEXTS
+//!             1 <= count <= MAX_HEADER_ACKS, cid < MAX_HEADER_CONTEXTS
 //! ```
 //!
 //! A datagram that carries one whole inner packet spends 46 bytes on the tunnel (header
@@ -85,6 +85,9 @@ pub const HEADER_ACKS_HEADER_BYTES: usize = 2;
 pub const HEADER_ACK_BYTES: usize = 3;
 /// The most entries one HeaderAcks frame carries (a peer's count is refused beyond it).
 pub const MAX_HEADER_ACKS: usize = 64;
+/// Header-compression context ids are below this, in HeaderAcks frames and in the
+/// compressed packets of [`crate::headers`].
+pub const MAX_HEADER_CONTEXTS: u16 = 1024;
 
 /// Where each field lives: the one table the encoders and decoders share.
 mod field {
@@ -374,8 +377,8 @@ pub enum WireError {
     /// A HeaderAcks frame's count is 0 or above [`MAX_HEADER_ACKS`].
     #[error("HeaderAcks frame with {0} entries, expected 1 to {MAX_HEADER_ACKS}")]
     HeaderAckCount(u8),
-    /// A HeaderAcks entry names a context beyond [`crate::headers::MAX_CONTEXTS`].
-    #[error("HeaderAcks entry for context {0}, expected below {max}", max = crate::headers::MAX_CONTEXTS)]
+    /// A HeaderAcks entry names a context at or beyond [`MAX_HEADER_CONTEXTS`].
+    #[error("HeaderAcks entry for context {0}, expected below {MAX_HEADER_CONTEXTS}")]
     ContextOutOfRange(u16),
     /// A Padding frame contains a byte that is not zero.
     #[error("padding byte {index} is {value:#04x}, expected 0")]
@@ -917,10 +920,7 @@ impl Frame<'_> {
                     return Err(truncated(end));
                 };
                 let acks = HeaderAcks { entries };
-                if let Some(ack) = acks
-                    .iter()
-                    .find(|ack| ack.cid >= crate::headers::MAX_CONTEXTS)
-                {
+                if let Some(ack) = acks.iter().find(|ack| ack.cid >= MAX_HEADER_CONTEXTS) {
                     return Err(WireError::ContextOutOfRange(ack.cid));
                 }
                 Ok((Frame::HeaderAcks(acks), end))

@@ -21,7 +21,10 @@ pub struct CompressorConfig {
     pub max_contexts: u16,
     /// How long a reference asked for (a Full packet, or a compressed one saying "store
     /// me") may go unacknowledged before another is asked for (the earlier ones still
-    /// count when their acknowledgement comes: up to [`MAX_PENDING`] of them).
+    /// count when their acknowledgement comes: up to [`MAX_PENDING`] of them). Each
+    /// further unacknowledged request doubles it, up to 64 times (RFC 2507's backoff:
+    /// a peer that never acknowledges, its header compression off, costs a whole packet's
+    /// prefix every 6.4 s per flow).
     pub retry_after: Duration,
     /// How old the acknowledged reference must be before a newer one is asked for (one at
     /// a time: so about once per round trip).
@@ -64,6 +67,8 @@ struct Context {
     /// The smallest positive step of seq or ack seen since the last reference was asked
     /// for (0: none yet).
     smallest_step: u32,
+    /// Requests in a row not acknowledged (the wait before the next doubles with each).
+    unanswered: u32,
 }
 
 /// The sending side of header compression: one per session end.
@@ -130,6 +135,7 @@ impl Compressor {
             .next_back()
             .expect("index found");
         context.acked = Some((pending.generation, pending.reference, pending.sent));
+        context.unanswered = 0;
         context.last_used = context.last_used.max(now);
     }
 
@@ -148,10 +154,13 @@ impl Compressor {
             .expect("context_for made it");
         context.last_used = now;
         learn_stride(context, packet, shape);
+        let wait = config
+            .retry_after
+            .saturating_mul(1 << context.unanswered.min(MAX_BACKOFF_DOUBLINGS));
         let may_ask = context
             .pending
             .last()
-            .is_none_or(|p| now.saturating_since(p.sent) >= config.retry_after);
+            .is_none_or(|p| now.saturating_since(p.sent) >= wait);
         if let Some((generation, reference, asked)) = &context.acked {
             let ask = may_ask && now.saturating_since(*asked) >= config.refresh_after;
             let store = ask.then(|| {
@@ -238,6 +247,7 @@ impl Compressor {
             pending: Vec::new(),
             last_numbers: None,
             smallest_step: 0,
+            unanswered: 0,
         });
         self.flows.insert(key, cid as u16);
         self.counters.contexts = self.flows.len() as u64;
@@ -245,7 +255,13 @@ impl Compressor {
     }
 }
 
+/// How many times the wait for an acknowledgement doubles at most (2^6 = 64).
+const MAX_BACKOFF_DOUBLINGS: u32 = 6;
+
 fn push_pending(context: &mut Context, pending: Pending) {
+    if !context.pending.is_empty() {
+        context.unanswered += 1;
+    }
     if context.pending.len() >= MAX_PENDING {
         context.pending.remove(0);
     }

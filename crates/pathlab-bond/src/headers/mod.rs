@@ -69,7 +69,7 @@ use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
 use crate::inner::field::{self, ipv4, ipv6, tcp, udp};
 
 /// Context ids are below this (on the wire, in acknowledgements, in tables).
-pub const MAX_CONTEXTS: u16 = 1024;
+pub use crate::wire::MAX_HEADER_CONTEXTS as MAX_CONTEXTS;
 /// Generations a decompressor keeps per context.
 pub const GENERATIONS_KEPT: usize = 8;
 /// Acknowledgements a decompressor holds before the oldest is forgotten (the compressor

@@ -638,3 +638,84 @@ fn decoding_garbage_is_an_error_never_a_panic() {
     }
     assert!(rejected > 0);
 }
+
+#[test]
+fn header_acks_frames_round_trip_and_refuse_what_is_out_of_bounds() {
+    use crate::wire::{
+        Frame, Frames, HeaderAck, HeaderAcks, WireError, HEADER_ACKS_HEADER_BYTES,
+        HEADER_ACK_BYTES, MAX_HEADER_ACKS,
+    };
+    let acks: Vec<HeaderAck> = (0..70u16)
+        .map(|i| HeaderAck {
+            cid: i * 14,
+            generation: i as u8,
+        })
+        .collect();
+    let mut scratch = Vec::new();
+    let frame = Frame::HeaderAcks(HeaderAcks::build(&acks, &mut scratch).unwrap());
+    // At most 64 entries in one frame: the rest wait for the next.
+    assert_eq!(
+        frame.encoded_len(),
+        HEADER_ACKS_HEADER_BYTES + MAX_HEADER_ACKS * HEADER_ACK_BYTES
+    );
+    let mut bytes = Vec::new();
+    frame.encode(&mut bytes);
+    assert_eq!(&bytes[..5], &[8, 64, 0, 0, 0]);
+    let decoded: Vec<_> = Frames::new(&bytes).collect();
+    assert_eq!(decoded, [Ok(frame)]);
+    let Ok(Frame::HeaderAcks(decoded)) = decoded[0] else {
+        unreachable!()
+    };
+    assert_eq!(decoded.iter().collect::<Vec<_>>(), acks[..64]);
+    assert!(HeaderAcks::build(&[], &mut scratch).is_none());
+    // A count of 0 or past 64, a context id past the table, a cut: errors.
+    assert_eq!(
+        Frames::new(&[8, 0]).next(),
+        Some(Err(WireError::HeaderAckCount(0)))
+    );
+    assert_eq!(
+        Frames::new(&[8, 65]).next(),
+        Some(Err(WireError::HeaderAckCount(65)))
+    );
+    assert_eq!(
+        Frames::new(&[8, 1, 0x04, 0x00, 7]).next(),
+        Some(Err(WireError::ContextOutOfRange(1024)))
+    );
+    for len in 1..bytes.len() {
+        assert!(matches!(
+            Frames::new(&bytes[..len]).next(),
+            Some(Err(WireError::TruncatedFrame { .. }))
+        ));
+    }
+}
+
+#[test]
+fn a_peer_that_never_acknowledges_gets_whole_packets_with_a_backed_off_prefix() {
+    let up = ends("198.18.0.2", "198.18.1.1", (40000, 5201));
+    let mut compressor = Compressor::new(CompressorConfig::default());
+    let mut out = Vec::new();
+    let mut full_at = Vec::new();
+    // A pure ACK every 10 ms for 10 s, never acknowledged.
+    for i in 0..1000u32 {
+        let now = Instant::ZERO + Duration::from_millis(u64::from(i) * 10);
+        let packet = tcp(
+            up,
+            &Segment {
+                seq: 1,
+                ack: 1 + i * 2896,
+                flags: ACK,
+                window: 502,
+                options: timestamps(i, i),
+                payload: 0,
+                ip_id: i as u16,
+            },
+        );
+        if compressor.compress(now, &packet, &mut out) {
+            assert_eq!(out.len(), packet.len() + 3, "only whole packets, prefixed");
+            full_at.push(i * 10);
+        }
+    }
+    // Waits of 100 ms doubling after each unanswered request: 0, 0.1, 0.3, 0.7, 1.5, 3.1,
+    // 6.3 s, then 6.4 s apart.
+    assert_eq!(full_at, [0, 100, 300, 700, 1500, 3100, 6300]);
+}
