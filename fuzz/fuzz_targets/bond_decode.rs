@@ -1,10 +1,12 @@
 //! Any bytes given to the bonding tunnel's decoders (header, Data frames, `open` with a
-//! fixed key, a server's and a client's handshake handling, a peers file) are a value or a
-//! typed error, never a panic; whatever decodes re-encodes to the same bytes.
+//! fixed key, a server's and a client's handshake handling, a peers file, the header
+//! decompressor) are a value or a typed error, never a panic; whatever decodes re-encodes
+//! to the same bytes, and whatever the header compressor codes decodes to the packet.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use pathlab_bond::crypto::{open, Psk, SessionKeys};
+use pathlab_bond::headers::{Compressor, CompressorConfig, Decompressor};
 use pathlab_bond::peers::PeerConfig;
 use pathlab_bond::sim::{SeededEntropy, SIM_UNIX_START_NS};
 use pathlab_bond::wire::{decode_data, Frames, Header, FRAGMENT_HEADER_BYTES, HEADER_BYTES, PACKET_HEADER_BYTES};
@@ -79,6 +81,31 @@ fuzz_target!(|data: &[u8]| {
     let mut client = Bond::client(BondConfig::new(2), keys, Box::new(entropy), Instant::ZERO, SIM_UNIX_START_NS);
     while client.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
     let _ = client.handle_datagram(Instant::ZERO, &mut data.to_vec());
+
+    // The header decompressor, with the input cut at each 0xff into header-compressed
+    // packets: a Full one stores a reference the ones after it may be compressed against.
+    let mut decompressor = Decompressor::new(true);
+    for packet in data.split(|&byte| byte == 0xff) {
+        if let Ok(rebuilt) = decompressor.decompress(packet) {
+            assert!(rebuilt.len() <= usize::from(u16::MAX));
+        }
+    }
+    // The input as an inner packet: what the compressor codes decodes to it, first whole,
+    // then (acknowledged) compressed against itself.
+    let mut compressor = Compressor::new(CompressorConfig::default());
+    let mut decompressor = Decompressor::new(true);
+    let mut coded = Vec::new();
+    let mut acks = Vec::new();
+    for ms in [0, 50] {
+        let now = Instant::ZERO + pathlab_core::Duration::from_millis(ms);
+        if compressor.compress(now, data, &mut coded) {
+            assert_eq!(decompressor.decompress(&coded).as_deref(), Ok(data));
+        }
+        decompressor.take_acks(16, &mut acks);
+        for ack in &acks {
+            compressor.handle_ack(now, *ack);
+        }
+    }
 
     // A peers file.
     if let Ok(peers) = PeerConfig::parse_file(data) {

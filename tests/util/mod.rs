@@ -5,6 +5,7 @@
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
+pub mod lab_results;
 pub mod server_process;
 pub mod stderr;
 

@@ -180,6 +180,36 @@ const SESSION_FAMILIES: &[SessionFamily] = &[
         |s| s.counters.compression_saved_bytes as f64,
     ),
     (
+        "pathlab_bond_header_compressed_packets_total",
+        Kind::Counter,
+        "Inner packets sent with compressed IP/TCP or IP/UDP headers.",
+        |s| s.counters.headers_compressed as f64,
+    ),
+    (
+        "pathlab_bond_header_compression_saved_bytes_total",
+        Kind::Counter,
+        "Bytes header compression saved.",
+        |s| s.counters.headers_saved_bytes as f64,
+    ),
+    (
+        "pathlab_bond_header_full_packets_total",
+        Kind::Counter,
+        "Inner packets sent whole to establish a header-compression reference.",
+        |s| s.counters.headers_full_sent as f64,
+    ),
+    (
+        "pathlab_bond_header_contexts",
+        Kind::Gauge,
+        "Flows the header compressor holds a context for.",
+        |s| s.counters.headers_contexts as f64,
+    ),
+    (
+        "pathlab_bond_header_references_acknowledged_total",
+        Kind::Counter,
+        "Header-compression references of the peer this end stored and acknowledged.",
+        |s| s.counters.headers_acks_sent as f64,
+    ),
+    (
         "pathlab_bond_reordered_packets_total",
         Kind::Counter,
         "Inner packets delivered after waiting for a predecessor in the reorder buffer.",
@@ -295,7 +325,8 @@ pub fn metrics(stats: &BondStats) -> String {
         "Inner packets the session dropped, by reason: codel (the fair queue's AQM), \
          overflow (the queue was full), oversized (too long for the wire), no_line (no \
          line was up), decompress (failed to decompress), incomplete (fragments never \
-         came).",
+         came), header_context (header-compressed against a reference not held), \
+         header_decode (header-compressed and did not decode or failed its checksum).",
     );
     for (session, id) in stats.sessions.iter().zip(&ids) {
         for (reason, value) in [
@@ -305,6 +336,8 @@ pub fn metrics(stats: &BondStats) -> String {
             ("no_line", session.counters.no_line_dropped),
             ("decompress", session.counters.decompress_failures),
             ("incomplete", session.reorder.fragments_timed_out),
+            ("header_context", session.counters.headers_missing_context),
+            ("header_decode", session.counters.headers_decode_failed),
         ] {
             e.sample(&[("session", id), ("reason", reason)], value as f64);
         }

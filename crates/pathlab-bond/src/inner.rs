@@ -3,12 +3,18 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-mod field {
+/// Where each header field lives: the one table the tunnel's readers of inner packets
+/// (this module, [`crate::headers`]) share.
+pub(crate) mod field {
     pub mod ipv4 {
         pub const VERSION_IHL: usize = 0;
+        pub const TOS: usize = 1;
         pub const TOTAL_LEN: std::ops::Range<usize> = 2..4;
+        pub const ID: std::ops::Range<usize> = 4..6;
+        pub const FLAGS_FRAGMENT: std::ops::Range<usize> = 6..8;
         pub const TTL: usize = 8;
         pub const PROTOCOL: usize = 9;
+        pub const CHECKSUM: std::ops::Range<usize> = 10..12;
         pub const SOURCE: std::ops::Range<usize> = 12..16;
         pub const DESTINATION: std::ops::Range<usize> = 16..20;
         pub const MIN_HEADER: usize = 20;
@@ -17,13 +23,32 @@ mod field {
         pub const SOURCE_PORT: std::ops::Range<usize> = 0..2;
         pub const DESTINATION_PORT: std::ops::Range<usize> = 2..4;
         pub const LEN: std::ops::Range<usize> = 4..6;
+        pub const CHECKSUM: std::ops::Range<usize> = 6..8;
         pub const HEADER: usize = 8;
     }
+    pub mod tcp {
+        pub const SEQ: std::ops::Range<usize> = 4..8;
+        pub const ACK: std::ops::Range<usize> = 8..12;
+        /// Data offset (high nibble) and reserved bits.
+        pub const DATA_OFFSET: usize = 12;
+        pub const FLAGS: usize = 13;
+        pub const WINDOW: std::ops::Range<usize> = 14..16;
+        pub const CHECKSUM: std::ops::Range<usize> = 16..18;
+        pub const URGENT: std::ops::Range<usize> = 18..20;
+        pub const MIN_HEADER: usize = 20;
+        pub const MAX_HEADER: usize = 60;
+    }
     pub mod ipv6 {
+        pub const PAYLOAD_LEN: std::ops::Range<usize> = 4..6;
+        pub const NEXT_HEADER: usize = 6;
+        pub const HOP_LIMIT: usize = 7;
         pub const SOURCE: std::ops::Range<usize> = 8..24;
         pub const DESTINATION: std::ops::Range<usize> = 24..40;
         pub const HEADER: usize = 40;
     }
+    /// IP protocol numbers.
+    pub const PROTOCOL_TCP: u8 = 6;
+    pub const PROTOCOL_UDP: u8 = 17;
 }
 
 /// An IPv4/UDP packet of `len` bytes (at least 28) from `source` to `destination`, ports
@@ -36,7 +61,7 @@ pub fn ipv4_udp(source: Ipv4Addr, destination: Ipv4Addr, len: usize) -> Vec<u8> 
     packet[ipv4::VERSION_IHL] = 0x45;
     packet[ipv4::TOTAL_LEN].copy_from_slice(&(len as u16).to_be_bytes());
     packet[ipv4::TTL] = 64;
-    packet[ipv4::PROTOCOL] = 17;
+    packet[ipv4::PROTOCOL] = field::PROTOCOL_UDP;
     packet[ipv4::SOURCE].copy_from_slice(&source.octets());
     packet[ipv4::DESTINATION].copy_from_slice(&destination.octets());
     let udp = &mut packet[ipv4::MIN_HEADER..];

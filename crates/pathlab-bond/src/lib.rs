@@ -25,6 +25,7 @@ pub mod endpoint;
 pub mod entropy;
 pub mod fair;
 pub mod handshake;
+pub mod headers;
 pub mod inner;
 pub mod line;
 pub mod peers;

@@ -25,6 +25,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use pathlab_core::{Duration, Instant};
 
+use crate::wire::Coding;
+
 /// Counters of the receiving side.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReorderCounters {
@@ -77,7 +79,7 @@ struct Partial {
     /// One bit per byte of `data`: arrived.
     arrived: Vec<u64>,
     received: usize,
-    compressed: bool,
+    coding: Coding,
     first_seen: Instant,
     /// Its place in [`Reorder::arrival_order`].
     serial: u64,
@@ -94,7 +96,7 @@ impl Partial {
 #[derive(Debug)]
 struct Complete {
     data: Vec<u8>,
-    compressed: bool,
+    coding: Coding,
     since: Instant,
     serial: u64,
 }
@@ -142,10 +144,10 @@ struct StreamRx {
 /// A packet ready to hand to the TUN device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivered {
-    /// The packet's bytes (still compressed if `compressed`).
+    /// The packet's bytes, still coded as `coding` says.
     pub data: Vec<u8>,
-    /// Whether the bytes are LZ4-compressed.
-    pub compressed: bool,
+    /// How the bytes are coded (LZ4, compressed headers).
+    pub coding: Coding,
 }
 
 /// Most streams the receiver tracks: every id the wire can name, so it never forgets one.
@@ -242,7 +244,7 @@ impl Reorder {
         packet: u32,
         offset: u16,
         total_len: u16,
-        compressed: bool,
+        coding: Coding,
         data: &[u8],
     ) {
         let (offset, total_len) = (usize::from(offset), usize::from(total_len));
@@ -282,7 +284,7 @@ impl Reorder {
                     data: vec![0; total_len],
                     arrived: vec![0; total_len.div_ceil(64)],
                     received: 0,
-                    compressed,
+                    coding,
                     first_seen: now,
                     serial,
                 },
@@ -290,7 +292,7 @@ impl Reorder {
         }
         let rx = self.streams.get_mut(&stream).expect("made above");
         let partial = rx.partial.get_mut(&packet).expect("present");
-        if partial.data.len() != total_len || partial.compressed != compressed {
+        if partial.data.len() != total_len || partial.coding != coding {
             self.counters.bad_fragments += 1;
             return;
         }
@@ -318,7 +320,7 @@ impl Reorder {
             self.held.packets -= 1;
             self.ready.push_back(Delivered {
                 data: partial.data,
-                compressed: partial.compressed,
+                coding: partial.coding,
             });
             self.counters.delivered += 1;
             rx.next = rx.next.wrapping_add(1).max(1);
@@ -328,7 +330,7 @@ impl Reorder {
                 packet,
                 Complete {
                     data: partial.data,
-                    compressed: partial.compressed,
+                    coding: partial.coding,
                     since: now,
                     serial: partial.serial,
                 },
@@ -387,7 +389,7 @@ impl Reorder {
             held.packets -= 1;
             ready.push_back(Delivered {
                 data: complete.data,
-                compressed: complete.compressed,
+                coding: complete.coding,
             });
             counters.delivered += 1;
             counters.reordered += 1;
@@ -500,24 +502,24 @@ mod tests {
     fn fragments_in_any_order_make_the_packet() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
         let packet: Vec<u8> = (0..=255).collect();
-        reorder.handle_fragment(ms(0), 7, 1, 200, 256, false, &packet[200..]);
-        reorder.handle_fragment(ms(1), 7, 1, 0, 256, false, &packet[..100]);
+        reorder.handle_fragment(ms(0), 7, 1, 200, 256, Coding::RAW, &packet[200..]);
+        reorder.handle_fragment(ms(1), 7, 1, 0, 256, Coding::RAW, &packet[..100]);
         assert!(reorder.poll_deliver().is_none());
-        reorder.handle_fragment(ms(2), 7, 1, 100, 256, false, &packet[100..200]);
+        reorder.handle_fragment(ms(2), 7, 1, 100, 256, Coding::RAW, &packet[100..200]);
         assert_eq!(delivered(&mut reorder), vec![packet]);
     }
 
     #[test]
     fn a_stream_is_delivered_in_order_and_a_gap_is_skipped_after_the_timeout() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
-        reorder.handle_fragment(ms(0), 1, 2, 0, 1, false, &[2]);
-        reorder.handle_fragment(ms(1), 1, 3, 0, 1, false, &[3]);
+        reorder.handle_fragment(ms(0), 1, 2, 0, 1, Coding::RAW, &[2]);
+        reorder.handle_fragment(ms(1), 1, 3, 0, 1, Coding::RAW, &[3]);
         assert!(reorder.poll_deliver().is_none(), "2 and 3 wait for 1");
-        reorder.handle_fragment(ms(5), 1, 1, 0, 1, false, &[1]);
+        reorder.handle_fragment(ms(5), 1, 1, 0, 1, Coding::RAW, &[1]);
         assert_eq!(delivered(&mut reorder), vec![vec![1], vec![2], vec![3]]);
         assert_eq!(reorder.counters().reordered, 2);
         // 4 is lost; 5 waits the timeout, then goes.
-        reorder.handle_fragment(ms(10), 1, 5, 0, 1, false, &[5]);
+        reorder.handle_fragment(ms(10), 1, 5, 0, 1, Coding::RAW, &[5]);
         assert_eq!(reorder.poll_at(), Some(ms(60)));
         reorder.handle_timeout(ms(59));
         assert!(reorder.poll_deliver().is_none());
@@ -525,7 +527,7 @@ mod tests {
         assert_eq!(delivered(&mut reorder), vec![vec![5]]);
         assert_eq!(reorder.counters().gaps_skipped, 1);
         // 4 arriving now is late.
-        reorder.handle_fragment(ms(70), 1, 4, 0, 1, false, &[4]);
+        reorder.handle_fragment(ms(70), 1, 4, 0, 1, Coding::RAW, &[4]);
         assert!(reorder.poll_deliver().is_none());
         assert_eq!(reorder.counters().late_fragments, 1);
     }
@@ -534,16 +536,16 @@ mod tests {
     fn streams_do_not_wait_for_each_other() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
         // Stream 1's packet 1 is half there; stream 2's packet completes at once.
-        reorder.handle_fragment(ms(0), 1, 1, 0, 1500, false, &[0; 700]);
-        reorder.handle_fragment(ms(1), 2, 1, 0, 100, false, &[9; 100]);
+        reorder.handle_fragment(ms(0), 1, 1, 0, 1500, Coding::RAW, &[0; 700]);
+        reorder.handle_fragment(ms(1), 2, 1, 0, 100, Coding::RAW, &[9; 100]);
         assert_eq!(delivered(&mut reorder), vec![vec![9; 100]]);
     }
 
     #[test]
     fn a_packet_missing_a_fragment_times_out_and_its_successor_goes_on() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
-        reorder.handle_fragment(ms(0), 1, 1, 0, 1500, false, &[0; 700]);
-        reorder.handle_fragment(ms(1), 1, 2, 0, 10, false, &[2; 10]);
+        reorder.handle_fragment(ms(0), 1, 1, 0, 1500, Coding::RAW, &[0; 700]);
+        reorder.handle_fragment(ms(1), 1, 2, 0, 10, Coding::RAW, &[2; 10]);
         reorder.handle_timeout(ms(51));
         assert_eq!(delivered(&mut reorder), vec![vec![2; 10]]);
         assert_eq!(
@@ -568,8 +570,8 @@ mod tests {
                 last_active: ms(0),
             },
         );
-        reorder.handle_fragment(ms(0), 3, 1, 0, 1, false, &[1]);
-        reorder.handle_fragment(ms(0), 3, u32::MAX, 0, 1, false, &[0]);
+        reorder.handle_fragment(ms(0), 3, 1, 0, 1, Coding::RAW, &[1]);
+        reorder.handle_fragment(ms(0), 3, u32::MAX, 0, 1, Coding::RAW, &[0]);
         assert_eq!(delivered(&mut reorder), vec![vec![0], vec![1]]);
     }
 
@@ -579,14 +581,14 @@ mod tests {
     fn a_duplicate_fragment_is_counted_once_and_completes_nothing() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
         let packet: Vec<u8> = (0..100).collect();
-        reorder.handle_fragment(ms(0), 1, 1, 0, 100, false, &packet[..50]);
-        reorder.handle_fragment(ms(1), 1, 1, 0, 100, false, &packet[..50]);
+        reorder.handle_fragment(ms(0), 1, 1, 0, 100, Coding::RAW, &packet[..50]);
+        reorder.handle_fragment(ms(1), 1, 1, 0, 100, Coding::RAW, &packet[..50]);
         assert!(
             reorder.poll_deliver().is_none(),
             "half a packet is not a packet"
         );
         assert_eq!(reorder.counters().duplicate_fragments, 1);
-        reorder.handle_fragment(ms(2), 1, 1, 50, 100, false, &packet[50..]);
+        reorder.handle_fragment(ms(2), 1, 1, 50, 100, Coding::RAW, &packet[50..]);
         assert_eq!(delivered(&mut reorder), vec![packet]);
         assert_eq!((reorder.held_bytes(), reorder.held_packets()), (0, 0));
     }
@@ -604,8 +606,8 @@ mod tests {
         for k in 0..floods {
             let now = ms(u64::from(k) / 100);
             let (stream, packet) = ((k % 1000) as u16, 2 + k / 1000);
-            reorder.handle_fragment(now, stream, packet, 7, u16::MAX, false, &[1]);
-            reorder.handle_fragment(now, stream, packet, 7, u16::MAX, false, &[1]);
+            reorder.handle_fragment(now, stream, packet, 7, u16::MAX, Coding::RAW, &[1]);
+            reorder.handle_fragment(now, stream, packet, 7, u16::MAX, Coding::RAW, &[1]);
             assert!(reorder.held_bytes() <= limits.max_bytes);
             assert!(reorder.held_packets() <= limits.max_packets);
         }
@@ -621,7 +623,7 @@ mod tests {
         assert_eq!(counters.duplicate_fragments, u64::from(floods));
         // A real packet still gets through, and the oldest went first: what is held is
         // the latest packets.
-        reorder.handle_fragment(ms(200), 5000, 1, 0, 3, false, &[1, 2, 3]);
+        reorder.handle_fragment(ms(200), 5000, 1, 0, 3, Coding::RAW, &[1, 2, 3]);
         assert_eq!(delivered(&mut reorder), vec![vec![1, 2, 3]]);
         // Everything times out: nothing held.
         reorder.handle_timeout(ms(1000));
@@ -632,7 +634,7 @@ mod tests {
     #[test]
     fn a_fragment_beyond_its_packet_is_refused() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
-        reorder.handle_fragment(ms(0), 1, 1, 90, 100, false, &[0; 20]);
+        reorder.handle_fragment(ms(0), 1, 1, 90, 100, Coding::RAW, &[0; 20]);
         assert_eq!(reorder.counters().bad_fragments, 1);
         assert!(reorder.poll_deliver().is_none());
     }

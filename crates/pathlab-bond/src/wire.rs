@@ -29,7 +29,8 @@
 //!
 //! ```text
 //! 1 Fragment  stream u16 | packet u32 | offset u16 | total_len u16 | flags u8 | len u16 | data [len]
-//!             flags: bit 0 compressed, other bits 0; len > 0, offset + len <= total_len
+//!             flags: bit 0 LZ4-compressed, bit 1 header-compressed (crate::headers), other
+//!             bits 0; len > 0, offset + len <= total_len
 //! 7 Packet    stream u16 | packet u32 | flags u8 | len u16 | data [len]
 //!             a whole packet (a Fragment at offset 0 of total_len = len, 4 bytes shorter)
 //! 2 Feedback  line u8 | highest_seq u64 | received_packets u64 | received_bytes u64 |
@@ -39,6 +40,9 @@
 //! 4 Padding   len u16 | len zero bytes
 //! 5 ProbeAck  line u8 | seq u64 | len_bytes u16
 //! 6 Close     (nothing)
+//! 8 HeaderAcks count u8 | (cid u16 | gen u8) * count
+//!             the header-compression references the sender stored (crate::headers);
+//!             1 <= count <= MAX_HEADER_ACKS, cid < MAX_HEADER_CONTEXTS
 //! ```
 //!
 //! A datagram that carries one whole inner packet spends 46 bytes on the tunnel (header
@@ -75,6 +79,15 @@ pub const PADDING_HEADER_BYTES: usize = 3;
 pub const PROBE_ACK_FRAME_BYTES: usize = 12;
 /// Bytes of a Close frame.
 pub const CLOSE_FRAME_BYTES: usize = 1;
+/// Bytes of a HeaderAcks frame before its entries.
+pub const HEADER_ACKS_HEADER_BYTES: usize = 2;
+/// Bytes of one HeaderAcks entry (cid u16, gen u8).
+pub const HEADER_ACK_BYTES: usize = 3;
+/// The most entries one HeaderAcks frame carries (a peer's count is refused beyond it).
+pub const MAX_HEADER_ACKS: usize = 64;
+/// Header-compression context ids are below this, in HeaderAcks frames and in the
+/// compressed packets of [`crate::headers`].
+pub const MAX_HEADER_CONTEXTS: u16 = 1024;
 
 /// Where each field lives: the one table the encoders and decoders share.
 mod field {
@@ -115,7 +128,7 @@ mod field {
         pub const OFFSET: Field = 7..9;
         /// Length of the whole packet.
         pub const TOTAL_LEN: Field = 9..11;
-        /// Bit 0: compressed; the others must be 0.
+        /// Bit 0: LZ4, bit 1: header-compressed; the others must be 0.
         pub const FLAGS: usize = 11;
         /// Length of the piece.
         pub const LEN: Field = 12..14;
@@ -128,7 +141,7 @@ mod field {
         pub const STREAM: Field = 1..3;
         /// Inner packet number in its stream.
         pub const PACKET: Field = 3..7;
-        /// Bit 0: compressed; the others must be 0.
+        /// Bit 0: LZ4, bit 1: header-compressed; the others must be 0.
         pub const FLAGS: usize = 7;
         /// Length of the packet.
         pub const LEN: Field = 8..10;
@@ -175,6 +188,21 @@ mod field {
         pub const LEN: Field = 1..3;
     }
 
+    /// A HeaderAcks frame, before its entries.
+    pub mod header_acks {
+        /// How many entries follow.
+        pub const COUNT: usize = 1;
+    }
+
+    /// One entry of a HeaderAcks frame.
+    pub mod header_ack {
+        use super::Field;
+        /// The context.
+        pub const CID: Field = 0..2;
+        /// The generation stored.
+        pub const GENERATION: usize = 2;
+    }
+
     /// A ProbeAck frame.
     pub mod probe_ack {
         use super::Field;
@@ -199,6 +227,8 @@ const _: () = {
     assert!(field::padding::LEN.end == PADDING_HEADER_BYTES);
     assert!(field::probe_ack::LEN_BYTES.end == PROBE_ACK_FRAME_BYTES);
     assert!(field::FRAME_TYPE + 1 == CLOSE_FRAME_BYTES);
+    assert!(field::header_acks::COUNT + 1 == HEADER_ACKS_HEADER_BYTES);
+    assert!(field::header_ack::GENERATION + 1 == HEADER_ACK_BYTES);
 };
 
 /// The type byte of each frame.
@@ -217,6 +247,8 @@ mod frame_type {
     pub const CLOSE: u8 = 6;
     /// [`super::Frame::Fragment`] of a whole packet.
     pub const PACKET: u8 = 7;
+    /// [`super::Frame::HeaderAcks`].
+    pub const HEADER_ACKS: u8 = 8;
 
     /// The frame's name, for error messages.
     pub fn name(frame_type: u8) -> &'static str {
@@ -228,13 +260,64 @@ mod frame_type {
             PROBE_ACK => "ProbeAck",
             CLOSE => "Close",
             PACKET => "Packet",
+            HEADER_ACKS => "HeaderAcks",
             _ => "unknown",
         }
     }
 }
 
-/// The Fragment flag saying the packet is compressed; every other bit is reserved.
-const FLAG_COMPRESSED: u8 = 0x01;
+/// The Fragment flag saying the packet is LZ4-compressed.
+const FLAG_LZ4: u8 = 0x01;
+/// The Fragment flag saying the packet's headers are compressed ([`crate::headers`]).
+const FLAG_HEADERS: u8 = 0x02;
+/// Every flag a Fragment may set; the other bits are reserved.
+const FLAGS_DEFINED: u8 = FLAG_LZ4 | FLAG_HEADERS;
+
+/// How an inner packet's bytes are coded on the wire: the Fragment and Packet frames' flags.
+/// Headers are compressed first, then LZ4 applies to the result; the receiver undoes LZ4
+/// first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Coding {
+    /// LZ4 with the original length prepended.
+    pub lz4: bool,
+    /// IP/TCP or IP/UDP headers compressed against a reference ([`crate::headers`]).
+    pub headers: bool,
+}
+
+impl Coding {
+    /// The packet as it came: no coding.
+    pub const RAW: Coding = Coding {
+        lz4: false,
+        headers: false,
+    };
+
+    /// The flags byte.
+    pub fn to_flags(self) -> u8 {
+        (if self.lz4 { FLAG_LZ4 } else { 0 }) | (if self.headers { FLAG_HEADERS } else { 0 })
+    }
+
+    /// The coding a flags byte says, or the error for reserved bits.
+    pub fn from_flags(flags: u8) -> Result<Coding, WireError> {
+        if flags & !FLAGS_DEFINED != 0 {
+            return Err(WireError::ReservedFlags(flags));
+        }
+        Ok(Coding {
+            lz4: flags & FLAG_LZ4 != 0,
+            headers: flags & FLAG_HEADERS != 0,
+        })
+    }
+
+    /// The tag a queued [`pathlab_core::Packet`] carries for this coding (the fair queue
+    /// hands it back with the packet's pieces).
+    pub fn to_tag(self) -> u32 {
+        u32::from(self.to_flags())
+    }
+
+    /// The coding a queued packet's tag says (a tag is only ever set by [`Coding::to_tag`]).
+    pub fn from_tag(tag: u32) -> Coding {
+        Coding::from_flags((tag & u32::from(FLAGS_DEFINED)) as u8).unwrap_or(Coding::RAW)
+    }
+}
 
 /// Why bytes are not a valid datagram, body or frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -261,7 +344,7 @@ pub enum WireError {
         len: usize,
     },
     /// A frame's type byte is not a known frame.
-    #[error("unknown frame type {0}, expected 1 to 7")]
+    #[error("unknown frame type {0}, expected 1 to 8")]
     UnknownFrameType(u8),
     /// A frame runs past the end of the body.
     #[error("truncated {frame} frame: it needs {needed} bytes, {available} remain in the body")]
@@ -274,7 +357,9 @@ pub enum WireError {
         available: usize,
     },
     /// A Fragment sets flags that are reserved.
-    #[error("fragment flags {0:#04x} set reserved bits, only bit 0 (compressed) is defined")]
+    #[error(
+        "fragment flags {0:#04x} set reserved bits, only bits 0 (LZ4) and 1 (headers) are defined"
+    )]
     ReservedFlags(u8),
     /// A Fragment is empty or lies outside its packet.
     #[error(
@@ -289,6 +374,12 @@ pub enum WireError {
         /// The packet's length.
         total_len: u16,
     },
+    /// A HeaderAcks frame's count is 0 or above [`MAX_HEADER_ACKS`].
+    #[error("HeaderAcks frame with {0} entries, expected 1 to {MAX_HEADER_ACKS}")]
+    HeaderAckCount(u8),
+    /// A HeaderAcks entry names a context at or beyond [`MAX_HEADER_CONTEXTS`].
+    #[error("HeaderAcks entry for context {0}, expected below {MAX_HEADER_CONTEXTS}")]
+    ContextOutOfRange(u16),
     /// A Padding frame contains a byte that is not zero.
     #[error("padding byte {index} is {value:#04x}, expected 0")]
     NonZeroPadding {
@@ -341,8 +432,8 @@ pub struct Fragment<'a> {
     pub offset: u16,
     /// Length of the whole (possibly compressed) packet.
     pub total_len: u16,
-    /// Whether the packet's bytes are LZ4-compressed (its first bytes give the original length).
-    pub compressed: bool,
+    /// How the packet's bytes are coded (LZ4, compressed headers).
+    pub coding: Coding,
     /// The piece's bytes.
     pub data: &'a [u8],
 }
@@ -403,6 +494,60 @@ pub enum Frame<'a> {
     },
     /// The sender ends the session.
     Close,
+    /// Header-compression references the sender stored: the peer may compress against them.
+    HeaderAcks(HeaderAcks<'a>),
+}
+
+/// One header-compression reference stored: context `cid`, generation `generation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HeaderAck {
+    /// The context id.
+    pub cid: u16,
+    /// The generation stored.
+    pub generation: u8,
+}
+
+/// The entries of a HeaderAcks frame, borrowed from the body (1 to [`MAX_HEADER_ACKS`],
+/// each checked when the frame was decoded or built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderAcks<'a> {
+    entries: &'a [u8],
+}
+
+impl<'a> HeaderAcks<'a> {
+    /// Writes up to [`MAX_HEADER_ACKS`] of `acks` as a frame's entries into `scratch` and
+    /// returns the frame over them (`None` if `acks` is empty).
+    pub fn build(acks: &[HeaderAck], scratch: &'a mut Vec<u8>) -> Option<HeaderAcks<'a>> {
+        use field::header_ack::{CID, GENERATION};
+        scratch.clear();
+        for ack in acks.iter().take(MAX_HEADER_ACKS) {
+            let entry = grow(scratch, HEADER_ACK_BYTES);
+            entry[CID].copy_from_slice(&ack.cid.to_be_bytes());
+            entry[GENERATION] = ack.generation;
+        }
+        (!scratch.is_empty()).then_some(HeaderAcks { entries: scratch })
+    }
+
+    /// How many entries.
+    pub fn len(&self) -> usize {
+        self.entries.len() / HEADER_ACK_BYTES
+    }
+
+    /// Whether there are none (never, for a decoded frame).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries.
+    pub fn iter(&self) -> impl Iterator<Item = HeaderAck> + 'a {
+        use field::header_ack::{CID, GENERATION};
+        self.entries
+            .chunks_exact(HEADER_ACK_BYTES)
+            .map(|entry| HeaderAck {
+                cid: read_u16(&entry[CID]),
+                generation: entry[GENERATION],
+            })
+    }
 }
 
 /// A big-endian `u16` from a 2-byte field.
@@ -537,6 +682,7 @@ impl Frame<'_> {
             Frame::Padding(zeros) => PADDING_HEADER_BYTES + usize::from(*zeros),
             Frame::ProbeAck { .. } => PROBE_ACK_FRAME_BYTES,
             Frame::Close => CLOSE_FRAME_BYTES,
+            Frame::HeaderAcks(acks) => HEADER_ACKS_HEADER_BYTES + acks.entries.len(),
         }
     }
 
@@ -560,11 +706,7 @@ impl Frame<'_> {
                     fragment.offset,
                     fragment.total_len
                 );
-                let flags = if fragment.compressed {
-                    FLAG_COMPRESSED
-                } else {
-                    0
-                };
+                let flags = fragment.coding.to_flags();
                 let len = (fragment.data.len() as u16).to_be_bytes();
                 if fragment_frame_bytes(fragment) == PACKET_HEADER_BYTES {
                     let bytes = grow(out, PACKET_HEADER_BYTES);
@@ -632,6 +774,11 @@ impl Frame<'_> {
                 bytes[LEN_BYTES].copy_from_slice(&len_bytes.to_be_bytes());
             }
             Frame::Close => out.push(frame_type::CLOSE),
+            Frame::HeaderAcks(acks) => {
+                out.push(frame_type::HEADER_ACKS);
+                out.push(acks.len() as u8);
+                out.extend_from_slice(acks.entries);
+            }
         }
     }
 
@@ -646,6 +793,7 @@ impl Frame<'_> {
             frame_type::PADDING => PADDING_HEADER_BYTES,
             frame_type::PROBE_ACK => PROBE_ACK_FRAME_BYTES,
             frame_type::CLOSE => CLOSE_FRAME_BYTES,
+            frame_type::HEADER_ACKS => HEADER_ACKS_HEADER_BYTES,
             other => return Err(WireError::UnknownFrameType(other)),
         };
         let truncated = |needed| WireError::TruncatedFrame {
@@ -659,10 +807,7 @@ impl Frame<'_> {
         match kind {
             frame_type::FRAGMENT => {
                 use field::fragment::{FLAGS, LEN, OFFSET, PACKET, STREAM, TOTAL_LEN};
-                let flags = bytes[FLAGS];
-                if flags & !FLAG_COMPRESSED != 0 {
-                    return Err(WireError::ReservedFlags(flags));
-                }
+                let coding = Coding::from_flags(bytes[FLAGS])?;
                 let offset = read_u16(&bytes[OFFSET]);
                 let total_len = read_u16(&bytes[TOTAL_LEN]);
                 let len = read_u16(&bytes[LEN]);
@@ -685,17 +830,14 @@ impl Frame<'_> {
                     packet: read_u32(&bytes[PACKET]),
                     offset,
                     total_len,
-                    compressed: flags & FLAG_COMPRESSED != 0,
+                    coding,
                     data,
                 };
                 Ok((Frame::Fragment(fragment), end))
             }
             frame_type::PACKET => {
                 use field::packet::{FLAGS, LEN, PACKET, STREAM};
-                let flags = bytes[FLAGS];
-                if flags & !FLAG_COMPRESSED != 0 {
-                    return Err(WireError::ReservedFlags(flags));
-                }
+                let coding = Coding::from_flags(bytes[FLAGS])?;
                 let len = read_u16(&bytes[LEN]);
                 if len == 0 {
                     return Err(WireError::FragmentOutOfRange {
@@ -713,7 +855,7 @@ impl Frame<'_> {
                     packet: read_u32(&bytes[PACKET]),
                     offset: 0,
                     total_len: len,
-                    compressed: flags & FLAG_COMPRESSED != 0,
+                    coding,
                     data,
                 };
                 Ok((Frame::Fragment(fragment), end))
@@ -767,6 +909,21 @@ impl Frame<'_> {
                     len_bytes: read_u16(&bytes[LEN_BYTES]),
                 };
                 Ok((probe_ack, PROBE_ACK_FRAME_BYTES))
+            }
+            frame_type::HEADER_ACKS => {
+                let count = bytes[field::header_acks::COUNT];
+                if count == 0 || usize::from(count) > MAX_HEADER_ACKS {
+                    return Err(WireError::HeaderAckCount(count));
+                }
+                let end = HEADER_ACKS_HEADER_BYTES + usize::from(count) * HEADER_ACK_BYTES;
+                let Some(entries) = bytes.get(HEADER_ACKS_HEADER_BYTES..end) else {
+                    return Err(truncated(end));
+                };
+                let acks = HeaderAcks { entries };
+                if let Some(ack) = acks.iter().find(|ack| ack.cid >= MAX_HEADER_CONTEXTS) {
+                    return Err(WireError::ContextOutOfRange(ack.cid));
+                }
+                Ok((Frame::HeaderAcks(acks), end))
             }
             _ => Ok((Frame::Close, CLOSE_FRAME_BYTES)),
         }
@@ -826,7 +983,10 @@ mod tests {
                 packet: 0x0102_0304,
                 offset: 5,
                 total_len: 5 + data.len() as u16 + 7,
-                compressed: true,
+                coding: Coding {
+                    lz4: true,
+                    headers: false,
+                },
                 data,
             }),
             Frame::Feedback(Feedback {
@@ -928,7 +1088,10 @@ mod tests {
             packet: 7,
             offset: 2,
             total_len: 5,
-            compressed: true,
+            coding: Coding {
+                lz4: true,
+                headers: false,
+            },
             data: b"abc",
         });
         let bytes = encode_all(&[frame]);
@@ -1007,7 +1170,10 @@ mod tests {
             packet: 0x0304_0506,
             offset: 0,
             total_len: 3,
-            compressed: true,
+            coding: Coding {
+                lz4: true,
+                headers: false,
+            },
             data: b"abc",
         });
         let bytes = encode_all(&[whole]);
@@ -1051,13 +1217,13 @@ mod tests {
                 packet: 1,
                 offset: 0,
                 total_len,
-                compressed: false,
+                coding: Coding::RAW,
                 data: b"x",
             })]);
-            bytes[flags] = 0x02;
+            bytes[flags] = 0x04;
             assert_eq!(
                 Frames::new(&bytes).next(),
-                Some(Err(WireError::ReservedFlags(0x02)))
+                Some(Err(WireError::ReservedFlags(0x04)))
             );
         }
         let mut bytes = encode_all(&[Frame::Padding(4)]);
@@ -1141,7 +1307,10 @@ mod tests {
                     packet: *packet,
                     offset: a % (total_len - len + 1),
                     total_len,
-                    compressed: *flag,
+                    coding: Coding {
+                        lz4: *flag,
+                        headers: !*flag,
+                    },
                     data,
                 })
             }

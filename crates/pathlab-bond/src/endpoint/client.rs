@@ -74,6 +74,8 @@ impl Bond {
                 .collect();
             self.reorder.renew();
             self.fair.new_session();
+            self.compressor.reset();
+            self.decompressor.reset();
         }
         self.state = State::Open { session, keys };
         self.last_authenticated = now;

@@ -20,6 +20,7 @@
 
 use std::collections::VecDeque;
 
+use pathlab_core::packet::Ecn;
 use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
 
 mod client;
@@ -30,13 +31,14 @@ use transmit::Fill;
 
 use crate::control::ControllerConfig;
 use crate::crypto::{self, Role, SessionKeys};
-use crate::fair::{Direction, FairConfig, FairQueue, COMPRESSED_TAG};
+use crate::fair::{Direction, FairConfig, FairQueue};
 use crate::handshake::ClientKeys;
+use crate::headers::{Compressor, CompressorConfig, Decompressor, HeaderCounters};
 use crate::line::{Line, LineFraming, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
-    self, Frame, Header, Kind, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES, FEEDBACK_FRAME_BYTES,
+    self, Coding, Frame, Header, Kind, DATA_OVERHEAD_BYTES, ECHO_FRAME_BYTES, FEEDBACK_FRAME_BYTES,
     FRAGMENT_HEADER_BYTES,
 };
 
@@ -63,6 +65,14 @@ pub struct BondConfig {
     pub fair: FairConfig,
     /// Compress inner packets with LZ4 when it shrinks them.
     pub compress: bool,
+    /// Compress inner packets' IP/TCP and IP/UDP headers ([`crate::headers`]) and
+    /// acknowledge the peer's references. Off, this end sends packets as they come and
+    /// never acknowledges, so the peer, which compresses only against acknowledged
+    /// references, sends it whole packets too (with a 3-byte prefix on one packet per flow
+    /// every [`CompressorConfig::retry_after`]).
+    pub header_compression: bool,
+    /// The header compressor's settings.
+    pub headers: CompressorConfig,
     /// Liveness and reporting timers.
     pub timers: LineTimers,
     /// How long a client waits for a Response before its first retry; each retry waits
@@ -94,6 +104,8 @@ impl BondConfig {
             scheduler: SchedulerKind::Delay,
             fair: FairConfig::default(),
             compress: false,
+            header_compression: true,
+            headers: CompressorConfig::default(),
             timers: LineTimers::default(),
             hello_interval: Duration::from_millis(200),
             hello_backoff_max: Duration::from_millis(800),
@@ -140,6 +152,25 @@ pub struct BondCounters {
     pub cookies: u64,
     /// Stale signals a client received (the server knew no such session).
     pub stale_signals: u64,
+    /// Inner packets sent with compressed headers ([`HeaderCounters::compressed`]).
+    pub headers_compressed: u64,
+    /// Bytes header compression saved.
+    pub headers_saved_bytes: u64,
+    /// Packets sent whole to establish a header-compression reference.
+    pub headers_full_sent: u64,
+    /// Flows the header compressor holds a context for now (a gauge).
+    pub headers_contexts: u64,
+    /// Packets the header compressor's own check refused (sent as they came).
+    pub headers_verify_failed: u64,
+    /// Header-compressed packets dropped because their reference was not held.
+    pub headers_missing_context: u64,
+    /// Header-compressed packets dropped because they did not decode or failed their
+    /// checksum.
+    pub headers_decode_failed: u64,
+    /// Header-compression references this end stored and acknowledged.
+    pub headers_acks_sent: u64,
+    /// Acknowledgements of this end's references received.
+    pub headers_acks_received: u64,
 }
 
 #[derive(Debug)]
@@ -191,6 +222,12 @@ pub struct Bond {
     wrr: WeightedRoundRobin,
     round_robin_next: usize,
     delivered: VecDeque<Vec<u8>>,
+    compressor: Compressor,
+    decompressor: Decompressor,
+    /// A packet's header-compressed form, or a HeaderAcks frame's entries, reused.
+    coded: Vec<u8>,
+    /// Acknowledgements on their way into a frame, reused.
+    acks: Vec<wire::HeaderAck>,
     counters: BondCounters,
     next_state_check: Instant,
     /// When the scheduler said data may go next (set when it said "wait").
@@ -272,6 +309,10 @@ impl Bond {
             wrr: WeightedRoundRobin::default(),
             round_robin_next: 0,
             delivered: VecDeque::new(),
+            compressor: Compressor::new(config.headers),
+            decompressor: Decompressor::new(config.header_compression),
+            coded: Vec::new(),
+            acks: Vec::new(),
             counters: BondCounters::default(),
             next_state_check: now,
             send_at: None,
@@ -315,7 +356,20 @@ impl Bond {
 
     /// The counters.
     pub fn counters(&self) -> BondCounters {
-        self.counters
+        let (sent, received): (HeaderCounters, HeaderCounters) =
+            (self.compressor.counters(), self.decompressor.counters());
+        BondCounters {
+            headers_compressed: sent.compressed,
+            headers_saved_bytes: sent.saved_bytes,
+            headers_full_sent: sent.full_sent,
+            headers_contexts: sent.contexts,
+            headers_verify_failed: sent.verify_failed,
+            headers_missing_context: received.missing_context,
+            headers_decode_failed: received.decode_failed,
+            headers_acks_sent: received.acks_sent,
+            headers_acks_received: sent.acks_received,
+            ..self.counters
+        }
     }
 
     /// The fair queue (for its counters and backlog).
@@ -342,17 +396,36 @@ impl Bond {
         }
         let mut packet = Packet::from_ip(now, data);
         let key = self.fair.key_of(&packet);
+        // An ECN-capable packet stays in the clear: CoDel marks it CE in place.
+        if packet.ecn != Ecn::NotEct {
+            self.fair.enqueue(now, packet, key);
+            return;
+        }
+        let mut coding = Coding::RAW;
+        let mut data = std::mem::take(&mut packet.data);
+        if self.config.header_compression && self.compressor.compress(now, &data, &mut self.coded) {
+            std::mem::swap(&mut data, &mut self.coded);
+            coding.headers = true;
+        }
         if self.config.compress {
-            let compressed = lz4_flex::compress_prepend_size(&packet.data);
-            if compressed.len() < packet.data.len() {
+            let compressed = lz4_flex::compress_prepend_size(&data);
+            if compressed.len() < data.len() {
                 self.counters.compressed += 1;
-                self.counters.compression_saved_bytes +=
-                    (packet.data.len() - compressed.len()) as u64;
-                packet.data = compressed;
-                packet.tag = COMPRESSED_TAG;
+                self.counters.compression_saved_bytes += (data.len() - compressed.len()) as u64;
+                data = compressed;
+                coding.lz4 = true;
             }
         }
-        self.fair.enqueue(now, packet, key);
+        if coding == Coding::RAW {
+            packet.data = data;
+            self.fair.enqueue(now, packet, key);
+            return;
+        }
+        // A coded packet's bytes are no IP header: nothing may rewrite them in the queue.
+        let mut coded = Packet::synthetic(now, data.len() as u32, packet.flow, packet.ecn);
+        coded.data = data;
+        coded.tag = coding.to_tag();
+        self.fair.enqueue(now, coded, key);
     }
 
     /// A datagram that arrived on line `line` at `now` (for a client, the line whose
@@ -442,7 +515,7 @@ impl Bond {
                 fragment.packet,
                 fragment.offset,
                 fragment.total_len,
-                fragment.compressed,
+                fragment.coding,
                 fragment.data,
             ),
             Frame::Feedback(report) => {
@@ -474,6 +547,11 @@ impl Bond {
                 // The server is going away (a restart, say): come back as soon as it does.
                 Role::Client => self.start_handshaking(now),
             },
+            Frame::HeaderAcks(acks) => {
+                for ack in acks.iter() {
+                    self.compressor.handle_ack(now, ack);
+                }
+            }
             Frame::Padding(_) => {}
         }
         self.take_reordered();
@@ -481,17 +559,23 @@ impl Bond {
 
     fn take_reordered(&mut self) {
         while let Some(delivered) = self.reorder.poll_deliver() {
-            let data = if delivered.compressed {
-                match decompress(&delivered.data) {
-                    Some(data) => data,
+            let mut data = delivered.data;
+            if delivered.coding.lz4 {
+                match decompress(&data) {
+                    Some(decompressed) => data = decompressed,
                     None => {
                         self.counters.decompress_failures += 1;
                         continue;
                     }
                 }
-            } else {
-                delivered.data
-            };
+            }
+            if delivered.coding.headers {
+                // Counted by the decompressor when it fails.
+                match self.decompressor.decompress(&data) {
+                    Ok(packet) => data = packet,
+                    Err(_) => continue,
+                }
+            }
             self.counters.inner_out += 1;
             self.delivered.push_back(data);
         }

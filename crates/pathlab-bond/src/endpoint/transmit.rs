@@ -239,6 +239,16 @@ impl Bond {
             }
         }
         let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
+        if fill != Fill::Close && self.decompressor.has_acks() {
+            // The references this end stored, so the peer compresses against them.
+            let room = capacity.saturating_sub(buf.len() + wire::HEADER_ACKS_HEADER_BYTES)
+                / wire::HEADER_ACK_BYTES;
+            self.decompressor
+                .take_acks(room.min(wire::MAX_HEADER_ACKS), &mut self.acks);
+            if let Some(acks) = wire::HeaderAcks::build(&self.acks, &mut self.coded) {
+                Frame::HeaderAcks(acks).encode(buf);
+            }
+        }
         let budget = capacity.saturating_sub(buf.len());
         let before_fill = buf.len();
         let write = |fragment: wire::Fragment<'_>| Frame::Fragment(fragment).encode(buf);

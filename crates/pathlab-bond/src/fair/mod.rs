@@ -51,7 +51,7 @@ use std::collections::VecDeque;
 use pathlab_core::spec::CodelConfig;
 use pathlab_core::{Duration, Instant, Packet, Verdicts};
 
-use crate::wire::{piece_header_bytes, Fragment, FRAGMENT_HEADER_BYTES};
+use crate::wire::{piece_header_bytes, Coding, Fragment, FRAGMENT_HEADER_BYTES};
 use table::{Head, List, Table};
 pub use table::{MAX_FLOWS_PER_USER, MAX_STREAM_IDS};
 
@@ -302,8 +302,8 @@ impl FairQueue {
     }
 
     /// Queues an inner packet at `now` for user `key` (from [`FairQueue::key_of`]); its
-    /// flow is `packet.flow` under [`Order::Flow`]. `packet.tag` is [`COMPRESSED_TAG`] when
-    /// its bytes are LZ4 (the original is not needed to classify it: the key and the flow
+    /// flow is `packet.flow` under [`Order::Flow`]. `packet.tag` says how its bytes are
+    /// coded ([`Coding::to_tag`]; the original is not needed to classify it: the key and the flow
     /// were read from the packet before).
     pub fn enqueue(&mut self, now: Instant, mut packet: Packet, key: u64) {
         if packet.data.is_empty() || packet.data.len() > usize::from(u16::MAX) {
@@ -656,7 +656,7 @@ impl FairQueue {
                 flow.next_number = flow.next_number.wrapping_add(1).max(1);
                 flow.head = Some(Head {
                     number,
-                    compressed: packet.tag == COMPRESSED_TAG,
+                    coding: Coding::from_tag(packet.tag),
                     data: packet.data,
                     offset: 0,
                 });
@@ -695,7 +695,7 @@ impl FairQueue {
                 packet: head.number,
                 offset: head.offset as u16,
                 total_len: head.data.len() as u16,
-                compressed: head.compressed,
+                coding: head.coding,
                 data: &head.data[head.offset..head.offset + take],
             });
             *used += piece_header_bytes(head.offset, take, head.data.len()) + take;
@@ -724,8 +724,6 @@ impl FairQueue {
     }
 }
 
-/// The tag a queued packet carries when its bytes are compressed.
-pub const COMPRESSED_TAG: u32 = 1;
 
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
@@ -810,7 +808,7 @@ mod tests {
                     }
                 }
                 holder.insert(stream, (user, now));
-                receiver.handle_fragment(now, stream, number, offset, total_len, false, &bytes);
+                receiver.handle_fragment(now, stream, number, offset, total_len, Coding::RAW, &bytes);
             }
             if user % 25 == 0 {
                 receiver.handle_timeout(now);

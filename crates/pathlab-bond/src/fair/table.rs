@@ -8,6 +8,7 @@ use pathlab_core::queue::{CodelQueue, CodelState};
 use pathlab_core::{Duration, Instant, Packet};
 
 use super::FairCounters;
+use crate::wire::Coding;
 
 /// Stream ids are the wire's 16 bits: at most this many flows hold one at once.
 pub const MAX_STREAM_IDS: usize = 1 << 16;
@@ -33,7 +34,7 @@ pub(super) struct Head {
     pub number: u32,
     pub data: Vec<u8>,
     pub offset: usize,
-    pub compressed: bool,
+    pub coding: Coding,
 }
 
 /// A flow's packets not yet started, as CoDel sees them.

@@ -6,6 +6,7 @@
 //! path can use it; no input, however short or odd, makes it panic (smoltcp's `wire`
 //! contract).
 
+pub mod checksum;
 pub mod ethernet;
 
 /// Bytes of an IPv4 header without options (RFC 791).

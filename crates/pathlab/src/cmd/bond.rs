@@ -88,6 +88,11 @@ struct Common {
     /// then carries one small packet per packet).
     #[arg(long, value_parser = ["on", "off"], default_value = "on")]
     packing: String,
+    /// Compress inner IP/TCP and IP/UDP headers against references the other end
+    /// acknowledged (off: this end neither compresses nor acknowledges, so the other end
+    /// sends it whole packets too; the two ends may differ).
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"], default_value = "on")]
+    header_compression: String,
     /// The queueing delay each line is held at.
     #[arg(long, value_name = "TIME", default_value = "5ms", value_parser = parse_target)]
     target: Duration,
@@ -304,6 +309,7 @@ fn bond_config(
     config.controller.target = common.target;
     config.compress = common.compress;
     config.fair.packing = common.packing == "on";
+    config.header_compression = common.header_compression == "on";
     config.fair.key = match common.fair.as_str() {
         "flow" => FairKey::Flow,
         "off" => FairKey::Off,
@@ -567,6 +573,20 @@ fn print_stats(stats: &BondStats) {
         );
         if !session.peer.is_empty() {
             println!("  peer {}", session.peer);
+        }
+        let counters = &session.counters;
+        if counters.headers_compressed + counters.headers_full_sent + counters.headers_acks_sent > 0
+        {
+            println!(
+                "  headers: {} compressed, {} saved, {} sent whole, {} contexts; received: {} references acknowledged, {} dropped without context, {} failed",
+                counters.headers_compressed,
+                format::bytes_si(counters.headers_saved_bytes, Digits::fixed(1)),
+                counters.headers_full_sent,
+                counters.headers_contexts,
+                counters.headers_acks_sent,
+                counters.headers_missing_context,
+                counters.headers_decode_failed,
+            );
         }
         if stats.role == "client" {
             println!(

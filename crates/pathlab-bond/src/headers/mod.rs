@@ -1,0 +1,454 @@
+//! Inner header compression: the IP/TCP and IP/UDP headers of the tunnel's inner packets
+//! sent as a few bytes against a reference both ends hold (sans-IO; no clock, no I/O).
+//!
+//! The references are RFC 2507's and RFC 6846's ideas (per-flow contexts, a context id, a
+//! generation per context, deltas of the fields that change, the TCP checksum carried
+//! whole, scaled sequence and acknowledgement numbers as ROHC-TCP's `ack_stride`), put
+//! together for a tunnel whose lines lose and reorder datagrams:
+//!
+//! - **Immutable, acknowledged references.** A packet sent with its full header can
+//!   establish `(cid, generation)` as a reference; the [`Decompressor`] stores it (the last
+//!   [`GENERATIONS_KEPT`] generations of each context) and acknowledges it in a HeaderAcks
+//!   frame ([`crate::wire::Frame::HeaderAcks`]). The [`Compressor`] compresses a flow's
+//!   packets only against a generation the far end acknowledged; until then it sends full
+//!   headers. A reference never changes once stored, so decoding a packet is a function of
+//!   its bytes and its reference alone: a lost, late or reordered packet costs nothing but
+//!   itself, and a packet whose generation is gone is dropped and counted, never guessed.
+//! - **Refreshed by the packets themselves.** A compressed packet may say "store me as
+//!   generation g'": the far end rebuilds it exactly from the acknowledged reference, stores
+//!   it and acknowledges it, and the compressor moves to it. At most one such request is
+//!   outstanding per flow, so a flow renews its reference about once per round trip
+//!   (deltas stay a round trip's worth of progress) and the [`GENERATIONS_KEPT`]
+//!   generations a decompressor keeps span several round trips of packets in flight.
+//! - **Checked twice.** The compressor decodes its own output against the same reference
+//!   before sending it and sends the packet whole unless the result is byte-identical; the
+//!   decompressor checks the rebuilt packet's TCP or UDP checksum (only packets whose
+//!   checksum is valid are compressed), so even a reference confused after 256
+//!   generations cannot deliver a wrong packet.
+//!
+//! What is compressed: IPv4 (no options, not a fragment, valid header checksum) or IPv6 (no
+//! extension header) carrying TCP or UDP, Not-ECT (an ECN-capable packet may be marked CE
+//! in place by the fair queue's CoDel, which only a packet in the clear allows). The rest
+//! goes as it came.
+//!
+//! The bytes of a header-compressed packet (the Fragment flag `headers`), big-endian,
+//! varints LEB128 (7 bits a byte, least significant group first, at most 10 bytes):
+//!
+//! ```text
+//! Full        0x01 | cid varint | gen u8 | the packet, whole
+//!             establishes (cid, gen) as the packet's header
+//! Compressed  b0 | cid varint | gen u8 | [new_gen u8 | stride varint] | [ext u8] |
+//!             [ip_id delta varint] | [seq varint] | [ack varint] | [tsval varint |
+//!             tsecr varint] | ext fields | checksum u16 | payload
+//!   b0        bit 7: 1; bit 6 STORE (new_gen and stride follow: store the rebuilt packet
+//!             as (cid, new_gen)); bits 5-4: the IP ECN field; bit 3 SEQ; bit 2 ACK;
+//!             bit 1 TS; bit 0 EXT
+//!   ip_id     IPv4 only: identification minus the reference's, mod 2^16
+//!   seq, ack  the number minus the reference's mod 2^32, times 2, plus 1 when it is given
+//!             in units of the reference's stride (the delta divided by the stride)
+//!   tsval...  the timestamps minus the reference's, mod 2^32 (the options are the
+//!             reference's with only the timestamps changed)
+//!   ext       bit 0 window u16; bit 1 TCP flags u8; bit 2 options: len u8 and the bytes
+//!             (a multiple of 4, at most 40); bit 3 urgent pointer u16; bit 4 TTL or hop
+//!             limit u8; bit 5 TOS or traffic class without ECN u8; bit 6 IPv4 flags and
+//!             fragment offset u16, or the IPv6 flow label u24; bit 7 reserved (0)
+//!   checksum  the TCP or UDP checksum, as sent
+//! ```
+//!
+//! Every field not given is the reference's; lengths come from the frame; the IPv4 header
+//! checksum is computed. A UDP reference refuses SEQ, ACK, TS and the TCP ext bits.
+
+mod compress;
+mod decompress;
+
+pub use compress::{Compressor, CompressorConfig};
+pub use decompress::{DecompressError, Decompressor};
+
+use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
+
+use crate::inner::field::{self, ipv4, ipv6, tcp, udp};
+
+/// Context ids are below this (on the wire, in acknowledgements, in tables).
+pub use crate::wire::MAX_HEADER_CONTEXTS as MAX_CONTEXTS;
+/// Generations a decompressor keeps per context.
+pub const GENERATIONS_KEPT: usize = 8;
+/// Acknowledgements a decompressor holds before the oldest is forgotten (the compressor
+/// then establishes again).
+pub const MAX_PENDING_ACKS: usize = 256;
+
+/// The first byte of each kind of header-compressed packet.
+mod kind {
+    /// A whole packet that establishes a reference.
+    pub const FULL: u8 = 0x01;
+    /// A compressed packet (bit 7), and its flags.
+    pub const COMPRESSED: u8 = 0x80;
+    pub const STORE: u8 = 0x40;
+    pub const ECN_SHIFT: u32 = 4;
+    pub const ECN: u8 = 0x30;
+    pub const SEQ: u8 = 0x08;
+    pub const ACK: u8 = 0x04;
+    pub const TS: u8 = 0x02;
+    pub const EXT: u8 = 0x01;
+}
+
+/// The bits of a compressed packet's ext byte.
+mod ext {
+    pub const WINDOW: u8 = 0x01;
+    pub const TCP_FLAGS: u8 = 0x02;
+    pub const OPTIONS: u8 = 0x04;
+    pub const URGENT: u8 = 0x08;
+    pub const TTL: u8 = 0x10;
+    pub const TOS: u8 = 0x20;
+    pub const IP_FLAGS: u8 = 0x40;
+    pub const RESERVED: u8 = 0x80;
+    /// The bits only a TCP reference takes.
+    pub const TCP_ONLY: u8 = WINDOW | TCP_FLAGS | OPTIONS | URGENT;
+}
+
+/// TCP option kinds the compressor reads.
+mod option {
+    pub const END: u8 = 0;
+    pub const NOP: u8 = 1;
+    pub const TIMESTAMPS: u8 = 8;
+    pub const TIMESTAMPS_LEN: usize = 10;
+}
+
+/// Counters of header compression, both directions of one end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct HeaderCounters {
+    /// Packets sent with compressed headers.
+    pub compressed: u64,
+    /// Header bytes compression saved (whole packets' bytes minus what was sent).
+    pub saved_bytes: u64,
+    /// Packets sent whole to establish a reference.
+    pub full_sent: u64,
+    /// Flows the compressor holds a context for now.
+    pub contexts: u64,
+    /// Packets the compressor's own check refused (sent as they came).
+    pub verify_failed: u64,
+    /// Compressed packets received whose reference was not held: dropped.
+    pub missing_context: u64,
+    /// Header-compressed packets received that did not decode or whose checksum was wrong:
+    /// dropped.
+    pub decode_failed: u64,
+    /// References stored for the peer and acknowledged.
+    pub acks_sent: u64,
+    /// Acknowledgements received.
+    pub acks_received: u64,
+}
+
+/// Where a compressible packet's headers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    /// 4 or 6.
+    version: u8,
+    /// Bytes of the IP header.
+    ip_len: usize,
+    /// TCP or UDP.
+    protocol: u8,
+    /// Bytes of the TCP header with its options, or of the UDP header.
+    l4_len: usize,
+}
+
+impl Shape {
+    fn header_len(&self) -> usize {
+        self.ip_len + self.l4_len
+    }
+
+    fn is_tcp(&self) -> bool {
+        self.protocol == field::PROTOCOL_TCP
+    }
+
+    /// The range of the TCP options (empty for UDP).
+    fn options(&self) -> core::ops::Range<usize> {
+        if self.is_tcp() {
+            self.ip_len + tcp::MIN_HEADER..self.header_len()
+        } else {
+            self.header_len()..self.header_len()
+        }
+    }
+}
+
+/// A stored reference: a packet's header with the fields every compressed packet gives
+/// (lengths, checksums, ECN) zeroed, so both ends store the same bytes whatever those were.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reference {
+    header: Vec<u8>,
+    shape: Shape,
+    /// Where the TCP timestamps' 8 bytes start in `header`, if it has them.
+    timestamps_at: Option<usize>,
+    /// The unit seq and ack deltas may be given in (0: none).
+    stride: u32,
+}
+
+impl Reference {
+    /// The reference a compressible packet makes.
+    fn new(packet: &[u8], shape: Shape, stride: u32) -> Reference {
+        let mut header = packet[..shape.header_len()].to_vec();
+        let ip = shape.ip_len;
+        if shape.version == 4 {
+            header[ipv4::TOTAL_LEN].fill(0);
+            header[ipv4::CHECKSUM].fill(0);
+            header[ipv4::TOS] &= !0b11;
+        } else {
+            header[ipv6::PAYLOAD_LEN].fill(0);
+            header[1] &= !0b0011_0000;
+        }
+        if shape.is_tcp() {
+            header[ip + tcp::CHECKSUM.start..ip + tcp::CHECKSUM.end].fill(0);
+        } else {
+            header[ip + udp::LEN.start..ip + udp::LEN.end].fill(0);
+            header[ip + udp::CHECKSUM.start..ip + udp::CHECKSUM.end].fill(0);
+        }
+        let timestamps_at =
+            timestamps_offset(&header[shape.options()]).map(|at| shape.options().start + at);
+        Reference {
+            header,
+            shape,
+            timestamps_at,
+            stride,
+        }
+    }
+}
+
+/// Where the value of the Timestamps option starts in `options` (after kind and length).
+fn timestamps_offset(options: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    while at < options.len() {
+        match options[at] {
+            option::END => return None,
+            option::NOP => at += 1,
+            kind => {
+                let len = usize::from(*options.get(at + 1)?);
+                if len < 2 || at + len > options.len() {
+                    return None;
+                }
+                if kind == option::TIMESTAMPS && len == option::TIMESTAMPS_LEN {
+                    return Some(at + 2);
+                }
+                at += len;
+            }
+        }
+    }
+    None
+}
+
+/// The headers of `packet` if it is one header compression takes (see the module doc).
+pub(crate) fn shape(packet: &[u8]) -> Option<Shape> {
+    let (version, ip_len, protocol, l4_total) = match crate::inner::version(packet)? {
+        4 => {
+            let header = packet.get(..ipv4::MIN_HEADER)?;
+            let flags_fragment = read_u16(&header[ipv4::FLAGS_FRAGMENT]);
+            if header[ipv4::VERSION_IHL] != 0x45
+                || usize::from(read_u16(&header[ipv4::TOTAL_LEN])) != packet.len()
+                || flags_fragment & 0x3fff != 0
+                || header[ipv4::TOS] & 0b11 != 0
+                || checksum_finish(checksum_add(0, header)) != 0
+            {
+                return None;
+            }
+            (
+                4,
+                ipv4::MIN_HEADER,
+                header[ipv4::PROTOCOL],
+                packet.len() - ipv4::MIN_HEADER,
+            )
+        }
+        _ => {
+            let header = packet.get(..ipv6::HEADER)?;
+            if usize::from(read_u16(&header[ipv6::PAYLOAD_LEN])) + ipv6::HEADER != packet.len()
+                || header[1] & 0b0011_0000 != 0
+            {
+                return None;
+            }
+            (
+                6,
+                ipv6::HEADER,
+                header[ipv6::NEXT_HEADER],
+                packet.len() - ipv6::HEADER,
+            )
+        }
+    };
+    let l4_len = match protocol {
+        field::PROTOCOL_TCP => {
+            let offset = usize::from(*packet.get(ip_len + tcp::DATA_OFFSET)? >> 4) * 4;
+            if offset < tcp::MIN_HEADER || offset > l4_total {
+                return None;
+            }
+            offset
+        }
+        field::PROTOCOL_UDP => {
+            let header = packet.get(ip_len..ip_len + udp::HEADER)?;
+            if usize::from(read_u16(&header[udp::LEN])) != l4_total {
+                return None;
+            }
+            udp::HEADER
+        }
+        _ => return None,
+    };
+    let shape = Shape {
+        version,
+        ip_len,
+        protocol,
+        l4_len,
+    };
+    l4_checksum_ok(packet, shape).then_some(shape)
+}
+
+/// Whether the TCP or UDP checksum of a packet of `shape` is right (a UDP/IPv4 packet
+/// without one passes; a UDP/IPv6 one does not, RFC 8200 section 8.1).
+fn l4_checksum_ok(packet: &[u8], shape: Shape) -> bool {
+    let ip = shape.ip_len;
+    if !shape.is_tcp() && read_u16(&packet[ip + udp::CHECKSUM.start..ip + udp::CHECKSUM.end]) == 0 {
+        return shape.version == 4;
+    }
+    let addresses = if shape.version == 4 {
+        &packet[ipv4::SOURCE.start..ipv4::DESTINATION.end]
+    } else {
+        &packet[ipv6::SOURCE.start..ipv6::DESTINATION.end]
+    };
+    let l4 = &packet[ip..];
+    let sum = checksum_add(0, addresses)
+        + u64::from(shape.protocol)
+        + l4.len() as u64
+        + checksum_add(0, l4);
+    checksum_finish(sum) == 0
+}
+
+/// What identifies a flow: version, protocol, addresses, ports.
+pub(crate) type FlowKey = [u8; 38];
+
+fn flow_key(packet: &[u8], shape: Shape) -> FlowKey {
+    let mut key = [0; 38];
+    key[0] = shape.version;
+    key[1] = shape.protocol;
+    let addresses = if shape.version == 4 {
+        &packet[ipv4::SOURCE.start..ipv4::DESTINATION.end]
+    } else {
+        &packet[ipv6::SOURCE.start..ipv6::DESTINATION.end]
+    };
+    key[2..2 + addresses.len()].copy_from_slice(addresses);
+    let ports = shape.ip_len + udp::SOURCE_PORT.start..shape.ip_len + udp::DESTINATION_PORT.end;
+    key[34..38].copy_from_slice(&packet[ports]);
+    key
+}
+
+fn read_u16(bytes: &[u8]) -> u16 {
+    u16::from_be_bytes([bytes[0], bytes[1]])
+}
+
+fn read_u32(bytes: &[u8]) -> u32 {
+    u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+}
+
+/// Appends `value` as a LEB128 varint.
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A cursor over a header-compressed packet's bytes; every read checks the length.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, at: 0 }
+    }
+
+    fn u8(&mut self) -> Result<u8, DecompressError> {
+        let byte = *self.bytes.get(self.at).ok_or(DecompressError::Truncated)?;
+        self.at += 1;
+        Ok(byte)
+    }
+
+    fn take(&mut self, len: usize) -> Result<&'a [u8], DecompressError> {
+        let bytes = self
+            .bytes
+            .get(self.at..self.at + len)
+            .ok_or(DecompressError::Truncated)?;
+        self.at += len;
+        Ok(bytes)
+    }
+
+    /// A varint of at most `max_bits` bits (a longer or larger one is an error).
+    fn varint(&mut self, max_bits: u32) -> Result<u64, DecompressError> {
+        let mut value: u64 = 0;
+        for group in 0..10u32 {
+            let byte = self.u8()?;
+            let bits = u64::from(byte & 0x7f);
+            let shift = 7 * group;
+            if shift >= 64 || (bits << shift) >> shift != bits {
+                return Err(DecompressError::BadVarint);
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                if max_bits < 64 && value >> max_bits != 0 {
+                    return Err(DecompressError::BadVarint);
+                }
+                return Ok(value);
+            }
+        }
+        Err(DecompressError::BadVarint)
+    }
+
+    fn rest(&self) -> &'a [u8] {
+        &self.bytes[self.at..]
+    }
+}
+
+/// What precedes a header-compressed packet's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Prefix {
+    /// [`kind::FULL`] or the compressed packet's b0.
+    b0: u8,
+    cid: u16,
+    generation: u8,
+    /// A compressed packet's "store me as": generation and stride.
+    store: Option<(u8, u32)>,
+}
+
+/// Reads the prefix, bounding the context id and the stride where they are parsed.
+fn read_prefix(reader: &mut Reader<'_>) -> Result<Prefix, DecompressError> {
+    let b0 = reader.u8()?;
+    if b0 != kind::FULL && b0 & kind::COMPRESSED == 0 {
+        return Err(DecompressError::UnknownKind(b0));
+    }
+    let cid = reader.varint(16)? as u16;
+    if cid >= MAX_CONTEXTS {
+        return Err(DecompressError::ContextOutOfRange(cid));
+    }
+    let generation = reader.u8()?;
+    let store = if b0 != kind::FULL && b0 & kind::STORE != 0 {
+        let new_generation = reader.u8()?;
+        let stride = reader.varint(16)? as u32;
+        Some((new_generation, stride))
+    } else {
+        None
+    };
+    Ok(Prefix {
+        b0,
+        cid,
+        generation,
+        store,
+    })
+}
+
+fn write_prefix(out: &mut Vec<u8>, prefix: &Prefix) {
+    out.push(prefix.b0);
+    put_varint(out, u64::from(prefix.cid));
+    out.push(prefix.generation);
+    if let Some((generation, stride)) = prefix.store {
+        out.push(generation);
+        put_varint(out, u64::from(stride));
+    }
+}
+
+#[cfg(test)]
+mod tests;
