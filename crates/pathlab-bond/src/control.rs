@@ -508,7 +508,10 @@ impl RateController {
             // datagrams (one of the two is what the modem runs out of).
             let factor = (1.0 + (target - queue) / tau).max(0.5);
             (delivery * factor, Some(delivery_pps * factor))
-        } else if self.loss > LOSS_THRESHOLD {
+        } else if self.loss > LOSS_THRESHOLD && busy {
+            // A policer: we sent at the rate, it delivered less. (On a line we hardly fed,
+            // one datagram lost of the few sent is no such sign, and what it delivered is
+            // what we sent, not what it can do: see the idle rule.)
             (
                 delivery.min(self.rate_bps),
                 self.packet_rate.map(|pps| delivery_pps.min(pps)),
@@ -532,6 +535,17 @@ impl RateController {
             (
                 self.rate_bps.max(delivery) * factor,
                 self.packet_rate.map(|pps| pps.max(delivery_pps) * factor),
+            )
+        } else if self.rate_bps < self.config.initial_rate.as_f64() {
+            // An idle line below the initial rate may be idle *because* it is paced so
+            // slowly that the scheduler finds every other line sooner: it would never show
+            // it can do more (measured: a 3 Mbit/s line cut to 0.11 by a drain or a loss on
+            // a few datagrams stayed there for the rest of a run). It probes back up to the
+            // initial rate by the same 5% per report, 1.1 s from a tenth of it.
+            let factor = 1.0 + (target - queue) / tau;
+            (
+                (self.rate_bps * factor).min(self.config.initial_rate.as_f64()),
+                self.packet_rate,
             )
         } else {
             // An idle line tells nothing about its capacity: keep the rate.
@@ -571,4 +585,93 @@ fn clamp_rate(config: &ControllerConfig, rate: f64) -> f64 {
         return config.min_rate.as_f64();
     }
     rate.clamp(config.min_rate.as_f64(), max.max(config.min_rate.as_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reports every 25 ms of a line that carried `bytes_per_report` in `packets` datagrams
+    /// of which `lost` never came, with no queue (the base one-way delay, 10 ms).
+    struct Reports {
+        now: Instant,
+        seq: u64,
+        packets: u64,
+        bytes: u64,
+    }
+
+    impl Reports {
+        fn next(&mut self, sent: u64, lost: u64, bytes_each: u64) -> (Instant, Feedback) {
+            self.now = self.now + Duration::from_millis(25);
+            self.seq += sent;
+            self.packets += sent - lost;
+            self.bytes += (sent - lost) * bytes_each;
+            let report = Feedback {
+                line: 0,
+                highest_seq: self.seq,
+                received_packets: self.packets,
+                received_bytes: self.bytes,
+                report_ns: self.now.as_nanos(),
+                owd_min_ns: 10_000_000,
+                owd_last_ns: 10_000_000,
+                samples: (sent - lost) as u32,
+                owd_min_len: 100,
+            };
+            (self.now, report)
+        }
+    }
+
+    /// Regression (issue 28's peer benchmark): a line the scheduler hardly used lost one of
+    /// its few datagrams, the loss rule took what it delivered (our own trickle) for a
+    /// policer's rate, and the idle rule kept that rate for good: the 3 Mbit/s line ran at
+    /// 0.11 Mbit/s to the end of the run. Now a loss counts only on a line we kept busy, and
+    /// an idle line below the initial rate probes back up to it: 5% per report from a tenth
+    /// of it is ln 10 / ln 1.05 = 47 reports, 1.2 s.
+    #[test]
+    fn a_line_starved_to_a_trickle_comes_back_to_the_initial_rate() {
+        let config = ControllerConfig::default();
+        let initial = config.initial_rate.as_f64();
+        let mut controller = RateController::new(config, Instant::ZERO);
+        let mut reports = Reports {
+            now: Instant::ZERO,
+            seq: 0,
+            packets: 0,
+            bytes: 0,
+        };
+        // A trickle: 4 datagrams of 100 bytes per 25 ms (128 kbit/s), one of them lost.
+        for _ in 0..40 {
+            controller.on_sent(100);
+            let (now, report) = reports.next(4, 1, 100);
+            controller.on_feedback(now, &report);
+        }
+        assert!(controller.loss() > LOSS_THRESHOLD);
+        assert!(
+            controller.rate().as_f64() >= initial,
+            "a loss on a line we did not keep busy cut it to {}",
+            controller.rate()
+        );
+        // Whatever cut it (a drain's 3/4 of a trickle), an idle line climbs back.
+        controller.rate_bps = initial / 10.0;
+        let mut reports_to_initial = None;
+        for k in 1..=100 {
+            let (now, report) = reports.next(0, 0, 0);
+            controller.on_feedback(now, &report);
+            if controller.rate().as_f64() >= initial - 1.0 {
+                reports_to_initial = Some(k);
+                break;
+            }
+        }
+        let k = reports_to_initial.expect("back to the initial rate within 100 reports");
+        let theory = (10f64).ln() / (1.0 + 5e-3 / 0.1f64).ln();
+        assert!(
+            (k as f64 - theory).abs() <= 2.0,
+            "{k} reports, theory {theory:.1}"
+        );
+        // Never above it while idle: an idle line shows nothing more.
+        for _ in 0..40 {
+            let (now, report) = reports.next(0, 0, 0);
+            controller.on_feedback(now, &report);
+        }
+        assert!((controller.rate().as_f64() - initial).abs() < 1.0);
+    }
 }

@@ -724,7 +724,6 @@ impl FairQueue {
     }
 }
 
-
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
     crate::inner::source_bytes(packet).map_or(0, address_key)
@@ -808,7 +807,15 @@ mod tests {
                     }
                 }
                 holder.insert(stream, (user, now));
-                receiver.handle_fragment(now, stream, number, offset, total_len, Coding::RAW, &bytes);
+                receiver.handle_fragment(
+                    now,
+                    stream,
+                    number,
+                    offset,
+                    total_len,
+                    Coding::RAW,
+                    &bytes,
+                );
             }
             if user % 25 == 0 {
                 receiver.handle_timeout(now);
