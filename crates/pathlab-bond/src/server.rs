@@ -21,6 +21,12 @@
 //! their destination (cryptokey routing), and come up only from sources in the sender's
 //! own prefixes; in the simple mode, to the session whose client sent from the
 //! destination (learnt, bounded), or to the only session.
+//!
+//! With [`Framing::Ethernet`] (a TAP device, `--tap`) the server bridges one client: its
+//! TAP's frames go to the session confirmed last (the client's current one; a client that
+//! comes back under a new session takes the frames at once), and frames from any session go
+//! to the TAP, unchecked by address (the caller allows one peer at most, whose every frame
+//! is its own; a learning bridge per client is not done).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -30,6 +36,7 @@ use pathlab_core::{Duration, Instant};
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig, Entropy, Received};
 use crate::handshake::{self, PublicKey, Responder, ServerKeys, TIMESTAMP_BYTES};
+use crate::inner::Framing;
 use crate::peers::{AllowedIps, PeerConfig, PeerError};
 use crate::wire::{Header, Kind};
 
@@ -202,6 +209,8 @@ pub struct Server {
     counters: BondServerCounters,
     /// Round-robin start over sessions for fairness of transmit polling.
     poll_order: Vec<u32>,
+    /// The session confirmed last (where a TAP server's frames go).
+    last_confirmed: Option<u32>,
 }
 
 impl Server {
@@ -255,6 +264,7 @@ impl Server {
             },
             counters: BondServerCounters::default(),
             poll_order: Vec::new(),
+            last_confirmed: None,
             config,
         })
     }
@@ -358,6 +368,7 @@ impl Server {
             return;
         };
         session.confirmed = true;
+        self.last_confirmed = Some(id);
         let peer_key = session.peer;
         self.counters.sessions_opened += 1;
         let previous = self.peers.get_mut(&peer_key).and_then(|peer| {
@@ -556,6 +567,9 @@ impl Server {
             }
             self.routes.retain(|_, s| *s != id);
             self.poll_order.retain(|s| *s != id);
+            if self.last_confirmed == Some(id) {
+                self.last_confirmed = None;
+            }
             if session.confirmed {
                 self.counters.sessions_ended += 1;
             }
@@ -582,9 +596,25 @@ impl Server {
         }
     }
 
-    /// An inner packet from the TUN side at `now`: to the session its destination belongs to.
+    /// The session a TAP server's frames go to: the one confirmed last, or when it ended
+    /// the confirmed session heard from last.
+    fn bridged_session(&self) -> Option<u32> {
+        self.last_confirmed.or_else(|| {
+            self.sessions
+                .iter()
+                .filter(|(_, s)| s.confirmed)
+                .max_by_key(|(_, s)| s.last_heard)
+                .map(|(&id, _)| id)
+        })
+    }
+
+    /// An inner packet from the TUN side at `now`: to the session its destination belongs
+    /// to (a frame from a TAP: to the bridged session).
     pub fn handle_inner(&mut self, now: Instant, data: Vec<u8>) {
-        let session = self.session_for(destination(&data));
+        let session = match self.config.session.framing {
+            Framing::Ip => self.session_for(destination(&data)),
+            Framing::Ethernet => self.bridged_session(),
+        };
         match session.and_then(|id| self.sessions.get_mut(&id)) {
             Some(session) => session.bond.handle_inner(now, data),
             None => self.counters.unroutable += 1,
@@ -602,6 +632,9 @@ impl Server {
                     break;
                 };
                 let peer = session.peer;
+                if self.config.session.framing == Framing::Ethernet {
+                    return Some(packet);
+                }
                 let Some(source) = source(&packet) else {
                     self.counters.spoofed_sources += 1;
                     continue;

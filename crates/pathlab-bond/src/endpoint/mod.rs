@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 
-use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
+use pathlab_core::{BitsPerSec, Duration, Instant};
 
 mod client;
 mod transmit;
@@ -30,8 +30,9 @@ use transmit::Fill;
 
 use crate::control::ControllerConfig;
 use crate::crypto::{self, Role, SessionKeys};
-use crate::fair::{Direction, FairConfig, FairQueue, COMPRESSED_TAG};
+use crate::fair::{Direction, FairConfig, FairKey, FairQueue, COMPRESSED_TAG};
 use crate::handshake::ClientKeys;
+use crate::inner::{self, Framing};
 use crate::line::{Line, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{SchedulerKind, WeightedRoundRobin};
@@ -60,6 +61,8 @@ pub struct BondConfig {
     pub fair: FairConfig,
     /// Compress inner packets with LZ4 when it shrinks them.
     pub compress: bool,
+    /// What inner packets are: IP packets (a TUN device) or Ethernet frames (a TAP).
+    pub framing: Framing,
     /// Liveness and reporting timers.
     pub timers: LineTimers,
     /// How long a client waits for a Response before its first retry; each retry waits
@@ -90,6 +93,7 @@ impl BondConfig {
             scheduler: SchedulerKind::Delay,
             fair: FairConfig::default(),
             compress: false,
+            framing: Framing::Ip,
             timers: LineTimers::default(),
             hello_interval: Duration::from_millis(200),
             hello_backoff_max: Duration::from_millis(800),
@@ -316,15 +320,26 @@ impl Bond {
         &self.config
     }
 
-    /// An inner IP packet from the TUN side at `now`.
+    /// An inner packet from the TUN side at `now`: an IP packet, or with
+    /// [`Framing::Ethernet`] an Ethernet frame from a TAP device.
     pub fn handle_inner(&mut self, now: Instant, data: Vec<u8>) {
         self.counters.inner_in += 1;
         if !self.is_open() || self.closing_left > 0 {
             self.counters.no_line_dropped += 1;
             return;
         }
-        let mut packet = Packet::from_ip(now, data);
-        let key = self.fair.key_of(&packet);
+        // Where an inner packet is classified: its flow and its user (`inner` says how
+        // for frames). Header compression, which works on IP packets, goes here too, and
+        // only where `framing.carries_bare_ip()` (a frame's IP packet starts at
+        // `packet.ip_offset()`, after its Ethernet header and VLAN tags).
+        let framing = self.config.framing;
+        let mut packet = inner::packet(now, data, framing);
+        let key = match (framing, self.config.fair.key) {
+            (Framing::Ethernet, FairKey::Source) => {
+                inner::frame_user_key(&packet, self.role == Role::Server)
+            }
+            _ => self.fair.key_of(&packet),
+        };
         if self.config.compress {
             let compressed = lz4_flex::compress_prepend_size(&packet.data);
             if compressed.len() < packet.data.len() {
