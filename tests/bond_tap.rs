@@ -20,7 +20,6 @@ mod util;
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use pathlab_core::wire::ethernet::{self, EthernetFrame, TPID_8021AD, TPID_8021Q};
@@ -28,8 +27,8 @@ use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::offload::{checksum_add, checksum_finish};
 use pathlab_os::sys;
-use util::emulated::{privileged, PATHLAB};
-use util::stderr::StderrLog;
+use util::emulated::privileged;
+use util::tunnel::{echo, Tunnel};
 use util::TempDir;
 
 const SERVER_LO: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -162,50 +161,6 @@ fn lan(nl: &mut Netlink, bridge: &str, host: std::os::fd::BorrowedFd<'_>) {
     nl.set_master(lan, bridge_index).unwrap();
 }
 
-/// A `pathlab bond` process, killed on drop, its stderr followed.
-struct Tunnel {
-    child: Child,
-    log: StderrLog,
-}
-
-impl Tunnel {
-    fn start(netns: &Netns, args: &[String]) -> Tunnel {
-        let mut child = netns
-            .command(PATHLAB)
-            .arg("bond")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = StderrLog::follow(&mut child);
-        Tunnel { child, log }
-    }
-
-    fn wait_for(&self, what: &str) {
-        self.log
-            .wait_for(what, |line| line.contains(what).then_some(()));
-    }
-
-    /// SIGTERM; its final stats (`-J`).
-    fn stop(mut self) -> serde_json::Value {
-        pathlab_os::testing::send_signal(self.child.id(), util::emulated::libc_sigterm()).unwrap();
-        let mut stdout = self.child.stdout.take().unwrap();
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "{status:?}: {:?}", self.log.lines());
-        serde_json::from_str(&text).unwrap()
-    }
-}
-
-impl Drop for Tunnel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A packet socket on `eth0` of `host`, every protocol, non-blocking, with `PACKET_AUXDATA`
 /// (the tag the kernel took off a received frame).
 fn packet_socket(host: &Netns) -> OwnedFd {
@@ -319,24 +274,7 @@ fn receive_echoes(fd: &OwnedFd, until: Instant, mut each: impl FnMut(Echo)) {
 /// Numbered UDP datagrams from `ha` to an echo in `hb` (the hosts' kernels, untagged, ARP
 /// across the tunnel first): how many came back of `count`.
 fn udp_echoes(sites: &Sites, count: u64) -> u64 {
-    let (ready, bound) = std::sync::mpsc::channel();
-    let hb = sites.hb.try_clone().unwrap();
-    let echo = std::thread::spawn(move || {
-        hb.enter().unwrap();
-        let socket = UdpSocket::bind((HB, 7)).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        ready.send(()).unwrap();
-        let mut buf = [0u8; 64];
-        while let Ok((len, from)) = socket.recv_from(&mut buf) {
-            if &buf[..len] == b"stop" {
-                return;
-            }
-            let _ = socket.send_to(&buf[..len], from);
-        }
-    });
-    bound.recv().unwrap();
+    let echoer = echo(&sites.hb, HB, 7);
     let answered = sites
         .ha
         .run(move || {
@@ -356,7 +294,7 @@ fn udp_echoes(sites: &Sites, count: u64) -> u64 {
             answered
         })
         .unwrap();
-    echo.join().unwrap();
+    echoer.join().unwrap();
     answered
 }
 
@@ -481,8 +419,12 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
         };
         let (asked, answered) = (mine(&requests, true), mine(&replies, false));
         eprintln!(
-            "VLAN tags {:?}: {} of {PINGS} requests arrived at hb with their tags, {} answers at ha",
-            vlan.tags,
+            "VLAN tags {}: {} of {PINGS} requests arrived at hb with their tags, {} answers at ha",
+            vlan.tags
+                .iter()
+                .map(|(tpid, vid)| format!("{tpid:#06x}/{vid}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             asked.len(),
             answered.len()
         );
@@ -500,8 +442,13 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
     }
 
     // The server first: a client that stops first closes its session there.
-    let server_stats = server.stop();
-    let client_stats = client.stop();
+    let final_stats = |tunnel: Tunnel| {
+        let (status, stdout) = tunnel.stop_with_output();
+        assert!(status.success(), "{status:?}");
+        serde_json::from_str::<serde_json::Value>(&stdout).unwrap()
+    };
+    let server_stats = final_stats(server);
+    let client_stats = final_stats(client);
     let inner = |stats: &serde_json::Value, field: &str| {
         stats["sessions"][0]["counters"][field].as_u64().unwrap()
     };

@@ -7,6 +7,7 @@ pub mod emulated;
 pub mod lab_fixture;
 pub mod server_process;
 pub mod stderr;
+pub mod tunnel;
 
 /// A scratch directory removed when the test ends.
 pub use pathlab_os::testing::ScratchDir as TempDir;

@@ -890,6 +890,15 @@ mod tests {
     }
 
     #[test]
+    fn a_tap_s_mtu_leaves_room_for_the_ethernet_header_and_one_tag() {
+        // 1472 bytes of UDP payload on a 1500-byte IPv4 line, 46 of tunnel: 1426 for a
+        // TUN, 18 fewer for a TAP; the same 18 off whatever the path MTU search finds.
+        assert_eq!(unfragmented_mtu(1472, Framing::Ip), 1426);
+        assert_eq!(unfragmented_mtu(1472, Framing::Ethernet), 1408);
+        assert_eq!(unfragmented_mtu(1272, Framing::Ethernet), 1208);
+    }
+
+    #[test]
     fn a_train_stays_within_one_ipv4_packet() {
         let planned = trains(&[1472; 64], true);
         assert_eq!(planned[0], (0, 44, Some(1472)), "44 x 1472 = 64768 bytes");

@@ -759,6 +759,41 @@ mod tests {
     }
 
     #[test]
+    fn a_tap_carries_ethernet_frames_joins_a_bridge_and_vanishes_when_dropped() {
+        let Some(_guard) = privileged("a_tap_carries_ethernet_frames_joins_a_bridge") else {
+            return;
+        };
+        let netns = Netns::new().expect("namespace");
+        let (mut tap, shown) = netns
+            .run(|| {
+                let mut netlink = Netlink::open().unwrap();
+                netlink.create_bridge("pl-br").unwrap();
+                let mut tap = Tun::create_tap(TUN_NAME, 1408).unwrap();
+                tap.join_bridge("pl-br").unwrap();
+                let shown = netlink.link_by_name(TUN_NAME).unwrap().unwrap();
+                (tap, shown)
+            })
+            .unwrap();
+        assert!(tap.is_tap());
+        assert_eq!((shown.mtu, shown.up), (1408, true));
+        assert_eq!(shown.kind.as_deref(), Some("tun"));
+        let missing = tap.join_bridge("pl-none").unwrap_err();
+        assert!(missing.to_string().contains("pl-none"), "{missing}");
+        // A write is one whole frame (here an ARP frame behind an 802.1Q tag), taken as
+        // from a wire.
+        let mut frame = vec![0xff; 6];
+        frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x81, 0x00, 0x00, 0x0a, 0x08, 0x06]);
+        frame.extend_from_slice(&[0; 28]);
+        assert_eq!(tap.send(&frame).unwrap(), frame.len());
+        drop(tap);
+        let gone = netns
+            .run(|| Netlink::open()?.link_by_name(TUN_NAME))
+            .unwrap()
+            .unwrap();
+        assert_eq!(gone, None, "the device outlived its descriptor");
+    }
+
+    #[test]
     fn bad_names_and_mtus_are_refused_naming_the_input() {
         let error = Tun::create("pl-a-name-too-long", 1500).unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidInput);
