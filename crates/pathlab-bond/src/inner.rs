@@ -294,6 +294,24 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Whatever a TAP hands over (a peer's frames come out of it at the far end), it
+        /// is classified without a panic.
+        #[test]
+        fn any_bytes_are_classified_without_panicking(
+            data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80),
+            tags in 0usize..6,
+        ) {
+            let mut data = data;
+            let at = 12.min(data.len());
+            for _ in 0..tags {
+                data.splice(at..at, [0x81, 0x00, 0x00, 0x0a]);
+            }
+            let p = packet(Instant::ZERO, data, Framing::Ethernet);
+            let _ = (frame_user_key(&p, false), frame_user_key(&p, true));
+        }
+    }
+
     #[test]
     fn the_device_mtu_leaves_room_for_the_ethernet_header_and_one_tag() {
         assert_eq!(Framing::Ip.device_overhead_bytes(), 0);
