@@ -18,7 +18,7 @@ pub struct Tunnel {
 
 impl Tunnel {
     /// Starts `pathlab bond` with `args` in `netns` (stdout kept for [`Tunnel::stop_with_output`]).
-    pub fn start(netns: &Netns, args: &[String]) -> Tunnel {
+    pub fn start(netns: &Netns, args: &[impl AsRef<std::ffi::OsStr>]) -> Tunnel {
         let mut command = netns.command(PATHLAB);
         command
             .arg("bond")
@@ -32,10 +32,10 @@ impl Tunnel {
         Tunnel { child, log }
     }
 
-    /// Waits for a stderr line that contains `what`.
-    pub fn wait_for(&self, what: &str) {
+    /// Waits for a stderr line that contains `what`, and returns it.
+    pub fn wait_for(&self, what: &str) -> String {
         self.log
-            .wait_for(what, |line| line.contains(what).then_some(()));
+            .wait_for(what, |line| line.contains(what).then(|| line.to_owned()))
     }
 
     /// SIGKILL, as a crash would.
