@@ -10,13 +10,12 @@
 mod util;
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
-use util::emulated::{privileged, PATHLAB};
-use util::stderr::StderrLog;
+use util::emulated::privileged;
+use util::tunnel::{echo, Tunnel};
 use util::TempDir;
 
 const SERVER_LO: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
@@ -77,73 +76,6 @@ impl Sites {
             .flat_map(|k| ["--line".to_owned(), format!("line{k},via={}", line_srv(k))])
             .collect()
     }
-}
-
-/// A `pathlab bond` process, killed on drop, its stderr followed.
-struct Tunnel {
-    child: Child,
-    log: StderrLog,
-}
-
-impl Tunnel {
-    fn start(netns: &Netns, args: &[String]) -> Tunnel {
-        let mut child = netns
-            .command(PATHLAB)
-            .arg("bond")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let log = StderrLog::follow(&mut child);
-        Tunnel { child, log }
-    }
-
-    fn wait_for(&self, what: &str) {
-        self.log
-            .wait_for(what, |line| line.contains(what).then_some(()));
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, and its exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        pathlab_os::testing::send_signal(self.child.id(), util::emulated::libc_sigterm()).unwrap();
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Tunnel {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// An echo of UDP datagrams on `address:port` in `netns`, until the returned socket's
-/// peer stops sending (a thread; it ends when the test sends "stop").
-fn echo(netns: &Netns, address: Ipv4Addr, port: u16) -> std::thread::JoinHandle<()> {
-    let netns = netns.try_clone().unwrap();
-    let (ready, bound) = std::sync::mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        netns.enter().unwrap();
-        let socket = UdpSocket::bind((address, port)).unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        ready.send(()).unwrap();
-        let mut buf = [0u8; 2048];
-        while let Ok((len, from)) = socket.recv_from(&mut buf) {
-            if &buf[..len] == b"stop" {
-                return;
-            }
-            let _ = socket.send_to(&buf[..len], from);
-        }
-    });
-    bound.recv().unwrap();
-    handle
 }
 
 /// Sends a numbered datagram every `every` from `from` to `to` in `netns` for `total`;

@@ -9,6 +9,7 @@ use pathlab_http::prometheus::{parse, Family};
 
 mod util;
 use util::stderr::StderrLog;
+use util::tunnel::Tunnel;
 use util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
@@ -249,47 +250,6 @@ fn a_metrics_token_is_required_when_given_and_beyond_loopback() {
     assert_eq!(output.status.code(), Some(2));
 }
 
-/// A child in a namespace, its stderr collected; killed on drop.
-struct Tunnel {
-    child: Child,
-    log: StderrLog,
-}
-
-impl Tunnel {
-    fn start(netns: &pathlab_os::netns::Netns, args: &[&str]) -> Tunnel {
-        let mut command = netns.command(PATHLAB);
-        command
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        pathlab_os::die_with_spawner(&mut command);
-        let mut child = command.spawn().expect("pathlab bond starts");
-        let log = StderrLog::follow(&mut child);
-        Tunnel { child, log }
-    }
-
-    /// The first stderr line that starts with `prefix`, waiting up to 10 s for it.
-    fn wait_for(&self, prefix: &str) -> String {
-        self.log.wait_for(prefix, |line| {
-            line.starts_with(prefix).then(|| line.to_owned())
-        })
-    }
-
-    /// Stops it with SIGTERM, as a user would, and waits.
-    fn stop(mut self) {
-        let _ = pathlab_os::kill(self.child.id(), libc::SIGTERM);
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Tunnel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn bond_metrics_say_what_bond_stats_says() {
     let Some(_serial) = pathlab_os::testing::privileged("bond_metrics_say_what_bond_stats_says")
@@ -306,10 +266,9 @@ fn bond_metrics_say_what_bond_stats_says() {
     let tag = format!("mt{}", std::process::id());
     let (server_name, client_name) = (format!("{tag}-s"), format!("{tag}-c"));
     let netns = pathlab_os::testing::netns_with_loopback().unwrap();
-    let server = Tunnel::start(
+    let mut server = Tunnel::start(
         &netns,
         &[
-            "bond",
             "server",
             "--listen",
             "127.0.0.1:7000",
@@ -326,10 +285,9 @@ fn bond_metrics_say_what_bond_stats_says() {
         ],
     );
     server.wait_for("bond: pl-mts is up");
-    let client = Tunnel::start(
+    let mut client = Tunnel::start(
         &netns,
         &[
-            "bond",
             "client",
             "127.0.0.1:7000",
             "--line",

@@ -8,6 +8,7 @@ pub mod lab_fixture;
 pub mod lab_results;
 pub mod server_process;
 pub mod stderr;
+pub mod tunnel;
 
 /// A scratch directory removed when the test ends.
 pub use pathlab_os::testing::ScratchDir as TempDir;

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, Received, DEFAULT_MAX_PAYLOAD};
 use pathlab_bond::handshake::{ClientKeys, ServerKeys};
+use pathlab_bond::inner::Framing;
 use pathlab_bond::line::{LineFraming, LineState, ETHERNET_FRAMING_BYTES};
 use pathlab_bond::peers::PeerError;
 use pathlab_bond::server::{Address, Peers, Server, ServerConfig};
@@ -54,6 +55,8 @@ pub struct TunOptions {
     pub addresses: Vec<(IpAddr, u8)>,
     /// Routes into the tunnel.
     pub routes: Vec<(IpAddr, u8)>,
+    /// A bridge the device joins as a port (a TAP device's LAN, `--bridge`).
+    pub bridge: Option<String>,
 }
 
 /// One line of a client.
@@ -82,7 +85,7 @@ pub struct ClientOptions {
     pub keys: ClientKeys,
     /// The TUN device.
     pub tun: TunOptions,
-    /// The tunnel's settings (`lines`, `max_payload` and `framing` are set from `lines`).
+    /// The tunnel's settings (`lines`, `max_payload` and `line_framing` are set from `lines`).
     pub config: BondConfig,
     /// How long to wait for the server's first Response before giving up (once a session
     /// opened, the client never gives up: it handshakes again until the server answers).
@@ -269,9 +272,10 @@ impl Drop for StatsSocket {
     }
 }
 
-/// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes.
-pub fn unfragmented_mtu(max_payload: usize) -> u32 {
-    max_payload.saturating_sub(unfragmented_overhead()) as u32
+/// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes; a TAP's
+/// ([`Framing::Ethernet`]) leaves room for the Ethernet header and one VLAN tag too.
+pub fn unfragmented_mtu(max_payload: usize, framing: Framing) -> u32 {
+    max_payload.saturating_sub(unfragmented_overhead() + framing.device_overhead_bytes()) as u32
 }
 
 /// Bytes a datagram spends around one whole inner packet.
@@ -279,15 +283,26 @@ fn unfragmented_overhead() -> usize {
     pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::PACKET_HEADER_BYTES
 }
 
-fn open_tun(options: &TunOptions, smallest_payload: usize) -> Result<Tun, BondError> {
+fn open_tun(
+    options: &TunOptions,
+    smallest_payload: usize,
+    framing: Framing,
+) -> Result<Tun, BondError> {
     let failed = |error| BondError::Tun {
         name: options.name.clone(),
         error,
     };
     let mtu = options
         .mtu
-        .unwrap_or_else(|| unfragmented_mtu(smallest_payload).max(576));
-    let mut tun = Tun::create_offloaded(&options.name, mtu).map_err(failed)?;
+        .unwrap_or_else(|| unfragmented_mtu(smallest_payload, framing).max(576));
+    let mut tun = match framing {
+        Framing::Ip => Tun::create_offloaded(&options.name, mtu),
+        Framing::Ethernet => Tun::create_tap(&options.name, mtu),
+    }
+    .map_err(failed)?;
+    if let Some(bridge) = &options.bridge {
+        tun.join_bridge(bridge).map_err(failed)?;
+    }
     for &(address, prefix) in &options.addresses {
         tun.add_address(address, prefix).map_err(failed)?;
     }
@@ -505,7 +520,7 @@ pub fn run_client(
     let mut config = options.config.clone();
     config.lines = options.lines.len();
     config.max_payload.clear();
-    config.framing = options
+    config.line_framing = options
         .lines
         .iter()
         .map(|line| LineFraming {
@@ -539,7 +554,8 @@ pub fn run_client(
         .copied()
         .min()
         .unwrap_or(DEFAULT_MAX_PAYLOAD);
-    let mut tun = open_tun(&options.tun, smallest)?;
+    let framing = config.framing;
+    let mut tun = open_tun(&options.tun, smallest, framing)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
         mtu: tun.mtu(),
@@ -655,14 +671,17 @@ pub fn run_client(
         // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
         // that goes down and comes back must not see packets it cannot carry whole).
         if let (None, Some(mtu)) = (options.tun.mtu, bond.tunnel_mtu()) {
-            let mtu = (mtu as u32).max(tun::MIN_TUN_MTU);
+            let mtu =
+                (mtu.saturating_sub(framing.device_overhead_bytes()) as u32).max(tun::MIN_TUN_MTU);
             if mtu < tun.mtu() {
                 tun.set_mtu(mtu)
                     .map_err(io_error("lowering the TUN device's MTU"))?;
                 on_event(&BondEvent::TunMtu {
                     name: tun.name().to_owned(),
                     mtu,
-                    line_payload: mtu as usize + unfragmented_overhead(),
+                    line_payload: mtu as usize
+                        + unfragmented_overhead()
+                        + framing.device_overhead_bytes(),
                 });
             }
         }
@@ -740,7 +759,7 @@ pub fn run_server(
     };
     let mut config = options.config.clone();
     config.session.max_payload = vec![max_payload; config.session.lines];
-    let tun = open_tun(&options.tun, max_payload)?;
+    let tun = open_tun(&options.tun, max_payload, config.session.framing)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
         mtu: tun.mtu(),
@@ -880,6 +899,15 @@ mod tests {
             trains(&[1472, 1472], false),
             vec![(0, 1, None), (1, 1, None)]
         );
+    }
+
+    #[test]
+    fn a_tap_s_mtu_leaves_room_for_the_ethernet_header_and_one_tag() {
+        // 1472 bytes of UDP payload on a 1500-byte IPv4 line, 46 of tunnel: 1426 for a
+        // TUN, 18 fewer for a TAP; the same 18 off whatever the path MTU search finds.
+        assert_eq!(unfragmented_mtu(1472, Framing::Ip), 1426);
+        assert_eq!(unfragmented_mtu(1472, Framing::Ethernet), 1408);
+        assert_eq!(unfragmented_mtu(1272, Framing::Ethernet), 1208);
     }
 
     #[test]

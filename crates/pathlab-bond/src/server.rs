@@ -21,6 +21,12 @@
 //! their destination (cryptokey routing), and come up only from sources in the sender's
 //! own prefixes; in the simple mode, to the session whose client sent from the
 //! destination (learnt, bounded), or to the only session.
+//!
+//! With [`Framing::Ethernet`] (a TAP device, `--tap`) the server bridges one client: its
+//! TAP's frames go to the session confirmed last (the client's current one; a client that
+//! comes back under a new session takes the frames at once), and frames from any session go
+//! to the TAP, unchecked by address (the caller allows one peer at most, whose every frame
+//! is its own; a learning bridge per client is not done).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -30,6 +36,7 @@ use pathlab_core::{Duration, Instant};
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig, Entropy, Received};
 use crate::handshake::{self, PublicKey, Responder, ServerKeys, TIMESTAMP_BYTES};
+use crate::inner::Framing;
 use crate::line::LineFraming;
 use crate::peers::{AllowedIps, PeerConfig, PeerError};
 use crate::wire::{Header, Kind};
@@ -203,6 +210,8 @@ pub struct Server {
     counters: BondServerCounters,
     /// Round-robin start over sessions for fairness of transmit polling.
     poll_order: Vec<u32>,
+    /// The session confirmed last (where a TAP server's frames go).
+    last_confirmed: Option<u32>,
 }
 
 impl Server {
@@ -256,6 +265,7 @@ impl Server {
             },
             counters: BondServerCounters::default(),
             poll_order: Vec::new(),
+            last_confirmed: None,
             config,
         })
     }
@@ -339,7 +349,7 @@ impl Server {
                     // The line's datagrams are IPv6 or IPv4 (an IPv4-mapped source is
                     // IPv4 on the wire): its IP header counts in what its modem carries.
                     let ipv6 = from.remote.ip().to_canonical().is_ipv6();
-                    let framing = session.bond.config().framing.get(usize::from(line));
+                    let framing = session.bond.config().line_framing.get(usize::from(line));
                     session.bond.set_line_framing(
                         usize::from(line),
                         LineFraming {
@@ -370,6 +380,7 @@ impl Server {
             return;
         };
         session.confirmed = true;
+        self.last_confirmed = Some(id);
         let peer_key = session.peer;
         self.counters.sessions_opened += 1;
         let previous = self.peers.get_mut(&peer_key).and_then(|peer| {
@@ -510,7 +521,9 @@ impl Server {
             .max_payload
             .resize(config.lines, crate::endpoint::DEFAULT_MAX_PAYLOAD);
         config.line_rates.resize(config.lines, None);
-        config.framing.resize(config.lines, LineFraming::default());
+        config
+            .line_framing
+            .resize(config.lines, LineFraming::default());
         let peer_key = incoming.peer;
         let mut response = Vec::new();
         let keys = incoming.respond(id, &mut response);
@@ -569,6 +582,9 @@ impl Server {
             }
             self.routes.retain(|_, s| *s != id);
             self.poll_order.retain(|s| *s != id);
+            if self.last_confirmed == Some(id) {
+                self.last_confirmed = None;
+            }
             if session.confirmed {
                 self.counters.sessions_ended += 1;
             }
@@ -595,9 +611,25 @@ impl Server {
         }
     }
 
-    /// An inner packet from the TUN side at `now`: to the session its destination belongs to.
+    /// The session a TAP server's frames go to: the one confirmed last, or when it ended
+    /// the confirmed session heard from last.
+    fn bridged_session(&self) -> Option<u32> {
+        self.last_confirmed.or_else(|| {
+            self.sessions
+                .iter()
+                .filter(|(_, s)| s.confirmed)
+                .max_by_key(|(_, s)| s.last_heard)
+                .map(|(&id, _)| id)
+        })
+    }
+
+    /// An inner packet from the TUN side at `now`: to the session its destination belongs
+    /// to (a frame from a TAP: to the bridged session).
     pub fn handle_inner(&mut self, now: Instant, data: Vec<u8>) {
-        let session = self.session_for(destination(&data));
+        let session = match self.config.session.framing {
+            Framing::Ip => self.session_for(destination(&data)),
+            Framing::Ethernet => self.bridged_session(),
+        };
         match session.and_then(|id| self.sessions.get_mut(&id)) {
             Some(session) => session.bond.handle_inner(now, data),
             None => self.counters.unroutable += 1,
@@ -615,6 +647,9 @@ impl Server {
                     break;
                 };
                 let peer = session.peer;
+                if self.config.session.framing == Framing::Ethernet {
+                    return Some(packet);
+                }
                 let Some(source) = source(&packet) else {
                     self.counters.spoofed_sources += 1;
                     continue;

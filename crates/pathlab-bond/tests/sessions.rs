@@ -11,6 +11,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use pathlab_bond::crypto::Psk;
 use pathlab_bond::handshake::{self, Initiation};
+use pathlab_bond::inner::Framing;
 use pathlab_bond::peers::PeerConfig;
 use pathlab_bond::sim::{ClientNode, Flow, Host, SeededEntropy, ServerNode, SIM_UNIX_START_NS};
 use pathlab_bond::wire::{Header, Kind};
@@ -234,6 +235,14 @@ struct Pair {
     buf: Vec<u8>,
 }
 
+/// A client of `psk()` with a key of its own (from `seed`), starting at `now`.
+fn client_of(config: BondConfig, seed: u64, now: Instant) -> Bond {
+    let mut entropy = SeededEntropy(Rng::seed_from(seed));
+    let keys = ClientKeys::from_psk(&psk(), SecretKey::generate(&mut entropy));
+    let unix_now = SIM_UNIX_START_NS + now.saturating_since(Instant::ZERO).as_nanos();
+    Bond::client(config, keys, Box::new(entropy), now, unix_now)
+}
+
 fn line_from(line: usize) -> Address {
     Address {
         remote: SocketAddr::new(Ipv4Addr::new(198, 18, 9, line as u8 + 1).into(), 40_000),
@@ -250,16 +259,8 @@ fn attacker() -> Address {
 
 impl Pair {
     fn new(server: Server) -> Pair {
-        let mut entropy = SeededEntropy(Rng::seed_from(5));
-        let keys = ClientKeys::from_psk(&psk(), SecretKey::generate(&mut entropy));
         Pair {
-            client: Bond::client(
-                BondConfig::new(2),
-                keys,
-                Box::new(entropy),
-                Instant::ZERO,
-                SIM_UNIX_START_NS,
-            ),
+            client: client_of(BondConfig::new(2), 5, Instant::ZERO),
             server,
             now: Instant::ZERO,
             buf: Vec::new(),
@@ -566,4 +567,90 @@ fn a_client_cannot_send_from_another_client_s_addresses_nor_take_its_traffic() {
         .map(|(_, n, _)| n.to_owned())
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
+}
+
+/// An Ethernet frame from `source` to `destination` (MACs) with one 802.1Q tag of `vid`
+/// (none when 0), around `payload` of `ethertype`.
+fn frame(source: u8, destination: u8, vid: u16, ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![2, 0, 0, 0, 0, destination, 2, 0, 0, 0, 0, source];
+    if vid != 0 {
+        frame.extend_from_slice(&0x8100u16.to_be_bytes());
+        frame.extend_from_slice(&vid.to_be_bytes());
+    }
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+#[test]
+fn a_tap_server_bridges_frames_with_their_tags_to_the_client_connected_last() {
+    let mut config = BondConfig::new(2);
+    config.framing = Framing::Ethernet;
+    let server = Server::with_psk(
+        ServerConfig::new(config.clone(), 8),
+        &psk(),
+        Box::new(SeededEntropy(Rng::seed_from(1))),
+    );
+    let mut pair = Pair::new(server);
+    pair.client = client_of(config.clone(), 5, Instant::ZERO);
+    pair.exchange();
+    pair.now = secs(0.1);
+    pair.exchange();
+    assert_eq!(pair.server.sessions().count(), 1);
+    let ip = pathlab_bond::inner::ipv4_udp(USER, FAR, 200);
+    // Up: IP in VLAN 10, IP untagged, ARP in VLAN 20: each arrives as it was sent. An IP
+    // server would have refused the ARP frame (no source address) and, in the simple mode,
+    // learnt no route from frames.
+    let up = [
+        frame(0xa, 0xb, 10, 0x0800, &ip),
+        frame(0xa, 0xb, 0, 0x0800, &ip),
+        frame(0xa, 0xff, 20, 0x0806, &[1; 28]),
+    ];
+    for f in &up {
+        pair.client.handle_inner(pair.now, f.clone());
+    }
+    pair.exchange();
+    let mut delivered = Vec::new();
+    while let Some(f) = pair.server.poll_deliver() {
+        delivered.push(f);
+    }
+    delivered.sort();
+    let mut expected = up.to_vec();
+    expected.sort();
+    assert_eq!(delivered, expected, "frames up");
+    // Down: whatever the frame's addresses, to the one client.
+    let down = frame(
+        0xb,
+        0xa,
+        10,
+        0x0800,
+        &pathlab_bond::inner::ipv4_udp(FAR, USER, 300),
+    );
+    pair.server.handle_inner(pair.now, down.clone());
+    pair.exchange();
+    assert_eq!(pair.client.poll_deliver(), Some(down.clone()), "frame down");
+    // Another client (the site's router restarted with a new key) connects while the old
+    // session lingers: the TAP's frames go to it at once, not nowhere (an IP server in
+    // the simple mode with two sessions and no route would have dropped them).
+    pair.now = secs(0.2);
+    pair.client = client_of(config, 6, pair.now);
+    pair.exchange();
+    pair.now = secs(0.3);
+    pair.exchange();
+    assert_eq!(pair.server.sessions().count(), 2);
+    pair.server.handle_inner(pair.now, down.clone());
+    pair.exchange();
+    assert_eq!(
+        pair.client.poll_deliver(),
+        Some(down),
+        "frame down after the restart"
+    );
+    let counters = pair.server.counters();
+    assert_eq!((counters.unroutable, counters.spoofed_sources), (0, 0));
+    // An untagged frame's user is the one its IP packet has through a TUN device.
+    let untagged = pathlab_bond::inner::packet(pair.now, up[1].clone(), Framing::Ethernet);
+    assert_eq!(
+        pathlab_bond::inner::frame_user_key(&untagged, false),
+        pathlab_bond::fair::source_key(&ip)
+    );
 }

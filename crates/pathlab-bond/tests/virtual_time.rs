@@ -677,7 +677,7 @@ fn the_pacer_counts_each_datagram_with_its_headers_and_the_lines_framing() {
     ] {
         let mut config = BondConfig::new(1);
         config.line_rates = vec![Some(BitsPerSec(rate_bps as u64))];
-        config.framing = vec![LineFraming {
+        config.line_framing = vec![LineFraming {
             ipv6: false,
             framing_bytes,
         }];

@@ -201,8 +201,10 @@ impl Packet {
 }
 
 /// FNV-1a over the 5-tuple: stable across runs and platforms, fast, good enough to spread
-/// flows over fair-queueing buckets (which add their own perturbation).
-fn flow_hash(parts: &[&[u8]]) -> FlowHash {
+/// flows over fair-queueing buckets (which add their own perturbation). Public so that
+/// whoever keys flows by more than the 5-tuple (a tunnel adding a frame's VLAN ids) hashes
+/// as the packets do.
+pub fn flow_hash(parts: &[&[u8]]) -> FlowHash {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for &byte in *part {

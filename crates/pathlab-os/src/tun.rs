@@ -16,6 +16,12 @@
 //! MTU is the caller's to avoid. With [`Tun::create_offloaded`] the host hands the device
 //! TCP super-packets (TSO, as to a NIC) and takes them back (as from GRO): this module cuts
 //! and joins them, so its caller still sees packets of at most the MTU.
+//!
+//! [`Tun::create_tap`] makes a TAP device instead (`IFF_TAP | IFF_NO_PI`): the same
+//! descriptor, reads and writes, but each carries a whole Ethernet frame, VLAN tags in
+//! its bytes (the kernel puts a tag it kept aside back into the frame it hands the reader),
+//! up to the MTU plus the Ethernet header and tags. A TAP is typically a bridge port
+//! ([`Tun::join_bridge`]). It has no offloads here: frames go one per read and write.
 
 use std::io;
 use std::net::IpAddr;
@@ -135,6 +141,8 @@ pub struct Tun {
     netlink: Netlink,
     /// Created with [`Tun::create_offloaded`]: reads and writes carry a vnet header.
     offloaded: bool,
+    /// Created with [`Tun::create_tap`]: Ethernet frames, not IP packets.
+    tap: bool,
 }
 
 /// Writes one IP packet into a TUN device's descriptor (after an empty vnet header when the
@@ -170,7 +178,13 @@ impl Tun {
     /// kernel number it ([`Tun::name`] says what it chose). The error is a [`TunError`]
     /// naming the device.
     pub fn create(name: &str, mtu: u32) -> io::Result<Tun> {
-        Tun::create_named(name, mtu, false).map_err(io::Error::from)
+        Tun::create_named(name, mtu, false, false).map_err(io::Error::from)
+    }
+
+    /// A TAP device `name`, as [`Tun::create`] makes a TUN device: each read and write is
+    /// one Ethernet frame (VLAN tags included) of up to `mtu` bytes of payload. No offloads.
+    pub fn create_tap(name: &str, mtu: u32) -> io::Result<Tun> {
+        Tun::create_named(name, mtu, true, false).map_err(io::Error::from)
     }
 
     /// [`Tun::create`], with offloads: the host may hand the device TCP super-packets of up
@@ -180,10 +194,10 @@ impl Tun {
     /// [`Tun::send_packets`] writes runs of one TCP flow's segments as one super-packet
     /// the host takes in one pass (as GRO would have made them).
     pub fn create_offloaded(name: &str, mtu: u32) -> io::Result<Tun> {
-        Tun::create_named(name, mtu, true).map_err(io::Error::from)
+        Tun::create_named(name, mtu, false, true).map_err(io::Error::from)
     }
 
-    fn create_named(name: &str, mtu: u32, offloaded: bool) -> Result<Tun, TunError> {
+    fn create_named(name: &str, mtu: u32, tap: bool, offloaded: bool) -> Result<Tun, TunError> {
         check_interface_name(name).map_err(TunError::BadName)?;
         if !(MIN_TUN_MTU..=MAX_TUN_MTU).contains(&mtu) {
             return Err(TunError::BadMtu {
@@ -191,7 +205,7 @@ impl Tun {
                 mtu,
             });
         }
-        let (fd, name) = sys::tun_create(name, offloaded).map_err(|error| {
+        let (fd, name) = sys::tun_create(name, tap, offloaded).map_err(|error| {
             let name = name.to_owned();
             match error.raw_os_error() {
                 Some(libc::ENOENT | libc::ENODEV | libc::ENXIO) => TunError::NoTunDriver { name },
@@ -229,7 +243,35 @@ impl Tun {
             fd,
             netlink,
             offloaded,
+            tap,
         })
+    }
+
+    /// Whether it is a TAP device (Ethernet frames) rather than a TUN device (IP packets).
+    pub fn is_tap(&self) -> bool {
+        self.tap
+    }
+
+    /// Makes the device a port of the existing bridge `bridge` (a TAP carrying a LAN's
+    /// frames to the far end of a tunnel).
+    pub fn join_bridge(&mut self, bridge: &str) -> io::Result<()> {
+        let failed = |what: String| {
+            let name = self.name.clone();
+            move |error| io::Error::from(TunError::Io { name, what, error })
+        };
+        let master = self
+            .netlink
+            .link_by_name(bridge)
+            .map_err(failed(format!("finding bridge '{bridge}'")))?
+            .ok_or_else(|| {
+                failed(format!("finding bridge '{bridge}'"))(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no interface of that name",
+                ))
+            })?;
+        self.netlink
+            .set_master(self.index, master.index)
+            .map_err(failed(format!("joining bridge '{bridge}'")))
     }
 
     /// The device's name (the kernel's choice when the name asked for had a `%d`).
@@ -714,6 +756,41 @@ mod tests {
         // No waiting: the kernel unregisters a non-persistent device as its last
         // descriptor closes.
         assert_eq!(link(), None, "the device outlived its descriptor");
+    }
+
+    #[test]
+    fn a_tap_carries_ethernet_frames_joins_a_bridge_and_vanishes_when_dropped() {
+        let Some(_guard) = privileged("a_tap_carries_ethernet_frames_joins_a_bridge") else {
+            return;
+        };
+        let netns = Netns::new().expect("namespace");
+        let (mut tap, shown) = netns
+            .run(|| {
+                let mut netlink = Netlink::open().unwrap();
+                netlink.create_bridge("pl-br").unwrap();
+                let mut tap = Tun::create_tap(TUN_NAME, 1408).unwrap();
+                tap.join_bridge("pl-br").unwrap();
+                let shown = netlink.link_by_name(TUN_NAME).unwrap().unwrap();
+                (tap, shown)
+            })
+            .unwrap();
+        assert!(tap.is_tap());
+        assert_eq!((shown.mtu, shown.up), (1408, true));
+        assert_eq!(shown.kind.as_deref(), Some("tun"));
+        let missing = tap.join_bridge("pl-none").unwrap_err();
+        assert!(missing.to_string().contains("pl-none"), "{missing}");
+        // A write is one whole frame (here an ARP frame behind an 802.1Q tag), taken as
+        // from a wire.
+        let mut frame = vec![0xff; 6];
+        frame.extend_from_slice(&[2, 0, 0, 0, 0, 1, 0x81, 0x00, 0x00, 0x0a, 0x08, 0x06]);
+        frame.extend_from_slice(&[0; 28]);
+        assert_eq!(tap.send(&frame).unwrap(), frame.len());
+        drop(tap);
+        let gone = netns
+            .run(|| Netlink::open()?.link_by_name(TUN_NAME))
+            .unwrap()
+            .unwrap();
+        assert_eq!(gone, None, "the device outlived its descriptor");
     }
 
     #[test]

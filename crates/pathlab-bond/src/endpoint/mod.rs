@@ -31,9 +31,10 @@ use transmit::Fill;
 
 use crate::control::ControllerConfig;
 use crate::crypto::{self, Role, SessionKeys};
-use crate::fair::{Direction, FairConfig, FairQueue};
+use crate::fair::{Direction, FairConfig, FairKey, FairQueue};
 use crate::handshake::ClientKeys;
 use crate::headers::{Compressor, CompressorConfig, Decompressor, HeaderCounters};
+use crate::inner::{self, Framing};
 use crate::line::{Line, LineFraming, LineTimers};
 use crate::reorder::Reorder;
 use crate::sched::{SchedulerKind, WeightedRoundRobin};
@@ -53,7 +54,7 @@ pub struct BondConfig {
     pub max_payload: Vec<usize>,
     /// What each line's modem counts per datagram besides the UDP payload (missing: IPv4
     /// over Ethernet). A server learns each line's family from its datagrams' source.
-    pub framing: Vec<LineFraming>,
+    pub line_framing: Vec<LineFraming>,
     /// The rate controller's settings (the same for every line; `max_rate` per line below).
     pub controller: ControllerConfig,
     /// Each line's nominal rate, if the user gave it: caps its controller, and weighs it
@@ -73,6 +74,8 @@ pub struct BondConfig {
     pub header_compression: bool,
     /// The header compressor's settings.
     pub headers: CompressorConfig,
+    /// What inner packets are: IP packets (a TUN device) or Ethernet frames (a TAP).
+    pub framing: Framing,
     /// Liveness and reporting timers.
     pub timers: LineTimers,
     /// How long a client waits for a Response before its first retry; each retry waits
@@ -98,7 +101,7 @@ impl BondConfig {
         BondConfig {
             lines,
             max_payload: vec![DEFAULT_MAX_PAYLOAD; lines],
-            framing: vec![LineFraming::default(); lines],
+            line_framing: vec![LineFraming::default(); lines],
             controller: ControllerConfig::default(),
             line_rates: vec![None; lines],
             scheduler: SchedulerKind::Delay,
@@ -106,6 +109,7 @@ impl BondConfig {
             compress: false,
             header_compression: true,
             headers: CompressorConfig::default(),
+            framing: Framing::Ip,
             timers: LineTimers::default(),
             hello_interval: Duration::from_millis(200),
             hello_backoff_max: Duration::from_millis(800),
@@ -270,7 +274,7 @@ impl Bond {
             .copied()
             .unwrap_or(DEFAULT_MAX_PAYLOAD);
         let mut line = Line::new(j as u8, Bond::line_controller(config, j), max_payload, now);
-        line.set_framing(config.framing.get(j).copied().unwrap_or_default());
+        line.set_framing(config.line_framing.get(j).copied().unwrap_or_default());
         line
     }
 
@@ -387,15 +391,26 @@ impl Bond {
         &self.config
     }
 
-    /// An inner IP packet from the TUN side at `now`.
+    /// An inner packet from the TUN side at `now`: an IP packet, or with
+    /// [`Framing::Ethernet`] an Ethernet frame from a TAP device.
     pub fn handle_inner(&mut self, now: Instant, data: Vec<u8>) {
         self.counters.inner_in += 1;
         if !self.is_open() || self.closing_left > 0 {
             self.counters.no_line_dropped += 1;
             return;
         }
-        let mut packet = Packet::from_ip(now, data);
-        let key = self.fair.key_of(&packet);
+        // Where an inner packet is classified: its flow and its user (`inner` says how
+        // for frames). Header compression, which works on IP packets, goes here too, and
+        // only where `framing.carries_bare_ip()` (a frame's IP packet starts at
+        // `packet.ip_offset()`, after its Ethernet header and VLAN tags).
+        let framing = self.config.framing;
+        let mut packet = inner::packet(now, data, framing);
+        let key = match (framing, self.config.fair.key) {
+            (Framing::Ethernet, FairKey::Source) => {
+                inner::frame_user_key(&packet, self.role == Role::Server)
+            }
+            _ => self.fair.key_of(&packet),
+        };
         // An ECN-capable packet stays in the clear: CoDel marks it CE in place.
         if packet.ecn != Ecn::NotEct {
             self.fair.enqueue(now, packet, key);
@@ -403,7 +418,10 @@ impl Bond {
         }
         let mut coding = Coding::RAW;
         let mut data = std::mem::take(&mut packet.data);
-        if self.config.header_compression && self.compressor.compress(now, &data, &mut self.coded) {
+        if self.config.header_compression
+            && framing.carries_bare_ip()
+            && self.compressor.compress(now, &data, &mut self.coded)
+        {
             std::mem::swap(&mut data, &mut self.coded);
             coding.headers = true;
         }

@@ -477,7 +477,9 @@ pub fn drop_cap_net_admin_in_this_thread() -> io::Result<()> {
 }
 
 /// Opens `/dev/net/tun` and creates a TUN device named `name` (`IFF_TUN | IFF_NO_PI`: raw
-/// IP datagrams, no packet-info prefix; one queue, no `IFF_MULTI_QUEUE`). `IFF_TUN_EXCL`
+/// IP datagrams, no packet-info prefix; one queue, no `IFF_MULTI_QUEUE`), or with `tap` a
+/// TAP device (`IFF_TAP | IFF_NO_PI`: whole Ethernet frames, VLAN tags in their bytes, one
+/// per read and write). `IFF_TUN_EXCL`
 /// makes an existing interface of that name an error (`EBUSY`) instead of attaching to it,
 /// so the device is always this descriptor's own and disappears when it closes. A `%d` in
 /// `name` lets the kernel pick a free number. Returns the descriptor and the device's name.
@@ -485,7 +487,7 @@ pub fn drop_cap_net_admin_in_this_thread() -> io::Result<()> {
 /// With `vnet_header`, every read and write starts with a 10-byte `virtio_net_hdr`
 /// (`IFF_VNET_HDR`), which says what offloads (a super-packet, a checksum left to fill) the
 /// packet after it carries; [`tun_set_offload`] then says which the device may hand over.
-pub fn tun_create(name: &str, vnet_header: bool) -> io::Result<(OwnedFd, String)> {
+pub fn tun_create(name: &str, tap: bool, vnet_header: bool) -> io::Result<(OwnedFd, String)> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -503,8 +505,9 @@ pub fn tun_create(name: &str, vnet_header: bool) -> io::Result<(OwnedFd, String)
         *slot = byte as libc::c_char;
     }
     let vnet_flag = if vnet_header { libc::IFF_VNET_HDR } else { 0 };
+    let mode = if tap { libc::IFF_TAP } else { libc::IFF_TUN };
     request.ifr_ifru.ifru_flags =
-        (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_TUN_EXCL | vnet_flag) as libc::c_short;
+        (mode | libc::IFF_NO_PI | libc::IFF_TUN_EXCL | vnet_flag) as libc::c_short;
     // SAFETY: TUNSETIFF reads and writes one ifreq, which lives for the call.
     cvt(unsafe {
         libc::ioctl(

@@ -7,6 +7,7 @@ use pathlab_bond::crypto::Psk;
 use pathlab_bond::endpoint::BondConfig;
 use pathlab_bond::fair::FairKey;
 use pathlab_bond::handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
+use pathlab_bond::inner::Framing;
 use pathlab_bond::line::{LineState, MAX_FRAMING_BYTES};
 use pathlab_bond::peers::PeerConfig;
 use pathlab_bond::sched::SchedulerKind;
@@ -64,9 +65,18 @@ struct Common {
     /// one and prints its public key for the other end).
     #[arg(long, value_name = "FILE")]
     key: Option<std::path::PathBuf>,
-    /// The TUN device's name.
+    /// The TUN device's name (the TAP device's, with --tap).
     #[arg(long, value_name = "NAME", default_value = "bond0")]
     tun: String,
+    /// Carry Ethernet frames, VLAN tags and all, through a TAP device instead of IP
+    /// packets through a TUN device: the two ends' TAPs are ports of two bridges, one LAN.
+    /// Its MTU leaves room for the Ethernet header and one 802.1Q tag (1408 on 1500-byte
+    /// IPv4 lines). A server bridges one client (at most one --peer, without allowed=).
+    #[arg(long)]
+    tap: bool,
+    /// The bridge the TAP device joins as a port (it must exist).
+    #[arg(long, value_name = "BRIDGE", requires = "tap")]
+    bridge: Option<String>,
     /// An address of the TUN device, with its prefix (repeat for IPv4 and IPv6).
     #[arg(long, value_name = "CIDR")]
     address: Vec<String>,
@@ -305,11 +315,22 @@ fn bond_config(
     if let Some(mtu) = common.mtu.filter(|mtu| !(576..=65_535).contains(mtu)) {
         return Err(usage(anyhow::anyhow!("--mtu {mtu} is outside 576..65535")));
     }
+    if common.tap && !routes.is_empty() {
+        return Err(usage(anyhow::anyhow!(
+            "--route puts IP routes into a TUN device; with --tap the device is an Ethernet \
+             port that carries frames: route on the bridge it joins (--bridge) instead"
+        )));
+    }
     let mut config = BondConfig::new(lines);
     config.controller.target = common.target;
     config.compress = common.compress;
     config.fair.packing = common.packing == "on";
     config.header_compression = common.header_compression == "on";
+    config.framing = if common.tap {
+        Framing::Ethernet
+    } else {
+        Framing::Ip
+    };
     config.fair.key = match common.fair.as_str() {
         "flow" => FairKey::Flow,
         "off" => FairKey::Off,
@@ -320,6 +341,7 @@ fn bond_config(
         mtu: common.mtu,
         addresses,
         routes,
+        bridge: common.bridge.clone(),
     };
     Ok((config, tun, psk))
 }
@@ -420,6 +442,29 @@ fn server_keys(args: &ServerArgs, psk: Option<&Psk>) -> anyhow::Result<(ServerKe
     }
 }
 
+/// A TAP server bridges one client's frames to its TAP: it has no address to route frames
+/// to several clients by, nor to check a client's frames against.
+fn check_tap_peers(peers: &Peers) -> anyhow::Result<()> {
+    let Peers::Listed(listed) = peers else {
+        return Ok(());
+    };
+    if listed.len() > 1 {
+        return Err(usage(anyhow::anyhow!(
+            "--tap bridges one client's frames to the TAP device, and {} peers are given: \
+             run one server (its own --listen port and TAP) per client",
+            listed.len()
+        )));
+    }
+    if let Some(peer) = listed.iter().find(|p| !p.allowed.is_empty()) {
+        return Err(usage(anyhow::anyhow!(
+            "--peer {}: allowed= routes IP packets by address; with --tap the peer's frames \
+             are bridged whatever their addresses: leave allowed= out",
+            peer.name
+        )));
+    }
+    Ok(())
+}
+
 /// The client's keys: the simple mode (--psk alone), or its key and the server's.
 fn client_keys(args: &ClientArgs, psk: Option<&Psk>) -> anyhow::Result<ClientKeys> {
     match (&args.common.key, &args.server_key, psk) {
@@ -449,6 +494,9 @@ fn client_keys(args: &ClientArgs, psk: Option<&Psk>) -> anyhow::Result<ClientKey
 fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
     let (session, tun, psk) = bond_config(&args.common, args.max_lines)?;
     let (keys, peers) = server_keys(args, psk.as_ref())?;
+    if args.common.tap {
+        check_tap_peers(&peers)?;
+    }
     if args.max_clients == 0 || args.max_lines == 0 || args.max_lines > 64 {
         return Err(usage(anyhow::anyhow!(
             "--max-clients must be at least 1 and --max-lines 1 to 64"
