@@ -2,8 +2,9 @@
 //! and each user's flows are queued, and kept in order, apart.
 //!
 //! Two levels. Inner packets belong to a *user* of the site (the inner source address of
-//! what goes up, the inner destination of what comes down, by default; or a flow; or one
-//! user for all: [`FairKey`]) and, within it, to a *flow* (the 5-tuple, `Packet::flow`).
+//! what goes up, the inner destination of what comes down, by default; or a flow: the
+//! user is the flow; or one FIFO for all: [`FairKey`]) and, within it, to a *flow* (the
+//! 5-tuple, `Packet::flow`).
 //! Users share each datagram by deficit round robin at the granularity of bytes, so one
 //! datagram carries fragments of several users' packets in fair proportion and a user's
 //! small packet does not wait behind every other user's full-size one. Within a user its
@@ -65,12 +66,13 @@ pub enum FairKey {
     Source,
     /// By flow (the 5-tuple): each flow is a user of its own.
     Flow,
-    /// Not at all: one user for everything (its flows still take turns, unless order is
-    /// per user: then one FIFO).
+    /// Not at all: one FIFO for everything, in one order, whatever [`Order`] says (the
+    /// baseline of a tunnel without fair queueing, as `pathlab lab bond-fair` compares).
     Off,
 }
 
-/// What the receiver keeps in order, and so what queues apart within a user.
+/// What the receiver keeps in order, and so what queues apart within a user (except under
+/// [`FairKey::Off`]: one queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
     /// Each flow (5-tuple): a host's ping does not wait for its bulk flow.
@@ -306,9 +308,9 @@ impl FairQueue {
             return;
         }
         packet.enqueued = now;
-        let flow_key = match self.config.order {
-            Order::Flow => packet.flow,
-            Order::User => 0,
+        let flow_key = match (self.config.key, self.config.order) {
+            (FairKey::Off, _) | (_, Order::User) => 0,
+            (FairKey::Source | FairKey::Flow, Order::Flow) => packet.flow,
         };
         let index = self.table.flow_of(
             now,
