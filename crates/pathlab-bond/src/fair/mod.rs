@@ -994,6 +994,37 @@ mod tests {
         assert_eq!((queue.stream_count(), queue.user_count()), (1, 1));
     }
 
+    /// With all 65,536 ids held, a new flow is queued and ordered with one of its own
+    /// user's flows, not another user's, and counted.
+    #[test]
+    fn with_every_id_held_a_new_flow_shares_one_of_its_own_users() {
+        let mut queue = FairQueue::new(FairConfig::default());
+        let now = Instant::ZERO;
+        let mut own = std::collections::HashSet::new();
+        // 64 users of 1,023 flows and one of 64: every id held.
+        for user in 0..65u8 {
+            let flows = if user < 64 { 1023 } else { 64 };
+            for flow in 0..flows {
+                let (packet, key) = packet_of(now, user, flow, 100);
+                queue.enqueue(now, packet, key);
+                if user == 64 {
+                    own.insert(queue.table.flows[queue.table.flows.len() - 1].id);
+                }
+            }
+        }
+        assert_eq!(queue.stream_count(), MAX_STREAM_IDS);
+        while !queue.is_empty() {
+            datagram(&mut queue, now, 1400, false);
+        }
+        let (packet, key) = packet_of(now, 64, 5000, 100);
+        queue.enqueue(now, packet, key);
+        assert_eq!(queue.counters().streams_shared, 1);
+        let pieces = datagram(&mut queue, now, 1400, false);
+        assert_eq!(pieces.len(), 1);
+        assert!(own.contains(&pieces[0].0), "stream {}", pieces[0].0);
+        assert_eq!(queue.stream_slots(), MAX_STREAM_IDS);
+    }
+
     #[test]
     fn codel_lets_a_queue_stand_that_survives_a_cubic_cut_over_the_delay_spread() {
         let mut queue = FairQueue::new(FairConfig::default());
