@@ -5,7 +5,7 @@
 //! crate is the state machine of both ends: the wire format and its authenticated
 //! encryption, the per-line rate controller that watches each line's one-way delay, the
 //! scheduler that sends each piece where it arrives first, the receiver's reorder buffer,
-//! and the fair sharing of the tunnel between users by volume.
+//! and the fair sharing of the tunnel between users by volume, each flow in its own order.
 //!
 //! Sessions open with a Noise IKpsk2 handshake (WireGuard's pattern, from the `snow`
 //! crate), recover on their own when the server restarts or forgets them, and keep each

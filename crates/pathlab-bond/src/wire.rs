@@ -120,7 +120,7 @@ mod field {
     /// A Fragment frame, before its data.
     pub mod fragment {
         use super::Field;
-        /// The stream (user) the packet belongs to.
+        /// The stream (an inner flow) the packet belongs to.
         pub const STREAM: Field = 1..3;
         /// Inner packet number in its stream.
         pub const PACKET: Field = 3..7;
@@ -137,7 +137,7 @@ mod field {
     /// A Packet frame (a whole inner packet), before its data.
     pub mod packet {
         use super::Field;
-        /// The stream (user) the packet belongs to.
+        /// The stream (an inner flow) the packet belongs to.
         pub const STREAM: Field = 1..3;
         /// Inner packet number in its stream.
         pub const PACKET: Field = 3..7;
@@ -424,7 +424,8 @@ pub struct Header {
 /// One piece of an inner packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fragment<'a> {
-    /// The stream (user) the packet belongs to: the receiver keeps order per stream.
+    /// The stream (an inner flow: its own id and numbers) the packet belongs to: the
+    /// receiver keeps order per stream.
     pub stream: u16,
     /// The inner packet's number in its stream, in this direction (from 1).
     pub packet: u32,

@@ -346,8 +346,7 @@ fn pinger_added_rtts_ms(fair: pathlab_bond::fair::FairKey, offset_ms: u64) -> Ve
     let mut config = BondConfig::new(1);
     config.fair.key = fair;
     if fair == pathlab_bond::fair::FairKey::Off {
-        // A plain FIFO, as a tunnel's tun0 without cake: one user, its flows one queue.
-        config.fair.order = pathlab_bond::fair::Order::User;
+        // A plain FIFO, as a tunnel's tun0 without cake.
         config.fair.codel.target = Duration::from_secs(3600);
         config.fair.limit_bytes = 200_000;
     }

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use anyhow::Context as _;
 use pathlab_bond::crypto::Psk;
 use pathlab_bond::endpoint::BondConfig;
-use pathlab_bond::fair::FairKey;
+use pathlab_bond::fair::{FairKey, Order};
 use pathlab_bond::handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
 use pathlab_bond::inner::Framing;
 use pathlab_bond::line::{LineState, MAX_FRAMING_BYTES};
@@ -90,6 +90,10 @@ struct Common {
     /// How users share the tunnel: by inner source address, by flow, or not at all.
     #[arg(long, value_parser = ["src", "flow", "off"], default_value = "src")]
     fair: String,
+    /// What the far end keeps in order: each flow (a host's ping does not wait for its
+    /// bulk flow), or each user as `--fair` tells them apart (its flows one queue).
+    #[arg(long, value_parser = ["flow", "user"], default_value = "flow")]
+    order: String,
     /// Compress inner packets with LZ4 when it shrinks them.
     #[arg(long)]
     compress: bool,
@@ -335,6 +339,10 @@ fn bond_config(
         "flow" => FairKey::Flow,
         "off" => FairKey::Off,
         _ => FairKey::Source,
+    };
+    config.fair.order = match common.order.as_str() {
+        "user" => Order::User,
+        _ => Order::Flow,
     };
     let tun = TunOptions {
         name: common.tun.clone(),
