@@ -132,6 +132,20 @@ fn stream(dir: &Path) -> Stream {
     }
 }
 
+/// Prints both runs and the theory of the one per datagram.
+fn print_runs(packed: &Stream, single: &Stream, limit_pps: f64) {
+    for (name, s) in [("packed", packed), ("one per datagram", single)] {
+        eprintln!(
+            "{name}: sent {:.2} Mbit/s, delivered {:.2} Mbit/s ({:.0} packets/s), {:.2}% lost",
+            s.sent_mbps,
+            s.delivered_mbps,
+            s.delivered_pps,
+            100.0 * s.loss
+        );
+    }
+    eprintln!("one per datagram, theory: {limit_pps:.0} packets/s");
+}
+
 #[test]
 fn small_udp_crosses_a_packet_limited_line_packed_and_one_per_datagram_hits_its_limit() {
     let Some(_serial) = privileged("bond_pps_one_line") else {
@@ -146,16 +160,7 @@ fn small_udp_crosses_a_packet_limited_line_packed_and_one_per_datagram_hits_its_
     let single = stream(&out.join("packing-off"));
     // One per datagram: min(1,000, 10 Mbit/s / (8 x frame)) datagrams/s, one packet each.
     let limit_pps = 1000f64.min(10e6 / (8.0 * single_frame_bytes(single.size)));
-    for (name, s) in [("packed", &packed), ("one per datagram", &single)] {
-        eprintln!(
-            "{name}: sent {:.2} Mbit/s, delivered {:.2} Mbit/s ({:.0} packets/s), {:.2}% lost",
-            s.sent_mbps,
-            s.delivered_mbps,
-            s.delivered_pps,
-            100.0 * s.loss
-        );
-    }
-    eprintln!("one per datagram, theory: {limit_pps:.0} packets/s");
+    print_runs(&packed, &single, limit_pps);
     // The figure: 90% of 4 Mbit/s or more, under 2% lost.
     assert!(
         packed.delivered_mbps >= 0.9 * 4.0,
@@ -186,16 +191,7 @@ fn the_bond_pps_recipe_packs_small_packets_through_two_of_the_seeds_modems() {
     let single = stream(&out.join("packing-off"));
     // Two lines of 'rate 11501kbit pps 5485'.
     let limit_pps = 2.0 * 5485f64.min(11.501e6 / (8.0 * single_frame_bytes(single.size)));
-    for (name, s) in [("packed", &packed), ("one per datagram", &single)] {
-        eprintln!(
-            "{name}: sent {:.2} Mbit/s, delivered {:.2} Mbit/s ({:.0} packets/s), {:.2}% lost",
-            s.sent_mbps,
-            s.delivered_mbps,
-            s.delivered_pps,
-            100.0 * s.loss
-        );
-    }
-    eprintln!("one per datagram, theory: {limit_pps:.0} packets/s");
+    print_runs(&packed, &single, limit_pps);
     assert!(
         packed.delivered_mbps >= 0.9 * packed.sent_mbps,
         "packed: {:.2} of {:.2} Mbit/s",
