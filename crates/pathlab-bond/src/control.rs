@@ -617,7 +617,7 @@ mod tests {
 
     impl Reports {
         fn next(&mut self, sent: u64, lost: u64, bytes_each: u64) -> (Instant, Feedback) {
-            self.now = self.now + Duration::from_millis(25);
+            self.now += Duration::from_millis(25);
             self.seq += sent;
             self.packets += sent - lost;
             self.bytes += (sent - lost) * bytes_each;

@@ -47,7 +47,7 @@ enum Command {
     /// Latency under load: idle, download, upload and both; added latency, grade, RPM, verdict.
     Bloat(cmd::bloat::Args),
     /// Bond several lines into one tunnel, each line paced by its one-way delay.
-    Bond(cmd::bond::Args),
+    Bond(Box<cmd::bond::Args>),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
     /// What limits the live TCP transfers of any program: receiver's window, send buffer, congestion or the application.
