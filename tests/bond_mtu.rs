@@ -173,6 +173,16 @@ fn narrow_path(tap: bool) {
     steady.sort_by(f64::total_cmp);
     let median = steady[steady.len() / 2];
     let theory = 20.0 * (tun_mtu - TCP_IP) as f64 / (PATH_MTU + ETHERNET) as f64;
-    eprintln!("TCP through the tunnel: {median:.2} Mbit/s, theory {theory:.2}");
-    assert!(median >= 0.67 * theory && median <= theory * 1.01);
+    // Through a TUN the inner headers are compressed (on by default): a bulk segment's 52
+    // bytes go as 9 or so (the cid, the flags, the checksum and small deltas: never under 4),
+    // so each frame is shorter and the ceiling higher. A TAP's frames go whole.
+    let ceiling = if tap {
+        theory
+    } else {
+        20.0 * (tun_mtu - TCP_IP) as f64 / (PATH_MTU + ETHERNET - (TCP_IP - 4)) as f64
+    };
+    eprintln!(
+        "TCP through the tunnel: {median:.2} Mbit/s, theory {theory:.2} (ceiling {ceiling:.2})"
+    );
+    assert!(median >= 0.67 * theory && median <= ceiling * 1.01);
 }
