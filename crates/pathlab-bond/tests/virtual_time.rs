@@ -4,8 +4,8 @@
 use std::net::Ipv4Addr;
 
 use pathlab_bond::crypto::Psk;
-use pathlab_bond::line::LineFraming;
-use pathlab_bond::line::{LineState, LineTimers};
+use pathlab_bond::line::{LineFraming, LineState, LineTimers};
+use pathlab_bond::reorder::ReorderCounters;
 use pathlab_bond::sched::SchedulerKind;
 use pathlab_bond::sim::{line_overhead_bytes, ClientNode, Flow, Host, ServerNode};
 use pathlab_bond::{BondConfig, ServerConfig};
@@ -86,6 +86,12 @@ impl Tunnel {
             .unwrap()
             .drain_finished()
     }
+}
+
+/// The counters of the server's reassembly and reorder buffer (its first session's).
+fn far_reorder(tunnel: &Tunnel) -> ReorderCounters {
+    let (_, _, bond) = tunnel.server.server.sessions().next().expect("a session");
+    bond.reorder().counters()
 }
 
 fn secs(s: f64) -> Instant {
@@ -227,15 +233,7 @@ fn the_aggregate_carries_nearly_the_sum_of_the_lines() {
         eprintln!("line {:?}", line.counters());
     }
     let reorder = tunnel.client.bond.reorder().counters();
-    let far_reorder = tunnel
-        .server
-        .server
-        .sessions()
-        .next()
-        .unwrap()
-        .2
-        .reorder()
-        .counters();
+    let far_reorder = far_reorder(&tunnel);
     eprintln!("server reorder {far_reorder:?}, client {reorder:?}");
     assert_eq!(far_reorder.gaps_skipped, 0);
     assert!(goodput > 0.91 * sum, "{goodput:.2} Mbit/s of {sum}");
@@ -635,15 +633,7 @@ fn a_user_opening_many_flows_keeps_one_users_share_of_the_tunnel() {
             b as f64 * 8.0 / 5e6,
             fair.stream_count()
         );
-        let far_reorder = tunnel
-            .server
-            .server
-            .sessions()
-            .next()
-            .unwrap()
-            .2
-            .reorder()
-            .counters();
+        let far_reorder = far_reorder(&tunnel);
         // Regression: a packet begun waited for its flow's next turn, a round of A's 400
         // flows (0.5 s), and the far end gave it up: A got 1.5 Mbit/s of the lines' 19.
         assert_eq!(far_reorder.fragments_timed_out, 0, "{far_reorder:?}");
