@@ -606,7 +606,18 @@ interval = "20ms"
         before > 50 && after > 50,
         "{before} pings at 20 ms, {after} at 60 ms: {series:?}"
     );
-    assert!(before + after + 3 >= series.len(), "{series:?}");
+    // No ping beats the spec; one the host answered late (CI saw 21.5 ms) is noise, but a
+    // ping between the two delays was in flight across the change, and there are at most a
+    // couple of those.
+    assert!(
+        series.iter().all(|&rtt| rtt > 20.0 - RTT_TOLERANCE_MS),
+        "{series:?}"
+    );
+    let across = series
+        .iter()
+        .filter(|&&rtt| rtt > 25.0 && rtt < 60.0 - RTT_TOLERANCE_MS)
+        .count();
+    assert!(across <= 3, "{across} pings across the change: {series:?}");
     // The link's recording holds the change, as `emulate set` would have written it.
     let recording = read_recording(BufReader::new(
         std::fs::File::open(dir.path("out").join("link-h1-h2.jsonl")).unwrap(),
