@@ -17,7 +17,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 
-use pathlab_bond::endpoint::{Bond, BondConfig, Entropy, Received, DEFAULT_MAX_PAYLOAD};
+use pathlab_bond::endpoint::{
+    device_mtu, Bond, BondConfig, Entropy, Received, DEFAULT_MAX_PAYLOAD,
+};
 use pathlab_bond::handshake::{ClientKeys, ServerKeys};
 use pathlab_bond::inner::Framing;
 use pathlab_bond::line::{LineFraming, LineState, ETHERNET_FRAMING_BYTES};
@@ -272,29 +274,19 @@ impl Drop for StatsSocket {
     }
 }
 
-/// The TUN MTU that puts one inner packet in one datagram of `max_payload` bytes; a TAP's
-/// ([`Framing::Ethernet`]) leaves room for the Ethernet header and one VLAN tag too.
-pub fn unfragmented_mtu(max_payload: usize, framing: Framing) -> u32 {
-    max_payload.saturating_sub(unfragmented_overhead() + framing.device_overhead_bytes()) as u32
-}
-
-/// Bytes a datagram spends around one whole inner packet.
-fn unfragmented_overhead() -> usize {
-    pathlab_bond::wire::DATA_OVERHEAD_BYTES + pathlab_bond::wire::PACKET_HEADER_BYTES
-}
-
 fn open_tun(
     options: &TunOptions,
     smallest_payload: usize,
     framing: Framing,
+    header_compression: bool,
 ) -> Result<Tun, BondError> {
     let failed = |error| BondError::Tun {
         name: options.name.clone(),
         error,
     };
-    let mtu = options
-        .mtu
-        .unwrap_or_else(|| unfragmented_mtu(smallest_payload, framing).max(576));
+    let mtu = options.mtu.unwrap_or_else(|| {
+        (device_mtu(smallest_payload, framing, header_compression) as u32).max(576)
+    });
     let mut tun = match framing {
         Framing::Ip => Tun::create_offloaded(&options.name, mtu),
         Framing::Ethernet => Tun::create_tap(&options.name, mtu),
@@ -555,7 +547,7 @@ pub fn run_client(
         .min()
         .unwrap_or(DEFAULT_MAX_PAYLOAD);
     let framing = config.framing;
-    let mut tun = open_tun(&options.tun, smallest, framing)?;
+    let mut tun = open_tun(&options.tun, smallest, framing, config.header_compression)?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
         mtu: tun.mtu(),
@@ -670,18 +662,16 @@ pub fn run_client(
         }
         // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
         // that goes down and comes back must not see packets it cannot carry whole).
-        if let (None, Some(mtu)) = (options.tun.mtu, bond.tunnel_mtu()) {
-            let mtu =
-                (mtu.saturating_sub(framing.device_overhead_bytes()) as u32).max(tun::MIN_TUN_MTU);
+        if let (None, Some(line_payload)) = (options.tun.mtu, bond.narrowest_payload()) {
+            let mtu = (device_mtu(line_payload, framing, bond.config().header_compression) as u32)
+                .max(tun::MIN_TUN_MTU);
             if mtu < tun.mtu() {
                 tun.set_mtu(mtu)
                     .map_err(io_error("lowering the TUN device's MTU"))?;
                 on_event(&BondEvent::TunMtu {
                     name: tun.name().to_owned(),
                     mtu,
-                    line_payload: mtu as usize
-                        + unfragmented_overhead()
-                        + framing.device_overhead_bytes(),
+                    line_payload,
                 });
             }
         }
@@ -759,7 +749,12 @@ pub fn run_server(
     };
     let mut config = options.config.clone();
     config.session.max_payload = vec![max_payload; config.session.lines];
-    let tun = open_tun(&options.tun, max_payload, config.session.framing)?;
+    let tun = open_tun(
+        &options.tun,
+        max_payload,
+        config.session.framing,
+        config.session.header_compression,
+    )?;
     on_event(&BondEvent::TunUp {
         name: tun.name().to_owned(),
         mtu: tun.mtu(),
@@ -899,15 +894,6 @@ mod tests {
             trains(&[1472, 1472], false),
             vec![(0, 1, None), (1, 1, None)]
         );
-    }
-
-    #[test]
-    fn a_tap_s_mtu_leaves_room_for_the_ethernet_header_and_one_tag() {
-        // 1472 bytes of UDP payload on a 1500-byte IPv4 line, 46 of tunnel: 1426 for a
-        // TUN, 18 fewer for a TAP; the same 18 off whatever the path MTU search finds.
-        assert_eq!(unfragmented_mtu(1472, Framing::Ip), 1426);
-        assert_eq!(unfragmented_mtu(1472, Framing::Ethernet), 1408);
-        assert_eq!(unfragmented_mtu(1272, Framing::Ethernet), 1208);
     }
 
     #[test]

@@ -183,6 +183,9 @@ pub struct RateController {
     base_resets: u64,
     /// Bytes the line's modem counts per datagram beyond its UDP payload.
     overhead_bytes: u64,
+    /// What the line delivered the last time it held a queue above target: its capacity
+    /// then (line bits per second; 0 before it held one).
+    capacity_bps: f64,
 }
 
 impl RateController {
@@ -214,6 +217,7 @@ impl RateController {
             stuck: None,
             base_resets: 0,
             overhead_bytes: 0,
+            capacity_bps: 0.0,
             config,
         }
     }
@@ -522,6 +526,9 @@ impl RateController {
             let factor = (1.0 + (target - queue) / tau).max(0.5);
             let small = delivery_pps > 0.0
                 && delivery / 8.0 / delivery_pps < SMALL_DATAGRAMS * self.largest_datagram;
+            // A queue of small datagrams may be the modem's packet limit: its bytes are
+            // not the line's capacity.
+            self.capacity_bps = if small { 0.0 } else { delivery };
             (delivery * factor, small.then_some(delivery_pps * factor))
         } else if self.loss > LOSS_THRESHOLD && busy {
             // A policer: we sent at the rate, it delivered less. (On a line we hardly fed,
@@ -547,8 +554,24 @@ impl RateController {
             } else {
                 1.0 + (target - queue) / tau
             };
+            let from = self.rate_bps.max(delivery);
+            let mut rate = from * factor;
+            if !self.ramping && rate > self.capacity_bps && self.capacity_bps > 0.0 {
+                // Back up to the capacity the line showed last at the per-report pace, and
+                // beyond it at that pace per round trip: a probe for more that a report a
+                // round trip late cannot stop before it overshoots (5% per report over a
+                // 70 ms line grew its rate 20% past its 3 Mbit/s before the queue was
+                // seen: queue peaks of 28 ms every 0.45 s, measured in the peer benchmark).
+                let rtt = self.srtt.map_or(0.0, |rtt| rtt.as_secs_f64());
+                let per_round_trip = if rtt > span_s {
+                    1.0 + (factor - 1.0) * span_s / rtt
+                } else {
+                    factor
+                };
+                rate = rate.min(from.max(self.capacity_bps) * per_round_trip);
+            }
             (
-                self.rate_bps.max(delivery) * factor,
+                rate,
                 self.packet_rate.map(|pps| pps.max(delivery_pps) * factor),
             )
         } else if self.rate_bps < self.config.initial_rate.as_f64() {
@@ -688,5 +711,76 @@ mod tests {
             controller.on_feedback(now, &report);
         }
         assert!((controller.rate().as_f64() - initial).abs() < 1.0);
+    }
+
+    /// A 3 Mbit/s line of 70 ms round trip (the peer benchmark's third): after a queue above
+    /// target the rate comes back to the capacity the line showed at up to 3.6% per report
+    /// (tau 140 ms: 1 + 5/140), and beyond it by that per round trip only, 25/70 of it per
+    /// report, so a report a round trip late finds the probe a few percent over, not 20%.
+    #[test]
+    fn beyond_the_capacity_it_showed_a_line_probes_per_round_trip() {
+        let capacity = 3_000_000.0;
+        let config = ControllerConfig {
+            initial_rate: BitsPerSec(capacity as u64),
+            ..ControllerConfig::default()
+        };
+        let mut controller = RateController::new(config, Instant::ZERO);
+        controller.on_rtt(Duration::from_millis(70));
+        let mut reports = Reports {
+            now: Instant::ZERO,
+            seq: 0,
+            packets: 0,
+            bytes: 0,
+        };
+        // 25 ms at `rate` in datagrams of 100 bytes (no more than the rate), all
+        // delivered, at `queue_ms`.
+        let mut carry = |controller: &mut RateController, rate: f64, queue_ms: i64| {
+            let sent = (rate * 0.025 / 8.0 / 100.0).floor() as u64;
+            for _ in 0..sent {
+                controller.on_sent(100);
+            }
+            let (now, mut report) = reports.next(sent, 0, 100);
+            report.owd_min_ns += queue_ms * 1_000_000;
+            controller.on_feedback(now, &report);
+        };
+        for _ in 0..8 {
+            carry(&mut controller, capacity, 0);
+        }
+        // The queue shows: the line delivered its capacity while we sent more.
+        carry(&mut controller, capacity, 20);
+        let cut = controller.rate().as_f64() / capacity;
+        assert!(cut < 0.95, "cut to {cut:.3} of the capacity");
+        let per_report: f64 = 1.0 + 5.0 / 140.0;
+        let per_report_beyond: f64 = 1.0 + 5.0 / 140.0 * 25.0 / 70.0;
+        let mut below = 0;
+        while controller.rate().as_f64() < capacity {
+            let rate = controller.rate().as_f64();
+            carry(&mut controller, rate, 0);
+            below += 1;
+            assert!(below < 20, "back to the capacity");
+        }
+        let theory_below = (1.0 / cut).ln() / per_report.ln();
+        // At most: the delivery rate, over a window that still holds reports from before
+        // the cut, may take it back sooner.
+        assert!(
+            below as f64 <= theory_below + 1.0,
+            "{below} reports back to the capacity, theory {theory_below:.1}"
+        );
+        let from = controller.rate().as_f64();
+        for _ in 0..20 {
+            let rate = controller.rate().as_f64();
+            carry(&mut controller, rate, 0);
+        }
+        let grown = controller.rate().as_f64() / from;
+        let theory = per_report_beyond.powi(20);
+        eprintln!(
+            "cut {cut:.3}, {below} reports back (theory {theory_below:.1}), then x{grown:.3} \
+             in 20 reports (theory {theory:.3}, per report it would be {:.3})",
+            per_report.powi(20)
+        );
+        assert!(
+            (grown / theory - 1.0).abs() < 0.01,
+            "x{grown:.3} in 20 reports, theory {theory:.3}"
+        );
     }
 }

@@ -120,6 +120,25 @@ impl BondConfig {
     }
 }
 
+/// The MTU of the device inner packets come from, for datagrams of `payload` bytes: a
+/// full-size packet fills one datagram with one frame header and no fragment's. A TAP's
+/// ([`Framing::Ethernet`]) leaves room for the Ethernet header and one VLAN tag. With header
+/// compression (of bare IP packets only) a full-size segment of a bulk TCP flow is counted
+/// at its compressed length, [`crate::headers::BULK_TCP_SAVED_BYTES`] shorter: at the
+/// MTU of its whole length it would leave that much of each datagram empty, or split every
+/// packet in two pieces (two fragment headers a datagram). The packets that go with their
+/// full header (a flow's first, an ECN-capable one, most UDP) cross in two pieces.
+pub fn device_mtu(payload: usize, framing: Framing, header_compression: bool) -> usize {
+    let saved = if header_compression && framing.carries_bare_ip() {
+        crate::headers::BULK_TCP_SAVED_BYTES
+    } else {
+        0
+    };
+    (payload + saved)
+        .saturating_sub(DATA_OVERHEAD_BYTES + wire::PACKET_HEADER_BYTES)
+        .saturating_sub(framing.device_overhead_bytes())
+}
+
 /// The largest UDP payload on a 1500-byte IPv4 path.
 pub const DEFAULT_MAX_PAYLOAD: usize =
     1500 - pathlab_core::wire::IPV4_HEADER_LEN - pathlab_core::wire::UDP_HEADER_LEN;
@@ -694,17 +713,21 @@ impl Bond {
         }
     }
 
-    /// The MTU for the TUN device: the largest inner packet that goes whole in one datagram
-    /// of every line that is up and whose path MTU search has ended (`None` before one has).
-    pub fn tunnel_mtu(&self) -> Option<usize> {
+    /// The UDP payload of the narrowest line's datagrams, among the lines that are up and
+    /// whose path MTU search has ended (`None` before one has).
+    pub fn narrowest_payload(&self) -> Option<usize> {
         self.lines
             .iter()
             .filter(|l| l.is_up() && !l.mtu().searching())
-            .map(|l| {
-                l.payload_limit()
-                    .saturating_sub(DATA_OVERHEAD_BYTES + wire::PACKET_HEADER_BYTES)
-            })
+            .map(Line::payload_limit)
             .min()
+    }
+
+    /// The MTU for the TUN or TAP device: [`device_mtu`] of the narrowest line (`None`
+    /// before a line's path MTU search has ended).
+    pub fn tunnel_mtu(&self) -> Option<usize> {
+        self.narrowest_payload()
+            .map(|payload| device_mtu(payload, self.config.framing, self.config.header_compression))
     }
 
     /// When the endpoint next needs [`Bond::handle_timeout`] or [`Bond::poll_transmit`].

@@ -159,6 +159,9 @@ pub struct FairCounters {
     /// Packets half sent when a new session began, given up.
     #[serde(default)]
     pub new_session_dropped: u64,
+    /// Packets sent in more than one piece (split to fill a datagram, or too long for one).
+    #[serde(default)]
+    pub split_packets: u64,
 }
 
 /// How a user's or a flow's service ended.
@@ -677,13 +680,12 @@ impl FairQueue {
             } else {
                 budget.saturating_sub(*used + FRAGMENT_HEADER_BYTES)
             };
-            let credit = if head.offset > 0 {
-                user.deficit
-            } else {
-                flow.deficit.min(user.deficit)
-            };
-            let allowed = (credit as usize).max(MIN_PIECE_BYTES);
-            let mut take = remaining.min(room).min(allowed);
+            // Credit decides whether a packet starts, not where it is cut: a packet begun
+            // on positive credit goes whole and is charged whole, the debt carried to the
+            // next round (RFC 8290's DRR). Cutting at the credit split nearly every packet
+            // of a bulk flow (50,556 of 51,278 in the peer benchmark), 18 bytes of piece
+            // headers each.
+            let mut take = remaining.min(room);
             if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
                 // Not worth a fragment header: the datagram is full.
                 return Served::Full;
@@ -692,6 +694,9 @@ impl FairQueue {
                 take = remaining; // do not leave a sliver for another header
             }
             flow.last_active = now;
+            if head.offset == 0 && take < remaining {
+                self.counters.split_packets += 1;
+            }
             emit(Fragment {
                 stream: flow.id,
                 packet: head.number,

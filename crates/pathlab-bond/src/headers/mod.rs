@@ -70,6 +70,13 @@ use crate::inner::field::{self, ipv4, ipv6, tcp, udp};
 
 /// Context ids are below this (on the wire, in acknowledgements, in tables).
 pub use crate::wire::MAX_HEADER_CONTEXTS as MAX_CONTEXTS;
+/// Bytes compression saves, at least, on a full-size segment of a bulk TCP flow over IPv4:
+/// its 40 bytes of IP and TCP header go as at most 12 (b0, cid and generation; a
+/// refresh's new generation and stride, 3; the IP ID and sequence deltas, 2 varint bytes
+/// each up to 16,383 packets from the reference; the checksum), and with timestamps its 52
+/// as at most 15 (both measured over round trips of 200 packets). The device's MTU counts
+/// on it ([`crate::endpoint::device_mtu`]).
+pub const BULK_TCP_SAVED_BYTES: usize = 28;
 /// Generations a decompressor keeps per context.
 pub const GENERATIONS_KEPT: usize = 8;
 /// Acknowledgements a decompressor holds before the oldest is forgotten (the compressor
