@@ -562,7 +562,7 @@ impl RateController {
                 // round trip late cannot stop before it overshoots (5% per report over a
                 // 70 ms line grew its rate 20% past its 3 Mbit/s before the queue was
                 // seen: queue peaks of 28 ms every 0.45 s, measured in the peer benchmark).
-                let rtt = self.srtt.map_or(0.0, |rtt| rtt.as_secs_f64());
+                let rtt = self.srtt.map_or(0.0, Duration::as_secs_f64);
                 let per_round_trip = if rtt > span_s {
                     1.0 + (factor - 1.0) * span_s / rtt
                 } else {
