@@ -75,7 +75,7 @@ pub use crate::wire::MAX_HEADER_CONTEXTS as MAX_CONTEXTS;
 /// refresh's new generation and stride, 3; the IP ID and sequence deltas, 2 varint bytes
 /// each up to 16,383 packets from the reference; the checksum), and with timestamps its 52
 /// as at most 15 (both measured over round trips of 200 packets). The device's MTU counts
-/// on it ([`crate::endpoint::device_mtu`]).
+/// on it (the endpoint's `device_mtu`).
 pub const BULK_TCP_SAVED_BYTES: usize = 28;
 /// Generations a decompressor keeps per context.
 pub const GENERATIONS_KEPT: usize = 8;
