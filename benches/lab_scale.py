@@ -13,6 +13,9 @@ host on its own emulated link `SPEC`, default `delay 1ms`) and runs `pathlab lab
 - idle CPU: user + system time of the whole process (/proc/PID/stat) over IDLE seconds in
   which no workload runs, as a share of one core;
 - threads: /proc/PID/status Threads while idle;
+- descriptors: the process's open files while idle (/proc/PID/fd), against what the run
+  counted it would need (`pathlab_lab::descriptors`) and the limit it ran under
+  (/proc/PID/limits: pathlab raises its own);
 - ping: h1 to h2 through r, 40 echo requests 100 ms apart after the idle window; the RTT
   should be four one-way delays of SPEC (two links, both ways).
 
@@ -71,6 +74,25 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def open_files(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def open_files_limit(pid):
+    """The soft limit on open files the process runs under."""
+    try:
+        with open(f"/proc/{pid}/limits") as f:
+            for line in f:
+                if line.startswith("Max open files"):
+                    return int(line.split()[3])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def kib(text):
     return int(text.split()[0])
 
@@ -104,6 +126,8 @@ def measure(links, spec, idle_s, keep):
     time.sleep(idle_s)
     cpu_after, at_after = cpu_seconds(child.pid), time.monotonic()
     idle = status(child.pid)
+    fds = open_files(child.pid)
+    limit = open_files_limit(child.pid)
     stdout, stderr = child.communicate(timeout=600)
     ended = time.time()
     if child.returncode != 0:
@@ -123,6 +147,8 @@ def measure(links, spec, idle_s, keep):
         "rss_mb": round(kib(idle["VmRSS"]) / 1024, 1),
         "peak_rss_mb": round(kib(idle["VmHWM"]) / 1024, 1),
         "threads": int(idle["Threads"]),
+        "open_files": fds,
+        "open_files_limit": limit,
         "idle_cpu_pct": round(100 * (cpu_after - cpu_before) / (at_after - at_before), 1),
         "ping_sent": ping.get("sent"),
         "ping_received": ping.get("received"),

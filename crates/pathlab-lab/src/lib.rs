@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addressing;
+pub mod descriptors;
 pub mod modem_pps;
 pub mod recipes;
 pub mod run;

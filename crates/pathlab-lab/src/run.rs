@@ -114,6 +114,50 @@ pub enum RunError {
         /// Why.
         message: String,
     },
+    /// The process may not open as many files as the lab holds at once.
+    #[error(
+        "this lab holds up to {needed} file descriptors at once (a namespace per node, 6 per \
+         emulated link), and this process may open {have}: {why}; raise `ulimit -n`, or run \
+         as root (pathlab then raises its own limit, up to fs.nr_open)"
+    )]
+    Descriptors {
+        /// What the lab needs, headroom included.
+        needed: u64,
+        /// What the process may open.
+        have: u64,
+        /// Why it could not have more.
+        why: String,
+    },
+}
+
+/// Raises the limit on open files to what `experiment` holds at once, or says before
+/// anything is built that it cannot ([`crate::descriptors`]).
+fn ensure_descriptors(experiment: &Experiment) -> Result<(), RunError> {
+    use crate::descriptors::{self, Plan};
+    use pathlab_os::sys;
+    let needed = descriptors::needed(experiment);
+    let (soft, hard) =
+        sys::open_files_limit().map_err(io_error("reading the limit on open files"))?;
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(hard);
+    match descriptors::plan(needed, soft, hard, nr_open) {
+        Plan::Enough => Ok(()),
+        Plan::Raise {
+            soft: new_soft,
+            hard: new_hard,
+        } => sys::set_open_files_limit(new_soft, new_hard).map_err(|error| RunError::Descriptors {
+            needed: new_soft,
+            have: soft,
+            why: format!("raising the limit to {new_soft} failed: {error}"),
+        }),
+        Plan::Short { needed, most } => Err(RunError::Descriptors {
+            needed,
+            have: soft,
+            why: format!("the kernel lets a process open at most {most} (fs.nr_open)"),
+        }),
+    }
 }
 
 fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
@@ -151,6 +195,7 @@ pub fn run(
     point: &SweepPoint,
     options: &RunOptions,
 ) -> Result<LabRun, RunError> {
+    ensure_descriptors(experiment)?;
     std::fs::create_dir_all(&options.out)
         .map_err(io_error(format!("creating {}", options.out.display())))?;
     let topology = Topology::build(experiment).map_err(io_error("building the topology"))?;

@@ -10,6 +10,7 @@
 //! emulator of its own ([`spawn`]) has a thread per direction; many emulators can share a
 //! [`Pool`] of threads.
 
+mod recorder;
 mod worker;
 
 use std::fs::File;
@@ -331,8 +332,8 @@ fn spawn_on<P: Port + 'static>(
                     .map(|d| (d.from.clone(), d.to.clone(), d.spec.clone())),
                 config.queue_sample_interval,
             );
-            let (sender, thread) = start_recorder(file, &header)?;
-            (Some(sender), Some(thread))
+            let (sender, finished) = recorder::start(file, &header)?;
+            (Some(sender), Some(finished))
         }
         None => (None, None),
     };
@@ -390,14 +391,16 @@ fn spawn_on<P: Port + 'static>(
         slots,
         shared,
         clock,
-        recording: Mutex::new(recorder_thread.map(|thread| Recording { thread, path: None })),
+        recording: Mutex::new(recorder_thread.map(|finished| Recording {
+            finished,
+            path: None,
+        })),
         queue_sample_interval: config.queue_sample_interval,
         stopped: false,
     })
 }
 
-/// Where a direction sends its finished records.
-type RecordSender = mpsc::Sender<Vec<RecordingLine>>;
+use recorder::RecordSender;
 
 /// A recording's header: what the file holds and on which clock.
 fn recording_header(
@@ -419,33 +422,10 @@ fn recording_header(
     }
 }
 
-/// Writes `header` to `file` and starts the thread that writes what the directions send
-/// after it; it ends once every sender is gone.
-fn start_recorder(
-    file: File,
-    header: &RecordingHeader,
-) -> io::Result<(RecordSender, JoinHandle<io::Result<()>>)> {
-    let (sender, receiver) = mpsc::channel::<Vec<RecordingLine>>();
-    let mut writer = BufWriter::with_capacity(1 << 20, file);
-    recording::write_header(&mut writer, header)?;
-    writer.flush()?;
-    let thread = std::thread::Builder::new()
-        .name("pathlab-recorder".into())
-        .spawn(move || {
-            for batch in receiver {
-                for line in &batch {
-                    recording::write_line(&mut writer, line)?;
-                }
-                writer.flush()?;
-            }
-            writer.flush()
-        })?;
-    Ok((sender, thread))
-}
-
-/// A recording under way: its writer thread, and its file if it was started while running.
+/// A recording under way: how its writing ends, and its file if it was started while
+/// running.
 struct Recording {
-    thread: JoinHandle<io::Result<()>>,
+    finished: recorder::Finished,
     path: Option<std::path::PathBuf>,
 }
 
@@ -576,12 +556,12 @@ impl EmulatorHandle {
                 .map(|d| (d.from.clone(), d.to.clone(), d.spec.clone())),
             self.queue_sample_interval,
         );
-        let (sender, thread) =
-            start_recorder(file, &header).map_err(|e| format!("writing the recording: {e}"))?;
+        let (sender, finished) =
+            recorder::start(file, &header).map_err(|e| format!("writing the recording: {e}"))?;
         self.each_direction_records(Some(&sender));
         drop(sender);
         *recording = Some(Recording {
-            thread,
+            finished,
             path: Some(path),
         });
         Ok(())
@@ -598,10 +578,9 @@ impl EmulatorHandle {
             return Err("no recording is under way".into());
         };
         self.each_direction_records(None);
-        match active.thread.join() {
-            Ok(Ok(())) => Ok(active.path),
-            Ok(Err(error)) => Err(format!("writing the recording failed: {error}")),
-            Err(_) => Err("the recording's writer failed".into()),
+        match active.finished.wait() {
+            Ok(()) => Ok(active.path),
+            Err(error) => Err(format!("writing the recording failed: {error}")),
         }
     }
 
@@ -663,7 +642,7 @@ impl EmulatorHandle {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(recording) = recording {
-            if let Ok(Err(error)) = recording.thread.join() {
+            if let Err(error) = recording.finished.wait() {
                 eprintln!("pathlab: writing the recording failed: {error}");
             }
         }

@@ -137,7 +137,7 @@ pub(super) struct Direction {
     waited: Lateness,
     pub shared: Arc<Shared>,
     /// Where finished records go, if the emulator records.
-    pub records: Option<mpsc::Sender<Vec<RecordingLine>>>,
+    pub records: Option<super::RecordSender>,
     pub queue_sample_interval: Duration,
     pub on_interface_gone: OnInterfaceGone,
     /// The next queue sample of the recording: taken late, at the next pass, with the
@@ -174,7 +174,7 @@ impl Direction {
         link: Link,
         stats: DirectionCounters,
         shared: Arc<Shared>,
-        records: Option<mpsc::Sender<Vec<RecordingLine>>>,
+        records: Option<super::RecordSender>,
         queue_sample_interval: Duration,
         on_interface_gone: OnInterfaceGone,
         now: Instant,
@@ -524,7 +524,7 @@ impl Direction {
 
     /// Starts recording into `records` from `now`, or stops (`None`) after shipping every
     /// record.
-    fn set_records(&mut self, now: Instant, records: Option<mpsc::Sender<Vec<RecordingLine>>>) {
+    fn set_records(&mut self, now: Instant, records: Option<super::RecordSender>) {
         match records {
             Some(records) => {
                 self.link.record();
@@ -659,7 +659,7 @@ pub(super) enum WorkerRequest {
     /// shipped first); `reply` when done.
     Record {
         key: u64,
-        records: Option<mpsc::Sender<Vec<RecordingLine>>>,
+        records: Option<super::RecordSender>,
         reply: mpsc::Sender<()>,
     },
     /// End the thread (after its directions were removed).

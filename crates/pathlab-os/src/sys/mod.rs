@@ -1349,6 +1349,28 @@ pub fn raise_open_files_limit() {
     }
 }
 
+/// This process's limit on open files: (soft, hard).
+pub fn open_files_limit() -> io::Result<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `limit`.
+    cvt(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) })?;
+    Ok((limit.rlim_cur, limit.rlim_max))
+}
+
+/// Sets this process's limit on open files (raising the hard limit needs
+/// CAP_SYS_RESOURCE, and neither may pass `fs.nr_open`).
+pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads one rlimit.
+    cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) }).map(drop)
+}
+
 /// Fills `buffer` with random bytes from the kernel (`getrandom`).
 pub fn random_bytes(buffer: &mut [u8]) -> io::Result<()> {
     let mut filled = 0;

@@ -1,0 +1,162 @@
+//! A lab's cost grows with its links in memory, not in threads or in a fixed file table
+//! (issue 29, part 0): `pathlab lab` started under a limit of 256 open files raises its own
+//! limit to what it counted before building, holds no more than that count, and runs its
+//! links on a thread per core (a lab of 1,000 links had 1,005 threads: a recording writer
+//! per link). The ping across the star still takes its four one-way delays.
+
+mod util;
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use util::emulated::{privileged, PATHLAB};
+use util::TempDir;
+
+const LINKS: usize = 300;
+/// Each link's one-way delay, ms: h1 to h2 and back crosses four links' worth.
+const DELAY_MS: f64 = 1.0;
+
+fn star() -> String {
+    let mut text = String::from("name = \"star\"\nduration = \"8s\"\n");
+    text.push_str("[[node]]\nname = \"r\"\nkind = \"router\"\n");
+    for h in 1..=LINKS {
+        text.push_str(&format!("[[node]]\nname = \"h{h}\"\n"));
+    }
+    for h in 1..=LINKS {
+        text.push_str(&format!(
+            "[[link]]\nbetween = [\"r\", \"h{h}\"]\nspec = \"delay {DELAY_MS}ms\"\n"
+        ));
+    }
+    text.push_str(
+        "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
+         start = \"5s\"\nduration = \"2s\"\ninterval = \"100ms\"\n",
+    );
+    text
+}
+
+/// A field of /proc/PID/status, as a number.
+fn status_field(pid: u32, key: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+}
+
+/// The soft limit on open files of `pid`.
+fn open_files_limit(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_lab_raises_its_file_limit_holds_what_it_counted_and_runs_on_a_thread_per_core() {
+    let Some(_serial) = privileged("a_lab_raises_its_file_limit_holds_what_it_counted") else {
+        return;
+    };
+    let dir = TempDir::new("lab-scale");
+    let spec = dir.path("star.toml");
+    let text = star();
+    std::fs::write(&spec, &text).unwrap();
+    let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
+    let out = dir.path("out");
+    let mut command = Command::new(PATHLAB);
+    command
+        .args([
+            "lab",
+            spec.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().unwrap();
+    let pid = child.id();
+    // Built once every link's recording exists; then a second for the emulators to settle.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let built = std::fs::read_dir(&out).map_or(0, |entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("link-"))
+                .count()
+        });
+        if built == LINKS {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "pathlab lab ended early"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{built} of {LINKS} links built in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let limit = open_files_limit(pid);
+    let threads = status_field(pid, "Threads");
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get) as u64;
+    eprintln!(
+        "{LINKS} links: {open} files open (counted {needed}), limit raised from 256 to \
+         {limit}; {threads} threads on {cores} cores"
+    );
+    // The count is an upper bound, and not a vacuous one.
+    assert!(open <= needed, "{open} open, {needed} counted");
+    assert!(
+        needed <= open * 3 / 2,
+        "{needed} counted for {open} open: the count is loose"
+    );
+    assert!(limit >= needed, "the limit stayed at {limit}");
+    // A thread per core forwards, up to four write recordings, a handful more (the
+    // signals, the stopping, the workload's): bounded by cores, not by links.
+    assert!(
+        threads <= 2 * cores + 16,
+        "{threads} threads for {LINKS} links on {cores} cores"
+    );
+    // And the lab works: four one-way delays h1 - r - h2 and back.
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let rtt = result
+        .pointer("/result/data/workloads/0/outcome/data/rtt/p50_ns")
+        .and_then(serde_json::Value::as_f64)
+        .expect("the ping's RTT")
+        / 1e6;
+    assert!(
+        (rtt - 4.0 * DELAY_MS).abs() < 0.5,
+        "RTT p50 {rtt:.2} ms, theory {:.2}",
+        4.0 * DELAY_MS
+    );
+}
