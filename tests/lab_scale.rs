@@ -1,13 +1,15 @@
 //! A lab's cost grows with its links in memory, not in threads or in a fixed file table
-//! (issue 29, part 0): `pathlab lab` started under a limit of 256 open files raises its own
-//! limit to what it counted before building, holds no more than that count, and runs its
-//! links on a thread per core (a lab of 1,000 links had 1,005 threads: a recording writer
-//! per link). The ping across the star still takes its four one-way delays.
+//! (issue 29, part 0): `pathlab lab` started under a soft limit of 256 open files raises
+//! its own limit to what it counted before building, holds no more than that count, and
+//! runs its links on a thread per core (a lab of 1,000 links had 1,005 threads: a
+//! recording writer per link). The ping across the star still takes its four one-way
+//! delays. Under a hard limit of 256 it raises that too where it may (CAP_SYS_RESOURCE),
+//! and otherwise says what it needs and has, before building anything.
 
 mod util;
 
+use std::fmt::Write as _;
 use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,12 +24,14 @@ fn star() -> String {
     let mut text = String::from("name = \"star\"\nduration = \"8s\"\n");
     text.push_str("[[node]]\nname = \"r\"\nkind = \"router\"\n");
     for h in 1..=LINKS {
-        text.push_str(&format!("[[node]]\nname = \"h{h}\"\n"));
+        write!(text, "[[node]]\nname = \"h{h}\"\n").unwrap();
     }
     for h in 1..=LINKS {
-        text.push_str(&format!(
+        write!(
+            text,
             "[[link]]\nbetween = [\"r\", \"h{h}\"]\nspec = \"delay {DELAY_MS}ms\"\n"
-        ));
+        )
+        .unwrap();
     }
     text.push_str(
         "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
@@ -66,29 +70,18 @@ fn a_lab_raises_its_file_limit_holds_what_it_counted_and_runs_on_a_thread_per_co
     std::fs::write(&spec, &text).unwrap();
     let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
     let out = dir.path("out");
-    let mut command = Command::new(PATHLAB);
+    // Under a soft limit of 256 open files.
+    let mut command = Command::new("sh");
     command
         .args([
+            "-c",
+            "ulimit -S -n 256 && exec \"$0\" \"$@\"",
+            PATHLAB,
             "lab",
-            spec.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
         ])
+        .args([spec.to_str().unwrap(), "--out", out.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
-    unsafe {
-        command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 256,
-                rlim_max: 256,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let mut child = command.spawn().unwrap();
     let pid = child.id();
     // Built once every link's recording exists; then a second for the emulators to settle.
@@ -159,4 +152,56 @@ fn a_lab_raises_its_file_limit_holds_what_it_counted_and_runs_on_a_thread_per_co
         "RTT p50 {rtt:.2} ms, theory {:.2}",
         4.0 * DELAY_MS
     );
+}
+
+/// Whether this process has CAP_SYS_RESOURCE (bit 24 of its effective set), which raising
+/// a hard limit needs.
+fn may_raise_hard_limits() -> bool {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    effective & (1 << 24) != 0
+}
+
+#[test]
+fn under_a_hard_limit_too_low_a_lab_raises_it_or_says_what_it_needs_before_building() {
+    let Some(_serial) = privileged("under_a_hard_limit_too_low_a_lab_raises_it") else {
+        return;
+    };
+    let dir = TempDir::new("lab-scale-hard");
+    let spec = dir.path("star.toml");
+    let text = star();
+    std::fs::write(&spec, &text).unwrap();
+    let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
+    let out = dir.path("out");
+    // `ulimit -n` in sh sets the soft and the hard limit.
+    let output = Command::new("sh")
+        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", PATHLAB, "lab"])
+        .args([spec.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if may_raise_hard_limits() {
+        assert!(output.status.success(), "{stderr}");
+        return;
+    }
+    eprintln!("{}", stderr.trim());
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let wanted = needed + (needed as f64 * pathlab_lab::descriptors::HEADROOM).ceil() as u64;
+    assert!(
+        stderr.contains(&format!("holds up to {wanted} file descriptors"))
+            && stderr.contains("may open 256"),
+        "{stderr}"
+    );
+    // Nothing was built: no link's recording.
+    let built = std::fs::read_dir(&out).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("link-"))
+            .count()
+    });
+    assert_eq!(built, 0, "links built before the refusal");
 }

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pathlab_core::wire::ethernet;
 use pathlab_os::buffers::BufferPool;
@@ -532,7 +533,9 @@ pub struct PacketPort {
     pub mtu: u32,
     rx: Receiver,
     mode: ReceiveMode,
-    tx: OwnedFd,
+    /// Shared with the sending halves ([`Port::transmitter`]): a duplicate descriptor each
+    /// was two more open files per link in a lab.
+    tx: Arc<OwnedFd>,
     /// The interface's lock; `None` once released for a [`Port::reopen`].
     lock: Option<(File, PathBuf)>,
     /// The namespace the port was opened in: the thread that forwards may be in another
@@ -601,7 +604,7 @@ impl PacketPort {
             mtu: link.mtu,
             rx,
             mode,
-            tx,
+            tx: Arc::new(tx),
             lock: Some((lock, lock_path)),
             netns: Netns::current().map_err(io_error("opening its network namespace", name))?,
         })
@@ -632,7 +635,7 @@ impl Port for PacketPort {
 
     fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
         Ok(Box::new(PacketTx {
-            socket: self.tx.try_clone()?,
+            socket: Arc::clone(&self.tx),
         }))
     }
 
@@ -666,11 +669,11 @@ impl Port for PacketPort {
     }
 }
 
-/// A [`PacketPort`]'s sending half: its send socket, shared (a duplicate descriptor), each
-/// frame preceded by a vnet header.
+/// A [`PacketPort`]'s sending half: its send socket, shared, each frame preceded by a
+/// vnet header.
 #[derive(Debug)]
 struct PacketTx {
-    socket: OwnedFd,
+    socket: Arc<OwnedFd>,
 }
 
 impl Transmit for PacketTx {

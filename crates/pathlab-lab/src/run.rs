@@ -116,9 +116,10 @@ pub enum RunError {
     },
     /// The process may not open as many files as the lab holds at once.
     #[error(
-        "this lab holds up to {needed} file descriptors at once (a namespace per node, 6 per \
-         emulated link), and this process may open {have}: {why}; raise `ulimit -n`, or run \
-         as root (pathlab then raises its own limit, up to fs.nr_open)"
+        "this lab holds up to {needed} file descriptors at once (a namespace per node, 9 per \
+         emulated link), and this process may open {have}: {why}; raise its limit (`ulimit \
+         -n`; pathlab raises the hard limit itself, up to fs.nr_open, where it has \
+         CAP_SYS_RESOURCE)"
     )]
     Descriptors {
         /// What the lab needs, headroom included.
@@ -198,7 +199,7 @@ pub fn run(
     ensure_descriptors(experiment)?;
     std::fs::create_dir_all(&options.out)
         .map_err(io_error(format!("creating {}", options.out.display())))?;
-    let topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
+    let mut topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
     let emulated_links = topology.cables.iter().flatten().count();
     let mut emulators: Vec<Option<Arc<EmulatorHandle>>> = Vec::new();
     // One forwarding thread per core for all the lab's links: a thread per direction
@@ -206,7 +207,9 @@ pub fn run(
     let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
     let mut links = Vec::new();
     for (i, link) in experiment.links.iter().enumerate() {
-        let recording = match &topology.cables[i] {
+        // The cable's namespace is held by its ports from here (each opened it): its own
+        // descriptor would be one more open file per link.
+        let recording = match topology.cables[i].take() {
             Some(cable) => {
                 let file_name = format!("link-{}.jsonl", link.name);
                 let record = std::fs::File::create(options.out.join(&file_name))

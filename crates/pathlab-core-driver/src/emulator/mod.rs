@@ -14,16 +14,15 @@ mod recorder;
 mod worker;
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
 
 use pathlab_core::link::LinkCounters;
 use pathlab_core::time::Duration;
 use pathlab_core::{Link, LinkSpec};
 use pathlab_os::Clock;
-use pathlab_results::recording::{self, DirectionInfo, RecordingHeader, RecordingLine};
+use pathlab_results::recording::{self, DirectionInfo, RecordingHeader};
 use serde::{Deserialize, Serialize};
 
 pub use crate::fidelity::LatenessSummary;

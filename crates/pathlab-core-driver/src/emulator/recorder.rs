@@ -90,10 +90,10 @@ impl Finished {
 /// Writes `header` to `file` and hands the file to a writer thread for the lines that
 /// follow.
 pub(super) fn start(file: File, header: &RecordingHeader) -> io::Result<(RecordSender, Finished)> {
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
     let mut writer = BufWriter::with_capacity(BUFFER_BYTES, file);
     recording::write_header(&mut writer, header)?;
     writer.flush()?;
-    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let threads = threads()?;
     let to = threads[(id % threads.len() as u64) as usize].clone();
