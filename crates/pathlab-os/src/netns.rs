@@ -106,3 +106,137 @@ impl Netns {
         Ok(file.metadata()?.ino())
     }
 }
+
+/// The largest process id Linux gives (`PID_MAX_LIMIT` on 64-bit).
+pub const PID_MAX: u32 = 4_194_304;
+
+/// A network namespace as a user names it (`pathlab emulate --netns`): an `ip netns` name
+/// (its file in `/run/netns`), a path to a namespace file (anything with a `/`: a bind
+/// mount, `/proc/PID/ns/net`), or `pid:PID`, the namespace of a process (a container's, a
+/// pod's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamespaceRef {
+    /// `ip netns` NAME.
+    Named(String),
+    /// A namespace file.
+    Path(std::path::PathBuf),
+    /// The namespace process PID is in.
+    Pid(u32),
+}
+
+/// Why a namespace's name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NamespaceRefError {
+    /// Nothing given.
+    #[error("an empty namespace name")]
+    Empty,
+    /// `pid:` followed by no process id, or one Linux never gives.
+    #[error("'{0}' is not a process id (pid:1 to pid:{PID_MAX})")]
+    BadPid(String),
+    /// An `ip netns` name that is not a file name.
+    #[error("'{0}' is not an `ip netns` name (at most 255 bytes, not . or .., no NUL)")]
+    BadName(String),
+}
+
+impl std::str::FromStr for NamespaceRef {
+    type Err = NamespaceRefError;
+
+    fn from_str(text: &str) -> Result<NamespaceRef, NamespaceRefError> {
+        if text.is_empty() {
+            return Err(NamespaceRefError::Empty);
+        }
+        if let Some(digits) = text.strip_prefix("pid:") {
+            // The number's own digits: no sign, no leading zero.
+            let canonical = digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
+            return match digits.parse::<u32>() {
+                Ok(pid @ 1..=PID_MAX) if canonical => Ok(NamespaceRef::Pid(pid)),
+                _ => Err(NamespaceRefError::BadPid(digits.to_owned())),
+            };
+        }
+        if text.contains('/') {
+            return Ok(NamespaceRef::Path(text.into()));
+        }
+        if text.len() > 255 || text == "." || text == ".." || text.contains('\0') {
+            return Err(NamespaceRefError::BadName(text.to_owned()));
+        }
+        Ok(NamespaceRef::Named(text.to_owned()))
+    }
+}
+
+impl NamespaceRef {
+    /// The file that holds the namespace.
+    pub fn path(&self) -> std::path::PathBuf {
+        match self {
+            NamespaceRef::Named(name) => Path::new("/run/netns").join(name),
+            NamespaceRef::Path(path) => path.clone(),
+            NamespaceRef::Pid(pid) => format!("/proc/{pid}/ns/net").into(),
+        }
+    }
+
+    /// Opens the namespace.
+    pub fn open(&self) -> io::Result<Netns> {
+        Netns::open(&self.path())
+    }
+}
+
+impl std::fmt::Display for NamespaceRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NamespaceRef::Named(name) => f.write_str(name),
+            NamespaceRef::Path(path) => write!(f, "{}", path.display()),
+            NamespaceRef::Pid(pid) => write!(f, "pid:{pid}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_is_named_by_ip_netns_name_path_or_pid() {
+        let parse = |text: &str| text.parse::<NamespaceRef>();
+        assert_eq!(
+            parse("clab-lab-r1"),
+            Ok(NamespaceRef::Named("clab-lab-r1".into()))
+        );
+        assert_eq!(
+            parse("clab-lab-r1").unwrap().path(),
+            Path::new("/run/netns/clab-lab-r1")
+        );
+        assert_eq!(
+            parse("/var/run/docker/netns/abc").unwrap().path(),
+            Path::new("/var/run/docker/netns/abc")
+        );
+        assert_eq!(parse("pid:4242"), Ok(NamespaceRef::Pid(4242)));
+        assert_eq!(
+            parse("pid:4242").unwrap().path(),
+            Path::new("/proc/4242/ns/net")
+        );
+        assert_eq!(parse("pid:4242").unwrap().to_string(), "pid:4242");
+        // Refused with the reason: nothing, no pid, a pid Linux never gives, a name that
+        // is not a file name.
+        assert_eq!(parse(""), Err(NamespaceRefError::Empty));
+        for bad in [
+            "pid:",
+            "pid:0",
+            "pid:-1",
+            "pid:+5",
+            "pid:007",
+            "pid:4194305",
+            "pid:x",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(NamespaceRefError::BadPid(_))),
+                "{bad}: {:?}",
+                parse(bad)
+            );
+        }
+        for bad in [".", "..", &"n".repeat(256)] {
+            assert!(
+                matches!(parse(bad), Err(NamespaceRefError::BadName(_))),
+                "{bad}"
+            );
+        }
+    }
+}
