@@ -40,6 +40,15 @@ fn star() -> String {
     text
 }
 
+/// The star written in `dir`: its file, the descriptors it counts, its output directory.
+fn write_star(dir: &TempDir) -> (std::path::PathBuf, u64, std::path::PathBuf) {
+    let spec = dir.path("star.toml");
+    let text = star();
+    std::fs::write(&spec, &text).unwrap();
+    let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
+    (spec, needed, dir.path("out"))
+}
+
 /// A field of /proc/PID/status, as a number.
 fn status_field(pid: u32, key: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -65,11 +74,7 @@ fn a_lab_raises_its_file_limit_holds_what_it_counted_and_runs_on_a_thread_per_co
         return;
     };
     let dir = TempDir::new("lab-scale");
-    let spec = dir.path("star.toml");
-    let text = star();
-    std::fs::write(&spec, &text).unwrap();
-    let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
-    let out = dir.path("out");
+    let (spec, needed, out) = write_star(&dir);
     // Under a soft limit of 256 open files.
     let mut command = Command::new("sh");
     command
@@ -172,11 +177,7 @@ fn under_a_hard_limit_too_low_a_lab_raises_it_or_says_what_it_needs_before_build
         return;
     };
     let dir = TempDir::new("lab-scale-hard");
-    let spec = dir.path("star.toml");
-    let text = star();
-    std::fs::write(&spec, &text).unwrap();
-    let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
-    let out = dir.path("out");
+    let (spec, needed, out) = write_star(&dir);
     // `ulimit -n` in sh sets the soft and the hard limit.
     let output = Command::new("sh")
         .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", PATHLAB, "lab"])
