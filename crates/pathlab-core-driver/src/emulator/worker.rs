@@ -637,10 +637,13 @@ pub(crate) fn next_run(due: &[(Instant, Packet)], gso: bool) -> usize {
 pub(super) enum WorkerRequest {
     /// Serve this direction from now on, under `key`.
     Add(u64, Box<Direction>),
-    /// Stop serving direction `key`: its final counters, its records all shipped.
+    /// Stop serving direction `key`: its final counters, its records all shipped, and the
+    /// direction itself, for the asker to drop (closing its port's packet socket waits for
+    /// an RCU grace period, which must not hold up the other directions this thread
+    /// serves).
     Remove {
         key: u64,
-        reply: mpsc::Sender<DirectionCounters>,
+        reply: mpsc::Sender<(DirectionCounters, Box<Direction>)>,
     },
     /// Replace direction `key`'s spec (checked by the asker already).
     Set {
@@ -899,7 +902,8 @@ impl Worker {
                     self.epoll.delete(direction.port.pollable());
                     let now = direction.clock.now();
                     direction.keep_records(now, true);
-                    let _ = reply.send(direction.snapshot(now));
+                    let counters = direction.snapshot(now);
+                    let _ = reply.send((counters, Box::new(direction)));
                 }
                 WorkerRequest::Set { key, spec, reply } => {
                     let answer = match self.slots.get(&key) {
