@@ -662,16 +662,15 @@ pub fn run_client(
         }
         // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
         // that goes down and comes back must not see packets it cannot carry whole).
-        if let (None, Some(line_payload)) = (options.tun.mtu, bond.narrowest_payload()) {
-            let mtu = (device_mtu(line_payload, framing, bond.config().header_compression) as u32)
-                .max(tun::MIN_TUN_MTU);
+        if let (None, Some(mtu)) = (options.tun.mtu, bond.tunnel_mtu()) {
+            let mtu = (mtu as u32).max(tun::MIN_TUN_MTU);
             if mtu < tun.mtu() {
                 tun.set_mtu(mtu)
                     .map_err(io_error("lowering the TUN device's MTU"))?;
                 on_event(&BondEvent::TunMtu {
                     name: tun.name().to_owned(),
                     mtu,
-                    line_payload,
+                    line_payload: bond.narrowest_payload().unwrap_or_default(),
                 });
             }
         }

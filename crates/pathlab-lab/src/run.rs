@@ -116,10 +116,11 @@ pub enum RunError {
     },
     /// The process may not open as many files as the lab holds at once.
     #[error(
-        "this lab holds up to {needed} file descriptors at once (a namespace per node, 9 per \
-         emulated link), and this process may open {have}: {why}; raise its limit (`ulimit \
-         -n`; pathlab raises the hard limit itself, up to fs.nr_open, where it has \
-         CAP_SYS_RESOURCE)"
+        "this lab holds up to {needed} file descriptors at once (a namespace per node, \
+         {per_link} per emulated link), and this process may open {have}: {why}; raise its \
+         limit (`ulimit -n`; pathlab raises the hard limit itself, up to fs.nr_open, where \
+         it has CAP_SYS_RESOURCE)",
+        per_link = crate::descriptors::PER_EMULATED_LINK
     )]
     Descriptors {
         /// What the lab needs, headroom included.
@@ -139,10 +140,7 @@ fn ensure_descriptors(experiment: &Experiment) -> Result<(), RunError> {
     let needed = descriptors::needed(experiment);
     let (soft, hard) =
         sys::open_files_limit().map_err(io_error("reading the limit on open files"))?;
-    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(hard);
+    let nr_open = sys::max_open_files().unwrap_or(hard);
     match descriptors::plan(needed, soft, hard, nr_open) {
         Plan::Enough => Ok(()),
         Plan::Raise {

@@ -154,6 +154,28 @@ fn a_hosts_ping_goes_before_its_own_bulk_queue_with_its_own_stream_and_numbers()
     }
 }
 
+/// A packet begun on positive credit goes whole (RFC 8290's DRR): a bulk flow whose
+/// packets each fit a datagram is never cut where its credit ends. Cut there, 50,556 of a
+/// bulk flow's 51,278 packets went in two pieces (the quantum, 1,514 bytes, less one
+/// 1,414-byte packet leaves 100 of credit for the next). Theory: one whole packet a
+/// datagram, none split.
+#[test]
+fn a_bulk_flow_whose_packets_fit_a_datagram_is_never_cut_at_its_credit() {
+    let mut queue = FairQueue::new(FairConfig::default());
+    let now = Instant::ZERO;
+    for _ in 0..200 {
+        let (packet, key) = packet_of(now, 1, 7, 1414);
+        queue.enqueue(now, packet, key);
+    }
+    let budget = crate::wire::piece_header_bytes(0, 1414, 1414) + 1414;
+    for k in 0..200 {
+        let pieces = datagram(&mut queue, now, budget, false);
+        assert_eq!(pieces.len(), 1, "datagram {k}: {pieces:?}");
+        assert_eq!(pieces[0].2, 1414, "datagram {k}");
+    }
+    assert_eq!(queue.counters().split_packets, 0);
+}
+
 /// Bytes each of two users sends while both are backlogged, user 1 spreading its
 /// packets over `flows` flows and user 2 using one; when `sparse`, user 1's packets
 /// come one at a time per flow, so each finds its flow new (served at once).
@@ -202,8 +224,9 @@ fn shares(flows: u64, sparse: bool) -> (u64, u64) {
 
 /// A user cannot buy a larger share by opening flows, bulk or sparse: its flows take
 /// turns within its credit. Theory: deficit round robin gives each backlogged user one
-/// quantum per round, a piece overshooting by less than 64 bytes, so over thousands of
-/// rounds the shares agree within a percent.
+/// quantum per round, a packet begun on positive credit overshooting it by less than a
+/// packet and the debt carried to the next round, so over thousands of rounds the shares
+/// agree within a percent.
 #[test]
 fn a_user_opening_many_flows_gets_one_users_share() {
     for (flows, sparse) in [(1, false), (100, false), (1000, true)] {

@@ -1334,17 +1334,9 @@ pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
 /// Raises this process's soft limit on open files to its hard limit (a server holds a
 /// descriptor per connection; the soft default of 1024 is a fraction of what is allowed).
 pub fn raise_open_files_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into `limit`; setrlimit reads one.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) == 0
-            && limit.rlim_cur < limit.rlim_max
-        {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit);
+    if let Ok((soft, hard)) = open_files_limit() {
+        if soft < hard {
+            let _ = set_open_files_limit(hard, hard);
         }
     }
 }
@@ -1361,7 +1353,7 @@ pub fn open_files_limit() -> io::Result<(u64, u64)> {
 }
 
 /// Sets this process's limit on open files (raising the hard limit needs
-/// CAP_SYS_RESOURCE, and neither may pass `fs.nr_open`).
+/// CAP_SYS_RESOURCE, and neither may pass [`max_open_files`]).
 pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
     let limit = libc::rlimit {
         rlim_cur: soft,
@@ -1369,6 +1361,14 @@ pub fn set_open_files_limit(soft: u64, hard: u64) -> io::Result<()> {
     };
     // SAFETY: setrlimit reads one rlimit.
     cvt(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const limit) }).map(drop)
+}
+
+/// The most open files the kernel lets any process have (`fs.nr_open`).
+pub fn max_open_files() -> io::Result<u64> {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")?
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "fs.nr_open is not a number"))
 }
 
 /// Fills `buffer` with random bytes from the kernel (`getrandom`).
