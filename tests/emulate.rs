@@ -19,6 +19,8 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_probe_driver::ping::{PingResult, Pinger};
 use pathlab_results::recording::read_recording;
 
+#[path = "emulate/iface.rs"]
+mod iface;
 mod util;
 #[path = "emulate/vlan.rs"]
 mod vlan;

@@ -4,9 +4,11 @@
 //! runtime directory ([`crate::runtime`]) and the NAT tables ([`crate::nat`]); neither of
 //! those knows about it.
 //!
-//! Namespaces and interfaces are not its business: pathlab's namespaces are anonymous
-//! (they go with the last process or descriptor holding them) and its interfaces live in
-//! them or are TUN devices that go with their descriptor, so a killed run leaves none. A
+//! It also puts back the interfaces killed emulators had swapped for a stand-in
+//! (`emulate --iface`, [`crate::interpose`]), from their records. Other namespaces and
+//! interfaces are not its business: pathlab's namespaces are anonymous (they go with the
+//! last process or descriptor holding them) and its interfaces live in them or are TUN
+//! devices that go with their descriptor, so a killed run leaves none. A
 //! named namespace or an interface whose name looks like pathlab's was made by someone
 //! else and is left alone. A table is deleted only if pathlab recorded making it
 //! ([`crate::runtime::record_table`]), as a name alone can be anyone's.
@@ -31,13 +33,19 @@ pub struct Cleaned {
     /// Forwarding locks of killed shells: IPv4 forwarding set back to what it was before
     /// them where the lock is of the current namespace.
     pub forwarding: Vec<PathBuf>,
+    /// Interfaces killed emulators had swapped (`emulate --iface`), put back as they were.
+    pub interfaces: Vec<crate::interpose::Restored>,
 }
 
 /// Removes what killed pathlab runs left: stale control sockets, unheld locks, and in this
 /// namespace the nftables tables and IPv4 forwarding of shells that were killed. Live
 /// emulators and shells, and whatever pathlab did not record making, are not touched.
 pub fn clean() -> io::Result<Cleaned> {
-    let mut cleaned = Cleaned::default();
+    // Before the locks: each swap's interface lock proves its emulator is gone.
+    let mut cleaned = Cleaned {
+        interfaces: crate::interpose::restore_killed()?,
+        ..Cleaned::default()
+    };
     // Emulators' control sockets and tunnels' stats sockets.
     for kind in ["emulate", "bond"] {
         let Ok(entries) = fs::read_dir(runtime_dir().join(kind)) else {
@@ -97,45 +105,7 @@ pub fn clean() -> io::Result<Cleaned> {
 /// everything in it. Where that cannot be read (another process's descriptors without
 /// the right to), it counts as alive, so what it holds is left alone.
 fn namespace_gone(netns: u64) -> bool {
-    let wanted = format!("net:[{netns}]");
-    let is_it = |path: PathBuf| {
-        fs::read_link(path).is_ok_and(|target| target.as_os_str() == wanted.as_str())
-    };
-    let Ok(processes) = fs::read_dir("/proc") else {
-        return false;
-    };
-    for process in processes.flatten() {
-        let dir = process.path();
-        if !process
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
-            continue;
-        }
-        // Threads enter namespaces of their own (`Netns::run`); a process that ended
-        // while this looked holds nothing.
-        let (threads, descriptors) =
-            match (fs::read_dir(dir.join("task")), fs::read_dir(dir.join("fd"))) {
-                (Ok(threads), Ok(descriptors)) => (threads, descriptors),
-                (Err(e), _) | (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => continue,
-                _ => return false,
-            };
-        if threads
-            .flatten()
-            .map(|t| t.path().join("ns/net"))
-            .chain(descriptors.flatten().map(|d| d.path()))
-            .any(is_it)
-        {
-            return false;
-        }
-    }
-    // A bind mount keeps a namespace without any process (mountinfo's root field).
-    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    !mounts
-        .lines()
-        .any(|line| line.split(' ').nth(3) == Some(wanted.as_str()))
+    matches!(crate::netns::locate(netns), crate::netns::Located::Gone)
 }
 
 #[cfg(test)]

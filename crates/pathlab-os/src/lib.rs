@@ -18,6 +18,7 @@ pub mod buffers;
 pub mod clean;
 pub mod clock;
 pub mod files;
+pub mod interpose;
 pub mod local_socket;
 pub mod nat;
 pub mod netlink;

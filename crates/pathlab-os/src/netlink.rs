@@ -21,11 +21,19 @@ const NLM_F_CREATE: u16 = 0x400;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
-const RTM_GETLINK: u16 = 18;
-const RTM_NEWADDR: u16 = 20;
-const RTM_GETADDR: u16 = 22;
-const RTM_NEWROUTE: u16 = 24;
+/// Dumps links (`ifinfomsg`).
+pub const RTM_GETLINK: u16 = 18;
+/// Adds an address (`ifaddrmsg`), as an address dump replies.
+pub const RTM_NEWADDR: u16 = 20;
+/// Dumps addresses (`ifaddrmsg`).
+pub const RTM_GETADDR: u16 = 22;
+/// Adds a route (`rtmsg`), as a route dump replies.
+pub const RTM_NEWROUTE: u16 = 24;
 const RTM_DELROUTE: u16 = 25;
+/// Dumps routes (one family per request: `rtmsg` with `rtm_family` set).
+pub const RTM_GETROUTE: u16 = 26;
+/// Dumps neighbours (`ndmsg`).
+pub const RTM_GETNEIGH: u16 = 30;
 const RTM_NEWRULE: u16 = 32;
 const RTM_DELRULE: u16 = 33;
 
@@ -45,7 +53,9 @@ const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const IFA_F_NODAD: u8 = 0x02;
 
-const RTM_NEWNEIGH: u16 = 28;
+/// Adds a neighbour (`ndmsg`), as a neighbour dump replies.
+pub const RTM_NEWNEIGH: u16 = 28;
+
 const NDA_DST: u16 = 1;
 const NDA_LLADDR: u16 = 2;
 const NUD_PERMANENT: u16 = 0x80;
@@ -176,6 +186,19 @@ pub struct LinkInfo {
     pub tx_packets: u64,
     /// Packets the kernel dropped on receive.
     pub rx_dropped: u64,
+    /// The bridge (or bond) it is a port of.
+    pub master: Option<u32>,
+    /// Its hardware type (`ARPHRD_*`: 1 for Ethernet, 772 for loopback).
+    pub hardware: u16,
+}
+
+/// What a [`Netlink::request_raw`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawFlags {
+    /// Create, and fail with `EEXIST` if it is there.
+    Create,
+    /// Change what is there.
+    Change,
 }
 
 /// An address on an interface.
@@ -472,6 +495,102 @@ impl Netlink {
         self.request(message)
     }
 
+    /// Creates a veth pair whose end `name` takes interface index `index` here, `mac` and
+    /// `mtu`, its peer `peer` in `peer_netns`: a stand-in for an interface that left, seen
+    /// by the namespace's programs as the same one. `EBUSY` if the index is taken.
+    pub fn create_veth_as(
+        &mut self,
+        name: &str,
+        index: u32,
+        mac: &[u8],
+        mtu: u32,
+        peer: &str,
+        peer_netns: BorrowedFd<'_>,
+    ) -> io::Result<()> {
+        let mut message = Message::new(
+            RTM_NEWLINK,
+            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+            &ifinfomsg(index, 0, 0),
+        );
+        message.attr_str(IFLA_IFNAME, name);
+        message.attr(IFLA_ADDRESS, mac);
+        message.attr(IFLA_MTU, &mtu.to_ne_bytes());
+        message
+            .begin_nest(IFLA_LINKINFO)
+            .attr_str(IFLA_INFO_KIND, "veth")
+            .begin_nest(IFLA_INFO_DATA)
+            .begin_nest(VETH_INFO_PEER);
+        message.raw(&ifinfomsg(0, 0, 0)).attr_str(IFLA_IFNAME, peer);
+        message.attr(IFLA_MTU, &mtu.to_ne_bytes());
+        message.attr(
+            IFLA_NET_NS_FD,
+            &(peer_netns.as_raw_fd() as u32).to_ne_bytes(),
+        );
+        message.end_nest().end_nest().end_nest();
+        self.request(message)
+    }
+
+    /// Sends a request whose body (fixed part and attributes, as a dump replied it and
+    /// [`crate::interpose`] rewrote it) is `body`, and waits for its acknowledgement.
+    pub fn request_raw(&mut self, kind: u16, flags: RawFlags, body: &[u8]) -> io::Result<()> {
+        let flags = match flags {
+            RawFlags::Create => NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+            RawFlags::Change => NLM_F_ACK,
+        };
+        self.request(Message::new(kind, flags, body))
+    }
+
+    /// Creates a VXLAN device `name` (as meshnet makes a link between machines): network
+    /// identifier `vni`, its packets to `remote` from `local` on UDP port `port`, through
+    /// interface `underlay` (an index here).
+    pub fn create_vxlan(
+        &mut self,
+        name: &str,
+        vni: u32,
+        local: IpAddr,
+        remote: IpAddr,
+        port: u16,
+        underlay: u32,
+    ) -> io::Result<()> {
+        const IFLA_VXLAN_ID: u16 = 1;
+        const IFLA_VXLAN_GROUP: u16 = 2;
+        const IFLA_VXLAN_LINK: u16 = 3;
+        const IFLA_VXLAN_LOCAL: u16 = 4;
+        const IFLA_VXLAN_PORT: u16 = 15;
+        const IFLA_VXLAN_GROUP6: u16 = 16;
+        const IFLA_VXLAN_LOCAL6: u16 = 17;
+        let (group, local_kind) = match remote {
+            IpAddr::V4(_) => (IFLA_VXLAN_GROUP, IFLA_VXLAN_LOCAL),
+            IpAddr::V6(_) => (IFLA_VXLAN_GROUP6, IFLA_VXLAN_LOCAL6),
+        };
+        let mut message = new_link(name, "vxlan");
+        message
+            .begin_nest(IFLA_INFO_DATA)
+            .attr(IFLA_VXLAN_ID, &vni.to_ne_bytes())
+            .attr(group, &ip_bytes(remote))
+            .attr(local_kind, &ip_bytes(local))
+            .attr(IFLA_VXLAN_LINK, &underlay.to_ne_bytes())
+            .attr(IFLA_VXLAN_PORT, &port.to_be_bytes())
+            .end_nest()
+            .end_nest();
+        self.request(message)
+    }
+
+    /// Creates a macvlan device `name` in bridge mode on interface `lower` (an index here).
+    pub fn create_macvlan(&mut self, name: &str, lower: u32) -> io::Result<()> {
+        const IFLA_LINK: u16 = 5;
+        const IFLA_MACVLAN_MODE: u16 = 1;
+        const MACVLAN_MODE_BRIDGE: u32 = 4;
+        let mut message = new_link(name, "macvlan");
+        message
+            .begin_nest(IFLA_INFO_DATA)
+            .attr(IFLA_MACVLAN_MODE, &MACVLAN_MODE_BRIDGE.to_ne_bytes())
+            .end_nest()
+            .end_nest();
+        message.attr(IFLA_LINK, &lower.to_ne_bytes());
+        self.request(message)
+    }
+
     /// Creates a bridge device.
     pub fn create_bridge(&mut self, name: &str) -> io::Result<()> {
         let mut message = new_link(name, "bridge");
@@ -559,6 +678,8 @@ impl Netlink {
                 rx_packets: 0,
                 tx_packets: 0,
                 rx_dropped: 0,
+                master: None,
+                hardware: u16::from_ne_bytes([reply[2], reply[3]]),
             };
             for (kind, payload) in attributes(&reply[16..]) {
                 match kind {
@@ -567,6 +688,11 @@ impl Netlink {
                         link.mtu = u32::from_ne_bytes(payload[..4].try_into().expect("4 bytes"));
                     }
                     IFLA_ADDRESS => link.mac = payload.to_vec(),
+                    IFLA_MASTER if payload.len() >= 4 => {
+                        link.master = Some(u32::from_ne_bytes(
+                            payload[..4].try_into().expect("4 bytes"),
+                        ));
+                    }
                     IFLA_STATS64 if payload.len() >= 56 => {
                         let counter = |i: usize| {
                             u64::from_ne_bytes(

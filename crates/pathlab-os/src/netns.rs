@@ -107,6 +107,86 @@ impl Netns {
     }
 }
 
+/// Where a namespace known by its inode was found ([`locate`]).
+#[derive(Debug)]
+pub enum Located {
+    /// Held by a process, a descriptor or a mount: opened from there.
+    Found(Netns),
+    /// Nothing holds it: it is gone, with everything in it.
+    Gone,
+    /// Not found where it could be read, but some processes could not be read (their
+    /// descriptors, without the right to): it may still be alive.
+    Unknown,
+}
+
+/// Finds the network namespace of inode `inode` wherever it is still held: a bind mount
+/// (`ip netns add`, a holder of pathlab's own), a process or one of its threads in it, or
+/// a descriptor of it.
+pub fn locate(inode: u64) -> Located {
+    let wanted = format!("net:[{inode}]");
+    // A bind mount keeps a namespace without any process (mountinfo's root field, then
+    // its mount point).
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mounts.lines() {
+        let mut fields = line.split(' ').skip(3);
+        if let (Some(root), Some(point)) = (fields.next(), fields.next()) {
+            if root == wanted {
+                if let Ok(netns) = Netns::open(Path::new(point)) {
+                    return Located::Found(netns);
+                }
+            }
+        }
+    }
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Located::Unknown;
+    };
+    let mut unreadable = false;
+    let is_it = |path: &Path| {
+        std::fs::read_link(path).is_ok_and(|target| target.as_os_str() == wanted.as_str())
+    };
+    for process in processes.flatten() {
+        let dir = process.path();
+        if !process
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        // Threads enter namespaces of their own (`Netns::run`); a process that ended
+        // while this looked holds nothing.
+        let (threads, descriptors) = match (
+            std::fs::read_dir(dir.join("task")),
+            std::fs::read_dir(dir.join("fd")),
+        ) {
+            (Ok(threads), Ok(descriptors)) => (threads, descriptors),
+            (Err(e), _) | (_, Err(e)) if e.kind() == io::ErrorKind::NotFound => continue,
+            _ => {
+                unreadable = true;
+                continue;
+            }
+        };
+        let found = threads
+            .flatten()
+            .map(|t| t.path().join("ns/net"))
+            .chain(descriptors.flatten().map(|d| d.path()))
+            .find(|path| is_it(path));
+        if let Some(path) = found {
+            if let Ok(netns) = Netns::open(&path) {
+                if netns.inode().is_ok_and(|i| i == inode) {
+                    return Located::Found(netns);
+                }
+            }
+        }
+    }
+    if unreadable {
+        Located::Unknown
+    } else {
+        Located::Gone
+    }
+}
+
 /// The largest process id Linux gives (`PID_MAX_LIMIT` on 64-bit).
 pub const PID_MAX: u32 = 4_194_304;
 

@@ -176,12 +176,7 @@ pub fn record_table(table: &str) -> io::Result<Recorded> {
         table: table.to_owned(),
     };
     // The table's name is pathlab's own (`pathlab-PID-N`): a file name as it is.
-    let dir = records_dir();
-    fs::create_dir_all(runtime_dir())?;
-    match fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => return Err(error),
-        _ => {}
-    }
+    let dir = private_dir(&records_dir())?;
     let path = dir.join(format!("nft-{}-{table}.json", record.netns));
     let text = serde_json::to_string(&record).map_err(io::Error::other)?;
     fs::write(&path, text)?;
@@ -192,8 +187,27 @@ pub fn record_table(table: &str) -> io::Result<Recorded> {
 /// (symbolic links, other files, unreadable ones) are left out. Refused if the records'
 /// directory is writable by group or others, where anyone could have written them.
 pub fn table_records() -> io::Result<Vec<(PathBuf, TableRecord)>> {
-    let dir = records_dir();
-    let meta = match fs::symlink_metadata(&dir) {
+    trusted_records(&records_dir())
+}
+
+/// Makes `dir` (under the runtime directory) if it is not there, only its owner may
+/// write in it, and returns it.
+pub(crate) fn private_dir(dir: &Path) -> io::Result<PathBuf> {
+    fs::create_dir_all(runtime_dir())?;
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(error) if error.kind() != io::ErrorKind::AlreadyExists => Err(error),
+        _ => Ok(dir.to_owned()),
+    }
+}
+
+/// The records of kind `T` (JSON files of at most [`MAX_RECORD_BYTES`]) in `dir`, with their
+/// files, in file-name order. Files that are not records (symbolic links, other files,
+/// unreadable ones) are left out. Refused if `dir` is writable by group or others, where
+/// anyone could have written them; no directory is no records.
+pub(crate) fn trusted_records<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+) -> io::Result<Vec<(PathBuf, T)>> {
+    let meta = match fs::symlink_metadata(dir) {
         Ok(meta) => meta,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => return Err(error),
@@ -208,9 +222,11 @@ pub fn table_records() -> io::Result<Vec<(PathBuf, TableRecord)>> {
         ));
     }
     let mut records = Vec::new();
-    for entry in fs::read_dir(&dir)?.flatten() {
+    for entry in fs::read_dir(dir)?.flatten() {
         let path = entry.path();
-        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+        if !entry.file_type().is_ok_and(|t| t.is_file())
+            || path.extension().is_none_or(|e| e != "json")
+        {
             continue;
         }
         if let Some(record) = read_record(&path) {
@@ -221,8 +237,22 @@ pub fn table_records() -> io::Result<Vec<(PathBuf, TableRecord)>> {
     Ok(records)
 }
 
-fn read_record(path: &Path) -> Option<TableRecord> {
-    serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
+/// The largest record file read: records are pathlab's own and small (an interface's
+/// addresses and routes), so a bigger file is not one.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+
+fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    File::open(path)
+        .ok()?
+        .take(MAX_RECORD_BYTES + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    if text.len() as u64 > MAX_RECORD_BYTES {
+        return None;
+    }
+    serde_json::from_str(&text).ok()
 }
 
 #[cfg(test)]

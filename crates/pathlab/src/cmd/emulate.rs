@@ -29,8 +29,20 @@ pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
     /// The two interfaces to bridge; SPEC applies from the first to the second.
-    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required_unless_present = "trunk")]
+    #[arg(long, num_args = 2, value_names = ["IF_A", "IF_B"], required_unless_present_any = ["trunk", "iface"])]
     pub between: Vec<String>,
+    /// Instead of bridging two interfaces, put the emulator in front of this one (of
+    /// --netns NS, or of this namespace): SPEC applies to what leaves through it, --reverse
+    /// to what enters. Its programs still see it with its name, index, MAC, MTU, addresses
+    /// and routes: it is swapped for a stand-in veth, and put back on exit, on Ctrl-C or
+    /// SIGTERM, or by `pathlab lab clean` after a crash (see docs/emulate.md, "On someone
+    /// else's interface"). A veth, VXLAN, macvlan or NIC; not a bridge.
+    #[arg(long, value_name = "IF", conflicts_with_all = ["between", "trunk", "wait"])]
+    pub iface: Option<String>,
+    /// With --iface: the namespace the interface is in, as an `ip netns` name, a path to a
+    /// namespace file, or pid:PID (a container's or a pod's process).
+    #[arg(long, value_name = "NS", requires = "iface")]
+    pub netns: Option<pathlab_os::netns::NamespaceRef>,
     /// Instead of two interfaces, bridge two VLANs (--vlans A,B) of this one trunk port:
     /// frames tagged A go through SPEC and leave tagged B, and back (see docs/emulate.md,
     /// "One-port VLAN box"). Needs no 8021q module.
@@ -251,10 +263,16 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let names = match &trunk {
-        Some((trunk, Ok(vlans))) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
-        Some((_, Err(e))) => return Err(usage(anyhow::anyhow!("--native-vlan: {e}"))),
-        None => [args.between[0].clone(), args.between[1].clone()],
+    let names = match (&trunk, &args.iface) {
+        (Some((trunk, Ok(vlans))), _) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
+        (Some((_, Err(e))), _) => return Err(usage(anyhow::anyhow!("--native-vlan: {e}"))),
+        // The stand-in's end faces the namespace; the interface itself is on the wire.
+        (None, Some(iface)) => {
+            pathlab_os::netlink::check_interface_name(iface)
+                .map_err(|e| usage(anyhow::anyhow!("--iface: {e}")))?;
+            ["inside".to_owned(), iface.clone()]
+        }
+        (None, None) => [args.between[0].clone(), args.between[1].clone()],
     };
     let [if_a, if_b] = [&names[0], &names[1]];
     if if_a == if_b {
@@ -268,7 +286,10 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         None => forward.clone(),
     };
     if args.print_tc {
-        print_tc(&forward, if_b, &reverse, if_a);
+        match &args.iface {
+            Some(iface) => print_tc_on(&forward, iface, &reverse),
+            None => print_tc(&forward, if_b, &reverse, if_a),
+        }
         return Ok(());
     }
     pathlab_os::require_net_admin("pathlab emulate").map_err(usage)?;
@@ -289,10 +310,42 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         ReceiveMode::for_link(&forward),
         ReceiveMode::for_link(&reverse),
     ];
-    let ports: [Box<dyn Port>; 2] = match &trunk {
-        Some((trunk, Ok(vlans))) => vlan::open_trunk(trunk, *vlans, modes)
+    // In front of someone's interface: swapped now, put back when `interposed` goes (at
+    // the end, or on any error from here).
+    let interposed = match &args.iface {
+        Some(iface) => Some(
+            pathlab_os::interpose::interpose(args.netns.as_ref(), iface, &args.common.name)
+                .map_err(|e| {
+                    if e.is_usage() {
+                        usage(anyhow::Error::new(e))
+                    } else {
+                        anyhow::Error::new(e)
+                    }
+                })?,
+        ),
+        None => None,
+    };
+    let (if_a, if_b) = match &interposed {
+        Some(interposed) => (interposed.inside(), interposed.outside()),
+        None => (if_a.as_str(), if_b.as_str()),
+    };
+    let ports: [Box<dyn Port>; 2] = match (&trunk, &interposed) {
+        (Some((trunk, Ok(vlans))), _) => vlan::open_trunk(trunk, *vlans, modes)
             .map_err(port_error)?
             .map(|port| Box::new(port) as Box<dyn Port>),
+        (_, Some(interposed)) => {
+            let open = |name: &str, mode| {
+                interposed
+                    .holder()
+                    .run(|| PacketPort::open_with(name, mode))
+                    .context("entering the emulator's namespace")?
+                    .map_err(port_error)
+            };
+            [
+                Box::new(open(if_a, modes[0])?),
+                Box::new(open(if_b, modes[1])?),
+            ]
+        }
         _ => [
             Box::new(PacketPort::open_with(if_a, modes[0]).map_err(port_error)?),
             Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
@@ -334,13 +387,33 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         warnings: Default::default(),
         next: std::time::Instant::now() + GUARD_INTERVAL,
     });
-    eprintln!(
-        "pathlab emulate '{name}': {if_a} <-> {if_b}\n  {if_a} -> {if_b}: {}\n  {if_b} -> {if_a}: {}\n\
-         control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. Ctrl-C stops.",
-        show(&forward),
-        show(&reverse),
-        name = args.common.name,
-    );
+    match (&interposed, &args.iface) {
+        (Some(interposed), Some(iface)) => {
+            let netns = args
+                .netns
+                .as_ref()
+                .map_or_else(|| "this namespace".to_owned(), |ns| format!("namespace {ns}"));
+            eprintln!(
+                "pathlab emulate '{name}': in front of {iface} in {netns} ({if_a} is its side, \
+                 {if_b} the wire)\n  leaving through {iface}: {}\n  entering through {iface}: {}\n\
+                 control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. \
+                 Ctrl-C stops and puts {iface} back.",
+                show(&forward),
+                show(&reverse),
+                name = args.common.name,
+            );
+            for note in interposed.notes() {
+                eprintln!("  note: {note}");
+            }
+        }
+        _ => eprintln!(
+            "pathlab emulate '{name}': {if_a} <-> {if_b}\n  {if_a} -> {if_b}: {}\n  {if_b} -> {if_a}: {}\n\
+             control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. Ctrl-C stops.",
+            show(&forward),
+            show(&reverse),
+            name = args.common.name,
+        ),
+    }
     if let Some(http) = &http {
         http.announce(&format!(
             "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a change \
@@ -390,6 +463,14 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     });
     let stats = handle.stop();
     drop(server);
+    if let Some(interposed) = interposed {
+        let notes = interposed
+            .restore()
+            .context("putting the interface back (`pathlab lab clean` retries)")?;
+        for note in notes {
+            eprintln!("pathlab emulate '{}': {note}", args.common.name);
+        }
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {
@@ -435,6 +516,41 @@ fn print_tc(forward: &LinkSpec, if_b: &str, reverse: &LinkSpec, if_a: &str) {
     for (spec, from, to) in [(forward, if_a, if_b), (reverse, if_b, if_a)] {
         let tc = pathlab_core::spec::tc::to_tc_commands(spec, to);
         println!("# {from} -> {to}: on the egress of {to}");
+        for command in &tc.commands {
+            println!("{command}");
+        }
+        for caveat in &tc.caveats {
+            println!("# note: {caveat}");
+        }
+    }
+}
+
+/// `--print-tc` for `--iface`: the spec on the interface's egress, and the reverse on an
+/// ifb device its ingress is redirected to (tc has no queue on ingress).
+fn print_tc_on(forward: &LinkSpec, iface: &str, reverse: &LinkSpec) {
+    for (spec, what, dev) in [
+        (
+            forward,
+            format!("leaving through {iface}: on its egress"),
+            iface,
+        ),
+        (
+            reverse,
+            format!(
+                "entering through {iface}: on the egress of ifb0, where its ingress is redirected"
+            ),
+            "ifb0",
+        ),
+    ] {
+        println!("# {what}");
+        if dev == "ifb0" {
+            println!("ip link add ifb0 type ifb && ip link set ifb0 up");
+            println!("tc qdisc add dev {iface} handle ffff: ingress");
+            println!(
+                "tc filter add dev {iface} parent ffff: matchall action mirred egress redirect dev ifb0"
+            );
+        }
+        let tc = pathlab_core::spec::tc::to_tc_commands(spec, dev);
         for command in &tc.commands {
             println!("{command}");
         }

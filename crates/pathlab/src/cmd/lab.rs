@@ -45,10 +45,11 @@ pub struct Args {
 /// Lab actions.
 #[derive(Debug, clap::Subcommand)]
 pub enum Action {
-    /// Remove what killed pathlab runs left behind: stale control sockets and locks, and in
+    /// Remove what killed pathlab runs left behind: interfaces killed emulators had swapped
+    /// (`emulate --iface`, put back as they were), stale control sockets and locks, and in
     /// this namespace the nftables tables and IPv4 forwarding of killed shells (tables
     /// pathlab recorded making, never one by its name). Running emulators and shells, and
-    /// namespaces and interfaces (a killed run leaves none), are left alone.
+    /// other namespaces and interfaces (a killed run leaves none), are left alone.
     Clean,
 }
 
@@ -337,7 +338,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 + cleaned.locks.len()
                 + cleaned.nat_tables.len()
                 + cleaned.records.len()
-                + cleaned.forwarding.len();
+                + cleaned.forwarding.len()
+                + cleaned.interfaces.len();
+            for restored in &cleaned.interfaces {
+                writeln!(
+                    out,
+                    "restored interface {} (a killed emulator had swapped it)",
+                    restored.interface
+                )?;
+                for note in &restored.notes {
+                    writeln!(out, "  {note}")?;
+                }
+            }
             for path in &cleaned.sockets {
                 writeln!(out, "removed stale control socket {}", path.display())?;
             }
