@@ -45,7 +45,10 @@ fn write_star(dir: &TempDir) -> (std::path::PathBuf, u64, std::path::PathBuf) {
     let spec = dir.path("star.toml");
     let text = star();
     std::fs::write(&spec, &text).unwrap();
-    let needed = pathlab_lab::descriptors::needed(&pathlab_lab::Experiment::parse(&text).unwrap());
+    let needed = pathlab_lab::descriptors::needed(
+        &pathlab_lab::Experiment::parse(&text).unwrap(),
+        pathlab_core_driver::emulator::Pool::per_core_threads(),
+    );
     (spec, needed, dir.path("out"))
 }
 
@@ -205,4 +208,79 @@ fn under_a_hard_limit_too_low_a_lab_raises_it_or_says_what_it_needs_before_build
             .count()
     });
     assert_eq!(built, 0, "links built before the refusal");
+}
+
+/// Links of the star in [`tcp_across_the_switchboard_takes_its_bottleneck_rate`]: beyond
+/// the switchboard's threshold.
+const BOARD_LINKS: usize = pathlab_lab::topology::SWITCHBOARD_FROM + 6;
+
+#[test]
+fn tcp_across_the_switchboard_takes_its_bottleneck_rate() {
+    let Some(_serial) = privileged("tcp_across_the_switchboard_takes_its_bottleneck_rate") else {
+        return;
+    };
+    // A star on the switchboard whose link to h1 is the bottleneck: 20 Mbit/s towards h1,
+    // a bloated queue; TCP from h2 to h1, and a second flow the other way round that only
+    // crosses plain 1 ms links.
+    let mut text = String::from("name = \"board\"\nduration = \"9s\"\n");
+    text.push_str("[[node]]\nname = \"r\"\nkind = \"router\"\n");
+    for h in 1..=BOARD_LINKS {
+        write!(text, "[[node]]\nname = \"h{h}\"\n").unwrap();
+    }
+    text.push_str(
+        "[[link]]\nbetween = [\"r\", \"h1\"]\nspec = \"delay 5ms rate 20mbit limit 100\"\n\
+         reverse = \"delay 5ms\"\n",
+    );
+    for h in 2..=BOARD_LINKS {
+        write!(
+            text,
+            "[[link]]\nbetween = [\"r\", \"h{h}\"]\nspec = \"delay 1ms\"\n"
+        )
+        .unwrap();
+    }
+    text.push_str(
+        "[[workload]]\nname = \"down\"\nkind = \"tcp\"\nfrom = \"h2\"\nto = \"h1\"\n\
+         start = \"1s\"\nduration = \"7s\"\ncongestion = \"cubic\"\n\
+         [[workload]]\nname = \"side\"\nkind = \"tcp\"\nfrom = \"h3\"\nto = \"h4\"\n\
+         start = \"1s\"\nduration = \"7s\"\ncongestion = \"cubic\"\n",
+    );
+    let experiment = pathlab_lab::Experiment::parse(&text).unwrap();
+    assert!(pathlab_lab::topology::uses_switchboard(&experiment));
+    let dir = TempDir::new("lab-board-tcp");
+    let out = dir.path("out");
+    util::lab_results::run_spec(&dir, &text, &out);
+    // 20 Mbit/s of 1514-byte frames, 1448 bytes of TCP payload each (timestamps on).
+    let theory = 20.0 * 1448.0 / 1514.0;
+    let goodput = util::lab_results::lab_goodput(&out, "down", 2.0, 7.0);
+    eprintln!(
+        "TCP across the switchboard's 20 Mbit/s link: {goodput:.2} Mbit/s (theory {theory:.2})"
+    );
+    assert!(
+        (0.93 * theory..=1.005 * theory).contains(&goodput),
+        "{goodput:.2} Mbit/s through 20 Mbit/s (theory {theory:.2})"
+    );
+    // The plain links are not held to anyone's rate: far above 20 Mbit/s.
+    let side = util::lab_results::lab_goodput(&out, "side", 2.0, 7.0);
+    assert!(side > 5.0 * theory, "{side:.1} Mbit/s across plain links");
+    // The bottleneck's recording, written a batch at a time into a file closed between
+    // writes, holds what crossed it: its sent packets' bytes are at least the goodput's.
+    let recording = std::fs::File::open(out.join("link-r-h1.jsonl")).unwrap();
+    let recording =
+        pathlab_results::recording::read_recording(std::io::BufReader::new(recording)).unwrap();
+    let sent_bytes: u64 = recording
+        .lines
+        .iter()
+        .filter_map(|line| match line {
+            pathlab_results::recording::RecordingLine::Packet { dir: 0, record }
+                if record.departed.is_some() =>
+            {
+                Some(u64::from(record.len_bytes))
+            }
+            _ => None,
+        })
+        .sum();
+    assert!(
+        sent_bytes as f64 * 8.0 / 1e6 >= goodput * 5.0,
+        "{sent_bytes} bytes recorded for {goodput:.2} Mbit/s over 5 s"
+    );
 }

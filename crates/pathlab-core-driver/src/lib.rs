@@ -4,7 +4,7 @@
 //! Layer: the driver of `pathlab-core`, over `pathlab-os` (packet sockets, TUN, offloads,
 //! the clock) and `pathlab-http` (the control address). It reads frames and the clock and
 //! hands them to a `pathlab_core::Link` per direction: ports ([`port`]: AF_PACKET rings,
-//! sockets or TUN), the forwarding loop ([`emulator`]), the one-port VLAN box ([`vlan`]),
+//! sockets or TUN), the forwarding loop ([`emulator`]), the one-port VLAN box ([`vlan`]), a lab's cables on one namespace ([`switchboard`]),
 //! how late it sends against its model ([`fidelity`]), its control socket ([`control`]),
 //! its HTTP API, page and metrics ([`api`]), a program behind an emulated link
 //! ([`shell`]), and specs loaded with their trace files ([`spec`]). It decides nothing
@@ -20,6 +20,7 @@ pub mod fidelity;
 pub mod port;
 pub mod shell;
 pub mod spec;
+pub mod switchboard;
 pub mod vlan;
 
 pub use spec::{load_spec, load_spec_in, LoadSpecError, MAX_TRACE_BYTES};

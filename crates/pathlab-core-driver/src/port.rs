@@ -91,6 +91,19 @@ pub trait Port: Send {
     fn reopen(&mut self) -> Result<bool, PortError> {
         Ok(false)
     }
+    /// The receiving socket this port shares with others, if it shares one (a
+    /// switchboard's, [`crate::switchboard`]), and the interface index that marks its
+    /// frames there: the forwarding thread then reads that socket once for all its ports
+    /// and hands each its frames ([`Port::push`]); the port's own receive only takes what
+    /// was handed to it.
+    fn shared_receiver(&self) -> Option<(Arc<crate::switchboard::SharedReceiver>, u32)> {
+        None
+    }
+    /// Takes a wire frame its shared receiver read for it, with its receive time; `first`
+    /// when it begins what the kernel received (the segments of a super-packet follow).
+    fn push(&mut self, frame: Vec<u8>, received: Option<u64>, first: bool) {
+        let _ = (frame, received, first);
+    }
 }
 
 /// A boxed port is a port: an emulator can join two kinds (an interface and a VLAN of a
@@ -131,6 +144,14 @@ impl Port for Box<dyn Port> {
 
     fn reopen(&mut self) -> Result<bool, PortError> {
         (**self).reopen()
+    }
+
+    fn shared_receiver(&self) -> Option<(Arc<crate::switchboard::SharedReceiver>, u32)> {
+        (**self).shared_receiver()
+    }
+
+    fn push(&mut self, frame: Vec<u8>, received: Option<u64>, first: bool) {
+        (**self).push(frame, received, first);
     }
 }
 
@@ -284,7 +305,7 @@ impl Default for ReceiveMode {
 
 /// Ring frame size and socket slot size: a 64 KB GSO super-packet with its headers and
 /// vnet header fits whole.
-const RING_FRAME_SIZE: usize = 17 * 4096;
+pub(crate) const RING_FRAME_SIZE: usize = 17 * 4096;
 
 /// Where a packet port's frames come from.
 #[derive(Debug)]
@@ -493,7 +514,7 @@ pub(crate) fn open_sender(name: &str, index: u32) -> Result<OwnedFd, PortError> 
 }
 
 /// One received frame (vnet header, then Ethernet) into wire frames for `deliver`.
-fn deliver_frame(
+pub(crate) fn deliver_frame(
     data: &[u8],
     wire_len: u32,
     vlan: Option<(u16, u16)>,
@@ -694,14 +715,25 @@ impl Transmit for PacketTx {
     fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
         let (headers, vnet) = offload::gso_headers(frames, Framing::Ethernet);
         let vnet = vnet.to_bytes();
-        let mut parts: [&[u8]; sys::GATHER_MAX] = [&[]; sys::GATHER_MAX];
-        parts[0] = &vnet;
-        parts[1] = &headers;
-        for (part, frame) in parts[2..].iter_mut().zip(frames) {
-            *part = &frame[headers.len()..];
-        }
-        sys::write_gather(self.socket.as_fd(), &parts[..2 + frames.len()]).map(drop)
+        let (parts, n) = gso_parts(&vnet, &headers, frames);
+        sys::write_gather(self.socket.as_fd(), &parts[..n]).map(drop)
     }
+}
+
+/// The parts of a super-packet gathered from a run of frames where they are: its vnet
+/// header, its headers, then each segment's payload; and how many parts there are.
+pub(crate) fn gso_parts<'a>(
+    vnet: &'a [u8],
+    headers: &'a [u8],
+    frames: &[&'a [u8]],
+) -> ([&'a [u8]; sys::GATHER_MAX], usize) {
+    let mut parts: [&[u8]; sys::GATHER_MAX] = [&[]; sys::GATHER_MAX];
+    parts[0] = vnet;
+    parts[1] = headers;
+    for (part, frame) in parts[2..].iter_mut().zip(frames) {
+        *part = &frame[headers.len()..];
+    }
+    (parts, 2 + frames.len().min(sys::GATHER_MAX - 2))
 }
 
 /// A TUN device as an emulator port: bare IP datagrams, one read or write per packet.

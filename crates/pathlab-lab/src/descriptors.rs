@@ -15,26 +15,39 @@ use crate::spec::Experiment;
 pub const BASE: u64 = 64;
 /// Each node: its namespace.
 pub const PER_NODE: u64 = 1;
-/// Each emulated link, as counted in /proc/PID/fd of a 300-link star (2 per port's
-/// namespace, 4 sockets, 2 locks and a recording, 9 in all; 12 before the cable's own
-/// namespace descriptor was closed once its ports held it and the sending halves shared
-/// their port's socket instead of a duplicate). Per port: the namespace it was opened in,
-/// a receiving and a sending socket, the lock that says its interface is emulated; and the
-/// link's recording file. Fewer per link is the way to labs of 10,000 links under a limit
-/// of 20,000 (the namespaces of the nodes alone are 10,001).
-pub const PER_EMULATED_LINK: u64 = 9;
+/// Each emulated link on a cable of its own, as counted in /proc/PID/fd of a 300-link star
+/// before the switchboard (12 at first; 9 once the cable's own namespace descriptor was
+/// closed when its ports held it, and the sending halves shared their port's socket
+/// instead of a duplicate; 8 once recordings were closed between writes). Per port: the
+/// namespace it was opened in, a receiving and a sending socket, the lock that says its
+/// interface is emulated.
+pub const PER_EMULATED_LINK: u64 = 8;
+/// Each emulated link on the switchboard: nothing of its own. Its ports share the
+/// switchboard's sockets, take no lock (the switchboard is the run's own, no other
+/// emulator can reach it) and its recording is closed between writes.
+pub const PER_BOARD_LINK: u64 = 0;
+/// The switchboard: its namespace and its sending socket, besides a receiving socket per
+/// forwarding thread.
+pub const SWITCHBOARD: u64 = 2;
 /// Each workload: its sockets, output files, a child's pipes (they may all run at once).
 pub const PER_WORKLOAD: u64 = 16;
 /// Room kept above the count, for what varies (a control client, a report's files).
 pub const HEADROOM: f64 = 0.25;
 
-/// The descriptors `experiment` holds at once while it runs, at most.
-pub fn needed(experiment: &Experiment) -> u64 {
-    let emulated = (0..experiment.links.len())
-        .filter(|&i| experiment.links[i].emulated(&experiment.events, i))
+/// The descriptors `experiment` holds at once while it runs on `threads` forwarding
+/// threads, at most.
+pub fn needed(experiment: &Experiment, threads: usize) -> u64 {
+    let emulated = crate::topology::emulated(experiment)
+        .iter()
+        .filter(|&&e| e)
         .count() as u64;
+    let links = if crate::topology::uses_switchboard(experiment) {
+        SWITCHBOARD + threads as u64 + PER_BOARD_LINK * emulated
+    } else {
+        PER_EMULATED_LINK * emulated
+    };
     BASE + PER_NODE * experiment.nodes.len() as u64
-        + PER_EMULATED_LINK * emulated
+        + links
         + PER_WORKLOAD * experiment.workloads.len() as u64
 }
 
@@ -107,9 +120,13 @@ mod tests {
     }
 
     #[test]
-    fn a_star_lab_needs_a_namespace_per_node_and_nine_per_emulated_link() {
-        assert_eq!(needed(&star(3)), BASE + 4 + 9 * 3 + PER_WORKLOAD);
-        assert_eq!(needed(&star(10_000)), BASE + 10_001 + 90_000 + PER_WORKLOAD);
+    fn a_star_lab_needs_a_namespace_per_node_and_a_few_per_link_or_the_switchboard() {
+        assert_eq!(needed(&star(3), 2), BASE + 4 + 8 * 3 + PER_WORKLOAD);
+        // Beyond 64 emulated links the switchboard's few sockets serve them all.
+        assert_eq!(
+            needed(&star(10_000), 2),
+            BASE + 10_001 + SWITCHBOARD + 2 + PER_WORKLOAD
+        );
     }
 
     #[test]
@@ -117,7 +134,7 @@ mod tests {
         // Enough already.
         assert_eq!(plan(1000, 20_000, 20_000, 1 << 20), Plan::Enough);
         // 3,000 links of a star: over the soft limit, within the hard one.
-        let three = needed(&star(3000));
+        let three = needed(&star(3000), 2);
         assert_eq!(
             plan(three, 1024, 1 << 20, 1 << 20),
             Plan::Raise {
@@ -125,11 +142,21 @@ mod tests {
                 hard: 1 << 20
             }
         );
-        // 10,000 links over a hard limit of 20,000: the hard limit too (root may).
-        let ten = needed(&star(10_000));
+        // 10,000 links within a hard limit of 20,000 (the switchboard's few descriptors):
+        // the soft limit only.
+        let ten = needed(&star(10_000), 2);
         let wanted = ten + (ten as f64 * HEADROOM).ceil() as u64;
+        assert!(wanted < 20_000, "{wanted}");
         assert_eq!(
-            plan(ten, 20_000, 20_000, 1 << 20),
+            plan(ten, 1024, 20_000, 1 << 20),
+            Plan::Raise {
+                soft: wanted,
+                hard: 20_000
+            }
+        );
+        // Over a hard limit of 10,000: the hard limit too (root may).
+        assert_eq!(
+            plan(ten, 1024, 10_000, 1 << 20),
             Plan::Raise {
                 soft: wanted,
                 hard: wanted
@@ -137,10 +164,10 @@ mod tests {
         );
         // Beyond what the kernel lets any process hold.
         assert_eq!(
-            plan(ten, 20_000, 20_000, 50_000),
+            plan(ten, 1024, 10_000, 12_000),
             Plan::Short {
                 needed: wanted,
-                most: 50_000
+                most: 12_000
             }
         );
     }

@@ -13,8 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pathlab_core_driver::emulator::Record;
 use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
-use pathlab_core_driver::port::{PacketPort, ReceiveMode};
+use pathlab_core_driver::port::{PacketPort, Port, ReceiveMode};
+use pathlab_core_driver::switchboard::Switchboard;
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
 use pathlab_probe::tcp::TcpTestReport;
 use pathlab_probe_driver::{
@@ -24,7 +26,7 @@ use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, PingReport,
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
 use crate::summary::path_theory;
-use crate::topology::{Topology, CABLE_A, CABLE_B};
+use crate::topology::{board_port, Topology, CABLE_A, CABLE_B};
 
 /// Port of the servers the lab starts.
 const SERVER_PORT: u16 = 4920;
@@ -116,11 +118,13 @@ pub enum RunError {
     },
     /// The process may not open as many files as the lab holds at once.
     #[error(
-        "this lab holds up to {needed} file descriptors at once (a namespace per node, \
-         {per_link} per emulated link), and this process may open {have}: {why}; raise its \
-         limit (`ulimit -n`; pathlab raises the hard limit itself, up to fs.nr_open, where \
-         it has CAP_SYS_RESOURCE)",
-        per_link = crate::descriptors::PER_EMULATED_LINK
+        "this lab holds up to {needed} file descriptors at once (a namespace per node; \
+         {per_link} per emulated link up to {from} of them, a few for all beyond, on the \
+         switchboard), and this process may open {have}: {why}; raise its limit (`ulimit \
+         -n`; pathlab raises the hard limit itself, up to fs.nr_open, where it has \
+         CAP_SYS_RESOURCE)",
+        per_link = crate::descriptors::PER_EMULATED_LINK,
+        from = crate::topology::SWITCHBOARD_FROM
     )]
     Descriptors {
         /// What the lab needs, headroom included.
@@ -137,7 +141,7 @@ pub enum RunError {
 fn ensure_descriptors(experiment: &Experiment) -> Result<(), RunError> {
     use crate::descriptors::{self, Plan};
     use pathlab_os::sys;
-    let needed = descriptors::needed(experiment);
+    let needed = descriptors::needed(experiment, emulator::Pool::per_core_threads());
     let (soft, hard) =
         sys::open_files_limit().map_err(io_error("reading the limit on open files"))?;
     let nr_open = sys::max_open_files().unwrap_or(hard);
@@ -198,74 +202,87 @@ pub fn run(
     std::fs::create_dir_all(&options.out)
         .map_err(io_error(format!("creating {}", options.out.display())))?;
     let mut topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
-    let emulated_links = topology.cables.iter().flatten().count();
+    let emulated_links = topology.emulated.iter().filter(|&&e| e).count();
     let mut emulators: Vec<Option<Arc<EmulatorHandle>>> = Vec::new();
     // One forwarding thread per core for all the lab's links: a thread per direction
     // would be thousands of threads in a large lab.
     let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
+    let board = topology
+        .board
+        .take()
+        .map(|board| Switchboard::open(board, pool.threads()))
+        .transpose()
+        .map_err(io_error("opening the switchboard"))?;
     let mut links = Vec::new();
     for (i, link) in experiment.links.iter().enumerate() {
-        // The cable's namespace is held by its ports from here (each opened it): its own
-        // descriptor would be one more open file per link.
-        let recording = match topology.cables[i].take() {
-            Some(cable) => {
-                let file_name = format!("link-{}.jsonl", link.name);
-                let record = std::fs::File::create(options.out.join(&file_name))
-                    .map_err(io_error(format!("creating {file_name}")))?;
-                let ports = cable
-                    .run(
-                        || -> Result<[PacketPort; 2], pathlab_core_driver::port::PortError> {
-                            Ok([
-                                PacketPort::open_with(
-                                    CABLE_A,
-                                    receive_mode(&link.forward, emulated_links),
-                                )?,
-                                PacketPort::open_with(
-                                    CABLE_B,
-                                    receive_mode(&link.reverse, emulated_links),
-                                )?,
-                            ])
-                        },
-                    )
-                    .map_err(io_error("entering a cable namespace"))?
-                    .map_err(|e| RunError::Emulator {
+        let recording = if topology.emulated[i] {
+            let file_name = format!("link-{}.jsonl", link.name);
+            let ports = match (&board, topology.cables[i].take()) {
+                (Some(board), _) => [0, 1].map(|end| {
+                    board
+                        .port([CABLE_A, CABLE_B][end], &board_port(i, end))
+                        .map(|port| Box::new(port) as Box<dyn Port>)
+                }),
+                // The cable's namespace is held by its ports from here (each opened it):
+                // its own descriptor would be one more open file per link.
+                (None, Some(cable)) => cable
+                    .run(|| {
+                        [(CABLE_A, &link.forward), (CABLE_B, &link.reverse)].map(|(name, spec)| {
+                            PacketPort::open_with(name, receive_mode(spec, emulated_links))
+                                .map(|port| Box::new(port) as Box<dyn Port>)
+                        })
+                    })
+                    .map_err(io_error("entering a cable namespace"))?,
+                (None, None) => {
+                    return Err(RunError::Emulator {
                         link: link.name.clone(),
-                        message: e.to_string(),
-                    })?;
-                let handle = pool
-                    .spawn(
-                        ports,
-                        EmulatorConfig {
-                            name: link.name.clone(),
-                            forward: link.forward.clone(),
-                            reverse: link.reverse.clone(),
-                            seed: options.seed.wrapping_add(i as u64),
-                            record: Some(record),
-                            pcap: None,
-                            // Without a queue, one sample at the start says it was empty.
-                            queue_sample_interval: if has_bottleneck(experiment, i) {
-                                QUEUE_SAMPLE_INTERVAL
-                            } else {
-                                pathlab_core::Duration::from_nanos(
-                                    experiment.duration.as_nanos() as u64 + 1,
-                                )
-                            },
-                            command: vec![format!("pathlab lab {}", experiment.name)],
-                            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+                        message: "its cable was not built".to_owned(),
+                    })
+                }
+            };
+            let emulator_error = |e: &dyn std::fmt::Display| RunError::Emulator {
+                link: link.name.clone(),
+                message: e.to_string(),
+            };
+            let [a, b] = ports;
+            let ports = [
+                a.map_err(|e| emulator_error(&e))?,
+                b.map_err(|e| emulator_error(&e))?,
+            ];
+            let handle = pool
+                .spawn(
+                    ports,
+                    EmulatorConfig {
+                        name: link.name.clone(),
+                        forward: link.forward.clone(),
+                        reverse: link.reverse.clone(),
+                        seed: options.seed.wrapping_add(i as u64),
+                        // Closed between writes: a file per link held open for the
+                        // whole run would be 10,000 open files in a large lab.
+                        record: Some(Record::Reopened(options.out.join(&file_name))),
+                        pcap: None,
+                        // Without a queue, one sample at the start says it was empty.
+                        queue_sample_interval: if has_bottleneck(experiment, i) {
+                            QUEUE_SAMPLE_INTERVAL
+                        } else {
+                            pathlab_core::Duration::from_nanos(
+                                experiment.duration.as_nanos() as u64 + 1,
+                            )
                         },
-                    )
-                    .map_err(|e| RunError::Emulator {
-                        link: link.name.clone(),
-                        message: e.to_string(),
-                    })?;
-                handle.set_late_bound(experiment.late_bound);
-                emulators.push(Some(Arc::new(handle)));
-                Some(file_name)
-            }
-            None => {
-                emulators.push(None);
-                None
-            }
+                        command: vec![format!("pathlab lab {}", experiment.name)],
+                        on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+                    },
+                )
+                .map_err(|e| RunError::Emulator {
+                    link: link.name.clone(),
+                    message: e.to_string(),
+                })?;
+            handle.set_late_bound(experiment.late_bound);
+            emulators.push(Some(Arc::new(handle)));
+            Some(file_name)
+        } else {
+            emulators.push(None);
+            None
         };
         links.push(LabLink {
             name: link.name.clone(),

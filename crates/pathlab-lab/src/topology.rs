@@ -8,6 +8,11 @@
 //! link only needs a default route). Neighbours are static: no ARP or neighbour
 //! discovery crosses an emulator, so a lossy link cannot lose them.
 //!
+//! A lab of more than [`SWITCHBOARD_FROM`] emulated links puts every cable's two ports in
+//! one namespace instead, the switchboard (`c{link}a`, `c{link}b`), read and written
+//! through a few sockets shared by all ([`pathlab_core_driver::switchboard`]): a namespace
+//! and its sockets per link would be 10,000 of each for 10,000 links.
+//!
 //! The namespaces are held by file descriptors only: dropping the [`Topology`] (or the
 //! process dying) destroys them and every interface in them; nothing is left to clean.
 
@@ -25,6 +30,26 @@ use crate::spec::{first_hops_and_distances, Experiment, Link};
 pub const CABLE_A: &str = "a";
 /// The cable namespace's port towards a link's second node.
 pub const CABLE_B: &str = "b";
+
+/// Above this many emulated links, a lab's cables are on one switchboard.
+pub const SWITCHBOARD_FROM: usize = 64;
+
+/// Link `link`'s port on the switchboard towards its first node (`end` 0) or its second.
+pub fn board_port(link: usize, end: usize) -> String {
+    format!("c{link}{}", if end == 0 { 'a' } else { 'b' })
+}
+
+/// Whether `experiment`'s cables go on one switchboard ([`SWITCHBOARD_FROM`]).
+pub fn uses_switchboard(experiment: &Experiment) -> bool {
+    emulated(experiment).iter().filter(|&&e| e).count() > SWITCHBOARD_FROM
+}
+
+/// Per link, whether an emulator sits on it.
+pub fn emulated(experiment: &Experiment) -> Vec<bool> {
+    (0..experiment.links.len())
+        .map(|i| experiment.links[i].emulated(&experiment.events, i))
+        .collect()
+}
 
 /// A node's interface towards `peer`.
 pub fn port_name(peer: &str) -> String {
@@ -100,8 +125,14 @@ pub fn node_routes(links: &[Link], nodes: usize, node: usize) -> Vec<NodeRoute> 
 pub struct Topology {
     /// One namespace per node, in the experiment's order.
     pub nodes: Vec<Netns>,
-    /// Per link, the namespace its emulator runs in (emulated links only).
+    /// Per link, the namespace its emulator runs in (emulated links only, without a
+    /// switchboard).
     pub cables: Vec<Option<Netns>>,
+    /// The switchboard holding every emulated link's ports ([`board_port`]), if the lab
+    /// has one ([`uses_switchboard`]).
+    pub board: Option<Netns>,
+    /// Per link, whether an emulator sits on it.
+    pub emulated: Vec<bool>,
 }
 
 /// Writes a sysctl of the calling thread's namespace (`net/ipv4/ip_forward`).
@@ -145,17 +176,43 @@ impl Topology {
         let nodes = (0..names.len())
             .map(|_| Netns::new())
             .collect::<io::Result<Vec<_>>>()?;
+        let emulated = emulated(experiment);
+        let board = uses_switchboard(experiment).then(Netns::new).transpose()?;
         let cables = (0..links.len())
             .map(|i| {
-                links[i]
-                    .emulated(&experiment.events, i)
+                (emulated[i] && board.is_none())
                     .then(Netns::new)
                     .transpose()
             })
             .collect::<io::Result<Vec<_>>>()?;
 
-        // The veths: a cable makes both of its own, its ports up; a node makes those of
-        // the plain links it is the first end of.
+        // The veths: the switchboard or a cable makes both of an emulated link's, its
+        // ports up; a node makes those of the plain links it is the first end of.
+        if let Some(board) = &board {
+            board.run(|| -> io::Result<()> {
+                set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+                set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
+                let mut netlink = Netlink::open()?;
+                for (i, link) in links.iter().enumerate() {
+                    if !emulated[i] {
+                        continue;
+                    }
+                    for (end, node) in [link.a, link.b].into_iter().enumerate() {
+                        netlink.create_veth(
+                            &board_port(i, end),
+                            &port(i, end),
+                            Some(nodes[node].fd()),
+                        )?;
+                    }
+                }
+                for link in netlink.links()? {
+                    if link.index != 1 {
+                        netlink.set_up(link.index, true)?;
+                    }
+                }
+                Ok(())
+            })??;
+        }
         for (i, cable) in cables.iter().enumerate() {
             let Some(cable) = cable else { continue };
             let link = &links[i];
@@ -178,7 +235,7 @@ impl Topology {
         for (node, netns) in nodes.iter().enumerate() {
             let plain: Vec<usize> = ends_of[node]
                 .iter()
-                .filter(|&&(i, end)| end == 0 && cables[i].is_none())
+                .filter(|&&(i, end)| end == 0 && !emulated[i])
                 .map(|&(i, _)| i)
                 .collect();
             if plain.is_empty() {
@@ -259,7 +316,12 @@ impl Topology {
                 Ok(())
             })??;
         }
-        Ok(Topology { nodes, cables })
+        Ok(Topology {
+            nodes,
+            cables,
+            board,
+            emulated,
+        })
     }
 
     /// The IPv4 address other nodes reach `node` at: its end of its first link.

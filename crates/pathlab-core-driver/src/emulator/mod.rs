@@ -143,7 +143,7 @@ pub struct EmulatorConfig {
     /// Seed of the links' random choices (each direction derives its own).
     pub seed: u64,
     /// Where to stream the recording, if anywhere.
-    pub record: Option<File>,
+    pub record: Option<Record>,
     /// Where to write the capture, if anywhere.
     pub pcap: Option<File>,
     /// How often the recording samples queue lengths.
@@ -239,7 +239,12 @@ impl Pool {
 
     /// A pool with a thread per core of the machine.
     pub fn per_core() -> io::Result<Pool> {
-        Pool::new(std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
+        Pool::new(Pool::per_core_threads())
+    }
+
+    /// How many threads [`Pool::per_core`] starts: the machine's cores.
+    pub fn per_core_threads() -> usize {
+        std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
     }
 
     /// Starts an emulator between two ports on this pool's threads: each direction on the
@@ -252,8 +257,15 @@ impl Pool {
         spawn_on(self.clone(), ports, config)
     }
 
-    /// The two threads to put a new emulator's directions on.
-    fn place(&self) -> [usize; 2] {
+    /// How many forwarding threads it has (a switchboard for it has a receiving socket
+    /// per thread: [`crate::switchboard::Switchboard::open`]).
+    pub fn threads(&self) -> usize {
+        self.inner.workers.len()
+    }
+
+    /// The two threads to put a new emulator's directions on: the one a direction's port
+    /// must be read by if it says (a switchboard's port), else the least loaded.
+    fn place(&self, wanted: [Option<usize>; 2]) -> [usize; 2] {
         let mut load = self
             .inner
             .load
@@ -261,7 +273,12 @@ impl Pool {
             .unwrap_or_else(PoisonError::into_inner);
         let mut order: Vec<usize> = (0..load.len()).collect();
         order.sort_by_key(|&w| (load[w], w));
-        let chosen = [order[0], order[order.len().min(2) - 1]];
+        let mut chosen = [order[0], order[order.len().min(2) - 1]];
+        for (chosen, wanted) in chosen.iter_mut().zip(wanted) {
+            if let Some(worker) = wanted {
+                *chosen = worker % load.len();
+            }
+        }
         for w in chosen {
             load[w] += 1;
         }
@@ -361,7 +378,7 @@ fn spawn_on<P: Port + 'static>(
         failed: AtomicBool::new(false),
         capture: capture.map(Mutex::new),
     });
-    let placed = pool.place();
+    let placed = pool.place([0, 1].map(|i| ports[i].shared_receiver().map(|(r, _)| r.share())));
     let mut slots = [(0, 0); 2];
     let now = clock.now();
     for (index, ((port, link), stats)) in ports.into_iter().zip(links).zip(stats).enumerate() {
@@ -399,6 +416,7 @@ fn spawn_on<P: Port + 'static>(
     })
 }
 
+pub use recorder::Record;
 use recorder::RecordSender;
 
 /// A recording's header: what the file holds and on which clock.
@@ -555,8 +573,8 @@ impl EmulatorHandle {
                 .map(|d| (d.from.clone(), d.to.clone(), d.spec.clone())),
             self.queue_sample_interval,
         );
-        let (sender, finished) =
-            recorder::start(file, &header).map_err(|e| format!("writing the recording: {e}"))?;
+        let (sender, finished) = recorder::start(Record::File(file), &header)
+            .map_err(|e| format!("writing the recording: {e}"))?;
         self.each_direction_records(Some(&sender));
         drop(sender);
         *recording = Some(Recording {

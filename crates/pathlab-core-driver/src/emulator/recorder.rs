@@ -23,10 +23,58 @@ const MAX_THREADS: usize = 4;
 /// one (a batch is what a direction finished since it last shipped, every 10 ms or so).
 const BUFFER_BYTES: usize = 64 * 1024;
 
+/// Where a recording's lines go.
+#[derive(Debug)]
+pub enum Record {
+    /// An open file, kept open to the end (`emulate --record`).
+    File(File),
+    /// A file opened to append each batch and closed again: a lab of 10,000 links would
+    /// otherwise hold 10,000 files open for the whole run.
+    Reopened(std::path::PathBuf),
+}
+
+impl From<File> for Record {
+    fn from(file: File) -> Record {
+        Record::File(file)
+    }
+}
+
+/// A recording as its thread holds it.
+enum Sink {
+    Open(BufWriter<File>),
+    Reopened(std::path::PathBuf),
+}
+
+impl Sink {
+    /// Writes a batch of lines and flushes them.
+    fn write(&mut self, batch: &[RecordingLine]) -> io::Result<()> {
+        let write_to = |writer: &mut BufWriter<File>| {
+            batch
+                .iter()
+                .try_for_each(|line| recording::write_line(&mut *writer, line))
+                .and_then(|()| writer.flush())
+        };
+        match self {
+            Sink::Open(writer) => write_to(writer),
+            Sink::Reopened(path) => {
+                let file = std::fs::OpenOptions::new().append(true).open(path)?;
+                write_to(&mut BufWriter::with_capacity(BUFFER_BYTES, file))
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::Open(writer) => writer.flush(),
+            Sink::Reopened(_) => Ok(()),
+        }
+    }
+}
+
 enum Message {
     Open {
         id: u64,
-        writer: BufWriter<File>,
+        sink: Sink,
     },
     Lines {
         id: u64,
@@ -87,17 +135,30 @@ impl Finished {
     }
 }
 
-/// Writes `header` to `file` and hands the file to a writer thread for the lines that
-/// follow.
-pub(super) fn start(file: File, header: &RecordingHeader) -> io::Result<(RecordSender, Finished)> {
+/// Writes `header` to the recording's file and hands it to a writer thread for the lines
+/// that follow.
+pub(super) fn start(
+    record: Record,
+    header: &RecordingHeader,
+) -> io::Result<(RecordSender, Finished)> {
     static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-    let mut writer = BufWriter::with_capacity(BUFFER_BYTES, file);
-    recording::write_header(&mut writer, header)?;
-    writer.flush()?;
+    let write_header = |file: File| -> io::Result<BufWriter<File>> {
+        let mut writer = BufWriter::with_capacity(BUFFER_BYTES, file);
+        recording::write_header(&mut writer, header)?;
+        writer.flush()?;
+        Ok(writer)
+    };
+    let sink = match record {
+        Record::File(file) => Sink::Open(write_header(file)?),
+        Record::Reopened(path) => {
+            write_header(File::create(&path)?)?;
+            Sink::Reopened(path)
+        }
+    };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let threads = threads()?;
     let to = threads[(id % threads.len() as u64) as usize].clone();
-    to.send(Message::Open { id, writer })
+    to.send(Message::Open { id, sink })
         .map_err(|_| io::Error::other("the recording's writer ended"))?;
     let (done, finished) = mpsc::channel();
     let sender = RecordSender {
@@ -136,31 +197,27 @@ fn threads() -> io::Result<&'static [mpsc::Sender<Message>]> {
 /// One writer thread: the recordings it holds, each with the first error it met (its later
 /// lines are dropped, the error reported when it closes).
 fn write_all(receiver: &mpsc::Receiver<Message>) {
-    let mut open: HashMap<u64, (BufWriter<File>, Option<io::Error>)> = HashMap::new();
+    let mut open: HashMap<u64, (Sink, Option<io::Error>)> = HashMap::new();
     for message in receiver {
         match message {
-            Message::Open { id, writer } => {
-                open.insert(id, (writer, None));
+            Message::Open { id, sink } => {
+                open.insert(id, (sink, None));
             }
             Message::Lines { id, batch } => {
-                let Some((writer, failed)) = open.get_mut(&id) else {
+                let Some((sink, failed)) = open.get_mut(&id) else {
                     continue;
                 };
                 if failed.is_some() {
                     continue;
                 }
-                let written = batch
-                    .iter()
-                    .try_for_each(|line| recording::write_line(&mut *writer, line))
-                    .and_then(|()| writer.flush());
-                if let Err(error) = written {
+                if let Err(error) = sink.write(&batch) {
                     *failed = Some(error);
                 }
             }
             Message::Close { id, done } => {
                 let result = match open.remove(&id) {
                     Some((_, Some(error))) => Err(error),
-                    Some((mut writer, None)) => writer.flush(),
+                    Some((mut sink, None)) => sink.flush(),
                     None => Ok(()),
                 };
                 let _ = done.send(result);
@@ -186,7 +243,8 @@ mod tests {
     }
 
     /// Many recordings at once on the few threads: each file gets its own lines, in the
-    /// order its senders sent them, and is complete when `wait` returns.
+    /// order its senders sent them, and is complete when `wait` returns; those reopened
+    /// for each batch as well as those kept open.
     #[test]
     fn many_recordings_share_the_threads_and_each_gets_its_own_lines_in_order() {
         let dir = std::env::temp_dir().join(format!("pathlab-recorder-{}", std::process::id()));
@@ -194,7 +252,12 @@ mod tests {
         let mut open = Vec::new();
         for k in 0..50u64 {
             let path = dir.join(format!("r{k}.jsonl"));
-            let (sender, finished) = start(File::create(&path).unwrap(), &header()).unwrap();
+            let record = if k % 2 == 0 {
+                Record::File(File::create(&path).unwrap())
+            } else {
+                Record::Reopened(path.clone())
+            };
+            let (sender, finished) = start(record, &header()).unwrap();
             open.push((path, sender, finished));
         }
         for round in 0..20u64 {

@@ -24,6 +24,7 @@ use pathlab_results::recording::RecordingLine;
 use super::{DirectionCounters, OnInterfaceGone};
 use crate::fidelity::Lateness;
 use crate::port::{Framing, Port, PortError, ReceiveCounts, Transmit};
+use crate::switchboard::SharedReceiver;
 use pathlab_os::buffers::BufferPool;
 use pathlab_os::offload;
 use pathlab_os::sys;
@@ -31,6 +32,14 @@ use pathlab_os::Clock;
 
 /// Frames read from one port per pass before the next port gets its turn.
 const RECEIVE_BUDGET: usize = 64;
+
+/// Frames read from a shared receiving socket (a switchboard's, for all of this thread's
+/// ports on it) per pass.
+const SHARED_BUDGET: usize = 256;
+
+/// The epoll token of shared receiving socket `i` of a worker: `SHARED_TOKEN | i` (a
+/// direction's key is far below, the waker is `u64::MAX`).
+const SHARED_TOKEN: u64 = 1 << 62;
 
 /// Up to this many directions a worker looks at every port each pass (a memory load each);
 /// beyond, it asks its epoll set which ports have frames.
@@ -683,6 +692,8 @@ impl WorkerHandle {
         let wake = Arc::new(sys::eventfd()?);
         let mut worker = Worker {
             directions: Vec::new(),
+            shared: Vec::new(),
+            shared_pool: BufferPool::new(0),
             keys: Vec::new(),
             slots: HashMap::new(),
             deadlines: Vec::new(),
@@ -775,8 +786,24 @@ impl SpinBudget {
     }
 }
 
+/// A receiving socket several of a worker's ports share, and which of them each frame is
+/// for.
+struct SharedSource {
+    receiver: Arc<SharedReceiver>,
+    /// Interface index to the key of the direction whose port it is.
+    ports: HashMap<u32, u64>,
+    /// The last poll found frames, or the last read left some.
+    ready: bool,
+}
+
 struct Worker {
     directions: Vec<Direction>,
+    /// Shared receiving sockets, in the order they were first seen (token: their index
+    /// with [`SHARED_TOKEN`]); one whose ports are all gone stays, out of the epoll set.
+    shared: Vec<SharedSource>,
+    /// Buffers the shared sockets' frames are read into (they end in their directions'
+    /// pools).
+    shared_pool: BufferPool,
     /// Each direction's key, by position.
     keys: Vec<u64>,
     /// Each key's position.
@@ -807,6 +834,7 @@ impl Worker {
             if !scan_all {
                 self.poll_ready();
             }
+            backlog |= self.read_shared(scan_all);
             // Each direction is touched only when something is due in it, so a pass costs
             // what is active, not every direction the worker serves; records are caught up
             // just before its queue changes, and its next deadline is kept in `deadlines`.
@@ -864,7 +892,8 @@ impl Worker {
         };
     }
 
-    /// Marks the directions whose ports the epoll set says are ready.
+    /// Marks the directions whose ports the epoll set says are ready, and the shared
+    /// sockets.
     fn poll_ready(&mut self) {
         self.ready.clear();
         if self.epoll.ready(&mut self.ready).is_err() {
@@ -873,6 +902,80 @@ impl Worker {
         for token in &self.ready {
             if let Some(&slot) = self.slots.get(token) {
                 self.directions[slot].polled = true;
+            } else if *token != u64::MAX && token & SHARED_TOKEN != 0 {
+                if let Some(source) = self.shared.get_mut((token & !SHARED_TOKEN) as usize) {
+                    source.ready = true;
+                }
+            }
+        }
+    }
+
+    /// Reads the shared sockets that have frames (all of them with `all`), handing each
+    /// frame to its port and marking its direction; returns whether one had more than a
+    /// pass takes.
+    fn read_shared(&mut self, all: bool) -> bool {
+        let mut more = false;
+        for source in &mut self.shared {
+            if source.ports.is_empty() || !(source.ready || all) {
+                continue;
+            }
+            let (directions, slots, ports) = (&mut self.directions, &self.slots, &source.ports);
+            let pool = &mut self.shared_pool;
+            let mut deliver = |ifindex: u32, frame: Vec<u8>, at: Option<u64>, first: bool| {
+                // A frame of a port not (or no longer) served here is dropped.
+                if let Some(&slot) = ports.get(&ifindex).and_then(|key| slots.get(key)) {
+                    let direction = &mut directions[slot];
+                    direction.port.push(frame, at, first);
+                    direction.polled = true;
+                }
+            };
+            let counts = source
+                .receiver
+                .receive(SHARED_BUDGET, pool, &mut deliver)
+                .unwrap_or_default();
+            source.ready = counts.frames >= SHARED_BUDGET as u64;
+            more |= source.ready;
+        }
+        more
+    }
+
+    /// Starts reading direction `key`'s port (interface `ifindex`) from `receiver`, shared.
+    fn attach_shared(&mut self, receiver: Arc<SharedReceiver>, ifindex: u32, key: u64) {
+        let index = match self
+            .shared
+            .iter()
+            .position(|s| Arc::ptr_eq(&s.receiver, &receiver))
+        {
+            Some(index) => index,
+            None => {
+                self.shared.push(SharedSource {
+                    receiver,
+                    ports: HashMap::new(),
+                    ready: false,
+                });
+                self.shared.len() - 1
+            }
+        };
+        let source = &mut self.shared[index];
+        if source.ports.is_empty() {
+            let _ = self
+                .epoll
+                .add(source.receiver.pollable(), SHARED_TOKEN | index as u64);
+        }
+        source.ports.insert(ifindex, key);
+    }
+
+    /// Stops reading interface `ifindex` from `receiver`.
+    fn detach_shared(&mut self, receiver: &Arc<SharedReceiver>, ifindex: u32) {
+        if let Some(source) = self
+            .shared
+            .iter_mut()
+            .find(|s| Arc::ptr_eq(&s.receiver, receiver))
+        {
+            source.ports.remove(&ifindex);
+            if source.ports.is_empty() {
+                self.epoll.delete(source.receiver.pollable());
+                source.ready = false;
             }
         }
     }
@@ -882,7 +985,12 @@ impl Worker {
         while let Ok(request) = self.requests.try_recv() {
             match request {
                 WorkerRequest::Add(key, direction) => {
-                    let _ = self.epoll.add(direction.port.pollable(), key);
+                    match direction.port.shared_receiver() {
+                        Some((receiver, ifindex)) => self.attach_shared(receiver, ifindex, key),
+                        None => {
+                            let _ = self.epoll.add(direction.port.pollable(), key);
+                        }
+                    }
                     self.slots.insert(key, self.directions.len());
                     self.keys.push(key);
                     self.directions.push(*direction);
@@ -899,7 +1007,10 @@ impl Worker {
                     if let Some(&moved) = self.keys.get(slot) {
                         self.slots.insert(moved, slot);
                     }
-                    self.epoll.delete(direction.port.pollable());
+                    match direction.port.shared_receiver() {
+                        Some((receiver, ifindex)) => self.detach_shared(&receiver, ifindex),
+                        None => self.epoll.delete(direction.port.pollable()),
+                    }
                     let now = direction.clock.now();
                     direction.keep_records(now, true);
                     let counters = direction.snapshot(now);

@@ -9,6 +9,7 @@
 mod epoll;
 mod packet_batch;
 mod ring;
+mod share_filter;
 mod vlan_filter;
 
 use std::ffi::CString;
@@ -22,6 +23,7 @@ use std::time::Duration;
 pub use epoll::Epoll;
 pub use packet_batch::{enable_packet_auxdata, packet_drops, PacketBatch};
 pub use ring::RxRing;
+pub use share_filter::attach_share_filter;
 pub use vlan_filter::{attach_vlan_filter, VlanFilter};
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.
@@ -556,6 +558,35 @@ pub fn write_gather(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
     // SAFETY: the first `parts.len()` iovecs describe readable buffers that live for the
     // call; writev only reads through them.
     cvt_size(unsafe { libc::writev(fd.as_raw_fd(), iovecs.as_ptr(), parts.len() as libc::c_int) })
+}
+
+/// `sendmsg(2)` of `parts`, one after the other, as one frame on a packet socket, out of
+/// interface `ifindex` (one socket sends on every interface of its namespace this way). At
+/// most [`GATHER_MAX`] parts.
+pub fn send_gather_to(fd: BorrowedFd<'_>, ifindex: u32, parts: &[&[u8]]) -> io::Result<usize> {
+    assert!(parts.len() <= GATHER_MAX, "at most {GATHER_MAX} parts");
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iovecs = [empty; GATHER_MAX];
+    for (iovec, part) in iovecs.iter_mut().zip(parts) {
+        iovec.iov_base = part.as_ptr().cast_mut().cast();
+        iovec.iov_len = part.len();
+    }
+    // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+    let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    address.sll_family = libc::AF_PACKET as u16;
+    address.sll_ifindex = ifindex as i32;
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_name = (&raw mut address).cast();
+    message.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    message.msg_iov = iovecs.as_mut_ptr();
+    message.msg_iovlen = parts.len() as _;
+    // SAFETY: the message points at the address and the first `parts.len()` iovecs, which
+    // describe readable buffers living for the call; sendmsg only reads through them.
+    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &raw const message, 0) })
 }
 
 /// The most parts [`write_gather`] takes: a vnet header, a super-packet's headers and the

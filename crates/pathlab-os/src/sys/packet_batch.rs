@@ -83,6 +83,8 @@ pub struct PacketFrame<'a> {
     pub truncated: bool,
     /// When the kernel received it (`CLOCK_REALTIME`, ns since the Unix epoch), if it said.
     pub received_unix_ns: Option<u64>,
+    /// The interface it arrived on (a socket bound to every interface sees several).
+    pub ifindex: u32,
 }
 
 /// What the kernel filled in for one slot.
@@ -92,6 +94,7 @@ struct Slot {
     auxdata: TpacketAuxdata,
     truncated: bool,
     received_unix_ns: Option<u64>,
+    ifindex: u32,
 }
 
 /// Room for `slots` frames of up to `slot_len` bytes, received with one `recvmmsg(2)`.
@@ -103,6 +106,8 @@ pub struct PacketBatch {
     slot_len: usize,
     slots: usize,
     controls: Vec<[u64; CONTROL_WORDS]>,
+    /// Where each slot's frame came from.
+    names: Vec<libc::sockaddr_ll>,
     received: Vec<Slot>,
 }
 
@@ -134,6 +139,8 @@ impl PacketBatch {
             slot_len,
             slots,
             controls: vec![[0; CONTROL_WORDS]; slots],
+            // SAFETY: sockaddr_ll is plain data; all-zero is valid.
+            names: vec![unsafe { zeroed() }; slots],
             received: Vec::with_capacity(slots),
         })
     }
@@ -164,11 +171,13 @@ impl PacketBatch {
             header.msg_hdr.msg_iovlen = 1;
             header.msg_hdr.msg_control = self.controls[i].as_mut_ptr().cast();
             header.msg_hdr.msg_controllen = size_of::<[u64; CONTROL_WORDS]>() as _;
+            header.msg_hdr.msg_name = (&raw mut self.names[i]).cast();
+            header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
         }
-        // SAFETY: the first `slots` headers point into the mapping and `self.controls`,
-        // which outlive the call, with the lengths given.
+        // SAFETY: the first `slots` headers point into the mapping, `self.controls` and
+        // `self.names`, which outlive the call, with the lengths given.
         let result = unsafe { super::recvmmsg_now(fd, &mut headers[..slots]) }?;
-        for header in &headers[..result] {
+        for (i, header) in headers[..result].iter().enumerate() {
             // SAFETY: the kernel filled this header; its control buffer is in `self`.
             let (auxdata, received_unix_ns) = unsafe { control(&header.msg_hdr) };
             self.received.push(Slot {
@@ -176,6 +185,7 @@ impl PacketBatch {
                 auxdata: auxdata.unwrap_or_default(),
                 truncated: header.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 received_unix_ns,
+                ifindex: self.names[i].sll_ifindex as u32,
             });
         }
         Ok(self.received.len())
@@ -196,6 +206,7 @@ impl PacketBatch {
                 vlan: super::ring::vlan_tag(aux.tp_status, aux.tp_vlan_tci, aux.tp_vlan_tpid),
                 truncated: slot.truncated,
                 received_unix_ns: slot.received_unix_ns,
+                ifindex: slot.ifindex,
             }
         })
     }

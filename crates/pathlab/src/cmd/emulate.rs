@@ -366,7 +366,8 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             .record
             .as_deref()
             .map(|p| create(p, "recording"))
-            .transpose()?,
+            .transpose()?
+            .map(Into::into),
         pcap: args
             .pcap
             .as_deref()

@@ -72,7 +72,12 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             forward: uplink,
             reverse: downlink,
             seed: args.seed,
-            record: args.record.as_deref().map(create).transpose()?,
+            record: args
+                .record
+                .as_deref()
+                .map(create)
+                .transpose()?
+                .map(Into::into),
             pcap: args.pcap.as_deref().map(create).transpose()?,
             queue_sample_interval: Duration::from_millis(10),
             command: std::env::args().collect(),

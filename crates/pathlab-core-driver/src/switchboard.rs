@@ -1,0 +1,299 @@
+//! A lab's cables on one switchboard: every emulated link's two ports are interfaces of one
+//! namespace, read through one packet socket per forwarding thread and sent through one
+//! socket for all, instead of a namespace and two sockets per link.
+//!
+//! A lab of 10,000 links cannot hold a namespace, a receiving socket and a sending socket
+//! per port: with a namespace per node that is about 9 open files per link, and a process
+//! may typically open 20,000. Here the sockets are bound to every interface of the
+//! switchboard's namespace at once; a socket filter ([`sys::attach_share_filter`]) gives
+//! forwarding thread `k` of `n` the frames of the interfaces whose index is `k` modulo
+//! `n`, and the thread hands each frame to its port by the interface it came in on
+//! ([`SharedReceiver::receive`], [`Port::push`]). The emulators on the switchboard go on
+//! the thread that reads their ports ([`SharedReceiver::share`]). What a port sends goes
+//! out through the one sending socket, addressed to its interface.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pathlab_os::buffers::BufferPool;
+use pathlab_os::netlink::Netlink;
+use pathlab_os::netns::Netns;
+use pathlab_os::offload::VnetHeader;
+use pathlab_os::sys;
+
+use crate::port::{
+    deliver_frame, gso_parts, io_error, Framing, Port, PortError, ReceiveCounts, Transmit,
+    RING_FRAME_SIZE, SOCKET_BATCH,
+};
+
+/// What one receiving socket of the switchboard may hold waiting: the frames of every port
+/// of its thread together.
+pub const RECEIVE_BUFFER_BYTES: usize = 64 << 20;
+
+/// Wire frames a port keeps that its thread has read for it and its link has not taken
+/// yet; beyond, they are dropped and counted as the port's `ring_full`.
+pub const INBOX_FRAMES: usize = 4096;
+
+/// One namespace holding every cable's ports, with the sockets its forwarding threads
+/// read and send through.
+#[derive(Debug)]
+pub struct Switchboard {
+    netns: Arc<Netns>,
+    receivers: Vec<Arc<SharedReceiver>>,
+    tx: Arc<OwnedFd>,
+}
+
+/// A receiving socket of the switchboard: the frames of the ports of one forwarding
+/// thread.
+#[derive(Debug)]
+pub struct SharedReceiver {
+    share: usize,
+    socket: OwnedFd,
+    batch: Mutex<sys::PacketBatch>,
+}
+
+impl SharedReceiver {
+    /// The forwarding thread (its index in the pool) this socket's ports must be served
+    /// by.
+    pub fn share(&self) -> usize {
+        self.share
+    }
+
+    /// Its socket, to poll.
+    pub fn pollable(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+
+    /// Reads up to `budget` waiting frames and passes each wire frame to `deliver` with
+    /// the interface it came in on, its receive time, and whether it is the first wire
+    /// frame of what the kernel received (a super-packet is cut into several). Returns
+    /// the frames read and how many were malformed or dropped by the kernel.
+    pub fn receive(
+        &self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(u32, Vec<u8>, Option<u64>, bool),
+    ) -> io::Result<ReceiveCounts> {
+        let mut batch = self.batch.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts = ReceiveCounts::default();
+        while (counts.frames as usize) < budget {
+            let wanted = (budget - counts.frames as usize).min(batch.slots());
+            let received = batch.recv(self.socket.as_fd(), wanted)?;
+            for frame in batch.frames() {
+                counts.frames += 1;
+                if frame.truncated {
+                    counts.malformed += 1;
+                    continue;
+                }
+                let mut first = true;
+                let ifindex = frame.ifindex;
+                deliver_frame(
+                    frame.data,
+                    frame.wire_len,
+                    frame.vlan,
+                    frame.received_unix_ns,
+                    &mut counts,
+                    pool,
+                    &mut |wire, at| {
+                        deliver(ifindex, wire, at, first);
+                        first = false;
+                    },
+                );
+            }
+            if received < wanted {
+                break;
+            }
+        }
+        if counts.frames > 0 {
+            counts.ring_full += sys::packet_drops(self.socket.as_fd())?;
+        }
+        Ok(counts)
+    }
+}
+
+impl Switchboard {
+    /// The switchboard of namespace `netns`, every interface of which is a cable's port,
+    /// for a pool of `shares` forwarding threads: a receiving socket per thread, bound to
+    /// every interface, and one sending socket.
+    pub fn open(netns: Netns, shares: usize) -> io::Result<Switchboard> {
+        let shares = shares.max(1);
+        let (receivers, tx) = netns.run(|| -> io::Result<_> {
+            let mut receivers = Vec::with_capacity(shares);
+            for share in 0..shares {
+                let socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
+                sys::setsockopt(
+                    socket.as_fd(),
+                    libc::SOL_PACKET,
+                    sys::PACKET_VNET_HDR,
+                    &1i32,
+                )?;
+                sys::setsockopt(
+                    socket.as_fd(),
+                    libc::SOL_PACKET,
+                    sys::PACKET_IGNORE_OUTGOING,
+                    &1i32,
+                )?;
+                sys::attach_share_filter(socket.as_fd(), shares as u32, share as u32)?;
+                sys::enable_packet_auxdata(socket.as_fd())?;
+                sys::grow_receive_buffer(socket.as_fd(), RECEIVE_BUFFER_BYTES)?;
+                // Index 0: every interface of the namespace.
+                sys::bind_packet(socket.as_fd(), 0)?;
+                receivers.push(Arc::new(SharedReceiver {
+                    share,
+                    socket,
+                    batch: Mutex::new(sys::PacketBatch::new(SOCKET_BATCH, RING_FRAME_SIZE)?),
+                }));
+            }
+            let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
+            sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)?;
+            Ok((receivers, tx))
+        })??;
+        Ok(Switchboard {
+            netns: Arc::new(netns),
+            receivers,
+            tx: Arc::new(tx),
+        })
+    }
+
+    /// The namespace the ports are in.
+    pub fn netns(&self) -> &Netns {
+        &self.netns
+    }
+
+    /// The port on the switchboard's interface `interface`, called `name` in the
+    /// emulator's counters.
+    pub fn port(&self, name: &str, interface: &str) -> Result<BoardPort, PortError> {
+        let link = self
+            .netns
+            .run(|| Netlink::open()?.link_by_name(interface))
+            .map_err(io_error("entering the switchboard", interface))?
+            .map_err(io_error("listing interfaces", interface))?
+            .ok_or_else(|| PortError::NoSuchInterface {
+                name: interface.to_owned(),
+                hint: " on the switchboard".to_owned(),
+            })?;
+        let receiver = &self.receivers[link.index as usize % self.receivers.len()];
+        Ok(BoardPort {
+            name: name.to_owned(),
+            ifindex: link.index,
+            receiver: Arc::clone(receiver),
+            inbox: VecDeque::new(),
+            dropped: 0,
+            tx: Arc::clone(&self.tx),
+            netns: Arc::clone(&self.netns),
+        })
+    }
+}
+
+/// A cable's port on the [`Switchboard`]: its frames arrive through its thread's shared
+/// socket, its frames leave through the switchboard's one sending socket.
+#[derive(Debug)]
+pub struct BoardPort {
+    name: String,
+    ifindex: u32,
+    receiver: Arc<SharedReceiver>,
+    /// Wire frames read for it, with their receive time and whether each begins what
+    /// the kernel received.
+    inbox: VecDeque<(Vec<u8>, Option<u64>, bool)>,
+    /// Frames dropped because the inbox was full, not yet reported.
+    dropped: u64,
+    tx: Arc<OwnedFd>,
+    netns: Arc<Netns>,
+}
+
+impl Port for BoardPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn framing(&self) -> Framing {
+        Framing::Ethernet
+    }
+
+    fn pollable(&self) -> BorrowedFd<'_> {
+        self.receiver.pollable()
+    }
+
+    fn receive_timed(
+        &mut self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(Vec<u8>, Option<u64>),
+    ) -> io::Result<ReceiveCounts> {
+        let _ = pool;
+        let mut counts = ReceiveCounts {
+            ring_full: std::mem::take(&mut self.dropped),
+            ..ReceiveCounts::default()
+        };
+        // Whole frames: the segments of a super-packet go together.
+        while let Some((_, _, first)) = self.inbox.front() {
+            if *first && counts.frames as usize >= budget {
+                break;
+            }
+            let (frame, at, first) = self.inbox.pop_front().expect("a front");
+            counts.frames += u64::from(first);
+            counts.segments += 1;
+            deliver(frame, at);
+        }
+        Ok(counts)
+    }
+
+    fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
+        Ok(Box::new(BoardTx {
+            socket: Arc::clone(&self.tx),
+            ifindex: self.ifindex,
+        }))
+    }
+
+    fn exists(&self) -> bool {
+        crate::port::interface_exists_in(&self.netns, self.ifindex)
+    }
+
+    fn shared_receiver(&self) -> Option<(Arc<SharedReceiver>, u32)> {
+        Some((Arc::clone(&self.receiver), self.ifindex))
+    }
+
+    fn push(&mut self, frame: Vec<u8>, received: Option<u64>, first: bool) {
+        if self.inbox.len() >= INBOX_FRAMES {
+            self.dropped += u64::from(first);
+            return;
+        }
+        self.inbox.push_back((frame, received, first));
+    }
+}
+
+/// A [`BoardPort`]'s sending half: the switchboard's socket, addressed to its interface,
+/// each frame preceded by a vnet header.
+#[derive(Debug)]
+struct BoardTx {
+    socket: Arc<OwnedFd>,
+    ifindex: u32,
+}
+
+impl Transmit for BoardTx {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.send_gso(frame, &VnetHeader::default())
+    }
+
+    fn can_send_gso(&self) -> bool {
+        true
+    }
+
+    fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
+        sys::send_gather_to(
+            self.socket.as_fd(),
+            self.ifindex,
+            &[&vnet.to_bytes(), packet],
+        )
+        .map(drop)
+    }
+
+    fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
+        let (headers, vnet) = pathlab_os::offload::gso_headers(frames, Framing::Ethernet);
+        let vnet = vnet.to_bytes();
+        let (parts, n) = gso_parts(&vnet, &headers, frames);
+        sys::send_gather_to(self.socket.as_fd(), self.ifindex, &parts[..n]).map(drop)
+    }
+}

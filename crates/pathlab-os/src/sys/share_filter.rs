@@ -1,0 +1,123 @@
+//! A classic BPF socket filter that splits the frames of every interface of a namespace
+//! between several packet sockets by interface index: socket `share` of `shares` sees the
+//! frames of the interfaces whose index leaves remainder `share` when divided by
+//! `shares`. A lab's switchboard (all its cables' ports in one namespace) reads through one
+//! socket per forwarding thread this way, and each thread gets the frames of the ports it
+//! serves and no others, without a socket per port.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use super::setsockopt;
+
+/// `PACKET_OUTGOING`: a frame this host sent.
+const PACKET_OUTGOING: u32 = 4;
+
+fn statement(code: u32, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// The ancillary load of `what` (an `SKF_AD_*` offset).
+fn load_ancillary(what: libc::c_int) -> libc::sock_filter {
+    statement(
+        libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
+        (libc::SKF_AD_OFF + what) as u32,
+    )
+}
+
+/// The program: never what this host sent; the interface index modulo `shares` must be
+/// `share`. Instructions 5 and 6 are the verdicts.
+fn program(shares: u32, share: u32) -> Vec<libc::sock_filter> {
+    const JEQ: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    vec![
+        load_ancillary(libc::SKF_AD_PKTTYPE),
+        jump(JEQ, PACKET_OUTGOING, 4, 0),
+        load_ancillary(libc::SKF_AD_IFINDEX),
+        statement(libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K, shares.max(1)),
+        jump(JEQ, share, 0, 1),
+        statement(libc::BPF_RET | libc::BPF_K, u32::MAX),
+        statement(libc::BPF_RET | libc::BPF_K, 0),
+    ]
+}
+
+/// Attaches the filter to a packet socket (before it is bound, so no frame arrives
+/// unfiltered): it sees the frames of interfaces whose index is `share` modulo `shares`.
+pub fn attach_share_filter(fd: BorrowedFd<'_>, shares: u32, share: u32) -> io::Result<()> {
+    let mut program = program(shares, share);
+    let fprog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_mut_ptr(),
+    };
+    // The kernel copies the program during the call; `program` outlives it.
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the program as the kernel's interpreter would for the instructions it uses.
+    fn passes(shares: u32, share: u32, ifindex: u32, outgoing: bool) -> bool {
+        let program = program(shares, share);
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let insn = program[pc];
+            let code = u32::from(insn.code);
+            pc += 1;
+            match code {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    a = match insn.k.wrapping_sub(libc::SKF_AD_OFF as u32) as libc::c_int {
+                        libc::SKF_AD_PKTTYPE => {
+                            if outgoing {
+                                PACKET_OUTGOING
+                            } else {
+                                0
+                            }
+                        }
+                        libc::SKF_AD_IFINDEX => ifindex,
+                        other => panic!("unexpected load {other}"),
+                    };
+                }
+                c if c == libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K => a %= insn.k,
+                c if c & 0x07 == libc::BPF_JMP => {
+                    pc += usize::from(if a == insn.k { insn.jt } else { insn.jf });
+                }
+                c if c == libc::BPF_RET | libc::BPF_K => return insn.k != 0,
+                other => panic!("unexpected instruction {other:#x}"),
+            }
+        }
+    }
+
+    #[test]
+    fn each_interface_goes_to_exactly_one_share_and_nothing_sent_here_to_any() {
+        for shares in 1..=4 {
+            for ifindex in 1..200 {
+                let takers: Vec<u32> = (0..shares)
+                    .filter(|&share| passes(shares, share, ifindex, false))
+                    .collect();
+                assert_eq!(
+                    takers,
+                    vec![ifindex % shares],
+                    "{shares} shares, index {ifindex}"
+                );
+                assert!((0..shares).all(|share| !passes(shares, share, ifindex, true)));
+            }
+        }
+    }
+}
