@@ -437,6 +437,11 @@ impl NodeConfig {
     }
 
     /// The config as TOML, as [`NodeConfig::parse`] reads it.
+    ///
+    /// # Panics
+    ///
+    /// On a number above `i64::MAX` (TOML's largest integer), which no config that
+    /// [`NodeConfig::for_node`] made or [`NodeConfig::parse`] read holds.
     pub fn to_toml(&self) -> String {
         toml::to_string(self).expect("a node config is plain tables, strings and numbers")
     }
