@@ -51,13 +51,7 @@ fn bad_specs_exit_2_naming_the_token() {
         ),
         ("rate 10mbit frobnicate", "frobnicate"),
     ] {
-        let output = pathlab(&["spec", spec]);
-        assert_eq!(output.status.code(), Some(2), "{spec}: {}", stderr(&output));
-        assert!(
-            stderr(&output).contains(message),
-            "{spec}: stderr was {}",
-            stderr(&output)
-        );
+        util::assert_refused(&["spec", spec], message);
     }
 }
 
@@ -217,18 +211,7 @@ fn a_tcp_report_interval_under_10ms_exits_2_before_connecting() {
         vec!["tcp", "127.0.0.1", "-i", "1us", "-t", "20"],
         vec!["tcp", "127.0.0.1", "-i", "9ms", "--rfc6349"],
     ] {
-        let output = pathlab(&args);
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            stderr(&output)
-        );
-        assert!(
-            stderr(&output).contains("at least 10 ms"),
-            "{args:?}: {}",
-            stderr(&output)
-        );
+        util::assert_refused(&args, "at least 10 ms");
     }
 }
 
@@ -246,18 +229,7 @@ fn bad_loads_and_times_exit_2() {
             "soon",
         ),
     ] {
-        let output = pathlab(&args);
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{args:?}: {}",
-            stderr(&output)
-        );
-        assert!(
-            stderr(&output).contains(message),
-            "{args:?}: {}",
-            stderr(&output)
-        );
+        util::assert_refused(&args, message);
     }
 }
 

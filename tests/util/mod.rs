@@ -13,6 +13,18 @@ pub mod tunnel;
 /// A scratch directory removed when the test ends.
 pub use pathlab_os::testing::ScratchDir as TempDir;
 
+/// Runs the built `pathlab` with `args`, which must refuse them as bad input: exit code 2,
+/// `reason` in what it says on stderr.
+pub fn assert_refused(args: &[&str], reason: &str) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pathlab"))
+        .args(args)
+        .output()
+        .expect("pathlab runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(reason), "{args:?}: stderr was {stderr}");
+}
+
 /// Writes a key or token file as pathlab takes them: its owner's only (`0600`).
 pub fn write_secret(path: &std::path::Path, contents: &str) {
     use std::os::unix::fs::PermissionsExt as _;

@@ -8,6 +8,7 @@
 
 pub mod addressing;
 pub mod descriptors;
+pub mod export;
 pub mod modem_pps;
 pub mod recipes;
 pub mod run;

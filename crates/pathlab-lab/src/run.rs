@@ -29,10 +29,62 @@ use crate::summary::path_theory;
 use crate::topology::{board_port, Topology, CABLE_A, CABLE_B};
 
 /// Port of the servers the lab starts.
-const SERVER_PORT: u16 = 4920;
+pub const SERVER_PORT: u16 = 4920;
 
-/// Port of the responders of `blocks` workloads.
-const BLOCKS_PORT: u16 = 4921;
+/// Port of the first responder of `blocks` workloads (the i-th of
+/// [`blocks_responders`] listens on this + i).
+pub const BLOCKS_PORT: u16 = 4921;
+
+/// The address `workload` reaches its `to` node at: its `address`, else `to`'s lab address
+/// ([`Topology::address`]); `None` without a `to`.
+pub fn workload_target(experiment: &Experiment, workload: &Workload) -> Option<IpAddr> {
+    workload.address.or_else(|| {
+        workload
+            .to
+            .and_then(|to| Topology::address(experiment, to))
+            .map(IpAddr::V4)
+    })
+}
+
+/// Whether a workload of `kind` measures against the lab's server in its `to` node
+/// (`tcp`, `rtt`, `owd`); `ping` needs none (the kernel answers), `blocks` has its own
+/// responder, and `command` starts what it needs.
+pub fn needs_server(kind: &WorkloadKind) -> bool {
+    !matches!(
+        kind,
+        WorkloadKind::Command { .. } | WorkloadKind::Ping { .. } | WorkloadKind::Blocks { .. }
+    )
+}
+
+/// The `blocks` responders a run starts: one per (node, block size) some `blocks` workload
+/// writes to, sorted; the i-th listens on [`BLOCKS_PORT`] + i in its node.
+pub fn blocks_responders(experiment: &Experiment) -> Vec<(usize, u32)> {
+    let mut responders: Vec<(usize, u32)> = experiment
+        .workloads
+        .iter()
+        .filter_map(|w| match w.kind {
+            WorkloadKind::Blocks { size } => w.to.map(|to| (to, size)),
+            _ => None,
+        })
+        .collect();
+    responders.sort_unstable();
+    responders.dedup();
+    responders
+}
+
+/// The port `workload`'s client reaches its `to` node at (and that node listens on, on
+/// every address): the server's, or its blocks responder's among `responders`
+/// ([`blocks_responders`]); `None` for workloads nothing listens for (`ping`, `command`).
+pub fn workload_port(workload: &Workload, responders: &[(usize, u32)]) -> Option<u16> {
+    match workload.kind {
+        WorkloadKind::Blocks { size } => responders
+            .iter()
+            .position(|&r| Some(r.0) == workload.to && r.1 == size)
+            .map(|index| BLOCKS_PORT + index as u16),
+        ref kind if needs_server(kind) => Some(SERVER_PORT),
+        _ => None,
+    }
+}
 
 /// How often a workload with `inspect = true` has its connections looked at.
 const INSPECT_INTERVAL: Duration = Duration::from_millis(100);
@@ -327,14 +379,7 @@ pub fn run(
     let mut targets: Vec<usize> = experiment
         .workloads
         .iter()
-        .filter(|w| {
-            !matches!(
-                w.kind,
-                WorkloadKind::Command { .. }
-                    | WorkloadKind::Ping { .. }
-                    | WorkloadKind::Blocks { .. }
-            )
-        })
+        .filter(|w| needs_server(&w.kind))
         .filter_map(|w| w.to)
         .collect();
     targets.sort_unstable();
@@ -382,16 +427,7 @@ pub fn run(
     }
 
     // A responder in every node a `blocks` workload writes to, one per block size.
-    let mut responders: Vec<(usize, u32)> = experiment
-        .workloads
-        .iter()
-        .filter_map(|w| match w.kind {
-            WorkloadKind::Blocks { size } => w.to.map(|to| (to, size)),
-            _ => None,
-        })
-        .collect();
-    responders.sort_unstable();
-    responders.dedup();
+    let responders = blocks_responders(experiment);
     for (port_offset, &(node, size)) in responders.iter().enumerate() {
         let listener = topology.nodes[node]
             .run(|| {
@@ -411,14 +447,12 @@ pub fn run(
         }));
     }
     let blocks_port = |workload: &Workload| -> u16 {
-        let WorkloadKind::Blocks { size } = workload.kind else {
-            return 0;
-        };
-        let index = responders
-            .iter()
-            .position(|&r| Some(r.0) == workload.to && r.1 == size)
-            .expect("a responder for every blocks workload");
-        BLOCKS_PORT + index as u16
+        match workload.kind {
+            WorkloadKind::Blocks { .. } => {
+                workload_port(workload, &responders).expect("a responder for every blocks workload")
+            }
+            _ => 0,
+        }
     };
 
     let started = Instant::now();
@@ -428,12 +462,7 @@ pub fn run(
         let netns = topology.nodes[workload.from]
             .try_clone()
             .map_err(io_error("sharing a namespace"))?;
-        let target = workload.address.or_else(|| {
-            workload
-                .to
-                .and_then(|to| Topology::address(experiment, to))
-                .map(IpAddr::V4)
-        });
+        let target = workload_target(experiment, workload);
         let port = blocks_port(workload);
         let workload = workload.clone();
         let stop = Arc::clone(&options.stop);

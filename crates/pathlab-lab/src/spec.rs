@@ -436,7 +436,9 @@ struct RawEvent {
 }
 
 /// Longest node name: interface names are `to-NAME` within the kernel's 15 bytes.
-const MAX_NAME: usize = 12;
+pub const MAX_NAME: usize = 12;
+/// Longest experiment name (it names files and directories).
+pub const MAX_EXPERIMENT_NAME: usize = 40;
 /// Most links: as many subnets as the addressing has ([`Addressing::MAX_LINKS`]).
 const MAX_LINKS: usize = Addressing::MAX_LINKS;
 
@@ -483,13 +485,25 @@ fn parse_time(text: &str) -> Result<Duration, String> {
         .map_err(|e| e.to_string())
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `name` may name a node: 1 to [`MAX_NAME`] of a-z, 0-9 and '-', not starting
+/// with '-'.
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
+}
+
+/// Whether `name` may name an experiment: 1 to [`MAX_EXPERIMENT_NAME`] of letters, digits,
+/// '-' and '_'.
+pub fn valid_experiment_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_EXPERIMENT_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 impl Experiment {
@@ -511,15 +525,13 @@ impl Experiment {
 impl Checker<'_> {
     fn experiment(&self, raw: RawExperiment) -> Result<Experiment, SpecFileError> {
         let name = raw.name.get_ref();
-        if name.is_empty()
-            || name.len() > 40
-            || !name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        if !valid_experiment_name(name) {
             return Err(self.error(
                 &raw.name.span(),
-                format!("name '{name}': 1 to 40 of letters, digits, '-' and '_' (it names files)"),
+                format!(
+                    "name '{name}': 1 to {MAX_EXPERIMENT_NAME} of letters, digits, '-' and '_' \
+                     (it names files)"
+                ),
             ));
         }
         let duration = self.time(&raw.duration, "duration")?;

@@ -120,6 +120,56 @@ pub fn node_routes(links: &[Link], nodes: usize, node: usize) -> Vec<NodeRoute> 
     routes
 }
 
+/// One route of a node as it is installed, IPv4 or IPv6: what [`Topology::build`] gives the
+/// kernel and an exported lab's node config lists, so both have the same routes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledRoute {
+    /// The destination prefix (address, length); `None`: the default route.
+    pub destination: Option<(IpAddr, u8)>,
+    /// The gateway: the peer's address on the link the route leaves by.
+    pub gateway: IpAddr,
+    /// The link it leaves by.
+    pub via_link: usize,
+    /// Which end of that link the node is (0: `a`, 1: `b`), so which of its ports.
+    pub end: usize,
+}
+
+/// Every route `node` installs: for each of [`node_routes`], its IPv4 route then its IPv6
+/// one, to the link's subnets (or the default) through the peer's addresses on the link it
+/// leaves by.
+pub fn installed_routes(
+    links: &[Link],
+    addressing: Addressing,
+    nodes: usize,
+    node: usize,
+) -> Vec<InstalledRoute> {
+    let mut installed = Vec::new();
+    for route in node_routes(links, nodes, node) {
+        let end = usize::from(links[route.via_link].b == node);
+        let (gateway_v4, gateway_v6) = addressing.ends(route.via_link)[1 - end];
+        let (v4, v6) = match route.to_link {
+            Some(to) => {
+                let (net_v4, len_v4) = addressing.v4_subnet(to);
+                let (net_v6, len_v6) = addressing.v6_subnet(to);
+                (
+                    Some((IpAddr::V4(net_v4), len_v4)),
+                    Some((IpAddr::V6(net_v6), len_v6)),
+                )
+            }
+            None => (None, None),
+        };
+        for (destination, gateway) in [(v4, IpAddr::V4(gateway_v4)), (v6, IpAddr::V6(gateway_v6))] {
+            installed.push(InstalledRoute {
+                destination,
+                gateway,
+                via_link: route.via_link,
+                end,
+            });
+        }
+    }
+    installed
+}
+
 /// The built experiment.
 #[derive(Debug)]
 pub struct Topology {
@@ -271,7 +321,7 @@ impl Topology {
                         addressing.v4_prefix_len(),
                         None,
                     )?;
-                    netlink.add_address(*index, IpAddr::V6(v6), 64, None)?;
+                    netlink.add_address(*index, IpAddr::V6(v6), addressing.v6_subnet(i).1, None)?;
                     netlink.set_up(*index, true)?;
                     found.push((*index, mac.clone()));
                 }
@@ -284,7 +334,7 @@ impl Topology {
 
         // Each node: its peers' neighbour entries and its routes.
         for (node, netns) in nodes.iter().enumerate() {
-            let routes = node_routes(links, names.len(), node);
+            let routes = installed_routes(links, addressing, names.len(), node);
             netns.run(|| -> io::Result<()> {
                 let mut netlink = Netlink::open()?;
                 for &(i, end) in &ends_of[node] {
@@ -295,23 +345,13 @@ impl Topology {
                     netlink.add_neighbor(index, IpAddr::V6(v6), peer_mac)?;
                 }
                 for route in &routes {
-                    let via = &links[route.via_link];
-                    let end = usize::from(via.b == node);
-                    let (index, _) = ports[route.via_link][end];
-                    let (gateway_v4, gateway_v6) = addressing.ends(route.via_link)[1 - end];
-                    let (v4, v6) = match route.to_link {
-                        Some(to) => {
-                            let (net_v4, len_v4) = addressing.v4_subnet(to);
-                            let (net_v6, len_v6) = addressing.v6_subnet(to);
-                            (
-                                Some((IpAddr::V4(net_v4), len_v4)),
-                                Some((IpAddr::V6(net_v6), len_v6)),
-                            )
-                        }
-                        None => (None, None),
-                    };
-                    netlink.add_route(v4, Some(IpAddr::V4(gateway_v4)), index, false)?;
-                    netlink.add_route(v6, Some(IpAddr::V6(gateway_v6)), index, true)?;
+                    let (index, _) = ports[route.via_link][route.end];
+                    netlink.add_route(
+                        route.destination,
+                        Some(route.gateway),
+                        index,
+                        route.gateway.is_ipv6(),
+                    )?;
                 }
                 Ok(())
             })??;

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use pathlab_core::format::{self, Digits};
 use pathlab_lab::recipes::{recipe, RECIPES};
 use pathlab_lab::run::RunOptions;
-use pathlab_lab::spec::{expand, Experiment};
+use pathlab_lab::spec::{expand, Experiment, SweepPoint};
 use pathlab_lab::summary::{rtt_summaries, sawtooths};
 
 use crate::usage;
@@ -51,6 +51,53 @@ pub enum Action {
     /// pathlab recorded making, never one by its name). Running emulators and shells, and
     /// other namespaces and interfaces (a killed run leaves none), are left alone.
     Clean,
+    /// Write the lab for an engine that runs it beyond this machine's namespaces: a KNE
+    /// topology (Kubernetes) or a containerlab one, and each node's config, which `pathlab
+    /// node` runs in its pod or container (docs/engines.md).
+    Export(ExportArgs),
+}
+
+/// Arguments of `pathlab lab export`.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    #[command(subcommand)]
+    pub engine: Engine,
+}
+
+/// The engines a lab exports to.
+#[derive(Debug, clap::Subcommand)]
+pub enum Engine {
+    /// KNE on Kubernetes: DIR/LAB.pb.txt (text protobuf of KNE's topo.proto, `vendor: HOST`
+    /// nodes) and DIR/NODE.toml for each node; then `kne create DIR/LAB.pb.txt`.
+    Kne(EngineArgs),
+    /// containerlab on one machine: DIR/LAB.clab.yml (`linux` nodes) and DIR/NODE.toml for
+    /// each node; then `containerlab deploy -t DIR/LAB.clab.yml`.
+    Containerlab(EngineArgs),
+}
+
+/// What `pathlab lab export ENGINE` takes.
+#[derive(Debug, clap::Args)]
+pub struct EngineArgs {
+    /// A built-in recipe or an experiment spec file, as `pathlab lab` takes them.
+    #[arg(value_name = "RECIPE|SPEC.toml")]
+    pub experiment: String,
+    /// Directory for the topology and the node configs (created if missing; files of the
+    /// same names are replaced).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The container image every node runs; it must have `pathlab` on its PATH.
+    #[arg(long, value_name = "IMAGE", default_value = pathlab_lab::export::DEFAULT_IMAGE)]
+    pub image: String,
+    /// The short form of the experiment (its `quick` length, its `quick_sweep` values).
+    #[arg(long)]
+    pub quick: bool,
+    /// Which run of a sweep to export, 1 to the number of runs (an engine runs one
+    /// topology at a time; without it, a sweep is refused with its runs listed).
+    #[arg(long, value_name = "N")]
+    pub point: Option<usize>,
+    /// Seed of the emulators' random choices.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
 }
 
 /// Reads the experiment's text: a recipe's or a file's.
@@ -74,20 +121,25 @@ fn experiment_text(name: &str) -> anyhow::Result<(String, Option<String>)> {
     Ok((text, Some(name.to_owned())))
 }
 
+/// A spec error as a usage error naming `file` (none for a recipe).
+fn spec_error(file: Option<&str>) -> impl Fn(pathlab_lab::SpecFileError) -> anyhow::Error + '_ {
+    move |mut e| {
+        e.file = file.map(str::to_owned);
+        usage(e)
+    }
+}
+
 fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
     let (text, file) = experiment_text(name)?;
     if args.print {
         print!("{text}");
         return Ok(());
     }
-    let named = |mut e: pathlab_lab::SpecFileError| {
-        e.file.clone_from(&file);
-        usage(e)
-    };
+    let named = spec_error(file.as_deref());
     // Every sweep point is checked before anything is built.
     let mut runs = Vec::new();
-    for point in expand(&text, args.quick).map_err(named)? {
-        let experiment = Experiment::parse(&point.text).map_err(named)?;
+    for point in expand(&text, args.quick).map_err(&named)? {
+        let experiment = Experiment::parse(&point.text).map_err(&named)?;
         let experiment = if args.quick {
             experiment.quick()
         } else {
@@ -318,6 +370,90 @@ fn write_report(saved: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> 
     crate::cmd::report::report(&runs, out, true).with_context(context)
 }
 
+/// The sweep point `chosen` (1-based) of `points`; a sweep without a choice, or a choice
+/// out of range, is refused with the runs listed.
+fn choose_point(
+    name: &str,
+    mut points: Vec<SweepPoint>,
+    chosen: Option<usize>,
+) -> anyhow::Result<SweepPoint> {
+    let runs = || {
+        points
+            .iter()
+            .enumerate()
+            .map(|(i, point)| format!("{}: {}", i + 1, point.label))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match chosen {
+        None if points.len() == 1 => Ok(points.remove(0)),
+        None => Err(usage(anyhow::anyhow!(
+            "{name} is a sweep of {} runs ({}); an engine runs one topology: export one with \
+             --point N",
+            points.len(),
+            runs()
+        ))),
+        Some(n) if (1..=points.len()).contains(&n) => Ok(points.remove(n - 1)),
+        Some(n) if points.len() == 1 => Err(usage(anyhow::anyhow!(
+            "--point {n}: {name} is one run, not a sweep"
+        ))),
+        Some(n) => Err(usage(anyhow::anyhow!(
+            "--point {n}: {name} is a sweep of {} runs ({})",
+            points.len(),
+            runs()
+        ))),
+    }
+}
+
+/// Runs `pathlab lab export`: checks the lab, writes the engine's topology and every
+/// node's config into `--out`.
+fn export(args: &ExportArgs) -> anyhow::Result<()> {
+    use pathlab_lab::export::{containerlab, kne, Export};
+    let (options, write): (&EngineArgs, fn(&Export<'_>) -> _) = match &args.engine {
+        Engine::Kne(options) => (options, kne::files),
+        Engine::Containerlab(options) => (options, containerlab::files),
+    };
+    let (text, file) = experiment_text(&options.experiment)?;
+    let named = spec_error(file.as_deref());
+    let points = expand(&text, options.quick).map_err(&named)?;
+    let point = choose_point(&options.experiment, points, options.point)?;
+    let experiment = Experiment::parse(&point.text).map_err(&named)?;
+    let experiment = if options.quick {
+        experiment.quick()
+    } else {
+        experiment
+    };
+    let files = write(&Export {
+        experiment: &experiment,
+        point: Some(point.label).filter(|label| !label.is_empty()),
+        seed: options.seed,
+        image: options.image.clone(),
+    })
+    .map_err(usage)?;
+    let out = &options.out;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    for written in &files {
+        let path = out.join(&written.name);
+        std::fs::write(&path, &written.contents)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let topology = out.join(&files[0].name);
+    let run = match &args.engine {
+        Engine::Kne(_) => format!("kne create {}", topology.display()),
+        Engine::Containerlab(_) => {
+            format!("sudo containerlab deploy -t {}", topology.display())
+        }
+    };
+    println!(
+        "{}: {} and {} node configs in {}; run it with `{run}`",
+        experiment.name,
+        files[0].name,
+        files.len() - 1,
+        out.display()
+    );
+    Ok(())
+}
+
 /// Runs `pathlab lab`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match (&args.action, &args.experiment) {
@@ -330,6 +466,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 .join(", ")
         ))),
         (None, Some(name)) => run_experiment(args, name),
+        (Some(Action::Export(export_args)), _) => export(export_args),
         (Some(Action::Clean), _) => {
             pathlab_os::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
             let cleaned = pathlab_os::clean::clean()?;

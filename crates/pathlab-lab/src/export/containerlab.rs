@@ -1,0 +1,143 @@
+//! A lab as a containerlab topology (`LAB.clab.yml`) for users on one machine: each node a
+//! `linux` container running pathlab's image with `pathlab node` and its config file
+//! bind-mounted read-only (a relative path: containerlab reads it from beside the topology
+//! file), each link a veth between the nodes' `to-PEER` interfaces (linux nodes take any
+//! interface name).
+//!
+//! What a working lab needs beyond containerlab's defaults: `pathlab node` configures its
+//! interfaces and puts emulators on them, so it needs CAP_NET_ADMIN and packet sockets
+//! (CAP_NET_RAW); containerlab runs nodes privileged by default, and the file asks for both
+//! capabilities so a lab with `privileged: false` defaults still works. A linux node
+//! restarts by default, and a restarted container has lost every interface but eth0
+//! (containerlab's docs): the nodes say `restart-policy: "no"`. eth0 stays on the
+//! management network, where each node serves its results and metrics.
+//!
+//! Every string is written as a double-quoted YAML scalar (JSON's escapes, which YAML
+//! reads the same), so no name or image is read as a number, a boolean or YAML syntax.
+
+use std::fmt::Write as _;
+
+use super::{config_file_name, config_in_container, node_command, Export, ExportError, ExportFile};
+
+/// The topology file's name for lab `lab`.
+pub fn topology_file_name(lab: &str) -> String {
+    format!("{lab}.clab.yml")
+}
+
+/// The capabilities `pathlab node` needs.
+const CAPABILITIES: [&str; 2] = ["NET_ADMIN", "NET_RAW"];
+
+/// The topology file, then every node's config.
+pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
+    let experiment = export.experiment;
+    let configs = export.node_configs("containers and their host names")?;
+    let mut text = String::new();
+    let mut line = |indent: usize, content: &str| {
+        let _ = writeln!(text, "{:indent$}{content}", "");
+    };
+    line(
+        0,
+        &format!(
+            "# containerlab topology, written by `pathlab lab export containerlab`: {}",
+            export.summary()
+        ),
+    );
+    line(
+        0,
+        &format!(
+            "# Deploy from this directory: sudo containerlab deploy -t {} (docs/engines.md)",
+            topology_file_name(&experiment.name)
+        ),
+    );
+    line(0, &format!("name: {}", quote(&experiment.name)));
+    line(0, "topology:");
+    line(2, "nodes:");
+    let command = node_command().join(" ");
+    for config in &configs {
+        line(4, &format!("{}:", quote(&config.node)));
+        line(6, "kind: \"linux\"");
+        line(6, &format!("image: {}", quote(&export.image)));
+        line(6, &format!("cmd: {}", quote(&command)));
+        line(6, "binds:");
+        line(
+            8,
+            &format!(
+                "- {}",
+                quote(&format!(
+                    "{}:{}:ro",
+                    config_file_name(&config.node),
+                    config_in_container()
+                ))
+            ),
+        );
+        line(6, "cap-add:");
+        for capability in CAPABILITIES {
+            line(8, &format!("- {}", quote(capability)));
+        }
+        line(6, "restart-policy: \"no\"");
+    }
+    line(2, "links:");
+    let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
+    for link in &experiment.links {
+        let (a, b) = (names[link.a], names[link.b]);
+        let end =
+            |node: &str, peer: &str| quote(&format!("{node}:{}", crate::topology::port_name(peer)));
+        line(4, &format!("- endpoints: [{}, {}]", end(a, b), end(b, a)));
+    }
+    let mut files = vec![ExportFile {
+        name: topology_file_name(&experiment.name),
+        contents: text,
+    }];
+    files.extend(super::config_files(&configs));
+    Ok(files)
+}
+
+/// `text` as a double-quoted YAML scalar.
+fn quote(text: &str) -> String {
+    serde_json::to_string(text).expect("a string serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Experiment;
+
+    #[test]
+    fn nodes_are_linux_containers_with_their_config_and_links_veths_between_to_peer() {
+        let experiment = Experiment::parse(
+            "name = \"line\"\nduration = \"10s\"\n[[node]]\nname = \"h1\"\n\
+             [[node]]\nname = \"no\"\n[[link]]\nbetween = [\"h1\", \"no\"]\n",
+        )
+        .unwrap();
+        let files = files(&Export {
+            experiment: &experiment,
+            point: Some("queue=10".into()),
+            seed: 1,
+            image: "pathlab:\"x\"".into(),
+        })
+        .unwrap();
+        assert_eq!(files[0].name, "line.clab.yml");
+        let body = super::super::without_comments(&files[0].contents);
+        let node = |name: &str| {
+            format!(
+                "    \"{name}\":\n      kind: \"linux\"\n      image: \"pathlab:\\\"x\\\"\"\n      \
+                 cmd: \"pathlab node /etc/pathlab/node.toml\"\n      binds:\n        \
+                 - \"{name}.toml:/etc/pathlab/node.toml:ro\"\n      cap-add:\n        \
+                 - \"NET_ADMIN\"\n        - \"NET_RAW\"\n      restart-policy: \"no\"\n"
+            )
+        };
+        // A node named `no` stays a string, not YAML 1.1's false.
+        assert_eq!(
+            body,
+            format!(
+                "name: \"line\"\ntopology:\n  nodes:\n{}{}  links:\n    \
+                 - endpoints: [\"h1:to-no\", \"no:to-h1\"]\n",
+                node("h1"),
+                node("no")
+            )
+        );
+        assert!(files[0]
+            .contents
+            .contains("lab line (queue=10): 2 nodes, 1 links"));
+    }
+}
