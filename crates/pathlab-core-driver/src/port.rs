@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use pathlab_core::wire::ethernet;
 use pathlab_os::buffers::BufferPool;
@@ -96,13 +96,92 @@ pub trait Port: Send {
     /// frames there: the forwarding thread then reads that socket once for all its ports
     /// and hands each its frames ([`Port::push`]); the port's own receive only takes what
     /// was handed to it.
-    fn shared_receiver(&self) -> Option<(Arc<crate::switchboard::SharedReceiver>, u32)> {
+    fn shared_receiver(&self) -> Option<(Arc<SharedReceiver>, u32)> {
         None
     }
     /// Takes a wire frame its shared receiver read for it, with its receive time; `first`
     /// when it begins what the kernel received (the segments of a super-packet follow).
     fn push(&mut self, frame: Vec<u8>, received: Option<u64>, first: bool) {
         let _ = (frame, received, first);
+    }
+}
+
+/// A receiving socket several ports share (a switchboard's, [`crate::switchboard`]): the
+/// frames of the ports of one forwarding thread, each marked with the interface it came in
+/// on.
+#[derive(Debug)]
+pub struct SharedReceiver {
+    share: usize,
+    socket: OwnedFd,
+    batch: Mutex<sys::PacketBatch>,
+}
+
+impl SharedReceiver {
+    /// A shared receiver on `socket` (bound and filtered already) for forwarding thread
+    /// `share`, reading into `batch`.
+    pub fn new(share: usize, socket: OwnedFd, batch: sys::PacketBatch) -> SharedReceiver {
+        SharedReceiver {
+            share,
+            socket,
+            batch: Mutex::new(batch),
+        }
+    }
+
+    /// The forwarding thread (its index in the pool) this socket's ports must be served
+    /// by.
+    pub fn share(&self) -> usize {
+        self.share
+    }
+
+    /// Its socket, to poll.
+    pub fn pollable(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+
+    /// Reads up to `budget` waiting frames and passes each wire frame to `deliver` with
+    /// the interface it came in on, its receive time, and whether it is the first wire
+    /// frame of what the kernel received (a super-packet is cut into several). Returns
+    /// the frames read and how many were malformed or dropped by the kernel.
+    pub fn receive(
+        &self,
+        budget: usize,
+        pool: &mut BufferPool,
+        deliver: &mut dyn FnMut(u32, Vec<u8>, Option<u64>, bool),
+    ) -> io::Result<ReceiveCounts> {
+        let mut batch = self.batch.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts = ReceiveCounts::default();
+        while (counts.frames as usize) < budget {
+            let wanted = (budget - counts.frames as usize).min(batch.slots());
+            let received = batch.recv(self.socket.as_fd(), wanted)?;
+            for frame in batch.frames() {
+                counts.frames += 1;
+                if frame.truncated {
+                    counts.malformed += 1;
+                    continue;
+                }
+                let mut first = true;
+                let ifindex = frame.ifindex;
+                deliver_frame(
+                    frame.data,
+                    frame.wire_len,
+                    frame.vlan,
+                    frame.received_unix_ns,
+                    &mut counts,
+                    pool,
+                    &mut |wire, at| {
+                        deliver(ifindex, wire, at, first);
+                        first = false;
+                    },
+                );
+            }
+            if received < wanted {
+                break;
+            }
+        }
+        if counts.frames > 0 {
+            counts.ring_full += sys::packet_drops(self.socket.as_fd())?;
+        }
+        Ok(counts)
     }
 }
 
@@ -146,7 +225,7 @@ impl Port for Box<dyn Port> {
         (**self).reopen()
     }
 
-    fn shared_receiver(&self) -> Option<(Arc<crate::switchboard::SharedReceiver>, u32)> {
+    fn shared_receiver(&self) -> Option<(Arc<SharedReceiver>, u32)> {
         (**self).shared_receiver()
     }
 

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use pathlab_os::buffers::BufferPool;
 use pathlab_os::netlink::Netlink;
@@ -24,7 +24,7 @@ use pathlab_os::offload::VnetHeader;
 use pathlab_os::sys;
 
 use crate::port::{
-    deliver_frame, gso_parts, io_error, Framing, Port, PortError, ReceiveCounts, Transmit,
+    gso_parts, io_error, Framing, Port, PortError, ReceiveCounts, SharedReceiver, Transmit,
     RING_FRAME_SIZE, SOCKET_BATCH,
 };
 
@@ -43,74 +43,6 @@ pub struct Switchboard {
     netns: Arc<Netns>,
     receivers: Vec<Arc<SharedReceiver>>,
     tx: Arc<OwnedFd>,
-}
-
-/// A receiving socket of the switchboard: the frames of the ports of one forwarding
-/// thread.
-#[derive(Debug)]
-pub struct SharedReceiver {
-    share: usize,
-    socket: OwnedFd,
-    batch: Mutex<sys::PacketBatch>,
-}
-
-impl SharedReceiver {
-    /// The forwarding thread (its index in the pool) this socket's ports must be served
-    /// by.
-    pub fn share(&self) -> usize {
-        self.share
-    }
-
-    /// Its socket, to poll.
-    pub fn pollable(&self) -> BorrowedFd<'_> {
-        self.socket.as_fd()
-    }
-
-    /// Reads up to `budget` waiting frames and passes each wire frame to `deliver` with
-    /// the interface it came in on, its receive time, and whether it is the first wire
-    /// frame of what the kernel received (a super-packet is cut into several). Returns
-    /// the frames read and how many were malformed or dropped by the kernel.
-    pub fn receive(
-        &self,
-        budget: usize,
-        pool: &mut BufferPool,
-        deliver: &mut dyn FnMut(u32, Vec<u8>, Option<u64>, bool),
-    ) -> io::Result<ReceiveCounts> {
-        let mut batch = self.batch.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut counts = ReceiveCounts::default();
-        while (counts.frames as usize) < budget {
-            let wanted = (budget - counts.frames as usize).min(batch.slots());
-            let received = batch.recv(self.socket.as_fd(), wanted)?;
-            for frame in batch.frames() {
-                counts.frames += 1;
-                if frame.truncated {
-                    counts.malformed += 1;
-                    continue;
-                }
-                let mut first = true;
-                let ifindex = frame.ifindex;
-                deliver_frame(
-                    frame.data,
-                    frame.wire_len,
-                    frame.vlan,
-                    frame.received_unix_ns,
-                    &mut counts,
-                    pool,
-                    &mut |wire, at| {
-                        deliver(ifindex, wire, at, first);
-                        first = false;
-                    },
-                );
-            }
-            if received < wanted {
-                break;
-            }
-        }
-        if counts.frames > 0 {
-            counts.ring_full += sys::packet_drops(self.socket.as_fd())?;
-        }
-        Ok(counts)
-    }
 }
 
 impl Switchboard {
@@ -140,11 +72,11 @@ impl Switchboard {
                 sys::grow_receive_buffer(socket.as_fd(), RECEIVE_BUFFER_BYTES)?;
                 // Index 0: every interface of the namespace.
                 sys::bind_packet(socket.as_fd(), 0)?;
-                receivers.push(Arc::new(SharedReceiver {
+                receivers.push(Arc::new(SharedReceiver::new(
                     share,
                     socket,
-                    batch: Mutex::new(sys::PacketBatch::new(SOCKET_BATCH, RING_FRAME_SIZE)?),
-                }));
+                    sys::PacketBatch::new(SOCKET_BATCH, RING_FRAME_SIZE)?,
+                )));
             }
             let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
             sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)?;

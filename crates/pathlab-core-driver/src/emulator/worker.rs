@@ -23,8 +23,7 @@ use pathlab_results::recording::RecordingLine;
 
 use super::{DirectionCounters, OnInterfaceGone};
 use crate::fidelity::Lateness;
-use crate::port::{Framing, Port, PortError, ReceiveCounts, Transmit};
-use crate::switchboard::SharedReceiver;
+use crate::port::{Framing, Port, PortError, ReceiveCounts, SharedReceiver, Transmit};
 use pathlab_os::buffers::BufferPool;
 use pathlab_os::offload;
 use pathlab_os::sys;
