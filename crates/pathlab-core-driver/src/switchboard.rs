@@ -24,8 +24,8 @@ use pathlab_os::offload::VnetHeader;
 use pathlab_os::sys;
 
 use crate::port::{
-    gso_parts, io_error, Framing, Port, PortError, ReceiveCounts, SharedReceiver, Transmit,
-    RING_FRAME_SIZE, SOCKET_BATCH,
+    gso_parts, Framing, Port, PortError, ReceiveCounts, SharedReceiver, Transmit, RING_FRAME_SIZE,
+    SOCKET_BATCH,
 };
 
 /// What one receiving socket of the switchboard may hold waiting: the frames of every port
@@ -41,6 +41,9 @@ pub const INBOX_FRAMES: usize = 4096;
 #[derive(Debug)]
 pub struct Switchboard {
     netns: Arc<Netns>,
+    /// Its interfaces' indices by name, read once: a lookup per port would list 20,000
+    /// interfaces 20,000 times.
+    indices: std::collections::HashMap<String, u32>,
     receivers: Vec<Arc<SharedReceiver>>,
     tx: Arc<OwnedFd>,
 }
@@ -51,7 +54,7 @@ impl Switchboard {
     /// every interface, and one sending socket.
     pub fn open(netns: Netns, shares: usize) -> io::Result<Switchboard> {
         let shares = shares.max(1);
-        let (receivers, tx) = netns.run(|| -> io::Result<_> {
+        let (receivers, tx, indices) = netns.run(|| -> io::Result<_> {
             let mut receivers = Vec::with_capacity(shares);
             for share in 0..shares {
                 let socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
@@ -80,10 +83,16 @@ impl Switchboard {
             }
             let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
             sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)?;
-            Ok((receivers, tx))
+            let indices = Netlink::open()?
+                .links()?
+                .into_iter()
+                .map(|link| (link.name, link.index))
+                .collect();
+            Ok((receivers, tx, indices))
         })??;
         Ok(Switchboard {
             netns: Arc::new(netns),
+            indices,
             receivers,
             tx: Arc::new(tx),
         })
@@ -94,22 +103,20 @@ impl Switchboard {
         &self.netns
     }
 
-    /// The port on the switchboard's interface `interface`, called `name` in the
-    /// emulator's counters.
+    /// The port on the switchboard's interface `interface` (one it had when it was
+    /// opened), called `name` in the emulator's counters.
     pub fn port(&self, name: &str, interface: &str) -> Result<BoardPort, PortError> {
-        let link = self
-            .netns
-            .run(|| Netlink::open()?.link_by_name(interface))
-            .map_err(io_error("entering the switchboard", interface))?
-            .map_err(io_error("listing interfaces", interface))?
+        let index = *self
+            .indices
+            .get(interface)
             .ok_or_else(|| PortError::NoSuchInterface {
                 name: interface.to_owned(),
                 hint: " on the switchboard".to_owned(),
             })?;
-        let receiver = &self.receivers[link.index as usize % self.receivers.len()];
+        let receiver = &self.receivers[index as usize % self.receivers.len()];
         Ok(BoardPort {
             name: name.to_owned(),
-            ifindex: link.index,
+            ifindex: index,
             receiver: Arc::clone(receiver),
             inbox: VecDeque::new(),
             dropped: 0,

@@ -311,9 +311,20 @@ impl Topology {
                 let mut netlink = Netlink::open()?;
                 let present = interfaces(&mut netlink)?;
                 let mut found = Vec::new();
+                // Every port up before any address: each interface that comes up (and
+                // each carrier that follows) makes the kernel walk every IPv6 route of
+                // the namespace, so a router of 3,000 ports that came up one by one among
+                // its growing routes took 26 s. No IPv6 link-local addresses either (their
+                // routes and duplicate address detection are more of the same): the lab's
+                // neighbours and routes are on the links' own addresses.
                 for &(i, end) in &ends_of[node] {
                     let name = port(i, end);
                     let (index, mac) = present.get(&name).ok_or_else(|| missing(&name))?;
+                    set_sysctl(&format!("net/ipv6/conf/{name}/addr_gen_mode"), "1")?;
+                    netlink.set_up(*index, true)?;
+                    found.push((*index, mac.clone()));
+                }
+                for (&(i, end), (index, _)) in ends_of[node].iter().zip(&found) {
                     let (v4, v6) = addressing.ends(i)[end];
                     netlink.add_address(
                         *index,
@@ -322,8 +333,6 @@ impl Topology {
                         None,
                     )?;
                     netlink.add_address(*index, IpAddr::V6(v6), addressing.v6_subnet(i).1, None)?;
-                    netlink.set_up(*index, true)?;
-                    found.push((*index, mac.clone()));
                 }
                 Ok(found)
             })??;
