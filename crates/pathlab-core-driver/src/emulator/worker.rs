@@ -10,7 +10,8 @@
 //! while it is far, spinning for the last [`super::SPIN_WINDOW`] where the machine has
 //! cores to spare ([`super::spin_window`]).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,6 +166,11 @@ pub(super) struct Direction {
     polled: bool,
     /// The last receive took a whole budget: more is waiting.
     backlog: bool,
+    /// It is in its worker's list of directions to look at next pass.
+    queued: bool,
+    /// Its next deadline on the monotonic clock, as its worker's timers hold it (see
+    /// [`Direction::deadline`]; none once its emulator failed).
+    next_deadline: Option<std::time::Instant>,
     /// Buffers its frames are received into, given back once they are sent, as many as
     /// the link needs (see [`BufferPool::follow`]).
     pool: BufferPool,
@@ -209,6 +215,8 @@ impl Direction {
             reopen_error: None,
             polled: false,
             backlog: false,
+            queued: false,
+            next_deadline: None,
             pool: BufferPool::new(0),
         }
     }
@@ -695,7 +703,9 @@ impl WorkerHandle {
             shared_pool: BufferPool::new(0),
             keys: Vec::new(),
             slots: HashMap::new(),
-            deadlines: Vec::new(),
+            timers: BinaryHeap::new(),
+            active: Vec::new(),
+            work: Vec::new(),
             requests: receiver,
             wake: Arc::clone(&wake),
             epoll: sys::Epoll::new()?,
@@ -807,8 +817,15 @@ struct Worker {
     keys: Vec<u64>,
     /// Each key's position.
     slots: HashMap<u64, usize>,
-    /// Each direction's next deadline (see [`Direction::deadline`]), by position.
-    deadlines: Vec<Option<std::time::Instant>>,
+    /// The directions' deadlines, earliest first, by key: an entry whose direction has
+    /// since moved its deadline is skipped when it comes up (a pass looks at what is due,
+    /// not at every direction: a worker of 10,000 directions spent a pass reading each).
+    timers: BinaryHeap<Reverse<(std::time::Instant, u64)>>,
+    /// Keys of the directions to look at next pass: their port has frames or more is
+    /// waiting, or their interface is down.
+    active: Vec<u64>,
+    /// What a pass works through (reused).
+    work: Vec<u64>,
     requests: mpsc::Receiver<WorkerRequest>,
     wake: Arc<OwnedFd>,
     /// The ports' receive descriptors (token: the direction's key) and the wake-up eventfd.
@@ -836,9 +853,21 @@ impl Worker {
             backlog |= self.read_shared(scan_all);
             // Each direction is touched only when something is due in it, so a pass costs
             // what is active, not every direction the worker serves; records are caught up
-            // just before its queue changes, and its next deadline is kept in `deadlines`.
-            for slot in 0..self.directions.len() {
+            // just before its queue changes, and its next deadline is kept in `timers`.
+            let mut work = std::mem::take(&mut self.work);
+            work.clear();
+            if scan_all {
+                work.extend_from_slice(&self.keys);
+                self.active.clear();
+            } else {
+                work.append(&mut self.active);
+            }
+            for key in &work {
+                let Some(&slot) = self.slots.get(key) else {
+                    continue;
+                };
                 let direction = &mut self.directions[slot];
+                direction.queued = false;
                 if direction.failed() {
                     continue;
                 }
@@ -850,18 +879,38 @@ impl Worker {
                 }
                 if direction.polled || direction.state != PortState::Up {
                     if direction.check_port(now) {
-                        let _ = self.epoll.add(direction.port.pollable(), self.keys[slot]);
+                        let _ = self.epoll.add(direction.port.pollable(), *key);
                     }
                     self.refresh(slot);
                 } else if scan_all || direction.backlog {
                     self.refresh(slot);
                 }
-            }
-            let wall = std::time::Instant::now();
-            for slot in 0..self.directions.len() {
-                if self.deadlines[slot].is_none_or(|at| at > wall) {
-                    continue;
+                let direction = &self.directions[slot];
+                if direction.backlog || direction.state != PortState::Up {
+                    self.activate(slot);
                 }
+            }
+            // What is due now, each direction once: what it schedules for now or earlier
+            // goes to the next pass.
+            let wall = std::time::Instant::now();
+            work.clear();
+            while let Some(&Reverse((at, key))) = self.timers.peek() {
+                if at > wall {
+                    break;
+                }
+                self.timers.pop();
+                let Some(&slot) = self.slots.get(&key) else {
+                    continue;
+                };
+                if self.directions[slot].next_deadline == Some(at) {
+                    self.directions[slot].next_deadline = None;
+                    work.push(key);
+                }
+            }
+            for key in &work {
+                let Some(&slot) = self.slots.get(key) else {
+                    continue;
+                };
                 let direction = &mut self.directions[slot];
                 if !direction.failed() {
                     let now = direction.clock.at(wall);
@@ -872,6 +921,7 @@ impl Worker {
                 }
                 self.refresh(slot);
             }
+            self.work = work;
             if self.handle_requests() {
                 break;
             }
@@ -881,14 +931,40 @@ impl Worker {
         }
     }
 
-    /// Recomputes direction `slot`'s next deadline (none once its emulator failed).
+    /// Recomputes direction `slot`'s next deadline (none once its emulator failed) and
+    /// sets a timer for it if it moved.
     fn refresh(&mut self, slot: usize) {
-        let direction = &self.directions[slot];
-        self.deadlines[slot] = if direction.failed() {
+        let direction = &mut self.directions[slot];
+        let at = if direction.failed() {
             None
         } else {
             direction.deadline().map(|at| direction.clock.monotonic(at))
         };
+        if at != direction.next_deadline {
+            direction.next_deadline = at;
+            if let Some(at) = at {
+                self.timers.push(Reverse((at, self.keys[slot])));
+            }
+        }
+        // Timers of deadlines that moved pile up until their time; past a bound, keep only
+        // the current ones.
+        if self.timers.len() > 4 * self.directions.len() + 1024 {
+            self.timers = self
+                .directions
+                .iter()
+                .zip(&self.keys)
+                .filter_map(|(d, &key)| d.next_deadline.map(|at| Reverse((at, key))))
+                .collect();
+        }
+    }
+
+    /// Puts direction `slot` in the list of those the next pass looks at.
+    fn activate(&mut self, slot: usize) {
+        let direction = &mut self.directions[slot];
+        if !direction.queued {
+            direction.queued = true;
+            self.active.push(self.keys[slot]);
+        }
     }
 
     /// Marks the directions whose ports the epoll set says are ready, and the shared
@@ -900,7 +976,12 @@ impl Worker {
         }
         for token in &self.ready {
             if let Some(&slot) = self.slots.get(token) {
-                self.directions[slot].polled = true;
+                let direction = &mut self.directions[slot];
+                direction.polled = true;
+                if !direction.queued {
+                    direction.queued = true;
+                    self.active.push(*token);
+                }
             } else if *token != u64::MAX && token & SHARED_TOKEN != 0 {
                 if let Some(source) = self.shared.get_mut((token & !SHARED_TOKEN) as usize) {
                     source.ready = true;
@@ -919,13 +1000,20 @@ impl Worker {
                 continue;
             }
             let (directions, slots, ports) = (&mut self.directions, &self.slots, &source.ports);
-            let pool = &mut self.shared_pool;
+            let (pool, active) = (&mut self.shared_pool, &mut self.active);
             let mut deliver = |ifindex: u32, frame: Vec<u8>, at: Option<u64>, first: bool| {
                 // A frame of a port not (or no longer) served here is dropped.
-                if let Some(&slot) = ports.get(&ifindex).and_then(|key| slots.get(key)) {
+                let Some(&key) = ports.get(&ifindex) else {
+                    return;
+                };
+                if let Some(&slot) = slots.get(&key) {
                     let direction = &mut directions[slot];
                     direction.port.push(frame, at, first);
                     direction.polled = true;
+                    if !direction.queued {
+                        direction.queued = true;
+                        active.push(key);
+                    }
                 }
             };
             let counts = source
@@ -993,8 +1081,10 @@ impl Worker {
                     self.slots.insert(key, self.directions.len());
                     self.keys.push(key);
                     self.directions.push(*direction);
-                    self.deadlines.push(None);
-                    self.refresh(self.directions.len() - 1);
+                    let slot = self.directions.len() - 1;
+                    self.refresh(slot);
+                    // A first look: frames may have come before it was added.
+                    self.activate(slot);
                 }
                 WorkerRequest::Remove { key, reply } => {
                     let Some(slot) = self.slots.remove(&key) else {
@@ -1002,7 +1092,6 @@ impl Worker {
                     };
                     let mut direction = self.directions.swap_remove(slot);
                     self.keys.swap_remove(slot);
-                    self.deadlines.swap_remove(slot);
                     if let Some(&moved) = self.keys.get(slot) {
                         self.slots.insert(moved, slot);
                     }
@@ -1058,7 +1147,7 @@ impl Worker {
 
     /// Waits for the next deadline, a frame, or a request.
     fn sleep(&mut self) {
-        let deadline = self.deadlines.iter().flatten().min().copied();
+        let deadline = self.timers.peek().map(|&Reverse((at, _))| at);
         let now = std::time::Instant::now();
         let spin = if self.spin_budget.spin(now) {
             self.spin
