@@ -545,16 +545,7 @@ pub fn write_two(fd: BorrowedFd<'_>, header: &[u8], body: &[u8]) -> io::Result<u
 /// `writev(2)` of `parts`, one after the other, as one write (one datagram or frame on a
 /// packet or datagram socket). At most [`GATHER_MAX`] parts.
 pub fn write_gather(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
-    assert!(parts.len() <= GATHER_MAX, "at most {GATHER_MAX} parts");
-    let empty = libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    };
-    let mut iovecs = [empty; GATHER_MAX];
-    for (iovec, part) in iovecs.iter_mut().zip(parts) {
-        iovec.iov_base = part.as_ptr().cast_mut().cast();
-        iovec.iov_len = part.len();
-    }
+    let iovecs = gather(parts);
     // SAFETY: the first `parts.len()` iovecs describe readable buffers that live for the
     // call; writev only reads through them.
     cvt_size(unsafe { libc::writev(fd.as_raw_fd(), iovecs.as_ptr(), parts.len() as libc::c_int) })
@@ -564,16 +555,7 @@ pub fn write_gather(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
 /// interface `ifindex` (one socket sends on every interface of its namespace this way). At
 /// most [`GATHER_MAX`] parts.
 pub fn send_gather_to(fd: BorrowedFd<'_>, ifindex: u32, parts: &[&[u8]]) -> io::Result<usize> {
-    assert!(parts.len() <= GATHER_MAX, "at most {GATHER_MAX} parts");
-    let empty = libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    };
-    let mut iovecs = [empty; GATHER_MAX];
-    for (iovec, part) in iovecs.iter_mut().zip(parts) {
-        iovec.iov_base = part.as_ptr().cast_mut().cast();
-        iovec.iov_len = part.len();
-    }
+    let mut iovecs = gather(parts);
     // SAFETY: sockaddr_ll is plain data; all-zero is valid.
     let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     address.sll_family = libc::AF_PACKET as u16;
@@ -587,6 +569,21 @@ pub fn send_gather_to(fd: BorrowedFd<'_>, ifindex: u32, parts: &[&[u8]]) -> io::
     // SAFETY: the message points at the address and the first `parts.len()` iovecs, which
     // describe readable buffers living for the call; sendmsg only reads through them.
     cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &raw const message, 0) })
+}
+
+/// The iovecs of `parts` (at most [`GATHER_MAX`]), the rest empty.
+fn gather(parts: &[&[u8]]) -> [libc::iovec; GATHER_MAX] {
+    assert!(parts.len() <= GATHER_MAX, "at most {GATHER_MAX} parts");
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iovecs = [empty; GATHER_MAX];
+    for (iovec, part) in iovecs.iter_mut().zip(parts) {
+        iovec.iov_base = part.as_ptr().cast_mut().cast();
+        iovec.iov_len = part.len();
+    }
+    iovecs
 }
 
 /// The most parts [`write_gather`] takes: a vnet header, a super-packet's headers and the

@@ -5,41 +5,10 @@
 //! socket per forwarding thread this way, and each thread gets the frames of the ports it
 //! serves and no others, without a socket per port.
 
-#![allow(unsafe_code)]
-
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use super::setsockopt;
-
-/// `PACKET_OUTGOING`: a frame this host sent.
-const PACKET_OUTGOING: u32 = 4;
-
-fn statement(code: u32, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code: code as u16,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    }
-}
-
-/// The ancillary load of `what` (an `SKF_AD_*` offset).
-fn load_ancillary(what: libc::c_int) -> libc::sock_filter {
-    statement(
-        libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
-        (libc::SKF_AD_OFF + what) as u32,
-    )
-}
+use super::vlan_filter::{attach, jump, load_ancillary, statement, PACKET_OUTGOING};
 
 /// The program: never what this host sent; the interface index modulo `shares` must be
 /// `share`. Instructions 5 and 6 are the verdicts.
@@ -59,13 +28,7 @@ fn program(shares: u32, share: u32) -> Vec<libc::sock_filter> {
 /// Attaches the filter to a packet socket (before it is bound, so no frame arrives
 /// unfiltered): it sees the frames of interfaces whose index is `share` modulo `shares`.
 pub fn attach_share_filter(fd: BorrowedFd<'_>, shares: u32, share: u32) -> io::Result<()> {
-    let mut program = program(shares, share);
-    let fprog = libc::sock_fprog {
-        len: program.len() as u16,
-        filter: program.as_mut_ptr(),
-    };
-    // The kernel copies the program during the call; `program` outlives it.
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+    attach(fd, program(shares, share))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use pathlab_core::wire::ethernet;
 use super::setsockopt;
 
 /// `PACKET_OUTGOING`: a frame this host sent.
-const PACKET_OUTGOING: u32 = 4;
+pub(super) const PACKET_OUTGOING: u32 = 4;
 /// The first four bytes of the IEEE 802.1D reserved group addresses 01-80-C2-00-00-00 to
 /// 0F (STP, pause, LACP, 802.1X, LLDP): frames for the link they arrived on, which no
 /// bridge forwards.
@@ -34,7 +34,7 @@ pub struct VlanFilter {
     pub untagged: bool,
 }
 
-fn statement(code: u32, k: u32) -> libc::sock_filter {
+pub(super) fn statement(code: u32, k: u32) -> libc::sock_filter {
     libc::sock_filter {
         code: code as u16,
         jt: 0,
@@ -43,7 +43,7 @@ fn statement(code: u32, k: u32) -> libc::sock_filter {
     }
 }
 
-fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+pub(super) fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
     libc::sock_filter {
         code: code as u16,
         jt,
@@ -53,7 +53,7 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 }
 
 /// The ancillary load of `what` (an `SKF_AD_*` offset).
-fn load_ancillary(what: libc::c_int) -> libc::sock_filter {
+pub(super) fn load_ancillary(what: libc::c_int) -> libc::sock_filter {
     statement(
         libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
         (libc::SKF_AD_OFF + what) as u32,
@@ -105,7 +105,11 @@ fn program(filter: VlanFilter) -> Vec<libc::sock_filter> {
 /// Attaches the filter to a packet socket (before it is bound, so no frame arrives
 /// unfiltered).
 pub fn attach_vlan_filter(fd: BorrowedFd<'_>, filter: VlanFilter) -> io::Result<()> {
-    let mut program = program(filter);
+    attach(fd, program(filter))
+}
+
+/// Attaches a classic BPF `program` to a socket.
+pub(super) fn attach(fd: BorrowedFd<'_>, mut program: Vec<libc::sock_filter>) -> io::Result<()> {
     let fprog = libc::sock_fprog {
         len: program.len() as u16,
         filter: program.as_mut_ptr(),
