@@ -268,6 +268,46 @@ fn emulate_print_tc_needs_no_privileges_and_says_what_tc_cannot_do() {
 }
 
 #[test]
+fn emulate_iface_print_tc_puts_the_reverse_on_an_ifb_and_refuses_between_too() {
+    let output = pathlab(&[
+        "emulate",
+        "--iface",
+        "eth1",
+        "delay 5ms",
+        "--reverse",
+        "delay 2ms loss 1%",
+        "--print-tc",
+    ]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let text = stdout(&output);
+    for line in [
+        "tc qdisc replace dev eth1 root netem delay 5ms",
+        "tc filter add dev eth1 parent ffff: matchall action mirred egress redirect dev ifb0",
+        "tc qdisc replace dev ifb0 root netem delay 2ms loss 1%",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no '{line}' in:\n{text}");
+    }
+    let output = pathlab(&[
+        "emulate",
+        "--iface",
+        "eth1",
+        "--between",
+        "a",
+        "b",
+        "delay 1ms",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot be used with"),
+        "{}",
+        stderr(&output)
+    );
+    let output = pathlab(&["emulate", "--iface", "eth1/x", "delay 1ms"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--iface"), "{}", stderr(&output));
+}
+
+#[test]
 fn emulate_with_a_bad_spec_exits_2_before_anything_else() {
     let output = pathlab(&["emulate", "--between", "eth0", "eth1", "loss 150%"]);
     assert_eq!(output.status.code(), Some(2));
