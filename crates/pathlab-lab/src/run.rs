@@ -325,10 +325,7 @@ pub fn run(
                         on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
                     },
                 )
-                .map_err(|e| RunError::Emulator {
-                    link: link.name.clone(),
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| emulator_error(&e))?;
             handle.set_late_bound(experiment.late_bound);
             emulators.push(Some(Arc::new(handle)));
             Some(file_name)

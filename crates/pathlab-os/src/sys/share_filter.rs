@@ -35,36 +35,20 @@ pub fn attach_share_filter(fd: BorrowedFd<'_>, shares: u32, share: u32) -> io::R
 mod tests {
     use super::*;
 
-    /// Runs the program as the kernel's interpreter would for the instructions it uses.
+    /// Whether the frame of interface `ifindex` passes socket `share`'s program.
     fn passes(shares: u32, share: u32, ifindex: u32, outgoing: bool) -> bool {
         let program = program(shares, share);
-        let (mut a, mut pc) = (0u32, 0usize);
-        loop {
-            let insn = program[pc];
-            let code = u32::from(insn.code);
-            pc += 1;
-            match code {
-                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                    a = match insn.k.wrapping_sub(libc::SKF_AD_OFF as u32) as libc::c_int {
-                        libc::SKF_AD_PKTTYPE => {
-                            if outgoing {
-                                PACKET_OUTGOING
-                            } else {
-                                0
-                            }
-                        }
-                        libc::SKF_AD_IFINDEX => ifindex,
-                        other => panic!("unexpected load {other}"),
-                    };
+        super::super::vlan_filter::interpret(&program, &[], &|what| match what {
+            libc::SKF_AD_PKTTYPE => {
+                if outgoing {
+                    PACKET_OUTGOING
+                } else {
+                    0
                 }
-                c if c == libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K => a %= insn.k,
-                c if c & 0x07 == libc::BPF_JMP => {
-                    pc += usize::from(if a == insn.k { insn.jt } else { insn.jf });
-                }
-                c if c == libc::BPF_RET | libc::BPF_K => return insn.k != 0,
-                other => panic!("unexpected instruction {other:#x}"),
             }
-        }
+            libc::SKF_AD_IFINDEX => ifindex,
+            other => panic!("unexpected ancillary load {other}"),
+        })
     }
 
     #[test]

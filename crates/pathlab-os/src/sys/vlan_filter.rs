@@ -118,51 +118,71 @@ pub(super) fn attach(fd: BorrowedFd<'_>, mut program: Vec<libc::sock_filter>) ->
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
 
+/// Runs a classic BPF program as the kernel's interpreter would for the instructions
+/// pathlab's filters use: loads of the frame's bytes and of the metadata `ancillary` gives
+/// (an `SKF_AD_*` offset to its value), AND and MOD by a constant, JEQ and JSET, RET. The
+/// verdict is whether the frame passes. The filters' tests judge their programs with it.
+#[cfg(test)]
+pub(super) fn interpret(
+    program: &[libc::sock_filter],
+    frame: &[u8],
+    ancillary: &dyn Fn(libc::c_int) -> u32,
+) -> bool {
+    let (mut a, mut pc) = (0u32, 0usize);
+    loop {
+        let insn = program[pc];
+        let code = u32::from(insn.code);
+        pc += 1;
+        match code {
+            c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                a = match insn.k.checked_sub(libc::SKF_AD_OFF as u32) {
+                    Some(what) => ancillary(what as libc::c_int),
+                    None => {
+                        let at = insn.k as usize;
+                        u32::from_be_bytes(frame[at..at + 4].try_into().expect("4 bytes"))
+                    }
+                };
+            }
+            c if c == libc::BPF_LD | libc::BPF_H | libc::BPF_ABS => {
+                let at = insn.k as usize;
+                a = u32::from(u16::from_be_bytes([frame[at], frame[at + 1]]));
+            }
+            c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => a &= insn.k,
+            c if c == libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K => a %= insn.k,
+            c if c & 0x07 == libc::BPF_JMP => {
+                let taken = if c & 0xf0 == libc::BPF_JSET {
+                    a & insn.k != 0
+                } else {
+                    a == insn.k
+                };
+                pc += usize::from(if taken { insn.jt } else { insn.jf });
+            }
+            c if c == libc::BPF_RET | libc::BPF_K => return insn.k != 0,
+            other => panic!("unexpected instruction {other:#x}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Runs the program on a frame's first six bytes and its metadata, as the kernel's
-    /// interpreter would for the instructions it uses; the verdict is whether it passes.
+    /// Runs the program on a frame's first six bytes and its metadata; the verdict is
+    /// whether it passes.
     fn passes(filter: VlanFilter, dst: [u8; 6], outgoing: bool, tag: Option<(u16, u16)>) -> bool {
-        let program = program(filter);
-        let (mut a, mut pc) = (0u32, 0usize);
-        loop {
-            let insn = program[pc];
-            let code = u32::from(insn.code);
-            pc += 1;
-            match code {
-                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
-                    a = match insn.k.wrapping_sub(libc::SKF_AD_OFF as u32) as libc::c_int {
-                        libc::SKF_AD_PKTTYPE => {
-                            if outgoing {
-                                PACKET_OUTGOING
-                            } else {
-                                0
-                            }
-                        }
-                        libc::SKF_AD_VLAN_TAG_PRESENT => u32::from(tag.is_some()),
-                        libc::SKF_AD_VLAN_TPID => u32::from(tag.map_or(0, |t| t.1)),
-                        libc::SKF_AD_VLAN_TAG => u32::from(tag.map_or(0, |t| t.0)),
-                        _ => u32::from_be_bytes(dst[..4].try_into().unwrap()),
-                    };
+        interpret(&program(filter), &dst, &|what| match what {
+            libc::SKF_AD_PKTTYPE => {
+                if outgoing {
+                    PACKET_OUTGOING
+                } else {
+                    0
                 }
-                c if c == libc::BPF_LD | libc::BPF_H | libc::BPF_ABS => {
-                    a = u32::from(u16::from_be_bytes([dst[4], dst[5]]));
-                }
-                c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => a &= insn.k,
-                c if c & 0x07 == libc::BPF_JMP => {
-                    let taken = if c & 0xf0 == libc::BPF_JSET {
-                        a & insn.k != 0
-                    } else {
-                        a == insn.k
-                    };
-                    pc += usize::from(if taken { insn.jt } else { insn.jf });
-                }
-                c if c == libc::BPF_RET | libc::BPF_K => return insn.k != 0,
-                other => panic!("unexpected instruction {other:#x}"),
             }
-        }
+            libc::SKF_AD_VLAN_TAG_PRESENT => u32::from(tag.is_some()),
+            libc::SKF_AD_VLAN_TPID => u32::from(tag.map_or(0, |t| t.1)),
+            libc::SKF_AD_VLAN_TAG => u32::from(tag.map_or(0, |t| t.0)),
+            other => panic!("unexpected ancillary load {other}"),
+        })
     }
 
     const HOST: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
