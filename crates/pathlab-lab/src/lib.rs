@@ -15,5 +15,6 @@ pub mod run;
 pub mod spec;
 pub mod summary;
 pub mod topology;
+pub mod workload;
 
 pub use spec::{Experiment, SpecFileError};
