@@ -11,18 +11,18 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pathlab_core_driver::emulator::Record;
 use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
 use pathlab_core_driver::port::{PacketPort, Port, ReceiveMode};
 use pathlab_core_driver::switchboard::Switchboard;
-use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LabWorkload, SendLateness};
+use pathlab_results::lab::{LabLink, LabRun, LabWorkload, SendLateness};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
 use crate::summary::path_theory;
 use crate::topology::{board_port, Topology, CABLE_A, CABLE_B};
-use crate::workload::{run_workload, start_responder, start_server, Job, Watcher};
+use crate::workload::{join_timed, sleep_until, spawn_timed, start_responder, start_server, Timed};
 
 /// Port of the servers the lab starts.
 pub const SERVER_PORT: u16 = 4920;
@@ -222,20 +222,6 @@ fn kernel() -> String {
     format!("{} {}", read("ostype"), read("osrelease"))
 }
 
-/// Sleeps until `deadline` or until `stop` is set; false if stopped.
-fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
-    loop {
-        if stop.load(Ordering::SeqCst) {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
-    }
-}
-
 /// Runs `experiment`, parsed from sweep point `point` (whose text and parameters are
 /// kept in the result).
 pub fn run(
@@ -418,33 +404,22 @@ pub fn run(
         let netns = topology.nodes[workload.from]
             .try_clone()
             .map_err(io_error("sharing a namespace"))?;
-        let target = workload_target(experiment, workload);
-        let port = blocks_port(workload);
-        let workload = workload.clone();
-        let stop = Arc::clone(&options.stop);
-        let out = options.out.clone();
-        threads.push(std::thread::spawn(move || {
-            if !sleep_until(started + workload.start, &stop) {
-                return (LabOutcome::NotStarted, None);
-            }
-            if let Err(error) = netns.enter() {
-                return (
-                    LabOutcome::Failed(format!("entering the namespace: {error}")),
-                    None,
-                );
-            }
-            // The watcher is started from this thread, so it is in this namespace too.
-            let watching = (workload.inspect)
-                .then(|| target.map(|t| Watcher::start(t, started)))
-                .flatten();
-            let job = Job {
-                name: &workload.name,
-                kind: &workload.kind,
-                duration: workload.duration,
-            };
-            let outcome = run_workload(job, target, port, &out);
-            (outcome, watching.map(Watcher::finish))
-        }));
+        let timed = Timed {
+            name: workload.name.clone(),
+            kind: workload.kind.clone(),
+            start: workload.start,
+            duration: workload.duration,
+            inspect: workload.inspect,
+            target: workload_target(experiment, workload),
+            port: blocks_port(workload),
+        };
+        threads.push(spawn_timed(
+            timed,
+            started,
+            Some(netns),
+            Arc::clone(&options.stop),
+            options.out.clone(),
+        ));
     }
 
     let mut interrupted = false;
@@ -465,46 +440,11 @@ pub fn run(
     if !interrupted && !sleep_until(started + experiment.duration, &options.stop) {
         interrupted = true;
     }
-    let entry = |workload: &Workload, (outcome, inspect)| LabWorkload {
-        name: workload.name.clone(),
-        from: experiment.nodes[workload.from].name.clone(),
-        to: workload.to.map(|to| experiment.nodes[to].name.clone()),
-        start_ns: workload.start.as_nanos() as u64,
-        duration_ns: workload.duration.as_nanos() as u64,
-        path: path_theory(experiment, workload),
-        outcome,
-        inspect,
-    };
-    let workloads = if interrupted {
-        // Workloads still running are cut off with the namespaces; keep what finished and
-        // say which were cut off.
-        threads
-            .into_iter()
-            .zip(&experiment.workloads)
-            .map(|(thread, workload)| {
-                let outcome = if thread.is_finished() {
-                    thread.join().expect("workload threads do not panic")
-                } else {
-                    (
-                        LabOutcome::Failed("cut off by the interruption".into()),
-                        None,
-                    )
-                };
-                entry(workload, outcome)
-            })
-            .collect()
-    } else {
-        threads
-            .into_iter()
-            .zip(&experiment.workloads)
-            .map(|(thread, workload)| {
-                entry(
-                    workload,
-                    thread.join().expect("workload threads do not panic"),
-                )
-            })
-            .collect()
-    };
+    let workloads = join_timed(threads, interrupted)
+        .into_iter()
+        .zip(&experiment.workloads)
+        .map(|(came, workload)| lab_workload(experiment, workload, came))
+        .collect();
     let duration_ns = started.elapsed().as_nanos() as u64;
     drop(control_thread);
     // Changes made by hand, on the run's clock; the control held the only other
@@ -611,19 +551,49 @@ fn send_lateness(
             } else {
                 (link.b, link.a)
             };
-            let l = &direction.lateness;
-            SendLateness {
-                from: experiment.nodes[from].name.clone(),
-                to: experiment.nodes[to].name.clone(),
-                packets: l.packets,
-                p50_ns: l.p50_ns,
-                p99_ns: l.p99_ns,
-                max_ns: l.max_ns,
-                bound_ns: l.bound_ns,
-                seconds: l.seconds,
-                late_seconds: l.late_seconds,
-                worst_second_p99_ns: l.worst_second_p99_ns,
-            }
+            lateness(
+                &direction.lateness,
+                &experiment.nodes[from].name,
+                &experiment.nodes[to].name,
+            )
         })
         .collect()
+}
+
+/// A workload's entry in the run's result: what came of it beside its theory.
+pub fn lab_workload(
+    experiment: &Experiment,
+    workload: &Workload,
+    (outcome, inspect): crate::workload::Came,
+) -> LabWorkload {
+    LabWorkload {
+        name: workload.name.clone(),
+        from: experiment.nodes[workload.from].name.clone(),
+        to: workload.to.map(|to| experiment.nodes[to].name.clone()),
+        start_ns: workload.start.as_nanos() as u64,
+        duration_ns: workload.duration.as_nanos() as u64,
+        path: path_theory(experiment, workload),
+        outcome,
+        inspect,
+    }
+}
+
+/// What the fidelity guard found of a direction from node `from` to node `to`.
+pub fn lateness(
+    l: &pathlab_core_driver::fidelity::LatenessSummary,
+    from: &str,
+    to: &str,
+) -> SendLateness {
+    SendLateness {
+        from: from.to_owned(),
+        to: to.to_owned(),
+        packets: l.packets,
+        p50_ns: l.p50_ns,
+        p99_ns: l.p99_ns,
+        max_ns: l.max_ns,
+        bound_ns: l.bound_ns,
+        seconds: l.seconds,
+        late_seconds: l.late_seconds,
+        worst_second_p99_ns: l.worst_second_p99_ns,
+    }
 }

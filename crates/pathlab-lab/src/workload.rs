@@ -291,6 +291,95 @@ fn run_command(
     }
 }
 
+/// Sleeps until `deadline` or until `stop` is set; false if stopped.
+pub fn sleep_until(deadline: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// A workload with its place on the run's timeline and its peer's address and port.
+#[derive(Debug, Clone)]
+pub struct Timed {
+    /// Its name.
+    pub name: String,
+    /// What it is.
+    pub kind: WorkloadKind,
+    /// When it starts, after the run's start.
+    pub start: Duration,
+    /// How long it runs.
+    pub duration: Duration,
+    /// Watch its TCP connections.
+    pub inspect: bool,
+    /// Its peer's address, if it has a peer.
+    pub target: Option<IpAddr>,
+    /// The port a `blocks` workload writes to (0 for the others).
+    pub port: u16,
+}
+
+/// What one workload came to: its outcome and, if watched, its connections.
+pub type Came = (LabOutcome, Option<pathlab_probe::diagnosis::InspectReport>);
+
+/// Runs `timed` from a thread of its own at `started` + its start, in `netns` if given
+/// (else the process's namespace), its outputs in `out`; not at all if `stop` is set
+/// first.
+pub fn spawn_timed(
+    timed: Timed,
+    started: Instant,
+    netns: Option<pathlab_os::netns::Netns>,
+    stop: Arc<AtomicBool>,
+    out: std::path::PathBuf,
+) -> std::thread::JoinHandle<Came> {
+    std::thread::spawn(move || {
+        if !sleep_until(started + timed.start, &stop) {
+            return (LabOutcome::NotStarted, None);
+        }
+        if let Some(Err(error)) = netns.map(|n| n.enter()) {
+            return (
+                LabOutcome::Failed(format!("entering the namespace: {error}")),
+                None,
+            );
+        }
+        // The watcher is started from this thread, so it is in this namespace too.
+        let watching = (timed.inspect)
+            .then(|| timed.target.map(|t| Watcher::start(t, started)))
+            .flatten();
+        let job = Job {
+            name: &timed.name,
+            kind: &timed.kind,
+            duration: timed.duration,
+        };
+        let outcome = run_workload(job, timed.target, timed.port, &out);
+        (outcome, watching.map(Watcher::finish))
+    })
+}
+
+/// What came of each workload: all of them once they end, or, when the run was
+/// `interrupted`, those that finished, the others said to be cut off (they end with the
+/// namespaces).
+pub fn join_timed(threads: Vec<std::thread::JoinHandle<Came>>, interrupted: bool) -> Vec<Came> {
+    threads
+        .into_iter()
+        .map(|thread| {
+            if interrupted && !thread.is_finished() {
+                (
+                    LabOutcome::Failed("cut off by the interruption".into()),
+                    None,
+                )
+            } else {
+                thread.join().expect("workload threads do not panic")
+            }
+        })
+        .collect()
+}
+
 /// Starts the lab's measurement server (`tcp`, `rtt`, `owd` workloads measure against it)
 /// on [`SERVER_PORT`] of every address, in a thread of its own that first calls `enter`
 /// (to enter a node's namespace; a node already in its own passes a no-op), until `stop`.

@@ -751,6 +751,48 @@ impl From<&WorkloadKind> for WorkloadParams {
     }
 }
 
+impl From<&WorkloadParams> for WorkloadKind {
+    fn from(params: &WorkloadParams) -> WorkloadKind {
+        let time = Duration::from_nanos;
+        match params {
+            WorkloadParams::Tcp {
+                streams,
+                congestion,
+                window_bytes,
+            } => WorkloadKind::Tcp {
+                streams: *streams,
+                congestion: congestion.clone(),
+                window: *window_bytes,
+            },
+            WorkloadParams::Rtt {
+                interval_ns,
+                size_bytes,
+            } => WorkloadKind::Rtt {
+                interval: time(*interval_ns),
+                size: *size_bytes,
+            },
+            WorkloadParams::Ping {
+                interval_ns,
+                size_bytes,
+            } => WorkloadKind::Ping {
+                interval: time(*interval_ns),
+                size: *size_bytes,
+            },
+            WorkloadParams::Owd {
+                rate_bps,
+                size_bytes,
+            } => WorkloadKind::Owd {
+                rate_bps: *rate_bps,
+                size: *size_bytes,
+            },
+            WorkloadParams::Blocks { size_bytes } => WorkloadKind::Blocks { size: *size_bytes },
+            WorkloadParams::Command { command } => WorkloadKind::Command {
+                argv: command.clone(),
+            },
+        }
+    }
+}
+
 impl WorkloadParams {
     /// The kind's parameters within their bounds.
     fn check(&self, at: &str) -> Result<(), NodeConfigError> {
@@ -1033,6 +1075,16 @@ mod tests {
                                 &link.reverse
                             };
                             assert_eq!(&LinkSpec::parse(&interface.egress).unwrap(), own);
+                        }
+                        // The workloads read back as the spec's own kinds, as `pathlab
+                        // node` runs them.
+                        for workload in &config.workloads {
+                            let own = experiment
+                                .workloads
+                                .iter()
+                                .find(|w| w.name == workload.name)
+                                .unwrap();
+                            assert_eq!(WorkloadKind::from(&workload.kind), own.kind);
                         }
                     }
                 }

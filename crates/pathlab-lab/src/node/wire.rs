@@ -1,0 +1,379 @@
+//! What `pathlab node` and `pathlab lab collect` say to each other over the node's control
+//! address: the node's status, the order to start, and its part of the results. Sans-IO:
+//! types and the checks that bound what a node sends (the collector's outside input) and
+//! what a collector sends (the node's).
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `GET /api/v1/node` | [`NodeStatus`]: the phase, what is missing, the underlay measured |
+//! | `POST /api/v1/node/start` | [`StartRequest`]: start the run at a Unix time (token) |
+//! | `GET /api/v1/node/result` | [`NodeResult`], once the run is over (409 before) |
+//! | `GET /api/v1/node/recording/LINK` | the recording of the node's emulator on LINK (JSON lines) |
+//! | `GET /api/v1/node/output/WORKLOAD` | a `command` workload's output |
+//! | `GET /metrics`, `/api/v1/links...` | the emulators, as `pathlab lab --control` serves them |
+
+use std::net::IpAddr;
+
+use pathlab_results::lab::{LabOutcome, LinkChange, SendLateness};
+use serde::{Deserialize, Serialize};
+
+use super::super::export::node::{NodeConfig, Role, MAX_TIME_NS};
+
+/// The status path.
+pub const STATUS_PATH: &str = "/api/v1/node";
+/// The start path.
+pub const START_PATH: &str = "/api/v1/node/start";
+/// The result path.
+pub const RESULT_PATH: &str = "/api/v1/node/result";
+/// The recordings' path, followed by the link's name.
+pub const RECORDING_PATH: &str = "/api/v1/node/recording/";
+/// The outputs' path, followed by the workload's name.
+pub const OUTPUT_PATH: &str = "/api/v1/node/output/";
+
+/// Largest status a collector reads: a hub of 10,000 interfaces' underlay at ~300 bytes.
+pub const MAX_STATUS_BYTES: usize = 16 << 20;
+/// Largest result a collector reads (a TCP workload's 10 ms samples are ~100 kB a minute).
+pub const MAX_RESULT_BYTES: usize = 256 << 20;
+/// Largest recording or output a collector fetches.
+pub const MAX_FILE_BYTES: usize = 1 << 30;
+/// How far in the future a start may be asked for: a collector starts a run seconds ahead.
+pub const MAX_START_AHEAD_NS: u64 = 3_600 * 1_000_000_000;
+/// Longest message (a failure's reason) a collector keeps.
+const MAX_MESSAGE: usize = 4_096;
+
+/// Where a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Waiting for its interfaces (meshnet adds them after the pod starts).
+    Waiting,
+    /// Addressing them, putting its emulators in front of them.
+    Configuring,
+    /// Measuring the underlay to each link's far end.
+    Measuring,
+    /// Ready: waiting for the order to start.
+    Ready,
+    /// Started: waiting for the start instant, or running.
+    Running,
+    /// The run is over: its result can be read.
+    Done,
+    /// It cannot go on: `message` says why.
+    Failed,
+}
+
+/// What a node measured of the path under one of its links before the run: echo requests
+/// to the far end, through both ends' emulators with no impairment set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Underlay {
+    /// The node's interface.
+    pub interface: String,
+    /// The link.
+    pub link: String,
+    /// What kind of device the engine made (`veth`, `vxlan`, ...).
+    pub device: String,
+    /// A VXLAN device's remote underlay address (the far machine), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<IpAddr>,
+    /// Replies received.
+    pub samples: u32,
+    /// The least round trip, ns.
+    pub rtt_min_ns: u64,
+    /// The median round trip, ns.
+    pub rtt_p50_ns: u64,
+    /// The one-way delay the link's egress spec asks for at the start, ns.
+    pub spec_delay_ns: u64,
+}
+
+impl Underlay {
+    /// The underlay's one-way delay, estimated as half the median round trip, ns.
+    pub fn one_way_ns(&self) -> u64 {
+        self.rtt_p50_ns / 2
+    }
+
+    /// Whether the underlay alone is slower than the spec asks the link to be: the link
+    /// cannot have the spec's delay (pathlab adds the spec to the underlay's, it subtracts
+    /// nothing).
+    pub fn exceeds_spec(&self) -> bool {
+        self.one_way_ns() > self.spec_delay_ns
+    }
+
+    /// The warning a node prints, and the collector repeats, when [`Self::exceeds_spec`].
+    pub fn warning(&self) -> Option<String> {
+        self.exceeds_spec().then(|| {
+            format!(
+                "link {} ({}): the underlay alone takes {} one way ({} round trip), more than \
+                 the spec's delay of {}; the link's delay is the spec's plus the underlay's",
+                self.link,
+                self.device,
+                time_text(self.one_way_ns()),
+                time_text(self.rtt_p50_ns),
+                time_text(self.spec_delay_ns),
+            )
+        })
+    }
+}
+
+/// A time in ns as it reads best (`2.51 ms`).
+fn time_text(ns: u64) -> String {
+    use pathlab_core::format::{time, Digits};
+    time(ns as f64 * 1e-9, Digits::up_to(2))
+}
+
+/// `GET /api/v1/node`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// The node's name.
+    pub node: String,
+    /// The lab's.
+    pub lab: String,
+    /// SHA-256 of its config file, hex: the collector checks it is the one the export
+    /// writes.
+    pub config_sha256: String,
+    /// Where it is.
+    pub phase: Phase,
+    /// The interfaces it still waits for.
+    #[serde(default)]
+    pub missing: Vec<String>,
+    /// The underlay under each link, once measured.
+    #[serde(default)]
+    pub underlay: Vec<Underlay>,
+    /// When the run starts (or started), ns since the Unix epoch.
+    #[serde(default)]
+    pub start_unix_ns: Option<u64>,
+    /// Why it failed.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// `POST /api/v1/node/start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// When to start, ns since the Unix epoch (each node's clock: the machines' clocks
+    /// are as one as NTP keeps them).
+    pub at_unix_ns: u64,
+}
+
+/// Why a message is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Not the JSON of the message.
+    #[error("not a {what}: {message}")]
+    Json {
+        /// Which message.
+        what: &'static str,
+        /// The JSON reader's words.
+        message: String,
+    },
+    /// A value out of its bounds, or one that does not match the config.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn json<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &'static str) -> Result<T, WireError> {
+    serde_json::from_slice(bytes).map_err(|e| WireError::Json {
+        what,
+        message: e.to_string(),
+    })
+}
+
+impl StartRequest {
+    /// Reads a start order received at `now_unix_ns`: a time at most
+    /// [`MAX_START_AHEAD_NS`] ahead (one in the past starts at once).
+    pub fn parse(bytes: &[u8], now_unix_ns: u64) -> Result<StartRequest, WireError> {
+        let request: StartRequest = json(bytes, "start request")?;
+        if request.at_unix_ns > now_unix_ns.saturating_add(MAX_START_AHEAD_NS) {
+            return Err(WireError::Invalid(format!(
+                "at_unix_ns {} is more than an hour ahead of this node's clock ({now_unix_ns})",
+                request.at_unix_ns
+            )));
+        }
+        Ok(request)
+    }
+}
+
+impl NodeStatus {
+    /// Reads a node's status, checking it against `config`, the node the collector
+    /// expects there: its name, lab and config, and every underlay on one of its links.
+    pub fn parse(
+        bytes: &[u8],
+        config: &NodeConfig,
+        config_sha256: &str,
+    ) -> Result<NodeStatus, WireError> {
+        let status: NodeStatus = json(bytes, "node status")?;
+        if status.node != config.node || status.lab != config.lab {
+            return Err(WireError::Invalid(format!(
+                "it is node {} of lab {}, not {} of {}",
+                short(&status.node),
+                short(&status.lab),
+                config.node,
+                config.lab
+            )));
+        }
+        if status.config_sha256 != config_sha256 {
+            return Err(WireError::Invalid(format!(
+                "node {} runs another config than the export writes for this lab (edited, or \
+                 exported with another --point, --quick or --seed)",
+                config.node
+            )));
+        }
+        if status.missing.len() > config.interfaces.len()
+            || status
+                .missing
+                .iter()
+                .any(|m| !config.interfaces.iter().any(|i| &i.name == m))
+        {
+            return Err(WireError::Invalid(
+                "it waits for interfaces its config does not have".into(),
+            ));
+        }
+        check_underlay(&status.underlay, config)?;
+        if status.message.as_ref().is_some_and(|m| m.len() > MAX_MESSAGE) {
+            return Err(WireError::Invalid(format!(
+                "a message of more than {MAX_MESSAGE} bytes"
+            )));
+        }
+        Ok(status)
+    }
+}
+
+/// Every underlay on a different link of the node's, with times within bounds.
+fn check_underlay(underlay: &[Underlay], config: &NodeConfig) -> Result<(), WireError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for u in underlay {
+        let known = config
+            .interfaces
+            .iter()
+            .any(|i| i.link == u.link && i.name == u.interface);
+        if !known || !seen.insert(&u.link) {
+            return Err(WireError::Invalid(format!(
+                "an underlay on link {} it does not have, or twice",
+                short(&u.link)
+            )));
+        }
+        if u.device.len() > 16 {
+            return Err(WireError::Invalid("a device kind of over 16 bytes".into()));
+        }
+        for ns in [u.rtt_min_ns, u.rtt_p50_ns, u.spec_delay_ns] {
+            check_time(ns)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_time(ns: u64) -> Result<(), WireError> {
+    if ns > MAX_TIME_NS {
+        return Err(WireError::Invalid(format!(
+            "a time of {ns} ns, beyond {MAX_TIME_NS}"
+        )));
+    }
+    Ok(())
+}
+
+/// A node's outside text, cut for an error message.
+fn short(text: &str) -> String {
+    let mut cut: String = text.chars().take(40).collect();
+    if cut.len() < text.len() {
+        cut.push_str("...");
+    }
+    cut.escape_debug().to_string()
+}
+
+/// A workload the node ran, and what came of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeOutcome {
+    /// Its name.
+    pub name: String,
+    /// What came of it.
+    pub outcome: LabOutcome,
+    /// What watching its connections saw, when it asked to be watched.
+    #[serde(default)]
+    pub inspect: Option<pathlab_probe::diagnosis::InspectReport>,
+}
+
+/// The node's half of one link: the direction leaving it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HalfLink {
+    /// The link.
+    pub link: String,
+    /// The egress spec at the start, canonical.
+    pub egress: String,
+    /// What the fidelity guard found of that direction.
+    pub lateness: Option<SendLateness>,
+    /// Changes made over the node's control address, on the run's clock; `forward` is the
+    /// egress, `reverse` what enters the node (an emulator's two directions).
+    #[serde(default)]
+    pub changes: Vec<LinkChange>,
+}
+
+/// `GET /api/v1/node/result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeResult {
+    /// The node.
+    pub node: String,
+    /// When its run started, ns since the Unix epoch (its clock).
+    pub started_unix_ns: u64,
+    /// How long it lasted, ns.
+    pub duration_ns: u64,
+    /// Whether it was cut short.
+    pub interrupted: bool,
+    /// The workloads it ran (its `client` ones), in its config's order.
+    pub workloads: Vec<NodeOutcome>,
+    /// Its links' halves, in its config's order.
+    pub links: Vec<HalfLink>,
+    /// The underlay under each link, as measured before the run.
+    pub underlay: Vec<Underlay>,
+}
+
+impl NodeResult {
+    /// Reads a node's result, checking it against `config`: the node's name, each of its
+    /// client workloads and links at most once and no other, times within bounds.
+    pub fn parse(bytes: &[u8], config: &NodeConfig) -> Result<NodeResult, WireError> {
+        let result: NodeResult = json(bytes, "node result")?;
+        if result.node != config.node {
+            return Err(WireError::Invalid(format!(
+                "the result of node {}, not {}",
+                short(&result.node),
+                config.node
+            )));
+        }
+        check_time(result.duration_ns)?;
+        let mut names = std::collections::BTreeSet::new();
+        for workload in &result.workloads {
+            let known = config
+                .workloads
+                .iter()
+                .any(|w| w.role == Role::Client && w.name == workload.name);
+            if !known || !names.insert(&workload.name) {
+                return Err(WireError::Invalid(format!(
+                    "a result for workload {} it does not run, or twice",
+                    short(&workload.name)
+                )));
+            }
+        }
+        let mut links = std::collections::BTreeSet::new();
+        for half in &result.links {
+            if !config.interfaces.iter().any(|i| i.link == half.link) || !links.insert(&half.link)
+            {
+                return Err(WireError::Invalid(format!(
+                    "a half of link {} it does not have, or twice",
+                    short(&half.link)
+                )));
+            }
+            for change in &half.changes {
+                check_time(change.at_ns)?;
+            }
+        }
+        check_underlay(&result.underlay, config)?;
+        Ok(result)
+    }
+}
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
