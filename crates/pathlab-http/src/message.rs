@@ -132,7 +132,7 @@ fn headers(lines: &[&str]) -> Result<Vec<(String, String)>, HttpError> {
 }
 
 /// The body's length from the headers (0 without one).
-fn body_length(headers: &[(String, String)]) -> Result<usize, HttpError> {
+fn body_length(headers: &[(String, String)], most: usize) -> Result<usize, HttpError> {
     if header(headers, "transfer-encoding").is_some() {
         return Err(HttpError::Unsupported(
             "Transfer-Encoding; send a Content-Length".into(),
@@ -149,7 +149,7 @@ fn body_length(headers: &[(String, String)]) -> Result<usize, HttpError> {
             let length: usize = one
                 .parse()
                 .map_err(|_| HttpError::Malformed(format!("Content-Length {one:?}")))?;
-            if length > MAX_BODY {
+            if length > most {
                 return Err(HttpError::BodyTooLarge);
             }
             Ok(length)
@@ -183,7 +183,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Parsed<Request>, HttpError> {
     }
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let headers = headers(header_lines)?;
-    let length = body_length(&headers)?;
+    let length = body_length(&headers, MAX_BODY)?;
     let mut request = Request {
         method: method.to_owned(),
         path: path.to_owned(),
@@ -279,6 +279,16 @@ impl ClientResponse {
 /// Reads a response from what arrived so far; `closed`: the server closed the
 /// connection, so a response without a length ends here.
 pub fn parse_response(buf: &[u8], closed: bool) -> Result<Parsed<ClientResponse>, HttpError> {
+    parse_response_within(buf, closed, MAX_BODY)
+}
+
+/// [`parse_response`] for a body of at most `most` bytes (a file the client asked for);
+/// longer is [`HttpError::BodyTooLarge`], also without a length.
+pub fn parse_response_within(
+    buf: &[u8],
+    closed: bool,
+    most: usize,
+) -> Result<Parsed<ClientResponse>, HttpError> {
     let Some((head_len, lines)) = head(buf)? else {
         if closed {
             return Err(HttpError::Malformed("connection closed mid-head".into()));
@@ -298,7 +308,8 @@ pub fn parse_response(buf: &[u8], closed: bool) -> Result<Parsed<ClientResponse>
         .map_err(|_| HttpError::Malformed(format!("status {status:?}")))?;
     let headers = headers(header_lines)?;
     let length = match header(&headers, "content-length") {
-        Some(_) => Some(body_length(&headers)?),
+        Some(_) => Some(body_length(&headers, most)?),
+        None if buf.len() - head_len > most => return Err(HttpError::BodyTooLarge),
         None if closed => Some(buf.len() - head_len),
         None => None,
     };

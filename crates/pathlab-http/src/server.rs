@@ -457,6 +457,18 @@ pub fn request(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> Result<ClientResponse, ClientError> {
+    request_within(addr, method, path, token, body, http::MAX_BODY)
+}
+
+/// [`request`] for an answer of up to `most` bytes of body (a result or a file).
+pub fn request_within(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    most: usize,
+) -> Result<ClientResponse, ClientError> {
     use std::net::ToSocketAddrs as _;
     let connect = |source| ClientError::Connect {
         addr: addr.to_owned(),
@@ -502,7 +514,7 @@ pub fn request(
     loop {
         let n = stream.read(&mut chunk).map_err(io_error)?;
         buf.extend_from_slice(&chunk[..n]);
-        let parsed = http::parse_response(&buf, n == 0).map_err(|source| ClientError::NotHttp {
+        let parsed = http::parse_response_within(&buf, n == 0, most).map_err(|source| ClientError::NotHttp {
             addr: addr.to_owned(),
             source,
         })?;

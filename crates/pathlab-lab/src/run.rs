@@ -97,7 +97,7 @@ const QUEUE_SAMPLE_INTERVAL: pathlab_core::Duration = pathlab_core::Duration::fr
 
 /// How the ports of a cable receive traffic entering a direction with `spec`, in a lab
 /// of `emulated_links` emulated links.
-fn receive_mode(spec: &pathlab_core::LinkSpec, emulated_links: usize) -> ReceiveMode {
+pub fn receive_mode(spec: &pathlab_core::LinkSpec, emulated_links: usize) -> ReceiveMode {
     if emulated_links > RING_LINKS_MAX {
         ReceiveMode::socket_for_link(spec)
     } else {
@@ -213,7 +213,8 @@ fn io_error(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunErr
     move |source| RunError::Io { context, source }
 }
 
-fn kernel() -> String {
+/// The kernel this runs on, as a result names it (`Linux 6.1.0`).
+pub fn kernel() -> String {
     let read = |key: &str| {
         std::fs::read_to_string(format!("/proc/sys/kernel/{key}"))
             .map(|s| s.trim().to_owned())
@@ -319,6 +320,7 @@ pub fn run(
             recording,
             lateness: Vec::new(),
             changes: Vec::new(),
+            underlay: Vec::new(),
         });
     }
 

@@ -190,6 +190,8 @@ pub struct LinkInfo {
     pub master: Option<u32>,
     /// Its hardware type (`ARPHRD_*`: 1 for Ethernet, 772 for loopback).
     pub hardware: u16,
+    /// A VXLAN device's remote address (the far end of its tunnel), if it has one.
+    pub remote: Option<IpAddr>,
 }
 
 /// What a [`Netlink::request_raw`] asks for.
@@ -327,6 +329,17 @@ fn family(address: IpAddr) -> u8 {
         IpAddr::V4(_) => libc::AF_INET as u8,
         IpAddr::V6(_) => libc::AF_INET6 as u8,
     }
+}
+
+/// The remote address in a VXLAN device's `IFLA_INFO_DATA` (IPv4 or IPv6).
+fn vxlan_remote(data: &[u8]) -> Option<IpAddr> {
+    const IFLA_VXLAN_GROUP: u16 = 2;
+    const IFLA_VXLAN_GROUP6: u16 = 16;
+    attributes(data).find_map(|(kind, value)| match (kind, value.len()) {
+        (IFLA_VXLAN_GROUP, 4) => Some(IpAddr::from(<[u8; 4]>::try_from(value).ok()?)),
+        (IFLA_VXLAN_GROUP6, 16) => Some(IpAddr::from(<[u8; 16]>::try_from(value).ok()?)),
+        _ => None,
+    })
 }
 
 /// Iterates over the attributes in `bytes` as (kind, payload).
@@ -680,6 +693,7 @@ impl Netlink {
                 rx_dropped: 0,
                 master: None,
                 hardware: u16::from_ne_bytes([reply[2], reply[3]]),
+                remote: None,
             };
             for (kind, payload) in attributes(&reply[16..]) {
                 match kind {
@@ -707,6 +721,9 @@ impl Netlink {
                         for (inner, value) in attributes(payload) {
                             if inner == IFLA_INFO_KIND {
                                 link.kind = Some(c_string(value));
+                            }
+                            if inner == IFLA_INFO_DATA && link.kind.as_deref() == Some("vxlan") {
+                                link.remote = vxlan_remote(value);
                             }
                         }
                     }

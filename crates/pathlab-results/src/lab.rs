@@ -50,6 +50,10 @@ pub struct LabLink {
     /// in order; scheduled events are in the spec instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")] // added with lab --control
     pub changes: Vec<LinkChange>,
+    /// The path under the link when an engine made it (`pathlab lab collect`), as each
+    /// end measured it before the run: the link's delay is its spec's plus this.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")] // added with lab collect
+    pub underlay: Vec<LinkUnderlay>,
 }
 
 /// A change of a link's specs made while a run lasted, over `pathlab lab --control`.
@@ -167,6 +171,65 @@ pub fn lateness_text(ns: u64) -> String {
     } else {
         format!("{} ms", (ns + 500_000) / 1_000_000)
     }
+}
+
+/// What `pathlab node` measured of the path under one of its links before the run (an
+/// engine's veth or VXLAN tunnel): echo requests to the far end, through both ends'
+/// emulators with no impairment set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkUnderlay {
+    /// The node's interface.
+    pub interface: String,
+    /// The link.
+    pub link: String,
+    /// What kind of device the engine made (`veth`, `vxlan`, ...).
+    pub device: String,
+    /// A VXLAN device's remote underlay address (the far machine), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<std::net::IpAddr>,
+    /// Replies received.
+    pub samples: u32,
+    /// The least round trip, ns.
+    pub rtt_min_ns: u64,
+    /// The median round trip, ns.
+    pub rtt_p50_ns: u64,
+    /// The one-way delay the link's egress spec asks for at the start, ns.
+    pub spec_delay_ns: u64,
+}
+
+impl LinkUnderlay {
+    /// The underlay's one-way delay, estimated as half the median round trip, ns.
+    pub fn one_way_ns(&self) -> u64 {
+        self.rtt_p50_ns / 2
+    }
+
+    /// Whether the underlay alone is slower than the spec asks the link to be: the link
+    /// cannot have the spec's delay (pathlab adds the spec to the underlay's, it subtracts
+    /// nothing).
+    pub fn exceeds_spec(&self) -> bool {
+        self.one_way_ns() > self.spec_delay_ns
+    }
+
+    /// The warning a node prints, and the collector repeats, when [`Self::exceeds_spec`].
+    pub fn warning(&self) -> Option<String> {
+        self.exceeds_spec().then(|| {
+            format!(
+                "link {} ({}): the underlay alone takes {} one way ({} round trip), more than \
+                 the spec's delay of {}; the link's delay is the spec's plus the underlay's",
+                self.link,
+                self.device,
+                time_text(self.one_way_ns()),
+                time_text(self.rtt_p50_ns),
+                time_text(self.spec_delay_ns),
+            )
+        })
+    }
+}
+
+/// A time in ns as it reads best (`2.51 ms`).
+fn time_text(ns: u64) -> String {
+    use pathlab_core::format::{time, Digits};
+    time(ns as f64 * 1e-9, Digits::up_to(2))
 }
 
 /// A workload of a run.
@@ -355,6 +418,7 @@ mod tests {
                 recording: None,
                 lateness: Vec::new(),
                 changes: vec![
+                underlay: Vec::new(),
                     change(Some("delay 30ms"), Some("delay 30ms")),
                     change(None, Some("loss 1%")),
                 ],

@@ -85,6 +85,52 @@ pub enum RecordingLine {
     },
 }
 
+impl RecordingLine {
+    /// The line with every time in it `by` later: a recording moved to another
+    /// recording's time zero.
+    pub fn shifted(mut self, by: pathlab_core::time::Duration) -> RecordingLine {
+        match &mut self {
+            RecordingLine::Packet { record, .. } => {
+                record.arrived += by;
+                for at in [
+                    &mut record.dequeued,
+                    &mut record.transmitted,
+                    &mut record.departed,
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    *at += by;
+                }
+                if let Some((at, _)) = &mut record.dropped {
+                    *at += by;
+                }
+            }
+            RecordingLine::Queue { at, .. } | RecordingLine::Spec { at, .. } => *at += by,
+        }
+        self
+    }
+
+    /// Its direction.
+    pub fn dir(&self) -> u8 {
+        match self {
+            RecordingLine::Packet { dir, .. }
+            | RecordingLine::Queue { dir, .. }
+            | RecordingLine::Spec { dir, .. } => *dir,
+        }
+    }
+
+    /// The line as direction `dir`.
+    pub fn with_dir(mut self, to: u8) -> RecordingLine {
+        match &mut self {
+            RecordingLine::Packet { dir, .. }
+            | RecordingLine::Queue { dir, .. }
+            | RecordingLine::Spec { dir, .. } => *dir = to,
+        }
+        self
+    }
+}
+
 /// A recording read back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recording {

@@ -674,6 +674,7 @@ pub(crate) mod tests {
                 recording: Some("link-r1-h2.jsonl".into()),
                 lateness: Vec::new(),
                 changes: Vec::new(),
+                underlay: Vec::new(),
             }],
             workloads: vec![
                 LabWorkload {

@@ -32,6 +32,8 @@ enum Command {
     Shell(cmd::shell::Args),
     /// Experiments on namespaced topologies, and cleanup after killed runs.
     Lab(cmd::lab::Args),
+    /// One node of a lab exported to an engine (KNE, containerlab), in its pod or container.
+    Node(cmd::node::Args),
     /// Answer measurement clients (owd, rtt, tcp), within rate, duration and concurrency limits.
     Server(cmd::server::Args),
     /// One-way delay probing: loss, reordering, jitter, delay deviation, queue verdict.
@@ -106,6 +108,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Lab(args) => cmd::lab::run(&args),
+        Command::Node(args) => cmd::node::run(&args),
         Command::Server(args) => cmd::server::run(&args),
         Command::Owd(args) => cmd::owd::run(&args),
         Command::Rtt(args) => cmd::rtt::run(&args),

@@ -173,8 +173,9 @@ pub fn node_command() -> [String; 3] {
 
 impl Export<'_> {
     /// Every node's config, in the spec's order, after checking the names and the image
-    /// every engine needs: node names are DNS labels (pod, container and host names).
-    fn node_configs(&self, names: &'static str) -> Result<Vec<NodeConfig>, ExportError> {
+    /// every engine needs: node names are DNS labels (pod, container and host names,
+    /// `names` in the error).
+    pub fn node_configs(&self, names: &'static str) -> Result<Vec<NodeConfig>, ExportError> {
         let image = &self.image;
         let bad_image = |why: &str| ExportError::Image {
             image: image.chars().take(80).collect(),

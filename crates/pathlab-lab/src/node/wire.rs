@@ -12,9 +12,8 @@
 //! | `GET /api/v1/node/output/WORKLOAD` | a `command` workload's output |
 //! | `GET /metrics`, `/api/v1/links...` | the emulators, as `pathlab lab --control` serves them |
 
-use std::net::IpAddr;
-
 use pathlab_results::lab::{LabOutcome, LinkChange, SendLateness};
+pub use pathlab_results::lab::LinkUnderlay as Underlay;
 use serde::{Deserialize, Serialize};
 
 use super::super::export::node::{NodeConfig, Role, MAX_TIME_NS};
@@ -59,64 +58,6 @@ pub enum Phase {
     Done,
     /// It cannot go on: `message` says why.
     Failed,
-}
-
-/// What a node measured of the path under one of its links before the run: echo requests
-/// to the far end, through both ends' emulators with no impairment set.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Underlay {
-    /// The node's interface.
-    pub interface: String,
-    /// The link.
-    pub link: String,
-    /// What kind of device the engine made (`veth`, `vxlan`, ...).
-    pub device: String,
-    /// A VXLAN device's remote underlay address (the far machine), if it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<IpAddr>,
-    /// Replies received.
-    pub samples: u32,
-    /// The least round trip, ns.
-    pub rtt_min_ns: u64,
-    /// The median round trip, ns.
-    pub rtt_p50_ns: u64,
-    /// The one-way delay the link's egress spec asks for at the start, ns.
-    pub spec_delay_ns: u64,
-}
-
-impl Underlay {
-    /// The underlay's one-way delay, estimated as half the median round trip, ns.
-    pub fn one_way_ns(&self) -> u64 {
-        self.rtt_p50_ns / 2
-    }
-
-    /// Whether the underlay alone is slower than the spec asks the link to be: the link
-    /// cannot have the spec's delay (pathlab adds the spec to the underlay's, it subtracts
-    /// nothing).
-    pub fn exceeds_spec(&self) -> bool {
-        self.one_way_ns() > self.spec_delay_ns
-    }
-
-    /// The warning a node prints, and the collector repeats, when [`Self::exceeds_spec`].
-    pub fn warning(&self) -> Option<String> {
-        self.exceeds_spec().then(|| {
-            format!(
-                "link {} ({}): the underlay alone takes {} one way ({} round trip), more than \
-                 the spec's delay of {}; the link's delay is the spec's plus the underlay's",
-                self.link,
-                self.device,
-                time_text(self.one_way_ns()),
-                time_text(self.rtt_p50_ns),
-                time_text(self.spec_delay_ns),
-            )
-        })
-    }
-}
-
-/// A time in ns as it reads best (`2.51 ms`).
-fn time_text(ns: u64) -> String {
-    use pathlab_core::format::{time, Digits};
-    time(ns as f64 * 1e-9, Digits::up_to(2))
 }
 
 /// `GET /api/v1/node`.
@@ -311,6 +252,8 @@ pub struct HalfLink {
 pub struct NodeResult {
     /// The node.
     pub node: String,
+    /// Its kernel (`Linux 6.1.0`).
+    pub kernel: String,
     /// When its run started, ns since the Unix epoch (its clock).
     pub started_unix_ns: u64,
     /// How long it lasted, ns.
@@ -338,6 +281,9 @@ impl NodeResult {
             )));
         }
         check_time(result.duration_ns)?;
+        if result.kernel.len() > 256 {
+            return Err(WireError::Invalid("a kernel name of over 256 bytes".into()));
+        }
         let mut names = std::collections::BTreeSet::new();
         for workload in &result.workloads {
             let known = config

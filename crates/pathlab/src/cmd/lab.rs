@@ -55,6 +55,43 @@ pub enum Action {
     /// topology (Kubernetes) or a containerlab one, and each node's config, which `pathlab
     /// node` runs in its pod or container (docs/engines.md).
     Export(ExportArgs),
+    /// Run a lab exported to an engine, whose nodes the engine started (`pathlab node` in
+    /// each pod or container): wait until every node is ready, start them all at one
+    /// instant, and gather their results, recordings and outputs into one result.json and
+    /// report, as `pathlab lab` writes them on one machine (docs/engines.md).
+    Collect(CollectArgs),
+}
+
+/// Arguments of `pathlab lab collect`.
+#[derive(Debug, clap::Args)]
+pub struct CollectArgs {
+    /// The recipe or spec file the lab was exported from, with the same --quick, --point
+    /// and --seed: each node's config must be the one the export wrote.
+    #[arg(value_name = "RECIPE|SPEC.toml")]
+    pub experiment: String,
+    /// The lab was exported with --quick.
+    #[arg(long)]
+    pub quick: bool,
+    /// The sweep run exported (--point N of the export).
+    #[arg(long, value_name = "N")]
+    pub point: Option<usize>,
+    /// The seed exported with.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Each node's control address, `{node}` and `{lab}` replaced by their names:
+    /// `clab-{lab}-{node}:8080` (containerlab), `service-{node}.{lab}.svc:8080` (KNE, from
+    /// inside the cluster), or `NODE=HOST:PORT,...` for each node by name.
+    #[arg(long, value_name = "PATTERN", default_value = "{node}:8080")]
+    pub address: String,
+    /// The nodes' bearer token, from the first line of FILE (their --control-token).
+    #[arg(long, value_name = "FILE")]
+    pub token: Option<PathBuf>,
+    /// Directory for the results (default: lab-NAME-UNIXTIME).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// How long to wait for every node to be ready, and for their results after the run.
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub wait: u64,
 }
 
 /// Arguments of `pathlab lab export`.
@@ -215,131 +252,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         std::fs::write(dir.join("result.json"), file.to_json())
             .with_context(|| format!("writing {}", dir.join("result.json").display()))?;
         saved.push(dir.clone());
-        for workload in &run.workloads {
-            if let pathlab_results::lab::LabOutcome::Failed(why) = &workload.outcome {
-                writeln!(stdout, "  {}: failed: {why}", workload.name)?;
-            }
-        }
-        // Before the figures: they may describe the emulator rather than the links.
-        for warning in run.late_warnings() {
-            writeln!(stdout, "  warning: {warning}")?;
-        }
-        for note in run.change_notes() {
-            writeln!(stdout, "  note: {note}")?;
-        }
-        let ms = |seconds: f64| format::in_millis(seconds, Digits::fixed(1));
-        for rtt in rtt_summaries(experiment, &run) {
-            write!(
-                stdout,
-                "  {}: RTT p50 {} ms, p99 {} ms, plateau {} ms",
-                rtt.name,
-                ms(rtt.p50_s),
-                ms(rtt.p99_s),
-                ms(rtt.plateau_s)
-            )?;
-            if let Some(theory) = rtt.theory {
-                if let (Some(plateau), Some(queue), Some(rate)) = (
-                    theory.plateau_rtt_s,
-                    theory.queue_packets,
-                    theory.bottleneck_bps,
-                ) {
-                    write!(
-                        stdout,
-                        " (theory {} ms = base {} + {queue} packets x 1514 B at {}; {})",
-                        ms(plateau),
-                        ms(theory.base_rtt_s),
-                        format::rate(rate, Digits::fixed(2)),
-                        format::fraction_as_percent(
-                            rtt.plateau_s / plateau - 1.0,
-                            Digits::fixed(1).signed()
-                        )
-                    )?;
-                }
-            }
-            writeln!(stdout)?;
-        }
-        for sawtooth in sawtooths(experiment, &run, &dir) {
-            write!(
-                stdout,
-                "  {}: the queue at {} overflowed every {:.2} s (median of {} cycles)",
-                sawtooth.name, sawtooth.link, sawtooth.period_s, sawtooth.cycles
-            )?;
-            if let Some(theory) = sawtooth.theory_s {
-                write!(stdout, "; one Reno flow's sawtooth: {theory:.2} s")?;
-            }
-            writeln!(stdout)?;
-        }
-        for workload in &run.workloads {
-            if let pathlab_results::lab::LabOutcome::Tcp(report) = &workload.outcome {
-                let retransmitted = report.retransmitted_segments();
-                write!(
-                    stdout,
-                    "  {}: goodput {}, {retransmitted} segments retransmitted",
-                    workload.name,
-                    format::rate(report.up_bps + report.down_bps, Digits::fixed(2)),
-                )?;
-                if let Some(bound) = workload.path.and_then(|p| p.mathis_bps) {
-                    write!(
-                        stdout,
-                        " (Mathis bound {})",
-                        format::rate(bound, Digits::fixed(2))
-                    )?;
-                }
-                // A result of the path, not a failure: what got through is the goodput.
-                if let Some(starved) = report.starved() {
-                    write!(stdout, "; {}", starved.summary())?;
-                }
-                writeln!(stdout)?;
-            }
-            if let pathlab_results::lab::LabOutcome::Blocks(report) = &workload.outcome {
-                write!(
-                    stdout,
-                    "  {}: {} blocks of {} B answered, {}, block time p50 {} ms",
-                    workload.name,
-                    report.blocks,
-                    report.size,
-                    format::rate(report.throughput_bps, Digits::fixed(2)),
-                    ms(report.block_time.p50_ns as f64 * 1e-9)
-                )?;
-                if let Some(path) = workload.path {
-                    write!(
-                        stdout,
-                        " (a block per round trip: {})",
-                        format::rate(
-                            pathlab_results::lab::blocks_bound_bps(report.size, &path),
-                            Digits::fixed(2)
-                        )
-                    )?;
-                }
-                writeln!(stdout)?;
-            }
-            for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
-                writeln!(stdout, "    inspect: {}", connection.verdict.sentence)?;
-            }
-            if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
-                writeln!(
-                    stdout,
-                    "  {}: sent at {} ({:.0} packets/s), {:.0} packets/s arrived, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
-                    workload.name,
-                    format::rate(result.achieved_rate_bps, Digits::fixed(2)),
-                    result.achieved_pps,
-                    result.delivered_pps().unwrap_or(0.0),
-                    result.sequence.lost,
-                    result.owd.trend_us_per_s,
-                    result.owd.trend_ci95_us_per_s,
-                    match result.owd.verdict {
-                        pathlab_probe::owd::QueueVerdict::Building => "queue building",
-                        pathlab_probe::owd::QueueVerdict::NotBuilding => "no queue building",
-                        pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
-                    }
-                )?;
-            }
-        }
-        if experiment.name == pathlab_lab::modem_pps::RECIPE {
-            for line in pathlab_lab::modem_pps::summary_lines(&run) {
-                writeln!(stdout, "  {line}")?;
-            }
-        }
+        print_summary(&mut stdout, experiment, &run, &dir)?;
         if run.interrupted {
             drop(stdout);
             write_report(&saved, &out)?;
@@ -352,6 +265,142 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
     }
     drop(stdout);
     write_report(&saved, &out)
+}
+
+/// What `pathlab lab` says of a run once it is over (its result in `dir`): failures,
+/// warnings, and each workload's figures beside their theory.
+fn print_summary(
+    stdout: &mut impl std::io::Write,
+    experiment: &Experiment,
+    run: &pathlab_results::lab::LabRun,
+    dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    for workload in &run.workloads {
+        if let pathlab_results::lab::LabOutcome::Failed(why) = &workload.outcome {
+            writeln!(stdout, "  {}: failed: {why}", workload.name)?;
+        }
+    }
+    // Before the figures: they may describe the emulator rather than the links.
+    for warning in run.late_warnings() {
+        writeln!(stdout, "  warning: {warning}")?;
+    }
+    for note in run.change_notes() {
+        writeln!(stdout, "  note: {note}")?;
+    }
+    let ms = |seconds: f64| format::in_millis(seconds, Digits::fixed(1));
+    for rtt in rtt_summaries(experiment, run) {
+        write!(
+            stdout,
+            "  {}: RTT p50 {} ms, p99 {} ms, plateau {} ms",
+            rtt.name,
+            ms(rtt.p50_s),
+            ms(rtt.p99_s),
+            ms(rtt.plateau_s)
+        )?;
+        if let Some(theory) = rtt.theory {
+            if let (Some(plateau), Some(queue), Some(rate)) = (
+                theory.plateau_rtt_s,
+                theory.queue_packets,
+                theory.bottleneck_bps,
+            ) {
+                write!(
+                    stdout,
+                    " (theory {} ms = base {} + {queue} packets x 1514 B at {}; {})",
+                    ms(plateau),
+                    ms(theory.base_rtt_s),
+                    format::rate(rate, Digits::fixed(2)),
+                    format::fraction_as_percent(
+                        rtt.plateau_s / plateau - 1.0,
+                        Digits::fixed(1).signed()
+                    )
+                )?;
+            }
+        }
+        writeln!(stdout)?;
+    }
+    for sawtooth in sawtooths(experiment, run, dir) {
+        write!(
+            stdout,
+            "  {}: the queue at {} overflowed every {:.2} s (median of {} cycles)",
+            sawtooth.name, sawtooth.link, sawtooth.period_s, sawtooth.cycles
+        )?;
+        if let Some(theory) = sawtooth.theory_s {
+            write!(stdout, "; one Reno flow's sawtooth: {theory:.2} s")?;
+        }
+        writeln!(stdout)?;
+    }
+    for workload in &run.workloads {
+        if let pathlab_results::lab::LabOutcome::Tcp(report) = &workload.outcome {
+            let retransmitted = report.retransmitted_segments();
+            write!(
+                stdout,
+                "  {}: goodput {}, {retransmitted} segments retransmitted",
+                workload.name,
+                format::rate(report.up_bps + report.down_bps, Digits::fixed(2)),
+            )?;
+            if let Some(bound) = workload.path.and_then(|p| p.mathis_bps) {
+                write!(
+                    stdout,
+                    " (Mathis bound {})",
+                    format::rate(bound, Digits::fixed(2))
+                )?;
+            }
+            // A result of the path, not a failure: what got through is the goodput.
+            if let Some(starved) = report.starved() {
+                write!(stdout, "; {}", starved.summary())?;
+            }
+            writeln!(stdout)?;
+        }
+        if let pathlab_results::lab::LabOutcome::Blocks(report) = &workload.outcome {
+            write!(
+                stdout,
+                "  {}: {} blocks of {} B answered, {}, block time p50 {} ms",
+                workload.name,
+                report.blocks,
+                report.size,
+                format::rate(report.throughput_bps, Digits::fixed(2)),
+                ms(report.block_time.p50_ns as f64 * 1e-9)
+            )?;
+            if let Some(path) = workload.path {
+                write!(
+                    stdout,
+                    " (a block per round trip: {})",
+                    format::rate(
+                        pathlab_results::lab::blocks_bound_bps(report.size, &path),
+                        Digits::fixed(2)
+                    )
+                )?;
+            }
+            writeln!(stdout)?;
+        }
+        for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
+            writeln!(stdout, "    inspect: {}", connection.verdict.sentence)?;
+        }
+        if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
+            writeln!(
+                stdout,
+                "  {}: sent at {} ({:.0} packets/s), {:.0} packets/s arrived, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
+                workload.name,
+                format::rate(result.achieved_rate_bps, Digits::fixed(2)),
+                result.achieved_pps,
+                result.delivered_pps().unwrap_or(0.0),
+                result.sequence.lost,
+                result.owd.trend_us_per_s,
+                result.owd.trend_ci95_us_per_s,
+                match result.owd.verdict {
+                    pathlab_probe::owd::QueueVerdict::Building => "queue building",
+                    pathlab_probe::owd::QueueVerdict::NotBuilding => "no queue building",
+                    pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
+                }
+            )?;
+        }
+    }
+    if experiment.name == pathlab_lab::modem_pps::RECIPE {
+        for line in pathlab_lab::modem_pps::summary_lines(run) {
+            writeln!(stdout, "  {line}")?;
+        }
+    }
+    Ok(())
 }
 
 /// The report of every saved sweep point, with their series compared on shared figures.
@@ -405,6 +454,145 @@ fn choose_point(
     }
 }
 
+/// The experiment as `pathlab lab export` exports it: one sweep point, `--quick` applied.
+fn exported(
+    name: &str,
+    quick: bool,
+    point: Option<usize>,
+) -> anyhow::Result<(Experiment, SweepPoint)> {
+    let (text, file) = experiment_text(name)?;
+    let named = spec_error(file.as_deref());
+    let points = expand(&text, quick).map_err(&named)?;
+    let point = choose_point(name, points, point)?;
+    let experiment = Experiment::parse(&point.text).map_err(&named)?;
+    let experiment = if quick {
+        experiment.quick()
+    } else {
+        experiment
+    };
+    Ok((experiment, point))
+}
+
+/// Each node's control address from `--address`: a pattern, or `NODE=ADDR` for each.
+fn addresses(pattern: &str, lab: &str, nodes: &[String]) -> anyhow::Result<Vec<String>> {
+    if !pattern.contains('=') {
+        return Ok(nodes
+            .iter()
+            .map(|node| pattern.replace("{node}", node).replace("{lab}", lab))
+            .collect());
+    }
+    let mut given = std::collections::HashMap::new();
+    for pair in pattern.split(',') {
+        let Some((node, address)) = pair.split_once('=') else {
+            return Err(usage(anyhow::anyhow!(
+                "--address: '{pair}' is not NODE=HOST:PORT"
+            )));
+        };
+        if !nodes.iter().any(|n| n == node) {
+            return Err(usage(anyhow::anyhow!(
+                "--address: the lab has no node '{node}' (its nodes: {})",
+                nodes.join(", ")
+            )));
+        }
+        given.insert(node.to_owned(), address.to_owned());
+    }
+    nodes
+        .iter()
+        .map(|node| {
+            given.remove(node).ok_or_else(|| {
+                usage(anyhow::anyhow!("--address: no address for node '{node}'"))
+            })
+        })
+        .collect()
+}
+
+/// Runs `pathlab lab collect`.
+fn collect(args: &CollectArgs) -> anyhow::Result<()> {
+    let (experiment, point) = exported(&args.experiment, args.quick, args.point)?;
+    let configs = pathlab_lab::export::Export {
+        experiment: &experiment,
+        point: Some(point.label.clone()).filter(|label| !label.is_empty()),
+        seed: args.seed,
+        image: pathlab_lab::export::DEFAULT_IMAGE.to_owned(),
+    }
+    .node_configs("pods and containers")
+    .map_err(usage)?;
+    let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
+    let addresses = addresses(&args.address, &experiment.name, &names)?;
+    let token = args
+        .token
+        .as_deref()
+        .map(pathlab_http::read_token)
+        .transpose()
+        .map_err(usage)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "lab-{}-{}",
+            experiment.name,
+            pathlab_os::unix_now_secs()
+        ))
+    });
+    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || loop {
+            if pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
+                stop.store(true, Ordering::SeqCst);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        });
+    }
+    println!(
+        "{}: collecting {} nodes ({}, ...), results in {}",
+        experiment.name,
+        names.len(),
+        addresses[0],
+        out.display()
+    );
+    let run = pathlab_lab::collect::collect(
+        &experiment,
+        &point,
+        &configs,
+        &pathlab_lab::collect::CollectOptions {
+            addresses,
+            token,
+            wait: std::time::Duration::from_secs(args.wait),
+            lead: std::time::Duration::from_secs(2),
+            out: out.clone(),
+            stop,
+        },
+        &mut |line| println!("  {line}"),
+    )?;
+    let file = pathlab_results::ResultFile::new(
+        pathlab_results::RunResult::Lab(Box::new(run.clone())),
+        std::env::args().collect(),
+        Some(run.started_unix_ns / 1_000_000_000),
+    );
+    std::fs::write(out.join("result.json"), file.to_json())
+        .with_context(|| format!("writing {}", out.join("result.json").display()))?;
+    let mut stdout = std::io::stdout().lock();
+    for link in &run.links {
+        for u in &link.underlay {
+            writeln!(
+                stdout,
+                "  link {} at {} ({}): underlay round trip {} ms, added to the spec's delay",
+                link.name,
+                u.interface,
+                u.device,
+                format::in_millis(u.rtt_p50_ns as f64 * 1e-9, Digits::fixed(3))
+            )?;
+        }
+    }
+    print_summary(&mut stdout, &experiment, &run, &out)?;
+    drop(stdout);
+    write_report(std::slice::from_ref(&out), &out)?;
+    if run.interrupted {
+        return Err(anyhow::anyhow!("interrupted"));
+    }
+    Ok(())
+}
+
 /// Runs `pathlab lab export`: checks the lab, writes the engine's topology and every
 /// node's config into `--out`.
 fn export(args: &ExportArgs) -> anyhow::Result<()> {
@@ -413,16 +601,7 @@ fn export(args: &ExportArgs) -> anyhow::Result<()> {
         Engine::Kne(options) => (options, kne::files),
         Engine::Containerlab(options) => (options, containerlab::files),
     };
-    let (text, file) = experiment_text(&options.experiment)?;
-    let named = spec_error(file.as_deref());
-    let points = expand(&text, options.quick).map_err(&named)?;
-    let point = choose_point(&options.experiment, points, options.point)?;
-    let experiment = Experiment::parse(&point.text).map_err(&named)?;
-    let experiment = if options.quick {
-        experiment.quick()
-    } else {
-        experiment
-    };
+    let (experiment, point) = exported(&options.experiment, options.quick, options.point)?;
     let files = write(&Export {
         experiment: &experiment,
         point: Some(point.label).filter(|label| !label.is_empty()),
@@ -467,6 +646,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         ))),
         (None, Some(name)) => run_experiment(args, name),
         (Some(Action::Export(export_args)), _) => export(export_args),
+        (Some(Action::Collect(collect_args)), _) => collect(collect_args),
         (Some(Action::Clean), _) => {
             pathlab_os::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
             let cleaned = pathlab_os::clean::clean()?;

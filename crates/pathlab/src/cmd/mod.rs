@@ -9,6 +9,7 @@ pub mod emulate;
 pub mod inspect;
 pub mod lab;
 pub mod metrics;
+pub mod node;
 pub mod owd;
 pub mod report;
 pub mod rfc6349;

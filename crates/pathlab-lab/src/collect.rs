@@ -1,0 +1,434 @@
+//! `pathlab lab collect`: runs an exported lab whose nodes (`pathlab node`) an engine
+//! started, and gathers their results into one, as a one-machine `pathlab lab` run would
+//! have written it.
+//!
+//! It waits until every node is ready (interfaces found, emulators in front, underlay
+//! measured), gives them all one start instant a little ahead, waits for the run to end,
+//! then reads each node's result, recordings and outputs. A link's two directions were
+//! emulated at its two ends: [`merge_recordings`] makes them one recording, direction 0
+//! from the link's `a` end, on one time zero. Everything a node sends is checked against
+//! the config the export wrote for it ([`wire`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use pathlab_results::lab::{LabLink, LabOutcome, LabRun, LinkChange};
+use pathlab_results::recording::{
+    read_recording, write_header, write_line, DirectionInfo, RecordingHeader,
+};
+
+use crate::export::node::NodeConfig;
+use crate::node::wire::{self, NodeResult, NodeStatus, Phase, StartRequest, Underlay};
+use crate::spec::{Experiment, SweepPoint};
+use crate::topology::{CABLE_A, CABLE_B};
+
+/// How a collection is made.
+#[derive(Debug)]
+pub struct CollectOptions {
+    /// Each node's control address (`HOST:PORT`), in the experiment's order of nodes.
+    pub addresses: Vec<String>,
+    /// The nodes' bearer token.
+    pub token: Option<String>,
+    /// How long to wait for every node to be ready, and for the results after the run.
+    pub wait: Duration,
+    /// How far ahead of the order the run starts (every node must have it by then).
+    pub lead: Duration,
+    /// Where the result, recordings and outputs go.
+    pub out: PathBuf,
+    /// Set by a signal.
+    pub stop: std::sync::Arc<AtomicBool>,
+}
+
+/// Why a collection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// A node could not be reached or answered wrongly.
+    #[error("node {node} at {address}: {message}")]
+    Node {
+        /// The node.
+        node: String,
+        /// Its control address.
+        address: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// Nodes not ready in time.
+    #[error("not ready after {} s: {}", .waited.as_secs(), .nodes.join("; "))]
+    NotReady {
+        /// Each with its phase or why it was not reached.
+        nodes: Vec<String>,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// Writing a file.
+    #[error("{context}: {source}")]
+    Io {
+        /// What.
+        context: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Stopped by a signal.
+    #[error("stopped")]
+    Stopped,
+}
+
+/// One node as the collector sees it.
+struct Node<'a> {
+    config: &'a NodeConfig,
+    sha256: String,
+    address: &'a str,
+}
+
+impl Node<'_> {
+    fn error(&self, message: impl ToString) -> CollectError {
+        CollectError::Node {
+            node: self.config.node.clone(),
+            address: self.address.to_owned(),
+            message: message.to_string(),
+        }
+    }
+
+    fn get(&self, path: &str, most: usize, token: Option<&str>) -> Result<(u16, Vec<u8>), CollectError> {
+        let response = pathlab_http::server::request_within(self.address, "GET", path, token, None, most)
+            .map_err(|e| self.error(e))?;
+        Ok((response.status, response.body))
+    }
+
+    fn status(&self, token: Option<&str>) -> Result<NodeStatus, CollectError> {
+        let (code, body) = self.get(wire::STATUS_PATH, wire::MAX_STATUS_BYTES, token)?;
+        if code != 200 {
+            return Err(self.error(format!("status {code}: {}", text(&body))));
+        }
+        NodeStatus::parse(&body, self.config, &self.sha256).map_err(|e| self.error(e))
+    }
+}
+
+/// A body's first 200 characters, for an error message.
+fn text(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
+}
+
+/// Runs the lab the nodes at `options.addresses` play (`configs[k]` at address k, each
+/// as the export wrote it) and writes its result to `options.out`, as `pathlab lab`
+/// would: `result.json`'s run, each link's recording, each command's output.
+pub fn collect(
+    experiment: &Experiment,
+    point: &SweepPoint,
+    configs: &[NodeConfig],
+    options: &CollectOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<LabRun, CollectError> {
+    let token = options.token.as_deref();
+    let nodes: Vec<Node<'_>> = configs
+        .iter()
+        .zip(&options.addresses)
+        .map(|(config, address)| Node {
+            config,
+            sha256: wire::sha256_hex(config.to_toml().as_bytes()),
+            address,
+        })
+        .collect();
+    std::fs::create_dir_all(&options.out).map_err(|source| CollectError::Io {
+        context: format!("creating {}", options.out.display()),
+        source,
+    })?;
+
+    // Every node ready.
+    let deadline = Instant::now() + options.wait;
+    let mut ready: Vec<Option<NodeStatus>> = vec![None; nodes.len()];
+    let mut said = Instant::now();
+    loop {
+        let mut waiting = Vec::new();
+        for (node, seen) in nodes.iter().zip(&mut ready) {
+            if seen.is_some() {
+                continue;
+            }
+            match node.status(token) {
+                Ok(status) if status.phase == Phase::Ready => *seen = Some(status),
+                Ok(status) if status.phase == Phase::Failed => {
+                    return Err(node.error(format!(
+                        "failed: {}",
+                        status.message.unwrap_or_default()
+                    )))
+                }
+                Ok(status) if matches!(status.phase, Phase::Running | Phase::Done) => {
+                    return Err(node.error(
+                        "it has run already (a node runs once: restart it to run again)",
+                    ))
+                }
+                Ok(status) if !status.missing.is_empty() => waiting.push(format!(
+                    "{}: waiting for {}",
+                    node.config.node,
+                    status.missing.join(", ")
+                )),
+                Ok(status) => waiting.push(format!(
+                    "{}: {}",
+                    node.config.node,
+                    format!("{:?}", status.phase).to_lowercase()
+                )),
+                // Wrong config, wrong node: no use waiting.
+                Err(error @ CollectError::Node { .. })
+                    if error.to_string().contains("config") || error.to_string().contains("it is node") =>
+                {
+                    return Err(error)
+                }
+                Err(error) => waiting.push(error.to_string()),
+            }
+        }
+        if waiting.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(CollectError::NotReady {
+                nodes: waiting,
+                waited: options.wait,
+            });
+        }
+        if options.stop.load(Ordering::SeqCst) {
+            return Err(CollectError::Stopped);
+        }
+        if said.elapsed() >= Duration::from_secs(5) {
+            said = Instant::now();
+            progress(&format!(
+                "{} of {} nodes ready; {}",
+                nodes.len() - waiting.len(),
+                nodes.len(),
+                waiting[0]
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let underlay: Vec<Underlay> = ready
+        .into_iter()
+        .flatten()
+        .flat_map(|status| status.underlay)
+        .collect();
+    for u in &underlay {
+        if let Some(warning) = u.warning() {
+            progress(&format!("warning: {warning}"));
+        }
+    }
+
+    // One start for all.
+    let at_unix_ns = pathlab_os::unix_now_ns() + options.lead.as_nanos() as u64;
+    let order = serde_json::to_vec(&StartRequest { at_unix_ns }).expect("serializes");
+    for node in &nodes {
+        let response =
+            pathlab_http::request(node.address, "POST", wire::START_PATH, token, Some(&order))
+                .map_err(|e| node.error(e))?;
+        if response.status != 202 {
+            return Err(node.error(format!(
+                "refused to start ({}): {}",
+                response.status,
+                text(&response.body)
+            )));
+        }
+    }
+    progress(&format!(
+        "started all {} nodes; the run takes {} s",
+        nodes.len(),
+        experiment.duration.as_secs_f64()
+    ));
+    let end = Instant::now() + options.lead + experiment.duration;
+    let mut stopped = !crate::workload::sleep_until(end, &options.stop);
+
+    // The results.
+    let result_deadline = Instant::now() + options.wait;
+    let mut results = Vec::new();
+    for node in &nodes {
+        let result = loop {
+            let (code, body) = node.get(wire::RESULT_PATH, wire::MAX_RESULT_BYTES, token)?;
+            if code == 200 {
+                break NodeResult::parse(&body, node.config).map_err(|e| node.error(e))?;
+            }
+            if code != 409 || Instant::now() >= result_deadline {
+                return Err(node.error(format!("no result ({code}): {}", text(&body))));
+            }
+            if options.stop.load(Ordering::SeqCst) {
+                stopped = true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        results.push(result);
+    }
+
+    // Recordings and outputs.
+    for link in &experiment.links {
+        let halves = [link.a, link.b].map(|end| {
+            let node = &nodes[end];
+            let path = format!("{}{}", wire::RECORDING_PATH, link.name);
+            let (code, body) = node.get(&path, wire::MAX_FILE_BYTES, token)?;
+            if code != 200 {
+                return Err(node.error(format!("no recording of {} ({code})", link.name)));
+            }
+            Ok(body)
+        });
+        let [a, b] = halves;
+        let merged = merge_recordings(&a?, &b?).map_err(|message| CollectError::Node {
+            node: experiment.nodes[link.a].name.clone(),
+            address: nodes[link.a].address.to_owned(),
+            message: format!("the recording of link {}: {message}", link.name),
+        })?;
+        write(&options.out, &format!("link-{}.jsonl", link.name), &merged)?;
+    }
+    for workload in &experiment.workloads {
+        if let crate::spec::WorkloadKind::Command { .. } = workload.kind {
+            let node = &nodes[workload.from];
+            let path = format!("{}{}", wire::OUTPUT_PATH, workload.name);
+            let (code, body) = node.get(&path, wire::MAX_FILE_BYTES, token)?;
+            if code == 200 {
+                write(&options.out, &format!("{}.out", workload.name), &body)?;
+            }
+        }
+    }
+    let mut run = merge(experiment, point, &results);
+    run.interrupted |= stopped;
+    for link in &mut run.links {
+        link.underlay = underlay
+            .iter()
+            .filter(|u| u.link == link.name)
+            .cloned()
+            .collect();
+    }
+    Ok(run)
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CollectError> {
+    std::fs::write(dir.join(name), bytes).map_err(|source| CollectError::Io {
+        context: format!("writing {}", dir.join(name).display()),
+        source,
+    })
+}
+
+/// The run the nodes' `results` (one per node, in the experiment's order) make together,
+/// as `pathlab lab` would have written it on one machine.
+pub fn merge(experiment: &Experiment, point: &SweepPoint, results: &[NodeResult]) -> LabRun {
+    let half = |node: usize, link: &str| {
+        results[node].links.iter().find(|h| h.link == link)
+    };
+    let links = experiment
+        .links
+        .iter()
+        .map(|link| {
+            let (a, b) = (half(link.a, &link.name), half(link.b, &link.name));
+            let mut changes: Vec<LinkChange> = Vec::new();
+            for (side, node) in [(a, link.a), (b, link.b)] {
+                for change in side.iter().flat_map(|h| &h.changes) {
+                    // A node's forward is what leaves it.
+                    let (forward, reverse) = if node == link.a {
+                        (change.forward.clone(), change.reverse.clone())
+                    } else {
+                        (change.reverse.clone(), change.forward.clone())
+                    };
+                    changes.push(LinkChange {
+                        at_ns: change.at_ns,
+                        forward,
+                        reverse,
+                        by: format!("{} at {}", change.by, experiment.nodes[node].name),
+                    });
+                }
+            }
+            changes.sort_by_key(|c| c.at_ns);
+            LabLink {
+                name: link.name.clone(),
+                forward: link.forward.to_string(),
+                reverse: link.reverse.to_string(),
+                recording: Some(format!("link-{}.jsonl", link.name)),
+                lateness: [a, b]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| h.lateness.clone())
+                    .collect(),
+                changes,
+                underlay: Vec::new(),
+            }
+        })
+        .collect();
+    let workloads = experiment
+        .workloads
+        .iter()
+        .map(|workload| {
+            let came = results[workload.from]
+                .workloads
+                .iter()
+                .find(|o| o.name == workload.name)
+                .map_or_else(
+                    || {
+                        (
+                            LabOutcome::Failed(format!(
+                                "node {} sent no result for it",
+                                experiment.nodes[workload.from].name
+                            )),
+                            None,
+                        )
+                    },
+                    |o| (o.outcome.clone(), o.inspect.clone()),
+                );
+            crate::run::lab_workload(experiment, workload, came)
+        })
+        .collect();
+    let mut kernels: Vec<&str> = results.iter().map(|r| r.kernel.as_str()).collect();
+    kernels.sort_unstable();
+    kernels.dedup();
+    let started = results.iter().map(|r| r.started_unix_ns).min().unwrap_or(0);
+    LabRun {
+        name: experiment.name.clone(),
+        description: experiment.description.clone(),
+        spec: point.text.clone(),
+        kernel: kernels.join("; "),
+        started_unix_ns: started,
+        duration_ns: results
+            .iter()
+            .map(|r| (r.started_unix_ns + r.duration_ns).saturating_sub(started))
+            .max()
+            .unwrap_or(0),
+        interrupted: results.iter().any(|r| r.interrupted),
+        parameters: point.parameters.clone(),
+        links,
+        workloads,
+    }
+}
+
+/// One recording of a link from its two ends' recordings: the `a` end's egress
+/// (its direction 0) as direction 0, the `b` end's as direction 1, both on the earlier
+/// time zero.
+pub fn merge_recordings(a: &[u8], b: &[u8]) -> Result<Vec<u8>, String> {
+    let read = |bytes: &[u8]| read_recording(bytes).map_err(|e| e.to_string());
+    let (a, b) = (read(a)?, read(b)?);
+    let (Some(ha), Some(hb)) = (&a.header, &b.header) else {
+        return Err("a recording without its header".into());
+    };
+    let zero = ha.clock_zero_unix_ns.min(hb.clock_zero_unix_ns);
+    let spec = |h: &RecordingHeader| h.directions.first().map(|d| d.spec.clone()).unwrap_or_default();
+    let header = RecordingHeader {
+        magic: ha.magic.clone(),
+        version: ha.version,
+        pathlab_version: ha.pathlab_version.clone(),
+        command: vec!["pathlab lab collect".to_owned()],
+        clock_zero_unix_ns: zero,
+        directions: vec![
+            DirectionInfo {
+                from: CABLE_A.to_owned(),
+                to: CABLE_B.to_owned(),
+                spec: spec(ha),
+            },
+            DirectionInfo {
+                from: CABLE_B.to_owned(),
+                to: CABLE_A.to_owned(),
+                spec: spec(hb),
+            },
+        ],
+        queue_sample_interval_ns: ha.queue_sample_interval_ns.min(hb.queue_sample_interval_ns),
+    };
+    let mut out = Vec::new();
+    write_header(&mut out, &header).map_err(|e| e.to_string())?;
+    for (recording, header, dir) in [(a.lines, ha, 0u8), (b.lines, hb, 1u8)] {
+        let by = pathlab_core::time::Duration::from_nanos(header.clock_zero_unix_ns - zero);
+        for line in recording.into_iter().filter(|l| l.dir() == 0) {
+            write_line(&mut out, &line.shifted(by).with_dir(dir)).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(out)
+}
