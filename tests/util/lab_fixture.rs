@@ -102,6 +102,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
             recording: Some("link-r1-h2.jsonl".into()),
             lateness: Vec::new(),
             changes: Vec::new(),
+            underlay: Vec::new(),
         }],
         workloads: vec![
             LabWorkload {

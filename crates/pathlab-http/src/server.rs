@@ -514,9 +514,11 @@ pub fn request_within(
     loop {
         let n = stream.read(&mut chunk).map_err(io_error)?;
         buf.extend_from_slice(&chunk[..n]);
-        let parsed = http::parse_response_within(&buf, n == 0, most).map_err(|source| ClientError::NotHttp {
-            addr: addr.to_owned(),
-            source,
+        let parsed = http::parse_response_within(&buf, n == 0, most).map_err(|source| {
+            ClientError::NotHttp {
+                addr: addr.to_owned(),
+                source,
+            }
         })?;
         if let Parsed::Complete(response, _) = parsed {
             return Ok(response);

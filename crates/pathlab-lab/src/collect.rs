@@ -82,7 +82,7 @@ struct Node<'a> {
 }
 
 impl Node<'_> {
-    fn error(&self, message: impl ToString) -> CollectError {
+    fn error(&self, message: &dyn std::fmt::Display) -> CollectError {
         CollectError::Node {
             node: self.config.node.clone(),
             address: self.address.to_owned(),
@@ -90,18 +90,24 @@ impl Node<'_> {
         }
     }
 
-    fn get(&self, path: &str, most: usize, token: Option<&str>) -> Result<(u16, Vec<u8>), CollectError> {
-        let response = pathlab_http::server::request_within(self.address, "GET", path, token, None, most)
-            .map_err(|e| self.error(e))?;
+    fn get(
+        &self,
+        path: &str,
+        most: usize,
+        token: Option<&str>,
+    ) -> Result<(u16, Vec<u8>), CollectError> {
+        let response =
+            pathlab_http::server::request_within(self.address, "GET", path, token, None, most)
+                .map_err(|e| self.error(&e))?;
         Ok((response.status, response.body))
     }
 
     fn status(&self, token: Option<&str>) -> Result<NodeStatus, CollectError> {
         let (code, body) = self.get(wire::STATUS_PATH, wire::MAX_STATUS_BYTES, token)?;
         if code != 200 {
-            return Err(self.error(format!("status {code}: {}", text(&body))));
+            return Err(self.error(&format!("status {code}: {}", text(&body))));
         }
-        NodeStatus::parse(&body, self.config, &self.sha256).map_err(|e| self.error(e))
+        NodeStatus::parse(&body, self.config, &self.sha256).map_err(|e| self.error(&e))
     }
 }
 
@@ -148,15 +154,13 @@ pub fn collect(
             match node.status(token) {
                 Ok(status) if status.phase == Phase::Ready => *seen = Some(status),
                 Ok(status) if status.phase == Phase::Failed => {
-                    return Err(node.error(format!(
-                        "failed: {}",
-                        status.message.unwrap_or_default()
-                    )))
+                    return Err(
+                        node.error(&format!("failed: {}", status.message.unwrap_or_default()))
+                    )
                 }
                 Ok(status) if matches!(status.phase, Phase::Running | Phase::Done) => {
-                    return Err(node.error(
-                        "it has run already (a node runs once: restart it to run again)",
-                    ))
+                    return Err(node
+                        .error(&"it has run already (a node runs once: restart it to run again)"))
                 }
                 Ok(status) if !status.missing.is_empty() => waiting.push(format!(
                     "{}: waiting for {}",
@@ -170,7 +174,8 @@ pub fn collect(
                 )),
                 // Wrong config, wrong node: no use waiting.
                 Err(error @ CollectError::Node { .. })
-                    if error.to_string().contains("config") || error.to_string().contains("it is node") =>
+                    if error.to_string().contains("config")
+                        || error.to_string().contains("it is node") =>
                 {
                     return Err(error)
                 }
@@ -217,9 +222,9 @@ pub fn collect(
     for node in &nodes {
         let response =
             pathlab_http::request(node.address, "POST", wire::START_PATH, token, Some(&order))
-                .map_err(|e| node.error(e))?;
+                .map_err(|e| node.error(&e))?;
         if response.status != 202 {
-            return Err(node.error(format!(
+            return Err(node.error(&format!(
                 "refused to start ({}): {}",
                 response.status,
                 text(&response.body)
@@ -241,10 +246,10 @@ pub fn collect(
         let result = loop {
             let (code, body) = node.get(wire::RESULT_PATH, wire::MAX_RESULT_BYTES, token)?;
             if code == 200 {
-                break NodeResult::parse(&body, node.config).map_err(|e| node.error(e))?;
+                break NodeResult::parse(&body, node.config).map_err(|e| node.error(&e))?;
             }
             if code != 409 || Instant::now() >= result_deadline {
-                return Err(node.error(format!("no result ({code}): {}", text(&body))));
+                return Err(node.error(&format!("no result ({code}): {}", text(&body))));
             }
             if options.stop.load(Ordering::SeqCst) {
                 stopped = true;
@@ -261,7 +266,7 @@ pub fn collect(
             let path = format!("{}{}", wire::RECORDING_PATH, link.name);
             let (code, body) = node.get(&path, wire::MAX_FILE_BYTES, token)?;
             if code != 200 {
-                return Err(node.error(format!("no recording of {} ({code})", link.name)));
+                return Err(node.error(&format!("no recording of {} ({code})", link.name)));
             }
             Ok(body)
         });
@@ -305,9 +310,7 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CollectError> {
 /// The run the nodes' `results` (one per node, in the experiment's order) make together,
 /// as `pathlab lab` would have written it on one machine.
 pub fn merge(experiment: &Experiment, point: &SweepPoint, results: &[NodeResult]) -> LabRun {
-    let half = |node: usize, link: &str| {
-        results[node].links.iter().find(|h| h.link == link)
-    };
+    let half = |node: usize, link: &str| results[node].links.iter().find(|h| h.link == link);
     let links = experiment
         .links
         .iter()
@@ -401,7 +404,12 @@ pub fn merge_recordings(a: &[u8], b: &[u8]) -> Result<Vec<u8>, String> {
         return Err("a recording without its header".into());
     };
     let zero = ha.clock_zero_unix_ns.min(hb.clock_zero_unix_ns);
-    let spec = |h: &RecordingHeader| h.directions.first().map(|d| d.spec.clone()).unwrap_or_default();
+    let spec = |h: &RecordingHeader| {
+        h.directions
+            .first()
+            .map(|d| d.spec.clone())
+            .unwrap_or_default()
+    };
     let header = RecordingHeader {
         magic: ha.magic.clone(),
         version: ha.version,

@@ -221,8 +221,22 @@ fn segment(
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     let gso_type = vnet.gso_type & !GSO_ECN;
-    let (ip, version, _) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
+    let (outer_ip, outer_version, _) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
     let l4 = vnet.csum_start as usize;
+    // A tunnel's super-packet (VXLAN, Geneve: what a tunnel device hands on with its
+    // offloads) has the checksum start at the inner L4 header: its inner IP header is the
+    // one cut by the rules below, and the outer IP and UDP headers are sized per segment.
+    let tunnel = match l4_start(frame, outer_ip, outer_version) {
+        Some(start) if start == l4 => None,
+        Some(udp) if ip_protocol(frame, outer_ip, outer_version) == Some(17) && udp + 8 < l4 => {
+            Some((outer_ip, outer_version, udp))
+        }
+        _ => None,
+    };
+    let (ip, version) = match tunnel {
+        Some(_) => inner_ip(frame, l4).ok_or(OffloadError::Malformed)?,
+        None => (outer_ip, outer_version),
+    };
     let (protocol, l4_header_len) = match gso_type {
         GSO_TCPV4 | GSO_TCPV6 => {
             let data_offset = *frame.get(l4 + 12).ok_or(OffloadError::Truncated)?;
@@ -262,6 +276,7 @@ fn segment(
     let segment_size = vnet.gso_size as usize;
     let count = payload.len().div_ceil(segment_size);
     let ip_id = u16::from_be_bytes([frame[ip + 4], frame[ip + 5]]);
+    let outer_id = u16::from_be_bytes([frame[outer_ip + 4], frame[outer_ip + 5]]);
     let first_seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
     for (index, chunk) in payload.chunks(segment_size).enumerate() {
         let mut segment = pool.take(headers_len + chunk.len());
@@ -306,9 +321,79 @@ fn segment(
             checksum = 0xffff;
         }
         segment[checksum_field..checksum_field + 2].copy_from_slice(&checksum.to_be_bytes());
+        if let Some((outer, outer_version, udp)) = tunnel {
+            size_tunnel(
+                &mut segment,
+                outer,
+                outer_version,
+                udp,
+                outer_id.wrapping_add(index as u16),
+            );
+        }
         emit(segment);
     }
     Ok(count)
+}
+
+/// Where the L4 header after the IP header at `ip` starts (no IPv6 extension headers).
+fn l4_start(frame: &[u8], ip: usize, version: u8) -> Option<usize> {
+    match version {
+        4 => Some(ip + usize::from(frame.get(ip)? & 0x0f) * 4),
+        _ => Some(ip + 40),
+    }
+}
+
+/// The protocol of the IP header at `ip`.
+fn ip_protocol(frame: &[u8], ip: usize, version: u8) -> Option<u8> {
+    frame
+        .get(if version == 4 { ip + 9 } else { ip + 6 })
+        .copied()
+}
+
+/// A tunnel's inner IP header, the one right before the inner L4 header at `l4`: an IPv4
+/// header whose length reaches `l4` exactly, or an IPv6 one 40 bytes before it.
+fn inner_ip(frame: &[u8], l4: usize) -> Option<(usize, u8)> {
+    for (start, version) in [(l4.checked_sub(20)?, 4u8), (l4.checked_sub(40)?, 6)] {
+        let first = *frame.get(start)?;
+        if first >> 4 == version && (version == 6 || usize::from(first & 0x0f) * 4 == l4 - start) {
+            return Some((start, version));
+        }
+    }
+    // IPv4 with options: the header's own length says where it ends.
+    (24..=60).step_by(4).find_map(|len| {
+        let start = l4.checked_sub(len)?;
+        let first = *frame.get(start)?;
+        (first >> 4 == 4 && usize::from(first & 0x0f) * 4 == len).then_some((start, 4))
+    })
+}
+
+/// Sizes a tunnel segment's outer headers: the outer IP header's length (and for IPv4 its
+/// id, `id`, and checksum) and the outer UDP length; the UDP checksum is left out over
+/// IPv4 (0, as VXLAN sends it) and computed over IPv6, where it is required.
+fn size_tunnel(segment: &mut [u8], ip: usize, version: u8, udp: usize, id: u16) {
+    if version == 4 {
+        let total = (segment.len() - ip) as u16;
+        segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+        segment[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
+        segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+        let header_len = usize::from(segment[ip] & 0x0f) * 4;
+        let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
+        segment[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
+    } else {
+        let payload_len = (segment.len() - ip - 40) as u16;
+        segment[ip + 4..ip + 6].copy_from_slice(&payload_len.to_be_bytes());
+    }
+    let udp_len = segment.len() - udp;
+    segment[udp + 4..udp + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    segment[udp + 6..udp + 8].copy_from_slice(&[0, 0]);
+    if version == 6 {
+        let sum = pseudo_header_sum(segment, ip, 6, 17, udp_len) + checksum_add(0, &segment[udp..]);
+        let mut checksum = checksum_finish(sum);
+        if checksum == 0 {
+            checksum = 0xffff;
+        }
+        segment[udp + 6..udp + 8].copy_from_slice(&checksum.to_be_bytes());
+    }
 }
 
 /// Where the TCP header of an untagged frame carrying TCP over IPv4 (without options or
@@ -610,6 +695,73 @@ mod tests {
             assert_eq!(flags & 0x09 != 0, index == 2, "FIN/PSH only last");
             assert!(flags & 0x10 != 0, "ACK on all");
             rebuilt.extend_from_slice(&segment[66..]);
+        }
+        assert_eq!(rebuilt, payload);
+    }
+
+    /// A VXLAN tunnel's super-packet (as a VXLAN device hands a TCP super-packet on to
+    /// its underlay: outer Ethernet, IPv4, UDP 4789, VXLAN, then the inner frame, the
+    /// checksum start at the inner TCP header) is cut with every header of every segment
+    /// sized: the outer IPv4 length, id and checksum, the outer UDP length, the inner IPv4
+    /// length and checksum, the inner TCP sequence and checksum. Before, the outer UDP
+    /// length kept the super-packet's, and the receiver dropped each segment as too short.
+    #[test]
+    fn a_vxlan_tunnels_super_packet_is_cut_with_outer_and_inner_headers_sized() {
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 11) as u8).collect();
+        let inner = tcp_v4_frame(&payload, 0x10);
+        let mut frame = vec![0u8; 14 + 20 + 8 + 8];
+        frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        frame[14] = 0x45;
+        frame[18..20].copy_from_slice(&7u16.to_be_bytes());
+        frame[22] = 64;
+        frame[23] = 17;
+        frame[26..30].copy_from_slice(&[198, 19, 0, 1]);
+        frame[30..34].copy_from_slice(&[198, 19, 0, 2]);
+        frame[34..36].copy_from_slice(&40000u16.to_be_bytes());
+        frame[36..38].copy_from_slice(&4789u16.to_be_bytes());
+        frame[38..40].copy_from_slice(&((8 + 8 + inner.len()) as u16).to_be_bytes());
+        frame[42] = 0x08; // VXLAN: a network identifier follows
+        frame[46..49].copy_from_slice(&[0, 0x13, 0x88]);
+        frame.extend_from_slice(&inner);
+        let inner_ip = 50 + 14;
+        let l4 = inner_ip + 20;
+        let vnet = VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: (l4 + 32) as u16,
+            gso_size: 1400,
+            csum_start: l4 as u16,
+            csum_offset: 16,
+        };
+        let mut segments = Vec::new();
+        let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
+        assert_eq!(count, 3);
+        let mut rebuilt = Vec::new();
+        for (index, segment) in segments.iter().enumerate() {
+            // The outer headers.
+            assert_eq!(
+                checksum_finish(checksum_add(0, &segment[14..34])),
+                0,
+                "outer IP checksum"
+            );
+            assert_eq!(
+                usize::from(u16::from_be_bytes([segment[16], segment[17]])),
+                segment.len() - 14
+            );
+            assert_eq!(
+                u16::from_be_bytes([segment[18], segment[19]]),
+                7 + index as u16
+            );
+            assert_eq!(
+                usize::from(u16::from_be_bytes([segment[38], segment[39]])),
+                segment.len() - 34,
+                "outer UDP length"
+            );
+            // The inner frame is a frame of its own, as the far end decapsulates it.
+            verify_ipv4_tcp(&segment[50..]);
+            let seq = u32::from_be_bytes(segment[l4 + 4..l4 + 8].try_into().unwrap());
+            assert_eq!(seq, 1000 + (index * 1400) as u32);
+            rebuilt.extend_from_slice(&segment[l4 + 32..]);
         }
         assert_eq!(rebuilt, payload);
     }

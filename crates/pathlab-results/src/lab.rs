@@ -418,10 +418,10 @@ mod tests {
                 recording: None,
                 lateness: Vec::new(),
                 changes: vec![
-                underlay: Vec::new(),
                     change(Some("delay 30ms"), Some("delay 30ms")),
                     change(None, Some("loss 1%")),
                 ],
+                underlay: Vec::new(),
             }],
             ..serde_json::from_value(serde_json::json!({
                 "name": "x", "description": "", "spec": "", "parameters": [],

@@ -30,7 +30,9 @@ use std::time::{Duration, Instant};
 
 use pathlab_core::LinkSpec;
 use pathlab_core_driver::api::LabControl;
-use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, OnInterfaceGone, Record};
+use pathlab_core_driver::emulator::{
+    self, EmulatorConfig, EmulatorHandle, OnInterfaceGone, Record,
+};
 use pathlab_core_driver::port::{PacketPort, Port};
 use pathlab_http::{HttpServer, Request, Response};
 use pathlab_os::interpose::{self, Interposed};
@@ -208,7 +210,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Plays the node: see the module's text. Serves the control address from the start
 /// until `stop`; returns the result (also in `out/node-result.json`) once stopped.
-pub fn run(options: NodeOptions) -> Result<NodeResult, NodeError> {
+pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
     let config = &options.config;
     std::fs::create_dir_all(&options.out)
         .map_err(io_error(format!("creating {}", options.out.display())))?;
@@ -243,7 +245,7 @@ pub fn run(options: NodeOptions) -> Result<NodeResult, NodeError> {
         let stop = Arc::clone(&serving_stop);
         std::thread::spawn(move || server.serve(&stop, &|request| shared.answer(request)))
     };
-    let outcome = play(&options, &shared);
+    let outcome = play(options, &shared);
     match &outcome {
         Ok(result) => {
             let json = serde_json::to_vec_pretty(result).expect("a result serializes");
@@ -416,6 +418,11 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     let mut result = result?;
     for ((half, interface), stats) in result.links.iter_mut().zip(&config.interfaces).zip(stats) {
         if let Some(stats) = stats {
+            // The emulator's final counters, as `emulate stats -J` gives them.
+            let _ = std::fs::write(
+                options.out.join(format!("stats-{}.json", interface.link)),
+                serde_json::to_vec_pretty(&stats).expect("stats serialize"),
+            );
             half.lateness = stats
                 .directions
                 .first()
@@ -542,14 +549,8 @@ fn serve_workloads(
 ) -> Result<(Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>), NodeError> {
     let servers_stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
-    let serving = config
-        .workloads
-        .iter()
-        .filter(|w| w.role == Role::Server);
-    if serving
-        .clone()
-        .any(|w| w.port == Some(SERVER_PORT))
-    {
+    let serving = config.workloads.iter().filter(|w| w.role == Role::Server);
+    if serving.clone().any(|w| w.port == Some(SERVER_PORT)) {
         threads.push(
             workload::start_server(|| Ok(()), Arc::clone(&servers_stop))
                 .map_err(io_error("starting the measurement server"))?,
@@ -564,17 +565,23 @@ fn serve_workloads(
     responders.sort_unstable();
     responders.dedup();
     for (port, size) in responders {
-        let listener = std::net::TcpListener::bind((IpAddr::from([0u8; 4]), port))
-            .map_err(io_error(format!("starting the blocks responder on port {port}")))?;
-        threads.push(workload::start_responder(listener, size, Arc::clone(&servers_stop)));
+        let listener = std::net::TcpListener::bind((IpAddr::from([0u8; 4]), port)).map_err(
+            io_error(format!("starting the blocks responder on port {port}")),
+        )?;
+        threads.push(workload::start_responder(
+            listener,
+            size,
+            Arc::clone(&servers_stop),
+        ));
     }
     Ok((servers_stop, threads))
 }
 
-/// Echo requests sent per link once its far end answers.
-const UNDERLAY_SAMPLES: usize = 20;
+/// Echo requests sent per link once its far end answers: the median of 50 holds against
+/// the few a busy machine delays.
+const UNDERLAY_SAMPLES: usize = 50;
 /// Between them.
-const UNDERLAY_INTERVAL: Duration = Duration::from_millis(20);
+const UNDERLAY_INTERVAL: Duration = Duration::from_millis(10);
 /// Links measured at once (a hub of thousands measures them a batch at a time).
 const UNDERLAY_AT_ONCE: usize = 64;
 
@@ -741,7 +748,11 @@ fn run_timeline(
         .interfaces
         .iter()
         .enumerate()
-        .flat_map(|(k, i)| i.events.iter().map(move |e| (e.at_ns, k, e.egress.as_str())))
+        .flat_map(|(k, i)| {
+            i.events
+                .iter()
+                .map(move |e| (e.at_ns, k, e.egress.as_str()))
+        })
         .collect();
     events.sort_by_key(|&(at, k, _)| (at, k));
     let mut interrupted = false;

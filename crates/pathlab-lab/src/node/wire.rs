@@ -12,8 +12,8 @@
 //! | `GET /api/v1/node/output/WORKLOAD` | a `command` workload's output |
 //! | `GET /metrics`, `/api/v1/links...` | the emulators, as `pathlab lab --control` serves them |
 
-use pathlab_results::lab::{LabOutcome, LinkChange, SendLateness};
 pub use pathlab_results::lab::LinkUnderlay as Underlay;
+use pathlab_results::lab::{LabOutcome, LinkChange, SendLateness};
 use serde::{Deserialize, Serialize};
 
 use super::super::export::node::{NodeConfig, Role, MAX_TIME_NS};
@@ -67,8 +67,8 @@ pub struct NodeStatus {
     pub node: String,
     /// The lab's.
     pub lab: String,
-    /// SHA-256 of its config file, hex: the collector checks it is the one the export
-    /// writes.
+    /// SHA-256 of its config as read and written back ([`NodeConfig::to_toml`]), hex:
+    /// the collector checks it is the one the export writes, comments and layout aside.
     pub config_sha256: String,
     /// Where it is.
     pub phase: Phase,
@@ -169,7 +169,11 @@ impl NodeStatus {
             ));
         }
         check_underlay(&status.underlay, config)?;
-        if status.message.as_ref().is_some_and(|m| m.len() > MAX_MESSAGE) {
+        if status
+            .message
+            .as_ref()
+            .is_some_and(|m| m.len() > MAX_MESSAGE)
+        {
             return Err(WireError::Invalid(format!(
                 "a message of more than {MAX_MESSAGE} bytes"
             )));
@@ -299,8 +303,7 @@ impl NodeResult {
         }
         let mut links = std::collections::BTreeSet::new();
         for half in &result.links {
-            if !config.interfaces.iter().any(|i| i.link == half.link) || !links.insert(&half.link)
-            {
+            if !config.interfaces.iter().any(|i| i.link == half.link) || !links.insert(&half.link) {
                 return Err(WireError::Invalid(format!(
                     "a half of link {} it does not have, or twice",
                     short(&half.link)
@@ -318,8 +321,5 @@ impl NodeResult {
 /// SHA-256 of `bytes`, lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    pathlab_core::format::hex(&sha2::Sha256::digest(bytes))
 }

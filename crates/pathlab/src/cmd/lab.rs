@@ -499,9 +499,9 @@ fn addresses(pattern: &str, lab: &str, nodes: &[String]) -> anyhow::Result<Vec<S
     nodes
         .iter()
         .map(|node| {
-            given.remove(node).ok_or_else(|| {
-                usage(anyhow::anyhow!("--address: no address for node '{node}'"))
-            })
+            given
+                .remove(node)
+                .ok_or_else(|| usage(anyhow::anyhow!("--address: no address for node '{node}'")))
         })
         .collect()
 }

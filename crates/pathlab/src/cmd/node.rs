@@ -45,16 +45,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             pathlab_lab::export::node::MAX_TEXT_BYTES
         )));
     }
-    let text = String::from_utf8(bytes.clone())
+    let text = String::from_utf8(bytes)
         .map_err(|_| usage(anyhow::anyhow!("{}: not UTF-8 text", args.config.display())))?;
     let config = NodeConfig::parse(&text)
         .map_err(|e| usage(anyhow::anyhow!("{}: {e}", args.config.display())))?;
     pathlab_os::require_net_admin("pathlab node").map_err(usage)?;
-    let server = crate::cmd::metrics::bind_http(
-        config.control,
-        args.control_token.as_deref(),
-        "--control",
-    )?;
+    let server =
+        crate::cmd::metrics::bind_http(config.control, args.control_token.as_deref(), "--control")?;
     let traces = crate::cmd::metrics::open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -75,8 +72,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         config.interfaces.len(),
         config.workloads.len()
     );
-    let result = node::run(NodeOptions {
-        config_sha256: pathlab_lab::node::wire::sha256_hex(&bytes),
+    let result = node::run(&NodeOptions {
+        // Of the config as read, written back: comments and layout do not count.
+        config_sha256: pathlab_lab::node::wire::sha256_hex(config.to_toml().as_bytes()),
         config,
         out: args.out.clone(),
         wait: std::time::Duration::from_secs(args.wait),
