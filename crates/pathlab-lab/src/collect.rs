@@ -440,3 +440,200 @@ pub fn merge_recordings(a: &[u8], b: &[u8]) -> Result<Vec<u8>, String> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::wire::{HalfLink, NodeOutcome};
+    use pathlab_results::recording::{
+        read_recording, RecordingLine, RECORDING_MAGIC, RECORDING_VERSION,
+    };
+
+    /// A node's recording: zero at `zero_unix_ns`, its egress (direction 0) with a packet
+    /// that arrived at `arrived` ns and a queue sample, its ingress with one packet.
+    fn recording(zero_unix_ns: u64, arrived: u64, spec: &str) -> Vec<u8> {
+        let header = RecordingHeader {
+            magic: RECORDING_MAGIC.into(),
+            version: RECORDING_VERSION,
+            pathlab_version: "test".into(),
+            command: Vec::new(),
+            clock_zero_unix_ns: zero_unix_ns,
+            directions: vec![
+                DirectionInfo {
+                    from: "inside".into(),
+                    to: "to-x".into(),
+                    spec: spec.into(),
+                },
+                DirectionInfo {
+                    from: "to-x".into(),
+                    to: "inside".into(),
+                    spec: String::new(),
+                },
+            ],
+            queue_sample_interval_ns: 10_000_000,
+        };
+        let at = pathlab_core::time::Instant::from_nanos;
+        let packet = |dir: u8, id: u64| RecordingLine::Packet {
+            dir,
+            record: pathlab_core::record::PacketRecord {
+                id,
+                tag: 0,
+                flow: pathlab_core::packet::FlowHash::default(),
+                len_bytes: 1514,
+                arrived: at(arrived),
+                ecn_on_arrival: pathlab_core::packet::Ecn::NotEct,
+                queue_len_on_arrival: Some(0),
+                dequeued: Some(at(arrived)),
+                transmitted: Some(at(arrived + 1_000)),
+                departed: Some(at(arrived + 5_000_000)),
+                dropped: None,
+                duplicate_of: None,
+                ce_marked: false,
+                corrupted: false,
+            },
+        };
+        let mut out = Vec::new();
+        write_header(&mut out, &header).unwrap();
+        for line in [
+            packet(0, 1),
+            RecordingLine::Queue {
+                dir: 0,
+                at: at(arrived),
+                packets: 3,
+                bytes: 4542,
+            },
+            packet(1, 2),
+        ] {
+            write_line(&mut out, &line).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn a_links_two_halves_become_one_recording_on_the_earlier_time_zero() {
+        // b's emulator started 2 ms after a's: its times move 2 ms later.
+        let a = recording(1_000_000_000, 7_000, "delay 5ms");
+        let b = recording(1_002_000_000, 9_000, "delay 1ms");
+        let merged = read_recording(merge_recordings(&a, &b).unwrap().as_slice()).unwrap();
+        let header = merged.header.as_ref().unwrap();
+        assert_eq!(header.clock_zero_unix_ns, 1_000_000_000);
+        assert_eq!(
+            header
+                .directions
+                .iter()
+                .map(|d| (d.from.as_str(), d.to.as_str(), d.spec.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                (CABLE_A, CABLE_B, "delay 5ms"),
+                (CABLE_B, CABLE_A, "delay 1ms")
+            ]
+        );
+        // Only each end's egress: its ingress is the other end's egress.
+        let arrived = |dir| {
+            merged
+                .packets(dir)
+                .map(|p| p.arrived.as_nanos())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(arrived(0), [7_000]);
+        assert_eq!(arrived(1), [2_009_000]);
+        let departed: Vec<u64> = merged
+            .packets(1)
+            .filter_map(|p| p.departed)
+            .map(|d| d.as_nanos())
+            .collect();
+        assert_eq!(departed, [2_009_000 + 5_000_000]);
+        let queued: Vec<_> = merged
+            .queue_samples(1)
+            .map(|(at, p, _)| (at.as_nanos(), p))
+            .collect();
+        assert_eq!(queued, [(2_009_000, 3)]);
+        // Bad input from a node is an error, not a panic.
+        assert!(merge_recordings(b"{}", &b).is_err());
+        assert!(merge_recordings(&a, b"").is_err());
+    }
+
+    #[test]
+    fn the_nodes_results_make_the_run_a_one_machine_run_would_have_written() {
+        let text = crate::recipes::recipe("bufferbloat").unwrap();
+        let point = crate::spec::expand(text, true).unwrap().remove(0);
+        let experiment = Experiment::parse(&point.text).unwrap().quick();
+        let node = |k: usize, started: u64, duration: u64| NodeResult {
+            node: experiment.nodes[k].name.clone(),
+            kernel: if k == 0 { "Linux a" } else { "Linux b" }.into(),
+            started_unix_ns: started,
+            duration_ns: duration,
+            interrupted: false,
+            workloads: experiment
+                .workloads
+                .iter()
+                .filter(|w| w.from == k)
+                .map(|w| NodeOutcome {
+                    name: w.name.clone(),
+                    outcome: LabOutcome::NotStarted,
+                    inspect: None,
+                })
+                .collect(),
+            links: experiment
+                .links
+                .iter()
+                .filter(|l| l.a == k || l.b == k)
+                .map(|l| HalfLink {
+                    link: l.name.clone(),
+                    egress: String::new(),
+                    lateness: None,
+                    changes: vec![LinkChange {
+                        at_ns: 1_000 * k as u64,
+                        forward: Some("delay 9ms".into()),
+                        reverse: None,
+                        by: "http".into(),
+                    }],
+                })
+                .collect(),
+            underlay: Vec::new(),
+        };
+        let results: Vec<NodeResult> = (0..experiment.nodes.len())
+            .map(|k| node(k, 5_000 + k as u64, 1_000_000))
+            .collect();
+        let run = merge(&experiment, &point, &results);
+        assert_eq!(run.started_unix_ns, 5_000);
+        assert_eq!(
+            run.duration_ns,
+            1_000_000 + (experiment.nodes.len() as u64 - 1)
+        );
+        assert_eq!(run.kernel, "Linux a; Linux b");
+        assert_eq!(run.links.len(), experiment.links.len());
+        for (link, spec) in run.links.iter().zip(&experiment.links) {
+            assert_eq!(link.forward, spec.forward.to_string());
+            assert_eq!(
+                link.recording.as_deref(),
+                Some(format!("link-{}.jsonl", spec.name).as_str())
+            );
+            // Each end's change to what leaves it: the a end's is the link's forward, the
+            // b end's its reverse.
+            let sides: Vec<_> = link
+                .changes
+                .iter()
+                .map(|c| (c.forward.is_some(), c.reverse.is_some()))
+                .collect();
+            assert_eq!(sides, [(true, false), (false, true)]);
+        }
+        assert_eq!(run.workloads.len(), experiment.workloads.len());
+        for (entry, workload) in run.workloads.iter().zip(&experiment.workloads) {
+            assert_eq!(entry.name, workload.name);
+            assert_eq!(entry.outcome, LabOutcome::NotStarted);
+            assert_eq!(
+                entry.path,
+                crate::summary::path_theory(&experiment, workload)
+            );
+        }
+        // A workload its node sent nothing for is a failure that says which node.
+        let mut missing = results.clone();
+        let client = experiment.workloads[0].from;
+        missing[client].workloads.clear();
+        let run = merge(&experiment, &point, &missing);
+        assert!(
+            matches!(&run.workloads[0].outcome, LabOutcome::Failed(why) if why.contains("sent no result"))
+        );
+    }
+}

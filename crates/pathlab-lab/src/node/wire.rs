@@ -323,3 +323,150 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     pathlab_core::format::hex(&sha2::Sha256::digest(bytes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::node::LabSettings;
+
+    /// h1 of the bufferbloat recipe (one link to r1, a client of every workload).
+    fn h1() -> NodeConfig {
+        let text = crate::recipes::recipe("bufferbloat").unwrap();
+        let point = crate::spec::expand(text, true).unwrap().remove(0);
+        let experiment = crate::spec::Experiment::parse(&point.text).unwrap().quick();
+        let settings = LabSettings {
+            point: None,
+            seed: 1,
+            control: "0.0.0.0:8080".parse().unwrap(),
+        };
+        NodeConfig::for_node(&experiment, 0, &settings).unwrap()
+    }
+
+    fn status(config: &NodeConfig) -> NodeStatus {
+        NodeStatus {
+            node: config.node.clone(),
+            lab: config.lab.clone(),
+            config_sha256: sha256_hex(config.to_toml().as_bytes()),
+            phase: Phase::Ready,
+            missing: Vec::new(),
+            underlay: vec![Underlay {
+                interface: config.interfaces[0].name.clone(),
+                link: config.interfaces[0].link.clone(),
+                device: "vxlan".into(),
+                remote: Some("198.19.200.2".parse().unwrap()),
+                samples: 50,
+                rtt_min_ns: 3_300_000,
+                rtt_p50_ns: 3_500_000,
+                spec_delay_ns: 1_000_000,
+            }],
+            start_unix_ns: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn a_status_is_read_only_for_the_node_and_config_the_collector_expects() {
+        let config = h1();
+        let sha = sha256_hex(config.to_toml().as_bytes());
+        let good = status(&config);
+        let bytes = |s: &NodeStatus| serde_json::to_vec(s).unwrap();
+        assert_eq!(
+            NodeStatus::parse(&bytes(&good), &config, &sha),
+            Ok(good.clone())
+        );
+        let refused = |s: &NodeStatus| {
+            NodeStatus::parse(&bytes(s), &config, &sha)
+                .unwrap_err()
+                .to_string()
+        };
+        let other_node = NodeStatus {
+            node: "r1".into(),
+            ..good.clone()
+        };
+        assert!(refused(&other_node).contains("it is node r1"));
+        let other_config = NodeStatus {
+            config_sha256: "00".into(),
+            ..good.clone()
+        };
+        assert!(refused(&other_config).contains("another config"));
+        let mut foreign = good.clone();
+        foreign.underlay[0].link = "r1-h2".into();
+        assert!(refused(&foreign).contains("does not have"));
+        let mut twice = good.clone();
+        twice.underlay.push(twice.underlay[0].clone());
+        assert!(refused(&twice).contains("twice"));
+        let mut far = good.clone();
+        far.underlay[0].rtt_p50_ns = MAX_TIME_NS + 1;
+        assert!(refused(&far).contains("beyond"));
+        let waiting = NodeStatus {
+            missing: vec!["eth9".into()],
+            ..good
+        };
+        assert!(refused(&waiting).contains("does not have"));
+        assert!(NodeStatus::parse(b"[]", &config, &sha).is_err());
+    }
+
+    #[test]
+    fn a_start_more_than_an_hour_ahead_is_refused_and_the_underlay_warns_past_the_spec() {
+        let now = 1_800_000_000_000_000_000;
+        let at = |ns: u64| format!("{{\"at_unix_ns\": {ns}}}");
+        assert_eq!(
+            StartRequest::parse(at(now + 2_000_000_000).as_bytes(), now),
+            Ok(StartRequest {
+                at_unix_ns: now + 2_000_000_000
+            })
+        );
+        assert!(StartRequest::parse(at(now + MAX_START_AHEAD_NS + 1).as_bytes(), now).is_err());
+        assert!(StartRequest::parse(b"{\"at_unix_ns\": 1, \"x\": 2}", now).is_err());
+        // 3.5 ms round trip: 1.75 ms one way, over a 1 ms spec.
+        let underlay = status(&h1()).underlay.remove(0);
+        assert_eq!(underlay.one_way_ns(), 1_750_000);
+        let warning = underlay.warning().unwrap();
+        assert!(
+            warning.contains("1.75 ms one way") && warning.contains("1 ms"),
+            "{warning}"
+        );
+        let slower_spec = Underlay {
+            spec_delay_ns: 2_000_000,
+            ..underlay
+        };
+        assert_eq!(slower_spec.warning(), None);
+    }
+
+    #[test]
+    fn a_result_names_only_the_nodes_own_client_workloads_and_links_once() {
+        let config = h1();
+        let good = NodeResult {
+            node: config.node.clone(),
+            kernel: "Linux test".into(),
+            started_unix_ns: 1,
+            duration_ns: 2,
+            interrupted: false,
+            workloads: Vec::new(),
+            links: vec![HalfLink {
+                link: config.interfaces[0].link.clone(),
+                egress: String::new(),
+                lateness: None,
+                changes: Vec::new(),
+            }],
+            underlay: Vec::new(),
+        };
+        let parse = |r: &NodeResult| NodeResult::parse(&serde_json::to_vec(r).unwrap(), &config);
+        assert_eq!(parse(&good), Ok(good.clone()));
+        let mut twice = good.clone();
+        twice.links.push(twice.links[0].clone());
+        assert!(parse(&twice).is_err());
+        let mut stranger = good.clone();
+        stranger.workloads.push(NodeOutcome {
+            name: "not-a-workload".into(),
+            outcome: LabOutcome::NotStarted,
+            inspect: None,
+        });
+        assert!(parse(&stranger).is_err());
+        let long = NodeResult {
+            duration_ns: MAX_TIME_NS + 1,
+            ..good
+        };
+        assert!(parse(&long).is_err());
+    }
+}

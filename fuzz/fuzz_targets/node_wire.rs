@@ -1,0 +1,45 @@
+//! What a node sends `pathlab lab collect` (its status, its result, its recordings) and
+//! what a collector sends a node (the order to start) is outside input to the other: any
+//! bytes are refused with an error or read within the bounds of the node's config, never
+//! a panic. A status or result read back matches the config it was checked against.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use pathlab_lab::collect::merge_recordings;
+use pathlab_lab::export::node::{LabSettings, NodeConfig};
+use pathlab_lab::node::wire::{NodeResult, NodeStatus, StartRequest};
+
+/// h1 of the bufferbloat recipe's first run: a node with a link and workloads.
+fn config() -> &'static NodeConfig {
+    static CONFIG: OnceLock<NodeConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let text = pathlab_lab::recipes::recipe("bufferbloat").expect("a recipe");
+        let point = pathlab_lab::spec::expand(text, true).expect("expands").remove(0);
+        let experiment = pathlab_lab::spec::Experiment::parse(&point.text)
+            .expect("parses")
+            .quick();
+        let settings = LabSettings {
+            point: None,
+            seed: 1,
+            control: "0.0.0.0:8080".parse().expect("an address"),
+        };
+        NodeConfig::for_node(&experiment, 0, &settings).expect("a config")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let config = config();
+    let _ = StartRequest::parse(data, 1_800_000_000_000_000_000);
+    if let Ok(status) = NodeStatus::parse(data, config, "0") {
+        assert_eq!(status.node, config.node);
+        assert!(status.underlay.len() <= config.interfaces.len());
+    }
+    if let Ok(result) = NodeResult::parse(data, config) {
+        assert_eq!(result.node, config.node);
+        assert!(result.links.len() <= config.interfaces.len());
+    }
+    let half = data.len() / 2;
+    let _ = merge_recordings(&data[..half], &data[half..]);
+});
