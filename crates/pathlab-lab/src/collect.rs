@@ -540,7 +540,7 @@ mod tests {
         let departed: Vec<u64> = merged
             .packets(1)
             .filter_map(|p| p.departed)
-            .map(|d| d.as_nanos())
+            .map(pathlab_core::Instant::as_nanos)
             .collect();
         assert_eq!(departed, [2_009_000 + 5_000_000]);
         let queued: Vec<_> = merged
