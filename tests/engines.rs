@@ -441,3 +441,58 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
 
     assert!(ttr <= 1.05, "TTR {ttr}");
 }
+
+/// Bad input to `pathlab node` and `lab collect` exits 2 with the reason, before anything
+/// is touched or reached.
+#[test]
+fn node_and_collect_refuse_bad_input_with_the_reason() {
+    let dir = TempDir::new("engines-refusals");
+    let garbage = dir.path("garbage.toml");
+    std::fs::write(&garbage, "version = 1\nnode = 7\n").unwrap();
+    let other = dir.path("v9.toml");
+    std::fs::write(&other, "version = 9\n").unwrap();
+    let path = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    util::assert_refused(&["node", "/nonexistent/node.toml"], "cannot read");
+    util::assert_refused(&["node", &path(&garbage)], "garbage.toml");
+    util::assert_refused(&["node", &path(&other)], "version 9");
+    util::assert_refused(
+        &["lab", "collect", "bufferbloat", "--address", "{node}:8080"],
+        "is a sweep of 3 runs",
+    );
+    util::assert_refused(
+        &[
+            "lab",
+            "collect",
+            "bufferbloat",
+            "--point",
+            "1",
+            "--address",
+            "zz=198.18.0.1:8080",
+        ],
+        "the lab has no node 'zz'",
+    );
+    util::assert_refused(
+        &[
+            "lab",
+            "collect",
+            "bufferbloat",
+            "--point",
+            "1",
+            "--address",
+            "h1=198.18.0.1:8080",
+        ],
+        "no address for node",
+    );
+    util::assert_refused(
+        &[
+            "lab",
+            "collect",
+            "bufferbloat",
+            "--point",
+            "1",
+            "--token",
+            "/nonexistent/token",
+        ],
+        "token",
+    );
+}
