@@ -19,7 +19,7 @@ use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_results::lab::LabOutcome;
-use util::emulated::{libc_sigterm, privileged, PATHLAB};
+use util::emulated::{end, libc_sigterm, privileged, PATHLAB};
 use util::TempDir;
 
 /// How far the ping's median may be from the specs plus the underlay: the bound.
@@ -130,16 +130,8 @@ impl NodeProcess {
 
 impl Drop for NodeProcess {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = pathlab_os::kill(child.id(), libc_sigterm());
-            for _ in 0..250 {
-                if child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            end(child);
         }
     }
 }

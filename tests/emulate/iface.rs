@@ -16,7 +16,7 @@ use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_probe_driver::ping::Pinger;
 
-use super::util::emulated::{libc_sigterm, pathlab, privileged, PATHLAB};
+use super::util::emulated::{end, libc_sigterm, pathlab, privileged, PATHLAB};
 use super::{median, rtts_ms};
 
 /// How far a ping's median RTT may be from the specs' sum: the bound.
@@ -128,16 +128,8 @@ impl Emulator {
 
 impl Drop for Emulator {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = pathlab_os::kill(child.id(), libc_sigterm());
-            for _ in 0..250 {
-                if child.try_wait().ok().flatten().is_some() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            end(child);
         }
     }
 }

@@ -183,6 +183,21 @@ pub fn refused_without_cap_net_admin(args: &[&str]) {
     );
 }
 
+/// Ends a child the test started: SIGTERM, as Ctrl-C, so it puts back what it changed;
+/// SIGKILL if it has not ended 5 s later.
+#[allow(dead_code)] // not every test binary starts long-running children
+pub fn end(mut child: Child) {
+    let _ = pathlab_os::kill(child.id(), libc_sigterm());
+    for _ in 0..250 {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 pub fn libc_sigterm() -> i32 {
     15
 }

@@ -283,19 +283,7 @@ fn segment(
         segment.extend_from_slice(&frame[..headers_len]);
         segment.extend_from_slice(chunk);
         let l4_len = segment.len() - l4;
-        if version == 4 {
-            let total = (segment.len() - ip) as u16;
-            segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-            segment[ip + 4..ip + 6]
-                .copy_from_slice(&ip_id.wrapping_add(index as u16).to_be_bytes());
-            segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-            let header_len = usize::from(segment[ip] & 0x0f) * 4;
-            let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
-            segment[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
-        } else {
-            let payload_len = (segment.len() - ip - 40) as u16;
-            segment[ip + 4..ip + 6].copy_from_slice(&payload_len.to_be_bytes());
-        }
+        size_ip(&mut segment, ip, version, ip_id.wrapping_add(index as u16));
         let checksum_field = if protocol == 6 {
             let seq = first_seq.wrapping_add((index * segment_size) as u32);
             segment[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
@@ -335,6 +323,23 @@ fn segment(
     Ok(count)
 }
 
+/// Sizes the IP header at `ip` to the segment's end: IPv4's total length, id `id` and
+/// checksum, IPv6's payload length.
+fn size_ip(segment: &mut [u8], ip: usize, version: u8, id: u16) {
+    if version == 4 {
+        let total = (segment.len() - ip) as u16;
+        segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
+        segment[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
+        segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+        let header_len = usize::from(segment[ip] & 0x0f) * 4;
+        let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
+        segment[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
+    } else {
+        let payload_len = (segment.len() - ip - 40) as u16;
+        segment[ip + 4..ip + 6].copy_from_slice(&payload_len.to_be_bytes());
+    }
+}
+
 /// Where the L4 header after the IP header at `ip` starts (no IPv6 extension headers).
 fn l4_start(frame: &[u8], ip: usize, version: u8) -> Option<usize> {
     match version {
@@ -367,22 +372,11 @@ fn inner_ip(frame: &[u8], l4: usize) -> Option<(usize, u8)> {
     })
 }
 
-/// Sizes a tunnel segment's outer headers: the outer IP header's length (and for IPv4 its
-/// id, `id`, and checksum) and the outer UDP length; the UDP checksum is left out over
+/// Sizes a tunnel segment's outer headers: the outer IP header ([`size_ip`]) and the outer
+/// UDP length; the UDP checksum is left out over
 /// IPv4 (0, as VXLAN sends it) and computed over IPv6, where it is required.
 fn size_tunnel(segment: &mut [u8], ip: usize, version: u8, udp: usize, id: u16) {
-    if version == 4 {
-        let total = (segment.len() - ip) as u16;
-        segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-        segment[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
-        segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-        let header_len = usize::from(segment[ip] & 0x0f) * 4;
-        let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
-        segment[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
-    } else {
-        let payload_len = (segment.len() - ip - 40) as u16;
-        segment[ip + 4..ip + 6].copy_from_slice(&payload_len.to_be_bytes());
-    }
+    size_ip(segment, ip, version, id);
     let udp_len = segment.len() - udp;
     segment[udp + 4..udp + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     segment[udp + 6..udp + 8].copy_from_slice(&[0, 0]);

@@ -2,7 +2,6 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -196,18 +195,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         Some(control) => (Some(Arc::new(control.server)), control.traces.map(Arc::new)),
         None => (None, None),
     };
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        // The descriptor is non-blocking: look five times a second.
-        std::thread::spawn(move || loop {
-            if pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
-                stop.store(true, Ordering::SeqCst);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        });
-    }
+    let stop = crate::cmd::stop_on_signals()?;
     let out = args.out.clone().unwrap_or_else(|| {
         let secs = pathlab_os::unix_now_secs();
         PathBuf::from(format!("lab-{}-{secs}", runs[0].1.name))
@@ -532,17 +520,7 @@ fn collect(args: &CollectArgs) -> anyhow::Result<()> {
             pathlab_os::unix_now_secs()
         ))
     });
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || loop {
-            if pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
-                stop.store(true, Ordering::SeqCst);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        });
-    }
+    let stop = crate::cmd::stop_on_signals()?;
     println!(
         "{}: collecting {} nodes ({}, ...), results in {}",
         experiment.name,

@@ -2,7 +2,6 @@
 //! in its pod or container (docs/engines.md).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -53,17 +52,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let server =
         crate::cmd::metrics::bind_http(config.control, args.control_token.as_deref(), "--control")?;
     let traces = crate::cmd::metrics::open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = Arc::clone(&stop);
-        std::thread::spawn(move || loop {
-            if pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
-                stop.store(true, Ordering::SeqCst);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        });
-    }
+    let stop = crate::cmd::stop_on_signals()?;
     eprintln!(
         "pathlab node {} of lab {}: control on http://{} ({} interfaces, {} workloads)",
         config.node,
