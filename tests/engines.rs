@@ -183,8 +183,6 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     let dir = TempDir::new("engines");
     let spec = dir.path("twomachines.toml");
     std::fs::write(&spec, SPEC).unwrap();
-    let token = dir.path("token");
-    util::write_secret(&token, "engines-test-token-0123456789abcdef");
     let export = std::process::Command::new(PATHLAB)
         .args(["lab", "export", "kne"])
         .arg(&spec)
@@ -193,6 +191,8 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
         .output()
         .unwrap();
     assert!(export.status.success(), "{export:?}");
+    // The export's token: the nodes serve with it, the collector sends it.
+    let token = dir.path("export/token");
 
     // The machines, the underlay between them, and a management network (the cluster's)
     // from which the collector reaches every pod's eth0.

@@ -3,7 +3,10 @@
 //! every link appears exactly once, names are valid (DNS labels, interfaces of at most 15
 //! bytes), link ids are unique and shared by a link's two ends, each end is an interface of
 //! the right node whose config names the same peer, and every config parses and carries
-//! the addresses a one-machine run gives the node.
+//! the addresses a one-machine run gives the node. Every export carries the lab's control
+//! token: a file only its owner may read, kept across exports, which containerlab mounts
+//! and names and KNE puts in each pod's environment; `pathlab node` refuses to serve beyond
+//! loopback without it, before it needs any privilege.
 //!
 //! The KNE file is read by a parser of protobuf's text format written here (messages,
 //! repeated fields, strings with every escape, numbers, enums) and each field checked
@@ -804,10 +807,40 @@ fn check_configs(dir: &Path, experiment: &Experiment, label: &str) {
     }
 }
 
+/// The permission bits of the file at `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    let metadata = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    metadata.permissions().mode() & 0o7777
+}
+
+/// The export's token file: its owner's only, one line of 128 bits as hex; its token.
+fn check_token_file(dir: &Path, label: &str) -> String {
+    let path = dir.join("token");
+    assert_eq!(
+        mode(&path),
+        0o600,
+        "{label}: the token file is its owner's only"
+    );
+    let token = pathlab_http::read_token(&path).unwrap_or_else(|e| panic!("{label}: {e}"));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        format!("{token}\n"),
+        "{label}: one line"
+    );
+    assert!(
+        token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{label}: 128 bits as hex, not {token:?}"
+    );
+    token
+}
+
 /// Reads a KNE export back and checks it against the spec.
 fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
     let expected = Expected { experiment };
+    let token = check_token_file(dir, label);
     let path = dir.join(format!("{}.pb.txt", experiment.name));
+    assert_eq!(mode(&path), 0o600, "{label}: the topology holds the token");
     let text = std::fs::read_to_string(&path).expect("the topology file");
     let topology =
         TextFormat::parse(&text).unwrap_or_else(|e| panic!("{label}: {}: {e}", path.display()));
@@ -844,6 +877,17 @@ fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
         );
         assert_eq!(config.string("file"), format!("{name}.toml"));
         assert!(dir.join(config.string("file")).is_file(), "{label}: {name}");
+        // The token as the one environment variable, which `pathlab node` reads when
+        // given no --control-token.
+        let env: Vec<(String, String)> = config
+            .messages("env")
+            .map(|entry| (entry.string("key"), entry.string("value")))
+            .collect();
+        assert_eq!(
+            env,
+            [("PATHLAB_CONTROL_TOKEN".to_owned(), token.clone())],
+            "{label}: {name}"
+        );
         for entry in node.messages("interfaces") {
             let interface = entry.string("key");
             assert!(
@@ -896,6 +940,7 @@ fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
 /// Reads a containerlab export back and checks it against the spec.
 fn check_containerlab(dir: &Path, experiment: &Experiment, label: &str) {
     let expected = Expected { experiment };
+    check_token_file(dir, label);
     let path = dir.join(format!("{}.clab.yml", experiment.name));
     let yaml = Yaml::parse(&std::fs::read_to_string(&path).expect("the topology file"));
     assert_eq!(yaml.get("name").str(), experiment.name);
@@ -908,11 +953,19 @@ fn check_containerlab(dir: &Path, experiment: &Experiment, label: &str) {
     for (name, node) in nodes {
         assert!(is_dns_label(name), "{label}: {name}");
         assert_eq!(node.get("kind").str(), "linux");
-        assert_eq!(node.get("cmd").str(), "pathlab node /etc/pathlab/node.toml");
-        let binds = node.get("binds").seq();
-        assert_eq!(binds.len(), 1);
-        let bind = binds[0].str();
-        assert_eq!(bind, format!("{name}.toml:/etc/pathlab/node.toml:ro"));
+        assert_eq!(
+            node.get("cmd").str(),
+            "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token"
+        );
+        let binds: Vec<&str> = node.get("binds").seq().iter().map(Yaml::str).collect();
+        assert_eq!(
+            binds,
+            [
+                format!("{name}.toml:/etc/pathlab/node.toml:ro"),
+                "token:/etc/pathlab/token:ro".to_owned()
+            ],
+            "{label}: the config and the token, read-only"
+        );
         assert!(
             dir.join(format!("{name}.toml")).is_file(),
             "{label}: {name}"
@@ -1098,4 +1151,136 @@ fn bad_input_exits_2_with_the_reason() {
     let output = pathlab(&["lab", "export", "containerlab", spec, "--out", out]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(Path::new(out).join("Upper_Case.clab.yml").is_file());
+}
+
+#[test]
+fn a_second_export_keeps_the_token_and_a_token_that_will_not_do_is_refused() {
+    let dir = TempDir::new("lab-export-token");
+    let out = dir.path("out");
+    let out_text = out.to_str().unwrap();
+    let export = |engine: &str| {
+        let output = pathlab(&["lab", "export", engine, "bond", "--out", out_text]);
+        assert!(output.status.success(), "{engine}: {}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let said = export("containerlab");
+    assert!(said.contains("a new control token"), "{said}");
+    let token = check_token_file(&out, "first export");
+    // Re-exporting (another engine, a changed spec) must not break nodes running with it.
+    let said = export("kne");
+    assert!(
+        said.contains("kept the control token already there"),
+        "{said}"
+    );
+    assert_eq!(check_token_file(&out, "second export"), token);
+    let topology = TextFormat::parse(&std::fs::read_to_string(out.join("bond.pb.txt")).unwrap())
+        .expect("parses");
+    for node in topology.messages("nodes") {
+        assert_eq!(node.message("config").message("env").string("value"), token);
+    }
+    // A token file other users may read is refused, not replaced: nodes may be using it.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(out.join("token"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+    }
+    util::assert_refused(
+        &["lab", "export", "kne", "bond", "--out", out_text],
+        "is open to other users (mode 0644)",
+    );
+    util::write_secret(&out.join("token"), "short\n");
+    util::assert_refused(
+        &["lab", "export", "containerlab", "bond", "--out", out_text],
+        "the token is 5 characters; use at least 16",
+    );
+}
+
+/// Runs the built `pathlab node CONFIG ARGS` with PATHLAB_CONTROL_TOKEN as `env_token`
+/// (unset if `None`), as `uid` if given; its exit code and stderr.
+fn node(config: &Path, args: &[&str], env_token: Option<&str>, uid: Option<u32>) -> (i32, String) {
+    use std::os::unix::process::CommandExt as _;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pathlab"));
+    command.arg("node").arg(config).args(args);
+    command.env_remove("PATHLAB_CONTROL_TOKEN");
+    if let Some(token) = env_token {
+        command.env("PATHLAB_CONTROL_TOKEN", token);
+    }
+    if let Some(uid) = uid {
+        command.uid(uid).gid(uid);
+    }
+    let output = command.output().expect("pathlab runs");
+    (output.status.code().unwrap_or(-1), stderr(&output))
+}
+
+/// Guards the order in `pathlab node`: a config serving beyond loopback (0.0.0.0:8080, as
+/// exported) with no token, or a token that will not do, is refused with the reason
+/// (exit 2) before the node needs CAP_NET_ADMIN or touches anything: as nobody, the
+/// reason is the token, not the privilege.
+#[test]
+fn pathlab_node_beyond_loopback_without_a_usable_token_exits_2_before_anything() {
+    let dir = TempDir::new("lab-export-node-token");
+    let out = dir.path("out");
+    let output = pathlab(&[
+        "lab",
+        "export",
+        "kne",
+        "bond",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let config = out.join("site.toml");
+    {
+        // Readable by nobody, as a config map is.
+        use std::os::unix::fs::PermissionsExt as _;
+        for path in [dir.root(), out.as_path(), config.as_path()] {
+            let mode = if path.is_dir() { 0o755 } else { 0o644 };
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    }
+    let bad_file = dir.path("open-token");
+    std::fs::write(&bad_file, "0123456789abcdef0123\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&bad_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let bad_file = bad_file.to_str().unwrap();
+    for uid in [None, Some(65534)] {
+        for (args, env_token, reason) in [
+            (
+                &[][..],
+                None,
+                "control address 0.0.0.0:8080 is reachable from other machines: give its \
+                 token with --control-token FILE or in the environment as \
+                 PATHLAB_CONTROL_TOKEN",
+            ),
+            (
+                &[][..],
+                Some("too-short"),
+                "PATHLAB_CONTROL_TOKEN: the token is 9 characters; use at least 16",
+            ),
+            (
+                &[][..],
+                Some("0123456789 abcdef0123"),
+                "PATHLAB_CONTROL_TOKEN: the token has spaces",
+            ),
+            (
+                &["--control-token", bad_file][..],
+                Some("0123456789abcdef0123"),
+                "is open to other users (mode 0644)",
+            ),
+        ] {
+            let (code, said) = node(&config, args, env_token, uid);
+            assert_eq!(code, 2, "{uid:?} {args:?} {env_token:?}: {said}");
+            assert!(
+                said.contains(reason),
+                "{uid:?} {args:?} {env_token:?}: {said}"
+            );
+            assert!(!said.contains("CAP_NET_ADMIN"), "{said}");
+        }
+    }
+    // With a usable token, the next check is the privilege: as nobody, that refusal.
+    let (code, said) = node(&config, &[], Some("0123456789abcdef0123"), Some(65534));
+    assert_eq!(code, 2, "{said}");
+    assert!(said.contains("needs CAP_NET_ADMIN"), "{said}");
 }

@@ -19,4 +19,7 @@ pub use message::{
     parse_request, parse_response, reason, tokens_equal, ClientResponse, HttpError, Parsed,
     Request, Response, MAX_BODY, MAX_HEAD,
 };
-pub use server::{read_token, request, ClientError, HttpServer, HttpServerError};
+pub use server::{
+    new_token, read_token, request, token_from_text, ClientError, HttpServer, HttpServerError,
+    TokenProblem,
+};

@@ -68,7 +68,7 @@ pub enum HttpServerError {
         /// The file.
         path: String,
         /// What is wrong.
-        problem: String,
+        problem: TokenProblem,
     },
     /// Binding failed.
     #[error("cannot listen on {addr}: {source}")]
@@ -80,30 +80,58 @@ pub enum HttpServerError {
     },
 }
 
-/// Reads a bearer token from `path`: its first line, trimmed, at least [`MIN_TOKEN`]
-/// printable characters, from a file only its owner may read
+/// Why a text is no bearer token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenProblem {
+    /// The bytes are not UTF-8.
+    #[error("it is not text")]
+    NotText,
+    /// Fewer than [`MIN_TOKEN`] characters.
+    #[error(
+        "the token is {len} characters; use at least {MIN_TOKEN} (e.g. (umask 077; head -c 24 \
+         /dev/urandom | base64 > FILE))"
+    )]
+    TooShort {
+        /// Its length.
+        len: usize,
+    },
+    /// Spaces, control characters or bytes beyond ASCII.
+    #[error("the token has spaces or characters outside printable ASCII")]
+    NotPrintable,
+}
+
+/// The bearer token in `text` (a token file's contents, an environment variable's value):
+/// its first line, trimmed, which must be at least [`MIN_TOKEN`] printable ASCII
+/// characters without spaces. The one check of every token pathlab takes.
+pub fn token_from_text(text: &str) -> Result<String, TokenProblem> {
+    let token = text.lines().next().unwrap_or("").trim();
+    if token.len() < MIN_TOKEN {
+        return Err(TokenProblem::TooShort { len: token.len() });
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(TokenProblem::NotPrintable);
+    }
+    Ok(token.to_owned())
+}
+
+/// Reads a bearer token from `path`: [`token_from_text`] of a file only its owner may read
 /// ([`pathlab_os::files::read_secret`]).
 pub fn read_token(path: &Path) -> Result<String, HttpServerError> {
-    let fail = |problem: String| HttpServerError::Token {
+    let fail = |problem| HttpServerError::Token {
         path: path.display().to_string(),
         problem,
     };
     let bytes = pathlab_os::files::read_secret(path).map_err(HttpServerError::TokenFile)?;
-    let text = String::from_utf8(bytes).map_err(|_| fail("it is not text".into()))?;
-    let token = text.lines().next().unwrap_or("").trim().to_owned();
-    if token.len() < MIN_TOKEN {
-        return Err(fail(format!(
-            "the token is {} characters; use at least {MIN_TOKEN} (e.g. (umask 077; head -c \
-             24 /dev/urandom | base64 > FILE))",
-            token.len()
-        )));
-    }
-    if !token.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(fail(
-            "the token has spaces or characters outside printable ASCII".into(),
-        ));
-    }
-    Ok(token)
+    let text = String::from_utf8(bytes).map_err(|_| fail(TokenProblem::NotText))?;
+    token_from_text(&text).map_err(fail)
+}
+
+/// A new bearer token: 128 bits from the kernel's random bytes, as 32 hex digits (what
+/// `--control` makes when given no token file, and `pathlab lab export` writes).
+pub fn new_token() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    sys::random_bytes(&mut bytes)?;
+    Ok(pathlab_core::format::hex(&bytes))
 }
 
 /// A listening control or metrics address.
@@ -419,32 +447,33 @@ pub fn is_loopback(ip: IpAddr) -> bool {
     }
 }
 
-/// Why a request to a control address failed.
+/// Why a request to a control address failed. The reason is in the message, not a
+/// source as well: an error chain printed whole (`{:#}`) said it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Nobody answers.
-    #[error("cannot reach {addr}: {source}")]
+    #[error("cannot reach {addr}: {reason}")]
     Connect {
         /// The address.
         addr: String,
         /// The error.
-        source: io::Error,
+        reason: io::Error,
     },
     /// The exchange failed midway.
-    #[error("talking to {addr}: {source}")]
+    #[error("talking to {addr}: {reason}")]
     Io {
         /// The address.
         addr: String,
         /// The error.
-        source: io::Error,
+        reason: io::Error,
     },
     /// The answer is not HTTP.
-    #[error("{addr} answered something that is not HTTP: {source}")]
+    #[error("{addr} answered something that is not HTTP: {reason}")]
     NotHttp {
         /// The address.
         addr: String,
         /// What is wrong.
-        source: HttpError,
+        reason: HttpError,
     },
 }
 
@@ -470,13 +499,13 @@ pub fn request_within(
     most: usize,
 ) -> Result<ClientResponse, ClientError> {
     use std::net::ToSocketAddrs as _;
-    let connect = |source| ClientError::Connect {
+    let connect = |reason| ClientError::Connect {
         addr: addr.to_owned(),
-        source,
+        reason,
     };
-    let io_error = |source| ClientError::Io {
+    let io_error = |reason| ClientError::Io {
         addr: addr.to_owned(),
-        source,
+        reason,
     };
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the name has no address");
     let mut stream = None;
@@ -514,10 +543,10 @@ pub fn request_within(
     loop {
         let n = stream.read(&mut chunk).map_err(io_error)?;
         buf.extend_from_slice(&chunk[..n]);
-        let parsed = http::parse_response_within(&buf, n == 0, most).map_err(|source| {
+        let parsed = http::parse_response_within(&buf, n == 0, most).map_err(|reason| {
             ClientError::NotHttp {
                 addr: addr.to_owned(),
-                source,
+                reason,
             }
         })?;
         if let Parsed::Complete(response, _) = parsed {
@@ -768,5 +797,38 @@ mod tests {
         ));
         assert!(read_token(&dir.join("missing")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_token_text_is_its_first_line_trimmed_of_16_or_more_printable_characters() {
+        assert_eq!(
+            token_from_text("  0123456789abcdef \nsecond line"),
+            Ok("0123456789abcdef".into())
+        );
+        assert_eq!(
+            token_from_text("0123456789abcde"),
+            Err(TokenProblem::TooShort { len: 15 })
+        );
+        assert_eq!(token_from_text(""), Err(TokenProblem::TooShort { len: 0 }));
+        for bad in [
+            "0123456789 abcdef",
+            "0123456789\tabcdef",
+            "0123456789abcdef\u{e9}",
+        ] {
+            assert_eq!(
+                token_from_text(bad),
+                Err(TokenProblem::NotPrintable),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn new_tokens_are_128_bits_as_hex_and_differ() {
+        let [a, b] = [new_token().unwrap(), new_token().unwrap()];
+        assert_eq!(a.len(), 32);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(token_from_text(&a), Ok(a.clone()));
+        assert_ne!(a, b);
     }
 }

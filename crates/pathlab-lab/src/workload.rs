@@ -249,7 +249,12 @@ fn run_command(
     };
     let args: Vec<String> = argv[1..].iter().map(substitute).collect();
     let mut command = std::process::Command::new(substitute(&argv[0]));
-    command.args(&args).stdin(std::process::Stdio::null());
+    // The spec's program needs no control token (`pathlab node` of a KNE lab has it in
+    // its environment): it does not inherit it.
+    command
+        .args(&args)
+        .stdin(std::process::Stdio::null())
+        .env_remove(crate::export::TOKEN_ENV);
     pathlab_os::die_with_spawner(&mut command);
     match file.try_clone() {
         Ok(copy) => {

@@ -2,7 +2,9 @@
 //! `linux` container running pathlab's image with `pathlab node` and its config file
 //! bind-mounted read-only (a relative path: containerlab reads it from beside the topology
 //! file), each link a veth between the nodes' `to-PEER` interfaces (linux nodes take any
-//! interface name).
+//! interface name). The lab's token file is bind-mounted the same way beside the config
+//! and named by `--control-token`: a bind keeps the file's owner-only mode, which `pathlab
+//! node` checks, and the container's root reads it.
 //!
 //! What a working lab needs beyond containerlab's defaults: `pathlab node` configures its
 //! interfaces and puts emulators on them, so it needs CAP_NET_ADMIN and packet sockets
@@ -17,7 +19,10 @@
 
 use std::fmt::Write as _;
 
-use super::{config_file_name, config_in_container, node_command, Export, ExportError, ExportFile};
+use super::{
+    config_file_name, config_in_container, node_command, token_in_container, Export, ExportError,
+    ExportFile, TOKEN_FILE,
+};
 
 /// The topology file's name for lab `lab`.
 pub fn topology_file_name(lab: &str) -> String {
@@ -52,24 +57,22 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
     line(0, &format!("name: {}", quote(&experiment.name)));
     line(0, "topology:");
     line(2, "nodes:");
-    let command = node_command().join(" ");
+    let command = node_command(true).join(" ");
     for config in &configs {
         line(4, &format!("{}:", quote(&config.node)));
         line(6, "kind: \"linux\"");
         line(6, &format!("image: {}", quote(&export.image)));
         line(6, &format!("cmd: {}", quote(&command)));
         line(6, "binds:");
-        line(
-            8,
-            &format!(
-                "- {}",
-                quote(&format!(
-                    "{}:{}:ro",
-                    config_file_name(&config.node),
-                    config_in_container()
-                ))
-            ),
-        );
+        for (file, in_container) in [
+            (config_file_name(&config.node), config_in_container()),
+            (TOKEN_FILE.to_owned(), token_in_container()),
+        ] {
+            line(
+                8,
+                &format!("- {}", quote(&format!("{file}:{in_container}:ro"))),
+            );
+        }
         line(6, "cap-add:");
         for capability in CAPABILITIES {
             line(8, &format!("- {}", quote(capability)));
@@ -87,6 +90,7 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
     let mut files = vec![ExportFile {
         name: topology_file_name(&experiment.name),
         contents: text,
+        secret: false,
     }];
     files.extend(super::config_files(&configs));
     Ok(files)
@@ -121,8 +125,10 @@ mod tests {
         let node = |name: &str| {
             format!(
                 "    \"{name}\":\n      kind: \"linux\"\n      image: \"pathlab:\\\"x\\\"\"\n      \
-                 cmd: \"pathlab node /etc/pathlab/node.toml\"\n      binds:\n        \
-                 - \"{name}.toml:/etc/pathlab/node.toml:ro\"\n      cap-add:\n        \
+                 cmd: \"pathlab node /etc/pathlab/node.toml --control-token \
+                 /etc/pathlab/token\"\n      binds:\n        \
+                 - \"{name}.toml:/etc/pathlab/node.toml:ro\"\n        \
+                 - \"token:/etc/pathlab/token:ro\"\n      cap-add:\n        \
                  - \"NET_ADMIN\"\n        - \"NET_RAW\"\n      restart-policy: \"no\"\n"
             )
         };

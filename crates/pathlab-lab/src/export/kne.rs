@@ -8,12 +8,19 @@
 //! VXLAN VNI is 5000 + uid). KNE numbers the links in file order from 0 when it loads the
 //! topology; the writer gives each interface that same number, the link's index in the
 //! spec, so the file says what KNE will use and every link's two ends share one id.
+//!
+//! The control token: `topo.proto`'s `Config` offers `env` (a map of environment variables
+//! KNE copies into the pod spec as plain values) and one file, the config (a config map,
+//! mounted readable by all, which `pathlab node` refuses for a token); it has no secret and
+//! no second file. So each node gets the token as [`TOKEN_ENV`] in `env`: whoever can read
+//! the pod spec (or this file, written for its owner only) sees it, and they are the ones
+//! who can exec into the pod anyway.
 
 use std::fmt::Write as _;
 
 use super::{
     check_dns_label, config_file_name, node_command, Export, ExportError, ExportFile, CONFIG_DIR,
-    CONFIG_FILE, CONTROL_PORT,
+    CONFIG_FILE, CONTROL_PORT, TOKEN_ENV,
 };
 
 /// The topology file's name for lab `lab` (KNE's examples name theirs `NAME.pb.txt`).
@@ -21,8 +28,9 @@ pub fn topology_file_name(lab: &str) -> String {
     format!("{lab}.pb.txt")
 }
 
-/// The topology file, then every node's config.
-pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
+/// The topology file, then every node's config; every node gets `token` (the lab's
+/// control token) in its environment, so the topology file is a secret one.
+pub fn files(export: &Export<'_>, token: &str) -> Result<Vec<ExportFile>, ExportError> {
     let experiment = export.experiment;
     check_dns_label(
         "lab",
@@ -37,17 +45,22 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
     ));
     out.comment("Each node runs `pathlab node` with its config file; docs/engines.md.");
     out.string("name", &experiment.name);
-    let [program, arguments @ ..] = node_command();
+    let command = node_command(false);
+    let (program, arguments) = command.split_first().expect("a program");
     for config in &configs {
         out.open("nodes");
         out.string("name", &config.node);
         out.enumeration("vendor", "HOST");
         out.open("config");
         out.string("image", &export.image);
-        out.string("command", &program);
-        for argument in &arguments {
+        out.string("command", program);
+        for argument in arguments {
             out.string("args", argument);
         }
+        out.open("env");
+        out.string("key", TOKEN_ENV);
+        out.string("value", token);
+        out.close();
         out.string("config_path", CONFIG_DIR);
         out.string("config_file", CONFIG_FILE);
         out.string("file", &config_file_name(&config.node));
@@ -82,6 +95,7 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
     let mut files = vec![ExportFile {
         name: topology_file_name(&experiment.name),
         contents: out.text,
+        secret: true,
     }];
     files.extend(super::config_files(&configs));
     Ok(files)
@@ -161,12 +175,15 @@ mod tests {
 
     fn export(text: &str) -> Result<Vec<ExportFile>, ExportError> {
         let experiment = Experiment::parse(text).unwrap();
-        files(&Export {
-            experiment: &experiment,
-            point: None,
-            seed: 1,
-            image: "registry.example/pathlab:1.0".into(),
-        })
+        files(
+            &Export {
+                experiment: &experiment,
+                point: None,
+                seed: 1,
+                image: "registry.example/pathlab:1.0".into(),
+            },
+            "0123456789abcdef0123456789abcdef",
+        )
     }
 
     const LINE: &str = "name = \"line\"\nduration = \"10s\"\n\
@@ -178,6 +195,12 @@ mod tests {
         let files = export(LINE).unwrap();
         let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["line.pb.txt", "h1.toml", "h2.toml"]);
+        let secret: Vec<bool> = files.iter().map(|f| f.secret).collect();
+        assert_eq!(
+            secret,
+            [true, false, false],
+            "the token is in the topology only"
+        );
         let topology = &files[0].contents;
         let body = super::super::without_comments(topology);
         let node = |name: &str, peer: &str| {
@@ -185,6 +208,8 @@ mod tests {
                 "nodes: {{\n  name: \"{name}\"\n  vendor: HOST\n  config: {{\n    \
                  image: \"registry.example/pathlab:1.0\"\n    command: \"pathlab\"\n    \
                  args: \"node\"\n    args: \"/etc/pathlab/node.toml\"\n    \
+                 env: {{\n      key: \"PATHLAB_CONTROL_TOKEN\"\n      \
+                 value: \"0123456789abcdef0123456789abcdef\"\n    }}\n    \
                  config_path: \"/etc/pathlab\"\n    config_file: \"node.toml\"\n    \
                  file: \"{name}.toml\"\n  }}\n  services: {{\n    key: 8080\n    value: {{\n      \
                  name: \"pathlab-control\"\n      inside: 8080\n    }}\n  }}\n  \

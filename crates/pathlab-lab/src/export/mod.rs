@@ -5,9 +5,15 @@
 //! link becomes the engine's link between the two nodes' interfaces, named as in a
 //! one-machine run (`to-PEER`).
 //!
-//! Pure: the writers return each file's name and contents, the command writes them. They
-//! refuse names the engines cannot take (node names that are not DNS labels) instead of
-//! changing them, so every name in the files is the spec's.
+//! Every node serves its control API beyond loopback, so it needs the lab's bearer token,
+//! which the command makes once per output directory ([`TOKEN_FILE`], the file `pathlab lab
+//! collect --token` reads): containerlab bind-mounts that file beside the config; KNE has
+//! no way to mount a file only its owner may read, so the token goes in the pod's
+//! environment as [`TOKEN_ENV`] (see [`kne`]).
+//!
+//! Pure: the writers return each file's name and contents, the command writes them (the
+//! token file too). They refuse names the engines cannot take (node names that are not DNS
+//! labels) instead of changing them, so every name in the files is the spec's.
 
 pub mod containerlab;
 pub mod kne;
@@ -29,6 +35,14 @@ pub const CONFIG_FILE: &str = "node.toml";
 
 /// The port each node serves its results and metrics on (on every address).
 pub const CONTROL_PORT: u16 = 8080;
+
+/// The file of the lab's control token, in the output directory and, for containerlab, in
+/// [`CONFIG_DIR`].
+pub const TOKEN_FILE: &str = "token";
+
+/// The environment variable `pathlab node` reads its control token from when given no
+/// `--control-token` file (how KNE hands it over).
+pub const TOKEN_ENV: &str = "PATHLAB_CONTROL_TOKEN";
 
 /// Longest image reference accepted (Docker's own limit on a name is 255 bytes, plus a tag
 /// or digest).
@@ -55,6 +69,8 @@ pub struct ExportFile {
     pub name: String,
     /// Contents.
     pub contents: String,
+    /// It holds the control token: only its owner may read it (mode `0600`).
+    pub secret: bool,
 }
 
 /// Why a lab cannot be exported as it is.
@@ -131,6 +147,7 @@ fn config_files(configs: &[NodeConfig]) -> Vec<ExportFile> {
         .iter()
         .map(|config| ExportFile {
             name: config_file_name(&config.node),
+            secret: false,
             contents: format!(
                 "# pathlab node config (docs/engines.md): node {} of lab {}{}, read by \
                  `pathlab node`\n{}",
@@ -166,9 +183,20 @@ pub fn config_in_container() -> String {
     format!("{CONFIG_DIR}/{CONFIG_FILE}")
 }
 
-/// The command every node runs: program, then arguments.
-pub fn node_command() -> [String; 3] {
-    ["pathlab".into(), "node".into(), config_in_container()]
+/// The path of the token file inside a container that mounts it (containerlab).
+pub fn token_in_container() -> String {
+    format!("{CONFIG_DIR}/{TOKEN_FILE}")
+}
+
+/// The command every node runs: program, then arguments; `token_file`: with
+/// `--control-token` and the token file's path in the container, else the token comes
+/// from [`TOKEN_ENV`].
+pub fn node_command(token_file: bool) -> Vec<String> {
+    let mut command = vec!["pathlab".into(), "node".into(), config_in_container()];
+    if token_file {
+        command.extend(["--control-token".into(), token_in_container()]);
+    }
+    command
 }
 
 impl Export<'_> {

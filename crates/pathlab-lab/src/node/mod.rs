@@ -322,8 +322,14 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     );
 
     // 2. Emulators in front, addresses, routes, servers.
+    // Written only when not on already: a container that is not privileged has /proc/sys
+    // read-only, and its engine may have set them (containerlab's `sysctls:`).
     let sysctl = |key: &str| {
-        std::fs::write(format!("/proc/sys/{key}"), "1").map_err(io_error(format!("setting {key}")))
+        let path = format!("/proc/sys/{key}");
+        if std::fs::read_to_string(&path).is_ok_and(|v| v.trim() == "1") {
+            return Ok(());
+        }
+        std::fs::write(&path, "1").map_err(io_error(format!("setting {key}")))
     };
     sysctl("net/ipv4/ip_forward")?;
     sysctl("net/ipv6/conf/all/forwarding")?;

@@ -82,7 +82,8 @@ pub struct CollectArgs {
     /// inside the cluster), or `NODE=HOST:PORT,...` for each node by name.
     #[arg(long, value_name = "PATTERN", default_value = "{node}:8080")]
     pub address: String,
-    /// The nodes' bearer token, from the first line of FILE (their --control-token).
+    /// The nodes' bearer token, from the first line of FILE (their --control-token): the
+    /// export's DIR/token.
     #[arg(long, value_name = "FILE")]
     pub token: Option<PathBuf>,
     /// Directory for the results (default: lab-NAME-UNIXTIME).
@@ -117,8 +118,8 @@ pub struct EngineArgs {
     /// A built-in recipe or an experiment spec file, as `pathlab lab` takes them.
     #[arg(value_name = "RECIPE|SPEC.toml")]
     pub experiment: String,
-    /// Directory for the topology and the node configs (created if missing; files of the
-    /// same names are replaced).
+    /// Directory for the topology, the node configs and the control token (created if
+    /// missing; files of the same names are replaced, but a valid token file is kept).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// The container image every node runs; it must have `pathlab` on its PATH.
@@ -571,28 +572,114 @@ fn collect(args: &CollectArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `pathlab lab export`: checks the lab, writes the engine's topology and every
-/// node's config into `--out`.
+/// The lab's control token for an export into `out`.
+enum LabToken {
+    /// The valid token already in `out`, kept: nodes running with it must keep working.
+    Kept(String),
+    /// A new one, to write.
+    New(String),
+}
+
+impl LabToken {
+    fn text(&self) -> &str {
+        match self {
+            LabToken::Kept(token) | LabToken::New(token) => token,
+        }
+    }
+}
+
+/// The token in `out`'s token file if there is one (refused if it will not do, as `pathlab
+/// node` would refuse it), else a new one; nothing is written here.
+fn lab_token(out: &std::path::Path) -> anyhow::Result<LabToken> {
+    let path = out.join(pathlab_lab::export::TOKEN_FILE);
+    match std::fs::symlink_metadata(&path) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LabToken::New(
+            pathlab_http::new_token()
+                .context("making a control token from the kernel's random bytes")?,
+        )),
+        Err(error) => {
+            Err(anyhow::Error::new(error).context(format!("looking for {}", path.display())))
+        }
+        Ok(_) => pathlab_http::read_token(&path)
+            .map(LabToken::Kept)
+            .map_err(kept_token_refused),
+    }
+}
+
+/// A token file already in the output directory that will not do, as the export says it.
+fn kept_token_refused(error: pathlab_http::HttpServerError) -> anyhow::Error {
+    usage(anyhow::Error::new(error).context(
+        "the lab's control token, kept across exports, will not do (fix it, or remove it to \
+         have a new one made)",
+    ))
+}
+
+/// Writes `file` into `out`. A secret one is written to a new file only its owner may read,
+/// then renamed over the old one: whoever holds the old file open never reads the new one.
+fn write_export_file(
+    out: &pathlab_os::files::Dir,
+    file: &pathlab_lab::export::ExportFile,
+) -> anyhow::Result<()> {
+    let path = out.path().join(&file.name);
+    let written = if file.secret {
+        let temporary = format!(".{}.new", file.name);
+        let _ = std::fs::remove_file(out.path().join(&temporary));
+        out.create_new(&temporary)
+            .map_err(anyhow::Error::new)
+            .and_then(|mut new| Ok(new.write_all(file.contents.as_bytes())?))
+            .and_then(|()| Ok(std::fs::rename(out.path().join(&temporary), &path)?))
+    } else {
+        std::fs::write(&path, &file.contents).map_err(anyhow::Error::new)
+    };
+    written.with_context(|| format!("writing {}", path.display()))
+}
+
+/// Runs `pathlab lab export`: checks the lab, writes the control token (unless a valid one
+/// is there), the engine's topology and every node's config into `--out`.
 fn export(args: &ExportArgs) -> anyhow::Result<()> {
-    use pathlab_lab::export::{containerlab, kne, Export};
-    let (options, write): (&EngineArgs, fn(&Export<'_>) -> _) = match &args.engine {
-        Engine::Kne(options) => (options, kne::files),
-        Engine::Containerlab(options) => (options, containerlab::files),
+    use pathlab_lab::export::{containerlab, kne, Export, TOKEN_FILE};
+    let options = match &args.engine {
+        Engine::Kne(options) | Engine::Containerlab(options) => options,
     };
     let (experiment, point) = exported(&options.experiment, options.quick, options.point)?;
-    let files = write(&Export {
+    let out = &options.out;
+    let token = lab_token(out)?;
+    let export = Export {
         experiment: &experiment,
         point: Some(point.label).filter(|label| !label.is_empty()),
         seed: options.seed,
         image: options.image.clone(),
-    })
+    };
+    let files = match &args.engine {
+        Engine::Kne(_) => kne::files(&export, token.text()),
+        Engine::Containerlab(_) => containerlab::files(&export),
+    }
     .map_err(usage)?;
-    let out = &options.out;
+    // Bad input stops above, before anything is written.
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    for written in &files {
-        let path = out.join(&written.name);
-        std::fs::write(&path, &written.contents)
-            .with_context(|| format!("writing {}", path.display()))?;
+    let dir = pathlab_os::files::Dir::open(out)?;
+    let token_path = out.join(TOKEN_FILE);
+    match &token {
+        LabToken::New(text) => {
+            // O_EXCL: a token file that appeared since it was looked for is never replaced.
+            dir.create_new(TOKEN_FILE)
+                .map_err(anyhow::Error::new)
+                .and_then(|mut file| Ok(file.write_all(format!("{text}\n").as_bytes())?))
+                .with_context(|| format!("writing {}", token_path.display()))?;
+            println!(
+                "{}: a new control token for the nodes (mode 0600; `pathlab lab collect \
+                 --token {}`)",
+                token_path.display(),
+                token_path.display()
+            );
+        }
+        LabToken::Kept(_) => println!(
+            "{}: kept the control token already there, so nodes running with it keep working",
+            token_path.display()
+        ),
+    }
+    for file in &files {
+        write_export_file(&dir, file)?;
     }
     let topology = out.join(&files[0].name);
     let run = match &args.engine {

@@ -98,8 +98,8 @@ pub struct Control {
 }
 
 impl Control {
-    /// Binds `--control` if given. Every change needs a token: the file's, or one made
-    /// here from the kernel's random bytes (128 bits, as hex) and printed by
+    /// Binds `--control` if given. Every change needs a token: the file's, or a
+    /// [`pathlab_http::new_token`] made here and printed by
     /// [`Control::announce`], as notebook servers do. Beyond loopback the token must come
     /// from a file (one printed on a remote box's terminal is easily lost or logged).
     pub fn bind(args: &ControlArgs) -> anyhow::Result<Option<Control>> {
@@ -119,10 +119,8 @@ impl Control {
                 return Err(http_error(HttpServerError::NeedsToken(addr), "--control"));
             }
             None => {
-                let mut bytes = [0u8; 16];
-                pathlab_os::sys::random_bytes(&mut bytes)
+                let token = pathlab_http::new_token()
                     .context("making a control token from the kernel's random bytes")?;
-                let token = pathlab_core::format::hex(&bytes);
                 (token.clone(), Some(token))
             }
         };

@@ -1,11 +1,14 @@
 //! `pathlab node CONFIG`: one node of a lab exported to an engine (KNE, containerlab), run
 //! in its pod or container (docs/engines.md).
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use pathlab_http::TokenProblem;
 use pathlab_lab::export::node::NodeConfig;
+use pathlab_lab::export::TOKEN_ENV;
 use pathlab_lab::node::{self, NodeOptions};
 
 use crate::usage;
@@ -18,7 +21,8 @@ pub struct Args {
     pub config: PathBuf,
     /// The bearer token of the control address, from the first line of FILE (at least 16
     /// characters, readable by its owner only); needed unless the config's control
-    /// address is loopback. `pathlab lab collect --token` sends it.
+    /// address is loopback. Without it, the token is the value of PATHLAB_CONTROL_TOKEN
+    /// if set (how a KNE pod gets it). `pathlab lab collect --token` sends it.
     #[arg(long, value_name = "FILE")]
     pub control_token: Option<PathBuf>,
     /// Where the node keeps its recordings, outputs and result.
@@ -48,9 +52,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .map_err(|_| usage(anyhow::anyhow!("{}: not UTF-8 text", args.config.display())))?;
     let config = NodeConfig::parse(&text)
         .map_err(|e| usage(anyhow::anyhow!("{}: {e}", args.config.display())))?;
+    // Every refusal of the input comes before anything is touched, privileges included.
+    let token = control_token(args.control_token.as_deref(), std::env::var_os(TOKEN_ENV))?;
+    if token.is_none() && !pathlab_http::server::is_loopback(config.control.ip()) {
+        return Err(usage(anyhow::anyhow!(
+            "{}: control address {} is reachable from other machines: give its token with \
+             --control-token FILE or in the environment as {TOKEN_ENV}",
+            args.config.display(),
+            config.control
+        )));
+    }
     pathlab_os::require_net_admin("pathlab node").map_err(usage)?;
     let server =
-        crate::cmd::metrics::bind_http(config.control, args.control_token.as_deref(), "--control")?;
+        pathlab_http::HttpServer::bind(config.control, token).map_err(anyhow::Error::new)?;
     let traces = crate::cmd::metrics::open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
     let stop = crate::cmd::stop_on_signals()?;
     eprintln!(
@@ -74,5 +88,58 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     match result {
         Ok(_) | Err(node::NodeError::Stopped) => Ok(()),
         Err(error) => Err(anyhow::Error::new(error)),
+    }
+}
+
+/// The control token: `--control-token FILE`'s if given, else the value of [`TOKEN_ENV`]
+/// (`env`) if set, each checked by [`pathlab_http::token_from_text`]; `None` if neither.
+fn control_token(file: Option<&Path>, env: Option<OsString>) -> anyhow::Result<Option<String>> {
+    if let Some(file) = file {
+        return pathlab_http::read_token(file).map(Some).map_err(usage);
+    }
+    let Some(value) = env else {
+        return Ok(None);
+    };
+    value
+        .into_string()
+        .map_err(|_| TokenProblem::NotText)
+        .and_then(|text| pathlab_http::token_from_text(&text))
+        .map(Some)
+        .map_err(|problem| usage(anyhow::anyhow!("{TOKEN_ENV}: {problem}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_comes_from_the_file_else_the_environment_checked_alike() {
+        let token = "0123456789abcdef0123";
+        assert_eq!(control_token(None, None).unwrap(), None);
+        assert_eq!(
+            control_token(None, Some(format!(" {token}\n").into())).unwrap(),
+            Some(token.to_owned())
+        );
+        for (value, problem) in [
+            ("short", "the token is 5 characters; use at least 16"),
+            ("", "the token is 0 characters"),
+            (
+                "0123456789 abcdef",
+                "the token has spaces or characters outside printable ASCII",
+            ),
+        ] {
+            let error = control_token(None, Some(value.into())).unwrap_err();
+            assert!(error.is::<crate::UsageError>(), "{value:?}");
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("{TOKEN_ENV}: {problem}")),
+                "{value:?}: {error}"
+            );
+        }
+        // A file named wins over the environment, and is read as a file.
+        let error =
+            control_token(Some(Path::new("/nonexistent/token")), Some(token.into())).unwrap_err();
+        assert!(error.to_string().contains("/nonexistent/token"), "{error}");
     }
 }
