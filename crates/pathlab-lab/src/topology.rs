@@ -4,7 +4,7 @@
 //! link is one direction of the emulator. Addresses come from the benchmarking ranges
 //! ([`Addressing`]: link i gets the i-th /24 of 198.18.0.0/15, or the i-th /30 in a lab
 //! of more than 512 links, and 2001:2:0:i::/64; its first node .1, the second .2), every
-//! node forwards, and routes follow the fewest hops ([`node_routes`]: a node with one
+//! node of two links or more forwards, and routes follow the fewest hops ([`node_routes`]: a node with one
 //! link only needs a default route). Neighbours are static: no ARP or neighbour
 //! discovery crosses an emulator, so a lossy link cannot lose them.
 //!
@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 
-use pathlab_os::netlink::Netlink;
+use pathlab_os::netlink::{Netlink, Route, RT_TABLE_MAIN};
 use pathlab_os::netns::Netns;
 
 use crate::addressing::Addressing;
@@ -306,8 +306,14 @@ impl Topology {
         let mut ports: Vec<[(u32, Vec<u8>); 2]> = vec![Default::default(); links.len()];
         for (node, netns) in nodes.iter().enumerate() {
             let found = netns.run(|| -> io::Result<Vec<(u32, Vec<u8>)>> {
-                set_sysctl("net/ipv4/ip_forward", "1")?;
-                set_sysctl("net/ipv6/conf/all/forwarding", "1")?;
+                // A node of one link has nowhere else to forward to. Its namespace gets no
+                // sysctl at all: a sysctl's path is looked up among the entries of every
+                // namespace that has written one of that name, so 10,000 hosts writing the
+                // same three took most of a 10,000-link lab's build.
+                if ends_of[node].len() > 1 {
+                    set_sysctl("net/ipv4/ip_forward", "1")?;
+                    set_sysctl("net/ipv6/conf/all/forwarding", "1")?;
+                }
                 let mut netlink = Netlink::open()?;
                 let present = interfaces(&mut netlink)?;
                 let mut found = Vec::new();
@@ -320,20 +326,19 @@ impl Topology {
                 for &(i, end) in &ends_of[node] {
                     let name = port(i, end);
                     let (index, mac) = present.get(&name).ok_or_else(|| missing(&name))?;
-                    set_sysctl(&format!("net/ipv6/conf/{name}/addr_gen_mode"), "1")?;
-                    netlink.set_up(*index, true)?;
                     found.push((*index, mac.clone()));
                 }
-                for (&(i, end), (index, _)) in ends_of[node].iter().zip(&found) {
-                    let (v4, v6) = addressing.ends(i)[end];
-                    netlink.add_address(
-                        *index,
-                        IpAddr::V4(v4),
-                        addressing.v4_prefix_len(),
-                        None,
-                    )?;
-                    netlink.add_address(*index, IpAddr::V6(v6), addressing.v6_subnet(i).1, None)?;
-                }
+                let indices: Vec<u32> = found.iter().map(|(index, _)| *index).collect();
+                netlink.set_up_without_link_local(&indices)?;
+                netlink.add_addresses(ends_of[node].iter().zip(&found).flat_map(
+                    |(&(i, end), (index, _))| {
+                        let (v4, v6) = addressing.ends(i)[end];
+                        [
+                            (*index, IpAddr::V4(v4), addressing.v4_prefix_len()),
+                            (*index, IpAddr::V6(v6), addressing.v6_subnet(i).1),
+                        ]
+                    },
+                ))?;
                 Ok(found)
             })??;
             for (&(i, end), port) in ends_of[node].iter().zip(found) {
@@ -346,23 +351,27 @@ impl Topology {
             let routes = installed_routes(links, addressing, names.len(), node);
             netns.run(|| -> io::Result<()> {
                 let mut netlink = Netlink::open()?;
-                for &(i, end) in &ends_of[node] {
+                netlink.add_neighbors(ends_of[node].iter().flat_map(|&(i, end)| {
                     let (index, _) = ports[i][end];
                     let (_, peer_mac) = &ports[i][1 - end];
                     let (v4, v6) = addressing.ends(i)[1 - end];
-                    netlink.add_neighbor(index, IpAddr::V4(v4), peer_mac)?;
-                    netlink.add_neighbor(index, IpAddr::V6(v6), peer_mac)?;
-                }
-                for route in &routes {
-                    let (index, _) = ports[route.via_link][route.end];
-                    netlink.add_route(
-                        route.destination,
-                        Some(route.gateway),
-                        index,
-                        route.gateway.is_ipv6(),
-                    )?;
-                }
-                Ok(())
+                    [
+                        (index, IpAddr::V4(v4), peer_mac.as_slice()),
+                        (index, IpAddr::V6(v6), peer_mac.as_slice()),
+                    ]
+                }))?;
+                let routes: Vec<Route> = routes
+                    .iter()
+                    .map(|route| Route {
+                        destination: route.destination,
+                        gateway: Some(route.gateway),
+                        interface: ports[route.via_link][route.end].0,
+                        ipv6: route.gateway.is_ipv6(),
+                        table: RT_TABLE_MAIN,
+                        metric: None,
+                    })
+                    .collect();
+                netlink.new_routes(&routes)
             })??;
         }
         Ok(Topology {

@@ -44,6 +44,10 @@ const IFLA_MASTER: u16 = 10;
 const IFLA_STATS64: u16 = 23;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_AF_SPEC: u16 = 26;
+const IFLA_INET6_ADDR_GEN_MODE: u16 = 8;
+/// No IPv6 address of the interface's own (no link-local address).
+const IN6_ADDR_GEN_MODE_NONE: u8 = 1;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
@@ -282,6 +286,18 @@ impl Message {
         self
     }
 
+    /// Whether the kernel acknowledges this message when it succeeds (an error is always
+    /// answered).
+    fn set_ack(&mut self, ack: bool) {
+        let mut flags = u16::from_ne_bytes([self.bytes[6], self.bytes[7]]);
+        if ack {
+            flags |= NLM_F_ACK;
+        } else {
+            flags &= !NLM_F_ACK;
+        }
+        self.bytes[6..8].copy_from_slice(&flags.to_ne_bytes());
+    }
+
     fn finish(mut self, seq: u32) -> Vec<u8> {
         self.pad();
         let len = self.bytes.len() as u32;
@@ -397,6 +413,47 @@ impl Netlink {
         // The batch-end message carries the last sequence number and is not acknowledged;
         // the one before it is the last acknowledged.
         self.wait_ack(self.seq.wrapping_sub(1))
+    }
+
+    /// Sends `messages` in order, many to a datagram, and waits for each datagram's last
+    /// one only: the kernel handles a datagram's messages one after the other and answers
+    /// only the last (and any that failed), so thousands of requests cost a few system
+    /// calls and the answers never fill the socket. The first error wins.
+    pub(crate) fn requests(
+        &mut self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> io::Result<()> {
+        /// Bytes of requests per datagram: well under the socket's send buffer.
+        const DATAGRAM_BYTES: usize = 32 * 1024;
+        let mut datagram = Vec::new();
+        let mut pending: Option<Message> = None;
+        for message in messages {
+            if let Some(mut previous) = pending.take() {
+                if datagram.len() + previous.bytes.len() + message.bytes.len() > DATAGRAM_BYTES {
+                    self.send_datagram(&mut datagram, previous)?;
+                } else {
+                    previous.set_ack(false);
+                    self.seq = self.seq.wrapping_add(1);
+                    datagram.extend(previous.finish(self.seq));
+                }
+            }
+            pending = Some(message);
+        }
+        match pending {
+            Some(last) => self.send_datagram(&mut datagram, last),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends the requests in `datagram` followed by `last`, acknowledged, and waits for
+    /// its acknowledgement; `datagram` is left empty.
+    fn send_datagram(&mut self, datagram: &mut Vec<u8>, mut last: Message) -> io::Result<()> {
+        last.set_ack(true);
+        self.seq = self.seq.wrapping_add(1);
+        datagram.extend(last.finish(self.seq));
+        sys::send(self.socket.as_fd(), datagram, 0)?;
+        datagram.clear();
+        self.wait_ack(self.seq)
     }
 
     /// Sends a request and waits for its acknowledgement.
@@ -607,24 +664,45 @@ impl Netlink {
 
     /// Adds a permanent neighbour (ARP or NDP) entry: `address` is at `mac` on `index`.
     pub fn add_neighbor(&mut self, index: u32, address: IpAddr, mac: &[u8]) -> io::Result<()> {
-        let mut fixed = [0u8; 12];
-        fixed[0] = family(address);
-        fixed[4..8].copy_from_slice(&index.to_ne_bytes());
-        fixed[8..10].copy_from_slice(&NUD_PERMANENT.to_ne_bytes());
-        let mut message = Message::new(RTM_NEWNEIGH, NLM_F_ACK | NLM_F_CREATE, &fixed);
-        message.attr(NDA_DST, &ip_bytes(address));
-        message.attr(NDA_LLADDR, mac);
-        self.request(message)
+        self.request(neighbor_message(index, address, mac))
+    }
+
+    /// Adds permanent neighbour entries (index, address, MAC), as [`Netlink::add_neighbor`],
+    /// many to a system call.
+    pub fn add_neighbors<'a>(
+        &mut self,
+        neighbors: impl IntoIterator<Item = (u32, IpAddr, &'a [u8])>,
+    ) -> io::Result<()> {
+        self.requests(
+            neighbors
+                .into_iter()
+                .map(|(index, address, mac)| neighbor_message(index, address, mac)),
+        )
     }
 
     /// Sets an interface up or down.
     pub fn set_up(&mut self, index: u32, up: bool) -> io::Result<()> {
-        let message = Message::new(
-            RTM_NEWLINK,
-            NLM_F_ACK,
-            &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP),
-        );
-        self.request(message)
+        self.request(up_message(index, up))
+    }
+
+    /// Brings interfaces up without an IPv6 address of their own: no link-local address,
+    /// so no route, duplicate address detection or solicitation of its own either (the
+    /// interfaces' IPv6 addresses and routes are given). Each first gets IPv6 address
+    /// generation mode "none" (as `ip link set IF addrgenmode none`, through netlink
+    /// rather than the `addr_gen_mode` sysctl: a sysctl's path is looked up among the
+    /// entries of every namespace that has one of that name, which costs milliseconds
+    /// once there are thousands), then goes up; many to a system call.
+    pub fn set_up_without_link_local(&mut self, indices: &[u32]) -> io::Result<()> {
+        self.requests(indices.iter().flat_map(|&index| {
+            let mut no_link_local = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+            no_link_local
+                .begin_nest(IFLA_AF_SPEC)
+                .begin_nest(libc::AF_INET6 as u16)
+                .attr(IFLA_INET6_ADDR_GEN_MODE, &[IN6_ADDR_GEN_MODE_NONE])
+                .end_nest()
+                .end_nest();
+            [no_link_local, up_message(index, true)]
+        }))
     }
 
     /// Sets an interface's MTU.
@@ -760,16 +838,20 @@ impl Netlink {
         prefix_len: u8,
         peer: Option<IpAddr>,
     ) -> io::Result<()> {
-        let mut fixed = [0u8; 8];
-        fixed[0] = family(address);
-        fixed[1] = prefix_len;
-        fixed[2] = if address.is_ipv6() { IFA_F_NODAD } else { 0 };
-        fixed[3] = RT_SCOPE_UNIVERSE;
-        fixed[4..8].copy_from_slice(&index.to_ne_bytes());
-        let mut message = Message::new(RTM_NEWADDR, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
-        message.attr(IFA_LOCAL, &ip_bytes(address));
-        message.attr(IFA_ADDRESS, &ip_bytes(peer.unwrap_or(address)));
-        self.request(message)
+        self.request(address_message(index, address, prefix_len, peer))
+    }
+
+    /// Adds addresses (index, address, prefix length), as [`Netlink::add_address`] without
+    /// a peer, many to a system call.
+    pub fn add_addresses(
+        &mut self,
+        addresses: impl IntoIterator<Item = (u32, IpAddr, u8)>,
+    ) -> io::Result<()> {
+        self.requests(
+            addresses.into_iter().map(|(index, address, prefix_len)| {
+                address_message(index, address, prefix_len, None)
+            }),
+        )
     }
 
     /// Adds a route to `destination` (`None`: the default route) through `gateway` or,
@@ -794,17 +876,15 @@ impl Netlink {
     /// Adds a route (`ip route add`); an identical one already there is an error
     /// (`EEXIST`).
     pub fn new_route(&mut self, route: &Route) -> io::Result<()> {
-        let scope = if route.gateway.is_some() {
-            RT_SCOPE_UNIVERSE
-        } else {
-            RT_SCOPE_LINK
-        };
-        self.request(route_message(
-            RTM_NEWROUTE,
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            route,
-            scope,
-        ))
+        self.request(new_route_message(route))
+    }
+
+    /// Adds routes, as [`Netlink::new_route`], many to a system call.
+    pub fn new_routes<'a>(
+        &mut self,
+        routes: impl IntoIterator<Item = &'a Route>,
+    ) -> io::Result<()> {
+        self.requests(routes.into_iter().map(new_route_message))
     }
 
     /// Deletes a route (`ip route del`); a missing one is an error (`ESRCH`).
@@ -831,6 +911,56 @@ impl Netlink {
     pub fn delete_rule(&mut self, rule: &Rule) -> io::Result<()> {
         self.request(rule_message(RTM_DELRULE, NLM_F_ACK, rule))
     }
+}
+
+/// An RTM_NEWLINK request setting interface `index` up or down.
+fn up_message(index: u32, up: bool) -> Message {
+    Message::new(
+        RTM_NEWLINK,
+        NLM_F_ACK,
+        &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP),
+    )
+}
+
+/// An RTM_NEWNEIGH request: `address` is at `mac` on `index`, for good.
+fn neighbor_message(index: u32, address: IpAddr, mac: &[u8]) -> Message {
+    let mut fixed = [0u8; 12];
+    fixed[0] = family(address);
+    fixed[4..8].copy_from_slice(&index.to_ne_bytes());
+    fixed[8..10].copy_from_slice(&NUD_PERMANENT.to_ne_bytes());
+    let mut message = Message::new(RTM_NEWNEIGH, NLM_F_ACK | NLM_F_CREATE, &fixed);
+    message.attr(NDA_DST, &ip_bytes(address));
+    message.attr(NDA_LLADDR, mac);
+    message
+}
+
+/// An RTM_NEWADDR request (IPv6 without duplicate address detection).
+fn address_message(index: u32, address: IpAddr, prefix_len: u8, peer: Option<IpAddr>) -> Message {
+    let mut fixed = [0u8; 8];
+    fixed[0] = family(address);
+    fixed[1] = prefix_len;
+    fixed[2] = if address.is_ipv6() { IFA_F_NODAD } else { 0 };
+    fixed[3] = RT_SCOPE_UNIVERSE;
+    fixed[4..8].copy_from_slice(&index.to_ne_bytes());
+    let mut message = Message::new(RTM_NEWADDR, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
+    message.attr(IFA_LOCAL, &ip_bytes(address));
+    message.attr(IFA_ADDRESS, &ip_bytes(peer.unwrap_or(address)));
+    message
+}
+
+/// An RTM_NEWROUTE request that fails if the route is there.
+fn new_route_message(route: &Route) -> Message {
+    let scope = if route.gateway.is_some() {
+        RT_SCOPE_UNIVERSE
+    } else {
+        RT_SCOPE_LINK
+    };
+    route_message(
+        RTM_NEWROUTE,
+        NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        route,
+        scope,
+    )
 }
 
 /// The one-byte table field of `rtmsg` and `fib_rule_hdr`: tables above 255 only fit the
