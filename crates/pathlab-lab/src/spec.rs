@@ -218,7 +218,8 @@ fn placeholder_unit(text: &str, placeholder: &str) -> String {
 pub struct Node {
     /// Its name (1 to 12 of a-z, 0-9, `-`).
     pub name: String,
-    /// Routers only forward; hosts run workloads (both forward, so any graph routes).
+    /// Routers only forward; hosts run workloads (both forward when they have two links or
+    /// more, so any graph routes; a node of one link has nowhere else to forward to).
     pub router: bool,
 }
 

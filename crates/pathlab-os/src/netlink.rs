@@ -44,6 +44,10 @@ const IFLA_MASTER: u16 = 10;
 const IFLA_STATS64: u16 = 23;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_AF_SPEC: u16 = 26;
+const IFLA_INET6_ADDR_GEN_MODE: u16 = 8;
+/// No IPv6 address of the interface's own (no link-local address).
+const IN6_ADDR_GEN_MODE_NONE: u8 = 1;
 const IFLA_INFO_KIND: u16 = 1;
 const IFLA_INFO_DATA: u16 = 2;
 const VETH_INFO_PEER: u16 = 1;
@@ -214,6 +218,32 @@ pub struct AddressInfo {
     pub prefix_len: u8,
 }
 
+/// One end of a veth pair that [`Netlink::create_veths`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VethEnd<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its interface index in its namespace, so that nobody needs to list the interfaces
+    /// to find it; 0: the kernel's choice.
+    pub index: u32,
+    /// Its MAC address; `None`: a random one.
+    pub mac: Option<[u8; 6]>,
+    /// Whether it is up from the start.
+    pub up: bool,
+}
+
+/// A veth pair for [`Netlink::create_veths`]: `local` in the socket's namespace, `peer`
+/// in `peer_netns` (or here).
+#[derive(Debug, Clone, Copy)]
+pub struct VethPair<'a> {
+    /// The end made in the socket's namespace.
+    pub local: VethEnd<'a>,
+    /// The other end.
+    pub peer: VethEnd<'a>,
+    /// Where the other end goes; `None`: here.
+    pub peer_netns: Option<BorrowedFd<'a>>,
+}
+
 /// A route-netlink socket.
 #[derive(Debug)]
 pub struct Netlink {
@@ -282,6 +312,18 @@ impl Message {
     fn raw(&mut self, payload: &[u8]) -> &mut Message {
         self.bytes.extend_from_slice(payload);
         self
+    }
+
+    /// Whether the kernel acknowledges this message when it succeeds (an error is always
+    /// answered).
+    fn set_ack(&mut self, ack: bool) {
+        let mut flags = u16::from_ne_bytes([self.bytes[6], self.bytes[7]]);
+        if ack {
+            flags |= NLM_F_ACK;
+        } else {
+            flags &= !NLM_F_ACK;
+        }
+        self.bytes[6..8].copy_from_slice(&flags.to_ne_bytes());
     }
 
     fn finish(mut self, seq: u32) -> Vec<u8> {
@@ -412,6 +454,47 @@ impl Netlink {
         self.wait_ack(self.seq.wrapping_sub(1))
     }
 
+    /// Sends `messages` in order, many to a datagram, and waits for each datagram's last
+    /// one only: the kernel handles a datagram's messages one after the other and answers
+    /// only the last (and any that failed), so thousands of requests cost a few system
+    /// calls and the answers never fill the socket. The first error wins.
+    pub(crate) fn requests(
+        &mut self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> io::Result<()> {
+        /// Bytes of requests per datagram: well under the socket's send buffer.
+        const DATAGRAM_BYTES: usize = 32 * 1024;
+        let mut datagram = Vec::new();
+        let mut pending: Option<Message> = None;
+        for message in messages {
+            if let Some(mut previous) = pending.take() {
+                if datagram.len() + previous.bytes.len() + message.bytes.len() > DATAGRAM_BYTES {
+                    self.send_datagram(&mut datagram, previous)?;
+                } else {
+                    previous.set_ack(false);
+                    self.seq = self.seq.wrapping_add(1);
+                    datagram.extend(previous.finish(self.seq));
+                }
+            }
+            pending = Some(message);
+        }
+        match pending {
+            Some(last) => self.send_datagram(&mut datagram, last),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends the requests in `datagram` followed by `last`, acknowledged, and waits for
+    /// its acknowledgement; `datagram` is left empty.
+    fn send_datagram(&mut self, datagram: &mut Vec<u8>, mut last: Message) -> io::Result<()> {
+        last.set_ack(true);
+        self.seq = self.seq.wrapping_add(1);
+        datagram.extend(last.finish(self.seq));
+        sys::send(self.socket.as_fd(), datagram, 0)?;
+        datagram.clear();
+        self.wait_ack(self.seq)
+    }
+
     /// Sends a request and waits for its acknowledgement.
     pub(crate) fn request(&mut self, message: Message) -> io::Result<()> {
         let seq = self.send(message)?;
@@ -506,6 +589,16 @@ impl Netlink {
         }
         message.end_nest().end_nest().end_nest();
         self.request(message)
+    }
+
+    /// Creates veth pairs with the given indices, MACs and states, many to a system call.
+    /// An index given to the local end of a pair must be given to its peer too (the kernel
+    /// only takes the peer's when it took the local one's); `EBUSY` if one is taken.
+    pub fn create_veths<'a>(
+        &mut self,
+        pairs: impl IntoIterator<Item = VethPair<'a>>,
+    ) -> io::Result<()> {
+        self.requests(pairs.into_iter().map(|pair| veth_message(&pair)))
     }
 
     /// Creates a veth pair whose end `name` takes interface index `index` here, `mac` and
@@ -620,24 +713,45 @@ impl Netlink {
 
     /// Adds a permanent neighbour (ARP or NDP) entry: `address` is at `mac` on `index`.
     pub fn add_neighbor(&mut self, index: u32, address: IpAddr, mac: &[u8]) -> io::Result<()> {
-        let mut fixed = [0u8; 12];
-        fixed[0] = family(address);
-        fixed[4..8].copy_from_slice(&index.to_ne_bytes());
-        fixed[8..10].copy_from_slice(&NUD_PERMANENT.to_ne_bytes());
-        let mut message = Message::new(RTM_NEWNEIGH, NLM_F_ACK | NLM_F_CREATE, &fixed);
-        message.attr(NDA_DST, &ip_bytes(address));
-        message.attr(NDA_LLADDR, mac);
-        self.request(message)
+        self.request(neighbor_message(index, address, mac))
+    }
+
+    /// Adds permanent neighbour entries (index, address, MAC), as [`Netlink::add_neighbor`],
+    /// many to a system call.
+    pub fn add_neighbors<'a>(
+        &mut self,
+        neighbors: impl IntoIterator<Item = (u32, IpAddr, &'a [u8])>,
+    ) -> io::Result<()> {
+        self.requests(
+            neighbors
+                .into_iter()
+                .map(|(index, address, mac)| neighbor_message(index, address, mac)),
+        )
     }
 
     /// Sets an interface up or down.
     pub fn set_up(&mut self, index: u32, up: bool) -> io::Result<()> {
-        let message = Message::new(
-            RTM_NEWLINK,
-            NLM_F_ACK,
-            &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP),
-        );
-        self.request(message)
+        self.request(up_message(index, up))
+    }
+
+    /// Brings interfaces up without an IPv6 address of their own: no link-local address,
+    /// so no route, duplicate address detection or solicitation of its own either (the
+    /// interfaces' IPv6 addresses and routes are given). Each first gets IPv6 address
+    /// generation mode "none" (as `ip link set IF addrgenmode none`, through netlink
+    /// rather than the `addr_gen_mode` sysctl: a sysctl's path is looked up among the
+    /// entries of every namespace that has one of that name, which costs milliseconds
+    /// once there are thousands), then goes up; many to a system call.
+    pub fn set_up_without_link_local(&mut self, indices: &[u32]) -> io::Result<()> {
+        self.requests(indices.iter().flat_map(|&index| {
+            let mut no_link_local = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+            no_link_local
+                .begin_nest(IFLA_AF_SPEC)
+                .begin_nest(libc::AF_INET6 as u16)
+                .attr(IFLA_INET6_ADDR_GEN_MODE, &[IN6_ADDR_GEN_MODE_NONE])
+                .end_nest()
+                .end_nest();
+            [no_link_local, up_message(index, true)]
+        }))
     }
 
     /// Sets an interface's MTU.
@@ -777,16 +891,20 @@ impl Netlink {
         prefix_len: u8,
         peer: Option<IpAddr>,
     ) -> io::Result<()> {
-        let mut fixed = [0u8; 8];
-        fixed[0] = family(address);
-        fixed[1] = prefix_len;
-        fixed[2] = if address.is_ipv6() { IFA_F_NODAD } else { 0 };
-        fixed[3] = RT_SCOPE_UNIVERSE;
-        fixed[4..8].copy_from_slice(&index.to_ne_bytes());
-        let mut message = Message::new(RTM_NEWADDR, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
-        message.attr(IFA_LOCAL, &ip_bytes(address));
-        message.attr(IFA_ADDRESS, &ip_bytes(peer.unwrap_or(address)));
-        self.request(message)
+        self.request(address_message(index, address, prefix_len, peer))
+    }
+
+    /// Adds addresses (index, address, prefix length), as [`Netlink::add_address`] without
+    /// a peer, many to a system call.
+    pub fn add_addresses(
+        &mut self,
+        addresses: impl IntoIterator<Item = (u32, IpAddr, u8)>,
+    ) -> io::Result<()> {
+        self.requests(
+            addresses.into_iter().map(|(index, address, prefix_len)| {
+                address_message(index, address, prefix_len, None)
+            }),
+        )
     }
 
     /// Adds a route to `destination` (`None`: the default route) through `gateway` or,
@@ -811,17 +929,15 @@ impl Netlink {
     /// Adds a route (`ip route add`); an identical one already there is an error
     /// (`EEXIST`).
     pub fn new_route(&mut self, route: &Route) -> io::Result<()> {
-        let scope = if route.gateway.is_some() {
-            RT_SCOPE_UNIVERSE
-        } else {
-            RT_SCOPE_LINK
-        };
-        self.request(route_message(
-            RTM_NEWROUTE,
-            NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-            route,
-            scope,
-        ))
+        self.request(new_route_message(route))
+    }
+
+    /// Adds routes, as [`Netlink::new_route`], many to a system call.
+    pub fn new_routes<'a>(
+        &mut self,
+        routes: impl IntoIterator<Item = &'a Route>,
+    ) -> io::Result<()> {
+        self.requests(routes.into_iter().map(new_route_message))
     }
 
     /// Deletes a route (`ip route del`); a missing one is an error (`ESRCH`).
@@ -848,6 +964,91 @@ impl Netlink {
     pub fn delete_rule(&mut self, rule: &Rule) -> io::Result<()> {
         self.request(rule_message(RTM_DELRULE, NLM_F_ACK, rule))
     }
+}
+
+/// The `ifinfomsg` of a veth end: its index and, if it is to be up, `IFF_UP`.
+fn veth_end_header(end: &VethEnd<'_>) -> [u8; 16] {
+    let up = if end.up { IFF_UP } else { 0 };
+    ifinfomsg(end.index, up, up)
+}
+
+/// An RTM_NEWLINK request creating veth pair `pair`.
+fn veth_message(pair: &VethPair<'_>) -> Message {
+    let mut message = Message::new(
+        RTM_NEWLINK,
+        NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        &veth_end_header(&pair.local),
+    );
+    message.attr_str(IFLA_IFNAME, pair.local.name);
+    if let Some(mac) = &pair.local.mac {
+        message.attr(IFLA_ADDRESS, mac);
+    }
+    message
+        .begin_nest(IFLA_LINKINFO)
+        .attr_str(IFLA_INFO_KIND, "veth")
+        .begin_nest(IFLA_INFO_DATA)
+        .begin_nest(VETH_INFO_PEER);
+    message
+        .raw(&veth_end_header(&pair.peer))
+        .attr_str(IFLA_IFNAME, pair.peer.name);
+    if let Some(mac) = &pair.peer.mac {
+        message.attr(IFLA_ADDRESS, mac);
+    }
+    if let Some(netns) = pair.peer_netns {
+        message.attr(IFLA_NET_NS_FD, &(netns.as_raw_fd() as u32).to_ne_bytes());
+    }
+    message.end_nest().end_nest().end_nest();
+    message
+}
+
+/// An RTM_NEWLINK request setting interface `index` up or down.
+fn up_message(index: u32, up: bool) -> Message {
+    Message::new(
+        RTM_NEWLINK,
+        NLM_F_ACK,
+        &ifinfomsg(index, if up { IFF_UP } else { 0 }, IFF_UP),
+    )
+}
+
+/// An RTM_NEWNEIGH request: `address` is at `mac` on `index`, for good.
+fn neighbor_message(index: u32, address: IpAddr, mac: &[u8]) -> Message {
+    let mut fixed = [0u8; 12];
+    fixed[0] = family(address);
+    fixed[4..8].copy_from_slice(&index.to_ne_bytes());
+    fixed[8..10].copy_from_slice(&NUD_PERMANENT.to_ne_bytes());
+    let mut message = Message::new(RTM_NEWNEIGH, NLM_F_ACK | NLM_F_CREATE, &fixed);
+    message.attr(NDA_DST, &ip_bytes(address));
+    message.attr(NDA_LLADDR, mac);
+    message
+}
+
+/// An RTM_NEWADDR request (IPv6 without duplicate address detection).
+fn address_message(index: u32, address: IpAddr, prefix_len: u8, peer: Option<IpAddr>) -> Message {
+    let mut fixed = [0u8; 8];
+    fixed[0] = family(address);
+    fixed[1] = prefix_len;
+    fixed[2] = if address.is_ipv6() { IFA_F_NODAD } else { 0 };
+    fixed[3] = RT_SCOPE_UNIVERSE;
+    fixed[4..8].copy_from_slice(&index.to_ne_bytes());
+    let mut message = Message::new(RTM_NEWADDR, NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, &fixed);
+    message.attr(IFA_LOCAL, &ip_bytes(address));
+    message.attr(IFA_ADDRESS, &ip_bytes(peer.unwrap_or(address)));
+    message
+}
+
+/// An RTM_NEWROUTE request that fails if the route is there.
+fn new_route_message(route: &Route) -> Message {
+    let scope = if route.gateway.is_some() {
+        RT_SCOPE_UNIVERSE
+    } else {
+        RT_SCOPE_LINK
+    };
+    route_message(
+        RTM_NEWROUTE,
+        NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        route,
+        scope,
+    )
 }
 
 /// The one-byte table field of `rtmsg` and `fib_rule_hdr`: tables above 255 only fit the
