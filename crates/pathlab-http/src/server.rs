@@ -100,6 +100,10 @@ pub enum TokenProblem {
     NotPrintable,
 }
 
+/// The environment variable `pathlab node` reads its control token from when given no
+/// `--control-token` file (how KNE hands it over); a lab's programs never inherit it.
+pub const TOKEN_ENV: &str = "PATHLAB_CONTROL_TOKEN";
+
 /// The bearer token in `text` (a token file's contents, an environment variable's value):
 /// its first line, trimmed, which must be at least [`MIN_TOKEN`] printable ASCII
 /// characters without spaces. The one check of every token pathlab takes.

@@ -24,12 +24,7 @@ use crate::summary::path_theory;
 use crate::topology::{board_port, Topology, CABLE_A, CABLE_B};
 use crate::workload::{join_timed, sleep_until, spawn_timed, start_responder, start_server, Timed};
 
-/// Port of the servers the lab starts.
-pub const SERVER_PORT: u16 = 4920;
-
-/// Port of the first responder of `blocks` workloads (the i-th of
-/// [`blocks_responders`] listens on this + i).
-pub const BLOCKS_PORT: u16 = 4921;
+pub use crate::workload::{BLOCKS_PORT, SERVER_PORT};
 
 /// The address `workload` reaches its `to` node at: its `address`, else `to`'s lab address
 /// ([`Topology::address`]); `None` without a `to`.

@@ -17,8 +17,14 @@ use pathlab_probe_driver::{
 };
 use pathlab_results::lab::{LabOutcome, PingReport};
 
-use crate::run::SERVER_PORT;
 use crate::spec::WorkloadKind;
+
+/// Port of the servers the lab starts.
+pub const SERVER_PORT: u16 = 4920;
+
+/// Port of the first responder of `blocks` workloads (the i-th of
+/// [`blocks_responders`] listens on this + i).
+pub const BLOCKS_PORT: u16 = 4921;
 
 /// How often a workload with `inspect = true` has its connections looked at.
 const INSPECT_INTERVAL: Duration = Duration::from_millis(100);
@@ -254,7 +260,7 @@ fn run_command(
     command
         .args(&args)
         .stdin(std::process::Stdio::null())
-        .env_remove(crate::export::TOKEN_ENV);
+        .env_remove(pathlab_http::server::TOKEN_ENV);
     pathlab_os::die_with_spawner(&mut command);
     match file.try_clone() {
         Ok(copy) => {

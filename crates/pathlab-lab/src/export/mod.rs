@@ -40,9 +40,7 @@ pub const CONTROL_PORT: u16 = 8080;
 /// [`CONFIG_DIR`].
 pub const TOKEN_FILE: &str = "token";
 
-/// The environment variable `pathlab node` reads its control token from when given no
-/// `--control-token` file (how KNE hands it over).
-pub const TOKEN_ENV: &str = "PATHLAB_CONTROL_TOKEN";
+pub use pathlab_http::server::TOKEN_ENV;
 
 /// Longest image reference accepted (Docker's own limit on a name is 255 bytes, plus a tag
 /// or digest).
