@@ -18,6 +18,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use pathlab_os::buffers::BufferPool;
+use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::offload::VnetHeader;
 use pathlab_os::sys;
@@ -40,25 +41,20 @@ pub const INBOX_FRAMES: usize = 4096;
 #[derive(Debug)]
 pub struct Switchboard {
     netns: Arc<Netns>,
-    /// Its interfaces' indices by name, as they were made: listing the interfaces of a
-    /// switchboard costs a walk over every namespace its ports' peers are in per
-    /// interface, so 20,000 ports once took seconds.
+    /// Its interfaces' indices by name, read once: a lookup per port would list 20,000
+    /// interfaces 20,000 times.
     indices: std::collections::HashMap<String, u32>,
     receivers: Vec<Arc<SharedReceiver>>,
     tx: Arc<OwnedFd>,
 }
 
 impl Switchboard {
-    /// The switchboard of namespace `netns`, every interface of which is a cable's port
-    /// (`ports`: name and interface index), for a pool of `shares` forwarding threads: a
-    /// receiving socket per thread, bound to every interface, and one sending socket.
-    pub fn open(
-        netns: Netns,
-        shares: usize,
-        ports: impl IntoIterator<Item = (String, u32)>,
-    ) -> io::Result<Switchboard> {
+    /// The switchboard of namespace `netns`, every interface of which is a cable's port,
+    /// for a pool of `shares` forwarding threads: a receiving socket per thread, bound to
+    /// every interface, and one sending socket.
+    pub fn open(netns: Netns, shares: usize) -> io::Result<Switchboard> {
         let shares = shares.max(1);
-        let (receivers, tx) = netns.run(|| -> io::Result<_> {
+        let (receivers, tx, indices) = netns.run(|| -> io::Result<_> {
             let mut receivers = Vec::with_capacity(shares);
             for share in 0..shares {
                 let socket = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
@@ -87,11 +83,16 @@ impl Switchboard {
             }
             let tx = sys::socket(libc::AF_PACKET, libc::SOCK_RAW, 0)?;
             sys::setsockopt(tx.as_fd(), libc::SOL_PACKET, sys::PACKET_VNET_HDR, &1i32)?;
-            Ok((receivers, tx))
+            let indices = Netlink::open()?
+                .links()?
+                .into_iter()
+                .map(|link| (link.name, link.index))
+                .collect();
+            Ok((receivers, tx, indices))
         })??;
         Ok(Switchboard {
             netns: Arc::new(netns),
-            indices: ports.into_iter().collect(),
+            indices,
             receivers,
             tx: Arc::new(tx),
         })

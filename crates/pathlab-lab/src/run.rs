@@ -234,11 +234,10 @@ pub fn run(
     // One forwarding thread per core for all the lab's links: a thread per direction
     // would be thousands of threads in a large lab.
     let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
-    let board_ports = topology.board_ports();
     let board = topology
         .board
         .take()
-        .map(|board| Switchboard::open(board, pool.threads(), board_ports))
+        .map(|board| Switchboard::open(board, pool.threads()))
         .transpose()
         .map_err(io_error("opening the switchboard"))?;
     let mut links = Vec::new();

@@ -16,10 +16,11 @@
 //! The namespaces are held by file descriptors only: dropping the [`Topology`] (or the
 //! process dying) destroys them and every interface in them; nothing is left to clean.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 
-use pathlab_os::netlink::{Netlink, Route, VethEnd, VethPair, RT_TABLE_MAIN};
+use pathlab_os::netlink::{Netlink, Route, RT_TABLE_MAIN};
 use pathlab_os::netns::Netns;
 
 use crate::addressing::Addressing;
@@ -36,26 +37,6 @@ pub const SWITCHBOARD_FROM: usize = 64;
 /// Link `link`'s port on the switchboard towards its first node (`end` 0) or its second.
 pub fn board_port(link: usize, end: usize) -> String {
     format!("c{link}{}", if end == 0 { 'a' } else { 'b' })
-}
-
-/// Link `link`'s port on the switchboard towards its first node (`end` 0) or its second:
-/// its interface index there (1 is the loopback).
-pub fn board_port_index(link: usize, end: usize) -> u32 {
-    (2 + 2 * link + end) as u32
-}
-
-/// The interface index of a node's port `position` (its links in the file's order), and
-/// of a cable's ports (`a` at 0, `b` at 1): 1 is the loopback.
-pub fn node_port_index(position: usize) -> u32 {
-    (2 + position) as u32
-}
-
-/// The MAC address of link `link`'s port at its first node (`end` 0) or its second: locally
-/// administered, unicast, from the link and end, so that each node's neighbours are known
-/// before its peers' ports are listed (no two ports of a lab share one).
-pub fn port_mac(link: usize, end: usize) -> [u8; 6] {
-    let [_, high, middle, low] = (link as u32).to_be_bytes();
-    [0x02, 0x70, high, middle, low, end as u8]
 }
 
 /// Whether `experiment`'s cables go on one switchboard ([`SWITCHBOARD_FROM`]).
@@ -209,6 +190,19 @@ fn set_sysctl(key: &str, value: &str) -> io::Result<()> {
     std::fs::write(format!("/proc/sys/{key}"), value)
 }
 
+/// Every interface of the calling thread's namespace, by name: (index, MAC).
+fn interfaces(netlink: &mut Netlink) -> io::Result<HashMap<String, (u32, Vec<u8>)>> {
+    Ok(netlink
+        .links()?
+        .into_iter()
+        .map(|link| (link.name, (link.index, link.mac)))
+        .collect())
+}
+
+fn missing(name: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("no interface {name}"))
+}
+
 impl Topology {
     /// Builds every namespace, link, address, neighbour and route of `experiment`. The
     /// work inside each namespace is done in one visit with one netlink socket: every
@@ -242,53 +236,31 @@ impl Topology {
             })
             .collect::<io::Result<Vec<_>>>()?;
 
-        // Where each port is among its node's ([`node_port_index`]): per link, per end.
-        let mut position = vec![[0usize; 2]; links.len()];
-        for ends in &ends_of {
-            for (k, &(i, end)) in ends.iter().enumerate() {
-                position[i][end] = k;
-            }
-        }
-        // A node's end of a link, as its veth is made: down until its node is configured.
-        let node_end = |name, i: usize, end: usize| VethEnd {
-            name,
-            index: node_port_index(position[i][end]),
-            mac: Some(port_mac(i, end)),
-            up: false,
-        };
-        let port_names: Vec<[String; 2]> =
-            (0..links.len()).map(|i| [port(i, 0), port(i, 1)]).collect();
-
-        // The veths, each made with its index and MAC, so that nobody lists interfaces to
-        // find them (on the switchboard every interface listed costs a walk over the ids
-        // it gives the 10,000 namespaces its peers are in): the switchboard or a cable
-        // makes both of an emulated link's, its own ports up; a node makes those of the
-        // plain links it is the first end of.
+        // The veths: the switchboard or a cable makes both of an emulated link's, its
+        // ports up; a node makes those of the plain links it is the first end of.
         if let Some(board) = &board {
-            let board_names: Vec<[String; 2]> = (0..links.len())
-                .map(|i| [board_port(i, 0), board_port(i, 1)])
-                .collect();
             board.run(|| -> io::Result<()> {
                 set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
                 set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
-                Netlink::open()?.create_veths(
-                    links
-                        .iter()
-                        .enumerate()
-                        .filter(|&(i, _)| emulated[i])
-                        .flat_map(|(i, link)| {
-                            [(0, link.a), (1, link.b)].map(|(end, node)| VethPair {
-                                local: VethEnd {
-                                    name: &board_names[i][end],
-                                    index: board_port_index(i, end),
-                                    mac: None,
-                                    up: true,
-                                },
-                                peer: node_end(&port_names[i][end], i, end),
-                                peer_netns: Some(nodes[node].fd()),
-                            })
-                        }),
-                )
+                let mut netlink = Netlink::open()?;
+                for (i, link) in links.iter().enumerate() {
+                    if !emulated[i] {
+                        continue;
+                    }
+                    for (end, node) in [link.a, link.b].into_iter().enumerate() {
+                        netlink.create_veth(
+                            &board_port(i, end),
+                            &port(i, end),
+                            Some(nodes[node].fd()),
+                        )?;
+                    }
+                }
+                for link in netlink.links()? {
+                    if link.index != 1 {
+                        netlink.set_up(link.index, true)?;
+                    }
+                }
+                Ok(())
             })??;
         }
         for (i, cable) in cables.iter().enumerate() {
@@ -299,20 +271,15 @@ impl Topology {
                 // The cable sends nothing of its own: no IPv6 (solicitations, MLD).
                 set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
                 set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
-                Netlink::open()?.create_veths(
-                    [(CABLE_A, a), (CABLE_B, b)].into_iter().enumerate().map(
-                        |(end, (name, node))| VethPair {
-                            local: VethEnd {
-                                name,
-                                index: node_port_index(end),
-                                mac: None,
-                                up: true,
-                            },
-                            peer: node_end(&port_names[i][end], i, end),
-                            peer_netns: Some(node),
-                        },
-                    ),
-                )
+                let mut netlink = Netlink::open()?;
+                netlink.create_veth(CABLE_A, &port(i, 0), Some(a))?;
+                netlink.create_veth(CABLE_B, &port(i, 1), Some(b))?;
+                let ports = interfaces(&mut netlink)?;
+                for name in [CABLE_A, CABLE_B] {
+                    let (index, _) = ports.get(name).ok_or_else(|| missing(name))?;
+                    netlink.set_up(*index, true)?;
+                }
+                Ok(())
             })??;
         }
         for (node, netns) in nodes.iter().enumerate() {
@@ -325,29 +292,20 @@ impl Topology {
                 continue;
             }
             netns.run(|| -> io::Result<()> {
-                Netlink::open()?.create_veths(plain.iter().map(|&i| VethPair {
-                    local: node_end(&port_names[i][0], i, 0),
-                    peer: node_end(&port_names[i][1], i, 1),
-                    peer_netns: Some(nodes[links[i].b].fd()),
-                }))
+                let mut netlink = Netlink::open()?;
+                for &i in &plain {
+                    let peer = nodes[links[i].b].fd();
+                    netlink.create_veth(&port(i, 0), &port(i, 1), Some(peer))?;
+                }
+                Ok(())
             })??;
         }
 
-        // Each node, in one visit: forwarding on, its ports up and addressed, its peers'
-        // neighbour entries and its routes.
+        // Each node: forwarding on, its ports addressed and up; their indices and MACs
+        // (per link, per end) for the neighbours and routes.
+        let mut ports: Vec<[(u32, Vec<u8>); 2]> = vec![Default::default(); links.len()];
         for (node, netns) in nodes.iter().enumerate() {
-            let routes: Vec<Route> = installed_routes(links, addressing, names.len(), node)
-                .into_iter()
-                .map(|route| Route {
-                    destination: route.destination,
-                    gateway: Some(route.gateway),
-                    interface: node_port_index(position[route.via_link][route.end]),
-                    ipv6: route.gateway.is_ipv6(),
-                    table: RT_TABLE_MAIN,
-                    metric: None,
-                })
-                .collect();
-            netns.run(|| -> io::Result<()> {
+            let found = netns.run(|| -> io::Result<Vec<(u32, Vec<u8>)>> {
                 // A node of one link has nowhere else to forward to. Its namespace gets no
                 // sysctl at all: a sysctl's path is looked up among the entries of every
                 // namespace that has written one of that name, so 10,000 hosts writing the
@@ -357,38 +315,62 @@ impl Topology {
                     set_sysctl("net/ipv6/conf/all/forwarding", "1")?;
                 }
                 let mut netlink = Netlink::open()?;
+                let present = interfaces(&mut netlink)?;
+                let mut found = Vec::new();
                 // Every port up before any address: each interface that comes up (and
                 // each carrier that follows) makes the kernel walk every IPv6 route of
                 // the namespace, so a router of 3,000 ports that came up one by one among
                 // its growing routes took 26 s. No IPv6 link-local addresses either (their
                 // routes and duplicate address detection are more of the same): the lab's
                 // neighbours and routes are on the links' own addresses.
-                let indices: Vec<u32> = (0..ends_of[node].len()).map(node_port_index).collect();
+                for &(i, end) in &ends_of[node] {
+                    let name = port(i, end);
+                    let (index, mac) = present.get(&name).ok_or_else(|| missing(&name))?;
+                    found.push((*index, mac.clone()));
+                }
+                let indices: Vec<u32> = found.iter().map(|(index, _)| *index).collect();
                 netlink.set_up_without_link_local(&indices)?;
-                netlink.add_addresses(ends_of[node].iter().zip(&indices).flat_map(
-                    |(&(i, end), &index)| {
+                netlink.add_addresses(ends_of[node].iter().zip(&found).flat_map(
+                    |(&(i, end), (index, _))| {
                         let (v4, v6) = addressing.ends(i)[end];
                         [
-                            (index, IpAddr::V4(v4), addressing.v4_prefix_len()),
-                            (index, IpAddr::V6(v6), addressing.v6_subnet(i).1),
+                            (*index, IpAddr::V4(v4), addressing.v4_prefix_len()),
+                            (*index, IpAddr::V6(v6), addressing.v6_subnet(i).1),
                         ]
                     },
                 ))?;
-                let peer_macs: Vec<[u8; 6]> = ends_of[node]
+                Ok(found)
+            })??;
+            for (&(i, end), port) in ends_of[node].iter().zip(found) {
+                ports[i][end] = port;
+            }
+        }
+
+        // Each node: its peers' neighbour entries and its routes.
+        for (node, netns) in nodes.iter().enumerate() {
+            let routes = installed_routes(links, addressing, names.len(), node);
+            netns.run(|| -> io::Result<()> {
+                let mut netlink = Netlink::open()?;
+                netlink.add_neighbors(ends_of[node].iter().flat_map(|&(i, end)| {
+                    let (index, _) = ports[i][end];
+                    let (_, peer_mac) = &ports[i][1 - end];
+                    let (v4, v6) = addressing.ends(i)[1 - end];
+                    [
+                        (index, IpAddr::V4(v4), peer_mac.as_slice()),
+                        (index, IpAddr::V6(v6), peer_mac.as_slice()),
+                    ]
+                }))?;
+                let routes: Vec<Route> = routes
                     .iter()
-                    .map(|&(i, end)| port_mac(i, 1 - end))
+                    .map(|route| Route {
+                        destination: route.destination,
+                        gateway: Some(route.gateway),
+                        interface: ports[route.via_link][route.end].0,
+                        ipv6: route.gateway.is_ipv6(),
+                        table: RT_TABLE_MAIN,
+                        metric: None,
+                    })
                     .collect();
-                netlink.add_neighbors(
-                    ends_of[node].iter().zip(&indices).zip(&peer_macs).flat_map(
-                        |((&(i, end), &index), peer_mac)| {
-                            let (v4, v6) = addressing.ends(i)[1 - end];
-                            [
-                                (index, IpAddr::V4(v4), peer_mac.as_slice()),
-                                (index, IpAddr::V6(v6), peer_mac.as_slice()),
-                            ]
-                        },
-                    ),
-                )?;
                 netlink.new_routes(&routes)
             })??;
         }
@@ -398,18 +380,6 @@ impl Topology {
             board,
             emulated,
         })
-    }
-
-    /// The switchboard's ports (name, interface index), as [`Topology::build`] made them:
-    /// both of each emulated link's, if the lab has a switchboard.
-    pub fn board_ports(&self) -> Vec<(String, u32)> {
-        if self.board.is_none() {
-            return Vec::new();
-        }
-        (0..self.emulated.len())
-            .filter(|&i| self.emulated[i])
-            .flat_map(|i| [0, 1].map(|end| (board_port(i, end), board_port_index(i, end))))
-            .collect()
     }
 
     /// The IPv4 address other nodes reach `node` at: its end of its first link.
@@ -433,25 +403,6 @@ mod tests {
     fn port_names_fit_an_interface_name() {
         assert_eq!(port_name("router-12345"), "to-router-12345");
         assert!(port_name("router-12345").len() <= 15);
-    }
-
-    #[test]
-    fn ports_made_with_their_index_and_mac_never_share_one() {
-        // Every port of a lab of the most links gets its own MAC, locally administered
-        // and unicast; no board port takes the loopback's index or another's.
-        let links = Addressing::MAX_LINKS;
-        let mut macs = std::collections::HashSet::new();
-        let mut indices = std::collections::HashSet::new();
-        for link in 0..links {
-            for end in 0..2 {
-                let mac = port_mac(link, end);
-                assert_eq!(mac[0] & 0x03, 0x02, "{link}/{end}: {mac:?}");
-                assert!(macs.insert(mac), "{link}/{end}: {mac:?}");
-                let index = board_port_index(link, end);
-                assert!(index > 1 && indices.insert(index), "{link}/{end}: {index}");
-            }
-        }
-        assert_eq!(node_port_index(0), 2, "after the loopback");
     }
 
     #[test]

@@ -218,32 +218,6 @@ pub struct AddressInfo {
     pub prefix_len: u8,
 }
 
-/// One end of a veth pair that [`Netlink::create_veths`] makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VethEnd<'a> {
-    /// Its name.
-    pub name: &'a str,
-    /// Its interface index in its namespace, so that nobody needs to list the interfaces
-    /// to find it; 0: the kernel's choice.
-    pub index: u32,
-    /// Its MAC address; `None`: a random one.
-    pub mac: Option<[u8; 6]>,
-    /// Whether it is up from the start.
-    pub up: bool,
-}
-
-/// A veth pair for [`Netlink::create_veths`]: `local` in the socket's namespace, `peer`
-/// in `peer_netns` (or here).
-#[derive(Debug, Clone, Copy)]
-pub struct VethPair<'a> {
-    /// The end made in the socket's namespace.
-    pub local: VethEnd<'a>,
-    /// The other end.
-    pub peer: VethEnd<'a>,
-    /// Where the other end goes; `None`: here.
-    pub peer_netns: Option<BorrowedFd<'a>>,
-}
-
 /// A route-netlink socket.
 #[derive(Debug)]
 pub struct Netlink {
@@ -589,16 +563,6 @@ impl Netlink {
         }
         message.end_nest().end_nest().end_nest();
         self.request(message)
-    }
-
-    /// Creates veth pairs with the given indices, MACs and states, many to a system call.
-    /// An index given to the local end of a pair must be given to its peer too (the kernel
-    /// only takes the peer's when it took the local one's); `EBUSY` if one is taken.
-    pub fn create_veths<'a>(
-        &mut self,
-        pairs: impl IntoIterator<Item = VethPair<'a>>,
-    ) -> io::Result<()> {
-        self.requests(pairs.into_iter().map(|pair| veth_message(&pair)))
     }
 
     /// Creates a veth pair whose end `name` takes interface index `index` here, `mac` and
@@ -964,41 +928,6 @@ impl Netlink {
     pub fn delete_rule(&mut self, rule: &Rule) -> io::Result<()> {
         self.request(rule_message(RTM_DELRULE, NLM_F_ACK, rule))
     }
-}
-
-/// The `ifinfomsg` of a veth end: its index and, if it is to be up, `IFF_UP`.
-fn veth_end_header(end: &VethEnd<'_>) -> [u8; 16] {
-    let up = if end.up { IFF_UP } else { 0 };
-    ifinfomsg(end.index, up, up)
-}
-
-/// An RTM_NEWLINK request creating veth pair `pair`.
-fn veth_message(pair: &VethPair<'_>) -> Message {
-    let mut message = Message::new(
-        RTM_NEWLINK,
-        NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
-        &veth_end_header(&pair.local),
-    );
-    message.attr_str(IFLA_IFNAME, pair.local.name);
-    if let Some(mac) = &pair.local.mac {
-        message.attr(IFLA_ADDRESS, mac);
-    }
-    message
-        .begin_nest(IFLA_LINKINFO)
-        .attr_str(IFLA_INFO_KIND, "veth")
-        .begin_nest(IFLA_INFO_DATA)
-        .begin_nest(VETH_INFO_PEER);
-    message
-        .raw(&veth_end_header(&pair.peer))
-        .attr_str(IFLA_IFNAME, pair.peer.name);
-    if let Some(mac) = &pair.peer.mac {
-        message.attr(IFLA_ADDRESS, mac);
-    }
-    if let Some(netns) = pair.peer_netns {
-        message.attr(IFLA_NET_NS_FD, &(netns.as_raw_fd() as u32).to_ne_bytes());
-    }
-    message.end_nest().end_nest().end_nest();
-    message
 }
 
 /// An RTM_NEWLINK request setting interface `index` up or down.

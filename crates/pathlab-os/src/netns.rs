@@ -31,18 +31,20 @@ impl Netns {
 
     /// A new, empty namespace with its loopback interface up.
     pub fn new() -> io::Result<Netns> {
-        // One thread makes it and brings its loopback up from inside (a lab makes 10,000).
-        std::thread::scope(|scope| {
+        let netns = std::thread::scope(|scope| {
             scope
                 .spawn(|| {
                     sys::unshare_netns()?;
-                    let netns = Netns::current()?;
-                    Netlink::open()?.set_up(1, true)?;
-                    Ok(netns)
+                    Netns::current()
                 })
                 .join()
                 .expect("namespace thread does not panic")
-        })
+        })?;
+        netns.run(|| {
+            let mut netlink = Netlink::open()?;
+            netlink.set_up(1, true)
+        })??;
+        Ok(netns)
     }
 
     /// Opens the namespace a file names (`/run/netns/NAME`, `/proc/PID/ns/net`).
