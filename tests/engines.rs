@@ -331,24 +331,6 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     // before the underlay's emulator puts u1 back, which deletes the VXLAN devices bound
     // to its stand-in.
     let after: Vec<_> = pods.iter().map(|(_, p)| kinds(p)).collect();
-    if std::env::var_os("PATHLAB_KEEP").is_some() {
-        for (name, netns) in pods
-            .iter()
-            .map(|(n, p)| (*n, p))
-            .chain([("m1", &m1), ("m2", &m2)])
-        {
-            for l in netns.run(|| Netlink::open()?.links()).unwrap().unwrap() {
-                eprintln!(
-                    "{name} {}: rx {} tx {} rx_dropped {}",
-                    l.name, l.rx_packets, l.tx_packets, l.rx_dropped
-                );
-            }
-        }
-        eprintln!(
-            "{}",
-            std::fs::read_to_string("/proc/net/softnet_stat").unwrap()
-        );
-    }
     let _ = pathlab_os::kill(underlay.id(), libc_sigterm());
     let _ = underlay.wait();
     assert!(collect.status.success(), "collect failed");
@@ -409,13 +391,6 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
         panic!("not an RFC 6349 result");
     };
     let ttr = report.single.result.transfer_time_ratio;
-    if std::env::var_os("PATHLAB_KEEP").is_some() {
-        let _ = std::process::Command::new("cp")
-            .arg("-r")
-            .arg(dir.root())
-            .arg("/tmp/engines-kept")
-            .status();
-    }
     eprintln!("RFC 6349 across the VXLAN link: TTR {ttr:.3}");
     // The ping across: the specs (2 + 5 + 1 + 2 ms) plus each link's underlay.
     let ping = run.workloads.iter().find(|w| w.name == "ping").unwrap();
