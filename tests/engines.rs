@@ -19,7 +19,7 @@ use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_results::lab::LabOutcome;
-use util::emulated::{end, libc_sigterm, privileged, PATHLAB};
+use util::emulated::{end, libc_sigterm, link_index, privileged, PATHLAB};
 use util::TempDir;
 
 /// How far the ping's median may be from the specs plus the underlay: the bound.
@@ -136,18 +136,9 @@ impl Drop for NodeProcess {
     }
 }
 
-fn index(netns: &Netns, name: &str) -> u32 {
-    netns
-        .run(|| Netlink::open()?.link_by_name(name))
-        .unwrap()
-        .expect("netlink")
-        .unwrap_or_else(|| panic!("interface {name}"))
-        .index
-}
-
 /// Gives `name` in `netns` an IPv4 address and brings it and loopback up.
 fn address(netns: &Netns, name: &str, v4: &str, len: u8) {
-    let at = index(netns, name);
+    let at = link_index(netns, name);
     netns
         .run(|| -> std::io::Result<()> {
             let mut netlink = Netlink::open()?;
@@ -288,7 +279,7 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
             pod("h2"),
         ),
     ] {
-        let lower = index(machine, if local.ends_with(".1") { "u1" } else { "u2" });
+        let lower = link_index(machine, if local.ends_with(".1") { "u1" } else { "u2" });
         machine
             .run(|| -> std::io::Result<()> {
                 let mut netlink = Netlink::open()?;

@@ -16,7 +16,7 @@ use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_probe_driver::ping::Pinger;
 
-use super::util::emulated::{end, libc_sigterm, pathlab, privileged, PATHLAB};
+use super::util::emulated::{end, libc_sigterm, link_index, pathlab, privileged, PATHLAB};
 use super::{median, rtts_ms};
 
 /// How far a ping's median RTT may be from the specs' sum: the bound.
@@ -132,15 +132,6 @@ impl Drop for Emulator {
             end(child);
         }
     }
-}
-
-fn link_index(netns: &Netns, name: &str) -> u32 {
-    netns
-        .run(|| Netlink::open()?.link_by_name(name))
-        .unwrap()
-        .expect("netlink")
-        .unwrap_or_else(|| panic!("interface {name}"))
-        .index
 }
 
 /// Gives interface `name` of `netns` an address per family, brings it up, and the

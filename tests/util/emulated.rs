@@ -198,6 +198,17 @@ pub fn end(mut child: Child) {
     let _ = child.wait();
 }
 
+/// The index of interface `name` in `netns`.
+#[allow(dead_code)] // not every test binary looks interfaces up
+pub fn link_index(netns: &pathlab_os::netns::Netns, name: &str) -> u32 {
+    netns
+        .run(|| pathlab_os::netlink::Netlink::open()?.link_by_name(name))
+        .unwrap()
+        .expect("netlink")
+        .unwrap_or_else(|| panic!("interface {name}"))
+        .index
+}
+
 pub fn libc_sigterm() -> i32 {
     15
 }

@@ -102,12 +102,33 @@ impl Node<'_> {
         Ok((response.status, response.body))
     }
 
-    fn status(&self, token: Option<&str>) -> Result<NodeStatus, CollectError> {
-        let (code, body) = self.get(wire::STATUS_PATH, wire::MAX_STATUS_BYTES, token)?;
-        if code != 200 {
-            return Err(self.error(&format!("status {code}: {}", text(&body))));
+    /// The node's status; `Ok(Err(why))` while it does not answer (its pod is starting),
+    /// an error when it answers wrongly (another node or config, a refused token): no
+    /// use waiting for it.
+    fn status(&self, token: Option<&str>) -> Result<Result<NodeStatus, String>, CollectError> {
+        let response = match pathlab_http::server::request_within(
+            self.address,
+            "GET",
+            wire::STATUS_PATH,
+            token,
+            None,
+            wire::MAX_STATUS_BYTES,
+        ) {
+            Ok(response) => response,
+            Err(error) => return Ok(Err(self.error(&error).to_string())),
+        };
+        match response.status {
+            200 => NodeStatus::parse(&response.body, self.config, &self.sha256)
+                .map(Ok)
+                .map_err(|e| self.error(&e)),
+            code @ (401 | 403) => Err(self.error(&format!(
+                "refused the token ({code}): {}",
+                text(&response.body)
+            ))),
+            code => Ok(Err(self
+                .error(&format!("status {code}: {}", text(&response.body)))
+                .to_string())),
         }
-        NodeStatus::parse(&body, self.config, &self.sha256).map_err(|e| self.error(&e))
     }
 }
 
@@ -151,7 +172,7 @@ pub fn collect(
             if seen.is_some() {
                 continue;
             }
-            match node.status(token) {
+            match node.status(token)? {
                 Ok(status) if status.phase == Phase::Ready => *seen = Some(status),
                 Ok(status) if status.phase == Phase::Failed => {
                     return Err(
@@ -172,14 +193,7 @@ pub fn collect(
                     node.config.node,
                     format!("{:?}", status.phase).to_lowercase()
                 )),
-                // Wrong config, wrong node: no use waiting.
-                Err(error @ CollectError::Node { .. })
-                    if error.to_string().contains("config")
-                        || error.to_string().contains("it is node") =>
-                {
-                    return Err(error)
-                }
-                Err(error) => waiting.push(error.to_string()),
+                Err(why) => waiting.push(why),
             }
         }
         if waiting.is_empty() {

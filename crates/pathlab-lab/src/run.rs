@@ -90,6 +90,17 @@ const STOPPING_THREADS: usize = 32;
 /// How often an emulator samples its bottleneck queue for the recording.
 const QUEUE_SAMPLE_INTERVAL: pathlab_core::Duration = pathlab_core::Duration::from_millis(10);
 
+/// How often an emulator samples its bottleneck queue in a run of `duration_ns`: every
+/// [`QUEUE_SAMPLE_INTERVAL`] if it has one, else once at the start (without a queue, one
+/// sample says it was empty).
+pub fn queue_sample_interval(has_bottleneck: bool, duration_ns: u64) -> pathlab_core::Duration {
+    if has_bottleneck {
+        QUEUE_SAMPLE_INTERVAL
+    } else {
+        pathlab_core::Duration::from_nanos(duration_ns + 1)
+    }
+}
+
 /// How the ports of a cable receive traffic entering a direction with `spec`, in a lab
 /// of `emulated_links` emulated links.
 pub fn receive_mode(spec: &pathlab_core::LinkSpec, emulated_links: usize) -> ReceiveMode {
@@ -288,14 +299,10 @@ pub fn run(
                         // whole run would be 10,000 open files in a large lab.
                         record: Some(Record::Reopened(options.out.join(&file_name))),
                         pcap: None,
-                        // Without a queue, one sample at the start says it was empty.
-                        queue_sample_interval: if has_bottleneck(experiment, i) {
-                            QUEUE_SAMPLE_INTERVAL
-                        } else {
-                            pathlab_core::Duration::from_nanos(
-                                experiment.duration.as_nanos() as u64 + 1,
-                            )
-                        },
+                        queue_sample_interval: queue_sample_interval(
+                            has_bottleneck(experiment, i),
+                            experiment.duration.as_nanos() as u64,
+                        ),
                         command: vec![format!("pathlab lab {}", experiment.name)],
                         on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
                     },

@@ -40,7 +40,7 @@ use pathlab_os::netlink::Netlink;
 use pathlab_results::lab::LinkChange;
 
 use crate::export::node::{Interface, NodeConfig, Role, WorkloadParams};
-use crate::run::{receive_mode, SERVER_PORT};
+use crate::run::{queue_sample_interval, receive_mode, SERVER_PORT};
 use crate::spec::WorkloadKind;
 use crate::workload::{self, sleep_until, Timed};
 use wire::{HalfLink, NodeOutcome, NodeResult, NodeStatus, Phase, StartRequest, Underlay};
@@ -274,10 +274,9 @@ pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
     outcome
 }
 
-/// One interface with its emulator in front.
+/// One interface with an emulator in front, and what the engine made it.
 struct Fronted {
     interposed: Interposed,
-    handle: Option<EmulatorHandle>,
     device: String,
     remote: Option<IpAddr>,
 }
@@ -335,6 +334,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     sysctl("net/ipv6/conf/all/forwarding")?;
     let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
     let mut fronted: Vec<Fronted> = Vec::new();
+    let mut emulators: Vec<Arc<EmulatorHandle>> = Vec::new();
     for (k, interface) in config.interfaces.iter().enumerate() {
         let device = devices
             .iter()
@@ -348,18 +348,20 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
                     message: e.to_string(),
                 }
             })?;
-        let handle = front(&pool, &interposed, interface, config, k, &options.out)?;
+        emulators.push(Arc::new(front(
+            &pool,
+            &interposed,
+            interface,
+            config,
+            k,
+            &options.out,
+        )?));
         fronted.push(Fronted {
             interposed,
-            handle: Some(handle),
             device: device.kind.clone().unwrap_or_else(|| "device".to_owned()),
             remote: device.remote,
         });
     }
-    let emulators: Vec<Arc<EmulatorHandle>> = fronted
-        .iter_mut()
-        .map(|f| Arc::new(f.handle.take().expect("just made")))
-        .collect();
     let control = Arc::new(LabControl::new(
         config
             .interfaces
@@ -372,7 +374,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     *lock(&shared.control) = Some(Arc::clone(&control));
     let result = configure(config)
         .and_then(|()| serve_workloads(config))
-        .and_then(|servers| {
+        .and_then(|_servers| {
             // 3. The underlay.
             shared.set_phase(Phase::Measuring);
             let underlay = measure_underlay(config, &fronted, options.wait, stop)?;
@@ -396,21 +398,14 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
             let at = wait_for_start(shared, stop)?;
             lock(&shared.status).start_unix_ns = Some(at);
             shared.set_phase(Phase::Running);
-            let result = run_timeline(config, &emulators, &control, at, options, underlay);
-            servers.0.store(true, Ordering::SeqCst);
-            result
+            run_timeline(config, &emulators, &control, at, options, underlay)
         });
     // 5. Emulators stopped (recordings flushed), interfaces put back. The control
     // address lets go of them first: a request being answered holds them for a moment.
     lock(&shared.control).take();
-    let mut control = control;
-    let control = loop {
-        match Arc::try_unwrap(control) {
-            Ok(control) => break control,
-            Err(again) => control = again,
-        }
+    while Arc::strong_count(&control) > 1 {
         std::thread::sleep(Duration::from_millis(10));
-    };
+    }
     drop(control);
     let stats: Vec<_> = emulators
         .into_iter()
@@ -485,16 +480,14 @@ fn front(
                     out.join(format!("link-{}.jsonl", interface.link)),
                 )),
                 pcap: None,
-                queue_sample_interval: if egress.has_bottleneck()
-                    || interface
-                        .events
-                        .iter()
-                        .any(|e| LinkSpec::parse(&e.egress).is_ok_and(|s| s.has_bottleneck()))
-                {
-                    pathlab_core::Duration::from_millis(10)
-                } else {
-                    pathlab_core::Duration::from_nanos(config.duration_ns + 1)
-                },
+                queue_sample_interval: queue_sample_interval(
+                    egress.has_bottleneck()
+                        || interface
+                            .events
+                            .iter()
+                            .any(|e| LinkSpec::parse(&e.egress).is_ok_and(|s| s.has_bottleneck())),
+                    config.duration_ns,
+                ),
                 command: vec![format!("pathlab node {} ({})", config.node, k)],
                 on_interface_gone: OnInterfaceGone::Stop,
             },
@@ -548,19 +541,28 @@ fn configure(config: &NodeConfig) -> Result<(), NodeError> {
     Ok(())
 }
 
+/// The servers a node answers its peers' workloads with, stopped when dropped (the run
+/// over, or failed on the way).
+/// Not joined: a server thread still sending to a peer cut off by SIGTERM ends by itself,
+/// as in `pathlab lab`.
+struct Servers {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
 /// The measurement server and the blocks responders this node answers its peers'
-/// workloads with; they stop when the returned flag is set.
-fn serve_workloads(
-    config: &NodeConfig,
-) -> Result<(Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>), NodeError> {
+/// workloads with.
+fn serve_workloads(config: &NodeConfig) -> Result<Servers, NodeError> {
     let servers_stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
     let serving = config.workloads.iter().filter(|w| w.role == Role::Server);
     if serving.clone().any(|w| w.port == Some(SERVER_PORT)) {
-        threads.push(
-            workload::start_server(|| Ok(()), Arc::clone(&servers_stop))
-                .map_err(io_error("starting the measurement server"))?,
-        );
+        workload::start_server(|| Ok(()), Arc::clone(&servers_stop))
+            .map_err(io_error("starting the measurement server"))?;
     }
     let mut responders: Vec<(u16, u32)> = serving
         .filter_map(|w| match (&w.kind, w.port) {
@@ -574,13 +576,9 @@ fn serve_workloads(
         let listener = std::net::TcpListener::bind((IpAddr::from([0u8; 4]), port)).map_err(
             io_error(format!("starting the blocks responder on port {port}")),
         )?;
-        threads.push(workload::start_responder(
-            listener,
-            size,
-            Arc::clone(&servers_stop),
-        ));
+        workload::start_responder(listener, size, Arc::clone(&servers_stop));
     }
-    Ok((servers_stop, threads))
+    Ok(Servers { stop: servers_stop })
 }
 
 /// Echo requests sent per link once its far end answers: the median of 50 holds against

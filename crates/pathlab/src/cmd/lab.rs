@@ -64,19 +64,10 @@ pub enum Action {
 /// Arguments of `pathlab lab collect`.
 #[derive(Debug, clap::Args)]
 pub struct CollectArgs {
-    /// The recipe or spec file the lab was exported from, with the same --quick, --point
-    /// and --seed: each node's config must be the one the export wrote.
-    #[arg(value_name = "RECIPE|SPEC.toml")]
-    pub experiment: String,
-    /// The lab was exported with --quick.
-    #[arg(long)]
-    pub quick: bool,
-    /// The sweep run exported (--point N of the export).
-    #[arg(long, value_name = "N")]
-    pub point: Option<usize>,
-    /// The seed exported with.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    pub seed: u64,
+    /// The lab as it was exported (same recipe or file, --quick, --point and --seed): each
+    /// node's config must be the one the export wrote.
+    #[command(flatten)]
+    pub lab: ExportedLab,
     /// Each node's control address, `{node}` and `{lab}` replaced by their names:
     /// `clab-{lab}-{node}:8080` (containerlab), `service-{node}.{lab}.svc:8080` (KNE, from
     /// inside the cluster), or `NODE=HOST:PORT,...` for each node by name.
@@ -115,9 +106,9 @@ pub enum Engine {
 /// What `pathlab lab export ENGINE` takes.
 #[derive(Debug, clap::Args)]
 pub struct EngineArgs {
-    /// A built-in recipe or an experiment spec file, as `pathlab lab` takes them.
-    #[arg(value_name = "RECIPE|SPEC.toml")]
-    pub experiment: String,
+    /// The lab, one sweep point of it.
+    #[command(flatten)]
+    pub lab: ExportedLab,
     /// Directory for the topology, the node configs and the control token (created if
     /// missing; files of the same names are replaced, but a valid token file is kept).
     #[arg(long, value_name = "DIR")]
@@ -125,11 +116,20 @@ pub struct EngineArgs {
     /// The container image every node runs; it must have `pathlab` on its PATH.
     #[arg(long, value_name = "IMAGE", default_value = pathlab_lab::export::DEFAULT_IMAGE)]
     pub image: String,
+}
+
+/// Which lab an export is (and a collection was exported as): `lab export` and `lab
+/// collect` take the same.
+#[derive(Debug, clap::Args)]
+pub struct ExportedLab {
+    /// A built-in recipe or an experiment spec file, as `pathlab lab` takes them.
+    #[arg(value_name = "RECIPE|SPEC.toml")]
+    pub experiment: String,
     /// The short form of the experiment (its `quick` length, its `quick_sweep` values).
     #[arg(long)]
     pub quick: bool,
-    /// Which run of a sweep to export, 1 to the number of runs (an engine runs one
-    /// topology at a time; without it, a sweep is refused with its runs listed).
+    /// Which run of a sweep, 1 to the number of runs (an engine runs one topology at a
+    /// time; without it, a sweep is refused with its runs listed).
     #[arg(long, value_name = "N")]
     pub point: Option<usize>,
     /// Seed of the emulators' random choices.
@@ -444,15 +444,12 @@ fn choose_point(
 }
 
 /// The experiment as `pathlab lab export` exports it: one sweep point, `--quick` applied.
-fn exported(
-    name: &str,
-    quick: bool,
-    point: Option<usize>,
-) -> anyhow::Result<(Experiment, SweepPoint)> {
+fn exported(lab: &ExportedLab) -> anyhow::Result<(Experiment, SweepPoint)> {
+    let (name, quick) = (lab.experiment.as_str(), lab.quick);
     let (text, file) = experiment_text(name)?;
     let named = spec_error(file.as_deref());
     let points = expand(&text, quick).map_err(&named)?;
-    let point = choose_point(name, points, point)?;
+    let point = choose_point(name, points, lab.point)?;
     let experiment = Experiment::parse(&point.text).map_err(&named)?;
     let experiment = if quick {
         experiment.quick()
@@ -497,11 +494,11 @@ fn addresses(pattern: &str, lab: &str, nodes: &[String]) -> anyhow::Result<Vec<S
 
 /// Runs `pathlab lab collect`.
 fn collect(args: &CollectArgs) -> anyhow::Result<()> {
-    let (experiment, point) = exported(&args.experiment, args.quick, args.point)?;
+    let (experiment, point) = exported(&args.lab)?;
     let configs = pathlab_lab::export::Export {
         experiment: &experiment,
         point: Some(point.label.clone()).filter(|label| !label.is_empty()),
-        seed: args.seed,
+        seed: args.lab.seed,
         image: pathlab_lab::export::DEFAULT_IMAGE.to_owned(),
     }
     .node_configs("pods and containers")
@@ -641,13 +638,13 @@ fn export(args: &ExportArgs) -> anyhow::Result<()> {
     let options = match &args.engine {
         Engine::Kne(options) | Engine::Containerlab(options) => options,
     };
-    let (experiment, point) = exported(&options.experiment, options.quick, options.point)?;
+    let (experiment, point) = exported(&options.lab)?;
     let out = &options.out;
     let token = lab_token(out)?;
     let export = Export {
         experiment: &experiment,
         point: Some(point.label).filter(|label| !label.is_empty()),
-        seed: options.seed,
+        seed: options.lab.seed,
         image: options.image.clone(),
     };
     let files = match &args.engine {
