@@ -529,3 +529,28 @@ fn a_reader_that_closes_the_output_early_ends_the_command_quietly() {
         stderr(&output)
     );
 }
+
+/// `--priority` takes `realtime` or `normal`, and `--cpus` only CPUs of this machine, in
+/// every command that runs emulators: anything else exits 2 naming the choices (before any
+/// privilege is needed).
+#[test]
+fn an_unknown_priority_or_a_cpu_the_machine_lacks_exits_2() {
+    let outside = pathlab_os::scheduling::machine_cpus().last().unwrap() + 1;
+    let outside = outside.to_string();
+    for command in [
+        &["emulate", "--between", "a", "b", "delay 1ms"][..],
+        &["shell", "delay 1ms"][..],
+        &["lab", "bufferbloat"][..],
+        &["node", "node.toml"][..],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--priority", "fast"]);
+        util::assert_refused(&args, "the choices are realtime, normal");
+        let mut args = command.to_vec();
+        args.extend(["--cpus", &outside]);
+        util::assert_refused(&args, "is not one of this machine's: it has");
+        let mut args = command.to_vec();
+        args.extend(["--cpus", "1-0"]);
+        util::assert_refused(&args, "runs backwards");
+    }
+}

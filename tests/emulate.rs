@@ -2190,6 +2190,15 @@ fn a_lab_run_whose_emulator_cannot_follow_its_link_is_marked_late() {
     );
     eprintln!("{stdout}");
     let run = read_lab_run(&out.join("result.json"));
+    // Late although its forwarding threads had real-time scheduling, and the result says so.
+    let scheduling = run
+        .scheduling
+        .as_ref()
+        .expect("the run says how it was scheduled");
+    assert_eq!(
+        (scheduling.policy.as_str(), scheduling.priority),
+        ("fifo", 50)
+    );
     let lateness = &run.links[0].lateness;
     assert_eq!(lateness.len(), 2, "both directions: {lateness:?}");
     let forward = &lateness[0];
@@ -2560,4 +2569,146 @@ fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_noth
         })
         .collect();
     assert!(strays.is_empty(), "{strays:?}");
+}
+
+/// The scheduling of the forwarding threads (issue 43), read back from the kernel: by
+/// default each is SCHED_FIFO at 50 with the process's memory locked, on the CPUs given,
+/// and the emulator says so at start, in `stats` and in its final JSON; without
+/// CAP_SYS_NICE it says once why it runs at normal priority, and does.
+#[test]
+fn the_emulator_reports_the_scheduling_it_asked_for_and_got() {
+    let Some(_serial) = privileged("the_emulator_reports_the_scheduling_it_asked_for_and_got")
+    else {
+        return;
+    };
+    let cpu = pathlab_os::scheduling::machine_cpus()[0].to_string();
+    let mut lab = Lab::start_with("sched", "delay 1ms", &["--cpus", &cpu], false, false);
+    let emulator_pid = lab.emulator.as_ref().expect("running").id();
+    let threads = forwarding_threads(emulator_pid);
+    assert_eq!(threads.len(), 2, "a thread per direction: {threads:?}");
+    for thread in &threads {
+        assert_eq!(
+            (thread.policy, thread.rt_priority),
+            (libc::SCHED_FIFO as u32, 50),
+            "{thread:?}"
+        );
+    }
+    let status = std::fs::read_to_string(format!("/proc/{emulator_pid}/status")).unwrap();
+    let locked_kb = status_kb(&status, "VmLck:");
+    assert!(locked_kb > 0, "memory locked: VmLck {locked_kb} kB");
+    let live = lab
+        .stats()
+        .scheduling
+        .expect("stats say how it is scheduled");
+    assert_eq!(
+        (live.asked.as_str(), live.policy.as_str(), live.priority),
+        ("realtime", "fifo", 50)
+    );
+    assert!(live.memory_locked && live.notes.is_empty(), "{live:?}");
+    assert_eq!((live.cpus.as_str(), live.threads), (cpu.as_str(), 2));
+    let text = pathlab(&["emulate", "stats", "--name", &lab.name]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(&format!(
+            "forwarding threads: real-time (SCHED_FIFO 50), memory locked, CPUs {cpu}, 2 \
+             forwarding threads"
+        )),
+        "{text}"
+    );
+    let (stats, stderr) = stop_with_stderr(&mut lab);
+    assert_eq!(stats.scheduling, Some(live));
+    assert!(
+        stderr.contains("forwarding threads: real-time (SCHED_FIFO 50)"),
+        "{stderr}"
+    );
+    drop(lab);
+
+    // The same emulator without CAP_SYS_NICE: normal priority, said once, and true.
+    let line = Line::build(pathlab_os::topology::Middle::Emulator, false).expect("namespaces");
+    let name = format!("t{}-sched-nonice", std::process::id());
+    let mut command = line.r.command(PATHLAB);
+    command
+        .args(["emulate", "--between", R_PORT_H1, R_PORT_H2, "delay 1ms"])
+        .args(["--name", &name, "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    pathlab_os::sys::command_without_capability(&mut command, 23 /* CAP_SYS_NICE */);
+    let mut lab = Lab {
+        line,
+        emulator: Some(command.spawn().expect("pathlab emulate starts")),
+        name,
+        dir: TempDir::new("sched-nonice"),
+    };
+    lab.wait_ready();
+    let threads = forwarding_threads(lab.emulator.as_ref().unwrap().id());
+    assert!(
+        threads.iter().all(|t| t.policy == libc::SCHED_OTHER as u32),
+        "{threads:?}"
+    );
+    let (stats, stderr) = stop_with_stderr(&mut lab);
+    let got = stats
+        .scheduling
+        .expect("final stats say how it was scheduled");
+    assert_eq!(
+        (got.asked.as_str(), got.policy.as_str()),
+        ("realtime", "normal")
+    );
+    let refusal = "no permission for real-time scheduling";
+    assert!(got.notes.iter().any(|n| n.contains(refusal)), "{got:?}");
+    assert_eq!(stderr.matches(refusal).count(), 1, "said once: {stderr}");
+}
+
+/// A forwarding thread of a process as the kernel reports it.
+#[derive(Debug)]
+struct ThreadClass {
+    policy: u32,
+    rt_priority: u32,
+}
+
+/// The `pathlab-forward` threads of process `pid`, with their scheduling class and
+/// real-time priority from /proc (stat fields 40 and 41).
+fn forwarding_threads(pid: u32) -> Vec<ThreadClass> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let path = task.expect("task").path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim() != "pathlab-forward" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).expect("stat");
+        // Fields after the command name's closing parenthesis, from field 3 on.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        threads.push(ThreadClass {
+            rt_priority: fields[40 - 3].parse().unwrap(),
+            policy: fields[41 - 3].parse().unwrap(),
+        });
+    }
+    threads
+}
+
+/// A `kB` figure of /proc/PID/status.
+fn status_kb(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Stops a lab's emulator with SIGTERM; returns its final stats and what it said.
+fn stop_with_stderr(lab: &mut Lab) -> (EmulatorStats, String) {
+    let child = lab.emulator.take().expect("running");
+    pathlab_os::kill(child.id(), util::emulated::libc_sigterm()).expect("signal");
+    let output = child.wait_with_output().expect("emulator exits");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    (
+        serde_json::from_slice(&output.stdout).expect("final stats"),
+        stderr,
+    )
 }

@@ -94,6 +94,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
         started_unix_ns: STARTED_UNIX_NS,
         duration_ns: 4_000_000_000,
         interrupted: false,
+        scheduling: None,
         parameters: vec![("queue".into(), queue.to_string())],
         links: vec![LabLink {
             name: "r1-h2".into(),

@@ -30,6 +30,8 @@ pub struct ShellConfig {
     pub program: Vec<String>,
     /// Forward and masquerade the program's IPv4 traffic beyond this namespace.
     pub nat: bool,
+    /// How the emulator's forwarding threads are scheduled.
+    pub scheduling: pathlab_os::scheduling::Request,
 }
 
 /// The addresses of the two ends.
@@ -166,7 +168,13 @@ pub fn run(
         .and_then(|r| r)
         .map_err(io_error("setting up the shell's namespace"))?;
     let name = config.emulator.name.clone();
-    let handle = emulator::spawn([inside, outside], config.emulator)?;
+    let pool = emulator::Pool::with_scheduling(2, &config.scheduling)
+        .map_err(io_error("starting the forwarding threads"))?;
+    // Said only when something asked was not given: the shell is the program's terminal.
+    for note in &pool.scheduling().notes {
+        eprintln!("pathlab shell '{name}': note: {note}");
+    }
+    let handle = pool.spawn([inside, outside], config.emulator)?;
     let (program, arguments) = config.program.split_first().expect("a program is given");
     let mut command: Command = netns.command(program);
     command

@@ -405,7 +405,33 @@ pub fn merge(experiment: &Experiment, point: &SweepPoint, results: &[NodeResult]
         parameters: point.parameters.clone(),
         links,
         workloads,
+        scheduling: merge_scheduling(results),
     }
+}
+
+/// The scheduling of a lab's nodes as one: the first node's where all agree, else the
+/// first that differs from it, its notes naming the node (a run's timing holds only as
+/// far as its worst-scheduled node's).
+fn merge_scheduling(results: &[NodeResult]) -> Option<pathlab_results::lab::Scheduling> {
+    let first = results.iter().find_map(|r| r.scheduling.as_ref())?;
+    let differs = results.iter().find(|r| {
+        r.scheduling
+            .as_ref()
+            .is_some_and(|s| s.policy != first.policy || s.memory_locked != first.memory_locked)
+    });
+    Some(match differs {
+        None => first.clone(),
+        Some(result) => {
+            let mut merged = result.scheduling.clone().expect("found with one");
+            merged.policy = "mixed".into();
+            merged.notes = merged
+                .notes
+                .iter()
+                .map(|n| format!("node {}: {n}", result.node))
+                .collect();
+            merged
+        }
+    })
 }
 
 /// One recording of a link from its two ends' recordings: the `a` end's egress
@@ -578,6 +604,7 @@ mod tests {
             started_unix_ns: started,
             duration_ns: duration,
             interrupted: false,
+            scheduling: None,
             workloads: experiment
                 .workloads
                 .iter()

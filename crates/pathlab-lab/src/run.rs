@@ -146,6 +146,8 @@ pub struct RunOptions {
     /// Where a spec sent to the control address may name trace files, by file name
     /// (`pathlab lab --trace-dir`); none: it names none.
     pub trace_dir: Option<Arc<pathlab_os::files::Dir>>,
+    /// How the emulators' forwarding threads are scheduled (`--priority`, `--cpus`).
+    pub scheduling: pathlab_os::scheduling::Request,
 }
 
 /// Why a run could not be made.
@@ -244,7 +246,9 @@ pub fn run(
     let mut emulators: Vec<Option<Arc<EmulatorHandle>>> = Vec::new();
     // One forwarding thread per core for all the lab's links: a thread per direction
     // would be thousands of threads in a large lab.
-    let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
+    let pool = emulator::Pool::per_core_with(&options.scheduling)
+        .map_err(io_error("starting the forwarding threads"))?;
+    announce_scheduling(&experiment.name, pool.scheduling());
     let board = topology
         .board
         .take()
@@ -492,7 +496,17 @@ pub fn run(
         parameters: point.parameters.clone(),
         links,
         workloads,
+        scheduling: Some(pool.scheduling().clone()),
     })
+}
+
+/// Says on stderr, once at start, how `who`'s forwarding threads are scheduled and why
+/// anything asked was not given.
+pub fn announce_scheduling(who: &str, scheduling: &emulator::Scheduling) {
+    eprintln!("{who}: forwarding threads: {}", scheduling.text());
+    for note in &scheduling.notes {
+        eprintln!("{who}: note: {note}");
+    }
 }
 
 /// A thread serving a lab's control address: stopped and joined when dropped, so a run

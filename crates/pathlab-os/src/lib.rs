@@ -26,6 +26,7 @@ pub mod netns;
 pub mod offload;
 pub mod process;
 pub mod runtime;
+pub mod scheduling;
 pub mod sys;
 pub mod tcp_socket;
 pub mod testing;

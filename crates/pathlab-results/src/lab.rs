@@ -29,6 +29,56 @@ pub struct LabRun {
     pub links: Vec<LabLink>,
     /// Every workload.
     pub workloads: Vec<LabWorkload>,
+    /// How the emulators' forwarding threads were scheduled; `None` in files from before.
+    #[serde(default, skip_serializing_if = "Option::is_none")] // added with --priority
+    pub scheduling: Option<Scheduling>,
+}
+
+/// How an emulator's forwarding threads were scheduled: what was asked, what the kernel
+/// gave, and why anything asked was not given. A run's timing holds on a busy machine only
+/// where its forwarding threads had real-time scheduling.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scheduling {
+    /// What was asked (`--priority`): `realtime` or `normal`.
+    pub asked: String,
+    /// The class every forwarding thread got: `fifo` (SCHED_FIFO), `normal` (SCHED_OTHER),
+    /// or `mixed` when they differ.
+    pub policy: String,
+    /// Their real-time priority (1-99; 0 at normal priority).
+    pub priority: u32,
+    /// Whether the process's memory is locked in RAM.
+    pub memory_locked: bool,
+    /// The CPUs they may run on, as `taskset -c` writes them (`0-1`).
+    pub cpus: String,
+    /// How many forwarding threads there are.
+    pub threads: u32,
+    /// What was asked and not given, and why, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl Scheduling {
+    /// One line for a terminal: `real-time (SCHED_FIFO 50), memory locked, CPUs 0-1, 2
+    /// threads`, or what runs at normal priority and why.
+    pub fn text(&self) -> String {
+        let class = match self.policy.as_str() {
+            "fifo" => format!("real-time (SCHED_FIFO {})", self.priority),
+            "normal" if self.asked == "normal" => "normal priority (as asked)".to_owned(),
+            "normal" => "normal priority".to_owned(),
+            other => other.to_owned(),
+        };
+        let memory = if self.memory_locked {
+            "memory locked"
+        } else {
+            "memory not locked"
+        };
+        format!(
+            "{class}, {memory}, CPUs {}, {} forwarding thread{}",
+            self.cpus,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        )
+    }
 }
 
 /// A link of a run.

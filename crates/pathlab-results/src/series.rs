@@ -666,6 +666,7 @@ pub(crate) mod tests {
             started_unix_ns: STARTED_UNIX_NS,
             duration_ns: 2_000_000_000,
             interrupted: false,
+            scheduling: None,
             parameters: vec![("queue".into(), "10".into())],
             links: vec![LabLink {
                 name: "r1-h2".into(),

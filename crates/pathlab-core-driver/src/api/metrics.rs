@@ -38,6 +38,25 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
     for stats in all {
         e.sample(&[("emulator", &stats.name)], stats.uptime_ns as f64 / 1e9);
     }
+    e.family(
+        "pathlab_emulator_realtime_priority",
+        Kind::Gauge,
+        "The SCHED_FIFO priority of the emulator's forwarding threads; 0 when they run at \
+         normal priority (asked with --priority normal, or not permitted).",
+    );
+    for stats in all {
+        if let Some(scheduling) = &stats.scheduling {
+            let priority = if scheduling.policy == "fifo" {
+                scheduling.priority
+            } else {
+                0
+            };
+            e.sample(
+                &[("emulator", &stats.name), ("asked", &scheduling.asked)],
+                f64::from(priority),
+            );
+        }
+    }
     let counters: [Field<u64>; 8] = [
         (
             "pathlab_emulator_received_frames_total",

@@ -446,6 +446,7 @@ fn example_stats(name: &str, forwarded_bytes: u64, queue_drops: u64) -> Emulator
         uptime_ns: 12_000_000_000,
         directions: vec![d, r],
         failure: None,
+        scheduling: None,
     }
 }
 

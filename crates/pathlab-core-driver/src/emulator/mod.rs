@@ -9,6 +9,11 @@
 //! late each one actually left is measured and reported ([`crate::fidelity`]). An
 //! emulator of its own ([`spawn`]) has a thread per direction; many emulators can share a
 //! [`Pool`] of threads.
+//!
+//! Forwarding threads ask for real-time scheduling (`SCHED_FIFO`) by default and then
+//! sleep to each deadline instead of spinning ([`pathlab_os::scheduling`]): at normal
+//! priority a busy machine hands their core to whoever asks, and their packets leave
+//! milliseconds late.
 
 mod recorder;
 mod worker;
@@ -21,7 +26,8 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use pathlab_core::link::LinkCounters;
 use pathlab_core::time::Duration;
 use pathlab_core::{Link, LinkSpec};
-use pathlab_os::Clock;
+use pathlab_os::{scheduling, sys, Clock};
+pub use pathlab_results::lab::Scheduling;
 use pathlab_results::recording::{self, DirectionInfo, RecordingHeader};
 use serde::{Deserialize, Serialize};
 
@@ -129,6 +135,10 @@ pub struct EmulatorStats {
     /// Why the emulator ended by itself, if it did (an interface disappeared).
     #[serde(default)]
     pub failure: Option<String>,
+    /// How its forwarding threads are scheduled (`None` from an emulator before
+    /// `--priority`).
+    #[serde(default)] // added with --priority
+    pub scheduling: Option<Scheduling>,
 }
 
 /// Everything an emulator needs besides its ports.
@@ -204,6 +214,7 @@ struct PoolInner {
     /// Directions each worker serves, for placing new ones.
     load: Mutex<Vec<usize>>,
     next_key: AtomicU64,
+    scheduling: Scheduling,
 }
 
 impl std::fmt::Debug for Pool {
@@ -215,31 +226,76 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    /// A pool of `threads` forwarding threads (at least one), spinning as
-    /// [`spin_window`] says.
+    /// A pool of `threads` forwarding threads (at least one) at real-time priority where
+    /// the process may ([`Pool::with_scheduling`] with the default request).
     pub fn new(threads: usize) -> io::Result<Pool> {
-        let (window, share) = spin_window(threads.max(1));
-        Pool::with_spin(threads, window, share)
+        Pool::with_scheduling(threads, &scheduling::Request::default())
     }
 
-    /// A pool of `threads` forwarding threads that spin for `window` before each deadline,
-    /// at most `share` of their time (1: no limit, 0: never).
+    /// A pool of `threads` forwarding threads scheduled as `request` asks: with real-time
+    /// scheduling they sleep until each deadline (a real-time thread that spins takes its
+    /// core from everything else, the traffic's own programs included); without it they
+    /// spin as [`spin_window`] says. The process's memory is locked with real-time
+    /// scheduling; what each thread got is in [`Pool::scheduling`].
+    pub fn with_scheduling(threads: usize, request: &scheduling::Request) -> io::Result<Pool> {
+        let (window, share) = spin_window(threads.max(1));
+        Pool::start(threads, window, share, request)
+    }
+
+    /// A pool of `threads` forwarding threads at normal priority that spin for `window`
+    /// before each deadline, at most `share` of their time (1: no limit, 0: never).
     pub fn with_spin(threads: usize, window: Duration, share: f64) -> io::Result<Pool> {
-        let workers = (0..threads.max(1))
-            .map(|_| worker::WorkerHandle::start("pathlab-forward", window, share))
-            .collect::<io::Result<Vec<_>>>()?;
+        let normal = scheduling::Request {
+            priority: scheduling::Priority::Normal,
+            cpus: None,
+        };
+        Pool::start(threads, window, share, &normal)
+    }
+
+    fn start(
+        threads: usize,
+        window: Duration,
+        share: f64,
+        request: &scheduling::Request,
+    ) -> io::Result<Pool> {
+        let memory =
+            (request.priority == scheduling::Priority::Realtime).then(scheduling::lock_memory_once);
+        let (workers, granted): (Vec<_>, Vec<_>) = (0..threads.max(1))
+            .map(|_| worker::WorkerHandle::start("pathlab-forward", window, share, request))
+            .collect::<io::Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
+        let scheduling = scheduling_report(request, &granted, memory.as_ref());
         Ok(Pool {
             inner: Arc::new(PoolInner {
                 load: Mutex::new(vec![0; workers.len()]),
                 workers,
                 next_key: AtomicU64::new(0),
+                scheduling,
             }),
         })
     }
 
-    /// A pool with a thread per core of the machine.
+    /// How its forwarding threads are scheduled: what was asked, what they got, and why
+    /// not.
+    pub fn scheduling(&self) -> &Scheduling {
+        &self.inner.scheduling
+    }
+
+    /// A pool with a thread per core of the machine, at real-time priority where the
+    /// process may.
     pub fn per_core() -> io::Result<Pool> {
         Pool::new(Pool::per_core_threads())
+    }
+
+    /// A pool with a thread per CPU `request` allows (per core of the machine if it names
+    /// none), scheduled as it asks.
+    pub fn per_core_with(request: &scheduling::Request) -> io::Result<Pool> {
+        let threads = request
+            .cpus
+            .as_ref()
+            .map_or_else(Pool::per_core_threads, Vec::len);
+        Pool::with_scheduling(threads, request)
     }
 
     /// How many threads [`Pool::per_core`] starts: the machine's cores.
@@ -295,7 +351,51 @@ impl Pool {
     }
 }
 
-/// Starts an emulator between two ports, each direction on its own thread.
+/// What the threads of a pool asked for and got, in one report: the class they all got
+/// (`mixed` if not all the same), the notes once each, and the memory lock's outcome
+/// (`None`: not asked).
+fn scheduling_report(
+    request: &scheduling::Request,
+    granted: &[scheduling::Granted],
+    memory: Option<&Result<(), String>>,
+) -> Scheduling {
+    let (policy, priority) = match granted.first().map(|g| g.policy) {
+        Some(first) if granted.iter().any(|g| g.policy != first) => ("mixed", 0),
+        Some(sys::Policy::Fifo(priority)) => ("fifo", priority),
+        Some(sys::Policy::Normal) | None => ("normal", 0),
+        Some(sys::Policy::Other(_)) => ("other", 0),
+    };
+    let mut notes: Vec<String> = Vec::new();
+    for note in granted.iter().flat_map(|g| &g.notes) {
+        if !notes.contains(note) {
+            notes.push(note.clone());
+        }
+    }
+    if let Some(Err(why)) = memory {
+        notes.push(why.clone());
+    }
+    if policy == "fifo" {
+        notes.extend(scheduling::rt_throttling_note());
+    }
+    let mut cpus: Vec<usize> = granted
+        .iter()
+        .flat_map(|g| g.cpus.iter().copied())
+        .collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    Scheduling {
+        asked: request.priority.name().to_owned(),
+        policy: policy.to_owned(),
+        priority,
+        memory_locked: matches!(memory, Some(Ok(()))),
+        cpus: scheduling::cpu_list_text(&cpus),
+        threads: granted.len() as u32,
+        notes,
+    }
+}
+
+/// Starts an emulator between two ports, each direction on its own thread, at real-time
+/// priority where the process may (`Pool::with_scheduling(2, ..).spawn(..)` chooses).
 pub fn spawn<P: Port + 'static>(
     ports: [P; 2],
     config: EmulatorConfig,
@@ -529,6 +629,7 @@ impl EmulatorHandle {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            scheduling: Some(self.pool.scheduling().clone()),
         }
     }
 

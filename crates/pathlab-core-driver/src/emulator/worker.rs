@@ -27,6 +27,7 @@ use crate::fidelity::Lateness;
 use crate::port::{Framing, Port, PortError, ReceiveCounts, SharedReceiver, Transmit};
 use pathlab_os::buffers::BufferPool;
 use pathlab_os::offload;
+use pathlab_os::scheduling;
 use pathlab_os::sys;
 use pathlab_os::Clock;
 
@@ -693,8 +694,15 @@ pub(super) struct WorkerHandle {
 }
 
 impl WorkerHandle {
-    /// Starts a worker thread.
-    pub fn start(name: &str, spin: Duration, share: f64) -> io::Result<WorkerHandle> {
+    /// Starts a worker thread scheduled as `request` asks; returns it with what the thread
+    /// got. A thread that got real-time scheduling never spins: it would take its core from
+    /// everything else for the whole window.
+    pub fn start(
+        name: &str,
+        spin: Duration,
+        share: f64,
+        request: &scheduling::Request,
+    ) -> io::Result<(WorkerHandle, scheduling::Granted)> {
         let (requests, receiver) = mpsc::channel();
         let wake = Arc::new(sys::eventfd()?);
         let mut worker = Worker {
@@ -715,14 +723,29 @@ impl WorkerHandle {
             ready: Vec::new(),
         };
         worker.epoll.add(wake.as_fd(), u64::MAX)?;
+        let (granted_tx, granted_rx) = mpsc::sync_channel(1);
+        let request = request.clone();
         let thread = std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || worker.run())?;
-        Ok(WorkerHandle {
-            requests,
-            wake,
-            thread: Some(thread),
-        })
+            .spawn(move || {
+                let granted = scheduling::apply_to_this_thread(&request);
+                if matches!(granted.policy, sys::Policy::Fifo(_)) {
+                    worker.spin = std::time::Duration::ZERO;
+                }
+                let _ = granted_tx.send(granted);
+                worker.run();
+            })?;
+        let granted = granted_rx
+            .recv()
+            .map_err(|_| io::Error::other("a forwarding thread ended as it started"))?;
+        Ok((
+            WorkerHandle {
+                requests,
+                wake,
+                thread: Some(thread),
+            },
+            granted,
+        ))
     }
 
     /// Sends a request and wakes the thread.

@@ -62,6 +62,8 @@ pub struct NodeOptions {
     pub server: Arc<HttpServer>,
     /// Where a spec sent to the control address may name trace files.
     pub trace_dir: Option<Arc<pathlab_os::files::Dir>>,
+    /// How the emulators' forwarding threads are scheduled (`--priority`, `--cpus`).
+    pub scheduling: pathlab_os::scheduling::Request,
 }
 
 /// Why a node could not play its part.
@@ -332,7 +334,9 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     };
     sysctl("net/ipv4/ip_forward")?;
     sysctl("net/ipv6/conf/all/forwarding")?;
-    let pool = emulator::Pool::per_core().map_err(io_error("starting the forwarding threads"))?;
+    let pool = emulator::Pool::per_core_with(&options.scheduling)
+        .map_err(io_error("starting the forwarding threads"))?;
+    crate::run::announce_scheduling(&format!("pathlab node {name}"), pool.scheduling());
     let mut fronted: Vec<Fronted> = Vec::new();
     let mut emulators: Vec<Arc<EmulatorHandle>> = Vec::new();
     for (k, interface) in config.interfaces.iter().enumerate() {
@@ -417,6 +421,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
         }
     }
     let mut result = result?;
+    result.scheduling = Some(pool.scheduling().clone());
     for ((half, interface), stats) in result.links.iter_mut().zip(&config.interfaces).zip(stats) {
         if let Some(stats) = stats {
             // The emulator's final counters, as `emulate stats -J` gives them.
@@ -807,5 +812,6 @@ fn run_timeline(
             .collect(),
         links,
         underlay,
+        scheduling: None,
     })
 }

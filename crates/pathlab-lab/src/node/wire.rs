@@ -270,7 +270,14 @@ pub struct NodeResult {
     pub links: Vec<HalfLink>,
     /// The underlay under each link, as measured before the run.
     pub underlay: Vec<Underlay>,
+    /// How its emulators' forwarding threads were scheduled.
+    #[serde(default)] // added with --priority
+    pub scheduling: Option<pathlab_results::lab::Scheduling>,
 }
+
+/// The most notes a node's scheduling may carry, and the longest of its texts.
+const MAX_SCHEDULING_NOTES: usize = 16;
+const MAX_SCHEDULING_TEXT: usize = 512;
 
 impl NodeResult {
     /// Reads a node's result, checking it against `config`: the node's name, each of its
@@ -314,6 +321,21 @@ impl NodeResult {
             }
         }
         check_underlay(&result.underlay, config)?;
+        if let Some(scheduling) = &result.scheduling {
+            let texts = [&scheduling.asked, &scheduling.policy, &scheduling.cpus];
+            if scheduling.notes.len() > MAX_SCHEDULING_NOTES
+                || texts
+                    .into_iter()
+                    .chain(&scheduling.notes)
+                    .any(|t| t.len() > MAX_SCHEDULING_TEXT)
+                || scheduling.priority > 99
+            {
+                return Err(WireError::Invalid(
+                    "a scheduling report past its bounds (16 notes of 512 bytes, priority 99)"
+                        .into(),
+                ));
+            }
+        }
         Ok(result)
     }
 }
@@ -450,6 +472,7 @@ mod tests {
                 changes: Vec::new(),
             }],
             underlay: Vec::new(),
+            scheduling: None,
         };
         let parse = |r: &NodeResult| NodeResult::parse(&serde_json::to_vec(r).unwrap(), &config);
         assert_eq!(parse(&good), Ok(good.clone()));
@@ -463,6 +486,12 @@ mod tests {
             inspect: None,
         });
         assert!(parse(&stranger).is_err());
+        let mut noisy = good.clone();
+        noisy.scheduling = Some(pathlab_results::lab::Scheduling {
+            notes: vec!["n".repeat(513)],
+            ..Default::default()
+        });
+        assert!(parse(&noisy).is_err());
         let long = NodeResult {
             duration_ns: MAX_TIME_NS + 1,
             ..good

@@ -9,6 +9,7 @@
 mod epoll;
 mod packet_batch;
 mod ring;
+mod sched;
 mod share_filter;
 mod vlan_filter;
 
@@ -23,6 +24,10 @@ use std::time::Duration;
 pub use epoll::Epoll;
 pub use packet_batch::{enable_packet_auxdata, packet_drops, PacketBatch};
 pub use ring::RxRing;
+pub use sched::{
+    lock_memory, set_thread_cpus, set_thread_fifo, thread_cpus, thread_policy, unlock_memory,
+    Policy, MAX_CPUS,
+};
 pub use share_filter::attach_share_filter;
 pub use vlan_filter::{attach_vlan_filter, VlanFilter};
 
@@ -395,6 +400,25 @@ pub fn command_parent_death_signal(command: &mut Command, signal: libc::c_int) {
             if libc::getppid() != parent {
                 libc::raise(signal);
             }
+            Ok(())
+        });
+    }
+}
+
+/// Makes the child of `command` start without capability `capability` (a `CAP_*` number):
+/// dropped from its bounding set, so root's program gets every capability but that one. How
+/// a test runs pathlab as a container without CAP_SYS_NICE runs it.
+pub fn command_without_capability(command: &mut Command, capability: libc::c_int) {
+    // SAFETY: prctl is async-signal-safe; this runs in the child between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            cvt(libc::prctl(
+                libc::PR_CAPBSET_DROP,
+                capability as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
             Ok(())
         });
     }

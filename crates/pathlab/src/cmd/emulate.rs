@@ -102,6 +102,8 @@ pub struct Args {
     #[arg(long, value_name = "TIME|off", default_value_t = LateBound(Some(DEFAULT_LATE_BOUND)), value_parser = parse_late_bound)]
     pub late_warn: LateBound,
     #[command(flatten)]
+    pub scheduling: crate::cmd::SchedulingArgs,
+    #[command(flatten)]
     pub control: ControlArgs,
     /// A recording started over the control address (POST /api/v1/recording) is a new
     /// file of DIR, named by the request (a file name, no path). Without it, the address
@@ -381,7 +383,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             OnInterfaceGone::Stop
         },
     };
-    let handle = emulator::spawn(ports, config)?;
+    let pool = emulator::Pool::with_scheduling(2, &args.scheduling.request())
+        .context("starting the forwarding threads")?;
+    let handle = pool.spawn(ports, config)?;
     handle.set_late_bound(args.late_warn.0);
     let mut guard = args.late_warn.0.map(|_| Guard {
         name: args.common.name.clone(),
@@ -415,6 +419,10 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             name = args.common.name,
         ),
     }
+    pathlab_lab::run::announce_scheduling(
+        &format!("pathlab emulate '{}'", args.common.name),
+        pool.scheduling(),
+    );
     if let Some(http) = &http {
         http.announce(&format!(
             "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a change \
@@ -689,6 +697,12 @@ pub fn print_stats(stats: &EmulatorStats) {
         stats.name,
         uptime.as_secs_f64()
     );
+    if let Some(scheduling) = &stats.scheduling {
+        let _ = writeln!(out, "forwarding threads: {}", scheduling.text());
+        for note in &scheduling.notes {
+            let _ = writeln!(out, "  note: {note}");
+        }
+    }
     for d in &stats.directions {
         let seconds = uptime.as_secs_f64().max(1e-9);
         let _ = writeln!(out, "{} -> {}: {}", d.from, d.to, show_text(&d.spec));

@@ -34,6 +34,8 @@ pub struct Args {
     /// Print the experiment's spec (to copy and edit) instead of running it.
     #[arg(long)]
     pub print: bool,
+    #[command(flatten)]
+    pub scheduling: crate::cmd::SchedulingArgs,
     /// `--control ADDR`: while it runs, serve each emulated link's HTTP API (read and
     /// change its spec, its stats) and Prometheus metrics of every link on ADDR (see
     /// docs/lab.md).
@@ -231,6 +233,7 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
                 stop: Arc::clone(&stop),
                 control: control.clone(),
                 trace_dir: trace_dir.clone(),
+                scheduling: args.scheduling.request(),
             },
         )?;
         let file = pathlab_results::ResultFile::new(

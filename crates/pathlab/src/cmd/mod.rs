@@ -80,3 +80,37 @@ mod tests {
         }
     }
 }
+
+/// How the forwarding threads of the emulators a command runs are scheduled: the one
+/// group of `--priority` and `--cpus` for `emulate`, `shell`, `lab` and `node`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SchedulingArgs {
+    /// How the emulator's forwarding threads get the CPU: `realtime` (SCHED_FIFO, memory
+    /// locked, where the process may; they sleep to each deadline, and keep their timing
+    /// on a busy machine) or `normal` (they share the CPU with every other program).
+    /// Without the privilege for `realtime` it says so once and runs at normal priority.
+    #[arg(long, value_name = "realtime|normal", default_value = "realtime")]
+    pub priority: pathlab_os::scheduling::Priority,
+    /// Run the forwarding threads on these CPUs only, as `taskset -c` writes them (`1`,
+    /// `0,2-3`); a lab or node has a thread per CPU listed.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
+    pub cpus: Option<CpuList>,
+}
+
+/// CPUs given on the command line, each one of the machine's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+fn parse_cpu_list(text: &str) -> Result<CpuList, String> {
+    pathlab_os::scheduling::parse_cpus(text).map(CpuList)
+}
+
+impl SchedulingArgs {
+    /// What the forwarding threads are to ask of the scheduler.
+    pub fn request(&self) -> pathlab_os::scheduling::Request {
+        pathlab_os::scheduling::Request {
+            priority: self.priority,
+            cpus: self.cpus.as_ref().map(|list| list.0.clone()),
+        }
+    }
+}

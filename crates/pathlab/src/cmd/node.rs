@@ -34,6 +34,8 @@ pub struct Args {
     /// A spec sent to the control address may name trace files of DIR, by file name.
     #[arg(long, value_name = "DIR")]
     pub trace_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub scheduling: crate::cmd::SchedulingArgs,
 }
 
 /// Runs `pathlab node`.
@@ -84,6 +86,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         stop,
         server: Arc::new(server),
         trace_dir: traces.map(Arc::new),
+        scheduling: args.scheduling.request(),
     });
     match result {
         Ok(_) | Err(node::NodeError::Stopped) => Ok(()),

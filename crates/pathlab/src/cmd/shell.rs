@@ -39,6 +39,8 @@ pub struct Args {
     /// Print the emulator's counters when the program exits.
     #[arg(long)]
     pub stats: bool,
+    #[command(flatten)]
+    pub scheduling: crate::cmd::SchedulingArgs,
     /// The program and its arguments (default: $SHELL).
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -85,6 +87,7 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         },
         program,
         nat: !args.no_nat,
+        scheduling: args.scheduling.request(),
     };
     let outcome =
         shell::run(config, std::os::fd::AsFd::as_fd(&signals)).map_err(|error| match error {
