@@ -141,6 +141,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--loads", default="idle,busy", help="idle, busy or both")
+    parser.add_argument("--priorities", default="realtime,normal")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (namespaces and real-time scheduling)")
@@ -154,12 +156,12 @@ def main():
         procs.append(server)
         time.sleep(0.5)
         rows = []
-        for load in ("idle", "busy"):
+        for load in args.loads.split(","):
             loops = busy_loops() if load == "busy" else []
             try:
                 time.sleep(0.5)
                 cyc_p99, cyc_max = cyclictest_p99(args.seconds)
-                for priority in ("realtime", "normal"):
+                for priority in args.priorities.split(","):
                     for run in range(args.runs):
                         fwd, rev, fwd_max, goodput, got = emulator_run(priority, args.seconds, procs)
                         rows.append((load, priority, run, fwd, rev, fwd_max, goodput, got,

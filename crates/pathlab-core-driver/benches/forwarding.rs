@@ -9,7 +9,9 @@
 //! PATHLAB_BENCH_RATES the bottleneck runs', and PATHLAB_BENCH_TRACE prints each
 //! direction's rate, queue and lateness every second of a bottleneck run.
 //! PATHLAB_BENCH_RECEIVE set to `ring` or `socket` makes every port receive that way
-//! (default: as `ReceiveMode::for_link` chooses), to compare the two. PATHLAB_BENCH_PARTS
+//! (default: as `ReceiveMode::for_link` chooses), to compare the two; PATHLAB_BENCH_PRIORITY
+//! set to `normal` runs the forwarding threads at normal priority (default: `realtime`,
+//! as `pathlab emulate`). PATHLAB_BENCH_PARTS
 //! (comma-separated: `empty`, `both`, `bottleneck`, `udp`; default all) runs only those parts.
 
 use std::time::Duration;
@@ -17,6 +19,7 @@ use std::time::Duration;
 use pathlab_core::{quantile, LinkSpec};
 use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorStats};
 use pathlab_core_driver::port::{PacketPort, ReceiveMode};
+use pathlab_os::scheduling::Priority;
 use pathlab_os::topology::{Check, Line, Middle, R_PORT_H1, R_PORT_H2};
 
 fn seconds() -> Duration {
@@ -50,7 +53,17 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
         .expect("thread in r")
         .expect("ports open");
     let spec = LinkSpec::parse(spec).expect("spec");
-    let handle = emulator::spawn(
+    // PATHLAB_BENCH_PRIORITY=normal compares with forwarding threads at normal priority.
+    let priority = std::env::var("PATHLAB_BENCH_PRIORITY")
+        .ok()
+        .map_or(Ok(Priority::Realtime), |p| p.parse())
+        .expect("PATHLAB_BENCH_PRIORITY is realtime or normal");
+    let request = pathlab_os::scheduling::Request {
+        priority,
+        cpus: None,
+    };
+    let pool = emulator::Pool::with_scheduling(2, &request).expect("forwarding threads");
+    let handle = pool.spawn(
         ports,
         EmulatorConfig {
             name: "bench".into(),
