@@ -149,6 +149,63 @@ fn delay_20ms_each_way_gives_a_40ms_ping() {
     let _ = H1_V4;
 }
 
+/// Each ping through `delay 20ms` each way is timed by the kernel (the request's transmit
+/// stamp to the reply's receive stamp), and its round trip is the link's 40 ms within
+/// 0.1 ms plus what the emulator measured of its own lateness (both directions' largest):
+/// the pinger's wake-up delays are not in it, so it holds on a busy machine too.
+#[test]
+fn pings_are_timed_by_the_kernel_within_the_emulators_lateness() {
+    let Some(_serial) = privileged("pings_are_timed_by_the_kernel_within_the_emulators_lateness")
+    else {
+        return;
+    };
+    let lab = Lab::start("stamps", "delay 20ms", &[], false);
+    // The first pings also wait for ARP and neighbour discovery.
+    lab.ping(IpAddr::V4(H2_V4), 1, Duration::from_millis(10), 56);
+    lab.ping(IpAddr::V6(H2_V6), 1, Duration::from_millis(10), 56);
+    let mut results = lab.ping(IpAddr::V4(H2_V4), 100, Duration::from_millis(20), 56);
+    results.extend(lab.ping(IpAddr::V6(H2_V6), 20, Duration::from_millis(20), 56));
+    let stats = lab.stats();
+    let late_ms: f64 = stats
+        .directions
+        .iter()
+        .map(|d| d.lateness.max_ns as f64 / 1e6)
+        .sum();
+    let tolerance_ms = 0.1 + late_ms;
+    let (mut kernel, mut user_space) = (Vec::new(), Vec::new());
+    for result in &results {
+        assert_eq!(
+            result.timed_by,
+            Some(pathlab_probe_driver::ping::TimedBy::Kernel),
+            "{result:?}"
+        );
+        let rtt = result.rtt.expect("no loss").as_secs_f64() * 1e3;
+        let seen = result.user_space_rtt.expect("no loss").as_secs_f64() * 1e3;
+        assert!(rtt <= seen, "kernel {rtt:.4} ms > user space {seen:.4} ms");
+        assert!(
+            (rtt - 40.0).abs() <= tolerance_ms,
+            "ping {}: {rtt:.4} ms, expected 40 ms within 0.1 + {late_ms:.3} ms (the emulator's lateness)",
+            result.seq
+        );
+        kernel.push(rtt);
+        user_space.push(seen);
+    }
+    let extra: Vec<f64> = kernel.iter().zip(&user_space).map(|(k, u)| u - k).collect();
+    let quantiles = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let q = |q| pathlab_core::quantile::of_sorted(&values, q).unwrap_or(f64::NAN);
+        format!("p50 {:.4} p99 {:.4} max {:.4}", q(0.5), q(0.99), q(1.0))
+    };
+    eprintln!(
+        "delay 20ms each way, {} pings: kernel RTT {} ms; user-space RTT {} ms; user space \
+         longer by {} ms; emulator lateness max {late_ms:.3} ms (both ways)",
+        results.len(),
+        quantiles(kernel),
+        quantiles(user_space),
+        quantiles(extra),
+    );
+}
+
 /// The two-sided 99.9% binomial interval of a count of `n` trials with probability `p`
 /// (normal approximation; z = 3.29).
 fn binomial_bound(n: usize, p: f64) -> (f64, f64) {

@@ -85,6 +85,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
         send_error: Percentiles::default(),
         series,
         series_sent_ns: (0..40).map(|seq| seq * 100_000_000).collect(),
+        timed_by: pathlab_probe::rtt::RoundTripClocks::default(),
     };
     let run = LabRun {
         name: "bufferbloat".into(),

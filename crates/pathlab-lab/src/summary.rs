@@ -138,6 +138,8 @@ pub struct RttSummary {
     pub plateau_s: f64,
     /// What theory says about the path.
     pub theory: Option<PathTheory>,
+    /// Which clock timed the round trips.
+    pub timed_by: pathlab_probe::rtt::RoundTripClocks,
 }
 
 /// The RTT and ping workloads of a run, summarized.
@@ -153,6 +155,7 @@ pub fn rtt_summaries(experiment: &Experiment, run: &LabRun) -> Vec<RttSummary> {
             p99_s: trips.rtt.p99_ns as f64 * 1e-9,
             plateau_s: trips.plateau_s().unwrap_or(f64::NAN),
             theory: path_theory(experiment, workload),
+            timed_by: trips.timed_by,
         });
     }
     out

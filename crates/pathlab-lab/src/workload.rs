@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pathlab_probe::control::{Direction, Limits, TcpDirection};
+use pathlab_probe::rtt::RoundTripClocks;
 use pathlab_probe::tcp::TcpTestReport;
 use pathlab_probe_driver::{
     Client, MeasureError, Partial, Server, ServerConfig, TcpOptions, TcpTest,
@@ -204,6 +205,7 @@ fn ping(target: IpAddr, interval: Duration, size: u32, duration: Duration) -> La
         .iter()
         .filter_map(|r| r.rtt.map(|rtt| (r, rtt.as_nanos() as i64)))
         .collect();
+    let timed_by = RoundTripClocks::of(replies.iter().filter_map(|&(r, _)| r.timed_by));
     LabOutcome::Ping(Box::new(PingReport {
         interval_ns: interval.as_nanos() as u64,
         size,
@@ -218,6 +220,7 @@ fn ping(target: IpAddr, interval: Duration, size: u32, duration: Duration) -> La
             .iter()
             .map(|&(r, _)| first.map_or(0, |f| (r.sent - f).as_nanos() as u64))
             .collect(),
+        timed_by,
     }))
 }
 

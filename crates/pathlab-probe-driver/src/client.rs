@@ -9,7 +9,7 @@ use pathlab_probe::auth::Way;
 use pathlab_probe::control::{Direction, Limits, Message, ReceivedProbe, TestRequest};
 use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
-use pathlab_probe::rtt::{self, RoundTrip, RttReport};
+use pathlab_probe::rtt::{self, RoundTrip, RttReport, TimedBy};
 use pathlab_probe::session::{
     fill_padding, ClientEvent, ClientSession, ProbeReceiver, Rejections, Running, SessionError,
 };
@@ -590,15 +590,72 @@ impl OneWayTest {
     }
 }
 
-/// What a round-trip test has so far: every reply in arrival order, and how late each
-/// request left.
+/// What a round-trip test has so far: every reply in arrival order, how late each
+/// request left, and when the kernel sent each.
+///
+/// A reply's `sent_ns` is first the client's clock just before the send, which the
+/// request carries; [`RoundTrips::timed_replies`] puts the kernel's transmit stamp in its
+/// place once it has been read (it may be read after the reply), and says which clock
+/// timed each round trip.
 #[derive(Debug, Default)]
 struct RoundTrips {
     replies: Vec<RoundTrip>,
     send_errors: Vec<u64>,
+    /// Per request, by sequence number: when the kernel sent it, ns (0: no stamp yet).
+    transmit_ns: Vec<u64>,
+    /// The sequence number of each datagram the socket sent, by the kernel's datagram
+    /// number (`SOF_TIMESTAMPING_OPT_ID`, from 0: the socket sends nothing else).
+    datagram_seqs: Vec<u64>,
 }
 
 impl RoundTrips {
+    /// Records that request `seq` left, as datagram number `datagram_seqs.len()` if the
+    /// kernel took it.
+    fn sent(&mut self, seq: u64, taken: bool) {
+        debug_assert_eq!(self.transmit_ns.len() as u64, seq);
+        self.transmit_ns.push(0);
+        if taken {
+            self.datagram_seqs.push(seq);
+        }
+    }
+
+    /// Takes every transmit stamp off `udp`'s error queue (which keeps it polling readable
+    /// until empty) and files it under its request.
+    fn take_transmit_stamps(&mut self, udp: &UdpSocket) -> io::Result<()> {
+        while let Some(queued) = sys::recv_error_queue(udp.as_fd())? {
+            if let sys::ErrorQueued::Transmitted(stamp) = queued {
+                if let Some(&seq) = self.datagram_seqs.get(stamp.id as usize) {
+                    self.transmit_ns[seq as usize] = stamp.kernel_ns;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The replies with the kernel's send time where it gave one. A round trip is the
+    /// kernel's when both its reply's receive stamp and its request's transmit stamp came,
+    /// the transmit stamp no earlier than the request's own reading (which a stamp given
+    /// to the wrong request would be) and no later than the reply.
+    fn timed_replies(&self) -> Vec<RoundTrip> {
+        self.replies
+            .iter()
+            .map(|reply| {
+                let transmit_ns = self
+                    .transmit_ns
+                    .get(reply.seq as usize)
+                    .copied()
+                    .filter(|&t| t >= reply.sent_ns && t > 0 && t <= reply.received_ns);
+                match (reply.timed_by, transmit_ns) {
+                    (TimedBy::Kernel, Some(sent_ns)) => RoundTrip { sent_ns, ..*reply },
+                    _ => RoundTrip {
+                        timed_by: TimedBy::UserSpace,
+                        ..*reply
+                    },
+                }
+            })
+            .collect()
+    }
+
     /// The report of a test cut short after `sent` requests: the server's count of what it
     /// received never came, so it is what the replies prove (every loss counts as lost
     /// on the way up).
@@ -610,7 +667,7 @@ impl RoundTrips {
         answered.sort_unstable();
         answered.dedup();
         Some(rtt::analyse(
-            &self.replies,
+            &self.timed_replies(),
             sent,
             answered.len() as u64,
             0,
@@ -679,16 +736,27 @@ impl Client {
     ) -> Result<RttReport, MeasureError> {
         udp.connect(self.server_address(running))?;
         udp.set_nonblocking(true)?;
+        // The kernel's transmit stamps, numbered from the first request: a round trip from
+        // them is free of the client's own delays (see `RoundTrips::timed_replies`). A
+        // kernel that refuses leaves every round trip to the client's clock.
+        let stamped = sys::enable_timestamping(udp.as_fd()).is_ok();
         let padding = Box::new(random::<4096>()?);
         let mut bytes = Vec::with_capacity(size as usize + 64);
         let mut buffer = vec![0u8; probe::MAX_LEN + 1];
         so_far.replies.reserve(count as usize);
         so_far.send_errors.reserve(count as usize);
+        so_far.transmit_ns.reserve(count as usize);
+        so_far.datagram_seqs.reserve(count as usize);
         let mut rejections = Rejections::default();
         let start = Instant::now();
         let mut collect = |client: &mut Client,
-                           replies: &mut Vec<RoundTrip>,
-                           rejections: &mut Rejections| {
+                           so_far: &mut RoundTrips,
+                           rejections: &mut Rejections|
+         -> io::Result<()> {
+            if stamped {
+                so_far.take_transmit_stamps(udp)?;
+            }
+            let replies = &mut so_far.replies;
             let before = replies.len();
             while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
             {
@@ -706,12 +774,19 @@ impl Client {
                         reflector_received_ns: p.reflection.received_ns,
                         reflector_sent_ns: p.reflection.sent_ns,
                         received_ns,
+                        // Until the transmit stamp is read: see `timed_replies`.
+                        timed_by: if kernel_ns.is_some() {
+                            TimedBy::Kernel
+                        } else {
+                            TimedBy::UserSpace
+                        },
                     });
                 }
             }
             if replies.len() > before {
                 client.heard(Instant::now());
             }
+            Ok(())
         };
         while *sent < count {
             let seq = *sent;
@@ -734,7 +809,8 @@ impl Client {
                         &mut bytes,
                     )
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                let _ = udp.send(&bytes);
+                let taken = udp.send(&bytes).is_ok();
+                so_far.sent(seq, taken);
                 so_far
                     .send_errors
                     .push(now.duration_since(due).as_nanos() as u64);
@@ -749,7 +825,7 @@ impl Client {
                     &mut [false],
                 );
             }
-            collect(self, &mut so_far.replies, &mut rejections);
+            collect(self, so_far, &mut rejections)?;
             // A server that gave up (or says why it stops) ends the test now.
             if let Some(message) = self.poll_message(Duration::ZERO)? {
                 return Err(MeasureError::Session(SessionError::Protocol(format!(
@@ -775,7 +851,7 @@ impl Client {
                 Some(Duration::from_millis(10)),
                 &mut [false],
             );
-            collect(self, &mut so_far.replies, &mut rejections);
+            collect(self, so_far, &mut rejections)?;
         }
         self.send(&Message::Sent {
             count,
@@ -785,10 +861,10 @@ impl Client {
             Message::Done {
                 received, excess, ..
             } => {
-                collect(self, &mut so_far.replies, &mut rejections);
+                collect(self, so_far, &mut rejections)?;
                 self.finish();
                 Ok(rtt::analyse(
-                    &so_far.replies,
+                    &so_far.timed_replies(),
                     count,
                     received,
                     excess,
@@ -838,11 +914,13 @@ mod tests {
             reflector_received_ns: seq * 10_000_000 + 500_000,
             reflector_sent_ns: seq * 10_000_000 + 520_000,
             received_ns: seq * 10_000_000 + 1_000_000,
+            timed_by: TimedBy::Kernel,
         };
         let so_far = RoundTrips {
             // 0..=99 answered, 42 twice; nothing after.
             replies: (0..100).chain([42]).map(reply).collect(),
             send_errors: vec![0; 300],
+            ..RoundTrips::default()
         };
         assert!(so_far.partial(0).is_none());
         let report = so_far.partial(300).unwrap();
@@ -852,5 +930,50 @@ mod tests {
         );
         assert_eq!(report.reflector_received, 100);
         assert_eq!((report.lost_up, report.lost_down), (200, 0));
+        // No transmit stamp was read: every round trip is the client's own.
+        assert_eq!(report.timed_by.only(), Some(TimedBy::UserSpace));
+    }
+
+    #[test]
+    fn a_round_trip_takes_its_requests_transmit_stamp_when_it_fits() {
+        let reply = |seq: u64, timed_by| RoundTrip {
+            seq,
+            sent_ns: 1_000_000 + seq * 10_000_000,
+            reflector_received_ns: 1_000_000 + seq * 10_000_000 + 500_000,
+            reflector_sent_ns: 1_000_000 + seq * 10_000_000 + 520_000,
+            received_ns: 1_000_000 + seq * 10_000_000 + 1_000_000,
+            timed_by,
+        };
+        let mut so_far = RoundTrips::default();
+        // Request 2 never reached the kernel: datagram 2 is request 3.
+        for seq in 0..5 {
+            so_far.sent(seq, seq != 2);
+        }
+        assert_eq!(so_far.datagram_seqs, vec![0, 1, 3, 4]);
+        so_far.transmit_ns[0] = 1_000_000 + 30_000; // 30 us after the client's reading
+        so_far.transmit_ns[1] = 11_000_000 + 20_000;
+        so_far.transmit_ns[3] = 20_000_000; // before its reading: another request's
+        so_far.transmit_ns[4] = 41_000_000 + 40_000;
+        so_far.replies = vec![
+            reply(0, TimedBy::Kernel),
+            reply(1, TimedBy::UserSpace), // the reply came without a receive stamp
+            reply(3, TimedBy::Kernel),
+            reply(4, TimedBy::Kernel),
+        ];
+        let timed = so_far.timed_replies();
+        let clocks: Vec<TimedBy> = timed.iter().map(|r| r.timed_by).collect();
+        assert_eq!(
+            clocks,
+            [
+                TimedBy::Kernel,
+                TimedBy::UserSpace,
+                TimedBy::UserSpace,
+                TimedBy::Kernel
+            ]
+        );
+        assert_eq!(timed[0].sent_ns, 1_030_000);
+        assert_eq!(timed[1].sent_ns, 11_000_000, "the client's reading kept");
+        assert_eq!(timed[2].sent_ns, 31_000_000, "the misfiled stamp ignored");
+        assert_eq!(timed[3].rtt_ns(), 1_000_000 - 40_000 - 20_000);
     }
 }

@@ -757,6 +757,7 @@ mod tests {
                     reflector_received_ns: sent + rtt as u64 / 2,
                     reflector_sent_ns: sent + rtt as u64 / 2,
                     received_ns: sent + rtt as u64,
+                    timed_by: crate::rtt::TimedBy::Kernel,
                 })
             })
             .collect();

@@ -18,6 +18,78 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+/// Which clock timed a round trip.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimedBy {
+    /// The kernel's stamps (`SO_TIMESTAMPING`): the request's when the device took it, the
+    /// reply's when it arrived. Free of the program's own wake-up and scheduling delays.
+    Kernel,
+    /// The program's readings of its clock around its system calls, because the kernel
+    /// gave no stamp for one side: they include how late the program woke.
+    #[default]
+    UserSpace,
+}
+
+/// How many round trips of a figure each clock timed ([`TimedBy`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundTripClocks {
+    /// Timed by the kernel's stamps on both sides.
+    pub kernel: u64,
+    /// Timed in user space, for want of a kernel stamp.
+    pub user_space: u64,
+}
+
+impl RoundTripClocks {
+    /// Counts one round trip.
+    pub fn count(&mut self, timed_by: TimedBy) {
+        match timed_by {
+            TimedBy::Kernel => self.kernel += 1,
+            TimedBy::UserSpace => self.user_space += 1,
+        }
+    }
+
+    /// The counts of `timed_by`'s clocks.
+    pub fn of(timed_by: impl IntoIterator<Item = TimedBy>) -> RoundTripClocks {
+        let mut clocks = RoundTripClocks::default();
+        for t in timed_by {
+            clocks.count(t);
+        }
+        clocks
+    }
+
+    /// The clock of every round trip, if one clock timed them all.
+    pub fn only(&self) -> Option<TimedBy> {
+        match (self.kernel, self.user_space) {
+            (_, 0) if self.kernel > 0 => Some(TimedBy::Kernel),
+            (0, _) if self.user_space > 0 => Some(TimedBy::UserSpace),
+            _ => None,
+        }
+    }
+
+    /// Which clock, in words, for a figure's line: `timed by the kernel`, `timed in user
+    /// space`, `timed by the kernel (3 of 50 in user space)`, or `clock not recorded` for
+    /// a result written before the clock was.
+    pub fn describe(&self) -> String {
+        match (self.kernel, self.user_space) {
+            (0, 0) => "clock not recorded".into(),
+            (_, 0) => "timed by the kernel".into(),
+            (0, _) => "timed in user space".into(),
+            (kernel, user_space) => format!(
+                "timed by the kernel ({user_space} of {} in user space)",
+                kernel + user_space
+            ),
+        }
+    }
+}
+
+impl std::ops::AddAssign for RoundTripClocks {
+    fn add_assign(&mut self, other: RoundTripClocks) {
+        self.kernel += other.kernel;
+        self.user_space += other.user_space;
+    }
+}
+
 /// One reply as the client saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RoundTrip {
@@ -31,6 +103,10 @@ pub struct RoundTrip {
     pub reflector_sent_ns: u64,
     /// Client clock when the reply arrived, ns.
     pub received_ns: u64,
+    /// Whether `sent_ns` and `received_ns` are the kernel's stamps or the client's own
+    /// readings.
+    #[serde(default)]
+    pub timed_by: TimedBy,
 }
 
 impl RoundTrip {
@@ -144,6 +220,11 @@ pub struct RttReport {
     /// written before this field existed have none).
     #[serde(default)]
     pub series_sent_ns: Vec<u64>,
+    /// Which clock timed the client's side of the round trips (the reflector's hold time
+    /// is its own reading before it sends): all zero in results written before it was
+    /// recorded.
+    #[serde(default)]
+    pub timed_by: RoundTripClocks,
 }
 
 /// Analyses the replies (in arrival order) of a test that sent `sent` requests, of which
@@ -197,6 +278,7 @@ pub fn analyse(
             let first = distinct.iter().map(|r| r.sent_ns).min().unwrap_or(0);
             distinct.iter().map(|r| r.sent_ns - first).collect()
         },
+        timed_by: RoundTripClocks::of(distinct.iter().map(|r| r.timed_by)),
     }
 }
 
@@ -219,6 +301,11 @@ mod tests {
                     reflector_received_ns: reflector_received as u64,
                     reflector_sent_ns: reflector_sent as u64,
                     received_ns: (reflector_sent - offset + down) as u64,
+                    timed_by: if seq == 7 {
+                        TimedBy::UserSpace
+                    } else {
+                        TimedBy::Kernel
+                    },
                 }
             })
             .collect()
@@ -238,6 +325,52 @@ mod tests {
         // Sent every 10 ms, on the clock of the first request.
         assert_eq!(report.series_sent_ns.len(), report.series.len());
         assert_eq!(report.series_sent_ns[7], 70_000_000);
+        // One of the 200 had no kernel stamp.
+        assert_eq!(
+            report.timed_by,
+            RoundTripClocks {
+                kernel: 199,
+                user_space: 1
+            }
+        );
+        assert_eq!(
+            report.timed_by.describe(),
+            "timed by the kernel (1 of 200 in user space)"
+        );
+        assert_eq!(report.timed_by.only(), None);
+    }
+
+    #[test]
+    fn clocks_say_which_timed_a_figure() {
+        let kernel = RoundTripClocks::of([TimedBy::Kernel; 3]);
+        assert_eq!(kernel.only(), Some(TimedBy::Kernel));
+        assert_eq!(kernel.describe(), "timed by the kernel");
+        let user = RoundTripClocks::of([TimedBy::UserSpace]);
+        assert_eq!(user.only(), Some(TimedBy::UserSpace));
+        assert_eq!(user.describe(), "timed in user space");
+        let mut both = kernel;
+        both += user;
+        assert_eq!(
+            both,
+            RoundTripClocks {
+                kernel: 3,
+                user_space: 1
+            }
+        );
+        // A result written before the clock was recorded.
+        let old: RttReport = serde_json::from_str(&{
+            let mut value = serde_json::to_value(analyse(&replies(1, 1, 0), 200, 200, 0, &[]))
+                .expect("serializes");
+            value.as_object_mut().unwrap().remove("timed_by");
+            value.to_string()
+        })
+        .expect("an old report reads");
+        assert_eq!(old.timed_by, RoundTripClocks::default());
+        assert_eq!(old.timed_by.describe(), "clock not recorded");
+        assert_eq!(
+            serde_json::to_string(&TimedBy::UserSpace).unwrap(),
+            "\"user-space\""
+        );
     }
 
     #[test]

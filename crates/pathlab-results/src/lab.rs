@@ -243,6 +243,10 @@ pub struct LinkUnderlay {
     pub rtt_min_ns: u64,
     /// The median round trip, ns.
     pub rtt_p50_ns: u64,
+    /// Which clock timed the round trips (all zero in results written before it was
+    /// recorded).
+    #[serde(default)]
+    pub timed_by: pathlab_probe::rtt::RoundTripClocks,
     /// The one-way delay the link's egress spec asks for at the start, ns.
     pub spec_delay_ns: u64,
 }
@@ -318,6 +322,8 @@ pub struct RoundTrips<'a> {
     pub series: &'a [(u64, i64)],
     /// When each reply's request was sent, ns after the first (empty in old rtt results).
     pub sent_ns: &'a [u64],
+    /// Which clock timed them.
+    pub timed_by: pathlab_probe::rtt::RoundTripClocks,
 }
 
 impl RoundTrips<'_> {
@@ -345,12 +351,14 @@ impl LabOutcome {
                 rtt: &report.rtt,
                 series: &report.series,
                 sent_ns: &report.series_sent_ns,
+                timed_by: report.timed_by,
             }),
             LabOutcome::Ping(report) => Some(RoundTrips {
                 sent: report.sent,
                 rtt: &report.rtt,
                 series: &report.series,
                 sent_ns: &report.series_sent_ns,
+                timed_by: report.timed_by,
             }),
             _ => None,
         }
@@ -374,6 +382,11 @@ pub struct PingReport {
     pub series: Vec<(u64, i64)>,
     /// When each request of `series` was sent, ns after the first request.
     pub series_sent_ns: Vec<u64>,
+    /// Which clock timed the replies' round trips: the kernel's stamps, or the pinger's
+    /// own clock where the kernel gave none (all zero in results written before it was
+    /// recorded).
+    #[serde(default)]
+    pub timed_by: pathlab_probe::rtt::RoundTripClocks,
 }
 
 /// A workload's path from `from` to `to` as the specs describe it at the start of a run:
@@ -545,10 +558,15 @@ mod tests {
             rtt: pathlab_probe::rtt::percentiles(series.iter().map(|&(_, r)| r)),
             series: series.clone(),
             series_sent_ns: (0..100).map(|i| i * 10_000_000).collect(),
+            timed_by: pathlab_probe::rtt::RoundTripClocks {
+                kernel: 100,
+                user_space: 0,
+            },
         }));
         let trips = ping.round_trips().expect("ping has round trips");
         assert_eq!(trips.plateau_s(), Some(0.099));
         assert_eq!(trips.sent_ns[3], 30_000_000);
+        assert_eq!(trips.timed_by.describe(), "timed by the kernel");
         assert!(LabOutcome::NotStarted.round_trips().is_none());
     }
 }

@@ -580,7 +580,7 @@ pub(crate) mod tests {
     use pathlab_core::packet::Ecn;
     use pathlab_core::record::PacketRecord;
     use pathlab_core::time::Instant;
-    use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
+    use pathlab_probe::rtt::{OffsetBasis, Percentiles, RoundTripClocks, RttReport};
     use pathlab_probe::tcp::{StreamReport, TcpSample, TcpTestReport};
 
     /// The run starts at this unix time.
@@ -657,6 +657,10 @@ pub(crate) mod tests {
                 .map(|seq| (seq, 20_000_000 + seq as i64 * 1_000_000))
                 .collect(),
             series_sent_ns: (0..10).map(|seq| seq * 100_000_000).collect(),
+            timed_by: RoundTripClocks {
+                kernel: 10,
+                user_space: 0,
+            },
         };
         LabRun {
             name: "synthetic".into(),

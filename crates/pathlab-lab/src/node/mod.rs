@@ -384,12 +384,13 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
             let underlay = measure_underlay(config, &fronted, options.wait, stop)?;
             for u in &underlay {
                 eprintln!(
-                    "pathlab node {name}: link {} ({}{}): underlay round trip {:.3} ms (min {:.3})",
+                    "pathlab node {name}: link {} ({}{}): underlay round trip {:.3} ms (min {:.3}), {}",
                     u.link,
                     u.device,
                     u.remote.map(|r| format!(" to {r}")).unwrap_or_default(),
                     u.rtt_p50_ns as f64 * 1e-6,
-                    u.rtt_min_ns as f64 * 1e-6
+                    u.rtt_min_ns as f64 * 1e-6,
+                    u.timed_by.describe()
                 );
                 if let Some(warning) = u.warning() {
                     eprintln!("pathlab node {name}: warning: {warning}");
@@ -661,12 +662,15 @@ fn underlay_of(
             });
         }
     }
-    let replies: Vec<i64> = pinger
+    let results = pinger
         .run(UNDERLAY_SAMPLES, UNDERLAY_INTERVAL, Duration::from_secs(1))
-        .map_err(io_error("sending echo requests"))?
+        .map_err(io_error("sending echo requests"))?;
+    let replies: Vec<i64> = results
         .iter()
         .filter_map(|r| r.rtt.map(|rtt| rtt.as_nanos() as i64))
         .collect();
+    let timed_by =
+        pathlab_probe::rtt::RoundTripClocks::of(results.iter().filter_map(|r| r.timed_by));
     let rtt = pathlab_probe::rtt::percentiles(replies.iter().copied());
     let spec_delay_ns = LinkSpec::parse(&interface.egress)
         .ok()
@@ -681,6 +685,7 @@ fn underlay_of(
         rtt_min_ns: rtt.min_ns,
         rtt_p50_ns: rtt.p50_ns,
         spec_delay_ns,
+        timed_by,
     })
 }
 

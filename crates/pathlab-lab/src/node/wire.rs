@@ -380,6 +380,10 @@ mod tests {
                 rtt_min_ns: 3_300_000,
                 rtt_p50_ns: 3_500_000,
                 spec_delay_ns: 1_000_000,
+                timed_by: pathlab_probe::rtt::RoundTripClocks {
+                    kernel: 50,
+                    user_space: 0,
+                },
             }],
             start_unix_ns: None,
             message: None,

@@ -11,6 +11,7 @@ mod packet_batch;
 mod ring;
 mod sched;
 mod share_filter;
+mod timestamping;
 mod vlan_filter;
 
 use std::ffi::CString;
@@ -29,6 +30,7 @@ pub use sched::{
     Policy, MAX_CPUS,
 };
 pub use share_filter::attach_share_filter;
+pub use timestamping::{enable_timestamping, recv_error_queue, ErrorQueued, TransmitStamp};
 pub use vlan_filter::{attach_vlan_filter, VlanFilter};
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.
@@ -717,8 +719,9 @@ pub fn enable_receive_timestamps(fd: BorrowedFd<'_>) -> io::Result<()> {
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1i32)
 }
 
-/// Receives one datagram with its source and, if the socket has timestamps on, the
-/// kernel's receive time in ns since the Unix epoch.
+/// Receives one datagram with its source and, if the socket has timestamps on
+/// ([`enable_receive_timestamps`] or [`enable_timestamping`]), the kernel's receive time in
+/// ns since the Unix epoch. Allocates nothing.
 pub fn recv_timestamped(
     fd: BorrowedFd<'_>,
     buffer: &mut [u8],
@@ -755,10 +758,11 @@ const fn control_space<T>() -> usize {
 }
 
 /// Room for one received datagram's control messages, every one this module asks for at
-/// once: a timestamp, IPv4 and IPv6 packet info (an IPv6 socket may have both on) and a
-/// GRO segment size. Too small a buffer would lose the last ones without an error (only
-/// `MSG_CTRUNC` says so).
+/// once: a timestamp of each kind (`SO_TIMESTAMPNS` and `SO_TIMESTAMPING` may both be on),
+/// IPv4 and IPv6 packet info (an IPv6 socket may have both on) and a GRO segment size. Too
+/// small a buffer would lose the last ones without an error (only `MSG_CTRUNC` says so).
 const CONTROL_WORDS: usize = (control_space::<libc::timespec>()
+    + timestamping::RECEIVE_STAMP_SPACE
     + control_space::<libc::in_pktinfo>()
     + control_space::<libc::in6_pktinfo>()
     + control_space::<libc::c_int>())
@@ -773,7 +777,7 @@ struct Ancillary {
     segment_size: Option<usize>,
 }
 
-/// The kernel receive time (`SCM_TIMESTAMPNS`), packet info (`IP_PKTINFO`,
+/// The kernel receive time (`SCM_TIMESTAMPNS` or `SCM_TIMESTAMPING`), packet info (`IP_PKTINFO`,
 /// `IPV6_PKTINFO`) and GRO segment size (`UDP_GRO`) in a received message's control data.
 ///
 /// # Safety
@@ -790,6 +794,12 @@ unsafe fn ancillary_data(message: &libc::msghdr) -> Ancillary {
                     if let Some(ts) = payload::<libc::timespec>(cmsg) {
                         ancillary.kernel_ns =
                             Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                    }
+                }
+                // The same stamp of the same packet as SCM_TIMESTAMPNS's, when both are on.
+                (libc::SOL_SOCKET, libc::SCM_TIMESTAMPING) => {
+                    if let Some(ns) = timestamping::receive_stamp(cmsg) {
+                        ancillary.kernel_ns = Some(ns);
                     }
                 }
                 (libc::IPPROTO_IP, libc::IP_PKTINFO) => {

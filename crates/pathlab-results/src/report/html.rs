@@ -207,6 +207,7 @@ fn summaries(out: &mut String, data: &RunData) {
                     opt(path.map(|p| ms(p.base_rtt_s))),
                     lost,
                     format!("{} / {}", trips.series.len(), trips.sent),
+                    trips.timed_by.describe(),
                 ]);
             }
             LabOutcome::Tcp(report) => {
@@ -301,6 +302,7 @@ fn summaries(out: &mut String, data: &RunData) {
                 "theory: base RTT",
                 "lost up / down",
                 "replies / sent",
+                "clock",
             ],
             &rtt_rows,
         );

@@ -208,6 +208,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     args.client
         .save(|| pathlab_results::RunResult::Bloat(Box::new(report.clone())))?;
     if human {
+        let mut clocks = pathlab_probe::rtt::RoundTripClocks::default();
+        for record in &report.records {
+            clocks += record.probes.timed_by;
+        }
+        writeln!(out, "probe round trips {}", clocks.describe())?;
         writeln!(out, "overall grade {}: {}", report.grade, report.verdict)?;
     } else {
         let printed = BloatReport {

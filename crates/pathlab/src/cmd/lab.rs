@@ -289,6 +289,7 @@ fn print_summary(
             ms(rtt.p99_s),
             ms(rtt.plateau_s)
         )?;
+        write!(stdout, ", {}", rtt.timed_by.describe())?;
         if let Some(theory) = rtt.theory {
             if let (Some(plateau), Some(queue), Some(rate)) = (
                 theory.plateau_rtt_s,
@@ -555,11 +556,12 @@ fn collect(args: &CollectArgs) -> anyhow::Result<()> {
         for u in &link.underlay {
             writeln!(
                 stdout,
-                "  link {} at {} ({}): underlay round trip {} ms, added to the spec's delay",
+                "  link {} at {} ({}): underlay round trip {} ms ({}), added to the spec's delay",
                 link.name,
                 u.interface,
                 u.device,
-                format::in_millis(u.rtt_p50_ns as f64 * 1e-9, Digits::fixed(3))
+                format::in_millis(u.rtt_p50_ns as f64 * 1e-9, Digits::fixed(3)),
+                u.timed_by.describe()
             )?;
         }
     }

@@ -299,12 +299,13 @@ fn print_baseline(out: &mut impl std::io::Write, baseline: &Baseline) -> std::io
     let report = &baseline.report;
     writeln!(
         out,
-        "  baseline RTT {} ms (the smallest of {} replies to {} probes; median {} ms, p99 {} ms)",
+        "  baseline RTT {} ms (the smallest of {} replies to {} probes; median {} ms, p99 {} ms; {})",
         format::in_millis(baseline.rtt_ns as f64 * 1e-9, Digits::fixed(3)),
         report.replies,
         report.sent,
         format::in_millis(report.rtt.p50_ns as f64 * 1e-9, Digits::fixed(3)),
-        format::in_millis(report.rtt.p99_ns as f64 * 1e-9, Digits::fixed(3))
+        format::in_millis(report.rtt.p99_ns as f64 * 1e-9, Digits::fixed(3)),
+        report.timed_by.describe()
     )
 }
 

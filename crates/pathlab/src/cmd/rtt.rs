@@ -99,6 +99,8 @@ fn print(r: &RttReport) -> std::io::Result<()> {
         )?;
     }
     row(&mut out, "round trip", &r.rtt)?;
+    // The client's send and receive; the server's hold time, taken out, is its own clock's.
+    writeln!(out, "  {:<10} {}", "clock", r.timed_by.describe())?;
     row(&mut out, "up", &r.up)?;
     row(&mut out, "down", &r.down)?;
     let basis = match r.offset_basis {
