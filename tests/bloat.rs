@@ -11,8 +11,7 @@ use pathlab_os::topology::H2_V4;
 use pathlab_probe::bloat::{BloatReport, Grade, Phase, PhaseSummary};
 use pathlab_results::recording::Recording;
 
-mod util;
-use util::emulated::{privileged, with_server_in_h2, Lab, PATHLAB};
+use crate::util::emulated::{privileged, with_server_in_h2, Lab, PATHLAB};
 
 /// The link of both tests: 10 Mbit/s, 10 ms each way, 1000 packets of queue (a tail-drop
 /// FIFO unless the queue says otherwise).

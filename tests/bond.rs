@@ -1,14 +1,14 @@
 //! `pathlab bond` end to end: real TCP through the tunnel over emulated lines in namespaces
 //! (the `bond` recipe), checked against the emulators' recordings; bad input; cleanup.
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use util::emulated::{privileged, run_quick_recipe, PATHLAB};
-use util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
-use util::TempDir;
+use crate::util::emulated::{privileged, run_quick_recipe, PATHLAB};
+use crate::util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
+use crate::util::TempDir;
 
 /// One upward packet of a line's recording: when it arrived at the emulator, when it left
 /// the queue (None: dropped before), its length on the wire.

@@ -4,10 +4,8 @@
 //! rate. Checked against the emulator's recording, in namespaces; the same with `--tap`,
 //! whose device MTU stays 18 bytes (Ethernet header and one VLAN tag) below the TUN's.
 
-mod util;
-
-use util::emulated::{privileged, run_quick_recipe};
-use util::TempDir;
+use crate::util::emulated::{privileged, run_quick_recipe};
+use crate::util::TempDir;
 
 /// site - isp - srv; the site's line 1500 bytes wide at its interface, 1300 on its path
 /// (the emulator drops larger frames silently); the way down is 1500 wide.

@@ -11,13 +11,11 @@
 //! stream (from its start, while the line's controller ramps up from 1 Mbit/s), and the
 //! emulator's late sends on this busy 2-core machine move it a little.
 
-mod util;
-
 use std::path::Path;
 
+use crate::util::emulated::{privileged, run_quick_recipe};
+use crate::util::TempDir;
 use pathlab_results::lab::{LabOutcome, LabRun};
-use util::emulated::{privileged, run_quick_recipe};
-use util::TempDir;
 
 /// Bytes a datagram carrying one inner packet of `size` bytes of UDP payload takes on a line
 /// counted as Ethernet frames: the inner IP packet, the tunnel's 46, UDP/IP/Ethernet's 42.

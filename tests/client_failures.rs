@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 
 use pathlab_results::{ResultFile, RunResult};
 
-mod util;
-use util::stderr::StderrLog;
-use util::TempDir;
+use crate::util::stderr::StderrLog;
+use crate::util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 

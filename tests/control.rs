@@ -14,10 +14,10 @@ use pathlab_os::topology::H2_V4;
 use pathlab_results::recording::{read_recording, RecordingLine};
 use serde_json::{json, Value};
 
-mod util;
-use util::browser::{find_chromium, Browser};
-use util::emulated::{privileged, Lab, PATHLAB};
-use util::stderr::StderrLog;
+use crate::util;
+use crate::util::browser::{find_chromium, Browser};
+use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::stderr::StderrLog;
 
 const TOKEN: &str = "pathlab-test-token-0123456789";
 

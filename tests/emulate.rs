@@ -19,13 +19,14 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_probe_driver::ping::{PingResult, Pinger};
 use pathlab_results::recording::read_recording;
 
-#[path = "emulate/iface.rs"]
 mod iface;
-mod util;
-#[path = "emulate/vlan.rs"]
 mod vlan;
-use util::emulated::{pathlab, privileged, run_quick_recipe, with_server_in_h2, Lab, PATHLAB};
-use util::TempDir;
+
+use crate::util;
+use crate::util::emulated::{
+    pathlab, privileged, run_quick_recipe, with_server_in_h2, Lab, PATHLAB,
+};
+use crate::util::TempDir;
 
 /// 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload each (timestamps on),
 /// in bytes per second: what a bulk transfer can get through `rate 10mbit`.

@@ -4,7 +4,7 @@
 //! it cannot change; the ground truth is what the receiver counted and what the emulator
 //! dropped.
 
-mod util;
+use crate::util;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -12,8 +12,8 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::util::emulated::{privileged, Lab, PATHLAB};
 use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
-use util::emulated::{privileged, Lab, PATHLAB};
 
 /// How the sender writes.
 #[derive(Clone, Copy)]

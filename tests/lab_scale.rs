@@ -6,15 +6,15 @@
 //! delays. Under a hard limit of 256 it raises that too where it may (CAP_SYS_RESOURCE),
 //! and otherwise says what it needs and has, before building anything.
 
-mod util;
+use crate::util;
 
 use std::fmt::Write as _;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use util::emulated::{privileged, PATHLAB};
-use util::TempDir;
+use crate::util::emulated::{privileged, PATHLAB};
+use crate::util::TempDir;
 
 const LINKS: usize = 300;
 /// Each link's one-way delay, ms: h1 to h2 and back crosses four links' worth.

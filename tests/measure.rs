@@ -9,8 +9,7 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
-mod util;
-use util::LoopbackServer;
+use crate::util::LoopbackServer;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 

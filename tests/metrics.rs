@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use pathlab_http::prometheus::{parse, Family};
 
-mod util;
-use util::stderr::StderrLog;
-use util::tunnel::Tunnel;
-use util::TempDir;
+use crate::util;
+use crate::util::stderr::StderrLog;
+use crate::util::tunnel::Tunnel;
+use crate::util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod util;
-use util::browser::find_chromium;
-use util::TempDir;
+use crate::util;
+use crate::util::browser::find_chromium;
+use crate::util::TempDir;
 
 /// Runs Chromium headless on `page` and returns the DOM it ended with; killed after 90 s.
 fn dump_dom(browser: &str, page: &Path, scratch: &Path) -> String {

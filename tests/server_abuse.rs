@@ -11,8 +11,7 @@ use pathlab_probe::control::{Direction, Refusal};
 use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
-mod util;
-use util::server_process::ServerProcess;
+use crate::util::server_process::ServerProcess;
 
 /// A TCP connection to `server` from `source` (a loopback address of 127/8).
 fn connect_from(source: Ipv4Addr, server: SocketAddr) -> std::io::Result<TcpStream> {

@@ -2,13 +2,13 @@
 //! (`--root`, no root privileges needed), the input errors, and the RTT measured against a
 //! `pathlab server` on loopback.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
+use crate::util::TempDir;
 use serde_json::Value;
-use util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 

@@ -16,8 +16,8 @@ use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_probe_driver::ping::Pinger;
 
-use super::util::emulated::{end, libc_sigterm, link_index, pathlab, privileged, PATHLAB};
 use super::{median, rtts_ms};
+use crate::util::emulated::{end, libc_sigterm, link_index, pathlab, privileged, PATHLAB};
 
 /// How far a ping's median RTT may be from the specs' sum: the bound.
 const RTT_TOLERANCE_MS: f64 = 0.5;

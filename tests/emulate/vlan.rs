@@ -21,9 +21,9 @@ use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::topology::{Check, Line, Middle, H2_V4, R_PORT_H1, R_PORT_H2};
 
-use super::util::emulated::{libc_sigterm, pathlab, privileged, PATHLAB};
-use super::util::TempDir;
 use super::{assert_conservation, median, pcapng_outbound, rtts_ms, test_frame, TEST_SOURCE_MAC};
+use crate::util::emulated::{libc_sigterm, pathlab, privileged, PATHLAB};
+use crate::util::TempDir;
 
 /// The box's trunk port.
 const TRUNK: &str = "trunk";

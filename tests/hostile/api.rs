@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use pathlab_http::ClientResponse;
 use serde_json::{json, Value};
 
-use super::util;
-use util::emulated::{privileged, Lab, PATHLAB};
-use util::stderr::StderrLog;
-use util::TempDir;
+use crate::util;
+use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::stderr::StderrLog;
+use crate::util::TempDir;
 
 const TOKEN: &str = "hostile-api-token-0123456789";
 

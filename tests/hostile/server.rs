@@ -12,7 +12,7 @@ use pathlab_probe::control::{Direction, Message, Refusal, TcpDirection, TestRequ
 use pathlab_probe::probe::{Probe, ProbeKind, Reflection};
 use pathlab_probe::session::{ClientEvent, ClientSession, Running, SessionError};
 
-use super::util::server_process::ServerProcess;
+use crate::util::server_process::ServerProcess;
 
 /// A client that drives the session by hand over a blocking socket.
 struct RawClient {

@@ -18,7 +18,6 @@ pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 /// Whether the test may run (with the serializing guard: the tests measure timing on a
 /// 2-core machine, one at a time): CAP_NET_ADMIN is needed; without it the test panics in
 /// CI and is skipped elsewhere.
-#[allow(unused_imports)] // not every test binary has namespace tests
 pub use pathlab_os::testing::privileged;
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
@@ -166,7 +165,6 @@ impl Drop for Lab {
 
 /// Runs `pathlab ARGS` as nobody (uid 65534, no capabilities) and checks it exits 2 saying
 /// it needs CAP_NET_ADMIN and changed nothing.
-#[allow(dead_code)] // not every test binary refuses
 pub fn refused_without_cap_net_admin(args: &[&str]) {
     use std::os::unix::process::CommandExt;
     let output = Command::new(PATHLAB)
@@ -185,7 +183,6 @@ pub fn refused_without_cap_net_admin(args: &[&str]) {
 
 /// Ends a child the test started: SIGTERM, as Ctrl-C, so it puts back what it changed;
 /// SIGKILL if it has not ended 5 s later.
-#[allow(dead_code)] // not every test binary starts long-running children
 pub fn end(mut child: Child) {
     let _ = pathlab_os::kill(child.id(), libc_sigterm());
     for _ in 0..250 {
@@ -199,7 +196,6 @@ pub fn end(mut child: Child) {
 }
 
 /// The index of interface `name` in `netns`.
-#[allow(dead_code)] // not every test binary looks interfaces up
 pub fn link_index(netns: &pathlab_os::netns::Netns, name: &str) -> u32 {
     netns
         .run(|| pathlab_os::netlink::Netlink::open()?.link_by_name(name))

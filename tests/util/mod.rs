@@ -1,7 +1,5 @@
 //! Helpers shared by the end-to-end tests.
 
-#![allow(dead_code)] // each test crate uses a different part
-
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
