@@ -6,7 +6,7 @@ use crate::util;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::util::emulated::{privileged, run_quick_recipe, PATHLAB};
+use crate::util::emulated::{privileged, privileged_shared, run_quick_recipe, PATHLAB};
 use crate::util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
 use crate::util::TempDir;
 
@@ -1097,7 +1097,8 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
 
 #[test]
 fn without_cap_net_admin_bond_refuses_before_touching_anything() {
-    let Some(_serial) = privileged("without_cap_net_admin_bond_refuses") else {
+    // Shared: refused as nobody before anything is made (its directory has this pid).
+    let Some(_serial) = privileged_shared("without_cap_net_admin_bond_refuses") else {
         return;
     };
     let dir = TempDir::new("bond-unpriv");

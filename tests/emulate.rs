@@ -24,7 +24,7 @@ mod vlan;
 
 use crate::util;
 use crate::util::emulated::{
-    pathlab, privileged, run_quick_recipe, with_server_in_h2, Lab, PATHLAB,
+    pathlab, privileged, privileged_shared, run_quick_recipe, with_server_in_h2, Lab, PATHLAB,
 };
 use crate::util::TempDir;
 
@@ -677,9 +677,10 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
 
 #[test]
 fn without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything() {
-    let Some(_serial) =
-        privileged("without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything")
-    else {
+    // Shared: refused as nobody before anything is made; nothing to collide with.
+    let Some(_serial) = privileged_shared(
+        "without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything",
+    ) else {
         return;
     };
     for args in [
@@ -801,7 +802,9 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
 
 #[test]
 fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
-    let Some(_serial) = privileged("vlan_qinq_and_unknown_frames_cross_byte_for_byte") else {
+    // Shared: it checks bytes, not time, on a line and an emulator of its own (`t{pid}-frames`).
+    let Some(_serial) = privileged_shared("vlan_qinq_and_unknown_frames_cross_byte_for_byte")
+    else {
         return;
     };
     let mut lab = Lab::start("frames", "delay 1ms", &[], false);

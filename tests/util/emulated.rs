@@ -15,10 +15,11 @@ use super::TempDir;
 /// The binary under test.
 pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
-/// Whether the test may run (with the serializing guard: the tests measure timing on a
-/// 2-core machine, one at a time): CAP_NET_ADMIN is needed; without it the test panics in
-/// CI and is skipped elsewhere.
-pub use pathlab_os::testing::privileged;
+/// Whether the test may run: CAP_NET_ADMIN is needed; without it the test panics in CI
+/// and is skipped elsewhere. `privileged` holds the tests' lock alone (a timing test: the
+/// tests measure timing on a 2-core machine, one at a time, across processes),
+/// `privileged_shared` beside other tests that judge no timing (pathlab_os::testing).
+pub use pathlab_os::testing::{privileged, privileged_shared};
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
 /// destroys the namespaces.

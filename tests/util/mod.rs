@@ -11,6 +11,10 @@ pub mod tunnel;
 /// A scratch directory removed when the test ends.
 pub use pathlab_os::testing::ScratchDir as TempDir;
 
+/// The tests' lock, for a test that needs no privilege but judges timing (exclusive) or
+/// loads the machine (shared): it keeps them from running beside a timing test.
+pub use pathlab_os::testing::TestLock;
+
 /// Runs the built `pathlab` with `args`, which must refuse them as bad input: exit code 2,
 /// `reason` in what it says on stderr.
 pub fn assert_refused(args: &[&str], reason: &str) {
