@@ -53,9 +53,12 @@ impl TestLock {
     }
 
     fn take(exclusive: bool) -> TestLock {
+        let asked = std::time::Instant::now();
         let path = std::path::Path::new(TEST_LOCK_PATH);
-        TestLock::take_at(path, exclusive)
-            .unwrap_or_else(|error| panic!("the tests' lock {TEST_LOCK_PATH}: {error}"))
+        let lock = TestLock::take_at(path, exclusive)
+            .unwrap_or_else(|error| panic!("the tests' lock {TEST_LOCK_PATH}: {error}"));
+        log_wait(asked.elapsed());
+        lock
     }
 
     /// The lock on the file `path` ([`open_lock_file`]), waited for.
@@ -69,6 +72,30 @@ impl TestLock {
             }
         }
         Ok(TestLock { _file: file })
+    }
+}
+
+/// Appends how long this test waited for the lock to the file `PATHLAB_LOCK_LOG` names,
+/// if any, as `WAITED BINARY TEST SECONDS`: `scripts/test` takes it off the test's time
+/// when it lists the slowest tests. The test is the thread's name, which libtest sets to
+/// the test's; the binary tells apart tests of the same name in two crates.
+fn log_wait(waited: std::time::Duration) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("PATHLAB_LOCK_LOG") else {
+        return;
+    };
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.file_name()?.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "?".into());
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("WAITED {binary} {test} {:.3}\n", waited.as_secs_f64());
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(line.as_bytes());
     }
 }
 
