@@ -176,8 +176,7 @@ fn narrow_path(tap: bool) {
         .map(|b| b.as_f64().unwrap() * 8.0 / 1e6)
         .collect();
     steady = steady[1..steady.len() - 1].to_vec();
-    steady.sort_by(f64::total_cmp);
-    let median = steady[steady.len() / 2];
+    let median = crate::util::median(&steady);
     let theory = 20.0 * (tun_mtu - TCP_IP) as f64 / (PATH_MTU + ETHERNET) as f64;
     // A bulk segment's 52 bytes of headers go as 9 or so (the cid, the flags, the checksum
     // and small deltas: never under 4), more than SAVED shorter, so a TUN's frames may be

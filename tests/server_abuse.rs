@@ -136,7 +136,7 @@ fn the_server_holds_under_two_thousand_idle_connections_and_garbage_and_stops_at
         }
         other => panic!("the running test's client was not told: {other:?}"),
     }
-    let log = server.drain_log();
+    let log = server.log_lines();
     let stop = log
         .iter()
         .find(|line| line.starts_with("pathlab server: stopped"))

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::util;
 use crate::util::emulated::{privileged_shared, Lab, PATHLAB};
-use crate::util::stderr::StderrLog;
+use crate::util::output::OutputLog;
 use crate::util::TempDir;
 
 const TOKEN: &str = "hostile-api-token-0123456789";
@@ -35,7 +35,7 @@ const LONG_LINE_BYTES: usize = 64 << 20;
 struct ApiLab {
     lab: Lab,
     addr: String,
-    log: StderrLog,
+    log: OutputLog,
     dir: TempDir,
 }
 
@@ -63,7 +63,7 @@ impl ApiLab {
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut lab = Lab::start_with(&format!("api-{test}"), "delay 1ms", &args, true, false);
-        let log = StderrLog::follow(lab.emulator.as_mut().unwrap());
+        let log = OutputLog::follow(lab.emulator.as_mut().unwrap());
         let addr = log.http_address();
         ApiLab {
             lab,

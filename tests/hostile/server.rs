@@ -347,7 +347,7 @@ fn three_hundred_handshakes_sending_a_mebibyte_each_leave_the_server_small() {
     assert!(connections.len() >= 250, "{} connected", connections.len());
     assert!(peak < 100, "the server grew to {peak} MiB");
     // Closed by the server, not kept: the log names the oversized frame.
-    let log = server.drain_log();
+    let log = server.log_lines();
     let oversized = log
         .iter()
         .filter(|line| line.contains("larger than this end takes"))
@@ -447,7 +447,7 @@ fn a_client_that_stops_reading_is_ended_and_sigterm_still_returns_within_a_secon
     let (status, took) = server.terminate(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
     assert!(took < Duration::from_secs(1), "SIGTERM took {took:?}");
-    let summary = server.drain_log().join("\n");
+    let summary = server.log_lines().join("\n");
     assert!(summary.contains("1 clients stopped reading"), "{summary}");
     drop(first);
 }

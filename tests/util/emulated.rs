@@ -1,6 +1,7 @@
 //! The h1 - r - h2 line with `pathlab emulate` in r, and a pathlab server in h2: what the
 //! tests through the emulator share.
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -239,6 +240,37 @@ pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) -> String {
     let html = std::fs::read_to_string(&report).expect("the lab wrote its report");
     assert!(html.contains("<img src=\"data:image/png;base64,"));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// [`run_quick_recipe`] of built-in recipe `recipe` with its quick sweep thinned to the
+/// points a test judges: `points` (`("queue", "[10, 100]")`, TOML values) is the
+/// `[quick_sweep]` in place of the recipe's own (a key it leaves out runs its `[sweep]`
+/// values). The recipe is otherwise as shipped; the spec is written beside `out`, as `out`
+/// + `.toml`. Users' `--quick` keeps every point.
+pub fn run_quick_recipe_points(
+    recipe: &str,
+    points: &[(&str, &str)],
+    out: &std::path::Path,
+) -> String {
+    let text = pathlab_lab::recipes::recipe(recipe).unwrap_or_else(|| panic!("no recipe {recipe}"));
+    // The recipe's own [quick_sweep], if any, goes: up to the next table.
+    let mut spec = String::new();
+    let mut in_quick_sweep = false;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            in_quick_sweep = line.trim() == "[quick_sweep]";
+        }
+        if !in_quick_sweep {
+            writeln!(spec, "{line}").unwrap();
+        }
+    }
+    spec.push_str("\n[quick_sweep]\n");
+    for (key, values) in points {
+        writeln!(spec, "{key} = {values}").unwrap();
+    }
+    let file = out.with_extension("toml");
+    std::fs::write(&file, spec).expect("writes the spec");
+    run_quick_recipe(file.to_str().expect("UTF-8 path"), out)
 }
 
 /// Runs `test` from h1 against a pathlab server in h2, through the emulator.

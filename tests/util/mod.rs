@@ -4,9 +4,23 @@ pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
 pub mod lab_results;
+pub mod lab_spec;
+pub mod output;
 pub mod server_process;
-pub mod stderr;
 pub mod tunnel;
+
+/// The median of `values` (in any order) by pathlab's one definition of a quantile,
+/// nearest rank (`pathlab_core::quantile`; of an even count, the lower middle value).
+pub fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+/// The nearest-rank `q`-quantile of `values` (in any order; at least one).
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    pathlab_core::quantile::of_sorted(&sorted, q).expect("at least one value")
+}
 
 /// A scratch directory removed when the test ends.
 pub use pathlab_os::testing::ScratchDir as TempDir;
