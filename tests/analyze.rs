@@ -15,8 +15,8 @@ use pathlab_probe::capture::{decode, CaptureReader};
 use pathlab_probe::diagnosis::Limit;
 use pathlab_probe::tcpflow::{CaptureAnalysis, FlowReport, VantageKind};
 
-mod util;
-use util::emulated::{privileged, Lab, PATHLAB};
+use crate::util;
+use crate::util::emulated::{privileged, Lab, PATHLAB};
 
 /// The receiving end in h2.
 const SERVER: &str = "198.18.0.2:5001";

@@ -11,8 +11,8 @@ use pathlab_os::topology::H2_V4;
 use pathlab_probe::bloat::{BloatReport, Grade, Phase, PhaseSummary};
 use pathlab_results::recording::Recording;
 
-mod util;
-use util::emulated::{privileged, with_server_in_h2, Lab, PATHLAB};
+use crate::util;
+use crate::util::emulated::{privileged, with_server_in_h2, Lab, PATHLAB};
 
 /// The link of both tests: 10 Mbit/s, 10 ms each way, 1000 packets of queue (a tail-drop
 /// FIFO unless the queue says otherwise).
@@ -54,11 +54,6 @@ fn phase(report: &BloatReport, which: Phase) -> &PhaseSummary {
         .expect("the phase ran")
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// The median queue delay (dequeued - arrived) the emulator recorded in `dir` for the
 /// packets that arrived in `[from, until)` (Unix ns) and were not dropped, with how many
 /// there were; `only_len` keeps packets of that length alone.
@@ -74,7 +69,7 @@ fn recorded_queue_delay_ms(
         .as_ref()
         .expect("header")
         .clock_zero_unix_ns;
-    let mut delays: Vec<f64> = recording
+    let delays: Vec<f64> = recording
         .packets(dir)
         .filter(|p| only_len.is_none_or(|len| p.len_bytes == len))
         .filter(|p| (from..until).contains(&(zero + p.arrived.as_nanos())))
@@ -85,7 +80,7 @@ fn recorded_queue_delay_ms(
         "the emulator recorded packets in the window"
     );
     let count = delays.len();
-    (median(&mut delays), count)
+    (util::median(&delays), count)
 }
 
 /// One upload run through `spec`: the report and the emulator's recording.

@@ -1,14 +1,16 @@
 //! `pathlab bond` end to end: real TCP through the tunnel over emulated lines in namespaces
 //! (the `bond` recipe), checked against the emulators' recordings; bad input; cleanup.
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use util::emulated::{privileged, run_quick_recipe, PATHLAB};
-use util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
-use util::TempDir;
+use crate::util::emulated::{
+    privileged, privileged_shared, run_quick_recipe, run_quick_recipe_points, PATHLAB,
+};
+use crate::util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
+use crate::util::{median, quantile, TempDir};
 
 /// One upward packet of a line's recording: when it arrived at the emulator, when it left
 /// the queue (None: dropped before), its length on the wire.
@@ -46,14 +48,13 @@ fn read_line(path: &Path) -> (Vec<Packet>, Vec<f64>) {
 
 /// Nearest-rank quantile of the queue delays of packets that arrived in [from, to).
 fn queue_quantile(packets: &[Packet], from: f64, to: f64, q: f64) -> f64 {
-    let mut delays: Vec<f64> = packets
+    let delays: Vec<f64> = packets
         .iter()
         .filter(|p| p.arrived_s >= from && p.arrived_s < to)
         .filter_map(|p| p.queue_ms)
         .collect();
     assert!(!delays.is_empty(), "no packets in [{from}, {to})");
-    delays.sort_by(f64::total_cmp);
-    delays[((q * delays.len() as f64).ceil() as usize).clamp(1, delays.len()) - 1]
+    quantile(&delays, q)
 }
 
 /// A `pathlab tcp -J` output: goodput per one-second interval, Mbit/s.
@@ -67,12 +68,6 @@ fn intervals(out: &Path) -> Vec<f64> {
         .iter()
         .map(|b| b.as_f64().unwrap() * 8.0 / 1e6)
         .collect()
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[sorted.len() / 2]
 }
 
 /// Data datagrams (larger than the tunnel's control datagrams) and when they arrived.
@@ -891,11 +886,6 @@ fn ipv6_inside_the_tunnel_over_ipv6_lines() {
     }
 }
 
-/// Nearest-rank quantile of sorted `values`.
-fn quantile(values: &[f64], q: f64) -> f64 {
-    values[((q * values.len() as f64).ceil() as usize).clamp(1, values.len()) - 1]
-}
-
 /// One sharing of the `bond-fair` recipe: the pinging user's RTTs (ms) before the bulk
 /// and under it, the line's queue delays under it (emulator truth, ms), and each bulk
 /// flow's result.
@@ -978,12 +968,14 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
     };
     let dir = TempDir::new("lab-bond-fair");
     let out = dir.path("run");
-    let summary = run_quick_recipe("bond-fair", &out);
+    // Shared by source and not shared: `--fair flow` tells the same users apart here (one
+    // flow each), the same claim as `src` (users' --quick runs all three).
+    let summary = run_quick_recipe_points("bond-fair", &[("fair", r#"["src", "off"]"#)], &out);
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     // One frame of the seed's line: 1500 bytes at 1 Mbit/s.
     let frame_ms = 12.0;
     let mut added_p50 = std::collections::HashMap::new();
-    for fair in ["src", "flow", "off"] {
+    for fair in ["src", "off"] {
         let dir = out.join(format!("fair-{fair}"));
         let run = fair_run(&dir);
         let idle = quantile(&run.idle_ms, 0.5);
@@ -1097,7 +1089,8 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
 
 #[test]
 fn without_cap_net_admin_bond_refuses_before_touching_anything() {
-    let Some(_serial) = privileged("without_cap_net_admin_bond_refuses") else {
+    // Shared: refused as nobody before anything is made (its directory has this pid).
+    let Some(_serial) = privileged_shared("without_cap_net_admin_bond_refuses") else {
         return;
     };
     let dir = TempDir::new("bond-unpriv");

@@ -6,7 +6,7 @@
 //! and nothing outlives the test: the namespaces go with the topology, the emulators with
 //! their handles, the tunnel's ends with their guards.
 
-mod util;
+use crate::util;
 
 use std::fmt::Write as _;
 use std::io::{Read as _, Write as _};
@@ -25,8 +25,8 @@ use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
 use sha2::{Digest as _, Sha256};
 
-use util::emulated::{privileged, PATHLAB};
-use util::TempDir;
+use crate::util::emulated::{privileged, PATHLAB};
+use crate::util::TempDir;
 
 /// The chaos's seed; `PATHLAB_CHAOS_SEED` replays another one (the order of the changes,
 /// not their timing, which follows the transfer's progress).

@@ -3,13 +3,11 @@
 //! compression on and off, and over each line alone; the bond's own counts of the bytes
 //! each way against the format's arithmetic.
 
-mod util;
-
 use std::path::Path;
 
-use util::emulated::privileged;
-use util::lab_results::{json_out, lab_goodput, run_spec};
-use util::TempDir;
+use crate::util::emulated::privileged;
+use crate::util::lab_results::{json_out, lab_goodput, run_spec};
+use crate::util::TempDir;
 
 /// Two lines from `site` (line 0 through isp0, line 1 through isp1) to `srv`; first a CUBIC
 /// download over each line alone, then through the tunnel with header compression on, then

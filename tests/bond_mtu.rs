@@ -4,10 +4,8 @@
 //! rate. Checked against the emulator's recording, in namespaces; the same with `--tap`,
 //! whose device MTU stays 18 bytes (Ethernet header and one VLAN tag) below the TUN's.
 
-mod util;
-
-use util::emulated::{privileged, run_quick_recipe};
-use util::TempDir;
+use crate::util::emulated::{privileged, run_quick_recipe};
+use crate::util::TempDir;
 
 /// site - isp - srv; the site's line 1500 bytes wide at its interface, 1300 on its path
 /// (the emulator drops larger frames silently); the way down is 1500 wide.
@@ -178,8 +176,7 @@ fn narrow_path(tap: bool) {
         .map(|b| b.as_f64().unwrap() * 8.0 / 1e6)
         .collect();
     steady = steady[1..steady.len() - 1].to_vec();
-    steady.sort_by(f64::total_cmp);
-    let median = steady[steady.len() / 2];
+    let median = crate::util::median(&steady);
     let theory = 20.0 * (tun_mtu - TCP_IP) as f64 / (PATH_MTU + ETHERNET) as f64;
     // A bulk segment's 52 bytes of headers go as 9 or so (the cid, the flags, the checksum
     // and small deltas: never under 4), more than SAVED shorter, so a TUN's frames may be

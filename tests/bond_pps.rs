@@ -11,13 +11,11 @@
 //! stream (from its start, while the line's controller ramps up from 1 Mbit/s), and the
 //! emulator's late sends on this busy 2-core machine move it a little.
 
-mod util;
-
 use std::path::Path;
 
+use crate::util::emulated::{privileged, run_quick_recipe, run_quick_recipe_points};
+use crate::util::TempDir;
 use pathlab_results::lab::{LabOutcome, LabRun};
-use util::emulated::{privileged, run_quick_recipe};
-use util::TempDir;
 
 /// Bytes a datagram carrying one inner packet of `size` bytes of UDP payload takes on a line
 /// counted as Ethernet frames: the inner IP packet, the tunnel's 46, UDP/IP/Ethernet's 42.
@@ -186,12 +184,17 @@ fn the_bond_pps_recipe_packs_small_packets_through_two_of_the_seeds_modems() {
     };
     let dir = TempDir::new("lab-bond-pps");
     let out = dir.path("run");
-    run_quick_recipe("bond-pps", &out);
+    // Packed only: one per datagram (users' --quick runs it too) is held to the lines'
+    // packet rate, the claim the one-line test makes to within 5%.
+    run_quick_recipe_points("bond-pps", &[("packing", r#"["on"]"#)], &out);
     let packed = stream(&out.join("packing-on"));
-    let single = stream(&out.join("packing-off"));
-    // Two lines of 'rate 11501kbit pps 5485'.
-    let limit_pps = 2.0 * 5485f64.min(11.501e6 / (8.0 * single_frame_bytes(single.size)));
-    print_runs(&packed, &single, limit_pps);
+    eprintln!(
+        "packed: sent {:.2} Mbit/s, delivered {:.2} Mbit/s ({:.0} packets/s), {:.2}% lost",
+        packed.sent_mbps,
+        packed.delivered_mbps,
+        packed.delivered_pps,
+        100.0 * packed.loss
+    );
     assert!(
         packed.delivered_mbps >= 0.9 * packed.sent_mbps,
         "packed: {:.2} of {:.2} Mbit/s",
@@ -202,10 +205,5 @@ fn the_bond_pps_recipe_packs_small_packets_through_two_of_the_seeds_modems() {
         packed.loss < 0.02,
         "packed: {:.2}% lost",
         100.0 * packed.loss
-    );
-    assert!(
-        single.delivered_pps <= 1.05 * limit_pps,
-        "one per datagram: {:.0} packets/s against {limit_pps:.0}",
-        single.delivered_pps
     );
 }

@@ -7,16 +7,16 @@
 //! 198.18.1k.1 at the site, 198.18.1k.2 at the server). Inner traffic is UDP between the
 //! tunnel's addresses, echoed by a thread in the server's namespace.
 
-mod util;
+use crate::util;
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use crate::util::emulated::privileged;
+use crate::util::tunnel::{echo, Tunnel};
+use crate::util::TempDir;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
-use util::emulated::privileged;
-use util::tunnel::{echo, Tunnel};
-use util::TempDir;
 
 const SERVER_LO: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 

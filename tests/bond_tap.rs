@@ -16,20 +16,20 @@
 //! was sent with (the kernel takes the outer tag out of a received frame into its metadata:
 //! it is read back from `PACKET_AUXDATA`).
 
-mod util;
+use crate::util;
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use crate::util::emulated::privileged;
+use crate::util::tunnel::{echo, Tunnel};
+use crate::util::TempDir;
 use pathlab_core::wire::ethernet::{self, EthernetFrame, TPID_8021AD, TPID_8021Q};
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::offload::{checksum_add, checksum_finish};
 use pathlab_os::sys;
-use util::emulated::privileged;
-use util::tunnel::{echo, Tunnel};
-use util::TempDir;
 
 const SERVER_LO: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const LINES: usize = 2;

@@ -2,8 +2,8 @@
 
 use std::process::{Command, Output};
 
-mod util;
-use util::TempDir;
+use crate::util;
+use crate::util::TempDir;
 
 fn pathlab(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pathlab"))

@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 
 use pathlab_results::{ResultFile, RunResult};
 
-mod util;
-use util::stderr::StderrLog;
-use util::TempDir;
+use crate::util::output::OutputLog;
+use crate::util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
@@ -47,7 +46,7 @@ enum Fault {
 struct Server {
     child: Child,
     address: String,
-    log: StderrLog,
+    log: OutputLog,
 }
 
 impl Server {
@@ -60,7 +59,7 @@ impl Server {
             .stderr(Stdio::piped());
         pathlab_os::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab server starts");
-        let log = StderrLog::follow(&mut child);
+        let log = OutputLog::follow(&mut child);
         let address = log.wait_for("listening address", |line| {
             line.split_whitespace()
                 .find(|word| word.starts_with("127.0.0.1:"))

@@ -14,17 +14,17 @@ use pathlab_os::topology::H2_V4;
 use pathlab_results::recording::{read_recording, RecordingLine};
 use serde_json::{json, Value};
 
-mod util;
-use util::browser::{find_chromium, Browser};
-use util::emulated::{privileged, Lab, PATHLAB};
-use util::stderr::StderrLog;
+use crate::util;
+use crate::util::browser::{find_chromium, Browser};
+use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::output::OutputLog;
 
 const TOKEN: &str = "pathlab-test-token-0123456789";
 
 /// Starts the lab with `--control 127.0.0.1:0 --control-token FILE --record-dir DIR` and
 /// returns it with the address the emulator printed and DIR; its stderr keeps being read
 /// (into `log`).
-fn start(test: &str, spec: &str) -> (Lab, String, StderrLog, util::TempDir) {
+fn start(test: &str, spec: &str) -> (Lab, String, OutputLog, util::TempDir) {
     let dir = util::TempDir::new(&format!("{test}-token"));
     let token_file = dir.path("token");
     util::write_secret(&token_file, &format!("{TOKEN}\n"));
@@ -44,7 +44,7 @@ fn start(test: &str, spec: &str) -> (Lab, String, StderrLog, util::TempDir) {
         ],
         true,
     );
-    let log = StderrLog::follow(lab.emulator.as_mut().unwrap());
+    let log = OutputLog::follow(lab.emulator.as_mut().unwrap());
     let addr = log.http_address();
     // The token was read at start, before the address was printed.
     drop(dir);
@@ -91,13 +91,12 @@ fn json_of(reply: &ClientResponse) -> Value {
 
 /// The median RTT of 15 pings h1 -> h2, ms.
 fn median_rtt_ms(lab: &Lab) -> f64 {
-    let mut rtts: Vec<f64> = lab
+    let rtts: Vec<f64> = lab
         .ping(IpAddr::V4(H2_V4), 15, Duration::from_millis(20), 56)
         .iter()
         .map(|r| r.rtt.expect("no loss").as_secs_f64() * 1e3)
         .collect();
-    rtts.sort_by(f64::total_cmp);
-    rtts[rtts.len() / 2]
+    util::median(&rtts)
 }
 
 /// A ping's RTT through `delay D` each way is 2 D plus the emulator's and kernel's part,
@@ -484,7 +483,7 @@ interval = "20ms"
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let log = StderrLog::follow(&mut child);
+    let log = OutputLog::follow(&mut child);
     let addr = log.http_address();
     // Reads from loopback need no token; a change does.
     let call = |method: &str, path: &str, body: Option<Value>| {

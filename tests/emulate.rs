@@ -6,7 +6,6 @@
 //! missing capability is a broken CI, not a reason to skip) and skip with a message
 //! elsewhere.
 
-use std::fmt::Write as _;
 use std::io::{BufRead, Write};
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
@@ -19,13 +18,16 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_probe_driver::ping::{PingResult, Pinger};
 use pathlab_results::recording::read_recording;
 
-#[path = "emulate/iface.rs"]
 mod iface;
-mod util;
-#[path = "emulate/vlan.rs"]
 mod vlan;
-use util::emulated::{pathlab, privileged, run_quick_recipe, with_server_in_h2, Lab, PATHLAB};
-use util::TempDir;
+
+use crate::util;
+use crate::util::emulated::{
+    pathlab, privileged, privileged_shared, run_quick_recipe, run_quick_recipe_points,
+    with_server_in_h2, Lab, PATHLAB,
+};
+use crate::util::lab_spec::LabSpec;
+use crate::util::{median, TempDir};
 
 /// 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload each (timestamps on),
 /// in bytes per second: what a bulk transfer can get through `rate 10mbit`.
@@ -49,10 +51,6 @@ fn rtts_ms(results: &[PingResult]) -> Vec<f64> {
         .collect();
     rtts.sort_by(f64::total_cmp);
     rtts
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    sorted[sorted.len() / 2]
 }
 
 /// Every direction's truth adds up: what entered the link left it or was dropped (nothing
@@ -338,7 +336,7 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
     // The queue's worth of delay: 100 x 1514 x 8 / 10e6 = 121.1 ms on top of the base.
     let full_queue_ms = 100.0 * 1514.0 * 8.0 / 10e6 * 1e3;
     let rtts = rtts_ms(&pings);
-    let peak = rtts[rtts.len() * 95 / 100];
+    let peak = util::quantile(&rtts, 0.95);
     eprintln!("rate 10mbit limit 100: base RTT {base:.2} ms, under load median {:.1} ms, p95 {peak:.1} ms", median(&rtts));
 
     assert!(
@@ -405,7 +403,7 @@ fn codel_keeps_the_rtt_under_load_near_the_base() {
     let median_under_load = median(&rtts);
     eprintln!(
         "codel: base {base:.2} ms, median under load {median_under_load:.2} ms, p95 {:.2} ms, goodput {:.1}%",
-        rtts[rtts.len() * 95 / 100],
+        util::quantile(&rtts, 0.95),
         goodput / TCP_GOODPUT_10MBIT * 100.0
     );
     // "A few CoDel targets": within 4 x 5 ms of the base (tail drop sits at +121 ms).
@@ -733,9 +731,10 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
 
 #[test]
 fn without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything() {
-    let Some(_serial) =
-        privileged("without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything")
-    else {
+    // Shared: refused as nobody before anything is made; nothing to collide with.
+    let Some(_serial) = privileged_shared(
+        "without_cap_net_admin_emulate_and_shell_refuse_before_touching_anything",
+    ) else {
         return;
     };
     for args in [
@@ -857,7 +856,9 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
 
 #[test]
 fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
-    let Some(_serial) = privileged("vlan_qinq_and_unknown_frames_cross_byte_for_byte") else {
+    // Shared: it checks bytes, not time, on a line and an emulator of its own (`t{pid}-frames`).
+    let Some(_serial) = privileged_shared("vlan_qinq_and_unknown_frames_cross_byte_for_byte")
+    else {
         return;
     };
     let mut lab = Lab::start("frames", "delay 1ms", &[], false);
@@ -1442,9 +1443,11 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
     };
     let dir = TempDir::new("lab-bufferbloat");
     let out = dir.path("run");
-    run_quick_recipe("bufferbloat", &out);
+    // The smallest and the largest queue: the theory is the same claim at every size, and
+    // the plateau's growth shows between two (users' --quick runs 50 too).
+    run_quick_recipe_points("bufferbloat", &[("queue", "[10, 100]")], &out);
     let mut plateaus = Vec::new();
-    for queue in [10u32, 50, 100] {
+    for queue in [10u32, 100] {
         let (sent, series) = lab_rtts(&out.join(format!("queue-{queue}/result.json")), "probes");
         assert!(
             series.len() as u64 >= sent * 9 / 10,
@@ -1473,7 +1476,7 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
     );
     // The queue's oscillation (the seed: "the period grows as the square of the queue"):
     // overflows of the emulator's queue, spaced as one Reno flow's sawtooth.
-    for queue in [10, 50, 100] {
+    for queue in [10, 100] {
         let run_dir = out.join(format!("queue-{queue}"));
         let run = read_lab_run(&run_dir.join("result.json"));
         let experiment = pathlab_lab::spec::Experiment::parse(&run.spec).expect("parses");
@@ -1491,7 +1494,7 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
             "queue {queue}: {sawtooth:?}"
         );
     }
-    for queue in [10, 50, 100] {
+    for queue in [10, 100] {
         let recording = out.join(format!("queue-{queue}/link-r1-h2.jsonl"));
         let file = std::fs::File::open(&recording).expect("the bottleneck was recorded");
         let recording = read_recording(std::io::BufReader::new(file)).expect("recording reads");
@@ -1541,11 +1544,18 @@ fn in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tai
     };
     let dir = TempDir::new("lab-aqm");
     let out = dir.path("run");
-    run_quick_recipe("aqm", &out);
+    // Tail drop against the two AQMs whose figures are judged here. RED and PIE (users'
+    // --quick runs them too) are held to their own laws in virtual time, where "below tail
+    // drop" is implied: crates/pathlab-core/tests/aqm.rs.
+    run_quick_recipe_points(
+        "aqm",
+        &[("queue", r#"["taildrop", "codel", "fq_codel"]"#)],
+        &out,
+    );
     // --quick: 18 s in six steps of 3 s at 100, 10, 1, 50, 1, 100 Mbit/s.
     let step = 3.0;
     let mut medians = std::collections::BTreeMap::new();
-    for queue in ["taildrop", "red", "codel", "fq_codel", "pie"] {
+    for queue in ["taildrop", "codel", "fq_codel"] {
         let run_dir = out.join(format!("queue-{queue}"));
         let mut slow: Vec<f64> = rtts_on_emulator_clock(&run_dir, "probes", "r1-h2")
             .into_iter()
@@ -1598,9 +1608,6 @@ fn in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tai
         medians["fq_codel"] <= medians["taildrop"] / 20.0,
         "{medians:?}"
     );
-    // RED and PIE also stay below tail drop's full buffer.
-    assert!(medians["red"] < medians["taildrop"], "{medians:?}");
-    assert!(medians["pie"] < medians["taildrop"], "{medians:?}");
 }
 
 #[test]
@@ -1612,11 +1619,18 @@ fn in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound() {
     };
     let dir = TempDir::new("lab-wan-sweep");
     let out = dir.path("run");
-    run_quick_recipe("wan-sweep", &out);
+    // Two delays by three losses of the quick grid (users' --quick runs 3 x 4): the Mathis
+    // bound at 1 and 5% on two paths, the fall with loss from the line rate. At 0 ms the
+    // bound says nothing (no RTT), and 2% lies between 1 and 5.
+    run_quick_recipe_points(
+        "wan-sweep",
+        &[("delay", "[10, 25]"), ("loss", "[0, 1, 5]")],
+        &out,
+    );
     let line_goodput = 100e6 * 1448.0 / 1514.0;
-    for delay in [0u32, 10, 25] {
+    for delay in [10u32, 25] {
         let mut goodputs = Vec::new();
-        for loss in ["0", "1", "2", "5"] {
+        for loss in ["0", "1", "5"] {
             let run_dir = out.join(format!("delay-{delay}_loss-{loss}"));
             let run = read_lab_run(&run_dir.join("result.json"));
             assert!(!run.interrupted);
@@ -1682,7 +1696,7 @@ fn in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound() {
             goodputs.windows(2).all(|w| w[1] <= w[0] * 1.03),
             "{delay} ms: {goodputs:?}"
         );
-        assert!(goodputs[3] < goodputs[0] / 2.0, "{delay} ms: {goodputs:?}");
+        assert!(goodputs[2] < goodputs[0] / 2.0, "{delay} ms: {goodputs:?}");
     }
 }
 
@@ -1695,13 +1709,16 @@ fn a_ping_workload_sees_the_delay_of_both_directions_and_the_loss() {
     };
     let dir = TempDir::new("lab-ping");
     let spec = dir.path("ping.toml");
-    std::fs::write(
-        &spec,
-        "name = \"ping\"\nduration = \"4s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n\
-         [[link]]\nbetween = [\"h1\", \"h2\"]\nspec = \"delay 10ms loss 20%\"\nreverse = \"delay 25ms\"\n\
-         [[workload]]\nname = \"echo\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\ninterval = \"20ms\"\nduration = \"3s\"\n",
-    )
-    .unwrap();
+    LabSpec::new("ping", "4s")
+        .node("h1")
+        .node("h2")
+        .link("h1", "h2")
+        .with("spec", "delay 10ms loss 20%")
+        .with("reverse", "delay 25ms")
+        .workload("echo", "ping", "h1", "h2")
+        .with("interval", "20ms")
+        .with("duration", "3s")
+        .write(&spec);
     let out = dir.path("out");
     let output = Command::new(PATHLAB)
         .arg("lab")
@@ -1748,17 +1765,20 @@ fn a_bad_lab_spec_is_refused_with_its_line_and_nothing_is_built() {
     let before = live_netns_inodes();
     let spec = dir.path("bad.toml");
     let out = dir.path("out");
-    for (text, expected) in [
+    let two_nodes = || LabSpec::new("x", "5s").node("h1").node("h2");
+    for (lab, expected) in [
         (
-            "name = \"x\"\nduration = \"5s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h3\"]\n",
+            two_nodes().link("h1", "h3"),
             "line 8: link end 'h3' is not a node",
         ),
         (
-            "name = \"x\"\nduration = \"5s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h2\"]\nspec = \"delay 5ms rate 10 mbit\"\n",
+            two_nodes()
+                .link("h1", "h2")
+                .with("spec", "delay 5ms rate 10 mbit"),
             "line 9: bad SPEC 'delay 5ms rate 10 mbit'",
         ),
     ] {
-        std::fs::write(&spec, text).unwrap();
+        lab.write(&spec);
         let output = Command::new(PATHLAB)
             .arg("lab")
             .arg(&spec)
@@ -1785,13 +1805,13 @@ fn ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace() {
     let dir = TempDir::new("lab-ctrl-c");
     let before = live_netns_inodes();
     let spec = dir.path("line.toml");
-    std::fs::write(
-        &spec,
-        "name = \"line\"\nduration = \"60s\"\n[[node]]\nname = \"h1\"\n[[node]]\nname = \"h2\"\n\
-         [[link]]\nbetween = [\"h1\", \"h2\"]\nspec = \"delay 5ms\"\n\
-         [[workload]]\nname = \"probes\"\nkind = \"rtt\"\nfrom = \"h1\"\nto = \"h2\"\n",
-    )
-    .unwrap();
+    LabSpec::new("line", "60s")
+        .node("h1")
+        .node("h2")
+        .link("h1", "h2")
+        .with("spec", "delay 5ms")
+        .workload("probes", "rtt", "h1", "h2")
+        .write(&spec);
     let out = dir.path("out");
     let child = Command::new(PATHLAB)
         .arg("lab")
@@ -2222,15 +2242,17 @@ fn a_lab_run_whose_emulator_cannot_follow_its_link_is_marked_late() {
     };
     let dir = TempDir::new("lab-late");
     let spec = dir.path("late.toml");
-    std::fs::write(
-        &spec,
-        "name = \"late\"\nduration = \"4s\"\nlate_warn = \"1ms\"\n[[node]]\nname = \"h1\"\n\
-         [[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h2\"]\n\
-         spec = \"schedule 500ms 10mbit 40gbit loop limit 5000\"\n\
-         [[workload]]\nname = \"load\"\nkind = \"owd\"\nfrom = \"h1\"\nto = \"h2\"\nrate = \"200mbit\"\n\
-         size = 1400\nduration = \"3s\"\n",
-    )
-    .unwrap();
+    LabSpec::new("late", "4s")
+        .with("late_warn", "1ms")
+        .node("h1")
+        .node("h2")
+        .link("h1", "h2")
+        .with("spec", "schedule 500ms 10mbit 40gbit loop limit 5000")
+        .workload("load", "owd", "h1", "h2")
+        .with("rate", "200mbit")
+        .with_number("size", 1400)
+        .with("duration", "3s")
+        .write(&spec);
     let out = dir.path("out");
     let output = Command::new(PATHLAB)
         .arg("lab")
@@ -2525,11 +2547,9 @@ fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_noth
     // A star: router r, hosts h1..h200 each on an emulated link; h1's is `delay 2ms`,
     // h2's `delay 3ms`, the others `delay 1ms`. A ping h1 -> h2 crosses both ways of both.
     let hosts = 200;
-    let mut spec = String::from(
-        "name = \"star200\"\nduration = \"4s\"\n[[node]]\nname = \"r\"\nkind = \"router\"\n",
-    );
+    let mut lab = LabSpec::new("star200", "4s").router("r");
     for host in 1..=hosts {
-        let _ = write!(spec, "[[node]]\nname = \"h{host}\"\n");
+        lab = lab.node(&format!("h{host}"));
     }
     for host in 1..=hosts {
         let delay = match host {
@@ -2537,16 +2557,17 @@ fn a_lab_of_200_links_pings_across_its_hub_with_the_links_delays_and_leaves_noth
             2 => 3,
             _ => 1,
         };
-        let _ = write!(
-            spec,
-            "[[link]]\nbetween = [\"r\", \"h{host}\"]\nspec = \"delay {delay}ms\"\n"
-        );
+        lab = lab
+            .link("r", &format!("h{host}"))
+            .with("spec", &format!("delay {delay}ms"));
     }
-    spec += "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
-             interval = \"50ms\"\nduration = \"3s\"\n";
+    let spec = lab
+        .workload("across", "ping", "h1", "h2")
+        .with("interval", "50ms")
+        .with("duration", "3s");
     let dir = TempDir::new("lab-200");
     let spec_path = dir.path("star200.toml");
-    std::fs::write(&spec_path, spec).unwrap();
+    spec.write(&spec_path);
     let out = dir.path("out");
     let named_before = named_netns();
     let mut child = Command::new(PATHLAB)

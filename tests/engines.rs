@@ -7,20 +7,18 @@
 //! cross-machine `rate 50mbit` link; the collected result and report; the warning for a
 //! spec faster than its underlay; and every interface given back when the nodes stop.
 
-#![forbid(unsafe_code)]
-
-mod util;
+use crate::util;
 
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
+use crate::util::emulated::{end, libc_sigterm, link_index, privileged, PATHLAB};
+use crate::util::TempDir;
 use pathlab_lab::export::node::NodeConfig;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_results::lab::LabOutcome;
-use util::emulated::{end, libc_sigterm, link_index, privileged, PATHLAB};
-use util::TempDir;
 
 /// How far the ping's median may be from the specs plus the underlay: the bound.
 const RTT_TOLERANCE_MS: f64 = 0.5;

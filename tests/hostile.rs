@@ -4,11 +4,6 @@
 //!
 //! The ones that need CAP_NET_ADMIN fail in CI without it and say SKIPPED elsewhere.
 
-mod util;
-
-#[path = "hostile/api.rs"]
 mod api;
-#[path = "hostile/local.rs"]
 mod local;
-#[path = "hostile/server.rs"]
 mod server;

@@ -14,21 +14,19 @@
 //! YAML subset the writer emits (no YAML crate is in the lockfile, and serde_yaml, the one
 //! most used, is unmaintained).
 
-#![forbid(unsafe_code)]
-
-mod util;
+use crate::util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path;
 use std::process::Output;
 
+use crate::util::emulated::pathlab;
+use crate::util::TempDir;
 use pathlab_lab::addressing::Addressing;
 use pathlab_lab::export::node::{NodeConfig, Role};
 use pathlab_lab::recipes::RECIPES;
 use pathlab_lab::spec::{expand, Experiment};
-use util::emulated::pathlab;
-use util::TempDir;
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()

@@ -2,14 +2,12 @@
 //! build, run and teardown, then `pathlab lab clean`: no process of the run, no runtime
 //! file, no named namespace and no interface of the host is left.
 
-mod util;
-
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use util::emulated::{privileged, PATHLAB};
-use util::TempDir;
+use crate::util::emulated::{privileged, PATHLAB};
+use crate::util::TempDir;
 
 /// site - srv over one emulated line, a bonding tunnel over it with a TCP flow and RTT
 /// probes through it: namespaces, an emulator, a TUN device, child processes with stats

@@ -6,38 +6,42 @@
 //! delays. Under a hard limit of 256 it raises that too where it may (CAP_SYS_RESOURCE),
 //! and otherwise says what it needs and has, before building anything.
 
-mod util;
+use crate::util;
 
-use std::fmt::Write as _;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use util::emulated::{privileged, PATHLAB};
-use util::TempDir;
+use crate::util::emulated::{privileged, PATHLAB};
+use crate::util::lab_spec::LabSpec;
+use crate::util::TempDir;
 
 const LINKS: usize = 300;
 /// Each link's one-way delay, ms: h1 to h2 and back crosses four links' worth.
 const DELAY_MS: f64 = 1.0;
 
+/// Router r and hosts h1..h`links`, each host on a link of its own: `name` for `duration`.
+fn star_nodes(name: &str, duration: &str, links: usize) -> LabSpec {
+    let mut lab = LabSpec::new(name, duration).router("r");
+    for h in 1..=links {
+        lab = lab.node(&format!("h{h}"));
+    }
+    lab
+}
+
 fn star() -> String {
-    let mut text = String::from("name = \"star\"\nduration = \"8s\"\n");
-    text.push_str("[[node]]\nname = \"r\"\nkind = \"router\"\n");
+    let mut lab = star_nodes("star", "8s", LINKS);
     for h in 1..=LINKS {
-        write!(text, "[[node]]\nname = \"h{h}\"\n").unwrap();
+        lab = lab
+            .link("r", &format!("h{h}"))
+            .with("spec", &format!("delay {DELAY_MS}ms"));
     }
-    for h in 1..=LINKS {
-        write!(
-            text,
-            "[[link]]\nbetween = [\"r\", \"h{h}\"]\nspec = \"delay {DELAY_MS}ms\"\n"
-        )
-        .unwrap();
-    }
-    text.push_str(
-        "[[workload]]\nname = \"across\"\nkind = \"ping\"\nfrom = \"h1\"\nto = \"h2\"\n\
-         start = \"5s\"\nduration = \"2s\"\ninterval = \"100ms\"\n",
-    );
-    text
+    lab.workload("across", "ping", "h1", "h2")
+        .with("start", "5s")
+        .with("duration", "2s")
+        .with("interval", "100ms")
+        .text()
+        .to_owned()
 }
 
 /// The star written in `dir`: its file, the descriptors it counts, its output directory.
@@ -222,28 +226,21 @@ fn tcp_across_the_switchboard_takes_its_bottleneck_rate() {
     // A star on the switchboard whose link to h1 is the bottleneck: 20 Mbit/s towards h1,
     // a bloated queue; TCP from h2 to h1, and a second flow the other way round that only
     // crosses plain 1 ms links.
-    let mut text = String::from("name = \"board\"\nduration = \"9s\"\n");
-    text.push_str("[[node]]\nname = \"r\"\nkind = \"router\"\n");
-    for h in 1..=BOARD_LINKS {
-        write!(text, "[[node]]\nname = \"h{h}\"\n").unwrap();
-    }
-    text.push_str(
-        "[[link]]\nbetween = [\"r\", \"h1\"]\nspec = \"delay 5ms rate 20mbit limit 100\"\n\
-         reverse = \"delay 5ms\"\n",
-    );
+    let mut lab = star_nodes("board", "9s", BOARD_LINKS)
+        .link("r", "h1")
+        .with("spec", "delay 5ms rate 20mbit limit 100")
+        .with("reverse", "delay 5ms");
     for h in 2..=BOARD_LINKS {
-        write!(
-            text,
-            "[[link]]\nbetween = [\"r\", \"h{h}\"]\nspec = \"delay 1ms\"\n"
-        )
-        .unwrap();
+        lab = lab.link("r", &format!("h{h}")).with("spec", "delay 1ms");
     }
-    text.push_str(
-        "[[workload]]\nname = \"down\"\nkind = \"tcp\"\nfrom = \"h2\"\nto = \"h1\"\n\
-         start = \"1s\"\nduration = \"7s\"\ncongestion = \"cubic\"\n\
-         [[workload]]\nname = \"side\"\nkind = \"tcp\"\nfrom = \"h3\"\nto = \"h4\"\n\
-         start = \"1s\"\nduration = \"7s\"\ncongestion = \"cubic\"\n",
-    );
+    for (name, from, to) in [("down", "h2", "h1"), ("side", "h3", "h4")] {
+        lab = lab
+            .workload(name, "tcp", from, to)
+            .with("start", "1s")
+            .with("duration", "7s")
+            .with("congestion", "cubic");
+    }
+    let text = lab.text().to_owned();
     let experiment = pathlab_lab::Experiment::parse(&text).unwrap();
     assert!(pathlab_lab::topology::uses_switchboard(&experiment));
     let dir = TempDir::new("lab-board-tcp");

@@ -9,8 +9,8 @@ use pathlab_probe::owd::QueueVerdict;
 use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
-mod util;
-use util::LoopbackServer;
+use crate::util::LoopbackServer;
+use crate::util::TestLock;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
@@ -24,6 +24,8 @@ fn key(text: &str) -> Key {
 
 #[test]
 fn owd_up_and_down_over_loopback_see_every_probe_and_no_queue() {
+    // Judges timing (no queue on loopback): alone, never beside a namespace test.
+    let _lock = TestLock::exclusive();
     for ip in ["127.0.0.1", "[::1]"] {
         let server = LoopbackServer::start(generous(), None, ip);
         for direction in [Direction::Up, Direction::Down] {
@@ -54,6 +56,8 @@ fn owd_up_and_down_over_loopback_see_every_probe_and_no_queue() {
 
 #[test]
 fn fifty_concurrent_clients_all_get_their_results() {
+    // Fifty clients load the machine: never beside a timing test.
+    let _lock = TestLock::shared();
     // All from 127.0.0.1: the per-address bound raised to let them in.
     let server = LoopbackServer::start_with(pathlab_probe_driver::ServerConfig {
         max_clients: 64,
@@ -289,6 +293,8 @@ fn cli_errors_name_the_problem() {
 
 #[test]
 fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
+    // Judges timing (the clocks agree): alone, never beside a namespace test.
+    let _lock = TestLock::exclusive();
     let server = LoopbackServer::start(
         generous(),
         Some(key("round trip key, 16 bytes")),
@@ -323,6 +329,8 @@ fn rtt_over_loopback_gets_every_reply_and_splits_with_agreeing_clocks() {
 fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
     use pathlab_probe::control::TcpDirection;
     use pathlab_probe_driver::{TcpOptions, TcpTest};
+    // Bulk TCP on loopback takes a core: never beside a timing test.
+    let _lock = TestLock::shared();
     let server = LoopbackServer::start(generous(), None, "127.0.0.1");
     for (direction, streams) in [
         (TcpDirection::Up, 3),
@@ -393,6 +401,8 @@ fn tcp_streams_report_intervals_and_tcp_info_in_every_direction() {
 
 #[test]
 fn capacity_over_loopback_finds_its_64k_mtu_and_refuses_bad_counts() {
+    // Packet trains at full speed take a core: never beside a timing test.
+    let _lock = TestLock::shared();
     let server = LoopbackServer::start(generous(), None, "127.0.0.1");
     let output = std::process::Command::new(PATHLAB)
         .args([

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use pathlab_http::prometheus::{parse, Family};
 
-mod util;
-use util::stderr::StderrLog;
-use util::tunnel::Tunnel;
-use util::TempDir;
+use crate::util;
+use crate::util::output::OutputLog;
+use crate::util::tunnel::Tunnel;
+use crate::util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
@@ -38,7 +38,7 @@ impl Server {
             .stderr(Stdio::piped());
         pathlab_os::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab server starts");
-        let log = StderrLog::follow(&mut child);
+        let log = OutputLog::follow(&mut child);
         let metrics = log.http_address();
         let address = log.wait_for("listening address", |line| {
             let rest = line.strip_prefix("pathlab server listening on ")?;

@@ -11,12 +11,12 @@
 //! of it (p99 lateness up to 20 ms was seen in a second of a run: 0.8% of the span at
 //! each end).
 
-mod util;
+use crate::util;
 
+use crate::util::emulated::{privileged, run_quick_recipe};
 use pathlab_core::spec::RateSpec;
 use pathlab_core::LinkSpec;
 use pathlab_results::lab::{LabOutcome, LabRun};
-use util::emulated::{privileged, run_quick_recipe};
 
 const TOLERANCE: f64 = 0.02;
 

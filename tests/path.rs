@@ -7,8 +7,8 @@ use pathlab_core::verdict::DropReason;
 use pathlab_probe::control::Direction;
 use pathlab_probe_driver::Client;
 
-mod util;
-use util::emulated::{privileged, with_server_in_h2, Lab};
+use crate::util;
+use crate::util::emulated::{privileged, with_server_in_h2, Lab};
 
 #[test]
 fn path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp() {

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod util;
-use util::browser::find_chromium;
-use util::TempDir;
+use crate::util;
+use crate::util::browser::find_chromium;
+use crate::util::{TempDir, TestLock};
 
 /// Runs Chromium headless on `page` and returns the DOM it ended with; killed after 90 s.
 fn dump_dom(browser: &str, page: &Path, scratch: &Path) -> String {
@@ -66,6 +66,8 @@ fn every_image_of_the_report_loads_in_a_browser() {
         pathlab_os::testing::skipped("every_image_of_the_report_loads_in_a_browser", why);
         return;
     };
+    // Chromium takes the machine for a while: never beside a timing test.
+    let _lock = TestLock::shared();
     let dir = TempDir::new("report-browser");
     for queue in [10, 50] {
         util::lab_fixture::write_lab_run(&dir.path(&format!("sweep/queue-{queue}")), queue);

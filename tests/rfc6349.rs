@@ -1,17 +1,17 @@
 //! `pathlab tcp --rfc6349` end to end: the method through the emulator, checked against
 //! what the emulator recorded, and its refusals of bad input.
 
-mod util;
+use crate::util;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::LoopbackServer;
 use pathlab_core::verdict::DropReason;
 use pathlab_probe::rfc6349::{PhaseResult, Rfc6349Report};
 use pathlab_probe_driver::rfc6349::step;
 use pathlab_results::recording::Recording;
-use util::emulated::{privileged, Lab, PATHLAB};
-use util::LoopbackServer;
 
 /// A `pathlab server` process in h2; killed when dropped.
 struct ServerInH2(Child);

@@ -2,13 +2,13 @@
 //! (`--root`, no root privileges needed), the input errors, and the RTT measured against a
 //! `pathlab server` on loopback.
 
-mod util;
+use crate::util;
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
+use crate::util::server_process::ServerProcess;
+use crate::util::TempDir;
 use serde_json::Value;
-use util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
@@ -361,51 +361,15 @@ fn bad_inputs_exit_2_naming_the_problem() {
         .contains("holds neither proc/sys nor sys/class/net"));
 }
 
-/// A `pathlab server` child on a loopback port the kernel picked (`--listen
-/// 127.0.0.1:0`; the address is read from its first line), stopped when dropped.
-struct ServerProcess {
-    child: Child,
-    address: String,
-}
-
-impl ServerProcess {
-    fn start(extra: &[&str]) -> ServerProcess {
-        let mut child = Command::new(PATHLAB)
-            .args([&["server", "--listen", "127.0.0.1:0"], extra].concat())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("server starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let first = lines
-            .next()
-            .expect("the server says where it listens")
-            .unwrap();
-        let address = first
-            .strip_prefix("pathlab server listening on ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
-            .to_owned();
-        // Keep draining its stderr so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        ServerProcess { child, address }
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = pathlab_os::kill(self.child.id(), 15);
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn with_a_host_the_rtt_is_measured_and_the_bdp_is_rate_times_it() {
     let dir = fixture("tune-host", &[]);
     let root = root_arg(&dir);
     let server = ServerProcess::start(&[]);
-    let report = tune_json(&[&server.address, "--rate", "100mbit", "--root", &root]);
+    let address = server.address.to_string();
+    let report = tune_json(&[&address, "--rate", "100mbit", "--root", &root]);
     let measurement = &report["rtt_measurement"];
-    assert_eq!(measurement["host"], server.address.as_str());
+    assert_eq!(measurement["host"], address.as_str());
     assert_eq!(measurement["probes"], 20);
     assert!(measurement["replies"].as_u64().unwrap() > 0);
     let rtt_ns = report["rtt_ns"].as_u64().unwrap();
@@ -418,31 +382,18 @@ fn with_a_host_the_rtt_is_measured_and_the_bdp_is_rate_times_it() {
     assert_eq!(report["bdp_bits"], bits.ceil() as u64);
     assert_eq!(report["window_bytes"], (bits / 8.0).ceil() as u64);
     // The text says which RTT it measured and how.
-    let output = pathlab(&[
-        "tune",
-        &server.address,
-        "--rate",
-        "100mbit",
-        "--root",
-        &root,
-    ]);
+    let output = pathlab(&["tune", &address, "--rate", "100mbit", "--root", &root]);
     assert!(output.status.success());
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(
-        text.contains(&format!("RTT to {}: ", server.address))
+        text.contains(&format!("RTT to {address}: "))
             && text.contains("the minimum of")
             && text.contains("replies to 20 probes 50 ms apart"),
         "{text}"
     );
     // --rtt, when given, is used as is: nothing is measured.
     let given = tune_json(&[
-        &server.address,
-        "--rate",
-        "100mbit",
-        "--rtt",
-        "30ms",
-        "--root",
-        &root,
+        &address, "--rate", "100mbit", "--rtt", "30ms", "--root", &root,
     ]);
     assert!(given["rtt_measurement"].is_null());
     assert_eq!(given["window_bytes"], 375_000);
@@ -455,26 +406,14 @@ fn with_a_keyed_server_the_client_needs_the_same_psk() {
     util::write_secret(&key_file, "a pre-shared key of more than sixteen bytes\n");
     let key_file = key_file.to_str().unwrap();
     let server = ServerProcess::start(&["--psk", key_file]);
+    let address = server.address.to_string();
     let dir = fixture("tune-psk-root", &[]);
     let root = root_arg(&dir);
     let report = tune_json(&[
-        &server.address,
-        "--rate",
-        "100mbit",
-        "--psk",
-        key_file,
-        "--root",
-        &root,
+        &address, "--rate", "100mbit", "--psk", key_file, "--root", &root,
     ]);
     assert!(report["rtt_ns"].as_u64().unwrap() > 0);
-    let unkeyed = pathlab(&[
-        "tune",
-        &server.address,
-        "--rate",
-        "100mbit",
-        "--root",
-        &root,
-    ]);
+    let unkeyed = pathlab(&["tune", &address, "--rate", "100mbit", "--root", &root]);
     assert_eq!(unkeyed.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unkeyed.stderr).contains("authentication failed"));
 }

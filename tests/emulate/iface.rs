@@ -16,8 +16,10 @@ use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 use pathlab_probe_driver::ping::Pinger;
 
-use super::util::emulated::{end, libc_sigterm, link_index, pathlab, privileged, PATHLAB};
 use super::{median, rtts_ms};
+use crate::util::emulated::{
+    end, libc_sigterm, link_index, pathlab, privileged, privileged_shared, PATHLAB,
+};
 
 /// How far a ping's median RTT may be from the specs' sum: the bound.
 const RTT_TOLERANCE_MS: f64 = 0.5;
@@ -359,7 +361,8 @@ fn an_interface_keeps_what_its_programs_see_follows_the_specs_and_comes_back() {
 
 #[test]
 fn a_missing_namespace_or_interface_is_refused_with_the_reason() {
-    let Some(_guard) = privileged("a_missing_namespace_or_interface_is_refused") else {
+    // Shared: refusals; its namespace is its own, the names it tries carry this pid.
+    let Some(_guard) = privileged_shared("a_missing_namespace_or_interface_is_refused") else {
         return;
     };
     let pid = std::process::id();

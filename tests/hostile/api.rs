@@ -4,7 +4,10 @@
 //! the user's browser, and a local user at the socket.
 //!
 //! Each runs `pathlab emulate` in r of an h1 - r - h2 line (the control address is r's
-//! 127.0.0.1) and needs CAP_NET_ADMIN.
+//! 127.0.0.1) and needs CAP_NET_ADMIN. None judges timing (a bound of seconds on an answer
+//! is a hang's, not a speed's), so they hold the tests' lock shared and may run beside
+//! each other: each line is fresh namespaces, each emulator and directory is named
+//! `api-TEST` with this process's id.
 
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
@@ -14,10 +17,10 @@ use std::time::{Duration, Instant};
 use pathlab_http::ClientResponse;
 use serde_json::{json, Value};
 
-use super::util;
-use util::emulated::{privileged, Lab, PATHLAB};
-use util::stderr::StderrLog;
-use util::TempDir;
+use crate::util;
+use crate::util::emulated::{privileged_shared, Lab, PATHLAB};
+use crate::util::output::OutputLog;
+use crate::util::TempDir;
 
 const TOKEN: &str = "hostile-api-token-0123456789";
 
@@ -32,7 +35,7 @@ const LONG_LINE_BYTES: usize = 64 << 20;
 struct ApiLab {
     lab: Lab,
     addr: String,
-    log: StderrLog,
+    log: OutputLog,
     dir: TempDir,
 }
 
@@ -59,8 +62,8 @@ impl ApiLab {
             }
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut lab = Lab::start_with(test, "delay 1ms", &args, true, false);
-        let log = StderrLog::follow(lab.emulator.as_mut().unwrap());
+        let mut lab = Lab::start_with(&format!("api-{test}"), "delay 1ms", &args, true, false);
+        let log = OutputLog::follow(lab.emulator.as_mut().unwrap());
         let addr = log.http_address();
         ApiLab {
             lab,
@@ -120,7 +123,7 @@ fn text(reply: &ClientResponse) -> String {
 
 #[test]
 fn a_spec_over_http_names_only_a_file_of_the_trace_dir() {
-    let Some(_guard) = privileged("hostile_api_trace_dir") else {
+    let Some(_guard) = privileged_shared("hostile_api_trace_dir") else {
         return;
     };
     let api = ApiLab::start("trace-dir", true);
@@ -152,7 +155,7 @@ fn a_spec_over_http_names_only_a_file_of_the_trace_dir() {
 
 #[test]
 fn no_answer_shows_a_line_of_a_file() {
-    let Some(_guard) = privileged("hostile_api_no_contents") else {
+    let Some(_guard) = privileged_shared("hostile_api_no_contents") else {
         return;
     };
     let api = ApiLab::start("no-contents", true);
@@ -184,7 +187,7 @@ fn no_answer_shows_a_line_of_a_file() {
 
 #[test]
 fn a_fifo_or_a_device_in_the_trace_dir_is_refused_at_once() {
-    let Some(_guard) = privileged("hostile_api_fifo") else {
+    let Some(_guard) = privileged_shared("hostile_api_fifo") else {
         return;
     };
     let mut api = ApiLab::start("fifo", true);
@@ -222,7 +225,7 @@ fn a_fifo_or_a_device_in_the_trace_dir_is_refused_at_once() {
 
 #[test]
 fn a_recording_is_a_new_name_inside_the_record_dir_never_a_path() {
-    let Some(_guard) = privileged("hostile_api_recording_path") else {
+    let Some(_guard) = privileged_shared("hostile_api_recording_path") else {
         return;
     };
     let api = ApiLab::start("recording-path", true);
@@ -258,7 +261,7 @@ fn a_recording_is_a_new_name_inside_the_record_dir_never_a_path() {
 
 #[test]
 fn a_link_at_the_recording_name_is_not_followed_and_nothing_is_removed() {
-    let Some(_guard) = privileged("hostile_api_recording_link") else {
+    let Some(_guard) = privileged_shared("hostile_api_recording_link") else {
         return;
     };
     let api = ApiLab::start("recording-link", true);
@@ -293,7 +296,7 @@ fn a_link_at_the_recording_name_is_not_followed_and_nothing_is_removed() {
 
 #[test]
 fn a_change_needs_the_token_even_on_loopback_and_a_read_does_not() {
-    let Some(_guard) = privileged("hostile_api_token_on_loopback") else {
+    let Some(_guard) = privileged_shared("hostile_api_token_on_loopback") else {
         return;
     };
     let api = ApiLab::start("token-on-loopback", false);
@@ -333,7 +336,7 @@ fn a_change_needs_the_token_even_on_loopback_and_a_read_does_not() {
 
 #[test]
 fn the_page_and_the_api_may_not_be_framed_by_another_site() {
-    let Some(_guard) = privileged("hostile_api_frames") else {
+    let Some(_guard) = privileged_shared("hostile_api_frames") else {
         return;
     };
     let api = ApiLab::start("frames", true);
@@ -360,7 +363,7 @@ fn the_page_and_the_api_may_not_be_framed_by_another_site() {
 
 #[test]
 fn one_address_cannot_take_every_connection() {
-    let Some(_guard) = privileged("hostile_api_connections") else {
+    let Some(_guard) = privileged_shared("hostile_api_connections") else {
         return;
     };
     let api = ApiLab::start("connections", true);
@@ -408,10 +411,10 @@ fn one_address_cannot_take_every_connection() {
 
 #[test]
 fn the_control_socket_is_its_owners_only() {
-    let Some(_guard) = privileged("hostile_api_socket_owner") else {
+    let Some(_guard) = privileged_shared("hostile_api_socket_owner") else {
         return;
     };
-    let lab = Lab::start_with("socket-owner", "delay 1ms", &[], true, false);
+    let lab = Lab::start_with("api-socket-owner", "delay 1ms", &[], true, false);
     let socket = pathlab_os::runtime::control_socket_path(&lab.name);
     // Before the fix the mode was the umask's (0755 under 022).
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
@@ -438,10 +441,10 @@ fn the_control_socket_is_its_owners_only() {
 
 #[test]
 fn a_long_line_on_the_control_socket_is_refused_and_held_nowhere() {
-    let Some(_guard) = privileged("hostile_api_socket_line") else {
+    let Some(_guard) = privileged_shared("hostile_api_socket_line") else {
         return;
     };
-    let lab = Lab::start_with("socket-line", "delay 1ms", &[], true, false);
+    let lab = Lab::start_with("api-socket-line", "delay 1ms", &[], true, false);
     let socket = pathlab_os::runtime::control_socket_path(&lab.name);
     let stream = UnixStream::connect(&socket).unwrap();
     stream

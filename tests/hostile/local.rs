@@ -11,8 +11,8 @@ use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;
 
-use super::util;
-use super::util::emulated::{privileged, PATHLAB};
+use crate::util;
+use crate::util::emulated::{privileged, PATHLAB};
 
 /// `pathlab lab clean` run inside `netns`, which must succeed; its output.
 fn lab_clean_in(netns: &Netns) -> String {

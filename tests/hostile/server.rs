@@ -12,7 +12,8 @@ use pathlab_probe::control::{Direction, Message, Refusal, TcpDirection, TestRequ
 use pathlab_probe::probe::{Probe, ProbeKind, Reflection};
 use pathlab_probe::session::{ClientEvent, ClientSession, Running, SessionError};
 
-use super::util::server_process::ServerProcess;
+use crate::util::server_process::ServerProcess;
+use crate::util::TestLock;
 
 /// A client that drives the session by hand over a blocking socket.
 struct RawClient {
@@ -245,6 +246,8 @@ fn duplicated_upward_probes_are_counted_not_recorded() {
 /// the asked rate over the time they came, and counts the rest as excess.
 #[test]
 fn reflection_at_ten_times_the_asked_rate_is_held_to_the_rate() {
+    // It spins a core for 2 s: never beside a timing test.
+    let _lock = TestLock::shared();
     let server = ServerProcess::start(&[]);
     let mut client = RawClient::connect(server.address);
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -310,6 +313,8 @@ fn reflection_at_ten_times_the_asked_rate_is_held_to_the_rate() {
 /// every one is closed from its length prefix, and the server stays small.
 #[test]
 fn three_hundred_handshakes_sending_a_mebibyte_each_leave_the_server_small() {
+    // 300 MiB through loopback: never beside a timing test.
+    let _lock = TestLock::shared();
     let server = ServerProcess::start(&["--max-clients", "400"]);
     let frame_len = 1u32 << 20;
     let mut garbage = frame_len.to_be_bytes().to_vec();
@@ -342,7 +347,7 @@ fn three_hundred_handshakes_sending_a_mebibyte_each_leave_the_server_small() {
     assert!(connections.len() >= 250, "{} connected", connections.len());
     assert!(peak < 100, "the server grew to {peak} MiB");
     // Closed by the server, not kept: the log names the oversized frame.
-    let log = server.drain_log();
+    let log = server.log_lines();
     let oversized = log
         .iter()
         .filter(|line| line.contains("larger than this end takes"))
@@ -442,7 +447,7 @@ fn a_client_that_stops_reading_is_ended_and_sigterm_still_returns_within_a_secon
     let (status, took) = server.terminate(Duration::from_secs(5));
     assert!(status.success(), "{status:?}");
     assert!(took < Duration::from_secs(1), "SIGTERM took {took:?}");
-    let summary = server.drain_log().join("\n");
+    let summary = server.log_lines().join("\n");
     assert!(summary.contains("1 clients stopped reading"), "{summary}");
     drop(first);
 }

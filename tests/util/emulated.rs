@@ -1,6 +1,7 @@
 //! The h1 - r - h2 line with `pathlab emulate` in r, and a pathlab server in h2: what the
 //! tests through the emulator share.
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
@@ -15,11 +16,11 @@ use super::TempDir;
 /// The binary under test.
 pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 
-/// Whether the test may run (with the serializing guard: the tests measure timing on a
-/// 2-core machine, one at a time): CAP_NET_ADMIN is needed; without it the test panics in
-/// CI and is skipped elsewhere.
-#[allow(unused_imports)] // not every test binary has namespace tests
-pub use pathlab_os::testing::privileged;
+/// Whether the test may run: CAP_NET_ADMIN is needed; without it the test panics in CI
+/// and is skipped elsewhere. `privileged` holds the tests' lock alone (a timing test: the
+/// tests measure timing on a 2-core machine, one at a time, across processes),
+/// `privileged_shared` beside other tests that judge no timing (pathlab_os::testing).
+pub use pathlab_os::testing::{privileged, privileged_shared};
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
 /// destroys the namespaces.
@@ -166,7 +167,6 @@ impl Drop for Lab {
 
 /// Runs `pathlab ARGS` as nobody (uid 65534, no capabilities) and checks it exits 2 saying
 /// it needs CAP_NET_ADMIN and changed nothing.
-#[allow(dead_code)] // not every test binary refuses
 pub fn refused_without_cap_net_admin(args: &[&str]) {
     use std::os::unix::process::CommandExt;
     let output = Command::new(PATHLAB)
@@ -185,7 +185,6 @@ pub fn refused_without_cap_net_admin(args: &[&str]) {
 
 /// Ends a child the test started: SIGTERM, as Ctrl-C, so it puts back what it changed;
 /// SIGKILL if it has not ended 5 s later.
-#[allow(dead_code)] // not every test binary starts long-running children
 pub fn end(mut child: Child) {
     let _ = pathlab_os::kill(child.id(), libc_sigterm());
     for _ in 0..250 {
@@ -199,7 +198,6 @@ pub fn end(mut child: Child) {
 }
 
 /// The index of interface `name` in `netns`.
-#[allow(dead_code)] // not every test binary looks interfaces up
 pub fn link_index(netns: &pathlab_os::netns::Netns, name: &str) -> u32 {
     netns
         .run(|| pathlab_os::netlink::Netlink::open()?.link_by_name(name))
@@ -242,6 +240,37 @@ pub fn run_quick_recipe(recipe: &str, out: &std::path::Path) -> String {
     let html = std::fs::read_to_string(&report).expect("the lab wrote its report");
     assert!(html.contains("<img src=\"data:image/png;base64,"));
     String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// [`run_quick_recipe`] of built-in recipe `recipe` with its quick sweep thinned to the
+/// points a test judges: `points` (`("queue", "[10, 100]")`, TOML values) is the
+/// `[quick_sweep]` in place of the recipe's own (a key it leaves out runs its `[sweep]`
+/// values). The recipe is otherwise as shipped; the spec is written beside `out`, as `out`
+/// + `.toml`. Users' `--quick` keeps every point.
+pub fn run_quick_recipe_points(
+    recipe: &str,
+    points: &[(&str, &str)],
+    out: &std::path::Path,
+) -> String {
+    let text = pathlab_lab::recipes::recipe(recipe).unwrap_or_else(|| panic!("no recipe {recipe}"));
+    // The recipe's own [quick_sweep], if any, goes: up to the next table.
+    let mut spec = String::new();
+    let mut in_quick_sweep = false;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            in_quick_sweep = line.trim() == "[quick_sweep]";
+        }
+        if !in_quick_sweep {
+            writeln!(spec, "{line}").unwrap();
+        }
+    }
+    spec.push_str("\n[quick_sweep]\n");
+    for (key, values) in points {
+        writeln!(spec, "{key} = {values}").unwrap();
+    }
+    let file = out.with_extension("toml");
+    std::fs::write(&file, spec).expect("writes the spec");
+    run_quick_recipe(file.to_str().expect("UTF-8 path"), out)
 }
 
 /// Runs `test` from h1 against a pathlab server in h2, through the emulator.

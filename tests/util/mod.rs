@@ -1,17 +1,33 @@
 //! Helpers shared by the end-to-end tests.
 
-#![allow(dead_code)] // each test crate uses a different part
-
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
 pub mod lab_results;
+pub mod lab_spec;
+pub mod output;
 pub mod server_process;
-pub mod stderr;
 pub mod tunnel;
+
+/// The median of `values` (in any order) by pathlab's one definition of a quantile,
+/// nearest rank (`pathlab_core::quantile`; of an even count, the lower middle value).
+pub fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+/// The nearest-rank `q`-quantile of `values` (in any order; at least one).
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    pathlab_core::quantile::of_sorted(&sorted, q).expect("at least one value")
+}
 
 /// A scratch directory removed when the test ends.
 pub use pathlab_os::testing::ScratchDir as TempDir;
+
+/// The tests' lock, for a test that needs no privilege but judges timing (exclusive) or
+/// loads the machine (shared): it keeps them from running beside a timing test.
+pub use pathlab_os::testing::TestLock;
 
 /// Runs the built `pathlab` with `args`, which must refuse them as bad input: exit code 2,
 /// `reason` in what it says on stderr.

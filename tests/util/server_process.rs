@@ -1,16 +1,16 @@
 //! `pathlab server` as a child process on loopback, with its log read as it comes.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
+
+use super::output::OutputLog;
 
 /// The server as a child process; killed when dropped.
 pub struct ServerProcess {
     pub child: Child,
     pub address: SocketAddr,
-    pub log: mpsc::Receiver<String>,
+    pub log: OutputLog,
 }
 
 impl ServerProcess {
@@ -23,23 +23,14 @@ impl ServerProcess {
             .stderr(Stdio::piped())
             .spawn()
             .expect("pathlab server starts");
-        let (lines, log) = mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    break;
-                }
-            }
+        let log = OutputLog::follow(&mut child);
+        let address = log.wait_for("the address it listens on", |line| {
+            line.strip_prefix("pathlab server listening on ")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
         });
-        let first = log
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the server says where it listens");
-        let address = first
-            .strip_prefix("pathlab server listening on ")
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|address| address.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line: {first}"));
         ServerProcess {
             child,
             address,
@@ -72,7 +63,10 @@ impl ServerProcess {
         let signalled = std::time::Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return (status, signalled.elapsed());
+                let took = signalled.elapsed();
+                // Its last lines (what it says as it stops) are read before the log is.
+                self.log.wait_closed(Duration::from_secs(2));
+                return (status, took);
             }
             assert!(
                 signalled.elapsed() < within,
@@ -82,23 +76,16 @@ impl ServerProcess {
         }
     }
 
-    /// The log until a line containing `what` (failing the test if none comes `within`).
+    /// The log, once a line containing `what` is in it (failing the test if none comes
+    /// `within`).
     pub fn wait_for_log(&self, what: &str, within: Duration) -> Vec<String> {
-        let deadline = std::time::Instant::now() + within;
-        let mut log = Vec::new();
-        while std::time::Instant::now() < deadline {
-            log.extend(self.drain_log());
-            if log.iter().any(|line| line.contains(what)) {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("no '{what}' in the server's log within {within:?}: {log:?}");
+        self.log.wait_for_line(what, within);
+        self.log.lines()
     }
 
     /// Every log line so far.
-    pub fn drain_log(&self) -> Vec<String> {
-        self.log.try_iter().collect()
+    pub fn log_lines(&self) -> Vec<String> {
+        self.log.lines()
     }
 }
 

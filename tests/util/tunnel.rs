@@ -8,12 +8,12 @@ use std::time::Duration;
 use pathlab_os::netns::Netns;
 
 use super::emulated::PATHLAB;
-use super::stderr::StderrLog;
+use super::output::OutputLog;
 
 /// `pathlab bond ARGS` in a namespace; killed (and waited for) on drop.
 pub struct Tunnel {
     pub child: Child,
-    pub log: StderrLog,
+    pub log: OutputLog,
 }
 
 impl Tunnel {
@@ -28,14 +28,13 @@ impl Tunnel {
             .stderr(Stdio::piped());
         pathlab_os::die_with_spawner(&mut command);
         let mut child = command.spawn().expect("pathlab bond starts");
-        let log = StderrLog::follow(&mut child);
+        let log = OutputLog::follow(&mut child);
         Tunnel { child, log }
     }
 
     /// Waits for a stderr line that contains `what`, and returns it.
     pub fn wait_for(&self, what: &str) -> String {
-        self.log
-            .wait_for(what, |line| line.contains(what).then(|| line.to_owned()))
+        self.log.wait_for_line(what, Duration::from_secs(10))
     }
 
     /// SIGKILL, as a crash would.

@@ -63,21 +63,22 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
         cpus: None,
     };
     let pool = emulator::Pool::with_scheduling(2, &request).expect("forwarding threads");
-    let handle = pool.spawn(
-        ports,
-        EmulatorConfig {
-            name: "bench".into(),
-            forward: spec.clone(),
-            reverse: spec,
-            seed: 1,
-            record: None,
-            pcap: None,
-            queue_sample_interval: pathlab_core::Duration::from_millis(10),
-            command: vec![],
-            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
-        },
-    )
-    .expect("emulator starts");
+    let handle = pool
+        .spawn(
+            ports,
+            EmulatorConfig {
+                name: "bench".into(),
+                forward: spec.clone(),
+                reverse: spec,
+                seed: 1,
+                record: None,
+                pcap: None,
+                queue_sample_interval: pathlab_core::Duration::from_millis(10),
+                command: vec![],
+                on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+            },
+        )
+        .expect("emulator starts");
     (line, handle)
 }
 

@@ -1,28 +1,185 @@
 //! What namespace tests share, the crates' own and the end-to-end tests in `tests/`: the
-//! privileged-test gate, the TCP sockets they measure with (made by [`tcp_socket`]), and
-//! a scratch directory for the tests of files.
+//! privileged-test gate and the lock that keeps timing tests apart ([`TestLock`]), the TCP
+//! sockets they measure with (made by [`tcp_socket`]), and a scratch directory for the tests
+//! of files.
+
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 
 use crate::tcp_socket::{self, BufferLimit, TcpSocketOptions};
 
-/// The namespace tests build interfaces on a 2-core machine: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The file the tests' lock is a `flock` on: one path for every test process on the
+/// machine, so the lock holds across processes (two `cargo test` runs, two checkouts,
+/// nextest's process per test) as it does between the threads of one test binary (each
+/// guard opens the file anew, and flocks on two open files exclude each other).
+///
+/// It is in pathlab's runtime directory, but always `/run/pathlab`, never
+/// `$PATHLAB_RUNTIME_DIR`: two processes with different environments must still meet at one
+/// file. Not the cargo target directory, which two checkouts (worktrees) of the repository
+/// do not share, and not `/tmp`, where any user may put a link for root to follow. Root
+/// cannot be tricked into writing through it: `/run/pathlab` must be root's (or this
+/// user's) and writable by no one else, or the lock refuses to be taken; the file is made
+/// only with `O_CREAT|O_EXCL` (which follows no link) and otherwise opened read-only with
+/// `O_NOFOLLOW`; a flock needs no write access, so nothing is ever written to it.
+pub const TEST_LOCK_PATH: &str = "/run/pathlab/tests.lock";
 
-/// Whether the test may run (with the serializing guard): CAP_NET_ADMIN is needed; without
-/// it the test panics in CI and is skipped elsewhere.
-pub fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+/// A hold on the tests' lock ([`TEST_LOCK_PATH`]), released when dropped (or when the
+/// process dies: the kernel drops a dead process's flocks).
+///
+/// Exclusive for a test that judges timing (the default, [`privileged`]): no other test
+/// that takes the lock runs meanwhile, in this process or another. Shared for a test that
+/// judges no timing ([`privileged_shared`]: refusals, clean-ups, hostile input, config
+/// checks): such tests run beside each other, never beside a timing test. A shared test
+/// must name its namespaces, interfaces, emulators and files uniquely for its process and
+/// itself, since another shared test may be building its own at the same time.
+#[must_use = "the lock is held only while the guard lives"]
+#[derive(Debug)]
+pub struct TestLock {
+    /// The open lock file; `None` where the file does not exist and this process may not
+    /// make it (no test with CAP_NET_ADMIN has run on this machine since boot, so none
+    /// runs now either).
+    _file: Option<std::fs::File>,
+}
+
+impl TestLock {
+    /// Waits for the lock alone: for a test that judges timing.
+    pub fn exclusive() -> TestLock {
+        TestLock::take(true)
+    }
+
+    /// Waits for the lock beside other shared holders: for a test that judges no timing
+    /// but must not run beside one that does.
+    pub fn shared() -> TestLock {
+        TestLock::take(false)
+    }
+
+    fn take(exclusive: bool) -> TestLock {
+        let asked = std::time::Instant::now();
+        let path = std::path::Path::new(TEST_LOCK_PATH);
+        let lock = TestLock::take_at(path, exclusive)
+            .unwrap_or_else(|error| panic!("the tests' lock {TEST_LOCK_PATH}: {error}"));
+        log_wait(asked.elapsed());
+        lock
+    }
+
+    /// The lock on the file `path` ([`open_lock_file`]), waited for.
+    fn take_at(path: &std::path::Path, exclusive: bool) -> std::io::Result<TestLock> {
+        let file = open_lock_file(path)?;
+        if let Some(file) = &file {
+            if exclusive {
+                file.lock()?;
+            } else {
+                file.lock_shared()?;
+            }
+        }
+        Ok(TestLock { _file: file })
+    }
+}
+
+/// Appends how long this test waited for the lock to the file `PATHLAB_LOCK_LOG` names,
+/// if any, as `WAITED BINARY TEST SECONDS`: `scripts/test` takes it off the test's time
+/// when it lists the slowest tests. The test is the thread's name, which libtest sets to
+/// the test's; the binary tells apart tests of the same name in two crates.
+fn log_wait(waited: std::time::Duration) {
+    use std::io::Write as _;
+    let Some(path) = std::env::var_os("PATHLAB_LOCK_LOG") else {
+        return;
+    };
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.file_name()?.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "?".into());
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let line = format!("WAITED {binary} {test} {:.3}\n", waited.as_secs_f64());
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = file.write_all(line.as_bytes());
+    }
+}
+
+/// Opens the lock file `path` read-only, making it (and its directory) first if missing;
+/// `None` if it is missing and this process may not make it. Its directory must be root's
+/// or this user's and writable by no one else; a link at `path` is refused (`ELOOP`).
+fn open_lock_file(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    let dir = path.parent().expect("the lock file has a directory");
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+    };
+    match std::fs::DirBuilder::new().mode(0o755).create(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => {
+            return match open() {
+                Ok(file) => Ok(Some(file)),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(error) => Err(error),
+            };
+        }
+        Err(error) => return Err(error),
+    }
+    let metadata = std::fs::symlink_metadata(dir)?;
+    let owner_ok = metadata.uid() == 0 || metadata.uid() == crate::sys::effective_uid();
+    if !metadata.is_dir() || !owner_ok || metadata.mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} must be a directory of root's (or this user's) that no one else may write \
+             (uid {}, mode {:o})",
+            dir.display(),
+            metadata.uid(),
+            metadata.mode() & 0o7777
+        )));
+    }
+    match open() {
+        Ok(file) => return Ok(Some(file)),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+    {
+        Ok(_) => {}
+        // Another test made it meanwhile.
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) if error.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
+        Err(error) => return Err(error),
+    }
+    open().map(Some)
+}
+
+/// Whether the test may run, holding the tests' lock alone ([`TestLock::exclusive`]): the
+/// gate of a namespace test that judges timing. CAP_NET_ADMIN is needed; without it the
+/// test panics in CI and is skipped elsewhere.
+pub fn privileged(test: &str) -> Option<TestLock> {
+    has_net_admin(test).then(TestLock::exclusive)
+}
+
+/// [`privileged`] for a namespace test that judges no timing, holding the lock shared
+/// ([`TestLock::shared`]): it runs beside other such tests, never beside a timing test.
+/// Its namespaces, interfaces, emulators and files must have names unique to its process
+/// and itself.
+pub fn privileged_shared(test: &str) -> Option<TestLock> {
+    has_net_admin(test).then(TestLock::shared)
+}
+
+/// Whether this process has CAP_NET_ADMIN; if not, panics in CI and says `test` skipped
+/// elsewhere.
+fn has_net_admin(test: &str) -> bool {
     if crate::require_net_admin("the namespace tests").is_ok() {
-        return Some(
-            ONE_AT_A_TIME
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        return true;
     }
     assert!(
         std::env::var("CI").as_deref() != Ok("true"),
         "{test}: CI=true but this process lacks CAP_NET_ADMIN; CI must run the tests as root"
     );
     skipped(test, "needs CAP_NET_ADMIN (run the tests as root; CI does)");
-    None
+    false
 }
 
 /// Says that `test` skipped and why: straight to stderr, past the test harness's capture,
@@ -182,5 +339,67 @@ impl ScratchDir {
 impl Drop for ScratchDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// Whether another open file of `path` could take the lock now (exclusively, or
+    /// shared): what a second process would see.
+    fn free(path: &std::path::Path, exclusive: bool) -> bool {
+        let other = std::fs::File::open(path).expect("the lock file exists");
+        let taken = if exclusive {
+            other.try_lock()
+        } else {
+            other.try_lock_shared()
+        };
+        taken.is_ok()
+    }
+
+    #[test]
+    fn an_exclusive_hold_keeps_every_other_out_and_shared_ones_keep_out_only_the_exclusive() {
+        let dir = ScratchDir::new("test-lock");
+        let path = dir.path("tests.lock");
+        let alone = TestLock::take_at(&path, true).expect("takes it");
+        assert!(!free(&path, true) && !free(&path, false), "held alone");
+        drop(alone);
+        let beside = TestLock::take_at(&path, false).expect("shared");
+        let other = TestLock::take_at(&path, false).expect("shared beside it");
+        assert!(free(&path, false), "shared beside shared");
+        assert!(!free(&path, true), "no timing test beside them");
+        drop((beside, other));
+        assert!(free(&path, true), "released when dropped");
+        // Only read: a flock needs no write access, and root writes nothing to it.
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644, "{mode:o}");
+    }
+
+    #[test]
+    fn a_link_at_the_lock_or_a_directory_others_may_write_is_refused() {
+        let dir = ScratchDir::new("test-lock-link");
+        let victim = dir.path("victim");
+        std::fs::write(&victim, "KEEP\n").unwrap();
+        let link = dir.path("tests.lock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let error = TestLock::take_at(&link, true).expect_err("a link is not followed");
+        assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
+        let dangling = dir.path("dangling.lock");
+        std::os::unix::fs::symlink(dir.path("made-through-the-link"), &dangling).unwrap();
+        TestLock::take_at(&dangling, true).expect_err("nor made through");
+        assert!(!dir.path("made-through-the-link").exists());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "KEEP\n");
+
+        let open_dir = dir.path("open");
+        std::fs::create_dir(&open_dir).unwrap();
+        std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let error = TestLock::take_at(&open_dir.join("tests.lock"), true)
+            .expect_err("anyone could put a link there");
+        assert!(
+            error.to_string().contains("no one else may write"),
+            "{error}"
+        );
     }
 }
