@@ -6,6 +6,8 @@ pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
 pub mod lab_results;
+pub mod late;
+pub mod recorded;
 pub mod server_process;
 pub mod stderr;
 pub mod tunnel;
