@@ -5,11 +5,13 @@ use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::util::emulated::{
     privileged, privileged_shared, run_quick_recipe, run_quick_recipe_points, PATHLAB,
 };
 use crate::util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
+use crate::util::late::{ms, Lateness, Quantile};
 use crate::util::{median, quantile, TempDir};
 
 /// One upward packet of a line's recording: when it arrived at the emulator, when it left
@@ -987,6 +989,13 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
             quantile(&run.line_queue_ms, 0.5),
             quantile(&run.line_queue_ms, 0.95),
         );
+        // The ping crosses the line's emulator both ways: its lateness (from the run's
+        // result) is in every figure, its median in the medians, its p99 in the p95s. Past
+        // half a frame the test cannot tell one frame from two.
+        let lateness = Lateness::of_lab_link(&dir.join("result.json"), "site-srv");
+        let half_frame = Duration::from_millis(6);
+        let late_p50 = ms(lateness.slack(Quantile::P50, &[0, 1], half_frame));
+        let late_p99 = ms(lateness.slack(Quantile::P99, &[0, 1], half_frame));
         let total: f64 = run.bulk.iter().map(|b| b.goodput_mbps).sum();
         let starved: Vec<&BulkFlow> = run.bulk.iter().filter(|b| b.starved_s.is_some()).collect();
         eprintln!(
@@ -1004,13 +1013,15 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
             run.pings
         );
         // The idle path against the emulator's: 2 x 10 ms, the ping's datagram (100 bytes
-        // inside, 196 on the wire) serialized at 1 and 10 Mbit/s, 1.7 ms; up to 4 ms of
-        // the tunnel's and the hosts' own time (measured 22.2-23.9 ms on a busy host).
+        // inside, 196 on the wire) serialized at 1 and 10 Mbit/s, 1.725 ms, which no ping
+        // beats (0.2 ms for the clocks); above it the emulator's median lateness and up to
+        // 4 ms of the tunnel's and the hosts' own time (a busy loop on each core: 0.4 ms).
         // Before the bulk nothing is lost: 5.5 s of pings, 110.
         assert!(run.idle_ms.len() > 80, "{fair}: {} idle", run.idle_ms.len());
+        let path_ms = 20.0 + 196.0 * 8.0 / 1e6 * 1e3 + 196.0 * 8.0 / 10e6 * 1e3;
         assert!(
-            (21.5..26.0).contains(&idle),
-            "{fair}: idle RTT {idle:.1} ms"
+            idle >= path_ms - 0.2 && idle <= path_ms + 4.0 + late_p50,
+            "{fair}: idle RTT {idle:.2} ms against the path's {path_ms:.3} + up to 4 + {late_p50:.3} ms"
         );
         // The delay controller holds the modem's queue near its target whatever the
         // sharing (emulator truth): what the ping waits beyond it is the tunnel's ingress.
@@ -1054,15 +1065,24 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
                 "{fair}: {} loaded",
                 run.loaded_ms.len()
             );
-            // The issue's figure: at most 2 x 12 ms while 14 others saturate the line (at
-            // the median; the p95 gets a frame more for this busy 2-core host, measured
-            // 24.6-26.2 ms), and the ingress adds at most one frame to the modem's queue.
-            assert!(p50 <= 2.0 * frame_ms, "{fair}: added RTT p50 {p50:.1} ms");
-            assert!(p95 <= 3.0 * frame_ms, "{fair}: added RTT p95 {p95:.1} ms");
+            // The issue's figure: at most 2 x 12 ms while 14 others saturate the line, at
+            // the median, plus the emulator's lateness. Against the recorded truth: the
+            // tunnel's ingress adds at most one frame to the modem's queue (the line's
+            // recorded queue delay) at the median, and at most two at the p95 (the seed's
+            // "at most two"; the queue's p95 is what the delay controller let it reach).
             assert!(
-                p50 - queue_p50 <= frame_ms,
-                "{fair}: {:.1} ms in the tunnel's ingress",
+                p50 <= 2.0 * frame_ms + late_p50,
+                "{fair}: added RTT p50 {p50:.1} ms, the emulator late by {late_p50:.3}"
+            );
+            assert!(
+                p50 - queue_p50 <= frame_ms + late_p50,
+                "{fair}: {:.1} ms in the tunnel's ingress at the median",
                 p50 - queue_p50
+            );
+            assert!(
+                p95 - queue_p95 <= 2.0 * frame_ms + late_p99,
+                "{fair}: added RTT p95 {p95:.1} ms, the line's queue p95 {queue_p95:.1} ms, \
+                 the emulator late by {late_p99:.3}"
             );
             // Shared by volume, no user is starved, and the 14 saturate the line between
             // them.

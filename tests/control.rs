@@ -17,7 +17,11 @@ use serde_json::{json, Value};
 use crate::util;
 use crate::util::browser::{find_chromium, Browser};
 use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::late::Lateness;
 use crate::util::output::OutputLog;
+use crate::util::recorded::{
+    assert_delay_changed, judge_round_trips, recorded_pings, SeenPing, ECHO_FRAME,
+};
 
 const TOKEN: &str = "pathlab-test-token-0123456789";
 
@@ -584,53 +588,60 @@ interval = "20ms"
         summary.contains("note: link h1-h2 changed") && summary.contains("'delay 30ms' both ways"),
         "{summary}"
     );
-    // The run's ping series: 20 ms before the change, 60 ms after, and at most a couple of
-    // pings in flight across it (40 ms).
-    let series: Vec<f64> = result
-        .pointer("/result/data/workloads/0/outcome/data/series")
-        .expect("the ping's series")
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|pair| pair[1].as_f64().unwrap() / 1e6)
-        .collect();
-    let near = |target: f64| {
-        series
-            .iter()
-            .filter(|&&rtt| (rtt - target).abs() < RTT_TOLERANCE_MS)
-            .count()
-    };
-    let (before, after) = (near(20.0), near(60.0));
-    assert!(
-        before > 50 && after > 50,
-        "{before} pings at 20 ms, {after} at 60 ms: {series:?}"
-    );
-    // No ping beats the spec; one the host answered late (CI saw 21.5 ms) is noise, but a
-    // ping between the two delays was in flight across the change, and there are at most a
-    // couple of those.
-    assert!(
-        series.iter().all(|&rtt| rtt > 20.0 - RTT_TOLERANCE_MS),
-        "{series:?}"
-    );
-    let across = series
-        .iter()
-        .filter(|&&rtt| rtt > 25.0 && rtt < 60.0 - RTT_TOLERANCE_MS)
-        .count();
-    assert!(across <= 3, "{across} pings across the change: {series:?}");
-    // The link's recording holds the change, as `emulate set` would have written it.
+    // The change, judged on the link's recording (model time, exact): from the instant it
+    // was made every packet takes 30 ms, every packet that entered before still 10 ms,
+    // both ways.
     let recording = read_recording(BufReader::new(
         std::fs::File::open(dir.path("out").join("link-h1-h2.jsonl")).unwrap(),
     ))
     .unwrap();
-    let changes = recording
-        .lines
+    assert_delay_changed(&recording, 10, 30);
+    // The run's pings, by the recording of their packets: 20 ms before the change, 60 ms
+    // after, 40 ms for one in flight across it (its request entered in the 10 ms before the
+    // change: one at most, two if the change fell between a request and its turn).
+    let ping = result
+        .pointer("/result/data/workloads/0/outcome/data")
+        .expect("the ping's outcome");
+    let sent = ping["sent"].as_u64().expect("pings sent") as usize;
+    let recorded = recorded_pings(&recording, ECHO_FRAME, 0);
+    assert_eq!(recorded.len(), sent, "every request crossed the link");
+    let in_link_ms: Vec<u64> = recorded
         .iter()
-        .filter(|l| matches!(l, RecordingLine::Spec { spec, .. } if spec == "delay 30ms"))
-        .count();
-    assert_eq!(changes, 2, "both directions' change recorded");
-    let first_after = series.iter().position(|&rtt| rtt > 30.0).unwrap();
+        .filter_map(|p| Some(p.in_link_ns()? / 1_000_000))
+        .collect();
+    let class = |ms: u64| in_link_ms.iter().filter(|&&x| x == ms).count();
+    let (before, across, after) = (class(20), class(40), class(60));
+    assert_eq!(before + across + after, in_link_ms.len(), "{in_link_ms:?}");
     assert!(
-        series[first_after..].iter().all(|&rtt| rtt > 30.0),
-        "no ping went back to the old delay"
+        before > 50 && after > 50 && across <= 2,
+        "{before} pings at 20 ms, {across} across, {after} at 60 ms"
+    );
+    // What the run's pinger saw against that recording: each ping's RTT is its packets'
+    // recorded time and the hosts' part, within the lateness the link's emulator measured
+    // of itself (from the result) and the pinger's own.
+    let mut seen = vec![
+        SeenPing {
+            sent: None,
+            rtt: None
+        };
+        sent
+    ];
+    let series_sent = ping["series_sent_ns"].as_array().expect("when each went");
+    for (pair, sent_ns) in ping["series"]
+        .as_array()
+        .expect("the series")
+        .iter()
+        .zip(series_sent)
+    {
+        seen[pair[0].as_u64().unwrap() as usize] = SeenPing {
+            sent: Some(Duration::from_nanos(sent_ns.as_u64().unwrap())),
+            rtt: Some(Duration::from_nanos(pair[1].as_u64().unwrap())),
+        };
+    }
+    judge_round_trips(
+        &seen,
+        &recorded,
+        &Lateness::of_lab_link(&dir.path("out").join("result.json"), "h1-h2"),
+        Duration::from_millis(20),
     );
 }

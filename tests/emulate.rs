@@ -27,6 +27,10 @@ use crate::util::emulated::{
     with_server_in_h2, Lab, PATHLAB,
 };
 use crate::util::lab_spec::LabSpec;
+use crate::util::late::Lateness;
+use crate::util::recorded::{
+    assert_delay_changed, judge_round_trips, recorded_pings, SeenPing, ECHO_FRAME,
+};
 use crate::util::{median, TempDir};
 
 /// 10 Mbit/s of 1514-byte frames carrying 1448 bytes of TCP payload each (timestamps on),
@@ -51,6 +55,17 @@ fn rtts_ms(results: &[PingResult]) -> Vec<f64> {
         .collect();
     rtts.sort_by(f64::total_cmp);
     rtts
+}
+
+/// The pings as the pinger saw them.
+fn seen(results: &[PingResult]) -> Vec<SeenPing> {
+    results
+        .iter()
+        .map(|r| SeenPing {
+            sent: Some(r.sent - results[0].sent),
+            rtt: r.rtt,
+        })
+        .collect()
 }
 
 /// Every direction's truth adds up: what entered the link left it or was dropped (nothing
@@ -212,9 +227,6 @@ fn binomial_bound(n: usize, p: f64) -> (f64, f64) {
     (mean - 3.29 * sd, mean + 3.29 * sd)
 }
 
-/// ICMP echo frames with a 56-byte payload: 14 Ethernet + 20 IPv4 + 8 ICMP + 56.
-const ECHO_FRAME: u32 = 98;
-
 #[test]
 fn loss_2_percent_each_way_matches_binomial_and_the_recorded_drops() {
     let Some(_serial) =
@@ -333,16 +345,6 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
         ratio * 100.0,
         ideal * 8e-6
     );
-    // The queue's worth of delay: 100 x 1514 x 8 / 10e6 = 121.1 ms on top of the base.
-    let full_queue_ms = 100.0 * 1514.0 * 8.0 / 10e6 * 1e3;
-    let rtts = rtts_ms(&pings);
-    let peak = util::quantile(&rtts, 0.95);
-    eprintln!("rate 10mbit limit 100: base RTT {base:.2} ms, under load median {:.1} ms, p95 {peak:.1} ms", median(&rtts));
-
-    assert!(
-        ((peak - base) / full_queue_ms - 1.0).abs() <= 0.10,
-        "p95 RTT under load {peak:.1} ms, base {base:.2} ms, expected base + {full_queue_ms:.1} ms within 10%"
-    );
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
     // The sampled queue length: every 10 ms, never above the limit, full at times.
@@ -355,33 +357,38 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
         (90..=100).contains(&queue_peak),
         "queue peak {queue_peak} packets"
     );
-    // Each ping's RTT is its request's recorded time in the link plus the base RTT: the
-    // recording and the measurement agree packet by packet.
-    let requests: Vec<_> = recording
-        .packets(0)
-        .filter(|r| r.len_bytes == ECHO_FRAME)
+    // The pings under load are the last requests that crossed (the base RTT's came first).
+    let recorded = recorded_pings(&recording, ECHO_FRAME, 0);
+    let under_load = &recorded[recorded.len() - pings.len()..];
+    // Against theory, in the recording (model time): the queue's worth of delay, 100 x
+    // 1514 x 8 / 10e6 = 121.1 ms, on top of the idle crossing, at the p95 (Reno's sawtooth
+    // keeps the queue full only at its peaks).
+    let full_queue_ms = 100.0 * 1514.0 * 8.0 / 10e6 * 1e3;
+    let mut in_link_ms: Vec<f64> = under_load
+        .iter()
+        .filter_map(|p| Some(p.in_link_ns()? as f64 / 1e6))
         .collect();
-    let measured: Vec<&PingResult> = pings.iter().collect();
-    let first_under_load = requests.len() - measured.len();
-    let mut disagreements = 0;
-    for (record, ping) in requests[first_under_load..].iter().zip(&measured) {
-        let (Some(departed), Some(rtt)) = (record.departed, ping.rtt) else {
-            continue;
-        };
-        let in_link_ms = (departed - record.arrived).as_millis_f64();
-        let error = rtt.as_secs_f64() * 1e3 - base - in_link_ms;
-        if error.abs() > 1.0 {
-            disagreements += 1;
-        }
-    }
+    in_link_ms.sort_by(f64::total_cmp);
+    let idle_ms = recorded[0].in_link_ns().expect("the first base ping") as f64 / 1e6;
+    let peak = in_link_ms[in_link_ms.len() * 95 / 100];
+    let rtts = rtts_ms(&pings);
     eprintln!(
-        "rate 10mbit limit 100: {disagreements} of {} pings disagree with the recording by > 1 ms",
-        measured.len()
+        "rate 10mbit limit 100: base RTT {base:.2} ms; under load RTT median {:.1} ms, p95 {:.1} ms; recorded in the link {idle_ms:.3} ms idle, p95 {peak:.1} ms",
+        median(&rtts),
+        rtts[rtts.len() * 95 / 100]
     );
     assert!(
-        disagreements <= measured.len() / 50,
-        "{disagreements} of {} pings disagree with the recorded delay by > 1 ms",
-        measured.len()
+        ((peak - idle_ms) / full_queue_ms - 1.0).abs() <= 0.10,
+        "recorded p95 under load {peak:.1} ms, idle {idle_ms:.3} ms, expected + {full_queue_ms:.1} ms within 10%"
+    );
+    // What the pinger saw is what the emulator recorded for the same packets, the request
+    // through the queue and the reply back (direction 1), plus the hosts' part, within
+    // the lateness the emulator measured of itself and the pinger's own.
+    judge_round_trips(
+        &seen(&pings),
+        under_load,
+        &Lateness::of_stats(&stats),
+        Duration::from_millis(50),
     );
 }
 
@@ -433,11 +440,6 @@ fn emulate_set_changes_the_delay_within_one_ping() {
     let Some(_serial) = privileged("emulate_set_changes_the_delay_within_one_ping") else {
         return;
     };
-    // Each ping is classified as old (40 ms), new (160 ms) or mixed (100 ms); the classes
-    // are 60 ms apart, so a tolerance of 5 ms tells them apart on a busy machine, where one
-    // ping in a hundred can be a couple of milliseconds late (the medians are checked to
-    // 0.5 ms in the delay test).
-    let class_tolerance_ms = 5.0;
     let mut lab = Lab::start("set", "delay 20ms", &[], true);
     let mut pinger = lab
         .line
@@ -445,61 +447,75 @@ fn emulate_set_changes_the_delay_within_one_ping() {
         .run(|| Pinger::new(IpAddr::V4(H2_V4), 56))
         .unwrap()
         .expect("socket");
+    let count = 150;
     let pings = std::thread::spawn(move || {
         pinger
-            .run(150, Duration::from_millis(20), Duration::from_secs(1))
+            .run(count, Duration::from_millis(20), Duration::from_secs(1))
             .expect("ping")
     });
     std::thread::sleep(Duration::from_millis(1500));
-    let before = std::time::Instant::now();
+    let before = unix_now_ns();
     lab.set("delay 80ms");
-    let after = std::time::Instant::now();
+    let after = unix_now_ns();
     let results = pings.join().expect("pinger");
-    for result in &results {
-        let rtt = result.rtt.expect("no loss").as_secs_f64() * 1e3;
-        // Sent 20 ms (one way) before the change: both ways at the old delay.
-        if result.sent + Duration::from_millis(20) < before {
-            assert!(
-                (rtt - 40.0).abs() <= class_tolerance_ms,
-                "ping {} before the change: {rtt:.2} ms",
-                result.seq
-            );
-        } else if result.sent > after {
-            assert!(
-                (rtt - 160.0).abs() <= class_tolerance_ms,
-                "ping {} after the change: {rtt:.2} ms",
-                result.seq
-            );
-        }
-    }
-    // Pings in flight at the change cross one way at the old delay and the other at the
-    // new one: 40, 100 or 160 ms, nothing else. At most two fit in the 20 ms before the
-    // change plus the time `set` took.
-    let in_flight: Vec<f64> = results
-        .iter()
-        .filter(|r| r.sent + Duration::from_millis(20) >= before && r.sent <= after)
-        .map(|r| r.rtt.expect("no loss").as_secs_f64() * 1e3)
-        .collect();
-    assert!(
-        in_flight.len() <= 2 + (after - before).as_millis() as usize / 20,
-        "{in_flight:?}"
-    );
-    for rtt in &in_flight {
-        assert!(
-            [40.0, 100.0, 160.0]
-                .iter()
-                .any(|x| (rtt - x).abs() <= class_tolerance_ms),
-            "a ping in flight took {rtt:.2} ms"
-        );
-    }
     let (stats, recording) = lab.stop();
     assert_conservation(&stats);
-    let changes = recording
-        .lines
+    // The change, judged on the recording (model time, exact): made while `set` ran, and
+    // from then on every packet takes 80 ms, every packet that entered before still 20 ms,
+    // both ways.
+    let zero = recording
+        .header
+        .as_ref()
+        .expect("header")
+        .clock_zero_unix_ns;
+    for (dir, at) in assert_delay_changed(&recording, 20, 80)
+        .into_iter()
+        .enumerate()
+    {
+        // The recording's zero and the test read the wall clock apart: 1 ms for that.
+        assert!(
+            before - zero <= at + 1_000_000 && at <= after - zero + 1_000_000,
+            "direction {dir}: changed at {at} ns, `set` ran from {} to {} ns",
+            before - zero,
+            after - zero
+        );
+    }
+    // Each ping, by the recording: both ways at the old delay (40 ms), both at the new
+    // one (160 ms), or in flight across the change (100 ms); of those at most two, the
+    // requests that entered in the one-way time (20 ms) before it.
+    let recorded = recorded_pings(&recording, ECHO_FRAME, 0);
+    assert_eq!(recorded.len(), count, "every request crossed");
+    let in_link_ms: Vec<u64> = recorded
         .iter()
-        .filter(|l| matches!(l, pathlab_results::recording::RecordingLine::Spec { .. }))
-        .count();
-    assert_eq!(changes, 2, "the change is recorded for both directions");
+        .map(|p| p.in_link_ns().expect("every ping answered") / 1_000_000)
+        .collect();
+    let class = |ms: u64| in_link_ms.iter().filter(|&&x| x == ms).count();
+    let (old, across, new) = (class(40), class(100), class(160));
+    assert_eq!(old + across + new, count, "{in_link_ms:?}");
+    assert!(
+        across <= 2,
+        "{across} pings across the change: {in_link_ms:?}"
+    );
+    // 1.5 s of 20 ms pings before the change, 1.5 s after.
+    assert!(old >= 60 && new >= 60, "{old} old, {new} new");
+    // What the pinger saw against the recording of the same packets: each round trip is
+    // its two crossings' recorded time and the hosts' part, within the lateness the
+    // emulator measured of itself and the pinger's own.
+    judge_round_trips(
+        &seen(&results),
+        &recorded,
+        &Lateness::of_stats(&stats),
+        Duration::from_millis(20),
+    );
+}
+
+/// Now on the wall clock, ns since the Unix epoch (a recording's `clock_zero_unix_ns` is
+/// on it).
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64
 }
 
 /// The network-namespace inodes some process or descriptor still holds.

@@ -5,7 +5,9 @@ pub mod emulated;
 pub mod lab_fixture;
 pub mod lab_results;
 pub mod lab_spec;
+pub mod late;
 pub mod output;
+pub mod recorded;
 pub mod server_process;
 pub mod tunnel;
 
