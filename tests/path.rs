@@ -95,8 +95,9 @@ fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
     let spec = "rate 10mbit delay 5ms";
     let lab = Lab::start("available", spec, &["--reverse", "delay 5ms"], true);
     // 4 Mbit/s of constant-rate UDP (an owd test, 1000-byte payloads) from h1 to h2 for
-    // 30 s, on its own connection and thread (the capacity run takes about 12 s, and must
-    // end within it for the search to have seen the cross traffic throughout).
+    // 30 s (15,000 packets; it was 20,000, 40 s, which the test then waited out), on its
+    // own connection and thread (the capacity run takes about 12 s, and must end within it
+    // for the search to have seen the cross traffic throughout).
     let report = with_server_in_h2(&lab, |first| {
         drop(first);
         let cross = std::thread::spawn(|| {
@@ -104,7 +105,7 @@ fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
                 Direction::Up,
                 4_000_000,
                 1000,
-                20_000,
+                15_000,
                 100,
             )
         });
