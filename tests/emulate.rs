@@ -780,6 +780,11 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
     };
     // Everything in a namespace of the test's own: the shells' outside ends and the server.
     let outer = pathlab_os::netns::Netns::new().expect("namespace");
+    // A new namespace takes IPv4 forwarding from the host's (net.core.devconf_inherit_init_net
+    // 0), which a container engine turns on: off here, so turning it back off is seen.
+    outer
+        .set_sysctl("net/ipv4/ip_forward", "0")
+        .expect("forwarding off in the test's namespace");
     let listener = outer
         .run(|| std::net::TcpListener::bind("0.0.0.0:7007"))
         .unwrap()

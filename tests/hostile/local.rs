@@ -141,6 +141,11 @@ fn lab_clean_deletes_a_killed_shells_table_and_nothing_only_named_like_it() {
         return;
     };
     let outer = Netns::new().expect("namespace");
+    // A new namespace takes IPv4 forwarding from the host's (net.core.devconf_inherit_init_net
+    // 0), which a container engine turns on: off here, so turning it back off is seen.
+    outer
+        .set_sysctl("net/ipv4/ip_forward", "0")
+        .expect("forwarding off in the test's namespace");
     // A shell killed with its NAT table in place: the crash case, which clean must undo.
     let (killed, table) = shell_with_nat(&outer);
     let dead_pid = killed.id();
