@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
         parameters: Vec::new(),
         links: Vec::new(),
         workloads: Vec::new(),
+        scheduling: None,
     };
     let _ = link_series(&run, "a-b", &recording);
 });
