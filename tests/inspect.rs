@@ -256,8 +256,18 @@ fn a_small_receive_window_across_20_ms_is_named_and_its_rate_is_the_window_over_
         watched.received_bps
     );
     assert_eq!(verdict.limit, Limit::ReceiverWindow, "{}", verdict.sentence);
-    // 3 s of the 4 watched the sender wrote; the rest it held the socket idle.
-    assert!(verdict.share > 0.6, "{}", verdict.sentence);
+    // The window held most of the time the socket had data to send or in flight (the
+    // kernel's busy time; 79% of it on an idle machine, the rest mostly the congestion
+    // window). The rest of the watch the socket had nothing to send: the last second, held
+    // idle, and whatever a busy machine kept the writing thread from its core (the
+    // window's share of the whole watch was 59% so, against 71% idle).
+    let l = &verdict.limits;
+    let busy = l.receiver_window + l.send_buffer + l.congestion;
+    assert!(
+        l.receiver_window > 0.6 * busy && busy > 0.3,
+        "{}: {l:?}",
+        verdict.sentence
+    );
     assert!(held.len() >= 10, "most of the 15 intervals of sending");
     // Window over RTT against what inspect says it moved and what the receiver counted.
     for (what, rate) in [("inspect", moved), ("receiver", watched.received_bps)] {

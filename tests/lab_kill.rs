@@ -121,6 +121,17 @@ fn a_lab_killed_at_any_instant_leaves_nothing_after_lab_clean() {
     let tag = format!("k{}", std::process::id());
     let file = dir.path("kill.toml");
     std::fs::write(&file, recipe(&tag)).unwrap();
+    // What earlier tests left for `lab clean` (the interface locks of emulators that ended
+    // without removing them) is cleaned first, so that what is compared is this test's.
+    let first = Command::new(PATHLAB)
+        .args(["lab", "clean"])
+        .output()
+        .unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let before = host_state();
     // 20 instants from 0 to 5.7 s, shuffled by a fixed LCG so a failure repeats: the build
     // (first half second), the workloads, the teardown after 4 s.

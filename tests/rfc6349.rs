@@ -184,6 +184,44 @@ const RATE_BPS: f64 = 100e6;
 /// and the emulator's rate is exact to a fraction of a percent: 1% covers both.
 const TTR_TOLERANCE: f64 = 0.01;
 
+/// The Transfer Time Ratio the line itself gives over a TCP run's steady state: the line's
+/// rate over what it carried (every frame of the data's direction the emulator finished
+/// serializing in the span, counted as it counts them). It is 1 when the connections
+/// kept the bottleneck busy; more when they left it idle, as senders and receivers do that
+/// a busy machine keeps from their cores. The method's own ratio is judged against this.
+fn recorded_ttr(run: &Run, name: &str, result: &PhaseResult, frame_bytes: u32) -> f64 {
+    let (from, to) = steady_span(run, name, result, frame_bytes);
+    let dir = match run.report.plan.direction {
+        pathlab_probe::control::TcpDirection::Down => 1,
+        _ => 0,
+    };
+    let bits: f64 = run
+        .recording
+        .packets(dir)
+        .filter(|r| {
+            r.transmitted
+                .is_some_and(|t| (from..to).contains(&t.as_nanos()))
+        })
+        .map(|r| f64::from(r.len_bytes) * 8.0)
+        .sum();
+    RATE_BPS * (to - from) as f64 * 1e-9 / bits
+}
+
+/// The method's Transfer Time Ratio against the line's ([`recorded_ttr`]).
+fn check_ttr(run: &Run, name: &str, result: &PhaseResult, frame_bytes: u32) -> f64 {
+    let truth = recorded_ttr(run, name, result, frame_bytes);
+    eprintln!(
+        "{name}: TTR {:.4}, the line's {truth:.4}",
+        result.transfer_time_ratio
+    );
+    assert!(
+        (result.transfer_time_ratio - truth).abs() <= TTR_TOLERANCE,
+        "TTR {:.4} against the line's {truth:.4} (+- {TTR_TOLERANCE})",
+        result.transfer_time_ratio
+    );
+    truth
+}
+
 /// What every run here passes: Reno (the namespaces allow reno and bbr), rates counted as
 /// the emulator counts them, 5 s per TCP run, 1 s of idle probing, JSON.
 const COMMON: [&str; 9] = [
@@ -283,11 +321,10 @@ fn rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate() {
     // Each 1514-byte frame carries 1448 bytes of payload (timestamps on).
     assert_eq!(result.mss_used_bytes, 1448);
     assert!((result.ideal_rate_bps - RATE_BPS * 1448.0 / 1514.0).abs() < 1.0);
-    assert!(
-        (result.transfer_time_ratio - 1.0).abs() <= TTR_TOLERANCE,
-        "TTR {}",
-        result.transfer_time_ratio
-    );
+    // The line was full (a window far above the BDP keeps it busy, busy machine or not),
+    // and the method says so.
+    let line = check_ttr(&run, step::SINGLE, result, FULL_FRAME_BYTES);
+    assert!((line - 1.0).abs() <= TTR_TOLERANCE, "the line's TTR {line}");
     // Nothing lost, nothing sent twice.
     assert_eq!(result.retransmitted_bytes, 0);
     assert_eq!(result.tcp_efficiency, 1.0);
@@ -431,11 +468,12 @@ fn rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections() 
         "{}",
         single.transfer_time_ratio
     );
-    assert!(
-        (multiple.transfer_time_ratio - 1.0).abs() <= TTR_TOLERANCE,
-        "TTR with 4 connections {}",
-        multiple.transfer_time_ratio
-    );
+    // Four windows of 200 KiB hold 1.3 times the 625 kB the line needs: they keep it
+    // busy but for what the machine takes from the hosts' cores (on a loaded machine the
+    // receivers read late and the windows shrink: 1.3% idle was seen). The method's ratio
+    // is the line's.
+    let line = check_ttr(&run, step::MULTIPLE, multiple, 1414);
+    assert!(line < 1.05, "the line's TTR with 4 connections {line}");
 }
 
 fn tcp(args: &[&str]) -> Output {
