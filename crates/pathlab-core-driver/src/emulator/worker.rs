@@ -719,6 +719,8 @@ impl WorkerHandle {
             epoll: sys::Epoll::new()?,
             spin: std::time::Duration::from_nanos(spin.as_nanos()),
             spin_budget: SpinBudget::new(share),
+            realtime: false,
+            gave_way_at: std::time::Instant::now(),
             due: Vec::new(),
             ready: Vec::new(),
         };
@@ -731,6 +733,7 @@ impl WorkerHandle {
                 let granted = scheduling::apply_to_this_thread(&request);
                 if matches!(granted.policy, sys::Policy::Fifo(_)) {
                     worker.spin = std::time::Duration::ZERO;
+                    worker.realtime = true;
                 }
                 let _ = granted_tx.send(granted);
                 worker.run();
@@ -828,6 +831,11 @@ struct SharedSource {
     ready: bool,
 }
 
+/// How long a real-time forwarding thread works without waiting before it gives way to
+/// its peers ([`Worker::give_way`]): a few frames' time at 10 Gbit/s, a small part of the
+/// lateness the fidelity guard allows.
+const YIELD_EVERY: std::time::Duration = std::time::Duration::from_micros(200);
+
 struct Worker {
     directions: Vec<Direction>,
     /// Shared receiving sockets, in the order they were first seen (token: their index
@@ -857,6 +865,11 @@ struct Worker {
     spin: std::time::Duration,
     /// How much spinning it has left.
     spin_budget: SpinBudget,
+    /// Whether the thread got real-time scheduling: then it gives way to its peers
+    /// ([`YIELD_EVERY`]).
+    realtime: bool,
+    /// When it last waited in `poll` or gave way.
+    gave_way_at: std::time::Instant,
     /// Packets due in this pass, reused between passes.
     due: Vec<(Instant, Packet)>,
     /// Tokens the epoll set reported ready, reused.
@@ -951,6 +964,24 @@ impl Worker {
             if !backlog {
                 self.sleep();
             }
+            self.give_way();
+        }
+    }
+
+    /// A real-time thread that has worked [`YIELD_EVERY`] without waiting lets the
+    /// threads of its priority waiting for its CPU go first (`sched_yield`): `SCHED_FIFO`
+    /// never takes the CPU from a thread of the same priority, so another emulator's
+    /// thread (a second `pathlab emulate` on the machine) would otherwise wait until this
+    /// one ran out of work, 100 ms and more under a bulk flow. With nothing waiting, the
+    /// call returns at once.
+    fn give_way(&mut self) {
+        if !self.realtime {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if now.saturating_duration_since(self.gave_way_at) >= YIELD_EVERY {
+            std::thread::yield_now();
+            self.gave_way_at = std::time::Instant::now();
         }
     }
 
@@ -1187,7 +1218,9 @@ impl Worker {
         };
         self.spin_budget.sleeping();
         let mut ready = [false; 1];
-        if sys::poll_readable(&[self.epoll.as_fd()], timeout, &mut ready).is_ok() && ready[0] {
+        let polled = sys::poll_readable(&[self.epoll.as_fd()], timeout, &mut ready);
+        self.gave_way_at = std::time::Instant::now();
+        if polled.is_ok() && ready[0] {
             self.poll_ready();
             if self.ready.contains(&u64::MAX) {
                 let mut counter = [0u8; 8];
