@@ -55,8 +55,13 @@ pub(super) fn send_probes(
         }
         let packets: Vec<&[u8]> = batch[..n].iter().map(Vec::as_slice).collect();
         // A full socket buffer loses probes as a congested path would: they count as sent
-        // and, not arriving, as lost.
-        let _ = sys::send_batch(udp.as_fd(), &packets);
+        // and, not arriving, as lost. Probes due together (a pair, a train) go back to
+        // back, at real-time priority where the process may.
+        if n > 1 {
+            let _ = pathlab_os::scheduling::burst(|| sys::send_batch(udp.as_fd(), &packets));
+        } else {
+            let _ = sys::send_batch(udp.as_fd(), &packets);
+        }
         if now.saturating_since(checked) > pathlab_core::Duration::from_millis(50) {
             checked = now;
             if let Some(message) = control.poll_message(Duration::ZERO)? {

@@ -26,8 +26,8 @@ pub use epoll::Epoll;
 pub use packet_batch::{enable_packet_auxdata, packet_drops, PacketBatch};
 pub use ring::RxRing;
 pub use sched::{
-    lock_memory, set_thread_cpus, set_thread_fifo, thread_cpus, thread_policy, unlock_memory,
-    Policy, MAX_CPUS,
+    lock_memory, set_thread_cpus, set_thread_fifo, set_thread_normal, thread_cpus, thread_policy,
+    unlock_memory, Policy, MAX_CPUS,
 };
 pub use share_filter::attach_share_filter;
 pub use timestamping::{enable_timestamping, recv_error_queue, ErrorQueued, TransmitStamp};

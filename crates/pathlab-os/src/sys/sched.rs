@@ -43,6 +43,15 @@ pub fn set_thread_fifo(priority: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Puts the calling thread back in the fair scheduler (`SCHED_OTHER`, nice unchanged),
+/// from whatever class it was in. Lowering needs no privilege.
+pub fn set_thread_normal() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; param is a valid sched_param for the call.
+    cvt(unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &raw const param) })?;
+    Ok(())
+}
+
 /// The calling thread's scheduling class.
 pub fn thread_policy() -> io::Result<Policy> {
     // SAFETY: pid 0 is the calling thread.
