@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::util::emulated::{
-    privileged, privileged_shared, run_quick_recipe, run_quick_recipe_points, PATHLAB,
+    privileged_paired, privileged_shared, run_quick_recipe, run_quick_recipe_points, PATHLAB,
 };
 use crate::util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
 use crate::util::late::{ms, Lateness, Quantile};
@@ -79,7 +79,7 @@ fn data_arrivals(packets: &[Packet]) -> impl Iterator<Item = f64> + '_ {
 
 #[test]
 fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure() {
-    let Some(_serial) = privileged("the_bond_recipe_fills_three_lines_without_bloat") else {
+    let Some(_serial) = privileged_paired("the_bond_recipe_fills_three_lines_without_bloat") else {
         return;
     };
     let dir = TempDir::new("lab-bond");
@@ -450,7 +450,8 @@ fn links_in(netns: &pathlab_os::netns::Netns) -> Vec<String> {
 /// (the stats sockets' names were global: the second one was refused as taken).
 #[test]
 fn two_tunnels_with_default_names_in_two_namespaces_both_run() {
-    let Some(_serial) = privileged("two_tunnels_with_default_names_in_two_namespaces") else {
+    let Some(_serial) = privileged_paired("two_tunnels_with_default_names_in_two_namespaces")
+    else {
         return;
     };
     let dir = TempDir::new("bond-names");
@@ -506,7 +507,7 @@ fn two_tunnels_with_default_names_in_two_namespaces_both_run() {
 
 #[test]
 fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_nothing() {
-    let Some(_serial) = privileged("a_client_fails_cleanly_on_a_missing_interface") else {
+    let Some(_serial) = privileged_paired("a_client_fails_cleanly_on_a_missing_interface") else {
         return;
     };
     let dir = TempDir::new("bond-fail");
@@ -711,7 +712,8 @@ command = ["{pathlab}", "bond", "stats", "--name", "NAME-srv", "-J"]
 
 #[test]
 fn two_clients_carry_traffic_through_one_server_at_once() {
-    let Some(_serial) = privileged("two_clients_carry_traffic_through_one_server_at_once") else {
+    let Some(_serial) = privileged_paired("two_clients_carry_traffic_through_one_server_at_once")
+    else {
         return;
     };
     let dir = TempDir::new("bond-two");
@@ -829,7 +831,7 @@ command = ["{pathlab}", "rtt", "198.19.0.1", "-i", "100ms", "-t", "{duration}", 
 
 #[test]
 fn ipv6_inside_the_tunnel_over_ipv6_lines() {
-    let Some(_serial) = privileged("ipv6_inside_the_tunnel_over_ipv6_lines") else {
+    let Some(_serial) = privileged_paired("ipv6_inside_the_tunnel_over_ipv6_lines") else {
         return;
     };
     let dir = TempDir::new("bond-ipv6");
@@ -965,7 +967,7 @@ fn fair_run(out: &Path) -> FairRun {
 
 #[test]
 fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_users() {
-    let Some(_serial) = privileged("the_bond_fair_recipe_keeps_a_pinging_user") else {
+    let Some(_serial) = privileged_paired("the_bond_fair_recipe_keeps_a_pinging_user") else {
         return;
     };
     let dir = TempDir::new("lab-bond-fair");

@@ -25,7 +25,7 @@ use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
 use sha2::{Digest as _, Sha256};
 
-use crate::util::emulated::{privileged, PATHLAB};
+use crate::util::emulated::{privileged_paired, PATHLAB};
 use crate::util::TempDir;
 
 /// The chaos's seed; `PATHLAB_CHAOS_SEED` replays another one (the order of the changes,
@@ -480,7 +480,7 @@ fn secs(d: Duration) -> String {
 
 #[test]
 fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_killed_server() {
-    let Some(_serial) = privileged("a_transfer_through_the_tunnel_survives_chaos") else {
+    let Some(_serial) = privileged_paired("a_transfer_through_the_tunnel_survives_chaos") else {
         return;
     };
     let started = Instant::now();

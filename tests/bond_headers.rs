@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use crate::util::emulated::privileged;
+use crate::util::emulated::privileged_paired;
 use crate::util::lab_results::{json_out, lab_goodput, run_spec};
 use crate::util::TempDir;
 
@@ -142,7 +142,7 @@ fn session(out: &Path, client: &str) -> Session {
 
 #[test]
 fn header_compression_over_asymmetric_lines_cuts_what_the_acks_take_up() {
-    let Some(_serial) = privileged("header_compression_over_asymmetric_lines") else {
+    let Some(_serial) = privileged_paired("header_compression_over_asymmetric_lines") else {
         return;
     };
     let dir = TempDir::new("bond-headers");

@@ -4,7 +4,7 @@
 //! rate. Checked against the emulator's recording, in namespaces; the same with `--tap`,
 //! whose device MTU stays 18 bytes (Ethernet header and one VLAN tag) below the TUN's.
 
-use crate::util::emulated::{privileged, run_quick_recipe};
+use crate::util::emulated::{privileged_paired, run_quick_recipe};
 use crate::util::TempDir;
 
 /// site - isp - srv; the site's line 1500 bytes wide at its interface, 1300 on its path
@@ -87,7 +87,7 @@ const SAVED: u64 = pathlab_bond::headers::BULK_TCP_SAVED_BYTES as u64;
 
 #[test]
 fn a_narrow_path_behind_a_wide_interface_is_found_and_the_tunnel_runs_at_its_rate() {
-    let Some(_serial) = privileged("a_narrow_path_behind_a_wide_interface") else {
+    let Some(_serial) = privileged_paired("a_narrow_path_behind_a_wide_interface") else {
         return;
     };
     narrow_path(false);
@@ -95,7 +95,7 @@ fn a_narrow_path_behind_a_wide_interface_is_found_and_the_tunnel_runs_at_its_rat
 
 #[test]
 fn a_tap_s_mtu_follows_a_narrow_path_too_and_its_tunnel_runs_at_its_rate() {
-    let Some(_serial) = privileged("a_tap_s_mtu_follows_a_narrow_path_too") else {
+    let Some(_serial) = privileged_paired("a_tap_s_mtu_follows_a_narrow_path_too") else {
         return;
     };
     narrow_path(true);

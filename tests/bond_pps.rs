@@ -13,7 +13,7 @@
 
 use std::path::Path;
 
-use crate::util::emulated::{privileged, run_quick_recipe, run_quick_recipe_points};
+use crate::util::emulated::{privileged_paired, run_quick_recipe, run_quick_recipe_points};
 use crate::util::TempDir;
 use pathlab_results::lab::{LabOutcome, LabRun};
 
@@ -146,7 +146,7 @@ fn print_runs(packed: &Stream, single: &Stream, limit_pps: f64) {
 
 #[test]
 fn small_udp_crosses_a_packet_limited_line_packed_and_one_per_datagram_hits_its_limit() {
-    let Some(_serial) = privileged("bond_pps_one_line") else {
+    let Some(_serial) = privileged_paired("bond_pps_one_line") else {
         return;
     };
     let dir = TempDir::new("lab-bond-pps-one-line");
@@ -179,7 +179,7 @@ fn small_udp_crosses_a_packet_limited_line_packed_and_one_per_datagram_hits_its_
 
 #[test]
 fn the_bond_pps_recipe_packs_small_packets_through_two_of_the_seeds_modems() {
-    let Some(_serial) = privileged("bond_pps_recipe") else {
+    let Some(_serial) = privileged_paired("bond_pps_recipe") else {
         return;
     };
     let dir = TempDir::new("lab-bond-pps");

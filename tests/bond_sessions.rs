@@ -12,7 +12,7 @@ use crate::util;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use crate::util::emulated::privileged;
+use crate::util::emulated::privileged_paired;
 use crate::util::tunnel::{echo, Tunnel};
 use crate::util::TempDir;
 use pathlab_os::netlink::Netlink;
@@ -133,7 +133,7 @@ fn args(list: &[&str]) -> Vec<String> {
 
 #[test]
 fn a_server_killed_and_restarted_carries_traffic_again_within_a_second() {
-    let Some(_serial) = privileged("a_server_killed_and_restarted") else {
+    let Some(_serial) = privileged_paired("a_server_killed_and_restarted") else {
         return;
     };
     let dir = TempDir::new("bond-restart");
@@ -235,7 +235,7 @@ fn a_server_killed_and_restarted_carries_traffic_again_within_a_second() {
 
 #[test]
 fn a_server_on_0_0_0_0_with_its_address_on_lo_answers_from_it_over_three_lines() {
-    let Some(_serial) = privileged("a_server_on_0_0_0_0") else {
+    let Some(_serial) = privileged_paired("a_server_on_0_0_0_0") else {
         return;
     };
     let dir = TempDir::new("bond-lo");
@@ -295,7 +295,7 @@ fn a_server_on_0_0_0_0_with_its_address_on_lo_answers_from_it_over_three_lines()
 
 #[test]
 fn two_clients_with_their_own_keys_are_kept_apart() {
-    let Some(_serial) = privileged("two_clients_with_their_own_keys") else {
+    let Some(_serial) = privileged_paired("two_clients_with_their_own_keys") else {
         return;
     };
     let dir = TempDir::new("bond-peers");

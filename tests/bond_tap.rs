@@ -22,7 +22,7 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::util::emulated::privileged;
+use crate::util::emulated::privileged_paired;
 use crate::util::tunnel::{echo, Tunnel};
 use crate::util::TempDir;
 use pathlab_core::wire::ethernet::{self, EthernetFrame, TPID_8021AD, TPID_8021Q};
@@ -300,7 +300,8 @@ fn udp_echoes(sites: &Sites, count: u64) -> u64 {
 
 #[test]
 fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
-    let Some(_serial) = privileged("tap_carries_two_vlans_and_qinq_across_the_tunnel") else {
+    let Some(_serial) = privileged_paired("tap_carries_two_vlans_and_qinq_across_the_tunnel")
+    else {
         return;
     };
     let dir = TempDir::new("bond-tap");

@@ -25,12 +25,14 @@ pub const TEST_LOCK_PATH: &str = "/run/pathlab/tests.lock";
 /// A hold on the tests' lock ([`TEST_LOCK_PATH`]), released when dropped (or when the
 /// process dies: the kernel drops a dead process's flocks).
 ///
-/// Exclusive for a test that judges timing (the default, [`privileged`]): no other test
-/// that takes the lock runs meanwhile, in this process or another. Shared for a test that
-/// judges no timing ([`privileged_shared`]: refusals, clean-ups, hostile input, config
-/// checks): such tests run beside each other, never beside a timing test. A shared test
-/// must name its namespaces, interfaces, emulators and files uniquely for its process and
-/// itself, since another shared test may be building its own at the same time.
+/// Exclusive for a test that judges timing (the default, [`privileged`]): nothing else that
+/// takes the lock runs meanwhile, in this process or another. Paired for a timing test
+/// shown to hold beside another ([`privileged_paired`]): at most [`TIMING_SLOTS`] such
+/// tests run at once. Shared for a test that judges no timing ([`privileged_shared`]:
+/// refusals, clean-ups, hostile input, config checks): such tests run beside each other and
+/// beside paired ones. Every test but one held exclusively must name its namespaces,
+/// interfaces, emulators and files uniquely for its process and itself, since another may
+/// be building its own at the same time.
 #[must_use = "the lock is held only while the guard lives"]
 #[derive(Debug)]
 pub struct TestLock {
@@ -38,40 +40,115 @@ pub struct TestLock {
     /// make it (no test with CAP_NET_ADMIN has run on this machine since boot, so none
     /// runs now either).
     _file: Option<std::fs::File>,
+    /// The timing slot held beside the shared lock ([`TestLock::paired`]).
+    _slot: Option<std::fs::File>,
+}
+
+/// How many paired timing tests run at once ([`TestLock::paired`]). Two: the emulator's
+/// forwarding threads are real-time (issue 43), and a timing test judges against the
+/// emulator's recording and the lateness it measured of itself in that very test, so a
+/// second test beside it is one more load of the kind `scripts/test --busy` puts on the
+/// whole suite.
+pub const TIMING_SLOTS: usize = 2;
+
+/// How a test holds the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Alone: nothing else that takes the lock runs meanwhile.
+    Alone,
+    /// Beside non-timing tests and one other timing test: shared, plus a slot.
+    Paired,
+    /// Beside anything but a test that holds it alone.
+    Shared,
 }
 
 impl TestLock {
     /// Waits for the lock alone: for a test that judges timing.
     pub fn exclusive() -> TestLock {
-        TestLock::take(true)
+        TestLock::take(Hold::Alone)
     }
 
-    /// Waits for the lock beside other shared holders: for a test that judges no timing
-    /// but must not run beside one that does.
+    /// Waits for the lock beside one other timing test ([`TIMING_SLOTS`]) and any number of
+    /// tests that judge no timing: for a test that judges timing against the emulator's
+    /// own recording and lateness.
+    pub fn paired() -> TestLock {
+        TestLock::take(Hold::Paired)
+    }
+
+    /// Waits for the lock beside other shared holders: for a test that judges no timing.
     pub fn shared() -> TestLock {
-        TestLock::take(false)
+        TestLock::take(Hold::Shared)
     }
 
-    fn take(exclusive: bool) -> TestLock {
+    fn take(hold: Hold) -> TestLock {
         let asked = std::time::Instant::now();
         let path = std::path::Path::new(TEST_LOCK_PATH);
-        let lock = TestLock::take_at(path, exclusive)
+        let lock = TestLock::take_at(path, hold)
             .unwrap_or_else(|error| panic!("the tests' lock {TEST_LOCK_PATH}: {error}"));
         log_wait(asked.elapsed());
         lock
     }
 
-    /// The lock on the file `path` ([`open_lock_file`]), waited for.
-    fn take_at(path: &std::path::Path, exclusive: bool) -> std::io::Result<TestLock> {
-        let file = open_lock_file(path)?;
-        if let Some(file) = &file {
-            if exclusive {
-                file.lock()?;
-            } else {
-                file.lock_shared()?;
+    /// The lock on the file `path` ([`open_lock_file`]), waited for. A test that waits to
+    /// hold it alone is not starved by shared holders that keep coming: every taker
+    /// passes a gate (`path.gate`, held exclusively only while taking), and the one that
+    /// wants it alone holds the gate until it has it, so no new shared holder gets in.
+    /// A paired test then takes one of the slots `path.slotN`.
+    fn take_at(path: &std::path::Path, hold: Hold) -> std::io::Result<TestLock> {
+        let Some(file) = open_lock_file(path)? else {
+            return Ok(TestLock {
+                _file: None,
+                _slot: None,
+            });
+        };
+        let gate = open_lock_file(&sibling(path, "gate"))?;
+        if let Some(gate) = &gate {
+            gate.lock()?;
+        }
+        if hold == Hold::Alone {
+            file.lock()?;
+        } else {
+            file.lock_shared()?;
+        }
+        drop(gate);
+        let slot = match hold {
+            Hold::Paired => Some(take_slot(path)?),
+            Hold::Alone | Hold::Shared => None,
+        };
+        Ok(TestLock {
+            _file: Some(file),
+            _slot: slot.flatten(),
+        })
+    }
+}
+
+/// `path` with `.suffix` added to its file name.
+fn sibling(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".");
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// One of the [`TIMING_SLOTS`] slot files beside `path`, locked: the first free one, or
+/// whichever frees first (looked at every 20 ms).
+fn take_slot(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    let mut slots = Vec::with_capacity(TIMING_SLOTS);
+    for index in 0..TIMING_SLOTS {
+        match open_lock_file(&sibling(path, &format!("slot{index}")))? {
+            Some(file) => slots.push(file),
+            None => return Ok(None),
+        }
+    }
+    loop {
+        for (index, slot) in slots.iter().enumerate() {
+            match slot.try_lock() {
+                Ok(()) => return Ok(Some(slots.swap_remove(index))),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(error)) => return Err(error),
             }
         }
-        Ok(TestLock { _file: file })
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -158,6 +235,19 @@ fn open_lock_file(path: &std::path::Path) -> std::io::Result<Option<std::fs::Fil
 /// test panics in CI and is skipped elsewhere.
 pub fn privileged(test: &str) -> Option<TestLock> {
     has_net_admin(test).then(TestLock::exclusive)
+}
+
+/// [`privileged`] for a timing test that runs beside one other such test
+/// ([`TestLock::paired`]): one whose emulators and hosts stayed on time beside every
+/// other paired test, run after run. Its namespaces, interfaces, emulators and files must
+/// have names unique to its process and itself.
+///
+/// Not every timing test is one (issue 43): beside another test, an emulator was seen
+/// 26-140 ms late with frames waiting in the kernel before it read them (a lab of 200
+/// links, an interface deleted under an emulator, nearby), and a VXLAN underlay 6 ms
+/// slower. Until that is understood, a test pairs only once it has held beside the others.
+pub fn privileged_paired(test: &str) -> Option<TestLock> {
+    has_net_admin(test).then(TestLock::paired)
 }
 
 /// [`privileged`] for a namespace test that judges no timing, holding the lock shared
@@ -337,7 +427,13 @@ impl ScratchDir {
 }
 
 impl Drop for ScratchDir {
+    /// Removes it; but a failing test's with `PATHLAB_KEEP_FAILED=1` set is kept, and
+    /// where it is said, for a look at what the run left (a lab's logs and results).
     fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("PATHLAB_KEEP_FAILED").is_some() {
+            eprintln!("PATHLAB_KEEP_FAILED: kept {}", self.0.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -363,11 +459,11 @@ mod tests {
     fn an_exclusive_hold_keeps_every_other_out_and_shared_ones_keep_out_only_the_exclusive() {
         let dir = ScratchDir::new("test-lock");
         let path = dir.path("tests.lock");
-        let alone = TestLock::take_at(&path, true).expect("takes it");
+        let alone = TestLock::take_at(&path, Hold::Alone).expect("takes it");
         assert!(!free(&path, true) && !free(&path, false), "held alone");
         drop(alone);
-        let beside = TestLock::take_at(&path, false).expect("shared");
-        let other = TestLock::take_at(&path, false).expect("shared beside it");
+        let beside = TestLock::take_at(&path, Hold::Shared).expect("shared");
+        let other = TestLock::take_at(&path, Hold::Shared).expect("shared beside it");
         assert!(free(&path, false), "shared beside shared");
         assert!(!free(&path, true), "no timing test beside them");
         drop((beside, other));
@@ -377,6 +473,64 @@ mod tests {
         assert_eq!(mode & 0o777, 0o644, "{mode:o}");
     }
 
+    /// Takes the lock at `path` as `hold` on a thread; the receiver hears once it has it,
+    /// and the thread holds it until `release` is dropped.
+    fn take_on_thread(
+        path: &std::path::Path,
+        hold: Hold,
+    ) -> (
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let (got_tx, got) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel::<()>();
+        let path = path.to_owned();
+        let thread = std::thread::spawn(move || {
+            let lock = TestLock::take_at(&path, hold).expect("takes it");
+            got_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+            drop(lock);
+        });
+        (got, release, thread)
+    }
+
+    const WAITS: std::time::Duration = std::time::Duration::from_millis(200);
+
+    #[test]
+    fn two_timing_tests_run_together_a_third_waits_and_one_alone_is_not_starved() {
+        let dir = ScratchDir::new("test-lock-slots");
+        let path = dir.path("tests.lock");
+        let first = TestLock::take_at(&path, Hold::Paired).expect("a slot");
+        let second = TestLock::take_at(&path, Hold::Paired).expect("the other slot");
+        let shared = TestLock::take_at(&path, Hold::Shared).expect("beside them");
+        assert!(!free(&path, true), "none alone beside them");
+        let (third, release_third, third_thread) = take_on_thread(&path, Hold::Paired);
+        assert!(third.recv_timeout(WAITS).is_err(), "no third slot");
+        drop(first);
+        third.recv_timeout(WAITS * 10).expect("a slot freed");
+        // One waiting to be alone keeps new holders out until it has been.
+        let (alone, release_alone, alone_thread) = take_on_thread(&path, Hold::Alone);
+        std::thread::sleep(WAITS);
+        let (late, release_late, late_thread) = take_on_thread(&path, Hold::Shared);
+        assert!(late.recv_timeout(WAITS).is_err(), "behind the one alone");
+        drop((second, shared));
+        release_third.send(()).unwrap();
+        alone
+            .recv_timeout(WAITS * 10)
+            .expect("alone once they are done");
+        assert!(
+            late.recv_timeout(WAITS).is_err(),
+            "not beside the one alone"
+        );
+        release_alone.send(()).unwrap();
+        late.recv_timeout(WAITS * 10).expect("after it");
+        release_late.send(()).unwrap();
+        for thread in [third_thread, alone_thread, late_thread] {
+            thread.join().unwrap();
+        }
+    }
+
     #[test]
     fn a_link_at_the_lock_or_a_directory_others_may_write_is_refused() {
         let dir = ScratchDir::new("test-lock-link");
@@ -384,18 +538,18 @@ mod tests {
         std::fs::write(&victim, "KEEP\n").unwrap();
         let link = dir.path("tests.lock");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        let error = TestLock::take_at(&link, true).expect_err("a link is not followed");
+        let error = TestLock::take_at(&link, Hold::Alone).expect_err("a link is not followed");
         assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
         let dangling = dir.path("dangling.lock");
         std::os::unix::fs::symlink(dir.path("made-through-the-link"), &dangling).unwrap();
-        TestLock::take_at(&dangling, true).expect_err("nor made through");
+        TestLock::take_at(&dangling, Hold::Alone).expect_err("nor made through");
         assert!(!dir.path("made-through-the-link").exists());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "KEEP\n");
 
         let open_dir = dir.path("open");
         std::fs::create_dir(&open_dir).unwrap();
         std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let error = TestLock::take_at(&open_dir.join("tests.lock"), true)
+        let error = TestLock::take_at(&open_dir.join("tests.lock"), Hold::Alone)
             .expect_err("anyone could put a link there");
         assert!(
             error.to_string().contains("no one else may write"),
