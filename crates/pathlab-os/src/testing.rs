@@ -83,7 +83,7 @@ impl TestLock {
     fn take(hold: Hold) -> TestLock {
         let asked = std::time::Instant::now();
         let path = std::path::Path::new(TEST_LOCK_PATH);
-        let lock = TestLock::take_at(path, hold)
+        let lock = TestLock::take_at(path, hold, timing_slots())
             .unwrap_or_else(|error| panic!("the tests' lock {TEST_LOCK_PATH}: {error}"));
         log_wait(asked.elapsed());
         lock
@@ -94,7 +94,7 @@ impl TestLock {
     /// passes a gate (`path.gate`, held exclusively only while taking), and the one that
     /// wants it alone holds the gate until it has it, so no new shared holder gets in.
     /// A paired test then takes one of the slots `path.slotN`.
-    fn take_at(path: &std::path::Path, hold: Hold) -> std::io::Result<TestLock> {
+    fn take_at(path: &std::path::Path, hold: Hold, slots: usize) -> std::io::Result<TestLock> {
         let Some(file) = open_lock_file(path)? else {
             return Ok(TestLock {
                 _file: None,
@@ -112,7 +112,7 @@ impl TestLock {
         }
         drop(gate);
         let slot = match hold {
-            Hold::Paired => Some(take_slot(path)?),
+            Hold::Paired => Some(take_slot(path, slots)?),
             Hold::Alone | Hold::Shared => None,
         };
         Ok(TestLock {
@@ -130,11 +130,22 @@ fn sibling(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
     path.with_file_name(name)
 }
 
-/// One of the [`TIMING_SLOTS`] slot files beside `path`, locked: the first free one, or
+/// How many paired tests run at once: `PATHLAB_TEST_SLOTS` (1 to 8) if set, else
+/// [`TIMING_SLOTS`]. `scripts/test --busy` sets 1: its busy loop on every core is the load
+/// under test, and a second test beside each would be another.
+fn timing_slots() -> usize {
+    std::env::var("PATHLAB_TEST_SLOTS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| (1..=8).contains(n))
+        .unwrap_or(TIMING_SLOTS)
+}
+
+/// One of the `count` slot files beside `path` ([`timing_slots`]), locked: the first free one, or
 /// whichever frees first (looked at every 20 ms).
-fn take_slot(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
-    let mut slots = Vec::with_capacity(TIMING_SLOTS);
-    for index in 0..TIMING_SLOTS {
+fn take_slot(path: &std::path::Path, count: usize) -> std::io::Result<Option<std::fs::File>> {
+    let mut slots = Vec::with_capacity(count);
+    for index in 0..count {
         match open_lock_file(&sibling(path, &format!("slot{index}")))? {
             Some(file) => slots.push(file),
             None => return Ok(None),
@@ -459,11 +470,11 @@ mod tests {
     fn an_exclusive_hold_keeps_every_other_out_and_shared_ones_keep_out_only_the_exclusive() {
         let dir = ScratchDir::new("test-lock");
         let path = dir.path("tests.lock");
-        let alone = TestLock::take_at(&path, Hold::Alone).expect("takes it");
+        let alone = TestLock::take_at(&path, Hold::Alone, TIMING_SLOTS).expect("takes it");
         assert!(!free(&path, true) && !free(&path, false), "held alone");
         drop(alone);
-        let beside = TestLock::take_at(&path, Hold::Shared).expect("shared");
-        let other = TestLock::take_at(&path, Hold::Shared).expect("shared beside it");
+        let beside = TestLock::take_at(&path, Hold::Shared, TIMING_SLOTS).expect("shared");
+        let other = TestLock::take_at(&path, Hold::Shared, TIMING_SLOTS).expect("shared beside it");
         assert!(free(&path, false), "shared beside shared");
         assert!(!free(&path, true), "no timing test beside them");
         drop((beside, other));
@@ -487,7 +498,7 @@ mod tests {
         let (release, release_rx) = std::sync::mpsc::channel::<()>();
         let path = path.to_owned();
         let thread = std::thread::spawn(move || {
-            let lock = TestLock::take_at(&path, hold).expect("takes it");
+            let lock = TestLock::take_at(&path, hold, TIMING_SLOTS).expect("takes it");
             got_tx.send(()).unwrap();
             let _ = release_rx.recv();
             drop(lock);
@@ -501,9 +512,9 @@ mod tests {
     fn two_timing_tests_run_together_a_third_waits_and_one_alone_is_not_starved() {
         let dir = ScratchDir::new("test-lock-slots");
         let path = dir.path("tests.lock");
-        let first = TestLock::take_at(&path, Hold::Paired).expect("a slot");
-        let second = TestLock::take_at(&path, Hold::Paired).expect("the other slot");
-        let shared = TestLock::take_at(&path, Hold::Shared).expect("beside them");
+        let first = TestLock::take_at(&path, Hold::Paired, TIMING_SLOTS).expect("a slot");
+        let second = TestLock::take_at(&path, Hold::Paired, TIMING_SLOTS).expect("the other slot");
+        let shared = TestLock::take_at(&path, Hold::Shared, TIMING_SLOTS).expect("beside them");
         assert!(!free(&path, true), "none alone beside them");
         let (third, release_third, third_thread) = take_on_thread(&path, Hold::Paired);
         assert!(third.recv_timeout(WAITS).is_err(), "no third slot");
@@ -538,18 +549,19 @@ mod tests {
         std::fs::write(&victim, "KEEP\n").unwrap();
         let link = dir.path("tests.lock");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        let error = TestLock::take_at(&link, Hold::Alone).expect_err("a link is not followed");
+        let error = TestLock::take_at(&link, Hold::Alone, TIMING_SLOTS)
+            .expect_err("a link is not followed");
         assert_eq!(error.raw_os_error(), Some(libc::ELOOP), "{error}");
         let dangling = dir.path("dangling.lock");
         std::os::unix::fs::symlink(dir.path("made-through-the-link"), &dangling).unwrap();
-        TestLock::take_at(&dangling, Hold::Alone).expect_err("nor made through");
+        TestLock::take_at(&dangling, Hold::Alone, TIMING_SLOTS).expect_err("nor made through");
         assert!(!dir.path("made-through-the-link").exists());
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "KEEP\n");
 
         let open_dir = dir.path("open");
         std::fs::create_dir(&open_dir).unwrap();
         std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let error = TestLock::take_at(&open_dir.join("tests.lock"), Hold::Alone)
+        let error = TestLock::take_at(&open_dir.join("tests.lock"), Hold::Alone, TIMING_SLOTS)
             .expect_err("anyone could put a link there");
         assert!(
             error.to_string().contains("no one else may write"),
