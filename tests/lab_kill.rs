@@ -123,15 +123,7 @@ fn a_lab_killed_at_any_instant_leaves_nothing_after_lab_clean() {
     std::fs::write(&file, recipe(&tag)).unwrap();
     // What earlier tests left for `lab clean` (the interface locks of emulators that ended
     // without removing them) is cleaned first, so that what is compared is this test's.
-    let first = Command::new(PATHLAB)
-        .args(["lab", "clean"])
-        .output()
-        .unwrap();
-    assert!(
-        first.status.success(),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    lab_clean();
     let before = host_state();
     // 20 instants from 0 to 5.7 s, shuffled by a fixed LCG so a failure repeats: the build
     // (first half second), the workloads, the teardown after 4 s.
@@ -175,15 +167,7 @@ fn a_lab_killed_at_any_instant_leaves_nothing_after_lab_clean() {
         // CI, killed at 3.9 s). A user runs `lab clean` after a crash, not in the same
         // millisecond: give the exits a moment.
         std::thread::sleep(Duration::from_millis(300));
-        let clean = Command::new(PATHLAB)
-            .args(["lab", "clean"])
-            .output()
-            .unwrap();
-        assert!(
-            clean.status.success(),
-            "{}",
-            String::from_utf8_lossy(&clean.stderr)
-        );
+        let removed = lab_clean();
         let after = host_state();
         assert_eq!(
             after.0, before.0,
@@ -191,9 +175,22 @@ fn a_lab_killed_at_any_instant_leaves_nothing_after_lab_clean() {
         );
         assert_eq!(after.1, before.1, "killed at {at_ms} ms: named namespaces");
         assert_eq!(after.2, before.2, "killed at {at_ms} ms: runtime files");
-        let removed = String::from_utf8_lossy(&clean.stdout)
-            .trim()
-            .replace('\n', "; ");
         eprintln!("killed at {at_ms} ms: nothing left after lab clean ({removed})");
     }
+}
+
+/// Runs `pathlab lab clean`, which must succeed; what it removed, on one line.
+fn lab_clean() -> String {
+    let clean = Command::new(PATHLAB)
+        .args(["lab", "clean"])
+        .output()
+        .unwrap();
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    String::from_utf8_lossy(&clean.stdout)
+        .trim()
+        .replace('\n', "; ")
 }
