@@ -54,7 +54,7 @@ pub fn blocks_responders(experiment: &Experiment) -> Vec<(usize, u32)> {
         .workloads
         .iter()
         .filter_map(|w| match w.kind {
-            WorkloadKind::Blocks { size } => w.to.map(|to| (to, size)),
+            WorkloadKind::Blocks { size, .. } => w.to.map(|to| (to, size)),
             _ => None,
         })
         .collect();
@@ -68,7 +68,7 @@ pub fn blocks_responders(experiment: &Experiment) -> Vec<(usize, u32)> {
 /// ([`blocks_responders`]); `None` for workloads nothing listens for (`ping`, `command`).
 pub fn workload_port(workload: &Workload, responders: &[(usize, u32)]) -> Option<u16> {
     match workload.kind {
-        WorkloadKind::Blocks { size } => responders
+        WorkloadKind::Blocks { size, .. } => responders
             .iter()
             .position(|&r| Some(r.0) == workload.to && r.1 == size)
             .map(|index| BLOCKS_PORT + index as u16),

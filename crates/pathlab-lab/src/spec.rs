@@ -287,6 +287,8 @@ pub enum WorkloadKind {
     Blocks {
         /// Bytes per block.
         size: u32,
+        /// Congestion control of the writer, the kernel's default if `None`.
+        congestion: Option<String>,
     },
     /// A program run in `from`'s namespace (`{to}` in its arguments becomes `to`'s address).
     Command {
@@ -840,6 +842,7 @@ impl Checker<'_> {
                     Some(size) => size,
                     None => 16 * 1024,
                 },
+                congestion: w.congestion.clone(),
             },
             "command" => WorkloadKind::Command {
                 argv: match &w.command {

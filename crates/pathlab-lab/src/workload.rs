@@ -160,12 +160,13 @@ pub fn run_workload(
             let target = target.expect("checked: ping workloads have a peer");
             return ping(target, *interval, *size, workload.duration);
         }
-        WorkloadKind::Blocks { size } => {
+        WorkloadKind::Blocks { size, congestion } => {
             let target = target.expect("checked: blocks workloads have a peer");
             return match pathlab_probe_driver::blocks::run(
                 SocketAddr::new(target, port),
                 *size as usize,
                 workload.duration,
+                congestion.as_deref(),
             ) {
                 Ok(report) => LabOutcome::Blocks(Box::new(report)),
                 Err(error) => LabOutcome::Failed(format!("blocks: {error}")),

@@ -111,6 +111,43 @@ pub fn connect(
     Ok(TcpStream::from(socket))
 }
 
+/// A blocking TCP connection to `server` with `options` set before the handshake, or
+/// an error that says so when no answer comes within `timeout`.
+///
+/// A congestion control must be set here, not on the connected stream: the kernel starts
+/// the one it has at the handshake, and one that paces (BBR) turns pacing on for the
+/// socket's life, whatever it is changed to after.
+pub fn connect_within(
+    server: SocketAddr,
+    options: &TcpSocketOptions,
+    timeout: std::time::Duration,
+) -> io::Result<TcpStream> {
+    let socket = open(server, options)?;
+    sys::set_nonblocking(socket.as_fd())?;
+    match sys::connect(socket.as_fd(), server) {
+        Ok(()) => {}
+        Err(error) if error.raw_os_error() == Some(libc::EINPROGRESS) => {
+            if !sys::poll_writable(socket.as_fd(), timeout)? {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no answer to the connection within {:.0} s",
+                        timeout.as_secs_f64()
+                    ),
+                ));
+            }
+            match sys::take_socket_error(socket.as_fd())? {
+                0 => {}
+                code => return Err(io::Error::from_raw_os_error(code)),
+            }
+        }
+        Err(error) => return Err(error),
+    }
+    let stream = TcpStream::from(socket);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 /// Where Linux lists the congestion controls an unprivileged socket may choose, and those
 /// registered (built in or loaded).
 const ALLOWED_CONGESTION: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";

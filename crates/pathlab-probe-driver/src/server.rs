@@ -474,16 +474,24 @@ fn serve(
     // A TCP test's streams connect to a listener of their own; its port goes in Accept.
     let pending_test = pending_test(&test.conn.session);
     let data_listener = match &pending_test {
-        TestRequest::Tcp { window, mss, .. } => {
+        TestRequest::Tcp {
+            window,
+            mss,
+            congestion,
+            ..
+        } => {
             // Set before it listens: the streams' window scale and MSS go out in the
-            // SYN-ACKs.
+            // SYN-ACKs, and its connections start with its congestion control (the kernel
+            // starts one at the handshake; BBR's pacing stays on after a change, so a
+            // download asked for with cubic on a host whose default is BBR was paced).
+            // Upward streams only receive on the server, where it does nothing.
             let options = TcpOptions {
                 window: *window,
                 mss: *mss,
-                congestion: None,
+                congestion: congestion.clone(),
             };
             let address = SocketAddr::new(local.ip(), 0);
-            Some(tcp_socket::listen(address, &options.socket_options(false))?)
+            Some(tcp_socket::listen(address, &options.socket_options(true))?)
         }
         _ => None,
     };

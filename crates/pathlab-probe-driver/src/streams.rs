@@ -59,29 +59,7 @@ fn connect_stream(
     timeout: Duration,
 ) -> io::Result<TcpStream> {
     // The client sends on an upward stream, the server on a downward one.
-    let socket = tcp_socket::open(server, &options.socket_options(!down))?;
-    sys::set_nonblocking(socket.as_fd())?;
-    match sys::connect(socket.as_fd(), server) {
-        Ok(()) => {}
-        Err(error) if error.raw_os_error() == Some(libc::EINPROGRESS) => {
-            if !sys::poll_writable(socket.as_fd(), timeout)? {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "no answer to the connection within {:.0} s",
-                        timeout.as_secs_f64()
-                    ),
-                ));
-            }
-            match sys::take_socket_error(socket.as_fd())? {
-                0 => {}
-                code => return Err(io::Error::from_raw_os_error(code)),
-            }
-        }
-        Err(error) => return Err(error),
-    }
-    let mut stream = TcpStream::from(socket);
-    stream.set_nonblocking(false)?;
+    let mut stream = tcp_socket::connect_within(server, &options.socket_options(!down), timeout)?;
     // The greeting is 48 bytes: it fits any socket buffer, the timeout is a backstop.
     stream.set_write_timeout(Some(timeout))?;
     stream.write_all(&running.greeting(index, down))?;
@@ -443,18 +421,12 @@ pub(super) fn serve_tcp(
         duration_ns,
         interval_ns,
         sample_ns,
-        ref congestion,
         ..
     } = running.test
     else {
         unreachable!("a TCP test")
     };
-    // The listener gave the streams their buffers and MSS; a downward stream, which the
-    // server sends on, takes the congestion control too.
-    let sender_options = TcpSocketOptions {
-        congestion: congestion.clone(),
-        ..TcpSocketOptions::default()
-    };
+    // The listener gave the streams their buffers, MSS and congestion control.
     let expected = running.streams_expected();
     let control_cpu_start = sys::thread_cpu_time();
     let duration = Duration::from_nanos(duration_ns);
@@ -479,9 +451,6 @@ pub(super) fn serve_tcp(
                     let Some((index, down)) = running.accept_greeting(&greeting, rejections) else {
                         continue;
                     };
-                    if down {
-                        sender_options.apply(stream.as_fd())?;
-                    }
                     threads.push((
                         down,
                         stream_thread(

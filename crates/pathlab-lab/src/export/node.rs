@@ -245,6 +245,9 @@ pub enum WorkloadParams {
     Blocks {
         /// Bytes per block.
         size_bytes: u32,
+        /// Congestion control; absent: the kernel's default.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        congestion: Option<String>,
     },
     /// A program, with the placeholders of docs/lab.md (`{to}`, `{pathlab}`, `{out}`,
     /// `{duration}`) left for the node to fill in.
@@ -745,7 +748,10 @@ impl From<&WorkloadKind> for WorkloadParams {
                 rate_bps: *rate_bps,
                 size_bytes: *size,
             },
-            WorkloadKind::Blocks { size } => WorkloadParams::Blocks { size_bytes: *size },
+            WorkloadKind::Blocks { size, congestion } => WorkloadParams::Blocks {
+                size_bytes: *size,
+                congestion: congestion.clone(),
+            },
             WorkloadKind::Command { argv } => WorkloadParams::Command {
                 command: argv.clone(),
             },
@@ -787,11 +793,41 @@ impl From<&WorkloadParams> for WorkloadKind {
                 rate_bps: *rate_bps,
                 size: *size_bytes,
             },
-            WorkloadParams::Blocks { size_bytes } => WorkloadKind::Blocks { size: *size_bytes },
+            WorkloadParams::Blocks {
+                size_bytes,
+                congestion,
+            } => WorkloadKind::Blocks {
+                size: *size_bytes,
+                congestion: congestion.clone(),
+            },
             WorkloadParams::Command { command } => WorkloadKind::Command {
                 argv: command.clone(),
             },
         }
+    }
+}
+
+/// A congestion control's name, if given: 1 to [`MAX_CONGESTION_NAME`] of letters, digits,
+/// '_' and '-' (what the kernel registers).
+fn check_congestion(at: &str, congestion: Option<&str>) -> Result<(), NodeConfigError> {
+    match congestion {
+        Some(name)
+            if name.is_empty()
+                || name.len() > MAX_CONGESTION_NAME
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+        {
+            Err(invalid(
+                format!("{at}.congestion"),
+                format!(
+                    "'{}' is not a congestion control name (1 to {MAX_CONGESTION_NAME} of \
+                     letters, digits, '_' and '-')",
+                    excerpt(name)
+                ),
+            ))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -821,23 +857,7 @@ impl WorkloadParams {
                         format!("{streams} is not 1 to {most} streams"),
                     ));
                 }
-                if let Some(name) = congestion {
-                    if name.is_empty()
-                        || name.len() > MAX_CONGESTION_NAME
-                        || !name
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-                    {
-                        return Err(invalid(
-                            format!("{at}.congestion"),
-                            format!(
-                                "'{}' is not a congestion control name (1 to \
-                                 {MAX_CONGESTION_NAME} of letters, digits, '_' and '-')",
-                                excerpt(name)
-                            ),
-                        ));
-                    }
-                }
+                check_congestion(at, congestion.as_deref())?;
                 if let Some(window) = window_bytes {
                     if *window == 0 || *window > MAX_WINDOW_BYTES {
                         return Err(invalid(
@@ -876,13 +896,17 @@ impl WorkloadParams {
                 }
                 probe_size(*size_bytes, 32)?;
             }
-            WorkloadParams::Blocks { size_bytes } => {
+            WorkloadParams::Blocks {
+                size_bytes,
+                congestion,
+            } => {
                 if *size_bytes == 0 || *size_bytes > MAX_BLOCK_BYTES {
                     return Err(invalid(
                         format!("{at}.size_bytes"),
                         format!("{size_bytes} is not a block of 1 to {MAX_BLOCK_BYTES} bytes"),
                     ));
                 }
+                check_congestion(at, congestion.as_deref())?;
             }
             WorkloadParams::Command { command } => {
                 if command.is_empty() || command.len() > MAX_COMMAND_ARGS {
@@ -1257,6 +1281,10 @@ mod tests {
         );
         assert!(problem(&replaced("streams = 1", "streams = 1000"))
             .starts_with("workload[0].streams: 1000 is not 1 to 128 streams"));
+        assert!(
+            problem(&replaced("congestion = \"reno\"", "congestion = \"re no\""))
+                .starts_with("workload[0].congestion: 're no' is not a congestion control name"),
+        );
         assert!(problem(&replaced(
             "egress = \"delay 5ms\"",
             "egress = \"delay fast\""

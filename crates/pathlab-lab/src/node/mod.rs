@@ -572,7 +572,7 @@ fn serve_workloads(config: &NodeConfig) -> Result<Servers, NodeError> {
     }
     let mut responders: Vec<(u16, u32)> = serving
         .filter_map(|w| match (&w.kind, w.port) {
-            (WorkloadParams::Blocks { size_bytes }, Some(port)) => Some((port, *size_bytes)),
+            (WorkloadParams::Blocks { size_bytes, .. }, Some(port)) => Some((port, *size_bytes)),
             _ => None,
         })
         .collect();
