@@ -102,6 +102,14 @@ pub struct Job<'a> {
     pub duration: Duration,
 }
 
+/// How long a lab's measuring workloads wait for each TCP connection to their server (the
+/// control connection, each data stream, a blocks writer's): the kernel sends a SYN again
+/// after 1, 3 and 7 s, and on a line its other workloads fill two can be lost. The bond-fair
+/// recipe starts 14 bulk flows at once on 1 Mbit/s: with the commands' 5 s one failed
+/// ("no answer to the connection within 5 s") in 1 of 3 runs on a busy machine. In a lab
+/// the server is there; only its line is slow.
+pub const LAB_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Runs one workload in the calling thread (already in its node's namespace) against
 /// `target`; a `blocks` workload writes to `port`.
 pub fn run_workload(
@@ -115,7 +123,7 @@ pub fn run_workload(
         Client::connect(
             &SocketAddr::new(target, SERVER_PORT).to_string(),
             None,
-            Duration::from_secs(5),
+            LAB_CONNECT_TIMEOUT,
         )
     };
     let result = match &workload.kind {
@@ -167,6 +175,7 @@ pub fn run_workload(
                 *size as usize,
                 workload.duration,
                 congestion.as_deref(),
+                LAB_CONNECT_TIMEOUT,
             ) {
                 Ok(report) => LabOutcome::Blocks(Box::new(report)),
                 Err(error) => LabOutcome::Failed(format!("blocks: {error}")),

@@ -47,7 +47,7 @@ fn answer(mut stream: TcpStream, size: usize) {
 
 /// Writes blocks of `size` bytes to `to` for `duration`, each after the answer to the one
 /// before, with `congestion` control (the kernel's default if `None`), and says how many
-/// were answered and how long each took.
+/// were answered and how long each took; the connection may take `connect_timeout`.
 ///
 /// The congestion control shapes what the blocks show: cubic or reno send a block at once,
 /// while BBR paces it at a multiple of the bandwidth it measured, which an application
@@ -58,12 +58,13 @@ pub fn run(
     size: usize,
     duration: Duration,
     congestion: Option<&str>,
+    connect_timeout: Duration,
 ) -> io::Result<BlocksReport> {
     let options = TcpSocketOptions {
         congestion: congestion.map(str::to_owned),
         ..TcpSocketOptions::default()
     };
-    let mut stream = tcp_socket::connect_within(to, &options, Duration::from_secs(5))?;
+    let mut stream = tcp_socket::connect_within(to, &options, connect_timeout)?;
     stream.set_nodelay(true)?;
     // A block that takes longer than the whole run to be answered ends it.
     stream.set_read_timeout(Some(duration.max(Duration::from_secs(1))))?;
@@ -101,7 +102,14 @@ mod tests {
             let stop = std::sync::Arc::clone(&stop);
             std::thread::spawn(move || respond(&listener, 1000, &stop))
         };
-        let report = run(address, 1000, Duration::from_millis(200), Some("reno")).unwrap();
+        let report = run(
+            address,
+            1000,
+            Duration::from_millis(200),
+            Some("reno"),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         stop.store(true, Ordering::SeqCst);
         responder.join().unwrap().unwrap();
         assert!(report.blocks > 10, "{report:?}");

@@ -736,7 +736,7 @@ fn starved_or(
         report
             .up
             .iter()
-            .any(|s| tcp_report::starvation(&s.samples).is_some())
+            .any(|s| tcp_report::starvation(&s.samples, duration.as_nanos() as u64).is_some())
     };
     match measured {
         Some(mut report) if silent && starved(&report) => {

@@ -100,14 +100,22 @@ impl Starved {
 
 /// Whether a stream was starved, judged from its sender's `TCP_INFO` samples up to the
 /// moment its client gave up waiting for the test's results (the last sample): it was if
-/// the sender then had data outstanding that it had retransmitted on timeout with no
-/// acknowledgement since ([`TcpSample::unanswered_timeouts`]), so the path, not the
-/// peer, held its data. A peer that stopped reading (a frozen server) acknowledges what
-/// it received and closes its window: not starved, the peer stopped answering. With the
-/// longest time nothing got through ([`Starved::longest_gap_ns`]).
-pub fn starvation(samples: &[TcpSample]) -> Option<Starved> {
+/// the sender then, or at the test's end (`end_ns` after the stream's start), had data
+/// outstanding that it had retransmitted on timeout with no acknowledgement since
+/// ([`TcpSample::unanswered_timeouts`]), so the path, not the peer, held its data. A
+/// stream in backoff at the test's end may get through in the grace after, once the
+/// streams that starved it have ended, too late for its server's results (bond-fair's
+/// FIFO held one from 1.6 s on). A peer that stopped reading (a frozen server)
+/// acknowledges what it received and closes its window: not starved, the peer stopped
+/// answering. With the longest time nothing got through ([`Starved::longest_gap_ns`]).
+pub fn starvation(samples: &[TcpSample], end_ns: u64) -> Option<Starved> {
     let last = samples.last()?;
-    if last.unanswered_timeouts == 0 {
+    let at_end = samples
+        .iter()
+        .rev()
+        .find(|s| s.at_ns <= end_ns)
+        .unwrap_or(last);
+    if last.unanswered_timeouts == 0 && at_end.unanswered_timeouts == 0 {
         return None;
     }
     let mut longest = Starved::default();
@@ -150,7 +158,7 @@ impl StreamReport {
         self.interval_bytes = counter.intervals;
         self.bytes = counter.total;
         self.receive_ns = duration_ns.max(last_ns);
-        self.starved = starvation(&self.samples);
+        self.starved = starvation(&self.samples, duration_ns);
     }
 }
 
@@ -267,7 +275,7 @@ mod tests {
         // A 15 s test whose stream stalled at 5.3 s; its client gave up 10 s after the
         // test's time (the grace), at 25 s: 19.7 s without data.
         let samples = stalled_sender(53, 250, true);
-        let starved = starvation(&samples).expect("starved");
+        let starved = starvation(&samples, 15_000_000_000).expect("starved");
         assert_eq!(starved.gap_from_ns, 5_300_000_000);
         assert_eq!(starved.longest_gap_ns, 19_700_000_000);
         assert_eq!(starved.summary(), "starved: no data for 19.7 s");
@@ -295,7 +303,7 @@ mod tests {
         for sample in &mut samples[20..90] {
             sample.acked_bytes = 80_000;
         }
-        let starved = starvation(&samples).expect("starved");
+        let starved = starvation(&samples, 15_000_000_000).expect("starved");
         assert_eq!(
             (starved.gap_from_ns, starved.longest_gap_ns),
             (2_000_000_000, 7_000_000_000)
@@ -303,12 +311,36 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_in_backoff_at_the_tests_end_is_starved_though_it_got_through_after() {
+        // A 30 s test whose stream stalled at 1.6 s and got through at 36 s, in the grace
+        // (its starvers had ended); its client gave up at 40 s.
+        let mut samples = stalled_sender(16, 400, true);
+        for sample in &mut samples[360..] {
+            sample.acked_bytes += 16_000;
+            sample.unanswered_timeouts = 0;
+        }
+        let starved = starvation(&samples, 30_000_000_000).expect("starved");
+        assert_eq!(
+            (starved.gap_from_ns, starved.longest_gap_ns),
+            (1_600_000_000, 34_400_000_000)
+        );
+        // Delivering at the test's end, it was not.
+        assert_eq!(starvation(&samples, 36_000_000_000), None);
+    }
+
+    #[test]
     fn a_closed_window_or_a_stream_still_delivering_is_not_starved() {
         // A receiver that stopped reading (a frozen server): as silent, but answered.
-        assert_eq!(starvation(&stalled_sender(53, 250, false)), None);
+        assert_eq!(
+            starvation(&stalled_sender(53, 250, false), 15_000_000_000),
+            None
+        );
         // A stream that delivered to the end.
-        assert_eq!(starvation(&stalled_sender(250, 250, true)), None);
-        assert_eq!(starvation(&[]), None);
+        assert_eq!(
+            starvation(&stalled_sender(250, 250, true), 15_000_000_000),
+            None
+        );
+        assert_eq!(starvation(&[], 0), None);
     }
 }
 
