@@ -97,6 +97,56 @@ fn overload_through_tail_drop_matches_theory() {
         .all(|s| s.forward_queue_packets >= limit - 1 && s.forward_queue_packets <= limit));
 }
 
+/// The same overload through a token bucket of 150 KB (tbf's `rate 10mbit burst 150kb
+/// limit 150000`): the bucket's bytes leave first, then the rate; the queue behind it
+/// fills and drops as tail drop does.
+#[test]
+fn overload_through_a_token_bucket_delivers_its_burst_then_the_rate() {
+    let (limit, size) = (100, 1500);
+    let spec = LinkSpec::parse("rate 10mbit burst 150kb limit 100").unwrap();
+    let report = run(spec, vec![Load::cbr(BitsPerSec::mbit(15), size)], 30);
+    let load = &report.loads[0];
+    // Delivered: the bucket once, then the rate: (150 KiB x 8 + 10 Mbit/s x 30 s) / 30 s.
+    let burst_bits = 150.0 * 1024.0 * 8.0;
+    let expected = (burst_bits + 10e6 * 30.0) / 30.0;
+    assert!(
+        relative_error(load.delivered_bps, expected) < 0.005,
+        "delivered {} bit/s, expected {expected}",
+        load.delivered_bps
+    );
+    // Conservation: the rest is dropped.
+    let drop_fraction = load.dropped_total() as f64 / load.sent_packets as f64;
+    let expected_drop = 1.0 - expected / load.offered_bps;
+    assert!(
+        relative_error(drop_fraction, expected_drop) < 0.01,
+        "drop fraction {drop_fraction}, expected {expected_drop}"
+    );
+    // Once the bucket is empty the full queue drains at the rate, as tail drop's: 120 ms.
+    let expected_delay = f64::from(limit) * f64::from(size) * 8.0 / 10e6;
+    assert!(
+        relative_error(load.queue_delay.p50.as_secs_f64(), expected_delay) < 0.02,
+        "median queue delay {}, expected {expected_delay} s",
+        load.queue_delay.p50
+    );
+    assert_eq!(
+        load.sent_packets,
+        load.delivered_packets + load.dropped_total() + load.in_flight_at_end
+    );
+    // The first 150 KiB went at once (no peak): the queue stayed empty until the
+    // bucket ran out, 150 KiB / (15 - 10 Mbit/s) = 246 ms in.
+    let empty_until = report
+        .samples
+        .iter()
+        .take_while(|s| s.forward_queue_packets <= 1)
+        .last()
+        .map(|s| s.at.as_secs_f64())
+        .unwrap();
+    assert!(
+        (empty_until - 0.246).abs() < 0.02,
+        "the queue began to fill at {empty_until} s"
+    );
+}
+
 /// Below the rate, CBR packets never wait: the gap (2.4 ms) exceeds the serialization time
 /// (1.2 ms), so each finds the line idle.
 #[test]

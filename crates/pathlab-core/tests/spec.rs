@@ -175,6 +175,10 @@ const EXAMPLES: &[&str] = &[
     "delay 5ms 2ms distance 6000km",
     "rate 10mbit pps 5000 limit 50",
     "delay 5ms pps 6.5k queue codel",
+    "rate 20mbit burst 20kb limit 40",
+    "delay 15ms rate 20mbit burst 64kb peakrate 100mbit queue fq_codel",
+    "rate 1mbit 8 48 5 burst 3000 pps 100",
+    "rate 5mbit burst 1314 mtu 1300",
 ];
 
 #[test]
@@ -264,6 +268,38 @@ fn bad_input_names_the_token() {
             "corrupt 200",
             "corrupt must be between 0% and 100%, got 200",
         ),
+        (
+            "rate 20mbit burst 1000",
+            "burst 1000 bytes is smaller than one full frame (1514 bytes with mtu 1500)",
+        ),
+        (
+            "rate 5mbit burst 1313 mtu 1300",
+            "(1314 bytes with mtu 1300)",
+        ),
+        (
+            "rate 20mbit burst 64kb peakrate 10mbit",
+            "peakrate 10mbit must be above the rate (20mbit)",
+        ),
+        ("rate 20mbit burst 64kb peakrate 20mbit", "must be above"),
+        (
+            "rate 20mbit burst 2gb",
+            "burst must be at most 1gb, got 2gb",
+        ),
+        (
+            "rate 20mbit burst",
+            "'burst' needs a size like 1500 or 64kb, but the spec ended",
+        ),
+        ("rate 20mbit burst fast", "after 'burst', got 'fast'"),
+        ("rate 20mbit peakrate 100mbit", "'peakrate' needs a bucket"),
+        (
+            "delay 5ms burst 10kb",
+            "'burst' belongs right after a fixed rate",
+        ),
+        (
+            "schedule 1s 10mbit burst 10kb",
+            "'burst' belongs right after",
+        ),
+        ("rate 1mbit burst 10kb peakrate", "'peakrate' needs a rate"),
     ] {
         let error = LinkSpec::parse(text).expect_err(text).to_string();
         assert!(error.contains(message), "'{text}': got \"{error}\"");
@@ -280,7 +316,7 @@ proptest! {
         "gap", "5", "rate", "10mbit", "1000", "schedule", "1s", "loop", "trace", "f", "slot",
         "packets", "bytes", "64kb", "limit", "queue", "red", "codel", "fq_codel", "pie",
         "min", "max", "target", "interval", "flows", "quantum", "seed", "mtu", "1400", "99999999999999999999",
-        "pps", "6.5k", "2G", "-1",
+        "pps", "6.5k", "2G", "-1", "burst", "peakrate", "100mbit",
         "1e309", "nan", "%", "", "preset", "lte", "adsl-up", "wifi-up", "distance", "6000km", "-3km",
     ]), 0..24)) {
         let text = tokens.join(" ");

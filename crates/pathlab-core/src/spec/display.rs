@@ -211,6 +211,14 @@ impl fmt::Display for LinkSpec {
                         words.push(fixed.cell_overhead);
                     }
                 }
+                if let Some(bucket) = self.bucket {
+                    words.push("burst");
+                    words.push(format!("{}b", bucket.burst_bytes));
+                    if let Some(peak) = bucket.peak {
+                        words.push("peakrate");
+                        words.push(peak);
+                    }
+                }
             }
             Some(RateSpec::Schedule(schedule)) => {
                 words.push("schedule");

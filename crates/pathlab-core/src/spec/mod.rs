@@ -48,6 +48,10 @@ pub struct LinkSpec {
     /// least 1/N s, however short its serialization at `rate`; alone (no `rate`), for
     /// exactly 1/N s.
     pub packet_rate: Option<PacketsPerSec>,
+    /// A token bucket in front of a fixed `rate` (`rate R burst SIZE [peakrate P]`, as
+    /// tc's tbf): the rate becomes the bucket's, the line's own is the peak (none: a
+    /// burst leaves back to back).
+    pub bucket: Option<TokenBucket>,
     /// Slotted delivery (netem `slot`).
     pub slot: Option<SlotSpec>,
     /// The queue in front of the rate stage.
@@ -103,9 +107,13 @@ impl LinkSpec {
         Some(frame_bytes * 8.0 / service_s)
     }
 
-    /// The highest rate the bottleneck serves at (a schedule's highest step), if it has a
-    /// known one (`None`: no rate, or a trace, whose rate is the caller's to load).
+    /// The highest rate the bottleneck serves at (a schedule's highest step, a token
+    /// bucket's peak), if it has a known one (`None`: no rate, a trace, whose rate is the
+    /// caller's to load, or a bucket without a peak, whose bursts leave back to back).
     pub fn peak_rate(&self) -> Option<BitsPerSec> {
+        if let Some(bucket) = self.bucket {
+            return bucket.peak;
+        }
         match &self.rate {
             Some(RateSpec::Fixed(fixed)) => Some(fixed.rate),
             Some(RateSpec::Schedule(schedule)) => schedule.rates.iter().copied().max(),
@@ -218,6 +226,23 @@ pub enum RateSpec {
     /// `trace FILE`: a mahimahi trace, one delivery opportunity per line.
     Trace(TraceRef),
 }
+
+/// A token bucket (`burst SIZE [peakrate P]` after a fixed rate, as tc's tbf): it holds
+/// `burst_bytes` of tokens when full and gains them at the rate; a frame leaves when the
+/// bucket holds its accounted bytes, and takes them. Over a long run the rate holds;
+/// after a pause, up to `burst_bytes` leave at `peak` (or back to back without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenBucket {
+    /// The bucket's size, bytes: at least one full frame.
+    pub burst_bytes: u32,
+    /// The line's own rate, above the bucket's; `None`: no limit on a burst's pace.
+    #[serde(default)]
+    pub peak: Option<BitsPerSec>,
+}
+
+/// The largest bucket a spec may give (1 GiB): a cable plan's boost is tens of MB.
+pub const MAX_BURST_BYTES: u32 = 1 << 30;
 
 /// A fixed serialization rate with netem's per-packet accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,7 +14,7 @@ use super::{distance, preset};
 use super::{
     Chance, CodelConfig, DelaySpec, Discipline, Distribution, FixedRate, FqCodelConfig, LinkSpec,
     LossSpec, PieConfig, RateSchedule, RateSpec, RedConfig, ReorderSpec, SlotInterval, SlotSpec,
-    TraceRef,
+    TokenBucket, TraceRef, MAX_BURST_BYTES,
 };
 use crate::time::Duration;
 use crate::units::{BitsPerSec, PacketsPerSec, Probability};
@@ -394,6 +394,7 @@ impl<'a> Parser<'a> {
                     cell_size,
                     cell_overhead,
                 }));
+                self.spec.bucket = self.bucket()?;
             }
             "schedule" => {
                 self.rate_once()?;
@@ -410,6 +411,7 @@ impl<'a> Parser<'a> {
                     rates.push(rate);
                 }
                 let repeat = self.optional(|t| (t == "loop").then_some(())).is_some();
+                self.spec.bucket = None;
                 self.spec.rate = Some(RateSpec::Schedule(RateSchedule {
                     step,
                     rates,
@@ -419,6 +421,7 @@ impl<'a> Parser<'a> {
             "trace" => {
                 self.rate_once()?;
                 let (path, _) = self.required(word, "a trace file name", |t| Some(t.to_owned()))?;
+                self.spec.bucket = None;
                 self.spec.rate = Some(RateSpec::Trace(TraceRef { path, trace: None }));
             }
             "pps" => {
@@ -428,6 +431,12 @@ impl<'a> Parser<'a> {
             "slot" => {
                 self.once("slot")?;
                 self.spec.slot = Some(self.slot(word)?);
+            }
+            "burst" | "peakrate" => {
+                return Err(SpecError::Conflict(format!(
+                    "'{word}' belongs right after a fixed rate, as in tbf: \
+                     'rate 20mbit burst 64kb peakrate 100mbit'"
+                )))
             }
             "limit" => self.limit()?,
             "queue" => {
@@ -513,6 +522,35 @@ impl<'a> Parser<'a> {
         }
         // Whole and within 1..=1e9: exact in a u32.
         Ok(PacketsPerSec(value as u32))
+    }
+
+    /// `burst SIZE [peakrate RATE]` right after a fixed rate, if there.
+    fn bucket(&mut self) -> Result<Option<TokenBucket>, SpecError> {
+        if self.peek() != Some("burst") {
+            if self.peek() == Some("peakrate") {
+                return Err(SpecError::Conflict(
+                    "'peakrate' needs a bucket: 'rate 20mbit burst 64kb peakrate 100mbit'".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        self.next += 1;
+        let (bytes, token) = self.required("burst", SIZE, units::size)?;
+        let burst_bytes = u32::try_from(bytes)
+            .ok()
+            .filter(|&b| b <= MAX_BURST_BYTES)
+            .ok_or_else(|| SpecError::OutOfRange {
+                what: "burst".into(),
+                range: "at most 1gb",
+                got: token.to_owned(),
+            })?;
+        let peak = if self.peek() == Some("peakrate") {
+            self.next += 1;
+            Some(self.rate("peakrate")?)
+        } else {
+            None
+        };
+        Ok(Some(TokenBucket { burst_bytes, peak }))
     }
 
     /// The three rate keywords share one slot (a preset's rate is replaced, not a conflict).
@@ -852,6 +890,9 @@ impl<'a> Parser<'a> {
                     .into(),
             ));
         }
+        if let (Some(bucket), Some(RateSpec::Fixed(fixed))) = (self.spec.bucket, &self.spec.rate) {
+            check_bucket(bucket, fixed.rate, self.spec.mtu)?;
+        }
         if self.spec.ecn && self.spec.loss.is_none() {
             return Err(SpecError::Conflict(
                 "'ecn' marks instead of dropping, so it needs a 'loss' model".into(),
@@ -889,6 +930,29 @@ impl<'a> Parser<'a> {
         }
         Ok(self.spec)
     }
+}
+
+/// A bucket too small for a full frame passes none of them (tbf drops them); a peak at
+/// or below the rate is no peak.
+fn check_bucket(bucket: TokenBucket, rate: BitsPerSec, mtu: Option<u32>) -> Result<(), SpecError> {
+    let mtu = mtu.unwrap_or(1500);
+    let frame = u64::from(mtu) + 14;
+    if u64::from(bucket.burst_bytes) < frame {
+        return Err(SpecError::Conflict(format!(
+            "burst {} bytes is smaller than one full frame ({frame} bytes with mtu {mtu}): \
+             no full-size packet could ever leave",
+            bucket.burst_bytes
+        )));
+    }
+    if let Some(peak) = bucket.peak {
+        if peak <= rate {
+            return Err(SpecError::Conflict(format!(
+                "peakrate {peak} must be above the rate ({rate}): the peak is how fast a \
+                 burst leaves"
+            )));
+        }
+    }
+    Ok(())
 }
 
 const CODEL_OPTIONS: &[&str] = &["target", "interval", "ce_threshold", "ecn", "noecn"];

@@ -20,7 +20,7 @@
 use std::fmt::Write as _;
 
 use super::parse::red_weight;
-use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig};
+use super::{Discipline, FixedRate, LinkSpec, QueueSpec, RateSpec, RedConfig, TokenBucket};
 use crate::format::{self, Digits};
 use crate::time::Duration;
 use crate::units::FRAME_BYTES;
@@ -85,6 +85,10 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         out.caveats.push(format!(
             "netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps {packet_rate}' is left out, so {faster}"
         ));
+    }
+    if let (Some(bucket), Some(fixed)) = (spec.bucket, fixed_rate) {
+        with_tbf(spec, dev, fixed, bucket, &mut out);
+        return out;
     }
     let needs_real_queue =
         !matches!(spec.queue.discipline, Discipline::TailDrop) || spec.queue.limit_bytes.is_some();
@@ -172,6 +176,9 @@ fn netem_part(spec: &LinkSpec) -> LinkSpec {
     LinkSpec {
         rate: None,
         packet_rate: None,
+        bucket: None,
+        // `ip link set ... mtu` (netem has no such option).
+        mtu: None,
         queue: QueueSpec {
             limit_packets: spec.queue.limit_packets,
             ..QueueSpec::default()
@@ -180,12 +187,19 @@ fn netem_part(spec: &LinkSpec) -> LinkSpec {
     }
 }
 
-/// netem (if the spec has netem parts) with htb as its child, the AQM as htb's leaf.
-fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
+/// netem as the root, if the spec has netem parts, holding only the delay line (the
+/// queue's limit belongs to the qdisc under it, but netem's default of 1000 would drop
+/// once rate x delay exceeds it); the commands that put `child` (`htb default 1`) under it,
+/// or at the root; returns the child's handle.
+fn netem_over(
+    spec: &LinkSpec,
+    dev: &str,
+    rate: FixedRate,
+    child: &str,
+    out: &mut TcCommands,
+) -> &'static str {
     seed_caveat(spec, out);
     let mut netem = netem_part(spec);
-    // The pathlab limit belongs to the AQM; netem in front holds only the delay line, but
-    // its default limit (1000) would drop once rate x delay exceeds it.
     netem.queue.limit_packets = match spec.delay.map(|d| d.delay) {
         Some(delay) if !delay.is_zero() => Some(limit_with_delay_line(
             spec.queue.effective_limit_packets(),
@@ -195,44 +209,100 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
         )),
         _ => None,
     };
-    let htb_parent = if netem.is_passthrough() {
-        out.commands.push(format!(
-            "tc qdisc replace dev {dev} root handle 1: htb default 1"
-        ));
-        "1:".to_owned()
+    if netem.is_passthrough() {
+        out.commands
+            .push(format!("tc qdisc replace dev {dev} root handle 1: {child}"));
+        "1:"
     } else {
         out.commands.push(format!(
             "tc qdisc replace dev {dev} root handle 1: netem {netem}"
         ));
         out.commands.push(format!(
-            "tc qdisc add dev {dev} parent 1: handle 2: htb default 1"
+            "tc qdisc add dev {dev} parent 1: handle 2: {child}"
         ));
-        "2:".to_owned()
-    };
+        "2:"
+    }
+}
+
+/// htb's and tbf's words for netem's per-packet accounting: `overhead N`, and
+/// `linklayer atm` for ATM's cells (a caveat for other cells).
+fn accounting_words(rate: FixedRate, qdisc: &str, out: &mut TcCommands) -> String {
+    let mut words = String::new();
+    if rate.packet_overhead != 0 {
+        let _ = write!(words, " overhead {}", rate.packet_overhead);
+    }
+    // netem's cells carry CELLSIZE bytes and cost CELLSIZE + CELLOVERHEAD on the line, so
+    // ATM (48 bytes of payload in a 53-byte cell) is `48 5`: exactly `linklayer atm`.
+    if (rate.cell_size, rate.cell_overhead) == (ATM_CELL_PAYLOAD, ATM_CELL_HEADER) {
+        words.push_str(" linklayer atm");
+    } else if rate.cell_size != 0 {
+        out.caveats.push(format!(
+            "{qdisc} knows only ATM's cells (48 bytes of payload in 53, netem's `48 5`); cells of {} + {} bytes are left out",
+            rate.cell_size, rate.cell_overhead
+        ));
+    }
+    words
+}
+
+/// netem (if the spec has netem parts) with tbf as its child, holding the token bucket
+/// and, for tail drop, the queue (tbf's limit is in bytes); another queue discipline or a
+/// byte limit goes under tbf as its leaf.
+fn with_tbf(
+    spec: &LinkSpec,
+    dev: &str,
+    rate: FixedRate,
+    bucket: TokenBucket,
+    out: &mut TcCommands,
+) {
+    let limit_bytes = spec
+        .queue
+        .limit_bytes
+        .unwrap_or(u64::from(spec.queue.effective_limit_packets()) * FRAME_BYTES as u64);
+    let mut tbf = format!("tbf rate {} burst {}", rate.rate, bucket.burst_bytes);
+    if let Some(peak) = bucket.peak {
+        let frame = spec.mtu.map_or(FRAME_BYTES as u32, |mtu| mtu + 14);
+        let _ = write!(tbf, " peakrate {peak} mtu {frame}");
+    }
+    let _ = write!(tbf, " limit {limit_bytes}");
+    tbf.push_str(&accounting_words(rate, "tbf", out));
+    let parent = netem_over(spec, dev, rate, &tbf, out);
+    if spec.queue.limit_bytes.is_none() && spec.queue.limit_packets.is_some() {
+        out.caveats.push(format!(
+            "tbf's limit counts bytes: {limit_bytes} is pathlab's {} packets of 1514 bytes",
+            spec.queue.effective_limit_packets()
+        ));
+    }
+    if !matches!(spec.queue.discipline, Discipline::TailDrop) {
+        let leaf = leaf(spec, rate, out);
+        out.commands.push(format!(
+            "tc qdisc add dev {dev} parent {parent}1 handle 10: {leaf}"
+        ));
+    }
+}
+
+/// netem (if the spec has netem parts) with htb as its child, the AQM as htb's leaf.
+fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
+    let htb_parent = netem_over(spec, dev, rate, "htb default 1", out);
     let class = format!("{htb_parent}1");
     let mut htb = format!(
         "tc class add dev {dev} parent {htb_parent} classid {class} htb rate {} ceil {}",
         rate.rate, rate.rate
     );
-    if rate.packet_overhead != 0 {
-        let _ = write!(htb, " overhead {}", rate.packet_overhead);
-    }
-    // netem's cells carry CELLSIZE bytes and cost CELLSIZE + CELLOVERHEAD on the line, so
-    // ATM (48 bytes of payload in a 53-byte cell) is `48 5`: exactly htb's `linklayer atm`.
-    if (rate.cell_size, rate.cell_overhead) == (ATM_CELL_PAYLOAD, ATM_CELL_HEADER) {
-        htb.push_str(" linklayer atm");
-    } else if rate.cell_size != 0 {
-        out.caveats.push(format!(
-            "htb knows only ATM's cells (48 bytes of payload in 53, netem's `48 5`); cells of {} + {} bytes are left out",
-            rate.cell_size, rate.cell_overhead
-        ));
-    }
+    htb.push_str(&accounting_words(rate, "htb", out));
     out.commands.push(htb);
     out.caveats.push(
         "htb is a token bucket: it can pass a burst of a few packets at line rate, where pathlab serializes every packet at the rate".into(),
     );
+    let leaf = leaf(spec, rate, out);
+    out.commands.push(format!(
+        "tc qdisc add dev {dev} parent {class} handle 10: {leaf}"
+    ));
+}
+
+/// The qdisc that holds the spec's queue under a rate: its discipline with its limit.
+fn leaf(spec: &LinkSpec, rate: FixedRate, out: &mut TcCommands) -> String {
     let limit = spec.queue.effective_limit_packets();
-    let leaf = match &spec.queue.discipline {
+    match &spec.queue.discipline {
         Discipline::TailDrop => match spec.queue.limit_bytes {
             Some(bytes) => {
                 if spec.queue.limit_packets.is_some() {
@@ -295,10 +365,7 @@ fn with_aqm(spec: &LinkSpec, dev: &str, rate: FixedRate, out: &mut TcCommands) {
             words
         }
         Discipline::Red(red) => red_leaf(red, &spec.queue, rate, out),
-    };
-    out.commands.push(format!(
-        "tc qdisc add dev {dev} parent {class} handle 10: {leaf}"
-    ));
+    }
 }
 
 fn red_leaf(red: &RedConfig, queue: &QueueSpec, rate: FixedRate, out: &mut TcCommands) -> String {
@@ -369,6 +436,48 @@ mod tests {
             out.caveats[0].contains("183 = pathlab's queue of 100 + 83"),
             "{:?}",
             out.caveats
+        );
+    }
+
+    #[test]
+    fn a_bucket_is_tbf_under_netem_with_its_limit_in_bytes_and_any_aqm_under_it() {
+        let out = tc("rate 20mbit burst 20kb limit 40");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: tbf rate 20mbit burst 20480 limit 60560"
+            ]
+        );
+        assert!(
+            out.caveats[0].contains("60560 is pathlab's 40 packets"),
+            "{:?}",
+            out.caveats
+        );
+        // 20 Mbit/s x 15 ms = 24.8 frames -> 25 in netem's delay line, beside fq_codel's
+        // 10240.
+        let out =
+            tc("delay 15ms rate 20mbit 14 burst 64kb peakrate 100mbit limit 100b queue fq_codel");
+        assert_eq!(
+            out.commands,
+            vec![
+                "tc qdisc replace dev eth1 root handle 1: netem delay 15ms limit 10265",
+                "tc qdisc add dev eth1 parent 1: handle 2: tbf rate 20mbit burst 65536 peakrate 100mbit mtu 1514 limit 100 overhead 14",
+                "tc qdisc add dev eth1 parent 2:1 handle 10: fq_codel limit 10240 flows 1024 quantum 1514 target 5ms interval 100ms drop_batch 64 ecn",
+            ]
+        );
+        // The mtu is the device's, not netem's (tc refuses `netem mtu`).
+        let out = tc("rate 1mbit 0 48 5 burst 3000 peakrate 2mbit mtu 1400");
+        assert!(
+            !out.commands.iter().any(|c| c.contains("netem")),
+            "{:?}",
+            out.commands
+        );
+        assert!(
+            out.commands[1].ends_with(
+                "tbf rate 1mbit burst 3000 peakrate 2mbit mtu 1414 limit 1514000 linklayer atm"
+            ),
+            "{:?}",
+            out.commands
         );
     }
 

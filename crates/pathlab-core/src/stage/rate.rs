@@ -27,6 +27,18 @@
 //! large ones at the byte rate, crossing where `accounted bytes = rate / (8 N)`. Without
 //! a byte rate, every packet takes exactly 1/N s.
 //!
+//! # Token bucket (`rate R burst SIZE [peakrate P]`)
+//!
+//! As tc's tbf: a bucket of `SIZE` bytes of tokens, full at the start, gains them at `R`
+//! (in the fixed rate's accounted bytes, overheads and cells included) up to `SIZE`. The
+//! head of the queue is taken when the previous frame has left ([`RateModel::next_start`]),
+//! as tbf peeks its child, and leaves once the bucket holds its accounted bytes, which it
+//! takes; then it is serialized at `P`, or takes no time without a peak (a burst leaves
+//! back to back, as through a tbf on a fast device). A long run leaves at `R`; a burst after
+//! an idle time carries up to `SIZE` bytes more. Tokens count in bits x 1e9, exactly. A
+//! frame larger than the bucket (the spec refuses a bucket under one full frame) waits for
+//! a full bucket and empties it.
+//!
 //! # Schedule (`schedule STEP RATE... [loop]`)
 //!
 //! Rate `i` holds over `[origin + i step, origin + (i + 1) step)`; after the last one the
@@ -61,7 +73,7 @@
 use std::sync::Arc;
 
 pub use crate::spec::trace::{Trace, TraceError};
-use crate::spec::{FixedRate, LinkSpec, RateSpec};
+use crate::spec::{FixedRate, LinkSpec, RateSpec, TokenBucket};
 use crate::time::{Duration, Instant};
 use crate::units::{BitsPerSec, PacketsPerSec};
 
@@ -83,6 +95,9 @@ pub enum RateError {
     /// A trace whose opportunities carry no bytes.
     #[error("trace opportunities must carry at least 1 byte")]
     ZeroOpportunity,
+    /// A token bucket on a schedule or a trace, or one of 0 bytes.
+    #[error("a token bucket needs a fixed rate and at least one byte")]
+    Bucket,
 }
 
 #[derive(Debug, Clone)]
@@ -122,29 +137,113 @@ struct PacketLimit {
     free_at: Instant,
 }
 
+/// A token bucket in front of the line (see the module's docs).
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    /// The token rate and how a frame's bytes are counted.
+    accounting: FixedRate,
+    /// Tokens when full, bits x 1e9.
+    capacity: u128,
+    /// Tokens at `at`, bits x 1e9.
+    tokens: u128,
+    /// When the last frame left (it took its tokens then): no frame is taken before.
+    at: Instant,
+}
+
+/// Bits x 1e9 in `bytes`.
+fn token_units(bytes: u64) -> u128 {
+    u128::from(bytes) * 8 * 1_000_000_000
+}
+
+impl Bucket {
+    fn new(accounting: FixedRate, spec: TokenBucket) -> Bucket {
+        let capacity = token_units(u64::from(spec.burst_bytes));
+        Bucket {
+            accounting,
+            capacity,
+            tokens: capacity,
+            at: Instant::ZERO,
+        }
+    }
+
+    /// A frame of `len_bytes` taken at `t`: when it may leave, its tokens taken then.
+    fn take(&mut self, t: Instant, len_bytes: u32) -> Instant {
+        let t = t.max(self.at);
+        let rate = u128::from(self.accounting.rate.bits_per_sec());
+        let gained = rate.saturating_mul(u128::from((t - self.at).as_nanos()));
+        let tokens = self.tokens.saturating_add(gained).min(self.capacity);
+        let need = token_units(self.accounting.accounted_bytes(len_bytes)).min(self.capacity);
+        let leave = if tokens >= need {
+            self.tokens = tokens - need;
+            t
+        } else if rate == 0 {
+            return Instant::MAX;
+        } else {
+            let wait_ns = (need - tokens).div_ceil(rate);
+            let wait = Duration::from_nanos(u64::try_from(wait_ns).unwrap_or(u64::MAX));
+            let full = tokens
+                .saturating_add(rate.saturating_mul(wait_ns))
+                .min(self.capacity);
+            self.tokens = full - need;
+            t + wait
+        };
+        self.at = leave;
+        leave
+    }
+}
+
 /// The serializer's timing.
 #[derive(Debug, Clone)]
 pub struct RateModel {
     model: Model,
     packet_limit: Option<PacketLimit>,
+    bucket: Option<Bucket>,
 }
 
 impl RateModel {
     /// The bottleneck a link spec describes: its byte rate and packet rate, either or
     /// both; `None` when it has neither (no bottleneck).
     pub fn for_link(spec: &LinkSpec) -> Result<Option<RateModel>, RateError> {
-        let model = match (&spec.rate, spec.packet_rate) {
-            (None, None) => return Ok(None),
-            (None, Some(_)) => RateModel {
+        let model = match (&spec.rate, spec.packet_rate, spec.bucket) {
+            (None, None, _) => return Ok(None),
+            (None, Some(_), _) => RateModel {
                 model: Model::Unlimited,
                 packet_limit: None,
+                bucket: None,
             },
-            (Some(rate), _) => RateModel::new(rate)?,
+            (Some(RateSpec::Fixed(fixed)), _, Some(bucket)) => {
+                RateModel::with_bucket(*fixed, bucket)?
+            }
+            (Some(_), _, Some(_)) => return Err(RateError::Bucket),
+            (Some(rate), _, None) => RateModel::new(rate)?,
         };
         Ok(Some(match spec.packet_rate {
             Some(packet_rate) => model.with_packet_rate(packet_rate),
             None => model,
         }))
+    }
+
+    /// A token bucket of `bucket` filled at `fixed`'s rate (and counting bytes as it
+    /// does), in front of a line at the bucket's peak.
+    pub fn with_bucket(fixed: FixedRate, bucket: TokenBucket) -> Result<RateModel, RateError> {
+        if bucket.burst_bytes == 0 {
+            return Err(RateError::Bucket);
+        }
+        let model = match bucket.peak {
+            Some(peak) => Model::Fixed {
+                fixed: FixedRate {
+                    rate: peak,
+                    ..fixed
+                },
+                busy_until: Instant::ZERO,
+            },
+            None => Model::Unlimited,
+        };
+        Ok(RateModel {
+            model,
+            packet_limit: None,
+            bucket: Some(Bucket::new(fixed, bucket)),
+        })
     }
 
     /// Adds a packet-rate limit (`pps N`) to the model; call it before the first packet.
@@ -195,6 +294,7 @@ impl RateModel {
         Ok(RateModel {
             model,
             packet_limit: None,
+            bucket: None,
         })
     }
 
@@ -218,6 +318,7 @@ impl RateModel {
                 budget_left: bytes_per_opportunity,
             },
             packet_limit: None,
+            bucket: None,
         })
     }
 
@@ -235,6 +336,10 @@ impl RateModel {
     pub fn next_start(&self, now: Instant) -> Instant {
         let now = match self.packet_limit {
             Some(limit) => now.max(limit.free_at),
+            None => now,
+        };
+        let now = match self.bucket {
+            Some(bucket) => now.max(bucket.at),
             None => now,
         };
         self.bytes_next_start(now)
@@ -263,6 +368,16 @@ impl RateModel {
     /// last bit has left. A start earlier than the end of the previous transmission is
     /// moved to it (transmissions never overlap).
     pub fn transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
+        let start = match self.bucket {
+            Some(_) => {
+                let ready = self.next_start(start);
+                match &mut self.bucket {
+                    Some(bucket) => bucket.take(ready, len_bytes),
+                    None => ready,
+                }
+            }
+            None => start,
+        };
         let Some(limit) = self.packet_limit else {
             return self.bytes_transmit(start, len_bytes);
         };
@@ -320,9 +435,13 @@ impl RateModel {
         }
     }
 
-    /// The line rate in force at `now` (for traces, the long-run average); `None` when
-    /// only a packet rate limits the bottleneck.
+    /// The line rate in force at `now` (for traces, the long-run average; for a token
+    /// bucket, its rate, which a long run gets); `None` when only a packet rate limits the
+    /// bottleneck.
     pub fn rate_at(&self, now: Instant) -> Option<BitsPerSec> {
+        if let Some(bucket) = self.bucket {
+            return Some(bucket.accounting.rate);
+        }
         Some(match &self.model {
             Model::Unlimited => return None,
             Model::Fixed { fixed, .. } => fixed.rate,
@@ -810,6 +929,124 @@ mod tests {
         ));
     }
 
+    fn bucket(spec: &str) -> RateModel {
+        RateModel::for_link(&LinkSpec::parse(spec).unwrap())
+            .unwrap()
+            .unwrap()
+    }
+
+    /// When each of `count` frames of `len` bytes, all queued at `at`, leaves.
+    fn departures(model: &mut RateModel, at: Instant, count: usize, len: u32) -> Vec<Instant> {
+        let mut now = at;
+        (0..count)
+            .map(|_| {
+                let end = model.transmit(model.next_start(now), len);
+                now = end;
+                end
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_bucket_lets_its_burst_go_back_to_back_then_holds_the_rate() {
+        // 10 frames of tokens at 10 Mbit/s: a frame's tokens take 1514 x 8 / 1e7 s.
+        let per_frame = Duration::from_nanos(1_211_200);
+        let frames = |n: u64| Duration::from_nanos(1_211_200 * n);
+        let mut model = bucket("rate 10mbit burst 15140");
+        let out = departures(&mut model, Instant::ZERO, 30, 1514);
+        assert!(out[..10].iter().all(|&t| t == Instant::ZERO), "{out:?}");
+        for (k, &t) in out.iter().enumerate().skip(10) {
+            assert_eq!(t, Instant::ZERO + frames(k as u64 - 9), "frame {k}");
+        }
+        // Idle long enough to fill it, and no longer counts: ten again, not more.
+        let later = out[29] + Duration::from_secs(10);
+        let again = departures(&mut model, later, 11, 1514);
+        assert!(again[..10].iter().all(|&t| t == later));
+        assert_eq!(again[10], later + per_frame);
+        // Half refilled: five.
+        let soon = again[10] + frames(5);
+        let half = departures(&mut model, soon, 6, 1514);
+        assert!(half[..5].iter().all(|&t| t == soon), "{half:?}");
+        assert_eq!(half[5], soon + per_frame);
+        assert_eq!(model.rate_at(soon), Some(BitsPerSec::mbit(10)));
+    }
+
+    #[test]
+    fn with_a_peak_the_burst_is_serialized_at_it_and_lasts_as_tbfs_does() {
+        // 20 Mbit/s, 64 KB, peak 100 Mbit/s: while the burst lasts a frame takes
+        // 121.12 us at the peak and the bucket loses 1514 B less what 20 Mbit/s refills
+        // meanwhile (302.8 B): it lasts B / (1514 - 302.8) frames after the first ~ 54.
+        let mut model = bucket("rate 20mbit burst 64kb peakrate 100mbit");
+        let out = departures(&mut model, Instant::ZERO, 400, 1514);
+        let at_peak = Duration::from_nanos(121_120);
+        let burst = out
+            .windows(2)
+            .take_while(|w| w[1] - w[0] == at_peak)
+            .count()
+            + 1;
+        let theory = 65_536.0 / (1514.0 - 302.8);
+        assert!(
+            (burst as f64 - theory).abs() <= 2.0,
+            "{burst} frames at the peak, theory {theory:.1}"
+        );
+        // Then the rate: 605.6 us a frame, exactly, from the second frame after the burst.
+        let sustained = Duration::from_nanos(605_600);
+        assert!(out[burst + 1..]
+            .windows(2)
+            .all(|w| w[1] - w[0] == sustained));
+        // Over the run: all the bytes less the bucket at the rate.
+        let bits = 400.0 * 1514.0 * 8.0;
+        let expected_s = (bits - 65_536.0 * 8.0) / 20e6;
+        let took_s = (out[399] - Instant::ZERO).as_secs_f64();
+        assert!(
+            (took_s - expected_s).abs() < 2e-3,
+            "{took_s} against {expected_s}"
+        );
+    }
+
+    #[test]
+    fn a_bucket_counts_bytes_as_its_rate_does_and_takes_no_head_early() {
+        // ATM cells: a 1000-byte frame counts 1166 bytes (see the fixed-rate test).
+        let mut model = bucket("rate 1mbit 14 48 5 burst 1600");
+        assert_eq!(
+            model.transmit(model.next_start(Instant::ZERO), 1000),
+            Instant::ZERO
+        );
+        // 434 bytes left; the next needs 732 more: 5.856 ms at 1 Mbit/s.
+        let second = model.transmit(model.next_start(Instant::ZERO), 1000);
+        assert_eq!(second, Instant::from_micros(5_856));
+        // The queue's head is not taken before the frame in the bucket has left.
+        assert_eq!(model.next_start(Instant::ZERO), second);
+        // A frame larger than the bucket waits for a full one and empties it.
+        let mut model = bucket("rate 8mbit burst 1514");
+        assert_eq!(model.transmit(Instant::ZERO, 9000), Instant::ZERO);
+        assert_eq!(
+            model.transmit(Instant::ZERO, 9000),
+            Instant::from_micros(1_514)
+        );
+        // On a schedule or a trace, or of nothing, it is refused.
+        let mut spec = LinkSpec::parse("schedule 1s 10mbit").unwrap();
+        spec.bucket = Some(TokenBucket {
+            burst_bytes: 5000,
+            peak: None,
+        });
+        assert_eq!(RateModel::for_link(&spec).err(), Some(RateError::Bucket));
+        let fixed = FixedRate {
+            rate: BitsPerSec::mbit(1),
+            packet_overhead: 0,
+            cell_size: 0,
+            cell_overhead: 0,
+        };
+        let empty = TokenBucket {
+            burst_bytes: 0,
+            peak: None,
+        };
+        assert_eq!(
+            RateModel::with_bucket(fixed, empty).err(),
+            Some(RateError::Bucket)
+        );
+    }
+
     #[test]
     fn extreme_values_do_not_panic() {
         for mut model in [
@@ -824,6 +1061,9 @@ mod tests {
             RateModel::for_link(&LinkSpec::parse("pps 1").unwrap())
                 .unwrap()
                 .unwrap(),
+            bucket("rate 1bit burst 1gb"),
+            bucket("rate 1000gbit burst 1514 peakrate 2000gbit"),
+            bucket("rate 1kbit 100 burst 2kb pps 1"),
         ] {
             for start in [Instant::ZERO, Instant::from_secs(1), Instant::MAX] {
                 let begin = model.next_start(start);
