@@ -51,6 +51,40 @@ fn relative_error(measured: f64, expected: f64) -> f64 {
     (measured - expected).abs() / expected
 }
 
+/// An overloaded tail-drop queue of `limit` packets of `size` bytes served at `rate_bps`:
+/// it delivered `delivered_bps` (within 0.5%), dropped the rest of what was offered
+/// (within 1%), every packet is accounted for, and a full queue drains in
+/// `limit x size x 8 / rate`, the median queue delay (within 2%) since every accepted
+/// packet joins a (nearly) full queue.
+fn assert_overloaded_tail_drop(
+    load: &sim::LoadReport,
+    delivered_bps: f64,
+    (limit, size): (u32, u32),
+    rate_bps: f64,
+) {
+    assert!(
+        relative_error(load.delivered_bps, delivered_bps) < 0.005,
+        "delivered {} bit/s, expected {delivered_bps}",
+        load.delivered_bps
+    );
+    let drop_fraction = load.dropped_total() as f64 / load.sent_packets as f64;
+    let expected_drop = 1.0 - delivered_bps / load.offered_bps;
+    assert!(
+        relative_error(drop_fraction, expected_drop) < 0.01,
+        "drop fraction {drop_fraction}, expected {expected_drop}"
+    );
+    assert_eq!(
+        load.sent_packets,
+        load.delivered_packets + load.dropped_total() + load.in_flight_at_end
+    );
+    let expected_delay = f64::from(limit) * f64::from(size) * 8.0 / rate_bps;
+    assert!(
+        relative_error(load.queue_delay.p50.as_secs_f64(), expected_delay) < 0.02,
+        "median queue delay {}, expected {expected_delay} s",
+        load.queue_delay.p50
+    );
+}
+
 /// CBR at 15 Mbit/s into a 10 Mbit/s tail-drop queue of 100 packets of 1500 bytes.
 #[test]
 fn overload_through_tail_drop_matches_theory() {
@@ -63,33 +97,9 @@ fn overload_through_tail_drop_matches_theory() {
     );
     let load = &report.loads[0];
 
-    // A work-conserving server of rate R that is never idle delivers R.
-    assert!(
-        relative_error(load.delivered_bps, rate.as_f64()) < 0.005,
-        "delivered {} bit/s, expected {rate}",
-        load.delivered_bps
-    );
-    // Conservation: what is not delivered is dropped, a fraction 1 - R/offered.
-    let drop_fraction = load.dropped_total() as f64 / load.sent_packets as f64;
-    let expected_drop = 1.0 - rate.as_f64() / load.offered_bps;
-    assert!(
-        relative_error(drop_fraction, expected_drop) < 0.01,
-        "drop fraction {drop_fraction}, expected {expected_drop}"
-    );
-    // A full FIFO of L packets of S bytes drains in L x S x 8 / R:
-    // 100 x 1500 x 8 / 10e6 = 120 ms. In steady state every accepted packet joins a queue
-    // that is (nearly) full, so the median queue delay is that figure.
-    let expected_delay = f64::from(limit) * f64::from(size) * 8.0 / rate.as_f64();
-    assert!(
-        relative_error(load.queue_delay.p50.as_secs_f64(), expected_delay) < 0.02,
-        "median queue delay {}, expected {expected_delay} s",
-        load.queue_delay.p50
-    );
-    // Every packet is accounted for.
-    assert_eq!(
-        load.sent_packets,
-        load.delivered_packets + load.dropped_total() + load.in_flight_at_end
-    );
+    // A work-conserving server of rate R that is never idle delivers R (100 x 1500 x 8 /
+    // 10e6 = 120 ms of queue).
+    assert_overloaded_tail_drop(load, rate.as_f64(), (limit, size), rate.as_f64());
     // The sampled queue length sits at the limit once full.
     let late = &report.samples[report.samples.len() / 2..];
     assert!(late
@@ -106,32 +116,11 @@ fn overload_through_a_token_bucket_delivers_its_burst_then_the_rate() {
     let spec = LinkSpec::parse("rate 10mbit burst 150kb limit 100").unwrap();
     let report = run(spec, vec![Load::cbr(BitsPerSec::mbit(15), size)], 30);
     let load = &report.loads[0];
-    // Delivered: the bucket once, then the rate: (150 KiB x 8 + 10 Mbit/s x 30 s) / 30 s.
+    // Delivered: the bucket once, then the rate: (150 KiB x 8 + 10 Mbit/s x 30 s) / 30 s;
+    // once the bucket is empty the full queue drains at the rate, as tail drop's.
     let burst_bits = 150.0 * 1024.0 * 8.0;
     let expected = (burst_bits + 10e6 * 30.0) / 30.0;
-    assert!(
-        relative_error(load.delivered_bps, expected) < 0.005,
-        "delivered {} bit/s, expected {expected}",
-        load.delivered_bps
-    );
-    // Conservation: the rest is dropped.
-    let drop_fraction = load.dropped_total() as f64 / load.sent_packets as f64;
-    let expected_drop = 1.0 - expected / load.offered_bps;
-    assert!(
-        relative_error(drop_fraction, expected_drop) < 0.01,
-        "drop fraction {drop_fraction}, expected {expected_drop}"
-    );
-    // Once the bucket is empty the full queue drains at the rate, as tail drop's: 120 ms.
-    let expected_delay = f64::from(limit) * f64::from(size) * 8.0 / 10e6;
-    assert!(
-        relative_error(load.queue_delay.p50.as_secs_f64(), expected_delay) < 0.02,
-        "median queue delay {}, expected {expected_delay} s",
-        load.queue_delay.p50
-    );
-    assert_eq!(
-        load.sent_packets,
-        load.delivered_packets + load.dropped_total() + load.in_flight_at_end
-    );
+    assert_overloaded_tail_drop(load, expected, (limit, size), 10e6);
     // The first 150 KiB went at once (no peak): the queue stayed empty until the
     // bucket ran out, 150 KiB / (15 - 10 Mbit/s) = 246 ms in.
     let empty_until = report
