@@ -1,12 +1,10 @@
 //! `pathlab tcp --rfc6349` end to end: the method through the emulator, checked against
 //! what the emulator recorded, and its refusals of bad input.
 
-use crate::util;
-
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::emulated::{privileged, Lab, ServerInH2, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
 use crate::util::LoopbackServer;
 use pathlab_core::verdict::DropReason;
@@ -14,50 +12,6 @@ use pathlab_core_driver::emulator::EmulatorStats;
 use pathlab_probe::rfc6349::{PhaseResult, Rfc6349Report};
 use pathlab_probe_driver::rfc6349::step;
 use pathlab_results::recording::Recording;
-
-/// A `pathlab server` process in h2; killed when dropped.
-struct ServerInH2(Child);
-
-impl ServerInH2 {
-    fn start(lab: &Lab) -> ServerInH2 {
-        let child = lab
-            .line
-            .h2
-            .command(PATHLAB)
-            .args(["server", "--listen", "198.18.0.2:4920"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("pathlab server starts");
-        let server = ServerInH2(child);
-        // Ready when its port takes a connection.
-        for _ in 0..200 {
-            let up = lab
-                .line
-                .h1
-                .run(|| {
-                    std::net::TcpStream::connect_timeout(
-                        &"198.18.0.2:4920".parse().unwrap(),
-                        Duration::from_millis(200),
-                    )
-                    .is_ok()
-                })
-                .unwrap();
-            if up {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("pathlab server did not come up in h2");
-    }
-}
-
-impl Drop for ServerInH2 {
-    fn drop(&mut self) {
-        let _ = pathlab_os::kill(self.0.id(), util::emulated::libc_sigterm());
-        let _ = self.0.wait();
-    }
-}
 
 /// What one run of the method gave: its saved report, what it printed, and the
 /// emulator's recording and final stats.
@@ -72,7 +26,7 @@ struct Run {
 /// `spec` (20 ms back), and stops the emulator.
 fn run_method(test: &str, spec: &str, reverse: &str, args: &[&str]) -> Run {
     let mut lab = Lab::start(test, spec, &["--reverse", reverse, "--seed", "7"], true);
-    let server = ServerInH2::start(&lab);
+    let server = ServerInH2::start(&lab.line);
     let saved = lab.dir.path("rfc6349.json");
     let output = lab
         .line

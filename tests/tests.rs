@@ -40,4 +40,5 @@ mod path;
 mod report_browser;
 mod rfc6349;
 mod server_abuse;
+mod shaped;
 mod tune;

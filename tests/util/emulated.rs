@@ -273,6 +273,48 @@ pub fn run_quick_recipe_points(
     run_quick_recipe(file.to_str().expect("UTF-8 path"), out)
 }
 
+/// A `pathlab server` process in h2; killed when dropped.
+pub struct ServerInH2(Child);
+
+impl ServerInH2 {
+    pub fn start(line: &Line) -> ServerInH2 {
+        let child = line
+            .h2
+            .command(PATHLAB)
+            .args(["server", "--listen", "198.18.0.2:4920"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pathlab server starts");
+        let server = ServerInH2(child);
+        // Ready when its port takes a connection.
+        for _ in 0..200 {
+            let up = line
+                .h1
+                .run(|| {
+                    std::net::TcpStream::connect_timeout(
+                        &"198.18.0.2:4920".parse().unwrap(),
+                        Duration::from_millis(200),
+                    )
+                    .is_ok()
+                })
+                .unwrap();
+            if up {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("pathlab server did not come up in h2");
+    }
+}
+
+impl Drop for ServerInH2 {
+    fn drop(&mut self) {
+        let _ = pathlab_os::kill(self.0.id(), libc_sigterm());
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `test` from h1 against a pathlab server in h2, through the emulator.
 pub fn with_server_in_h2<T: Send>(
     lab: &Lab,

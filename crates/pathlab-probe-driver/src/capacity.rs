@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
+use pathlab_core::format::{self, Digits};
 use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport, TrainPlan};
 use pathlab_probe::control::Direction;
 use pathlab_probe::mtu;
 use pathlab_probe::session::SessionError;
+use pathlab_probe::shaper;
 
 use crate::{Client, MeasureError, Partial};
 
@@ -30,11 +32,18 @@ pub struct CapacityOptions {
     pub resolution: f64,
     /// At most this many fleets (rates) in the search.
     pub max_fleets: usize,
+    /// The byte budget of the constant-rate stream that looks for a token bucket after
+    /// the trains ([`pathlab_probe::shaper`]); no stream when `None`.
+    pub shaper_budget: Option<u64>,
+    /// The highest rate any probe stream is sent at, bits/s (IP layer), below the server's
+    /// own bound; the server's bound alone when `None`.
+    pub max_rate_bps: Option<f64>,
 }
 
 impl CapacityOptions {
-    /// The defaults in `direction`: 100 pairs, 30 trains, the available bandwidth to 4% of
-    /// the capacity with fleets of 5 streams of 100 ms.
+    /// The defaults in `direction`: 100 pairs, 30 trains, a shaper stream of up to
+    /// [`shaper::DEFAULT_BUDGET_BYTES`], the available bandwidth to 4% of the bottleneck
+    /// with fleets of 5 streams of 100 ms.
     pub fn new(direction: Direction) -> CapacityOptions {
         CapacityOptions {
             direction,
@@ -45,6 +54,8 @@ impl CapacityOptions {
             stream_time: Duration::from_millis(100),
             resolution: 0.04,
             max_fleets: 10,
+            shaper_budget: Some(shaper::DEFAULT_BUDGET_BYTES),
+            max_rate_bps: None,
         }
     }
 }
@@ -100,7 +111,8 @@ fn measure_steps(
     // Pairs, trains and streams: how long, how large and how far apart is
     // pathlab_probe::capacity's plan; this sends and collects.
     let client = connect()?;
-    let max_rate = client.limits.max_rate_bps as f64;
+    let max_rate =
+        (client.limits.max_rate_bps as f64).min(options.max_rate_bps.unwrap_or(f64::MAX));
     let run = |client: Client, plan: TrainPlan, trains: u32| {
         client.trains(
             direction,
@@ -155,6 +167,7 @@ fn measure_steps(
             "no pair or train arrived whole".into(),
         ))
     })?;
+    let mut found = found;
     progress.capacity = Some(found.clone());
     progress.probes = probes;
     log(&format!(
@@ -174,9 +187,29 @@ fn measure_steps(
         }
     ));
 
+    if let Some(budget) = options.shaper_budget {
+        let stream = shaper_stream(
+            connect,
+            direction,
+            &found,
+            budget,
+            max_rate,
+            path.payload_bytes,
+            log,
+        )?;
+        probes += stream.0;
+        found.shaper = stream.1;
+        progress.capacity = Some(found.clone());
+        progress.probes = probes;
+    }
+    progress.shaper_done = true;
+
     let available = if options.available {
-        let mut search =
-            AvailableSearch::new(found.capacity_bps, options.resolution, options.max_fleets);
+        let mut search = AvailableSearch::new(
+            found.bottleneck_bps(),
+            options.resolution,
+            options.max_fleets,
+        );
         while let Some(rate) = search.next_rate() {
             let plan = capacity::stream_plan(
                 rate,
@@ -218,4 +251,51 @@ fn measure_steps(
         available,
         probes,
     })
+}
+
+/// The constant-rate stream after the trains: at the rate of the link beneath any bucket
+/// (the larger of the trains' capacity and the pairs' mode, which a bucket's burst passes
+/// at), bounded by `max_rate`, for up to `budget` bytes; the probes it took and what
+/// [`shaper::find`] read from it.
+fn shaper_stream(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    direction: Direction,
+    found: &capacity::Capacity,
+    budget: u64,
+    max_rate: f64,
+    payload: u32,
+    log: &mut dyn FnMut(&str),
+) -> Result<(u64, Option<shaper::Shaper>), MeasureError> {
+    let beneath = found.pair_mode_bps.unwrap_or(0.0).max(found.capacity_bps);
+    let rate = beneath.min(max_rate);
+    let plan = shaper::stream_plan(rate, budget, payload, found.packet_bytes);
+    log(&format!(
+        "shaper stream: {} probes of {} B at {} ({}, {}) for a token bucket",
+        plan.probes(),
+        found.packet_bytes,
+        format::rate(rate, Digits::fixed(2)),
+        format::bytes_binary(
+            plan.probes() * u64::from(found.packet_bytes),
+            Digits::up_to(3)
+        ),
+        format::time(plan.duration_ns() as f64 * 1e-9, Digits::up_to(2)),
+    ));
+    let stream = connect()?.trains(
+        direction,
+        plan.payload_bytes,
+        plan.length,
+        plan.trains,
+        Duration::from_nanos(plan.spacing_ns),
+        Duration::from_nanos(plan.period_ns),
+    )?;
+    let shaper = shaper::find(&stream.arrivals, stream.sent, found.packet_bytes, budget);
+    log(&match &shaper {
+        Some(shaper) => shaper.describe(),
+        None => format!(
+            "shaper stream: {} of {} probes arrived, too few to read",
+            stream.arrivals.len(),
+            stream.sent
+        ),
+    });
+    Ok((stream.sent, shaper))
 }

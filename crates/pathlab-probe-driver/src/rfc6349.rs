@@ -32,7 +32,7 @@ pub struct Rfc6349Options {
     /// Which way the data goes: `Up` (client to server) or `Down` (`-R`).
     pub direction: TcpDirection,
     /// The bottleneck rate, bits/s, counting what `framing` counts; measured (packet
-    /// trains, [`crate::capacity`]) when `None`.
+    /// trains and a shaper stream, [`crate::capacity`]) when `None`.
     pub rate_bps: Option<f64>,
     /// Which link bytes the rate counts.
     pub framing: pathlab_probe::rfc6349::Framing,
@@ -314,8 +314,10 @@ fn run_steps(
             })?;
             progress.capacity = Some(found.clone());
             on_event(Event::Capacity(&found));
+            // A token bucket's sustained rate when the shaper stream found one: the trains
+            // measure the link beneath it.
             let rate = link_rate_bps(
-                found.capacity.capacity_bps,
+                found.capacity.bottleneck_bps(),
                 found.capacity.packet_bytes,
                 options.framing,
                 options.vlan,

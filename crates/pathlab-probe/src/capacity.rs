@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::control::{Direction, ReceivedProbe};
 use crate::owd::{delay_trend, QueueVerdict};
+use crate::shaper::Shaper;
 
 /// A median with its 95% confidence interval (distribution-free, from order statistics).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -141,9 +142,35 @@ pub struct Capacity {
     pub train_length: u64,
     /// Trains sent.
     pub trains_sent: u64,
+    /// What a constant-rate stream after the trains found: a token bucket (whose sustained
+    /// rate is then the bottleneck, [`Capacity::bottleneck_bps`]) or none within its
+    /// budget; `None` when no stream was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shaper: Option<Shaper>,
 }
 
 impl Capacity {
+    /// The rate the path sustains at the IP layer: a shaper's or policer's rate once its
+    /// bucket is empty when the stream found one, else the capacity (dispersion measures
+    /// the link beneath a bucket, not the plan).
+    pub fn bottleneck_bps(&self) -> f64 {
+        match &self.shaper {
+            Some(shaper) if shaper.shaped() => shaper.sustained_bps,
+            _ => self.capacity_bps,
+        }
+    }
+
+    /// How [`Capacity::bottleneck_bps`] was found, for a report's reader.
+    pub fn bottleneck_source(&self) -> &'static str {
+        match &self.shaper {
+            Some(shaper) if shaper.shaped() => {
+                "the sustained rate after a token bucket's burst, from a constant-rate stream"
+            }
+            Some(_) => "packet trains; a constant-rate stream found no token bucket",
+            None => "packet trains",
+        }
+    }
+
     /// Whether the pairs' strongest mode is more than 10% away from the capacity.
     pub fn pairs_disagree(&self) -> bool {
         self.pair_mode_bps
@@ -193,6 +220,7 @@ pub fn combine(
         trains,
         train_length,
         trains_sent,
+        shaper: None,
     })
 }
 
@@ -347,8 +375,12 @@ pub struct CapacityProgress {
     pub path_mtu_bytes: Option<u32>,
     /// Each whole pair's capacity estimate, bits/s, once the pairs had all come back.
     pub pair_estimates_bps: Vec<f64>,
-    /// The capacity, once the trains had.
+    /// The capacity, once the trains had (with the shaper stream's finding once it came
+    /// back, [`CapacityProgress::shaper_done`]).
     pub capacity: Option<Capacity>,
+    /// Whether the constant-rate stream that looks for a shaper finished (or was not sent).
+    #[serde(default)]
+    pub shaper_done: bool,
     /// The available-bandwidth search's bracket from the fleets that finished (none before
     /// the first).
     pub available: Option<Available>,
@@ -364,6 +396,7 @@ impl CapacityProgress {
             path_mtu_bytes: None,
             pair_estimates_bps: Vec::new(),
             capacity: None,
+            shaper_done: false,
             available: None,
             probes: 0,
         }
@@ -382,6 +415,8 @@ impl CapacityProgress {
             "packet pairs"
         } else if self.capacity.is_none() {
             "packet trains"
+        } else if !self.shaper_done {
+            "shaper stream"
         } else {
             "available bandwidth"
         }

@@ -26,6 +26,7 @@ pub mod rfc6349;
 pub mod rtt;
 pub mod sequence;
 pub mod session;
+pub mod shaper;
 pub mod tcp;
 pub mod tcpflow;
 pub mod tune;

@@ -2,12 +2,15 @@
 //! interarrival jitter, and whether a queue is building.
 //!
 //! The receiver's clock minus the sender's timestamp is the one-way delay plus an unknown
-//! offset plus a drift that grows with time. The offset cancels in a deviation from the
-//! minimum; the drift is estimated from the trend of the per-window minima (the lowest
-//! delay any packet saw, which a queue does not lower) and removed, but only up to what a
-//! clock can drift (500 ppm): a faster rise is not a clock, it is a queue. As the seed's
-//! probe does, the deviation of each packet is taken from the minimum of the last `window`
-//! packets; the queue verdict uses the drift-corrected delay over the whole run.
+//! offset plus a drift that grows with time. The drift is read from the lower envelope of
+//! the delays (the lowest delay of each stretch of time, which a queue does not lower, as
+//! Moon, Skelly and Towsley's skew estimator does), by the slope most pairs of those lows
+//! agree on, so a queue that fills and stays (a buffer overfed to its end) does not tilt it:
+//! only where the lows agree is a line fitted. A slope beyond what a clock can drift (500
+//! ppm) is a queue, not a clock, and nothing is removed. The offset cancels in the
+//! deviation, taken from the least drift-corrected delay of the whole run, as the seed
+//! takes it over its whole test: a standing queue shows as the deviation it is, where a
+//! minimum over the last packets would forget it within milliseconds of a fast probe.
 
 use pathlab_core::quantile;
 use serde::{Deserialize, Serialize};
@@ -112,9 +115,9 @@ pub enum QueueVerdict {
 pub struct OwdReport {
     /// Packets analysed (distinct, in range).
     pub packets: u64,
-    /// The window of the deviation, in packets.
+    /// Packets per window of the trend test's medians.
     pub window: u64,
-    /// Deviation from the minimum of the last `window` packets, ns: median, 95th
+    /// Deviation from the least delay of the run (clock drift removed), ns: median, 95th
     /// percentile, maximum.
     pub deviation_p50_ns: u64,
     /// 95th percentile of the deviation.
@@ -122,8 +125,12 @@ pub struct OwdReport {
     /// Largest deviation.
     pub deviation_max_ns: u64,
     /// Estimated clock drift between the hosts, in parts per million (receiver faster is
-    /// positive); clamped to the plausible range.
+    /// positive), from the lower envelope of the delays; 0 when implausible.
     pub clock_drift_ppm: f64,
+    /// Whether the lowest delays rose (or fell) faster than a clock drifts: a queue that
+    /// stayed, so no drift was removed.
+    #[serde(default)]
+    pub clock_drift_implausible: bool,
     /// RFC 3550 interarrival jitter at the end of the run, ns.
     pub jitter_ns: f64,
     /// Least-squares trend of the drift-corrected delay, microseconds per second.
@@ -137,6 +144,111 @@ pub struct OwdReport {
     /// The deviation of every packet in arrival order, `(received_ns - first received_ns,
     /// deviation_ns)`, for plots.
     pub series: Vec<(u64, u64)>,
+}
+
+/// Stretches of time the drift estimator takes one lowest delay from: one per this many
+/// seconds of the run, at least [`DRIFT_WINDOWS`]`.start()` and at most `.end()`.
+const DRIFT_WINDOW_S: f64 = 0.25;
+
+/// How many lows the drift estimator takes from a run.
+const DRIFT_WINDOWS: std::ops::RangeInclusive<usize> = 4..=40;
+
+/// The clock drift a run's lowest delays show.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClockDrift {
+    /// Receiver faster is positive, s/s; 0 when not plausible.
+    pub drift: f64,
+    /// Whether the lows moved as a clock can ([`MAX_CLOCK_DRIFT`]); when not, they moved
+    /// with a queue, and no drift is taken.
+    pub plausible: bool,
+}
+
+/// The lowest delay of each of equal stretches of the run (`raw` in arrival order):
+/// `(time of that probe, its delay)`.
+fn window_minima(raw: &[(f64, i64)]) -> Vec<(f64, f64)> {
+    let (Some(first), Some(last)) = (raw.first(), raw.last()) else {
+        return Vec::new();
+    };
+    let span = last.0 - first.0;
+    if span <= 0.0 {
+        return Vec::new();
+    }
+    let count = ((span / DRIFT_WINDOW_S).round() as usize)
+        .clamp(*DRIFT_WINDOWS.start(), *DRIFT_WINDOWS.end());
+    let width = span / count as f64;
+    let mut minima: Vec<Option<(f64, i64)>> = vec![None; count];
+    for &(t, delay) in raw {
+        let index = (((t - first.0) / width) as usize).min(count - 1);
+        if minima[index].is_none_or(|(_, low)| delay < low) {
+            minima[index] = Some((t, delay));
+        }
+    }
+    minima
+        .into_iter()
+        .flatten()
+        .map(|(t, delay)| (t, delay as f64))
+        .collect()
+}
+
+/// The median of `values` (sorted in place); `None` when empty.
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    quantile::of_sorted(values, 0.5)
+}
+
+/// The clock drift from the lower envelope of the delays (`raw`: seconds since the first
+/// arrival, delay in ns, in arrival order): the lowest delay of each stretch of the run;
+/// the slope the pairs of lows agree on (their median, Theil and Sen's estimator); the
+/// lows that lie on that line (within three median deviations, and 100 us of timing
+/// noise); and the least-squares slope of those. Lows a queue lifted (the stretches in
+/// which a buffer filled) are off the line and left out. A slope beyond
+/// [`MAX_CLOCK_DRIFT`] is not a clock: no drift is taken.
+pub fn clock_drift(raw: &[(f64, i64)]) -> ClockDrift {
+    let lows = window_minima(raw);
+    let none = ClockDrift {
+        drift: 0.0,
+        plausible: true,
+    };
+    if lows.len() < 3 {
+        return none;
+    }
+    let mut slopes: Vec<f64> = lows
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            lows[i + 1..]
+                .iter()
+                .filter(move |b| b.0 > a.0)
+                .map(move |b| (b.1 - a.1) / (b.0 - a.0))
+        })
+        .collect();
+    let Some(slope) = median(&mut slopes) else {
+        return none;
+    };
+    let mut offsets: Vec<f64> = lows.iter().map(|(t, d)| d - slope * t).collect();
+    let intercept = median(&mut offsets).expect("three lows");
+    let residual = |(t, d): &(f64, f64)| (d - intercept - slope * t).abs();
+    let mut residuals: Vec<f64> = lows.iter().map(residual).collect();
+    let spread = median(&mut residuals).expect("three lows");
+    let tolerance = (3.0 * 1.4826 * spread).max(100_000.0);
+    let on_line: Vec<(f64, f64)> = lows
+        .iter()
+        .copied()
+        .filter(|low| residual(low) <= tolerance)
+        .collect();
+    let ns_per_s = regression(&on_line).map_or(slope, |(fitted, _)| fitted);
+    let drift = ns_per_s * 1e-9;
+    if drift.abs() <= MAX_CLOCK_DRIFT {
+        ClockDrift {
+            drift,
+            plausible: true,
+        }
+    } else {
+        ClockDrift {
+            drift: 0.0,
+            plausible: false,
+        }
+    }
 }
 
 /// Least-squares slope of `y` on `x` and its standard error.
@@ -169,8 +281,11 @@ fn regression(points: &[(f64, f64)]) -> Option<(f64, f64)> {
 /// queue).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DelayTrend {
-    /// Estimated clock drift (receiver faster is positive), clamped to the plausible.
+    /// Estimated clock drift (receiver faster is positive), s/s: 0 when the lows moved
+    /// faster than a clock can ([`ClockDrift`]).
     pub clock_drift: f64,
+    /// Whether the lows moved faster than a clock can, so no drift was removed.
+    pub clock_drift_implausible: bool,
     /// Least-squares trend of the drift-corrected delay, ns per second.
     pub trend_ns_per_s: f64,
     /// Its standard error.
@@ -206,9 +321,8 @@ fn relative_delays(probes: &[ReceivedProbe]) -> Vec<(f64, i64)> {
 }
 
 /// Runs the trend test on probes (distinct ones, in arrival order) with windows of
-/// `window` packets: the clock drift from the trend of the per-window minima (the lowest
-/// delay any packet saw, which a queue does not lower), clamped to [`MAX_CLOCK_DRIFT`]
-/// (a faster rise is not a clock, it is a queue) and removed; then a queue builds when the
+/// `window` packets: the clock drift from the lower envelope ([`clock_drift`]) removed;
+/// then a queue builds when the
 /// delay rose by more than the noise (1 ms, or five times the jitter) both in the window
 /// medians and along the fitted trend over the whole run, and the trend is above zero with
 /// 95% confidence. The fitted rise keeps a slope that is significant but tiny (a few us/s,
@@ -221,17 +335,8 @@ pub fn delay_trend(probes: &[ReceivedProbe], window: usize) -> DelayTrend {
         jitter.add(probe.sent_ns, probe.received_ns);
     }
     let raw = relative_delays(probes);
-    let block_minima: Vec<(f64, f64)> = raw
-        .chunks(window)
-        .filter(|block| block.len() == window)
-        .map(|block| {
-            let (t, d) = block.iter().min_by_key(|p| p.1).expect("non-empty");
-            (*t, *d as f64)
-        })
-        .collect();
-    let drift = regression(&block_minima).map_or(0.0, |(slope_ns_per_s, _)| {
-        (slope_ns_per_s * 1e-9).clamp(-MAX_CLOCK_DRIFT, MAX_CLOCK_DRIFT)
-    });
+    let clock = clock_drift(&raw);
+    let drift = clock.drift;
     let corrected: Vec<(f64, f64)> = raw
         .iter()
         .map(|&(t, d)| (t, d as f64 - drift * t * 1e9))
@@ -262,6 +367,7 @@ pub fn delay_trend(probes: &[ReceivedProbe], window: usize) -> DelayTrend {
     };
     DelayTrend {
         clock_drift: drift,
+        clock_drift_implausible: !clock.plausible,
         trend_ns_per_s: trend,
         trend_se_ns_per_s: trend_se,
         growth_ns: growth,
@@ -284,6 +390,7 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
             deviation_p95_ns: 0,
             deviation_max_ns: 0,
             clock_drift_ppm: 0.0,
+            clock_drift_implausible: false,
             jitter_ns: 0.0,
             trend_us_per_s: 0.0,
             trend_ci95_us_per_s: 0.0,
@@ -292,24 +399,19 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
             series: Vec::new(),
         };
     }
-    let raw = relative_delays(probes);
-    // The seed's deviation: from the minimum of the last `window` packets.
-    let mut minima = std::collections::VecDeque::<(usize, i64)>::new();
-    let mut series = Vec::with_capacity(raw.len());
-    for (index, &(t, delay)) in raw.iter().enumerate() {
-        while minima.back().is_some_and(|&(_, d)| d >= delay) {
-            minima.pop_back();
-        }
-        minima.push_back((index, delay));
-        while minima.front().is_some_and(|&(i, _)| i + window <= index) {
-            minima.pop_front();
-        }
-        let minimum = minima
-            .front()
-            .expect("the current packet is in the window")
-            .1;
-        series.push(((t * 1e9) as u64, (delay - minimum) as u64));
-    }
+    // The seed's deviation: from the least delay of the whole run, the drift removed.
+    let corrected: Vec<(f64, f64)> = relative_delays(probes)
+        .into_iter()
+        .map(|(t, delay)| (t, delay as f64 - trend.clock_drift * t * 1e9))
+        .collect();
+    let base = corrected
+        .iter()
+        .map(|&(_, delay)| delay)
+        .fold(f64::INFINITY, f64::min);
+    let series: Vec<(u64, u64)> = corrected
+        .iter()
+        .map(|&(t, delay)| ((t * 1e9) as u64, (delay - base).round() as u64))
+        .collect();
     let mut deviations: Vec<u64> = series.iter().map(|s| s.1).collect();
     deviations.sort_unstable();
     OwdReport {
@@ -319,6 +421,7 @@ pub fn analyse(probes: &[ReceivedProbe], window: usize) -> OwdReport {
         deviation_p95_ns: quantile::of_sorted(&deviations, 0.95).unwrap_or(0),
         deviation_max_ns: deviations.last().copied().unwrap_or(0),
         clock_drift_ppm: trend.clock_drift * 1e6,
+        clock_drift_implausible: trend.clock_drift_implausible,
         jitter_ns: trend.jitter_ns,
         trend_us_per_s: trend.trend_ns_per_s * 1e-3,
         trend_ci95_us_per_s: 1.96 * trend.trend_se_ns_per_s * 1e-3,
@@ -625,7 +728,7 @@ mod tests {
     }
 
     #[test]
-    fn deviation_is_taken_from_the_window_minimum() {
+    fn deviation_is_taken_from_the_runs_minimum() {
         let probes: Vec<ReceivedProbe> = [5u64, 3, 4, 10, 3]
             .iter()
             .enumerate()
@@ -637,6 +740,70 @@ mod tests {
             .collect();
         let report = analyse(&probes, 2);
         let deviations: Vec<u64> = report.series.iter().map(|s| s.1).collect();
-        assert_eq!(deviations, vec![0, 0, 1, 6, 0]);
+        assert_eq!(deviations, vec![2, 0, 1, 7, 0]);
+    }
+
+    /// The queue a full buffer of `limit` frames of `frame` bytes holds at `rate_bps`, ns.
+    fn full_buffer_ns(limit: f64, frame: f64, rate_bps: f64) -> f64 {
+        limit * frame * 8.0 / rate_bps * 1e9
+    }
+
+    #[test]
+    fn a_known_drift_is_recovered_while_a_queue_fills_and_stays() {
+        // The seed's plot on an overfed line: 12 Mbit/s into 10 with a buffer of 100
+        // frames, for 8 s. The buffer fills in half a second and stays full; the lows of
+        // the other stretches sit on a line whose slope is the clock's.
+        for drift_ppm in [0.0, 100.0, -300.0] {
+            let (probes, _) = through_link(
+                "rate 10mbit limit 100",
+                12e6,
+                1200,
+                8.0,
+                987_654_321,
+                drift_ppm,
+            );
+            let report = analyse(&probes, 100);
+            assert!(!report.clock_drift_implausible, "{drift_ppm}");
+            assert!(
+                (report.clock_drift_ppm - drift_ppm).abs() < 5.0,
+                "{drift_ppm} ppm: found {}",
+                report.clock_drift_ppm
+            );
+            assert_eq!(report.verdict, QueueVerdict::Building);
+            // The deviation shows the buffer that stayed full: its 95th percentile is the
+            // full buffer's delay (1242-byte frames), within 10%.
+            let full = full_buffer_ns(100.0, 1242.0, 10e6);
+            assert!(
+                (report.deviation_p95_ns as f64 / full - 1.0).abs() < 0.1,
+                "{drift_ppm} ppm: p95 {} ns for {full}",
+                report.deviation_p95_ns
+            );
+            assert!(report.deviation_p50_ns as f64 > 0.9 * full);
+        }
+    }
+
+    #[test]
+    fn below_the_rate_the_deviation_is_flat_and_the_drift_is_the_clocks() {
+        let (probes, _) = through_link("rate 10mbit limit 100", 5e6, 1200, 5.0, 1, 40.0);
+        let report = analyse(&probes, 100);
+        assert!((report.clock_drift_ppm - 40.0).abs() < 5.0, "{report:?}");
+        // One frame's serialization at most: 1242 bytes at 10 Mbit/s is under 1 ms.
+        assert!(
+            report.deviation_p95_ns < 1_000_000,
+            "{}",
+            report.deviation_p95_ns
+        );
+        assert_eq!(report.verdict, QueueVerdict::NotBuilding);
+    }
+
+    #[test]
+    fn a_queue_that_grows_all_run_is_not_taken_for_a_clock() {
+        // 15 Mbit/s into 10 with no limit: the lows rise at 500 ms per second, a thousand
+        // times what a clock drifts; nothing is removed and the report says why.
+        let (probes, _) = through_link("rate 10mbit", 15e6, 1200, 3.0, 5, 0.0);
+        let report = analyse(&probes, 100);
+        assert!(report.clock_drift_implausible, "{report:?}");
+        assert_eq!(report.clock_drift_ppm, 0.0);
+        assert_eq!(report.verdict, QueueVerdict::Building);
     }
 }

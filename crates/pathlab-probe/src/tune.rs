@@ -1068,12 +1068,25 @@ pub fn render_text(report: &TuneReport) -> String {
     let rtt = format::time(report.rtt_ns as f64 * 1e-9, Digits::up_to(2));
     let rate = format::rate(report.rate_bps as f64, Digits::up_to(2));
     if let Some(c) = &report.rate_measurement {
-        let _ = writeln!(
-            out,
-            "rate {rate}: the capacity measured from the server to this host with packet trains (95% CI {} to {})",
-            format::rate(c.low_bps, Digits::up_to(2)),
-            format::rate(c.high_bps, Digits::up_to(2))
-        );
+        match c.shaper.as_ref().filter(|shaper| shaper.shaped()) {
+            Some(shaper) => {
+                let _ = writeln!(
+                    out,
+                    "rate {rate}: measured from the server to this host, {}; {}",
+                    c.bottleneck_source(),
+                    shaper.describe()
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "rate {rate}: the capacity measured from the server to this host with packet trains (95% CI {} to {}){}",
+                    format::rate(c.low_bps, Digits::up_to(2)),
+                    format::rate(c.high_bps, Digits::up_to(2)),
+                    c.shaper.as_ref().map_or_else(String::new, |s| format!("; {}", s.describe()))
+                );
+            }
+        }
     }
     match &report.rtt_measurement {
         Some(m) => {

@@ -6,6 +6,7 @@ use std::io::Write as _;
 use pathlab_core::format::{self, Digits};
 use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
+use pathlab_probe::shaper;
 use pathlab_probe_driver::capacity::CapacityOptions;
 
 use crate::cmd::client::measure_error;
@@ -32,6 +33,17 @@ pub struct Args {
     /// Measure the capacity only, not the available bandwidth.
     #[arg(long)]
     pub no_available: bool,
+    /// Most bytes of the constant-rate stream that looks for a token bucket (a shaper or
+    /// policer) after the trains: buckets larger than about this are not seen.
+    #[arg(long, value_name = "SIZE", default_value = "10mb", value_parser = parse_budget)]
+    pub shaper_budget: u64,
+    /// Send no shaper stream: the capacity is the packet trains' alone.
+    #[arg(long)]
+    pub no_shaper: bool,
+    /// Highest rate any probe stream is sent at (the server's own bound applies too);
+    /// pairs and trains average at most half of it.
+    #[arg(long, value_name = "RATE", value_parser = crate::cmd::parse_rate)]
+    pub max_rate: Option<pathlab_core::units::BitsPerSec>,
     #[command(flatten)]
     pub client: crate::cmd::client::ClientOptions,
 }
@@ -40,6 +52,20 @@ pub struct Args {
 const PARTIAL: &str = "the directions that finished (done), and the steps of the one that \
 failed that had finished (interrupted: the path MTU, the pairs' estimates, the capacity, the \
 available bandwidth's bracket from the fleets that finished)";
+
+/// A shaper stream's budget: a size (`10mb`, powers of 1024) within
+/// [`shaper::BUDGET_BYTES`].
+fn parse_budget(text: &str) -> Result<u64, String> {
+    let bytes = pathlab_core::spec::parse_size(text).map_err(|e| e.to_string())?;
+    if !shaper::BUDGET_BYTES.contains(&bytes) {
+        return Err(format!(
+            "{text} is outside {} to {}",
+            format::bytes_binary(*shaper::BUDGET_BYTES.start(), Digits::up_to(2)),
+            format::bytes_binary(*shaper::BUDGET_BYTES.end(), Digits::up_to(2))
+        ));
+    }
+    Ok(bytes)
+}
 
 /// Runs `pathlab capacity`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -68,7 +94,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         )
     };
     // Connect once first, so a wrong host or key fails before anything is sent.
-    drop(connect().map_err(measure_error)?);
+    let limit = connect().map_err(measure_error)?.limits.max_rate_bps as f64;
+    let max_rate = args
+        .max_rate
+        .map_or(limit, |rate| (rate.bits_per_sec() as f64).min(limit));
+    let start = if args.no_shaper {
+        "no shaper stream (--no-shaper)".to_owned()
+    } else {
+        format!(
+            "after the trains, a constant-rate stream at the capacity of up to {} a direction \
+             (--shaper-budget), to find a token bucket",
+            format::bytes_binary(args.shaper_budget, Digits::up_to(2))
+        )
+    };
+    let start = format!(
+        "probes at most {} (--max-rate, and the server's bound); {start}",
+        format::rate(max_rate, Digits::up_to(2))
+    );
+    if args.client.json {
+        eprintln!("{start}");
+    } else {
+        println!("{start}");
+    }
     let mut reports = Vec::new();
     for &direction in directions {
         let options = CapacityOptions {
@@ -76,6 +123,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             trains: args.trains,
             streams: args.streams,
             available: !args.no_available,
+            shaper_budget: (!args.no_shaper).then_some(args.shaper_budget),
+            max_rate_bps: Some(max_rate),
             ..CapacityOptions::new(direction)
         };
         let json = args.client.json;
@@ -133,15 +182,26 @@ fn print(reports: &[CapacityReport]) -> std::io::Result<()> {
             format::rate(c.frame_capacity_bps, Digits::fixed(2)),
             r.probes
         )?;
+        if let Some(shaper) = &c.shaper {
+            writeln!(out, "{}: {}", r.direction.name(), shaper.describe())?;
+            if shaper.shaped() {
+                writeln!(
+                    out,
+                    "{}: bottleneck {} at the IP layer, the bucket's sustained rate: the capacity above is the link beneath it",
+                    r.direction.name(),
+                    format::rate(c.bottleneck_bps(), Digits::fixed(2)),
+                )?;
+            }
+        }
         if let Some(a) = &r.available {
             writeln!(
                 out,
-                "{}: available {} (between {} and {}, {} of the capacity)",
+                "{}: available {} (between {} and {}, {} of the bottleneck)",
                 r.direction.name(),
                 format::rate(a.available_bps, Digits::fixed(2)),
                 format::rate(a.low_bps, Digits::fixed(2)),
                 format::rate(a.high_bps, Digits::fixed(2)),
-                format::fraction_as_percent(a.available_bps / c.capacity_bps, Digits::fixed(2))
+                format::fraction_as_percent(a.available_bps / c.bottleneck_bps(), Digits::fixed(2))
             )?;
         }
     }

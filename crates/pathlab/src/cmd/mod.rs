@@ -40,6 +40,11 @@ pub fn parse_time(text: &str) -> Result<pathlab_core::Duration, String> {
     Ok(time)
 }
 
+/// Parses a rate on the command line as a spec writes it (`20mbit`, `1gbit`).
+pub fn parse_rate(text: &str) -> Result<pathlab_core::units::BitsPerSec, String> {
+    pathlab_core::spec::parse_rate(text).map_err(|e| e.to_string())
+}
+
 /// A flag set when SIGINT or SIGTERM arrives, by a thread that reads the signal
 /// descriptor: for the commands that stop their own loops (`lab`, `lab collect`, `node`).
 /// Blocks the signals first, so call it before starting other threads.

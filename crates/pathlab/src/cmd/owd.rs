@@ -31,7 +31,8 @@ pub struct Args {
     /// Which way: up (to the server), down (from it), or both in turn.
     #[arg(long, value_parser = ["up", "down", "both"], default_value = "up")]
     pub direction: String,
-    /// Packets in the sliding window whose minimum the deviation is taken from.
+    /// Packets per window of the queue verdict's trend test (the deviation is taken from
+    /// the least delay of the whole run, the clock drift removed).
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub window: usize,
     #[command(flatten)]
@@ -164,18 +165,24 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
         writeln!(out, "  jitter       {} ms (RFC 3550)", ms(o.jitter_ns))?;
         writeln!(
             out,
-            "  deviation    p50 {} ms, p95 {} ms, max {} ms (from the minimum of the last {} packets)",
+            "  deviation    p50 {} ms, p95 {} ms, max {} ms (from the least delay of the run)",
             ms(o.deviation_p50_ns as f64),
             ms(o.deviation_p95_ns as f64),
             ms(o.deviation_max_ns as f64),
-            o.window
         )?;
         writeln!(
             out,
-            "  trend        {:+.1} us/s (95% CI +-{:.1}), clock drift {:+.1} ppm removed, delay rose {} ms",
+            "  trend        {:+.1} us/s (95% CI +-{:.1}), {}, delay rose {} ms",
             o.trend_us_per_s,
             o.trend_ci95_us_per_s,
-            o.clock_drift_ppm,
+            if o.clock_drift_implausible {
+                "no clock drift removed (the lowest delays moved faster than a clock drifts: a queue)".to_owned()
+            } else {
+                format!(
+                    "clock drift {:+.1} ppm removed (from the lowest delays)",
+                    o.clock_drift_ppm
+                )
+            },
             ms(o.queue_growth_ns as f64)
         )?;
         let verdict = match o.verdict {

@@ -245,7 +245,7 @@ impl Printer<'_> {
                     if self.options.rate_bps.is_some() {
                         ""
                     } else {
-                        " (measured: packet trains, as pathlab capacity)"
+                        " (measured: packet trains and a shaper stream, as pathlab capacity)"
                     }
                 )?,
                 method::step::SINGLE => writeln!(
@@ -263,14 +263,23 @@ impl Printer<'_> {
             Event::Mtu(found) => print_mtu(out, found)?,
             Event::Baseline(baseline) => print_baseline(out, baseline)?,
             Event::Note(line) => writeln!(out, "  {line}")?,
-            Event::Capacity(found) => writeln!(
-                out,
-                "  capacity {} at the IP layer (95% CI {} to {}, {}-byte packets)",
-                format::rate(found.capacity.capacity_bps, Digits::fixed(2)),
-                format::rate(found.capacity.low_bps, Digits::fixed(2)),
-                format::rate(found.capacity.high_bps, Digits::fixed(2)),
-                found.capacity.packet_bytes
-            )?,
+            Event::Capacity(found) => {
+                let c = &found.capacity;
+                writeln!(
+                    out,
+                    "  capacity {} at the IP layer (95% CI {} to {}, {}-byte packets)",
+                    format::rate(c.capacity_bps, Digits::fixed(2)),
+                    format::rate(c.low_bps, Digits::fixed(2)),
+                    format::rate(c.high_bps, Digits::fixed(2)),
+                    c.packet_bytes
+                )?;
+                writeln!(
+                    out,
+                    "  bottleneck {} at the IP layer, from {}",
+                    format::rate(c.bottleneck_bps(), Digits::fixed(2)),
+                    c.bottleneck_source()
+                )?;
+            }
             Event::Plan {
                 plan,
                 kernel,

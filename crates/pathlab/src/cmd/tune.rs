@@ -31,7 +31,7 @@ pub struct Args {
     #[arg(value_name = "HOST")]
     pub host: Option<String>,
     /// The path's bottleneck rate (`1gbit`, `100mbit`, `10M`).
-    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    #[arg(long, value_name = "RATE", value_parser = crate::cmd::parse_rate)]
     pub rate: Option<BitsPerSec>,
     /// The path's round-trip time (`170ms`; a bare number is seconds); measured from HOST
     /// when not given.
@@ -51,10 +51,6 @@ pub struct Args {
     pub json: bool,
 }
 
-fn parse_rate(text: &str) -> Result<BitsPerSec, String> {
-    pathlab_core::spec::parse_rate(text).map_err(|e| e.to_string())
-}
-
 /// Runs `pathlab tune`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut rate_measurement = None;
@@ -62,7 +58,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         (_, Some(rate), Some(_)) | (Some(_), Some(rate), None) => rate,
         (Some(host), None, _) => {
             let capacity = measure_rate(host, args.psk.as_deref())?;
-            let rate = BitsPerSec(capacity.capacity_bps.round() as u64);
+            let rate = BitsPerSec(capacity.bottleneck_bps().round() as u64);
             rate_measurement = Some(capacity);
             rate
         }
@@ -132,8 +128,9 @@ fn checked_root(root: &Path) -> anyhow::Result<PathBuf> {
     Ok(root.to_owned())
 }
 
-/// The capacity from `host` to this host (what a download's window must fill), by
-/// `pathlab capacity`'s packet trains, without the available-bandwidth search.
+/// The bottleneck from `host` to this host (what a download's window must fill), by
+/// `pathlab capacity`'s packet trains and shaper stream, without the available-bandwidth
+/// search.
 fn measure_rate(
     host: &str,
     psk: Option<&Path>,

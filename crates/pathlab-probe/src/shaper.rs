@@ -1,0 +1,416 @@
+//! A token bucket on the path (a shaper or a policer), found from a constant-rate stream,
+//! sans-IO.
+//!
+//! Packet pairs, and trains short enough to fit in a bucket, leave a token bucket back to
+//! back at the rate of the link beneath it: dispersion measures the wire, not the plan.
+//! ShaperProbe (Kanuparthy and Dovrolis, IMC 2011) finds the plan by sending at the
+//! capacity for long enough to empty the bucket and watching the received rate shift
+//! down. This module plans that stream ([`stream_plan`]) and reads what the receiver
+//! recorded ([`find`]).
+//!
+//! **The model.** A bucket of `B` bytes filled at `R` lets a packet through when it holds
+//! the packet's bytes. Fed faster than `R`, it passes everything until it is empty, then
+//! one packet per `L / R`: the `k`-th packet through leaves when `B + R t = k L`. So the
+//! cumulative bytes received, against the time since the first arrival, lie on the line
+//! `B + R t` once the bucket is empty, and above it before (at the rate of the link
+//! beneath, or the bucket's peak). [`find`] fits two lines to the cumulative count, the
+//! break where their squared error is least; the second line's slope is the sustained rate
+//! `R`, its intercept the burst `B`. A plain rate limit is a bucket of one packet: the
+//! same fit gives an intercept of one packet, which is how "no shaper" is told.
+//!
+//! **Shaper or policer.** A shaper queues what the bucket cannot pass: after the shift
+//! the one-way delay rises towards its buffer, and drops start only once the buffer is
+//! full. A policer drops at once: the delay stays flat and the loss starts at the shift.
+
+use pathlab_core::format::{self, Digits};
+use pathlab_core::quantile;
+use pathlab_core::wire::ethernet;
+use serde::{Deserialize, Serialize};
+
+use crate::control::ReceivedProbe;
+use crate::session::MAX_TRAIN;
+
+/// The stream's byte budget by default: 10 MiB, enough to empty the buckets of the cable
+/// and fixed-line plans with a boost that ShaperProbe found (a few MB) at any rate.
+pub const DEFAULT_BUDGET_BYTES: u64 = 10 << 20;
+
+/// Least and most budget a user may set: 100 KiB to 1 GiB.
+pub const BUDGET_BYTES: std::ops::RangeInclusive<u64> = 100 << 10..=1 << 30;
+
+/// The stream lasts at most this long, whatever its budget: 3 s.
+pub const MAX_STREAM_NS: u64 = 3_000_000_000;
+
+/// Fewest probes in a stream (a small budget at a large packet size).
+pub const MIN_STREAM_PROBES: u64 = 64;
+
+/// Fewest arrivals after a shift for the sustained rate to be measured from them.
+pub const MIN_AFTER_SHIFT: usize = 16;
+
+/// A received rate below this fraction of the rate before it is a shift.
+pub const SHIFT: f64 = 0.9;
+
+/// A burst of fewer packets than this above the sustained rate is a plain rate limit (whose
+/// intercept is one packet) with timing noise.
+pub const MIN_BURST_PACKETS: f64 = 2.5;
+
+/// The constant-rate stream, as a `Trains` request asks for it: `trains` trains of
+/// `length` probes `spacing_ns` apart, each train starting where the last one's spacing
+/// would have put its next probe (`period_ns` is `length` spacings), so the probes are
+/// evenly spaced from first to last (a server takes trains of at most [`MAX_TRAIN`]
+/// probes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPlan {
+    /// UDP payload bytes per probe.
+    pub payload_bytes: u32,
+    /// Probes per train.
+    pub length: u32,
+    /// Between probes, ns.
+    pub spacing_ns: u64,
+    /// From the start of one train to the start of the next, ns.
+    pub period_ns: u64,
+    /// How many trains.
+    pub trains: u32,
+}
+
+impl StreamPlan {
+    /// Probes in the stream.
+    pub fn probes(&self) -> u64 {
+        u64::from(self.length) * u64::from(self.trains)
+    }
+
+    /// How long the stream lasts, ns.
+    pub fn duration_ns(&self) -> u64 {
+        self.period_ns * u64::from(self.trains)
+    }
+}
+
+/// A stream of `packet_bytes` IP packets (`payload_bytes` of UDP payload) at `rate_bps`
+/// (IP layer) carrying at most `budget_bytes` and lasting at most [`MAX_STREAM_NS`];
+/// [`MIN_STREAM_PROBES`] at least.
+pub fn stream_plan(
+    rate_bps: f64,
+    budget_bytes: u64,
+    payload_bytes: u32,
+    packet_bytes: u32,
+) -> StreamPlan {
+    let bits = f64::from(packet_bytes) * 8.0;
+    let spacing_ns = ((bits / rate_bps * 1e9).round() as u64).max(1);
+    let by_budget = budget_bytes / u64::from(packet_bytes.max(1));
+    let by_time = MAX_STREAM_NS / spacing_ns;
+    let probes = by_budget.min(by_time).max(MIN_STREAM_PROBES);
+    let trains = probes.div_ceil(u64::from(MAX_TRAIN));
+    let length = probes / trains;
+    StreamPlan {
+        payload_bytes,
+        length: length as u32,
+        spacing_ns,
+        period_ns: length * spacing_ns,
+        trains: trains as u32,
+    }
+}
+
+/// What the stream found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShaperKind {
+    /// No shift in the received rate within the budget.
+    None,
+    /// A bucket with a queue: the delay rose after the shift.
+    Shaper,
+    /// A bucket without one: drops from the shift on, the delay flat.
+    Policer,
+}
+
+/// A token bucket on the path, or its absence, from one constant-rate stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shaper {
+    /// What was found.
+    pub kind: ShaperKind,
+    /// IP bytes per probe.
+    pub packet_bytes: u32,
+    /// The rate the stream was sent at (from the sender's stamps), bits/s at the IP layer.
+    pub offered_bps: f64,
+    /// Probes sent.
+    pub sent: u64,
+    /// The stream's budget, bytes: no bucket larger than about this is seen.
+    pub budget_bytes: u64,
+    /// The received rate while the bucket lasted, bits/s (IP); `None` without a shift, or
+    /// when the burst arrived all at one instant.
+    pub burst_rate_bps: Option<f64>,
+    /// The received rate once the bucket was empty (the whole stream's without a shift),
+    /// bits/s (IP): the rate the path sustains.
+    pub sustained_bps: f64,
+    /// IP bytes that came through above the sustained rate: the bucket (one packet for a
+    /// plain rate limit).
+    pub burst_bytes: f64,
+    /// From the first arrival to the shift, ns.
+    pub burst_ns: u64,
+    /// How far the one-way delay rose after the shift (its 95th percentile above the
+    /// stream's least), ns: a shaper's queue.
+    pub queue_ns: u64,
+    /// Probes that did not arrive.
+    pub lost: u64,
+    /// From the shift to the first loss, by the sender's clock, ns (negative: before it);
+    /// `None` without loss.
+    pub loss_after_shift_ns: Option<i64>,
+}
+
+impl Shaper {
+    /// Whether a bucket was found (shaper or policer).
+    pub fn shaped(&self) -> bool {
+        self.kind != ShaperKind::None
+    }
+
+    /// Link-layer bytes per IP byte: what a bucket counting Ethernet headers (tc's tbf, a
+    /// pathlab `rate`) sees.
+    pub fn frame_ratio(&self) -> f64 {
+        let packet = f64::from(self.packet_bytes.max(1));
+        (packet + ethernet::HEADER_LEN as f64) / packet
+    }
+
+    /// One sentence for a report: what was found, in the rates at the IP layer and the
+    /// burst as tc counts it (frames, Ethernet headers included).
+    pub fn describe(&self) -> String {
+        let rate = |bps: f64| format::rate(bps, Digits::fixed(2));
+        let ms = |ns: u64| format::time(ns as f64 * 1e-9, Digits::up_to(2));
+        let burst = format::bytes_binary(
+            (self.burst_bytes * self.frame_ratio()) as u64,
+            Digits::up_to(3),
+        );
+        let at = self.burst_rate_bps.map_or_else(
+            || "back to back".to_owned(),
+            |bps| format!("at {}", rate(bps)),
+        );
+        let sustained = rate(self.sustained_bps);
+        let frames = rate(self.sustained_bps * self.frame_ratio());
+        match self.kind {
+            ShaperKind::Shaper => format!(
+                "shaped: a burst of about {burst} {at}, then {sustained} ({frames} counting \
+                 Ethernet headers) after {}; a queue of {} built behind it{}",
+                ms(self.burst_ns),
+                ms(self.queue_ns),
+                self.loss_after_shift_ns
+                    .map_or_else(String::new, |ns| format!(
+                        " and drops began {} after the shift",
+                        ms(ns.max(0) as u64)
+                    ))
+            ),
+            ShaperKind::Policer => format!(
+                "policed: a burst of about {burst} {at}, then {sustained} ({frames} counting \
+                 Ethernet headers) after {}, dropping from the shift on with no queue",
+                ms(self.burst_ns)
+            ),
+            ShaperKind::None => format!(
+                "no token bucket within {}: a stream offered at {} arrived at {sustained}",
+                format::bytes_binary(self.budget_bytes, Digits::up_to(3)),
+                rate(self.offered_bps)
+            ),
+        }
+    }
+}
+
+/// Least squares of `y` on `x` over one segment, from running sums.
+#[derive(Debug, Clone, Copy, Default)]
+struct Sums {
+    n: f64,
+    x: f64,
+    y: f64,
+    xx: f64,
+    xy: f64,
+    yy: f64,
+}
+
+impl Sums {
+    fn add(&mut self, x: f64, y: f64) {
+        self.n += 1.0;
+        self.x += x;
+        self.y += y;
+        self.xx += x * x;
+        self.xy += x * y;
+        self.yy += y * y;
+    }
+
+    fn minus(&self, other: &Sums) -> Sums {
+        Sums {
+            n: self.n - other.n,
+            x: self.x - other.x,
+            y: self.y - other.y,
+            xx: self.xx - other.xx,
+            xy: self.xy - other.xy,
+            yy: self.yy - other.yy,
+        }
+    }
+
+    /// Centred second moments: (Sxx, Sxy, Syy).
+    fn centred(&self) -> (f64, f64, f64) {
+        let n = self.n.max(1.0);
+        (
+            (self.xx - self.x * self.x / n).max(0.0),
+            self.xy - self.x * self.y / n,
+            (self.yy - self.y * self.y / n).max(0.0),
+        )
+    }
+
+    /// The squared error left by the fitted line.
+    fn residual(&self) -> f64 {
+        let (sxx, sxy, syy) = self.centred();
+        if sxx > 0.0 {
+            (syy - sxy * sxy / sxx).max(0.0)
+        } else {
+            syy
+        }
+    }
+
+    /// Slope and intercept; `None` when every `x` is the same.
+    fn line(&self) -> Option<(f64, f64)> {
+        let (sxx, sxy, _) = self.centred();
+        (sxx > 0.0).then(|| {
+            let slope = sxy / sxx;
+            (slope, (self.y - slope * self.x) / self.n)
+        })
+    }
+}
+
+/// Reads a constant-rate stream of `sent` probes of `packet_bytes` (IP) that the receiver
+/// recorded as `arrivals`: the rate it sustained, whether it shifted down (and how far,
+/// after how many bytes), shaper or policer. `None` when fewer than [`MIN_AFTER_SHIFT`]
+/// probes arrived.
+pub fn find(
+    arrivals: &[ReceivedProbe],
+    sent: u64,
+    packet_bytes: u32,
+    budget_bytes: u64,
+) -> Option<Shaper> {
+    let mut seen = std::collections::HashSet::new();
+    let mut probes: Vec<ReceivedProbe> = arrivals
+        .iter()
+        .filter(|p| p.seq < sent && seen.insert(p.seq))
+        .copied()
+        .collect();
+    if probes.len() < MIN_AFTER_SHIFT {
+        return None;
+    }
+    probes.sort_by_key(|p| (p.received_ns, p.seq));
+    let first = probes[0].received_ns;
+    // Seconds since the first arrival, and the packets received by then (inclusive): small
+    // numbers, so the running sums keep their precision.
+    let points: Vec<(f64, f64)> = probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.received_ns - first) as f64 * 1e-9, (i + 1) as f64))
+        .collect();
+    let mut prefix = Vec::with_capacity(points.len() + 1);
+    let mut running = Sums::default();
+    prefix.push(running);
+    for &(x, y) in &points {
+        running.add(x, y);
+        prefix.push(running);
+    }
+    let all = running;
+    let n = points.len();
+    // The break: segment one is points[..k], two is points[k..].
+    let best = (2..=n.saturating_sub(MIN_AFTER_SHIFT))
+        .map(|k| {
+            let error = prefix[k].residual() + all.minus(&prefix[k]).residual();
+            (k, error)
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(k, _)| k);
+    let bits = f64::from(packet_bytes) * 8.0;
+    let shift = best.and_then(|k| {
+        let (rate, intercept) = all.minus(&prefix[k]).line()?;
+        let before = prefix[k].line().map(|(slope, _)| slope);
+        let dropped = before.is_none_or(|before| rate < SHIFT * before);
+        (dropped && intercept >= MIN_BURST_PACKETS && rate > 0.0)
+            .then_some((k, rate, intercept, before))
+    });
+    let delays: Vec<i64> = probes
+        .iter()
+        .map(|p| p.received_ns as i64 - p.sent_ns as i64)
+        .collect();
+    let base = delays.iter().copied().min().unwrap_or(0);
+    let queue_from = |k: usize| {
+        let mut after: Vec<i64> = delays[k..].to_vec();
+        after.sort_unstable();
+        quantile::of_sorted(&after, 0.95).map_or(0, |p95| (p95 - base).max(0) as u64)
+    };
+    let lost = sent.saturating_sub(probes.len() as u64);
+    let offered_bps = offered(&probes, bits);
+    let mut shaper = match shift {
+        Some((k, rate, intercept, before)) => Shaper {
+            kind: ShaperKind::Shaper,
+            packet_bytes,
+            offered_bps,
+            sent,
+            budget_bytes,
+            burst_rate_bps: before.map(|slope| slope * bits),
+            sustained_bps: rate * bits,
+            burst_bytes: intercept * f64::from(packet_bytes),
+            burst_ns: probes[k - 1].received_ns - first,
+            queue_ns: queue_from(k),
+            lost,
+            loss_after_shift_ns: first_loss_ns(&probes, sent)
+                .map(|at| at as i64 - probes[k].sent_ns as i64),
+        },
+        None => {
+            let (rate, intercept) = all.line()?;
+            Shaper {
+                kind: ShaperKind::None,
+                packet_bytes,
+                offered_bps,
+                sent,
+                budget_bytes,
+                burst_rate_bps: None,
+                sustained_bps: rate * bits,
+                burst_bytes: intercept * f64::from(packet_bytes),
+                burst_ns: 0,
+                queue_ns: queue_from(0),
+                lost,
+                loss_after_shift_ns: None,
+            }
+        }
+    };
+    if shaper.kind == ShaperKind::Shaper {
+        // A queue of more than a packet and a half at the sustained rate (and 1 ms, above
+        // timestamp noise) is a shaper's; less, a policer's.
+        let packet_ns = bits / shaper.sustained_bps * 1e9;
+        if (shaper.queue_ns as f64) < (1.5 * packet_ns).max(1e6) {
+            shaper.kind = ShaperKind::Policer;
+        }
+    }
+    Some(shaper)
+}
+
+/// The rate the probes were sent at, from the sender's stamps of the first and last that
+/// arrived.
+fn offered(probes: &[ReceivedProbe], bits: f64) -> f64 {
+    let low = probes.iter().min_by_key(|p| p.seq);
+    let high = probes.iter().max_by_key(|p| p.seq);
+    match (low, high) {
+        (Some(low), Some(high)) if high.sent_ns > low.sent_ns => {
+            (high.seq - low.seq) as f64 * bits / ((high.sent_ns - low.sent_ns) as f64 * 1e-9)
+        }
+        _ => 0.0,
+    }
+}
+
+/// When the first probe that did not arrive was sent: the send stamp of the last probe
+/// before it that did (the first probe's own, if it was the first lost). `None` without
+/// loss among the probes sent.
+fn first_loss_ns(probes: &[ReceivedProbe], sent: u64) -> Option<u64> {
+    let mut by_seq: Vec<&ReceivedProbe> = probes.iter().collect();
+    by_seq.sort_by_key(|p| p.seq);
+    let mut expected = 0;
+    let mut before: Option<&ReceivedProbe> = None;
+    for probe in by_seq {
+        if probe.seq != expected {
+            return Some(before.unwrap_or(probe).sent_ns);
+        }
+        expected += 1;
+        before = Some(probe);
+    }
+    (expected < sent).then(|| before.map_or(0, |p| p.sent_ns))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,326 @@
+//! The shaper finder in virtual time: streams through pathlab's token bucket (the link
+//! model the emulator runs) and through a policer written here, against their settings.
+
+use pathlab_core::link::Link;
+use pathlab_core::packet::{Ecn, Packet};
+use pathlab_core::rng::Rng;
+use pathlab_core::spec::LinkSpec;
+use pathlab_core::time::Instant;
+
+use super::*;
+
+/// IP bytes per probe, and the frame a bucket counts.
+const PACKET: u32 = 1500;
+const FRAME: f64 = 1514.0;
+/// Propagation after the bottleneck.
+const PROPAGATION_NS: u64 = 5_000_000;
+
+fn send_times(plan: &StreamPlan) -> Vec<u64> {
+    (0..plan.probes())
+        .map(|seq| seq * plan.spacing_ns)
+        .collect()
+}
+
+/// The stream `plan` sent through a link of `spec` (frames of 1514 bytes), as the receiver
+/// records it.
+fn through_link(spec: &str, plan: &StreamPlan) -> Vec<ReceivedProbe> {
+    let mut link = Link::new(&LinkSpec::parse(spec).expect("spec"), 7).expect("link");
+    let sends = send_times(plan);
+    let mut out = Vec::new();
+    let mut next = 0usize;
+    let mut now = Instant::ZERO;
+    loop {
+        let send_at = sends.get(next).map(|&ns| Instant::from_nanos(ns));
+        let Some(at) = [send_at, link.poll_at()].into_iter().flatten().min() else {
+            break;
+        };
+        now = now.max(at);
+        if send_at == Some(now) {
+            let mut packet = Packet::synthetic(now, FRAME as u32, 0, Ecn::NotEct);
+            packet.tag = next as u32;
+            link.enqueue(now, packet);
+            next += 1;
+        }
+        while let Some((left, packet)) = link.dequeue_timed(now) {
+            let seq = u64::from(packet.tag);
+            out.push(ReceivedProbe {
+                seq,
+                sent_ns: sends[seq as usize],
+                received_ns: left.as_nanos() + PROPAGATION_NS,
+            });
+        }
+    }
+    out
+}
+
+/// A policer of `rate_bps` (frames) with a bucket of `burst_bytes`, full at the start, in
+/// front of nothing: a frame passes at once when the bucket holds it, else is dropped.
+fn through_policer(rate_bps: f64, burst_bytes: f64, plan: &StreamPlan) -> Vec<ReceivedProbe> {
+    let mut tokens = burst_bytes;
+    let mut last = 0u64;
+    send_times(plan)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(seq, at)| {
+            tokens = (tokens + (at - last) as f64 * 1e-9 * rate_bps / 8.0).min(burst_bytes);
+            last = at;
+            (tokens >= FRAME).then(|| {
+                tokens -= FRAME;
+                ReceivedProbe {
+                    seq: seq as u64,
+                    sent_ns: at,
+                    received_ns: at + PROPAGATION_NS,
+                }
+            })
+        })
+        .collect()
+}
+
+fn stream(rate_bps: f64) -> StreamPlan {
+    stream_plan(rate_bps, DEFAULT_BUDGET_BYTES, PACKET - 28, PACKET)
+}
+
+fn sustained_frames(found: &Shaper) -> f64 {
+    found.sustained_bps * found.frame_ratio()
+}
+
+fn burst_frames(found: &Shaper) -> f64 {
+    found.burst_bytes * found.frame_ratio()
+}
+
+#[test]
+fn buckets_of_one_to_a_thousand_packets_at_one_to_500_mbits_give_their_rate_and_burst() {
+    for rate_mbit in [1u64, 20, 100, 500] {
+        for packets in [1u64, 3, 10, 100, 1000] {
+            let rate = rate_mbit as f64 * 1e6;
+            let burst = packets * 1514;
+            // A boost to ten times the rate (cable plans go 2-5x; the finder sends at the
+            // capacity, which is the peak), a queue of 100 frames behind the bucket.
+            let peak = rate * 10.0;
+            let spec = format!(
+                "rate {rate_mbit}mbit burst {burst} peakrate {}mbit limit 100",
+                rate_mbit * 10
+            );
+            let plan = stream(peak / (FRAME / f64::from(PACKET)));
+            let arrivals = through_link(&spec, &plan);
+            let found = find(&arrivals, plan.probes(), PACKET, DEFAULT_BUDGET_BYTES)
+                .unwrap_or_else(|| panic!("{spec}: nothing found"));
+            let context = format!("{spec}: {found:?}");
+            assert!(
+                (sustained_frames(&found) / rate - 1.0).abs() < 0.02,
+                "sustained {:.3} Mbit/s; {context}",
+                sustained_frames(&found) / 1e6
+            );
+            assert!(
+                (burst_frames(&found) / burst as f64 - 1.0).abs() < 0.2,
+                "burst {:.0} B; {context}",
+                burst_frames(&found)
+            );
+            if packets >= 3 {
+                assert_eq!(found.kind, ShaperKind::Shaper, "{context}");
+                let at = found.burst_rate_bps.expect("a burst rate") * found.frame_ratio();
+                assert!((at / peak - 1.0).abs() < 0.05, "at {at}; {context}");
+                // The queue of 100 frames filled: its delay at the sustained rate.
+                let queue = 100.0 * FRAME * 8.0 / rate * 1e9;
+                assert!(
+                    (found.queue_ns as f64 / queue - 1.0).abs() < 0.05,
+                    "queue {} ns for {queue}; {context}",
+                    found.queue_ns
+                );
+                // Drops start once the queue is full, not at the shift.
+                assert!(found.loss_after_shift_ns.expect("loss") > 0, "{context}");
+            } else {
+                // A bucket of one frame is a plain rate limit.
+                assert_eq!(found.kind, ShaperKind::None, "{context}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_plain_rate_is_no_shaper_whatever_the_stream_offers() {
+    for (spec, offered) in [
+        ("rate 20mbit limit 100", 20e6),
+        ("rate 20mbit limit 100", 40e6),
+        ("rate 20mbit limit 100", 10e6),
+        ("rate 300mbit limit 1000", 900e6),
+    ] {
+        let plan = stream(offered);
+        let found = find(
+            &through_link(spec, &plan),
+            plan.probes(),
+            PACKET,
+            DEFAULT_BUDGET_BYTES,
+        )
+        .unwrap();
+        assert_eq!(
+            found.kind,
+            ShaperKind::None,
+            "{spec} at {offered}: {found:?}"
+        );
+        let expected = LinkSpec::parse(spec)
+            .unwrap()
+            .peak_rate()
+            .map_or(f64::MAX, |r| r.bits_per_sec() as f64)
+            .min(offered * found.frame_ratio());
+        assert!(
+            (sustained_frames(&found) / expected - 1.0).abs() < 0.02,
+            "{spec} at {offered}: {found:?}"
+        );
+        assert!(
+            burst_frames(&found) < 2.0 * FRAME,
+            "{spec} at {offered}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn a_policer_drops_from_the_shift_on_with_no_queue() {
+    for (rate, packets) in [(5e6, 20.0), (50e6, 200.0)] {
+        let plan = stream(rate * 8.0);
+        let arrivals = through_policer(rate, packets * FRAME, &plan);
+        let found = find(&arrivals, plan.probes(), PACKET, DEFAULT_BUDGET_BYTES).unwrap();
+        assert_eq!(found.kind, ShaperKind::Policer, "{found:?}");
+        assert!(
+            (sustained_frames(&found) / rate - 1.0).abs() < 0.02,
+            "{found:?}"
+        );
+        assert!(
+            (burst_frames(&found) / (packets * FRAME) - 1.0).abs() < 0.2,
+            "{found:?}"
+        );
+        assert_eq!(found.queue_ns, 0, "{found:?}");
+        // The first drop comes within a packet time at the sustained rate of the shift.
+        let loss = found.loss_after_shift_ns.unwrap();
+        assert!(
+            loss.unsigned_abs() as f64 <= FRAME * 8.0 / rate * 1e9,
+            "{loss}: {found:?}"
+        );
+    }
+}
+
+#[test]
+fn receive_timestamps_tens_of_microseconds_off_change_no_verdict() {
+    let mut rng = Rng::seed_from(3);
+    let jitter = |arrivals: Vec<ReceivedProbe>, rng: &mut Rng| -> Vec<ReceivedProbe> {
+        arrivals
+            .into_iter()
+            .map(|mut p| {
+                p.received_ns += rng.below(100_000);
+                p
+            })
+            .collect()
+    };
+    let plain = stream(100e6);
+    let found = find(
+        &jitter(through_link("rate 100mbit limit 100", &plain), &mut rng),
+        plain.probes(),
+        PACKET,
+        DEFAULT_BUDGET_BYTES,
+    )
+    .unwrap();
+    assert_eq!(found.kind, ShaperKind::None, "{found:?}");
+    assert!(
+        (sustained_frames(&found) / 100e6 - 1.0).abs() < 0.02,
+        "{found:?}"
+    );
+    let spec = "rate 20mbit burst 30kb peakrate 200mbit limit 100";
+    let shaped = stream(200e6 / found.frame_ratio());
+    let found = find(
+        &jitter(through_link(spec, &shaped), &mut rng),
+        shaped.probes(),
+        PACKET,
+        DEFAULT_BUDGET_BYTES,
+    )
+    .unwrap();
+    assert_eq!(found.kind, ShaperKind::Shaper, "{found:?}");
+    assert!(
+        (sustained_frames(&found) / 20e6 - 1.0).abs() < 0.02,
+        "{found:?}"
+    );
+    assert!(
+        (burst_frames(&found) / 30_000.0 - 1.0).abs() < 0.2,
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_burst_back_to_back_at_one_instant_is_found_without_its_rate() {
+    // No peak: the burst takes no time, as through a tbf on a fast device.
+    let plan = stream(1e9);
+    let found = find(
+        &through_link("rate 10mbit burst 50kb limit 50", &plan),
+        plan.probes(),
+        PACKET,
+        DEFAULT_BUDGET_BYTES,
+    )
+    .unwrap();
+    assert_eq!(found.kind, ShaperKind::Shaper, "{found:?}");
+    assert!(
+        (sustained_frames(&found) / 10e6 - 1.0).abs() < 0.02,
+        "{found:?}"
+    );
+    assert!(
+        (burst_frames(&found) / 50_000.0 - 1.0).abs() < 0.2,
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_bucket_larger_than_the_budget_is_not_seen_and_the_report_says_within_what() {
+    let budget = 1_000_000;
+    let plan = stream_plan(100e6, budget, PACKET - 28, PACKET);
+    let found = find(
+        &through_link("rate 10mbit burst 5mb peakrate 100mbit limit 100", &plan),
+        plan.probes(),
+        PACKET,
+        budget,
+    )
+    .unwrap();
+    assert_eq!(found.kind, ShaperKind::None, "{found:?}");
+    assert_eq!(found.budget_bytes, budget);
+    assert!(found.lost == 0);
+}
+
+#[test]
+fn too_few_arrivals_find_nothing() {
+    let probes: Vec<ReceivedProbe> = (0..10)
+        .map(|seq| ReceivedProbe {
+            seq,
+            sent_ns: seq * 1000,
+            received_ns: seq * 1000 + 5,
+        })
+        .collect();
+    assert_eq!(find(&probes, 1000, PACKET, DEFAULT_BUDGET_BYTES), None);
+    assert_eq!(find(&[], 0, PACKET, DEFAULT_BUDGET_BYTES), None);
+}
+
+#[test]
+fn the_stream_keeps_its_rate_its_budget_and_its_time() {
+    for rate in [1e6, 20e6, 899e6, 10e9] {
+        for budget in [
+            *BUDGET_BYTES.start(),
+            DEFAULT_BUDGET_BYTES,
+            *BUDGET_BYTES.end(),
+        ] {
+            let plan = stream_plan(rate, budget, 1472, 1500);
+            assert!(plan.length <= MAX_TRAIN, "{plan:?}");
+            // Evenly spaced across trains: each train's period is its probes' spacings.
+            assert_eq!(plan.period_ns, u64::from(plan.length) * plan.spacing_ns);
+            let offered = 12_000.0 / (plan.spacing_ns as f64 * 1e-9);
+            assert!(
+                (offered / rate - 1.0).abs() < 0.01 || plan.spacing_ns == 1,
+                "{rate}: {offered}"
+            );
+            assert!(
+                plan.probes() * 1500 <= budget.max(MIN_STREAM_PROBES * 1500),
+                "{rate} {budget}: {plan:?}"
+            );
+            assert!(
+                plan.duration_ns() <= MAX_STREAM_NS.max(MIN_STREAM_PROBES * plan.spacing_ns),
+                "{rate} {budget}: {plan:?}"
+            );
+            assert!(plan.probes() >= MIN_STREAM_PROBES);
+        }
+    }
+}
