@@ -432,12 +432,33 @@ fn capacity_over_loopback_finds_its_64k_mtu_and_refuses_bad_counts() {
     );
     assert!(0.0 < low && low <= mid && mid <= high, "{capacity}");
     assert!(report["available"].is_null());
+    // The shaper stream's bound is said before anything is sent (on stderr with -J), and
+    // the stream ran: loopback has no bucket.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("probes at most") && stderr.contains("up to 10 MiB a direction"),
+        "{stderr}"
+    );
+    assert_eq!(capacity["shaper"]["kind"], "none", "{capacity}");
     for (args, message) in [
         (vec!["--pairs", "3"], "--pairs must be at least 10, got 3"),
         (
             vec!["--streams", "0"],
             "--streams must be at least 1, got 0",
         ),
+        (
+            vec!["--shaper-budget", "1kb"],
+            "1kb is outside 100 KiB to 1 GiB",
+        ),
+        (
+            vec!["--shaper-budget", "2gb"],
+            "2gb is outside 100 KiB to 1 GiB",
+        ),
+        (
+            vec!["--max-rate", "0mbit"],
+            "--max-rate 0 bit/s is too low: probes need at least 100 kbit/s",
+        ),
+        (vec!["--max-rate", "fast"], "--max-rate"),
     ] {
         let output = std::process::Command::new(PATHLAB)
             .arg("capacity")

@@ -46,7 +46,8 @@ pub const MIN_STREAM_PROBES: u64 = 64;
 /// Fewest arrivals after a shift for the sustained rate to be measured from them.
 pub const MIN_AFTER_SHIFT: usize = 16;
 
-/// A received rate below this fraction of the rate before it is a shift.
+/// A received rate below this fraction of the rate before it (and of the rate the stream
+/// was sent at) is a shift.
 pub const SHIFT: f64 = 0.9;
 
 /// A burst of fewer packets than this above the sustained rate is a plain rate limit (whose
@@ -317,11 +318,16 @@ pub fn find(
         .min_by(|a, b| a.1.total_cmp(&b.1))
         .map(|(k, _)| k);
     let bits = f64::from(packet_bytes) * 8.0;
+    let offered_bps = offered(&probes, bits);
+    // A bucket holds the stream below the rate it was sent at; a received rate that fell
+    // only to the sender's own (a sender that started behind its schedule and sent its
+    // first probes in one batch) is no bucket.
     let shift = best.and_then(|k| {
         let (rate, intercept) = all.minus(&prefix[k]).line()?;
         let before = prefix[k].line().map(|(slope, _)| slope);
         let dropped = before.is_none_or(|before| rate < SHIFT * before);
-        (dropped && intercept >= MIN_BURST_PACKETS && rate > 0.0)
+        let held = rate * bits < SHIFT * offered_bps;
+        (dropped && held && intercept >= MIN_BURST_PACKETS && rate > 0.0)
             .then_some((k, rate, intercept, before))
     });
     let delays: Vec<i64> = probes
@@ -335,7 +341,6 @@ pub fn find(
         quantile::of_sorted(&after, 0.95).map_or(0, |p95| (p95 - base).max(0) as u64)
     };
     let lost = sent.saturating_sub(probes.len() as u64);
-    let offered_bps = offered(&probes, bits);
     let mut shaper = match shift {
         Some((k, rate, intercept, before)) => Shaper {
             kind: ShaperKind::Shaper,

@@ -324,3 +324,31 @@ fn the_stream_keeps_its_rate_its_budget_and_its_time() {
         }
     }
 }
+
+#[test]
+fn a_sender_that_starts_with_a_batch_is_no_bucket() {
+    // What loopback gave: a stream at 1 Gbit/s whose first 64 KB probe left two spacings
+    // late, so the first three left in one batch and arrived at 20 Gbit/s; the rest arrived
+    // at the rate sent, three packets above the line from the first arrival. The received
+    // rate fell, but only to the sender's own.
+    let packet = 65_535u32;
+    let spacing = 524_280u64; // 64 KB at 1 Gbit/s
+    let probes: Vec<ReceivedProbe> = (0..160u64)
+        .map(|seq| {
+            let sent_ns = if seq < 3 {
+                2 * spacing + 26_000 * seq
+            } else {
+                seq * spacing
+            };
+            ReceivedProbe {
+                seq,
+                sent_ns,
+                received_ns: sent_ns + 13_000,
+            }
+        })
+        .collect();
+    let found = find(&probes, 160, packet, DEFAULT_BUDGET_BYTES).unwrap();
+    assert_eq!(found.kind, ShaperKind::None, "{found:?}");
+    // The fit alone would have called it one: three packets above the line.
+    assert!(found.burst_bytes > 2.5 * f64::from(packet), "{found:?}");
+}

@@ -53,6 +53,9 @@ const PARTIAL: &str = "the directions that finished (done), and the steps of the
 failed that had finished (interrupted: the path MTU, the pairs' estimates, the capacity, the \
 available bandwidth's bracket from the fleets that finished)";
 
+/// The least `--max-rate`: 100 kbit/s, a probe of 1500 bytes every 120 ms.
+const MIN_MAX_RATE_BPS: u64 = 100_000;
+
 /// A shaper stream's budget: a size (`10mb`, powers of 1024) within
 /// [`shaper::BUDGET_BYTES`].
 fn parse_budget(text: &str) -> Result<u64, String> {
@@ -77,6 +80,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if value < least {
             return Err(usage(anyhow::anyhow!(
                 "{name} must be at least {least}, got {value}"
+            )));
+        }
+    }
+    if let Some(rate) = args.max_rate {
+        if rate.bits_per_sec() < MIN_MAX_RATE_BPS {
+            return Err(usage(anyhow::anyhow!(
+                "--max-rate {} is too low: probes need at least {}",
+                format::rate(rate.bits_per_sec() as f64, Digits::up_to(2)),
+                format::rate(MIN_MAX_RATE_BPS as f64, Digits::up_to(2))
             )));
         }
     }

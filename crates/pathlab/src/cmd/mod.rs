@@ -40,7 +40,8 @@ pub fn parse_time(text: &str) -> Result<pathlab_core::Duration, String> {
     Ok(time)
 }
 
-/// Parses a rate on the command line as a spec writes it (`20mbit`, `1gbit`).
+/// Parses a rate on the command line as a spec writes it (`20mbit`, `1gbit`); the command
+/// bounds it.
 pub fn parse_rate(text: &str) -> Result<pathlab_core::units::BitsPerSec, String> {
     pathlab_core::spec::parse_rate(text).map_err(|e| e.to_string())
 }
