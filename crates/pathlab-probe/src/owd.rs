@@ -2,15 +2,16 @@
 //! interarrival jitter, and whether a queue is building.
 //!
 //! The receiver's clock minus the sender's timestamp is the one-way delay plus an unknown
-//! offset plus a drift that grows with time. The drift is read from the lower envelope of
-//! the delays (the lowest delay of each stretch of time, which a queue does not lower, as
-//! Moon, Skelly and Towsley's skew estimator does), by the slope most pairs of those lows
-//! agree on, so a queue that fills and stays (a buffer overfed to its end) does not tilt it:
-//! only where the lows agree is a line fitted. A slope beyond what a clock can drift (500
-//! ppm) is a queue, not a clock, and nothing is removed. The offset cancels in the
-//! deviation, taken from the least drift-corrected delay of the whole run, as the seed
-//! takes it over its whole test: a standing queue shows as the deviation it is, where a
-//! minimum over the last packets would forget it within milliseconds of a fast probe.
+//! offset plus a drift that grows with time. The drift is read from an envelope of the
+//! delays ([`clock_drift`]): the lowest delay of each stretch of time, which a queue does
+//! not lower (Moon, Skelly and Towsley's skew estimator), or the 90th percentile, on which a
+//! buffer overfed to its end rests, whichever follows the slope most pairs of its points
+//! agree on more tightly; only the points on that line are fitted, so a queue that fills
+//! and stays does not tilt it. A slope beyond what a clock can drift (500 ppm) is a queue,
+//! not a clock, and nothing is removed. The offset cancels in the deviation, taken from the
+//! least drift-corrected delay of the whole run, as the seed takes it over its whole test:
+//! a standing queue shows as the deviation it is, where a minimum over the last packets
+//! would forget it within milliseconds of a fast probe.
 
 use pathlab_core::quantile;
 use serde::{Deserialize, Serialize};
