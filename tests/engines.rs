@@ -388,11 +388,28 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     };
     let measured = ping.rtt.p50_ns as f64 * 1e-6;
     let theory = 10.0 + underlay_rtt(0) + cross;
-    eprintln!("ping across: median {measured:.3} ms, specs plus underlay {theory:.3} ms");
+    // The underlay's round trips were measured (its emulator's lateness is in them); the
+    // links' emulators add their own median lateness to the median ping, once per direction
+    // crossed (a busy run: 14.017 ms for 13.453, 0.56 ms over a fixed 0.5 ms).
+    let slack = run
+        .links
+        .iter()
+        .flat_map(|link| &link.lateness)
+        .map(|late| late.p50_ns as f64 * 1e-6)
+        .sum::<f64>();
+    eprintln!(
+        "ping across: median {measured:.3} ms, specs plus underlay {theory:.3} ms, the links' \
+         emulators late by {slack:.3} ms (sum of their medians)"
+    );
+    assert!(
+        slack <= 2.0,
+        "the links' emulators were late by {slack:.3} ms in all: cannot judge the ping"
+    );
     assert!(ping.received >= ping.sent - 1);
     assert!(
-        (measured - theory).abs() <= RTT_TOLERANCE_MS,
-        "ping across: median {measured:.3} ms, specs plus underlay {theory:.3} ms"
+        (-RTT_TOLERANCE_MS..=RTT_TOLERANCE_MS + slack).contains(&(measured - theory)),
+        "ping across: median {measured:.3} ms, specs plus underlay {theory:.3} ms, the links' \
+         emulators late by {slack:.3} ms"
     );
 
     assert!(ttr <= 1.05, "TTR {ttr}");
