@@ -76,6 +76,11 @@ fn through_policer(rate_bps: f64, burst_bytes: f64, plan: &StreamPlan) -> Vec<Re
         .collect()
 }
 
+/// What [`find`] reads from `arrivals` of the whole of `plan`, with the default budget.
+fn read(arrivals: &[ReceivedProbe], plan: &StreamPlan) -> Shaper {
+    find(arrivals, plan.probes(), PACKET, DEFAULT_BUDGET_BYTES).expect("enough arrivals")
+}
+
 fn stream(rate_bps: f64) -> StreamPlan {
     stream_plan(rate_bps, DEFAULT_BUDGET_BYTES, PACKET - 28, PACKET)
 }
@@ -146,13 +151,7 @@ fn a_plain_rate_is_no_shaper_whatever_the_stream_offers() {
         ("rate 300mbit limit 1000", 900e6),
     ] {
         let plan = stream(offered);
-        let found = find(
-            &through_link(spec, &plan),
-            plan.probes(),
-            PACKET,
-            DEFAULT_BUDGET_BYTES,
-        )
-        .unwrap();
+        let found = read(&through_link(spec, &plan), &plan);
         assert_eq!(
             found.kind,
             ShaperKind::None,
@@ -179,7 +178,7 @@ fn a_policer_drops_from_the_shift_on_with_no_queue() {
     for (rate, packets) in [(5e6, 20.0), (50e6, 200.0)] {
         let plan = stream(rate * 8.0);
         let arrivals = through_policer(rate, packets * FRAME, &plan);
-        let found = find(&arrivals, plan.probes(), PACKET, DEFAULT_BUDGET_BYTES).unwrap();
+        let found = read(&arrivals, &plan);
         assert_eq!(found.kind, ShaperKind::Policer, "{found:?}");
         assert!(
             (sustained_frames(&found) / rate - 1.0).abs() < 0.02,
@@ -212,13 +211,10 @@ fn receive_timestamps_tens_of_microseconds_off_change_no_verdict() {
             .collect()
     };
     let plain = stream(100e6);
-    let found = find(
+    let found = read(
         &jitter(through_link("rate 100mbit limit 100", &plain), &mut rng),
-        plain.probes(),
-        PACKET,
-        DEFAULT_BUDGET_BYTES,
-    )
-    .unwrap();
+        &plain,
+    );
     assert_eq!(found.kind, ShaperKind::None, "{found:?}");
     assert!(
         (sustained_frames(&found) / 100e6 - 1.0).abs() < 0.02,
@@ -226,13 +222,7 @@ fn receive_timestamps_tens_of_microseconds_off_change_no_verdict() {
     );
     let spec = "rate 20mbit burst 30kb peakrate 200mbit limit 100";
     let shaped = stream(200e6 / found.frame_ratio());
-    let found = find(
-        &jitter(through_link(spec, &shaped), &mut rng),
-        shaped.probes(),
-        PACKET,
-        DEFAULT_BUDGET_BYTES,
-    )
-    .unwrap();
+    let found = read(&jitter(through_link(spec, &shaped), &mut rng), &shaped);
     assert_eq!(found.kind, ShaperKind::Shaper, "{found:?}");
     assert!(
         (sustained_frames(&found) / 20e6 - 1.0).abs() < 0.02,
@@ -248,13 +238,10 @@ fn receive_timestamps_tens_of_microseconds_off_change_no_verdict() {
 fn a_burst_back_to_back_at_one_instant_is_found_without_its_rate() {
     // No peak: the burst takes no time, as through a tbf on a fast device.
     let plan = stream(1e9);
-    let found = find(
+    let found = read(
         &through_link("rate 10mbit burst 50kb limit 50", &plan),
-        plan.probes(),
-        PACKET,
-        DEFAULT_BUDGET_BYTES,
-    )
-    .unwrap();
+        &plan,
+    );
     assert_eq!(found.kind, ShaperKind::Shaper, "{found:?}");
     assert!(
         (sustained_frames(&found) / 10e6 - 1.0).abs() < 0.02,
