@@ -1,7 +1,7 @@
 //! Measurements on lines pathlab did not make (issue 42): the kernel's token bucket filter
 //! (tc's tbf) on the ports of a kernel bridge as the bottleneck, and the emulator's own
-//! bucket. (Not tbf behind the emulator: the emulator's packet socket then waits for tbf
-//! instead of tbf dropping, and its backlog grows without bound; issue 42's note.) Packet pairs and short trains leave a bucket at the rate of the
+//! bucket; and tbf behind the emulator, which must drop what it has no room for without
+//! holding the emulator up. Packet pairs and short trains leave a bucket at the rate of the
 //! link beneath it; `capacity` must find the sustained rate with its shaper stream, and
 //! RFC 6349 must plan for that rate.
 //!
@@ -12,7 +12,9 @@ use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
 use pathlab_probe::shaper::{Shaper, ShaperKind};
 
-use crate::util::emulated::{privileged, privileged_paired, Lab, ServerInH2, PATHLAB};
+use crate::util::emulated::{
+    privileged, privileged_paired, with_server_in_h2, Lab, ServerInH2, PATHLAB,
+};
 
 /// h1 - r - h2 with a kernel bridge in r: nothing of pathlab's on the path.
 fn bridged() -> Line {
@@ -141,7 +143,8 @@ fn capacity_finds_the_kernels_token_bucket_both_ways_at_two_settings() {
 
 #[test]
 fn capacity_finds_the_emulators_own_bucket_as_its_spec_says() {
-    let Some(_serial) = privileged("capacity_finds_the_emulators_own_bucket_as_its_spec_says")
+    let Some(_serial) =
+        privileged_paired("capacity_finds_the_emulators_own_bucket_as_its_spec_says")
     else {
         return;
     };
@@ -276,4 +279,86 @@ fn owd_shows_the_kernels_full_buffer_while_overfed_and_a_flat_line_below_its_rat
     assert_eq!(under["verdict"], "not-building");
     assert!(ns(&under, "deviation_p95_ns") < 1e6, "{under}");
     assert!(ns(&under, "clock_drift_ppm").abs() < 5.0, "{under}");
+}
+
+/// Packets tbf dropped on `port` of r (`tc -s qdisc show`'s "dropped N").
+fn tbf_dropped(line: &Line, port: &str) -> u64 {
+    let output = line
+        .r
+        .command("tc")
+        .args(["-s", "qdisc", "show", "dev", port])
+        .output()
+        .expect("tc runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.split_once("dropped ")
+        .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no drop count in tc's statistics: {text}"))
+}
+
+#[test]
+fn a_token_bucket_behind_the_emulator_drops_what_it_has_no_room_for_and_the_emulator_stays_on_time()
+{
+    let Some(_serial) = privileged_paired("a_token_bucket_behind_the_emulator_drops") else {
+        return;
+    };
+    let lab = Lab::start_with(
+        "tbf-behind",
+        "delay 5ms",
+        &["--reverse", "delay 5ms"],
+        true,
+        false,
+    );
+    // 10 Mbit/s out of r towards h2, with a queue of a second (1.26 MB): more than the
+    // emulator's send socket holds (212,992 B by default), so tbf holds the socket's
+    // buffer full and the emulator's sends find no room. They used to wait for it: the
+    // emulator, both directions, 6 s late. Now what has no room is dropped there.
+    kernel_tbf(&lab.line, R_PORT_H2, "10mbit", "10kb", "1s");
+    // 20 Mbit/s of 1000-byte datagrams from h1 for 3 s.
+    let sent = 7_500;
+    let result = with_server_in_h2(&lab, |client| {
+        client.one_way(Direction::Up, 20_000_000, 1000, sent, 100)
+    });
+    let stats = lab.stats();
+    let up = &stats.directions[0];
+    let tbf = tbf_dropped(&lab.line, R_PORT_H2);
+    let seq = &result.sequence;
+    eprintln!(
+        "sent {} datagrams at 20 Mbit/s into a 10 Mbit/s bucket: received {}, lost {}; the \
+         emulator let {} packets through, sent {}, found no room for {}, other send errors \
+         {}; tbf dropped {tbf}; the emulator's lateness p99 {} us, max {} us",
+        seq.sent,
+        seq.received,
+        seq.lost,
+        up.link.packets_out,
+        up.forwarded,
+        up.egress_full,
+        up.send_errors,
+        up.lateness.p99_ns / 1000,
+        up.lateness.max_ns / 1000,
+    );
+    assert_eq!(seq.sent, sent);
+    // Every packet the link let through was sent, or dropped for want of room, and
+    // counted as one or the other.
+    assert_eq!(up.forwarded + up.egress_full, up.link.packets_out);
+    assert_eq!(up.send_errors, 0);
+    assert!(up.egress_full > 0, "the bucket never filled the socket");
+    // What the receiver lost is what the interface's queue dropped, the emulator's
+    // no-room drops and tbf's own: those also take a few of the test's control segments
+    // (TCP, same direction), never more than a handful.
+    let dropped = up.egress_full + tbf;
+    assert!(
+        seq.lost <= dropped && dropped - seq.lost <= 50,
+        "lost {} datagrams, {dropped} dropped behind the emulator",
+        seq.lost
+    );
+    // Half of 20 Mbit/s has no room: at least a third of what was sent is lost.
+    assert!(seq.lost >= sent / 3, "lost {} of {sent}", seq.lost);
+    // The emulator kept its time: its sends do not wait. Waiting was seconds; a
+    // late-running emulator on a busy machine is milliseconds.
+    assert!(
+        up.lateness.max_ns < 100_000_000,
+        "the emulator was {} ms late at most",
+        up.lateness.max_ns / 1_000_000
+    );
 }

@@ -786,16 +786,16 @@ impl Transmit for PacketTx {
     }
 
     fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
-        sys::write_two(self.socket.as_fd(), &vnet.to_bytes(), packet).map(drop)
+        sys::send_gather(self.socket.as_fd(), None, &[&vnet.to_bytes(), packet]).map(drop)
     }
 
     /// Gathers the super-packet from the frames where they are: its vnet header, its
-    /// headers, then each segment's payload, in one `writev` (no copy in user space).
+    /// headers, then each segment's payload, in one `sendmsg` (no copy in user space).
     fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
         let (headers, vnet) = offload::gso_headers(frames, Framing::Ethernet);
         let vnet = vnet.to_bytes();
         let (parts, n) = gso_parts(&vnet, &headers, frames);
-        sys::write_gather(self.socket.as_fd(), &parts[..n]).map(drop)
+        sys::send_gather(self.socket.as_fd(), None, &parts[..n]).map(drop)
     }
 }
 

@@ -221,9 +221,9 @@ impl Transmit for BoardTx {
     }
 
     fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
-        sys::send_gather_to(
+        sys::send_gather(
             self.socket.as_fd(),
-            self.ifindex,
+            Some(self.ifindex),
             &[&vnet.to_bytes(), packet],
         )
         .map(drop)
@@ -233,6 +233,6 @@ impl Transmit for BoardTx {
         let (headers, vnet) = pathlab_os::offload::gso_headers(frames, Framing::Ethernet);
         let vnet = vnet.to_bytes();
         let (parts, n) = gso_parts(&vnet, &headers, frames);
-        sys::send_gather_to(self.socket.as_fd(), self.ifindex, &parts[..n]).map(drop)
+        sys::send_gather(self.socket.as_fd(), Some(self.ifindex), &parts[..n]).map(drop)
     }
 }

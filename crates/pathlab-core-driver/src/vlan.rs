@@ -297,9 +297,9 @@ impl Transmit for VlanTx {
                     tag,
                     &packet[VLAN_TAG_OFFSET..],
                 ];
-                sys::write_gather(self.socket.as_fd(), &parts).map(drop)
+                sys::send_gather(self.socket.as_fd(), None, &parts).map(drop)
             }
-            _ => sys::write_two(self.socket.as_fd(), &vnet.to_bytes(), packet).map(drop),
+            _ => sys::send_gather(self.socket.as_fd(), None, &[&vnet.to_bytes(), packet]).map(drop),
         }
     }
 
@@ -322,7 +322,7 @@ impl Transmit for VlanTx {
         for (part, frame) in parts[4..].iter_mut().zip(frames) {
             *part = &frame[headers.len()..];
         }
-        sys::write_gather(self.socket.as_fd(), &parts[..4 + frames.len()]).map(drop)
+        sys::send_gather(self.socket.as_fd(), None, &parts[..4 + frames.len()]).map(drop)
     }
 }
 

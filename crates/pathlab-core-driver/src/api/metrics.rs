@@ -57,7 +57,7 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
             );
         }
     }
-    let counters: [Field<u64>; 8] = [
+    let counters: [Field<u64>; 9] = [
         (
             "pathlab_emulator_received_frames_total",
             "Frames read from the interface (a GSO super-packet counts once).",
@@ -87,6 +87,11 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
             "pathlab_emulator_send_errors_total",
             "Packets the link let through but the send failed.",
             |d| d.send_errors,
+        ),
+        (
+            "pathlab_emulator_egress_full_total",
+            "Packets the link let through that the outgoing interface had no room for.",
+            |d| d.egress_full,
         ),
         (
             "pathlab_emulator_malformed_frames_total",

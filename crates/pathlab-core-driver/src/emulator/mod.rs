@@ -103,6 +103,12 @@ pub struct DirectionCounters {
     pub forwarded_bytes: u64,
     /// Packets the link let through but the send failed (counted, not retried).
     pub send_errors: u64,
+    /// Packets the link let through that the outgoing interface had no room for (a qdisc
+    /// behind the emulator, a token bucket's, held the socket's send buffer full):
+    /// dropped there at once, as a router's full output queue drops, and not in
+    /// `send_errors`. The recording does not know them: they left the model.
+    #[serde(default)] // added when sends stopped waiting
+    pub egress_full: u64,
     /// Packets waiting in the bottleneck queue now.
     pub queue_packets: u64,
     /// Bytes waiting in the bottleneck queue now.

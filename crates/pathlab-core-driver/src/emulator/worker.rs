@@ -127,6 +127,17 @@ enum PortState {
     Gone,
 }
 
+/// What became of a send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// The kernel took it.
+    Ok,
+    /// The outgoing interface had no room ([`pathlab_os::sys::is_queue_full`]).
+    QueueFull,
+    /// Any other failure.
+    Failed,
+}
+
 /// One way through one emulator.
 pub(super) struct Direction {
     /// Which direction of its emulator (0: first port to second).
@@ -468,8 +479,13 @@ impl Direction {
                     out.send(&due[start].1.data)
                 };
                 let sent = clock.now();
+                let outcome = match &result {
+                    Ok(()) => Sent::Ok,
+                    Err(error) if pathlab_os::sys::is_queue_full(error) => Sent::QueueFull,
+                    Err(_) => Sent::Failed,
+                };
                 for (at, packet) in &due[start..start + run] {
-                    self.account_sent(*at, sent, handed, packet, result.is_ok());
+                    self.account_sent(*at, sent, handed, packet, outcome);
                 }
                 start += run;
             }
@@ -517,12 +533,19 @@ impl Direction {
         sent: Instant,
         handed: Instant,
         packet: &Packet,
-        ok: bool,
+        outcome: Sent,
     ) {
         self.lateness.record(sent, sent.saturating_since(due));
-        if !ok {
-            self.stats.send_errors += 1;
-            return;
+        match outcome {
+            Sent::Ok => {}
+            Sent::QueueFull => {
+                self.stats.egress_full += 1;
+                return;
+            }
+            Sent::Failed => {
+                self.stats.send_errors += 1;
+                return;
+            }
         }
         self.stats.forwarded += 1;
         self.stats.forwarded_bytes += packet.data.len() as u64;

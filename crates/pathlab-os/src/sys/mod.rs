@@ -577,24 +577,38 @@ pub fn write_gather(fd: BorrowedFd<'_>, parts: &[&[u8]]) -> io::Result<usize> {
     cvt_size(unsafe { libc::writev(fd.as_raw_fd(), iovecs.as_ptr(), parts.len() as libc::c_int) })
 }
 
-/// `sendmsg(2)` of `parts`, one after the other, as one frame on a packet socket, out of
-/// interface `ifindex` (one socket sends on every interface of its namespace this way). At
-/// most [`GATHER_MAX`] parts.
-pub fn send_gather_to(fd: BorrowedFd<'_>, ifindex: u32, parts: &[&[u8]]) -> io::Result<usize> {
+/// `sendmsg(2)` of `parts`, one after the other, as one frame on a packet socket: out of
+/// interface `to` (one socket sends on every interface of its namespace this way), or of
+/// the interface the socket is bound to (`None`). At most [`GATHER_MAX`] parts.
+///
+/// It never waits: a frame the socket's send buffer or the interface's queue has no room
+/// for is an error at once ([`is_queue_full`]), as a router's full output queue drops.
+/// Waiting would hold every packet the calling thread sends, in both directions, behind
+/// a qdisc that holds the socket's buffer (a token bucket behind an emulator did: 6 s late).
+pub fn send_gather(fd: BorrowedFd<'_>, to: Option<u32>, parts: &[&[u8]]) -> io::Result<usize> {
     let mut iovecs = gather(parts);
     // SAFETY: sockaddr_ll is plain data; all-zero is valid.
     let mut address: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    address.sll_family = libc::AF_PACKET as u16;
-    address.sll_ifindex = ifindex as i32;
     // SAFETY: msghdr is plain data; all-zero is valid.
     let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_name = (&raw mut address).cast();
-    message.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    if let Some(ifindex) = to {
+        address.sll_family = libc::AF_PACKET as u16;
+        address.sll_ifindex = ifindex as i32;
+        message.msg_name = (&raw mut address).cast();
+        message.msg_namelen = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    }
     message.msg_iov = iovecs.as_mut_ptr();
     message.msg_iovlen = parts.len() as _;
-    // SAFETY: the message points at the address and the first `parts.len()` iovecs, which
-    // describe readable buffers living for the call; sendmsg only reads through them.
-    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &raw const message, 0) })
+    // SAFETY: the message points at the address (if any) and the first `parts.len()`
+    // iovecs, which describe readable buffers living for the call; sendmsg only reads
+    // through them.
+    cvt_size(unsafe { libc::sendmsg(fd.as_raw_fd(), &raw const message, libc::MSG_DONTWAIT) })
+}
+
+/// Whether a [`send_gather`] failed for want of room (the send buffer full, or the
+/// interface's queue): the frame is dropped there, not lost to a fault.
+pub fn is_queue_full(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::WouldBlock || error.raw_os_error() == Some(libc::ENOBUFS)
 }
 
 /// The iovecs of `parts` (at most [`GATHER_MAX`]), the rest empty.

@@ -777,6 +777,14 @@ pub fn print_stats(stats: &EmulatorStats) {
                 d.send_errors, d.ring_full
             );
         }
+        if d.egress_full > 0 {
+            let _ = writeln!(
+                out,
+                "  egress     {} full: {} packets dropped there (a queue behind the emulator, \
+                 such as a token bucket, is the narrower link)",
+                d.to, d.egress_full
+            );
+        }
         if d.went_down > 0 {
             let _ = writeln!(
                 out,
