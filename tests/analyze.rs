@@ -16,7 +16,7 @@ use pathlab_probe::diagnosis::Limit;
 use pathlab_probe::tcpflow::{CaptureAnalysis, FlowReport, VantageKind};
 
 use crate::util;
-use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::emulated::{privileged_paired, Lab, PATHLAB};
 
 /// The receiving end in h2.
 const SERVER: &str = "198.18.0.2:5001";
@@ -116,7 +116,8 @@ fn marked_drops(capture: &[u8], client: SocketAddr) -> (u64, u64) {
 
 #[test]
 fn analyze_finds_the_emulators_drops_its_delay_and_every_byte() {
-    let Some(_serial) = privileged("analyze_finds_the_emulators_drops_its_delay_and_every_byte")
+    let Some(_serial) =
+        privileged_paired("analyze_finds_the_emulators_drops_its_delay_and_every_byte")
     else {
         return;
     };
@@ -242,7 +243,8 @@ fn escape_html(text: &str) -> String {
 
 #[test]
 fn analyze_says_a_small_receive_window_limits_the_transfer() {
-    let Some(_serial) = privileged("analyze_says_a_small_receive_window_limits_the_transfer")
+    let Some(_serial) =
+        privileged_paired("analyze_says_a_small_receive_window_limits_the_transfer")
     else {
         return;
     };

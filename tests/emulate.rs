@@ -23,8 +23,8 @@ mod vlan;
 
 use crate::util;
 use crate::util::emulated::{
-    pathlab, privileged, privileged_shared, run_quick_recipe, run_quick_recipe_points,
-    with_server_in_h2, Lab, PATHLAB,
+    pathlab, privileged, privileged_paired, privileged_shared, run_quick_recipe,
+    run_quick_recipe_points, with_server_in_h2, Lab, PATHLAB,
 };
 use crate::util::lab_spec::LabSpec;
 use crate::util::late::Lateness;
@@ -230,7 +230,7 @@ fn binomial_bound(n: usize, p: f64) -> (f64, f64) {
 #[test]
 fn loss_2_percent_each_way_matches_binomial_and_the_recorded_drops() {
     let Some(_serial) =
-        privileged("loss_2_percent_each_way_matches_binomial_and_the_recorded_drops")
+        privileged_paired("loss_2_percent_each_way_matches_binomial_and_the_recorded_drops")
     else {
         return;
     };
@@ -323,7 +323,8 @@ fn bulk_transfer_with_pings(
 
 #[test]
 fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
-    let Some(_serial) = privileged("rate_10mbit_limit_100_fills_the_link_and_the_queue") else {
+    let Some(_serial) = privileged_paired("rate_10mbit_limit_100_fills_the_link_and_the_queue")
+    else {
         return;
     };
     let mut lab = Lab::start("rate", "rate 10mbit limit 100", &["--reverse", ""], true);
@@ -1237,7 +1238,8 @@ fn rtt_medians_and_the_one_way_split_match_the_emulators_delays() {
 
 #[test]
 fn owd_sees_the_queue_the_emulator_builds_and_its_losses_exactly() {
-    let Some(_serial) = privileged("owd_sees_the_queue_the_emulator_builds_and_its_losses_exactly")
+    let Some(_serial) =
+        privileged_paired("owd_sees_the_queue_the_emulator_builds_and_its_losses_exactly")
     else {
         return;
     };
@@ -1280,7 +1282,8 @@ fn owd_sees_the_queue_the_emulator_builds_and_its_losses_exactly() {
 
 #[test]
 fn owd_loss_duplicates_and_reordering_equal_the_recorded_truth() {
-    let Some(_serial) = privileged("owd_loss_duplicates_and_reordering_equal_the_recorded_truth")
+    let Some(_serial) =
+        privileged_paired("owd_loss_duplicates_and_reordering_equal_the_recorded_truth")
     else {
         return;
     };
@@ -1369,7 +1372,8 @@ fn tcp_through(lab: &Lab, seconds: u64) -> pathlab_probe::tcp::TcpTestReport {
 
 #[test]
 fn tcp_goodput_and_retransmissions_match_the_emulators_truth() {
-    let Some(_serial) = privileged("tcp_goodput_and_retransmissions_match_the_emulators_truth")
+    let Some(_serial) =
+        privileged_paired("tcp_goodput_and_retransmissions_match_the_emulators_truth")
     else {
         return;
     };
@@ -1457,9 +1461,9 @@ fn lab_rtts(result: &std::path::Path, name: &str) -> (u64, Vec<(u64, i64)>) {
 
 #[test]
 fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
-    let Some(_serial) =
-        privileged("the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue")
-    else {
+    let Some(_serial) = privileged_paired(
+        "the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue",
+    ) else {
         return;
     };
     let dir = TempDir::new("lab-bufferbloat");
@@ -1558,7 +1562,7 @@ fn rtts_on_emulator_clock(run_dir: &std::path::Path, name: &str, link: &str) -> 
 
 #[test]
 fn in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tail_drop() {
-    let Some(_serial) = privileged(
+    let Some(_serial) = privileged_paired(
         "in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tail_drop",
     ) else {
         return;
@@ -1633,9 +1637,9 @@ fn in_the_aqm_recipe_codel_and_fq_codel_keep_the_1_mbit_phases_rtt_far_below_tai
 
 #[test]
 fn in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound() {
-    let Some(_serial) =
-        privileged("in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound")
-    else {
+    let Some(_serial) = privileged_paired(
+        "in_the_wan_sweep_throughput_falls_with_loss_and_follows_the_mathis_bound",
+    ) else {
         return;
     };
     let dir = TempDir::new("lab-wan-sweep");
@@ -1871,7 +1875,7 @@ fn ctrl_c_in_a_lab_run_keeps_the_recording_and_leaves_no_namespace() {
 #[test]
 fn the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10() {
     let Some(_serial) =
-        privileged("the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10")
+        privileged_paired("the_owd_probe_recipe_sees_the_queue_build_at_15_mbits_and_not_at_10")
     else {
         return;
     };

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::util::emulated::{privileged, Lab, PATHLAB};
+use crate::util::emulated::{privileged, privileged_paired, Lab, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
 use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
 
@@ -219,7 +219,7 @@ fn drain(stream: &std::net::TcpStream) {
 
 #[test]
 fn a_small_receive_window_across_20_ms_is_named_and_its_rate_is_the_window_over_the_rtt() {
-    let Some(_serial) = privileged("inspect_window") else {
+    let Some(_serial) = privileged_paired("inspect_window") else {
         return;
     };
     let lab = Lab::start_with("inspect-window", "delay 10ms", &[], true, false);
@@ -285,7 +285,7 @@ fn a_small_receive_window_across_20_ms_is_named_and_its_rate_is_the_window_over_
 
 #[test]
 fn a_small_send_buffer_is_named() {
-    let Some(_serial) = privileged("inspect_send_buffer") else {
+    let Some(_serial) = privileged_paired("inspect_send_buffer") else {
         return;
     };
     let lab = Lab::start_with("inspect-sndbuf", "delay 10ms", &[], true, false);
@@ -308,7 +308,7 @@ fn a_small_send_buffer_is_named() {
 
 #[test]
 fn an_application_that_writes_in_bursts_with_pauses_is_named() {
-    let Some(_serial) = privileged("inspect_application") else {
+    let Some(_serial) = privileged_paired("inspect_application") else {
         return;
     };
     let lab = Lab::start_with("inspect-app", "delay 10ms", &[], true, false);
@@ -421,7 +421,7 @@ fn lab_run(path: &std::path::Path) -> pathlab_results::lab::LabRun {
 
 #[test]
 fn the_app_limits_recipe_names_each_applications_limit_and_blocks_move_a_block_per_rtt() {
-    let Some(_serial) = privileged("inspect_app_limits_recipe") else {
+    let Some(_serial) = privileged_paired("inspect_app_limits_recipe") else {
         return;
     };
     let dir = util::TempDir::new("lab-app-limits");

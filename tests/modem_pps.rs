@@ -13,7 +13,7 @@
 
 use crate::util;
 
-use crate::util::emulated::{privileged, run_quick_recipe};
+use crate::util::emulated::{privileged_paired, run_quick_recipe};
 use pathlab_core::spec::RateSpec;
 use pathlab_core::LinkSpec;
 use pathlab_results::lab::{LabOutcome, LabRun};
@@ -51,7 +51,7 @@ fn lab_run(path: &std::path::Path) -> LabRun {
 
 #[test]
 fn the_modem_pps_recipe_delivers_what_each_explanation_predicts_and_the_seeds_rates() {
-    let Some(_serial) = privileged("modem_pps_recipe") else {
+    let Some(_serial) = privileged_paired("modem_pps_recipe") else {
         return;
     };
     let dir = util::TempDir::new("lab-modem-pps");

@@ -8,12 +8,12 @@ use pathlab_probe::control::Direction;
 use pathlab_probe_driver::Client;
 
 use crate::util;
-use crate::util::emulated::{privileged, with_server_in_h2, Lab};
+use crate::util::emulated::{privileged_paired, with_server_in_h2, Lab};
 
 #[test]
 fn path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp() {
     let Some(_serial) =
-        privileged("path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp")
+        privileged_paired("path_mtu_search_finds_each_directions_mtu_to_the_byte_without_icmp")
     else {
         return;
     };
@@ -60,7 +60,8 @@ fn capacity_up(lab: &Lab, available: bool) -> pathlab_probe::capacity::CapacityR
 
 #[test]
 fn capacity_from_pairs_and_trains_is_the_emulated_rate() {
-    let Some(_serial) = privileged("capacity_from_pairs_and_trains_is_the_emulated_rate") else {
+    let Some(_serial) = privileged_paired("capacity_from_pairs_and_trains_is_the_emulated_rate")
+    else {
         return;
     };
     // The emulator's `rate` counts each IP packet plus its 14-byte Ethernet header, as
@@ -95,7 +96,7 @@ fn capacity_from_pairs_and_trains_is_the_emulated_rate() {
 #[test]
 fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
     let Some(_serial) =
-        privileged("available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6")
+        privileged_paired("available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6")
     else {
         return;
     };
@@ -159,7 +160,8 @@ fn available_bandwidth_beside_4_mbits_of_cross_traffic_on_10_is_6() {
 
 #[test]
 fn tune_without_a_rate_measures_the_capacity_from_the_server() {
-    let Some(_serial) = privileged("tune_without_a_rate_measures_the_capacity_from_the_server")
+    let Some(_serial) =
+        privileged_paired("tune_without_a_rate_measures_the_capacity_from_the_server")
     else {
         return;
     };
@@ -202,7 +204,7 @@ fn tune_without_a_rate_measures_the_capacity_from_the_server() {
 #[test]
 fn control_messages_cross_a_path_that_drops_packets_above_1280_bytes() {
     let Some(_serial) =
-        privileged("control_messages_cross_a_path_that_drops_packets_above_1280_bytes")
+        privileged_paired("control_messages_cross_a_path_that_drops_packets_above_1280_bytes")
     else {
         return;
     };

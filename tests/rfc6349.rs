@@ -4,7 +4,7 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::util::emulated::{privileged, Lab, ServerInH2, PATHLAB};
+use crate::util::emulated::{privileged_paired, Lab, ServerInH2, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
 use crate::util::LoopbackServer;
 use pathlab_core::verdict::DropReason;
@@ -241,7 +241,8 @@ fn check_buffer_delay(
 
 #[test]
 fn rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate() {
-    let Some(_serial) = privileged("rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate")
+    let Some(_serial) =
+        privileged_paired("rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate")
     else {
         return;
     };
@@ -289,7 +290,8 @@ fn rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate() {
 
 #[test]
 fn rfc6349_efficiency_counts_the_segments_the_emulator_dropped() {
-    let Some(_serial) = privileged("rfc6349_efficiency_counts_the_segments_the_emulator_dropped")
+    let Some(_serial) =
+        privileged_paired("rfc6349_efficiency_counts_the_segments_the_emulator_dropped")
     else {
         return;
     };
@@ -327,7 +329,8 @@ fn rfc6349_efficiency_counts_the_segments_the_emulator_dropped() {
 
 #[test]
 fn rfc6349_buffer_delay_is_the_queue_the_emulator_recorded() {
-    let Some(_serial) = privileged("rfc6349_buffer_delay_is_the_queue_the_emulator_recorded")
+    let Some(_serial) =
+        privileged_paired("rfc6349_buffer_delay_is_the_queue_the_emulator_recorded")
     else {
         return;
     };
@@ -368,9 +371,9 @@ fn rfc6349_buffer_delay_is_the_queue_the_emulator_recorded() {
 
 #[test]
 fn rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections() {
-    let Some(_serial) =
-        privileged("rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections")
-    else {
+    let Some(_serial) = privileged_paired(
+        "rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections",
+    ) else {
         return;
     };
     // The way up silently drops packets above 1400 bytes. Windows of 200 KiB hold a third
