@@ -395,7 +395,7 @@ fn rate_10mbit_limit_100_fills_the_link_and_the_queue() {
 
 #[test]
 fn codel_keeps_the_rtt_under_load_near_the_base() {
-    let Some(_serial) = privileged("codel_keeps_the_rtt_under_load_near_the_base") else {
+    let Some(_serial) = privileged_paired("codel_keeps_the_rtt_under_load_near_the_base") else {
         return;
     };
     let mut lab = Lab::start(
