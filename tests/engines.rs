@@ -13,6 +13,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use crate::util::emulated::{end, libc_sigterm, link_index, privileged, PATHLAB};
+use crate::util::late::{Lateness, Quantile};
 use crate::util::TempDir;
 use pathlab_lab::export::node::NodeConfig;
 use pathlab_os::netlink::Netlink;
@@ -391,19 +392,20 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     // The underlay's round trips were measured (its emulator's lateness is in them); the
     // links' emulators add their own median lateness to the median ping, once per direction
     // crossed (a busy run: 14.017 ms for 13.453, 0.56 ms over a fixed 0.5 ms).
+    // Past 1 ms a link, the test cannot judge the ping and says so.
     let slack = run
         .links
         .iter()
-        .flat_map(|link| &link.lateness)
-        .map(|late| late.p50_ns as f64 * 1e-6)
+        .map(|link| {
+            Lateness::of_lab_link(&out.join("result.json"), &link.name)
+                .slack(Quantile::P50, &[0, 1], Duration::from_millis(1))
+                .as_secs_f64()
+                * 1e3
+        })
         .sum::<f64>();
     eprintln!(
         "ping across: median {measured:.3} ms, specs plus underlay {theory:.3} ms, the links' \
          emulators late by {slack:.3} ms (sum of their medians)"
-    );
-    assert!(
-        slack <= 2.0,
-        "the links' emulators were late by {slack:.3} ms in all: cannot judge the ping"
     );
     assert!(ping.received >= ping.sent - 1);
     assert!(
