@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use pathlab_core::record::PacketRecord;
 use pathlab_core::time::Instant;
+use pathlab_probe::control::ReceivedProbe;
+use pathlab_probe::owd::{delay_trend, DelayTrend};
 use pathlab_results::recording::{Recording, RecordingLine};
 
 use super::late::{ms, pinger_slack, Lateness, Quantile};
@@ -63,6 +65,33 @@ pub fn recorded_pings(recording: &Recording, frame_bytes: u32, out: u8) -> Vec<R
             RecordedPing { request, reply }
         })
         .collect()
+}
+
+/// The trend test `owd` runs ([`delay_trend`], windows of `window` packets), run on what
+/// the link recorded of the frames of `frame_bytes` in direction `dir`: each frame's entry
+/// into the link taken as its sending, its exit as its arrival, in model time. It is the
+/// verdict a probe through that link must reach when the link holds the path's only queue,
+/// whatever the sender did (a sender late on a busy machine that catches up in bursts
+/// builds a real queue, and the recording has it).
+pub fn recorded_delay_trend(
+    recording: &Recording,
+    dir: u8,
+    frame_bytes: u32,
+    window: usize,
+) -> DelayTrend {
+    let mut probes: Vec<ReceivedProbe> = recording
+        .packets(dir)
+        .filter(|r| r.len_bytes == frame_bytes && r.duplicate_of.is_none())
+        .filter_map(|r| {
+            Some(ReceivedProbe {
+                seq: r.id,
+                sent_ns: r.arrived.as_nanos(),
+                received_ns: r.departed?.as_nanos(),
+            })
+        })
+        .collect();
+    probes.sort_by_key(|p| p.received_ns);
+    delay_trend(&probes, window)
 }
 
 /// The instants direction `dir`'s spec changed (`emulate set`, a lab's change over HTTP),
