@@ -5,5 +5,5 @@
 //! The ones that need CAP_NET_ADMIN fail in CI without it and say SKIPPED elsewhere.
 
 mod api;
-mod local;
+pub(crate) mod local;
 mod server;

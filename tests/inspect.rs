@@ -12,13 +12,13 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::util::emulated::{privileged, privileged_paired, Lab, PATHLAB};
+use crate::util::emulated::{privileged_paired, Lab, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
 use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
 
 /// How the sender writes.
 #[derive(Clone, Copy)]
-enum Writes {
+pub(crate) enum Writes {
     /// As fast as TCP takes it, for this long.
     Bulk(Duration),
     /// `bytes` at once every `pause`, for this long.
@@ -32,14 +32,14 @@ enum Writes {
 /// The socket buffers of the two ends (`None`: the kernel's autotuning), and the sender's
 /// congestion control (`None`: the machine's default).
 #[derive(Clone, Copy, Default)]
-struct Buffers {
-    send: Option<usize>,
-    receive: Option<usize>,
-    congestion: Option<&'static str>,
+pub(crate) struct Buffers {
+    pub(crate) send: Option<usize>,
+    pub(crate) receive: Option<usize>,
+    pub(crate) congestion: Option<&'static str>,
 }
 
 /// What one watched transfer gave.
-struct Watched {
+pub(crate) struct Watched {
     report: InspectReport,
     /// Bits/s the receiver counted, from its first byte to its last.
     received_bps: f64,
@@ -47,7 +47,7 @@ struct Watched {
 
 impl Watched {
     /// The watched connection (the sender's end: h1 to h2's port).
-    fn sender(&self, port: u16) -> &ConnectionReport {
+    pub(crate) fn sender(&self, port: u16) -> &ConnectionReport {
         self.report
             .connections
             .iter()
@@ -60,7 +60,7 @@ const H2: &str = "198.18.0.2";
 
 /// When inspect takes its last look.
 #[derive(Clone, Copy)]
-enum LastLook {
+pub(crate) enum LastLook {
     /// At the end of `-t` (seconds): the sender holds its socket open, idle, until then.
     At(&'static str),
     /// Once the sender has drained (everything it wrote is acknowledged, so every segment
@@ -75,7 +75,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(200);
 /// Starts `pathlab inspect -J` in h1 on connections to `port`, then a transfer from h1 to
 /// h2's `port` written as `writes` says, with `buffers`; the sender holds its socket open
 /// until inspect's last look, taken as `last_look` says.
-fn watch(
+pub(crate) fn watch(
     lab: &Lab,
     port: u16,
     writes: Writes,
@@ -330,81 +330,6 @@ fn an_application_that_writes_in_bursts_with_pauses_is_named() {
     // 16 KiB every 100 ms over a 20 ms RTT: busy about one RTT in five at most.
     assert!(verdict.share > 0.7, "{}", verdict.sentence);
     assert!(verdict.sentence.starts_with("application-limited"));
-}
-
-#[test]
-fn the_retransmissions_it_reports_are_the_segments_the_emulator_dropped() {
-    let Some(_serial) = privileged("inspect_retransmissions") else {
-        return;
-    };
-    // Cubic (not the machine's bbr, which does not slow down for random loss) through a
-    // 50 Mbit/s line losing 1%: the losses hold it far below the rate.
-    let mut lab = Lab::start_with(
-        "inspect-loss",
-        "rate 50mbit delay 10ms loss 1%",
-        &["--reverse", "delay 10ms", "--seed", "11"],
-        true,
-        true,
-    );
-    let watched = watch(
-        &lab,
-        5304,
-        Writes::Bulk(Duration::from_secs(3)),
-        Buffers {
-            congestion: Some("cubic"),
-            ..Buffers::default()
-        },
-        LastLook::AfterDrain,
-        &[],
-    );
-    let (stats, recording) = lab.stop();
-    // Every frame the kernel handed the emulator reached the model (no `ring_full`: a
-    // frame lost there is resent but not in the recording), and round trips were rarely
-    // late by more than half the 20 ms round trip itself (both directions' p99): later,
-    // TCP's timers (a loss probe after two round trips) may resend what was not lost.
-    Lateness::of_stats(&stats).judgeable(Quantile::P99, &[0, 1], Duration::from_millis(10));
-    let connection = watched.sender(5304);
-    let retrans = connection.last.info.expect("tcp_info").total_retrans;
-    // The bulk connection's data segments: its flow carried the most frames (another
-    // frame the line dropped, of another flow, was never this sender's to resend).
-    let mut per_flow = std::collections::HashMap::<u64, (u32, u32)>::new();
-    for r in recording.packets(0).filter(|r| r.len_bytes > 100) {
-        let (frames, drops) = per_flow.entry(r.flow).or_default();
-        *frames += 1;
-        *drops += u32::from(r.dropped.is_some());
-    }
-    let dropped = per_flow
-        .values()
-        .max_by_key(|(frames, _)| *frames)
-        .map_or(0, |(_, drops)| *drops);
-    eprintln!(
-        "{}\n  inspect: {retrans} segments retransmitted; the emulator dropped {dropped} of its \
-         data segments (frames and drops per flow over 100 bytes: {:?})",
-        connection.verdict.sentence,
-        per_flow.values().collect::<Vec<_>>()
-    );
-    assert!(dropped >= 10, "1% of thousands of segments: {dropped}");
-    // Against the recording: every dropped segment is sent again, and the sender drained
-    // before inspect's last look, so that look counted every resend; tail-loss probes and
-    // timeouts may resend a few that were not lost: 10% and 2 on top.
-    assert!(
-        retrans >= dropped && f64::from(retrans) <= f64::from(dropped) * 1.1 + 2.0,
-        "inspect's {retrans} retransmissions against the emulator's {dropped} drops"
-    );
-    assert_eq!(
-        connection.verdict.limit,
-        Limit::Congestion,
-        "{}",
-        connection.verdict.sentence
-    );
-    assert!(
-        connection
-            .verdict
-            .sentence
-            .contains("the path loses packets"),
-        "{}",
-        connection.verdict.sentence
-    );
 }
 
 /// The saved lab run at `path`.

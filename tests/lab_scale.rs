@@ -12,7 +12,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::util::emulated::{privileged, privileged_paired, PATHLAB};
+use crate::util::emulated::{privileged_paired, PATHLAB};
 use crate::util::lab_spec::LabSpec;
 use crate::util::late::{Lateness, Quantile};
 use crate::util::TempDir;
@@ -46,7 +46,7 @@ fn star() -> String {
 }
 
 /// The star written in `dir`: its file, the descriptors it counts, its output directory.
-fn write_star(dir: &TempDir) -> (std::path::PathBuf, u64, std::path::PathBuf) {
+pub(crate) fn write_star(dir: &TempDir) -> (std::path::PathBuf, u64, std::path::PathBuf) {
     let spec = dir.path("star.toml");
     let text = star();
     std::fs::write(&spec, &text).unwrap();
@@ -182,54 +182,6 @@ fn a_lab_raises_its_file_limit_holds_what_it_counted_and_runs_on_a_thread_per_co
         "RTT p50 {rtt:.3} ms, theory {:.2}, the two links' emulators late by {late_ms:.3} ms",
         4.0 * DELAY_MS
     );
-}
-
-/// Whether this process has CAP_SYS_RESOURCE (bit 24 of its effective set), which raising
-/// a hard limit needs.
-fn may_raise_hard_limits() -> bool {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap();
-    let effective = text
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
-        .unwrap();
-    effective & (1 << 24) != 0
-}
-
-#[test]
-fn under_a_hard_limit_too_low_a_lab_raises_it_or_says_what_it_needs_before_building() {
-    let Some(_serial) = privileged("under_a_hard_limit_too_low_a_lab_raises_it") else {
-        return;
-    };
-    let dir = TempDir::new("lab-scale-hard");
-    let (spec, needed, out) = write_star(&dir);
-    // `ulimit -n` in sh sets the soft and the hard limit.
-    let output = Command::new("sh")
-        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", PATHLAB, "lab"])
-        .args([spec.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if may_raise_hard_limits() {
-        assert!(output.status.success(), "{stderr}");
-        return;
-    }
-    eprintln!("{}", stderr.trim());
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let wanted = needed + (needed as f64 * pathlab_lab::descriptors::HEADROOM).ceil() as u64;
-    assert!(
-        stderr.contains(&format!("holds up to {wanted} file descriptors"))
-            && stderr.contains("may open 256"),
-        "{stderr}"
-    );
-    // Nothing was built: no link's recording.
-    let built = std::fs::read_dir(&out).map_or(0, |entries| {
-        entries
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("link-"))
-            .count()
-    });
-    assert_eq!(built, 0, "links built before the refusal");
 }
 
 /// Links of the star in [`tcp_across_the_switchboard_takes_its_bottleneck_rate`]: beyond

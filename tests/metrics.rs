@@ -3,13 +3,11 @@
 //! counters checked against what the clients did.
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use pathlab_http::prometheus::{parse, Family};
 
 use crate::util;
 use crate::util::output::OutputLog;
-use crate::util::tunnel::Tunnel;
 use crate::util::TempDir;
 
 const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
@@ -69,12 +67,12 @@ impl Drop for Server {
 }
 
 /// The one sample of family `name` whose labels include `labels`.
-fn value(families: &[Family], name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn value(families: &[Family], name: &str, labels: &[(&str, &str)]) -> f64 {
     pathlab_http::prometheus::value(families, name, labels)
         .unwrap_or_else(|| panic!("not one sample of {name}{labels:?}"))
 }
 
-fn tests(families: &[Family], kind: &str, outcome: &str) -> f64 {
+pub(crate) fn tests(families: &[Family], kind: &str, outcome: &str) -> f64 {
     value(
         families,
         "pathlab_server_tests_total",
@@ -82,7 +80,7 @@ fn tests(families: &[Family], kind: &str, outcome: &str) -> f64 {
     )
 }
 
-fn run(args: &[&str]) -> std::process::Output {
+pub(crate) fn run(args: &[&str]) -> std::process::Output {
     let output = Command::new(PATHLAB)
         .args(args)
         .stdin(Stdio::null())
@@ -248,159 +246,4 @@ fn a_metrics_token_is_required_when_given_and_beyond_loopback() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-}
-
-#[test]
-fn bond_metrics_say_what_bond_stats_says() {
-    let Some(_serial) = pathlab_os::testing::privileged("bond_metrics_say_what_bond_stats_says")
-    else {
-        return;
-    };
-    let dir = TempDir::new("metrics-bond");
-    let key = dir.path("bond.key");
-    assert!(run(&["bond", "key", key.to_str().unwrap()])
-        .status
-        .success());
-    let key = key.to_str().unwrap();
-    // Names of this test process: the stats sockets live in the host's runtime directory.
-    let tag = format!("mt{}", std::process::id());
-    let (server_name, client_name) = (format!("{tag}-s"), format!("{tag}-c"));
-    let netns = pathlab_os::testing::netns_with_loopback().unwrap();
-    let mut server = Tunnel::start(
-        &netns,
-        &[
-            "server",
-            "--listen",
-            "127.0.0.1:7000",
-            "--psk",
-            key,
-            "--tun",
-            "pl-mts",
-            "--address",
-            "198.19.0.1/24",
-            "--name",
-            &server_name,
-            "--metrics",
-            "127.0.0.1:0",
-        ],
-    );
-    server.wait_for("bond: pl-mts is up");
-    let mut client = Tunnel::start(
-        &netns,
-        &[
-            "client",
-            "127.0.0.1:7000",
-            "--line",
-            "lo",
-            "--psk",
-            key,
-            "--tun",
-            "pl-mtc",
-            "--address",
-            "198.19.0.2/24",
-            "--name",
-            &client_name,
-            "--metrics",
-            "127.0.0.1:0",
-        ],
-    );
-    client.wait_for("bond: session");
-    // Let reports and path MTU probes flow for a moment.
-    std::thread::sleep(Duration::from_millis(1500));
-    for (tunnel, name) in [(&client, &client_name), (&server, &server_name)] {
-        let url = tunnel.wait_for("metrics: http://");
-        let addr = url["metrics: http://".len()..]
-            .trim_end_matches("/metrics")
-            .to_owned();
-        let stats = || {
-            netns
-                .run(|| pathlab_bond_driver::tunnel::request_stats(name))
-                .unwrap()
-                .expect("stats")
-        };
-        let before = stats();
-        let response = netns
-            .run(|| pathlab_http::request(&addr, "GET", "/metrics", None, None))
-            .unwrap()
-            .expect("the metrics address answers");
-        let after = stats();
-        assert_eq!(response.status, 200, "{response:?}");
-        let text = String::from_utf8(response.body).unwrap();
-        let families = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        assert_eq!(
-            value(&families, "pathlab_bond_info", &[("name", name)]),
-            1.0
-        );
-        assert_eq!(before.sessions.len(), 1, "{name}: {before:?}");
-        let session = format!("{:08x}", before.sessions[0].session);
-        // Counters only grow: the scrape, taken between two stats reads, lies between them.
-        let between = |family: &str,
-                       labels: &[(&str, &str)],
-                       of: &dyn Fn(&pathlab_bond::stats::BondStats) -> u64| {
-            let scraped = value(&families, family, labels);
-            let (low, high) = (of(&before) as f64, of(&after) as f64);
-            assert!(
-                (low..=high).contains(&scraped),
-                "{name} {family}{labels:?}: {scraped} not within bond stats' {low}..{high}"
-            );
-            scraped
-        };
-        let line = [("session", session.as_str()), ("line", "0")];
-        let sent = between("pathlab_bond_line_sent_packets_total", &line, &|s| {
-            s.sessions[0].lines[0].counters.sent_packets
-        });
-        assert!(
-            sent > 0.0,
-            "{name}: the line carried the handshake and reports"
-        );
-        between("pathlab_bond_line_sent_bytes_total", &line, &|s| {
-            s.sessions[0].lines[0].counters.sent_bytes
-        });
-        let received = between("pathlab_bond_line_received_packets_total", &line, &|s| {
-            s.sessions[0].lines[0].counters.received_packets
-        });
-        assert!(received > 0.0, "{name}");
-        between("pathlab_bond_line_received_bytes_total", &line, &|s| {
-            s.sessions[0].lines[0].counters.received_bytes
-        });
-        between(
-            "pathlab_bond_inner_packets_total",
-            &[("session", session.as_str()), ("direction", "from_tun")],
-            &|s| s.sessions[0].counters.inner_in,
-        );
-        between(
-            "pathlab_bond_line_mtu_probes_total",
-            &[("session", session.as_str()), ("result", "sent")],
-            &|s| s.sessions[0].lines[0].mtu_probes.0,
-        );
-        // What does not move on an idle tunnel is equal.
-        let state = |s: &pathlab_bond::stats::BondStats| {
-            f64::from(u8::from(
-                s.sessions[0].lines[0].state == pathlab_bond::line::LineState::Up,
-            ))
-        };
-        assert_eq!(state(&before), state(&after), "{name}: the line flapped");
-        assert_eq!(
-            value(&families, "pathlab_bond_line_up", &line),
-            state(&before)
-        );
-        // A gauge the controller may move between the reads: one of the two.
-        let rate = value(&families, "pathlab_bond_line_rate_bytes_per_second", &line);
-        let rates = [&before, &after].map(|s| s.sessions[0].lines[0].rate_bps as f64 / 8.0);
-        assert!(
-            rates.contains(&rate),
-            "{name}: rate {rate}, stats {rates:?}"
-        );
-        assert_eq!(value(&families, "pathlab_bond_session_open", &[]), 1.0);
-        assert_eq!(value(&families, "pathlab_bond_sessions", &[]), 1.0);
-        let uptime = value(&families, "pathlab_bond_uptime_seconds", &[]);
-        assert!(
-            (before.uptime_s..=after.uptime_s).contains(&uptime),
-            "{name}: uptime {uptime}"
-        );
-    }
-    client.stop();
-    server.stop();
-    assert!(!pathlab_bond_driver::tunnel::stats_socket_path(&client_name).exists());
-    assert!(!pathlab_bond_driver::tunnel::stats_socket_path(&server_name).exists());
 }

@@ -12,18 +12,16 @@ use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
 use pathlab_probe::shaper::{Shaper, ShaperKind};
 
-use crate::util::emulated::{
-    privileged, privileged_paired, with_server_in_h2, Lab, ServerInH2, PATHLAB,
-};
+use crate::util::emulated::{privileged_paired, with_server_in_h2, Lab, ServerInH2, PATHLAB};
 
 /// h1 - r - h2 with a kernel bridge in r: nothing of pathlab's on the path.
-fn bridged() -> Line {
+pub(crate) fn bridged() -> Line {
     Line::build(Middle::KernelBridge, true).expect("namespaces build")
 }
 
 /// A kernel token bucket on one of r's ports: what leaves r by `port` is shaped to `rate`
 /// with a bucket of `burst` and a queue of `latency` (tc's words and units).
-fn kernel_tbf(line: &Line, port: &str, rate: &str, burst: &str, latency: &str) {
+pub(crate) fn kernel_tbf(line: &Line, port: &str, rate: &str, burst: &str, latency: &str) {
     let output = line
         .r
         .command("tc")
@@ -217,68 +215,6 @@ fn rfc6349_plans_for_the_kernels_token_bucket_and_fills_it() {
         "TTR {}",
         result.transfer_time_ratio
     );
-}
-
-/// `pathlab owd` from h1 to a server in h2: its one direction's result, as JSON.
-fn owd_up(line: &Line, rate: &str, time: &str) -> serde_json::Value {
-    let _server = ServerInH2::start(line);
-    let output = line
-        .h1
-        .command(PATHLAB)
-        .args([
-            "owd",
-            "198.18.0.2",
-            "--rate",
-            rate,
-            "--size",
-            "1200",
-            "-t",
-            time,
-            "-J",
-        ])
-        .output()
-        .expect("pathlab owd runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let value: serde_json::Value = serde_json::from_slice(&output.stdout).expect("owd's JSON");
-    value[0]["owd"].clone()
-}
-
-#[test]
-fn owd_shows_the_kernels_full_buffer_while_overfed_and_a_flat_line_below_its_rate() {
-    let Some(_serial) = privileged(
-        "owd_shows_the_kernels_full_buffer_while_overfed_and_a_flat_line_below_its_rate",
-    ) else {
-        return;
-    };
-    // The seed's two plots on a line pathlab did not make: a 10 Mbit/s tbf with a 100 ms
-    // queue. A full buffer delays a frame by the latency plus the bucket's time at the
-    // rate (tbf's limit is its rate times its latency plus its bucket).
-    let line = bridged();
-    kernel_tbf(&line, R_PORT_H2, "10mbit", "2kb", "100ms");
-    let buffer_ns = 100e6 + 2048.0 * 8.0 / 10e6 * 1e9;
-    let ns = |owd: &serde_json::Value, field: &str| owd[field].as_f64().expect(field);
-    // 12 Mbit/s of payload in 1242-byte frames: 12.4 Mbit/s into 10, for 10 s (the lows of
-    // a full buffer wander by tens of microseconds: 5 s gave up to 18 ppm of drift, 10 s
-    // within 1.5).
-    let over = owd_up(&line, "12M", "10s");
-    eprintln!("overfed: {over:#}");
-    assert_eq!(over["verdict"], "building");
-    let p95 = ns(&over, "deviation_p95_ns");
-    assert!(
-        (p95 / buffer_ns - 1.0).abs() < 0.1,
-        "p95 {p95} ns for a buffer of {buffer_ns}"
-    );
-    // Both ends share a clock: no drift, and a queue that stays is not taken for one.
-    assert!(ns(&over, "clock_drift_ppm").abs() < 5.0, "{over}");
-    assert_eq!(over["clock_drift_implausible"], false);
-    let under = owd_up(&line, "5M", "5s");
-    assert_eq!(under["verdict"], "not-building");
-    assert!(ns(&under, "deviation_p95_ns") < 1e6, "{under}");
-    assert!(ns(&under, "clock_drift_ppm").abs() < 5.0, "{under}");
 }
 
 /// Packets tbf dropped on `port` of r (`tc -s qdisc show`'s "dropped N").

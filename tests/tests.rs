@@ -13,6 +13,8 @@
 
 mod util;
 
+// First in name order: see its documentation.
+mod alone;
 mod analyze;
 mod bloat;
 mod bond;
@@ -24,13 +26,11 @@ mod bond_sessions;
 mod bond_tap;
 mod cli;
 mod client_failures;
-mod control;
 mod emulate;
 mod engines;
 mod hostile;
 mod inspect;
 mod lab_export;
-mod lab_kill;
 mod lab_scale;
 mod layers;
 mod measure;

@@ -1,0 +1,3 @@
+//! The hostile-input tests that need the machine to themselves.
+
+mod local;
