@@ -1,11 +1,6 @@
-//! A lab exported for an engine and played by `pathlab node` in each pod, gathered by
-//! `pathlab lab collect`: two "machines" (namespaces joined by an underlay veth with a
-//! delay of its own), pods as namespaces in them, links made as meshnet makes them (a veth
-//! within a machine, a VXLAN device across, moved into the pod), each added only after the
-//! pods' nodes have started. Checked: the ping across the lab against the specs' sum plus
-//! the underlay the nodes reported; RFC 6349's transfer time ratio across the
-//! cross-machine `rate 50mbit` link; the collected result and report; the warning for a
-//! spec faster than its underlay; and every interface given back when the nodes stop.
+//! `pathlab node` and `pathlab lab collect` refusing bad input, and what the engines' tests
+//! share: a `pathlab node` process in a pod. The lab played across two machines needs the
+//! machine to itself: tests/alone/engines.rs.
 
 use crate::util;
 

@@ -1,4 +1,13 @@
-//! The tests of `engines` that need the machine to themselves (see `alone.rs`).
+//! A lab exported for an engine and played by `pathlab node` in each pod, gathered by
+//! `pathlab lab collect`: two "machines" (namespaces joined by an underlay veth with a
+//! delay of its own), pods as namespaces in them, links made as meshnet makes them (a veth
+//! within a machine, a VXLAN device across, moved into the pod), each added only after the
+//! pods' nodes have started. Checked: the ping across the lab against the specs' sum plus
+//! the underlay the nodes reported; RFC 6349's transfer time ratio across the
+//! cross-machine `rate 50mbit` link; the collected result and report; the warning for a
+//! spec faster than its underlay; and every interface given back when the nodes stop.
+//!
+//! It needs the machine to itself (see `alone.rs`).
 
 use crate::util;
 use crate::util::emulated::{libc_sigterm, link_index, privileged, PATHLAB};
