@@ -94,6 +94,7 @@ fn report_refuses_a_recording_asking_for_billions_of_rate_intervals() {
         duplicate_of: None,
         ce_marked: false,
         corrupted: false,
+        sent: None,
     };
     let recording = run.join("link-r1-h2.jsonl");
     let mut file = std::fs::OpenOptions::new()

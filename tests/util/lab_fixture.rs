@@ -188,6 +188,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
             duplicate_of: None,
             ce_marked: false,
             corrupted: false,
+            sent: None,
         };
         write_line(&mut bytes, &RecordingLine::Packet { dir: 0, record })
             .expect("writes to memory");

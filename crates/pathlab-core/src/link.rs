@@ -138,6 +138,7 @@ impl Truth {
                 duplicate_of,
                 ce_marked: false,
                 corrupted: false,
+                sent: None,
             });
         }
     }

@@ -530,6 +530,7 @@ mod tests {
                 duplicate_of: None,
                 ce_marked: false,
                 corrupted: false,
+                sent: None,
             },
         };
         let mut out = Vec::new();

@@ -96,6 +96,7 @@ impl RecordingLine {
                     &mut record.dequeued,
                     &mut record.transmitted,
                     &mut record.departed,
+                    &mut record.sent,
                 ]
                 .into_iter()
                 .flatten()
@@ -272,9 +273,21 @@ mod tests {
             duplicate_of: None,
             ce_marked: false,
             corrupted: false,
+            sent: None,
+        };
+        let sent = PacketRecord {
+            id: 4,
+            dropped: None,
+            departed: Some(Instant::from_nanos(40)),
+            sent: Some(Instant::from_nanos(41)),
+            ..record.clone()
         };
         let lines = vec![
             RecordingLine::Packet { dir: 0, record },
+            RecordingLine::Packet {
+                dir: 0,
+                record: sent,
+            },
             RecordingLine::Queue {
                 dir: 0,
                 at: Instant::from_nanos(7),
@@ -291,7 +304,11 @@ mod tests {
         let read = read_recording(&bytes[..]).unwrap();
         assert_eq!(read.header, Some(header()));
         assert_eq!(read.lines, lines);
-        assert_eq!(read.packets(0).count(), 1);
+        assert_eq!(read.packets(0).count(), 2);
+        // A record without `sent` (one written before it was recorded) reads as not sent.
+        let old = br#"{"type":"packet","dir":1,"id":1,"tag":0,"flow":0,"len_bytes":60,"arrived":1,"ecn_on_arrival":"not-ect","queue_len_on_arrival":null,"dequeued":null,"transmitted":null,"departed":2,"dropped":null,"duplicate_of":null,"ce_marked":false,"corrupted":false}"#;
+        let line: RecordingLine = serde_json::from_slice(old).unwrap();
+        assert!(matches!(line, RecordingLine::Packet { record, .. } if record.sent.is_none()));
         assert_eq!(
             read.queue_samples(0).collect::<Vec<_>>(),
             vec![(Instant::from_nanos(7), 2, 3028)]

@@ -722,6 +722,7 @@ pub(crate) mod tests {
             duplicate_of: None,
             ce_marked: false,
             corrupted: false,
+            sent: None,
         }
     }
 

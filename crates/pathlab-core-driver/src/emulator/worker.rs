@@ -205,6 +205,10 @@ impl Direction {
         on_interface_gone: OnInterfaceGone,
         now: Instant,
     ) -> Direction {
+        let mut link = link;
+        if records.is_some() {
+            reports_sends(&mut link);
+        }
         Direction {
             index,
             port,
@@ -536,6 +540,9 @@ impl Direction {
         outcome: Sent,
     ) {
         self.lateness.record(sent, sent.saturating_since(due));
+        if let Some(recorder) = self.link.recorder() {
+            recorder.note_sent(packet.id, (outcome == Sent::Ok).then_some(handed));
+        }
         match outcome {
             Sent::Ok => {}
             Sent::QueueFull => {
@@ -568,6 +575,7 @@ impl Direction {
         match records {
             Some(records) => {
                 self.link.record();
+                reports_sends(&mut self.link);
                 self.next_sample = now;
                 self.records = Some(records);
             }
@@ -637,6 +645,14 @@ impl Direction {
             }
             self.unshipped = false;
         }
+    }
+}
+
+/// Has `link`'s records wait for this driver's report of each send, so that each is
+/// written with the instant its packet was handed to the kernel.
+fn reports_sends(link: &mut Link) {
+    if let Some(recorder) = link.recorder() {
+        recorder.await_sends();
     }
 }
 
