@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::util::emulated::{
-    privileged_paired, privileged_shared, run_quick_recipe, run_quick_recipe_points, PATHLAB,
+    privileged_heavy, privileged_paired, privileged_shared, run_quick_recipe,
+    run_quick_recipe_points, PATHLAB,
 };
 use crate::util::lab_results::{json_out, lab_goodput, lab_intervals, lab_outcome, run_spec};
 use crate::util::late::{ms, Lateness, Quantile};
@@ -79,7 +80,7 @@ fn data_arrivals(packets: &[Packet]) -> impl Iterator<Item = f64> + '_ {
 
 #[test]
 fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure() {
-    let Some(_serial) = privileged_paired("the_bond_recipe_fills_three_lines_without_bloat") else {
+    let Some(_serial) = privileged_heavy("the_bond_recipe_fills_three_lines_without_bloat") else {
         return;
     };
     let dir = TempDir::new("lab-bond");
@@ -967,7 +968,7 @@ fn fair_run(out: &Path) -> FairRun {
 
 #[test]
 fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_users() {
-    let Some(_serial) = privileged_paired("the_bond_fair_recipe_keeps_a_pinging_user") else {
+    let Some(_serial) = privileged_heavy("the_bond_fair_recipe_keeps_a_pinging_user") else {
         return;
     };
     let dir = TempDir::new("lab-bond-fair");

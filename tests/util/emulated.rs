@@ -20,7 +20,7 @@ pub const PATHLAB: &str = env!("CARGO_BIN_EXE_pathlab");
 /// and is skipped elsewhere. `privileged` holds the tests' lock alone (a timing test: the
 /// tests measure timing on a 2-core machine, one at a time, across processes),
 /// `privileged_shared` beside other tests that judge no timing (pathlab_os::testing).
-pub use pathlab_os::testing::{privileged, privileged_paired, privileged_shared};
+pub use pathlab_os::testing::{privileged, privileged_heavy, privileged_paired, privileged_shared};
 
 /// h1 - r - h2 with `pathlab emulate` running in r. Dropping it stops the emulator and
 /// destroys the namespaces.

@@ -40,8 +40,9 @@ pub struct TestLock {
     /// make it (no test with CAP_NET_ADMIN has run on this machine since boot, so none
     /// runs now either).
     _file: Option<std::fs::File>,
-    /// The timing slot held beside the shared lock ([`TestLock::paired`]).
-    _slot: Option<std::fs::File>,
+    /// The timing slots held beside the shared lock: one for [`TestLock::paired`], all for
+    /// [`TestLock::heavy`].
+    _slots: Vec<std::fs::File>,
 }
 
 /// How many paired timing tests run at once ([`TestLock::paired`]). Two: the emulator's
@@ -58,6 +59,8 @@ enum Hold {
     Alone,
     /// Beside non-timing tests and one other timing test: shared, plus a slot.
     Paired,
+    /// Beside non-timing tests only: shared, plus every slot.
+    Heavy,
     /// Beside anything but a test that holds it alone.
     Shared,
 }
@@ -73,6 +76,13 @@ impl TestLock {
     /// own recording and lateness.
     pub fn paired() -> TestLock {
         TestLock::take(Hold::Paired)
+    }
+
+    /// Waits for the lock beside tests that judge no timing, with every timing slot: for a
+    /// timing test whose lab is a load of its own (many emulators, a tunnel, a dozen TCP
+    /// flows), which a second such test beside it made late.
+    pub fn heavy() -> TestLock {
+        TestLock::take(Hold::Heavy)
     }
 
     /// Waits for the lock beside other shared holders: for a test that judges no timing.
@@ -98,7 +108,7 @@ impl TestLock {
         let Some(file) = open_lock_file(path)? else {
             return Ok(TestLock {
                 _file: None,
-                _slot: None,
+                _slots: Vec::new(),
             });
         };
         let gate = open_lock_file(&sibling(path, "gate"))?;
@@ -111,13 +121,14 @@ impl TestLock {
             file.lock_shared()?;
         }
         drop(gate);
-        let slot = match hold {
-            Hold::Paired => Some(take_slot(path, slots)?),
-            Hold::Alone | Hold::Shared => None,
+        let slots = match hold {
+            Hold::Paired => take_slot(path, slots)?.into_iter().collect(),
+            Hold::Heavy => take_every_slot(path, slots)?,
+            Hold::Alone | Hold::Shared => Vec::new(),
         };
         Ok(TestLock {
             _file: Some(file),
-            _slot: slot.flatten(),
+            _slots: slots,
         })
     }
 }
@@ -161,6 +172,21 @@ fn take_slot(path: &std::path::Path, count: usize) -> std::io::Result<Option<std
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// Every one of the `count` slot files beside `path`, locked in their order (so that two
+/// tests that want them all never hold one each): whichever paired tests hold one finish
+/// first. Empty where the files are missing and this process may not make them.
+fn take_every_slot(path: &std::path::Path, count: usize) -> std::io::Result<Vec<std::fs::File>> {
+    let mut slots = Vec::with_capacity(count);
+    for index in 0..count {
+        let Some(slot) = open_lock_file(&sibling(path, &format!("slot{index}")))? else {
+            return Ok(Vec::new());
+        };
+        slot.lock()?;
+        slots.push(slot);
+    }
+    Ok(slots)
 }
 
 /// Appends how long this test waited for the lock to the file `PATHLAB_LOCK_LOG` names,
@@ -259,6 +285,14 @@ pub fn privileged(test: &str) -> Option<TestLock> {
 /// slower. Until that is understood, a test pairs only once it has held beside the others.
 pub fn privileged_paired(test: &str) -> Option<TestLock> {
     has_net_admin(test).then(TestLock::paired)
+}
+
+/// [`privileged`] for a timing test whose lab is a load of its own ([`TestLock::heavy`]):
+/// it runs beside tests that judge no timing, never beside another timing test. The bond
+/// recipes are: beside each other their emulators were sent late by p99 10-25 ms, 5-10
+/// alone (two namespaces' tunnels, 14 TCP flows, a line of 1 Mbit/s).
+pub fn privileged_heavy(test: &str) -> Option<TestLock> {
+    has_net_admin(test).then(TestLock::heavy)
 }
 
 /// [`privileged`] for a namespace test that judges no timing, holding the lock shared
@@ -540,6 +574,57 @@ mod tests {
         for thread in [third_thread, alone_thread, late_thread] {
             thread.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_heavy_test_waits_for_every_slot_and_holds_them_all() {
+        let dir = ScratchDir::new("test-lock-heavy");
+        let path = dir.path("tests.lock");
+        let paired = TestLock::take_at(&path, Hold::Paired, TIMING_SLOTS).expect("a slot");
+        let (heavy, release_heavy, heavy_thread) = take_on_thread(&path, Hold::Heavy);
+        assert!(
+            heavy.recv_timeout(WAITS).is_err(),
+            "not beside a timing test"
+        );
+        // A test that judges no timing runs beside either.
+        let shared = TestLock::take_at(&path, Hold::Shared, TIMING_SLOTS).expect("beside");
+        drop(paired);
+        heavy
+            .recv_timeout(WAITS * 10)
+            .expect("every slot once it is free");
+        let (second, release_second, second_thread) = take_on_thread(&path, Hold::Heavy);
+        let (light, release_light, light_thread) = take_on_thread(&path, Hold::Paired);
+        assert!(
+            second.recv_timeout(WAITS).is_err(),
+            "nor beside another heavy one"
+        );
+        assert!(
+            light.recv_timeout(WAITS).is_err(),
+            "nor beside a paired one"
+        );
+        release_heavy.send(()).unwrap();
+        heavy_thread.join().unwrap();
+        // The second heavy one and the paired one, one after the other.
+        let first_done = loop {
+            if second.recv_timeout(WAITS / 10).is_ok() {
+                assert!(light.recv_timeout(WAITS).is_err(), "the paired one waits");
+                release_second.send(()).unwrap();
+                light.recv_timeout(WAITS * 10).expect("then the paired one");
+                release_light.send(()).unwrap();
+                break "heavy";
+            }
+            if light.recv_timeout(WAITS / 10).is_ok() {
+                assert!(second.recv_timeout(WAITS).is_err(), "the heavy one waits");
+                release_light.send(()).unwrap();
+                second.recv_timeout(WAITS * 10).expect("then the heavy one");
+                release_second.send(()).unwrap();
+                break "paired";
+            }
+        };
+        eprintln!("the {first_done} one went first");
+        drop(shared);
+        second_thread.join().unwrap();
+        light_thread.join().unwrap();
     }
 
     #[test]
