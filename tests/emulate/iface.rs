@@ -122,6 +122,13 @@ impl Emulator {
         serde_json::from_slice(&output.stdout).expect("final stats are JSON")
     }
 
+    /// Its counters now (`emulate stats -J`), its lateness among them.
+    pub(crate) fn stats(&self) -> EmulatorStats {
+        let output = pathlab(&["emulate", "stats", "--name", &self.name, "-J"]);
+        assert!(output.status.success(), "emulate stats {}", self.name);
+        serde_json::from_slice(&output.stdout).expect("stats are JSON")
+    }
+
     /// SIGKILL: nothing of its own is undone.
     pub(crate) fn kill(mut self) {
         let mut child = self.child.take().expect("running");
