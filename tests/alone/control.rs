@@ -106,6 +106,25 @@ fn median_rtt_ms(lab: &Lab) -> f64 {
 /// which the delay tests bound to well under a millisecond.
 const RTT_TOLERANCE_MS: f64 = 1.0;
 
+/// The median RTT of 15 pings h1 -> h2 is `expected_ms` within [`RTT_TOLERANCE_MS`], plus
+/// above it the emulator's median lateness both ways as it measured it so far
+/// (`emulate stats -J`).
+fn assert_median_rtt(lab: &Lab, expected_ms: f64, what: &str) {
+    let rtt = median_rtt_ms(lab);
+    let out = util::emulated::pathlab(&["emulate", "stats", "--name", &lab.name, "-J"]);
+    let stats: EmulatorStats = serde_json::from_slice(&out.stdout).expect("stats are JSON");
+    let late_ms = crate::util::late::ms(crate::util::late::Lateness::of_stats(&stats).slack(
+        crate::util::late::Quantile::P50,
+        &[0, 1],
+        Duration::from_millis(1),
+    ));
+    assert!(
+        (-RTT_TOLERANCE_MS..RTT_TOLERANCE_MS + late_ms).contains(&(rtt - expected_ms)),
+        "{what}: {rtt:.2} ms for {expected_ms} (+-{RTT_TOLERANCE_MS}, + {late_ms:.3} of the \
+         emulator's lateness)"
+    );
+}
+
 #[test]
 fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_follows() {
     let Some(_guard) = privileged("control_api") else {
@@ -132,8 +151,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         specs,
         json!({ "forward": "delay 10ms", "reverse": "delay 10ms" })
     );
-    let rtt = median_rtt_ms(&lab);
-    assert!((rtt - 20.0).abs() < RTT_TOLERANCE_MS, "before: {rtt:.2} ms");
+    assert_median_rtt(&lab, 20.0, "before");
 
     // A bad spec: 400 with the parser's own message, and nothing changes.
     let bad = put_spec(&lab, &addr, true, json!({ "forward": "delay banana" }));
@@ -157,11 +175,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         json_of(&set),
         json!({ "forward": "delay 30ms", "reverse": "delay 20ms" })
     );
-    let rtt = median_rtt_ms(&lab);
-    assert!(
-        (rtt - 50.0).abs() < RTT_TOLERANCE_MS,
-        "after the API: {rtt:.2} ms"
-    );
+    assert_median_rtt(&lab, 50.0, "after the API");
 
     // The client command from "another machine": `emulate set --remote`.
     let token_dir = util::TempDir::new("control-api-client");
@@ -183,11 +197,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rtt = median_rtt_ms(&lab);
-    assert!(
-        (rtt - 10.0).abs() < RTT_TOLERANCE_MS,
-        "after --remote: {rtt:.2} ms"
-    );
+    assert_median_rtt(&lab, 10.0, "after --remote");
     let out = remote(&[
         "set", "--remote", &addr, "--token", &token_arg, "delay", "x",
     ]);
@@ -424,11 +434,7 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
             }
         })
         .unwrap();
-    let rtt = median_rtt_ms(&lab);
-    assert!(
-        (rtt - 65.0).abs() < RTT_TOLERANCE_MS,
-        "after the page's change: {rtt:.2} ms"
-    );
+    assert_median_rtt(&lab, 65.0, "after the page's change");
     // The page shows the figures of the traffic that just crossed.
     lab.line
         .r
