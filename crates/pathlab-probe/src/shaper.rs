@@ -319,14 +319,17 @@ pub fn find(
         .map(|(k, _)| k);
     let bits = f64::from(packet_bytes) * 8.0;
     let offered_bps = offered(&probes, bits);
-    // A bucket holds the stream below the rate it was sent at; a received rate that fell
-    // only to the sender's own (a sender that started behind its schedule and sent its
-    // first probes in one batch) is no bucket.
+    // A bucket holds the stream below the rate it was sent at, then: a received rate that
+    // fell only to the sender's own (a sender that started behind its schedule and sent
+    // its first probes in one batch; one that a busy machine slowed down midway, on
+    // loopback: 527 Mbit/s received of 527 sent after 982 before, nothing lost) is no
+    // bucket.
     let shift = best.and_then(|k| {
         let (rate, intercept) = all.minus(&prefix[k]).line()?;
         let before = prefix[k].line().map(|(slope, _)| slope);
         let dropped = before.is_none_or(|before| rate < SHIFT * before);
-        let held = rate * bits < SHIFT * offered_bps;
+        let sent_after = offered(&probes[k..], bits).min(offered_bps);
+        let held = rate * bits < SHIFT * sent_after;
         (dropped && held && intercept >= MIN_BURST_PACKETS && rate > 0.0)
             .then_some((k, rate, intercept, before))
     });
@@ -387,7 +390,7 @@ pub fn find(
 }
 
 /// The rate the probes were sent at, from the sender's stamps of the first and last that
-/// arrived.
+/// arrived (of those in `probes`; 0 for fewer than two).
 fn offered(probes: &[ReceivedProbe], bits: f64) -> f64 {
     let low = probes.iter().min_by_key(|p| p.seq);
     let high = probes.iter().max_by_key(|p| p.seq);

@@ -339,3 +339,27 @@ fn a_sender_that_starts_with_a_batch_is_no_bucket() {
     // The fit alone would have called it one: three packets above the line.
     assert!(found.burst_bytes > 2.5 * f64::from(packet), "{found:?}");
 }
+
+#[test]
+fn a_sender_slowed_midway_is_no_bucket() {
+    // What loopback gave under a busy loop per core: a stream of 64 KB probes sent at 1
+    // Gbit/s for its first 75 ms, then at half that (the sender's core taken), received as
+    // sent: the received rate fell to half with nothing lost and no queue. A bucket would
+    // have held the rate below what was sent after the shift.
+    let packet = 65_535u32;
+    let spacing = 524_280u64; // 64 KB at 1 Gbit/s
+    let mut sent_ns = 0;
+    let probes: Vec<ReceivedProbe> = (0..160u64)
+        .map(|seq| {
+            let probe = ReceivedProbe {
+                seq,
+                sent_ns,
+                received_ns: sent_ns + 13_000,
+            };
+            sent_ns += if seq < 143 / 2 { spacing } else { 2 * spacing };
+            probe
+        })
+        .collect();
+    let found = find(&probes, 160, packet, DEFAULT_BUDGET_BYTES).unwrap();
+    assert_eq!(found.kind, ShaperKind::None, "{found:?}");
+}
