@@ -14,6 +14,8 @@ use pathlab_os::topology::H2_V4;
 use pathlab_results::recording::{read_recording, RecordingLine};
 use serde_json::{json, Value};
 
+use crate::util::late::Lateness;
+
 use crate::util;
 use crate::util::browser::{find_chromium, Browser};
 use crate::util::emulated::{privileged, Lab, PATHLAB};
@@ -113,11 +115,7 @@ fn assert_median_rtt(lab: &Lab, expected_ms: f64, what: &str) {
     let rtt = median_rtt_ms(lab);
     let out = util::emulated::pathlab(&["emulate", "stats", "--name", &lab.name, "-J"]);
     let stats: EmulatorStats = serde_json::from_slice(&out.stdout).expect("stats are JSON");
-    let late_ms = crate::util::late::ms(crate::util::late::Lateness::of_stats(&stats).slack(
-        crate::util::late::Quantile::P50,
-        &[0, 1],
-        Duration::from_millis(1),
-    ));
+    let late_ms = Lateness::of_stats(&stats).round_trip_median_ms();
     assert!(
         (-RTT_TOLERANCE_MS..RTT_TOLERANCE_MS + late_ms).contains(&(rtt - expected_ms)),
         "{what}: {rtt:.2} ms for {expected_ms} (+-{RTT_TOLERANCE_MS}, + {late_ms:.3} of the \

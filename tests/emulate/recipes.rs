@@ -3,7 +3,7 @@
 //! theory and the links' recordings.
 
 use crate::util::emulated::{privileged_paired, run_quick_recipe, run_quick_recipe_points};
-use crate::util::late::Lateness;
+use crate::util::late::{ms, Lateness, Quantile};
 use crate::util::recorded::recorded_delay_trend;
 use crate::util::{median, TempDir};
 use pathlab_probe::owd::QueueVerdict;
@@ -62,11 +62,7 @@ fn the_bufferbloat_recipe_reaches_the_queueing_theory_plateau_for_each_queue() {
         let late_ms: f64 = ["h1-r1", "r1-h2"]
             .iter()
             .map(|link| {
-                crate::util::late::ms(Lateness::of_lab_link(&result, link).slack(
-                    crate::util::late::Quantile::P99,
-                    &[0, 1],
-                    budget,
-                ))
+                ms(Lateness::of_lab_link(&result, link).slack(Quantile::P99, &[0, 1], budget))
             })
             .sum();
         eprintln!(

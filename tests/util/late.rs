@@ -170,6 +170,12 @@ impl Lateness {
         }
     }
 
+    /// What a median round trip through both directions carries of the emulator's own
+    /// lateness: [`Lateness::slack`] at the p50, ms, the test unable to judge past 1 ms.
+    pub fn round_trip_median_ms(&self) -> f64 {
+        ms(self.slack(Quantile::P50, &[0, 1], Duration::from_millis(1)))
+    }
+
     /// The slack a bound adds for a figure that crossed the emulator once through each of
     /// `crossings` (direction indices: `[0, 1]` for a round trip), each at `quantile`.
     ///

@@ -133,7 +133,9 @@ impl Recorder {
             .iter()
             .zip(&self.reported)
             .position(|(r, &reported)| {
-                !(r.dropped.is_some() || (r.departed.is_some() && (reported || !self.awaits_sends)))
+                // A departed packet may still wait in the driver for its send.
+                let sent_or_not_awaited = reported || !self.awaits_sends || r.dropped.is_some();
+                !(r.is_finished() && sent_or_not_awaited)
             })
             .unwrap_or(self.records.len());
         self.first_id += finished as u64;

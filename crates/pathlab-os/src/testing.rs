@@ -604,24 +604,25 @@ mod tests {
         );
         release_heavy.send(()).unwrap();
         heavy_thread.join().unwrap();
-        // The second heavy one and the paired one, one after the other.
-        let first_done = loop {
-            if second.recv_timeout(WAITS / 10).is_ok() {
-                assert!(light.recv_timeout(WAITS).is_err(), "the paired one waits");
-                release_second.send(()).unwrap();
-                light.recv_timeout(WAITS * 10).expect("then the paired one");
-                release_light.send(()).unwrap();
-                break "heavy";
-            }
-            if light.recv_timeout(WAITS / 10).is_ok() {
-                assert!(second.recv_timeout(WAITS).is_err(), "the heavy one waits");
-                release_light.send(()).unwrap();
-                second.recv_timeout(WAITS * 10).expect("then the heavy one");
-                release_second.send(()).unwrap();
-                break "paired";
+        // The second heavy one and the paired one, one after the other, either first.
+        let waiting = [
+            (&second, &release_second, "heavy"),
+            (&light, &release_light, "paired"),
+        ];
+        let first = loop {
+            if let Some(i) = (0..2).find(|&i| waiting[i].0.recv_timeout(WAITS / 10).is_ok()) {
+                break i;
             }
         };
-        eprintln!("the {first_done} one went first");
+        let ((_, release, name), (other, release_other, other_name)) =
+            (waiting[first], waiting[1 - first]);
+        assert!(
+            other.recv_timeout(WAITS).is_err(),
+            "the {other_name} one waits beside the {name} one"
+        );
+        release.send(()).unwrap();
+        other.recv_timeout(WAITS * 10).expect("then the other");
+        release_other.send(()).unwrap();
         drop(shared);
         second_thread.join().unwrap();
         light_thread.join().unwrap();

@@ -197,7 +197,7 @@ impl Direction {
         clock: Clock,
         out: SharedTransmit,
         own_out: SharedTransmit,
-        link: Link,
+        mut link: Link,
         stats: DirectionCounters,
         shared: Arc<Shared>,
         records: Option<super::RecordSender>,
@@ -205,7 +205,6 @@ impl Direction {
         on_interface_gone: OnInterfaceGone,
         now: Instant,
     ) -> Direction {
-        let mut link = link;
         if records.is_some() {
             reports_sends(&mut link);
         }
