@@ -301,6 +301,14 @@ pub enum PortError {
 /// of 100 links held 6.8 GB of rings. Reading the socket's own buffer costs memory only
 /// while frames wait in it (and a batch of slots whose pages are touched only by what
 /// arrives), for a system call per batch.
+///
+/// And a ring stalls the machine as it is made: the kernel zeroes its 64 MB inside one
+/// `setsockopt`, with no point where it lets another thread run on a kernel without
+/// preemption (`PREEMPT_NONE`, the default of server kernels and of this project's
+/// machines). Every emulator that started on the machine held a core for 15-166 ms,
+/// real-time forwarding threads of other emulators on it included (`perf sched`: their
+/// wake-ups waited 47-163 ms, and so did the core's migration thread): a lab running
+/// beside a test that started an emulator was sent late by p99 42 ms and up to 147 ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReceiveMode {
     /// A TPACKET_V2 ring shared with the kernel: no system call per frame.
@@ -331,22 +339,31 @@ impl ReceiveMode {
     const MAX_FRAMES: usize = 4096;
     const MIN_SOCKET_BYTES: usize = 4 << 20;
     const MAX_SOCKET_BYTES: usize = 64 << 20;
+    /// A link without a rate's socket buffer: 512 frames of up to 64 KB, as a ring of the
+    /// smallest size held (TCP sends GSO frames of 64 KB through a link without a rate at
+    /// 10-15 Gbit/s here: 20 ms of them).
+    pub const UNRATED_SOCKET_BYTES: usize = 32 << 20;
 
-    /// The mode for traffic entering a link with `spec`: the socket when its rate is at
-    /// most [`ReceiveMode::SOCKET_MAX_BPS`], else (a faster rate, or none: as fast as
-    /// the emulator forwards) a ring of [`ReceiveMode::ring_for_link`]'s size.
+    /// The mode for traffic entering a link with `spec`: a ring of
+    /// [`ReceiveMode::ring_for_link`]'s size when its rate is above
+    /// [`ReceiveMode::SOCKET_MAX_BPS`], else (a slower rate, or none) the socket.
+    ///
+    /// A link without a rate read its socket as fast as a ring: TCP through an empty spec,
+    /// three rounds of 4 s each way twice, 11.0-13.6 Gbit/s through a ring and 10.7-14.5
+    /// through the socket (GSO frames of 64 KB, 30,000 a second: the system calls do not
+    /// count), while the ring stalled every other thread on its core as it was made.
     pub fn for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
         match spec.peak_rate() {
-            Some(rate) if rate.bits_per_sec() <= Self::SOCKET_MAX_BPS => {
-                ReceiveMode::socket_for_link(spec)
+            Some(rate) if rate.bits_per_sec() > Self::SOCKET_MAX_BPS => {
+                ReceiveMode::ring_for_link(spec)
             }
-            _ => ReceiveMode::ring_for_link(spec),
+            _ => ReceiveMode::socket_for_link(spec),
         }
     }
 
     /// A ring for `spec`: what arrives at the link's rate in [`ReceiveMode::BACKLOG_NS`]
-    /// of 1514-byte frames, at least 512 (6 ms at 1 Gbit/s, which a link without a rate
-    /// gets too), at most 4096: a 4 Gbit/s link's 3303 frames take 225 MB per direction.
+    /// of 1514-byte frames, at least 512 (6 ms at 1 Gbit/s; a ring for a link without a
+    /// rate has 512), at most 4096: a 4 Gbit/s link's 3303 frames take 225 MB per direction.
     /// At 4 Gbit/s a ring of 512 overflowed in TCP's slow start (the kernel dropped
     /// 25,000 bursts of frames the model never saw).
     pub fn ring_for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
@@ -357,12 +374,17 @@ impl ReceiveMode {
 
     /// The socket for `spec`: a buffer for twice what the ring would hold in 1514-byte
     /// frames at the link's rate (the kernel's overhead per frame), at least 4 MiB, at
-    /// most 64 MiB. It is only a bound: frames take memory while they wait.
+    /// most 64 MiB; without a rate, what the smallest ring held of GSO frames
+    /// ([`ReceiveMode::UNRATED_SOCKET_BYTES`]). It is only a bound: frames take memory
+    /// while they wait.
     pub fn socket_for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
-        ReceiveMode::Socket {
-            buffer_bytes: (Self::frames_for(spec) * 1514 * 2)
-                .clamp(Self::MIN_SOCKET_BYTES, Self::MAX_SOCKET_BYTES),
-        }
+        let buffer_bytes = if spec.peak_rate().is_some() {
+            (Self::frames_for(spec) * 1514 * 2)
+                .clamp(Self::MIN_SOCKET_BYTES, Self::MAX_SOCKET_BYTES)
+        } else {
+            Self::UNRATED_SOCKET_BYTES
+        };
+        ReceiveMode::Socket { buffer_bytes }
     }
 
     fn frames_for(spec: &pathlab_core::LinkSpec) -> usize {
@@ -374,10 +396,11 @@ impl ReceiveMode {
 }
 
 impl Default for ReceiveMode {
-    /// A ring of 512 frames.
+    /// What a link without a rate reads: the socket, with
+    /// [`ReceiveMode::UNRATED_SOCKET_BYTES`] of buffer.
     fn default() -> ReceiveMode {
-        ReceiveMode::Ring {
-            frames: ReceiveMode::MIN_FRAMES,
+        ReceiveMode::Socket {
+            buffer_bytes: ReceiveMode::UNRATED_SOCKET_BYTES,
         }
     }
 }
@@ -679,8 +702,8 @@ pub(crate) fn io_error<'a>(
 }
 
 impl PacketPort {
-    /// Opens interface `name` in the calling thread's network namespace, with the default
-    /// ring.
+    /// Opens interface `name` in the calling thread's network namespace, receiving as a
+    /// link without a rate does ([`ReceiveMode::default`]).
     pub fn open(name: &str) -> Result<PacketPort, PortError> {
         PacketPort::open_with(name, ReceiveMode::default())
     }
@@ -923,12 +946,17 @@ mod tests {
     }
 
     #[test]
-    fn links_up_to_1_gbits_read_the_socket_and_faster_or_unlimited_ones_a_ring() {
+    fn links_up_to_1_gbits_or_without_a_rate_read_the_socket_and_faster_ones_a_ring() {
         assert_eq!(
             mode("rate 4gbit delay 40ms"),
             ReceiveMode::Ring { frames: 3303 }
         );
-        assert_eq!(mode("delay 1ms"), ReceiveMode::Ring { frames: 512 });
+        assert_eq!(
+            mode("delay 1ms"),
+            ReceiveMode::Socket {
+                buffer_bytes: 32 << 20
+            }
+        );
         assert_eq!(mode(""), ReceiveMode::default());
         // A schedule counts by its highest step.
         assert_eq!(
