@@ -111,6 +111,12 @@ impl Lab {
         );
     }
 
+    /// The recording `--record` wrote, read once it ended (stopped over the control API).
+    pub fn recording(&self) -> Recording {
+        let file = std::fs::File::open(self.dir.path("record.jsonl")).expect("recording exists");
+        read_recording(std::io::BufReader::new(file)).expect("recording reads")
+    }
+
     /// Stops the emulator with SIGTERM (as Ctrl-C would) and returns its final counters
     /// and recording.
     pub fn stop(&mut self) -> (EmulatorStats, Recording) {
@@ -124,9 +130,7 @@ impl Lab {
         );
         let stats: EmulatorStats =
             serde_json::from_slice(&output.stdout).expect("final stats are JSON");
-        let file = std::fs::File::open(self.dir.path("record.jsonl")).expect("recording exists");
-        let recording = read_recording(std::io::BufReader::new(file)).expect("recording reads");
-        (stats, recording)
+        (stats, self.recording())
     }
 
     pub fn ping(
