@@ -176,6 +176,10 @@ pub(super) struct Direction {
     reopen_error: Option<String>,
     /// The last poll found the port ready (readable, or an error pending).
     polled: bool,
+    /// The error the last receive returned: a socket read with `recvmmsg` (not a ring)
+    /// returns its pending error (ENETDOWN, ENODEV) and clears it, so [`Port::take_error`]
+    /// would not see it; [`Direction::check_port`] takes it from here.
+    receive_error: Option<std::io::Error>,
     /// The last receive took a whole budget: more is waiting.
     backlog: bool,
     /// It is in its worker's list of directions to look at next pass.
@@ -229,6 +233,7 @@ impl Direction {
             next_check: now,
             reopen_error: None,
             polled: false,
+            receive_error: None,
             backlog: false,
             queued: false,
             next_deadline: None,
@@ -337,12 +342,16 @@ impl Direction {
                 self.stats.ring_full += ring_full;
                 frames >= RECEIVE_BUDGET as u64
             }
-            Err(_) => false,
+            Err(error) => {
+                self.receive_error = Some(error);
+                false
+            }
         }
     }
 
     /// Checks the port if it is not up (every [`DOWN_CHECK`]), and after a poll that woke
-    /// for it takes its pending error, so the next poll sleeps (a packet socket polls
+    /// for it takes its pending error (or the one its last receive returned, which read
+    /// it: a socket's `recvmmsg` does), so the next poll sleeps (a packet socket polls
     /// POLLERR until its error is read: an interface that went down made the loop spin at
     /// 100% CPU). ENETDOWN: the direction waits, counted, and resumes by itself when the
     /// interface comes back. An interface that is gone (ENODEV, or down and then deleted)
@@ -363,10 +372,12 @@ impl Direction {
                 PortState::Up => {}
             }
         }
-        if !std::mem::take(&mut self.polled) {
-            return reopened;
-        }
-        let Some(error) = self.port.take_error() else {
+        let polled = std::mem::take(&mut self.polled);
+        let Some(error) = self
+            .receive_error
+            .take()
+            .or_else(|| polled.then(|| self.port.take_error()).flatten())
+        else {
             return reopened;
         };
         let name = self.port.name().to_owned();
@@ -951,7 +962,10 @@ impl Worker {
                     direction.backlog = direction.receive(now);
                     backlog |= direction.backlog;
                 }
-                if direction.polled || direction.state != PortState::Up {
+                if direction.polled
+                    || direction.state != PortState::Up
+                    || direction.receive_error.is_some()
+                {
                     if direction.check_port(now) {
                         let _ = self.epoll.add(direction.port.pollable(), *key);
                     }
