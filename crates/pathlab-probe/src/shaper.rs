@@ -54,6 +54,12 @@ pub const SHIFT: f64 = 0.9;
 /// intercept is one packet) with timing noise.
 pub const MIN_BURST_PACKETS: f64 = 2.5;
 
+/// An arrival stamped this much later than the upper envelope of the stream says it could
+/// have come was held back by the receiver ([`held_back`]): 2 ms, far above the stamps'
+/// own noise (tens of microseconds), below the stalls a busy machine gave (10 ms hid a
+/// 32 KB bucket at 50 Mbit/s).
+pub const HELD_NS: f64 = 2e6;
+
 /// The constant-rate stream, as a `Trains` request asks for it: `trains` trains of
 /// `length` probes `spacing_ns` apart, each train starting where the last one's spacing
 /// would have put its next probe (`period_ns` is `length` spacings), so the probes are
@@ -292,6 +298,8 @@ pub fn find(
         return None;
     }
     probes.sort_by_key(|p| (p.received_ns, p.seq));
+    let received = probes.len() as u64;
+    let first_loss = first_loss_ns(&probes, sent);
     let first = probes[0].received_ns;
     // Seconds since the first arrival, and the packets received by then (inclusive): small
     // numbers, so the running sums keep their precision.
@@ -300,6 +308,18 @@ pub fn find(
         .enumerate()
         .map(|(i, p)| ((p.received_ns - first) as f64 * 1e-9, (i + 1) as f64))
         .collect();
+    // What the receiver held back is left out of the fit, the queue and the rates (its
+    // count still counts): its stamps say when the receiver got to it, not when it came.
+    let held = held_back(&points);
+    let (probes, points): (Vec<ReceivedProbe>, Vec<(f64, f64)>) = probes
+        .into_iter()
+        .zip(points)
+        .zip(held)
+        .filter_map(|(kept, held)| (!held).then_some(kept))
+        .unzip();
+    if probes.len() < MIN_AFTER_SHIFT {
+        return None;
+    }
     let mut prefix = Vec::with_capacity(points.len() + 1);
     let mut running = Sums::default();
     prefix.push(running);
@@ -343,7 +363,7 @@ pub fn find(
         after.sort_unstable();
         quantile::of_sorted(&after, 0.95).map_or(0, |p95| (p95 - base).max(0) as u64)
     };
-    let lost = sent.saturating_sub(probes.len() as u64);
+    let lost = sent.saturating_sub(received);
     let mut shaper = match shift {
         Some((k, rate, intercept, before)) => Shaper {
             kind: ShaperKind::Shaper,
@@ -357,8 +377,7 @@ pub fn find(
             burst_ns: probes[k - 1].received_ns - first,
             queue_ns: queue_from(k),
             lost,
-            loss_after_shift_ns: first_loss_ns(&probes, sent)
-                .map(|at| at as i64 - probes[k].sent_ns as i64),
+            loss_after_shift_ns: first_loss.map(|at| at as i64 - probes[k].sent_ns as i64),
         },
         None => {
             let (rate, intercept) = all.line()?;
@@ -387,6 +406,52 @@ pub fn find(
         }
     }
     Some(shaper)
+}
+
+/// Which of `points` (seconds since the first arrival, packets received by then, in
+/// arrival order) a stalled receiver held back: stamped more than [`HELD_NS`] later than
+/// the upper concave envelope of the count reaches them.
+///
+/// Whatever a token bucket, a rate or a policer does, the count it lets through grows at
+/// its burst's rate and then at the sustained one: a concave curve, which every arrival
+/// lies on unless stamped late. A receiver that stops reading for a while (a busy
+/// machine: the kernel stamps what it then delivers, all at once) leaves a flat stretch
+/// and a jump back to the curve; the envelope bridges it with a chord that is the curve
+/// itself, and what arrived meanwhile lies far to its right. A sender that pauses and
+/// carries on without catching up shifts the rest of the curve instead: what follows lies
+/// right of a chord to the last arrival, by less and less, and only the part further than
+/// [`HELD_NS`] is left out.
+fn held_back(points: &[(f64, f64)]) -> Vec<bool> {
+    // The upper hull, left to right (monotone chain): a point on or below the line from
+    // the one before it to the next is no vertex.
+    let mut hull: Vec<(f64, f64)> = Vec::new();
+    for &point in points {
+        while let [.., o, a] = hull[..] {
+            let cross = (a.0 - o.0) * (point.1 - o.1) - (a.1 - o.1) * (point.0 - o.0);
+            if cross < 0.0 {
+                break;
+            }
+            hull.pop();
+        }
+        hull.push(point);
+    }
+    // Counts rise along the hull: each point's count falls on one of its segments.
+    let mut segment = 0;
+    points
+        .iter()
+        .map(|&(x, y)| {
+            while segment + 2 < hull.len() && hull[segment + 1].1 < y {
+                segment += 1;
+            }
+            let (a, b) = (hull[segment], hull[(segment + 1).min(hull.len() - 1)]);
+            let reached = if b.1 > a.1 {
+                a.0 + (y - a.1) * (b.0 - a.0) / (b.1 - a.1)
+            } else {
+                a.0
+            };
+            (x - reached) * 1e9 > HELD_NS
+        })
+        .collect()
 }
 
 /// The rate the probes were sent at, from the sender's stamps of the first and last that
