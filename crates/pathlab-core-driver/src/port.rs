@@ -348,10 +348,11 @@ impl ReceiveMode {
     /// [`ReceiveMode::ring_for_link`]'s size when its rate is above
     /// [`ReceiveMode::SOCKET_MAX_BPS`], else (a slower rate, or none) the socket.
     ///
-    /// A link without a rate read its socket as fast as a ring: TCP through an empty spec,
-    /// three rounds of 4 s each way twice, 11.0-13.6 Gbit/s through a ring and 10.7-14.5
-    /// through the socket (GSO frames of 64 KB, 30,000 a second: the system calls do not
-    /// count), while the ring stalled every other thread on its core as it was made.
+    /// A link without a rate read its socket as fast as a ring: one TCP flow through an
+    /// empty spec, three rounds of 4 s through each, twice: 11.0-13.6 Gbit/s through a
+    /// ring and 10.7-14.5 through the socket (GSO frames of 64 KB, 30,000 a second: the
+    /// system calls do not count), while the ring stalled every other thread on its core
+    /// as it was made.
     pub fn for_link(spec: &pathlab_core::LinkSpec) -> ReceiveMode {
         match spec.peak_rate() {
             Some(rate) if rate.bits_per_sec() > Self::SOCKET_MAX_BPS => {

@@ -93,6 +93,22 @@ fn burst_frames(found: &Shaper) -> f64 {
     found.burst_bytes * found.frame_ratio()
 }
 
+/// `found` is a bucket of `burst_bytes` (within 20%) filled at `rate_bps` (within 2%),
+/// counted in frames as the link counts them; `context` says which.
+fn assert_bucket(found: &Shaper, rate_bps: f64, burst_bytes: f64, context: &str) {
+    assert!(
+        (sustained_frames(found) / rate_bps - 1.0).abs() < 0.02,
+        "sustained {:.3} Mbit/s for {:.3}; {context}",
+        sustained_frames(found) / 1e6,
+        rate_bps / 1e6
+    );
+    assert!(
+        (burst_frames(found) / burst_bytes - 1.0).abs() < 0.2,
+        "burst {:.0} B for {burst_bytes}; {context}",
+        burst_frames(found)
+    );
+}
+
 #[test]
 fn buckets_of_one_to_a_thousand_packets_at_one_to_500_mbits_give_their_rate_and_burst() {
     for rate_mbit in [1u64, 20, 100, 500] {
@@ -224,14 +240,7 @@ fn receive_timestamps_tens_of_microseconds_off_change_no_verdict() {
     let shaped = stream(200e6 / found.frame_ratio());
     let found = read(&jitter(through_link(spec, &shaped), &mut rng), &shaped);
     assert_eq!(found.kind, ShaperKind::Shaper, "{found:?}");
-    assert!(
-        (sustained_frames(&found) / 20e6 - 1.0).abs() < 0.02,
-        "{found:?}"
-    );
-    assert!(
-        (burst_frames(&found) / 30_000.0 - 1.0).abs() < 0.2,
-        "{found:?}"
-    );
+    assert_bucket(&found, 20e6, 30_000.0, &format!("{found:?}"));
 }
 
 #[test]
@@ -243,14 +252,7 @@ fn a_burst_back_to_back_at_one_instant_is_found_without_its_rate() {
         &plan,
     );
     assert_eq!(found.kind, ShaperKind::Shaper, "{found:?}");
-    assert!(
-        (sustained_frames(&found) / 10e6 - 1.0).abs() < 0.02,
-        "{found:?}"
-    );
-    assert!(
-        (burst_frames(&found) / 50_000.0 - 1.0).abs() < 0.2,
-        "{found:?}"
-    );
+    assert_bucket(&found, 10e6, 50_000.0, &format!("{found:?}"));
 }
 
 #[test]
@@ -395,14 +397,7 @@ fn a_receiver_stalled_midway_for_up_to_20_ms_changes_no_verdict() {
             let found = read(&arrivals, &plan);
             let context = format!("a {stall_ms} ms stall {from_ms} ms in: {found:?}");
             assert_eq!(found.kind, ShaperKind::Shaper, "{context}");
-            assert!(
-                (sustained_frames(&found) / 50e6 - 1.0).abs() < 0.02,
-                "{context}"
-            );
-            assert!(
-                (burst_frames(&found) / 32_000.0 - 1.0).abs() < 0.2,
-                "{context}"
-            );
+            assert_bucket(&found, 50e6, 32_000.0, &context);
             assert_eq!(found.lost, plan.probes() - clean.len() as u64, "{context}");
         }
     }
