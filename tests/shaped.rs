@@ -1,11 +1,13 @@
 //! Measurements on lines pathlab did not make (issue 42): the kernel's token bucket filter
-//! (tc's tbf) on the ports of a kernel bridge as the bottleneck, and the emulator's own
-//! bucket; and tbf behind the emulator, which must drop what it has no room for without
-//! holding the emulator up. Packet pairs and short trains leave a bucket at the rate of the
+//! (tc's tbf) on the ports of a kernel bridge as the bottleneck, the kernel's policer (nft's
+//! `limit`) there, and the emulator's own bucket; and tbf behind the emulator, which must
+//! drop what it has no room for without holding the emulator up. Packet pairs and short trains leave a bucket at the rate of the
 //! link beneath it; `capacity` must find the sustained rate with its shaper stream, and
 //! RFC 6349 must plan for that rate.
 //!
 //! They need CAP_NET_ADMIN: without it they fail when `CI=true` and skip elsewhere.
+
+use std::io::Write as _;
 
 use pathlab_os::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
 use pathlab_probe::capacity::CapacityReport;
@@ -37,13 +39,14 @@ pub(crate) fn kernel_tbf(line: &Line, port: &str, rate: &str, burst: &str, laten
 }
 
 /// `pathlab capacity` from h1 to a server in h2, both ways, without the available-bandwidth
-/// search.
-fn capacity_both_ways(line: &Line) -> Vec<CapacityReport> {
+/// search, with `more` arguments.
+fn capacity_both_ways(line: &Line, more: &[&str]) -> Vec<CapacityReport> {
     let _server = ServerInH2::start(line);
     let output = line
         .h1
         .command(PATHLAB)
         .args(["capacity", "198.18.0.2", "--no-available", "-J"])
+        .args(more)
         .output()
         .expect("pathlab capacity runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -55,36 +58,58 @@ fn capacity_both_ways(line: &Line) -> Vec<CapacityReport> {
     serde_json::from_slice(&output.stdout).expect("capacity's JSON")
 }
 
-/// The shaper found in `direction`, checked against a bucket of `rate_bps` and
-/// `burst_bytes` counting frames: the bottleneck (the sustained rate) within 10%, the burst
-/// within `burst_tolerance`.
+/// A token bucket on the path, as its maker set it.
+struct Bucket {
+    /// A shaper (a queue behind the bucket) or a policer (none).
+    kind: ShaperKind,
+    /// Its rate, bits/s.
+    rate_bps: f64,
+    /// Its depth, bytes.
+    burst_bytes: f64,
+    /// Whether it counts Ethernet frames (tbf, pathlab's `rate`) or IP packets (nft).
+    counts_frames: bool,
+}
+
+/// The shaper found in `direction`, checked against `bucket`: the kind, the bottleneck (the
+/// sustained rate) within 10%, the burst within `burst_tolerance`.
 fn check_bucket(
     reports: &[CapacityReport],
     direction: Direction,
-    rate_bps: f64,
-    burst_bytes: f64,
+    bucket: &Bucket,
     burst_tolerance: f64,
 ) -> Shaper {
+    let Bucket {
+        kind,
+        rate_bps,
+        burst_bytes,
+        counts_frames,
+    } = *bucket;
     let report = reports
         .iter()
         .find(|r| r.direction == direction)
         .expect("both directions measured");
     let c = &report.capacity;
     let shaper = c.shaper.clone().expect("a shaper stream ran");
-    let frame_bottleneck = c.bottleneck_bps() * shaper.frame_ratio();
-    let burst = shaper.burst_bytes * shaper.frame_ratio();
+    let ratio = if counts_frames {
+        shaper.frame_ratio()
+    } else {
+        1.0
+    };
+    let bottleneck = c.bottleneck_bps() * ratio;
+    let burst = shaper.burst_bytes * ratio;
     eprintln!(
-        "{}: capacity {:.1} Mbit/s, bottleneck {:.3} Mbit/s counting frames (bucket {:.3}), burst {burst:.0} B (bucket {burst_bytes}); {}",
+        "{}: capacity {:.1} Mbit/s, bottleneck {:.3} Mbit/s counting {} (bucket {:.3}), burst {burst:.0} B (bucket {burst_bytes}); {}",
         direction.name(),
         c.frame_capacity_bps / 1e6,
-        frame_bottleneck / 1e6,
+        bottleneck / 1e6,
+        if counts_frames { "frames" } else { "IP packets" },
         rate_bps / 1e6,
         shaper.describe()
     );
-    assert_eq!(shaper.kind, ShaperKind::Shaper, "{shaper:?}");
+    assert_eq!(shaper.kind, kind, "{shaper:?}");
     assert!(
-        (frame_bottleneck / rate_bps - 1.0).abs() < 0.10,
-        "{}: bottleneck {frame_bottleneck} for {rate_bps}",
+        (bottleneck / rate_bps - 1.0).abs() < 0.10,
+        "{}: bottleneck {bottleneck} for {rate_bps}",
         direction.name()
     );
     assert!(
@@ -113,7 +138,7 @@ fn capacity_finds_the_kernels_token_bucket_both_ways_at_two_settings() {
         let line = bridged();
         kernel_tbf(&line, R_PORT_H2, up.0, up.2, "60ms");
         kernel_tbf(&line, R_PORT_H1, down.0, down.2, "60ms");
-        let reports = capacity_both_ways(&line);
+        let reports = capacity_both_ways(&line, &[]);
         let kib = |text: &str| {
             1024.0
                 * text
@@ -124,7 +149,13 @@ fn capacity_finds_the_kernels_token_bucket_both_ways_at_two_settings() {
         for (direction, (_, rate, burst)) in [(Direction::Up, up), (Direction::Down, down)] {
             // tbf keeps its bucket as a time at its rate, in the kernel's clock ticks: the
             // burst it lets through is within a few percent of what was asked.
-            let shaper = check_bucket(&reports, direction, rate, kib(burst), 0.25);
+            let bucket = Bucket {
+                kind: ShaperKind::Shaper,
+                rate_bps: rate,
+                burst_bytes: kib(burst),
+                counts_frames: true,
+            };
+            let shaper = check_bucket(&reports, direction, &bucket, 0.25);
             // tbf's limit is its rate times its latency plus its bucket: a full queue is
             // 60 ms plus the bucket's time at the rate, and it fills before drops begin.
             let full = 60e6 + kib(burst) * 8.0 / rate * 1e9;
@@ -155,13 +186,121 @@ fn capacity_finds_the_emulators_own_bucket_as_its_spec_says() {
         ],
         true,
     );
-    let reports = capacity_both_ways(&lab.line);
+    let reports = capacity_both_ways(&lab.line, &[]);
     // The emulator's bucket is exact (tested against theory in pathlab-core): the burst
     // within 20%, as in virtual time.
     // (The burst's own rate is printed, not judged: it is the peak only when the sender and
     // the emulator keep up with it, which CI's machine did not, 150 of 200 Mbit/s.)
-    check_bucket(&reports, Direction::Up, 20e6, 65_536.0, 0.2);
-    check_bucket(&reports, Direction::Down, 50e6, 32_768.0, 0.2);
+    for (direction, rate_bps, burst_bytes) in [
+        (Direction::Up, 20e6, 65_536.0),
+        (Direction::Down, 50e6, 32_768.0),
+    ] {
+        let bucket = Bucket {
+            kind: ShaperKind::Shaper,
+            rate_bps,
+            burst_bytes,
+            counts_frames: true,
+        };
+        check_bucket(&reports, direction, &bucket, 0.2);
+    }
+}
+
+/// nft's `limit rate over RATE bytes/second burst BURST bytes drop` for what leaves r's
+/// bridge by each port of `limits` (port, RATE, BURST): a policer the kernel keeps. nft
+/// fills its bucket for one second at RATE plus BURST (`tokens_max = unit x (rate + burst)
+/// / rate`, net/netfilter/nft_limit.c), so the bucket holds RATE + BURST bytes, and it
+/// counts the IP packet (the bridge's hook sees the frame without its Ethernet header).
+/// `None` when nft is not installed (CI installs it).
+fn kernel_policer(line: &Line, limits: &[(&str, u64, u64)]) -> Option<()> {
+    let rules: Vec<String> = limits
+        .iter()
+        .map(|(port, rate, burst)| {
+            format!(
+                "oifname \"{port}\" limit rate over {rate} bytes/second burst {burst} bytes drop"
+            )
+        })
+        .collect();
+    let rules = rules.join("\n");
+    let ruleset = format!(
+        "table bridge pathlab_police {{\n chain forward {{\n  type filter hook forward priority 0; policy accept;\n{rules}\n }}\n}}\n"
+    );
+    let mut child = match line
+        .r
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(error) => panic!("nft: {error}"),
+    };
+    child
+        .stdin
+        .take()
+        .expect("nft's input")
+        .write_all(ruleset.as_bytes())
+        .expect("nft reads its rules");
+    let output = child.wait_with_output().expect("nft runs");
+    assert!(
+        output.status.success(),
+        "nft: {}\n{ruleset}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(())
+}
+
+#[test]
+fn capacity_finds_the_kernels_policer_both_ways_and_tells_it_from_a_shaper() {
+    let test = "capacity_finds_the_kernels_policer_both_ways_and_tells_it_from_a_shaper";
+    let Some(_serial) = privileged_paired(test) else {
+        return;
+    };
+    let line = bridged();
+    // 20 Mbit/s up with a 32 KiB burst, 5 Mbit/s down with 16 KiB: buckets of 2.53 MB
+    // and 0.64 MB (nft adds a second of the rate). The pairs and trains before the shaper
+    // stream drain such a bucket (the stream read 1.28 MB of the 2.53 before capacity
+    // rested the path and sent it again).
+    let (up, down) = ((2_500_000, 32_768), (625_000, 16_384));
+    if kernel_policer(
+        &line,
+        &[(R_PORT_H2, up.0, up.1), (R_PORT_H1, down.0, down.1)],
+    )
+    .is_none()
+    {
+        let why = "nft is not installed (.ci/run puts Debian's nftables package there)";
+        assert!(
+            std::env::var("CI").map_or(true, |ci| ci != "true"),
+            "CI must run the policer test: {why}"
+        );
+        pathlab_os::testing::skipped(test, why);
+        return;
+    }
+    // The stream at 200 Mbit/s: the buckets empty within 0.12 s, and the 10 MiB budget
+    // leaves 0.3 s at the policed rate to fit.
+    let reports = capacity_both_ways(&line, &["--max-rate", "200mbit"]);
+    for (direction, (rate, burst)) in [(Direction::Up, up), (Direction::Down, down)] {
+        let bucket = Bucket {
+            kind: ShaperKind::Policer,
+            rate_bps: rate as f64 * 8.0,
+            burst_bytes: (rate + burst) as f64,
+            counts_frames: false,
+        };
+        let policer = check_bucket(&reports, direction, &bucket, 0.2);
+        assert!(
+            policer.rested_ns > 0 && policer.drained_before_bytes > 0.0,
+            "{}: read in one stream, after trains that drain such a bucket: {policer:?}",
+            direction.name()
+        );
+        // Dropped from the shift on: the first loss within a few packets of it.
+        let first_loss = policer.loss_after_shift_ns.expect("a policer drops");
+        assert!(
+            first_loss.abs() < 10_000_000,
+            "{}: first loss {first_loss} ns after the shift",
+            direction.name()
+        );
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use pathlab_probe::mtu;
 use pathlab_probe::session::SessionError;
 use pathlab_probe::shaper;
 
-use crate::{Client, MeasureError, Partial};
+use crate::{Client, MeasureError, Partial, ProbeArrivals};
 
 /// How a capacity run goes.
 #[derive(Debug, Clone)]
@@ -123,11 +123,17 @@ fn measure_steps(
             Duration::from_nanos(plan.period_ns),
         )
     };
-    let pairs = run(
-        client,
-        capacity::pairs_plan(payload, packet_bytes, max_rate),
-        options.pairs,
-    )?;
+    // What went through the path before the shaper stream, for what it may have taken
+    // from a bucket there: each probe's arrival and IP bytes.
+    let overhead = packet_bytes - payload;
+    let mut before: Vec<(u64, u32)> = Vec::new();
+    let mut record = |arrivals: &ProbeArrivals, plan: &TrainPlan| {
+        let bytes = plan.payload_bytes + overhead;
+        before.extend(arrivals.arrivals.iter().map(|p| (p.received_ns, bytes)));
+    };
+    let pairs_plan = capacity::pairs_plan(payload, packet_bytes, max_rate);
+    let pairs = run(client, pairs_plan, options.pairs)?;
+    record(&pairs, &pairs_plan);
     probes += pairs.sent;
     let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
     progress.pair_estimates_bps.clone_from(&pair_estimates);
@@ -150,6 +156,7 @@ fn measure_steps(
     let plan = capacity::trains_plan(rough, payload, packet_bytes, max_rate);
     let length = plan.length;
     let trains = run(connect()?, plan, options.trains)?;
+    record(&trains, &plan);
     probes += trains.sent;
     let train_estimates = capacity::train_estimates(&trains.arrivals, u64::from(length), bits);
     let found = capacity::combine(
@@ -192,9 +199,8 @@ fn measure_steps(
             connect,
             direction,
             &found,
-            budget,
-            max_rate,
-            path.payload_bytes,
+            (budget, max_rate, path.payload_bytes),
+            &before,
             log,
         )?;
         probes += stream.0;
@@ -255,15 +261,16 @@ fn measure_steps(
 
 /// The constant-rate stream after the trains: at the rate of the link beneath any bucket
 /// (the larger of the trains' capacity and the pairs' mode, which a bucket's burst passes
-/// at), bounded by `max_rate`, for up to `budget` bytes; the probes it took and what
-/// [`shaper::find`] read from it.
+/// at), bounded by `max_rate`, for up to `budget` bytes of `payload`-byte probes; the
+/// probes it took and what [`shaper::find`] read from it. Where it found a bucket that
+/// the probes `before` it (arrival ns, IP bytes) may have drained, it is sent once more
+/// after the bucket has had time to fill ([`shaper::refill_ns`]), and that one is read.
 fn shaper_stream(
     connect: &dyn Fn() -> Result<Client, MeasureError>,
     direction: Direction,
     found: &capacity::Capacity,
-    budget: u64,
-    max_rate: f64,
-    payload: u32,
+    (budget, max_rate, payload): (u64, f64, u32),
+    before: &[(u64, u32)],
     log: &mut dyn FnMut(&str),
 ) -> Result<(u64, Option<shaper::Shaper>), MeasureError> {
     let beneath = found.pair_mode_bps.unwrap_or(0.0).max(found.capacity_bps);
@@ -280,22 +287,57 @@ fn shaper_stream(
         ),
         format::time(plan.duration_ns() as f64 * 1e-9, Digits::up_to(2)),
     ));
-    let stream = connect()?.trains(
-        direction,
-        plan.payload_bytes,
-        plan.length,
-        plan.trains,
-        Duration::from_nanos(plan.spacing_ns),
-        Duration::from_nanos(plan.period_ns),
-    )?;
-    let shaper = shaper::find(&stream.arrivals, stream.sent, found.packet_bytes, budget);
-    log(&match &shaper {
+    let send = || -> Result<(ProbeArrivals, Option<shaper::Shaper>), MeasureError> {
+        let stream = connect()?.trains(
+            direction,
+            plan.payload_bytes,
+            plan.length,
+            plan.trains,
+            Duration::from_nanos(plan.spacing_ns),
+            Duration::from_nanos(plan.period_ns),
+        )?;
+        let shaper = shaper::find(&stream.arrivals, stream.sent, found.packet_bytes, budget);
+        Ok((stream, shaper))
+    };
+    let describe = |stream: &ProbeArrivals, shaper: &Option<shaper::Shaper>| match shaper {
         Some(shaper) => shaper.describe(),
         None => format!(
             "shaper stream: {} of {} probes arrived, too few to read",
             stream.arrivals.len(),
             stream.sent
         ),
+    };
+    let (stream, first) = send()?;
+    log(&describe(&stream, &first));
+    let mut sent = stream.sent;
+    let Some(mut first) = first else {
+        return Ok((sent, None));
+    };
+    let start = stream.arrivals.iter().map(|p| p.received_ns).min();
+    first.drained_before_bytes = start.map_or(0.0, |start| {
+        shaper::drained_before(before, start, first.sustained_bps)
     });
-    Ok((stream.sent, shaper))
+    let Some(rest) = shaper::refill_ns(&first, first.drained_before_bytes) else {
+        return Ok((sent, Some(first)));
+    };
+    log(&format!(
+        "the probes before it may have drained {} of that bucket: the stream again once it \
+         has had {} to fill",
+        format::bytes_binary(first.drained_before_bytes as u64, Digits::up_to(3)),
+        format::time(rest as f64 * 1e-9, Digits::up_to(2))
+    ));
+    std::thread::sleep(Duration::from_nanos(rest));
+    let (again, second) = send()?;
+    sent += again.sent;
+    let Some(mut second) = second.clone().filter(shaper::Shaper::shaped) else {
+        log(&format!(
+            "{}; the first stream's reading stands",
+            describe(&again, &second)
+        ));
+        return Ok((sent, Some(first)));
+    };
+    second.drained_before_bytes = first.drained_before_bytes;
+    second.rested_ns = rest;
+    log(&second.describe());
+    Ok((sent, Some(second)))
 }

@@ -18,6 +18,13 @@
 //! `R`, its intercept the burst `B`. A plain rate limit is a bucket of one packet: the
 //! same fit gives an intercept of one packet, which is how "no shaper" is told.
 //!
+//! **A bucket the probes before drained.** The pairs and trains before the stream pass the
+//! same bucket: on a line whose bucket refills slowly (an ISP's policer keeps a second of
+//! its rate: 2.5 MB at 20 Mbit/s) they leave it part empty, and the stream's burst reads
+//! short of it (1.28 MB of 2.53 on nft's policer). [`drained_before`] bounds what they can
+//! have taken from it; past a twentieth of the burst, [`refill_ns`] says how long the path
+//! must rest for the bucket to be full again, and the stream is sent once more.
+//!
 //! **Shaper or policer.** A shaper queues what the bucket cannot pass: after the shift
 //! the one-way delay rises towards its buffer, and drops start only once the buffer is
 //! full. A policer drops at once: the delay stays flat and the loss starts at the shift.
@@ -59,6 +66,53 @@ pub const MIN_BURST_PACKETS: f64 = 2.5;
 /// own noise (tens of microseconds), below the stalls a busy machine gave (10 ms hid a
 /// 32 KB bucket at 50 Mbit/s).
 pub const HELD_NS: f64 = 2e6;
+
+/// The longest the path rests for a drained bucket to fill before the stream is sent
+/// again: 5 s. A bucket that takes longer is read short of its depth, and the report says
+/// how long it rested.
+pub const MAX_REFILL_NS: u64 = 5_000_000_000;
+
+/// What the probes before a stream may have left a bucket of `sustained_bps` (IP) short
+/// of, IP bytes: the most that any stretch of `before` (each probe's arrival, ns, and IP
+/// bytes, in the receiver's clock) up to the stream's first arrival at `start_ns` carried
+/// beyond what the bucket refills in that stretch. A bucket passes what arrives through it
+/// and refills at its rate only while it is not full, so its deficit at `start_ns` is at
+/// most this (the probes it dropped took nothing from it, and are not in `before`).
+pub fn drained_before(before: &[(u64, u32)], start_ns: u64, sustained_bps: f64) -> f64 {
+    let mut sorted: Vec<(u64, u32)> = before
+        .iter()
+        .copied()
+        .filter(|&(at, _)| at < start_ns)
+        .collect();
+    sorted.sort_unstable_by_key(|&(at, _)| std::cmp::Reverse(at));
+    let bytes_per_ns = sustained_bps / 8e9;
+    let mut carried = 0.0;
+    let mut most: f64 = 0.0;
+    for (at, bytes) in sorted {
+        carried += f64::from(bytes);
+        most = most.max(carried - bytes_per_ns * (start_ns - at) as f64);
+    }
+    most
+}
+
+/// How long the path must rest after a stream that found `shaper` for its bucket to be
+/// full again, ns, when the probes before the stream may have left its burst short by
+/// more than a twentieth (and [`MIN_BURST_PACKETS`] packets): `drained` bytes
+/// ([`drained_before`]). The stream ends with the bucket empty, and the bucket holds at
+/// most the burst found plus `drained`: that at the sustained rate, and a tenth more,
+/// at most [`MAX_REFILL_NS`]. `None`: the burst found is the bucket's.
+pub fn refill_ns(shaper: &Shaper, drained: f64) -> Option<u64> {
+    let packets = drained / f64::from(shaper.packet_bytes.max(1));
+    if !shaper.shaped()
+        || shaper.sustained_bps <= 0.0
+        || drained <= shaper.burst_bytes / 20.0
+        || packets <= MIN_BURST_PACKETS
+    {
+        return None;
+    }
+    let ns = (shaper.burst_bytes + drained) * 8.0 / shaper.sustained_bps * 1.1e9;
+    Some((ns as u64).min(MAX_REFILL_NS))
+}
 
 /// The constant-rate stream, as a `Trains` request asks for it: `trains` trains of
 /// `length` probes `spacing_ns` apart, each train starting where the last one's spacing
@@ -160,6 +214,15 @@ pub struct Shaper {
     /// From the shift to the first loss, by the sender's clock, ns (negative: before it);
     /// `None` without loss.
     pub loss_after_shift_ns: Option<i64>,
+    /// What the probes before the stream may have taken from the bucket, IP bytes
+    /// ([`drained_before`]; 0 where not known).
+    #[serde(default)]
+    pub drained_before_bytes: f64,
+    /// How long the path rested before this stream, ns: 0 for the first stream; more when
+    /// the first found a bucket the probes before it may have drained ([`refill_ns`]),
+    /// and this is the stream sent again.
+    #[serde(default)]
+    pub rested_ns: u64,
 }
 
 impl Shaper {
@@ -190,7 +253,7 @@ impl Shaper {
         );
         let sustained = rate(self.sustained_bps);
         let frames = rate(self.sustained_bps * self.frame_ratio());
-        match self.kind {
+        let found = match self.kind {
             ShaperKind::Shaper => format!(
                 "shaped: a burst of about {burst} {at}, then {sustained} ({frames} counting \
                  Ethernet headers) after {}; a queue of {} built behind it{}",
@@ -212,7 +275,24 @@ impl Shaper {
                 format::bytes_binary(self.budget_bytes, Digits::up_to(3)),
                 rate(self.offered_bps)
             ),
+        };
+        if self.rested_ns == 0 {
+            return found;
         }
+        format!(
+            "{found} (a second stream, after the path rested {}: the probes before the \
+             first may have drained {} of the bucket{})",
+            ms(self.rested_ns),
+            format::bytes_binary(
+                (self.drained_before_bytes * self.frame_ratio()) as u64,
+                Digits::up_to(3)
+            ),
+            if self.rested_ns >= MAX_REFILL_NS {
+                ", and it may not have filled in that time"
+            } else {
+                ""
+            }
+        )
     }
 }
 
@@ -378,6 +458,8 @@ pub fn find(
             queue_ns: queue_from(k),
             lost,
             loss_after_shift_ns: first_loss.map(|at| at as i64 - probes[k].sent_ns as i64),
+            drained_before_bytes: 0.0,
+            rested_ns: 0,
         },
         None => {
             let (rate, intercept) = all.line()?;
@@ -394,6 +476,8 @@ pub fn find(
                 queue_ns: queue_from(0),
                 lost,
                 loss_after_shift_ns: None,
+                drained_before_bytes: 0.0,
+                rested_ns: 0,
             }
         }
     };

@@ -54,26 +54,56 @@ fn through_link(spec: &str, plan: &StreamPlan) -> Vec<ReceivedProbe> {
 }
 
 /// A policer of `rate_bps` (frames) with a bucket of `burst_bytes`, full at the start, in
-/// front of nothing: a frame passes at once when the bucket holds it, else is dropped.
-fn through_policer(rate_bps: f64, burst_bytes: f64, plan: &StreamPlan) -> Vec<ReceivedProbe> {
-    let mut tokens = burst_bytes;
-    let mut last = 0u64;
-    send_times(plan)
-        .into_iter()
-        .enumerate()
-        .filter_map(|(seq, at)| {
-            tokens = (tokens + (at - last) as f64 * 1e-9 * rate_bps / 8.0).min(burst_bytes);
-            last = at;
-            (tokens >= FRAME).then(|| {
-                tokens -= FRAME;
-                ReceivedProbe {
+/// front of nothing: a frame passes at once when the bucket holds it, else is dropped. It
+/// keeps its bucket from one stream to the next.
+struct Policer {
+    rate_bps: f64,
+    burst_bytes: f64,
+    tokens: f64,
+    last_ns: u64,
+}
+
+impl Policer {
+    fn new(rate_bps: f64, burst_bytes: f64) -> Policer {
+        Policer {
+            rate_bps,
+            burst_bytes,
+            tokens: burst_bytes,
+            last_ns: 0,
+        }
+    }
+
+    /// Whether a frame that comes at `at_ns` passes.
+    fn pass(&mut self, at_ns: u64) -> bool {
+        let refill = (at_ns - self.last_ns) as f64 * 1e-9 * self.rate_bps / 8.0;
+        self.tokens = (self.tokens + refill).min(self.burst_bytes);
+        self.last_ns = at_ns;
+        let passes = self.tokens >= FRAME;
+        if passes {
+            self.tokens -= FRAME;
+        }
+        passes
+    }
+
+    /// The stream `plan` sent from `start_ns` on, as its receiver records it.
+    fn stream(&mut self, plan: &StreamPlan, start_ns: u64) -> Vec<ReceivedProbe> {
+        send_times(plan)
+            .into_iter()
+            .enumerate()
+            .filter_map(|(seq, at)| {
+                let at = start_ns + at;
+                self.pass(at).then_some(ReceivedProbe {
                     seq: seq as u64,
                     sent_ns: at,
                     received_ns: at + PROPAGATION_NS,
-                }
+                })
             })
-        })
-        .collect()
+            .collect()
+    }
+}
+
+fn through_policer(rate_bps: f64, burst_bytes: f64, plan: &StreamPlan) -> Vec<ReceivedProbe> {
+    Policer::new(rate_bps, burst_bytes).stream(plan, 0)
 }
 
 /// What [`find`] reads from `arrivals` of the whole of `plan`, with the default budget.
@@ -422,4 +452,80 @@ fn a_receiver_stalled_midway_for_up_to_20_ms_changes_no_verdict() {
     );
     let found = read(&arrivals, &offered);
     assert_eq!(found.kind, ShaperKind::Policer, "{found:?}");
+}
+
+#[test]
+fn trains_that_drained_a_policers_bucket_are_counted_and_a_stream_after_a_rest_reads_it_whole() {
+    // An ISP's policer: 20 Mbit/s with a second of its rate and 32 KiB as its bucket (as
+    // nft keeps one), drained by 0.6 s of trains at 36 Mbit/s before the stream.
+    let (rate, bucket) = (20e6, 2.5e6 + 32_768.0);
+    let mut policer = Policer::new(rate, bucket);
+    let mut before = Vec::new();
+    for train in 0..60u64 {
+        for _ in 0..30 {
+            let at = train * 10_000_000;
+            if policer.pass(at) {
+                before.push((at + PROPAGATION_NS, PACKET));
+            }
+        }
+    }
+    let plan = stream(200e6);
+    let start = 650_000_000;
+    let first = read(&policer.stream(&plan, start), &plan);
+    // The first stream reads what the trains left: about 1.4 MB of the 2.53.
+    assert_eq!(first.kind, ShaperKind::Policer, "{first:?}");
+    assert!(burst_frames(&first) < 0.7 * bucket, "{first:?}");
+    // What the trains took is bounded from above, and not by much: the burst found plus
+    // it covers the bucket, within a train.
+    let drained = drained_before(&before, start + PROPAGATION_NS, first.sustained_bps);
+    let covered = (first.burst_bytes + drained) * first.frame_ratio();
+    assert!(
+        covered >= 0.98 * bucket && covered <= bucket + 31.0 * FRAME,
+        "drained {drained:.0} B, burst {:.0} B: {covered:.0} for {bucket}",
+        first.burst_bytes
+    );
+    // Rested for that at the sustained rate, the bucket is full again.
+    let rest = refill_ns(&first, drained).expect("a drained bucket is read again");
+    let expected = covered / first.frame_ratio() * 8.0 / first.sustained_bps * 1.1e9;
+    assert!(
+        (rest as f64 / expected - 1.0).abs() < 1e-6,
+        "{rest} for {expected}"
+    );
+    let again = start + plan.duration_ns() + rest;
+    let second = read(&policer.stream(&plan, again), &plan);
+    assert_eq!(second.kind, ShaperKind::Policer, "{second:?}");
+    assert_bucket(&second, rate, bucket, "after the rest");
+}
+
+#[test]
+fn probes_that_kept_below_the_rate_or_came_long_before_drained_nothing_worth_a_second_stream() {
+    // One 1000-byte probe every 2 ms against 8 Mbit/s (1,000 bytes a ms): the last one
+    // is all a bucket can be short of, and it refilled before the stream.
+    let paced: Vec<(u64, u32)> = (0..100u64).map(|i| (i * 2_000_000, 1000)).collect();
+    let last = 99 * 2_000_000;
+    assert!(drained_before(&paced, last + 1_000_000, 8e6).abs() < 1e-9);
+    assert!((drained_before(&paced, last + 500_000, 8e6) - 500.0).abs() < 1e-6);
+    // 100 KB in 10 ms: 90 KB beyond the refill at the stream's start, 0 once 100 ms
+    // have passed.
+    let burst: Vec<(u64, u32)> = (0..100u64).map(|i| (i * 100_000, 1000)).collect();
+    assert!((drained_before(&burst, 10_000_000, 8e6) - 90_000.0).abs() < 1e-6);
+    assert_eq!(drained_before(&burst, 100_000_000, 8e6), 0.0);
+    // Arrivals after the stream's start are the stream's own.
+    assert_eq!(drained_before(&burst, 0, 8e6), 0.0);
+    // A twentieth of the burst, or two and a half packets, is not worth a second stream;
+    // more is, and a rest past MAX_REFILL_NS is cut to it.
+    let plan = stream(100e6);
+    let found = read(&through_policer(10e6, 100.0 * FRAME, &plan), &plan);
+    assert_eq!(refill_ns(&found, found.burst_bytes / 25.0), None);
+    assert_eq!(refill_ns(&found, 2.0 * f64::from(PACKET)), None);
+    let rest = refill_ns(&found, found.burst_bytes).expect("half the bucket drained");
+    let expected = 2.0 * found.burst_bytes * 8.0 / found.sustained_bps * 1.1e9;
+    assert!((rest as f64 / expected - 1.0).abs() < 1e-6);
+    assert_eq!(refill_ns(&found, 1e9), Some(MAX_REFILL_NS));
+    let none = read(&through_link("rate 10mbit", &plan), &plan);
+    assert_eq!(
+        refill_ns(&none, 1e6),
+        None,
+        "no bucket, nothing to read again"
+    );
 }

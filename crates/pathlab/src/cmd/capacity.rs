@@ -115,7 +115,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     } else {
         format!(
             "after the trains, a constant-rate stream at the capacity of up to {} a direction \
-             (--shaper-budget), to find a token bucket",
+             (--shaper-budget), to find a token bucket; once more after a rest of up to 5 s \
+             where the trains may have drained one",
             format::bytes_binary(args.shaper_budget, Digits::up_to(2))
         )
     };
