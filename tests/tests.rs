@@ -26,6 +26,7 @@ mod bond_sessions;
 mod bond_tap;
 mod cli;
 mod client_failures;
+mod docs;
 mod emulate;
 mod engines;
 mod hostile;
