@@ -431,7 +431,7 @@ def fmt(value, digits=1):
 
 
 def table(figures):
-    """The README's table: goodput, its share of the lines' sum, each line's queue."""
+    """docs/bond-results.md's table: goodput, its share of the lines' sum, each line's queue."""
     alone = figures["alone_mbit"]
     head = "| | goodput Mbit/s | share of the sum |"
     rule = "|---|---|---|"

@@ -101,8 +101,8 @@ fn the_bond_recipe_fills_three_lines_without_bloat_and_survives_a_line_failure()
         "alone {alone:.2?} (sum {sum_alone:.2}); tunnel {steady:.2} Mbit/s ({:.1}%), round robin {rr_steady:.2}",
         100.0 * steady / sum_alone
     );
-    // The issue asks 90% of the sum, and the README claims it (91.8-93.2% in the quick
-    // form, 8 s of steady state): the test holds the claim.
+    // The issue asks 90% of the sum, and docs/bond-results.md claims it (91.8-93.2% in the
+    // quick form, 8 s of steady state): the test holds the claim.
     assert!(
         steady >= 0.90 * sum_alone,
         "{steady:.2} Mbit/s through the tunnel against {sum_alone:.2} alone"

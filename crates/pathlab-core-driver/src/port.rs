@@ -333,7 +333,7 @@ impl ReceiveMode {
     /// The traffic a ring or socket buffer holds at the link's rate, ns.
     pub const BACKLOG_NS: u64 = 10_000_000;
     /// The fastest rate whose links read the socket rather than a ring: above it the
-    /// ring's saved system calls pay (measured in the README's lab table).
+    /// ring's saved system calls pay (measured in docs/performance.md, Labs of many links).
     pub const SOCKET_MAX_BPS: u64 = 1_000_000_000;
     const MIN_FRAMES: usize = 512;
     const MAX_FRAMES: usize = 4096;

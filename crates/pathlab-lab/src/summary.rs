@@ -37,7 +37,7 @@ fn delay_s(spec: &LinkSpec) -> f64 {
 fn loss_probability(spec: &LinkSpec) -> Option<f64> {
     match spec.loss {
         None => Some(0.0),
-        // Correlation keeps the mean (see the README).
+        // Correlation keeps the mean (see docs/spec.md).
         Some(LossSpec::Random(chance)) => Some(chance.probability.get()),
         Some(LossSpec::GilbertElliott {
             p,
