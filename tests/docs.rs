@@ -154,7 +154,7 @@ fn prose(text: &str) -> Vec<String> {
         }
         let paragraph = blank_code_spans(&lines[start..end].join("\n"));
         for (line, blanked) in lines[start..end].iter_mut().zip(paragraph.split('\n')) {
-            *line = blanked.to_owned();
+            blanked.clone_into(line);
         }
         start = end;
     }

@@ -71,12 +71,12 @@ struct Bucket {
 }
 
 /// The shaper found in `direction`, checked against `bucket`: the kind, the bottleneck (the
-/// sustained rate) within 10%, the burst within `burst_tolerance`.
+/// sustained rate) within 10%, the burst within `burst_within` bytes.
 fn check_bucket(
     reports: &[CapacityReport],
     direction: Direction,
     bucket: &Bucket,
-    burst_tolerance: f64,
+    burst_within: f64,
 ) -> Shaper {
     let Bucket {
         kind,
@@ -113,8 +113,8 @@ fn check_bucket(
         direction.name()
     );
     assert!(
-        (burst / burst_bytes - 1.0).abs() < burst_tolerance,
-        "{}: burst {burst} for {burst_bytes}",
+        (burst - burst_bytes).abs() < burst_within,
+        "{}: burst {burst} for {burst_bytes} (within {burst_within:.0})",
         direction.name()
     );
     shaper
@@ -155,7 +155,7 @@ fn capacity_finds_the_kernels_token_bucket_both_ways_at_two_settings() {
                 burst_bytes: kib(burst),
                 counts_frames: true,
             };
-            let shaper = check_bucket(&reports, direction, &bucket, 0.25);
+            let shaper = check_bucket(&reports, direction, &bucket, 0.25 * bucket.burst_bytes);
             // tbf's limit is its rate times its latency plus its bucket: a full queue is
             // 60 ms plus the bucket's time at the rate, and it fills before drops begin.
             let full = 60e6 + kib(burst) * 8.0 / rate * 1e9;
@@ -187,13 +187,17 @@ fn capacity_finds_the_emulators_own_bucket_as_its_spec_says() {
         true,
     );
     let reports = capacity_both_ways(&lab.line, &[]);
+    let stats = lab.stats();
     // The emulator's bucket is exact (tested against theory in pathlab-core): the burst
-    // within 20%, as in virtual time.
+    // within 20%, as in virtual time, and what its lateness can add. The burst is the
+    // intercept of the count after the shift against the time since the first arrival: a
+    // first packet sent late by L shortens every time after it and adds R x L (a busy run
+    // read 42,580 B for 32,768 at 50 Mbit/s, the burst at 388 Mbit/s for a peak of 200).
     // (The burst's own rate is printed, not judged: it is the peak only when the sender and
     // the emulator keep up with it, which CI's machine did not, 150 of 200 Mbit/s.)
-    for (direction, rate_bps, burst_bytes) in [
-        (Direction::Up, 20e6, 65_536.0),
-        (Direction::Down, 50e6, 32_768.0),
+    for (index, direction, rate_bps, burst_bytes) in [
+        (0, Direction::Up, 20e6, 65_536.0),
+        (1, Direction::Down, 50e6, 32_768.0),
     ] {
         let bucket = Bucket {
             kind: ShaperKind::Shaper,
@@ -201,7 +205,14 @@ fn capacity_finds_the_emulators_own_bucket_as_its_spec_says() {
             burst_bytes,
             counts_frames: true,
         };
-        check_bucket(&reports, direction, &bucket, 0.2);
+        let late_ns = stats.directions[index].lateness.max_ns;
+        let late_bytes = rate_bps / 8.0 * late_ns as f64 * 1e-9;
+        eprintln!(
+            "{}: the emulator sent at most {} us late: {late_bytes:.0} B at the rate",
+            direction.name(),
+            late_ns / 1000
+        );
+        check_bucket(&reports, direction, &bucket, 0.2 * burst_bytes + late_bytes);
     }
 }
 
@@ -287,7 +298,7 @@ fn capacity_finds_the_kernels_policer_both_ways_and_tells_it_from_a_shaper() {
             burst_bytes: (rate + burst) as f64,
             counts_frames: false,
         };
-        let policer = check_bucket(&reports, direction, &bucket, 0.2);
+        let policer = check_bucket(&reports, direction, &bucket, 0.2 * bucket.burst_bytes);
         assert!(
             policer.rested_ns > 0 && policer.drained_before_bytes > 0.0,
             "{}: read in one stream, after trains that drain such a bucket: {policer:?}",
