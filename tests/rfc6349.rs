@@ -276,10 +276,16 @@ fn rfc6349_on_a_clean_line_finds_its_mtu_rtt_and_ideal_rate() {
     // Each 1514-byte frame carries 1448 bytes of payload (timestamps on).
     assert_eq!(result.mss_used_bytes, 1448);
     assert!((result.ideal_rate_bps - RATE_BPS * 1448.0 / 1514.0).abs() < 1.0);
-    // The line was full (a window far above the BDP keeps it busy, busy machine or not),
-    // and the method says so.
+    // The method's ratio is the line's (check_ttr, against the recording), and the line was
+    // nearly full: a window far above the BDP keeps it busy, but a busy machine can keep
+    // the hosts from their cores for a moment (one busy run left the bottleneck idle 1.7% of
+    // the steady span, the line's TTR 1.0168 and the method's 1.0173), which is the
+    // machine's, not the method's.
     let line = check_ttr(&run, step::SINGLE, result, FULL_FRAME_BYTES);
-    assert!((line - 1.0).abs() <= TTR_TOLERANCE, "the line's TTR {line}");
+    assert!(
+        (1.0 - TTR_TOLERANCE..=1.05).contains(&line),
+        "the line's TTR {line}: the bottleneck stood idle"
+    );
     // Nothing lost, nothing sent twice.
     assert_eq!(result.retransmitted_bytes, 0);
     assert_eq!(result.tcp_efficiency, 1.0);
