@@ -1,9 +1,9 @@
 //! Measurements on lines pathlab did not make (issue 42): the kernel's token bucket filter
 //! (tc's tbf) on the ports of a kernel bridge as the bottleneck, the kernel's policer (nft's
 //! `limit`) there, and the emulator's own bucket; and tbf behind the emulator, which must
-//! drop what it has no room for without holding the emulator up. Packet pairs and short trains leave a bucket at the rate of the
-//! link beneath it; `capacity` must find the sustained rate with its shaper stream, and
-//! RFC 6349 must plan for that rate.
+//! drop what it has no room for without holding the emulator up. Packet pairs and short
+//! trains leave a bucket at the rate of the link beneath it; `capacity` must find the
+//! sustained rate with its shaper stream, and RFC 6349 must plan for that rate.
 //!
 //! They need CAP_NET_ADMIN: without it they fail when `CI=true` and skip elsewhere.
 

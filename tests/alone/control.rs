@@ -315,13 +315,9 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
             })
             .collect()
     };
-    let local_stats = || -> EmulatorStats {
-        let out = util::emulated::pathlab(&["emulate", "stats", "--name", &lab.name, "-J"]);
-        serde_json::from_slice(&out.stdout).unwrap()
-    };
     let quiet = (0..10)
         .find_map(|_| {
-            let before = local_stats();
+            let before = lab.stats();
             let metrics = call(&lab, &addr, "GET", "/metrics", true, None);
             assert_eq!(metrics.status, 200);
             let api: EmulatorStats =
@@ -329,7 +325,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
                     .unwrap();
             let out = remote(&["stats", "--remote", &addr, "--token", &token_arg, "-J"]);
             let remote_stats: EmulatorStats = serde_json::from_slice(&out.stdout).unwrap();
-            let after = local_stats();
+            let after = lab.stats();
             (counters(&before) == counters(&after)).then_some((after, metrics, api, remote_stats))
         })
         .expect("the counters held still over one round of reads in ten");

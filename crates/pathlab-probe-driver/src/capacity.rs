@@ -329,12 +329,15 @@ fn shaper_stream(
     std::thread::sleep(Duration::from_nanos(rest));
     let (again, second) = send()?;
     sent += again.sent;
-    let Some(mut second) = second.clone().filter(shaper::Shaper::shaped) else {
-        log(&format!(
-            "{}; the first stream's reading stands",
-            describe(&again, &second)
-        ));
-        return Ok((sent, Some(first)));
+    let mut second = match second {
+        Some(second) if second.shaped() => second,
+        other => {
+            log(&format!(
+                "{}; the first stream's reading stands",
+                describe(&again, &other)
+            ));
+            return Ok((sent, Some(first)));
+        }
     };
     second.drained_before_bytes = first.drained_before_bytes;
     second.rested_ns = rest;

@@ -517,7 +517,11 @@ fn probes_that_kept_below_the_rate_or_came_long_before_drained_nothing_worth_a_s
     let plan = stream(100e6);
     let found = read(&through_policer(10e6, 100.0 * FRAME, &plan), &plan);
     assert_eq!(refill_ns(&found, found.burst_bytes / 25.0), None);
-    assert_eq!(refill_ns(&found, 2.0 * f64::from(PACKET)), None);
+    // Two packets of a 10-packet bucket are more than its twentieth, and still too few.
+    let small = read(&through_policer(10e6, 10.0 * FRAME, &plan), &plan);
+    assert!(small.shaped() && 2.0 * f64::from(PACKET) > small.burst_bytes / 20.0);
+    assert_eq!(refill_ns(&small, 2.0 * f64::from(PACKET)), None);
+    assert!(refill_ns(&small, 3.0 * f64::from(PACKET)).is_some());
     let rest = refill_ns(&found, found.burst_bytes).expect("half the bucket drained");
     let expected = 2.0 * found.burst_bytes * 8.0 / found.sustained_bps * 1.1e9;
     assert!((rest as f64 / expected - 1.0).abs() < 1e-6);
