@@ -414,6 +414,9 @@ pub struct ProbeArrivals {
     pub sent: u64,
     /// From the sender's first probe to its last, ns.
     pub duration_ns: u64,
+    /// How many of the arrivals' send times are the kernel's transmit stamps (sent from
+    /// this host, which read them); the rest are the sender's clock just before its send.
+    pub sent_by_kernel: u64,
 }
 
 /// What a receiver that stopped early holds: its arrivals, counted as sent up to the
@@ -433,7 +436,26 @@ fn arrivals_so_far(
         duplicates,
         sent,
         duration_ns: last - first,
+        sent_by_kernel: 0,
     })
+}
+
+/// Puts the kernel's transmit stamp of each probe in `arrivals` (this host's, from `log`)
+/// in place of the sender's reading the probe carried, where one came no earlier than
+/// that reading; none after a refused send (see [`sys::TransmitLog::refused`]). Returns
+/// how many it replaced.
+fn kernel_send_times(arrivals: &mut [ReceivedProbe], log: &sys::TransmitLog) -> u64 {
+    if log.refused() {
+        return 0;
+    }
+    let mut replaced = 0;
+    for probe in arrivals {
+        if let Some(kernel_ns) = log.get(probe.seq).filter(|&ns| ns >= probe.sent_ns) {
+            probe.sent_ns = kernel_ns;
+            replaced += 1;
+        }
+    }
+    replaced
 }
 
 /// A one-way test the server has accepted, not yet run.
@@ -504,19 +526,22 @@ impl OneWayTest {
     }
 
     fn run_or_partial_raw(mut self) -> Result<ProbeArrivals, Partial<ProbeArrivals>> {
-        let (direction, size, count, schedule) =
-            self.running.test.one_way().expect("a one-way test");
+        let (direction, size, count, _) = self.running.test.one_way().expect("a one-way test");
         let result = match direction {
             Direction::Up => {
                 self.udp.connect(self.server).map_err(MeasureError::from)?;
+                // Each probe's send time from the kernel where it gives one, as it left
+                // for this host's queue (a shaper on this host is part of the path).
+                let mut transmit =
+                    sys::enable_timestamping(self.udp.as_fd(), sys::TransmitPoint::Queue)
+                        .is_ok()
+                        .then(|| sys::TransmitLog::with_capacity(count.min(1 << 20) as usize));
                 let sent = send_probes(
                     &self.udp,
                     &self.running,
                     Way::ClientToServer,
-                    schedule,
-                    size,
-                    count,
                     &mut self.client,
+                    transmit.as_mut(),
                 )?;
                 let Message::Sent { count, duration_ns } = sent else {
                     unreachable!("the sender ends with Sent")
@@ -531,12 +556,16 @@ impl OneWayTest {
                             duplicates,
                             ..
                         } => {
+                            let sent_by_kernel = transmit
+                                .as_ref()
+                                .map_or(0, |log| kernel_send_times(&mut arrivals, log));
                             break ProbeArrivals {
                                 arrivals,
                                 rejected,
                                 duplicates,
                                 sent: count,
                                 duration_ns,
+                                sent_by_kernel,
                             };
                         }
                         other => {
@@ -582,6 +611,7 @@ impl OneWayTest {
                     duplicates: received.duplicates,
                     sent: received.sent,
                     duration_ns: received.duration_ns,
+                    sent_by_kernel: 0,
                 }
             }
         };
@@ -601,37 +631,12 @@ impl OneWayTest {
 struct RoundTrips {
     replies: Vec<RoundTrip>,
     send_errors: Vec<u64>,
-    /// Per request, by sequence number: when the kernel sent it, ns (0: no stamp yet).
-    transmit_ns: Vec<u64>,
-    /// The sequence number of each datagram the socket sent, by the kernel's datagram
-    /// number (`SOF_TIMESTAMPING_OPT_ID`, from 0: the socket sends nothing else).
-    datagram_seqs: Vec<u64>,
+    /// When the kernel sent each request, by sequence number (the socket sends nothing
+    /// else).
+    transmit: sys::TransmitLog,
 }
 
 impl RoundTrips {
-    /// Records that request `seq` left, as datagram number `datagram_seqs.len()` if the
-    /// kernel took it.
-    fn sent(&mut self, seq: u64, taken: bool) {
-        debug_assert_eq!(self.transmit_ns.len() as u64, seq);
-        self.transmit_ns.push(0);
-        if taken {
-            self.datagram_seqs.push(seq);
-        }
-    }
-
-    /// Takes every transmit stamp off `udp`'s error queue (which keeps it polling readable
-    /// until empty) and files it under its request.
-    fn take_transmit_stamps(&mut self, udp: &UdpSocket) -> io::Result<()> {
-        while let Some(queued) = sys::recv_error_queue(udp.as_fd())? {
-            if let sys::ErrorQueued::Transmitted(stamp) = queued {
-                if let Some(&seq) = self.datagram_seqs.get(stamp.id as usize) {
-                    self.transmit_ns[seq as usize] = stamp.kernel_ns;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// The replies with the kernel's send time where it gave one. A round trip is the
     /// kernel's when both its reply's receive stamp and its request's transmit stamp came,
     /// the transmit stamp no earlier than the request's own reading (which a stamp given
@@ -641,10 +646,9 @@ impl RoundTrips {
             .iter()
             .map(|reply| {
                 let transmit_ns = self
-                    .transmit_ns
-                    .get(reply.seq as usize)
-                    .copied()
-                    .filter(|&t| t >= reply.sent_ns && t > 0 && t <= reply.received_ns);
+                    .transmit
+                    .get(reply.seq)
+                    .filter(|&t| t >= reply.sent_ns && t <= reply.received_ns);
                 match (reply.timed_by, transmit_ns) {
                     (TimedBy::Kernel, Some(sent_ns)) => RoundTrip { sent_ns, ..*reply },
                     _ => RoundTrip {
@@ -739,14 +743,13 @@ impl Client {
         // The kernel's transmit stamps, numbered from the first request: a round trip from
         // them is free of the client's own delays (see `RoundTrips::timed_replies`). A
         // kernel that refuses leaves every round trip to the client's clock.
-        let stamped = sys::enable_timestamping(udp.as_fd()).is_ok();
+        let stamped = sys::enable_timestamping(udp.as_fd(), sys::TransmitPoint::Device).is_ok();
         let padding = Box::new(random::<4096>()?);
         let mut bytes = Vec::with_capacity(size as usize + 64);
         let mut buffer = vec![0u8; probe::MAX_LEN + 1];
         so_far.replies.reserve(count as usize);
         so_far.send_errors.reserve(count as usize);
-        so_far.transmit_ns.reserve(count as usize);
-        so_far.datagram_seqs.reserve(count as usize);
+        so_far.transmit = sys::TransmitLog::with_capacity(count as usize);
         let mut rejections = Rejections::default();
         let start = Instant::now();
         let mut collect = |client: &mut Client,
@@ -754,7 +757,7 @@ impl Client {
                            rejections: &mut Rejections|
          -> io::Result<()> {
             if stamped {
-                so_far.take_transmit_stamps(udp)?;
+                so_far.transmit.take(udp.as_fd())?;
             }
             let replies = &mut so_far.replies;
             let before = replies.len();
@@ -810,7 +813,7 @@ impl Client {
                     )
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let taken = udp.send(&bytes).is_ok();
-                so_far.sent(seq, taken);
+                so_far.transmit.sent(seq, taken);
                 so_far
                     .send_errors
                     .push(now.duration_since(due).as_nanos() as u64);
@@ -907,6 +910,37 @@ mod tests {
     }
 
     #[test]
+    fn probes_take_the_kernels_send_time_unless_it_is_before_their_own_or_a_send_was_refused() {
+        // Probes 0..4 read 1 ms apart; the kernel took each 40 us later, but 2's stamp is
+        // before its reading (another probe's) and 3 got none.
+        let arrivals: Vec<ReceivedProbe> = (0..4)
+            .map(|seq| arrival(seq, 1_000_000_000 + seq * 1_000_000))
+            .collect();
+        let mut log = sys::TransmitLog::default();
+        for seq in 0..4 {
+            log.sent(seq, true);
+        }
+        log.set(0, 1_000_040_000);
+        log.set(1, 1_001_040_000);
+        log.set(2, 1_001_500_000);
+        let mut timed = arrivals.clone();
+        assert_eq!(kernel_send_times(&mut timed, &log), 2);
+        let sent: Vec<u64> = timed.iter().map(|p| p.sent_ns).collect();
+        assert_eq!(
+            sent,
+            [1_000_040_000, 1_001_040_000, 1_002_000_000, 1_003_000_000]
+        );
+        log.sent(4, false);
+        let mut kept = arrivals.clone();
+        assert_eq!(
+            kernel_send_times(&mut kept, &log),
+            0,
+            "after a refusal, none"
+        );
+        assert_eq!(kept, arrivals);
+    }
+
+    #[test]
     fn round_trips_cut_short_count_what_the_replies_prove() {
         let reply = |seq: u64| RoundTrip {
             seq,
@@ -947,13 +981,13 @@ mod tests {
         let mut so_far = RoundTrips::default();
         // Request 2 never reached the kernel: datagram 2 is request 3.
         for seq in 0..5 {
-            so_far.sent(seq, seq != 2);
+            so_far.transmit.sent(seq, seq != 2);
         }
-        assert_eq!(so_far.datagram_seqs, vec![0, 1, 3, 4]);
-        so_far.transmit_ns[0] = 1_000_000 + 30_000; // 30 us after the client's reading
-        so_far.transmit_ns[1] = 11_000_000 + 20_000;
-        so_far.transmit_ns[3] = 20_000_000; // before its reading: another request's
-        so_far.transmit_ns[4] = 41_000_000 + 40_000;
+        assert_eq!(so_far.transmit.datagram_seqs(), [0, 1, 3, 4]);
+        so_far.transmit.set(0, 1_000_000 + 30_000); // 30 us after the client's reading
+        so_far.transmit.set(1, 11_000_000 + 20_000);
+        so_far.transmit.set(3, 20_000_000); // before its reading: another request's
+        so_far.transmit.set(4, 41_000_000 + 40_000);
         so_far.replies = vec![
             reply(0, TimedBy::Kernel),
             reply(1, TimedBy::UserSpace), // the reply came without a receive stamp

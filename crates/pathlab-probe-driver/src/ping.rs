@@ -106,7 +106,7 @@ impl Pinger {
         sys::set_nonblocking(socket.as_fd())?;
         // Before the first send, so the first request is datagram 0. A kernel that refuses
         // leaves every round trip to the fallback.
-        let stamped = sys::enable_timestamping(socket.as_fd()).is_ok();
+        let stamped = sys::enable_timestamping(socket.as_fd(), sys::TransmitPoint::Device).is_ok();
         // Distinct per pinger, so two in one namespace don't take each other's replies.
         let ident = (std::process::id() as u16)
             ^ (Instant::now().elapsed().subsec_nanos() as u16)

@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use pathlab_probe::auth::Way;
-use pathlab_probe::control::{Message, Schedule};
+use pathlab_probe::control::Message;
 use pathlab_probe::session::{
     ProbeReceiver, ProbeSender, Received, Rejections, Running, SessionError,
 };
@@ -28,28 +28,49 @@ const RECEIVE_BATCH: usize = 64;
 /// probe is stamped when it is written, so probes sent in one batch (a late schedule, or a
 /// back-to-back train) carry their real send time. The control connection is watched
 /// between batches: a peer that gives up, or a server that stops, ends the test.
+///
+/// With `transmit`, on a socket with transmit stamps on ([`sys::enable_timestamping`]),
+/// each probe's send is filed there under its sequence number and the kernel's stamps are
+/// read into it while the schedule leaves time, and at the end: the time each probe left,
+/// free of the sender's own delays between its reading and the kernel's (a busy machine
+/// preempts a sender there for milliseconds).
 pub(super) fn send_probes(
     udp: &UdpSocket,
     running: &Running,
     way: Way,
-    schedule: Schedule,
-    size: u32,
-    count: u64,
     control: &mut dyn Control,
+    mut transmit: Option<&mut sys::TransmitLog>,
 ) -> Result<Message, MeasureError> {
+    let (_, size, count, schedule) = running.test.one_way().ok_or_else(|| {
+        MeasureError::Session(SessionError::Protocol(format!(
+            "{} sends no probes one way",
+            running.test
+        )))
+    })?;
     let back_to_back = schedule.length > 1 && schedule.spacing_ns == 0.0;
     let mut sender = ProbeSender::new(clock(), way, schedule, size, count, Box::new(random()?));
     let mut batch: Vec<Vec<u8>> = (0..SEND_BATCH)
         .map(|_| Vec::with_capacity(size as usize + 64))
         .collect();
+    let mut seqs = [0u64; SEND_BATCH];
     let mut checked = clock();
     while let Some(due) = sender.poll_at() {
+        if let Some(log) = transmit.as_deref_mut() {
+            if until(due) > Duration::from_micros(50) {
+                // A stamp the kernel could not queue is lost, not the probe: its send
+                // time is then the sender's reading.
+                let _ = log.take(udp.as_fd());
+            }
+        }
         pace_until(due);
         let now = clock();
         let mut n = 0;
         while n < SEND_BATCH {
             match sender.poll_probe(now, unix_now_ns(), running, &mut batch[n]) {
-                Ok(Some(_)) => n += 1,
+                Ok(Some(seq)) => {
+                    seqs[n] = seq;
+                    n += 1;
+                }
                 Ok(None) => break,
                 Err(error) => return Err(io::Error::new(io::ErrorKind::InvalidInput, error).into()),
             }
@@ -59,10 +80,16 @@ pub(super) fn send_probes(
         // and, not arriving, as lost. A pair or a train goes back to back, at real-time
         // priority where the process may; a paced test's catch-up batch does not (two owd
         // runs of three at 10 Mbit/s took the switches' cost for a queue building).
-        if n > 1 && back_to_back {
-            let _ = pathlab_os::scheduling::burst(|| sys::send_batch(udp.as_fd(), &packets));
+        let taken = if n > 1 && back_to_back {
+            pathlab_os::scheduling::burst(|| sys::send_batch(udp.as_fd(), &packets))
         } else {
-            let _ = sys::send_batch(udp.as_fd(), &packets);
+            sys::send_batch(udp.as_fd(), &packets)
+        };
+        if let Some(log) = transmit.as_deref_mut() {
+            let taken = taken.unwrap_or(0);
+            for (i, &seq) in seqs[..n].iter().enumerate() {
+                log.sent(seq, i < taken);
+            }
         }
         if now.saturating_since(checked) > pathlab_core::Duration::from_millis(50) {
             checked = now;
@@ -72,6 +99,9 @@ pub(super) fn send_probes(
                 ))));
             }
         }
+    }
+    if let Some(log) = transmit {
+        let _ = log.take(udp.as_fd());
     }
     Ok(sender.sent().expect("every probe is out"))
 }

@@ -506,8 +506,7 @@ fn serve(
     let client = SocketAddr::new(peer.ip(), running.client_port);
     let line = match running.test.clone() {
         TestRequest::OneWay { .. } | TestRequest::Trains { .. } => {
-            let (direction, size, count, schedule) =
-                running.test.one_way().expect("a one-way test");
+            let (direction, size, count, _) = running.test.one_way().expect("a one-way test");
             match direction {
                 Direction::Up => {
                     let received = receive_one_way(
@@ -542,15 +541,7 @@ fn serve(
                 }
                 Direction::Down => {
                     udp.connect(client)?;
-                    let sent = send_probes(
-                        &udp,
-                        &running,
-                        Way::ServerToClient,
-                        schedule,
-                        size,
-                        count,
-                        test,
-                    )?;
+                    let sent = send_probes(&udp, &running, Way::ServerToClient, test, None)?;
                     let count = match sent {
                         Message::Sent { count, .. } => count,
                         _ => 0,

@@ -30,7 +30,9 @@ pub use sched::{
     unlock_memory, Policy, MAX_CPUS,
 };
 pub use share_filter::attach_share_filter;
-pub use timestamping::{enable_timestamping, recv_error_queue, ErrorQueued, TransmitStamp};
+pub use timestamping::{
+    enable_timestamping, recv_error_queue, ErrorQueued, TransmitLog, TransmitPoint, TransmitStamp,
+};
 pub use vlan_filter::{attach_vlan_filter, VlanFilter};
 
 /// `PACKET_IGNORE_OUTGOING` (Linux 4.20): don't show a packet socket what it sent itself.

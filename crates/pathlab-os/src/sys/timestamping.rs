@@ -26,12 +26,25 @@ use super::{payload, setsockopt};
 /// `struct scm_timestamping`: the software stamp, an unused one, and the hardware stamp.
 type ScmTimestamping = [libc::timespec; 3];
 
-/// The flags [`enable_timestamping`] sets.
-const FLAGS: libc::c_uint = libc::SOF_TIMESTAMPING_TX_SOFTWARE
-    | libc::SOF_TIMESTAMPING_RX_SOFTWARE
+/// The flags [`enable_timestamping`] sets, less the transmit point's.
+const FLAGS: libc::c_uint = libc::SOF_TIMESTAMPING_RX_SOFTWARE
     | libc::SOF_TIMESTAMPING_SOFTWARE
     | libc::SOF_TIMESTAMPING_OPT_ID
     | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+
+/// Where on its way out the kernel stamps a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransmitPoint {
+    /// When the device's driver takes it (`SOF_TIMESTAMPING_TX_SOFTWARE`), after the
+    /// interface's queueing discipline: the wire's time, where a driver stamps (see the
+    /// module's note).
+    Device,
+    /// When it reaches the interface's queueing discipline (`SOF_TIMESTAMPING_TX_SCHED`),
+    /// on every device: the time the program's send was done with, before any queue on
+    /// this host. A sender that must see its own host's shaper (a `tc tbf` on its
+    /// interface is part of the path it measures) stamps here.
+    Queue,
+}
 
 /// Asks the kernel to stamp every datagram `fd` sends and receives in software
 /// (`SO_TIMESTAMPING`). The datagrams sent from then on are numbered from 0, each
@@ -48,14 +61,99 @@ const FLAGS: libc::c_uint = libc::SOF_TIMESTAMPING_TX_SOFTWARE
 /// The kernel stamps received packets only while some socket of the machine asks for it,
 /// and when the first one asks it turns that on a moment later (a work item, Linux 4.12
 /// and later): packets that arrive in that moment come without a receive stamp.
-pub fn enable_timestamping(fd: BorrowedFd<'_>) -> io::Result<()> {
+pub fn enable_timestamping(fd: BorrowedFd<'_>, point: TransmitPoint) -> io::Result<()> {
+    let transmit = match point {
+        TransmitPoint::Device => libc::SOF_TIMESTAMPING_TX_SOFTWARE,
+        TransmitPoint::Queue => libc::SOF_TIMESTAMPING_TX_SCHED,
+    };
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &0i32)?;
     setsockopt(
         fd,
         libc::SOL_SOCKET,
         libc::SO_TIMESTAMPING,
-        &(FLAGS as libc::c_int),
+        &((FLAGS | transmit) as libc::c_int),
     )
+}
+
+/// The transmit stamps of a socket's datagrams, filed under the caller's own numbers
+/// (0, 1, 2, ... for each datagram it tried to send, whether the kernel took it or not),
+/// for a socket that sends nothing else after [`enable_timestamping`].
+#[derive(Debug, Default, Clone)]
+pub struct TransmitLog {
+    /// By the caller's number: when the kernel sent it, ns (0: no stamp yet).
+    transmit_ns: Vec<u64>,
+    /// The caller's number of each datagram the kernel took, by the kernel's datagram
+    /// number (`SOF_TIMESTAMPING_OPT_ID`).
+    datagram_seqs: Vec<u64>,
+    /// Whether the kernel refused a send (see [`TransmitLog::refused`]).
+    refused: bool,
+}
+
+impl TransmitLog {
+    /// An empty log with room for `count` datagrams.
+    pub fn with_capacity(count: usize) -> TransmitLog {
+        TransmitLog {
+            transmit_ns: Vec::with_capacity(count),
+            datagram_seqs: Vec::with_capacity(count),
+            refused: false,
+        }
+    }
+
+    /// Records that the caller tried to send datagram `seq` (the next of its numbers),
+    /// `taken` if the kernel took it: a refused send takes no kernel number.
+    pub fn sent(&mut self, seq: u64, taken: bool) {
+        debug_assert_eq!(self.transmit_ns.len() as u64, seq);
+        self.transmit_ns.push(0);
+        if taken {
+            self.datagram_seqs.push(seq);
+        } else {
+            self.refused = true;
+        }
+    }
+
+    /// Whether the kernel refused a send. Linux 6.13 and later give a refused send no
+    /// number; an earlier kernel may, and then files every later stamp under the datagram
+    /// before its own: a caller that cannot check a stamp against another reading (as a
+    /// round trip's reply checks it) takes none after a refusal.
+    pub fn refused(&self) -> bool {
+        self.refused
+    }
+
+    /// Takes every message off `fd`'s error queue (which keeps it polling readable until
+    /// it is empty) and files each transmit stamp under its datagram; returns how many it
+    /// filed.
+    pub fn take(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        let mut filed = 0;
+        while let Some(queued) = recv_error_queue(fd)? {
+            if let ErrorQueued::Transmitted(stamp) = queued {
+                if let Some(&seq) = self.datagram_seqs.get(stamp.id as usize) {
+                    self.transmit_ns[seq as usize] = stamp.kernel_ns;
+                    filed += 1;
+                }
+            }
+        }
+        Ok(filed)
+    }
+
+    /// When the kernel sent datagram `seq`, ns since the epoch, if a stamp came for it.
+    pub fn get(&self, seq: u64) -> Option<u64> {
+        self.transmit_ns
+            .get(usize::try_from(seq).ok()?)
+            .copied()
+            .filter(|&ns| ns > 0)
+    }
+
+    /// Files `kernel_ns` under datagram `seq` as if its stamp had come (tests).
+    #[doc(hidden)]
+    pub fn set(&mut self, seq: u64, kernel_ns: u64) {
+        self.transmit_ns[seq as usize] = kernel_ns;
+    }
+
+    /// The caller's numbers of the datagrams the kernel took, in its order (tests).
+    #[doc(hidden)]
+    pub fn datagram_seqs(&self) -> &[u64] {
+        &self.datagram_seqs
+    }
 }
 
 /// When the kernel sent one datagram.
@@ -341,8 +439,8 @@ mod tests {
         let port = local_port(receiver.as_fd());
         let sender = sys::udp_socket_nonblocking(ipv6).unwrap();
         sys::connect(sender.as_fd(), SocketAddr::new(loopback, port)).unwrap();
-        enable_timestamping(sender.as_fd()).unwrap();
-        enable_timestamping(receiver.as_fd()).unwrap();
+        enable_timestamping(sender.as_fd(), TransmitPoint::Device).unwrap();
+        enable_timestamping(receiver.as_fd(), TransmitPoint::Device).unwrap();
         (sender, receiver)
     }
 
@@ -361,11 +459,66 @@ mod tests {
     }
 
     #[test]
+    fn a_log_files_queue_stamps_under_the_callers_numbers_between_send_and_arrival() {
+        let _on = receive_stamping_on();
+        let loopback: IpAddr = Ipv4Addr::LOCALHOST.into();
+        let receiver = sys::udp_socket_nonblocking(false).unwrap();
+        sys::bind(receiver.as_fd(), SocketAddr::new(loopback, 0)).unwrap();
+        let sender = sys::udp_socket_nonblocking(false).unwrap();
+        let port = local_port(receiver.as_fd());
+        sys::connect(sender.as_fd(), SocketAddr::new(loopback, port)).unwrap();
+        enable_timestamping(sender.as_fd(), TransmitPoint::Queue).unwrap();
+        enable_timestamping(receiver.as_fd(), TransmitPoint::Device).unwrap();
+        let mut log = TransmitLog::with_capacity(4);
+        let mut before = Vec::new();
+        for seq in 0..4u64 {
+            before.push(crate::unix_now_ns());
+            sys::send(sender.as_fd(), &seq.to_be_bytes(), 0).unwrap();
+            log.sent(seq, true);
+        }
+        // A queue stamp is taken and queued within the send itself.
+        assert_eq!(log.take(sender.as_fd()).unwrap(), 4);
+        assert!(!log.refused());
+        let mut buffer = [0u8; 16];
+        for seq in 0..4u64 {
+            let (len, _, received) = loop {
+                match sys::recv_timestamped(receiver.as_fd(), &mut buffer) {
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    other => break other.unwrap(),
+                }
+            };
+            assert_eq!(buffer[..len], seq.to_be_bytes());
+            let sent = log.get(seq).expect("a queue stamp");
+            let received = received.expect("a receive stamp");
+            assert!(
+                before[seq as usize] <= sent && sent <= received,
+                "{seq}: read {} <= sent {sent} <= received {received}",
+                before[seq as usize]
+            );
+        }
+        assert_eq!(log.get(4), None);
+    }
+
+    #[test]
+    fn a_refused_send_takes_no_kernel_number_and_is_remembered() {
+        let mut log = TransmitLog::default();
+        log.sent(0, true);
+        assert!(!log.refused());
+        log.sent(1, false);
+        log.sent(2, true);
+        assert_eq!(log.datagram_seqs(), [0, 2]);
+        assert!(log.refused());
+        assert_eq!(log.get(1), None, "no stamp yet");
+    }
+
+    #[test]
     fn numbering_goes_on_across_sends_and_survives_a_second_enable() {
         let _on = receive_stamping_on();
         let (sender, receiver) = udp_pair(false);
         stamps_both_ways(&sender, &receiver, b"one", 3);
-        enable_timestamping(sender.as_fd()).unwrap();
+        enable_timestamping(sender.as_fd(), TransmitPoint::Device).unwrap();
         sys::send(sender.as_fd(), b"four", 0).unwrap();
         let stamps = transmit_stamps(sender.as_fd(), 1);
         assert_eq!(stamps[0].id, 3, "the numbering did not restart");
@@ -419,7 +572,7 @@ mod tests {
             let socket = (|| {
                 let socket = sys::socket(domain, libc::SOCK_RAW | libc::SOCK_NONBLOCK, protocol)?;
                 sys::connect(socket.as_fd(), SocketAddr::new(target, 0))?;
-                enable_timestamping(socket.as_fd())?;
+                enable_timestamping(socket.as_fd(), TransmitPoint::Device)?;
                 io::Result::Ok(socket)
             })()
             .expect("raw ICMP socket");

@@ -263,8 +263,12 @@ impl Slices {
         let mut at = from;
         while at < to {
             let index = self.index(at);
-            let slice_end =
-                Instant::from_nanos(self.start.as_nanos() + (index as u64 + 1) * self.slice_ns);
+            // A capture's times are its own: a slice of a huge minimum RTT ends past u64.
+            let slice_end = Instant::from_nanos(
+                self.start
+                    .as_nanos()
+                    .saturating_add((index as u64 + 1).saturating_mul(self.slice_ns)),
+            );
             let until = slice_end.min(to);
             self.idle_ns[index] += until.saturating_since(at).as_nanos();
             if index + 1 == self.window.len() {
@@ -305,7 +309,7 @@ impl Slices {
                 let known_at = send.at.as_nanos().saturating_sub(near_ns);
                 let known = flow.acks.partition_point(|a| a.at.as_nanos() <= known_at);
                 if let Some(ack) = known.checked_sub(1).map(|i| flow.acks[i]) {
-                    if send.end + i64::from(mss) >= ack.right_edge {
+                    if send.end.saturating_add(i64::from(mss)) >= ack.right_edge {
                         let index = slices.index(send.at);
                         slices.window[index] = true;
                     }
@@ -326,7 +330,7 @@ impl Slices {
         for ack in &flow.acks {
             while let Some(send) = sends.next_if(|s| s.at <= ack.at) {
                 if let Some(from) = idle_from.take() {
-                    let from = Instant::from_nanos(from.as_nanos() + near_ns);
+                    let from = Instant::from_nanos(from.as_nanos().saturating_add(near_ns));
                     if from < send.at {
                         slices.idle(from, send.at);
                     }
@@ -506,5 +510,25 @@ fn series(flow: &Flow, rtt: &[(Instant, u64)], start: Instant, end: Instant) -> 
         rtt: thin(rtt.iter().map(|&(at, ns)| (at.as_nanos(), ns))),
         goodput: rate(&acked),
         throughput: rate(&sent),
+    }
+}
+
+#[cfg(test)]
+mod slice_tests {
+    use super::*;
+
+    #[test]
+    fn idle_time_in_a_slice_that_ends_past_the_clocks_end_is_counted() {
+        // A capture's clock near its end, a minimum RTT of half of it (a fuzzer's input):
+        // the first slice ends past u64::MAX, which overflowed.
+        let start = Instant::from_nanos(u64::MAX - 10);
+        let mut slices = Slices {
+            start,
+            slice_ns: u64::MAX / 2,
+            window: vec![false; 3],
+            idle_ns: vec![0; 3],
+        };
+        slices.idle(start, Instant::from_nanos(u64::MAX - 4));
+        assert_eq!(slices.idle_ns, [6, 0, 0]);
     }
 }
