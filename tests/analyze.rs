@@ -11,9 +11,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use pathlab_probe::capture::{decode, CaptureReader};
-use pathlab_probe::diagnosis::Limit;
-use pathlab_probe::tcpflow::{CaptureAnalysis, FlowReport, VantageKind};
+use pathlab_diagnose::capture::{decode, CaptureReader};
+use pathlab_diagnose::diagnosis::Limit;
+use pathlab_diagnose::tcpflow::{CaptureAnalysis, FlowReport, VantageKind};
 
 use crate::util;
 use crate::util::emulated::{privileged_paired, Lab, PATHLAB};

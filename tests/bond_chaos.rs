@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use pathlab_core::rng::Rng;
 use pathlab_core::LinkSpec;
-use pathlab_core_driver::emulator::{EmulatorConfig, EmulatorHandle, OnInterfaceGone, Pool};
-use pathlab_core_driver::port::{PacketPort, ReceiveMode};
+use pathlab_emulator::emulator::{EmulatorConfig, EmulatorHandle, OnInterfaceGone, Pool};
+use pathlab_emulator::port::{PacketPort, ReceiveMode};
 use pathlab_lab::topology::{Topology, CABLE_A, CABLE_B};
 use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
@@ -236,7 +236,7 @@ impl Lines {
                 let cable = topology.cables[i].as_ref().expect("an emulated link");
                 let ports = cable
                     .run(|| {
-                        Ok::<_, pathlab_core_driver::port::PortError>([
+                        Ok::<_, pathlab_emulator::port::PortError>([
                             PacketPort::open_with(CABLE_A, ReceiveMode::for_link(&link.forward))?,
                             PacketPort::open_with(CABLE_B, ReceiveMode::for_link(&link.reverse))?,
                         ])

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use crate::util::emulated::privileged_paired;
 use crate::util::tunnel::{echo, Tunnel};
 use crate::util::TempDir;
+use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
 use pathlab_core::wire::ethernet::{self, EthernetFrame, TPID_8021AD, TPID_8021Q};
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
-use pathlab_os::offload::{checksum_add, checksum_finish};
 use pathlab_os::sys;
 
 const SERVER_LO: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);

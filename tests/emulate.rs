@@ -9,8 +9,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use pathlab_core_driver::emulator::EmulatorStats;
-use pathlab_core_driver::port::{PacketPort, Port};
+use pathlab_emulator::emulator::EmulatorStats;
+use pathlab_emulator::port::{PacketPort, Port};
 use pathlab_os::topology::{Check, H1_V4, H2_V4, HOST_PORT};
 use pathlab_probe::owd::QueueVerdict;
 use pathlab_probe_driver::ping::{PingResult, TimedBy};
@@ -367,7 +367,7 @@ fn vlan_qinq_and_unknown_frames_cross_byte_for_byte() {
     while received.len() < sent.len() && std::time::Instant::now() < deadline {
         h2.receive(
             64,
-            &mut pathlab_os::buffers::BufferPool::default(),
+            &mut pathlab_core::buffers::BufferPool::default(),
             &mut |frame| {
                 if frame[6..12] == source {
                     received.push(frame);
@@ -693,14 +693,14 @@ fn ipv4_header(id: u16, protocol: u8, l4_len: usize) -> Vec<u8> {
     header.extend_from_slice(&[0x40, 0, 64, protocol, 0, 0]);
     header.extend_from_slice(&H1_V4.octets());
     header.extend_from_slice(&H2_V4.octets());
-    let sum = pathlab_os::offload::checksum_add(0, &header);
-    let checksum = pathlab_os::offload::checksum_finish(sum);
+    let sum = pathlab_core::wire::checksum::checksum_add(0, &header);
+    let checksum = pathlab_core::wire::checksum::checksum_finish(sum);
     header[10..12].copy_from_slice(&checksum.to_be_bytes());
     header
 }
 
 /// Five full TCP segments of one flow (1448 bytes each, consecutive ids and sequence
-/// numbers, PSH on the last) that [`pathlab_os::offload::build_gso`] joins into one
+/// numbers, PSH on the last) that [`pathlab_core::wire::offload::build_gso`] joins into one
 /// super-packet.
 pub(crate) fn tcp_segments() -> Vec<Vec<u8>> {
     (0..5u16)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::emulated::{privileged_paired, Lab, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
-use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
+use pathlab_diagnose::diagnosis::{ConnectionReport, InspectReport, Limit};
 
 /// How the sender writes.
 #[derive(Clone, Copy)]

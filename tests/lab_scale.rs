@@ -52,7 +52,7 @@ pub(crate) fn write_star(dir: &TempDir) -> (std::path::PathBuf, u64, std::path::
     std::fs::write(&spec, &text).unwrap();
     let needed = pathlab_lab::descriptors::needed(
         &pathlab_lab::Experiment::parse(&text).unwrap(),
-        pathlab_core_driver::emulator::Pool::per_core_threads(),
+        pathlab_emulator::emulator::Pool::per_core_threads(),
     );
     (spec, needed, dir.path("out"))
 }

@@ -1,6 +1,6 @@
 //! The crate graph stays layered as docs/architecture.md draws it: each crate depends only
-//! on the crates its row there lists and its lib.rs opens with the job the row gives, protocol crates (`pathlab-core`, `pathlab-probe`, `pathlab-bond`) on no
-//! IO crate and on nothing that binds the OS, their code reads no clock and opens no socket,
+//! on the crates its row there lists and its lib.rs opens with the job the row gives, sans-IO crates (`pathlab-core`,
+//! `pathlab-probe`, `pathlab-diagnose`, `pathlab-bond`) on no IO crate and on nothing that binds the OS, their code reads no clock and opens no socket,
 //! and no crate's top-level modules import each other in a cycle.
 //!
 //! The graph comes from `cargo metadata`, the code is read as text with comments and
@@ -11,7 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The sans-IO crates: they take `now` and bytes and never touch the OS.
-const PROTOCOL_CRATES: [&str; 3] = ["pathlab-core", "pathlab-probe", "pathlab-bond"];
+const PROTOCOL_CRATES: [&str; 4] = [
+    "pathlab-core",
+    "pathlab-probe",
+    "pathlab-diagnose",
+    "pathlab-bond",
+];
 
 /// External crates that bind the OS: a protocol crate has none of them, not even for tests.
 const OS_BINDINGS: [&str; 7] = [
@@ -266,6 +271,100 @@ fn no_crate_has_a_cycle_of_top_level_modules() {
     assert!(cycles.is_empty(), "module cycles: {cycles:?}");
 }
 
+/// What tells a file of code that calls the OS: the words a sans-IO crate may not say,
+/// and pathlab-os's own syscall layer.
+const OS_WORDS: [&str; 3] = ["sys::", "netlink", "RawFd"];
+
+#[test]
+fn every_file_of_pathlab_os_calls_the_os() {
+    let os = workspace()
+        .into_iter()
+        .find(|p| p.name == "pathlab-os")
+        .expect("pathlab-os");
+    let files = rust_files(&os.dir.join("src"));
+    assert!(
+        files.len() > 20,
+        "pathlab-os's files were found ({})",
+        files.len()
+    );
+    let sans_io: Vec<String> = files
+        .iter()
+        .filter(|file| !file.ends_with("lib.rs"))
+        .filter(|file| !calls_the_os(&std::fs::read_to_string(file).expect("read")))
+        .map(|file| file.display().to_string())
+        .collect();
+    assert!(
+        sans_io.is_empty(),
+        "files of pathlab-os that call no OS function belong in a sans-IO crate \
+         (pathlab-core's wire, say): {sans_io:?}"
+    );
+}
+
+/// Whether `text`'s code (not its comments or strings) says a word of the OS.
+fn calls_the_os(text: &str) -> bool {
+    let code = code_only(text);
+    code.lines()
+        .any(|line| !forbidden_in(line).is_empty() || OS_WORDS.iter().any(|w| line.contains(w)))
+}
+
+#[test]
+fn the_architecture_page_names_every_command_and_no_other() {
+    let help = std::process::Command::new(crate::util::emulated::PATHLAB)
+        .arg("--help")
+        .output()
+        .expect("pathlab --help");
+    let commands = subcommands(&String::from_utf8_lossy(&help.stdout));
+    assert!(commands.len() > 15, "{commands:?}");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md");
+    let page = std::fs::read_to_string(&path).expect("docs/architecture.md");
+    let (missing, unknown) = command_mismatch(&commands, &page);
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/architecture.md's command table leaves out {missing:?} and names {unknown:?}, \
+         which the CLI does not have"
+    );
+}
+
+/// The subcommands `pathlab --help` lists (its `Commands:` section, less `help`).
+fn subcommands(help: &str) -> BTreeSet<String> {
+    help.lines()
+        .skip_while(|line| line.trim() != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(String::from)
+        .collect()
+}
+
+/// The commands `commands` that the command table of an architecture page (`page`) leaves
+/// out, and those it names that are not among them. The table is the page's first, its
+/// rows a crate's job and the commands it serves, and the paragraph after it names the
+/// rest; a command is a backquoted word (the first of `tcp --rfc6349`) that is not a
+/// crate.
+fn command_mismatch(commands: &BTreeSet<String>, page: &str) -> (Vec<String>, Vec<String>) {
+    let section = page.split("\n## ").next().unwrap_or_default();
+    let named: BTreeSet<String> = section
+        .lines()
+        .filter(|line| line.starts_with("| `pathlab"))
+        .chain(section.split("\n\n").filter(|p| p.starts_with("Under the")))
+        .flat_map(|text| text.split('`').skip(1).step_by(2))
+        .filter_map(|code| code.split_whitespace().next())
+        .filter(|word| {
+            !word.starts_with("pathlab")
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+        .map(String::from)
+        .collect();
+    (
+        commands.difference(&named).cloned().collect(),
+        named.difference(commands).cloned().collect(),
+    )
+}
+
 /// The checks themselves catch what they are for (a test that cannot fail is a defect).
 #[test]
 fn the_checks_catch_a_clock_a_socket_and_a_cycle() {
@@ -296,6 +395,29 @@ fn the_checks_catch_a_clock_a_socket_and_a_cycle() {
     assert_eq!(
         crate_modules_used("use crate::{a::X, b};\nlet y = crate::c::f(); crate::d!();"),
         ["a", "b", "c", "d"].map(String::from).into()
+    );
+    // A file of sans-IO code (offload's segmentation was one) is told from one that calls
+    // the OS, whatever its comments say.
+    assert!(!calls_the_os(
+        "// sys::send in a comment\nfn sum(a: u8) -> u8 { a }\n"
+    ));
+    assert!(calls_the_os("let n = sys::send(fd, &b, 0)?;\n"));
+    assert!(calls_the_os("let f = std::fs::File::open(p)?;\n"));
+    // A command the table leaves out, and one it names that the CLI lacks.
+    let help =
+        "Usage: pathlab <COMMAND>\n\nCommands:\n  spec  Check\n  owd   One-way\n            \
+                more\n  help  Print\n\nOptions:\n  -h\n";
+    let commands = subcommands(help);
+    assert_eq!(commands, ["owd", "spec"].map(String::from).into());
+    let page = "# x\n\n| model | driver | commands |\n|---|---|---|\n\
+                | `pathlab-core`: the model | `pathlab-emulator` | `spec`, `rfc6349 --x` |\n\n\
+                Under the drivers are `pathlab-os` and `sim`.\n\n## The crate graph\n`owd`\n";
+    assert_eq!(
+        command_mismatch(&commands, page),
+        (
+            vec!["owd".to_owned()],
+            vec!["rfc6349".to_owned(), "sim".to_owned()]
+        )
     );
 }
 

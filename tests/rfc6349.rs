@@ -8,7 +8,7 @@ use crate::util::emulated::{privileged_paired, Lab, ServerInH2, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
 use crate::util::LoopbackServer;
 use pathlab_core::verdict::DropReason;
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_probe::rfc6349::{PhaseResult, Rfc6349Report};
 use pathlab_probe_driver::rfc6349::step;
 use pathlab_results::recording::Recording;

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pathlab_probe::tcpflow::{analyze_capture, AnalyzerConfig};
+use pathlab_diagnose::tcpflow::{analyze_capture, AnalyzerConfig};
 
 fuzz_target!(|data: &[u8]| {
     let _ = analyze_capture(

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pathlab_os::offload::{to_wire_frames, VnetHeader};
+use pathlab_core::wire::offload::{to_wire_frames, VnetHeader};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 10 {

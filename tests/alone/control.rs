@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_http::ClientResponse;
 use pathlab_os::topology::H2_V4;
 use pathlab_probe_driver::ping::PingResult;
@@ -182,7 +182,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     // A bad spec: 400 with the parser's own message, and nothing changes.
     let bad = put_spec(&lab, &addr, true, json!({ "forward": "delay banana" }));
     assert_eq!(bad.status, 400);
-    let parser = pathlab_core_driver::load_spec("delay banana")
+    let parser = pathlab_emulator::load_spec("delay banana")
         .unwrap_err()
         .to_string();
     assert_eq!(json_of(&bad)["error"], format!("forward: {parser}"));
@@ -449,7 +449,7 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
                 "document.getElementById('spec-0').value = 'delay banana'; \
                  document.getElementById('apply-0').click(); true",
             );
-            let parser = pathlab_core_driver::load_spec("delay banana")
+            let parser = pathlab_emulator::load_spec("delay banana")
                 .unwrap_err()
                 .to_string();
             page.wait_for(

@@ -2,7 +2,7 @@
 
 use crate::util::emulated::{privileged, Lab};
 use crate::util::late::{Lateness, Quantile};
-use pathlab_probe::diagnosis::Limit;
+use pathlab_diagnose::diagnosis::Limit;
 use std::time::Duration;
 
 use crate::inspect::*;

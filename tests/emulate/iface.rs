@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_os::interpose::{view, InterfaceView};
 use pathlab_os::netns::Netns;
 use pathlab_probe_driver::ping::Pinger;

@@ -13,7 +13,7 @@
 use std::process::Child;
 use std::time::Duration;
 
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_os::netns::Netns;
 
 use super::test_frame;

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_os::topology::{Line, Middle, R_PORT_H1, R_PORT_H2};
 use pathlab_probe_driver::ping::{PingResult, Pinger};
 use pathlab_results::recording::{read_recording, Recording};

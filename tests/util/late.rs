@@ -15,7 +15,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 
 /// Which figure of a direction's lateness a bound takes: the one that matches what the
 /// test judges (a median against p50, "all but 1 in 100" against p99, every packet

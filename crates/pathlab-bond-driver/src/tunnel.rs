@@ -564,7 +564,7 @@ pub fn run_client(
     let mut buf = vec![0u8; BUFFER_BYTES];
     // The tunnel's core keeps the inner packets it is handed (to seal them into
     // datagrams), so none come back to a pool: each read allocates.
-    let mut inner = pathlab_os::buffers::BufferPool::new(0);
+    let mut inner = pathlab_core::buffers::BufferPool::new(0);
     let mut delivered: Vec<Vec<u8>> = Vec::new();
     let mut outbox = Outbox::new(sockets.len());
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
@@ -768,7 +768,7 @@ pub fn run_server(
     let mut buf = vec![0u8; BUFFER_BYTES];
     // The tunnel's core keeps the inner packets it is handed (to seal them into
     // datagrams), so none come back to a pool: each read allocates.
-    let mut inner = pathlab_os::buffers::BufferPool::new(0);
+    let mut inner = pathlab_core::buffers::BufferPool::new(0);
     let mut delivered: Vec<Vec<u8>> = Vec::new();
     let mut outbox = Outbox::new(1);
     let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);

@@ -2,12 +2,14 @@
 //!
 //! This layer holds time, packets, impairment stages, queues and AQMs, rate models and the
 //! links they compose, the parser for link specifications, checked views of the wire
-//! formats the model and its drivers read ([`wire`]), and the one [`quantile`] definition
+//! formats the model and its drivers read ([`wire`], with the undoing of offloads the
+//! kernel leaves to hardware: [`wire::offload`]), the frame buffers its drivers reuse
+//! ([`buffers`]), and the one [`quantile`] definition
 //! every crate reports percentiles by. It performs no I/O, reads
 //! no clock and starts no thread: every entry point takes `now`, and randomness comes from
 //! a seeded [`rng::Rng`]. That is what lets every model run in a discrete-event simulation
 //! in virtual time ([`sim`]), exactly and fast, and be driven by a real-time emulator in
-//! `pathlab-core-driver` without change.
+//! `pathlab-emulator` without change.
 //!
 //! It also holds [`format`], the one way rates, times, sizes and percentages are written
 //! for people, since every crate that prints them (the CLI, reports, `tune`, `inspect`,
@@ -16,6 +18,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod buffers;
 pub mod format;
 pub mod harness;
 pub mod link;

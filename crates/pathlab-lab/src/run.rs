@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use pathlab_core_driver::emulator::Record;
-use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
-use pathlab_core_driver::port::{PacketPort, Port, ReceiveMode};
-use pathlab_core_driver::switchboard::Switchboard;
+use pathlab_emulator::emulator::Record;
+use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
+use pathlab_emulator::port::{PacketPort, Port, ReceiveMode};
+use pathlab_emulator::switchboard::Switchboard;
 use pathlab_results::lab::{LabLink, LabRun, LabWorkload, SendLateness};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
@@ -308,7 +308,7 @@ pub fn run(
                             experiment.duration.as_nanos() as u64,
                         ),
                         command: vec![format!("pathlab lab {}", experiment.name)],
-                        on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+                        on_interface_gone: pathlab_emulator::emulator::OnInterfaceGone::Stop,
                     },
                 )
                 .map_err(|e| emulator_error(&e))?;
@@ -333,7 +333,7 @@ pub fn run(
     // The links' control address, served until the emulators stop (or the run fails).
     let control_stop = Arc::new(AtomicBool::new(false));
     let control = options.control.as_ref().map(|server| {
-        let control = Arc::new(pathlab_core_driver::api::LabControl::new(
+        let control = Arc::new(pathlab_emulator::api::LabControl::new(
             experiment
                 .links
                 .iter()
@@ -598,7 +598,7 @@ pub fn lab_workload(
 
 /// What the fidelity guard found of a direction from node `from` to node `to`.
 pub fn lateness(
-    l: &pathlab_core_driver::fidelity::LatenessSummary,
+    l: &pathlab_emulator::fidelity::LatenessSummary,
     from: &str,
     to: &str,
 ) -> SendLateness {

@@ -696,7 +696,7 @@ impl Checker<'_> {
             .transpose()?
             .filter(|q| !q.is_zero() && *q < duration);
         let late_bound = match &raw.late_warn {
-            None => Some(pathlab_core_driver::fidelity::DEFAULT_LATE_BOUND),
+            None => Some(pathlab_emulator::fidelity::DEFAULT_LATE_BOUND),
             Some(text) if text.get_ref() == "off" => None,
             Some(text) => Some(
                 pathlab_core::spec::parse_time_secs(text.get_ref())

@@ -10,7 +10,7 @@
 //!
 //! A lab of more than [`SWITCHBOARD_FROM`] emulated links puts every cable's two ports in
 //! one namespace instead, the switchboard (`c{link}a`, `c{link}b`), read and written
-//! through a few sockets shared by all ([`pathlab_core_driver::switchboard`]): a namespace
+//! through a few sockets shared by all ([`pathlab_emulator::switchboard`]): a namespace
 //! and its sockets per link would be 10,000 of each for 10,000 links.
 //!
 //! The namespaces are held by file descriptors only: dropping the [`Topology`] (or the

@@ -35,7 +35,7 @@ const INSPECT_INTERVAL: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct Watcher {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<pathlab_probe::diagnosis::InspectReport>,
+    thread: std::thread::JoinHandle<pathlab_diagnose::diagnosis::InspectReport>,
 }
 
 impl Watcher {
@@ -43,14 +43,14 @@ impl Watcher {
     pub fn start(target: IpAddr, started: Instant) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let selector = pathlab_probe::diagnosis::Selector::parse(&format!("dst {target}"))
+        let selector = pathlab_diagnose::diagnosis::Selector::parse(&format!("dst {target}"))
             .expect("an address is a filter");
         // The sockets open before the workload starts are not its own.
         let before: std::collections::HashSet<u64> = pathlab_probe_driver::sockdiag::tcp_sockets(0)
             .map(|samples| samples.iter().map(|s| s.cookie).collect())
             .unwrap_or_default();
         let thread = std::thread::spawn(move || {
-            let mut watch = pathlab_probe::diagnosis::Watch::new();
+            let mut watch = pathlab_diagnose::diagnosis::Watch::new();
             let mut next = Instant::now();
             loop {
                 let at = started.elapsed().as_nanos() as u64;
@@ -68,7 +68,7 @@ impl Watcher {
             // Only the workload's own connections that moved data: not those open before
             // it started (an earlier workload's, still draining), nor a measurement's
             // control connection (a few hundred bytes beside megabytes).
-            let moved = |c: &pathlab_probe::diagnosis::ConnectionReport| {
+            let moved = |c: &pathlab_diagnose::diagnosis::ConnectionReport| {
                 let (Some(a), Some(b)) = (c.first.info, c.last.info) else {
                     return 0;
                 };
@@ -85,7 +85,7 @@ impl Watcher {
     }
 
     /// One last look, and the watch's report.
-    pub fn finish(self) -> pathlab_probe::diagnosis::InspectReport {
+    pub fn finish(self) -> pathlab_diagnose::diagnosis::InspectReport {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.join().expect("the watcher does not panic")
     }
@@ -349,7 +349,10 @@ pub struct Timed {
 }
 
 /// What one workload came to: its outcome and, if watched, its connections.
-pub type Came = (LabOutcome, Option<pathlab_probe::diagnosis::InspectReport>);
+pub type Came = (
+    LabOutcome,
+    Option<pathlab_diagnose::diagnosis::InspectReport>,
+);
 
 /// Runs `timed` from a thread of its own at `started` + its start, in `netns` if given
 /// (else the process's namespace), its outputs in `out`; not at all if `stop` is set

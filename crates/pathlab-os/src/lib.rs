@@ -2,19 +2,18 @@
 //!
 //! Layer: the bottom of the IO side. It holds the syscalls ([`sys`], the only `unsafe` in
 //! pathlab), rtnetlink ([`netlink`]), network namespaces ([`netns`]), nftables NAT
-//! ([`nat`]), TUN devices ([`tun`]), offload undoing ([`offload`]), packet buffers
-//! ([`buffers`]), runtime files and locks ([`runtime`]) and their cleanup ([`clean`]),
+//! ([`nat`]), TUN devices ([`tun`]), runtime files and locks ([`runtime`]) and their
+//! cleanup ([`clean`]),
 //! process helpers ([`process`]), the one clock ([`clock`]), the files opened on someone
 //! else's word (keys, tokens, names inside a directory given at start: [`files`]), TCP
 //! sockets set up before they connect or listen ([`tcp_socket`]), and the fixtures tests
 //! and benchmarks build namespaces with ([`testing`], [`topology`]). It does not know what
-//! an emulator, a measurement or a tunnel is: the driver crates (`pathlab-core-driver`,
+//! an emulator, a measurement or a tunnel is: the driver crates (`pathlab-emulator`,
 //! `pathlab-probe-driver`, `pathlab-bond-driver`) are built on it.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod buffers;
 pub mod clean;
 pub mod clock;
 pub mod files;
@@ -23,7 +22,6 @@ pub mod local_socket;
 pub mod nat;
 pub mod netlink;
 pub mod netns;
-pub mod offload;
 pub mod process;
 pub mod runtime;
 pub mod scheduling;

@@ -28,8 +28,8 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use crate::netlink::{check_interface_name, BadInterfaceName, Netlink};
-use crate::offload::{self, Framing, VnetHeader};
 use crate::sys;
+use pathlab_core::wire::offload::{self, Framing, VnetHeader};
 
 /// The smallest MTU a TUN device takes (IPv4's minimum datagram, RFC 791).
 pub const MIN_TUN_MTU: u32 = 68;
@@ -342,7 +342,7 @@ impl Tun {
     pub fn recv_packets(
         &self,
         buffer: &mut [u8],
-        pool: &mut crate::buffers::BufferPool,
+        pool: &mut pathlab_core::buffers::BufferPool,
         mut emit: impl FnMut(Vec<u8>),
     ) -> io::Result<usize> {
         let len = sys::read(self.fd.as_fd(), buffer)?;
@@ -480,8 +480,8 @@ mod tests {
 
     use super::*;
     use crate::netns::Netns;
-    use crate::offload::{checksum_add, checksum_finish};
     use crate::testing::privileged;
+    use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
 
     /// IPv4 header fields (RFC 791), for a header without options.
     mod ipv4_field {

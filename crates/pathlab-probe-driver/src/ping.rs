@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use pathlab_os::offload::{checksum_add, checksum_finish};
+use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
 use pathlab_os::sys::{self, ErrorQueued};
 use pathlab_os::unix_now_ns;
 pub use pathlab_probe::rtt::TimedBy;

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use pathlab_probe::diagnosis::{SocketMemory, SocketSample, TcpInfo};
+use pathlab_diagnose::diagnosis::{SocketMemory, SocketSample, TcpInfo};
 
 use pathlab_os::netlink::{attributes, Netlink};
 

@@ -16,9 +16,7 @@
 pub mod auth;
 pub mod bloat;
 pub mod capacity;
-pub mod capture;
 pub mod control;
-pub mod diagnosis;
 pub mod mtu;
 pub mod owd;
 pub mod probe;
@@ -28,5 +26,3 @@ pub mod sequence;
 pub mod session;
 pub mod shaper;
 pub mod tcp;
-pub mod tcpflow;
-pub mod tune;

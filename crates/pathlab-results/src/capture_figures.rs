@@ -4,7 +4,7 @@
 //! goodput and throughput over time, and bytes in flight against the advertised window.
 
 use pathlab_core::format::{self, Digits};
-use pathlab_probe::tcpflow::{ConnectionReport, FlowReport};
+use pathlab_diagnose::tcpflow::{ConnectionReport, FlowReport};
 
 use crate::plot::{Chart, LegendAt, Line, LineFigure, LineStyle};
 

@@ -308,7 +308,7 @@ pub struct LabWorkload {
     /// What `pathlab inspect` saw of its TCP connections that moved data, with their
     /// verdicts, when the workload asked to be watched (added in v1 with issue 17).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inspect: Option<pathlab_probe::diagnosis::InspectReport>,
+    pub inspect: Option<pathlab_diagnose::diagnosis::InspectReport>,
 }
 
 /// The round trips of an `rtt` or `ping` workload, whichever measured them.

@@ -92,7 +92,7 @@ pub enum RunResult {
     Lab(Box<lab::LabRun>),
     /// A `pathlab analyze` of a capture (added in v1 with `analyze`: older readers do not
     /// know it).
-    Analyze(Box<pathlab_probe::tcpflow::CaptureAnalysis>),
+    Analyze(Box<pathlab_diagnose::tcpflow::CaptureAnalysis>),
     /// A `pathlab capacity` run: one report per direction.
     Capacity(Vec<pathlab_probe::capacity::CapacityReport>),
     /// A `pathlab bloat` run.
@@ -105,7 +105,7 @@ pub enum RunResult {
     /// A `pathlab tcp --rfc6349` run that ended early.
     Rfc6349Partial(Box<pathlab_probe::rfc6349::Rfc6349Progress>),
     /// A `pathlab inspect` watch.
-    Inspect(Box<pathlab_probe::diagnosis::InspectReport>),
+    Inspect(Box<pathlab_diagnose::diagnosis::InspectReport>),
 }
 
 /// Why a result file could not be read.

@@ -9,7 +9,7 @@
 use std::io::{self, Write};
 
 // One definition of each number, shared with the reader in pathlab-probe.
-use pathlab_probe::capture::format::{
+use pathlab_diagnose::capture::format::{
     BLOCK_ENHANCED_PACKET, BLOCK_INTERFACE, BLOCK_SECTION_HEADER, BYTE_ORDER_MAGIC, EPB_FLAGS,
     IF_NAME, IF_TSRESOL, LINKTYPE_ETHERNET, LINKTYPE_RAW, OPT_COMMENT, OPT_END, SHB_USERAPPL,
 };

@@ -203,7 +203,7 @@ pub fn slug(text: &str) -> String {
 }
 
 /// What an emulator's recording says about one direction of a link, summed up after the
-/// run (the emulator's live counters are `pathlab_core_driver::emulator::DirectionCounters`).
+/// run (the emulator's live counters are `pathlab_emulator::emulator::DirectionCounters`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedDirectionSummary {
     /// `A->B` (the link's forward direction) or `B->A`.
@@ -425,7 +425,7 @@ fn delivered_rate(sent: &mut [(f64, u32)], interval_s: f64) -> Option<Vec<(f64, 
     )
 }
 
-use pathlab_probe::diagnosis::INFINITE_SSTHRESH;
+use pathlab_diagnose::diagnosis::INFINITE_SSTHRESH;
 
 /// The series of the run's workloads (RTT, TCP, OWD), on the run's clock.
 pub fn workload_series(run: &LabRun) -> Vec<Series> {

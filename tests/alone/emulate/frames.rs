@@ -2,8 +2,8 @@
 //! socket receive.
 use crate::util::emulated::{privileged, Lab};
 use crate::util::TempDir;
-use pathlab_core_driver::emulator::EmulatorStats;
-use pathlab_core_driver::port::{PacketPort, Port};
+use pathlab_emulator::emulator::EmulatorStats;
+use pathlab_emulator::port::{PacketPort, Port};
 use pathlab_os::topology::{Check, Line, H2_V4, HOST_PORT, R_PORT_H1, R_PORT_H2};
 use std::net::IpAddr;
 use std::process::Command;
@@ -186,9 +186,9 @@ fn ring_and_socket_receive_deliver_the_same_frames() {
     // sent (a VLAN tag the driver took off is put back).
     let segments = tcp_segments();
     let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
-    let (super_packet, vnet) = pathlab_os::offload::build_gso(&views);
+    let (super_packet, vnet) = pathlab_core::wire::offload::build_gso(&views);
     let mut expected = Vec::new();
-    pathlab_os::offload::to_wire_frames(super_packet, &vnet, &mut |f| expected.push(f))
+    pathlab_core::wire::offload::to_wire_frames(super_packet, &vnet, &mut |f| expected.push(f))
         .expect("cuts");
     assert_eq!(expected.len(), 5);
     expected.push(test_frame(
@@ -268,8 +268,8 @@ fn pcapng_packets(bytes: &[u8]) -> Vec<(u32, u32, Option<String>, usize)> {
 /// plain UDP; and the emulator's counters. Then a second of real TCP (the kernel's own
 /// super-packets), every byte checked; its goodput in bytes/s.
 fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
-    use pathlab_core_driver::emulator::{self, EmulatorConfig};
-    use pathlab_core_driver::port::ReceiveMode;
+    use pathlab_emulator::emulator::{self, EmulatorConfig};
+    use pathlab_emulator::port::ReceiveMode;
     let line = Line::build(pathlab_os::topology::Middle::Emulator, true).expect("namespaces");
     let spec = pathlab_core::LinkSpec::parse("delay 1ms").unwrap();
     let receive = if mode == "ring" {
@@ -280,7 +280,7 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     let ports = line
         .r
         .run(
-            || -> Result<[PacketPort; 2], pathlab_core_driver::port::PortError> {
+            || -> Result<[PacketPort; 2], pathlab_emulator::port::PortError> {
                 Ok([
                     PacketPort::open_with(R_PORT_H1, receive)?,
                     PacketPort::open_with(R_PORT_H2, receive)?,
@@ -300,7 +300,7 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
             pcap: None,
             queue_sample_interval: pathlab_core::Duration::from_millis(10),
             command: vec![],
-            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+            on_interface_gone: pathlab_emulator::emulator::OnInterfaceGone::Stop,
         },
     )
     .expect("emulator starts");
@@ -313,8 +313,8 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     let mut h1 = h1.transmitter().expect("h1's sending half");
     let segments = tcp_segments();
     let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
-    assert_eq!(pathlab_os::offload::coalescable_run(&views), 5);
-    let (super_packet, vnet) = pathlab_os::offload::build_gso(&views);
+    assert_eq!(pathlab_core::wire::offload::coalescable_run(&views), 5);
+    let (super_packet, vnet) = pathlab_core::wire::offload::build_gso(&views);
     h1.send_gso(&super_packet, &vnet).expect("GSO from h1");
     for frame in [
         test_frame(&[0x81, 0x00, 0x00, 0x64], [0x08, 0x00], &[1; 64]), // VLAN 100
@@ -334,7 +334,7 @@ fn frames_through(mode: &str) -> (Vec<Vec<u8>>, EmulatorStats, f64) {
     while received.len() < 10 && std::time::Instant::now() < deadline {
         h2.receive(
             64,
-            &mut pathlab_os::buffers::BufferPool::default(),
+            &mut pathlab_core::buffers::BufferPool::default(),
             &mut |frame| {
                 if frame[6..12] == TEST_SOURCE_MAC {
                     received.push(frame);

@@ -4,7 +4,7 @@ use crate::util;
 use crate::util::emulated::{pathlab, privileged, Lab, PATHLAB};
 use crate::util::lab_spec::LabSpec;
 use crate::util::TempDir;
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_os::topology::{Line, H1_V4, H2_V4, H2_V6, HOST_PORT, R_PORT_H1, R_PORT_H2};
 use pathlab_probe_driver::ping::PingResult;
 use pathlab_results::recording::read_recording;

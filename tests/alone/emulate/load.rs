@@ -4,7 +4,7 @@ use crate::util;
 use crate::util::emulated::{pathlab, privileged, Lab, PATHLAB};
 use crate::util::lab_spec::LabSpec;
 use crate::util::TempDir;
-use pathlab_core_driver::emulator::EmulatorStats;
+use pathlab_emulator::emulator::EmulatorStats;
 use pathlab_os::topology::{Line, R_PORT_H1, R_PORT_H2};
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -4,9 +4,9 @@ use crate::emulate::{assert_conservation, pcapng_outbound, rtts_ms, TEST_SOURCE_
 use crate::util::emulated::{pathlab, privileged, PATHLAB};
 use crate::util::median;
 use crate::util::TempDir;
-use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats, Pool};
-use pathlab_core_driver::port::{PacketPort, Port, ReceiveMode};
-use pathlab_core_driver::vlan::{self, TrunkVlans};
+use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats, Pool};
+use pathlab_emulator::port::{PacketPort, Port, ReceiveMode};
+use pathlab_emulator::vlan::{self, TrunkVlans};
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::topology::{Check, Line, Middle, H2_V4, R_PORT_H1, R_PORT_H2};
@@ -162,7 +162,7 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
     let [access_5, access_6, trunk_5, trunk_6] = line
         .r
         .run(
-            || -> Result<[Box<dyn Port>; 4], pathlab_core_driver::port::PortError> {
+            || -> Result<[Box<dyn Port>; 4], pathlab_emulator::port::PortError> {
                 let vlans = TrunkVlans::parse("5,6").expect("two VLANs");
                 let [trunk_5, trunk_6] = vlan::open_trunk("r-box", vlans, [mode; 2])?;
                 Ok([
@@ -332,7 +332,7 @@ fn through_the_box(switch: &Netns, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
     }
     let mut received = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
-    let mut pool = pathlab_os::buffers::BufferPool::default();
+    let mut pool = pathlab_core::buffers::BufferPool::default();
     while std::time::Instant::now() < deadline {
         port.receive(64, &mut pool, &mut |frame| {
             if frame[6..12] == TEST_SOURCE_MAC {

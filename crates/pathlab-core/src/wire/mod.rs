@@ -8,6 +8,7 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod offload;
 
 /// Bytes of an IPv4 header without options (RFC 791).
 pub const IPV4_HEADER_LEN: usize = 20;

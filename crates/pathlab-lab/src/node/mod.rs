@@ -29,11 +29,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use pathlab_core::LinkSpec;
-use pathlab_core_driver::api::LabControl;
-use pathlab_core_driver::emulator::{
-    self, EmulatorConfig, EmulatorHandle, OnInterfaceGone, Record,
-};
-use pathlab_core_driver::port::{PacketPort, Port};
+use pathlab_emulator::api::LabControl;
+use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorHandle, OnInterfaceGone, Record};
+use pathlab_emulator::port::{PacketPort, Port};
 use pathlab_http::{HttpServer, Request, Response};
 use pathlab_os::interpose::{self, Interposed};
 use pathlab_os::netlink::Netlink;

@@ -233,7 +233,7 @@ pub struct NodeOutcome {
     pub outcome: LabOutcome,
     /// What watching its connections saw, when it asked to be watched.
     #[serde(default)]
-    pub inspect: Option<pathlab_probe::diagnosis::InspectReport>,
+    pub inspect: Option<pathlab_diagnose::diagnosis::InspectReport>,
 }
 
 /// The node's half of one link: the direction leaving it.

@@ -531,8 +531,9 @@ mod tests {
         packet[4..6].copy_from_slice(&0x5157u16.to_be_bytes());
         packet[6..8].copy_from_slice(&seq.to_be_bytes());
         if !ipv6 {
-            let checksum =
-                crate::offload::checksum_finish(crate::offload::checksum_add(0, &packet));
+            let checksum = pathlab_core::wire::checksum::checksum_finish(
+                pathlab_core::wire::checksum::checksum_add(0, &packet),
+            );
             packet[2..4].copy_from_slice(&checksum.to_be_bytes());
         }
         packet

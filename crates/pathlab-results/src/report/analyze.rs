@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use pathlab_probe::tcpflow::CaptureAnalysis;
+use pathlab_diagnose::tcpflow::CaptureAnalysis;
 
 use super::figures::Figure;
 use super::page::{write_page, Section};

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use pathlab_core::format::{self, Digits};
-use pathlab_probe::diagnosis::{ConnectionReport, InspectReport, Limit};
+use pathlab_diagnose::diagnosis::{ConnectionReport, InspectReport, Limit};
 
 use super::figures::Figure;
 use super::page::{write_page, Section};
@@ -28,7 +28,7 @@ fn moving(report: &InspectReport) -> impl Iterator<Item = &ConnectionReport> {
 pub fn connection_figures(connection: &ConnectionReport, stem: &str) -> Vec<Figure> {
     let name = connection.last.name();
     let at = |ns: u64| ns as f64 * 1e-9;
-    let over = |value: &dyn Fn(&pathlab_probe::diagnosis::Interval) -> f64| -> Vec<(f64, f64)> {
+    let over = |value: &dyn Fn(&pathlab_diagnose::diagnosis::Interval) -> f64| -> Vec<(f64, f64)> {
         connection
             .intervals
             .iter()

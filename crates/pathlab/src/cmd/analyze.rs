@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use pathlab_core::format::{self, Digits};
-use pathlab_probe::tcpflow::{
+use pathlab_diagnose::tcpflow::{
     analyze_capture, AnalyzerConfig, CaptureAnalysis, ConnectionReport, FlowReport, VantageKind,
 };
 use pathlab_results::{ResultFile, RunResult};
@@ -68,7 +68,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         let mut printed = analysis;
         for connection in &mut printed.connections {
             for flow in &mut connection.flows {
-                flow.series = pathlab_probe::tcpflow::FlowSeries::default();
+                flow.series = pathlab_diagnose::tcpflow::FlowSeries::default();
             }
         }
         println!("{}", serde_json::to_string_pretty(&printed)?);

@@ -8,14 +8,12 @@ use anyhow::{bail, Context as _};
 use pathlab_core::format::{self, Digits};
 use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
-use pathlab_core_driver::api::{Controlled, History, Specs};
-use pathlab_core_driver::control::{
-    self, ControlError, ControlReply, ControlRequest, ControlServer,
-};
-use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
-use pathlab_core_driver::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
-use pathlab_core_driver::port::{PacketPort, Port, PortError, ReceiveMode};
-use pathlab_core_driver::vlan::{self, TrunkVlans};
+use pathlab_emulator::api::{Controlled, History, Specs};
+use pathlab_emulator::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
+use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
+use pathlab_emulator::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
+use pathlab_emulator::port::{PacketPort, Port, PortError, ReceiveMode};
+use pathlab_emulator::vlan::{self, TrunkVlans};
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::metrics::{Control, ControlArgs};
@@ -54,7 +52,7 @@ pub struct Args {
     /// With --trunk: untagged (and priority-tagged) frames belong to VLAN VID, one of
     /// --vlans, and its frames leave untagged, for a switch that carries that VLAN untagged
     /// on the trunk. Default: untagged frames are not forwarded.
-    #[arg(long, value_name = "VID", requires = "trunk", value_parser = pathlab_core_driver::vlan::parse_vid)]
+    #[arg(long, value_name = "VID", requires = "trunk", value_parser = pathlab_emulator::vlan::parse_vid)]
     pub native_vlan: Option<u16>,
     /// The link spec from IF_A to IF_B, e.g. 'delay 20ms loss 1% rate 10mbit limit 100'.
     #[arg(value_name = "SPEC", num_args = 0..)]
@@ -804,7 +802,7 @@ pub fn print_stats(stats: &EmulatorStats) {
 
 /// The fidelity guard's line of a direction: `last second p99 40 us; late 0 of 12 s (p99
 /// over 1 ms), worst second p99 90 us`.
-fn guard_text(late: &pathlab_core_driver::fidelity::LatenessSummary) -> String {
+fn guard_text(late: &pathlab_emulator::fidelity::LatenessSummary) -> String {
     let verdict = match late.bound_ns {
         Some(bound) => format!(
             "late {} of {} s (p99 over {})",

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use pathlab_core::format::{self, Digits};
+use pathlab_diagnose::diagnosis::{InspectReport, Interval, Selector, Watch};
 use pathlab_os::netns::Netns;
-use pathlab_probe::diagnosis::{InspectReport, Interval, Selector, Watch};
 
 use crate::usage;
 
@@ -214,7 +214,7 @@ fn print_verdicts(report: &InspectReport) {
     println!();
     for connection in &report.connections {
         let verdict = &connection.verdict;
-        if verdict.limit == pathlab_probe::diagnosis::Limit::Idle {
+        if verdict.limit == pathlab_diagnose::diagnosis::Limit::Idle {
             idle += 1;
             continue;
         }

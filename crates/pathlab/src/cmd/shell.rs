@@ -4,9 +4,9 @@ use std::fs::File;
 
 use anyhow::Context as _;
 use pathlab_core::time::Duration;
-use pathlab_core_driver::control::ControlError;
-use pathlab_core_driver::emulator::EmulatorConfig;
-use pathlab_core_driver::shell::{self, ShellConfig, ShellError};
+use pathlab_emulator::control::ControlError;
+use pathlab_emulator::emulator::EmulatorConfig;
+use pathlab_emulator::shell::{self, ShellConfig, ShellError};
 
 use crate::cmd::spec::parse_spec;
 use crate::usage;
@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
             pcap: args.pcap.as_deref().map(create).transpose()?,
             queue_sample_interval: Duration::from_millis(10),
             command: std::env::args().collect(),
-            on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+            on_interface_gone: pathlab_emulator::emulator::OnInterfaceGone::Stop,
         },
         program,
         nat: !args.no_nat,

@@ -34,7 +34,7 @@ pub struct Args {
 
 /// Parses a spec given as one or several words, loading any trace file it names.
 pub fn parse_spec(words: &[String]) -> anyhow::Result<LinkSpec> {
-    pathlab_core_driver::load_spec(&words.join(" ")).map_err(usage)
+    pathlab_emulator::load_spec(&words.join(" ")).map_err(usage)
 }
 
 /// Runs `pathlab spec`.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use pathlab_core::BitsPerSec;
-use pathlab_probe::tune::{self, HostSettings, RttMeasurement, TunePath};
+use pathlab_diagnose::tune::{self, HostSettings, RttMeasurement, TunePath};
 use pathlab_probe_driver::Client;
 
 use crate::cmd::client::measure_error;

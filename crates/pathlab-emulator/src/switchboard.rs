@@ -17,10 +17,10 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use pathlab_os::buffers::BufferPool;
+use pathlab_core::buffers::BufferPool;
+use pathlab_core::wire::offload::VnetHeader;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
-use pathlab_os::offload::VnetHeader;
 use pathlab_os::sys;
 
 use crate::port::{
@@ -230,7 +230,7 @@ impl Transmit for BoardTx {
     }
 
     fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
-        let (headers, vnet) = pathlab_os::offload::gso_headers(frames, Framing::Ethernet);
+        let (headers, vnet) = pathlab_core::wire::offload::gso_headers(frames, Framing::Ethernet);
         let vnet = vnet.to_bytes();
         let (parts, n) = gso_parts(&vnet, &headers, frames);
         sys::send_gather(self.socket.as_fd(), Some(self.ifindex), &parts[..n]).map(drop)

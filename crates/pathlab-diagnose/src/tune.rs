@@ -332,7 +332,7 @@ pub struct TuneReport {
     /// How the rate was measured, from HOST towards this host (`None`: given with
     /// `--rate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rate_measurement: Option<crate::capacity::Capacity>,
+    pub rate_measurement: Option<pathlab_probe::capacity::Capacity>,
     /// TCP payload per segment assumed, bytes.
     pub mss_bytes: u64,
     /// R x T, bits.

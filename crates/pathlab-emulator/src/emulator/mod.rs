@@ -1,7 +1,7 @@
 //! The emulator: two ports, a [`Link`] per direction, real time.
 //!
 //! Each direction runs on a forwarding thread ([`worker`]): it reads what its port has
-//! (wire frames, after [`pathlab_os::offload`]), gives them to its link at the current instant,
+//! (wire frames, after [`pathlab_core::wire::offload`]), gives them to its link at the current instant,
 //! sends every packet whose departure instant has come out of the other port, and hands
 //! records to the recorder thread. Then the thread sleeps until the earliest `poll_at`: in
 //! `ppoll` (with 1 ns timer slack) while the deadline is far, and spinning for the last

@@ -6,7 +6,7 @@
 //! allocator returned and took back their pages from the kernel: page faults and page
 //! clearing were 12% of the forwarding thread's time.
 
-use pathlab_core::{Duration, Instant};
+use crate::{Duration, Instant};
 
 /// Capacity every pooled buffer gets at least: an Ethernet frame of a 1500-byte MTU with a
 /// VLAN tag (1518 bytes), rounded up, so a buffer that carried an ACK can carry a full

@@ -4,7 +4,7 @@
 //! TCP through a bottleneck of R Mbit/s against the TCP ideal; and how far from its model
 //! time the emulator sends packets under a 100 Mbit/s load.
 //!
-//! `cargo bench -p pathlab-core-driver --bench forwarding` (as root). PATHLAB_BENCH_SECS sets the
+//! `cargo bench -p pathlab-emulator --bench forwarding` (as root). PATHLAB_BENCH_SECS sets the
 //! length of each empty-spec TCP run (default 5), PATHLAB_BENCH_LONG_SECS and
 //! PATHLAB_BENCH_RATES the bottleneck runs', and PATHLAB_BENCH_TRACE prints each
 //! direction's rate, queue and lateness every second of a bottleneck run.
@@ -17,8 +17,8 @@
 use std::time::Duration;
 
 use pathlab_core::{quantile, LinkSpec};
-use pathlab_core_driver::emulator::{self, EmulatorConfig, EmulatorStats};
-use pathlab_core_driver::port::{PacketPort, ReceiveMode};
+use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorStats};
+use pathlab_emulator::port::{PacketPort, ReceiveMode};
 use pathlab_os::scheduling::Priority;
 use pathlab_os::topology::{Check, Line, Middle, R_PORT_H1, R_PORT_H2};
 
@@ -37,7 +37,7 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
     let ports = line
         .r
         .run(
-            || -> Result<[PacketPort; 2], pathlab_core_driver::port::PortError> {
+            || -> Result<[PacketPort; 2], pathlab_emulator::port::PortError> {
                 let spec = LinkSpec::parse(spec).expect("spec");
                 let mode = match std::env::var("PATHLAB_BENCH_RECEIVE").as_deref() {
                     Ok("ring") => ReceiveMode::ring_for_link(&spec),
@@ -75,7 +75,7 @@ fn with_emulator(spec: &str) -> (Line, emulator::EmulatorHandle) {
                 pcap: None,
                 queue_sample_interval: pathlab_core::Duration::from_millis(10),
                 command: vec![],
-                on_interface_gone: pathlab_core_driver::emulator::OnInterfaceGone::Stop,
+                on_interface_gone: pathlab_emulator::emulator::OnInterfaceGone::Stop,
             },
         )
         .expect("emulator starts");

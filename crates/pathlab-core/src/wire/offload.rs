@@ -10,9 +10,9 @@
 //! because a frame sent through a packet socket reaches the peer as "checksum unknown" and
 //! a receiver drops a TCP segment whose checksum field still holds the partial sum.
 
-use pathlab_core::wire::ethernet::{self, EthernetFrame, VlanTag};
-
 use crate::buffers::BufferPool;
+use crate::wire::checksum::{checksum_add, checksum_finish};
+use crate::wire::ethernet::{self, EthernetFrame, VlanTag};
 
 /// `virtio_net_hdr` flags: the checksum from `csum_start` on is still to be computed.
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
@@ -67,8 +67,6 @@ pub enum OffloadError {
     #[error("GSO packet does not match its GSO type")]
     Malformed,
 }
-
-pub use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
 
 /// What a frame starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -59,7 +59,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::capture::{TcpFlags, TcpSegment};
 use crate::diagnosis::{Limit, Limits};
-use crate::rfc6349::Framing;
+use pathlab_probe::rfc6349::Framing;
 
 mod driver;
 mod flow;

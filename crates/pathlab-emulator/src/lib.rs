@@ -1,4 +1,4 @@
-//! pathlab-core-driver: the emulator, which drives `pathlab-core`'s links between real
+//! pathlab-emulator: the emulator, which drives `pathlab-core`'s links between real
 //! interfaces.
 //!
 //! Layer: the driver of `pathlab-core`, over `pathlab-os` (packet sockets, TUN, offloads,

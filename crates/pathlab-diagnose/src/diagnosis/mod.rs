@@ -470,7 +470,7 @@ impl Typical {
             };
         }
         let median = |values: &mut dyn Iterator<Item = u64>| {
-            crate::rtt::percentiles(values.map(|v| v as i64)).p50_ns
+            pathlab_probe::rtt::percentiles(values.map(|v| v as i64)).p50_ns
         };
         Typical {
             window: median(&mut held.iter().map(|i| u64::from(i.peer_window))),

@@ -34,10 +34,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::port::{self, Port, PortError, ReceiveCounts, ReceiveMode, Receiver, Transmit};
+use pathlab_core::buffers::BufferPool;
 use pathlab_core::wire::ethernet::{VlanTag, TPID_8021Q, VLAN_TAG_LEN, VLAN_TAG_OFFSET};
-use pathlab_os::buffers::BufferPool;
+use pathlab_core::wire::offload::{self, Framing, VnetHeader};
 use pathlab_os::netns::Netns;
-use pathlab_os::offload::{self, Framing, VnetHeader};
 use pathlab_os::sys;
 
 /// Why a VLAN setting is refused.

@@ -164,7 +164,7 @@ fn retransmissions_rtt_and_zero_window_of_a_known_trace() {
 fn the_transfer_time_ratio_uses_rfc6349s_ideal_rate() {
     let config = AnalyzerConfig {
         bottleneck_bps: Some(1e6),
-        framing: crate::rfc6349::Framing::Ip,
+        framing: pathlab_probe::rfc6349::Framing::Ip,
     };
     let report = analyze(sender_side_trace(), config);
     let metrics = report.flows[0].metrics;

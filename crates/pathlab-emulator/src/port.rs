@@ -7,17 +7,17 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use pathlab_core::buffers::BufferPool;
 use pathlab_core::wire::ethernet;
-use pathlab_os::buffers::BufferPool;
+use pathlab_core::wire::offload::{self, VnetHeader};
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
-use pathlab_os::offload::{self, VnetHeader};
 use pathlab_os::sys;
 use pathlab_os::tun::Tun;
 
 /// How the frames of a port begin: Ethernet (AF_PACKET ports) or bare IP (TUN ports), as
 /// the offload code reads them.
-pub use pathlab_os::offload::Framing;
+pub use pathlab_core::wire::offload::Framing;
 
 /// What a receive pass saw besides the frames it delivered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -10,11 +10,11 @@ use super::{
     WindowSummary,
 };
 use crate::diagnosis::{Limit, Limits};
-use crate::rfc6349::{
+use pathlab_core::format::{self, Digits};
+use pathlab_probe::rfc6349::{
     buffer_delay_percent, ideal_tcp_rate_bps, tcp_efficiency, transfer_time_ratio, transfer_time_s,
     window_limited_rate_bps, PacketOverhead,
 };
-use pathlab_core::format::{self, Digits};
 
 /// The most points a series keeps (retransmissions are all kept).
 pub const MAX_POINTS: usize = 20_000;
