@@ -23,8 +23,8 @@ use std::process::Output;
 
 use crate::util::emulated::pathlab;
 use crate::util::TempDir;
+use pathlab_engines::export::node::{NodeConfig, Role};
 use pathlab_lab::addressing::Addressing;
-use pathlab_lab::export::node::{NodeConfig, Role};
 use pathlab_lab::recipes::RECIPES;
 use pathlab_lab::spec::{expand, Experiment};
 

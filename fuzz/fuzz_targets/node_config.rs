@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pathlab_lab::export::node::NodeConfig;
+use pathlab_engines::export::node::NodeConfig;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

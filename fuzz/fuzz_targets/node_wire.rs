@@ -7,9 +7,9 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use pathlab_lab::collect::merge_recordings;
-use pathlab_lab::export::node::{LabSettings, NodeConfig};
-use pathlab_lab::node::wire::{NodeResult, NodeStatus, StartRequest};
+use pathlab_engines::collect::merge_recordings;
+use pathlab_engines::export::node::{LabSettings, NodeConfig};
+use pathlab_engines::node::wire::{NodeResult, NodeStatus, StartRequest};
 
 /// h1 of the bufferbloat recipe's first run: a node with a link and workloads.
 fn config() -> &'static NodeConfig {

@@ -13,7 +13,7 @@ use crate::util;
 use crate::util::emulated::{libc_sigterm, link_index, privileged, PATHLAB};
 use crate::util::late::{Lateness, Quantile};
 use crate::util::TempDir;
-use pathlab_lab::export::node::NodeConfig;
+use pathlab_engines::export::node::NodeConfig;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::testing::NamedNetns;

@@ -7,11 +7,8 @@
 #![forbid(unsafe_code)]
 
 pub mod addressing;
-pub mod collect;
 pub mod descriptors;
-pub mod export;
 pub mod modem_pps;
-pub mod node;
 pub mod recipes;
 pub mod run;
 pub mod spec;

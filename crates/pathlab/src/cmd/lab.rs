@@ -116,7 +116,7 @@ pub struct EngineArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// The container image every node runs; it must have `pathlab` on its PATH.
-    #[arg(long, value_name = "IMAGE", default_value = pathlab_lab::export::DEFAULT_IMAGE)]
+    #[arg(long, value_name = "IMAGE", default_value = pathlab_engines::export::DEFAULT_IMAGE)]
     pub image: String,
 }
 
@@ -499,11 +499,11 @@ fn addresses(pattern: &str, lab: &str, nodes: &[String]) -> anyhow::Result<Vec<S
 /// Runs `pathlab lab collect`.
 fn collect(args: &CollectArgs) -> anyhow::Result<()> {
     let (experiment, point) = exported(&args.lab)?;
-    let configs = pathlab_lab::export::Export {
+    let configs = pathlab_engines::export::Export {
         experiment: &experiment,
         point: Some(point.label.clone()).filter(|label| !label.is_empty()),
         seed: args.lab.seed,
-        image: pathlab_lab::export::DEFAULT_IMAGE.to_owned(),
+        image: pathlab_engines::export::DEFAULT_IMAGE.to_owned(),
     }
     .node_configs("pods and containers")
     .map_err(usage)?;
@@ -530,11 +530,11 @@ fn collect(args: &CollectArgs) -> anyhow::Result<()> {
         addresses[0],
         out.display()
     );
-    let run = pathlab_lab::collect::collect(
+    let run = pathlab_engines::collect::collect(
         &experiment,
         &point,
         &configs,
-        &pathlab_lab::collect::CollectOptions {
+        &pathlab_engines::collect::CollectOptions {
             addresses,
             token,
             wait: std::time::Duration::from_secs(args.wait),
@@ -593,7 +593,7 @@ impl LabToken {
 /// The token in `out`'s token file if there is one (refused if it will not do, as `pathlab
 /// node` would refuse it), else a new one; nothing is written here.
 fn lab_token(out: &std::path::Path) -> anyhow::Result<LabToken> {
-    let path = out.join(pathlab_lab::export::TOKEN_FILE);
+    let path = out.join(pathlab_engines::export::TOKEN_FILE);
     match std::fs::symlink_metadata(&path) {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LabToken::New(
             pathlab_http::new_token()
@@ -620,7 +620,7 @@ fn kept_token_refused(error: pathlab_http::HttpServerError) -> anyhow::Error {
 /// then renamed over the old one: whoever holds the old file open never reads the new one.
 fn write_export_file(
     out: &pathlab_os::files::Dir,
-    file: &pathlab_lab::export::ExportFile,
+    file: &pathlab_engines::export::ExportFile,
 ) -> anyhow::Result<()> {
     let path = out.path().join(&file.name);
     let written = if file.secret {
@@ -639,7 +639,7 @@ fn write_export_file(
 /// Runs `pathlab lab export`: checks the lab, writes the control token (unless a valid one
 /// is there), the engine's topology and every node's config into `--out`.
 fn export(args: &ExportArgs) -> anyhow::Result<()> {
-    use pathlab_lab::export::{containerlab, kne, Export, TOKEN_FILE};
+    use pathlab_engines::export::{containerlab, kne, Export, TOKEN_FILE};
     let options = match &args.engine {
         Engine::Kne(options) | Engine::Containerlab(options) => options,
     };

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use pathlab_engines::export::node::NodeConfig;
+use pathlab_engines::export::TOKEN_ENV;
+use pathlab_engines::node::{self, NodeOptions};
 use pathlab_http::TokenProblem;
-use pathlab_lab::export::node::NodeConfig;
-use pathlab_lab::export::TOKEN_ENV;
-use pathlab_lab::node::{self, NodeOptions};
 
 use crate::usage;
 
@@ -43,11 +43,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let bytes = std::fs::read(&args.config)
         .with_context(|| format!("cannot read '{}'", args.config.display()))
         .map_err(usage)?;
-    if bytes.len() > pathlab_lab::export::node::MAX_TEXT_BYTES {
+    if bytes.len() > pathlab_engines::export::node::MAX_TEXT_BYTES {
         return Err(usage(anyhow::anyhow!(
             "{}: over {} bytes",
             args.config.display(),
-            pathlab_lab::export::node::MAX_TEXT_BYTES
+            pathlab_engines::export::node::MAX_TEXT_BYTES
         )));
     }
     let text = String::from_utf8(bytes)
@@ -79,7 +79,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     );
     let result = node::run(&NodeOptions {
         // Of the config as read, written back: comments and layout do not count.
-        config_sha256: pathlab_lab::node::wire::sha256_hex(config.to_toml().as_bytes()),
+        config_sha256: pathlab_engines::node::wire::sha256_hex(config.to_toml().as_bytes()),
         config,
         out: args.out.clone(),
         wait: std::time::Duration::from_secs(args.wait),

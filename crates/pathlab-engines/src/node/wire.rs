@@ -353,9 +353,11 @@ mod tests {
 
     /// h1 of the bufferbloat recipe (one link to r1, a client of every workload).
     fn h1() -> NodeConfig {
-        let text = crate::recipes::recipe("bufferbloat").unwrap();
-        let point = crate::spec::expand(text, true).unwrap().remove(0);
-        let experiment = crate::spec::Experiment::parse(&point.text).unwrap().quick();
+        let text = pathlab_lab::recipes::recipe("bufferbloat").unwrap();
+        let point = pathlab_lab::spec::expand(text, true).unwrap().remove(0);
+        let experiment = pathlab_lab::spec::Experiment::parse(&point.text)
+            .unwrap()
+            .quick();
         let settings = LabSettings {
             point: None,
             seed: 1,

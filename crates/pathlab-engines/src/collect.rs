@@ -20,8 +20,8 @@ use pathlab_results::recording::{
 
 use crate::export::node::NodeConfig;
 use crate::node::wire::{self, NodeResult, NodeStatus, Phase, StartRequest, Underlay};
-use crate::spec::{Experiment, SweepPoint};
-use crate::topology::{CABLE_A, CABLE_B};
+use pathlab_lab::spec::{Experiment, SweepPoint};
+use pathlab_lab::topology::{CABLE_A, CABLE_B};
 
 /// How a collection is made.
 #[derive(Debug)]
@@ -251,7 +251,7 @@ pub fn collect(
         experiment.duration.as_secs_f64()
     ));
     let end = Instant::now() + options.lead + experiment.duration;
-    let mut stopped = !crate::workload::sleep_until(end, &options.stop);
+    let mut stopped = !pathlab_lab::workload::sleep_until(end, &options.stop);
 
     // The results.
     let result_deadline = Instant::now() + options.wait;
@@ -293,7 +293,7 @@ pub fn collect(
         write(&options.out, &format!("link-{}.jsonl", link.name), &merged)?;
     }
     for workload in &experiment.workloads {
-        if let crate::spec::WorkloadKind::Command { .. } = workload.kind {
+        if let pathlab_lab::spec::WorkloadKind::Command { .. } = workload.kind {
             let node = &nodes[workload.from];
             let path = format!("{}{}", wire::OUTPUT_PATH, workload.name);
             let (code, body) = node.get(&path, wire::MAX_FILE_BYTES, token)?;
@@ -383,7 +383,7 @@ pub fn merge(experiment: &Experiment, point: &SweepPoint, results: &[NodeResult]
                     },
                     |o| (o.outcome.clone(), o.inspect.clone()),
                 );
-            crate::run::lab_workload(experiment, workload, came)
+            pathlab_lab::run::lab_workload(experiment, workload, came)
         })
         .collect();
     let mut kernels: Vec<&str> = results.iter().map(|r| r.kernel.as_str()).collect();
@@ -596,8 +596,8 @@ mod tests {
 
     #[test]
     fn the_nodes_results_make_the_run_a_one_machine_run_would_have_written() {
-        let text = crate::recipes::recipe("bufferbloat").unwrap();
-        let point = crate::spec::expand(text, true).unwrap().remove(0);
+        let text = pathlab_lab::recipes::recipe("bufferbloat").unwrap();
+        let point = pathlab_lab::spec::expand(text, true).unwrap().remove(0);
         let experiment = Experiment::parse(&point.text).unwrap().quick();
         let node = |k: usize, started: u64, duration: u64| NodeResult {
             node: experiment.nodes[k].name.clone(),
@@ -666,7 +666,7 @@ mod tests {
             assert_eq!(entry.outcome, LabOutcome::NotStarted);
             assert_eq!(
                 entry.path,
-                crate::summary::path_theory(&experiment, workload)
+                pathlab_lab::summary::path_theory(&experiment, workload)
             );
         }
         // A workload its node sent nothing for is a failure that says which node.

@@ -20,10 +20,10 @@ use std::time::Duration;
 use pathlab_core::LinkSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::addressing::Addressing;
-use crate::run::{blocks_responders, workload_port, workload_target};
-use crate::spec::{valid_experiment_name, valid_name, Experiment, WorkloadKind, MAX_NAME};
-use crate::topology::{installed_routes, port_name, Topology};
+use pathlab_lab::addressing::Addressing;
+use pathlab_lab::run::{blocks_responders, workload_port, workload_target};
+use pathlab_lab::spec::{valid_experiment_name, valid_name, Experiment, WorkloadKind, MAX_NAME};
+use pathlab_lab::topology::{installed_routes, port_name, Topology};
 
 /// The format version this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -1048,8 +1048,8 @@ fn unknown_key(input: &toml::Table, known: &toml::Table, path: &str) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::recipes::RECIPES;
-    use crate::spec::expand;
+    use pathlab_lab::recipes::RECIPES;
+    use pathlab_lab::spec::expand;
 
     fn settings() -> LabSettings {
         LabSettings {
@@ -1060,7 +1060,8 @@ mod tests {
     }
 
     fn bufferbloat(node: &str) -> NodeConfig {
-        let text = &expand(crate::recipes::recipe("bufferbloat").unwrap(), false).unwrap()[1].text;
+        let text =
+            &expand(pathlab_lab::recipes::recipe("bufferbloat").unwrap(), false).unwrap()[1].text;
         let experiment = Experiment::parse(text).unwrap();
         let index = experiment
             .nodes
@@ -1172,7 +1173,7 @@ mod tests {
         let bulk = &h1.workloads[0];
         assert_eq!(bulk.role, Role::Client);
         assert_eq!(bulk.peer_address, Some(Ipv4Addr::new(198, 18, 1, 2).into()));
-        assert_eq!(bulk.port, Some(crate::run::SERVER_PORT));
+        assert_eq!(bulk.port, Some(pathlab_lab::run::SERVER_PORT));
         assert_eq!(
             bulk.kind,
             WorkloadParams::Tcp {
@@ -1190,7 +1191,7 @@ mod tests {
 
     #[test]
     fn events_go_to_the_interface_whose_egress_they_change() {
-        let text = crate::recipes::recipe("bond").unwrap();
+        let text = pathlab_lab::recipes::recipe("bond").unwrap();
         let experiment = Experiment::parse(text).unwrap();
         let site = NodeConfig::for_node(&experiment, 0, &settings()).unwrap();
         let to_isp1 = site
@@ -1306,7 +1307,7 @@ mod tests {
             NodeConfigError::Toml { .. }
         ));
         // A seed TOML cannot write is refused when the config is made, not by a panic.
-        let experiment = Experiment::parse(crate::recipes::recipe("bond").unwrap()).unwrap();
+        let experiment = Experiment::parse(pathlab_lab::recipes::recipe("bond").unwrap()).unwrap();
         let too_large = LabSettings {
             seed: u64::MAX,
             ..settings()

@@ -83,8 +83,12 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
     let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
     for link in &experiment.links {
         let (a, b) = (names[link.a], names[link.b]);
-        let end =
-            |node: &str, peer: &str| quote(&format!("{node}:{}", crate::topology::port_name(peer)));
+        let end = |node: &str, peer: &str| {
+            quote(&format!(
+                "{node}:{}",
+                pathlab_lab::topology::port_name(peer)
+            ))
+        };
         line(4, &format!("- endpoints: [{}, {}]", end(a, b), end(b, a)));
     }
     let mut files = vec![ExportFile {
@@ -104,7 +108,7 @@ fn quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Experiment;
+    use pathlab_lab::spec::Experiment;
 
     #[test]
     fn nodes_are_linux_containers_with_their_config_and_links_veths_between_to_peer() {

@@ -38,9 +38,9 @@ use pathlab_os::netlink::Netlink;
 use pathlab_results::lab::LinkChange;
 
 use crate::export::node::{Interface, NodeConfig, Role, WorkloadParams};
-use crate::run::{queue_sample_interval, receive_mode, SERVER_PORT};
-use crate::spec::WorkloadKind;
-use crate::workload::{self, sleep_until, Timed};
+use pathlab_lab::run::{queue_sample_interval, receive_mode, SERVER_PORT};
+use pathlab_lab::spec::WorkloadKind;
+use pathlab_lab::workload::{self, sleep_until, Timed};
 use wire::{HalfLink, NodeOutcome, NodeResult, NodeStatus, Phase, StartRequest, Underlay};
 
 /// How a node runs.
@@ -334,7 +334,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     sysctl("net/ipv6/conf/all/forwarding")?;
     let pool = emulator::Pool::per_core_with(&options.scheduling)
         .map_err(io_error("starting the forwarding threads"))?;
-    crate::run::announce_scheduling(&format!("pathlab node {name}"), pool.scheduling());
+    pathlab_lab::run::announce_scheduling(&format!("pathlab node {name}"), pool.scheduling());
     let mut fronted: Vec<Fronted> = Vec::new();
     let mut emulators: Vec<Arc<EmulatorHandle>> = Vec::new();
     for (k, interface) in config.interfaces.iter().enumerate() {
@@ -431,7 +431,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
             half.lateness = stats
                 .directions
                 .first()
-                .map(|d| crate::run::lateness(&d.lateness, name, &interface.peer));
+                .map(|d| pathlab_lab::run::lateness(&d.lateness, name, &interface.peer));
         }
     }
     Ok(result)
@@ -800,7 +800,7 @@ fn run_timeline(
     }
     Ok(NodeResult {
         node: config.node.clone(),
-        kernel: crate::run::kernel(),
+        kernel: pathlab_lab::run::kernel(),
         started_unix_ns,
         duration_ns,
         interrupted,

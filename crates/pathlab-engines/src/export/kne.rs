@@ -87,9 +87,9 @@ pub fn files(export: &Export<'_>, token: &str) -> Result<Vec<ExportFile>, Export
         let (a, z) = (names[link.a], names[link.b]);
         out.open("links");
         out.string("a_node", a);
-        out.string("a_int", &crate::topology::port_name(z));
+        out.string("a_int", &pathlab_lab::topology::port_name(z));
         out.string("z_node", z);
-        out.string("z_int", &crate::topology::port_name(a));
+        out.string("z_int", &pathlab_lab::topology::port_name(a));
         out.close();
     }
     let mut files = vec![ExportFile {
@@ -171,7 +171,7 @@ pub fn quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Experiment;
+    use pathlab_lab::spec::Experiment;
 
     fn export(text: &str) -> Result<Vec<ExportFile>, ExportError> {
         let experiment = Experiment::parse(text).unwrap();

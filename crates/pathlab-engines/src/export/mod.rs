@@ -21,8 +21,8 @@ pub mod node;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use crate::spec::Experiment;
 use node::{LabSettings, NodeConfig, NodeConfigError};
+use pathlab_lab::spec::Experiment;
 
 /// The image the nodes run when the user names none.
 pub const DEFAULT_IMAGE: &str = "pathlab:latest";

@@ -1,0 +1,15 @@
+//! pathlab-engines: a lab run by other engines, one node to a pod or container.
+//!
+//! A lab that `pathlab lab` builds from namespaces on one machine can also run across the
+//! pods of KNE or the containers of containerlab: [`export`] writes the engine's topology
+//! and each node's config from a spec, [`node`] is `pathlab node` (one node of the lab in
+//! its pod or container: its halves of the lab's links, its workloads, its control API),
+//! and [`collect`] is `pathlab lab collect` (it starts every node's run together and
+//! gathers their recordings into one lab run, as a one-machine run writes it). The
+//! experiments themselves (specs, workloads, recipes) are `pathlab-lab`'s.
+
+#![forbid(unsafe_code)]
+
+pub mod collect;
+pub mod export;
+pub mod node;
