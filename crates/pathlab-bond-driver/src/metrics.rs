@@ -5,234 +5,225 @@
 
 use pathlab_bond::line::LineState;
 use pathlab_bond::stats::{BondStats, LineStats, SessionStats};
-use pathlab_http::prometheus::{Exposition, Kind};
+use pathlab_http::prometheus::{Exposition, Kind, Metric};
 
-/// A per-line family: its name, kind, help, and the value of a line (`None`: no sample,
-/// as `bond stats` prints "-").
-type LineFamily = (
-    &'static str,
-    Kind,
-    &'static str,
-    fn(&LineStats) -> Option<f64>,
-);
-
-const LINE_FAMILIES: &[LineFamily] = &[
-    (
-        "pathlab_bond_line_up",
-        Kind::Gauge,
-        "1 when the line is up, 0 when it was declared down (silent too long).",
-        |l| Some(f64::from(u8::from(l.state == LineState::Up))),
-    ),
-    (
-        "pathlab_bond_line_sent_packets_total",
-        Kind::Counter,
-        "Datagrams sent on the line.",
-        |l| Some(l.counters.sent_packets as f64),
-    ),
-    (
-        "pathlab_bond_line_sent_bytes_total",
-        Kind::Counter,
-        "UDP payload bytes sent on the line.",
-        |l| Some(l.counters.sent_bytes as f64),
-    ),
-    (
-        "pathlab_bond_line_received_packets_total",
-        Kind::Counter,
-        "Datagrams received on the line and authenticated.",
-        |l| Some(l.counters.received_packets as f64),
-    ),
-    (
-        "pathlab_bond_line_received_bytes_total",
-        Kind::Counter,
-        "UDP payload bytes received on the line and authenticated.",
-        |l| Some(l.counters.received_bytes as f64),
-    ),
-    (
-        "pathlab_bond_line_replays_total",
-        Kind::Counter,
-        "Datagrams on the line refused as replays.",
-        |l| Some(l.counters.replays as f64),
-    ),
-    (
-        "pathlab_bond_line_went_down_total",
-        Kind::Counter,
-        "Times the line was declared down.",
-        |l| Some(l.counters.went_down as f64),
-    ),
-    (
-        "pathlab_bond_line_came_back_total",
-        Kind::Counter,
-        "Times the line came back up.",
-        |l| Some(l.counters.came_back as f64),
-    ),
-    (
-        "pathlab_bond_line_base_resets_total",
-        Kind::Counter,
-        "Times the line's base delay restarted: a queue above target that did not drain \
-         was the path's delay grown for good.",
-        |l| Some(l.base_resets as f64),
-    ),
-    (
-        "pathlab_bond_line_rate_bytes_per_second",
-        Kind::Gauge,
-        "The rate the line's controller paces it at, bytes/s as its modem counts them \
-         (UDP payload, UDP and IP headers, the line's framing; bond stats: rate, in bits/s).",
-        |l| Some(l.rate_bps as f64 / 8.0),
-    ),
-    (
-        "pathlab_bond_line_delivery_rate_bytes_per_second",
-        Kind::Gauge,
-        "The rate the peer received on the line over its last report, bytes/s as its \
-         modem counts them (bond stats: achieved, in bits/s).",
-        |l| Some(l.delivery_bps as f64 / 8.0),
-    ),
-    (
-        "pathlab_bond_line_packet_rate_per_second",
-        Kind::Gauge,
-        "The datagrams per second the line's controller paces it at besides its rate, \
-         once the line showed a queue (absent before).",
-        |l| l.packet_rate_pps,
-    ),
-    (
-        "pathlab_bond_line_control_only_packets_total",
-        Kind::Counter,
-        "Datagrams sent on the line with no inner data (reports, keepalives, probes that \
-         found no data datagram to ride on).",
-        |l| Some(l.counters.control_only_packets as f64),
-    ),
-    (
-        "pathlab_bond_line_queue_delay_seconds",
-        Kind::Gauge,
-        "The line's queueing delay at its last report.",
-        |l| Some(l.queue_delay_ms / 1e3),
-    ),
-    (
-        "pathlab_bond_line_relative_owd_seconds",
-        Kind::Gauge,
-        "The line's one-way delay above the lowest of the session's lines (absent until \
-         measured).",
-        |l| l.relative_owd_ms.map(|ms| ms / 1e3),
-    ),
-    (
-        "pathlab_bond_line_rtt_seconds",
-        Kind::Gauge,
-        "The line's smoothed round-trip time (absent until measured).",
-        |l| l.srtt_ms.map(|ms| ms / 1e3),
-    ),
-    (
-        "pathlab_bond_line_loss_ratio",
-        Kind::Gauge,
-        "The line's loss over its last report's interval, 0 to 1.",
-        |l| Some(l.loss),
-    ),
-    (
-        "pathlab_bond_line_draining",
-        Kind::Gauge,
-        "1 while the controller drains the line's queue to measure its base delay.",
-        |l| Some(f64::from(u8::from(l.draining))),
-    ),
-    (
-        "pathlab_bond_line_payload_limit_bytes",
-        Kind::Gauge,
-        "The largest datagram (UDP payload) the line sends, as its path MTU search proved.",
-        |l| Some(l.payload_limit_bytes as f64),
-    ),
+/// The per-line families (a line without a value, as `bond stats` prints "-", has no
+/// sample).
+const LINE_FAMILIES: &[Metric<LineStats>] = &[
+    Metric {
+        name: "pathlab_bond_line_up",
+        kind: Kind::Gauge,
+        help: "1 when the line is up, 0 when it was declared down (silent too long).",
+        value: |l| Some(f64::from(u8::from(l.state == LineState::Up))),
+    },
+    Metric {
+        name: "pathlab_bond_line_sent_packets_total",
+        kind: Kind::Counter,
+        help: "Datagrams sent on the line.",
+        value: |l| Some(l.counters.sent_packets as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_sent_bytes_total",
+        kind: Kind::Counter,
+        help: "UDP payload bytes sent on the line.",
+        value: |l| Some(l.counters.sent_bytes as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_received_packets_total",
+        kind: Kind::Counter,
+        help: "Datagrams received on the line and authenticated.",
+        value: |l| Some(l.counters.received_packets as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_received_bytes_total",
+        kind: Kind::Counter,
+        help: "UDP payload bytes received on the line and authenticated.",
+        value: |l| Some(l.counters.received_bytes as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_replays_total",
+        kind: Kind::Counter,
+        help: "Datagrams on the line refused as replays.",
+        value: |l| Some(l.counters.replays as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_went_down_total",
+        kind: Kind::Counter,
+        help: "Times the line was declared down.",
+        value: |l| Some(l.counters.went_down as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_came_back_total",
+        kind: Kind::Counter,
+        help: "Times the line came back up.",
+        value: |l| Some(l.counters.came_back as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_base_resets_total",
+        kind: Kind::Counter,
+        help: "Times the line's base delay restarted: a queue above target that did not drain \
+             was the path's delay grown for good.",
+        value: |l| Some(l.base_resets as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_rate_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "The rate the line's controller paces it at, bytes/s as its modem counts them \
+             (UDP payload, UDP and IP headers, the line's framing; bond stats: rate, in bits/s).",
+        value: |l| Some(l.rate_bps as f64 / 8.0),
+    },
+    Metric {
+        name: "pathlab_bond_line_delivery_rate_bytes_per_second",
+        kind: Kind::Gauge,
+        help: "The rate the peer received on the line over its last report, bytes/s as its \
+             modem counts them (bond stats: achieved, in bits/s).",
+        value: |l| Some(l.delivery_bps as f64 / 8.0),
+    },
+    Metric {
+        name: "pathlab_bond_line_packet_rate_per_second",
+        kind: Kind::Gauge,
+        help: "The datagrams per second the line's controller paces it at besides its rate, \
+             once the line showed a queue (absent before).",
+        value: |l| l.packet_rate_pps,
+    },
+    Metric {
+        name: "pathlab_bond_line_control_only_packets_total",
+        kind: Kind::Counter,
+        help: "Datagrams sent on the line with no inner data (reports, keepalives, probes that \
+             found no data datagram to ride on).",
+        value: |l| Some(l.counters.control_only_packets as f64),
+    },
+    Metric {
+        name: "pathlab_bond_line_queue_delay_seconds",
+        kind: Kind::Gauge,
+        help: "The line's queueing delay at its last report.",
+        value: |l| Some(l.queue_delay_ms / 1e3),
+    },
+    Metric {
+        name: "pathlab_bond_line_relative_owd_seconds",
+        kind: Kind::Gauge,
+        help: "The line's one-way delay above the lowest of the session's lines (absent until \
+             measured).",
+        value: |l| l.relative_owd_ms.map(|ms| ms / 1e3),
+    },
+    Metric {
+        name: "pathlab_bond_line_rtt_seconds",
+        kind: Kind::Gauge,
+        help: "The line's smoothed round-trip time (absent until measured).",
+        value: |l| l.srtt_ms.map(|ms| ms / 1e3),
+    },
+    Metric {
+        name: "pathlab_bond_line_loss_ratio",
+        kind: Kind::Gauge,
+        help: "The line's loss over its last report's interval, 0 to 1.",
+        value: |l| Some(l.loss),
+    },
+    Metric {
+        name: "pathlab_bond_line_draining",
+        kind: Kind::Gauge,
+        help: "1 while the controller drains the line's queue to measure its base delay.",
+        value: |l| Some(f64::from(u8::from(l.draining))),
+    },
+    Metric {
+        name: "pathlab_bond_line_payload_limit_bytes",
+        kind: Kind::Gauge,
+        help: "The largest datagram (UDP payload) the line sends, as its path MTU search proved.",
+        value: |l| Some(l.payload_limit_bytes as f64),
+    },
 ];
 
-/// A per-session family with one sample: name, kind, help, value.
-type SessionFamily = (&'static str, Kind, &'static str, fn(&SessionStats) -> f64);
-
-const SESSION_FAMILIES: &[SessionFamily] = &[
-    (
-        "pathlab_bond_session_open",
-        Kind::Gauge,
-        "1 once the session's keys are agreed.",
-        |s| f64::from(u8::from(s.open)),
-    ),
-    (
-        "pathlab_bond_ingress_packets_total",
-        Kind::Counter,
-        "Inner packets accepted into the fair ingress queue.",
-        |s| s.fair.packets_in as f64,
-    ),
-    (
-        "pathlab_bond_ce_marked_packets_total",
-        Kind::Counter,
-        "Inner packets CoDel marked CE instead of dropping them.",
-        |s| s.fair.ce_marked as f64,
-    ),
-    (
-        "pathlab_bond_backlog_bytes",
-        Kind::Gauge,
-        "Bytes waiting in the ingress queue.",
-        |s| s.backlog_bytes as f64,
-    ),
-    (
-        "pathlab_bond_compressed_packets_total",
-        Kind::Counter,
-        "Inner packets sent compressed (LZ4 shrank them).",
-        |s| s.counters.compressed as f64,
-    ),
-    (
-        "pathlab_bond_compression_saved_bytes_total",
-        Kind::Counter,
-        "Bytes compression saved.",
-        |s| s.counters.compression_saved_bytes as f64,
-    ),
-    (
-        "pathlab_bond_header_compressed_packets_total",
-        Kind::Counter,
-        "Inner packets sent with compressed IP/TCP or IP/UDP headers.",
-        |s| s.counters.headers_compressed as f64,
-    ),
-    (
-        "pathlab_bond_header_compression_saved_bytes_total",
-        Kind::Counter,
-        "Bytes header compression saved.",
-        |s| s.counters.headers_saved_bytes as f64,
-    ),
-    (
-        "pathlab_bond_header_full_packets_total",
-        Kind::Counter,
-        "Inner packets sent whole to establish a header-compression reference.",
-        |s| s.counters.headers_full_sent as f64,
-    ),
-    (
-        "pathlab_bond_header_contexts",
-        Kind::Gauge,
-        "Flows the header compressor holds a context for.",
-        |s| s.counters.headers_contexts as f64,
-    ),
-    (
-        "pathlab_bond_header_references_acknowledged_total",
-        Kind::Counter,
-        "Header-compression references of the peer this end stored and acknowledged.",
-        |s| s.counters.headers_acks_sent as f64,
-    ),
-    (
-        "pathlab_bond_reordered_packets_total",
-        Kind::Counter,
-        "Inner packets delivered after waiting for a predecessor in the reorder buffer.",
-        |s| s.reorder.reordered as f64,
-    ),
-    (
-        "pathlab_bond_reorder_delivered_packets_total",
-        Kind::Counter,
-        "Inner packets the reorder buffer delivered.",
-        |s| s.reorder.delivered as f64,
-    ),
-    (
-        "pathlab_bond_reorder_gaps_skipped_total",
-        Kind::Counter,
-        "Gaps the reorder buffer gave up waiting for.",
-        |s| s.reorder.gaps_skipped as f64,
-    ),
-    (
-        "pathlab_bond_reorder_timeout_seconds",
-        Kind::Gauge,
-        "How long the reorder buffer waits for a gap.",
-        |s| s.reorder_timeout_ms / 1e3,
-    ),
+/// The per-session families, a sample each.
+const SESSION_FAMILIES: &[Metric<SessionStats>] = &[
+    Metric {
+        name: "pathlab_bond_session_open",
+        kind: Kind::Gauge,
+        help: "1 once the session's keys are agreed.",
+        value: |s| Some(f64::from(u8::from(s.open))),
+    },
+    Metric {
+        name: "pathlab_bond_ingress_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets accepted into the fair ingress queue.",
+        value: |s| Some(s.fair.packets_in as f64),
+    },
+    Metric {
+        name: "pathlab_bond_ce_marked_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets CoDel marked CE instead of dropping them.",
+        value: |s| Some(s.fair.ce_marked as f64),
+    },
+    Metric {
+        name: "pathlab_bond_backlog_bytes",
+        kind: Kind::Gauge,
+        help: "Bytes waiting in the ingress queue.",
+        value: |s| Some(s.backlog_bytes as f64),
+    },
+    Metric {
+        name: "pathlab_bond_compressed_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets sent compressed (LZ4 shrank them).",
+        value: |s| Some(s.counters.compressed as f64),
+    },
+    Metric {
+        name: "pathlab_bond_compression_saved_bytes_total",
+        kind: Kind::Counter,
+        help: "Bytes compression saved.",
+        value: |s| Some(s.counters.compression_saved_bytes as f64),
+    },
+    Metric {
+        name: "pathlab_bond_header_compressed_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets sent with compressed IP/TCP or IP/UDP headers.",
+        value: |s| Some(s.counters.headers_compressed as f64),
+    },
+    Metric {
+        name: "pathlab_bond_header_compression_saved_bytes_total",
+        kind: Kind::Counter,
+        help: "Bytes header compression saved.",
+        value: |s| Some(s.counters.headers_saved_bytes as f64),
+    },
+    Metric {
+        name: "pathlab_bond_header_full_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets sent whole to establish a header-compression reference.",
+        value: |s| Some(s.counters.headers_full_sent as f64),
+    },
+    Metric {
+        name: "pathlab_bond_header_contexts",
+        kind: Kind::Gauge,
+        help: "Flows the header compressor holds a context for.",
+        value: |s| Some(s.counters.headers_contexts as f64),
+    },
+    Metric {
+        name: "pathlab_bond_header_references_acknowledged_total",
+        kind: Kind::Counter,
+        help: "Header-compression references of the peer this end stored and acknowledged.",
+        value: |s| Some(s.counters.headers_acks_sent as f64),
+    },
+    Metric {
+        name: "pathlab_bond_reordered_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets delivered after waiting for a predecessor in the reorder buffer.",
+        value: |s| Some(s.reorder.reordered as f64),
+    },
+    Metric {
+        name: "pathlab_bond_reorder_delivered_packets_total",
+        kind: Kind::Counter,
+        help: "Inner packets the reorder buffer delivered.",
+        value: |s| Some(s.reorder.delivered as f64),
+    },
+    Metric {
+        name: "pathlab_bond_reorder_gaps_skipped_total",
+        kind: Kind::Counter,
+        help: "Gaps the reorder buffer gave up waiting for.",
+        value: |s| Some(s.reorder.gaps_skipped as f64),
+    },
+    Metric {
+        name: "pathlab_bond_reorder_timeout_seconds",
+        kind: Kind::Gauge,
+        help: "How long the reorder buffer waits for a gap.",
+        value: |s| Some(s.reorder_timeout_ms / 1e3),
+    },
 ];
 
 /// The exposition of `stats`. Per-line series are labelled `session` (8 hex digits),
@@ -262,54 +253,61 @@ pub fn metrics(stats: &BondStats) -> String {
         .iter()
         .map(|s| format!("{:08x}", s.session))
         .collect();
-    for &(name, kind, help, value) in LINE_FAMILIES {
-        e.family(name, kind, help);
-        for (session, id) in stats.sessions.iter().zip(&ids) {
-            for line in &session.lines {
-                if let Some(value) = value(line) {
-                    let index = line.index.to_string();
-                    e.sample(
-                        &[
-                            ("session", id),
-                            ("line", &index),
-                            ("interface", &line.interface),
-                        ],
-                        value,
-                    );
-                }
-            }
+    line_metrics(&mut e, stats, &ids);
+    session_metrics(&mut e, stats, &ids);
+    if let Some(server) = &stats.server {
+        server_metrics(&mut e, server);
+    }
+    e.finish()
+}
+
+/// The per-line families, labelled with the line's session (`ids`, in order), index and
+/// interface.
+fn line_metrics(e: &mut Exposition, stats: &BondStats, ids: &[String]) {
+    let indices: Vec<Vec<String>> = stats
+        .sessions
+        .iter()
+        .map(|s| s.lines.iter().map(|l| l.index.to_string()).collect())
+        .collect();
+    let mut lines = Vec::new();
+    for ((session, id), indices) in stats.sessions.iter().zip(ids).zip(&indices) {
+        for (line, index) in session.lines.iter().zip(indices) {
+            let labels = [
+                ("session", id.as_str()),
+                ("line", index.as_str()),
+                ("interface", line.interface.as_str()),
+            ];
+            lines.push((labels, line));
         }
     }
+    e.metrics(LINE_FAMILIES, &lines);
     e.family(
         "pathlab_bond_line_mtu_probes_total",
         Kind::Counter,
         "Path MTU probes the line sent (result=sent) and that were too big or lost \
          (result=lost).",
     );
-    for (session, id) in stats.sessions.iter().zip(&ids) {
-        for line in &session.lines {
-            let index = line.index.to_string();
-            let (sent, lost) = line.mtu_probes;
-            for (result, value) in [("sent", sent), ("lost", lost)] {
-                e.sample(
-                    &[
-                        ("session", id),
-                        ("line", &index),
-                        ("interface", &line.interface),
-                        ("result", result),
-                    ],
-                    value as f64,
-                );
-            }
+    for &([session, index, interface], line) in &lines {
+        let (sent, lost) = line.mtu_probes;
+        for (result, value) in [("sent", sent), ("lost", lost)] {
+            e.sample(
+                &[session, index, interface, ("result", result)],
+                value as f64,
+            );
         }
     }
+}
+
+/// The per-session families, labelled with the session (`ids`, in order): what went
+/// through and what was dropped or refused, then [`session_life_metrics`].
+fn session_metrics(e: &mut Exposition, stats: &BondStats, ids: &[String]) {
     e.family(
         "pathlab_bond_inner_packets_total",
         Kind::Counter,
         "Inner packets the session took from the TUN device (direction=from_tun) and \
          handed to it (direction=to_tun): the tunnel's totals.",
     );
-    for (session, id) in stats.sessions.iter().zip(&ids) {
+    for (session, id) in stats.sessions.iter().zip(ids) {
         e.sample(
             &[("session", id), ("direction", "from_tun")],
             session.counters.inner_in as f64,
@@ -328,7 +326,7 @@ pub fn metrics(stats: &BondStats) -> String {
          came), header_context (header-compressed against a reference not held), \
          header_decode (header-compressed and did not decode or failed its checksum).",
     );
-    for (session, id) in stats.sessions.iter().zip(&ids) {
+    for (session, id) in stats.sessions.iter().zip(ids) {
         for (reason, value) in [
             ("codel", session.fair.codel_dropped),
             ("overflow", session.fair.overflow_dropped),
@@ -349,7 +347,7 @@ pub fn metrics(stats: &BondStats) -> String {
          authentication), malformed (did not parse), replay, late_fragment (for a packet \
          already delivered or skipped), bad_fragment (did not fit its packet).",
     );
-    for (session, id) in stats.sessions.iter().zip(&ids) {
+    for (session, id) in stats.sessions.iter().zip(ids) {
         for (reason, value) in [
             ("auth", session.counters.auth_failures),
             ("malformed", session.counters.malformed),
@@ -360,6 +358,12 @@ pub fn metrics(stats: &BondStats) -> String {
             e.sample(&[("session", id), ("reason", reason)], value as f64);
         }
     }
+    session_life_metrics(e, stats, ids);
+}
+
+/// The per-session families of a session's life: its handshakes, what its bounds gave up,
+/// and those of one sample.
+fn session_life_metrics(e: &mut Exposition, stats: &BondStats, ids: &[String]) {
     e.family(
         "pathlab_bond_handshakes_total",
         Kind::Counter,
@@ -368,7 +372,7 @@ pub fn metrics(stats: &BondStats) -> String {
          session, or every line was down too long), cookies received (the server was under \
          load), stale signals received (the server knew no such session).",
     );
-    for (session, id) in stats.sessions.iter().zip(&ids) {
+    for (session, id) in stats.sessions.iter().zip(ids) {
         for (event, value) in [
             ("started", session.counters.handshakes),
             ("reconnect", session.counters.reconnects),
@@ -387,7 +391,7 @@ pub fn metrics(stats: &BondStats) -> String {
          stream_shared (every id held: a user shared one), new_session (a packet half sent \
          when a new session began).",
     );
-    for (session, id) in stats.sessions.iter().zip(&ids) {
+    for (session, id) in stats.sessions.iter().zip(ids) {
         let refused_reports: u64 = session
             .lines
             .iter()
@@ -404,80 +408,82 @@ pub fn metrics(stats: &BondStats) -> String {
             e.sample(&[("session", id), ("what", what)], value as f64);
         }
     }
-    for &(name, kind, help, value) in SESSION_FAMILIES {
-        e.family(name, kind, help);
-        for (session, id) in stats.sessions.iter().zip(&ids) {
-            e.sample(&[("session", id)], value(session));
-        }
-    }
-    if let Some(server) = &stats.server {
-        e.family(
-            "pathlab_bond_server_sessions_opened_total",
-            Kind::Counter,
-            "Sessions the server opened.",
-        )
-        .sample(&[], server.sessions_opened as f64);
-        e.family(
-            "pathlab_bond_server_sessions_ended_total",
-            Kind::Counter,
-            "Sessions forgotten after the idle timeout or closed by their client.",
-        )
-        .sample(&[], server.sessions_ended as f64);
-        e.family(
-            "pathlab_bond_server_refused_total",
-            Kind::Counter,
-            "Hellos refused because --max-clients sessions were open.",
-        )
-        .sample(&[], server.refused_full as f64);
-        e.family(
-            "pathlab_bond_server_rejected_datagrams_total",
-            Kind::Counter,
-            "Datagrams refused before reaching a session: auth (a hello with another key, \
-             data for no session), malformed.",
-        )
-        .sample(&[("reason", "auth")], server.auth_failures as f64)
-        .sample(&[("reason", "malformed")], server.malformed as f64);
-        e.family(
-            "pathlab_bond_server_handshakes_total",
-            Kind::Counter,
-            "Initiations by outcome: accepted (a Response sent), copy (another line's copy \
-             of one already answered), replay (a timestamp not newer than the peer's last), \
-             unknown_peer (a key that is no peer), cookie (under load: a CookieReply sent \
-             instead).",
-        )
-        .sample(&[("outcome", "accepted")], server.handshakes as f64)
-        .sample(&[("outcome", "copy")], server.hello_copies as f64)
-        .sample(&[("outcome", "replay")], server.replayed_hellos as f64)
-        .sample(&[("outcome", "unknown_peer")], server.unknown_peers as f64)
-        .sample(&[("outcome", "cookie")], server.cookies_sent as f64);
-        e.family(
-            "pathlab_bond_server_session_events_total",
-            Kind::Counter,
-            "Sessions that closed (the client sent Close), were replaced (the same client's \
-             new session), or expired unconfirmed (no Data came under their keys); stale \
-             signals sent (Data for a session the server does not know).",
-        )
-        .sample(&[("event", "closed")], server.sessions_closed as f64)
-        .sample(&[("event", "replaced")], server.sessions_replaced as f64)
-        .sample(
-            &[("event", "unconfirmed")],
-            server.unconfirmed_expired as f64,
-        )
-        .sample(&[("event", "stale_sent")], server.stale_sent as f64);
-        e.family(
-            "pathlab_bond_server_spoofed_packets_total",
-            Kind::Counter,
-            "Inner packets whose source lies outside their client's allowed prefixes, dropped.",
-        )
-        .sample(&[], server.spoofed_sources as f64);
-        e.family(
-            "pathlab_bond_server_unroutable_packets_total",
-            Kind::Counter,
-            "Inner packets from the TUN device that no session claims.",
-        )
-        .sample(&[], server.unroutable as f64);
-    }
-    e.finish()
+    let sessions: Vec<_> = stats
+        .sessions
+        .iter()
+        .zip(ids)
+        .map(|(session, id)| ([("session", id.as_str())], session))
+        .collect();
+    e.metrics(SESSION_FAMILIES, &sessions);
+}
+
+/// The server's own families.
+fn server_metrics(e: &mut Exposition, server: &pathlab_bond::server::BondServerCounters) {
+    e.family(
+        "pathlab_bond_server_sessions_opened_total",
+        Kind::Counter,
+        "Sessions the server opened.",
+    )
+    .sample(&[], server.sessions_opened as f64);
+    e.family(
+        "pathlab_bond_server_sessions_ended_total",
+        Kind::Counter,
+        "Sessions forgotten after the idle timeout or closed by their client.",
+    )
+    .sample(&[], server.sessions_ended as f64);
+    e.family(
+        "pathlab_bond_server_refused_total",
+        Kind::Counter,
+        "Hellos refused because --max-clients sessions were open.",
+    )
+    .sample(&[], server.refused_full as f64);
+    e.family(
+        "pathlab_bond_server_rejected_datagrams_total",
+        Kind::Counter,
+        "Datagrams refused before reaching a session: auth (a hello with another key, \
+         data for no session), malformed.",
+    )
+    .sample(&[("reason", "auth")], server.auth_failures as f64)
+    .sample(&[("reason", "malformed")], server.malformed as f64);
+    e.family(
+        "pathlab_bond_server_handshakes_total",
+        Kind::Counter,
+        "Initiations by outcome: accepted (a Response sent), copy (another line's copy \
+         of one already answered), replay (a timestamp not newer than the peer's last), \
+         unknown_peer (a key that is no peer), cookie (under load: a CookieReply sent \
+         instead).",
+    )
+    .sample(&[("outcome", "accepted")], server.handshakes as f64)
+    .sample(&[("outcome", "copy")], server.hello_copies as f64)
+    .sample(&[("outcome", "replay")], server.replayed_hellos as f64)
+    .sample(&[("outcome", "unknown_peer")], server.unknown_peers as f64)
+    .sample(&[("outcome", "cookie")], server.cookies_sent as f64);
+    e.family(
+        "pathlab_bond_server_session_events_total",
+        Kind::Counter,
+        "Sessions that closed (the client sent Close), were replaced (the same client's \
+         new session), or expired unconfirmed (no Data came under their keys); stale \
+         signals sent (Data for a session the server does not know).",
+    )
+    .sample(&[("event", "closed")], server.sessions_closed as f64)
+    .sample(&[("event", "replaced")], server.sessions_replaced as f64)
+    .sample(
+        &[("event", "unconfirmed")],
+        server.unconfirmed_expired as f64,
+    )
+    .sample(&[("event", "stale_sent")], server.stale_sent as f64);
+    e.family(
+        "pathlab_bond_server_spoofed_packets_total",
+        Kind::Counter,
+        "Inner packets whose source lies outside their client's allowed prefixes, dropped.",
+    )
+    .sample(&[], server.spoofed_sources as f64);
+    e.family(
+        "pathlab_bond_server_unroutable_packets_total",
+        Kind::Counter,
+        "Inner packets from the TUN device that no session claims.",
+    )
+    .sample(&[], server.unroutable as f64);
 }
 
 #[cfg(test)]

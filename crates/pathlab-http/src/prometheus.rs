@@ -42,6 +42,60 @@ impl Kind {
     }
 }
 
+/// A family with a sample per item of one kind `T` (a tunnel's line, an emulator's
+/// direction, a server's counters): its name, kind and help, and an item's value (`None`:
+/// no sample for that item, as a table prints "-"). The one way the long-running commands
+/// declare their families: [`Exposition::metrics`] writes them.
+#[derive(Debug)]
+pub struct Metric<T> {
+    /// `pathlab_<component>_<what>_<unit>`.
+    pub name: &'static str,
+    /// Counter, gauge (a histogram is written with [`Exposition::histogram`]).
+    pub kind: Kind,
+    /// The `# HELP` text.
+    pub help: &'static str,
+    /// An item's value.
+    pub value: fn(&T) -> Option<f64>,
+}
+
+impl<T> Clone for Metric<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Metric<T> {}
+
+impl<T> Metric<T> {
+    /// A counter whose every item has a value.
+    pub const fn counter(
+        name: &'static str,
+        help: &'static str,
+        value: fn(&T) -> Option<f64>,
+    ) -> Metric<T> {
+        Metric {
+            name,
+            kind: Kind::Counter,
+            help,
+            value,
+        }
+    }
+
+    /// A gauge whose every item has a value.
+    pub const fn gauge(
+        name: &'static str,
+        help: &'static str,
+        value: fn(&T) -> Option<f64>,
+    ) -> Metric<T> {
+        Metric {
+            name,
+            kind: Kind::Gauge,
+            help,
+            value,
+        }
+    }
+}
+
 /// An exposition being written: families in order, each with its samples.
 #[derive(Debug, Default)]
 pub struct Exposition {
@@ -91,6 +145,24 @@ impl Exposition {
     pub fn sample(&mut self, labels: &[(&str, &str)], value: f64) -> &mut Self {
         let name = self.families.last().expect("a family first").clone();
         self.line(&name, labels, value);
+        self
+    }
+
+    /// Each of `metrics` in order, as a family with a sample for each of `items` (its
+    /// labels and the item) that has a value.
+    pub fn metrics<T, const N: usize>(
+        &mut self,
+        metrics: &[Metric<T>],
+        items: &[([(&str, &str); N], &T)],
+    ) -> &mut Self {
+        for metric in metrics {
+            self.family(metric.name, metric.kind, metric.help);
+            for (labels, item) in items {
+                if let Some(value) = (metric.value)(item) {
+                    self.sample(labels, value);
+                }
+            }
+        }
         self
     }
 

@@ -242,55 +242,114 @@ pub fn run(
     std::fs::create_dir_all(&options.out)
         .map_err(io_error(format!("creating {}", options.out.display())))?;
     let mut topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
-    let emulated_links = topology.emulated.iter().filter(|&&e| e).count();
-    let mut emulators: Vec<Option<Arc<EmulatorHandle>>> = Vec::new();
     // One forwarding thread per core for all the lab's links: a thread per direction
     // would be thousands of threads in a large lab.
     let pool = emulator::Pool::per_core_with(&options.scheduling)
         .map_err(io_error("starting the forwarding threads"))?;
     announce_scheduling(&experiment.name, pool.scheduling());
+    // Held until the run ends: the links' ports are its.
     let board = topology
         .board
         .take()
         .map(|board| Switchboard::open(board, pool.threads()))
         .transpose()
         .map_err(io_error("opening the switchboard"))?;
+    let (emulators, mut links) =
+        start_emulators(experiment, &mut topology, board.as_ref(), &pool, options)?;
+    let (control, control_thread) = serve_control(experiment, &emulators, options);
+    let servers_stop = Arc::new(AtomicBool::new(false));
+    let responders = blocks_responders(experiment);
+    let servers = start_servers(experiment, &topology, &responders, &servers_stop)?;
+
+    let started = Instant::now();
+    let started_unix_ns = pathlab_os::unix_now_ns();
+    let threads = start_workloads(experiment, &topology, &responders, started, options)?;
+    let events = experiment.events.iter().map(|event| (event.at, event));
+    let interrupted = play_events(
+        events,
+        experiment.duration,
+        started,
+        &options.stop,
+        |event| match &emulators[event.link] {
+            Some(handle) => handle
+                .set(event.forward.clone(), event.reverse.clone())
+                .map_err(|message| RunError::Emulator {
+                    link: experiment.links[event.link].name.clone(),
+                    message,
+                }),
+            None => Ok(()),
+        },
+    )?;
+    let workloads = join_timed(threads, interrupted)
+        .into_iter()
+        .zip(&experiment.workloads)
+        .map(|(came, workload)| lab_workload(experiment, workload, came))
+        .collect();
+    let duration_ns = started.elapsed().as_nanos() as u64;
+    drop(control_thread);
+    // Changes made by hand, on the run's clock; the control held the only other
+    // references to the emulators.
+    if let Some(control) = control {
+        for (link, change) in link_changes(&control, started) {
+            links[link].changes.push(change);
+        }
+    }
+    let emulators = emulators
+        .into_iter()
+        .map(|e| e.map(|e| Arc::into_inner(e).expect("the control thread has ended")))
+        .collect();
+    for (index, (link, stats)) in links.iter_mut().zip(stop_all(emulators)).enumerate() {
+        if let Some(stats) = stats {
+            link.lateness = send_lateness(experiment, index, &stats);
+        }
+    }
+    servers_stop.store(true, Ordering::SeqCst);
+    if !interrupted {
+        for server in servers {
+            let _ = server.join();
+        }
+    }
+    drop(topology);
+    drop(board);
+    Ok(LabRun {
+        name: experiment.name.clone(),
+        description: experiment.description.clone(),
+        spec: point.text.clone(),
+        kernel: kernel(),
+        started_unix_ns,
+        duration_ns,
+        interrupted,
+        parameters: point.parameters.clone(),
+        links,
+        workloads,
+        scheduling: Some(pool.scheduling().clone()),
+    })
+}
+
+/// A link's emulator (`None` for a plain link), shared with the control address.
+type Emulated = Option<Arc<EmulatorHandle>>;
+
+/// The emulator of every emulated link of `experiment` (`None` for a plain one), each
+/// recording to `link-NAME.jsonl` in the run's directory, and each link's entry in the
+/// run's result.
+fn start_emulators(
+    experiment: &Experiment,
+    topology: &mut Topology,
+    board: Option<&Switchboard>,
+    pool: &emulator::Pool,
+    options: &RunOptions,
+) -> Result<(Vec<Emulated>, Vec<LabLink>), RunError> {
+    let emulated_links = topology.emulated.iter().filter(|&&e| e).count();
+    let mut emulators = Vec::new();
     let mut links = Vec::new();
     for (i, link) in experiment.links.iter().enumerate() {
         let recording = if topology.emulated[i] {
             let file_name = format!("link-{}.jsonl", link.name);
-            let ports = match (&board, topology.cables[i].take()) {
-                (Some(board), _) => [0, 1].map(|end| {
-                    board
-                        .port([CABLE_A, CABLE_B][end], &board_port(i, end))
-                        .map(|port| Box::new(port) as Box<dyn Port>)
-                }),
-                // The cable's namespace is held by its ports from here (each opened it):
-                // its own descriptor would be one more open file per link.
-                (None, Some(cable)) => cable
-                    .run(|| {
-                        [(CABLE_A, &link.forward), (CABLE_B, &link.reverse)].map(|(name, spec)| {
-                            PacketPort::open_with(name, receive_mode(spec, emulated_links))
-                                .map(|port| Box::new(port) as Box<dyn Port>)
-                        })
-                    })
-                    .map_err(io_error("entering a cable namespace"))?,
-                (None, None) => {
-                    return Err(RunError::Emulator {
-                        link: link.name.clone(),
-                        message: "its cable was not built".to_owned(),
-                    })
-                }
-            };
+            let ports = link_ports(experiment, i, topology, board, emulated_links)?;
             let emulator_error = |e: &dyn std::fmt::Display| RunError::Emulator {
                 link: link.name.clone(),
                 message: e.to_string(),
             };
-            let [a, b] = ports;
-            let ports = [
-                a.map_err(|e| emulator_error(&e))?,
-                b.map_err(|e| emulator_error(&e))?,
-            ];
             let handle = pool
                 .spawn(
                     ports,
@@ -329,36 +388,88 @@ pub fn run(
             underlay: Vec::new(),
         });
     }
+    Ok((emulators, links))
+}
 
-    // The links' control address, served until the emulators stop (or the run fails).
-    let control_stop = Arc::new(AtomicBool::new(false));
+/// The two ports of emulated link `i`'s emulator: the switchboard's, or the packet sockets
+/// of its cable namespace's two ends.
+fn link_ports(
+    experiment: &Experiment,
+    i: usize,
+    topology: &mut Topology,
+    board: Option<&Switchboard>,
+    emulated_links: usize,
+) -> Result<[Box<dyn Port>; 2], RunError> {
+    let link = &experiment.links[i];
+    let ports = match (board, topology.cables[i].take()) {
+        (Some(board), _) => [0, 1].map(|end| {
+            board
+                .port([CABLE_A, CABLE_B][end], &board_port(i, end))
+                .map(|port| Box::new(port) as Box<dyn Port>)
+        }),
+        // The cable's namespace is held by its ports from here (each opened it): its own
+        // descriptor would be one more open file per link.
+        (None, Some(cable)) => cable
+            .run(|| {
+                [(CABLE_A, &link.forward), (CABLE_B, &link.reverse)].map(|(name, spec)| {
+                    PacketPort::open_with(name, receive_mode(spec, emulated_links))
+                        .map(|port| Box::new(port) as Box<dyn Port>)
+                })
+            })
+            .map_err(io_error("entering a cable namespace"))?,
+        (None, None) => {
+            return Err(RunError::Emulator {
+                link: link.name.clone(),
+                message: "its cable was not built".to_owned(),
+            })
+        }
+    };
+    let emulator_error = |e: pathlab_emulator::port::PortError| RunError::Emulator {
+        link: link.name.clone(),
+        message: e.to_string(),
+    };
+    let [a, b] = ports;
+    Ok([a.map_err(emulator_error)?, b.map_err(emulator_error)?])
+}
+
+/// The links' control address, served until the emulators stop (or the run fails): the
+/// control, and the guard that stops its thread.
+fn serve_control(
+    experiment: &Experiment,
+    emulators: &[Emulated],
+    options: &RunOptions,
+) -> (Option<Arc<pathlab_emulator::api::LabControl>>, ServingGuard) {
+    let stop = Arc::new(AtomicBool::new(false));
     let control = options.control.as_ref().map(|server| {
         let control = Arc::new(pathlab_emulator::api::LabControl::new(
             experiment
                 .links
                 .iter()
-                .zip(&emulators)
+                .zip(emulators)
                 .map(|(link, emulator)| (link.name.clone(), emulator.clone()))
                 .collect(),
             options.trace_dir.clone(),
         ));
         let serving = Arc::clone(&control);
         let server = Arc::clone(server);
-        let stop = Arc::clone(&control_stop);
+        let stop = Arc::clone(&stop);
         let thread =
             std::thread::spawn(move || server.serve(&stop, &|request| serving.answer(request)));
         (control, thread)
     });
-    let (control, control_thread) = match control {
-        Some((control, thread)) => (Some(control), Some(thread)),
-        None => (None, None),
-    };
-    let control_thread = ServingGuard {
-        stop: Arc::clone(&control_stop),
-        thread: control_thread,
-    };
+    let (control, thread) = control.unzip();
+    (control, ServingGuard { stop, thread })
+}
 
-    let servers_stop = Arc::new(AtomicBool::new(false));
+/// A pathlab server in every node a workload measures against, and each of `responders`
+/// (a node a `blocks` workload writes to and a block size, as [`blocks_responders`] gives
+/// them), all until `stop`.
+fn start_servers(
+    experiment: &Experiment,
+    topology: &Topology,
+    responders: &[(usize, u32)],
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<std::thread::JoinHandle<()>>, RunError> {
     let mut servers = Vec::new();
     let mut targets: Vec<usize> = experiment
         .workloads
@@ -373,14 +484,12 @@ pub fn run(
             .try_clone()
             .map_err(io_error("sharing a namespace"))?;
         servers.push(
-            start_server(move || netns.enter(), Arc::clone(&servers_stop)).map_err(io_error(
-                format!("starting the server in {}", experiment.nodes[node].name),
-            ))?,
+            start_server(move || netns.enter(), Arc::clone(stop)).map_err(io_error(format!(
+                "starting the server in {}",
+                experiment.nodes[node].name
+            )))?,
         );
     }
-
-    // A responder in every node a `blocks` workload writes to, one per block size.
-    let responders = blocks_responders(experiment);
     for (port_offset, &(node, size)) in responders.iter().enumerate() {
         let listener = topology.nodes[node]
             .run(|| {
@@ -394,24 +503,31 @@ pub fn run(
                 "starting the blocks responder in {}",
                 experiment.nodes[node].name
             )))?;
-        servers.push(start_responder(listener, size, Arc::clone(&servers_stop)));
+        servers.push(start_responder(listener, size, Arc::clone(stop)));
     }
-    let blocks_port = |workload: &Workload| -> u16 {
-        match workload.kind {
-            WorkloadKind::Blocks { .. } => {
-                workload_port(workload, &responders).expect("a responder for every blocks workload")
-            }
-            _ => 0,
-        }
-    };
+    Ok(servers)
+}
 
-    let started = Instant::now();
-    let started_unix_ns = pathlab_os::unix_now_ns();
+/// Every workload of `experiment` on a thread of its own, each starting at its time after
+/// `started` in its node's namespace.
+fn start_workloads(
+    experiment: &Experiment,
+    topology: &Topology,
+    responders: &[(usize, u32)],
+    started: Instant,
+    options: &RunOptions,
+) -> Result<Vec<std::thread::JoinHandle<crate::workload::Came>>, RunError> {
     let mut threads = Vec::new();
     for workload in &experiment.workloads {
         let netns = topology.nodes[workload.from]
             .try_clone()
             .map_err(io_error("sharing a namespace"))?;
+        let port = match workload.kind {
+            WorkloadKind::Blocks { .. } => {
+                workload_port(workload, responders).expect("a responder for every blocks workload")
+            }
+            _ => 0,
+        };
         let timed = Timed {
             name: workload.name.clone(),
             kind: workload.kind.clone(),
@@ -419,7 +535,7 @@ pub fn run(
             duration: workload.duration,
             inspect: workload.inspect,
             target: workload_target(experiment, workload),
-            port: blocks_port(workload),
+            port,
         };
         threads.push(spawn_timed(
             timed,
@@ -429,74 +545,47 @@ pub fn run(
             options.out.clone(),
         ));
     }
+    Ok(threads)
+}
 
-    let mut interrupted = false;
-    for event in &experiment.events {
-        if !sleep_until(started + event.at, &options.stop) {
-            interrupted = true;
-            break;
+/// The timeline a lab and each node of an exported lab play alike: each of `events` (its
+/// time after `started`, and what to `apply` then) in the order of their times, then the
+/// rest of the run up to `end`; whether `stop` cut it short. The first error of `apply`
+/// ends it.
+pub fn play_events<T, E>(
+    events: impl IntoIterator<Item = (std::time::Duration, T)>,
+    end: std::time::Duration,
+    started: Instant,
+    stop: &AtomicBool,
+    mut apply: impl FnMut(T) -> Result<(), E>,
+) -> Result<bool, E> {
+    let mut events: Vec<(std::time::Duration, T)> = events.into_iter().collect();
+    events.sort_by_key(|&(at, _)| at);
+    for (at, event) in events {
+        if !sleep_until(started + at, stop) {
+            return Ok(true);
         }
-        if let Some(handle) = &emulators[event.link] {
-            if let Err(message) = handle.set(event.forward.clone(), event.reverse.clone()) {
-                return Err(RunError::Emulator {
-                    link: experiment.links[event.link].name.clone(),
-                    message,
-                });
-            }
-        }
+        apply(event)?;
     }
-    if !interrupted && !sleep_until(started + experiment.duration, &options.stop) {
-        interrupted = true;
-    }
-    let workloads = join_timed(threads, interrupted)
-        .into_iter()
-        .zip(&experiment.workloads)
-        .map(|(came, workload)| lab_workload(experiment, workload, came))
-        .collect();
-    let duration_ns = started.elapsed().as_nanos() as u64;
-    drop(control_thread);
-    // Changes made by hand, on the run's clock; the control held the only other
-    // references to the emulators.
-    if let Some(control) = control {
-        for change in control.changes() {
-            links[change.link]
-                .changes
-                .push(pathlab_results::lab::LinkChange {
-                    at_ns: change.at.saturating_duration_since(started).as_nanos() as u64,
-                    forward: change.specs.forward,
-                    reverse: change.specs.reverse,
-                    by: change.by,
-                });
-        }
-    }
-    let emulators = emulators
-        .into_iter()
-        .map(|e| e.map(|e| Arc::into_inner(e).expect("the control thread has ended")))
-        .collect();
-    for (index, (link, stats)) in links.iter_mut().zip(stop_all(emulators)).enumerate() {
-        if let Some(stats) = stats {
-            link.lateness = send_lateness(experiment, index, &stats);
-        }
-    }
-    servers_stop.store(true, Ordering::SeqCst);
-    if !interrupted {
-        for server in servers {
-            let _ = server.join();
-        }
-    }
-    drop(topology);
-    Ok(LabRun {
-        name: experiment.name.clone(),
-        description: experiment.description.clone(),
-        spec: point.text.clone(),
-        kernel: kernel(),
-        started_unix_ns,
-        duration_ns,
-        interrupted,
-        parameters: point.parameters.clone(),
-        links,
-        workloads,
-        scheduling: Some(pool.scheduling().clone()),
+    Ok(!sleep_until(started + end, stop))
+}
+
+/// The changes made through a control address (`control`), each with the index of its
+/// link, at its time after `started`: what a lab's links and a node's halves record.
+pub fn link_changes(
+    control: &pathlab_emulator::api::LabControl,
+    started: Instant,
+) -> impl Iterator<Item = (usize, pathlab_results::lab::LinkChange)> {
+    control.changes().into_iter().map(move |change| {
+        (
+            change.link,
+            pathlab_results::lab::LinkChange {
+                at_ns: change.at.saturating_duration_since(started).as_nanos() as u64,
+                forward: change.specs.forward,
+                reverse: change.specs.reverse,
+                by: change.by,
+            },
+        )
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use pathlab_http::prometheus::{Exposition, Kind};
+use pathlab_http::prometheus::{Exposition, Kind, Metric};
 use pathlab_probe::control::{Refusal, TestRequest};
 use pathlab_probe::session::Rejections;
 
@@ -264,35 +264,42 @@ impl MeasurementServerCounters {
     }
 }
 
+/// The server's families of one sample, before its tests' (the order of the exposition).
+const SERVER: [Metric<MeasurementServerCounters>; 4] = [
+    Metric::gauge(
+        "pathlab_server_start_time_seconds",
+        "When the server started listening, seconds since the Unix epoch.",
+        |c| Some(get(&c.started_unix_ns) as f64 / 1e9),
+    ),
+    Metric::counter(
+        "pathlab_server_connections_total",
+        "Control connections accepted (refused ones included).",
+        |c| Some(get(&c.connections) as f64),
+    ),
+    Metric::gauge(
+        "pathlab_server_handshakes",
+        "Control connections in their handshake now (before a test starts).",
+        |c| Some(get(&c.handshakes) as f64),
+    ),
+    Metric::gauge("pathlab_server_tests_running", "Tests running now.", |c| {
+        Some(get(&c.running) as f64)
+    }),
+];
+
+/// Tests ended for a client that stopped reading.
+const STALLED: [Metric<MeasurementServerCounters>; 1] = [Metric::counter(
+    "pathlab_server_stalled_clients_total",
+    "Tests ended because their client stopped taking control messages (none went within \
+     the deadline).",
+    |c| Some(get(&c.stalled_clients) as f64),
+)];
+
 /// The Prometheus exposition of `counters` (`GET /metrics` of `pathlab server
 /// --metrics`). Every label combination is written, zeros included, so a rate over a
 /// series that has not moved yet reads 0, not nothing.
 pub fn metrics(counters: &MeasurementServerCounters) -> String {
     let mut e = Exposition::new();
-    e.family(
-        "pathlab_server_start_time_seconds",
-        Kind::Gauge,
-        "When the server started listening, seconds since the Unix epoch.",
-    )
-    .sample(&[], get(&counters.started_unix_ns) as f64 / 1e9);
-    e.family(
-        "pathlab_server_connections_total",
-        Kind::Counter,
-        "Control connections accepted (refused ones included).",
-    )
-    .sample(&[], get(&counters.connections) as f64);
-    e.family(
-        "pathlab_server_handshakes",
-        Kind::Gauge,
-        "Control connections in their handshake now (before a test starts).",
-    )
-    .sample(&[], get(&counters.handshakes) as f64);
-    e.family(
-        "pathlab_server_tests_running",
-        Kind::Gauge,
-        "Tests running now.",
-    )
-    .sample(&[], get(&counters.running) as f64);
+    e.metrics(&SERVER, &[([], counters)]);
     e.family(
         "pathlab_server_tests_total",
         Kind::Counter,
@@ -322,13 +329,7 @@ pub fn metrics(counters: &MeasurementServerCounters) -> String {
             counters.refusals(reason) as f64,
         );
     }
-    e.family(
-        "pathlab_server_stalled_clients_total",
-        Kind::Counter,
-        "Tests ended because their client stopped taking control messages (none went \
-         within the deadline).",
-    )
-    .sample(&[], get(&counters.stalled_clients) as f64);
+    e.metrics(&STALLED, &[([], counters)]);
     e.family(
         "pathlab_server_handshakes_dropped_total",
         Kind::Counter,

@@ -2,13 +2,126 @@
 //! emulator (a lab's link name, or `emulate --name`) and the direction.
 
 use pathlab_core::DropReason;
-use pathlab_http::prometheus::{Exposition, HistogramData, Kind};
+use pathlab_http::prometheus::{Exposition, HistogramData, Kind, Metric};
 
 use crate::emulator::{DirectionCounters, EmulatorStats};
 use crate::fidelity::EXPOSED_EDGES_NS;
 
-/// A metric taken from each direction: name, help, value.
-type Field<T> = (&'static str, &'static str, fn(&DirectionCounters) -> T);
+/// The counters of each direction of each emulator, as `emulate stats -J` has them.
+const COUNTERS: [Metric<DirectionCounters>; 9] = [
+    Metric::counter(
+        "pathlab_emulator_received_frames_total",
+        "Frames read from the interface (a GSO super-packet counts once).",
+        |d| Some(d.frames_received as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_received_packets_total",
+        "Wire packets that entered the link.",
+        |d| Some(d.link.packets_in as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_received_bytes_total",
+        "Bytes that entered the link.",
+        |d| Some(d.link.bytes_in as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_forwarded_packets_total",
+        "Packets sent out of the other interface.",
+        |d| Some(d.forwarded as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_forwarded_bytes_total",
+        "Bytes sent out of the other interface.",
+        |d| Some(d.forwarded_bytes as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_send_errors_total",
+        "Packets the link let through but the send failed.",
+        |d| Some(d.send_errors as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_egress_full_total",
+        "Packets the link let through that the outgoing interface had no room for.",
+        |d| Some(d.egress_full as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_malformed_frames_total",
+        "Frames that could not be read (cut short, bad offload metadata).",
+        |d| Some(d.malformed as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_ring_full_total",
+        "Times the kernel said the receive ring overflowed.",
+        |d| Some(d.ring_full as f64),
+    ),
+];
+
+/// What the link did to packets besides dropping them.
+const ALTERED: [Metric<DirectionCounters>; 4] = [
+    Metric::counter(
+        "pathlab_emulator_ce_marked_packets_total",
+        "Packets marked CE instead of dropped.",
+        |d| Some(d.link.ce_marked as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_duplicated_packets_total",
+        "Copies made by duplicate.",
+        |d| Some(d.link.duplicated as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_corrupted_packets_total",
+        "Packets with a flipped bit.",
+        |d| Some(d.link.corrupted as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_reordered_packets_total",
+        "Packets sent ahead of their turn by reorder.",
+        |d| Some(d.link.reordered as f64),
+    ),
+];
+
+/// The queue and what is inside the link now.
+const GAUGES: [Metric<DirectionCounters>; 4] = [
+    Metric::gauge(
+        "pathlab_emulator_queue_packets",
+        "Packets waiting in the bottleneck queue.",
+        |d| Some(d.queue_packets as f64),
+    ),
+    Metric::gauge(
+        "pathlab_emulator_queue_bytes",
+        "Bytes waiting in the bottleneck queue.",
+        |d| Some(d.queue_bytes as f64),
+    ),
+    Metric::gauge(
+        "pathlab_emulator_queue_delay_seconds",
+        "How long the last packet out waited in the queue (0 with an empty queue).",
+        |d| Some(d.queue_delay_ns as f64 / 1e9),
+    ),
+    Metric::gauge(
+        "pathlab_emulator_in_flight_packets",
+        "Packets inside the link (queued, in service, delayed).",
+        |d| Some(d.in_flight as f64),
+    ),
+];
+
+/// The fidelity guard's figures besides its histogram.
+const LATENESS: [Metric<DirectionCounters>; 3] = [
+    Metric::gauge(
+        "pathlab_emulator_late_last_second_p99_seconds",
+        "p99 of how late packets left over the last second.",
+        |d| Some(d.lateness.last_second_p99_ns as f64 / 1e9),
+    ),
+    Metric::counter(
+        "pathlab_emulator_late_seconds_total",
+        "Whole seconds whose p99 lateness exceeded the guard's bound.",
+        |d| Some(d.lateness.late_seconds as f64),
+    ),
+    Metric::counter(
+        "pathlab_emulator_judged_seconds_total",
+        "Whole seconds the fidelity guard judged.",
+        |d| Some(d.lateness.seconds as f64),
+    ),
+];
 
 /// The Prometheus exposition of emulators' counters (one, or a lab's links): each series
 /// equals the field of `emulate stats -J` it is named after (times in seconds), labelled
@@ -25,11 +138,10 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
                 .map(|d| (stats.name.as_str(), format!("{} -> {}", d.from, d.to), d))
         })
         .collect();
-    let each = |e: &mut Exposition, value: &dyn Fn(&DirectionCounters) -> f64| {
-        for (name, label, d) in &directions {
-            e.sample(&[("emulator", name), ("direction", label)], value(d));
-        }
-    };
+    let labelled: Vec<([(&str, &str); 2], &DirectionCounters)> = directions
+        .iter()
+        .map(|(name, label, d)| ([("emulator", *name), ("direction", label.as_str())], *d))
+        .collect();
     e.family(
         "pathlab_emulator_uptime_seconds",
         Kind::Gauge,
@@ -57,57 +169,7 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
             );
         }
     }
-    let counters: [Field<u64>; 9] = [
-        (
-            "pathlab_emulator_received_frames_total",
-            "Frames read from the interface (a GSO super-packet counts once).",
-            |d| d.frames_received,
-        ),
-        (
-            "pathlab_emulator_received_packets_total",
-            "Wire packets that entered the link.",
-            |d| d.link.packets_in,
-        ),
-        (
-            "pathlab_emulator_received_bytes_total",
-            "Bytes that entered the link.",
-            |d| d.link.bytes_in,
-        ),
-        (
-            "pathlab_emulator_forwarded_packets_total",
-            "Packets sent out of the other interface.",
-            |d| d.forwarded,
-        ),
-        (
-            "pathlab_emulator_forwarded_bytes_total",
-            "Bytes sent out of the other interface.",
-            |d| d.forwarded_bytes,
-        ),
-        (
-            "pathlab_emulator_send_errors_total",
-            "Packets the link let through but the send failed.",
-            |d| d.send_errors,
-        ),
-        (
-            "pathlab_emulator_egress_full_total",
-            "Packets the link let through that the outgoing interface had no room for.",
-            |d| d.egress_full,
-        ),
-        (
-            "pathlab_emulator_malformed_frames_total",
-            "Frames that could not be read (cut short, bad offload metadata).",
-            |d| d.malformed,
-        ),
-        (
-            "pathlab_emulator_ring_full_total",
-            "Times the kernel said the receive ring overflowed.",
-            |d| d.ring_full,
-        ),
-    ];
-    for (name, help, value) in counters {
-        e.family(name, Kind::Counter, help);
-        each(&mut e, &|d| value(d) as f64);
-    }
+    e.metrics(&COUNTERS, &labelled);
     for (name, help, bytes) in [
         (
             "pathlab_emulator_dropped_packets_total",
@@ -139,58 +201,8 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
             }
         }
     }
-    let altered: [Field<u64>; 4] = [
-        (
-            "pathlab_emulator_ce_marked_packets_total",
-            "Packets marked CE instead of dropped.",
-            |d| d.link.ce_marked,
-        ),
-        (
-            "pathlab_emulator_duplicated_packets_total",
-            "Copies made by duplicate.",
-            |d| d.link.duplicated,
-        ),
-        (
-            "pathlab_emulator_corrupted_packets_total",
-            "Packets with a flipped bit.",
-            |d| d.link.corrupted,
-        ),
-        (
-            "pathlab_emulator_reordered_packets_total",
-            "Packets sent ahead of their turn by reorder.",
-            |d| d.link.reordered,
-        ),
-    ];
-    for (name, help, value) in altered {
-        e.family(name, Kind::Counter, help);
-        each(&mut e, &|d| value(d) as f64);
-    }
-    let gauges: [Field<f64>; 4] = [
-        (
-            "pathlab_emulator_queue_packets",
-            "Packets waiting in the bottleneck queue.",
-            |d| d.queue_packets as f64,
-        ),
-        (
-            "pathlab_emulator_queue_bytes",
-            "Bytes waiting in the bottleneck queue.",
-            |d| d.queue_bytes as f64,
-        ),
-        (
-            "pathlab_emulator_queue_delay_seconds",
-            "How long the last packet out waited in the queue (0 with an empty queue).",
-            |d| d.queue_delay_ns as f64 / 1e9,
-        ),
-        (
-            "pathlab_emulator_in_flight_packets",
-            "Packets inside the link (queued, in service, delayed).",
-            |d| d.in_flight as f64,
-        ),
-    ];
-    for (name, help, value) in gauges {
-        e.family(name, Kind::Gauge, help);
-        each(&mut e, &value);
-    }
+    e.metrics(&ALTERED, &labelled);
+    e.metrics(&GAUGES, &labelled);
     e.family(
         "pathlab_emulator_lateness_seconds",
         Kind::Histogram,
@@ -211,24 +223,7 @@ pub fn metrics(all: &[EmulatorStats]) -> String {
             },
         );
     }
-    e.family(
-        "pathlab_emulator_late_last_second_p99_seconds",
-        Kind::Gauge,
-        "p99 of how late packets left over the last second.",
-    );
-    each(&mut e, &|d| d.lateness.last_second_p99_ns as f64 / 1e9);
-    e.family(
-        "pathlab_emulator_late_seconds_total",
-        Kind::Counter,
-        "Whole seconds whose p99 lateness exceeded the guard's bound.",
-    );
-    each(&mut e, &|d| d.lateness.late_seconds as f64);
-    e.family(
-        "pathlab_emulator_judged_seconds_total",
-        Kind::Counter,
-        "Whole seconds the fidelity guard judged.",
-    );
-    each(&mut e, &|d| d.lateness.seconds as f64);
+    e.metrics(&LATENESS, &labelled);
     e.finish()
 }
 

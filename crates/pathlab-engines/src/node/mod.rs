@@ -35,7 +35,6 @@ use pathlab_emulator::port::{PacketPort, Port};
 use pathlab_http::{HttpServer, Request, Response};
 use pathlab_os::interpose::{self, Interposed};
 use pathlab_os::netlink::Netlink;
-use pathlab_results::lab::LinkChange;
 
 use crate::export::node::{Interface, NodeConfig, Role, WorkloadParams};
 use pathlab_lab::run::{queue_sample_interval, receive_mode, SERVER_PORT};
@@ -288,32 +287,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     let stop = &options.stop;
     let name = &config.node;
     // 1. The interfaces.
-    let deadline = Instant::now() + options.wait;
-    let devices = loop {
-        let links = Netlink::open()
-            .and_then(|mut n| n.links())
-            .map_err(io_error("listing interfaces"))?;
-        let missing: Vec<String> = config
-            .interfaces
-            .iter()
-            .filter(|i| !links.iter().any(|l| l.name == i.name))
-            .map(|i| i.name.clone())
-            .collect();
-        lock(&shared.status).missing.clone_from(&missing);
-        if missing.is_empty() {
-            break links;
-        }
-        if Instant::now() >= deadline {
-            return Err(NodeError::Missing {
-                missing,
-                waited: options.wait,
-            });
-        }
-        if stop.load(Ordering::SeqCst) {
-            return Err(NodeError::Stopped);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let devices = wait_for_interfaces(options, shared)?;
     shared.set_phase(Phase::Configuring);
     eprintln!(
         "pathlab node {name}: {} interfaces present; configuring",
@@ -335,35 +309,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     let pool = emulator::Pool::per_core_with(&options.scheduling)
         .map_err(io_error("starting the forwarding threads"))?;
     pathlab_lab::run::announce_scheduling(&format!("pathlab node {name}"), pool.scheduling());
-    let mut fronted: Vec<Fronted> = Vec::new();
-    let mut emulators: Vec<Arc<EmulatorHandle>> = Vec::new();
-    for (k, interface) in config.interfaces.iter().enumerate() {
-        let device = devices
-            .iter()
-            .find(|d| d.name == interface.name)
-            .expect("every interface is present");
-        let emulator_name = format!("{name}:{}", interface.name);
-        let interposed =
-            interpose::interpose(None, &interface.name, &emulator_name).map_err(|e| {
-                NodeError::Emulator {
-                    interface: interface.name.clone(),
-                    message: e.to_string(),
-                }
-            })?;
-        emulators.push(Arc::new(front(
-            &pool,
-            &interposed,
-            interface,
-            config,
-            k,
-            &options.out,
-        )?));
-        fronted.push(Fronted {
-            interposed,
-            device: device.kind.clone().unwrap_or_else(|| "device".to_owned()),
-            remote: device.remote,
-        });
-    }
+    let (fronted, emulators) = front_all(options, &pool, &devices)?;
     let control = Arc::new(LabControl::new(
         config
             .interfaces
@@ -380,20 +326,7 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
             // 3. The underlay.
             shared.set_phase(Phase::Measuring);
             let underlay = measure_underlay(config, &fronted, options.wait, stop)?;
-            for u in &underlay {
-                eprintln!(
-                    "pathlab node {name}: link {} ({}{}): underlay round trip {:.3} ms (min {:.3}), {}",
-                    u.link,
-                    u.device,
-                    u.remote.map(|r| format!(" to {r}")).unwrap_or_default(),
-                    u.rtt_p50_ns as f64 * 1e-6,
-                    u.rtt_min_ns as f64 * 1e-6,
-                    u.timed_by.describe()
-                );
-                if let Some(warning) = u.warning() {
-                    eprintln!("pathlab node {name}: warning: {warning}");
-                }
-            }
+            announce_underlay(name, &underlay);
             lock(&shared.status).underlay.clone_from(&underlay);
             // 4. The run.
             shared.set_phase(Phase::Ready);
@@ -435,6 +368,99 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
         }
     }
     Ok(result)
+}
+
+/// The machine's interfaces once every interface of the node's config is among them
+/// (waiting up to `options.wait`, the missing ones in the status meanwhile).
+fn wait_for_interfaces(
+    options: &NodeOptions,
+    shared: &Shared,
+) -> Result<Vec<pathlab_os::netlink::LinkInfo>, NodeError> {
+    let deadline = Instant::now() + options.wait;
+    loop {
+        let links = Netlink::open()
+            .and_then(|mut n| n.links())
+            .map_err(io_error("listing interfaces"))?;
+        let missing: Vec<String> = options
+            .config
+            .interfaces
+            .iter()
+            .filter(|i| !links.iter().any(|l| l.name == i.name))
+            .map(|i| i.name.clone())
+            .collect();
+        lock(&shared.status).missing.clone_from(&missing);
+        if missing.is_empty() {
+            return Ok(links);
+        }
+        if Instant::now() >= deadline {
+            return Err(NodeError::Missing {
+                missing,
+                waited: options.wait,
+            });
+        }
+        if options.stop.load(Ordering::SeqCst) {
+            return Err(NodeError::Stopped);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// An emulator in front of each interface of the node's config (see [`front`]), and how
+/// each was put there, in the config's order.
+fn front_all(
+    options: &NodeOptions,
+    pool: &emulator::Pool,
+    devices: &[pathlab_os::netlink::LinkInfo],
+) -> Result<(Vec<Fronted>, Vec<Arc<EmulatorHandle>>), NodeError> {
+    let config = &options.config;
+    let mut fronted = Vec::new();
+    let mut emulators = Vec::new();
+    for (k, interface) in config.interfaces.iter().enumerate() {
+        let device = devices
+            .iter()
+            .find(|d| d.name == interface.name)
+            .expect("every interface is present");
+        let emulator_name = format!("{}:{}", config.node, interface.name);
+        let interposed =
+            interpose::interpose(None, &interface.name, &emulator_name).map_err(|e| {
+                NodeError::Emulator {
+                    interface: interface.name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+        emulators.push(Arc::new(front(
+            pool,
+            &interposed,
+            interface,
+            config,
+            k,
+            &options.out,
+        )?));
+        fronted.push(Fronted {
+            interposed,
+            device: device.kind.clone().unwrap_or_else(|| "device".to_owned()),
+            remote: device.remote,
+        });
+    }
+    Ok((fronted, emulators))
+}
+
+/// Says on stderr what the underlay of each link measured, and any warning about it.
+fn announce_underlay(name: &str, underlay: &[Underlay]) {
+    for u in underlay {
+        eprintln!(
+            "pathlab node {name}: link {} ({}{}): underlay round trip {:.3} ms (min {:.3}), {}",
+            u.link,
+            u.device,
+            u.remote.map(|r| format!(" to {r}")).unwrap_or_default(),
+            u.rtt_p50_ns as f64 * 1e-6,
+            u.rtt_min_ns as f64 * 1e-6,
+            u.timed_by.describe()
+        );
+        if let Some(warning) = u.warning() {
+            eprintln!("pathlab node {name}: warning: {warning}");
+        }
+    }
 }
 
 /// Opens the emulator's two ports in the holder and starts it, with no impairment until
@@ -756,28 +782,14 @@ fn run_timeline(
             options.out.clone(),
         ));
     }
-    let mut events: Vec<(u64, usize, &str)> = config
-        .interfaces
-        .iter()
-        .enumerate()
-        .flat_map(|(k, i)| {
-            i.events
-                .iter()
-                .map(move |e| (e.at_ns, k, e.egress.as_str()))
-        })
-        .collect();
-    events.sort_by_key(|&(at, k, _)| (at, k));
-    let mut interrupted = false;
-    for (at, k, spec) in events {
-        if !sleep_until(started + Duration::from_nanos(at), stop) {
-            interrupted = true;
-            break;
-        }
-        set(k, spec)?;
-    }
-    if !interrupted && !sleep_until(started + Duration::from_nanos(config.duration_ns), stop) {
-        interrupted = true;
-    }
+    let events = config.interfaces.iter().enumerate().flat_map(|(k, i)| {
+        i.events
+            .iter()
+            .map(move |e| (Duration::from_nanos(e.at_ns), (k, e.egress.as_str())))
+    });
+    let end = Duration::from_nanos(config.duration_ns);
+    let interrupted =
+        pathlab_lab::run::play_events(events, end, started, stop, |(k, spec)| set(k, spec))?;
     let came = workload::join_timed(threads, interrupted);
     let duration_ns = started.elapsed().as_nanos() as u64;
     let mut links: Vec<HalfLink> = config
@@ -790,13 +802,8 @@ fn run_timeline(
             changes: Vec::new(),
         })
         .collect();
-    for change in control.changes() {
-        links[change.link].changes.push(LinkChange {
-            at_ns: change.at.saturating_duration_since(started).as_nanos() as u64,
-            forward: change.specs.forward,
-            reverse: change.specs.reverse,
-            by: change.by,
-        });
+    for (link, change) in pathlab_lab::run::link_changes(control, started) {
+        links[link].changes.push(change);
     }
     Ok(NodeResult {
         node: config.node.clone(),

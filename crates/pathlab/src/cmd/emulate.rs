@@ -254,32 +254,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats),
         None => {}
     }
-    let trunk = match (&args.trunk, args.vlans) {
-        (Some(trunk), Some(vlans)) => Some((trunk, vlans.with_untagged(args.native_vlan))),
-        (None, _) if args.vlans.is_some() || args.native_vlan.is_some() => {
-            return Err(usage(anyhow::anyhow!(
-                "--vlans and --native-vlan go with --trunk IF"
-            )));
-        }
-        _ => None,
-    };
-    let names = match (&trunk, &args.iface) {
-        (Some((trunk, Ok(vlans))), _) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
-        (Some((_, Err(e))), _) => return Err(usage(anyhow::anyhow!("--native-vlan: {e}"))),
-        // The stand-in's end faces the namespace; the interface itself is on the wire.
-        (None, Some(iface)) => {
-            pathlab_os::netlink::check_interface_name(iface)
-                .map_err(|e| usage(anyhow::anyhow!("--iface: {e}")))?;
-            ["inside".to_owned(), iface.clone()]
-        }
-        (None, None) => [args.between[0].clone(), args.between[1].clone()],
-    };
+    let trunk = trunk(args)?;
+    let names = interface_names(args, trunk.as_ref())?;
     let [if_a, if_b] = [&names[0], &names[1]];
-    if if_a == if_b {
-        return Err(usage(anyhow::anyhow!(
-            "--between needs two different interfaces, got '{if_a}' twice"
-        )));
-    }
     let forward = load(&args.spec)?;
     let reverse = match &args.reverse {
         Some(text) => load(std::slice::from_ref(text))?,
@@ -330,7 +307,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         None => (if_a.as_str(), if_b.as_str()),
     };
     let ports: [Box<dyn Port>; 2] = match (&trunk, &interposed) {
-        (Some((trunk, Ok(vlans))), _) => vlan::open_trunk(trunk, *vlans, modes)
+        (Some((trunk, vlans)), _) => vlan::open_trunk(trunk, *vlans, modes)
             .map_err(port_error)?
             .map(|port| Box::new(port) as Box<dyn Port>),
         (_, Some(interposed)) => {
@@ -351,13 +328,95 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
         ],
     };
+    // The API's recordings name the same command line in their header.
+    let control_command = command_line.clone();
+    let config = emulator_config(args, &forward, &reverse, command_line)?;
+    let pool = emulator::Pool::with_scheduling(2, &args.scheduling.request())
+        .context("starting the forwarding threads")?;
+    let handle = pool.spawn(ports, config)?;
+    handle.set_late_bound(args.late_warn.0);
+    announce(
+        args,
+        interposed.as_ref(),
+        (if_a, if_b),
+        (&forward, &reverse),
+    );
+    pathlab_lab::run::announce_scheduling(
+        &format!("pathlab emulate '{}'", args.common.name),
+        pool.scheduling(),
+    );
+    if let Some(http) = &http {
+        http.announce(&format!(
+            "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a change \
+             needs the token, and so does a read from another machine",
+            addr = http.server.local_addr()
+        ));
+    }
+    serve(
+        args,
+        http.as_ref(),
+        &server,
+        &handle,
+        &signals,
+        recordings.as_ref(),
+        control_command,
+    );
+    finish(args, handle, server, interposed)
+}
+
+/// `--trunk` and the two VLANs it bridges (with `--native-vlan`), checked: `None` without
+/// a trunk.
+fn trunk(args: &Args) -> anyhow::Result<Option<(&String, TrunkVlans)>> {
+    match (&args.trunk, args.vlans) {
+        (Some(trunk), Some(vlans)) => {
+            let vlans = vlans
+                .with_untagged(args.native_vlan)
+                .map_err(|e| usage(anyhow::anyhow!("--native-vlan: {e}")))?;
+            Ok(Some((trunk, vlans)))
+        }
+        (None, _) if args.vlans.is_some() || args.native_vlan.is_some() => Err(usage(
+            anyhow::anyhow!("--vlans and --native-vlan go with --trunk IF"),
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// The emulator's two interfaces: the trunk's two VLAN ports, the stand-in's end (which
+/// faces the namespace) and `--iface` (on the wire), or `--between`'s two; never one twice.
+fn interface_names(
+    args: &Args,
+    trunk: Option<&(&String, TrunkVlans)>,
+) -> anyhow::Result<[String; 2]> {
+    let names = match (trunk, &args.iface) {
+        (Some((trunk, vlans)), _) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
+        (None, Some(iface)) => {
+            pathlab_os::netlink::check_interface_name(iface)
+                .map_err(|e| usage(anyhow::anyhow!("--iface: {e}")))?;
+            ["inside".to_owned(), iface.clone()]
+        }
+        (None, None) => [args.between[0].clone(), args.between[1].clone()],
+    };
+    if names[0] == names[1] {
+        return Err(usage(anyhow::anyhow!(
+            "--between needs two different interfaces, got '{}' twice",
+            names[0]
+        )));
+    }
+    Ok(names)
+}
+
+/// The emulator `args` ask for, its link `forward` and `reverse`, its files created.
+fn emulator_config(
+    args: &Args,
+    forward: &LinkSpec,
+    reverse: &LinkSpec,
+    command_line: Vec<String>,
+) -> anyhow::Result<EmulatorConfig> {
     let create = |path: &std::path::Path, what: &str| {
         File::create(path)
             .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
     };
-    // The API's recordings name the same command line in their header.
-    let control_command = command_line.clone();
-    let config = EmulatorConfig {
+    Ok(EmulatorConfig {
         name: args.common.name.clone(),
         forward: forward.clone(),
         reverse: reverse.clone(),
@@ -380,17 +439,17 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         } else {
             OnInterfaceGone::Stop
         },
-    };
-    let pool = emulator::Pool::with_scheduling(2, &args.scheduling.request())
-        .context("starting the forwarding threads")?;
-    let handle = pool.spawn(ports, config)?;
-    handle.set_late_bound(args.late_warn.0);
-    let mut guard = args.late_warn.0.map(|_| Guard {
-        name: args.common.name.clone(),
-        warnings: Default::default(),
-        next: std::time::Instant::now() + GUARD_INTERVAL,
-    });
-    match (&interposed, &args.iface) {
+    })
+}
+
+/// Says on stderr, once at start, what the emulator sits between and what each way does.
+fn announce(
+    args: &Args,
+    interposed: Option<&pathlab_os::interpose::Interposed>,
+    (if_a, if_b): (&str, &str),
+    (forward, reverse): (&LinkSpec, &LinkSpec),
+) {
+    match (interposed, &args.iface) {
         (Some(interposed), Some(iface)) => {
             let netns = args
                 .netns
@@ -401,8 +460,8 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
                  {if_b} the wire)\n  leaving through {iface}: {}\n  entering through {iface}: {}\n\
                  control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. \
                  Ctrl-C stops and puts {iface} back.",
-                show(&forward),
-                show(&reverse),
+                show(forward),
+                show(reverse),
                 name = args.common.name,
             );
             for note in interposed.notes() {
@@ -412,36 +471,43 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         _ => eprintln!(
             "pathlab emulate '{name}': {if_a} <-> {if_b}\n  {if_a} -> {if_b}: {}\n  {if_b} -> {if_a}: {}\n\
              control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. Ctrl-C stops.",
-            show(&forward),
-            show(&reverse),
+            show(forward),
+            show(reverse),
             name = args.common.name,
         ),
     }
-    pathlab_lab::run::announce_scheduling(
-        &format!("pathlab emulate '{}'", args.common.name),
-        pool.scheduling(),
-    );
-    if let Some(http) = &http {
-        http.announce(&format!(
-            "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a change \
-             needs the token, and so does a read from another machine",
-            addr = http.server.local_addr()
-        ));
-    }
+}
+
+/// Serves the control socket (and the control address, if any) until a termination signal
+/// on `signals`, or `--time`; the fidelity guard warns meanwhile.
+fn serve(
+    args: &Args,
+    http: Option<&Control>,
+    server: &ControlServer,
+    handle: &emulator::EmulatorHandle,
+    signals: &std::os::fd::OwnedFd,
+    recordings: Option<&pathlab_os::files::Dir>,
+    control_command: Vec<String>,
+) {
+    let mut guard = args.late_warn.0.map(|_| Guard {
+        name: args.common.name.clone(),
+        warnings: Default::default(),
+        next: std::time::Instant::now() + GUARD_INTERVAL,
+    });
     let deadline = args
         .time
         .map(|t| std::time::Instant::now() + std::time::Duration::from(t));
     let history = std::sync::Mutex::new(History::new());
     let stop_http = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        if let Some(http) = &http {
+        if let Some(http) = http {
             let controlled = Controlled {
-                emulator: &handle,
+                emulator: handle,
                 history: &history,
                 command: control_command,
                 presets: preset_choices(),
                 traces: http.traces.as_ref(),
-                recordings: recordings.as_ref(),
+                recordings,
             };
             let stop_http = &stop_http;
             scope.spawn(move || {
@@ -450,9 +516,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
             });
         }
         let mut next_sample = std::time::Instant::now();
-        server.serve(&handle, std::os::fd::AsFd::as_fd(&signals), || {
+        server.serve(handle, std::os::fd::AsFd::as_fd(signals), || {
             if let Some(guard) = &mut guard {
-                guard.poll(&handle);
+                guard.poll(handle);
             }
             let now = std::time::Instant::now();
             if http.is_some() && now >= next_sample {
@@ -468,6 +534,15 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         });
         stop_http.store(true, std::sync::atomic::Ordering::Release);
     });
+}
+
+/// Stops the emulator, puts a borrowed interface back and prints the final counters.
+fn finish(
+    args: &Args,
+    handle: emulator::EmulatorHandle,
+    server: ControlServer,
+    interposed: Option<pathlab_os::interpose::Interposed>,
+) -> anyhow::Result<()> {
     let stats = handle.stop();
     drop(server);
     if let Some(interposed) = interposed {
