@@ -414,9 +414,6 @@ pub struct ProbeArrivals {
     pub sent: u64,
     /// From the sender's first probe to its last, ns.
     pub duration_ns: u64,
-    /// How many of the arrivals' send times are the kernel's transmit stamps (sent from
-    /// this host, which read them); the rest are the sender's clock just before its send.
-    pub sent_by_kernel: u64,
 }
 
 /// What a receiver that stopped early holds: its arrivals, counted as sent up to the
@@ -436,7 +433,6 @@ fn arrivals_so_far(
         duplicates,
         sent,
         duration_ns: last - first,
-        sent_by_kernel: 0,
     })
 }
 
@@ -556,16 +552,15 @@ impl OneWayTest {
                             duplicates,
                             ..
                         } => {
-                            let sent_by_kernel = transmit
-                                .as_ref()
-                                .map_or(0, |log| kernel_send_times(&mut arrivals, log));
+                            if let Some(log) = &transmit {
+                                kernel_send_times(&mut arrivals, log);
+                            }
                             break ProbeArrivals {
                                 arrivals,
                                 rejected,
                                 duplicates,
                                 sent: count,
                                 duration_ns,
-                                sent_by_kernel,
                             };
                         }
                         other => {
@@ -611,7 +606,6 @@ impl OneWayTest {
                     duplicates: received.duplicates,
                     sent: received.sent,
                     duration_ns: received.duration_ns,
-                    sent_by_kernel: 0,
                 }
             }
         };

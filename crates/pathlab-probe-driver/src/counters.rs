@@ -264,8 +264,8 @@ impl MeasurementServerCounters {
     }
 }
 
-/// The server's families of one sample, before its tests' (the order of the exposition).
-const SERVER: [Metric<MeasurementServerCounters>; 4] = [
+/// The server's families of one sample.
+const SERVER: [Metric<MeasurementServerCounters>; 5] = [
     Metric::gauge(
         "pathlab_server_start_time_seconds",
         "When the server started listening, seconds since the Unix epoch.",
@@ -284,15 +284,13 @@ const SERVER: [Metric<MeasurementServerCounters>; 4] = [
     Metric::gauge("pathlab_server_tests_running", "Tests running now.", |c| {
         Some(get(&c.running) as f64)
     }),
+    Metric::counter(
+        "pathlab_server_stalled_clients_total",
+        "Tests ended because their client stopped taking control messages (none went \
+         within the deadline).",
+        |c| Some(get(&c.stalled_clients) as f64),
+    ),
 ];
-
-/// Tests ended for a client that stopped reading.
-const STALLED: [Metric<MeasurementServerCounters>; 1] = [Metric::counter(
-    "pathlab_server_stalled_clients_total",
-    "Tests ended because their client stopped taking control messages (none went within \
-     the deadline).",
-    |c| Some(get(&c.stalled_clients) as f64),
-)];
 
 /// The Prometheus exposition of `counters` (`GET /metrics` of `pathlab server
 /// --metrics`). Every label combination is written, zeros included, so a rate over a
@@ -329,7 +327,6 @@ pub fn metrics(counters: &MeasurementServerCounters) -> String {
             counters.refusals(reason) as f64,
         );
     }
-    e.metrics(&STALLED, &[([], counters)]);
     e.family(
         "pathlab_server_handshakes_dropped_total",
         Kind::Counter,
