@@ -270,7 +270,7 @@ impl Slices {
                     .saturating_add((index as u64 + 1).saturating_mul(self.slice_ns)),
             );
             let until = slice_end.min(to);
-            self.idle_ns[index] += until.saturating_since(at).as_nanos();
+            self.idle_ns[index] = self.idle_ns[index].saturating_add(until.saturating_since(at).as_nanos());
             if index + 1 == self.window.len() {
                 break;
             }
@@ -345,7 +345,7 @@ impl Slices {
         for index in 0..count {
             if slices.window[index] {
                 window += 1;
-            } else if slices.idle_ns[index] * 2 >= slice_ns {
+            } else if slices.idle_ns[index] >= slice_ns.div_ceil(2) {
                 application += 1;
             } else {
                 congestion += 1;
