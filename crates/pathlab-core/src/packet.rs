@@ -7,6 +7,8 @@
 
 use crate::time::Instant;
 use crate::wire::ethernet::{self, EthernetFrame};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::{self, Ipv6Packet};
 
 /// The two ECN bits of the IP header (RFC 3168).
 #[derive(
@@ -177,22 +179,14 @@ impl Packet {
         self.ecn = Ecn::Ce;
         match self.ip {
             IpHeader::V4 { offset } => {
-                let offset = usize::from(offset);
-                let old_word = u16::from_be_bytes([self.data[offset], self.data[offset + 1]]);
-                self.data[offset + 1] |= 0b11;
-                let new_word = u16::from_be_bytes([self.data[offset], self.data[offset + 1]]);
-                let old_sum = u16::from_be_bytes([self.data[offset + 10], self.data[offset + 11]]);
-                // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')
-                let mut sum = u32::from(!old_sum) + u32::from(!old_word) + u32::from(new_word);
-                sum = (sum & 0xFFFF) + (sum >> 16);
-                sum = (sum & 0xFFFF) + (sum >> 16);
-                let new_sum = !(sum as u16);
-                self.data[offset + 10..offset + 12].copy_from_slice(&new_sum.to_be_bytes());
+                if let Ok(mut ip) = Ipv4Packet::new_checked(&mut self.data[usize::from(offset)..]) {
+                    ip.rewrite_dscp_ecn(ip.dscp_ecn() | Ecn::Ce.bits());
+                }
             }
             IpHeader::V6 { offset } => {
-                // Traffic class spans the low nibble of byte 0 and the high nibble of byte 1;
-                // ECN is bits 4-5 of byte 1.
-                self.data[usize::from(offset) + 1] |= 0b0011_0000;
+                if let Ok(mut ip) = Ipv6Packet::new_checked(&mut self.data[usize::from(offset)..]) {
+                    ip.set_traffic_class(ip.traffic_class() | Ecn::Ce.bits());
+                }
             }
             IpHeader::None => {}
         }
@@ -224,64 +218,54 @@ fn ports(data: &[u8], offset: usize, protocol: u8) -> &[u8] {
 }
 
 fn parse_ipv4(data: &[u8], offset: usize) -> Option<(FlowHash, Ecn)> {
-    let header = data.get(offset..offset + 20)?;
-    if header[0] >> 4 != 4 {
-        return None;
-    }
-    let header_len = usize::from(header[0] & 0x0F) * 4;
-    if header_len < 20 || data.len() < offset + header_len {
-        return None;
-    }
-    let ecn = Ecn::from_bits(header[1]);
-    let protocol = header[9];
-    let fragment_offset = u16::from_be_bytes([header[6], header[7]]) & 0x1FFF;
-    let ports = if fragment_offset == 0 {
-        ports(data, offset + header_len, protocol)
+    let ip = Ipv4Packet::new_checked(data.get(offset..)?).ok()?;
+    let protocol = ip.protocol();
+    let ports = if ip.fragment_offset() == 0 {
+        ports(data, offset + ip.header_len(), protocol)
     } else {
         &[]
     };
-    let flow = flow_hash(&[&[4, protocol], &header[12..20], ports]);
-    Some((flow, ecn))
+    let addresses = [ip.source().octets(), ip.destination().octets()];
+    let flow = flow_hash(&[&[4, protocol], addresses.as_flattened(), ports]);
+    Some((flow, Ecn::from_bits(ip.dscp_ecn())))
 }
 
 fn parse_ipv6(data: &[u8], offset: usize) -> Option<(FlowHash, Ecn)> {
-    let header = data.get(offset..offset + 40)?;
-    if header[0] >> 4 != 6 {
-        return None;
-    }
-    let traffic_class = (header[0] << 4) | (header[1] >> 4);
-    let ecn = Ecn::from_bits(traffic_class);
+    let ip = Ipv6Packet::new_checked(data.get(offset..)?).ok()?;
     // Extension headers are not walked: the flow label stands in for the ports then.
-    let next_header = header[6];
-    let ports = ports(data, offset + 40, next_header);
-    let flow_label = [header[1] & 0x0F, header[2], header[3]];
-    let flow = flow_hash(&[&[6, next_header], &header[8..40], ports, &flow_label]);
-    Some((flow, ecn))
+    let next_header = ip.next_header();
+    let ports = ports(data, offset + ipv6::HEADER_LEN, next_header);
+    let addresses = [ip.source().octets(), ip.destination().octets()];
+    let [_, label @ ..] = ip.flow_label().to_be_bytes();
+    let flow = flow_hash(&[&[6, next_header], addresses.as_flattened(), ports, &label]);
+    Some((flow, Ecn::from_bits(ip.traffic_class())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wire::ethernet::ETHERTYPE_IPV4;
+    use crate::wire::udp::UdpDatagram;
 
     fn ipv4_udp_frame(tos: u8, src_port: u16) -> Vec<u8> {
         let mut frame = vec![0u8; 14 + 20 + 8];
         frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-        let ip = &mut frame[14..34];
-        ip[0] = 0x45;
-        ip[1] = tos;
-        ip[2..4].copy_from_slice(&28u16.to_be_bytes());
-        ip[8] = 64;
-        ip[9] = 17;
-        ip[12..16].copy_from_slice(&[198, 18, 0, 1]);
-        ip[16..20].copy_from_slice(&[198, 18, 0, 2]);
-        let sum = checksum(ip);
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
-        frame[34..36].copy_from_slice(&src_port.to_be_bytes());
-        frame[36..38].copy_from_slice(&9u16.to_be_bytes());
+        let mut ip = Ipv4Packet::new_header(&mut frame[14..]).unwrap();
+        ip.set_dscp_ecn(tos);
+        ip.set_total_len(28);
+        ip.set_ttl(64);
+        ip.set_protocol(17);
+        ip.set_source([198, 18, 0, 1].into());
+        ip.set_destination([198, 18, 0, 2].into());
+        ip.fill_checksum();
+        let mut udp = UdpDatagram::new_checked(ip.payload_mut()).unwrap();
+        udp.set_source_port(src_port);
+        udp.set_destination_port(9);
         frame
     }
 
+    /// The Internet checksum by 16-bit words, as RFC 1071 defines it (independent of the
+    /// wide sum the code uses).
     fn checksum(header: &[u8]) -> u16 {
         let mut sum = 0u32;
         for chunk in header.chunks(2) {

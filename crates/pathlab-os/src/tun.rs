@@ -475,172 +475,56 @@ impl AsRawFd for Tun {
 #[cfg(test)]
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-    use std::ops::Range;
     use std::time::{Duration, Instant};
 
     use super::*;
     use crate::netns::Netns;
     use crate::testing::privileged;
-    use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
-
-    /// IPv4 header fields (RFC 791), for a header without options.
-    mod ipv4_field {
-        use std::ops::Range;
-        pub const VERSION_IHL: usize = 0;
-        pub const TOTAL_LEN: Range<usize> = 2..4;
-        pub const TTL: usize = 8;
-        pub const PROTOCOL: usize = 9;
-        pub const CHECKSUM: Range<usize> = 10..12;
-        pub const SOURCE: Range<usize> = 12..16;
-        pub const DESTINATION: Range<usize> = 16..20;
-        pub const HEADER_LEN: usize = 20;
-    }
-
-    /// IPv6 header fields (RFC 8200).
-    mod ipv6_field {
-        use std::ops::Range;
-        pub const VERSION: usize = 0;
-        pub const PAYLOAD_LEN: Range<usize> = 4..6;
-        pub const NEXT_HEADER: usize = 6;
-        pub const HOP_LIMIT: usize = 7;
-        pub const SOURCE: Range<usize> = 8..24;
-        pub const DESTINATION: Range<usize> = 24..40;
-        pub const HEADER_LEN: usize = 40;
-    }
-
-    /// UDP header fields (RFC 768).
-    mod udp_field {
-        use std::ops::Range;
-        pub const SOURCE_PORT: Range<usize> = 0..2;
-        pub const DESTINATION_PORT: Range<usize> = 2..4;
-        pub const LENGTH: Range<usize> = 4..6;
-        pub const CHECKSUM: Range<usize> = 6..8;
-        pub const HEADER_LEN: usize = 8;
-    }
-
-    const IPPROTO_UDP: u8 = 17;
-
-    fn put_u16(buffer: &mut [u8], field: Range<usize>, value: u16) {
-        buffer[field].copy_from_slice(&value.to_be_bytes());
-    }
-
-    fn get_u16(buffer: &[u8], field: Range<usize>) -> u16 {
-        u16::from_be_bytes(buffer[field].try_into().expect("2 bytes"))
-    }
-
-    fn ip_octets(address: IpAddr) -> Vec<u8> {
-        match address {
-            IpAddr::V4(v4) => v4.octets().to_vec(),
-            IpAddr::V6(v6) => v6.octets().to_vec(),
-        }
-    }
-
-    /// The one's-complement sum of the pseudo-header (RFC 768, RFC 8200 section 8.1) and
-    /// the UDP segment; a segment with a correct checksum sums to 0xffff.
-    fn udp_sum(source: IpAddr, destination: IpAddr, segment: &[u8]) -> u64 {
-        let pseudo = checksum_add(0, &ip_octets(source)) + checksum_add(0, &ip_octets(destination));
-        checksum_add(pseudo, segment) + u64::from(IPPROTO_UDP) + segment.len() as u64
-    }
+    use pathlab_core::wire;
+    use pathlab_core::wire::ipv4::Ipv4Packet;
+    use pathlab_core::wire::ipv6::{self, Ipv6Packet};
+    use pathlab_core::wire::udp::{self, UdpDatagram};
 
     /// A UDP datagram from `source` to `destination` in an IPv4 or IPv6 packet, with
     /// correct checksums.
     fn udp_packet(source: SocketAddr, destination: SocketAddr, payload: &[u8]) -> Vec<u8> {
-        let mut segment = vec![0u8; udp_field::HEADER_LEN];
-        put_u16(&mut segment, udp_field::SOURCE_PORT, source.port());
-        put_u16(
-            &mut segment,
-            udp_field::DESTINATION_PORT,
-            destination.port(),
-        );
-        put_u16(
-            &mut segment,
-            udp_field::LENGTH,
-            (udp_field::HEADER_LEN + payload.len()) as u16,
-        );
-        segment.extend_from_slice(payload);
-        let mut checksum = checksum_finish(udp_sum(source.ip(), destination.ip(), &segment));
-        if checksum == 0 {
-            checksum = 0xffff;
-        }
-        put_u16(&mut segment, udp_field::CHECKSUM, checksum);
-        let mut packet = match (source.ip(), destination.ip()) {
-            (IpAddr::V4(from), IpAddr::V4(to)) => {
-                let mut header = vec![0u8; ipv4_field::HEADER_LEN];
-                header[ipv4_field::VERSION_IHL] = 0x45;
-                put_u16(
-                    &mut header,
-                    ipv4_field::TOTAL_LEN,
-                    (ipv4_field::HEADER_LEN + segment.len()) as u16,
-                );
-                header[ipv4_field::TTL] = 64;
-                header[ipv4_field::PROTOCOL] = IPPROTO_UDP;
-                header[ipv4_field::SOURCE].copy_from_slice(&from.octets());
-                header[ipv4_field::DESTINATION].copy_from_slice(&to.octets());
-                let checksum = checksum_finish(checksum_add(0, &header));
-                put_u16(&mut header, ipv4_field::CHECKSUM, checksum);
-                header
-            }
-            (IpAddr::V6(from), IpAddr::V6(to)) => {
-                let mut header = vec![0u8; ipv6_field::HEADER_LEN];
-                header[ipv6_field::VERSION] = 0x60;
-                put_u16(&mut header, ipv6_field::PAYLOAD_LEN, segment.len() as u16);
-                header[ipv6_field::NEXT_HEADER] = IPPROTO_UDP;
-                header[ipv6_field::HOP_LIMIT] = 64;
-                header[ipv6_field::SOURCE].copy_from_slice(&from.octets());
-                header[ipv6_field::DESTINATION].copy_from_slice(&to.octets());
-                header
-            }
-            _ => panic!("{source} and {destination} are of different families"),
-        };
-        packet.extend_from_slice(&segment);
-        packet
+        udp::ip_packet(source, destination, payload)
+            .unwrap_or_else(|| panic!("{source} and {destination} are of different families"))
     }
 
     /// A UDP datagram read from the device: its IP version, source, destination and
     /// payload, if the packet is UDP with a correct checksum.
     fn parse_udp(packet: &[u8]) -> Option<(u8, SocketAddr, SocketAddr, &[u8])> {
-        let version = packet.first()? >> 4;
-        let (source, destination, segment): (IpAddr, IpAddr, &[u8]) = match version {
-            4 => {
-                let header_len = usize::from(packet[ipv4_field::VERSION_IHL] & 0x0f) * 4;
-                let total = usize::from(get_u16(packet, ipv4_field::TOTAL_LEN));
-                if packet[ipv4_field::PROTOCOL] != IPPROTO_UDP || total > packet.len() {
-                    return None;
+        let (version, source, destination, segment): (u8, IpAddr, IpAddr, &[u8]) =
+            match wire::ip_version(packet)? {
+                4 => {
+                    let ip = Ipv4Packet::new_checked(packet).ok()?;
+                    let total = usize::from(ip.total_len());
+                    if ip.protocol() != wire::PROTOCOL_UDP || total > packet.len() {
+                        return None;
+                    }
+                    let segment = &packet[ip.header_len()..total];
+                    (4, ip.source().into(), ip.destination().into(), segment)
                 }
-                let source: [u8; 4] = packet[ipv4_field::SOURCE].try_into().ok()?;
-                let destination: [u8; 4] = packet[ipv4_field::DESTINATION].try_into().ok()?;
-                (
-                    Ipv4Addr::from(source).into(),
-                    Ipv4Addr::from(destination).into(),
-                    &packet[header_len..total],
-                )
-            }
-            6 => {
-                let end =
-                    ipv6_field::HEADER_LEN + usize::from(get_u16(packet, ipv6_field::PAYLOAD_LEN));
-                if packet[ipv6_field::NEXT_HEADER] != IPPROTO_UDP || end > packet.len() {
-                    return None;
+                _ => {
+                    let ip = Ipv6Packet::new_checked(packet).ok()?;
+                    let end = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+                    if ip.next_header() != wire::PROTOCOL_UDP || end > packet.len() {
+                        return None;
+                    }
+                    let segment = &packet[ipv6::HEADER_LEN..end];
+                    (6, ip.source().into(), ip.destination().into(), segment)
                 }
-                let source: [u8; 16] = packet[ipv6_field::SOURCE].try_into().ok()?;
-                let destination: [u8; 16] = packet[ipv6_field::DESTINATION].try_into().ok()?;
-                (
-                    Ipv6Addr::from(source).into(),
-                    Ipv6Addr::from(destination).into(),
-                    &packet[ipv6_field::HEADER_LEN..end],
-                )
-            }
-            _ => return None,
-        };
-        if segment.len() < udp_field::HEADER_LEN
-            || checksum_finish(udp_sum(source, destination, segment)) != 0
-        {
+            };
+        let datagram = UdpDatagram::new_checked(segment).ok()?;
+        if udp::checksum_of(source, destination, segment) != 0 {
             return None;
         }
         Some((
             version,
-            SocketAddr::new(source, get_u16(segment, udp_field::SOURCE_PORT)),
-            SocketAddr::new(destination, get_u16(segment, udp_field::DESTINATION_PORT)),
-            &segment[udp_field::HEADER_LEN..],
+            SocketAddr::new(source, datagram.source_port()),
+            SocketAddr::new(destination, datagram.destination_port()),
+            datagram.into_payload(),
         ))
     }
 

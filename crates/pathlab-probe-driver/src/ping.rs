@@ -21,6 +21,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
+use pathlab_core::wire::ipv4::Ipv4Packet;
 use pathlab_os::sys::{self, ErrorQueued};
 use pathlab_os::unix_now_ns;
 pub use pathlab_probe::rtt::TimedBy;
@@ -148,8 +149,8 @@ impl Pinger {
     /// The sequence number of an echo reply in `bytes`, if it is one of ours.
     fn parse_reply(&self, bytes: &[u8]) -> Option<u16> {
         let icmp = if self.target.is_ipv4() {
-            let header_len = usize::from(bytes.first()? & 0x0f) * 4;
-            bytes.get(header_len..)?
+            // A raw ICMP socket over IPv4 hands over the IP header too.
+            &bytes[Ipv4Packet::new_checked(bytes).ok()?.header_len()..]
         } else {
             bytes
         };

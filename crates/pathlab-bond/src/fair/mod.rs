@@ -48,7 +48,9 @@
 mod table;
 
 use std::collections::VecDeque;
+use std::net::IpAddr;
 
+use pathlab_core::packet::flow_hash;
 use pathlab_core::spec::CodelConfig;
 use pathlab_core::{Duration, Instant, Packet, Verdicts};
 
@@ -733,22 +735,18 @@ impl FairQueue {
 
 /// A key from an IP packet's source address (0 when it is not IP).
 pub fn source_key(packet: &[u8]) -> u64 {
-    crate::inner::source_bytes(packet).map_or(0, address_key)
+    crate::inner::addresses(packet).map_or(0, |(source, _)| address_key(source))
 }
 
 /// A key from an IP packet's destination address (0 when it is not IP).
 pub fn destination_key(packet: &[u8]) -> u64 {
-    crate::inner::destination_bytes(packet).map_or(0, address_key)
+    crate::inner::addresses(packet).map_or(0, |(_, destination)| address_key(destination))
 }
 
-fn address_key(address: &[u8]) -> u64 {
-    // FNV-1a: stable, cheap, and the queue needs no defence against chosen collisions
-    // beyond sharing a stream.
-    address
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |hash, &byte| {
-            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-        })
+/// A user's key: the hash of its address's bytes (FNV-1a, the flows' hash: stable, cheap,
+/// and the queue needs no defence against chosen collisions beyond sharing a stream).
+fn address_key(address: IpAddr) -> u64 {
+    crate::inner::with_octets(address, |octets| flow_hash(&[octets]))
 }
 
 #[cfg(test)]

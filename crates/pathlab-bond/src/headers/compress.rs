@@ -10,8 +10,10 @@ use super::{
     ext, flow_key, kind, put_varint, read_prefix, read_u16, read_u32, shape, tcp, write_prefix,
     FlowKey, HeaderCounters, Prefix, Reader, Reference, Shape, MAX_CONTEXTS,
 };
-use crate::inner::field::{ipv4, ipv6, udp};
 use crate::wire::HeaderAck;
+use pathlab_core::wire::ipv4::{self, Ipv4Packet};
+use pathlab_core::wire::ipv6::{self, Ipv6Packet};
+use pathlab_core::wire::udp;
 
 /// The compressor's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,8 +277,8 @@ fn learn_stride(context: &mut Context, packet: &[u8], shape: Shape) {
         return;
     }
     let ip = shape.ip_len;
-    let seq = read_u32(&packet[ip + tcp::SEQ.start..ip + tcp::SEQ.end]);
-    let ack = read_u32(&packet[ip + tcp::ACK.start..ip + tcp::ACK.end]);
+    let seq = read_u32(&packet[ip + tcp::field::SEQ.start..ip + tcp::field::SEQ.end]);
+    let ack = read_u32(&packet[ip + tcp::field::ACK.start..ip + tcp::field::ACK.end]);
     if let Some((last_seq, last_ack)) = context.last_numbers {
         for step in [seq.wrapping_sub(last_seq), ack.wrapping_sub(last_ack)] {
             if step > 0
@@ -339,14 +341,19 @@ fn encode(
     let mut fields: [Option<u64>; 5] = [None; 5]; // ip_id, seq, ack, tsval, tsecr
     let mut ext_fields: Vec<u8> = Vec::new();
     if shape.version == 4 {
-        let id = read_u16(&packet[ipv4::ID]).wrapping_sub(read_u16(&base[ipv4::ID]));
+        let id =
+            read_u16(&packet[ipv4::field::IDENT]).wrapping_sub(read_u16(&base[ipv4::field::IDENT]));
         fields[0] = Some(u64::from(id));
     }
     if shape.is_tcp() {
-        if packet[ip + tcp::DATA_OFFSET] & 0x0f != base[ip + tcp::DATA_OFFSET] & 0x0f {
+        if packet[ip + tcp::field::DATA_OFFSET] & 0x0f != base[ip + tcp::field::DATA_OFFSET] & 0x0f
+        {
             return false;
         }
-        for (index, flag, range) in [(1, kind::SEQ, tcp::SEQ), (2, kind::ACK, tcp::ACK)] {
+        for (index, flag, range) in [
+            (1, kind::SEQ, tcp::field::SEQ),
+            (2, kind::ACK, tcp::field::ACK),
+        ] {
             let at = ip + range.start..ip + range.end;
             let delta = read_u32(&packet[at.clone()]).wrapping_sub(read_u32(&base[at]));
             if delta != 0 {
@@ -382,49 +389,57 @@ fn encode(
                 _ => raw_options = true,
             }
         }
-        let window = ip + tcp::WINDOW.start..ip + tcp::WINDOW.end;
+        let window = ip + tcp::field::WINDOW.start..ip + tcp::field::WINDOW.end;
         if packet[window.clone()] != base[window.clone()] {
             ext_bits |= ext::WINDOW;
             ext_fields.extend_from_slice(&packet[window]);
         }
-        if packet[ip + tcp::FLAGS] != base[ip + tcp::FLAGS] {
+        if packet[ip + tcp::field::FLAGS] != base[ip + tcp::field::FLAGS] {
             ext_bits |= ext::TCP_FLAGS;
-            ext_fields.push(packet[ip + tcp::FLAGS]);
+            ext_fields.push(packet[ip + tcp::field::FLAGS]);
         }
         if raw_options {
             ext_bits |= ext::OPTIONS;
             ext_fields.push(options.len() as u8);
             ext_fields.extend_from_slice(options);
         }
-        let urgent = ip + tcp::URGENT.start..ip + tcp::URGENT.end;
+        let urgent = ip + tcp::field::URGENT.start..ip + tcp::field::URGENT.end;
         if packet[urgent.clone()] != base[urgent.clone()] {
             ext_bits |= ext::URGENT;
             ext_fields.extend_from_slice(&packet[urgent]);
         }
     }
-    let (ttl, class, base_class) = if shape.version == 4 {
-        (ipv4::TTL, packet[ipv4::TOS], base[ipv4::TOS])
+    let ttl = if shape.version == 4 {
+        ipv4::field::TTL
     } else {
-        let class = |h: &[u8]| ((h[0] & 0x0f) << 4) | (h[1] >> 4);
-        (ipv6::HOP_LIMIT, class(packet), class(base))
+        ipv6::field::HOP_LIMIT
     };
     if packet[ttl] != base[ttl] {
         ext_bits |= ext::TTL;
         ext_fields.push(packet[ttl]);
     }
+    let (class, base_class) = (traffic_class(packet), traffic_class(base));
     if class & !0b11 != base_class & !0b11 {
         ext_bits |= ext::TOS;
         ext_fields.push(class & !0b11);
     }
     b0 |= (class & 0b11) << kind::ECN_SHIFT;
-    if shape.version == 4 {
-        if packet[ipv4::FLAGS_FRAGMENT] != base[ipv4::FLAGS_FRAGMENT] {
+    if let (Ok(v4), Ok(base_v4)) = (
+        Ipv4Packet::new_checked(packet),
+        Ipv4Packet::new_checked(base),
+    ) {
+        if v4.flags_fragment() != base_v4.flags_fragment() {
             ext_bits |= ext::IP_FLAGS;
-            ext_fields.extend_from_slice(&packet[ipv4::FLAGS_FRAGMENT]);
+            ext_fields.extend_from_slice(&v4.flags_fragment().to_be_bytes());
         }
-    } else if packet[1] & 0x0f != base[1] & 0x0f || packet[2..4] != base[2..4] {
-        ext_bits |= ext::IP_FLAGS;
-        ext_fields.extend_from_slice(&[packet[1] & 0x0f, packet[2], packet[3]]);
+    } else if let (Ok(v6), Ok(base_v6)) = (
+        Ipv6Packet::new_checked(packet),
+        Ipv6Packet::new_checked(base),
+    ) {
+        if v6.flow_label() != base_v6.flow_label() {
+            ext_bits |= ext::IP_FLAGS;
+            ext_fields.extend_from_slice(&v6.flow_label().to_be_bytes()[1..]);
+        }
     }
     if ext_bits != 0 {
         b0 |= kind::EXT;
@@ -446,11 +461,20 @@ fn encode(
     }
     out.extend_from_slice(&ext_fields);
     let checksum = if shape.is_tcp() {
-        ip + tcp::CHECKSUM.start..ip + tcp::CHECKSUM.end
+        ip + tcp::field::CHECKSUM.start..ip + tcp::field::CHECKSUM.end
     } else {
-        ip + udp::CHECKSUM.start..ip + udp::CHECKSUM.end
+        ip + udp::field::CHECKSUM.start..ip + udp::field::CHECKSUM.end
     };
     out.extend_from_slice(&packet[checksum]);
     out.extend_from_slice(&packet[shape.header_len()..]);
     true
+}
+
+/// The DSCP and ECN bits of an IP packet: IPv4's TOS byte, IPv6's traffic class.
+fn traffic_class(packet: &[u8]) -> u8 {
+    if let Ok(v4) = Ipv4Packet::new_checked(packet) {
+        v4.dscp_ecn()
+    } else {
+        Ipv6Packet::new_checked(packet).map_or(0, |v6| v6.traffic_class())
+    }
 }

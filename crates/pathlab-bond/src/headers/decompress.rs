@@ -2,13 +2,16 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
+use pathlab_core::packet::Ecn;
+use pathlab_core::wire::ipv4::{self, Ipv4Packet};
+use pathlab_core::wire::ipv6::{self, Ipv6Packet};
+use pathlab_core::wire::tcp::TcpSegment;
+use pathlab_core::wire::udp::{self, UdpDatagram};
 
 use super::{
     ext, kind, l4_checksum_ok, read_prefix, read_u16, read_u32, shape, tcp, HeaderCounters, Reader,
     Reference, Shape, GENERATIONS_KEPT, MAX_PENDING_ACKS,
 };
-use crate::inner::field::{ipv4, ipv6, udp};
 use crate::wire::HeaderAck;
 
 /// Why a header-compressed packet was not delivered.
@@ -171,10 +174,27 @@ pub(super) fn rebuild(
     b0: u8,
     reader: &mut Reader<'_>,
 ) -> Result<(Vec<u8>, Shape), DecompressError> {
-    let mut shape = reference.shape;
-    let is_tcp = shape.is_tcp();
-    let ip = shape.ip_len;
     let ext_bits = if b0 & kind::EXT != 0 { reader.u8()? } else { 0 };
+    check_fields(reference, b0, ext_bits)?;
+    let mut header = reference.header.clone();
+    apply_deltas(reference, b0, reader, &mut header)?;
+    let options = apply_extensions(reference.shape, ext_bits, reader, &mut header)?;
+    let checksum = reader.take(2)?;
+    let rebuilt = Rebuilt {
+        shape: reference.shape,
+        header: &header,
+        options: options.unwrap_or(&header[reference.shape.options()]),
+        ecn: (b0 & kind::ECN) >> kind::ECN_SHIFT,
+        checksum,
+        payload: reader.rest(),
+    };
+    rebuilt.assemble()
+}
+
+/// Refuses fields the reference cannot take: reserved extension bits, TCP fields on a UDP
+/// reference, timestamps on one without them or with new options.
+fn check_fields(reference: &Reference, b0: u8, ext_bits: u8) -> Result<(), DecompressError> {
+    let is_tcp = reference.shape.is_tcp();
     if ext_bits & ext::RESERVED != 0
         || (!is_tcp
             && (b0 & (kind::SEQ | kind::ACK | kind::TS) != 0 || ext_bits & ext::TCP_ONLY != 0))
@@ -183,138 +203,177 @@ pub(super) fn rebuild(
     {
         return Err(DecompressError::BadFields);
     }
-    let mut header = reference.header.clone();
-    let ecn = (b0 & kind::ECN) >> kind::ECN_SHIFT;
-    if shape.version == 4 {
+    Ok(())
+}
+
+/// Adds the deltas `b0` announces to the reference's copy in `header`: the IPv4 id (always
+/// sent), TCP's sequence and acknowledgment numbers (in bytes, or in strides when the
+/// coded value is odd) and its timestamps.
+fn apply_deltas(
+    reference: &Reference,
+    b0: u8,
+    reader: &mut Reader<'_>,
+    header: &mut [u8],
+) -> Result<(), DecompressError> {
+    let ip = reference.shape.ip_len;
+    let add = |header: &mut [u8], field: std::ops::Range<usize>, delta: u32| {
+        let value = read_u32(&header[field.clone()]).wrapping_add(delta);
+        header[field].copy_from_slice(&value.to_be_bytes());
+    };
+    if let Ok(mut v4) = Ipv4Packet::new_checked(&mut header[..ip]) {
         let delta = reader.varint(16)? as u16;
-        let id = read_u16(&header[ipv4::ID]).wrapping_add(delta);
-        header[ipv4::ID].copy_from_slice(&id.to_be_bytes());
+        v4.set_ident(v4.ident().wrapping_add(delta));
     }
-    if is_tcp {
-        let stride = reference.stride;
-        for (flag, range) in [(kind::SEQ, tcp::SEQ), (kind::ACK, tcp::ACK)] {
-            if b0 & flag == 0 {
-                continue;
-            }
-            let coded = reader.varint(33)?;
-            let delta = if coded & 1 == 1 {
-                if stride == 0 {
-                    return Err(DecompressError::BadFields);
-                }
-                ((coded >> 1) * u64::from(stride)) as u32
-            } else {
-                (coded >> 1) as u32
-            };
-            let at = ip + range.start..ip + range.end;
-            let value = read_u32(&header[at.clone()]).wrapping_add(delta);
-            header[at].copy_from_slice(&value.to_be_bytes());
+    if !reference.shape.is_tcp() {
+        return Ok(());
+    }
+    for (flag, range) in [(kind::SEQ, tcp::field::SEQ), (kind::ACK, tcp::field::ACK)] {
+        if b0 & flag == 0 {
+            continue;
         }
-        if b0 & kind::TS != 0 {
-            let at = reference.timestamps_at.expect("checked above");
-            for field in [at..at + 4, at + 4..at + 8] {
-                let delta = reader.varint(32)? as u32;
-                let value = read_u32(&header[field.clone()]).wrapping_add(delta);
-                header[field].copy_from_slice(&value.to_be_bytes());
+        let coded = reader.varint(33)?;
+        let delta = if coded & 1 == 1 {
+            if reference.stride == 0 {
+                return Err(DecompressError::BadFields);
             }
+            ((coded >> 1) * u64::from(reference.stride)) as u32
+        } else {
+            (coded >> 1) as u32
+        };
+        add(header, ip + range.start..ip + range.end, delta);
+    }
+    if b0 & kind::TS != 0 {
+        let at = reference.timestamps_at.expect("checked by check_fields");
+        for field in [at..at + 4, at + 4..at + 8] {
+            let delta = reader.varint(32)? as u32;
+            add(header, field, delta);
         }
     }
+    Ok(())
+}
+
+/// Writes the fields the extension bits carry into `header` (TCP's window, flags and
+/// urgent pointer; the TTL or hop limit, the DSCP, IPv4's flags or IPv6's flow label) and
+/// returns the new TCP options, if sent.
+fn apply_extensions<'a>(
+    shape: Shape,
+    ext_bits: u8,
+    reader: &mut Reader<'a>,
+    header: &mut [u8],
+) -> Result<Option<&'a [u8]>, DecompressError> {
+    let (ip, l4) = header.split_at_mut(shape.ip_len);
     let mut options = None;
     if ext_bits & ext::WINDOW != 0 {
-        let window = reader.take(2)?;
-        header[ip + tcp::WINDOW.start..ip + tcp::WINDOW.end].copy_from_slice(window);
+        l4[tcp::field::WINDOW].copy_from_slice(reader.take(2)?);
     }
     if ext_bits & ext::TCP_FLAGS != 0 {
-        header[ip + tcp::FLAGS] = reader.u8()?;
+        l4[tcp::field::FLAGS] = reader.u8()?;
     }
     if ext_bits & ext::OPTIONS != 0 {
         let len = usize::from(reader.u8()?);
-        if len % 4 != 0 || len > tcp::MAX_HEADER - tcp::MIN_HEADER {
+        if len % 4 != 0 || len > tcp::MAX_HEADER_LEN - tcp::HEADER_LEN {
             return Err(DecompressError::BadFields);
         }
         options = Some(reader.take(len)?);
     }
     if ext_bits & ext::URGENT != 0 {
-        let urgent = reader.take(2)?;
-        header[ip + tcp::URGENT.start..ip + tcp::URGENT.end].copy_from_slice(urgent);
+        l4[tcp::field::URGENT].copy_from_slice(reader.take(2)?);
     }
     if ext_bits & ext::TTL != 0 {
-        let ttl = reader.u8()?;
-        header[if shape.version == 4 {
-            ipv4::TTL
+        ip[if shape.version == 4 {
+            ipv4::field::TTL
         } else {
-            ipv6::HOP_LIMIT
-        }] = ttl;
+            ipv6::field::HOP_LIMIT
+        }] = reader.u8()?;
     }
     if ext_bits & ext::TOS != 0 {
         let class = reader.u8()?;
-        if class & 0b11 != 0 {
+        if Ecn::from_bits(class) != Ecn::NotEct {
             return Err(DecompressError::BadFields);
         }
-        if shape.version == 4 {
-            header[ipv4::TOS] = class;
-        } else {
-            header[0] = 0x60 | (class >> 4);
-            header[1] = (class << 4) | (header[1] & 0x0f);
-        }
+        set_class(ip, class);
     }
     if ext_bits & ext::IP_FLAGS != 0 {
-        if shape.version == 4 {
-            let flags = reader.take(2)?;
-            if read_u16(flags) & 0x3fff != 0 {
+        if let Ok(mut v4) = Ipv4Packet::new_checked(&mut *ip) {
+            let flags = read_u16(reader.take(2)?);
+            if flags & (ipv4::MORE_FRAGMENTS | ipv4::FRAGMENT_OFFSET_MASK) != 0 {
                 return Err(DecompressError::BadFields);
             }
-            header[ipv4::FLAGS_FRAGMENT].copy_from_slice(flags);
-        } else {
+            v4.set_flags_fragment(flags);
+        } else if let Ok(mut v6) = Ipv6Packet::new_checked(&mut *ip) {
             let label = reader.take(3)?;
             if label[0] & 0xf0 != 0 {
                 return Err(DecompressError::BadFields);
             }
-            header[1] = (header[1] & 0xf0) | label[0];
-            header[2..4].copy_from_slice(&label[1..]);
+            v6.set_flow_label(u32::from_be_bytes([0, label[0], label[1], label[2]]));
         }
     }
-    let checksum = reader.take(2)?;
-    let payload = reader.rest();
-    // ECN: the IPv4 TOS byte's low bits, bits 4-5 of IPv6's second byte.
-    if shape.version == 4 {
-        header[ipv4::TOS] |= ecn;
-    } else {
-        header[1] |= ecn << 4;
+    Ok(options)
+}
+
+/// Sets the DSCP and ECN bits of the IP header `ip`: IPv4's TOS byte, IPv6's traffic class.
+fn set_class(ip: &mut [u8], class: u8) {
+    if let Ok(mut v4) = Ipv4Packet::new_checked(&mut *ip) {
+        v4.set_dscp_ecn(class);
+    } else if let Ok(mut v6) = Ipv6Packet::new_checked(&mut *ip) {
+        v6.set_traffic_class(class);
     }
-    let fixed = if is_tcp {
-        ip + tcp::MIN_HEADER
-    } else {
-        ip + udp::HEADER
-    };
-    let options = options.unwrap_or(&header[shape.options()]);
-    let mut packet = Vec::with_capacity(fixed + options.len() + payload.len());
-    packet.extend_from_slice(&header[..fixed]);
-    packet.extend_from_slice(options);
-    packet.extend_from_slice(payload);
-    if u16::try_from(packet.len()).is_err() {
-        return Err(DecompressError::BadFields);
+}
+
+/// What a rebuilt packet is made of: the reference's header with the deltas and
+/// extensions applied, the options, the ECN bits, the L4 checksum and the payload.
+struct Rebuilt<'a> {
+    shape: Shape,
+    header: &'a [u8],
+    options: &'a [u8],
+    ecn: u8,
+    checksum: &'a [u8],
+    payload: &'a [u8],
+}
+
+impl Rebuilt<'_> {
+    /// The packet, its lengths and IPv4 header checksum set and its L4 checksum (the one
+    /// sent) checked; and its shape, with the options' length.
+    fn assemble(self) -> Result<(Vec<u8>, Shape), DecompressError> {
+        let mut shape = self.shape;
+        let ip_len = shape.ip_len;
+        let fixed = ip_len
+            + if shape.is_tcp() {
+                tcp::HEADER_LEN
+            } else {
+                udp::HEADER_LEN
+            };
+        let mut packet = Vec::with_capacity(fixed + self.options.len() + self.payload.len());
+        packet.extend_from_slice(&self.header[..fixed]);
+        packet.extend_from_slice(self.options);
+        packet.extend_from_slice(self.payload);
+        let Ok(len) = u16::try_from(packet.len()) else {
+            return Err(DecompressError::BadFields);
+        };
+        let (ip, l4) = packet.split_at_mut(ip_len);
+        let checksum = read_u16(self.checksum);
+        if shape.is_tcp() {
+            shape.l4_len = tcp::HEADER_LEN + self.options.len();
+            let offset = &mut l4[tcp::field::DATA_OFFSET];
+            *offset = ((shape.l4_len / 4) as u8) << 4 | (*offset & 0x0f);
+            if let Ok(mut tcp) = TcpSegment::new_checked(&mut *l4) {
+                tcp.set_checksum(checksum);
+            }
+        } else if let Ok(mut udp) = UdpDatagram::new_checked(&mut *l4) {
+            udp.set_len(len - ip_len as u16);
+            udp.set_checksum(checksum);
+        }
+        if let Ok(mut v4) = Ipv4Packet::new_checked(&mut *ip) {
+            v4.set_dscp_ecn(v4.dscp_ecn() | self.ecn);
+            v4.set_total_len(len);
+            v4.fill_checksum();
+        } else if let Ok(mut v6) = Ipv6Packet::new_checked(&mut *ip) {
+            v6.set_traffic_class(v6.traffic_class() | self.ecn);
+            v6.set_payload_len(len - ipv6::HEADER_LEN as u16);
+        }
+        if !l4_checksum_ok(&packet, shape) {
+            return Err(DecompressError::Checksum);
+        }
+        Ok((packet, shape))
     }
-    let len = packet.len();
-    if is_tcp {
-        shape.l4_len = tcp::MIN_HEADER + options.len();
-        let offset = &mut packet[ip + tcp::DATA_OFFSET];
-        *offset = ((shape.l4_len / 4) as u8) << 4 | (*offset & 0x0f);
-        packet[ip + tcp::CHECKSUM.start..ip + tcp::CHECKSUM.end].copy_from_slice(checksum);
-    } else {
-        let udp_len = ((len - ip) as u16).to_be_bytes();
-        packet[ip + udp::LEN.start..ip + udp::LEN.end].copy_from_slice(&udp_len);
-        packet[ip + udp::CHECKSUM.start..ip + udp::CHECKSUM.end].copy_from_slice(checksum);
-    }
-    if shape.version == 4 {
-        packet[ipv4::TOTAL_LEN].copy_from_slice(&(len as u16).to_be_bytes());
-        let sum = checksum_finish(checksum_add(0, &packet[..ipv4::MIN_HEADER]));
-        packet[ipv4::CHECKSUM].copy_from_slice(&sum.to_be_bytes());
-    } else {
-        let payload_len = ((len - ipv6::HEADER) as u16).to_be_bytes();
-        packet[ipv6::PAYLOAD_LEN].copy_from_slice(&payload_len);
-    }
-    if !l4_checksum_ok(&packet, shape) {
-        return Err(DecompressError::Checksum);
-    }
-    Ok((packet, shape))
 }

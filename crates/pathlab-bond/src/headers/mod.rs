@@ -66,7 +66,12 @@ pub use decompress::{DecompressError, Decompressor};
 
 use pathlab_core::wire::checksum::{checksum_add, checksum_finish};
 
-use crate::inner::field::{self, ipv4, ipv6, tcp, udp};
+use pathlab_core::packet::Ecn;
+use pathlab_core::wire;
+use pathlab_core::wire::ipv4::{self, Ipv4Packet};
+use pathlab_core::wire::ipv6::{self, Ipv6Packet};
+use pathlab_core::wire::tcp::{self, TcpSegment};
+use pathlab_core::wire::udp::{self, UdpDatagram};
 
 /// Context ids are below this (on the wire, in acknowledgements, in tables).
 pub use crate::wire::MAX_HEADER_CONTEXTS as MAX_CONTEXTS;
@@ -164,13 +169,13 @@ impl Shape {
     }
 
     fn is_tcp(&self) -> bool {
-        self.protocol == field::PROTOCOL_TCP
+        self.protocol == wire::PROTOCOL_TCP
     }
 
     /// The range of the TCP options (empty for UDP).
     fn options(&self) -> core::ops::Range<usize> {
         if self.is_tcp() {
-            self.ip_len + tcp::MIN_HEADER..self.header_len()
+            self.ip_len + tcp::HEADER_LEN..self.header_len()
         } else {
             self.header_len()..self.header_len()
         }
@@ -193,20 +198,22 @@ impl Reference {
     /// The reference a compressible packet makes.
     fn new(packet: &[u8], shape: Shape, stride: u32) -> Reference {
         let mut header = packet[..shape.header_len()].to_vec();
-        let ip = shape.ip_len;
-        if shape.version == 4 {
-            header[ipv4::TOTAL_LEN].fill(0);
-            header[ipv4::CHECKSUM].fill(0);
-            header[ipv4::TOS] &= !0b11;
-        } else {
-            header[ipv6::PAYLOAD_LEN].fill(0);
-            header[1] &= !0b0011_0000;
+        let (ip, l4) = header.split_at_mut(shape.ip_len);
+        if let Ok(mut ip) = Ipv4Packet::new_checked(&mut *ip) {
+            ip.set_total_len(0);
+            ip.set_checksum(0);
+            ip.set_dscp_ecn(ip.dscp_ecn() & !0b11);
+        } else if let Ok(mut ip) = Ipv6Packet::new_checked(&mut *ip) {
+            ip.set_payload_len(0);
+            ip.set_traffic_class(ip.traffic_class() & !0b11);
         }
         if shape.is_tcp() {
-            header[ip + tcp::CHECKSUM.start..ip + tcp::CHECKSUM.end].fill(0);
-        } else {
-            header[ip + udp::LEN.start..ip + udp::LEN.end].fill(0);
-            header[ip + udp::CHECKSUM.start..ip + udp::CHECKSUM.end].fill(0);
+            if let Ok(mut tcp) = TcpSegment::new_checked(&mut *l4) {
+                tcp.set_checksum(0);
+            }
+        } else if let Ok(mut udp) = UdpDatagram::new_checked(&mut *l4) {
+            udp.set_len(0);
+            udp.set_checksum(0);
         }
         let timestamps_at =
             timestamps_offset(&header[shape.options()]).map(|at| shape.options().start + at);
@@ -243,54 +250,44 @@ fn timestamps_offset(options: &[u8]) -> Option<usize> {
 
 /// The headers of `packet` if it is one header compression takes (see the module doc).
 pub(crate) fn shape(packet: &[u8]) -> Option<Shape> {
-    let (version, ip_len, protocol, l4_total) = match crate::inner::version(packet)? {
+    let (version, ip_len, protocol) = match wire::ip_version(packet)? {
         4 => {
-            let header = packet.get(..ipv4::MIN_HEADER)?;
-            let flags_fragment = read_u16(&header[ipv4::FLAGS_FRAGMENT]);
-            if header[ipv4::VERSION_IHL] != 0x45
-                || usize::from(read_u16(&header[ipv4::TOTAL_LEN])) != packet.len()
-                || flags_fragment & 0x3fff != 0
-                || header[ipv4::TOS] & 0b11 != 0
-                || checksum_finish(checksum_add(0, header)) != 0
-            {
+            let ip = Ipv4Packet::new_checked(packet).ok()?;
+            let plain = ip.header_len() == ipv4::HEADER_LEN
+                && usize::from(ip.total_len()) == packet.len()
+                && !ip.is_fragment()
+                && Ecn::from_bits(ip.dscp_ecn()) == Ecn::NotEct
+                && ip.verify_checksum();
+            if !plain {
                 return None;
             }
-            (
-                4,
-                ipv4::MIN_HEADER,
-                header[ipv4::PROTOCOL],
-                packet.len() - ipv4::MIN_HEADER,
-            )
+            (4, ipv4::HEADER_LEN, ip.protocol())
         }
         _ => {
-            let header = packet.get(..ipv6::HEADER)?;
-            if usize::from(read_u16(&header[ipv6::PAYLOAD_LEN])) + ipv6::HEADER != packet.len()
-                || header[1] & 0b0011_0000 != 0
+            let ip = Ipv6Packet::new_checked(packet).ok()?;
+            if usize::from(ip.payload_len()) + ipv6::HEADER_LEN != packet.len()
+                || Ecn::from_bits(ip.traffic_class()) != Ecn::NotEct
             {
                 return None;
             }
-            (
-                6,
-                ipv6::HEADER,
-                header[ipv6::NEXT_HEADER],
-                packet.len() - ipv6::HEADER,
-            )
+            (6, ipv6::HEADER_LEN, ip.next_header())
         }
     };
+    let l4 = &packet[ip_len..];
     let l4_len = match protocol {
-        field::PROTOCOL_TCP => {
-            let offset = usize::from(*packet.get(ip_len + tcp::DATA_OFFSET)? >> 4) * 4;
-            if offset < tcp::MIN_HEADER || offset > l4_total {
+        wire::PROTOCOL_TCP => {
+            let tcp = TcpSegment::new_checked(l4).ok()?;
+            if tcp.is_cut() {
                 return None;
             }
-            offset
+            tcp.header_len()
         }
-        field::PROTOCOL_UDP => {
-            let header = packet.get(ip_len..ip_len + udp::HEADER)?;
-            if usize::from(read_u16(&header[udp::LEN])) != l4_total {
+        wire::PROTOCOL_UDP => {
+            let udp = UdpDatagram::new_checked(l4).ok()?;
+            if usize::from(udp.len()) != l4.len() {
                 return None;
             }
-            udp::HEADER
+            udp::HEADER_LEN
         }
         _ => return None,
     };
@@ -307,15 +304,15 @@ pub(crate) fn shape(packet: &[u8]) -> Option<Shape> {
 /// without one passes; a UDP/IPv6 one does not, RFC 8200 section 8.1).
 fn l4_checksum_ok(packet: &[u8], shape: Shape) -> bool {
     let ip = shape.ip_len;
-    if !shape.is_tcp() && read_u16(&packet[ip + udp::CHECKSUM.start..ip + udp::CHECKSUM.end]) == 0 {
+    let l4 = &packet[ip..];
+    if !shape.is_tcp() && UdpDatagram::new_checked(l4).is_ok_and(|udp| udp.checksum() == 0) {
         return shape.version == 4;
     }
     let addresses = if shape.version == 4 {
-        &packet[ipv4::SOURCE.start..ipv4::DESTINATION.end]
+        &packet[ipv4::field::SOURCE.start..ipv4::field::DESTINATION.end]
     } else {
-        &packet[ipv6::SOURCE.start..ipv6::DESTINATION.end]
+        &packet[ipv6::field::SOURCE.start..ipv6::field::DESTINATION.end]
     };
-    let l4 = &packet[ip..];
     let sum = checksum_add(0, addresses)
         + u64::from(shape.protocol)
         + l4.len() as u64
@@ -331,12 +328,13 @@ fn flow_key(packet: &[u8], shape: Shape) -> FlowKey {
     key[0] = shape.version;
     key[1] = shape.protocol;
     let addresses = if shape.version == 4 {
-        &packet[ipv4::SOURCE.start..ipv4::DESTINATION.end]
+        &packet[ipv4::field::SOURCE.start..ipv4::field::DESTINATION.end]
     } else {
-        &packet[ipv6::SOURCE.start..ipv6::DESTINATION.end]
+        &packet[ipv6::field::SOURCE.start..ipv6::field::DESTINATION.end]
     };
     key[2..2 + addresses.len()].copy_from_slice(addresses);
-    let ports = shape.ip_len + udp::SOURCE_PORT.start..shape.ip_len + udp::DESTINATION_PORT.end;
+    let ports = shape.ip_len + udp::field::SOURCE_PORT.start
+        ..shape.ip_len + udp::field::DESTINATION_PORT.end;
     key[34..38].copy_from_slice(&packet[ports]);
     key
 }

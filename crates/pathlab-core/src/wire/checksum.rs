@@ -32,3 +32,9 @@ pub fn checksum_finish(mut sum: u64) -> u16 {
     }
     !(sum as u16)
 }
+
+/// A header's checksum after one of its 16-bit words changed from `old` to `new`, without
+/// summing the header again (RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m')).
+pub fn checksum_update(sum: u16, old: u16, new: u16) -> u16 {
+    checksum_finish(u64::from(!sum) + u64::from(!old) + u64::from(new))
+}

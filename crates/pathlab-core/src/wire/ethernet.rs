@@ -7,6 +7,8 @@
 //! 802.1ad (0x88A8) and the pre-standard QinQ TPID 0x9100 that some switches still send,
 //! stacked in any order, up to [`MAX_VLAN_TAGS`].
 
+use super::u16_at;
+
 /// Offsets of the header's fields (IEEE 802.3 clause 3.2, Ethernet II framing).
 mod field {
     /// A field's byte range.
@@ -218,11 +220,6 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 /// Where the EtherType (or the next tag's TPID) is in a frame with `tags` VLAN tags.
 const fn ethertype_offset(tags: usize) -> usize {
     field::ETHERTYPE.start + tags * VLAN_TAG_LEN
-}
-
-/// The big-endian `u16` at `at`; the caller has checked the two bytes are there.
-fn u16_at(bytes: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([bytes[at], bytes[at + 1]])
 }
 
 #[cfg(test)]

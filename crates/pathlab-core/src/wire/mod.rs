@@ -8,14 +8,78 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod ipv4;
+pub mod ipv6;
 pub mod offload;
+pub mod tcp;
+pub mod udp;
 
 /// Bytes of an IPv4 header without options (RFC 791).
-pub const IPV4_HEADER_LEN: usize = 20;
+pub const IPV4_HEADER_LEN: usize = ipv4::HEADER_LEN;
 /// Bytes of an IPv6 header without extension headers (RFC 8200).
-pub const IPV6_HEADER_LEN: usize = 40;
+pub const IPV6_HEADER_LEN: usize = ipv6::HEADER_LEN;
 /// Bytes of a UDP header (RFC 768).
-pub const UDP_HEADER_LEN: usize = 8;
+pub const UDP_HEADER_LEN: usize = udp::HEADER_LEN;
+
+/// IP protocol number of TCP.
+pub const PROTOCOL_TCP: u8 = 6;
+/// IP protocol number of UDP.
+pub const PROTOCOL_UDP: u8 = 17;
+
+/// Why bytes are not the IPv4, IPv6, TCP or UDP header a view reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// The buffer ends before the header does.
+    #[error("a {len}-byte buffer is shorter than the {need}-byte {header} header")]
+    Truncated {
+        /// Which header.
+        header: &'static str,
+        /// The buffer's length, bytes.
+        len: usize,
+        /// The header's length, bytes.
+        need: usize,
+    },
+    /// An IP header of another version.
+    #[error("version {found} in an {header} header")]
+    Version {
+        /// Which header.
+        header: &'static str,
+        /// The version the header states.
+        found: u8,
+    },
+    /// A header length below the header's fixed part.
+    #[error("a {header} header length of {len} bytes is below the fixed header's")]
+    HeaderLen {
+        /// Which header.
+        header: &'static str,
+        /// The length the header states, bytes.
+        len: usize,
+    },
+}
+
+impl HeaderError {
+    fn truncated(header: &'static str, len: usize, need: usize) -> HeaderError {
+        HeaderError::Truncated { header, len, need }
+    }
+}
+
+/// The IP version of a packet (its first byte's high nibble), if 4 or 6.
+pub fn ip_version(packet: &[u8]) -> Option<u8> {
+    packet
+        .first()
+        .map(|b| b >> 4)
+        .filter(|v| *v == 4 || *v == 6)
+}
+
+/// The big-endian `u16` at `at`; the caller's view has checked the bytes are there.
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([bytes[at], bytes[at + 1]])
+}
+
+/// The big-endian `u32` at `at`; the caller's view has checked the bytes are there.
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
+}
 
 use std::net::IpAddr;
 

@@ -13,6 +13,11 @@
 use crate::buffers::BufferPool;
 use crate::wire::checksum::{checksum_add, checksum_finish};
 use crate::wire::ethernet::{self, EthernetFrame, VlanTag};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::tcp::{self, TcpSegment};
+use crate::wire::udp::{self, UdpDatagram};
+use crate::wire::{PROTOCOL_TCP, PROTOCOL_UDP};
 
 /// `virtio_net_hdr` flags: the checksum from `csum_start` on is still to be computed.
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
@@ -101,14 +106,27 @@ fn ip_header(frame: &[u8], framing: Framing) -> Option<(usize, u8, usize)> {
     }
 }
 
-/// The pseudo-header sum of RFC 793 / RFC 8200 section 8.1 for an L4 segment of `l4_len`.
+/// The pseudo-header sum of RFC 9293 / RFC 8200 section 8.1 for an L4 segment of `l4_len`
+/// behind the IP header at `ip` (of `version`, which the caller has checked).
 fn pseudo_header_sum(frame: &[u8], ip: usize, version: u8, protocol: u8, l4_len: usize) -> u64 {
     let addresses = if version == 4 {
-        &frame[ip + 12..ip + 20]
+        ip + ipv4::field::SOURCE.start..ip + ipv4::field::DESTINATION.end
     } else {
-        &frame[ip + 8..ip + 40]
+        ip + ipv6::field::SOURCE.start..ip + ipv6::field::DESTINATION.end
     };
-    checksum_add(0, addresses) + u64::from(protocol) + l4_len as u64
+    checksum_add(0, &frame[addresses]) + u64::from(protocol) + l4_len as u64
+}
+
+/// The L4 checksum of the segment at `l4` (its checksum field zero), its IP header at `ip`:
+/// 0 becomes 0xffff for UDP, whose 0 says "no checksum" (RFC 768).
+fn l4_checksum(segment: &[u8], ip: usize, version: u8, protocol: u8, l4: usize) -> u16 {
+    let l4_len = segment.len() - l4;
+    let sum =
+        pseudo_header_sum(segment, ip, version, protocol, l4_len) + checksum_add(0, &segment[l4..]);
+    match checksum_finish(sum) {
+        0 if protocol == PROTOCOL_UDP => 0xffff,
+        checksum => checksum,
+    }
 }
 
 /// Fills in an L4 checksum the sender left to hardware (`NEEDS_CSUM`): the field already
@@ -226,7 +244,10 @@ fn segment(
     // one cut by the rules below, and the outer IP and UDP headers are sized per segment.
     let tunnel = match l4_start(frame, outer_ip, outer_version) {
         Some(start) if start == l4 => None,
-        Some(udp) if ip_protocol(frame, outer_ip, outer_version) == Some(17) && udp + 8 < l4 => {
+        Some(udp)
+            if ip_protocol(frame, outer_ip, outer_version) == Some(PROTOCOL_UDP)
+                && udp + udp::HEADER_LEN < l4 =>
+        {
             Some((outer_ip, outer_version, udp))
         }
         _ => None,
@@ -237,10 +258,12 @@ fn segment(
     };
     let (protocol, l4_header_len) = match gso_type {
         GSO_TCPV4 | GSO_TCPV6 => {
-            let data_offset = *frame.get(l4 + 12).ok_or(OffloadError::Truncated)?;
-            (6u8, usize::from(data_offset >> 4) * 4)
+            let data_offset = *frame
+                .get(l4 + tcp::field::DATA_OFFSET)
+                .ok_or(OffloadError::Truncated)?;
+            (PROTOCOL_TCP, usize::from(data_offset >> 4) * 4)
         }
-        GSO_UDP_L4 => (17u8, 8),
+        GSO_UDP_L4 => (PROTOCOL_UDP, udp::HEADER_LEN),
         other => return Err(OffloadError::UnsupportedGso(other)),
     };
     let expected_version = match gso_type {
@@ -248,14 +271,12 @@ fn segment(
         GSO_TCPV6 => Some(6),
         _ => None,
     };
-    let min_l4_header = if protocol == 6 { 20 } else { 8 };
-    let ip_header_fits = match version {
-        4 => frame.get(ip).is_some_and(|&b| {
-            let ihl = usize::from(b & 0x0f) * 4;
-            ihl >= 20 && ip + ihl <= l4
-        }),
-        _ => ip + 40 <= l4,
+    let min_l4_header = if protocol == PROTOCOL_TCP {
+        tcp::HEADER_LEN
+    } else {
+        udp::HEADER_LEN
     };
+    let ip_header_fits = l4_start(frame, ip, version).is_some_and(|end| end <= l4);
     if expected_version.is_some_and(|v| v != version)
         || !ip_header_fits
         || l4_header_len < min_l4_header
@@ -273,40 +294,40 @@ fn segment(
     }
     let segment_size = vnet.gso_size as usize;
     let count = payload.len().div_ceil(segment_size);
-    let ip_id = u16::from_be_bytes([frame[ip + 4], frame[ip + 5]]);
-    let outer_id = u16::from_be_bytes([frame[outer_ip + 4], frame[outer_ip + 5]]);
-    let first_seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+    let ip_id = ip_ident(frame, ip);
+    let outer_id = ip_ident(frame, outer_ip);
+    let first_seq = TcpSegment::new_checked(&frame[l4..]).map_or(0, |tcp| tcp.seq());
     for (index, chunk) in payload.chunks(segment_size).enumerate() {
         let mut segment = pool.take(headers_len + chunk.len());
         segment.extend_from_slice(&frame[..headers_len]);
         segment.extend_from_slice(chunk);
-        let l4_len = segment.len() - l4;
         size_ip(&mut segment, ip, version, ip_id.wrapping_add(index as u16));
-        let checksum_field = if protocol == 6 {
-            let seq = first_seq.wrapping_add((index * segment_size) as u32);
-            segment[l4 + 4..l4 + 8].copy_from_slice(&seq.to_be_bytes());
-            let last = index + 1 == count;
-            let mut flags = segment[l4 + 13];
-            if !last {
-                flags &= !(0x01 | 0x08); // FIN and PSH belong to the last segment
+        let l4_len = segment.len() - l4;
+        if protocol == PROTOCOL_TCP {
+            let mut tcp = TcpSegment::new_checked(&mut segment[l4..]).expect("checked above");
+            tcp.set_seq(first_seq.wrapping_add((index * segment_size) as u32));
+            let mut flags = tcp.flags();
+            if index + 1 != count {
+                flags &= !(tcp::FIN | tcp::PSH); // they belong to the last segment
             }
             if index > 0 {
-                flags &= !0x80; // CWR only on the first
+                flags &= !tcp::CWR; // only on the first
             }
-            segment[l4 + 13] = flags;
-            l4 + 16
+            tcp.set_flags(flags);
+            tcp.set_checksum(0);
+            let checksum = l4_checksum(&segment, ip, version, protocol, l4);
+            TcpSegment::new_checked(&mut segment[l4..])
+                .expect("checked above")
+                .set_checksum(checksum);
         } else {
-            segment[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-            l4 + 6
-        };
-        segment[checksum_field..checksum_field + 2].copy_from_slice(&[0, 0]);
-        let sum = pseudo_header_sum(&segment, ip, version, protocol, l4_len)
-            + checksum_add(0, &segment[l4..]);
-        let mut checksum = checksum_finish(sum);
-        if checksum == 0 && protocol == 17 {
-            checksum = 0xffff;
+            let mut udp = UdpDatagram::new_checked(&mut segment[l4..]).expect("checked above");
+            udp.set_len(l4_len as u16);
+            udp.set_checksum(0);
+            let checksum = l4_checksum(&segment, ip, version, protocol, l4);
+            UdpDatagram::new_checked(&mut segment[l4..])
+                .expect("checked above")
+                .set_checksum(checksum);
         }
-        segment[checksum_field..checksum_field + 2].copy_from_slice(&checksum.to_be_bytes());
         if let Some((outer, outer_version, udp)) = tunnel {
             size_tunnel(
                 &mut segment,
@@ -321,53 +342,68 @@ fn segment(
     Ok(count)
 }
 
+/// The identification of the IP header at `ip` (0 for IPv6, which has none).
+fn ip_ident(frame: &[u8], ip: usize) -> u16 {
+    Ipv4Packet::new_checked(&frame[ip..]).map_or(0, |header| header.ident())
+}
+
 /// Sizes the IP header at `ip` to the segment's end: IPv4's total length, id `id` and
 /// checksum, IPv6's payload length.
 fn size_ip(segment: &mut [u8], ip: usize, version: u8, id: u16) {
+    let len = segment.len() - ip;
     if version == 4 {
-        let total = (segment.len() - ip) as u16;
-        segment[ip + 2..ip + 4].copy_from_slice(&total.to_be_bytes());
-        segment[ip + 4..ip + 6].copy_from_slice(&id.to_be_bytes());
-        segment[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-        let header_len = usize::from(segment[ip] & 0x0f) * 4;
-        let checksum = checksum_finish(checksum_add(0, &segment[ip..ip + header_len]));
-        segment[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
-    } else {
-        let payload_len = (segment.len() - ip - 40) as u16;
-        segment[ip + 4..ip + 6].copy_from_slice(&payload_len.to_be_bytes());
+        if let Ok(mut header) = Ipv4Packet::new_checked(&mut segment[ip..]) {
+            header.set_total_len(len as u16);
+            header.set_ident(id);
+            header.fill_checksum();
+        }
+    } else if let Ok(mut header) = Ipv6Packet::new_checked(&mut segment[ip..]) {
+        header.set_payload_len((len - ipv6::HEADER_LEN) as u16);
     }
 }
 
 /// Where the L4 header after the IP header at `ip` starts (no IPv6 extension headers).
 fn l4_start(frame: &[u8], ip: usize, version: u8) -> Option<usize> {
+    let header = frame.get(ip..)?;
     match version {
-        4 => Some(ip + usize::from(frame.get(ip)? & 0x0f) * 4),
-        _ => Some(ip + 40),
+        4 => Some(ip + Ipv4Packet::new_checked(header).ok()?.header_len()),
+        _ => Ipv6Packet::new_checked(header)
+            .ok()
+            .map(|_| ip + ipv6::HEADER_LEN),
     }
 }
 
 /// The protocol of the IP header at `ip`.
 fn ip_protocol(frame: &[u8], ip: usize, version: u8) -> Option<u8> {
-    frame
-        .get(if version == 4 { ip + 9 } else { ip + 6 })
-        .copied()
+    let header = frame.get(ip..)?;
+    match version {
+        4 => Some(Ipv4Packet::new_checked(header).ok()?.protocol()),
+        _ => Some(Ipv6Packet::new_checked(header).ok()?.next_header()),
+    }
 }
 
 /// A tunnel's inner IP header, the one right before the inner L4 header at `l4`: an IPv4
-/// header whose length reaches `l4` exactly, or an IPv6 one 40 bytes before it.
+/// header whose length (20 first, then with options up to 60) reaches `l4` exactly, or an
+/// IPv6 one 40 bytes before it.
 fn inner_ip(frame: &[u8], l4: usize) -> Option<(usize, u8)> {
-    for (start, version) in [(l4.checked_sub(20)?, 4u8), (l4.checked_sub(40)?, 6)] {
-        let first = *frame.get(start)?;
-        if first >> 4 == version && (version == 6 || usize::from(first & 0x0f) * 4 == l4 - start) {
-            return Some((start, version));
-        }
-    }
-    // IPv4 with options: the header's own length says where it ends.
-    (24..=60).step_by(4).find_map(|len| {
+    let ipv4_ending_at_l4 = |len: usize| {
         let start = l4.checked_sub(len)?;
-        let first = *frame.get(start)?;
-        (first >> 4 == 4 && usize::from(first & 0x0f) * 4 == len).then_some((start, 4))
-    })
+        let header = Ipv4Packet::new_checked(frame.get(start..)?).ok()?;
+        (header.header_len() == len).then_some((start, 4))
+    };
+    let ipv6_before_l4 = || {
+        let start = l4.checked_sub(ipv6::HEADER_LEN)?;
+        Ipv6Packet::new_checked(frame.get(start..)?)
+            .ok()
+            .map(|_| (start, 6))
+    };
+    ipv4_ending_at_l4(ipv4::HEADER_LEN)
+        .or_else(ipv6_before_l4)
+        .or_else(|| {
+            (ipv4::HEADER_LEN + 4..=60)
+                .step_by(4)
+                .find_map(ipv4_ending_at_l4)
+        })
 }
 
 /// Sizes a tunnel segment's outer headers: the outer IP header ([`size_ip`]) and the outer
@@ -376,15 +412,16 @@ fn inner_ip(frame: &[u8], l4: usize) -> Option<(usize, u8)> {
 fn size_tunnel(segment: &mut [u8], ip: usize, version: u8, udp: usize, id: u16) {
     size_ip(segment, ip, version, id);
     let udp_len = segment.len() - udp;
-    segment[udp + 4..udp + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    segment[udp + 6..udp + 8].copy_from_slice(&[0, 0]);
+    let Ok(mut header) = UdpDatagram::new_checked(&mut segment[udp..]) else {
+        return;
+    };
+    header.set_len(udp_len as u16);
+    header.set_checksum(0);
     if version == 6 {
-        let sum = pseudo_header_sum(segment, ip, 6, 17, udp_len) + checksum_add(0, &segment[udp..]);
-        let mut checksum = checksum_finish(sum);
-        if checksum == 0 {
-            checksum = 0xffff;
+        let checksum = l4_checksum(segment, ip, 6, PROTOCOL_UDP, udp);
+        if let Ok(mut header) = UdpDatagram::new_checked(&mut segment[udp..]) {
+            header.set_checksum(checksum);
         }
-        segment[udp + 6..udp + 8].copy_from_slice(&checksum.to_be_bytes());
     }
 }
 
@@ -397,34 +434,28 @@ fn plain_tcp(frame: &[u8], framing: Framing) -> Option<(u8, usize, usize, usize,
     if vlan_tags != 0 {
         return None;
     }
+    let packet = &frame[ip..];
     let l4 = match version {
         4 => {
-            let header = frame.get(ip..ip + 20)?;
-            let fragmented = u16::from_be_bytes([header[6], header[7]]) & 0x3fff != 0;
-            if header[0] != 0x45 || header[9] != 6 || fragmented {
-                return None;
-            }
-            if usize::from(u16::from_be_bytes([header[2], header[3]])) != frame.len() - ip {
-                return None;
-            }
-            ip + 20
+            let header = Ipv4Packet::new_checked(packet).ok()?;
+            let plain = header.header_len() == ipv4::HEADER_LEN
+                && header.protocol() == PROTOCOL_TCP
+                && !header.is_fragment()
+                && usize::from(header.total_len()) == packet.len();
+            plain.then_some(ip + ipv4::HEADER_LEN)?
         }
-        6 => {
-            let header = frame.get(ip..ip + 40)?;
-            if header[6] != 6
-                || usize::from(u16::from_be_bytes([header[4], header[5]])) != frame.len() - ip - 40
-            {
-                return None;
-            }
-            ip + 40
+        _ => {
+            let header = Ipv6Packet::new_checked(packet).ok()?;
+            let plain = header.next_header() == PROTOCOL_TCP
+                && usize::from(header.payload_len()) == packet.len() - ipv6::HEADER_LEN;
+            plain.then_some(ip + ipv6::HEADER_LEN)?
         }
-        _ => return None,
     };
-    let header_len = usize::from(frame.get(l4 + 12)? >> 4) * 4;
-    if header_len < 20 || l4 + header_len > frame.len() {
+    let tcp = TcpSegment::new_checked(&frame[l4..]).ok()?;
+    if tcp.is_cut() {
         return None;
     }
-    Some((version, ip, l4, header_len, frame.len() - l4 - header_len))
+    Some((version, ip, l4, tcp.header_len(), tcp.payload().len()))
 }
 
 /// Most segments in one GSO super-packet this module builds.
@@ -453,14 +484,18 @@ pub fn coalescable_run_framed(frames: &[&[u8]], framing: Framing) -> usize {
         return 1;
     }
     let headers = l4 + header_len;
-    let first_seq = u32::from_be_bytes(first[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
-    let first_id = u16::from_be_bytes([first[ip + 4], first[ip + 5]]);
+    let tcp_of =
+        |frame: &[u8]| TcpSegment::new_checked(&frame[l4..]).map(|tcp| (tcp.seq(), tcp.flags()));
+    let Ok((first_seq, first_flags)) = tcp_of(first) else {
+        return 1;
+    };
+    let first_id = ip_ident(first, ip);
     let mut total = first.len();
     let mut run = 1;
     // The segment before may not carry PSH or FIN: those end a super-packet.
-    let mut previous_flags = first[l4 + 13];
+    let mut previous_flags = first_flags;
     for (index, &frame) in frames.iter().enumerate().skip(1) {
-        if run >= GSO_MAX_SEGMENTS || previous_flags & 0x09 != 0 {
+        if run >= GSO_MAX_SEGMENTS || previous_flags & (tcp::FIN | tcp::PSH) != 0 {
             break;
         }
         let Some((v, _, l, h, payload)) = plain_tcp(frame, framing) else {
@@ -473,26 +508,29 @@ pub fn coalescable_run_framed(frames: &[&[u8]], framing: Framing) -> usize {
         {
             break;
         }
+        let Ok((seq, flags)) = tcp_of(frame) else {
+            break;
+        };
         let same = |range: std::ops::Range<usize>| frame[range.clone()] == first[range];
         // Everything up to the TCP header but the IP length, id and checksum (the IPv6
         // payload length).
         let ip_fields_same = if version == 4 {
-            same(0..ip + 2) && same(ip + 6..ip + 10) && same(ip + 12..l4)
+            same(0..ip + ipv4::field::TOTAL_LEN.start)
+                && same(ip + ipv4::field::FLAGS_FRAGMENT.start..ip + ipv4::field::CHECKSUM.start)
+                && same(ip + ipv4::field::SOURCE.start..l4)
         } else {
-            same(0..ip + 4) && same(ip + 6..l4)
+            same(0..ip + ipv6::field::PAYLOAD_LEN.start) && same(ip + ipv6::field::NEXT_HEADER..l4)
         };
-        let flags = frame[l4 + 13];
-        let tcp_same = same(l4..l4 + 4)
-            && same(l4 + 8..l4 + 13)
-            && same(l4 + 14..l4 + 16)
-            && same(l4 + 18..headers);
+        let field = |range: std::ops::Range<usize>| l4 + range.start..l4 + range.end;
+        let tcp_same = same(field(tcp::field::SOURCE_PORT.start..tcp::field::SEQ.start))
+            && same(field(tcp::field::ACK.start..tcp::field::FLAGS))
+            && same(field(tcp::field::WINDOW))
+            && same(l4 + tcp::field::URGENT.start..headers);
         // CWR may only be on the first segment; other flags must match the first's.
-        let flags_ok = flags & !0x09 == first[l4 + 13] & !0x89;
-        let seq = u32::from_be_bytes(frame[l4 + 4..l4 + 8].try_into().expect("4 bytes"));
+        let ends = tcp::FIN | tcp::PSH;
+        let flags_ok = flags & !ends == first_flags & !(ends | tcp::CWR);
         let seq_ok = seq == first_seq.wrapping_add((index * mss) as u32);
-        let id_ok = version == 6
-            || u16::from_be_bytes([frame[ip + 4], frame[ip + 5]])
-                == first_id.wrapping_add(index as u16);
+        let id_ok = version == 6 || ip_ident(frame, ip) == first_id.wrapping_add(index as u16);
         // Only the last segment may be short.
         let previous_full = frames[index - 1].len() - headers == mss;
         if !(ip_fields_same && tcp_same && flags_ok && seq_ok && id_ok && previous_full) {
@@ -532,22 +570,26 @@ pub fn gso_headers(frames: &[&[u8]], framing: Framing) -> (Vec<u8>, VnetHeader) 
     let headers = l4 + header_len;
     let mut packet = first[..headers].to_vec();
     let total = headers + frames.iter().map(|f| f.len() - headers).sum::<usize>();
-    let last = frames[frames.len() - 1];
-    packet[l4 + 13] |= last[l4 + 13] & 0x09;
+    let last_flags =
+        TcpSegment::new_checked(&frames[frames.len() - 1][l4..]).map_or(0, |t| t.flags());
+    let mut tcp = TcpSegment::new_checked(&mut packet[l4..]).expect("a coalescable run");
+    let first_flags = tcp.flags();
+    tcp.set_flags(first_flags | last_flags & (tcp::FIN | tcp::PSH));
     let l4_len = total - l4;
     if version == 4 {
-        let ip_len = (total - ip) as u16;
-        packet[ip + 2..ip + 4].copy_from_slice(&ip_len.to_be_bytes());
-        packet[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
-        let checksum = checksum_finish(checksum_add(0, &packet[ip..ip + 20]));
-        packet[ip + 10..ip + 12].copy_from_slice(&checksum.to_be_bytes());
+        let mut header = Ipv4Packet::new_checked(&mut packet[ip..]).expect("a coalescable run");
+        header.set_total_len((total - ip) as u16);
+        header.fill_checksum();
     } else {
-        packet[ip + 4..ip + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+        let mut header = Ipv6Packet::new_checked(&mut packet[ip..]).expect("a coalescable run");
+        header.set_payload_len(l4_len as u16);
     }
     // CHECKSUM_PARTIAL: the field holds the folded pseudo-header sum, not complemented.
-    let pseudo = pseudo_header_sum(&packet, ip, version, 6, l4_len);
-    packet[l4 + 16..l4 + 18].copy_from_slice(&(!checksum_finish(pseudo)).to_be_bytes());
-    let cwr = if first[l4 + 13] & 0x80 != 0 {
+    let pseudo = pseudo_header_sum(&packet, ip, version, PROTOCOL_TCP, l4_len);
+    TcpSegment::new_checked(&mut packet[l4..])
+        .expect("a coalescable run")
+        .set_checksum(!checksum_finish(pseudo));
+    let cwr = if first_flags & tcp::CWR != 0 {
         GSO_ECN
     } else {
         0
@@ -558,7 +600,7 @@ pub fn gso_headers(frames: &[&[u8]], framing: Framing) -> (Vec<u8>, VnetHeader) 
         hdr_len: headers as u16,
         gso_size: mss as u16,
         csum_start: l4 as u16,
-        csum_offset: 16,
+        csum_offset: tcp::field::CHECKSUM.start as u16,
     };
     (packet, vnet)
 }
@@ -668,7 +710,7 @@ mod tests {
             hdr_len: 66,
             gso_size: 1448,
             csum_start: 34,
-            csum_offset: 16,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
         };
         let mut segments = Vec::new();
         let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
@@ -723,7 +765,7 @@ mod tests {
             hdr_len: (l4 + 32) as u16,
             gso_size: 1400,
             csum_start: l4 as u16,
-            csum_offset: 16,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
         };
         let mut segments = Vec::new();
         let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
@@ -781,7 +823,7 @@ mod tests {
                 hdr_len: 74,
                 gso_size: 1448,
                 csum_start: 42,
-                csum_offset: 16,
+                csum_offset: tcp::field::CHECKSUM.start as u16,
             };
             let mut segments = Vec::new();
             let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
@@ -849,7 +891,7 @@ mod tests {
             hdr_len: 66,
             gso_size: 1448,
             csum_start: 34,
-            csum_offset: 16,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
         };
         let mut segments = Vec::new();
         to_wire_frames(frame.clone(), &vnet, &mut |s| segments.push(s)).unwrap();
@@ -903,7 +945,7 @@ mod tests {
             hdr_len: 52,
             gso_size: 1448,
             csum_start: 20,
-            csum_offset: 16,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
         };
         let mut segments = Vec::new();
         assert_eq!(
@@ -968,7 +1010,7 @@ mod tests {
         let vnet = VnetHeader {
             flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
             csum_start: 34,
-            csum_offset: 16,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
             ..VnetHeader::default()
         };
         let mut out = Vec::new();
@@ -1002,7 +1044,7 @@ mod tests {
         let vnet = VnetHeader {
             flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
             csum_start: 200,
-            csum_offset: 16,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
             ..VnetHeader::default()
         };
         assert_eq!(

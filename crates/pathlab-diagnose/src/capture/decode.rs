@@ -7,53 +7,28 @@
 //! taken at a sender with TSO shows super-packets whose IP length field is 0; the frame's
 //! original length stands in for it then.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use pathlab_core::wire::ethernet::{EthernetError, EthernetFrame, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use pathlab_core::wire::ipv4::Ipv4Packet;
+use pathlab_core::wire::ipv6::{self, ExtensionError, Ipv6Packet};
+use pathlab_core::wire::tcp::TcpSegment as TcpSegmentView;
+use pathlab_core::wire::{self, HeaderError, PROTOCOL_TCP};
 
 use super::format::{
     LINKTYPE_ETHERNET, LINKTYPE_IPV4, LINKTYPE_IPV6, LINKTYPE_LINUX_SLL, LINKTYPE_LINUX_SLL2,
     LINKTYPE_LOOP, LINKTYPE_NULL, LINKTYPE_RAW,
 };
 
-/// Offsets of the headers' fields.
+/// Offsets of the link-layer headers' fields (the IP and TCP ones are
+/// [`pathlab_core::wire`]'s).
 mod field {
     pub const SLL_PROTOCOL: usize = 14;
     pub const SLL_HEADER: usize = 16;
     pub const SLL2_PROTOCOL: usize = 0;
     pub const SLL2_HEADER: usize = 20;
     pub const NULL_HEADER: usize = 4;
-
-    pub const IPV4_TOTAL_LEN: usize = 2;
-    pub const IPV4_FRAGMENT: usize = 6;
-    pub const IPV4_PROTOCOL: usize = 9;
-    pub const IPV4_SOURCE: usize = 12;
-    pub const IPV4_DESTINATION: usize = 16;
-    pub const IPV4_MIN_HEADER: usize = 20;
-
-    pub const IPV6_PAYLOAD_LEN: usize = 4;
-    pub const IPV6_NEXT_HEADER: usize = 6;
-    pub const IPV6_SOURCE: usize = 8;
-    pub const IPV6_DESTINATION: usize = 24;
-    pub const IPV6_HEADER: usize = 40;
-
-    pub const TCP_SOURCE_PORT: usize = 0;
-    pub const TCP_DESTINATION_PORT: usize = 2;
-    pub const TCP_SEQ: usize = 4;
-    pub const TCP_ACK: usize = 8;
-    pub const TCP_DATA_OFFSET: usize = 12;
-    pub const TCP_FLAGS: usize = 13;
-    pub const TCP_WINDOW: usize = 14;
-    pub const TCP_MIN_HEADER: usize = 20;
 }
-
-const IP_PROTOCOL_TCP: u8 = 6;
-/// IPv6 extension headers skipped on the way to TCP: hop-by-hop, routing, destination
-/// options (length in 8-byte units after the first 8), and fragment (8 bytes).
-const IPV6_HOP_BY_HOP: u8 = 0;
-const IPV6_ROUTING: u8 = 43;
-const IPV6_FRAGMENT: u8 = 44;
-const IPV6_DESTINATION_OPTIONS: u8 = 60;
 
 /// The TCP header's flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,15 +36,15 @@ pub struct TcpFlags(pub u8);
 
 impl TcpFlags {
     /// FIN.
-    pub const FIN: u8 = 0x01;
+    pub const FIN: u8 = wire::tcp::FIN;
     /// SYN.
-    pub const SYN: u8 = 0x02;
+    pub const SYN: u8 = wire::tcp::SYN;
     /// RST.
-    pub const RST: u8 = 0x04;
+    pub const RST: u8 = wire::tcp::RST;
     /// PSH.
-    pub const PSH: u8 = 0x08;
+    pub const PSH: u8 = wire::tcp::PSH;
     /// ACK.
-    pub const ACK: u8 = 0x10;
+    pub const ACK: u8 = wire::tcp::ACK;
 
     /// Whether `flag` is set.
     pub fn has(self, flag: u8) -> bool {
@@ -229,33 +204,29 @@ pub fn decode(
             None => return Ok(None),
         }
     };
-    let tcp = &ip[tcp_at..];
-    if tcp.len() < field::TCP_MIN_HEADER {
-        return Err(truncated("TCP", tcp.len()));
-    }
-    let data_offset = usize::from(tcp[field::TCP_DATA_OFFSET] >> 4) * 4;
-    if data_offset < field::TCP_MIN_HEADER {
-        return Err(DecodeError::Malformed(format!(
-            "TCP data offset of {data_offset} bytes is below the 20-byte header"
-        )));
-    }
+    let tcp = TcpSegmentView::new_checked(&ip[tcp_at..]).map_err(|error| match error {
+        HeaderError::Truncated { len, .. } => truncated("TCP", len),
+        HeaderError::HeaderLen { len, .. } => DecodeError::Malformed(format!(
+            "TCP data offset of {len} bytes is below the 20-byte header"
+        )),
+        HeaderError::Version { .. } => DecodeError::Malformed(error.to_string()),
+    })?;
+    let data_offset = tcp.header_len();
     let ip_payload = ip_len.saturating_sub(ip_header_len);
     let Some(payload_len) = ip_payload.checked_sub(data_offset as u32) else {
         return Err(DecodeError::Malformed(format!(
             "TCP header of {data_offset} bytes is longer than the IP payload of {ip_payload}"
         )));
     };
-    let options_end = data_offset.min(tcp.len());
-    let mut options = tcp_options(&tcp[field::TCP_MIN_HEADER..options_end]);
-    options.truncated |= tcp.len() < data_offset;
-    let port = |at| u16_at(tcp, at).unwrap_or(0);
+    let mut options = tcp_options(tcp.options());
+    options.truncated |= tcp.is_cut();
     Ok(Some(TcpSegment {
-        source: SocketAddr::new(source, port(field::TCP_SOURCE_PORT)),
-        destination: SocketAddr::new(destination, port(field::TCP_DESTINATION_PORT)),
-        seq: u32_at(tcp, field::TCP_SEQ).unwrap_or(0),
-        ack: u32_at(tcp, field::TCP_ACK).unwrap_or(0),
-        flags: TcpFlags(tcp[field::TCP_FLAGS]),
-        window: port(field::TCP_WINDOW),
+        source: SocketAddr::new(source, tcp.source_port()),
+        destination: SocketAddr::new(destination, tcp.destination_port()),
+        seq: tcp.seq(),
+        ack: tcp.ack(),
+        flags: TcpFlags(tcp.flags()),
+        window: tcp.window(),
         options,
         payload_len,
         ip_len,
@@ -269,100 +240,68 @@ pub fn decode(
 /// `None` when it does not carry the start of a TCP segment.
 type IpParts = (IpAddr, IpAddr, u32, u32, usize);
 
-fn ipv4(ip: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
-    if ip.len() < field::IPV4_MIN_HEADER {
-        return Err(truncated("IPv4", ip.len()));
-    }
-    let header_len = usize::from(ip[0] & 0x0F) * 4;
-    if header_len < field::IPV4_MIN_HEADER {
-        return Err(DecodeError::Malformed(format!(
-            "IPv4 header length {header_len} is below 20"
-        )));
-    }
-    if ip.len() < header_len {
-        return Err(truncated("IPv4", ip.len()));
-    }
-    if ip[field::IPV4_PROTOCOL] != IP_PROTOCOL_TCP {
+fn ipv4(bytes: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
+    let ip = Ipv4Packet::new_checked(bytes).map_err(|error| match error {
+        HeaderError::Truncated { len, .. } => truncated("IPv4", len),
+        HeaderError::HeaderLen { len, .. } => {
+            DecodeError::Malformed(format!("IPv4 header length {len} is below 20"))
+        }
+        HeaderError::Version { .. } => DecodeError::Malformed(error.to_string()),
+    })?;
+    if ip.protocol() != PROTOCOL_TCP || ip.fragment_offset() != 0 {
         return Ok(None);
     }
-    let fragment_offset = u16_at(ip, field::IPV4_FRAGMENT).unwrap_or(0) & 0x1FFF;
-    if fragment_offset != 0 {
-        return Ok(None);
-    }
-    let mut total_len = usize::from(u16_at(ip, field::IPV4_TOTAL_LEN).unwrap_or(0));
+    let header_len = ip.header_len();
+    let mut total_len = usize::from(ip.total_len());
     if total_len == 0 {
         // A TSO super-packet captured before segmentation.
-        total_len = original_len.max(ip.len());
+        total_len = original_len.max(bytes.len());
     }
     if total_len < header_len {
         return Err(DecodeError::Malformed(format!(
             "IPv4 total length {total_len} is below its header length {header_len}"
         )));
     }
-    let address = |at: usize| {
-        let b: [u8; 4] = ip[at..at + 4].try_into().expect("checked length");
-        IpAddr::V4(Ipv4Addr::from(b))
-    };
     Ok(Some((
-        address(field::IPV4_SOURCE),
-        address(field::IPV4_DESTINATION),
+        ip.source().into(),
+        ip.destination().into(),
         header_len as u32,
         total_len as u32,
         header_len,
     )))
 }
 
-fn ipv6(ip: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
-    if ip.len() < field::IPV6_HEADER {
-        return Err(truncated("IPv6", ip.len()));
-    }
-    let payload_len = usize::from(u16_at(ip, field::IPV6_PAYLOAD_LEN).unwrap_or(0));
+fn ipv6(bytes: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
+    let ip = Ipv6Packet::new_checked(bytes).map_err(|error| match error {
+        HeaderError::Truncated { len, .. } => truncated("IPv6", len),
+        other => DecodeError::Malformed(other.to_string()),
+    })?;
+    let payload_len = usize::from(ip.payload_len());
     let total_len = if payload_len == 0 {
         // A jumbogram or a GSO super-packet: the frame's length says.
-        original_len.max(ip.len())
+        original_len.max(bytes.len())
     } else {
-        field::IPV6_HEADER + payload_len
+        ipv6::HEADER_LEN + payload_len
     };
-    let mut next = ip[field::IPV6_NEXT_HEADER];
-    let mut at = field::IPV6_HEADER;
-    loop {
-        match next {
-            IP_PROTOCOL_TCP => break,
-            IPV6_HOP_BY_HOP | IPV6_ROUTING | IPV6_DESTINATION_OPTIONS => {
-                let (Some(&following), Some(&len)) = (ip.get(at), ip.get(at + 1)) else {
-                    return Err(truncated("IPv6 extension", ip.len()));
-                };
-                next = following;
-                at += (usize::from(len) + 1) * 8;
-            }
-            IPV6_FRAGMENT => {
-                let (Some(&following), Some(offset)) = (ip.get(at), u16_at(ip, at + 2)) else {
-                    return Err(truncated("IPv6 fragment", ip.len()));
-                };
-                if offset >> 3 != 0 {
-                    return Ok(None);
-                }
-                next = following;
-                at += 8;
-            }
-            _ => return Ok(None),
+    let (protocol, at) = match ip.upper_layer() {
+        Ok(found) => found,
+        Err(ExtensionError::Truncated) => return Err(truncated("IPv6 extension", bytes.len())),
+        Err(ExtensionError::LaterFragment) => return Ok(None),
+        Err(error @ ExtensionError::TooMany) => {
+            return Err(DecodeError::Malformed(error.to_string()))
         }
-        if at > total_len {
-            return Err(DecodeError::Malformed(format!(
-                "IPv6 extension headers run to byte {at}, past the packet's {total_len}"
-            )));
-        }
-    }
-    if ip.len() < at {
-        return Err(truncated("IPv6 extension", ip.len()));
-    }
-    let address = |at: usize| {
-        let b: [u8; 16] = ip[at..at + 16].try_into().expect("checked length");
-        IpAddr::V6(Ipv6Addr::from(b))
     };
+    if at > total_len {
+        return Err(DecodeError::Malformed(format!(
+            "IPv6 extension headers run to byte {at}, past the packet's {total_len}"
+        )));
+    }
+    if protocol != PROTOCOL_TCP {
+        return Ok(None);
+    }
     Ok(Some((
-        address(field::IPV6_SOURCE),
-        address(field::IPV6_DESTINATION),
+        ip.source().into(),
+        ip.destination().into(),
         at as u32,
         total_len as u32,
         at,

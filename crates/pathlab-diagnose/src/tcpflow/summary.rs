@@ -270,7 +270,8 @@ impl Slices {
                     .saturating_add((index as u64 + 1).saturating_mul(self.slice_ns)),
             );
             let until = slice_end.min(to);
-            self.idle_ns[index] = self.idle_ns[index].saturating_add(until.saturating_since(at).as_nanos());
+            self.idle_ns[index] =
+                self.idle_ns[index].saturating_add(until.saturating_since(at).as_nanos());
             if index + 1 == self.window.len() {
                 break;
             }

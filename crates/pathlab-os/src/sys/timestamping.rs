@@ -601,7 +601,11 @@ mod tests {
                         let icmp = if ipv6 {
                             &buffer[..len]
                         } else {
-                            &buffer[usize::from(buffer[0] & 0x0f) * 4..len]
+                            &buffer[pathlab_core::wire::ipv4::Ipv4Packet::new_checked(
+                                &buffer[..len],
+                            )
+                            .unwrap()
+                            .header_len()..len]
                         };
                         let reply_type = if ipv6 { 129 } else { 0 };
                         if icmp[0] != reply_type || icmp[4..6] != 0x5157u16.to_be_bytes() {
