@@ -30,6 +30,26 @@ fn seconds(ns: u64) -> f64 {
     ns as f64 * 1e-9
 }
 
+/// A figure against the capture's time: `lines` under `title` and `subtitle`, `y_label`
+/// up from zero, the legend at `legend`.
+fn capture_chart(
+    title: String,
+    subtitle: String,
+    y_label: String,
+    lines: Vec<Line>,
+    legend: LegendAt,
+) -> Chart {
+    Chart::Lines(LineFigure {
+        title,
+        subtitle,
+        x_label: "time since the capture began (s)".into(),
+        y_label,
+        lines,
+        y_from_zero: true,
+        legend,
+    })
+}
+
 /// The figures of one direction of connection `number` (counted from 1): (file stem,
 /// chart).
 pub fn flow_figures(
@@ -37,8 +57,6 @@ pub fn flow_figures(
     connection: &ConnectionReport,
     flow: &FlowReport,
 ) -> Vec<(String, Chart)> {
-    let series = &flow.series;
-    let ms = |ns: u64| format::in_millis(seconds(ns), Digits::fixed(3));
     let subject = format!("connection {number}: {} -> {}", flow.from, flow.to);
     let stem = format!(
         "conn{number}-{}",
@@ -48,6 +66,22 @@ pub fn flow_figures(
             "down"
         }
     );
+    vec![
+        (format!("{stem}-sequence"), sequence_chart(flow, &subject)),
+        (format!("{stem}-rtt"), rtt_chart(flow, &subject)),
+        (
+            format!("{stem}-throughput"),
+            throughput_chart(flow, &subject),
+        ),
+        (format!("{stem}-flight"), flight_chart(flow, &subject)),
+    ]
+}
+
+/// tcptrace's time-sequence graph of a direction: the end of every segment, the ACK line,
+/// the advertised window's right edge (when its scale is known) and the retransmissions
+/// marked, in kB or MB relative to the first sequence number.
+fn sequence_chart(flow: &FlowReport, subject: &str) -> Chart {
+    let series = &flow.series;
     let subtitle = format!(
         "{} bytes, {} retransmissions; {}",
         flow.bytes, flow.retransmissions.total, flow.verdict.sentence
@@ -107,135 +141,123 @@ pub fn flow_figures(
             RETRANSMISSIONS,
         ));
     }
-    let mut charts = vec![(
-        format!("{stem}-sequence"),
-        Chart::Lines(LineFigure {
-            title: format!("Time-sequence graph, {subject}"),
-            subtitle: subtitle.clone(),
-            x_label: "time since the capture began (s)".into(),
-            y_label: format!("sequence number, relative ({unit})"),
-            lines: sequence_lines,
-            y_from_zero: true,
-            legend: LegendAt::UpperLeft,
-        }),
-    )];
-    let rtt_style = if series.rtt.len() > 2000 {
+    capture_chart(
+        format!("Time-sequence graph, {subject}"),
+        subtitle,
+        format!("sequence number, relative ({unit})"),
+        sequence_lines,
+        LegendAt::UpperLeft,
+    )
+}
+
+/// Every RTT sample of a direction against when it was taken (a line when there are too
+/// many to dot), its percentiles in the subtitle.
+fn rtt_chart(flow: &FlowReport, subject: &str) -> Chart {
+    let ms = |ns: u64| format::in_millis(seconds(ns), Digits::fixed(3));
+    let rtt_style = if flow.series.rtt.len() > 2000 {
         LineStyle::Solid
     } else {
         LineStyle::Points
     };
-    charts.push((
-        format!("{stem}-rtt"),
-        Chart::Lines(LineFigure {
-            title: format!("RTT, {subject}"),
-            subtitle: format!(
-                "{} samples: min {} ms, median {} ms, p95 {} ms{}",
-                flow.rtt.samples,
-                ms(flow.rtt.min_ns),
-                ms(flow.rtt.median_ns),
-                ms(flow.rtt.p95_ns),
-                if flow.rtt.both_halves {
-                    ""
-                } else {
-                    " (capture point to the receiver and back only)"
-                }
-            ),
-            x_label: "time since the capture began (s)".into(),
-            y_label: "RTT (ms)".into(),
-            lines: vec![Line::new(
-                "RTT sample",
+    capture_chart(
+        format!("RTT, {subject}"),
+        format!(
+            "{} samples: min {} ms, median {} ms, p95 {} ms{}",
+            flow.rtt.samples,
+            ms(flow.rtt.min_ns),
+            ms(flow.rtt.median_ns),
+            ms(flow.rtt.p95_ns),
+            if flow.rtt.both_halves {
+                ""
+            } else {
+                " (capture point to the receiver and back only)"
+            }
+        ),
+        "RTT (ms)".into(),
+        vec![Line::new(
+            "RTT sample",
+            flow.series
+                .rtt
+                .iter()
+                .map(|r| (seconds(r.0), r.1 as f64 * 1e-6))
+                .collect(),
+            rtt_style,
+            SEGMENTS,
+        )],
+        LegendAt::UpperRight,
+    )
+}
+
+/// A direction's goodput (newly acknowledged) and throughput (sent, retransmissions
+/// included) over time, with its TCP efficiency in the subtitle.
+fn throughput_chart(flow: &FlowReport, subject: &str) -> Chart {
+    let series = &flow.series;
+    capture_chart(
+        format!("Throughput, {subject}"),
+        format!(
+            "goodput {} Mbit/s over {:.3} s; TCP efficiency {}",
+            format::in_mbit_per_sec(flow.goodput_bps, Digits::fixed(3)),
+            seconds(flow.duration_ns),
+            flow.metrics.tcp_efficiency.map_or("-".to_owned(), |e| {
+                format::fraction_as_percent(e, Digits::fixed(2))
+            })
+        ),
+        "rate (Mbit/s)".into(),
+        vec![
+            Line::new(
+                "goodput (newly ACKed)",
                 series
-                    .rtt
+                    .goodput
                     .iter()
-                    .map(|r| (seconds(r.0), r.1 as f64 * 1e-6))
+                    .map(|g| (seconds(g.0), g.1 * 1e-6))
                     .collect(),
-                rtt_style,
+                LineStyle::Solid,
+                ACKS,
+            ),
+            Line::new(
+                "throughput (sent, with retransmissions)",
+                series
+                    .throughput
+                    .iter()
+                    .map(|g| (seconds(g.0), g.1 * 1e-6))
+                    .collect(),
+                LineStyle::Dashed,
                 SEGMENTS,
-            )],
-            y_from_zero: true,
-            legend: LegendAt::UpperRight,
-        }),
-    ));
-    charts.push((
-        format!("{stem}-throughput"),
-        Chart::Lines(LineFigure {
-            title: format!("Throughput, {subject}"),
-            subtitle: format!(
-                "goodput {} Mbit/s over {:.3} s; TCP efficiency {}",
-                format::in_mbit_per_sec(flow.goodput_bps, Digits::fixed(3)),
-                seconds(flow.duration_ns),
-                flow.metrics.tcp_efficiency.map_or("-".to_owned(), |e| {
-                    format::fraction_as_percent(e, Digits::fixed(2))
-                })
             ),
-            x_label: "time since the capture began (s)".into(),
-            y_label: "rate (Mbit/s)".into(),
-            lines: vec![
-                Line::new(
-                    "goodput (newly ACKed)",
-                    series
-                        .goodput
-                        .iter()
-                        .map(|g| (seconds(g.0), g.1 * 1e-6))
-                        .collect(),
-                    LineStyle::Solid,
-                    ACKS,
-                ),
-                Line::new(
-                    "throughput (sent, with retransmissions)",
-                    series
-                        .throughput
-                        .iter()
-                        .map(|g| (seconds(g.0), g.1 * 1e-6))
-                        .collect(),
-                    LineStyle::Dashed,
-                    SEGMENTS,
-                ),
-            ],
-            y_from_zero: true,
-            legend: LegendAt::UpperRight,
-        }),
-    ));
+        ],
+        LegendAt::UpperRight,
+    )
+}
+
+/// A direction's bytes in flight against the receiver's advertised window, in KiB.
+fn flight_chart(flow: &FlowReport, subject: &str) -> Chart {
     let kib = |v: u64| v as f64 / 1024.0;
-    charts.push((
-        format!("{stem}-flight"),
-        Chart::Lines(LineFigure {
-            title: format!("In flight and the advertised window, {subject}"),
-            subtitle: format!(
-                "{}; in flight as the capture point sees it (SACKed bytes left out)",
-                if flow.window.scale_known {
-                    format!("window scale {}", flow.window.scale.unwrap_or(0))
-                } else {
-                    "window scale unknown (no handshake): windows unscaled".to_owned()
-                }
+    let flight = &flow.series.flight;
+    capture_chart(
+        format!("In flight and the advertised window, {subject}"),
+        format!(
+            "{}; in flight as the capture point sees it (SACKed bytes left out)",
+            if flow.window.scale_known {
+                format!("window scale {}", flow.window.scale.unwrap_or(0))
+            } else {
+                "window scale unknown (no handshake): windows unscaled".to_owned()
+            }
+        ),
+        "bytes (KiB)".into(),
+        vec![
+            Line::new(
+                "in flight",
+                flight.iter().map(|f| (seconds(f.0), kib(f.1))).collect(),
+                LineStyle::Solid,
+                SEGMENTS,
             ),
-            x_label: "time since the capture began (s)".into(),
-            y_label: "bytes (KiB)".into(),
-            lines: vec![
-                Line::new(
-                    "in flight",
-                    series
-                        .flight
-                        .iter()
-                        .map(|f| (seconds(f.0), kib(f.1)))
-                        .collect(),
-                    LineStyle::Solid,
-                    SEGMENTS,
-                ),
-                Line::new(
-                    "advertised window",
-                    series
-                        .flight
-                        .iter()
-                        .map(|f| (seconds(f.0), kib(f.2)))
-                        .collect(),
-                    LineStyle::Dashed,
-                    WINDOW,
-                ),
-            ],
-            y_from_zero: true,
-            legend: LegendAt::UpperRight,
-        }),
-    ));
-    charts
+            Line::new(
+                "advertised window",
+                flight.iter().map(|f| (seconds(f.0), kib(f.2))).collect(),
+                LineStyle::Dashed,
+                WINDOW,
+            ),
+        ],
+        LegendAt::UpperRight,
+    )
 }

@@ -328,8 +328,10 @@ mod tests {
     /// length, direction, comment.
     type TestPacket<'a> = (u32, u64, &'a [u8], u32, Direction, Option<&'a str>);
 
-    #[test]
-    fn two_interfaces_three_packets() {
+    /// A capture of three packets on two interfaces, `r-h1` (Ethernet) and `r-h2` (raw IP):
+    /// one inbound with a timestamp whose words are 1 and 2, one outbound cut from 1500
+    /// bytes to 7 at `u32::MAX` ns, one inbound with a comment.
+    fn three_packets_on_two_interfaces() -> Vec<u8> {
         let mut writer = PcapngWriter::new(Vec::new(), "pathlab emulate").unwrap();
         let left = writer
             .add_interface("r-h1", LinkType::Ethernet, 65535)
@@ -378,7 +380,12 @@ mod tests {
                 .unwrap();
         }
         writer.flush().unwrap();
-        let bytes = writer.into_inner();
+        writer.into_inner()
+    }
+
+    #[test]
+    fn two_interfaces_three_packets() {
+        let bytes = three_packets_on_two_interfaces();
         let blocks = blocks(&bytes);
         assert_eq!(
             blocks.iter().map(|b| b.0).collect::<Vec<_>>(),

@@ -7,6 +7,7 @@
 
 use std::sync::Once;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -311,10 +312,9 @@ fn range(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
         })
 }
 
-fn draw_lines<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
-    figure: &LineFigure,
-) -> DrawResult<DB> {
+/// The x and y ranges a line figure is drawn over: every point's, a unit wide when
+/// flat, with room for dots at the x ends, from zero up when asked, and 6% headroom above.
+fn line_ranges(figure: &LineFigure) -> ((f64, f64), (f64, f64)) {
     let all = || figure.lines.iter().flat_map(|l| l.points.iter());
     let (mut x0, mut x1) = range(all().map(|p| p.0)).unwrap_or((0.0, 1.0));
     let (mut y0, mut y1) = range(all().map(|p| p.1)).unwrap_or((0.0, 1.0));
@@ -339,6 +339,18 @@ fn draw_lines<DB: DrawingBackend>(
         y1 = y0 + 1.0;
     }
     y1 += (y1 - y0) * 0.06;
+    ((x0, x1), (y0, y1))
+}
+
+/// The cartesian chart a line figure's lines are drawn on.
+type LineChart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws a line figure's axes, lines and legend in `area`.
+fn draw_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    figure: &LineFigure,
+) -> DrawResult<DB> {
+    let ((x0, x1), (y0, y1)) = line_ranges(figure);
     let mut chart = ChartBuilder::on(area)
         .margin_left(12)
         .margin_right(24)
@@ -357,67 +369,11 @@ fn draw_lines<DB: DrawingBackend>(
         .x_label_formatter(&|v| number(*v))
         .y_label_formatter(&|v| number(*v))
         .draw()?;
-    let mut labelled = false;
     for line in &figure.lines {
-        let color = PALETTE[line.color % PALETTE.len()];
-        let points = decimate(&line.points, x0, x1, 1500);
-        let legend_style = match line.style {
-            LineStyle::Solid => {
-                // Thick lines are drawn with mitred joins, which spike at the sharp turns of
-                // a dense series: those get a thin line.
-                let style = color.stroke_width(if points.len() > 400 { 1 } else { 2 });
-                let drawn = chart.draw_series(LineSeries::new(points, style))?;
-                if !line.label.is_empty() {
-                    drawn
-                        .label(line.label.as_str())
-                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
-                }
-                continue;
-            }
-            LineStyle::Dashed => {
-                let style = color.stroke_width(2);
-                chart.draw_series(DashedLineSeries::new(points, 8, 6, style))?;
-                style
-            }
-            LineStyle::Points => {
-                let thin = color.mix(0.45).stroke_width(1);
-                chart.draw_series(LineSeries::new(points.iter().copied(), thin))?;
-                chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-                color.filled()
-            }
-            LineStyle::Marks => {
-                chart.draw_series(
-                    line.points
-                        .iter()
-                        .map(|&p| Circle::new(p, 3, color.filled())),
-                )?;
-                color.filled()
-            }
-        };
-        if !line.label.is_empty() {
-            labelled = true;
-            let legend = chart
-                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())?
-                .label(line.label.as_str());
-            // A dashed line's legend: two short strokes; a point's: a dot.
-            if line.style == LineStyle::Dashed {
-                legend.legend(move |(x, y)| {
-                    EmptyElement::at((x, y))
-                        + PathElement::new(vec![(0, 0), (9, 0)], legend_style)
-                        + PathElement::new(vec![(15, 0), (24, 0)], legend_style)
-                });
-            } else {
-                legend.legend(move |(x, y)| {
-                    EmptyElement::at((x, y)) + Circle::new((12, 0), 3, legend_style)
-                });
-            }
-        }
+        draw_line(&mut chart, line, (x0, x1))?;
     }
-    labelled |= figure
-        .lines
-        .iter()
-        .any(|l| l.style == LineStyle::Solid && !l.label.is_empty());
-    if labelled {
+    // Every line with a label has an entry in the legend.
+    if figure.lines.iter().any(|l| !l.label.is_empty()) {
         chart
             .configure_series_labels()
             .position(match figure.legend {
@@ -429,6 +385,69 @@ fn draw_lines<DB: DrawingBackend>(
             .border_style(RGBColor(160, 160, 160))
             .label_font((FAMILY, 14))
             .draw()?;
+    }
+    Ok(())
+}
+
+/// Draws one line of a figure whose x range is `x0..x1` in its style and colour, and gives
+/// it a legend entry when it has a label: a stroke for a solid line, two short strokes for
+/// a dashed one, a dot for points and marks.
+fn draw_line<'a, DB: DrawingBackend + 'a>(
+    chart: &mut LineChart<'a, DB>,
+    line: &Line,
+    (x0, x1): (f64, f64),
+) -> DrawResult<DB> {
+    let color = PALETTE[line.color % PALETTE.len()];
+    let points = decimate(&line.points, x0, x1, 1500);
+    let legend_style = match line.style {
+        LineStyle::Solid => {
+            // Thick lines are drawn with mitred joins, which spike at the sharp turns of
+            // a dense series: those get a thin line.
+            let style = color.stroke_width(if points.len() > 400 { 1 } else { 2 });
+            let drawn = chart.draw_series(LineSeries::new(points, style))?;
+            if !line.label.is_empty() {
+                drawn
+                    .label(line.label.as_str())
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+            }
+            return Ok(());
+        }
+        LineStyle::Dashed => {
+            let style = color.stroke_width(2);
+            chart.draw_series(DashedLineSeries::new(points, 8, 6, style))?;
+            style
+        }
+        LineStyle::Points => {
+            let thin = color.mix(0.45).stroke_width(1);
+            chart.draw_series(LineSeries::new(points.iter().copied(), thin))?;
+            chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            color.filled()
+        }
+        LineStyle::Marks => {
+            chart.draw_series(
+                line.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, color.filled())),
+            )?;
+            color.filled()
+        }
+    };
+    if !line.label.is_empty() {
+        let legend = chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())?
+            .label(line.label.as_str());
+        // A dashed line's legend: two short strokes; a point's: a dot.
+        if line.style == LineStyle::Dashed {
+            legend.legend(move |(x, y)| {
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (9, 0)], legend_style)
+                    + PathElement::new(vec![(15, 0), (24, 0)], legend_style)
+            });
+        } else {
+            legend.legend(move |(x, y)| {
+                EmptyElement::at((x, y)) + Circle::new((12, 0), 3, legend_style)
+            });
+        }
     }
     Ok(())
 }

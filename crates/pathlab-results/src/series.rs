@@ -28,7 +28,7 @@ use pathlab_core::quantile;
 use pathlab_core::spec::LinkSpec;
 use pathlab_core::verdict::DropReason;
 
-use crate::lab::{LabOutcome, LabRun};
+use crate::lab::{LabOutcome, LabRun, LabWorkload};
 use crate::recording::{Recording, RecordingLine};
 
 /// What a series measures, and so its CSV column, unit and plot.
@@ -431,37 +431,8 @@ use pathlab_diagnose::diagnosis::INFINITE_SSTHRESH;
 pub fn workload_series(run: &LabRun) -> Vec<Series> {
     let mut out = Vec::new();
     for workload in &run.workloads {
-        let start_ns = workload.start_ns as f64;
-        let at = |ns: f64| (start_ns + ns) / 1e9;
         match &workload.outcome {
-            LabOutcome::Rtt(_) | LabOutcome::Ping(_) => {
-                let report = workload.outcome.round_trips().expect("rtt or ping");
-                let timed = report.sent_ns.len() == report.series.len();
-                let interval_ns = if report.sent > 0 {
-                    workload.duration_ns as f64 / report.sent as f64
-                } else {
-                    0.0
-                };
-                let mut points: Vec<(f64, f64)> = report
-                    .series
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &(seq, rtt_ns))| {
-                        let sent_ns = if timed {
-                            report.sent_ns[i] as f64
-                        } else {
-                            seq as f64 * interval_ns
-                        };
-                        (at(sent_ns), rtt_ns as f64 / 1e9)
-                    })
-                    .collect();
-                points.sort_by(|a, b| a.0.total_cmp(&b.0));
-                out.push(Series {
-                    metric: Metric::Rtt,
-                    subject: workload.name.clone(),
-                    points,
-                });
-            }
+            LabOutcome::Rtt(_) | LabOutcome::Ping(_) => out.push(round_trip_series(workload)),
             LabOutcome::Owd(result) => out.push(Series {
                 metric: Metric::OwdDeviation,
                 subject: workload.name.clone(),
@@ -470,84 +441,132 @@ pub fn workload_series(run: &LabRun) -> Vec<Series> {
                     .series
                     .iter()
                     .map(|&(received_ns, deviation_ns)| {
-                        (at(received_ns as f64), deviation_ns as f64 / 1e9)
+                        (
+                            run_seconds(workload, received_ns as f64),
+                            deviation_ns as f64 / 1e9,
+                        )
                     })
                     .collect(),
             }),
-            LabOutcome::Tcp(report) => {
-                let streams: Vec<(&str, &pathlab_probe::tcp::StreamReport)> = report
-                    .up
-                    .iter()
-                    .map(|s| ("up", s))
-                    .chain(report.down.iter().map(|s| ("down", s)))
-                    .collect();
-                let single = streams.len() == 1;
-                for (direction, stream) in streams {
-                    let subject = if single {
-                        workload.name.clone()
-                    } else {
-                        format!("{} {direction} {}", workload.name, stream.index)
-                    };
-                    let samples = &stream.samples;
-                    let mut push = |metric, points: Vec<(f64, f64)>| {
-                        out.push(Series {
-                            metric,
-                            subject: subject.clone(),
-                            points,
-                        });
-                    };
-                    push(
-                        Metric::Cwnd,
-                        samples
-                            .iter()
-                            .map(|s| (at(s.at_ns as f64), f64::from(s.cwnd)))
-                            .collect(),
-                    );
-                    push(
-                        Metric::Ssthresh,
-                        samples
-                            .iter()
-                            .filter(|s| s.ssthresh < INFINITE_SSTHRESH)
-                            .map(|s| (at(s.at_ns as f64), f64::from(s.ssthresh)))
-                            .collect(),
-                    );
-                    push(
-                        Metric::Srtt,
-                        samples
-                            .iter()
-                            .map(|s| (at(s.at_ns as f64), f64::from(s.srtt_us) / 1e6))
-                            .collect(),
-                    );
-                    push(
-                        Metric::Retransmissions,
-                        samples
-                            .iter()
-                            .map(|s| (at(s.at_ns as f64), f64::from(s.retrans_segments)))
-                            .collect(),
-                    );
-                    if report.interval_ns > 0 {
-                        let interval = report.interval_ns as f64;
-                        push(
-                            Metric::Throughput,
-                            stream
-                                .interval_bytes
-                                .iter()
-                                .enumerate()
-                                .map(|(i, &bytes)| {
-                                    (
-                                        at((i + 1) as f64 * interval),
-                                        bytes as f64 * 8.0 * 1e9 / interval,
-                                    )
-                                })
-                                .collect(),
-                        );
-                    }
-                }
-            }
+            LabOutcome::Tcp(report) => out.extend(tcp_series(workload, report)),
             LabOutcome::Blocks(_)
             | LabOutcome::Command { .. }
             | LabOutcome::Failed(_)
             | LabOutcome::NotStarted => {}
+        }
+    }
+    out
+}
+
+/// A time `ns` after `workload` started, in seconds on the run's clock.
+fn run_seconds(workload: &LabWorkload, ns: f64) -> f64 {
+    (workload.start_ns as f64 + ns) / 1e9
+}
+
+/// The RTT of every reply of an RTT or ping workload against when its request was sent
+/// (recorded, or spread evenly over the workload by sequence number in older results), in
+/// time order.
+fn round_trip_series(workload: &LabWorkload) -> Series {
+    let report = workload.outcome.round_trips().expect("rtt or ping");
+    let timed = report.sent_ns.len() == report.series.len();
+    let interval_ns = if report.sent > 0 {
+        workload.duration_ns as f64 / report.sent as f64
+    } else {
+        0.0
+    };
+    let mut points: Vec<(f64, f64)> = report
+        .series
+        .iter()
+        .enumerate()
+        .map(|(i, &(seq, rtt_ns))| {
+            let sent_ns = if timed {
+                report.sent_ns[i] as f64
+            } else {
+                seq as f64 * interval_ns
+            };
+            (run_seconds(workload, sent_ns), rtt_ns as f64 / 1e9)
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Series {
+        metric: Metric::Rtt,
+        subject: workload.name.clone(),
+        points,
+    }
+}
+
+/// Every stream of a TCP workload: its cwnd, ssthresh (while finite), smoothed RTT and
+/// retransmissions from TCP_INFO, and its throughput per interval. A lone stream is named
+/// by the workload, several by `NAME up|down INDEX`.
+fn tcp_series(workload: &LabWorkload, report: &pathlab_probe::tcp::TcpTestReport) -> Vec<Series> {
+    let at = |ns: f64| run_seconds(workload, ns);
+    let streams: Vec<(&str, &pathlab_probe::tcp::StreamReport)> = report
+        .up
+        .iter()
+        .map(|s| ("up", s))
+        .chain(report.down.iter().map(|s| ("down", s)))
+        .collect();
+    let single = streams.len() == 1;
+    let mut out = Vec::new();
+    for (direction, stream) in streams {
+        let subject = if single {
+            workload.name.clone()
+        } else {
+            format!("{} {direction} {}", workload.name, stream.index)
+        };
+        let samples = &stream.samples;
+        let mut push = |metric, points: Vec<(f64, f64)>| {
+            out.push(Series {
+                metric,
+                subject: subject.clone(),
+                points,
+            });
+        };
+        push(
+            Metric::Cwnd,
+            samples
+                .iter()
+                .map(|s| (at(s.at_ns as f64), f64::from(s.cwnd)))
+                .collect(),
+        );
+        push(
+            Metric::Ssthresh,
+            samples
+                .iter()
+                .filter(|s| s.ssthresh < INFINITE_SSTHRESH)
+                .map(|s| (at(s.at_ns as f64), f64::from(s.ssthresh)))
+                .collect(),
+        );
+        push(
+            Metric::Srtt,
+            samples
+                .iter()
+                .map(|s| (at(s.at_ns as f64), f64::from(s.srtt_us) / 1e6))
+                .collect(),
+        );
+        push(
+            Metric::Retransmissions,
+            samples
+                .iter()
+                .map(|s| (at(s.at_ns as f64), f64::from(s.retrans_segments)))
+                .collect(),
+        );
+        if report.interval_ns > 0 {
+            let interval = report.interval_ns as f64;
+            push(
+                Metric::Throughput,
+                stream
+                    .interval_bytes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &bytes)| {
+                        (
+                            at((i + 1) as f64 * interval),
+                            bytes as f64 * 8.0 * 1e9 / interval,
+                        )
+                    })
+                    .collect(),
+            );
         }
     }
     out
@@ -612,56 +631,8 @@ pub(crate) mod tests {
             mathis_bps: Some(crate::lab::mathis_bps(1448.0, 0.02, 0.01)),
             sawtooth_period_s: None,
         };
-        let samples = (0..10u32)
-            .map(|i| TcpSample {
-                at_ns: u64::from(i) * 200_000_000,
-                cwnd: 10 + i,
-                ssthresh: if i < 5 { u32::MAX >> 1 } else { 7 },
-                srtt_us: 20_000 + i * 1000,
-                retrans_segments: i / 5,
-                mss: 1448,
-                ..TcpSample::default()
-            })
-            .collect();
-        let tcp = TcpTestReport {
-            interval_ns: 500_000_000,
-            up: vec![StreamReport {
-                index: 0,
-                interval_bytes: vec![500_000, 625_000, 625_000, 625_000],
-                bytes: 2_375_000,
-                receive_ns: 2_000_000_000,
-                samples,
-                starved: None,
-            }],
-            down: vec![],
-            up_bps: 9.5e6,
-            down_bps: 0.0,
-            client_cpu_s: 0.1,
-            server_cpu_s: 0.1,
-        };
-        let rtt = RttReport {
-            sent: 10,
-            reflector_received: 10,
-            reflector_dropped: 0,
-            replies: 10,
-            lost_up: 0,
-            lost_down: 0,
-            duplicates: 0,
-            rtt: percentiles(25_000_000),
-            up: percentiles(12_000_000),
-            down: percentiles(12_000_000),
-            clock_offset_ns: 0,
-            offset_basis: OffsetBasis::ClocksAgree,
-            send_error: percentiles(1000),
-            series: (0..10)
-                .map(|seq| (seq, 20_000_000 + seq as i64 * 1_000_000))
-                .collect(),
-            series_sent_ns: (0..10).map(|seq| seq * 100_000_000).collect(),
-            timed_by: RoundTripClocks {
-                kernel: 10,
-                user_space: 0,
-            },
-        };
+        let tcp = synthetic_tcp_report();
+        let rtt = synthetic_rtt_report();
         LabRun {
             name: "synthetic".into(),
             description: "a <made-up> run & its \"data\"".into(),
@@ -703,6 +674,66 @@ pub(crate) mod tests {
                     inspect: None,
                 },
             ],
+        }
+    }
+
+    /// The synthetic run's TCP flow: one stream up for 2 s, 9.5 Mbit/s, its cwnd growing by
+    /// one every 200 ms (ssthresh 7 from the sixth sample, one retransmission from then).
+    fn synthetic_tcp_report() -> TcpTestReport {
+        let samples = (0..10u32)
+            .map(|i| TcpSample {
+                at_ns: u64::from(i) * 200_000_000,
+                cwnd: 10 + i,
+                ssthresh: if i < 5 { u32::MAX >> 1 } else { 7 },
+                srtt_us: 20_000 + i * 1000,
+                retrans_segments: i / 5,
+                mss: 1448,
+                ..TcpSample::default()
+            })
+            .collect();
+        TcpTestReport {
+            interval_ns: 500_000_000,
+            up: vec![StreamReport {
+                index: 0,
+                interval_bytes: vec![500_000, 625_000, 625_000, 625_000],
+                bytes: 2_375_000,
+                receive_ns: 2_000_000_000,
+                samples,
+                starved: None,
+            }],
+            down: vec![],
+            up_bps: 9.5e6,
+            down_bps: 0.0,
+            client_cpu_s: 0.1,
+            server_cpu_s: 0.1,
+        }
+    }
+
+    /// The synthetic run's RTT probes: 10 sent every 100 ms, all answered, the RTT of probe
+    /// `seq` 20 ms + 1 ms x seq, timed by the kernel.
+    fn synthetic_rtt_report() -> RttReport {
+        RttReport {
+            sent: 10,
+            reflector_received: 10,
+            reflector_dropped: 0,
+            replies: 10,
+            lost_up: 0,
+            lost_down: 0,
+            duplicates: 0,
+            rtt: percentiles(25_000_000),
+            up: percentiles(12_000_000),
+            down: percentiles(12_000_000),
+            clock_offset_ns: 0,
+            offset_basis: OffsetBasis::ClocksAgree,
+            send_error: percentiles(1000),
+            series: (0..10)
+                .map(|seq| (seq, 20_000_000 + seq as i64 * 1_000_000))
+                .collect(),
+            series_sent_ns: (0..10).map(|seq| seq * 100_000_000).collect(),
+            timed_by: RoundTripClocks {
+                kernel: 10,
+                user_space: 0,
+            },
         }
     }
 

@@ -157,157 +157,182 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
     let heading = run_heading(run);
     let links = links_text(&run.run);
     let mut out = Vec::new();
-
-    // Link directions: queue length with its limit, queue delay with a full queue's.
     for metric in [
         Metric::QueuePackets,
         Metric::QueueDelay,
         Metric::Drops,
         Metric::DeliveredRate,
     ] {
-        let series: Vec<&Series> = of(run, metric).collect();
-        if series.is_empty()
-            || (metric == Metric::Drops && series.iter().all(|s| s.points.is_empty()))
-        {
-            continue;
-        }
-        let mut lines: Vec<Line> = lines_of(&series, LineStyle::Solid);
-        let (x0, x1) = time_span(&lines);
-        for (i, s) in series.iter().enumerate() {
-            if metric == Metric::DeliveredRate {
-                if let Some(rate_bps) = direction_spec(run, &s.subject).and_then(fixed_rate_bps) {
-                    lines.push(horizontal(
-                        format!("rate {}", mbit_per_sec(rate_bps)),
-                        rate_bps / 1e6,
-                        x0,
-                        x1,
-                        i,
-                    ));
-                }
-                continue;
-            }
-            let Some((limit, full_delay_s)) =
-                direction_spec(run, &s.subject).and_then(queue_theory)
-            else {
-                continue;
-            };
-            match metric {
-                Metric::QueuePackets => lines.push(horizontal(
-                    format!("limit {limit} packets"),
-                    f64::from(limit),
-                    x0,
-                    x1,
-                    i,
-                )),
-                Metric::QueueDelay => lines.push(horizontal(
-                    format!("full queue: {}", ms(full_delay_s)),
-                    full_delay_s * 1e3,
-                    x0,
-                    x1,
-                    i,
-                )),
-                _ => {}
-            }
-        }
-        let specs = series
-            .iter()
-            .map(|s| {
-                format!(
-                    "{}: {}",
-                    s.subject,
-                    direction_spec(run, &s.subject).unwrap_or("?")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(" | ");
+        out.extend(link_figure(run, metric, &heading));
+    }
+    out.extend(rtt_figures(run, &heading, &links));
+    out.extend(tcp_figures(run, &heading, &links));
+    let owd: Vec<&Series> = of(run, Metric::OwdDeviation).collect();
+    if !owd.is_empty() {
         out.push(line_figure(
-            metric.slug().to_owned(),
-            if metric == Metric::DeliveredRate {
-                format!(
-                    "What every bottleneck sent per {} s, frames as the emulator counts them \
-                     ({heading}); dashed: its rate",
-                    crate::series::DELIVERED_RATE_INTERVAL_S
-                )
-            } else {
-                format!(
-                    "{} of every bottleneck ({heading}); dashed: the queue's limit",
-                    metric.title()
-                )
-            },
-            format!("{} — {heading}", metric.title()),
-            specs,
-            metric.axis(),
-            lines,
+            "owd-deviation".into(),
+            format!("One-way delay of every probe above the recent minimum ({heading})"),
+            format!("One-way delay deviation — {heading}"),
+            links,
+            Metric::OwdDeviation.axis(),
+            lines_of(&owd, LineStyle::Solid),
         ));
     }
+    out
+}
 
-    // RTT per probe and its CDF, with the path's base RTT and full-queue plateau.
-    let rtt: Vec<&Series> = of(run, Metric::Rtt).collect();
-    if !rtt.is_empty() {
-        let mut lines: Vec<Line> = lines_of(&rtt, LineStyle::Points);
-        let (x0, x1) = time_span(&lines);
-        let base = theory(&run.run, |p| Some(p.base_rtt_s));
-        let plateau = theory(&run.run, |p| p.plateau_rtt_s);
-        if let Some(plateau) = plateau {
-            lines.push(horizontal(
-                format!("theory: full queue {}", ms(plateau)),
-                plateau * 1e3,
-                x0,
-                x1,
-                3,
-            ));
-        }
-        if let Some(base) = base {
-            lines.push(horizontal(
-                format!("theory: base RTT {}", ms(base)),
-                base * 1e3,
-                x0,
-                x1,
-                7,
-            ));
-        }
-        out.push(line_figure(
-            "rtt".into(),
-            format!("RTT of every probe against when it was sent ({heading}); dashed: theory"),
-            format!("RTT per probe — {heading}"),
-            links.clone(),
-            Metric::Rtt.axis(),
-            lines,
+/// The figure of one link-direction `metric` (queue length, queue delay, drops or delivered
+/// rate) across every direction that has it, with each direction's theory dashed: its
+/// queue's limit, a full queue's delay, its rate. `None` without data.
+fn link_figure(run: &RunData, metric: Metric, heading: &str) -> Option<Figure> {
+    let series: Vec<&Series> = of(run, metric).collect();
+    if series.is_empty() || (metric == Metric::Drops && series.iter().all(|s| s.points.is_empty()))
+    {
+        return None;
+    }
+    let mut lines: Vec<Line> = lines_of(&series, LineStyle::Solid);
+    let (x0, x1) = time_span(&lines);
+    for (i, s) in series.iter().enumerate() {
+        let spec = direction_spec(run, &s.subject);
+        lines.extend(link_theory_line(metric, spec, (x0, x1), i));
+    }
+    let specs = series
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {}",
+                s.subject,
+                direction_spec(run, &s.subject).unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" | ");
+    Some(line_figure(
+        metric.slug().to_owned(),
+        if metric == Metric::DeliveredRate {
+            format!(
+                "What every bottleneck sent per {} s, frames as the emulator counts them \
+                 ({heading}); dashed: its rate",
+                crate::series::DELIVERED_RATE_INTERVAL_S
+            )
+        } else {
+            format!(
+                "{} of every bottleneck ({heading}); dashed: the queue's limit",
+                metric.title()
+            )
+        },
+        format!("{} — {heading}", metric.title()),
+        specs,
+        metric.axis(),
+        lines,
+    ))
+}
+
+/// The dashed theory line of one link direction with spec `spec` on a `metric` figure
+/// spanning `span` (seconds), in the direction's colour: the rate on the delivered-rate
+/// figure, the queue's limit on the queue-length one, a full queue's delay on the
+/// queue-delay one. `None` when the spec has no fixed rate, or for drops.
+fn link_theory_line(
+    metric: Metric,
+    spec: Option<&str>,
+    (x0, x1): (f64, f64),
+    color: usize,
+) -> Option<Line> {
+    if metric == Metric::DeliveredRate {
+        let rate_bps = spec.and_then(fixed_rate_bps)?;
+        return Some(horizontal(
+            format!("rate {}", mbit_per_sec(rate_bps)),
+            rate_bps / 1e6,
+            x0,
+            x1,
+            color,
         ));
-        let mut lines: Vec<Line> = rtt
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Line {
-                label: s.subject.clone(),
-                points: cdf(s),
-                style: LineStyle::Solid,
-                color: i,
-            })
-            .collect();
-        if let Some(plateau) = plateau {
-            lines.push(Line {
-                label: format!("theory: full queue {}", ms(plateau)),
-                points: vec![(plateau * 1e3, 0.0), (plateau * 1e3, 1.0)],
-                style: LineStyle::Dashed,
-                color: 3,
-            });
-        }
-        out.push(Figure {
-            stem: "rtt-cdf".into(),
-            caption: format!("Distribution of the RTT ({heading})"),
-            chart: Chart::Lines(LineFigure {
-                title: format!("CDF of the RTT — {heading}"),
-                subtitle: links.clone(),
-                x_label: "RTT (ms)".into(),
-                y_label: "fraction of probes".into(),
-                lines,
-                y_from_zero: true,
-                legend: LegendAt::LowerRight,
-            }),
+    }
+    let (limit, full_delay_s) = spec.and_then(queue_theory)?;
+    match metric {
+        Metric::QueuePackets => Some(horizontal(
+            format!("limit {limit} packets"),
+            f64::from(limit),
+            x0,
+            x1,
+            color,
+        )),
+        Metric::QueueDelay => Some(horizontal(
+            format!("full queue: {}", ms(full_delay_s)),
+            full_delay_s * 1e3,
+            x0,
+            x1,
+            color,
+        )),
+        _ => None,
+    }
+}
+
+/// A run's RTT figures: the RTT of every probe against when it was sent, with the path's
+/// base RTT and full-queue plateau dashed, and its CDF (none without probes).
+fn rtt_figures(run: &RunData, heading: &str, links: &str) -> Vec<Figure> {
+    let rtt: Vec<&Series> = of(run, Metric::Rtt).collect();
+    if rtt.is_empty() {
+        return Vec::new();
+    }
+    let mut lines: Vec<Line> = lines_of(&rtt, LineStyle::Points);
+    let (x0, x1) = time_span(&lines);
+    let base = theory(&run.run, |p| Some(p.base_rtt_s));
+    let plateau = theory(&run.run, |p| p.plateau_rtt_s);
+    if let Some(plateau) = plateau {
+        lines.push(horizontal(
+            format!("theory: full queue {}", ms(plateau)),
+            plateau * 1e3,
+            x0,
+            x1,
+            3,
+        ));
+    }
+    if let Some(base) = base {
+        lines.push(horizontal(
+            format!("theory: base RTT {}", ms(base)),
+            base * 1e3,
+            x0,
+            x1,
+            7,
+        ));
+    }
+    let per_probe = line_figure(
+        "rtt".into(),
+        format!("RTT of every probe against when it was sent ({heading}); dashed: theory"),
+        format!("RTT per probe — {heading}"),
+        links.to_owned(),
+        Metric::Rtt.axis(),
+        lines,
+    );
+    let mut lines: Vec<Line> = rtt
+        .iter()
+        .enumerate()
+        .map(|(i, s)| cdf_line(s.subject.clone(), s, i))
+        .collect();
+    if let Some(plateau) = plateau {
+        lines.push(Line {
+            label: format!("theory: full queue {}", ms(plateau)),
+            points: vec![(plateau * 1e3, 0.0), (plateau * 1e3, 1.0)],
+            style: LineStyle::Dashed,
+            color: 3,
         });
     }
+    let distribution = rtt_cdf_figure(
+        "rtt-cdf".into(),
+        format!("Distribution of the RTT ({heading})"),
+        format!("CDF of the RTT — {heading}"),
+        links.to_owned(),
+        lines,
+    );
+    vec![per_probe, distribution]
+}
 
-    // TCP: cwnd (ssthresh dashed), throughput against the bottleneck and Mathis bound.
+/// A run's TCP figures: every stream's congestion window (ssthresh dashed), its throughput
+/// against the bottleneck and the Mathis bound, and its retransmissions (those it has data
+/// for).
+fn tcp_figures(run: &RunData, heading: &str, links: &str) -> Vec<Figure> {
+    let mut out = Vec::new();
     let cwnd: Vec<&Series> = of(run, Metric::Cwnd).collect();
     if !cwnd.is_empty() {
         let mut lines = Vec::new();
@@ -331,7 +356,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             "cwnd".into(),
             format!("Congestion window of every TCP stream, from TCP_INFO ({heading})"),
             format!("Congestion window — {heading}"),
-            links.clone(),
+            links.to_owned(),
             Metric::Cwnd.axis(),
             lines,
         ));
@@ -362,7 +387,7 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             "throughput".into(),
             format!("What each TCP stream's receiver got per interval ({heading}); dashed: theory"),
             format!("Throughput per interval — {heading}"),
-            links.clone(),
+            links.to_owned(),
             Metric::Throughput.axis(),
             lines,
         ));
@@ -375,23 +400,46 @@ pub(super) fn run_figures(run: &RunData) -> Vec<Figure> {
             "retransmissions".into(),
             format!("Segments every TCP sender retransmitted so far ({heading})"),
             format!("Retransmissions — {heading}"),
-            links.clone(),
+            links.to_owned(),
             Metric::Retransmissions.axis(),
             lines_of(&retransmissions, LineStyle::Solid),
         ));
     }
-    let owd: Vec<&Series> = of(run, Metric::OwdDeviation).collect();
-    if !owd.is_empty() {
-        out.push(line_figure(
-            "owd-deviation".into(),
-            format!("One-way delay of every probe above the recent minimum ({heading})"),
-            format!("One-way delay deviation — {heading}"),
-            links,
-            Metric::OwdDeviation.axis(),
-            lines_of(&owd, LineStyle::Solid),
-        ));
-    }
     out
+}
+
+/// A series' empirical CDF as a solid line labelled `label` in palette colour `color`.
+fn cdf_line(label: String, series: &Series, color: usize) -> Line {
+    Line {
+        label,
+        points: cdf(series),
+        style: LineStyle::Solid,
+        color,
+    }
+}
+
+/// A figure of RTT distributions (`lines`, from [`cdf_line`]): RTT in ms across, the
+/// fraction of probes at or below it up, the legend lower right.
+fn rtt_cdf_figure(
+    stem: String,
+    caption: String,
+    title: String,
+    subtitle: String,
+    lines: Vec<Line>,
+) -> Figure {
+    Figure {
+        stem,
+        caption,
+        chart: Chart::Lines(LineFigure {
+            title,
+            subtitle,
+            x_label: "RTT (ms)".into(),
+            y_label: "fraction of probes".into(),
+            lines,
+            y_from_zero: true,
+            legend: LegendAt::LowerRight,
+        }),
+    }
 }
 
 /// The empirical CDF of a series' values, plotted: `(value, fraction at or below)`.
@@ -410,8 +458,6 @@ fn cdf(series: &Series) -> Vec<(f64, f64)> {
 /// Several runs' same series on one figure, one line per run: queue length and delay,
 /// RTT per probe and its CDF, cwnd, throughput, OWD deviation.
 pub(super) fn compare_figures(runs: &[RunData]) -> Vec<Figure> {
-    let name = runs[0].run.name.clone();
-    let mut out = Vec::new();
     let metrics = [
         Metric::Rtt,
         Metric::QueuePackets,
@@ -421,98 +467,97 @@ pub(super) fn compare_figures(runs: &[RunData]) -> Vec<Figure> {
         Metric::Throughput,
         Metric::OwdDeviation,
     ];
+    let mut out = Vec::new();
     for metric in metrics {
-        // Subjects in the order the first run that has them lists them.
-        let mut subjects: Vec<&str> = Vec::new();
-        for run in runs {
-            for s in of(run, metric) {
-                if !subjects.contains(&s.subject.as_str()) {
-                    subjects.push(&s.subject);
-                }
+        for subject in subjects(runs, metric) {
+            out.extend(compare_subject_figures(runs, metric, subject));
+        }
+    }
+    out
+}
+
+/// The subjects of `metric`'s series across `runs`, each once, in the order the first run
+/// that has them lists them.
+fn subjects(runs: &[RunData], metric: Metric) -> Vec<&str> {
+    let mut subjects: Vec<&str> = Vec::new();
+    for run in runs {
+        for s in of(run, metric) {
+            if !subjects.contains(&s.subject.as_str()) {
+                subjects.push(&s.subject);
             }
         }
-        for subject in subjects {
-            let with: Vec<(usize, &RunData, &Series)> = runs
-                .iter()
-                .enumerate()
-                .filter_map(|(i, run)| {
-                    of(run, metric)
-                        .find(|s| s.subject == subject)
-                        .map(|s| (i, run, s))
-                })
-                .collect();
-            if with.len() < 2 {
-                continue;
-            }
-            let mut lines: Vec<Line> = with
-                .iter()
-                .map(|&(i, run, s)| Line {
-                    label: run.label(),
-                    points: scaled(s),
-                    style: LineStyle::Solid,
-                    color: i,
-                })
-                .collect();
-            let (x0, x1) = time_span(&lines);
-            if metric == Metric::Rtt {
-                for &(i, run, _) in &with {
-                    if let Some(plateau) = theory(&run.run, |p| p.plateau_rtt_s) {
-                        lines.push(horizontal(
-                            format!("{}: theory {}", run.label(), ms(plateau)),
-                            plateau * 1e3,
-                            x0,
-                            x1,
-                            i,
-                        ));
-                    }
-                }
-            }
-            let stem = format!("{}-{}", metric.slug(), slug(subject));
-            out.push(line_figure(
-                stem.clone(),
-                format!("{} of {subject}, every run on one figure", metric.title()),
-                format!(
-                    "{} of {subject} — {name}, {} runs",
-                    metric.title(),
-                    with.len()
-                ),
-                with.iter()
-                    .map(|(_, run, _)| run.label())
-                    .collect::<Vec<_>>()
-                    .join(" | "),
-                metric.axis(),
-                lines,
-            ));
-            if metric == Metric::Rtt {
-                out.push(Figure {
-                    stem: format!("{stem}-cdf"),
-                    caption: format!(
-                        "Distribution of the RTT of {subject}, every run on one figure"
-                    ),
-                    chart: Chart::Lines(LineFigure {
-                        title: format!("CDF of the RTT of {subject} — {name}, {} runs", with.len()),
-                        subtitle: with
-                            .iter()
-                            .map(|(_, run, _)| run.label())
-                            .collect::<Vec<_>>()
-                            .join(" | "),
-                        x_label: "RTT (ms)".into(),
-                        y_label: "fraction of probes".into(),
-                        lines: with
-                            .iter()
-                            .map(|&(i, run, s)| Line {
-                                label: run.label(),
-                                points: cdf(s),
-                                style: LineStyle::Solid,
-                                color: i,
-                            })
-                            .collect(),
-                        y_from_zero: true,
-                        legend: LegendAt::LowerRight,
-                    }),
-                });
+    }
+    subjects
+}
+
+/// The comparison of one subject's `metric` across the runs that have it, one line per run
+/// (for the RTT, each run's full-queue theory dashed, and a second figure of the CDFs);
+/// nothing when fewer than two runs have it.
+fn compare_subject_figures(runs: &[RunData], metric: Metric, subject: &str) -> Vec<Figure> {
+    let name = &runs[0].run.name;
+    let with: Vec<(usize, &RunData, &Series)> = runs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, run)| {
+            of(run, metric)
+                .find(|s| s.subject == subject)
+                .map(|s| (i, run, s))
+        })
+        .collect();
+    if with.len() < 2 {
+        return Vec::new();
+    }
+    let mut lines: Vec<Line> = with
+        .iter()
+        .map(|&(i, run, s)| Line {
+            label: run.label(),
+            points: scaled(s),
+            style: LineStyle::Solid,
+            color: i,
+        })
+        .collect();
+    let (x0, x1) = time_span(&lines);
+    if metric == Metric::Rtt {
+        for &(i, run, _) in &with {
+            if let Some(plateau) = theory(&run.run, |p| p.plateau_rtt_s) {
+                lines.push(horizontal(
+                    format!("{}: theory {}", run.label(), ms(plateau)),
+                    plateau * 1e3,
+                    x0,
+                    x1,
+                    i,
+                ));
             }
         }
+    }
+    let labels = with
+        .iter()
+        .map(|(_, run, _)| run.label())
+        .collect::<Vec<_>>()
+        .join(" | ");
+    let stem = format!("{}-{}", metric.slug(), slug(subject));
+    let mut out = vec![line_figure(
+        stem.clone(),
+        format!("{} of {subject}, every run on one figure", metric.title()),
+        format!(
+            "{} of {subject} — {name}, {} runs",
+            metric.title(),
+            with.len()
+        ),
+        labels.clone(),
+        metric.axis(),
+        lines,
+    )];
+    if metric == Metric::Rtt {
+        out.push(rtt_cdf_figure(
+            format!("{stem}-cdf"),
+            format!("Distribution of the RTT of {subject}, every run on one figure"),
+            format!("CDF of the RTT of {subject} — {name}, {} runs", with.len()),
+            labels,
+            with.iter()
+                .map(|&(i, run, s)| cdf_line(run.label(), s, i))
+                .collect(),
+        ));
     }
     out
 }

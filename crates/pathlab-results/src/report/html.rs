@@ -9,7 +9,9 @@ use pathlab_probe::owd::QueueVerdict;
 
 use super::figures::{links_text, run_heading};
 use super::{mbit_per_sec, ms, versus, DrawnFigure, RunData};
-use crate::lab::{lateness_text, LabLink, LabOutcome};
+use crate::lab::{lateness_text, LabLink, LabOutcome, LabRun, LabWorkload, PathTheory};
+use pathlab_probe::owd::OneWayResult;
+use pathlab_probe::tcp::{BlocksReport, TcpTestReport};
 
 /// One run's part of the page.
 #[derive(Debug)]
@@ -168,18 +170,28 @@ fn outcome_text(outcome: &LabOutcome) -> String {
     }
 }
 
-/// The summary tables of one run: RTT, TCP, OWD workloads and link directions.
-fn summaries(out: &mut String, data: &RunData) {
-    let run = &data.run;
-    let mut rtt_rows = Vec::new();
-    let mut tcp_rows = Vec::new();
-    let mut owd_rows = Vec::new();
-    let mut blocks_rows = Vec::new();
-    let mut verdict_rows = Vec::new();
-    for workload in &run.workloads {
+/// The rows of a run's summary tables, one table per kind of workload, gathered workload
+/// by workload before any table is written.
+#[derive(Default)]
+struct SummaryRows {
+    /// RTT and ping workloads.
+    rtt: Vec<Vec<String>>,
+    /// TCP workloads.
+    tcp: Vec<Vec<String>>,
+    /// One-way delay workloads.
+    owd: Vec<Vec<String>>,
+    /// Applications in blocks.
+    blocks: Vec<Vec<String>>,
+    /// What `pathlab inspect` said limited each connection.
+    verdicts: Vec<Vec<String>>,
+}
+
+impl SummaryRows {
+    /// Adds `workload`'s rows: one per inspected connection, and one in its kind's table.
+    fn add(&mut self, workload: &LabWorkload) {
         let path = workload.path;
         for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
-            verdict_rows.push(vec![
+            self.verdicts.push(vec![
                 workload.name.clone(),
                 connection.last.name(),
                 connection.verdict.limit.name().to_owned(),
@@ -188,85 +200,21 @@ fn summaries(out: &mut String, data: &RunData) {
             ]);
         }
         match &workload.outcome {
-            LabOutcome::Rtt(_) | LabOutcome::Ping(_) => {
-                let trips = workload.outcome.round_trips().expect("rtt or ping");
-                let plateau = trips.plateau_s();
-                let theory = path.and_then(|p| p.plateau_rtt_s);
-                let lost = match &workload.outcome {
-                    LabOutcome::Rtt(report) => format!("{} / {}", report.lost_up, report.lost_down),
-                    // ICMP cannot tell which way a request was lost.
-                    _ => format!("{} (either way)", trips.sent - trips.series.len() as u64),
-                };
-                rtt_rows.push(vec![
-                    workload.name.clone(),
-                    ms(trips.rtt.p50_ns as f64 * 1e-9),
-                    ms(trips.rtt.p99_ns as f64 * 1e-9),
-                    opt(plateau.map(ms)),
-                    opt(theory.map(ms)),
-                    opt(plateau.zip(theory).map(|(m, t)| versus(m, t))),
-                    opt(path.map(|p| ms(p.base_rtt_s))),
-                    lost,
-                    format!("{} / {}", trips.series.len(), trips.sent),
-                    trips.timed_by.describe(),
-                ]);
-            }
-            LabOutcome::Tcp(report) => {
-                let goodput = report.up_bps + report.down_bps;
-                let bottleneck = path.and_then(|p| p.bottleneck_bps);
-                let mathis = path.and_then(|p| p.mathis_bps);
-                let retransmitted = report.retransmitted_segments();
-                tcp_rows.push(vec![
-                    workload.name.clone(),
-                    mbit_per_sec(goodput),
-                    opt(bottleneck.map(mbit_per_sec)),
-                    opt(bottleneck
-                        .map(|b| format::fraction_as_percent(goodput / b, Digits::fixed(1)))),
-                    opt(mathis.map(mbit_per_sec)),
-                    opt(mathis.map(|m| versus(goodput, m))),
-                    opt(path
-                        .and_then(|p| p.loss)
-                        .map(|l| format::fraction_as_percent(l, Digits::fixed(3)))),
-                    retransmitted.to_string(),
-                    (report.up.len() + report.down.len()).to_string(),
-                ]);
-            }
-            LabOutcome::Owd(result) => {
-                let owd = &result.owd;
-                owd_rows.push(vec![
-                    workload.name.clone(),
-                    verdict(owd.verdict).to_owned(),
-                    format!(
-                        "{:+.0} ± {:.0} us/s",
-                        owd.trend_us_per_s, owd.trend_ci95_us_per_s
-                    ),
-                    ms(owd.deviation_p50_ns as f64 * 1e-9),
-                    ms(owd.deviation_p95_ns as f64 * 1e-9),
-                    ms(owd.deviation_max_ns as f64 * 1e-9),
-                    ms(owd.queue_growth_ns as f64 * 1e-9),
-                    format!("{} / {}", result.sequence.lost, result.sequence.sent),
-                    mbit_per_sec(result.achieved_rate_bps),
-                ]);
-            }
+            LabOutcome::Rtt(_) | LabOutcome::Ping(_) => self.rtt.push(rtt_row(workload)),
+            LabOutcome::Tcp(report) => self.tcp.push(tcp_row(&workload.name, report, path)),
+            LabOutcome::Owd(result) => self.owd.push(owd_row(&workload.name, result)),
             LabOutcome::Blocks(report) => {
-                let bound = path.map(|p| crate::lab::blocks_bound_bps(report.size, &p));
-                blocks_rows.push(vec![
-                    workload.name.clone(),
-                    format!("{} B", report.size),
-                    mbit_per_sec(report.throughput_bps),
-                    opt(bound.map(mbit_per_sec)),
-                    opt(bound.map(|b| versus(report.throughput_bps, b))),
-                    ms(report.block_time.p50_ns as f64 * 1e-9),
-                    opt(path.map(|p| ms(p.base_rtt_s))),
-                    report.blocks.to_string(),
-                ]);
+                self.blocks.push(blocks_row(&workload.name, report, path));
             }
             LabOutcome::Command { .. } | LabOutcome::Failed(_) | LabOutcome::NotStarted => {}
         }
     }
-    if !blocks_rows.is_empty() {
-        out.push_str("<h3>Applications in blocks</h3>\n");
-        table(
+
+    /// Writes the tables that have rows, each under its heading.
+    fn write(&self, out: &mut String) {
+        titled_table(
             out,
+            "Applications in blocks",
             &[
                 "workload",
                 "block",
@@ -277,21 +225,17 @@ fn summaries(out: &mut String, data: &RunData) {
                 "base RTT",
                 "blocks",
             ],
-            &blocks_rows,
+            &self.blocks,
         );
-    }
-    if !verdict_rows.is_empty() {
-        out.push_str("<h3>What limited each connection (pathlab inspect)</h3>\n");
-        table(
+        titled_table(
             out,
+            "What limited each connection (pathlab inspect)",
             &["workload", "connection", "limit", "share", "verdict"],
-            &verdict_rows,
+            &self.verdicts,
         );
-    }
-    if !rtt_rows.is_empty() {
-        out.push_str("<h3>Round trips</h3>\n");
-        table(
+        titled_table(
             out,
+            "Round trips",
             &[
                 "workload",
                 "RTT p50",
@@ -304,13 +248,11 @@ fn summaries(out: &mut String, data: &RunData) {
                 "replies / sent",
                 "clock",
             ],
-            &rtt_rows,
+            &self.rtt,
         );
-    }
-    if !tcp_rows.is_empty() {
-        out.push_str("<h3>TCP</h3>\n");
-        table(
+        titled_table(
             out,
+            "TCP",
             &[
                 "workload",
                 "goodput",
@@ -322,13 +264,11 @@ fn summaries(out: &mut String, data: &RunData) {
                 "retransmitted segments",
                 "streams",
             ],
-            &tcp_rows,
+            &self.tcp,
         );
-    }
-    if !owd_rows.is_empty() {
-        out.push_str("<h3>One-way delay</h3>\n");
-        table(
+        titled_table(
             out,
+            "One-way delay",
             &[
                 "workload",
                 "verdict",
@@ -340,63 +280,201 @@ fn summaries(out: &mut String, data: &RunData) {
                 "lost / sent",
                 "achieved rate",
             ],
-            &owd_rows,
-        );
-    }
-    if !data.links.is_empty() {
-        out.push_str("<h3>Links (the emulators' ground truth)</h3>\n");
-        let rows: Vec<Vec<String>> = data
-            .links
-            .iter()
-            .map(|d| {
-                let drops = if d.drops.is_empty() {
-                    "0".to_owned()
-                } else {
-                    let reasons = d
-                        .drops
-                        .iter()
-                        .map(|(reason, n)| format!("{n} {reason}"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    format!("{} ({reasons})", d.drops_total())
-                };
-                vec![
-                    d.subject.clone(),
-                    d.spec.clone(),
-                    d.packets.to_string(),
-                    opt(d.queue_max_packets.map(|q| q.to_string())),
-                    opt(d.queue_median_packets.map(|q| q.to_string())),
-                    opt(d.queue_delay_p50_s.map(ms)),
-                    opt(d.queue_delay_p99_s.map(ms)),
-                    opt(d.queue_delay_max_s.map(ms)),
-                    drops,
-                    d.ce_marked.to_string(),
-                ]
-            })
-            .collect();
-        table(
-            out,
-            &[
-                "direction",
-                "spec",
-                "packets",
-                "queue max (packets)",
-                "queue median",
-                "queue delay p50",
-                "queue delay p99",
-                "queue delay max",
-                "drops",
-                "CE marks",
-            ],
-            &rows,
+            &self.owd,
         );
     }
 }
 
+/// A table under an `<h3>` heading, or nothing when it has no rows.
+fn titled_table(out: &mut String, title: &str, head: &[&str], rows: &[Vec<String>]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "<h3>{title}</h3>");
+    table(out, head, rows);
+}
+
+/// The round-trips row of an RTT or ping workload: percentiles, plateau against theory,
+/// losses, replies and which clock timed them.
+fn rtt_row(workload: &LabWorkload) -> Vec<String> {
+    let path = workload.path;
+    let trips = workload.outcome.round_trips().expect("rtt or ping");
+    let plateau = trips.plateau_s();
+    let theory = path.and_then(|p| p.plateau_rtt_s);
+    let lost = match &workload.outcome {
+        LabOutcome::Rtt(report) => format!("{} / {}", report.lost_up, report.lost_down),
+        // ICMP cannot tell which way a request was lost.
+        _ => format!("{} (either way)", trips.sent - trips.series.len() as u64),
+    };
+    vec![
+        workload.name.clone(),
+        ms(trips.rtt.p50_ns as f64 * 1e-9),
+        ms(trips.rtt.p99_ns as f64 * 1e-9),
+        opt(plateau.map(ms)),
+        opt(theory.map(ms)),
+        opt(plateau.zip(theory).map(|(m, t)| versus(m, t))),
+        opt(path.map(|p| ms(p.base_rtt_s))),
+        lost,
+        format!("{} / {}", trips.series.len(), trips.sent),
+        trips.timed_by.describe(),
+    ]
+}
+
+/// The TCP row of workload `name`: goodput against the bottleneck and the Mathis bound,
+/// the path's loss, retransmissions and streams.
+fn tcp_row(name: &str, report: &TcpTestReport, path: Option<PathTheory>) -> Vec<String> {
+    let goodput = report.up_bps + report.down_bps;
+    let bottleneck = path.and_then(|p| p.bottleneck_bps);
+    let mathis = path.and_then(|p| p.mathis_bps);
+    let retransmitted = report.retransmitted_segments();
+    vec![
+        name.to_owned(),
+        mbit_per_sec(goodput),
+        opt(bottleneck.map(mbit_per_sec)),
+        opt(bottleneck.map(|b| format::fraction_as_percent(goodput / b, Digits::fixed(1)))),
+        opt(mathis.map(mbit_per_sec)),
+        opt(mathis.map(|m| versus(goodput, m))),
+        opt(path
+            .and_then(|p| p.loss)
+            .map(|l| format::fraction_as_percent(l, Digits::fixed(3)))),
+        retransmitted.to_string(),
+        (report.up.len() + report.down.len()).to_string(),
+    ]
+}
+
+/// The one-way delay row of workload `name`: verdict, trend, deviation, queue growth,
+/// losses and the rate achieved.
+fn owd_row(name: &str, result: &OneWayResult) -> Vec<String> {
+    let owd = &result.owd;
+    vec![
+        name.to_owned(),
+        verdict(owd.verdict).to_owned(),
+        format!(
+            "{:+.0} ± {:.0} us/s",
+            owd.trend_us_per_s, owd.trend_ci95_us_per_s
+        ),
+        ms(owd.deviation_p50_ns as f64 * 1e-9),
+        ms(owd.deviation_p95_ns as f64 * 1e-9),
+        ms(owd.deviation_max_ns as f64 * 1e-9),
+        ms(owd.queue_growth_ns as f64 * 1e-9),
+        format!("{} / {}", result.sequence.lost, result.sequence.sent),
+        mbit_per_sec(result.achieved_rate_bps),
+    ]
+}
+
+/// The blocks row of workload `name`: throughput against a block per round trip, block
+/// time and count.
+fn blocks_row(name: &str, report: &BlocksReport, path: Option<PathTheory>) -> Vec<String> {
+    let bound = path.map(|p| crate::lab::blocks_bound_bps(report.size, &p));
+    vec![
+        name.to_owned(),
+        format!("{} B", report.size),
+        mbit_per_sec(report.throughput_bps),
+        opt(bound.map(mbit_per_sec)),
+        opt(bound.map(|b| versus(report.throughput_bps, b))),
+        ms(report.block_time.p50_ns as f64 * 1e-9),
+        opt(path.map(|p| ms(p.base_rtt_s))),
+        report.blocks.to_string(),
+    ]
+}
+
+/// The summary tables of one run: RTT, TCP, OWD workloads and link directions.
+fn summaries(out: &mut String, data: &RunData) {
+    let mut rows = SummaryRows::default();
+    for workload in &data.run.workloads {
+        rows.add(workload);
+    }
+    rows.write(out);
+    link_directions_table(out, data);
+}
+
+/// The table of every link direction's ground truth from the emulators' recordings:
+/// packets, queue length and delay, drops by reason, CE marks (nothing without
+/// recordings).
+fn link_directions_table(out: &mut String, data: &RunData) {
+    let rows: Vec<Vec<String>> = data
+        .links
+        .iter()
+        .map(|d| {
+            let drops = if d.drops.is_empty() {
+                "0".to_owned()
+            } else {
+                let reasons = d
+                    .drops
+                    .iter()
+                    .map(|(reason, n)| format!("{n} {reason}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("{} ({reasons})", d.drops_total())
+            };
+            vec![
+                d.subject.clone(),
+                d.spec.clone(),
+                d.packets.to_string(),
+                opt(d.queue_max_packets.map(|q| q.to_string())),
+                opt(d.queue_median_packets.map(|q| q.to_string())),
+                opt(d.queue_delay_p50_s.map(ms)),
+                opt(d.queue_delay_p99_s.map(ms)),
+                opt(d.queue_delay_max_s.map(ms)),
+                drops,
+                d.ce_marked.to_string(),
+            ]
+        })
+        .collect();
+    titled_table(
+        out,
+        "Links (the emulators' ground truth)",
+        &[
+            "direction",
+            "spec",
+            "packets",
+            "queue max (packets)",
+            "queue median",
+            "queue delay p50",
+            "queue delay p99",
+            "queue delay max",
+            "drops",
+            "CE marks",
+        ],
+        &rows,
+    );
+}
+
+/// One run's section of the page: its facts and notes, its links and workloads, its
+/// summary tables, figures and CSV files.
 fn run_section(out: &mut String, section: &RunSection<'_>) {
     let data = section.run;
-    let run = &data.run;
     let _ = writeln!(out, "<section><h2>{}</h2>", escape(&run_heading(data)));
+    run_facts(out, data);
+    links_and_workloads(out, &data.run);
+    summaries(out, data);
+    if !section.figures.is_empty() {
+        out.push_str("<h3>Figures</h3>\n");
+        for drawn in &section.figures {
+            figure(out, drawn);
+        }
+    }
+    if !section.csv.is_empty() {
+        let names = section
+            .csv
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            out,
+            "<p class=\"files\">Every series as CSV (next to this page): {}</p>",
+            escape(&names)
+        );
+    }
+    out.push_str("</section>\n");
+}
+
+/// A run's facts as a definition list (experiment, description, parameters, start,
+/// duration, kernel, result file), then its warnings that the emulator sent late, the
+/// changes made to its links by hand, and the report's notes on it.
+fn run_facts(out: &mut String, data: &RunData) {
+    let run = &data.run;
     out.push_str("<dl>");
     let mut item = |key: &str, value: &str| {
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(key), escape(value));
@@ -434,6 +512,11 @@ fn run_section(out: &mut String, section: &RunSection<'_>) {
     for note in &data.notes {
         let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(note));
     }
+}
+
+/// The tables of a run's links (specs both ways, recording, lateness) and of its
+/// workloads (endpoints, start, duration, outcome).
+fn links_and_workloads(out: &mut String, run: &LabRun) {
     out.push_str("<h3>Links</h3>\n");
     table(
         out,
@@ -482,27 +565,6 @@ fn run_section(out: &mut String, section: &RunSection<'_>) {
             })
             .collect::<Vec<_>>(),
     );
-    summaries(out, data);
-    if !section.figures.is_empty() {
-        out.push_str("<h3>Figures</h3>\n");
-        for drawn in &section.figures {
-            figure(out, drawn);
-        }
-    }
-    if !section.csv.is_empty() {
-        let names = section
-            .csv
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
-        let _ = writeln!(
-            out,
-            "<p class=\"files\">Every series as CSV (next to this page): {}</p>",
-            escape(&names)
-        );
-    }
-    out.push_str("</section>\n");
 }
 
 /// How late a link's emulator sent, each direction: `r1 to h2: p99 12 us, max 80 us, late
