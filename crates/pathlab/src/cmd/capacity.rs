@@ -72,26 +72,7 @@ fn parse_budget(text: &str) -> Result<u64, String> {
 
 /// Runs `pathlab capacity`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    for (name, value, least) in [
-        ("--pairs", args.pairs, 10),
-        ("--trains", args.trains, 5),
-        ("--streams", args.streams, 1),
-    ] {
-        if value < least {
-            return Err(usage(anyhow::anyhow!(
-                "{name} must be at least {least}, got {value}"
-            )));
-        }
-    }
-    if let Some(rate) = args.max_rate {
-        if rate.bits_per_sec() < MIN_MAX_RATE_BPS {
-            return Err(usage(anyhow::anyhow!(
-                "--max-rate {} is too low: probes need at least {}",
-                format::rate(rate.bits_per_sec() as f64, Digits::up_to(2)),
-                format::rate(MIN_MAX_RATE_BPS as f64, Digits::up_to(2))
-            )));
-        }
-    }
+    check_args(args)?;
     let directions: &[Direction] = match args.direction.as_str() {
         "up" => &[Direction::Up],
         "down" => &[Direction::Down],
@@ -110,20 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let max_rate = args
         .max_rate
         .map_or(limit, |rate| (rate.bits_per_sec() as f64).min(limit));
-    let start = if args.no_shaper {
-        "no shaper stream (--no-shaper)".to_owned()
-    } else {
-        format!(
-            "after the trains, a constant-rate stream at the capacity of up to {} a direction \
-             (--shaper-budget), to find a token bucket; once more after a rest of up to 5 s \
-             where the trains may have drained one",
-            format::bytes_binary(args.shaper_budget, Digits::up_to(2))
-        )
-    };
-    let start = format!(
-        "probes at most {} (--max-rate, and the server's bound); {start}",
-        format::rate(max_rate, Digits::up_to(2))
-    );
+    let start = probing_text(args, max_rate);
     if args.client.json {
         eprintln!("{start}");
     } else {
@@ -179,6 +147,51 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         print(&reports)?;
     }
     Ok(())
+}
+
+/// Refuses, as a usage error, too few pairs, trains or streams to estimate from, and a
+/// `--max-rate` below [`MIN_MAX_RATE_BPS`].
+fn check_args(args: &Args) -> anyhow::Result<()> {
+    for (name, value, least) in [
+        ("--pairs", args.pairs, 10),
+        ("--trains", args.trains, 5),
+        ("--streams", args.streams, 1),
+    ] {
+        if value < least {
+            return Err(usage(anyhow::anyhow!(
+                "{name} must be at least {least}, got {value}"
+            )));
+        }
+    }
+    if let Some(rate) = args.max_rate {
+        if rate.bits_per_sec() < MIN_MAX_RATE_BPS {
+            return Err(usage(anyhow::anyhow!(
+                "--max-rate {} is too low: probes need at least {}",
+                format::rate(rate.bits_per_sec() as f64, Digits::up_to(2)),
+                format::rate(MIN_MAX_RATE_BPS as f64, Digits::up_to(2))
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the run will send, said before it starts: the highest probe rate (`max_rate`,
+/// bits/s) and whether a shaper stream follows the trains, with its budget.
+fn probing_text(args: &Args, max_rate: f64) -> String {
+    let shaper = if args.no_shaper {
+        "no shaper stream (--no-shaper)".to_owned()
+    } else {
+        format!(
+            "after the trains, a constant-rate stream at the capacity of up to {} a direction \
+             (--shaper-budget), to find a token bucket; once more after a rest of up to 5 s \
+             where the trains may have drained one",
+            format::bytes_binary(args.shaper_budget, Digits::up_to(2))
+        )
+    };
+    format!(
+        "probes at most {} (--max-rate, and the server's bound); {shaper}",
+        format::rate(max_rate, Digits::up_to(2))
+    )
 }
 
 fn print(reports: &[CapacityReport]) -> std::io::Result<()> {

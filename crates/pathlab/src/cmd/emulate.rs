@@ -289,45 +289,12 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     ];
     // In front of someone's interface: swapped now, put back when `interposed` goes (at
     // the end, or on any error from here).
-    let interposed = match &args.iface {
-        Some(iface) => Some(
-            pathlab_os::interpose::interpose(args.netns.as_ref(), iface, &args.common.name)
-                .map_err(|e| {
-                    if e.is_usage() {
-                        usage(anyhow::Error::new(e))
-                    } else {
-                        anyhow::Error::new(e)
-                    }
-                })?,
-        ),
-        None => None,
-    };
+    let interposed = interpose(args)?;
     let (if_a, if_b) = match &interposed {
         Some(interposed) => (interposed.inside(), interposed.outside()),
         None => (if_a.as_str(), if_b.as_str()),
     };
-    let ports: [Box<dyn Port>; 2] = match (&trunk, &interposed) {
-        (Some((trunk, vlans)), _) => vlan::open_trunk(trunk, *vlans, modes)
-            .map_err(port_error)?
-            .map(|port| Box::new(port) as Box<dyn Port>),
-        (_, Some(interposed)) => {
-            let open = |name: &str, mode| {
-                interposed
-                    .holder()
-                    .run(|| PacketPort::open_with(name, mode))
-                    .context("entering the emulator's namespace")?
-                    .map_err(port_error)
-            };
-            [
-                Box::new(open(if_a, modes[0])?),
-                Box::new(open(if_b, modes[1])?),
-            ]
-        }
-        _ => [
-            Box::new(PacketPort::open_with(if_a, modes[0]).map_err(port_error)?),
-            Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
-        ],
-    };
+    let ports = open_ports(trunk.as_ref(), interposed.as_ref(), (if_a, if_b), modes)?;
     // The API's recordings name the same command line in their header.
     let control_command = command_line.clone();
     let config = emulator_config(args, &forward, &reverse, command_line)?;
@@ -362,6 +329,59 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         control_command,
     );
     finish(args, handle, server, interposed)
+}
+
+/// Swaps the emulator in front of `--iface` when it is given (put back when the result
+/// goes: at the end, or on any error after this); `None` without `--iface`.
+fn interpose(args: &Args) -> anyhow::Result<Option<pathlab_os::interpose::Interposed>> {
+    let Some(iface) = &args.iface else {
+        return Ok(None);
+    };
+    let interposed =
+        pathlab_os::interpose::interpose(args.netns.as_ref(), iface, &args.common.name).map_err(
+            |e| {
+                if e.is_usage() {
+                    usage(anyhow::Error::new(e))
+                } else {
+                    anyhow::Error::new(e)
+                }
+            },
+        )?;
+    Ok(Some(interposed))
+}
+
+/// The emulator's two ports, each receiving in its direction's mode: the trunk's two
+/// VLANs, or interfaces `if_a` and `if_b` (opened inside the emulator's namespace when it
+/// is interposed).
+fn open_ports(
+    trunk: Option<&(&String, TrunkVlans)>,
+    interposed: Option<&pathlab_os::interpose::Interposed>,
+    (if_a, if_b): (&str, &str),
+    modes: [ReceiveMode; 2],
+) -> anyhow::Result<[Box<dyn Port>; 2]> {
+    let ports: [Box<dyn Port>; 2] = match (trunk, interposed) {
+        (Some((trunk, vlans)), _) => vlan::open_trunk(trunk, *vlans, modes)
+            .map_err(port_error)?
+            .map(|port| Box::new(port) as Box<dyn Port>),
+        (_, Some(interposed)) => {
+            let open = |name: &str, mode| {
+                interposed
+                    .holder()
+                    .run(|| PacketPort::open_with(name, mode))
+                    .context("entering the emulator's namespace")?
+                    .map_err(port_error)
+            };
+            [
+                Box::new(open(if_a, modes[0])?),
+                Box::new(open(if_b, modes[1])?),
+            ]
+        }
+        _ => [
+            Box::new(PacketPort::open_with(if_a, modes[0]).map_err(port_error)?),
+            Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
+        ],
+    };
+    Ok(ports)
 }
 
 /// `--trunk` and the two VLANs it bridges (with `--native-vlan`), checked: `None` without
@@ -776,102 +796,139 @@ pub fn print_stats(stats: &EmulatorStats) {
             let _ = writeln!(out, "  note: {note}");
         }
     }
-    for d in &stats.directions {
-        let seconds = uptime.as_secs_f64().max(1e-9);
-        let _ = writeln!(out, "{} -> {}: {}", d.from, d.to, show_text(&d.spec));
-        let _ = writeln!(
-            out,
-            "  received   {} packets ({} frames){}",
-            d.packets_received,
-            d.frames_received,
-            if d.malformed > 0 {
-                format!(", {} malformed", d.malformed)
-            } else {
-                String::new()
-            }
-        );
-        let _ = writeln!(
-            out,
-            "  forwarded  {} packets, {} bytes, {} average",
-            d.forwarded,
-            d.forwarded_bytes,
-            format::rate(d.forwarded_bytes as f64 * 8.0 / seconds, Digits::fixed(2))
-        );
-        let drops: Vec<String> = pathlab_core::DropReason::ALL
-            .iter()
-            .filter(|r| d.link.dropped(**r) > 0)
-            .map(|r| format!("{} {}", d.link.dropped(*r), r.name()))
-            .collect();
-        let _ = writeln!(
-            out,
-            "  dropped    {}{}",
-            d.link.dropped_total(),
-            if drops.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", drops.join(", "))
-            }
-        );
-        if d.link.ce_marked + d.link.duplicated + d.link.corrupted + d.link.reordered > 0 {
-            let _ = writeln!(
-                out,
-                "  altered    {} CE-marked, {} duplicated, {} corrupted, {} reordered",
-                d.link.ce_marked, d.link.duplicated, d.link.corrupted, d.link.reordered
-            );
+    for direction in &stats.directions {
+        print_direction_traffic(&mut out, direction, uptime.as_secs_f64().max(1e-9));
+        print_direction_timing(&mut out, direction);
+    }
+}
+
+/// One direction's heading and traffic in the stats table: what it received, forwarded
+/// (its rate averaged over `seconds` of uptime), dropped and altered, and what it holds
+/// now.
+fn print_direction_traffic(
+    out: &mut impl std::io::Write,
+    direction: &pathlab_emulator::emulator::DirectionCounters,
+    seconds: f64,
+) {
+    let _ = writeln!(
+        out,
+        "{} -> {}: {}",
+        direction.from,
+        direction.to,
+        show_text(&direction.spec)
+    );
+    let _ = writeln!(
+        out,
+        "  received   {} packets ({} frames){}",
+        direction.packets_received,
+        direction.frames_received,
+        if direction.malformed > 0 {
+            format!(", {} malformed", direction.malformed)
+        } else {
+            String::new()
         }
+    );
+    let _ = writeln!(
+        out,
+        "  forwarded  {} packets, {} bytes, {} average",
+        direction.forwarded,
+        direction.forwarded_bytes,
+        format::rate(
+            direction.forwarded_bytes as f64 * 8.0 / seconds,
+            Digits::fixed(2)
+        )
+    );
+    let drops: Vec<String> = pathlab_core::DropReason::ALL
+        .iter()
+        .filter(|r| direction.link.dropped(**r) > 0)
+        .map(|r| format!("{} {}", direction.link.dropped(*r), r.name()))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  dropped    {}{}",
+        direction.link.dropped_total(),
+        if drops.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", drops.join(", "))
+        }
+    );
+    if direction.link.ce_marked
+        + direction.link.duplicated
+        + direction.link.corrupted
+        + direction.link.reordered
+        > 0
+    {
         let _ = writeln!(
             out,
-            "  now        {} queued ({} bytes), {} inside the link",
-            d.queue_packets, d.queue_bytes, d.in_flight
+            "  altered    {} CE-marked, {} duplicated, {} corrupted, {} reordered",
+            direction.link.ce_marked,
+            direction.link.duplicated,
+            direction.link.corrupted,
+            direction.link.reordered
         );
-        let late = &d.lateness;
+    }
+    let _ = writeln!(
+        out,
+        "  now        {} queued ({} bytes), {} inside the link",
+        direction.queue_packets, direction.queue_bytes, direction.in_flight
+    );
+}
+
+/// How late one direction sent, how long frames waited to be read and the fidelity
+/// guard's verdict, then what went wrong, if anything: failed sends, a full ring or
+/// egress, an interface that went down or disappeared.
+fn print_direction_timing(
+    out: &mut impl std::io::Write,
+    direction: &pathlab_emulator::emulator::DirectionCounters,
+) {
+    let late = &direction.lateness;
+    let _ = writeln!(
+        out,
+        "  timing     sent late by p50 {} us, p99 {} us, max {} us (over {} packets)",
+        late.p50_ns / 1000,
+        late.p99_ns / 1000,
+        late.max_ns / 1000,
+        late.packets
+    );
+    let waited = &direction.waited;
+    let _ = writeln!(
+        out,
+        "  reading    frames waited to be read p50 {} us, p99 {} us, max {} us (counted in \
+         the lateness above)",
+        waited.p50_ns / 1000,
+        waited.p99_ns / 1000,
+        waited.max_ns / 1000,
+    );
+    let _ = writeln!(out, "  guard      {}", guard_text(late));
+    if direction.send_errors + direction.ring_full > 0 {
         let _ = writeln!(
             out,
-            "  timing     sent late by p50 {} us, p99 {} us, max {} us (over {} packets)",
-            late.p50_ns / 1000,
-            late.p99_ns / 1000,
-            late.max_ns / 1000,
-            late.packets
+            "  errors     {} sends failed, receive ring overflowed {} times",
+            direction.send_errors, direction.ring_full
         );
-        let waited = &d.waited;
+    }
+    if direction.egress_full > 0 {
         let _ = writeln!(
             out,
-            "  reading    frames waited to be read p50 {} us, p99 {} us, max {} us (counted in \
-             the lateness above)",
-            waited.p50_ns / 1000,
-            waited.p99_ns / 1000,
-            waited.max_ns / 1000,
+            "  egress     {} full: {} packets dropped there (a queue behind the emulator, \
+             such as a token bucket, is the narrower link)",
+            direction.to, direction.egress_full
         );
-        let _ = writeln!(out, "  guard      {}", guard_text(late));
-        if d.send_errors + d.ring_full > 0 {
-            let _ = writeln!(
-                out,
-                "  errors     {} sends failed, receive ring overflowed {} times",
-                d.send_errors, d.ring_full
-            );
-        }
-        if d.egress_full > 0 {
-            let _ = writeln!(
-                out,
-                "  egress     {} full: {} packets dropped there (a queue behind the emulator, \
-                 such as a token bucket, is the narrower link)",
-                d.to, d.egress_full
-            );
-        }
-        if d.went_down > 0 {
-            let _ = writeln!(
-                out,
-                "  down       {} went down {} time(s)",
-                d.from, d.went_down
-            );
-        }
-        if d.disappeared + d.reopened > 0 {
-            let _ = writeln!(
-                out,
-                "  gone       {} disappeared {} time(s), reopened {} time(s)",
-                d.from, d.disappeared, d.reopened
-            );
-        }
+    }
+    if direction.went_down > 0 {
+        let _ = writeln!(
+            out,
+            "  down       {} went down {} time(s)",
+            direction.from, direction.went_down
+        );
+    }
+    if direction.disappeared + direction.reopened > 0 {
+        let _ = writeln!(
+            out,
+            "  gone       {} disappeared {} time(s), reopened {} time(s)",
+            direction.from, direction.disappeared, direction.reopened
+        );
     }
 }
 

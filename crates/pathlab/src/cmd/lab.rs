@@ -279,37 +279,8 @@ fn print_summary(
     for note in run.change_notes() {
         writeln!(stdout, "  note: {note}")?;
     }
-    let ms = |seconds: f64| format::in_millis(seconds, Digits::fixed(1));
     for rtt in rtt_summaries(experiment, run) {
-        write!(
-            stdout,
-            "  {}: RTT p50 {} ms, p99 {} ms, plateau {} ms",
-            rtt.name,
-            ms(rtt.p50_s),
-            ms(rtt.p99_s),
-            ms(rtt.plateau_s)
-        )?;
-        write!(stdout, ", {}", rtt.timed_by.describe())?;
-        if let Some(theory) = rtt.theory {
-            if let (Some(plateau), Some(queue), Some(rate)) = (
-                theory.plateau_rtt_s,
-                theory.queue_packets,
-                theory.bottleneck_bps,
-            ) {
-                write!(
-                    stdout,
-                    " (theory {} ms = base {} + {queue} packets x 1514 B at {}; {})",
-                    ms(plateau),
-                    ms(theory.base_rtt_s),
-                    format::rate(rate, Digits::fixed(2)),
-                    format::fraction_as_percent(
-                        rtt.plateau_s / plateau - 1.0,
-                        Digits::fixed(1).signed()
-                    )
-                )?;
-            }
-        }
-        writeln!(stdout)?;
+        print_rtt_summary(stdout, &rtt)?;
     }
     for sawtooth in sawtooths(experiment, run, dir) {
         write!(
@@ -323,75 +294,130 @@ fn print_summary(
         writeln!(stdout)?;
     }
     for workload in &run.workloads {
-        if let pathlab_results::lab::LabOutcome::Tcp(report) = &workload.outcome {
-            let retransmitted = report.retransmitted_segments();
-            write!(
-                stdout,
-                "  {}: goodput {}, {retransmitted} segments retransmitted",
-                workload.name,
-                format::rate(report.up_bps + report.down_bps, Digits::fixed(2)),
-            )?;
-            if let Some(bound) = workload.path.and_then(|p| p.mathis_bps) {
-                write!(
-                    stdout,
-                    " (Mathis bound {})",
-                    format::rate(bound, Digits::fixed(2))
-                )?;
-            }
-            // A result of the path, not a failure: what got through is the goodput.
-            if let Some(starved) = report.starved() {
-                write!(stdout, "; {}", starved.summary())?;
-            }
-            writeln!(stdout)?;
-        }
-        if let pathlab_results::lab::LabOutcome::Blocks(report) = &workload.outcome {
-            write!(
-                stdout,
-                "  {}: {} blocks of {} B answered, {}, block time p50 {} ms",
-                workload.name,
-                report.blocks,
-                report.size,
-                format::rate(report.throughput_bps, Digits::fixed(2)),
-                ms(report.block_time.p50_ns as f64 * 1e-9)
-            )?;
-            if let Some(path) = workload.path {
-                write!(
-                    stdout,
-                    " (a block per round trip: {})",
-                    format::rate(
-                        pathlab_results::lab::blocks_bound_bps(report.size, &path),
-                        Digits::fixed(2)
-                    )
-                )?;
-            }
-            writeln!(stdout)?;
-        }
-        for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
-            writeln!(stdout, "    inspect: {}", connection.verdict.sentence)?;
-        }
-        if let pathlab_results::lab::LabOutcome::Owd(result) = &workload.outcome {
-            writeln!(
-                stdout,
-                "  {}: sent at {} ({:.0} packets/s), {:.0} packets/s arrived, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
-                workload.name,
-                format::rate(result.achieved_rate_bps, Digits::fixed(2)),
-                result.achieved_pps,
-                result.delivered_pps().unwrap_or(0.0),
-                result.sequence.lost,
-                result.owd.trend_us_per_s,
-                result.owd.trend_ci95_us_per_s,
-                match result.owd.verdict {
-                    pathlab_probe::owd::QueueVerdict::Building => "queue building",
-                    pathlab_probe::owd::QueueVerdict::NotBuilding => "no queue building",
-                    pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
-                }
-            )?;
-        }
+        print_workload_figures(stdout, workload)?;
     }
     if experiment.name == pathlab_lab::modem_pps::RECIPE {
         for line in pathlab_lab::modem_pps::summary_lines(run) {
             writeln!(stdout, "  {line}")?;
         }
+    }
+    Ok(())
+}
+
+/// Seconds as milliseconds with one decimal, as the run's summary writes them.
+fn summary_ms(seconds: f64) -> String {
+    format::in_millis(seconds, Digits::fixed(1))
+}
+
+/// An RTT workload's line of the summary: its percentiles and plateau, which clock timed
+/// them, and the plateau's theory (base RTT plus a full queue) when the path has one.
+fn print_rtt_summary(
+    stdout: &mut impl std::io::Write,
+    rtt: &pathlab_lab::summary::RttSummary,
+) -> anyhow::Result<()> {
+    write!(
+        stdout,
+        "  {}: RTT p50 {} ms, p99 {} ms, plateau {} ms",
+        rtt.name,
+        summary_ms(rtt.p50_s),
+        summary_ms(rtt.p99_s),
+        summary_ms(rtt.plateau_s)
+    )?;
+    write!(stdout, ", {}", rtt.timed_by.describe())?;
+    if let Some(theory) = rtt.theory {
+        if let (Some(plateau), Some(queue), Some(rate)) = (
+            theory.plateau_rtt_s,
+            theory.queue_packets,
+            theory.bottleneck_bps,
+        ) {
+            write!(
+                stdout,
+                " (theory {} ms = base {} + {queue} packets x 1514 B at {}; {})",
+                summary_ms(plateau),
+                summary_ms(theory.base_rtt_s),
+                format::rate(rate, Digits::fixed(2)),
+                format::fraction_as_percent(
+                    rtt.plateau_s / plateau - 1.0,
+                    Digits::fixed(1).signed()
+                )
+            )?;
+        }
+    }
+    writeln!(stdout)?;
+    Ok(())
+}
+
+/// A workload's lines of the summary: a TCP workload's goodput against the Mathis bound,
+/// a blocks workload's throughput against a block per round trip, what inspect said of
+/// each connection, and a one-way workload's rates, losses and delay trend.
+fn print_workload_figures(
+    stdout: &mut impl std::io::Write,
+    workload: &pathlab_results::lab::LabWorkload,
+) -> anyhow::Result<()> {
+    use pathlab_results::lab::LabOutcome;
+    if let LabOutcome::Tcp(report) = &workload.outcome {
+        let retransmitted = report.retransmitted_segments();
+        write!(
+            stdout,
+            "  {}: goodput {}, {retransmitted} segments retransmitted",
+            workload.name,
+            format::rate(report.up_bps + report.down_bps, Digits::fixed(2)),
+        )?;
+        if let Some(bound) = workload.path.and_then(|p| p.mathis_bps) {
+            write!(
+                stdout,
+                " (Mathis bound {})",
+                format::rate(bound, Digits::fixed(2))
+            )?;
+        }
+        // A result of the path, not a failure: what got through is the goodput.
+        if let Some(starved) = report.starved() {
+            write!(stdout, "; {}", starved.summary())?;
+        }
+        writeln!(stdout)?;
+    }
+    if let LabOutcome::Blocks(report) = &workload.outcome {
+        write!(
+            stdout,
+            "  {}: {} blocks of {} B answered, {}, block time p50 {} ms",
+            workload.name,
+            report.blocks,
+            report.size,
+            format::rate(report.throughput_bps, Digits::fixed(2)),
+            summary_ms(report.block_time.p50_ns as f64 * 1e-9)
+        )?;
+        if let Some(path) = workload.path {
+            write!(
+                stdout,
+                " (a block per round trip: {})",
+                format::rate(
+                    pathlab_results::lab::blocks_bound_bps(report.size, &path),
+                    Digits::fixed(2)
+                )
+            )?;
+        }
+        writeln!(stdout)?;
+    }
+    for connection in workload.inspect.iter().flat_map(|i| &i.connections) {
+        writeln!(stdout, "    inspect: {}", connection.verdict.sentence)?;
+    }
+    if let LabOutcome::Owd(result) = &workload.outcome {
+        writeln!(
+            stdout,
+            "  {}: sent at {} ({:.0} packets/s), {:.0} packets/s arrived, lost {}, delay trend {:+.0} us/s (95% CI +-{:.0}): {}",
+            workload.name,
+            format::rate(result.achieved_rate_bps, Digits::fixed(2)),
+            result.achieved_pps,
+            result.delivered_pps().unwrap_or(0.0),
+            result.sequence.lost,
+            result.owd.trend_us_per_s,
+            result.owd.trend_ci95_us_per_s,
+            match result.owd.verdict {
+                pathlab_probe::owd::QueueVerdict::Building => "queue building",
+                pathlab_probe::owd::QueueVerdict::NotBuilding => "no queue building",
+                pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
+            }
+        )?;
     }
     Ok(())
 }

@@ -318,11 +318,25 @@ fn print_baseline(out: &mut impl std::io::Write, baseline: &Baseline) -> std::io
     )
 }
 
+/// Step 4 of the method, as planned: the bottleneck, the ideal rate and the BDP, the
+/// windows and connections, and the TCP settings.
 fn print_plan(
     out: &mut impl std::io::Write,
     plan: &Plan,
     kernel: &KernelSettings,
     congestion: &str,
+) -> std::io::Result<()> {
+    print_plan_rates(out, plan, kernel)?;
+    print_plan_windows(out, plan, kernel)?;
+    print_plan_tcp(out, plan, kernel, congestion)
+}
+
+/// The plan's bottleneck (where its rate came from, which bytes it counts), then step 4's
+/// heading, the ideal TCP rate through the bottleneck and the bandwidth-delay product.
+fn print_plan_rates(
+    out: &mut impl std::io::Write,
+    plan: &Plan,
+    kernel: &KernelSettings,
 ) -> std::io::Result<()> {
     let overhead = &plan.overhead;
     writeln!(
@@ -366,6 +380,16 @@ fn print_plan(
         format::rate(plan.bottleneck_bps, Digits::fixed(2)),
         format::in_millis(plan.baseline_rtt_ns as f64 * 1e-9, Digits::fixed(3))
     )?;
+    Ok(())
+}
+
+/// The window the plan needs, the largest one a connection gets (given, or what the hosts'
+/// buffers allow) and so how many connections fill the pipe.
+fn print_plan_windows(
+    out: &mut impl std::io::Write,
+    plan: &Plan,
+    kernel: &KernelSettings,
+) -> std::io::Result<()> {
     writeln!(
         out,
         "  window needed {} (the BDP and a quarter more, for what the receiving host holds back)",
@@ -413,6 +437,18 @@ fn print_plan(
             format::bytes_binary(plan.window_per_connection_bytes, Digits::up_to(2))
         )?;
     }
+    Ok(())
+}
+
+/// The plan's MSS (given, or from the path MTU), congestion control and the kernel's TCP
+/// options.
+fn print_plan_tcp(
+    out: &mut impl std::io::Write,
+    plan: &Plan,
+    kernel: &KernelSettings,
+    congestion: &str,
+) -> std::io::Result<()> {
+    let overhead = &plan.overhead;
     writeln!(
         out,
         "  MSS {} B ({}); congestion control {congestion}; timestamps {}, SACK {}, window scaling {}",
