@@ -327,147 +327,197 @@ fn encode(
     shape: Shape,
     out: &mut Vec<u8>,
 ) -> bool {
-    let base = &reference.header;
     let rshape = reference.shape;
     if rshape.version != shape.version || rshape.protocol != shape.protocol {
         return false;
     }
-    let ip = shape.ip_len;
-    let mut b0 = kind::COMPRESSED;
+    let mut encoding = Encoding::default();
     if store.is_some() {
-        b0 |= kind::STORE;
+        encoding.b0 |= kind::STORE;
     }
-    let mut ext_bits = 0u8;
-    let mut fields: [Option<u64>; 5] = [None; 5]; // ip_id, seq, ack, tsval, tsecr
-    let mut ext_fields: Vec<u8> = Vec::new();
     if shape.version == 4 {
-        let id =
-            read_u16(&packet[ipv4::field::IDENT]).wrapping_sub(read_u16(&base[ipv4::field::IDENT]));
-        fields[0] = Some(u64::from(id));
+        let field = ipv4::field::IDENT;
+        let id = read_u16(&packet[field.clone()]).wrapping_sub(read_u16(&reference.header[field]));
+        encoding.fields[0] = Some(u64::from(id));
     }
-    if shape.is_tcp() {
-        if packet[ip + tcp::field::DATA_OFFSET] & 0x0f != base[ip + tcp::field::DATA_OFFSET] & 0x0f
-        {
+    if shape.is_tcp() && !encoding.tcp_fields(reference, packet, shape) {
+        return false;
+    }
+    encoding.ip_fields(&reference.header, packet, shape);
+    encoding.write(out, packet, shape, |b0| Prefix {
+        b0,
+        cid,
+        generation,
+        store,
+    });
+    true
+}
+
+/// A compressed header as it is worked out: the first byte's bits, the extension bits,
+/// the varint fields (IP id, seq, ack, TSval, TSecr; `None` when not sent) and the
+/// extension fields in the order the decompressor reads them.
+struct Encoding {
+    b0: u8,
+    ext_bits: u8,
+    fields: [Option<u64>; 5],
+    ext_fields: Vec<u8>,
+}
+
+impl Default for Encoding {
+    fn default() -> Encoding {
+        Encoding {
+            b0: kind::COMPRESSED,
+            ext_bits: 0,
+            fields: [None; 5],
+            ext_fields: Vec::new(),
+        }
+    }
+}
+
+impl Encoding {
+    /// Adds what changed in the TCP header against the reference's: seq and ack deltas,
+    /// timestamps (when only they changed in the options), the window, flags, options and
+    /// urgent pointer. False when the packet cannot be sent against this reference (its
+    /// reserved bits differ).
+    fn tcp_fields(&mut self, reference: &Reference, packet: &[u8], shape: Shape) -> bool {
+        let base = &reference.header;
+        let ip = shape.ip_len;
+        let (l4, base_l4) = (&packet[ip..], &base[ip..]);
+        if l4[tcp::field::DATA_OFFSET] & 0x0f != base_l4[tcp::field::DATA_OFFSET] & 0x0f {
             return false;
         }
         for (index, flag, range) in [
             (1, kind::SEQ, tcp::field::SEQ),
             (2, kind::ACK, tcp::field::ACK),
         ] {
-            let at = ip + range.start..ip + range.end;
-            let delta = read_u32(&packet[at.clone()]).wrapping_sub(read_u32(&base[at]));
+            let delta = read_u32(&l4[range.clone()]).wrapping_sub(read_u32(&base_l4[range]));
             if delta != 0 {
-                b0 |= flag;
-                fields[index] = Some(scaled(delta, reference.stride));
+                self.b0 |= flag;
+                self.fields[index] = Some(scaled(delta, reference.stride));
             }
         }
         let options = &packet[shape.options()];
-        let base_options = &base[rshape.options()];
-        let mut raw_options = false;
-        if options != base_options {
-            match reference.timestamps_at {
-                Some(at) if options.len() == base_options.len() => {
-                    let relative = at - rshape.options().start;
-                    let outside = |o: &[u8]| {
-                        let mut copy = o.to_vec();
-                        copy[relative..relative + 8].fill(0);
-                        copy
-                    };
-                    if outside(options) == outside(base_options) {
-                        b0 |= kind::TS;
-                        for (index, offset) in [(3, 0), (4, 4)] {
-                            let value = &options[relative + offset..relative + offset + 4];
-                            let base_value =
-                                &base_options[relative + offset..relative + offset + 4];
-                            let delta = read_u32(value).wrapping_sub(read_u32(base_value));
-                            fields[index] = Some(u64::from(delta));
-                        }
-                    } else {
-                        raw_options = true;
-                    }
-                }
-                _ => raw_options = true,
-            }
+        let raw_options = options != &base[reference.shape.options()]
+            && !self.timestamps_only(reference, options);
+        if l4[tcp::field::WINDOW] != base_l4[tcp::field::WINDOW] {
+            self.ext_bits |= ext::WINDOW;
+            self.ext_fields.extend_from_slice(&l4[tcp::field::WINDOW]);
         }
-        let window = ip + tcp::field::WINDOW.start..ip + tcp::field::WINDOW.end;
-        if packet[window.clone()] != base[window.clone()] {
-            ext_bits |= ext::WINDOW;
-            ext_fields.extend_from_slice(&packet[window]);
-        }
-        if packet[ip + tcp::field::FLAGS] != base[ip + tcp::field::FLAGS] {
-            ext_bits |= ext::TCP_FLAGS;
-            ext_fields.push(packet[ip + tcp::field::FLAGS]);
+        if l4[tcp::field::FLAGS] != base_l4[tcp::field::FLAGS] {
+            self.ext_bits |= ext::TCP_FLAGS;
+            self.ext_fields.push(l4[tcp::field::FLAGS]);
         }
         if raw_options {
-            ext_bits |= ext::OPTIONS;
-            ext_fields.push(options.len() as u8);
-            ext_fields.extend_from_slice(options);
+            self.ext_bits |= ext::OPTIONS;
+            self.ext_fields.push(options.len() as u8);
+            self.ext_fields.extend_from_slice(options);
         }
-        let urgent = ip + tcp::field::URGENT.start..ip + tcp::field::URGENT.end;
-        if packet[urgent.clone()] != base[urgent.clone()] {
-            ext_bits |= ext::URGENT;
-            ext_fields.extend_from_slice(&packet[urgent]);
+        if l4[tcp::field::URGENT] != base_l4[tcp::field::URGENT] {
+            self.ext_bits |= ext::URGENT;
+            self.ext_fields.extend_from_slice(&l4[tcp::field::URGENT]);
+        }
+        true
+    }
+
+    /// Whether `options` (which differ from the reference's) differ only in the
+    /// timestamps' values; if so their deltas are added as the TSval and TSecr fields.
+    fn timestamps_only(&mut self, reference: &Reference, options: &[u8]) -> bool {
+        let base_options = &reference.header[reference.shape.options()];
+        let Some(at) = reference.timestamps_at else {
+            return false;
+        };
+        if options.len() != base_options.len() {
+            return false;
+        }
+        let relative = at - reference.shape.options().start;
+        let outside = |o: &[u8]| {
+            let mut copy = o.to_vec();
+            copy[relative..relative + 8].fill(0);
+            copy
+        };
+        if outside(options) != outside(base_options) {
+            return false;
+        }
+        self.b0 |= kind::TS;
+        for (index, offset) in [(3, 0), (4, 4)] {
+            let value = relative + offset..relative + offset + 4;
+            let delta =
+                read_u32(&options[value.clone()]).wrapping_sub(read_u32(&base_options[value]));
+            self.fields[index] = Some(u64::from(delta));
+        }
+        true
+    }
+
+    /// Adds what changed in the IP header against the reference's `base`: the TTL or hop
+    /// limit, the DSCP (the ECN bits always go in the first byte), IPv4's flags or IPv6's
+    /// flow label.
+    fn ip_fields(&mut self, base: &[u8], packet: &[u8], shape: Shape) {
+        let ttl = if shape.version == 4 {
+            ipv4::field::TTL
+        } else {
+            ipv6::field::HOP_LIMIT
+        };
+        if packet[ttl] != base[ttl] {
+            self.ext_bits |= ext::TTL;
+            self.ext_fields.push(packet[ttl]);
+        }
+        let (class, base_class) = (traffic_class(packet), traffic_class(base));
+        if class & !0b11 != base_class & !0b11 {
+            self.ext_bits |= ext::TOS;
+            self.ext_fields.push(class & !0b11);
+        }
+        self.b0 |= (class & 0b11) << kind::ECN_SHIFT;
+        if let (Ok(v4), Ok(base_v4)) = (
+            Ipv4Packet::new_checked(packet),
+            Ipv4Packet::new_checked(base),
+        ) {
+            if v4.flags_fragment() != base_v4.flags_fragment() {
+                self.ext_bits |= ext::IP_FLAGS;
+                self.ext_fields
+                    .extend_from_slice(&v4.flags_fragment().to_be_bytes());
+            }
+        } else if let (Ok(v6), Ok(base_v6)) = (
+            Ipv6Packet::new_checked(packet),
+            Ipv6Packet::new_checked(base),
+        ) {
+            if v6.flow_label() != base_v6.flow_label() {
+                self.ext_bits |= ext::IP_FLAGS;
+                self.ext_fields
+                    .extend_from_slice(&v6.flow_label().to_be_bytes()[1..]);
+            }
         }
     }
-    let ttl = if shape.version == 4 {
-        ipv4::field::TTL
-    } else {
-        ipv6::field::HOP_LIMIT
-    };
-    if packet[ttl] != base[ttl] {
-        ext_bits |= ext::TTL;
-        ext_fields.push(packet[ttl]);
-    }
-    let (class, base_class) = (traffic_class(packet), traffic_class(base));
-    if class & !0b11 != base_class & !0b11 {
-        ext_bits |= ext::TOS;
-        ext_fields.push(class & !0b11);
-    }
-    b0 |= (class & 0b11) << kind::ECN_SHIFT;
-    if let (Ok(v4), Ok(base_v4)) = (
-        Ipv4Packet::new_checked(packet),
-        Ipv4Packet::new_checked(base),
+
+    /// Writes the compressed packet to `out`: the prefix `prefix` makes from the first
+    /// byte, the extension bits, the varints, the extension fields, the L4 checksum as
+    /// sent, and the payload.
+    fn write(
+        mut self,
+        out: &mut Vec<u8>,
+        packet: &[u8],
+        shape: Shape,
+        prefix: impl FnOnce(u8) -> Prefix,
     ) {
-        if v4.flags_fragment() != base_v4.flags_fragment() {
-            ext_bits |= ext::IP_FLAGS;
-            ext_fields.extend_from_slice(&v4.flags_fragment().to_be_bytes());
+        if self.ext_bits != 0 {
+            self.b0 |= kind::EXT;
         }
-    } else if let (Ok(v6), Ok(base_v6)) = (
-        Ipv6Packet::new_checked(packet),
-        Ipv6Packet::new_checked(base),
-    ) {
-        if v6.flow_label() != base_v6.flow_label() {
-            ext_bits |= ext::IP_FLAGS;
-            ext_fields.extend_from_slice(&v6.flow_label().to_be_bytes()[1..]);
+        write_prefix(out, &prefix(self.b0));
+        if self.ext_bits != 0 {
+            out.push(self.ext_bits);
         }
+        for value in self.fields.into_iter().flatten() {
+            put_varint(out, value);
+        }
+        out.extend_from_slice(&self.ext_fields);
+        let l4 = &packet[shape.ip_len..];
+        let checksum = if shape.is_tcp() {
+            tcp::field::CHECKSUM
+        } else {
+            udp::field::CHECKSUM
+        };
+        out.extend_from_slice(&l4[checksum]);
+        out.extend_from_slice(&packet[shape.header_len()..]);
     }
-    if ext_bits != 0 {
-        b0 |= kind::EXT;
-    }
-    write_prefix(
-        out,
-        &Prefix {
-            b0,
-            cid,
-            generation,
-            store,
-        },
-    );
-    if ext_bits != 0 {
-        out.push(ext_bits);
-    }
-    for value in fields.into_iter().flatten() {
-        put_varint(out, value);
-    }
-    out.extend_from_slice(&ext_fields);
-    let checksum = if shape.is_tcp() {
-        ip + tcp::field::CHECKSUM.start..ip + tcp::field::CHECKSUM.end
-    } else {
-        ip + udp::field::CHECKSUM.start..ip + udp::field::CHECKSUM.end
-    };
-    out.extend_from_slice(&packet[checksum]);
-    out.extend_from_slice(&packet[shape.header_len()..]);
-    true
 }
 
 /// The DSCP and ECN bits of an IP packet: IPv4's TOS byte, IPv6's traffic class.

@@ -139,21 +139,63 @@ fn timestamps_sack(tsval: u32, tsecr: u32, blocks: &[(u32, u32)]) -> Vec<u8> {
 /// IPv6, UDP over both versions (one without a checksum), and packets that go as they
 /// come (an IPv4 fragment, one with IP options, an ECN-capable one).
 fn recorded_mix() -> Vec<(Instant, Vec<u8>)> {
-    let down = ends("198.18.1.1", "198.18.0.2", (5201, 40000));
-    let up = ends("198.18.0.2", "198.18.1.1", (40000, 5201));
-    let mut trace = Vec::new();
-    let ms = |t: u64| Instant::ZERO + Duration::from_micros(t * 100);
-    let syn_options = [
-        vec![2, 4, 0x05, 0xb4, 4, 2],
-        timestamps(1000, 0)[2..].to_vec(),
-        vec![1, 3, 3, 7],
-    ]
-    .concat();
-    let mut ip_down = 100u16;
-    let mut ip_up = 7000u16;
-    let segment = |seq, ack, flags, window, options: Vec<u8>, payload, ip_id: &mut u16| {
+    let mut mix = Mix::default();
+    mix.handshake();
+    let (seq, tsval) = mix.bulk_download();
+    mix.close(seq, tsval);
+    mix.ipv6_bulk();
+    mix.udp_streams();
+    mix.as_they_come();
+    mix.trace
+}
+
+/// The recorded mix as it is written: the packets so far, the next IPv4 ids of each
+/// direction of the IPv4 download, and the time in tenths of a millisecond.
+struct Mix {
+    trace: Vec<(Instant, Vec<u8>)>,
+    ip_down: u16,
+    ip_up: u16,
+    t: u64,
+}
+
+impl Default for Mix {
+    fn default() -> Mix {
+        Mix {
+            trace: Vec::new(),
+            ip_down: 100,
+            ip_up: 7000,
+            t: 0,
+        }
+    }
+}
+
+const MIX_DOWN: (&str, &str, (u16, u16)) = ("198.18.1.1", "198.18.0.2", (5201, 40000));
+const MIX_UP: (&str, &str, (u16, u16)) = ("198.18.0.2", "198.18.1.1", (40000, 5201));
+
+impl Mix {
+    /// When the packet at tenth of a millisecond `t` is sent.
+    fn at(t: u64) -> Instant {
+        Instant::ZERO + Duration::from_micros(t * 100)
+    }
+
+    /// Adds a segment of the IPv4 download at `t`, downwards or up, with the next IP id
+    /// of that direction.
+    fn push_segment(
+        &mut self,
+        t: u64,
+        down: bool,
+        fields: (u32, u32, u8, u16),
+        options: Vec<u8>,
+        payload: usize,
+    ) {
+        let (seq, ack, flags, window) = fields;
+        let (ends_of, ip_id) = if down {
+            (MIX_DOWN, &mut self.ip_down)
+        } else {
+            (MIX_UP, &mut self.ip_up)
+        };
         *ip_id = ip_id.wrapping_add(1);
-        Segment {
+        let segment = Segment {
             seq,
             ack,
             flags,
@@ -161,172 +203,161 @@ fn recorded_mix() -> Vec<(Instant, Vec<u8>)> {
             options,
             payload,
             ip_id: *ip_id,
-        }
-    };
-    trace.push((
-        ms(0),
-        tcp(
-            up,
-            &segment(5000, 0, SYN, 64240, syn_options.clone(), 0, &mut ip_up),
-        ),
-    ));
-    trace.push((
-        ms(1),
-        tcp(
-            down,
-            &segment(90_000, 5001, SYN | ACK, 65160, syn_options, 0, &mut ip_down),
-        ),
-    ));
-    trace.push((
-        ms(2),
-        tcp(
-            up,
-            &segment(
-                5001,
-                90_001,
-                ACK,
-                502,
-                timestamps(1001, 2000),
-                0,
-                &mut ip_up,
-            ),
-        ),
-    ));
-    let mut seq = 90_001u32;
-    let mut tsval = 2000u32;
-    let mut acked = 90_001u32;
-    let mut t = 3;
-    for i in 0..400u32 {
-        t += 1;
-        if i % 7 == 0 {
-            tsval += 1;
-        }
-        let lost = i == 200;
-        let flags = if i % 44 == 43 { ACK | PSH } else { ACK };
-        let data = tcp(
-            down,
-            &segment(
-                seq,
-                5001,
-                flags,
-                509,
-                timestamps(tsval, 1001 + i / 10),
-                1448,
-                &mut ip_down,
-            ),
+        };
+        let packet = tcp(ends(ends_of.0, ends_of.1, ends_of.2), &segment);
+        self.trace.push((Mix::at(t), packet));
+    }
+
+    /// SYN, SYN-ACK and ACK, with MSS, SACK permitted, timestamps and window scale.
+    fn handshake(&mut self) {
+        let syn_options = [
+            vec![2, 4, 0x05, 0xb4, 4, 2],
+            timestamps(1000, 0)[2..].to_vec(),
+            vec![1, 3, 3, 7],
+        ]
+        .concat();
+        self.push_segment(0, false, (5000, 0, SYN, 64240), syn_options.clone(), 0);
+        self.push_segment(1, true, (90_000, 5001, SYN | ACK, 65160), syn_options, 0);
+        self.push_segment(
+            2,
+            false,
+            (5001, 90_001, ACK, 502),
+            timestamps(1001, 2000),
+            0,
         );
-        if !lost {
-            trace.push((ms(t), data));
-        }
-        seq = seq.wrapping_add(1448);
-        if i % 2 == 1 {
-            let options = if (201..215).contains(&i) {
-                timestamps_sack(1001 + i / 10, tsval, &[(90_001 + 201 * 1448, seq)])
-            } else {
-                timestamps(1001 + i / 10, tsval)
-            };
-            if !(201..215).contains(&i) {
-                acked = seq;
+        self.t = 3;
+    }
+
+    /// 400 segments of bulk data with timestamps and an ACK every other one; segment 200
+    /// is lost, SACKed by the ACKs of 201 to 214 and sent again after 215; the window
+    /// grows after 300. Returns the next sequence number and the last TSval.
+    fn bulk_download(&mut self) -> (u32, u32) {
+        let mut seq = 90_001u32;
+        let mut tsval = 2000u32;
+        let mut acked = 90_001u32;
+        for i in 0..400u32 {
+            self.t += 1;
+            let t = self.t;
+            if i % 7 == 0 {
+                tsval += 1;
             }
-            let window = if i > 300 { 1002 } else { 502 };
-            trace.push((
-                ms(t),
-                tcp(
-                    up,
-                    &segment(5001, acked, ACK, window, options, 0, &mut ip_up),
-                ),
-            ));
+            let flags = if i % 44 == 43 { ACK | PSH } else { ACK };
+            let options = timestamps(tsval, 1001 + i / 10);
+            if i == 200 {
+                // Lost: its IP id is used all the same.
+                self.ip_down = self.ip_down.wrapping_add(1);
+            } else {
+                self.push_segment(t, true, (seq, 5001, flags, 509), options, 1448);
+            }
+            seq = seq.wrapping_add(1448);
+            if i % 2 == 1 {
+                let sacking = (201..215).contains(&i);
+                let options = if sacking {
+                    timestamps_sack(1001 + i / 10, tsval, &[(90_001 + 201 * 1448, seq)])
+                } else {
+                    timestamps(1001 + i / 10, tsval)
+                };
+                if !sacking {
+                    acked = seq;
+                }
+                let window = if i > 300 { 1002 } else { 502 };
+                self.push_segment(t, false, (5001, acked, ACK, window), options, 0);
+            }
+            if i == 215 {
+                // The lost segment again, after three duplicate ACKs with SACKs.
+                let again = 90_001 + 200 * 1448;
+                self.push_segment(
+                    t,
+                    true,
+                    (again, 5001, ACK, 509),
+                    timestamps(tsval, 1022),
+                    1448,
+                );
+            }
         }
-        if i == 215 {
-            // The lost segment again, after three duplicate ACKs with SACKs.
-            let again = 90_001 + 200 * 1448;
-            trace.push((
-                ms(t),
-                tcp(
-                    down,
-                    &segment(
-                        again,
-                        5001,
-                        ACK,
-                        509,
-                        timestamps(tsval, 1022),
-                        1448,
-                        &mut ip_down,
-                    ),
-                ),
-            ));
+        (seq, tsval)
+    }
+
+    /// FIN from each end.
+    fn close(&mut self, seq: u32, tsval: u32) {
+        let t = self.t;
+        self.push_segment(
+            t + 1,
+            true,
+            (seq, 5001, FIN | ACK, 509),
+            timestamps(tsval, 1041),
+            0,
+        );
+        self.push_segment(
+            t + 2,
+            false,
+            (5001, seq + 1, FIN | ACK, 1002),
+            timestamps(1042, tsval),
+            0,
+        );
+    }
+
+    /// IPv6 TCP: a short request and reply, then a bulk.
+    fn ipv6_bulk(&mut self) {
+        let v6_down = ends("2001:2::1", "2001:2::2", (443, 50000));
+        let mut seq6 = 1u32;
+        for i in 0..60u32 {
+            let payload = if i % 10 == 0 { 300 } else { 1428 };
+            let segment = Segment {
+                seq: seq6,
+                ack: 77,
+                flags: ACK,
+                window: 300,
+                options: timestamps(50 + i, 9),
+                payload,
+                ip_id: 1,
+            };
+            self.trace
+                .push((Mix::at(self.t + 3 + u64::from(i)), tcp(v6_down, &segment)));
+            seq6 = seq6.wrapping_add(payload as u32);
+        }
+        self.t += 70;
+    }
+
+    /// UDP: a stream over IPv4 with checksums, one over IPv4 without, one over IPv6.
+    fn udp_streams(&mut self) {
+        let v4_udp = ends("198.18.0.2", "198.18.1.1", (5004, 5006));
+        let v4_bare = ends("198.18.0.2", "198.18.1.1", (53, 5353));
+        let v6_udp = ends("2001:2::2", "2001:2::1", (5004, 5006));
+        for i in 0..50u16 {
+            let at = Mix::at(self.t + u64::from(i));
+            let payload: Vec<u8> = (0..160).map(|b| (b as u16 ^ i) as u8).collect();
+            self.trace.push((at, udp(v4_udp, &payload, 300 + i, true)));
+            self.trace
+                .push((at, udp(v4_bare, &payload[..20], 900 + i, false)));
+            self.trace.push((at, udp(v6_udp, &payload, 0, true)));
+        }
+        self.t += 60;
+    }
+
+    /// What goes as it came: an IPv4 fragment, a header with options, an ECN-capable one.
+    fn as_they_come(&mut self) {
+        let v4_udp = ends("198.18.0.2", "198.18.1.1", (5004, 5006));
+        let up = ends(MIX_UP.0, MIX_UP.1, MIX_UP.2);
+        let mut fragment = udp(v4_udp, &[1; 100], 5, true);
+        fragment[6] |= 0x20; // more fragments
+        let bare = Segment {
+            seq: 5001,
+            ack: 1,
+            flags: ACK,
+            window: 1,
+            options: vec![],
+            payload: 0,
+            ip_id: 1,
+        };
+        let mut with_options = tcp(up, &bare);
+        with_options[0] = 0x46;
+        let mut ect = udp(v4_udp, &[2; 50], 6, true);
+        ect[1] = 0x02;
+        for packet in [fragment, with_options, ect] {
+            self.trace.push((Mix::at(self.t), packet));
         }
     }
-    trace.push((
-        ms(t + 1),
-        tcp(
-            down,
-            &segment(
-                seq,
-                5001,
-                FIN | ACK,
-                509,
-                timestamps(tsval, 1041),
-                0,
-                &mut ip_down,
-            ),
-        ),
-    ));
-    trace.push((
-        ms(t + 2),
-        tcp(
-            up,
-            &segment(
-                5001,
-                seq + 1,
-                FIN | ACK,
-                1002,
-                timestamps(1042, tsval),
-                0,
-                &mut ip_up,
-            ),
-        ),
-    ));
-    // IPv6 TCP: a short request and reply, then a bulk.
-    let v6_down = ends("2001:2::1", "2001:2::2", (443, 50000));
-    let mut seq6 = 1u32;
-    for i in 0..60u32 {
-        let payload = if i % 10 == 0 { 300 } else { 1428 };
-        trace.push((
-            ms(t + 3 + u64::from(i)),
-            tcp(
-                v6_down,
-                &segment(seq6, 77, ACK, 300, timestamps(50 + i, 9), payload, &mut 0),
-            ),
-        ));
-        seq6 = seq6.wrapping_add(payload as u32);
-    }
-    t += 70;
-    // UDP: a stream over IPv4 with checksums, one over IPv4 without, one over IPv6.
-    let v4_udp = ends("198.18.0.2", "198.18.1.1", (5004, 5006));
-    let v4_bare = ends("198.18.0.2", "198.18.1.1", (53, 5353));
-    let v6_udp = ends("2001:2::2", "2001:2::1", (5004, 5006));
-    for i in 0..50u16 {
-        let payload: Vec<u8> = (0..160).map(|b| (b as u16 ^ i) as u8).collect();
-        trace.push((ms(t + u64::from(i)), udp(v4_udp, &payload, 300 + i, true)));
-        trace.push((
-            ms(t + u64::from(i)),
-            udp(v4_bare, &payload[..20], 900 + i, false),
-        ));
-        trace.push((ms(t + u64::from(i)), udp(v6_udp, &payload, 0, true)));
-    }
-    t += 60;
-    // What goes as it came.
-    let mut fragment = udp(v4_udp, &[1; 100], 5, true);
-    fragment[6] |= 0x20; // more fragments
-    let mut with_options = tcp(up, &segment(5001, 1, ACK, 1, vec![], 0, &mut 0));
-    with_options[0] = 0x46;
-    let mut ect = udp(v4_udp, &[2; 50], 6, true);
-    ect[1] = 0x02;
-    for packet in [fragment, with_options, ect] {
-        trace.push((ms(t), packet));
-    }
-    trace
 }
 
 /// Sends `trace` through a compressor and a decompressor with no loss, the
