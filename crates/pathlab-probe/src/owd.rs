@@ -111,6 +111,17 @@ pub enum QueueVerdict {
     Unknown,
 }
 
+impl QueueVerdict {
+    /// The verdict in a few words, as tables and reports print it.
+    pub fn text(self) -> &'static str {
+        match self {
+            QueueVerdict::Building => "queue building",
+            QueueVerdict::NotBuilding => "no queue building",
+            QueueVerdict::Unknown => "too few probes to tell",
+        }
+    }
+}
+
 /// The one-way delay analysis of a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OwdReport {

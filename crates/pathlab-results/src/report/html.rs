@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use pathlab_core::format::{self, Digits};
-use pathlab_probe::owd::QueueVerdict;
 
 use super::figures::{links_text, run_heading};
 use super::{mbit_per_sec, ms, versus, DrawnFigure, RunData};
@@ -138,14 +137,6 @@ pub(super) fn figure(out: &mut String, drawn: &DrawnFigure) {
         escape(&drawn.caption),
         escape(&drawn.caption)
     );
-}
-
-fn verdict(v: QueueVerdict) -> &'static str {
-    match v {
-        QueueVerdict::Building => "queue building",
-        QueueVerdict::NotBuilding => "no queue building",
-        QueueVerdict::Unknown => "too few probes to tell",
-    }
 }
 
 fn outcome_text(outcome: &LabOutcome) -> String {
@@ -348,7 +339,7 @@ fn owd_row(name: &str, result: &OneWayResult) -> Vec<String> {
     let owd = &result.owd;
     vec![
         name.to_owned(),
-        verdict(owd.verdict).to_owned(),
+        owd.verdict.text().to_owned(),
         format!(
             "{:+.0} ± {:.0} us/s",
             owd.trend_us_per_s, owd.trend_ci95_us_per_s
@@ -629,7 +620,7 @@ fn comparison_table(out: &mut String, runs: &[RunData]) {
                 } else {
                     drops.to_string()
                 },
-                opt(owd.map(|o| verdict(o.owd.verdict).to_owned())),
+                opt(owd.map(|o| o.owd.verdict.text().to_owned())),
                 late_seconds(&data.run),
             ]
         })

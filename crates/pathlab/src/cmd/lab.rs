@@ -412,11 +412,7 @@ fn print_workload_figures(
             result.sequence.lost,
             result.owd.trend_us_per_s,
             result.owd.trend_ci95_us_per_s,
-            match result.owd.verdict {
-                pathlab_probe::owd::QueueVerdict::Building => "queue building",
-                pathlab_probe::owd::QueueVerdict::NotBuilding => "no queue building",
-                pathlab_probe::owd::QueueVerdict::Unknown => "too few probes to tell",
-            }
+            result.owd.verdict.text()
         )?;
     }
     Ok(())

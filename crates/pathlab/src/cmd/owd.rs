@@ -188,7 +188,7 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
         let verdict = match o.verdict {
             QueueVerdict::Building => "a queue is building along the path: the probes arrive later and later (offered rate above what the path carries?)",
             QueueVerdict::NotBuilding => "no queue building: the path carries this rate",
-            QueueVerdict::Unknown => "too few probes to tell",
+            QueueVerdict::Unknown => QueueVerdict::Unknown.text(),
         };
         writeln!(out, "  verdict      {verdict}")?;
         let deviations: Vec<f64> = o.series.iter().map(|s| s.1 as f64).collect();
