@@ -338,15 +338,10 @@ impl Outbox {
         &mut self.buffers[self.queued.len()]
     }
 
-    /// The buffer [`Outbox::next`] gave is filled: to `to` by socket `socket`. True when the
-    /// box is full and must be flushed.
-    fn push(&mut self, socket: usize, to: SocketAddr) -> bool {
-        self.push_from(socket, to, None)
-    }
-
-    /// As [`Outbox::push`], sent from the local address `from` (the one the peer's
-    /// datagram came to, on a multi-homed server; `None`: the kernel's choice).
-    fn push_from(&mut self, socket: usize, to: SocketAddr, from: Option<IpAddr>) -> bool {
+    /// The buffer [`Outbox::next`] gave is filled: to `to` by socket `socket`, sent from the
+    /// local address `from` (the one the peer's datagram came to, on a multi-homed server;
+    /// `None`: the kernel's choice). True when the box is full and must be flushed.
+    fn push(&mut self, socket: usize, to: SocketAddr, from: Option<IpAddr>) -> bool {
         self.queued.push((socket, to, from));
         self.queued.len() == self.buffers.len()
     }
@@ -553,160 +548,9 @@ pub fn run_client(
         mtu: tun.mtu(),
     });
     let clock = Clock::start();
-    let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
-    let mut bond = Bond::client(
-        config,
-        options.keys.clone(),
-        Box::new(OsEntropy),
-        clock.now(),
-        pathlab_os::clock::unix_now_ns(),
-    );
-    let mut buf = vec![0u8; BUFFER_BYTES];
-    // The tunnel's core keeps the inner packets it is handed (to seal them into
-    // datagrams), so none come back to a pool: each read allocates.
-    let mut inner = pathlab_core::buffers::BufferPool::new(0);
-    let mut delivered: Vec<Vec<u8>> = Vec::new();
-    let mut outbox = Outbox::new(sockets.len());
-    let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
-    let socket_refs: Vec<&UdpSocket> = sockets.iter().collect();
-    let mut states: Vec<LineState> = vec![LineState::Up; sockets.len()];
-    let mut announced: Option<u32> = None;
-    // Per line, the address it last heard the server from (what authenticated).
-    let mut heard_from: Vec<Option<SocketAddr>> = vec![None; sockets.len()];
-    let mut ready = vec![false; sockets.len() + 3];
-    loop {
-        // `now` is read again before datagrams are handled and before they are built: the
-        // one-way delay a receiver measures is its `now` less the sender's, so a `now` read
-        // before a loop pass of milliseconds (a busy host, batches of 64 KB) gave samples
-        // too low (an arrival dated before it happened, which the base delay then kept:
-        // every later sample read as a standing queue and the rate fell to a tenth, measured
-        // on benches/bond_cpu.py) and too high (a datagram dated before it was built).
-        let mut now = clock.now();
-        // Inner packets from the TUN device.
-        let mut taken = 0;
-        while taken < RECEIVE_BUDGET {
-            match tun.recv_packets(&mut buf, &mut inner, |packet| {
-                bond.handle_inner(now, packet);
-            }) {
-                Ok(packets) => taken += packets.max(1),
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                Err(error) => return Err(io_error("reading the TUN device")(error)),
-            }
-        }
-        // Datagrams from every line.
-        for (k, socket) in sockets.iter().enumerate() {
-            for _ in 0..RECEIVE_BATCHES {
-                match line::recv_batch(socket, &mut batch) {
-                    Ok(0) => break,
-                    Ok(_) => {
-                        now = clock.now();
-                        for datagram in batch.datagrams() {
-                            // Longer than any line's datagram: not even worth
-                            // authenticating. Any source is heard: what authenticates is
-                            // the server, whatever address a multi-homed one answers from.
-                            if datagram.truncated {
-                                continue;
-                            }
-                            for segment in datagram.segments() {
-                                let len = segment.len();
-                                buf[..len].copy_from_slice(segment);
-                                if let Received::Authentic { .. } =
-                                    bond.handle_datagram(now, &mut buf[..len])
-                                {
-                                    heard_from[k] = Some(datagram.source);
-                                }
-                            }
-                        }
-                    }
-                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                    // An ICMP error (port unreachable while the server starts): the line
-                    // liveness logic sees the silence; nothing to do here.
-                    Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => break,
-                    Err(error) => return Err(io_error("reading a line")(error)),
-                }
-            }
-        }
-        bond.handle_timeout(now);
-        while let Some(packet) = bond.poll_deliver() {
-            delivered.push(packet);
-        }
-        deliver(&tun, &mut delivered);
-        now = clock.now();
-        while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
-            if outbox.push(usize::from(transmit.line), options.server) {
-                outbox.flush(&socket_refs);
-            }
-        }
-        outbox.flush(&socket_refs);
-        if bond.is_open() && bond.session() != announced {
-            announced = bond.session();
-            on_event(&BondEvent::SessionOpen {
-                session: bond.session().unwrap_or(0),
-                reconnects: bond.counters().reconnects,
-            });
-        }
-        if announced.is_none() && now.saturating_since(Instant::ZERO) > options.connect_timeout {
-            return Err(BondError::NoAnswer {
-                server: options.server,
-                timeout: options.connect_timeout,
-            });
-        }
-        for (k, line) in bond.lines().iter().enumerate() {
-            if line.state() != states[k] {
-                states[k] = line.state();
-                on_event(&BondEvent::Line {
-                    interface: interfaces[k].clone(),
-                    state: states[k],
-                });
-            }
-        }
-        // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
-        // that goes down and comes back must not see packets it cannot carry whole).
-        if let (None, Some(mtu)) = (options.tun.mtu, bond.tunnel_mtu()) {
-            let mtu = (mtu as u32).max(tun::MIN_TUN_MTU);
-            if mtu < tun.mtu() {
-                tun.set_mtu(mtu)
-                    .map_err(io_error("lowering the TUN device's MTU"))?;
-                on_event(&BondEvent::TunMtu {
-                    name: tun.name().to_owned(),
-                    mtu,
-                    line_payload: bond.narrowest_payload().unwrap_or_default(),
-                });
-            }
-        }
-        if ready[2] {
-            let uptime = now.as_secs_f64();
-            stats_socket.answer(|| {
-                BondStats::client(&options.name, uptime, &bond, &interfaces, &heard_from)
-            });
-        }
-        // Sleep until the next deadline or input.
-        let mut fds: Vec<BorrowedFd<'_>> =
-            vec![tun.as_fd(), signals, stats_socket.listener.as_fd()];
-        fds.extend(sockets.iter().map(AsFd::as_fd));
-        sleep_until(&fds, &mut ready, &clock, bond.poll_at())
-            .map_err(io_error("waiting for packets"))?;
-        if ready[1] && pathlab_os::read_termination_signal(signals).is_some() {
-            break;
-        }
-    }
-    let stats = BondStats::client(
-        &options.name,
-        clock.now().as_secs_f64(),
-        &bond,
-        &interfaces,
-        &heard_from,
-    );
-    // A Close on every line, so the server frees the slot now rather than after its idle
-    // timeout.
-    bond.close();
-    let now = clock.now();
-    while let Some(transmit) = bond.poll_transmit(now, outbox.next()) {
-        if outbox.push(usize::from(transmit.line), options.server) {
-            outbox.flush(&socket_refs);
-        }
-    }
-    outbox.flush(&socket_refs);
+    let mut client = ClientEnd::new(options, config, &clock);
+    let stats = TunnelLoop::new(&mut tun, &sockets, &stats_socket, signals, &clock)
+        .run(&mut client, &mut on_event)?;
     drop(routes);
     Ok(stats)
 }
@@ -748,7 +592,7 @@ pub fn run_server(
     };
     let mut config = options.config.clone();
     config.session.max_payload = vec![max_payload; config.session.lines];
-    let tun = open_tun(
+    let mut tun = open_tun(
         &options.tun,
         max_payload,
         config.session.framing,
@@ -759,109 +603,523 @@ pub fn run_server(
         mtu: tun.mtu(),
     });
     let clock = Clock::start();
-    let mut server = Server::new(
-        config,
-        options.keys.clone(),
-        options.peers.clone(),
-        Box::new(OsEntropy),
-    )?;
-    let mut buf = vec![0u8; BUFFER_BYTES];
-    // The tunnel's core keeps the inner packets it is handed (to seal them into
-    // datagrams), so none come back to a pool: each read allocates.
-    let mut inner = pathlab_core::buffers::BufferPool::new(0);
-    let mut delivered: Vec<Vec<u8>> = Vec::new();
-    let mut outbox = Outbox::new(1);
-    let mut batch = line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES);
-    let mut ready = [false; 4];
-    let mut open = 0;
-    loop {
-        // `now` is read again before datagrams are handled and before they are built: the
-        // one-way delay a receiver measures is its `now` less the sender's, so a `now` read
-        // before a loop pass of milliseconds (a busy host, batches of 64 KB) gave samples
-        // too low (an arrival dated before it happened, which the base delay then kept:
-        // every later sample read as a standing queue and the rate fell to a tenth, measured
-        // on benches/bond_cpu.py) and too high (a datagram dated before it was built).
-        let mut now = clock.now();
+    let mut server = ServerEnd {
+        server: Server::new(
+            config,
+            options.keys.clone(),
+            options.peers.clone(),
+            Box::new(OsEntropy),
+        )?,
+        name: &options.name,
+        open: 0,
+    };
+    TunnelLoop::new(
+        &mut tun,
+        std::slice::from_ref(&socket),
+        &stats_socket,
+        signals,
+        &clock,
+    )
+    .run(&mut server, &mut on_event)
+}
+
+/// A datagram a state machine built, and where it goes.
+#[derive(Debug, Clone, Copy)]
+struct Outgoing {
+    /// The index of the socket to send it by (a client's line; the server's one socket).
+    socket: usize,
+    /// Its destination.
+    to: SocketAddr,
+    /// The local address to send it from (`None`: the kernel's choice).
+    from: Option<IpAddr>,
+}
+
+/// What a client and a server do differently in the event loop they share
+/// ([`TunnelLoop::run`]): which state machine the loop feeds (a client's session, a
+/// server's sessions), where what it emits goes, and what is announced after each pass.
+trait TunnelEnd {
+    /// What reading a socket is called in the error when it fails.
+    const READING_SOCKET: &'static str;
+    /// Whether an ICMP error read from a socket ends this pass's reading of that socket
+    /// (true) or the next batch is read all the same (false).
+    const REFUSAL_ENDS_READING: bool;
+
+    /// Hands the state machine an inner packet read from the TUN device.
+    fn handle_inner(&mut self, now: Instant, packet: Vec<u8>);
+
+    /// Hands the state machine a datagram (one segment of a GRO train) that socket
+    /// `socket` received from `source`, addressed to the local `destination`.
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        socket: usize,
+        source: SocketAddr,
+        destination: Option<IpAddr>,
+        datagram: &mut [u8],
+    );
+
+    /// Lets the state machine's timers fire.
+    fn handle_timeout(&mut self, now: Instant);
+
+    /// The next inner packet to write into the TUN device.
+    fn poll_deliver(&mut self) -> Option<Vec<u8>>;
+
+    /// Builds the next datagram to send into `buf`, and says where it goes.
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Outgoing>;
+
+    /// Tells `on_event` what changed in this pass (and adjusts the TUN device to it); an
+    /// error ends the loop.
+    fn announce_changes(
+        &mut self,
+        now: Instant,
+        tun: &mut Tun,
+        on_event: &mut impl FnMut(&BondEvent),
+    ) -> Result<(), BondError>;
+
+    /// A snapshot of the tunnel, `uptime_s` seconds after it started.
+    fn stats(&self, uptime_s: f64) -> BondStats;
+
+    /// When the state machine next needs [`TunnelEnd::handle_timeout`].
+    fn poll_at(&self) -> Option<Instant>;
+
+    /// Queues a Close for every peer, as the loop ends.
+    fn close(&mut self);
+}
+
+/// A client's side of the loop: its one session and what it has announced of it.
+struct ClientEnd<'a> {
+    options: &'a ClientOptions,
+    bond: Bond,
+    /// The lines' interfaces, in line order.
+    interfaces: Vec<String>,
+    /// Per line, the state last announced.
+    states: Vec<LineState>,
+    /// The session last announced open.
+    announced: Option<u32>,
+    /// Per line, the address it last heard the server from (what authenticated).
+    heard_from: Vec<Option<SocketAddr>>,
+}
+
+impl<'a> ClientEnd<'a> {
+    /// A client with a session to open under `config`, its lines all up and none heard yet.
+    fn new(options: &'a ClientOptions, config: BondConfig, clock: &Clock) -> ClientEnd<'a> {
+        let interfaces: Vec<String> = options.lines.iter().map(|l| l.interface.clone()).collect();
+        let bond = Bond::client(
+            config,
+            options.keys.clone(),
+            Box::new(OsEntropy),
+            clock.now(),
+            pathlab_os::clock::unix_now_ns(),
+        );
+        let lines = options.lines.len();
+        ClientEnd {
+            options,
+            bond,
+            interfaces,
+            states: vec![LineState::Up; lines],
+            announced: None,
+            heard_from: vec![None; lines],
+        }
+    }
+
+    /// Announces the session once it opens (again, after a reconnect); an error once the
+    /// first one took longer than the connect timeout.
+    fn announce_session(
+        &mut self,
+        now: Instant,
+        on_event: &mut impl FnMut(&BondEvent),
+    ) -> Result<(), BondError> {
+        let bond = &self.bond;
+        if bond.is_open() && bond.session() != self.announced {
+            self.announced = bond.session();
+            on_event(&BondEvent::SessionOpen {
+                session: bond.session().unwrap_or(0),
+                reconnects: bond.counters().reconnects,
+            });
+        }
+        if self.announced.is_none()
+            && now.saturating_since(Instant::ZERO) > self.options.connect_timeout
+        {
+            return Err(BondError::NoAnswer {
+                server: self.options.server,
+                timeout: self.options.connect_timeout,
+            });
+        }
+        Ok(())
+    }
+
+    /// Announces each line that went up or down.
+    fn announce_lines(&mut self, on_event: &mut impl FnMut(&BondEvent)) {
+        for (k, line) in self.bond.lines().iter().enumerate() {
+            if line.state() != self.states[k] {
+                self.states[k] = line.state();
+                on_event(&BondEvent::Line {
+                    interface: self.interfaces[k].clone(),
+                    state: self.states[k],
+                });
+            }
+        }
+    }
+
+    /// Lowers the TUN device's MTU to the narrowest line's path MTU, when no MTU was given.
+    fn follow_tunnel_mtu(
+        &self,
+        tun: &mut Tun,
+        on_event: &mut impl FnMut(&BondEvent),
+    ) -> Result<(), BondError> {
+        // The TUN's MTU follows the narrowest line's path MTU, down only (a narrow line
+        // that goes down and comes back must not see packets it cannot carry whole).
+        if let (None, Some(mtu)) = (self.options.tun.mtu, self.bond.tunnel_mtu()) {
+            let mtu = (mtu as u32).max(tun::MIN_TUN_MTU);
+            if mtu < tun.mtu() {
+                tun.set_mtu(mtu)
+                    .map_err(io_error("lowering the TUN device's MTU"))?;
+                on_event(&BondEvent::TunMtu {
+                    name: tun.name().to_owned(),
+                    mtu,
+                    line_payload: self.bond.narrowest_payload().unwrap_or_default(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TunnelEnd for ClientEnd<'_> {
+    const READING_SOCKET: &'static str = "reading a line";
+    // An ICMP error (port unreachable while the server starts): the line liveness logic
+    // sees the silence; nothing to do here.
+    const REFUSAL_ENDS_READING: bool = true;
+
+    fn handle_inner(&mut self, now: Instant, packet: Vec<u8>) {
+        self.bond.handle_inner(now, packet);
+    }
+
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        socket: usize,
+        source: SocketAddr,
+        _destination: Option<IpAddr>,
+        datagram: &mut [u8],
+    ) {
+        // Any source is heard: what authenticates is the server, whatever address a
+        // multi-homed one answers from.
+        if let Received::Authentic { .. } = self.bond.handle_datagram(now, datagram) {
+            self.heard_from[socket] = Some(source);
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.bond.handle_timeout(now);
+    }
+
+    fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        self.bond.poll_deliver()
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Outgoing> {
+        let transmit = self.bond.poll_transmit(now, buf)?;
+        Some(Outgoing {
+            socket: usize::from(transmit.line),
+            to: self.options.server,
+            from: None,
+        })
+    }
+
+    fn announce_changes(
+        &mut self,
+        now: Instant,
+        tun: &mut Tun,
+        on_event: &mut impl FnMut(&BondEvent),
+    ) -> Result<(), BondError> {
+        self.announce_session(now, on_event)?;
+        self.announce_lines(on_event);
+        self.follow_tunnel_mtu(tun, on_event)
+    }
+
+    fn stats(&self, uptime_s: f64) -> BondStats {
+        BondStats::client(
+            &self.options.name,
+            uptime_s,
+            &self.bond,
+            &self.interfaces,
+            &self.heard_from,
+        )
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.bond.poll_at()
+    }
+
+    fn close(&mut self) {
+        // A Close on every line, so the server frees the slot now rather than after its
+        // idle timeout.
+        self.bond.close();
+    }
+}
+
+/// A server's side of the loop: its sessions and how many it last announced.
+struct ServerEnd<'a> {
+    server: Server,
+    /// The name `pathlab bond stats` finds it by.
+    name: &'a str,
+    /// Sessions open, as last announced.
+    open: usize,
+}
+
+impl TunnelEnd for ServerEnd<'_> {
+    const READING_SOCKET: &'static str = "reading the socket";
+    const REFUSAL_ENDS_READING: bool = false;
+
+    fn handle_inner(&mut self, now: Instant, packet: Vec<u8>) {
+        self.server.handle_inner(now, packet);
+    }
+
+    fn handle_datagram(
+        &mut self,
+        now: Instant,
+        _socket: usize,
+        source: SocketAddr,
+        destination: Option<IpAddr>,
+        datagram: &mut [u8],
+    ) {
+        let from = Address {
+            remote: source,
+            local: destination,
+        };
+        self.server.handle_datagram(now, from, datagram);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        self.server.handle_timeout(now);
+    }
+
+    fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        self.server.poll_deliver()
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Outgoing> {
+        let to = self.server.poll_transmit(now, buf)?;
+        Some(Outgoing {
+            socket: 0,
+            to: to.remote,
+            from: to.local,
+        })
+    }
+
+    fn announce_changes(
+        &mut self,
+        _now: Instant,
+        _tun: &mut Tun,
+        on_event: &mut impl FnMut(&BondEvent),
+    ) -> Result<(), BondError> {
+        let sessions = self.server.sessions().count();
+        if sessions != self.open {
+            self.open = sessions;
+            on_event(&BondEvent::Sessions { open: self.open });
+        }
+        Ok(())
+    }
+
+    fn stats(&self, uptime_s: f64) -> BondStats {
+        BondStats::server(self.name, uptime_s, &self.server)
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        self.server.poll_at()
+    }
+
+    fn close(&mut self) {
+        // A Close to every client on every line it was heard on: each handshakes again as
+        // soon as a server answers, instead of waiting for silence.
+        self.server.close_all();
+    }
+}
+
+/// The event loop a client and a server share: what the OS gives it (the TUN device, the
+/// sockets, the stats socket, the signals, the clock) and the buffers it reuses pass
+/// after pass. [`TunnelLoop::run`] drives a [`TunnelEnd`] with them.
+struct TunnelLoop<'a> {
+    tun: &'a mut Tun,
+    /// A client's lines' sockets, in line order; the server's one.
+    sockets: &'a [UdpSocket],
+    /// The same sockets, as [`Outbox::flush`] takes them.
+    socket_refs: Vec<&'a UdpSocket>,
+    stats_socket: &'a StatsSocket,
+    signals: BorrowedFd<'a>,
+    clock: &'a Clock,
+    /// A read from the TUN device, or a datagram handed to the state machine.
+    buf: Vec<u8>,
+    /// The tunnel's core keeps the inner packets it is handed (to seal them into
+    /// datagrams), so none come back to a pool: each read allocates.
+    inner: pathlab_core::buffers::BufferPool,
+    /// Inner packets to write into the TUN device.
+    delivered: Vec<Vec<u8>>,
+    outbox: Outbox,
+    batch: line::RecvBatch,
+    /// Per descriptor polled (the TUN device, the signals, the stats socket, the
+    /// sockets): whether it was readable when the last sleep ended.
+    ready: Vec<bool>,
+}
+
+impl<'a> TunnelLoop<'a> {
+    /// A loop over these descriptors, its buffers empty and nothing ready yet.
+    fn new(
+        tun: &'a mut Tun,
+        sockets: &'a [UdpSocket],
+        stats_socket: &'a StatsSocket,
+        signals: BorrowedFd<'a>,
+        clock: &'a Clock,
+    ) -> TunnelLoop<'a> {
+        TunnelLoop {
+            tun,
+            sockets,
+            socket_refs: sockets.iter().collect(),
+            stats_socket,
+            signals,
+            clock,
+            buf: vec![0u8; BUFFER_BYTES],
+            inner: pathlab_core::buffers::BufferPool::new(0),
+            delivered: Vec::new(),
+            outbox: Outbox::new(sockets.len()),
+            batch: line::RecvBatch::new(line::MAX_BATCH, RECEIVE_SLOT_BYTES),
+            ready: vec![false; sockets.len() + 3],
+        }
+    }
+
+    /// Runs `end` until a termination signal arrives: each pass reads the TUN device and
+    /// the sockets, fires the timers, writes what is delivered, sends what is built,
+    /// announces what changed, answers the stats socket and sleeps until the next deadline
+    /// or input. Then sends `end`'s Close and returns the last snapshot.
+    fn run(
+        mut self,
+        end: &mut impl TunnelEnd,
+        on_event: &mut impl FnMut(&BondEvent),
+    ) -> Result<BondStats, BondError> {
+        loop {
+            // `now` is read again before datagrams are handled and before they are built:
+            // the one-way delay a receiver measures is its `now` less the sender's, so a
+            // `now` read before a loop pass of milliseconds (a busy host, batches of 64 KB)
+            // gave samples too low (an arrival dated before it happened, which the base
+            // delay then kept: every later sample read as a standing queue and the rate fell
+            // to a tenth, measured on benches/bond_cpu.py) and too high (a datagram dated
+            // before it was built).
+            let mut now = self.clock.now();
+            self.receive_inner(end, now)?;
+            now = self.receive_datagrams(end, now)?;
+            end.handle_timeout(now);
+            while let Some(packet) = end.poll_deliver() {
+                self.delivered.push(packet);
+            }
+            deliver(self.tun, &mut self.delivered);
+            now = self.clock.now();
+            self.transmit(end, now);
+            end.announce_changes(now, self.tun, on_event)?;
+            if self.ready[2] {
+                let uptime = now.as_secs_f64();
+                self.stats_socket.answer(|| end.stats(uptime));
+            }
+            if self.sleep(end.poll_at())? {
+                break;
+            }
+        }
+        let stats = end.stats(self.clock.now().as_secs_f64());
+        end.close();
+        let now = self.clock.now();
+        self.transmit(end, now);
+        Ok(stats)
+    }
+
+    /// Hands `end` the inner packets the TUN device has, up to [`RECEIVE_BUDGET`].
+    fn receive_inner(&mut self, end: &mut impl TunnelEnd, now: Instant) -> Result<(), BondError> {
         let mut taken = 0;
         while taken < RECEIVE_BUDGET {
-            match tun.recv_packets(&mut buf, &mut inner, |packet| {
-                server.handle_inner(now, packet);
-            }) {
+            match self
+                .tun
+                .recv_packets(&mut self.buf, &mut self.inner, |packet| {
+                    end.handle_inner(now, packet);
+                }) {
                 Ok(packets) => taken += packets.max(1),
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
                 Err(error) => return Err(io_error("reading the TUN device")(error)),
             }
         }
-        for _ in 0..RECEIVE_BATCHES {
-            match line::recv_batch(&socket, &mut batch) {
-                Ok(0) => break,
-                Ok(_) => {
-                    now = clock.now();
-                    for datagram in batch.datagrams() {
-                        if datagram.truncated {
-                            continue; // larger than any line's datagram: not ours
-                        }
-                        for segment in datagram.segments() {
-                            let len = segment.len();
-                            buf[..len].copy_from_slice(segment);
-                            let from = Address {
-                                remote: datagram.source,
-                                local: datagram.destination,
-                            };
-                            server.handle_datagram(now, from, &mut buf[..len]);
+        Ok(())
+    }
+
+    /// Hands `end` the datagrams every socket has, up to [`RECEIVE_BATCHES`] batches each,
+    /// each batch at the instant it was read; returns the last such instant (`now` when
+    /// none came).
+    fn receive_datagrams<E: TunnelEnd>(
+        &mut self,
+        end: &mut E,
+        mut now: Instant,
+    ) -> Result<Instant, BondError> {
+        for (k, socket) in self.sockets.iter().enumerate() {
+            for _ in 0..RECEIVE_BATCHES {
+                match line::recv_batch(socket, &mut self.batch) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        now = self.clock.now();
+                        for datagram in self.batch.datagrams() {
+                            // Longer than any line's datagram: not even worth
+                            // authenticating (not ours).
+                            if datagram.truncated {
+                                continue;
+                            }
+                            for segment in datagram.segments() {
+                                let len = segment.len();
+                                self.buf[..len].copy_from_slice(segment);
+                                end.handle_datagram(
+                                    now,
+                                    k,
+                                    datagram.source,
+                                    datagram.destination,
+                                    &mut self.buf[..len],
+                                );
+                            }
                         }
                     }
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {
+                        if E::REFUSAL_ENDS_READING {
+                            break;
+                        }
+                    }
+                    Err(error) => return Err(io_error(E::READING_SOCKET)(error)),
                 }
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
-                Err(error) if error.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(error) => return Err(io_error("reading the socket")(error)),
             }
         }
-        server.handle_timeout(now);
-        while let Some(packet) = server.poll_deliver() {
-            delivered.push(packet);
-        }
-        deliver(&tun, &mut delivered);
-        now = clock.now();
-        while let Some(to) = server.poll_transmit(now, outbox.next()) {
-            if outbox.push_from(0, to.remote, to.local) {
-                outbox.flush(&[&socket]);
+        Ok(now)
+    }
+
+    /// Sends every datagram `end` builds, batched in the outbox.
+    fn transmit(&mut self, end: &mut impl TunnelEnd, now: Instant) {
+        while let Some(outgoing) = end.poll_transmit(now, self.outbox.next()) {
+            if self
+                .outbox
+                .push(outgoing.socket, outgoing.to, outgoing.from)
+            {
+                self.outbox.flush(&self.socket_refs);
             }
         }
-        outbox.flush(&[&socket]);
-        let sessions = server.sessions().count();
-        if sessions != open {
-            open = sessions;
-            on_event(&BondEvent::Sessions { open });
-        }
-        if ready[2] {
-            let uptime = now.as_secs_f64();
-            stats_socket.answer(|| BondStats::server(&options.name, uptime, &server));
-        }
-        let fds = [
-            tun.as_fd(),
-            signals,
-            stats_socket.listener.as_fd(),
-            socket.as_fd(),
+        self.outbox.flush(&self.socket_refs);
+    }
+
+    /// Sleeps until `at` (at most [`MAX_SLEEP`]) or input; true when a termination signal
+    /// arrived.
+    fn sleep(&mut self, at: Option<Instant>) -> Result<bool, BondError> {
+        let mut fds: Vec<BorrowedFd<'_>> = vec![
+            self.tun.as_fd(),
+            self.signals,
+            self.stats_socket.listener.as_fd(),
         ];
-        sleep_until(&fds, &mut ready, &clock, server.poll_at())
+        fds.extend(self.sockets.iter().map(AsFd::as_fd));
+        sleep_until(&fds, &mut self.ready, self.clock, at)
             .map_err(io_error("waiting for packets"))?;
-        if ready[1] && pathlab_os::read_termination_signal(signals).is_some() {
-            break;
-        }
+        Ok(self.ready[1] && pathlab_os::read_termination_signal(self.signals).is_some())
     }
-    let stats = BondStats::server(&options.name, clock.now().as_secs_f64(), &server);
-    // A Close to every client on every line it was heard on: each handshakes again as soon
-    // as a server answers, instead of waiting for silence.
-    server.close_all();
-    let now = clock.now();
-    while let Some(to) = server.poll_transmit(now, outbox.next()) {
-        if outbox.push_from(0, to.remote, to.local) {
-            outbox.flush(&[&socket]);
-        }
-    }
-    outbox.flush(&[&socket]);
-    Ok(stats)
 }
 
 #[cfg(test)]
