@@ -847,6 +847,63 @@ mod tests {
         back.iter().map(|d| d.source).collect()
     }
 
+    /// A server socket of `family` bound to the wildcard address and `port` in `host`,
+    /// non-blocking, asking for every datagram's packet info, GRO trains and timestamps.
+    fn wildcard_server(host: &Netns, family: Family, port: u16) -> UdpSocket {
+        let server = host
+            .run(|| UdpSocket::bind((family.unspecified(), port)))
+            .unwrap()
+            .unwrap();
+        server.set_nonblocking(true).unwrap();
+        // Everything the server's control buffers must hold at once: timestamps, GRO
+        // segment sizes and packet info.
+        enable_packet_info(&server).unwrap();
+        enable_udp_gro(&server).unwrap();
+        sys::enable_receive_timestamps(server.as_fd()).unwrap();
+        server
+    }
+
+    /// What the wildcard test compares of a received message: each segment's length and
+    /// first byte, the segment size, whether it has a kernel timestamp, its source, its
+    /// arrival interface and its destination address.
+    type MessageSeen = (
+        Vec<(usize, u8)>,
+        Option<usize>,
+        bool,
+        SocketAddr,
+        Option<u32>,
+        Option<IpAddr>,
+    );
+
+    /// The messages of the first batch that brings `server` any within 2 s (none if
+    /// nothing came), as [`MessageSeen`].
+    fn first_messages(server: &UdpSocket) -> Vec<MessageSeen> {
+        let mut batch = RecvBatch::new(MAX_BATCH, 65_536);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while got.is_empty() && Instant::now() < deadline {
+            let mut ready = [false];
+            sys::poll_readable(
+                &[server.as_fd()],
+                Some(Duration::from_millis(20)),
+                &mut ready,
+            )
+            .unwrap();
+            recv_batch(server, &mut batch).unwrap();
+            got.extend(batch.datagrams().map(|d| {
+                (
+                    d.segments().map(|s| (s.len(), s[0])).collect::<Vec<_>>(),
+                    d.segment_size,
+                    d.kernel_ns.is_some(),
+                    d.source,
+                    d.interface,
+                    d.destination,
+                )
+            }));
+        }
+        got
+    }
+
     #[test]
     fn a_wildcard_bound_server_answers_from_the_address_each_datagram_came_to() {
         let test = "a_wildcard_bound_server_answers_from_the_address_each_datagram_came_to";
@@ -857,16 +914,7 @@ mod tests {
         for wildcard in [Wildcard::V4, Wildcard::V6, Wildcard::V6TakingV4] {
             let (socket_family, family, port) = wildcard.families_and_port();
             let (first, second) = (host_address(family, 1), host_address(family, 2));
-            let server = host
-                .run(|| UdpSocket::bind((socket_family.unspecified(), port)))
-                .unwrap()
-                .unwrap();
-            server.set_nonblocking(true).unwrap();
-            // Everything the server's control buffers must hold at once: timestamps, GRO
-            // segment sizes and packet info.
-            enable_packet_info(&server).unwrap();
-            enable_udp_gro(&server).unwrap();
-            sys::enable_receive_timestamps(server.as_fd()).unwrap();
+            let server = wildcard_server(&host, socket_family, port);
             // The client is the host itself, from its first address; so routing answers
             // it from that address, not from the second one it wrote to.
             let client = host.run(|| UdpSocket::bind((first, 0))).unwrap().unwrap();
@@ -886,29 +934,7 @@ mod tests {
             let (full, short) = (vec![7u8; 1000], vec![8u8; 400]);
             let hello: [&[u8]; 3] = [&full, &full, &short];
             assert_eq!(send_trains(&client, &hello, &[train]).unwrap(), 1);
-            let mut batch = RecvBatch::new(MAX_BATCH, 65_536);
-            let mut got = Vec::new();
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while got.is_empty() && Instant::now() < deadline {
-                let mut ready = [false];
-                sys::poll_readable(
-                    &[server.as_fd()],
-                    Some(Duration::from_millis(20)),
-                    &mut ready,
-                )
-                .unwrap();
-                recv_batch(&server, &mut batch).unwrap();
-                got.extend(batch.datagrams().map(|d| {
-                    (
-                        d.segments().map(|s| (s.len(), s[0])).collect::<Vec<_>>(),
-                        d.segment_size,
-                        d.kernel_ns.is_some(),
-                        d.source,
-                        d.interface,
-                        d.destination,
-                    )
-                }));
-            }
+            let got = first_messages(&server);
             assert_eq!(
                 got,
                 [(
