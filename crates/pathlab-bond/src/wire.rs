@@ -797,70 +797,12 @@ impl Frame<'_> {
             frame_type::HEADER_ACKS => HEADER_ACKS_HEADER_BYTES,
             other => return Err(WireError::UnknownFrameType(other)),
         };
-        let truncated = |needed| WireError::TruncatedFrame {
-            frame: frame_type::name(kind),
-            needed,
-            available: bytes.len(),
-        };
         if bytes.len() < fixed {
-            return Err(truncated(fixed));
+            return Err(truncated(bytes, fixed));
         }
         match kind {
-            frame_type::FRAGMENT => {
-                use field::fragment::{FLAGS, LEN, OFFSET, PACKET, STREAM, TOTAL_LEN};
-                let coding = Coding::from_flags(bytes[FLAGS])?;
-                let offset = read_u16(&bytes[OFFSET]);
-                let total_len = read_u16(&bytes[TOTAL_LEN]);
-                let len = read_u16(&bytes[LEN]);
-                if len == 0
-                    || total_len == 0
-                    || u32::from(offset) + u32::from(len) > u32::from(total_len)
-                {
-                    return Err(WireError::FragmentOutOfRange {
-                        offset,
-                        len,
-                        total_len,
-                    });
-                }
-                let end = FRAGMENT_HEADER_BYTES + usize::from(len);
-                let Some(data) = bytes.get(FRAGMENT_HEADER_BYTES..end) else {
-                    return Err(truncated(end));
-                };
-                let fragment = Fragment {
-                    stream: read_u16(&bytes[STREAM]),
-                    packet: read_u32(&bytes[PACKET]),
-                    offset,
-                    total_len,
-                    coding,
-                    data,
-                };
-                Ok((Frame::Fragment(fragment), end))
-            }
-            frame_type::PACKET => {
-                use field::packet::{FLAGS, LEN, PACKET, STREAM};
-                let coding = Coding::from_flags(bytes[FLAGS])?;
-                let len = read_u16(&bytes[LEN]);
-                if len == 0 {
-                    return Err(WireError::FragmentOutOfRange {
-                        offset: 0,
-                        len,
-                        total_len: len,
-                    });
-                }
-                let end = PACKET_HEADER_BYTES + usize::from(len);
-                let Some(data) = bytes.get(PACKET_HEADER_BYTES..end) else {
-                    return Err(truncated(end));
-                };
-                let fragment = Fragment {
-                    stream: read_u16(&bytes[STREAM]),
-                    packet: read_u32(&bytes[PACKET]),
-                    offset: 0,
-                    total_len: len,
-                    coding,
-                    data,
-                };
-                Ok((Frame::Fragment(fragment), end))
-            }
+            frame_type::FRAGMENT => Frame::decode_fragment(bytes),
+            frame_type::PACKET => Frame::decode_packet(bytes),
             frame_type::FEEDBACK => {
                 use field::feedback::{
                     HIGHEST_SEQ, LINE, OWD_LAST_NS, OWD_MIN_LEN, OWD_MIN_NS, RECEIVED_BYTES,
@@ -888,20 +830,7 @@ impl Frame<'_> {
                 };
                 Ok((echo, ECHO_FRAME_BYTES))
             }
-            frame_type::PADDING => {
-                let zeros = read_u16(&bytes[field::padding::LEN]);
-                let end = PADDING_HEADER_BYTES + usize::from(zeros);
-                let Some(padding) = bytes.get(PADDING_HEADER_BYTES..end) else {
-                    return Err(truncated(end));
-                };
-                if let Some(index) = padding.iter().position(|&byte| byte != 0) {
-                    return Err(WireError::NonZeroPadding {
-                        index,
-                        value: padding[index],
-                    });
-                }
-                Ok((Frame::Padding(zeros), end))
-            }
+            frame_type::PADDING => Frame::decode_padding(bytes),
             frame_type::PROBE_ACK => {
                 use field::probe_ack::{LEN_BYTES, LINE, SEQ};
                 let probe_ack = Frame::ProbeAck {
@@ -911,23 +840,112 @@ impl Frame<'_> {
                 };
                 Ok((probe_ack, PROBE_ACK_FRAME_BYTES))
             }
-            frame_type::HEADER_ACKS => {
-                let count = bytes[field::header_acks::COUNT];
-                if count == 0 || usize::from(count) > MAX_HEADER_ACKS {
-                    return Err(WireError::HeaderAckCount(count));
-                }
-                let end = HEADER_ACKS_HEADER_BYTES + usize::from(count) * HEADER_ACK_BYTES;
-                let Some(entries) = bytes.get(HEADER_ACKS_HEADER_BYTES..end) else {
-                    return Err(truncated(end));
-                };
-                let acks = HeaderAcks { entries };
-                if let Some(ack) = acks.iter().find(|ack| ack.cid >= MAX_HEADER_CONTEXTS) {
-                    return Err(WireError::ContextOutOfRange(ack.cid));
-                }
-                Ok((Frame::HeaderAcks(acks), end))
-            }
+            frame_type::HEADER_ACKS => Frame::decode_header_acks(bytes),
             _ => Ok((Frame::Close, CLOSE_FRAME_BYTES)),
         }
+    }
+
+    /// The Fragment frame that starts `bytes` (its fixed header known to be there) and how
+    /// many bytes it takes.
+    fn decode_fragment(bytes: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+        use field::fragment::{FLAGS, LEN, OFFSET, PACKET, STREAM, TOTAL_LEN};
+        let coding = Coding::from_flags(bytes[FLAGS])?;
+        let offset = read_u16(&bytes[OFFSET]);
+        let total_len = read_u16(&bytes[TOTAL_LEN]);
+        let len = read_u16(&bytes[LEN]);
+        if len == 0 || total_len == 0 || u32::from(offset) + u32::from(len) > u32::from(total_len) {
+            return Err(WireError::FragmentOutOfRange {
+                offset,
+                len,
+                total_len,
+            });
+        }
+        let end = FRAGMENT_HEADER_BYTES + usize::from(len);
+        let Some(data) = bytes.get(FRAGMENT_HEADER_BYTES..end) else {
+            return Err(truncated(bytes, end));
+        };
+        let fragment = Fragment {
+            stream: read_u16(&bytes[STREAM]),
+            packet: read_u32(&bytes[PACKET]),
+            offset,
+            total_len,
+            coding,
+            data,
+        };
+        Ok((Frame::Fragment(fragment), end))
+    }
+
+    /// The Packet frame (a whole packet: a Fragment at offset 0 of its own length) that
+    /// starts `bytes` (its fixed header known to be there) and how many bytes it takes.
+    fn decode_packet(bytes: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+        use field::packet::{FLAGS, LEN, PACKET, STREAM};
+        let coding = Coding::from_flags(bytes[FLAGS])?;
+        let len = read_u16(&bytes[LEN]);
+        if len == 0 {
+            return Err(WireError::FragmentOutOfRange {
+                offset: 0,
+                len,
+                total_len: len,
+            });
+        }
+        let end = PACKET_HEADER_BYTES + usize::from(len);
+        let Some(data) = bytes.get(PACKET_HEADER_BYTES..end) else {
+            return Err(truncated(bytes, end));
+        };
+        let fragment = Fragment {
+            stream: read_u16(&bytes[STREAM]),
+            packet: read_u32(&bytes[PACKET]),
+            offset: 0,
+            total_len: len,
+            coding,
+            data,
+        };
+        Ok((Frame::Fragment(fragment), end))
+    }
+
+    /// The Padding frame that starts `bytes` (its fixed header known to be there), its
+    /// zeros checked, and how many bytes it takes.
+    fn decode_padding(bytes: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+        let zeros = read_u16(&bytes[field::padding::LEN]);
+        let end = PADDING_HEADER_BYTES + usize::from(zeros);
+        let Some(padding) = bytes.get(PADDING_HEADER_BYTES..end) else {
+            return Err(truncated(bytes, end));
+        };
+        if let Some(index) = padding.iter().position(|&byte| byte != 0) {
+            return Err(WireError::NonZeroPadding {
+                index,
+                value: padding[index],
+            });
+        }
+        Ok((Frame::Padding(zeros), end))
+    }
+
+    /// The Header Acks frame that starts `bytes` (its fixed header known to be there), its
+    /// count and contexts checked, and how many bytes it takes.
+    fn decode_header_acks(bytes: &[u8]) -> Result<(Frame<'_>, usize), WireError> {
+        let count = bytes[field::header_acks::COUNT];
+        if count == 0 || usize::from(count) > MAX_HEADER_ACKS {
+            return Err(WireError::HeaderAckCount(count));
+        }
+        let end = HEADER_ACKS_HEADER_BYTES + usize::from(count) * HEADER_ACK_BYTES;
+        let Some(entries) = bytes.get(HEADER_ACKS_HEADER_BYTES..end) else {
+            return Err(truncated(bytes, end));
+        };
+        let acks = HeaderAcks { entries };
+        if let Some(ack) = acks.iter().find(|ack| ack.cid >= MAX_HEADER_CONTEXTS) {
+            return Err(WireError::ContextOutOfRange(ack.cid));
+        }
+        Ok((Frame::HeaderAcks(acks), end))
+    }
+}
+
+/// The error for the frame that starts `bytes` (non-empty) when it needs `needed` bytes
+/// and `bytes` has fewer.
+fn truncated(bytes: &[u8], needed: usize) -> WireError {
+    WireError::TruncatedFrame {
+        frame: frame_type::name(bytes[field::FRAME_TYPE]),
+        needed,
+        available: bytes.len(),
     }
 }
 
