@@ -35,7 +35,7 @@ use pathlab_core::{Duration, Instant};
 
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig, Entropy, Received};
-use crate::handshake::{self, PublicKey, Responder, ServerKeys, TIMESTAMP_BYTES};
+use crate::handshake::{self, Incoming, PublicKey, Responder, ServerKeys, TIMESTAMP_BYTES};
 use crate::inner::Framing;
 use crate::line::LineFraming;
 use crate::peers::{AllowedIps, PeerConfig, PeerError};
@@ -396,6 +396,10 @@ impl Server {
         }
     }
 
+    /// A Hello (a client's Initiation) from `from` at `now`: a copy of one answered is
+    /// answered again (or counted as a replay), a client under load is asked for a cookie,
+    /// and a new one from a peer that may connect opens a session waiting for its first
+    /// Data.
     fn handle_initiation(&mut self, now: Instant, from: Address, datagram: &[u8]) {
         match self.responder.check_mac1(datagram) {
             Ok(()) => {}
@@ -408,23 +412,70 @@ impl Server {
                 return;
             }
         }
-        // A copy (another line's) of an Initiation already answered: the same Response, no
-        // second handshake.
         let digest = handshake::initiation_digest(datagram);
-        // Once the session confirmed, the client needs no Response: a copy is a replay.
-        if let Some(session) = self
-            .by_initiation
-            .get(&digest)
-            .and_then(|id| self.sessions.get(id))
-        {
-            if session.confirmed {
-                self.counters.replayed_hellos += 1;
-            } else {
-                self.outbox.push((from, session.response.clone()));
-                self.counters.hello_copies += 1;
-            }
+        if self.answered_before(from, &digest) || self.cookie_demanded(now, from, datagram) {
             return;
         }
+        self.handshake_load.count += 1;
+        let Ok(incoming) = self
+            .responder
+            .read_initiation(datagram, self.entropy.as_mut())
+        else {
+            self.counters.auth_failures += 1;
+            return;
+        };
+        if usize::from(incoming.lines) > self.config.session.lines {
+            self.counters.malformed += 1;
+            return;
+        }
+        if !self.known_or_learnt(now, incoming.peer) {
+            return;
+        }
+        let peer = self.peers.get_mut(&incoming.peer).expect("present");
+        if incoming.timestamp <= peer.greatest {
+            self.counters.replayed_hellos += 1;
+            return;
+        }
+        let confirmed = self.sessions.values().filter(|s| s.confirmed).count();
+        if peer.current.is_none() && confirmed >= self.config.max_clients {
+            self.counters.refused_full += 1;
+            return;
+        }
+        peer.greatest = incoming.timestamp;
+        peer.last_used = now;
+        if let Some(stale) = peer.pending.take() {
+            self.counters.unconfirmed_expired += 1;
+            self.end_session(stale);
+        }
+        self.make_room_for_unconfirmed();
+        self.open_session(now, from, digest, incoming);
+    }
+
+    /// Whether the Initiation whose digest is `digest` was answered already, and if so
+    /// answers it again (or counts a replay).
+    fn answered_before(&mut self, from: Address, digest: &[u8; 32]) -> bool {
+        // A copy (another line's) of an Initiation already answered: the same Response, no
+        // second handshake.
+        // Once the session confirmed, the client needs no Response: a copy is a replay.
+        let Some(session) = self
+            .by_initiation
+            .get(digest)
+            .and_then(|id| self.sessions.get(id))
+        else {
+            return false;
+        };
+        if session.confirmed {
+            self.counters.replayed_hellos += 1;
+        } else {
+            self.outbox.push((from, session.response.clone()));
+            self.counters.hello_copies += 1;
+        }
+        true
+    }
+
+    /// Counts a handshake attempt at `now` and, under load, whether the Initiation lacks a
+    /// valid cookie for `from`'s address: then a Cookie Reply is queued for it.
+    fn cookie_demanded(&mut self, now: Instant, from: Address, datagram: &[u8]) -> bool {
         // Under load, a Diffie-Hellman only for a client that proved its address.
         self.handshake_load.roll(now);
         if self.handshake_load.count >= self.config.handshakes_before_cookie {
@@ -443,57 +494,42 @@ impl Server {
                 );
                 self.outbox.push((from, reply));
                 self.counters.cookies_sent += 1;
-                return;
+                return true;
             }
         }
-        self.handshake_load.count += 1;
-        let Ok(incoming) = self
-            .responder
-            .read_initiation(datagram, self.entropy.as_mut())
-        else {
-            self.counters.auth_failures += 1;
-            return;
-        };
-        if usize::from(incoming.lines) > self.config.session.lines {
-            self.counters.malformed += 1;
-            return;
+        false
+    }
+
+    /// Whether the peer of key `peer` may go on handshaking: one known already, or (in the
+    /// simple mode, without a list of peers) one learnt now if there is room for it.
+    fn known_or_learnt(&mut self, now: Instant, peer: PublicKey) -> bool {
+        if self.peers.contains_key(&peer) {
+            return true;
         }
-        if !self.peers.contains_key(&incoming.peer) {
-            if self.allowed.is_some() {
-                self.counters.unknown_peers += 1;
-                return;
-            }
-            if !self.make_room_for_peer() {
-                self.counters.refused_full += 1;
-                return;
-            }
-            self.peers.insert(
-                incoming.peer,
-                PeerState {
-                    name: format!("key-{}", &incoming.peer.to_string()[..8]),
-                    greatest: [0; TIMESTAMP_BYTES],
-                    current: None,
-                    pending: None,
-                    last_used: now,
-                },
-            );
+        if self.allowed.is_some() {
+            self.counters.unknown_peers += 1;
+            return false;
         }
-        let peer = self.peers.get_mut(&incoming.peer).expect("present");
-        if incoming.timestamp <= peer.greatest {
-            self.counters.replayed_hellos += 1;
-            return;
-        }
-        let confirmed = self.sessions.values().filter(|s| s.confirmed).count();
-        if peer.current.is_none() && confirmed >= self.config.max_clients {
+        if !self.make_room_for_peer() {
             self.counters.refused_full += 1;
-            return;
+            return false;
         }
-        peer.greatest = incoming.timestamp;
-        peer.last_used = now;
-        if let Some(stale) = peer.pending.take() {
-            self.counters.unconfirmed_expired += 1;
-            self.end_session(stale);
-        }
+        self.peers.insert(
+            peer,
+            PeerState {
+                name: format!("key-{}", &peer.to_string()[..8]),
+                greatest: [0; TIMESTAMP_BYTES],
+                current: None,
+                pending: None,
+                last_used: now,
+            },
+        );
+        true
+    }
+
+    /// Ends the oldest session waiting for its first Data when as many wait as clients may
+    /// connect.
+    fn make_room_for_unconfirmed(&mut self) {
         // Sessions waiting for their first Data are bounded too: the oldest makes room (a
         // real client's confirms within a round trip; flooding faster than that asks for
         // cookies first).
@@ -509,6 +545,11 @@ impl Server {
                 self.end_session(oldest);
             }
         }
+    }
+
+    /// Answers the Initiation `incoming` (whose digest is `digest`) from `from` with a
+    /// Response and opens its session, unconfirmed, under a new random id.
+    fn open_session(&mut self, now: Instant, from: Address, digest: [u8; 32], incoming: Incoming) {
         let mut id = 0;
         while id == 0 || self.sessions.contains_key(&id) {
             let mut bytes = [0; 4];
