@@ -77,72 +77,88 @@ impl Bond {
                 return self.build(now, j, Fill::NewStreams, buf);
             }
         }
-        let line = match self.config.scheduler {
-            SchedulerKind::Delay => {
-                let len = self.fair.backlog_bytes().min(
-                    self.lines
-                        .iter()
-                        .map(Line::payload_limit)
-                        .max()
-                        .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
-                ) as usize;
-                match sched::earliest_arrival(
-                    now,
-                    &self.views(),
-                    len,
-                    self.fair.backlog_bytes(),
-                    self.config.controller.target.saturating_mul(2),
-                ) {
-                    Choice::Send(j) => j,
-                    Choice::Wait(at) => {
-                        self.send_at = Some(at);
-                        return None;
-                    }
-                    Choice::NoLine => {
-                        self.drop_backlog(now);
-                        return None;
-                    }
-                }
-            }
-            SchedulerKind::RoundRobin => {
-                let up: Vec<usize> = (0..self.lines.len())
-                    .filter(|&j| self.lines[j].is_up())
-                    .collect();
-                if up.is_empty() {
-                    self.drop_backlog(now);
-                    return None;
-                }
-                self.round_robin_next = (self.round_robin_next + 1) % self.lines.len();
-                *up.iter()
-                    .find(|&&j| j >= self.round_robin_next)
-                    .unwrap_or(&up[0])
-            }
-            SchedulerKind::WeightedRoundRobin => {
-                let weights: Vec<Option<f64>> = self
-                    .lines
-                    .iter()
-                    .enumerate()
-                    .map(|(j, l)| {
-                        l.is_up().then(|| {
-                            self.config
-                                .line_rates
-                                .get(j)
-                                .copied()
-                                .flatten()
-                                .map_or(1.0, BitsPerSec::as_f64)
-                        })
-                    })
-                    .collect();
-                match self.wrr.pick(&weights) {
-                    Some(j) => j,
-                    None => {
-                        self.drop_backlog(now);
-                        return None;
-                    }
-                }
-            }
-        };
+        let line = self.scheduled_line(now)?;
         self.build(now, line, Fill::All, buf)
+    }
+
+    /// The line the scheduler gives the queued data's next datagram at `now`; `None` when
+    /// it must wait (until `send_at`) or no line is up (the backlog is dropped then).
+    fn scheduled_line(&mut self, now: Instant) -> Option<usize> {
+        match self.config.scheduler {
+            SchedulerKind::Delay => self.earliest_arrival_line(now),
+            SchedulerKind::RoundRobin => self.round_robin_line(now),
+            SchedulerKind::WeightedRoundRobin => self.weighted_round_robin_line(now),
+        }
+    }
+
+    /// The delay scheduler's line: where the next datagram of data would arrive first.
+    fn earliest_arrival_line(&mut self, now: Instant) -> Option<usize> {
+        let len = self.fair.backlog_bytes().min(
+            self.lines
+                .iter()
+                .map(Line::payload_limit)
+                .max()
+                .unwrap_or(DEFAULT_MAX_PAYLOAD) as u64,
+        ) as usize;
+        match sched::earliest_arrival(
+            now,
+            &self.views(),
+            len,
+            self.fair.backlog_bytes(),
+            self.config.controller.target.saturating_mul(2),
+        ) {
+            Choice::Send(j) => Some(j),
+            Choice::Wait(at) => {
+                self.send_at = Some(at);
+                None
+            }
+            Choice::NoLine => {
+                self.drop_backlog(now);
+                None
+            }
+        }
+    }
+
+    /// The round-robin scheduler's line: the next line up after the last one's.
+    fn round_robin_line(&mut self, now: Instant) -> Option<usize> {
+        let up: Vec<usize> = (0..self.lines.len())
+            .filter(|&j| self.lines[j].is_up())
+            .collect();
+        if up.is_empty() {
+            self.drop_backlog(now);
+            return None;
+        }
+        self.round_robin_next = (self.round_robin_next + 1) % self.lines.len();
+        Some(
+            *up.iter()
+                .find(|&&j| j >= self.round_robin_next)
+                .unwrap_or(&up[0]),
+        )
+    }
+
+    /// The weighted round-robin scheduler's line: the lines up, weighted by their
+    /// configured rates (1 when none is given).
+    fn weighted_round_robin_line(&mut self, now: Instant) -> Option<usize> {
+        let weights: Vec<Option<f64>> = self
+            .lines
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                l.is_up().then(|| {
+                    self.config
+                        .line_rates
+                        .get(j)
+                        .copied()
+                        .flatten()
+                        .map_or(1.0, BitsPerSec::as_f64)
+                })
+            })
+            .collect();
+        let line = self.wrr.pick(&weights);
+        if line.is_none() {
+            self.drop_backlog(now);
+        }
+        line
     }
 
     /// Whether line `j` may carry data at `now` under the scheduler.
