@@ -307,14 +307,41 @@ impl Pair {
     }
 }
 
-#[test]
-fn replayed_and_reflected_handshakes_change_nothing_and_are_counted() {
-    let server = Server::with_psk(
+/// A server for up to 4 clients of 2 lines each, its entropy seeded with `seed`.
+fn two_line_server(seed: u64) -> Server {
+    Server::with_psk(
         ServerConfig::new(BondConfig::new(2), 4),
         &psk(),
-        Box::new(SeededEntropy(Rng::seed_from(1))),
+        Box::new(SeededEntropy(Rng::seed_from(seed))),
+    )
+}
+
+/// An Initiation of the [`Pair`]'s client's key (the one seed 5 gives) dated just before
+/// the simulation's start: older than any that client sent.
+fn older_initiation() -> Vec<u8> {
+    let mut entropy = SeededEntropy(Rng::seed_from(5));
+    let keys = ClientKeys::from_psk(&psk(), SecretKey::generate(&mut entropy));
+    let mut old = Vec::new();
+    let _ = Initiation::start(
+        &keys,
+        7,
+        SIM_UNIX_START_NS - 1,
+        2,
+        None,
+        &mut entropy,
+        &mut old,
     );
-    let mut pair = Pair::new(server);
+    old
+}
+
+/// The authentication failures counted by the first of `server`'s open sessions.
+fn first_session_auth_failures(server: &Server) -> u64 {
+    server.sessions().next().unwrap().2.counters().auth_failures
+}
+
+#[test]
+fn replayed_and_reflected_handshakes_change_nothing_and_are_counted() {
+    let mut pair = Pair::new(two_line_server(1));
     let sent = pair.exchange();
     let initiation = sent
         .iter()
@@ -364,18 +391,7 @@ fn replayed_and_reflected_handshakes_change_nothing_and_are_counted() {
 
     // An older Initiation of the same client (a newer one was accepted): refused by its
     // timestamp, even with a fresh ephemeral key, before any session changes.
-    let mut entropy = SeededEntropy(Rng::seed_from(5));
-    let keys = ClientKeys::from_psk(&psk(), SecretKey::generate(&mut entropy));
-    let mut old = Vec::new();
-    let _ = Initiation::start(
-        &keys,
-        7,
-        SIM_UNIX_START_NS - 1,
-        2,
-        None,
-        &mut entropy,
-        &mut old,
-    );
+    let mut old = older_initiation();
     pair.server.handle_datagram(pair.now, attacker(), &mut old);
     assert!(pair.sent_by_server().is_empty());
     assert_eq!(pair.server.counters().replayed_hellos, 2);
@@ -391,33 +407,15 @@ fn replayed_and_reflected_handshakes_change_nothing_and_are_counted() {
         .iter()
         .all(|(_, d)| d[0] == Kind::Data as u8));
     let (_, mut reflected) = down[0].clone();
-    let before = pair
-        .server
-        .sessions()
-        .next()
-        .unwrap()
-        .2
-        .counters()
-        .auth_failures;
+    let before = first_session_auth_failures(&pair.server);
     pair.server
         .handle_datagram(pair.now, line_from(0), &mut reflected);
-    let after = pair
-        .server
-        .sessions()
-        .next()
-        .unwrap()
-        .2
-        .counters()
-        .auth_failures;
+    let after = first_session_auth_failures(&pair.server);
     assert_eq!(after, before + 1);
 
     // After a restart forgot the timestamps, the replayed Initiation opens a session that
     // never confirms (no Data can come under its keys) and expires; nothing routes to it.
-    let mut restarted = Server::with_psk(
-        ServerConfig::new(BondConfig::new(2), 4),
-        &psk(),
-        Box::new(SeededEntropy(Rng::seed_from(2))),
-    );
+    let mut restarted = two_line_server(2);
     restarted.handle_datagram(secs(1.0), attacker(), &mut initiation.clone());
     assert_eq!(restarted.counters().handshakes, 1);
     assert_eq!(restarted.sessions().count(), 0, "unconfirmed");
