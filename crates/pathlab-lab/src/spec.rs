@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use pathlab_core::spec::RateSpec;
 use pathlab_core::LinkSpec;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::addressing::Addressing;
@@ -249,29 +249,44 @@ impl Link {
 }
 
 /// What a workload does.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// It is also a workload's kind and parameters in the node config `pathlab export` writes
+/// (`kind = "tcp"`, ...): there its fields take the file's names and units (`window_bytes`,
+/// `interval_ns`, `size_bytes`, `command`), which the serde attributes give.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
 pub enum WorkloadKind {
     /// Bulk TCP from `from` to `to` (pathlab's `tcp`).
     Tcp {
         /// Parallel streams.
         streams: u32,
         /// Congestion control (`reno`, `bbr`, ...), the kernel's default if `None`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         congestion: Option<String>,
         /// Socket buffers at both ends, bytes.
+        #[serde(
+            default,
+            rename = "window_bytes",
+            skip_serializing_if = "Option::is_none"
+        )]
         window: Option<u32>,
     },
     /// Isochronous round trips (pathlab's `rtt`).
     Rtt {
         /// Between requests.
+        #[serde(rename = "interval_ns", with = "nanoseconds")]
         interval: Duration,
         /// UDP payload bytes.
+        #[serde(rename = "size_bytes")]
         size: u32,
     },
     /// ICMP echo requests, as `ping -i INTERVAL -s SIZE` (no server needed).
     Ping {
         /// Between requests.
+        #[serde(rename = "interval_ns", with = "nanoseconds")]
         interval: Duration,
         /// ICMP payload bytes.
+        #[serde(rename = "size_bytes")]
         size: u32,
     },
     /// One-way probes at a rate (pathlab's `owd`).
@@ -279,6 +294,7 @@ pub enum WorkloadKind {
         /// Bits per second of UDP payload.
         rate_bps: u64,
         /// UDP payload bytes.
+        #[serde(rename = "size_bytes")]
         size: u32,
     },
     /// An application that works in blocks (seed 003's Lotus Notes, 16 kB): it writes a
@@ -286,15 +302,36 @@ pub enum WorkloadKind {
     /// next, so it moves at most one block per round trip whatever the window.
     Blocks {
         /// Bytes per block.
+        #[serde(rename = "size_bytes")]
         size: u32,
         /// Congestion control of the writer, the kernel's default if `None`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         congestion: Option<String>,
     },
     /// A program run in `from`'s namespace (`{to}` in its arguments becomes `to`'s address).
     Command {
         /// Program and arguments.
+        #[serde(rename = "command")]
         argv: Vec<String>,
     },
+}
+
+/// A time written as integer nanoseconds, as the node config writes times; one beyond
+/// `u64` nanoseconds is written as `u64::MAX`, which the config's bounds refuse.
+mod nanoseconds {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `time` as its nanoseconds.
+    pub fn serialize<S: Serializer>(time: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(pathlab_core::Duration::from(*time).as_nanos())
+    }
+
+    /// Reads a time from its nanoseconds.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_nanos)
+    }
 }
 
 /// Something that runs from `start` for `duration`.

@@ -200,61 +200,10 @@ pub struct NodeWorkload {
     /// Watch its TCP connections as `pathlab inspect` does (clients only).
     #[serde(default)]
     pub inspect: bool,
-    /// What it is, with its parameters (`kind = "tcp"`, ...).
+    /// What it is, with its parameters (`kind = "tcp"`, ...), in the config's names and
+    /// units (`window_bytes`, `interval_ns`, `size_bytes`, `command`).
     #[serde(flatten)]
-    pub kind: WorkloadParams,
-}
-
-/// A workload's kind and parameters ([`WorkloadKind`] in the config's units).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum WorkloadParams {
-    /// Bulk TCP to the server.
-    Tcp {
-        /// Parallel streams.
-        streams: u32,
-        /// Congestion control; absent: the kernel's default.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        congestion: Option<String>,
-        /// Socket buffers at both ends, bytes; absent: the kernel's.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        window_bytes: Option<u32>,
-    },
-    /// Isochronous round trips.
-    Rtt {
-        /// Between requests, ns.
-        interval_ns: u64,
-        /// UDP payload bytes.
-        size_bytes: u32,
-    },
-    /// ICMP echo requests.
-    Ping {
-        /// Between requests, ns.
-        interval_ns: u64,
-        /// ICMP payload bytes.
-        size_bytes: u32,
-    },
-    /// One-way probes at a rate.
-    Owd {
-        /// Bits per second of UDP payload.
-        rate_bps: u64,
-        /// UDP payload bytes.
-        size_bytes: u32,
-    },
-    /// Blocks of `size_bytes`, each answered by one byte.
-    Blocks {
-        /// Bytes per block.
-        size_bytes: u32,
-        /// Congestion control; absent: the kernel's default.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        congestion: Option<String>,
-    },
-    /// A program, with the placeholders of docs/lab.md (`{to}`, `{pathlab}`, `{out}`,
-    /// `{duration}`) left for the node to fill in.
-    Command {
-        /// Program and arguments.
-        command: Vec<String>,
-    },
+    pub kind: WorkloadKind,
 }
 
 /// Why a node config is refused: what, and where in the file.
@@ -407,7 +356,7 @@ impl NodeConfig {
                 start_ns: nanos(workload.start),
                 duration_ns: nanos(workload.duration),
                 inspect: workload.inspect && role == Role::Client,
-                kind: WorkloadParams::from(&workload.kind),
+                kind: workload.kind.clone(),
             };
             if workload.from == node {
                 workloads.push(entry(
@@ -691,7 +640,7 @@ impl NodeConfig {
         }
         let listens = !matches!(
             workload.kind,
-            WorkloadParams::Ping { .. } | WorkloadParams::Command { .. }
+            WorkloadKind::Ping { .. } | WorkloadKind::Command { .. }
         );
         if listens != workload.port.is_some() {
             return Err(invalid(
@@ -713,97 +662,14 @@ impl NodeConfig {
                 ));
             }
         }
-        let needs_peer = !matches!(workload.kind, WorkloadParams::Command { .. });
+        let needs_peer = !matches!(workload.kind, WorkloadKind::Command { .. });
         if needs_peer && (workload.peer.is_none() || workload.peer_address.is_none()) {
             return Err(invalid(
                 at,
                 "a workload with a peer needs peer and peer_address",
             ));
         }
-        workload.kind.check(at)
-    }
-}
-
-impl From<&WorkloadKind> for WorkloadParams {
-    fn from(kind: &WorkloadKind) -> WorkloadParams {
-        match kind {
-            WorkloadKind::Tcp {
-                streams,
-                congestion,
-                window,
-            } => WorkloadParams::Tcp {
-                streams: *streams,
-                congestion: congestion.clone(),
-                window_bytes: *window,
-            },
-            WorkloadKind::Rtt { interval, size } => WorkloadParams::Rtt {
-                interval_ns: nanos(*interval),
-                size_bytes: *size,
-            },
-            WorkloadKind::Ping { interval, size } => WorkloadParams::Ping {
-                interval_ns: nanos(*interval),
-                size_bytes: *size,
-            },
-            WorkloadKind::Owd { rate_bps, size } => WorkloadParams::Owd {
-                rate_bps: *rate_bps,
-                size_bytes: *size,
-            },
-            WorkloadKind::Blocks { size, congestion } => WorkloadParams::Blocks {
-                size_bytes: *size,
-                congestion: congestion.clone(),
-            },
-            WorkloadKind::Command { argv } => WorkloadParams::Command {
-                command: argv.clone(),
-            },
-        }
-    }
-}
-
-impl From<&WorkloadParams> for WorkloadKind {
-    fn from(params: &WorkloadParams) -> WorkloadKind {
-        let time = Duration::from_nanos;
-        match params {
-            WorkloadParams::Tcp {
-                streams,
-                congestion,
-                window_bytes,
-            } => WorkloadKind::Tcp {
-                streams: *streams,
-                congestion: congestion.clone(),
-                window: *window_bytes,
-            },
-            WorkloadParams::Rtt {
-                interval_ns,
-                size_bytes,
-            } => WorkloadKind::Rtt {
-                interval: time(*interval_ns),
-                size: *size_bytes,
-            },
-            WorkloadParams::Ping {
-                interval_ns,
-                size_bytes,
-            } => WorkloadKind::Ping {
-                interval: time(*interval_ns),
-                size: *size_bytes,
-            },
-            WorkloadParams::Owd {
-                rate_bps,
-                size_bytes,
-            } => WorkloadKind::Owd {
-                rate_bps: *rate_bps,
-                size: *size_bytes,
-            },
-            WorkloadParams::Blocks {
-                size_bytes,
-                congestion,
-            } => WorkloadKind::Blocks {
-                size: *size_bytes,
-                congestion: congestion.clone(),
-            },
-            WorkloadParams::Command { command } => WorkloadKind::Command {
-                argv: command.clone(),
-            },
-        }
+        check_workload_kind(at, &workload.kind)
     }
 }
 
@@ -831,102 +697,88 @@ fn check_congestion(at: &str, congestion: Option<&str>) -> Result<(), NodeConfig
     }
 }
 
-impl WorkloadParams {
-    /// The kind's parameters within their bounds.
-    fn check(&self, at: &str) -> Result<(), NodeConfigError> {
-        let probe_size = |size: u32, least: u32| {
-            let most = pathlab_probe::probe::MAX_LEN as u32;
-            if size < least || size > most {
+/// A workload kind's parameters within the config's bounds; errors name the config's
+/// fields (`workload[0].size_bytes`).
+fn check_workload_kind(at: &str, kind: &WorkloadKind) -> Result<(), NodeConfigError> {
+    let probe_size = |size: u32, least: u32| {
+        let most = pathlab_probe::probe::MAX_LEN as u32;
+        if size < least || size > most {
+            return Err(invalid(
+                format!("{at}.size_bytes"),
+                format!("{size} is not a size of {least} to {most} bytes"),
+            ));
+        }
+        Ok(())
+    };
+    match kind {
+        WorkloadKind::Tcp {
+            streams,
+            congestion,
+            window,
+        } => {
+            let most = pathlab_probe::session::MAX_STREAMS;
+            if *streams == 0 || *streams > most {
                 return Err(invalid(
-                    format!("{at}.size_bytes"),
-                    format!("{size} is not a size of {least} to {most} bytes"),
+                    format!("{at}.streams"),
+                    format!("{streams} is not 1 to {most} streams"),
                 ));
             }
-            Ok(())
-        };
-        match self {
-            WorkloadParams::Tcp {
-                streams,
-                congestion,
-                window_bytes,
-            } => {
-                let most = pathlab_probe::session::MAX_STREAMS;
-                if *streams == 0 || *streams > most {
+            check_congestion(at, congestion.as_deref())?;
+            if let Some(window) = window {
+                if *window == 0 || *window > MAX_WINDOW_BYTES {
                     return Err(invalid(
-                        format!("{at}.streams"),
-                        format!("{streams} is not 1 to {most} streams"),
+                        format!("{at}.window_bytes"),
+                        format!("{window} is not a window of 1 to {MAX_WINDOW_BYTES} bytes"),
                     ));
-                }
-                check_congestion(at, congestion.as_deref())?;
-                if let Some(window) = window_bytes {
-                    if *window == 0 || *window > MAX_WINDOW_BYTES {
-                        return Err(invalid(
-                            format!("{at}.window_bytes"),
-                            format!("{window} is not a window of 1 to {MAX_WINDOW_BYTES} bytes"),
-                        ));
-                    }
-                }
-            }
-            WorkloadParams::Rtt {
-                interval_ns,
-                size_bytes,
-            }
-            | WorkloadParams::Ping {
-                interval_ns,
-                size_bytes,
-            } => {
-                check_time(&format!("{at}.interval_ns"), *interval_ns, 1)?;
-                // An rtt probe holds pathlab's header; an echo request may carry nothing.
-                let least = if matches!(self, WorkloadParams::Rtt { .. }) {
-                    32
-                } else {
-                    0
-                };
-                probe_size(*size_bytes, least)?;
-            }
-            WorkloadParams::Owd {
-                rate_bps,
-                size_bytes,
-            } => {
-                if *rate_bps == 0 || *rate_bps > MAX_RATE_BPS {
-                    return Err(invalid(
-                        format!("{at}.rate_bps"),
-                        format!("{rate_bps} is not a rate of 1 to {MAX_RATE_BPS} bit/s"),
-                    ));
-                }
-                probe_size(*size_bytes, 32)?;
-            }
-            WorkloadParams::Blocks {
-                size_bytes,
-                congestion,
-            } => {
-                if *size_bytes == 0 || *size_bytes > MAX_BLOCK_BYTES {
-                    return Err(invalid(
-                        format!("{at}.size_bytes"),
-                        format!("{size_bytes} is not a block of 1 to {MAX_BLOCK_BYTES} bytes"),
-                    ));
-                }
-                check_congestion(at, congestion.as_deref())?;
-            }
-            WorkloadParams::Command { command } => {
-                if command.is_empty() || command.len() > MAX_COMMAND_ARGS {
-                    return Err(invalid(
-                        format!("{at}.command"),
-                        format!("a program and at most {} arguments", MAX_COMMAND_ARGS - 1),
-                    ));
-                }
-                for (k, argument) in command.iter().enumerate() {
-                    if argument.len() > MAX_TEXT_FIELD || argument.contains('\0') {
-                        return Err(invalid(
-                            format!("{at}.command[{k}]"),
-                            format!("at most {MAX_TEXT_FIELD} bytes and no NUL"),
-                        ));
-                    }
                 }
             }
         }
-        Ok(())
+        WorkloadKind::Rtt { interval, size } | WorkloadKind::Ping { interval, size } => {
+            check_time(&format!("{at}.interval_ns"), nanos(*interval), 1)?;
+            // An rtt probe holds pathlab's header; an echo request may carry nothing.
+            let least = if matches!(kind, WorkloadKind::Rtt { .. }) {
+                32
+            } else {
+                0
+            };
+            probe_size(*size, least)?;
+        }
+        WorkloadKind::Owd { rate_bps, size } => {
+            if *rate_bps == 0 || *rate_bps > MAX_RATE_BPS {
+                return Err(invalid(
+                    format!("{at}.rate_bps"),
+                    format!("{rate_bps} is not a rate of 1 to {MAX_RATE_BPS} bit/s"),
+                ));
+            }
+            probe_size(*size, 32)?;
+        }
+        WorkloadKind::Blocks { size, congestion } => {
+            if *size == 0 || *size > MAX_BLOCK_BYTES {
+                return Err(invalid(
+                    format!("{at}.size_bytes"),
+                    format!("{size} is not a block of 1 to {MAX_BLOCK_BYTES} bytes"),
+                ));
+            }
+            check_congestion(at, congestion.as_deref())?;
+        }
+        WorkloadKind::Command { argv } => {
+            if argv.is_empty() || argv.len() > MAX_COMMAND_ARGS {
+                return Err(invalid(
+                    format!("{at}.command"),
+                    format!("a program and at most {} arguments", MAX_COMMAND_ARGS - 1),
+                ));
+            }
+            for (k, argument) in argv.iter().enumerate() {
+                if argument.len() > MAX_TEXT_FIELD || argument.contains('\0') {
+                    return Err(invalid(
+                        format!("{at}.command[{k}]"),
+                        format!("at most {MAX_TEXT_FIELD} bytes and no NUL"),
+                    ));
+                }
+            }
+        }
     }
+    Ok(())
 }
 
 /// The first 40 characters of outside text, for an error message.
@@ -1111,7 +963,7 @@ mod tests {
                                 .iter()
                                 .find(|w| w.name == workload.name)
                                 .unwrap();
-                            assert_eq!(WorkloadKind::from(&workload.kind), own.kind);
+                            assert_eq!(workload.kind, own.kind);
                         }
                     }
                 }
@@ -1176,10 +1028,10 @@ mod tests {
         assert_eq!(bulk.port, Some(pathlab_lab::run::SERVER_PORT));
         assert_eq!(
             bulk.kind,
-            WorkloadParams::Tcp {
+            WorkloadKind::Tcp {
                 streams: 1,
                 congestion: Some("reno".into()),
-                window_bytes: Some(4 << 20)
+                window: Some(4 << 20)
             }
         );
         assert!(h2.workloads.iter().all(|w| w.role == Role::Server));

@@ -36,7 +36,7 @@ use pathlab_http::{HttpServer, Request, Response};
 use pathlab_os::interpose::{self, Interposed};
 use pathlab_os::netlink::Netlink;
 
-use crate::export::node::{Interface, NodeConfig, Role, WorkloadParams};
+use crate::export::node::{Interface, NodeConfig, Role};
 use pathlab_lab::run::{queue_sample_interval, receive_mode, SERVER_PORT};
 use pathlab_lab::spec::WorkloadKind;
 use pathlab_lab::workload::{self, sleep_until, Timed};
@@ -233,7 +233,7 @@ pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
         commands: config
             .workloads
             .iter()
-            .filter(|w| w.role == Role::Client && matches!(w.kind, WorkloadParams::Command { .. }))
+            .filter(|w| w.role == Role::Client && matches!(w.kind, WorkloadKind::Command { .. }))
             .map(|w| w.name.clone())
             .collect(),
     });
@@ -596,7 +596,7 @@ fn serve_workloads(config: &NodeConfig) -> Result<Servers, NodeError> {
     }
     let mut responders: Vec<(u16, u32)> = serving
         .filter_map(|w| match (&w.kind, w.port) {
-            (WorkloadParams::Blocks { size_bytes, .. }, Some(port)) => Some((port, *size_bytes)),
+            (WorkloadKind::Blocks { size, .. }, Some(port)) => Some((port, *size)),
             _ => None,
         })
         .collect();
@@ -767,7 +767,7 @@ fn run_timeline(
     for w in &clients {
         let timed = Timed {
             name: w.name.clone(),
-            kind: WorkloadKind::from(&w.kind),
+            kind: w.kind.clone(),
             start: Duration::from_nanos(w.start_ns),
             duration: Duration::from_nanos(w.duration_ns),
             inspect: w.inspect,
