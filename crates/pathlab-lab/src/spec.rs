@@ -103,41 +103,12 @@ pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError>
     let Some(sweep) = table.get("sweep") else {
         return Ok(points);
     };
-    let line = text
-        .lines()
-        .position(|l| l.trim() == "[sweep]")
-        .map_or(1, |i| i + 1);
-    let bad = |message: String| SpecFileError {
-        file: None,
-        line,
-        message,
-    };
+    let line = header_line(text, "[sweep]");
+    let bad = |message: String| line_error(line, message);
     let sweep = sweep
         .as_table()
         .ok_or_else(|| bad("sweep: a table of KEY = [values]".into()))?;
-    let quick_sweep = match table.get("quick_sweep") {
-        None => None,
-        Some(quick_sweep) => {
-            let line = text
-                .lines()
-                .position(|l| l.trim() == "[quick_sweep]")
-                .map_or(1, |i| i + 1);
-            let bad = |message: String| SpecFileError {
-                file: None,
-                line,
-                message,
-            };
-            let quick_sweep = quick_sweep
-                .as_table()
-                .ok_or_else(|| bad("quick_sweep: a table of KEY = [values]".into()))?;
-            if let Some(key) = quick_sweep.keys().find(|k| !sweep.contains_key(*k)) {
-                return Err(bad(format!(
-                    "quick_sweep.{key}: not a key of [sweep] (it can only thin a sweep's values)"
-                )));
-            }
-            Some(quick_sweep)
-        }
-    };
+    let quick_sweep = quick_sweep_table(&table, sweep, text)?;
     for (key, values) in sweep {
         let values = quick_sweep
             .and_then(|q| q.get(key))
@@ -158,17 +129,7 @@ pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError>
         let mut next = Vec::new();
         for point in &points {
             for value in values {
-                let value = match value {
-                    toml::Value::String(s) => s.clone(),
-                    toml::Value::Integer(n) => n.to_string(),
-                    toml::Value::Float(x) => x.to_string(),
-                    other => {
-                        return Err(bad(format!(
-                            "sweep.{key}: a {} is not a string or number",
-                            other.type_str()
-                        )))
-                    }
-                };
+                let value = sweep_value_text(key, value, line)?;
                 let label = if point.label.is_empty() {
                     format!("{key}={value}")
                 } else {
@@ -191,6 +152,63 @@ pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError>
         points = next;
     }
     Ok(points)
+}
+
+/// The 1-based line of a table's header (`[sweep]`) in the spec's text, or 1 when it has
+/// none (the table was written inline).
+fn header_line(text: &str, header: &str) -> usize {
+    text.lines()
+        .position(|l| l.trim() == header)
+        .map_or(1, |i| i + 1)
+}
+
+/// A spec error on `line` of a file not yet named.
+fn line_error(line: usize, message: String) -> SpecFileError {
+    SpecFileError {
+        file: None,
+        line,
+        message,
+    }
+}
+
+/// The spec's `[quick_sweep]` table, if it has one, checked to name only keys of `sweep`
+/// (it can only thin a sweep's values).
+fn quick_sweep_table<'t>(
+    table: &'t toml::Table,
+    sweep: &toml::Table,
+    text: &str,
+) -> Result<Option<&'t toml::Table>, SpecFileError> {
+    let Some(quick_sweep) = table.get("quick_sweep") else {
+        return Ok(None);
+    };
+    let line = header_line(text, "[quick_sweep]");
+    let bad = |message: String| line_error(line, message);
+    let quick_sweep = quick_sweep
+        .as_table()
+        .ok_or_else(|| bad("quick_sweep: a table of KEY = [values]".into()))?;
+    if let Some(key) = quick_sweep.keys().find(|k| !sweep.contains_key(*k)) {
+        return Err(bad(format!(
+            "quick_sweep.{key}: not a key of [sweep] (it can only thin a sweep's values)"
+        )));
+    }
+    Ok(Some(quick_sweep))
+}
+
+/// A sweep value as the text that replaces its placeholder; only strings and numbers are
+/// values (the error is on the `[sweep]` header's `line`).
+fn sweep_value_text(key: &str, value: &toml::Value, line: usize) -> Result<String, SpecFileError> {
+    match value {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        toml::Value::Float(x) => Ok(x.to_string()),
+        other => Err(line_error(
+            line,
+            format!(
+                "sweep.{key}: a {} is not a string or number",
+                other.type_str()
+            ),
+        )),
+    }
 }
 
 /// The unit written right after `placeholder` (`ms` in `delay {delay}ms`, `%` in
@@ -600,9 +618,40 @@ impl Checker<'_> {
                 )
             })
         };
+        let links = self.links(&raw.links, &nodes, &find)?;
+        let events = self.events(&raw.events, duration, &links, &nodes)?;
+        let workloads = self.workloads(&raw.workloads, &find, duration, &links, nodes.len())?;
+        let quick = raw
+            .quick
+            .as_ref()
+            .map(|q| self.time(q, "quick"))
+            .transpose()?
+            .filter(|q| !q.is_zero() && *q < duration);
+        let late_bound = self.late_bound(raw.late_warn.as_ref())?;
+        Ok(Experiment {
+            name: raw.name.into_inner(),
+            description: raw.description,
+            quick,
+            late_bound,
+            duration,
+            nodes,
+            links,
+            workloads,
+            events,
+        })
+    }
+
+    /// The spec's links, each joining two different nodes at most once, at most
+    /// [`MAX_LINKS`] of them; a link without `reverse` has `spec` both ways.
+    fn links(
+        &self,
+        raw_links: &[Spanned<RawLink>],
+        nodes: &[Node],
+        find: &FindNode<'_>,
+    ) -> Result<Vec<Link>, SpecFileError> {
         let mut links = Vec::new();
         let mut pairs = BTreeSet::new();
-        for raw_link in &raw.links {
+        for raw_link in raw_links {
             let link = raw_link.get_ref();
             let ends = link.between.get_ref();
             if ends.len() != 2 {
@@ -642,13 +691,25 @@ impl Checker<'_> {
         }
         if links.len() > MAX_LINKS {
             return Err(self.error(
-                &raw.links[MAX_LINKS].span(),
+                &raw_links[MAX_LINKS].span(),
                 format!("at most {MAX_LINKS} links (one /30 of 198.18.0.0/15 each)"),
             ));
         }
+        Ok(links)
+    }
+
+    /// The spec's events, each within the run and on a link of the spec, at most one per
+    /// link and instant, in time order.
+    fn events(
+        &self,
+        raw_events: &[Spanned<RawEvent>],
+        duration: Duration,
+        links: &[Link],
+        nodes: &[Node],
+    ) -> Result<Vec<Event>, SpecFileError> {
         let mut events = Vec::new();
         let mut seen = BTreeMap::new();
-        for raw_event in &raw.events {
+        for raw_event in raw_events {
             let event = raw_event.get_ref();
             let at = self.time(&event.at, "at")?;
             if at >= duration {
@@ -702,10 +763,23 @@ impl Checker<'_> {
             });
         }
         events.sort_by_key(|e| e.at);
+        Ok(events)
+    }
+
+    /// The spec's workloads, each named as given or after its kind and count (`tcp-1`),
+    /// no two with the same name.
+    fn workloads(
+        &self,
+        raw_workloads: &[Spanned<RawWorkload>],
+        find: &FindNode<'_>,
+        duration: Duration,
+        links: &[Link],
+        node_count: usize,
+    ) -> Result<Vec<Workload>, SpecFileError> {
         let mut workloads = Vec::new();
         let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-        for raw_workload in &raw.workloads {
-            let workload = self.workload(raw_workload, &find, duration, &links, nodes.len())?;
+        for raw_workload in raw_workloads {
+            let workload = self.workload(raw_workload, find, duration, links, node_count)?;
             let workload = Workload {
                 name: match &raw_workload.get_ref().name {
                     Some(name) => name.clone(),
@@ -726,13 +800,16 @@ impl Checker<'_> {
             }
             workloads.push(workload);
         }
-        let quick = raw
-            .quick
-            .as_ref()
-            .map(|q| self.time(q, "quick"))
-            .transpose()?
-            .filter(|q| !q.is_zero() && *q < duration);
-        let late_bound = match &raw.late_warn {
+        Ok(workloads)
+    }
+
+    /// The fidelity guard's bound from `late_warn`: the default without one, `None` for
+    /// `off`, else a time above zero.
+    fn late_bound(
+        &self,
+        late_warn: Option<&Spanned<String>>,
+    ) -> Result<Option<pathlab_core::Duration>, SpecFileError> {
+        Ok(match late_warn {
             None => Some(pathlab_emulator::fidelity::DEFAULT_LATE_BOUND),
             Some(text) if text.get_ref() == "off" => None,
             Some(text) => Some(
@@ -749,17 +826,6 @@ impl Checker<'_> {
                         )
                     })?,
             ),
-        };
-        Ok(Experiment {
-            name: raw.name.into_inner(),
-            description: raw.description,
-            quick,
-            late_bound,
-            duration,
-            nodes,
-            links,
-            workloads,
-            events,
         })
     }
 
@@ -836,69 +902,7 @@ impl Checker<'_> {
                 ),
             ));
         }
-        let kind = match w.kind.get_ref().as_str() {
-            "tcp" => WorkloadKind::Tcp {
-                streams: w.streams.unwrap_or(1).max(1),
-                congestion: w.congestion.clone(),
-                window: w
-                    .window
-                    .as_ref()
-                    .map(|s| {
-                        pathlab_core::spec::parse_size(s.get_ref())
-                            .map(|b| b as u32)
-                            .map_err(|e| self.error(&s.span(), format!("window: {e}")))
-                    })
-                    .transpose()?,
-            },
-            "rtt" => WorkloadKind::Rtt {
-                interval: match &w.interval {
-                    Some(i) => self.time(i, "interval")?,
-                    None => Duration::from_millis(10),
-                },
-                size: w.size.unwrap_or(64).max(32),
-            },
-            "ping" => WorkloadKind::Ping {
-                interval: match &w.interval {
-                    Some(i) => self.time(i, "interval")?,
-                    None => Duration::from_secs(1),
-                },
-                size: w.size.unwrap_or(56),
-            },
-            "owd" => WorkloadKind::Owd {
-                rate_bps: match &w.rate {
-                    Some(r) => pathlab_core::spec::parse_rate(r.get_ref())
-                        .map_err(|e| self.error(&r.span(), format!("rate: {e}")))?
-                        .bits_per_sec(),
-                    None => return Err(self.error(&span, "an owd workload needs a rate")),
-                },
-                size: w.size.unwrap_or(1200).max(32),
-            },
-            "blocks" => WorkloadKind::Blocks {
-                size: match w.size {
-                    Some(0) => return Err(self.error(&span, "size: a block of 0 bytes")),
-                    Some(size) => size,
-                    None => 16 * 1024,
-                },
-                congestion: w.congestion.clone(),
-            },
-            "command" => WorkloadKind::Command {
-                argv: match &w.command {
-                    Some(argv) if !argv.is_empty() => argv.clone(),
-                    _ => {
-                        return Err(self.error(
-                            &span,
-                            "a command workload needs command = [\"program\", ...]",
-                        ))
-                    }
-                },
-            },
-            other => {
-                return Err(self.error(
-                    &w.kind.span(),
-                    format!("kind '{other}': tcp, rtt, ping, owd, blocks or command"),
-                ))
-            }
-        };
+        let kind = self.workload_kind(w, &span)?;
         if !matches!(kind, WorkloadKind::Command { .. }) && to.is_none() {
             return Err(self.error(
                 &span,
@@ -940,6 +944,77 @@ impl Checker<'_> {
             start,
             duration,
             inspect: w.inspect,
+        })
+    }
+    /// What a workload does, from its `kind` and that kind's keys, each missing one at its
+    /// default; `span` is the workload's, for errors about it as a whole.
+    fn workload_kind(
+        &self,
+        w: &RawWorkload,
+        span: &Range<usize>,
+    ) -> Result<WorkloadKind, SpecFileError> {
+        Ok(match w.kind.get_ref().as_str() {
+            "tcp" => WorkloadKind::Tcp {
+                streams: w.streams.unwrap_or(1).max(1),
+                congestion: w.congestion.clone(),
+                window: w
+                    .window
+                    .as_ref()
+                    .map(|s| {
+                        pathlab_core::spec::parse_size(s.get_ref())
+                            .map(|b| b as u32)
+                            .map_err(|e| self.error(&s.span(), format!("window: {e}")))
+                    })
+                    .transpose()?,
+            },
+            "rtt" => WorkloadKind::Rtt {
+                interval: match &w.interval {
+                    Some(i) => self.time(i, "interval")?,
+                    None => Duration::from_millis(10),
+                },
+                size: w.size.unwrap_or(64).max(32),
+            },
+            "ping" => WorkloadKind::Ping {
+                interval: match &w.interval {
+                    Some(i) => self.time(i, "interval")?,
+                    None => Duration::from_secs(1),
+                },
+                size: w.size.unwrap_or(56),
+            },
+            "owd" => WorkloadKind::Owd {
+                rate_bps: match &w.rate {
+                    Some(r) => pathlab_core::spec::parse_rate(r.get_ref())
+                        .map_err(|e| self.error(&r.span(), format!("rate: {e}")))?
+                        .bits_per_sec(),
+                    None => return Err(self.error(span, "an owd workload needs a rate")),
+                },
+                size: w.size.unwrap_or(1200).max(32),
+            },
+            "blocks" => WorkloadKind::Blocks {
+                size: match w.size {
+                    Some(0) => return Err(self.error(span, "size: a block of 0 bytes")),
+                    Some(size) => size,
+                    None => 16 * 1024,
+                },
+                congestion: w.congestion.clone(),
+            },
+            "command" => WorkloadKind::Command {
+                argv: match &w.command {
+                    Some(argv) if !argv.is_empty() => argv.clone(),
+                    _ => {
+                        return Err(self.error(
+                            span,
+                            "a command workload needs command = [\"program\", ...]",
+                        ))
+                    }
+                },
+            },
+            other => {
+                return Err(self.error(
+                    &w.kind.span(),
+                    format!("kind '{other}': tcp, rtt, ping, owd, blocks or command"),
+                ))
+            }
         })
     }
 }

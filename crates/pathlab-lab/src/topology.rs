@@ -209,21 +209,7 @@ impl Topology {
     /// visit is a thread entering the namespace, and a lab of 1,000 links has 2,001.
     pub fn build(experiment: &Experiment) -> io::Result<Topology> {
         let links = &experiment.links;
-        let addressing = Addressing::for_links(experiment.links.len());
-        let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
-        // A node's links, in the file's order: (link, which end the node is).
-        let mut ends_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); names.len()];
-        for (i, link) in links.iter().enumerate() {
-            ends_of[link.a].push((i, 0));
-            ends_of[link.b].push((i, 1));
-        }
-        // A node's port on link i, end e, is named after the node at the other end.
-        let port = |i: usize, end: usize| {
-            let link = &links[i];
-            port_name(names[if end == 0 { link.b } else { link.a }])
-        };
-
-        let nodes = (0..names.len())
+        let nodes = (0..experiment.nodes.len())
             .map(|_| Netns::new())
             .collect::<io::Result<Vec<_>>>()?;
         let emulated = emulated(experiment);
@@ -236,44 +222,119 @@ impl Topology {
             })
             .collect::<io::Result<Vec<_>>>()?;
 
+        let wiring = Wiring::new(experiment, &nodes, &emulated);
         // The veths: the switchboard or a cable makes both of an emulated link's, its
         // ports up; a node makes those of the plain links it is the first end of.
         if let Some(board) = &board {
-            board.run(|| -> io::Result<()> {
-                set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
-                set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
-                let mut netlink = Netlink::open()?;
-                for (i, link) in links.iter().enumerate() {
-                    if !emulated[i] {
-                        continue;
-                    }
-                    for (end, node) in [link.a, link.b].into_iter().enumerate() {
-                        netlink.create_veth(
-                            &board_port(i, end),
-                            &port(i, end),
-                            Some(nodes[node].fd()),
-                        )?;
-                    }
-                }
-                for link in netlink.links()? {
-                    if link.index != 1 {
-                        netlink.set_up(link.index, true)?;
-                    }
-                }
-                Ok(())
-            })??;
+            wiring.board_veths(board)?;
         }
+        wiring.cable_veths(&cables)?;
+        wiring.plain_veths()?;
+        let ports = wiring.address_ports()?;
+        wiring.neighbours_and_routes(&ports)?;
+        Ok(Topology {
+            nodes,
+            cables,
+            board,
+            emulated,
+        })
+    }
+
+    /// The IPv4 address other nodes reach `node` at: its end of its first link.
+    pub fn address(experiment: &Experiment, node: usize) -> Option<Ipv4Addr> {
+        let addressing = Addressing::for_links(experiment.links.len());
+        experiment
+            .links
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.a == node || l.b == node)
+            .map(|(i, l)| addressing.ends(i)[usize::from(l.b == node)].0)
+    }
+}
+
+/// A link's two ports, by end: each one's interface index and MAC.
+type LinkPorts = [(u32, Vec<u8>); 2];
+
+/// What every step of [`Topology::build`] after making the namespaces reads: the links,
+/// their addresses, each node's link ends and namespace, and which links are emulated.
+struct Wiring<'a> {
+    links: &'a [Link],
+    addressing: Addressing,
+    names: Vec<&'a str>,
+    /// A node's links, in the file's order: (link, which end the node is).
+    ends_of: Vec<Vec<(usize, usize)>>,
+    nodes: &'a [Netns],
+    emulated: &'a [bool],
+}
+
+impl<'a> Wiring<'a> {
+    /// The wiring of `experiment` between its nodes' namespaces `nodes`.
+    fn new(experiment: &'a Experiment, nodes: &'a [Netns], emulated: &'a [bool]) -> Wiring<'a> {
+        let links = &experiment.links;
+        let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut ends_of: Vec<Vec<(usize, usize)>> = vec![Vec::new(); names.len()];
+        for (i, link) in links.iter().enumerate() {
+            ends_of[link.a].push((i, 0));
+            ends_of[link.b].push((i, 1));
+        }
+        Wiring {
+            links,
+            addressing: Addressing::for_links(links.len()),
+            names,
+            ends_of,
+            nodes,
+            emulated,
+        }
+    }
+
+    /// A node's port on link `i`, end `end`: named after the node at the other end.
+    fn port(&self, i: usize, end: usize) -> String {
+        let link = &self.links[i];
+        port_name(self.names[if end == 0 { link.b } else { link.a }])
+    }
+
+    /// Makes both veths of every emulated link in the switchboard, its ports up and the
+    /// other ends in the nodes; the switchboard has no IPv6.
+    fn board_veths(&self, board: &Netns) -> io::Result<()> {
+        board.run(|| -> io::Result<()> {
+            set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+            set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
+            let mut netlink = Netlink::open()?;
+            for (i, link) in self.links.iter().enumerate() {
+                if !self.emulated[i] {
+                    continue;
+                }
+                for (end, node) in [link.a, link.b].into_iter().enumerate() {
+                    netlink.create_veth(
+                        &board_port(i, end),
+                        &self.port(i, end),
+                        Some(self.nodes[node].fd()),
+                    )?;
+                }
+            }
+            for link in netlink.links()? {
+                if link.index != 1 {
+                    netlink.set_up(link.index, true)?;
+                }
+            }
+            Ok(())
+        })??;
+        Ok(())
+    }
+
+    /// Makes each cable's two veths, its ports up and the other ends in the link's nodes.
+    fn cable_veths(&self, cables: &[Option<Netns>]) -> io::Result<()> {
         for (i, cable) in cables.iter().enumerate() {
             let Some(cable) = cable else { continue };
-            let link = &links[i];
-            let (a, b) = (nodes[link.a].fd(), nodes[link.b].fd());
+            let link = &self.links[i];
+            let (a, b) = (self.nodes[link.a].fd(), self.nodes[link.b].fd());
             cable.run(|| -> io::Result<()> {
                 // The cable sends nothing of its own: no IPv6 (solicitations, MLD).
                 set_sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
                 set_sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
                 let mut netlink = Netlink::open()?;
-                netlink.create_veth(CABLE_A, &port(i, 0), Some(a))?;
-                netlink.create_veth(CABLE_B, &port(i, 1), Some(b))?;
+                netlink.create_veth(CABLE_A, &self.port(i, 0), Some(a))?;
+                netlink.create_veth(CABLE_B, &self.port(i, 1), Some(b))?;
                 let ports = interfaces(&mut netlink)?;
                 for name in [CABLE_A, CABLE_B] {
                     let (index, _) = ports.get(name).ok_or_else(|| missing(name))?;
@@ -282,10 +343,15 @@ impl Topology {
                 Ok(())
             })??;
         }
-        for (node, netns) in nodes.iter().enumerate() {
-            let plain: Vec<usize> = ends_of[node]
+        Ok(())
+    }
+
+    /// Makes the veth of each plain link in its first node, the other end in its second.
+    fn plain_veths(&self) -> io::Result<()> {
+        for (node, netns) in self.nodes.iter().enumerate() {
+            let plain: Vec<usize> = self.ends_of[node]
                 .iter()
-                .filter(|&&(i, end)| end == 0 && !emulated[i])
+                .filter(|&&(i, end)| end == 0 && !self.emulated[i])
                 .map(|&(i, _)| i)
                 .collect();
             if plain.is_empty() {
@@ -294,23 +360,26 @@ impl Topology {
             netns.run(|| -> io::Result<()> {
                 let mut netlink = Netlink::open()?;
                 for &i in &plain {
-                    let peer = nodes[links[i].b].fd();
-                    netlink.create_veth(&port(i, 0), &port(i, 1), Some(peer))?;
+                    let peer = self.nodes[self.links[i].b].fd();
+                    netlink.create_veth(&self.port(i, 0), &self.port(i, 1), Some(peer))?;
                 }
                 Ok(())
             })??;
         }
+        Ok(())
+    }
 
-        // Each node: forwarding on, its ports addressed and up; their indices and MACs
-        // (per link, per end) for the neighbours and routes.
-        let mut ports: Vec<[(u32, Vec<u8>); 2]> = vec![Default::default(); links.len()];
-        for (node, netns) in nodes.iter().enumerate() {
+    /// In each node: forwarding on, its ports addressed and up. Gives every port's index
+    /// and MAC, per link and end, for the neighbours and routes.
+    fn address_ports(&self) -> io::Result<Vec<LinkPorts>> {
+        let mut ports: Vec<LinkPorts> = vec![Default::default(); self.links.len()];
+        for (node, netns) in self.nodes.iter().enumerate() {
             let found = netns.run(|| -> io::Result<Vec<(u32, Vec<u8>)>> {
                 // A node of one link has nowhere else to forward to. Its namespace gets no
                 // sysctl at all: a sysctl's path is looked up among the entries of every
                 // namespace that has written one of that name, so 10,000 hosts writing the
                 // same three took most of a 10,000-link lab's build.
-                if ends_of[node].len() > 1 {
+                if self.ends_of[node].len() > 1 {
                     set_sysctl("net/ipv4/ip_forward", "1")?;
                     set_sysctl("net/ipv6/conf/all/forwarding", "1")?;
                 }
@@ -323,38 +392,41 @@ impl Topology {
                 // its growing routes took 26 s. No IPv6 link-local addresses either (their
                 // routes and duplicate address detection are more of the same): the lab's
                 // neighbours and routes are on the links' own addresses.
-                for &(i, end) in &ends_of[node] {
-                    let name = port(i, end);
+                for &(i, end) in &self.ends_of[node] {
+                    let name = self.port(i, end);
                     let (index, mac) = present.get(&name).ok_or_else(|| missing(&name))?;
                     found.push((*index, mac.clone()));
                 }
                 let indices: Vec<u32> = found.iter().map(|(index, _)| *index).collect();
                 netlink.set_up_without_link_local(&indices)?;
-                netlink.add_addresses(ends_of[node].iter().zip(&found).flat_map(
+                netlink.add_addresses(self.ends_of[node].iter().zip(&found).flat_map(
                     |(&(i, end), (index, _))| {
-                        let (v4, v6) = addressing.ends(i)[end];
+                        let (v4, v6) = self.addressing.ends(i)[end];
                         [
-                            (*index, IpAddr::V4(v4), addressing.v4_prefix_len()),
-                            (*index, IpAddr::V6(v6), addressing.v6_subnet(i).1),
+                            (*index, IpAddr::V4(v4), self.addressing.v4_prefix_len()),
+                            (*index, IpAddr::V6(v6), self.addressing.v6_subnet(i).1),
                         ]
                     },
                 ))?;
                 Ok(found)
             })??;
-            for (&(i, end), port) in ends_of[node].iter().zip(found) {
+            for (&(i, end), port) in self.ends_of[node].iter().zip(found) {
                 ports[i][end] = port;
             }
         }
+        Ok(ports)
+    }
 
-        // Each node: its peers' neighbour entries and its routes.
-        for (node, netns) in nodes.iter().enumerate() {
-            let routes = installed_routes(links, addressing, names.len(), node);
+    /// In each node: its peers' neighbour entries and its routes.
+    fn neighbours_and_routes(&self, ports: &[LinkPorts]) -> io::Result<()> {
+        for (node, netns) in self.nodes.iter().enumerate() {
+            let routes = installed_routes(self.links, self.addressing, self.nodes.len(), node);
             netns.run(|| -> io::Result<()> {
                 let mut netlink = Netlink::open()?;
-                netlink.add_neighbors(ends_of[node].iter().flat_map(|&(i, end)| {
+                netlink.add_neighbors(self.ends_of[node].iter().flat_map(|&(i, end)| {
                     let (index, _) = ports[i][end];
                     let (_, peer_mac) = &ports[i][1 - end];
-                    let (v4, v6) = addressing.ends(i)[1 - end];
+                    let (v4, v6) = self.addressing.ends(i)[1 - end];
                     [
                         (index, IpAddr::V4(v4), peer_mac.as_slice()),
                         (index, IpAddr::V6(v6), peer_mac.as_slice()),
@@ -374,23 +446,7 @@ impl Topology {
                 netlink.new_routes(&routes)
             })??;
         }
-        Ok(Topology {
-            nodes,
-            cables,
-            board,
-            emulated,
-        })
-    }
-
-    /// The IPv4 address other nodes reach `node` at: its end of its first link.
-    pub fn address(experiment: &Experiment, node: usize) -> Option<Ipv4Addr> {
-        let addressing = Addressing::for_links(experiment.links.len());
-        experiment
-            .links
-            .iter()
-            .enumerate()
-            .find(|(_, l)| l.a == node || l.b == node)
-            .map(|(i, l)| addressing.ends(i)[usize::from(l.b == node)].0)
+        Ok(())
     }
 }
 
