@@ -147,7 +147,6 @@ pub fn collect(
     options: &CollectOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<LabRun, CollectError> {
-    let token = options.token.as_deref();
     let nodes: Vec<Node<'_>> = configs
         .iter()
         .zip(&options.addresses)
@@ -162,7 +161,39 @@ pub fn collect(
         source,
     })?;
 
-    // Every node ready.
+    let underlay = wait_until_ready(&nodes, options, progress)?;
+    start_all(&nodes, options)?;
+    progress(&format!(
+        "started all {} nodes; the run takes {} s",
+        nodes.len(),
+        experiment.duration.as_secs_f64()
+    ));
+    let end = Instant::now() + options.lead + experiment.duration;
+    let stopped_in_run = !pathlab_lab::workload::sleep_until(end, &options.stop);
+    let (results, stopped_after) = node_results(&nodes, options)?;
+    let stopped = stopped_in_run || stopped_after;
+    save_recordings_and_outputs(experiment, &nodes, options)?;
+    let mut run = merge(experiment, point, &results);
+    run.interrupted |= stopped;
+    for link in &mut run.links {
+        link.underlay = underlay
+            .iter()
+            .filter(|u| u.link == link.name)
+            .cloned()
+            .collect();
+    }
+    Ok(run)
+}
+
+/// Waits until every node is ready, saying every 5 s how many are; gives the underlay
+/// each measured (after warning of any that is poor). Fails when a node failed or has run
+/// already, when they are not all ready within `options.wait`, or on a stop signal.
+fn wait_until_ready(
+    nodes: &[Node<'_>],
+    options: &CollectOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Underlay>, CollectError> {
+    let token = options.token.as_deref();
     let deadline = Instant::now() + options.wait;
     let mut ready: Vec<Option<NodeStatus>> = vec![None; nodes.len()];
     let mut said = Instant::now();
@@ -229,11 +260,15 @@ pub fn collect(
             progress(&format!("warning: {warning}"));
         }
     }
+    Ok(underlay)
+}
 
-    // One start for all.
+/// Orders every node to start at one instant, `options.lead` from now.
+fn start_all(nodes: &[Node<'_>], options: &CollectOptions) -> Result<(), CollectError> {
+    let token = options.token.as_deref();
     let at_unix_ns = pathlab_os::unix_now_ns() + options.lead.as_nanos() as u64;
     let order = serde_json::to_vec(&StartRequest { at_unix_ns }).expect("serializes");
-    for node in &nodes {
+    for node in nodes {
         let response =
             pathlab_http::request(node.address, "POST", wire::START_PATH, token, Some(&order))
                 .map_err(|e| node.error(&e))?;
@@ -245,18 +280,20 @@ pub fn collect(
             )));
         }
     }
-    progress(&format!(
-        "started all {} nodes; the run takes {} s",
-        nodes.len(),
-        experiment.duration.as_secs_f64()
-    ));
-    let end = Instant::now() + options.lead + experiment.duration;
-    let mut stopped = !pathlab_lab::workload::sleep_until(end, &options.stop);
+    Ok(())
+}
 
-    // The results.
+/// Each node's result once the run is over, waiting up to `options.wait` for those not
+/// yet written; and whether a stop signal came meanwhile (the run is then interrupted).
+fn node_results(
+    nodes: &[Node<'_>],
+    options: &CollectOptions,
+) -> Result<(Vec<NodeResult>, bool), CollectError> {
+    let token = options.token.as_deref();
+    let mut stopped = false;
     let result_deadline = Instant::now() + options.wait;
     let mut results = Vec::new();
-    for node in &nodes {
+    for node in nodes {
         let result = loop {
             let (code, body) = node.get(wire::RESULT_PATH, wire::MAX_RESULT_BYTES, token)?;
             if code == 200 {
@@ -272,8 +309,17 @@ pub fn collect(
         };
         results.push(result);
     }
+    Ok((results, stopped))
+}
 
-    // Recordings and outputs.
+/// Writes to `options.out` each link's recording, its two ends' halves merged, and each
+/// command workload's output.
+fn save_recordings_and_outputs(
+    experiment: &Experiment,
+    nodes: &[Node<'_>],
+    options: &CollectOptions,
+) -> Result<(), CollectError> {
+    let token = options.token.as_deref();
     for link in &experiment.links {
         let halves = [link.a, link.b].map(|end| {
             let node = &nodes[end];
@@ -302,16 +348,7 @@ pub fn collect(
             }
         }
     }
-    let mut run = merge(experiment, point, &results);
-    run.interrupted |= stopped;
-    for link in &mut run.links {
-        link.underlay = underlay
-            .iter()
-            .filter(|u| u.link == link.name)
-            .cloned()
-            .collect();
-    }
-    Ok(run)
+    Ok(())
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CollectError> {

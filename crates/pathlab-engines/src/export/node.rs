@@ -276,102 +276,11 @@ impl NodeConfig {
         node: usize,
         settings: &LabSettings,
     ) -> Result<NodeConfig, NodeConfigError> {
-        let links = &experiment.links;
         let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
-        let addressing = Addressing::for_links(links.len());
-        let mut interfaces = Vec::new();
-        for (i, link) in links.iter().enumerate() {
-            if link.a != node && link.b != node {
-                continue;
-            }
-            let end = usize::from(link.b == node);
-            let peer = if end == 0 { link.b } else { link.a };
-            let [own, other] = [end, 1 - end].map(|e| addressing.ends(i)[e]);
-            let egress = if end == 0 {
-                &link.forward
-            } else {
-                &link.reverse
-            };
-            let events = experiment
-                .events
-                .iter()
-                .filter(|event| event.link == i)
-                .filter_map(|event| {
-                    let spec = if end == 0 {
-                        &event.forward
-                    } else {
-                        &event.reverse
-                    };
-                    spec.as_ref().map(|spec| EgressEvent {
-                        at_ns: nanos(event.at),
-                        egress: spec.to_string(),
-                    })
-                })
-                .collect();
-            interfaces.push(Interface {
-                name: port_name(names[peer]),
-                link: link.name.clone(),
-                id: u32::try_from(i).unwrap_or(u32::MAX),
-                peer: names[peer].to_owned(),
-                peer_interface: port_name(names[node]),
-                ipv4: own.0,
-                ipv4_prefix_len: addressing.v4_subnet(i).1,
-                ipv6: own.1,
-                ipv6_prefix_len: addressing.v6_subnet(i).1,
-                peer_ipv4: other.0,
-                peer_ipv6: other.1,
-                egress: egress.to_string(),
-                events,
-            });
-        }
-        let routes = installed_routes(links, addressing, names.len(), node)
-            .into_iter()
-            .map(|route| {
-                let via = &links[route.via_link];
-                let peer = if route.end == 0 { via.b } else { via.a };
-                let unspecified = if route.gateway.is_ipv4() {
-                    IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-                } else {
-                    IpAddr::V6(Ipv6Addr::UNSPECIFIED)
-                };
-                let (destination, prefix_len) = route.destination.unwrap_or((unspecified, 0));
-                Route {
-                    destination,
-                    prefix_len,
-                    via: route.gateway,
-                    interface: port_name(names[peer]),
-                }
-            })
-            .collect();
-        let responders = blocks_responders(experiment);
-        let mut workloads = Vec::new();
-        for workload in &experiment.workloads {
-            let port = workload_port(workload, &responders);
-            let entry = |role, peer: Option<usize>, peer_address| NodeWorkload {
-                name: workload.name.clone(),
-                role,
-                peer: peer.map(|p| names[p].to_owned()),
-                peer_address,
-                port,
-                start_ns: nanos(workload.start),
-                duration_ns: nanos(workload.duration),
-                inspect: workload.inspect && role == Role::Client,
-                kind: workload.kind.clone(),
-            };
-            if workload.from == node {
-                workloads.push(entry(
-                    Role::Client,
-                    workload.to,
-                    workload_target(experiment, workload),
-                ));
-            } else if workload.to == Some(node) && port.is_some() {
-                workloads.push(entry(
-                    Role::Server,
-                    Some(workload.from),
-                    Topology::address(experiment, workload.from).map(IpAddr::V4),
-                ));
-            }
-        }
+        let addressing = Addressing::for_links(experiment.links.len());
+        let interfaces = node_interfaces(experiment, node, &names, addressing);
+        let routes = node_routes(experiment, node, &names, addressing);
+        let workloads = node_workloads(experiment, node, &names);
         let config = NodeConfig {
             version: VERSION,
             lab: experiment.name.clone(),
@@ -671,6 +580,127 @@ impl NodeConfig {
         }
         check_workload_kind(at, &workload.kind)
     }
+}
+
+/// Node `node`'s interfaces, one per link it is an end of, each with the egress spec and
+/// events of the direction leaving the node; `names` are the experiment's node names.
+fn node_interfaces(
+    experiment: &Experiment,
+    node: usize,
+    names: &[&str],
+    addressing: Addressing,
+) -> Vec<Interface> {
+    let links = &experiment.links;
+    let mut interfaces = Vec::new();
+    for (i, link) in links.iter().enumerate() {
+        if link.a != node && link.b != node {
+            continue;
+        }
+        let end = usize::from(link.b == node);
+        let peer = if end == 0 { link.b } else { link.a };
+        let [own, other] = [end, 1 - end].map(|e| addressing.ends(i)[e]);
+        let egress = if end == 0 {
+            &link.forward
+        } else {
+            &link.reverse
+        };
+        let events = experiment
+            .events
+            .iter()
+            .filter(|event| event.link == i)
+            .filter_map(|event| {
+                let spec = if end == 0 {
+                    &event.forward
+                } else {
+                    &event.reverse
+                };
+                spec.as_ref().map(|spec| EgressEvent {
+                    at_ns: nanos(event.at),
+                    egress: spec.to_string(),
+                })
+            })
+            .collect();
+        interfaces.push(Interface {
+            name: port_name(names[peer]),
+            link: link.name.clone(),
+            id: u32::try_from(i).unwrap_or(u32::MAX),
+            peer: names[peer].to_owned(),
+            peer_interface: port_name(names[node]),
+            ipv4: own.0,
+            ipv4_prefix_len: addressing.v4_subnet(i).1,
+            ipv6: own.1,
+            ipv6_prefix_len: addressing.v6_subnet(i).1,
+            peer_ipv4: other.0,
+            peer_ipv6: other.1,
+            egress: egress.to_string(),
+            events,
+        });
+    }
+    interfaces
+}
+
+/// Node `node`'s routes, IPv4 and IPv6, each leaving by its port towards the next hop.
+fn node_routes(
+    experiment: &Experiment,
+    node: usize,
+    names: &[&str],
+    addressing: Addressing,
+) -> Vec<Route> {
+    let links = &experiment.links;
+    installed_routes(links, addressing, names.len(), node)
+        .into_iter()
+        .map(|route| {
+            let via = &links[route.via_link];
+            let peer = if route.end == 0 { via.b } else { via.a };
+            let unspecified = if route.gateway.is_ipv4() {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+            };
+            let (destination, prefix_len) = route.destination.unwrap_or((unspecified, 0));
+            Route {
+                destination,
+                prefix_len,
+                via: route.gateway,
+                interface: port_name(names[peer]),
+            }
+        })
+        .collect()
+}
+
+/// The workloads node `node` runs (as their client) or answers (as the server of one
+/// with a port).
+fn node_workloads(experiment: &Experiment, node: usize, names: &[&str]) -> Vec<NodeWorkload> {
+    let responders = blocks_responders(experiment);
+    let mut workloads = Vec::new();
+    for workload in &experiment.workloads {
+        let port = workload_port(workload, &responders);
+        let entry = |role, peer: Option<usize>, peer_address| NodeWorkload {
+            name: workload.name.clone(),
+            role,
+            peer: peer.map(|p| names[p].to_owned()),
+            peer_address,
+            port,
+            start_ns: nanos(workload.start),
+            duration_ns: nanos(workload.duration),
+            inspect: workload.inspect && role == Role::Client,
+            kind: workload.kind.clone(),
+        };
+        if workload.from == node {
+            workloads.push(entry(
+                Role::Client,
+                workload.to,
+                workload_target(experiment, workload),
+            ));
+        } else if workload.to == Some(node) && port.is_some() {
+            workloads.push(entry(
+                Role::Server,
+                Some(workload.from),
+                Topology::address(experiment, workload.from).map(IpAddr::V4),
+            ));
+        }
+    }
+    workloads
 }
 
 /// A congestion control's name, if given: 1 to [`MAX_CONGESTION_NAME`] of letters, digits,
