@@ -113,16 +113,6 @@ fn measure_steps(
     let client = connect()?;
     let max_rate =
         (client.limits.max_rate_bps as f64).min(options.max_rate_bps.unwrap_or(f64::MAX));
-    let run = |client: Client, plan: TrainPlan, trains: u32| {
-        client.trains(
-            direction,
-            plan.payload_bytes,
-            plan.length,
-            trains,
-            Duration::from_nanos(plan.spacing_ns),
-            Duration::from_nanos(plan.period_ns),
-        )
-    };
     // What went through the path before the shaper stream, for what it may have taken
     // from a bucket there: each probe's arrival and IP bytes.
     let overhead = packet_bytes - payload;
@@ -132,30 +122,17 @@ fn measure_steps(
         before.extend(arrivals.arrivals.iter().map(|p| (p.received_ns, bytes)));
     };
     let pairs_plan = capacity::pairs_plan(payload, packet_bytes, max_rate);
-    let pairs = run(client, pairs_plan, options.pairs)?;
+    let pairs = send_trains(client, direction, pairs_plan, options.pairs)?;
     record(&pairs, &pairs_plan);
     probes += pairs.sent;
     let pair_estimates = capacity::train_estimates(&pairs.arrivals, 2, bits);
     progress.pair_estimates_bps.clone_from(&pair_estimates);
     progress.probes = probes;
-    let rough = capacity::median_ci(&pair_estimates)
-        .ok_or_else(|| {
-            MeasureError::Session(SessionError::Protocol(format!(
-                "none of {} packet pairs arrived whole; the path loses too much to measure",
-                options.pairs
-            )))
-        })?
-        .median_bps;
-    log(&format!(
-        "packet pairs: {} of {} whole, median {:.2} Mbit/s",
-        pair_estimates.len(),
-        options.pairs,
-        rough / 1e6
-    ));
+    let rough = pairs_median(&pair_estimates, options.pairs, log)?;
 
     let plan = capacity::trains_plan(rough, payload, packet_bytes, max_rate);
     let length = plan.length;
-    let trains = run(connect()?, plan, options.trains)?;
+    let trains = send_trains(connect()?, direction, plan, options.trains)?;
     record(&trains, &plan);
     probes += trains.sent;
     let train_estimates = capacity::train_estimates(&trains.arrivals, u64::from(length), bits);
@@ -177,21 +154,11 @@ fn measure_steps(
     let mut found = found;
     progress.capacity = Some(found.clone());
     progress.probes = probes;
-    log(&format!(
-        "packet trains of {length}: {} of {} whole; capacity {:.2} Mbit/s (95% CI {:.2} to {:.2}, from the {}){}",
+    log(&trains_line(
+        length,
         train_estimates.len(),
         options.trains,
-        found.capacity_bps / 1e6,
-        found.low_bps / 1e6,
-        found.high_bps / 1e6,
-        found.method,
-        match found.pair_mode_bps {
-            Some(mode) if found.pairs_disagree() => format!(
-                "; the pairs' mode is {:.2} Mbit/s: cross traffic before the bottleneck, or bursty timestamps",
-                mode / 1e6
-            ),
-            _ => String::new(),
-        }
+        &found,
     ));
 
     if let Some(budget) = options.shaper_budget {
@@ -211,42 +178,15 @@ fn measure_steps(
     progress.shaper_done = true;
 
     let available = if options.available {
-        let mut search = AvailableSearch::new(
+        Some(search_available(
+            connect,
+            options,
             found.bottleneck_bps(),
-            options.resolution,
-            options.max_fleets,
-        );
-        while let Some(rate) = search.next_rate() {
-            let plan = capacity::stream_plan(
-                rate,
-                options.stream_time.as_nanos() as u64,
-                packet_bytes,
-                mtu::overhead(path.ipv6),
-            );
-            let length = u64::from(plan.length);
-            let fleet = run(connect()?, plan, options.streams)?;
-            probes += fleet.sent;
-            let streams =
-                capacity::judge_streams(&fleet.arrivals, length, u64::from(options.streams));
-            let fleet = search.record(rate, streams);
-            progress.probes = probes;
-            log(&format!(
-                "streams at {:.2} Mbit/s: {} of {} rising -> {} the available bandwidth",
-                rate / 1e6,
-                fleet.streams.iter().filter(|s| s.rising()).count(),
-                fleet.streams.len(),
-                if fleet.above { "above" } else { "below" }
-            ));
-            progress.available = Some(search.clone().result());
-        }
-        let result = search.result();
-        log(&format!(
-            "available bandwidth {:.2} Mbit/s (between {:.2} and {:.2})",
-            result.available_bps / 1e6,
-            result.low_bps / 1e6,
-            result.high_bps / 1e6
-        ));
-        Some(result)
+            &path,
+            log,
+            progress,
+            &mut probes,
+        )?)
     } else {
         None
     };
@@ -257,6 +197,113 @@ fn measure_steps(
         available,
         probes,
     })
+}
+
+/// The median of the packet pairs' estimates, a first rough capacity to plan the trains
+/// with, told in `log`; an error when none of the `pairs` sent arrived whole.
+fn pairs_median(
+    pair_estimates: &[f64],
+    pairs: u32,
+    log: &mut dyn FnMut(&str),
+) -> Result<f64, MeasureError> {
+    let rough = capacity::median_ci(pair_estimates)
+        .ok_or_else(|| {
+            MeasureError::Session(SessionError::Protocol(format!(
+                "none of {pairs} packet pairs arrived whole; the path loses too much to measure"
+            )))
+        })?
+        .median_bps;
+    log(&format!(
+        "packet pairs: {} of {} whole, median {:.2} Mbit/s",
+        pair_estimates.len(),
+        pairs,
+        rough / 1e6
+    ));
+    Ok(rough)
+}
+
+/// Sends `trains` trains of `plan` on `client` in `direction` and collects their arrivals.
+fn send_trains(
+    client: Client,
+    direction: Direction,
+    plan: TrainPlan,
+    trains: u32,
+) -> Result<ProbeArrivals, MeasureError> {
+    client.trains(
+        direction,
+        plan.payload_bytes,
+        plan.length,
+        trains,
+        Duration::from_nanos(plan.spacing_ns),
+        Duration::from_nanos(plan.period_ns),
+    )
+}
+
+/// The log's line about the trains of `length` and the capacity they gave (`whole` of
+/// `sent` trains arrived whole).
+fn trains_line(length: u32, whole: usize, sent: u32, found: &capacity::Capacity) -> String {
+    format!(
+        "packet trains of {length}: {} of {} whole; capacity {:.2} Mbit/s (95% CI {:.2} to {:.2}, from the {}){}",
+        whole,
+        sent,
+        found.capacity_bps / 1e6,
+        found.low_bps / 1e6,
+        found.high_bps / 1e6,
+        found.method,
+        match found.pair_mode_bps {
+            Some(mode) if found.pairs_disagree() => format!(
+                "; the pairs' mode is {:.2} Mbit/s: cross traffic before the bottleneck, or bursty timestamps",
+                mode / 1e6
+            ),
+            _ => String::new(),
+        }
+    )
+}
+
+/// The search for the available bandwidth below `bottleneck_bps`: fleets of streams at
+/// the rates [`AvailableSearch`] picks, each told in `log`; `probes` counts the streams'
+/// packets, and `progress` keeps the bracket of the fleets that finished.
+fn search_available(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &CapacityOptions,
+    bottleneck_bps: f64,
+    path: &mtu::PathMtu,
+    log: &mut dyn FnMut(&str),
+    progress: &mut CapacityProgress,
+    probes: &mut u64,
+) -> Result<capacity::Available, MeasureError> {
+    let direction = options.direction;
+    let mut search = AvailableSearch::new(bottleneck_bps, options.resolution, options.max_fleets);
+    while let Some(rate) = search.next_rate() {
+        let plan = capacity::stream_plan(
+            rate,
+            options.stream_time.as_nanos() as u64,
+            path.mtu_bytes,
+            mtu::overhead(path.ipv6),
+        );
+        let length = u64::from(plan.length);
+        let fleet = send_trains(connect()?, direction, plan, options.streams)?;
+        *probes += fleet.sent;
+        let streams = capacity::judge_streams(&fleet.arrivals, length, u64::from(options.streams));
+        let fleet = search.record(rate, streams);
+        progress.probes = *probes;
+        log(&format!(
+            "streams at {:.2} Mbit/s: {} of {} rising -> {} the available bandwidth",
+            rate / 1e6,
+            fleet.streams.iter().filter(|s| s.rising()).count(),
+            fleet.streams.len(),
+            if fleet.above { "above" } else { "below" }
+        ));
+        progress.available = Some(search.clone().result());
+    }
+    let result = search.result();
+    log(&format!(
+        "available bandwidth {:.2} Mbit/s (between {:.2} and {:.2})",
+        result.available_bps / 1e6,
+        result.low_bps / 1e6,
+        result.high_bps / 1e6
+    ));
+    Ok(result)
 }
 
 /// The constant-rate stream after the trains: at the rate of the link beneath any bucket

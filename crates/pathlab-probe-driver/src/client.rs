@@ -740,51 +740,17 @@ impl Client {
         let stamped = sys::enable_timestamping(udp.as_fd(), sys::TransmitPoint::Device).is_ok();
         let padding = Box::new(random::<4096>()?);
         let mut bytes = Vec::with_capacity(size as usize + 64);
-        let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+        let mut replies = ReplyReader {
+            udp,
+            running,
+            stamped,
+            buffer: vec![0u8; probe::MAX_LEN + 1],
+            rejections: Rejections::default(),
+        };
         so_far.replies.reserve(count as usize);
         so_far.send_errors.reserve(count as usize);
         so_far.transmit = sys::TransmitLog::with_capacity(count as usize);
-        let mut rejections = Rejections::default();
         let start = Instant::now();
-        let mut collect = |client: &mut Client,
-                           so_far: &mut RoundTrips,
-                           rejections: &mut Rejections|
-         -> io::Result<()> {
-            if stamped {
-                so_far.transmit.take(udp.as_fd())?;
-            }
-            let replies = &mut so_far.replies;
-            let before = replies.len();
-            while let Ok((len, source, kernel_ns)) = sys::recv_timestamped(udp.as_fd(), &mut buffer)
-            {
-                let received_ns = kernel_ns.unwrap_or_else(unix_now_ns);
-                if let Some(p) = running.accept_probe(
-                    Way::ServerToClient,
-                    ProbeKind::Reply,
-                    source.ip(),
-                    &buffer[..len],
-                    rejections,
-                ) {
-                    replies.push(RoundTrip {
-                        seq: p.seq,
-                        sent_ns: p.sent_ns,
-                        reflector_received_ns: p.reflection.received_ns,
-                        reflector_sent_ns: p.reflection.sent_ns,
-                        received_ns,
-                        // Until the transmit stamp is read: see `timed_replies`.
-                        timed_by: if kernel_ns.is_some() {
-                            TimedBy::Kernel
-                        } else {
-                            TimedBy::UserSpace
-                        },
-                    });
-                }
-            }
-            if replies.len() > before {
-                client.heard(Instant::now());
-            }
-            Ok(())
-        };
         while *sent < count {
             let seq = *sent;
             let due = start + interval.mul_f64(seq as f64);
@@ -822,7 +788,7 @@ impl Client {
                     &mut [false],
                 );
             }
-            collect(self, so_far, &mut rejections)?;
+            replies.read(self, so_far)?;
             // A server that gave up (or says why it stops) ends the test now.
             if let Some(message) = self.poll_message(Duration::ZERO)? {
                 return Err(MeasureError::Session(SessionError::Protocol(format!(
@@ -831,25 +797,7 @@ impl Client {
             }
         }
         let sending = start.elapsed();
-        // Replies still on their way: wait up to a second (or ten round trips) for them.
-        let slowest = so_far
-            .replies
-            .iter()
-            .map(RoundTrip::rtt_ns)
-            .max()
-            .unwrap_or(0)
-            .max(0) as u64;
-        let wait_until = Instant::now()
-            + Duration::from_nanos(slowest.saturating_mul(10))
-                .clamp(Duration::from_millis(200), Duration::from_secs(1));
-        while (so_far.replies.len() as u64) < count && Instant::now() < wait_until {
-            let _ = sys::poll_readable(
-                &[udp.as_fd()],
-                Some(Duration::from_millis(10)),
-                &mut [false],
-            );
-            collect(self, so_far, &mut rejections)?;
-        }
+        replies.read_late(self, so_far, count)?;
         self.send(&Message::Sent {
             count,
             duration_ns: sending.as_nanos() as u64,
@@ -858,7 +806,7 @@ impl Client {
             Message::Done {
                 received, excess, ..
             } => {
-                collect(self, so_far, &mut rejections)?;
+                replies.read(self, so_far)?;
                 self.finish();
                 Ok(rtt::analyse(
                     &so_far.timed_replies(),
@@ -872,6 +820,92 @@ impl Client {
                 "unexpected {other:?}"
             )))),
         }
+    }
+}
+
+/// Reads the replies of a round-trip test as they come, with their receive times.
+struct ReplyReader<'a> {
+    /// The test's socket, connected to the server.
+    udp: &'a UdpSocket,
+    /// The test, whose replies it accepts.
+    running: &'a Running,
+    /// Whether the kernel stamps the requests' transmit times.
+    stamped: bool,
+    /// One datagram's room, and a byte more to see one too long.
+    buffer: Vec<u8>,
+    /// What it refused, and why.
+    rejections: Rejections,
+}
+
+impl ReplyReader<'_> {
+    /// Reads the transmit stamps and every reply waiting into `so_far`, telling `client`
+    /// it heard from the server when a reply came.
+    fn read(&mut self, client: &mut Client, so_far: &mut RoundTrips) -> io::Result<()> {
+        if self.stamped {
+            so_far.transmit.take(self.udp.as_fd())?;
+        }
+        let replies = &mut so_far.replies;
+        let before = replies.len();
+        while let Ok((len, source, kernel_ns)) =
+            sys::recv_timestamped(self.udp.as_fd(), &mut self.buffer)
+        {
+            let received_ns = kernel_ns.unwrap_or_else(unix_now_ns);
+            if let Some(p) = self.running.accept_probe(
+                Way::ServerToClient,
+                ProbeKind::Reply,
+                source.ip(),
+                &self.buffer[..len],
+                &mut self.rejections,
+            ) {
+                replies.push(RoundTrip {
+                    seq: p.seq,
+                    sent_ns: p.sent_ns,
+                    reflector_received_ns: p.reflection.received_ns,
+                    reflector_sent_ns: p.reflection.sent_ns,
+                    received_ns,
+                    // Until the transmit stamp is read: see `timed_replies`.
+                    timed_by: if kernel_ns.is_some() {
+                        TimedBy::Kernel
+                    } else {
+                        TimedBy::UserSpace
+                    },
+                });
+            }
+        }
+        if replies.len() > before {
+            client.heard(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// After the last request, reads the replies still on their way until all `count`
+    /// are in or it has waited a second (or ten of the slowest round trips, at least
+    /// 200 ms).
+    fn read_late(
+        &mut self,
+        client: &mut Client,
+        so_far: &mut RoundTrips,
+        count: u64,
+    ) -> io::Result<()> {
+        let slowest = so_far
+            .replies
+            .iter()
+            .map(RoundTrip::rtt_ns)
+            .max()
+            .unwrap_or(0)
+            .max(0) as u64;
+        let wait_until = Instant::now()
+            + Duration::from_nanos(slowest.saturating_mul(10))
+                .clamp(Duration::from_millis(200), Duration::from_secs(1));
+        while (so_far.replies.len() as u64) < count && Instant::now() < wait_until {
+            let _ = sys::poll_readable(
+                &[self.udp.as_fd()],
+                Some(Duration::from_millis(10)),
+                &mut [false],
+            );
+            self.read(client, so_far)?;
+        }
+        Ok(())
     }
 }
 

@@ -267,99 +267,10 @@ pub(super) fn serve(
     max_size: u32,
 ) -> Result<String, MeasureError> {
     let started = Instant::now();
-    let limit = Duration::from_nanos(MTU_TEST_NS);
-    let ipv6 = client.is_ipv6();
-    let mut count = 0u64;
-    let mut largest = 0usize;
-    match direction {
-        Direction::Up => {
-            udp.set_nonblocking(true)?;
-            let mut buffer = vec![0u8; probe::MAX_LEN + 1];
-            loop {
-                let mut ready = [false];
-                let _ =
-                    sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
-                while let Ok((len, source)) = udp.recv_from(&mut buffer) {
-                    let probe = running.accept_probe(
-                        Way::ClientToServer,
-                        ProbeKind::OneWay,
-                        source.ip(),
-                        &buffer[..len],
-                        &mut Rejections::default(),
-                    );
-                    if let Some(probe) = probe {
-                        let seq = probe.seq;
-                        count += 1;
-                        largest = largest.max(len);
-                        connection.send(&Message::MtuArrived {
-                            seq,
-                            size: len as u32,
-                        })?;
-                    }
-                }
-                if let Some(message) = connection.poll_message(Duration::ZERO)? {
-                    match message {
-                        Message::Sent { .. } => break,
-                        other => {
-                            return Err(MeasureError::Session(SessionError::Protocol(format!(
-                                "unexpected {other:?} during the path MTU test"
-                            ))))
-                        }
-                    }
-                }
-                if started.elapsed() > limit {
-                    return Err(MeasureError::Session(SessionError::Timeout(
-                        "the end of the path MTU test",
-                    )));
-                }
-            }
-        }
-        Direction::Down => {
-            udp.connect(client)?;
-            sys::set_df_probe(udp.as_fd(), ipv6)?;
-            loop {
-                if started.elapsed() > limit {
-                    return Err(MeasureError::Session(SessionError::Timeout(
-                        "the client's next probe",
-                    )));
-                }
-                match connection.next_message()? {
-                    Message::MtuProbe { seq, size } => {
-                        count += 1;
-                        if count > u64::from(MTU_MAX_PROBES) || size > max_size {
-                            let message = format!(
-                                "a path MTU test sends at most {MTU_MAX_PROBES} probes of at most {max_size} bytes"
-                            );
-                            connection.send(&Message::Error {
-                                message: message.clone(),
-                            })?;
-                            return Err(MeasureError::Session(SessionError::Protocol(message)));
-                        }
-                        let bytes = encode(running, Way::ServerToClient, seq, size)?;
-                        let sent = match udp.send(&bytes) {
-                            Ok(_) => true,
-                            Err(error) if too_big(&error) => false,
-                            Err(error) => return Err(error.into()),
-                        };
-                        if sent {
-                            largest = largest.max(bytes.len());
-                        }
-                        connection.send(&Message::MtuSent {
-                            seq,
-                            sent,
-                            route_mtu: sys::route_mtu(udp.as_fd(), ipv6)?,
-                        })?;
-                    }
-                    Message::Sent { .. } => break,
-                    other => {
-                        return Err(MeasureError::Session(SessionError::Protocol(format!(
-                            "unexpected {other:?} during the path MTU test"
-                        ))))
-                    }
-                }
-            }
-        }
-    }
+    let (count, largest) = match direction {
+        Direction::Up => report_arrivals(udp, connection, running, started)?,
+        Direction::Down => send_asked_probes(udp, connection, running, client, max_size, started)?,
+    };
     connection.send(&Message::Done {
         received: count,
         rejected: 0,
@@ -371,4 +282,118 @@ pub(super) fn serve(
         Direction::Down => "sent",
     };
     Ok(format!("{way} {count} probes, the largest {largest} B"))
+}
+
+/// The server's end upwards: reports each probe that arrives until the client's `Sent`;
+/// gives how many arrived and the largest, bytes.
+fn report_arrivals(
+    udp: &UdpSocket,
+    connection: &mut dyn Control,
+    running: &Running,
+    started: Instant,
+) -> Result<(u64, usize), MeasureError> {
+    let limit = Duration::from_nanos(MTU_TEST_NS);
+    let mut count = 0u64;
+    let mut largest = 0usize;
+    udp.set_nonblocking(true)?;
+    let mut buffer = vec![0u8; probe::MAX_LEN + 1];
+    loop {
+        let mut ready = [false];
+        let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
+        while let Ok((len, source)) = udp.recv_from(&mut buffer) {
+            let probe = running.accept_probe(
+                Way::ClientToServer,
+                ProbeKind::OneWay,
+                source.ip(),
+                &buffer[..len],
+                &mut Rejections::default(),
+            );
+            if let Some(probe) = probe {
+                let seq = probe.seq;
+                count += 1;
+                largest = largest.max(len);
+                connection.send(&Message::MtuArrived {
+                    seq,
+                    size: len as u32,
+                })?;
+            }
+        }
+        if let Some(message) = connection.poll_message(Duration::ZERO)? {
+            match message {
+                Message::Sent { .. } => break,
+                other => {
+                    return Err(MeasureError::Session(SessionError::Protocol(format!(
+                        "unexpected {other:?} during the path MTU test"
+                    ))))
+                }
+            }
+        }
+        if started.elapsed() > limit {
+            return Err(MeasureError::Session(SessionError::Timeout(
+                "the end of the path MTU test",
+            )));
+        }
+    }
+    Ok((count, largest))
+}
+
+/// The server's end downwards: sends each probe the client asks for (at most
+/// [`MTU_MAX_PROBES`], none above `max_size`) and says whether it went, until the
+/// client's `Sent`; gives how many were asked for and the largest sent, bytes.
+fn send_asked_probes(
+    udp: &UdpSocket,
+    connection: &mut dyn Control,
+    running: &Running,
+    client: SocketAddr,
+    max_size: u32,
+    started: Instant,
+) -> Result<(u64, usize), MeasureError> {
+    let limit = Duration::from_nanos(MTU_TEST_NS);
+    let ipv6 = client.is_ipv6();
+    let mut count = 0u64;
+    let mut largest = 0usize;
+    udp.connect(client)?;
+    sys::set_df_probe(udp.as_fd(), ipv6)?;
+    loop {
+        if started.elapsed() > limit {
+            return Err(MeasureError::Session(SessionError::Timeout(
+                "the client's next probe",
+            )));
+        }
+        match connection.next_message()? {
+            Message::MtuProbe { seq, size } => {
+                count += 1;
+                if count > u64::from(MTU_MAX_PROBES) || size > max_size {
+                    let message = format!(
+                        "a path MTU test sends at most {MTU_MAX_PROBES} probes of at most {max_size} bytes"
+                    );
+                    connection.send(&Message::Error {
+                        message: message.clone(),
+                    })?;
+                    return Err(MeasureError::Session(SessionError::Protocol(message)));
+                }
+                let bytes = encode(running, Way::ServerToClient, seq, size)?;
+                let sent = match udp.send(&bytes) {
+                    Ok(_) => true,
+                    Err(error) if too_big(&error) => false,
+                    Err(error) => return Err(error.into()),
+                };
+                if sent {
+                    largest = largest.max(bytes.len());
+                }
+                connection.send(&Message::MtuSent {
+                    seq,
+                    sent,
+                    route_mtu: sys::route_mtu(udp.as_fd(), ipv6)?,
+                })?;
+            }
+            Message::Sent { .. } => break,
+            other => {
+                return Err(MeasureError::Session(SessionError::Protocol(format!(
+                    "unexpected {other:?} during the path MTU test"
+                ))))
+            }
+        }
+    }
+    Ok((count, largest))
 }

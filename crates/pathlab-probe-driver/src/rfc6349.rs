@@ -246,6 +246,11 @@ pub fn run_or_partial(
     }
 }
 
+/// What a failed measurement of step `step` is as the test's error.
+fn measure(step: &'static str) -> impl Fn(MeasureError) -> Rfc6349Error {
+    move |source| Rfc6349Error::Measure { step, source }
+}
+
 fn run_steps(
     connect: &dyn Fn() -> Result<Client, MeasureError>,
     options: &Rfc6349Options,
@@ -254,8 +259,6 @@ fn run_steps(
     steps: &mut Steps,
     progress: &mut Rfc6349Progress,
 ) -> Result<Rfc6349Report, Rfc6349Error> {
-    let measure = |step| move |source| Rfc6349Error::Measure { step, source };
-
     steps.start(step::MTU_UP, on_event);
     let mtu_up = connect()
         .and_then(|c| c.path_mtu(Direction::Up))
@@ -270,61 +273,12 @@ fn run_steps(
     on_event(Event::Mtu(&mtu_down));
 
     steps.start(step::BASELINE, on_event);
-    let count = (options.idle.as_nanos() / options.probe_interval.as_nanos().max(1)).max(1) as u64;
-    let report = connect()
-        .and_then(|c| c.round_trip(options.probe_interval, options.probe_bytes, count))
-        .map_err(measure(step::BASELINE))?;
-    let baseline = Baseline {
-        idle_ns: options.idle.as_nanos() as u64,
-        interval_ns: options.probe_interval.as_nanos() as u64,
-        probe_bytes: options.probe_bytes,
-        rtt_ns: report.rtt.min_ns,
-        report,
-    };
-    if baseline.report.replies == 0 {
-        return Err(Rfc6349Error::Measure {
-            step: step::BASELINE,
-            source: MeasureError::Session(SessionError::Timeout(
-                "any reply to the round-trip probes",
-            )),
-        });
-    }
+    let baseline = measure_baseline(connect, options)?;
     progress.baseline = Some(baseline.clone());
     on_event(Event::Baseline(&baseline));
 
     steps.start(step::BOTTLENECK, on_event);
-    let (rate_bps, rate_source, capacity) = match options.rate_bps {
-        Some(rate) => (rate, RateSource::Given, None),
-        None => {
-            let direction = match options.direction {
-                TcpDirection::Down => Direction::Down,
-                _ => Direction::Up,
-            };
-            let found = capacity::measure_or_partial(
-                connect,
-                &CapacityOptions {
-                    available: false,
-                    ..CapacityOptions::new(direction)
-                },
-                &mut |line| on_event(Event::Note(line)),
-            )
-            .map_err(|partial| {
-                progress.capacity_progress = partial.measured.map(|measured| *measured);
-                measure(step::BOTTLENECK)(partial.error)
-            })?;
-            progress.capacity = Some(found.clone());
-            on_event(Event::Capacity(&found));
-            // A token bucket's sustained rate when the shaper stream found one: the trains
-            // measure the link beneath it.
-            let rate = link_rate_bps(
-                found.capacity.bottleneck_bps(),
-                found.capacity.packet_bytes,
-                options.framing,
-                options.vlan,
-            );
-            (rate, RateSource::Measured, Some(found))
-        }
-    };
+    let (rate_bps, rate_source, capacity) = bottleneck(connect, options, on_event, progress)?;
 
     steps.start(step::PLAN, on_event);
     let plan = Plan::new(&PlanInputs {
@@ -354,23 +308,6 @@ fn run_steps(
     });
 
     let duration_ns = options.duration.as_nanos() as u64;
-    let tcp_run = |streams: u32, window: u64| -> Result<TcpTestReport, Partial<TcpTestReport>> {
-        connect()?.tcp_or_partial(&TcpTest {
-            streams,
-            direction: options.direction,
-            duration: options.duration,
-            interval: options.count_interval,
-            sample_every: options.sample_every,
-            options: TcpOptions {
-                window: Some(u32::try_from(window).unwrap_or(u32::MAX)),
-                // The plan's MSS fits the path MTU found, which may be below the route's
-                // (a path that drops large packets silently). TCP_MAXSEG refuses more than
-                // 32767: a larger plan (loopback's 65495) is what the route gives anyway.
-                mss: (plan.mss_bytes <= MAX_TCP_MAXSEG).then_some(plan.mss_bytes),
-                congestion: options.congestion.clone(),
-            },
-        })
-    };
     let phase = |step: &'static str,
                  steps: &mut Steps,
                  progress: &mut Rfc6349Progress,
@@ -379,7 +316,7 @@ fn run_steps(
                  window: u64|
      -> Result<Phase, Rfc6349Error> {
         steps.start(step, on_event);
-        let run = tcp_run(connections, window).map_err(|partial| {
+        let run = tcp_run(connect, options, &plan, connections, window).map_err(|partial| {
             progress.interrupted_run = partial.measured.map(|measured| *measured);
             measure(step)(partial.error)
         })?;
@@ -422,6 +359,102 @@ fn run_steps(
         duration_ns,
         single,
         multiple,
+    })
+}
+
+/// The baseline step: round trips over the idle period, the smallest the baseline RTT;
+/// an error when none is answered.
+fn measure_baseline(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &Rfc6349Options,
+) -> Result<Baseline, Rfc6349Error> {
+    let count = (options.idle.as_nanos() / options.probe_interval.as_nanos().max(1)).max(1) as u64;
+    let report = connect()
+        .and_then(|c| c.round_trip(options.probe_interval, options.probe_bytes, count))
+        .map_err(measure(step::BASELINE))?;
+    let baseline = Baseline {
+        idle_ns: options.idle.as_nanos() as u64,
+        interval_ns: options.probe_interval.as_nanos() as u64,
+        probe_bytes: options.probe_bytes,
+        rtt_ns: report.rtt.min_ns,
+        report,
+    };
+    if baseline.report.replies == 0 {
+        return Err(Rfc6349Error::Measure {
+            step: step::BASELINE,
+            source: MeasureError::Session(SessionError::Timeout(
+                "any reply to the round-trip probes",
+            )),
+        });
+    }
+    Ok(baseline)
+}
+
+/// The bottleneck step: the rate given, or one measured with packet trains (told as it
+/// ends, and kept in `progress`, as is what a failed measurement had found); gives the
+/// rate, where it came from, and the measurement.
+fn bottleneck(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &Rfc6349Options,
+    on_event: &mut dyn FnMut(Event<'_>),
+    progress: &mut Rfc6349Progress,
+) -> Result<(f64, RateSource, Option<CapacityReport>), Rfc6349Error> {
+    Ok(match options.rate_bps {
+        Some(rate) => (rate, RateSource::Given, None),
+        None => {
+            let direction = match options.direction {
+                TcpDirection::Down => Direction::Down,
+                _ => Direction::Up,
+            };
+            let found = capacity::measure_or_partial(
+                connect,
+                &CapacityOptions {
+                    available: false,
+                    ..CapacityOptions::new(direction)
+                },
+                &mut |line| on_event(Event::Note(line)),
+            )
+            .map_err(|partial| {
+                progress.capacity_progress = partial.measured.map(|measured| *measured);
+                measure(step::BOTTLENECK)(partial.error)
+            })?;
+            progress.capacity = Some(found.clone());
+            on_event(Event::Capacity(&found));
+            // A token bucket's sustained rate when the shaper stream found one: the trains
+            // measure the link beneath it.
+            let rate = link_rate_bps(
+                found.capacity.bottleneck_bps(),
+                found.capacity.packet_bytes,
+                options.framing,
+                options.vlan,
+            );
+            (rate, RateSource::Measured, Some(found))
+        }
+    })
+}
+
+/// One TCP run of `streams` connections, each with `window` and the plan's MSS.
+fn tcp_run(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    options: &Rfc6349Options,
+    plan: &Plan,
+    streams: u32,
+    window: u64,
+) -> Result<TcpTestReport, Partial<TcpTestReport>> {
+    connect()?.tcp_or_partial(&TcpTest {
+        streams,
+        direction: options.direction,
+        duration: options.duration,
+        interval: options.count_interval,
+        sample_every: options.sample_every,
+        options: TcpOptions {
+            window: Some(u32::try_from(window).unwrap_or(u32::MAX)),
+            // The plan's MSS fits the path MTU found, which may be below the route's
+            // (a path that drops large packets silently). TCP_MAXSEG refuses more than
+            // 32767: a larger plan (loopback's 65495) is what the route gives anyway.
+            mss: (plan.mss_bytes <= MAX_TCP_MAXSEG).then_some(plan.mss_bytes),
+            congestion: options.congestion.clone(),
+        },
     })
 }
 

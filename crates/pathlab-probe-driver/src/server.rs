@@ -471,30 +471,8 @@ fn serve(
     let udp = UdpSocket::bind(SocketAddr::new(local.ip(), 0))?;
     prepare_probe_socket(&udp)?;
     let session: u64 = u64::from_ne_bytes(random()?);
-    // A TCP test's streams connect to a listener of their own; its port goes in Accept.
     let pending_test = pending_test(&test.conn.session);
-    let data_listener = match &pending_test {
-        TestRequest::Tcp {
-            window,
-            mss,
-            congestion,
-            ..
-        } => {
-            // Set before it listens: the streams' window scale and MSS go out in the
-            // SYN-ACKs, and its connections start with its congestion control (the kernel
-            // starts one at the handshake; BBR's pacing stays on after a change, so a
-            // download asked for with cubic on a host whose default is BBR was paced).
-            // Upward streams only receive on the server, where it does nothing.
-            let options = TcpOptions {
-                window: *window,
-                mss: *mss,
-                congestion: congestion.clone(),
-            };
-            let address = SocketAddr::new(local.ip(), 0);
-            Some(tcp_socket::listen(address, &options.socket_options(true))?)
-        }
-        _ => None,
-    };
+    let data_listener = data_listener(&pending_test, local)?;
     let server_port = match &data_listener {
         Some(listener) => listener.local_addr()?.port(),
         None => udp.local_addr()?.port(),
@@ -586,6 +564,33 @@ fn serve(
     counters.add(&rejections);
     test.conn.session.finish(line.clone());
     Ok(line)
+}
+
+/// A TCP test's streams connect to a listener of their own (its port goes in Accept): one
+/// on `local`'s address with the test's socket options; `None` for any other test.
+fn data_listener(test: &TestRequest, local: SocketAddr) -> io::Result<Option<TcpListener>> {
+    Ok(match test {
+        TestRequest::Tcp {
+            window,
+            mss,
+            congestion,
+            ..
+        } => {
+            // Set before it listens: the streams' window scale and MSS go out in the
+            // SYN-ACKs, and its connections start with its congestion control (the kernel
+            // starts one at the handshake; BBR's pacing stays on after a change, so a
+            // download asked for with cubic on a host whose default is BBR was paced).
+            // Upward streams only receive on the server, where it does nothing.
+            let options = TcpOptions {
+                window: *window,
+                mss: *mss,
+                congestion: congestion.clone(),
+            };
+            let address = SocketAddr::new(local.ip(), 0);
+            Some(tcp_socket::listen(address, &options.socket_options(true))?)
+        }
+        _ => None,
+    })
 }
 
 /// The request a session awaits a decision on (the loop handed it over undecided).

@@ -514,6 +514,54 @@ pub(super) fn serve_tcp(
     ))
 }
 
+/// What a test whose streams ended gave: this end's side of each stream, for a report
+/// of a test that failed part way; `None` when no stream measured anything.
+fn partial_report(test: &TcpTest, joined: Joined) -> Option<Box<TcpTestReport>> {
+    let report = TcpTestReport {
+        interval_ns: test.interval.as_nanos() as u64,
+        up_bps: 0.0,
+        down_bps: tcp_report::goodput_bps(&joined.down),
+        up: joined.up,
+        down: joined.down,
+        client_cpu_s: joined.cpu.as_secs_f64(),
+        server_cpu_s: 0.0,
+    };
+    (!report.up.is_empty() || !report.down.is_empty()).then(|| Box::new(report))
+}
+
+/// The test's report: the server's side of each stream (its `report`, a
+/// [`Message::TcpReport`]) merged with this end's (`joined`).
+fn final_report(
+    report: Message,
+    joined: Joined,
+    test: &TcpTest,
+) -> Result<TcpTestReport, MeasureError> {
+    let Joined {
+        up: sent_up,
+        down: received_down,
+        cpu: client_cpu,
+        ..
+    } = joined;
+    match report {
+        Message::TcpReport { up, down, cpu_ns } => {
+            let up = tcp_report::merge_streams(&up, &sent_up);
+            let down = tcp_report::merge_streams(&received_down, &down);
+            Ok(TcpTestReport {
+                interval_ns: test.interval.as_nanos() as u64,
+                up_bps: tcp_report::goodput_bps(&up),
+                down_bps: tcp_report::goodput_bps(&down),
+                up,
+                down,
+                client_cpu_s: client_cpu.as_secs_f64(),
+                server_cpu_s: cpu_ns as f64 * 1e-9,
+            })
+        }
+        other => Err(MeasureError::Session(SessionError::Protocol(format!(
+            "unexpected {other:?}"
+        )))),
+    }
+}
+
 /// A TCP test as the client asks for it.
 #[derive(Debug, Clone)]
 pub struct TcpTest {
@@ -566,18 +614,6 @@ impl Client {
             TcpDirection::Down => &[true],
             TcpDirection::Both => &[false, true],
         };
-        let partial = |joined: Joined| {
-            let report = TcpTestReport {
-                interval_ns: test.interval.as_nanos() as u64,
-                up_bps: 0.0,
-                down_bps: tcp_report::goodput_bps(&joined.down),
-                up: joined.up,
-                down: joined.down,
-                client_cpu_s: joined.cpu.as_secs_f64(),
-                server_cpu_s: 0.0,
-            };
-            (!report.up.is_empty() || !report.down.is_empty()).then(|| Box::new(report))
-        };
         for &down in directions {
             for index in 0..test.streams {
                 let stream = match connect_stream(
@@ -597,7 +633,7 @@ impl Client {
                                 address: server.to_string(),
                                 why,
                             },
-                            measured: partial(joined),
+                            measured: partial_report(test, joined),
                         });
                     }
                 };
@@ -631,60 +667,54 @@ impl Client {
                 Err(error) => {
                     stop.store(true, Ordering::Relaxed);
                     let joined = join_streams(threads, control_cpu_start);
-                    return Err(self.tcp_failed(error, &progress, partial(joined), test));
+                    return Err(self.tcp_failed(
+                        error,
+                        &progress,
+                        partial_report(test, joined),
+                        test,
+                    ));
                 }
             }
         }
         let mut joined = join_streams(threads, control_cpu_start);
         if let Some(error) = joined.error.take() {
-            let error = match error.kind() {
-                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
-                    self.interrupted(true, "results", String::new())
-                }
-                io::ErrorKind::TimedOut => self.interrupted(
-                    false,
-                    "end of its data",
-                    format!(
-                        "within {:.0} s of the test's end",
-                        crate::TEST_GRACE_STD.as_secs_f64()
-                    ),
-                ),
-                _ => error.into(),
-            };
-            return Err(self.tcp_failed(error, &progress, partial(joined), test));
+            let error = self.stream_error(error);
+            return Err(self.tcp_failed(error, &progress, partial_report(test, joined), test));
         }
         let report = match early {
             Some(message) => message,
             None => match self.next_message() {
                 Ok(message) => message,
-                Err(error) => return Err(self.tcp_failed(error, &progress, partial(joined), test)),
+                Err(error) => {
+                    return Err(self.tcp_failed(
+                        error,
+                        &progress,
+                        partial_report(test, joined),
+                        test,
+                    ))
+                }
             },
         };
         self.finish();
-        let Joined {
-            up: sent_up,
-            down: received_down,
-            cpu: client_cpu,
-            ..
-        } = joined;
-        match report {
-            Message::TcpReport { up, down, cpu_ns } => {
-                let up = tcp_report::merge_streams(&up, &sent_up);
-                let down = tcp_report::merge_streams(&received_down, &down);
-                Ok(TcpTestReport {
-                    interval_ns: test.interval.as_nanos() as u64,
-                    up_bps: tcp_report::goodput_bps(&up),
-                    down_bps: tcp_report::goodput_bps(&down),
-                    up,
-                    down,
-                    client_cpu_s: client_cpu.as_secs_f64(),
-                    server_cpu_s: cpu_ns as f64 * 1e-9,
-                })
+        final_report(report, joined, test).map_err(Into::into)
+    }
+
+    /// What a stream's failure means for the test: a connection the server closed or
+    /// reset is a test it interrupted, one that timed out a server that stopped sending.
+    fn stream_error(&mut self, error: io::Error) -> MeasureError {
+        match error.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                self.interrupted(true, "results", String::new())
             }
-            other => Err(MeasureError::Session(SessionError::Protocol(format!(
-                "unexpected {other:?}"
-            )))
-            .into()),
+            io::ErrorKind::TimedOut => self.interrupted(
+                false,
+                "end of its data",
+                format!(
+                    "within {:.0} s of the test's end",
+                    crate::TEST_GRACE_STD.as_secs_f64()
+                ),
+            ),
+            _ => error.into(),
         }
     }
 
