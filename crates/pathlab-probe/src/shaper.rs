@@ -358,6 +358,47 @@ impl Sums {
     }
 }
 
+/// The probes of the stream (`seq` below `sent`) that arrived, each once, in the order
+/// they arrived (ties by `seq`).
+fn distinct_in_order(arrivals: &[ReceivedProbe], sent: u64) -> Vec<ReceivedProbe> {
+    let mut seen = std::collections::HashSet::new();
+    let mut probes: Vec<ReceivedProbe> = arrivals
+        .iter()
+        .filter(|p| p.seq < sent && seen.insert(p.seq))
+        .copied()
+        .collect();
+    probes.sort_by_key(|p| (p.received_ns, p.seq));
+    probes
+}
+
+/// The running sums of `points`: entry k sums the first k (entry 0 is empty, the last
+/// sums them all).
+fn prefix_sums(points: &[(f64, f64)]) -> Vec<Sums> {
+    let mut prefix = Vec::with_capacity(points.len() + 1);
+    let mut running = Sums::default();
+    prefix.push(running);
+    for &(x, y) in points {
+        running.add(x, y);
+        prefix.push(running);
+    }
+    prefix
+}
+
+/// Where two fitted lines leave the least squared error, from the points' prefix sums:
+/// segment one is points[..k], two is points[k..], each of at least two points and the
+/// second of [`MIN_AFTER_SHIFT`]; `None` when there are too few points to break.
+fn best_break(prefix: &[Sums]) -> Option<usize> {
+    let n = prefix.len() - 1;
+    let all = prefix[n];
+    (2..=n.saturating_sub(MIN_AFTER_SHIFT))
+        .map(|k| {
+            let error = prefix[k].residual() + all.minus(&prefix[k]).residual();
+            (k, error)
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(k, _)| k)
+}
+
 /// Reads a constant-rate stream of `sent` probes of `packet_bytes` (IP) that the receiver
 /// recorded as `arrivals`: the rate it sustained, whether it shifted down (and how far,
 /// after how many bytes), shaper or policer. `None` when fewer than [`MIN_AFTER_SHIFT`]
@@ -368,16 +409,10 @@ pub fn find(
     packet_bytes: u32,
     budget_bytes: u64,
 ) -> Option<Shaper> {
-    let mut seen = std::collections::HashSet::new();
-    let mut probes: Vec<ReceivedProbe> = arrivals
-        .iter()
-        .filter(|p| p.seq < sent && seen.insert(p.seq))
-        .copied()
-        .collect();
+    let probes = distinct_in_order(arrivals, sent);
     if probes.len() < MIN_AFTER_SHIFT {
         return None;
     }
-    probes.sort_by_key(|p| (p.received_ns, p.seq));
     let received = probes.len() as u64;
     let first_loss = first_loss_ns(&probes, sent);
     let first = probes[0].received_ns;
@@ -400,23 +435,9 @@ pub fn find(
     if probes.len() < MIN_AFTER_SHIFT {
         return None;
     }
-    let mut prefix = Vec::with_capacity(points.len() + 1);
-    let mut running = Sums::default();
-    prefix.push(running);
-    for &(x, y) in &points {
-        running.add(x, y);
-        prefix.push(running);
-    }
-    let all = running;
-    let n = points.len();
-    // The break: segment one is points[..k], two is points[k..].
-    let best = (2..=n.saturating_sub(MIN_AFTER_SHIFT))
-        .map(|k| {
-            let error = prefix[k].residual() + all.minus(&prefix[k]).residual();
-            (k, error)
-        })
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .map(|(k, _)| k);
+    let prefix = prefix_sums(&points);
+    let all = prefix[points.len()];
+    let best = best_break(&prefix);
     let bits = f64::from(packet_bytes) * 8.0;
     let offered_bps = offered(&probes, bits);
     // A bucket holds the stream below the rate it was sent at, then: a received rate that

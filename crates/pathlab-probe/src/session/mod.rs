@@ -421,73 +421,8 @@ fn same_host(a: IpAddr, b: IpAddr) -> bool {
 /// driver knows).
 pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
     let (size, count) = match *test {
-        TestRequest::Tcp {
-            streams,
-            duration_ns,
-            interval_ns,
-            sample_ns,
-            mss,
-            ref congestion,
-            ..
-        } => {
-            if streams == 0 || streams > MAX_STREAMS {
-                return Err(Refusal::BadRequest {
-                    why: format!("{streams} streams (1 to {MAX_STREAMS})"),
-                });
-            }
-            if duration_ns > limits.max_duration_ns {
-                return Err(Refusal::TooLong {
-                    max_ns: limits.max_duration_ns,
-                    asked_ns: duration_ns,
-                });
-            }
-            if let Some(mss) = mss.filter(|m| !(MIN_MSS..=65_535).contains(m)) {
-                return Err(Refusal::BadRequest {
-                    why: format!("an MSS of {mss} bytes: {MIN_MSS} to 65535"),
-                });
-            }
-            if let Some(name) = congestion {
-                let well_formed = !name.is_empty()
-                    && name.len() <= MAX_CONGESTION_NAME
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-                if !well_formed {
-                    return Err(Refusal::BadRequest {
-                        why: format!(
-                            "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
-                            peer_text(name)
-                        ),
-                    });
-                }
-            }
-            let min_interval_ns = MIN_REPORT_INTERVAL.as_nanos();
-            if interval_ns < min_interval_ns {
-                return Err(Refusal::BadRequest {
-                    why: format!(
-                        "a report interval of {interval_ns} ns: at least {} ms",
-                        min_interval_ns / 1_000_000
-                    ),
-                });
-            }
-            let intervals = duration_ns.div_ceil(interval_ns);
-            if intervals > MAX_REPORT_INTERVALS {
-                return Err(Refusal::BadRequest {
-                    why: format!(
-                        "{intervals} report intervals: at most {MAX_REPORT_INTERVALS} per test \
-                     (a longer interval, or a shorter test)"
-                    ),
-                });
-            }
-            let min_sample_ns = MIN_SAMPLE_INTERVAL.as_nanos();
-            if sample_ns < min_sample_ns {
-                return Err(Refusal::BadRequest {
-                    why: format!(
-                        "a TCP_INFO sampling period of {sample_ns} ns: at least {} ms",
-                        min_sample_ns / 1_000_000
-                    ),
-                });
-            }
+        TestRequest::Tcp { .. } => {
+            check_tcp_limits(test, limits)?;
             return check_memory(test, limits);
         }
         TestRequest::OneWay {
@@ -555,6 +490,82 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
         });
     }
     check_memory(test, limits)
+}
+
+/// A TCP test's own limits: its streams, length, MSS, congestion control name, report
+/// intervals and sampling period (other tests have none of these).
+fn check_tcp_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
+    let TestRequest::Tcp {
+        streams,
+        duration_ns,
+        interval_ns,
+        sample_ns,
+        mss,
+        ref congestion,
+        ..
+    } = *test
+    else {
+        return Ok(());
+    };
+    if streams == 0 || streams > MAX_STREAMS {
+        return Err(Refusal::BadRequest {
+            why: format!("{streams} streams (1 to {MAX_STREAMS})"),
+        });
+    }
+    if duration_ns > limits.max_duration_ns {
+        return Err(Refusal::TooLong {
+            max_ns: limits.max_duration_ns,
+            asked_ns: duration_ns,
+        });
+    }
+    if let Some(mss) = mss.filter(|m| !(MIN_MSS..=65_535).contains(m)) {
+        return Err(Refusal::BadRequest {
+            why: format!("an MSS of {mss} bytes: {MIN_MSS} to 65535"),
+        });
+    }
+    if let Some(name) = congestion {
+        let well_formed = !name.is_empty()
+            && name.len() <= MAX_CONGESTION_NAME
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !well_formed {
+            return Err(Refusal::BadRequest {
+                why: format!(
+                    "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
+                    peer_text(name)
+                ),
+            });
+        }
+    }
+    let min_interval_ns = MIN_REPORT_INTERVAL.as_nanos();
+    if interval_ns < min_interval_ns {
+        return Err(Refusal::BadRequest {
+            why: format!(
+                "a report interval of {interval_ns} ns: at least {} ms",
+                min_interval_ns / 1_000_000
+            ),
+        });
+    }
+    let intervals = duration_ns.div_ceil(interval_ns);
+    if intervals > MAX_REPORT_INTERVALS {
+        return Err(Refusal::BadRequest {
+            why: format!(
+                "{intervals} report intervals: at most {MAX_REPORT_INTERVALS} per test \
+         (a longer interval, or a shorter test)"
+            ),
+        });
+    }
+    let min_sample_ns = MIN_SAMPLE_INTERVAL.as_nanos();
+    if sample_ns < min_sample_ns {
+        return Err(Refusal::BadRequest {
+            why: format!(
+                "a TCP_INFO sampling period of {sample_ns} ns: at least {} ms",
+                min_sample_ns / 1_000_000
+            ),
+        });
+    }
+    Ok(())
 }
 
 fn check_memory(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> {
