@@ -187,9 +187,25 @@ pub fn run(
         program: program.clone(),
         source,
     })?;
-    let status = loop {
+    let status = wait_for_program(&server, &handle, signals, &mut child)?;
+    let stats = handle.stop();
+    drop(nat);
+    drop(server);
+    Ok(ShellOutcome { status, stats })
+}
+
+/// Serves the control socket until the program exits, and gives its status. A SIGTERM
+/// or SIGHUP stops it (SIGTERM, then SIGKILL after 2 s), as does an emulator that stopped
+/// on its own; SIGINT is the program's to handle.
+fn wait_for_program(
+    server: &ControlServer,
+    handle: &emulator::EmulatorHandle,
+    signals: std::os::fd::BorrowedFd<'_>,
+    child: &mut std::process::Child,
+) -> Result<ExitStatus, ShellError> {
+    Ok(loop {
         let mut exited = None;
-        let signal = server.serve(&handle, signals, || {
+        let signal = server.serve(handle, signals, || {
             exited = child.try_wait().ok().flatten();
             exited.is_some()
         });
@@ -216,11 +232,7 @@ pub fn run(
                 break child.wait().map_err(io_error("waiting for the program"))?;
             }
         }
-    };
-    let stats = handle.stop();
-    drop(nat);
-    drop(server);
-    Ok(ShellOutcome { status, stats })
+    })
 }
 
 #[cfg(test)]

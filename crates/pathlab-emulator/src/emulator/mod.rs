@@ -415,27 +415,9 @@ fn spawn_on<P: Port + 'static>(
     config: EmulatorConfig,
 ) -> Result<EmulatorHandle, EmulatorError> {
     let names = [ports[0].name().to_owned(), ports[1].name().to_owned()];
-    let make_link = |index: usize, spec: &LinkSpec| -> Result<Link, EmulatorError> {
-        let seed = spec.seed.unwrap_or(
-            config
-                .seed
-                .wrapping_add(index as u64 * 0x9E37_79B9_7F4A_7C15),
-        );
-        let mut link = Link::new(spec, seed).map_err(|source| EmulatorError::Link {
-            direction: format!("{} -> {}", names[index], names[1 - index]),
-            source,
-        })?;
-        if config.record.is_some() {
-            link.record();
-        }
-        if config.pcap.is_some() {
-            link.keep_dropped();
-        }
-        Ok(link)
-    };
     let links = [
-        make_link(0, &config.forward)?,
-        make_link(1, &config.reverse)?,
+        direction_link(&config, &names, 0, &config.forward)?,
+        direction_link(&config, &names, 1, &config.reverse)?,
     ];
     let stats: [DirectionCounters; 2] = std::array::from_fn(|index| DirectionCounters {
         from: names[index].clone(),
@@ -460,18 +442,7 @@ fn spawn_on<P: Port + 'static>(
         None => (None, None),
     };
     let capture = match config.pcap {
-        Some(file) => {
-            use pathlab_results::pcapng::{LinkType, PcapngWriter};
-            let link_type = match ports[0].framing() {
-                Framing::Ethernet => LinkType::Ethernet,
-                Framing::Ip => LinkType::RawIp,
-            };
-            let mut writer =
-                PcapngWriter::new(BufWriter::with_capacity(1 << 20, file), "pathlab emulate")?;
-            writer.add_interface(&names[0], link_type, 65_535)?;
-            writer.add_interface(&names[1], link_type, 65_535)?;
-            Some(Capture { writer })
-        }
+        Some(file) => Some(start_capture(file, ports[0].framing(), &names)?),
         None => None,
     };
     let transmitters = [
@@ -520,6 +491,50 @@ fn spawn_on<P: Port + 'static>(
         queue_sample_interval: config.queue_sample_interval,
         stopped: false,
     })
+}
+
+/// The link of direction `index` (0: from `names[0]` to `names[1]`) with its `spec`,
+/// seeded by the spec or else by the emulator's seed and the direction; it records and
+/// keeps its drops when the emulator records or captures.
+fn direction_link(
+    config: &EmulatorConfig,
+    names: &[String; 2],
+    index: usize,
+    spec: &LinkSpec,
+) -> Result<Link, EmulatorError> {
+    let seed = spec.seed.unwrap_or(
+        config
+            .seed
+            .wrapping_add(index as u64 * 0x9E37_79B9_7F4A_7C15),
+    );
+    let mut link = Link::new(spec, seed).map_err(|source| EmulatorError::Link {
+        direction: format!("{} -> {}", names[index], names[1 - index]),
+        source,
+    })?;
+    if config.record.is_some() {
+        link.record();
+    }
+    if config.pcap.is_some() {
+        link.keep_dropped();
+    }
+    Ok(link)
+}
+
+/// A capture into `file`, one pcapng interface per port (`names`), of the ports' framing.
+fn start_capture(
+    file: File,
+    framing: Framing,
+    names: &[String; 2],
+) -> Result<Capture, EmulatorError> {
+    use pathlab_results::pcapng::{LinkType, PcapngWriter};
+    let link_type = match framing {
+        Framing::Ethernet => LinkType::Ethernet,
+        Framing::Ip => LinkType::RawIp,
+    };
+    let mut writer = PcapngWriter::new(BufWriter::with_capacity(1 << 20, file), "pathlab emulate")?;
+    writer.add_interface(&names[0], link_type, 65_535)?;
+    writer.add_interface(&names[1], link_type, 65_535)?;
+    Ok(Capture { writer })
 }
 
 pub use recorder::Record;
