@@ -22,6 +22,8 @@ IPv6; snaplen-cut captures are fine (lengths come from the headers). It may be t
 either end or in between (`pathlab emulate --pcap`): the report says which, from the two
 halves of the round trip it measures.
 
+-J prints the analysis without the plotted series (--out's result.json has them).
+
 Example (a transfer through an emulated 20 Mbit/s line, the bottleneck counting frames):
   pathlab analyze capture.pcapng --rate 20mbit --framing frame --out analysis")]
 pub struct Args {
@@ -36,9 +38,8 @@ pub struct Args {
     /// RFC's), `frame` (the 14-byte header, as Linux, tc and pathlab emulate count), `ip`.
     #[arg(long, value_name = "FRAMING", value_enum, default_value_t = FramingArg::Ethernet)]
     pub framing: FramingArg,
-    /// Print the analysis as JSON (without the plotted series).
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: crate::cmd::args::JsonOutput,
     /// Write result.json (with the series), the figures (PNG and SVG) and report.html into
     /// DIR; `pathlab report DIR/result.json` draws them again.
     #[arg(long, value_name = "DIR")]
@@ -64,7 +65,7 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     if let Some(out) = &args.out {
         write_out(&analysis, out, command_line)?;
     }
-    if args.json {
+    if args.output.json {
         let mut printed = analysis;
         for connection in &mut printed.connections {
             for flow in &mut connection.flows {

@@ -44,9 +44,8 @@ the load stops to collect late replies (not counted either). The grade is DSLRep
 draft-ietf-ippm-responsiveness computes it. See docs/bloat.md."
 )]
 pub struct Args {
-    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
-    #[arg(value_name = "HOST")]
-    pub host: String,
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
     /// Run the idle phase and only this loaded phase (default: down, up and both in turn).
     #[arg(long, value_enum, value_name = "DIRECTION")]
     pub direction: Option<DirectionArg>,
@@ -129,10 +128,10 @@ received, the load's client side), not analysed";
 /// Runs `pathlab bloat`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let settings = args.settings()?;
-    let human = !args.client.json;
+    let human = !args.client.output.json;
     let mut out = std::io::stdout();
     if human {
-        print_plan(&mut out, &args.host, &settings)?;
+        print_plan(&mut out, &args.server.host, &settings)?;
     }
     let mut records = Vec::with_capacity(settings.phases.len());
     let mut baseline = None;
@@ -161,11 +160,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         )
     };
     for &phase in &settings.phases {
-        let connected = args.client.connect(&args.host).and_then(|probes| {
+        let connected = args.client.connect(&args.server.host).and_then(|probes| {
             let load = if phase == Phase::Idle {
                 None
             } else {
-                Some(args.client.connect(&args.host)?)
+                Some(args.client.connect(&args.server.host)?)
             };
             Ok((probes, load))
         });

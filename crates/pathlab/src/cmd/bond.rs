@@ -55,6 +55,8 @@ struct KeyArgs {
 
 /// What both ends share.
 #[derive(Debug, clap::Args)]
+// A flattened struct's `after_help` is its command's: `bond server`'s and `bond client`'s.
+#[command(after_help = "When the tunnel stops, it prints its final stats (as JSON with -J).")]
 struct Common {
     /// A pre-shared key (at least 32 bytes, in a file only its owner may read: `pathlab
     /// bond key bond.key` makes one). Alone at both ends, it is the simple mode for one
@@ -113,9 +115,8 @@ struct Common {
     /// The name `pathlab bond stats --name` finds this tunnel by (default: the TUN name).
     #[arg(long)]
     name: Option<String>,
-    /// Print the final stats as JSON.
-    #[arg(short = 'J', long)]
-    json: bool,
+    #[command(flatten)]
+    output: crate::cmd::args::JsonOutput,
     #[command(flatten)]
     metrics: crate::cmd::metrics::MetricsArgs,
 }
@@ -180,9 +181,8 @@ struct StatsArgs {
     /// The tunnel's name (its TUN device's name unless --name was given).
     #[arg(long, default_value = "bond0")]
     name: String,
-    /// JSON instead of a table.
-    #[arg(short = 'J', long)]
-    json: bool,
+    #[command(flatten)]
+    output: crate::cmd::args::JsonOutput,
 }
 
 fn parse_target(text: &str) -> Result<Duration, String> {
@@ -538,7 +538,7 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
             print_event,
         )
     })??;
-    finish(&stats, args.common.json)
+    finish(&stats, args.common.output.json)
 }
 
 fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
@@ -591,7 +591,7 @@ fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
         pathlab_bond_driver::tunnel::BondError::Line { .. } => usage(error),
         other => anyhow::Error::new(other),
     })?;
-    finish(&stats, args.common.json)
+    finish(&stats, args.common.output.json)
 }
 
 fn finish(stats: &BondStats, json: bool) -> anyhow::Result<()> {
@@ -605,7 +605,7 @@ fn finish(stats: &BondStats, json: bool) -> anyhow::Result<()> {
 
 fn run_stats(args: &StatsArgs) -> anyhow::Result<()> {
     let stats = pathlab_bond_driver::tunnel::request_stats(&args.name).map_err(usage)?;
-    finish(&stats, args.json)
+    finish(&stats, args.output.json)
 }
 
 fn print_stats(stats: &BondStats) {

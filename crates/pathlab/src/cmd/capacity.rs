@@ -15,9 +15,8 @@ use crate::usage;
 /// Arguments of `pathlab capacity`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
-    #[arg(value_name = "HOST")]
-    pub host: String,
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
     /// Which way: up (to the server), down (from it), or both in turn.
     #[arg(long, value_parser = ["up", "down", "both"], default_value = "both")]
     pub direction: String,
@@ -78,10 +77,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "down" => &[Direction::Down],
         _ => &[Direction::Up, Direction::Down],
     };
-    let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
+    let key = args.client.key.read()?;
     let connect = || {
         pathlab_probe_driver::Client::connect(
-            &args.host,
+            &args.server.host,
             key.clone(),
             pathlab_probe_driver::CONNECT_TIMEOUT,
         )
@@ -92,7 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .max_rate
         .map_or(limit, |rate| (rate.bits_per_sec() as f64).min(limit));
     let start = probing_text(args, max_rate);
-    if args.client.json {
+    if args.client.output.json {
         eprintln!("{start}");
     } else {
         println!("{start}");
@@ -108,7 +107,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             max_rate_bps: Some(max_rate),
             ..CapacityOptions::new(direction)
         };
-        let json = args.client.json;
+        let json = args.client.output.json;
         let mut log = |line: &str| {
             if !json {
                 println!("{}: {line}", direction.name());
@@ -141,7 +140,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     args.client
         .save(|| pathlab_results::RunResult::Capacity(reports.clone()))?;
-    if args.client.json {
+    if args.client.output.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
         print(&reports)?;

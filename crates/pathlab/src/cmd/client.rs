@@ -5,19 +5,16 @@ use std::time::Duration;
 use pathlab_probe::session::SessionError;
 use pathlab_probe_driver::{Client, MeasureError};
 
-use crate::cmd::server::read_key;
+use crate::cmd::args::{ClientKey, JsonOutput};
 use crate::usage;
 
 /// Options of every client command.
 #[derive(Debug, clap::Args)]
 pub struct ClientOptions {
-    /// Authenticate with the pre-shared key in FILE (the server must have the same; only
-    /// its owner may read the file).
-    #[arg(long, value_name = "FILE")]
-    pub psk: Option<std::path::PathBuf>,
-    /// Print JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub key: ClientKey,
+    #[command(flatten)]
+    pub output: JsonOutput,
     /// Save the whole result (every sample) to FILE, for later plots. A run that fails
     /// part way (a server that stops answering is given up 10 s after the test's time, one
     /// that closes the connection at once) saves what it measured until then, marked
@@ -29,7 +26,7 @@ pub struct ClientOptions {
 impl ClientOptions {
     /// Connects to `host` with the key, if any.
     pub fn connect(&self, host: &str) -> anyhow::Result<Client> {
-        let key = read_key(self.psk.as_deref())?;
+        let key = self.key.read()?;
         Client::connect(host, key, pathlab_probe_driver::CONNECT_TIMEOUT).map_err(measure_error)
     }
 

@@ -22,7 +22,11 @@ use crate::usage;
 
 /// Arguments of `pathlab emulate`.
 #[derive(Debug, clap::Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+#[command(
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "When it stops, it prints its final counters (as JSON with -J)."
+)]
 pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
@@ -84,9 +88,8 @@ pub struct Args {
     /// reproduce), and exit without touching anything.
     #[arg(long)]
     pub print_tc: bool,
-    /// Print the final counters as JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: crate::cmd::args::JsonOutput,
     /// When IF_A or IF_B disappears (a USB NIC unplugged, a veth deleted), wait for an
     /// interface of the same name to appear (checked every second, without using CPU
     /// meanwhile), open it as at start and forward again, instead of ending with exit 1.
@@ -239,9 +242,8 @@ pub struct SetArgs {
 /// Arguments of `pathlab emulate stats`.
 #[derive(Debug, clap::Args)]
 pub struct StatsArgs {
-    /// Print JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: crate::cmd::args::JsonOutput,
     #[command(flatten)]
     pub remote: RemoteArgs,
 }
@@ -573,7 +575,7 @@ fn finish(
             eprintln!("pathlab emulate '{}': {note}", args.common.name);
         }
     }
-    if args.json {
+    if args.output.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {
         print_stats(&stats);
@@ -740,7 +742,7 @@ fn reply_error(reply: &pathlab_http::ClientResponse) -> String {
 }
 
 fn run_stats(name: &str, args: &StatsArgs) -> anyhow::Result<()> {
-    let json = args.json;
+    let json = args.output.json;
     if args.remote.remote.is_some() {
         let reply = remote_request(&args.remote, "GET", "/api/v1/stats", None)?;
         if reply.status != 200 {

@@ -27,6 +27,9 @@ blocked by the receiver's window / by the send buffer / paced by congestion cont
 waiting for the application (the kernel's tcpi_rwnd_limited, tcpi_sndbuf_limited and \
 tcpi_busy_time, Linux 4.10 and later).
 
+With -J no rows are printed: the whole watch comes at the end, as JSON, instead of the \
+table and verdicts.
+
 The kernel shows every socket's tcp_info to any user. Finding another user's process's \
 sockets (--pid) needs root, and so does looking into another network namespace (--netns, \
 or --pid of a process in one).")]
@@ -46,9 +49,8 @@ pub struct Args {
     /// How long to watch (default: until Ctrl-C, or until --pid's process ends).
     #[arg(short = 't', long, value_name = "TIME", value_parser = crate::cmd::parse_time)]
     pub time: Option<pathlab_core::Duration>,
-    /// Print JSON at the end instead of the table and verdicts.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: crate::cmd::args::JsonOutput,
     /// Save the watch (every interval of every connection, and the verdicts) to FILE, for
     /// `pathlab report`.
     #[arg(long, value_name = "FILE")]
@@ -97,7 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             }
         }
         let intervals = watch.observe(samples);
-        if !args.json {
+        if !args.output.json {
             print_rows(&watch, &intervals, &mut rows, at);
         }
         if end.is_some_and(|end| at >= end) {
@@ -117,7 +119,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if let Some(path) = &args.save {
         save(path, &report)?;
     }
-    if args.json {
+    if args.output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_verdicts(&report);

@@ -1,6 +1,7 @@
 //! One module per subcommand: its arguments and what it runs.
 
 pub mod analyze;
+pub mod args;
 pub mod bloat;
 pub mod bond;
 pub mod capacity;

@@ -13,9 +13,8 @@ use crate::{chart, usage};
 /// Arguments of `pathlab owd`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
-    #[arg(value_name = "HOST")]
-    pub host: String,
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
     /// Probe rate (UDP payload), e.g. 10M or 1.5mbit.
     #[arg(long, value_name = "RATE", default_value = "1M")]
     pub rate: String,
@@ -25,9 +24,8 @@ pub struct Args {
     /// How many probes (instead of -t).
     #[arg(long, value_name = "N", conflicts_with = "time")]
     pub count: Option<u64>,
-    /// How long to probe.
-    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
-    pub time: pathlab_core::Duration,
+    #[command(flatten)]
+    pub duration: crate::cmd::args::TestTime,
     /// Which way: up (to the server), down (from it), or both in turn.
     #[arg(long, value_parser = ["up", "down", "both"], default_value = "up")]
     pub direction: String,
@@ -57,7 +55,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let count = match args.count {
         Some(count) => count,
         None => {
-            let time = args.time;
+            let time = args.duration.time;
             let interval = f64::from(args.size) * 8.0 / rate.as_f64();
             ((time.as_secs_f64() / interval).round() as u64).max(1)
         }
@@ -77,7 +75,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     };
     for &direction in directions {
-        let client = match args.client.connect(&args.host) {
+        let client = match args.client.connect(&args.server.host) {
             Ok(client) => client,
             Err(error) => return Err(failed(error, results)),
         };
@@ -104,7 +102,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     args.client
         .save(|| pathlab_results::RunResult::Owd(results.clone()))?;
-    if args.client.json {
+    if args.client.output.json {
         let mut printed: Vec<OneWayResult> = results;
         for result in &mut printed {
             result.owd.series.clear();

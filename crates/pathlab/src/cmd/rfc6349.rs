@@ -108,7 +108,7 @@ fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
     );
     options.framing = args.method.framing.into();
     options.vlan = args.method.vlan;
-    options.duration = args.time.into();
+    options.duration = args.duration.time.into();
     options.idle = args.method.idle.into();
     options.probe_interval = PROBE_INTERVAL;
     options.probe_bytes = PROBE_BYTES;
@@ -129,16 +129,16 @@ failed step's TCP run as this end saw it (interrupted_run, as pathlab tcp keeps 
 pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
     let options = options(args)?;
     let kernel = method::read_kernel_settings(std::path::Path::new("/proc/sys"))?;
-    let key = crate::cmd::server::read_key(args.client.psk.as_deref())?;
-    let host = args.host.clone();
+    let key = args.client.key.read()?;
+    let host = args.server.host.clone();
     let connect =
         move || Client::connect(&host, key.clone(), pathlab_probe_driver::CONNECT_TIMEOUT);
-    let json = args.client.json;
+    let json = args.client.output.json;
     let mut printer = Printer {
         out: std::io::stdout(),
         quiet: json,
         options: &options,
-        host: &args.host,
+        host: &args.server.host,
         progress: None,
     };
     let report = method::run_or_partial(&connect, &options, kernel, &mut |event| {

@@ -12,15 +12,13 @@ use crate::cmd::client::{measure_error, Progress};
 /// Arguments of `pathlab rtt`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
-    #[arg(value_name = "HOST")]
-    pub host: String,
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
     /// Interval between requests.
     #[arg(short = 'i', long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
     pub interval: pathlab_core::Duration,
-    /// How long to run.
-    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
-    pub time: pathlab_core::Duration,
+    #[command(flatten)]
+    pub duration: crate::cmd::args::TestTime,
     /// UDP payload bytes per request (replies are the same size).
     #[arg(long, value_name = "BYTES", default_value_t = 64)]
     pub size: u32,
@@ -35,9 +33,9 @@ replies prove and every loss counts as lost on the way up";
 
 /// Runs `pathlab rtt`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let (interval, time) = (args.interval, args.time);
+    let (interval, time) = (args.interval, args.duration.time);
     let count = (time.as_nanos() / interval.as_nanos()).max(1);
-    let client = args.client.connect(&args.host)?;
+    let client = args.client.connect(&args.server.host)?;
     let progress = Progress::start("rtt", time.into());
     let report = client
         .round_trip_or_partial(Duration::from_nanos(interval.as_nanos()), args.size, count)
@@ -55,7 +53,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Rtt(Box::new(report.clone())))?;
-    if args.client.json {
+    if args.client.output.json {
         let mut printed = report;
         printed.series.clear();
         println!("{}", serde_json::to_string_pretty(&printed)?);

@@ -53,24 +53,11 @@ fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// Reads a pre-shared key file (a usage error when it is missing, too short or open to
-/// other users).
-pub fn read_key(
-    path: Option<&std::path::Path>,
-) -> anyhow::Result<Option<pathlab_probe::auth::Key>> {
-    let Some(path) = path else { return Ok(None) };
-    let contents = crate::cmd::read_key_file(path)?;
-    let key = pathlab_probe::auth::Key::from_file_contents(&contents)
-        .with_context(|| format!("key file '{}'", path.display()))
-        .map_err(usage)?;
-    Ok(Some(key))
-}
-
 /// Runs `pathlab server` until SIGTERM or Ctrl-C.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let max_rate = pathlab_core::spec::parse_rate(&args.max_rate).map_err(usage)?;
     let max_duration = args.max_duration;
-    let key = read_key(args.psk.as_deref())?;
+    let key = crate::cmd::args::read_key(args.psk.as_deref())?;
     let metrics = crate::cmd::metrics::Metrics::bind(&args.metrics)?;
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let server = Server::bind(ServerConfig {

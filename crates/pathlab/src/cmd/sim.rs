@@ -42,9 +42,8 @@ pub struct Args {
     /// Period of the queue-length time series.
     #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = crate::cmd::parse_time)]
     pub sample: Duration,
-    /// Print the result as JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: crate::cmd::args::JsonOutput,
     /// Save the result (with its time series) to FILE for later plots.
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
@@ -86,7 +85,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         std::fs::write(path, pathlab_results::sim_samples_csv(&report))
             .with_context(|| format!("cannot write '{}'", path.display()))?;
     }
-    if args.json {
+    if args.output.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", human(&report));

@@ -27,9 +27,8 @@ pub struct Args {
     /// List the presets, one line each.
     #[arg(long, conflicts_with_all = ["spec", "preset"])]
     pub list_presets: bool,
-    /// Print the parsed spec (or the preset) as JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: crate::cmd::args::JsonOutput,
 }
 
 /// Parses a spec given as one or several words, loading any trace file it names.
@@ -40,13 +39,13 @@ pub fn parse_spec(words: &[String]) -> anyhow::Result<LinkSpec> {
 /// Runs `pathlab spec`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match args.preset.as_deref() {
-        Some("list") => return list(args.json),
-        Some(name) => return show(name, args.json),
-        None if args.list_presets => return list(args.json),
+        Some("list") => return list(args.output.json),
+        Some(name) => return show(name, args.output.json),
+        None if args.list_presets => return list(args.output.json),
         None => {}
     }
     let spec = parse_spec(&args.spec)?;
-    if args.json {
+    if args.output.json {
         println!("{}", serde_json::to_string_pretty(&spec)?);
     } else {
         println!("{spec}");

@@ -14,9 +14,8 @@ use crate::usage;
 /// Arguments of `pathlab tcp`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
-    #[arg(value_name = "HOST")]
-    pub host: String,
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
     /// Parallel streams [default: 1]. Not with --rfc6349, which works out how many
     /// connections fill the path (RFC 6349 section 5.1).
     #[arg(short = 'P', long, value_name = "N", conflicts_with = "rfc6349")]
@@ -27,9 +26,8 @@ pub struct Args {
     /// Both directions at once. Not with --rfc6349, which tests one direction at a time.
     #[arg(long, conflicts_with = "rfc6349")]
     pub bidir: bool,
-    /// How long to send.
-    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
-    pub time: pathlab_core::Duration,
+    #[command(flatten)]
+    pub duration: crate::cmd::args::TestTime,
     /// Socket buffer size (SO_SNDBUF/SO_RCVBUF) at both ends, e.g. 4M.
     #[arg(short = 'w', long, value_name = "SIZE")]
     pub window: Option<String>,
@@ -93,7 +91,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         } else {
             TcpDirection::Up
         },
-        duration: args.time.into(),
+        duration: args.duration.time.into(),
         interval: args
             .interval
             .unwrap_or(pathlab_core::Duration::from_secs(1))
@@ -105,7 +103,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             congestion: args.congestion.clone(),
         },
     };
-    let client = args.client.connect(&args.host)?;
+    let client = args.client.connect(&args.server.host)?;
     let progress = Progress::start("tcp", test.duration);
     let report = client.tcp_or_partial(&test).map_err(|partial| {
         let error = measure_error(partial.error);
@@ -120,7 +118,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Tcp(Box::new(report.clone())))?;
-    if args.client.json {
+    if args.client.output.json {
         let mut printed = report;
         for stream in printed.up.iter_mut().chain(printed.down.iter_mut()) {
             stream.samples.truncate(1);

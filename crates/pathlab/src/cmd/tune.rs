@@ -12,8 +12,8 @@ use pathlab_core::BitsPerSec;
 use pathlab_diagnose::tune::{self, HostSettings, RttMeasurement, TunePath};
 use pathlab_probe_driver::Client;
 
+use crate::cmd::args::{ClientKey, JsonOutput};
 use crate::cmd::client::measure_error;
-use crate::cmd::server::read_key;
 use crate::usage;
 
 /// Round trips sent to measure the RTT to HOST.
@@ -42,13 +42,10 @@ pub struct Args {
     /// another machine's settings from a copy.
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Authenticate with the pre-shared key in FILE (the server must have the same; only
-    /// its owner may read the file).
-    #[arg(long, value_name = "FILE")]
-    pub psk: Option<PathBuf>,
-    /// Print JSON.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub key: ClientKey,
+    #[command(flatten)]
+    pub output: JsonOutput,
 }
 
 /// Runs `pathlab tune`.
@@ -57,7 +54,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let rate = match (args.host.as_deref(), args.rate, args.rtt) {
         (_, Some(rate), Some(_)) | (Some(_), Some(rate), None) => rate,
         (Some(host), None, _) => {
-            let capacity = measure_rate(host, args.psk.as_deref())?;
+            let capacity = measure_rate(host, &args.key)?;
             let rate = BitsPerSec(capacity.bottleneck_bps().round() as u64);
             rate_measurement = Some(capacity);
             rate
@@ -85,7 +82,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let (rtt_ns, measurement) = match (args.rtt, args.host.as_deref()) {
         (Some(rtt), _) => (rtt.as_nanos(), None),
         (None, Some(host)) => {
-            let measurement = measure_rtt(host, args.psk.as_deref())?;
+            let measurement = measure_rtt(host, &args.key)?;
             (measurement.min_ns, Some(measurement))
         }
         (None, None) => unreachable!("checked above"),
@@ -99,7 +96,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut report = tune::advise(&path, &read_host_settings(&root));
     report.rtt_measurement = measurement;
     report.rate_measurement = rate_measurement;
-    let text = if args.json {
+    let text = if args.output.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {
         tune::render_text(&report)
@@ -131,11 +128,8 @@ fn checked_root(root: &Path) -> anyhow::Result<PathBuf> {
 /// The bottleneck from `host` to this host (what a download's window must fill), by
 /// `pathlab capacity`'s packet trains and shaper stream, without the available-bandwidth
 /// search.
-fn measure_rate(
-    host: &str,
-    psk: Option<&Path>,
-) -> anyhow::Result<pathlab_probe::capacity::Capacity> {
-    let key = read_key(psk)?;
+fn measure_rate(host: &str, key: &ClientKey) -> anyhow::Result<pathlab_probe::capacity::Capacity> {
+    let key = key.read()?;
     let connect = || Client::connect(host, key.clone(), Duration::from_secs(5));
     drop(connect().map_err(measure_error)?);
     let options = pathlab_probe_driver::capacity::CapacityOptions {
@@ -151,8 +145,8 @@ fn measure_rate(
 
 /// The RTT to `host`: the minimum of [`PROBES`] round trips, since the window must fill
 /// the path without queueing (queueing adds delay, not pipe); the median is kept to show.
-fn measure_rtt(host: &str, psk: Option<&Path>) -> anyhow::Result<RttMeasurement> {
-    let key = read_key(psk)?;
+fn measure_rtt(host: &str, key: &ClientKey) -> anyhow::Result<RttMeasurement> {
+    let key = key.read()?;
     let client = Client::connect(host, key, Duration::from_secs(5)).map_err(measure_error)?;
     let report = client
         .round_trip(PROBE_INTERVAL, PROBE_BYTES, PROBES)
