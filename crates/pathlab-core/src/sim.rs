@@ -346,8 +346,9 @@ impl Source {
     }
 }
 
-/// Runs a simulation.
-pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
+/// Checks that a config can run: a positive sample period, and loads with a positive
+/// rate and size.
+fn check(config: &SimConfig) -> Result<(), SimError> {
     if config.sample_every.is_zero() {
         return Err(SimError::ZeroSamplePeriod);
     }
@@ -359,6 +360,93 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
             });
         }
     }
+    Ok(())
+}
+
+/// Sends every packet the sources have due at `now` into its direction of the path,
+/// counting it as sent by its load.
+fn emit_due(path: &mut Path, now: Instant, sources: &mut [Source], tallies: &mut [Tally]) {
+    for (index, source) in sources.iter_mut().enumerate() {
+        while source.due() == Some(now) {
+            let load = source.load;
+            let mut packet = Packet::synthetic(now, load.size_bytes, index as u64 + 1, load.ecn);
+            packet.tag = index as u32;
+            let tally = &mut tallies[index];
+            tally.sent_packets += 1;
+            tally.sent_bytes += u64::from(load.size_bytes);
+            match load.direction {
+                Direction::Forward => path.forward.enqueue(now, packet),
+                Direction::Reverse => path.reverse.enqueue(now, packet),
+            }
+            source.advance();
+        }
+    }
+}
+
+/// Drains what is still inside the path after `end`, without new traffic, and counts it
+/// per load (one count per load, by packet tag).
+fn drain_in_flight(path: &mut Path, end: Instant, load_count: usize) -> Vec<u64> {
+    let mut in_flight = vec![0u64; load_count];
+    let drain_limit = end + Duration::from_secs(3600);
+    while let Some(now) = path.poll_at().filter(|t| *t <= drain_limit) {
+        for link in [&mut path.forward, &mut path.reverse] {
+            while let Some(packet) = link.dequeue(now) {
+                if let Some(count) = in_flight.get_mut(packet.tag as usize) {
+                    *count += 1;
+                }
+            }
+            for dropped in link.take_dropped() {
+                if let Some(count) = in_flight.get_mut(dropped.packet.tag as usize) {
+                    *count += 1;
+                }
+            }
+        }
+    }
+    in_flight
+}
+
+/// What one load experienced, from its tally and what it still had in flight at the end
+/// of a run of `duration`.
+fn load_report(
+    load: &Load,
+    mut tally: Tally,
+    in_flight_at_end: u64,
+    duration: Duration,
+) -> LoadReport {
+    let start = load.start.min(duration);
+    let stop = load.stop.unwrap_or(duration).min(duration);
+    let active = stop.saturating_sub(start).as_secs_f64();
+    let per_second = |bytes: u64| {
+        if active > 0.0 {
+            bytes as f64 * 8.0 / active
+        } else {
+            0.0
+        }
+    };
+    LoadReport {
+        load: *load,
+        description: load.to_string(),
+        sent_packets: tally.sent_packets,
+        sent_bytes: tally.sent_bytes,
+        delivered_packets: tally.delivered_packets,
+        delivered_bytes: tally.delivered_bytes,
+        dropped: DropReason::ALL
+            .iter()
+            .map(|r| (*r, tally.dropped[r.index()]))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        in_flight_at_end,
+        ce_marked: tally.ce_marked,
+        offered_bps: per_second(tally.sent_bytes),
+        delivered_bps: per_second(tally.delivered_bytes),
+        queue_delay: Summary::of(&mut tally.queue_delays),
+        owd: Summary::of(&mut tally.owds),
+    }
+}
+
+/// Runs a simulation.
+pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
+    check(config)?;
     let mut rng = Rng::seed_from(config.seed);
     let mut path = Path::new(&config.forward, &config.reverse, rng.next_u64())?;
     path.forward.keep_dropped();
@@ -394,22 +482,7 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
             break;
         }
         deliver(&mut path, now, &mut tallies, &mut interval);
-        for (index, source) in sources.iter_mut().enumerate() {
-            while source.due() == Some(now) {
-                let load = source.load;
-                let mut packet =
-                    Packet::synthetic(now, load.size_bytes, index as u64 + 1, load.ecn);
-                packet.tag = index as u32;
-                let tally = &mut tallies[index];
-                tally.sent_packets += 1;
-                tally.sent_bytes += u64::from(load.size_bytes);
-                match load.direction {
-                    Direction::Forward => path.forward.enqueue(now, packet),
-                    Direction::Reverse => path.reverse.enqueue(now, packet),
-                }
-                source.advance();
-            }
-        }
+        emit_due(&mut path, now, &mut sources, &mut tallies);
         deliver(&mut path, now, &mut tallies, &mut interval);
         if now == next_sample {
             interval.at = now;
@@ -429,58 +502,15 @@ pub fn run(config: &SimConfig) -> Result<SimReport, SimError> {
     let reverse_counters = path.reverse.counters();
     // What is still inside the path is drained without new traffic and counted per load,
     // so the report accounts for every packet (duplicates included).
-    let mut in_flight = vec![0u64; tallies.len()];
-    let drain_limit = end + Duration::from_secs(3600);
-    while let Some(now) = path.poll_at().filter(|t| *t <= drain_limit) {
-        for link in [&mut path.forward, &mut path.reverse] {
-            while let Some(packet) = link.dequeue(now) {
-                if let Some(count) = in_flight.get_mut(packet.tag as usize) {
-                    *count += 1;
-                }
-            }
-            for dropped in link.take_dropped() {
-                if let Some(count) = in_flight.get_mut(dropped.packet.tag as usize) {
-                    *count += 1;
-                }
-            }
-        }
-    }
+    let in_flight = drain_in_flight(&mut path, end, tallies.len());
 
     let loads = config
         .loads
         .iter()
         .zip(tallies)
         .zip(in_flight)
-        .map(|((load, mut tally), in_flight_at_end)| {
-            let start = load.start.min(config.duration);
-            let stop = load.stop.unwrap_or(config.duration).min(config.duration);
-            let active = stop.saturating_sub(start).as_secs_f64();
-            let per_second = |bytes: u64| {
-                if active > 0.0 {
-                    bytes as f64 * 8.0 / active
-                } else {
-                    0.0
-                }
-            };
-            LoadReport {
-                load: *load,
-                description: load.to_string(),
-                sent_packets: tally.sent_packets,
-                sent_bytes: tally.sent_bytes,
-                delivered_packets: tally.delivered_packets,
-                delivered_bytes: tally.delivered_bytes,
-                dropped: DropReason::ALL
-                    .iter()
-                    .map(|r| (*r, tally.dropped[r.index()]))
-                    .filter(|(_, n)| *n > 0)
-                    .collect(),
-                in_flight_at_end,
-                ce_marked: tally.ce_marked,
-                offered_bps: per_second(tally.sent_bytes),
-                delivered_bps: per_second(tally.delivered_bytes),
-                queue_delay: Summary::of(&mut tally.queue_delays),
-                owd: Summary::of(&mut tally.owds),
-            }
+        .map(|((load, tally), in_flight_at_end)| {
+            load_report(load, tally, in_flight_at_end, config.duration)
         })
         .collect();
 

@@ -196,29 +196,20 @@ fn canonical_form_round_trips() {
     assert_eq!(parse("").to_string(), "");
 }
 
-#[test]
-fn bad_input_names_the_token() {
-    for (text, message) in [
+/// Specs with a bad delay, loss, queue or other keyword that must be rejected, each with
+/// a part of the message its error must contain.
+fn bad_delay_loss_and_queue_inputs() -> &'static [(&'static str, &'static str)] {
+    &[
         ("loss 150%", "loss must be between 0% and 100%, got 150%"),
         (
             "delay fast",
             "expected a time like 25ms after 'delay', got 'fast'",
         ),
         (
-            "rate",
-            "'rate' needs a rate like 10mbit, but the spec ended",
-        ),
-        ("rate 1000", "rate needs a unit like 10mbit, got '1000'"),
-        ("rate 10furlongs", "got '10furlongs'"),
-        (
             "delya 10ms",
             "unknown keyword 'delya' (did you mean 'delay'?)",
         ),
         ("delay 1ms delay 2ms", "'delay' is given twice"),
-        (
-            "rate 1mbit trace x",
-            "only one of 'rate', 'schedule' and 'trace'",
-        ),
         ("reorder 10%", "reordering needs a delay"),
         ("delay 1ms gap 3", "'gap' needs 'reorder'"),
         ("ecn", "needs a 'loss' model"),
@@ -229,13 +220,40 @@ fn bad_input_names_the_token() {
         ("limit 10 limit 20", "'limit PACKETS' is given twice"),
         ("queue wfq", "got 'wfq'"),
         ("queue red min 90kb max 30kb", "must be below its max"),
+        ("seed x", "got 'x'"),
+        ("mtu 40", "mtu must be 68 to 65535 bytes, got 40"),
+        ("mtu 100kb", "got 100kb"),
+        ("mtu big", "got 'big'"),
+        ("preset lte4", "unknown preset 'lte4' (did you mean 'lte'?)"),
+        ("loss 1% preset lte", "'preset' must come first"),
+        ("distance -1km", "distance must be between 0 and 40075 km"),
+        ("distance 6000", "got '6000'"),
+        (
+            "corrupt 200",
+            "corrupt must be between 0% and 100%, got 200",
+        ),
+    ]
+}
+
+/// Specs with a bad rate, schedule, trace, slot, packet rate or token bucket that must be
+/// rejected, each with a part of the message its error must contain.
+fn bad_pacing_inputs() -> &'static [(&'static str, &'static str)] {
+    &[
+        (
+            "rate",
+            "'rate' needs a rate like 10mbit, but the spec ended",
+        ),
+        ("rate 1000", "rate needs a unit like 10mbit, got '1000'"),
+        ("rate 10furlongs", "got '10furlongs'"),
+        (
+            "rate 1mbit trace x",
+            "only one of 'rate', 'schedule' and 'trace'",
+        ),
         (
             "schedule 0s 1mbit",
             "the schedule step must be longer than zero",
         ),
         ("slot 20ms 10ms", "below its minimum"),
-        ("seed x", "got 'x'"),
-        ("mtu 40", "mtu must be 68 to 65535 bytes, got 40"),
         (
             "pps 0",
             "'pps' must be a whole number of packets per second from 1 to 1000000000, got 0",
@@ -258,16 +276,6 @@ fn bad_input_names_the_token() {
         ("pps 10mbit", "after 'pps', got '10mbit'"),
         ("pps 1 pps 2", "'pps' is given twice"),
         ("ppd 100", "unknown keyword 'ppd' (did you mean 'pps'?)"),
-        ("mtu 100kb", "got 100kb"),
-        ("mtu big", "got 'big'"),
-        ("preset lte4", "unknown preset 'lte4' (did you mean 'lte'?)"),
-        ("loss 1% preset lte", "'preset' must come first"),
-        ("distance -1km", "distance must be between 0 and 40075 km"),
-        ("distance 6000", "got '6000'"),
-        (
-            "corrupt 200",
-            "corrupt must be between 0% and 100%, got 200",
-        ),
         (
             "rate 20mbit burst 1000",
             "burst 1000 bytes is smaller than one full frame (1514 bytes with mtu 1500)",
@@ -300,7 +308,15 @@ fn bad_input_names_the_token() {
             "'burst' belongs right after",
         ),
         ("rate 1mbit burst 10kb peakrate", "'peakrate' needs a rate"),
-    ] {
+    ]
+}
+
+#[test]
+fn bad_input_names_the_token() {
+    for &(text, message) in bad_delay_loss_and_queue_inputs()
+        .iter()
+        .chain(bad_pacing_inputs())
+    {
         let error = LinkSpec::parse(text).expect_err(text).to_string();
         assert!(error.contains(message), "'{text}': got \"{error}\"");
     }

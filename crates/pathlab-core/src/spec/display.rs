@@ -130,27 +130,31 @@ impl Words {
             }
         }
     }
-}
 
-impl fmt::Display for LinkSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut words = Words::default();
-        if let Some(delay) = self.delay {
-            words.push("delay");
-            words.push(delay.delay);
+    /// The delay line: `delay`, its jitter and correlation, and a distribution other
+    /// than uniform.
+    fn delay(&mut self, spec: &LinkSpec) {
+        if let Some(delay) = spec.delay {
+            self.push("delay");
+            self.push(delay.delay);
             if !delay.jitter.is_zero() {
-                words.push(delay.jitter);
+                self.push(delay.jitter);
                 if !delay.correlation.is_zero() {
-                    words.push(delay.correlation);
+                    self.push(delay.correlation);
                 }
             }
             if delay.distribution != Distribution::Uniform {
-                words.push("distribution");
-                words.push(distribution_name(delay.distribution));
+                self.push("distribution");
+                self.push(distribution_name(delay.distribution));
             }
         }
-        match self.loss {
-            Some(LossSpec::Random(chance)) => words.chance("loss", chance),
+    }
+
+    /// What harms packets: `loss` (random, state or gemodel), `ecn`, `duplicate`,
+    /// `corrupt`, and `reorder` with a `gap` other than 1.
+    fn impairments(&mut self, spec: &LinkSpec) {
+        match spec.loss {
+            Some(LossSpec::Random(chance)) => self.chance("loss", chance),
             Some(LossSpec::State {
                 p13,
                 p31,
@@ -158,9 +162,9 @@ impl fmt::Display for LinkSpec {
                 p23,
                 p14,
             }) => {
-                words.push("loss state");
+                self.push("loss state");
                 for p in [p13, p31, p32, p23, p14] {
-                    words.push(p);
+                    self.push(p);
                 }
             }
             Some(LossSpec::GilbertElliott {
@@ -169,24 +173,24 @@ impl fmt::Display for LinkSpec {
                 loss_in_bad,
                 loss_in_good,
             }) => {
-                words.push("loss gemodel");
+                self.push("loss gemodel");
                 for p in [p, r, loss_in_bad, loss_in_good] {
-                    words.push(p);
+                    self.push(p);
                 }
             }
             None => {}
         }
-        if self.ecn {
-            words.push("ecn");
+        if spec.ecn {
+            self.push("ecn");
         }
-        if let Some(chance) = self.duplicate {
-            words.chance("duplicate", chance);
+        if let Some(chance) = spec.duplicate {
+            self.chance("duplicate", chance);
         }
-        if let Some(chance) = self.corrupt {
-            words.chance("corrupt", chance);
+        if let Some(chance) = spec.corrupt {
+            self.chance("corrupt", chance);
         }
-        if let Some(reorder) = self.reorder {
-            words.chance(
+        if let Some(reorder) = spec.reorder {
+            self.chance(
                 "reorder",
                 Chance {
                     probability: reorder.probability,
@@ -194,59 +198,64 @@ impl fmt::Display for LinkSpec {
                 },
             );
             if reorder.gap != 1 {
-                words.push("gap");
-                words.push(reorder.gap);
+                self.push("gap");
+                self.push(reorder.gap);
             }
         }
-        match &self.rate {
+    }
+
+    /// What paces packets: the `rate` (fixed with its bucket, a `schedule`, or a `trace`),
+    /// `pps` and `slot`.
+    fn pacing(&mut self, spec: &LinkSpec) {
+        match &spec.rate {
             Some(RateSpec::Fixed(fixed)) => {
-                words.push("rate");
-                words.push(fixed.rate);
+                self.push("rate");
+                self.push(fixed.rate);
                 if fixed.packet_overhead != 0 || fixed.cell_size != 0 {
-                    words.push(fixed.packet_overhead);
+                    self.push(fixed.packet_overhead);
                 }
                 if fixed.cell_size != 0 {
-                    words.push(fixed.cell_size);
+                    self.push(fixed.cell_size);
                     if fixed.cell_overhead != 0 {
-                        words.push(fixed.cell_overhead);
+                        self.push(fixed.cell_overhead);
                     }
                 }
-                if let Some(bucket) = self.bucket {
-                    words.push("burst");
-                    words.push(format!("{}b", bucket.burst_bytes));
+                if let Some(bucket) = spec.bucket {
+                    self.push("burst");
+                    self.push(format!("{}b", bucket.burst_bytes));
                     if let Some(peak) = bucket.peak {
-                        words.push("peakrate");
-                        words.push(peak);
+                        self.push("peakrate");
+                        self.push(peak);
                     }
                 }
             }
             Some(RateSpec::Schedule(schedule)) => {
-                words.push("schedule");
-                words.push(schedule.step);
+                self.push("schedule");
+                self.push(schedule.step);
                 for rate in &schedule.rates {
-                    words.push(rate);
+                    self.push(rate);
                 }
                 if schedule.repeat {
-                    words.push("loop");
+                    self.push("loop");
                 }
             }
             Some(RateSpec::Trace(trace)) => {
-                words.push("trace");
-                words.push(&trace.path);
+                self.push("trace");
+                self.push(&trace.path);
             }
             None => {}
         }
-        if let Some(packet_rate) = self.packet_rate {
-            words.push("pps");
-            words.push(packet_rate);
+        if let Some(packet_rate) = spec.packet_rate {
+            self.push("pps");
+            self.push(packet_rate);
         }
-        if let Some(slot) = self.slot {
-            words.push("slot");
+        if let Some(slot) = spec.slot {
+            self.push("slot");
             match slot.interval {
                 SlotInterval::Uniform { min, max } => {
-                    words.push(min);
+                    self.push(min);
                     if max != min {
-                        words.push(max);
+                        self.push(max);
                     }
                 }
                 SlotInterval::Distribution {
@@ -254,49 +263,64 @@ impl fmt::Display for LinkSpec {
                     delay,
                     jitter,
                 } => {
-                    words.push("distribution");
-                    words.push(distribution_name(distribution));
-                    words.push(delay);
-                    words.push(jitter);
+                    self.push("distribution");
+                    self.push(distribution_name(distribution));
+                    self.push(delay);
+                    self.push(jitter);
                 }
             }
             if let Some(packets) = slot.max_packets {
-                words.push("packets");
-                words.push(packets);
+                self.push("packets");
+                self.push(packets);
             }
             if let Some(bytes) = slot.max_bytes {
-                words.push("bytes");
-                words.push(format!("{bytes}b"));
+                self.push("bytes");
+                self.push(format!("{bytes}b"));
             }
         }
-        if let Some(packets) = self.queue.limit_packets {
-            words.push("limit");
-            words.push(packets);
+    }
+
+    /// The queue: its `limit`s in packets and in bytes, and a discipline other than
+    /// taildrop.
+    fn queue(&mut self, spec: &LinkSpec) {
+        if let Some(packets) = spec.queue.limit_packets {
+            self.push("limit");
+            self.push(packets);
         }
-        if let Some(bytes) = self.queue.limit_bytes {
-            words.push("limit");
-            words.push(format!("{bytes}b"));
+        if let Some(bytes) = spec.queue.limit_bytes {
+            self.push("limit");
+            self.push(format!("{bytes}b"));
         }
-        match &self.queue.discipline {
+        match &spec.queue.discipline {
             Discipline::TailDrop => {}
-            Discipline::HeadDrop => words.push("queue headdrop"),
+            Discipline::HeadDrop => self.push("queue headdrop"),
             Discipline::Red(config) => {
-                words.push("queue red");
-                words.red(config);
+                self.push("queue red");
+                self.red(config);
             }
             Discipline::Codel(config) => {
-                words.push("queue codel");
-                words.codel(config, &CodelConfig::default());
+                self.push("queue codel");
+                self.codel(config, &CodelConfig::default());
             }
             Discipline::FqCodel(config) => {
-                words.push("queue fq_codel");
-                words.fq_codel(config);
+                self.push("queue fq_codel");
+                self.fq_codel(config);
             }
             Discipline::Pie(config) => {
-                words.push("queue pie");
-                words.pie(config);
+                self.push("queue pie");
+                self.pie(config);
             }
         }
+    }
+}
+
+impl fmt::Display for LinkSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut words = Words::default();
+        words.delay(self);
+        words.impairments(self);
+        words.pacing(self);
+        words.queue(self);
         if let Some(mtu) = self.mtu {
             words.push("mtu");
             words.push(mtu);

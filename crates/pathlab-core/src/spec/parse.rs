@@ -301,7 +301,26 @@ impl<'a> Parser<'a> {
         Ok(self.required(keyword, WHAT, parse)?.0)
     }
 
+    /// Parses one keyword and its arguments, handing it to the family of keywords it
+    /// belongs to; a word no family knows is an unknown keyword.
     fn keyword(&mut self, word: &'a str) -> Result<(), SpecError> {
+        if self.delay_keyword(word)?
+            || self.impairment_keyword(word)?
+            || self.rate_keyword(word)?
+            || self.setup_keyword(word)?
+        {
+            return Ok(());
+        }
+        Err(SpecError::UnknownKeyword {
+            word: word.to_owned(),
+            suggestion: nearest(word, KEYWORDS.iter().copied(), 2),
+        })
+    }
+
+    /// Parses `word` and its arguments if it is one of the keywords that set the delay
+    /// (`delay`/`latency`, `distribution`, `distance`); returns false, having taken
+    /// nothing, if it is not.
+    fn delay_keyword(&mut self, word: &str) -> Result<bool, SpecError> {
         match word {
             "delay" | "latency" => {
                 self.once("delay")?;
@@ -339,6 +358,26 @@ impl<'a> Parser<'a> {
                 });
                 delay.distribution = distribution;
             }
+            "distance" => {
+                self.once("distance")?;
+                let Some(token) = self.take() else {
+                    return Err(SpecError::Ended {
+                        keyword: word.to_owned(),
+                        what: "a distance like 6000km",
+                    });
+                };
+                self.distance = Some(distance::propagation_delay(distance::parse_km(token)?));
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Parses `word` and its arguments if it is one of the keywords that harm packets
+    /// (`loss`/`drop`, `ecn`, `duplicate`, `corrupt`, `reorder`, `gap`); returns false,
+    /// having taken nothing, if it is not.
+    fn impairment_keyword(&mut self, word: &str) -> Result<bool, SpecError> {
+        match word {
             "loss" | "drop" => {
                 self.once("loss")?;
                 self.spec.loss = Some(self.loss(word)?);
@@ -376,6 +415,16 @@ impl<'a> Parser<'a> {
                 }
                 self.gap = Some(gap);
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Parses `word` and its arguments if it is one of the keywords that pace packets
+    /// (`rate`, `schedule`, `trace`, `pps`, `slot`, and `burst`/`peakrate` out of place);
+    /// returns false, having taken nothing, if it is not.
+    fn rate_keyword(&mut self, word: &str) -> Result<bool, SpecError> {
+        match word {
             "rate" => {
                 self.rate_once()?;
                 let rate = self.rate(word)?;
@@ -438,6 +487,16 @@ impl<'a> Parser<'a> {
                      'rate 20mbit burst 64kb peakrate 100mbit'"
                 )))
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Parses `word` and its arguments if it is one of the keywords that set up the queue
+    /// and the link (`limit`, `queue`, `mtu`, `seed`, `preset`); returns false, having
+    /// taken nothing, if it is not.
+    fn setup_keyword(&mut self, word: &str) -> Result<bool, SpecError> {
+        match word {
             "limit" => self.limit()?,
             "queue" => {
                 self.once("queue")?;
@@ -472,24 +531,9 @@ impl<'a> Parser<'a> {
                     self.required(word, "a preset name like lte", |t| Some(t.to_owned()))?;
                 self.spec = preset::expand(&name)?;
             }
-            "distance" => {
-                self.once("distance")?;
-                let Some(token) = self.take() else {
-                    return Err(SpecError::Ended {
-                        keyword: word.to_owned(),
-                        what: "a distance like 6000km",
-                    });
-                };
-                self.distance = Some(distance::propagation_delay(distance::parse_km(token)?));
-            }
-            _ => {
-                return Err(SpecError::UnknownKeyword {
-                    word: word.to_owned(),
-                    suggestion: nearest(word, KEYWORDS.iter().copied(), 2),
-                });
-            }
+            _ => return Ok(false),
         }
-        Ok(())
+        Ok(true)
     }
 
     /// `pps N`: a whole number of packets per second, at least 1, at most one per ns.

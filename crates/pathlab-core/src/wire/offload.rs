@@ -296,12 +296,62 @@ fn segment(
     let count = payload.len().div_ceil(segment_size);
     let ip_id = ip_ident(frame, ip);
     let outer_id = ip_ident(frame, outer_ip);
-    let first_seq = TcpSegment::new_checked(&frame[l4..]).map_or(0, |tcp| tcp.seq());
+    let cut = Cut {
+        ip,
+        version,
+        protocol,
+        l4,
+        segment_size,
+        count,
+        first_seq: TcpSegment::new_checked(&frame[l4..]).map_or(0, |tcp| tcp.seq()),
+    };
     for (index, chunk) in payload.chunks(segment_size).enumerate() {
         let mut segment = pool.take(headers_len + chunk.len());
         segment.extend_from_slice(&frame[..headers_len]);
         segment.extend_from_slice(chunk);
         size_ip(&mut segment, ip, version, ip_id.wrapping_add(index as u16));
+        cut.fix_l4_header(&mut segment, index);
+        if let Some((outer, outer_version, udp)) = tunnel {
+            size_tunnel(
+                &mut segment,
+                outer,
+                outer_version,
+                udp,
+                outer_id.wrapping_add(index as u16),
+            );
+        }
+        emit(segment);
+    }
+    Ok(count)
+}
+
+/// How a super-packet is cut, as each of its segments needs it to rewrite its own TCP or
+/// UDP header: where the (inner) IP and L4 headers start, the segment size and count, and
+/// the super-packet's first sequence number.
+struct Cut {
+    ip: usize,
+    version: u8,
+    protocol: u8,
+    l4: usize,
+    segment_size: usize,
+    count: usize,
+    first_seq: u32,
+}
+
+impl Cut {
+    /// Rewrites the L4 header of segment `index` (headers and payload in place, IP header
+    /// already sized): for TCP its sequence number and the flags that belong to the first
+    /// or the last segment only, for UDP its length; then its checksum.
+    fn fix_l4_header(&self, segment: &mut [u8], index: usize) {
+        let Cut {
+            ip,
+            version,
+            protocol,
+            l4,
+            segment_size,
+            count,
+            first_seq,
+        } = *self;
         let l4_len = segment.len() - l4;
         if protocol == PROTOCOL_TCP {
             let mut tcp = TcpSegment::new_checked(&mut segment[l4..]).expect("checked above");
@@ -315,7 +365,7 @@ fn segment(
             }
             tcp.set_flags(flags);
             tcp.set_checksum(0);
-            let checksum = l4_checksum(&segment, ip, version, protocol, l4);
+            let checksum = l4_checksum(segment, ip, version, protocol, l4);
             TcpSegment::new_checked(&mut segment[l4..])
                 .expect("checked above")
                 .set_checksum(checksum);
@@ -323,23 +373,12 @@ fn segment(
             let mut udp = UdpDatagram::new_checked(&mut segment[l4..]).expect("checked above");
             udp.set_len(l4_len as u16);
             udp.set_checksum(0);
-            let checksum = l4_checksum(&segment, ip, version, protocol, l4);
+            let checksum = l4_checksum(segment, ip, version, protocol, l4);
             UdpDatagram::new_checked(&mut segment[l4..])
                 .expect("checked above")
                 .set_checksum(checksum);
         }
-        if let Some((outer, outer_version, udp)) = tunnel {
-            size_tunnel(
-                &mut segment,
-                outer,
-                outer_version,
-                udp,
-                outer_id.wrapping_add(index as u16),
-            );
-        }
-        emit(segment);
     }
-    Ok(count)
 }
 
 /// The identification of the IP header at `ip` (0 for IPv6, which has none).
