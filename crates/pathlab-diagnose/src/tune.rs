@@ -1067,6 +1067,16 @@ pub fn render_text(report: &TuneReport) -> String {
     let mut out = String::new();
     let rtt = format::time(report.rtt_ns as f64 * 1e-9, Digits::up_to(2));
     let rate = format::rate(report.rate_bps as f64, Digits::up_to(2));
+    write_path_text(&mut out, report, &rate, &rtt);
+    let _ = writeln!(out);
+    write_rows_text(&mut out, &report.rows);
+    write_summary_text(&mut out, report, &rate, &rtt);
+    out
+}
+
+/// Writes the path part of the report: where the rate and the RTT come from, the BDP and
+/// the window it needs, and how many connections share it; `rate` and `rtt` formatted.
+fn write_path_text(out: &mut String, report: &TuneReport, rate: &str, rtt: &str) {
     if let Some(c) = &report.rate_measurement {
         match c.shaper.as_ref().filter(|shaper| shaper.shaped()) {
             Some(shaper) => {
@@ -1123,8 +1133,12 @@ pub fn render_text(report: &TuneReport) -> String {
             format::bytes_si(report.window_per_connection_bytes, Digits::up_to(2))
         );
     }
-    let _ = writeln!(out);
-    for row in &report.rows {
+}
+
+/// Writes one block per setting: its status and current value, a problem if any, what it
+/// needs and why, the commands that fix it and the line that keeps it.
+fn write_rows_text(out: &mut String, rows: &[Row]) {
+    for row in rows {
         let status = match row.status {
             Status::Ok => "ok",
             Status::Change => "change",
@@ -1153,6 +1167,11 @@ pub fn render_text(report: &TuneReport) -> String {
             );
         }
     }
+}
+
+/// Writes the summary: how many settings to change, the window the current settings
+/// allow each way, and what one connection carries with it; `rate` and `rtt` formatted.
+fn write_summary_text(out: &mut String, report: &TuneReport, rate: &str, rtt: &str) {
     let s = &report.summary;
     let _ = writeln!(out);
     let mut counts = format!("{} to change", s.to_change);
@@ -1200,7 +1219,6 @@ pub fn render_text(report: &TuneReport) -> String {
             format::rate(cap, Digits::up_to(2))
         );
     }
-    out
 }
 
 #[cfg(test)]

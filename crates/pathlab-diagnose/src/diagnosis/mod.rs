@@ -364,25 +364,10 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
         return verdict;
     }
     if !whole.sending {
-        let window = if b.rcv_wnd > 0 {
-            b.rcv_wnd
-        } else {
-            b.rcv_space
-        };
-        let cap = f64::from(window) * 8.0 / rtt_s;
+        let (cap, sentence) = receiving_sentence(&b, last, &rate, rtt_s, &rtt);
         verdict.limit = Limit::Receiving;
         verdict.cap_bps = Some(cap);
-        verdict.sentence = format!(
-            "this end only receives ({rate}); what limits the transfer shows at the sender \
-             (run `pathlab inspect` there). This end advertises a window of {} (receive buffer \
-             {}), which caps the sender at {} over a {rtt} RTT",
-            format::bytes_binary(u64::from(window), Digits::up_to(2)),
-            last.memory.map_or_else(
-                || "unknown".to_owned(),
-                |m| format::bytes_binary(u64::from(m.rcvbuf), Digits::up_to(2))
-            ),
-            format::rate(cap, Digits::up_to(2)),
-        );
+        verdict.sentence = sentence;
         return verdict;
     }
     if !b.has_limits() {
@@ -400,34 +385,14 @@ pub fn verdict(first: &SocketSample, last: &SocketSample, intervals: &[Interval]
     let percent = format::fraction_as_percent(share, Digits::fixed(0));
     verdict.sentence = match limit {
         Limit::ReceiverWindow => {
-            let held = Typical::of(intervals, limit, &b);
-            let cap = held.window as f64 * 8.0 / held.rtt_s();
+            let (cap, sentence) = receiver_window_sentence(&percent, intervals, &b);
             verdict.cap_bps = Some(cap);
-            format!(
-                "limited by the receiver's window {percent} of the time ({} at a {} RTT caps \
-                 it at {}; it moved {} then): the receiving application, or its receive buffer \
-                 (SO_RCVBUF, net.ipv4.tcp_rmem), is the bottleneck; see `pathlab tune`",
-                format::bytes_binary(held.window, Digits::up_to(2)),
-                held.rtt_text(),
-                format::rate(cap, Digits::up_to(2)),
-                format::rate(held.throughput_bps, Digits::up_to(2)),
-            )
+            sentence
         }
         Limit::SendBuffer => {
-            let held = Typical::of(intervals, limit, &b);
-            let buffer = last.memory.map_or(held.in_flight, |m| u64::from(m.sndbuf));
-            let cap = held.in_flight.max(1) as f64 * 8.0 / held.rtt_s();
+            let (cap, sentence) = send_buffer_sentence(&percent, intervals, &b, last);
             verdict.cap_bps = Some(cap);
-            format!(
-                "limited by the send buffer {percent} of the time (the buffer, {} as the kernel \
-                 counts it, let {} be in flight, which at a {} RTT caps it at {}; it moved {} \
-                 then): raise the sender's SO_SNDBUF or net.ipv4.tcp_wmem; see `pathlab tune`",
-                format::bytes_binary(buffer, Digits::up_to(2)),
-                format::bytes_binary(held.in_flight, Digits::up_to(2)),
-                held.rtt_text(),
-                format::rate(cap, Digits::up_to(2)),
-                format::rate(held.throughput_bps, Digits::up_to(2)),
-            )
+            sentence
         }
         Limit::Congestion => congestion_sentence(&percent, &rate, &a, &b, cached),
         Limit::Application => format!(
@@ -507,6 +472,77 @@ fn summed(intervals: &[Interval]) -> Option<Limits> {
         sum.application += i.limits.application * weight;
     }
     Some(sum)
+}
+
+/// This end only receives: what the window it advertises caps the sender at (bits/s, over
+/// the RTT of `rtt_s` seconds, formatted as `rtt`), and the sentence that says so and
+/// sends the user to the sender.
+fn receiving_sentence(
+    b: &TcpInfo,
+    last: &SocketSample,
+    rate: &str,
+    rtt_s: f64,
+    rtt: &str,
+) -> (f64, String) {
+    let window = if b.rcv_wnd > 0 {
+        b.rcv_wnd
+    } else {
+        b.rcv_space
+    };
+    let cap = f64::from(window) * 8.0 / rtt_s;
+    let sentence = format!(
+        "this end only receives ({rate}); what limits the transfer shows at the sender \
+         (run `pathlab inspect` there). This end advertises a window of {} (receive buffer \
+         {}), which caps the sender at {} over a {rtt} RTT",
+        format::bytes_binary(u64::from(window), Digits::up_to(2)),
+        last.memory.map_or_else(
+            || "unknown".to_owned(),
+            |m| format::bytes_binary(u64::from(m.rcvbuf), Digits::up_to(2))
+        ),
+        format::rate(cap, Digits::up_to(2)),
+    );
+    (cap, sentence)
+}
+
+/// The receiver's window held it back most: what the typical window caps the rate at over
+/// the typical RTT of those intervals (bits/s), and the sentence that says so.
+fn receiver_window_sentence(percent: &str, intervals: &[Interval], b: &TcpInfo) -> (f64, String) {
+    let held = Typical::of(intervals, Limit::ReceiverWindow, b);
+    let cap = held.window as f64 * 8.0 / held.rtt_s();
+    let sentence = format!(
+        "limited by the receiver's window {percent} of the time ({} at a {} RTT caps \
+         it at {}; it moved {} then): the receiving application, or its receive buffer \
+         (SO_RCVBUF, net.ipv4.tcp_rmem), is the bottleneck; see `pathlab tune`",
+        format::bytes_binary(held.window, Digits::up_to(2)),
+        held.rtt_text(),
+        format::rate(cap, Digits::up_to(2)),
+        format::rate(held.throughput_bps, Digits::up_to(2)),
+    );
+    (cap, sentence)
+}
+
+/// The send buffer held it back most: what the bytes it let be in flight cap the rate at
+/// over the typical RTT of those intervals (bits/s), and the sentence that says so.
+fn send_buffer_sentence(
+    percent: &str,
+    intervals: &[Interval],
+    b: &TcpInfo,
+    last: &SocketSample,
+) -> (f64, String) {
+    let held = Typical::of(intervals, Limit::SendBuffer, b);
+    let buffer = last.memory.map_or(held.in_flight, |m| u64::from(m.sndbuf));
+    let cap = held.in_flight.max(1) as f64 * 8.0 / held.rtt_s();
+    let sentence = format!(
+        "limited by the send buffer {percent} of the time (the buffer, {} as the kernel \
+         counts it, let {} be in flight, which at a {} RTT caps it at {}; it moved {} \
+         then): raise the sender's SO_SNDBUF or net.ipv4.tcp_wmem; see `pathlab tune`",
+        format::bytes_binary(buffer, Digits::up_to(2)),
+        format::bytes_binary(held.in_flight, Digits::up_to(2)),
+        held.rtt_text(),
+        format::rate(cap, Digits::up_to(2)),
+        format::rate(held.throughput_bps, Digits::up_to(2)),
+    );
+    (cap, sentence)
 }
 
 /// The congestion window set the pace: say why, from losses, RTT growth or a cached

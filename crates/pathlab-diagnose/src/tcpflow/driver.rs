@@ -128,6 +128,17 @@ pub fn analyze_capture(
             &mut backwards,
         );
     }
+    add_count_warnings(&mut analysis, untimed, backwards);
+    analysis.start_unix_ns = start.unwrap_or(0);
+    analysis.connections = analyzer.finish();
+    Ok(analysis)
+}
+
+/// Adds the warnings that count what went wrong over the whole capture: the packets that
+/// could not be decoded (when more than were named one by one), the packets without a
+/// timestamp (`untimed`), and the segments too far out of time order to be put back
+/// (`backwards`).
+fn add_count_warnings(analysis: &mut CaptureAnalysis, untimed: u64, backwards: u64) {
     if analysis.undecodable as usize > NAMED_PROBLEMS {
         analysis.warnings.push(format!(
             "{} packets in all could not be decoded",
@@ -146,9 +157,6 @@ pub fn analyze_capture(
              in the file: each is taken as seen with the latest before it"
         ));
     }
-    analysis.start_unix_ns = start.unwrap_or(0);
-    analysis.connections = analyzer.finish();
-    Ok(analysis)
 }
 
 /// A decoded segment waiting for its turn in time order.
