@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::netlink::{self, Netlink, RawFlags};
+use crate::netlink::{self, LinkInfo, Netlink, RawFlags};
 use crate::netns::{Located, NamespaceRef, Netns};
 use crate::runtime::{self, Owner};
 
@@ -245,72 +245,17 @@ pub fn interpose(
     iface: &str,
     emulator: &str,
 ) -> Result<Interposed, InterposeError> {
-    let (ns, netns_name, netns_path) = match netns {
-        Some(reference) => (
-            reference
-                .open()
-                .map_err(|source| InterposeError::NoNamespace {
-                    netns: reference.to_string(),
-                    source,
-                })?,
-            reference.to_string(),
-            reference.path(),
-        ),
-        None => (
-            Netns::current().map_err(failed("opening this namespace"))?,
-            "this one".to_owned(),
-            PathBuf::from(format!("/proc/{}/ns/net", std::process::id())),
-        ),
-    };
+    let (ns, netns_name, netns_path) = open_namespace(netns)?;
     let netns_inode = ns
         .inode()
         .map_err(failed("reading the namespace's inode"))?;
-    let in_ns = |what: &str| failed(format!("{what} in namespace '{netns_name}'"));
-    let links = ns
-        .run(|| Netlink::open()?.links())
-        .and_then(|r| r)
-        .map_err(in_ns("listing interfaces"))?;
-    let Some(link) = links.iter().find(|l| l.name == iface).cloned() else {
-        return Err(InterposeError::NoInterface {
-            iface: iface.to_owned(),
-            netns: netns_name,
-            available: links.into_iter().map(|l| l.name).collect(),
-        });
-    };
-    if link.hardware != ARPHRD_ETHER {
-        return Err(InterposeError::NotEthernet {
-            iface: iface.to_owned(),
-            kind: link.kind.unwrap_or_else(|| "none".to_owned()),
-        });
-    }
+    let in_ns = |what: &str| in_namespace(what, &netns_name);
+    let link = ethernet_link(&ns, &netns_name, iface)?;
     let stem = format!("netns-{netns_inode}-if-{}", link.index);
     let path = runtime::private_dir(&dir())
         .map_err(failed("making the runtime directory"))?
         .join(format!("{stem}.json"));
-    let (lock, lock_path) = ns
-        .run(|| runtime::lock_interface(link.index))
-        .and_then(|r| r)
-        .map_err(in_ns("locking the interface"))?;
-    let Some(lock) = lock else {
-        let by = runtime::trusted_records::<Record>(&dir())
-            .unwrap_or_default()
-            .into_iter()
-            .find(|(p, _)| *p == path)
-            .map(|(_, r)| format!("emulator '{}' (pid {})", r.emulator, r.owner.pid));
-        return Err(InterposeError::Busy {
-            iface: iface.to_owned(),
-            netns: netns_name,
-            by,
-            lock: lock_path,
-        });
-    };
-    if path.exists() {
-        return Err(InterposeError::Stale {
-            iface: iface.to_owned(),
-            netns: netns_name,
-            record: path,
-        });
-    }
+    let lock = lock_unswapped(&ns, &netns_name, iface, link.index, &path)?;
     let (addresses, routes, neighbours, sysctls) = ns
         .run(|| snapshot(link.index, iface))
         .and_then(|r| r)
@@ -338,55 +283,9 @@ pub fn interpose(
         owner: Owner::this_process().map_err(failed("reading this process's start"))?,
         emulator: emulator.to_owned(),
     };
-    write_record(&path, &record).map_err(failed("writing the record"))?;
-    let holder = match make_holder(&record.holder) {
-        Ok(holder) => holder,
-        Err(error) => {
-            let _ = fs::remove_file(&path);
-            return Err(InterposeError::Io {
-                what: "making the emulator's namespace".to_owned(),
-                source: error,
-            });
-        }
-    };
-    let ns_kept = ns.try_clone().map_err(failed("holding the namespace"))?;
-    let mut interposed = Interposed {
-        record,
-        path,
-        ns: ns_kept,
-        holder,
-        lock: Some(lock),
-        notes: Vec::new(),
-        done: false,
-    };
+    let mut interposed = hold(record, path, &ns, lock)?;
     // From here a failure drops `interposed`, which undoes what was done.
-    ns.run(|| Netlink::open()?.move_to_netns(link.index, interposed.holder.fd()))
-        .and_then(|r| r)
-        .map_err(|source| InterposeError::CannotMove {
-            iface: iface.to_owned(),
-            netns: netns_name.clone(),
-            source,
-        })?;
-    let holder_fd = interposed.holder.fd();
-    let inside = interposed.record.inside.clone();
-    let created = ns
-        .run(|| {
-            let mut netlink = Netlink::open()?;
-            match netlink.create_veth_as(iface, link.index, &link.mac, link.mtu, &inside, holder_fd)
-            {
-                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
-                    netlink.create_veth_as(iface, 0, &link.mac, link.mtu, &inside, holder_fd)?;
-                }
-                other => other?,
-            }
-            netlink.link_by_name(iface)
-        })
-        .and_then(|r| r)
-        .map_err(in_ns("making the stand-in veth"))?;
-    let standin = created
-        .ok_or_else(|| io::Error::other("the stand-in veth is not there"))
-        .map_err(in_ns("making the stand-in veth"))?
-        .index;
+    let standin = move_behind_standin(&interposed, &ns, &netns_name, iface, &link)?;
     interposed.record.standin = Some(standin);
     write_record(&interposed.path, &interposed.record).map_err(failed("writing the record"))?;
     if standin != link.index {
@@ -395,6 +294,7 @@ pub fn interpose(
             link.index
         ));
     }
+    let inside = interposed.record.inside.clone();
     interposed
         .holder
         .run(|| {
@@ -417,6 +317,164 @@ pub fn interpose(
         ))?;
     interposed.notes.extend(notes);
     Ok(interposed)
+}
+
+/// The error of a step done in namespace `netns_name`: "`what` in namespace 'NS'".
+fn in_namespace(what: &str, netns_name: &str) -> impl FnOnce(io::Error) -> InterposeError {
+    failed(format!("{what} in namespace '{netns_name}'"))
+}
+
+/// Opens the namespace the user named (the calling thread's own if `None`), with its name
+/// for messages and the file it is at.
+fn open_namespace(
+    netns: Option<&NamespaceRef>,
+) -> Result<(Netns, String, PathBuf), InterposeError> {
+    Ok(match netns {
+        Some(reference) => (
+            reference
+                .open()
+                .map_err(|source| InterposeError::NoNamespace {
+                    netns: reference.to_string(),
+                    source,
+                })?,
+            reference.to_string(),
+            reference.path(),
+        ),
+        None => (
+            Netns::current().map_err(failed("opening this namespace"))?,
+            "this one".to_owned(),
+            PathBuf::from(format!("/proc/{}/ns/net", std::process::id())),
+        ),
+    })
+}
+
+/// Interface `iface` of namespace `ns` (named `netns_name`), which must be there and be an
+/// Ethernet interface.
+fn ethernet_link(ns: &Netns, netns_name: &str, iface: &str) -> Result<LinkInfo, InterposeError> {
+    let links = ns
+        .run(|| Netlink::open()?.links())
+        .and_then(|r| r)
+        .map_err(in_namespace("listing interfaces", netns_name))?;
+    let Some(link) = links.iter().find(|l| l.name == iface).cloned() else {
+        return Err(InterposeError::NoInterface {
+            iface: iface.to_owned(),
+            netns: netns_name.to_owned(),
+            available: links.into_iter().map(|l| l.name).collect(),
+        });
+    };
+    if link.hardware != ARPHRD_ETHER {
+        return Err(InterposeError::NotEthernet {
+            iface: iface.to_owned(),
+            kind: link.kind.unwrap_or_else(|| "none".to_owned()),
+        });
+    }
+    Ok(link)
+}
+
+/// Takes the lock of interface `index` of namespace `ns`, which no other emulator may hold
+/// and no killed one may have left swapped (its record at `path`).
+fn lock_unswapped(
+    ns: &Netns,
+    netns_name: &str,
+    iface: &str,
+    index: u32,
+    path: &Path,
+) -> Result<File, InterposeError> {
+    let (lock, lock_path) = ns
+        .run(|| runtime::lock_interface(index))
+        .and_then(|r| r)
+        .map_err(in_namespace("locking the interface", netns_name))?;
+    let Some(lock) = lock else {
+        let by = runtime::trusted_records::<Record>(&dir())
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, r)| format!("emulator '{}' (pid {})", r.emulator, r.owner.pid));
+        return Err(InterposeError::Busy {
+            iface: iface.to_owned(),
+            netns: netns_name.to_owned(),
+            by,
+            lock: lock_path,
+        });
+    };
+    if path.exists() {
+        return Err(InterposeError::Stale {
+            iface: iface.to_owned(),
+            netns: netns_name.to_owned(),
+            record: path.to_owned(),
+        });
+    }
+    Ok(lock)
+}
+
+/// Writes `record` to `path`, then makes the holder it names (removing the record again if
+/// that fails): from the [`Interposed`] returned, a failure undoes the swap when dropped.
+fn hold(
+    record: Record,
+    path: PathBuf,
+    ns: &Netns,
+    lock: File,
+) -> Result<Interposed, InterposeError> {
+    write_record(&path, &record).map_err(failed("writing the record"))?;
+    let holder = match make_holder(&record.holder) {
+        Ok(holder) => holder,
+        Err(error) => {
+            let _ = fs::remove_file(&path);
+            return Err(InterposeError::Io {
+                what: "making the emulator's namespace".to_owned(),
+                source: error,
+            });
+        }
+    };
+    let ns_kept = ns.try_clone().map_err(failed("holding the namespace"))?;
+    Ok(Interposed {
+        record,
+        path,
+        ns: ns_kept,
+        holder,
+        lock: Some(lock),
+        notes: Vec::new(),
+        done: false,
+    })
+}
+
+/// Moves interface `link` (`iface` of namespace `ns`, named `netns_name`) into the holder
+/// and puts a veth in its place with its name, index (if free), MAC and MTU, the other end
+/// beside it in the holder. Returns the stand-in's index.
+fn move_behind_standin(
+    interposed: &Interposed,
+    ns: &Netns,
+    netns_name: &str,
+    iface: &str,
+    link: &LinkInfo,
+) -> Result<u32, InterposeError> {
+    ns.run(|| Netlink::open()?.move_to_netns(link.index, interposed.holder.fd()))
+        .and_then(|r| r)
+        .map_err(|source| InterposeError::CannotMove {
+            iface: iface.to_owned(),
+            netns: netns_name.to_owned(),
+            source,
+        })?;
+    let holder_fd = interposed.holder.fd();
+    let inside = interposed.record.inside.clone();
+    let created = ns
+        .run(|| {
+            let mut netlink = Netlink::open()?;
+            match netlink.create_veth_as(iface, link.index, &link.mac, link.mtu, &inside, holder_fd)
+            {
+                Err(error) if error.raw_os_error() == Some(libc::EBUSY) => {
+                    netlink.create_veth_as(iface, 0, &link.mac, link.mtu, &inside, holder_fd)?;
+                }
+                other => other?,
+            }
+            netlink.link_by_name(iface)
+        })
+        .and_then(|r| r)
+        .map_err(in_namespace("making the stand-in veth", netns_name))?;
+    Ok(created
+        .ok_or_else(|| io::Error::other("the stand-in veth is not there"))
+        .map_err(in_namespace("making the stand-in veth", netns_name))?
+        .index)
 }
 
 /// A new namespace for the emulator's ports, with IPv6 off (the real interface must say
