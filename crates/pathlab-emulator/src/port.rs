@@ -760,6 +760,7 @@ impl Port for PacketPort {
     fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
         Ok(Box::new(PacketTx {
             socket: Arc::clone(&self.tx),
+            ifindex: None,
         }))
     }
 
@@ -793,11 +794,15 @@ impl Port for PacketPort {
     }
 }
 
-/// A [`PacketPort`]'s sending half: its send socket, shared, each frame preceded by a
-/// vnet header.
+/// The sending half of a packet socket, shared: a [`PacketPort`]'s (its socket bound to its
+/// interface) or a switchboard port's (the switchboard's one socket, each frame addressed
+/// to the port's interface); each frame preceded by a vnet header.
 #[derive(Debug)]
-struct PacketTx {
-    socket: Arc<OwnedFd>,
+pub(crate) struct PacketTx {
+    /// The send socket.
+    pub(crate) socket: Arc<OwnedFd>,
+    /// The interface each frame is addressed to; `None`: the one the socket is bound to.
+    pub(crate) ifindex: Option<u32>,
 }
 
 impl Transmit for PacketTx {
@@ -810,7 +815,12 @@ impl Transmit for PacketTx {
     }
 
     fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
-        sys::send_gather(self.socket.as_fd(), None, &[&vnet.to_bytes(), packet]).map(drop)
+        sys::send_gather(
+            self.socket.as_fd(),
+            self.ifindex,
+            &[&vnet.to_bytes(), packet],
+        )
+        .map(drop)
     }
 
     /// Gathers the super-packet from the frames where they are: its vnet header, its
@@ -819,13 +829,13 @@ impl Transmit for PacketTx {
         let (headers, vnet) = offload::gso_headers(frames, Framing::Ethernet);
         let vnet = vnet.to_bytes();
         let (parts, n) = gso_parts(&vnet, &headers, frames);
-        sys::send_gather(self.socket.as_fd(), None, &parts[..n]).map(drop)
+        sys::send_gather(self.socket.as_fd(), self.ifindex, &parts[..n]).map(drop)
     }
 }
 
 /// The parts of a super-packet gathered from a run of frames where they are: its vnet
 /// header, its headers, then each segment's payload; and how many parts there are.
-pub(crate) fn gso_parts<'a>(
+fn gso_parts<'a>(
     vnet: &'a [u8],
     headers: &'a [u8],
     frames: &[&'a [u8]],

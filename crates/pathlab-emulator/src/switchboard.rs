@@ -18,13 +18,12 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use pathlab_core::buffers::BufferPool;
-use pathlab_core::wire::offload::VnetHeader;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::sys;
 
 use crate::port::{
-    gso_parts, Framing, Port, PortError, ReceiveCounts, SharedReceiver, Transmit, RING_FRAME_SIZE,
+    Framing, PacketTx, Port, PortError, ReceiveCounts, SharedReceiver, Transmit, RING_FRAME_SIZE,
     SOCKET_BATCH,
 };
 
@@ -180,9 +179,9 @@ impl Port for BoardPort {
     }
 
     fn transmitter(&self) -> io::Result<Box<dyn Transmit>> {
-        Ok(Box::new(BoardTx {
+        Ok(Box::new(PacketTx {
             socket: Arc::clone(&self.tx),
-            ifindex: self.ifindex,
+            ifindex: Some(self.ifindex),
         }))
     }
 
@@ -200,39 +199,5 @@ impl Port for BoardPort {
             return;
         }
         self.inbox.push_back((frame, received, first));
-    }
-}
-
-/// A [`BoardPort`]'s sending half: the switchboard's socket, addressed to its interface,
-/// each frame preceded by a vnet header.
-#[derive(Debug)]
-struct BoardTx {
-    socket: Arc<OwnedFd>,
-    ifindex: u32,
-}
-
-impl Transmit for BoardTx {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.send_gso(frame, &VnetHeader::default())
-    }
-
-    fn can_send_gso(&self) -> bool {
-        true
-    }
-
-    fn send_gso(&mut self, packet: &[u8], vnet: &VnetHeader) -> io::Result<()> {
-        sys::send_gather(
-            self.socket.as_fd(),
-            Some(self.ifindex),
-            &[&vnet.to_bytes(), packet],
-        )
-        .map(drop)
-    }
-
-    fn send_run(&mut self, frames: &[&[u8]]) -> io::Result<()> {
-        let (headers, vnet) = pathlab_core::wire::offload::gso_headers(frames, Framing::Ethernet);
-        let vnet = vnet.to_bytes();
-        let (parts, n) = gso_parts(&vnet, &headers, frames);
-        sys::send_gather(self.socket.as_fd(), Some(self.ifindex), &parts[..n]).map(drop)
     }
 }
