@@ -458,22 +458,8 @@ const CAP_NET_ADMIN: u32 = 12;
 
 /// The calling thread's capability sets (capabilities are per thread on Linux).
 fn capabilities() -> io::Result<[CapData; 2]> {
-    let mut header = CapHeader {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
     let mut data = [CapData::default(); 2];
-    // SAFETY: version 3 takes a header and two data structs, both valid for writing.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            std::ptr::from_mut(&mut header),
-            data.as_mut_ptr(),
-        )
-    };
-    if result < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    capability_call(libc::SYS_capget, &mut data)?;
     Ok(data)
 }
 
@@ -488,18 +474,19 @@ pub fn has_cap_net_admin() -> bool {
 pub fn drop_cap_net_admin_in_this_thread() -> io::Result<()> {
     let mut data = capabilities()?;
     data[0].effective &= !(1 << CAP_NET_ADMIN);
+    capability_call(libc::SYS_capset, &mut data)
+}
+
+/// `capget` or `capset` (`call`) of the calling thread's capability sets, version 3:
+/// reads them into `data` or sets them from it.
+fn capability_call(call: libc::c_long, data: &mut [CapData; 2]) -> io::Result<()> {
     let mut header = CapHeader {
         version: LINUX_CAPABILITY_VERSION_3,
         pid: 0,
     };
-    // SAFETY: version 3 takes a header and two data structs, which live for the call.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            std::ptr::from_mut(&mut header),
-            data.as_ptr(),
-        )
-    };
+    // SAFETY: version 3 takes a header and two data structs, both valid for reading and
+    // writing, which live for the call.
+    let result = unsafe { libc::syscall(call, std::ptr::from_mut(&mut header), data.as_mut_ptr()) };
     if result < 0 {
         return Err(io::Error::last_os_error());
     }
