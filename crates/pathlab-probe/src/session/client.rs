@@ -117,13 +117,9 @@ impl ClientSession {
         if self.state == State::AwaitWelcome {
             return self.handle_welcome(frame);
         }
-        let message = match control::decode(frame, self.channel.auth.as_mut()) {
+        let message = match self.channel.decode(frame, &mut self.rejections) {
             Ok(message) => message,
-            Err(error @ (ControlError::BadTag | ControlError::AuthMismatch(_))) => {
-                self.rejections.control += 1;
-                return self.fail(error.into());
-            }
-            Err(error) => return self.fail(error.into()),
+            Err(error) => return self.fail(error),
         };
         match (self.state, message) {
             (_, Message::Error { message }) => self.fail(SessionError::Remote {

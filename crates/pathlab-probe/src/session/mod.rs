@@ -242,6 +242,21 @@ impl Channel {
     fn take_output(&mut self) -> Option<Vec<u8>> {
         (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
     }
+
+    /// Decodes a message frame under the channel's authentication; a frame that fails it
+    /// (a wrong key, a reflected, replayed or tampered message) counts in `rejections`.
+    fn decode(
+        &mut self,
+        frame: &[u8],
+        rejections: &mut Rejections,
+    ) -> Result<Message, SessionError> {
+        control::decode(frame, self.auth.as_mut()).map_err(|error| {
+            if matches!(error, ControlError::BadTag | ControlError::AuthMismatch(_)) {
+                rejections.control += 1;
+            }
+            error.into()
+        })
+    }
 }
 
 /// The test a session runs, once accepted.

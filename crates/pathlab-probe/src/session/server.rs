@@ -10,7 +10,7 @@ use super::{
     HANDSHAKE_TIMEOUT,
 };
 use crate::auth::{ControlAuth, Key, Role, NONCE_LEN};
-use crate::control::{self, ControlError, Limits, Message, Refusal, TestRequest};
+use crate::control::{self, Limits, Message, Refusal, TestRequest};
 
 /// What a server offers and requires.
 #[derive(Debug, Clone)]
@@ -112,15 +112,11 @@ impl ServerSession {
         if self.state == State::AwaitHello {
             return self.handle_hello(frame);
         }
-        let message = match control::decode(frame, self.channel.auth.as_mut()) {
+        // Nothing is answered to a message that fails authentication: the client learnt
+        // from the welcome's tag whether the keys agree.
+        let message = match self.channel.decode(frame, &mut self.rejections) {
             Ok(message) => message,
-            Err(error @ (ControlError::BadTag | ControlError::AuthMismatch(_))) => {
-                // Nothing is answered to a message that fails authentication: the client
-                // learnt from the welcome's tag whether the keys agree.
-                self.rejections.control += 1;
-                return self.end(Err(error.into()));
-            }
-            Err(error) => return self.end(Err(error.into())),
+            Err(error) => return self.end(Err(error)),
         };
         match (self.state, message) {
             (_, Message::Error { message }) => self.end(Err(SessionError::Remote {

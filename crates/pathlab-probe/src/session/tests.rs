@@ -88,8 +88,25 @@ impl Probes {
         sent
     }
 
-    fn poll_at(&self) -> Option<Instant> {
+    /// A probe from `peer` arrived at `now`: the receiver takes it, if this end receives
+    /// and its test (`running`, from the session) is on.
+    fn handle_probe(
+        &mut self,
+        now: Instant,
+        peer: IpAddr,
+        data: &[u8],
+        running: Option<(&mut Running, &mut Rejections)>,
+    ) {
+        if let (Some(receiver), Some((running, rejections))) = (&mut self.receiver, running) {
+            receiver.handle_probe(now.as_nanos(), peer, data, false, running, rejections);
+        }
+    }
+
+    /// The earliest deadline of this end: its control session's (`session`) or its
+    /// probes'.
+    fn poll_at(&self, session: Option<Instant>) -> Option<Instant> {
         [
+            session,
             self.receiver.as_ref().and_then(ProbeReceiver::poll_at),
             self.sender.as_ref().and_then(ProbeSender::poll_at),
         ]
@@ -166,10 +183,9 @@ impl Node for ServerNode {
     fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
         if port == 0 {
             self.session.handle_control(now, &data);
-        } else if let (Some(receiver), Some((running, rejections))) =
-            (&mut self.probes.receiver, self.session.running_mut())
-        {
-            receiver.handle_probe(now.as_nanos(), CLIENT, &data, false, running, rejections);
+        } else {
+            let running = self.session.running_mut();
+            self.probes.handle_probe(now, CLIENT, &data, running);
         }
     }
 
@@ -179,10 +195,7 @@ impl Node for ServerNode {
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        match (self.session.poll_at(), self.probes.poll_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.probes.poll_at(self.session.poll_at())
     }
 }
 
@@ -258,10 +271,9 @@ impl Node for ClientNode {
     fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
         if port == 0 {
             self.session.handle_control(now, &data);
-        } else if let (Some(receiver), Some((running, rejections))) =
-            (&mut self.probes.receiver, self.session.running_mut())
-        {
-            receiver.handle_probe(now.as_nanos(), SERVER, &data, false, running, rejections);
+        } else {
+            let running = self.session.running_mut();
+            self.probes.handle_probe(now, SERVER, &data, running);
         }
     }
 
@@ -271,10 +283,7 @@ impl Node for ClientNode {
     }
 
     fn poll_at(&self) -> Option<Instant> {
-        match (self.session.poll_at(), self.probes.poll_at()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.probes.poll_at(self.session.poll_at())
     }
 }
 
