@@ -106,6 +106,31 @@ impl Control for Client {
     }
 }
 
+/// The next event of the session while it awaits the server's answer (`awaited`: the
+/// welcome, the answer to a request). A wait that timed out is [`MeasureError::NoAnswer`]
+/// for `awaited`, a failure the session's error, and a connection that closed first
+/// [`SessionError::Closed`] naming `closed`.
+fn next_answer(
+    conn: &mut Conn<ClientSession>,
+    awaited: &'static str,
+    closed: &'static str,
+) -> Result<ClientEvent, MeasureError> {
+    loop {
+        match conn.pump(Duration::from_secs(3600))? {
+            Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
+                return Err(MeasureError::NoAnswer {
+                    what: awaited,
+                    within: ANSWER_TIMEOUT_STD,
+                })
+            }
+            Some(ClientEvent::Failed(error)) => return Err(error.into()),
+            Some(event) => return Ok(event),
+            None if conn.closed => return Err(MeasureError::Session(SessionError::Closed(closed))),
+            None => {}
+        }
+    }
+}
+
 impl Client {
     /// Connects to `host` (a name or address, with or without `:port`), exchanges hellos,
     /// and sets up authentication when `key` is given.
@@ -144,37 +169,18 @@ impl Client {
             format!("pathlab {}", env!("CARGO_PKG_VERSION")),
         );
         let mut conn = Conn::new(stream, session);
-        loop {
-            match conn.pump(Duration::from_secs(3600))? {
-                Some(ClientEvent::Connected { limits, .. }) => {
-                    return Ok(Client {
-                        conn,
-                        server: address,
-                        limits,
-                        connect_timeout: timeout,
-                        test_started: None,
-                        last_heard: None,
-                    })
-                }
-                Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
-                    return Err(MeasureError::NoAnswer {
-                        what: "welcome",
-                        within: ANSWER_TIMEOUT_STD,
-                    })
-                }
-                Some(ClientEvent::Failed(error)) => return Err(error.into()),
-                Some(other) => {
-                    return Err(MeasureError::Session(SessionError::Protocol(format!(
-                        "expected a welcome, got {other:?}"
-                    ))))
-                }
-                None if conn.closed => {
-                    return Err(MeasureError::Session(SessionError::Closed(
-                        "the server's welcome",
-                    )))
-                }
-                None => {}
-            }
+        match next_answer(&mut conn, "welcome", "the server's welcome")? {
+            ClientEvent::Connected { limits, .. } => Ok(Client {
+                conn,
+                server: address,
+                limits,
+                connect_timeout: timeout,
+                test_started: None,
+                last_heard: None,
+            }),
+            other => Err(MeasureError::Session(SessionError::Protocol(format!(
+                "expected a welcome, got {other:?}"
+            )))),
         }
     }
 
@@ -190,33 +196,20 @@ impl Client {
         client_port: u16,
     ) -> Result<Running, MeasureError> {
         self.conn.session.request(clock(), test, client_port);
-        loop {
-            match self.conn.pump(Duration::from_secs(3600))? {
-                Some(ClientEvent::Accepted) => {
-                    let now = Instant::now();
-                    self.test_started = Some(now);
-                    self.last_heard = Some(now);
-                    return Ok(self.conn.session.running().expect("accepted").clone());
-                }
-                Some(ClientEvent::Failed(SessionError::Timeout(_))) => {
-                    return Err(MeasureError::NoAnswer {
-                        what: "answer to the test request",
-                        within: ANSWER_TIMEOUT_STD,
-                    })
-                }
-                Some(ClientEvent::Failed(error)) => return Err(error.into()),
-                Some(other) => {
-                    return Err(MeasureError::Session(SessionError::Protocol(format!(
-                        "expected accept or refuse, got {other:?}"
-                    ))))
-                }
-                None if self.conn.closed => {
-                    return Err(MeasureError::Session(SessionError::Closed(
-                        "the server's answer",
-                    )))
-                }
-                None => {}
+        match next_answer(
+            &mut self.conn,
+            "answer to the test request",
+            "the server's answer",
+        )? {
+            ClientEvent::Accepted => {
+                let now = Instant::now();
+                self.test_started = Some(now);
+                self.last_heard = Some(now);
+                Ok(self.conn.session.running().expect("accepted").clone())
             }
+            other => Err(MeasureError::Session(SessionError::Protocol(format!(
+                "expected accept or refuse, got {other:?}"
+            )))),
         }
     }
 
