@@ -550,10 +550,27 @@ mod tests {
 
     /// Everything that reaches `socket` within `wait`, `want` datagrams at most.
     fn receive(socket: &UdpSocket, want: usize, wait: Duration) -> Vec<Seen> {
-        let mut batch = RecvBatch::new(MAX_BATCH, 2048);
-        let mut seen = Vec::new();
+        receive_as(socket, want, wait, 2048, |d| Seen {
+            payload: d.data.to_vec(),
+            source: d.source,
+            interface: d.interface,
+            destination: d.destination,
+        })
+    }
+
+    /// What reaches `socket` within `wait`, each message as `seen` takes it down, read in
+    /// batches (messages of up to `message_bytes`) until `want` messages are in.
+    fn receive_as<T>(
+        socket: &UdpSocket,
+        want: usize,
+        wait: Duration,
+        message_bytes: usize,
+        mut seen: impl FnMut(sys::Datagram<'_>) -> T,
+    ) -> Vec<T> {
+        let mut batch = RecvBatch::new(MAX_BATCH, message_bytes);
+        let mut got = Vec::new();
         let deadline = Instant::now() + wait;
-        while seen.len() < want && Instant::now() < deadline {
+        while got.len() < want && Instant::now() < deadline {
             let mut ready = [false];
             sys::poll_readable(
                 &[socket.as_fd()],
@@ -562,14 +579,9 @@ mod tests {
             )
             .unwrap();
             recv_batch(socket, &mut batch).unwrap();
-            seen.extend(batch.datagrams().map(|d| Seen {
-                payload: d.data.to_vec(),
-                source: d.source,
-                interface: d.interface,
-                destination: d.destination,
-            }));
+            got.extend(batch.datagrams().map(&mut seen));
         }
-        seen
+        got
     }
 
     #[test]
@@ -878,30 +890,16 @@ mod tests {
     /// The messages of the first batch that brings `server` any within 2 s (none if
     /// nothing came), as [`MessageSeen`].
     fn first_messages(server: &UdpSocket) -> Vec<MessageSeen> {
-        let mut batch = RecvBatch::new(MAX_BATCH, 65_536);
-        let mut got = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while got.is_empty() && Instant::now() < deadline {
-            let mut ready = [false];
-            sys::poll_readable(
-                &[server.as_fd()],
-                Some(Duration::from_millis(20)),
-                &mut ready,
+        receive_as(server, 1, Duration::from_secs(2), 65_536, |d| {
+            (
+                d.segments().map(|s| (s.len(), s[0])).collect::<Vec<_>>(),
+                d.segment_size,
+                d.kernel_ns.is_some(),
+                d.source,
+                d.interface,
+                d.destination,
             )
-            .unwrap();
-            recv_batch(server, &mut batch).unwrap();
-            got.extend(batch.datagrams().map(|d| {
-                (
-                    d.segments().map(|s| (s.len(), s[0])).collect::<Vec<_>>(),
-                    d.segment_size,
-                    d.kernel_ns.is_some(),
-                    d.source,
-                    d.interface,
-                    d.destination,
-                )
-            }));
-        }
-        got
+        })
     }
 
     #[test]
