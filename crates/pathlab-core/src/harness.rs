@@ -148,27 +148,9 @@ impl Network {
                 .filter_map(|node| node.poll_at())
                 .chain(self.wires.iter().filter_map(|wire| wire.link.poll_at()))
                 .min();
-            match next {
-                Some(at) if at <= end => {
-                    // A deadline that does not move time on must be followed by work; a
-                    // node whose deadline stays in the past with nothing to do would spin.
-                    if at <= self.now {
-                        idle_wakeups += 1;
-                        assert!(
-                            idle_wakeups < 1_000,
-                            "a node's poll_at stays at {at} (now {}) with nothing to do",
-                            self.now
-                        );
-                    } else {
-                        idle_wakeups = 0;
-                    }
-                    self.now = self.now.max(at);
-                }
-                _ => {
-                    self.now = self.now.max(end);
-                    self.settle(nodes);
-                    return;
-                }
+            if !advance(&mut self.now, next, end, &mut idle_wakeups) {
+                self.settle(nodes);
+                return;
             }
         }
     }
@@ -212,6 +194,44 @@ impl Network {
             if !moved {
                 return;
             }
+        }
+    }
+}
+
+/// One step of a discrete-event loop that runs until `end`: moves `now` on to the next
+/// deadline `next` (the earliest of everything's `poll_at`) and returns `true`, or, with
+/// no deadline left before `end`, to `end` and returns `false` (the loop then handles
+/// what is due there and stops). `idle_wakeups` counts the deadlines in a row that did not
+/// move time on.
+///
+/// # Panics
+/// After 1,000 such deadlines: something keeps its `poll_at` in the past while it has
+/// nothing to do, and the loop would spin.
+pub fn advance(
+    now: &mut Instant,
+    next: Option<Instant>,
+    end: Instant,
+    idle_wakeups: &mut usize,
+) -> bool {
+    match next {
+        Some(at) if at <= end => {
+            // A deadline that does not move time on must be followed by work; a node
+            // whose deadline stays in the past with nothing to do would spin.
+            if at <= *now {
+                *idle_wakeups += 1;
+                assert!(
+                    *idle_wakeups < 1_000,
+                    "a node's poll_at stays at {at} (now {now}) with nothing to do"
+                );
+            } else {
+                *idle_wakeups = 0;
+            }
+            *now = (*now).max(at);
+            true
+        }
+        _ => {
+            *now = (*now).max(end);
+            false
         }
     }
 }

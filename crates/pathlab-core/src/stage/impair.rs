@@ -172,7 +172,7 @@ impl Stage for Corrupt {
 mod tests {
     use super::*;
     use crate::packet::Ecn;
-    use crate::stage::testutil::{binomial_bound, lag1};
+    use crate::stage::testutil::{binomial_bound, check_correlated_count};
     use crate::units::Probability;
 
     fn chance(p: f64, c: f64) -> Chance {
@@ -188,14 +188,7 @@ mod tests {
         for (p, c) in [(0.1, 0.0), (0.1, 0.5), (0.02, 0.8), (0.5, 0.3)] {
             let mut coin = CorrelatedChance::new(chance(p, c), Rng::seed_from(21));
             let events: Vec<bool> = (0..n).map(|_| coin.flip()).collect();
-            let k = events.iter().filter(|&&e| e).count() as f64;
-            let np = n as f64 * p;
-            let bound = binomial_bound(n as f64, p, c);
-            assert!(
-                (k - np).abs() <= bound,
-                "p={p} c={c}: {k} vs {np} +- {bound}"
-            );
-            let rho = lag1(&events);
+            let (k, np, rho) = check_correlated_count(&events, p, c);
             eprintln!("coin p={p} c={c}: {k} of {n} (expected {np}), lag-1 {rho:.4}");
             assert!((rho - c).abs() < 0.01, "p={p} c={c}: lag-1 {rho}");
         }

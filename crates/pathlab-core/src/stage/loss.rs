@@ -238,7 +238,7 @@ mod tests {
     use super::*;
     use crate::packet::Ecn;
     use crate::spec::Chance;
-    use crate::stage::testutil::{binomial_bound, lag1};
+    use crate::stage::testutil::{binomial_bound, check_correlated_count};
     use crate::units::Probability;
 
     fn prob(p: f64) -> Probability {
@@ -297,14 +297,7 @@ mod tests {
                 correlation: prob(c),
             });
             let events = run(spec, n, 17);
-            let k = fraction(&events) * n as f64;
-            let np = n as f64 * p;
-            let bound = binomial_bound(n as f64, p, c);
-            assert!(
-                (k - np).abs() <= bound,
-                "p={p} c={c}: {k} vs {np} +- {bound}"
-            );
-            let rho = lag1(&events);
+            let (k, np, rho) = check_correlated_count(&events, p, c);
             eprintln!("random p={p} c={c}: {k} lost (expected {np}), lag-1 {rho:.4}");
             // Standard error of the lag-1 estimate about 1/sqrt(n p) for rare events.
             assert!((rho - c).abs() < 0.05, "p={p} c={c}: lag-1 {rho}");

@@ -19,3 +19,18 @@ pub(crate) fn lag1(events: &[bool]) -> f64 {
 pub(crate) fn binomial_bound(n: f64, p: f64, c: f64) -> f64 {
     3.29 * (n * p * (1.0 - p) * (1.0 + c) / (1.0 - c)).sqrt()
 }
+
+/// Checks a correlated coin's throws (`events`, of rate `p` and lag-1 correlation `c`):
+/// asserts that the count of events is within [`binomial_bound`] of `n p`, and returns the
+/// count, `n p` and the events' lag-1 autocorrelation, for the caller to check.
+pub(crate) fn check_correlated_count(events: &[bool], p: f64, c: f64) -> (f64, f64, f64) {
+    let n = events.len() as f64;
+    let k = events.iter().filter(|&&e| e).count() as f64;
+    let np = n * p;
+    let bound = binomial_bound(n, p, c);
+    assert!(
+        (k - np).abs() <= bound,
+        "p={p} c={c}: {k} vs {np} +- {bound}"
+    );
+    (k, np, lag1(events))
+}
