@@ -120,6 +120,7 @@ fn fixed_rate_bps(spec: &str) -> Option<f64> {
     LinkSpec::parse(spec).ok()?.frame_rate_bps(FRAME_BYTES)
 }
 
+/// A figure of `lines` over the run's time, `y_label` up, the legend upper right.
 fn line_figure(
     stem: String,
     caption: String,
@@ -128,17 +129,39 @@ fn line_figure(
     y_label: &str,
     lines: Vec<Line>,
 ) -> Figure {
+    lines_figure(
+        stem,
+        caption,
+        title,
+        subtitle,
+        [TIME_AXIS, y_label],
+        LegendAt::UpperRight,
+        lines,
+    )
+}
+
+/// A figure of `lines`, from zero up, saved as `stem` with `caption`: its `title` and
+/// `subtitle`, its axes labelled as `axes` says (across, up), its legend at `legend`.
+fn lines_figure(
+    stem: String,
+    caption: String,
+    title: String,
+    subtitle: String,
+    axes: [&str; 2],
+    legend: LegendAt,
+    lines: Vec<Line>,
+) -> Figure {
     Figure {
         stem,
         caption,
         chart: Chart::Lines(LineFigure {
             title,
             subtitle,
-            x_label: TIME_AXIS.to_owned(),
-            y_label: y_label.to_owned(),
+            x_label: axes[0].to_owned(),
+            y_label: axes[1].to_owned(),
             lines,
             y_from_zero: true,
-            legend: LegendAt::UpperRight,
+            legend,
         }),
     }
 }
@@ -427,19 +450,15 @@ fn rtt_cdf_figure(
     subtitle: String,
     lines: Vec<Line>,
 ) -> Figure {
-    Figure {
+    lines_figure(
         stem,
         caption,
-        chart: Chart::Lines(LineFigure {
-            title,
-            subtitle,
-            x_label: "RTT (ms)".into(),
-            y_label: "fraction of probes".into(),
-            lines,
-            y_from_zero: true,
-            legend: LegendAt::LowerRight,
-        }),
-    }
+        title,
+        subtitle,
+        ["RTT (ms)", "fraction of probes"],
+        LegendAt::LowerRight,
+        lines,
+    )
 }
 
 /// The empirical CDF of a series' values, plotted: `(value, fraction at or below)`.
