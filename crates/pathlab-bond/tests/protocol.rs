@@ -26,7 +26,7 @@ use pathlab_bond::sim::{
 };
 use pathlab_bond::wire::{self, Header, Kind, HEADER_BYTES};
 use pathlab_bond::{Address, Bond, BondConfig, ClientKeys, SecretKey, Server, ServerConfig};
-use pathlab_core::harness::{Network, Node, Port, WireId};
+use pathlab_core::harness::{self, Network, Node, Port, WireId};
 use pathlab_core::record::PacketRecord;
 use pathlab_core::rng::Rng;
 use pathlab_core::{BitsPerSec, Duration, Instant, LinkSpec};
@@ -326,24 +326,9 @@ impl Lab {
                 .chain(self.server.poll_at())
                 .chain(self.flights.front().map(|f| f.at))
                 .min();
-            match next {
-                Some(at) if at <= end => {
-                    if at <= self.now {
-                        idle_wakeups += 1;
-                        assert!(
-                            idle_wakeups < 1000,
-                            "poll_at stays at {at} with nothing to do"
-                        );
-                    } else {
-                        idle_wakeups = 0;
-                    }
-                    self.now = self.now.max(at);
-                }
-                _ => {
-                    self.now = self.now.max(end);
-                    self.pump();
-                    return;
-                }
+            if !harness::advance(&mut self.now, next, end, &mut idle_wakeups) {
+                self.pump();
+                return;
             }
         }
     }
@@ -365,6 +350,12 @@ impl Lab {
             data: data.clone(),
         });
         (transmit.line, data)
+    }
+
+    /// A datagram arrives at the server now from client 0's line `line`, outside the
+    /// wires.
+    fn inject_from_line(&mut self, line: u8, data: Vec<u8>) {
+        self.inject(To::Server, line_address(0, usize::from(line)), data);
     }
 
     /// A datagram arrives now, outside the wires.
@@ -466,6 +457,24 @@ const FAR: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
 /// reports (25 ms) of both ends, and the reorder buffer's longest wait (500 ms).
 const AFTERMATH: Duration = Duration::from_millis(600);
 
+/// Asserts that `attacked` differs from `quiet`, a lab built alike, by the counters
+/// `expected` and not at all in its log (`what`: the attack, for the messages).
+fn assert_only_counted(quiet: &Lab, attacked: &Lab, expected: &[(&str, i64)], what: &str) {
+    assert_eq!(difference(quiet, attacked), expect(expected), "{what}");
+    assert!(
+        quiet.sorted_log() == attacked.sorted_log(),
+        "{what}: the logs differ"
+    );
+}
+
+/// Runs `lab` on for [`AFTERMATH`] and returns it with the instant it stands at: a lab
+/// to compare an attacked one with, run to the same instant.
+fn run_aftermath(mut lab: Lab) -> (Lab, Instant) {
+    let end = lab.now + AFTERMATH;
+    lab.run_until(end);
+    (lab, end)
+}
+
 /// One client's lab, open, at 100 ms, with the datagram that carries a 200-byte packet
 /// taken off the wire.
 fn lab_with_datagram() -> (Lab, u8, Vec<u8>) {
@@ -484,9 +493,7 @@ fn check_dropped(
     attack: impl FnOnce(&mut Lab, u8, &[u8]),
     expected: &BTreeMap<String, i64>,
 ) {
-    let (mut lost, _, _) = lab_with_datagram();
-    let end = lost.now + AFTERMATH;
-    lost.run_until(end);
+    let (lost, end) = run_aftermath(lab_with_datagram().0);
     let (mut attacked, line, datagram) = lab_with_datagram();
     attack(&mut attacked, line, &datagram);
     attacked.run_until(end);
@@ -507,12 +514,9 @@ fn check_dropped(
 /// see a bad datagram that was accepted.
 #[test]
 fn an_accepted_datagram_shows_in_the_log_so_the_comparison_can_fail() {
-    let (mut lost, _, _) = lab_with_datagram();
-    let end = lost.now + AFTERMATH;
-    lost.run_until(end);
+    let (lost, end) = run_aftermath(lab_with_datagram().0);
     let (mut delivered, line, datagram) = lab_with_datagram();
-    let from = line_address(0, usize::from(line));
-    delivered.inject(To::Server, from, datagram);
+    delivered.inject_from_line(line, datagram);
     delivered.run_until(end);
     let packet = ipv4_udp(USER, FAR, 1, 200, Fill::Zeros);
     let deliveries = |lab: &Lab| {
@@ -559,8 +563,7 @@ fn a_datagram_altered_in_any_byte_is_dropped_counted_and_unanswered() {
                 altered[index] ^= 0x01;
                 // From the genuine line, and from an attacker, who must not become the
                 // line's address either.
-                let from_line = line_address(0, usize::from(line));
-                lab.inject(To::Server, from_line, altered.clone());
+                lab.inject_from_line(line, altered.clone());
                 lab.inject(To::Server, attacker(), altered);
             },
             &expect(counters),
@@ -572,41 +575,26 @@ fn a_datagram_altered_in_any_byte_is_dropped_counted_and_unanswered() {
 fn a_replayed_datagram_is_dropped_counted_and_unanswered() {
     // The "lost" lab of `check_dropped` lost the datagram; here both labs get it once and
     // the attacked one a second time, so compare against a lab given it once.
-    let deliver_once = |lab: &mut Lab, line: u8, datagram: &[u8]| {
-        lab.inject(
-            To::Server,
-            line_address(0, usize::from(line)),
-            datagram.to_vec(),
-        );
-    };
     let (mut once, line, datagram) = lab_with_datagram();
-    deliver_once(&mut once, line, &datagram);
-    let end = once.now + AFTERMATH;
-    once.run_until(end);
+    once.inject_from_line(line, datagram);
+    let (once, end) = run_aftermath(once);
     for (what, delay) in [
         ("at once", ms(0)),
         ("20 ms later", ms(20)),
         ("300 ms later", ms(300)),
     ] {
         let (mut twice, line, datagram) = lab_with_datagram();
-        deliver_once(&mut twice, line, &datagram);
+        twice.inject_from_line(line, datagram.clone());
         let at = twice.now + (delay - Instant::ZERO);
         twice.run_until(at);
-        twice.inject(
-            To::Server,
-            line_address(0, usize::from(line)),
-            datagram.clone(),
-        );
+        twice.inject_from_line(line, datagram.clone());
         twice.run_until(end);
         let line_replays = format!("s0.line{line}.replays");
-        assert_eq!(
-            difference(&once, &twice),
-            expect(&[("s0.replays", 1), (&line_replays, 1)]),
-            "replayed {what}"
-        );
-        assert!(
-            once.sorted_log() == twice.sorted_log(),
-            "replayed {what}: the logs differ"
+        assert_only_counted(
+            &once,
+            &twice,
+            &[("s0.replays", 1), (&line_replays, 1)],
+            &format!("replayed {what}"),
         );
     }
 }
@@ -638,11 +626,7 @@ fn a_truncated_datagram_is_dropped_counted_and_unanswered() {
         check_dropped(
             &format!("cut to {cut} of {len} bytes"),
             |lab, line, datagram| {
-                lab.inject(
-                    To::Server,
-                    line_address(0, usize::from(line)),
-                    datagram[..cut].to_vec(),
-                );
+                lab.inject_from_line(line, datagram[..cut].to_vec());
             },
             &expect(&[(counter, 1)]),
         );
@@ -718,11 +702,7 @@ fn a_client_with_another_key_gets_no_welcome_and_its_data_is_dropped() {
     check_dropped(
         "data under another key",
         |lab, _, _| {
-            lab.inject(
-                To::Server,
-                line_address(0, usize::from(line)),
-                foreign.clone(),
-            );
+            lab.inject_from_line(line, foreign.clone());
         },
         &expect(&[("s0.auth_failures", 1)]),
     );
@@ -737,42 +717,32 @@ fn a_datagram_of_another_session_or_an_unknown_one_is_dropped_counted_and_unansw
         let (line, datagram) = lab.take_datagram(0, ipv4_udp(USER, FAR, 1, 200, Fill::Zeros));
         (lab, line, datagram)
     };
-    let (mut lost, _, _) = two();
-    let end = lost.now + AFTERMATH;
-    lost.run_until(end);
+    let (lost, end) = run_aftermath(two().0);
     let (mut attacked, line, mut datagram) = two();
     let other = attacked.clients[1].session().expect("open");
     assert_ne!(attacked.clients[0].session(), Some(other));
     datagram[2..6].copy_from_slice(&other.to_be_bytes());
-    attacked.inject(To::Server, line_address(0, usize::from(line)), datagram);
+    attacked.inject_from_line(line, datagram);
     attacked.run_until(end);
-    assert_eq!(
-        difference(&lost, &attacked),
-        expect(&[("s1.auth_failures", 1)])
-    );
-    assert!(
-        lost.sorted_log() == attacked.sorted_log(),
-        "another session's id: the logs differ"
+    assert_only_counted(
+        &lost,
+        &attacked,
+        &[("s1.auth_failures", 1)],
+        "another session's id",
     );
 
     // A server that does not know the session (restarted, say): seeded otherwise, its own
     // client's session has another id.
     let (_, line, datagram) = lab_with_datagram();
     let restarted = || Lab::new(8, &[(5, psk())]);
-    let mut quiet = restarted();
-    let end = quiet.now + AFTERMATH;
-    quiet.run_until(end);
+    let (quiet, end) = run_aftermath(restarted());
     let mut attacked = restarted();
     let id = Header::decode(&datagram).unwrap().session;
     assert!(
         attacked.server.sessions().all(|(s, _, _)| s != id),
         "the session is unknown"
     );
-    attacked.inject(
-        To::Server,
-        line_address(0, usize::from(line)),
-        datagram.clone(),
-    );
+    attacked.inject_from_line(line, datagram.clone());
     attacked.run_until(end);
     assert_eq!(
         difference(&quiet, &attacked),
@@ -795,24 +765,15 @@ fn a_datagram_of_another_session_or_an_unknown_one_is_dropped_counted_and_unansw
     // A restarted server seeded alike gave the same id to another client: the datagram
     // reaches that session, whose keys differ, and fails there.
     let restarted_alike = || Lab::new(7, &[(5, psk())]);
-    let mut quiet = restarted_alike();
-    let end = quiet.now + AFTERMATH;
-    quiet.run_until(end);
+    let (quiet, end) = run_aftermath(restarted_alike());
     let mut attacked = restarted_alike();
     assert!(
         attacked.server.sessions().any(|(s, _, _)| s == id),
         "the id is reused"
     );
-    attacked.inject(To::Server, line_address(0, usize::from(line)), datagram);
+    attacked.inject_from_line(line, datagram);
     attacked.run_until(end);
-    assert_eq!(
-        difference(&quiet, &attacked),
-        expect(&[("s0.auth_failures", 1)])
-    );
-    assert!(
-        quiet.sorted_log() == attacked.sorted_log(),
-        "reused id: the logs differ"
-    );
+    assert_only_counted(&quiet, &attacked, &[("s0.auth_failures", 1)], "reused id");
 }
 
 #[test]
