@@ -23,7 +23,18 @@ pub const STARTED_UNIX_NS: u64 = 1_700_000_000_000_000_000;
 /// every 100 ms whose RTT rises from 20 ms by `queue` x 0.1 ms per probe.
 pub fn write_lab_run(dir: &Path, queue: u32) {
     std::fs::create_dir_all(dir).expect("can create the run's directory");
-    let path = PathTheory {
+    let run = bufferbloat_run(queue);
+    let file = ResultFile::new(RunResult::Lab(Box::new(run)), vec![], Some(1_700_000_004));
+    std::fs::write(dir.join("result.json"), file.to_json()).expect("can write result.json");
+
+    let bytes = link_recording(queue);
+    std::fs::write(dir.join("link-r1-h2.jsonl"), bytes).expect("can write the recording");
+}
+
+/// The theory of the path h1 - r1 - h2: 20 ms base RTT, a 10 Mbit/s bottleneck with a
+/// queue of `queue` packets, no loss.
+fn path_theory(queue: u32) -> PathTheory {
+    PathTheory {
         base_rtt_s: 0.02,
         bottleneck_bps: Some(10e6),
         queue_packets: Some(queue),
@@ -31,7 +42,12 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
         loss: Some(0.0),
         mathis_bps: None,
         sawtooth_period_s: None,
-    };
+    }
+}
+
+/// The report of the TCP flow `bulk`: one upload stream of 4.8 MB in 4 s with a TCP
+/// sample every 100 ms.
+fn bulk_flow_report() -> TcpTestReport {
     let samples = (0..40u32)
         .map(|i| TcpSample {
             at_ns: u64::from(i) * 100_000_000,
@@ -43,7 +59,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
             ..TcpSample::default()
         })
         .collect();
-    let tcp = TcpTestReport {
+    TcpTestReport {
         interval_ns: 500_000_000,
         up: vec![StreamReport {
             index: 0,
@@ -58,11 +74,16 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
         down_bps: 0.0,
         client_cpu_s: 0.1,
         server_cpu_s: 0.1,
-    };
+    }
+}
+
+/// The report of the RTT probes `probes`: 40 probes 100 ms apart whose RTT rises from
+/// 20 ms by `queue` x 0.1 ms per probe.
+fn probe_report(queue: u32) -> RttReport {
     let series: Vec<(u64, i64)> = (0..40u64)
         .map(|seq| (seq, 20_000_000 + (seq * u64::from(queue) * 100_000) as i64))
         .collect();
-    let rtt = RttReport {
+    RttReport {
         sent: 40,
         reflector_received: 40,
         reflector_dropped: 0,
@@ -86,8 +107,16 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
         series,
         series_sent_ns: (0..40).map(|seq| seq * 100_000_000).collect(),
         timed_by: pathlab_probe::rtt::RoundTripClocks::default(),
-    };
-    let run = LabRun {
+    }
+}
+
+/// The saved lab run: link `r1-h2` (recorded) and the workloads `bulk` and `probes` over
+/// 4 s, with `queue` as its sweep parameter.
+fn bufferbloat_run(queue: u32) -> LabRun {
+    let path = path_theory(queue);
+    let tcp = bulk_flow_report();
+    let rtt = probe_report(queue);
+    LabRun {
         name: "bufferbloat".into(),
         description: "h1 - r1 - h2 <synthetic> & small".into(),
         spec: String::new(),
@@ -128,10 +157,12 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
                 inspect: None,
             },
         ],
-    };
-    let file = ResultFile::new(RunResult::Lab(Box::new(run)), vec![], Some(1_700_000_004));
-    std::fs::write(dir.join("result.json"), file.to_json()).expect("can write result.json");
+    }
+}
 
+/// The recording of link `r1-h2`, as its file's bytes: a queue sample every 10 ms and
+/// 400 packets, every 50th of them dropped.
+fn link_recording(queue: u32) -> Vec<u8> {
     let mut bytes = Vec::new();
     let header = RecordingHeader {
         magic: RECORDING_MAGIC.into(),
@@ -193,7 +224,7 @@ pub fn write_lab_run(dir: &Path, queue: u32) {
         write_line(&mut bytes, &RecordingLine::Packet { dir: 0, record })
             .expect("writes to memory");
     }
-    std::fs::write(dir.join("link-r1-h2.jsonl"), bytes).expect("can write the recording");
+    bytes
 }
 
 /// Decodes a PNG fully (signature, chunks, checksums, compressed data): width and height.
