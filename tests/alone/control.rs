@@ -156,20 +156,7 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         return;
     };
     let (mut lab, addr, log, recordings) = start("control-api", "delay 10ms");
-    // Without the token: reads from loopback (where `call` is) but no change.
-    assert_eq!(
-        call(&lab, &addr, "GET", "/api/v1/stats", false, None).status,
-        200
-    );
-    assert_eq!(
-        call(&lab, &addr, "GET", "/metrics", false, None).status,
-        200
-    );
-    let refused = put_spec(&lab, &addr, false, json!({ "forward": "delay 1ms" }));
-    assert_eq!(refused.status, 401);
-    let page = call(&lab, &addr, "GET", "/", false, None);
-    assert_eq!(page.status, 200);
-    assert!(String::from_utf8_lossy(&page.body).contains("<title>pathlab emulate</title>"));
+    check_reads_without_the_token_and_no_change(&lab, &addr);
 
     let specs = json_of(&call(&lab, &addr, "GET", "/api/v1/spec", true, None));
     assert_eq!(
@@ -179,20 +166,76 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
     let mut phases = PingPhases::default();
     phases.ping(&lab, 20.0, "before");
 
-    // A bad spec: 400 with the parser's own message, and nothing changes.
-    let bad = put_spec(&lab, &addr, true, json!({ "forward": "delay banana" }));
+    check_bad_specs_change_nothing(&lab, &addr);
+    set_spec_through_the_api(&lab, &addr);
+    phases.ping(&lab, 50.0, "after the API");
+
+    // The client command from "another machine": `emulate set --remote`.
+    let token_dir = util::TempDir::new("control-api-client");
+    let token_file = token_dir.path("token");
+    util::write_secret(&token_file, TOKEN);
+    let token_arg = token_file.display().to_string();
+    set_spec_with_remote_client(&lab, &addr, &token_arg, &mut phases);
+    check_recordings_through_the_api(&lab, &addr, &recordings, &phases);
+    check_every_reader_sees_the_same_counters(&lab, &addr, &token_arg);
+
+    assert_eq!(call(&lab, &addr, "GET", "/nothing", true, None).status, 404);
+    assert_eq!(
+        call(&lab, &addr, "POST", "/api/v1/stats", true, None).status,
+        405
+    );
+
+    // Every change was logged with who made it.
+    drop(lab.stop());
+    check_every_change_was_logged(&log);
+}
+
+/// `pathlab emulate ARGS` run in r, where the control address is: the client command from
+/// "another machine".
+fn emulate_in_r(lab: &Lab, args: &[&str]) -> std::process::Output {
+    lab.line
+        .r
+        .command(PATHLAB)
+        .args(["emulate"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// Without the token: reads from loopback (where `call` is) but no change; the page is
+/// served.
+fn check_reads_without_the_token_and_no_change(lab: &Lab, addr: &str) {
+    assert_eq!(
+        call(lab, addr, "GET", "/api/v1/stats", false, None).status,
+        200
+    );
+    assert_eq!(call(lab, addr, "GET", "/metrics", false, None).status, 200);
+    let refused = put_spec(lab, addr, false, json!({ "forward": "delay 1ms" }));
+    assert_eq!(refused.status, 401);
+    let page = call(lab, addr, "GET", "/", false, None);
+    assert_eq!(page.status, 200);
+    assert!(String::from_utf8_lossy(&page.body).contains("<title>pathlab emulate</title>"));
+}
+
+/// A bad spec: 400 with the parser's own message, and nothing changes; a body that is not
+/// an object of specs: 400.
+fn check_bad_specs_change_nothing(lab: &Lab, addr: &str) {
+    let bad = put_spec(lab, addr, true, json!({ "forward": "delay banana" }));
     assert_eq!(bad.status, 400);
     let parser = pathlab_emulator::load_spec("delay banana")
         .unwrap_err()
         .to_string();
     assert_eq!(json_of(&bad)["error"], format!("forward: {parser}"));
-    let not_json = put_spec(&lab, &addr, true, json!("delay 5ms"));
+    let not_json = put_spec(lab, addr, true, json!("delay 5ms"));
     assert_eq!(not_json.status, 400);
+}
 
-    // A change through the API: the RTT follows.
+/// A change through the API (30 ms forward, 20 ms back), answered with the specs now in
+/// force.
+fn set_spec_through_the_api(lab: &Lab, addr: &str) {
     let set = put_spec(
-        &lab,
-        &addr,
+        lab,
+        addr,
         true,
         json!({ "forward": "delay 30ms", "reverse": "delay 20ms" }),
     );
@@ -201,57 +244,59 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         json_of(&set),
         json!({ "forward": "delay 30ms", "reverse": "delay 20ms" })
     );
-    phases.ping(&lab, 50.0, "after the API");
+}
 
-    // The client command from "another machine": `emulate set --remote`.
-    let token_dir = util::TempDir::new("control-api-client");
-    let token_file = token_dir.path("token");
-    util::write_secret(&token_file, TOKEN);
-    let remote = |args: &[&str]| {
-        lab.line
-            .r
-            .command(PATHLAB)
-            .args(["emulate"])
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let token_arg = token_file.display().to_string();
-    let out = remote(&["set", "--remote", &addr, "--token", &token_arg, "delay 5ms"]);
+/// `emulate set --remote` with the token file `token_arg` sets 5 ms both ways (pinged as
+/// a phase of `phases`); a bad spec is a usage error and no token is refused.
+fn set_spec_with_remote_client(lab: &Lab, addr: &str, token_arg: &str, phases: &mut PingPhases) {
+    let out = emulate_in_r(
+        lab,
+        &["set", "--remote", addr, "--token", token_arg, "delay 5ms"],
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    phases.ping(&lab, 10.0, "after --remote");
-    let out = remote(&[
-        "set", "--remote", &addr, "--token", &token_arg, "delay", "x",
-    ]);
+    phases.ping(lab, 10.0, "after --remote");
+    let out = emulate_in_r(
+        lab,
+        &["set", "--remote", addr, "--token", token_arg, "delay", "x"],
+    );
     assert_eq!(out.status.code(), Some(2), "a bad spec is a usage error");
-    let out = remote(&["set", "--remote", &addr, "delay 5ms"]);
+    let out = emulate_in_r(lab, &["set", "--remote", addr, "delay 5ms"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs its token"));
-    // Recording started and stopped through the API holds what crossed meanwhile: a new
-    // file of --record-dir, named by the request.
+}
+
+/// Recording started and stopped through the API holds what crossed meanwhile: a new
+/// file of --record-dir, named by the request. Judges `phases` on --record's recording,
+/// whole once the API stopped it.
+fn check_recordings_through_the_api(
+    lab: &Lab,
+    addr: &str,
+    recordings: &util::TempDir,
+    phases: &PingPhases,
+) {
     let file = recordings.path("api-recording.jsonl");
-    let path = record(&lab, &addr, &file.display().to_string());
+    let path = record(lab, addr, &file.display().to_string());
     assert_eq!(path.status, 403, "a name, not a path");
-    let start = record(&lab, &addr, "api-recording.jsonl");
+    let start = record(lab, addr, "api-recording.jsonl");
     assert_eq!(
         start.status, 409,
         "--record's recording is under way already"
     );
     assert_eq!(
-        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        call(lab, addr, "DELETE", "/api/v1/recording", true, None).status,
         200
     );
     // --record's recording, now whole, holds the three phases' pings.
     phases.judge(&lab.recording());
     assert_eq!(
-        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        call(lab, addr, "DELETE", "/api/v1/recording", true, None).status,
         409
     );
-    let start = record(&lab, &addr, "api-recording.jsonl");
+    let start = record(lab, addr, "api-recording.jsonl");
     assert_eq!(
         start.status,
         200,
@@ -259,20 +304,20 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
         String::from_utf8_lossy(&start.body)
     );
     assert_eq!(
-        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        call(lab, addr, "DELETE", "/api/v1/recording", true, None).status,
         200
     );
-    let again = record(&lab, &addr, "api-recording.jsonl");
+    let again = record(lab, addr, "api-recording.jsonl");
     assert_eq!(again.status, 400, "an existing file is never overwritten");
-    let start = record(&lab, &addr, "api-recording-2.jsonl");
+    let start = record(lab, addr, "api-recording-2.jsonl");
     assert_eq!(start.status, 200);
     let file = recordings.path("api-recording-2.jsonl");
     let pings = lab.ping(IpAddr::V4(H2_V4), 10, Duration::from_millis(10), 56);
     assert!(pings.iter().all(|p| p.rtt.is_some()));
-    let recording = json_of(&call(&lab, &addr, "GET", "/api/v1/recording", true, None));
+    let recording = json_of(&call(lab, addr, "GET", "/api/v1/recording", true, None));
     assert_eq!(recording["recording"], json!(file));
     assert_eq!(
-        call(&lab, &addr, "DELETE", "/api/v1/recording", true, None).status,
+        call(lab, addr, "DELETE", "/api/v1/recording", true, None).status,
         200
     );
     let recorded = read_recording(BufReader::new(std::fs::File::open(&file).unwrap())).unwrap();
@@ -296,37 +341,52 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
             packets(dir)
         );
     }
+}
 
-    // Prometheus, the API's stats and `stats --remote` are the counters `emulate stats`
-    // reads. Each read is compared with the stats read before and after it, and taken only
+/// The counters `emulate stats` reads of each direction: forwarded packets and bytes,
+/// packets received, packets whose lateness was measured.
+fn direction_counters(stats: &EmulatorStats) -> Vec<(u64, u64, u64, u64)> {
+    stats
+        .directions
+        .iter()
+        .map(|d| {
+            (
+                d.forwarded,
+                d.forwarded_bytes,
+                d.link.packets_in,
+                d.lateness.packets,
+            )
+        })
+        .collect()
+}
+
+/// Prometheus, the API's stats and `stats --remote` (with the token file `token_arg`) are
+/// the counters `emulate stats` reads.
+fn check_every_reader_sees_the_same_counters(lab: &Lab, addr: &str, token_arg: &str) {
+    // Each read is compared with the stats read before and after it, and taken only
     // when those two agree: a packet that crosses in between (an IPv6 report, now and
     // then; a busy run saw 59 received against 60) changes them.
-    let counters = |stats: &EmulatorStats| -> Vec<(u64, u64, u64, u64)> {
-        stats
-            .directions
-            .iter()
-            .map(|d| {
-                (
-                    d.forwarded,
-                    d.forwarded_bytes,
-                    d.link.packets_in,
-                    d.lateness.packets,
-                )
-            })
-            .collect()
-    };
+
     let quiet = (0..10)
         .find_map(|_| {
             let before = lab.stats();
-            let metrics = call(&lab, &addr, "GET", "/metrics", true, None);
+            let metrics = call(lab, addr, "GET", "/metrics", true, None);
             assert_eq!(metrics.status, 200);
             let api: EmulatorStats =
-                serde_json::from_slice(&call(&lab, &addr, "GET", "/api/v1/stats", true, None).body)
+                serde_json::from_slice(&call(lab, addr, "GET", "/api/v1/stats", true, None).body)
                     .unwrap();
-            let out = remote(&["stats", "--remote", &addr, "--token", &token_arg, "-J"]);
+            let out = emulate_in_r(
+                lab,
+                &["stats", "--remote", addr, "--token", token_arg, "-J"],
+            );
             let remote_stats: EmulatorStats = serde_json::from_slice(&out.stdout).unwrap();
             let after = lab.stats();
-            (counters(&before) == counters(&after)).then_some((after, metrics, api, remote_stats))
+            (direction_counters(&before) == direction_counters(&after)).then_some((
+                after,
+                metrics,
+                api,
+                remote_stats,
+            ))
         })
         .expect("the counters held still over one round of reads in ten");
     let (stats, metrics, api, remote_stats) = quiet;
@@ -355,17 +415,16 @@ fn the_http_api_reads_and_changes_the_emulator_behind_its_token_and_the_wire_fol
             d.lateness.packets as f64
         );
     }
-    assert_eq!(counters(&api), counters(&stats));
-    assert_eq!(counters(&remote_stats), counters(&stats));
-
-    assert_eq!(call(&lab, &addr, "GET", "/nothing", true, None).status, 404);
+    assert_eq!(direction_counters(&api), direction_counters(&stats));
     assert_eq!(
-        call(&lab, &addr, "POST", "/api/v1/stats", true, None).status,
-        405
+        direction_counters(&remote_stats),
+        direction_counters(&stats)
     );
+}
 
-    // Every change was logged with who made it.
-    drop(lab.stop());
+/// The emulator's log (read after it stopped) names every change and the recording the
+/// API started, with who made them.
+fn check_every_change_was_logged(log: &OutputLog) {
     let logged = log.lines();
     let sets = logged.iter().filter(|l| l.contains(" set to '")).count();
     assert_eq!(
@@ -501,12 +560,47 @@ fn the_live_page_updates_and_a_spec_changed_on_it_takes_effect_on_the_wire() {
 
 /// `pathlab lab --control`: a link's spec changed over HTTP in the middle of a run shows in
 /// the run's own ping series, and every link's metrics are there while it runs.
+/// `pathlab lab --control`: a link's spec changed over HTTP in the middle of a run shows in
+/// the run's own ping series, and every link's metrics are there while it runs.
 #[test]
 fn a_labs_links_are_read_and_changed_over_http_while_it_runs() {
     let Some(_guard) = privileged("control_lab") else {
         return;
     };
     let dir = util::TempDir::new("control-lab");
+    let spec = write_control_lab_spec(&dir);
+    let token_file = dir.path("token");
+    util::write_secret(&token_file, TOKEN);
+    let mut child = std::process::Command::new(PATHLAB)
+        .args(["lab"])
+        .arg(&spec)
+        .args(["--control", "127.0.0.1:0", "--control-token"])
+        .arg(&token_file)
+        .args(["--out"])
+        .arg(dir.path("out"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = OutputLog::follow(&mut child);
+    let addr = log.http_address();
+    change_the_link_mid_run(&addr);
+    check_metrics_while_it_runs(&addr);
+    let output = child.wait_with_output().unwrap();
+    let log = log.lines();
+    assert!(output.status.success(), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("set to 'delay 30ms' by http 127.0.0.1:")),
+        "{log:?}"
+    );
+    let result = check_the_change_is_in_the_result(&dir, &output);
+    check_the_change_on_the_recording(&dir, &result);
+}
+
+/// Writes `DIR/lab.toml`, the lab of these tests: h1 - h2 over a 10 ms link, pinged every
+/// 20 ms for 5 s; returns its path.
+fn write_control_lab_spec(dir: &util::TempDir) -> std::path::PathBuf {
     let spec = dir.path("lab.toml");
     std::fs::write(
         &spec,
@@ -529,30 +623,24 @@ interval = "20ms"
 "#,
     )
     .unwrap();
-    let token_file = dir.path("token");
-    util::write_secret(&token_file, TOKEN);
-    let mut child = std::process::Command::new(PATHLAB)
-        .args(["lab"])
-        .arg(&spec)
-        .args(["--control", "127.0.0.1:0", "--control-token"])
-        .arg(&token_file)
-        .args(["--out"])
-        .arg(dir.path("out"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = OutputLog::follow(&mut child);
-    let addr = log.http_address();
-    // Reads from loopback need no token; a change does.
-    let call = |method: &str, path: &str, body: Option<Value>| {
-        let token = (method != "GET").then_some(TOKEN);
-        let body = body.map(|b| b.to_string().into_bytes());
-        pathlab_http::request(&addr, method, path, token, body.as_deref()).unwrap()
-    };
+    spec
+}
+
+/// One request to the lab's control address `addr`, from loopback: reads need no token,
+/// a change does.
+fn lab_call(addr: &str, method: &str, path: &str, body: Option<Value>) -> ClientResponse {
+    let token = (method != "GET").then_some(TOKEN);
+    let body = body.map(|b| b.to_string().into_bytes());
+    pathlab_http::request(addr, method, path, token, body.as_deref()).unwrap()
+}
+
+/// Once the topology is built, reads the links and changes h1-h2 to 30 ms both ways 2 s
+/// into the workload; a change without the token or with a bad spec is refused, an
+/// unknown link is not found.
+fn change_the_link_mid_run(addr: &str) {
     // The workload starts once the topology is built; change the delay 2 s into it.
     let links = loop {
-        let reply = call("GET", "/api/v1/links", None);
+        let reply = lab_call(addr, "GET", "/api/v1/links", None);
         if reply.status == 200 {
             break json_of(&reply);
         }
@@ -563,14 +651,15 @@ interval = "20ms"
         json!([{ "name": "h1-h2", "emulated": true, "forward": "delay 10ms", "reverse": "delay 10ms" }])
     );
     std::thread::sleep(Duration::from_secs(2));
-    let set = call(
+    let set = lab_call(
+        addr,
         "PUT",
         "/api/v1/links/h1-h2/spec",
         Some(json!({ "forward": "delay 30ms", "reverse": "delay 30ms" })),
     );
     assert_eq!(set.status, 200, "{}", String::from_utf8_lossy(&set.body));
     let unsigned = pathlab_http::request(
-        &addr,
+        addr,
         "PUT",
         "/api/v1/links/h1-h2/spec",
         None,
@@ -581,18 +670,27 @@ interval = "20ms"
         unsigned.status, 401,
         "a change needs the token on loopback too"
     );
-    let bad = call(
+    let bad = lab_call(
+        addr,
         "PUT",
         "/api/v1/links/h1-h2/spec",
         Some(json!({ "forward": "delay banana" })),
     );
     assert_eq!(bad.status, 400);
-    assert_eq!(call("GET", "/api/v1/links/h9-h2/stats", None).status, 404);
-    let metrics = call("GET", "/metrics", None);
+    assert_eq!(
+        lab_call(addr, "GET", "/api/v1/links/h9-h2/stats", None).status,
+        404
+    );
+}
+
+/// Every link's metrics are there while the lab runs, and agree with its stats.
+fn check_metrics_while_it_runs(addr: &str) {
+    let metrics = lab_call(addr, "GET", "/metrics", None);
     let text = String::from_utf8(metrics.body).unwrap();
     let families = pathlab_http::prometheus::parse(&text).expect("the exposition parses");
     let stats: EmulatorStats =
-        serde_json::from_slice(&call("GET", "/api/v1/links/h1-h2/stats", None).body).unwrap();
+        serde_json::from_slice(&lab_call(addr, "GET", "/api/v1/links/h1-h2/stats", None).body)
+            .unwrap();
     let forwarded = pathlab_http::prometheus::value(
         &families,
         "pathlab_emulator_forwarded_packets_total",
@@ -607,14 +705,11 @@ interval = "20ms"
     .unwrap();
     // Pings keep crossing between the two reads: the later read has as many or more.
     assert!(forwarded > 0.0 && forwarded <= stats.directions[0].forwarded as f64);
-    let output = child.wait_with_output().unwrap();
-    let log = log.lines();
-    assert!(output.status.success(), "{log:?}");
-    assert!(
-        log.iter()
-            .any(|l| l.contains("set to 'delay 30ms' by http 127.0.0.1:")),
-        "{log:?}"
-    );
+}
+
+/// The result and the summary (the run's `output`) say the run was changed by hand, when
+/// and by whom; returns the result file's JSON.
+fn check_the_change_is_in_the_result(dir: &util::TempDir, output: &std::process::Output) -> Value {
     let result: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path("out").join("result.json")).unwrap(),
     )
@@ -643,6 +738,12 @@ interval = "20ms"
         summary.contains("note: link h1-h2 changed") && summary.contains("'delay 30ms' both ways"),
         "{summary}"
     );
+    result
+}
+
+/// The change, judged on the link's recording, and the run's pings (in the `result`)
+/// judged against it.
+fn check_the_change_on_the_recording(dir: &util::TempDir, result: &Value) {
     // The change, judged on the link's recording (model time, exact): from the instant it
     // was made every packet takes 30 ms, every packet that entered before still 10 ms,
     // both ways.
