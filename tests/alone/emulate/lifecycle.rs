@@ -98,6 +98,28 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
         return;
     };
     let lab = Lab::start("busy", "delay 1ms", &[], false);
+    let sockets_before = std::fs::read_dir(pathlab_os::runtime::runtime_dir().join("emulate"))
+        .map_or(0, Iterator::count);
+    check_each_bad_start_exits_2(&lab);
+
+    let sockets_after = std::fs::read_dir(pathlab_os::runtime::runtime_dir().join("emulate"))
+        .map_or(0, Iterator::count);
+    assert_eq!(
+        sockets_after, sockets_before,
+        "failed starts leave no control socket"
+    );
+    // The running emulator was not disturbed.
+    assert!(lab
+        .ping(IpAddr::V4(H2_V4), 3, Duration::from_millis(10), 56)
+        .iter()
+        .skip(1)
+        .all(|r| r.rtt.is_some()));
+}
+
+/// Runs in r six starts that must be refused as bad input (an interface missing, busy,
+/// twice or loopback; a bad spec; the name of `lab`'s running emulator): each exits 2
+/// saying why.
+fn check_each_bad_start_exits_2(lab: &Lab) {
     let run_in_r = |args: &[&str]| {
         lab.line
             .r
@@ -106,8 +128,6 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
             .output()
             .expect("runs")
     };
-    let sockets_before = std::fs::read_dir(pathlab_os::runtime::runtime_dir().join("emulate"))
-        .map_or(0, Iterator::count);
     let cases: [(&[&str], &str); 6] = [
         (
             &[
@@ -191,18 +211,6 @@ fn bad_interfaces_busy_interfaces_and_bad_specs_exit_2_and_leave_nothing() {
             "{args:?}: stderr {stderr:?} should say {message:?}"
         );
     }
-    let sockets_after = std::fs::read_dir(pathlab_os::runtime::runtime_dir().join("emulate"))
-        .map_or(0, Iterator::count);
-    assert_eq!(
-        sockets_after, sockets_before,
-        "failed starts leave no control socket"
-    );
-    // The running emulator was not disturbed.
-    assert!(lab
-        .ping(IpAddr::V4(H2_V4), 3, Duration::from_millis(10), 56)
-        .iter()
-        .skip(1)
-        .all(|r| r.rtt.is_some()));
 }
 
 #[test]
@@ -478,15 +486,26 @@ fn with_wait_an_interface_that_disappears_is_waited_for_without_cpu_and_reopened
     let pid = lab.emulator.as_ref().unwrap().id();
     let mac = |netns| Line::interface(netns, HOST_PORT).expect("eth0").mac;
     let (h1_mac, h2_mac) = (mac(&lab.line.h1), mac(&lab.line.h2));
-    let answered = |results: &[PingResult]| results.iter().filter(|r| r.rtt.is_some()).count();
     assert_eq!(
         answered(&lab.ping(IpAddr::V4(H2_V4), 5, Duration::from_millis(20), 56)),
         5
     );
 
-    // Gone (the veth pair deleted): with --wait the emulator keeps running, and sleeps
-    // while it waits (a check a second, and the recording's 10 ms queue samples).
-    in_r(&lab, R_PORT_H2, |netlink, index| {
+    unplug_h2_and_check_the_emulator_waits_without_cpu(&mut lab, pid);
+    replug_h2_and_check_forwarding_resumes(&lab, &h2_mac, &h1_mac);
+    stop_and_check_each_state_change_was_said_once(&mut lab);
+}
+
+/// How many of `results` were answered.
+fn answered(results: &[PingResult]) -> usize {
+    results.iter().filter(|r| r.rtt.is_some()).count()
+}
+
+/// Gone (the veth pair deleted): with --wait `lab`'s emulator (process `pid`) keeps
+/// running, and sleeps while it waits (a check a second, and the recording's 10 ms queue
+/// samples).
+fn unplug_h2_and_check_the_emulator_waits_without_cpu(lab: &mut Lab, pid: u32) {
+    in_r(lab, R_PORT_H2, |netlink, index| {
         netlink.delete_link(index).unwrap();
     });
     std::thread::sleep(Duration::from_millis(1500));
@@ -514,9 +533,12 @@ fn with_wait_an_interface_that_disappears_is_waited_for_without_cpu_and_reopened
         "{used_s:.2} s of CPU in {wall_s:.2} s while waiting: the emulator spins"
     );
     assert!(lab.emulator.as_mut().unwrap().try_wait().unwrap().is_none());
+}
 
-    // Back (same name, new index): reopened within a check, and forwarding resumes.
-    let up = replug_h2(&lab, &h2_mac, &h1_mac, Duration::from_millis(1200));
+/// Back (same name, new index, h2's end with `h2_mac`, h1's neighbour entry `h1_mac`):
+/// reopened within a check, and forwarding resumes.
+fn replug_h2_and_check_forwarding_resumes(lab: &Lab, h2_mac: &[u8], h1_mac: &[u8]) {
+    let up = replug_h2(lab, h2_mac, h1_mac, Duration::from_millis(1200));
     let mut reopened_after = None;
     while up.elapsed() < Duration::from_secs(3) {
         if lab.stats().directions[1].reopened == 1 {
@@ -542,8 +564,11 @@ fn with_wait_an_interface_that_disappears_is_waited_for_without_cpu_and_reopened
         )),
         "{text}"
     );
+}
 
-    // Stopped as usual: exit 0, each state change said once.
+/// Stopped as usual: exit 0, each state change said once, the final stats counting one
+/// disappearance and one reopening of r's port to h2 only.
+fn stop_and_check_each_state_change_was_said_once(lab: &mut Lab) {
     let child = lab.emulator.take().unwrap();
     pathlab_os::kill(child.id(), util::emulated::libc_sigterm()).unwrap();
     let output = child.wait_with_output().unwrap();

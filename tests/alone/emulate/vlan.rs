@@ -42,6 +42,22 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
             dir.path("box.jsonl").to_str().unwrap(),
         ],
     );
+    check_only_vlans_5_and_6_cross_the_tag_rewritten(&switch);
+    // What the box saw: its own frames did not come back in (the trunk's socket sees what
+    // the box sends), and it counted nothing it did not forward.
+    let live: EmulatorStats =
+        serde_json::from_slice(&pathlab(&["emulate", "stats", "--name", &name, "-J"]).stdout)
+            .expect("stats");
+    let stats = stop_box(child);
+    check_the_box_counted_only_what_it_forwarded(&live, &stats);
+    check_the_capture_holds_the_frames_untagged(&pcap);
+    check_the_recording_names_the_directions_by_vlan(&dir);
+    check_a_native_vlan_crosses_untagged(&the_box, &switch, &name);
+}
+
+/// Sends through the box (from `switch`'s port to it) frames of VLANs 5, 6 and others,
+/// untagged, double-tagged and a BPDU: only VLANs 5 and 6 cross, the tag rewritten.
+fn check_only_vlans_5_and_6_cross_the_tag_rewritten(switch: &Netns) {
     let stp = {
         let mut bpdu = frame(&tag(0, 5), 9);
         bpdu[..6].copy_from_slice(&[0x01, 0x80, 0xC2, 0, 0, 0]);
@@ -57,7 +73,7 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         stp,                                 // a BPDU in VLAN 5: not forwarded
         frame(&tag(0, 0), 8),                // priority tag only: untagged
     ];
-    let received = through_the_box(&switch, &sent);
+    let received = through_the_box(switch, &sent);
     let expected = vec![
         frame(&tag(0, 6), 1),
         frame(&tag(0, 5), 2),
@@ -69,12 +85,11 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         sorted, expected,
         "only VLANs 5 and 6 cross, the tag rewritten"
     );
-    // What the box saw: its own frames did not come back in (the trunk's socket sees what
-    // the box sends), and it counted nothing it did not forward.
-    let live: EmulatorStats =
-        serde_json::from_slice(&pathlab(&["emulate", "stats", "--name", &name, "-J"]).stdout)
-            .expect("stats");
-    let stats = stop_box(child);
+}
+
+/// The box's stats while it ran (`live`) and when it stopped (`stats`): it counted the
+/// frames of VLANs 5 and 6 only, each forwarded.
+fn check_the_box_counted_only_what_it_forwarded(live: &EmulatorStats, stats: &EmulatorStats) {
     assert_eq!(live.directions[0].packets_received, 2);
     for (d, (from, to, received)) in stats
         .directions
@@ -86,10 +101,13 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         assert_eq!(d.forwarded, received, "{from} -> {to}");
         assert_eq!(d.malformed, 0);
     }
-    assert_conservation(&stats);
-    // The capture holds the frames as the link carried them, without a tag, on the
-    // interface of the VLAN they left into.
-    let capture = std::fs::read(&pcap).expect("the capture");
+    assert_conservation(stats);
+}
+
+/// The capture holds the frames as the link carried them, without a tag, on the
+/// interface of the VLAN they left into.
+fn check_the_capture_holds_the_frames_untagged(pcap: &std::path::Path) {
+    let capture = std::fs::read(pcap).expect("the capture");
     let into_6: Vec<&[u8]> = pcapng_outbound(&capture, 1);
     assert_eq!(into_6, [&frame(&[], 1)[..], &frame(&[], 5)[..]]);
     assert_eq!(pcapng_outbound(&capture, 0), [&frame(&[], 2)[..]]);
@@ -98,7 +116,10 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         text.contains("trunk.5") && text.contains("trunk.6"),
         "named by VLAN"
     );
-    // The recording names the directions by VLAN and holds every packet.
+}
+
+/// The recording names the directions by VLAN and holds every packet.
+fn check_the_recording_names_the_directions_by_vlan(dir: &TempDir) {
     let file = std::fs::File::open(dir.path("box.jsonl")).expect("the recording");
     let recording = pathlab_results::recording::read_recording(std::io::BufReader::new(file))
         .expect("the recording reads");
@@ -112,10 +133,12 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
     );
     assert_eq!(recording.packets(0).count(), 2);
     assert_eq!(recording.packets(1).count(), 1);
+}
 
-    // With --native-vlan 5 the trunk carries VLAN 5 untagged: untagged (and
-    // priority-tagged) frames go into 6, and 6's frames leave untagged. BPDUs still stay.
-    let child = start_box(&the_box, &name, "delay 1ms", &["--native-vlan", "5"]);
+/// With --native-vlan 5 the trunk carries VLAN 5 untagged: untagged (and
+/// priority-tagged) frames go into 6, and 6's frames leave untagged. BPDUs still stay.
+fn check_a_native_vlan_crosses_untagged(the_box: &Netns, switch: &Netns, name: &str) {
+    let child = start_box(the_box, name, "delay 1ms", &["--native-vlan", "5"]);
     let untagged_stp = {
         let mut bpdu = frame(&[], 9);
         bpdu[..6].copy_from_slice(&[0x01, 0x80, 0xC2, 0, 0, 0]);
@@ -129,7 +152,7 @@ fn the_vlan_box_rewrites_5_to_6_and_back_and_forwards_nothing_else() {
         frame(&tag(3, 0), 5), // priority tag only: VLAN 5
         untagged_stp,         // the switch's BPDU: not forwarded
     ];
-    let mut received = through_the_box(&switch, &sent);
+    let mut received = through_the_box(switch, &sent);
     received.sort_by_key(|f| f[f.len() - 1]);
     assert_eq!(
         received,
@@ -157,24 +180,7 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
     // port `r-box`, tagged 5 and 6.
     let line = Line::build(Middle::Emulator, false).expect("namespaces");
     let the_box = box_wired_to(&line.r, "r-box");
-    let spec = pathlab_core::LinkSpec::default();
-    let mode = ReceiveMode::socket_for_link(&spec);
-    let [access_5, access_6, trunk_5, trunk_6] = line
-        .r
-        .run(
-            || -> Result<[Box<dyn Port>; 4], pathlab_emulator::port::PortError> {
-                let vlans = TrunkVlans::parse("5,6").expect("two VLANs");
-                let [trunk_5, trunk_6] = vlan::open_trunk("r-box", vlans, [mode; 2])?;
-                Ok([
-                    Box::new(PacketPort::open_with(R_PORT_H1, mode)?),
-                    Box::new(PacketPort::open_with(R_PORT_H2, mode)?),
-                    Box::new(trunk_5),
-                    Box::new(trunk_6),
-                ])
-            },
-        )
-        .unwrap()
-        .expect("the switch's ports");
+    let [access_5, access_6, trunk_5, trunk_6] = open_the_switchs_ports(&line.r);
     let pool = Pool::with_spin(1, pathlab_core::Duration::from_micros(200), 0.05)
         .expect("the switch's thread");
     let switch = [
@@ -182,23 +188,68 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
         access_port(&pool, access_6, trunk_6),
     ];
     let name = format!("t{}-vlan-ping", std::process::id());
-    let ping = |count: usize| {
-        let mut pinger = line
-            .h1
-            .run(|| pathlab_probe_driver::ping::Pinger::new(IpAddr::V4(H2_V4), 56))
-            .unwrap()
-            .expect("raw ICMP socket");
-        let results = pinger
-            .run(count, Duration::from_millis(20), Duration::from_secs(2))
-            .expect("ping runs");
-        rtts_ms(&results)
-    };
     // Through the box with nothing in the link: the switch's and the box's own cost.
     let child = start_box(&the_box, &name, "", &[]);
+    check_the_delay_adds_20ms_to_the_ping(&line, &name);
+    // TCP both ways, every byte checked: runs of segments leave the box as tagged GSO
+    // super-packets.
+    let _ = line
+        .start_tcp_bulk(
+            5201,
+            Duration::from_secs(1),
+            Duration::from_millis(200),
+            Check::EveryByte,
+        )
+        .expect("starts")
+        .finish()
+        .expect("every byte arrives through the box");
+    let stats = stop_box(child);
+    let [_, into_vlan_6] = switch.map(EmulatorHandle::stop);
+    check_the_box_sent_tagged_super_packets(&stats, &into_vlan_6);
+}
+
+/// Opens the switch's ports in `r`: the access ports to h1 and h2, then the trunk port
+/// `r-box`'s VLANs 5 and 6.
+fn open_the_switchs_ports(r: &Netns) -> [Box<dyn Port>; 4] {
+    let spec = pathlab_core::LinkSpec::default();
+    let mode = ReceiveMode::socket_for_link(&spec);
+    r.run(
+        || -> Result<[Box<dyn Port>; 4], pathlab_emulator::port::PortError> {
+            let vlans = TrunkVlans::parse("5,6").expect("two VLANs");
+            let [trunk_5, trunk_6] = vlan::open_trunk("r-box", vlans, [mode; 2])?;
+            Ok([
+                Box::new(PacketPort::open_with(R_PORT_H1, mode)?),
+                Box::new(PacketPort::open_with(R_PORT_H2, mode)?),
+                Box::new(trunk_5),
+                Box::new(trunk_6),
+            ])
+        },
+    )
+    .unwrap()
+    .expect("the switch's ports")
+}
+
+/// `count` pings from h1 to h2, 20 ms apart: the round trips of those answered, in ms.
+fn ping_h2_from_h1(line: &Line, count: usize) -> Vec<f64> {
+    let mut pinger = line
+        .h1
+        .run(|| pathlab_probe_driver::ping::Pinger::new(IpAddr::V4(H2_V4), 56))
+        .unwrap()
+        .expect("raw ICMP socket");
+    let results = pinger
+        .run(count, Duration::from_millis(20), Duration::from_secs(2))
+        .expect("ping runs");
+    rtts_ms(&results)
+}
+
+/// The box running with an empty spec: pings measure the switch's and the box's own cost;
+/// then `emulate set --name NAME 'delay 10ms'` adds 20 ms to the round trip.
+fn check_the_delay_adds_20ms_to_the_ping(line: &Line, name: &str) {
+    let ping = |count: usize| ping_h2_from_h1(line, count);
     let base = ping(50);
     assert_eq!(base.len(), 50, "every ping of the empty link came back");
     // 10 ms each way: 20 ms more.
-    let output = pathlab(&["emulate", "set", "--name", &name, "delay 10ms"]);
+    let output = pathlab(&["emulate", "set", "--name", name, "delay 10ms"]);
     assert!(
         output.status.success(),
         "{}",
@@ -230,20 +281,11 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
         (med - base_med - 20.0).abs() < 3.0,
         "median {med:.3} ms is 20 ms above the empty link's {base_med:.3} ms, within 3 ms"
     );
-    // TCP both ways, every byte checked: runs of segments leave the box as tagged GSO
-    // super-packets.
-    let _ = line
-        .start_tcp_bulk(
-            5201,
-            Duration::from_secs(1),
-            Duration::from_millis(200),
-            Check::EveryByte,
-        )
-        .expect("starts")
-        .finish()
-        .expect("every byte arrives through the box");
-    let stats = stop_box(child);
-    let [_, into_vlan_6] = switch.map(EmulatorHandle::stop);
+}
+
+/// The server's side of the switch (`into_vlan_6`) read super-packets off its trunk port,
+/// and the box (`stats`) forwarded both ways without errors.
+fn check_the_box_sent_tagged_super_packets(stats: &EmulatorStats, into_vlan_6: &EmulatorStats) {
     // The server's side of the switch read super-packets off its trunk port: the box sent
     // the data as tagged GSO packets, which the kernel cut with the tag in every segment.
     let from_the_box = &into_vlan_6.directions[1];
@@ -263,7 +305,7 @@ fn a_ping_from_vlan_5_to_vlan_6_through_the_one_port_box_takes_the_specs_delay()
             d.to
         );
     }
-    assert_conservation(&stats);
+    assert_conservation(stats);
 }
 
 /// Wires a new namespace's `trunk` to `peer_port` in `peer`, both up, IPv6 off in the new
