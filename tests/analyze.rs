@@ -146,12 +146,27 @@ fn analyze_finds_the_emulators_drops_its_delay_and_every_byte() {
         "the capture marks every drop the emulator counted"
     );
     let analysis = analyze(&pcap, &dir.path("out"));
+    check_the_analysis_finds_every_drop(&analysis, client, bytes, flow_drops, all_drops);
+    let verdict = &flow_from(&analysis, client).verdict.sentence;
+    check_the_figures_and_the_saved_result(&dir, verdict);
+}
+
+/// The `analysis` of the capture: the flow from `client` carried every one of the `bytes`
+/// once; its retransmissions are the emulator's `flow_drops` (of `all_drops`); the capture
+/// point is in the middle of a 20 ms round trip; congestion limits it.
+fn check_the_analysis_finds_every_drop(
+    analysis: &CaptureAnalysis,
+    client: SocketAddr,
+    bytes: usize,
+    flow_drops: u64,
+    all_drops: u64,
+) {
     let connection = analysis
         .connections
         .iter()
         .find(|c| c.client == client)
         .expect("the connection");
-    let flow = flow_from(&analysis, client);
+    let flow = flow_from(analysis, client);
     let r = flow.retransmissions;
     eprintln!(
         "delay 10ms loss 1%: {} bytes, {} data segments dropped by the emulator ({} drops in \
@@ -198,7 +213,11 @@ fn analyze_finds_the_emulators_drops_its_delay_and_every_byte() {
         "{}",
         flow.verdict.sentence
     );
-    // The figures and the saved result.
+}
+
+/// The figures and the saved result in `DIR/out`, the `verdict` on the report page, and
+/// `pathlab report` drawing the saved analysis again into `DIR/again`.
+fn check_the_figures_and_the_saved_result(dir: &util::TempDir, verdict: &str) {
     let out = dir.path("out");
     assert!(out.join("result.json").exists());
     let figures = |extension: &str| {
@@ -213,7 +232,7 @@ fn analyze_finds_the_emulators_drops_its_delay_and_every_byte() {
     );
     let page = std::fs::read_to_string(out.join("report.html")).expect("report.html");
     assert!(
-        page.contains(&escape_html(&flow.verdict.sentence)),
+        page.contains(&escape_html(verdict)),
         "the verdict is on the page"
     );
     // `pathlab report` draws the saved analysis again.

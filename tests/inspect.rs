@@ -90,7 +90,47 @@ pub(crate) fn watch(
         .run(|| pathlab_os::testing::tcp_listen_with_receive_buffer(address, buffers.receive))
         .unwrap()
         .unwrap();
-    let receiver = std::thread::spawn(move || -> f64 {
+    let receiver = spawn_receiver(listener);
+    let inspect = start_inspect(lab, port, last_look, extra);
+    // Its first look before the connection: the whole transfer is watched.
+    std::thread::sleep(Duration::from_millis(300));
+    let stream = lab
+        .line
+        .h1
+        .run(|| pathlab_os::testing::tcp_connect_with(address, buffers.send, buffers.congestion))
+        .unwrap()
+        .unwrap();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let (drained_tx, drained_rx) = mpsc::channel::<()>();
+    let sender = spawn_sender(stream, writes, last_look, done_rx, drained_tx);
+    if let LastLook::AfterDrain = last_look {
+        drained_rx.recv().expect("the sender drained");
+        // A look after the drain, then the end (SIGTERM, as Ctrl-C: inspect reports what
+        // it saw up to its last look).
+        std::thread::sleep(2 * LOOK_EVERY);
+        pathlab_os::kill(inspect.id(), util::emulated::libc_sigterm()).expect("signal");
+    }
+    let output = inspect.wait_with_output().expect("inspect ends");
+    let _ = done_tx.send(());
+    sender.join().unwrap();
+    let received_bps = receiver.join().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "inspect failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: InspectReport = serde_json::from_str(&stdout).expect("inspect -J prints JSON");
+    Watched {
+        report,
+        received_bps,
+    }
+}
+
+/// The receiving end: accepts one connection on `listener` and reads it to its end;
+/// returns the bits/s it counted from its first read to its last.
+fn spawn_receiver(listener: std::net::TcpListener) -> std::thread::JoinHandle<f64> {
+    std::thread::spawn(move || -> f64 {
         let (mut stream, _) = listener.accept().unwrap();
         let mut buffer = vec![0u8; 1 << 16];
         // Bytes after the first read, between it and the last.
@@ -110,14 +150,23 @@ pub(crate) fn watch(
             }
         }
         first.map_or(0.0, |f| counted as f64 * 8.0 / (last - f).as_secs_f64())
-    });
+    })
+}
+
+/// Starts `pathlab inspect -J` in h1 on connections to `port`, looking every
+/// [`LOOK_EVERY`] until its last look (`last_look`), with `extra` arguments.
+fn start_inspect(
+    lab: &Lab,
+    port: u16,
+    last_look: LastLook,
+    extra: &[&std::ffi::OsStr],
+) -> std::process::Child {
     // Drained: inspect watches until told to stop, well past the sender's time.
     let watch_for = match last_look {
         LastLook::At(seconds) => seconds,
         LastLook::AfterDrain => "60",
     };
-    let inspect = lab
-        .line
+    lab.line
         .h1
         .command(PATHLAB)
         .args([
@@ -133,18 +182,20 @@ pub(crate) fn watch(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("pathlab inspect starts");
-    // Its first look before the connection: the whole transfer is watched.
-    std::thread::sleep(Duration::from_millis(300));
-    let stream = lab
-        .line
-        .h1
-        .run(|| pathlab_os::testing::tcp_connect_with(address, buffers.send, buffers.congestion))
-        .unwrap()
-        .unwrap();
-    let (done_tx, done_rx) = mpsc::channel::<()>();
-    let (drained_tx, drained_rx) = mpsc::channel::<()>();
-    let sender = std::thread::spawn(move || {
+        .expect("pathlab inspect starts")
+}
+
+/// The sending end: writes to `stream` as `writes` says; when the last look comes after
+/// the drain, waits for the drain and says so on `drained_tx`; then holds the socket open
+/// until told on `done_rx`.
+fn spawn_sender(
+    stream: std::net::TcpStream,
+    writes: Writes,
+    last_look: LastLook,
+    done_rx: mpsc::Receiver<()>,
+    drained_tx: mpsc::Sender<()>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
         let mut stream = stream;
         let start = Instant::now();
         let chunk = vec![0x5au8; 1 << 16];
@@ -172,29 +223,7 @@ pub(crate) fn watch(
         // Held open until inspect's last look.
         let _ = done_rx.recv();
         drop(stream);
-    });
-    if let LastLook::AfterDrain = last_look {
-        drained_rx.recv().expect("the sender drained");
-        // A look after the drain, then the end (SIGTERM, as Ctrl-C: inspect reports what
-        // it saw up to its last look).
-        std::thread::sleep(2 * LOOK_EVERY);
-        pathlab_os::kill(inspect.id(), util::emulated::libc_sigterm()).expect("signal");
-    }
-    let output = inspect.wait_with_output().expect("inspect ends");
-    let _ = done_tx.send(());
-    sender.join().unwrap();
-    let received_bps = receiver.join().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "inspect failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: InspectReport = serde_json::from_str(&stdout).expect("inspect -J prints JSON");
-    Watched {
-        report,
-        received_bps,
-    }
+    })
 }
 
 /// Waits until everything written to `stream` has left and been acknowledged (nothing
