@@ -216,7 +216,25 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
     );
     let key = key.to_str().unwrap();
     let peer_spec = format!("site-a,key={public}");
-    let cases: &[(&[&str], &str)] = &[
+    check_bad_key_files_are_refused(&short, &open);
+    check_bad_line_options_are_refused(key);
+    check_bad_addresses_and_targets_are_refused(key);
+    check_missing_keys_and_peers_are_refused(key, &peer_spec);
+}
+
+/// Runs `pathlab` with each of `cases`' arguments: each must exit 2 with a message that
+/// contains the case's text.
+fn assert_each_refused(cases: &[(&[&str], &str)]) {
+    for (args, needle) in cases {
+        let (code, stderr) = pathlab(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+/// A client's --psk file missing, too `short`, or readable by others (`open`).
+fn check_bad_key_files_are_refused(short: &Path, open: &Path) {
+    assert_each_refused(&[
         (
             &[
                 "bond",
@@ -253,6 +271,13 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
             ],
             "chmod 600",
         ),
+    ]);
+}
+
+/// A client's line options out of range or missing (speed, via, overhead, a weighted
+/// scheduler's rates), with the good key file `key`.
+fn check_bad_line_options_are_refused(key: &str) {
+    assert_each_refused(&[
         (
             &[
                 "bond",
@@ -315,6 +340,13 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
             ],
             "rate=RATE",
         ),
+    ]);
+}
+
+/// A server's address without a prefix length or with a bad one, and a client's target
+/// delay above 1 s, with the good key file `key`.
+fn check_bad_addresses_and_targets_are_refused(key: &str) {
+    assert_each_refused(&[
         (
             &[
                 "bond",
@@ -355,6 +387,14 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
             ],
             "at most 1s",
         ),
+    ]);
+}
+
+/// Public-key options without their other halves (the server's key, a peer, a peer's
+/// key; `peer_spec` a peer with the key but the server with only a PSK), no key at all,
+/// and `bond stats` of no tunnel.
+fn check_missing_keys_and_peers_are_refused(key: &str, peer_spec: &str) {
+    assert_each_refused(&[
         (
             &[
                 "bond",
@@ -418,7 +458,7 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
                 "--psk",
                 key,
                 "--peer",
-                &peer_spec,
+                peer_spec,
             ],
             "give the server's own --key",
         ),
@@ -426,12 +466,7 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
             &["bond", "stats", "--name", "no-such-tunnel"],
             "no tunnel named 'no-such-tunnel'",
         ),
-    ];
-    for (args, needle) in cases {
-        let (code, stderr) = pathlab(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
-        assert!(stderr.contains(needle), "{args:?}: {stderr}");
-    }
+    ]);
 }
 
 /// Interface names in a namespace.
@@ -515,14 +550,24 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
     let key = dir.path("bond.key");
     assert_eq!(pathlab(&["bond", "key", key.to_str().unwrap()]).0, 0);
     let netns = pathlab_os::testing::netns_with_loopback().unwrap();
-    let run = |args: &[&str]| {
-        let output = netns.command(PATHLAB).args(args).output().unwrap();
-        (
-            output.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
     let key = key.to_str().unwrap();
+    check_a_missing_interface_is_refused(&netns, key);
+    check_a_silent_server_is_given_up_cleanly(&netns, key);
+    check_a_killed_client_leaves_its_socket_to_lab_clean(&netns, key);
+}
+
+/// Runs `pathlab ARGS` in `netns`; (exit code, stderr).
+fn pathlab_in(netns: &pathlab_os::netns::Netns, args: &[&str]) -> (i32, String) {
+    let output = netns.command(PATHLAB).args(args).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A client on a line that does not exist in `netns` exits 2 naming it.
+fn check_a_missing_interface_is_refused(netns: &pathlab_os::netns::Netns, key: &str) {
+    let run = |args: &[&str]| pathlab_in(netns, args);
     let (code, stderr) = run(&[
         "bond",
         "client",
@@ -536,7 +581,12 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
     ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("eth9"), "{stderr}");
-    // Nobody answers on 127.0.0.1:7000: the client gives up after --connect-timeout.
+}
+
+/// Nobody answers on 127.0.0.1:7000: the client gives up after --connect-timeout, and
+/// leaves neither its TUN device nor its stats socket in `netns`.
+fn check_a_silent_server_is_given_up_cleanly(netns: &pathlab_os::netns::Netns, key: &str) {
+    let run = |args: &[&str]| pathlab_in(netns, args);
     let (code, stderr) = run(&[
         "bond",
         "client",
@@ -558,7 +608,7 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         "{stderr}"
     );
     assert_eq!(
-        links_in(&netns),
+        links_in(netns),
         vec!["lo".to_owned()],
         "the TUN device is gone"
     );
@@ -569,8 +619,14 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
             .exists(),
         "the stats socket is gone"
     );
-    // Killed with SIGKILL while connecting: the TUN device goes with the process, the
-    // stats socket is left for `pathlab lab clean`.
+}
+
+/// Killed with SIGKILL while connecting: the TUN device goes with the process, the
+/// stats socket is left for `pathlab lab clean`, which removes it.
+fn check_a_killed_client_leaves_its_socket_to_lab_clean(
+    netns: &pathlab_os::netns::Netns,
+    key: &str,
+) {
     let mut child = netns
         .command(PATHLAB)
         .args([
@@ -594,12 +650,12 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
         .run(|| pathlab_bond_driver::tunnel::stats_socket_path("bond-test-c"))
         .unwrap();
     let mut waited = 0;
-    while !links_in(&netns).contains(&"pl-bondk".to_owned()) && waited < 100 {
+    while !links_in(netns).contains(&"pl-bondk".to_owned()) && waited < 100 {
         std::thread::sleep(std::time::Duration::from_millis(50));
         waited += 1;
     }
     assert!(
-        links_in(&netns).contains(&"pl-bondk".to_owned()),
+        links_in(netns).contains(&"pl-bondk".to_owned()),
         "the client made its TUN"
     );
     let stats = netns
@@ -610,7 +666,7 @@ fn a_client_fails_cleanly_on_a_missing_interface_and_a_silent_server_and_leaves_
     assert!(!stats.sessions[0].open);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert_eq!(links_in(&netns), vec!["lo".to_owned()]);
+    assert_eq!(links_in(netns), vec!["lo".to_owned()]);
     assert!(socket.exists());
     let (code, stderr) = pathlab(&["lab", "clean"]);
     assert_eq!(code, 0, "{stderr}");
@@ -983,6 +1039,54 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
     for fair in ["src", "off"] {
         let dir = out.join(format!("fair-{fair}"));
         let run = fair_run(&dir);
+        let figures = SharingFigures::of(&run, &dir);
+        let starved: Vec<&BulkFlow> = run.bulk.iter().filter(|b| b.starved_s.is_some()).collect();
+        print_the_figures(fair, &run, &figures, &starved);
+        check_the_idle_path_and_the_line_queue(fair, &run, &figures);
+        added_p50.insert(fair, (figures.p50, figures.p50 - figures.queue_p50));
+        check_starved_flows_are_reported(fair, &starved, &summary, &report);
+        if fair == "off" {
+            // One FIFO drops the ping's packets as it drops everyone's (CoDel): enough are
+            // answered for a median, a quarter of them.
+            assert!(
+                run.loaded_ms.len() > 60,
+                "{fair}: {} loaded",
+                run.loaded_ms.len()
+            );
+        } else {
+            check_the_ping_has_its_own_share(fair, &run, &figures, &starved, frame_ms);
+        }
+    }
+    // One FIFO: the ping waits behind the bulk users' packets in the tunnel's ingress,
+    // several frames (the seed's worst case per packet: 14).
+    let (off, off_ingress) = added_p50["off"];
+    assert!(
+        off_ingress > 4.0 * frame_ms && off > 3.0 * added_p50["src"].0,
+        "one FIFO: added RTT p50 {off:.1} ms, {off_ingress:.1} in the ingress"
+    );
+}
+
+/// The figures of one sharing's run of the fair recipe, ms (but `total`).
+#[derive(Clone, Copy)]
+struct SharingFigures {
+    /// The ping's median RTT before the bulk flows.
+    idle: f64,
+    /// The ping's RTT under the bulk flows above `idle`: median and p95.
+    p50: f64,
+    p95: f64,
+    /// The line's recorded queue delay under the bulk flows: median and p95.
+    queue_p50: f64,
+    queue_p95: f64,
+    /// The line's emulator's lateness both ways at its median and p99, up to half a frame.
+    late_p50: f64,
+    late_p99: f64,
+    /// The bulk flows' goodput together, Mbit/s.
+    total: f64,
+}
+
+impl SharingFigures {
+    /// The figures of `run`, whose result is in `dir`.
+    fn of(run: &FairRun, dir: &Path) -> SharingFigures {
         let idle = quantile(&run.idle_ms, 0.5);
         let (p50, p95) = (
             quantile(&run.loaded_ms, 0.5) - idle,
@@ -1000,114 +1104,159 @@ fn the_bond_fair_recipe_keeps_a_pinging_user_one_frame_behind_fourteen_bulk_user
         let late_p50 = ms(lateness.slack(Quantile::P50, &[0, 1], half_frame));
         let late_p99 = ms(lateness.slack(Quantile::P99, &[0, 1], half_frame));
         let total: f64 = run.bulk.iter().map(|b| b.goodput_mbps).sum();
-        let starved: Vec<&BulkFlow> = run.bulk.iter().filter(|b| b.starved_s.is_some()).collect();
-        eprintln!(
-            "--fair {fair}: idle RTT {idle:.1} ms; under 14 bulk flows ({total:.3} Mbit/s, {} \
-             starved: {:.1?} s without data) the ping's added RTT p50 {p50:.1} ms, p95 \
-             {p95:.1} ms ({} idle and {} loaded round trips of {} pings); the line's queue \
-             p50 {queue_p50:.1} ms, p95 {queue_p95:.1} ms",
-            starved.len(),
-            starved
-                .iter()
-                .map(|b| b.starved_s.unwrap())
-                .collect::<Vec<_>>(),
-            run.idle_ms.len(),
-            run.loaded_ms.len(),
-            run.pings
-        );
-        // The idle path against the emulator's: 2 x 10 ms, the ping's datagram (100 bytes
-        // inside, 196 on the wire) serialized at 1 and 10 Mbit/s, 1.725 ms, which no ping
-        // beats (0.2 ms for the clocks); above it the emulator's median lateness and up to
-        // 4 ms of the tunnel's and the hosts' own time (a busy loop on each core: 0.4 ms).
-        // Before the bulk nothing is lost: 5.5 s of pings, 110.
-        assert!(run.idle_ms.len() > 80, "{fair}: {} idle", run.idle_ms.len());
-        let path_ms = 20.0 + 196.0 * 8.0 / 1e6 * 1e3 + 196.0 * 8.0 / 10e6 * 1e3;
-        assert!(
-            idle >= path_ms - 0.2 && idle <= path_ms + 4.0 + late_p50,
-            "{fair}: idle RTT {idle:.2} ms against the path's {path_ms:.3} + up to 4 + {late_p50:.3} ms"
-        );
-        // The delay controller holds the modem's queue near its target whatever the
-        // sharing (emulator truth): what the ping waits beyond it is the tunnel's ingress.
-        assert!(queue_p95 < 30.0, "{fair}: line queue p95 {queue_p95:.1} ms");
-        added_p50.insert(fair, (p50, p50 - queue_p50));
-        // A starved flow is a result the lab reports as such, in its summary (this
-        // sharing's lines) and its report.
-        let said: Vec<&str> = summary
-            .lines()
-            .skip_while(|line| !line.contains(&format!("(fair={fair})")))
-            .skip(1)
-            .take_while(|line| line.starts_with("  "))
-            .collect();
-        for flow in &starved {
-            let starved = format!("starved: no data for {:.1} s", flow.starved_s.unwrap());
-            assert!(
-                said.iter()
-                    .any(|line| line.starts_with(&format!("  {}: ", flow.name))
-                        && line.ends_with(&starved)),
-                "{fair}: the summary does not say '{}: ... {starved}': {said:#?}",
-                flow.name
-            );
-            assert!(
-                report.contains(&format!("tcp, {starved}")),
-                "{fair}: the report does not say '{starved}'"
-            );
-        }
-        if fair == "off" {
-            // One FIFO drops the ping's packets as it drops everyone's (CoDel): enough are
-            // answered for a median, a quarter of them.
-            assert!(
-                run.loaded_ms.len() > 60,
-                "{fair}: {} loaded",
-                run.loaded_ms.len()
-            );
-        } else {
-            // Under load the ping has its own share: 12 s of pings, 240, nearly all
-            // answered.
-            assert!(
-                run.loaded_ms.len() > 150,
-                "{fair}: {} loaded",
-                run.loaded_ms.len()
-            );
-            // The issue's figure: at most 2 x 12 ms while 14 others saturate the line, at
-            // the median, plus the emulator's lateness. Against the recorded truth: the
-            // tunnel's ingress adds at most one frame to the modem's queue (the line's
-            // recorded queue delay) at the median, and at most two at the p95 (the seed's
-            // "at most two"; the queue's p95 is what the delay controller let it reach).
-            assert!(
-                p50 <= 2.0 * frame_ms + late_p50,
-                "{fair}: added RTT p50 {p50:.1} ms, the emulator late by {late_p50:.3}"
-            );
-            assert!(
-                p50 - queue_p50 <= frame_ms + late_p50,
-                "{fair}: {:.1} ms in the tunnel's ingress at the median",
-                p50 - queue_p50
-            );
-            assert!(
-                p95 - queue_p95 <= 2.0 * frame_ms + late_p99,
-                "{fair}: added RTT p95 {p95:.1} ms, the line's queue p95 {queue_p95:.1} ms, \
-                 the emulator late by {late_p99:.3}"
-            );
-            // Shared by volume, no user is starved, and the 14 saturate the line between
-            // them.
-            assert!(
-                starved.is_empty(),
-                "{fair}: {} starved",
-                starved
-                    .iter()
-                    .map(|b| b.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            assert!(total > 0.7, "{fair}: {total:.3} Mbit/s");
+        SharingFigures {
+            idle,
+            p50,
+            p95,
+            queue_p50,
+            queue_p95,
+            late_p50,
+            late_p99,
+            total,
         }
     }
-    // One FIFO: the ping waits behind the bulk users' packets in the tunnel's ingress,
-    // several frames (the seed's worst case per packet: 14).
-    let (off, off_ingress) = added_p50["off"];
-    assert!(
-        off_ingress > 4.0 * frame_ms && off > 3.0 * added_p50["src"].0,
-        "one FIFO: added RTT p50 {off:.1} ms, {off_ingress:.1} in the ingress"
+}
+
+/// Says the sharing `fair`'s figures, its `run`'s counts and its `starved` flows.
+fn print_the_figures(fair: &str, run: &FairRun, figures: &SharingFigures, starved: &[&BulkFlow]) {
+    let SharingFigures {
+        idle,
+        p50,
+        p95,
+        queue_p50,
+        queue_p95,
+        total,
+        ..
+    } = *figures;
+    eprintln!(
+        "--fair {fair}: idle RTT {idle:.1} ms; under 14 bulk flows ({total:.3} Mbit/s, {} \
+         starved: {:.1?} s without data) the ping's added RTT p50 {p50:.1} ms, p95 \
+         {p95:.1} ms ({} idle and {} loaded round trips of {} pings); the line's queue \
+         p50 {queue_p50:.1} ms, p95 {queue_p95:.1} ms",
+        starved.len(),
+        starved
+            .iter()
+            .map(|b| b.starved_s.unwrap())
+            .collect::<Vec<_>>(),
+        run.idle_ms.len(),
+        run.loaded_ms.len(),
+        run.pings
     );
+}
+
+/// The idle path against the emulator's, and the line's queue under the delay
+/// controller, in the sharing `fair`'s run.
+fn check_the_idle_path_and_the_line_queue(fair: &str, run: &FairRun, figures: &SharingFigures) {
+    let SharingFigures {
+        idle,
+        queue_p95,
+        late_p50,
+        ..
+    } = *figures;
+    // The idle path against the emulator's: 2 x 10 ms, the ping's datagram (100 bytes
+    // inside, 196 on the wire) serialized at 1 and 10 Mbit/s, 1.725 ms, which no ping
+    // beats (0.2 ms for the clocks); above it the emulator's median lateness and up to
+    // 4 ms of the tunnel's and the hosts' own time (a busy loop on each core: 0.4 ms).
+    // Before the bulk nothing is lost: 5.5 s of pings, 110.
+    assert!(run.idle_ms.len() > 80, "{fair}: {} idle", run.idle_ms.len());
+    let path_ms = 20.0 + 196.0 * 8.0 / 1e6 * 1e3 + 196.0 * 8.0 / 10e6 * 1e3;
+    assert!(
+        idle >= path_ms - 0.2 && idle <= path_ms + 4.0 + late_p50,
+        "{fair}: idle RTT {idle:.2} ms against the path's {path_ms:.3} + up to 4 + {late_p50:.3} ms"
+    );
+    // The delay controller holds the modem's queue near its target whatever the
+    // sharing (emulator truth): what the ping waits beyond it is the tunnel's ingress.
+    assert!(queue_p95 < 30.0, "{fair}: line queue p95 {queue_p95:.1} ms");
+}
+
+/// A starved flow is a result the lab reports as such, in its `summary` (this
+/// sharing's lines) and its `report`.
+fn check_starved_flows_are_reported(
+    fair: &str,
+    starved: &[&BulkFlow],
+    summary: &str,
+    report: &str,
+) {
+    let said: Vec<&str> = summary
+        .lines()
+        .skip_while(|line| !line.contains(&format!("(fair={fair})")))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .collect();
+    for flow in starved {
+        let starved = format!("starved: no data for {:.1} s", flow.starved_s.unwrap());
+        assert!(
+            said.iter()
+                .any(|line| line.starts_with(&format!("  {}: ", flow.name))
+                    && line.ends_with(&starved)),
+            "{fair}: the summary does not say '{}: ... {starved}': {said:#?}",
+            flow.name
+        );
+        assert!(
+            report.contains(&format!("tcp, {starved}")),
+            "{fair}: the report does not say '{starved}'"
+        );
+    }
+}
+
+/// Shared by source: the ping has its own share of the line, waits at most one frame
+/// (`frame_ms`) in the tunnel's ingress at the median and two at the p95, and no bulk
+/// flow is `starved`.
+fn check_the_ping_has_its_own_share(
+    fair: &str,
+    run: &FairRun,
+    figures: &SharingFigures,
+    starved: &[&BulkFlow],
+    frame_ms: f64,
+) {
+    let SharingFigures {
+        p50,
+        p95,
+        queue_p50,
+        queue_p95,
+        late_p50,
+        late_p99,
+        total,
+        ..
+    } = *figures;
+    // Under load the ping has its own share: 12 s of pings, 240, nearly all
+    // answered.
+    assert!(
+        run.loaded_ms.len() > 150,
+        "{fair}: {} loaded",
+        run.loaded_ms.len()
+    );
+    // The issue's figure: at most 2 x 12 ms while 14 others saturate the line, at
+    // the median, plus the emulator's lateness. Against the recorded truth: the
+    // tunnel's ingress adds at most one frame to the modem's queue (the line's
+    // recorded queue delay) at the median, and at most two at the p95 (the seed's
+    // "at most two"; the queue's p95 is what the delay controller let it reach).
+    assert!(
+        p50 <= 2.0 * frame_ms + late_p50,
+        "{fair}: added RTT p50 {p50:.1} ms, the emulator late by {late_p50:.3}"
+    );
+    assert!(
+        p50 - queue_p50 <= frame_ms + late_p50,
+        "{fair}: {:.1} ms in the tunnel's ingress at the median",
+        p50 - queue_p50
+    );
+    assert!(
+        p95 - queue_p95 <= 2.0 * frame_ms + late_p99,
+        "{fair}: added RTT p95 {p95:.1} ms, the line's queue p95 {queue_p95:.1} ms, \
+         the emulator late by {late_p99:.3}"
+    );
+    // Shared by volume, no user is starved, and the 14 saturate the line between
+    // them.
+    assert!(
+        starved.is_empty(),
+        "{fair}: {} starved",
+        starved
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    assert!(total > 0.7, "{fair}: {total:.3} Mbit/s");
 }
 
 #[test]
