@@ -304,6 +304,27 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
     let (b_key, b_public) = write_key(&dir, "b.key");
     let sites = Sites::build(2);
     let site_b = pathlab_os::testing::netns_with_loopback().unwrap();
+    let server = start_the_peers_server(&sites, &server_key, &a_public, &b_public);
+    // Site A on line 0; site B (its own namespace) reaches the server over line 1, moved.
+    move_line_1_to_site_b(&sites, &site_b);
+    let client_a = start_client_a(&sites, &a_key, &server_public);
+    let client_b = start_client_b(&site_b, &b_key, &server_public);
+    server.wait_for("2 client(s) connected");
+    let (own, spoofing, honest) = probe_from_a_as_itself_and_as_b_and_from_b(&sites, &site_b);
+    check_only_the_spoofed_traffic_is_dropped(&sites, &own, &spoofing, &honest);
+    drop(client_a);
+    drop(client_b);
+    drop(server);
+}
+
+/// The server of two peers with their own keys, site A (`a_public`, 198.19.1.0/24) and
+/// site B (`b_public`, 198.19.2.0/24), in `sites.srv`; returns once both are known.
+fn start_the_peers_server(
+    sites: &Sites,
+    server_key: &str,
+    a_public: &str,
+    b_public: &str,
+) -> Tunnel {
     let server = Tunnel::start(
         &sites.srv,
         &args(&[
@@ -311,7 +332,7 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
             "--listen",
             "0.0.0.0:7000",
             "--key",
-            &server_key,
+            server_key,
             "--peer",
             &format!("site-a,key={a_public},allowed=198.19.1.0/24"),
             "--peer",
@@ -325,7 +346,11 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
         ]),
     );
     server.wait_for("2 peer(s)");
-    // Site A on line 0; site B (its own namespace) reaches the server over line 1, moved.
+    server
+}
+
+/// Moves line 1 from `sites.site` into `site_b` and gives it site B's line address.
+fn move_line_1_to_site_b(sites: &Sites, site_b: &Netns) {
     let b_fd = site_b.try_clone().unwrap();
     sites
         .site
@@ -344,15 +369,20 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
             nl.set_up(link.index, true).unwrap();
         })
         .unwrap();
+}
+
+/// Site A's client, on line 0 with its key `a_key`, claiming site B's address too;
+/// returns once its session is open.
+fn start_client_a(sites: &Sites, a_key: &str, server_public: &str) -> Tunnel {
     let client_a = Tunnel::start(
         &sites.site,
         &args(&[
             "client",
             "198.18.0.1:7000",
             "--key",
-            &a_key,
+            a_key,
             "--server-key",
-            &server_public,
+            server_public,
             "--line",
             &format!("line0,via={}", line_srv(0)),
             "--address",
@@ -365,15 +395,21 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
         ]),
     );
     client_a.wait_for("session");
+    client_a
+}
+
+/// Site B's client in `site_b`, on line 1 with its key `b_key`; returns once its session
+/// is open.
+fn start_client_b(site_b: &Netns, b_key: &str, server_public: &str) -> Tunnel {
     let client_b = Tunnel::start(
-        &site_b,
+        site_b,
         &args(&[
             "client",
             "198.18.0.1:7000",
             "--key",
-            &b_key,
+            b_key,
             "--server-key",
-            &server_public,
+            server_public,
             "--line",
             &format!("line1,via={}", line_srv(1)),
             "--address",
@@ -383,7 +419,20 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
         ]),
     );
     client_b.wait_for("session");
-    server.wait_for("2 client(s) connected");
+    client_b
+}
+
+/// One probe's samples, as [`probe`] gives them: when each datagram went, and when its
+/// echo came back.
+type ProbeSamples = Vec<(Instant, Option<Instant>)>;
+
+/// Probes the server's echoes through the tunnel from site A's own address, from A as
+/// site B's address, and (meanwhile) from site B: the three probes' samples, in that
+/// order.
+fn probe_from_a_as_itself_and_as_b_and_from_b(
+    sites: &Sites,
+    site_b: &Netns,
+) -> (ProbeSamples, ProbeSamples, ProbeSamples) {
     let echo_a = echo(&sites.srv, Ipv4Addr::new(198, 19, 1, 1), 9002);
     let echo_b = echo(&sites.srv, Ipv4Addr::new(198, 19, 2, 1), 9003);
     let to_b = SocketAddr::from(([198, 19, 2, 1], 9003));
@@ -416,22 +465,33 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
     echo_a.join().unwrap();
     // The spoofer's "stop" never arrived either: B's prober sent its own.
     echo_b.join().unwrap();
+    (own, spoofing, honest)
+}
+
+/// A's own address works, A's use of B's prefix reached nothing (the server counted it
+/// spoofed) and B's traffic still reached B; the server holds one session per peer.
+fn check_only_the_spoofed_traffic_is_dropped(
+    sites: &Sites,
+    own: &[(Instant, Option<Instant>)],
+    spoofing: &[(Instant, Option<Instant>)],
+    honest: &[(Instant, Option<Instant>)],
+) {
     let count = |samples: &[(Instant, Option<Instant>)]| {
         samples.iter().filter(|(_, back)| back.is_some()).count()
     };
     eprintln!(
         "A own {}/{}, A as B {}/{}, B {}/{}",
-        count(&own),
+        count(own),
         own.len(),
-        count(&spoofing),
+        count(spoofing),
         spoofing.len(),
-        count(&honest),
+        count(honest),
         honest.len()
     );
-    assert!(count(&own) * 10 >= own.len() * 9);
-    assert_eq!(count(&spoofing), 0, "nothing from B's prefix through A");
+    assert!(count(own) * 10 >= own.len() * 9);
+    assert_eq!(count(spoofing), 0, "nothing from B's prefix through A");
     assert!(
-        count(&honest) * 10 >= honest.len() * 9,
+        count(honest) * 10 >= honest.len() * 9,
         "B's traffic still reaches B"
     );
     let stats = sites
@@ -447,7 +507,4 @@ fn two_clients_with_their_own_keys_are_kept_apart() {
     let mut peers: Vec<&str> = stats.sessions.iter().map(|s| s.peer.as_str()).collect();
     peers.sort_unstable();
     assert_eq!(peers, ["site-a", "site-b"]);
-    drop(client_a);
-    drop(client_b);
-    drop(server);
 }
