@@ -310,27 +310,8 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
     assert!(output.status.success(), "{output:?}");
     let key = key.to_str().unwrap().to_owned();
     let sites = Sites::build();
-    let common = |tap: &str, bridge: &str| -> Vec<String> {
-        [
-            "--psk", &key, "--tap", "--tun", tap, "--bridge", bridge, "-J",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect()
-    };
-    let mut server_args = vec![
-        "server".to_owned(),
-        "--listen".to_owned(),
-        format!("{SERVER_LO}:7000"),
-    ];
-    server_args.extend(common("taps", "brs"));
-    let server = Tunnel::start(&sites.srv, &server_args);
-    server.wait_for("is up");
-    let mut client_args = vec!["client".to_owned(), format!("{SERVER_LO}:7000")];
-    client_args.extend(Sites::line_args());
-    client_args.extend(common("tapc", "brc"));
-    let client = Tunnel::start(&sites.site, &client_args);
-    client.wait_for("session");
+    let server = start_the_tap_server(&sites, &key);
+    let client = start_the_tap_client(&sites, &key);
     server.wait_for("1 client(s) connected");
     // The default MTU: 1472-byte datagrams less the tunnel's 46 bytes, the Ethernet
     // header and one VLAN tag.
@@ -343,6 +324,51 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
 
     // Tagged: hb's packet socket answers each ping in its VLAN, with the request's tags.
     let (ha_socket, hb_socket) = (packet_socket(&sites.ha), packet_socket(&sites.hb));
+    let (requests, replies) = ping_in_each_vlan(&ha_socket, hb_socket);
+    check_each_vlan_crossed_with_its_tags(&requests, &replies);
+    check_the_final_counters(server, client);
+    drop(sites);
+}
+
+/// The options both ends share: the key file `key`, a TAP device `tap` in the bridge
+/// `bridge`, final stats as JSON.
+fn tap_args(key: &str, tap: &str, bridge: &str) -> Vec<String> {
+    [
+        "--psk", key, "--tap", "--tun", tap, "--bridge", bridge, "-J",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// The server end in `sites.srv`, its TAP `taps` in the bridge `brs`; returns once it is up.
+fn start_the_tap_server(sites: &Sites, key: &str) -> Tunnel {
+    let mut server_args = vec![
+        "server".to_owned(),
+        "--listen".to_owned(),
+        format!("{SERVER_LO}:7000"),
+    ];
+    server_args.extend(tap_args(key, "taps", "brs"));
+    let server = Tunnel::start(&sites.srv, &server_args);
+    server.wait_for("is up");
+    server
+}
+
+/// The client end in `sites.site` over every line, its TAP `tapc` in the bridge `brc`;
+/// returns once its session is open.
+fn start_the_tap_client(sites: &Sites, key: &str) -> Tunnel {
+    let mut client_args = vec!["client".to_owned(), format!("{SERVER_LO}:7000")];
+    client_args.extend(Sites::line_args());
+    client_args.extend(tap_args(key, "tapc", "brc"));
+    let client = Tunnel::start(&sites.site, &client_args);
+    client.wait_for("session");
+    client
+}
+
+/// Pings from ha's packet socket `ha_socket` in every VLAN, [`PINGS`] times, while
+/// `hb_socket` answers each request in its VLAN with the request's tags: the requests hb
+/// saw and the replies ha saw.
+fn ping_in_each_vlan(ha_socket: &OwnedFd, hb_socket: OwnedFd) -> (Vec<Echo>, Vec<Echo>) {
     let deadline = Instant::now() + Duration::from_secs(PINGS as u64 / 50 * 3 + 3);
     let responder = std::thread::spawn(move || {
         let mut requests: Vec<Echo> = Vec::new();
@@ -379,14 +405,19 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
         }
     });
     let mut replies: Vec<Echo> = Vec::new();
-    receive_echoes(&ha_socket, deadline, |echo| {
+    receive_echoes(ha_socket, deadline, |echo| {
         if !echo.request {
             replies.push(echo);
         }
     });
     sender.join().unwrap();
     let requests = responder.join().unwrap();
+    (requests, replies)
+}
 
+/// Each VLAN's requests arrived at hb and its answers at ha, every one with its tags and
+/// addresses unchanged; nothing arrived that was not sent.
+fn check_each_vlan_crossed_with_its_tags(requests: &[Echo], replies: &[Echo]) {
     for (k, vlan) in VLANS.iter().enumerate() {
         let expected = |request: bool| Echo {
             tags: vlan.tags.to_vec(),
@@ -418,7 +449,7 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
                 .map(|e| e.seq)
                 .collect()
         };
-        let (asked, answered) = (mine(&requests, true), mine(&replies, false));
+        let (asked, answered) = (mine(requests, true), mine(replies, false));
         eprintln!(
             "VLAN tags {}: {} of {PINGS} requests arrived at hb with their tags, {} answers at ha",
             vlan.tags
@@ -434,15 +465,18 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
         assert_eq!(answered, all, "VLAN {:?}: answers", vlan.tags);
     }
     // Nothing arrived that was not sent: every echo is one of the VLANs' own.
-    for echo in requests.iter().chain(&replies) {
+    for echo in requests.iter().chain(replies) {
         assert!(
             VLANS.iter().any(|v| v.tags == echo.tags.as_slice()
                 && (echo.macs == (v.mac_a, v.mac_b) || echo.macs == (v.mac_b, v.mac_a))),
             "a frame no VLAN sent: {echo:?}"
         );
     }
+}
 
-    // The server first: a client that stops first closes its session there.
+/// Stops the `server` first (a client that stops first closes its session there), then
+/// the `client`: each carried every ping's frames, by its final stats.
+fn check_the_final_counters(server: Tunnel, client: Tunnel) {
     let final_stats = |tunnel: Tunnel| {
         let (status, stdout) = tunnel.stop_with_output();
         assert!(status.success(), "{status:?}");
@@ -463,7 +497,6 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
     );
     assert!(inner(&client_stats, "inner_in") >= frames);
     assert!(inner(&server_stats, "inner_out") >= frames);
-    drop(sites);
 }
 
 #[test]
