@@ -479,6 +479,8 @@ fn secs(d: Duration) -> String {
 }
 
 #[test]
+// One scenario: the chaos loop's kill, restart and reopen times feed the final report.
+#[allow(clippy::too_many_lines)]
 fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_killed_server() {
     let Some(_serial) = privileged_paired("a_transfer_through_the_tunnel_survives_chaos") else {
         return;
