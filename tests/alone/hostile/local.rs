@@ -88,7 +88,15 @@ fn lab_clean_deletes_a_killed_shells_table_and_nothing_only_named_like_it() {
         .run(|| std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward"))
         .unwrap()
         .unwrap();
-    assert_eq!(forwarding.trim(), "0", "forwarding restored: {said}");
+    assert_eq!(
+        forwarding.trim(),
+        "0",
+        "forwarding restored: {said}\nlocks: {}\nruntime dir: {:?}",
+        std::fs::read_to_string("/proc/locks").unwrap_or_default(),
+        std::fs::read_dir("/run/pathlab")
+            .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+            .unwrap_or_default()
+    );
 }
 
 #[test]
@@ -161,6 +169,21 @@ fn record_of(netns: &Netns, table: &str) -> Option<PathBuf> {
 
 /// `pathlab shell` with NAT in `netns`, running `sleep`, once its table is made; the
 /// table's name.
+/// Whether the shell `pid` has a child (of any of its threads) that runs `sleep`: its
+/// program, exec'd.
+fn runs_its_program(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        children.split_whitespace().any(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/comm"))
+                .is_ok_and(|comm| comm.trim() == "sleep")
+        })
+    })
+}
+
 fn shell_with_nat(netns: &Netns) -> (Shell, String) {
     let shell = Shell(
         netns
@@ -174,15 +197,20 @@ fn shell_with_nat(netns: &Netns) -> (Shell, String) {
     let prefix = format!("pathlab-{}-", shell.id());
     let waited = Instant::now();
     loop {
+        // Its table, and its program running: a shell killed while it starts its program
+        // leaves the forked child holding the shell's descriptors (its share of the
+        // forwarding lock among them) until the child execs, and `lab clean` run in that
+        // moment rightly takes the lock for a live shell's.
         if let Some(table) = tables_in(netns)
             .into_iter()
             .find(|t| t.starts_with(&prefix))
+            .filter(|_| runs_its_program(shell.id()))
         {
             return (shell, table);
         }
         assert!(
             waited.elapsed() < Duration::from_secs(10),
-            "the shell made no table {prefix}*"
+            "the shell made no table {prefix}* or did not start its program"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
