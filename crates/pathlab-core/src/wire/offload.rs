@@ -353,7 +353,7 @@ impl Cut {
             first_seq,
         } = *self;
         let l4_len = segment.len() - l4;
-        if protocol == PROTOCOL_TCP {
+        let checksum_field = if protocol == PROTOCOL_TCP {
             let mut tcp = TcpSegment::new_checked(&mut segment[l4..]).expect("checked above");
             tcp.set_seq(first_seq.wrapping_add((index * segment_size) as u32));
             let mut flags = tcp.flags();
@@ -365,19 +365,16 @@ impl Cut {
             }
             tcp.set_flags(flags);
             tcp.set_checksum(0);
-            let checksum = l4_checksum(segment, ip, version, protocol, l4);
-            TcpSegment::new_checked(&mut segment[l4..])
-                .expect("checked above")
-                .set_checksum(checksum);
+            tcp::field::CHECKSUM
         } else {
             let mut udp = UdpDatagram::new_checked(&mut segment[l4..]).expect("checked above");
             udp.set_len(l4_len as u16);
             udp.set_checksum(0);
-            let checksum = l4_checksum(segment, ip, version, protocol, l4);
-            UdpDatagram::new_checked(&mut segment[l4..])
-                .expect("checked above")
-                .set_checksum(checksum);
-        }
+            udp::field::CHECKSUM
+        };
+        let checksum = l4_checksum(segment, ip, version, protocol, l4);
+        segment[l4 + checksum_field.start..l4 + checksum_field.end]
+            .copy_from_slice(&checksum.to_be_bytes());
     }
 }
 
