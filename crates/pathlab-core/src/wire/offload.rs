@@ -198,11 +198,7 @@ pub fn to_wire_frames_from(
     pool: &mut BufferPool,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
-    if is_super_packet(vnet) {
-        segment(frame, Framing::Ethernet, vnet, pool, emit)
-    } else {
-        pass_whole(pool.copy_of(frame), vnet, emit)
-    }
+    cut_or_copy(frame, Framing::Ethernet, vnet, pool, emit)
 }
 
 /// Turns one packet read from a TUN device with offloads on (`IFF_VNET_HDR`, without its
@@ -216,10 +212,23 @@ pub fn to_ip_packets(
     pool: &mut BufferPool,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
+    cut_or_copy(packet, Framing::Ip, vnet, pool, emit)
+}
+
+/// A super-packet still in a receive buffer cut where it is, or anything else copied
+/// whole into a buffer from `pool`: what [`to_wire_frames_from`] and [`to_ip_packets`] do,
+/// each with its framing.
+fn cut_or_copy(
+    bytes: &[u8],
+    framing: Framing,
+    vnet: &VnetHeader,
+    pool: &mut BufferPool,
+    emit: &mut dyn FnMut(Vec<u8>),
+) -> Result<usize, OffloadError> {
     if is_super_packet(vnet) {
-        segment(packet, Framing::Ip, vnet, pool, emit)
+        segment(bytes, framing, vnet, pool, emit)
     } else {
-        pass_whole(pool.copy_of(packet), vnet, emit)
+        pass_whole(pool.copy_of(bytes), vnet, emit)
     }
 }
 
