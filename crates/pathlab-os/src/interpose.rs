@@ -299,13 +299,15 @@ pub fn interpose(
         .holder
         .run(|| {
             let mut netlink = Netlink::open()?;
+            let mut ports = Vec::new();
             for name in [iface, inside.as_str()] {
                 let link = netlink
                     .link_by_name(name)?
                     .ok_or_else(|| io::Error::other(format!("'{name}' is not in the holder")))?;
-                netlink.set_up(link.index, true)?;
+                ports.push(link.index);
             }
-            Ok(())
+            // Silent even where the holder's IPv6 could not be turned off (make_holder).
+            netlink.set_up_without_link_local(&ports)
         })
         .and_then(|r| r)
         .map_err(failed("bringing up the emulator's ports"))?;
@@ -483,7 +485,12 @@ fn move_behind_standin(
 fn make_holder(path: &Path) -> io::Result<Netns> {
     let holder = Netns::new()?;
     for key in ["all", "default"] {
-        holder.set_sysctl(&format!("net/ipv6/conf/{key}/disable_ipv6"), "1")?;
+        match holder.set_sysctl(&format!("net/ipv6/conf/{key}/disable_ipv6"), "1") {
+            // /proc/sys read-only, as in a container that is not privileged: the ports
+            // come up with no IPv6 address generation instead (interpose), as silent.
+            Err(error) if error.raw_os_error() == Some(libc::EROFS) => {}
+            other => other?,
+        }
     }
     File::create(path)?;
     let target = path.to_string_lossy().into_owned();
@@ -841,7 +848,20 @@ fn reapply(record: &Record, index: u32) -> io::Result<Vec<String>> {
             break;
         }
     }
-    write_sysctls(late, &mut notes);
+    // Through netlink: it works where /proc/sys is read-only (a container).
+    for (_, key, value) in late {
+        let now = fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{name}/{key}"));
+        if now.is_ok_and(|now| now.trim_end() == value) {
+            continue;
+        }
+        let set = value
+            .parse::<u8>()
+            .map_err(io::Error::other)
+            .and_then(|mode| netlink.set_addr_gen_mode(index, mode));
+        if let Err(error) = set {
+            notes.push(format!("ipv6 {key} stays as it is, not {value} ({error})"));
+        }
+    }
     notes.extend(failures.into_iter().map(|f| format!("not restored: {f}")));
     Ok(notes)
 }

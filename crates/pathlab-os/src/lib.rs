@@ -33,6 +33,6 @@ pub mod tun;
 
 pub use clock::{unix_now_ns, unix_now_secs, Clock};
 pub use process::{
-    die_with_spawner, kill, read_termination_signal, require_net_admin, terminate,
-    termination_signals, wait_for_termination, NeedsNetAdmin,
+    die_with_spawner, kill, missing_capabilities, read_termination_signal, require_net_admin,
+    terminate, termination_signals, wait_for_termination, Capability, NeedsNetAdmin,
 };

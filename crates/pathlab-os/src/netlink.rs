@@ -707,15 +707,18 @@ impl Netlink {
     /// once there are thousands), then goes up; many to a system call.
     pub fn set_up_without_link_local(&mut self, indices: &[u32]) -> io::Result<()> {
         self.requests(indices.iter().flat_map(|&index| {
-            let mut no_link_local = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
-            no_link_local
-                .begin_nest(IFLA_AF_SPEC)
-                .begin_nest(libc::AF_INET6 as u16)
-                .attr(IFLA_INET6_ADDR_GEN_MODE, &[IN6_ADDR_GEN_MODE_NONE])
-                .end_nest()
-                .end_nest();
-            [no_link_local, up_message(index, true)]
+            [
+                addr_gen_mode_message(index, IN6_ADDR_GEN_MODE_NONE),
+                up_message(index, true),
+            ]
         }))
+    }
+
+    /// Sets an interface's IPv6 address generation mode (the `addr_gen_mode` sysctl's
+    /// values: 0 EUI-64, 1 none, 2 stable privacy, 3 random) through netlink, which works
+    /// where `/proc/sys` is mounted read-only (a container that is not privileged).
+    pub fn set_addr_gen_mode(&mut self, index: u32, mode: u8) -> io::Result<()> {
+        self.request(addr_gen_mode_message(index, mode))
     }
 
     /// Sets an interface's MTU.
@@ -931,6 +934,18 @@ impl Netlink {
 }
 
 /// An RTM_NEWLINK request setting interface `index` up or down.
+/// An RTM_NEWLINK request: interface `index`'s IPv6 address generation mode is `mode`.
+fn addr_gen_mode_message(index: u32, mode: u8) -> Message {
+    let mut message = Message::new(RTM_NEWLINK, NLM_F_ACK, &ifinfomsg(index, 0, 0));
+    message
+        .begin_nest(IFLA_AF_SPEC)
+        .begin_nest(libc::AF_INET6 as u16)
+        .attr(IFLA_INET6_ADDR_GEN_MODE, &[mode])
+        .end_nest()
+        .end_nest();
+    message
+}
+
 fn up_message(index: u32, up: bool) -> Message {
     Message::new(
         RTM_NEWLINK,

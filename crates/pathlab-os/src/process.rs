@@ -13,6 +13,53 @@ pub struct NeedsNetAdmin {
     pub command: &'static str,
 }
 
+/// A capability a command may need beyond CAP_NET_ADMIN, with what it is needed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// CAP_NET_RAW: packet sockets, to read and write an interface's frames.
+    NetRaw,
+    /// CAP_SYS_ADMIN: a network namespace of its own, bind-mounted (where an emulator holds
+    /// the interface it stands in front of).
+    SysAdmin,
+}
+
+impl Capability {
+    /// Its name as `docker run --cap-add` and containerlab's `cap-add` write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Capability::NetRaw => "NET_RAW",
+            Capability::SysAdmin => "SYS_ADMIN",
+        }
+    }
+
+    /// What it is needed for.
+    pub fn needed_for(self) -> &'static str {
+        match self {
+            Capability::NetRaw => "packet sockets on the interfaces it emulates on",
+            Capability::SysAdmin => {
+                "a network namespace of its own for each interface it emulates on, \
+                 bind-mounted so that a crash leaves it where `lab clean` finds it"
+            }
+        }
+    }
+
+    fn number(self) -> u32 {
+        match self {
+            Capability::NetRaw => 13,
+            Capability::SysAdmin => 21,
+        }
+    }
+}
+
+/// Those of `wanted` that the process lacks (in its effective set).
+pub fn missing_capabilities(wanted: &[Capability]) -> Vec<Capability> {
+    wanted
+        .iter()
+        .copied()
+        .filter(|capability| !crate::sys::has_capability(capability.number()))
+        .collect()
+}
+
 /// Checks that the process may administer the network, before anything is touched.
 pub fn require_net_admin(command: &'static str) -> Result<(), NeedsNetAdmin> {
     if !crate::sys::has_cap_net_admin() {

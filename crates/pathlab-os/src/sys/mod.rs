@@ -466,7 +466,13 @@ fn capabilities() -> io::Result<[CapData; 2]> {
 /// Whether the calling thread has CAP_NET_ADMIN in its effective set (as the whole process
 /// does, unless a thread dropped it).
 pub fn has_cap_net_admin() -> bool {
-    capabilities().is_ok_and(|data| data[0].effective & (1 << CAP_NET_ADMIN) != 0)
+    has_capability(CAP_NET_ADMIN)
+}
+
+/// Whether the calling thread has capability number `capability` (below 32, as every one
+/// pathlab asks about) in its effective set.
+pub fn has_capability(capability: u32) -> bool {
+    capabilities().is_ok_and(|data| data[0].effective & (1 << capability) != 0)
 }
 
 /// Removes CAP_NET_ADMIN from the calling thread's effective set (the permitted set keeps
