@@ -8,6 +8,7 @@
 //! 765 on the development machine, idle (2026-11-29).
 
 mod control;
+mod docker;
 mod emulate;
 mod engines;
 mod hostile;

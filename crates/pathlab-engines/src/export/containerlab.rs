@@ -8,8 +8,13 @@
 //!
 //! What a working lab needs beyond containerlab's defaults: `pathlab node` configures its
 //! interfaces and puts emulators on them, so it needs CAP_NET_ADMIN and packet sockets
-//! (CAP_NET_RAW); containerlab runs nodes privileged by default, and the file asks for both
-//! capabilities so a lab with `privileged: false` defaults still works. A linux node
+//! (CAP_NET_RAW), and it holds each interface it emulates on in a namespace of its own,
+//! bind-mounted (CAP_SYS_ADMIN); containerlab runs nodes privileged by default, and the
+//! file asks for the three capabilities so a lab with `privileged: false` defaults still
+//! works. Docker mounts `/proc/sys` read-only in a container that is not privileged, so
+//! the sysctls a node needs are the file's too: forwarding on, IPv6 not disabled (Docker
+//! disables it in a container whose network has none). Tested in Docker, unprivileged, as
+//! containerlab would start the nodes (tests/alone/docker.rs). A linux node
 //! restarts by default, and a restarted container has lost every interface but eth0
 //! (containerlab's docs): the nodes say `restart-policy: "no"`. eth0 stays on the
 //! management network, where each node serves its results and metrics.
@@ -30,7 +35,14 @@ pub fn topology_file_name(lab: &str) -> String {
 }
 
 /// The capabilities `pathlab node` needs.
-const CAPABILITIES: [&str; 2] = ["NET_ADMIN", "NET_RAW"];
+const CAPABILITIES: [&str; 3] = ["NET_ADMIN", "NET_RAW", "SYS_ADMIN"];
+
+/// The sysctls `pathlab node` needs, set by the engine where `/proc/sys` is read-only.
+const SYSCTLS: [(&str, &str); 3] = [
+    ("net.ipv4.ip_forward", "1"),
+    ("net.ipv6.conf.all.forwarding", "1"),
+    ("net.ipv6.conf.all.disable_ipv6", "0"),
+];
 
 /// The topology file, then every node's config.
 pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
@@ -76,6 +88,10 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
         line(6, "cap-add:");
         for capability in CAPABILITIES {
             line(8, &format!("- {}", quote(capability)));
+        }
+        line(6, "sysctls:");
+        for (key, value) in SYSCTLS {
+            line(8, &format!("{}: {}", quote(key), quote(value)));
         }
         line(6, "restart-policy: \"no\"");
     }
@@ -133,7 +149,10 @@ mod tests {
                  /etc/pathlab/token\"\n      binds:\n        \
                  - \"{name}.toml:/etc/pathlab/node.toml:ro\"\n        \
                  - \"token:/etc/pathlab/token:ro\"\n      cap-add:\n        \
-                 - \"NET_ADMIN\"\n        - \"NET_RAW\"\n      restart-policy: \"no\"\n"
+                 - \"NET_ADMIN\"\n        - \"NET_RAW\"\n        - \"SYS_ADMIN\"\n      \
+                 sysctls:\n        \"net.ipv4.ip_forward\": \"1\"\n        \
+                 \"net.ipv6.conf.all.forwarding\": \"1\"\n        \
+                 \"net.ipv6.conf.all.disable_ipv6\": \"0\"\n      restart-policy: \"no\"\n"
             )
         };
         // A node named `no` stays a string, not YAML 1.1's false.
