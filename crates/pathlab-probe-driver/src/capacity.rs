@@ -5,13 +5,14 @@
 use std::time::Duration;
 
 use pathlab_core::format::{self, Digits};
+use pathlab_core::BitsPerSec;
 use pathlab_probe::capacity::{self, AvailableSearch, CapacityProgress, CapacityReport, TrainPlan};
 use pathlab_probe::control::Direction;
 use pathlab_probe::mtu;
 use pathlab_probe::session::SessionError;
 use pathlab_probe::shaper;
 
-use crate::{Client, MeasureError, Partial, ProbeArrivals};
+use crate::{Client, MeasureError, Partial, ProbeArrivals, ServerTarget};
 
 /// How a capacity run goes.
 #[derive(Debug, Clone)]
@@ -58,6 +59,132 @@ impl CapacityOptions {
             max_rate_bps: None,
         }
     }
+}
+
+/// What `pathlab capacity` measures: the server, the directions in turn, and each
+/// direction's steps.
+#[derive(Debug, Clone)]
+pub struct CapacityConfig {
+    /// The server to measure against.
+    pub target: ServerTarget,
+    /// The directions to measure, in this order.
+    pub directions: Vec<Direction>,
+    /// Packet pairs to send.
+    pub pairs: u32,
+    /// Packet trains to send.
+    pub trains: u32,
+    /// Streams per rate in the available-bandwidth search.
+    pub streams: u32,
+    /// Whether to search for the available bandwidth after the capacity.
+    pub available: bool,
+    /// The byte budget of the shaper stream after the trains; none when `None`.
+    pub shaper_budget: Option<u64>,
+    /// The highest rate any probe stream is sent at (the server's own bound applies too).
+    pub max_rate: Option<BitsPerSec>,
+}
+
+impl CapacityConfig {
+    /// The options of `direction`'s run, its probes bounded by `max_rate_bps`.
+    fn options(&self, direction: Direction, max_rate_bps: f64) -> CapacityOptions {
+        CapacityOptions {
+            pairs: self.pairs,
+            trains: self.trains,
+            streams: self.streams,
+            available: self.available,
+            shaper_budget: self.shaper_budget,
+            max_rate_bps: Some(max_rate_bps),
+            ..CapacityOptions::new(direction)
+        }
+    }
+}
+
+/// What a `capacity` run tells its caller as it goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CapacityEvent<'a> {
+    /// The server answered: no probe goes faster than `max_rate_bps` (bits/s, the lower
+    /// of the configured bound and the server's).
+    Probing {
+        /// The highest probe rate, bits/s.
+        max_rate_bps: f64,
+    },
+    /// A step of `direction`'s run ended: a line saying what it found.
+    Step {
+        /// The direction being measured.
+        direction: Direction,
+        /// What the step found.
+        line: &'a str,
+    },
+}
+
+/// Why a `capacity` run stopped, and what it had measured by then.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{error}", match direction { Some(d) => format!("{}: {step}: ", d.name()), None => String::new() })]
+pub struct CapacityFailure {
+    /// The direction that failed; `None` when the first connection, before any probe,
+    /// did.
+    pub direction: Option<Direction>,
+    /// The step that failed ([`CapacityProgress::running_step`]).
+    pub step: &'static str,
+    /// Why.
+    pub error: MeasureError,
+    /// The directions that finished.
+    pub done: Vec<CapacityReport>,
+    /// The failed direction's steps that finished, if any did.
+    pub interrupted: Option<Box<CapacityProgress>>,
+}
+
+impl CapacityFailure {
+    /// Whether the run measured anything before it failed.
+    pub fn measured_anything(&self) -> bool {
+        !self.done.is_empty() || self.interrupted.is_some()
+    }
+}
+
+/// Runs `config`: connects once first, so that a wrong host or key fails before anything is
+/// sent, then measures each direction in turn with a fresh connection per step;
+/// `on_event` hears the highest probe rate and a line per step as it ends.
+pub fn run(
+    config: &CapacityConfig,
+    on_event: &mut dyn FnMut(CapacityEvent<'_>),
+) -> Result<Vec<CapacityReport>, Box<CapacityFailure>> {
+    let connect = || config.target.connect();
+    let limit = connect()
+        .map_err(|error| {
+            Box::new(CapacityFailure {
+                direction: None,
+                step: "path MTU",
+                error,
+                done: Vec::new(),
+                interrupted: None,
+            })
+        })?
+        .limits
+        .max_rate_bps as f64;
+    let max_rate_bps = config
+        .max_rate
+        .map_or(limit, |rate| (rate.bits_per_sec() as f64).min(limit));
+    on_event(CapacityEvent::Probing { max_rate_bps });
+    let mut done = Vec::with_capacity(config.directions.len());
+    for &direction in &config.directions {
+        let options = config.options(direction, max_rate_bps);
+        let mut log = |line: &str| on_event(CapacityEvent::Step { direction, line });
+        match measure_or_partial(&connect, &options, &mut log) {
+            Ok(report) => done.push(report),
+            Err(partial) => {
+                return Err(Box::new(CapacityFailure {
+                    direction: Some(direction),
+                    step: partial
+                        .measured
+                        .as_ref()
+                        .map_or("path MTU", |progress| progress.running_step()),
+                    error: partial.error,
+                    done,
+                    interrupted: partial.measured,
+                }))
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// Measures capacity (and available bandwidth) with a fresh connection from `connect` per
@@ -390,4 +517,41 @@ fn shaper_stream(
     second.rested_ns = rest;
     log(&second.describe());
     Ok((sent, Some(second)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(target: ServerTarget) -> CapacityConfig {
+        CapacityConfig {
+            target,
+            directions: vec![Direction::Up, Direction::Down],
+            pairs: 10,
+            trains: 5,
+            streams: 1,
+            available: false,
+            shaper_budget: None,
+            max_rate: Some(BitsPerSec(20_000_000)),
+        }
+    }
+
+    #[test]
+    fn a_direction_runs_with_the_configured_steps_under_the_lower_bound() {
+        let options = config(crate::loopback::nobody()).options(Direction::Down, 5e6);
+        assert_eq!(options.direction, Direction::Down);
+        assert_eq!((options.pairs, options.trains, options.streams), (10, 5, 1));
+        assert!(!options.available && options.shaper_budget.is_none());
+        assert_eq!(options.max_rate_bps, Some(5e6));
+    }
+
+    #[test]
+    fn a_server_that_cannot_be_reached_fails_the_run_before_any_direction() {
+        let mut events = 0;
+        let failure = run(&config(crate::loopback::nobody()), &mut |_| events += 1).unwrap_err();
+        assert_eq!(events, 0);
+        assert_eq!(failure.direction, None);
+        assert!(!failure.measured_anything());
+        assert!(matches!(failure.error, MeasureError::Unreachable { .. }));
+    }
 }

@@ -16,6 +16,13 @@
 //! UDP, [`streams`] for TCP); [`capacity`], [`bloat`], [`rfc6349`] and [`blocks`] are the
 //! multi-step tests built on them, [`ping`] an ICMP pinger, [`sockdiag`] the kernel's view
 //! of other programs' sockets for `inspect`.
+//!
+//! Each client command's run is here too, behind a configuration the command line builds
+//! ([`owd::OwdConfig`], [`rtt::RttConfig`], [`tcp::TcpConfig`],
+//! [`capacity::CapacityConfig`], [`bloat::BloatConfig`], each naming its [`ServerTarget`]):
+//! it connects, runs the tests in turn, tells its caller of its progress through a
+//! callback and returns what it measured, or an error that keeps what it had measured. It
+//! prints nothing; the command prints and saves.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -27,13 +34,19 @@ pub mod client;
 mod conn;
 pub mod counters;
 mod error;
+#[cfg(test)]
+mod loopback;
 pub mod mtu;
+pub mod owd;
 pub mod ping;
 pub mod probes;
 pub mod rfc6349;
+pub mod rtt;
 pub mod server;
 pub mod sockdiag;
 pub mod streams;
+mod target;
+pub mod tcp;
 
 pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
 pub use counters::{metrics, MeasurementServerCounters, RefusalReason, TestKind, TestOutcome};
@@ -41,6 +54,7 @@ pub use error::{Interruption, MeasureError, Partial, Starvation};
 pub use pathlab_probe::session::MAX_STREAMS;
 pub use server::{Server, ServerConfig};
 pub use streams::{TcpOptions, TcpTest};
+pub use target::ServerTarget;
 
 pub(crate) use conn::{
     clock, prepare_probe_socket, random, timed_out, until, Conn, Control, STRAGGLERS_STD,

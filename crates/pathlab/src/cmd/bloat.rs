@@ -5,7 +5,8 @@ use std::io::Write as _;
 use std::time::Duration;
 
 use pathlab_core::format::{self, Digits};
-use pathlab_probe::bloat::{self, BloatReport, BloatSettings, Phase, PhaseSummary};
+use pathlab_probe::bloat::{BloatReport, BloatSettings, Phase, PhaseSummary};
+use pathlab_probe_driver::bloat::{BloatConfig, BloatEvent, BloatRunError};
 
 use crate::cmd::client::{measure_error, Progress};
 use crate::usage;
@@ -133,77 +134,44 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if human {
         print_plan(&mut out, &args.server.host, &settings)?;
     }
-    let mut records = Vec::with_capacity(settings.phases.len());
-    let mut baseline = None;
-    // A phase that fails ends the run, saving the phases before it and its own record.
-    let failed = |error: anyhow::Error,
-                  records: Vec<bloat::PhaseRecord>,
-                  baseline: Option<u64>,
-                  interrupted: Option<bloat::PhaseRecord>| {
-        if records.is_empty() && interrupted.is_none() {
-            return error;
-        }
-        let phases = records
-            .iter()
-            .map(|record| bloat::summarize(&settings, baseline, record))
-            .collect();
-        args.client.save_partial(
-            error,
-            PARTIAL,
-            pathlab_results::RunResult::BloatPartial(Box::new(bloat::BloatProgress {
-                settings: settings.clone(),
-                baseline_rtt_ns: baseline,
-                phases,
-                records,
-                interrupted,
-            })),
-        )
+    // The plan is said first, even when the key file then turns out unusable.
+    let config = BloatConfig {
+        settings,
+        target: args.client.target(&args.server.host)?,
     };
-    for &phase in &settings.phases {
-        let connected = args.client.connect(&args.server.host).and_then(|probes| {
-            let load = if phase == Phase::Idle {
-                None
-            } else {
-                Some(args.client.connect(&args.server.host)?)
-            };
-            Ok((probes, load))
-        });
-        let (probes, load) = match connected {
-            Ok(clients) => clients,
-            Err(error) => {
-                let error = error.context(format!("{} phase", phase.name()));
-                return Err(failed(error, records, baseline, None));
+    let mut progress = None;
+    let mut printed = Ok(());
+    let outcome = pathlab_probe_driver::bloat::run(&config, &mut |event| match event {
+        BloatEvent::PhaseStarted { phase, length } => {
+            progress = Progress::start(phase.name(), length);
+        }
+        BloatEvent::PhaseDone(summary) => {
+            progress = None;
+            if human && printed.is_ok() {
+                printed = print_phase(&mut out, summary).and_then(|()| out.flush());
             }
-        };
-        let length = settings.probe_count(phase) * settings.probe_interval_ns;
-        let progress = Progress::start(phase.name(), Duration::from_nanos(length));
-        let record =
-            match pathlab_probe_driver::bloat::run_phase_or_partial(&settings, phase, probes, load)
-            {
-                Ok(record) => record,
-                Err(partial) => {
-                    drop(progress);
-                    let error =
-                        measure_error(partial.error).context(format!("{} phase", phase.name()));
-                    let interrupted = partial.measured.map(|record| *record);
-                    return Err(failed(error, records, baseline, interrupted));
-                }
-            };
-        drop(progress);
-        if phase == Phase::Idle {
-            baseline = Some(bloat::baseline_rtt_ns(&settings, &record).ok_or(
-                bloat::BloatError::NoBaseline {
-                    sent: record.probes.sent,
-                },
-            )?);
         }
-        if human {
-            print_phase(&mut out, &bloat::summarize(&settings, baseline, &record))?;
-            out.flush()?;
+    });
+    drop(progress);
+    let report = outcome.map_err(|error| match error {
+        BloatRunError::Phase {
+            phase,
+            error,
+            measured,
+        } => {
+            let error = measure_error(error).context(format!("{} phase", phase.name()));
+            match measured {
+                Some(progress) => args.client.save_partial(
+                    error,
+                    PARTIAL,
+                    pathlab_results::RunResult::BloatPartial(progress),
+                ),
+                None => error,
+            }
         }
-        records.push(record);
-    }
-    let report = bloat::analyse(settings, records)?;
+        analysis @ BloatRunError::Analysis(_) => anyhow::Error::new(analysis),
+    })?;
+    printed?;
     args.client
         .save(|| pathlab_results::RunResult::Bloat(Box::new(report.clone())))?;
     if human {

@@ -7,7 +7,7 @@ use pathlab_core::format::{self, Digits};
 use pathlab_probe::capacity::CapacityReport;
 use pathlab_probe::control::Direction;
 use pathlab_probe::shaper;
-use pathlab_probe_driver::capacity::CapacityOptions;
+use pathlab_probe_driver::capacity::{self, CapacityConfig, CapacityEvent};
 
 use crate::cmd::client::measure_error;
 use crate::usage;
@@ -69,75 +69,68 @@ fn parse_budget(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+impl Args {
+    /// What to measure, checked: a usage error names the option that will not do.
+    fn config(&self) -> anyhow::Result<CapacityConfig> {
+        check_args(self)?;
+        let directions = match self.direction.as_str() {
+            "up" => vec![Direction::Up],
+            "down" => vec![Direction::Down],
+            _ => vec![Direction::Up, Direction::Down],
+        };
+        Ok(CapacityConfig {
+            target: self.client.target(&self.server.host)?,
+            directions,
+            pairs: self.pairs,
+            trains: self.trains,
+            streams: self.streams,
+            available: !self.no_available,
+            shaper_budget: (!self.no_shaper).then_some(self.shaper_budget),
+            max_rate: self.max_rate,
+        })
+    }
+}
+
 /// Runs `pathlab capacity`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    check_args(args)?;
-    let directions: &[Direction] = match args.direction.as_str() {
-        "up" => &[Direction::Up],
-        "down" => &[Direction::Down],
-        _ => &[Direction::Up, Direction::Down],
-    };
-    let key = args.client.key.read()?;
-    let connect = || {
-        pathlab_probe_driver::Client::connect(
-            &args.server.host,
-            key.clone(),
-            pathlab_probe_driver::CONNECT_TIMEOUT,
-        )
-    };
-    // Connect once first, so a wrong host or key fails before anything is sent.
-    let limit = connect().map_err(measure_error)?.limits.max_rate_bps as f64;
-    let max_rate = args
-        .max_rate
-        .map_or(limit, |rate| (rate.bits_per_sec() as f64).min(limit));
-    let start = probing_text(args, max_rate);
-    if args.client.output.json {
-        eprintln!("{start}");
-    } else {
-        println!("{start}");
-    }
-    let mut reports = Vec::new();
-    for &direction in directions {
-        let options = CapacityOptions {
-            pairs: args.pairs,
-            trains: args.trains,
-            streams: args.streams,
-            available: !args.no_available,
-            shaper_budget: (!args.no_shaper).then_some(args.shaper_budget),
-            max_rate_bps: Some(max_rate),
-            ..CapacityOptions::new(direction)
-        };
-        let json = args.client.output.json;
-        let mut log = |line: &str| {
+    let config = args.config()?;
+    let json = args.client.output.json;
+    let reports = capacity::run(&config, &mut |event| match event {
+        CapacityEvent::Probing { max_rate_bps } => {
+            let start = probing_text(args, max_rate_bps);
+            if json {
+                eprintln!("{start}");
+            } else {
+                println!("{start}");
+            }
+        }
+        CapacityEvent::Step { direction, line } => {
             if !json {
                 println!("{}: {line}", direction.name());
             }
-        };
-        match pathlab_probe_driver::capacity::measure_or_partial(&connect, &options, &mut log) {
-            Ok(report) => reports.push(report),
-            Err(partial) => {
-                let step = partial
-                    .measured
-                    .as_ref()
-                    .map_or("path MTU", |progress| progress.running_step());
-                let error =
-                    measure_error(partial.error).context(format!("{}: {step}", direction.name()));
-                if reports.is_empty() && partial.measured.is_none() {
-                    return Err(error);
-                }
-                return Err(args.client.save_partial(
-                    error,
-                    PARTIAL,
-                    pathlab_results::RunResult::CapacityPartial(Box::new(
-                        pathlab_results::CapacityPartial {
-                            done: reports,
-                            interrupted: partial.measured.map(|measured| *measured),
-                        },
-                    )),
-                ));
-            }
         }
-    }
+    })
+    .map_err(|failure| {
+        let measured_anything = failure.measured_anything();
+        let error = measure_error(failure.error);
+        let Some(direction) = failure.direction else {
+            return error;
+        };
+        let error = error.context(format!("{}: {}", direction.name(), failure.step));
+        if !measured_anything {
+            return error;
+        }
+        args.client.save_partial(
+            error,
+            PARTIAL,
+            pathlab_results::RunResult::CapacityPartial(Box::new(
+                pathlab_results::CapacityPartial {
+                    done: failure.done,
+                    interrupted: failure.interrupted.map(|measured| *measured),
+                },
+            )),
+        )
+    })?;
     args.client
         .save(|| pathlab_results::RunResult::Capacity(reports.clone()))?;
     if args.client.output.json {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use pathlab_probe::session::SessionError;
-use pathlab_probe_driver::{Client, MeasureError};
+use pathlab_probe_driver::{MeasureError, Partial, ServerTarget};
 
 use crate::cmd::args::{ClientKey, JsonOutput};
 use crate::usage;
@@ -24,10 +24,26 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// Connects to `host` with the key, if any.
-    pub fn connect(&self, host: &str) -> anyhow::Result<Client> {
-        let key = self.key.read()?;
-        Client::connect(host, key, pathlab_probe_driver::CONNECT_TIMEOUT).map_err(measure_error)
+    /// The server at `host`, with the key read from its file, if any (a usage error when
+    /// the file will not do).
+    pub fn target(&self, host: &str) -> anyhow::Result<ServerTarget> {
+        Ok(ServerTarget::new(host, self.key.read()?))
+    }
+
+    /// The error a run that failed ends the command with, after saving what it measured
+    /// (`partial.measured`, which holds what `what` says, made a result by `result`) as
+    /// [`ClientOptions::save_partial`] does.
+    pub fn failed<T>(
+        &self,
+        partial: Partial<T>,
+        what: &str,
+        result: impl FnOnce(Box<T>) -> pathlab_results::RunResult,
+    ) -> anyhow::Error {
+        let error = measure_error(partial.error);
+        match partial.measured {
+            Some(measured) => self.save_partial(error, what, result(measured)),
+            None => error,
+        }
     }
 
     /// Writes `result` to `--save`, if given.

@@ -1,13 +1,13 @@
 //! `pathlab owd`: one-way delay probing, as the seed's link-aggregation probe does it.
 
 use std::io::Write as _;
-use std::time::Duration;
 
 use pathlab_core::format::{self, Digits};
 use pathlab_probe::control::Direction;
 use pathlab_probe::owd::{OneWayResult, QueueVerdict};
+use pathlab_probe_driver::owd::{self, OwdConfig, OwdEvent};
 
-use crate::cmd::client::{measure_error, Progress};
+use crate::cmd::client::Progress;
 use crate::{chart, usage};
 
 /// Arguments of `pathlab owd`.
@@ -43,63 +43,56 @@ probes received until then, counted as sent up to the highest sequence number re
 server's own count never came); an upward one keeps nothing (the server's records of what \
 arrived come at the end of the test)";
 
+impl Args {
+    /// What to measure, checked: a usage error names the option that will not do.
+    fn config(&self) -> anyhow::Result<OwdConfig> {
+        let rate = pathlab_core::spec::parse_rate(&self.rate).map_err(usage)?;
+        if self.size < OwdConfig::MIN_PROBE_BYTES {
+            return Err(usage(anyhow::anyhow!(
+                "--size must be at least {} bytes (the probe header), got {}",
+                OwdConfig::MIN_PROBE_BYTES,
+                self.size
+            )));
+        }
+        let count = self
+            .count
+            .unwrap_or_else(|| OwdConfig::count_for(self.duration.time.into(), rate, self.size));
+        let directions = match self.direction.as_str() {
+            "up" => vec![Direction::Up],
+            "down" => vec![Direction::Down],
+            _ => vec![Direction::Up, Direction::Down],
+        };
+        Ok(OwdConfig {
+            target: self.client.target(&self.server.host)?,
+            rate,
+            probe_bytes: self.size,
+            count,
+            directions,
+            window: self.window,
+        })
+    }
+}
+
 /// Runs `pathlab owd`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let rate = pathlab_core::spec::parse_rate(&args.rate).map_err(usage)?;
-    if args.size < 32 {
-        return Err(usage(anyhow::anyhow!(
-            "--size must be at least 32 bytes (the probe header), got {}",
-            args.size
-        )));
-    }
-    let count = match args.count {
-        Some(count) => count,
-        None => {
-            let time = args.duration.time;
-            let interval = f64::from(args.size) * 8.0 / rate.as_f64();
-            ((time.as_secs_f64() / interval).round() as u64).max(1)
-        }
-    };
-    let directions: &[Direction] = match args.direction.as_str() {
-        "up" => &[Direction::Up],
-        "down" => &[Direction::Down],
-        _ => &[Direction::Up, Direction::Down],
-    };
-    let mut results = Vec::new();
-    let failed = |error: anyhow::Error, results: Vec<OneWayResult>| {
-        if results.is_empty() {
-            error
-        } else {
-            args.client
-                .save_partial(error, PARTIAL, pathlab_results::RunResult::Owd(results))
-        }
-    };
-    for &direction in directions {
-        let client = match args.client.connect(&args.server.host) {
-            Ok(client) => client,
-            Err(error) => return Err(failed(error, results)),
-        };
-        let _progress = Progress::start(
+    let config = args.config()?;
+    let mut progress = None;
+    let results = owd::run(&config, &mut |OwdEvent::Started { direction, length }| {
+        progress = None;
+        progress = Progress::start(
             match direction {
                 Direction::Up => "owd up",
                 Direction::Down => "owd down",
             },
-            Duration::from_secs_f64(count as f64 * f64::from(args.size) * 8.0 / rate.as_f64()),
+            length,
         );
-        match client.one_way_or_partial(
-            direction,
-            rate.bits_per_sec(),
-            args.size,
-            count,
-            args.window,
-        ) {
-            Ok(result) => results.push(result),
-            Err(partial) => {
-                results.extend(partial.measured.map(|result| *result));
-                return Err(failed(measure_error(partial.error), results));
-            }
-        }
-    }
+    })
+    .map_err(|partial| {
+        args.client.failed(partial, PARTIAL, |results| {
+            pathlab_results::RunResult::Owd(*results)
+        })
+    })?;
+    drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Owd(results.clone()))?;
     if args.client.output.json {

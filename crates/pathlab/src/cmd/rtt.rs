@@ -1,13 +1,13 @@
 //! `pathlab rtt`: isochronous round trips, as irtt does them.
 
 use std::io::Write as _;
-use std::time::Duration;
 
 use pathlab_core::format::{self, Digits};
 use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
+use pathlab_probe_driver::rtt::{self, RttConfig};
 
 use crate::chart;
-use crate::cmd::client::{measure_error, Progress};
+use crate::cmd::client::Progress;
 
 /// Arguments of `pathlab rtt`.
 #[derive(Debug, clap::Args)]
@@ -31,25 +31,30 @@ const PARTIAL: &str = "every request sent and every reply received until the fai
 server's count of the requests it received never came, so reflector_received is what the \
 replies prove and every loss counts as lost on the way up";
 
+impl Args {
+    /// What to measure.
+    fn config(&self) -> anyhow::Result<RttConfig> {
+        let interval = self.interval.into();
+        Ok(RttConfig {
+            target: self.client.target(&self.server.host)?,
+            interval,
+            probe_bytes: self.size,
+            count: RttConfig::count_for(self.duration.time.into(), interval),
+        })
+    }
+}
+
 /// Runs `pathlab rtt`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let (interval, time) = (args.interval, args.duration.time);
-    let count = (time.as_nanos() / interval.as_nanos()).max(1);
-    let client = args.client.connect(&args.server.host)?;
-    let progress = Progress::start("rtt", time.into());
-    let report = client
-        .round_trip_or_partial(Duration::from_nanos(interval.as_nanos()), args.size, count)
-        .map_err(|partial| {
-            let error = measure_error(partial.error);
-            match partial.measured {
-                Some(report) => args.client.save_partial(
-                    error,
-                    PARTIAL,
-                    pathlab_results::RunResult::Rtt(report),
-                ),
-                None => error,
-            }
-        })?;
+    let config = args.config()?;
+    let mut progress = None;
+    let report = rtt::run(&config, &mut |length| {
+        progress = Progress::start("rtt", length);
+    })
+    .map_err(|partial| {
+        args.client
+            .failed(partial, PARTIAL, pathlab_results::RunResult::Rtt)
+    })?;
     drop(progress);
     args.client
         .save(|| pathlab_results::RunResult::Rtt(Box::new(report.clone())))?;

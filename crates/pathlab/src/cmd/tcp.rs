@@ -6,9 +6,10 @@ use std::io::Write as _;
 use pathlab_core::format::{self, Digits};
 use pathlab_probe::control::TcpDirection;
 use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
+use pathlab_probe_driver::tcp::{self, TcpConfig};
 use pathlab_probe_driver::{TcpOptions, TcpTest};
 
-use crate::cmd::client::{measure_error, Progress};
+use crate::cmd::client::Progress;
 use crate::usage;
 
 /// Arguments of `pathlab tcp`.
@@ -63,57 +64,71 @@ samples never came); server_cpu_s is 0. When an upward stream was starved (none 
 data got through until the client gave up), the upward streams' bytes, bytes per interval \
 and up_bps are what their senders saw acknowledged, and the starved one says for how long";
 
+impl Args {
+    /// Refuses, as a usage error, a report interval shorter than servers accept (`tcp`'s
+    /// and `tcp --rfc6349`'s).
+    fn check_interval(&self) -> anyhow::Result<()> {
+        let shortest = pathlab_probe::session::MIN_REPORT_INTERVAL;
+        if let Some(interval) = self.interval.filter(|i| *i < shortest) {
+            return Err(usage(anyhow::anyhow!(
+                "-i {} ns: the report interval is at least {} ms (servers refuse shorter ones)",
+                interval.as_nanos(),
+                shortest.as_nanos() / 1_000_000
+            )));
+        }
+        Ok(())
+    }
+
+    /// What to measure, checked: a usage error names the option that will not do.
+    fn config(&self) -> anyhow::Result<TcpConfig> {
+        let window = self
+            .window
+            .as_deref()
+            .map(|w| pathlab_core::spec::parse_size(w).map(|b| b as u32))
+            .transpose()
+            .map_err(usage)?;
+        let test = TcpTest {
+            streams: self.parallel.unwrap_or(1),
+            direction: if self.bidir {
+                TcpDirection::Both
+            } else if self.reverse {
+                TcpDirection::Down
+            } else {
+                TcpDirection::Up
+            },
+            duration: self.duration.time.into(),
+            interval: self
+                .interval
+                .unwrap_or(pathlab_core::Duration::from_secs(1))
+                .into(),
+            sample_every: self.sample.into(),
+            options: TcpOptions {
+                window,
+                mss: self.mss,
+                congestion: self.congestion.clone(),
+            },
+        };
+        Ok(TcpConfig {
+            target: self.client.target(&self.server.host)?,
+            test,
+        })
+    }
+}
+
 /// Runs `pathlab tcp`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let shortest = pathlab_probe::session::MIN_REPORT_INTERVAL;
-    if let Some(interval) = args.interval.filter(|i| *i < shortest) {
-        return Err(usage(anyhow::anyhow!(
-            "-i {} ns: the report interval is at least {} ms (servers refuse shorter ones)",
-            interval.as_nanos(),
-            shortest.as_nanos() / 1_000_000
-        )));
-    }
+    args.check_interval()?;
     if args.rfc6349 {
         return crate::cmd::rfc6349::run(args);
     }
-    let window = args
-        .window
-        .as_deref()
-        .map(|w| pathlab_core::spec::parse_size(w).map(|b| b as u32))
-        .transpose()
-        .map_err(usage)?;
-    let test = TcpTest {
-        streams: args.parallel.unwrap_or(1),
-        direction: if args.bidir {
-            TcpDirection::Both
-        } else if args.reverse {
-            TcpDirection::Down
-        } else {
-            TcpDirection::Up
-        },
-        duration: args.duration.time.into(),
-        interval: args
-            .interval
-            .unwrap_or(pathlab_core::Duration::from_secs(1))
-            .into(),
-        sample_every: args.sample.into(),
-        options: TcpOptions {
-            window,
-            mss: args.mss,
-            congestion: args.congestion.clone(),
-        },
-    };
-    let client = args.client.connect(&args.server.host)?;
-    let progress = Progress::start("tcp", test.duration);
-    let report = client.tcp_or_partial(&test).map_err(|partial| {
-        let error = measure_error(partial.error);
-        match partial.measured {
-            Some(report) => {
-                args.client
-                    .save_partial(error, PARTIAL, pathlab_results::RunResult::Tcp(report))
-            }
-            None => error,
-        }
+    let config = args.config()?;
+    let mut progress = None;
+    let report = tcp::run(&config, &mut |length| {
+        progress = Progress::start("tcp", length);
+    })
+    .map_err(|partial| {
+        args.client
+            .failed(partial, PARTIAL, pathlab_results::RunResult::Tcp)
     })?;
     drop(progress);
     args.client
