@@ -45,6 +45,7 @@ pub mod rtt;
 pub mod server;
 pub mod sockdiag;
 pub mod streams;
+pub mod tune;
 mod target;
 pub mod tcp;
 

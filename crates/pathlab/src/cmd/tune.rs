@@ -2,26 +2,17 @@
 //! to change (the CESNET checklist of seed 001). Read-only: it prints commands, it runs
 //! none of them.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::anyhow;
 use pathlab_core::BitsPerSec;
-use pathlab_diagnose::tune::{self, HostSettings, RttMeasurement, TunePath};
-use pathlab_probe_driver::Client;
+use pathlab_probe_driver::tune::{self, TuneConfig, TuneConfigError, TuneError};
+use pathlab_probe_driver::ServerTarget;
 
 use crate::cmd::args::{ClientKey, JsonOutput};
 use crate::cmd::client::measure_error;
 use crate::usage;
-
-/// Round trips sent to measure the RTT to HOST.
-const PROBES: u64 = 20;
-/// Time between them: 1 s in all, and far apart enough that no probe queues behind the last.
-const PROBE_INTERVAL: Duration = Duration::from_millis(50);
-/// UDP payload of each probe.
-const PROBE_BYTES: u32 = 64;
 
 /// Arguments of `pathlab tune`.
 #[derive(Debug, clap::Args)]
@@ -48,58 +39,44 @@ pub struct Args {
     pub output: JsonOutput,
 }
 
+impl Args {
+    /// What to look at, checked: a usage error says what is missing or wrong.
+    fn config(&self) -> anyhow::Result<TuneConfig> {
+        // The key is read only when there is something to measure.
+        let measures = self.rate.is_none() || self.rtt.is_none();
+        let server = match &self.host {
+            Some(host) if measures => Some(ServerTarget::new(host, self.key.read()?)),
+            _ => None,
+        };
+        let root = match &self.root {
+            Some(root) => checked_root(root)?,
+            None => PathBuf::from("/"),
+        };
+        TuneConfig::new(server, self.rate, self.rtt.map(Into::into), root).map_err(|missing| {
+            usage(anyhow!(match missing {
+                TuneConfigError::MissingRate =>
+                    "missing --rate: give the path's bottleneck rate (e.g. --rate 1gbit)",
+                TuneConfigError::MissingRtt =>
+                    "missing --rtt: give the path's round-trip time (e.g. --rtt 170ms), or HOST, a pathlab server to measure it to",
+                TuneConfigError::MissingBoth =>
+                    "missing --rate and --rtt: give both (e.g. --rate 1gbit --rtt 170ms), or HOST and --rate to measure the RTT",
+            }))
+        })
+    }
+}
+
 /// Runs `pathlab tune`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let mut rate_measurement = None;
-    let rate = match (args.host.as_deref(), args.rate, args.rtt) {
-        (_, Some(rate), Some(_)) | (Some(_), Some(rate), None) => rate,
-        (Some(host), None, _) => {
-            let capacity = measure_rate(host, &args.key)?;
-            let rate = BitsPerSec(capacity.bottleneck_bps().round() as u64);
-            rate_measurement = Some(capacity);
-            rate
-        }
-        (None, None, Some(_)) => {
-            return Err(usage(anyhow!(
-                "missing --rate: give the path's bottleneck rate (e.g. --rate 1gbit)"
-            )))
-        }
-        (None, Some(_), None) => {
-            return Err(usage(anyhow!(
-                "missing --rtt: give the path's round-trip time (e.g. --rtt 170ms), or HOST, a pathlab server to measure it to"
-            )))
-        }
-        (None, None, None) => {
-            return Err(usage(anyhow!(
-                "missing --rate and --rtt: give both (e.g. --rate 1gbit --rtt 170ms), or HOST and --rate to measure the RTT"
-            )))
-        }
-    };
-    let root = match &args.root {
-        Some(root) => checked_root(root)?,
-        None => PathBuf::from("/"),
-    };
-    let (rtt_ns, measurement) = match (args.rtt, args.host.as_deref()) {
-        (Some(rtt), _) => (rtt.as_nanos(), None),
-        (None, Some(host)) => {
-            let measurement = measure_rtt(host, &args.key)?;
-            (measurement.min_ns, Some(measurement))
-        }
-        (None, None) => unreachable!("checked above"),
-    };
-    let path = TunePath::new(
-        rate.bits_per_sec(),
-        rtt_ns,
-        pathlab_core::units::MSS_BYTES as u64,
-    )
-    .map_err(usage)?;
-    let mut report = tune::advise(&path, &read_host_settings(&root));
-    report.rtt_measurement = measurement;
-    report.rate_measurement = rate_measurement;
+    let config = args.config()?;
+    let report = tune::run(&config).map_err(|error| match error {
+        TuneError::Measure(error) => measure_error(error),
+        TuneError::Path(error) => usage(error),
+        no_replies @ TuneError::NoReplies { .. } => anyhow::Error::new(no_replies),
+    })?;
     let text = if args.output.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {
-        tune::render_text(&report)
+        pathlab_diagnose::tune::render_text(&report)
     };
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         // A reader that stopped early (`| head`) wanted no more.
@@ -123,82 +100,4 @@ fn checked_root(root: &Path) -> anyhow::Result<PathBuf> {
         )));
     }
     Ok(root.to_owned())
-}
-
-/// The bottleneck from `host` to this host (what a download's window must fill), by
-/// `pathlab capacity`'s packet trains and shaper stream, without the available-bandwidth
-/// search.
-fn measure_rate(host: &str, key: &ClientKey) -> anyhow::Result<pathlab_probe::capacity::Capacity> {
-    let key = key.read()?;
-    let connect = || Client::connect(host, key.clone(), Duration::from_secs(5));
-    drop(connect().map_err(measure_error)?);
-    let options = pathlab_probe_driver::capacity::CapacityOptions {
-        available: false,
-        ..pathlab_probe_driver::capacity::CapacityOptions::new(
-            pathlab_probe::control::Direction::Down,
-        )
-    };
-    let report = pathlab_probe_driver::capacity::measure(&connect, &options, &mut |_| {})
-        .map_err(measure_error)?;
-    Ok(report.capacity)
-}
-
-/// The RTT to `host`: the minimum of [`PROBES`] round trips, since the window must fill
-/// the path without queueing (queueing adds delay, not pipe); the median is kept to show.
-fn measure_rtt(host: &str, key: &ClientKey) -> anyhow::Result<RttMeasurement> {
-    let key = key.read()?;
-    let client = Client::connect(host, key, Duration::from_secs(5)).map_err(measure_error)?;
-    let report = client
-        .round_trip(PROBE_INTERVAL, PROBE_BYTES, PROBES)
-        .map_err(measure_error)?;
-    if report.replies == 0 {
-        return Err(anyhow!(
-            "{host} answered none of {PROBES} round-trip probes: no RTT to tune for"
-        ));
-    }
-    Ok(RttMeasurement {
-        host: host.to_owned(),
-        probes: report.sent,
-        replies: report.replies,
-        interval_ns: PROBE_INTERVAL.as_nanos() as u64,
-        min_ns: report.rtt.min_ns,
-        median_ns: report.rtt.p50_ns,
-    })
-}
-
-/// Reads every setting [`tune::advise`] looks at from under `root` (`/` for this host).
-/// What cannot be read is left out, and reported as unknown.
-pub fn read_host_settings(root: &Path) -> HostSettings {
-    let read = |path: PathBuf| {
-        std::fs::read(path)
-            .ok()
-            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-    };
-    let proc_sys = root.join("proc/sys");
-    let sysctl = tune::SYSCTLS
-        .iter()
-        .filter_map(|name| {
-            read(proc_sys.join(name.replace('.', "/"))).map(|value| ((*name).to_owned(), value))
-        })
-        .collect();
-    let class_net = root.join("sys/class/net");
-    let interfaces = std::fs::read_dir(&class_net).ok().map(|entries| {
-        entries
-            .filter_map(Result::ok)
-            .map(|entry| entry.file_name().to_string_lossy().into_owned())
-            .filter(|name| name != "lo")
-            .map(|name| {
-                let length = read(class_net.join(&name).join("tx_queue_len"));
-                (name, length)
-            })
-            .collect::<BTreeMap<_, _>>()
-    });
-    let page_size_bytes = std::fs::read(root.join("proc/self/auxv"))
-        .ok()
-        .and_then(|auxv| tune::page_size_from_auxv(&auxv));
-    HostSettings {
-        sysctl,
-        interfaces,
-        page_size_bytes,
-    }
 }
