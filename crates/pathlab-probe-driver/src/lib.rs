@@ -34,6 +34,7 @@ pub mod client;
 mod conn;
 pub mod counters;
 mod error;
+pub mod inspect;
 #[cfg(test)]
 mod loopback;
 pub mod mtu;

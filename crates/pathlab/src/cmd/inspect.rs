@@ -4,12 +4,12 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use pathlab_core::format::{self, Digits};
 use pathlab_diagnose::diagnosis::{InspectReport, Interval, Selector, Watch};
-use pathlab_os::netns::Netns;
+use pathlab_probe_driver::inspect::{self, InspectConfig, InspectError, Namespace};
 
 use crate::usage;
 
@@ -60,62 +60,48 @@ pub struct Args {
     pub filter: Vec<String>,
 }
 
+impl Args {
+    /// What to watch, checked: a usage error names the option that will not do.
+    fn config(&self) -> anyhow::Result<InspectConfig> {
+        if self.pid.is_some() && self.netns.is_some() {
+            return Err(usage(anyhow!(
+                "give --pid or --netns, not both: --pid looks in its process's namespace"
+            )));
+        }
+        let mut selector =
+            Selector::parse(&self.filter.join(" ")).map_err(|e| usage(anyhow!("FILTER: {e}")))?;
+        if let Some(port) = self.port {
+            selector = selector.and(Selector::port(port));
+        }
+        Ok(InspectConfig {
+            selector,
+            pid: self.pid,
+            namespace: match (&self.netns, self.pid) {
+                (Some(name), _) => Namespace::Named(name.clone()),
+                (None, Some(_)) => Namespace::Process,
+                (None, None) => Namespace::Own,
+            },
+            interval: self.interval.into(),
+            time: self.time.map(Into::into),
+        })
+    }
+}
+
 /// Runs `pathlab inspect`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    if args.pid.is_some() && args.netns.is_some() {
-        return Err(usage(anyhow!(
-            "give --pid or --netns, not both: --pid looks in its process's namespace"
-        )));
-    }
-    let mut selector =
-        Selector::parse(&args.filter.join(" ")).map_err(|e| usage(anyhow!("FILTER: {e}")))?;
-    if let Some(port) = args.port {
-        selector = selector.and(Selector::port(port));
-    }
-    // Signals first: every thread started later inherits the mask.
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    enter_namespace(args)?;
-    let interval = Duration::from_nanos(args.interval.as_nanos());
-    let end = args.time.map(|t| Duration::from_nanos(t.as_nanos()));
-    let start = Instant::now();
-    let mut watch = Watch::new();
+    let config = args.config()?;
     let mut rows = 0usize;
-    let mut next = start;
-    loop {
-        let at = start.elapsed();
-        let mut samples = pathlab_probe_driver::sockdiag::tcp_sockets(at.as_nanos() as u64)
-            .context("reading the TCP sockets (NETLINK_SOCK_DIAG)")?;
-        samples.retain(|s| selector.matches(s));
-        if let Some(pid) = args.pid {
-            match pathlab_probe_driver::sockdiag::process_sockets(pid) {
-                Ok(inodes) => samples.retain(|s| inodes.contains(&s.inode)),
-                Err(error) if watch.is_empty() || !process_alive(pid) => {
-                    if watch.is_empty() {
-                        return Err(usage(anyhow!(error)));
-                    }
-                    break; // the process ended: the watch is over
-                }
-                Err(error) => return Err(anyhow!(error)),
-            }
-        }
-        let intervals = watch.observe(samples);
+    let report = inspect::run(&config, &mut |look| {
         if !args.output.json {
-            print_rows(&watch, &intervals, &mut rows, at);
+            print_rows(look.watch, look.intervals, &mut rows, look.at);
         }
-        if end.is_some_and(|end| at >= end) {
-            break;
+    })
+    .map_err(|error| match error {
+        InspectError::OpenNamespace { .. } | InspectError::ProcessSockets { first: true, .. } => {
+            usage(error)
         }
-        // The next look, and a last one exactly at the end of -t.
-        next += interval;
-        if let Some(end) = end {
-            next = next.min(start + end);
-        }
-        let wait = next.saturating_duration_since(Instant::now());
-        if pathlab_os::wait_for_termination(std::os::fd::AsFd::as_fd(&signals), wait).is_some() {
-            break;
-        }
-    }
-    let report = watch.report(args.interval.as_nanos());
+        other => anyhow::Error::new(other),
+    })?;
     if let Some(path) = &args.save {
         save(path, &report)?;
     }
@@ -125,41 +111,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         print_verdicts(&report);
     }
     Ok(())
-}
-
-/// Moves this process into the namespace to look in: --netns's, or --pid's process's when
-/// it is not this one's.
-fn enter_namespace(args: &Args) -> anyhow::Result<()> {
-    let path = match (&args.netns, args.pid) {
-        (Some(name), _) => PathBuf::from("/run/netns").join(name),
-        (None, Some(pid)) => PathBuf::from(format!("/proc/{pid}/ns/net")),
-        (None, None) => return Ok(()),
-    };
-    let target = Netns::open(&path).map_err(|e| {
-        usage(anyhow!(
-            "cannot open the network namespace {}: {e}{}",
-            path.display(),
-            if args.netns.is_some() {
-                " (`ip netns list` shows the names)"
-            } else {
-                ""
-            }
-        ))
-    })?;
-    let here = Netns::current().context("reading this process's network namespace")?;
-    if target.inode()? == here.inode()? {
-        return Ok(());
-    }
-    target.enter().map_err(|e| {
-        anyhow!(
-            "cannot enter the network namespace {}: {e} (it takes root, CAP_SYS_ADMIN)",
-            path.display()
-        )
-    })
-}
-
-fn process_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 const HEADER: &str = "    time  connection                                         moved          cwnd  ssthresh  peer wnd  in flight   srtt/rttvar ms  retr    send-q    recv-q  rwnd/sndbuf/cwnd/app %";
