@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
+use pathlab_core::BitsPerSec;
 use pathlab_probe::control::Limits;
 use pathlab_probe_driver::{Server, ServerConfig, DEFAULT_PORT};
 
@@ -53,33 +54,48 @@ fn parse_memory(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
+impl Args {
+    /// The server's address, limits and key, checked: a usage error names the option that
+    /// will not do.
+    fn config(&self) -> anyhow::Result<ServerConfig> {
+        let max_rate = pathlab_core::spec::parse_rate(&self.max_rate).map_err(usage)?;
+        let key = crate::cmd::args::read_key(self.psk.as_deref())?;
+        Ok(ServerConfig {
+            max_clients: self.max_clients,
+            max_handshakes: self.max_handshakes,
+            ..ServerConfig::new(
+                self.listen,
+                Limits {
+                    max_rate_bps: max_rate.bits_per_sec(),
+                    max_duration_ns: self.max_duration.as_nanos(),
+                    max_tests: self.max_tests,
+                    max_test_memory: self.max_test_memory,
+                },
+                key,
+            )
+        })
+    }
+}
+
 /// Runs `pathlab server` until SIGTERM or Ctrl-C.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let max_rate = pathlab_core::spec::parse_rate(&args.max_rate).map_err(usage)?;
-    let max_duration = args.max_duration;
-    let key = crate::cmd::args::read_key(args.psk.as_deref())?;
+    let config = args.config()?;
+    let limits = config.limits;
     let metrics = crate::cmd::metrics::Metrics::bind(&args.metrics)?;
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let server = Server::bind(ServerConfig {
-        max_clients: args.max_clients,
-        max_handshakes: args.max_handshakes,
-        ..ServerConfig::new(
-            args.listen,
-            Limits {
-                max_rate_bps: max_rate.bits_per_sec(),
-                max_duration_ns: max_duration.as_nanos(),
-                max_tests: args.max_tests,
-                max_test_memory: args.max_test_memory,
-            },
-            key,
-        )
-    })
-    .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let server =
+        Server::bind(config).with_context(|| format!("cannot listen on {}", args.listen))?;
     eprintln!(
-        "pathlab server listening on {} (max rate {max_rate}, max duration {max_duration}, max {} tests{})",
+        "pathlab server listening on {} (max rate {}, max duration {}, max {} tests{})",
         server.local_addr()?,
-        args.max_tests,
-        if args.psk.is_some() { ", key required" } else { "" }
+        BitsPerSec(limits.max_rate_bps),
+        pathlab_core::Duration::from_nanos(limits.max_duration_ns),
+        limits.max_tests,
+        if args.psk.is_some() {
+            ", key required"
+        } else {
+            ""
+        }
     );
     let counters = server.counters();
     metrics.serve_while(&|| Ok(pathlab_probe_driver::metrics(counters)), || {
