@@ -19,10 +19,12 @@
 //!
 //! Each client command's run is here too, behind a configuration the command line builds
 //! ([`owd::OwdConfig`], [`rtt::RttConfig`], [`tcp::TcpConfig`],
-//! [`capacity::CapacityConfig`], [`bloat::BloatConfig`], each naming its [`ServerTarget`]):
-//! it connects, runs the tests in turn, tells its caller of its progress through a
-//! callback and returns what it measured, or an error that keeps what it had measured. It
-//! prints nothing; the command prints and saves.
+//! [`capacity::CapacityConfig`], [`bloat::BloatConfig`], [`rfc6349::Rfc6349Config`], each
+//! naming its [`ServerTarget`]): it connects, runs the tests in turn, tells its caller of
+//! its progress through a callback and returns what it measured, or an error that keeps
+//! what it had measured. It prints nothing; the command prints and saves. So are
+//! `tune`'s measurements and its read of the host's settings ([`tune::TuneConfig`]) and
+//! `inspect`'s watch ([`inspect::InspectConfig`]); the server's is [`ServerConfig`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -46,9 +48,9 @@ pub mod rtt;
 pub mod server;
 pub mod sockdiag;
 pub mod streams;
-pub mod tune;
 mod target;
 pub mod tcp;
+pub mod tune;
 
 pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
 pub use counters::{metrics, MeasurementServerCounters, RefusalReason, TestKind, TestOutcome};

@@ -18,7 +18,7 @@ use pathlab_probe::session::SessionError;
 use pathlab_probe::tcp::TcpTestReport;
 
 use crate::capacity::{self, CapacityOptions};
-use crate::{Client, MeasureError, Partial, TcpOptions, TcpTest};
+use crate::{Client, MeasureError, Partial, ServerTarget, TcpOptions, TcpTest};
 
 /// The most parallel streams a pathlab server accepts in one TCP test.
 pub use crate::MAX_STREAMS as MAX_CONNECTIONS;
@@ -180,6 +180,30 @@ pub mod step {
     pub const SINGLE: &str = "TCP, one connection";
     /// Step 5 with the plan's connections.
     pub const MULTIPLE: &str = "TCP, the plan's connections";
+}
+
+/// What `pathlab tcp --rfc6349` measures: the server and how the test is run.
+#[derive(Debug, Clone)]
+pub struct Rfc6349Config {
+    /// The server to measure against.
+    pub target: ServerTarget,
+    /// How the test is run.
+    pub options: Rfc6349Options,
+}
+
+/// Runs `config`'s test with this host's TCP settings (read from `/proc/sys`), a fresh
+/// connection to its server per measurement; `on_event` hears of each step.
+pub fn run_config(
+    config: &Rfc6349Config,
+    on_event: &mut dyn FnMut(Event<'_>),
+) -> Result<Rfc6349Report, Partial<Rfc6349Progress, Rfc6349Error>> {
+    let kernel = read_kernel_settings(Path::new("/proc/sys")).map_err(Partial::nothing)?;
+    run_or_partial(
+        &|| config.target.connect(),
+        &config.options,
+        kernel,
+        on_event,
+    )
 }
 
 /// Runs the test; `connect` opens a fresh control connection to the server (each

@@ -9,8 +9,9 @@ use pathlab_probe::mtu::PathMtu;
 use pathlab_probe::rfc6349::{
     Baseline, Framing, KernelSettings, PhaseResult, Plan, Rfc6349Report, SlowStartEnd, WindowLimit,
 };
-use pathlab_probe_driver::rfc6349::{self as method, Event, Rfc6349Error, Rfc6349Options};
-use pathlab_probe_driver::Client;
+use pathlab_probe_driver::rfc6349::{
+    self as method, Event, Rfc6349Config, Rfc6349Error, Rfc6349Options,
+};
 
 use crate::cmd::client::{measure_error, Progress};
 use crate::usage;
@@ -80,8 +81,9 @@ pub fn bottleneck_rate(rate: Option<&str>) -> anyhow::Result<Option<f64>> {
     Ok(Some(bps))
 }
 
-/// Builds the method's options from what the user typed.
-fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
+/// What to measure, from what the user typed, checked: a usage error names the option
+/// that will not do.
+fn config(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Config> {
     let rate_bps = bottleneck_rate(args.method.rate.as_deref())?;
     let window = match args.window.as_deref() {
         Some(text) => {
@@ -117,7 +119,10 @@ fn options(args: &crate::cmd::tcp::Args) -> anyhow::Result<Rfc6349Options> {
     options.congestion.clone_from(&args.congestion);
     options.sample_every = args.sample.into();
     options.count_interval = args.interval.map_or(COUNT_INTERVAL, Into::into);
-    Ok(options)
+    Ok(Rfc6349Config {
+        target: args.client.target(&args.server.host)?,
+        options,
+    })
 }
 
 /// What a saved `tcp --rfc6349` run that failed part way holds.
@@ -127,21 +132,16 @@ failed step's TCP run as this end saw it (interrupted_run, as pathlab tcp keeps 
 
 /// Runs `pathlab tcp HOST --rfc6349`.
 pub fn run(args: &crate::cmd::tcp::Args) -> anyhow::Result<()> {
-    let options = options(args)?;
-    let kernel = method::read_kernel_settings(std::path::Path::new("/proc/sys"))?;
-    let key = args.client.key.read()?;
-    let host = args.server.host.clone();
-    let connect =
-        move || Client::connect(&host, key.clone(), pathlab_probe_driver::CONNECT_TIMEOUT);
+    let config = config(args)?;
     let json = args.client.output.json;
     let mut printer = Printer {
         out: std::io::stdout(),
         quiet: json,
-        options: &options,
+        options: &config.options,
         host: &args.server.host,
         progress: None,
     };
-    let report = method::run_or_partial(&connect, &options, kernel, &mut |event| {
+    let report = method::run_config(&config, &mut |event| {
         printer.event(&event);
     })
     .map_err(|partial| {
