@@ -78,6 +78,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let config = args.config()?;
     let mut progress = None;
     let results = owd::run(&config, &mut |OwdEvent::Started { direction, length }| {
+        // The line of the direction before is erased before the next one's is drawn.
         progress = None;
         progress = Progress::start(
             match direction {
