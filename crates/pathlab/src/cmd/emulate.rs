@@ -1,22 +1,27 @@
 //! `pathlab emulate`: a transparent bridge between two interfaces with a link model in each
 //! direction, and `emulate set` / `emulate stats` to change and read it while it runs.
+//!
+//! What the user typed becomes a [`pathlab_emulator::session::EmulateConfig`] here, which
+//! [`pathlab_emulator::session::run`] runs; this module prints what it says and its final
+//! counters.
 
-use std::fs::File;
 use std::io::Write as _;
 
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use pathlab_core::format::{self, Digits};
 use pathlab_core::time::Duration;
 use pathlab_core::LinkSpec;
-use pathlab_emulator::api::{Controlled, History, Specs};
-use pathlab_emulator::control::{self, ControlError, ControlReply, ControlRequest, ControlServer};
-use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorStats, OnInterfaceGone};
-use pathlab_emulator::fidelity::{LateWarning, LateWarnings, DEFAULT_LATE_BOUND};
-use pathlab_emulator::port::{PacketPort, Port, PortError, ReceiveMode};
-use pathlab_emulator::vlan::{self, TrunkVlans};
+use pathlab_emulator::api::Specs;
+use pathlab_emulator::client::{self, RequestError, Target};
+use pathlab_emulator::emulator::{EmulatorStats, OnInterfaceGone};
+use pathlab_emulator::fidelity::{LateWarning, DEFAULT_LATE_BOUND};
+use pathlab_emulator::session::{
+    self, EmulateConfig, EmulateError, EmulateEvent, Placement, PlacementError, Started,
+};
+use pathlab_emulator::vlan::TrunkVlans;
 use pathlab_results::lab::lateness_text;
 
-use crate::cmd::metrics::{Control, ControlArgs};
+use crate::cmd::metrics::ControlArgs;
 use crate::cmd::spec::parse_spec as load;
 use crate::usage;
 
@@ -148,63 +153,6 @@ fn parse_late_bound(text: &str) -> Result<LateBound, String> {
         .map_err(|e| format!("{e}; or 'off'"))
 }
 
-/// How often `pathlab emulate` looks at the lateness: the window moves by this much.
-const GUARD_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Prints the fidelity guard's warnings of a running emulator, from its stats.
-struct Guard {
-    name: String,
-    warnings: [LateWarnings; 2],
-    next: std::time::Instant,
-}
-
-impl Guard {
-    /// Looks at the lateness every [`GUARD_INTERVAL`] and prints what there is to say.
-    fn poll(&mut self, handle: &emulator::EmulatorHandle) {
-        let now = std::time::Instant::now();
-        if now < self.next {
-            return;
-        }
-        self.next = now + GUARD_INTERVAL;
-        let Some(stats) = handle.stats() else { return };
-        // The emulator's own clock: the window's slots are on it.
-        let at = pathlab_core::time::Instant::from_nanos(stats.uptime_ns);
-        for (warnings, d) in self.warnings.iter_mut().zip(&stats.directions) {
-            let Some(warning) = warnings.observe(at, &d.lateness) else {
-                continue;
-            };
-            let name = &self.name;
-            let (from, to) = (&d.from, &d.to);
-            match warning {
-                LateWarning::Late { p99_ns, bound_ns } => eprintln!(
-                    "pathlab emulate '{name}': {from} -> {to} sends late: p99 {} over the last \
-                     second, over the {} bound; what crosses it is not the link the spec \
-                     describes (the emulator cannot keep up here)",
-                    lateness_text(p99_ns),
-                    lateness_text(bound_ns)
-                ),
-                LateWarning::StillLate {
-                    p99_ns,
-                    late_for,
-                    late_seconds,
-                    seconds,
-                } => eprintln!(
-                    "pathlab emulate '{name}': {from} -> {to} still sends late: p99 {} over the \
-                     last second, late for {:.0} s; {late_seconds} of {seconds} s late so far",
-                    lateness_text(p99_ns),
-                    late_for.as_secs_f64()
-                ),
-                LateWarning::OnTime { p99_ns, late_for } => eprintln!(
-                    "pathlab emulate '{name}': {from} -> {to} sends on time again: p99 {} over \
-                     the last second, after {:.0} s late",
-                    lateness_text(p99_ns),
-                    late_for.as_secs_f64()
-                ),
-            }
-        }
-    }
-}
-
 /// Options every emulate action shares.
 #[derive(Debug, clap::Args)]
 pub struct Common {
@@ -256,325 +204,18 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         Some(Action::Stats(stats)) => return run_stats(&args.common.name, stats),
         None => {}
     }
-    let trunk = trunk(args)?;
-    let names = interface_names(args, trunk.as_ref())?;
-    let [if_a, if_b] = [&names[0], &names[1]];
-    let forward = load(&args.spec)?;
-    let reverse = match &args.reverse {
-        Some(text) => load(std::slice::from_ref(text))?,
-        None => forward.clone(),
-    };
+    let config = args.config(command_line)?;
     if args.print_tc {
-        match &args.iface {
-            Some(iface) => print_tc_on(&forward, iface, &reverse),
-            None => print_tc(&forward, if_b, &reverse, if_a),
-        }
+        print_tc(&config);
         return Ok(());
     }
     pathlab_os::require_net_admin("pathlab emulate").map_err(usage)?;
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    // The socket first: a name clash is found before any interface is opened, and the
-    // socket file goes away with `server` if opening an interface fails.
-    let server = ControlServer::bind(&args.common.name).map_err(|e| match e {
-        ControlError::NameTaken(_) => usage(e),
-        other => anyhow::Error::new(other),
-    })?;
-    // The control address next, before any interface is opened: a missing token, a
-    // directory that is not there or a taken port says so without touching them.
-    let http = Control::bind(&args.control)?;
-    let recordings = crate::cmd::metrics::open_dir(args.record_dir.as_deref(), "--record-dir")?;
-    // Each port's ring holds the traffic that enters the direction it feeds.
-    let modes = [
-        ReceiveMode::for_link(&forward),
-        ReceiveMode::for_link(&reverse),
-    ];
-    // In front of someone's interface: swapped now, put back when `interposed` goes (at
-    // the end, or on any error from here).
-    let interposed = interpose(args)?;
-    let (if_a, if_b) = match &interposed {
-        Some(interposed) => (interposed.inside(), interposed.outside()),
-        None => (if_a.as_str(), if_b.as_str()),
-    };
-    let ports = open_ports(trunk.as_ref(), interposed.as_ref(), (if_a, if_b), modes)?;
-    // The API's recordings name the same command line in their header.
-    let control_command = command_line.clone();
-    let config = emulator_config(args, &forward, &reverse, command_line)?;
-    let pool = emulator::Pool::with_scheduling(2, &args.scheduling.request())
-        .context("starting the forwarding threads")?;
-    let handle = pool.spawn(ports, config)?;
-    handle.set_late_bound(args.late_warn.0);
-    announce(
-        args,
-        interposed.as_ref(),
-        (if_a, if_b),
-        (&forward, &reverse),
-    );
-    pathlab_lab::run::announce_scheduling(
-        &format!("pathlab emulate '{}'", args.common.name),
-        pool.scheduling(),
-    );
-    if let Some(http) = &http {
-        http.announce(&format!(
-            "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a change \
-             needs the token, and so does a read from another machine",
-            addr = http.server.local_addr()
-        ));
-    }
-    serve(
-        args,
-        http.as_ref(),
-        &server,
-        &handle,
-        &signals,
-        recordings.as_ref(),
-        control_command,
-    );
-    finish(args, handle, server, interposed)
-}
-
-/// Swaps the emulator in front of `--iface` when it is given (put back when the result
-/// goes: at the end, or on any error after this); `None` without `--iface`.
-fn interpose(args: &Args) -> anyhow::Result<Option<pathlab_os::interpose::Interposed>> {
-    let Some(iface) = &args.iface else {
-        return Ok(None);
-    };
-    let interposed =
-        pathlab_os::interpose::interpose(args.netns.as_ref(), iface, &args.common.name).map_err(
-            |e| {
-                if e.is_usage() {
-                    usage(anyhow::Error::new(e))
-                } else {
-                    anyhow::Error::new(e)
-                }
-            },
-        )?;
-    Ok(Some(interposed))
-}
-
-/// The emulator's two ports, each receiving in its direction's mode: the trunk's two
-/// VLANs, or interfaces `if_a` and `if_b` (opened inside the emulator's namespace when it
-/// is interposed).
-fn open_ports(
-    trunk: Option<&(&String, TrunkVlans)>,
-    interposed: Option<&pathlab_os::interpose::Interposed>,
-    (if_a, if_b): (&str, &str),
-    modes: [ReceiveMode; 2],
-) -> anyhow::Result<[Box<dyn Port>; 2]> {
-    let ports: [Box<dyn Port>; 2] = match (trunk, interposed) {
-        (Some((trunk, vlans)), _) => vlan::open_trunk(trunk, *vlans, modes)
-            .map_err(port_error)?
-            .map(|port| Box::new(port) as Box<dyn Port>),
-        (_, Some(interposed)) => {
-            let open = |name: &str, mode| {
-                interposed
-                    .holder()
-                    .run(|| PacketPort::open_with(name, mode))
-                    .context("entering the emulator's namespace")?
-                    .map_err(port_error)
-            };
-            [
-                Box::new(open(if_a, modes[0])?),
-                Box::new(open(if_b, modes[1])?),
-            ]
-        }
-        _ => [
-            Box::new(PacketPort::open_with(if_a, modes[0]).map_err(port_error)?),
-            Box::new(PacketPort::open_with(if_b, modes[1]).map_err(port_error)?),
-        ],
-    };
-    Ok(ports)
-}
-
-/// `--trunk` and the two VLANs it bridges (with `--native-vlan`), checked: `None` without
-/// a trunk.
-fn trunk(args: &Args) -> anyhow::Result<Option<(&String, TrunkVlans)>> {
-    match (&args.trunk, args.vlans) {
-        (Some(trunk), Some(vlans)) => {
-            let vlans = vlans
-                .with_untagged(args.native_vlan)
-                .map_err(|e| usage(anyhow::anyhow!("--native-vlan: {e}")))?;
-            Ok(Some((trunk, vlans)))
-        }
-        (None, _) if args.vlans.is_some() || args.native_vlan.is_some() => Err(usage(
-            anyhow::anyhow!("--vlans and --native-vlan go with --trunk IF"),
-        )),
-        _ => Ok(None),
-    }
-}
-
-/// The emulator's two interfaces: the trunk's two VLAN ports, the stand-in's end (which
-/// faces the namespace) and `--iface` (on the wire), or `--between`'s two; never one twice.
-fn interface_names(
-    args: &Args,
-    trunk: Option<&(&String, TrunkVlans)>,
-) -> anyhow::Result<[String; 2]> {
-    let names = match (trunk, &args.iface) {
-        (Some((trunk, vlans)), _) => vlans.vlans.map(|vid| vlan::port_name(trunk, vid)),
-        (None, Some(iface)) => {
-            pathlab_os::netlink::check_interface_name(iface)
-                .map_err(|e| usage(anyhow::anyhow!("--iface: {e}")))?;
-            ["inside".to_owned(), iface.clone()]
-        }
-        (None, None) => [args.between[0].clone(), args.between[1].clone()],
-    };
-    if names[0] == names[1] {
-        return Err(usage(anyhow::anyhow!(
-            "--between needs two different interfaces, got '{}' twice",
-            names[0]
-        )));
-    }
-    Ok(names)
-}
-
-/// The emulator `args` ask for, its link `forward` and `reverse`, its files created.
-fn emulator_config(
-    args: &Args,
-    forward: &LinkSpec,
-    reverse: &LinkSpec,
-    command_line: Vec<String>,
-) -> anyhow::Result<EmulatorConfig> {
-    let create = |path: &std::path::Path, what: &str| {
-        File::create(path)
-            .with_context(|| format!("cannot create the {what} file '{}'", path.display()))
-    };
-    Ok(EmulatorConfig {
-        name: args.common.name.clone(),
-        forward: forward.clone(),
-        reverse: reverse.clone(),
-        seed: args.seed,
-        record: args
-            .record
-            .as_deref()
-            .map(|p| create(p, "recording"))
-            .transpose()?
-            .map(Into::into),
-        pcap: args
-            .pcap
-            .as_deref()
-            .map(|p| create(p, "capture"))
-            .transpose()?,
-        queue_sample_interval: args.sample_interval,
-        command: command_line,
-        on_interface_gone: if args.wait {
-            OnInterfaceGone::Wait
-        } else {
-            OnInterfaceGone::Stop
-        },
+    let stats = session::run(&config, std::os::fd::AsFd::as_fd(&signals), &mut |event| {
+        print_event(&config, &event);
     })
-}
-
-/// Says on stderr, once at start, what the emulator sits between and what each way does.
-fn announce(
-    args: &Args,
-    interposed: Option<&pathlab_os::interpose::Interposed>,
-    (if_a, if_b): (&str, &str),
-    (forward, reverse): (&LinkSpec, &LinkSpec),
-) {
-    match (interposed, &args.iface) {
-        (Some(interposed), Some(iface)) => {
-            let netns = args
-                .netns
-                .as_ref()
-                .map_or_else(|| "this namespace".to_owned(), |ns| format!("namespace {ns}"));
-            eprintln!(
-                "pathlab emulate '{name}': in front of {iface} in {netns} ({if_a} is its side, \
-                 {if_b} the wire)\n  leaving through {iface}: {}\n  entering through {iface}: {}\n\
-                 control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. \
-                 Ctrl-C stops and puts {iface} back.",
-                show(forward),
-                show(reverse),
-                name = args.common.name,
-            );
-            for note in interposed.notes() {
-                eprintln!("  note: {note}");
-            }
-        }
-        _ => eprintln!(
-            "pathlab emulate '{name}': {if_a} <-> {if_b}\n  {if_a} -> {if_b}: {}\n  {if_b} -> {if_a}: {}\n\
-             control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. Ctrl-C stops.",
-            show(forward),
-            show(reverse),
-            name = args.common.name,
-        ),
-    }
-}
-
-/// Serves the control socket (and the control address, if any) until a termination signal
-/// on `signals`, or `--time`; the fidelity guard warns meanwhile.
-fn serve(
-    args: &Args,
-    http: Option<&Control>,
-    server: &ControlServer,
-    handle: &emulator::EmulatorHandle,
-    signals: &std::os::fd::OwnedFd,
-    recordings: Option<&pathlab_os::files::Dir>,
-    control_command: Vec<String>,
-) {
-    let mut guard = args.late_warn.0.map(|_| Guard {
-        name: args.common.name.clone(),
-        warnings: Default::default(),
-        next: std::time::Instant::now() + GUARD_INTERVAL,
-    });
-    let deadline = args
-        .time
-        .map(|t| std::time::Instant::now() + std::time::Duration::from(t));
-    let history = std::sync::Mutex::new(History::new());
-    let stop_http = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        if let Some(http) = http {
-            let controlled = Controlled {
-                emulator: handle,
-                history: &history,
-                command: control_command,
-                presets: preset_choices(),
-                traces: http.traces.as_ref(),
-                recordings,
-            };
-            let stop_http = &stop_http;
-            scope.spawn(move || {
-                http.server
-                    .serve(stop_http, &|request| controlled.answer(request));
-            });
-        }
-        let mut next_sample = std::time::Instant::now();
-        server.serve(handle, std::os::fd::AsFd::as_fd(signals), || {
-            if let Some(guard) = &mut guard {
-                guard.poll(handle);
-            }
-            let now = std::time::Instant::now();
-            if http.is_some() && now >= next_sample {
-                next_sample = now + std::time::Duration::from_millis(250);
-                if let Some(stats) = handle.stats() {
-                    history
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .observe(&stats);
-                }
-            }
-            deadline.is_some_and(|d| now >= d)
-        });
-        stop_http.store(true, std::sync::atomic::Ordering::Release);
-    });
-}
-
-/// Stops the emulator, puts a borrowed interface back and prints the final counters.
-fn finish(
-    args: &Args,
-    handle: emulator::EmulatorHandle,
-    server: ControlServer,
-    interposed: Option<pathlab_os::interpose::Interposed>,
-) -> anyhow::Result<()> {
-    let stats = handle.stop();
-    drop(server);
-    if let Some(interposed) = interposed {
-        let notes = interposed
-            .restore()
-            .context("putting the interface back (`pathlab lab clean` retries)")?;
-        for note in notes {
-            eprintln!("pathlab emulate '{}': {note}", args.common.name);
-        }
-    }
+    .map_err(emulate_error)?;
     if args.output.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {
@@ -586,19 +227,170 @@ fn finish(
     Ok(())
 }
 
-/// The presets the live page offers: each name `preset` takes, with what it is.
-fn preset_choices() -> Vec<(String, String, String)> {
-    use pathlab_core::spec::preset::{self, PRESETS};
-    preset::names()
-        .into_iter()
-        .map(|name| {
-            let summary = PRESETS
-                .iter()
-                .find(|p| name == p.name || name.strip_suffix("-up") == Some(p.name))
-                .map_or("", |p| p.summary);
-            (name.clone(), format!("preset {name}"), summary.to_owned())
+impl Args {
+    /// The emulator these arguments ask for, checked: the trunk's VLANs, two different
+    /// interfaces, the specs loaded. Every problem is a usage error.
+    fn config(&self, command_line: Vec<String>) -> anyhow::Result<EmulateConfig> {
+        let placement = self.placement()?;
+        placement.check().map_err(|e| match e {
+            PlacementError::InterfaceName(e) => usage(anyhow::anyhow!("--iface: {e}")),
+            other @ PlacementError::SameInterface(_) => usage(other),
+        })?;
+        let forward = load(&self.spec)?;
+        let reverse = match &self.reverse {
+            Some(text) => load(std::slice::from_ref(text))?,
+            None => forward.clone(),
+        };
+        Ok(EmulateConfig {
+            name: self.common.name.clone(),
+            placement,
+            forward,
+            reverse,
+            seed: self.seed,
+            record: self.record.clone(),
+            queue_sample_interval: self.sample_interval,
+            pcap: self.pcap.clone(),
+            time: self.time,
+            on_interface_gone: if self.wait {
+                OnInterfaceGone::Wait
+            } else {
+                OnInterfaceGone::Stop
+            },
+            late_bound: self.late_warn.0,
+            scheduling: self.scheduling.request(),
+            control: self.control.config(),
+            record_dir: self.record_dir.clone(),
+            command: command_line,
         })
-        .collect()
+    }
+
+    /// Where the emulator sits: `--trunk` and the two VLANs it bridges (with
+    /// `--native-vlan`), `--iface` (of `--netns`), or `--between`'s two interfaces.
+    fn placement(&self) -> anyhow::Result<Placement> {
+        match (&self.trunk, self.vlans) {
+            (Some(trunk), Some(vlans)) => {
+                let vlans = vlans
+                    .with_untagged(self.native_vlan)
+                    .map_err(|e| usage(anyhow::anyhow!("--native-vlan: {e}")))?;
+                return Ok(Placement::Trunk {
+                    iface: trunk.clone(),
+                    vlans,
+                });
+            }
+            (None, _) if self.vlans.is_some() || self.native_vlan.is_some() => {
+                return Err(usage(anyhow::anyhow!(
+                    "--vlans and --native-vlan go with --trunk IF"
+                )));
+            }
+            _ => {}
+        }
+        Ok(match &self.iface {
+            Some(iface) => Placement::Interpose {
+                iface: iface.clone(),
+                netns: self.netns.clone(),
+            },
+            None => Placement::Between([self.between[0].clone(), self.between[1].clone()]),
+        })
+    }
+}
+
+/// An emulator's failure as the command says it: the flag at fault for a directory or a
+/// control address that will not do, a usage error for what the user can fix.
+fn emulate_error(error: EmulateError) -> anyhow::Error {
+    match error {
+        EmulateError::ControlAddress(error) => crate::cmd::metrics::control_address_error(error),
+        EmulateError::RecordDir(error) => usage(anyhow::anyhow!("--record-dir: {error}")),
+        error if error.is_usage() => usage(error),
+        error => anyhow::Error::new(error),
+    }
+}
+
+/// Prints what a running emulator says, on stderr.
+fn print_event(config: &EmulateConfig, event: &EmulateEvent<'_>) {
+    let name = &config.name;
+    match event {
+        EmulateEvent::Started(started) => {
+            announce(config, started);
+            pathlab_lab::run::announce_scheduling(
+                &format!("pathlab emulate '{name}'"),
+                started.scheduling,
+            );
+            if let Some(http) = started.control {
+                crate::cmd::metrics::announce_control(
+                    http,
+                    &format!(
+                        "  live page and API: http://{addr}/ (metrics: http://{addr}/metrics); a \
+                         change needs the token, and so does a read from another machine",
+                        addr = http.server.local_addr()
+                    ),
+                );
+            }
+        }
+        EmulateEvent::Late { from, to, warning } => print_late(name, from, to, *warning),
+        EmulateEvent::Restored(note) => eprintln!("pathlab emulate '{name}': {note}"),
+    }
+}
+
+/// Says on stderr, once at start, what the emulator sits between and what each way does.
+fn announce(config: &EmulateConfig, started: &Started<'_>) {
+    let [if_a, if_b] = started.ports;
+    let (forward, reverse) = (&config.forward, &config.reverse);
+    match &config.placement {
+        Placement::Interpose { iface, netns } => {
+            let netns = netns
+                .as_ref()
+                .map_or_else(|| "this namespace".to_owned(), |ns| format!("namespace {ns}"));
+            eprintln!(
+                "pathlab emulate '{name}': in front of {iface} in {netns} ({if_a} is its side, \
+                 {if_b} the wire)\n  leaving through {iface}: {}\n  entering through {iface}: {}\n\
+                 control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. \
+                 Ctrl-C stops and puts {iface} back.",
+                show(forward),
+                show(reverse),
+                name = config.name,
+            );
+            for note in started.notes {
+                eprintln!("  note: {note}");
+            }
+        }
+        _ => eprintln!(
+            "pathlab emulate '{name}': {if_a} <-> {if_b}\n  {if_a} -> {if_b}: {}\n  {if_b} -> {if_a}: {}\n\
+             control: pathlab emulate stats --name {name}; pathlab emulate set --name {name} SPEC. Ctrl-C stops.",
+            show(forward),
+            show(reverse),
+            name = config.name,
+        ),
+    }
+}
+
+/// Prints one of the fidelity guard's warnings about direction `from` -> `to`.
+fn print_late(name: &str, from: &str, to: &str, warning: LateWarning) {
+    match warning {
+        LateWarning::Late { p99_ns, bound_ns } => eprintln!(
+            "pathlab emulate '{name}': {from} -> {to} sends late: p99 {} over the last \
+             second, over the {} bound; what crosses it is not the link the spec \
+             describes (the emulator cannot keep up here)",
+            lateness_text(p99_ns),
+            lateness_text(bound_ns)
+        ),
+        LateWarning::StillLate {
+            p99_ns,
+            late_for,
+            late_seconds,
+            seconds,
+        } => eprintln!(
+            "pathlab emulate '{name}': {from} -> {to} still sends late: p99 {} over the \
+             last second, late for {:.0} s; {late_seconds} of {seconds} s late so far",
+            lateness_text(p99_ns),
+            late_for.as_secs_f64()
+        ),
+        LateWarning::OnTime { p99_ns, late_for } => eprintln!(
+            "pathlab emulate '{name}': {from} -> {to} sends on time again: p99 {} over \
+             the last second, after {:.0} s late",
+            lateness_text(p99_ns),
+            late_for.as_secs_f64()
+        ),
+    }
 }
 
 fn show(spec: &LinkSpec) -> String {
@@ -609,14 +401,19 @@ fn show(spec: &LinkSpec) -> String {
     }
 }
 
-fn port_error(error: PortError) -> anyhow::Error {
-    match error {
-        PortError::Io { .. } => anyhow::Error::new(error),
-        _ => usage(error),
+/// `--print-tc`: the `tc` commands of the configured specs, on the interface's egress and
+/// an ifb device for `--iface`, on each interface's egress otherwise.
+fn print_tc(config: &EmulateConfig) {
+    match &config.placement {
+        Placement::Interpose { iface, .. } => print_tc_on(&config.forward, iface, &config.reverse),
+        placement => {
+            let [if_a, if_b] = placement.port_names();
+            print_tc_between(&config.forward, &if_b, &config.reverse, &if_a);
+        }
     }
 }
 
-fn print_tc(forward: &LinkSpec, if_b: &str, reverse: &LinkSpec, if_a: &str) {
+fn print_tc_between(forward: &LinkSpec, if_b: &str, reverse: &LinkSpec, if_a: &str) {
     for (spec, from, to) in [(forward, if_a, if_b), (reverse, if_b, if_a)] {
         let tc = pathlab_core::spec::tc::to_tc_commands(spec, to);
         println!("# {from} -> {to}: on the egress of {to}");
@@ -665,120 +462,68 @@ fn print_tc_on(forward: &LinkSpec, iface: &str, reverse: &LinkSpec) {
 }
 
 fn run_set(name: &str, args: &SetArgs) -> anyhow::Result<()> {
-    let spec = load(&args.spec)?;
-    let reverse = args
-        .reverse
-        .as_ref()
-        .map(|r| load(std::slice::from_ref(r)))
-        .transpose()?;
-    let text = spec.to_string();
-    let (forward, reverse) = match (args.direction.as_str(), reverse) {
-        ("forward", _) => (Some(text), None),
-        ("reverse", _) => (None, Some(text)),
-        (_, Some(reverse)) => (Some(text), Some(reverse.to_string())),
-        (_, None) => (Some(text.clone()), Some(text)),
-    };
-    if let Some(remote) = &args.remote.remote {
-        let body = serde_json::to_vec(&Specs { forward, reverse })?;
-        let reply = remote_request(&args.remote, "PUT", "/api/v1/spec", Some(&body))?;
-        return match reply.status {
-            200 => Ok(()),
-            400 => bail!(
-                "the emulator at {remote} refused the spec: {}",
-                reply_error(&reply)
-            ),
-            _ => bail!(
-                "the emulator at {remote} answered {}: {}",
-                reply.status,
-                reply_error(&reply)
-            ),
+    let specs = args.specs()?;
+    let target = args.remote.target(name)?;
+    client::set(&target, specs).map_err(request_error)
+}
+
+impl SetArgs {
+    /// The specs to send, loaded and checked: both directions unless `--reverse` or
+    /// `--direction` says otherwise.
+    fn specs(&self) -> anyhow::Result<Specs> {
+        let spec = load(&self.spec)?;
+        let reverse = self
+            .reverse
+            .as_ref()
+            .map(|r| load(std::slice::from_ref(r)))
+            .transpose()?;
+        let text = spec.to_string();
+        let (forward, reverse) = match (self.direction.as_str(), reverse) {
+            ("forward", _) => (Some(text), None),
+            ("reverse", _) => (None, Some(text)),
+            (_, Some(reverse)) => (Some(text), Some(reverse.to_string())),
+            (_, None) => (Some(text.clone()), Some(text)),
         };
-    }
-    match control::request(name, &ControlRequest::Set { forward, reverse })
-        .map_err(control_error)?
-    {
-        ControlReply::Ok => Ok(()),
-        ControlReply::Error(error) => bail!("the emulator refused the spec: {error}"),
-        ControlReply::Stats(_) => bail!("the emulator answered with stats to a set request"),
+        Ok(Specs { forward, reverse })
     }
 }
 
-/// Sends one request to a remote emulator's control address, with the token if given;
-/// a refused token is said as such.
-fn remote_request(
-    remote: &RemoteArgs,
-    method: &str,
-    path: &str,
-    body: Option<&[u8]>,
-) -> anyhow::Result<pathlab_http::ClientResponse> {
-    let addr = remote.remote.as_deref().expect("called with --remote");
-    let token = remote
-        .token
-        .as_deref()
-        .map(pathlab_http::read_token)
-        .transpose()
-        .map_err(usage)?;
-    let reply = pathlab_http::request(addr, method, path, token.as_deref(), body)
-        .map_err(|e| usage(anyhow::Error::new(e)))?;
-    if reply.status == 401 {
-        return Err(usage(anyhow::anyhow!(
-            "the emulator at {addr} {}",
-            if token.is_some() {
-                "refused the token of --token"
-            } else {
-                "needs its token: --token FILE"
-            }
-        )));
+impl RemoteArgs {
+    /// The emulator to ask: `--remote`'s, with the token of `--token` read (a usage error
+    /// if it will not do), or the one named `name` on this machine.
+    fn target(&self, name: &str) -> anyhow::Result<Target> {
+        let Some(addr) = &self.remote else {
+            return Ok(Target::Local(name.to_owned()));
+        };
+        let token = self
+            .token
+            .as_deref()
+            .map(pathlab_http::read_token)
+            .transpose()
+            .map_err(usage)?;
+        Ok(Target::Remote {
+            addr: addr.clone(),
+            token,
+        })
     }
-    Ok(reply)
-}
-
-/// The message of an error reply (`{"error": ...}`), or its body as text.
-fn reply_error(reply: &pathlab_http::ClientResponse) -> String {
-    serde_json::from_slice::<serde_json::Value>(&reply.body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| String::from_utf8_lossy(&reply.body).trim().to_owned())
 }
 
 fn run_stats(name: &str, args: &StatsArgs) -> anyhow::Result<()> {
-    let json = args.output.json;
-    if args.remote.remote.is_some() {
-        let reply = remote_request(&args.remote, "GET", "/api/v1/stats", None)?;
-        if reply.status != 200 {
-            bail!(
-                "the emulator answered {}: {}",
-                reply.status,
-                reply_error(&reply)
-            );
-        }
-        let stats: EmulatorStats = serde_json::from_slice(&reply.body)
-            .context("the emulator's stats are not what this pathlab reads")?;
-        if json {
-            println!("{}", serde_json::to_string_pretty(&stats)?);
-        } else {
-            print_stats(&stats);
-        }
-        return Ok(());
+    let target = args.remote.target(name)?;
+    let stats = client::stats(&target).map_err(request_error)?;
+    if args.output.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else {
+        print_stats(&stats);
     }
-    match control::request(name, &ControlRequest::Stats).map_err(control_error)? {
-        ControlReply::Stats(stats) => {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&stats)?);
-            } else {
-                print_stats(&stats);
-            }
-            Ok(())
-        }
-        ControlReply::Error(error) => bail!("{error}"),
-        ControlReply::Ok => bail!("the emulator answered 'ok' to a stats request"),
-    }
+    Ok(())
 }
 
-fn control_error(error: ControlError) -> anyhow::Error {
-    match error {
-        ControlError::NotRunning { .. } => usage(error),
-        other => anyhow::Error::new(other),
+fn request_error(error: RequestError) -> anyhow::Error {
+    if error.is_usage() {
+        usage(error)
+    } else {
+        anyhow::Error::new(error)
     }
 }
 

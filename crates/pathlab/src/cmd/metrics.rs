@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context as _;
+use pathlab_emulator::address::{ControlAddress, ControlAddressConfig, ControlAddressError};
 use pathlab_http::Request;
 use pathlab_http::{HttpServer, HttpServerError};
 
@@ -86,7 +86,50 @@ pub fn open_dir(
         .map_err(|e| usage(anyhow::anyhow!("{flag}: {e}")))
 }
 
-/// A bound control address: its server, the token it requires, and the trace directory.
+impl ControlArgs {
+    /// The control address these flags ask for, if any; the token file is read and the
+    /// trace directory opened when it is bound ([`Control::bind`],
+    /// [`pathlab_emulator::address::ControlAddress::bind`]).
+    pub fn config(&self) -> Option<ControlAddressConfig> {
+        self.control.map(|addr| ControlAddressConfig {
+            addr,
+            token_file: self.control_token.clone(),
+            trace_dir: self.trace_dir.clone(),
+        })
+    }
+}
+
+/// A control address that cannot be served, as the commands say it: `--control`'s and
+/// `--trace-dir`'s problems are usage errors, a port in use or no random bytes are not.
+pub fn control_address_error(error: ControlAddressError) -> anyhow::Error {
+    match error {
+        ControlAddressError::Http(error) => http_error(error, "--control"),
+        ControlAddressError::TraceDir(error) => usage(anyhow::anyhow!("--trace-dir: {error}")),
+        error @ ControlAddressError::NewToken(_) => anyhow::Error::new(error),
+    }
+}
+
+/// Prints where a control address is (`what` names what it serves) and, if it was made at
+/// start, the token, with the page's address that hands it over.
+pub fn announce_control(address: &ControlAddress, what: &str) {
+    announce_at(&address.server, address.made_token.as_deref(), what);
+}
+
+/// Prints `what`, then the token made at start, if any, with the page of `server` that
+/// hands it over.
+fn announce_at(server: &HttpServer, made_token: Option<&str>, what: &str) {
+    let addr = server.local_addr();
+    eprintln!("{what}");
+    if let Some(token) = made_token {
+        eprintln!(
+            "  control token (every change needs it; --control-token FILE to choose one): \
+             {token}\n  the page with it: http://{addr}/#token={token}"
+        );
+    }
+}
+
+/// A bound control address: its server, the token it requires, and the trace directory
+/// (a [`ControlAddress`] with the fields `lab` takes apart).
 #[derive(Debug)]
 pub struct Control {
     /// The server, with the token; reads from loopback open, and the page public.
@@ -98,36 +141,17 @@ pub struct Control {
 }
 
 impl Control {
-    /// Binds `--control` if given. Every change needs a token: the file's, or a
-    /// [`pathlab_http::new_token`] made here and printed by
-    /// [`Control::announce`], as notebook servers do. Beyond loopback the token must come
-    /// from a file (one printed on a remote box's terminal is easily lost or logged).
+    /// Binds `--control` if given, as [`ControlAddress::bind`] does: every change needs a
+    /// token, the file's or one made here and printed by [`Control::announce`].
     pub fn bind(args: &ControlArgs) -> anyhow::Result<Option<Control>> {
-        let Some(addr) = args.control else {
+        let Some(config) = args.config() else {
             return Ok(None);
         };
-        let given = args
-            .control_token
-            .as_deref()
-            .map(pathlab_http::read_token)
-            .transpose()
-            .map_err(usage)?;
-        let traces = open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
-        let (token, made_token) = match given {
-            Some(token) => (token, None),
-            None if !pathlab_http::server::is_loopback(addr.ip()) => {
-                return Err(http_error(HttpServerError::NeedsToken(addr), "--control"));
-            }
-            None => {
-                let token = pathlab_http::new_token()
-                    .context("making a control token from the kernel's random bytes")?;
-                (token.clone(), Some(token))
-            }
-        };
-        let server = HttpServer::bind(addr, Some(token))
-            .map_err(|error| http_error(error, "--control"))?
-            .public(&["/"])
-            .reads_open_on_loopback();
+        let ControlAddress {
+            server,
+            made_token,
+            traces,
+        } = ControlAddress::bind(&config).map_err(control_address_error)?;
         Ok(Some(Control {
             server,
             made_token,
@@ -138,14 +162,7 @@ impl Control {
     /// Prints where the control address is (`what` names what it serves) and, if it was
     /// made at start, the token, with the page's address that hands it over.
     pub fn announce(&self, what: &str) {
-        let addr = self.server.local_addr();
-        eprintln!("{what}");
-        if let Some(token) = &self.made_token {
-            eprintln!(
-                "  control token (every change needs it; --control-token FILE to choose one): \
-                 {token}\n  the page with it: http://{addr}/#token={token}"
-            );
-        }
+        announce_at(&self.server, self.made_token.as_deref(), what);
     }
 }
 
