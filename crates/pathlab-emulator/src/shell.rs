@@ -9,23 +9,39 @@
 //! namespace only while the program or pathlab lives, so a killed shell leaves nothing.
 //! Shells nest: each one picks a subnet not yet used where it starts.
 
+use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 
 use crate::control::{ControlError, ControlServer};
-use crate::emulator::{self, EmulatorConfig, EmulatorError, EmulatorStats};
+use crate::emulator::{self, EmulatorConfig, EmulatorError, EmulatorStats, OnInterfaceGone};
 use crate::port::TunPort;
+use pathlab_core::time::Duration;
+use pathlab_core::LinkSpec;
 use pathlab_os::netlink::Netlink;
 use pathlab_os::netns::Netns;
 use pathlab_os::sys;
 
-/// Everything a shell needs.
-#[derive(Debug)]
+/// Everything a shell needs, as plain values: the command line reads the user's words into
+/// it, and [`run`] touches the machine.
+#[derive(Debug, Clone)]
 pub struct ShellConfig {
-    /// The emulator between the program and this namespace: `forward` is the uplink (from
-    /// the program outwards), `reverse` the downlink.
-    pub emulator: EmulatorConfig,
+    /// The emulator's name, for `pathlab emulate set/stats --name`.
+    pub name: String,
+    /// The link from the program outwards.
+    pub uplink: LinkSpec,
+    /// The link towards the program.
+    pub downlink: LinkSpec,
+    /// Seed of the links' random choices.
+    pub seed: u64,
+    /// Where to write every packet's fate and the queue lengths, if anywhere.
+    pub record: Option<PathBuf>,
+    /// Where to write a pcapng capture of what was forwarded and dropped, if anywhere.
+    pub pcap: Option<PathBuf>,
+    /// The command line, for the recording's header.
+    pub command: Vec<String>,
     /// The program and its arguments.
     pub program: Vec<String>,
     /// Forward and masquerade the program's IPv4 traffic beyond this namespace.
@@ -33,6 +49,9 @@ pub struct ShellConfig {
     /// How the emulator's forwarding threads are scheduled.
     pub scheduling: pathlab_os::scheduling::Request,
 }
+
+/// How often a shell's recording samples queue lengths.
+pub const QUEUE_SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// The addresses of the two ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +87,14 @@ pub enum ShellError {
     /// The emulator.
     #[error(transparent)]
     Emulator(#[from] EmulatorError),
+    /// The recording or capture file cannot be created.
+    #[error("cannot create '{}'", path.display())]
+    CreateFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
     /// The program could not start.
     #[error("cannot run '{program}': {source}")]
     Spawn {
@@ -84,6 +111,17 @@ pub enum ShellError {
         /// Why.
         source: io::Error,
     },
+}
+
+impl ShellError {
+    /// Whether the user's input was wrong (a name taken, a program that cannot start),
+    /// not the machine: the command line says so with exit status 2.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            ShellError::Control(ControlError::NameTaken(_)) | ShellError::Spawn { .. }
+        )
+    }
 }
 
 fn io_error(what: &'static str) -> impl FnOnce(io::Error) -> ShellError {
@@ -119,9 +157,10 @@ fn configure(netlink: &mut Netlink, name: &str, v4: Ipv4Addr, v6: Ipv6Addr) -> i
 /// SIGTERM/SIGHUP arrives, after stopping it). `signals` is the descriptor from
 /// [`pathlab_os::termination_signals`], taken before any thread started.
 pub fn run(
-    config: ShellConfig,
+    config: &ShellConfig,
     signals: std::os::fd::BorrowedFd<'_>,
 ) -> Result<ShellOutcome, ShellError> {
+    let emulator = emulator_config(config)?;
     let pid = std::process::id();
     let mut netlink = Netlink::open().map_err(io_error("opening netlink"))?;
     let existing: Vec<IpAddr> = netlink
@@ -131,7 +170,7 @@ pub fn run(
         .map(|a| a.address)
         .collect();
     let addresses = pick_addresses(&existing).ok_or(ShellError::NoSubnet)?;
-    let server = ControlServer::bind(&config.emulator.name)?;
+    let server = ControlServer::bind(&config.name)?;
     let netns = Netns::new().map_err(io_error("creating a network namespace"))?;
     let outside = TunPort::create(&format!("pl-{pid}-o"))
         .map_err(io_error("creating the outside TUN device"))?;
@@ -167,19 +206,19 @@ pub fn run(
         })
         .and_then(|r| r)
         .map_err(io_error("setting up the shell's namespace"))?;
-    let name = config.emulator.name.clone();
+    let name = &config.name;
     let pool = emulator::Pool::with_scheduling(2, &config.scheduling)
         .map_err(io_error("starting the forwarding threads"))?;
     // Said only when something asked was not given: the shell is the program's terminal.
     for note in &pool.scheduling().notes {
         eprintln!("pathlab shell '{name}': note: {note}");
     }
-    let handle = pool.spawn([inside, outside], config.emulator)?;
+    let handle = pool.spawn([inside, outside], emulator)?;
     let (program, arguments) = config.program.split_first().expect("a program is given");
     let mut command: Command = netns.command(program);
     command
         .args(arguments)
-        .env("PATHLAB_SHELL", &name)
+        .env("PATHLAB_SHELL", name)
         .env("PATHLAB_SHELL_OUTSIDE", addresses.outside_v4.to_string())
         .env("PATHLAB_SHELL_OUTSIDE6", addresses.outside_v6.to_string());
     sys::command_parent_death_signal(&mut command, libc::SIGKILL);
@@ -192,6 +231,33 @@ pub fn run(
     drop(nat);
     drop(server);
     Ok(ShellOutcome { status, stats })
+}
+
+/// The emulator between the program and this namespace (`forward` is the uplink), with
+/// the recording and capture files created.
+fn emulator_config(config: &ShellConfig) -> Result<EmulatorConfig, ShellError> {
+    let create = |path: &Path| {
+        File::create(path).map_err(|source| ShellError::CreateFile {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    Ok(EmulatorConfig {
+        name: config.name.clone(),
+        forward: config.uplink.clone(),
+        reverse: config.downlink.clone(),
+        seed: config.seed,
+        record: config
+            .record
+            .as_deref()
+            .map(create)
+            .transpose()?
+            .map(Into::into),
+        pcap: config.pcap.as_deref().map(create).transpose()?,
+        queue_sample_interval: QUEUE_SAMPLE_INTERVAL,
+        command: config.command.clone(),
+        on_interface_gone: OnInterfaceGone::Stop,
+    })
 }
 
 /// Serves the control socket until the program exits, and gives its status. A SIGTERM
@@ -238,6 +304,28 @@ fn wait_for_program(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_that_cannot_be_created_is_said_with_its_path_before_anything_is_set_up() {
+        let config = ShellConfig {
+            name: "test".into(),
+            uplink: LinkSpec::default(),
+            downlink: LinkSpec::default(),
+            seed: 1,
+            record: Some("/nonexistent/pathlab/record.jsonl".into()),
+            pcap: None,
+            command: Vec::new(),
+            program: vec!["true".into()],
+            nat: false,
+            scheduling: pathlab_os::scheduling::Request::default(),
+        };
+        let error = emulator_config(&config).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "cannot create '/nonexistent/pathlab/record.jsonl'"
+        );
+        assert!(!error.is_usage());
+    }
 
     #[test]
     fn nested_shells_get_the_next_free_subnet() {

@@ -1,12 +1,7 @@
 //! `pathlab shell`: run a program in a network namespace behind an emulated link.
 
-use std::fs::File;
-
 use anyhow::Context as _;
-use pathlab_core::time::Duration;
-use pathlab_emulator::control::ControlError;
-use pathlab_emulator::emulator::EmulatorConfig;
-use pathlab_emulator::shell::{self, ShellConfig, ShellError};
+use pathlab_emulator::shell::{self, ShellConfig};
 
 use crate::cmd::spec::parse_spec;
 use crate::usage;
@@ -48,54 +43,16 @@ pub struct Args {
 
 /// Runs `pathlab shell`; the exit code is the program's.
 pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
-    let uplink = parse_spec(std::slice::from_ref(&args.spec))?;
-    let downlink = match &args.reverse {
-        Some(text) => parse_spec(std::slice::from_ref(text))?,
-        None => uplink.clone(),
-    };
-    let name = args
-        .name
-        .clone()
-        .unwrap_or_else(|| format!("shell-{}", std::process::id()));
-    pathlab_os::runtime::validate_name(&name).map_err(|e| usage(anyhow::anyhow!(e)))?;
-    let program = if args.command.is_empty() {
-        vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
-    } else {
-        args.command.clone()
-    };
+    let config = args.config()?;
     pathlab_os::require_net_admin("pathlab shell").map_err(usage)?;
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let create = |path: &std::path::Path| {
-        File::create(path).with_context(|| format!("cannot create '{}'", path.display()))
-    };
-    let config = ShellConfig {
-        emulator: EmulatorConfig {
-            name,
-            forward: uplink,
-            reverse: downlink,
-            seed: args.seed,
-            record: args
-                .record
-                .as_deref()
-                .map(create)
-                .transpose()?
-                .map(Into::into),
-            pcap: args.pcap.as_deref().map(create).transpose()?,
-            queue_sample_interval: Duration::from_millis(10),
-            command: std::env::args().collect(),
-            on_interface_gone: pathlab_emulator::emulator::OnInterfaceGone::Stop,
-        },
-        program,
-        nat: !args.no_nat,
-        scheduling: args.scheduling.request(),
-    };
-    let outcome =
-        shell::run(config, std::os::fd::AsFd::as_fd(&signals)).map_err(|error| match error {
-            ShellError::Control(ControlError::NameTaken(_)) | ShellError::Spawn { .. } => {
-                usage(error)
-            }
-            other => anyhow::Error::new(other),
-        })?;
+    let outcome = shell::run(&config, std::os::fd::AsFd::as_fd(&signals)).map_err(|error| {
+        if error.is_usage() {
+            usage(error)
+        } else {
+            anyhow::Error::new(error)
+        }
+    })?;
     if args.stats {
         crate::cmd::emulate::print_stats(&outcome.stats);
     }
@@ -104,4 +61,38 @@ pub fn run(args: &Args) -> anyhow::Result<std::process::ExitCode> {
         128 + outcome.status.signal().unwrap_or(0)
     });
     Ok(std::process::ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+impl Args {
+    /// The shell these arguments ask for: the specs loaded, the name checked (default
+    /// `shell-PID`), the program (default `$SHELL`). Every problem is a usage error.
+    fn config(&self) -> anyhow::Result<ShellConfig> {
+        let uplink = parse_spec(std::slice::from_ref(&self.spec))?;
+        let downlink = match &self.reverse {
+            Some(text) => parse_spec(std::slice::from_ref(text))?,
+            None => uplink.clone(),
+        };
+        let name = self
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("shell-{}", std::process::id()));
+        pathlab_os::runtime::validate_name(&name).map_err(|e| usage(anyhow::anyhow!(e)))?;
+        let program = if self.command.is_empty() {
+            vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".into())]
+        } else {
+            self.command.clone()
+        };
+        Ok(ShellConfig {
+            name,
+            uplink,
+            downlink,
+            seed: self.seed,
+            record: self.record.clone(),
+            pcap: self.pcap.clone(),
+            command: std::env::args().collect(),
+            program,
+            nat: !self.no_nat,
+            scheduling: self.scheduling.request(),
+        })
+    }
 }
