@@ -80,6 +80,25 @@ pub fn read_termination_signal(fd: std::os::fd::BorrowedFd<'_>) -> Option<i32> {
     crate::sys::signalfd_read(fd)
 }
 
+/// A flag set when SIGINT, SIGTERM or SIGHUP arrives, by a thread that reads a
+/// [`termination_signals`] descriptor: for the loops that stop themselves (a lab's run, a
+/// node) by looking at a flag. Blocks the signals first, so call it before starting other
+/// threads.
+pub fn termination_flag() -> std::io::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let signals = termination_signals()?;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = std::sync::Arc::clone(&stop);
+    // The descriptor is non-blocking: look five times a second.
+    std::thread::spawn(move || loop {
+        if read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    });
+    Ok(stop)
+}
+
 /// Waits up to `timeout` for a termination signal on a [`termination_signals`]
 /// descriptor; which one came, if one did.
 pub fn wait_for_termination(

@@ -47,23 +47,12 @@ pub fn parse_rate(text: &str) -> Result<pathlab_core::units::BitsPerSec, String>
     pathlab_core::spec::parse_rate(text).map_err(|e| e.to_string())
 }
 
-/// A flag set when SIGINT or SIGTERM arrives, by a thread that reads the signal
-/// descriptor: for the commands that stop their own loops (`lab`, `lab collect`, `node`).
-/// Blocks the signals first, so call it before starting other threads.
+/// A flag set when SIGINT or SIGTERM arrives ([`pathlab_os::process::termination_flag`]):
+/// for the commands that stop their own loops (`lab`, `lab collect`, `node`). Blocks the
+/// signals first, so call it before starting other threads.
 pub fn stop_on_signals() -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     use anyhow::Context as _;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let stop = std::sync::Arc::new(AtomicBool::new(false));
-    let flag = std::sync::Arc::clone(&stop);
-    // The descriptor is non-blocking: look five times a second.
-    std::thread::spawn(move || loop {
-        if pathlab_os::read_termination_signal(std::os::fd::AsFd::as_fd(&signals)).is_some() {
-            flag.store(true, Ordering::SeqCst);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    });
-    Ok(stop)
+    pathlab_os::process::termination_flag().context("setting up signal handling")
 }
 
 #[cfg(test)]
