@@ -173,6 +173,17 @@ impl HttpServer {
         })
     }
 
+    /// Listens on `addr` with the token in `token_file` ([`read_token`]) if one is given:
+    /// how a `--metrics` address with its `--metrics-token` is bound. A token file that
+    /// will not do is said before anything listens.
+    pub fn bind_with_token_file(
+        addr: SocketAddr,
+        token_file: Option<&Path>,
+    ) -> Result<HttpServer, HttpServerError> {
+        let token = token_file.map(read_token).transpose()?;
+        HttpServer::bind(addr, token)
+    }
+
     /// Serves `paths` (GET only) without the token.
     pub fn public(mut self, paths: &[&'static str]) -> HttpServer {
         self.public.extend_from_slice(paths);

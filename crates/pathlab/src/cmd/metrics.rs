@@ -35,11 +35,7 @@ pub fn bind_http(
     token_file: Option<&std::path::Path>,
     flag: &str,
 ) -> anyhow::Result<HttpServer> {
-    let token = token_file
-        .map(pathlab_http::read_token)
-        .transpose()
-        .map_err(usage)?;
-    HttpServer::bind(addr, token).map_err(|error| http_error(error, flag))
+    HttpServer::bind_with_token_file(addr, token_file).map_err(|error| http_error(error, flag))
 }
 
 /// An error of binding `flag`'s address, as the command says it.
