@@ -21,11 +21,17 @@ use pathlab_results::recording::{
 use crate::export::node::NodeConfig;
 use crate::node::wire::{self, NodeResult, NodeStatus, Phase, StartRequest, Underlay};
 use pathlab_lab::spec::{Experiment, SweepPoint};
+use pathlab_lab::sweep::{save_result, PlannedRun, SaveError};
 use pathlab_lab::topology::{CABLE_A, CABLE_B};
 
-/// How a collection is made.
-#[derive(Debug)]
-pub struct CollectOptions {
+/// A collection, as `pathlab lab collect` makes it: which lab, where its nodes are, how
+/// long to wait for them, where its result goes.
+#[derive(Debug, Clone)]
+pub struct CollectConfig {
+    /// The lab as it was exported: one sweep point, `--quick` applied.
+    pub run: PlannedRun,
+    /// Each node's config as the export wrote it, in the experiment's order of nodes.
+    pub configs: Vec<NodeConfig>,
     /// Each node's control address (`HOST:PORT`), in the experiment's order of nodes.
     pub addresses: Vec<String>,
     /// The nodes' bearer token.
@@ -36,8 +42,72 @@ pub struct CollectOptions {
     pub lead: Duration,
     /// Where the result, recordings and outputs go.
     pub out: PathBuf,
-    /// Set by a signal.
-    pub stop: std::sync::Arc<AtomicBool>,
+    /// The command line that asked for the collection, recorded in the result file.
+    pub command_line: Vec<String>,
+}
+
+/// How far ahead of the order to start a lab's nodes: every node must have it by then,
+/// and two seconds is many round trips even across a cluster.
+pub const DEFAULT_LEAD: Duration = Duration::from_secs(2);
+
+/// Why `--address` gives no address to some node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// A pair that is not `NODE=HOST:PORT`.
+    #[error("'{pair}' is not NODE=HOST:PORT")]
+    NotAPair {
+        /// The pair as given.
+        pair: String,
+    },
+    /// A node the lab does not have.
+    #[error("the lab has no node '{node}' (its nodes: {})", .nodes.join(", "))]
+    NoSuchNode {
+        /// The name given.
+        node: String,
+        /// The lab's nodes.
+        nodes: Vec<String>,
+    },
+    /// A node given no address.
+    #[error("no address for node '{node}'")]
+    Missing {
+        /// The node.
+        node: String,
+    },
+}
+
+/// Each node's control address from `pattern`: a pattern in which `{node}` and `{lab}`
+/// are replaced by the node's and the lab's names (`clab-{lab}-{node}:8080`), or
+/// `NODE=HOST:PORT,...`, one for each of `nodes` by name.
+pub fn addresses(pattern: &str, lab: &str, nodes: &[String]) -> Result<Vec<String>, AddressError> {
+    if !pattern.contains('=') {
+        return Ok(nodes
+            .iter()
+            .map(|node| pattern.replace("{node}", node).replace("{lab}", lab))
+            .collect());
+    }
+    let mut given = std::collections::HashMap::new();
+    for pair in pattern.split(',') {
+        let Some((node, address)) = pair.split_once('=') else {
+            return Err(AddressError::NotAPair {
+                pair: pair.to_owned(),
+            });
+        };
+        if !nodes.iter().any(|n| n == node) {
+            return Err(AddressError::NoSuchNode {
+                node: node.to_owned(),
+                nodes: nodes.to_vec(),
+            });
+        }
+        given.insert(node.to_owned(), address.to_owned());
+    }
+    nodes
+        .iter()
+        .map(|node| {
+            given
+                .remove(node)
+                .ok_or_else(|| AddressError::Missing { node: node.clone() })
+        })
+        .collect()
 }
 
 /// Why a collection failed.
@@ -72,6 +142,9 @@ pub enum CollectError {
     /// Stopped by a signal.
     #[error("stopped")]
     Stopped,
+    /// The gathered run's result file could not be written.
+    #[error(transparent)]
+    Save(#[from] SaveError),
 }
 
 /// One node as the collector sees it.
@@ -137,42 +210,45 @@ fn text(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned()
 }
 
-/// Runs the lab the nodes at `options.addresses` play (`configs[k]` at address k, each
-/// as the export wrote it) and writes its result to `options.out`, as `pathlab lab`
-/// would: `result.json`'s run, each link's recording, each command's output.
-pub fn collect(
-    experiment: &Experiment,
-    point: &SweepPoint,
-    configs: &[NodeConfig],
-    options: &CollectOptions,
+/// Runs the lab the nodes at `config.addresses` play (`config.configs[k]` at address k,
+/// each as the export wrote it) and writes its result to `config.out`, as `pathlab lab`
+/// would: `result.json`'s run, each link's recording, each command's output. `progress`
+/// hears what it waits for and warns of, a line at a time. A `stop` signal before the
+/// nodes start fails it ([`CollectError::Stopped`]); one during the run gathers what the
+/// nodes recorded, as an interrupted run.
+pub fn run(
+    config: &CollectConfig,
+    stop: &AtomicBool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<LabRun, CollectError> {
-    let nodes: Vec<Node<'_>> = configs
+    let PlannedRun { experiment, point } = &config.run;
+    let nodes: Vec<Node<'_>> = config
+        .configs
         .iter()
-        .zip(&options.addresses)
-        .map(|(config, address)| Node {
-            config,
-            sha256: wire::sha256_hex(config.to_toml().as_bytes()),
+        .zip(&config.addresses)
+        .map(|(node_config, address)| Node {
+            config: node_config,
+            sha256: wire::sha256_hex(node_config.to_toml().as_bytes()),
             address,
         })
         .collect();
-    std::fs::create_dir_all(&options.out).map_err(|source| CollectError::Io {
-        context: format!("creating {}", options.out.display()),
+    std::fs::create_dir_all(&config.out).map_err(|source| CollectError::Io {
+        context: format!("creating {}", config.out.display()),
         source,
     })?;
 
-    let underlay = wait_until_ready(&nodes, options, progress)?;
-    start_all(&nodes, options)?;
+    let underlay = wait_until_ready(&nodes, config, stop, progress)?;
+    start_all(&nodes, config)?;
     progress(&format!(
         "started all {} nodes; the run takes {} s",
         nodes.len(),
         experiment.duration.as_secs_f64()
     ));
-    let end = Instant::now() + options.lead + experiment.duration;
-    let stopped_in_run = !pathlab_lab::workload::sleep_until(end, &options.stop);
-    let (results, stopped_after) = node_results(&nodes, options)?;
+    let end = Instant::now() + config.lead + experiment.duration;
+    let stopped_in_run = !pathlab_lab::workload::sleep_until(end, stop);
+    let (results, stopped_after) = node_results(&nodes, config, stop)?;
     let stopped = stopped_in_run || stopped_after;
-    save_recordings_and_outputs(experiment, &nodes, options)?;
+    save_recordings_and_outputs(experiment, &nodes, &config.out, config.token.as_deref())?;
     let mut run = merge(experiment, point, &results);
     run.interrupted |= stopped;
     for link in &mut run.links {
@@ -182,19 +258,21 @@ pub fn collect(
             .cloned()
             .collect();
     }
+    save_result(&config.out, &run, config.command_line.clone())?;
     Ok(run)
 }
 
 /// Waits until every node is ready, saying every 5 s how many are; gives the underlay
 /// each measured (after warning of any that is poor). Fails when a node failed or has run
-/// already, when they are not all ready within `options.wait`, or on a stop signal.
+/// already, when they are not all ready within `config.wait`, or on a stop signal.
 fn wait_until_ready(
     nodes: &[Node<'_>],
-    options: &CollectOptions,
+    config: &CollectConfig,
+    stop: &AtomicBool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<Vec<Underlay>, CollectError> {
-    let token = options.token.as_deref();
-    let deadline = Instant::now() + options.wait;
+    let token = config.token.as_deref();
+    let deadline = Instant::now() + config.wait;
     let mut ready: Vec<Option<NodeStatus>> = vec![None; nodes.len()];
     let mut said = Instant::now();
     loop {
@@ -233,10 +311,10 @@ fn wait_until_ready(
         if Instant::now() >= deadline {
             return Err(CollectError::NotReady {
                 nodes: waiting,
-                waited: options.wait,
+                waited: config.wait,
             });
         }
-        if options.stop.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
             return Err(CollectError::Stopped);
         }
         if said.elapsed() >= Duration::from_secs(5) {
@@ -263,10 +341,10 @@ fn wait_until_ready(
     Ok(underlay)
 }
 
-/// Orders every node to start at one instant, `options.lead` from now.
-fn start_all(nodes: &[Node<'_>], options: &CollectOptions) -> Result<(), CollectError> {
-    let token = options.token.as_deref();
-    let at_unix_ns = pathlab_os::unix_now_ns() + options.lead.as_nanos() as u64;
+/// Orders every node to start at one instant, `config.lead` from now.
+fn start_all(nodes: &[Node<'_>], config: &CollectConfig) -> Result<(), CollectError> {
+    let token = config.token.as_deref();
+    let at_unix_ns = pathlab_os::unix_now_ns() + config.lead.as_nanos() as u64;
     let order = serde_json::to_vec(&StartRequest { at_unix_ns }).expect("serializes");
     for node in nodes {
         let response =
@@ -283,15 +361,16 @@ fn start_all(nodes: &[Node<'_>], options: &CollectOptions) -> Result<(), Collect
     Ok(())
 }
 
-/// Each node's result once the run is over, waiting up to `options.wait` for those not
+/// Each node's result once the run is over, waiting up to `config.wait` for those not
 /// yet written; and whether a stop signal came meanwhile (the run is then interrupted).
 fn node_results(
     nodes: &[Node<'_>],
-    options: &CollectOptions,
+    config: &CollectConfig,
+    stop: &AtomicBool,
 ) -> Result<(Vec<NodeResult>, bool), CollectError> {
-    let token = options.token.as_deref();
+    let token = config.token.as_deref();
     let mut stopped = false;
-    let result_deadline = Instant::now() + options.wait;
+    let result_deadline = Instant::now() + config.wait;
     let mut results = Vec::new();
     for node in nodes {
         let result = loop {
@@ -302,7 +381,7 @@ fn node_results(
             if code != 409 || Instant::now() >= result_deadline {
                 return Err(node.error(&format!("no result ({code}): {}", text(&body))));
             }
-            if options.stop.load(Ordering::SeqCst) {
+            if stop.load(Ordering::SeqCst) {
                 stopped = true;
             }
             std::thread::sleep(Duration::from_millis(200));
@@ -312,14 +391,14 @@ fn node_results(
     Ok((results, stopped))
 }
 
-/// Writes to `options.out` each link's recording, its two ends' halves merged, and each
-/// command workload's output.
+/// Writes to `out` each link's recording, its two ends' halves merged, and each command
+/// workload's output.
 fn save_recordings_and_outputs(
     experiment: &Experiment,
     nodes: &[Node<'_>],
-    options: &CollectOptions,
+    out: &Path,
+    token: Option<&str>,
 ) -> Result<(), CollectError> {
-    let token = options.token.as_deref();
     for link in &experiment.links {
         let halves = [link.a, link.b].map(|end| {
             let node = &nodes[end];
@@ -336,7 +415,7 @@ fn save_recordings_and_outputs(
             address: nodes[link.a].address.to_owned(),
             message: format!("the recording of link {}: {message}", link.name),
         })?;
-        write(&options.out, &format!("link-{}.jsonl", link.name), &merged)?;
+        write(out, &format!("link-{}.jsonl", link.name), &merged)?;
     }
     for workload in &experiment.workloads {
         if let pathlab_lab::spec::WorkloadKind::Command { .. } = workload.kind {
@@ -344,7 +423,7 @@ fn save_recordings_and_outputs(
             let path = format!("{}{}", wire::OUTPUT_PATH, workload.name);
             let (code, body) = node.get(&path, wire::MAX_FILE_BYTES, token)?;
             if code == 200 {
-                write(&options.out, &format!("{}.out", workload.name), &body)?;
+                write(out, &format!("{}.out", workload.name), &body)?;
             }
         }
     }
@@ -525,6 +604,33 @@ mod tests {
     use pathlab_results::recording::{
         read_recording, RecordingLine, RECORDING_MAGIC, RECORDING_VERSION,
     };
+
+    #[test]
+    fn addresses_are_a_pattern_or_one_pair_per_node() {
+        let nodes = ["h1".to_owned(), "r1".to_owned()];
+        assert_eq!(
+            addresses("clab-{lab}-{node}:8080", "lab", &nodes).unwrap(),
+            ["clab-lab-h1:8080", "clab-lab-r1:8080"]
+        );
+        assert_eq!(
+            addresses("r1=r.test:80,h1=h.test:80", "lab", &nodes).unwrap(),
+            ["h.test:80", "r.test:80"]
+        );
+        for (pattern, error) in [
+            ("h1=a:1,r1", "'r1' is not NODE=HOST:PORT"),
+            (
+                "h1=a:1,h2=b:1",
+                "the lab has no node 'h2' (its nodes: h1, r1)",
+            ),
+            ("h1=a:1", "no address for node 'r1'"),
+        ] {
+            assert_eq!(
+                addresses(pattern, "lab", &nodes).unwrap_err().to_string(),
+                error,
+                "{pattern}"
+            );
+        }
+    }
 
     /// A node's recording: zero at `zero_unix_ns`, its egress (direction 0) with a packet
     /// that arrived at `arrived` ns and a queue sample, its ingress with one packet.

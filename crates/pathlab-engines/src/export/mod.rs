@@ -11,13 +11,14 @@
 //! no way to mount a file only its owner may read, so the token goes in the pod's
 //! environment as [`TOKEN_ENV`] (see [`kne`]).
 //!
-//! Pure: the writers return each file's name and contents, the command writes them (the
-//! token file too). They refuse names the engines cannot take (node names that are not DNS
+//! The writers are pure: they return each file's name and contents, and [`save`] writes
+//! them (the token file too). They refuse names the engines cannot take (node names that are not DNS
 //! labels) instead of changing them, so every name in the files is the spec's.
 
 pub mod containerlab;
 pub mod kne;
 pub mod node;
+pub mod save;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 

@@ -18,8 +18,10 @@
 //!    serves its [`wire::NodeResult`], recordings and outputs until it is stopped.
 //!
 //! Every phase shows on the control address ([`wire::NodeStatus`]); a failure is kept
-//! there, with its reason, until the node is stopped.
+//! there, with its reason, until the node is stopped. [`setup`] reads what the command line
+//! gives a node (its config file, its token) and runs it from a [`setup::NodeRunConfig`].
 
+pub mod setup;
 pub mod wire;
 
 use std::net::IpAddr;

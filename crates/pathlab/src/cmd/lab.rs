@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use pathlab_core::format::{self, Digits};
-use pathlab_lab::recipes::{recipe, RECIPES};
-use pathlab_lab::run::RunOptions;
-use pathlab_lab::spec::{expand, Experiment, SweepPoint};
+use pathlab_engines::collect::{self, CollectConfig};
+use pathlab_engines::export::save::{self, ExportConfig, ExportWriteError, TokenFate};
+use pathlab_lab::spec::Experiment;
 use pathlab_lab::summary::{rtt_summaries, sawtooths};
+use pathlab_lab::sweep::{self, ExperimentSource, PlannedRun, RunConfig, RunControls, SweepEvent};
 
 use crate::usage;
 
@@ -139,53 +140,38 @@ pub struct ExportedLab {
     pub seed: u64,
 }
 
-/// Reads the experiment's text: a recipe's or a file's.
-fn experiment_text(name: &str) -> anyhow::Result<(String, Option<String>)> {
-    if let Some(text) = recipe(name) {
-        return Ok((text.to_owned(), None));
-    }
-    if !name.contains('.') && !name.contains('/') {
-        return Err(usage(anyhow::anyhow!(
-            "no recipe '{name}' (recipes: {}); a spec file's name ends in .toml",
-            RECIPES
-                .iter()
-                .map(|(n, _)| *n)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let text = std::fs::read_to_string(name)
-        .with_context(|| format!("cannot read '{name}'"))
-        .map_err(usage)?;
-    Ok((text, Some(name.to_owned())))
+/// Reads the experiment `name` names, a recipe or a spec file; any problem is a usage
+/// error.
+fn read_source(name: &str) -> anyhow::Result<ExperimentSource> {
+    ExperimentSource::read(name).map_err(usage)
 }
 
-/// A spec error as a usage error naming `file` (none for a recipe).
-fn spec_error(file: Option<&str>) -> impl Fn(pathlab_lab::SpecFileError) -> anyhow::Error + '_ {
-    move |mut e| {
-        e.file = file.map(str::to_owned);
-        usage(e)
+impl Args {
+    /// The run `pathlab lab EXPERIMENT` asks for: every sweep point of `source` parsed and
+    /// checked (a spec error is a usage error naming the file) before anything is built.
+    fn config(&self, source: &ExperimentSource) -> anyhow::Result<RunConfig> {
+        let runs = source.sweep(self.quick).map_err(usage)?;
+        let out = self
+            .out
+            .clone()
+            .unwrap_or_else(|| sweep::default_out(&runs[0].experiment.name));
+        Ok(RunConfig {
+            runs,
+            out,
+            seed: self.seed,
+            scheduling: self.scheduling.request(),
+            command_line: std::env::args().collect(),
+        })
     }
 }
 
 fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
-    let (text, file) = experiment_text(name)?;
+    let source = read_source(name)?;
     if args.print {
-        print!("{text}");
+        print!("{}", source.text);
         return Ok(());
     }
-    let named = spec_error(file.as_deref());
-    // Every sweep point is checked before anything is built.
-    let mut runs = Vec::new();
-    for point in expand(&text, args.quick).map_err(&named)? {
-        let experiment = Experiment::parse(&point.text).map_err(&named)?;
-        let experiment = if args.quick {
-            experiment.quick()
-        } else {
-            experiment
-        };
-        runs.push((point, experiment));
-    }
+    let config = args.config(&source)?;
     pathlab_os::require_net_admin("pathlab lab").map_err(usage)?;
     let control = crate::cmd::metrics::Control::bind(&args.control)?;
     if let Some(control) = &control {
@@ -198,65 +184,44 @@ fn run_experiment(args: &Args, name: &str) -> anyhow::Result<()> {
         Some(control) => (Some(Arc::new(control.server)), control.traces.map(Arc::new)),
         None => (None, None),
     };
-    let stop = crate::cmd::stop_on_signals()?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        let secs = pathlab_os::unix_now_secs();
-        PathBuf::from(format!("lab-{}-{secs}", runs[0].1.name))
-    });
+    let controls = RunControls {
+        stop: crate::cmd::stop_on_signals()?,
+        control,
+        trace_dir,
+    };
     let mut stdout = std::io::stdout().lock();
-    let mut saved = Vec::new();
-    for (point, experiment) in &runs {
-        let dir = if point.label.is_empty() {
-            out.clone()
-        } else {
-            out.join(point.label.replace('=', "-").replace(", ", "_"))
-        };
-        writeln!(
-            stdout,
-            "{}{}: {} s, results in {}",
-            experiment.name,
-            if point.label.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", point.label)
-            },
-            experiment.duration.as_secs_f64(),
-            dir.display()
-        )?;
-        stdout.flush()?;
-        let run = pathlab_lab::run::run(
-            experiment,
-            point,
-            &RunOptions {
-                out: dir.clone(),
-                seed: args.seed,
-                stop: Arc::clone(&stop),
-                control: control.clone(),
-                trace_dir: trace_dir.clone(),
-                scheduling: args.scheduling.request(),
-            },
-        )?;
-        let file = pathlab_results::ResultFile::new(
-            pathlab_results::RunResult::Lab(Box::new(run.clone())),
-            std::env::args().collect(),
-            Some(run.started_unix_ns / 1_000_000_000),
-        );
-        std::fs::write(dir.join("result.json"), file.to_json())
-            .with_context(|| format!("writing {}", dir.join("result.json").display()))?;
-        saved.push(dir.clone());
-        print_summary(&mut stdout, experiment, &run, &dir)?;
-        if run.interrupted {
-            drop(stdout);
-            write_report(&saved, &out)?;
+    let outcome = sweep::run(&config, &controls, &mut |event| match event {
+        SweepEvent::Starting { run, dir } => {
+            writeln!(
+                stdout,
+                "{}{}: {} s, results in {}",
+                run.experiment.name,
+                if run.point.label.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", run.point.label)
+                },
+                run.experiment.duration.as_secs_f64(),
+                dir.display()
+            )?;
+            stdout.flush()
+        }
+        SweepEvent::Finished { run, result, dir } => {
+            print_summary(&mut stdout, &run.experiment, result, dir)
+        }
+    })?;
+    drop(stdout);
+    write_report(&outcome.saved, &config.out)?;
+    if outcome.interrupted {
+        if let Some(dir) = outcome.saved.last() {
             println!(
                 "interrupted: what was recorded so far is in {}",
                 dir.display()
             );
-            return Err(anyhow::anyhow!("interrupted"));
         }
+        return Err(anyhow::anyhow!("interrupted"));
     }
-    drop(stdout);
-    write_report(&saved, &out)
+    Ok(())
 }
 
 /// What `pathlab lab` says of a run once it is over (its result in `dir`): failures,
@@ -266,7 +231,7 @@ fn print_summary(
     experiment: &Experiment,
     run: &pathlab_results::lab::LabRun,
     dir: &std::path::Path,
-) -> anyhow::Result<()> {
+) -> std::io::Result<()> {
     for workload in &run.workloads {
         if let pathlab_results::lab::LabOutcome::Failed(why) = &workload.outcome {
             writeln!(stdout, "  {}: failed: {why}", workload.name)?;
@@ -314,7 +279,7 @@ fn summary_ms(seconds: f64) -> String {
 fn print_rtt_summary(
     stdout: &mut impl std::io::Write,
     rtt: &pathlab_lab::summary::RttSummary,
-) -> anyhow::Result<()> {
+) -> std::io::Result<()> {
     write!(
         stdout,
         "  {}: RTT p50 {} ms, p99 {} ms, plateau {} ms",
@@ -353,7 +318,7 @@ fn print_rtt_summary(
 fn print_workload_figures(
     stdout: &mut impl std::io::Write,
     workload: &pathlab_results::lab::LabWorkload,
-) -> anyhow::Result<()> {
+) -> std::io::Result<()> {
     use pathlab_results::lab::LabOutcome;
     if let LabOutcome::Tcp(report) = &workload.outcome {
         let retransmitted = report.retransmitted_segments();
@@ -434,145 +399,69 @@ fn write_report(saved: &[PathBuf], out: &std::path::Path) -> anyhow::Result<()> 
     crate::cmd::report::report(&runs, out, true).with_context(context)
 }
 
-/// The sweep point `chosen` (1-based) of `points`; a sweep without a choice, or a choice
-/// out of range, is refused with the runs listed.
-fn choose_point(
-    name: &str,
-    mut points: Vec<SweepPoint>,
-    chosen: Option<usize>,
-) -> anyhow::Result<SweepPoint> {
-    let runs = || {
-        points
-            .iter()
-            .enumerate()
-            .map(|(i, point)| format!("{}: {}", i + 1, point.label))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match chosen {
-        None if points.len() == 1 => Ok(points.remove(0)),
-        None => Err(usage(anyhow::anyhow!(
-            "{name} is a sweep of {} runs ({}); an engine runs one topology: export one with \
-             --point N",
-            points.len(),
-            runs()
-        ))),
-        Some(n) if (1..=points.len()).contains(&n) => Ok(points.remove(n - 1)),
-        Some(n) if points.len() == 1 => Err(usage(anyhow::anyhow!(
-            "--point {n}: {name} is one run, not a sweep"
-        ))),
-        Some(n) => Err(usage(anyhow::anyhow!(
-            "--point {n}: {name} is a sweep of {} runs ({})",
-            points.len(),
-            runs()
-        ))),
+impl ExportedLab {
+    /// The experiment as `pathlab lab export` exports it (and `lab collect` collects it):
+    /// one sweep point, `--quick` applied; any problem is a usage error.
+    fn planned(&self) -> anyhow::Result<PlannedRun> {
+        read_source(&self.experiment)?
+            .point(self.quick, self.point)
+            .map_err(usage)
     }
 }
 
-/// The experiment as `pathlab lab export` exports it: one sweep point, `--quick` applied.
-fn exported(lab: &ExportedLab) -> anyhow::Result<(Experiment, SweepPoint)> {
-    let (name, quick) = (lab.experiment.as_str(), lab.quick);
-    let (text, file) = experiment_text(name)?;
-    let named = spec_error(file.as_deref());
-    let points = expand(&text, quick).map_err(&named)?;
-    let point = choose_point(name, points, lab.point)?;
-    let experiment = Experiment::parse(&point.text).map_err(&named)?;
-    let experiment = if quick {
-        experiment.quick()
-    } else {
-        experiment
-    };
-    Ok((experiment, point))
-}
-
-/// Each node's control address from `--address`: a pattern, or `NODE=ADDR` for each.
-fn addresses(pattern: &str, lab: &str, nodes: &[String]) -> anyhow::Result<Vec<String>> {
-    if !pattern.contains('=') {
-        return Ok(nodes
-            .iter()
-            .map(|node| pattern.replace("{node}", node).replace("{lab}", lab))
-            .collect());
-    }
-    let mut given = std::collections::HashMap::new();
-    for pair in pattern.split(',') {
-        let Some((node, address)) = pair.split_once('=') else {
-            return Err(usage(anyhow::anyhow!(
-                "--address: '{pair}' is not NODE=HOST:PORT"
-            )));
-        };
-        if !nodes.iter().any(|n| n == node) {
-            return Err(usage(anyhow::anyhow!(
-                "--address: the lab has no node '{node}' (its nodes: {})",
-                nodes.join(", ")
-            )));
+impl CollectArgs {
+    /// The collection `pathlab lab collect` asks for: the lab as it was exported, each
+    /// node's config and control address, the token; any problem is a usage error.
+    fn config(&self) -> anyhow::Result<CollectConfig> {
+        let run = self.lab.planned()?;
+        let experiment = &run.experiment;
+        let configs = pathlab_engines::export::Export {
+            experiment,
+            point: Some(run.point.label.clone()).filter(|label| !label.is_empty()),
+            seed: self.lab.seed,
+            image: pathlab_engines::export::DEFAULT_IMAGE.to_owned(),
         }
-        given.insert(node.to_owned(), address.to_owned());
-    }
-    nodes
-        .iter()
-        .map(|node| {
-            given
-                .remove(node)
-                .ok_or_else(|| usage(anyhow::anyhow!("--address: no address for node '{node}'")))
+        .node_configs("pods and containers")
+        .map_err(usage)?;
+        let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
+        let addresses = collect::addresses(&self.address, &experiment.name, &names)
+            .map_err(|error| usage(anyhow::anyhow!("--address: {error}")))?;
+        let token = self
+            .token
+            .as_deref()
+            .map(pathlab_http::read_token)
+            .transpose()
+            .map_err(usage)?;
+        let out = self
+            .out
+            .clone()
+            .unwrap_or_else(|| sweep::default_out(&experiment.name));
+        Ok(CollectConfig {
+            run,
+            configs,
+            addresses,
+            token,
+            wait: std::time::Duration::from_secs(self.wait),
+            lead: collect::DEFAULT_LEAD,
+            out,
+            command_line: std::env::args().collect(),
         })
-        .collect()
+    }
 }
 
 /// Runs `pathlab lab collect`.
 fn collect(args: &CollectArgs) -> anyhow::Result<()> {
-    let (experiment, point) = exported(&args.lab)?;
-    let configs = pathlab_engines::export::Export {
-        experiment: &experiment,
-        point: Some(point.label.clone()).filter(|label| !label.is_empty()),
-        seed: args.lab.seed,
-        image: pathlab_engines::export::DEFAULT_IMAGE.to_owned(),
-    }
-    .node_configs("pods and containers")
-    .map_err(usage)?;
-    let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
-    let addresses = addresses(&args.address, &experiment.name, &names)?;
-    let token = args
-        .token
-        .as_deref()
-        .map(pathlab_http::read_token)
-        .transpose()
-        .map_err(usage)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from(format!(
-            "lab-{}-{}",
-            experiment.name,
-            pathlab_os::unix_now_secs()
-        ))
-    });
+    let config = args.config()?;
     let stop = crate::cmd::stop_on_signals()?;
+    let experiment = &config.run.experiment;
     println!(
         "{}: collecting {} nodes ({}, ...), results in {}",
         experiment.name,
-        names.len(),
-        addresses[0],
-        out.display()
+        config.configs.len(),
+        config.addresses[0],
+        config.out.display()
     );
-    let run = pathlab_engines::collect::collect(
-        &experiment,
-        &point,
-        &configs,
-        &pathlab_engines::collect::CollectOptions {
-            addresses,
-            token,
-            wait: std::time::Duration::from_secs(args.wait),
-            lead: std::time::Duration::from_secs(2),
-            out: out.clone(),
-            stop,
-        },
-        &mut |line| println!("  {line}"),
-    )?;
-    let file = pathlab_results::ResultFile::new(
-        pathlab_results::RunResult::Lab(Box::new(run.clone())),
-        std::env::args().collect(),
-        Some(run.started_unix_ns / 1_000_000_000),
-    );
-    std::fs::write(out.join("result.json"), file.to_json())
-        .with_context(|| format!("writing {}", out.join("result.json").display()))?;
+    let run = collect::run(&config, &stop, &mut |line| println!("  {line}"))?;
     let mut stdout = std::io::stdout().lock();
     for link in &run.links {
         for u in &link.underlay {
@@ -587,137 +476,59 @@ fn collect(args: &CollectArgs) -> anyhow::Result<()> {
             )?;
         }
     }
-    print_summary(&mut stdout, &experiment, &run, &out)?;
+    print_summary(&mut stdout, experiment, &run, &config.out)?;
     drop(stdout);
-    write_report(std::slice::from_ref(&out), &out)?;
+    write_report(std::slice::from_ref(&config.out), &config.out)?;
     if run.interrupted {
         return Err(anyhow::anyhow!("interrupted"));
     }
     Ok(())
 }
 
-/// The lab's control token for an export into `out`.
-enum LabToken {
-    /// The valid token already in `out`, kept: nodes running with it must keep working.
-    Kept(String),
-    /// A new one, to write.
-    New(String),
-}
-
-impl LabToken {
-    fn text(&self) -> &str {
-        match self {
-            LabToken::Kept(token) | LabToken::New(token) => token,
-        }
+impl ExportArgs {
+    /// The export `pathlab lab export ENGINE` asks for; any problem is a usage error.
+    fn config(&self) -> anyhow::Result<ExportConfig> {
+        let (engine, options) = match &self.engine {
+            Engine::Kne(options) => (save::Engine::Kne, options),
+            Engine::Containerlab(options) => (save::Engine::Containerlab, options),
+        };
+        Ok(ExportConfig {
+            engine,
+            run: options.lab.planned()?,
+            seed: options.lab.seed,
+            image: options.image.clone(),
+            out: options.out.clone(),
+        })
     }
-}
-
-/// The token in `out`'s token file if there is one (refused if it will not do, as `pathlab
-/// node` would refuse it), else a new one; nothing is written here.
-fn lab_token(out: &std::path::Path) -> anyhow::Result<LabToken> {
-    let path = out.join(pathlab_engines::export::TOKEN_FILE);
-    match std::fs::symlink_metadata(&path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(LabToken::New(
-            pathlab_http::new_token()
-                .context("making a control token from the kernel's random bytes")?,
-        )),
-        Err(error) => {
-            Err(anyhow::Error::new(error).context(format!("looking for {}", path.display())))
-        }
-        Ok(_) => pathlab_http::read_token(&path)
-            .map(LabToken::Kept)
-            .map_err(kept_token_refused),
-    }
-}
-
-/// A token file already in the output directory that will not do, as the export says it.
-fn kept_token_refused(error: pathlab_http::HttpServerError) -> anyhow::Error {
-    usage(anyhow::Error::new(error).context(
-        "the lab's control token, kept across exports, will not do (fix it, or remove it to \
-         have a new one made)",
-    ))
-}
-
-/// Writes `file` into `out`. A secret one is written to a new file only its owner may read,
-/// then renamed over the old one: whoever holds the old file open never reads the new one.
-fn write_export_file(
-    out: &pathlab_os::files::Dir,
-    file: &pathlab_engines::export::ExportFile,
-) -> anyhow::Result<()> {
-    let path = out.path().join(&file.name);
-    let written = if file.secret {
-        let temporary = format!(".{}.new", file.name);
-        let _ = std::fs::remove_file(out.path().join(&temporary));
-        out.create_new(&temporary)
-            .map_err(anyhow::Error::new)
-            .and_then(|mut new| Ok(new.write_all(file.contents.as_bytes())?))
-            .and_then(|()| Ok(std::fs::rename(out.path().join(&temporary), &path)?))
-    } else {
-        std::fs::write(&path, &file.contents).map_err(anyhow::Error::new)
-    };
-    written.with_context(|| format!("writing {}", path.display()))
 }
 
 /// Runs `pathlab lab export`: checks the lab, writes the control token (unless a valid one
 /// is there), the engine's topology and every node's config into `--out`.
 fn export(args: &ExportArgs) -> anyhow::Result<()> {
-    use pathlab_engines::export::{containerlab, kne, Export, TOKEN_FILE};
-    let options = match &args.engine {
-        Engine::Kne(options) | Engine::Containerlab(options) => options,
-    };
-    let (experiment, point) = exported(&options.lab)?;
-    let out = &options.out;
-    let token = lab_token(out)?;
-    let export = Export {
-        experiment: &experiment,
-        point: Some(point.label).filter(|label| !label.is_empty()),
-        seed: options.lab.seed,
-        image: options.image.clone(),
-    };
-    let files = match &args.engine {
-        Engine::Kne(_) => kne::files(&export, token.text()),
-        Engine::Containerlab(_) => containerlab::files(&export),
-    }
-    .map_err(usage)?;
-    // Bad input stops above, before anything is written.
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let dir = pathlab_os::files::Dir::open(out)?;
-    let token_path = out.join(TOKEN_FILE);
-    match &token {
-        LabToken::New(text) => {
-            // O_EXCL: a token file that appeared since it was looked for is never replaced.
-            dir.create_new(TOKEN_FILE)
-                .map_err(anyhow::Error::new)
-                .and_then(|mut file| Ok(file.write_all(format!("{text}\n").as_bytes())?))
-                .with_context(|| format!("writing {}", token_path.display()))?;
-            println!(
-                "{}: a new control token for the nodes (mode 0600; `pathlab lab collect \
-                 --token {}`)",
-                token_path.display(),
-                token_path.display()
-            );
-        }
-        LabToken::Kept(_) => println!(
-            "{}: kept the control token already there, so nodes running with it keep working",
-            token_path.display()
+    let config = args.config()?;
+    let exported = save::write(&config, &mut |fate, token| match fate {
+        TokenFate::New => println!(
+            "{}: a new control token for the nodes (mode 0600; `pathlab lab collect --token \
+             {}`)",
+            token.display(),
+            token.display()
         ),
-    }
-    for file in &files {
-        write_export_file(&dir, file)?;
-    }
-    let topology = out.join(&files[0].name);
-    let run = match &args.engine {
-        Engine::Kne(_) => format!("kne create {}", topology.display()),
-        Engine::Containerlab(_) => {
-            format!("sudo containerlab deploy -t {}", topology.display())
-        }
-    };
+        TokenFate::Kept => println!(
+            "{}: kept the control token already there, so nodes running with it keep working",
+            token.display()
+        ),
+    })
+    .map_err(|error| match error {
+        ExportWriteError::Export(_) | ExportWriteError::KeptToken(_) => usage(error),
+        other => anyhow::Error::new(other),
+    })?;
     println!(
-        "{}: {} and {} node configs in {}; run it with `{run}`",
-        experiment.name,
-        files[0].name,
-        files.len() - 1,
-        out.display()
+        "{}: {} and {} node configs in {}; run it with `{}`",
+        config.run.experiment.name,
+        exported.files[0],
+        exported.files.len() - 1,
+        config.out.display(),
+        exported.deploy_command
     );
     Ok(())
 }
@@ -727,11 +538,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     match (&args.action, &args.experiment) {
         (None, None) => Err(usage(anyhow::anyhow!(
             "say which experiment: a recipe ({}) or a spec file",
-            RECIPES
-                .iter()
-                .map(|(n, _)| *n)
-                .collect::<Vec<_>>()
-                .join(", ")
+            sweep::recipe_names()
         ))),
         (None, Some(name)) => run_experiment(args, name),
         (Some(Action::Export(export_args)), _) => export(export_args),

@@ -1,0 +1,220 @@
+//! What `pathlab node` is given before it plays its part: its config file read and
+//! checked ([`load_config`]), its control token ([`control_token`]), and the run they
+//! make ([`NodeRunConfig`], [`serve`]).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pathlab_http::{HttpServer, HttpServerError, TokenProblem};
+
+use super::wire::{sha256_hex, NodeResult};
+use super::{NodeError, NodeOptions};
+use crate::export::node::{NodeConfig, NodeConfigError, MAX_TEXT_BYTES};
+use crate::export::TOKEN_ENV;
+
+/// Why a node's config file is not one.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read '{}'", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than any config the export writes.
+    #[error("{}: over {MAX_TEXT_BYTES} bytes", .path.display())]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is not UTF-8.
+    #[error("{}: not UTF-8 text", .path.display())]
+    NotText {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The text is not a node's config.
+    #[error("{}: {error}", .path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: NodeConfigError,
+    },
+}
+
+/// Reads and checks the node's config at `path`, as `pathlab lab export` wrote it.
+pub fn load_config(path: &Path) -> Result<NodeConfig, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    if bytes.len() > MAX_TEXT_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_owned(),
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|_| LoadError::NotText {
+        path: path.to_owned(),
+    })?;
+    NodeConfig::parse(&text).map_err(|error| LoadError::Invalid {
+        path: path.to_owned(),
+        error,
+    })
+}
+
+/// Why the control token given will not do.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The token file's.
+    #[error(transparent)]
+    File(HttpServerError),
+    /// The environment's ([`TOKEN_ENV`]).
+    #[error("{TOKEN_ENV}: {problem}")]
+    Environment {
+        /// What is wrong with it.
+        problem: TokenProblem,
+    },
+}
+
+/// The control token: `file`'s if given, else `env`'s (the value of [`TOKEN_ENV`]) if
+/// set, each checked by [`pathlab_http::token_from_text`]; `None` if neither. A file named
+/// wins over the environment, so the token a user gives by hand is the one used.
+pub fn control_token(
+    file: Option<&Path>,
+    env: Option<OsString>,
+) -> Result<Option<String>, TokenError> {
+    if let Some(file) = file {
+        return pathlab_http::read_token(file)
+            .map(Some)
+            .map_err(TokenError::File);
+    }
+    let Some(value) = env else {
+        return Ok(None);
+    };
+    value
+        .into_string()
+        .map_err(|_| TokenProblem::NotText)
+        .and_then(|text| pathlab_http::token_from_text(&text))
+        .map(Some)
+        .map_err(|problem| TokenError::Environment { problem })
+}
+
+/// A node's run, as `pathlab node` makes it.
+#[derive(Debug, Clone)]
+pub struct NodeRunConfig {
+    /// Its config, read and checked.
+    pub node: NodeConfig,
+    /// The bearer token its control address requires; `None` only on loopback.
+    pub token: Option<String>,
+    /// Where its recordings, outputs and result go.
+    pub out: PathBuf,
+    /// How long to wait for its interfaces, and for each link's far end to answer.
+    pub wait: Duration,
+    /// How the emulators' forwarding threads are scheduled (`--priority`, `--cpus`).
+    pub scheduling: pathlab_os::scheduling::Request,
+}
+
+impl NodeRunConfig {
+    /// Binds the node's control address with its token.
+    pub fn bind(&self) -> Result<HttpServer, HttpServerError> {
+        HttpServer::bind(self.node.control, self.token.clone())
+    }
+}
+
+/// Plays the node of `config` ([`super::run`]), serving its control address on `server`
+/// (from [`NodeRunConfig::bind`]) until `stop` is set; `trace_dir` is where a spec sent
+/// there may name trace files. Returns its result, or `None` when stopped before the run
+/// ended: a stop is how a node ends, not a failure.
+pub fn serve(
+    config: &NodeRunConfig,
+    server: HttpServer,
+    trace_dir: Option<pathlab_os::files::Dir>,
+    stop: Arc<AtomicBool>,
+) -> Result<Option<NodeResult>, NodeError> {
+    let result = super::run(&NodeOptions {
+        // Of the config as read, written back: comments and layout do not count.
+        config_sha256: sha256_hex(config.node.to_toml().as_bytes()),
+        config: config.node.clone(),
+        out: config.out.clone(),
+        wait: config.wait,
+        stop,
+        server: Arc::new(server),
+        trace_dir: trace_dir.map(Arc::new),
+        scheduling: config.scheduling.clone(),
+    });
+    match result {
+        Ok(result) => Ok(Some(result)),
+        Err(NodeError::Stopped) => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_comes_from_the_file_else_the_environment_checked_alike() {
+        let token = "0123456789abcdef0123";
+        assert_eq!(control_token(None, None).unwrap(), None);
+        assert_eq!(
+            control_token(None, Some(format!(" {token}\n").into())).unwrap(),
+            Some(token.to_owned())
+        );
+        for (value, problem) in [
+            ("short", "the token is 5 characters; use at least 16"),
+            ("", "the token is 0 characters"),
+            (
+                "0123456789 abcdef",
+                "the token has spaces or characters outside printable ASCII",
+            ),
+        ] {
+            let error = control_token(None, Some(value.into())).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains(&format!("{TOKEN_ENV}: {problem}")),
+                "{value:?}: {error}"
+            );
+        }
+        // A file named wins over the environment, and is read as a file.
+        let error =
+            control_token(Some(Path::new("/nonexistent/token")), Some(token.into())).unwrap_err();
+        assert!(matches!(error, TokenError::File(_)), "{error}");
+        assert!(error.to_string().contains("/nonexistent/token"), "{error}");
+    }
+
+    #[test]
+    fn a_config_file_that_is_missing_too_large_or_not_text_is_refused_naming_it() {
+        let missing = Path::new("/nonexistent/node.toml");
+        let error = load_config(missing).unwrap_err();
+        assert!(matches!(error, LoadError::Read { .. }), "{error}");
+        assert_eq!(error.to_string(), "cannot read '/nonexistent/node.toml'");
+        let dir = std::env::temp_dir().join(format!("pathlab-node-setup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let binary = dir.join("binary.toml");
+        std::fs::write(&binary, [0xff, 0xfe, b'\n']).unwrap();
+        assert_eq!(
+            load_config(&binary).unwrap_err().to_string(),
+            format!("{}: not UTF-8 text", binary.display())
+        );
+        let garbage = dir.join("garbage.toml");
+        std::fs::write(&garbage, "this is not toml = = =\n").unwrap();
+        let error = load_config(&garbage).unwrap_err();
+        assert!(matches!(error, LoadError::Invalid { .. }), "{error}");
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("{}: ", garbage.display())),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
