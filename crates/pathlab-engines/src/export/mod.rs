@@ -12,8 +12,8 @@
 //! environment as [`TOKEN_ENV`] (see [`kne`]).
 //!
 //! The writers are pure: they return each file's name and contents, and [`save`] writes
-//! them (the token file too). They refuse names the engines cannot take (node names that are not DNS
-//! labels) instead of changing them, so every name in the files is the spec's.
+//! them (the token file too). They refuse names the engines cannot take (node names that
+//! are not DNS labels) instead of changing them, so every name in the files is the spec's.
 
 pub mod containerlab;
 pub mod kne;
