@@ -24,6 +24,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use node::{LabSettings, NodeConfig, NodeConfigError};
 use pathlab_lab::spec::Experiment;
+use pathlab_lab::sweep::PlannedRun;
 
 /// The image the nodes run when the user names none.
 pub const DEFAULT_IMAGE: &str = "pathlab:latest";
@@ -198,7 +199,18 @@ pub fn node_command(token_file: bool) -> Vec<String> {
     command
 }
 
-impl Export<'_> {
+impl<'a> Export<'a> {
+    /// The export of `run` (one sweep point of a lab, `--quick` applied), its point named
+    /// by its label if the lab is a sweep, its nodes running `image`.
+    pub fn of(run: &'a PlannedRun, seed: u64, image: String) -> Export<'a> {
+        Export {
+            experiment: &run.experiment,
+            point: Some(run.point.label.clone()).filter(|label| !label.is_empty()),
+            seed,
+            image,
+        }
+    }
+
     /// Every node's config, in the spec's order, after checking the names and the image
     /// every engine needs: node names are DNS labels (pod, container and host names,
     /// `names` in the error).

@@ -177,12 +177,7 @@ pub fn write(
 ) -> Result<Exported, ExportWriteError> {
     let out = &config.out;
     let lab_token = lab_token(out)?;
-    let export = Export {
-        experiment: &config.run.experiment,
-        point: Some(config.run.point.label.clone()).filter(|label| !label.is_empty()),
-        seed: config.seed,
-        image: config.image.clone(),
-    };
+    let export = Export::of(&config.run, config.seed, config.image.clone());
     let files = match config.engine {
         Engine::Kne => kne::files(&export, lab_token.text()),
         Engine::Containerlab => containerlab::files(&export),

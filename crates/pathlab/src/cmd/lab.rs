@@ -415,14 +415,10 @@ impl CollectArgs {
     fn config(&self) -> anyhow::Result<CollectConfig> {
         let run = self.lab.planned()?;
         let experiment = &run.experiment;
-        let configs = pathlab_engines::export::Export {
-            experiment,
-            point: Some(run.point.label.clone()).filter(|label| !label.is_empty()),
-            seed: self.lab.seed,
-            image: pathlab_engines::export::DEFAULT_IMAGE.to_owned(),
-        }
-        .node_configs("pods and containers")
-        .map_err(usage)?;
+        let image = pathlab_engines::export::DEFAULT_IMAGE.to_owned();
+        let configs = pathlab_engines::export::Export::of(&run, self.lab.seed, image)
+            .node_configs("pods and containers")
+            .map_err(usage)?;
         let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
         let addresses = collect::addresses(&self.address, &experiment.name, &names)
             .map_err(|error| usage(anyhow::anyhow!("--address: {error}")))?;
