@@ -147,3 +147,61 @@ fn node_and_collect_refuse_bad_input_with_the_reason() {
         "token",
     );
 }
+
+/// Without CAP_SYS_ADMIN (a container given only NET_ADMIN and NET_RAW), `pathlab node`
+/// says at start what it needs, what for, and the lines that ask an engine for it (exit
+/// 2), before it touches anything.
+#[test]
+fn node_without_sys_admin_says_at_start_what_it_needs() {
+    let test = "node_without_sys_admin_says_at_start_what_it_needs";
+    let Some(_lock) = crate::util::emulated::privileged_shared(test) else {
+        return;
+    };
+    let dir = TempDir::new("engines-capabilities");
+    let export = std::process::Command::new(PATHLAB)
+        .args([
+            "lab",
+            "export",
+            "containerlab",
+            "owd-probe",
+            "--point",
+            "1",
+            "--out",
+        ])
+        .arg(dir.path("export"))
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+    let config = std::fs::read_dir(dir.path("export"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|e| e == "toml"))
+        .expect("a node config");
+    // The bounding set without CAP_SYS_ADMIN: root's program gets every other capability.
+    let node = std::process::Command::new("setpriv")
+        .args([
+            "--bounding-set=-sys_admin",
+            "--inh-caps=-sys_admin",
+            PATHLAB,
+            "node",
+        ])
+        .arg(&config)
+        .arg("--control-token")
+        .arg(dir.path("export/token"))
+        .args(["--out"])
+        .arg(dir.path("node"))
+        .output()
+        .expect("setpriv runs (util-linux)");
+    let said = String::from_utf8_lossy(&node.stderr);
+    assert_eq!(node.status.code(), Some(2), "{said}");
+    for needed in [
+        "pathlab node needs CAP_SYS_ADMIN: a network namespace of its own",
+        "`cap-add: [NET_ADMIN, NET_RAW, SYS_ADMIN]`",
+        "--cap-add SYS_ADMIN",
+        "Nothing was changed",
+    ] {
+        assert!(said.contains(needed), "{needed} in: {said}");
+    }
+    assert!(!dir.path("node").exists(), "it wrote nothing");
+}

@@ -106,6 +106,34 @@ pub fn control_token(
         .map_err(|problem| TokenError::Environment { problem })
 }
 
+/// The capabilities `pathlab node` needs beyond CAP_NET_ADMIN, which a container engine
+/// gives only when asked (`cap-add`), and the lines that ask: said at start, before
+/// anything is touched, rather than at the first interface it cannot emulate on.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "pathlab node needs {}: {}. containerlab: `cap-add: [NET_ADMIN, NET_RAW, SYS_ADMIN]` \
+     (as `lab export containerlab` writes it) or `privileged: true`; docker run: \
+     `--cap-add NET_ADMIN --cap-add NET_RAW --cap-add SYS_ADMIN`; KNE pods are privileged \
+     (docs/engines.md). Nothing was changed.",
+    .missing.iter().map(|c| format!("CAP_{}", c.name())).collect::<Vec<_>>().join(" and "),
+    .missing.iter().map(|c| c.needed_for()).collect::<Vec<_>>().join("; ")
+)]
+pub struct MissingCapabilities {
+    /// What the process lacks.
+    pub missing: Vec<pathlab_os::Capability>,
+}
+
+/// Checks that the process has what [`MissingCapabilities`] names.
+pub fn check_capabilities() -> Result<(), MissingCapabilities> {
+    use pathlab_os::Capability;
+    let missing = pathlab_os::missing_capabilities(&[Capability::NetRaw, Capability::SysAdmin]);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(MissingCapabilities { missing })
+    }
+}
+
 /// A node's run, as `pathlab node` makes it.
 #[derive(Debug, Clone)]
 pub struct NodeRunConfig {

@@ -63,6 +63,7 @@ impl Args {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let config = args.config()?;
     pathlab_os::require_net_admin("pathlab node").map_err(usage)?;
+    setup::check_capabilities().map_err(usage)?;
     let server = config.bind().map_err(anyhow::Error::new)?;
     let traces = crate::cmd::metrics::open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
     let stop = crate::cmd::stop_on_signals()?;
