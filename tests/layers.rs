@@ -48,6 +48,23 @@ const FORBIDDEN_IN_PROTOCOLS: [&str; 14] = [
     "libc::",
 ];
 
+/// What the binary's code may not say (outside comments and strings): each command parses
+/// into a configuration that a library crate runs, and the binary prints what comes back
+/// (issue 38); sockets, processes, namespaces, netlink and raw OS calls are the libraries'.
+const FORBIDDEN_IN_THE_BINARY: [&str; 11] = [
+    "UdpSocket",
+    "TcpStream",
+    "TcpListener",
+    "UnixStream",
+    "UnixListener",
+    "UnixDatagram",
+    "Command::new",
+    "Netns::",
+    "Netlink::",
+    "libc::",
+    "pathlab_os::sys::",
+];
+
 #[derive(Debug)]
 struct Package {
     name: String,
@@ -365,6 +382,38 @@ fn command_mismatch(commands: &BTreeSet<String>, page: &str) -> (Vec<String>, Ve
     )
 }
 
+#[test]
+fn the_binary_only_parses_runs_a_library_and_prints() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = Vec::new();
+    let files = rust_files(&dir);
+    for file in &files {
+        let code = code_only(&std::fs::read_to_string(file).expect("read"));
+        for (number, line) in code.lines().enumerate() {
+            for word in binary_forbidden_in(line) {
+                found.push(format!("{}:{}: {word}", file.display(), number + 1));
+            }
+        }
+    }
+    assert!(
+        files.len() > 20,
+        "the binary's files were found ({})",
+        files.len()
+    );
+    assert!(
+        found.is_empty(),
+        "the binary doing a library's work: {found:#?}"
+    );
+}
+
+fn binary_forbidden_in(line: &str) -> Vec<&'static str> {
+    FORBIDDEN_IN_THE_BINARY
+        .iter()
+        .copied()
+        .filter(|word| line.contains(word))
+        .collect()
+}
+
 /// The checks themselves catch what they are for (a test that cannot fail is a defect).
 #[test]
 fn the_checks_catch_a_clock_a_socket_and_a_cycle() {
@@ -379,6 +428,16 @@ fn the_checks_catch_a_clock_a_socket_and_a_cycle() {
     assert_eq!(lines[1], Vec::<&str>::new());
     assert_eq!(lines[2], vec!["Instant::now"]);
     assert_eq!(lines[3], vec!["UdpSocket"]);
+    // The binary: a socket or a netlink request is a library's; a socket address is input.
+    assert_eq!(
+        binary_forbidden_in("let s = std::net::TcpStream::connect(a)?;"),
+        vec!["TcpStream"]
+    );
+    assert_eq!(
+        binary_forbidden_in("Netlink::open()?.set_up(i, true)"),
+        vec!["Netlink::"]
+    );
+    assert!(binary_forbidden_in("let a: std::net::SocketAddr = text.parse()?;").is_empty());
     let graph: BTreeMap<String, BTreeSet<String>> = [
         ("a", &["b"][..]),
         ("b", &["c"][..]),
