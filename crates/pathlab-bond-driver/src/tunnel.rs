@@ -195,6 +195,10 @@ pub enum BondError {
     /// Another tunnel runs under this name.
     #[error("a tunnel named '{0}' is already running (choose another --name)")]
     NameTaken(String),
+    /// The process may not administer the network (it needs CAP_NET_ADMIN for the TUN
+    /// device and the line routes); nothing was touched.
+    #[error(transparent)]
+    NeedsNetAdmin(#[from] pathlab_os::NeedsNetAdmin),
     /// The loop's own I/O failed.
     #[error("{what}: {error}")]
     Io {

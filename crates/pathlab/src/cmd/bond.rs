@@ -3,22 +3,22 @@
 use std::net::{IpAddr, SocketAddr};
 
 use anyhow::Context as _;
-use pathlab_bond::crypto::Psk;
-use pathlab_bond::endpoint::BondConfig;
 use pathlab_bond::fair::{FairKey, Order};
-use pathlab_bond::handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
-use pathlab_bond::inner::Framing;
-use pathlab_bond::line::{LineState, MAX_FRAMING_BYTES};
+use pathlab_bond::line::LineState;
 use pathlab_bond::peers::PeerConfig;
 use pathlab_bond::sched::SchedulerKind;
 use pathlab_bond::server::Peers;
-use pathlab_bond::server::ServerConfig;
 use pathlab_bond::stats::BondStats;
+use pathlab_bond_driver::config::{
+    create_key_file, BondClientConfig, BondServerConfig, KeyFile, KeyFileError, LineConfig,
+    TunnelConfig,
+};
+use pathlab_bond_driver::launch::Launcher;
 use pathlab_bond_driver::tunnel::{
-    BondEvent, ClientOptions, LineOptions, ServerOptions, TunOptions,
+    BondError, BondEvent, ClientOptions, OsEntropy, ServerOptions, TunOptions,
 };
 use pathlab_core::format::{self, Digits};
-use pathlab_core::{BitsPerSec, Duration};
+use pathlab_core::Duration;
 
 use crate::usage;
 
@@ -201,175 +201,164 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         BondCommand::Server(server) => run_server(server),
         BondCommand::Client(client) => run_client(client),
         BondCommand::Stats(stats) => run_stats(stats),
-        BondCommand::Key(key) => write_key(key),
+        BondCommand::Key(key) => {
+            let public = create_key_file(&key.file).map_err(|error| match error {
+                KeyFileError::Create { .. } => usage(error),
+                KeyFileError::Write(_) => anyhow::Error::new(error),
+            })?;
+            println!("{public}");
+            Ok(())
+        }
         BondCommand::Public(key) => {
-            println!("{}", read_secret_key(&key.file)?.public_key());
+            println!(
+                "{}",
+                key_file(&key.file)?
+                    .secret_key()
+                    .map_err(usage)?
+                    .public_key()
+            );
             Ok(())
         }
     }
 }
 
-fn write_key(args: &KeyArgs) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let key = SecretKey::generate(&mut pathlab_bond_driver::tunnel::OsEntropy);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&args.file)
-        .with_context(|| format!("cannot create the key file '{}'", args.file.display()))
-        .map_err(usage)?;
-    writeln!(file, "{}", key.to_hex())?;
-    println!("{}", key.public_key());
-    Ok(())
+/// Reads a key file (its owner's only) for the tunnel's configuration to parse.
+fn key_file(path: &std::path::Path) -> anyhow::Result<KeyFile> {
+    Ok(KeyFile {
+        path: path.to_owned(),
+        contents: crate::cmd::read_key_file(path).map_err(usage)?,
+    })
 }
 
-fn read_secret_key(path: &std::path::Path) -> anyhow::Result<SecretKey> {
-    let contents = crate::cmd::read_key_file(path).map_err(usage)?;
-    SecretKey::from_file_contents(&contents)
-        .with_context(|| format!("key file '{}'", path.display()))
-        .map_err(usage)
+fn parse_cidrs(texts: &[String]) -> anyhow::Result<Vec<(IpAddr, u8)>> {
+    texts
+        .iter()
+        .map(|text| pathlab_bond::peers::parse_cidr(text).map_err(usage))
+        .collect()
 }
 
-/// An address with a prefix length: `198.18.0.1/24`, `2001:2::1/64`.
-fn parse_cidr(text: &str) -> anyhow::Result<(IpAddr, u8)> {
-    Ok(pathlab_bond::peers::parse_cidr(text)?)
-}
-
-/// A line option: `IFACE[,via=GW][,rate=R][,overhead=BYTES]`.
-fn parse_line(text: &str) -> anyhow::Result<(LineOptions, Option<BitsPerSec>)> {
-    let mut parts = text.split(',');
-    let interface = parts.next().unwrap_or_default().to_owned();
-    if interface.is_empty() {
-        anyhow::bail!("--line '{text}' names no interface");
+impl Common {
+    /// What both ends share, with the key files read.
+    fn config(&self) -> anyhow::Result<TunnelConfig> {
+        let psk = self
+            .psk
+            .as_deref()
+            .map(|path| key_file(path)?.psk().map_err(usage))
+            .transpose()?;
+        let addresses = parse_cidrs(&self.address)?;
+        let routes = parse_cidrs(&self.route)?;
+        Ok(TunnelConfig {
+            name: self.name.clone(),
+            tun: TunOptions {
+                name: self.tun.clone(),
+                mtu: self.mtu,
+                addresses,
+                routes,
+                bridge: self.bridge.clone(),
+            },
+            tap: self.tap,
+            fair: match self.fair.as_str() {
+                "flow" => FairKey::Flow,
+                "off" => FairKey::Off,
+                _ => FairKey::Source,
+            },
+            order: match self.order.as_str() {
+                "user" => Order::User,
+                _ => Order::Flow,
+            },
+            compress: self.compress,
+            packing: self.packing == "on",
+            header_compression: self.header_compression == "on",
+            target: self.target,
+            psk,
+            key: self
+                .key
+                .as_deref()
+                .map(|path| key_file(path)?.secret_key().map_err(usage))
+                .transpose()?,
+        })
     }
-    let mut line = LineOptions {
-        interface,
-        via: None,
-        framing_bytes: None,
-    };
-    let mut rate = None;
-    for part in parts {
-        match part.split_once('=') {
-            Some(("via", gateway)) => {
-                line.via = Some(gateway.parse().with_context(|| {
-                    format!("--line '{text}': '{gateway}' is not an IP address")
-                })?);
-            }
-            Some(("rate", value)) => {
-                rate = Some(
-                    pathlab_core::spec::parse_rate(value)
-                        .with_context(|| format!("--line '{text}': bad rate '{value}'"))?,
-                );
-            }
-            Some(("overhead", value)) => {
-                let bytes = value
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|bytes| *bytes <= MAX_FRAMING_BYTES)
-                    .with_context(|| {
-                        format!(
-                            "--line '{text}': overhead={value} is not a byte count from 0 to \
-                             {MAX_FRAMING_BYTES} (the link layer's bytes per packet: Ethernet \
-                             14, the default)"
-                        )
-                    })?;
-                line.framing_bytes = Some(bytes);
-            }
-            _ => anyhow::bail!(
-                "--line '{text}': '{part}' is none of via=GATEWAY, rate=RATE, overhead=BYTES"
-            ),
+}
+
+impl ServerArgs {
+    /// The server's options, checked.
+    fn config(&self) -> anyhow::Result<ServerOptions> {
+        let tunnel = self.common.config()?;
+        let mut peers = self
+            .peer
+            .iter()
+            .map(|p| PeerConfig::parse(p))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(usage)?;
+        if let Some(path) = &self.peers {
+            let contents = std::fs::read(path)
+                .with_context(|| format!("cannot read the peers file '{}'", path.display()))
+                .map_err(usage)?;
+            peers.extend(
+                PeerConfig::parse_file(&contents)
+                    .with_context(|| format!("peers file '{}'", path.display()))
+                    .map_err(usage)?,
+            );
         }
+        let config = BondServerConfig {
+            listen: self.listen,
+            max_clients: self.max_clients,
+            max_lines: self.max_lines,
+            peers,
+            tunnel,
+        };
+        config.options().map_err(usage)
     }
-    Ok((line, rate))
 }
 
-fn read_psk(path: &std::path::Path) -> anyhow::Result<Psk> {
-    let contents = crate::cmd::read_key_file(path)?;
-    Psk::from_file_contents(&contents).with_context(|| format!("key file '{}'", path.display()))
-}
-
-/// The tunnel settings both ends take from the command line, and the pre-shared key if
-/// one was given.
-fn bond_config(
-    common: &Common,
-    lines: usize,
-) -> anyhow::Result<(BondConfig, TunOptions, Option<Psk>)> {
-    let psk = common
-        .psk
-        .as_deref()
-        .map(read_psk)
-        .transpose()
-        .map_err(usage)?;
-    let addresses = common
-        .address
-        .iter()
-        .map(|a| parse_cidr(a))
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map_err(usage)?;
-    let routes = common
-        .route
-        .iter()
-        .map(|a| parse_cidr(a))
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map_err(usage)?;
-    pathlab_os::runtime::validate_name(common.name.as_deref().unwrap_or(&common.tun))
-        .map_err(|e| usage(anyhow::anyhow!(e)))?;
-    if let Some(mtu) = common.mtu.filter(|mtu| !(576..=65_535).contains(mtu)) {
-        return Err(usage(anyhow::anyhow!("--mtu {mtu} is outside 576..65535")));
+impl ClientArgs {
+    /// The client's options, checked (in the simple mode, with a fresh key of its own).
+    fn config(&self) -> anyhow::Result<ClientOptions> {
+        let lines = self
+            .line
+            .iter()
+            .map(|line| line.parse::<LineConfig>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(usage)?;
+        let config = BondClientConfig {
+            server: self.server,
+            lines,
+            scheduler: match self.scheduler.as_str() {
+                "rr" => SchedulerKind::RoundRobin,
+                "wrr" => SchedulerKind::WeightedRoundRobin,
+                _ => SchedulerKind::Delay,
+            },
+            server_key: self.server_key.clone(),
+            connect_timeout: self.connect_timeout,
+            tunnel: self.common.config()?,
+        };
+        config.options(&mut OsEntropy).map_err(usage)
     }
-    if common.tap && !routes.is_empty() {
-        return Err(usage(anyhow::anyhow!(
-            "--route puts IP routes into a TUN device; with --tap the device is an Ethernet \
-             port that carries frames: route on the bridge it joins (--bridge) instead"
-        )));
-    }
-    let mut config = BondConfig::new(lines);
-    config.controller.target = common.target;
-    config.compress = common.compress;
-    config.fair.packing = common.packing == "on";
-    config.header_compression = common.header_compression == "on";
-    config.framing = if common.tap {
-        Framing::Ethernet
-    } else {
-        Framing::Ip
-    };
-    config.fair.key = match common.fair.as_str() {
-        "flow" => FairKey::Flow,
-        "off" => FairKey::Off,
-        _ => FairKey::Source,
-    };
-    config.fair.order = match common.order.as_str() {
-        "user" => Order::User,
-        _ => Order::Flow,
-    };
-    let tun = TunOptions {
-        name: common.tun.clone(),
-        mtu: common.mtu,
-        addresses,
-        routes,
-        bridge: common.bridge.clone(),
-    };
-    Ok((config, tun, psk))
-}
-
-fn name_of(common: &Common) -> String {
-    common.name.clone().unwrap_or_else(|| common.tun.clone())
 }
 
 /// Runs the tunnel `body` with `--metrics` served beside it. A scrape asks the tunnel's
-/// stats socket, as `pathlab bond stats` does, so both read one snapshot's numbers and the
-/// tunnel's loop carries no second reporting path.
-fn with_metrics<R>(common: &Common, body: impl FnOnce() -> R) -> anyhow::Result<R> {
-    let metrics = crate::cmd::metrics::Metrics::bind(&common.metrics)?;
-    let name = name_of(common);
+/// stats socket named `name`, as `pathlab bond stats` does, so both read one snapshot's
+/// numbers and the tunnel's loop carries no second reporting path.
+fn with_metrics<R>(
+    metrics: &crate::cmd::metrics::MetricsArgs,
+    name: &str,
+    body: impl FnOnce() -> R,
+) -> anyhow::Result<R> {
+    let metrics = crate::cmd::metrics::Metrics::bind(metrics)?;
     let render = || {
-        pathlab_bond_driver::tunnel::request_stats(&name)
+        pathlab_bond_driver::tunnel::request_stats(name)
             .map(|stats| pathlab_bond_driver::metrics::metrics(&stats))
             .map_err(crate::cmd::metrics::render_error)
     };
     Ok(metrics.serve_while(&render, body))
+}
+
+/// Starts a tunnel end: a missing capability is the user's to fix (exit code 2).
+fn launcher(command: &'static str) -> anyhow::Result<Launcher> {
+    Launcher::new(command).map_err(|error| match error {
+        BondError::NeedsNetAdmin(_) => usage(error),
+        other => anyhow::Error::new(other),
+    })
 }
 
 fn print_event(event: &BondEvent) {
@@ -402,193 +391,34 @@ fn print_event(event: &BondEvent) {
     }
 }
 
-/// The server's keys and peers: the simple mode (--psk alone), or its key and listed
-/// peers.
-fn server_keys(args: &ServerArgs, psk: Option<&Psk>) -> anyhow::Result<(ServerKeys, Peers)> {
-    let mut peers = args
-        .peer
-        .iter()
-        .map(|p| PeerConfig::parse(p))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| usage(anyhow::Error::new(e)))?;
-    if let Some(path) = &args.peers {
-        let contents = std::fs::read(path)
-            .with_context(|| format!("cannot read the peers file '{}'", path.display()))
-            .map_err(usage)?;
-        peers.extend(
-            PeerConfig::parse_file(&contents)
-                .with_context(|| format!("peers file '{}'", path.display()))
-                .map_err(usage)?,
-        );
-    }
-    match (&args.common.key, psk) {
-        (Some(key), psk) => {
-            if peers.is_empty() {
-                return Err(usage(anyhow::anyhow!(
-                    "a server with --key needs its clients: --peer NAME,key=PUBLIC[,allowed=CIDR] \
-                     (repeat) or --peers FILE"
-                )));
-            }
-            Ok((
-                ServerKeys::new(read_secret_key(key)?, psk),
-                Peers::Listed(peers),
-            ))
-        }
-        (None, Some(psk)) => {
-            if !peers.is_empty() {
-                return Err(usage(anyhow::anyhow!(
-                    "--peer and --peers name clients by their keys: give the server's own \
-                     --key too"
-                )));
-            }
-            Ok((ServerKeys::from_psk(psk), Peers::AnyKey))
-        }
-        (None, None) => Err(usage(anyhow::anyhow!(
-            "give --psk FILE (the simple mode, one key at both ends) or --key FILE with \
-             --peer/--peers"
-        ))),
-    }
-}
-
-/// A TAP server bridges one client's frames to its TAP: it has no address to route frames
-/// to several clients by, nor to check a client's frames against.
-fn check_tap_peers(peers: &Peers) -> anyhow::Result<()> {
-    let Peers::Listed(listed) = peers else {
-        return Ok(());
-    };
-    if listed.len() > 1 {
-        return Err(usage(anyhow::anyhow!(
-            "--tap bridges one client's frames to the TAP device, and {} peers are given: \
-             run one server (its own --listen port and TAP) per client",
-            listed.len()
-        )));
-    }
-    if let Some(peer) = listed.iter().find(|p| !p.allowed.is_empty()) {
-        return Err(usage(anyhow::anyhow!(
-            "--peer {}: allowed= routes IP packets by address; with --tap the peer's frames \
-             are bridged whatever their addresses: leave allowed= out",
-            peer.name
-        )));
-    }
-    Ok(())
-}
-
-/// The client's keys: the simple mode (--psk alone), or its key and the server's.
-fn client_keys(args: &ClientArgs, psk: Option<&Psk>) -> anyhow::Result<ClientKeys> {
-    match (&args.common.key, &args.server_key, psk) {
-        (Some(key), Some(server), psk) => {
-            let server = PublicKey::from_hex(server)
-                .context("--server-key")
-                .map_err(usage)?;
-            Ok(ClientKeys::new(read_secret_key(key)?, server, psk))
-        }
-        (None, None, Some(psk)) => Ok(ClientKeys::from_psk(
-            psk,
-            SecretKey::generate(&mut pathlab_bond_driver::tunnel::OsEntropy),
-        )),
-        (Some(_), None, _) => Err(usage(anyhow::anyhow!(
-            "--key needs the server's public key: --server-key PUBLIC"
-        ))),
-        (None, Some(_), _) => Err(usage(anyhow::anyhow!(
-            "--server-key needs this client's own --key FILE"
-        ))),
-        (None, None, None) => Err(usage(anyhow::anyhow!(
-            "give --psk FILE (the simple mode, one key at both ends) or --key FILE with \
-             --server-key PUBLIC"
-        ))),
-    }
-}
-
 fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
-    let (session, tun, psk) = bond_config(&args.common, args.max_lines)?;
-    let (keys, peers) = server_keys(args, psk.as_ref())?;
-    if args.common.tap {
-        check_tap_peers(&peers)?;
-    }
-    if args.max_clients == 0 || args.max_lines == 0 || args.max_lines > 64 {
-        return Err(usage(anyhow::anyhow!(
-            "--max-clients must be at least 1 and --max-lines 1 to 64"
-        )));
-    }
-    pathlab_os::require_net_admin("pathlab bond server").map_err(usage)?;
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let public = match peers {
-        Peers::Listed(ref listed) => {
+    let options = args.config()?;
+    let launcher = launcher("pathlab bond server")?;
+    let public = match &options.peers {
+        Peers::Listed(listed) => {
             format!(
                 ", public key {}, {} peer(s)",
-                keys.secret.public_key(),
+                options.keys.secret.public_key(),
                 listed.len()
             )
         }
         Peers::AnyKey => String::new(),
     };
-    let options = ServerOptions {
-        name: name_of(&args.common),
-        listen: args.listen,
-        keys,
-        peers,
-        tun,
-        config: ServerConfig::new(session, args.max_clients),
-    };
-    eprintln!("bond: server listening on {}{public}", args.listen);
-    let stats = with_metrics(&args.common, || {
-        pathlab_bond_driver::tunnel::run_server(
-            &options,
-            std::os::fd::AsFd::as_fd(&signals),
-            print_event,
-        )
+    eprintln!("bond: server listening on {}{public}", options.listen);
+    let stats = with_metrics(&args.common.metrics, &options.name, || {
+        launcher.serve(&options, print_event)
     })??;
     finish(&stats, args.common.output.json)
 }
 
 fn run_client(args: &ClientArgs) -> anyhow::Result<()> {
-    let parsed = args
-        .line
-        .iter()
-        .map(|l| parse_line(l))
-        .collect::<anyhow::Result<Vec<_>>>()
-        .map_err(usage)?;
-    if parsed.len() > 16 {
-        return Err(usage(anyhow::anyhow!(
-            "at most 16 lines, not {}",
-            parsed.len()
-        )));
-    }
-    let (mut config, tun, psk) = bond_config(&args.common, parsed.len())?;
-    let keys = client_keys(args, psk.as_ref())?;
-    config.scheduler = match args.scheduler.as_str() {
-        "rr" => SchedulerKind::RoundRobin,
-        "wrr" => SchedulerKind::WeightedRoundRobin,
-        _ => SchedulerKind::Delay,
-    };
-    config.line_rates = parsed.iter().map(|(_, rate)| *rate).collect();
-    if config.scheduler == SchedulerKind::WeightedRoundRobin
-        && config.line_rates.iter().any(Option::is_none)
-    {
-        return Err(usage(anyhow::anyhow!(
-            "--scheduler wrr weighs lines by their rates: give every --line a rate=RATE"
-        )));
-    }
-    pathlab_os::require_net_admin("pathlab bond client").map_err(usage)?;
-    let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
-    let options = ClientOptions {
-        name: name_of(&args.common),
-        server: args.server,
-        lines: parsed.into_iter().map(|(line, _)| line).collect(),
-        keys,
-        tun,
-        config,
-        connect_timeout: args.connect_timeout,
-    };
-    let stats = with_metrics(&args.common, || {
-        pathlab_bond_driver::tunnel::run_client(
-            &options,
-            std::os::fd::AsFd::as_fd(&signals),
-            print_event,
-        )
+    let options = args.config()?;
+    let launcher = launcher("pathlab bond client")?;
+    let stats = with_metrics(&args.common.metrics, &options.name, || {
+        launcher.connect(&options, print_event)
     })?
     .map_err(|error| match error {
-        pathlab_bond_driver::tunnel::BondError::Line { .. } => usage(error),
+        BondError::Line { .. } => usage(error),
         other => anyhow::Error::new(other),
     })?;
     finish(&stats, args.common.output.json)
