@@ -13,12 +13,13 @@
 //!
 //! It also holds [`format`], the one way rates, times, sizes and percentages are written
 //! for people, since every crate that prints them (the CLI, reports, `tune`, `inspect`,
-//! the lab) depends on this one.
+//! the lab) depends on this one, and [`explain`], what a spec does in words.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod buffers;
+pub mod explain;
 pub mod format;
 pub mod harness;
 pub mod link;

@@ -74,6 +74,12 @@ impl LinkSpec {
         parse::parse(text)
     }
 
+    /// The mean one-way delay the spec adds besides queueing and slots (zero without a
+    /// `delay`).
+    pub fn one_way_delay(&self) -> Duration {
+        self.delay.map_or(Duration::ZERO, |d| d.delay)
+    }
+
     /// Whether the spec does nothing at all to packets (an empty spec).
     pub fn is_passthrough(&self) -> bool {
         *self == LinkSpec::default()

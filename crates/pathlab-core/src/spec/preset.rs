@@ -9,6 +9,7 @@
 
 use super::parse::SpecError;
 use super::LinkSpec;
+use crate::time::Duration;
 
 /// One named link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +53,36 @@ impl Preset {
     pub fn spec(&self, direction: Direction) -> LinkSpec {
         LinkSpec::parse(self.text(direction))
             .unwrap_or_else(|e| panic!("preset {}'s spec is valid (tested): {e}", self.name))
+    }
+
+    /// The directions that have their own spec: the downlink alone for a symmetric link
+    /// (its spec serves both ways), the downlink then the uplink for an asymmetric one.
+    pub fn directions(&self) -> &'static [Direction] {
+        if self.is_asymmetric() {
+            &[Direction::Down, Direction::Up]
+        } else {
+            &[Direction::Down]
+        }
+    }
+
+    /// The name `preset` takes for one direction: `NAME-up` for an asymmetric link's
+    /// uplink, `NAME` otherwise.
+    pub fn name_of(&self, direction: Direction) -> String {
+        match direction {
+            Direction::Up if self.is_asymmetric() => format!("{}-up", self.name),
+            _ => self.name.to_owned(),
+        }
+    }
+
+    /// The delay a round trip over the preset's link adds besides queueing and slots: the
+    /// two directions' one-way delays (one spec's twice, for a symmetric link).
+    pub fn round_trip_delay(&self) -> Duration {
+        let one_way = |direction| self.spec(direction).one_way_delay();
+        if self.is_asymmetric() {
+            one_way(Direction::Down) + one_way(Direction::Up)
+        } else {
+            one_way(Direction::Down) + one_way(Direction::Down)
+        }
     }
 }
 
@@ -401,5 +432,18 @@ mod tests {
             let error = LinkSpec::parse(text).expect_err(text).to_string();
             assert!(error.contains(message), "'{text}': {error}");
         }
+    }
+
+    #[test]
+    fn a_round_trip_adds_both_directions_delays() {
+        // adsl: 10 ms down and 10 ms up; ftth: 750 us one spec, both ways.
+        let (adsl, _) = find("adsl").unwrap();
+        assert_eq!(adsl.round_trip_delay(), Duration::from_millis(20));
+        assert_eq!(adsl.directions(), [Direction::Down, Direction::Up]);
+        assert_eq!(adsl.name_of(Direction::Up), "adsl-up");
+        let (ftth, _) = find("ftth").unwrap();
+        assert_eq!(ftth.round_trip_delay(), Duration::from_micros(1500));
+        assert_eq!(ftth.directions(), [Direction::Down]);
+        assert_eq!(ftth.name_of(Direction::Up), "ftth");
     }
 }
