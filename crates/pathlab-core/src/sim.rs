@@ -231,6 +231,16 @@ impl LoadReport {
     pub fn dropped_total(&self) -> u64 {
         self.dropped.iter().map(|(_, n)| n).sum()
     }
+
+    /// The fraction of the packets sent that were dropped, for any reason (0 when none
+    /// was sent).
+    pub fn lost_fraction(&self) -> f64 {
+        if self.sent_packets == 0 {
+            0.0
+        } else {
+            self.dropped_total() as f64 / self.sent_packets as f64
+        }
+    }
 }
 
 /// One point of the time series.

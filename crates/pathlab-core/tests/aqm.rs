@@ -130,8 +130,7 @@ fn pie_holds_the_queue_delay_near_target() {
         p50 > Duration::from_millis(5) && p50 < Duration::from_millis(30),
         "PIE median queue delay {p50}"
     );
-    let drop_fraction =
-        report.loads[0].dropped_total() as f64 / report.loads[0].sent_packets as f64;
+    let drop_fraction = report.loads[0].lost_fraction();
     assert!(
         (drop_fraction - 1.0 / 3.0).abs() < 0.01,
         "drop fraction {drop_fraction}"

@@ -67,7 +67,7 @@ fn assert_overloaded_tail_drop(
         "delivered {} bit/s, expected {delivered_bps}",
         load.delivered_bps
     );
-    let drop_fraction = load.dropped_total() as f64 / load.sent_packets as f64;
+    let drop_fraction = load.lost_fraction();
     let expected_drop = 1.0 - delivered_bps / load.offered_bps;
     assert!(
         relative_error(drop_fraction, expected_drop) < 0.01,

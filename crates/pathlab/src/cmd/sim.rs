@@ -52,23 +52,31 @@ pub struct Args {
     pub csv: Option<PathBuf>,
 }
 
+impl Args {
+    /// The simulation to run: both specs parsed (trace files loaded) and every load; a
+    /// bad one is a usage error.
+    fn config(&self) -> anyhow::Result<SimConfig> {
+        let forward = parse_spec(std::slice::from_ref(&self.spec))?;
+        let reverse: LinkSpec = parse_spec(std::slice::from_ref(&self.reverse))?;
+        let loads = self
+            .loads
+            .iter()
+            .map(|text| text.parse::<Load>().map_err(usage))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(SimConfig {
+            forward,
+            reverse,
+            loads,
+            duration: self.time,
+            seed: self.seed,
+            sample_every: self.sample,
+        })
+    }
+}
+
 /// Runs `pathlab sim`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let forward = parse_spec(std::slice::from_ref(&args.spec))?;
-    let reverse: LinkSpec = parse_spec(std::slice::from_ref(&args.reverse))?;
-    let loads = args
-        .loads
-        .iter()
-        .map(|text| text.parse::<Load>().map_err(usage))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let config = SimConfig {
-        forward,
-        reverse,
-        loads,
-        duration: args.time,
-        seed: args.seed,
-        sample_every: args.sample,
-    };
+    let config = args.config()?;
     let report = sim::run(&config).map_err(usage)?;
 
     if let Some(path) = &args.save {
@@ -122,11 +130,6 @@ fn human(report: &SimReport) -> String {
         "one-way delay ms p50/p99/max"
     );
     for load in &report.loads {
-        let lost = if load.sent_packets == 0 {
-            0.0
-        } else {
-            load.dropped_total() as f64 / load.sent_packets as f64
-        };
         let triple = |s: &pathlab_core::sim::Summary| {
             format!(
                 "{}/{}/{}",
@@ -141,7 +144,7 @@ fn human(report: &SimReport) -> String {
             load.description,
             format::rate(load.offered_bps, Digits::fixed(2)),
             format::rate(load.delivered_bps, Digits::fixed(2)),
-            format::fraction_as_percent(lost, Digits::fixed(2)),
+            format::fraction_as_percent(load.lost_fraction(), Digits::fixed(2)),
             triple(&load.queue_delay),
             triple(&load.owd),
         );
