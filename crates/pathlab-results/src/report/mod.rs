@@ -29,6 +29,7 @@ mod figures;
 mod html;
 pub mod inspect;
 pub mod page;
+mod source;
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +43,7 @@ use crate::{ResultError, ResultFile, RunResult};
 
 pub use figures::Figure;
 pub use html::base64;
+pub use source::{default_out, load_runs, ReportConfig, ReportSource};
 
 /// The name of a run's result file inside its directory.
 pub const RESULT_FILE: &str = "result.json";

@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use pathlab_results::report::{
-    find_results, load_run, sort_by_parameters, write_report, ReportOptions, RunData,
+    default_out, write_report, ReportConfig, ReportFiles, ReportOptions, ReportSource, RunData,
 };
 
 use crate::usage;
@@ -33,105 +33,60 @@ pub struct Args {
     pub compare: bool,
 }
 
-/// Where the report of `inputs` goes by default.
-fn default_out(inputs: &[PathBuf]) -> PathBuf {
-    if let [only] = inputs {
-        if only.is_dir() {
-            return only.clone();
-        }
-        if let Some(parent) = only.parent() {
-            return if parent.as_os_str().is_empty() {
-                PathBuf::from(".")
-            } else {
-                parent.to_owned()
-            };
-        }
+impl Args {
+    /// The report to write: the results read (an unreadable one is a usage error) and
+    /// where it goes.
+    fn config(&self) -> anyhow::Result<ReportConfig> {
+        let source = ReportSource::load(&self.results).map_err(usage)?;
+        let out = self
+            .out
+            .clone()
+            .unwrap_or_else(|| default_out(&self.results, pathlab_os::unix_now_secs()));
+        Ok(ReportConfig {
+            source,
+            out,
+            options: ReportOptions {
+                compare: self.compare,
+            },
+        })
     }
-    let secs = pathlab_os::unix_now_secs();
-    PathBuf::from(format!("report-{secs}"))
-}
-
-/// Reads every run `inputs` name; a sweep's points in the order of their parameters.
-pub fn load_runs(inputs: &[PathBuf]) -> anyhow::Result<Vec<RunData>> {
-    let mut runs = Vec::new();
-    for input in inputs {
-        let mut group = Vec::new();
-        for file in find_results(input).map_err(usage)? {
-            group.push(load_run(&file).map_err(usage)?);
-        }
-        sort_by_parameters(&mut group);
-        runs.extend(group);
-    }
-    Ok(runs)
 }
 
 /// Writes the report of `runs` into `out` and says where it is.
 pub fn report(runs: &[RunData], out: &Path, compare: bool) -> anyhow::Result<()> {
     let files = write_report(runs, out, &ReportOptions { compare })?;
+    print_notes(runs)?;
+    print_files(&files);
+    Ok(())
+}
+
+/// Each run's notes (what it could not show, and why), on stderr.
+fn print_notes(runs: &[RunData]) -> anyhow::Result<()> {
     let mut stderr = std::io::stderr().lock();
     for run in runs {
         for note in &run.notes {
             writeln!(stderr, "pathlab: note: {note}")?;
         }
     }
+    Ok(())
+}
+
+fn print_files(files: &ReportFiles) {
     println!(
         "report: {} ({} figures as PNG and SVG, {} CSV files)",
         files.html.display(),
         files.png.len(),
         files.csv.len()
     );
-    Ok(())
-}
-
-/// A saved `pathlab inspect` watch or `pathlab analyze` at `path`, if that is what it is.
-fn page_result(path: &Path) -> Option<pathlab_results::ResultFile> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let file = pathlab_results::ResultFile::from_json(&text).ok()?;
-    matches!(
-        file.result,
-        pathlab_results::RunResult::Inspect(_) | pathlab_results::RunResult::Analyze(_)
-    )
-    .then_some(file)
 }
 
 /// Runs `pathlab report`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    if let [only] = args.results.as_slice() {
-        if let Some(file) = page_result(only) {
-            let out = args
-                .out
-                .clone()
-                .unwrap_or_else(|| default_out(&args.results));
-            let files = match &file.result {
-                pathlab_results::RunResult::Inspect(report) => {
-                    pathlab_results::report::inspect::write_inspect_report(
-                        report,
-                        &file.command,
-                        &out,
-                    )?
-                }
-                pathlab_results::RunResult::Analyze(analysis) => {
-                    pathlab_results::report::analyze::write_analyze_report(
-                        analysis,
-                        &file.command,
-                        &out,
-                    )?
-                }
-                _ => unreachable!("checked"),
-            };
-            println!(
-                "report: {} ({} figures as PNG and SVG, {} CSV files)",
-                files.html.display(),
-                files.png.len(),
-                files.csv.len()
-            );
-            return Ok(());
-        }
+    let config = args.config()?;
+    let files = config.write()?;
+    if let ReportSource::Runs(runs) = &config.source {
+        print_notes(runs)?;
     }
-    let runs = load_runs(&args.results)?;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| default_out(&args.results));
-    report(&runs, &out, args.compare)
+    print_files(&files);
+    Ok(())
 }
