@@ -8,7 +8,7 @@ use pathlab_core::format::{self, Digits};
 use pathlab_diagnose::tcpflow::{
     analyze_capture, AnalyzerConfig, CaptureAnalysis, ConnectionReport, FlowReport, VantageKind,
 };
-use pathlab_results::{ResultFile, RunResult};
+use pathlab_results::report::analyze::save_analysis;
 
 use crate::cmd::rfc6349::FramingArg;
 use crate::usage;
@@ -46,16 +46,23 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
+impl Args {
+    /// What the analysis is told besides the packets: the bottleneck's rate (a bad one is
+    /// a usage error) and what it counts.
+    fn config(&self) -> anyhow::Result<AnalyzerConfig> {
+        Ok(AnalyzerConfig {
+            bottleneck_bps: crate::cmd::rfc6349::bottleneck_rate(self.rate.as_deref())?,
+            framing: self.framing.into(),
+        })
+    }
+}
+
 /// Runs `pathlab analyze`.
 pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
-    let bottleneck_bps = crate::cmd::rfc6349::bottleneck_rate(args.rate.as_deref())?;
+    let config = args.config()?;
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))
         .map_err(usage)?;
-    let config = AnalyzerConfig {
-        bottleneck_bps,
-        framing: args.framing.into(),
-    };
     let analysis = analyze_capture(&bytes, config)
         .with_context(|| format!("{} is not a capture pathlab reads", args.file.display()))
         .map_err(usage)?;
@@ -63,7 +70,14 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         eprintln!("pathlab: warning: {warning}");
     }
     if let Some(out) = &args.out {
-        write_out(&analysis, out, command_line)?;
+        let created = Some(pathlab_os::unix_now_secs());
+        let saved = save_analysis(&analysis, command_line, created, out)?;
+        eprintln!(
+            "pathlab: wrote {}, {} ({} figures as PNG and SVG)",
+            saved.result.display(),
+            saved.files.html.display(),
+            saved.files.png.len()
+        );
     }
     if args.output.json {
         let mut printed = analysis;
@@ -76,29 +90,6 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     } else {
         print(&args.file, &analysis);
     }
-    Ok(())
-}
-
-/// Writes `result.json` and one SVG per figure into `out`.
-fn write_out(analysis: &CaptureAnalysis, out: &Path, command: Vec<String>) -> anyhow::Result<()> {
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let created = Some(pathlab_os::unix_now_secs());
-    let file = ResultFile::new(
-        RunResult::Analyze(Box::new(analysis.clone())),
-        command,
-        created,
-    );
-    let result = out.join("result.json");
-    std::fs::write(&result, file.to_json())
-        .with_context(|| format!("writing {}", result.display()))?;
-    let files =
-        pathlab_results::report::analyze::write_analyze_report(analysis, &file.command, out)?;
-    eprintln!(
-        "pathlab: wrote {}, {} ({} figures as PNG and SVG)",
-        result.display(),
-        files.html.display(),
-        files.png.len()
-    );
     Ok(())
 }
 
