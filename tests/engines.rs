@@ -66,6 +66,38 @@ impl Drop for NodeProcess {
     }
 }
 
+/// The three-node lab the engines' tests play, named `name`, lasting `duration`, with
+/// `workloads` (TOML `[[workload]]` tables): h1 - r1 - h2, `delay 2ms` both ways, then
+/// `rate 50mbit delay 5ms` and `delay 1ms` back, so a ping across is 10 ms plus the
+/// underlay.
+pub(crate) fn three_node_lab(name: &str, duration: &str, workloads: &str) -> String {
+    format!(
+        r#"
+name = "{name}"
+duration = "{duration}"
+
+[[node]]
+name = "h1"
+
+[[node]]
+name = "r1"
+kind = "router"
+
+[[node]]
+name = "h2"
+
+[[link]]
+between = ["h1", "r1"]
+spec = "delay 2ms"
+
+[[link]]
+between = ["r1", "h2"]
+spec = "rate 50mbit delay 5ms"
+reverse = "delay 1ms"
+{workloads}"#
+    )
+}
+
 /// Gives `name` in `netns` an IPv4 address and brings it and loopback up.
 pub(crate) fn address(netns: &Netns, name: &str, v4: &str, len: u8) {
     let at = link_index(netns, name);

@@ -36,7 +36,7 @@ fn pathlab_node_runs_in_docker_containers_wired_as_containerlab_wires_them() {
     let pid = std::process::id();
     let dir = TempDir::new("docker");
     let spec = dir.path("dk.toml");
-    std::fs::write(&spec, SPEC).unwrap();
+    std::fs::write(&spec, crate::engines::three_node_lab("dk", "6s", PING)).unwrap();
     let options = export_for_containerlab(&spec, &dir);
     let image = Image::import(&format!("pathlab-test-{pid}:latest"));
     let host_before = HostState::now();
@@ -490,31 +490,8 @@ fn check_the_ping_across(run: &LabRun, out: &std::path::Path) {
     );
 }
 
-/// h1 - r1 - h2, the links' specs those of the two-machine lab (tests/alone/engines.rs):
-/// a ping across them is 10 ms plus the underlay.
-const SPEC: &str = r#"
-name = "dk"
-duration = "6s"
-
-[[node]]
-name = "h1"
-
-[[node]]
-name = "r1"
-kind = "router"
-
-[[node]]
-name = "h2"
-
-[[link]]
-between = ["h1", "r1"]
-spec = "delay 2ms"
-
-[[link]]
-between = ["r1", "h2"]
-spec = "rate 50mbit delay 5ms"
-reverse = "delay 1ms"
-
+/// The engines' three-node lab (a ping across is 10 ms plus the underlay) with a ping.
+const PING: &str = r#"
 [[workload]]
 name = "ping"
 kind = "ping"

@@ -78,7 +78,7 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
 /// spec's path.
 fn export_the_lab(dir: &TempDir) -> std::path::PathBuf {
     let spec = dir.path("twomachines.toml");
-    std::fs::write(&spec, SPEC).unwrap();
+    std::fs::write(&spec, self::spec()).unwrap();
     let export = std::process::Command::new(PATHLAB)
         .args(["lab", "export", "kne"])
         .arg(&spec)
@@ -386,29 +386,12 @@ const UNDERLAY_OVERHEAD_MS: f64 = 1.0;
 
 /// The lab: h1 and r1 on machine 1, h2 on machine 2. h2's way back is faster than the
 /// underlay alone (1 ms against 1.5): its node must warn.
-const SPEC: &str = r#"
-name = "twomachines"
-duration = "20s"
+fn spec() -> String {
+    crate::engines::three_node_lab("twomachines", "20s", WORKLOADS)
+}
 
-[[node]]
-name = "h1"
-
-[[node]]
-name = "r1"
-kind = "router"
-
-[[node]]
-name = "h2"
-
-[[link]]
-between = ["h1", "r1"]
-spec = "delay 2ms"
-
-[[link]]
-between = ["r1", "h2"]
-spec = "rate 50mbit delay 5ms"
-reverse = "delay 1ms"
-
+/// Its workloads: a ping and RTT probes across, then RFC 6349 across the 50 Mbit/s link.
+const WORKLOADS: &str = r#"
 [[workload]]
 name = "ping"
 kind = "ping"

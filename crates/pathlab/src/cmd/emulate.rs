@@ -495,12 +495,7 @@ impl RemoteArgs {
         let Some(addr) = &self.remote else {
             return Ok(Target::Local(name.to_owned()));
         };
-        let token = self
-            .token
-            .as_deref()
-            .map(pathlab_http::read_token)
-            .transpose()
-            .map_err(usage)?;
+        let token = crate::cmd::read_token_file(self.token.as_deref())?;
         Ok(Target::Remote {
             addr: addr.clone(),
             token,

@@ -422,12 +422,7 @@ impl CollectArgs {
         let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
         let addresses = collect::addresses(&self.address, &experiment.name, &names)
             .map_err(|error| usage(anyhow::anyhow!("--address: {error}")))?;
-        let token = self
-            .token
-            .as_deref()
-            .map(pathlab_http::read_token)
-            .transpose()
-            .map_err(usage)?;
+        let token = crate::cmd::read_token_file(self.token.as_deref())?;
         let out = self
             .out
             .clone()

@@ -29,6 +29,15 @@ pub fn read_key_file(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
         .map_err(|error| crate::usage(anyhow::anyhow!("key file: {error}")))
 }
 
+/// Reads a bearer token file (`--token`), if one is named: its owner's only, at least 16
+/// printable characters, as [`pathlab_http::read_token`] requires; any problem is a usage
+/// error.
+pub fn read_token_file(path: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
+    path.map(pathlab_http::read_token)
+        .transpose()
+        .map_err(crate::usage)
+}
+
 /// Parses a time on the command line (`-t`, `-i`, `--sample`, `--max-duration`): `10s`,
 /// `250ms`, `1.5s`; a bare number is seconds, as in iperf3 and ping. (Inside a SPEC a
 /// bare number is microseconds, as tc reads it; on the command line that would turn `-t 5`
