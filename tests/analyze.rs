@@ -121,7 +121,7 @@ fn analyze_finds_the_emulators_drops_its_delay_and_every_byte() {
     else {
         return;
     };
-    let dir = util::TempDir::new("analyze-loss");
+    let dir = util::TempDir::new("analyze-loss-capture");
     let pcap = dir.path("capture.pcapng");
     let pcap_arg = pcap.to_string_lossy().into_owned();
     let mut lab = Lab::start(
@@ -267,7 +267,7 @@ fn analyze_says_a_small_receive_window_limits_the_transfer() {
     else {
         return;
     };
-    let dir = util::TempDir::new("analyze-window");
+    let dir = util::TempDir::new("analyze-window-capture");
     let pcap = dir.path("capture.pcapng");
     let pcap_arg = pcap.to_string_lossy().into_owned();
     let mut lab = Lab::start(

@@ -104,15 +104,23 @@ fn a_tap_s_mtu_follows_a_narrow_path_too_and_its_tunnel_runs_at_its_rate() {
 /// The recipe with a TUN device, or a TAP (`--tap`, the tunnel's addresses on the TAPs,
 /// ARP across), checked.
 fn narrow_path(tap: bool) {
-    let dir = TempDir::new("lab-bond-mtu");
+    // Each its own directory, lab and tunnel names: the two run side by side.
+    let variant = if tap { "tap" } else { "tun" };
+    let dir = TempDir::new(&format!("lab-bond-mtu-{variant}"));
     let recipe = dir.path("bond-mtu.toml");
+    let text = RECIPE
+        .replace(
+            r#"name = "bond-mtu""#,
+            &format!(r#"name = "bond-mtu-{variant}""#),
+        )
+        .replace("test-mtu-", &format!("test-mtu-{variant}-"));
     let text = if tap {
-        RECIPE.replace(
+        text.replace(
             r#""--address", "198.19"#,
             r#""--tap", "--address", "198.19"#,
         )
     } else {
-        RECIPE.to_owned()
+        text
     };
     std::fs::write(&recipe, text).unwrap();
     let out = dir.path("run");

@@ -452,9 +452,21 @@ impl Drop for NamedNetns {
 pub struct ScratchDir(std::path::PathBuf);
 
 impl ScratchDir {
-    /// A fresh, empty directory named after `name` and this process.
+    /// A fresh, empty directory named after `name` and this process. Two tests of one
+    /// process that ask for the same name at once would share it (the second emptying the
+    /// first's: the bond MTU tests, TUN and TAP, did so when they ran side by side), so
+    /// that panics, naming it.
     pub fn new(name: &str) -> ScratchDir {
         let dir = std::env::temp_dir().join(format!("pathlab-test-{name}-{}", std::process::id()));
+        let fresh = IN_USE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(dir.clone());
+        assert!(
+            fresh,
+            "two tests of this process use the scratch directory '{name}' at once: give each \
+             its own name"
+        );
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("can create a temp dir");
         ScratchDir(dir)
@@ -477,16 +489,35 @@ impl Drop for ScratchDir {
     fn drop(&mut self) {
         if std::thread::panicking() && std::env::var_os("PATHLAB_KEEP_FAILED").is_some() {
             eprintln!("PATHLAB_KEEP_FAILED: kept {}", self.0.display());
-            return;
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
         }
-        let _ = std::fs::remove_dir_all(&self.0);
+        IN_USE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.0);
     }
 }
+
+/// The scratch directories of this process's tests that are in use.
+static IN_USE: std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt as _;
+
+    #[test]
+    fn a_scratch_directory_in_use_is_not_handed_out_twice() {
+        let first = ScratchDir::new("twice");
+        let again = std::panic::catch_unwind(|| ScratchDir::new("twice"));
+        assert!(again.is_err(), "the same name twice at once");
+        assert!(first.root().exists(), "the first is left as it was");
+        drop(first);
+        let later = ScratchDir::new("twice");
+        assert!(later.root().exists(), "free again once dropped");
+    }
 
     /// Whether another open file of `path` could take the lock now (exclusively, or
     /// shared): what a second process would see.
