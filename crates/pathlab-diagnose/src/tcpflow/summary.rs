@@ -71,7 +71,8 @@ pub(super) fn report(connection: &Connection, config: &AnalyzerConfig) -> Connec
 fn vantage(client_half: Option<u64>, server_half: Option<u64>) -> Vantage {
     let kind = match (client_half, server_half) {
         (Some(client), Some(server)) => {
-            let whole = (client + server).max(1) as f64;
+            // In floating point: two halves read from a capture may sum past u64.
+            let whole = (client as f64 + server as f64).max(1.0);
             if (client as f64) < whole * VANTAGE_SHARE {
                 VantageKind::Client
             } else if (server as f64) < whole * VANTAGE_SHARE {
@@ -517,6 +518,16 @@ fn series(flow: &Flow, rtt: &[(Instant, u64)], start: Instant, end: Instant) -> 
 #[cfg(test)]
 mod slice_tests {
     use super::*;
+
+    #[test]
+    fn halves_that_sum_past_the_clocks_end_give_a_vantage() {
+        // A capture's two half round trips near u64::MAX each (a fuzzer's input): their sum
+        // overflowed.
+        let far = vantage(Some(u64::MAX - 1), Some(u64::MAX - 1));
+        assert_eq!(far.kind, VantageKind::Middle);
+        let near_client = vantage(Some(1), Some(u64::MAX));
+        assert_eq!(near_client.kind, VantageKind::Client);
+    }
 
     #[test]
     fn idle_time_in_a_slice_that_ends_past_the_clocks_end_is_counted() {
