@@ -100,7 +100,7 @@ fn rtt_samples(connection: &Connection, from: usize) -> (Vec<(Instant, u64)>, bo
         .map(|&(at, far_ns)| {
             let before = near.partition_point(|&(t, _)| t <= at);
             let near_ns = near.get(before.saturating_sub(1)).map_or(0, |&(_, ns)| ns);
-            (at, far_ns + near_ns)
+            (at, far_ns.saturating_add(near_ns))
         })
         .collect();
     (samples, !near.is_empty())
@@ -478,7 +478,7 @@ fn series(flow: &Flow, rtt: &[(Instant, u64)], start: Instant, end: Instant) -> 
             .enumerate()
             .map(|(i, &b)| {
                 (
-                    start.as_nanos() + i as u64 * slice_ns,
+                    start.as_nanos().saturating_add(i as u64 * slice_ns),
                     b as f64 * 8e9 / slice_ns as f64,
                 )
             })
