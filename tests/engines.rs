@@ -4,6 +4,7 @@
 
 use crate::util;
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::process::{Child, Stdio};
 
 use crate::util::emulated::{end, libc_sigterm, link_index, PATHLAB};
@@ -138,6 +139,8 @@ fn node_and_collect_refuse_bad_input_with_the_reason() {
     util::assert_refused(&["node", "/nonexistent/node.toml"], "cannot read");
     util::assert_refused(&["node", &path(&garbage)], "garbage.toml");
     util::assert_refused(&["node", &path(&other)], "version 9");
+    // Read with a bound, and only a regular file: not read without end first.
+    util::assert_refused(&["node", "/dev/zero"], "a device, not a regular file");
     util::assert_refused(
         &["lab", "collect", "bufferbloat", "--address", "{node}:8080"],
         "is a sweep of 3 runs",
@@ -190,26 +193,7 @@ fn node_without_sys_admin_says_at_start_what_it_needs() {
         return;
     };
     let dir = TempDir::new("engines-capabilities");
-    let export = std::process::Command::new(PATHLAB)
-        .args([
-            "lab",
-            "export",
-            "containerlab",
-            "owd-probe",
-            "--point",
-            "1",
-            "--out",
-        ])
-        .arg(dir.path("export"))
-        .output()
-        .unwrap();
-    assert!(export.status.success(), "{export:?}");
-    let config = std::fs::read_dir(dir.path("export"))
-        .unwrap()
-        .flatten()
-        .map(|entry| entry.path())
-        .find(|path| path.extension().is_some_and(|e| e == "toml"))
-        .expect("a node config");
+    let config = export_owd_probe(&dir);
     // The bounding set without CAP_SYS_ADMIN: root's program gets every other capability.
     let node = std::process::Command::new("setpriv")
         .args([
@@ -236,4 +220,77 @@ fn node_without_sys_admin_says_at_start_what_it_needs() {
         assert!(said.contains(needed), "{needed} in: {said}");
     }
     assert!(!dir.path("node").exists(), "it wrote nothing");
+}
+
+/// `pathlab node` writes only in a directory no one else can change (N1): one others may
+/// write in, or a link to one, is refused at start with the reason (exit 2), before
+/// anything is written there; without `--out` it writes under the runtime directory,
+/// never in a shared one such as `/tmp`.
+#[test]
+fn node_refuses_an_output_directory_others_could_change() {
+    let test = "node_refuses_an_output_directory_others_could_change";
+    let Some(_lock) = crate::util::emulated::privileged_shared(test) else {
+        return;
+    };
+    let dir = TempDir::new("engines-out");
+    let config = export_owd_probe(&dir);
+    let open = dir.path("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let elsewhere = dir.path("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, dir.path("link")).unwrap();
+    for (out, why) in [
+        (open.clone(), "may be written by others (mode 0777)"),
+        (dir.path("link"), "is a symbolic link"),
+    ] {
+        let node = std::process::Command::new(PATHLAB)
+            .arg("node")
+            .arg(&config)
+            .arg("--control-token")
+            .arg(dir.path("export/token"))
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&node.stderr);
+        assert_eq!(node.status.code(), Some(2), "{said}");
+        assert!(said.contains(why), "{why} in: {said}");
+    }
+    for left in [&open, &elsewhere] {
+        assert_eq!(
+            std::fs::read_dir(left).unwrap().count(),
+            0,
+            "nothing written"
+        );
+    }
+    let help = std::process::Command::new(PATHLAB)
+        .args(["node", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("/run/pathlab/node/NODE"));
+}
+
+/// Exports the owd-probe recipe's first point into `DIR/export`; returns a node's config.
+fn export_owd_probe(dir: &TempDir) -> std::path::PathBuf {
+    let export = std::process::Command::new(PATHLAB)
+        .args([
+            "lab",
+            "export",
+            "containerlab",
+            "owd-probe",
+            "--point",
+            "1",
+            "--out",
+        ])
+        .arg(dir.path("export"))
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+    std::fs::read_dir(dir.path("export"))
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|e| e == "toml"))
+        .expect("a node config")
 }

@@ -37,6 +37,13 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     let token = dir.path("export/token");
     let machines = TwoMachines::build(pid);
 
+    // A link planted where h1 will write its recording, as another user could have
+    // planted it in a shared directory: the node makes its own file, the target is kept.
+    let planted_target = dir.path("planted-target");
+    std::fs::write(&planted_target, "KEEP").unwrap();
+    std::fs::create_dir(dir.path("node-h1")).unwrap();
+    std::os::unix::fs::symlink(&planted_target, dir.path("node-h1/link-h1-r1.jsonl")).unwrap();
+
     // The nodes start before their links exist, as in a pod meshnet has not wired yet.
     let nodes: Vec<NodeProcess> = machines
         .pods
@@ -66,6 +73,9 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     assert!(collect.status.success(), "collect failed");
     assert_eq!(after, before);
 
+    assert_eq!(std::fs::read_to_string(&planted_target).unwrap(), "KEEP");
+    let recording = std::fs::symlink_metadata(dir.path("node-h1/link-h1-r1.jsonl")).unwrap();
+    assert!(recording.is_file(), "h1's recording is a file it made");
     let run = check_the_collected_result(&out);
     let cross = check_the_reported_underlay(&run, &stderrs, &said);
     let ttr = rfc6349_transfer_time_ratio(&dir);

@@ -8,7 +8,6 @@
 //! the lateness with the fidelity guard and puts a borrowed interface back. What there is
 //! to say meanwhile reaches the caller as [`EmulateEvent`]s: this module prints nothing.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
@@ -340,10 +339,10 @@ fn open_ports(
 /// created.
 fn emulator_config(config: &EmulateConfig) -> Result<EmulatorConfig, EmulateError> {
     let create = |path: &Path, what: &'static str| {
-        File::create(path).map_err(|source| EmulateError::CreateFile {
+        pathlab_os::files::create_replacing(path).map_err(|e| EmulateError::CreateFile {
             what,
             path: path.to_owned(),
-            source,
+            source: e.into_io(),
         })
     };
     Ok(EmulatorConfig {

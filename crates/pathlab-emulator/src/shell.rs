@@ -9,7 +9,6 @@
 //! namespace only while the program or pathlab lives, so a killed shell leaves nothing.
 //! Shells nest: each one picks a subnet not yet used where it starts.
 
-use std::fs::File;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -237,9 +236,9 @@ pub fn run(
 /// the recording and capture files created.
 fn emulator_config(config: &ShellConfig) -> Result<EmulatorConfig, ShellError> {
     let create = |path: &Path| {
-        File::create(path).map_err(|source| ShellError::CreateFile {
+        pathlab_os::files::create_replacing(path).map_err(|e| ShellError::CreateFile {
             path: path.to_owned(),
-            source,
+            source: e.into_io(),
         })
     };
     Ok(EmulatorConfig {

@@ -17,6 +17,7 @@ use pathlab_emulator::emulator::Record;
 use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorHandle, EmulatorStats};
 use pathlab_emulator::port::{PacketPort, Port, ReceiveMode};
 use pathlab_emulator::switchboard::Switchboard;
+use pathlab_os::files::Dir;
 use pathlab_results::lab::{LabLink, LabRun, LabWorkload, SendLateness};
 
 use crate::spec::{Experiment, SweepPoint, Workload, WorkloadKind};
@@ -134,7 +135,8 @@ fn has_bottleneck(experiment: &Experiment, index: usize) -> bool {
 /// How a run is made.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Where recordings and outputs go (created if missing).
+    /// Where recordings and outputs go: made if missing, else it must be this user's and
+    /// writable by no one else ([`Dir::output`]).
     pub out: PathBuf,
     /// Seed of the emulators' random choices.
     pub seed: u64,
@@ -239,8 +241,10 @@ pub fn run(
     options: &RunOptions,
 ) -> Result<LabRun, RunError> {
     ensure_descriptors(experiment)?;
-    std::fs::create_dir_all(&options.out)
-        .map_err(io_error(format!("creating {}", options.out.display())))?;
+    let out = Arc::new(Dir::output(&options.out).map_err(|e| RunError::Io {
+        context: "the output directory".to_owned(),
+        source: std::io::Error::other(e),
+    })?);
     let mut topology = Topology::build(experiment).map_err(io_error("building the topology"))?;
     // One forwarding thread per core for all the lab's links: a thread per direction
     // would be thousands of threads in a large lab.
@@ -254,8 +258,14 @@ pub fn run(
         .map(|board| Switchboard::open(board, pool.threads()))
         .transpose()
         .map_err(io_error("opening the switchboard"))?;
-    let (emulators, mut links) =
-        start_emulators(experiment, &mut topology, board.as_ref(), &pool, options)?;
+    let (emulators, mut links) = start_emulators(
+        experiment,
+        &mut topology,
+        board.as_ref(),
+        &pool,
+        options,
+        &out,
+    )?;
     let (control, control_thread) = serve_control(experiment, &emulators, options);
     let servers_stop = Arc::new(AtomicBool::new(false));
     let responders = blocks_responders(experiment);
@@ -263,7 +273,7 @@ pub fn run(
 
     let started = Instant::now();
     let started_unix_ns = pathlab_os::unix_now_ns();
-    let threads = start_workloads(experiment, &topology, &responders, started, options)?;
+    let threads = start_workloads(experiment, &topology, &responders, started, options, &out)?;
     let events = experiment.events.iter().map(|event| (event.at, event));
     let interrupted = play_events(
         events,
@@ -338,6 +348,7 @@ fn start_emulators(
     board: Option<&Switchboard>,
     pool: &emulator::Pool,
     options: &RunOptions,
+    out: &Arc<Dir>,
 ) -> Result<(Vec<Emulated>, Vec<LabLink>), RunError> {
     let emulated_links = topology.emulated.iter().filter(|&&e| e).count();
     let mut emulators = Vec::new();
@@ -360,7 +371,10 @@ fn start_emulators(
                         seed: options.seed.wrapping_add(i as u64),
                         // Closed between writes: a file per link held open for the
                         // whole run would be 10,000 open files in a large lab.
-                        record: Some(Record::Reopened(options.out.join(&file_name))),
+                        record: Some(Record::Reopened {
+                            dir: Arc::clone(out),
+                            name: file_name.clone(),
+                        }),
                         pcap: None,
                         queue_sample_interval: queue_sample_interval(
                             has_bottleneck(experiment, i),
@@ -516,6 +530,7 @@ fn start_workloads(
     responders: &[(usize, u32)],
     started: Instant,
     options: &RunOptions,
+    out: &Arc<Dir>,
 ) -> Result<Vec<std::thread::JoinHandle<crate::workload::Came>>, RunError> {
     let mut threads = Vec::new();
     for workload in &experiment.workloads {
@@ -542,7 +557,7 @@ fn start_workloads(
             started,
             Some(netns),
             Arc::clone(&options.stop),
-            options.out.clone(),
+            Arc::clone(out),
         ));
     }
     Ok(threads)

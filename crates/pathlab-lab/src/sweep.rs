@@ -240,7 +240,12 @@ pub fn save_result(dir: &Path, run: &LabRun, command_line: Vec<String>) -> Resul
         Some(run.started_unix_ns / 1_000_000_000),
     );
     let path = dir.join("result.json");
-    std::fs::write(&path, file.to_json()).map_err(|source| SaveError { path, source })
+    pathlab_os::files::Dir::output(dir)
+        .and_then(|dir| dir.write_file("result.json", file.to_json().as_bytes()))
+        .map_err(|e| SaveError {
+            path,
+            source: e.into_io(),
+        })
 }
 
 /// A whole run of an experiment, every sweep point of it, as `pathlab lab` makes it.

@@ -4,8 +4,8 @@
 //! the watch `inspect = true` keeps on a workload's connections; and the servers a node
 //! answers workloads with.
 
+use pathlab_os::files::Dir;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,12 +112,7 @@ pub const LAB_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs one workload in the calling thread (already in its node's namespace) against
 /// `target`; a `blocks` workload writes to `port`.
-pub fn run_workload(
-    workload: Job<'_>,
-    target: Option<IpAddr>,
-    port: u16,
-    out: &Path,
-) -> LabOutcome {
+pub fn run_workload(workload: Job<'_>, target: Option<IpAddr>, port: u16, out: &Dir) -> LabOutcome {
     let connect = || {
         let target = target.expect("checked: measuring workloads have a peer");
         Client::connect(
@@ -239,10 +234,10 @@ fn run_command(
     workload: Job<'_>,
     argv: &[String],
     target: Option<IpAddr>,
-    out: &Path,
+    out: &Dir,
 ) -> LabOutcome {
     let file_name = format!("{}.out", workload.name);
-    let file = match std::fs::File::create(out.join(&file_name)) {
+    let file = match out.replace(&file_name) {
         Ok(file) => file,
         Err(error) => return LabOutcome::Failed(format!("creating {file_name}: {error}")),
     };
@@ -251,10 +246,7 @@ fn run_command(
     // relying on PATH); `{out}` the run's output directory.
     let pathlab =
         std::env::current_exe().map_or_else(|_| "pathlab".to_owned(), |p| p.display().to_string());
-    let out_dir = std::path::absolute(out)
-        .unwrap_or_else(|_| out.to_path_buf())
-        .display()
-        .to_string();
+    let out_dir = out.path().display().to_string();
     // `{duration}`: how long a measuring command should run to end inside its slot, in
     // seconds: 80% of it, so it has time to start, collect its last replies (a round trip
     // or two, half a second through a bloated path) and report.
@@ -362,7 +354,7 @@ pub fn spawn_timed(
     started: Instant,
     netns: Option<pathlab_os::netns::Netns>,
     stop: Arc<AtomicBool>,
-    out: std::path::PathBuf,
+    out: Arc<Dir>,
 ) -> std::thread::JoinHandle<Came> {
     std::thread::spawn(move || {
         if !sleep_until(started + timed.start, &stop) {

@@ -12,7 +12,10 @@
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{
+    DirBuilderExt as _, FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _,
+    PermissionsExt as _,
+};
 use std::path::{Path, PathBuf};
 
 use crate::sys;
@@ -59,6 +62,18 @@ pub enum FileError {
         /// The bound.
         limit_bytes: u64,
     },
+    /// A directory to write in that someone else could change under the writer: a link,
+    /// another user's, or one others may write in.
+    #[error(
+        "{path} {why}: pathlab writes only in a directory it made, or one its user owns and \
+         no one else may write in (give another directory, or make it so)"
+    )]
+    NotOurs {
+        /// The directory.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A key or token file that users other than its owner may read or write.
     #[error(
         "{path} is open to other users (mode {mode:04o}); a key or token must be its owner's \
@@ -70,6 +85,21 @@ pub enum FileError {
         /// Its permission bits.
         mode: u32,
     },
+}
+
+/// The mode of the files an output directory's owner writes there (less the umask):
+/// results and recordings others may read, as `File::create` would make them.
+const OUTPUT_FILE_MODE: libc::mode_t = 0o644;
+
+impl FileError {
+    /// As an I/O error, for a caller whose message already names the file: the system's
+    /// own error where it is one, else this one.
+    pub fn into_io(self) -> io::Error {
+        match self {
+            FileError::Io { source, .. } => source,
+            other => io::Error::other(other),
+        }
+    }
 }
 
 /// Checks that `name` names a file directly inside a directory: 1 to 255 bytes, no `/`,
@@ -172,6 +202,109 @@ impl Dir {
         read_opened(File::from(fd), &shown, max_bytes)
     }
 
+    /// The output directory at `path`: made (with its parents) if it is not there, else
+    /// taken only if it is a directory (not a link to one), this user's, and writable by
+    /// no one else. What is in it was then put there by this user, so a file written
+    /// there can be one this process made ([`Dir::replace`]): a link planted at a file's
+    /// name before the run (`/tmp/out/link-a.jsonl -> /root/x`) is never written through.
+    pub fn output(path: &Path) -> Result<Dir, FileError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        let shown = path.display().to_string();
+        let io_error = |source| FileError::Io {
+            path: shown.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_error)?;
+        }
+        match std::fs::DirBuilder::new().mode(0o755).create(&path) {
+            Err(error) if error.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(io_error(error))
+            }
+            _ => {}
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|source| not_ours_if_link(&shown, source))?;
+        check_ours(&file, &shown)?;
+        Ok(Dir {
+            fd: file.into(),
+            path,
+        })
+    }
+
+    /// Makes the file `name` (a plain name) anew for writing: whatever had the name (a
+    /// file of an earlier run, a link) is removed first, itself and never what a link
+    /// points to, and the file is then created with `O_CREAT|O_EXCL|O_NOFOLLOW`, so what
+    /// is written is always a file this call made. Mode `0644` less the umask.
+    pub fn replace(&self, name: &str) -> Result<File, FileError> {
+        Ok(self.make(name)?.0)
+    }
+
+    /// As [`Dir::replace`], with what identifies the file made, to reopen it later with
+    /// [`Dir::reopen`] and find that very file or nothing.
+    pub fn make(&self, name: &str) -> Result<(File, Made), FileError> {
+        check_plain_name(name)?;
+        let shown = self.shown(name);
+        match sys::unlinkat(self.fd.as_fd(), name) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => {
+                return Err(FileError::Io {
+                    path: shown,
+                    source: error,
+                })
+            }
+            _ => {}
+        }
+        let fd = sys::openat(
+            self.fd.as_fd(),
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            OUTPUT_FILE_MODE,
+        )
+        .map_err(|source| symlink_or_io(&shown, source))?;
+        let file = File::from(fd);
+        let metadata = regular_metadata(&file, &shown)?;
+        let made = Made {
+            name: name.to_owned(),
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        };
+        Ok((file, made))
+    }
+
+    /// Writes `bytes` as the file `name`, made anew ([`Dir::replace`]).
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> Result<(), FileError> {
+        let mut file = self.replace(name)?;
+        io::Write::write_all(&mut file, bytes).map_err(|source| FileError::Io {
+            path: self.shown(name),
+            source,
+        })
+    }
+
+    /// Opens a file [`Dir::make`] made, to append to it; refused if the name now holds
+    /// anything else (a link, another file, one with other names too).
+    pub fn reopen(&self, made: &Made) -> Result<File, FileError> {
+        let shown = self.shown(&made.name);
+        let fd = sys::openat(
+            self.fd.as_fd(),
+            &made.name,
+            libc::O_WRONLY | libc::O_APPEND | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0,
+        )
+        .map_err(|source| symlink_or_io(&shown, source))?;
+        let file = File::from(fd);
+        let metadata = regular_metadata(&file, &shown)?;
+        if (metadata.dev(), metadata.ino()) != (made.device, made.inode) || metadata.nlink() != 1 {
+            return Err(FileError::NotOurs {
+                path: shown,
+                why: "is no longer the file this run made there".to_owned(),
+            });
+        }
+        Ok(file)
+    }
+
     /// Creates the new file `name` (a plain name) for writing, readable and writable by
     /// this user only (`0600`). An existing file, a symbolic link included, is never
     /// opened: `O_CREAT|O_EXCL|O_NOFOLLOW` make the kernel refuse it.
@@ -189,6 +322,25 @@ impl Dir {
     }
 }
 
+/// Makes the file at `path` anew for writing, in its directory as given: what had its
+/// name (an earlier file, a link planted there) is removed first, and the file is created
+/// with `O_CREAT|O_EXCL|O_NOFOLLOW` ([`Dir::replace`]), so a file a privileged command
+/// writes where its user said (`emulate --record FILE`) is always one it made.
+pub fn create_replacing(path: &Path) -> Result<File, FileError> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| FileError::NotAName {
+            name: path.display().to_string(),
+            why: "it does not end in a file name",
+        })?;
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    Dir::open(parent)?.replace(name)
+}
+
 /// Opens `path` for reading with `O_NONBLOCK` (a FIFO with no writer opens at once instead
 /// of waiting), with its name for messages.
 fn open_without_blocking(path: &Path) -> Result<(File, String), FileError> {
@@ -203,6 +355,63 @@ fn open_without_blocking(path: &Path) -> Result<(File, String), FileError> {
             path: shown,
             source,
         }),
+    }
+}
+
+/// A file [`Dir::make`] made: its name and identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Made {
+    name: String,
+    device: u64,
+    inode: u64,
+}
+
+impl Made {
+    /// Its name in its directory.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Refuses an opened directory that is not this user's, or that others may write in.
+fn check_ours(file: &File, path: &str) -> Result<(), FileError> {
+    let metadata = file.metadata().map_err(|source| FileError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let not_ours = |why: String| {
+        Err(FileError::NotOurs {
+            path: path.to_owned(),
+            why,
+        })
+    };
+    let me = sys::effective_uid();
+    if metadata.uid() != me {
+        return not_ours(format!("belongs to user {}, not to {me}", metadata.uid()));
+    }
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return not_ours(format!("may be written by others (mode {mode:04o})"));
+    }
+    Ok(())
+}
+
+/// A directory opened with `O_DIRECTORY|O_NOFOLLOW` that was a link (`ENOTDIR`, or
+/// `ELOOP`) is refused as such.
+fn not_ours_if_link(path: &str, source: io::Error) -> FileError {
+    let link = source.raw_os_error() == Some(libc::ELOOP)
+        || (source.raw_os_error() == Some(libc::ENOTDIR)
+            && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()));
+    if link {
+        FileError::NotOurs {
+            path: path.to_owned(),
+            why: "is a symbolic link".to_owned(),
+        }
+    } else {
+        FileError::Io {
+            path: path.to_owned(),
+            source,
+        }
     }
 }
 
@@ -411,5 +620,103 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert!(dir.create_new("new.jsonl").is_err(), "never overwritten");
         assert!(Dir::open(&target).is_err(), "a file is not a directory");
+    }
+
+    #[test]
+    fn an_output_directory_is_made_or_taken_only_when_no_one_else_can_change_it() {
+        let scratch = ScratchDir::new("files-output");
+        let fresh = Dir::output(&scratch.path("a/b/fresh")).unwrap();
+        assert!(fresh.path().ends_with("a/b/fresh"));
+        assert!(
+            Dir::output(&scratch.path("a/b/fresh")).is_ok(),
+            "ours, again"
+        );
+        let open = scratch.path("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let error = Dir::output(&open).unwrap_err();
+        assert!(
+            matches!(&error, FileError::NotOurs { why, .. } if why.contains("0777")),
+            "{error}"
+        );
+        std::os::unix::fs::symlink(scratch.path("a"), scratch.path("link")).unwrap();
+        let error = Dir::output(&scratch.path("link")).unwrap_err();
+        assert!(
+            matches!(&error, FileError::NotOurs { why, .. } if why.contains("symbolic link")),
+            "{error}"
+        );
+        if sys::effective_uid() == 0 {
+            let theirs = scratch.path("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let error = Dir::output(&theirs).unwrap_err();
+            assert!(
+                matches!(&error, FileError::NotOurs { why, .. } if why.contains("65534")),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_written_in_an_output_directory_is_always_one_it_made() {
+        let scratch = ScratchDir::new("files-replace");
+        let outside = ScratchDir::new("files-replace-outside");
+        let target = file(&outside, "target", "KEEP", 0o644);
+        let dir = Dir::output(&scratch.path("out")).unwrap();
+        std::os::unix::fs::symlink(&target, scratch.path("out/link-a.jsonl")).unwrap();
+        std::fs::write(scratch.path("out/result.json"), "an earlier run's").unwrap();
+        dir.write_file("link-a.jsonl", b"written").unwrap();
+        dir.write_file("result.json", b"this run's").unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "KEEP");
+        let written = scratch.path("out/link-a.jsonl");
+        assert!(std::fs::symlink_metadata(&written).unwrap().is_file());
+        assert_eq!(std::fs::read_to_string(&written).unwrap(), "written");
+        assert_eq!(
+            std::fs::read_to_string(scratch.path("out/result.json")).unwrap(),
+            "this run's"
+        );
+        assert!(dir.replace("../x").is_err());
+    }
+
+    #[test]
+    fn a_made_file_reopens_only_while_it_is_that_file_alone() {
+        let scratch = ScratchDir::new("files-reopen");
+        let outside = ScratchDir::new("files-reopen-outside");
+        let target = file(&outside, "target", "KEEP", 0o644);
+        let dir = Dir::output(&scratch.path("out")).unwrap();
+        let (mut file, made) = dir.make("rec.jsonl").unwrap();
+        std::io::Write::write_all(&mut file, b"a").unwrap();
+        std::io::Write::write_all(&mut dir.reopen(&made).unwrap(), b"b").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(scratch.path("out/rec.jsonl")).unwrap(),
+            "ab"
+        );
+        // A second name for it: refused (it could be reached and changed through that).
+        std::fs::hard_link(scratch.path("out/rec.jsonl"), scratch.path("out/other")).unwrap();
+        assert!(matches!(dir.reopen(&made), Err(FileError::NotOurs { .. })));
+        std::fs::remove_file(scratch.path("out/other")).unwrap();
+        // Swapped for a link, or for another file: refused, nothing written through.
+        std::fs::remove_file(scratch.path("out/rec.jsonl")).unwrap();
+        std::os::unix::fs::symlink(&target, scratch.path("out/rec.jsonl")).unwrap();
+        assert!(dir.reopen(&made).is_err());
+        std::fs::remove_file(scratch.path("out/rec.jsonl")).unwrap();
+        std::fs::write(scratch.path("out/rec.jsonl"), "new").unwrap();
+        assert!(matches!(dir.reopen(&made), Err(FileError::NotOurs { .. })));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "KEEP");
+    }
+
+    #[test]
+    fn a_file_named_by_its_path_is_made_anew_and_no_planted_link_is_followed() {
+        let scratch = ScratchDir::new("files-create-replacing");
+        let target = file(&scratch, "target", "KEEP", 0o644);
+        let planted = scratch.path("record.jsonl");
+        std::os::unix::fs::symlink(&target, &planted).unwrap();
+        let mut made = create_replacing(&planted).unwrap();
+        std::io::Write::write_all(&mut made, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "KEEP");
+        assert!(std::fs::symlink_metadata(&planted).unwrap().is_file());
+        assert_eq!(std::fs::read_to_string(&planted).unwrap(), "new");
+        assert!(create_replacing(&scratch.path("missing/x")).is_err());
+        assert!(create_replacing(Path::new("/")).is_err());
     }
 }

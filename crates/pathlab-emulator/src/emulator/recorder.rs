@@ -13,6 +13,7 @@ use std::io::{self, BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
 
+use pathlab_os::files::{Dir, Made};
 use pathlab_results::recording::{self, RecordingHeader, RecordingLine};
 
 /// Writer threads at most (fewer on a machine with fewer cores): JSON lines cost a few
@@ -28,9 +29,16 @@ const BUFFER_BYTES: usize = 64 * 1024;
 pub enum Record {
     /// An open file, kept open to the end (`emulate --record`).
     File(File),
-    /// A file opened to append each batch and closed again: a lab of 10,000 links would
-    /// otherwise hold 10,000 files open for the whole run.
-    Reopened(std::path::PathBuf),
+    /// A file made anew in an output directory (`lab`, `node`: see
+    /// [`pathlab_os::files::Dir::replace`]), opened to append each batch and closed again:
+    /// a lab of 10,000 links would otherwise hold 10,000 files open for the whole run. Each
+    /// reopening finds the file it made or nothing.
+    Reopened {
+        /// The directory, opened once.
+        dir: Arc<Dir>,
+        /// The file's name in it.
+        name: String,
+    },
 }
 
 impl From<File> for Record {
@@ -42,7 +50,7 @@ impl From<File> for Record {
 /// A recording as its thread holds it.
 enum Sink {
     Open(BufWriter<File>),
-    Reopened(std::path::PathBuf),
+    Reopened(Arc<Dir>, Made),
 }
 
 impl Sink {
@@ -56,8 +64,8 @@ impl Sink {
         };
         match self {
             Sink::Open(writer) => write_to(writer),
-            Sink::Reopened(path) => {
-                let file = std::fs::OpenOptions::new().append(true).open(path)?;
+            Sink::Reopened(dir, made) => {
+                let file = dir.reopen(made).map_err(io::Error::other)?;
                 write_to(&mut BufWriter::with_capacity(BUFFER_BYTES, file))
             }
         }
@@ -66,7 +74,7 @@ impl Sink {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Sink::Open(writer) => writer.flush(),
-            Sink::Reopened(_) => Ok(()),
+            Sink::Reopened(..) => Ok(()),
         }
     }
 }
@@ -150,9 +158,10 @@ pub(super) fn start(
     };
     let sink = match record {
         Record::File(file) => Sink::Open(write_header(file)?),
-        Record::Reopened(path) => {
-            write_header(File::create(&path)?)?;
-            Sink::Reopened(path)
+        Record::Reopened { dir, name } => {
+            let (file, made) = dir.make(&name).map_err(io::Error::other)?;
+            write_header(file)?;
+            Sink::Reopened(dir, made)
         }
     };
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -247,15 +256,19 @@ mod tests {
     /// for each batch as well as those kept open.
     #[test]
     fn many_recordings_share_the_threads_and_each_gets_its_own_lines_in_order() {
-        let dir = std::env::temp_dir().join(format!("pathlab-recorder-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = pathlab_os::testing::ScratchDir::new("recorder-threads");
+        let out = Arc::new(Dir::output(scratch.root()).unwrap());
         let mut open = Vec::new();
         for k in 0..50u64 {
-            let path = dir.join(format!("r{k}.jsonl"));
+            let name = format!("r{k}.jsonl");
+            let path = scratch.path(&name);
             let record = if k % 2 == 0 {
                 Record::File(File::create(&path).unwrap())
             } else {
-                Record::Reopened(path.clone())
+                Record::Reopened {
+                    dir: Arc::clone(&out),
+                    name,
+                }
             };
             let (sender, finished) = start(record, &header()).unwrap();
             open.push((path, sender, finished));
@@ -290,6 +303,5 @@ mod tests {
                 (0..20).map(|round| round * 1000 + k).collect::<Vec<_>>()
             );
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

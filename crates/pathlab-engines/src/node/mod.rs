@@ -25,7 +25,6 @@ pub mod setup;
 pub mod wire;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -35,6 +34,7 @@ use pathlab_emulator::api::LabControl;
 use pathlab_emulator::emulator::{self, EmulatorConfig, EmulatorHandle, OnInterfaceGone, Record};
 use pathlab_emulator::port::{PacketPort, Port};
 use pathlab_http::{HttpServer, Request, Response};
+use pathlab_os::files::Dir;
 use pathlab_os::interpose::{self, Interposed};
 use pathlab_os::netlink::Netlink;
 
@@ -51,8 +51,9 @@ pub struct NodeOptions {
     pub config: NodeConfig,
     /// SHA-256 of the config file, hex (shown in the status).
     pub config_sha256: String,
-    /// Where its recordings, outputs and result go.
-    pub out: PathBuf,
+    /// Where its recordings, outputs and result go: every file written there is one the
+    /// node made ([`Dir::replace`]), and only those are served.
+    pub out: Arc<Dir>,
     /// How long to wait for its interfaces, and for each link's far end to answer.
     pub wait: Duration,
     /// Set by a signal: stop, put everything back, return.
@@ -131,7 +132,7 @@ struct Shared {
     started: Condvar,
     result: Mutex<Option<Vec<u8>>>,
     control: Mutex<Option<Arc<LabControl>>>,
-    out: PathBuf,
+    out: Arc<Dir>,
     links: Vec<String>,
     commands: Vec<String>,
 }
@@ -190,7 +191,9 @@ impl Shared {
         }
     }
 
-    /// A file of the run, by a name among `names` (never a path from the request).
+    /// A file of the run, by a name among `names` (never a path from the request), as the
+    /// node made it: opened in its output directory without following a link, at most as
+    /// large as a collector takes one ([`wire::MAX_FILE_BYTES`]).
     fn file(&self, name: &str, names: &[String], file: impl Fn(&str) -> String) -> Response {
         if lock(&self.result).is_none() {
             return Response::error(409, "the run is not over");
@@ -198,7 +201,7 @@ impl Shared {
         let Some(name) = names.iter().find(|n| *n == name) else {
             return Response::error(404, "no such link or workload");
         };
-        match std::fs::read(self.out.join(file(name))) {
+        match self.out.read(&file(name), wire::MAX_FILE_BYTES as u64) {
             Ok(bytes) => Response::new(200, "application/octet-stream", bytes),
             Err(error) => Response::error(404, &error.to_string()),
         }
@@ -213,8 +216,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// until `stop`; returns the result (also in `out/node-result.json`) once stopped.
 pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
     let config = &options.config;
-    std::fs::create_dir_all(&options.out)
-        .map_err(io_error(format!("creating {}", options.out.display())))?;
     let shared = Arc::new(Shared {
         status: Mutex::new(NodeStatus {
             node: config.node.clone(),
@@ -230,7 +231,7 @@ pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
         started: Condvar::new(),
         result: Mutex::new(None),
         control: Mutex::new(None),
-        out: options.out.clone(),
+        out: Arc::clone(&options.out),
         links: config.interfaces.iter().map(|i| i.link.clone()).collect(),
         commands: config
             .workloads
@@ -250,7 +251,9 @@ pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
     match &outcome {
         Ok(result) => {
             let json = serde_json::to_vec_pretty(result).expect("a result serializes");
-            let _ = std::fs::write(options.out.join("node-result.json"), &json);
+            if let Err(error) = options.out.write_file("node-result.json", &json) {
+                eprintln!("pathlab node {}: {error}", config.node);
+            }
             *lock(&shared.result) = Some(json);
             shared.set_phase(Phase::Done);
             eprintln!(
@@ -359,9 +362,9 @@ fn play(options: &NodeOptions, shared: &Shared) -> Result<NodeResult, NodeError>
     for ((half, interface), stats) in result.links.iter_mut().zip(&config.interfaces).zip(stats) {
         if let Some(stats) = stats {
             // The emulator's final counters, as `emulate stats -J` gives them.
-            let _ = std::fs::write(
-                options.out.join(format!("stats-{}.json", interface.link)),
-                serde_json::to_vec_pretty(&stats).expect("stats serialize"),
+            let _ = options.out.write_file(
+                &format!("stats-{}.json", interface.link),
+                &serde_json::to_vec_pretty(&stats).expect("stats serialize"),
             );
             half.lateness = stats
                 .directions
@@ -473,7 +476,7 @@ fn front(
     interface: &Interface,
     config: &NodeConfig,
     k: usize,
-    out: &std::path::Path,
+    out: &Arc<Dir>,
 ) -> Result<EmulatorHandle, NodeError> {
     let failed = |message: String| NodeError::Emulator {
         interface: interface.name.clone(),
@@ -508,9 +511,10 @@ fn front(
                 forward: LinkSpec::default(),
                 reverse: LinkSpec::default(),
                 seed: config.seed.wrapping_add(u64::from(interface.id)),
-                record: Some(Record::Reopened(
-                    out.join(format!("link-{}.jsonl", interface.link)),
-                )),
+                record: Some(Record::Reopened {
+                    dir: Arc::clone(out),
+                    name: format!("link-{}.jsonl", interface.link),
+                }),
                 pcap: None,
                 queue_sample_interval: queue_sample_interval(
                     egress.has_bottleneck()
@@ -781,7 +785,7 @@ fn run_timeline(
             started,
             None,
             Arc::clone(stop),
-            options.out.clone(),
+            Arc::clone(&options.out),
         ));
     }
     let events = config.interfaces.iter().enumerate().flat_map(|(k, i)| {

@@ -51,15 +51,20 @@ pub enum LoadError {
 
 /// Reads and checks the node's config at `path`, as `pathlab lab export` wrote it.
 pub fn load_config(path: &Path) -> Result<NodeConfig, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
-    if bytes.len() > MAX_TEXT_BYTES {
-        return Err(LoadError::TooLarge {
-            path: path.to_owned(),
-        });
-    }
+    // Read with a bound, and only a regular file: `/dev/zero` or a FIFO is refused, not
+    // read without end before its size is known.
+    let bytes =
+        pathlab_os::files::read_regular(path, MAX_TEXT_BYTES as u64).map_err(
+            |error| match error {
+                pathlab_os::files::FileError::TooLarge { .. } => LoadError::TooLarge {
+                    path: path.to_owned(),
+                },
+                other => LoadError::Read {
+                    path: path.to_owned(),
+                    source: other.into_io(),
+                },
+            },
+        )?;
     let text = String::from_utf8(bytes).map_err(|_| LoadError::NotText {
         path: path.to_owned(),
     })?;
@@ -141,7 +146,7 @@ pub struct NodeRunConfig {
     pub node: NodeConfig,
     /// The bearer token its control address requires; `None` only on loopback.
     pub token: Option<String>,
-    /// Where its recordings, outputs and result go.
+    /// Where its recordings, outputs and result go ([`default_out`] unless given).
     pub out: PathBuf,
     /// How long to wait for its interfaces, and for each link's far end to answer.
     pub wait: Duration,
@@ -149,7 +154,20 @@ pub struct NodeRunConfig {
     pub scheduling: pathlab_os::scheduling::Request,
 }
 
+/// Where node `node` keeps its recordings, outputs and result when told nowhere:
+/// `node/NODE` in the runtime directory (`/run/pathlab`), which only root writes in, not a
+/// shared directory such as `/tmp` where another user could have put something first.
+pub fn default_out(node: &str) -> PathBuf {
+    pathlab_os::runtime::runtime_dir().join("node").join(node)
+}
+
 impl NodeRunConfig {
+    /// Opens (makes if missing) its output directory: refused if it is a link, another
+    /// user's, or others may write in it ([`pathlab_os::files::Dir::output`]).
+    pub fn open_out(&self) -> Result<pathlab_os::files::Dir, pathlab_os::files::FileError> {
+        pathlab_os::files::Dir::output(&self.out)
+    }
+
     /// Binds the node's control address with its token.
     pub fn bind(&self) -> Result<HttpServer, HttpServerError> {
         HttpServer::bind(self.node.control, self.token.clone())
@@ -157,12 +175,14 @@ impl NodeRunConfig {
 }
 
 /// Plays the node of `config` ([`super::run`]), serving its control address on `server`
-/// (from [`NodeRunConfig::bind`]) until `stop` is set; `trace_dir` is where a spec sent
+/// (from [`NodeRunConfig::bind`]) until `stop` is set, its files in `out` (from
+/// [`NodeRunConfig::open_out`]); `trace_dir` is where a spec sent
 /// there may name trace files. Returns its result, or `None` when stopped before the run
 /// ended: a stop is how a node ends, not a failure.
 pub fn serve(
     config: &NodeRunConfig,
     server: HttpServer,
+    out: pathlab_os::files::Dir,
     trace_dir: Option<pathlab_os::files::Dir>,
     stop: Arc<AtomicBool>,
 ) -> Result<Option<NodeResult>, NodeError> {
@@ -170,7 +190,7 @@ pub fn serve(
         // Of the config as read, written back: comments and layout do not count.
         config_sha256: sha256_hex(config.node.to_toml().as_bytes()),
         config: config.node.clone(),
-        out: config.out.clone(),
+        out: Arc::new(out),
         wait: config.wait,
         stop,
         server: Arc::new(server),

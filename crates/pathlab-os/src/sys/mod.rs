@@ -1536,6 +1536,23 @@ pub fn openat(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Makes the directory `name` inside `dir` (`mkdirat`) with `mode` (less the umask).
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &str, mode: libc::mode_t) -> io::Result<()> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `name` is a NUL-terminated string; `dir` is a descriptor we borrow.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode) })?;
+    Ok(())
+}
+
+/// Removes the entry `name` of `dir` (`unlinkat`, a file or a link: a link is removed
+/// itself, never what it points to).
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `name` is a NUL-terminated string; `dir` is a descriptor we borrow.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) })?;
+    Ok(())
+}
+
 /// Sets a TCP socket's congestion control (`TCP_CONGESTION`: `cubic`, `reno`, `bbr`).
 pub fn set_congestion_control(fd: BorrowedFd<'_>, algorithm: &str) -> io::Result<()> {
     setsockopt_bytes(

@@ -20,9 +20,11 @@ pub struct Args {
     /// if set (how a KNE pod gets it). `pathlab lab collect --token` sends it.
     #[arg(long, value_name = "FILE")]
     pub control_token: Option<PathBuf>,
-    /// Where the node keeps its recordings, outputs and result.
-    #[arg(long, value_name = "DIR", default_value = "/tmp/pathlab-node")]
-    pub out: PathBuf,
+    /// Where the node keeps its recordings, outputs and result [default:
+    /// /run/pathlab/node/NODE]. Made if missing; an existing one must be this user's and
+    /// writable by no one else, and every file the node writes there is one it made.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
     /// How long to wait for the node's interfaces, and for each link's far end to answer.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub wait: u64,
@@ -49,10 +51,11 @@ impl Args {
                 node.control
             )));
         }
+        let out = (self.out.clone()).unwrap_or_else(|| setup::default_out(&node.node));
         Ok(NodeRunConfig {
             node,
             token,
-            out: self.out.clone(),
+            out,
             wait: std::time::Duration::from_secs(self.wait),
             scheduling: self.scheduling.request(),
         })
@@ -64,6 +67,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let config = args.config()?;
     pathlab_os::require_net_admin("pathlab node").map_err(usage)?;
     setup::check_capabilities().map_err(usage)?;
+    let out = config.open_out().map_err(usage)?;
     let server = config.bind().map_err(anyhow::Error::new)?;
     let traces = crate::cmd::metrics::open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
     let stop = crate::cmd::stop_on_signals()?;
@@ -76,7 +80,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         node.interfaces.len(),
         node.workloads.len()
     );
-    setup::serve(&config, server, traces, stop)?;
+    setup::serve(&config, server, out, traces, stop)?;
     Ok(())
 }
 
