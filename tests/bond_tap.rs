@@ -305,13 +305,11 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
         return;
     };
     let dir = TempDir::new("bond-tap");
-    let key = dir.path("bond.key");
-    let output = util::emulated::pathlab(&["bond", "key", key.to_str().unwrap()]);
-    assert!(output.status.success(), "{output:?}");
-    let key = key.to_str().unwrap().to_owned();
+    // Keys, not a shared one: the server's one --peer owns the bridge.
+    let keys = TapKeys::make(&dir);
     let sites = Sites::build();
-    let server = start_the_tap_server(&sites, &key);
-    let client = start_the_tap_client(&sites, &key);
+    let server = start_the_tap_server(&sites, &keys);
+    let client = start_the_tap_client(&sites, &keys);
     server.wait_for("1 client(s) connected");
     // The default MTU: 1472-byte datagrams less the tunnel's 46 bytes, the Ethernet
     // header and one VLAN tag.
@@ -330,25 +328,52 @@ fn tap_carries_two_vlans_and_qinq_across_the_tunnel_with_their_tags_intact() {
     drop(sites);
 }
 
-/// The options both ends share: the key file `key`, a TAP device `tap` in the bridge
-/// `bridge`, final stats as JSON.
-fn tap_args(key: &str, tap: &str, bridge: &str) -> Vec<String> {
-    [
-        "--psk", key, "--tap", "--tun", tap, "--bridge", bridge, "-J",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect()
+/// Each end's key file and public key.
+struct TapKeys {
+    server: (String, String),
+    client: (String, String),
 }
 
-/// The server end in `sites.srv`, its TAP `taps` in the bridge `brs`; returns once it is up.
-fn start_the_tap_server(sites: &Sites, key: &str) -> Tunnel {
+impl TapKeys {
+    fn make(dir: &TempDir) -> TapKeys {
+        let make = |name: &str| {
+            let path = dir.path(name).to_str().unwrap().to_owned();
+            let output = util::emulated::pathlab(&["bond", "key", &path]);
+            assert!(output.status.success(), "{output:?}");
+            (
+                path,
+                String::from_utf8_lossy(&output.stdout).trim().to_owned(),
+            )
+        };
+        TapKeys {
+            server: make("server.key"),
+            client: make("client.key"),
+        }
+    }
+}
+
+/// The options both ends share: a TAP device `tap` in the bridge `bridge`, final stats as
+/// JSON.
+fn tap_args(tap: &str, bridge: &str) -> Vec<String> {
+    ["--tap", "--tun", tap, "--bridge", bridge, "-J"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+}
+
+/// The server end in `sites.srv`, its TAP `taps` in the bridge `brs`, the client its one
+/// peer; returns once it is up.
+fn start_the_tap_server(sites: &Sites, keys: &TapKeys) -> Tunnel {
     let mut server_args = vec![
         "server".to_owned(),
         "--listen".to_owned(),
         format!("{SERVER_LO}:7000"),
+        "--key".to_owned(),
+        keys.server.0.clone(),
+        "--peer".to_owned(),
+        format!("site,key={}", keys.client.1),
     ];
-    server_args.extend(tap_args(key, "taps", "brs"));
+    server_args.extend(tap_args("taps", "brs"));
     let server = Tunnel::start(&sites.srv, &server_args);
     server.wait_for("is up");
     server
@@ -356,10 +381,17 @@ fn start_the_tap_server(sites: &Sites, key: &str) -> Tunnel {
 
 /// The client end in `sites.site` over every line, its TAP `tapc` in the bridge `brc`;
 /// returns once its session is open.
-fn start_the_tap_client(sites: &Sites, key: &str) -> Tunnel {
-    let mut client_args = vec!["client".to_owned(), format!("{SERVER_LO}:7000")];
+fn start_the_tap_client(sites: &Sites, keys: &TapKeys) -> Tunnel {
+    let mut client_args = vec![
+        "client".to_owned(),
+        format!("{SERVER_LO}:7000"),
+        "--key".to_owned(),
+        keys.client.0.clone(),
+        "--server-key".to_owned(),
+        keys.server.1.clone(),
+    ];
     client_args.extend(Sites::line_args());
-    client_args.extend(tap_args(key, "tapc", "brc"));
+    client_args.extend(tap_args("tapc", "brc"));
     let client = Tunnel::start(&sites.site, &client_args);
     client.wait_for("session");
     client

@@ -228,7 +228,7 @@ fn check_tap_peers(peers: &Peers) -> Result<(), ConfigError> {
     if listed.len() > 1 {
         return Err(ConfigError::TapPeers(listed.len()));
     }
-    if let Some(peer) = listed.iter().find(|p| !p.allowed.is_empty()) {
+    if let Some(peer) = listed.iter().find(|p| p.is_narrowed()) {
         return Err(ConfigError::TapAllowed(peer.name.clone()));
     }
     Ok(())
@@ -653,6 +653,9 @@ mod tests {
             config.tunnel.tap = true;
             config.options()
         };
+        // One peer without allowed= owns the bridge (every peer was refused before: one
+        // without allowed= is given every address, which counted as narrowing).
+        assert!(tap(&[&one]).is_ok());
         assert!(matches!(tap(&[&one, &two]), Err(ConfigError::TapPeers(2))));
         assert!(matches!(tap(&[&allowed]), Err(ConfigError::TapAllowed(name)) if name == "site-a"));
         let mut routed = server(true, false, &[]);

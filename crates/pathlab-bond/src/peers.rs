@@ -150,6 +150,12 @@ pub struct PeerConfig {
 }
 
 impl PeerConfig {
+    /// Whether its allowed prefixes were narrowed (`allowed=`): without, it has every
+    /// address of both families.
+    pub fn is_narrowed(&self) -> bool {
+        self.allowed != Prefix::everything()
+    }
+
     /// Parses `NAME,key=PUBLIC[,allowed=CIDR]...` (no `allowed`: every address, for a
     /// server with one client).
     pub fn parse(text: &str) -> Result<PeerConfig, PeerError> {
