@@ -289,11 +289,52 @@ pub fn parse_response_within(
     closed: bool,
     most: usize,
 ) -> Result<Parsed<ClientResponse>, HttpError> {
-    let Some((head_len, lines)) = head(buf)? else {
+    let Some(head) = parse_response_head(buf, most)? else {
         if closed {
             return Err(HttpError::Malformed("connection closed mid-head".into()));
         }
         return Ok(Parsed::Incomplete { head: None });
+    };
+    let head_len = head.head_len;
+    let length = match head.length {
+        Some(length) => Some(length),
+        None if buf.len() - head_len > most => return Err(HttpError::BodyTooLarge),
+        None if closed => Some(buf.len() - head_len),
+        None => None,
+    };
+    match length {
+        Some(length) if buf.len() >= head_len + length => Ok(Parsed::Complete(
+            ClientResponse {
+                status: head.status,
+                headers: head.headers,
+                body: buf[head_len..head_len + length].to_vec(),
+            },
+            head_len + length,
+        )),
+        Some(_) if closed => Err(HttpError::Malformed("connection closed mid-body".into())),
+        _ => Ok(Parsed::Incomplete { head: None }),
+    }
+}
+
+/// A response's head, read before its body (which a client may stream elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// The status code.
+    pub status: u16,
+    /// Headers, names lowercased.
+    pub headers: Vec<(String, String)>,
+    /// The head's length in bytes, its blank line included: the body starts there.
+    pub head_len: usize,
+    /// The body's length from `Content-Length` (at most the `most` asked for), or `None`
+    /// without one: the body then ends when the connection does.
+    pub length: Option<usize>,
+}
+
+/// The response head in what arrived so far, `None` until it is whole; a body announced
+/// longer than `most` bytes is [`HttpError::BodyTooLarge`].
+pub fn parse_response_head(buf: &[u8], most: usize) -> Result<Option<ResponseHead>, HttpError> {
+    let Some((head_len, lines)) = head(buf)? else {
+        return Ok(None);
     };
     let (status_line, header_lines) = lines.split_first().expect("split gives one");
     let mut parts = status_line.splitn(3, ' ');
@@ -309,22 +350,14 @@ pub fn parse_response_within(
     let headers = headers(header_lines)?;
     let length = match header(&headers, "content-length") {
         Some(_) => Some(body_length(&headers, most)?),
-        None if buf.len() - head_len > most => return Err(HttpError::BodyTooLarge),
-        None if closed => Some(buf.len() - head_len),
         None => None,
     };
-    match length {
-        Some(length) if buf.len() >= head_len + length => Ok(Parsed::Complete(
-            ClientResponse {
-                status,
-                headers,
-                body: buf[head_len..head_len + length].to_vec(),
-            },
-            head_len + length,
-        )),
-        Some(_) if closed => Err(HttpError::Malformed("connection closed mid-body".into())),
-        _ => Ok(Parsed::Incomplete { head: None }),
-    }
+    Ok(Some(ResponseHead {
+        status,
+        headers,
+        head_len,
+        length,
+    }))
 }
 
 /// The reason phrase of the statuses pathlab sends.

@@ -4,8 +4,12 @@
 //!
 //! Served from a thread of its own, with a thread per connection (at most
 //! [`MAX_CONNECTIONS`] at once, [`MAX_CONNECTIONS_PER_SOURCE`] of them from one source: the
-//! rest get 503) and a 5 s limit to send a request, so a slow or hostile peer holds one
-//! thread for 5 s at most, never the forwarding, and one source cannot take every slot.
+//! rest get 503 with `Retry-After`) and a 5 s limit to send a request, so a slow or hostile
+//! peer holds one thread for 5 s at most, never the forwarding, and one source cannot take
+//! every slot. When every slot is taken, a new connection takes the slot of the oldest one
+//! that has not sent its whole request yet (that one is closed): idle connections from a
+//! few sources cannot keep a collector, whose request comes at once, from being served.
+//! With [`HttpServer::tls`] the address speaks TLS only, the handshake within the 5 s.
 //!
 //! Who may do what: a request that changes anything (any method but GET) needs the token,
 //! from anywhere, loopback included; without a token the address takes no change at all.
@@ -15,16 +19,18 @@
 //! and guessing its type.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crate::message::{self as http, ClientResponse, HttpError, Parsed, Request, Response};
+use crate::message::{self as http, Parsed, Request, Response};
+use crate::tls::Stream;
+
+pub use crate::client::{request, request_within, ClientError};
 
 use pathlab_os::files::FileError;
 use pathlab_os::sys;
@@ -148,6 +154,8 @@ pub struct HttpServer {
     public: Vec<&'static str>,
     /// Whether a peer on loopback reads (GET) without the token.
     loopback_reads: bool,
+    /// TLS with this certificate; `None`: in the clear.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl HttpServer {
@@ -170,6 +178,7 @@ impl HttpServer {
             token,
             public: Vec::new(),
             loopback_reads: false,
+            tls: None,
         })
     }
 
@@ -198,6 +207,18 @@ impl HttpServer {
         self
     }
 
+    /// Speaks TLS only, proving who it is with `config`'s certificate
+    /// ([`crate::tls::server_config`]).
+    pub fn tls(mut self, config: Arc<rustls::ServerConfig>) -> HttpServer {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Whether it speaks TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// The address it listens on (with the port the kernel chose for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -207,12 +228,8 @@ impl HttpServer {
     /// request is checked for the token first: without it, 401.
     pub fn serve(&self, stop: &AtomicBool, handler: &(dyn Fn(&Request) -> Response + Sync)) {
         let slots = Mutex::new(Slots::default());
-        let give_back = |source| {
-            slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .give_back(source);
-        };
+        let slots = &slots;
+        let lock = || slots.lock().unwrap_or_else(PoisonError::into_inner);
         std::thread::scope(|scope| {
             while !stop.load(Ordering::Acquire) {
                 let mut ready = [false];
@@ -223,38 +240,51 @@ impl HttpServer {
                 );
                 while let Ok((stream, peer)) = self.listener.accept() {
                     let source = pathlab_core::wire::source_prefix(peer.ip());
-                    let taken = slots
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .take(source);
-                    if let Err(refusal) = taken {
-                        refuse_at_once(&stream, refusal);
-                        continue;
-                    }
-                    let give_back = &give_back;
+                    let closer = stream.try_clone().ok();
+                    let taken = lock().take(source, closer);
+                    let ticket = match taken {
+                        Ok(ticket) => ticket,
+                        Err(refusal) => {
+                            refuse_at_once(&stream, refusal);
+                            continue;
+                        }
+                    };
                     scope.spawn(move || {
-                        let _ = self.answer(stream, peer, handler);
-                        give_back(source);
+                        let _ = self.answer(stream, peer, handler, &|| lock().answering(ticket));
+                        lock().give_back(ticket);
                     });
                 }
             }
         });
     }
 
+    /// Reads the request on `stream` (`asked` is told once it is whole), answers it.
     fn answer(
         &self,
-        mut stream: TcpStream,
+        stream: TcpStream,
         peer: SocketAddr,
         handler: &(dyn Fn(&Request) -> Response + Sync),
+        asked: &dyn Fn(),
     ) -> io::Result<()> {
         stream.set_nonblocking(false)?;
         let deadline = std::time::Instant::now() + REQUEST_TIME;
+        stream.set_read_timeout(Some(REQUEST_TIME))?;
+        stream.set_write_timeout(Some(REQUEST_TIME))?;
+        let mut stream = match &self.tls {
+            None => Stream::Plain(stream),
+            Some(config) => {
+                let connection =
+                    rustls::ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+                Stream::Tls(Box::new(rustls::StreamOwned::new(connection, stream)))
+            }
+        };
         let mut buf = Vec::with_capacity(4096);
         let mut chunk = [0u8; 8192];
         let mut continued = false;
         let response = loop {
             match http::parse_request(&buf) {
                 Ok(Parsed::Complete(mut request, _)) => {
+                    asked();
                     request.peer = Some(peer.to_string());
                     break self.authorized(&request, peer.ip(), handler);
                 }
@@ -263,6 +293,7 @@ impl HttpServer {
                         if !continued && head.expects_continue() {
                             continued = true;
                             stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+                            stream.flush()?;
                         }
                     }
                 }
@@ -272,17 +303,18 @@ impl HttpServer {
             if left.is_zero() {
                 break Response::error(408, "the request took over 5 s to arrive");
             }
-            stream.set_read_timeout(Some(left))?;
+            stream.tcp().set_read_timeout(Some(left))?;
             match stream.read(&mut chunk) {
                 Ok(0) => return Ok(()),
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(e),
                 Err(_) => break Response::error(408, "the request took over 5 s to arrive"),
             }
         };
-        stream.set_write_timeout(Some(REQUEST_TIME))?;
+        stream.tcp().set_write_timeout(Some(REQUEST_TIME))?;
         stream.write_all(&guarded(response).to_bytes())?;
-        stream.shutdown(std::net::Shutdown::Write)
+        stream.finish()
     }
 
     fn authorized(
@@ -399,37 +431,81 @@ fn refuse_rebound(request: &Request) -> Option<Response> {
     })
 }
 
-/// The connections being served: their number and how many each source holds.
+/// How long a peer refused for want of a slot is asked to wait (`Retry-After`, s).
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// A slot [`Slots::take`] gave: which, and to which source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ticket {
+    id: u64,
+    source: IpAddr,
+}
+
+/// The connections being served: their number, how many each source holds, and those
+/// that have not sent their whole request yet (oldest first), each with a handle that
+/// closes it.
 #[derive(Debug, Default)]
 struct Slots {
     total: usize,
     by_source: HashMap<IpAddr, usize>,
+    waiting: std::collections::VecDeque<(Ticket, Option<TcpStream>)>,
+    /// Connections closed for another, whose slot went to it.
+    closed: std::collections::HashSet<u64>,
+    next_id: u64,
 }
 
 impl Slots {
-    /// Takes a slot for `source`, or says why not (503): [`MAX_CONNECTIONS`] are served
-    /// already, or [`MAX_CONNECTIONS_PER_SOURCE`] from this source.
-    fn take(&mut self, source: IpAddr) -> Result<(), Response> {
+    /// Takes a slot for `source` (`closer`: a handle on its connection), or says why not
+    /// (503, with `Retry-After`): [`MAX_CONNECTIONS_PER_SOURCE`] are served from this
+    /// source already, or [`MAX_CONNECTIONS`] are served and all have sent their request.
+    /// When all are taken, the oldest connection still waiting for its request is closed
+    /// and its slot given to this one.
+    fn take(&mut self, source: IpAddr, closer: Option<TcpStream>) -> Result<Ticket, Response> {
+        let retry = |message: &str| {
+            Response::error(503, message).with_header("Retry-After", &RETRY_AFTER_SECS.to_string())
+        };
+        if self.by_source.get(&source).copied().unwrap_or(0) >= MAX_CONNECTIONS_PER_SOURCE {
+            return Err(retry(&format!(
+                "too many connections from your address at once (at most \
+                 {MAX_CONNECTIONS_PER_SOURCE})"
+            )));
+        }
         if self.total >= MAX_CONNECTIONS {
-            return Err(Response::error(503, "too many connections at once"));
+            let Some((oldest, handle)) = self.waiting.pop_front() else {
+                return Err(retry("too many connections at once"));
+            };
+            if let Some(handle) = handle {
+                let _ = handle.shutdown(std::net::Shutdown::Both);
+            }
+            self.closed.insert(oldest.id);
+            self.release(oldest.source);
         }
-        let held = self.by_source.entry(source).or_default();
-        if *held >= MAX_CONNECTIONS_PER_SOURCE {
-            return Err(Response::error(
-                503,
-                &format!(
-                    "too many connections from your address at once (at most \
-                     {MAX_CONNECTIONS_PER_SOURCE})"
-                ),
-            ));
-        }
-        *held += 1;
+        let ticket = Ticket {
+            id: self.next_id,
+            source,
+        };
+        self.next_id += 1;
+        *self.by_source.entry(source).or_default() += 1;
         self.total += 1;
-        Ok(())
+        self.waiting.push_back((ticket, closer));
+        Ok(ticket)
     }
 
-    /// Gives back a slot [`Slots::take`] gave `source`.
-    fn give_back(&mut self, source: IpAddr) {
+    /// `ticket`'s request is whole: its connection is no longer one to close for another.
+    fn answering(&mut self, ticket: Ticket) {
+        self.waiting.retain(|(t, _)| *t != ticket);
+    }
+
+    /// Gives back the slot of `ticket`, unless it was given to another already.
+    fn give_back(&mut self, ticket: Ticket) {
+        if self.closed.remove(&ticket.id) {
+            return;
+        }
+        self.waiting.retain(|(t, _)| *t != ticket);
+        self.release(ticket.source);
+    }
+
+    fn release(&mut self, source: IpAddr) {
         if let Some(held) = self.by_source.get_mut(&source) {
             *held -= 1;
             if *held == 0 {
@@ -458,114 +534,6 @@ pub fn is_loopback(ip: IpAddr) -> bool {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => {
             v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    }
-}
-
-/// Why a request to a control address failed. The reason is in the message, not a
-/// source as well: an error chain printed whole (`{:#}`) said it twice.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// Nobody answers.
-    #[error("cannot reach {addr}: {reason}")]
-    Connect {
-        /// The address.
-        addr: String,
-        /// The error.
-        reason: io::Error,
-    },
-    /// The exchange failed midway.
-    #[error("talking to {addr}: {reason}")]
-    Io {
-        /// The address.
-        addr: String,
-        /// The error.
-        reason: io::Error,
-    },
-    /// The answer is not HTTP.
-    #[error("{addr} answered something that is not HTTP: {reason}")]
-    NotHttp {
-        /// The address.
-        addr: String,
-        /// What is wrong.
-        reason: HttpError,
-    },
-}
-
-/// Sends one request to `addr` (`HOST:PORT`) and returns the response: 5 s to connect,
-/// 10 s for the answer.
-pub fn request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&[u8]>,
-) -> Result<ClientResponse, ClientError> {
-    request_within(addr, method, path, token, body, http::MAX_BODY)
-}
-
-/// [`request`] for an answer of up to `most` bytes of body (a result or a file).
-pub fn request_within(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&[u8]>,
-    most: usize,
-) -> Result<ClientResponse, ClientError> {
-    use std::net::ToSocketAddrs as _;
-    let connect = |reason| ClientError::Connect {
-        addr: addr.to_owned(),
-        reason,
-    };
-    let io_error = |reason| ClientError::Io {
-        addr: addr.to_owned(),
-        reason,
-    };
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name has no address");
-    let mut stream = None;
-    for socket_addr in addr.to_socket_addrs().map_err(connect)? {
-        match TcpStream::connect_timeout(&socket_addr, Duration::from_secs(5)) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = e,
-        }
-    }
-    let mut stream = stream.ok_or_else(|| connect(last))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(io_error)?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(token) = token {
-        let _ = write!(head, "Authorization: Bearer {token}\r\n");
-    }
-    let body = body.unwrap_or_default();
-    if !body.is_empty() {
-        let _ = write!(
-            head,
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-    }
-    head.push_str("\r\n");
-    let mut bytes = head.into_bytes();
-    bytes.extend_from_slice(body);
-    stream.write_all(&bytes).map_err(io_error)?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let n = stream.read(&mut chunk).map_err(io_error)?;
-        buf.extend_from_slice(&chunk[..n]);
-        let parsed = http::parse_response_within(&buf, n == 0, most).map_err(|reason| {
-            ClientError::NotHttp {
-                addr: addr.to_owned(),
-                reason,
-            }
-        })?;
-        if let Parsed::Complete(response, _) = parsed {
-            return Ok(response);
         }
     }
 }
@@ -611,7 +579,7 @@ mod tests {
         stream.write_all(head.as_bytes()).unwrap();
         let mut answer = String::new();
         if let Err(error) = stream.read_to_string(&mut answer) {
-            let _ = write!(answer, "(then {error})");
+            answer.push_str(&format!("(then {error})"));
         }
         answer
     }
@@ -768,25 +736,88 @@ mod tests {
     fn slots_are_bounded_per_source_and_overall_and_given_back() {
         let mut slots = Slots::default();
         let a: IpAddr = "198.18.0.1".parse().unwrap();
-        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
-            assert!(slots.take(a).is_ok());
-        }
-        assert_eq!(slots.take(a).unwrap_err().status, 503);
-        slots.give_back(a);
-        assert!(slots.take(a).is_ok());
+        let mut held: Vec<Ticket> = (0..MAX_CONNECTIONS_PER_SOURCE)
+            .map(|_| slots.take(a, None).unwrap())
+            .collect();
+        let refused = slots.take(a, None).unwrap_err();
+        assert_eq!(refused.status, 503);
+        assert!(refused
+            .headers
+            .iter()
+            .any(|(name, value)| name == "Retry-After" && value == "1"));
+        slots.give_back(held.pop().unwrap());
+        held.push(slots.take(a, None).unwrap());
         let mut sources = (1..=255u8).map(|i| IpAddr::from([198, 18, 1, i]));
+        let mut others = Vec::new();
         while slots.total < MAX_CONNECTIONS {
-            assert!(slots.take(sources.next().unwrap()).is_ok());
+            others.push(slots.take(sources.next().unwrap(), None).unwrap());
         }
-        assert!(
-            slots.take(sources.next().unwrap()).is_err(),
+        // Full: the newest takes the slot of the oldest still waiting for its request (one
+        // of a's), whose giving back is then a no-op.
+        let newest = slots.take(sources.next().unwrap(), None).unwrap();
+        assert_eq!(slots.total, MAX_CONNECTIONS);
+        assert_eq!(slots.by_source[&a], MAX_CONNECTIONS_PER_SOURCE - 1);
+        let closed = held.remove(0);
+        slots.give_back(closed);
+        assert_eq!(slots.total, MAX_CONNECTIONS);
+        // Every one answering: nothing to close, the next is refused until one ends.
+        for ticket in held.iter().chain(&others).chain([&newest]) {
+            slots.answering(*ticket);
+        }
+        assert_eq!(
+            slots
+                .take(sources.next().unwrap(), None)
+                .unwrap_err()
+                .status,
+            503,
             "overall bound"
         );
-        for _ in 0..MAX_CONNECTIONS_PER_SOURCE {
-            slots.give_back(a);
+        for ticket in held {
+            slots.give_back(ticket);
         }
         assert!(!slots.by_source.contains_key(&a));
         assert_eq!(slots.total, MAX_CONNECTIONS - MAX_CONNECTIONS_PER_SOURCE);
+    }
+
+    /// N6 (issue 39): eight idle connections from each of four addresses filled every slot
+    /// and the next client, a collector, got 503. It is served now: its connection takes
+    /// the slot of the oldest idle one.
+    #[test]
+    fn idle_connections_filling_every_slot_do_not_keep_a_client_out() {
+        let token = "0123456789abcdefXYZ";
+        serve_one_test(loopback(Some(token)), |addr| {
+            let server: SocketAddr = addr.parse().unwrap();
+            let idle: Vec<TcpStream> = (2..6u8)
+                .flat_map(|k| {
+                    (0..MAX_CONNECTIONS_PER_SOURCE).map(move |_| {
+                        pathlab_os::testing::tcp_connect_from(IpAddr::from([127, 0, 0, k]), server)
+                            .unwrap()
+                    })
+                })
+                .collect();
+            assert_eq!(idle.len(), MAX_CONNECTIONS);
+            // The server takes them in its own time: the first of them is closed once a
+            // client needs its slot.
+            std::thread::sleep(Duration::from_millis(300));
+            let started = std::time::Instant::now();
+            let answer = request(addr, "GET", "/x", Some(token), None).unwrap();
+            assert_eq!(
+                answer.status,
+                200,
+                "{}",
+                String::from_utf8_lossy(&answer.body)
+            );
+            assert!(started.elapsed() < Duration::from_secs(2), "served at once");
+            let mut first = &idle[0];
+            let mut byte = [0u8; 1];
+            first
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            assert!(
+                matches!(first.read(&mut byte), Ok(0) | Err(_)),
+                "the oldest idle connection was closed"
+            );
+        });
     }
 
     #[test]

@@ -265,7 +265,8 @@ fn run_command(
     command
         .args(&args)
         .stdin(std::process::Stdio::null())
-        .env_remove(pathlab_http::server::TOKEN_ENV);
+        .env_remove(pathlab_http::server::TOKEN_ENV)
+        .env_remove(pathlab_http::tls::TLS_KEY_ENV);
     pathlab_os::die_with_spawner(&mut command);
     match file.try_clone() {
         Ok(copy) => {

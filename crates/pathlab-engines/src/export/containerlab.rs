@@ -2,9 +2,10 @@
 //! `linux` container running pathlab's image with `pathlab node` and its config file
 //! bind-mounted read-only (a relative path: containerlab reads it from beside the topology
 //! file), each link a veth between the nodes' `to-PEER` interfaces (linux nodes take any
-//! interface name). The lab's token file is bind-mounted the same way beside the config
-//! and named by `--control-token`: a bind keeps the file's owner-only mode, which `pathlab
-//! node` checks, and the container's root reads it.
+//! interface name). The node's own token, key and certificate are bind-mounted the same
+//! way beside the config and named by `--control-token`, `--tls-key` and `--tls-cert`: a
+//! bind keeps the files' owner-only mode, which `pathlab node` checks, and the container's
+//! root reads them. The lab CA's key is not mounted anywhere.
 //!
 //! What a working lab needs beyond containerlab's defaults: `pathlab node` configures its
 //! interfaces and puts emulators on them, so it needs CAP_NET_ADMIN and packet sockets
@@ -24,9 +25,10 @@
 
 use std::fmt::Write as _;
 
+use super::credentials::{cert_file, key_file, token_file};
 use super::{
-    config_file_name, config_in_container, node_command, token_in_container, Export, ExportError,
-    ExportFile, TOKEN_FILE,
+    config_file_name, config_in_container, in_container, node_command, Export, ExportError,
+    ExportFile, TLS_CERT_FILE, TLS_KEY_FILE, TOKEN_FILE,
 };
 
 /// The topology file's name for lab `lab`.
@@ -78,7 +80,9 @@ pub fn files(export: &Export<'_>) -> Result<Vec<ExportFile>, ExportError> {
         line(6, "binds:");
         for (file, in_container) in [
             (config_file_name(&config.node), config_in_container()),
-            (TOKEN_FILE.to_owned(), token_in_container()),
+            (token_file(&config.node), in_container(TOKEN_FILE)),
+            (cert_file(&config.node), in_container(TLS_CERT_FILE)),
+            (key_file(&config.node), in_container(TLS_KEY_FILE)),
         ] {
             line(
                 8,
@@ -146,9 +150,12 @@ mod tests {
             format!(
                 "    \"{name}\":\n      kind: \"linux\"\n      image: \"pathlab:\\\"x\\\"\"\n      \
                  cmd: \"pathlab node /etc/pathlab/node.toml --control-token \
-                 /etc/pathlab/token\"\n      binds:\n        \
+                 /etc/pathlab/token --tls-cert /etc/pathlab/tls.crt --tls-key \
+                 /etc/pathlab/tls.key\"\n      binds:\n        \
                  - \"{name}.toml:/etc/pathlab/node.toml:ro\"\n        \
-                 - \"token:/etc/pathlab/token:ro\"\n      cap-add:\n        \
+                 - \"{name}.token:/etc/pathlab/token:ro\"\n        \
+                 - \"{name}.crt:/etc/pathlab/tls.crt:ro\"\n        \
+                 - \"{name}.key:/etc/pathlab/tls.key:ro\"\n      cap-add:\n        \
                  - \"NET_ADMIN\"\n        - \"NET_RAW\"\n        - \"SYS_ADMIN\"\n      \
                  sysctls:\n        \"net.ipv4.ip_forward\": \"1\"\n        \
                  \"net.ipv6.conf.all.forwarding\": \"1\"\n        \

@@ -9,28 +9,34 @@
 //! topology; the writer gives each interface that same number, the link's index in the
 //! spec, so the file says what KNE will use and every link's two ends share one id.
 //!
-//! The control token: `topo.proto`'s `Config` offers `env` (a map of environment variables
-//! KNE copies into the pod spec as plain values) and one file, the config (a config map,
-//! mounted readable by all, which `pathlab node` refuses for a token); it has no secret and
-//! no second file. So each node gets the token as [`TOKEN_ENV`] in `env`: whoever can read
-//! the pod spec (or this file, written for its owner only) sees it, and they are the ones
-//! who can exec into the pod anyway.
+//! The node's token, key and certificate: `topo.proto`'s `Config` offers `env` (a map of
+//! environment variables KNE copies into the pod spec as plain values) and one file, the
+//! config (a config map, mounted readable by all, which `pathlab node` refuses for a
+//! secret); it has no secret and no second file. So each node gets its own token, key and
+//! certificate as [`TOKEN_ENV`], [`TLS_KEY_ENV`] and [`TLS_CERT_ENV`] in `env`: whoever
+//! can read the pod spec (or this file, written for its owner only) sees them, and they
+//! are the ones who can exec into the pod anyway. The lab CA's key is not in the file.
 
 use std::fmt::Write as _;
 
 use super::{
     check_dns_label, config_file_name, node_command, Export, ExportError, ExportFile, CONFIG_DIR,
-    CONFIG_FILE, CONTROL_PORT, TOKEN_ENV,
+    CONFIG_FILE, CONTROL_PORT, TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_ENV,
 };
+use crate::export::credentials::NodeCredentials;
 
 /// The topology file's name for lab `lab` (KNE's examples name theirs `NAME.pb.txt`).
 pub fn topology_file_name(lab: &str) -> String {
     format!("{lab}.pb.txt")
 }
 
-/// The topology file, then every node's config; every node gets `token` (the lab's
-/// control token) in its environment, so the topology file is a secret one.
-pub fn files(export: &Export<'_>, token: &str) -> Result<Vec<ExportFile>, ExportError> {
+/// The topology file, then every node's config; every node gets its `credentials` (one
+/// per node, in the experiment's order) in its environment, so the topology file is a
+/// secret one.
+pub fn files(
+    export: &Export<'_>,
+    credentials: &[NodeCredentials],
+) -> Result<Vec<ExportFile>, ExportError> {
     let experiment = export.experiment;
     check_dns_label(
         "lab",
@@ -47,7 +53,7 @@ pub fn files(export: &Export<'_>, token: &str) -> Result<Vec<ExportFile>, Export
     out.string("name", &experiment.name);
     let command = node_command(false);
     let (program, arguments) = command.split_first().expect("a program");
-    for config in &configs {
+    for (config, own) in configs.iter().zip(credentials) {
         out.open("nodes");
         out.string("name", &config.node);
         out.enumeration("vendor", "HOST");
@@ -57,10 +63,16 @@ pub fn files(export: &Export<'_>, token: &str) -> Result<Vec<ExportFile>, Export
         for argument in arguments {
             out.string("args", argument);
         }
-        out.open("env");
-        out.string("key", TOKEN_ENV);
-        out.string("value", token);
-        out.close();
+        for (key, value) in [
+            (TOKEN_ENV, &own.token),
+            (TLS_CERT_ENV, &own.cert_pem),
+            (TLS_KEY_ENV, &own.key_pem),
+        ] {
+            out.open("env");
+            out.string("key", key);
+            out.string("value", value);
+            out.close();
+        }
         out.string("config_path", CONFIG_DIR);
         out.string("config_file", CONFIG_FILE);
         out.string("file", &config_file_name(&config.node));
@@ -182,7 +194,12 @@ mod tests {
                 seed: 1,
                 image: "registry.example/pathlab:1.0".into(),
             },
-            "0123456789abcdef0123456789abcdef",
+            &["h1", "h2"].map(|node| NodeCredentials {
+                node: node.into(),
+                token: "0123456789abcdef0123456789abcdef".into(),
+                cert_pem: format!("CERT {node}\n"),
+                key_pem: format!("KEY {node}\n"),
+            }),
         )
     }
 
@@ -199,7 +216,7 @@ mod tests {
         assert_eq!(
             secret,
             [true, false, false],
-            "the token is in the topology only"
+            "the tokens and keys are in the topology only"
         );
         let topology = &files[0].contents;
         let body = super::super::without_comments(topology);
@@ -210,6 +227,10 @@ mod tests {
                  args: \"node\"\n    args: \"/etc/pathlab/node.toml\"\n    \
                  env: {{\n      key: \"PATHLAB_CONTROL_TOKEN\"\n      \
                  value: \"0123456789abcdef0123456789abcdef\"\n    }}\n    \
+                 env: {{\n      key: \"PATHLAB_TLS_CERT\"\n      \
+                 value: \"CERT {name}\\n\"\n    }}\n    \
+                 env: {{\n      key: \"PATHLAB_TLS_KEY\"\n      \
+                 value: \"KEY {name}\\n\"\n    }}\n    \
                  config_path: \"/etc/pathlab\"\n    config_file: \"node.toml\"\n    \
                  file: \"{name}.toml\"\n  }}\n  services: {{\n    key: 8080\n    value: {{\n      \
                  name: \"pathlab-control\"\n      inside: 8080\n    }}\n  }}\n  \

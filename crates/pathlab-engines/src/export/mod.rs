@@ -5,17 +5,20 @@
 //! link becomes the engine's link between the two nodes' interfaces, named as in a
 //! one-machine run (`to-PEER`).
 //!
-//! Every node serves its control API beyond loopback, so it needs the lab's bearer token,
-//! which the command makes once per output directory ([`TOKEN_FILE`], the file `pathlab lab
-//! collect --token` reads): containerlab bind-mounts that file beside the config; KNE has
-//! no way to mount a file only its owner may read, so the token goes in the pod's
-//! environment as [`TOKEN_ENV`] (see [`kne`]).
+//! Every node serves its control API beyond loopback, in TLS, so it needs its own
+//! credentials ([`credentials`]): a key and a certificate of the lab's CA for its name, and
+//! its own bearer token. The CA's key stays in the output directory, given to no node;
+//! `pathlab lab collect --export DIR` reads the CA's certificate and the nodes' tokens
+//! there. containerlab bind-mounts each node's files beside its config; KNE has no way to
+//! mount a file only its owner may read, so they go in the pod's environment
+//! ([`TOKEN_ENV`], [`TLS_CERT_ENV`], [`TLS_KEY_ENV`]; see [`kne`]).
 //!
 //! The writers are pure: they return each file's name and contents, and [`save`] writes
 //! them (the token file too). They refuse names the engines cannot take (node names that
 //! are not DNS labels) instead of changing them, so every name in the files is the spec's.
 
 pub mod containerlab;
+pub mod credentials;
 pub mod kne;
 pub mod node;
 pub mod save;
@@ -38,11 +41,15 @@ pub const CONFIG_FILE: &str = "node.toml";
 /// The port each node serves its results and metrics on (on every address).
 pub const CONTROL_PORT: u16 = 8080;
 
-/// The file of the lab's control token, in the output directory and, for containerlab, in
-/// [`CONFIG_DIR`].
+/// The node's control token's file in [`CONFIG_DIR`] (containerlab).
 pub const TOKEN_FILE: &str = "token";
+/// The node's certificate's file in [`CONFIG_DIR`] (containerlab).
+pub const TLS_CERT_FILE: &str = "tls.crt";
+/// The node's private key's file in [`CONFIG_DIR`] (containerlab).
+pub const TLS_KEY_FILE: &str = "tls.key";
 
 pub use pathlab_http::server::TOKEN_ENV;
+pub use pathlab_http::tls::{TLS_CERT_ENV, TLS_KEY_ENV};
 
 /// Longest image reference accepted (Docker's own limit on a name is 255 bytes, plus a tag
 /// or digest).
@@ -69,7 +76,7 @@ pub struct ExportFile {
     pub name: String,
     /// Contents.
     pub contents: String,
-    /// It holds the control token: only its owner may read it (mode `0600`).
+    /// It holds a token or a key: only its owner may read it (mode `0600`).
     pub secret: bool,
 }
 
@@ -183,18 +190,25 @@ pub fn config_in_container() -> String {
     format!("{CONFIG_DIR}/{CONFIG_FILE}")
 }
 
-/// The path of the token file inside a container that mounts it (containerlab).
-pub fn token_in_container() -> String {
-    format!("{CONFIG_DIR}/{TOKEN_FILE}")
+/// The path of one of [`TOKEN_FILE`], [`TLS_CERT_FILE`], [`TLS_KEY_FILE`] inside a container
+/// that mounts them (containerlab).
+pub fn in_container(file: &str) -> String {
+    format!("{CONFIG_DIR}/{file}")
 }
 
-/// The command every node runs: program, then arguments; `token_file`: with
-/// `--control-token` and the token file's path in the container, else the token comes
-/// from [`TOKEN_ENV`].
-pub fn node_command(token_file: bool) -> Vec<String> {
+/// The command every node runs: program, then arguments; `files`: with `--control-token`,
+/// `--tls-cert` and `--tls-key` and their files' paths in the container, else the node
+/// reads them from [`TOKEN_ENV`], [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`].
+pub fn node_command(files: bool) -> Vec<String> {
     let mut command = vec!["pathlab".into(), "node".into(), config_in_container()];
-    if token_file {
-        command.extend(["--control-token".into(), token_in_container()]);
+    if files {
+        for (option, file) in [
+            ("--control-token", TOKEN_FILE),
+            ("--tls-cert", TLS_CERT_FILE),
+            ("--tls-key", TLS_KEY_FILE),
+        ] {
+            command.extend([option.into(), in_container(file)]);
+        }
     }
     command
 }

@@ -1,8 +1,8 @@
-//! `pathlab lab export`'s writing: the lab's control token (kept when a valid one is
-//! already in the output directory, so nodes running with it keep working), the engine's
-//! topology and every node's config, into one directory. The writers of [`super::kne`] and
-//! [`super::containerlab`] make the files; this writes them, secrets readable by their
-//! owner only.
+//! `pathlab lab export`'s writing: the lab's credentials ([`super::credentials`]: the CA
+//! and the nodes' tokens kept when already in the output directory, so nodes running with
+//! them keep working), the engine's topology and every node's config, into one directory.
+//! The writers of [`super::kne`] and [`super::containerlab`] make the files; this writes
+//! them, secrets (keys, tokens) readable by their owner only, each new one with O_EXCL.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use pathlab_lab::sweep::PlannedRun;
 use pathlab_os::files::{Dir, FileError};
 
-use super::{containerlab, kne, Export, ExportError, ExportFile, TOKEN_FILE};
+use super::credentials::{self, CredentialError, LabCredentials, CA_CERT_FILE, CA_KEY_FILE};
+use super::{containerlab, kne, Export, ExportError, ExportFile};
 
 /// The engines a lab exports to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,13 +48,13 @@ pub struct ExportConfig {
     pub out: PathBuf,
 }
 
-/// What happened to the lab's control token.
+/// What an export kept of the lab's credentials already in its directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenFate {
-    /// The valid token already in the directory was kept.
-    Kept,
-    /// A new one was made and written (mode 0600).
-    New,
+pub struct Kept {
+    /// The lab CA (its key and certificate).
+    pub ca: bool,
+    /// How many nodes' tokens.
+    pub tokens: usize,
 }
 
 /// What an export wrote.
@@ -65,6 +66,8 @@ pub struct Exported {
     pub files: Vec<String>,
     /// The command that starts the lab.
     pub deploy_command: String,
+    /// What of the credentials was kept.
+    pub kept: Kept,
 }
 
 /// Why a write failed: making the file or writing to it.
@@ -84,12 +87,10 @@ pub enum ExportWriteError {
     /// The lab cannot be exported as it is (names, image): nothing was written.
     #[error(transparent)]
     Export(#[from] ExportError),
-    /// The token file already in the directory will not do: nothing was written.
-    #[error(
-        "the lab's control token, kept across exports, will not do (fix it, or remove it to \
-         have a new one made)"
-    )]
-    KeptToken(#[source] pathlab_http::HttpServerError),
+    /// The credentials already in the directory will not do, or new ones could not be
+    /// made: nothing was written.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
     /// The output directory could not be opened.
     #[error(transparent)]
     Dir(FileError),
@@ -113,43 +114,6 @@ pub enum ExportWriteError {
     },
 }
 
-/// The lab's control token for an export into `out`.
-enum LabToken {
-    /// The valid token already in `out`, kept: nodes running with it must keep working.
-    Kept(String),
-    /// A new one, to write.
-    New(String),
-}
-
-impl LabToken {
-    fn text(&self) -> &str {
-        match self {
-            LabToken::Kept(token) | LabToken::New(token) => token,
-        }
-    }
-}
-
-/// The token in `out`'s token file if there is one (refused if it will not do, as `pathlab
-/// node` would refuse it), else a new one; nothing is written here.
-fn lab_token(out: &Path) -> Result<LabToken, ExportWriteError> {
-    let path = out.join(TOKEN_FILE);
-    match std::fs::symlink_metadata(&path) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => pathlab_http::new_token()
-            .map(LabToken::New)
-            .map_err(|source| ExportWriteError::Io {
-                context: "making a control token from the kernel's random bytes".to_owned(),
-                source,
-            }),
-        Err(source) => Err(ExportWriteError::Io {
-            context: format!("looking for {}", path.display()),
-            source,
-        }),
-        Ok(_) => pathlab_http::read_token(&path)
-            .map(LabToken::Kept)
-            .map_err(ExportWriteError::KeptToken),
-    }
-}
-
 /// Writes `file` into `out`. A secret one is written to a new file only its owner may read,
 /// then renamed over the old one: whoever holds the old file open never reads the new one.
 fn write_file(out: &Dir, file: &ExportFile) -> Result<(), ExportWriteError> {
@@ -167,42 +131,73 @@ fn write_file(out: &Dir, file: &ExportFile) -> Result<(), ExportWriteError> {
     written.map_err(|source| ExportWriteError::Write { path, source })
 }
 
-/// Writes the export of `config`: checks the lab and the token file already there before
-/// anything is written, then writes the control token (unless a valid one is there; O_EXCL,
-/// so a token file that appeared meanwhile is never replaced), tells `token` where it is and
-/// whether it was kept, then writes the engine's topology and every node's config.
-pub fn write(
-    config: &ExportConfig,
-    token: &mut dyn FnMut(TokenFate, &Path),
-) -> Result<Exported, ExportWriteError> {
+/// The credentials' files: the CA's (when new), each node's token (when new), key and
+/// certificate.
+fn credential_files(credentials: &LabCredentials) -> Vec<ExportFile> {
+    let mut files = Vec::new();
+    if let Some(key) = &credentials.ca_key_pem {
+        files.push(ExportFile {
+            name: CA_KEY_FILE.to_owned(),
+            contents: key.clone(),
+            secret: true,
+        });
+        files.push(ExportFile {
+            name: CA_CERT_FILE.to_owned(),
+            contents: credentials.ca_cert_pem.clone(),
+            secret: false,
+        });
+    }
+    for (node, kept) in credentials.nodes.iter().zip(&credentials.kept_tokens) {
+        if !kept {
+            files.push(ExportFile {
+                name: credentials::token_file(&node.node),
+                contents: format!("{}\n", node.token),
+                secret: true,
+            });
+        }
+        files.push(ExportFile {
+            name: credentials::key_file(&node.node),
+            contents: node.key_pem.clone(),
+            secret: true,
+        });
+        files.push(ExportFile {
+            name: credentials::cert_file(&node.node),
+            contents: node.cert_pem.clone(),
+            secret: false,
+        });
+    }
+    files
+}
+
+/// Writes the export of `config`: checks the lab and the credentials already there before
+/// anything is written, then writes the credentials (new ones only where none will do),
+/// the engine's topology and every node's config.
+pub fn write(config: &ExportConfig) -> Result<Exported, ExportWriteError> {
     let out = &config.out;
-    let lab_token = lab_token(out)?;
     let export = Export::of(&config.run, config.seed, config.image.clone());
-    let files = match config.engine {
-        Engine::Kne => kne::files(&export, lab_token.text()),
+    let files_with = |nodes: &[credentials::NodeCredentials]| match config.engine {
+        Engine::Kne => kne::files(&export, nodes),
         Engine::Containerlab => containerlab::files(&export),
-    }?;
+    };
+    // The names and the image are checked (the engine's writer says what is wrong) before
+    // credentials are made for the nodes.
+    files_with(&[])?;
+    let nodes: Vec<String> = config
+        .run
+        .experiment
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .collect();
+    let credentials = credentials::make(out, &nodes)?;
+    let files = files_with(&credentials.nodes)?;
     // Bad input stops above, before anything is written.
     std::fs::create_dir_all(out).map_err(|source| ExportWriteError::Io {
         context: format!("creating {}", out.display()),
         source,
     })?;
     let dir = Dir::open(out).map_err(ExportWriteError::Dir)?;
-    let token_path = out.join(TOKEN_FILE);
-    match &lab_token {
-        LabToken::New(text) => {
-            dir.create_new(TOKEN_FILE)
-                .map_err(WriteFailure::from)
-                .and_then(|mut file| Ok(file.write_all(format!("{text}\n").as_bytes())?))
-                .map_err(|source| ExportWriteError::Write {
-                    path: token_path.clone(),
-                    source,
-                })?;
-            token(TokenFate::New, &token_path);
-        }
-        LabToken::Kept(_) => token(TokenFate::Kept, &token_path),
-    }
-    for file in &files {
+    for file in credential_files(&credentials).iter().chain(&files) {
         write_file(&dir, file)?;
     }
     let topology = out.join(&files[0].name);
@@ -210,6 +205,10 @@ pub fn write(
         deploy_command: config.engine.deploy_command(&topology),
         topology,
         files: files.into_iter().map(|file| file.name).collect(),
+        kept: Kept {
+            ca: credentials.ca_key_pem.is_none(),
+            tokens: credentials.kept_tokens.iter().filter(|k| **k).count(),
+        },
     })
 }
 
@@ -242,27 +241,30 @@ mod tests {
         }
     }
 
+    /// The test's scratch directory, unique to it.
+    fn scratch(name: &str) -> TempDir {
+        TempDir(std::env::temp_dir().join(format!("pathlab-{name}-{}", std::process::id())))
+    }
+
     #[test]
-    fn a_new_token_is_written_once_and_kept_by_the_next_export() {
-        let dir = TempDir(
-            std::env::temp_dir().join(format!("pathlab-export-save-{}", std::process::id())),
-        );
+    fn each_node_gets_its_own_token_key_and_certificate_the_ca_key_stays_and_is_kept() {
+        let dir = scratch("export-save");
         let out = dir.0.join("out");
         let config = config(&out);
-        let mut fates = Vec::new();
-        let exported = write(&config, &mut |fate, path| {
-            fates.push((fate, path.to_owned()));
-        })
-        .expect("exports");
-        let token_path = out.join(TOKEN_FILE);
-        assert_eq!(fates, [(TokenFate::New, token_path.clone())]);
+        let exported = write(&config).expect("exports");
+        assert_eq!(
+            exported.kept,
+            Kept {
+                ca: false,
+                tokens: 0
+            }
+        );
         assert_eq!(exported.files[0], "bufferbloat.clab.yml");
         assert_eq!(
             exported.files.len(),
             1 + 3,
             "the topology and a config per node"
         );
-        assert_eq!(exported.topology, out.join("bufferbloat.clab.yml"));
         assert_eq!(
             exported.deploy_command,
             format!(
@@ -270,23 +272,51 @@ mod tests {
                 exported.topology.display()
             )
         );
-        let token = std::fs::read_to_string(&token_path).unwrap();
-        let mode = std::fs::metadata(&token_path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
+        let mode = |name: &str| {
+            std::fs::metadata(out.join(name))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(CA_KEY_FILE), 0o600);
+        let nodes = ["h1", "r1", "h2"];
+        let mut tokens = Vec::new();
+        for node in nodes {
+            assert_eq!(mode(&credentials::token_file(node)), 0o600, "{node}");
+            assert_eq!(mode(&credentials::key_file(node)), 0o600, "{node}");
+            tokens
+                .push(pathlab_http::read_token(&out.join(credentials::token_file(node))).unwrap());
+        }
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(tokens.len(), nodes.len(), "one token per node");
+        // The CA's key is mounted in no container.
+        let topology = std::fs::read_to_string(&exported.topology).unwrap();
+        assert!(!topology.contains(CA_KEY_FILE), "{topology}");
+        let ca_key = std::fs::read(out.join(CA_KEY_FILE)).unwrap();
+        let h1_token = std::fs::read(out.join(credentials::token_file("h1"))).unwrap();
 
-        fates.clear();
-        write(&config, &mut |fate, path| {
-            fates.push((fate, path.to_owned()));
-        })
-        .expect("again");
-        assert_eq!(fates, [(TokenFate::Kept, token_path.clone())]);
-        assert_eq!(std::fs::read_to_string(&token_path).unwrap(), token);
+        let again = write(&config).expect("again");
+        assert_eq!(
+            again.kept,
+            Kept {
+                ca: true,
+                tokens: 3
+            }
+        );
+        assert_eq!(std::fs::read(out.join(CA_KEY_FILE)).unwrap(), ca_key);
+        assert_eq!(
+            std::fs::read(out.join(credentials::token_file("h1"))).unwrap(),
+            h1_token
+        );
 
         // A token file that will not do is refused before anything is written.
-        std::fs::write(&token_path, "short\n").unwrap();
+        std::fs::write(out.join(credentials::token_file("r1")), "short\n").unwrap();
         std::fs::remove_file(&exported.topology).unwrap();
-        let error = write(&config, &mut |_, _| panic!("nothing is written")).unwrap_err();
-        assert!(matches!(error, ExportWriteError::KeptToken(_)), "{error}");
+        let error = write(&config).unwrap_err();
+        assert!(matches!(error, ExportWriteError::Credentials(_)), "{error}");
+        assert!(error.to_string().contains("r1.token"), "{error}");
         assert!(!exported.topology.exists());
     }
 }

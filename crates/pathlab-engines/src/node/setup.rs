@@ -1,6 +1,6 @@
 //! What `pathlab node` is given before it plays its part: its config file read and
-//! checked ([`load_config`]), its control token ([`control_token`]), and the run they
-//! make ([`NodeRunConfig`], [`serve`]).
+//! checked ([`load_config`]), its control token ([`control_token`]), its certificate and
+//! key ([`tls_identity`]), and the run they make ([`NodeRunConfig`], [`serve`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ use pathlab_http::{HttpServer, HttpServerError, TokenProblem};
 use super::wire::{sha256_hex, NodeResult};
 use super::{NodeError, NodeOptions};
 use crate::export::node::{NodeConfig, NodeConfigError, MAX_TEXT_BYTES};
-use crate::export::TOKEN_ENV;
+use crate::export::{TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_ENV};
 
 /// Why a node's config file is not one.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +111,75 @@ pub fn control_token(
         .map_err(|problem| TokenError::Environment { problem })
 }
 
+/// Why the node's certificate or key will not do.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// One of the two given, not the other.
+    #[error("give both the certificate and the key (--tls-cert and --tls-key, or {TLS_CERT_ENV} and {TLS_KEY_ENV}), not one")]
+    Half,
+    /// A file that cannot be read, or (the key) is open to others.
+    #[error("{what}: {source}")]
+    File {
+        /// Which.
+        what: String,
+        /// Why.
+        source: pathlab_os::files::FileError,
+    },
+    /// A variable that is not text.
+    #[error("{0}: not text")]
+    NotText(&'static str),
+    /// Not a certificate and key rustls takes.
+    #[error(transparent)]
+    Tls(#[from] pathlab_http::TlsError),
+}
+
+/// The node's TLS: its certificate and key from `cert_file` and `key_file` if given (the key
+/// readable by its owner only), else from `env_cert` and `env_key` (the values of
+/// [`TLS_CERT_ENV`] and [`TLS_KEY_ENV`]); `None` when neither is given.
+pub fn tls_identity(
+    cert_file: Option<&Path>,
+    key_file: Option<&Path>,
+    env_cert: Option<OsString>,
+    env_key: Option<OsString>,
+) -> Result<Option<Arc<rustls::ServerConfig>>, IdentityError> {
+    let file = |path: &Path, secret: bool| {
+        let read = if secret {
+            pathlab_os::files::read_secret(path)
+        } else {
+            pathlab_os::files::read_regular(path, 64 * 1024)
+        };
+        read.map_err(|source| IdentityError::File {
+            what: path.display().to_string(),
+            source,
+        })
+    };
+    let (cert, key, what) = match (cert_file, key_file) {
+        (Some(cert), Some(key)) => (
+            file(cert, false)?,
+            file(key, true)?,
+            key.display().to_string(),
+        ),
+        (None, None) => {
+            let text = |value: OsString, name| {
+                value
+                    .into_string()
+                    .map_err(|_| IdentityError::NotText(name))
+            };
+            match (env_cert, env_key) {
+                (Some(cert), Some(key)) => (
+                    text(cert, TLS_CERT_ENV)?.into_bytes(),
+                    text(key, TLS_KEY_ENV)?.into_bytes(),
+                    TLS_KEY_ENV.to_owned(),
+                ),
+                (None, None) => return Ok(None),
+                _ => return Err(IdentityError::Half),
+            }
+        }
+        _ => return Err(IdentityError::Half),
+    };
+    Ok(Some(pathlab_http::tls::server_config(&cert, &key, &what)?))
+}
+
 /// The capabilities `pathlab node` needs beyond CAP_NET_ADMIN, which a container engine
 /// gives only when asked (`cap-add`), and the lines that ask: said at start, before
 /// anything is touched, rather than at the first interface it cannot emulate on.
@@ -146,6 +215,9 @@ pub struct NodeRunConfig {
     pub node: NodeConfig,
     /// The bearer token its control address requires; `None` only on loopback.
     pub token: Option<String>,
+    /// Its certificate and key: the control address speaks TLS only; `None` only on
+    /// loopback.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Where its recordings, outputs and result go ([`default_out`] unless given).
     pub out: PathBuf,
     /// How long to wait for its interfaces, and for each link's far end to answer.
@@ -168,9 +240,13 @@ impl NodeRunConfig {
         pathlab_os::files::Dir::output(&self.out)
     }
 
-    /// Binds the node's control address with its token.
+    /// Binds the node's control address with its token, in TLS with its certificate.
     pub fn bind(&self) -> Result<HttpServer, HttpServerError> {
-        HttpServer::bind(self.node.control, self.token.clone())
+        let server = HttpServer::bind(self.node.control, self.token.clone())?;
+        Ok(match &self.tls {
+            Some(tls) => server.tls(Arc::clone(tls)),
+            None => server,
+        })
     }
 }
 

@@ -37,6 +37,9 @@ pub const MAX_RESULT_BYTES: usize = 256 << 20;
 pub const MAX_FILE_BYTES: usize = 1 << 30;
 /// How far in the future a start may be asked for: a collector starts a run seconds ahead.
 pub const MAX_START_AHEAD_NS: u64 = 3_600 * 1_000_000_000;
+/// How far from the instant it was ordered to start a node may say it started: its clock's
+/// error and an order that came late.
+pub const MAX_START_SKEW_NS: u64 = 60 * 1_000_000_000;
 /// Longest message (a failure's reason) a collector keeps.
 const MAX_MESSAGE: usize = 4_096;
 
@@ -280,6 +283,21 @@ const MAX_SCHEDULING_NOTES: usize = 16;
 const MAX_SCHEDULING_TEXT: usize = 512;
 
 impl NodeResult {
+    /// Checks the node's start against the instant it was ordered to start at
+    /// (`ordered_unix_ns`): within [`MAX_START_SKEW_NS`] of it.
+    pub fn check_start(&self, ordered_unix_ns: u64) -> Result<(), WireError> {
+        if self.started_unix_ns.abs_diff(ordered_unix_ns) > MAX_START_SKEW_NS {
+            return Err(WireError::Invalid(format!(
+                "it says it started at {} ns since 1970, {} s from the instant it was ordered \
+                 to start at ({ordered_unix_ns}; at most {} s apart)",
+                self.started_unix_ns,
+                self.started_unix_ns.abs_diff(ordered_unix_ns) / 1_000_000_000,
+                MAX_START_SKEW_NS / 1_000_000_000
+            )));
+        }
+        Ok(())
+    }
+
     /// Reads a node's result, checking it against `config`: the node's name, each of its
     /// client workloads and links at most once and no other, times within bounds.
     pub fn parse(bytes: &[u8], config: &NodeConfig) -> Result<NodeResult, WireError> {

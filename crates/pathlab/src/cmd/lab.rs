@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use pathlab_core::format::{self, Digits};
 use pathlab_engines::collect::{self, CollectConfig};
-use pathlab_engines::export::save::{self, ExportConfig, ExportWriteError, TokenFate};
+use pathlab_engines::export::save::{self, ExportConfig, ExportWriteError};
 use pathlab_lab::spec::Experiment;
 use pathlab_lab::summary::{rtt_summaries, sawtooths};
 use pathlab_lab::sweep::{self, ExperimentSource, PlannedRun, RunConfig, RunControls, SweepEvent};
@@ -76,14 +76,17 @@ pub struct CollectArgs {
     /// inside the cluster), or `NODE=HOST:PORT,...` for each node by name.
     #[arg(long, value_name = "PATTERN", default_value = "{node}:8080")]
     pub address: String,
-    /// The nodes' bearer token, from the first line of FILE (their --control-token): the
-    /// export's DIR/token.
-    #[arg(long, value_name = "FILE")]
-    pub token: Option<PathBuf>,
+    /// The directory `lab export` wrote: the lab CA's certificate (DIR/ca.crt), the only
+    /// one trusted, and each node's own token (DIR/NODE.token). Each node proves its name
+    /// in TLS before anything is sent to it. Without it, nodes are spoken to in the clear
+    /// without a token, on loopback only.
+    #[arg(long, value_name = "DIR")]
+    pub export: Option<PathBuf>,
     /// Directory for the results (default: lab-NAME-UNIXTIME).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// How long to wait for every node to be ready, and for their results after the run.
+    /// How long to wait for every node to be ready, for their results after the run, and
+    /// to gather their recordings: each phase's deadline, whatever the nodes do.
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
     pub wait: u64,
 }
@@ -112,8 +115,9 @@ pub struct EngineArgs {
     /// The lab, one sweep point of it.
     #[command(flatten)]
     pub lab: ExportedLab,
-    /// Directory for the topology, the node configs and the control token (created if
-    /// missing; files of the same names are replaced, but a valid token file is kept).
+    /// Directory for the topology, the node configs and the lab's credentials: the lab CA
+    /// (ca.key stays here), each node's key, certificate and token (created if missing;
+    /// files of the same names are replaced, but the CA and valid token files are kept).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// The container image every node runs; it must have `pathlab` on its PATH.
@@ -422,7 +426,12 @@ impl CollectArgs {
         let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
         let addresses = collect::addresses(&self.address, &experiment.name, &names)
             .map_err(|error| usage(anyhow::anyhow!("--address: {error}")))?;
-        let token = crate::cmd::read_token_file(self.token.as_deref())?;
+        let access = self
+            .export
+            .as_deref()
+            .map(|dir| collect::access_from_export(dir, &names))
+            .transpose()
+            .map_err(|error| usage(anyhow::anyhow!("--export: {error}")))?;
         let out = self
             .out
             .clone()
@@ -431,7 +440,7 @@ impl CollectArgs {
             run,
             configs,
             addresses,
-            token,
+            access,
             wait: std::time::Duration::from_secs(self.wait),
             lead: collect::DEFAULT_LEAD,
             out,
@@ -493,26 +502,25 @@ impl ExportArgs {
     }
 }
 
-/// Runs `pathlab lab export`: checks the lab, writes the control token (unless a valid one
-/// is there), the engine's topology and every node's config into `--out`.
+/// Runs `pathlab lab export`: checks the lab, writes its credentials (keeping the CA and
+/// tokens already there), the engine's topology and every node's config into `--out`.
 fn export(args: &ExportArgs) -> anyhow::Result<()> {
     let config = args.config()?;
-    let exported = save::write(&config, &mut |fate, token| match fate {
-        TokenFate::New => println!(
-            "{}: a new control token for the nodes (mode 0600; `pathlab lab collect --token \
-             {}`)",
-            token.display(),
-            token.display()
-        ),
-        TokenFate::Kept => println!(
-            "{}: kept the control token already there, so nodes running with it keep working",
-            token.display()
-        ),
-    })
-    .map_err(|error| match error {
-        ExportWriteError::Export(_) | ExportWriteError::KeptToken(_) => usage(error),
+    let exported = save::write(&config).map_err(|error| match error {
+        ExportWriteError::Export(_) | ExportWriteError::Credentials(_) => usage(error),
         other => anyhow::Error::new(other),
     })?;
+    let nodes = config.run.experiment.nodes.len();
+    println!(
+        "{}: {} the lab CA (ca.crt; its key ca.key stays here, given to no node); each node's \
+         own key, certificate and token ({} of {} tokens kept), mode 0600 for keys and tokens; \
+         `pathlab lab collect --export {}`",
+        config.out.display(),
+        if exported.kept.ca { "kept" } else { "made" },
+        exported.kept.tokens,
+        nodes,
+        config.out.display()
+    );
     println!(
         "{}: {} and {} node configs in {}; run it with `{}`",
         config.run.experiment.name,

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use pathlab_engines::export::TOKEN_ENV;
+use pathlab_engines::export::{TLS_CERT_ENV, TLS_KEY_ENV, TOKEN_ENV};
 use pathlab_engines::node::setup::{self, NodeRunConfig};
 
 use crate::usage;
@@ -20,6 +20,16 @@ pub struct Args {
     /// if set (how a KNE pod gets it). `pathlab lab collect --token` sends it.
     #[arg(long, value_name = "FILE")]
     pub control_token: Option<PathBuf>,
+    /// The node's certificate (PEM, signed by the lab's CA: `lab export` writes
+    /// DIR/NODE.crt): the control address speaks TLS only, proving the node's name. Needed
+    /// unless the control address is loopback; without it, the certificate is the value of
+    /// PATHLAB_TLS_CERT if set (how a KNE pod gets it).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The node's private key (PEM, readable by its owner only: DIR/NODE.key); without it,
+    /// the value of PATHLAB_TLS_KEY if set.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Where the node keeps its recordings, outputs and result [default:
     /// /run/pathlab/node/NODE]. Made if missing; an existing one must be this user's and
     /// writable by no one else, and every file the node writes there is one it made.
@@ -43,18 +53,38 @@ impl Args {
         let token =
             setup::control_token(self.control_token.as_deref(), std::env::var_os(TOKEN_ENV))
                 .map_err(usage)?;
-        if token.is_none() && !pathlab_http::server::is_loopback(node.control.ip()) {
-            return Err(usage(anyhow::anyhow!(
-                "{}: control address {} is reachable from other machines: give its token with \
-                 --control-token FILE or in the environment as {TOKEN_ENV}",
-                self.config.display(),
-                node.control
-            )));
+        let tls = setup::tls_identity(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            std::env::var_os(TLS_CERT_ENV),
+            std::env::var_os(TLS_KEY_ENV),
+        )
+        .map_err(usage)?;
+        if !pathlab_http::server::is_loopback(node.control.ip()) {
+            if token.is_none() {
+                return Err(usage(anyhow::anyhow!(
+                    "{}: control address {} is reachable from other machines: give its token \
+                     with --control-token FILE or in the environment as {TOKEN_ENV}",
+                    self.config.display(),
+                    node.control
+                )));
+            }
+            if tls.is_none() {
+                return Err(usage(anyhow::anyhow!(
+                    "{}: control address {} is reachable from other machines: give the node's \
+                     certificate and key (`lab export` writes NODE.crt and NODE.key) with \
+                     --tls-cert FILE --tls-key FILE or in the environment as {TLS_CERT_ENV} and \
+                     {TLS_KEY_ENV}",
+                    self.config.display(),
+                    node.control
+                )));
+            }
         }
         let out = (self.out.clone()).unwrap_or_else(|| setup::default_out(&node.node));
         Ok(NodeRunConfig {
             node,
             token,
+            tls,
             out,
             wait: std::time::Duration::from_secs(self.wait),
             scheduling: self.scheduling.request(),
@@ -73,9 +103,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let stop = crate::cmd::stop_on_signals()?;
     let node = &config.node;
     eprintln!(
-        "pathlab node {} of lab {}: control on http://{} ({} interfaces, {} workloads)",
+        "pathlab node {} of lab {}: control on {}://{} ({} interfaces, {} workloads)",
         node.node,
         node.lab,
+        if server.is_tls() { "https" } else { "http" },
         server.local_addr(),
         node.interfaces.len(),
         node.workloads.len()
