@@ -20,19 +20,15 @@ pub(crate) struct NodeProcess {
 }
 
 impl NodeProcess {
-    pub(crate) fn start(
-        pod: &Netns,
-        name: &'static str,
-        dir: &TempDir,
-        token: &std::path::Path,
-    ) -> Self {
+    /// Starts node `name` of the export in `DIR/export`, with its own token, certificate
+    /// and key from there.
+    pub(crate) fn start(pod: &Netns, name: &'static str, dir: &TempDir) -> Self {
         let stderr = dir.path(&format!("{name}.stderr"));
         let child = pod
             .command(PATHLAB)
             .arg("node")
             .arg(dir.path(&format!("export/{name}.toml")))
-            .arg("--control-token")
-            .arg(token)
+            .args(node_credentials(dir, name))
             .arg("--out")
             .arg(dir.path(&format!("node-{name}")))
             .args(["--wait", "60"])
@@ -57,6 +53,20 @@ impl NodeProcess {
         assert!(status.success(), "node {} failed: {stderr}", self.name);
         stderr
     }
+}
+
+/// The options that give `pathlab node` the credentials the export in `DIR/export` made
+/// for node `name`: its own token, certificate and key.
+pub(crate) fn node_credentials(dir: &TempDir, name: &str) -> Vec<std::ffi::OsString> {
+    let file = |ext: &str| dir.path(&format!("export/{name}.{ext}")).into_os_string();
+    vec![
+        "--control-token".into(),
+        file("token"),
+        "--tls-cert".into(),
+        file("crt"),
+        "--tls-key".into(),
+        file("key"),
+    ]
 }
 
 impl Drop for NodeProcess {
@@ -176,10 +186,10 @@ fn node_and_collect_refuse_bad_input_with_the_reason() {
             "bufferbloat",
             "--point",
             "1",
-            "--token",
-            "/nonexistent/token",
+            "--export",
+            "/nonexistent/export",
         ],
-        "token",
+        "--export: /nonexistent/export/ca.crt",
     );
 }
 
@@ -194,6 +204,7 @@ fn node_without_sys_admin_says_at_start_what_it_needs() {
     };
     let dir = TempDir::new("engines-capabilities");
     let config = export_owd_probe(&dir);
+    let name = config.file_stem().unwrap().to_string_lossy().into_owned();
     // The bounding set without CAP_SYS_ADMIN: root's program gets every other capability.
     let node = std::process::Command::new("setpriv")
         .args([
@@ -203,8 +214,7 @@ fn node_without_sys_admin_says_at_start_what_it_needs() {
             "node",
         ])
         .arg(&config)
-        .arg("--control-token")
-        .arg(dir.path("export/token"))
+        .args(node_credentials(&dir, &name))
         .args(["--out"])
         .arg(dir.path("node"))
         .output()
@@ -234,6 +244,7 @@ fn node_refuses_an_output_directory_others_could_change() {
     };
     let dir = TempDir::new("engines-out");
     let config = export_owd_probe(&dir);
+    let name = config.file_stem().unwrap().to_string_lossy().into_owned();
     let open = dir.path("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -247,8 +258,7 @@ fn node_refuses_an_output_directory_others_could_change() {
         let node = std::process::Command::new(PATHLAB)
             .arg("node")
             .arg(&config)
-            .arg("--control-token")
-            .arg(dir.path("export/token"))
+            .args(node_credentials(&dir, &name))
             .arg("--out")
             .arg(&out)
             .output()

@@ -3,10 +3,12 @@
 //! every link appears exactly once, names are valid (DNS labels, interfaces of at most 15
 //! bytes), link ids are unique and shared by a link's two ends, each end is an interface of
 //! the right node whose config names the same peer, and every config parses and carries
-//! the addresses a one-machine run gives the node. Every export carries the lab's control
-//! token: a file only its owner may read, kept across exports, which containerlab mounts
-//! and names and KNE puts in each pod's environment; `pathlab node` refuses to serve beyond
-//! loopback without it, before it needs any privilege.
+//! the addresses a one-machine run gives the node. Every export carries the lab's
+//! credentials: a CA whose key stays in the directory, and each node's own token, key and
+//! certificate (the secrets files only their owner may read, the CA and tokens kept across
+//! exports), which containerlab mounts and names and KNE puts in each pod's environment;
+//! `pathlab node` refuses to serve beyond loopback without them, before it needs any
+//! privilege.
 //!
 //! The KNE file is read by a parser of protobuf's text format written here (messages,
 //! repeated fields, strings with every escape, numbers, enums) and each field checked
@@ -812,9 +814,13 @@ fn mode(path: &Path) -> u32 {
     metadata.permissions().mode() & 0o7777
 }
 
-/// The export's token file: its owner's only, one line of 128 bits as hex; its token.
-fn check_token_file(dir: &Path, label: &str) -> String {
-    let path = dir.join("token");
+/// The export's token file of `node`: its owner's only, one line of 128 bits as hex; its
+/// token. Its key too is its owner's only, and the lab CA's key.
+fn check_token_file(dir: &Path, node: &str, label: &str) -> String {
+    for secret in [format!("{node}.key"), "ca.key".to_owned()] {
+        assert_eq!(mode(&dir.join(&secret)), 0o600, "{label}: {secret}");
+    }
+    let path = dir.join(format!("{node}.token"));
     assert_eq!(
         mode(&path),
         0o600,
@@ -836,10 +842,18 @@ fn check_token_file(dir: &Path, label: &str) -> String {
 /// Reads a KNE export back and checks it against the spec.
 fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
     let expected = Expected { experiment };
-    let token = check_token_file(dir, label);
     let path = dir.join(format!("{}.pb.txt", experiment.name));
-    assert_eq!(mode(&path), 0o600, "{label}: the topology holds the token");
+    assert_eq!(
+        mode(&path),
+        0o600,
+        "{label}: the topology holds the tokens and keys"
+    );
     let text = std::fs::read_to_string(&path).expect("the topology file");
+    let ca_key = std::fs::read_to_string(dir.join("ca.key")).unwrap();
+    assert!(
+        !text.contains(ca_key.trim()),
+        "{label}: the CA's key is given to no node"
+    );
     let topology =
         TextFormat::parse(&text).unwrap_or_else(|e| panic!("{label}: {}: {e}", path.display()));
     check_against_topo_proto(&topology, "Topology", "topology");
@@ -875,15 +889,21 @@ fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
         );
         assert_eq!(config.string("file"), format!("{name}.toml"));
         assert!(dir.join(config.string("file")).is_file(), "{label}: {name}");
-        // The token as the one environment variable, which `pathlab node` reads when
-        // given no --control-token.
+        // The node's own token, certificate and key as environment variables, which
+        // `pathlab node` reads when given no --control-token, --tls-cert, --tls-key.
         let env: Vec<(String, String)> = config
             .messages("env")
             .map(|entry| (entry.string("key"), entry.string("value")))
             .collect();
+        let token = check_token_file(dir, &name, label);
+        let file = |ext: &str| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap();
         assert_eq!(
             env,
-            [("PATHLAB_CONTROL_TOKEN".to_owned(), token.clone())],
+            [
+                ("PATHLAB_CONTROL_TOKEN".to_owned(), token),
+                ("PATHLAB_TLS_CERT".to_owned(), file("crt")),
+                ("PATHLAB_TLS_KEY".to_owned(), file("key")),
+            ],
             "{label}: {name}"
         );
         for entry in node.messages("interfaces") {
@@ -938,7 +958,6 @@ fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
 /// Reads a containerlab export back and checks it against the spec.
 fn check_containerlab(dir: &Path, experiment: &Experiment, label: &str) {
     let expected = Expected { experiment };
-    check_token_file(dir, label);
     let path = dir.join(format!("{}.clab.yml", experiment.name));
     let yaml = Yaml::parse(&std::fs::read_to_string(&path).expect("the topology file"));
     assert_eq!(yaml.get("name").str(), experiment.name);
@@ -953,16 +972,20 @@ fn check_containerlab(dir: &Path, experiment: &Experiment, label: &str) {
         assert_eq!(node.get("kind").str(), "linux");
         assert_eq!(
             node.get("cmd").str(),
-            "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token"
+            "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token --tls-cert \
+             /etc/pathlab/tls.crt --tls-key /etc/pathlab/tls.key"
         );
+        check_token_file(dir, name, label);
         let binds: Vec<&str> = node.get("binds").seq().iter().map(Yaml::str).collect();
         assert_eq!(
             binds,
             [
                 format!("{name}.toml:/etc/pathlab/node.toml:ro"),
-                "token:/etc/pathlab/token:ro".to_owned()
+                format!("{name}.token:/etc/pathlab/token:ro"),
+                format!("{name}.crt:/etc/pathlab/tls.crt:ro"),
+                format!("{name}.key:/etc/pathlab/tls.key:ro"),
             ],
-            "{label}: the config and the token, read-only"
+            "{label}: the config, the node's own token, certificate and key, read-only"
         );
         assert!(
             dir.join(format!("{name}.toml")).is_file(),
@@ -1152,7 +1175,7 @@ fn bad_input_exits_2_with_the_reason() {
 }
 
 #[test]
-fn a_second_export_keeps_the_token_and_a_token_that_will_not_do_is_refused() {
+fn a_second_export_keeps_the_ca_and_tokens_and_a_token_that_will_not_do_is_refused() {
     let dir = TempDir::new("lab-export-token");
     let out = dir.path("out");
     let out_text = out.to_str().unwrap();
@@ -1162,31 +1185,35 @@ fn a_second_export_keeps_the_token_and_a_token_that_will_not_do_is_refused() {
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let said = export("containerlab");
-    assert!(said.contains("a new control token"), "{said}");
-    let token = check_token_file(&out, "first export");
-    // Re-exporting (another engine, a changed spec) must not break nodes running with it.
+    assert!(said.contains("made the lab CA"), "{said}");
+    assert!(said.contains("(0 of 5 tokens kept)"), "{said}");
+    let tokens = ["site", "srv"].map(|node| check_token_file(&out, node, "first export"));
+    assert_ne!(tokens[0], tokens[1], "each node its own token");
+    let ca = std::fs::read(out.join("ca.key")).unwrap();
+    // Re-exporting (another engine, a changed spec) must not break nodes running with
+    // them.
     let said = export("kne");
-    assert!(
-        said.contains("kept the control token already there"),
-        "{said}"
-    );
-    assert_eq!(check_token_file(&out, "second export"), token);
-    let topology = TextFormat::parse(&std::fs::read_to_string(out.join("bond.pb.txt")).unwrap())
-        .expect("parses");
-    for node in topology.messages("nodes") {
-        assert_eq!(node.message("config").message("env").string("value"), token);
+    assert!(said.contains("kept the lab CA"), "{said}");
+    assert!(said.contains("(5 of 5 tokens kept)"), "{said}");
+    assert_eq!(std::fs::read(out.join("ca.key")).unwrap(), ca);
+    for (node, token) in ["site", "srv"].iter().zip(&tokens) {
+        assert_eq!(&check_token_file(&out, node, "second export"), token);
     }
-    // A token file other users may read is refused, not replaced: nodes may be using it.
+    // A token file other users may read is refused, not replaced: a node may be using it.
     {
         use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(out.join("token"), std::fs::Permissions::from_mode(0o644))
-            .unwrap();
+        std::fs::set_permissions(
+            out.join("srv.token"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
     }
     util::assert_refused(
         &["lab", "export", "kne", "bond", "--out", out_text],
         "is open to other users (mode 0644)",
     );
-    util::write_secret(&out.join("token"), "short\n");
+    std::fs::remove_file(out.join("srv.token")).unwrap();
+    util::write_secret(&out.join("srv.token"), "short\n");
     util::assert_refused(
         &["lab", "export", "containerlab", "bond", "--out", out_text],
         "the token is 5 characters; use at least 16",
@@ -1200,6 +1227,8 @@ fn node(config: &Path, args: &[&str], env_token: Option<&str>, uid: Option<u32>)
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_pathlab"));
     command.arg("node").arg(config).args(args);
     command.env_remove("PATHLAB_CONTROL_TOKEN");
+    command.env_remove("PATHLAB_TLS_CERT");
+    command.env_remove("PATHLAB_TLS_KEY");
     if let Some(token) = env_token {
         command.env("PATHLAB_CONTROL_TOKEN", token);
     }
@@ -1277,8 +1306,28 @@ fn pathlab_node_beyond_loopback_without_a_usable_token_exits_2_before_anything()
             assert!(!said.contains("CAP_NET_ADMIN"), "{said}");
         }
     }
-    // With a usable token, the next check is the privilege: as nobody, that refusal.
+    // With a usable token, the node's certificate and key: without them, refused.
     let (code, said) = node(&config, &[], Some("0123456789abcdef0123"), Some(65534));
+    assert_eq!(code, 2, "{said}");
+    assert!(
+        said.contains("give the node's certificate and key"),
+        "{said}"
+    );
+    // With both, the next check is the privilege: as nobody, that refusal. (Copies the
+    // user nobody may read: the export's are root's only.)
+    let copy = |ext: &str| {
+        let to = dir.path(&format!("nobody.{ext}"));
+        std::fs::copy(out.join(format!("site.{ext}")), &to).unwrap();
+        std::os::unix::fs::chown(&to, Some(65534), Some(65534)).unwrap();
+        to.to_str().unwrap().to_owned()
+    };
+    let (cert, key) = (copy("crt"), copy("key"));
+    let (code, said) = node(
+        &config,
+        &["--tls-cert", &cert, "--tls-key", &key],
+        Some("0123456789abcdef0123"),
+        Some(65534),
+    );
     assert_eq!(code, 2, "{said}");
     assert!(said.contains("needs CAP_NET_ADMIN"), "{said}");
 }

@@ -1,6 +1,8 @@
 //! Any bytes from a peer of a control or metrics address (`pathlab_http`) are a
 //! request, a need for more bytes or an error with its status, never a panic; the same for
-//! a response read by `emulate set --remote`, and for a Prometheus exposition read back.
+//! a response read by `emulate set --remote` or `lab collect` (whole, or its head before a
+//! body streamed to disk, within the bound asked), and for a Prometheus exposition read
+//! back.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +22,10 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(Parsed::Complete(_, used)) = parse_response(data, closed) {
             assert!(used <= data.len());
         }
+    }
+    if let Ok(Some(head)) = pathlab_http::message::parse_response_head(data, 4096) {
+        assert!(head.head_len <= data.len());
+        assert!(head.length.is_none_or(|length| length <= 4096));
     }
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = pathlab_http::prometheus::parse(text);

@@ -1,7 +1,9 @@
 //! What a node sends `pathlab lab collect` (its status, its result, its recordings) and
 //! what a collector sends a node (the order to start) is outside input to the other: any
 //! bytes are refused with an error or read within the bounds of the node's config, never
-//! a panic. A status or result read back matches the config it was checked against.
+//! a panic. A status or result read back matches the config it was checked against, and
+//! its start is checked against any ordered instant without overflow; two recordings are
+//! merged (a line at a time, as collect streams them from disk) or refused.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -39,7 +41,11 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(result) = NodeResult::parse(data, config) {
         assert_eq!(result.node, config.node);
         assert!(result.links.len() <= config.interfaces.len());
+        for ordered in [0, 1_800_000_000_000_000_000, u64::MAX] {
+            let _ = result.check_start(ordered);
+        }
     }
     let half = data.len() / 2;
-    let _ = merge_recordings(&data[..half], &data[half..]);
+    let mut merged = Vec::new();
+    let _ = merge_recordings(&data[..half], &data[half..], &mut merged);
 });

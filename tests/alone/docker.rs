@@ -130,9 +130,11 @@ fn export_for_containerlab(spec: &std::path::Path, dir: &TempDir) -> Vec<String>
     assert!(export.status.success(), "{export:?}");
     let topology = std::fs::read_to_string(dir.path("export/dk.clab.yml")).unwrap();
     for line in [
-        r#"cmd: "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token""#,
+        r#"cmd: "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token --tls-cert /etc/pathlab/tls.crt --tls-key /etc/pathlab/tls.key""#,
         r#"- "h1.toml:/etc/pathlab/node.toml:ro""#,
-        r#"- "token:/etc/pathlab/token:ro""#,
+        r#"- "h1.token:/etc/pathlab/token:ro""#,
+        r#"- "h1.crt:/etc/pathlab/tls.crt:ro""#,
+        r#"- "h1.key:/etc/pathlab/tls.key:ro""#,
     ] {
         assert!(topology.contains(line), "{line} in {topology}");
     }
@@ -272,7 +274,8 @@ const NODES: [&str; 3] = ["h1", "r1", "h2"];
 impl Lab {
     /// Starts a container per node, as containerlab does for the export's `linux` nodes:
     /// `--network none`, the topology's capabilities and sysctls (`options`), the node's
-    /// config and the token bind-mounted read-only, the command the topology names.
+    /// config and its own token, certificate and key bind-mounted read-only, the command
+    /// the topology names.
     fn start(image: &Image, dir: &TempDir, options: &[String], pid: u32) -> Lab {
         let mut lab = Lab {
             names: Vec::new(),
@@ -282,19 +285,27 @@ impl Lab {
         for node in NODES {
             let name = format!("pathlab-test-{pid}-{node}");
             let config = dir.path(&format!("export/{node}.toml"));
-            let token = dir.path("export/token");
             let mut args: Vec<String> = ["run", "--detach", "--name", &name, "--network", "none"]
                 .map(String::from)
                 .to_vec();
             args.extend(options.iter().cloned());
-            args.extend([
-                format!("--volume={}:/etc/pathlab/node.toml:ro", config.display()),
-                format!("--volume={}:/etc/pathlab/token:ro", token.display()),
-                image.0.clone(),
-            ]);
+            args.extend([format!(
+                "--volume={}:/etc/pathlab/node.toml:ro",
+                config.display()
+            )]);
+            for (ext, in_container) in [("token", "token"), ("crt", "tls.crt"), ("key", "tls.key")]
+            {
+                let file = dir.path(&format!("export/{node}.{ext}"));
+                args.push(format!(
+                    "--volume={}:/etc/pathlab/{in_container}:ro",
+                    file.display()
+                ));
+            }
+            args.push(image.0.clone());
             args.extend(
-                "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token"
-                    .split(' ')
+                "pathlab node /etc/pathlab/node.toml --control-token /etc/pathlab/token \
+                 --tls-cert /etc/pathlab/tls.crt --tls-key /etc/pathlab/tls.key"
+                    .split_whitespace()
                     .map(String::from),
             );
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -369,8 +380,8 @@ impl Lab {
             .args(["lab", "collect"])
             .arg(spec)
             .args(["--address", &addresses.join(",")])
-            .arg("--token")
-            .arg(dir.path("export/token"))
+            .arg("--export")
+            .arg(dir.path("export"))
             .arg("--out")
             .arg(out)
             .args(["--wait", &wait.to_string()]);

@@ -33,8 +33,9 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     let pid = std::process::id();
     let dir = TempDir::new("engines");
     let spec = export_the_lab(&dir);
-    // The export's token: the nodes serve with it, the collector sends it.
-    let token = dir.path("export/token");
+    // The export's credentials: each node serves in TLS with its own certificate and
+    // token; the collector trusts the lab CA and sends each node its token.
+    let export = dir.path("export");
     let machines = TwoMachines::build(pid);
 
     // A link planted where h1 will write its recording, as another user could have
@@ -48,7 +49,7 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     let nodes: Vec<NodeProcess> = machines
         .pods
         .iter()
-        .map(|(name, netns)| NodeProcess::start(netns, name, &dir, &token))
+        .map(|(name, netns)| NodeProcess::start(netns, name, &dir))
         .collect();
     std::thread::sleep(Duration::from_millis(500));
 
@@ -57,7 +58,7 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
     let before: Vec<_> = machines.pods.iter().map(|(_, p)| kinds(p)).collect();
 
     let out = dir.path("collected");
-    let collect = collect_the_lab(&machines, &spec, &token, &out);
+    let collect = collect_the_lab(&machines, &spec, &export, &out);
     let said = String::from_utf8_lossy(&collect.stdout).into_owned();
     eprintln!("{said}{}", String::from_utf8_lossy(&collect.stderr));
     let stderrs: Vec<String> = nodes.into_iter().map(NodeProcess::stop).collect();
@@ -248,12 +249,12 @@ fn wire_the_links_as_meshnet_does(machines: &TwoMachines, dir: &TempDir) {
     }
 }
 
-/// `pathlab lab collect` from the management network, with the export's token, into
-/// `out`: what it said and how it ended.
+/// `pathlab lab collect` from the management network, with the export's credentials
+/// (`export`), into `out`: what it said and how it ended.
 fn collect_the_lab(
     machines: &TwoMachines,
     spec: &std::path::Path,
-    token: &std::path::Path,
+    export: &std::path::Path,
     out: &std::path::Path,
 ) -> std::process::Output {
     let addresses = &machines.addresses;
@@ -263,8 +264,8 @@ fn collect_the_lab(
         .args(["lab", "collect"])
         .arg(spec)
         .args(["--address", &addresses.join(",")])
-        .arg("--token")
-        .arg(token)
+        .arg("--export")
+        .arg(export)
         .arg("--out")
         .arg(out)
         .args(["--wait", "60"])

@@ -776,7 +776,10 @@ mod tests {
             slots.give_back(ticket);
         }
         assert!(!slots.by_source.contains_key(&a));
-        assert_eq!(slots.total, MAX_CONNECTIONS - MAX_CONNECTIONS_PER_SOURCE);
+        assert_eq!(
+            slots.total,
+            MAX_CONNECTIONS - (MAX_CONNECTIONS_PER_SOURCE - 1)
+        );
     }
 
     /// N6 (issue 39): eight idle connections from each of four addresses filled every slot
