@@ -187,6 +187,31 @@ impl<S: Read + Write> Write for PlainRecorder<'_, S> {
     }
 }
 
+/// Runs a collection of the export in `dir` whose h1 is `fake` (and the other nodes
+/// nowhere), each phase given `wait`: it must fail naming h1 at its address; what it said
+/// and how long it took.
+fn collect_failing_at_h1(
+    dir: &ScratchDir,
+    run: PlannedRun,
+    fake: &FakeNode,
+    wait: Duration,
+) -> (String, Duration) {
+    let addresses = vec![
+        fake.addr.clone(),
+        "127.0.0.1:9".into(),
+        "127.0.0.1:9".into(),
+    ];
+    let config = collection(dir, run, addresses, wait);
+    let started = Instant::now();
+    let error = super::run(&config, &AtomicBool::new(false), &mut |_| {}).unwrap_err();
+    let said = error.to_string();
+    assert!(
+        said.starts_with(&format!("node h1 at {}: ", fake.addr)),
+        "{said}"
+    );
+    (said, started.elapsed())
+}
+
 /// Reads a request head (or what comes within 5 s), then answers 200 with an empty JSON.
 fn answer_ok(stream: &mut dyn ReadWrite, _: usize) {
     read_head(stream);
@@ -280,22 +305,10 @@ fn collect_refuses_a_node_that_cannot_prove_itself_before_sending_its_token() {
             FakeNode::start(Some(node_tls(&dir, "r1")), answer_ok),
         ),
     ] {
-        let addresses = vec![
-            fake.addr.clone(),
-            "127.0.0.1:9".into(),
-            "127.0.0.1:9".into(),
-        ];
-        let config = collection(&dir, run.clone(), addresses, Duration::from_secs(20));
-        let started = Instant::now();
-        let error = super::run(&config, &AtomicBool::new(false), &mut |_| {}).unwrap_err();
-        let said = error.to_string();
+        let (said, took) = collect_failing_at_h1(&dir, run.clone(), &fake, Duration::from_secs(20));
+        assert!(said.contains("did not prove it is 'h1'"), "{what}: {said}");
         assert!(
-            said.starts_with(&format!("node h1 at {}: ", fake.addr))
-                && said.contains("did not prove it is 'h1'"),
-            "{what}: {said}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
+            took < Duration::from_secs(10),
             "{what}: at once, not at the deadline"
         );
         let read = fake.read();
@@ -337,22 +350,9 @@ fn a_trickling_node_is_given_up_on_at_the_phase_deadline() {
     let dir = ScratchDir::new("collect-trickle");
     let run = export(&dir);
     let fake = FakeNode::start(Some(node_tls(&dir, "h1")), trickle);
-    let addresses = vec![
-        fake.addr.clone(),
-        "127.0.0.1:9".into(),
-        "127.0.0.1:9".into(),
-    ];
     let wait = Duration::from_secs(2);
-    let config = collection(&dir, run, addresses, wait);
-    let started = Instant::now();
-    let error = super::run(&config, &AtomicBool::new(false), &mut |_| {}).unwrap_err();
-    let took = started.elapsed();
-    let said = error.to_string();
-    assert!(
-        said.starts_with(&format!("node h1 at {}: ", fake.addr))
-            && said.contains("the ready phase's 2 s were over"),
-        "{said}"
-    );
+    let (said, took) = collect_failing_at_h1(&dir, run, &fake, wait);
+    assert!(said.contains("the ready phase's 2 s were over"), "{said}");
     assert!(
         took >= wait && took < wait + Duration::from_secs(2),
         "{took:?}"
