@@ -35,15 +35,30 @@ pub struct Cleaned {
     pub forwarding: Vec<PathBuf>,
     /// Interfaces killed emulators had swapped (`emulate --iface`), put back as they were.
     pub interfaces: Vec<crate::interpose::Restored>,
+    /// Swaps whose records were refused or whose undoing failed: reported, not undone.
+    pub not_restored: Vec<crate::interpose::NotRestored>,
+    /// Table records refused (another user's, writable by others, a link, not a record).
+    pub refused: Vec<crate::runtime::Refused>,
+}
+
+impl Cleaned {
+    /// Whether something could not be cleaned (a record refused, a swap not undone).
+    pub fn failed(&self) -> bool {
+        !self.not_restored.is_empty() || !self.refused.is_empty()
+    }
 }
 
 /// Removes what killed pathlab runs left: stale control sockets, unheld locks, and in this
 /// namespace the nftables tables and IPv4 forwarding of shells that were killed. Live
-/// emulators and shells, and whatever pathlab did not record making, are not touched.
+/// emulators and shells, and whatever pathlab did not record making, are not touched. A
+/// swap or a record that cannot be undone or trusted is reported ([`Cleaned::failed`]),
+/// and the rest is still cleaned.
 pub fn clean() -> io::Result<Cleaned> {
     // Before the locks: each swap's interface lock proves its emulator is gone.
+    let restores = crate::interpose::restore_killed();
     let mut cleaned = Cleaned {
-        interfaces: crate::interpose::restore_killed()?,
+        interfaces: restores.restored,
+        not_restored: restores.failed,
         ..Cleaned::default()
     };
     // Emulators' control sockets and tunnels' stats sockets.
@@ -75,7 +90,9 @@ pub fn clean() -> io::Result<Cleaned> {
     }
     let here = crate::runtime::current_netns()?;
     let mut tables = None;
-    for (path, record) in crate::runtime::table_records()? {
+    let records = crate::runtime::table_records()?;
+    cleaned.refused = records.refused;
+    for (path, record) in records.found {
         if record.owner.is_alive() {
             continue;
         }

@@ -53,6 +53,17 @@ impl Netns {
         Ok(Netns { fd: file.into() })
     }
 
+    /// Opens the namespace a file names without following a symbolic link there (a
+    /// holder found on a record's word).
+    pub(crate) fn open_nofollow(path: &Path) -> io::Result<Netns> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        Ok(Netns { fd: file.into() })
+    }
+
     /// Runs `work` on a thread inside this namespace and returns its result. Sockets the
     /// work opens stay in this namespace wherever they are used later.
     pub fn run<T: Send>(&self, work: impl FnOnce() -> T + Send) -> io::Result<T> {

@@ -183,10 +183,9 @@ pub fn record_table(table: &str) -> io::Result<Recorded> {
     Ok(Recorded { path: Some(path) })
 }
 
-/// Every table record (with its file), for `lab clean`. Files that are not records
-/// (symbolic links, other files, unreadable ones) are left out. Refused if the records'
-/// directory is writable by group or others, where anyone could have written them.
-pub fn table_records() -> io::Result<Vec<(PathBuf, TableRecord)>> {
+/// Every table record (with its file), for `lab clean`, and the files refused
+/// ([`trusted_records`]).
+pub fn table_records() -> io::Result<Records<TableRecord>> {
     trusted_records(&records_dir())
 }
 
@@ -200,59 +199,129 @@ pub(crate) fn private_dir(dir: &Path) -> io::Result<PathBuf> {
     }
 }
 
-/// The records of kind `T` (JSON files of at most [`MAX_RECORD_BYTES`]) in `dir`, with their
-/// files, in file-name order. Files that are not records (symbolic links, other files,
-/// unreadable ones) are left out. Refused if `dir` is writable by group or others, where
-/// anyone could have written them; no directory is no records.
+/// The records of a directory: those read, and the files refused.
+#[derive(Debug)]
+pub struct Records<T> {
+    /// Each record with its file, in file-name order.
+    pub found: Vec<(PathBuf, T)>,
+    /// The files that looked like records but were not taken.
+    pub refused: Vec<Refused>,
+}
+
+/// A file that was not taken as a record, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// The file.
+    pub path: PathBuf,
+    /// Why (a symbolic link, another user's, writable by others, not a record).
+    pub why: String,
+}
+
+/// The records of kind `T` (JSON files of at most [`MAX_RECORD_BYTES`], `*.json`) in `dir`,
+/// under the runtime directory. Each file is opened without following a link and checked
+/// on the opened descriptor: a regular file owned by root or this user that no one else
+/// may write; any other is refused (with the reason), as is one that is no record. The
+/// runtime directory and `dir` must be directories (not links) owned by root or this user
+/// that no one else may write in, else nothing in them is taken (an error); no directory
+/// is no records.
 pub(crate) fn trusted_records<T: serde::de::DeserializeOwned>(
     dir: &Path,
-) -> io::Result<Vec<(PathBuf, T)>> {
-    let meta = match fs::symlink_metadata(dir) {
-        Ok(meta) => meta,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error),
+) -> io::Result<Records<T>> {
+    let mut records = Records {
+        found: Vec::new(),
+        refused: Vec::new(),
     };
-    if !meta.is_dir() || meta.permissions().mode() & 0o022 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is not a directory only its owner can write in; its records are not trusted",
-                dir.display()
-            ),
-        ));
+    for checked in [runtime_dir().as_path(), dir] {
+        match check_trusted_dir(checked) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(records),
+            other => other?,
+        }
     }
-    let mut records = Vec::new();
     for entry in fs::read_dir(dir)?.flatten() {
         let path = entry.path();
-        if !entry.file_type().is_ok_and(|t| t.is_file())
-            || path.extension().is_none_or(|e| e != "json")
-        {
+        if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        if let Some(record) = read_record(&path) {
-            records.push((path, record));
+        match read_record(&path) {
+            Ok(record) => records.found.push((path, record)),
+            Err(why) => records.refused.push(Refused { path, why }),
         }
     }
-    records.sort_by(|a, b| a.0.cmp(&b.0));
+    records.found.sort_by(|a, b| a.0.cmp(&b.0));
+    records.refused.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(records)
+}
+
+/// Whether a file or directory's owner may be trusted: root or this user.
+fn trusted_owner(uid: u32) -> bool {
+    uid == 0 || uid == crate::sys::effective_uid()
+}
+
+/// Checks that `dir` is a directory, not a symbolic link, owned by root or this user, that
+/// neither its group nor others may write in: where a record may be trusted.
+fn check_trusted_dir(dir: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(dir)?;
+    let mode = meta.permissions().mode();
+    let why = if !meta.is_dir() {
+        "is not a directory"
+    } else if !trusted_owner(meta.uid()) {
+        "belongs to another user"
+    } else if mode & 0o022 != 0 {
+        "is writable by group or others"
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} {why} (mode {:04o}, uid {}); its records are not trusted",
+            dir.display(),
+            mode & 0o7777,
+            meta.uid()
+        ),
+    ))
 }
 
 /// The largest record file read: records are pathlab's own and small (an interface's
 /// addresses and routes), so a bigger file is not one.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
 
-fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
+/// Reads the record at `path`, opened without following a link or blocking, if the opened
+/// file is a regular file owned by root or this user that no one else may write; else
+/// why not.
+fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, String> {
     use std::io::Read as _;
-    let mut text = String::new();
-    File::open(path)
-        .ok()?
-        .take(MAX_RECORD_BYTES + 1)
-        .read_to_string(&mut text)
-        .ok()?;
-    if text.len() as u64 > MAX_RECORD_BYTES {
-        return None;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| match error.raw_os_error() {
+            Some(libc::ELOOP) => "a symbolic link".to_owned(),
+            _ => format!("unreadable ({error})"),
+        })?;
+    let meta = file.metadata().map_err(|error| error.to_string())?;
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_file() {
+        return Err("not a regular file".to_owned());
     }
-    serde_json::from_str(&text).ok()
+    if !trusted_owner(meta.uid()) {
+        return Err(format!(
+            "owned by uid {}, neither root nor this user",
+            meta.uid()
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!("writable by group or others (mode {mode:04o})"));
+    }
+    let mut text = String::new();
+    file.take(MAX_RECORD_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| format!("unreadable ({error})"))?;
+    if text.len() as u64 > MAX_RECORD_BYTES {
+        return Err(format!("larger than {MAX_RECORD_BYTES} bytes"));
+    }
+    serde_json::from_str(&text).map_err(|error| format!("not a record ({error})"))
 }
 
 #[cfg(test)]

@@ -28,6 +28,10 @@ enum Command {
     Sim(cmd::sim::Args),
     /// Bridge two interfaces through an emulated link, each direction its own spec.
     Emulate(Box<cmd::emulate::Args>),
+    /// The guardian `emulate --iface` starts for itself: puts the interface back if the
+    /// emulator is killed.
+    #[command(hide = true, name = "emulate-guard")]
+    EmulateGuard(cmd::emulate::GuardArgs),
     /// Run a program in a network namespace behind an emulated link.
     Shell(cmd::shell::Args),
     /// Experiments on namespaced topologies, and cleanup after killed runs.
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::Spec(args) => cmd::spec::run(&args),
         Command::Sim(args) => cmd::sim::run(&args),
         Command::Emulate(args) => cmd::emulate::run(&args, command_line),
+        Command::EmulateGuard(args) => cmd::emulate::run_guard(&args),
         Command::Shell(args) => match cmd::shell::run(&args) {
             Ok(code) => return code,
             Err(error) => Err(error),

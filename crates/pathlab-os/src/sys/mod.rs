@@ -665,11 +665,11 @@ pub fn bind_mount(source: &str, target: &str) -> io::Result<()> {
 }
 
 /// Detaches a mount point (`umount2(MNT_DETACH)`), as `ip netns delete` does for the bind
-/// mounts under /run/netns.
+/// mounts under /run/netns; a symbolic link there is not followed (`UMOUNT_NOFOLLOW`).
 pub fn unmount_detach(path: &str) -> io::Result<()> {
     let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: `path` is NUL-terminated.
-    cvt(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }).map(drop)
+    cvt(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) }).map(drop)
 }
 
 /// Sends `signal` to process `pid`.

@@ -19,6 +19,8 @@ use pathlab_emulator::session::{
     self, EmulateConfig, EmulateError, EmulateEvent, Placement, PlacementError, Started,
 };
 use pathlab_emulator::vlan::TrunkVlans;
+use pathlab_os::interpose::{guard, Guardian};
+use pathlab_os::runtime::Owner;
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::metrics::ControlArgs;
@@ -210,12 +212,24 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
         return Ok(());
     }
     pathlab_os::require_net_admin("pathlab emulate").map_err(usage)?;
+    // Before the swap: the guardian puts the interface back if this process is killed.
+    let guardian = match &config.placement {
+        Placement::Interpose { .. } => Some(start_guardian(&config.name)?),
+        _ => None,
+    };
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
     let signals = pathlab_os::termination_signals().context("setting up signal handling")?;
     let stats = session::run(&config, std::os::fd::AsFd::as_fd(&signals), &mut |event| {
         print_event(&config, &event);
     })
     .map_err(emulate_error)?;
+    // Put back (an error above instead leaves the guardian to undo what is left once this
+    // process has ended).
+    if let Some(guardian) = guardian {
+        guardian
+            .stand_down()
+            .context("telling the guardian the interface is back")?;
+    }
     if args.output.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {
@@ -223,6 +237,87 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     }
     if let Some(failure) = &stats.failure {
         anyhow::bail!("emulator '{}' stopped: {failure}", args.common.name);
+    }
+    Ok(())
+}
+
+/// Starts the guardian of the swap `emulate --iface` is about to make: this program again,
+/// as `emulate-guard`, which undoes the swap if this process dies without doing so.
+fn start_guardian(name: &str) -> anyhow::Result<Guardian> {
+    let owner = Owner::this_process().context("reading this process's start")?;
+    // The running binary itself, even if its file was replaced or deleted since.
+    let mut command = std::process::Command::new("/proc/self/exe");
+    command.args([
+        "emulate-guard",
+        "--owner-pid",
+        &owner.pid.to_string(),
+        "--owner-start",
+        &owner.start_ticks.to_string(),
+        "--name",
+        name,
+    ]);
+    Guardian::spawn(command).context("starting the guardian of the interface swap")
+}
+
+/// Arguments of `pathlab emulate-guard`, the guardian `emulate --iface` starts for itself
+/// (hidden: not a command for people).
+#[derive(Debug, clap::Args)]
+pub struct GuardArgs {
+    /// The emulator's pid.
+    #[arg(long)]
+    owner_pid: u32,
+    /// When it started, in clock ticks after boot (`/proc/PID/stat`, field 22).
+    #[arg(long)]
+    owner_start: u64,
+    /// The emulator's name (`--name`): its control socket is removed with the swap.
+    #[arg(long)]
+    name: String,
+}
+
+/// Runs `pathlab emulate-guard`: watches the pipe from its emulator and, if the emulator
+/// ends without standing it down, undoes its swap ([`pathlab_os::interpose::guard`]).
+pub fn run_guard(args: &GuardArgs) -> anyhow::Result<()> {
+    pathlab_os::runtime::validate_name(&args.name).map_err(|e| usage(anyhow::anyhow!(e)))?;
+    // Blocked and never read: a terminal's Ctrl-C or hang-up, or a SIGTERM meant for the
+    // emulator, does not end the guardian (it is in a process group of its own, too).
+    let _signals = pathlab_os::termination_signals().context("blocking termination signals")?;
+    let owner = Owner {
+        pid: args.owner_pid,
+        start_ticks: args.owner_start,
+        pid_namespace: Owner::this_process()
+            .context("reading this process's start")?
+            .pid_namespace,
+    };
+    let Some(restores) = guard(&owner, std::io::stdin().lock(), std::io::stdout()) else {
+        return Ok(());
+    };
+    let who = format!("emulator '{}' (pid {})", args.name, args.owner_pid);
+    for restored in &restores.restored {
+        eprintln!(
+            "pathlab: {who} ended without putting back interface {}; its guardian did \
+             (the swap was at step '{}')",
+            restored.interface,
+            restored.step.name()
+        );
+        for note in &restored.notes {
+            eprintln!("  {note}");
+        }
+    }
+    let socket = pathlab_os::runtime::control_socket_path(&args.name);
+    if socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        let _ = std::fs::remove_file(&socket);
+    }
+    for failed in &restores.failed {
+        eprintln!(
+            "pathlab: {who} ended without putting back {}; its guardian could not: {} \
+             (record {}; `pathlab lab clean` tries again)",
+            failed.interface.as_deref().unwrap_or("an interface"),
+            failed.why,
+            failed.record.display()
+        );
+    }
+    if !restores.failed.is_empty() {
+        anyhow::bail!("{who}: a swap was not undone");
     }
     Ok(())
 }

@@ -542,54 +542,87 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         (None, Some(name)) => run_experiment(args, name),
         (Some(Action::Export(export_args)), _) => export(export_args),
         (Some(Action::Collect(collect_args)), _) => collect(collect_args),
-        (Some(Action::Clean), _) => {
-            pathlab_os::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
-            let cleaned = pathlab_os::clean::clean()?;
-            let mut out = std::io::stdout().lock();
-            let total = cleaned.sockets.len()
-                + cleaned.locks.len()
-                + cleaned.nat_tables.len()
-                + cleaned.records.len()
-                + cleaned.forwarding.len()
-                + cleaned.interfaces.len();
-            for restored in &cleaned.interfaces {
-                writeln!(
-                    out,
-                    "restored interface {} (a killed emulator had swapped it)",
-                    restored.interface
-                )?;
-                for note in &restored.notes {
-                    writeln!(out, "  {note}")?;
-                }
-            }
-            for path in &cleaned.sockets {
-                writeln!(out, "removed stale control socket {}", path.display())?;
-            }
-            for path in &cleaned.locks {
-                writeln!(out, "removed unheld lock {}", path.display())?;
-            }
-            for name in &cleaned.nat_tables {
-                writeln!(out, "removed nftables table {name} of a killed shell")?;
-            }
-            for path in &cleaned.records {
-                writeln!(
-                    out,
-                    "removed record {} (its namespace and table are gone)",
-                    path.display()
-                )?;
-            }
-            for path in &cleaned.forwarding {
-                writeln!(
-                    out,
-                    "removed forwarding lock {} of killed shells (IPv4 forwarding restored \
-                     where it is this namespace's)",
-                    path.display()
-                )?;
-            }
-            if total == 0 {
-                writeln!(out, "nothing to clean")?;
-            }
-            Ok(())
+        (Some(Action::Clean), _) => clean(),
+    }
+}
+
+/// Runs `pathlab lab clean`: what was cleaned on stdout, what could not be (a record
+/// refused, a swap not undone) on stderr, and then exit status 1.
+fn clean() -> anyhow::Result<()> {
+    pathlab_os::require_net_admin("pathlab lab clean").map_err(crate::usage)?;
+    let cleaned = pathlab_os::clean::clean()?;
+    print_cleaned(&cleaned)?;
+    for failed in &cleaned.not_restored {
+        eprintln!(
+            "pathlab: not restored: {} (record {}): {}",
+            failed.interface.as_deref().unwrap_or("a swap"),
+            failed.record.display(),
+            failed.why
+        );
+    }
+    for refused in &cleaned.refused {
+        eprintln!(
+            "pathlab: record {} refused: {}",
+            refused.path.display(),
+            refused.why
+        );
+    }
+    if cleaned.failed() {
+        anyhow::bail!(
+            "{} record(s) not acted on (above); the rest was cleaned",
+            cleaned.not_restored.len() + cleaned.refused.len()
+        );
+    }
+    Ok(())
+}
+
+/// What `lab clean` cleaned, a line each.
+fn print_cleaned(cleaned: &pathlab_os::clean::Cleaned) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let total = cleaned.sockets.len()
+        + cleaned.locks.len()
+        + cleaned.nat_tables.len()
+        + cleaned.records.len()
+        + cleaned.forwarding.len()
+        + cleaned.interfaces.len();
+    for restored in &cleaned.interfaces {
+        writeln!(
+            out,
+            "restored interface {} (a killed emulator had swapped it; the swap was at \
+             step '{}')",
+            restored.interface,
+            restored.step.name()
+        )?;
+        for note in &restored.notes {
+            writeln!(out, "  {note}")?;
         }
     }
+    for path in &cleaned.sockets {
+        writeln!(out, "removed stale control socket {}", path.display())?;
+    }
+    for path in &cleaned.locks {
+        writeln!(out, "removed unheld lock {}", path.display())?;
+    }
+    for name in &cleaned.nat_tables {
+        writeln!(out, "removed nftables table {name} of a killed shell")?;
+    }
+    for path in &cleaned.records {
+        writeln!(
+            out,
+            "removed record {} (its namespace and table are gone)",
+            path.display()
+        )?;
+    }
+    for path in &cleaned.forwarding {
+        writeln!(
+            out,
+            "removed forwarding lock {} of killed shells (IPv4 forwarding restored \
+             where it is this namespace's)",
+            path.display()
+        )?;
+    }
+    if total == 0 && !cleaned.failed() {
+        writeln!(out, "nothing to clean")?;
+    }
+    Ok(())
 }
