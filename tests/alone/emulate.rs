@@ -4,6 +4,7 @@ mod frames;
 mod iface;
 mod lifecycle;
 mod load;
+mod swap;
 mod vlan;
 
 use crate::util::emulated::{privileged, with_server_in_h2, Lab, PATHLAB};

@@ -195,7 +195,7 @@ fn a_vxlan_device_and_a_macvlan_are_emulated_in_place() {
 /// Gives interface `name` of `netns` an address per family, brings it up, and the
 /// namespace's loopback. Without duplicate address detection, so that its link-local
 /// address (and that address's routes) are final at once, not a second later.
-fn configure(netns: &Netns, name: &str, v4: &str, v6: Option<&str>) {
+pub(super) fn configure(netns: &Netns, name: &str, v4: &str, v6: Option<&str>) {
     let index = link_index(netns, name);
     netns
         .run(|| -> std::io::Result<()> {
@@ -214,7 +214,7 @@ fn configure(netns: &Netns, name: &str, v4: &str, v6: Option<&str>) {
 
 /// What a person or a program gave an interface beyond its addresses: routes in the main
 /// table and in table 100 (IPv4 and IPv6), a permanent neighbour, a sysctl.
-fn decorate(netns: &Netns, name: &str, gateway_v4: &str, gateway_v6: &str) {
+pub(super) fn decorate(netns: &Netns, name: &str, gateway_v4: &str, gateway_v6: &str) {
     let index = link_index(netns, name);
     netns
         .run(|| -> std::io::Result<()> {
@@ -239,7 +239,7 @@ fn decorate(netns: &Netns, name: &str, gateway_v4: &str, gateway_v6: &str) {
 
 /// The interface once the kernel has finished with it: its link-local address there (the
 /// kernel adds it when the link comes up) and two looks 100 ms apart the same.
-fn settled(netns: &Netns, name: &str) -> InterfaceView {
+pub(super) fn settled(netns: &Netns, name: &str) -> InterfaceView {
     let mut last = seen(netns, name);
     for _ in 0..50 {
         std::thread::sleep(Duration::from_millis(100));

@@ -162,6 +162,7 @@ fn record_of(netns: &Netns, table: &str) -> Option<PathBuf> {
     let inode = netns.inode().expect("inode");
     pathlab_os::runtime::table_records()
         .expect("records readable")
+        .found
         .into_iter()
         .find(|(_, record)| record.netns == inode && record.table == table)
         .map(|(path, _)| path)

@@ -36,7 +36,7 @@ mod record;
 mod rtnl;
 
 pub use guardian::{guard, Guardian, STAND_DOWN};
-pub use record::{restore_killed, NotRestored, Restored, Restores, Step};
+pub use record::{restore_killed, test_without_guardian, NotRestored, Restored, Restores, Step};
 use record::{test_die_at, undo, write_record, Record, RECORD_VERSION};
 use rtnl::{reapply, snapshot};
 pub use rtnl::{view, InterfaceView};

@@ -96,6 +96,14 @@ pub(super) fn test_die_at(step: Step, taken: bool) {
 #[cfg(not(feature = "test-hooks"))]
 pub(super) fn test_die_at(_step: Step, _taken: bool) {}
 
+/// Test builds only (the `test-hooks` feature): whether `PATHLAB_TEST_NO_GUARDIAN=1` asks
+/// `emulate --iface` to start no guardian, for the tests of what `lab clean` alone undoes.
+/// Always false in any other build.
+pub fn test_without_guardian() -> bool {
+    cfg!(feature = "test-hooks")
+        && std::env::var_os("PATHLAB_TEST_NO_GUARDIAN").is_some_and(|v| v == "1")
+}
+
 /// What NS had on the interface, where the parts of the swap are and the step it is at.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Record {

@@ -214,7 +214,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     pathlab_os::require_net_admin("pathlab emulate").map_err(usage)?;
     // Before the swap: the guardian puts the interface back if this process is killed.
     let guardian = match &config.placement {
-        Placement::Interpose { .. } => Some(start_guardian(&config.name)?),
+        Placement::Interpose { .. } if !pathlab_os::interpose::test_without_guardian() => {
+            Some(start_guardian(&config.name)?)
+        }
         _ => None,
     };
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
