@@ -384,6 +384,40 @@ mod tests {
     }
 
     #[test]
+    fn a_record_is_read_only_when_its_owners_alone_can_write_it() {
+        let dir = crate::testing::ScratchDir::new("runtime-records");
+        let path = dir.path("r.json");
+        fs::write(&path, "[1]").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(read_record::<Vec<u32>>(&path), Ok(vec![1]));
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o620)).unwrap();
+        let refused = read_record::<Vec<u32>>(&path).unwrap_err();
+        assert!(refused.contains("writable by group or others"), "{refused}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path("l.json");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert_eq!(
+            read_record::<Vec<u32>>(&link),
+            Err("a symbolic link".to_owned())
+        );
+        fs::write(&path, "{").unwrap();
+        assert!(read_record::<Vec<u32>>(&path)
+            .unwrap_err()
+            .starts_with("not a record"));
+        if crate::sys::effective_uid() == 0 {
+            fs::write(&path, "[1]").unwrap();
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            let refused = read_record::<Vec<u32>>(&path).unwrap_err();
+            assert!(refused.contains("owned by uid 65534"), "{refused}");
+        }
+        fs::set_permissions(dir.root(), fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(check_trusted_dir(dir.root()).is_err());
+        fs::set_permissions(dir.root(), fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(check_trusted_dir(dir.root()).is_ok());
+        assert!(check_trusted_dir(&link).is_err(), "not a directory");
+    }
+
+    #[test]
     fn names_are_checked() {
         assert!(validate_name("wan-1").is_ok());
         assert!(validate_name("").is_err());

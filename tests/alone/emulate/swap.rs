@@ -347,8 +347,7 @@ fn a_sigkill_of_emulate_on_the_hosts_nic_is_undone_within_a_second() {
             .args(["emulate", "stats", "--name", &name])
             .env("PATHLAB_RUNTIME_DIR", &runtime)
             .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
+            .is_ok_and(|o| o.status.success())
     };
     let started = Instant::now();
     while !stats() {

@@ -121,3 +121,19 @@ pub fn guard(owner: &Owner, mut input: impl Read, mut ready_out: impl Write) -> 
     }
     Some(restore_killed_of(owner))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn told_to_stand_down_the_guardian_ends_doing_nothing() {
+        let me = Owner::this_process().unwrap();
+        let mut said = Vec::new();
+        assert_eq!(guard(&me, STAND_DOWN, &mut said), None);
+        assert_eq!(said, READY, "it says it watches first");
+        // In pieces and after noise, as a pipe may deliver it.
+        let pieces = Read::chain(&b"xx stand "[..], &b"down\n"[..]);
+        assert_eq!(guard(&me, pieces, io::sink()), None);
+    }
+}

@@ -435,3 +435,31 @@ fn restore_one(path: &Path, record: &Record) -> Result<Option<Restored>, String>
         notes,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_interface_names_pass() {
+        assert!(is_interface_name("eth0"));
+        assert!(is_interface_name("inside0"));
+        for bad in ["", ".", "..", "a/b", "a b", "sixteen-bytes-xx", "x\n"] {
+            assert!(!is_interface_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn steps_are_in_the_order_taken_with_the_names_the_hooks_use() {
+        let names: Vec<&str> = Step::ALL.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names,
+            ["holder", "move", "standin", "ports", "addresses", "running"]
+        );
+        assert!(Step::ALL.windows(2).all(|w| w[0] < w[1]));
+        for step in Step::ALL {
+            let text = serde_json::to_string(&step).unwrap();
+            assert_eq!(text, format!("\"{}\"", step.name()));
+        }
+    }
+}
