@@ -60,7 +60,20 @@ impl Emulator {
         spec: &str,
         reverse: &str,
     ) -> Emulator {
+        Emulator::start_with(name, netns, iface, spec, reverse, &[])
+    }
+
+    /// [`Emulator::start`] with `env` added to its environment (the test hooks).
+    pub(crate) fn start_with(
+        name: &str,
+        netns: &str,
+        iface: &str,
+        spec: &str,
+        reverse: &str,
+        env: &[(&str, &str)],
+    ) -> Emulator {
         let child = Command::new(PATHLAB)
+            .envs(env.iter().copied())
             .args([
                 "emulate",
                 "--netns",

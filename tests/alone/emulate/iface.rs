@@ -43,12 +43,15 @@ fn an_interface_keeps_what_its_programs_see_follows_the_specs_and_comes_back() {
         "delay 2ms",
     );
     let ns_b = format!("pid:{}", resident.pid());
-    let emulator_b = Emulator::start(
+    // Without its guardian (a test hook), so that its SIGKILL below is left to `lab clean`
+    // (tests/alone/emulate/swap.rs has the guardian's part).
+    let emulator_b = Emulator::start_with(
         &format!("t{pid}-ifb"),
         &ns_b,
         "vb",
         "delay 3ms",
         "delay 1ms",
+        &[("PATHLAB_TEST_NO_GUARDIAN", "1")],
     );
     assert_eq!(
         seen(&a, "va"),
@@ -96,7 +99,7 @@ fn an_interface_keeps_what_its_programs_see_follows_the_specs_and_comes_back() {
     assert_eq!(seen(&a, "va"), before_a, "va after SIGTERM");
     no_record_left(&a);
 
-    // SIGKILL leaves vb swapped; `lab clean` puts it back.
+    // SIGKILL (and no guardian) leaves vb swapped; `lab clean` puts it back.
     emulator_b.kill();
     let output = pathlab(&["emulate", "--netns", &ns_b, "--iface", "vb", "delay", "1ms"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
