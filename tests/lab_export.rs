@@ -871,54 +871,7 @@ fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
     // Each node: a HOST running `pathlab node` on its config, its interfaces with ids.
     let mut uids: BTreeMap<(String, String), i64> = BTreeMap::new();
     for node in &nodes {
-        let name = node.string("name");
-        assert!(is_dns_label(&name), "{label}: {name}");
-        assert_eq!(node.one("vendor"), &Value::Identifier("HOST".into()));
-        let config = node.message("config");
-        assert_eq!(config.strings("command"), ["pathlab"]);
-        assert_eq!(
-            config.strings("args"),
-            [
-                "node".to_owned(),
-                format!(
-                    "{}/{}",
-                    config.string("config_path"),
-                    config.string("config_file")
-                )
-            ]
-        );
-        assert_eq!(config.string("file"), format!("{name}.toml"));
-        assert!(dir.join(config.string("file")).is_file(), "{label}: {name}");
-        // The node's own token, certificate and key as environment variables, which
-        // `pathlab node` reads when given no --control-token, --tls-cert, --tls-key.
-        let env: Vec<(String, String)> = config
-            .messages("env")
-            .map(|entry| (entry.string("key"), entry.string("value")))
-            .collect();
-        let token = check_token_file(dir, &name, label);
-        let file = |ext: &str| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap();
-        assert_eq!(
-            env,
-            [
-                ("PATHLAB_CONTROL_TOKEN".to_owned(), token),
-                ("PATHLAB_TLS_CERT".to_owned(), file("crt")),
-                ("PATHLAB_TLS_KEY".to_owned(), file("key")),
-            ],
-            "{label}: {name}"
-        );
-        for entry in node.messages("interfaces") {
-            let interface = entry.string("key");
-            assert!(
-                is_interface_name(&interface),
-                "{label}: {name}: {interface}"
-            );
-            let uid = entry.message("value").number("uid");
-            assert!(
-                uids.insert((name.clone(), interface.clone()), uid)
-                    .is_none(),
-                "{label}: {name}: {interface} twice"
-            );
-        }
+        check_kne_node(dir, node, label, &mut uids);
     }
     // Every link once, its ends the right nodes' interfaces; ids unique, shared by both
     // ends, and the ones KNE gives (file order from 0).
@@ -953,6 +906,64 @@ fn check_kne(dir: &Path, experiment: &Experiment, label: &str) {
         "{label}: an interface on no link"
     );
     check_configs(dir, experiment, label);
+}
+
+/// One node of a KNE export: a HOST running `pathlab node` on its config, with its own
+/// credentials in its environment, its interfaces' ids put in `uids`.
+fn check_kne_node(
+    dir: &Path,
+    node: &Message,
+    label: &str,
+    uids: &mut BTreeMap<(String, String), i64>,
+) {
+    let name = node.string("name");
+    assert!(is_dns_label(&name), "{label}: {name}");
+    assert_eq!(node.one("vendor"), &Value::Identifier("HOST".into()));
+    let config = node.message("config");
+    assert_eq!(config.strings("command"), ["pathlab"]);
+    assert_eq!(
+        config.strings("args"),
+        [
+            "node".to_owned(),
+            format!(
+                "{}/{}",
+                config.string("config_path"),
+                config.string("config_file")
+            )
+        ]
+    );
+    assert_eq!(config.string("file"), format!("{name}.toml"));
+    assert!(dir.join(config.string("file")).is_file(), "{label}: {name}");
+    // The node's own token, certificate and key as environment variables, which
+    // `pathlab node` reads when given no --control-token, --tls-cert, --tls-key.
+    let env: Vec<(String, String)> = config
+        .messages("env")
+        .map(|entry| (entry.string("key"), entry.string("value")))
+        .collect();
+    let token = check_token_file(dir, &name, label);
+    let file = |ext: &str| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap();
+    assert_eq!(
+        env,
+        [
+            ("PATHLAB_CONTROL_TOKEN".to_owned(), token),
+            ("PATHLAB_TLS_CERT".to_owned(), file("crt")),
+            ("PATHLAB_TLS_KEY".to_owned(), file("key")),
+        ],
+        "{label}: {name}"
+    );
+    for entry in node.messages("interfaces") {
+        let interface = entry.string("key");
+        assert!(
+            is_interface_name(&interface),
+            "{label}: {name}: {interface}"
+        );
+        let uid = entry.message("value").number("uid");
+        assert!(
+            uids.insert((name.clone(), interface.clone()), uid)
+                .is_none(),
+            "{label}: {name}: {interface} twice"
+        );
+    }
 }
 
 /// Reads a containerlab export back and checks it against the spec.

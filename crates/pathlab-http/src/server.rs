@@ -579,7 +579,7 @@ mod tests {
         stream.write_all(head.as_bytes()).unwrap();
         let mut answer = String::new();
         if let Err(error) = stream.read_to_string(&mut answer) {
-            answer.push_str(&format!("(then {error})"));
+            answer = format!("{answer}(then {error})");
         }
         answer
     }
