@@ -19,6 +19,35 @@ pub(crate) struct NodeProcess {
     pub(crate) stderr: std::path::PathBuf,
 }
 
+/// Where each node serves its emulators' metrics alone, in plain HTTP, on its pod's
+/// loopback (`--metrics`).
+pub(crate) const METRICS_PORT: u16 = 9464;
+
+/// `GET PATH` in plain HTTP from `pod` to its node's metrics address: the status line
+/// and the body.
+pub(crate) fn get_metrics(pod: &Netns, path: &str) -> (String, String) {
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{METRICS_PORT}\r\nConnection: close\r\n\r\n"
+    );
+    pod.run(move || {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", METRICS_PORT)).expect("metrics address");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        (
+            head.lines().next().unwrap_or("").to_owned(),
+            body.to_owned(),
+        )
+    })
+    .unwrap()
+}
+
 impl NodeProcess {
     /// Starts node `name` of the export in `DIR/export`, with its own token, certificate
     /// and key from there.
@@ -32,6 +61,7 @@ impl NodeProcess {
             .arg("--out")
             .arg(dir.path(&format!("node-{name}")))
             .args(["--wait", "60"])
+            .args(["--metrics", &format!("127.0.0.1:{METRICS_PORT}")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).expect("stderr file"))

@@ -52,13 +52,42 @@ fn a_lab_across_two_machines_runs_on_pathlab_node_and_is_collected() {
         .map(|(name, netns)| NodeProcess::start(netns, name, &dir))
         .collect();
     std::thread::sleep(Duration::from_millis(500));
+    // Each node's metrics alone, in plain HTTP on its pod's loopback (`--metrics`): not yet
+    // there before the run, and nothing but /metrics served.
+    let h1 = machines.pod("h1");
+    let (status, body) = get_metrics(h1, "/metrics");
+    assert!(status.contains(" 503 "), "{status}: {body}");
+    let (status, body) = get_metrics(h1, "/api/v1/node");
+    assert!(
+        status.contains(" 404 ") && body.contains("metrics are at /metrics"),
+        "{status}: {body}"
+    );
 
     let mut underlay = start_the_underlay_emulator(&machines.named, &dir, pid);
     wire_the_links_as_meshnet_does(&machines, &dir);
     let before: Vec<_> = machines.pods.iter().map(|(_, p)| kinds(p)).collect();
 
     let out = dir.path("collected");
-    let collect = collect_the_lab(&machines, &spec, &export, &out);
+    // A scraper of h1's plain metrics address while the lab runs.
+    let scraping = std::sync::atomic::AtomicBool::new(true);
+    let collect = std::thread::scope(|scope| {
+        let scraper = scope.spawn(|| {
+            let mut seen = false;
+            while scraping.load(std::sync::atomic::Ordering::Relaxed) && !seen {
+                let (status, body) = get_metrics(h1, "/metrics");
+                seen = status.contains(" 200 ") && body.contains("emulator=");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            seen
+        });
+        let collect = collect_the_lab(&machines, &spec, &export, &out);
+        scraping.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            scraper.join().unwrap(),
+            "h1's emulators' metrics in plain HTTP during the run"
+        );
+        collect
+    });
     let said = String::from_utf8_lossy(&collect.stdout).into_owned();
     eprintln!("{said}{}", String::from_utf8_lossy(&collect.stderr));
     let stderrs: Vec<String> = nodes.into_iter().map(NodeProcess::stop).collect();

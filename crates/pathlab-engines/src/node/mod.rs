@@ -62,6 +62,9 @@ pub struct NodeOptions {
     pub server: Arc<HttpServer>,
     /// Where a spec sent to the control address may name trace files.
     pub trace_dir: Option<Arc<pathlab_os::files::Dir>>,
+    /// Where to serve the emulators' `/metrics` alone, in plain HTTP (`--metrics`), for a
+    /// scraper without the lab's CA; the control address serves them too, in TLS.
+    pub metrics: Option<Arc<HttpServer>>,
     /// How the emulators' forwarding threads are scheduled (`--priority`, `--cpus`).
     pub scheduling: pathlab_os::scheduling::Request,
 }
@@ -191,6 +194,15 @@ impl Shared {
         }
     }
 
+    /// The answer of the metrics address: the emulators' `/metrics` (503 until they run),
+    /// nothing else (404 saying where the metrics are).
+    fn metrics(&self, request: &Request) -> Response {
+        if request.path == pathlab_http::metrics::PATH {
+            return self.answer(request);
+        }
+        pathlab_http::metrics::route(request, &|| Err(String::new()))
+    }
+
     /// A file of the run, by a name among `names` (never a path from the request), as the
     /// node made it: opened in its output directory without following a link, at most as
     /// large as a collector takes one ([`wire::MAX_FILE_BYTES`]).
@@ -247,6 +259,12 @@ pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
         let stop = Arc::clone(&serving_stop);
         std::thread::spawn(move || server.serve(&stop, &|request| shared.answer(request)))
     };
+    let metrics = options.metrics.as_ref().map(|server| {
+        let shared = Arc::clone(&shared);
+        let server = Arc::clone(server);
+        let stop = Arc::clone(&serving_stop);
+        std::thread::spawn(move || server.serve(&stop, &|request| shared.metrics(request)))
+    });
     let outcome = play(options, &shared);
     match &outcome {
         Ok(result) => {
@@ -275,6 +293,9 @@ pub fn run(options: &NodeOptions) -> Result<NodeResult, NodeError> {
     }
     serving_stop.store(true, Ordering::SeqCst);
     let _ = serving.join();
+    if let Some(metrics) = metrics {
+        let _ = metrics.join();
+    }
     outcome
 }
 

@@ -252,7 +252,8 @@ impl NodeRunConfig {
 
 /// Plays the node of `config` ([`super::run`]), serving its control address on `server`
 /// (from [`NodeRunConfig::bind`]) until `stop` is set, its files in `out` (from
-/// [`NodeRunConfig::open_out`]); `trace_dir` is where a spec sent
+/// [`NodeRunConfig::open_out`]), its emulators' metrics alone also on `metrics` (plain
+/// HTTP) if given; `trace_dir` is where a spec sent
 /// there may name trace files. Returns its result, or `None` when stopped before the run
 /// ended: a stop is how a node ends, not a failure.
 pub fn serve(
@@ -260,6 +261,7 @@ pub fn serve(
     server: HttpServer,
     out: pathlab_os::files::Dir,
     trace_dir: Option<pathlab_os::files::Dir>,
+    metrics: Option<HttpServer>,
     stop: Arc<AtomicBool>,
 ) -> Result<Option<NodeResult>, NodeError> {
     let result = super::run(&NodeOptions {
@@ -271,6 +273,7 @@ pub fn serve(
         stop,
         server: Arc::new(server),
         trace_dir: trace_dir.map(Arc::new),
+        metrics: metrics.map(Arc::new),
         scheduling: config.scheduling.clone(),
     });
     match result {

@@ -182,6 +182,11 @@ impl Metrics {
         })
     }
 
+    /// The bound server, for a command that serves it from its own threads.
+    pub fn into_server(self) -> Option<HttpServer> {
+        self.server
+    }
+
     /// Runs `body` while serving `render` on the address (if one is bound); the serving
     /// thread stops when `body` returns.
     pub fn serve_while<R>(

@@ -17,7 +17,7 @@ pub struct Args {
     /// The bearer token of the control address, from the first line of FILE (at least 16
     /// characters, readable by its owner only); needed unless the config's control
     /// address is loopback. Without it, the token is the value of PATHLAB_CONTROL_TOKEN
-    /// if set (how a KNE pod gets it). `pathlab lab collect --token` sends it.
+    /// if set (how a KNE pod gets it). `pathlab lab collect --export DIR` sends it.
     #[arg(long, value_name = "FILE")]
     pub control_token: Option<PathBuf>,
     /// The node's certificate (PEM, signed by the lab's CA: `lab export` writes
@@ -43,6 +43,10 @@ pub struct Args {
     pub trace_dir: Option<PathBuf>,
     #[command(flatten)]
     pub scheduling: crate::cmd::SchedulingArgs,
+    /// The emulators' metrics alone, in plain HTTP for a scraper without the lab's CA (the
+    /// control address serves them too, in TLS).
+    #[command(flatten)]
+    pub metrics: crate::cmd::metrics::MetricsArgs,
 }
 
 impl Args {
@@ -99,6 +103,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     setup::check_capabilities().map_err(usage)?;
     let out = config.open_out().map_err(usage)?;
     let server = config.bind().map_err(anyhow::Error::new)?;
+    let metrics = crate::cmd::metrics::Metrics::bind(&args.metrics)?;
     let traces = crate::cmd::metrics::open_dir(args.trace_dir.as_deref(), "--trace-dir")?;
     let stop = crate::cmd::stop_on_signals()?;
     let node = &config.node;
@@ -111,7 +116,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         node.interfaces.len(),
         node.workloads.len()
     );
-    setup::serve(&config, server, out, traces, stop)?;
+    setup::serve(&config, server, out, traces, metrics.into_server(), stop)?;
     Ok(())
 }
 
