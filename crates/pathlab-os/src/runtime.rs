@@ -177,9 +177,12 @@ pub fn record_table(table: &str) -> io::Result<Recorded> {
     };
     // The table's name is pathlab's own (`pathlab-PID-N`): a file name as it is.
     let dir = private_dir(&records_dir())?;
-    let path = dir.join(format!("nft-{}-{table}.json", record.netns));
+    let name = format!("nft-{}-{table}.json", record.netns);
+    let path = dir.join(&name);
     let text = serde_json::to_string(&record).map_err(io::Error::other)?;
-    fs::write(&path, text)?;
+    crate::files::Dir::output(&dir)
+        .and_then(|dir| dir.write_file(&name, text.as_bytes()))
+        .map_err(crate::files::FileError::into_io)?;
     Ok(Recorded { path: Some(path) })
 }
 

@@ -204,9 +204,10 @@ pub fn run(
             });
         }
     }
-    std::fs::create_dir_all(&config.out).map_err(|source| CollectError::Io {
-        context: format!("creating {}", config.out.display()),
-        source,
+    // Made, or one no one else can change (a link planted in it is never followed).
+    Dir::output(&config.out).map_err(|e| CollectError::Io {
+        context: format!("the output directory {}", config.out.display()),
+        source: std::io::Error::other(e.to_string()),
     })?;
 
     let underlay = wait_until_ready(&nodes, config, stop, progress)?;
@@ -394,7 +395,7 @@ fn save_recordings_and_outputs(
     config: &CollectConfig,
 ) -> Result<(), CollectError> {
     let stage = Stage::new("gather", config.wait);
-    let out = Dir::open(&config.out).map_err(|e| CollectError::Io {
+    let out = Dir::output(&config.out).map_err(|e| CollectError::Io {
         context: format!("opening {}", config.out.display()),
         source: std::io::Error::other(e.to_string()),
     })?;
@@ -489,11 +490,10 @@ fn fetch_to_file(
     Ok(Some(()))
 }
 
-/// A new file `name` in `out`, in place of any of that name (O_EXCL, O_NOFOLLOW: never
+/// A new file `name` in `out`, in place of any of that name ([`Dir::replace`]: never
 /// written through one that was there).
 fn create(out: &Dir, name: &str) -> Result<std::fs::File, CollectError> {
-    let _ = std::fs::remove_file(out.path().join(name));
-    out.create_new(name).map_err(|e| CollectError::Io {
+    out.replace(name).map_err(|e| CollectError::Io {
         context: format!("creating {}", out.shown(name)),
         source: std::io::Error::other(e.to_string()),
     })

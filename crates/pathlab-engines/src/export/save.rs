@@ -126,7 +126,8 @@ fn write_file(out: &Dir, file: &ExportFile) -> Result<(), ExportWriteError> {
             .and_then(|mut new| Ok(new.write_all(file.contents.as_bytes())?))
             .and_then(|()| Ok(std::fs::rename(out.path().join(&temporary), &path)?))
     } else {
-        std::fs::write(&path, &file.contents).map_err(WriteFailure::from)
+        out.write_file(&file.name, file.contents.as_bytes())
+            .map_err(WriteFailure::from)
     };
     written.map_err(|source| ExportWriteError::Write { path, source })
 }
@@ -192,11 +193,8 @@ pub fn write(config: &ExportConfig) -> Result<Exported, ExportWriteError> {
     let credentials = credentials::make(out, &nodes)?;
     let files = files_with(&credentials.nodes)?;
     // Bad input stops above, before anything is written.
-    std::fs::create_dir_all(out).map_err(|source| ExportWriteError::Io {
-        context: format!("creating {}", out.display()),
-        source,
-    })?;
-    let dir = Dir::open(out).map_err(ExportWriteError::Dir)?;
+    // Made, or one no one else can change: every file written there is one this made.
+    let dir = Dir::output(out).map_err(ExportWriteError::Dir)?;
     for file in credential_files(&credentials).iter().chain(&files) {
         write_file(&dir, file)?;
     }
