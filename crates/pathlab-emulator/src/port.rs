@@ -639,7 +639,13 @@ pub(crate) fn deliver_frame(
         }
         deliver(wire, received_unix_ns);
     };
-    match offload::to_wire_frames_from(&data[sys::VNET_HDR_LEN..], &vnet, pool, &mut emit) {
+    match offload::to_wire_packets(
+        &data[sys::VNET_HDR_LEN..],
+        Framing::Ethernet,
+        &vnet,
+        pool,
+        &mut emit,
+    ) {
         Ok(n) => counts.segments += n as u64,
         Err(_) => counts.malformed += 1,
     }

@@ -355,7 +355,7 @@ impl Tun {
         };
         let vnet = VnetHeader::parse(header.try_into().expect("10 bytes"));
         let packet = &buffer[sys::VNET_HDR_LEN..len];
-        Ok(offload::to_ip_packets(packet, &vnet, pool, &mut emit).unwrap_or(0))
+        Ok(offload::to_wire_packets(packet, Framing::Ip, &vnet, pool, &mut emit).unwrap_or(0))
     }
 
     /// Writes `packets` (IPv4 or IPv6 datagrams) for the host to receive, as

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use super::checksum::{checksum_add, checksum_finish, checksum_update};
-use super::{u16_at, u32_at, HeaderError};
+use super::{u16_at, HeaderError};
 
 /// The header's fields: the one table every reader and writer of IPv4 headers uses.
 pub mod field {
@@ -88,24 +88,15 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         usize::from(self.bytes()[field::VERSION_IHL] & 0x0f) * 4
     }
 
-    /// DSCP and ECN, as the byte holds them.
-    pub fn dscp_ecn(&self) -> u8 {
-        self.bytes()[field::DSCP_ECN]
-    }
-
-    /// The total length the header states, bytes.
-    pub fn total_len(&self) -> u16 {
-        u16_at(self.bytes(), field::TOTAL_LEN.start)
-    }
-
-    /// Identification.
-    pub fn ident(&self) -> u16 {
-        u16_at(self.bytes(), field::IDENT.start)
-    }
-
-    /// Flags and fragment offset, as the two bytes hold them.
-    pub fn flags_fragment(&self) -> u16 {
-        u16_at(self.bytes(), field::FLAGS_FRAGMENT.start)
+    getters! {
+        /// DSCP and ECN, as the byte holds them.
+        dscp_ecn: u8 = field::DSCP_ECN;
+        /// The total length the header states, bytes.
+        total_len: u16 = field::TOTAL_LEN;
+        /// Identification.
+        ident: u16 = field::IDENT;
+        /// Flags and fragment offset, as the two bytes hold them.
+        flags_fragment: u16 = field::FLAGS_FRAGMENT;
     }
 
     /// The fragment offset, in 8-byte units.
@@ -118,19 +109,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         self.flags_fragment() & (MORE_FRAGMENTS | FRAGMENT_OFFSET_MASK) != 0
     }
 
-    /// Time to live.
-    pub fn ttl(&self) -> u8 {
-        self.bytes()[field::TTL]
-    }
-
-    /// The payload's protocol number.
-    pub fn protocol(&self) -> u8 {
-        self.bytes()[field::PROTOCOL]
-    }
-
-    /// The header checksum.
-    pub fn checksum(&self) -> u16 {
-        u16_at(self.bytes(), field::CHECKSUM.start)
+    getters! {
+        /// Time to live.
+        ttl: u8 = field::TTL;
+        /// The payload's protocol number.
+        protocol: u8 = field::PROTOCOL;
+        /// The header checksum.
+        checksum: u16 = field::CHECKSUM;
     }
 
     /// Whether the header's checksum is right.
@@ -138,14 +123,11 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         checksum_finish(checksum_add(0, self.header())) == 0
     }
 
-    /// The source address.
-    pub fn source(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32_at(self.bytes(), field::SOURCE.start))
-    }
-
-    /// The destination address.
-    pub fn destination(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32_at(self.bytes(), field::DESTINATION.start))
+    getters! {
+        /// The source address.
+        source: Ipv4Addr = field::SOURCE;
+        /// The destination address.
+        destination: Ipv4Addr = field::DESTINATION;
     }
 
     /// The header's bytes, options included.
@@ -189,24 +171,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         Ok(Ipv4Packet { buffer })
     }
 
-    /// Sets DSCP and ECN.
-    pub fn set_dscp_ecn(&mut self, value: u8) {
-        self.bytes_mut()[field::DSCP_ECN] = value;
-    }
-
-    /// Sets the total length.
-    pub fn set_total_len(&mut self, value: u16) {
-        self.bytes_mut()[field::TOTAL_LEN].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the identification.
-    pub fn set_ident(&mut self, value: u16) {
-        self.bytes_mut()[field::IDENT].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the flags and fragment offset.
-    pub fn set_flags_fragment(&mut self, value: u16) {
-        self.bytes_mut()[field::FLAGS_FRAGMENT].copy_from_slice(&value.to_be_bytes());
+    setters! {
+        /// Sets DSCP and ECN.
+        set_dscp_ecn: u8 = field::DSCP_ECN;
+        /// Sets the total length.
+        set_total_len: u16 = field::TOTAL_LEN;
+        /// Sets the identification.
+        set_ident: u16 = field::IDENT;
+        /// Sets the flags and fragment offset.
+        set_flags_fragment: u16 = field::FLAGS_FRAGMENT;
     }
 
     /// Sets DSCP and ECN and updates the checksum for the change alone (RFC 1624 eqn. 3),
@@ -219,29 +192,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.set_checksum(sum);
     }
 
-    /// Sets the time to live.
-    pub fn set_ttl(&mut self, value: u8) {
-        self.bytes_mut()[field::TTL] = value;
-    }
-
-    /// Sets the payload's protocol.
-    pub fn set_protocol(&mut self, value: u8) {
-        self.bytes_mut()[field::PROTOCOL] = value;
-    }
-
-    /// Sets the checksum as it is (see [`Ipv4Packet::fill_checksum`]).
-    pub fn set_checksum(&mut self, value: u16) {
-        self.bytes_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the source address.
-    pub fn set_source(&mut self, address: Ipv4Addr) {
-        self.bytes_mut()[field::SOURCE].copy_from_slice(&address.octets());
-    }
-
-    /// Sets the destination address.
-    pub fn set_destination(&mut self, address: Ipv4Addr) {
-        self.bytes_mut()[field::DESTINATION].copy_from_slice(&address.octets());
+    setters! {
+        /// Sets the time to live.
+        set_ttl: u8 = field::TTL;
+        /// Sets the payload's protocol.
+        set_protocol: u8 = field::PROTOCOL;
+        /// Sets the checksum as it is (see [`Ipv4Packet::fill_checksum`]).
+        set_checksum: u16 = field::CHECKSUM;
     }
 
     /// Computes the header's checksum over its other fields and stores it.
@@ -249,6 +206,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.set_checksum(0);
         let sum = checksum_finish(checksum_add(0, self.header()));
         self.set_checksum(sum);
+    }
+
+    setters! {
+        /// Sets the source address.
+        set_source: Ipv4Addr = field::SOURCE;
+        /// Sets the destination address.
+        set_destination: Ipv4Addr = field::DESTINATION;
     }
 
     /// The bytes after the header, as [`Ipv4Packet::payload`] bounds them, to write.

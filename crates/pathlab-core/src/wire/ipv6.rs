@@ -3,7 +3,7 @@
 
 use std::net::Ipv6Addr;
 
-use super::{u16_at, HeaderError};
+use super::HeaderError;
 
 /// The header's fields: the one table every reader and writer of IPv6 headers uses.
 pub mod field {
@@ -93,29 +93,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         u32::from_be_bytes([0, bytes[1] & 0x0f, bytes[2], bytes[3]])
     }
 
-    /// The payload length the header states, bytes.
-    pub fn payload_len(&self) -> u16 {
-        u16_at(self.bytes(), field::PAYLOAD_LEN.start)
-    }
-
-    /// The protocol of what follows the fixed header.
-    pub fn next_header(&self) -> u8 {
-        self.bytes()[field::NEXT_HEADER]
-    }
-
-    /// Hop limit.
-    pub fn hop_limit(&self) -> u8 {
-        self.bytes()[field::HOP_LIMIT]
-    }
-
-    /// The source address.
-    pub fn source(&self) -> Ipv6Addr {
-        Ipv6Addr::from(self.address(field::SOURCE.start))
-    }
-
-    /// The destination address.
-    pub fn destination(&self) -> Ipv6Addr {
-        Ipv6Addr::from(self.address(field::DESTINATION.start))
+    getters! {
+        /// The payload length the header states, bytes.
+        payload_len: u16 = field::PAYLOAD_LEN;
+        /// The protocol of what follows the fixed header.
+        next_header: u8 = field::NEXT_HEADER;
+        /// Hop limit.
+        hop_limit: u8 = field::HOP_LIMIT;
     }
 
     /// The bytes after the fixed header: up to the payload length where it fits in the
@@ -124,6 +108,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         let bytes = self.bytes();
         let end = HEADER_LEN + usize::from(self.payload_len());
         &bytes[HEADER_LEN..end.min(bytes.len())]
+    }
+
+    getters! {
+        /// The source address.
+        source: Ipv6Addr = field::SOURCE;
+        /// The destination address.
+        destination: Ipv6Addr = field::DESTINATION;
     }
 
     /// The upper layer behind the extension headers this walk knows ([`HOP_BY_HOP`],
@@ -156,12 +147,6 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// The buffer the view was made from.
     pub fn into_inner(self) -> T {
         self.buffer
-    }
-
-    fn address(&self, at: usize) -> [u8; 16] {
-        self.bytes()[at..at + 16]
-            .try_into()
-            .expect("an address is 16 bytes")
     }
 
     fn bytes(&self) -> &[u8] {
@@ -198,29 +183,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
         bytes[3] = low;
     }
 
-    /// Sets the payload length.
-    pub fn set_payload_len(&mut self, value: u16) {
-        self.buffer.as_mut()[field::PAYLOAD_LEN].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the next header.
-    pub fn set_next_header(&mut self, value: u8) {
-        self.buffer.as_mut()[field::NEXT_HEADER] = value;
-    }
-
-    /// Sets the hop limit.
-    pub fn set_hop_limit(&mut self, value: u8) {
-        self.buffer.as_mut()[field::HOP_LIMIT] = value;
-    }
-
-    /// Sets the source address.
-    pub fn set_source(&mut self, address: Ipv6Addr) {
-        self.buffer.as_mut()[field::SOURCE].copy_from_slice(&address.octets());
-    }
-
-    /// Sets the destination address.
-    pub fn set_destination(&mut self, address: Ipv6Addr) {
-        self.buffer.as_mut()[field::DESTINATION].copy_from_slice(&address.octets());
+    setters! {
+        /// Sets the payload length.
+        set_payload_len: u16 = field::PAYLOAD_LEN;
+        /// Sets the next header.
+        set_next_header: u8 = field::NEXT_HEADER;
+        /// Sets the hop limit.
+        set_hop_limit: u8 = field::HOP_LIMIT;
+        /// Sets the source address.
+        set_source: Ipv6Addr = field::SOURCE;
+        /// Sets the destination address.
+        set_destination: Ipv6Addr = field::DESTINATION;
     }
 }
 

@@ -6,6 +6,30 @@
 //! path can use it; no input, however short or odd, makes it panic (smoltcp's `wire`
 //! contract).
 
+/// Read accessors of a view's fields, one line each: `name: Type = field::PLACE;` (after
+/// its doc) is `pub fn name(&self) -> Type`, the field's big-endian bytes as a `Type`
+/// ([`FieldValue`]). The view has checked the bytes are there.
+macro_rules! getters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $place:expr;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> $ty {
+            $crate::wire::FieldValue::read(&self.buffer.as_ref()[$crate::wire::bytes_of($place)])
+        }
+    )*};
+}
+
+/// Write accessors of a view's fields, as [`getters`] reads them: `set_name: Type =
+/// field::PLACE;` is `pub fn set_name(&mut self, value: Type)`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty = $place:expr;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&mut self, value: $ty) {
+            let place = $crate::wire::bytes_of($place);
+            $crate::wire::FieldValue::write(value, &mut self.buffer.as_mut()[place]);
+        }
+    )*};
+}
+
 pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
@@ -71,14 +95,72 @@ pub fn ip_version(packet: &[u8]) -> Option<u8> {
         .filter(|v| *v == 4 || *v == 6)
 }
 
+/// A field's value as its big-endian bytes hold it: what [`getters`] and [`setters`] read
+/// and write.
+pub(crate) trait FieldValue: Sized {
+    /// The value of `bytes`, the field's own (exactly its width).
+    fn read(bytes: &[u8]) -> Self;
+    /// Writes the value into `bytes`, the field's own.
+    fn write(self, bytes: &mut [u8]);
+}
+
+/// `FieldValue` for a type made from its big-endian byte array by `$from` and turned back
+/// into one by `$to_bytes`.
+macro_rules! field_value {
+    ($($ty:ty: $width:literal, $from:ident, $to_bytes:ident;)*) => {$(
+        impl FieldValue for $ty {
+            fn read(bytes: &[u8]) -> Self {
+                <$ty>::$from(<[u8; $width]>::try_from(bytes).expect("a field of its width"))
+            }
+
+            fn write(self, bytes: &mut [u8]) {
+                bytes.copy_from_slice(&self.$to_bytes());
+            }
+        }
+    )*};
+}
+
+field_value! {
+    u16: 2, from_be_bytes, to_be_bytes;
+    u32: 4, from_be_bytes, to_be_bytes;
+    std::net::Ipv4Addr: 4, from, octets;
+    std::net::Ipv6Addr: 16, from, octets;
+}
+
+impl FieldValue for u8 {
+    fn read(bytes: &[u8]) -> Self {
+        bytes[0]
+    }
+
+    fn write(self, bytes: &mut [u8]) {
+        bytes[0] = self;
+    }
+}
+
+/// The bytes a field's place in a `field` table covers: a one-byte field's index, or a
+/// wider one's range.
+pub(crate) fn bytes_of(place: impl Into<FieldPlace>) -> core::ops::Range<usize> {
+    place.into().0
+}
+
+/// A field's bytes; see [`bytes_of`].
+pub(crate) struct FieldPlace(core::ops::Range<usize>);
+
+impl From<usize> for FieldPlace {
+    fn from(at: usize) -> FieldPlace {
+        FieldPlace(at..at + 1)
+    }
+}
+
+impl From<core::ops::Range<usize>> for FieldPlace {
+    fn from(range: core::ops::Range<usize>) -> FieldPlace {
+        FieldPlace(range)
+    }
+}
+
 /// The big-endian `u16` at `at`; the caller's view has checked the bytes are there.
 fn u16_at(bytes: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([bytes[at], bytes[at + 1]])
-}
-
-/// The big-endian `u32` at `at`; the caller's view has checked the bytes are there.
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 use std::net::IpAddr;

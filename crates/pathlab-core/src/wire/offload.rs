@@ -189,36 +189,13 @@ pub fn to_wire_frames(
     }
 }
 
-/// [`to_wire_frames`] of a frame still in a receive buffer: a super-packet is cut from
-/// where it is, and only a frame that passes whole is copied; the frames are written into
-/// buffers taken from `pool`.
-pub fn to_wire_frames_from(
-    frame: &[u8],
-    vnet: &VnetHeader,
-    pool: &mut BufferPool,
-    emit: &mut dyn FnMut(Vec<u8>),
-) -> Result<usize, OffloadError> {
-    cut_or_copy(frame, Framing::Ethernet, vnet, pool, emit)
-}
-
-/// Turns one packet read from a TUN device with offloads on (`IFF_VNET_HDR`, without its
-/// vnet header) into the IP packets it stands for, at most the segment size each, passing
-/// each to `emit`: a TCP super-packet is cut as [`to_wire_frames`] cuts a frame, and a
-/// checksum left to "hardware" is completed, in buffers taken from `pool`. Returns how
-/// many there were.
-pub fn to_ip_packets(
-    packet: &[u8],
-    vnet: &VnetHeader,
-    pool: &mut BufferPool,
-    emit: &mut dyn FnMut(Vec<u8>),
-) -> Result<usize, OffloadError> {
-    cut_or_copy(packet, Framing::Ip, vnet, pool, emit)
-}
-
-/// A super-packet still in a receive buffer cut where it is, or anything else copied
-/// whole into a buffer from `pool`: what [`to_wire_frames_from`] and [`to_ip_packets`] do,
-/// each with its framing.
-fn cut_or_copy(
+/// [`to_wire_frames`] of what is still in a receive buffer: a frame (`Framing::Ethernet`)
+/// or a packet read from a TUN device with offloads on (`Framing::Ip`, `IFF_VNET_HDR`),
+/// without its vnet header. A super-packet is cut from where it is, into segments of at
+/// most the segment size, and a checksum left to "hardware" is completed; anything else
+/// is copied whole. Each result is written into a buffer taken from `pool` and passed to
+/// `emit`. Returns how many there were.
+pub fn to_wire_packets(
     bytes: &[u8],
     framing: Framing,
     vnet: &VnetHeader,
@@ -715,6 +692,33 @@ mod tests {
         assert_eq!(checksum_finish(sum), 0, "TCP checksum");
     }
 
+    /// The offload header of a TCP/IPv4 super-packet: its headers `hdr_len` bytes long,
+    /// cut into `gso_size` bytes of payload, the TCP header (whose checksum is to be
+    /// filled) at `csum_start`.
+    fn tcp_v4_gso(hdr_len: u16, gso_size: u16, csum_start: u16) -> VnetHeader {
+        VnetHeader {
+            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len,
+            gso_size,
+            csum_start,
+            csum_offset: tcp::field::CHECKSUM.start as u16,
+        }
+    }
+
+    /// `len` bytes that differ from their neighbours: byte `i` is `i * step`.
+    fn pattern(len: u32, step: u32) -> Vec<u8> {
+        (0..len).map(|i| (i * step) as u8).collect()
+    }
+
+    /// The wire frames `to_wire_frames` cuts `frame` into.
+    fn wire_frames(frame: Vec<u8>, vnet: &VnetHeader) -> Vec<Vec<u8>> {
+        let mut segments = Vec::new();
+        let count = to_wire_frames(frame, vnet, &mut |s| segments.push(s)).unwrap();
+        assert_eq!(count, segments.len());
+        segments
+    }
+
     #[test]
     fn rfc1071_example_sums_to_the_published_value() {
         // RFC 1071 section 3: the words 0001 f203 f4f5 f6f7 sum to ddf2 (before complement).
@@ -747,19 +751,11 @@ mod tests {
 
     #[test]
     fn tso_packet_is_cut_into_mss_segments_with_sequence_numbers_flags_and_checksums() {
-        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        let payload = pattern(4000, 7);
         let frame = tcp_v4_frame(&payload, 0x18 | 0x01 | 0x80); // PSH ACK FIN CWR
-        let vnet = VnetHeader {
-            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: 66,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: tcp::field::CHECKSUM.start as u16,
-        };
-        let mut segments = Vec::new();
-        let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
-        assert_eq!(count, 3);
+        let vnet = tcp_v4_gso(66, 1448, 34);
+        let segments = wire_frames(frame, &vnet);
+        assert_eq!(segments.len(), 3);
         let lens: Vec<usize> = segments.iter().map(Vec::len).collect();
         assert_eq!(lens, vec![66 + 1448, 66 + 1448, 66 + 4000 - 2 * 1448]);
         let mut rebuilt = Vec::new();
@@ -786,7 +782,7 @@ mod tests {
     /// length kept the super-packet's, and the receiver dropped each segment as too short.
     #[test]
     fn a_vxlan_tunnels_super_packet_is_cut_with_outer_and_inner_headers_sized() {
-        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 11) as u8).collect();
+        let payload = pattern(3000, 11);
         let inner = tcp_v4_frame(&payload, 0x10);
         let mut frame = vec![0u8; 14 + 20 + 8 + 8];
         frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
@@ -804,17 +800,9 @@ mod tests {
         frame.extend_from_slice(&inner);
         let inner_ip = 50 + 14;
         let l4 = inner_ip + 20;
-        let vnet = VnetHeader {
-            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: (l4 + 32) as u16,
-            gso_size: 1400,
-            csum_start: l4 as u16,
-            csum_offset: tcp::field::CHECKSUM.start as u16,
-        };
-        let mut segments = Vec::new();
-        let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
-        assert_eq!(count, 3);
+        let vnet = tcp_v4_gso((l4 + 32) as u16, 1400, l4 as u16);
+        let segments = wire_frames(frame, &vnet);
+        assert_eq!(segments.len(), 3);
         let mut rebuilt = Vec::new();
         for (index, segment) in segments.iter().enumerate() {
             // The outer headers.
@@ -849,7 +837,7 @@ mod tests {
     /// TPIDs is cut, its tags copied into every segment.
     #[test]
     fn tso_packet_behind_qinq_tags_is_cut() {
-        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let payload = pattern(3000, 7);
         for outer in [ethernet::TPID_8021AD, ethernet::TPID_QINQ_9100] {
             let mut frame = tcp_v4_frame(&payload, 0x18);
             let tags = [
@@ -862,17 +850,9 @@ mod tests {
             ]
             .concat();
             frame.splice(12..12, tags.iter().copied());
-            let vnet = VnetHeader {
-                flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-                gso_type: GSO_TCPV4,
-                hdr_len: 74,
-                gso_size: 1448,
-                csum_start: 42,
-                csum_offset: tcp::field::CHECKSUM.start as u16,
-            };
-            let mut segments = Vec::new();
-            let count = to_wire_frames(frame, &vnet, &mut |s| segments.push(s)).unwrap();
-            assert_eq!(count, 3, "outer TPID {outer:#06x}");
+            let vnet = tcp_v4_gso(74, 1448, 42);
+            let segments = wire_frames(frame, &vnet);
+            assert_eq!(segments.len(), 3, "outer TPID {outer:#06x}");
             for segment in &segments {
                 assert_eq!(&segment[12..20], &tags[..]);
                 let mut untagged = segment.clone();
@@ -884,7 +864,7 @@ mod tests {
 
     #[test]
     fn udp_gso_over_ipv6_becomes_datagrams_with_their_own_lengths_and_checksums() {
-        let payload: Vec<u8> = (0..2500u32).map(|i| (i * 13) as u8).collect();
+        let payload = pattern(2500, 13);
         let mut frame = vec![0u8; 14 + 40 + 8];
         frame[12..14].copy_from_slice(&0x86DDu16.to_be_bytes());
         frame[14] = 0x60;
@@ -905,11 +885,8 @@ mod tests {
             csum_start: 54,
             csum_offset: 6,
         };
-        let mut datagrams = Vec::new();
-        assert_eq!(
-            to_wire_frames(frame, &vnet, &mut |d| datagrams.push(d)).unwrap(),
-            3
-        );
+        let datagrams = wire_frames(frame, &vnet);
+        assert_eq!(datagrams.len(), 3);
         let mut rebuilt = Vec::new();
         for datagram in &datagrams {
             let udp_len = u16::from_be_bytes([datagram[58], datagram[59]]) as usize;
@@ -926,20 +903,12 @@ mod tests {
 
     #[test]
     fn segments_coalesce_back_into_the_super_packet_they_came_from() {
-        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        let payload = pattern(4000, 7);
         let mut frame = tcp_v4_frame(&payload, 0x18 | 0x80);
         let total = (frame.len() - 14) as u16;
         frame[16..18].copy_from_slice(&total.to_be_bytes());
-        let vnet = VnetHeader {
-            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: 66,
-            gso_size: 1448,
-            csum_start: 34,
-            csum_offset: tcp::field::CHECKSUM.start as u16,
-        };
-        let mut segments = Vec::new();
-        to_wire_frames(frame.clone(), &vnet, &mut |s| segments.push(s)).unwrap();
+        let vnet = tcp_v4_gso(66, 1448, 34);
+        let segments = wire_frames(frame.clone(), &vnet);
         let views: Vec<&[u8]> = segments.iter().map(Vec::as_slice).collect();
         assert_eq!(coalescable_run(&views), 3);
         let (packet, header) = build_gso(&views);
@@ -958,8 +927,7 @@ mod tests {
             "PSH from the last, CWR from the first"
         );
         // Cutting the rebuilt packet again gives the same wire frames.
-        let mut again = Vec::new();
-        to_wire_frames(packet, &header, &mut |s| again.push(s)).unwrap();
+        let again = wire_frames(packet, &header);
         assert_eq!(again, segments);
         // A gap in the sequence, a different flow or a PSH in the middle ends the run.
         assert_eq!(coalescable_run(&[views[0], views[2]]), 1);
@@ -980,23 +948,22 @@ mod tests {
     fn tun_super_packets_are_cut_and_joined_without_an_ethernet_header() {
         // The same TSO packet as a TUN device hands it: the IP header first, csum_start
         // counted from it.
-        let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        let payload = pattern(4000, 7);
         let mut packet = tcp_v4_frame(&payload, 0x18 | 0x80).split_off(14);
         let total = packet.len() as u16;
         packet[2..4].copy_from_slice(&total.to_be_bytes());
-        let vnet = VnetHeader {
-            flags: VIRTIO_NET_HDR_F_NEEDS_CSUM,
-            gso_type: GSO_TCPV4,
-            hdr_len: 52,
-            gso_size: 1448,
-            csum_start: 20,
-            csum_offset: tcp::field::CHECKSUM.start as u16,
-        };
+        let vnet = tcp_v4_gso(52, 1448, 20);
         let mut segments = Vec::new();
         assert_eq!(
-            to_ip_packets(&packet, &vnet, &mut BufferPool::default(), &mut |s| {
-                segments.push(s);
-            })
+            to_wire_packets(
+                &packet,
+                Framing::Ip,
+                &vnet,
+                &mut BufferPool::default(),
+                &mut |s| {
+                    segments.push(s);
+                }
+            )
             .unwrap(),
             3
         );
@@ -1028,15 +995,26 @@ mod tests {
         );
         assert_eq!(joined.len(), packet.len());
         let mut again = Vec::new();
-        to_ip_packets(&joined, &header, &mut BufferPool::default(), &mut |s| {
-            again.push(s);
-        })
+        to_wire_packets(
+            &joined,
+            Framing::Ip,
+            &header,
+            &mut BufferPool::default(),
+            &mut |s| {
+                again.push(s);
+            },
+        )
         .unwrap();
         assert_eq!(again, segments);
         // A packet that is not IP is malformed, not a panic.
-        assert!(
-            to_ip_packets(&[0x15; 60], &vnet, &mut BufferPool::default(), &mut |_| {}).is_err()
-        );
+        assert!(to_wire_packets(
+            &[0x15; 60],
+            Framing::Ip,
+            &vnet,
+            &mut BufferPool::default(),
+            &mut |_| {}
+        )
+        .is_err());
     }
 
     #[test]
@@ -1058,9 +1036,7 @@ mod tests {
             csum_offset: tcp::field::CHECKSUM.start as u16,
             ..VnetHeader::default()
         };
-        let mut out = Vec::new();
-        to_wire_frames(frame, &vnet, &mut |s| out.push(s)).unwrap();
-        verify_ipv4_tcp(&out[0]);
+        verify_ipv4_tcp(&wire_frames(frame, &vnet)[0]);
     }
 
     #[test]

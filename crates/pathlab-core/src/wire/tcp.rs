@@ -1,7 +1,7 @@
 //! TCP headers (RFC 9293): the fields' places, the flags, and [`TcpSegment`], a checked
 //! view that reads and writes them by name.
 
-use super::{u16_at, u32_at, HeaderError};
+use super::HeaderError;
 
 /// The header's fields: the one table every reader and writer of TCP headers uses.
 pub mod field {
@@ -79,24 +79,15 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         Ok(TcpSegment { buffer })
     }
 
-    /// Source port.
-    pub fn source_port(&self) -> u16 {
-        u16_at(self.bytes(), field::SOURCE_PORT.start)
-    }
-
-    /// Destination port.
-    pub fn destination_port(&self) -> u16 {
-        u16_at(self.bytes(), field::DESTINATION_PORT.start)
-    }
-
-    /// Sequence number.
-    pub fn seq(&self) -> u32 {
-        u32_at(self.bytes(), field::SEQ.start)
-    }
-
-    /// Acknowledgment number.
-    pub fn ack(&self) -> u32 {
-        u32_at(self.bytes(), field::ACK.start)
+    getters! {
+        /// Source port.
+        source_port: u16 = field::SOURCE_PORT;
+        /// Destination port.
+        destination_port: u16 = field::DESTINATION_PORT;
+        /// Sequence number.
+        seq: u32 = field::SEQ;
+        /// Acknowledgment number.
+        ack: u32 = field::ACK;
     }
 
     /// The header's length, options included, bytes.
@@ -104,9 +95,9 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         usize::from(self.bytes()[field::DATA_OFFSET] >> 4) * 4
     }
 
-    /// The flags byte ([`FIN`] to [`CWR`]).
-    pub fn flags(&self) -> u8 {
-        self.bytes()[field::FLAGS]
+    getters! {
+        /// The flags byte ([`FIN`] to [`CWR`]).
+        flags: u8 = field::FLAGS;
     }
 
     /// Whether every bit of `flags` is set.
@@ -114,19 +105,13 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         self.flags() & flags == flags
     }
 
-    /// The receive window, unscaled.
-    pub fn window(&self) -> u16 {
-        u16_at(self.bytes(), field::WINDOW.start)
-    }
-
-    /// Checksum.
-    pub fn checksum(&self) -> u16 {
-        u16_at(self.bytes(), field::CHECKSUM.start)
-    }
-
-    /// Urgent pointer.
-    pub fn urgent(&self) -> u16 {
-        u16_at(self.bytes(), field::URGENT.start)
+    getters! {
+        /// The receive window, unscaled.
+        window: u16 = field::WINDOW;
+        /// Checksum.
+        checksum: u16 = field::CHECKSUM;
+        /// Urgent pointer.
+        urgent: u16 = field::URGENT;
     }
 
     /// Whether the buffer ends inside the options: the header is longer than the bytes.

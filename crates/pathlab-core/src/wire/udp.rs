@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use super::checksum::{checksum_add, checksum_finish};
 use super::ipv4::{self, Ipv4Packet};
 use super::ipv6::{self, Ipv6Packet};
-use super::{u16_at, HeaderError, PROTOCOL_UDP};
+use super::{HeaderError, PROTOCOL_UDP};
 
 /// The header's fields: the one table every reader and writer of UDP headers uses.
 pub mod field {
@@ -46,19 +46,13 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
         Ok(UdpDatagram { buffer })
     }
 
-    /// Source port.
-    pub fn source_port(&self) -> u16 {
-        u16_at(self.bytes(), field::SOURCE_PORT.start)
-    }
-
-    /// Destination port.
-    pub fn destination_port(&self) -> u16 {
-        u16_at(self.bytes(), field::DESTINATION_PORT.start)
-    }
-
-    /// The length the header states, bytes.
-    pub fn len(&self) -> u16 {
-        u16_at(self.bytes(), field::LEN.start)
+    getters! {
+        /// Source port.
+        source_port: u16 = field::SOURCE_PORT;
+        /// Destination port.
+        destination_port: u16 = field::DESTINATION_PORT;
+        /// The length the header states, bytes.
+        len: u16 = field::LEN;
     }
 
     /// Whether the header states no payload.
@@ -66,9 +60,9 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
         usize::from(self.len()) <= HEADER_LEN
     }
 
-    /// Checksum.
-    pub fn checksum(&self) -> u16 {
-        u16_at(self.bytes(), field::CHECKSUM.start)
+    getters! {
+        /// Checksum.
+        checksum: u16 = field::CHECKSUM;
     }
 
     /// The bytes after the header: up to the stated length where it lies between the
@@ -103,24 +97,15 @@ impl<'a> UdpDatagram<&'a [u8]> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpDatagram<T> {
-    /// Sets the source port.
-    pub fn set_source_port(&mut self, value: u16) {
-        self.buffer.as_mut()[field::SOURCE_PORT].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the destination port.
-    pub fn set_destination_port(&mut self, value: u16) {
-        self.buffer.as_mut()[field::DESTINATION_PORT].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the length.
-    pub fn set_len(&mut self, value: u16) {
-        self.buffer.as_mut()[field::LEN].copy_from_slice(&value.to_be_bytes());
-    }
-
-    /// Sets the checksum as it is.
-    pub fn set_checksum(&mut self, value: u16) {
-        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
+    setters! {
+        /// Sets the source port.
+        set_source_port: u16 = field::SOURCE_PORT;
+        /// Sets the destination port.
+        set_destination_port: u16 = field::DESTINATION_PORT;
+        /// Sets the length.
+        set_len: u16 = field::LEN;
+        /// Sets the checksum as it is.
+        set_checksum: u16 = field::CHECKSUM;
     }
 }
 
