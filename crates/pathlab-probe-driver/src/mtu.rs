@@ -225,15 +225,8 @@ fn search_down(
             while let Some(left) = deadline.checked_duration_since(Instant::now()) {
                 let mut ready = [false];
                 let _ = sys::poll_readable(&[udp.as_fd()], Some(left), &mut ready);
-                while let Ok((len, source)) = udp.recv_from(&mut buffer) {
-                    let probe = running.accept_probe(
-                        Way::ServerToClient,
-                        ProbeKind::OneWay,
-                        source.ip(),
-                        &buffer[..len],
-                        &mut Rejections::default(),
-                    );
-                    if probe.is_some_and(|p| p.seq == seq) && len == size as usize {
+                for (probe, len) in waiting_probes(udp, running, Way::ServerToClient, &mut buffer) {
+                    if probe.seq == seq && len == size as usize {
                         arrived = true;
                     }
                 }
@@ -284,6 +277,27 @@ pub(super) fn serve(
     Ok(format!("{way} {count} probes, the largest {largest} B"))
 }
 
+/// The probes of `running`'s test going `way` waiting on `udp` (non-blocking), each with
+/// its length; anything else waiting is read and dropped. `buffer` holds the longest.
+fn waiting_probes(
+    udp: &UdpSocket,
+    running: &Running,
+    way: Way,
+    buffer: &mut [u8],
+) -> Vec<(Probe, usize)> {
+    let mut probes = Vec::new();
+    while let Ok((len, source)) = udp.recv_from(buffer) {
+        let data = &buffer[..len];
+        let rejections = &mut Rejections::default();
+        if let Some(probe) =
+            running.accept_probe(way, ProbeKind::OneWay, source.ip(), data, rejections)
+        {
+            probes.push((probe, len));
+        }
+    }
+    probes
+}
+
 /// The server's end upwards: reports each probe that arrives until the client's `Sent`;
 /// gives how many arrived and the largest, bytes.
 fn report_arrivals(
@@ -300,23 +314,13 @@ fn report_arrivals(
     loop {
         let mut ready = [false];
         let _ = sys::poll_readable(&[udp.as_fd()], Some(Duration::from_millis(5)), &mut ready);
-        while let Ok((len, source)) = udp.recv_from(&mut buffer) {
-            let probe = running.accept_probe(
-                Way::ClientToServer,
-                ProbeKind::OneWay,
-                source.ip(),
-                &buffer[..len],
-                &mut Rejections::default(),
-            );
-            if let Some(probe) = probe {
-                let seq = probe.seq;
-                count += 1;
-                largest = largest.max(len);
-                connection.send(&Message::MtuArrived {
-                    seq,
-                    size: len as u32,
-                })?;
-            }
+        for (probe, len) in waiting_probes(udp, running, Way::ClientToServer, &mut buffer) {
+            count += 1;
+            largest = largest.max(len);
+            connection.send(&Message::MtuArrived {
+                seq: probe.seq,
+                size: len as u32,
+            })?;
         }
         if let Some(message) = connection.poll_message(Duration::ZERO)? {
             match message {

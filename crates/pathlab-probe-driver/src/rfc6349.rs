@@ -283,18 +283,18 @@ fn run_steps(
     steps: &mut Steps,
     progress: &mut Rfc6349Progress,
 ) -> Result<Rfc6349Report, Rfc6349Error> {
-    steps.start(step::MTU_UP, on_event);
-    let mtu_up = connect()
-        .and_then(|c| c.path_mtu(Direction::Up))
-        .map_err(measure(step::MTU_UP))?;
+    let mut path_mtu = |step, direction| {
+        steps.start(step, on_event);
+        let mtu = connect()
+            .and_then(|c| c.path_mtu(direction))
+            .map_err(measure(step))?;
+        on_event(Event::Mtu(&mtu));
+        Ok::<_, Rfc6349Error>(mtu)
+    };
+    let mtu_up = path_mtu(step::MTU_UP, Direction::Up)?;
     progress.mtu_up = Some(mtu_up.clone());
-    on_event(Event::Mtu(&mtu_up));
-    steps.start(step::MTU_DOWN, on_event);
-    let mtu_down = connect()
-        .and_then(|c| c.path_mtu(Direction::Down))
-        .map_err(measure(step::MTU_DOWN))?;
+    let mtu_down = path_mtu(step::MTU_DOWN, Direction::Down)?;
     progress.mtu_down = Some(mtu_down.clone());
-    on_event(Event::Mtu(&mtu_down));
 
     steps.start(step::BASELINE, on_event);
     let baseline = measure_baseline(connect, options)?;

@@ -415,6 +415,13 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// A [`Refusal::BadRequest`] saying `why`.
+    pub fn bad_request(why: impl Into<String>) -> Refusal {
+        Refusal::BadRequest { why: why.into() }
+    }
+}
+
 /// One probe as its receiver saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReceivedProbe {

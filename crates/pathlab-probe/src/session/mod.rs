@@ -440,16 +440,24 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
             check_tcp_limits(test, limits)?;
             return check_memory(test, limits);
         }
+        // A rate or an interval of zero: probes at no pace.
         TestRequest::OneWay {
             size,
             count,
-            rate_bps,
+            rate_bps: pace,
             ..
+        }
+        | TestRequest::RoundTrip {
+            size,
+            count,
+            interval_ns: pace,
         } => {
-            if rate_bps == 0 {
-                return Err(Refusal::BadRequest {
-                    why: "the rate is zero".into(),
-                });
+            if pace == 0 {
+                let paced_by = match test {
+                    TestRequest::OneWay { .. } => "rate",
+                    _ => "interval",
+                };
+                return Err(Refusal::bad_request(format!("the {paced_by} is zero")));
             }
             (size, count)
         }
@@ -464,31 +472,18 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
         } => {
             let train_ns = u64::from(length.saturating_sub(1)).saturating_mul(spacing_ns);
             if length == 0 || length > MAX_TRAIN || trains == 0 || period_ns <= train_ns {
-                return Err(Refusal::BadRequest {
- why: format!(
-                    "trains of {length} probes (1 to {MAX_TRAIN}), {trains} of them, each within its period"
-                ),
-});
+                return Err(Refusal::bad_request(format!(
+                    "trains of {length} probes (1 to {MAX_TRAIN}), {trains} of them, each within \
+                     its period"
+                )));
             }
             (size, u64::from(length) * u64::from(trains))
         }
-        TestRequest::RoundTrip {
-            size,
-            count,
-            interval_ns,
-        } => {
-            if interval_ns == 0 {
-                return Err(Refusal::BadRequest {
-                    why: "the interval is zero".into(),
-                });
-            }
-            (size, count)
-        }
     };
     if size as usize > probe::MAX_LEN || count == 0 {
-        return Err(Refusal::BadRequest {
-            why: format!("size {size} and count {count}"),
-        });
+        return Err(Refusal::bad_request(format!(
+            "size {size} and count {count}"
+        )));
     }
     let asked_bps = test.rate_bps();
     if asked_bps > limits.max_rate_bps {
@@ -523,9 +518,9 @@ fn check_tcp_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
         return Ok(());
     };
     if streams == 0 || streams > MAX_STREAMS {
-        return Err(Refusal::BadRequest {
-            why: format!("{streams} streams (1 to {MAX_STREAMS})"),
-        });
+        return Err(Refusal::bad_request(format!(
+            "{streams} streams (1 to {MAX_STREAMS})"
+        )));
     }
     if duration_ns > limits.max_duration_ns {
         return Err(Refusal::TooLong {
@@ -534,9 +529,9 @@ fn check_tcp_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
         });
     }
     if let Some(mss) = mss.filter(|m| !(MIN_MSS..=65_535).contains(m)) {
-        return Err(Refusal::BadRequest {
-            why: format!("an MSS of {mss} bytes: {MIN_MSS} to 65535"),
-        });
+        return Err(Refusal::bad_request(format!(
+            "an MSS of {mss} bytes: {MIN_MSS} to 65535"
+        )));
     }
     if let Some(name) = congestion {
         let well_formed = !name.is_empty()
@@ -545,40 +540,32 @@ fn check_tcp_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !well_formed {
-            return Err(Refusal::BadRequest {
-                why: format!(
-                    "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
-                    peer_text(name)
-                ),
-            });
+            return Err(Refusal::bad_request(format!(
+                "congestion control '{}': 1 to {MAX_CONGESTION_NAME} of a-z, 0-9, _",
+                peer_text(name)
+            )));
         }
     }
     let min_interval_ns = MIN_REPORT_INTERVAL.as_nanos();
     if interval_ns < min_interval_ns {
-        return Err(Refusal::BadRequest {
-            why: format!(
-                "a report interval of {interval_ns} ns: at least {} ms",
-                min_interval_ns / 1_000_000
-            ),
-        });
+        return Err(Refusal::bad_request(format!(
+            "a report interval of {interval_ns} ns: at least {} ms",
+            min_interval_ns / 1_000_000
+        )));
     }
     let intervals = duration_ns.div_ceil(interval_ns);
     if intervals > MAX_REPORT_INTERVALS {
-        return Err(Refusal::BadRequest {
-            why: format!(
-                "{intervals} report intervals: at most {MAX_REPORT_INTERVALS} per test \
+        return Err(Refusal::bad_request(format!(
+            "{intervals} report intervals: at most {MAX_REPORT_INTERVALS} per test \
          (a longer interval, or a shorter test)"
-            ),
-        });
+        )));
     }
     let min_sample_ns = MIN_SAMPLE_INTERVAL.as_nanos();
     if sample_ns < min_sample_ns {
-        return Err(Refusal::BadRequest {
-            why: format!(
-                "a TCP_INFO sampling period of {sample_ns} ns: at least {} ms",
-                min_sample_ns / 1_000_000
-            ),
-        });
+        return Err(Refusal::bad_request(format!(
+            "a TCP_INFO sampling period of {sample_ns} ns: at least {} ms",
+            min_sample_ns / 1_000_000
+        )));
     }
     Ok(())
 }

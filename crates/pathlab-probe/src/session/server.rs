@@ -205,13 +205,11 @@ impl ServerSession {
         if self.policy.congestion_allowed.iter().any(|a| a == name) {
             return Ok(());
         }
-        Err(Refusal::BadRequest {
-            why: format!(
-                "congestion control '{}' is not allowed on this server (it allows: {})",
-                super::peer_text(name),
-                self.policy.congestion_allowed.join(" ")
-            ),
-        })
+        Err(Refusal::bad_request(format!(
+            "congestion control '{}' is not allowed on this server (it allows: {})",
+            super::peer_text(name),
+            self.policy.congestion_allowed.join(" ")
+        )))
     }
 
     /// The client closed its end of the control connection at `now`.

@@ -116,6 +116,42 @@ impl Probes {
     }
 }
 
+/// The [`Node`] of one end (`$node`, whose peer is at `$peer`): port 0 carries its control
+/// session, port 1 its probes; after its own `work` it sends the probes due and the
+/// session's bytes. Both ends' sessions have the same methods, so one text serves both.
+macro_rules! end_node {
+    ($node:ty, $peer:expr) => {
+        impl Node for $node {
+            fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
+                if port == 0 {
+                    self.session.handle_control(now, &data);
+                } else {
+                    let running = self.session.running_mut();
+                    self.probes.handle_probe(now, $peer, &data, running);
+                }
+            }
+
+            fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
+                self.work(now);
+                if let Some(sent) = self
+                    .probes
+                    .send_due(now, self.session.running(), &mut self.out)
+                {
+                    self.session.send(&sent);
+                }
+                while let Some(bytes) = self.session.poll_transmit() {
+                    self.out.push_back((0, bytes));
+                }
+                self.out.pop_front()
+            }
+
+            fn poll_at(&self) -> Option<Instant> {
+                self.probes.poll_at(self.session.poll_at())
+            }
+        }
+    };
+}
+
 /// The server as a node: one connection, the one-way test's receiver or sender.
 struct ServerNode {
     session: ServerSession,
@@ -167,37 +203,10 @@ impl ServerNode {
                 .finish(format!("received {}", received.arrivals.len()));
             self.work(now);
         }
-        if let Some(sent) = self
-            .probes
-            .send_due(now, self.session.running(), &mut self.out)
-        {
-            self.session.send(&sent);
-        }
-        while let Some(bytes) = self.session.poll_transmit() {
-            self.out.push_back((0, bytes));
-        }
     }
 }
 
-impl Node for ServerNode {
-    fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
-        if port == 0 {
-            self.session.handle_control(now, &data);
-        } else {
-            let running = self.session.running_mut();
-            self.probes.handle_probe(now, CLIENT, &data, running);
-        }
-    }
-
-    fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
-        self.work(now);
-        self.out.pop_front()
-    }
-
-    fn poll_at(&self) -> Option<Instant> {
-        self.probes.poll_at(self.session.poll_at())
-    }
-}
+end_node!(ServerNode, CLIENT);
 
 /// The client as a node: asks for `test` once connected.
 struct ClientNode {
@@ -255,37 +264,10 @@ impl ClientNode {
             self.records = received.arrivals;
             self.session.finish();
         }
-        if let Some(sent) = self
-            .probes
-            .send_due(now, self.session.running(), &mut self.out)
-        {
-            self.session.send(&sent);
-        }
-        while let Some(bytes) = self.session.poll_transmit() {
-            self.out.push_back((0, bytes));
-        }
     }
 }
 
-impl Node for ClientNode {
-    fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
-        if port == 0 {
-            self.session.handle_control(now, &data);
-        } else {
-            let running = self.session.running_mut();
-            self.probes.handle_probe(now, SERVER, &data, running);
-        }
-    }
-
-    fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
-        self.work(now);
-        self.out.pop_front()
-    }
-
-    fn poll_at(&self) -> Option<Instant> {
-        self.probes.poll_at(self.session.poll_at())
-    }
-}
+end_node!(ClientNode, SERVER);
 
 fn spec(text: &str) -> LinkSpec {
     LinkSpec::parse(text).unwrap()
@@ -399,26 +381,23 @@ fn limits_are_checked_and_refused_with_the_limit() {
 
 #[test]
 fn different_keys_fail_at_the_welcome_and_the_server_answers_nothing_more() {
-    let mut client = ClientNode::new(Some(key(b"0123456789abcdef")), one_way(Direction::Up, 10));
-    let mut server = ServerNode::new(Some(key(b"fedcba9876543210")), 1);
-    run(&mut client, &mut server, "delay 1ms", 2);
-    assert!(
-        matches!(&client.failed, Some(SessionError::Auth(why)) if why.contains("keys differ")),
-        "{:?}",
-        client.failed
-    );
+    // A client with `client_key` asks a server with another key for a test.
+    let against_server_key = |client_key| {
+        let mut client = ClientNode::new(client_key, one_way(Direction::Up, 10));
+        let mut server = ServerNode::new(Some(key(b"fedcba9876543210")), 1);
+        run(&mut client, &mut server, "delay 1ms", 2);
+        (client, server)
+    };
+    let auth_failed = |client: &ClientNode, why: &str| matches!(&client.failed, Some(SessionError::Auth(said)) if said.contains(why));
+    let (client, server) = against_server_key(Some(key(b"0123456789abcdef")));
+    assert!(auth_failed(&client, "keys differ"), "{:?}", client.failed);
     assert_eq!(client.session.rejections.control, 1);
     // The client said nothing after the hello: the server still waits for a request.
     assert!(server.session.in_handshake());
     // A key on one side only: the server says so in its answer to the hello.
-    let mut client = ClientNode::new(None, one_way(Direction::Up, 10));
-    let mut server = ServerNode::new(Some(key(b"fedcba9876543210")), 1);
-    run(&mut client, &mut server, "delay 1ms", 2);
-    assert!(
-        matches!(&client.failed, Some(SessionError::Auth(why)) if why.contains("requires a pre-shared key")),
-        "{:?}",
-        client.failed
-    );
+    let (client, _) = against_server_key(None);
+    let why = "requires a pre-shared key";
+    assert!(auth_failed(&client, why), "{:?}", client.failed);
 }
 
 #[test]
@@ -662,23 +641,16 @@ fn probes_of_another_session_sender_or_direction_are_refused_and_counted() {
     let wrong_way = sender(client.running().unwrap(), Way::ServerToClient);
     let (running, rejections) = server.running_mut().unwrap();
     assert!(receiver.handle_probe(5, CLIENT, &good, false, running, rejections));
-    assert!(
-        !receiver.handle_probe(5, CLIENT, &foreign, false, running, rejections),
-        "another session"
-    );
-    assert!(
-        !receiver.handle_probe(5, CLIENT, &wrong_way, false, running, rejections),
-        "the server's own direction"
-    );
     let stranger = IpAddr::V4(Ipv4Addr::new(198, 18, 9, 9));
-    assert!(
-        !receiver.handle_probe(5, stranger, &good, false, running, rejections),
-        "another sender"
-    );
-    assert!(
-        !receiver.handle_probe(5, CLIENT, &good, true, running, rejections),
-        "truncated"
-    );
+    for (from, probe, truncated, why) in [
+        (CLIENT, &foreign, false, "another session"),
+        (CLIENT, &wrong_way, false, "the server's own direction"),
+        (stranger, &good, false, "another sender"),
+        (CLIENT, &good, true, "truncated"),
+    ] {
+        let taken = receiver.handle_probe(5, from, probe, truncated, running, rejections);
+        assert!(!taken, "{why}");
+    }
     assert_eq!(rejections.probes, 4);
     assert_eq!(receiver.received(), 1);
     // An IPv4 client seen through a dual-stack socket is the same client.
