@@ -550,22 +550,25 @@ mod tests {
 
     /// Everything that reaches `socket` within `wait`, `want` datagrams at most.
     fn receive(socket: &UdpSocket, want: usize, wait: Duration) -> Vec<Seen> {
-        receive_as(socket, want, wait, 2048, |d| Seen {
-            payload: d.data.to_vec(),
-            source: d.source,
-            interface: d.interface,
-            destination: d.destination,
+        receive_as(socket, want, wait, 2048, |d| {
+            [Seen {
+                payload: d.data.to_vec(),
+                source: d.source,
+                interface: d.interface,
+                destination: d.destination,
+            }]
         })
     }
 
-    /// What reaches `socket` within `wait`, each message as `seen` takes it down, read in
-    /// batches (messages of up to `message_bytes`) until `want` messages are in.
-    fn receive_as<T>(
+    /// What reaches `socket` within `wait`, read in batches (messages of up to
+    /// `message_bytes`), each message as `seen` takes it down: as any number of items (one,
+    /// or a GRO message's segments, say), until `want` items are in.
+    fn receive_as<T, Items: IntoIterator<Item = T>>(
         socket: &UdpSocket,
         want: usize,
         wait: Duration,
         message_bytes: usize,
-        mut seen: impl FnMut(sys::Datagram<'_>) -> T,
+        mut seen: impl FnMut(sys::Datagram<'_>) -> Items,
     ) -> Vec<T> {
         let mut batch = RecvBatch::new(MAX_BATCH, message_bytes);
         let mut got = Vec::new();
@@ -579,7 +582,7 @@ mod tests {
             )
             .unwrap();
             recv_batch(socket, &mut batch).unwrap();
-            got.extend(batch.datagrams().map(&mut seen));
+            got.extend(batch.datagrams().flat_map(&mut seen));
         }
         got
     }
@@ -646,24 +649,12 @@ mod tests {
                 // Warm-ups held while the neighbour was resolved may still come.
                 receive(&server, usize::MAX, Duration::from_millis(50));
                 assert_eq!(send_trains(&line, &datagrams, &trains).unwrap(), 3);
-                let mut batch = RecvBatch::new(MAX_BATCH, 65_536);
-                let mut got: Vec<Vec<u8>> = Vec::new();
                 let mut messages = 0;
-                let deadline = Instant::now() + Duration::from_secs(2);
-                while got.len() < buffers.len() && Instant::now() < deadline {
-                    let mut ready = [false];
-                    sys::poll_readable(
-                        &[server.as_fd()],
-                        Some(Duration::from_millis(20)),
-                        &mut ready,
-                    )
-                    .unwrap();
-                    recv_batch(&server, &mut batch).unwrap();
-                    for datagram in batch.datagrams() {
-                        messages += 1;
-                        got.extend(datagram.segments().map(<[u8]>::to_vec));
-                    }
-                }
+                let wait = Duration::from_secs(2);
+                let got = receive_as(&server, buffers.len(), wait, 65_536, |datagram| {
+                    messages += 1;
+                    datagram.segments().map(<[u8]>::to_vec).collect::<Vec<_>>()
+                });
                 let summary = |all: &[Vec<u8>]| -> Vec<(usize, u8)> {
                     all.iter().map(|d| (d.len(), d[0])).collect()
                 };
@@ -891,14 +882,14 @@ mod tests {
     /// nothing came), as [`MessageSeen`].
     fn first_messages(server: &UdpSocket) -> Vec<MessageSeen> {
         receive_as(server, 1, Duration::from_secs(2), 65_536, |d| {
-            (
+            [(
                 d.segments().map(|s| (s.len(), s[0])).collect::<Vec<_>>(),
                 d.segment_size,
                 d.kernel_ns.is_some(),
                 d.source,
                 d.interface,
                 d.destination,
-            )
+            )]
         })
     }
 

@@ -301,120 +301,146 @@ fn line_metrics(e: &mut Exposition, stats: &BondStats, ids: &[String]) {
 /// The per-session families, labelled with the session (`ids`, in order): what went
 /// through and what was dropped or refused, then [`session_life_metrics`].
 fn session_metrics(e: &mut Exposition, stats: &BondStats, ids: &[String]) {
-    e.family(
-        "pathlab_bond_inner_packets_total",
-        Kind::Counter,
-        "Inner packets the session took from the TUN device (direction=from_tun) and \
-         handed to it (direction=to_tun): the tunnel's totals.",
+    let sessions: Vec<_> = stats.sessions.iter().zip(ids).collect();
+    by_label(
+        e,
+        &sessions,
+        (
+            "pathlab_bond_inner_packets_total",
+            "Inner packets the session took from the TUN device (direction=from_tun) and \
+             handed to it (direction=to_tun): the tunnel's totals.",
+        ),
+        "direction",
+        |session| {
+            [
+                ("from_tun", session.counters.inner_in),
+                ("to_tun", session.counters.inner_out),
+            ]
+        },
     );
-    for (session, id) in stats.sessions.iter().zip(ids) {
-        e.sample(
-            &[("session", id), ("direction", "from_tun")],
-            session.counters.inner_in as f64,
-        );
-        e.sample(
-            &[("session", id), ("direction", "to_tun")],
-            session.counters.inner_out as f64,
-        );
-    }
-    e.family(
-        "pathlab_bond_dropped_packets_total",
-        Kind::Counter,
-        "Inner packets the session dropped, by reason: codel (the fair queue's AQM), \
-         overflow (the queue was full), oversized (too long for the wire), no_line (no \
-         line was up), decompress (failed to decompress), incomplete (fragments never \
-         came), header_context (header-compressed against a reference not held), \
-         header_decode (header-compressed and did not decode or failed its checksum).",
+    by_label(
+        e,
+        &sessions,
+        (
+            "pathlab_bond_dropped_packets_total",
+            "Inner packets the session dropped, by reason: codel (the fair queue's AQM), \
+             overflow (the queue was full), oversized (too long for the wire), no_line (no \
+             line was up), decompress (failed to decompress), incomplete (fragments never \
+             came), header_context (header-compressed against a reference not held), \
+             header_decode (header-compressed and did not decode or failed its checksum).",
+        ),
+        "reason",
+        |session| {
+            [
+                ("codel", session.fair.codel_dropped),
+                ("overflow", session.fair.overflow_dropped),
+                ("oversized", session.fair.oversized_dropped),
+                ("no_line", session.counters.no_line_dropped),
+                ("decompress", session.counters.decompress_failures),
+                ("incomplete", session.reorder.fragments_timed_out),
+                ("header_context", session.counters.headers_missing_context),
+                ("header_decode", session.counters.headers_decode_failed),
+            ]
+        },
     );
-    for (session, id) in stats.sessions.iter().zip(ids) {
-        for (reason, value) in [
-            ("codel", session.fair.codel_dropped),
-            ("overflow", session.fair.overflow_dropped),
-            ("oversized", session.fair.oversized_dropped),
-            ("no_line", session.counters.no_line_dropped),
-            ("decompress", session.counters.decompress_failures),
-            ("incomplete", session.reorder.fragments_timed_out),
-            ("header_context", session.counters.headers_missing_context),
-            ("header_decode", session.counters.headers_decode_failed),
-        ] {
-            e.sample(&[("session", id), ("reason", reason)], value as f64);
+    by_label(
+        e,
+        &sessions,
+        (
+            "pathlab_bond_rejected_datagrams_total",
+            "Datagrams (or fragments) the session refused, by reason: auth (failed \
+             authentication), malformed (did not parse), replay, late_fragment (for a packet \
+             already delivered or skipped), bad_fragment (did not fit its packet).",
+        ),
+        "reason",
+        |session| {
+            [
+                ("auth", session.counters.auth_failures),
+                ("malformed", session.counters.malformed),
+                ("replay", session.counters.replays),
+                ("late_fragment", session.reorder.late_fragments),
+                ("bad_fragment", session.reorder.bad_fragments),
+            ]
+        },
+    );
+    session_life_metrics(e, &sessions);
+}
+
+/// A counter family (`name`, `help`) broken down by `label`: for each of `sessions` (with
+/// its id), a sample per `(label's value, count)` that `split` gives.
+fn by_label<const N: usize>(
+    e: &mut Exposition,
+    sessions: &[(&SessionStats, &String)],
+    (name, help): (&str, &str),
+    label: &str,
+    split: impl Fn(&SessionStats) -> [(&'static str, u64); N],
+) {
+    e.family(name, Kind::Counter, help);
+    for &(session, id) in sessions {
+        for (value_of_label, count) in split(session) {
+            e.sample(&[("session", id), (label, value_of_label)], count as f64);
         }
     }
-    e.family(
-        "pathlab_bond_rejected_datagrams_total",
-        Kind::Counter,
-        "Datagrams (or fragments) the session refused, by reason: auth (failed \
-         authentication), malformed (did not parse), replay, late_fragment (for a packet \
-         already delivered or skipped), bad_fragment (did not fit its packet).",
-    );
-    for (session, id) in stats.sessions.iter().zip(ids) {
-        for (reason, value) in [
-            ("auth", session.counters.auth_failures),
-            ("malformed", session.counters.malformed),
-            ("replay", session.counters.replays),
-            ("late_fragment", session.reorder.late_fragments),
-            ("bad_fragment", session.reorder.bad_fragments),
-        ] {
-            e.sample(&[("session", id), ("reason", reason)], value as f64);
-        }
-    }
-    session_life_metrics(e, stats, ids);
 }
 
 /// The per-session families of a session's life: its handshakes, what its bounds gave up,
 /// and those of one sample.
-fn session_life_metrics(e: &mut Exposition, stats: &BondStats, ids: &[String]) {
-    e.family(
-        "pathlab_bond_handshakes_total",
-        Kind::Counter,
-        "A client's session life: handshakes started (an Initiation on every line), \
-         reconnects (sessions opened after the first: the server restarted or forgot the \
-         session, or every line was down too long), cookies received (the server was under \
-         load), stale signals received (the server knew no such session).",
+fn session_life_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)]) {
+    by_label(
+        e,
+        sessions,
+        (
+            "pathlab_bond_handshakes_total",
+            "A client's session life: handshakes started (an Initiation on every line), \
+             reconnects (sessions opened after the first: the server restarted or forgot the \
+             session, or every line was down too long), cookies received (the server was under \
+             load), stale signals received (the server knew no such session).",
+        ),
+        "event",
+        |session| {
+            [
+                ("started", session.counters.handshakes),
+                ("reconnect", session.counters.reconnects),
+                ("cookie", session.counters.cookies),
+                ("stale", session.counters.stale_signals),
+            ]
+        },
     );
-    for (session, id) in stats.sessions.iter().zip(ids) {
-        for (event, value) in [
-            ("started", session.counters.handshakes),
-            ("reconnect", session.counters.reconnects),
-            ("cookie", session.counters.cookies),
-            ("stale", session.counters.stale_signals),
-        ] {
-            e.sample(&[("session", id), ("event", event)], value as f64);
-        }
-    }
-    e.family(
-        "pathlab_bond_bounds_total",
-        Kind::Counter,
-        "What a session's bounds gave up or refused: evicted (reassembly full, oldest \
-         packet given up), duplicate_fragment (counted once), refused_report (a peer report \
-         that could not be true), stream_reclaimed (an idle user's stream id freed), \
-         stream_shared (every id held: a user shared one), new_session (a packet half sent \
-         when a new session began).",
+    by_label(
+        e,
+        sessions,
+        (
+            "pathlab_bond_bounds_total",
+            "What a session's bounds gave up or refused: evicted (reassembly full, oldest \
+             packet given up), duplicate_fragment (counted once), refused_report (a peer report \
+             that could not be true), stream_reclaimed (an idle user's stream id freed), \
+             stream_shared (every id held: a user shared one), new_session (a packet half sent \
+             when a new session began).",
+        ),
+        "what",
+        |session| {
+            [
+                ("evicted", session.reorder.evicted),
+                ("duplicate_fragment", session.reorder.duplicate_fragments),
+                (
+                    "refused_report",
+                    session
+                        .lines
+                        .iter()
+                        .map(|l| l.counters.refused_reports)
+                        .sum(),
+                ),
+                ("stream_reclaimed", session.fair.streams_reclaimed),
+                ("stream_shared", session.fair.streams_shared),
+                ("new_session", session.fair.new_session_dropped),
+            ]
+        },
     );
-    for (session, id) in stats.sessions.iter().zip(ids) {
-        let refused_reports: u64 = session
-            .lines
-            .iter()
-            .map(|l| l.counters.refused_reports)
-            .sum();
-        for (what, value) in [
-            ("evicted", session.reorder.evicted),
-            ("duplicate_fragment", session.reorder.duplicate_fragments),
-            ("refused_report", refused_reports),
-            ("stream_reclaimed", session.fair.streams_reclaimed),
-            ("stream_shared", session.fair.streams_shared),
-            ("new_session", session.fair.new_session_dropped),
-        ] {
-            e.sample(&[("session", id), ("what", what)], value as f64);
-        }
-    }
-    let sessions: Vec<_> = stats
-        .sessions
+    let labelled: Vec<_> = sessions
         .iter()
-        .zip(ids)
-        .map(|(session, id)| ([("session", id.as_str())], session))
+        .map(|&(session, id)| ([("session", id.as_str())], session))
         .collect();
-    e.metrics(SESSION_FAMILIES, &sessions);
+    e.metrics(SESSION_FAMILIES, &labelled);
 }
 
 /// The server's own families.

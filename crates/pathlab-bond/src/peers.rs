@@ -120,21 +120,14 @@ impl std::fmt::Display for Prefix {
 
 /// `address` with all but its first `len` bits cleared.
 fn masked(address: IpAddr, len: u8) -> IpAddr {
+    /// The top `len` of `width` bits set.
+    fn mask(width: u32, len: u8) -> u128 {
+        let len = u32::from(len).min(width);
+        u128::MAX.checked_shl(128 - len).unwrap_or(0) >> (128 - width)
+    }
     match address {
-        IpAddr::V4(v4) => {
-            let bits = u32::from(v4);
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(len.min(32)))
-                .unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from(bits & mask))
-        }
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            let mask = u128::MAX
-                .checked_shl(128 - u32::from(len.min(128)))
-                .unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from(bits & mask))
-        }
+        IpAddr::V4(v4) => IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask(32, len) as u32)),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask(128, len))),
     }
 }
 

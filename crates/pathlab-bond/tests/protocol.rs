@@ -986,6 +986,23 @@ struct Tunnel<N: Node, F: Node> {
     lines: Vec<Vec<(WireId, WireId)>>,
 }
 
+impl Tunnel<Endpoint, Endpoint> {
+    /// One client whose near host sends `sent` (time, packet) to a far host that takes
+    /// what arrives.
+    fn one_sender(
+        lines: &[(&str, &str)],
+        config: &BondConfig,
+        sent: &[(Instant, Vec<u8>)],
+    ) -> Self {
+        Tunnel::new(
+            lines,
+            config,
+            vec![Endpoint::sending(sent.to_vec())],
+            Endpoint::default(),
+        )
+    }
+}
+
 impl<N: Node, F: Node> Tunnel<N, F> {
     fn new(lines: &[(&str, &str)], config: &BondConfig, nears: Vec<N>, far: F) -> Tunnel<N, F> {
         let clients = nears.len();
@@ -1083,6 +1100,18 @@ fn schedule(
         .collect()
 }
 
+/// Each of `received` is a packet of `sent` (numbered from 1 in bytes 28..36), none
+/// altered, in order, none twice.
+fn assert_in_order_and_unaltered(received: &[Vec<u8>], sent: &[(Instant, Vec<u8>)]) {
+    let mut next = 0;
+    for packet in received {
+        let n = u64::from_be_bytes(packet[28..36].try_into().unwrap());
+        assert!(n > next, "packet {n} after {next}: out of order or twice");
+        assert!(*packet == sent[(n - 1) as usize].1, "packet {n} altered");
+        next = n;
+    }
+}
+
 fn packets_of(schedule: &[(Instant, Vec<u8>)]) -> Vec<Vec<u8>> {
     schedule.iter().map(|(_, p)| p.clone()).collect()
 }
@@ -1101,12 +1130,7 @@ fn fragments_are_put_back_together_byte_for_byte() {
         ("delay 25ms rate 4mbit", "delay 25ms rate 20mbit"),
         ("delay 40ms rate 4mbit", "delay 40ms rate 20mbit"),
     ];
-    let mut tunnel = Tunnel::new(
-        &lines,
-        &config,
-        vec![Endpoint::sending(sent.clone())],
-        Endpoint::default(),
-    );
+    let mut tunnel = Tunnel::one_sender(&lines, &config, &sent);
     tunnel.run_until(secs(4.0));
     let received = tunnel.far.received.clone();
     let reorder = tunnel.server_bond(0).reorder().counters();
@@ -1160,12 +1184,7 @@ fn over_a_lossy_line_packets_lose_fragments_as_theory_says_and_none_is_corrupted
     config.controller.min_rate = BitsPerSec(5_000_000);
     config.controller.initial_rate = BitsPerSec(5_000_000);
     let lines = [("loss 5% delay 10ms rate 20mbit", "delay 10ms rate 20mbit")];
-    let mut tunnel = Tunnel::new(
-        &lines,
-        &config,
-        vec![Endpoint::sending(sent.clone())],
-        Endpoint::default(),
-    );
+    let mut tunnel = Tunnel::one_sender(&lines, &config, &sent);
     tunnel.run_until(secs(22.0));
 
     // Ground truth of the line: three data datagrams per packet (reports alone are
@@ -1196,13 +1215,7 @@ fn over_a_lossy_line_packets_lose_fragments_as_theory_says_and_none_is_corrupted
 
     // What arrived: each a packet that was sent, in order, none twice, none altered.
     let received = &tunnel.far.received;
-    let mut next = 0;
-    for packet in received {
-        let n = u64::from_be_bytes(packet[28..36].try_into().unwrap());
-        assert!(n > next, "packet {n} after {next}: out of order or twice");
-        assert!(*packet == sent[(n - 1) as usize].1, "packet {n} altered");
-        next = n;
-    }
+    assert_in_order_and_unaltered(received, &sent);
     let numbers: std::collections::BTreeSet<u64> = received
         .iter()
         .map(|p| u64::from_be_bytes(p[28..36].try_into().unwrap()))
@@ -1278,12 +1291,7 @@ fn compressible_packets_are_compressed_and_random_ones_are_not() {
         ("delay 30ms rate 5mbit", "delay 30ms rate 5mbit"),
     ];
     let all: Vec<_> = zeros.iter().chain(&random).cloned().collect();
-    let mut tunnel = Tunnel::new(
-        &lines,
-        &config,
-        vec![Endpoint::sending(all.clone())],
-        Endpoint::default(),
-    );
+    let mut tunnel = Tunnel::one_sender(&lines, &config, &all);
     tunnel.run_until(secs(1.9));
     let after_zeros = tunnel.clients[0].bond.counters();
     tunnel.run_until(secs(4.0));
@@ -1466,12 +1474,7 @@ fn flow_over_reordering_lines(scheduler: SchedulerKind) -> (usize, ReorderCounte
     });
     let mut config = BondConfig::new(2);
     config.scheduler = scheduler;
-    let mut tunnel = Tunnel::new(
-        &lines,
-        &config,
-        vec![Endpoint::sending(sent.clone())],
-        Endpoint::default(),
-    );
+    let mut tunnel = Tunnel::one_sender(&lines, &config, &sent);
     tunnel.run_until(secs(10.0));
     // Ground truth: datagrams that left a line after one that entered it later.
     let mut overtaken = 0;
@@ -1511,13 +1514,7 @@ fn flow_over_reordering_lines(scheduler: SchedulerKind) -> (usize, ReorderCounte
     );
     assert_eq!(reorder.gaps_skipped, 0);
     assert_eq!(received.len(), sent.len() - dropped_at_sender);
-    let mut next = 0;
-    for packet in received {
-        let n = u64::from_be_bytes(packet[28..36].try_into().unwrap());
-        assert!(n > next, "packet {n} after {next}: out of order or twice");
-        assert!(*packet == sent[(n - 1) as usize].1, "packet {n} altered");
-        next = n;
-    }
+    assert_in_order_and_unaltered(received, &sent);
     (overtaken, reorder)
 }
 
@@ -1552,12 +1549,7 @@ fn a_line_narrower_than_its_interface_is_found_and_full_size_packets_still_cross
     // Fast enough from the start for 2.4 Mbit/s of packets: no CoDel drop to account for.
     config.controller.initial_rate = BitsPerSec(5_000_000);
     let lines = [("delay 10ms rate 20mbit mtu 1286", "delay 10ms rate 20mbit")];
-    let mut tunnel = Tunnel::new(
-        &lines,
-        &config,
-        vec![Endpoint::sending(sent.clone())],
-        Endpoint::default(),
-    );
+    let mut tunnel = Tunnel::one_sender(&lines, &config, &sent);
     tunnel.run_until(secs(4.0));
 
     let client_line = &tunnel.clients[0].bond.lines()[0];

@@ -79,6 +79,31 @@ impl Tunnel {
     }
 
     /// Finished records of line `k`'s upward link.
+    /// Line `k`'s links from now on: `(up, down)` specs.
+    fn set_line(&mut self, k: usize, (up, down): (&str, &str)) {
+        let now = self.net.now();
+        for (wire, spec) in [(self.lines[k].0, up), (self.lines[k].1, down)] {
+            self.net
+                .link_mut(wire)
+                .set_spec(now, &LinkSpec::parse(spec).unwrap())
+                .unwrap();
+        }
+    }
+
+    /// Runs in 10 ms steps from `from` s until the client declares line `k` `state`, for
+    /// at most `steps` steps: how long that took, seconds.
+    fn line_becomes(&mut self, k: usize, state: LineState, from: f64, steps: u32) -> f64 {
+        let after = (1..=steps)
+            .map(|step| f64::from(step) * 0.01)
+            .find(|&after| {
+                self.run_until(secs(from + after));
+                self.client.bond.lines()[k].state() == state
+            });
+        let after = after.unwrap_or_else(|| panic!("line {k} was never {state:?}"));
+        eprintln!("line {k} {state:?} after {after:.2} s");
+        after
+    }
+
     fn records(&mut self, k: usize) -> Vec<PacketRecord> {
         self.net
             .link_mut(self.lines[k].0)
@@ -258,28 +283,8 @@ fn a_dead_line_is_left_within_half_a_second_and_rejoins_when_it_comes_back() {
     far.record_arrivals = true;
     let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), bulk(30, 14.0), far);
     tunnel.run_until(secs(5.0));
-    let dead = LinkSpec::parse("loss 100%").unwrap();
-    let now = tunnel.net.now();
-    tunnel
-        .net
-        .link_mut(tunnel.lines[1].0)
-        .set_spec(now, &dead)
-        .unwrap();
-    tunnel
-        .net
-        .link_mut(tunnel.lines[1].1)
-        .set_spec(now, &dead)
-        .unwrap();
-    let mut down_after = None;
-    for step in 1..=100 {
-        tunnel.run_until(secs(5.0 + f64::from(step) * 0.01));
-        if tunnel.client.bond.lines()[1].state() == LineState::Down {
-            down_after = Some(f64::from(step) * 0.01);
-            break;
-        }
-    }
-    let down_after = down_after.expect("the line was never declared down");
-    eprintln!("line declared down after {down_after:.2} s");
+    tunnel.set_line(1, ("loss 100%", "loss 100%"));
+    let down_after = tunnel.line_becomes(1, LineState::Down, 5.0, 100);
     assert!(down_after <= 0.5, "{down_after} s");
     // Traffic carries on over the other two lines: 15 Mbit/s of capacity.
     tunnel.run_until(secs(8.0));
@@ -287,28 +292,8 @@ fn a_dead_line_is_left_within_half_a_second_and_rejoins_when_it_comes_back() {
     eprintln!("while down: {carried:.2} Mbit/s");
     assert!(carried > 0.9 * 15.0, "{carried:.2} Mbit/s");
     // Back at 8 s.
-    let now = tunnel.net.now();
-    let (up, down) = THREE_LINES[1];
-    tunnel
-        .net
-        .link_mut(tunnel.lines[1].0)
-        .set_spec(now, &LinkSpec::parse(up).unwrap())
-        .unwrap();
-    tunnel
-        .net
-        .link_mut(tunnel.lines[1].1)
-        .set_spec(now, &LinkSpec::parse(down).unwrap())
-        .unwrap();
-    let mut up_after = None;
-    for step in 1..=300 {
-        tunnel.run_until(secs(8.0 + f64::from(step) * 0.01));
-        if tunnel.client.bond.lines()[1].state() == LineState::Up {
-            up_after = Some(f64::from(step) * 0.01);
-            break;
-        }
-    }
-    let up_after = up_after.expect("the line never came back");
-    eprintln!("line back after {up_after:.2} s");
+    tunnel.set_line(1, THREE_LINES[1]);
+    let up_after = tunnel.line_becomes(1, LineState::Up, 8.0, 300);
     assert!(up_after <= 2.0, "{up_after} s");
     tunnel.run_until(secs(14.0));
     let records = tunnel.records(1);
@@ -492,21 +477,13 @@ fn a_line_whose_delay_rises_for_good_is_used_again_within_seconds() {
     )];
     let mut tunnel = Tunnel::new(&line, BondConfig::new(1), bulk(20, 30.0), Host::new());
     tunnel.run_until(secs(8.0));
-    let now = tunnel.net.now();
-    let (up, down) = tunnel.lines[0];
-    tunnel
-        .net
-        .link_mut(up)
-        .set_spec(
-            now,
-            &LinkSpec::parse("delay 40ms rate 12mbit limit 1000").unwrap(),
-        )
-        .unwrap();
-    tunnel
-        .net
-        .link_mut(down)
-        .set_spec(now, &LinkSpec::parse("delay 40ms rate 50mbit").unwrap())
-        .unwrap();
+    tunnel.set_line(
+        0,
+        (
+            "delay 40ms rate 12mbit limit 1000",
+            "delay 40ms rate 50mbit",
+        ),
+    );
     tunnel.run_until(secs(20.0));
     let records = tunnel.records(0);
     let mbit = |from: f64, to: f64| {

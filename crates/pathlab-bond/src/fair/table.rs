@@ -157,7 +157,9 @@ pub(super) struct Table {
 }
 
 impl Table {
-    /// The flow of `(user_key, flow_key)`, claimed if it holds no id.
+    /// The flow of `(user_key, flow_key)`, claimed if it holds no id. A flow not seen
+    /// within `idle` claims a freed id, a new one, or (its user at [`MAX_FLOWS_PER_USER`],
+    /// or all 65,536 ids held) one already held.
     pub fn flow_of(
         &mut self,
         now: Instant,
@@ -166,22 +168,9 @@ impl Table {
         idle: Duration,
         counters: &mut FairCounters,
     ) -> usize {
-        match self.flows_by_key.get(&(user_key, flow_key)) {
-            Some(&index) => index,
-            None => self.claim(now, user_key, flow_key, idle, counters),
+        if let Some(&index) = self.flows_by_key.get(&(user_key, flow_key)) {
+            return index;
         }
-    }
-
-    /// A flow not seen within `idle`: a freed id, a new one, or (its user at
-    /// [`MAX_FLOWS_PER_USER`], or all 65,536 ids held) one already held.
-    fn claim(
-        &mut self,
-        now: Instant,
-        user_key: u64,
-        flow_key: u64,
-        idle: Duration,
-        counters: &mut FairCounters,
-    ) -> usize {
         if now >= self.next_sweep {
             self.reclaim_idle(now, idle, counters);
         }
