@@ -557,26 +557,33 @@ impl Link {
                 self.after_bottleneck(at, packet);
             }
         }
-        if let Some(delay) = &mut self.delay {
-            release(delay, now, &mut moving);
-        }
-        if !self.retired_delays.is_empty() {
-            release_retired(&mut self.retired_delays, now, &mut moving);
-        }
+        release_all(&mut self.delay, &mut self.retired_delays, now, &mut moving);
         for (at, packet) in moving.drain(..) {
             self.after_delay(at, packet);
         }
-        if let Some(slot) = &mut self.slot {
-            release(slot, now, &mut moving);
-        }
-        if !self.retired_slots.is_empty() {
-            release_retired(&mut self.retired_slots, now, &mut moving);
-        }
+        release_all(&mut self.slot, &mut self.retired_slots, now, &mut moving);
         for (at, packet) in moving.drain(..) {
             self.truth.depart(at, &packet);
             self.ready.push_back((at, packet));
         }
         self.moving = moving;
+    }
+}
+
+/// Takes what a stage of the link (`current`, where it has one) and the stages `set_spec`
+/// retired in its place release by `now`.
+#[inline]
+fn release_all<S: Stage>(
+    current: &mut Option<S>,
+    retired: &mut Vec<S>,
+    now: Instant,
+    out: &mut Vec<(Instant, Packet)>,
+) {
+    if let Some(stage) = current {
+        release(stage, now, out);
+    }
+    if !retired.is_empty() {
+        release_retired(retired, now, out);
     }
 }
 

@@ -12,6 +12,16 @@ fn spec(text: &str) -> LinkSpec {
     LinkSpec::parse(text).unwrap_or_else(|e| panic!("'{text}' should parse: {e}"))
 }
 
+/// `forward` (spec text) under 15 Mbit/s of 1500-byte packets, an unresponsive overload
+/// of a 10 Mbit/s link, for `seconds`.
+fn overloaded(forward: &str, seconds: u64) -> SimReport {
+    run(
+        spec(forward),
+        vec![Load::cbr(BitsPerSec::mbit(15), 1500)],
+        Duration::from_secs(seconds),
+    )
+}
+
 fn run(forward: LinkSpec, loads: Vec<Load>, duration: Duration) -> SimReport {
     sim::run(&SimConfig {
         forward,
@@ -119,12 +129,7 @@ fn fq_codel_isolates_a_sparse_flow_from_a_bulk_flow() {
 /// target, far below the 1.2 s of a full 1000-packet FIFO.
 #[test]
 fn pie_holds_the_queue_delay_near_target() {
-    let load = vec![Load::cbr(BitsPerSec::mbit(15), 1500)];
-    let report = run(
-        spec("rate 10mbit limit 1000 queue pie"),
-        load,
-        Duration::from_secs(60),
-    );
+    let report = overloaded("rate 10mbit limit 1000 queue pie", 60);
     let p50 = report.loads[0].queue_delay.p50;
     assert!(
         p50 > Duration::from_millis(5) && p50 < Duration::from_millis(30),
@@ -141,11 +146,9 @@ fn pie_holds_the_queue_delay_near_target() {
 /// delay is bounded by max / rate, not by the limit.
 #[test]
 fn red_keeps_the_queue_below_its_max_threshold() {
-    let load = vec![Load::cbr(BitsPerSec::mbit(15), 1500)];
-    let report = run(
-        spec("rate 10mbit limit 1000 queue red min 30kb max 90kb probability 10%"),
-        load,
-        Duration::from_secs(30),
+    let report = overloaded(
+        "rate 10mbit limit 1000 queue red min 30kb max 90kb probability 10%",
+        30,
     );
     // max = 90 KiB = 92160 bytes; at 10 Mbit/s that drains in 73.7 ms. The instantaneous
     // queue may overshoot the average; allow 50% above.

@@ -578,59 +578,45 @@ fn over_int_max(needed: u64) -> String {
     )
 }
 
-fn triple_row(name: &str, host: &HostSettings, needed: u64, why: String) -> Row {
+/// What a row needs of a byte limit: `{prefix}>= needed (in SI units)`, with the kernel's
+/// ceiling when `needed` is beyond it.
+fn at_least(prefix: &str, needed: u64) -> String {
     let limit = if needed > SYSCTL_INT_MAX {
         over_int_max(needed)
     } else {
         String::new()
     };
-    row(
-        name,
-        host.get(name),
-        format!(
-            "max >= {needed} ({}){limit}",
-            format::bytes_si(needed, Digits::up_to(2))
-        ),
-        why,
-        |raw| {
-            let [min, default, max] = parse_triple(raw)?;
-            if max >= needed {
-                return Ok(None);
-            }
-            let new_max = needed.min(SYSCTL_INT_MAX);
-            Ok(Some(sysctl_fix(
-                name,
-                &format!("{min} {} {new_max}", default.min(new_max)),
-            )))
-        },
+    format!(
+        "{prefix}>= {needed} ({}){limit}",
+        format::bytes_si(needed, Digits::up_to(2))
     )
 }
 
+fn triple_row(name: &str, host: &HostSettings, needed: u64, why: String) -> Row {
+    row(name, host.get(name), at_least("max ", needed), why, |raw| {
+        let [min, default, max] = parse_triple(raw)?;
+        if max >= needed {
+            return Ok(None);
+        }
+        let new_max = needed.min(SYSCTL_INT_MAX);
+        Ok(Some(sysctl_fix(
+            name,
+            &format!("{min} {} {new_max}", default.min(new_max)),
+        )))
+    })
+}
+
 fn integer_row(name: &str, host: &HostSettings, needed: u64, why: String) -> Row {
-    let limit = if needed > SYSCTL_INT_MAX {
-        over_int_max(needed)
-    } else {
-        String::new()
-    };
-    row(
-        name,
-        host.get(name),
-        format!(
-            ">= {needed} ({}){limit}",
-            format::bytes_si(needed, Digits::up_to(2))
-        ),
-        why,
-        |raw| {
-            let value = parse_integer(raw)?;
-            if value >= needed {
-                return Ok(None);
-            }
-            Ok(Some(sysctl_fix(
-                name,
-                &needed.min(SYSCTL_INT_MAX).to_string(),
-            )))
-        },
-    )
+    row(name, host.get(name), at_least("", needed), why, |raw| {
+        let value = parse_integer(raw)?;
+        if value >= needed {
+            return Ok(None);
+        }
+        Ok(Some(sysctl_fix(
+            name,
+            &needed.min(SYSCTL_INT_MAX).to_string(),
+        )))
+    })
 }
 
 fn switch_row(name: &str, host: &HostSettings, allowed: &[u64], on: &[u64], why: String) -> Row {

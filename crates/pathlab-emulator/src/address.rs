@@ -79,11 +79,7 @@ impl ControlAddress {
             .map(pathlab_http::read_token)
             .transpose()
             .map_err(ControlAddressError::Http)?;
-        let traces = config
-            .trace_dir
-            .as_deref()
-            .map(Dir::open)
-            .transpose()
+        let traces = Dir::open_optional(config.trace_dir.as_deref())
             .map_err(ControlAddressError::TraceDir)?;
         let (token, made_token) = match given {
             Some(token) => (token, None),

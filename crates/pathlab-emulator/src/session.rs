@@ -244,12 +244,8 @@ pub fn run(
         .as_ref()
         .map(ControlAddress::bind)
         .transpose()?;
-    let recordings = config
-        .record_dir
-        .as_deref()
-        .map(Dir::open)
-        .transpose()
-        .map_err(EmulateError::RecordDir)?;
+    let recordings =
+        Dir::open_optional(config.record_dir.as_deref()).map_err(EmulateError::RecordDir)?;
     // Each port's ring holds the traffic that enters the direction it feeds.
     let modes = [
         ReceiveMode::for_link(&config.forward),

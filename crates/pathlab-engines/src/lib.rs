@@ -13,3 +13,13 @@
 pub mod collect;
 pub mod export;
 pub mod node;
+
+/// The first 40 characters of outside text (a node's, a configuration's), escaped, for an
+/// error message.
+pub(crate) fn excerpt(text: &str) -> String {
+    let mut cut: String = text.chars().take(40).collect();
+    if cut.len() < text.len() {
+        cut.push_str("...");
+    }
+    cut.escape_debug().to_string()
+}

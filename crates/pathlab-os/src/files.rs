@@ -158,6 +158,11 @@ pub struct Dir {
 }
 
 impl Dir {
+    /// Opens the directory at `path`, if one is given (an optional `--record-dir`, say).
+    pub fn open_optional(path: Option<&Path>) -> Result<Option<Dir>, FileError> {
+        path.map(Dir::open).transpose()
+    }
+
     /// Opens the directory at `path`.
     pub fn open(path: &Path) -> Result<Dir, FileError> {
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());

@@ -23,6 +23,19 @@ pub fn sparkline(values: &[f64], width: usize) -> String {
         .collect()
 }
 
+/// Writes `  {label} over time: {sparkline}` (60 columns) for `values`, nothing when there
+/// are none.
+pub fn write_over_time(
+    out: &mut impl std::io::Write,
+    label: &str,
+    values: &[f64],
+) -> std::io::Result<()> {
+    if values.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "  {label} over time: {}", sparkline(values, 60))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -193,11 +193,25 @@ impl FqCodel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::Ecn;
+    use crate::packet::{Ecn, FlowHash};
     use crate::queue::testing::{run, Source};
     use crate::units::BitsPerSec;
 
     const LINE: BitsPerSec = BitsPerSec::mbit(10);
+
+    /// A packet of flow `flow` and `bytes` (not ECN-capable) enqueued at `now`.
+    fn arrive(
+        queue: &mut FqCodel,
+        now: Instant,
+        (flow, bytes): (FlowHash, u32),
+        verdicts: &mut Verdicts,
+    ) {
+        queue.enqueue(
+            now,
+            Packet::synthetic(now, bytes, flow, Ecn::NotEct),
+            verdicts,
+        );
+    }
 
     fn fq(packets: u32) -> FqCodel {
         let fq = FqCodel::new(
@@ -263,18 +277,10 @@ mod tests {
         let mut verdicts = Verdicts::default();
         let now = Instant::ZERO;
         for _ in 0..80 {
-            queue.enqueue(
-                now,
-                Packet::synthetic(now, 1500, 1, Ecn::NotEct),
-                &mut verdicts,
-            );
+            arrive(&mut queue, now, (1, 1500), &mut verdicts);
         }
         for _ in 0..21 {
-            queue.enqueue(
-                now,
-                Packet::synthetic(now, 100, 2, Ecn::NotEct),
-                &mut verdicts,
-            );
+            arrive(&mut queue, now, (2, 100), &mut verdicts);
         }
         // 101 > 100 packets: half of flow 1's 120,000 bytes is 40 packets (< 64).
         assert_eq!(verdicts.dropped.len(), 40);
@@ -306,27 +312,15 @@ mod tests {
         let mut verdicts = Verdicts::default();
         let now = Instant::ZERO;
         let a = queue.bucket(1);
-        queue.enqueue(
-            now,
-            Packet::synthetic(now, 100, 1, Ecn::NotEct),
-            &mut verdicts,
-        );
+        arrive(&mut queue, now, (1, 100), &mut verdicts);
         assert_eq!(queue.flows[a].list, Some(List::New));
         assert!(queue.dequeue(now, &mut verdicts).is_some());
         // Another flow keeps the scheduler busy, so the walk stops after flow 1 moved.
-        queue.enqueue(
-            now,
-            Packet::synthetic(now, 100, 2, Ecn::NotEct),
-            &mut verdicts,
-        );
+        arrive(&mut queue, now, (2, 100), &mut verdicts);
         assert_eq!(queue.dequeue(now, &mut verdicts).map(|p| p.flow), Some(2));
         assert_eq!(queue.flows[a].list, Some(List::Old));
         // A packet now joins flow 1 on the old list, behind nobody but not as new.
-        queue.enqueue(
-            now,
-            Packet::synthetic(now, 100, 1, Ecn::NotEct),
-            &mut verdicts,
-        );
+        arrive(&mut queue, now, (1, 100), &mut verdicts);
         assert_eq!(queue.flows[a].list, Some(List::Old));
         assert!(queue.dequeue(now, &mut verdicts).is_some());
         assert!(queue.dequeue(now, &mut verdicts).is_none());

@@ -29,6 +29,15 @@ impl Words {
         let _ = write!(self.0, "{word}");
     }
 
+    /// The name of each `(flag, name)` whose flag is set, in order.
+    fn push_flags(&mut self, flags: &[(bool, &str)]) {
+        for &(flag, name) in flags {
+            if flag {
+                self.push(name);
+            }
+        }
+    }
+
     fn chance(&mut self, keyword: &str, chance: Chance) {
         self.push(keyword);
         self.push(chance.probability);
@@ -71,15 +80,11 @@ impl Words {
         }
         self.push("weight");
         self.push(config.weight);
-        for (flag, name) in [
+        self.push_flags(&[
             (config.ecn, "ecn"),
             (config.gentle, "gentle"),
             (config.harddrop, "harddrop"),
-        ] {
-            if flag {
-                self.push(name);
-            }
-        }
+        ]);
     }
 
     fn fq_codel(&mut self, config: &FqCodelConfig) {
@@ -120,15 +125,11 @@ impl Words {
                 self.push(value);
             }
         }
-        for (flag, name) in [
+        self.push_flags(&[
             (config.ecn, "ecn"),
             (config.bytemode, "bytemode"),
             (config.dq_rate_estimator, "dq_rate_estimator"),
-        ] {
-            if flag {
-                self.push(name);
-            }
-        }
+        ]);
     }
 
     /// The delay line: `delay`, its jitter and correlation, and a distribution other

@@ -644,6 +644,13 @@ mod tests {
         .unwrap()
     }
 
+    /// `model`'s rate at each instant: `(at, Mbit/s)`.
+    fn assert_rates_mbit(model: &RateModel, expected: &[(Instant, u64)]) {
+        for &(at, mbit) in expected {
+            assert_eq!(model.rate_at(at), Some(BitsPerSec::mbit(mbit)), "at {at}");
+        }
+    }
+
     fn trace_model(text: &str) -> RateModel {
         let trace = Trace::parse(text).unwrap();
         RateModel::new(&RateSpec::Trace(TraceRef {
@@ -737,17 +744,13 @@ mod tests {
     fn schedule_changes_rate_at_the_boundaries_and_integrates_across_them() {
         let step = Duration::from_millis(100);
         let mut model = schedule(step, &[BitsPerSec::mbit(10), BitsPerSec::mbit(1)], false);
-        assert_eq!(
-            model.rate_at(Instant::from_nanos(99_999_999)),
-            Some(BitsPerSec::mbit(10))
-        );
-        assert_eq!(
-            model.rate_at(Instant::from_millis(100)),
-            Some(BitsPerSec::mbit(1))
-        );
-        assert_eq!(
-            model.rate_at(Instant::from_secs(100)),
-            Some(BitsPerSec::mbit(1))
+        assert_rates_mbit(
+            &model,
+            &[
+                (Instant::from_nanos(99_999_999), 10),
+                (Instant::from_millis(100), 1),
+                (Instant::from_secs(100), 1),
+            ],
         );
         // 1514 bytes starting at 99 ms: 1 ms at 10 Mbit/s carries 10 000 bits; the other
         // 12 112 - 10 000 = 2112 bits take 2.112 ms at 1 Mbit/s: done at 102.112 ms.
@@ -801,17 +804,13 @@ mod tests {
             false,
         )
         .with_origin(Instant::from_secs(5));
-        assert_eq!(
-            model.rate_at(Instant::from_secs(1)),
-            Some(BitsPerSec::mbit(1))
-        );
-        assert_eq!(
-            model.rate_at(Instant::from_millis(5_009)),
-            Some(BitsPerSec::mbit(1))
-        );
-        assert_eq!(
-            model.rate_at(Instant::from_millis(5_010)),
-            Some(BitsPerSec::mbit(2))
+        assert_rates_mbit(
+            &model,
+            &[
+                (Instant::from_secs(1), 1),
+                (Instant::from_millis(5_009), 1),
+                (Instant::from_millis(5_010), 2),
+            ],
         );
     }
 
@@ -862,27 +861,20 @@ mod tests {
     fn trace_files_are_checked_with_line_numbers() {
         assert_eq!(Trace::parse(""), Err(TraceError::Empty));
         assert_eq!(Trace::parse("# only\n\n"), Err(TraceError::Empty));
-        assert_eq!(
-            Trace::parse("1\n2\nx3\n"),
-            Err(TraceError::NotANumber {
-                line: 3,
-                text: "x3".into()
-            })
-        );
-        assert_eq!(
-            Trace::parse("1\n-2\n"),
-            Err(TraceError::NotANumber {
-                line: 2,
-                text: "-2".into()
-            })
-        );
-        assert_eq!(
-            Trace::parse("1.5\n"),
-            Err(TraceError::NotANumber {
-                line: 1,
-                text: "1.5".into()
-            })
-        );
+        for (text, line, not_a_number) in [
+            ("1\n2\nx3\n", 3, "x3"),
+            ("1\n-2\n", 2, "-2"),
+            ("1.5\n", 1, "1.5"),
+        ] {
+            let text_of_line = not_a_number.into();
+            assert_eq!(
+                Trace::parse(text),
+                Err(TraceError::NotANumber {
+                    line,
+                    text: text_of_line
+                })
+            );
+        }
         assert_eq!(
             Trace::parse("5\n\n4\n"),
             Err(TraceError::Decreasing {

@@ -59,9 +59,7 @@ pub fn analyze_capture(
     let mut start: Option<u64> = None;
     let mut last_ns = 0u64;
     let mut untimed = 0u64;
-    let mut backwards = 0u64;
-    let mut held = std::collections::BinaryHeap::new();
-    let mut released_ns = 0u64;
+    let mut time_order = TimeOrder::default();
     loop {
         let packet = match reader.next_packet() {
             Ok(Some(packet)) => packet,
@@ -91,20 +89,14 @@ pub fn analyze_capture(
         match decode(packet.link_type, packet.data, packet.original_len) {
             Ok(Some(segment)) => {
                 analysis.tcp_segments += 1;
-                held.push(std::cmp::Reverse(Held {
+                time_order.held.push(std::cmp::Reverse(Held {
                     timestamp_ns,
                     order: analysis.packets,
                     segment,
                     dropped,
                 }));
-                if held.len() > REORDER_DEPTH {
-                    release(
-                        &mut held,
-                        &mut analyzer,
-                        start_ns,
-                        &mut released_ns,
-                        &mut backwards,
-                    );
+                if time_order.held.len() > REORDER_DEPTH {
+                    time_order.release(&mut analyzer, start_ns);
                 }
             }
             Ok(None) => {}
@@ -118,17 +110,10 @@ pub fn analyze_capture(
             }
         }
     }
-    while !held.is_empty() {
-        let start_ns = start.unwrap_or(0);
-        release(
-            &mut held,
-            &mut analyzer,
-            start_ns,
-            &mut released_ns,
-            &mut backwards,
-        );
+    while !time_order.held.is_empty() {
+        time_order.release(&mut analyzer, start.unwrap_or(0));
     }
-    add_count_warnings(&mut analysis, untimed, backwards);
+    add_count_warnings(&mut analysis, untimed, time_order.backwards);
     analysis.start_unix_ns = start.unwrap_or(0);
     analysis.connections = analyzer.finish();
     Ok(analysis)
@@ -188,21 +173,28 @@ impl Ord for Held {
     }
 }
 
-/// Gives the earliest held segment to the analyzer; one earlier than a segment already
-/// given is taken as seen with it.
-fn release(
-    held: &mut std::collections::BinaryHeap<std::cmp::Reverse<Held>>,
-    analyzer: &mut Analyzer,
-    start_ns: u64,
-    released_ns: &mut u64,
-    backwards: &mut u64,
-) {
-    if let Some(std::cmp::Reverse(next)) = held.pop() {
-        if next.timestamp_ns < *released_ns {
-            *backwards += 1;
+/// Decoded segments put back in time order before the analyzer sees them.
+#[derive(Debug, Default)]
+struct TimeOrder {
+    /// The segments not yet given, earliest first.
+    held: std::collections::BinaryHeap<std::cmp::Reverse<Held>>,
+    /// The latest timestamp given so far.
+    released_ns: u64,
+    /// Segments earlier than one already given.
+    backwards: u64,
+}
+
+impl TimeOrder {
+    /// Gives the earliest held segment to the analyzer (times counted from `start_ns`);
+    /// one earlier than a segment already given is taken as seen with it.
+    fn release(&mut self, analyzer: &mut Analyzer, start_ns: u64) {
+        if let Some(std::cmp::Reverse(next)) = self.held.pop() {
+            if next.timestamp_ns < self.released_ns {
+                self.backwards += 1;
+            }
+            self.released_ns = self.released_ns.max(next.timestamp_ns);
+            let now = Instant::from_nanos(self.released_ns.saturating_sub(start_ns));
+            analyzer.handle_segment(now, &next.segment, next.dropped);
         }
-        *released_ns = (*released_ns).max(next.timestamp_ns);
-        let now = Instant::from_nanos(released_ns.saturating_sub(start_ns));
-        analyzer.handle_segment(now, &next.segment, next.dropped);
     }
 }

@@ -20,9 +20,12 @@ use std::time::Duration;
 use pathlab_core::LinkSpec;
 use serde::{Deserialize, Serialize};
 
+use crate::excerpt;
 use pathlab_lab::addressing::Addressing;
 use pathlab_lab::run::{blocks_responders, workload_port, workload_target};
-use pathlab_lab::spec::{valid_experiment_name, valid_name, Experiment, WorkloadKind, MAX_NAME};
+use pathlab_lab::spec::{
+    valid_experiment_name, valid_name, Experiment, Link, WorkloadKind, MAX_NAME,
+};
 use pathlab_lab::topology::{installed_routes, port_name, Topology};
 
 /// The format version this build writes and reads.
@@ -279,7 +282,7 @@ impl NodeConfig {
         let names: Vec<&str> = experiment.nodes.iter().map(|n| n.name.as_str()).collect();
         let addressing = Addressing::for_links(experiment.links.len());
         let interfaces = node_interfaces(experiment, node, &names, addressing);
-        let routes = node_routes(experiment, node, &names, addressing);
+        let routes = node_routes(&experiment.links, addressing, &names, node);
         let workloads = node_workloads(experiment, node, &names);
         let config = NodeConfig {
             version: VERSION,
@@ -639,14 +642,9 @@ fn node_interfaces(
     interfaces
 }
 
-/// Node `node`'s routes, IPv4 and IPv6, each leaving by its port towards the next hop.
-fn node_routes(
-    experiment: &Experiment,
-    node: usize,
-    names: &[&str],
-    addressing: Addressing,
-) -> Vec<Route> {
-    let links = &experiment.links;
+/// Node `node`'s routes over `links`, IPv4 and IPv6, each leaving by its port towards the
+/// next hop; `names` are the experiment's node names.
+fn node_routes(links: &[Link], addressing: Addressing, names: &[&str], node: usize) -> Vec<Route> {
     installed_routes(links, addressing, names.len(), node)
         .into_iter()
         .map(|route| {
@@ -811,26 +809,17 @@ fn check_workload_kind(at: &str, kind: &WorkloadKind) -> Result<(), NodeConfigEr
     Ok(())
 }
 
-/// The first 40 characters of outside text, for an error message.
-fn excerpt(text: &str) -> String {
-    let mut short: String = text.chars().take(40).collect();
-    if short.len() < text.len() {
-        short.push_str("...");
-    }
-    short.escape_debug().to_string()
+fn check_node_name(field: &str, name: &str) -> Result<(), NodeConfigError> {
+    let what = format!("a node name (1 to {MAX_NAME} of a-z, 0-9 and '-')");
+    check_name(field, name, valid_name(name), &what)
 }
 
-fn check_node_name(field: &str, name: &str) -> Result<(), NodeConfigError> {
-    if valid_name(name) {
+/// `name` (of `field`) unless it is not `valid`: then an error saying it is not `what`.
+fn check_name(field: &str, name: &str, valid: bool, what: &str) -> Result<(), NodeConfigError> {
+    if valid {
         return Ok(());
     }
-    Err(invalid(
-        field,
-        format!(
-            "'{}' is not a node name (1 to {MAX_NAME} of a-z, 0-9 and '-')",
-            excerpt(name)
-        ),
-    ))
+    Err(invalid(field, format!("'{}' is not {what}", excerpt(name))))
 }
 
 /// An interface name the kernel takes: 1 to [`MAX_INTERFACE_NAME`] of ASCII letters,
@@ -846,17 +835,10 @@ pub fn valid_interface_name(name: &str) -> bool {
 }
 
 fn check_interface_name(field: &str, name: &str) -> Result<(), NodeConfigError> {
-    if valid_interface_name(name) {
-        return Ok(());
-    }
-    Err(invalid(
-        field,
-        format!(
-            "'{}' is not an interface name (1 to {MAX_INTERFACE_NAME} of letters, digits, \
-             '-', '_' and '.')",
-            excerpt(name)
-        ),
-    ))
+    let what = format!(
+        "an interface name (1 to {MAX_INTERFACE_NAME} of letters, digits, '-', '_' and '.')"
+    );
+    check_name(field, name, valid_interface_name(name), &what)
 }
 
 fn check_text(field: &str, text: &str) -> Result<(), NodeConfigError> {
@@ -1076,11 +1058,7 @@ mod tests {
         let text = pathlab_lab::recipes::recipe("bond").unwrap();
         let experiment = Experiment::parse(text).unwrap();
         let site = NodeConfig::for_node(&experiment, 0, &settings()).unwrap();
-        let to_isp1 = site
-            .interfaces
-            .iter()
-            .find(|i| i.name == "to-isp1")
-            .unwrap();
+        let to_isp1 = interface(&site, "to-isp1");
         assert_eq!(
             to_isp1.events,
             [
@@ -1095,15 +1073,16 @@ mod tests {
             ]
         );
         let isp1 = NodeConfig::for_node(&experiment, 2, &settings()).unwrap();
-        let to_site = isp1
-            .interfaces
-            .iter()
-            .find(|i| i.name == "to-site")
-            .unwrap();
+        let to_site = interface(&isp1, "to-site");
         assert_eq!(
             to_site.events[1].egress,
             "delay 20ms rate 50mbit limit 1000"
         );
+    }
+
+    /// `config`'s interface `name`.
+    fn interface<'a>(config: &'a NodeConfig, name: &str) -> &'a Interface {
+        config.interfaces.iter().find(|i| i.name == name).unwrap()
     }
 
     fn refused(text: &str) -> NodeConfigError {

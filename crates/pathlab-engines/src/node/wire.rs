@@ -148,8 +148,8 @@ impl NodeStatus {
         if status.node != config.node || status.lab != config.lab {
             return Err(WireError::Invalid(format!(
                 "it is node {} of lab {}, not {} of {}",
-                short(&status.node),
-                short(&status.lab),
+                crate::excerpt(&status.node),
+                crate::excerpt(&status.lab),
                 config.node,
                 config.lab
             )));
@@ -196,7 +196,7 @@ fn check_underlay(underlay: &[Underlay], config: &NodeConfig) -> Result<(), Wire
         if !known || !seen.insert(&u.link) {
             return Err(WireError::Invalid(format!(
                 "an underlay on link {} it does not have, or twice",
-                short(&u.link)
+                crate::excerpt(&u.link)
             )));
         }
         if u.device.len() > 16 {
@@ -216,15 +216,6 @@ fn check_time(ns: u64) -> Result<(), WireError> {
         )));
     }
     Ok(())
-}
-
-/// A node's outside text, cut for an error message.
-fn short(text: &str) -> String {
-    let mut cut: String = text.chars().take(40).collect();
-    if cut.len() < text.len() {
-        cut.push_str("...");
-    }
-    cut.escape_debug().to_string()
 }
 
 /// A workload the node ran, and what came of it.
@@ -305,7 +296,7 @@ impl NodeResult {
         if result.node != config.node {
             return Err(WireError::Invalid(format!(
                 "the result of node {}, not {}",
-                short(&result.node),
+                crate::excerpt(&result.node),
                 config.node
             )));
         }
@@ -322,7 +313,7 @@ impl NodeResult {
             if !known || !names.insert(&workload.name) {
                 return Err(WireError::Invalid(format!(
                     "a result for workload {} it does not run, or twice",
-                    short(&workload.name)
+                    crate::excerpt(&workload.name)
                 )));
             }
         }
@@ -331,7 +322,7 @@ impl NodeResult {
             if !config.interfaces.iter().any(|i| i.link == half.link) || !links.insert(&half.link) {
                 return Err(WireError::Invalid(format!(
                     "a half of link {} it does not have, or twice",
-                    short(&half.link)
+                    crate::excerpt(&half.link)
                 )));
             }
             for change in &half.changes {

@@ -77,17 +77,24 @@ pub fn setsockopt<T: Copy>(
     name: libc::c_int,
     value: &T,
 ) -> io::Result<()> {
+    let len = size_of::<T>();
     // SAFETY: `value` points to `size_of::<T>()` readable bytes for the duration of the call.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            std::ptr::from_ref(value).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    unsafe { setsockopt_raw(fd, (level, name), std::ptr::from_ref(value).cast(), len) }
+}
+
+/// `setsockopt(fd, level, name, value, len)`.
+///
+/// # Safety
+/// `value` points to `len` readable bytes.
+unsafe fn setsockopt_raw(
+    fd: BorrowedFd<'_>,
+    (level, name): (libc::c_int, libc::c_int),
+    value: *const libc::c_void,
+    len: usize,
+) -> io::Result<()> {
+    // SAFETY: the caller's promise on `value`.
+    cvt(unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, value, len as libc::socklen_t) })
+        .map(drop)
 }
 
 /// Binds a packet socket to one interface, receiving every protocol.
@@ -103,15 +110,7 @@ pub fn bind_packet_protocol(fd: BorrowedFd<'_>, ifindex: u32, protocol_be: u16) 
     addr.sll_family = libc::AF_PACKET as u16;
     addr.sll_protocol = protocol_be;
     addr.sll_ifindex = ifindex as i32;
-    // SAFETY: `addr` is a valid sockaddr_ll of the length passed.
-    cvt(unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            std::ptr::from_ref(&addr).cast(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    bind_to(fd, &addr)
 }
 
 /// Puts an interface in promiscuous mode for as long as the packet socket is open
@@ -130,12 +129,18 @@ pub fn bind_netlink(fd: BorrowedFd<'_>, groups: u32) -> io::Result<()> {
     let mut addr: libc::sockaddr_nl = unsafe { zeroed() };
     addr.nl_family = libc::AF_NETLINK as u16;
     addr.nl_groups = groups;
-    // SAFETY: `addr` is a valid sockaddr_nl of the length passed.
+    bind_to(fd, &addr)
+}
+
+/// Binds `fd` to `addr`, a `sockaddr_*` of the socket's family (plain data, passed with
+/// its own size).
+fn bind_to<T>(fd: BorrowedFd<'_>, addr: &T) -> io::Result<()> {
+    // SAFETY: `addr` points to a live `T` of the length passed.
     cvt(unsafe {
         libc::bind(
             fd.as_raw_fd(),
-            std::ptr::from_ref(&addr).cast(),
-            size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            std::ptr::from_ref(addr).cast(),
+            size_of::<T>() as libc::socklen_t,
         )
     })
     .map(drop)
@@ -1596,16 +1601,7 @@ pub fn setsockopt_bytes(
     value: &[u8],
 ) -> io::Result<()> {
     // SAFETY: `value` is readable for its length.
-    cvt(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            value.as_ptr().cast(),
-            value.len() as libc::socklen_t,
-        )
-    })
-    .map(drop)
+    unsafe { setsockopt_raw(fd, (level, name), value.as_ptr().cast(), value.len()) }
 }
 
 /// CPU time (user and system) the calling thread has used since it started.

@@ -341,11 +341,13 @@ fn rtt_figures(run: &RunData, heading: &str, links: &str) -> Vec<Figure> {
             color: 3,
         });
     }
-    let distribution = rtt_cdf_figure(
+    let distribution = lines_figure(
         "rtt-cdf".into(),
         format!("Distribution of the RTT ({heading})"),
         format!("CDF of the RTT — {heading}"),
         links.to_owned(),
+        RTT_CDF_AXES,
+        LegendAt::LowerRight,
         lines,
     );
     vec![per_probe, distribution]
@@ -441,25 +443,9 @@ fn cdf_line(label: String, series: &Series, color: usize) -> Line {
     }
 }
 
-/// A figure of RTT distributions (`lines`, from [`cdf_line`]): RTT in ms across, the
-/// fraction of probes at or below it up, the legend lower right.
-fn rtt_cdf_figure(
-    stem: String,
-    caption: String,
-    title: String,
-    subtitle: String,
-    lines: Vec<Line>,
-) -> Figure {
-    lines_figure(
-        stem,
-        caption,
-        title,
-        subtitle,
-        ["RTT (ms)", "fraction of probes"],
-        LegendAt::LowerRight,
-        lines,
-    )
-}
+/// The axes of a figure of RTT distributions (lines from [`cdf_line`]): RTT in ms
+/// across, the fraction of probes at or below it up; its legend goes lower right.
+const RTT_CDF_AXES: [&str; 2] = ["RTT (ms)", "fraction of probes"];
 
 /// The empirical CDF of a series' values, plotted: `(value, fraction at or below)`.
 fn cdf(series: &Series) -> Vec<(f64, f64)> {
@@ -568,11 +554,13 @@ fn compare_subject_figures(runs: &[RunData], metric: Metric, subject: &str) -> V
         lines,
     )];
     if metric == Metric::Rtt {
-        out.push(rtt_cdf_figure(
+        out.push(lines_figure(
             format!("{stem}-cdf"),
             format!("Distribution of the RTT of {subject}, every run on one figure"),
             format!("CDF of the RTT of {subject} — {name}, {} runs", with.len()),
             labels,
+            RTT_CDF_AXES,
+            LegendAt::LowerRight,
             with.iter()
                 .map(|&(i, run, s)| cdf_line(run.label(), s, i))
                 .collect(),

@@ -67,3 +67,14 @@ pub fn read_key(path: Option<&Path>) -> anyhow::Result<Option<pathlab_probe::aut
         .map_err(usage)?;
     Ok(Some(key))
 }
+
+/// The directions a `--direction` of `owd` and `capacity` asks for: `up`, `down`, or both
+/// (up first) for anything else (`both`, its default).
+pub fn directions(choice: &str) -> Vec<pathlab_probe::control::Direction> {
+    use pathlab_probe::control::Direction;
+    match choice {
+        "up" => vec![Direction::Up],
+        "down" => vec![Direction::Down],
+        _ => vec![Direction::Up, Direction::Down],
+    }
+}

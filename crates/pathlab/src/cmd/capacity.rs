@@ -5,7 +5,6 @@ use std::io::Write as _;
 
 use pathlab_core::format::{self, Digits};
 use pathlab_probe::capacity::CapacityReport;
-use pathlab_probe::control::Direction;
 use pathlab_probe::shaper;
 use pathlab_probe_driver::capacity::{self, CapacityConfig, CapacityEvent};
 
@@ -73,11 +72,7 @@ impl Args {
     /// What to measure, checked: a usage error names the option that will not do.
     fn config(&self) -> anyhow::Result<CapacityConfig> {
         check_args(self)?;
-        let directions = match self.direction.as_str() {
-            "up" => vec![Direction::Up],
-            "down" => vec![Direction::Down],
-            _ => vec![Direction::Up, Direction::Down],
-        };
+        let directions = crate::cmd::args::directions(&self.direction);
         Ok(CapacityConfig {
             target: self.client.target(&self.server.host)?,
             directions,

@@ -23,6 +23,10 @@ pub struct ClientOptions {
     pub save: Option<std::path::PathBuf>,
 }
 
+/// A measurement's run of its configuration `C`, told how long its test runs once it
+/// starts; a run that fails part way returns what it measured with the error.
+pub type Measurement<C, T> = fn(&C, &mut dyn FnMut(Duration)) -> Result<T, Partial<T>>;
+
 impl ClientOptions {
     /// The server at `host`, with the key read from its file, if any (a usage error when
     /// the file will not do).
@@ -44,6 +48,27 @@ impl ClientOptions {
             Some(measured) => self.save_partial(error, what, result(measured)),
             None => error,
         }
+    }
+
+    /// Runs measurement `name` (`run` of `config`, told how long its test runs once it
+    /// starts, shows a progress line meanwhile) and saves its report to `--save` as
+    /// `result` makes it a result; a run that fails saves what it measured (`partial`: which
+    /// part) instead and returns the error.
+    pub fn measure<C, T: Clone>(
+        &self,
+        (name, partial): (&str, &str),
+        result: fn(Box<T>) -> pathlab_results::RunResult,
+        config: &C,
+        run: Measurement<C, T>,
+    ) -> anyhow::Result<T> {
+        let mut progress = None;
+        let report = run(config, &mut |length| {
+            progress = Progress::start(name, length);
+        })
+        .map_err(|failed| self.failed(failed, partial, result))?;
+        drop(progress);
+        self.save(|| result(Box::new(report.clone())))?;
+        Ok(report)
     }
 
     /// Writes `result` to `--save`, if given.

@@ -57,11 +57,7 @@ impl Args {
         let count = self
             .count
             .unwrap_or_else(|| OwdConfig::count_for(self.duration.time.into(), rate, self.size));
-        let directions = match self.direction.as_str() {
-            "up" => vec![Direction::Up],
-            "down" => vec![Direction::Down],
-            _ => vec![Direction::Up, Direction::Down],
-        };
+        let directions = crate::cmd::args::directions(&self.direction);
         Ok(OwdConfig {
             target: self.client.target(&self.server.host)?,
             rate,
@@ -184,13 +180,7 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
         };
         writeln!(out, "  verdict      {verdict}")?;
         let deviations: Vec<f64> = o.series.iter().map(|s| s.1 as f64).collect();
-        if !deviations.is_empty() {
-            writeln!(
-                out,
-                "  deviation over time: {}",
-                chart::sparkline(&deviations, 60)
-            )?;
-        }
+        chart::write_over_time(&mut out, "deviation", &deviations)?;
     }
     Ok(())
 }

@@ -5,9 +5,9 @@ use std::io::Write as _;
 use pathlab_core::format::{self, Digits};
 use pathlab_probe::rtt::{OffsetBasis, Percentiles, RttReport};
 use pathlab_probe_driver::rtt::{self, RttConfig};
+use pathlab_results::RunResult;
 
 use crate::chart;
-use crate::cmd::client::Progress;
 
 /// Arguments of `pathlab rtt`.
 #[derive(Debug, clap::Args)]
@@ -46,18 +46,9 @@ impl Args {
 
 /// Runs `pathlab rtt`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let config = args.config()?;
-    let mut progress = None;
-    let report = rtt::run(&config, &mut |length| {
-        progress = Progress::start("rtt", length);
-    })
-    .map_err(|partial| {
+    let report =
         args.client
-            .failed(partial, PARTIAL, pathlab_results::RunResult::Rtt)
-    })?;
-    drop(progress);
-    args.client
-        .save(|| pathlab_results::RunResult::Rtt(Box::new(report.clone())))?;
+            .measure(("rtt", PARTIAL), RunResult::Rtt, &args.config()?, rtt::run)?;
     if args.client.output.json {
         let mut printed = report;
         printed.series.clear();
@@ -121,12 +112,6 @@ fn print(r: &RttReport) -> std::io::Result<()> {
     writeln!(out, "  one-way split: {basis}")?;
     row(&mut out, "send late", &r.send_error)?;
     let rtts: Vec<f64> = r.series.iter().map(|s| s.1 as f64).collect();
-    if !rtts.is_empty() {
-        writeln!(
-            out,
-            "  round trip over time: {}",
-            chart::sparkline(&rtts, 60)
-        )?;
-    }
+    chart::write_over_time(&mut out, "round trip", &rtts)?;
     Ok(())
 }

@@ -8,8 +8,8 @@ use pathlab_probe::control::TcpDirection;
 use pathlab_probe::tcp::{sum_intervals, StreamReport, TcpTestReport};
 use pathlab_probe_driver::tcp::{self, TcpConfig};
 use pathlab_probe_driver::{TcpOptions, TcpTest};
+use pathlab_results::RunResult;
 
-use crate::cmd::client::Progress;
 use crate::usage;
 
 /// Arguments of `pathlab tcp`.
@@ -121,18 +121,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.rfc6349 {
         return crate::cmd::rfc6349::run(args);
     }
-    let config = args.config()?;
-    let mut progress = None;
-    let report = tcp::run(&config, &mut |length| {
-        progress = Progress::start("tcp", length);
-    })
-    .map_err(|partial| {
+    let report =
         args.client
-            .failed(partial, PARTIAL, pathlab_results::RunResult::Tcp)
-    })?;
-    drop(progress);
-    args.client
-        .save(|| pathlab_results::RunResult::Tcp(Box::new(report.clone())))?;
+            .measure(("tcp", PARTIAL), RunResult::Tcp, &args.config()?, tcp::run)?;
     if args.client.output.json {
         let mut printed = report;
         for stream in printed.up.iter_mut().chain(printed.down.iter_mut()) {
