@@ -186,20 +186,22 @@ mod tests {
         })
     }
 
+    /// Where a 1000-byte datagram goes at time zero, `backlog_bytes` waiting, no slack.
+    fn choose_at_zero(lines: &[Option<LineView>], backlog_bytes: u64) -> Choice {
+        earliest_arrival(Instant::ZERO, lines, 1000, backlog_bytes, Duration::ZERO)
+    }
+
     #[test]
     fn a_lone_packet_takes_the_line_where_it_arrives_first() {
         // 12 Mbit/s at 10 ms and 3 Mbit/s at 40 ms, both ready: 1000 bytes arrive at
         // 10.67 ms and 42.67 ms.
         let lines = [view(0, 12.0, 10), view(0, 3.0, 40)];
-        assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 1000, Duration::ZERO),
-            Choice::Send(0)
-        );
+        assert_eq!(choose_at_zero(&lines, 1000), Choice::Send(0));
         // Even with the fast line busy for 20 ms more, it still wins (30.7 ms < 42.7 ms):
         // the slow line waits.
         let lines = [view(20, 12.0, 10), view(0, 3.0, 40)];
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 1000, Duration::ZERO),
+            choose_at_zero(&lines, 1000),
             Choice::Wait(Instant::from_millis(20))
         );
     }
@@ -211,12 +213,9 @@ mod tests {
         // 11 ms + B / 1500 bytes per ms: B = 48 kB takes it to 43 ms, past the slow line's
         // landing, so the slow line sends; 30 kB would end at 31 ms, so it waits.
         let lines = [view(1, 12.0, 10), view(0, 3.0, 40)];
+        assert_eq!(choose_at_zero(&lines, 48_000), Choice::Send(1));
         assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 48_000, Duration::ZERO),
-            Choice::Send(1)
-        );
-        assert_eq!(
-            earliest_arrival(Instant::ZERO, &lines, 1000, 30_000, Duration::ZERO),
+            choose_at_zero(&lines, 30_000),
             Choice::Wait(Instant::from_millis(1))
         );
     }

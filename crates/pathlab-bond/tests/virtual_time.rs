@@ -234,11 +234,27 @@ fn inner_bytes(host: &Host, source: Ipv4Addr, from: Instant, to: Instant) -> u64
         .sum()
 }
 
-#[test]
-fn the_aggregate_carries_nearly_the_sum_of_the_lines() {
+/// The three lines carrying a 30 Mbit/s bulk flow until `until` s, to a far host that
+/// records what arrives.
+fn bulk_over_three_lines(until: f64) -> Tunnel {
+    Tunnel::new(
+        &THREE_LINES,
+        BondConfig::new(3),
+        bulk(30, until),
+        recording_host(),
+    )
+}
+
+/// A far host that records what arrives.
+fn recording_host() -> Host {
     let mut far = Host::new();
     far.record_arrivals = true;
-    let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), bulk(30, 12.0), far);
+    far
+}
+
+#[test]
+fn the_aggregate_carries_nearly_the_sum_of_the_lines() {
+    let mut tunnel = bulk_over_three_lines(12.0);
     tunnel.run_until(secs(12.0));
     let (from, to) = (secs(4.0), secs(12.0));
     let goodput = inner_bytes(&tunnel.far, USER, from, to) as f64 * 8.0 / 8.0 / 1e6;
@@ -279,9 +295,7 @@ fn round_robin_fills_the_modems_as_tunnels_do_today() {
 
 #[test]
 fn a_dead_line_is_left_within_half_a_second_and_rejoins_when_it_comes_back() {
-    let mut far = Host::new();
-    far.record_arrivals = true;
-    let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), bulk(30, 14.0), far);
+    let mut tunnel = bulk_over_three_lines(14.0);
     tunnel.run_until(secs(5.0));
     tunnel.set_line(1, ("loss 100%", "loss 100%"));
     let down_after = tunnel.line_becomes(1, LineState::Down, 5.0, 100);
@@ -593,9 +607,7 @@ fn a_user_opening_many_flows_keeps_one_users_share_of_the_tunnel() {
                 stop: secs(8.0),
             });
         }
-        let mut far = Host::new();
-        far.record_arrivals = true;
-        let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), near, far);
+        let mut tunnel = Tunnel::new(&THREE_LINES, BondConfig::new(3), near, recording_host());
         tunnel.run_until(secs(8.0));
         let (from, to) = (secs(3.0), secs(8.0));
         let (a, b) = (
@@ -777,13 +789,11 @@ fn small_packets_through_a_packet_limited_line(packing: bool) -> (f64, f64) {
         start: secs(0.5),
         stop: secs(9.0),
     });
-    let mut far = Host::new();
-    far.record_arrivals = true;
     let line = [(
         "delay 10ms rate 10mbit pps 1000 limit 100",
         "delay 10ms rate 10mbit pps 1000 limit 100",
     )];
-    let mut tunnel = Tunnel::new(&line, config, near, far);
+    let mut tunnel = Tunnel::new(&line, config, near, recording_host());
     tunnel.run_until(secs(9.0));
     let received = tunnel
         .far

@@ -340,24 +340,16 @@ mod tests {
             })
         );
         assert_eq!(TrunkVlans::parse(" 4094 , 1 ").unwrap().vlans, [4094, 1]);
-        assert_eq!(TrunkVlans::parse("5,5"), Err(VlanError::Same(5)));
-        assert_eq!(TrunkVlans::parse("5"), Err(VlanError::NotTwo("5".into())));
-        assert_eq!(
-            TrunkVlans::parse("5,6,7"),
-            Err(VlanError::NotTwo("5,6,7".into()))
-        );
-        assert_eq!(
-            TrunkVlans::parse("0,6"),
-            Err(VlanError::NotAnId("0".into()))
-        );
-        assert_eq!(
-            TrunkVlans::parse("5,4095"),
-            Err(VlanError::NotAnId("4095".into()))
-        );
-        assert_eq!(
-            TrunkVlans::parse("5,six"),
-            Err(VlanError::NotAnId("six".into()))
-        );
+        for (text, error) in [
+            ("5,5", VlanError::Same(5)),
+            ("5", VlanError::NotTwo("5".into())),
+            ("5,6,7", VlanError::NotTwo("5,6,7".into())),
+            ("0,6", VlanError::NotAnId("0".into())),
+            ("5,4095", VlanError::NotAnId("4095".into())),
+            ("5,six", VlanError::NotAnId("six".into())),
+        ] {
+            assert_eq!(TrunkVlans::parse(text), Err(error), "{text}");
+        }
         let vlans = TrunkVlans::parse("5,6").unwrap();
         assert_eq!(vlans.with_untagged(Some(6)).unwrap().untagged, Some(6));
         assert_eq!(

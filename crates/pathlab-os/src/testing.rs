@@ -549,6 +549,11 @@ mod tests {
         assert_eq!(mode & 0o777, 0o644, "{mode:o}");
     }
 
+    /// The thread `taken` hears of has not got its lock within [`WAITS`]: `why` it waits.
+    fn assert_waiting(taken: &std::sync::mpsc::Receiver<()>, why: &str) {
+        assert!(taken.recv_timeout(WAITS).is_err(), "{why}");
+    }
+
     /// Takes the lock at `path` as `hold` on a thread; the receiver hears once it has it,
     /// and the thread holds it until `release` is dropped.
     fn take_on_thread(
@@ -582,23 +587,20 @@ mod tests {
         let shared = TestLock::take_at(&path, Hold::Shared, TIMING_SLOTS).expect("beside them");
         assert!(!free(&path, true), "none alone beside them");
         let (third, release_third, third_thread) = take_on_thread(&path, Hold::Paired);
-        assert!(third.recv_timeout(WAITS).is_err(), "no third slot");
+        assert_waiting(&third, "no third slot");
         drop(first);
         third.recv_timeout(WAITS * 10).expect("a slot freed");
         // One waiting to be alone keeps new holders out until it has been.
         let (alone, release_alone, alone_thread) = take_on_thread(&path, Hold::Alone);
         std::thread::sleep(WAITS);
         let (late, release_late, late_thread) = take_on_thread(&path, Hold::Shared);
-        assert!(late.recv_timeout(WAITS).is_err(), "behind the one alone");
+        assert_waiting(&late, "behind the one alone");
         drop((second, shared));
         release_third.send(()).unwrap();
         alone
             .recv_timeout(WAITS * 10)
             .expect("alone once they are done");
-        assert!(
-            late.recv_timeout(WAITS).is_err(),
-            "not beside the one alone"
-        );
+        assert_waiting(&late, "not beside the one alone");
         release_alone.send(()).unwrap();
         late.recv_timeout(WAITS * 10).expect("after it");
         release_late.send(()).unwrap();
@@ -613,10 +615,7 @@ mod tests {
         let path = dir.path("tests.lock");
         let paired = TestLock::take_at(&path, Hold::Paired, TIMING_SLOTS).expect("a slot");
         let (heavy, release_heavy, heavy_thread) = take_on_thread(&path, Hold::Heavy);
-        assert!(
-            heavy.recv_timeout(WAITS).is_err(),
-            "not beside a timing test"
-        );
+        assert_waiting(&heavy, "not beside a timing test");
         // A test that judges no timing runs beside either.
         let shared = TestLock::take_at(&path, Hold::Shared, TIMING_SLOTS).expect("beside");
         drop(paired);
@@ -625,14 +624,8 @@ mod tests {
             .expect("every slot once it is free");
         let (second, release_second, second_thread) = take_on_thread(&path, Hold::Heavy);
         let (light, release_light, light_thread) = take_on_thread(&path, Hold::Paired);
-        assert!(
-            second.recv_timeout(WAITS).is_err(),
-            "nor beside another heavy one"
-        );
-        assert!(
-            light.recv_timeout(WAITS).is_err(),
-            "nor beside a paired one"
-        );
+        assert_waiting(&second, "nor beside another heavy one");
+        assert_waiting(&light, "nor beside a paired one");
         release_heavy.send(()).unwrap();
         heavy_thread.join().unwrap();
         // The second heavy one and the paired one, one after the other, either first.
@@ -647,9 +640,9 @@ mod tests {
         };
         let ((_, release, name), (other, release_other, other_name)) =
             (waiting[first], waiting[1 - first]);
-        assert!(
-            other.recv_timeout(WAITS).is_err(),
-            "the {other_name} one waits beside the {name} one"
+        assert_waiting(
+            other,
+            &format!("the {other_name} one waits beside the {name} one"),
         );
         release.send(()).unwrap();
         other.recv_timeout(WAITS * 10).expect("then the other");

@@ -199,6 +199,13 @@ mod tests {
         (gaps, verdicts)
     }
 
+    /// [`hold`] on a new queue of `config` (its RNG seeded with `seed`): `(level,
+    /// trials)`, the packets' ECN field `ecn`.
+    fn held_new(config: RedConfig, seed: u64, (level, trials): (usize, u64), ecn: Ecn) -> Verdicts {
+        let mut red = Red::new(config, limits(), Rng::seed_from(seed));
+        hold(&mut red, level, trials, ecn).1
+    }
+
     /// Floyd and Jacobson 1993, section 7: with pa = pb / (1 - count pb), count the
     /// packets let through since the last drop, the gap X between drops is uniform on
     /// 1 ..= 1/pb, so E[X] = (1 + 1/pb) / 2 and the drop fraction is 2 pb / (1 + pb).
@@ -230,14 +237,12 @@ mod tests {
             ecn: true,
             ..config(0.1)
         };
-        let mut red = Red::new(ecn, limits(), Rng::seed_from(1));
-        let (_, verdicts) = hold(&mut red, 20, 10_000, Ecn::Ect0);
+        let verdicts = held_new(ecn, 1, (20, 10_000), Ecn::Ect0);
         assert!(verdicts.dropped.is_empty());
         let expected = 2.0 * 0.05 / 1.05 * 10_000.0;
         assert!((verdicts.ce_marked as f64 - expected).abs() < 0.1 * expected);
         // Above max (35 packets = 35,000 B): every arrival is marked ...
-        let mut red = Red::new(ecn, limits(), Rng::seed_from(1));
-        let (_, verdicts) = hold(&mut red, 35, 1000, Ecn::Ect0);
+        let verdicts = held_new(ecn, 1, (35, 1000), Ecn::Ect0);
         assert_eq!((verdicts.dropped.len(), verdicts.ce_marked), (0, 1000));
         // ... or, with harddrop, dropped, also in gentle's max..2 max ramp.
         for gentle in [false, true] {
@@ -246,15 +251,13 @@ mod tests {
                 gentle,
                 ..ecn
             };
-            let mut red = Red::new(hard, limits(), Rng::seed_from(1));
-            let (_, verdicts) = hold(&mut red, 35, 1000, Ecn::Ect0);
+            let verdicts = held_new(hard, 1, (35, 1000), Ecn::Ect0);
             assert_eq!(verdicts.ce_marked, 0);
             assert!(verdicts.dropped.iter().all(|d| d.reason == DropReason::Red));
             assert!(!verdicts.dropped.is_empty());
         }
         // Not ECN-capable: dropped even with ecn on.
-        let mut red = Red::new(ecn, limits(), Rng::seed_from(1));
-        let (_, verdicts) = hold(&mut red, 35, 1000, Ecn::NotEct);
+        let verdicts = held_new(ecn, 1, (35, 1000), Ecn::NotEct);
         assert_eq!(verdicts.dropped.len(), 1000);
     }
 
@@ -266,16 +269,14 @@ mod tests {
             gentle: true,
             ..config(0.1)
         };
-        let mut red = Red::new(gentle, limits(), Rng::seed_from(2));
-        let (_, verdicts) = hold(&mut red, 40, 100_000, Ecn::NotEct);
+        let verdicts = held_new(gentle, 2, (40, 100_000), Ecn::NotEct);
         // 40,000 B: pb = 0.1 + 0.9 x 10,000 / 30,000 = 0.4; 2 pb / (1 + pb) = 0.571.
         let fraction = verdicts.dropped.len() as f64 / 100_000.0;
         assert!(
             (fraction - 0.8 / 1.4).abs() < 0.03 * 0.8 / 1.4,
             "{fraction}"
         );
-        let mut red = Red::new(gentle, limits(), Rng::seed_from(2));
-        let (_, verdicts) = hold(&mut red, 60, 1000, Ecn::NotEct);
+        let verdicts = held_new(gentle, 2, (60, 1000), Ecn::NotEct);
         assert_eq!(verdicts.dropped.len(), 1000);
     }
 

@@ -234,17 +234,16 @@ mod tests {
         out
     }
 
+    /// Slots exactly `gap` apart, each for at most `packets` packets and `bytes` bytes.
+    fn every(gap: Duration, packets: Option<u32>, bytes: Option<u64>) -> SlotStage {
+        let interval = SlotInterval::Uniform { min: gap, max: gap };
+        SlotStage::new(spec(interval, packets, bytes), Rng::seed_from(1))
+    }
+
     #[test]
     fn fixed_slots_release_only_at_boundaries_within_budget() {
         let gap = Duration::from_millis(5);
-        let mut stage = SlotStage::new(
-            spec(
-                SlotInterval::Uniform { min: gap, max: gap },
-                Some(3),
-                Some(4000),
-            ),
-            Rng::seed_from(1),
-        );
+        let mut stage = every(gap, Some(3), Some(4000));
         let start = Instant::from_millis(100);
         // 40 packets of 1000 bytes, one every 0.5 ms: 2 per ms, 10 per slot offered.
         let arrivals: Vec<_> = (0..40u64)
@@ -272,14 +271,7 @@ mod tests {
     #[test]
     fn byte_budget_lets_one_oversized_packet_through() {
         let gap = Duration::from_millis(1);
-        let mut stage = SlotStage::new(
-            spec(
-                SlotInterval::Uniform { min: gap, max: gap },
-                None,
-                Some(1500),
-            ),
-            Rng::seed_from(1),
-        );
+        let mut stage = every(gap, None, Some(1500));
         let arrivals = [
             (Instant::ZERO, 9000),
             (Instant::ZERO, 100),

@@ -262,13 +262,8 @@ fn ipv4(bytes: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeErro
             "IPv4 total length {total_len} is below its header length {header_len}"
         )));
     }
-    Ok(Some((
-        ip.source().into(),
-        ip.destination().into(),
-        header_len as u32,
-        total_len as u32,
-        header_len,
-    )))
+    let addresses = (ip.source().into(), ip.destination().into());
+    Ok(Some(ip_parts(addresses, header_len, total_len)))
 }
 
 fn ipv6(bytes: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeError> {
@@ -299,13 +294,24 @@ fn ipv6(bytes: &[u8], original_len: usize) -> Result<Option<IpParts>, DecodeErro
     if protocol != PROTOCOL_TCP {
         return Ok(None);
     }
-    Ok(Some((
-        ip.source().into(),
-        ip.destination().into(),
-        at as u32,
+    let addresses = (ip.source().into(), ip.destination().into());
+    Ok(Some(ip_parts(addresses, at, total_len)))
+}
+
+/// The [`IpParts`] of a packet between `(source, destination)` whose TCP segment starts
+/// at `header_len` (the IP header's with any extension headers), `total_len` long.
+fn ip_parts(
+    (source, destination): (IpAddr, IpAddr),
+    header_len: usize,
+    total_len: usize,
+) -> IpParts {
+    (
+        source,
+        destination,
+        header_len as u32,
         total_len as u32,
-        at,
-    )))
+        header_len,
+    )
 }
 
 /// The options in `bytes` (the TCP header after its 20 fixed bytes, as far as captured).

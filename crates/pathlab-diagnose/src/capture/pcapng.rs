@@ -106,6 +106,18 @@ impl<'a> PcapngReader<'a> {
         &self.interfaces
     }
 
+    /// An error unless `body` holds the `fixed` bytes of its block's fixed part (`what`
+    /// block's body).
+    fn check_fixed(&self, body: &[u8], fixed: usize, what: &str) -> Result<(), CaptureError> {
+        if body.len() < fixed {
+            return Err(self.error(format!(
+                "{what} body of {} bytes, the fixed part is {fixed}",
+                body.len()
+            )));
+        }
+        Ok(())
+    }
+
     fn error(&self, problem: String) -> CaptureError {
         CaptureError::Block {
             index: self.index,
@@ -140,12 +152,7 @@ impl<'a> PcapngReader<'a> {
                 "section header of version {major}; this reader knows version 1"
             )));
         }
-        if body.len() < 16 {
-            return Err(self.error(format!(
-                "section header body of {} bytes, the fixed part is 16",
-                body.len()
-            )));
-        }
+        self.check_fixed(body, 16, "section header")?;
         self.interfaces.clear();
         self.resolutions.clear();
         self.advance(body.len());
@@ -310,32 +317,17 @@ impl<'a> PcapngReader<'a> {
                     None
                 }
                 BLOCK_ENHANCED_PACKET => {
-                    if body.len() < 20 {
-                        return Err(self.error(format!(
-                            "enhanced packet block body of {} bytes, the fixed part is 20",
-                            body.len()
-                        )));
-                    }
+                    self.check_fixed(body, 20, "enhanced packet block")?;
                     let interface = self.endian.u32(body, 0).unwrap_or(0);
                     Some(self.timed_packet(body, interface, 20)?)
                 }
                 BLOCK_OBSOLETE_PACKET => {
-                    if body.len() < 20 {
-                        return Err(self.error(format!(
-                            "packet block body of {} bytes, the fixed part is 20",
-                            body.len()
-                        )));
-                    }
+                    self.check_fixed(body, 20, "packet block")?;
                     let interface = u32::from(self.endian.u16(body, 0).unwrap_or(0));
                     Some(self.timed_packet(body, interface, 20)?)
                 }
                 BLOCK_SIMPLE_PACKET => {
-                    if body.len() < 4 {
-                        return Err(self.error(format!(
-                            "simple packet block body of {} bytes, the fixed part is 4",
-                            body.len()
-                        )));
-                    }
+                    self.check_fixed(body, 4, "simple packet block")?;
                     let (link_type, _) = self.interface(0)?;
                     let original_len = self.endian.u32(body, 0).unwrap_or(0);
                     let snaplen = self.interfaces[0].snaplen;

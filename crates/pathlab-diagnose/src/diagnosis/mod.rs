@@ -452,6 +452,19 @@ impl Typical {
     fn rtt_text(&self) -> String {
         format::time(f64::from(self.srtt_us) * 1e-6, Digits::up_to(2))
     }
+
+    /// The rate `bytes` a round trip caps the connection at (bits/s), and the words that
+    /// say so: "at a R RTT caps it at C; it moved T then".
+    fn cap(&self, bytes: u64) -> (f64, String) {
+        let cap = bytes as f64 * 8.0 / self.rtt_s();
+        let words = format!(
+            "at a {} RTT caps it at {}; it moved {} then",
+            self.rtt_text(),
+            format::rate(cap, Digits::up_to(2)),
+            format::rate(self.throughput_bps, Digits::up_to(2)),
+        );
+        (cap, words)
+    }
 }
 
 /// Where the time of all `intervals` went, weighted by their lengths; `None` for none.
@@ -508,15 +521,12 @@ fn receiving_sentence(
 /// the typical RTT of those intervals (bits/s), and the sentence that says so.
 fn receiver_window_sentence(percent: &str, intervals: &[Interval], b: &TcpInfo) -> (f64, String) {
     let held = Typical::of(intervals, Limit::ReceiverWindow, b);
-    let cap = held.window as f64 * 8.0 / held.rtt_s();
+    let (cap, caps) = held.cap(held.window);
     let sentence = format!(
-        "limited by the receiver's window {percent} of the time ({} at a {} RTT caps \
-         it at {}; it moved {} then): the receiving application, or its receive buffer \
-         (SO_RCVBUF, net.ipv4.tcp_rmem), is the bottleneck; see `pathlab tune`",
+        "limited by the receiver's window {percent} of the time ({} {caps}): the receiving \
+         application, or its receive buffer (SO_RCVBUF, net.ipv4.tcp_rmem), is the \
+         bottleneck; see `pathlab tune`",
         format::bytes_binary(held.window, Digits::up_to(2)),
-        held.rtt_text(),
-        format::rate(cap, Digits::up_to(2)),
-        format::rate(held.throughput_bps, Digits::up_to(2)),
     );
     (cap, sentence)
 }
@@ -531,16 +541,13 @@ fn send_buffer_sentence(
 ) -> (f64, String) {
     let held = Typical::of(intervals, Limit::SendBuffer, b);
     let buffer = last.memory.map_or(held.in_flight, |m| u64::from(m.sndbuf));
-    let cap = held.in_flight.max(1) as f64 * 8.0 / held.rtt_s();
+    let (cap, caps) = held.cap(held.in_flight.max(1));
     let sentence = format!(
         "limited by the send buffer {percent} of the time (the buffer, {} as the kernel \
-         counts it, let {} be in flight, which at a {} RTT caps it at {}; it moved {} \
-         then): raise the sender's SO_SNDBUF or net.ipv4.tcp_wmem; see `pathlab tune`",
+         counts it, let {} be in flight, which {caps}): raise the sender's SO_SNDBUF or \
+         net.ipv4.tcp_wmem; see `pathlab tune`",
         format::bytes_binary(buffer, Digits::up_to(2)),
         format::bytes_binary(held.in_flight, Digits::up_to(2)),
-        held.rtt_text(),
-        format::rate(cap, Digits::up_to(2)),
-        format::rate(held.throughput_bps, Digits::up_to(2)),
     );
     (cap, sentence)
 }

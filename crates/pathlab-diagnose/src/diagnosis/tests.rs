@@ -87,49 +87,29 @@ fn fields_are_read_at_the_kernels_offsets_and_a_short_struct_leaves_the_rest_zer
 fn each_share_of_the_time_gives_its_verdict_with_the_cap_it_implies() {
     // 1 s watched; 64 KiB window at 20 ms caps at 26.2 Mbit/s.
     let start = sender(0, 0, 0, 0);
-    let window = verdict(
-        &sample(0, start),
-        &sample(1000, sender(3_000_000, 990_000, 900_000, 0)),
-        &[],
-    );
+    // The verdict on a second from `start` to `end`, no events.
+    let over_a_second = |end| verdict(&sample(0, start), &sample(1000, end), &[]);
+    let window = over_a_second(sender(3_000_000, 990_000, 900_000, 0));
     assert_eq!(window.limit, Limit::ReceiverWindow);
     assert!((window.share - 0.9).abs() < 1e-9);
     let cap = window.cap_bps.unwrap();
     assert!((cap - 65_536.0 * 8.0 / 0.020).abs() < 1.0, "{cap}");
     assert!(window.sentence.contains("64 KiB"), "{}", window.sentence);
-    assert!(
-        window.sentence.contains("26.21 Mbit/s"),
-        "{}",
-        window.sentence
-    );
+    let capped = window.sentence.contains("26.21 Mbit/s");
+    assert!(capped, "{}", window.sentence);
     assert!((window.throughput_bps - 24e6).abs() < 1.0);
 
-    let buffer = verdict(
-        &sample(0, start),
-        &sample(1000, sender(1_000_000, 1_000_000, 0, 700_000)),
-        &[],
-    );
+    let buffer = over_a_second(sender(1_000_000, 1_000_000, 0, 700_000));
     assert_eq!(buffer.limit, Limit::SendBuffer);
     assert!((buffer.limits.congestion - 0.3).abs() < 1e-9);
 
-    let app = verdict(
-        &sample(0, start),
-        &sample(1000, sender(100_000, 150_000, 0, 0)),
-        &[],
-    );
+    let app = over_a_second(sender(100_000, 150_000, 0, 0));
     assert_eq!(app.limit, Limit::Application);
     assert!((app.share - 0.85).abs() < 1e-9);
-    assert!(
-        app.sentence.starts_with("application-limited 85%"),
-        "{}",
-        app.sentence
-    );
+    let named = app.sentence.starts_with("application-limited 85%");
+    assert!(named, "{}", app.sentence);
 
-    let network = verdict(
-        &sample(0, start),
-        &sample(1000, sender(9_000_000, 1_000_000, 50_000, 0)),
-        &[],
-    );
+    let network = over_a_second(sender(9_000_000, 1_000_000, 50_000, 0));
     assert_eq!(network.limit, Limit::Congestion);
     assert!((network.share - 0.95).abs() < 1e-9);
 }

@@ -540,6 +540,12 @@ fn start_capture(
 pub use recorder::Record;
 use recorder::RecordSender;
 
+/// What `slot` holds, taken: the one owner left to use it, even after a thread that held
+/// the lock panicked.
+pub(crate) fn take_locked<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
+}
+
 /// A recording's header: what the file holds and on which clock.
 fn recording_header(
     command: Vec<String>,
@@ -787,12 +793,7 @@ impl EmulatorHandle {
         // also drops the directions' recording senders, which closes the recording.
         drop(removed);
         // The directions held the only senders: the recorder ends once it wrote all.
-        let recording = self
-            .recording
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(recording) = recording {
+        if let Some(recording) = take_locked(&self.recording) {
             if let Err(error) = recording.finished.wait() {
                 eprintln!("pathlab: writing the recording failed: {error}");
             }

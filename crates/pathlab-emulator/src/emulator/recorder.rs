@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
 use pathlab_os::files::{Dir, Made};
 use pathlab_results::recording::{self, RecordingHeader, RecordingLine};
@@ -120,12 +120,7 @@ struct CloseOnDrop {
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        let done = self
-            .done
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(done) = done {
+        if let Some(done) = super::take_locked(&self.done) {
             let _ = self.to.send(Message::Close { id: self.id, done });
         }
     }

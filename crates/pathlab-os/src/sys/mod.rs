@@ -1300,9 +1300,24 @@ fn getsockopt_int(
     level: libc::c_int,
     name: libc::c_int,
 ) -> io::Result<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` is writable for `len` bytes.
+    // SAFETY: an int is plain data.
+    unsafe { getsockopt_plain(fd, level, name) }.map(|(value, _)| value)
+}
+
+/// `getsockopt` of a plain-data value: the value (zero where the kernel wrote less) and
+/// how many bytes the kernel wrote.
+///
+/// # Safety
+/// All-zero bytes are a valid `T`, and so is whatever the kernel writes for `name`.
+pub(crate) unsafe fn getsockopt_plain<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<(T, usize)> {
+    // SAFETY: the caller's promise: all-zero is a valid `T`.
+    let mut value: T = unsafe { zeroed() };
+    let mut len = size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is writable for `len` bytes, and the kernel writes at most that.
     cvt(unsafe {
         libc::getsockopt(
             fd.as_raw_fd(),
@@ -1312,7 +1327,7 @@ fn getsockopt_int(
             &raw mut len,
         )
     })?;
-    Ok(value)
+    Ok((value, len as usize))
 }
 
 /// The MTU of a connected socket's route (`IP_MTU`/`IPV6_MTU`), bytes.
@@ -1493,19 +1508,9 @@ pub struct PeerCredentials {
 /// peer says, so it holds against a peer that lies.
 pub fn peer_credentials(fd: BorrowedFd<'_>) -> io::Result<PeerCredentials> {
     // SAFETY: ucred is plain data; all-zero is a valid value.
-    let mut cred: libc::ucred = unsafe { zeroed() };
-    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` is writable for `len` bytes.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            std::ptr::from_mut(&mut cred).cast(),
-            &raw mut len,
-        )
-    })?;
-    if len as usize != size_of::<libc::ucred>() {
+    let (cred, len) =
+        unsafe { getsockopt_plain::<libc::ucred>(fd, libc::SOL_SOCKET, libc::SO_PEERCRED) }?;
+    if len != size_of::<libc::ucred>() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "SO_PEERCRED answered a short ucred",
@@ -1578,19 +1583,7 @@ pub fn set_max_segment(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
 /// The kernel's `TCP_INFO` for a TCP socket.
 pub fn tcp_info(fd: BorrowedFd<'_>) -> io::Result<libc::tcp_info> {
     // SAFETY: tcp_info is plain data; all-zero is valid.
-    let mut info: libc::tcp_info = unsafe { zeroed() };
-    let mut len = size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` is writable for `len` bytes; the kernel writes at most that.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            std::ptr::from_mut(&mut info).cast(),
-            &raw mut len,
-        )
-    })?;
-    Ok(info)
+    unsafe { getsockopt_plain(fd, libc::IPPROTO_TCP, libc::TCP_INFO) }.map(|(info, _)| info)
 }
 
 /// Sets a string socket option (`TCP_CONGESTION`).

@@ -6,9 +6,9 @@
 
 use std::io;
 use std::mem::{size_of, zeroed};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
-use super::{cvt, setsockopt};
+use super::setsockopt;
 
 /// `PACKET_AUXDATA`: a `tpacket_auxdata` with every frame (its length on the wire, the
 /// VLAN tag the driver took off).
@@ -54,18 +54,10 @@ pub fn enable_packet_auxdata(fd: BorrowedFd<'_>) -> io::Result<()> {
 /// Frames the kernel dropped on this packet socket since the last call (its receive
 /// buffer was full), read and reset with `PACKET_STATISTICS`.
 pub fn packet_drops(fd: BorrowedFd<'_>) -> io::Result<u64> {
-    let mut stats = TpacketStats::default();
-    let mut len = size_of::<TpacketStats>() as libc::socklen_t;
-    // SAFETY: `stats` is writable for `len` bytes, and the kernel writes at most that.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            PACKET_STATISTICS,
-            std::ptr::from_mut(&mut stats).cast(),
-            &raw mut len,
-        )
-    })?;
+    // SAFETY: TpacketStats is plain data (two u32).
+    let (stats, _) = unsafe {
+        super::getsockopt_plain::<TpacketStats>(fd, libc::SOL_PACKET, PACKET_STATISTICS)
+    }?;
     Ok(u64::from(stats.tp_drops))
 }
 

@@ -392,17 +392,32 @@ mod tests {
             recv_error_queue(sender.as_fd()).unwrap().is_none(),
             "one message per datagram"
         );
+        let mut next = 0;
+        let received = receive_stamped(receiver.as_fd(), count, |_, kernel_ns| {
+            let after = crate::unix_now_ns();
+            let kernel_ns = kernel_ns.expect("a receive stamp");
+            assert!(kernel_ns >= stamps[next].kernel_ns);
+            assert!(kernel_ns <= after);
+            next += 1;
+            true
+        });
+        assert_eq!(received, count, "every datagram came back");
+    }
+
+    /// Reads `fd` (non-blocking) for at most a second, until `want` datagrams have
+    /// counted: `counts` takes each with its receive stamp and says whether it is one.
+    fn receive_stamped(
+        fd: std::os::fd::BorrowedFd<'_>,
+        want: usize,
+        mut counts: impl FnMut(&[u8], Option<u64>) -> bool,
+    ) -> usize {
         let mut buffer = [0u8; 2048];
         let mut received = 0;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-        while received < count && std::time::Instant::now() < deadline {
-            match sys::recv_timestamped(receiver.as_fd(), &mut buffer) {
-                Ok((_, _, kernel_ns)) => {
-                    let after = crate::unix_now_ns();
-                    let kernel_ns = kernel_ns.expect("a receive stamp");
-                    assert!(kernel_ns >= stamps[received].kernel_ns);
-                    assert!(kernel_ns <= after);
-                    received += 1;
+        while received < want && std::time::Instant::now() < deadline {
+            match sys::recv_timestamped(fd, &mut buffer) {
+                Ok((len, _, kernel_ns)) => {
+                    received += usize::from(counts(&buffer[..len], kernel_ns));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     std::thread::sleep(std::time::Duration::from_millis(1));
@@ -410,7 +425,7 @@ mod tests {
                 Err(e) => panic!("receive: {e}"),
             }
         }
-        assert_eq!(received, count, "every datagram came back");
+        received
     }
 
     /// Waits until the kernel stamps received packets (see [`enable_timestamping`]): a
@@ -592,38 +607,29 @@ mod tests {
                 assert_eq!(stamp.id, seq as u32);
                 assert!(stamp.kernel_ns >= sent_ns[seq]);
             }
-            let mut buffer = [0u8; 2048];
-            let mut replies = 0;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-            while replies < count && std::time::Instant::now() < deadline {
-                match sys::recv_timestamped(socket.as_fd(), &mut buffer) {
-                    Ok((len, _, kernel_ns)) => {
-                        let icmp = if ipv6 {
-                            &buffer[..len]
-                        } else {
-                            &buffer[pathlab_core::wire::ipv4::Ipv4Packet::new_checked(
-                                &buffer[..len],
-                            )
-                            .unwrap()
-                            .header_len()..len]
-                        };
-                        let reply_type = if ipv6 { 129 } else { 0 };
-                        if icmp[0] != reply_type || icmp[4..6] != 0x5157u16.to_be_bytes() {
-                            continue;
-                        }
-                        let seq = usize::from(u16::from_be_bytes([icmp[6], icmp[7]]));
-                        let kernel_ns = kernel_ns.expect("a receive stamp");
-                        assert!(kernel_ns >= stamps[seq].kernel_ns, "ipv6 {ipv6} seq {seq}");
-                        assert!(kernel_ns <= crate::unix_now_ns());
-                        replies += 1;
+            let replies =
+                receive_stamped(socket.as_fd(), usize::from(count), |packet, kernel_ns| {
+                    let icmp = if ipv6 {
+                        packet
+                    } else {
+                        let ip = pathlab_core::wire::ipv4::Ipv4Packet::new_checked(packet).unwrap();
+                        &packet[ip.header_len()..]
+                    };
+                    let reply_type = if ipv6 { 129 } else { 0 };
+                    if icmp[0] != reply_type || icmp[4..6] != 0x5157u16.to_be_bytes() {
+                        return false;
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                    Err(e) => panic!("receive: {e}"),
-                }
-            }
-            assert_eq!(replies, count, "ipv6 {ipv6}: every echo answered");
+                    let seq = usize::from(u16::from_be_bytes([icmp[6], icmp[7]]));
+                    let kernel_ns = kernel_ns.expect("a receive stamp");
+                    assert!(kernel_ns >= stamps[seq].kernel_ns, "ipv6 {ipv6} seq {seq}");
+                    assert!(kernel_ns <= crate::unix_now_ns());
+                    true
+                });
+            assert_eq!(
+                replies,
+                usize::from(count),
+                "ipv6 {ipv6}: every echo answered"
+            );
         }
     }
 }
