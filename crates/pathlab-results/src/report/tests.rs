@@ -137,10 +137,7 @@ fn a_run_gets_csv_files_figures_and_a_self_contained_page() {
         "throughput",
         "retransmissions",
     ] {
-        assert!(
-            stems.iter().any(|s| s == expected),
-            "no {expected} in {stems:?}"
-        );
+        assert_listed(&stems, expected);
     }
     assert_eq!(files.png.len(), files.svg.len());
     for png in &files.png {
@@ -207,10 +204,7 @@ fn a_sweep_gets_figures_against_its_parameters_and_a_compare_view() {
         "plots/compare/rtt-probes-cdf.png",
         "plots/queue-10_loss-0/rtt.png",
     ] {
-        assert!(
-            names.iter().any(|n| n == expected),
-            "no {expected} in {names:?}"
-        );
+        assert_listed(&names, expected);
     }
     assert!(scratch
         .0
@@ -467,5 +461,13 @@ fn html_helpers() {
     assert_eq!(
         html::utc(1_700_000_000_000_000_000),
         "2023-11-14 22:13:20 UTC"
+    );
+}
+
+/// `expected` is one of `names`.
+fn assert_listed(names: &[String], expected: &str) {
+    assert!(
+        names.iter().any(|n| n == expected),
+        "no {expected} in {names:?}"
     );
 }
