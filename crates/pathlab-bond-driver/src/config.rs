@@ -35,7 +35,8 @@ pub const MAX_SERVER_LINES: usize = 64;
 pub const MTU_RANGE: std::ops::RangeInclusive<u32> = 576..=65_535;
 
 /// A key file's contents, read by the caller, with its path to name it in messages. The
-/// caller reads it (and checks that only its owner may read it); this crate parses it.
+/// caller reads it (and checks that only its owner may read it); this crate parses it. The
+/// bytes are zeroed when it is dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyFile {
     /// Where it was read from.
@@ -43,6 +44,15 @@ pub struct KeyFile {
     /// Its bytes, as read.
     pub contents: Vec<u8>,
 }
+
+// The file's bytes are a secret: wiped when the configuration is done with them.
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.contents);
+    }
+}
+
+impl zeroize::ZeroizeOnDrop for KeyFile {}
 
 impl KeyFile {
     /// The pre-shared key the file holds (`--psk`).

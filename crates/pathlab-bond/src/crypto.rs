@@ -6,6 +6,10 @@
 //! | seq u48` (big-endian), which is also the associated data: two lines never share a
 //! nonce, and `seq` counts from 1 per line under each session's fresh keys.
 //!
+//! Every secret here is zeroed when dropped: the pre-shared key's bytes and what derives
+//! from it ([`Zeroizing`]), the ciphers' keys (`chacha20poly1305` wipes its key in its own
+//! `Drop`), and a session's rekey secret ([`SessionKeys::chain`]).
+//!
 //! [`seal`] and [`open`] work in place on the caller's buffer and never allocate (a [`seal`]
 //! appends the 16-byte tag, which needs that much spare capacity to stay allocation-free).
 
@@ -13,6 +17,7 @@ use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{ChaCha20Poly1305, KeyInit, Tag};
 use pathlab_probe::auth::{hkdf_sha256, key_material};
 pub use pathlab_probe::auth::{KeyError, Role};
+use zeroize::{Zeroize as _, ZeroizeOnDrop, Zeroizing};
 
 use crate::wire::{Header, WireError, HEADER_BYTES, MAX_DATAGRAM_BYTES, MAX_SEQ, TAG_BYTES};
 
@@ -47,7 +52,9 @@ pub const REPLAY_WINDOW: u64 = 1024;
 /// such as 32 raw random bytes. A typed passphrase of that length is accepted too, but has
 /// far less than 256 bits of entropy.
 #[derive(Clone)]
-pub struct Psk(Vec<u8>);
+pub struct Psk(Zeroizing<Vec<u8>>);
+
+impl ZeroizeOnDrop for Psk {}
 
 impl std::fmt::Debug for Psk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -61,17 +68,20 @@ impl Psk {
     /// A text file (printable ASCII and whitespace only) loses its trailing whitespace, so
     /// an editor's final newline does not change the key; a binary file is used whole.
     pub fn from_file_contents(contents: &[u8]) -> Result<Psk, KeyError> {
-        Ok(Psk(key_material(contents, MIN_PSK_BYTES)?.to_vec()))
+        Ok(Psk(Zeroizing::new(
+            key_material(contents, MIN_PSK_BYTES)?.to_vec(),
+        )))
     }
 
     /// 32 bytes derived from the key for one use (`label`): HKDF-SHA256 with the salt
     /// "pathlab-bond v2" (the simple mode's server key, the Noise pre-shared key).
-    pub(crate) fn derive(&self, label: &[u8]) -> [u8; 32] {
-        hkdf_sha256(&self.0, PSK_SALT, &[label])
+    pub(crate) fn derive(&self, label: &[u8]) -> Zeroizing<[u8; 32]> {
+        Zeroizing::new(hkdf_sha256(&self.0, PSK_SALT, &[label]))
     }
 }
 
-/// A ChaCha20-Poly1305 key, its cipher set up once.
+/// A ChaCha20-Poly1305 key, its cipher set up once (the cipher zeroes its key when
+/// dropped).
 #[derive(Clone)]
 pub struct Key {
     /// The cipher, keyed.
@@ -93,18 +103,35 @@ impl Key {
     }
 }
 
-/// The two keys of one end: one seals what it sends, the other opens what its peer sent.
-#[derive(Debug, Clone)]
+/// The two keys of one end: one seals what it sends, the other opens what its peer sent;
+/// and the secret the session's next keys derive from.
+#[derive(Clone)]
 pub struct SessionKeys {
     /// Seals this end's datagrams (the key of the direction it sends in).
     pub seal: Key,
     /// Opens the peer's datagrams (the key of the direction it receives in).
     pub open: Key,
+    /// The rekey chain: the pre-shared key of the next rekey's handshake
+    /// ([`crate::rekey`]), so that new keys depend on the session's secrets as well as on
+    /// the rekey's fresh Diffie-Hellman.
+    pub(crate) chain: Zeroizing<[u8; KEY_BYTES]>,
 }
+
+impl ZeroizeOnDrop for SessionKeys {}
+
+impl std::fmt::Debug for SessionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SessionKeys(..)")
+    }
+}
+
+/// The HKDF salt of a session's rekey chain.
+const CHAIN_SALT: &[u8] = b"pathlab-bond v2 rekey chain";
 
 impl SessionKeys {
     /// The keys of a Noise split: `initiator` seals what the client sends, `responder` what
-    /// the server sends; `is_initiator` says which end this is.
+    /// the server sends; `is_initiator` says which end this is. The rekey chain is
+    /// HKDF-SHA256 of both (salt "pathlab-bond v2 rekey chain"), the same at both ends.
     pub fn from_split(
         initiator: &[u8; KEY_BYTES],
         responder: &[u8; KEY_BYTES],
@@ -115,10 +142,24 @@ impl SessionKeys {
         } else {
             (responder, initiator)
         };
+        let mut both = Zeroizing::new([0; 2 * KEY_BYTES]);
+        both[..KEY_BYTES].copy_from_slice(initiator);
+        both[KEY_BYTES..].copy_from_slice(responder);
         SessionKeys {
             seal: Key::new(seal),
             open: Key::new(open),
+            chain: Zeroizing::new(hkdf_sha256(&*both, CHAIN_SALT, &[b"chain"])),
         }
+    }
+
+    /// Zeroes a split's two keys once they are [`SessionKeys`].
+    pub(crate) fn from_split_wiping(
+        mut split: ([u8; KEY_BYTES], [u8; KEY_BYTES]),
+        is_initiator: bool,
+    ) -> SessionKeys {
+        let keys = SessionKeys::from_split(&split.0, &split.1, is_initiator);
+        split.zeroize();
+        keys
     }
 }
 
@@ -340,7 +381,7 @@ mod tests {
         // Raw random bytes are used whole, a final 0x0a included.
         let mut binary = vec![0xff; 31];
         binary.push(b'\n');
-        assert_eq!(Psk::from_file_contents(&binary).unwrap().0, binary);
+        assert_eq!(*Psk::from_file_contents(&binary).unwrap().0, binary);
         assert_eq!(
             Psk::from_file_contents(b"0123456789abcdef0123456789abcde\n").unwrap_err(),
             KeyError::TooShort {
@@ -360,9 +401,33 @@ mod tests {
     fn derived_keys_differ_per_label_and_follow_the_documented_schedule() {
         assert_ne!(psk().derive(b"a"), psk().derive(b"b"));
         assert_eq!(
-            psk().derive(b"noise psk2"),
+            *psk().derive(b"noise psk2"),
             hkdf_sha256(&psk().0, b"pathlab-bond v2", &[b"noise psk2"])
         );
+    }
+
+    /// Compiles only if every type that holds a secret wipes it when dropped.
+    fn wipes_on_drop<T: ZeroizeOnDrop>() {}
+
+    #[test]
+    fn secrets_are_zeroed_when_dropped() {
+        wipes_on_drop::<Psk>();
+        wipes_on_drop::<SessionKeys>();
+        wipes_on_drop::<ChaCha20Poly1305>();
+        wipes_on_drop::<Zeroizing<[u8; KEY_BYTES]>>();
+        // What `Drop` runs, observed: the split's copies and the chain are zeros after it.
+        let mut split = ([1; KEY_BYTES], [2; KEY_BYTES]);
+        let keys = SessionKeys::from_split(&split.0, &split.1, true);
+        split.zeroize();
+        assert_eq!(split, ([0; KEY_BYTES], [0; KEY_BYTES]));
+        let mut chain = keys.chain.clone();
+        assert_ne!(*chain, [0; KEY_BYTES]);
+        chain.zeroize();
+        assert_eq!(*chain, [0; KEY_BYTES]);
+        // Both ends derive the same chain, and it is neither key.
+        let server = SessionKeys::from_split(&[1; KEY_BYTES], &[2; KEY_BYTES], false);
+        assert_eq!(*server.chain, *keys.chain);
+        assert_ne!(*keys.chain, [1; KEY_BYTES]);
     }
 
     #[test]

@@ -57,8 +57,10 @@ use snow::params::{CipherChoice, DHChoice, HashChoice, NoiseParams};
 use snow::resolvers::{CryptoResolver, DefaultResolver};
 use snow::types::{Cipher, Dh, Hash, Random};
 
+use zeroize::{ZeroizeOnDrop, Zeroizing};
+
 use crate::crypto::{Psk, SessionKeys};
-use crate::entropy::Entropy;
+use crate::entropy::{Entropy, SeedStream};
 use crate::wire::{Header, Kind, HEADER_BYTES};
 
 /// The Noise protocol name.
@@ -131,9 +133,11 @@ pub enum HandshakeError {
     Payload(&'static str),
 }
 
-/// A private X25519 key (a file of 64 hex digits, its owner's only).
+/// A private X25519 key (a file of 64 hex digits, its owner's only), zeroed when dropped.
 #[derive(Clone)]
-pub struct SecretKey([u8; KEY_BYTES]);
+pub struct SecretKey(Zeroizing<[u8; KEY_BYTES]>);
+
+impl ZeroizeOnDrop for SecretKey {}
 
 impl std::fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -158,8 +162,8 @@ impl std::fmt::Display for PublicKey {
 }
 
 /// 64 hex digits as 32 bytes.
-fn key_from_hex(text: &str) -> Result<[u8; KEY_BYTES], HandshakeError> {
-    pathlab_core::format::from_hex(text).ok_or_else(|| HandshakeError::BadKeyText {
+fn key_from_hex(text: &str) -> Result<Zeroizing<[u8; KEY_BYTES]>, HandshakeError> {
+    pathlab_core::format::from_hex(text).map(Zeroizing::new).ok_or_else(|| HandshakeError::BadKeyText {
         found: if text.len() == 2 * KEY_BYTES {
             "64 characters that are not all hex digits".to_owned()
         } else {
@@ -171,8 +175,8 @@ fn key_from_hex(text: &str) -> Result<[u8; KEY_BYTES], HandshakeError> {
 impl SecretKey {
     /// A fresh random key.
     pub fn generate(entropy: &mut dyn Entropy) -> SecretKey {
-        let mut bytes = [0; KEY_BYTES];
-        entropy.fill(&mut bytes);
+        let mut bytes = Zeroizing::new([0; KEY_BYTES]);
+        entropy.fill(&mut *bytes);
         SecretKey(bytes)
     }
 
@@ -188,7 +192,7 @@ impl SecretKey {
 
     /// The key as a key file holds it (64 hex digits).
     pub fn to_hex(&self) -> String {
-        pathlab_core::format::hex(&self.0)
+        pathlab_core::format::hex(&self.0[..])
     }
 
     /// Its public key.
@@ -196,7 +200,7 @@ impl SecretKey {
         let mut dh = DefaultResolver
             .resolve_dh(&DHChoice::Curve25519)
             .expect("snow's default resolver has X25519");
-        dh.set(&self.0);
+        dh.set(&*self.0);
         let mut public = [0; KEY_BYTES];
         public.copy_from_slice(dh.pubkey());
         PublicKey(public)
@@ -211,13 +215,16 @@ impl SecretKey {
 impl PublicKey {
     /// The key in 64 hex digits.
     pub fn from_hex(text: &str) -> Result<PublicKey, HandshakeError> {
-        Ok(PublicKey(key_from_hex(text.trim())?))
+        Ok(PublicKey(*key_from_hex(text.trim())?))
     }
 }
 
 /// The Noise pre-shared key (`psk2`): derived from `--psk`, or zeros without one.
-fn psk2_of(psk: Option<&Psk>) -> [u8; KEY_BYTES] {
-    psk.map_or([0; KEY_BYTES], |psk| psk.derive(b"noise psk2"))
+fn psk2_of(psk: Option<&Psk>) -> Zeroizing<[u8; KEY_BYTES]> {
+    psk.map_or_else(
+        || Zeroizing::new([0; KEY_BYTES]),
+        |psk| psk.derive(b"noise psk2"),
+    )
 }
 
 /// What a client needs to open sessions.
@@ -228,7 +235,7 @@ pub struct ClientKeys {
     /// The server's static public key.
     pub server: PublicKey,
     /// The Noise pre-shared key.
-    psk2: [u8; KEY_BYTES],
+    psk2: Zeroizing<[u8; KEY_BYTES]>,
 }
 
 impl ClientKeys {
@@ -258,7 +265,7 @@ pub struct ServerKeys {
     /// Its static key.
     pub secret: SecretKey,
     /// The Noise pre-shared key.
-    psk2: [u8; KEY_BYTES],
+    psk2: Zeroizing<[u8; KEY_BYTES]>,
 }
 
 impl ServerKeys {
@@ -279,38 +286,22 @@ impl ServerKeys {
     }
 }
 
-/// snow's randomness, drawn from the caller's [`Entropy`] up front: a seed expanded with
-/// BLAKE2s, so simulations replay exactly and the driver's draws come from the OS.
-struct DrawnRandom {
-    seed: [u8; 32],
-    counter: u64,
-}
-
-impl Random for DrawnRandom {
+impl Random for SeedStream {
     fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), snow::Error> {
-        for chunk in dest.chunks_mut(32) {
-            let block = Blake2s256::new()
-                .chain_update(self.seed)
-                .chain_update(self.counter.to_be_bytes())
-                .finalize();
-            self.counter += 1;
-            chunk.copy_from_slice(&block[..chunk.len()]);
-        }
+        Entropy::fill(self, dest);
         Ok(())
     }
 }
 
-/// snow's default primitives, with randomness from a seed.
+/// snow's default primitives, with randomness from a seed (a [`SeedStream`]: simulations
+/// replay exactly and the driver's draws come from the OS).
 struct SeededResolver {
-    seed: [u8; 32],
+    seed: Zeroizing<[u8; 32]>,
 }
 
 impl CryptoResolver for SeededResolver {
     fn resolve_rng(&self) -> Option<Box<dyn Random>> {
-        Some(Box::new(DrawnRandom {
-            seed: self.seed,
-            counter: 0,
-        }))
+        Some(Box::new(SeedStream::new(*self.seed)))
     }
 
     fn resolve_dh(&self, choice: &DHChoice) -> Option<Box<dyn Dh>> {
@@ -326,10 +317,11 @@ impl CryptoResolver for SeededResolver {
     }
 }
 
-fn builder(entropy: &mut dyn Entropy) -> snow::Builder<'static> {
-    let mut seed = [0; 32];
-    entropy.fill(&mut seed);
-    let params: NoiseParams = PATTERN.parse().expect("a valid Noise pattern");
+/// A builder of the Noise `pattern` whose randomness comes from `entropy`.
+pub(crate) fn builder(pattern: &str, entropy: &mut dyn Entropy) -> snow::Builder<'static> {
+    let mut seed = Zeroizing::new([0; 32]);
+    entropy.fill(&mut *seed);
+    let params: NoiseParams = pattern.parse().expect("a valid Noise pattern");
     snow::Builder::with_resolver(params, Box::new(SeededResolver { seed }))
 }
 
@@ -435,10 +427,10 @@ impl Initiation {
         entropy: &mut dyn Entropy,
         out: &mut Vec<u8>,
     ) -> Initiation {
-        let mut state = builder(entropy)
-            .local_private_key(&keys.secret.0)
+        let mut state = builder(PATTERN, entropy)
+            .local_private_key(&*keys.secret.0)
             .and_then(|b| b.remote_public_key(&keys.server.0))
-            .and_then(|b| b.psk(2, &keys.psk2))
+            .and_then(|b| b.psk(2, &*keys.psk2))
             .and_then(|b| b.prologue(PROLOGUE))
             .and_then(snow::Builder::build_initiator)
             .expect("keys of the pattern's sizes");
@@ -483,10 +475,9 @@ impl Initiation {
         if session == 0 {
             return Err(HandshakeError::Payload("session 0 is never given"));
         }
-        let (initiator, responder) = self.state.dangerously_get_raw_split();
         Ok((
             session,
-            SessionKeys::from_split(&initiator, &responder, true),
+            SessionKeys::from_split_wiping(self.state.dangerously_get_raw_split(), true),
         ))
     }
 
@@ -554,8 +545,7 @@ impl Incoming {
             .expect("room for the second message");
         debug_assert_eq!(written, RESPONSE_NOISE_BYTES);
         put_macs(out, &labelled_key(*b"mac1----", &self.peer), None);
-        let (initiator, responder) = self.state.dangerously_get_raw_split();
-        SessionKeys::from_split(&initiator, &responder, false)
+        SessionKeys::from_split_wiping(self.state.dangerously_get_raw_split(), false)
     }
 }
 
@@ -565,7 +555,7 @@ pub struct Responder {
     public: PublicKey,
     mac1_key: [u8; 32],
     cookie_key: [u8; 32],
-    cookie_secret: [u8; 32],
+    cookie_secret: Zeroizing<[u8; 32]>,
     /// When the cookie secret was drawn (`None`: not yet).
     secret_since: Option<Instant>,
 }
@@ -585,7 +575,7 @@ impl Responder {
         Responder {
             mac1_key: labelled_key(*b"mac1----", &public),
             cookie_key: labelled_key(*b"cookie--", &public),
-            cookie_secret: [0; 32],
+            cookie_secret: Zeroizing::new([0; 32]),
             secret_since: None,
             public,
             keys,
@@ -615,10 +605,10 @@ impl Responder {
             .secret_since
             .is_none_or(|since| now.saturating_since(since) >= COOKIE_SECRET_LIFETIME);
         if stale {
-            entropy.fill(&mut self.cookie_secret);
+            entropy.fill(&mut *self.cookie_secret);
             self.secret_since = Some(now);
         }
-        mac(&self.cookie_secret, from)
+        mac(&*self.cookie_secret, from)
     }
 
     /// Whether an Initiation (whose mac1 was checked) carries the mac2 of `from`'s current
@@ -668,9 +658,9 @@ impl Responder {
     ) -> Result<Incoming, HandshakeError> {
         check_len("Initiation", message, INITIATION_BYTES)?;
         let header = Header::decode(message).map_err(|_| HandshakeError::Noise)?;
-        let mut state = builder(entropy)
-            .local_private_key(&self.keys.secret.0)
-            .and_then(|b| b.psk(2, &self.keys.psk2))
+        let mut state = builder(PATTERN, entropy)
+            .local_private_key(&*self.keys.secret.0)
+            .and_then(|b| b.psk(2, &*self.keys.psk2))
             .and_then(|b| b.prologue(PROLOGUE))
             .and_then(snow::Builder::build_responder)
             .expect("keys of the pattern's sizes");
@@ -757,6 +747,21 @@ mod tests {
         buf.extend_from_slice(b"inner packet");
         crypto::seal(&from.seal, &header, &mut buf).unwrap();
         crypto::open(&to.open, &mut buf).is_ok_and(|(_, body)| body == b"inner packet")
+    }
+
+    /// Compiles only if the type wipes its secret when dropped.
+    fn wipes_on_drop<T: ZeroizeOnDrop>() {}
+
+    #[test]
+    fn static_keys_and_seeds_are_zeroed_when_dropped() {
+        wipes_on_drop::<SecretKey>();
+        wipes_on_drop::<SeedStream>();
+        // snow's handshake state is not wiped by snow (0.10 has no zeroize): what it
+        // holds is dropped as it is; the keys it splits into are wiped (`from_split_wiping`).
+        let mut key = SecretKey::generate(&mut SeededEntropy(Rng::seed_from(3)));
+        assert_ne!(*key.0, [0; KEY_BYTES]);
+        zeroize::Zeroize::zeroize(&mut key.0);
+        assert_eq!(*key.0, [0; KEY_BYTES]);
     }
 
     #[test]
