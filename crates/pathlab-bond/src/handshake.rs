@@ -163,13 +163,15 @@ impl std::fmt::Display for PublicKey {
 
 /// 64 hex digits as 32 bytes.
 fn key_from_hex(text: &str) -> Result<Zeroizing<[u8; KEY_BYTES]>, HandshakeError> {
-    pathlab_core::format::from_hex(text).map(Zeroizing::new).ok_or_else(|| HandshakeError::BadKeyText {
-        found: if text.len() == 2 * KEY_BYTES {
-            "64 characters that are not all hex digits".to_owned()
-        } else {
-            format!("{} characters", text.chars().count())
-        },
-    })
+    pathlab_core::format::from_hex(text)
+        .map(Zeroizing::new)
+        .ok_or_else(|| HandshakeError::BadKeyText {
+            found: if text.len() == 2 * KEY_BYTES {
+                "64 characters that are not all hex digits".to_owned()
+            } else {
+                format!("{} characters", text.chars().count())
+            },
+        })
 }
 
 impl SecretKey {

@@ -8,8 +8,9 @@
 //! and the fair sharing of the tunnel between users by volume, each flow in its own order.
 //!
 //! Sessions open with a Noise IKpsk2 handshake (WireGuard's pattern, from the `snow`
-//! crate), recover on their own when the server restarts or forgets them, and keep each
-//! client to its own inner addresses.
+//! crate), roll their keys over inside the session (a smaller Noise handshake every two
+//! minutes, [`rekey`]), recover on their own when the server restarts or forgets them, and
+//! keep each client to its own inner addresses.
 //!
 //! It performs no I/O, reads no clock and starts no thread: every entry point takes `now`
 //! (a [`pathlab_core::Instant`]), and randomness (keys, nonces, session ids) comes from the
@@ -30,6 +31,7 @@ pub mod inner;
 pub mod line;
 pub mod peers;
 pub mod pmtu;
+pub mod rekey;
 pub mod reorder;
 pub mod sched;
 pub mod server;

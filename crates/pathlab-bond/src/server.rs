@@ -568,12 +568,13 @@ impl Server {
         let peer_key = incoming.peer;
         let mut response = Vec::new();
         let keys = incoming.respond(id, &mut response);
+        let rekey_entropy = Box::new(crate::entropy::SeedStream::draw(self.entropy.as_mut()));
         self.outbox.push((from, response.clone()));
         self.sessions.insert(
             id,
             Session {
                 remotes: vec![None; config.lines],
-                bond: Bond::server(config, id, keys, now),
+                bond: Bond::server(config, id, keys, rekey_entropy, now),
                 peer: peer_key,
                 last_heard: now,
                 opened: now,

@@ -43,6 +43,8 @@
 //! 8 HeaderAcks count u8 | (cid u16 | gen u8) * count
 //!             the header-compression references the sender stored (crate::headers);
 //!             1 <= count <= MAX_HEADER_ACKS, cid < MAX_HEADER_CONTEXTS
+//! 9 RekeyInit  id u32 | message [48]   a rekey handshake's first message (crate::rekey)
+//! 10 RekeyReply id u32 | message [48]  its answer, with the same id
 //! ```
 //!
 //! A datagram that carries one whole inner packet spends 46 bytes on the tunnel (header
@@ -85,6 +87,8 @@ pub const HEADER_ACKS_HEADER_BYTES: usize = 2;
 pub const HEADER_ACK_BYTES: usize = 3;
 /// The most entries one HeaderAcks frame carries (a peer's count is refused beyond it).
 pub const MAX_HEADER_ACKS: usize = 64;
+/// Bytes of a RekeyInit or RekeyReply frame.
+pub const REKEY_FRAME_BYTES: usize = 1 + 4 + crate::rekey::REKEY_MESSAGE_BYTES;
 /// Header-compression context ids are below this, in HeaderAcks frames and in the
 /// compressed packets of [`crate::headers`].
 pub const MAX_HEADER_CONTEXTS: u16 = 1024;
@@ -203,6 +207,15 @@ mod field {
         pub const GENERATION: usize = 2;
     }
 
+    /// A RekeyInit or RekeyReply frame.
+    pub mod rekey {
+        use super::Field;
+        /// The rekey's id.
+        pub const ID: Field = 1..5;
+        /// The handshake message.
+        pub const MESSAGE: Field = 5..53;
+    }
+
     /// A ProbeAck frame.
     pub mod probe_ack {
         use super::Field;
@@ -229,6 +242,7 @@ const _: () = {
     assert!(field::FRAME_TYPE + 1 == CLOSE_FRAME_BYTES);
     assert!(field::header_acks::COUNT + 1 == HEADER_ACKS_HEADER_BYTES);
     assert!(field::header_ack::GENERATION + 1 == HEADER_ACK_BYTES);
+    assert!(field::rekey::MESSAGE.end == REKEY_FRAME_BYTES);
 };
 
 /// The type byte of each frame.
@@ -249,6 +263,10 @@ mod frame_type {
     pub const PACKET: u8 = 7;
     /// [`super::Frame::HeaderAcks`].
     pub const HEADER_ACKS: u8 = 8;
+    /// [`super::Frame::Rekey`] from the client.
+    pub const REKEY_INIT: u8 = 9;
+    /// [`super::Frame::Rekey`] from the server.
+    pub const REKEY_REPLY: u8 = 10;
 
     /// The frame's name, for error messages.
     pub fn name(frame_type: u8) -> &'static str {
@@ -261,6 +279,8 @@ mod frame_type {
             CLOSE => "Close",
             PACKET => "Packet",
             HEADER_ACKS => "HeaderAcks",
+            REKEY_INIT => "RekeyInit",
+            REKEY_REPLY => "RekeyReply",
             _ => "unknown",
         }
     }
@@ -344,7 +364,7 @@ pub enum WireError {
         len: usize,
     },
     /// A frame's type byte is not a known frame.
-    #[error("unknown frame type {0}, expected 1 to 8")]
+    #[error("unknown frame type {0}, expected 1 to 10")]
     UnknownFrameType(u8),
     /// A frame runs past the end of the body.
     #[error("truncated {frame} frame: it needs {needed} bytes, {available} remain in the body")]
@@ -497,6 +517,16 @@ pub enum Frame<'a> {
     Close,
     /// Header-compression references the sender stored: the peer may compress against them.
     HeaderAcks(HeaderAcks<'a>),
+    /// A rekey handshake's message ([`crate::rekey`]): the client's RekeyInit, or the
+    /// server's RekeyReply to the RekeyInit of the same id.
+    Rekey {
+        /// Whether it is the server's reply.
+        reply: bool,
+        /// The rekey's id.
+        id: u32,
+        /// The Noise message.
+        message: &'a [u8],
+    },
 }
 
 /// One header-compression reference stored: context `cid`, generation `generation`.
@@ -684,6 +714,7 @@ impl Frame<'_> {
             Frame::ProbeAck { .. } => PROBE_ACK_FRAME_BYTES,
             Frame::Close => CLOSE_FRAME_BYTES,
             Frame::HeaderAcks(acks) => HEADER_ACKS_HEADER_BYTES + acks.entries.len(),
+            Frame::Rekey { .. } => REKEY_FRAME_BYTES,
         }
     }
 
@@ -780,6 +811,18 @@ impl Frame<'_> {
                 out.push(acks.len() as u8);
                 out.extend_from_slice(acks.entries);
             }
+            Frame::Rekey { reply, id, message } => {
+                debug_assert_eq!(message.len(), crate::rekey::REKEY_MESSAGE_BYTES);
+                let bytes = grow(out, REKEY_FRAME_BYTES);
+                bytes[field::FRAME_TYPE] = if *reply {
+                    frame_type::REKEY_REPLY
+                } else {
+                    frame_type::REKEY_INIT
+                };
+                bytes[field::rekey::ID].copy_from_slice(&id.to_be_bytes());
+                let message = &message[..message.len().min(crate::rekey::REKEY_MESSAGE_BYTES)];
+                bytes[field::rekey::MESSAGE][..message.len()].copy_from_slice(message);
+            }
         }
     }
 
@@ -795,6 +838,7 @@ impl Frame<'_> {
             frame_type::PROBE_ACK => PROBE_ACK_FRAME_BYTES,
             frame_type::CLOSE => CLOSE_FRAME_BYTES,
             frame_type::HEADER_ACKS => HEADER_ACKS_HEADER_BYTES,
+            frame_type::REKEY_INIT | frame_type::REKEY_REPLY => REKEY_FRAME_BYTES,
             other => return Err(WireError::UnknownFrameType(other)),
         };
         if bytes.len() < fixed {
@@ -841,6 +885,14 @@ impl Frame<'_> {
                 Ok((probe_ack, PROBE_ACK_FRAME_BYTES))
             }
             frame_type::HEADER_ACKS => Frame::decode_header_acks(bytes),
+            frame_type::REKEY_INIT | frame_type::REKEY_REPLY => {
+                let rekey = Frame::Rekey {
+                    reply: kind == frame_type::REKEY_REPLY,
+                    id: read_u32(&bytes[field::rekey::ID]),
+                    message: &bytes[field::rekey::MESSAGE],
+                };
+                Ok((rekey, REKEY_FRAME_BYTES))
+            }
             _ => Ok((Frame::Close, CLOSE_FRAME_BYTES)),
         }
     }

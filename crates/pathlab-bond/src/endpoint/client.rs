@@ -8,7 +8,40 @@ use pathlab_core::{Duration, Instant};
 use super::{Bond, State};
 use crate::entropy::Entropy;
 use crate::handshake::{self, ClientKeys, Initiation};
+use crate::rekey::KeyRing;
 use crate::wire::Header;
+
+/// When a handshake's (or a rekey's) next attempt goes: each retry waits twice as long as
+/// the one before, up to a maximum, less a random part.
+#[derive(Debug)]
+pub(super) struct Backoff {
+    /// When the next attempt starts.
+    pub(super) next_attempt: Instant,
+    /// The wait after the next attempt (before jitter).
+    pub(super) interval: Duration,
+}
+
+impl Backoff {
+    /// The first attempt at `now`, the first retry `interval` later.
+    pub(super) fn new(now: Instant, interval: Duration) -> Backoff {
+        Backoff {
+            next_attempt: now,
+            interval,
+        }
+    }
+
+    /// An attempt went at `now`: the next goes after the interval, which doubles up to
+    /// `max`.
+    pub(super) fn attempted(&mut self, now: Instant, max: Duration, entropy: &mut dyn Entropy) {
+        // The wait, 75-100% of the interval: clients that lost their server together do
+        // not come back together.
+        let mut jitter = [0; 2];
+        entropy.fill(&mut jitter);
+        let fraction = 0.75 + 0.25 * f64::from(u16::from_be_bytes(jitter)) / f64::from(u16::MAX);
+        self.next_attempt = now + Duration::from_secs_f64(self.interval.as_secs_f64() * fraction);
+        self.interval = self.interval.saturating_mul(2).min(max);
+    }
+}
 
 /// A client's handshake under way.
 #[derive(Debug)]
@@ -20,10 +53,8 @@ pub(super) struct Handshaking {
     pub(super) message: Vec<u8>,
     /// Lines the newest Initiation still has to go on (from line `lines - left`).
     pub(super) copies_left: usize,
-    /// When the next attempt starts.
-    pub(super) next_attempt: Instant,
-    /// The wait after the next attempt (before jitter).
-    pub(super) interval: Duration,
+    /// When the attempts go.
+    pub(super) backoff: Backoff,
 }
 
 /// What a client keeps across sessions: its keys, randomness and handshake.
@@ -38,6 +69,8 @@ pub(super) struct ClientSide {
     /// A cookie the server gave, and when.
     pub(super) cookie: Option<([u8; handshake::MAC_BYTES], Instant)>,
     pub(super) handshake: Option<Handshaking>,
+    /// A rekey under way ([`crate::rekey`]).
+    pub(super) rekeying: Option<super::rekeying::Rekeying>,
 }
 
 impl Bond {
@@ -77,7 +110,13 @@ impl Bond {
             self.compressor.reset();
             self.decompressor.reset();
         }
-        self.state = State::Open { session, keys };
+        self.state = State::Open {
+            session,
+            keys: KeyRing::new(keys, now),
+        };
+        for control in &mut self.control_out {
+            control.clear();
+        }
         self.last_authenticated = now;
         for line in &mut self.lines {
             line.reset_liveness(now);
@@ -124,9 +163,9 @@ impl Bond {
                     attempts: VecDeque::new(),
                     message: Vec::new(),
                     copies_left: 0,
-                    next_attempt: now,
-                    interval,
+                    backoff: Backoff::new(now, interval),
                 });
+                client.rekeying = None;
             }
         }
     }
@@ -138,14 +177,17 @@ impl Bond {
         }
         let needed = match self.state {
             State::Connecting => true,
-            State::Open { .. } => {
+            // Silence, or keys that rekeys failed to replace for `reject_after`.
+            State::Open { ref keys, .. } => {
                 now.saturating_since(self.last_authenticated) >= self.config.rehandshake_after
+                    || keys.age(now) >= self.config.reject_after
             }
             State::Closed => false,
         };
         if needed {
             self.start_handshaking(now);
         }
+        self.tick_rekey(now);
         let lines = self.lines.len();
         let max = self.config.hello_backoff_max;
         let Some(client) = &mut self.client else {
@@ -154,7 +196,7 @@ impl Bond {
         let Some(handshake) = &mut client.handshake else {
             return;
         };
-        if now < handshake.next_attempt || lines == 0 {
+        if now < handshake.backoff.next_attempt || lines == 0 {
             return;
         }
         let mut index = 0;
@@ -189,14 +231,9 @@ impl Bond {
             handshake.attempts.pop_front();
         }
         handshake.copies_left = lines;
-        // The wait, 75-100% of the interval: clients that lost their server together do
-        // not come back together.
-        let mut jitter = [0; 2];
-        client.entropy.fill(&mut jitter);
-        let fraction = 0.75 + 0.25 * f64::from(u16::from_be_bytes(jitter)) / f64::from(u16::MAX);
-        handshake.next_attempt =
-            now + Duration::from_secs_f64(handshake.interval.as_secs_f64() * fraction);
-        handshake.interval = handshake.interval.saturating_mul(2).min(max);
+        handshake
+            .backoff
+            .attempted(now, max, client.entropy.as_mut());
         self.counters.handshakes += 1;
     }
 }

@@ -24,18 +24,20 @@ use pathlab_core::packet::Ecn;
 use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
 
 mod client;
+mod rekeying;
 mod transmit;
 
 use client::ClientSide;
 use transmit::Fill;
 
 use crate::control::ControllerConfig;
-use crate::crypto::{self, Role, SessionKeys};
+use crate::crypto::{Role, SessionKeys};
 use crate::fair::{Direction, FairConfig, FairKey, FairQueue};
 use crate::handshake::ClientKeys;
 use crate::headers::{Compressor, CompressorConfig, Decompressor, HeaderCounters};
 use crate::inner::{self, Framing};
 use crate::line::{Line, LineFraming, LineTimers};
+use crate::rekey::{KeyRing, Opened};
 use crate::reorder::Reorder;
 use crate::sched::{SchedulerKind, WeightedRoundRobin};
 use crate::wire::{
@@ -93,6 +95,14 @@ pub struct BondConfig {
     pub stale_after: Duration,
     /// Reorder timeout's margin over the lines' delay spread.
     pub reorder_margin: Duration,
+    /// How old a session's keys get before the client rekeys ([`crate::rekey`]; at
+    /// least [`crate::rekey::MIN_REKEY_AFTER`] where a user sets it).
+    pub rekey_after: Duration,
+    /// How many datagrams a key seals before the client rekeys, whatever its age.
+    pub rekey_after_messages: u64,
+    /// The hard limit on a key's age: a previous key opens nothing once this old, and a
+    /// client whose rekeys failed this long opens a new session.
+    pub reject_after: Duration,
 }
 
 impl BondConfig {
@@ -116,6 +126,9 @@ impl BondConfig {
             rehandshake_after: Duration::from_millis(500),
             stale_after: Duration::from_millis(100),
             reorder_margin: Duration::from_millis(10),
+            rekey_after: Duration::from_secs(120),
+            rekey_after_messages: crate::rekey::REKEY_AFTER_MESSAGES,
+            reject_after: Duration::from_secs(180),
         }
     }
 }
@@ -190,6 +203,12 @@ pub struct BondCounters {
     /// Header-compressed packets dropped because they did not decode or failed their
     /// checksum.
     pub headers_decode_failed: u64,
+    /// Rekeys done: the session's keys replaced inside it (a client's when it switched,
+    /// a server's when the client's first datagram under the new keys came).
+    pub rekeys: u64,
+    /// Rekey handshakes a client started (each a RekeyInit on every line; more than
+    /// `rekeys` when some were lost and retried).
+    pub rekey_handshakes: u64,
     /// Header-compression references this end stored and acknowledged.
     pub headers_acks_sent: u64,
     /// Acknowledgements of this end's references received.
@@ -200,8 +219,8 @@ pub struct BondCounters {
 enum State {
     /// A client that has no session yet.
     Connecting,
-    /// Keys agreed.
-    Open { session: u32, keys: SessionKeys },
+    /// Keys agreed (and rolled over since, as [`crate::rekey`] says).
+    Open { session: u32, keys: KeyRing },
     /// Closed: by this end, or (a server's session) by its client.
     Closed,
 }
@@ -255,6 +274,10 @@ pub struct Bond {
     next_state_check: Instant,
     /// When the scheduler said data may go next (set when it said "wait").
     send_at: Option<Instant>,
+    /// A server's randomness for its rekeys' ephemeral keys (a client's is its own).
+    rekey_entropy: Option<Box<dyn Entropy>>,
+    /// Per line, the rekey frame waiting to ride on the line's next datagram.
+    control_out: Vec<Vec<u8>>,
 }
 
 impl Bond {
@@ -276,14 +299,25 @@ impl Bond {
             last_timestamp_ns: 0,
             cookie: None,
             handshake: None,
+            rekeying: None,
         });
         bond.tick_client(now);
         bond
     }
 
-    /// The server end of a session a handshake opened with `keys`.
-    pub fn server(config: BondConfig, session: u32, keys: SessionKeys, now: Instant) -> Bond {
-        Bond::new(config, Role::Server, State::Open { session, keys }, now)
+    /// The server end of a session a handshake opened with `keys`; `entropy` draws its
+    /// rekeys' ephemeral keys.
+    pub fn server(
+        config: BondConfig,
+        session: u32,
+        keys: SessionKeys,
+        entropy: Box<dyn Entropy>,
+        now: Instant,
+    ) -> Bond {
+        let keys = KeyRing::new(keys, now);
+        let mut bond = Bond::new(config, Role::Server, State::Open { session, keys }, now);
+        bond.rekey_entropy = Some(entropy);
+        bond
     }
 
     fn new_line(config: &BondConfig, j: usize, now: Instant) -> Line {
@@ -339,6 +373,8 @@ impl Bond {
             counters: BondCounters::default(),
             next_state_check: now,
             send_at: None,
+            rekey_entropy: None,
+            control_out: vec![Vec::new(); config.lines],
             client: None,
             closing_left: 0,
             last_authenticated: now,
@@ -498,7 +534,7 @@ impl Bond {
     }
 
     fn handle_data(&mut self, now: Instant, header: Header, datagram: &mut [u8]) -> Received {
-        let State::Open { session, keys } = &self.state else {
+        let State::Open { session, keys } = &mut self.state else {
             self.counters.auth_failures += 1;
             return Received::Refused;
         };
@@ -507,10 +543,17 @@ impl Bond {
             return Received::Refused;
         }
         let len = datagram.len();
-        let Ok((header, body)) = crypto::open(&keys.open, datagram) else {
+        let Ok((header, opened)) = keys.open(now, self.config.reject_after, datagram) else {
             self.counters.auth_failures += 1;
             return Received::Refused;
         };
+        if opened == Opened::Promoted {
+            self.counters.rekeys += 1;
+            for control in &mut self.control_out {
+                control.clear();
+            }
+        }
+        let body = crate::rekey::body(datagram);
         let Some(line) = self.lines.get_mut(usize::from(header.line)) else {
             self.counters.malformed += 1;
             return Received::Refused;
@@ -532,9 +575,14 @@ impl Bond {
                 self.counters.malformed += 1;
                 break;
             };
-            if let Frame::Padding(_) = frame {
+            match frame {
                 // A path MTU probe: it crossed the line at this size.
-                self.lines[j].probe_received(header.seq, len);
+                Frame::Padding(_) => self.lines[j].probe_received(header.seq, len),
+                Frame::Rekey { reply, id, message } => {
+                    self.handle_rekey(now, j, reply, id, message);
+                    continue;
+                }
+                _ => {}
             }
             self.handle_frame(now, frame);
         }
@@ -589,7 +637,7 @@ impl Bond {
                     self.compressor.handle_ack(now, ack);
                 }
             }
-            Frame::Padding(_) => {}
+            Frame::Padding(_) | Frame::Rekey { .. } => {}
         }
         self.take_reordered();
     }
@@ -620,6 +668,10 @@ impl Bond {
 
     /// Timers due at `now`: reorder gaps, line liveness.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if let State::Open { keys, .. } = &mut self.state {
+            // An old key goes (zeroed) when its time is up, not when a datagram next comes.
+            keys.expire(now, self.config.reject_after);
+        }
         self.tick_client(now);
         self.reorder.handle_timeout(now);
         self.take_reordered();
@@ -740,7 +792,7 @@ impl Bond {
                 if h.copies_left > 0 {
                     Instant::ZERO
                 } else {
-                    h.next_attempt
+                    h.backoff.next_attempt
                 }
             });
         let silence = match (&self.client, &self.state) {
@@ -751,7 +803,19 @@ impl Bond {
             }
             _ => None,
         };
-        let closing = (self.closing_left > 0).then_some(Instant::ZERO);
+        let closing =
+            (self.closing_left > 0 || self.control_line().is_some()).then_some(Instant::ZERO);
+        let keys = match &self.state {
+            State::Open { keys, .. } => {
+                let reject = self.config.reject_after;
+                let renew = self.client.as_ref().map(|_| keys.since() + reject);
+                [keys.expires_at(reject), renew, self.rekey_at()]
+                    .into_iter()
+                    .flatten()
+                    .min()
+            }
+            State::Connecting | State::Closed => None,
+        };
         let open = match &self.state {
             State::Open { .. } => {
                 let timers = &self.config.timers;
@@ -768,7 +832,7 @@ impl Bond {
             }
             State::Connecting | State::Closed => None,
         };
-        [handshake, silence, closing, open]
+        [handshake, silence, closing, keys, open]
             .into_iter()
             .flatten()
             .min()

@@ -3,7 +3,6 @@
 use pathlab_core::{BitsPerSec, Duration, Instant};
 
 use super::{Bond, State, Transmit, DEFAULT_MAX_PAYLOAD};
-use crate::crypto;
 use crate::line::{Line, Sent};
 use crate::sched::{self, Choice, LineView, SchedulerKind};
 use crate::wire::{self, Frame, Header, Kind};
@@ -32,6 +31,16 @@ impl Bond {
     ) -> Option<Transmit> {
         let timers = self.config.timers;
         self.send_at = None;
+        // A rekey's frame cannot wait for data: it goes now, with data if the scheduler
+        // would give the line some anyway.
+        if let Some(j) = self.control_line() {
+            let with_data = self.lines[j].is_up() && self.line_may_send(now, j);
+            let fill = if with_data { Fill::All } else { Fill::Nothing };
+            if let Some(transmit) = self.build(now, j, fill, buf) {
+                return Some(transmit);
+            }
+            self.control_out[j].clear();
+        }
         // A path MTU probe first: a few per search, and the search holds data back to what
         // is proven.
         for j in 0..self.lines.len() {
@@ -227,7 +236,7 @@ impl Bond {
         fill: Fill,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
-        let State::Open { session, keys } = &self.state else {
+        let State::Open { session, keys } = &mut self.state else {
             return None;
         };
         let timers = self.config.timers;
@@ -255,6 +264,11 @@ impl Bond {
             }
         }
         let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
+        let control = &mut self.control_out[j];
+        if !probe && fill != Fill::Close && buf.len() + control.len() <= capacity {
+            buf.extend_from_slice(control);
+            control.clear();
+        }
         if fill != Fill::Close && self.decompressor.has_acks() {
             // The references this end stored, so the peer compresses against them.
             let room = capacity.saturating_sub(buf.len() + wire::HEADER_ACKS_HEADER_BYTES)
@@ -283,7 +297,7 @@ impl Bond {
                 Frame::Padding(u16::try_from(zeros).unwrap_or(u16::MAX)).encode(buf);
             }
         }
-        crypto::seal(&keys.seal, &header, buf).ok()?;
+        keys.seal(&header, buf).ok()?;
         if probe {
             line.on_probe_sent(header.seq, buf.len(), now);
         }
