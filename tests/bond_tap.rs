@@ -602,7 +602,26 @@ fn tap_options_that_make_no_sense_exit_2_naming_them() {
             "--tap",
         ),
     ];
-    for (args, named) in cases {
+    // Keys that roll over faster than 10 s, or at no time at all (issue 40).
+    let rekey = ["1s", "soon"].map(|after| {
+        (
+            [
+                "client",
+                "127.0.0.1:7000",
+                "--psk",
+                key,
+                "--line",
+                "lo",
+                "--rekey-after",
+                after,
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>(),
+            "--rekey-after",
+        )
+    });
+    for (args, named) in cases.into_iter().chain(rekey) {
         let mut full = vec!["bond"];
         full.extend(args.iter().map(String::as_str));
         let output = util::emulated::pathlab(&full);

@@ -130,6 +130,9 @@ pub struct TunnelConfig {
     pub header_compression: bool,
     /// The queueing delay each line is held at.
     pub target: Duration,
+    /// How old the session's keys get before the client rekeys (`--rekey-after`; at
+    /// least [`pathlab_bond::rekey::MIN_REKEY_AFTER`]).
+    pub rekey_after: Duration,
     /// The pre-shared key, if one was given ([`KeyFile::psk`] reads it).
     pub psk: Option<Psk>,
     /// This end's private key, if one was given ([`KeyFile::secret_key`] reads it).
@@ -151,8 +154,14 @@ impl TunnelConfig {
         if self.tap && !self.tun.routes.is_empty() {
             return Err(ConfigError::TapRoutes);
         }
+        if self.rekey_after < pathlab_bond::rekey::MIN_REKEY_AFTER {
+            return Err(ConfigError::RekeyAfter(self.rekey_after));
+        }
         let mut config = BondConfig::new(lines);
         config.controller.target = self.target;
+        config.rekey_after = self.rekey_after;
+        // A key is refused 60 s after its successor was due (WireGuard's 120 s and 180 s).
+        config.reject_after = self.rekey_after + Duration::from_secs(60);
         config.compress = self.compress;
         config.fair.packing = self.packing;
         config.header_compression = self.header_compression;
@@ -377,6 +386,13 @@ impl BondClientConfig {
 /// was expected.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// `--rekey-after` is below the least it takes.
+    #[error(
+        "--rekey-after {}s: rekeys must be at least {}s apart",
+        .0.as_secs_f64(),
+        pathlab_bond::rekey::MIN_REKEY_AFTER.as_secs_f64()
+    )]
+    RekeyAfter(Duration),
     /// The pre-shared key file does not hold a usable key.
     #[error("key file '{}'", path.display())]
     Psk {
@@ -537,6 +553,7 @@ mod tests {
             packing: true,
             header_compression: true,
             target: Duration::from_millis(5),
+            rekey_after: Duration::from_secs(120),
             psk: psk.then(|| key_file("psk.key").psk().unwrap()),
             key: key.then(|| key_file("own.key").secret_key().unwrap()),
         }

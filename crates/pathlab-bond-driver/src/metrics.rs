@@ -410,6 +410,23 @@ fn session_life_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)
         e,
         sessions,
         (
+            "pathlab_bond_rekeys_total",
+            "A session's keys rolled over inside it: done (the keys replaced; a server counts \
+             when the client's first datagram under the new keys came), started (a client's \
+             rekey handshakes, retries included).",
+        ),
+        "event",
+        |session| {
+            [
+                ("done", session.counters.rekeys),
+                ("started", session.counters.rekey_handshakes),
+            ]
+        },
+    );
+    by_label(
+        e,
+        sessions,
+        (
             "pathlab_bond_bounds_total",
             "What a session's bounds gave up or refused: evicted (reassembly full, oldest \
              packet given up), duplicate_fragment (counted once), refused_report (a peer report \

@@ -432,7 +432,7 @@ impl Initiation {
         let mut state = builder(PATTERN, entropy)
             .local_private_key(&*keys.secret.0)
             .and_then(|b| b.remote_public_key(&keys.server.0))
-            .and_then(|b| b.psk(2, &*keys.psk2))
+            .and_then(|b| b.psk(2, &keys.psk2))
             .and_then(|b| b.prologue(PROLOGUE))
             .and_then(snow::Builder::build_initiator)
             .expect("keys of the pattern's sizes");
@@ -662,7 +662,7 @@ impl Responder {
         let header = Header::decode(message).map_err(|_| HandshakeError::Noise)?;
         let mut state = builder(PATTERN, entropy)
             .local_private_key(&*self.keys.secret.0)
-            .and_then(|b| b.psk(2, &*self.keys.psk2))
+            .and_then(|b| b.psk(2, &self.keys.psk2))
             .and_then(|b| b.prologue(PROLOGUE))
             .and_then(snow::Builder::build_responder)
             .expect("keys of the pattern's sizes");

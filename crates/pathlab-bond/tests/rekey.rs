@@ -170,7 +170,7 @@ impl Tunnel {
                     .handle_inner(self.now, packet(USER, FAR, 200, 1, n, self.now));
                 self.server
                     .handle_inner(self.now, packet(FAR, USER, 200, 2, n, self.now));
-                self.next_packet = self.next_packet + PACKET_EVERY;
+                self.next_packet += PACKET_EVERY;
             }
             self.client.handle_timeout(self.now);
             self.server.handle_timeout(self.now);

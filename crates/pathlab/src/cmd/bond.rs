@@ -112,6 +112,10 @@ struct Common {
     /// The queueing delay each line is held at.
     #[arg(long, value_name = "TIME", default_value = "5ms", value_parser = parse_target)]
     target: Duration,
+    /// How often the session's keys roll over (a handshake inside the session; at least
+    /// 10s). A previous key opens what was in flight until 60s after this.
+    #[arg(long, value_name = "TIME", default_value = "120s", value_parser = parse_rekey_after)]
+    rekey_after: Duration,
     /// The name `pathlab bond stats --name` finds this tunnel by (default: the TUN name).
     #[arg(long)]
     name: Option<String>,
@@ -183,6 +187,16 @@ struct StatsArgs {
     name: String,
     #[command(flatten)]
     output: crate::cmd::args::JsonOutput,
+}
+
+fn parse_rekey_after(text: &str) -> Result<Duration, String> {
+    let after = crate::cmd::parse_time(text)?;
+    if after < pathlab_bond::rekey::MIN_REKEY_AFTER {
+        return Err(format!(
+            "rekeys must be at least 10s apart, {text} was given"
+        ));
+    }
+    Ok(after)
 }
 
 fn parse_target(text: &str) -> Result<Duration, String> {
@@ -270,6 +284,7 @@ impl Common {
             packing: self.packing == "on",
             header_compression: self.header_compression == "on",
             target: self.target,
+            rekey_after: self.rekey_after,
             psk,
             key: self
                 .key
@@ -474,6 +489,10 @@ fn print_stats(stats: &BondStats) {
                 counters.headers_decode_failed,
             );
         }
+        println!(
+            "  rekeys {} ({} rekey handshakes started)",
+            session.counters.rekeys, session.counters.rekey_handshakes
+        );
         if stats.role == "client" {
             println!(
                 "  handshakes {}, reconnects {}, cookies {}, stale signals {}",
