@@ -39,6 +39,8 @@ use crate::handshake::{self, Incoming, PublicKey, Responder, ServerKeys, TIMESTA
 use crate::inner::Framing;
 use crate::line::LineFraming;
 use crate::peers::{AllowedIps, PeerConfig, PeerError};
+use crate::ratelimit::{self, SourceLimiter};
+use crate::replay::ReplayFloors;
 use crate::wire::{Header, Kind};
 
 /// The server's settings.
@@ -57,6 +59,9 @@ pub struct ServerConfig {
     pub handshakes_before_cookie: u32,
     /// Stale signals a second at most (they answer Data of unknown sessions).
     pub stale_per_second: u32,
+    /// Sources whose handshakes are counted under load at once (each held to
+    /// [`ratelimit::HANDSHAKES_PER_SECOND`]); beyond, a new source waits.
+    pub max_handshake_sources: usize,
 }
 
 impl ServerConfig {
@@ -69,6 +74,7 @@ impl ServerConfig {
             unconfirmed_timeout: Duration::from_secs(10),
             handshakes_before_cookie: 50,
             stale_per_second: 50,
+            max_handshake_sources: ratelimit::DEFAULT_MAX_SOURCES,
         }
     }
 }
@@ -115,8 +121,13 @@ pub struct BondServerCounters {
     /// Copies of an Initiation already answered (one per line), answered again from the
     /// first Response.
     pub hello_copies: u64,
-    /// Initiations refused as replays (their timestamp not newer than the peer's last).
+    /// Initiations refused as replays (their timestamp not newer than the peer's last, or
+    /// in the simple mode than the floor kept for a key the server forgot).
     pub replayed_hellos: u64,
+    /// Initiations refused under load, their cookie valid, because their source had sent
+    /// more than its share ([`ratelimit::HANDSHAKES_PER_SECOND`], a burst of
+    /// [`ratelimit::HANDSHAKE_BURST`]) or the table of sources was full.
+    pub rate_limited: u64,
     /// Initiations from keys that are no peer of this server.
     pub unknown_peers: u64,
     /// CookieReplies sent (under load).
@@ -127,6 +138,21 @@ pub struct BondServerCounters {
     pub unconfirmed_expired: u64,
     /// Inner packets whose source lies outside their client's allowed prefixes, dropped.
     pub spoofed_sources: u64,
+}
+
+/// Entries in the server's bounded tables (each has its bound in its doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerTables {
+    /// Keys known: the listed peers, or in the simple mode at most 4 x `max_clients` + 16.
+    pub peers: usize,
+    /// Sessions, confirmed or not: at most 2 x `max_clients`.
+    pub sessions: usize,
+    /// Keys forgotten whose replay floors are kept exactly (at most
+    /// [`crate::replay::EXACT_FLOORS`]; older ones folded into a fixed array).
+    pub replay_floors: usize,
+    /// Sources whose handshakes are counted (at most `max_handshake_sources`, each
+    /// forgotten a second after its last).
+    pub handshake_sources: usize,
 }
 
 /// Where a datagram goes, or came from: the peer's address and the server's own (the one it
@@ -206,6 +232,10 @@ pub struct Server {
     /// Datagrams to send before any session's.
     outbox: Vec<(Address, Vec<u8>)>,
     handshake_load: Window,
+    /// Handshakes per source, counted under load.
+    limiter: SourceLimiter,
+    /// The replay floors of the keys the simple mode forgot.
+    floors: ReplayFloors,
     stale_budget: Window,
     counters: BondServerCounters,
     /// Round-robin start over sessions for fairness of transmit polling.
@@ -221,7 +251,7 @@ impl Server {
         config: ServerConfig,
         keys: ServerKeys,
         peers: Peers,
-        entropy: Box<dyn Entropy>,
+        mut entropy: Box<dyn Entropy>,
     ) -> Result<Server, PeerError> {
         let (listed, allowed) = match peers {
             Peers::AnyKey => (Vec::new(), None),
@@ -245,6 +275,8 @@ impl Server {
                 )
             })
             .collect();
+        let mut hash_key = [0; 32];
+        entropy.fill(&mut hash_key);
         Ok(Server {
             responder: Responder::new(keys),
             entropy,
@@ -259,6 +291,8 @@ impl Server {
                 start: Instant::ZERO,
                 count: 0,
             },
+            limiter: SourceLimiter::new(config.max_handshake_sources),
+            floors: ReplayFloors::new(hash_key),
             stale_budget: Window {
                 start: Instant::ZERO,
                 count: 0,
@@ -306,6 +340,16 @@ impl Server {
     /// Sessions waiting for their client's first Data.
     pub fn unconfirmed_sessions(&self) -> usize {
         self.sessions.values().filter(|s| !s.confirmed).count()
+    }
+
+    /// How full the server's bounded tables are.
+    pub fn tables(&self) -> ServerTables {
+        ServerTables {
+            peers: self.peers.len(),
+            sessions: self.sessions.len(),
+            replay_floors: self.floors.exact_len(),
+            handshake_sources: self.limiter.len(),
+        }
     }
 
     /// A datagram from `from` at `now`.
@@ -413,7 +457,10 @@ impl Server {
             }
         }
         let digest = handshake::initiation_digest(datagram);
-        if self.answered_before(from, &digest) || self.cookie_demanded(now, from, datagram) {
+        if self.answered_before(from, &digest)
+            || self.cookie_demanded(now, from, datagram)
+            || self.rate_limited(now, from)
+        {
             return;
         }
         self.handshake_load.count += 1;
@@ -426,6 +473,13 @@ impl Server {
         };
         if usize::from(incoming.lines) > self.config.session.lines {
             self.counters.malformed += 1;
+            return;
+        }
+        if !self.peers.contains_key(&incoming.peer)
+            && incoming.timestamp <= self.floors.floor(&incoming.peer)
+        {
+            // A key the simple mode forgot: not newer than what it accepted from it before.
+            self.counters.replayed_hellos += 1;
             return;
         }
         if !self.known_or_learnt(now, incoming.peer) {
@@ -500,6 +554,18 @@ impl Server {
         false
     }
 
+    /// Whether an Initiation from `from` at `now`, under load (its cookie valid), exceeds
+    /// its source's share: then it is counted and dropped, as WireGuard's rate limiter does.
+    fn rate_limited(&mut self, now: Instant, from: Address) -> bool {
+        if self.handshake_load.count < self.config.handshakes_before_cookie
+            || self.limiter.allow(now, from.remote.ip())
+        {
+            return false;
+        }
+        self.counters.rate_limited += 1;
+        true
+    }
+
     /// Whether the peer of key `peer` may go on handshaking: one known already, or (in the
     /// simple mode, without a list of peers) one learnt now if there is room for it.
     fn known_or_learnt(&mut self, now: Instant, peer: PublicKey) -> bool {
@@ -518,7 +584,8 @@ impl Server {
             peer,
             PeerState {
                 name: format!("key-{}", &peer.to_string()[..8]),
-                greatest: [0; TIMESTAMP_BYTES],
+                // Not below what was accepted from it before it was forgotten.
+                greatest: self.floors.floor(&peer),
                 current: None,
                 pending: None,
                 last_used: now,
@@ -604,7 +671,9 @@ impl Server {
             .map(|(key, _)| *key);
         match oldest {
             Some(key) => {
-                self.peers.remove(&key);
+                if let Some(forgotten) = self.peers.remove(&key) {
+                    self.floors.remember(key, forgotten.greatest);
+                }
                 true
             }
             None => false,
@@ -751,9 +820,10 @@ impl Server {
         }
     }
 
-    /// Timers due at `now`; forgets sessions idle for `idle_timeout`, and sessions never
-    /// confirmed after `unconfirmed_timeout`.
+    /// Timers due at `now`; forgets sessions idle for `idle_timeout`, sessions never
+    /// confirmed after `unconfirmed_timeout`, and handshake sources quiet for a second.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.limiter.expire(now);
         let (idle, unconfirmed) = (self.config.idle_timeout, self.config.unconfirmed_timeout);
         let expired: Vec<(u32, bool)> = self
             .sessions
