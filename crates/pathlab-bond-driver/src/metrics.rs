@@ -492,14 +492,16 @@ fn server_metrics(e: &mut Exposition, server: &pathlab_bond::server::BondServerC
         "pathlab_bond_server_handshakes_total",
         Kind::Counter,
         "Initiations by outcome: accepted (a Response sent), copy (another line's copy \
-         of one already answered), replay (a timestamp not newer than the peer's last), \
-         unknown_peer (a key that is no peer), cookie (under load: a CookieReply sent \
-         instead).",
+         of one already answered), replay (a timestamp not newer than the peer's last, or \
+         than a forgotten key's floor), unknown_peer (a key that is no peer), cookie (under \
+         load: a CookieReply sent instead), rate_limited (under load, a valid cookie, but \
+         its source over 20 a second).",
     )
     .sample(&[("outcome", "accepted")], server.handshakes as f64)
     .sample(&[("outcome", "copy")], server.hello_copies as f64)
     .sample(&[("outcome", "replay")], server.replayed_hellos as f64)
     .sample(&[("outcome", "unknown_peer")], server.unknown_peers as f64)
+    .sample(&[("outcome", "rate_limited")], server.rate_limited as f64)
     .sample(&[("outcome", "cookie")], server.cookies_sent as f64);
     e.family(
         "pathlab_bond_server_session_events_total",
@@ -699,6 +701,7 @@ mod tests {
                 sessions_opened: 2,
                 refused_full: 1,
                 malformed: 4,
+                rate_limited: 7,
                 ..BondServerCounters::default()
             }),
         };
@@ -723,6 +726,14 @@ mod tests {
                 &[("reason", "malformed")]
             ),
             Some(4.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "pathlab_bond_server_handshakes_total",
+                &[("outcome", "rate_limited")]
+            ),
+            Some(7.0)
         );
     }
 

@@ -7,12 +7,15 @@
 //! one gets a session that stays *unconfirmed* until the first Data comes under its keys
 //! (only the real client has them); only then does it replace the peer's previous session.
 //! So a replayed Initiation, even after a restart forgot the timestamps, changes nothing
-//! that carries traffic, and an unconfirmed session expires.
+//! that carries traffic, and an unconfirmed session expires. In the simple mode the keys the
+//! server forgets (it keeps a bounded number) leave floors ([`crate::replay`]): a captured
+//! Initiation is refused after its key was forgotten too.
 //!
 //! Every answer before authentication is smaller than its cause (a Response is 96 bytes, a
 //! CookieReply 68, a Stale 12, for an Initiation of 153 or any Data). Under load the
 //! server demands a cookie (proof that the client receives at its source address) before
-//! it spends a Diffie-Hellman.
+//! it spends a Diffie-Hellman, and holds each source to its share of handshakes
+//! ([`crate::ratelimit`], WireGuard's 20 a second).
 //!
 //! A session's lines are the client's: the server learns each line's address (and the
 //! local address it came to, on a multi-homed server) from the newest authenticated Data on

@@ -50,7 +50,13 @@ impl Client {
         let mut entropy = SeededEntropy(Rng::seed_from(u64::from(seed)));
         let keys = ClientKeys::from_psk(&psk(), SecretKey::generate(&mut entropy));
         Client {
-            bond: Bond::client(BondConfig::new(1), keys, Box::new(entropy), now, unix_ns(now)),
+            bond: Bond::client(
+                BondConfig::new(1),
+                keys,
+                Box::new(entropy),
+                now,
+                unix_ns(now),
+            ),
             from: source(seed),
         }
     }
@@ -112,7 +118,11 @@ fn initiation(
 }
 
 fn psk_server(config: ServerConfig, seed: u64) -> Server {
-    Server::with_psk(config, &psk(), Box::new(SeededEntropy(Rng::seed_from(seed))))
+    Server::with_psk(
+        config,
+        &psk(),
+        Box::new(SeededEntropy(Rng::seed_from(seed))),
+    )
 }
 
 /// Regression (issue 40): the simple mode forgot a key's greatest timestamp with the key
@@ -132,7 +142,11 @@ fn a_captured_initiation_replayed_after_its_key_was_forgotten_draws_nothing() {
         .find(|d| d[0] == Kind::Hello as u8)
         .expect("an Initiation");
     exchange(&mut server, &mut victim, secs(0.1));
-    assert_eq!(server.sessions().count(), 1, "the victim's session confirmed");
+    assert_eq!(
+        server.sessions().count(),
+        1,
+        "the victim's session confirmed"
+    );
     // It goes away; its session is forgotten after the idle timeout.
     server.handle_timeout(secs(61.0));
     assert_eq!(server.sessions().count(), 0);
@@ -169,7 +183,11 @@ fn a_captured_initiation_replayed_after_its_key_was_forgotten_draws_nothing() {
     );
     assert_eq!(server.counters().replayed_hellos, replays + 1);
     assert_eq!(server.counters().handshakes, 2 + 2 * table as u64);
-    assert_eq!(server.unconfirmed_sessions(), 1, "the real client's waits on");
+    assert_eq!(
+        server.unconfirmed_sessions(),
+        1,
+        "the real client's waits on"
+    );
 
     // The real client's session confirms.
     for (_, mut datagram) in response {

@@ -531,12 +531,13 @@ fn print_stats(stats: &BondStats) {
     }
     if let Some(server) = &stats.server {
         println!(
-            "handshakes {} (copies {}, replays {}, unknown keys {}, cookies sent {}), sessions opened {} closed {} replaced {} ended {}, unconfirmed expired {}, stale sent {}, spoofed sources {}, refused full {}",
+            "handshakes {} (copies {}, replays {}, unknown keys {}, cookies sent {}, rate-limited {}), sessions opened {} closed {} replaced {} ended {}, unconfirmed expired {}, stale sent {}, spoofed sources {}, refused full {}",
             server.handshakes,
             server.hello_copies,
             server.replayed_hellos,
             server.unknown_peers,
             server.cookies_sent,
+            server.rate_limited,
             server.sessions_opened,
             server.sessions_closed,
             server.sessions_replaced,
