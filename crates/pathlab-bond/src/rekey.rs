@@ -44,8 +44,8 @@ use crate::wire::{Header, HEADER_BYTES, TAG_BYTES};
 pub const REKEY_PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
 /// The rekey's prologue.
 const REKEY_PROLOGUE: &[u8] = b"pathlab-bond v2 rekey";
-/// Bytes of each rekey message: an ephemeral key (32) and an empty payload's tag (16).
-pub const REKEY_MESSAGE_BYTES: usize = 48;
+/// Bytes of each rekey message (the wire's: [`crate::wire::REKEY_MESSAGE_BYTES`]).
+pub use crate::wire::REKEY_MESSAGE_BYTES;
 /// The least `rekey_after` a configuration takes.
 pub const MIN_REKEY_AFTER: Duration = Duration::from_secs(10);
 /// WireGuard's `REKEY_AFTER_MESSAGES`: a key seals at most this many datagrams before a

@@ -88,7 +88,11 @@ pub const HEADER_ACK_BYTES: usize = 3;
 /// The most entries one HeaderAcks frame carries (a peer's count is refused beyond it).
 pub const MAX_HEADER_ACKS: usize = 64;
 /// Bytes of a RekeyInit or RekeyReply frame.
-pub const REKEY_FRAME_BYTES: usize = 1 + 4 + crate::rekey::REKEY_MESSAGE_BYTES;
+pub const REKEY_FRAME_BYTES: usize = 1 + 4 + REKEY_MESSAGE_BYTES;
+/// Bytes of each rekey message ([`crate::rekey`]): an ephemeral key (32) and an empty
+/// payload's tag (16). Defined here, with the frame that carries it, so the wire format
+/// depends on no key code.
+pub const REKEY_MESSAGE_BYTES: usize = 48;
 /// Header-compression context ids are below this, in HeaderAcks frames and in the
 /// compressed packets of [`crate::headers`].
 pub const MAX_HEADER_CONTEXTS: u16 = 1024;
@@ -812,7 +816,7 @@ impl Frame<'_> {
                 out.extend_from_slice(acks.entries);
             }
             Frame::Rekey { reply, id, message } => {
-                debug_assert_eq!(message.len(), crate::rekey::REKEY_MESSAGE_BYTES);
+                debug_assert_eq!(message.len(), REKEY_MESSAGE_BYTES);
                 let bytes = grow(out, REKEY_FRAME_BYTES);
                 bytes[field::FRAME_TYPE] = if *reply {
                     frame_type::REKEY_REPLY
@@ -820,7 +824,7 @@ impl Frame<'_> {
                     frame_type::REKEY_INIT
                 };
                 bytes[field::rekey::ID].copy_from_slice(&id.to_be_bytes());
-                let message = &message[..message.len().min(crate::rekey::REKEY_MESSAGE_BYTES)];
+                let message = &message[..message.len().min(REKEY_MESSAGE_BYTES)];
                 bytes[field::rekey::MESSAGE][..message.len()].copy_from_slice(message);
             }
         }

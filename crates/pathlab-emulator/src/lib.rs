@@ -21,6 +21,7 @@ pub mod client;
 pub mod control;
 pub mod emulator;
 pub mod fidelity;
+pub mod guardian;
 pub mod port;
 pub mod session;
 pub mod shell;

@@ -15,12 +15,11 @@ use pathlab_emulator::api::Specs;
 use pathlab_emulator::client::{self, RequestError, Target};
 use pathlab_emulator::emulator::{EmulatorStats, OnInterfaceGone};
 use pathlab_emulator::fidelity::{LateWarning, DEFAULT_LATE_BOUND};
+use pathlab_emulator::guardian;
 use pathlab_emulator::session::{
     self, EmulateConfig, EmulateError, EmulateEvent, Placement, PlacementError, Started,
 };
 use pathlab_emulator::vlan::TrunkVlans;
-use pathlab_os::interpose::{guard, Guardian};
-use pathlab_os::runtime::Owner;
 use pathlab_results::lab::lateness_text;
 
 use crate::cmd::metrics::ControlArgs;
@@ -214,9 +213,9 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     pathlab_os::require_net_admin("pathlab emulate").map_err(usage)?;
     // Before the swap: the guardian puts the interface back if this process is killed.
     let guardian = match &config.placement {
-        Placement::Interpose { .. } if !pathlab_os::interpose::test_without_guardian() => {
-            Some(start_guardian(&config.name)?)
-        }
+        Placement::Interpose { .. } if !pathlab_os::interpose::test_without_guardian() => Some(
+            guardian::start(&config.name).context("starting the guardian of the interface swap")?,
+        ),
         _ => None,
     };
     // Block Ctrl-C before any thread starts, so every thread leaves it to the signalfd.
@@ -243,24 +242,6 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the guardian of the swap `emulate --iface` is about to make: this program again,
-/// as `emulate-guard`, which undoes the swap if this process dies without doing so.
-fn start_guardian(name: &str) -> anyhow::Result<Guardian> {
-    let owner = Owner::this_process().context("reading this process's start")?;
-    // The running binary itself, even if its file was replaced or deleted since.
-    let mut command = std::process::Command::new("/proc/self/exe");
-    command.args([
-        "emulate-guard",
-        "--owner-pid",
-        &owner.pid.to_string(),
-        "--owner-start",
-        &owner.start_ticks.to_string(),
-        "--name",
-        name,
-    ]);
-    Guardian::spawn(command).context("starting the guardian of the interface swap")
-}
-
 /// Arguments of `pathlab emulate-guard`, the guardian `emulate --iface` starts for itself
 /// (hidden: not a command for people).
 #[derive(Debug, clap::Args)]
@@ -277,20 +258,15 @@ pub struct GuardArgs {
 }
 
 /// Runs `pathlab emulate-guard`: watches the pipe from its emulator and, if the emulator
-/// ends without standing it down, undoes its swap ([`pathlab_os::interpose::guard`]).
+/// ends without standing it down, undoes its swap ([`guardian::run`]), saying what it did.
 pub fn run_guard(args: &GuardArgs) -> anyhow::Result<()> {
     pathlab_os::runtime::validate_name(&args.name).map_err(|e| usage(anyhow::anyhow!(e)))?;
-    // Blocked and never read: a terminal's Ctrl-C or hang-up, or a SIGTERM meant for the
-    // emulator, does not end the guardian (it is in a process group of its own, too).
-    let _signals = pathlab_os::termination_signals().context("blocking termination signals")?;
-    let owner = Owner {
-        pid: args.owner_pid,
-        start_ticks: args.owner_start,
-        pid_namespace: Owner::this_process()
-            .context("reading this process's start")?
-            .pid_namespace,
+    let config = guardian::GuardConfig {
+        owner_pid: args.owner_pid,
+        owner_start: args.owner_start,
+        name: args.name.clone(),
     };
-    let Some(restores) = guard(&owner, std::io::stdin().lock(), std::io::stdout()) else {
+    let Some(restores) = guardian::run(&config).context("guarding the interface swap")? else {
         return Ok(());
     };
     let who = format!("emulator '{}' (pid {})", args.name, args.owner_pid);
@@ -304,10 +280,6 @@ pub fn run_guard(args: &GuardArgs) -> anyhow::Result<()> {
         for note in &restored.notes {
             eprintln!("  {note}");
         }
-    }
-    let socket = pathlab_os::runtime::control_socket_path(&args.name);
-    if socket.exists() && std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        let _ = std::fs::remove_file(&socket);
     }
     for failed in &restores.failed {
         eprintln!(
