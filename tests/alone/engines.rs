@@ -459,3 +459,65 @@ start = "5s"
 duration = "14s"
 command = ["{pathlab}", "tcp", "{to}", "--rfc6349", "--rate", "50mbit", "--framing", "frame", "-C", "reno", "-t", "5", "--idle", "1s", "-J", "--save", "{out}/rfc6349.json"]
 "#;
+
+/// A `pathlab node` killed mid-run (SIGKILL, as the OOM killer does) has its pod's
+/// interface put back by its guardian within a second: the pod's namespace may outlive the
+/// node (a KNE pod's does), and a holder namespace that died with the node would take the
+/// link with it.
+#[test]
+fn a_node_killed_mid_run_has_its_interface_put_back_by_its_guardian() {
+    let Some(_guard) =
+        privileged("a_node_killed_mid_run_has_its_interface_put_back_by_its_guardian")
+    else {
+        return;
+    };
+    let dir = TempDir::new("engines-guardian");
+    let spec = dir.path("lab.toml");
+    std::fs::write(&spec, crate::engines::three_node_lab("guarded", "20s", "")).unwrap();
+    let export = std::process::Command::new(PATHLAB)
+        .args(["lab", "export", "kne"])
+        .arg(&spec)
+        .arg("--out")
+        .arg(dir.path("export"))
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+    let h1 = pathlab_os::testing::netns_with_loopback().unwrap();
+    let r1 = pathlab_os::testing::netns_with_loopback().unwrap();
+    let config =
+        NodeConfig::parse(&std::fs::read_to_string(dir.path("export/h1.toml")).unwrap()).unwrap();
+    let to_r1 = config.interfaces[0].clone();
+    h1.run(|| Netlink::open()?.create_veth(&to_r1.name, &to_r1.peer_interface, Some(r1.fd())))
+        .unwrap()
+        .expect("veth between h1 and r1");
+    let index = || {
+        h1.run(|| Netlink::open()?.link_by_name(&to_r1.name))
+            .unwrap()
+            .unwrap()
+            .map(|l| l.index)
+    };
+    let (original, before) = (index(), kinds(&h1));
+    let mut node = NodeProcess::start(&h1, "h1", &dir);
+    // Swapped: a stand-in holds the interface's name (r1 never answers: the node waits).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while index() == original {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node never swapped {}",
+            to_r1.name
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut child = node.child.take().expect("running");
+    let killed = std::time::Instant::now();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    while index() != original && killed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let back = killed.elapsed();
+    eprintln!("node killed mid-run: {} back in {back:?}", to_r1.name);
+    assert_eq!(index(), original, "the interface itself is back");
+    assert!(back < Duration::from_secs(1), "back in {back:?}");
+    assert_eq!(kinds(&h1), before, "nothing else left in the pod");
+}

@@ -116,7 +116,24 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         node.interfaces.len(),
         node.workloads.len()
     );
+    // Before the swaps: the guardian puts the pod's interfaces back if this process is
+    // killed mid-run (the pod's namespace may outlive it: a KNE pod's does).
+    let guardian = if pathlab_os::interpose::test_without_guardian() {
+        None
+    } else {
+        let name = format!("node-{}", std::process::id());
+        Some(
+            pathlab_emulator::guardian::start(&name)
+                .map_err(anyhow::Error::new)
+                .map_err(|e| e.context("starting the guardian of the interface swaps"))?,
+        )
+    };
     setup::serve(&config, server, out, traces, metrics.into_server(), stop)?;
+    if let Some(guardian) = guardian {
+        guardian.stand_down().map_err(|e| {
+            anyhow::Error::new(e).context("telling the guardian the interfaces are back")
+        })?;
+    }
     Ok(())
 }
 
