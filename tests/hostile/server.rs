@@ -216,6 +216,7 @@ fn duplicated_upward_probes_are_counted_not_recorded() {
     client.send(&Message::Sent {
         count,
         duration_ns: 1,
+        late: pathlab_probe::owd::SendLateness::default(),
     });
     let mut records = Vec::new();
     let (received, rejected, duplicates) = loop {
@@ -282,6 +283,7 @@ fn reflection_at_ten_times_the_asked_rate_is_held_to_the_rate() {
     client.send(&Message::Sent {
         count,
         duration_ns: 1,
+        late: pathlab_probe::owd::SendLateness::default(),
     });
     let (received, rejected, excess) = match client.next_event() {
         ClientEvent::Message(Message::Done {
@@ -434,6 +436,7 @@ fn a_client_that_stops_reading_is_ended_and_sigterm_still_returns_within_a_secon
         client.send(&Message::Sent {
             count,
             duration_ns: 1,
+            late: pathlab_probe::owd::SendLateness::default(),
         });
         // And now read nothing.
         client

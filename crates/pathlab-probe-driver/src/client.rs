@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use pathlab_probe::auth::Way;
 use pathlab_probe::control::{Direction, Limits, Message, ReceivedProbe, TestRequest};
-use pathlab_probe::owd::{one_way_result, OneWayResult, SenderReport};
+use pathlab_probe::owd::{one_way_result, OneWayResult, SendLateness, SenderReport};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::rtt::{self, RoundTrip, RttReport, TimedBy};
 use pathlab_probe::session::{
@@ -388,6 +388,7 @@ impl Client {
                 size,
                 sent: count,
                 duration_ns: 0,
+                late: SendLateness::default(),
             },
             window,
         })
@@ -407,6 +408,8 @@ pub struct ProbeArrivals {
     pub sent: u64,
     /// From the sender's first probe to its last, ns.
     pub duration_ns: u64,
+    /// How late the sender says it sent them.
+    pub late: SendLateness,
 }
 
 /// What a receiver that stopped early holds: its arrivals, counted as sent up to the
@@ -426,6 +429,7 @@ fn arrivals_so_far(
         duplicates,
         sent,
         duration_ns: last - first,
+        late: SendLateness::default(),
     })
 }
 
@@ -492,6 +496,7 @@ impl OneWayTest {
                 SenderReport {
                     sent: run.sent,
                     duration_ns: run.duration_ns,
+                    late: run.late,
                     ..sender
                 },
                 &run.arrivals,
@@ -532,7 +537,12 @@ impl OneWayTest {
                     &mut self.client,
                     transmit.as_mut(),
                 )?;
-                let Message::Sent { count, duration_ns } = sent else {
+                let Message::Sent {
+                    count,
+                    duration_ns,
+                    late,
+                } = sent
+                else {
                     unreachable!("the sender ends with Sent")
                 };
                 self.client.send(&sent)?;
@@ -554,6 +564,7 @@ impl OneWayTest {
                                 duplicates,
                                 sent: count,
                                 duration_ns,
+                                late,
                             };
                         }
                         other => {
@@ -599,6 +610,7 @@ impl OneWayTest {
                     duplicates: received.duplicates,
                     sent: received.sent,
                     duration_ns: received.duration_ns,
+                    late: received.late,
                 }
             }
         };
@@ -794,6 +806,9 @@ impl Client {
         self.send(&Message::Sent {
             count,
             duration_ns: sending.as_nanos() as u64,
+            // A round-trip test judges its own sends (`send_errors`); the server
+            // has no use for them.
+            late: SendLateness::default(),
         })?;
         match self.next_message()? {
             Message::Done {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use pathlab_probe::auth::Way;
 use pathlab_probe::control::{Direction, Message, MTU_MAX_PROBES, MTU_TEST_NS};
 use pathlab_probe::mtu::{self, MtuSearch, PathMtu};
+use pathlab_probe::owd::SendLateness;
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::session::{Rejections, Running, SessionError};
 
@@ -104,6 +105,7 @@ impl Client {
         self.send(&Message::Sent {
             count: u64::from(probes),
             duration_ns: 0,
+            late: SendLateness::default(),
         })?;
         let end = self.next_message_within(TEST_GRACE_STD, "end of the path MTU test");
         let found = match (found, end) {

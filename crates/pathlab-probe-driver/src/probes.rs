@@ -168,8 +168,12 @@ pub(super) fn receive_into(
         }
         if receiver.poll_at().is_none() {
             match control.poll_message(Duration::ZERO)? {
-                Some(Message::Sent { count, duration_ns }) => {
-                    receiver.handle_sent(clock(), count, duration_ns);
+                Some(Message::Sent {
+                    count,
+                    duration_ns,
+                    late,
+                }) => {
+                    receiver.handle_sent(clock(), count, duration_ns, late);
                 }
                 Some(other) => {
                     return Err(MeasureError::Session(SessionError::Protocol(format!(

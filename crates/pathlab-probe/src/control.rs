@@ -480,6 +480,9 @@ pub enum Message {
         count: u64,
         /// From the first send to the last, ns.
         duration_ns: u64,
+        /// How late the sender wrote its probes (absent from an older sender).
+        #[serde(default)]
+        late: crate::owd::SendLateness,
     },
     /// Receiver: some of what it received, in arrival order.
     Received {

@@ -9,6 +9,7 @@ use pathlab_core::{Duration, Instant};
 use super::{Rejections, Running, STRAGGLERS};
 use crate::auth::Way;
 use crate::control::{Message, ReceivedProbe, Schedule, RECORDS_PER_CHUNK};
+use crate::owd::SendLateness;
 use crate::probe::{Probe, ProbeError, ProbeKind, Reflection};
 
 /// Sends a one-way test's probes on its schedule.
@@ -23,6 +24,8 @@ pub struct ProbeSender {
     next: u64,
     last_sent: Instant,
     padding: Box<[u8; 4096]>,
+    /// Each probe's lateness against its schedule, ns (three significant digits).
+    lateness: hdrhistogram::Histogram<u64>,
 }
 
 impl ProbeSender {
@@ -50,6 +53,8 @@ impl ProbeSender {
             next: 0,
             last_sent: now,
             padding,
+            lateness: hdrhistogram::Histogram::new_with_bounds(1, SendLateness::MAX_NS, 3)
+                .expect("valid bounds"),
         }
     }
 
@@ -68,10 +73,10 @@ impl ProbeSender {
         running: &Running,
         out: &mut Vec<u8>,
     ) -> Result<Option<u64>, ProbeError> {
-        match self.poll_at() {
-            Some(due) if due <= now => {}
+        let due = match self.poll_at() {
+            Some(due) if due <= now => due,
             _ => return Ok(None),
-        }
+        };
         if now > self.give_up {
             self.count = self.next;
             return Ok(None);
@@ -93,6 +98,8 @@ impl ProbeSender {
         )?;
         self.next += 1;
         self.last_sent = now;
+        self.lateness
+            .saturating_record(now.saturating_since(due).as_nanos());
         Ok(Some(seq))
     }
 
@@ -101,7 +108,20 @@ impl ProbeSender {
         (self.next >= self.count).then(|| Message::Sent {
             count: self.next,
             duration_ns: self.last_sent.saturating_since(self.start).as_nanos(),
+            late: self.lateness(),
         })
+    }
+
+    /// How late the probes sent so far were against their schedule.
+    pub fn lateness(&self) -> SendLateness {
+        if self.lateness.is_empty() {
+            return SendLateness::default();
+        }
+        SendLateness {
+            p50_ns: self.lateness.value_at_quantile(0.5),
+            p99_ns: self.lateness.value_at_quantile(0.99),
+            max_ns: self.lateness.max(),
+        }
     }
 }
 
@@ -125,7 +145,7 @@ pub struct ProbeReceiver {
     seen: Vec<u64>,
     arrivals: Vec<ReceivedProbe>,
     duplicates: u64,
-    sent: Option<(u64, u64)>,
+    sent: Option<(u64, u64, SendLateness)>,
     finish_at: Option<Instant>,
 }
 
@@ -140,6 +160,8 @@ pub struct Received {
     pub sent: u64,
     /// From the sender's first probe to its last, ns.
     pub duration_ns: u64,
+    /// How late the sender says it sent them.
+    pub late: SendLateness,
 }
 
 impl ProbeReceiver {
@@ -198,9 +220,9 @@ impl ProbeReceiver {
     }
 
     /// The sender's `Sent` arrived at `now`: the test ends a moment later.
-    pub fn handle_sent(&mut self, now: Instant, count: u64, duration_ns: u64) {
+    pub fn handle_sent(&mut self, now: Instant, count: u64, duration_ns: u64, late: SendLateness) {
         if self.sent.is_none() {
-            self.sent = Some((count, duration_ns));
+            self.sent = Some((count, duration_ns, late.bounded()));
             self.finish_at = Some(now + STRAGGLERS);
         }
     }
@@ -247,13 +269,14 @@ impl ProbeReceiver {
             duplicates: self.duplicates,
             excess: 0,
         });
-        let (sent, duration_ns) = self.sent.unwrap_or_default();
+        let (sent, duration_ns, late) = self.sent.unwrap_or_default();
         (
             Received {
                 arrivals: self.arrivals,
                 duplicates: self.duplicates,
                 sent,
                 duration_ns,
+                late,
             },
             messages,
         )

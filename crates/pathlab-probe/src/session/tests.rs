@@ -11,7 +11,7 @@ use pathlab_core::{Duration, Instant, LinkSpec};
 use super::*;
 use crate::auth::{Key, Way};
 use crate::control::{Direction, Limits, Message, TcpDirection, TestRequest};
-use crate::owd::{one_way_result, SenderReport};
+use crate::owd::{one_way_result, SendLateness, SenderReport};
 
 const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
 const SERVER: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2));
@@ -180,9 +180,13 @@ impl ServerNode {
                     self.session.accept(now, self.session_id, 5000);
                     self.probes.start(now, &test, Way::ServerToClient, 7);
                 }
-                ServerEvent::Message(Message::Sent { count, duration_ns }) => {
+                ServerEvent::Message(Message::Sent {
+                    count,
+                    duration_ns,
+                    late,
+                }) => {
                     if let Some(receiver) = &mut self.probes.receiver {
-                        receiver.handle_sent(now, count, duration_ns);
+                        receiver.handle_sent(now, count, duration_ns, late);
                     }
                 }
                 ServerEvent::Message(Message::Done { received, .. }) => {
@@ -247,9 +251,13 @@ impl ClientNode {
                     self.done = Some((received, rejected));
                     self.session.finish();
                 }
-                ClientEvent::Message(Message::Sent { count, duration_ns }) => {
+                ClientEvent::Message(Message::Sent {
+                    count,
+                    duration_ns,
+                    late,
+                }) => {
                     if let Some(receiver) = &mut self.probes.receiver {
-                        receiver.handle_sent(now, count, duration_ns);
+                        receiver.handle_sent(now, count, duration_ns, late);
                     }
                 }
                 ClientEvent::Message(other) => panic!("unexpected {other:?}"),
@@ -326,6 +334,7 @@ fn a_one_way_test_runs_in_virtual_time_and_measures_the_link() {
                 size: 125,
                 sent: 2000,
                 duration_ns: 0,
+                late: SendLateness::default(),
             },
             &client.records,
             0,
@@ -612,6 +621,62 @@ fn reflected_and_replayed_control_messages_are_refused_and_counted() {
 }
 
 #[test]
+fn a_sender_held_back_says_how_late_its_probes_went_and_a_peers_figures_are_bounded() {
+    let (client, _) = tcp_pair(None, TcpDirection::Up, 10);
+    let running = client.running().unwrap();
+    // 100 probes 1 ms apart; the sender polled on time but for probes 40-49, which it
+    // only gets to at 55 ms (10 ms after probe 45 was due, 15 after probe 40).
+    let schedule = crate::control::Schedule {
+        length: 1,
+        spacing_ns: 0.0,
+        period_ns: 1e6,
+    };
+    let mut sender = ProbeSender::new(
+        Instant::ZERO,
+        Way::ClientToServer,
+        schedule,
+        200,
+        100,
+        Box::new([0; 4096]),
+    );
+    let mut bytes = Vec::new();
+    let mut ms = 0;
+    while let Some(due) = sender.poll_at() {
+        let now = if (40..55).contains(&ms) {
+            Instant::ZERO + Duration::from_millis(55)
+        } else {
+            due
+        };
+        ms = now.as_nanos() / 1_000_000;
+        while sender
+            .poll_probe(now, 0, running, &mut bytes)
+            .unwrap()
+            .is_some()
+        {}
+        ms += 1;
+    }
+    let Some(Message::Sent { count, late, .. }) = sender.sent() else {
+        panic!("the sender is done");
+    };
+    assert_eq!(count, 100);
+    // 85 probes on time; 15 late by 15, 14, ... 1 ms (probes 40 to 54, all sent at 55).
+    assert_eq!(late.p50_ns, 0);
+    assert!((late.max_ns as f64 / 15e6 - 1.0).abs() < 1e-3, "{late:?}");
+    assert!((late.p99_ns as f64 / 14e6 - 1.0).abs() < 1e-3, "{late:?}");
+    // A peer's figures are put in order and capped at an hour.
+    let wild = SendLateness {
+        p50_ns: u64::MAX,
+        p99_ns: 5,
+        max_ns: u64::MAX,
+    }
+    .bounded();
+    assert_eq!(
+        (wild.p50_ns, wild.p99_ns, wild.max_ns),
+        (5, 5, SendLateness::MAX_NS)
+    );
+}
+
+#[test]
 fn probes_of_another_session_sender_or_direction_are_refused_and_counted() {
     let psk = Some(key(b"0123456789abcdef"));
     let (client, mut server) = tcp_pair(psk.clone(), TcpDirection::Up, 10);
@@ -844,6 +909,7 @@ fn a_receiver_records_each_probe_of_its_count_once_and_counts_the_copies() {
             size: 200,
             sent: 10,
             duration_ns: 1,
+            late: SendLateness::default(),
         },
         &received.arrivals,
         0,

@@ -37,6 +37,9 @@ pub struct Args {
     pub client: crate::cmd::client::ClientOptions,
 }
 
+/// A sender later than this at its 99th percentile gets a note in the text output.
+const LATE_NOTE_NS: u64 = 1_000_000;
+
 /// What a saved `owd` run that failed part way holds.
 const PARTIAL: &str = "the directions that finished; a downward test cut short keeps the \
 probes received until then, counted as sent up to the highest sequence number received (the \
@@ -131,6 +134,15 @@ fn print(results: &[OneWayResult]) -> std::io::Result<()> {
                 out,
                 "  note         the sender reached only {} of the rate asked (its CPU or socket was the limit); what follows is for the rate sent",
                 format::fraction_as_percent(kept_up, Digits::fixed(2))
+            )?;
+        }
+        let late = r.send_lateness;
+        if late.p99_ns > LATE_NOTE_NS {
+            writeln!(
+                out,
+                "  note         the sender ran late: p99 {} ms, max {} ms behind its schedule; what fell due meanwhile went together, so deviations up to that may be the sender's, not the path's",
+                format::in_millis(late.p99_ns as f64 * 1e-9, Digits::fixed(3)),
+                format::in_millis(late.max_ns as f64 * 1e-9, Digits::fixed(3)),
             )?;
         }
         writeln!(
