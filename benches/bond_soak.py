@@ -18,6 +18,13 @@ of a shorter run: the ends' buffers and queues fill in the first seconds), in MB
 bytes) per hour; and how much of the load arrived. The samples go to rss.json in the
 output directory (the lines' recordings are deleted unless --keep).
 
+With --rekey-after TIME both ends roll their keys over that often (`bond --rekey-after`;
+the tunnel's default is 120s): every SAMPLE_S it also reads both ends' `pathlab bond stats`
+(in the end's namespace), and at the end it prints the rekeys each end counted and the
+sessions: the client's session id must never change, its reconnects stay 0 and the server
+open one session, or the run failed ("no session lost"); with rekeys asked for, each end
+must count at least 90% of the run's length over TIME.
+
 It exits 1 if either end's slope is above --bound MB per hour (default 5). A leak of one
 36-byte allocation per inner packet at this load is 40 MB per hour; a healthy end is flat
 once warm (--quick here: 6.93 MB to 6.94 at the server, 6.98 to 7.11 at the client, all
@@ -81,7 +88,7 @@ def site_spec(name, duration_s, lines):
     return out
 
 
-def spec(seconds, rate, names, failures):
+def spec(seconds, rate, names, failures, rekey_after=None):
     # The load's results come back after its end: a 30-minute owd test's records took
     # more than the 3 s first given here, and the run ended under it.
     out = site_spec("bond-soak", LOAD_START_S + seconds + RESULTS_MARGIN_S,
@@ -91,14 +98,15 @@ def spec(seconds, rate, names, failures):
     lines = ["--line", "to-isp0"]
     for k in range(1, len(LINES)):
         lines += ["--line", f"to-isp{k},via=198.18.{k}.2"]
+    rekey = ["--rekey-after", rekey_after] if rekey_after else []
     commands = {
         "key": (0, 1, ["{pathlab}", "bond", "key", "{out}/bond.key"]),
         "bond-server": (1, None, ["{pathlab}", "bond", "server", "--listen", "198.18.3.2:7000",
                                   "--psk", "{out}/bond.key", "--address", "198.19.0.1/24",
-                                  "--name", names["server"], "-J"]),
+                                  "--name", names["server"], *rekey, "-J"]),
         "client": (2, None, ["{pathlab}", "bond", "client", "198.18.3.2:7000", *lines,
                              "--psk", "{out}/bond.key", "--address", "198.19.0.2/24",
-                             "--name", names["client"], "-J"]),
+                             "--name", names["client"], *rekey, "-J"]),
     }
     for name, (start, duration, argv) in commands.items():
         node = "site" if name == "client" else "srv"
@@ -140,6 +148,54 @@ def rss_mb(pid):
     return None
 
 
+def bond_stats(pid, name):
+    """The tunnel end `name`'s `pathlab bond stats -J`, read in the namespace of its
+    process `pid` (its stats socket is named for its namespace), or None."""
+    try:
+        out = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", PATHLAB, "bond", "stats",
+                              "--name", name, "-J"], capture_output=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    try:
+        return json.loads(out.stdout)
+    except ValueError:
+        return None
+
+
+def session_figures(stats):
+    """(session ids, rekeys, reconnects, sessions opened) of one stats snapshot."""
+    sessions = stats.get("sessions", [])
+    ids = [s["session"] for s in sessions]
+    rekeys = sum(s["counters"].get("rekeys", 0) for s in sessions)
+    reconnects = sum(s["counters"].get("reconnects", 0) for s in sessions)
+    opened = (stats.get("server") or {}).get("sessions_opened")
+    return ids, rekeys, reconnects, opened
+
+
+def check_sessions(last, seen_ids, seconds, rekey_after_s):
+    """Prints each end's rekeys and sessions; returns whether a session was lost or the
+    rekeys fell short."""
+    failed = False
+    for role in ("server", "client"):
+        if role not in last:
+            print(f"{role}: no stats read")
+            failed = True
+            continue
+        ids, rekeys, reconnects, opened = session_figures(last[role])
+        print(f"{role}: sessions {sorted(seen_ids[role])} over the run, rekeys {rekeys}, "
+              f"reconnects {reconnects}" + (f", sessions opened {opened}" if opened is not None
+                                             else ""))
+        if len(seen_ids[role]) != 1 or reconnects or (opened is not None and opened != 1):
+            print(f"{role}: a session was lost")
+            failed = True
+        if rekey_after_s and rekeys < 0.9 * seconds / rekey_after_s:
+            print(f"{role}: {rekeys} rekeys, fewer than 90% of {seconds / rekey_after_s:.0f}")
+            failed = True
+    return failed
+
+
 def slope_per_hour(points):
     """The least-squares slope of (seconds, MB) points, in MB per hour."""
     n = len(points)
@@ -178,6 +234,8 @@ def main():
     parser.add_argument("--bound", type=float, default=5.0,
                         help="the most RSS slope allowed, MB per hour")
     parser.add_argument("--seed", type=int, default=27)
+    parser.add_argument("--rekey-after", metavar="SECONDS", type=int,
+                        help="both ends' --rekey-after (at least 10)")
     parser.add_argument("--keep", action="store_true",
                         help="keep the lines' recordings (hundreds of MB over 30 minutes)")
     args = parser.parse_args()
@@ -188,7 +246,8 @@ def main():
     out = tempfile.mkdtemp(prefix="bond-soak-")
     spec_path = os.path.join(out, "bond-soak.toml")
     with open(spec_path, "w") as f:
-        f.write(spec(seconds, args.rate, names, failures))
+        f.write(spec(seconds, args.rate, names, failures,
+                     f"{args.rekey_after}s" if args.rekey_after else None))
     print(f"{seconds / 60:g} minutes of {args.rate} through the tunnel, {len(failures)} line "
           f"failures; samples every {SAMPLE_S} s; results in {out}", flush=True)
     lab = subprocess.Popen([PATHLAB, "lab", spec_path, "--out", os.path.join(out, "run")],
@@ -196,6 +255,8 @@ def main():
     started = time.monotonic()
     pids = {}
     samples = {"server": [], "client": []}
+    last_stats = {}
+    seen_ids = {"server": set(), "client": set()}
     next_sample = started + LOAD_START_S
     try:
         while lab.poll() is None:
@@ -207,6 +268,10 @@ def main():
                     value = rss_mb(pids[role]) if pids[role] else None
                     if value is not None:
                         samples[role].append((now - started - LOAD_START_S, value))
+                        stats = bond_stats(pids[role], names[role])
+                        if stats is not None:
+                            last_stats[role] = stats
+                            seen_ids[role].update(i for i in session_figures(stats)[0] if i)
                 next_sample += SAMPLE_S
             time.sleep(0.2)
     except KeyboardInterrupt:
@@ -222,7 +287,8 @@ def main():
                 os.remove(os.path.join(run, name))
     with open(os.path.join(out, "rss.json"), "w") as f:
         json.dump({"seconds": seconds, "rate": args.rate, "failures": failures,
-                   "sample_s": SAMPLE_S, "warmup_s": warmup, "samples_mb": samples}, f)
+                   "sample_s": SAMPLE_S, "warmup_s": warmup, "samples_mb": samples,
+                   "rekey_after_s": args.rekey_after, "last_stats": last_stats}, f)
 
     failed = False
     print(f"{'end':8}{'start MB':>10}{'end MB':>10}{'max MB':>10}{'slope MB/h':>12}  samples")
@@ -231,14 +297,19 @@ def main():
             print(f"{role:8} too few samples ({len(points)}): did it run?")
             failed = True
             continue
-        warm = [p for p in points if p[0] >= warmup]
+        # Only while the load runs: after it the owd test's records come back through
+        # the tunnel in a burst (37,500 of them in --quick), which the ends' buffers take
+        # in one step (0.4 MB each), and that is the load's end, not a slope.
+        warm = [p for p in points if warmup <= p[0] <= seconds]
         slope = slope_per_hour(warm)
         print(f"{role:8}{points[0][1]:10.2f}{points[-1][1]:10.2f}"
               f"{max(y for _, y in points):10.2f}{slope:12.2f}  {len(points)} "
-              f"({len(warm)} after {warmup:g} s)")
+              f"({len(warm)} from {warmup:g} s to the load's end)")
         if not slope <= args.bound:
             print(f"{role}: RSS grows {slope:.2f} MB per hour, above the bound of {args.bound:g}")
             failed = True
+    if check_sessions(last_stats, seen_ids, seconds, args.rekey_after):
+        failed = True
     figures, error = load_figures(run)
     if error:
         print(error)

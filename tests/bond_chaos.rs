@@ -9,23 +9,23 @@
 use crate::util;
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::net::{Ipv4Addr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pathlab_core::rng::Rng;
 use pathlab_core::LinkSpec;
-use pathlab_emulator::emulator::{EmulatorConfig, EmulatorHandle, OnInterfaceGone, Pool};
-use pathlab_emulator::port::{PacketPort, ReceiveMode};
-use pathlab_lab::topology::{Topology, CABLE_A, CABLE_B};
+use pathlab_emulator::emulator::EmulatorHandle;
+use pathlab_lab::topology::Topology;
 use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
-use sha2::{Digest as _, Sha256};
 
-use crate::util::emulated::{privileged_paired, PATHLAB};
+use crate::util::bond_site::{
+    bond_stats_text, hex, per_second, receive, send, server_args, start_client,
+    start_line_emulators, start_server, topology_spec, transfer_failure, AbortOnDrop, Amount,
+    Daemon, LineShape, StatsSockets, PORT, SITE, SRV,
+};
+use crate::util::emulated::privileged_paired;
 use crate::util::TempDir;
 
 /// The chaos's seed; `PATHLAB_CHAOS_SEED` replays another one (the order of the changes,
@@ -51,30 +51,6 @@ const RESTART_AFTER: Duration = Duration::from_millis(200);
 const CHANGE_EVERY_MS: (u64, u64) = (400, 1500);
 /// One-way delays a line is given when it comes back or its delay changes (ms).
 const DELAY_MS: (u64, u64) = (5, 80);
-/// The port of the transfer's receiver, on every address of srv.
-const PORT: u16 = 5201;
-
-/// A line of the site: its rate up, its tail-drop buffer, the one-way delay it starts
-/// with. Down from srv every line has 50 Mbit/s.
-struct LineShape {
-    rate: &'static str,
-    limit_packets: u32,
-    delay_ms: u64,
-}
-
-impl LineShape {
-    /// The link specs up and down of the line working, with a one-way delay of `delay_ms`.
-    fn specs(&self, delay_ms: u64) -> (String, String) {
-        (
-            format!(
-                "delay {delay_ms}ms rate {} limit {}",
-                self.rate, self.limit_packets
-            ),
-            format!("delay {delay_ms}ms rate 50mbit limit 1000"),
-        )
-    }
-}
-
 /// The site's lines (35 Mbit/s up together), each buffer 0.6 s at its rate, as a modem's.
 const LINES: [LineShape; 3] = [
     LineShape {
@@ -93,121 +69,6 @@ const LINES: [LineShape; 3] = [
         delay_ms: 40,
     },
 ];
-
-/// The `bond` recipe's topology with [`LINES`]: link i is 198.18.i.0/24, its first node
-/// .1. The server listens on srv's end of its link to isp0 (198.18.3.2); the site reaches
-/// it over each line through that line's router.
-fn topology_spec() -> String {
-    let mut spec = String::from("name = \"bond-chaos\"\nduration = \"90s\"\n");
-    for (name, kind) in [
-        ("site", "host"),
-        ("isp0", "router"),
-        ("isp1", "router"),
-        ("isp2", "router"),
-        ("srv", "host"),
-    ] {
-        let _ = writeln!(spec, "[[node]]\nname = \"{name}\"\nkind = \"{kind}\"");
-    }
-    for (k, line) in LINES.iter().enumerate() {
-        let (up, down) = line.specs(line.delay_ms);
-        let _ = writeln!(
-            spec,
-            "[[link]]\nbetween = [\"site\", \"isp{k}\"]\nspec = \"{up}\"\nreverse = \"{down}\""
-        );
-    }
-    for k in 0..LINES.len() {
-        let _ = writeln!(spec, "[[link]]\nbetween = [\"isp{k}\", \"srv\"]");
-    }
-    spec
-}
-const SITE: usize = 0;
-const SRV: usize = 4;
-const SERVER_ADDRESS: &str = "198.18.3.2:7000";
-const SERVER_INNER: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
-
-/// A pathlab process in a namespace, its stderr in a file. Dropped, it gets SIGTERM (as
-/// Ctrl-C: a tunnel end removes its stats socket on the way out), then SIGKILL if it has
-/// not ended within 5 s.
-struct Daemon {
-    child: Option<Child>,
-    stderr: PathBuf,
-}
-
-impl Daemon {
-    fn start(netns: &Netns, args: &[&str], stderr: PathBuf) -> Daemon {
-        let file = std::fs::File::create(&stderr).expect("can create the stderr file");
-        let child = netns
-            .command(PATHLAB)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("pathlab starts");
-        Daemon {
-            child: Some(child),
-            stderr,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-
-    /// Kills it with SIGKILL, as `kill -9` or the OOM killer would, and reaps it.
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("running");
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reaped");
-    }
-
-    /// Whether it has ended by itself (its exit status).
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let _ = pathlab_os::testing::send_signal(child.id(), libc::SIGTERM);
-        let asked = Instant::now();
-        while asked.elapsed() < Duration::from_secs(5) {
-            if child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-/// The tunnel's stats sockets, removed when dropped as `pathlab lab clean` removes stale
-/// ones: a killed end leaves its socket (the killed server's is replaced by the restarted
-/// one, unless the restart fails). Made before the processes, so dropped after them.
-struct StatsSockets(Vec<PathBuf>);
-
-impl Drop for StatsSockets {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-/// Sets its flag when dropped: the transfer's threads give up once it is set.
-struct AbortOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for AbortOnDrop<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
 
 /// A line's state as the chaos left it.
 #[derive(Debug, Clone, Copy)]
@@ -229,37 +90,13 @@ impl Lines {
     /// An emulator on each of the site's links, in its cable namespace, on a forwarding
     /// thread per core (as `pathlab lab` runs them); no recording.
     fn start(topology: &Topology, experiment: &Experiment, seed: u64) -> Lines {
-        let pool = Pool::per_core().expect("forwarding threads");
-        let emulators = (0..LINES.len())
-            .map(|i| {
-                let link = &experiment.links[i];
-                let cable = topology.cables[i].as_ref().expect("an emulated link");
-                let ports = cable
-                    .run(|| {
-                        Ok::<_, pathlab_emulator::port::PortError>([
-                            PacketPort::open_with(CABLE_A, ReceiveMode::for_link(&link.forward))?,
-                            PacketPort::open_with(CABLE_B, ReceiveMode::for_link(&link.reverse))?,
-                        ])
-                    })
-                    .expect("enter the cable")
-                    .expect("the cable's ports open");
-                pool.spawn(
-                    ports,
-                    EmulatorConfig {
-                        name: link.name.clone(),
-                        forward: link.forward.clone(),
-                        reverse: link.reverse.clone(),
-                        seed: seed.wrapping_add(i as u64),
-                        record: None,
-                        pcap: None,
-                        queue_sample_interval: pathlab_core::Duration::from_secs(1),
-                        command: vec!["tests/bond_chaos.rs".into()],
-                        on_interface_gone: OnInterfaceGone::Stop,
-                    },
-                )
-                .expect("the emulator starts")
-            })
-            .collect();
+        let emulators = start_line_emulators(
+            topology,
+            experiment,
+            LINES.len(),
+            seed,
+            "tests/bond_chaos.rs",
+        );
         Lines {
             emulators,
             state: LINES
@@ -320,129 +157,6 @@ impl Lines {
     }
 }
 
-/// Fills `buffer` with the next bytes of `rng`'s stream (what the sender sends).
-fn fill(rng: &mut Rng, buffer: &mut [u8]) {
-    for chunk in buffer.chunks_mut(8) {
-        let bytes = rng.next_u64().to_le_bytes();
-        chunk.copy_from_slice(&bytes[..chunk.len()]);
-    }
-}
-
-/// What the receiver saw: the hash and length of what arrived, and when each read
-/// returned (since the test's start) with the bytes received by then.
-struct Received {
-    digest: [u8; 32],
-    bytes: u64,
-    reads: Vec<(Duration, u64)>,
-}
-
-/// Accepts one connection on `listener` and reads it to its end, hashing; gives up (an
-/// error) when `abort` is set.
-fn receive(
-    listener: &TcpListener,
-    started: Instant,
-    progress: &AtomicU64,
-    abort: &AtomicBool,
-) -> Result<Received, String> {
-    listener.set_nonblocking(true).unwrap();
-    let mut stream = loop {
-        match listener.accept() {
-            Ok((stream, _)) => break stream,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if abort.load(Ordering::SeqCst) {
-                    return Err("no connection came".into());
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => return Err(format!("accept: {e}")),
-        }
-    };
-    stream.set_nonblocking(false).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 256 * 1024];
-    let mut bytes = 0;
-    let mut reads = Vec::new();
-    loop {
-        match stream.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => {
-                hasher.update(&buffer[..n]);
-                bytes += n as u64;
-                reads.push((started.elapsed(), bytes));
-                progress.store(bytes, Ordering::SeqCst);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) =>
-            {
-                if abort.load(Ordering::SeqCst) {
-                    return Err(format!("gave up after {bytes} bytes"));
-                }
-            }
-            Err(e) => return Err(format!("read after {bytes} bytes: {e}")),
-        }
-    }
-    Ok(Received {
-        digest: hasher.finalize().into(),
-        bytes,
-        reads,
-    })
-}
-
-/// Connects from the site to the receiver through the tunnel and sends
-/// [`TRANSFER_BYTES`] of the seed's stream, hashing; gives up (an error) when `abort` is
-/// set. Returns the hash of what it sent.
-fn send(site: &Netns, seed: u64, abort: &AtomicBool) -> Result<[u8; 32], String> {
-    let target = SocketAddr::from((SERVER_INNER, PORT));
-    let mut stream = site
-        .run(|| TcpStream::connect_timeout(&target, Duration::from_secs(10)))
-        .expect("enter the site")
-        .map_err(|e| format!("connect to {target}: {e}"))?;
-    stream
-        .set_write_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let mut rng = Rng::seed_from(seed ^ 0x5EED_DA7A);
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 64 * 1024];
-    let mut sent = 0;
-    while sent < TRANSFER_BYTES {
-        let len = (TRANSFER_BYTES - sent).min(buffer.len() as u64) as usize;
-        fill(&mut rng, &mut buffer[..len]);
-        hasher.update(&buffer[..len]);
-        let mut written = 0;
-        while written < len {
-            match stream.write(&buffer[written..len]) {
-                Ok(n) => written += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) =>
-                {
-                    if abort.load(Ordering::SeqCst) {
-                        return Err(format!("gave up after {} bytes", sent + written as u64));
-                    }
-                }
-                Err(e) => return Err(format!("write after {} bytes: {e}", sent + written as u64)),
-            }
-        }
-        sent += len as u64;
-    }
-    stream
-        .shutdown(std::net::Shutdown::Write)
-        .map_err(|e| format!("shutdown: {e}"))?;
-    Ok(hasher.finalize().into())
-}
-
 /// What the tunnel's ends and the lines said: for a failure's message.
 fn diagnosis(site: &Netns, srv: &Netns, daemons: &[(&str, &Daemon)], lines: &Lines) -> String {
     let mut text = String::new();
@@ -450,17 +164,8 @@ fn diagnosis(site: &Netns, srv: &Netns, daemons: &[(&str, &Daemon)], lines: &Lin
         let _ = writeln!(text, "--- {what} stderr:\n{}", daemon.stderr());
     }
     for (what, netns) in [("client", site), ("server", srv)] {
-        let output = netns
-            .command(PATHLAB)
-            .args(["bond", "stats", "-J"])
-            .output()
-            .expect("pathlab runs");
-        let _ = writeln!(
-            text,
-            "--- {what}: pathlab bond stats -J:\n{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let (stdout, stderr) = bond_stats_text(netns);
+        let _ = writeln!(text, "--- {what}: pathlab bond stats -J:\n{stdout}{stderr}");
     }
     for (k, emulator) in lines.emulators.iter().enumerate() {
         let _ = writeln!(
@@ -496,75 +201,20 @@ fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_k
     assert!(output.status.success(), "{output:?}");
     let key = key.to_str().unwrap();
 
-    let experiment = Experiment::parse(&topology_spec()).expect("the topology parses");
+    let experiment =
+        Experiment::parse(&topology_spec("bond-chaos", &LINES)).expect("the topology parses");
     let topology = Topology::build(&experiment).expect("the namespaces build");
     let (site, srv) = (&topology.nodes[SITE], &topology.nodes[SRV]);
     let mut lines = Lines::start(&topology, &experiment, seed);
-    let socket_of = |netns: &Netns| {
-        netns
-            .run(|| pathlab_bond_driver::tunnel::stats_socket_path("bond0"))
-            .expect("enter the namespace")
-    };
-    let _stats_sockets = StatsSockets(vec![socket_of(site), socket_of(srv)]);
+    let _stats_sockets = StatsSockets::of(&[site, srv]);
     let listener = srv
         .run(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)))
         .expect("enter srv")
         .expect("the receiver listens");
 
-    let server_args = [
-        "bond",
-        "server",
-        "--listen",
-        SERVER_ADDRESS,
-        "--psk",
-        key,
-        "--address",
-        "198.19.0.1/24",
-    ];
-    let mut server = Daemon::start(srv, &server_args, dir.path("server-1.stderr"));
-    // The client starts once the server listens: its first handshake then succeeds at once.
-    let listening = Instant::now();
-    while !server.stderr().contains("bond0 is up") {
-        assert!(
-            listening.elapsed() < Duration::from_secs(10) && server.exited().is_none(),
-            "the server did not come up: {}",
-            server.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut client = Daemon::start(
-        site,
-        &[
-            "bond",
-            "client",
-            SERVER_ADDRESS,
-            "--line",
-            "to-isp0",
-            "--line",
-            "to-isp1,via=198.18.1.2",
-            "--line",
-            "to-isp2,via=198.18.2.2",
-            "--psk",
-            key,
-            "--address",
-            "198.19.0.2/24",
-        ],
-        dir.path("client.stderr"),
-    );
-    let connecting = Instant::now();
-    while !client
-        .stderr()
-        .lines()
-        .any(|l| l.starts_with("bond: session"))
-    {
-        assert!(
-            connecting.elapsed() < Duration::from_secs(10),
-            "the client's session did not open: {}\n{}",
-            client.stderr(),
-            server.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let server_args = server_args(key, &[]);
+    let mut server = start_server(srv, &server_args, dir.path("server-1.stderr"));
+    let mut client = start_client(site, key, LINES.len(), &[], dir.path("client.stderr"));
 
     let mut chaos = Rng::seed_from(seed);
     let progress = AtomicU64::new(0);
@@ -577,7 +227,7 @@ fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_k
     let transfer_start = started.elapsed();
     let (sent, received) = std::thread::scope(|scope| {
         let receiver = scope.spawn(|| receive(&listener, started, &progress, &abort));
-        let sender = scope.spawn(|| send(site, seed, &abort));
+        let sender = scope.spawn(|| send(site, seed, Amount::Bytes(TRANSFER_BYTES), &abort));
         // However this loop ends, a panic included, the sender and receiver stop.
         let stop = AbortOnDrop(&abort);
         let mut next_change = Instant::now();
@@ -651,24 +301,7 @@ fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_k
         log.join("\n  ")
     );
 
-    let failure = match (&sent, &received) {
-        (Ok(sent), Ok(received))
-            if received.bytes == TRANSFER_BYTES && received.digest == *sent =>
-        {
-            None
-        }
-        (Ok(sent), Ok(received)) => Some(format!(
-            "{} bytes arrived of {TRANSFER_BYTES}, SHA-256 {} against {} sent",
-            received.bytes,
-            hex(&received.digest),
-            hex(sent)
-        )),
-        (sent, received) => Some(format!(
-            "sender: {:?}; receiver: {:?}",
-            sent.as_ref().map(|d| hex(d)),
-            received.as_ref().map(|r| r.bytes)
-        )),
-    };
+    let failure = transfer_failure(&sent, &received);
     let mut daemons = vec![("client", &client), ("the first server", &server)];
     if let Some(second) = &restarted {
         daemons.push(("the restarted server", second));
@@ -723,26 +356,4 @@ fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_k
         secs(started.elapsed()),
     );
     assert!(finished < DEADLINE);
-}
-
-/// Mbit/s arrived in each whole second from `from`, from the receiver's reads.
-fn per_second(reads: &[(Duration, u64)], from: Duration) -> Vec<f64> {
-    let mut seconds: Vec<u64> = Vec::new();
-    let mut before = 0;
-    for &(at, bytes) in reads {
-        let second = (at.saturating_sub(from)).as_secs() as usize;
-        if seconds.len() <= second {
-            seconds.resize(second + 1, 0);
-        }
-        seconds[second] += bytes - before;
-        before = bytes;
-    }
-    seconds.iter().map(|&b| b as f64 * 8.0 / 1e6).collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().fold(String::new(), |mut text, b| {
-        let _ = write!(text, "{b:02x}");
-        text
-    })
 }

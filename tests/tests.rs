@@ -22,6 +22,7 @@ mod bond_chaos;
 mod bond_headers;
 mod bond_mtu;
 mod bond_pps;
+mod bond_rekey;
 mod bond_sessions;
 mod bond_tap;
 mod cli;

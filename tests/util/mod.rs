@@ -1,5 +1,6 @@
 //! Helpers shared by the end-to-end tests.
 
+pub mod bond_site;
 pub mod browser;
 pub mod emulated;
 pub mod lab_fixture;
