@@ -607,6 +607,12 @@ impl RateController {
         let rtt = self.srtt.unwrap_or(Duration::ZERO);
         self.config.tau.max(rtt.saturating_mul(2))
     }
+
+    /// Reports kept to measure the delivery rate (at most a fixed number; the base
+    /// delay's buckets are a fixed ring too).
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
 }
 
 impl Previous {

@@ -38,9 +38,11 @@ pub mod replay;
 pub mod sched;
 pub mod server;
 pub mod sim;
+pub mod sizes;
 pub mod stats;
 pub mod wire;
 
 pub use endpoint::{Bond, BondConfig, BondCounters, Entropy, Received, Transmit};
 pub use handshake::{ClientKeys, PublicKey, SecretKey, ServerKeys};
 pub use server::{Address, BondServerCounters, Peers, Server, ServerConfig};
+pub use sizes::StateSizes;

@@ -610,6 +610,14 @@ impl Line {
     pub fn state_since(&self) -> Instant {
         self.state_since
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): the probes its path MTU search
+    /// remembers and the reports its controller keeps (its replay window and base delay
+    /// are fixed arrays).
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("line.mtu_probes", self.mtu.remembered());
+        sizes.add("line.controller_history", self.controller.history_len());
+    }
 }
 
 #[cfg(test)]

@@ -194,6 +194,11 @@ impl LineMtu {
             self.limit = search.result(Direction::Up).payload_bytes as usize;
         }
     }
+
+    /// Probes remembered (at most 16).
+    pub fn remembered(&self) -> usize {
+        self.sent.len()
+    }
 }
 
 fn timeout(rtt: Option<Duration>) -> Duration {

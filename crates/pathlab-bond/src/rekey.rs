@@ -322,6 +322,13 @@ impl KeyRing {
         });
         Some(reply)
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): the previous key (0 or 1) and the
+    /// keys agreed but not used yet.
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("keys.previous", usize::from(self.previous.is_some()));
+        sizes.add("keys.pending", self.pending.len());
+    }
 }
 
 /// The plain body of a datagram [`KeyRing::open`] opened.

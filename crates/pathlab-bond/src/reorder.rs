@@ -484,6 +484,19 @@ impl Reorder {
     pub fn poll_deliver(&mut self) -> Option<Delivered> {
         self.ready.pop_front()
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): streams (at most [`MAX_STREAMS`]),
+    /// packets held in pieces and whole (within [`ReorderLimits`]), packets ready, and the
+    /// arrival-order index (pruned to twice the packets held and 1,024).
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("reorder.streams", self.streams.len());
+        for rx in self.streams.values() {
+            sizes.add("reorder.partial", rx.partial.len());
+            sizes.add("reorder.complete", rx.complete.len());
+        }
+        sizes.add("reorder.ready", self.ready.len());
+        sizes.add("reorder.arrival_order", self.arrival_order.len());
+    }
 }
 
 #[cfg(test)]

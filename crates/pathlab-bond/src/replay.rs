@@ -113,6 +113,14 @@ impl ReplayFloors {
         let first: [u8; 8] = digest[..8].try_into().expect("32 bytes");
         (u64::from_be_bytes(first) % FOLDED_SLOTS as u64) as usize
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): the keys whose floors are kept
+    /// exactly and their order (at most [`EXACT_FLOORS`]; the folded slots are a fixed
+    /// array).
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("server.replay_exact", self.exact.len());
+        sizes.add("server.replay_order", self.order.len());
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,8 @@
 //! to the TAP, unchecked by address (the caller allows one peer at most, whose every frame
 //! is its own; a learning bridge per client is not done).
 
+mod sizes;
+
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 

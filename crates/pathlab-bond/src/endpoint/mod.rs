@@ -25,6 +25,7 @@ use pathlab_core::{BitsPerSec, Duration, Instant, Packet};
 
 mod client;
 mod rekeying;
+mod sizes;
 mod transmit;
 
 use client::ClientSide;

@@ -22,6 +22,11 @@ pub(super) struct Rekeying {
 }
 
 impl Rekeying {
+    /// Attempts remembered (at most two).
+    pub(super) fn attempts(&self) -> usize {
+        self.attempts.len()
+    }
+
     /// When the next attempt goes.
     pub(super) fn next_attempt(&self) -> Instant {
         self.backoff.next_attempt

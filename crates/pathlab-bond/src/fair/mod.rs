@@ -45,6 +45,7 @@
 //! share its own ([`FairCounters::flows_merged`]). The receiver remembers every id (its
 //! table is as large as the id space), so a reused id's numbers always follow on there.
 
+mod sizes;
 mod table;
 
 use std::collections::VecDeque;

@@ -286,4 +286,25 @@ impl Table {
     pub fn user_of(&self, key: u64) -> Option<usize> {
         self.users_by_key.get(&key).copied()
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): flows and users (slots, free slots
+    /// and the keys' maps), the users' lists and the packets waiting.
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("fair.flows", self.flows.len());
+        sizes.add("fair.flows_by_key", self.flows_by_key.len());
+        sizes.add("fair.free_ids", self.free_ids.len());
+        sizes.add("fair.users", self.users.len());
+        sizes.add("fair.users_by_key", self.users_by_key.len());
+        sizes.add("fair.free_users", self.free_users.len());
+        for user in &self.users {
+            sizes.add("fair.user_flows", user.held.len());
+            sizes.add(
+                "fair.user_lists",
+                user.new_flows.len() + user.old_flows.len() + user.urgent_flows.len(),
+            );
+        }
+        for flow in &self.flows {
+            sizes.add("fair.waiting_packets", flow.waiting.queue.len());
+        }
+    }
 }

@@ -255,6 +255,16 @@ impl Compressor {
         self.counters.contexts = self.flows.len() as u64;
         cid as u16
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): flows with a context (at most
+    /// `max_contexts`, their slots allocated once) and the references awaiting an
+    /// acknowledgement.
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("headers.flows", self.flows.len());
+        let live = self.contexts.iter().flatten();
+        sizes.add("headers.contexts", live.clone().count());
+        sizes.add("headers.pending", live.map(|c| c.pending.len()).sum());
+    }
 }
 
 /// How many times the wait for an acknowledgement doubles at most (2^6 = 64).

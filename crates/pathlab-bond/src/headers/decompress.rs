@@ -165,6 +165,17 @@ impl Decompressor {
         out.extend(self.acks.drain(..count));
         self.counters.acks_sent += count as u64;
     }
+
+    /// Adds its entries to `sizes` ([`crate::sizes`]): the peer's contexts, the references
+    /// kept of them (at most [`GENERATIONS_KEPT`] each) and the acknowledgements to send.
+    pub fn state_sizes(&self, sizes: &mut crate::sizes::StateSizes) {
+        sizes.add("headers.peer_contexts", self.contexts.len());
+        sizes.add(
+            "headers.peer_references",
+            self.contexts.values().map(VecDeque::len).sum(),
+        );
+        sizes.add("headers.acks_out", self.acks.len());
+    }
 }
 
 /// The packet a compressed packet's fields (after its prefix, in `reader`) and `b0` make
