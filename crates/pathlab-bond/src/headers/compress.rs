@@ -8,7 +8,7 @@ use pathlab_core::{Duration, Instant};
 use super::decompress::rebuild;
 use super::{
     ext, flow_key, kind, put_varint, read_prefix, read_u16, read_u32, shape, tcp, write_prefix,
-    FlowKey, HeaderCounters, Prefix, Reader, Reference, Shape, MAX_CONTEXTS,
+    FlowKey, HeaderCounters, Prefix, Reader, Reference, Shape, GENERATIONS_KEPT, MAX_CONTEXTS,
 };
 use crate::wire::HeaderAck;
 use pathlab_core::wire::ipv4::{self, Ipv4Packet};
@@ -156,6 +156,19 @@ impl Compressor {
             .expect("context_for made it");
         context.last_used = now;
         learn_stride(context, packet, shape);
+        // The far end keeps GENERATIONS_KEPT references of a context: once that many were
+        // asked for since the acknowledged one, it may hold it no longer (every newer one
+        // stored, all their acknowledgements lost), and a packet compressed against it
+        // would be dropped there, as every later one. A new reference is asked for
+        // instead (a Full packet, the packets between going whole).
+        if context.acked.as_ref().is_some_and(|(generation, ..)| {
+            let asked_since = self.next_generation[usize::from(cid)]
+                .wrapping_sub(*generation)
+                .wrapping_sub(1);
+            usize::from(asked_since) >= GENERATIONS_KEPT
+        }) {
+            context.acked = None;
+        }
         let wait = config
             .retry_after
             .saturating_mul(1 << context.unanswered.min(MAX_BACKOFF_DOUBLINGS));

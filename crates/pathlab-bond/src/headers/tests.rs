@@ -833,3 +833,50 @@ fn a_bulk_segment_saves_what_the_device_mtu_counts_on() {
         }
     }
 }
+
+#[test]
+fn a_reference_the_far_end_may_have_dropped_is_not_compressed_against() {
+    // The far end stores every reference asked for, but from packet 2 to 11 none of its
+    // acknowledgements comes back (they ride on a line that died unnoticed): once it
+    // stored GENERATIONS_KEPT newer ones, it no longer holds the acknowledged one. Before
+    // the compressor knew it, every later packet of the flow was compressed against that
+    // reference and dropped there, for the rest of the session (the week in virtual time
+    // lost 11,160 packets of one flow so).
+    let up = ends("198.18.0.2", "198.18.1.1", (40000, 5201));
+    let mut compressor = Compressor::new(CompressorConfig::default());
+    let mut decompressor = Decompressor::new(true);
+    let (mut out, mut acks, mut lost) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..40u32 {
+        // 7 s apart: past the longest backoff, so every packet may ask for a reference.
+        let now = Instant::ZERO + Duration::from_secs(7 * u64::from(i));
+        let packet = tcp(
+            up,
+            &Segment {
+                seq: 1 + i * 1000,
+                ack: 1,
+                flags: ACK | PSH,
+                window: 502,
+                options: Vec::new(),
+                payload: 1000,
+                ip_id: i as u16,
+            },
+        );
+        let delivered = if compressor.compress(now, &packet, &mut out) {
+            decompressor.decompress(&out)
+        } else {
+            Ok(packet.clone())
+        };
+        match delivered {
+            Ok(delivered) => assert_eq!(delivered, packet),
+            Err(error) => lost.push((i, error)),
+        }
+        decompressor.take_acks(usize::MAX, &mut acks);
+        if !(2..12).contains(&i) {
+            for ack in &acks {
+                compressor.handle_ack(now, *ack);
+            }
+        }
+    }
+    assert!(lost.is_empty(), "lost: {lost:?}");
+    assert!(compressor.counters().compressed >= 35);
+}
