@@ -281,7 +281,10 @@ impl Site {
             bond: bond.map(|b| b.counters()).unwrap_or_default(),
             reorder: bond.map(|b| b.reorder().counters()).unwrap_or_default(),
             lines: bond.map_or_else(Vec::new, |b| {
-                b.lines().iter().map(|l| l.counters()).collect()
+                b.lines()
+                    .iter()
+                    .map(pathlab_bond::line::Line::counters)
+                    .collect()
             }),
             sent: self.server.sent,
             received: self.server.received,
@@ -547,7 +550,12 @@ fn check_datagrams(week: &Week) {
         );
     }
     assert_eq!(of(&site.client.sent, Kind::Hello), 3 * client.handshakes);
-    let lines = site.client.bond.lines().iter().map(|l| l.counters());
+    let lines = site
+        .client
+        .bond
+        .lines()
+        .iter()
+        .map(pathlab_bond::line::Line::counters);
     let (sent, received) = lines.fold((0, 0), |(s, r), l| {
         (s + l.sent_packets, r + l.received_packets)
     });
@@ -642,7 +650,7 @@ fn a_week_of_rekeys_flaps_and_restarts_leaks_nothing_and_loses_no_session() {
 
 /// The same week at the default liveness timers: some 35 minutes (run by hand).
 #[test]
-#[ignore]
+#[ignore = "some 35 minutes: run by hand"]
 fn a_week_at_the_default_timers() {
     let week = run_week(1, 40);
     report(&week);

@@ -29,7 +29,10 @@ impl Bond {
         if let Some(client) = &self.client {
             let handshake = client.handshake.as_ref().map_or(0, |h| h.attempts.len());
             sizes.add("client.handshake_attempts", handshake);
-            let rekey = client.rekeying.as_ref().map_or(0, |r| r.attempts());
+            let rekey = client
+                .rekeying
+                .as_ref()
+                .map_or(0, super::rekeying::Rekeying::attempts);
             sizes.add("client.rekey_attempts", rekey);
         }
         sizes
