@@ -18,7 +18,7 @@ mod hosts;
 
 use std::net::Ipv4Addr;
 
-use ends::{of, ClientEnd, ServerEnd};
+use ends::{of, Tapped};
 use hosts::{FlowSpec, Host};
 use pathlab_bond::crypto::Psk;
 use pathlab_bond::line::LineCounters;
@@ -196,8 +196,8 @@ struct Incarnation {
 struct Site {
     net: Network,
     near: Host,
-    client: ClientEnd,
-    server: ServerEnd,
+    client: Tapped<ClientNode>,
+    server: Tapped<ServerNode>,
     far: Host,
     lines: Vec<(WireId, WireId)>,
     /// The servers before each restart, then the last.
@@ -230,8 +230,8 @@ impl Site {
         Site {
             net,
             near: Host::new(USER, FAR, &flows(false), stop),
-            client: ClientEnd::new(ClientNode::new(config.clone(), &psk(), 3).bond),
-            server: ServerEnd::new(Site::server(config, 7)),
+            client: Tapped::new(ClientNode::new(config.clone(), &psk(), 3)),
+            server: Tapped::new(Site::server(config, 7)),
             far: Host::new(FAR, USER, &flows(true), stop),
             lines,
             past: Vec::new(),
@@ -239,8 +239,8 @@ impl Site {
     }
 
     /// A server that knows nothing but its key.
-    fn server(config: &BondConfig, seed: u64) -> pathlab_bond::Server {
-        ServerNode::new(ServerConfig::new(config.clone(), 4), &psk(), seed).server
+    fn server(config: &BondConfig, seed: u64) -> ServerNode {
+        ServerNode::new(ServerConfig::new(config.clone(), 4), &psk(), seed)
     }
 
     fn run_until(&mut self, t: Instant) {
@@ -272,7 +272,7 @@ impl Site {
 
     /// What the current server counted.
     fn incarnation(&self) -> Incarnation {
-        let server = &self.server.server;
+        let server = &self.server.node.server;
         let sessions: Vec<_> = server.sessions().map(|(_, _, bond)| bond).collect();
         let bond = sessions.first();
         Incarnation {
@@ -295,9 +295,9 @@ impl Site {
     /// randomness).
     fn restart(&mut self) {
         self.past.push(self.incarnation());
-        let config = self.server.server.config().session.clone();
+        let config = self.server.node.server.config().session.clone();
         let seed = 7 + self.past.len() as u64;
-        self.server = ServerEnd::new(Site::server(&config, seed));
+        self.server = Tapped::new(Site::server(&config, seed));
     }
 }
 
@@ -328,7 +328,7 @@ fn run_week(scale: u64, seed: u64) -> Week {
     let mut refused_at_settle = 0;
     for (t, event) in events {
         site.run_until(t);
-        let refused = site.server.server.counters().auth_failures;
+        let refused = site.server.node.server.counters().auth_failures;
         match event {
             Event::Line(k, down) => site.set_line(k, down),
             Event::Restart => {
@@ -337,19 +337,19 @@ fn run_week(scale: u64, seed: u64) -> Week {
             }
             Event::RestartSettled => {
                 refused_at_settle = refused;
-                if site.client.bond.counters().reconnects == site.past.len() as u64 {
+                if site.client.node.bond.counters().reconnects == site.past.len() as u64 {
                     back_within_window += 1;
                 }
             }
             Event::Sample => {
                 let day = ((t.as_nanos() - 1) / DAY.as_nanos()) as usize;
-                client_peaks[day].keep_max(&site.client.bond.state_sizes());
-                server_peaks[day].keep_max(&site.server.server.state_sizes());
+                client_peaks[day].keep_max(&site.client.node.bond.state_sizes());
+                server_peaks[day].keep_max(&site.server.node.server.state_sizes());
             }
         }
     }
     site.run_until(Instant::ZERO + DAY.saturating_mul(DAYS));
-    refused_outside_windows += site.server.server.counters().auth_failures - refused_at_settle;
+    refused_outside_windows += site.server.node.server.counters().auth_failures - refused_at_settle;
     site.past.push(site.incarnation());
     Week {
         site,
@@ -405,14 +405,17 @@ fn report(week: &Week) {
         "server day 7 peak: {}",
         week.server_peaks[DAYS as usize - 1]
     );
-    eprintln!("client {:?}", site.client.bond.counters());
-    eprintln!("client reorder {:?}", site.client.bond.reorder().counters());
-    eprintln!("client fair {:?}", site.client.bond.fair().counters());
+    eprintln!("client {:?}", site.client.node.bond.counters());
+    eprintln!(
+        "client reorder {:?}",
+        site.client.node.bond.reorder().counters()
+    );
+    eprintln!("client fair {:?}", site.client.node.bond.fair().counters());
     eprintln!(
         "client sent {:?} received {:?}",
         site.client.sent, site.client.received
     );
-    for (k, line) in site.client.bond.lines().iter().enumerate() {
+    for (k, line) in site.client.node.bond.lines().iter().enumerate() {
         eprintln!("client line {k} {:?}", line.counters());
     }
     for (i, inc) in site.past.iter().enumerate() {
@@ -468,7 +471,7 @@ fn check(week: &Week) {
     let site = &week.site;
     let past = &site.past;
     let restarts = week.stats.restarts;
-    let client = site.client.bond.counters();
+    let client = site.client.node.bond.counters();
     // No session lost: each server opened exactly one, the client one per restart more,
     // and had it back within a minute of each restart.
     assert_eq!(past.len() as u64, 1 + restarts);
@@ -529,7 +532,7 @@ fn check(week: &Week) {
 fn check_datagrams(week: &Week) {
     let site = &week.site;
     let past = &site.past;
-    let client = site.client.bond.counters();
+    let client = site.client.node.bond.counters();
     for (k, (up, down)) in site.lines.iter().enumerate() {
         for wire in [*up, *down] {
             let link = site.net.link(wire);
@@ -541,7 +544,7 @@ fn check_datagrams(week: &Week) {
                 "line {k}"
             );
         }
-        let line = site.client.bond.lines()[k].counters();
+        let line = site.client.node.bond.lines()[k].counters();
         let up = site.net.link(*up).counters();
         assert_eq!(
             up.packets_in,
@@ -552,6 +555,7 @@ fn check_datagrams(week: &Week) {
     assert_eq!(of(&site.client.sent, Kind::Hello), 3 * client.handshakes);
     let lines = site
         .client
+        .node
         .bond
         .lines()
         .iter()
@@ -593,13 +597,13 @@ fn check_datagrams(week: &Week) {
 fn check_packets(week: &Week) {
     let site = &week.site;
     let past = &site.past;
-    let client = site.client.bond.counters();
+    let client = site.client.node.bond.counters();
     assert_eq!(site.far.not_increasing() + site.near.not_increasing(), 0);
     assert_eq!(site.near.sent, client.inner_in);
     assert_eq!(site.near.received(), client.inner_out);
     assert_eq!(
         client.inner_out,
-        site.client.bond.reorder().counters().delivered
+        site.client.node.bond.reorder().counters().delivered
     );
     let server_in = total(past, |i| i.bond.inner_in + i.server.unroutable);
     assert_eq!(site.far.sent, server_in);
