@@ -312,11 +312,9 @@ struct Week {
     refused_outside_windows: u64,
     /// Restarts after which the client had its new session when the window ended.
     back_within_window: u64,
-    run_time: std::time::Duration,
 }
 
 fn run_week(scale: u64, seed: u64) -> Week {
-    let started = std::time::Instant::now();
     let config = config(scale);
     let mut site = Site::new(&config);
     // A total outage shorter than the silence after which the client handshakes again.
@@ -358,7 +356,6 @@ fn run_week(scale: u64, seed: u64) -> Week {
         server_peaks,
         refused_outside_windows,
         back_within_window,
-        run_time: started.elapsed(),
     }
 }
 
@@ -390,11 +387,7 @@ fn total(past: &[Incarnation], f: impl Fn(&Incarnation) -> u64) -> u64 {
 
 fn report(week: &Week) {
     let site = &week.site;
-    eprintln!(
-        "{:?}; run time {:.1} s",
-        week.stats,
-        week.run_time.as_secs_f64()
-    );
+    eprintln!("{:?}", week.stats);
     eprintln!("client day 1 peak: {}", week.client_peaks[0]);
     eprintln!(
         "client day 7 peak: {}",
