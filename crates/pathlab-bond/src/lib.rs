@@ -20,6 +20,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod class;
 pub mod control;
 pub mod crypto;
 pub mod endpoint;

@@ -50,6 +50,11 @@ pub struct ReorderCounters {
     /// the session's reassembly held [`ReorderLimits`] already: the oldest go first.
     #[serde(default)]
     pub evicted: u64,
+    /// Copies of packets delivered or complete already (a redundant class's second copy,
+    /// [`crate::class`]): dropped. Fragments of a packet given up that come late are
+    /// `late_fragments`, not these.
+    #[serde(default)]
+    pub duplicates: u64,
 }
 
 /// How much the reassembly and reorder buffers of one session may hold.
@@ -139,6 +144,31 @@ struct StreamRx {
     partial: BTreeMap<u32, Partial>,
     complete: BTreeMap<u32, Complete>,
     last_active: Instant,
+    /// Bit `k`: packet `next - 1 - k` was delivered (not given up), so a copy of it that
+    /// comes is a duplicate.
+    delivered: u64,
+}
+
+impl StreamRx {
+    /// Moves `next` on by one, the packet at it delivered or not.
+    fn advance(&mut self, delivered: bool) {
+        self.delivered = (self.delivered << 1) | u64::from(delivered);
+        self.next = self.next.wrapping_add(1).max(1);
+    }
+
+    /// Moves `next` on to `first`, the packets between given up.
+    fn skip_to(&mut self, first: u32) {
+        let gap = first.wrapping_sub(self.next);
+        self.delivered = if gap < 64 { self.delivered << gap } else { 0 };
+        self.next = first;
+    }
+
+    /// Whether packet `number` (before `next`) is known delivered.
+    fn was_delivered(&self, number: u32) -> bool {
+        // Numbers skip 0 when they wrap; a copy that far back is taken as late.
+        let back = self.next.wrapping_sub(number).wrapping_sub(1);
+        back < 64 && self.delivered & (1 << back) != 0
+    }
 }
 
 /// A packet ready to hand to the TUN device.
@@ -260,9 +290,16 @@ impl Reorder {
             partial: BTreeMap::new(),
             complete: BTreeMap::new(),
             last_active: now,
+            delivered: 0,
         });
         rx.last_active = now;
-        if before(packet, rx.next) || rx.complete.contains_key(&packet) {
+        if rx.complete.contains_key(&packet)
+            || (before(packet, rx.next) && rx.was_delivered(packet))
+        {
+            self.counters.duplicates += 1;
+            return;
+        }
+        if before(packet, rx.next) {
             self.counters.late_fragments += 1;
             return;
         }
@@ -323,7 +360,7 @@ impl Reorder {
                 coding: partial.coding,
             });
             self.counters.delivered += 1;
-            rx.next = rx.next.wrapping_add(1).max(1);
+            rx.advance(true);
             Self::release_in_order(rx, &mut self.ready, &mut self.counters, &mut self.held);
         } else {
             rx.complete.insert(
@@ -393,7 +430,7 @@ impl Reorder {
             });
             counters.delivered += 1;
             counters.reordered += 1;
-            rx.next = rx.next.wrapping_add(1).max(1);
+            rx.advance(true);
         }
     }
 
@@ -446,7 +483,7 @@ impl Reorder {
                     }
                     keep
                 });
-                rx.next = first;
+                rx.skip_to(first);
                 Self::release_in_order(rx, &mut self.ready, &mut self.counters, &mut self.held);
             }
             let held = &mut self.held;
@@ -523,6 +560,29 @@ mod tests {
     }
 
     #[test]
+    fn a_second_copy_is_a_duplicate_and_a_packet_given_up_is_late() {
+        let mut reorder = Reorder::new(Duration::from_millis(50));
+        for n in 1..=3 {
+            reorder.handle_fragment(ms(n.into()), 4, n, 0, 1, Coding::RAW, &[n as u8]);
+        }
+        // 5 comes before 4: complete, waiting; its copy is a duplicate too.
+        reorder.handle_fragment(ms(4), 4, 5, 0, 1, Coding::RAW, &[5]);
+        reorder.handle_fragment(ms(5), 4, 5, 0, 1, Coding::RAW, &[5]);
+        for n in 1..=3 {
+            reorder.handle_fragment(ms(6), 4, n, 0, 1, Coding::RAW, &[n as u8]);
+        }
+        assert_eq!(reorder.counters().duplicates, 4);
+        // 4 never comes: given up; when it does come it is late, not a copy; 5's copy
+        // still is.
+        reorder.handle_timeout(ms(100));
+        reorder.handle_fragment(ms(101), 4, 4, 0, 1, Coding::RAW, &[4]);
+        reorder.handle_fragment(ms(101), 4, 5, 0, 1, Coding::RAW, &[5]);
+        let counters = reorder.counters();
+        assert_eq!((counters.duplicates, counters.late_fragments), (5, 1));
+        assert_eq!(delivered(&mut reorder).len(), 4);
+    }
+
+    #[test]
     fn a_stream_is_delivered_in_order_and_a_gap_is_skipped_after_the_timeout() {
         let mut reorder = Reorder::new(Duration::from_millis(50));
         reorder.handle_fragment(ms(0), 1, 2, 0, 1, Coding::RAW, &[2]);
@@ -581,6 +641,7 @@ mod tests {
                 partial: BTreeMap::new(),
                 complete: BTreeMap::new(),
                 last_active: ms(0),
+                delivered: 0,
             },
         );
         reorder.handle_fragment(ms(0), 3, 1, 0, 1, Coding::RAW, &[1]);

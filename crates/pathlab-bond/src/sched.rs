@@ -77,10 +77,7 @@ pub fn earliest_arrival(
     slack: Duration,
 ) -> Choice {
     let now_ns = now.as_nanos() as f64;
-    let arrival = |view: &LineView| {
-        let start = (view.ready_at.as_nanos() as f64).max(now_ns);
-        start + nanos_for(len_bytes, view.rate_bps) + view.owd_ns as f64
-    };
+    let arrival = |view: &LineView| arrival_ns(now_ns, view, len_bytes);
     let Some((best, best_view)) = lines
         .iter()
         .enumerate()
@@ -111,6 +108,26 @@ pub fn earliest_arrival(
         }
     }
     Choice::Wait(best_view.ready_at)
+}
+
+/// When a datagram of `len_bytes` sent on `view`'s line as soon as its pacer lets it
+/// would arrive (ns, the views' clock).
+fn arrival_ns(now_ns: f64, view: &LineView, len_bytes: usize) -> f64 {
+    let start = (view.ready_at.as_nanos() as f64).max(now_ns);
+    start + nanos_for(len_bytes, view.rate_bps) + view.owd_ns as f64
+}
+
+/// The lines up (`Some`), earliest arrival of a datagram of `len_bytes` first: where an
+/// interactive packet goes (the first), and a redundant one (the first two).
+pub fn by_arrival(now: Instant, lines: &[Option<LineView>], len_bytes: usize) -> Vec<usize> {
+    let now_ns = now.as_nanos() as f64;
+    let mut ranked: Vec<(usize, f64)> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(j, view)| view.map(|v| (j, arrival_ns(now_ns, &v, len_bytes))))
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1));
+    ranked.into_iter().map(|(j, _)| j).collect()
 }
 
 /// When `backlog_bytes` would have arrived over `lines` in parallel, each from its own
@@ -227,6 +244,14 @@ mod tests {
         let lines = [view(0, 12.0, 10).unwrap(), view(0, 3.0, 40).unwrap()];
         let t = drain_time(0.0, lines.into_iter(), 60_000);
         assert!((t / 1e6 - 48.0).abs() < 1e-9, "{t}");
+    }
+
+    #[test]
+    fn lines_rank_by_arrival() {
+        // 10 ms busy for 20 ms, 25 ms idle, 40 ms idle, one down: 25 ms first.
+        let lines = [view(20, 12.0, 10), view(0, 6.0, 25), None, view(0, 3.0, 40)];
+        assert_eq!(by_arrival(Instant::ZERO, &lines, 200), vec![1, 0, 3]);
+        assert!(by_arrival(Instant::ZERO, &[None], 200).is_empty());
     }
 
     #[test]

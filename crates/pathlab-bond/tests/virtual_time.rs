@@ -822,3 +822,132 @@ fn packing_carries_small_packets_through_a_packet_limited_line() {
     assert!(single <= 1.6 * 1.01, "{single:.2} Mbit/s");
     assert!(single >= 0.9 * 1.6, "{single:.2} Mbit/s");
 }
+
+/// The caller of the call tests: a user of its own beside the bulk flow's.
+const CALLER: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
+/// A call's packet: 160 bytes of voice, UDP and IPv4 headers; one every 20 ms.
+const CALL_PACKET: usize = 160 + 28;
+const CALL_EVERY_MS: u64 = 20;
+
+/// What a call beside a bulk flow saw while line 0 (the fastest) was cut at `CUT_AT`.
+struct CallRun {
+    /// Call packets received, and each one's one-way delay (sent at its number's time).
+    delays_ms: Vec<(f64, f64)>,
+    /// Bulk goodput before the cut, Mbit/s.
+    bulk_mbit: f64,
+    /// Copies the far end dropped, and the near end's counters.
+    duplicates: u64,
+    classes: pathlab_bond::class::ClassCounters,
+}
+
+const CUT_AT: f64 = 5.0;
+const CALL_FROM: f64 = 2.0;
+const CALL_UNTIL: f64 = 9.0;
+
+/// A 30 Mbit/s bulk flow over the three lines, with the call if `call`, under `classes`
+/// rules; line 0 cut both ways at `CUT_AT`.
+fn call_with_its_best_line_cut(call: bool, classes: &[&str]) -> CallRun {
+    let mut config = BondConfig::new(3);
+    config.classes = pathlab_bond::class::parse_rules(classes).unwrap();
+    let mut near = bulk(30, 10.0);
+    if call {
+        near = near.flow(Flow {
+            source: CALLER,
+            destination: FAR,
+            rate: BitsPerSec(CALL_PACKET as u64 * 8 * 1000 / CALL_EVERY_MS),
+            size_bytes: CALL_PACKET,
+            start: secs(CALL_FROM),
+            stop: secs(CALL_UNTIL),
+        });
+    }
+    let mut tunnel = Tunnel::new(&THREE_LINES, config, near, recording_host());
+    tunnel.run_until(secs(CUT_AT));
+    tunnel.set_line(0, ("loss 100%", "loss 100%"));
+    tunnel.run_until(secs(10.0));
+    // The tunnel keeps the call's order (asserted below), so its k-th arrival is the
+    // packet sent at k x 20 ms once none is lost.
+    let delays_ms = tunnel
+        .far
+        .from(CALLER)
+        .arrivals
+        .iter()
+        .enumerate()
+        .map(|(k, (at, _))| {
+            let sent = CALL_FROM + (k as u64 * CALL_EVERY_MS) as f64 / 1e3;
+            (sent, (at.as_secs_f64() - sent) * 1e3)
+        })
+        .collect();
+    assert_eq!(tunnel.far.from(CALLER).out_of_order, 0);
+    CallRun {
+        delays_ms,
+        bulk_mbit: inner_bytes(&tunnel.far, USER, secs(2.0), secs(CUT_AT)) as f64 * 8.0
+            / (CUT_AT - 2.0)
+            / 1e6,
+        duplicates: far_reorder(&tunnel).duplicates,
+        classes: tunnel.client.bond.counters().classes,
+    }
+}
+
+fn p99(delays: impl Iterator<Item = f64>) -> f64 {
+    let mut delays: Vec<f64> = delays.collect();
+    delays.sort_by(f64::total_cmp);
+    pathlab_core::quantile::of_sorted(&delays, 0.99).expect("not empty")
+}
+
+#[test]
+fn a_call_loses_nothing_when_its_best_line_is_cut_and_bulk_keeps_its_share() {
+    let run = call_with_its_best_line_cut(true, &[]);
+    let sent = ((CALL_UNTIL - CALL_FROM) * 1e3 / CALL_EVERY_MS as f64).round() as usize;
+    let alone = call_with_its_best_line_cut(false, &[]);
+    let before = p99(run.delays_ms.iter().filter(|d| d.0 < CUT_AT).map(|d| d.1));
+    let after = p99(run.delays_ms.iter().filter(|d| d.0 >= CUT_AT).map(|d| d.1));
+    eprintln!(
+        "call: {} of {sent} packets, one-way p99 {before:.1} ms before the cut, {after:.1} ms \
+         after; {} duplicates dropped; {:?}; bulk {:.2} Mbit/s beside it, {:.2} alone",
+        run.delays_ms.len(),
+        run.duplicates,
+        run.classes,
+        run.bulk_mbit,
+        alone.bulk_mbit
+    );
+    assert_eq!(run.delays_ms.len(), sent, "call packets lost");
+    // Its fastest line's base delay (10 ms, then 20 ms once line 0 is cut) plus the
+    // controller's target queue (5 ms), plus 5 ms; the 188-byte packet's time on the line
+    // is in the 5 ms.
+    assert!(
+        before <= 10.0 + 5.0 + 5.0,
+        "p99 {before:.1} ms before the cut"
+    );
+    assert!(after <= 20.0 + 5.0 + 5.0, "p99 {after:.1} ms after the cut");
+    // Each packet copied at most once: the duplicates cost at most the call's own rate.
+    assert!(run.classes.redundant_copies <= sent as u64);
+    assert!(run.duplicates <= run.classes.redundant_copies);
+    assert!(
+        run.classes.redundant >= sent as u64 - 5,
+        "{:?}",
+        run.classes
+    );
+    // Bulk keeps its share: what it had alone less the call and its copies (2 x 75 kbit/s
+    // of inner bytes) and 1%.
+    let call_mbit = 2.0 * (CALL_PACKET * 8) as f64 / CALL_EVERY_MS as f64 / 1e3;
+    assert!(
+        run.bulk_mbit >= 0.99 * alone.bulk_mbit - call_mbit,
+        "bulk {:.2} Mbit/s beside the call, {:.2} alone",
+        run.bulk_mbit,
+        alone.bulk_mbit
+    );
+}
+
+#[test]
+fn without_classes_a_call_loses_what_was_on_its_best_line_when_it_is_cut() {
+    // `bulk:any` turns the default off: every packet bulk, as before classes.
+    let run = call_with_its_best_line_cut(true, &["bulk:any"]);
+    let sent = ((CALL_UNTIL - CALL_FROM) * 1e3 / CALL_EVERY_MS as f64).round() as usize;
+    eprintln!(
+        "bulk only: call {} of {sent} packets, {:?}",
+        run.delays_ms.len(),
+        run.classes
+    );
+    assert!(run.delays_ms.len() < sent);
+    assert_eq!(run.duplicates, 0);
+}

@@ -107,6 +107,7 @@ impl Bond {
                 .collect();
             self.reorder.renew();
             self.fair.new_session();
+            self.copy_out = None;
             self.compressor.reset();
             self.decompressor.reset();
         }

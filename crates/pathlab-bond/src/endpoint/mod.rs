@@ -31,6 +31,7 @@ mod transmit;
 use client::ClientSide;
 use transmit::Fill;
 
+use crate::class::{ClassCounters, ClassRule, Classifier, TrafficClass};
 use crate::control::ControllerConfig;
 use crate::crypto::{Role, SessionKeys};
 use crate::fair::{Direction, FairConfig, FairKey, FairQueue};
@@ -104,6 +105,8 @@ pub struct BondConfig {
     /// The hard limit on a key's age: a previous key opens nothing once this old, and a
     /// client whose rekeys failed this long opens a new session.
     pub reject_after: Duration,
+    /// The traffic class rules ([`crate::class`]; first match wins, before the default).
+    pub classes: Vec<ClassRule>,
 }
 
 impl BondConfig {
@@ -130,6 +133,7 @@ impl BondConfig {
             rekey_after: Duration::from_secs(120),
             rekey_after_messages: crate::rekey::REKEY_AFTER_MESSAGES,
             reject_after: Duration::from_secs(180),
+            classes: Vec::new(),
         }
     }
 }
@@ -214,6 +218,8 @@ pub struct BondCounters {
     pub headers_acks_sent: u64,
     /// Acknowledgements of this end's references received.
     pub headers_acks_received: u64,
+    /// Packets per traffic class, and the redundant class's copies ([`crate::class`]).
+    pub classes: ClassCounters,
 }
 
 #[derive(Debug)]
@@ -279,6 +285,14 @@ pub struct Bond {
     rekey_entropy: Option<Box<dyn Entropy>>,
     /// Per line, the rekey frame waiting to ride on the line's next datagram.
     control_out: Vec<Vec<u8>>,
+    /// Chooses each inner packet's traffic class.
+    classifier: Classifier,
+    /// The frames of the last express datagram, and the line their redundant copy goes on
+    /// next.
+    copy_out: Option<usize>,
+    express_frames: Vec<u8>,
+    /// Packets that began in the last express datagram.
+    express_began: u64,
 }
 
 impl Bond {
@@ -376,6 +390,10 @@ impl Bond {
             send_at: None,
             rekey_entropy: None,
             control_out: vec![Vec::new(); config.lines],
+            classifier: Classifier::new(config.classes.clone()),
+            copy_out: None,
+            express_frames: Vec::new(),
+            express_began: 0,
             client: None,
             closing_left: 0,
             last_authenticated: now,
@@ -428,6 +446,7 @@ impl Bond {
             headers_decode_failed: received.decode_failed,
             headers_acks_sent: received.acks_sent,
             headers_acks_received: sent.acks_received,
+            classes: self.classifier.counters(),
             ..self.counters
         }
     }
@@ -467,9 +486,10 @@ impl Bond {
             }
             _ => self.fair.key_of(&packet),
         };
+        let class = self.classifier.classify(now, &packet);
         // An ECN-capable packet stays in the clear: CoDel marks it CE in place.
         if packet.ecn != Ecn::NotEct {
-            self.fair.enqueue(now, packet, key);
+            self.enqueue(now, packet, key, class);
             return;
         }
         let mut coding = Coding::RAW;
@@ -492,14 +512,23 @@ impl Bond {
         }
         if coding == Coding::RAW {
             packet.data = data;
-            self.fair.enqueue(now, packet, key);
+            self.enqueue(now, packet, key, class);
             return;
         }
         // A coded packet's bytes are no IP header: nothing may rewrite them in the queue.
         let mut coded = Packet::synthetic(now, data.len() as u32, packet.flow, packet.ecn);
         coded.data = data;
         coded.tag = coding.to_tag();
-        self.fair.enqueue(now, coded, key);
+        self.enqueue(now, coded, key, class);
+    }
+
+    /// Queues a classified packet: bulk in the fair queue, the others ahead of it.
+    fn enqueue(&mut self, now: Instant, packet: Packet, key: u64, class: TrafficClass) {
+        if class == TrafficClass::Bulk || self.config.scheduler != SchedulerKind::Delay {
+            self.fair.enqueue(now, packet, key);
+        } else if !self.fair.enqueue_express(now, packet, key, class) {
+            self.classifier.count_express_dropped(1);
+        }
     }
 
     /// A datagram that arrived on line `line` at `now` (for a client, the line whose
@@ -826,7 +855,10 @@ impl Bond {
                 } else {
                     self.send_at
                 };
-                [lines, send, self.reorder.poll_at()]
+                // Express packets and a redundant copy go at once.
+                let express = (self.fair.express_bytes() > 0 || self.copy_out.is_some())
+                    .then_some(Instant::ZERO);
+                [lines, send, express, self.reorder.poll_at()]
                     .into_iter()
                     .flatten()
                     .min()

@@ -3,6 +3,7 @@
 use pathlab_core::{BitsPerSec, Duration, Instant};
 
 use super::{Bond, State, Transmit, DEFAULT_MAX_PAYLOAD};
+use crate::class::TrafficClass;
 use crate::line::{Line, Sent};
 use crate::sched::{self, Choice, LineView, SchedulerKind};
 use crate::wire::{self, Frame, Header, Kind};
@@ -21,6 +22,11 @@ pub(super) enum Fill {
     Probe(usize),
     /// A Close frame only.
     Close,
+    /// Express packets of this class, in at most this many bytes of frames (what the
+    /// redundant copy's line takes).
+    Express(TrafficClass, usize),
+    /// The last express datagram's frames again (a redundant copy), nothing else.
+    Copy,
 }
 
 impl Bond {
@@ -64,6 +70,9 @@ impl Bond {
                 buf,
             );
         }
+        if let Some(transmit) = self.poll_express(now, buf) {
+            return Some(transmit);
+        }
         if self.fair.is_empty() {
             return None;
         }
@@ -88,6 +97,58 @@ impl Bond {
         }
         let line = self.scheduled_line(now)?;
         self.build(now, line, Fill::All, buf)
+    }
+
+    /// An express datagram ([`crate::class`]): a redundant packet's copy owed to its second
+    /// line, or the express packets at the front of their queue, at once on the line where
+    /// they land first (each line's pacer forgiven a frame's time, as for a sparse flow),
+    /// with the copy owed to the line where they land second if they are redundant.
+    fn poll_express(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        if let Some(j) = self.copy_out.take() {
+            if self.lines[j].is_up() {
+                if let Some(transmit) = self.build(now, j, Fill::Copy, buf) {
+                    return Some(transmit);
+                }
+            }
+        }
+        let (class, expired) = self.fair.next_express(now);
+        self.classifier.count_express_dropped(expired);
+        let class = class?;
+        let views: Vec<Option<LineView>> = self
+            .views()
+            .into_iter()
+            .map(|v| {
+                v.map(|v| LineView {
+                    ready_at: v.ready_at - frame_time(v.rate_bps),
+                    ..v
+                })
+            })
+            .collect();
+        let ranked = sched::by_arrival(now, &views, self.fair.express_bytes().min(1500));
+        let Some(&first) = ranked.first() else {
+            self.counters.no_line_dropped += self.fair.drop_express();
+            return None;
+        };
+        let second = ranked
+            .get(1)
+            .copied()
+            .filter(|_| class == TrafficClass::Redundant);
+        let room = second.map_or(usize::MAX, |j| {
+            self.lines[j]
+                .payload_limit()
+                .saturating_sub(wire::DATA_OVERHEAD_BYTES)
+        });
+        let transmit = self.build(now, first, Fill::Express(class, room), buf);
+        if transmit.is_none() {
+            // The session cannot seal: what waits would wait for ever.
+            self.counters.no_line_dropped += self.fair.drop_express();
+            return None;
+        }
+        if second.is_some() {
+            self.classifier.count_copies(self.express_began);
+        }
+        self.copy_out = second;
+        transmit
     }
 
     /// The line the scheduler gives the queued data's next datagram at `now`; `None` when
@@ -216,7 +277,7 @@ impl Bond {
 
     pub(super) fn drop_backlog(&mut self, now: Instant) {
         // No line is up: what waits would only grow stale. Drop it, counted.
-        let mut dropped = 0;
+        let mut dropped = self.fair.drop_express();
         while !self.fair.is_empty() {
             let before = self.fair.backlog_bytes();
             self.fair.fill(now, usize::MAX / 2, |_| dropped += 1);
@@ -250,7 +311,9 @@ impl Bond {
         header.encode(buf);
         wire::encode_data_prefix(now.as_nanos(), buf);
         let probe = matches!(fill, Fill::Probe(_));
-        if !probe
+        // A copy carries its frames only, so it fits where the first copy's frames did.
+        let bare = probe || fill == Fill::Copy;
+        if !bare
             && fill != Fill::Close
             && (line.report_due(now, &timers) || line.keepalive_due(now, &timers))
         {
@@ -265,11 +328,11 @@ impl Bond {
         }
         let capacity = line.payload_limit().saturating_sub(wire::TAG_BYTES);
         let control = &mut self.control_out[j];
-        if !probe && fill != Fill::Close && buf.len() + control.len() <= capacity {
+        if !bare && fill != Fill::Close && buf.len() + control.len() <= capacity {
             buf.extend_from_slice(control);
             control.clear();
         }
-        if fill != Fill::Close && self.decompressor.has_acks() {
+        if !matches!(fill, Fill::Close | Fill::Copy) && self.decompressor.has_acks() {
             // The references this end stored, so the peer compresses against them.
             let room = capacity.saturating_sub(buf.len() + wire::HEADER_ACKS_HEADER_BYTES)
                 / wire::HEADER_ACK_BYTES;
@@ -289,6 +352,17 @@ impl Bond {
             Fill::NewStreams => {
                 self.fair.fill_new(now, budget, write);
             }
+            Fill::Express(class, room) => {
+                let frames = &mut self.express_frames;
+                frames.clear();
+                self.express_began =
+                    self.fair
+                        .fill_express(now, budget.min(room), class, |fragment| {
+                            Frame::Fragment(fragment).encode(frames);
+                        });
+                buf.extend_from_slice(frames);
+            }
+            Fill::Copy => buf.extend_from_slice(&self.express_frames),
             Fill::Nothing => {}
             Fill::Close => Frame::Close.encode(buf),
             Fill::Probe(size) => {
@@ -302,7 +376,10 @@ impl Bond {
             line.on_probe_sent(header.seq, buf.len(), now);
         }
         let sent = Sent {
-            data: matches!(fill, Fill::All | Fill::NewStreams) && buf.len() > before_fill,
+            data: matches!(
+                fill,
+                Fill::All | Fill::NewStreams | Fill::Express(..) | Fill::Copy
+            ) && buf.len() > before_fill,
             paced: self.config.scheduler == SchedulerKind::Delay,
         };
         line.on_sent(now, buf.len(), sent);

@@ -55,6 +55,7 @@ use pathlab_core::packet::flow_hash;
 use pathlab_core::spec::CodelConfig;
 use pathlab_core::{Duration, Instant, Packet, Verdicts};
 
+use crate::class::TrafficClass;
 use crate::wire::{piece_header_bytes, Coding, Fragment, FRAGMENT_HEADER_BYTES};
 use table::{Head, List, Table};
 pub use table::{MAX_FLOWS_PER_USER, MAX_STREAM_IDS};
@@ -213,7 +214,29 @@ pub struct FairQueue {
     rate_bps: f64,
     /// The standing queue the lines' spread of one-way delays needs (see `set_path`).
     spread: Duration,
+    /// Packets of the interactive and redundant classes, in arrival order.
+    express: VecDeque<Express>,
+    express_bytes: usize,
 }
+
+/// A packet of an express class ([`TrafficClass::Interactive`], [`TrafficClass::Redundant`]):
+/// numbered in its flow's stream when it comes, so it goes ahead of its flow's and every
+/// other flow's queue, and the far end keeps it in order with the rest of its flow.
+#[derive(Debug)]
+struct Express {
+    class: TrafficClass,
+    flow: usize,
+    head: Head,
+    since: Instant,
+}
+
+/// Most express packets waiting (they go at once; more wait only while no line is up).
+pub const MAX_EXPRESS_PACKETS: usize = 256;
+/// Most bytes of express packets waiting.
+pub const MAX_EXPRESS_BYTES: usize = 256 << 10;
+/// How long an express packet may wait before it is dropped: one that late is no use to a
+/// call, and its stream id must not outlive its flow's idle time.
+pub const EXPRESS_MAX_WAIT: Duration = Duration::from_secs(1);
 
 impl FairQueue {
     /// An empty queue sending up from the site.
@@ -236,6 +259,8 @@ impl FairQueue {
             verdicts: Verdicts::default(),
             rate_bps: 0.0,
             spread: Duration::ZERO,
+            express: VecDeque::new(),
+            express_bytes: 0,
         }
     }
 
@@ -252,6 +277,10 @@ impl FairQueue {
             }
             flow.next_number = 1;
         }
+        // Numbered under the old session: the far end would wait for their predecessors.
+        given_up += self.express.len() as u64;
+        self.express.clear();
+        self.express_bytes = 0;
         self.counters.new_session_dropped += given_up;
         given_up
     }
@@ -720,6 +749,144 @@ impl FairQueue {
                 }
             }
         }
+    }
+
+    /// Queues a packet of an express `class` at `now` for user `key`: numbered in its
+    /// flow's stream now, sent ahead of every queue by [`FairQueue::fill_express`]. Returns
+    /// false when it was dropped (the express queue full, or the packet too long).
+    pub fn enqueue_express(
+        &mut self,
+        now: Instant,
+        packet: Packet,
+        key: u64,
+        class: TrafficClass,
+    ) -> bool {
+        if packet.data.is_empty() || packet.data.len() > usize::from(u16::MAX) {
+            self.counters.oversized_dropped += 1;
+            return false;
+        }
+        if self.express.len() >= MAX_EXPRESS_PACKETS
+            || self.express_bytes + packet.data.len() > MAX_EXPRESS_BYTES
+        {
+            return false;
+        }
+        let flow_key = match (self.config.key, self.config.order) {
+            (FairKey::Off, _) | (_, Order::User) => 0,
+            (FairKey::Source | FairKey::Flow, Order::Flow) => packet.flow,
+        };
+        let index = self.table.flow_of(
+            now,
+            key,
+            flow_key,
+            self.config.stream_idle,
+            &mut self.counters,
+        );
+        self.counters.packets_in += 1;
+        let flow = &mut self.table.flows[index];
+        flow.last_active = now;
+        let number = flow.next_number;
+        flow.next_number = flow.next_number.wrapping_add(1).max(1);
+        self.express_bytes += packet.data.len();
+        self.express.push_back(Express {
+            class,
+            flow: index,
+            head: Head {
+                number,
+                coding: Coding::from_tag(packet.tag),
+                data: packet.data,
+                offset: 0,
+            },
+            since: now,
+        });
+        true
+    }
+
+    /// The class of the next express packet at `now` (`None`: none waits); packets that
+    /// waited longer than [`EXPRESS_MAX_WAIT`] are dropped first, and counted in the
+    /// second value.
+    pub fn next_express(&mut self, now: Instant) -> (Option<TrafficClass>, u64) {
+        let mut dropped = 0;
+        while let Some(front) = self.express.front() {
+            if now.saturating_since(front.since) < EXPRESS_MAX_WAIT {
+                return (Some(front.class), dropped);
+            }
+            self.drop_express_front();
+            dropped += 1;
+        }
+        (None, dropped)
+    }
+
+    fn drop_express_front(&mut self) {
+        if let Some(front) = self.express.pop_front() {
+            self.express_bytes -= front.head.data.len() - front.head.offset;
+        }
+    }
+
+    /// Drops every express packet (no line is up); returns how many.
+    pub fn drop_express(&mut self) -> u64 {
+        let dropped = self.express.len() as u64;
+        self.express.clear();
+        self.express_bytes = 0;
+        dropped
+    }
+
+    /// Bytes of express packets waiting.
+    pub fn express_bytes(&self) -> usize {
+        self.express_bytes
+    }
+
+    /// Hands out the express packets of `class` at the front of the express queue while
+    /// `budget` bytes allow (a packet longer than the room is split); returns how many
+    /// packets began in it.
+    pub fn fill_express(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        class: TrafficClass,
+        mut emit: impl FnMut(Fragment<'_>),
+    ) -> u64 {
+        let mut used = 0;
+        let mut began = 0;
+        while let Some(express) = self.express.front_mut() {
+            if express.class != class {
+                break;
+            }
+            let head = &mut express.head;
+            let remaining = head.data.len() - head.offset;
+            let whole = piece_header_bytes(head.offset, remaining, head.data.len()) + remaining;
+            let take = if used + whole <= budget {
+                remaining
+            } else {
+                budget.saturating_sub(used + FRAGMENT_HEADER_BYTES)
+            };
+            if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
+                break;
+            }
+            let flow = &mut self.table.flows[express.flow];
+            flow.last_active = now;
+            if head.offset == 0 {
+                began += 1;
+                if take < remaining {
+                    self.counters.split_packets += 1;
+                }
+            }
+            emit(Fragment {
+                stream: flow.id,
+                packet: head.number,
+                offset: head.offset as u16,
+                total_len: head.data.len() as u16,
+                coding: head.coding,
+                data: &head.data[head.offset..head.offset + take],
+            });
+            used += piece_header_bytes(head.offset, take, head.data.len()) + take;
+            head.offset += take;
+            self.express_bytes -= take;
+            if head.offset < head.data.len() {
+                break;
+            }
+            self.express.pop_front();
+        }
+        began
     }
 
     /// Bytes one user has waiting, all its flows together (for tests and stats).
