@@ -220,6 +220,69 @@ fn bad_bond_input_exits_2_with_a_message_that_names_it() {
     check_bad_line_options_are_refused(key);
     check_bad_addresses_and_targets_are_refused(key);
     check_missing_keys_and_peers_are_refused(key, &peer_spec);
+    check_bad_class_rules_are_refused(key);
+}
+
+/// A malformed `--class` rule, at either end: exit 2 naming the rule and the problem.
+fn check_bad_class_rules_are_refused(key: &str) {
+    let client = |rule: &'static str| -> Vec<&'static str> {
+        vec![
+            "bond",
+            "client",
+            "198.18.0.1:7000",
+            "--line",
+            "eth9",
+            "--class",
+            rule,
+        ]
+    };
+    let server = |rule: &'static str| -> Vec<&'static str> {
+        vec![
+            "bond",
+            "server",
+            "--listen",
+            "198.18.0.1:7000",
+            "--class",
+            rule,
+        ]
+    };
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (client("fast:udp"), "unknown class \"fast\""),
+        (client("redundant"), "no match after \"redundant:\""),
+        (
+            client("redundant:dport=70000"),
+            "\"70000\" is not a number from 0 to 65535",
+        ),
+        (client("redundant:dport=9-3"), "runs backwards"),
+        (server("interactive:dscp=64"), "from 0 to 63"),
+        (server("bulk:sctp"), "unknown match \"sctp\""),
+    ];
+    for (mut args, needle) in cases {
+        let rule = args[args.len() - 1];
+        args.extend(["--psk", key]);
+        let (code, stderr) = pathlab(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(rule),
+            "{args:?} does not name the rule: {stderr}"
+        );
+    }
+    let mut many = vec![
+        "bond",
+        "client",
+        "198.18.0.1:7000",
+        "--line",
+        "eth9",
+        "--psk",
+        key,
+    ];
+    for _ in 0..65 {
+        many.extend(["--class", "bulk:tcp"]);
+    }
+    let (code, stderr) = pathlab(&many);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("at most 64 rules, 65 given"), "{stderr}");
 }
 
 /// Runs `pathlab` with each of `cases`' arguments: each must exit 2 with a message that

@@ -11,6 +11,7 @@ use std::net::{AddrParseError, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use pathlab_bond::class::ClassRule;
 use pathlab_bond::crypto::{KeyError, Psk};
 use pathlab_bond::endpoint::{BondConfig, Entropy};
 use pathlab_bond::fair::{FairKey, Order};
@@ -133,6 +134,9 @@ pub struct TunnelConfig {
     /// How old the session's keys get before the client rekeys (`--rekey-after`; at
     /// least [`pathlab_bond::rekey::MIN_REKEY_AFTER`]).
     pub rekey_after: Duration,
+    /// Traffic class rules (`--class`, parsed: [`pathlab_bond::class::parse_rules`]),
+    /// first match first, before the default.
+    pub classes: Vec<ClassRule>,
     /// The pre-shared key, if one was given ([`KeyFile::psk`] reads it).
     pub psk: Option<Psk>,
     /// This end's private key, if one was given ([`KeyFile::secret_key`] reads it).
@@ -160,6 +164,7 @@ impl TunnelConfig {
         let mut config = BondConfig::new(lines);
         config.controller.target = self.target;
         config.rekey_after = self.rekey_after;
+        config.classes = self.classes.clone();
         // A key is refused 60 s after its successor was due (WireGuard's 120 s and 180 s).
         config.reject_after = self.rekey_after + Duration::from_secs(60);
         config.compress = self.compress;
@@ -554,6 +559,7 @@ mod tests {
             header_compression: true,
             target: Duration::from_millis(5),
             rekey_after: Duration::from_secs(120),
+            classes: Vec::new(),
             psk: psk.then(|| key_file("psk.key").psk().unwrap()),
             key: key.then(|| key_file("own.key").secret_key().unwrap()),
         }

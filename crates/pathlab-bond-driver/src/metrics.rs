@@ -383,6 +383,48 @@ fn by_label<const N: usize>(
     }
 }
 
+/// The traffic classes' families: packets per class, and what redundancy cost.
+fn class_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)]) {
+    by_label(
+        e,
+        sessions,
+        (
+            "pathlab_bond_class_packets_total",
+            "Inner packets this end sent, by traffic class (--class): bulk (spread over the \
+             lines), interactive (one copy at once on the line of earliest arrival), redundant \
+             (a copy on each of the two lines of earliest arrival).",
+        ),
+        "class",
+        |session| {
+            let classes = &session.counters.classes;
+            [
+                ("bulk", classes.bulk),
+                ("interactive", classes.interactive),
+                ("redundant", classes.redundant),
+            ]
+        },
+    );
+    by_label(
+        e,
+        sessions,
+        (
+            "pathlab_bond_redundant_copies_total",
+            "The redundant class's second copies: sent (by this end), dropped (copies of \
+             packets already received, dropped by this end's reorder buffer), express_dropped \
+             (interactive or redundant packets this end dropped: their queue full or a second \
+             late).",
+        ),
+        "event",
+        |session| {
+            [
+                ("sent", session.counters.classes.redundant_copies),
+                ("dropped", session.reorder.duplicates),
+                ("express_dropped", session.counters.classes.express_dropped),
+            ]
+        },
+    );
+}
+
 /// The per-session families of a session's life: its handshakes, what its bounds gave up,
 /// and those of one sample.
 fn session_life_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)]) {
@@ -423,6 +465,7 @@ fn session_life_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)
             ]
         },
     );
+    class_metrics(e, sessions);
     by_label(
         e,
         sessions,

@@ -260,9 +260,11 @@ fn parse_match(text: &str) -> Result<Match, String> {
         }),
         "dscp" => Match::Dscp(range(63)?),
         "" => return Err("an empty match".to_owned()),
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "unknown match {text:?} (udp, tcp, icmp, proto=N, port=, sport=, dport=, dscp=, any)"
-        )),
+        ))
+        }
     })
 }
 

@@ -116,6 +116,16 @@ struct Common {
     /// 10s). A previous key opens what was in flight until 60s after this.
     #[arg(long, value_name = "TIME", default_value = "120s", value_parser = parse_rekey_after)]
     rekey_after: Duration,
+    /// A traffic class rule, CLASS:MATCH[,MATCH...] (repeat, first match wins; at most
+    /// 64). CLASS: bulk (spread over the lines), interactive (one copy at once on the line
+    /// where it lands first), redundant (a copy on each of the two lines where it lands
+    /// first; the far end drops the second). MATCH: udp, tcp, icmp, proto=N, port=A[-B]
+    /// (either port), sport=, dport=, dscp=N[-M] or dscp=ef, any. E.g.
+    /// redundant:udp,dport=5060-5061 or interactive:dscp=34. Packets no rule matches: DSCP
+    /// EF and small steady UDP flows (calls) redundant, the rest bulk; a last bulk:any
+    /// turns that off. Each end classifies what it sends.
+    #[arg(long = "class", value_name = "RULE")]
+    class: Vec<String>,
     /// The name `pathlab bond stats --name` finds this tunnel by (default: the TUN name).
     #[arg(long)]
     name: Option<String>,
@@ -285,6 +295,8 @@ impl Common {
             header_compression: self.header_compression == "on",
             target: self.target,
             rekey_after: self.rekey_after,
+            classes: pathlab_bond::class::parse_rules(&self.class)
+                .map_err(|e| usage(anyhow::anyhow!(e)))?,
             psk,
             key: self
                 .key
@@ -492,6 +504,16 @@ fn print_stats(stats: &BondStats) {
         println!(
             "  rekeys {} ({} rekey handshakes started)",
             session.counters.rekeys, session.counters.rekey_handshakes
+        );
+        let classes = &session.counters.classes;
+        println!(
+            "  classes: bulk {}, interactive {}, redundant {} ({} copies sent, {} dropped); copies dropped here {}",
+            classes.bulk,
+            classes.interactive,
+            classes.redundant,
+            classes.redundant_copies,
+            classes.express_dropped,
+            session.reorder.duplicates,
         );
         if stats.role == "client" {
             println!(
