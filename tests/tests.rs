@@ -19,6 +19,7 @@ mod analyze;
 mod bloat;
 mod bond;
 mod bond_chaos;
+mod bond_classes;
 mod bond_headers;
 mod bond_mtu;
 mod bond_pps;

@@ -164,7 +164,7 @@ impl TunnelConfig {
         let mut config = BondConfig::new(lines);
         config.controller.target = self.target;
         config.rekey_after = self.rekey_after;
-        config.classes = self.classes.clone();
+        config.classes.clone_from(&self.classes);
         // A key is refused 60 s after its successor was due (WireGuard's 120 s and 180 s).
         config.reject_after = self.rekey_after + Duration::from_secs(60);
         config.compress = self.compress;

@@ -465,6 +465,20 @@ fn run_stats(args: &StatsArgs) -> anyhow::Result<()> {
     finish(&stats, args.output.json)
 }
 
+/// A session's traffic classes: packets sent per class, and the redundant class's copies.
+fn print_classes(session: &pathlab_bond::stats::SessionStats) {
+    let classes = &session.counters.classes;
+    println!(
+        "  classes: bulk {}, interactive {}, redundant {} ({} copies sent, {} dropped); copies dropped here {}",
+        classes.bulk,
+        classes.interactive,
+        classes.redundant,
+        classes.redundant_copies,
+        classes.express_dropped,
+        session.reorder.duplicates,
+    );
+}
+
 fn print_stats(stats: &BondStats) {
     println!(
         "{} '{}', up {:.0} s, {} session(s)",
@@ -505,16 +519,7 @@ fn print_stats(stats: &BondStats) {
             "  rekeys {} ({} rekey handshakes started)",
             session.counters.rekeys, session.counters.rekey_handshakes
         );
-        let classes = &session.counters.classes;
-        println!(
-            "  classes: bulk {}, interactive {}, redundant {} ({} copies sent, {} dropped); copies dropped here {}",
-            classes.bulk,
-            classes.interactive,
-            classes.redundant,
-            classes.redundant_copies,
-            classes.express_dropped,
-            session.reorder.duplicates,
-        );
+        print_classes(session);
         if stats.role == "client" {
             println!(
                 "  handshakes {}, reconnects {}, cookies {}, stale signals {}",
