@@ -447,8 +447,12 @@ fn judge(run: &Run) {
     let alone = mbit(run.alone_bytes, CALL_FROM.saturating_sub(ALONE_FROM));
     let beside = mbit(run.beside_bytes, CUT_AT.saturating_sub(BESIDE_FROM));
     let sum: f64 = LINES.iter().map(|l| l.0 as f64).sum::<f64>() / 1e6;
-    let client_classes = &run.client["counters"]["classes"];
-    let copies_sent = client_classes["redundant_copies"].as_u64().unwrap_or(0);
+    let client_counters = &run.client["counters"];
+    let copies_sent = client_counters["redundant_copies"].as_u64().unwrap_or(0);
+    let client_classes = format!(
+        "bulk {}, redundant {}, copies {}",
+        client_counters["class_bulk"], client_counters["class_redundant"], copies_sent
+    );
     let duplicates = run.server["reorder"]["duplicates"].as_u64().unwrap_or(0);
     eprintln!(
         "call: {} of {sent} packets heard ({lost} lost, {twice} heard twice); one-way p99 \

@@ -396,11 +396,11 @@ fn class_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)]) {
         ),
         "class",
         |session| {
-            let classes = &session.counters.classes;
+            let counters = &session.counters;
             [
-                ("bulk", classes.bulk),
-                ("interactive", classes.interactive),
-                ("redundant", classes.redundant),
+                ("bulk", counters.class_bulk),
+                ("interactive", counters.class_interactive),
+                ("redundant", counters.class_redundant),
             ]
         },
     );
@@ -417,9 +417,9 @@ fn class_metrics(e: &mut Exposition, sessions: &[(&SessionStats, &String)]) {
         "event",
         |session| {
             [
-                ("sent", session.counters.classes.redundant_copies),
+                ("sent", session.counters.redundant_copies),
                 ("dropped", session.reorder.duplicates),
-                ("express_dropped", session.counters.classes.express_dropped),
+                ("express_dropped", session.counters.express_dropped),
             ]
         },
     );

@@ -342,6 +342,9 @@ fn pinger_added_rtts_ms(fair: pathlab_bond::fair::FairKey, offset_ms: u64) -> Ve
     }
     let mut config = BondConfig::new(1);
     config.fair.key = fair;
+    // The fair queue is what is measured: the ping (small, steady UDP) would otherwise be
+    // `redundant` by default and skip every queue.
+    config.classes = pathlab_bond::class::parse_rules(&["bulk:any"]).unwrap();
     if fair == pathlab_bond::fair::FairKey::Off {
         // A plain FIFO, as a tunnel's tun0 without cake.
         config.fair.codel.target = Duration::from_secs(3600);
@@ -837,7 +840,7 @@ struct CallRun {
     bulk_mbit: f64,
     /// Copies the far end dropped, and the near end's counters.
     duplicates: u64,
-    classes: pathlab_bond::class::ClassCounters,
+    classes: pathlab_bond::BondCounters,
 }
 
 const CUT_AT: f64 = 5.0;
@@ -884,7 +887,7 @@ fn call_with_its_best_line_cut(call: bool, classes: &[&str]) -> CallRun {
             / (CUT_AT - 2.0)
             / 1e6,
         duplicates: far_reorder(&tunnel).duplicates,
-        classes: tunnel.client.bond.counters().classes,
+        classes: tunnel.client.bond.counters(),
     }
 }
 
@@ -923,7 +926,7 @@ fn a_call_loses_nothing_when_its_best_line_is_cut_and_bulk_keeps_its_share() {
     assert!(run.classes.redundant_copies <= sent as u64);
     assert!(run.duplicates <= run.classes.redundant_copies);
     assert!(
-        run.classes.redundant >= sent as u64 - 5,
+        run.classes.class_redundant >= sent as u64 - 5,
         "{:?}",
         run.classes
     );

@@ -218,8 +218,17 @@ pub struct BondCounters {
     pub headers_acks_sent: u64,
     /// Acknowledgements of this end's references received.
     pub headers_acks_received: u64,
-    /// Packets per traffic class, and the redundant class's copies ([`crate::class`]).
-    pub classes: ClassCounters,
+    /// Inner packets classed bulk ([`crate::class`]).
+    pub class_bulk: u64,
+    /// Inner packets classed interactive.
+    pub class_interactive: u64,
+    /// Inner packets classed redundant.
+    pub class_redundant: u64,
+    /// Second copies of redundant packets sent (fewer than `class_redundant` when one
+    /// line was up).
+    pub redundant_copies: u64,
+    /// Interactive and redundant packets dropped: their queue full, or waiting a second.
+    pub express_dropped: u64,
 }
 
 #[derive(Debug)]
@@ -436,6 +445,7 @@ impl Bond {
     pub fn counters(&self) -> BondCounters {
         let (sent, received): (HeaderCounters, HeaderCounters) =
             (self.compressor.counters(), self.decompressor.counters());
+        let classes: ClassCounters = self.classifier.counters();
         BondCounters {
             headers_compressed: sent.compressed,
             headers_saved_bytes: sent.saved_bytes,
@@ -446,7 +456,11 @@ impl Bond {
             headers_decode_failed: received.decode_failed,
             headers_acks_sent: received.acks_sent,
             headers_acks_received: sent.acks_received,
-            classes: self.classifier.counters(),
+            class_bulk: classes.bulk,
+            class_interactive: classes.interactive,
+            class_redundant: classes.redundant,
+            redundant_copies: classes.redundant_copies,
+            express_dropped: classes.express_dropped,
             ..self.counters
         }
     }

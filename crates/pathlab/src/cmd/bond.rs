@@ -467,14 +467,14 @@ fn run_stats(args: &StatsArgs) -> anyhow::Result<()> {
 
 /// A session's traffic classes: packets sent per class, and the redundant class's copies.
 fn print_classes(session: &pathlab_bond::stats::SessionStats) {
-    let classes = &session.counters.classes;
+    let counters = &session.counters;
     println!(
         "  classes: bulk {}, interactive {}, redundant {} ({} copies sent, {} dropped); copies dropped here {}",
-        classes.bulk,
-        classes.interactive,
-        classes.redundant,
-        classes.redundant_copies,
-        classes.express_dropped,
+        counters.class_bulk,
+        counters.class_interactive,
+        counters.class_redundant,
+        counters.redundant_copies,
+        counters.express_dropped,
         session.reorder.duplicates,
     );
 }
