@@ -348,18 +348,7 @@ impl FairQueue {
             return;
         }
         packet.enqueued = now;
-        let flow_key = match (self.config.key, self.config.order) {
-            (FairKey::Off, _) | (_, Order::User) => 0,
-            (FairKey::Source | FairKey::Flow, Order::Flow) => packet.flow,
-        };
-        let index = self.table.flow_of(
-            now,
-            key,
-            flow_key,
-            self.config.stream_idle,
-            &mut self.counters,
-        );
-        self.counters.packets_in += 1;
+        let index = self.flow_for(now, &packet, key);
         let len = packet.data.len() as u64;
         let quantum = i64::from(self.config.quantum_bytes);
         let flow = &mut self.table.flows[index];
@@ -400,6 +389,23 @@ impl FairQueue {
         while self.backlog_bytes > self.config.limit_bytes {
             self.drop_from_longest();
         }
+    }
+
+    /// The flow (its table index) a packet of user `key` is queued and numbered in, claimed
+    /// if need be; the packet counted in.
+    fn flow_for(&mut self, now: Instant, packet: &Packet, key: u64) -> usize {
+        let flow_key = match (self.config.key, self.config.order) {
+            (FairKey::Off, _) | (_, Order::User) => 0,
+            (FairKey::Source | FairKey::Flow, Order::Flow) => packet.flow,
+        };
+        self.counters.packets_in += 1;
+        self.table.flow_of(
+            now,
+            key,
+            flow_key,
+            self.config.stream_idle,
+            &mut self.counters,
+        )
     }
 
     /// The user key of an inner IP packet under this queue's [`FairKey`].
@@ -770,18 +776,7 @@ impl FairQueue {
         {
             return false;
         }
-        let flow_key = match (self.config.key, self.config.order) {
-            (FairKey::Off, _) | (_, Order::User) => 0,
-            (FairKey::Source | FairKey::Flow, Order::Flow) => packet.flow,
-        };
-        let index = self.table.flow_of(
-            now,
-            key,
-            flow_key,
-            self.config.stream_idle,
-            &mut self.counters,
-        );
-        self.counters.packets_in += 1;
+        let index = self.flow_for(now, &packet, key);
         let flow = &mut self.table.flows[index];
         flow.last_active = now;
         let number = flow.next_number;
