@@ -20,6 +20,7 @@ use crate::util;
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -138,7 +139,6 @@ fn hear(socket: &UdpSocket, stop: &AtomicBool) -> Vec<Heard> {
     socket
         .set_read_timeout(Some(Duration::from_millis(50)))
         .unwrap();
-    use std::os::fd::AsFd as _;
     // The kernel stamps each arrival: a late wake-up of this thread is no part of the
     // one-way delay.
     pathlab_os::sys::enable_receive_timestamps(socket.as_fd()).expect("SO_TIMESTAMPNS");

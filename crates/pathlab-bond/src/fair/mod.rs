@@ -705,46 +705,14 @@ impl FairQueue {
                 });
             }
             let head = flow.head.as_mut().expect("set above");
-            let remaining = head.data.len() - head.offset;
-            // A whole packet that fits goes with the shorter header of a Packet frame; one
-            // that does not is split to fill the datagram. (Not splitting a packet that
-            // would fit a datagram of its own saves two fragment headers per datagram,
-            // 1426 inner bytes per 1500 instead of 1408, but in the seed's fairness case
-            // it raised the 1 Mbit/s line's queue p50 from 7 to 13 ms and the pinging
-            // user's added RTT p95 from 19 to 34 ms, for a reason not found yet.)
-            let whole = piece_header_bytes(head.offset, remaining, head.data.len()) + remaining;
-            let room = if *used + whole <= budget {
-                remaining
-            } else {
-                budget.saturating_sub(*used + FRAGMENT_HEADER_BYTES)
-            };
-            // Credit decides whether a packet starts, not where it is cut: a packet begun
-            // on positive credit goes whole and is charged whole, the debt carried to the
-            // next round (RFC 8290's DRR). Cutting at the credit split nearly every packet
-            // of a bulk flow (50,556 of 51,278 in the peer benchmark), 18 bytes of piece
-            // headers each.
-            let mut take = remaining.min(room);
-            if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
-                // Not worth a fragment header: the datagram is full.
+            let began = head.offset == 0;
+            let Some(take) = emit_piece(head, flow.id, budget, used, emit) else {
                 return Served::Full;
-            }
-            if remaining - take < 16 && remaining <= room {
-                take = remaining; // do not leave a sliver for another header
-            }
+            };
             flow.last_active = now;
-            if head.offset == 0 && take < remaining {
+            if began && head.offset < head.data.len() {
                 self.counters.split_packets += 1;
             }
-            emit(Fragment {
-                stream: flow.id,
-                packet: head.number,
-                offset: head.offset as u16,
-                total_len: head.data.len() as u16,
-                coding: head.coding,
-                data: &head.data[head.offset..head.offset + take],
-            });
-            *used += piece_header_bytes(head.offset, take, head.data.len()) + take;
-            head.offset += take;
             flow.deficit -= take as i64;
             user.deficit -= take as i64;
             self.backlog_bytes -= take as u64;
@@ -847,34 +815,18 @@ impl FairQueue {
                 break;
             }
             let head = &mut express.head;
-            let remaining = head.data.len() - head.offset;
-            let whole = piece_header_bytes(head.offset, remaining, head.data.len()) + remaining;
-            let take = if used + whole <= budget {
-                remaining
-            } else {
-                budget.saturating_sub(used + FRAGMENT_HEADER_BYTES)
-            };
-            if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
+            let stream = self.table.flows[express.flow].id;
+            let first = head.offset == 0;
+            let Some(take) = emit_piece(head, stream, budget, &mut used, &mut emit) else {
                 break;
-            }
-            let flow = &mut self.table.flows[express.flow];
-            flow.last_active = now;
-            if head.offset == 0 {
+            };
+            self.table.flows[express.flow].last_active = now;
+            if first {
                 began += 1;
-                if take < remaining {
+                if head.offset < head.data.len() {
                     self.counters.split_packets += 1;
                 }
             }
-            emit(Fragment {
-                stream: flow.id,
-                packet: head.number,
-                offset: head.offset as u16,
-                total_len: head.data.len() as u16,
-                coding: head.coding,
-                data: &head.data[head.offset..head.offset + take],
-            });
-            used += piece_header_bytes(head.offset, take, head.data.len()) + take;
-            head.offset += take;
             self.express_bytes -= take;
             if head.offset < head.data.len() {
                 break;
@@ -894,6 +846,53 @@ impl FairQueue {
                 .sum()
         })
     }
+}
+
+/// Emits the next piece of `head` as stream `stream`'s, as much as the datagram's
+/// `budget` less what is `used` allows, and counts it used; `None` (nothing emitted) when
+/// the room left is not worth a fragment header. Returns the packet's bytes it took.
+fn emit_piece(
+    head: &mut Head,
+    stream: u16,
+    budget: usize,
+    used: &mut usize,
+    emit: &mut impl FnMut(Fragment<'_>),
+) -> Option<usize> {
+    let remaining = head.data.len() - head.offset;
+    // A whole packet that fits goes with the shorter header of a Packet frame; one that
+    // does not is split to fill the datagram. (Not splitting a packet that would fit a
+    // datagram of its own saves two fragment headers per datagram, 1426 inner bytes per
+    // 1500 instead of 1408, but in the seed's fairness case it raised the 1 Mbit/s line's
+    // queue p50 from 7 to 13 ms and the pinging user's added RTT p95 from 19 to 34 ms, for
+    // a reason not found yet.)
+    let whole = piece_header_bytes(head.offset, remaining, head.data.len()) + remaining;
+    let room = if *used + whole <= budget {
+        remaining
+    } else {
+        budget.saturating_sub(*used + FRAGMENT_HEADER_BYTES)
+    };
+    // Credit decides whether a packet starts, not where it is cut: a packet begun on
+    // positive credit goes whole and is charged whole, the debt carried to the next round
+    // (RFC 8290's DRR). Cutting at the credit split nearly every packet of a bulk flow
+    // (50,556 of 51,278 in the peer benchmark), 18 bytes of piece headers each.
+    let mut take = remaining.min(room);
+    if take == 0 || (take < remaining && take < MIN_PIECE_BYTES.min(remaining)) {
+        return None;
+    }
+    if remaining - take < 16 && remaining <= room {
+        take = remaining; // do not leave a sliver for another header
+    }
+    emit(Fragment {
+        stream,
+        packet: head.number,
+        offset: head.offset as u16,
+        total_len: head.data.len() as u16,
+        coding: head.coding,
+        data: &head.data[head.offset..head.offset + take],
+    });
+    *used += piece_header_bytes(head.offset, take, head.data.len()) + take;
+    head.offset += take;
+    Some(take)
 }
 
 /// A key from an IP packet's source address (0 when it is not IP).
