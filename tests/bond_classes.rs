@@ -28,9 +28,9 @@ use pathlab_lab::topology::Topology;
 use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
 
-use crate::bond_chaos::{
-    client_args, line_emulators, recipe_topology, server_args, wait_for_session, wait_until_up,
-    Daemon, StatsSockets,
+use crate::util::bond_site::{
+    server_args, start_client, start_line_emulators, start_server, topology_of, Daemon,
+    StatsSockets, SERVER_INNER, SITE, SRV,
 };
 use crate::util::emulated::{privileged_paired, PATHLAB};
 use crate::util::late::{ms, Lateness, Quantile};
@@ -45,9 +45,6 @@ const LINES: [(u64, u64, u32); 3] = [
 ];
 /// The controller's target queue (the tunnel's default `--target`).
 const TARGET_MS: f64 = 5.0;
-const SITE: usize = 0;
-const SRV: usize = 4;
-const SERVER_INNER: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 const BULK_PORT: u16 = 5202;
 const CALL_PORT: u16 = 5204;
 /// The call's voice payload and pace.
@@ -79,7 +76,7 @@ fn topology_spec() -> String {
             )
         })
         .collect();
-    recipe_topology("bond-classes", &lines)
+    topology_of("bond-classes", &lines)
 }
 
 /// The wall clock now, ns since the epoch (the sender's stamp, on the clock of the
@@ -215,10 +212,8 @@ fn start_tunnel(
     classes: &[&str],
     dir: &TempDir,
 ) -> [Daemon; 2] {
-    let mut server = Daemon::start(srv, &server_args(key, classes), dir.path("server.stderr"));
-    wait_until_up(&mut server);
-    let client = Daemon::start(site, &client_args(key, classes), dir.path("client.stderr"));
-    wait_for_session(&client, &server);
+    let server = start_server(srv, &server_args(key, classes), dir.path("server.stderr"));
+    let client = start_client(site, key, LINES.len(), classes, dir.path("client.stderr"));
     [client, server]
 }
 
@@ -295,14 +290,14 @@ fn run_call_beside_bulk() -> Run {
     let experiment = Experiment::parse(&topology_spec()).expect("the topology parses");
     let topology = Topology::build(&experiment).expect("the namespaces build");
     let (site, srv) = (&topology.nodes[SITE], &topology.nodes[SRV]);
-    let emulators = line_emulators(
+    let emulators = start_line_emulators(
         &topology,
         &experiment,
         LINES.len(),
         40,
         "tests/bond_classes.rs",
     );
-    let _stats_sockets = StatsSockets::of_bond0(&[site, srv]);
+    let _stats_sockets = StatsSockets::of(&[site, srv]);
     let listener = srv
         .run(|| TcpListener::bind((Ipv4Addr::UNSPECIFIED, BULK_PORT)))
         .expect("enter srv")

@@ -58,14 +58,19 @@ impl LineShape {
 /// first node .1. The server listens on srv's end of its link to isp0 (198.18.3.2); the
 /// site reaches it over each line through that line's router.
 pub fn topology_spec(name: &str, lines: &[LineShape]) -> String {
+    let specs: Vec<(String, String)> = lines.iter().map(|l| l.specs(l.delay_ms)).collect();
+    topology_of(name, &specs)
+}
+
+/// [`topology_spec`] with each line's specs given, (up, down).
+pub fn topology_of(name: &str, lines: &[(String, String)]) -> String {
     let mut spec = format!("name = \"{name}\"\nduration = \"90s\"\n");
     let _ = writeln!(spec, "[[node]]\nname = \"site\"\nkind = \"host\"");
     for k in 0..lines.len() {
         let _ = writeln!(spec, "[[node]]\nname = \"isp{k}\"\nkind = \"router\"");
     }
     let _ = writeln!(spec, "[[node]]\nname = \"srv\"\nkind = \"host\"");
-    for (k, line) in lines.iter().enumerate() {
-        let (up, down) = line.specs(line.delay_ms);
+    for (k, (up, down)) in lines.iter().enumerate() {
         let _ = writeln!(
             spec,
             "[[link]]\nbetween = [\"site\", \"isp{k}\"]\nspec = \"{up}\"\nreverse = \"{down}\""
