@@ -11,11 +11,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The sans-IO crates: they take `now` and bytes and never touch the OS.
-const PROTOCOL_CRATES: [&str; 4] = [
+const PROTOCOL_CRATES: [&str; 5] = [
     "pathlab-core",
     "pathlab-probe",
     "pathlab-diagnose",
     "pathlab-bond",
+    "pathlab-twin",
 ];
 
 /// External crates that bind the OS: a protocol crate has none of them, not even for tests.

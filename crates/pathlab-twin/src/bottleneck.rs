@@ -1,0 +1,138 @@
+//! The bottleneck: its rate (from the deliveries of a saturating train), its packet-rate
+//! limit (small packets at a high rate), the buffer in front of it (queueing delay at
+//! saturation times the rate) and how it drops (tail drop, or an AQM that begins dropping
+//! at a delay well below the buffer's).
+//!
+//! A packet that arrives with a one-way delay well above anything seen at low load waited
+//! in the queue, so the bottleneck was busy when it came and it left right after the one
+//! before: the deliveries of a run of such packets are paced by the bottleneck alone,
+//! whatever the sender did (the packet-train idea; Jain and Dovrolis's pathload,
+//! Flexlab's capacity). Losses before the bottleneck take no time on it and are not
+//! counted.
+
+use serde::{Deserialize, Serialize};
+
+use crate::figure::Figure;
+use crate::samples::{Clocks, Sample};
+use crate::stats::{batch_half_width, BATCHES};
+
+/// The received packets of a saturating phase that waited in the queue (relative delay
+/// above `queued_ns`), in arrival order, longest unbroken run only: `(arrival ns on the
+/// receiver's clock, relative delay ns, bytes)`.
+pub(crate) fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
+    let mut arrivals: Vec<(u64, f64, u32)> = saturated
+        .iter()
+        .filter_map(|s| Some((s.received_ns?, clocks.relative_ns(s)?, s.len_bytes)))
+        .collect();
+    arrivals.sort_by_key(|a| a.0);
+    let mut best = 0..0;
+    let mut start = 0;
+    for (i, arrival) in arrivals.iter().enumerate() {
+        if arrival.1 <= queued_ns {
+            start = i + 1;
+        } else if i + 1 - start > best.len() {
+            best = start..i + 1;
+        }
+    }
+    arrivals[best].to_vec()
+}
+
+/// Bits per second delivered by a run of back-to-back departures: the bytes of all but
+/// the first over the time from the first to the last.
+fn run_rate(run: &[(u64, f64, u32)]) -> Option<f64> {
+    let (first, last) = (run.first()?, run.last()?);
+    let span_ns = last.0.checked_sub(first.0).filter(|&s| s > 0)?;
+    let bytes: u64 = run[1..].iter().map(|a| u64::from(a.2)).sum();
+    Some(bytes as f64 * 8.0 / (span_ns as f64 * 1e-9))
+}
+
+/// The rate of a run and its interval: batch means over ten stretches, widened by the
+/// timestamps' resolution at both ends of the run.
+fn rate_figure(run: &[(u64, f64, u32)], resolution_ns: f64, what: &str) -> Option<Figure> {
+    let value = run_rate(run)?;
+    let stretch = run.len() / BATCHES;
+    let estimates: Vec<f64> = if stretch >= 2 {
+        (0..BATCHES)
+            .filter_map(|i| run_rate(&run[i * stretch..(i + 1) * stretch]))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let span_ns = (run.last()?.0 - run.first()?.0) as f64;
+    let half = batch_half_width(&estimates).unwrap_or(value) + value * 2.0 * resolution_ns / span_ns;
+    Some(Figure::new(
+        value,
+        value - half,
+        value + half,
+        format!(
+            "{what} of {} queued packets delivered back to back over {:.0} ms at saturation; \
+             batch-means interval over {BATCHES} stretches",
+            run.len(),
+            span_ns / 1e6
+        ),
+    ))
+}
+
+/// The bottleneck's rate, bits per second of the frames it carried (`len_bytes` as the
+/// samples count them), from a phase that overfed it; `queued_ns` is the relative delay
+/// above which a packet waited (the low-load variation's largest, plus a margin).
+/// `None` if fewer than 10 packets queued.
+pub fn bottleneck_rate(
+    saturated: &[Sample],
+    clocks: &Clocks,
+    queued_ns: f64,
+    resolution_ns: f64,
+) -> Option<Figure> {
+    let run = queued_run(saturated, clocks, queued_ns);
+    if run.len() < 10 {
+        return None;
+    }
+    rate_figure(&run, resolution_ns, "bytes")
+}
+
+/// What small packets at a high rate say about a packet-rate limit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum PacketRate {
+    /// The bottleneck passes at most this many packets a second, below what its byte
+    /// rate allows them (the seed's modem).
+    Limited {
+        /// Packets per second.
+        pps: Figure,
+    },
+    /// Small packets left as fast as the byte rate allows: no packet-rate limit up to
+    /// this many packets a second.
+    NoneBelow {
+        /// Packets per second the small packets reached.
+        pps: Figure,
+    },
+}
+
+/// The packet-rate limit from a phase of small packets that overfed the bottleneck, given
+/// its byte rate (bits per second, from [`bottleneck_rate`]). A limit when the small
+/// packets left at least 5% slower than the byte rate would carry them.
+pub fn packet_rate(
+    small: &[Sample],
+    clocks: &Clocks,
+    queued_ns: f64,
+    resolution_ns: f64,
+    byte_rate_bps: f64,
+) -> Option<PacketRate> {
+    let run = queued_run(small, clocks, queued_ns);
+    if run.len() < 10 {
+        return None;
+    }
+    // Packets a second: the same run counted in packets of one bit.
+    let counted: Vec<(u64, f64, u32)> = run.iter().map(|a| (a.0, a.1, 1)).collect();
+    let pps = rate_figure(&counted, resolution_ns, "packets")?.scaled(1.0 / 8.0);
+    let mean_bytes = run.iter().map(|a| f64::from(a.2)).sum::<f64>() / run.len() as f64;
+    let allowed = byte_rate_bps / (mean_bytes * 8.0);
+    Some(if pps.high < 0.95 * allowed {
+        PacketRate::Limited { pps }
+    } else {
+        PacketRate::NoneBelow { pps }
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,169 @@
+//! The bottleneck's estimators against `pathlab-core` links of known rate, packet rate,
+//! buffer and discipline, in virtual time.
+
+use std::sync::Arc;
+
+use pathlab_core::spec::trace::Trace;
+use pathlab_core::spec::{RateSpec, TraceRef};
+use pathlab_core::LinkSpec;
+
+use super::*;
+use crate::buffer::{buffer, Drops};
+use crate::delay::delay_variation;
+use crate::testing::{at_rate, paced, spec, through};
+use crate::trace::{delivery_trace, rate_over_time};
+
+/// A full-size Ethernet frame, bytes.
+const FRAME: u32 = 1514;
+
+/// What a measurement of one direction saw: a low-load phase, then one that overfed the
+/// bottleneck with `len_bytes` packets at `rate_bps` for `duration_ns`.
+struct Measured {
+    clocks: Clocks,
+    /// Relative delay above which a packet waited in the queue.
+    queued_ns: f64,
+    low_load_median_ns: f64,
+    saturated: Vec<Sample>,
+}
+
+fn measure(path: &LinkSpec, seed: u64, rate_bps: f64, duration_ns: u64, len_bytes: u32) -> Measured {
+    let low = through(path, seed, &paced(0, 1000, 2_000_000, 200));
+    let clocks = Clocks::from_low_load(&low).unwrap();
+    let variation = delay_variation(&low, &clocks, 20).unwrap();
+    let saturated = through(path, seed + 1, &at_rate(3_000_000_000, duration_ns, rate_bps, len_bytes));
+    Measured {
+        clocks,
+        queued_ns: variation.quantiles.last().unwrap().value_ns + 100_000.0,
+        low_load_median_ns: variation.quantiles[10].value_ns,
+        saturated,
+    }
+}
+
+fn rate_of(m: &Measured) -> Figure {
+    bottleneck_rate(&m.saturated, &m.clocks, m.queued_ns, 1.0).unwrap()
+}
+
+#[test]
+fn the_rate_is_recovered_within_one_percent_and_inside_its_interval() {
+    for (text, truth) in [
+        ("delay 10ms rate 10mbit limit 100", 10e6),
+        ("delay 30ms 1ms rate 48mbit limit 300", 48e6),
+        ("delay 5ms rate 2mbit limit 50 loss 1%", 2e6),
+    ] {
+        let path = spec(text);
+        let mut covered = 0;
+        for seed in 0..10 {
+            let m = measure(&path, seed * 2, truth * 1.5, 2_000_000_000, FRAME);
+            let rate = rate_of(&m);
+            assert!((rate.value / truth - 1.0).abs() < 0.01, "{text}: {rate:?}");
+            covered += usize::from(rate.covers(truth));
+        }
+        eprintln!("{text}: rate interval covered {covered} of 10");
+        assert!(covered >= 8, "{text}: {covered}");
+    }
+}
+
+#[test]
+fn a_packet_rate_limit_is_found_with_small_packets_and_none_where_there_is_none() {
+    let limited = spec("delay 10ms rate 10mbit pps 2000 limit 200");
+    let m = measure(&limited, 3, 4000.0 * 100.0 * 8.0, 1_000_000_000, 100);
+    let Some(PacketRate::Limited { pps }) =
+        packet_rate(&m.saturated, &m.clocks, m.queued_ns, 1.0, 10e6)
+    else {
+        panic!("no limit found");
+    };
+    assert!((pps.value / 2000.0 - 1.0).abs() < 0.01 && pps.covers(2000.0), "{pps:?}");
+    // The same small packets on a line without a packet-rate limit: 12500 a second.
+    let free = spec("delay 10ms rate 10mbit limit 200");
+    let m = measure(&free, 3, 16e6, 1_000_000_000, 100);
+    let Some(PacketRate::NoneBelow { pps }) =
+        packet_rate(&m.saturated, &m.clocks, m.queued_ns, 1.0, 10e6)
+    else {
+        panic!("a limit where there is none");
+    };
+    assert!((pps.value / 12_500.0 - 1.0).abs() < 0.01, "{pps:?}");
+}
+
+#[test]
+fn a_tail_drop_buffer_is_sized_within_ten_percent() {
+    for (text, limit) in [
+        ("delay 10ms rate 10mbit limit 100", 100.0),
+        ("delay 20ms 2ms rate 20mbit limit 400", 400.0),
+        ("delay 10ms rate 5mbit limit 30", 30.0),
+    ] {
+        let path = spec(text);
+        let m = measure(&path, 5, 15e6 * 2.0, 3_000_000_000, FRAME);
+        let rate = rate_of(&m);
+        let found = buffer(&m.saturated, &m.clocks, &rate, m.low_load_median_ns, 0.0).unwrap();
+        eprintln!("{text}: {:.1} packets, {:?}", found.packets.value, found.drops);
+        assert!((found.packets.value / limit - 1.0).abs() < 0.10, "{text}: {found:?}");
+        let bytes = limit * f64::from(FRAME);
+        assert!((found.bytes.value / bytes - 1.0).abs() < 0.10, "{text}: {found:?}");
+        assert!(matches!(found.drops, Drops::TailDrop { .. }), "{text}: {found:?}");
+    }
+}
+
+#[test]
+fn codel_is_told_from_tail_drop_by_where_its_drops_begin() {
+    // CoDel begins dropping once the sojourn stayed above 5 ms for 100 ms; at 1.5 times
+    // the rate the queue grows 0.5 s a second, so near 55 ms, while the buffer (300
+    // frames at 10 Mbit/s) holds 363 ms.
+    let path = spec("delay 10ms rate 10mbit queue codel limit 300");
+    let m = measure(&path, 9, 15e6, 3_000_000_000, FRAME);
+    let rate = rate_of(&m);
+    let found = buffer(&m.saturated, &m.clocks, &rate, m.low_load_median_ns, 0.0).unwrap();
+    eprintln!("codel: {:.1} packets, {:?}", found.packets.value, found.drops);
+    let Drops::Aqm { onset_delay_ns } = found.drops else {
+        panic!("not told an AQM: {found:?}");
+    };
+    assert!(onset_delay_ns < 150e6, "{onset_delay_ns}");
+}
+
+/// A trace alternating `low` and `high` opportunities per 10 ms every `half_ms`.
+fn stepped_trace(half_ms: u64, periods: u64) -> String {
+    let mut text = String::new();
+    for ms in 1..=(2 * half_ms * periods) {
+        let per_ms = if (ms / half_ms) % 2 == 0 { 1 } else { 2 };
+        for _ in 0..per_ms {
+            text.push_str(&format!("{ms}\n"));
+        }
+    }
+    text
+}
+
+#[test]
+fn a_moving_rate_gives_a_trace_that_replays_its_deliveries() {
+    let original = stepped_trace(500, 4);
+    let trace = Trace::parse(&original).unwrap();
+    let mut path = spec("delay 10ms limit 2000");
+    path.rate = Some(RateSpec::Trace(TraceRef {
+        path: "steps".into(),
+        trace: Some(Arc::new(trace)),
+    }));
+    // 1 and 2 frames a ms: 12.1 and 24.2 Mbit/s; overfed at 30 Mbit/s.
+    let m = measure(&path, 11, 30e6, 4_000_000_000, FRAME);
+    let over_time = rate_over_time(&m.saturated, &m.clocks, m.queued_ns);
+    assert!(over_time.moves, "{over_time:?}");
+    let text = delivery_trace(&m.saturated, &m.clocks, m.queued_ns).unwrap();
+    let recovered = Trace::parse(&text).unwrap();
+    // Opportunities per 100 ms window: the recovered trace's, against the original's
+    // over the same stretch (the recovered one starts wherever the queue first held).
+    let per_window = |t: &Trace| {
+        let mut counts = vec![0u32; 40];
+        for o in &t.opportunities {
+            if let Some(c) = counts.get_mut((o.as_nanos() / 100_000_000) as usize) {
+                *c += 1;
+            }
+        }
+        counts
+    };
+    let ours = per_window(&recovered);
+    // Each window holds 100 or 200 opportunities (1 or 2 a ms), but for the one a step
+    // falls in: six steps in 3 s.
+    let windows = &ours[..30];
+    let at = |level: u32| windows.iter().filter(|&&c| c.abs_diff(level) <= 2).count();
+    assert!(at(100) >= 8 && at(200) >= 8 && at(100) + at(200) >= 24, "{windows:?}");
+    // A fixed rate does not move.
+    let fixed = measure(&spec("delay 10ms rate 10mbit limit 2000"), 11, 15e6, 3_000_000_000, FRAME);
+    assert!(!rate_over_time(&fixed.saturated, &fixed.clocks, fixed.queued_ns).moves);
+}
