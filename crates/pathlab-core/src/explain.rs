@@ -46,6 +46,15 @@ pub fn meaning(spec: &LinkSpec) -> Vec<String> {
         };
         lines.push(format!("one-way delay {} ms{jitter}", ms(delay.delay)));
     }
+    if let Some(quantiles) = &spec.delay_quantiles {
+        let last = quantiles.quantiles.last().copied().unwrap_or_default();
+        lines.push(format!(
+            "plus a measured variation: {} quantiles from 0 to {} ms, mean {} ms",
+            quantiles.quantiles.len(),
+            ms(last),
+            ms(quantiles.mean())
+        ));
+    }
     if let Some(RateSpec::Fixed(fixed)) = &spec.rate {
         let cells = if fixed.cell_size > 0 {
             format!(

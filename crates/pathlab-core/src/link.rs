@@ -206,8 +206,15 @@ impl Link {
             cursor: Instant::ZERO,
             in_service: VecDeque::new(),
         });
-        let delay = (spec.delay.is_some() || spec.reorder.is_some())
-            .then(|| DelayStage::new(spec.delay, spec.reorder, rng.fork()));
+        let delay =
+            (spec.delay.is_some() || spec.reorder.is_some() || spec.delay_quantiles.is_some())
+                .then(|| {
+                    let stage = DelayStage::new(spec.delay, spec.reorder, rng.fork());
+                    match &spec.delay_quantiles {
+                        Some(quantiles) => stage.replaying(quantiles),
+                        None => stage,
+                    }
+                });
         Ok(Link {
             loss: spec
                 .loss

@@ -348,3 +348,43 @@ proptest! {
         let _ = LinkSpec::parse(&text);
     }
 }
+
+#[test]
+fn delay_quantiles_parse_print_back_and_are_bounded() {
+    let spec = parse("delay 20ms quantiles 0 150us 0.4ms 1ms 3ms loss 1%");
+    let quantiles = &spec.delay_quantiles.as_ref().expect("quantiles").quantiles;
+    assert_eq!(quantiles.len(), 5);
+    assert_eq!(quantiles[2], Duration::from_micros(400));
+    assert_eq!(spec.delay.expect("delay").delay, Duration::from_millis(20));
+    assert_eq!(
+        spec.to_string(),
+        "delay 20ms quantiles 0ms 150us 400us 1ms 3ms loss 1%"
+    );
+    assert_eq!(parse(&spec.to_string()), spec);
+    // Mean: the average of the four steps' midpoints, (75 + 275 + 700 + 2000) / 4 us.
+    assert_eq!(
+        spec.one_way_delay(),
+        Duration::from_millis(20) + Duration::from_nanos(762_500)
+    );
+    // Without a delay, the delay is 0 plus the variation.
+    assert_eq!(
+        parse("quantiles 0 1ms").delay.expect("delay").delay,
+        Duration::ZERO
+    );
+    for (bad, says) in [
+        ("delay 20ms quantiles 0 2ms 1ms", "must not decrease"),
+        ("delay 20ms quantiles 1ms", "at least two times"),
+        ("delay 20ms quantiles loss 1%", "at least two times"),
+        ("delay 20ms 2ms quantiles 0 1ms", "without a jitter"),
+        ("delay 20ms quantiles 0 1ms quantiles 0 1ms", "twice"),
+    ] {
+        let error = LinkSpec::parse(bad).expect_err(bad).to_string();
+        assert!(error.contains(says), "'{bad}': {error}");
+    }
+    let many = format!("delay 1ms quantiles {}", "1ms ".repeat(1002));
+    let error = LinkSpec::parse(&many)
+        .expect_err("1002 quantiles")
+        .to_string();
+    assert!(error.contains("2 to 1001"), "{error}");
+    assert!(LinkSpec::parse(&format!("delay 1ms quantiles {}", "1ms ".repeat(1001))).is_ok());
+}

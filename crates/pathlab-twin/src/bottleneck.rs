@@ -19,7 +19,11 @@ use crate::stats::{batch_half_width, BATCHES};
 /// The received packets of a saturating phase that waited in the queue (relative delay
 /// above `queued_ns`), in arrival order, longest unbroken run only: `(arrival ns on the
 /// receiver's clock, relative delay ns, bytes)`.
-pub(crate) fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
+pub(crate) fn queued_run(
+    saturated: &[Sample],
+    clocks: &Clocks,
+    queued_ns: f64,
+) -> Vec<(u64, f64, u32)> {
     let mut arrivals: Vec<(u64, f64, u32)> = saturated
         .iter()
         .filter_map(|s| Some((s.received_ns?, clocks.relative_ns(s)?, s.len_bytes)))
@@ -59,7 +63,8 @@ fn rate_figure(run: &[(u64, f64, u32)], resolution_ns: f64, what: &str) -> Optio
         Vec::new()
     };
     let span_ns = (run.last()?.0 - run.first()?.0) as f64;
-    let half = batch_half_width(&estimates).unwrap_or(value) + value * 2.0 * resolution_ns / span_ns;
+    let half =
+        batch_half_width(&estimates).unwrap_or(value) + value * 2.0 * resolution_ns / span_ns;
     Some(Figure::new(
         value,
         value - half,

@@ -58,7 +58,10 @@ pub fn buffer(
     low_load_median_ns: f64,
     random_loss: f64,
 ) -> Option<Buffer> {
-    let mut delays: Vec<f64> = saturated.iter().filter_map(|s| clocks.relative_ns(s)).collect();
+    let mut delays: Vec<f64> = saturated
+        .iter()
+        .filter_map(|s| clocks.relative_ns(s))
+        .collect();
     let highest = delays.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if delays.is_empty() {
         return None;
@@ -78,7 +81,10 @@ pub fn buffer(
             delays.len()
         ),
     );
-    let frame_bytes = saturated.iter().map(|s| f64::from(s.len_bytes)).sum::<f64>()
+    let frame_bytes = saturated
+        .iter()
+        .map(|s| f64::from(s.len_bytes))
+        .sum::<f64>()
         / saturated.len() as f64;
     let bytes = Figure::new(
         delay_ns.value * 1e-9 * rate_bps.value / 8.0,
@@ -91,7 +97,12 @@ pub fn buffer(
         how: format!("the buffer's bytes over {frame_bytes:.0}-byte frames"),
         ..packets
     };
-    let drops = drops(saturated, clocks, delay_ns.value + low_load_median_ns, random_loss);
+    let drops = drops(
+        saturated,
+        clocks,
+        delay_ns.value + low_load_median_ns,
+        random_loss,
+    );
     Some(Buffer {
         delay_ns,
         bytes,

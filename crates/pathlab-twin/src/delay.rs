@@ -30,7 +30,10 @@ pub fn base_delay(
             clocks.packets,
             clocks.drift.drift * 1e6,
             if offset_uncertainty_ns > 0.0 {
-                format!(", clock offset known within {:.0} us", offset_uncertainty_ns / 1e3)
+                format!(
+                    ", clock offset known within {:.0} us",
+                    offset_uncertainty_ns / 1e3
+                )
             } else {
                 String::new()
             }
@@ -133,7 +136,11 @@ mod tests {
         assert_eq!(base.value, 23_400_000.0 + 160_000.0, "{base:?}");
         assert!(base.covers(23_560_000.0));
         // Without the path's delay the test fails: the figure is the path's, not a constant.
-        let other = through(&spec("delay 20ms rate 10mbit"), 1, &paced(0, 2000, 2_000_000, 200));
+        let other = through(
+            &spec("delay 20ms rate 10mbit"),
+            1,
+            &paced(0, 2000, 2_000_000, 200),
+        );
         let other = base_delay(&Clocks::from_low_load(&other).unwrap(), 0.0, 0.0, 1.0);
         assert!(!other.covers(23_560_000.0));
     }

@@ -81,7 +81,8 @@ pub struct LossFit {
 impl LossFit {
     /// The loss as a spec's `loss` says it (`None`: no loss seen).
     pub fn to_spec(&self) -> Option<LossSpec> {
-        let probability = |f: &Figure| Probability::new(f.value.clamp(0.0, 1.0)).expect("in [0, 1]");
+        let probability =
+            |f: &Figure| Probability::new(f.value.clamp(0.0, 1.0)).expect("in [0, 1]");
         match &self.model {
             LossModelFit::None { .. } => None,
             LossModelFit::Random { rate } => Some(LossSpec::Random(Chance {
@@ -197,10 +198,28 @@ fn gilbert(after: [[u64; 2]; 2]) -> LossModelFit {
         )
     };
     LossModelFit::GilbertElliott {
-        p: proportion(after[0][1], after[0][0] + after[0][1], "lost after a delivery"),
-        r: proportion(after[1][0], after[1][0] + after[1][1], "delivered after a loss"),
-        loss_in_bad: Figure::new(1.0, 1.0, 1.0, "simple Gilbert: every packet in a burst is lost (the fates' chain explains the runs)"),
-        loss_in_good: Figure::new(0.0, 0.0, 0.0, "simple Gilbert: no loss outside a burst (the fates' chain explains the runs)"),
+        p: proportion(
+            after[0][1],
+            after[0][0] + after[0][1],
+            "lost after a delivery",
+        ),
+        r: proportion(
+            after[1][0],
+            after[1][0] + after[1][1],
+            "delivered after a loss",
+        ),
+        loss_in_bad: Figure::new(
+            1.0,
+            1.0,
+            1.0,
+            "simple Gilbert: every packet in a burst is lost (the fates' chain explains the runs)",
+        ),
+        loss_in_good: Figure::new(
+            0.0,
+            0.0,
+            0.0,
+            "simple Gilbert: no loss outside a burst (the fates' chain explains the runs)",
+        ),
     }
 }
 
@@ -214,7 +233,11 @@ fn baum_welch_step(lost: &[bool], theta: Parameters) -> (Parameters, f64) {
     let transition = [[1.0 - p, p], [r, 1.0 - r]];
     let emit = |state: usize, l: bool| {
         let loss = if state == 1 { bad_loss } else { good_loss };
-        if l { loss } else { 1.0 - loss }
+        if l {
+            loss
+        } else {
+            1.0 - loss
+        }
     };
     let n = lost.len();
     let mut alpha = vec![[0.0f64; 2]; n];

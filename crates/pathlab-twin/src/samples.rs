@@ -107,9 +107,20 @@ mod tests {
             })
             .collect();
         let clocks = Clocks::from_low_load(&samples).unwrap();
-        assert!((clocks.drift.drift - 40e-6).abs() < 1e-7, "{:?}", clocks.drift);
-        let relative: Vec<f64> = samples.iter().map(|s| clocks.relative_ns(s).unwrap()).collect();
-        assert!(relative.iter().all(|d| *d > -2.0), "{:?}", relative.iter().fold(0.0f64, |a, b| a.min(*b)));
+        assert!(
+            (clocks.drift.drift - 40e-6).abs() < 1e-7,
+            "{:?}",
+            clocks.drift
+        );
+        let relative: Vec<f64> = samples
+            .iter()
+            .map(|s| clocks.relative_ns(s).unwrap())
+            .collect();
+        assert!(
+            relative.iter().all(|d| *d > -2.0),
+            "{:?}",
+            relative.iter().fold(0.0f64, |a, b| a.min(*b))
+        );
         // 5 ms x (1 + 40 ppm) on the receiver's clock.
         assert!((relative[1000] - 5e6).abs() < 1e3, "{}", relative[1000]);
         assert!(relative[1999] < 2.0, "{}", relative[1999]);

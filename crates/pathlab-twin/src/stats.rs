@@ -37,7 +37,10 @@ pub fn quantile_interval<T: Copy>(sorted: &[T], q: f64) -> Option<(T, T)> {
     let spread = Z95 * (n * q * (1.0 - q)).sqrt();
     let low_rank = (n * q - spread).floor().max(1.0) as usize;
     let high_rank = ((n * q + spread).ceil() as usize + 1).clamp(1, sorted.len());
-    Some((sorted[low_rank.min(sorted.len()) - 1], sorted[high_rank - 1]))
+    Some((
+        sorted[low_rank.min(sorted.len()) - 1],
+        sorted[high_rank - 1],
+    ))
 }
 
 /// The batch-means 95% half-width of an estimate from `BATCHES` estimates of the same
@@ -45,7 +48,11 @@ pub fn quantile_interval<T: Copy>(sorted: &[T], q: f64) -> Option<(T, T)> {
 /// must be long compared with how long the process remembers (a burst, a queue's cycle)
 /// for them to count as independent. `None` with fewer than two finite estimates.
 pub fn batch_half_width(estimates: &[f64]) -> Option<f64> {
-    let finite: Vec<f64> = estimates.iter().copied().filter(|x| x.is_finite()).collect();
+    let finite: Vec<f64> = estimates
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite())
+        .collect();
     if finite.len() < 2 {
         return None;
     }
@@ -65,7 +72,10 @@ mod tests {
     fn wilson_matches_its_published_values() {
         // Newcombe (1998), table I: 81 of 263 -> 0.2553 to 0.3662.
         let (low, high) = wilson(81, 263);
-        assert!((low - 0.2553).abs() < 5e-4 && (high - 0.3662).abs() < 5e-4, "{low} {high}");
+        assert!(
+            (low - 0.2553).abs() < 5e-4 && (high - 0.3662).abs() < 5e-4,
+            "{low} {high}"
+        );
         // 0 of 10 -> 0 to 0.2775.
         let (low, high) = wilson(0, 10);
         assert!(low == 0.0 && (high - 0.2775).abs() < 5e-4, "{high}");
@@ -76,7 +86,10 @@ mod tests {
         let values: Vec<u32> = (1..=1000).collect();
         let (low, high) = quantile_interval(&values, 0.5).unwrap();
         // sqrt(1000 x 0.25) x 1.96 = 31 ranks each side.
-        assert!((468..=470).contains(&low) && (531..=533).contains(&high), "{low} {high}");
+        assert!(
+            (468..=470).contains(&low) && (531..=533).contains(&high),
+            "{low} {high}"
+        );
         assert_eq!(quantile_interval(&values, 0.0).unwrap().0, 1);
         assert_eq!(quantile_interval(&values, 1.0).unwrap().1, 1000);
     }

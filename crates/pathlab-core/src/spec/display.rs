@@ -149,6 +149,12 @@ impl Words {
                 self.push(distribution_name(delay.distribution));
             }
         }
+        if let Some(quantiles) = &spec.delay_quantiles {
+            self.push("quantiles");
+            for quantile in &quantiles.quantiles {
+                self.push(*quantile);
+            }
+        }
     }
 
     /// What harms packets: `loss` (random, state or gemodel), `ecn`, `duplicate`,

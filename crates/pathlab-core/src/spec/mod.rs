@@ -32,6 +32,9 @@ use crate::units::{BitsPerSec, PacketsPerSec, Probability};
 pub struct LinkSpec {
     /// Constant delay plus jitter.
     pub delay: Option<DelaySpec>,
+    /// The delay's variation as an empirical distribution (`quantiles T0 T1 ... TN`),
+    /// added to `delay` in place of a jitter.
+    pub delay_quantiles: Option<DelayQuantiles>,
     /// Packet loss model.
     pub loss: Option<LossSpec>,
     /// Mark ECN-capable packets CE instead of dropping them when `loss` hits (netem `ecn`).
@@ -75,9 +78,13 @@ impl LinkSpec {
     }
 
     /// The mean one-way delay the spec adds besides queueing and slots (zero without a
-    /// `delay`).
+    /// `delay`), with the mean of its `quantiles`.
     pub fn one_way_delay(&self) -> Duration {
-        self.delay.map_or(Duration::ZERO, |d| d.delay)
+        let variation = self
+            .delay_quantiles
+            .as_ref()
+            .map_or(Duration::ZERO, DelayQuantiles::mean);
+        self.delay.map_or(Duration::ZERO, |d| d.delay) + variation
     }
 
     /// Whether the spec does nothing at all to packets (an empty spec).
@@ -158,6 +165,36 @@ pub struct DelaySpec {
     /// Jitter distribution.
     #[serde(default)]
     pub distribution: Distribution,
+}
+
+/// The most quantiles `quantiles` takes: a percentile apiece and both ends, ten times
+/// over (a measured distribution needs no more; the parser's work stays bounded).
+pub const MAX_DELAY_QUANTILES: usize = 1001;
+
+/// `quantiles T0 T1 ... TN`: the delay's variation as an empirical distribution, given by
+/// its quantiles at equal steps of probability (`T0` at 0, `Ti` at `i / N`, `TN` at 1),
+/// non-decreasing, 2 to [`MAX_DELAY_QUANTILES`] of them. Each packet draws a probability
+/// uniformly and gets `delay` plus the quantile there, interpolated linearly between the
+/// two listed around it: a measured distribution replayed as measured (`pathlab twin`
+/// writes one), not a normal or Pareto fitted to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayQuantiles {
+    /// The quantiles, in order.
+    pub quantiles: Vec<Duration>,
+}
+
+impl DelayQuantiles {
+    /// The mean of the distribution they describe (linear between the quantiles).
+    pub fn mean(&self) -> Duration {
+        let steps = self.quantiles.len().saturating_sub(1).max(1) as u128;
+        let sum: u128 = self
+            .quantiles
+            .windows(2)
+            .map(|w| u128::from(w[0].as_nanos()) + u128::from(w[1].as_nanos()))
+            .sum();
+        Duration::from_nanos(u64::try_from(sum / (2 * steps)).unwrap_or(u64::MAX))
+    }
 }
 
 /// A probability with an optional correlation to the previous decision (netem's

@@ -12,9 +12,9 @@
 use super::units::{self, RateProblem};
 use super::{distance, preset};
 use super::{
-    Chance, CodelConfig, DelaySpec, Discipline, Distribution, FixedRate, FqCodelConfig, LinkSpec,
-    LossSpec, PieConfig, RateSchedule, RateSpec, RedConfig, ReorderSpec, SlotInterval, SlotSpec,
-    TokenBucket, TraceRef, MAX_BURST_BYTES,
+    Chance, CodelConfig, DelayQuantiles, DelaySpec, Discipline, Distribution, FixedRate,
+    FqCodelConfig, LinkSpec, LossSpec, PieConfig, RateSchedule, RateSpec, RedConfig, ReorderSpec,
+    SlotInterval, SlotSpec, TokenBucket, TraceRef, MAX_BURST_BYTES, MAX_DELAY_QUANTILES,
 };
 use crate::time::Duration;
 use crate::units::{BitsPerSec, PacketsPerSec, Probability};
@@ -82,6 +82,7 @@ pub enum SpecError {
 const KEYWORDS: &[&str] = &[
     "delay",
     "distribution",
+    "quantiles",
     "loss",
     "ecn",
     "duplicate",
@@ -358,6 +359,10 @@ impl<'a> Parser<'a> {
                 });
                 delay.distribution = distribution;
             }
+            "quantiles" => {
+                self.once("quantiles")?;
+                self.quantiles()?;
+            }
             "distance" => {
                 self.once("distance")?;
                 let Some(token) = self.take() else {
@@ -371,6 +376,38 @@ impl<'a> Parser<'a> {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// `quantiles T0 T1 ... TN`: 2 to [`MAX_DELAY_QUANTILES`] times, non-decreasing, up to
+    /// the next token that is not a time.
+    fn quantiles(&mut self) -> Result<(), SpecError> {
+        let mut quantiles: Vec<Duration> = Vec::new();
+        while let Some((time, token)) = self.optional(units::time) {
+            if quantiles.len() == MAX_DELAY_QUANTILES {
+                return Err(SpecError::OutOfRange {
+                    what: "the number of 'quantiles'".into(),
+                    range: "2 to 1001",
+                    got: token.to_owned(),
+                });
+            }
+            if let Some(&previous) = quantiles.last() {
+                if time < previous {
+                    return Err(SpecError::Conflict(format!(
+                        "'quantiles' must not decrease: {token} comes after {previous}"
+                    )));
+                }
+            }
+            quantiles.push(time);
+        }
+        if quantiles.len() < 2 {
+            return Err(SpecError::Expected {
+                what: "at least two times, the 0% and 100% quantiles, like 0 2ms",
+                after: "quantiles".into(),
+                got: self.peek().unwrap_or("the end").to_owned(),
+            });
+        }
+        self.spec.delay_quantiles = Some(DelayQuantiles { quantiles });
+        Ok(())
     }
 
     /// Parses `word` and its arguments if it is one of the keywords that harm packets
@@ -941,6 +978,19 @@ impl<'a> Parser<'a> {
             return Err(SpecError::Conflict(
                 "'ecn' marks instead of dropping, so it needs a 'loss' model".into(),
             ));
+        }
+        if self.spec.delay_quantiles.is_some() {
+            let delay = self.spec.delay.get_or_insert(DelaySpec {
+                delay: Duration::ZERO,
+                jitter: Duration::ZERO,
+                correlation: Probability::ZERO,
+                distribution: Distribution::Uniform,
+            });
+            if !delay.jitter.is_zero() || delay.distribution != Distribution::Uniform {
+                return Err(SpecError::Conflict(
+                    "'quantiles' is the delay's whole variation: give it without a jitter or a distribution, as in 'delay 25ms quantiles 0 1ms 3ms'".into(),
+                ));
+            }
         }
         if let Some(delay) = self.spec.delay {
             if delay.distribution != Distribution::Uniform && delay.jitter.is_zero() {

@@ -108,7 +108,7 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
             return out;
         }
     }
-    seed_caveat(spec, &mut out);
+    netem_caveats(spec, &mut out);
     let mut netem = netem_part(spec);
     netem.rate = fixed_rate.map(RateSpec::Fixed);
     let delay = spec.delay.map(|d| d.delay);
@@ -163,7 +163,13 @@ fn limit_with_delay_line(
 }
 
 /// netem's `seed` is not pathlab's generator: say what it does and does not reproduce.
-fn seed_caveat(spec: &LinkSpec, out: &mut TcCommands) {
+fn netem_caveats(spec: &LinkSpec, out: &mut TcCommands) {
+    if let Some(quantiles) = &spec.delay_quantiles {
+        out.caveats.push(format!(
+            "netem cannot replay a measured delay distribution ('quantiles'): its mean, {}, is added to the delay, without the variation",
+            quantiles.mean()
+        ));
+    }
     if let Some(seed) = spec.seed {
         out.caveats.push(format!(
             "netem's seed {seed} (Linux and iproute2 6.7 or newer) makes its loss and corruption repeatable, with netem's own generator: the pattern is not pathlab's, and delay jitter stays unseeded"
@@ -173,7 +179,16 @@ fn seed_caveat(spec: &LinkSpec, out: &mut TcCommands) {
 
 /// The parts of `spec` netem expresses itself (no rate, no queue discipline).
 fn netem_part(spec: &LinkSpec) -> LinkSpec {
+    let delay = match (spec.delay, &spec.delay_quantiles) {
+        (Some(mut delay), Some(quantiles)) => {
+            delay.delay += quantiles.mean();
+            Some(delay)
+        }
+        (delay, _) => delay,
+    };
     LinkSpec {
+        delay,
+        delay_quantiles: None,
         rate: None,
         packet_rate: None,
         bucket: None,
@@ -198,7 +213,7 @@ fn netem_over(
     child: &str,
     out: &mut TcCommands,
 ) -> &'static str {
-    seed_caveat(spec, out);
+    netem_caveats(spec, out);
     let mut netem = netem_part(spec);
     netem.queue.limit_packets = match spec.delay.map(|d| d.delay) {
         Some(delay) if !delay.is_zero() => Some(limit_with_delay_line(
@@ -422,6 +437,20 @@ mod tests {
         );
         assert_eq!(out.caveats.len(), 1, "{:?}", out.caveats);
         assert!(out.caveats[0].contains("delay line"));
+    }
+
+    #[test]
+    fn measured_quantiles_become_their_mean_with_a_caveat() {
+        let out = tc("delay 20ms quantiles 0 1ms 3ms loss 1%");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem delay 21250us loss 1%"]
+        );
+        assert!(
+            out.caveats.iter().any(|c| c.contains("'quantiles'")),
+            "{:?}",
+            out.caveats
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ use super::impair::CorrelatedChance;
 use super::Stage;
 use crate::packet::Packet;
 use crate::rng::Rng;
-use crate::spec::{Chance, DelaySpec, Distribution, ReorderSpec};
+use crate::spec::{Chance, DelayQuantiles, DelaySpec, Distribution, ReorderSpec};
 use crate::time::{Duration, Instant};
 use crate::verdict::Verdicts;
 
@@ -96,6 +96,13 @@ pub struct DelayStage {
 }
 
 impl DelayStage {
+    /// The same stage drawing its delays from a measured distribution (a spec's
+    /// `quantiles`) added to the delay, in place of a jitter.
+    pub fn replaying(mut self, quantiles: &DelayQuantiles) -> DelayStage {
+        self.sampler = DelaySampler::empirical(self.sampler.mean(), &quantiles.quantiles);
+        self
+    }
+
     /// A delay stage; `reorder` lets some packets skip the delay.
     pub fn new(delay: Option<DelaySpec>, reorder: Option<ReorderSpec>, mut rng: Rng) -> DelayStage {
         let sampler = match delay {

@@ -199,7 +199,7 @@ fn standard_normal(rng: &mut Rng) -> f64 {
     table[(rng.next_u64() >> (64 - TABLE_BITS)) as usize]
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Shape {
     /// No jitter: always the mean.
     Constant,
@@ -207,6 +207,9 @@ enum Shape {
     Uniform,
     /// Quantile table with mean 0 and standard deviation 1.
     Table(&'static [f64]),
+    /// A measured distribution's quantiles at equal steps of probability, ns above the
+    /// mean's base (`quantiles`), interpolated linearly.
+    Empirical(std::sync::Arc<[f64]>),
 }
 
 /// Draws delays with a given mean, spread and distribution.
@@ -258,6 +261,18 @@ impl DelaySampler {
         }
     }
 
+    /// A sampler for `base` plus a draw from the distribution whose quantiles at equal
+    /// steps of probability are `quantiles` (at least two, non-decreasing: a spec's
+    /// `quantiles`); fewer than two make it constant.
+    pub fn empirical(base: Duration, quantiles: &[Duration]) -> DelaySampler {
+        let mut sampler = DelaySampler::new(base, Duration::ZERO, 0.0, Distribution::Uniform);
+        if quantiles.len() >= 2 {
+            let values: Vec<f64> = quantiles.iter().map(|q| q.as_nanos() as f64).collect();
+            sampler.shape = Shape::Empirical(values.into());
+        }
+        sampler
+    }
+
     /// The configured mean.
     pub fn mean(&self) -> Duration {
         self.mean
@@ -289,7 +304,7 @@ impl DelaySampler {
     /// The next delay (never negative: negative samples are clamped to zero).
     #[inline]
     pub fn sample(&mut self, rng: &mut Rng) -> Duration {
-        match self.shape {
+        match &self.shape {
             Shape::Constant => self.mean,
             Shape::Uniform => {
                 let jitter = self.jitter.as_nanos();
@@ -304,7 +319,16 @@ impl DelaySampler {
                 let lift = jitter.saturating_sub(self.mean.as_nanos());
                 Duration::from_nanos(low.saturating_add(offset.saturating_sub(lift)))
             }
+            Shape::Empirical(quantiles) => {
+                let position = rng.f64() * (quantiles.len() - 1) as f64;
+                let index = (position as usize).min(quantiles.len() - 2);
+                let fraction = position - index as f64;
+                let low = quantiles[index];
+                let variation = low + fraction * (quantiles[index + 1] - low);
+                self.mean + Duration::from_nanos(variation.round() as u64)
+            }
             Shape::Table(table) => {
+                let table: &'static [f64] = table;
                 let index = if self.correlation == 0.0 {
                     (rng.next_u64() >> (64 - TABLE_BITS)) as usize
                 } else {
@@ -533,5 +557,29 @@ mod tests {
             (zeros - expected).abs() < 3.29 * (expected * 0.55).sqrt(),
             "{zeros}"
         );
+    }
+}
+
+#[cfg(test)]
+mod empirical_tests {
+    use super::*;
+
+    #[test]
+    fn an_empirical_sampler_replays_its_quantiles() {
+        // 0, 1, 2, 10 ms at 0, 1/3, 2/3, 1: uniform within each third.
+        let quantiles = [0, 1, 2, 10].map(Duration::from_millis);
+        let mut sampler = DelaySampler::empirical(Duration::from_millis(20), &quantiles);
+        let mut rng = Rng::seed_from(3);
+        let mut samples: Vec<f64> = (0..90_000)
+            .map(|_| sampler.sample(&mut rng).as_secs_f64() * 1e3 - 20.0)
+            .collect();
+        samples.sort_by(f64::total_cmp);
+        // The sampled 1/3 and 2/3 quantiles are the listed ones; the mean is
+        // (0.5 + 1.5 + 6) / 3 ms.
+        assert!((samples[30_000] - 1.0).abs() < 0.02, "{}", samples[30_000]);
+        assert!((samples[60_000] - 2.0).abs() < 0.05, "{}", samples[60_000]);
+        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        assert!((mean - 8.0 / 3.0).abs() < 0.05, "{mean}");
+        assert!(samples[0] >= 0.0 && *samples.last().unwrap() <= 10.0);
     }
 }

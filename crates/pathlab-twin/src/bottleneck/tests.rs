@@ -26,11 +26,21 @@ struct Measured {
     saturated: Vec<Sample>,
 }
 
-fn measure(path: &LinkSpec, seed: u64, rate_bps: f64, duration_ns: u64, len_bytes: u32) -> Measured {
+fn measure(
+    path: &LinkSpec,
+    seed: u64,
+    rate_bps: f64,
+    duration_ns: u64,
+    len_bytes: u32,
+) -> Measured {
     let low = through(path, seed, &paced(0, 1000, 2_000_000, 200));
     let clocks = Clocks::from_low_load(&low).unwrap();
     let variation = delay_variation(&low, &clocks, 20).unwrap();
-    let saturated = through(path, seed + 1, &at_rate(3_000_000_000, duration_ns, rate_bps, len_bytes));
+    let saturated = through(
+        path,
+        seed + 1,
+        &at_rate(3_000_000_000, duration_ns, rate_bps, len_bytes),
+    );
     Measured {
         clocks,
         queued_ns: variation.quantiles.last().unwrap().value_ns + 100_000.0,
@@ -72,7 +82,10 @@ fn a_packet_rate_limit_is_found_with_small_packets_and_none_where_there_is_none(
     else {
         panic!("no limit found");
     };
-    assert!((pps.value / 2000.0 - 1.0).abs() < 0.01 && pps.covers(2000.0), "{pps:?}");
+    assert!(
+        (pps.value / 2000.0 - 1.0).abs() < 0.01 && pps.covers(2000.0),
+        "{pps:?}"
+    );
     // The same small packets on a line without a packet-rate limit: 12500 a second.
     let free = spec("delay 10ms rate 10mbit limit 200");
     let m = measure(&free, 3, 16e6, 1_000_000_000, 100);
@@ -95,11 +108,23 @@ fn a_tail_drop_buffer_is_sized_within_ten_percent() {
         let m = measure(&path, 5, 15e6 * 2.0, 3_000_000_000, FRAME);
         let rate = rate_of(&m);
         let found = buffer(&m.saturated, &m.clocks, &rate, m.low_load_median_ns, 0.0).unwrap();
-        eprintln!("{text}: {:.1} packets, {:?}", found.packets.value, found.drops);
-        assert!((found.packets.value / limit - 1.0).abs() < 0.10, "{text}: {found:?}");
+        eprintln!(
+            "{text}: {:.1} packets, {:?}",
+            found.packets.value, found.drops
+        );
+        assert!(
+            (found.packets.value / limit - 1.0).abs() < 0.10,
+            "{text}: {found:?}"
+        );
         let bytes = limit * f64::from(FRAME);
-        assert!((found.bytes.value / bytes - 1.0).abs() < 0.10, "{text}: {found:?}");
-        assert!(matches!(found.drops, Drops::TailDrop { .. }), "{text}: {found:?}");
+        assert!(
+            (found.bytes.value / bytes - 1.0).abs() < 0.10,
+            "{text}: {found:?}"
+        );
+        assert!(
+            matches!(found.drops, Drops::TailDrop { .. }),
+            "{text}: {found:?}"
+        );
     }
 }
 
@@ -112,7 +137,10 @@ fn codel_is_told_from_tail_drop_by_where_its_drops_begin() {
     let m = measure(&path, 9, 15e6, 3_000_000_000, FRAME);
     let rate = rate_of(&m);
     let found = buffer(&m.saturated, &m.clocks, &rate, m.low_load_median_ns, 0.0).unwrap();
-    eprintln!("codel: {:.1} packets, {:?}", found.packets.value, found.drops);
+    eprintln!(
+        "codel: {:.1} packets, {:?}",
+        found.packets.value, found.drops
+    );
     let Drops::Aqm { onset_delay_ns } = found.drops else {
         panic!("not told an AQM: {found:?}");
     };
@@ -162,8 +190,17 @@ fn a_moving_rate_gives_a_trace_that_replays_its_deliveries() {
     // falls in: six steps in 3 s.
     let windows = &ours[..30];
     let at = |level: u32| windows.iter().filter(|&&c| c.abs_diff(level) <= 2).count();
-    assert!(at(100) >= 8 && at(200) >= 8 && at(100) + at(200) >= 24, "{windows:?}");
+    assert!(
+        at(100) >= 8 && at(200) >= 8 && at(100) + at(200) >= 24,
+        "{windows:?}"
+    );
     // A fixed rate does not move.
-    let fixed = measure(&spec("delay 10ms rate 10mbit limit 2000"), 11, 15e6, 3_000_000_000, FRAME);
+    let fixed = measure(
+        &spec("delay 10ms rate 10mbit limit 2000"),
+        11,
+        15e6,
+        3_000_000_000,
+        FRAME,
+    );
     assert!(!rate_over_time(&fixed.saturated, &fixed.clocks, fixed.queued_ns).moves);
 }

@@ -40,7 +40,10 @@ fn a_gilbert_chain_is_told_bursty_and_its_p_and_r_are_covered() {
     let (mut simple, mut p_covered, mut r_covered) = (0, 0, 0);
     for seed in 0..seeds {
         let fit = fit_loss(&fates("loss gemodel 1% 30%", seed, 30_000));
-        let LossModelFit::GilbertElliott { p, r, loss_in_bad, .. } = &fit.model else {
+        let LossModelFit::GilbertElliott {
+            p, r, loss_in_bad, ..
+        } = &fit.model
+        else {
             panic!("seed {seed}: not bursty: {fit:?}");
         };
         simple += usize::from(loss_in_bad.value == 1.0);
@@ -63,7 +66,13 @@ fn a_chain_that_delivers_in_bursts_is_fitted_with_its_four_parameters() {
     let mut covered = [0usize; 4];
     for seed in 0..seeds {
         let fit = fit_loss(&fates("loss gemodel 1% 30% 70% 0.2%", seed, 100_000));
-        let LossModelFit::GilbertElliott { p, r, loss_in_bad, loss_in_good } = &fit.model else {
+        let LossModelFit::GilbertElliott {
+            p,
+            r,
+            loss_in_bad,
+            loss_in_good,
+        } = &fit.model
+        else {
             panic!("seed {seed}: not bursty: {fit:?}");
         };
         assert!(loss_in_bad.value < 1.0, "seed {seed}: told simple: {fit:?}");
