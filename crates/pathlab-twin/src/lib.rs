@@ -17,10 +17,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod assemble;
 pub mod bottleneck;
 pub mod buffer;
 pub mod delay;
 pub mod figure;
+pub mod file;
 pub mod loss;
 pub mod samples;
 pub mod stats;
