@@ -153,3 +153,6 @@ fn bottleneck(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -26,6 +26,9 @@ use toml::Spanned;
 
 use crate::figure::Figure;
 
+/// The largest twin file read (1 MiB): a twin is a few kilobytes.
+pub const MAX_TWIN_BYTES: u64 = 1 << 20;
+
 /// The version of the twin file this crate reads and writes.
 pub const VERSION: u32 = 1;
 

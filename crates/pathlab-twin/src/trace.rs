@@ -7,7 +7,7 @@
 use pathlab_core::stage::rate::MAHIMAHI_OPPORTUNITY_BYTES;
 use serde::{Deserialize, Serialize};
 
-use crate::bottleneck::queued_run;
+use crate::queued::queued_run;
 use crate::samples::{Clocks, Sample};
 
 /// The window the rate over time is taken in, ns: 100 ms.

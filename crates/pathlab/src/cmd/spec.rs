@@ -4,6 +4,7 @@ use anyhow::anyhow;
 use pathlab_core::format::{self, Digits};
 use pathlab_core::spec::preset::{self, Direction, Preset, PRESETS};
 use pathlab_core::LinkSpec;
+use pathlab_twin::file::{TwinFile, MAX_TWIN_BYTES};
 use serde_json::json;
 
 use crate::usage;
@@ -14,7 +15,7 @@ pub struct Args {
     /// The spec, netem syntax plus pathlab's additions, e.g. 'delay 20ms loss 1% rate 10mbit'.
     #[arg(
         value_name = "SPEC",
-        required_unless_present_any = ["preset", "list_presets"],
+        required_unless_present_any = ["preset", "list_presets", "twin"],
         num_args = 1..
     )]
     pub spec: Vec<String>,
@@ -25,6 +26,10 @@ pub struct Args {
     /// List the presets, one line each.
     #[arg(long, conflicts_with_all = ["spec", "preset"])]
     pub list_presets: bool,
+    /// Read a twin file (`pathlab twin`'s): check it and print it back, a spec per
+    /// direction and its figures with their intervals.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["spec", "preset", "list_presets"])]
+    pub twin: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub output: crate::cmd::args::JsonOutput,
 }
@@ -42,6 +47,8 @@ enum Query {
     Show(&'static Preset, Direction),
     /// A spec, parsed.
     Check(Box<LinkSpec>),
+    /// A twin file, read.
+    Twin(Box<TwinFile>),
 }
 
 impl Args {
@@ -54,9 +61,21 @@ impl Args {
                 Query::Show(preset, asked)
             }
             None if self.list_presets => Query::List,
+            None if self.twin.is_some() => {
+                Query::Twin(Box::new(read_twin(self.twin.as_deref().expect("given"))?))
+            }
             None => Query::Check(Box::new(parse_spec(&self.spec)?)),
         })
     }
+}
+
+/// Reads and checks a twin file; a file that cannot be read or is refused is a usage
+/// error (exit 2) naming the line and field.
+pub fn read_twin(path: &std::path::Path) -> anyhow::Result<TwinFile> {
+    let bytes = pathlab_os::files::read_regular(path, MAX_TWIN_BYTES).map_err(usage)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| usage(anyhow!("{}: a twin file is UTF-8 text", path.display())))?;
+    TwinFile::parse(&text).map_err(|e| usage(anyhow!("{}: {e}", path.display())))
 }
 
 /// Runs `pathlab spec`.
@@ -64,6 +83,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     match args.config()? {
         Query::List => list(args.output.json),
         Query::Show(preset, asked) => show(preset, asked, args.output.json),
+        Query::Twin(twin) => {
+            if args.output.json {
+                let direction = |d: &pathlab_twin::file::DirectionTwin| json!({ "spec": d.spec.to_string(), "figures": d.figures });
+                let value = json!({
+                    "host": twin.host,
+                    "up": direction(&twin.up),
+                    "down": direction(&twin.down),
+                });
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                print!("{}", twin.to_toml());
+            }
+            Ok(())
+        }
         Query::Check(spec) => {
             if args.output.json {
                 println!("{}", serde_json::to_string_pretty(&spec)?);

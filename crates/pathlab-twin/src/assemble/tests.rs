@@ -1,0 +1,102 @@
+//! A twin made from the estimators on a path of known parameters: printed, read back, and
+//! its own spec, measured again, gives the same figures.
+
+use pathlab_core::LinkSpec;
+
+use super::*;
+use crate::bottleneck::{bottleneck_rate, packet_rate};
+use crate::buffer::buffer;
+use crate::delay::{base_delay, delay_variation};
+use crate::file::TwinFile;
+use crate::loss::fit_loss;
+use crate::samples::Clocks;
+use crate::testing::{at_rate, paced, spec, through};
+
+/// Measures one direction of `path` as the driver will: a low-load phase of 200-byte
+/// probes, a saturating one of full-size frames, one of small packets.
+fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
+    let low = through(path, seed, &paced(0, 5000, 2_000_000, 200));
+    let clocks = Clocks::from_low_load(&low).unwrap();
+    let variation = delay_variation(&low, &clocks, 20).unwrap();
+    let queued_ns = variation.quantiles.last().unwrap().value_ns + 100_000.0;
+    let median = variation.quantiles[10].value_ns;
+    let fates: Vec<bool> = low.iter().map(|s| s.received_ns.is_none()).collect();
+    let loss = fit_loss(&fates);
+    // Overfed at 50 Mbit/s: the paths below run at 20 Mbit/s or less.
+    let saturated = through(
+        path,
+        seed + 1,
+        &at_rate(20_000_000_000, 2_000_000_000, 50e6, 1514),
+    );
+    let rate = bottleneck_rate(&saturated, &clocks, queued_ns, 1.0).unwrap();
+    let small = through(
+        path,
+        seed + 2,
+        &at_rate(30_000_000_000, 500_000_000, 20e6, 100),
+    );
+    let packets = packet_rate(&small, &clocks, queued_ns, 1.0, rate.value);
+    let found = buffer(&saturated, &clocks, &rate, median, loss.rate.value);
+    DirectionEstimates {
+        base_delay_ns: base_delay(&clocks, 0.0, 0.0, 1.0),
+        probe_bytes: 200,
+        variation: Some(variation),
+        loss,
+        rate_bps: Some(rate),
+        packet_rate: packets,
+        buffer: found,
+        trace_file: None,
+    }
+}
+
+fn twin_of(up: &LinkSpec, down: &LinkSpec) -> TwinFile {
+    TwinFile {
+        host: Some("192.0.2.7".into()),
+        up: direction(&estimate(up, 1)),
+        down: direction(&estimate(down, 11)),
+    }
+}
+
+#[test]
+fn a_twin_prints_reads_back_and_measures_like_its_original() {
+    let up = spec("delay 20ms 1ms rate 5mbit pps 1000 limit 40");
+    let down = spec("delay 15ms rate 20mbit limit 200 loss gemodel 1% 30%");
+    let twin = twin_of(&up, &down);
+    let text = twin.to_toml();
+    eprintln!("{text}");
+    let read = TwinFile::parse(&text).unwrap();
+    // As it prints (to six digits, and probabilities to the digits a spec keeps).
+    assert_eq!(read.to_toml(), text);
+    let rate = &read.down.figures["rate_mbit"];
+    assert!(
+        (rate.value - twin.down.figures["rate_mbit"].value).abs() < 1e-4,
+        "{rate:?}"
+    );
+    // The twin's spec, measured the same way, gives the same figures.
+    for (original, copy) in [(&twin.up, &read.up), (&twin.down, &read.down)] {
+        let again = direction(&estimate(&copy.spec, 21));
+        for (name, tolerance) in [
+            ("base_delay_ms", 0.001),
+            ("rate_mbit", 0.01),
+            ("buffer_packets", 0.10),
+            ("delay_variation_p50_ms", 0.10),
+        ] {
+            let (a, b) = (&original.figures[name], &again.figures[name]);
+            let error = (b.value - a.value).abs();
+            assert!(
+                error <= tolerance * a.value.abs().max(1e-3),
+                "{name}: {} against {}",
+                b.value,
+                a.value
+            );
+        }
+    }
+    assert!(twin.up.spec.packet_rate.is_some(), "{}", twin.up.spec);
+    assert!(
+        matches!(
+            twin.down.spec.loss,
+            Some(pathlab_core::spec::LossSpec::GilbertElliott { .. })
+        ),
+        "{}",
+        twin.down.spec
+    );
+}
