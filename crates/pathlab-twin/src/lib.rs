@@ -24,6 +24,7 @@ pub mod delay;
 pub mod figure;
 pub mod file;
 pub mod loss;
+pub mod measure;
 pub mod queued;
 pub mod samples;
 pub mod stats;

@@ -1,0 +1,355 @@
+//! What `pathlab twin` sends in each direction, and what it makes of what arrived: the
+//! plan of its phases (sans-IO: sizes, rates and counts from the time given, the highest
+//! rate allowed and a rough capacity) and the estimate of one direction from the phases'
+//! samples, with what it could not learn said in words.
+//!
+//! A direction's phases, in order:
+//! 1. **Low load**: small probes at a rate far below the path's, for most of the time:
+//!    the clocks (drift), the base delay, the delay's variation and the loss.
+//! 2. **Saturation** (not with `--gentle`): full-size probes at 1.5 times the rough
+//!    capacity (never above the highest rate allowed) for a few seconds: the bottleneck's
+//!    rate, the buffer in front of it, how it drops, the rate over time.
+//! 3. **Small packets** (not with `--gentle`): the smallest probes at 1.5 times what the
+//!    byte rate would carry of them: a packet-rate limit (the seed's modem).
+
+use crate::assemble::DirectionEstimates;
+use crate::bottleneck::{bottleneck_rate, packet_rate, PacketRate};
+use crate::buffer::buffer;
+use crate::delay::{base_delay, delay_variation};
+use crate::loss::fit_loss;
+use crate::samples::{Clocks, Sample};
+use crate::trace::{delivery_trace, rate_over_time};
+
+/// Bytes of each low-load probe's UDP payload.
+pub const LOW_LOAD_PAYLOAD: u32 = 200;
+/// The low-load probes' rate, packets per second (at 200 bytes, 320 kbit/s of payload).
+pub const LOW_LOAD_PPS: f64 = 200.0;
+/// The low-load phase's rate is at most this share of the highest rate allowed.
+pub const LOW_LOAD_SHARE: f64 = 0.1;
+/// How much faster than the rough capacity the saturating phase sends.
+pub const OVERFEED: f64 = 1.5;
+/// The saturating and small-packet phases' length, seconds: enough to fill a 0.6 s modem
+/// buffer overfed by half and keep it full for seconds.
+pub const SATURATION_S: f64 = 4.0;
+/// The small-packet phase's length, seconds.
+pub const SMALL_S: f64 = 2.0;
+/// The shortest measurement a direction takes, seconds: its low load at least 5 s.
+pub const MIN_LOW_LOAD_S: f64 = 5.0;
+/// Points of the delay's empirical distribution (quantiles at 0, 1/N, ..., 1).
+pub const VARIATION_POINTS: usize = 20;
+/// Above the low-load variation's largest, a packet waited in a queue: this margin, ns.
+pub const QUEUED_MARGIN_NS: f64 = 100_000.0;
+
+/// One phase of probes: their UDP payload, their rate (bits/s of payload) and how many.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Phase {
+    /// UDP payload bytes of each probe.
+    pub payload_bytes: u32,
+    /// Bits per second of UDP payload.
+    pub rate_bps: f64,
+    /// Probes to send.
+    pub count: u64,
+}
+
+impl Phase {
+    /// Probes of `payload_bytes` at `pps` a second for `seconds` (at least one).
+    fn at(payload_bytes: u32, pps: f64, seconds: f64) -> Phase {
+        Phase {
+            payload_bytes,
+            rate_bps: pps * f64::from(payload_bytes) * 8.0,
+            count: ((pps * seconds).round() as u64).max(1),
+        }
+    }
+
+    /// How long it takes, seconds.
+    pub fn seconds(&self) -> f64 {
+        self.count as f64 * f64::from(self.payload_bytes) * 8.0 / self.rate_bps
+    }
+}
+
+/// What a direction's plan starts from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanInput {
+    /// Seconds the whole direction may take.
+    pub seconds: f64,
+    /// The highest rate allowed, bits/s of UDP payload (the user's `--max-rate` and the
+    /// server's own bound, the lower).
+    pub max_rate_bps: f64,
+    /// The largest UDP payload the path carries unfragmented.
+    pub full_payload: u32,
+    /// The smallest probe's payload.
+    pub small_payload: u32,
+    /// Bytes a probe counts for at the bottleneck beyond its payload (UDP, IP, Ethernet).
+    pub overhead_bytes: u32,
+}
+
+/// The phases of one direction; what cannot be learned within the bounds is said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Always.
+    pub low_load: Phase,
+    /// `None` with `--gentle`, or when the rough capacity is not below the highest rate
+    /// allowed (the path could not be overfed: [`Plan::cannot`] says so).
+    pub saturation: Option<Phase>,
+    /// As `saturation`.
+    pub small: Option<Phase>,
+    /// What this plan will not learn, and why.
+    pub cannot: Vec<String>,
+}
+
+/// The low-load phase of `input`: at most [`LOW_LOAD_SHARE`] of the rate allowed, for
+/// what the other phases leave of the time.
+pub fn low_load(input: &PlanInput, gentle: bool) -> Phase {
+    let others = if gentle { 0.0 } else { SATURATION_S + SMALL_S };
+    let seconds = (input.seconds - others).max(MIN_LOW_LOAD_S);
+    let bits = f64::from(LOW_LOAD_PAYLOAD) * 8.0;
+    let pps = LOW_LOAD_PPS.min(LOW_LOAD_SHARE * input.max_rate_bps / bits);
+    Phase::at(LOW_LOAD_PAYLOAD, pps.max(1.0), seconds)
+}
+
+/// The phases of a direction whose rough capacity (bits/s at the bottleneck, from packet
+/// trains) is `capacity_bps`; none but the low load when `gentle`.
+pub fn plan(input: &PlanInput, capacity_bps: Option<f64>, gentle: bool) -> Plan {
+    let mut cannot = Vec::new();
+    let low_load = low_load(input, gentle);
+    if gentle {
+        cannot.push(
+            "--gentle: the bottleneck's rate, its packet-rate limit, its buffer and how it \
+             drops (they take overfeeding the path)"
+                .to_owned(),
+        );
+        return Plan {
+            low_load,
+            saturation: None,
+            small: None,
+            cannot,
+        };
+    }
+    let Some(capacity_bps) = capacity_bps.filter(|c| c.is_finite() && *c > 0.0) else {
+        cannot.push("the bottleneck: packet trains found no capacity to overfeed".to_owned());
+        return Plan {
+            low_load,
+            saturation: None,
+            small: None,
+            cannot,
+        };
+    };
+    let full = input.full_payload;
+    let frame = |payload: u32| f64::from(payload + input.overhead_bytes);
+    // Payload bits/s of full-size probes that put OVERFEED x the capacity on the line.
+    let wanted = OVERFEED * capacity_bps * f64::from(full) / frame(full);
+    if wanted > input.max_rate_bps {
+        cannot.push(format!(
+            "the bottleneck's rate, buffer and drops: overfeeding a path of about {:.2} \
+             Mbit/s takes {:.2} Mbit/s of probes, above the {:.2} allowed (--max-rate or \
+             the server's bound)",
+            capacity_bps / 1e6,
+            wanted / 1e6,
+            input.max_rate_bps / 1e6
+        ));
+        return Plan {
+            low_load,
+            saturation: None,
+            small: None,
+            cannot,
+        };
+    }
+    let saturation = Phase::at(full, wanted / (f64::from(full) * 8.0), SATURATION_S);
+    let small_pps = OVERFEED * capacity_bps / (frame(input.small_payload) * 8.0);
+    let small_rate = small_pps * f64::from(input.small_payload) * 8.0;
+    let small = if small_rate <= input.max_rate_bps {
+        Some(Phase::at(input.small_payload, small_pps, SMALL_S))
+    } else {
+        cannot.push(format!(
+            "a packet-rate limit: {small_pps:.0} small probes a second are above the rate \
+             allowed"
+        ));
+        None
+    };
+    Plan {
+        low_load,
+        saturation: Some(saturation),
+        small,
+        cannot,
+    }
+}
+
+/// What a direction's phases brought back, as samples.
+#[derive(Debug, Clone, Default)]
+pub struct DirectionSamples {
+    /// The low-load phase's.
+    pub low_load: Vec<Sample>,
+    /// The saturating phase's, if it ran.
+    pub saturation: Option<Vec<Sample>>,
+    /// The small-packet phase's, if it ran.
+    pub small: Option<Vec<Sample>>,
+    /// The timestamps' resolution, ns.
+    pub resolution_ns: f64,
+}
+
+/// A direction as estimated: the figures, the delivery trace's text when the rate moves
+/// (its file name is the caller's to choose and set in `estimates.trace_file`), the clocks
+/// and what could not be learned.
+#[derive(Debug, Clone)]
+pub struct Estimated {
+    /// For [`crate::assemble::direction`].
+    pub estimates: DirectionEstimates,
+    /// The drift-corrected raw base (`received - sent`, offset in it), ns: the two
+    /// directions' sum is the base round trip, whatever the clocks' offset.
+    pub base_raw_ns: f64,
+    /// The delivery trace, mahimahi's format, when the rate moved.
+    pub trace: Option<String>,
+    /// What could not be learned, and why.
+    pub cannot: Vec<String>,
+}
+
+/// Estimates a direction from its samples; `offset_ns` is the clocks' offset (receiver
+/// minus sender, as [`split_offset`] finds it) and `offset_uncertainty_ns` how well it is
+/// known. `None` when no low-load probe arrived.
+pub fn estimate(
+    samples: &DirectionSamples,
+    offset_ns: f64,
+    offset_uncertainty_ns: f64,
+) -> Option<Estimated> {
+    let low = &samples.low_load;
+    let clocks = Clocks::from_low_load(low)?;
+    let mut cannot = Vec::new();
+    let variation = delay_variation(low, &clocks, VARIATION_POINTS);
+    let queued_ns = variation
+        .as_ref()
+        .and_then(|v| v.quantiles.last())
+        .map_or(0.0, |q| q.value_ns)
+        + QUEUED_MARGIN_NS;
+    let median_ns = variation
+        .as_ref()
+        .and_then(|v| v.quantiles.get(VARIATION_POINTS / 2))
+        .map_or(0.0, |q| q.value_ns);
+    let mut ordered: Vec<&Sample> = low.iter().collect();
+    ordered.sort_by_key(|s| s.seq);
+    let lost: Vec<bool> = ordered.iter().map(|s| s.received_ns.is_none()).collect();
+    let loss = fit_loss(&lost);
+    let resolution = samples.resolution_ns;
+    let rate_bps = samples.saturation.as_deref().and_then(|saturated| {
+        // Deliveries as fast as the probes were sent say the path carried them all, queue
+        // or not (a bigger probe's own serialization can read as a queue).
+        let rate = bottleneck_rate(saturated, &clocks, queued_ns, resolution)
+            .filter(|rate| sent_rate_bps(saturated).is_none_or(|sent| rate.value < 0.98 * sent));
+        if rate.is_none() {
+            cannot.push(
+                "the bottleneck's rate: the saturating probes built no queue (the path \
+                 carried them all: its bottleneck is above them)"
+                    .to_owned(),
+            );
+        }
+        rate
+    });
+    let packet_rate = match (&rate_bps, samples.small.as_deref()) {
+        (Some(rate), Some(small)) => {
+            packet_rate(small, &clocks, queued_ns, resolution, rate.value)
+        }
+        _ => None,
+    };
+    let buffer = match (&rate_bps, samples.saturation.as_deref()) {
+        (Some(rate), Some(saturated)) => {
+            buffer(saturated, &clocks, rate, median_ns, loss.rate.value)
+        }
+        _ => None,
+    };
+    let trace = samples.saturation.as_deref().and_then(|saturated| {
+        rate_over_time(saturated, &clocks, queued_ns)
+            .moves
+            .then(|| delivery_trace(saturated, &clocks, queued_ns))
+            .flatten()
+    });
+    let estimates = DirectionEstimates {
+        base_delay_ns: base_delay(&clocks, offset_ns, offset_uncertainty_ns, resolution),
+        probe_bytes: low.first().map_or(0, |s| s.len_bytes),
+        variation,
+        loss,
+        rate_bps,
+        packet_rate,
+        buffer,
+        trace_file: None,
+    };
+    Some(Estimated {
+        estimates,
+        base_raw_ns: clocks.base_raw_ns,
+        trace,
+        cannot,
+    })
+}
+
+/// Bits per second the phase's frames were sent at, from its first send to its last.
+fn sent_rate_bps(samples: &[Sample]) -> Option<f64> {
+    let first = samples.iter().map(|s| s.sent_ns).min()?;
+    let last = samples.iter().map(|s| s.sent_ns).max()?;
+    let bits: f64 = samples.iter().skip(1).map(|s| f64::from(s.len_bytes) * 8.0).sum();
+    (last > first).then(|| bits / ((last - first) as f64 * 1e-9))
+}
+
+/// The clocks' offset (the far end's clock minus this one's, ns) and how well it is
+/// known, from the two directions' raw bases (`received - sent`, drift removed; up:
+/// far minus near, down: near minus far) and their probes' serialization at the
+/// bottleneck each way. Their sum is the base round trip, exact; how it splits is not
+/// measurable end to end: the split assumed is equal propagation both ways (the
+/// serialization differences taken out), known within a tenth of the round trip's
+/// propagation either way, the asymmetry routes commonly show.
+pub fn split_offset(up_raw_ns: f64, down_raw_ns: f64, up_serial_ns: f64, down_serial_ns: f64) -> (f64, f64) {
+    let propagation = ((up_raw_ns + down_raw_ns) - up_serial_ns - down_serial_ns).max(0.0);
+    let offset = ((up_raw_ns - up_serial_ns) - (down_raw_ns - down_serial_ns)) / 2.0;
+    (offset, propagation * 0.1 / 2.0)
+}
+
+/// A probe's serialization at the bottleneck, ns: `frame_bytes` at `rate`, or the
+/// packet-rate limit's slot where that is longer; 0 where neither was learned.
+pub fn serialization_ns(estimates: &DirectionEstimates) -> f64 {
+    let bytes_ns = estimates.rate_bps.as_ref().map_or(0.0, |rate| {
+        f64::from(estimates.probe_bytes) * 8.0 / rate.value * 1e9
+    });
+    let slot_ns = match &estimates.packet_rate {
+        Some(PacketRate::Limited { pps }) => 1e9 / pps.value,
+        _ => 0.0,
+    };
+    bytes_ns.max(slot_ns)
+}
+
+/// The samples of a phase whose receiver recorded `arrivals` (sequence number, sent and
+/// received times, ns) of `sent` probes of `frame_bytes`: one sample a probe, in sequence
+/// order; a lost probe's send time is put between its neighbours' (the schedule is even).
+pub fn samples_of(arrivals: &[(u64, u64, u64)], sent: u64, frame_bytes: u32) -> Vec<Sample> {
+    let mut by_seq: Vec<Option<(u64, u64)>> = vec![None; sent as usize];
+    for &(seq, sent_ns, received_ns) in arrivals {
+        if let Some(slot) = by_seq.get_mut(seq as usize) {
+            slot.get_or_insert((sent_ns, received_ns));
+        }
+    }
+    let known: Vec<(usize, u64)> = by_seq
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| s.map(|(sent_ns, _)| (i, sent_ns)))
+        .collect();
+    let interval_ns = match (known.first(), known.last()) {
+        (Some(&(i0, t0)), Some(&(i1, t1))) if i1 > i0 => (t1 - t0) as f64 / (i1 - i0) as f64,
+        _ => 0.0,
+    };
+    let anchor = known.first().copied().unwrap_or((0, 0));
+    by_seq
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Sample {
+            seq: i as u64,
+            sent_ns: s.map_or_else(
+                || {
+                    let t = anchor.1 as f64 + (i as f64 - anchor.0 as f64) * interval_ns;
+                    t.max(0.0) as u64
+                },
+                |(sent_ns, _)| sent_ns,
+            ),
+            len_bytes: frame_bytes,
+            received_ns: s.map(|(_, received_ns)| received_ns),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+use super::*;
+use crate::buffer::Drops;
+use crate::testing::{at_rate, paced, spec, through};
+
+/// UDP, IPv4 and Ethernet headers.
+const OVERHEAD: u32 = 42;
+
+fn input(max_rate_bps: f64) -> PlanInput {
+    PlanInput {
+        seconds: 30.0,
+        max_rate_bps,
+        full_payload: 1472,
+        small_payload: 64,
+        overhead_bytes: OVERHEAD,
+    }
+}
+
+#[test]
+fn the_plan_overfeeds_the_rough_capacity_by_half_within_the_rate_allowed() {
+    let plan = plan(&input(100e6), Some(10e6), false);
+    // 24 s of 200 probes a second (the other phases take 6 s).
+    assert_eq!(plan.low_load.count, 4800);
+    assert_eq!(plan.low_load.payload_bytes, LOW_LOAD_PAYLOAD);
+    // 15 Mbit/s of 1514-byte frames on the line: 1238.5 probes a second of 1472 bytes.
+    let saturation = plan.saturation.unwrap();
+    let frames_bps = saturation.rate_bps * 1514.0 / 1472.0;
+    assert!((frames_bps / 15e6 - 1.0).abs() < 1e-9, "{saturation:?}");
+    assert!((saturation.seconds() - SATURATION_S).abs() < 0.01);
+    // Small probes: 15 Mbit/s of 106-byte frames, 17,689 a second for 2 s.
+    let small = plan.small.unwrap();
+    assert_eq!(small.count, (15e6 / (106.0 * 8.0) * SMALL_S).round() as u64);
+    assert!(plan.cannot.is_empty());
+}
+
+#[test]
+fn a_gentle_or_bounded_plan_says_what_it_will_not_learn() {
+    let gentle = plan(&input(100e6), Some(10e6), true);
+    assert_eq!((gentle.saturation, gentle.small), (None, None));
+    assert_eq!(gentle.low_load.count, 6000, "the whole 30 s at low load");
+    assert!(gentle.cannot[0].contains("--gentle"), "{:?}", gentle.cannot);
+    // 5 Mbit/s allowed cannot overfeed 10: no guess, a reason.
+    let bounded = plan(&input(5e6), Some(10e6), false);
+    assert_eq!(bounded.saturation, None);
+    assert!(
+        bounded.cannot[0].contains("above the 5.00 allowed"),
+        "{:?}",
+        bounded.cannot
+    );
+    // And the low load stays a tenth of what is allowed: 500 kbit/s here is 312 a second.
+    let slow = low_load(&input(0.5e6), false);
+    assert!((slow.rate_bps - 0.05e6).abs() < 1.0, "{slow:?}");
+    // Nothing to overfeed without a capacity.
+    assert!(plan(&input(100e6), None, false).cannot[0].contains("packet trains"));
+}
+
+/// The phases of `plan(10 Mbit/s)` through `path` in virtual time.
+fn measured(path: &str) -> DirectionSamples {
+    let path = spec(path);
+    let low = through(&path, 1, &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD));
+    let saturation = through(&path, 2, &at_rate(0, 4_000_000_000, 15e6, 1514));
+    let small = through(&path, 3, &at_rate(0, 2_000_000_000, 15e6, 106));
+    DirectionSamples {
+        low_load: low,
+        saturation: Some(saturation),
+        small: Some(small),
+        resolution_ns: 1.0,
+    }
+}
+
+#[test]
+fn a_tail_drop_bottleneck_is_recovered_from_its_phases() {
+    // 80 frames of 1514 bytes at 10 Mbit/s: 96.9 ms of buffer.
+    let estimated = estimate(&measured("delay 20ms rate 10mbit limit 80"), 0.0, 0.0).unwrap();
+    let e = &estimated.estimates;
+    let rate = e.rate_bps.as_ref().unwrap();
+    assert!((rate.value / 10e6 - 1.0).abs() < 0.01, "{rate:?}");
+    let buffer = e.buffer.as_ref().unwrap();
+    assert!(
+        (buffer.packets.value / 80.0 - 1.0).abs() < 0.1,
+        "{buffer:?}"
+    );
+    assert!(matches!(buffer.drops, Drops::TailDrop { .. }), "{buffer:?}");
+    assert!(matches!(e.packet_rate, Some(PacketRate::NoneBelow { .. })));
+    // The base: 20 ms and a 242-byte frame's 193.6 us at 10 Mbit/s, which the twin's
+    // spec takes out again (the emulated bottleneck adds it back).
+    assert_eq!(e.base_delay_ns.value, 20_193_600.0);
+    assert!((serialization_ns(e) - 193_600.0).abs() < 2_000.0);
+    assert_eq!(estimated.trace, None, "a fixed rate has no trace");
+    assert!(estimated.cannot.is_empty(), "{:?}", estimated.cannot);
+    let twin = crate::assemble::direction(e);
+    let delay = twin.spec.delay.unwrap().delay;
+    assert!(
+        (delay.as_nanos() as f64 - 20e6).abs() < 5_000.0,
+        "{delay:?}"
+    );
+    // Another buffer gives another figure: it is the path's, not a constant.
+    let other = estimate(&measured("delay 20ms rate 10mbit limit 40"), 0.0, 0.0).unwrap();
+    let packets = other.estimates.buffer.unwrap().packets.value;
+    assert!((packets / 40.0 - 1.0).abs() < 0.1, "{packets}");
+}
+
+#[test]
+fn a_packet_rate_limit_is_recovered_and_a_path_above_the_probes_is_said() {
+    let limited = estimate(&measured("delay 5ms rate 10mbit pps 2000 limit 80"), 0.0, 0.0);
+    match limited.unwrap().estimates.packet_rate {
+        Some(PacketRate::Limited { pps }) => {
+            assert!((pps.value / 2000.0 - 1.0).abs() < 0.01, "{pps:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A 100 Mbit/s path is not overfed by 15: no rate, and why.
+    let fast = estimate(&measured("delay 5ms rate 100mbit"), 0.0, 0.0).unwrap();
+    assert_eq!(fast.estimates.rate_bps, None);
+    assert!(fast.cannot[0].contains("built no queue"), "{:?}", fast.cannot);
+}
+
+#[test]
+fn the_offset_splits_the_round_trip_by_equal_propagation() {
+    // 15 ms each way; up 2 Mbit/s, down 20 (a 242-byte frame: 968 us up, 96.8 down); the
+    // far clock 3.2 s ahead.
+    let (up_serial, down_serial) = (968_000.0, 96_800.0);
+    let theta = 3.2e9;
+    let up_raw = 15e6 + up_serial + theta;
+    let down_raw = 15e6 + down_serial - theta;
+    let (offset, uncertainty) = split_offset(up_raw, down_raw, up_serial, down_serial);
+    assert!((offset - theta).abs() < 1e-3, "{offset}");
+    // A tenth of the 30 ms propagation, split: 1.5 ms.
+    assert!((uncertainty - 1.5e6).abs() < 1e-3, "{uncertainty}");
+}
+
+#[test]
+fn samples_put_a_lost_probe_between_its_neighbours() {
+    // Probes 0..5 every 1000 ns; 2 lost; a copy of 1 and a stranger numbered 9.
+    let arrivals = [
+        (0, 10_000, 50_000),
+        (1, 11_000, 51_000),
+        (1, 11_000, 52_000),
+        (3, 13_000, 53_000),
+        (4, 14_000, 54_000),
+        (9, 0, 0),
+    ];
+    let samples = samples_of(&arrivals, 5, 242);
+    assert_eq!(samples.len(), 5);
+    assert_eq!(samples[1].received_ns, Some(51_000), "the first copy");
+    assert_eq!((samples[2].sent_ns, samples[2].received_ns), (12_000, None));
+    assert!(samples.iter().all(|s| s.len_bytes == 242));
+}
