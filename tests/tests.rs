@@ -45,3 +45,4 @@ mod rfc6349;
 mod server_abuse;
 mod shaped;
 mod tune;
+mod twin;

@@ -51,6 +51,7 @@ pub mod streams;
 mod target;
 pub mod tcp;
 pub mod tune;
+pub mod twin;
 
 pub use client::{Client, OneWayTest, ProbeArrivals, CONNECT_TIMEOUT};
 pub use counters::{metrics, MeasurementServerCounters, RefusalReason, TestKind, TestOutcome};

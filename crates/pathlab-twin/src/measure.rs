@@ -244,9 +244,7 @@ pub fn estimate(
         rate
     });
     let packet_rate = match (&rate_bps, samples.small.as_deref()) {
-        (Some(rate), Some(small)) => {
-            packet_rate(small, &clocks, queued_ns, resolution, rate.value)
-        }
+        (Some(rate), Some(small)) => packet_rate(small, &clocks, queued_ns, resolution, rate.value),
         _ => None,
     };
     let buffer = match (&rate_bps, samples.saturation.as_deref()) {
@@ -283,7 +281,11 @@ pub fn estimate(
 fn sent_rate_bps(samples: &[Sample]) -> Option<f64> {
     let first = samples.iter().map(|s| s.sent_ns).min()?;
     let last = samples.iter().map(|s| s.sent_ns).max()?;
-    let bits: f64 = samples.iter().skip(1).map(|s| f64::from(s.len_bytes) * 8.0).sum();
+    let bits: f64 = samples
+        .iter()
+        .skip(1)
+        .map(|s| f64::from(s.len_bytes) * 8.0)
+        .sum();
     (last > first).then(|| bits / ((last - first) as f64 * 1e-9))
 }
 
@@ -294,7 +296,12 @@ fn sent_rate_bps(samples: &[Sample]) -> Option<f64> {
 /// measurable end to end: the split assumed is equal propagation both ways (the
 /// serialization differences taken out), known within a tenth of the round trip's
 /// propagation either way, the asymmetry routes commonly show.
-pub fn split_offset(up_raw_ns: f64, down_raw_ns: f64, up_serial_ns: f64, down_serial_ns: f64) -> (f64, f64) {
+pub fn split_offset(
+    up_raw_ns: f64,
+    down_raw_ns: f64,
+    up_serial_ns: f64,
+    down_serial_ns: f64,
+) -> (f64, f64) {
     let propagation = ((up_raw_ns + down_raw_ns) - up_serial_ns - down_serial_ns).max(0.0);
     let offset = ((up_raw_ns - up_serial_ns) - (down_raw_ns - down_serial_ns)) / 2.0;
     (offset, propagation * 0.1 / 2.0)

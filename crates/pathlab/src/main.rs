@@ -56,6 +56,8 @@ enum Command {
     Bond(Box<cmd::bond::Args>),
     /// Re-plot saved lab runs: CSV files, PNG and SVG figures, one HTML page.
     Report(cmd::report::Args),
+    /// Measure a real path and write its twin: a file the emulator runs (emulate --twin).
+    Twin(cmd::twin::Args),
     /// What limits the live TCP transfers of any program: receiver's window, send buffer, congestion or the application.
     Inspect(cmd::inspect::Args),
     /// What each TCP connection in a pcap/pcapng capture did and what limited it.
@@ -125,6 +127,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => cmd::analyze::run(&args, command_line),
         Command::Bond(args) => cmd::bond::run(&args),
         Command::Capacity(args) => cmd::capacity::run(&args),
+        Command::Twin(args) => cmd::twin::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -56,7 +56,11 @@ fn a_gentle_or_bounded_plan_says_what_it_will_not_learn() {
 /// The phases of `plan(10 Mbit/s)` through `path` in virtual time.
 fn measured(path: &str) -> DirectionSamples {
     let path = spec(path);
-    let low = through(&path, 1, &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD));
+    let low = through(
+        &path,
+        1,
+        &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
+    );
     let saturation = through(&path, 2, &at_rate(0, 4_000_000_000, 15e6, 1514));
     let small = through(&path, 3, &at_rate(0, 2_000_000_000, 15e6, 106));
     DirectionSamples {
@@ -101,7 +105,11 @@ fn a_tail_drop_bottleneck_is_recovered_from_its_phases() {
 
 #[test]
 fn a_packet_rate_limit_is_recovered_and_a_path_above_the_probes_is_said() {
-    let limited = estimate(&measured("delay 5ms rate 10mbit pps 2000 limit 80"), 0.0, 0.0);
+    let limited = estimate(
+        &measured("delay 5ms rate 10mbit pps 2000 limit 80"),
+        0.0,
+        0.0,
+    );
     match limited.unwrap().estimates.packet_rate {
         Some(PacketRate::Limited { pps }) => {
             assert!((pps.value / 2000.0 - 1.0).abs() < 0.01, "{pps:?}");
@@ -111,7 +119,11 @@ fn a_packet_rate_limit_is_recovered_and_a_path_above_the_probes_is_said() {
     // A 100 Mbit/s path is not overfed by 15: no rate, and why.
     let fast = estimate(&measured("delay 5ms rate 100mbit"), 0.0, 0.0).unwrap();
     assert_eq!(fast.estimates.rate_bps, None);
-    assert!(fast.cannot[0].contains("built no queue"), "{:?}", fast.cannot);
+    assert!(
+        fast.cannot[0].contains("built no queue"),
+        "{:?}",
+        fast.cannot
+    );
 }
 
 #[test]

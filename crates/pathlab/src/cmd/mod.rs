@@ -21,6 +21,7 @@ pub mod sim;
 pub mod spec;
 pub mod tcp;
 pub mod tune;
+pub mod twin;
 
 /// Reads a key file (`--psk`): its owner's only, as [`pathlab_os::files::read_secret`]
 /// requires; any problem is a usage error.

@@ -1,0 +1,234 @@
+//! `pathlab twin`'s measurement against a server: per direction, the path MTU and a rough
+//! capacity from packet trains, then the phases [`pathlab_twin::measure::plan`] lays out
+//! (low load; saturation and small packets unless gentle), each a one-way test whose
+//! probes come back as samples; then the estimate of both directions, the clocks' offset
+//! split between them, assembled into a twin. The plan and the estimators are
+//! `pathlab-twin`'s; this module sends and collects.
+
+use std::time::Duration;
+
+use pathlab_core::BitsPerSec;
+use pathlab_probe::control::Direction;
+use pathlab_twin::file::TwinFile;
+use pathlab_twin::measure::{
+    self, estimate, split_offset, DirectionSamples, Estimated, Phase, PlanInput,
+};
+
+use crate::capacity::{self, CapacityOptions};
+use crate::{Client, MeasureError, ServerTarget};
+
+/// Bytes a probe's frame counts beyond its IP packet: the Ethernet header (what a rate in
+/// tc, netem or pathlab counts).
+const ETHERNET_HEADER: u32 = 14;
+
+/// Packet trains for the rough capacity that sizes the saturating phase (then a
+/// constant-rate stream of up to [`pathlab_probe::shaper::DEFAULT_BUDGET_BYTES`] finds a
+/// token bucket's sustained rate).
+const TRAINS: u32 = 10;
+
+/// The timestamps' resolution, ns: the kernel's receive stamps are to the nanosecond,
+/// but the sender's reading of its clock and the kernel's transmit stamps are within a
+/// microsecond.
+const RESOLUTION_NS: f64 = 1_000.0;
+
+/// What `pathlab twin` measures.
+#[derive(Debug, Clone)]
+pub struct TwinConfig {
+    /// The server to measure against.
+    pub target: ServerTarget,
+    /// The host as the user named it (written in the twin).
+    pub host: String,
+    /// How long each direction may take.
+    pub time_per_direction: Duration,
+    /// The highest rate any probe stream is sent at (the server's own bound applies too).
+    pub max_rate: Option<BitsPerSec>,
+    /// Measure without overfeeding the path (and learn less).
+    pub gentle: bool,
+    /// Trace files are named `{trace_stem}-up.trace` and `-down.trace`.
+    pub trace_stem: String,
+}
+
+/// What a `twin` run tells its caller as it goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TwinEvent<'a> {
+    /// The server answered: no probe goes faster than `max_rate_bps`.
+    Bounds {
+        /// The highest probe rate, bits/s of UDP payload.
+        max_rate_bps: f64,
+    },
+    /// `direction`'s rough capacity is being measured: packet trains, then a constant-rate
+    /// stream that finds a token bucket.
+    Capacity {
+        /// Its direction.
+        direction: Direction,
+    },
+    /// A phase of `direction` begins.
+    Phase {
+        /// Its direction.
+        direction: Direction,
+        /// Its name.
+        name: &'a str,
+        /// Its probes.
+        phase: Phase,
+    },
+    /// Something `direction`'s measurement will not learn, and why.
+    Cannot {
+        /// Its direction.
+        direction: Direction,
+        /// What, and why.
+        what: &'a str,
+    },
+}
+
+/// A measured twin: the file, the trace files it names (name, text), and what could not
+/// be learned in each direction.
+#[derive(Debug, Clone)]
+pub struct TwinMeasured {
+    /// The twin.
+    pub file: TwinFile,
+    /// Trace files to write beside it: (file name, mahimahi text).
+    pub traces: Vec<(String, String)>,
+    /// What each direction could not learn.
+    pub cannot: Vec<(Direction, String)>,
+}
+
+/// Runs `config`: connects once first (a wrong host or key fails before anything is
+/// sent), then measures up and down in turn, a fresh connection per step.
+pub fn run(
+    config: &TwinConfig,
+    on_event: &mut dyn FnMut(TwinEvent<'_>),
+) -> Result<TwinMeasured, MeasureError> {
+    let connect = || config.target.connect();
+    let limit = connect()?.limits.max_rate_bps as f64;
+    let max_rate_bps = config
+        .max_rate
+        .map_or(limit, |rate| (rate.bits_per_sec() as f64).min(limit));
+    on_event(TwinEvent::Bounds { max_rate_bps });
+    let mut cannot = Vec::new();
+    let mut measured = Vec::with_capacity(2);
+    for direction in [Direction::Up, Direction::Down] {
+        let (samples, said) =
+            measure_direction(&connect, config, direction, max_rate_bps, on_event)?;
+        cannot.extend(said.into_iter().map(|what| (direction, what)));
+        measured.push(samples);
+    }
+    let [up, down] = [&measured[0], &measured[1]];
+    // First without an offset, for the raw bases and the serialization each way.
+    let first = |samples: &DirectionSamples, direction: Direction| {
+        estimate(samples, 0.0, 0.0).ok_or_else(|| {
+            MeasureError::Session(pathlab_probe::session::SessionError::Protocol(format!(
+                "{}: no low-load probe arrived: the path lost everything",
+                direction.name()
+            )))
+        })
+    };
+    let (up0, down0) = (first(up, Direction::Up)?, first(down, Direction::Down)?);
+    let (offset, uncertainty) = split_offset(
+        up0.base_raw_ns,
+        down0.base_raw_ns,
+        measure::serialization_ns(&up0.estimates),
+        measure::serialization_ns(&down0.estimates),
+    );
+    let finish = |samples: &DirectionSamples, offset: f64, name: &str| -> Estimated {
+        let mut estimated = estimate(samples, offset, uncertainty).expect("it estimated before");
+        if estimated.trace.is_some() {
+            estimated.estimates.trace_file = Some(format!("{}-{name}.trace", config.trace_stem));
+        }
+        estimated
+    };
+    let (up, down) = (finish(up, offset, "up"), finish(down, -offset, "down"));
+    for (direction, estimated) in [(Direction::Up, &up), (Direction::Down, &down)] {
+        cannot.extend(
+            estimated
+                .cannot
+                .iter()
+                .map(|what| (direction, what.clone())),
+        );
+    }
+    let traces = [&up, &down]
+        .into_iter()
+        .filter_map(|e| Some((e.estimates.trace_file.clone()?, e.trace.clone()?)))
+        .collect();
+    Ok(TwinMeasured {
+        file: TwinFile {
+            host: Some(config.host.clone()),
+            up: pathlab_twin::assemble::direction(&up.estimates),
+            down: pathlab_twin::assemble::direction(&down.estimates),
+        },
+        traces,
+        cannot,
+    })
+}
+
+/// One direction's phases: its samples, and what its plan said it will not learn.
+fn measure_direction(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    config: &TwinConfig,
+    direction: Direction,
+    max_rate_bps: f64,
+    on_event: &mut dyn FnMut(TwinEvent<'_>),
+) -> Result<(DirectionSamples, Vec<String>), MeasureError> {
+    let path = connect()?.path_mtu(direction)?;
+    let overhead = path.mtu_bytes - path.payload_bytes + ETHERNET_HEADER;
+    let input = PlanInput {
+        seconds: config.time_per_direction.as_secs_f64(),
+        max_rate_bps,
+        full_payload: path.payload_bytes,
+        small_payload: crate::owd::OwdConfig::MIN_PROBE_BYTES,
+        overhead_bytes: overhead,
+    };
+    let capacity = if config.gentle {
+        None
+    } else {
+        on_event(TwinEvent::Capacity { direction });
+        let options = CapacityOptions {
+            pairs: 10,
+            trains: TRAINS,
+            available: false,
+            max_rate_bps: Some(max_rate_bps),
+            ..CapacityOptions::new(direction)
+        };
+        let report = capacity::measure(connect, &options, &mut |_| {})?;
+        // The sustained rate (a token bucket's, once its burst is spent: trains pass a
+        // bucket at the rate of the link beneath it), counted in frames.
+        let c = &report.capacity;
+        Some(c.bottleneck_bps() * c.frame_capacity_bps / c.capacity_bps.max(1.0))
+    };
+    let plan = measure::plan(&input, capacity, config.gentle);
+    for what in &plan.cannot {
+        on_event(TwinEvent::Cannot { direction, what });
+    }
+    let mut run = |name: &str, phase: Phase| -> Result<Vec<pathlab_twin::Sample>, MeasureError> {
+        on_event(TwinEvent::Phase {
+            direction,
+            name,
+            phase,
+        });
+        let arrivals = connect()?
+            .start_one_way(
+                direction,
+                phase.rate_bps.round() as u64,
+                phase.payload_bytes,
+                phase.count,
+                100,
+            )?
+            .run_raw()?;
+        let records: Vec<(u64, u64, u64)> = arrivals
+            .arrivals
+            .iter()
+            .map(|p| (p.seq, p.sent_ns, p.received_ns))
+            .collect();
+        Ok(measure::samples_of(
+            &records,
+            arrivals.sent,
+            phase.payload_bytes + overhead,
+        ))
+    };
+    let samples = DirectionSamples {
+        low_load: run("low load", plan.low_load)?,
+        saturation: plan.saturation.map(|p| run("saturation", p)).transpose()?,
+        small: plan.small.map(|p| run("small packets", p)).transpose()?,
+        resolution_ns: RESOLUTION_NS,
+    };
+    Ok((samples, plan.cannot))
+}

@@ -1,0 +1,171 @@
+//! `pathlab twin`: measure a real path against a `pathlab server` and write its twin, a
+//! file the emulator runs (`pathlab spec --twin FILE` prints it back).
+
+use std::io::Write as _;
+
+use anyhow::Context as _;
+use pathlab_probe::control::Direction;
+use pathlab_probe_driver::twin::{self, TwinConfig, TwinEvent};
+
+use crate::usage;
+
+/// Arguments of `pathlab twin`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Each direction is measured in turn: packet trains for a rough \
+capacity, then small probes at low load (base delay, the delay's variation, loss), then \
+full-size probes at 1.5 times the capacity for 4 s and the smallest probes for 2 s (the \
+bottleneck's rate, its buffer, how it drops, a packet-rate limit): those overfeed the path, \
+which looks like an attack to whoever watches it; --gentle does without them and says what \
+it could not learn."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
+    /// Where to write the twin (TOML); a trace file of a rate that moves goes beside it.
+    #[arg(long, value_name = "FILE")]
+    pub out: std::path::PathBuf,
+    /// The whole measurement, both directions (each takes half).
+    #[arg(short = 't', long, value_name = "TIME", default_value = "60s", value_parser = crate::cmd::parse_time)]
+    pub time: pathlab_core::Duration,
+    /// The highest rate any probes go at (UDP payload), e.g. 50M; the server's own bound
+    /// applies too.
+    #[arg(long, value_name = "RATE")]
+    pub max_rate: Option<String>,
+    /// Do not overfeed the path: learn the delay, its variation and loss only.
+    #[arg(long)]
+    pub gentle: bool,
+    #[command(flatten)]
+    pub client: crate::cmd::client::ClientOptions,
+}
+
+/// The shortest `-t`: both directions' low load at least 5 s.
+const MIN_TIME_S: f64 = 10.0;
+
+impl Args {
+    fn config(&self) -> anyhow::Result<TwinConfig> {
+        let max_rate = self
+            .max_rate
+            .as_deref()
+            .map(pathlab_core::spec::parse_rate)
+            .transpose()
+            .map_err(|e| usage(anyhow::anyhow!("--max-rate: {e}")))?;
+        let seconds = self.time.as_secs_f64();
+        if seconds < MIN_TIME_S {
+            return Err(usage(anyhow::anyhow!(
+                "-t {seconds}s is too short: a twin takes at least {MIN_TIME_S}s (5 s of low \
+                 load each way)"
+            )));
+        }
+        let stem = self
+            .out
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                usage(anyhow::anyhow!(
+                    "--out {}: not a file name",
+                    self.out.display()
+                ))
+            })?
+            .to_owned();
+        Ok(TwinConfig {
+            target: self.client.target(&self.server.host)?,
+            host: self.server.host.clone(),
+            time_per_direction: std::time::Duration::from_secs_f64(seconds / 2.0),
+            max_rate,
+            gentle: self.gentle,
+            trace_stem: stem,
+        })
+    }
+}
+
+/// Runs `pathlab twin`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let config = args.config()?;
+    let gentle = config.gentle;
+    let measured = twin::run(&config, &mut |event| say(event, gentle))
+        .map_err(crate::cmd::client::measure_error)?;
+    let directory = args.out.parent().filter(|p| !p.as_os_str().is_empty());
+    for (name, text) in &measured.traces {
+        let path = directory.map_or_else(|| name.into(), |d| d.join(name));
+        write(&path, text)?;
+    }
+    write(&args.out, &measured.file.to_toml())?;
+    if args.client.output.json {
+        let direction = |d: &pathlab_twin::file::DirectionTwin| serde_json::json!({ "spec": d.spec.to_string(), "figures": d.figures });
+        let cannot: Vec<_> = measured
+            .cannot
+            .iter()
+            .map(|(d, what)| serde_json::json!({ "direction": d.name(), "what": what }))
+            .collect();
+        let value = serde_json::json!({
+            "file": args.out.display().to_string(),
+            "host": measured.file.host,
+            "up": direction(&measured.file.up),
+            "down": direction(&measured.file.down),
+            "traces": measured.traces.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+            "cannot": cannot,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    for (name, direction) in [("up", &measured.file.up), ("down", &measured.file.down)] {
+        writeln!(out, "{name:5} {}", direction.spec)?;
+    }
+    for (direction, what) in &measured.cannot {
+        writeln!(out, "not learned {}: {what}", direction.name())?;
+    }
+    writeln!(out, "twin written to {}", args.out.display())?;
+    Ok(())
+}
+
+/// Makes `path` anew (what had its name is removed first, never followed) and writes
+/// `text`.
+fn write(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let mut file = pathlab_os::files::create_replacing(path)
+        .map_err(|e| anyhow::Error::new(e.into_io()))
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Progress on stderr.
+fn say(event: TwinEvent<'_>, gentle: bool) {
+    match event {
+        TwinEvent::Bounds { max_rate_bps } if !gentle => eprintln!(
+            "twin: this measurement overfeeds the path for about 6 s each way, at up to {:.2} \
+             Mbit/s (--max-rate; --gentle not to)",
+            max_rate_bps / 1e6
+        ),
+        TwinEvent::Bounds { .. } => {}
+        TwinEvent::Capacity { direction } => eprintln!(
+            "twin {}: packet trains and a constant-rate stream of up to {} MiB (the rough \
+             capacity, a token bucket's sustained rate)",
+            direction_name(direction),
+            pathlab_probe::shaper::DEFAULT_BUDGET_BYTES >> 20
+        ),
+        TwinEvent::Phase {
+            direction,
+            name,
+            phase,
+        } => eprintln!(
+            "twin {}: {name}: {} probes of {} bytes at {:.3} Mbit/s",
+            direction_name(direction),
+            phase.count,
+            phase.payload_bytes,
+            phase.rate_bps / 1e6
+        ),
+        TwinEvent::Cannot { direction, what } => {
+            eprintln!("twin {}: will not learn {what}", direction_name(direction));
+        }
+    }
+}
+
+fn direction_name(direction: Direction) -> &'static str {
+    match direction {
+        Direction::Up => "up",
+        Direction::Down => "down",
+    }
+}

@@ -1,0 +1,146 @@
+//! `pathlab twin` on a path pathlab did not make (issue 41): the kernel's token bucket
+//! (tc's tbf) behind pathlab's delay, measured from h1 against a server in h2. The twin
+//! must find the bucket's rate, the queue it holds, that it drops at the tail, and the
+//! delay each way; the other way, unshaped, it must say what it could not learn below
+//! `--max-rate` rather than guess. The twin file then reads back with `spec --twin`.
+
+use pathlab_os::topology::R_PORT_H2;
+
+use crate::shaped::kernel_tbf;
+use crate::util::emulated::{privileged_paired, Lab, ServerInH2, PATHLAB};
+
+/// The delay each way, ms (pathlab's emulator in r).
+const DELAY_MS: f64 = 10.0;
+/// The bucket: 10 Mbit/s, a 5 kB bucket, a queue of 50 ms (tc's tbf counts frames).
+const RATE_BPS: f64 = 10e6;
+const BURST_BYTES: f64 = 5.0 * 1024.0;
+const LATENCY_S: f64 = 0.05;
+
+/// A figure of a direction in `twin -J`'s output.
+fn figure(twin: &serde_json::Value, direction: &str, name: &str) -> f64 {
+    twin[direction]["figures"][name]["value"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{direction}.{name} in {twin:#}"))
+}
+
+#[test]
+fn a_twin_of_a_kernel_token_bucket_behind_a_delay_finds_its_rate_queue_and_delays() {
+    let Some(_serial) = privileged_paired("a_twin_of_a_kernel_token_bucket") else {
+        return;
+    };
+    let delay = format!("delay {DELAY_MS}ms");
+    let lab = Lab::start_with("twin-tbf", &delay, &["--reverse", &delay], true, false);
+    kernel_tbf(&lab.line, R_PORT_H2, "10mbit", "5kb", "50ms");
+    let _server = ServerInH2::start(&lab.line);
+    let out = lab.dir.path("tbf.toml");
+    let output = lab
+        .line
+        .h1
+        .command(PATHLAB)
+        .args([
+            "twin",
+            "198.18.0.2",
+            "-t",
+            "20s",
+            "--max-rate",
+            "40M",
+            "-J",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("pathlab twin runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("overfeeds the path for about 6 s each way, at up to 40.00 Mbit/s"),
+        "the saturating phases are said at the start: {stderr}"
+    );
+    let twin: serde_json::Value = serde_json::from_slice(&output.stdout).expect("twin's JSON");
+    eprintln!("{stderr}{twin:#}");
+
+    // Up: the bucket. Its rate counts frames, as the twin's does.
+    let rate = figure(&twin, "up", "rate_mbit") * 1e6;
+    assert!(
+        (rate / RATE_BPS - 1.0).abs() < 0.05,
+        "rate {rate} for {RATE_BPS}"
+    );
+    // tbf's queue: its rate times its latency plus its bucket, in bytes.
+    let queue = RATE_BPS / 8.0 * LATENCY_S + BURST_BYTES;
+    let buffer = figure(&twin, "up", "buffer_bytes");
+    assert!(
+        (buffer / queue - 1.0).abs() < 0.15,
+        "buffer {buffer} B for {queue}"
+    );
+    let onset = figure(&twin, "up", "drop_onset_ms");
+    let plateau = figure(&twin, "up", "buffer_delay_ms");
+    assert!(
+        onset >= 0.5 * plateau,
+        "tail drop: onset {onset} ms, plateau {plateau}"
+    );
+    let up_spec = twin["up"]["spec"].as_str().unwrap();
+    assert!(!up_spec.contains("codel"), "{up_spec}");
+    // The delay each way: the emulator's 10 ms; the twin's spec takes out the probes' own
+    // time on the bottleneck, which its rate adds back.
+    for direction in ["up", "down"] {
+        let spec = twin[direction]["spec"].as_str().unwrap();
+        let ms = pathlab_core::LinkSpec::parse(spec)
+            .expect("the twin's spec parses")
+            .delay
+            .expect("a delay")
+            .delay
+            .as_nanos() as f64
+            / 1e6;
+        assert!(
+            (ms - DELAY_MS).abs() < 0.5,
+            "{direction}: delay {ms} ms in {spec}"
+        );
+    }
+    // Down: a veth at gigabits is not overfed by 40 Mbit/s: said, not guessed.
+    let cannot = twin["cannot"].as_array().unwrap();
+    assert!(
+        cannot
+            .iter()
+            .any(|c| c["direction"] == "down" && c["what"].as_str().unwrap().contains("allowed")),
+        "{cannot:?}"
+    );
+    assert!(
+        twin["down"]["figures"].get("rate_mbit").is_none(),
+        "{twin:#}"
+    );
+
+    // The file reads back.
+    let back = lab
+        .line
+        .h1
+        .command(PATHLAB)
+        .args(["spec", "--twin"])
+        .arg(&out)
+        .output()
+        .expect("pathlab spec runs");
+    assert!(
+        back.status.success(),
+        "{}",
+        String::from_utf8_lossy(&back.stderr)
+    );
+    assert!(String::from_utf8_lossy(&back.stdout).contains(up_spec));
+}
+
+#[test]
+fn twin_refuses_bad_options_and_names_a_host_that_is_no_server() {
+    crate::util::assert_refused(
+        &["twin", "198.18.0.2", "--out", "x.toml", "-t", "5s"],
+        "too short",
+    );
+    crate::util::assert_refused(
+        &[
+            "twin",
+            "198.18.0.2",
+            "--out",
+            "x.toml",
+            "--max-rate",
+            "fast",
+        ],
+        "--max-rate",
+    );
+}
