@@ -19,6 +19,7 @@
 
 pub mod assemble;
 pub mod bottleneck;
+pub mod check;
 pub mod buffer;
 pub mod delay;
 pub mod figure;

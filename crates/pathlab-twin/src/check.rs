@@ -1,0 +1,206 @@
+//! `pathlab twin check`'s verdict: the same workloads' figures on the real path and on its
+//! twin, side by side, each with its error and the bound it is judged by (issue 41's
+//! accuracy targets), and whether the twin holds.
+
+use serde::{Deserialize, Serialize};
+
+/// Goodput of bulk TCP on the twin within this share of the real path's.
+pub const GOODPUT_WITHIN: f64 = 0.05;
+/// Round trips under load (p50 and p95) within this share.
+pub const LOADED_RTT_WITHIN: f64 = 0.10;
+/// The base round trip within this, ms.
+pub const BASE_RTT_WITHIN_MS: f64 = 0.5;
+/// Loss within this share of itself...
+pub const LOSS_WITHIN: f64 = 0.20;
+/// ...where the real path loses at least this much; below, both must be below it.
+pub const LOSS_FLOOR: f64 = 0.005;
+
+/// What the workloads found on one path, one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DirectionFigures {
+    /// Bulk TCP's goodput, bits per second.
+    pub goodput_bps: f64,
+    /// Round trips beside it: median and 95th percentile, ms.
+    pub loaded_rtt_p50_ms: f64,
+    /// The 95th percentile.
+    pub loaded_rtt_p95_ms: f64,
+    /// Loss of paced probes at low load, a fraction.
+    pub loss: f64,
+}
+
+/// What the workloads found on one path.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PathFigures {
+    /// The least round trip of an idle path, ms.
+    pub base_rtt_ms: f64,
+    /// From this host to the far one.
+    pub up: DirectionFigures,
+    /// Back.
+    pub down: DirectionFigures,
+}
+
+/// One figure compared.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// What it is, with its unit.
+    pub name: String,
+    /// On the real path.
+    pub real: f64,
+    /// On the twin.
+    pub twin: f64,
+    /// The error as judged: relative (a share) or absolute (in the figure's unit), as
+    /// `bound` is.
+    pub error: f64,
+    /// The bound.
+    pub bound: f64,
+    /// Whether `error` is relative.
+    pub relative: bool,
+    /// Whether the twin holds on this figure.
+    pub within: bool,
+}
+
+impl Row {
+    fn relative(name: &str, real: f64, twin: f64, bound: f64) -> Row {
+        let error = if real > 0.0 {
+            (twin - real) / real
+        } else {
+            f64::INFINITY
+        };
+        Row {
+            name: name.to_owned(),
+            real,
+            twin,
+            error,
+            bound,
+            relative: true,
+            within: error.abs() <= bound,
+        }
+    }
+
+    fn absolute(name: &str, real: f64, twin: f64, bound: f64) -> Row {
+        let error = twin - real;
+        Row {
+            name: name.to_owned(),
+            real,
+            twin,
+            error,
+            bound,
+            relative: false,
+            within: error.abs() <= bound,
+        }
+    }
+
+    /// Loss: relative where the real path loses at least [`LOSS_FLOOR`]; below it, the
+    /// twin must lose less than the floor too (the error is then absolute).
+    fn loss(name: &str, real: f64, twin: f64) -> Row {
+        if real >= LOSS_FLOOR {
+            return Row::relative(name, real, twin, LOSS_WITHIN);
+        }
+        Row {
+            within: twin < LOSS_FLOOR,
+            ..Row::absolute(name, real, twin, LOSS_FLOOR)
+        }
+    }
+}
+
+/// The comparison of a real path and its twin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// Every figure.
+    pub rows: Vec<Row>,
+}
+
+impl Comparison {
+    /// Whether the twin holds on every figure.
+    pub fn holds(&self) -> bool {
+        self.rows.iter().all(|r| r.within)
+    }
+
+    /// The figures it does not hold on.
+    pub fn misses(&self) -> impl Iterator<Item = &Row> {
+        self.rows.iter().filter(|r| !r.within)
+    }
+}
+
+/// Compares the twin's figures with the real path's.
+pub fn compare(real: &PathFigures, twin: &PathFigures) -> Comparison {
+    let mut rows = vec![Row::absolute(
+        "base RTT, ms",
+        real.base_rtt_ms,
+        twin.base_rtt_ms,
+        BASE_RTT_WITHIN_MS,
+    )];
+    for (way, r, t) in [("up", &real.up, &twin.up), ("down", &real.down, &twin.down)] {
+        rows.push(Row::relative(
+            &format!("goodput {way}, Mbit/s"),
+            r.goodput_bps / 1e6,
+            t.goodput_bps / 1e6,
+            GOODPUT_WITHIN,
+        ));
+        rows.push(Row::relative(
+            &format!("RTT p50 loaded {way}, ms"),
+            r.loaded_rtt_p50_ms,
+            t.loaded_rtt_p50_ms,
+            LOADED_RTT_WITHIN,
+        ));
+        rows.push(Row::relative(
+            &format!("RTT p95 loaded {way}, ms"),
+            r.loaded_rtt_p95_ms,
+            t.loaded_rtt_p95_ms,
+            LOADED_RTT_WITHIN,
+        ));
+        rows.push(Row::loss(&format!("loss {way}"), r.loss, t.loss));
+    }
+    Comparison { rows }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(goodput: f64, p50: f64, p95: f64, loss: f64) -> PathFigures {
+        let direction = DirectionFigures {
+            goodput_bps: goodput,
+            loaded_rtt_p50_ms: p50,
+            loaded_rtt_p95_ms: p95,
+            loss,
+        };
+        PathFigures {
+            base_rtt_ms: 20.0,
+            up: direction,
+            down: direction,
+        }
+    }
+
+    #[test]
+    fn a_twin_within_every_bound_holds_and_one_outside_is_named() {
+        let real = path(9.5e6, 80.0, 95.0, 0.01);
+        let close = PathFigures {
+            base_rtt_ms: 20.4,
+            ..path(9.1e6, 87.0, 86.0, 0.0085)
+        };
+        let comparison = compare(&real, &close);
+        assert!(comparison.holds(), "{comparison:#?}");
+        assert_eq!(comparison.rows.len(), 9);
+        // Goodput 6% low, base 0.6 ms off: both named, nothing else.
+        let off = PathFigures {
+            base_rtt_ms: 20.6,
+            ..path(8.9e6, 80.0, 95.0, 0.01)
+        };
+        let comparison = compare(&real, &off);
+        let missed: Vec<&str> = comparison.misses().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            missed,
+            ["base RTT, ms", "goodput up, Mbit/s", "goodput down, Mbit/s"]
+        );
+        assert!((comparison.rows[1].error + 0.0631).abs() < 1e-3);
+    }
+
+    #[test]
+    fn loss_below_half_a_percent_is_judged_by_the_floor() {
+        let real = path(9.5e6, 80.0, 95.0, 0.001);
+        assert!(compare(&real, &path(9.5e6, 80.0, 95.0, 0.004)).holds());
+        let lossy = compare(&real, &path(9.5e6, 80.0, 95.0, 0.006));
+        assert_eq!(lossy.misses().count(), 2, "{lossy:#?}");
+    }
+}
