@@ -555,29 +555,11 @@ fn an_unknown_priority_or_a_cpu_the_machine_lacks_exits_2() {
     }
 }
 
-/// A twin file (`pathlab twin`'s) of one lossy direction and one clean one.
-const TWIN: &str = r#"version = 1
-
-[up]
-spec = "delay 10ms quantiles 0 1ms 3ms loss 1%"
-
-[up.figures]
-base_delay_ms = { value = 10.0, low = 9.99, high = 10.01, how = "least delay" }
-loss_percent = { value = 1.0, low = 0.8, high = 1.2, how = "counted" }
-
-[down]
-spec = "delay 10ms"
-
-[down.figures]
-base_delay_ms = { value = 10.0, low = 9.99, high = 10.01, how = "least delay" }
-loss_percent = { value = 0.0, low = 0.0, high = 0.1, how = "counted" }
-"#;
-
 #[test]
 fn spec_twin_prints_a_twin_back_and_refuses_a_malformed_figure_with_its_line() {
     let dir = TempDir::new("twin");
     let good = dir.path("good.toml");
-    std::fs::write(&good, TWIN).expect("write");
+    std::fs::write(&good, pathlab_twin::file::EXAMPLE).expect("write");
     let output = pathlab(&["spec", "--twin", good.to_str().expect("utf-8")]);
     assert!(output.status.success(), "stderr: {}", stderr(&output));
     let printed = stdout(&output);
@@ -592,7 +574,11 @@ fn spec_twin_prints_a_twin_back_and_refuses_a_malformed_figure_with_its_line() {
         printed
     );
     let bad = dir.path("bad.toml");
-    std::fs::write(&bad, TWIN.replacen("low = 0.8", "low = 1.1", 1)).expect("write");
+    std::fs::write(
+        &bad,
+        pathlab_twin::file::EXAMPLE.replacen("low = 0.8", "low = 1.1", 1),
+    )
+    .expect("write");
     let output = pathlab(&["spec", "--twin", bad.to_str().expect("utf-8")]);
     assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
     assert!(

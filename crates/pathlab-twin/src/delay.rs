@@ -79,7 +79,7 @@ impl DelayVariation {
         if values.len() < 2 {
             return values.first().copied().unwrap_or(0.0);
         }
-        let pairs = values.windows(2).map(|w| (w[0] + w[1]) / 2.0);
+        let pairs = values.windows(2).map(|w| f64::midpoint(w[0], w[1]));
         pairs.sum::<f64>() / (values.len() - 1) as f64
     }
 }

@@ -19,12 +19,32 @@
 //! field; [`TwinFile::to_toml`] prints it back in that form.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use pathlab_core::LinkSpec;
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::figure::Figure;
+
+/// A small twin, by hand: what the file looks like at least (the examples and tests
+/// start from it).
+pub const EXAMPLE: &str = r#"version = 1
+
+[up]
+spec = "delay 10ms quantiles 0 1ms 3ms loss 1%"
+
+[up.figures]
+base_delay_ms = { value = 10.0, low = 9.99, high = 10.01, how = "least delay" }
+loss_percent = { value = 1.0, low = 0.8, high = 1.2, how = "counted" }
+
+[down]
+spec = "delay 10ms"
+
+[down.figures]
+base_delay_ms = { value = 10.0, low = 9.99, high = 10.01, how = "least delay" }
+loss_percent = { value = 0, low = 0, high = 0.1, how = "counted" }
+"#;
 
 /// The largest twin file read (1 MiB): a twin is a few kilobytes.
 pub const MAX_TWIN_BYTES: u64 = 1 << 20;
@@ -116,11 +136,7 @@ struct RawDirection {
 
 /// The 1-based line of byte `offset` of `text`.
 fn line_of(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+    text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
 impl TwinFile {
@@ -155,22 +171,24 @@ impl TwinFile {
              version = {VERSION}\n"
         );
         if let Some(host) = &self.host {
-            text.push_str(&format!("host = {}\n", quoted(host)));
+            let _ = writeln!(text, "host = {}", quoted(host));
         }
         for (name, direction) in [("up", &self.up), ("down", &self.down)] {
-            text.push_str(&format!(
-                "\n[{name}]\nspec = {}\n",
+            let _ = writeln!(
+                text,
+                "\n[{name}]\nspec = {}",
                 quoted(&direction.spec.to_string())
-            ));
-            text.push_str(&format!("\n[{name}.figures]\n"));
+            );
+            let _ = writeln!(text, "\n[{name}.figures]");
             for (figure, f) in &direction.figures {
-                text.push_str(&format!(
-                    "{figure} = {{ value = {}, low = {}, high = {}, how = {} }}\n",
+                let _ = writeln!(
+                    text,
+                    "{figure} = {{ value = {}, low = {}, high = {}, how = {} }}",
                     number(f.value),
                     number(f.low),
                     number(f.high),
                     quoted(&f.how)
-                ));
+                );
             }
         }
         text

@@ -4,6 +4,8 @@
 //! such files ([`pathlab_core::spec::trace::Trace::parse`], fuzzed) and its rate model
 //! replays them.
 
+use std::fmt::Write as _;
+
 use pathlab_core::stage::rate::MAHIMAHI_OPPORTUNITY_BYTES;
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +72,7 @@ pub fn delivery_trace(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> 
         while bytes >= u64::from(MAHIMAHI_OPPORTUNITY_BYTES) {
             bytes -= u64::from(MAHIMAHI_OPPORTUNITY_BYTES);
             last_ms = (arrival.0 - first) / 1_000_000;
-            text.push_str(&format!("{last_ms}\n"));
+            let _ = writeln!(text, "{last_ms}");
         }
     }
     (last_ms > 0).then_some(text)

@@ -1,6 +1,7 @@
 //! The bottleneck's estimators against `pathlab-core` links of known rate, packet rate,
 //! buffer and discipline, in virtual time.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use pathlab_core::spec::trace::Trace;
@@ -151,9 +152,13 @@ fn codel_is_told_from_tail_drop_by_where_its_drops_begin() {
 fn stepped_trace(half_ms: u64, periods: u64) -> String {
     let mut text = String::new();
     for ms in 1..=(2 * half_ms * periods) {
-        let per_ms = if (ms / half_ms) % 2 == 0 { 1 } else { 2 };
+        let per_ms = if (ms / half_ms).is_multiple_of(2) {
+            1
+        } else {
+            2
+        };
         for _ in 0..per_ms {
-            text.push_str(&format!("{ms}\n"));
+            let _ = writeln!(text, "{ms}");
         }
     }
     text

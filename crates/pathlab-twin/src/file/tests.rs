@@ -3,27 +3,9 @@
 
 use super::*;
 
-/// A small valid twin, for the refusals.
-const SMALL: &str = r#"version = 1
-
-[up]
-spec = "delay 10ms loss 1%"
-
-[up.figures]
-base_delay_ms = { value = 10.0, low = 9.99, high = 10.01, how = "least delay" }
-loss_percent = { value = 1.0, low = 0.8, high = 1.2, how = "counted" }
-
-[down]
-spec = "delay 10ms"
-
-[down.figures]
-base_delay_ms = { value = 10.0, low = 9.99, high = 10.01, how = "least delay" }
-loss_percent = { value = 0, low = 0, high = 0.1, how = "counted" }
-"#;
-
 #[test]
 fn a_missing_or_malformed_figure_is_refused_with_its_line_and_field() {
-    let small = TwinFile::parse(SMALL).unwrap();
+    let small = TwinFile::parse(EXAMPLE).unwrap();
     assert_eq!(small.down.figures["loss_percent"].value, 0.0);
     for (edit, line, says) in [
         (("value = 1.0, low = 0.8", "value = 1.0, low = 1.1"), 8, "up.figures.loss_percent"),
@@ -35,8 +17,8 @@ fn a_missing_or_malformed_figure_is_refused_with_its_line_and_field() {
         (("loss_percent = { value = 0,", "loss_pct = { value = 0,"), 15, "not a figure"),
         (("[up]\n", "[up]\nspeck = 1\n"), 4, "unknown field"),
     ] {
-        let text = SMALL.replacen(edit.0, edit.1, 1);
-        assert_ne!(text, SMALL, "{edit:?}");
+        let text = EXAMPLE.replacen(edit.0, edit.1, 1);
+        assert_ne!(text, EXAMPLE, "{edit:?}");
         let error = TwinFile::parse(&text).expect_err(edit.1);
         let message = error.to_string();
         let found_line = match &error {
