@@ -587,3 +587,39 @@ fn spec_twin_prints_a_twin_back_and_refuses_a_malformed_figure_with_its_line() {
         stderr(&output)
     );
 }
+
+#[test]
+fn emulate_takes_a_twin_up_one_way_and_down_the_other() {
+    let dir = TempDir::new("twin-emulate");
+    let twin = dir.path("line.toml");
+    std::fs::write(&twin, pathlab_twin::file::EXAMPLE).expect("write");
+    let output = pathlab(&[
+        "emulate",
+        "--between",
+        "eth0",
+        "eth1",
+        "--twin",
+        twin.to_str().expect("utf-8"),
+        "--print-tc",
+    ]);
+    assert!(output.status.success(), "stderr: {}", stderr(&output));
+    let text = stdout(&output);
+    // Up, eth0 to eth1: 10 ms and the quantiles' mean, (0.5 + 2) / 2 ms; down: 10 ms.
+    assert!(
+        text.contains("tc qdisc replace dev eth1 root netem delay 11250us loss 1%"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tc qdisc replace dev eth0 root netem delay 10ms"),
+        "{text}"
+    );
+    let output = pathlab(&[
+        "emulate",
+        "--between",
+        "eth0",
+        "eth1",
+        "--twin",
+        "/nonexistent.toml",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+}

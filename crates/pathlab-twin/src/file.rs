@@ -195,6 +195,20 @@ impl TwinFile {
     }
 }
 
+impl DirectionTwin {
+    /// The spec's text with a trace it names found beside the twin: a relative path is
+    /// taken from `twin_dir`, the twin file's directory (the caller loads the trace).
+    pub fn spec_beside(&self, twin_dir: &std::path::Path) -> String {
+        let mut spec = self.spec.clone();
+        if let Some(pathlab_core::spec::RateSpec::Trace(trace)) = &mut spec.rate {
+            if std::path::Path::new(&trace.path).is_relative() {
+                trace.path = twin_dir.join(&trace.path).to_string_lossy().into_owned();
+            }
+        }
+        spec.to_string()
+    }
+}
+
 /// A TOML float to six significant digits (a person reads it; the interval says how
 /// many of them mean anything).
 fn number(value: f64) -> String {

@@ -28,3 +28,19 @@ fn a_missing_or_malformed_figure_is_refused_with_its_line_and_field() {
         assert_eq!(found_line, line, "{edit:?}: {message}");
     }
 }
+
+#[test]
+fn a_trace_the_twin_names_is_found_beside_it() {
+    let text = EXAMPLE.replacen(
+        "spec = \"delay 10ms\"",
+        "spec = \"delay 10ms trace down.trace\"",
+        1,
+    );
+    let twin = TwinFile::parse(&text).unwrap();
+    let beside = twin.down.spec_beside(std::path::Path::new("/twins/office"));
+    assert_eq!(beside, "delay 10ms trace /twins/office/down.trace");
+    let absolute = text.replacen("trace down.trace", "trace /traces/lte.trace", 1);
+    let twin = TwinFile::parse(&absolute).unwrap();
+    let kept = twin.down.spec_beside(std::path::Path::new("/twins/office"));
+    assert_eq!(kept, "delay 10ms trace /traces/lte.trace");
+}

@@ -70,6 +70,10 @@ pub struct Args {
     /// The spec from IF_B to IF_A (default: the same as SPEC).
     #[arg(long, value_name = "SPEC")]
     pub reverse: Option<String>,
+    /// Emulate a measured path: a twin file's `up` spec from IF_A to IF_B (or out of
+    /// --iface), its `down` spec back; a trace it names is read beside it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["spec", "reverse"])]
+    pub twin: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub common: Common,
     /// Write every packet's fate (arrival, departure, queue delay, drops) and a queue-length
@@ -297,6 +301,23 @@ pub fn run_guard(args: &GuardArgs) -> anyhow::Result<()> {
 }
 
 impl Args {
+    /// The two specs: SPEC and --reverse (the same as SPEC without it), or a twin's.
+    fn specs_loaded(&self) -> anyhow::Result<(LinkSpec, LinkSpec)> {
+        if let Some(path) = &self.twin {
+            let twin = crate::cmd::spec::read_twin(path)?;
+            let dir = path.parent().unwrap_or(std::path::Path::new("."));
+            let forward = load(&[twin.up.spec_beside(dir)])?;
+            let reverse = load(&[twin.down.spec_beside(dir)])?;
+            return Ok((forward, reverse));
+        }
+        let forward = load(&self.spec)?;
+        let reverse = match &self.reverse {
+            Some(text) => load(std::slice::from_ref(text))?,
+            None => forward.clone(),
+        };
+        Ok((forward, reverse))
+    }
+
     /// The emulator these arguments ask for, checked: the trunk's VLANs, two different
     /// interfaces, the specs loaded. Every problem is a usage error.
     fn config(&self, command_line: Vec<String>) -> anyhow::Result<EmulateConfig> {
@@ -305,11 +326,7 @@ impl Args {
             PlacementError::InterfaceName(e) => usage(anyhow::anyhow!("--iface: {e}")),
             other @ PlacementError::SameInterface(_) => usage(other),
         })?;
-        let forward = load(&self.spec)?;
-        let reverse = match &self.reverse {
-            Some(text) => load(std::slice::from_ref(text))?,
-            None => forward.clone(),
-        };
+        let (forward, reverse) = self.specs_loaded()?;
         Ok(EmulateConfig {
             name: self.common.name.clone(),
             placement,
