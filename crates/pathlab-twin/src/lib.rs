@@ -19,8 +19,8 @@
 
 pub mod assemble;
 pub mod bottleneck;
-pub mod check;
 pub mod buffer;
+pub mod check;
 pub mod delay;
 pub mod figure;
 pub mod file;
