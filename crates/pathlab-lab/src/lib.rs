@@ -17,6 +17,7 @@ pub mod spec;
 pub mod summary;
 pub mod sweep;
 pub mod topology;
+pub mod twin_check;
 pub mod workload;
 
 pub use spec::{Experiment, SpecFileError};

@@ -232,3 +232,78 @@ fn measure_direction(
     };
     Ok((samples, plan.cannot))
 }
+
+/// `pathlab twin check`'s real side: the check's workloads against the server, in turn
+/// ([`pathlab_twin::check`]'s plan): an idle round-trip test, bulk TCP up with round trips
+/// beside it, the same down, paced probes each way.
+pub fn check_real(
+    target: &ServerTarget,
+    plan: &pathlab_twin::check::Plan,
+    on_step: &mut dyn FnMut(&str),
+) -> Result<pathlab_twin::check::PathFigures, MeasureError> {
+    use pathlab_probe::control::TcpDirection;
+    use pathlab_twin::check::{
+        DirectionReports, PathFigures, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
+    };
+    let interval = Duration::from_millis(RTT_INTERVAL_MS);
+    let rtt = |seconds: u64| crate::rtt::RttConfig {
+        target: target.clone(),
+        interval,
+        probe_bytes: RTT_BYTES,
+        count: crate::rtt::RttConfig::count_for(Duration::from_secs(seconds), interval),
+    };
+    let rtt_run = |seconds| crate::rtt::run(&rtt(seconds), &mut |_| {}).map_err(|p| p.error);
+    on_step("idle round trips");
+    let idle = rtt_run(plan.idle_s)?;
+    let bulk = |direction: TcpDirection| {
+        let config = crate::tcp::TcpConfig {
+            target: target.clone(),
+            test: crate::TcpTest {
+                streams: 1,
+                direction,
+                duration: Duration::from_secs(plan.bulk_s),
+                interval: Duration::from_secs(1),
+                sample_every: Duration::from_millis(100),
+                options: crate::TcpOptions::default(),
+            },
+        };
+        std::thread::scope(|scope| {
+            let beside = scope.spawn(|| rtt_run(plan.bulk_s));
+            let tcp = crate::tcp::run(&config, &mut |_| {}).map_err(|p| p.error);
+            (tcp, beside.join().expect("the round trips do not panic"))
+        })
+    };
+    on_step("bulk TCP up, round trips beside it");
+    let (tcp_up, rtt_up) = bulk(TcpDirection::Up);
+    let (tcp_up, rtt_up) = (tcp_up?, rtt_up?);
+    on_step("bulk TCP down, round trips beside it");
+    let (tcp_down, rtt_down) = bulk(TcpDirection::Down);
+    let (tcp_down, rtt_down) = (tcp_down?, rtt_down?);
+    on_step("paced probes each way");
+    let probes = crate::owd::OwdConfig {
+        target: target.clone(),
+        rate: pathlab_core::BitsPerSec(PROBE_RATE_BPS),
+        probe_bytes: PROBE_BYTES,
+        count: crate::owd::OwdConfig::count_for(
+            Duration::from_secs(plan.probes_s),
+            pathlab_core::BitsPerSec(PROBE_RATE_BPS),
+            PROBE_BYTES,
+        ),
+        directions: vec![Direction::Up, Direction::Down],
+        window: 100,
+    };
+    let owd = crate::owd::run(&probes, &mut |_| {}).map_err(|p| p.error)?;
+    let up = DirectionReports {
+        tcp: &tcp_up,
+        up: true,
+        rtt: &rtt_up,
+        owd: &owd[0],
+    };
+    let down = DirectionReports {
+        tcp: &tcp_down,
+        up: false,
+        rtt: &rtt_down,
+        owd: &owd[1],
+    };
+    Ok(PathFigures::of(&idle, &up, &down))
+}

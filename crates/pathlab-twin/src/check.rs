@@ -2,7 +2,44 @@
 //! twin, side by side, each with its error and the bound it is judged by (issue 41's
 //! accuracy targets), and whether the twin holds.
 
+use pathlab_probe::owd::OneWayResult;
+use pathlab_probe::rtt::RttReport;
+use pathlab_probe::tcp::TcpTestReport;
 use serde::{Deserialize, Serialize};
+
+/// How long the workloads both paths run take, in turn: an idle round-trip test (the base
+/// RTT), bulk TCP up with round trips beside it, the same down, then paced probes each way
+/// at low load (loss).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The idle round trips, seconds.
+    pub idle_s: u64,
+    /// Bulk TCP each way (and the round trips beside it), seconds.
+    pub bulk_s: u64,
+    /// Paced probes each way, seconds.
+    pub probes_s: u64,
+}
+
+impl Plan {
+    /// Bulk TCP for `bulk_s` (at least 2), the idle round trips and each way's probes
+    /// half as long (at least 1).
+    pub fn for_bulk(bulk_s: u64) -> Plan {
+        let bulk_s = bulk_s.max(2);
+        Plan {
+            idle_s: bulk_s / 2,
+            bulk_s,
+            probes_s: bulk_s / 2,
+        }
+    }
+}
+/// The round trips' interval, ms, and their UDP payload, bytes.
+pub const RTT_INTERVAL_MS: u64 = 10;
+/// The round trips' payload.
+pub const RTT_BYTES: u32 = 64;
+/// The paced probes' rate (bits/s of payload) and payload: the twin's low-load phase's.
+pub const PROBE_RATE_BPS: u64 = 320_000;
+/// Their payload.
+pub const PROBE_BYTES: u32 = 200;
 
 /// Goodput of bulk TCP on the twin within this share of the real path's.
 pub const GOODPUT_WITHIN: f64 = 0.05;
@@ -37,6 +74,61 @@ pub struct PathFigures {
     pub up: DirectionFigures,
     /// Back.
     pub down: DirectionFigures,
+}
+
+/// The workloads' reports of one direction: bulk TCP, the round trips beside it, and the
+/// paced probes at low load.
+#[derive(Debug, Clone, Copy)]
+pub struct DirectionReports<'a> {
+    /// Bulk TCP that way.
+    pub tcp: &'a TcpTestReport,
+    /// Whether its data went from the test's client to its server (its goodput is then
+    /// `up_bps`, else `down_bps`).
+    pub up: bool,
+    /// Round trips during the transfer.
+    pub rtt: &'a RttReport,
+    /// Paced probes that way.
+    pub owd: &'a OneWayResult,
+}
+
+/// The nearest-rank `q`-quantile of a round-trip test's round trips, ms (0 with none).
+fn rtt_quantile_ms(report: &RttReport, q: f64) -> f64 {
+    let mut values: Vec<i64> = report.series.iter().map(|&(_, rtt)| rtt).collect();
+    values.sort_unstable();
+    pathlab_core::quantile::of_sorted(&values, q).map_or(0.0, |ns| ns as f64 / 1e6)
+}
+
+impl DirectionFigures {
+    /// The figures of one direction's reports.
+    pub fn of(reports: &DirectionReports<'_>) -> DirectionFigures {
+        let sequence = &reports.owd.sequence;
+        DirectionFigures {
+            goodput_bps: if reports.up {
+                reports.tcp.up_bps
+            } else {
+                reports.tcp.down_bps
+            },
+            loaded_rtt_p50_ms: rtt_quantile_ms(reports.rtt, 0.5),
+            loaded_rtt_p95_ms: rtt_quantile_ms(reports.rtt, 0.95),
+            loss: sequence.lost as f64 / sequence.sent.max(1) as f64,
+        }
+    }
+}
+
+impl PathFigures {
+    /// The figures of an idle round-trip test (its least round trip) and each direction's
+    /// reports.
+    pub fn of(
+        idle: &RttReport,
+        up: &DirectionReports<'_>,
+        down: &DirectionReports<'_>,
+    ) -> PathFigures {
+        PathFigures {
+            base_rtt_ms: idle.rtt.min_ns as f64 / 1e6,
+            up: DirectionFigures::of(up),
+            down: DirectionFigures::of(down),
+        }
+    }
 }
 
 /// One figure compared.

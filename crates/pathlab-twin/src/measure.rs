@@ -232,14 +232,21 @@ pub fn estimate(
     let rate_bps = samples.saturation.as_deref().and_then(|saturated| {
         // Deliveries as fast as the probes were sent say the path carried them all, queue
         // or not (a bigger probe's own serialization can read as a queue).
-        let rate = bottleneck_rate(saturated, &clocks, queued_ns, resolution)
-            .filter(|rate| sent_rate_bps(saturated).is_none_or(|sent| rate.value < 0.98 * sent));
+        let found = bottleneck_rate(saturated, &clocks, queued_ns, resolution);
+        let sent = sent_rate_bps(saturated);
+        let rate = found
+            .clone()
+            .filter(|rate| sent.is_none_or(|sent| rate.value < 0.98 * sent));
         if rate.is_none() {
-            cannot.push(
-                "the bottleneck's rate: the saturating probes built no queue (the path \
-                 carried them all: its bottleneck is above them)"
-                    .to_owned(),
-            );
+            cannot.push(format!(
+                "the bottleneck's rate: the saturating probes built no queue (sent at {:.2} \
+                 Mbit/s of frames, {}: the path carried them all, or the sender fell behind)",
+                sent.unwrap_or(0.0) / 1e6,
+                found.map_or("fewer than 10 of them queued".to_owned(), |f| format!(
+                    "delivered at {:.2}",
+                    f.value / 1e6
+                ))
+            ));
         }
         rate
     });

@@ -9,7 +9,43 @@ use pathlab_probe_driver::twin::{self, TwinConfig, TwinEvent};
 
 use crate::usage;
 
-/// Arguments of `pathlab twin`.
+/// Arguments of `pathlab twin`: measure a path, or `check` a twin against it.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<TwinCommand>,
+    #[command(flatten)]
+    pub measure: MeasureArgs,
+}
+
+/// `pathlab twin`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum TwinCommand {
+    /// Run the same workloads on the real path and on its twin (in namespaces here: needs
+    /// root), side by side: base RTT, bulk TCP each way with round trips beside it, loss.
+    Check(CheckArgs),
+}
+
+/// Arguments of `pathlab twin check`.
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The twin file (`pathlab twin`'s).
+    #[arg(value_name = "FILE")]
+    pub file: std::path::PathBuf,
+    #[command(flatten)]
+    pub server: crate::cmd::args::ServerAddress,
+    /// Where the twin's lab keeps its results and recordings.
+    #[arg(long, value_name = "DIR", default_value = "twin-check")]
+    pub out: std::path::PathBuf,
+    /// Bulk TCP's time each way (the idle round trips and each way's probes take half).
+    #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
+    pub time: pathlab_core::Duration,
+    #[command(flatten)]
+    pub client: crate::cmd::client::ClientOptions,
+}
+
+/// Arguments of `pathlab twin HOST --out FILE`.
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Each direction is measured in turn: packet trains for a rough \
@@ -19,12 +55,13 @@ bottleneck's rate, its buffer, how it drops, a packet-rate limit): those overfee
 which looks like an attack to whoever watches it; --gentle does without them and says what \
 it could not learn."
 )]
-pub struct Args {
-    #[command(flatten)]
-    pub server: crate::cmd::args::ServerAddress,
+pub struct MeasureArgs {
+    /// The pathlab server (NAME or ADDRESS, optionally :PORT).
+    #[arg(value_name = "HOST")]
+    pub host: Option<String>,
     /// Where to write the twin (TOML); a trace file of a rate that moves goes beside it.
     #[arg(long, value_name = "FILE")]
-    pub out: std::path::PathBuf,
+    pub out: Option<std::path::PathBuf>,
     /// The whole measurement, both directions (each takes half).
     #[arg(short = 't', long, value_name = "TIME", default_value = "60s", value_parser = crate::cmd::parse_time)]
     pub time: pathlab_core::Duration,
@@ -42,8 +79,8 @@ pub struct Args {
 /// The shortest `-t`: both directions' low load at least 5 s.
 const MIN_TIME_S: f64 = 10.0;
 
-impl Args {
-    fn config(&self) -> anyhow::Result<TwinConfig> {
+impl MeasureArgs {
+    fn config(&self, host: &str, out: &std::path::Path) -> anyhow::Result<TwinConfig> {
         let max_rate = self
             .max_rate
             .as_deref()
@@ -57,21 +94,15 @@ impl Args {
                  load each way)"
             )));
         }
-        let stem = self
-            .out
+        let stem = out
             .file_stem()
             .and_then(|s| s.to_str())
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| {
-                usage(anyhow::anyhow!(
-                    "--out {}: not a file name",
-                    self.out.display()
-                ))
-            })?
+            .ok_or_else(|| usage(anyhow::anyhow!("--out {}: not a file name", out.display())))?
             .to_owned();
         Ok(TwinConfig {
-            target: self.client.target(&self.server.host)?,
-            host: self.server.host.clone(),
+            target: self.client.target(host)?,
+            host: host.to_owned(),
             time_per_direction: std::time::Duration::from_secs_f64(seconds / 2.0),
             max_rate,
             gentle: self.gentle,
@@ -82,16 +113,25 @@ impl Args {
 
 /// Runs `pathlab twin`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let config = args.config()?;
+    if let Some(TwinCommand::Check(check)) = &args.command {
+        return run_check(check);
+    }
+    let args = &args.measure;
+    let (Some(host), Some(out)) = (&args.host, &args.out) else {
+        return Err(usage(anyhow::anyhow!(
+            "pathlab twin HOST --out FILE: both are needed (or pathlab twin check FILE HOST)"
+        )));
+    };
+    let config = args.config(host, out)?;
     let gentle = config.gentle;
     let measured = twin::run(&config, &mut |event| say(event, gentle))
         .map_err(crate::cmd::client::measure_error)?;
-    let directory = args.out.parent().filter(|p| !p.as_os_str().is_empty());
+    let directory = out.parent().filter(|p| !p.as_os_str().is_empty());
     for (name, text) in &measured.traces {
         let path = directory.map_or_else(|| name.into(), |d| d.join(name));
         write(&path, text)?;
     }
-    write(&args.out, &measured.file.to_toml())?;
+    write(out, &measured.file.to_toml())?;
     if args.client.output.json {
         let direction = |d: &pathlab_twin::file::DirectionTwin| serde_json::json!({ "spec": d.spec.to_string(), "figures": d.figures });
         let cannot: Vec<_> = measured
@@ -100,7 +140,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             .map(|(d, what)| serde_json::json!({ "direction": d.name(), "what": what }))
             .collect();
         let value = serde_json::json!({
-            "file": args.out.display().to_string(),
+            "file": out.display().to_string(),
             "host": measured.file.host,
             "up": direction(&measured.file.up),
             "down": direction(&measured.file.down),
@@ -110,15 +150,92 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
+    let mut stdout = std::io::stdout().lock();
     for (name, direction) in [("up", &measured.file.up), ("down", &measured.file.down)] {
-        writeln!(out, "{name:5} {}", direction.spec)?;
+        writeln!(stdout, "{name:5} {}", direction.spec)?;
     }
     for (direction, what) in &measured.cannot {
-        writeln!(out, "not learned {}: {what}", direction.name())?;
+        writeln!(stdout, "not learned {}: {what}", direction.name())?;
     }
-    writeln!(out, "twin written to {}", args.out.display())?;
+    writeln!(stdout, "twin written to {}", out.display())?;
     Ok(())
+}
+
+/// Runs `pathlab twin check FILE HOST`: the real path first, then the twin in
+/// namespaces; exit 1 when the twin does not hold.
+fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
+    let twin = crate::cmd::spec::read_twin(&args.file)?;
+    let target = args.client.target(&args.server.host)?;
+    let seconds = args.time.as_secs_f64().round() as u64;
+    if seconds < 2 {
+        return Err(usage(anyhow::anyhow!("-t must be at least 2s")));
+    }
+    let plan = pathlab_twin::check::Plan::for_bulk(seconds);
+    let real = twin::check_real(&target, &plan, &mut |step| {
+        eprintln!("twin check, the path: {step}");
+    })
+    .map_err(crate::cmd::client::measure_error)?;
+    eprintln!(
+        "twin check, the twin: the same in namespaces ({} s)",
+        pathlab_lab::twin_check::length_s(&plan)
+    );
+    let dir = match args.file.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
+    };
+    let twin_figures = pathlab_lab::twin_check::run_twin(
+        &twin.up.spec_beside(dir),
+        &twin.down.spec_beside(dir),
+        &plan,
+        args.out.clone(),
+    )?;
+    let comparison = pathlab_twin::check::compare(&real, &twin_figures);
+    if args.client.output.json {
+        let value = serde_json::json!({
+            "real": real,
+            "twin": twin_figures,
+            "rows": comparison.rows,
+            "holds": comparison.holds(),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(
+            stdout,
+            "{:28} {:>10} {:>10} {:>9} {:>8}",
+            "figure", "path", "twin", "error", "bound"
+        )?;
+        for row in &comparison.rows {
+            let (error, bound) = if row.relative {
+                (
+                    format!("{:+.1}%", row.error * 100.0),
+                    format!("{:.0}%", row.bound * 100.0),
+                )
+            } else {
+                (format!("{:+.3}", row.error), format!("{:.3}", row.bound))
+            };
+            writeln!(
+                stdout,
+                "{:28} {:>10.3} {:>10.3} {error:>9} {bound:>8}{}",
+                row.name,
+                row.real,
+                row.twin,
+                if row.within { "" } else { "  MISS" }
+            )?;
+        }
+        let verdict = if comparison.holds() {
+            "the twin holds on every figure".to_owned()
+        } else {
+            let missed: Vec<&str> = comparison.misses().map(|r| r.name.as_str()).collect();
+            format!("the twin misses {}", missed.join("; "))
+        };
+        writeln!(stdout, "verdict: {verdict}")?;
+    }
+    if comparison.holds() {
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!("the twin does not hold"))
+    }
 }
 
 /// Makes `path` anew (what had its name is removed first, never followed) and writes
