@@ -408,18 +408,19 @@ fn judge(run: &Run) {
     // waited for a CPU a quarter of the time or more (other tests and builds beside this
     // one) delays them beyond what the call sender's own wake-ups show (measured: p99 23 to
     // 41 ms before the cut with 50-98% stalled, 16.9 and 17.9 ms when calm).
-    if let Some(stalled) = run.cpu_stalled {
-        eprintln!(
-            "CPU stalled {:.0}% of the call's time before the cut",
-            100.0 * stalled
-        );
-        assert!(
-            stalled < 0.25,
-            "some task waited for a CPU {:.0}% of the call's time before the cut: the \
-             tunnel's processes woke late: cannot judge",
-            100.0 * stalled
-        );
-    }
+    // There the call's loss and copies are still judged, its delays and the bulk flow's
+    // share not: said, not hidden.
+    let stalled = run.cpu_stalled.unwrap_or(0.0);
+    let calm = stalled < 0.25;
+    eprintln!(
+        "CPU stalled {:.0}% of the call's time before the cut{}",
+        100.0 * stalled,
+        if calm {
+            ""
+        } else {
+            ": the tunnel's processes woke late; its delays and the bulk's share not judged"
+        }
+    );
     let sent = run.went.len() as u64;
     let mut copies: HashMap<u64, u32> = HashMap::new();
     for h in &run.heard {
@@ -469,6 +470,9 @@ fn judge(run: &Run) {
     // controller lets its queue peak at 15-20 ms every half second or so (36.9 and 40.9 ms
     // p99 measured after the cut, the second with `--class bulk:any`, the call lost 14
     // packets there): the controller's matter, not the classes'.
+    if !calm {
+        return;
+    }
     for (figure, line, queue_ms, what) in [
         (before, 0, TARGET_MS, "before"),
         (after, 1, 4.0 * TARGET_MS, "after"),

@@ -1,5 +1,6 @@
 //! A week in virtual time (issue 40 item 5): one client with three unequal lines and its
-//! server, run for 7 simulated days with a rekey every 10 s, line flaps, a server restart
+//! server, run for 7 simulated days with a rekey every 120 s (the default; 10 s, the
+//! least, made it 56 s of CPU against 41), line flaps, a server restart
 //! a day and light traffic both ways (TCP and UDP flows, some packets in two pieces).
 //! No leak (every table's size, sampled each hour, no larger on day 7 than on day 1), no
 //! session lost (sessions = 1 + restarts), every counter consistent with the links'
@@ -359,12 +360,12 @@ fn run_week(scale: u64, seed: u64) -> Week {
     }
 }
 
-/// The session's settings: rekeys every 10 s (the least allowed), and the liveness
+/// The session's settings: rekeys every 120 s (the default), and the liveness
 /// timers (keepalive, report, down-after, probe, rehandshake and stale) `scale` times
 /// the defaults.
 fn config(scale: u64) -> BondConfig {
     let mut config = BondConfig::new(3);
-    config.rekey_after = Duration::from_secs(10);
+    config.rekey_after = Duration::from_secs(120);
     let t = &mut config.timers;
     for timer in [
         &mut t.keepalive,
@@ -498,7 +499,9 @@ fn check(week: &Week) {
     );
     // Rekeys: one every 10 s, each done at both ends, none failing.
     let server_rekeys = total(past, |i| i.bond.rekeys);
-    assert!(client.rekeys >= 60_000, "{} rekeys", client.rekeys);
+    // A rekey every 120 s is 5,040 a week; restarts open new sessions whose clocks
+    // start again.
+    assert!(client.rekeys >= 4_900, "{} rekeys", client.rekeys);
     assert!(client.rekeys <= client.rekey_handshakes);
     assert!(client.rekeys.abs_diff(server_rekeys) <= past.len() as u64);
     // Nothing refused for want of a key, nothing replayed, no reference missing.
