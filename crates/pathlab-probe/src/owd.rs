@@ -509,38 +509,9 @@ impl OneWayResult {
     }
 }
 
-/// How late a one-way test's sender wrote its probes against their schedule: its clock
-/// when it wrote each probe minus the time the probe was due. A sender the machine held
-/// back sends what fell due meanwhile together, and those probes then queue at a
-/// bottleneck for real: a deviation up to this lateness is the sender's, not the path's.
-/// The sender's own report, bounded where a peer's is read ([`SendLateness::bounded`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SendLateness {
-    /// The median probe's lateness, ns.
-    pub p50_ns: u64,
-    /// The 99th percentile, ns.
-    pub p99_ns: u64,
-    /// The latest probe's, ns.
-    pub max_ns: u64,
-}
-
-impl SendLateness {
-    /// The most lateness a report may say: an hour, longer than any test runs.
-    pub const MAX_NS: u64 = 3_600_000_000_000;
-
-    /// A peer's report made sane: each figure at most [`SendLateness::MAX_NS`], and in
-    /// order (p50 <= p99 <= max).
-    pub fn bounded(self) -> SendLateness {
-        let max_ns = self.max_ns.min(Self::MAX_NS);
-        let p99_ns = self.p99_ns.min(max_ns);
-        SendLateness {
-            p50_ns: self.p50_ns.min(p99_ns),
-            p99_ns,
-            max_ns,
-        }
-    }
-}
+/// How late a one-way test's sender wrote its probes (defined with the `sent` message that
+/// carries it).
+pub use crate::control::SendLateness;
 
 /// What the sender of a one-way test reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
