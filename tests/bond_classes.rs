@@ -261,17 +261,6 @@ struct Run {
     cpu_stalled: Option<f64>,
 }
 
-/// The time some task of this machine has waited for a CPU since boot
-/// (`/proc/pressure/cpu`'s `some total=`, us), where the kernel has it.
-fn cpu_stall_us() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
-    let some = text.lines().next()?;
-    some.split_whitespace()
-        .find_map(|field| field.strip_prefix("total="))?
-        .parse()
-        .ok()
-}
-
 #[test]
 fn a_call_loses_nothing_when_its_best_line_is_cut_and_bulk_keeps_the_lines() {
     let Some(_serial) = privileged_paired("a_call_loses_nothing_when_its_best_line_is_cut") else {
@@ -332,12 +321,12 @@ fn run_call_beside_bulk() -> Run {
         at(CALL_FROM);
         let alone = (up() - alone.0, bulk() - alone.1);
         let calling = scope.spawn(|| call(site, clock, opened + CALL_UNTIL));
-        let stall = (cpu_stall_us(), Instant::now());
+        let stall = (util::late::cpu_stall_us(), Instant::now());
         at(BESIDE_FROM);
         let beside = (up(), bulk());
         at(CUT_AT);
         let beside = (up() - beside.0, bulk() - beside.1);
-        let stalled = stall.0.zip(cpu_stall_us()).map(|(from, to)| {
+        let stalled = stall.0.zip(util::late::cpu_stall_us()).map(|(from, to)| {
             to.saturating_sub(from) as f64 / stall.1.elapsed().as_micros() as f64
         });
         // The cut: the site's interface of line 0 goes down.

@@ -55,6 +55,9 @@ const REKEY_AFTER_S: u64 = 10;
 const MIN_REKEYS: u64 = 5;
 /// How far the rekeying tunnel's goodput may fall below (or rise above) its twin's.
 const GOODPUT_TOLERANCE: f64 = 0.02;
+/// The goodputs are compared only when tasks waited for a CPU less than this share of the
+/// transfer's time (`/proc/pressure/cpu`), as bond_classes judges its delays.
+const MAX_STALLED: f64 = 0.25;
 
 /// One of the two tunnels: its namespaces, lines, ends and receiver.
 struct Site {
@@ -157,6 +160,7 @@ fn a_minute_of_bulk_with_rekeys_every_10s_arrives_intact_as_fast_as_without() {
     let sessions_before = [session_of(&rekeying), session_of(&steady)];
 
     let abort = AtomicBool::new(false);
+    let stall_before = util::late::cpu_stall_us();
     let started = Instant::now();
     let (with, without) = std::thread::scope(|scope| {
         let stop = AbortOnDrop(&abort);
@@ -166,6 +170,15 @@ fn a_minute_of_bulk_with_rekeys_every_10s_arrives_intact_as_fast_as_without() {
         drop(stop);
         (with, without)
     });
+    // Some task of this machine waited for a CPU this share of the transfer's time: the
+    // tunnels' processes then run late, unevenly between the two (other tests and builds
+    // beside this one gave the steady tunnel 11.354 Mbit/s against the rekeying one's
+    // 11.802), and their goodputs are not compared; the rest is judged anyway.
+    let stalled = util::late::cpu_stall_us()
+        .zip(stall_before)
+        .map_or(0.0, |(after, before)| {
+            after.saturating_sub(before) as f64 / 1e6 / started.elapsed().as_secs_f64()
+        });
     let from = SETTLE;
     let to = TRANSFER.saturating_sub(Duration::from_secs(1));
     let (goodput_with, goodput_without) = (with.mbps(from, to), without.mbps(from, to));
@@ -177,7 +190,36 @@ fn a_minute_of_bulk_with_rekeys_every_10s_arrives_intact_as_fast_as_without() {
         per_second(&without.reads, Duration::ZERO),
     );
 
-    for (site, name) in [(&rekeying, "rekeying"), (&steady, "steady")] {
+    check_keys_and_sessions(&rekeying, &steady, &sessions_before);
+    let ratio = goodput_with / goodput_without;
+    if stalled >= MAX_STALLED {
+        eprintln!(
+            "some task waited for a CPU {:.0}% of the transfer's time: goodputs not compared",
+            stalled * 100.0
+        );
+        return;
+    }
+    assert!(
+        (ratio - 1.0).abs() <= GOODPUT_TOLERANCE,
+        "rekeying goodput {goodput_with:.3} Mbit/s is {:+.2}% of the steady tunnel's \
+         {goodput_without:.3} (bound ±{:.0}%; CPU stalled {:.0}% of the time)",
+        (ratio - 1.0) * 100.0,
+        GOODPUT_TOLERANCE * 100.0,
+        stalled * 100.0
+    );
+}
+
+/// Each tunnel's ends: no datagram refused for want of a key, the session kept (no new
+/// handshake since `before`), the rekeying one's rekeys at least [`MIN_REKEYS`] and seen
+/// at both ends, the steady one's none.
+fn check_keys_and_sessions(
+    rekeying: &Site,
+    steady: &Site,
+    before: &[pathlab_bond::endpoint::BondCounters; 2],
+) {
+    let session_of = |site: &Site| counters(&site.stats().0);
+    let sessions_before = before;
+    for (site, name) in [(rekeying, "rekeying"), (steady, "steady")] {
         let (client, server) = site.stats();
         let (client, server) = (counters(&client), counters(&server));
         eprintln!(
@@ -216,7 +258,7 @@ fn a_minute_of_bulk_with_rekeys_every_10s_arrives_intact_as_fast_as_without() {
     }
     for (before, (site, name)) in sessions_before
         .iter()
-        .zip([(&rekeying, "rekeying"), (&steady, "steady")])
+        .zip([(rekeying, "rekeying"), (steady, "steady")])
     {
         assert_eq!(
             before.handshakes,
@@ -224,12 +266,4 @@ fn a_minute_of_bulk_with_rekeys_every_10s_arrives_intact_as_fast_as_without() {
             "{name}: the client handshook again (a new session)"
         );
     }
-    let ratio = goodput_with / goodput_without;
-    assert!(
-        (ratio - 1.0).abs() <= GOODPUT_TOLERANCE,
-        "rekeying goodput {goodput_with:.3} Mbit/s is {:+.2}% of the steady tunnel's \
-         {goodput_without:.3} (bound ±{:.0}%)",
-        (ratio - 1.0) * 100.0,
-        GOODPUT_TOLERANCE * 100.0
-    );
 }

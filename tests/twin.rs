@@ -131,7 +131,7 @@ fn check_against_the_path(lab: &Lab, out: &std::path::Path) {
         .command(PATHLAB)
         .args(["twin", "check"])
         .arg(out)
-        .args(["198.18.0.2", "-t", "4s", "-J", "--out"])
+        .args(["198.18.0.2", "-t", "3s", "-J", "--out"])
         .arg(lab.dir.path("check"))
         .output()
         .expect("pathlab twin check runs");

@@ -309,3 +309,14 @@ fn cpu_pressure() -> String {
 pub fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
+
+/// The time some task of this machine has waited for a CPU since boot
+/// (`/proc/pressure/cpu`'s `some total=`, us), where the kernel has it.
+pub fn cpu_stall_us() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
+    let some = text.lines().next()?;
+    some.split_whitespace()
+        .find_map(|field| field.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
