@@ -311,7 +311,11 @@ pub fn ms(duration: Duration) -> f64 {
 }
 
 /// The time some task of this machine has waited for a CPU since boot
-/// (`/proc/pressure/cpu`'s `some total=`, us), where the kernel has it.
+/// (`/proc/pressure/cpu`'s `some total=`, us), where the kernel has it. Its difference over
+/// a stretch of wall time is the share of that stretch the machine was short of CPU: a
+/// gate that decides whether a test's timing figures are judged (bond_classes,
+/// bond_rekey), never a figure judged itself; those come from kernel stamps, the
+/// emulators' recordings and their measured lateness.
 pub fn cpu_stall_us() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/pressure/cpu").ok()?;
     let some = text.lines().next()?;
