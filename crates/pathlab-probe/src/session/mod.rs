@@ -50,7 +50,8 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long either end waits for its peer beyond the test's own time before it gives up:
 /// the receiver's records take a moment to arrive, a TCP sender's last bytes to drain.
-/// A frozen or vanished peer ends a test this long after its time.
+/// A frozen or vanished peer ends a test this long after its time; a client whose results
+/// are still arriving waits this long after their last byte.
 pub const TEST_GRACE: Duration = Duration::from_secs(10);
 
 /// How long after the sender's last probe the receiver keeps listening for stragglers.

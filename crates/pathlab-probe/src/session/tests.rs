@@ -119,6 +119,9 @@ impl Probes {
 /// The [`Node`] of one end (`$node`, whose peer is at `$peer`): port 0 carries its control
 /// session, port 1 its probes; after its own `work` it sends the probes due and the
 /// session's bytes. Both ends' sessions have the same methods, so one text serves both.
+/// The bytes of the control connection a packet carries (TCP's MSS on a 1500-byte path).
+const CONTROL_SEGMENT: usize = 1448;
+
 macro_rules! end_node {
     ($node:ty, $peer:expr) => {
         impl Node for $node {
@@ -139,8 +142,11 @@ macro_rules! end_node {
                 {
                     self.session.send(&sent);
                 }
+                // In segments, as TCP carries them: a long message arrives over time.
                 while let Some(bytes) = self.session.poll_transmit() {
-                    self.out.push_back((0, bytes));
+                    for segment in bytes.chunks(CONTROL_SEGMENT) {
+                        self.out.push_back((0, segment.to_vec()));
+                    }
                 }
                 self.out.pop_front()
             }
@@ -469,6 +475,44 @@ fn a_frozen_server_ends_the_client_at_the_tests_time_plus_the_grace() {
     let expected = accepted + Duration::from_nanos(test.duration_ns()) + TEST_GRACE;
     assert_eq!(client.session.poll_at(), None);
     assert!(network.now() >= expected);
+}
+
+/// Regression (benches/bond_soak.py, issue 40): a 20-minute test's 2.25 million records
+/// took 10 s to come back through the tunnel, and the client gave up at the test's time
+/// plus the grace while they were still arriving ("the server stopped answering"). A
+/// server whose results are still coming is answering: each byte of them moves the
+/// deadline to a grace after it. Here 2,000 records come back over a 24 kbit/s control
+/// path, about 14 s after the test's end.
+#[test]
+fn results_that_are_still_arriving_after_the_grace_are_waited_for() {
+    let test = one_way(Direction::Up, 2000);
+    let mut client = ClientNode::new(None, test);
+    let mut server = ServerNode::new(None, 3);
+    let mut network = Network::new(28);
+    let (up, down) = (
+        spec("delay 10ms"),
+        spec("delay 10ms rate 24kbit limit 100000"),
+    );
+    network
+        .connect(Port::new(0, 0), Port::new(1, 0), &up, &down, 1)
+        .unwrap();
+    let probes = spec("delay 10ms");
+    network
+        .connect(Port::new(0, 1), Port::new(1, 1), &probes, &probes, 2)
+        .unwrap();
+    // A second past the test's 2 s and the grace: still arriving, not given up.
+    let past_grace = Instant::ZERO + Duration::from_secs(3) + TEST_GRACE;
+    network.run_until(past_grace, &mut [&mut client, &mut server]);
+    assert_eq!(client.failed, None);
+    assert!(
+        client.done.is_none(),
+        "the path is too fast to show the case"
+    );
+    network.run_until(Instant::from_secs(60), &mut [&mut client, &mut server]);
+    assert_eq!(client.failed, None);
+    let (received, _) = client.done.expect("the test ended");
+    assert_eq!(received, 2000);
+    assert_eq!(client.records.len(), 2000);
 }
 
 /// A server session in a running TCP test, and the client session that asked for it.
