@@ -3,9 +3,9 @@
 //! call (160 bytes of UDP every 20 ms) is small and steady: the default class rule makes
 //! it `redundant`, so each packet crosses on the two lines where it lands first and the
 //! far end drops the second copy. It must lose nothing at the cut, keep its one-way delay
-//! within 5 ms of the fastest line's base delay plus the controller's target queue before
-//! the cut (plus the emulator's and this machine's measured lateness; after it, see
-//! `judge`), cost at most its own rate in copies, and leave the bulk flow >= 95% of the
+//! within 5 ms of the fastest working line's base delay plus the controller's target queue
+//! before the cut and after it (plus the emulator's and this machine's measured lateness),
+//! cost at most its own rate in copies, and leave the bulk flow >= 95% of the
 //! lines' sum before the cut: of what the lines carried up for the bulk flow alone (their
 //! sum as the tunnel fills them, 18.0 Mbit/s of their nominal 21 here), the lines carry at
 //! least 95% for it beside the call.
@@ -454,19 +454,16 @@ fn judge(run: &Run) {
     // two wake-ups as late as the call sender's (p99): the client's and the server's, each
     // a process of this machine woken by a packet (the receiver's is not in the figure:
     // the kernel stamps the arrival).
-    // After the cut the call's fastest line is line 1, and the bound allows its queue four
-    // targets, not one: with the bulk flow's whole window on two lines, line 1's
-    // controller lets its queue peak at 15-20 ms every half second or so (36.9 and 40.9 ms
-    // p99 measured after the cut, the second with `--class bulk:any`, the call lost 14
-    // packets there): the controller's matter, not the classes'.
+    // After the cut the call's fastest line is line 1, with the same bound. (Before the
+    // controller stopped probing at the first sign of a queue, line 1's queue peaked at
+    // 15-20 ms every half second with the bulk flow's whole window on two lines: 36.9 to
+    // 40.9 ms p99 after the cut; 29.2 and 29.5 ms after, with 76% and 98% of the time
+    // stalled.)
     if !calm {
         return;
     }
-    for (figure, line, queue_ms, what) in [
-        (before, 0, TARGET_MS, "before"),
-        (after, 1, 4.0 * TARGET_MS, "after"),
-    ] {
-        let bound = LINES[line].1 as f64 + queue_ms + 5.0 + emulators_ms[line] + 2.0 * wake_ms;
+    for (figure, line, what) in [(before, 0, "before"), (after, 1, "after")] {
+        let bound = LINES[line].1 as f64 + TARGET_MS + 5.0 + emulators_ms[line] + 2.0 * wake_ms;
         assert!(
             figure <= bound,
             "one-way p99 {figure:.1} ms {what} the cut, bound {bound:.1}"

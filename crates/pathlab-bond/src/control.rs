@@ -14,14 +14,31 @@
 //! ```
 //!
 //! makes `dq/dt = -(q - target) / tau`: the queue settles at `target` with time constant
-//! `tau`. While the queue is above target, `C_est` is the delivery rate the receiver
-//! measured, which a busy bottleneck makes exactly `C`. Below target the line is not full,
-//! the delivery rate is our own sending rate, and the same formula grows it by
-//! `(target - q) / tau` per report: a gentle multiplicative probe (5% per report with the
-//! defaults), which is how the line keeps probing for more. That pace holds up to the
-//! capacity the line showed the last time it held a queue; beyond it the step is taken per
-//! round trip, not per report, since the report that would stop it comes a round trip late
-//! (a 70 ms line probed per report went 20% past its rate: queue peaks of 28 ms).
+//! `tau`. While a queue shows (more than [`BUSY_QUEUE`] of the target), `C_est` is the
+//! delivery rate the receiver measured, which a busy bottleneck makes exactly `C`. With no
+//! queue the line is not full, the delivery rate is our own sending rate, and the same
+//! formula grows it by `(target - q) / tau` per report: a gentle multiplicative probe (5%
+//! per report with the defaults), which is how the line keeps probing for more. That pace
+//! holds up to the capacity the line showed the last time it held a queue; beyond it the
+//! step is taken per round trip, not per report, since the report that would stop it comes
+//! a round trip late (a 70 ms line probed per report went 20% past its rate: queue peaks of
+//! 28 ms).
+//!
+//! The probe stops at the first sign of a queue, not at the target: a probe that ran on
+//! until the queue passed the target compounded 5% per report on a line that was already
+//! full (the rate integrates the queue's error and the queue integrates the rate's: an
+//! undamped loop), so each time a line filled up it went 15-20% past its rate before a
+//! report a round trip late stopped it. Measured in virtual time on the `bond` recipe's
+//! lines with a bulk flow of 8 to 14 Mbit/s (the surviving lines' 9 Mbit/s, give or take)
+//! when the 12 Mbit/s line is cut: a call's one-way delay p99 after the cut 36-51 ms; with
+//! the probe stopping at a quarter of the target, 27-33 ms (the fastest surviving line is
+//! 20 ms away, the target 5 ms).
+//!
+//! A line that was not busy and becomes busy starts from at most twice what it delivered
+//! (or the initial rate, or the capacity it showed): a rate it kept while idle was never
+//! tested, and a line that sat idle at 8.4 Mbit/s beside a faster one doubled to 20 Mbit/s
+//! when that one was cut, on a 6 Mbit/s line (a 53 ms queue). This is RFC 7661's rule that
+//! a congestion window an idle sender did not use is not validated.
 //!
 //! Rates and bytes are the line's as its modem counts them: the receiver reports UDP
 //! payloads and datagrams, and the controller adds [`RateController::set_overhead_bytes`]
@@ -84,6 +101,14 @@ pub const SMALL_DATAGRAMS: f64 = 0.5;
 /// The lowest packet rate a line is paced at, datagrams per second (a keepalive every
 /// 50 ms and a report every 25 ms are 60).
 pub const MIN_PACKET_RATE: f64 = 100.0;
+/// A queue of more than this fraction of the target shows that the bottleneck is busy: the
+/// delivery rate is its capacity (see the module's doc). Not less: the lowest one-way delay
+/// of a report over a jittery line is above the line's base even when the line is idle
+/// (uniform 10 ms jitter, `tests/protocol.rs`'s reordering lines).
+pub const BUSY_QUEUE: f64 = 0.25;
+/// A line that becomes busy after it was not starts from at most this multiple of what it
+/// delivered (see the module's doc).
+pub const UNTESTED_RATE_GAIN: f64 = 2.0;
 /// Reports kept to measure the delivery rate over [`DELIVERY_WINDOW`].
 const DELIVERY_HISTORY: usize = 32;
 
@@ -186,9 +211,11 @@ pub struct RateController {
     base_resets: u64,
     /// Bytes the line's modem counts per datagram beyond its UDP payload.
     overhead_bytes: u64,
-    /// What the line delivered the last time it held a queue above target: its capacity
-    /// then (line bits per second; 0 before it held one).
+    /// What the line delivered the last time it held a queue: its capacity then (line bits
+    /// per second; 0 before it held one).
     capacity_bps: f64,
+    /// Whether the line was busy at the previous report (a rate it did not use is untested).
+    was_busy: bool,
 }
 
 impl RateController {
@@ -221,6 +248,7 @@ impl RateController {
             base_resets: 0,
             overhead_bytes: 0,
             capacity_bps: 0.0,
+            was_busy: false,
             config,
         }
     }
@@ -462,6 +490,7 @@ impl RateController {
         self.sent_packets = 0;
         self.sent_since = now;
         self.update_rate(now, busy, span);
+        self.was_busy = busy;
     }
 
     /// A queue above target that stays put for `rebase_after` is the path's new delay: the
@@ -520,7 +549,7 @@ impl RateController {
                 0.75 * delivery.max(self.config.min_rate.as_f64()),
                 self.packet_rate.map(|_| 0.75 * delivery_pps),
             )
-        } else if queue > target {
+        } else if queue > BUSY_QUEUE * target {
             // The bottleneck is busy: the delivery rate is its capacity, in bytes and, when
             // the datagrams were small, in datagrams (a modem that ran out of packets, not
             // bytes). Full datagrams say nothing of a packet limit: a line of bulk traffic
@@ -559,6 +588,13 @@ impl RateController {
             };
             let from = self.rate_bps.max(delivery);
             let mut rate = from * factor;
+            if !self.was_busy {
+                // The rate it kept while idle is untested (see the module's doc).
+                let tested = (UNTESTED_RATE_GAIN * delivery)
+                    .max(self.config.initial_rate.as_f64())
+                    .max(self.capacity_bps);
+                rate = rate.min(tested);
+            }
             if !self.ramping && rate > self.capacity_bps && self.capacity_bps > 0.0 {
                 // Back up to the capacity the line showed last at the per-report pace, and
                 // beyond it at that pace per round trip: a probe for more that a report a
@@ -790,6 +826,101 @@ mod tests {
         assert!(
             (grown / theory - 1.0).abs() < 0.01,
             "x{grown:.3} in 20 reports, theory {theory:.3}"
+        );
+    }
+
+    /// A line that shows a queue short of the target is full: its rate is set from what
+    /// it delivered, `C x (1 + (target - q) / tau)`, every report, not multiplied by that
+    /// every report. The probe that ran on to the target went 15-20% past the surviving
+    /// line's rate when a bond lost a line (see the module's doc).
+    #[test]
+    fn a_line_with_a_queue_short_of_the_target_is_held_not_probed() {
+        let capacity: f64 = 6_000_000.0;
+        let config = ControllerConfig {
+            initial_rate: BitsPerSec(capacity as u64),
+            ..ControllerConfig::default()
+        };
+        let mut controller = RateController::new(config, Instant::ZERO);
+        controller.on_rtt(Duration::from_millis(40));
+        controller.ramping = false;
+        let mut reports = Reports {
+            now: Instant::ZERO,
+            seq: 0,
+            packets: 0,
+            bytes: 0,
+        };
+        let per_report = (capacity * 0.025 / 8.0 / 1000.0).round() as u64;
+        // The base delay, from reports without a queue; then 15 reports of a full line: it
+        // delivers its capacity, at a queue of 3 ms (more than a quarter of the 5 ms target,
+        // less than the target), whatever we send.
+        for _ in 0..8 {
+            let (now, report) = reports.next(per_report, 0, 1000);
+            controller.on_feedback(now, &report);
+        }
+        controller.rate_bps = capacity;
+        for _ in 0..15 {
+            let sent = (controller.rate().as_f64() * 0.025 / 8.0 / 1000.0).ceil() as u64;
+            for _ in 0..sent {
+                controller.on_sent(1000);
+            }
+            let (now, mut report) = reports.next(per_report, 0, 1000);
+            report.highest_seq += sent.saturating_sub(per_report);
+            reports.seq = report.highest_seq;
+            report.owd_min_ns += 3_000_000;
+            controller.on_feedback(now, &report);
+        }
+        // tau is 100 ms (twice the 40 ms round trip is less): 2% above what it delivered
+        // (19 datagrams of 1000 bytes per 25 ms).
+        let delivered = per_report as f64 * 1000.0 * 8.0 / 0.025;
+        let theory = delivered * (1.0 + 2.0 / 100.0);
+        let rate = controller.rate().as_f64();
+        assert!(
+            (rate / theory - 1.0).abs() < 0.01,
+            "{rate:.0} bit/s after 15 reports at a 3 ms queue, theory {theory:.0} (compounded \
+             it would be {:.0})",
+            delivered * 1.02f64.powi(15)
+        );
+    }
+
+    /// A line that sat idle kept its rate (an idle line shows nothing), but that rate was
+    /// never tested: when traffic comes, the line starts from at most twice what it
+    /// delivered, not from the idle rate doubled. Regression: a line idle at 8.4 Mbit/s
+    /// beside a faster one went to 20 Mbit/s within two reports when that one was cut; it
+    /// was a 6 Mbit/s line.
+    #[test]
+    fn a_rate_kept_while_idle_is_not_doubled_untested() {
+        let config = ControllerConfig::default();
+        let initial = config.initial_rate.as_f64();
+        let mut controller = RateController::new(config, Instant::ZERO);
+        controller.on_rtt(Duration::from_millis(40));
+        let mut reports = Reports {
+            now: Instant::ZERO,
+            seq: 0,
+            packets: 0,
+            bytes: 0,
+        };
+        controller.rate_bps = 8_400_000.0;
+        for _ in 0..20 {
+            let (now, report) = reports.next(1, 0, 100);
+            controller.on_sent(100);
+            controller.on_feedback(now, &report);
+        }
+        assert!(
+            (controller.rate().as_f64() - 8_400_000.0).abs() < 1.0,
+            "kept while idle"
+        );
+        // Busy at last: 25 ms at the full rate, one report's worth delivered so far.
+        let sent = (8_400_000.0 * 0.025 / 8.0 / 1000.0) as u64;
+        for _ in 0..sent {
+            controller.on_sent(1000);
+        }
+        let (now, report) = reports.next(sent, 0, 1000);
+        controller.on_feedback(now, &report);
+        let delivery = controller.delivery_rate().as_f64();
+        let rate = controller.rate().as_f64();
+        assert!(
+            rate <= (2.0 * delivery).max(initial) + 1.0,
+            "{rate:.0} bit/s after an idle spell, having delivered {delivery:.0}"
         );
     }
 }
