@@ -589,7 +589,7 @@ fn spec_twin_prints_a_twin_back_and_refuses_a_malformed_figure_with_its_line() {
 }
 
 #[test]
-fn emulate_takes_a_twin_up_one_way_and_down_the_other() {
+fn emulate_and_shell_take_a_twin_up_one_way_and_down_the_other() {
     let dir = TempDir::new("twin-emulate");
     let twin = dir.path("line.toml");
     std::fs::write(&twin, pathlab_twin::file::EXAMPLE).expect("write");
@@ -621,5 +621,19 @@ fn emulate_takes_a_twin_up_one_way_and_down_the_other() {
         "--twin",
         "/nonexistent.toml",
     ]);
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+    // `shell --twin` reads it the same way (before it needs any privilege), and takes it
+    // instead of SPEC, not beside it.
+    let output = pathlab(&["shell", "--twin", "/nonexistent.toml", "--", "true"]);
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+    assert!(
+        stderr(&output).contains("/nonexistent.toml"),
+        "{}",
+        stderr(&output)
+    );
+    let twin = twin.to_str().expect("utf-8");
+    let output = pathlab(&["shell", "delay 1ms", "--twin", twin, "--", "true"]);
+    assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+    let output = pathlab(&["shell", "--", "true"]);
     assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
 }

@@ -245,12 +245,22 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
     });
     let dir = TempDir::new("shell");
     let record = dir.path("shell.jsonl");
+    // The nested shell runs behind a measured path (`--twin`): 5 ms up, 2 ms down.
+    let twin = dir.path("twin.toml");
+    let inner_record = dir.path("inner.jsonl");
+    std::fs::write(
+        &twin,
+        pathlab_twin::file::EXAMPLE
+            .replace("delay 10ms quantiles 0 1ms 3ms loss 1%", "delay 5ms")
+            .replace("spec = \"delay 10ms\"", "spec = \"delay 2ms\""),
+    )
+    .expect("write the twin");
     // One shell talks to the server; inside it, a nested shell does too, through two links
     // and the outer shell's NAT. Each prints the reply; the exit code comes back out.
     let script = r#"
         exec 3<>/dev/tcp/$PATHLAB_SHELL_OUTSIDE/7007; echo outer >&3; read reply <&3; echo "outer got $reply"
         export SERVER=$PATHLAB_SHELL_OUTSIDE
-        "$PATHLAB" shell 'delay 5ms' -- bash -c 'exec 3<>/dev/tcp/$SERVER/7007; echo inner >&3; read reply <&3; echo "inner got $reply"; exit 3'
+        "$PATHLAB" shell --twin "$TWIN" --record "$INNER_RECORD" -- bash -c 'exec 3<>/dev/tcp/$SERVER/7007; echo inner >&3; read reply <&3; echo "inner got $reply"; exit 3'
         exit $(( $? + 4 ))
     "#;
     let output = outer
@@ -259,6 +269,8 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
         .arg(&record)
         .args(["--", "bash", "-c", script])
         .env("PATHLAB", PATHLAB)
+        .env("TWIN", &twin)
+        .env("INNER_RECORD", &inner_record)
         .output()
         .expect("pathlab shell runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -293,6 +305,21 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
         packets >= 20,
         "both connections crossed the outer link: {packets} packets"
     );
+    // The twin's up spec outwards (direction 0, as SPEC's), its down spec back.
+    let inner = read_recording(std::io::BufReader::new(
+        std::fs::File::open(&inner_record).expect("the nested shell's recording"),
+    ))
+    .expect("reads");
+    for (dir, delay_ns) in [(0, 5_000_000), (1, 2_000_000)] {
+        let delays: Vec<u64> = inner
+            .packets(dir)
+            .filter_map(|r| r.departed.map(|d| (d - r.arrived).as_nanos()))
+            .collect();
+        assert!(
+            delays.len() >= 4 && delays.iter().all(|&d| d == delay_ns),
+            "direction {dir} of the nested shell's twin: {delays:?}"
+        );
+    }
     // Nothing is left in the namespace: no TUN device, no NAT table, forwarding back off.
     let interfaces: Vec<String> = outer
         .run(|| pathlab_os::netlink::Netlink::open().and_then(|mut n| n.links()))

@@ -304,11 +304,7 @@ impl Args {
     /// The two specs: SPEC and --reverse (the same as SPEC without it), or a twin's.
     fn specs_loaded(&self) -> anyhow::Result<(LinkSpec, LinkSpec)> {
         if let Some(path) = &self.twin {
-            let twin = crate::cmd::spec::read_twin(path)?;
-            let dir = path.parent().unwrap_or(std::path::Path::new("."));
-            let forward = load(&[twin.up.spec_beside(dir)])?;
-            let reverse = load(&[twin.down.spec_beside(dir)])?;
-            return Ok((forward, reverse));
+            return crate::cmd::spec::twin_specs(path);
         }
         let forward = load(&self.spec)?;
         let reverse = match &self.reverse {

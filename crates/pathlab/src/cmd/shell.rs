@@ -10,11 +10,15 @@ use crate::usage;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The link spec from the program outwards (uplink), e.g. 'delay 50ms rate 10mbit'.
-    #[arg(value_name = "SPEC")]
-    pub spec: String,
+    #[arg(value_name = "SPEC", required_unless_present = "twin")]
+    pub spec: Option<String>,
     /// The spec towards the program (downlink; default: the same as SPEC).
     #[arg(long, value_name = "SPEC")]
     pub reverse: Option<String>,
+    /// Run behind a measured path: a twin file's `up` spec outwards, its `down` spec
+    /// towards the program; a trace it names is read beside it.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["spec", "reverse"])]
+    pub twin: Option<std::path::PathBuf>,
     /// The emulator's name, for `pathlab emulate set/stats --name` (default: shell-PID).
     #[arg(long)]
     pub name: Option<String>,
@@ -67,10 +71,17 @@ impl Args {
     /// The shell these arguments ask for: the specs loaded, the name checked (default
     /// `shell-PID`), the program (default `$SHELL`). Every problem is a usage error.
     fn config(&self) -> anyhow::Result<ShellConfig> {
-        let uplink = parse_spec(std::slice::from_ref(&self.spec))?;
-        let downlink = match &self.reverse {
-            Some(text) => parse_spec(std::slice::from_ref(text))?,
-            None => uplink.clone(),
+        let (uplink, downlink) = match (&self.twin, &self.spec) {
+            (Some(path), _) => crate::cmd::spec::twin_specs(path)?,
+            (None, Some(spec)) => {
+                let uplink = parse_spec(std::slice::from_ref(spec))?;
+                let downlink = match &self.reverse {
+                    Some(text) => parse_spec(std::slice::from_ref(text))?,
+                    None => uplink.clone(),
+                };
+                (uplink, downlink)
+            }
+            (None, None) => return Err(usage(anyhow::anyhow!("a SPEC or --twin FILE"))),
         };
         let name = self
             .name

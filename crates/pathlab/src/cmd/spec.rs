@@ -78,6 +78,16 @@ pub fn read_twin(path: &std::path::Path) -> anyhow::Result<TwinFile> {
     TwinFile::parse(&text).map_err(|e| usage(anyhow!("{}: {e}", path.display())))
 }
 
+/// A twin file's two specs, loaded: `up` (from the measuring host to the far one) and
+/// `down`, a trace either names read beside the file.
+pub fn twin_specs(path: &std::path::Path) -> anyhow::Result<(LinkSpec, LinkSpec)> {
+    let twin = read_twin(path)?;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let up = parse_spec(&[twin.up.spec_beside(dir)])?;
+    let down = parse_spec(&[twin.down.spec_beside(dir)])?;
+    Ok((up, down))
+}
+
 /// Runs `pathlab spec`.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match args.config()? {
