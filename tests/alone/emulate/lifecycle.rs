@@ -285,42 +285,48 @@ fn shell_runs_a_program_behind_the_link_and_nested_shells_reach_out_through_nat(
         "{stdout}"
     );
     assert_eq!(server.join().expect("server"), vec!["outer", "inner"]);
-    // The recorded truth: every packet spent exactly 10 ms in the outer link.
-    let recording = read_recording(std::io::BufReader::new(
-        std::fs::File::open(&record).expect("recording"),
-    ))
-    .expect("reads");
-    let mut packets = 0;
-    for dir in 0..2 {
-        for record in recording.packets(dir) {
-            assert!(record.dropped.is_none(), "nothing is dropped: {record:?}");
-            // Packets still inside when the program exited have no departure.
-            if let Some(departed) = record.departed {
-                assert_eq!((departed - record.arrived).as_nanos(), 10_000_000);
-                packets += 1;
-            }
-        }
-    }
+    // The recorded truth: every packet spent exactly 10 ms in the outer link; in the
+    // nested one the twin's up spec outwards (direction 0, as SPEC's), its down spec back.
+    let [up, down] = recorded_delays(&record);
     assert!(
-        packets >= 20,
-        "both connections crossed the outer link: {packets} packets"
+        up.iter().chain(&down).all(|&d| d == 10_000_000),
+        "{up:?} {down:?}"
     );
-    // The twin's up spec outwards (direction 0, as SPEC's), its down spec back.
-    let inner = read_recording(std::io::BufReader::new(
-        std::fs::File::open(&inner_record).expect("the nested shell's recording"),
+    assert!(
+        up.len() + down.len() >= 20,
+        "both connections crossed the outer link: {} packets",
+        up.len() + down.len()
+    );
+    let [up, down] = recorded_delays(&inner_record);
+    assert!(
+        up.len() >= 4 && up.iter().all(|&d| d == 5_000_000),
+        "twin up: {up:?}"
+    );
+    assert!(
+        down.len() >= 4 && down.iter().all(|&d| d == 2_000_000),
+        "twin down: {down:?}"
+    );
+    assert_left_clean(&outer);
+}
+
+/// The time each packet of a recording spent in the link, per direction (packets still
+/// inside when the program exited have no departure); nothing may have been dropped.
+fn recorded_delays(path: &std::path::Path) -> [Vec<u64>; 2] {
+    let recording = read_recording(std::io::BufReader::new(
+        std::fs::File::open(path).expect("recording"),
     ))
     .expect("reads");
-    for (dir, delay_ns) in [(0, 5_000_000), (1, 2_000_000)] {
-        let delays: Vec<u64> = inner
+    [0, 1].map(|dir| {
+        recording
             .packets(dir)
+            .inspect(|r| assert!(r.dropped.is_none(), "nothing is dropped: {r:?}"))
             .filter_map(|r| r.departed.map(|d| (d - r.arrived).as_nanos()))
-            .collect();
-        assert!(
-            delays.len() >= 4 && delays.iter().all(|&d| d == delay_ns),
-            "direction {dir} of the nested shell's twin: {delays:?}"
-        );
-    }
-    // Nothing is left in the namespace: no TUN device, no NAT table, forwarding back off.
+            .collect()
+    })
+}
+
+/// Nothing of a shell is left in `outer`: no TUN device, no NAT table, forwarding off.
+fn assert_left_clean(outer: &pathlab_os::netns::Netns) {
     let interfaces: Vec<String> = outer
         .run(|| pathlab_os::netlink::Netlink::open().and_then(|mut n| n.links()))
         .unwrap()
