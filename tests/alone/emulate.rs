@@ -265,12 +265,23 @@ fn a_ping_workload_sees_the_delay_of_both_directions_and_the_loss() {
     };
     let dir = TempDir::new("lab-ping");
     let spec = dir.path("ping.toml");
+    // The link is a measured path's (`twin = FILE`, read beside the spec): its up spec
+    // from h1 to h2, its down spec back.
+    std::fs::write(
+        dir.path("line.toml"),
+        pathlab_twin::file::EXAMPLE
+            .replace(
+                "delay 10ms quantiles 0 1ms 3ms loss 1%",
+                "delay 10ms loss 20%",
+            )
+            .replace("spec = \"delay 10ms\"", "spec = \"delay 25ms\""),
+    )
+    .expect("write the twin");
     LabSpec::new("ping", "4s")
         .node("h1")
         .node("h2")
         .link("h1", "h2")
-        .with("spec", "delay 10ms loss 20%")
-        .with("reverse", "delay 25ms")
+        .with("twin", "line.toml")
         .workload("echo", "ping", "h1", "h2")
         .with("interval", "20ms")
         .with("duration", "3s")

@@ -92,7 +92,13 @@ pub struct SweepPoint {
 pub fn expand(text: &str, quick: bool) -> Result<Vec<SweepPoint>, SpecFileError> {
     let table: toml::Table = toml::from_str(text).map_err(|e| SpecFileError {
         file: None,
-        line: e.span().map_or(1, |span| Checker { text }.line(&span)),
+        line: e.span().map_or(1, |span| {
+            Checker {
+                text,
+                twins: &no_twins,
+            }
+            .line(&span)
+        }),
         message: e.message().trim().to_owned(),
     })?;
     let mut points = vec![SweepPoint {
@@ -447,6 +453,8 @@ struct RawLink {
     spec: Option<Spanned<String>>,
     #[serde(default)]
     reverse: Option<Spanned<String>>,
+    #[serde(default)]
+    twin: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -505,6 +513,18 @@ type FindNode<'a> = dyn Fn(&Spanned<String>, &str) -> Result<usize, SpecFileErro
 
 struct Checker<'a> {
     text: &'a str,
+    /// Reads a link's `twin = "FILE"` into its two specs (up, down).
+    twins: &'a TwinReader<'a>,
+}
+
+/// What reads a link's `twin = "FILE"` into its two specs, `(up, down)`, or says why not:
+/// the spec's text is parsed without touching files, the reader is the caller's (a spec
+/// file's reads the twin beside it, [`crate::sweep::ExperimentSource`]).
+pub type TwinReader<'a> = dyn Fn(&str) -> Result<(LinkSpec, LinkSpec), String> + 'a;
+
+/// The [`TwinReader`] of a spec that came from no file (a recipe, a test's text).
+pub fn no_twins(_: &str) -> Result<(LinkSpec, LinkSpec), String> {
+    Err("a twin file is read beside a spec file; this spec came from none".into())
 }
 
 impl Checker<'_> {
@@ -524,6 +544,31 @@ impl Checker<'_> {
     fn time(&self, value: &Spanned<String>, what: &str) -> Result<Duration, SpecFileError> {
         parse_time(value.get_ref())
             .map_err(|problem| self.error(&value.span(), format!("{what}: {problem}")))
+    }
+
+    /// A link's two specs: `spec` from its first node to its second (none: a plain
+    /// cable) and `reverse` back (none: `spec`), or a measured path's, `twin`'s up spec
+    /// from the first node and its down spec back.
+    fn link_specs(&self, link: &RawLink) -> Result<(LinkSpec, LinkSpec), SpecFileError> {
+        if let Some(twin) = &link.twin {
+            if link.spec.is_some() || link.reverse.is_some() {
+                return Err(self.error(
+                    &twin.span(),
+                    "twin: a link takes a twin or spec and reverse, not both",
+                ));
+            }
+            return (self.twins)(twin.get_ref())
+                .map_err(|e| self.error(&twin.span(), format!("twin '{}': {e}", twin.get_ref())));
+        }
+        let forward = match &link.spec {
+            Some(spec) => self.link_spec(spec)?,
+            None => LinkSpec::default(),
+        };
+        let reverse = match &link.reverse {
+            Some(spec) => self.link_spec(spec)?,
+            None => forward.clone(),
+        };
+        Ok((forward, reverse))
     }
 
     fn link_spec(&self, value: &Spanned<String>) -> Result<LinkSpec, SpecFileError> {
@@ -565,10 +610,16 @@ pub fn valid_experiment_name(name: &str) -> bool {
 }
 
 impl Experiment {
-    /// Parses and checks a spec file's text.
+    /// Parses and checks a spec's text (one that came from no file: a link's `twin` is
+    /// refused).
     pub fn parse(text: &str) -> Result<Experiment, SpecFileError> {
+        Experiment::parse_with(text, &no_twins)
+    }
+
+    /// Parses and checks a spec's text, a link's `twin = "FILE"` read by `twins`.
+    pub fn parse_with(text: &str, twins: &TwinReader<'_>) -> Result<Experiment, SpecFileError> {
         let raw: RawExperiment = toml::from_str(text).map_err(|e| {
-            let checker = Checker { text };
+            let checker = Checker { text, twins };
             let line = e.span().map_or(1, |span| checker.line(&span));
             SpecFileError {
                 file: None,
@@ -576,7 +627,7 @@ impl Experiment {
                 message: e.message().trim().to_owned(),
             }
         })?;
-        Checker { text }.experiment(raw)
+        Checker { text, twins }.experiment(raw)
     }
 }
 
@@ -673,14 +724,7 @@ impl Checker<'_> {
                     ),
                 ));
             }
-            let forward = match &link.spec {
-                Some(spec) => self.link_spec(spec)?,
-                None => LinkSpec::default(),
-            };
-            let reverse = match &link.reverse {
-                Some(spec) => self.link_spec(spec)?,
-                None => forward.clone(),
-            };
+            let (forward, reverse) = self.link_specs(link)?;
             links.push(Link {
                 name: format!("{}-{}", nodes[a].name, nodes[b].name),
                 a,
@@ -1339,5 +1383,47 @@ spec = "rate 1mbit"
             e.message.contains("no path of links joins from and to"),
             "{e}"
         );
+    }
+
+    /// A link's `twin = "FILE"`: its specs come from the reader the caller gives, the up
+    /// one from the link's first node; beside `spec` or `reverse`, or in a spec that came
+    /// from no file, or unreadable, it is refused with its line.
+    #[test]
+    fn a_link_takes_a_twins_specs_and_a_twin_beside_a_spec_is_refused() {
+        let text = LINE.replacen(
+            "spec = \"delay 5ms rate 10mbit limit 100\"\nreverse = \"delay 5ms\"",
+            "twin = \"office.toml\"",
+            1,
+        );
+        let reader = |name: &str| {
+            assert_eq!(name, "office.toml");
+            Ok((
+                LinkSpec::parse("delay 7ms rate 2mbit").unwrap(),
+                LinkSpec::parse("delay 3ms").unwrap(),
+            ))
+        };
+        let e = Experiment::parse_with(&text, &reader).expect("parses");
+        assert_eq!(
+            e.links[1].forward,
+            LinkSpec::parse("delay 7ms rate 2mbit").unwrap()
+        );
+        assert_eq!(e.links[1].reverse, LinkSpec::parse("delay 3ms").unwrap());
+        let line = text.lines().position(|l| l.starts_with("twin")).unwrap() + 1;
+        let error = Experiment::parse(&text).expect_err("no file to read it beside");
+        assert_eq!(error.line, line);
+        assert!(
+            error.message.contains("beside a spec file"),
+            "{}",
+            error.message
+        );
+        let unreadable = |_: &str| Err("cannot open it".to_owned());
+        let error = Experiment::parse_with(&text, &unreadable).expect_err("refused");
+        assert_eq!(
+            (error.line, error.message.as_str()),
+            (line, "twin 'office.toml': cannot open it")
+        );
+        let both = text.replacen("twin = ", "spec = \"delay 1ms\"\ntwin = ", 1);
+        let error = Experiment::parse_with(&both, &reader).expect_err("refused");
+        assert!(error.message.contains("not both"), "{}", error.message);
     }
 }

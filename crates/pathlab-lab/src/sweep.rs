@@ -113,6 +113,28 @@ pub enum PointError {
     },
 }
 
+/// A link's `twin = "FILE"`: the twin file `name` (relative to the spec file's directory
+/// `dir`), its up and down specs with a trace each names read beside it.
+fn read_twin(
+    dir: &std::path::Path,
+    name: &str,
+) -> Result<(pathlab_core::spec::LinkSpec, pathlab_core::spec::LinkSpec), String> {
+    use pathlab_twin::file::{TwinFile, MAX_TWIN_BYTES};
+    let path = dir.join(name);
+    let bytes =
+        pathlab_os::files::read_regular(&path, MAX_TWIN_BYTES).map_err(|e| e.to_string())?;
+    let text = String::from_utf8(bytes).map_err(|_| "a twin file is UTF-8 text".to_owned())?;
+    let twin = TwinFile::parse(&text).map_err(|e| e.to_string())?;
+    let twin_dir = path.parent().unwrap_or(dir);
+    let spec = |text: String| {
+        pathlab_core::spec::LinkSpec::parse(&text).map_err(|e| format!("spec '{text}': {e}"))
+    };
+    Ok((
+        spec(twin.up.spec_beside(twin_dir))?,
+        spec(twin.down.spec_beside(twin_dir))?,
+    ))
+}
+
 impl ExperimentSource {
     /// Reads `name`: the recipe of that name, else the spec file at that path. A name
     /// without a dot or a slash is taken for a recipe's, so a mistyped recipe is said to
@@ -192,9 +214,19 @@ impl ExperimentSource {
         Ok(self.planned(point, quick)?)
     }
 
-    /// The run of `point`, its text parsed, `quick` applied.
+    /// The run of `point`, its text parsed (a link's `twin` read beside the spec file),
+    /// `quick` applied.
     fn planned(&self, point: SweepPoint, quick: bool) -> Result<PlannedRun, SpecFileError> {
-        let experiment = Experiment::parse(&point.text).map_err(|e| self.named(e))?;
+        let experiment = match &self.file {
+            Some(file) => {
+                let dir = std::path::Path::new(file)
+                    .parent()
+                    .unwrap_or(std::path::Path::new("."));
+                Experiment::parse_with(&point.text, &|name: &str| read_twin(dir, name))
+            }
+            None => Experiment::parse(&point.text),
+        }
+        .map_err(|e| self.named(e))?;
         let experiment = if quick {
             experiment.quick()
         } else {
@@ -464,5 +496,45 @@ mod tests {
         assert_eq!(point_dir(out, &point), out);
         point.label = "queue=10, delay=5ms".to_owned();
         assert_eq!(point_dir(out, &point), out.join("queue-10_delay-5ms"));
+    }
+
+    /// A spec file's link `twin = "FILE"` is read beside the spec file (bounded, a regular
+    /// file), its trace beside the twin; a missing twin names itself.
+    #[test]
+    fn a_spec_files_twin_is_read_beside_it() {
+        let dir = std::env::temp_dir().join(format!("pathlab-lab-twin-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("twins")).unwrap();
+        let twin = pathlab_twin::file::EXAMPLE.replacen(
+            "spec = \"delay 10ms\"",
+            "spec = \"delay 10ms trace down.trace\"",
+            1,
+        );
+        std::fs::write(dir.join("twins/office.toml"), twin).unwrap();
+        let spec = dir.join("lab.toml");
+        let text = "name = \"office\"\nduration = \"10s\"\n[[node]]\nname = \"h1\"\n\
+                    [[node]]\nname = \"h2\"\n[[link]]\nbetween = [\"h1\", \"h2\"]\n\
+                    twin = \"twins/office.toml\"\n";
+        std::fs::write(&spec, text).unwrap();
+        let run = ExperimentSource::read(spec.to_str().unwrap())
+            .unwrap()
+            .sweep(false);
+        std::fs::write(&spec, text.replace("twins/office", "twins/absent")).unwrap();
+        let absent = ExperimentSource::read(spec.to_str().unwrap())
+            .unwrap()
+            .sweep(false);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let run = run.expect("parses").remove(0);
+        let link = &run.experiment.links[0];
+        assert_eq!(
+            link.forward.to_string(),
+            "delay 10ms quantiles 0ms 1ms 3ms loss 1%"
+        );
+        let trace = dir.join("twins/down.trace");
+        assert_eq!(
+            link.reverse.to_string(),
+            format!("delay 10ms trace {}", trace.display())
+        );
+        let error = absent.expect_err("no such twin");
+        assert!(error.to_string().contains("twins/absent.toml"), "{error}");
     }
 }
