@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 
-use pathlab_core::harness::Node;
+use pathlab_core::harness::{Network, Node, Port, WireId};
 use pathlab_core::rng::Rng;
-use pathlab_core::{BitsPerSec, Duration, Instant};
+use pathlab_core::{BitsPerSec, Duration, Instant, LinkSpec};
 
 use crate::crypto::Psk;
 use crate::endpoint::{Bond, BondConfig};
@@ -93,6 +93,36 @@ impl Node for ClientNode {
 /// a real one does.
 pub fn line_overhead_bytes() -> u32 {
     LineFraming::default().overhead_bytes() as u32
+}
+
+/// The network of one client's tunnel: the near host (node 0) joined to the client's TUN
+/// side (node 1) and the server's TUN side (node 2) to the far host (node 3) by ideal
+/// links, then line `k` of `lines` (its upward and downward specs) from the client's port
+/// `k + 1` to the server's, with seed `100 + k`. Returns each line's (upward, downward)
+/// wires.
+pub fn tunnel_network(lines: &[(&str, &str)]) -> (Network, Vec<(WireId, WireId)>) {
+    let mut net = Network::new(line_overhead_bytes());
+    let ideal = LinkSpec::parse("").expect("no impairment");
+    net.connect(Port::new(0, 0), Port::new(1, 0), &ideal, &ideal, 1)
+        .expect("a new port");
+    net.connect(Port::new(2, 0), Port::new(3, 0), &ideal, &ideal, 2)
+        .expect("a new port");
+    let wires = lines
+        .iter()
+        .enumerate()
+        .map(|(k, (up, down))| {
+            let spec = |text: &str| LinkSpec::parse(text).expect("a line's spec");
+            net.connect(
+                Port::new(1, k + 1),
+                Port::new(2, k + 1),
+                &spec(up),
+                &spec(down),
+                100 + k as u64,
+            )
+            .expect("a new port")
+        })
+        .collect();
+    (net, wires)
 }
 
 /// The address the server sees line `k` of client `client` come from.

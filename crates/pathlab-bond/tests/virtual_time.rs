@@ -7,7 +7,7 @@ use pathlab_bond::crypto::Psk;
 use pathlab_bond::line::{LineFraming, LineState, LineTimers};
 use pathlab_bond::reorder::ReorderCounters;
 use pathlab_bond::sched::SchedulerKind;
-use pathlab_bond::sim::{line_overhead_bytes, ClientNode, Flow, Host, ServerNode};
+use pathlab_bond::sim::{line_overhead_bytes, tunnel_network, ClientNode, Flow, Host, ServerNode};
 use pathlab_bond::{BondConfig, ServerConfig};
 use pathlab_core::harness::{Network, Node, Port, WireId};
 use pathlab_core::record::PacketRecord;
@@ -34,30 +34,12 @@ struct Tunnel {
 
 impl Tunnel {
     fn new(lines: &[(&str, &str)], config: BondConfig, near: Host, far: Host) -> Tunnel {
-        let mut net = Network::new(line_overhead_bytes());
-        let ideal = LinkSpec::parse("").unwrap();
-        net.connect(Port::new(0, 0), Port::new(1, 0), &ideal, &ideal, 1)
-            .unwrap();
-        net.connect(Port::new(2, 0), Port::new(3, 0), &ideal, &ideal, 2)
-            .unwrap();
+        let (mut net, wires) = tunnel_network(lines);
+        for (up, _) in &wires {
+            net.link_mut(*up).record();
+        }
         let server_config = ServerConfig::new(config.clone(), 8);
         let server = ServerNode::new(server_config, &psk(), 7);
-        let mut wires = Vec::new();
-        for (k, (up, down)) in lines.iter().enumerate() {
-            let up = LinkSpec::parse(up).unwrap();
-            let down = LinkSpec::parse(down).unwrap();
-            let ids = net
-                .connect(
-                    Port::new(1, k + 1),
-                    Port::new(2, server.port(0, k)),
-                    &up,
-                    &down,
-                    100 + k as u64,
-                )
-                .unwrap();
-            net.link_mut(ids.0).record();
-            wires.push(ids);
-        }
         Tunnel {
             net,
             near,

@@ -24,7 +24,7 @@ use hosts::{FlowSpec, Host};
 use pathlab_bond::crypto::Psk;
 use pathlab_bond::line::LineCounters;
 use pathlab_bond::reorder::ReorderCounters;
-use pathlab_bond::sim::{line_overhead_bytes, ClientNode, ServerNode};
+use pathlab_bond::sim::{line_overhead_bytes, tunnel_network, ClientNode, ServerNode};
 use pathlab_bond::wire::Kind;
 use pathlab_bond::{BondConfig, BondCounters, BondServerCounters, ServerConfig, StateSizes};
 use pathlab_core::harness::{Network, Node, Port, WireId};
@@ -208,26 +208,7 @@ struct Site {
 impl Site {
     fn new(config: &BondConfig) -> Site {
         let stop = Instant::ZERO + DAY.saturating_mul(DAYS) - Duration::from_secs(60);
-        let mut net = Network::new(line_overhead_bytes());
-        let ideal = LinkSpec::parse("").unwrap();
-        net.connect(Port::new(0, 0), Port::new(1, 0), &ideal, &ideal, 1)
-            .unwrap();
-        net.connect(Port::new(2, 0), Port::new(3, 0), &ideal, &ideal, 2)
-            .unwrap();
-        let lines = LINES
-            .iter()
-            .enumerate()
-            .map(|(k, (up, down))| {
-                net.connect(
-                    Port::new(1, k + 1),
-                    Port::new(2, k + 1),
-                    &LinkSpec::parse(up).unwrap(),
-                    &LinkSpec::parse(down).unwrap(),
-                    100 + k as u64,
-                )
-                .unwrap()
-            })
-            .collect();
+        let (net, lines) = tunnel_network(&LINES);
         Site {
             net,
             near: Host::new(USER, FAR, &flows(false), stop),

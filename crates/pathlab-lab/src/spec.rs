@@ -38,6 +38,11 @@ pub struct Experiment {
 }
 
 impl Experiment {
+    /// Its nodes' names, in order.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
     /// The experiment shortened to its `quick` length: every start, duration and event
     /// time scaled by the same factor. Unchanged without a `quick` length.
     pub fn quick(mut self) -> Experiment {

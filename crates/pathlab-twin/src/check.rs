@@ -158,26 +158,29 @@ impl Row {
         } else {
             f64::INFINITY
         };
-        Row {
-            name: name.to_owned(),
-            real,
-            twin,
-            error,
-            bound,
-            relative: true,
-            within: error.abs() <= bound,
-        }
+        Row::with_error(name, (real, twin), error, bound, true)
     }
 
     fn absolute(name: &str, real: f64, twin: f64, bound: f64) -> Row {
-        let error = twin - real;
+        Row::with_error(name, (real, twin), twin - real, bound, false)
+    }
+
+    /// The row of figure `name` whose error (relative or not) is `error`: within when its
+    /// size is at most `bound`.
+    fn with_error(
+        name: &str,
+        (real, twin): (f64, f64),
+        error: f64,
+        bound: f64,
+        relative: bool,
+    ) -> Row {
         Row {
             name: name.to_owned(),
             real,
             twin,
             error,
             bound,
-            relative: false,
+            relative,
             within: error.abs() <= bound,
         }
     }

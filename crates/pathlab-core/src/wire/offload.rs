@@ -177,7 +177,7 @@ pub fn to_wire_frames(
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
     if is_super_packet(vnet) {
-        segment(
+        to_wire_packets(
             &frame,
             Framing::Ethernet,
             vnet,
@@ -196,32 +196,15 @@ pub fn to_wire_frames(
 /// is copied whole. Each result is written into a buffer taken from `pool` and passed to
 /// `emit`. Returns how many there were.
 pub fn to_wire_packets(
-    bytes: &[u8],
-    framing: Framing,
-    vnet: &VnetHeader,
-    pool: &mut BufferPool,
-    emit: &mut dyn FnMut(Vec<u8>),
-) -> Result<usize, OffloadError> {
-    if is_super_packet(vnet) {
-        segment(bytes, framing, vnet, pool, emit)
-    } else {
-        pass_whole(pool.copy_of(bytes), vnet, emit)
-    }
-}
-
-/// Whether a vnet header announces a super-packet to cut.
-fn is_super_packet(vnet: &VnetHeader) -> bool {
-    vnet.gso_type & !GSO_ECN != GSO_NONE && vnet.gso_size != 0
-}
-
-/// Cuts a super-packet (see [`is_super_packet`]) into its segments.
-fn segment(
     frame: &[u8],
     framing: Framing,
     vnet: &VnetHeader,
     pool: &mut BufferPool,
     emit: &mut dyn FnMut(Vec<u8>),
 ) -> Result<usize, OffloadError> {
+    if !is_super_packet(vnet) {
+        return pass_whole(pool.copy_of(frame), vnet, emit);
+    }
     let gso_type = vnet.gso_type & !GSO_ECN;
     let (outer_ip, outer_version, _) = ip_header(frame, framing).ok_or(OffloadError::Malformed)?;
     let l4 = vnet.csum_start as usize;
@@ -311,6 +294,11 @@ fn segment(
     Ok(count)
 }
 
+/// Whether a vnet header announces a super-packet to cut.
+fn is_super_packet(vnet: &VnetHeader) -> bool {
+    vnet.gso_type & !GSO_ECN != GSO_NONE && vnet.gso_size != 0
+}
+
 /// How a super-packet is cut, as each of its segments needs it to rewrite its own TCP or
 /// UDP header: where the (inner) IP and L4 headers start, the segment size and count, and
 /// the super-packet's first sequence number.
@@ -329,21 +317,16 @@ impl Cut {
     /// already sized): for TCP its sequence number and the flags that belong to the first
     /// or the last segment only, for UDP its length; then its checksum.
     fn fix_l4_header(&self, segment: &mut [u8], index: usize) {
-        let Cut {
-            ip,
-            version,
-            protocol,
-            l4,
-            segment_size,
-            count,
-            first_seq,
-        } = *self;
+        let (ip, version, protocol, l4) = (self.ip, self.version, self.protocol, self.l4);
         let l4_len = segment.len() - l4;
         let checksum_field = if protocol == PROTOCOL_TCP {
             let mut tcp = TcpSegment::new_checked(&mut segment[l4..]).expect("checked above");
-            tcp.set_seq(first_seq.wrapping_add((index * segment_size) as u32));
+            tcp.set_seq(
+                self.first_seq
+                    .wrapping_add((index * self.segment_size) as u32),
+            );
             let mut flags = tcp.flags();
-            if index + 1 != count {
+            if index + 1 != self.count {
                 flags &= !(tcp::FIN | tcp::PSH); // they belong to the last segment
             }
             if index > 0 {

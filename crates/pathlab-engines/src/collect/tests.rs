@@ -78,12 +78,7 @@ fn collection(
     addresses: Vec<String>,
     wait: Duration,
 ) -> CollectConfig {
-    let names: Vec<String> = run
-        .experiment
-        .nodes
-        .iter()
-        .map(|n| n.name.clone())
-        .collect();
+    let names = run.experiment.node_names();
     let configs = crate::export::Export::of(&run, 1, crate::export::DEFAULT_IMAGE.to_owned())
         .node_configs("test")
         .unwrap();
@@ -236,12 +231,7 @@ fn read_head(stream: &mut dyn ReadWrite) {
 fn a_nodes_token_and_certificate_do_not_pass_for_another_nodes() {
     let dir = ScratchDir::new("collect-own-token");
     let run = export(&dir);
-    let names: Vec<String> = run
-        .experiment
-        .nodes
-        .iter()
-        .map(|n| n.name.clone())
-        .collect();
+    let names = run.experiment.node_names();
     let access = access_from_export(dir.root(), &names).unwrap();
     let (h1, r1) = (&access[0], &access[1]);
     assert_ne!(h1.token, r1.token);

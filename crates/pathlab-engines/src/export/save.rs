@@ -183,13 +183,7 @@ pub fn write(config: &ExportConfig) -> Result<Exported, ExportWriteError> {
     // The names and the image are checked (the engine's writer says what is wrong) before
     // credentials are made for the nodes.
     files_with(&[])?;
-    let nodes: Vec<String> = config
-        .run
-        .experiment
-        .nodes
-        .iter()
-        .map(|n| n.name.clone())
-        .collect();
+    let nodes = config.run.experiment.node_names();
     let credentials = credentials::make(out, &nodes)?;
     let files = files_with(&credentials.nodes)?;
     // Bad input stops above, before anything is written.

@@ -62,6 +62,22 @@ impl Probes {
         }
     }
 
+    /// The sender's `Sent` report, `sent`, arrived at `now`: the receiver, if this end is
+    /// it, learns what was sent.
+    fn handle_sent(&mut self, now: Instant, sent: &Message) {
+        if let (
+            Some(receiver),
+            Message::Sent {
+                count,
+                duration_ns,
+                late,
+            },
+        ) = (&mut self.receiver, sent)
+        {
+            receiver.handle_sent(now, *count, *duration_ns, *late);
+        }
+    }
+
     /// The receiver, once its test is over at `now`.
     fn finished(&mut self, now: Instant) -> Option<ProbeReceiver> {
         self.receiver.take_if(|receiver| receiver.is_finished(now))
@@ -186,14 +202,8 @@ impl ServerNode {
                     self.session.accept(now, self.session_id, 5000);
                     self.probes.start(now, &test, Way::ServerToClient, 7);
                 }
-                ServerEvent::Message(Message::Sent {
-                    count,
-                    duration_ns,
-                    late,
-                }) => {
-                    if let Some(receiver) = &mut self.probes.receiver {
-                        receiver.handle_sent(now, count, duration_ns, late);
-                    }
+                ServerEvent::Message(sent @ Message::Sent { .. }) => {
+                    self.probes.handle_sent(now, &sent)
                 }
                 ServerEvent::Message(Message::Done { received, .. }) => {
                     self.session
@@ -257,14 +267,8 @@ impl ClientNode {
                     self.done = Some((received, rejected));
                     self.session.finish();
                 }
-                ClientEvent::Message(Message::Sent {
-                    count,
-                    duration_ns,
-                    late,
-                }) => {
-                    if let Some(receiver) = &mut self.probes.receiver {
-                        receiver.handle_sent(now, count, duration_ns, late);
-                    }
+                ClientEvent::Message(sent @ Message::Sent { .. }) => {
+                    self.probes.handle_sent(now, &sent)
                 }
                 ClientEvent::Message(other) => panic!("unexpected {other:?}"),
                 ClientEvent::Failed(error) => self.failed = Some(error),

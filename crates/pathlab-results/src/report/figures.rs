@@ -76,12 +76,25 @@ fn of(run: &RunData, metric: Metric) -> impl Iterator<Item = &Series> {
         .filter(move |s| s.metric == metric && !s.points.is_empty())
 }
 
-fn horizontal(label: String, y: f64, x0: f64, x1: f64, color: usize) -> Line {
+/// A dashed level `y` across `(x0, x1)`: a theory's figure on a plot over time.
+fn horizontal(label: String, y: f64, (x0, x1): (f64, f64), color: usize) -> Line {
     Line {
         label,
         points: vec![(x0, y), (x1, y)],
         style: LineStyle::Dashed,
         color,
+    }
+}
+
+/// Adds to `lines` a dashed level for each of `levels` that is known (label, level,
+/// colour), spanning the time the lines already there cover.
+fn push_levels(
+    lines: &mut Vec<Line>,
+    levels: impl IntoIterator<Item = Option<(String, f64, usize)>>,
+) {
+    let span = time_span(lines);
+    for (label, y, color) in levels.into_iter().flatten() {
+        lines.push(horizontal(label, y, span, color));
     }
 }
 
@@ -214,10 +227,10 @@ fn link_figure(run: &RunData, metric: Metric, heading: &str) -> Option<Figure> {
         return None;
     }
     let mut lines: Vec<Line> = lines_of(&series, LineStyle::Solid);
-    let (x0, x1) = time_span(&lines);
+    let span = time_span(&lines);
     for (i, s) in series.iter().enumerate() {
         let spec = direction_spec(run, &s.subject);
-        lines.extend(link_theory_line(metric, spec, (x0, x1), i));
+        lines.extend(link_theory_line(metric, spec, span, i));
     }
     let specs = series
         .iter()
@@ -258,7 +271,7 @@ fn link_figure(run: &RunData, metric: Metric, heading: &str) -> Option<Figure> {
 fn link_theory_line(
     metric: Metric,
     spec: Option<&str>,
-    (x0, x1): (f64, f64),
+    span: (f64, f64),
     color: usize,
 ) -> Option<Line> {
     if metric == Metric::DeliveredRate {
@@ -266,8 +279,7 @@ fn link_theory_line(
         return Some(horizontal(
             format!("rate {}", mbit_per_sec(rate_bps)),
             rate_bps / 1e6,
-            x0,
-            x1,
+            span,
             color,
         ));
     }
@@ -276,15 +288,13 @@ fn link_theory_line(
         Metric::QueuePackets => Some(horizontal(
             format!("limit {limit} packets"),
             f64::from(limit),
-            x0,
-            x1,
+            span,
             color,
         )),
         Metric::QueueDelay => Some(horizontal(
             format!("full queue: {}", ms(full_delay_s)),
             full_delay_s * 1e3,
-            x0,
-            x1,
+            span,
             color,
         )),
         _ => None,
@@ -299,27 +309,15 @@ fn rtt_figures(run: &RunData, heading: &str, links: &str) -> Vec<Figure> {
         return Vec::new();
     }
     let mut lines: Vec<Line> = lines_of(&rtt, LineStyle::Points);
-    let (x0, x1) = time_span(&lines);
     let base = theory(&run.run, |p| Some(p.base_rtt_s));
     let plateau = theory(&run.run, |p| p.plateau_rtt_s);
-    if let Some(plateau) = plateau {
-        lines.push(horizontal(
-            format!("theory: full queue {}", ms(plateau)),
-            plateau * 1e3,
-            x0,
-            x1,
-            3,
-        ));
-    }
-    if let Some(base) = base {
-        lines.push(horizontal(
-            format!("theory: base RTT {}", ms(base)),
-            base * 1e3,
-            x0,
-            x1,
-            7,
-        ));
-    }
+    push_levels(
+        &mut lines,
+        [
+            plateau.map(|p| (format!("theory: full queue {}", ms(p)), p * 1e3, 3)),
+            base.map(|b| (format!("theory: base RTT {}", ms(b)), b * 1e3, 7)),
+        ],
+    );
     let per_probe = line_figure(
         "rtt".into(),
         format!("RTT of every probe against when it was sent ({heading}); dashed: theory"),
@@ -389,25 +387,16 @@ fn tcp_figures(run: &RunData, heading: &str, links: &str) -> Vec<Figure> {
     let throughput: Vec<&Series> = of(run, Metric::Throughput).collect();
     if !throughput.is_empty() {
         let mut lines: Vec<Line> = lines_of(&throughput, LineStyle::Solid);
-        let (x0, x1) = time_span(&lines);
-        if let Some(bottleneck) = theory(&run.run, |p| p.bottleneck_bps) {
-            lines.push(horizontal(
-                format!("bottleneck {}", mbit_per_sec(bottleneck)),
-                bottleneck * 1e-6,
-                x0,
-                x1,
-                7,
-            ));
-        }
-        if let Some(mathis) = theory(&run.run, |p| p.mathis_bps) {
-            lines.push(horizontal(
-                format!("Mathis bound {}", mbit_per_sec(mathis)),
-                mathis * 1e-6,
-                x0,
-                x1,
-                3,
-            ));
-        }
+        let level = |name: &str, bps: f64, color| {
+            (format!("{name} {}", mbit_per_sec(bps)), bps * 1e-6, color)
+        };
+        push_levels(
+            &mut lines,
+            [
+                theory(&run.run, |p| p.bottleneck_bps).map(|b| level("bottleneck", b, 7)),
+                theory(&run.run, |p| p.mathis_bps).map(|m| level("Mathis bound", m, 3)),
+            ],
+        );
         out.push(line_figure(
             "throughput".into(),
             format!("What each TCP stream's receiver got per interval ({heading}); dashed: theory"),
@@ -521,19 +510,17 @@ fn compare_subject_figures(runs: &[RunData], metric: Metric, subject: &str) -> V
             color: i,
         })
         .collect();
-    let (x0, x1) = time_span(&lines);
     if metric == Metric::Rtt {
-        for &(i, run, _) in &with {
-            if let Some(plateau) = theory(&run.run, |p| p.plateau_rtt_s) {
-                lines.push(horizontal(
+        let plateaus = with.iter().map(|&(i, run, _)| {
+            theory(&run.run, |p| p.plateau_rtt_s).map(|plateau| {
+                (
                     format!("{}: theory {}", run.label(), ms(plateau)),
                     plateau * 1e3,
-                    x0,
-                    x1,
                     i,
-                ));
-            }
-        }
+                )
+            })
+        });
+        push_levels(&mut lines, plateaus.collect::<Vec<_>>());
     }
     let labels = with
         .iter()
@@ -743,13 +730,7 @@ pub(super) fn sweep_figures(runs: &[RunData]) -> Vec<Figure> {
                     });
                 }
             }
-            let mut values: Vec<(f64, String)> = runs
-                .iter()
-                .filter_map(|r| Some((parameter(r, key)?, parameter_text(r, key))))
-                .collect();
-            values.sort_by(|a, b| a.0.total_cmp(&b.0));
-            values.dedup_by(|a, b| a.0 == b.0);
-            let values = values
+            let values = sorted_values(runs, key)
                 .into_iter()
                 .map(|v| v.1)
                 .collect::<Vec<_>>()
@@ -934,18 +915,20 @@ fn workload_sweep_figures(runs: &[RunData], numeric: &[String], name: &str) -> V
     out
 }
 
+/// The distinct values `runs` give parameter `key`, ascending, each with its text.
+fn sorted_values(runs: &[RunData], key: &str) -> Vec<(f64, String)> {
+    let mut values: Vec<(f64, String)> = runs
+        .iter()
+        .filter_map(|r| Some((parameter(r, key)?, parameter_text(r, key))))
+        .collect();
+    values.sort_by(|a, b| a.0.total_cmp(&b.0));
+    values.dedup_by(|a, b| a.0 == b.0);
+    values
+}
+
 fn heatmap(runs: &[RunData], x_key: &str, y_key: &str, name: &str) -> Figure {
-    let sorted_values = |key: &str| {
-        let mut values: Vec<(f64, String)> = runs
-            .iter()
-            .filter_map(|r| Some((parameter(r, key)?, parameter_text(r, key))))
-            .collect();
-        values.sort_by(|a, b| a.0.total_cmp(&b.0));
-        values.dedup_by(|a, b| a.0 == b.0);
-        values
-    };
-    let xs = sorted_values(x_key);
-    let ys = sorted_values(y_key);
+    let xs = sorted_values(runs, x_key);
+    let ys = sorted_values(runs, y_key);
     let cells = ys
         .iter()
         .map(|(y, _)| {

@@ -423,7 +423,7 @@ impl CollectArgs {
         let configs = pathlab_engines::export::Export::of(&run, self.lab.seed, image)
             .node_configs("pods and containers")
             .map_err(usage)?;
-        let names: Vec<String> = experiment.nodes.iter().map(|n| n.name.clone()).collect();
+        let names = experiment.node_names();
         let addresses = collect::addresses(&self.address, &experiment.name, &names)
             .map_err(|error| usage(anyhow::anyhow!("--address: {error}")))?;
         let access = self
