@@ -11,6 +11,19 @@ pub trait Entropy: std::fmt::Debug + Send {
     fn fill(&mut self, buf: &mut [u8]);
 }
 
+/// A random id, neither 0 nor one `taken` says is in use (an attempt's, so that an answer
+/// names one attempt).
+pub fn fresh_id(entropy: &mut dyn Entropy, taken: impl Fn(u32) -> bool) -> u32 {
+    loop {
+        let mut bytes = [0; 4];
+        entropy.fill(&mut bytes);
+        let id = u32::from_be_bytes(bytes);
+        if id != 0 && !taken(id) {
+            return id;
+        }
+    }
+}
+
 /// Seeded, not cryptographic: for simulations and tests only.
 #[derive(Debug)]
 pub struct SeededEntropy(pub pathlab_core::rng::Rng);

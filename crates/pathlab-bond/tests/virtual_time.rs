@@ -9,7 +9,7 @@ use pathlab_bond::reorder::ReorderCounters;
 use pathlab_bond::sched::SchedulerKind;
 use pathlab_bond::sim::{line_overhead_bytes, tunnel_network, ClientNode, Flow, Host, ServerNode};
 use pathlab_bond::{BondConfig, ServerConfig};
-use pathlab_core::harness::{Network, Node, Port, WireId};
+use pathlab_core::harness::{Network, Node, WireId};
 use pathlab_core::record::PacketRecord;
 use pathlab_core::{BitsPerSec, Duration, Instant, LinkSpec};
 

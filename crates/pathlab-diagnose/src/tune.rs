@@ -1246,6 +1246,13 @@ mod tests {
         }
     }
 
+    /// [`debian`] with sysctl `name` set to `value`.
+    fn debian_with(name: &str, value: &str) -> HostSettings {
+        let mut host = debian();
+        host.sysctl.insert(name.into(), value.into());
+        host
+    }
+
     fn row<'a>(report: &'a TuneReport, setting: &str) -> &'a Row {
         report
             .rows
@@ -1379,9 +1386,7 @@ mod tests {
 
     #[test]
     fn the_share_follows_the_kernel() {
-        let mut host = debian();
-        host.sysctl
-            .insert("net.ipv4.tcp_adv_win_scale".into(), "2".into());
+        let mut host = debian_with("net.ipv4.tcp_adv_win_scale", "2");
         let report = advise(&gigabit_170ms(), &host);
         // Linux 6.1 with tcp_adv_win_scale = 2 offers 3/4 of the buffer.
         assert_eq!(report.receive_window_share, 0.75);
@@ -1459,9 +1464,7 @@ mod tests {
 
     #[test]
     fn reno_is_flagged_only_above_rfc_3649s_low_window() {
-        let mut host = debian();
-        host.sysctl
-            .insert("net.ipv4.tcp_congestion_control".into(), "reno".into());
+        let mut host = debian_with("net.ipv4.tcp_congestion_control", "reno");
         let report = advise(&gigabit_170ms(), &host);
         let cc = row(&report, "net.ipv4.tcp_congestion_control");
         assert_eq!(cc.status, Status::Change);
@@ -1503,9 +1506,7 @@ mod tests {
 
     #[test]
     fn window_scaling_matters_only_above_64k() {
-        let mut host = debian();
-        host.sysctl
-            .insert("net.ipv4.tcp_window_scaling".into(), "0".into());
+        let host = debian_with("net.ipv4.tcp_window_scaling", "0");
         let report = advise(&gigabit_170ms(), &host);
         assert_eq!(
             row(&report, "net.ipv4.tcp_window_scaling").status,
@@ -1526,9 +1527,7 @@ mod tests {
 
     #[test]
     fn autotuning_off_leaves_the_default_buffer() {
-        let mut host = debian();
-        host.sysctl
-            .insert("net.ipv4.tcp_moderate_rcvbuf".into(), "0".into());
+        let host = debian_with("net.ipv4.tcp_moderate_rcvbuf", "0");
         let report = advise(&gigabit_170ms(), &host);
         assert_eq!(
             row(&report, "net.ipv4.tcp_moderate_rcvbuf").status,

@@ -22,12 +22,18 @@ use pathlab_emulator::port::{PacketPort, ReceiveMode};
 use pathlab_os::scheduling::Priority;
 use pathlab_os::topology::{Check, Line, Middle, R_PORT_H1, R_PORT_H2};
 
+/// How long each run counts: PATHLAB_BENCH_SECS, default 5.
 fn seconds() -> Duration {
+    seconds_from_env("PATHLAB_BENCH_SECS", 5)
+}
+
+/// The whole seconds environment variable `name` gives, else `default`.
+fn seconds_from_env(name: &str, default: u64) -> Duration {
     Duration::from_secs(
-        std::env::var("PATHLAB_BENCH_SECS")
+        std::env::var(name)
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(5),
+            .unwrap_or(default),
     )
 }
 
@@ -201,12 +207,7 @@ fn udp_lateness() {
 /// How long each bottleneck run counts (after 5 s of warm-up): PATHLAB_BENCH_LONG_SECS,
 /// default 15 (cubic needs long to grow a window of tens of MB again after a loss).
 fn long_seconds() -> Duration {
-    Duration::from_secs(
-        std::env::var("PATHLAB_BENCH_LONG_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(15),
-    )
+    seconds_from_env("PATHLAB_BENCH_LONG_SECS", 15)
 }
 
 /// TCP through `rate R delay 40ms` each way with a queue of one bandwidth-delay product,

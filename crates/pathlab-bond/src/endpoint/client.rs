@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use pathlab_core::{Duration, Instant};
 
 use super::{Bond, State};
-use crate::entropy::Entropy;
+use crate::entropy::{fresh_id, Entropy};
 use crate::handshake::{self, ClientKeys, Initiation};
 use crate::rekey::KeyRing;
 use crate::wire::Header;
@@ -200,12 +200,9 @@ impl Bond {
         if now < handshake.backoff.next_attempt || lines == 0 {
             return;
         }
-        let mut index = 0;
-        while index == 0 || handshake.attempts.iter().any(|a| a.index == index) {
-            let mut bytes = [0; 4];
-            client.entropy.fill(&mut bytes);
-            index = u32::from_be_bytes(bytes);
-        }
+        let index = fresh_id(client.entropy.as_mut(), |index| {
+            handshake.attempts.iter().any(|a| a.index == index)
+        });
         let unix_ns = client
             .unix_at_zero_ns
             .saturating_add(now.as_nanos())

@@ -8,6 +8,7 @@ use pathlab_core::Instant;
 use super::client::Backoff;
 use super::{Bond, State};
 use crate::crypto::Role;
+use crate::entropy::fresh_id;
 use crate::rekey::{RekeyInitiator, REKEY_MESSAGE_BYTES};
 use crate::wire::Frame;
 
@@ -85,12 +86,9 @@ impl Bond {
         if now < rekeying.backoff.next_attempt {
             return;
         }
-        let mut id = 0;
-        while id == 0 || rekeying.attempts.iter().any(|a| a.id == id) {
-            let mut bytes = [0; 4];
-            client.entropy.fill(&mut bytes);
-            id = u32::from_be_bytes(bytes);
-        }
+        let id = fresh_id(client.entropy.as_mut(), |id| {
+            rekeying.attempts.iter().any(|a| a.id == id)
+        });
         let mut message = [0; REKEY_MESSAGE_BYTES];
         let attempt =
             RekeyInitiator::start(keys.current(), id, client.entropy.as_mut(), &mut message);

@@ -29,6 +29,28 @@ impl Words {
         let _ = write!(self.0, "{word}");
     }
 
+    /// `keyword value`, unless the value is the default (which the canonical form leaves
+    /// out).
+    fn unless_default<T: PartialEq + fmt::Display>(
+        &mut self,
+        keyword: &str,
+        value: T,
+        default: &T,
+    ) {
+        if value != *default {
+            self.push(keyword);
+            self.push(value);
+        }
+    }
+
+    /// `keyword value` when there is a value.
+    fn optional(&mut self, keyword: &str, value: Option<impl fmt::Display>) {
+        if let Some(value) = value {
+            self.push(keyword);
+            self.push(value);
+        }
+    }
+
     /// The name of each `(flag, name)` whose flag is set, in order.
     fn push_flags(&mut self, flags: &[(bool, &str)]) {
         for &(flag, name) in flags {
@@ -47,18 +69,9 @@ impl Words {
     }
 
     fn codel(&mut self, config: &CodelConfig, default: &CodelConfig) {
-        if config.target != default.target {
-            self.push("target");
-            self.push(config.target);
-        }
-        if config.interval != default.interval {
-            self.push("interval");
-            self.push(config.interval);
-        }
-        if let Some(threshold) = config.ce_threshold {
-            self.push("ce_threshold");
-            self.push(threshold);
-        }
+        self.unless_default("target", config.target, &default.target);
+        self.unless_default("interval", config.interval, &default.interval);
+        self.optional("ce_threshold", config.ce_threshold);
         if config.ecn != default.ecn {
             self.push(if config.ecn { "ecn" } else { "noecn" });
         }
@@ -70,14 +83,12 @@ impl Words {
         self.push(format!("{}b", config.min_bytes));
         self.push("max");
         self.push(format!("{}b", config.max_bytes));
-        if config.max_probability != default.max_probability {
-            self.push("probability");
-            self.push(config.max_probability);
-        }
-        if config.avpkt_bytes != default.avpkt_bytes {
-            self.push("avpkt");
-            self.push(config.avpkt_bytes);
-        }
+        self.unless_default(
+            "probability",
+            config.max_probability,
+            &default.max_probability,
+        );
+        self.unless_default("avpkt", config.avpkt_bytes, &default.avpkt_bytes);
         self.push("weight");
         self.push(config.weight);
         self.push_flags(&[
@@ -89,42 +100,19 @@ impl Words {
 
     fn fq_codel(&mut self, config: &FqCodelConfig) {
         let default = FqCodelConfig::default();
-        if config.flows != default.flows {
-            self.push("flows");
-            self.push(config.flows);
-        }
-        if config.quantum != default.quantum {
-            self.push("quantum");
-            self.push(config.quantum);
-        }
-        if config.drop_batch != default.drop_batch {
-            self.push("drop_batch");
-            self.push(config.drop_batch);
-        }
+        self.unless_default("flows", config.flows, &default.flows);
+        self.unless_default("quantum", config.quantum, &default.quantum);
+        self.unless_default("drop_batch", config.drop_batch, &default.drop_batch);
         self.codel(&config.codel, &default.codel);
     }
 
     fn pie(&mut self, config: &PieConfig) {
         let default = PieConfig::default();
-        for (value, default, name) in [
-            (config.target, default.target, "target"),
-            (config.tupdate, default.tupdate, "tupdate"),
-            (config.max_burst, default.max_burst, "max_burst"),
-        ] {
-            if value != default {
-                self.push(name);
-                self.push(value);
-            }
-        }
-        for (value, default, name) in [
-            (config.alpha, default.alpha, "alpha"),
-            (config.beta, default.beta, "beta"),
-        ] {
-            if value != default {
-                self.push(name);
-                self.push(value);
-            }
-        }
+        self.unless_default("target", config.target, &default.target);
+        self.unless_default("tupdate", config.tupdate, &default.tupdate);
+        self.unless_default("max_burst", config.max_burst, &default.max_burst);
+        self.unless_default("alpha", config.alpha, &default.alpha);
+        self.unless_default("beta", config.beta, &default.beta);
         self.push_flags(&[
             (config.ecn, "ecn"),
             (config.bytemode, "bytemode"),
@@ -230,10 +218,7 @@ impl Words {
                 if let Some(bucket) = spec.bucket {
                     self.push("burst");
                     self.push(format!("{}b", bucket.burst_bytes));
-                    if let Some(peak) = bucket.peak {
-                        self.push("peakrate");
-                        self.push(peak);
-                    }
+                    self.optional("peakrate", bucket.peak);
                 }
             }
             Some(RateSpec::Schedule(schedule)) => {
@@ -252,10 +237,7 @@ impl Words {
             }
             None => {}
         }
-        if let Some(packet_rate) = spec.packet_rate {
-            self.push("pps");
-            self.push(packet_rate);
-        }
+        self.optional("pps", spec.packet_rate);
         if let Some(slot) = spec.slot {
             self.push("slot");
             match slot.interval {
@@ -276,28 +258,19 @@ impl Words {
                     self.push(jitter);
                 }
             }
-            if let Some(packets) = slot.max_packets {
-                self.push("packets");
-                self.push(packets);
-            }
-            if let Some(bytes) = slot.max_bytes {
-                self.push("bytes");
-                self.push(format!("{bytes}b"));
-            }
+            self.optional("packets", slot.max_packets);
+            self.optional("bytes", slot.max_bytes.map(|bytes| format!("{bytes}b")));
         }
     }
 
     /// The queue: its `limit`s in packets and in bytes, and a discipline other than
     /// taildrop.
     fn queue(&mut self, spec: &LinkSpec) {
-        if let Some(packets) = spec.queue.limit_packets {
-            self.push("limit");
-            self.push(packets);
-        }
-        if let Some(bytes) = spec.queue.limit_bytes {
-            self.push("limit");
-            self.push(format!("{bytes}b"));
-        }
+        self.optional("limit", spec.queue.limit_packets);
+        self.optional(
+            "limit",
+            spec.queue.limit_bytes.map(|bytes| format!("{bytes}b")),
+        );
         match &spec.queue.discipline {
             Discipline::TailDrop => {}
             Discipline::HeadDrop => self.push("queue headdrop"),
@@ -328,14 +301,8 @@ impl fmt::Display for LinkSpec {
         words.impairments(self);
         words.pacing(self);
         words.queue(self);
-        if let Some(mtu) = self.mtu {
-            words.push("mtu");
-            words.push(mtu);
-        }
-        if let Some(seed) = self.seed {
-            words.push("seed");
-            words.push(seed);
-        }
+        words.optional("mtu", self.mtu);
+        words.optional("seed", self.seed);
         f.write_str(&words.0)
     }
 }

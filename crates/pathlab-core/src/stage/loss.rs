@@ -53,6 +53,27 @@ pub enum FourState {
     IsolatedLoss,
 }
 
+impl FourState {
+    /// The next state for a uniform draw `u`: `first` below its threshold, else `second`
+    /// below its own, else `otherwise`. The thresholds are cumulative (netem's transition
+    /// probabilities, summed as [`LossModel`] holds them).
+    #[inline]
+    fn drawn(
+        u: f64,
+        (first_below, first): (f64, FourState),
+        (second_below, second): (f64, FourState),
+        otherwise: FourState,
+    ) -> FourState {
+        if u < first_below {
+            first
+        } else if u < second_below {
+            second
+        } else {
+            otherwise
+        }
+    }
+}
+
 /// The pure loss decision engine: one [`LossModel::lose`] per packet.
 #[derive(Debug, Clone)]
 pub enum LossModel {
@@ -147,16 +168,12 @@ impl LossModel {
                 rng,
             } => {
                 *state = match *state {
-                    FourState::Good => {
-                        let u = rng.f64();
-                        if u < *to4_from1 {
-                            FourState::IsolatedLoss
-                        } else if u < *to3_from1 {
-                            FourState::BurstLoss
-                        } else {
-                            FourState::Good
-                        }
-                    }
+                    FourState::Good => FourState::drawn(
+                        rng.f64(),
+                        (*to4_from1, FourState::IsolatedLoss),
+                        (*to3_from1, FourState::BurstLoss),
+                        FourState::Good,
+                    ),
                     FourState::GoodInBurst => {
                         if rng.f64() < *to3_from2 {
                             FourState::BurstLoss
@@ -164,16 +181,12 @@ impl LossModel {
                             FourState::GoodInBurst
                         }
                     }
-                    FourState::BurstLoss => {
-                        let u = rng.f64();
-                        if u < *to1_from3 {
-                            FourState::Good
-                        } else if u < *to2_from3 {
-                            FourState::GoodInBurst
-                        } else {
-                            FourState::BurstLoss
-                        }
-                    }
+                    FourState::BurstLoss => FourState::drawn(
+                        rng.f64(),
+                        (*to1_from3, FourState::Good),
+                        (*to2_from3, FourState::GoodInBurst),
+                        FourState::BurstLoss,
+                    ),
                     FourState::IsolatedLoss => FourState::Good,
                 };
                 matches!(*state, FourState::BurstLoss | FourState::IsolatedLoss)

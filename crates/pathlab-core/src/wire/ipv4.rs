@@ -60,9 +60,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// all of it in the buffer.
     pub fn new_checked(buffer: T) -> Result<Ipv4Packet<T>, HeaderError> {
         let bytes = buffer.as_ref();
-        if bytes.len() < HEADER_LEN {
-            return Err(HeaderError::truncated("IPv4", bytes.len(), HEADER_LEN));
-        }
+        HeaderError::check_len("IPv4", bytes.len(), HEADER_LEN)?;
         let version = bytes[field::VERSION_IHL] >> 4;
         if version != 4 {
             return Err(HeaderError::Version {
@@ -77,9 +75,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
                 len: header_len,
             });
         }
-        if bytes.len() < header_len {
-            return Err(HeaderError::truncated("IPv4", bytes.len(), header_len));
-        }
+        HeaderError::check_len("IPv4", bytes.len(), header_len)?;
         Ok(Ipv4Packet { buffer })
     }
 
@@ -163,9 +159,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// header length 20, every other field zero, for the caller to set.
     pub fn new_header(mut buffer: T) -> Result<Ipv4Packet<T>, HeaderError> {
         let bytes = buffer.as_mut();
-        if bytes.len() < HEADER_LEN {
-            return Err(HeaderError::truncated("IPv4", bytes.len(), HEADER_LEN));
-        }
+        HeaderError::check_len("IPv4", bytes.len(), HEADER_LEN)?;
         bytes[..HEADER_LEN].fill(0);
         bytes[field::VERSION_IHL] = 0x45;
         Ok(Ipv4Packet { buffer })

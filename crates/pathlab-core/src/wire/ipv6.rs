@@ -68,9 +68,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Reads `buffer` as an IPv6 packet: version 6, the 40-byte header in the buffer.
     pub fn new_checked(buffer: T) -> Result<Ipv6Packet<T>, HeaderError> {
         let bytes = buffer.as_ref();
-        if bytes.len() < HEADER_LEN {
-            return Err(HeaderError::truncated("IPv6", bytes.len(), HEADER_LEN));
-        }
+        HeaderError::check_len("IPv6", bytes.len(), HEADER_LEN)?;
         let version = bytes[0] >> 4;
         if version != 6 {
             return Err(HeaderError::Version {
@@ -159,9 +157,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// field zero, for the caller to set.
     pub fn new_header(mut buffer: T) -> Result<Ipv6Packet<T>, HeaderError> {
         let bytes = buffer.as_mut();
-        if bytes.len() < HEADER_LEN {
-            return Err(HeaderError::truncated("IPv6", bytes.len(), HEADER_LEN));
-        }
+        HeaderError::check_len("IPv6", bytes.len(), HEADER_LEN)?;
         bytes[..HEADER_LEN].fill(0);
         bytes[0] = 0x60;
         Ok(Ipv6Packet { buffer })

@@ -82,8 +82,13 @@ pub enum HeaderError {
 }
 
 impl HeaderError {
-    fn truncated(header: &'static str, len: usize, need: usize) -> HeaderError {
-        HeaderError::Truncated { header, len, need }
+    /// [`HeaderError::Truncated`] unless a buffer of `len` bytes holds the `need` bytes of
+    /// a `header` header.
+    fn check_len(header: &'static str, len: usize, need: usize) -> Result<(), HeaderError> {
+        if len < need {
+            return Err(HeaderError::Truncated { header, len, need });
+        }
+        Ok(())
     }
 }
 

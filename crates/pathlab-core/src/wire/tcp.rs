@@ -66,9 +66,7 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
     /// at least 20 bytes.
     pub fn new_checked(buffer: T) -> Result<TcpSegment<T>, HeaderError> {
         let bytes = buffer.as_ref();
-        if bytes.len() < HEADER_LEN {
-            return Err(HeaderError::truncated("TCP", bytes.len(), HEADER_LEN));
-        }
+        HeaderError::check_len("TCP", bytes.len(), HEADER_LEN)?;
         let header_len = usize::from(bytes[field::DATA_OFFSET] >> 4) * 4;
         if header_len < HEADER_LEN {
             return Err(HeaderError::HeaderLen {

@@ -40,9 +40,7 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
     /// Reads `buffer` as a UDP datagram: its 8-byte header in the buffer.
     pub fn new_checked(buffer: T) -> Result<UdpDatagram<T>, HeaderError> {
         let len = buffer.as_ref().len();
-        if len < HEADER_LEN {
-            return Err(HeaderError::truncated("UDP", len, HEADER_LEN));
-        }
+        HeaderError::check_len("UDP", len, HEADER_LEN)?;
         Ok(UdpDatagram { buffer })
     }
 

@@ -315,25 +315,18 @@ pub(super) fn reapply(record: &Record, index: u32) -> io::Result<Vec<String>> {
         netlink.set_up(index, true)?;
     }
     let mut failures = Vec::new();
-    for body in &record.addresses {
-        if let Err(error) = netlink.request_raw(
-            netlink::RTM_NEWADDR,
-            RawFlags::Create,
-            &address_for(body, index),
-        ) {
+    let addresses = record.addresses.iter().map(|body| address_for(body, index));
+    let neighbours = record
+        .neighbours
+        .iter()
+        .map(|body| neighbour_for(body, index));
+    for (kind, body, what) in addresses
+        .map(|body| (netlink::RTM_NEWADDR, body, "an address"))
+        .chain(neighbours.map(|body| (netlink::RTM_NEWNEIGH, body, "a neighbour")))
+    {
+        if let Err(error) = netlink.request_raw(kind, RawFlags::Create, &body) {
             if error.raw_os_error() != Some(libc::EEXIST) {
-                failures.push(format!("an address ({error})"));
-            }
-        }
-    }
-    for body in &record.neighbours {
-        if let Err(error) = netlink.request_raw(
-            netlink::RTM_NEWNEIGH,
-            RawFlags::Create,
-            &neighbour_for(body, index),
-        ) {
-            if error.raw_os_error() != Some(libc::EEXIST) {
-                failures.push(format!("a neighbour ({error})"));
+                failures.push(format!("{what} ({error})"));
             }
         }
     }

@@ -203,7 +203,7 @@ impl ServerNode {
                     self.probes.start(now, &test, Way::ServerToClient, 7);
                 }
                 ServerEvent::Message(sent @ Message::Sent { .. }) => {
-                    self.probes.handle_sent(now, &sent)
+                    self.probes.handle_sent(now, &sent);
                 }
                 ServerEvent::Message(Message::Done { received, .. }) => {
                     self.session
@@ -268,7 +268,7 @@ impl ClientNode {
                     self.session.finish();
                 }
                 ClientEvent::Message(sent @ Message::Sent { .. }) => {
-                    self.probes.handle_sent(now, &sent)
+                    self.probes.handle_sent(now, &sent);
                 }
                 ClientEvent::Message(other) => panic!("unexpected {other:?}"),
                 ClientEvent::Failed(error) => self.failed = Some(error),

@@ -318,19 +318,6 @@ fn print_baseline(out: &mut impl std::io::Write, baseline: &Baseline) -> std::io
     )
 }
 
-/// Step 4 of the method, as planned: the bottleneck, the ideal rate and the BDP, the
-/// windows and connections, and the TCP settings.
-fn print_plan(
-    out: &mut impl std::io::Write,
-    plan: &Plan,
-    kernel: &KernelSettings,
-    congestion: &str,
-) -> std::io::Result<()> {
-    print_plan_rates(out, plan, kernel)?;
-    print_plan_windows(out, plan, kernel)?;
-    print_plan_tcp(out, plan, kernel, congestion)
-}
-
 /// The plan's bottleneck (where its rate came from, which bytes it counts), then step 4's
 /// heading, the ideal TCP rate through the bottleneck and the bandwidth-delay product.
 fn print_plan_rates(
@@ -440,14 +427,17 @@ fn print_plan_windows(
     Ok(())
 }
 
-/// The plan's MSS (given, or from the path MTU), congestion control and the kernel's TCP
-/// options.
-fn print_plan_tcp(
+/// Step 4 of the method, as planned: the bottleneck, the ideal rate and the BDP, the
+/// windows and connections, then the plan's MSS (given, or from the path MTU), congestion
+/// control and the kernel's TCP options.
+fn print_plan(
     out: &mut impl std::io::Write,
     plan: &Plan,
     kernel: &KernelSettings,
     congestion: &str,
 ) -> std::io::Result<()> {
+    print_plan_rates(out, plan, kernel)?;
+    print_plan_windows(out, plan, kernel)?;
     let overhead = &plan.overhead;
     writeln!(
         out,
