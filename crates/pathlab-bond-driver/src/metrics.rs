@@ -10,220 +10,186 @@ use pathlab_http::prometheus::{Exposition, Kind, Metric};
 /// The per-line families (a line without a value, as `bond stats` prints "-", has no
 /// sample).
 const LINE_FAMILIES: &[Metric<LineStats>] = &[
-    Metric {
-        name: "pathlab_bond_line_up",
-        kind: Kind::Gauge,
-        help: "1 when the line is up, 0 when it was declared down (silent too long).",
-        value: |l| Some(f64::from(u8::from(l.state == LineState::Up))),
-    },
-    Metric {
-        name: "pathlab_bond_line_sent_packets_total",
-        kind: Kind::Counter,
-        help: "Datagrams sent on the line.",
-        value: |l| Some(l.counters.sent_packets as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_sent_bytes_total",
-        kind: Kind::Counter,
-        help: "UDP payload bytes sent on the line.",
-        value: |l| Some(l.counters.sent_bytes as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_received_packets_total",
-        kind: Kind::Counter,
-        help: "Datagrams received on the line and authenticated.",
-        value: |l| Some(l.counters.received_packets as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_received_bytes_total",
-        kind: Kind::Counter,
-        help: "UDP payload bytes received on the line and authenticated.",
-        value: |l| Some(l.counters.received_bytes as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_replays_total",
-        kind: Kind::Counter,
-        help: "Datagrams on the line refused as replays.",
-        value: |l| Some(l.counters.replays as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_went_down_total",
-        kind: Kind::Counter,
-        help: "Times the line was declared down.",
-        value: |l| Some(l.counters.went_down as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_came_back_total",
-        kind: Kind::Counter,
-        help: "Times the line came back up.",
-        value: |l| Some(l.counters.came_back as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_base_resets_total",
-        kind: Kind::Counter,
-        help: "Times the line's base delay restarted: a queue above target that did not drain \
+    Metric::gauge(
+        "pathlab_bond_line_up",
+        "1 when the line is up, 0 when it was declared down (silent too long).",
+        |l| Some(f64::from(u8::from(l.state == LineState::Up))),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_sent_packets_total",
+        "Datagrams sent on the line.",
+        |l| Some(l.counters.sent_packets as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_sent_bytes_total",
+        "UDP payload bytes sent on the line.",
+        |l| Some(l.counters.sent_bytes as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_received_packets_total",
+        "Datagrams received on the line and authenticated.",
+        |l| Some(l.counters.received_packets as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_received_bytes_total",
+        "UDP payload bytes received on the line and authenticated.",
+        |l| Some(l.counters.received_bytes as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_replays_total",
+        "Datagrams on the line refused as replays.",
+        |l| Some(l.counters.replays as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_went_down_total",
+        "Times the line was declared down.",
+        |l| Some(l.counters.went_down as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_came_back_total",
+        "Times the line came back up.",
+        |l| Some(l.counters.came_back as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_line_base_resets_total",
+        "Times the line's base delay restarted: a queue above target that did not drain \
              was the path's delay grown for good.",
-        value: |l| Some(l.base_resets as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_rate_bytes_per_second",
-        kind: Kind::Gauge,
-        help: "The rate the line's controller paces it at, bytes/s as its modem counts them \
+        |l| Some(l.base_resets as f64),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_rate_bytes_per_second",
+        "The rate the line's controller paces it at, bytes/s as its modem counts them \
              (UDP payload, UDP and IP headers, the line's framing; bond stats: rate, in bits/s).",
-        value: |l| Some(l.rate_bps as f64 / 8.0),
-    },
-    Metric {
-        name: "pathlab_bond_line_delivery_rate_bytes_per_second",
-        kind: Kind::Gauge,
-        help: "The rate the peer received on the line over its last report, bytes/s as its \
+        |l| Some(l.rate_bps as f64 / 8.0),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_delivery_rate_bytes_per_second",
+        "The rate the peer received on the line over its last report, bytes/s as its \
              modem counts them (bond stats: achieved, in bits/s).",
-        value: |l| Some(l.delivery_bps as f64 / 8.0),
-    },
-    Metric {
-        name: "pathlab_bond_line_packet_rate_per_second",
-        kind: Kind::Gauge,
-        help: "The datagrams per second the line's controller paces it at besides its rate, \
+        |l| Some(l.delivery_bps as f64 / 8.0),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_packet_rate_per_second",
+        "The datagrams per second the line's controller paces it at besides its rate, \
              once the line showed a queue (absent before).",
-        value: |l| l.packet_rate_pps,
-    },
-    Metric {
-        name: "pathlab_bond_line_control_only_packets_total",
-        kind: Kind::Counter,
-        help: "Datagrams sent on the line with no inner data (reports, keepalives, probes that \
+        |l| l.packet_rate_pps,
+    ),
+    Metric::counter(
+        "pathlab_bond_line_control_only_packets_total",
+        "Datagrams sent on the line with no inner data (reports, keepalives, probes that \
              found no data datagram to ride on).",
-        value: |l| Some(l.counters.control_only_packets as f64),
-    },
-    Metric {
-        name: "pathlab_bond_line_queue_delay_seconds",
-        kind: Kind::Gauge,
-        help: "The line's queueing delay at its last report.",
-        value: |l| Some(l.queue_delay_ms / 1e3),
-    },
-    Metric {
-        name: "pathlab_bond_line_relative_owd_seconds",
-        kind: Kind::Gauge,
-        help: "The line's one-way delay above the lowest of the session's lines (absent until \
+        |l| Some(l.counters.control_only_packets as f64),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_queue_delay_seconds",
+        "The line's queueing delay at its last report.",
+        |l| Some(l.queue_delay_ms / 1e3),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_relative_owd_seconds",
+        "The line's one-way delay above the lowest of the session's lines (absent until \
              measured).",
-        value: |l| l.relative_owd_ms.map(|ms| ms / 1e3),
-    },
-    Metric {
-        name: "pathlab_bond_line_rtt_seconds",
-        kind: Kind::Gauge,
-        help: "The line's smoothed round-trip time (absent until measured).",
-        value: |l| l.srtt_ms.map(|ms| ms / 1e3),
-    },
-    Metric {
-        name: "pathlab_bond_line_loss_ratio",
-        kind: Kind::Gauge,
-        help: "The line's loss over its last report's interval, 0 to 1.",
-        value: |l| Some(l.loss),
-    },
-    Metric {
-        name: "pathlab_bond_line_draining",
-        kind: Kind::Gauge,
-        help: "1 while the controller drains the line's queue to measure its base delay.",
-        value: |l| Some(f64::from(u8::from(l.draining))),
-    },
-    Metric {
-        name: "pathlab_bond_line_payload_limit_bytes",
-        kind: Kind::Gauge,
-        help: "The largest datagram (UDP payload) the line sends, as its path MTU search proved.",
-        value: |l| Some(l.payload_limit_bytes as f64),
-    },
+        |l| l.relative_owd_ms.map(|ms| ms / 1e3),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_rtt_seconds",
+        "The line's smoothed round-trip time (absent until measured).",
+        |l| l.srtt_ms.map(|ms| ms / 1e3),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_loss_ratio",
+        "The line's loss over its last report's interval, 0 to 1.",
+        |l| Some(l.loss),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_draining",
+        "1 while the controller drains the line's queue to measure its base delay.",
+        |l| Some(f64::from(u8::from(l.draining))),
+    ),
+    Metric::gauge(
+        "pathlab_bond_line_payload_limit_bytes",
+        "The largest datagram (UDP payload) the line sends, as its path MTU search proved.",
+        |l| Some(l.payload_limit_bytes as f64),
+    ),
 ];
 
 /// The per-session families, a sample each.
 const SESSION_FAMILIES: &[Metric<SessionStats>] = &[
-    Metric {
-        name: "pathlab_bond_session_open",
-        kind: Kind::Gauge,
-        help: "1 once the session's keys are agreed.",
-        value: |s| Some(f64::from(u8::from(s.open))),
-    },
-    Metric {
-        name: "pathlab_bond_ingress_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets accepted into the fair ingress queue.",
-        value: |s| Some(s.fair.packets_in as f64),
-    },
-    Metric {
-        name: "pathlab_bond_ce_marked_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets CoDel marked CE instead of dropping them.",
-        value: |s| Some(s.fair.ce_marked as f64),
-    },
-    Metric {
-        name: "pathlab_bond_backlog_bytes",
-        kind: Kind::Gauge,
-        help: "Bytes waiting in the ingress queue.",
-        value: |s| Some(s.backlog_bytes as f64),
-    },
-    Metric {
-        name: "pathlab_bond_compressed_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets sent compressed (LZ4 shrank them).",
-        value: |s| Some(s.counters.compressed as f64),
-    },
-    Metric {
-        name: "pathlab_bond_compression_saved_bytes_total",
-        kind: Kind::Counter,
-        help: "Bytes compression saved.",
-        value: |s| Some(s.counters.compression_saved_bytes as f64),
-    },
-    Metric {
-        name: "pathlab_bond_header_compressed_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets sent with compressed IP/TCP or IP/UDP headers.",
-        value: |s| Some(s.counters.headers_compressed as f64),
-    },
-    Metric {
-        name: "pathlab_bond_header_compression_saved_bytes_total",
-        kind: Kind::Counter,
-        help: "Bytes header compression saved.",
-        value: |s| Some(s.counters.headers_saved_bytes as f64),
-    },
-    Metric {
-        name: "pathlab_bond_header_full_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets sent whole to establish a header-compression reference.",
-        value: |s| Some(s.counters.headers_full_sent as f64),
-    },
-    Metric {
-        name: "pathlab_bond_header_contexts",
-        kind: Kind::Gauge,
-        help: "Flows the header compressor holds a context for.",
-        value: |s| Some(s.counters.headers_contexts as f64),
-    },
-    Metric {
-        name: "pathlab_bond_header_references_acknowledged_total",
-        kind: Kind::Counter,
-        help: "Header-compression references of the peer this end stored and acknowledged.",
-        value: |s| Some(s.counters.headers_acks_sent as f64),
-    },
-    Metric {
-        name: "pathlab_bond_reordered_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets delivered after waiting for a predecessor in the reorder buffer.",
-        value: |s| Some(s.reorder.reordered as f64),
-    },
-    Metric {
-        name: "pathlab_bond_reorder_delivered_packets_total",
-        kind: Kind::Counter,
-        help: "Inner packets the reorder buffer delivered.",
-        value: |s| Some(s.reorder.delivered as f64),
-    },
-    Metric {
-        name: "pathlab_bond_reorder_gaps_skipped_total",
-        kind: Kind::Counter,
-        help: "Gaps the reorder buffer gave up waiting for.",
-        value: |s| Some(s.reorder.gaps_skipped as f64),
-    },
-    Metric {
-        name: "pathlab_bond_reorder_timeout_seconds",
-        kind: Kind::Gauge,
-        help: "How long the reorder buffer waits for a gap.",
-        value: |s| Some(s.reorder_timeout_ms / 1e3),
-    },
+    Metric::gauge(
+        "pathlab_bond_session_open",
+        "1 once the session's keys are agreed.",
+        |s| Some(f64::from(u8::from(s.open))),
+    ),
+    Metric::counter(
+        "pathlab_bond_ingress_packets_total",
+        "Inner packets accepted into the fair ingress queue.",
+        |s| Some(s.fair.packets_in as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_ce_marked_packets_total",
+        "Inner packets CoDel marked CE instead of dropping them.",
+        |s| Some(s.fair.ce_marked as f64),
+    ),
+    Metric::gauge(
+        "pathlab_bond_backlog_bytes",
+        "Bytes waiting in the ingress queue.",
+        |s| Some(s.backlog_bytes as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_compressed_packets_total",
+        "Inner packets sent compressed (LZ4 shrank them).",
+        |s| Some(s.counters.compressed as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_compression_saved_bytes_total",
+        "Bytes compression saved.",
+        |s| Some(s.counters.compression_saved_bytes as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_header_compressed_packets_total",
+        "Inner packets sent with compressed IP/TCP or IP/UDP headers.",
+        |s| Some(s.counters.headers_compressed as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_header_compression_saved_bytes_total",
+        "Bytes header compression saved.",
+        |s| Some(s.counters.headers_saved_bytes as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_header_full_packets_total",
+        "Inner packets sent whole to establish a header-compression reference.",
+        |s| Some(s.counters.headers_full_sent as f64),
+    ),
+    Metric::gauge(
+        "pathlab_bond_header_contexts",
+        "Flows the header compressor holds a context for.",
+        |s| Some(s.counters.headers_contexts as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_header_references_acknowledged_total",
+        "Header-compression references of the peer this end stored and acknowledged.",
+        |s| Some(s.counters.headers_acks_sent as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_reordered_packets_total",
+        "Inner packets delivered after waiting for a predecessor in the reorder buffer.",
+        |s| Some(s.reorder.reordered as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_reorder_delivered_packets_total",
+        "Inner packets the reorder buffer delivered.",
+        |s| Some(s.reorder.delivered as f64),
+    ),
+    Metric::counter(
+        "pathlab_bond_reorder_gaps_skipped_total",
+        "Gaps the reorder buffer gave up waiting for.",
+        |s| Some(s.reorder.gaps_skipped as f64),
+    ),
+    Metric::gauge(
+        "pathlab_bond_reorder_timeout_seconds",
+        "How long the reorder buffer waits for a gap.",
+        |s| Some(s.reorder_timeout_ms / 1e3),
+    ),
 ];
 
 /// The exposition of `stats`. Per-line series are labelled `session` (8 hex digits),

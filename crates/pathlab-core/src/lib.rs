@@ -22,6 +22,7 @@ pub mod buffers;
 pub mod explain;
 pub mod format;
 pub mod harness;
+pub mod heap;
 pub mod link;
 pub mod packet;
 pub mod quantile;

@@ -67,7 +67,7 @@ impl<T> Clone for Metric<T> {
 impl<T> Copy for Metric<T> {}
 
 impl<T> Metric<T> {
-    /// A counter whose every item has a value.
+    /// A counter (an item whose value is `None` has no sample).
     pub const fn counter(
         name: &'static str,
         help: &'static str,
@@ -81,7 +81,7 @@ impl<T> Metric<T> {
         }
     }
 
-    /// A gauge whose every item has a value.
+    /// A gauge (an item whose value is `None` has no sample).
     pub const fn gauge(
         name: &'static str,
         help: &'static str,

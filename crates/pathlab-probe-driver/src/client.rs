@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use pathlab_probe::auth::Way;
-use pathlab_probe::control::{Direction, Limits, Message, ReceivedProbe, TestRequest};
+use pathlab_probe::control::{Direction, Limits, Message, ReceivedProbe, TestRequest, TrainsTest};
 use pathlab_probe::owd::{one_way_result, OneWayResult, SendLateness, SenderReport};
 use pathlab_probe::probe::{self, Probe, ProbeKind, Reflection};
 use pathlab_probe::rtt::{self, RoundTrip, RttReport, TimedBy};
@@ -355,14 +355,14 @@ impl Client {
         period: Duration,
     ) -> Result<ProbeArrivals, MeasureError> {
         self.start_probes(
-            TestRequest::Trains {
+            TestRequest::Trains(TrainsTest {
                 direction,
                 size,
                 length,
                 trains,
                 spacing_ns: spacing.as_nanos() as u64,
                 period_ns: period.as_nanos() as u64,
-            },
+            }),
             0,
         )?
         .run_raw()

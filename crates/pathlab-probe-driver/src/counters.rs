@@ -37,7 +37,7 @@ impl TestKind {
     pub fn of(test: &TestRequest) -> TestKind {
         match test {
             TestRequest::OneWay { .. } => TestKind::Owd,
-            TestRequest::Trains { .. } => TestKind::Trains,
+            TestRequest::Trains(_) => TestKind::Trains,
             TestRequest::Tcp { .. } => TestKind::Tcp,
             TestRequest::PathMtu { .. } => TestKind::Mtu,
             TestRequest::RoundTrip { .. } => TestKind::Rtt,

@@ -483,7 +483,7 @@ fn serve(
     let mut rejections = Rejections::default();
     let client = SocketAddr::new(peer.ip(), running.client_port);
     let line = match running.test.clone() {
-        TestRequest::OneWay { .. } | TestRequest::Trains { .. } => {
+        TestRequest::OneWay { .. } | TestRequest::Trains(_) => {
             let (direction, size, count, _) = running.test.one_way().expect("a one-way test");
             match direction {
                 Direction::Up => {

@@ -72,6 +72,33 @@ pub enum TcpDirection {
     Both,
 }
 
+/// One-way probes in trains: `trains` trains of `length` probes, a train starting every
+/// `period_ns`, its probes `spacing_ns` apart (0: back to back). Packet pairs and trains
+/// measure capacity by their dispersion; periodic streams at a rate measure available
+/// bandwidth by their delay trend. On the wire its fields sit beside the request's `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainsTest {
+    /// Which way.
+    pub direction: Direction,
+    /// UDP payload bytes per probe.
+    pub size: u32,
+    /// Probes per train.
+    pub length: u32,
+    /// How many trains.
+    pub trains: u32,
+    /// Between the probes of a train, ns (0: back to back).
+    pub spacing_ns: u64,
+    /// From the start of one train to the start of the next, ns.
+    pub period_ns: u64,
+}
+
+impl TrainsTest {
+    /// Probes sent: `length` per train.
+    pub fn count(&self) -> u64 {
+        u64::from(self.length) * u64::from(self.trains)
+    }
+}
+
 /// What the client asks the server for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -106,24 +133,8 @@ pub enum TestRequest {
         /// TCP_CONGESTION for the senders.
         congestion: Option<String>,
     },
-    /// One-way probes in trains: `trains` trains of `length` probes, a train starting every
-    /// `period_ns`, its probes `spacing_ns` apart (0: back to back). Packet pairs and
-    /// trains measure capacity by their dispersion; periodic streams at a rate measure
-    /// available bandwidth by their delay trend.
-    Trains {
-        /// Which way.
-        direction: Direction,
-        /// UDP payload bytes per probe.
-        size: u32,
-        /// Probes per train.
-        length: u32,
-        /// How many trains.
-        trains: u32,
-        /// Between the probes of a train, ns (0: back to back).
-        spacing_ns: u64,
-        /// From the start of one train to the start of the next, ns.
-        period_ns: u64,
-    },
+    /// One-way probes in trains ([`TrainsTest`]).
+    Trains(TrainsTest),
     /// Path MTU discovery with DF probes (RFC 4821): the client searches, probe by probe;
     /// up, the server reports each probe that arrives ([`Message::MtuArrived`]); down, it
     /// sends each probe the client asks for ([`Message::MtuProbe`], [`Message::MtuSent`]).
@@ -192,22 +203,16 @@ impl std::fmt::Display for TestRequest {
                 }
                 Ok(())
             }
-            TestRequest::Trains {
-                direction,
-                size,
-                length,
-                trains,
-                spacing_ns,
-                period_ns,
-            } => {
-                let way = direction.name();
-                write!(
-                    f,
-                    "trains {way}: {trains} x {length} x {size} B, {:.1} us apart, every {:.1} ms",
-                    *spacing_ns as f64 * 1e-3,
-                    *period_ns as f64 * 1e-6
-                )
-            }
+            TestRequest::Trains(t) => write!(
+                f,
+                "trains {}: {} x {} x {} B, {:.1} us apart, every {:.1} ms",
+                t.direction.name(),
+                t.trains,
+                t.length,
+                t.size,
+                t.spacing_ns as f64 * 1e-3,
+                t.period_ns as f64 * 1e-6
+            ),
             TestRequest::PathMtu {
                 direction,
                 max_size,
@@ -279,21 +284,14 @@ impl TestRequest {
                     period_ns: 0.0,
                 },
             )),
-            TestRequest::Trains {
-                direction,
-                size,
-                length,
-                trains,
-                spacing_ns,
-                period_ns,
-            } => Some((
-                direction,
-                size,
-                u64::from(length) * u64::from(trains),
+            TestRequest::Trains(t) => Some((
+                t.direction,
+                t.size,
+                t.count(),
                 Schedule {
-                    length: u64::from(length),
-                    spacing_ns: spacing_ns as f64,
-                    period_ns: period_ns as f64,
+                    length: u64::from(t.length),
+                    spacing_ns: t.spacing_ns as f64,
+                    period_ns: t.period_ns as f64,
                 },
             )),
             _ => None,
@@ -306,7 +304,7 @@ impl TestRequest {
             // TCP finds its own rate; the server bounds it by duration and test count.
             TestRequest::Tcp { .. } => 0,
             TestRequest::OneWay { rate_bps, .. } => rate_bps,
-            TestRequest::Trains { .. } => {
+            TestRequest::Trains(_) => {
                 let (_, size, count, schedule) = self.one_way().expect("a one-way test");
                 (u128::from(count) * u128::from(size) * 8 * 1_000_000_000
                     / u128::from(schedule.duration_ns(count).max(1))) as u64
@@ -325,7 +323,7 @@ impl TestRequest {
         match *self {
             TestRequest::Tcp { duration_ns, .. } => duration_ns,
             TestRequest::PathMtu { .. } => MTU_TEST_NS,
-            TestRequest::Trains { .. } => {
+            TestRequest::Trains(_) => {
                 let (_, _, count, schedule) = self.one_way().expect("a one-way test");
                 schedule.duration_ns(count)
             }
@@ -837,6 +835,27 @@ mod tests {
                 excess: 3,
             },
         ]
+    }
+
+    /// A trains request's fields sit beside its `kind`, as when they were the variant's
+    /// own: a peer from before [`TrainsTest`] reads it, and its requests read here.
+    #[test]
+    fn a_trains_request_is_flat_beside_its_kind_on_the_wire() {
+        let test = TestRequest::Trains(TrainsTest {
+            direction: Direction::Up,
+            size: 1200,
+            length: 2,
+            trains: 3,
+            spacing_ns: 0,
+            period_ns: 5,
+        });
+        let json = serde_json::to_value(&test).unwrap();
+        let flat = serde_json::json!({
+            "kind": "trains", "direction": "up", "size": 1200, "length": 2, "trains": 3,
+            "spacing_ns": 0, "period_ns": 5
+        });
+        assert_eq!(json, flat);
+        assert_eq!(serde_json::from_value::<TestRequest>(flat).unwrap(), test);
     }
 
     #[test]

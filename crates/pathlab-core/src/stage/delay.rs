@@ -31,46 +31,21 @@
 //! gets each packet's exact departure time. No allocation per packet once the internal
 //! queue has grown to the link's bandwidth-delay product.
 
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::distribution::DelaySampler;
 use super::impair::CorrelatedChance;
 use super::Stage;
+use crate::heap::Earliest;
 use crate::packet::Packet;
 use crate::rng::Rng;
 use crate::spec::{Chance, DelayQuantiles, DelaySpec, Distribution, ReorderSpec};
 use crate::time::{Duration, Instant};
 use crate::verdict::Verdicts;
 
-/// A packet waiting in the reordering heap; the heap is a max-heap, so the order is
-/// reversed to pop the earliest release (then the earliest arrival) first.
-#[derive(Debug)]
-struct Held {
-    release: Instant,
-    sequence: u64,
-    packet: Packet,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Held) -> bool {
-        (self.release, self.sequence) == (other.release, other.sequence)
-    }
-}
-
-impl Eq for Held {}
-
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Held) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Held {
-    fn cmp(&self, other: &Held) -> Ordering {
-        (other.release, other.sequence).cmp(&(self.release, self.sequence))
-    }
-}
+/// A packet waiting in the reordering heap: its release, then its arrival's sequence
+/// number, earliest first.
+type Held = Earliest<(Instant, u64), Packet>;
 
 #[derive(Debug)]
 struct Reorder {
@@ -159,9 +134,8 @@ impl Stage for DelayStage {
                 };
                 reorder.sequence += 1;
                 reorder.heap.push(Held {
-                    release,
-                    sequence: reorder.sequence,
-                    packet,
+                    key: (release, reorder.sequence),
+                    value: packet,
                 });
             }
         }
@@ -177,8 +151,8 @@ impl Stage for DelayStage {
                 }
             }
             Some(reorder) => {
-                if reorder.heap.peek()?.release <= now {
-                    reorder.heap.pop().map(|held| held.packet)
+                if reorder.heap.peek()?.key.0 <= now {
+                    reorder.heap.pop().map(|held| held.value)
                 } else {
                     None
                 }
@@ -189,7 +163,7 @@ impl Stage for DelayStage {
     fn poll_at(&self) -> Option<Instant> {
         match &self.reorder {
             None => self.fifo.front().map(|(release, _)| *release),
-            Some(reorder) => reorder.heap.peek().map(|held| held.release),
+            Some(reorder) => reorder.heap.peek().map(|held| held.key.0),
         }
     }
 

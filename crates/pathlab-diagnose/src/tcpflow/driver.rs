@@ -1,6 +1,7 @@
 //! A whole capture through the analysis: read, decode, analyze, with what could not be
 //! read counted and named rather than fatal.
 
+use pathlab_core::heap::Earliest;
 use pathlab_core::Instant;
 use serde::{Deserialize, Serialize};
 
@@ -89,12 +90,10 @@ pub fn analyze_capture(
         match decode(packet.link_type, packet.data, packet.original_len) {
             Ok(Some(segment)) => {
                 analysis.tcp_segments += 1;
-                time_order.held.push(std::cmp::Reverse(Held {
-                    timestamp_ns,
-                    order: analysis.packets,
-                    segment,
-                    dropped,
-                }));
+                time_order.held.push(Held {
+                    key: (timestamp_ns, analysis.packets),
+                    value: (segment, dropped),
+                });
                 if time_order.held.len() > REORDER_DEPTH {
                     time_order.release(&mut analyzer, start_ns);
                 }
@@ -144,40 +143,15 @@ fn add_count_warnings(analysis: &mut CaptureAnalysis, untimed: u64, backwards: u
     }
 }
 
-/// A decoded segment waiting for its turn in time order.
-#[derive(Debug)]
-struct Held {
-    timestamp_ns: u64,
-    order: u64,
-    segment: crate::capture::TcpSegment,
-    dropped: bool,
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Held) -> bool {
-        (self.timestamp_ns, self.order) == (other.timestamp_ns, other.order)
-    }
-}
-
-impl Eq for Held {}
-
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Held) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Held {
-    fn cmp(&self, other: &Held) -> std::cmp::Ordering {
-        (self.timestamp_ns, self.order).cmp(&(other.timestamp_ns, other.order))
-    }
-}
+/// A decoded segment waiting for its turn in time order: its timestamp, then its place
+/// in the capture; the segment, and whether the emulator dropped it.
+type Held = Earliest<(u64, u64), (crate::capture::TcpSegment, bool)>;
 
 /// Decoded segments put back in time order before the analyzer sees them.
 #[derive(Debug, Default)]
 struct TimeOrder {
     /// The segments not yet given, earliest first.
-    held: std::collections::BinaryHeap<std::cmp::Reverse<Held>>,
+    held: std::collections::BinaryHeap<Held>,
     /// The latest timestamp given so far.
     released_ns: u64,
     /// Segments earlier than one already given.
@@ -188,13 +162,17 @@ impl TimeOrder {
     /// Gives the earliest held segment to the analyzer (times counted from `start_ns`);
     /// one earlier than a segment already given is taken as seen with it.
     fn release(&mut self, analyzer: &mut Analyzer, start_ns: u64) {
-        if let Some(std::cmp::Reverse(next)) = self.held.pop() {
-            if next.timestamp_ns < self.released_ns {
+        if let Some(Held {
+            key: (timestamp_ns, _),
+            value: (segment, dropped),
+        }) = self.held.pop()
+        {
+            if timestamp_ns < self.released_ns {
                 self.backwards += 1;
             }
-            self.released_ns = self.released_ns.max(next.timestamp_ns);
+            self.released_ns = self.released_ns.max(timestamp_ns);
             let now = Instant::from_nanos(self.released_ns.saturating_sub(start_ns));
-            analyzer.handle_segment(now, &next.segment, next.dropped);
+            analyzer.handle_segment(now, &segment, dropped);
         }
     }
 }

@@ -135,7 +135,7 @@ pub fn test_memory(test: &TestRequest) -> u64 {
         return kept.saturating_add(batch(size));
     }
     match *test {
-        TestRequest::OneWay { .. } | TestRequest::Trains { .. } => 0,
+        TestRequest::OneWay { .. } | TestRequest::Trains(_) => 0,
         TestRequest::RoundTrip { .. } | TestRequest::PathMtu { .. } => probe::MAX_LEN as u64 + 1,
         TestRequest::Tcp {
             streams,
@@ -463,22 +463,15 @@ pub fn check_limits(test: &TestRequest, limits: &Limits) -> Result<(), Refusal> 
             (size, count)
         }
         TestRequest::PathMtu { max_size, .. } => (max_size, 1),
-        TestRequest::Trains {
-            size,
-            length,
-            trains,
-            spacing_ns,
-            period_ns,
-            ..
-        } => {
-            let train_ns = u64::from(length.saturating_sub(1)).saturating_mul(spacing_ns);
-            if length == 0 || length > MAX_TRAIN || trains == 0 || period_ns <= train_ns {
+        TestRequest::Trains(t) => {
+            let train_ns = u64::from(t.length.saturating_sub(1)).saturating_mul(t.spacing_ns);
+            if t.length == 0 || t.length > MAX_TRAIN || t.trains == 0 || t.period_ns <= train_ns {
                 return Err(Refusal::bad_request(format!(
-                    "trains of {length} probes (1 to {MAX_TRAIN}), {trains} of them, each within \
-                     its period"
+                    "trains of {} probes (1 to {MAX_TRAIN}), {} of them, each within its period",
+                    t.length, t.trains
                 )));
             }
-            (size, u64::from(length) * u64::from(trains))
+            (t.size, t.count())
         }
     };
     if size as usize > probe::MAX_LEN || count == 0 {
