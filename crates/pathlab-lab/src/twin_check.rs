@@ -4,7 +4,7 @@
 //! measurement driver's ([`pathlab_probe_driver::twin::check_real`]).
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -26,6 +26,9 @@ pub enum TwinCheckError {
     /// The lab failed.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// Its result could not be saved.
+    #[error(transparent)]
+    Save(#[from] crate::sweep::SaveError),
     /// A workload did not end with its report.
     #[error("the twin's {name}: {why}")]
     Workload {
@@ -49,6 +52,7 @@ pub fn lab_spec(up: &str, down: &str, plan: &Plan) -> String {
         idle_s,
         bulk_s,
         probes_s,
+        ref congestion,
     } = *plan;
     let bulk_up = idle_s + 1;
     let bulk_down = bulk_up + bulk_s + 1;
@@ -71,7 +75,7 @@ pub fn lab_spec(up: &str, down: &str, plan: &Plan) -> String {
     let bulk = |name: &str, from: &str, to: &str, start: u64| {
         format!(
             "[[workload]]\nname = \"{name}\"\nkind = \"tcp\"\nfrom = \"{from}\"\nto = \"{to}\"\n\
-             start = \"{start}s\"\nduration = \"{bulk_s}s\"\n"
+             start = \"{start}s\"\nduration = \"{bulk_s}s\"\ncongestion = {congestion:?}\n"
         )
     };
     let probes = |name: &str, from: &str, to: &str, start: u64| {
@@ -96,12 +100,14 @@ pub fn lab_spec(up: &str, down: &str, plan: &Plan) -> String {
 }
 
 /// Runs the check's workloads in namespaces on a twin whose specs are `up` and `down`
-/// ([`lab_spec`]), its results in `out`.
+/// ([`lab_spec`]), its results in `out`: the lab's `result.json` (with its link's
+/// lateness, `command_line` what made it) and the link's recording.
 pub fn run_twin(
     up: &str,
     down: &str,
     plan: &Plan,
-    out: PathBuf,
+    out: &Path,
+    command_line: Vec<String>,
 ) -> Result<PathFigures, TwinCheckError> {
     let text = lab_spec(up, down, plan);
     let experiment = Experiment::parse(&text)?;
@@ -114,7 +120,7 @@ pub fn run_twin(
         &experiment,
         &point,
         &RunOptions {
-            out,
+            out: out.to_path_buf(),
             seed: 1,
             stop: Arc::new(AtomicBool::new(false)),
             control: None,
@@ -122,6 +128,7 @@ pub fn run_twin(
             scheduling: pathlab_os::scheduling::Request::default(),
         },
     )?;
+    crate::sweep::save_result(out, &run, command_line)?;
     figures(&run)
 }
 
@@ -166,4 +173,33 @@ fn figures(run: &LabRun) -> Result<PathFigures, TwinCheckError> {
         owd: owd("probes-down")?,
     };
     Ok(PathFigures::of(rtt("idle")?, &up, &down))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::WorkloadKind;
+
+    #[test]
+    fn both_bulk_transfers_run_the_plans_congestion_control_and_the_lab_lasts_its_length() {
+        let plan = Plan::for_bulk(4, "reno");
+        let text = lab_spec("delay 10ms rate 10mbit limit 66270b", "delay 10ms", &plan);
+        let experiment = Experiment::parse(&text).expect("the twin's lab parses");
+        let congestion: Vec<Option<&str>> = experiment
+            .workloads
+            .iter()
+            .filter_map(|w| match &w.kind {
+                WorkloadKind::Tcp { congestion, .. } => Some(congestion.as_deref()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(congestion, [Some("reno"), Some("reno")], "{text}");
+        assert_eq!(experiment.duration.as_secs(), length_s(&plan), "{text}");
+        let last_end = experiment
+            .workloads
+            .iter()
+            .map(|w| (w.start + w.duration).as_secs())
+            .max();
+        assert!(last_end < Some(length_s(&plan)), "{text}");
+    }
 }

@@ -264,7 +264,10 @@ pub fn check_real(
                 duration: Duration::from_secs(plan.bulk_s),
                 interval: Duration::from_secs(1),
                 sample_every: Duration::from_millis(100),
-                options: crate::TcpOptions::default(),
+                options: crate::TcpOptions {
+                    congestion: Some(plan.congestion.clone()),
+                    ..crate::TcpOptions::default()
+                },
             },
         };
         std::thread::scope(|scope| {
@@ -273,10 +276,16 @@ pub fn check_real(
             (tcp, beside.join().expect("the round trips do not panic"))
         })
     };
-    on_step("bulk TCP up, round trips beside it");
+    on_step(&format!(
+        "bulk TCP up ({}), round trips beside it",
+        plan.congestion
+    ));
     let (tcp_up, rtt_up) = bulk(TcpDirection::Up);
     let (tcp_up, rtt_up) = (tcp_up?, rtt_up?);
-    on_step("bulk TCP down, round trips beside it");
+    on_step(&format!(
+        "bulk TCP down ({}), round trips beside it",
+        plan.congestion
+    ));
     let (tcp_down, rtt_down) = bulk(TcpDirection::Down);
     let (tcp_down, rtt_down) = (tcp_down?, rtt_down?);
     on_step("paced probes each way");

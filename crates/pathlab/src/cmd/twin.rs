@@ -41,6 +41,10 @@ pub struct CheckArgs {
     /// Bulk TCP's time each way (the idle round trips and each way's probes take half).
     #[arg(short = 't', long, value_name = "TIME", default_value = "10s", value_parser = crate::cmd::parse_time)]
     pub time: pathlab_core::Duration,
+    /// Congestion control of bulk TCP's senders, the same on the path and on the twin
+    /// (cubic, reno, bbr, ...; not the host's default, which differs between hosts).
+    #[arg(short = 'C', long, value_name = "ALGO", default_value = pathlab_twin::check::CONGESTION)]
+    pub congestion: String,
     #[command(flatten)]
     pub client: crate::cmd::client::ClientOptions,
 }
@@ -170,7 +174,7 @@ fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
     if seconds < 2 {
         return Err(usage(anyhow::anyhow!("-t must be at least 2s")));
     }
-    let plan = pathlab_twin::check::Plan::for_bulk(seconds);
+    let plan = pathlab_twin::check::Plan::for_bulk(seconds, &args.congestion);
     let real = twin::check_real(&target, &plan, &mut |step| {
         eprintln!("twin check, the path: {step}");
     })
@@ -187,11 +191,13 @@ fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
         &twin.up.spec_beside(dir),
         &twin.down.spec_beside(dir),
         &plan,
-        args.out.clone(),
+        &args.out,
+        std::env::args().collect(),
     )?;
     let comparison = pathlab_twin::check::compare(&real, &twin_figures);
     if args.client.output.json {
         let value = serde_json::json!({
+            "congestion": plan.congestion,
             "real": real,
             "twin": twin_figures,
             "rows": comparison.rows,
