@@ -8,7 +8,7 @@
 //! host = "192.0.2.7"
 //!
 //! [up]
-//! spec = "delay 19.8ms quantiles 0ms 120us 400us 2ms loss 0.5% rate 9900kbit limit 82"
+//! spec = "delay 19.8ms quantiles 0ms 120us 400us 2ms loss 0.5% rate 9900kbit limit 124146b"
 //!
 //! [up.figures]
 //! base_delay_ms = { value = 19.96, low = 19.95, high = 19.97, how = "least one-way delay ..." }

@@ -90,6 +90,15 @@ fn a_twin_prints_reads_back_and_measures_like_its_original() {
             );
         }
     }
+    // The buffer as measured, in bytes (200 full frames down), not as a packet count,
+    // which small packets beside full ones would fill first.
+    let bytes = twin.down.spec.queue.limit_bytes.expect("a byte limit") as f64;
+    assert!(
+        (bytes / (200.0 * 1514.0) - 1.0).abs() < 0.10,
+        "{}",
+        twin.down.spec
+    );
+    assert_eq!(twin.down.spec.queue.limit_packets, None);
     assert!(twin.up.spec.packet_rate.is_some(), "{}", twin.up.spec);
     assert!(
         matches!(
