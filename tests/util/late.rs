@@ -15,7 +15,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use pathlab_emulator::emulator::EmulatorStats;
+use pathlab_emulator::emulator::{EmulatorStats, LatenessSummary};
+use pathlab_emulator::fidelity::EXPOSED_EDGES_NS;
 
 /// Which figure of a direction's lateness a bound takes: the one that matches what the
 /// test judges (a median against p50, "all but 1 in 100" against p99, every packet
@@ -120,6 +121,52 @@ impl Lateness {
                     ring_full: Some(d.ring_full),
                 })
                 .collect(),
+        }
+    }
+
+    /// What an emulator measured of its own timing between two readings of its stats:
+    /// `before`, then `after` the traffic a test judges, so that a long load before it
+    /// (`twin`'s saturating phases) does not count. The quantiles come from the counts of
+    /// the coarse histogram the stats carry ([`EXPOSED_EDGES_NS`]): each is the edge it
+    /// lies under (a bound, never below it, at most 2.5 times it), the largest edge's
+    /// beyond it the largest of the emulator's life; the mean is exact.
+    pub fn between(before: &EmulatorStats, after: &EmulatorStats) -> Lateness {
+        let quantile = |before: &LatenessSummary, after: &LatenessSummary, q: f64| {
+            let packets = after.packets.saturating_sub(before.packets);
+            let wanted = (q * packets as f64).ceil() as u64;
+            EXPOSED_EDGES_NS
+                .iter()
+                .zip(after.at_most.iter().zip(&before.at_most))
+                .find(|(_, (after, before))| after.saturating_sub(**before) >= wanted)
+                .map_or(after.max_ns, |(&edge, _)| edge)
+        };
+        let directions = after
+            .directions
+            .iter()
+            .zip(&before.directions)
+            .map(|(a, b)| {
+                let packets = a.lateness.packets.saturating_sub(b.lateness.packets);
+                DirectionLateness {
+                    name: format!("{} -> {}", a.from, a.to),
+                    packets,
+                    mean_ns: Some(
+                        a.lateness
+                            .sum_ns
+                            .saturating_sub(b.lateness.sum_ns)
+                            .checked_div(packets)
+                            .unwrap_or(0),
+                    ),
+                    p50_ns: quantile(&b.lateness, &a.lateness, 0.5),
+                    p99_ns: quantile(&b.lateness, &a.lateness, 0.99),
+                    max_ns: a.lateness.max_ns,
+                    waited_p99_ns: Some(quantile(&b.waited, &a.waited, 0.99)),
+                    ring_full: Some(a.ring_full.saturating_sub(b.ring_full)),
+                }
+            })
+            .collect();
+        Lateness {
+            emulator: format!("{} (between two readings)", after.name),
+            directions,
         }
     }
 
