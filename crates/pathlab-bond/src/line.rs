@@ -558,6 +558,14 @@ impl Line {
         [Frame::Feedback(feedback), echo]
     }
 
+    /// This end did not run for `away`, up to `now` (its process was not scheduled): the
+    /// peer's silence in that time was not heard, and reports of what we did not send
+    /// could not come, so neither counts towards `down_after`.
+    pub fn excuse_absence(&mut self, now: Instant, away: Duration) {
+        self.last_received = (self.last_received + away).min(now);
+        self.last_feedback = (self.last_feedback + away).min(now);
+    }
+
     /// Updates the line's state at `now`: down after `down_after` without hearing from the
     /// peer or without a report of what we sent; up again once both come back. Returns
     /// whether the state changed.

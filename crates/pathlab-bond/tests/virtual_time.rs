@@ -969,3 +969,90 @@ fn without_classes_a_call_loses_what_was_on_its_best_line_when_it_is_cut() {
     assert!(run.delays_ms.len() < sent);
     assert_eq!(run.duplicates, 0);
 }
+
+/// The client's process, not run from `from` until `until` (a busy host): what arrives
+/// meanwhile waits, as in a socket's buffer, and is handed over when it runs again.
+struct Paused<'a> {
+    node: &'a mut ClientNode,
+    from: Instant,
+    until: Instant,
+    waiting: Vec<(usize, Vec<u8>)>,
+}
+
+impl Node for Paused<'_> {
+    fn handle(&mut self, now: Instant, port: usize, data: Vec<u8>) {
+        if now >= self.from && now < self.until {
+            self.waiting.push((port, data));
+        } else {
+            self.node.handle(now, port, data);
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant) -> Option<(usize, Vec<u8>)> {
+        if now >= self.from && now < self.until {
+            return None;
+        }
+        for (port, data) in self.waiting.drain(..) {
+            self.node.handle(now, port, data);
+        }
+        self.node.poll_transmit(now)
+    }
+
+    fn poll_at(&self) -> Option<Instant> {
+        let at = self.node.poll_at()?;
+        Some(if at >= self.from && at < self.until {
+            self.until
+        } else {
+            at
+        })
+    }
+}
+
+/// Regression (benches/bond_soak.py, issue 40): a tunnel end whose process did not run
+/// for 550 ms (builds and a real-time emulator beside it) declared its lines down the
+/// moment it woke: no report had come of what it sent, because it had sent nothing, and
+/// what its peer had sent was still unread. Its own absence is not its lines' silence.
+/// (The peer, which heard nothing for that long, may rightly take them for down.)
+#[test]
+fn a_client_that_did_not_run_for_half_a_second_keeps_its_lines_up() {
+    let mut tunnel = Tunnel::new(
+        &THREE_LINES,
+        BondConfig::new(3),
+        bulk(8, 6.0),
+        recording_host(),
+    );
+    tunnel.run_until(secs(3.0));
+    let downs = |tunnel: &Tunnel| -> Vec<u64> {
+        tunnel
+            .client
+            .bond
+            .lines()
+            .iter()
+            .map(|l| l.counters().went_down)
+            .collect()
+    };
+    assert_eq!(downs(&tunnel), vec![0, 0, 0]);
+    let mut paused = Paused {
+        node: &mut tunnel.client,
+        from: secs(3.0),
+        until: secs(3.55),
+        waiting: Vec::new(),
+    };
+    let nodes: &mut [&mut dyn Node] = &mut [
+        &mut tunnel.near,
+        &mut paused,
+        &mut tunnel.server,
+        &mut tunnel.far,
+    ];
+    tunnel.net.run_until(secs(5.0), nodes);
+    // The server heard nothing for 550 ms and took the lines for down, rightly; they
+    // came back.
+    let (_, _, server) = tunnel.server.server.sessions().next().expect("its session");
+    assert!(server.lines().iter().all(|l| l.state() == LineState::Up));
+    assert_eq!(
+        downs(&tunnel),
+        vec![0, 0, 0],
+        "the client took its own pause for dead lines"
+    );
+    assert!(tunnel.client.bond.is_open());
+}

@@ -277,6 +277,8 @@ pub struct Bond {
     lines: Vec<Line>,
     fair: FairQueue,
     reorder: Reorder,
+    /// When the lines were last judged, to tell a pause of this end's own.
+    last_judged: Option<Instant>,
     wrr: WeightedRoundRobin,
     round_robin_next: usize,
     delivered: VecDeque<Vec<u8>>,
@@ -387,6 +389,7 @@ impl Bond {
                 },
             ),
             reorder: Reorder::new(Duration::from_millis(50)),
+            last_judged: None,
             wrr: WeightedRoundRobin::default(),
             round_robin_next: 0,
             delivered: VecDeque::new(),
@@ -722,7 +725,24 @@ impl Bond {
         self.update_lines(now);
     }
 
+    /// Judges the lines' liveness at `now` (and the reorder buffer's wait).
+    ///
+    /// A call more than half of `down_after` after the previous one means this end did
+    /// not run in between (a busy host; the soak's tunnel ends, beside builds and a
+    /// real-time emulator, went 550 ms without a pass): the time it was away does not
+    /// count as its lines' silence (each line's [`Line::excuse_absence`]), or it would
+    /// declare lines down the moment it woke, though no report had come because it had
+    /// sent nothing, and what had come was still unread.
     fn update_lines(&mut self, now: Instant) {
+        let away = self
+            .last_judged
+            .map_or(Duration::ZERO, |at| now.saturating_since(at));
+        self.last_judged = Some(now);
+        if away.as_nanos() > self.config.timers.down_after.as_nanos() / 2 {
+            for line in &mut self.lines {
+                line.excuse_absence(now, away);
+            }
+        }
         if !self.is_open() {
             return;
         }
