@@ -6,10 +6,9 @@
 //! within 5 ms of the fastest working line's base delay plus the controller's target queue
 //! before the cut (plus the emulator's and this machine's measured lateness; after it, one
 //! target more, see `judge`), cost at most its own rate in copies, and leave the bulk flow
-//! >= 95% of the
-//! lines' sum before the cut: of what the lines carried up for the bulk flow alone (their
-//! sum as the tunnel fills them, 18.0 Mbit/s of their nominal 21 here), the lines carry at
-//! least 95% for it beside the call.
+//! at least 95% of the lines' sum before the cut: of what the lines carried up for the bulk
+//! flow alone (their sum as the tunnel fills them, 18.0 Mbit/s of their nominal 21 here),
+//! the lines carry at least 95% for it beside the call.
 //!
 //! Wall time: 16 s (12 s of traffic after the session opens).
 //!
