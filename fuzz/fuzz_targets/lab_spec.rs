@@ -1,6 +1,7 @@
 //! Any text given to the experiment spec reader (sweep expansion, then parsing and every
 //! check) either fails with an error naming a line inside the text or gives an experiment
-//! whose quick form keeps every time within the run. It never panics.
+//! whose quick form keeps every time within the run. It never panics, whether a link's
+//! `twin = FILE` is refused (a spec from no file) or read (here, as a fixed pair of specs).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -16,8 +17,15 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
     };
-    for point in points.iter().take(4) {
-        match Experiment::parse(&point.text) {
+    let twin = |_: &str| {
+        let spec = |text: &str| pathlab_core::spec::LinkSpec::parse(text).map_err(|e| e.to_string());
+        Ok((spec("delay 10ms rate 2mbit")?, spec("delay 5ms")?))
+    };
+    let parsed = points.iter().take(4).flat_map(|point| {
+        [Experiment::parse(&point.text), Experiment::parse_with(&point.text, &twin)]
+    });
+    for parsed in parsed {
+        match parsed {
             Ok(experiment) => {
                 let quick = experiment.quick();
                 for workload in &quick.workloads {
