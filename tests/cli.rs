@@ -634,6 +634,12 @@ fn emulate_and_shell_take_a_twin_up_one_way_and_down_the_other() {
     let twin = twin.to_str().expect("utf-8");
     let output = pathlab(&["shell", "delay 1ms", "--twin", twin, "--", "true"]);
     assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot be used with"),
+        "{}",
+        stderr(&output)
+    );
     let output = pathlab(&["shell", "--", "true"]);
     assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
+    assert!(stderr(&output).contains("<SPEC>"), "{}", stderr(&output));
 }

@@ -684,6 +684,16 @@ mod tests {
     }
 
     impl Reports {
+        /// At time zero, nothing sent yet.
+        fn new() -> Reports {
+            Reports {
+                now: Instant::ZERO,
+                seq: 0,
+                packets: 0,
+                bytes: 0,
+            }
+        }
+
         fn next(&mut self, sent: u64, lost: u64, bytes_each: u64) -> (Instant, Feedback) {
             self.now += Duration::from_millis(25);
             self.seq += sent;
@@ -715,12 +725,7 @@ mod tests {
         let config = ControllerConfig::default();
         let initial = config.initial_rate.as_f64();
         let mut controller = RateController::new(config, Instant::ZERO);
-        let mut reports = Reports {
-            now: Instant::ZERO,
-            seq: 0,
-            packets: 0,
-            bytes: 0,
-        };
+        let mut reports = Reports::new();
         // A trickle: 4 datagrams of 100 bytes per 25 ms (128 kbit/s), one of them lost.
         for _ in 0..40 {
             controller.on_sent(100);
@@ -771,12 +776,7 @@ mod tests {
         };
         let mut controller = RateController::new(config, Instant::ZERO);
         controller.on_rtt(Duration::from_millis(70));
-        let mut reports = Reports {
-            now: Instant::ZERO,
-            seq: 0,
-            packets: 0,
-            bytes: 0,
-        };
+        let mut reports = Reports::new();
         // 25 ms at `rate` in datagrams of 100 bytes (no more than the rate), all
         // delivered, at `queue_ms`.
         let mut carry = |controller: &mut RateController, rate: f64, queue_ms: i64| {
@@ -843,12 +843,7 @@ mod tests {
         let mut controller = RateController::new(config, Instant::ZERO);
         controller.on_rtt(Duration::from_millis(40));
         controller.ramping = false;
-        let mut reports = Reports {
-            now: Instant::ZERO,
-            seq: 0,
-            packets: 0,
-            bytes: 0,
-        };
+        let mut reports = Reports::new();
         let per_report = (capacity * 0.025 / 8.0 / 1000.0).round() as u64;
         // The base delay, from reports without a queue; then 15 reports of a full line: it
         // delivers its capacity, at a queue of 3 ms (more than a quarter of the 5 ms target,
@@ -893,12 +888,7 @@ mod tests {
         let initial = config.initial_rate.as_f64();
         let mut controller = RateController::new(config, Instant::ZERO);
         controller.on_rtt(Duration::from_millis(40));
-        let mut reports = Reports {
-            now: Instant::ZERO,
-            seq: 0,
-            packets: 0,
-            bytes: 0,
-        };
+        let mut reports = Reports::new();
         controller.rate_bps = 8_400_000.0;
         for _ in 0..20 {
             let (now, report) = reports.next(1, 0, 100);

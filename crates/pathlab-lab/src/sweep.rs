@@ -113,18 +113,48 @@ pub enum PointError {
     },
 }
 
+/// Why a twin file could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadTwinError {
+    /// It could not be opened or read (or is not a regular file, or is too long).
+    #[error(transparent)]
+    File(#[from] pathlab_os::files::FileError),
+    /// Its bytes are not text.
+    #[error("{0}: a twin file is UTF-8 text")]
+    NotText(String),
+    /// It is not a twin (the line and field at fault; in the message, not a source, so
+    /// that a printed chain says it once).
+    #[error("{path}: {error}")]
+    Twin {
+        /// The file.
+        path: String,
+        /// What is wrong in it.
+        error: pathlab_twin::file::TwinError,
+    },
+}
+
+/// Reads the twin file at `path`: a regular file of at most
+/// [`pathlab_twin::file::MAX_TWIN_BYTES`], parsed and checked. The one reader of twin
+/// files (`spec`/`emulate`/`shell --twin`, `twin check`, a lab link's `twin`).
+pub fn read_twin(path: &std::path::Path) -> Result<pathlab_twin::file::TwinFile, ReadTwinError> {
+    use pathlab_twin::file::{TwinFile, MAX_TWIN_BYTES};
+    let bytes = pathlab_os::files::read_regular(path, MAX_TWIN_BYTES)?;
+    let shown = || path.display().to_string();
+    let text = String::from_utf8(bytes).map_err(|_| ReadTwinError::NotText(shown()))?;
+    TwinFile::parse(&text).map_err(|error| ReadTwinError::Twin {
+        path: shown(),
+        error,
+    })
+}
+
 /// A link's `twin = "FILE"`: the twin file `name` (relative to the spec file's directory
 /// `dir`), its up and down specs with a trace each names read beside it.
-fn read_twin(
+fn link_twin(
     dir: &std::path::Path,
     name: &str,
 ) -> Result<(pathlab_core::spec::LinkSpec, pathlab_core::spec::LinkSpec), String> {
-    use pathlab_twin::file::{TwinFile, MAX_TWIN_BYTES};
     let path = dir.join(name);
-    let bytes =
-        pathlab_os::files::read_regular(&path, MAX_TWIN_BYTES).map_err(|e| e.to_string())?;
-    let text = String::from_utf8(bytes).map_err(|_| "a twin file is UTF-8 text".to_owned())?;
-    let twin = TwinFile::parse(&text).map_err(|e| e.to_string())?;
+    let twin = read_twin(&path).map_err(|e| e.to_string())?;
     let twin_dir = path.parent().unwrap_or(dir);
     let spec = |text: String| {
         pathlab_core::spec::LinkSpec::parse(&text).map_err(|e| format!("spec '{text}': {e}"))
@@ -222,7 +252,7 @@ impl ExperimentSource {
                 let dir = std::path::Path::new(file)
                     .parent()
                     .unwrap_or(std::path::Path::new("."));
-                Experiment::parse_with(&point.text, &|name: &str| read_twin(dir, name))
+                Experiment::parse_with(&point.text, &|name: &str| link_twin(dir, name))
             }
             None => Experiment::parse(&point.text),
         }

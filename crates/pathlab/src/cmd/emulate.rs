@@ -303,15 +303,7 @@ pub fn run_guard(args: &GuardArgs) -> anyhow::Result<()> {
 impl Args {
     /// The two specs: SPEC and --reverse (the same as SPEC without it), or a twin's.
     fn specs_loaded(&self) -> anyhow::Result<(LinkSpec, LinkSpec)> {
-        if let Some(path) = &self.twin {
-            return crate::cmd::spec::twin_specs(path);
-        }
-        let forward = load(&self.spec)?;
-        let reverse = match &self.reverse {
-            Some(text) => load(std::slice::from_ref(text))?,
-            None => forward.clone(),
-        };
-        Ok((forward, reverse))
+        crate::cmd::spec::given_specs(self.twin.as_deref(), &self.spec, self.reverse.as_ref())
     }
 
     /// The emulator these arguments ask for, checked: the trunk's VLANs, two different

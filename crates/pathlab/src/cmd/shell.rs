@@ -3,7 +3,6 @@
 use anyhow::Context as _;
 use pathlab_emulator::shell::{self, ShellConfig};
 
-use crate::cmd::spec::parse_spec;
 use crate::usage;
 
 /// Arguments of `pathlab shell`.
@@ -71,18 +70,11 @@ impl Args {
     /// The shell these arguments ask for: the specs loaded, the name checked (default
     /// `shell-PID`), the program (default `$SHELL`). Every problem is a usage error.
     fn config(&self) -> anyhow::Result<ShellConfig> {
-        let (uplink, downlink) = match (&self.twin, &self.spec) {
-            (Some(path), _) => crate::cmd::spec::twin_specs(path)?,
-            (None, Some(spec)) => {
-                let uplink = parse_spec(std::slice::from_ref(spec))?;
-                let downlink = match &self.reverse {
-                    Some(text) => parse_spec(std::slice::from_ref(text))?,
-                    None => uplink.clone(),
-                };
-                (uplink, downlink)
-            }
-            (None, None) => return Err(usage(anyhow::anyhow!("a SPEC or --twin FILE"))),
-        };
+        let (uplink, downlink) = crate::cmd::spec::given_specs(
+            self.twin.as_deref(),
+            self.spec.as_slice(),
+            self.reverse.as_ref(),
+        )?;
         let name = self
             .name
             .clone()

@@ -4,7 +4,7 @@ use anyhow::anyhow;
 use pathlab_core::format::{self, Digits};
 use pathlab_core::spec::preset::{self, Direction, Preset, PRESETS};
 use pathlab_core::LinkSpec;
-use pathlab_twin::file::{TwinFile, MAX_TWIN_BYTES};
+use pathlab_twin::file::TwinFile;
 use serde_json::json;
 
 use crate::usage;
@@ -72,20 +72,30 @@ impl Args {
 /// Reads and checks a twin file; a file that cannot be read or is refused is a usage
 /// error (exit 2) naming the line and field.
 pub fn read_twin(path: &std::path::Path) -> anyhow::Result<TwinFile> {
-    let bytes = pathlab_os::files::read_regular(path, MAX_TWIN_BYTES).map_err(usage)?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| usage(anyhow!("{}: a twin file is UTF-8 text", path.display())))?;
-    TwinFile::parse(&text).map_err(|e| usage(anyhow!("{}: {e}", path.display())))
+    pathlab_lab::sweep::read_twin(path).map_err(usage)
 }
 
-/// A twin file's two specs, loaded: `up` (from the measuring host to the far one) and
-/// `down`, a trace either names read beside the file.
-pub fn twin_specs(path: &std::path::Path) -> anyhow::Result<(LinkSpec, LinkSpec)> {
-    let twin = read_twin(path)?;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let up = parse_spec(&[twin.up.spec_beside(dir)])?;
-    let down = parse_spec(&[twin.down.spec_beside(dir)])?;
-    Ok((up, down))
+/// The two specs a command that runs a link was given, loaded: a twin file's (`up`, from
+/// the measuring host to the far one, and `down`, a trace either names read beside the
+/// file), or SPEC and `--reverse` (SPEC both ways without it).
+pub fn given_specs(
+    twin: Option<&std::path::Path>,
+    spec: &[String],
+    reverse: Option<&String>,
+) -> anyhow::Result<(LinkSpec, LinkSpec)> {
+    if let Some(path) = twin {
+        let twin = read_twin(path)?;
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        let up = parse_spec(&[twin.up.spec_beside(dir)])?;
+        let down = parse_spec(&[twin.down.spec_beside(dir)])?;
+        return Ok((up, down));
+    }
+    let forward = parse_spec(spec)?;
+    let reverse = match reverse {
+        Some(text) => parse_spec(std::slice::from_ref(text))?,
+        None => forward.clone(),
+    };
+    Ok((forward, reverse))
 }
 
 /// Runs `pathlab spec`.
