@@ -151,7 +151,11 @@ fn check_against_the_path(lab: &Lab, out: &std::path::Path) {
     eprintln!("{stderr}{check:#}");
     assert_eq!(check["congestion"], "cubic", "{check}");
     let real = Lateness::between(&before, &lab.stats());
-    let twin = Lateness::of_lab_link(&lab.dir.path("check").join("result.json"), "near-far");
+    let twin = Lateness::of_lab_link(
+        &lab.dir.path("check").join("twin").join("result.json"),
+        "near-far",
+    );
+    the_saved_check_is_the_printed_one_and_its_report_overlays_both(&lab.dir.path("check"), &check);
     for row in check["rows"].as_array().expect("rows") {
         let name = row["name"].as_str().unwrap();
         if !name.starts_with("RTT") {
@@ -176,6 +180,73 @@ fn check_against_the_path(lab: &Lab, out: &std::path::Path) {
             LOADED_RTT_WITHIN * 100.0
         );
     }
+}
+
+/// The check saved in `dir` holds every workload's report on both paths, and the figures
+/// printed are theirs (the goodput each way is the bulk transfer's own); its page holds
+/// the verdict's rows and overlays the path's and the twin's curves, and `pathlab report`
+/// draws the same figures again from the file alone.
+fn the_saved_check_is_the_printed_one_and_its_report_overlays_both(
+    dir: &std::path::Path,
+    printed: &serde_json::Value,
+) {
+    let text = std::fs::read_to_string(dir.join("result.json")).expect("the check's result.json");
+    let file: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(file["result"]["kind"], "twin-check", "{}", &text[..200]);
+    let record = &file["result"]["data"];
+    for side in ["real", "twin"] {
+        for way in ["up", "down"] {
+            let runs = &record[side][way];
+            let key = if runs["up"] == true {
+                "up_bps"
+            } else {
+                "down_bps"
+            };
+            let saved = runs["tcp"][key].as_f64().expect("goodput");
+            let printed_bps = printed[side][way]["goodput_bps"].as_f64().expect("printed");
+            assert_eq!(saved, printed_bps, "{side} {way} ({key})");
+        }
+    }
+    let page = std::fs::read_to_string(dir.join("report.html")).expect("report.html");
+    for stem in [
+        "goodput-up",
+        "rtt-down-cdf",
+        "probe-delay-up-cdf",
+        "rtt-idle-cdf",
+    ] {
+        assert!(
+            dir.join("plots").join(format!("{stem}.svg")).is_file(),
+            "{stem}"
+        );
+    }
+    let svg = std::fs::read_to_string(dir.join("plots/goodput-down.svg")).expect("svg");
+    let text: String = svg.split_whitespace().collect();
+    assert!(
+        text.contains(">path<") && text.contains(">twin<"),
+        "both sides' legends"
+    );
+    for row in printed["rows"].as_array().expect("rows") {
+        let name = row["name"].as_str().expect("name").replace('>', "&gt;");
+        assert!(page.contains(&name), "the page's table has {name}");
+    }
+    let again = dir.join("again");
+    let output = std::process::Command::new(PATHLAB)
+        .arg("report")
+        .arg(dir.join("result.json"))
+        .arg("--out")
+        .arg(&again)
+        .output()
+        .expect("pathlab report runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        std::fs::read(again.join("plots/goodput-down.svg")).expect("redrawn"),
+        svg.as_bytes(),
+        "the report drawn again from the file is the same"
+    );
 }
 
 #[test]

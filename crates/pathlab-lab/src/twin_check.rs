@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use pathlab_results::lab::{LabOutcome, LabRun, LabWorkload};
 use pathlab_twin::check::{
-    DirectionReports, PathFigures, Plan, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
+    DirectionRuns, PathRuns, Plan, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
 };
 
 use crate::run::{RunError, RunOptions};
@@ -108,7 +108,7 @@ pub fn run_twin(
     plan: &Plan,
     out: &Path,
     command_line: Vec<String>,
-) -> Result<PathFigures, TwinCheckError> {
+) -> Result<PathRuns, TwinCheckError> {
     let text = lab_spec(up, down, plan);
     let experiment = Experiment::parse(&text)?;
     let point = SweepPoint {
@@ -129,11 +129,11 @@ pub fn run_twin(
         },
     )?;
     crate::sweep::save_result(out, &run, command_line)?;
-    figures(&run)
+    runs(&run)
 }
 
-/// The figures of the check's lab run.
-fn figures(run: &LabRun) -> Result<PathFigures, TwinCheckError> {
+/// The reports of the check's lab run.
+fn runs(run: &LabRun) -> Result<PathRuns, TwinCheckError> {
     let find = |name: &str| -> Result<&LabWorkload, TwinCheckError> {
         run.workloads
             .iter()
@@ -148,31 +148,31 @@ fn figures(run: &LabRun) -> Result<PathFigures, TwinCheckError> {
         why: format!("{:?}", w.outcome),
     };
     let rtt = |name: &str| match &find(name)?.outcome {
-        LabOutcome::Rtt(report) => Ok(report.as_ref()),
+        LabOutcome::Rtt(report) => Ok(report.as_ref().clone()),
         _ => Err(failed(find(name)?)),
     };
     let tcp = |name: &str| match &find(name)?.outcome {
-        LabOutcome::Tcp(report) => Ok(report.as_ref()),
+        LabOutcome::Tcp(report) => Ok(report.as_ref().clone()),
         _ => Err(failed(find(name)?)),
     };
     let owd = |name: &str| match &find(name)?.outcome {
-        LabOutcome::Owd(report) => Ok(report.as_ref()),
+        LabOutcome::Owd(report) => Ok(report.as_ref().clone()),
         _ => Err(failed(find(name)?)),
     };
     // Both bulk transfers are the client's upload: near's up, far's down.
-    let up = DirectionReports {
-        tcp: tcp("bulk-up")?,
-        up: true,
-        rtt: rtt("rtt-up")?,
-        owd: owd("probes-up")?,
+    let direction = |way: &str| -> Result<DirectionRuns, TwinCheckError> {
+        Ok(DirectionRuns {
+            tcp: tcp(&format!("bulk-{way}"))?,
+            up: true,
+            rtt: rtt(&format!("rtt-{way}"))?,
+            owd: owd(&format!("probes-{way}"))?,
+        })
     };
-    let down = DirectionReports {
-        tcp: tcp("bulk-down")?,
-        up: true,
-        rtt: rtt("rtt-down")?,
-        owd: owd("probes-down")?,
-    };
-    Ok(PathFigures::of(rtt("idle")?, &up, &down))
+    Ok(PathRuns {
+        idle: rtt("idle")?,
+        up: direction("up")?,
+        down: direction("down")?,
+    })
 }
 
 #[cfg(test)]

@@ -240,10 +240,10 @@ pub fn check_real(
     target: &ServerTarget,
     plan: &pathlab_twin::check::Plan,
     on_step: &mut dyn FnMut(&str),
-) -> Result<pathlab_twin::check::PathFigures, MeasureError> {
+) -> Result<pathlab_twin::check::PathRuns, MeasureError> {
     use pathlab_probe::control::TcpDirection;
     use pathlab_twin::check::{
-        DirectionReports, PathFigures, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
+        DirectionRuns, PathRuns, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
     };
     let interval = Duration::from_millis(RTT_INTERVAL_MS);
     let rtt = |seconds: u64| crate::rtt::RttConfig {
@@ -301,18 +301,29 @@ pub fn check_real(
         directions: vec![Direction::Up, Direction::Down],
         window: 100,
     };
-    let owd = crate::owd::run(&probes, &mut |_| {}).map_err(|p| p.error)?;
-    let up = DirectionReports {
-        tcp: &tcp_up,
-        up: true,
-        rtt: &rtt_up,
-        owd: &owd[0],
+    let mut owd = crate::owd::run(&probes, &mut |_| {})
+        .map_err(|p| p.error)?
+        .into_iter();
+    let (Some(owd_up), Some(owd_down)) = (owd.next(), owd.next()) else {
+        return Err(MeasureError::Session(
+            pathlab_probe::session::SessionError::Protocol(
+                "the server returned fewer than two directions' probes".into(),
+            ),
+        ));
     };
-    let down = DirectionReports {
-        tcp: &tcp_down,
-        up: false,
-        rtt: &rtt_down,
-        owd: &owd[1],
-    };
-    Ok(PathFigures::of(&idle, &up, &down))
+    Ok(PathRuns {
+        idle,
+        up: DirectionRuns {
+            tcp: tcp_up,
+            up: true,
+            rtt: rtt_up,
+            owd: owd_up,
+        },
+        down: DirectionRuns {
+            tcp: tcp_down,
+            up: false,
+            rtt: rtt_down,
+            owd: owd_down,
+        },
+    })
 }

@@ -106,6 +106,9 @@ pub enum RunResult {
     Rfc6349Partial(Box<pathlab_probe::rfc6349::Rfc6349Progress>),
     /// A `pathlab inspect` watch.
     Inspect(Box<pathlab_diagnose::diagnosis::InspectReport>),
+    /// A `pathlab twin check`: every workload's report on the real path and on its twin
+    /// (added in v1 with `twin check --out`: older readers do not know it).
+    TwinCheck(Box<pathlab_twin::check::CheckRecord>),
 }
 
 /// Why a result file could not be read.

@@ -7,6 +7,8 @@ use pathlab_probe::rtt::RttReport;
 use pathlab_probe::tcp::TcpTestReport;
 use serde::{Deserialize, Serialize};
 
+pub mod synthetic;
+
 /// How long the workloads both paths run take, in turn: an idle round-trip test (the base
 /// RTT), bulk TCP up with round trips beside it, the same down, then paced probes each way
 /// at low load (loss); and the congestion control bulk TCP runs with on both.
@@ -89,19 +91,40 @@ pub struct PathFigures {
     pub down: DirectionFigures,
 }
 
-/// The workloads' reports of one direction: bulk TCP, the round trips beside it, and the
-/// paced probes at low load.
-#[derive(Debug, Clone, Copy)]
-pub struct DirectionReports<'a> {
+/// The workloads' reports of one direction, kept whole: the verdict's figures come from
+/// them ([`DirectionFigures::of`]) and the report draws them, the path's and the twin's
+/// overlaid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectionRuns {
     /// Bulk TCP that way.
-    pub tcp: &'a TcpTestReport,
+    pub tcp: TcpTestReport,
     /// Whether its data went from the test's client to its server (its goodput is then
     /// `up_bps`, else `down_bps`).
     pub up: bool,
     /// Round trips during the transfer.
-    pub rtt: &'a RttReport,
+    pub rtt: RttReport,
     /// Paced probes that way.
-    pub owd: &'a OneWayResult,
+    pub owd: OneWayResult,
+}
+
+/// The workloads' reports on one path: the idle round trips and each direction's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PathRuns {
+    /// The idle round trips (the base RTT).
+    pub idle: RttReport,
+    /// From this host to the far one.
+    pub up: DirectionRuns,
+    /// Back.
+    pub down: DirectionRuns,
+}
+
+/// The round trips of a round-trip test, ms, in arrival order.
+pub fn rtts_ms(report: &RttReport) -> Vec<f64> {
+    report
+        .series
+        .iter()
+        .map(|&(_, rtt)| rtt as f64 / 1e6)
+        .collect()
 }
 
 /// The nearest-rank `q`-quantile of a round-trip test's round trips, ms (0 with none).
@@ -111,35 +134,124 @@ fn rtt_quantile_ms(report: &RttReport, q: f64) -> f64 {
     pathlab_core::quantile::of_sorted(&values, q).map_or(0.0, |ns| ns as f64 / 1e6)
 }
 
+impl DirectionRuns {
+    /// The bulk transfer's streams that way (the client's upload, or its download).
+    fn streams(&self) -> &[pathlab_probe::tcp::StreamReport] {
+        if self.up {
+            &self.tcp.up
+        } else {
+            &self.tcp.down
+        }
+    }
+
+    /// Bulk TCP's goodput over time: `(s since the transfer started, bits/s)`, one point
+    /// per `window_ns` (at its end) from what the receiver acknowledged, by the sender's
+    /// `TCP_INFO` samples, of every stream together; from the receiver's per-interval
+    /// counts where the sender kept no samples.
+    pub fn goodput_over_time(&self, window_ns: u64) -> Vec<(f64, f64)> {
+        let window_ns = window_ns.max(1);
+        let streams = self.streams();
+        if streams.iter().all(|s| s.samples.is_empty()) {
+            return self.interval_goodput();
+        }
+        let end_ns = streams
+            .iter()
+            .filter_map(|s| s.samples.last())
+            .map(|s| s.at_ns)
+            .max()
+            .unwrap_or(0);
+        // What every stream had acknowledged by `at_ns`, between its samples on either
+        // side as a straight line (from none at its start): windows that do not fall on
+        // the samples' ticks then read the rate, not the ticks' aliasing.
+        let acked_by = |at_ns: u64| -> f64 {
+            streams
+                .iter()
+                .map(|s| acked_between_samples(&s.samples, at_ns))
+                .sum()
+        };
+        (1..=end_ns / window_ns)
+            .map(|k| {
+                let (start, end) = ((k - 1) * window_ns, k * window_ns);
+                let bytes = (acked_by(end) - acked_by(start)).max(0.0);
+                (end as f64 / 1e9, bytes * 8e9 / window_ns as f64)
+            })
+            .collect()
+    }
+
+    /// Goodput per interval by the receiver's counts, every stream together.
+    fn interval_goodput(&self) -> Vec<(f64, f64)> {
+        let interval_ns = self.tcp.interval_ns.max(1);
+        let count = self
+            .streams()
+            .iter()
+            .map(|s| s.interval_bytes.len())
+            .max()
+            .unwrap_or(0);
+        (0..count)
+            .map(|i| {
+                let bytes: u64 = self
+                    .streams()
+                    .iter()
+                    .filter_map(|s| s.interval_bytes.get(i))
+                    .sum();
+                let end = (i as u64 + 1) * interval_ns;
+                (end as f64 / 1e9, bytes as f64 * 8e9 / interval_ns as f64)
+            })
+            .collect()
+    }
+
+    /// The paced probes' one-way delays above the least of them, ms, in arrival order.
+    pub fn probe_delays_ms(&self) -> Vec<f64> {
+        self.owd
+            .owd
+            .series
+            .iter()
+            .map(|&(_, deviation)| deviation as f64 / 1e6)
+            .collect()
+    }
+}
+
+/// The bytes a stream's receiver had acknowledged by `at_ns`, by its sender's samples:
+/// linear between the samples on either side, from none at the stream's start, the last
+/// sample's after it.
+fn acked_between_samples(samples: &[pathlab_probe::tcp::TcpSample], at_ns: u64) -> f64 {
+    let after = samples.partition_point(|s| s.at_ns <= at_ns);
+    let (t0, a0) = after
+        .checked_sub(1)
+        .map_or((0, 0), |i| (samples[i].at_ns, samples[i].acked_bytes));
+    match samples.get(after) {
+        Some(next) if next.at_ns > t0 => {
+            let share = (at_ns - t0) as f64 / (next.at_ns - t0) as f64;
+            a0 as f64 + share * next.acked_bytes.saturating_sub(a0) as f64
+        }
+        _ => a0 as f64,
+    }
+}
+
 impl DirectionFigures {
     /// The figures of one direction's reports.
-    pub fn of(reports: &DirectionReports<'_>) -> DirectionFigures {
-        let sequence = &reports.owd.sequence;
+    pub fn of(runs: &DirectionRuns) -> DirectionFigures {
+        let sequence = &runs.owd.sequence;
         DirectionFigures {
-            goodput_bps: if reports.up {
-                reports.tcp.up_bps
+            goodput_bps: if runs.up {
+                runs.tcp.up_bps
             } else {
-                reports.tcp.down_bps
+                runs.tcp.down_bps
             },
-            loaded_rtt_p50_ms: rtt_quantile_ms(reports.rtt, 0.5),
-            loaded_rtt_p95_ms: rtt_quantile_ms(reports.rtt, 0.95),
+            loaded_rtt_p50_ms: rtt_quantile_ms(&runs.rtt, 0.5),
+            loaded_rtt_p95_ms: rtt_quantile_ms(&runs.rtt, 0.95),
             loss: sequence.lost as f64 / sequence.sent.max(1) as f64,
         }
     }
 }
 
 impl PathFigures {
-    /// The figures of an idle round-trip test (its least round trip) and each direction's
-    /// reports.
-    pub fn of(
-        idle: &RttReport,
-        up: &DirectionReports<'_>,
-        down: &DirectionReports<'_>,
-    ) -> PathFigures {
+    /// The figures of a path's runs: the idle round trips' least, each direction's.
+    pub fn of(runs: &PathRuns) -> PathFigures {
         PathFigures {
-            base_rtt_ms: idle.rtt.min_ns as f64 / 1e6,
-            up: DirectionFigures::of(up),
-            down: DirectionFigures::of(down),
+            base_rtt_ms: runs.idle.rtt.min_ns as f64 / 1e6,
+            up: DirectionFigures::of(&runs.up),
+            down: DirectionFigures::of(&runs.down),
         }
     }
 }
@@ -198,6 +310,19 @@ impl Row {
         }
     }
 
+    /// The error and the bound as printed: `+4.2%` and `10%` where relative, else in the
+    /// figure's unit to three decimals.
+    pub fn error_and_bound(&self) -> (String, String) {
+        if self.relative {
+            (
+                format!("{:+.1}%", self.error * 100.0),
+                format!("{:.0}%", self.bound * 100.0),
+            )
+        } else {
+            (format!("{:+.3}", self.error), format!("{:.3}", self.bound))
+        }
+    }
+
     /// Loss: relative where the real path loses at least [`LOSS_FLOOR`]; below it, the
     /// twin must lose less than the floor too (the error is then absolute).
     fn loss(name: &str, real: f64, twin: f64) -> Row {
@@ -227,6 +352,41 @@ impl Comparison {
     /// The figures it does not hold on.
     pub fn misses(&self) -> impl Iterator<Item = &Row> {
         self.rows.iter().filter(|r| !r.within)
+    }
+
+    /// The verdict in words: that the twin holds, or the figures it misses.
+    pub fn verdict(&self) -> String {
+        if self.holds() {
+            "the twin holds on every figure".to_owned()
+        } else {
+            let missed: Vec<&str> = self.misses().map(|r| r.name.as_str()).collect();
+            format!("the twin misses {}", missed.join("; "))
+        }
+    }
+}
+
+/// A whole check, as `pathlab twin check` saves it and `pathlab report` draws it: what
+/// was compared and every workload's report on both paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRecord {
+    /// The real path's far end, as given.
+    pub host: String,
+    /// The twin's spec up (this host to the far one), as the emulator ran it.
+    pub twin_up: String,
+    /// Its spec down.
+    pub twin_down: String,
+    /// Bulk TCP's congestion control, on both paths.
+    pub congestion: String,
+    /// The workloads on the real path.
+    pub real: PathRuns,
+    /// The same on the twin.
+    pub twin: PathRuns,
+}
+
+impl CheckRecord {
+    /// The verdict: each figure of the twin against the real path's.
+    pub fn comparison(&self) -> Comparison {
+        compare(&PathFigures::of(&self.real), &PathFigures::of(&self.twin))
     }
 }
 
@@ -302,6 +462,44 @@ mod tests {
             ["base RTT, ms", "goodput up, Mbit/s", "goodput down, Mbit/s"]
         );
         assert!((comparison.rows[1].error + 0.0631).abs() < 1e-3);
+    }
+
+    #[test]
+    fn the_runs_figures_are_their_reports_and_goodput_over_time_adds_up_to_the_transfer() {
+        use super::synthetic::{Synthetic, SECONDS};
+        let runs = Synthetic {
+            base_rtt_ms: 20.0,
+            goodput_bps: 9.6e6,
+            queue_ms: 40.0,
+            loss_every: 50,
+        }
+        .runs();
+        let figures = PathFigures::of(&runs);
+        assert!((figures.base_rtt_ms - 20.0).abs() < 0.01, "{figures:?}");
+        // The queue ramps from 0 to 40 ms: the median round trip is 20 + 20.
+        assert!(
+            (figures.up.loaded_rtt_p50_ms - 40.0).abs() < 0.2,
+            "{figures:?}"
+        );
+        assert!((figures.up.loss - 0.02).abs() < 1e-9, "{figures:?}");
+        let curve = runs.up.goodput_over_time(250_000_000);
+        assert_eq!(curve.len() as u64, SECONDS * 4, "{curve:?}");
+        for &(t, bps) in &curve {
+            assert!((bps - 9.6e6).abs() < 1e3, "{t} s: {bps}");
+        }
+        // Without the sender's samples, the receiver's counts per second.
+        let mut counted = runs.up.clone();
+        counted.tcp.up[0].samples.clear();
+        let curve = counted.goodput_over_time(250_000_000);
+        assert_eq!(curve.len() as u64, SECONDS, "{curve:?}");
+        assert!(
+            curve.iter().all(|&(_, bps)| (bps - 9.6e6).abs() < 10.0),
+            "{curve:?}"
+        );
+        // The probes' delays above their least: 0 to 1.2 ms.
+        let delays = runs.down.probe_delays_ms();
+        let most = delays.iter().copied().fold(0.0, f64::max);
+        assert!((most - 1.2).abs() < 0.01, "{most}");
     }
 
     #[test]

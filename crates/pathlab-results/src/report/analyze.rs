@@ -2,76 +2,15 @@
 //! (the largest first, as many as the figures draw), its verdict and figures, with every
 //! connection in the summary table.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use pathlab_diagnose::tcpflow::CaptureAnalysis;
 
 use super::figures::Figure;
 use super::page::{write_page, Section};
-use super::{ReportError, ReportFiles, RESULT_FILE};
+use super::{ReportError, ReportFiles};
 use crate::capture_figures::{flow_figures, MAX_FLOWS_DRAWN};
 use crate::plot::Chart;
-use crate::{ResultFile, RunResult};
-
-/// What [`save_analysis`] wrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SavedAnalysis {
-    /// The result file, `OUT/result.json` (with the plotted series).
-    pub result: PathBuf,
-    /// The report drawn from it.
-    pub files: ReportFiles,
-}
-
-/// Why [`save_analysis`] failed.
-#[derive(Debug, thiserror::Error)]
-pub enum SaveError {
-    /// The output directory could not be made.
-    #[error("creating {}", path.display())]
-    CreateDir {
-        /// The directory.
-        path: PathBuf,
-        /// What the system said.
-        source: std::io::Error,
-    },
-    /// The result file could not be written.
-    #[error("writing {}", path.display())]
-    WriteResult {
-        /// The file.
-        path: PathBuf,
-        /// What the system said.
-        source: std::io::Error,
-    },
-    /// The report could not be drawn or written.
-    #[error(transparent)]
-    Report(#[from] ReportError),
-}
-
-/// Saves `analysis` into `out_dir` as `pathlab analyze --out` does: `result.json` (a
-/// versioned result file with the series, which `pathlab report` draws again), then its
-/// report ([`write_analyze_report`]). `command` made it, at `created_unix_secs`.
-pub fn save_analysis(
-    analysis: &CaptureAnalysis,
-    command: Vec<String>,
-    created_unix_secs: Option<u64>,
-    out_dir: &Path,
-) -> Result<SavedAnalysis, SaveError> {
-    std::fs::create_dir_all(out_dir).map_err(|source| SaveError::CreateDir {
-        path: out_dir.to_owned(),
-        source,
-    })?;
-    let file = ResultFile::new(
-        RunResult::Analyze(Box::new(analysis.clone())),
-        command,
-        created_unix_secs,
-    );
-    let result = out_dir.join(RESULT_FILE);
-    std::fs::write(&result, file.to_json()).map_err(|source| SaveError::WriteResult {
-        path: result.clone(),
-        source,
-    })?;
-    let files = write_analyze_report(analysis, &file.command, out_dir)?;
-    Ok(SavedAnalysis { result, files })
-}
 
 /// A chart's heading as a caption.
 fn caption(chart: &Chart) -> String {

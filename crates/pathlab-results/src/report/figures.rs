@@ -155,7 +155,7 @@ fn line_figure(
 
 /// A figure of `lines`, from zero up, saved as `stem` with `caption`: its `title` and
 /// `subtitle`, its axes labelled as `axes` says (across, up), its legend at `legend`.
-fn lines_figure(
+pub(super) fn lines_figure(
     stem: String,
     caption: String,
     title: String,
@@ -439,7 +439,11 @@ const RTT_CDF_AXES: [&str; 2] = ["RTT (ms)", "fraction of probes"];
 /// The empirical CDF of a series' values, plotted: `(value, fraction at or below)`.
 fn cdf(series: &Series) -> Vec<(f64, f64)> {
     let scale = series.metric.plot_scale();
-    let mut values: Vec<f64> = series.points.iter().map(|p| p.1 * scale).collect();
+    cdf_points(series.points.iter().map(|p| p.1 * scale).collect())
+}
+
+/// The empirical CDF of `values`, plotted: `(value, fraction at or below)` in order.
+pub(super) fn cdf_points(mut values: Vec<f64>) -> Vec<(f64, f64)> {
     values.sort_by(f64::total_cmp);
     let n = values.len() as f64;
     values

@@ -29,7 +29,9 @@ mod figures;
 mod html;
 pub mod inspect;
 pub mod page;
+pub mod saved;
 mod source;
+mod twin;
 
 use std::path::{Path, PathBuf};
 
@@ -250,6 +252,7 @@ fn kind_name(result: &RunResult) -> &'static str {
         RunResult::BloatPartial(_) => "a partial pathlab bloat result",
         RunResult::Rfc6349Partial(_) => "a partial pathlab tcp --rfc6349 result",
         RunResult::Inspect(_) => "a pathlab inspect result",
+        RunResult::TwinCheck(_) => "a pathlab twin check result",
     }
 }
 

@@ -28,6 +28,13 @@ pub enum ReportSource {
         /// The command line that made it.
         command: Vec<String>,
     },
+    /// A check `pathlab twin check --out` wrote: its own page.
+    TwinCheck {
+        /// The check.
+        record: Box<pathlab_twin::check::CheckRecord>,
+        /// The command line that made it.
+        command: Vec<String>,
+    },
     /// Lab runs (a sweep's points in the order of their parameters).
     Runs(Vec<RunData>),
 }
@@ -45,20 +52,32 @@ impl ReportSource {
     }
 }
 
-/// A saved `pathlab inspect` watch or `pathlab analyze` at `path`, if that is what it is.
+/// A saved `pathlab inspect` watch, `pathlab analyze` or `pathlab twin check` at `path`,
+/// if that is what it is.
 fn page_result(path: &Path) -> Option<ReportSource> {
     let text = std::fs::read_to_string(path).ok()?;
-    let file = ResultFile::from_json(&text).ok()?;
-    match file.result {
-        RunResult::Inspect(report) => Some(ReportSource::Inspect {
-            report,
-            command: file.command,
-        }),
-        RunResult::Analyze(analysis) => Some(ReportSource::Analyze {
-            analysis,
-            command: file.command,
-        }),
-        _ => None,
+    ReportSource::page(ResultFile::from_json(&text).ok()?)
+}
+
+impl ReportSource {
+    /// The page of a result that has one of its own (a watch, an analysis, a twin check);
+    /// `None` for a run, which the runs' report draws.
+    pub fn page(file: ResultFile) -> Option<ReportSource> {
+        match file.result {
+            RunResult::Inspect(report) => Some(ReportSource::Inspect {
+                report,
+                command: file.command,
+            }),
+            RunResult::Analyze(analysis) => Some(ReportSource::Analyze {
+                analysis,
+                command: file.command,
+            }),
+            RunResult::TwinCheck(record) => Some(ReportSource::TwinCheck {
+                record,
+                command: file.command,
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -116,6 +135,9 @@ impl ReportConfig {
             }
             ReportSource::Analyze { analysis, command } => {
                 super::analyze::write_analyze_report(analysis, command, &self.out)
+            }
+            ReportSource::TwinCheck { record, command } => {
+                super::twin::write_twin_check_report(record, command, &self.out)
             }
             ReportSource::Runs(runs) => write_report(runs, &self.out, &self.options),
         }

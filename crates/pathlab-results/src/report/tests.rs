@@ -471,3 +471,111 @@ fn assert_listed(names: &[String], expected: &str) {
         "no {expected} in {names:?}"
     );
 }
+
+/// A twin check of a path (20 ms, 9.6 Mbit/s, a 40 ms queue under bulk TCP, 2% probe loss)
+/// against a twin that queues 48 ms and loses nothing: saved, its page holds the verdict's
+/// rows (the loaded RTT and loss named as misses) and nine overlays of both sides, its CSV
+/// both sides' points; `pathlab report` reads the file back to the same page.
+#[test]
+fn a_twin_check_is_saved_with_its_page_of_both_paths_overlaid_and_read_back() {
+    use pathlab_twin::check::synthetic::Synthetic;
+    use pathlab_twin::check::CheckRecord;
+    let scratch = Scratch::new("twin-check");
+    let path = Synthetic {
+        base_rtt_ms: 20.0,
+        goodput_bps: 9.6e6,
+        queue_ms: 40.0,
+        loss_every: 50,
+    };
+    let twin = Synthetic {
+        base_rtt_ms: 20.3,
+        goodput_bps: 9.2e6,
+        queue_ms: 48.0,
+        loss_every: 0,
+    };
+    let record = CheckRecord {
+        host: "198.18.0.2".into(),
+        twin_up: "delay 10ms rate 10mbit limit 60000b".into(),
+        twin_down: "delay 10ms".into(),
+        congestion: "cubic".into(),
+        real: path.runs(),
+        twin: twin.runs(),
+    };
+    let file = ResultFile::new(
+        RunResult::TwinCheck(Box::new(record.clone())),
+        vec!["pathlab".into(), "twin".into(), "check".into()],
+        Some(1_700_000_000),
+    );
+    let saved = saved::save_page(file.clone(), &scratch.0).expect("saved");
+    let text = std::fs::read_to_string(&saved.result).unwrap();
+    let RunResult::TwinCheck(back) = ResultFile::from_json(&text).unwrap().result else {
+        panic!("not a twin check: {}", &text[..200]);
+    };
+    assert_eq!(back.comparison(), record.comparison());
+    assert_eq!(saved.files.png.len(), 9, "{:?}", saved.files.png);
+    assert_eq!(saved.files.svg.len(), 9);
+    let page = std::fs::read_to_string(&saved.files.html).unwrap();
+    let missed: Vec<String> = record
+        .comparison()
+        .misses()
+        .map(|r| r.name.clone())
+        .collect();
+    assert_eq!(
+        missed,
+        [
+            "RTT p50 loaded up, ms",
+            "RTT p95 loaded up, ms",
+            "loss up",
+            "RTT p50 loaded down, ms",
+            "RTT p95 loaded down, ms",
+            "loss down"
+        ]
+    );
+    assert!(
+        page.contains("The twin misses RTT p50 loaded up, ms"),
+        "{page}"
+    );
+    assert_eq!(page.matches("MISS").count(), 6);
+    let svg = std::fs::read_to_string(scratch.0.join("plots/goodput-up.svg")).unwrap();
+    let text: String = svg.split_whitespace().collect();
+    assert!(
+        text.contains(">path<") && text.contains(">twin<"),
+        "both legends"
+    );
+    let csv = std::fs::read_to_string(scratch.0.join("csv/up.csv")).unwrap();
+    // 16 quarter-second windows of goodput per side, in Mbit/s.
+    let goodput = |side: &str| -> Vec<f64> {
+        csv.lines()
+            .filter(|l| l.starts_with(&format!("goodput-up,{side},")))
+            .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(goodput("path").len(), 16);
+    assert!(goodput("path").iter().all(|b| (b - 9.6).abs() < 1e-3));
+    assert!(goodput("twin").iter().all(|b| (b - 9.2).abs() < 1e-3));
+    // Drawn again from the file alone: the same page.
+    let again = scratch.0.join("again");
+    let source = ReportSource::load(std::slice::from_ref(&saved.result)).expect("read back");
+    assert!(matches!(source, ReportSource::TwinCheck { .. }));
+    ReportConfig {
+        source,
+        out: again.clone(),
+        options: ReportOptions::default(),
+    }
+    .write()
+    .expect("drawn again");
+    assert_eq!(
+        std::fs::read_to_string(again.join("report.html")).unwrap(),
+        page
+    );
+}
+
+#[test]
+fn a_run_has_no_page_of_its_own_to_save() {
+    let scratch = Scratch::new("no-page");
+    let file = ResultFile::new(RunResult::Lab(Box::new(synthetic_run())), Vec::new(), None);
+    assert!(matches!(
+        saved::save_page(file, &scratch.0),
+        Err(saved::SaveError::NoPage)
+    ));
+}

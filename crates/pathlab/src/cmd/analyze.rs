@@ -8,7 +8,8 @@ use pathlab_core::format::{self, Digits};
 use pathlab_diagnose::tcpflow::{
     analyze_capture, AnalyzerConfig, CaptureAnalysis, ConnectionReport, FlowReport, VantageKind,
 };
-use pathlab_results::report::analyze::save_analysis;
+use pathlab_results::report::saved::save_page;
+use pathlab_results::{ResultFile, RunResult};
 
 use crate::cmd::rfc6349::FramingArg;
 use crate::usage;
@@ -71,7 +72,12 @@ pub fn run(args: &Args, command_line: Vec<String>) -> anyhow::Result<()> {
     }
     if let Some(out) = &args.out {
         let created = Some(pathlab_os::unix_now_secs());
-        let saved = save_analysis(&analysis, command_line, created, out)?;
+        let file = ResultFile::new(
+            RunResult::Analyze(Box::new(analysis.clone())),
+            command_line,
+            created,
+        );
+        let saved = save_page(file, out)?;
         eprintln!(
             "pathlab: wrote {}, {} ({} figures as PNG and SVG)",
             saved.result.display(),

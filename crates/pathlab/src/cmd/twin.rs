@@ -8,6 +8,13 @@ use pathlab_probe::control::Direction;
 use pathlab_probe_driver::twin::{self, TwinConfig, TwinEvent};
 
 use crate::usage;
+use pathlab_results::report::saved::save_page;
+use pathlab_results::{ResultFile, RunResult};
+use pathlab_twin::check::{CheckRecord, PathFigures};
+
+/// Where in `twin check --out DIR` the twin's lab keeps its own result and recordings
+/// (`pathlab report DIR/twin` draws it as a lab run).
+const TWIN_LAB_DIR: &str = "twin";
 
 /// Arguments of `pathlab twin`: measure a path, or `check` a twin against it.
 #[derive(Debug, clap::Args)]
@@ -35,7 +42,9 @@ pub struct CheckArgs {
     pub file: std::path::PathBuf,
     #[command(flatten)]
     pub server: crate::cmd::args::ServerAddress,
-    /// Where the twin's lab keeps its results and recordings.
+    /// Where the check is saved: its result.json and report.html (both paths' curves
+    /// overlaid; `pathlab report DIR/result.json` draws it again), the twin's lab in
+    /// DIR/twin.
     #[arg(long, value_name = "DIR", default_value = "twin-check")]
     pub out: std::path::PathBuf,
     /// Bulk TCP's time each way (the idle round trips and each way's probes take half).
@@ -187,14 +196,38 @@ fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => std::path::Path::new("."),
     };
-    let twin_figures = pathlab_lab::twin_check::run_twin(
-        &twin.up.spec_beside(dir),
-        &twin.down.spec_beside(dir),
+    let (twin_up, twin_down) = (twin.up.spec_beside(dir), twin.down.spec_beside(dir));
+    let command: Vec<String> = std::env::args().collect();
+    let twin_runs = pathlab_lab::twin_check::run_twin(
+        &twin_up,
+        &twin_down,
         &plan,
-        &args.out,
-        std::env::args().collect(),
+        &args.out.join(TWIN_LAB_DIR),
+        command.clone(),
     )?;
-    let comparison = pathlab_twin::check::compare(&real, &twin_figures);
+    let record = CheckRecord {
+        host: args.server.host.clone(),
+        twin_up,
+        twin_down,
+        congestion: plan.congestion.clone(),
+        real,
+        twin: twin_runs,
+    };
+    let comparison = record.comparison();
+    let (real, twin_figures) = (PathFigures::of(&record.real), PathFigures::of(&record.twin));
+    let file = ResultFile::new(
+        RunResult::TwinCheck(Box::new(record)),
+        command,
+        Some(pathlab_os::unix_now_secs()),
+    );
+    let saved = save_page(file, &args.out)?;
+    eprintln!(
+        "twin check: wrote {}, {} ({} figures as PNG and SVG); the twin's lab in {}",
+        saved.result.display(),
+        saved.files.html.display(),
+        saved.files.png.len(),
+        args.out.join(TWIN_LAB_DIR).display()
+    );
     if args.client.output.json {
         let value = serde_json::json!({
             "congestion": plan.congestion,
@@ -202,6 +235,8 @@ fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
             "twin": twin_figures,
             "rows": comparison.rows,
             "holds": comparison.holds(),
+            "result": saved.result.display().to_string(),
+            "report": saved.files.html.display().to_string(),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -212,14 +247,7 @@ fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
             "figure", "path", "twin", "error", "bound"
         )?;
         for row in &comparison.rows {
-            let (error, bound) = if row.relative {
-                (
-                    format!("{:+.1}%", row.error * 100.0),
-                    format!("{:.0}%", row.bound * 100.0),
-                )
-            } else {
-                (format!("{:+.3}", row.error), format!("{:.3}", row.bound))
-            };
+            let (error, bound) = row.error_and_bound();
             writeln!(
                 stdout,
                 "{:28} {:>10.3} {:>10.3} {error:>9} {bound:>8}{}",
@@ -229,13 +257,7 @@ fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
                 if row.within { "" } else { "  MISS" }
             )?;
         }
-        let verdict = if comparison.holds() {
-            "the twin holds on every figure".to_owned()
-        } else {
-            let missed: Vec<&str> = comparison.misses().map(|r| r.name.as_str()).collect();
-            format!("the twin misses {}", missed.join("; "))
-        };
-        writeln!(stdout, "verdict: {verdict}")?;
+        writeln!(stdout, "verdict: {}", comparison.verdict())?;
     }
     if comparison.holds() {
         Ok(())
