@@ -176,8 +176,10 @@ fn check_against_the_path(lab: &Lab, out: &std::path::Path) {
         assert!(
             (on_twin - on_path).abs() <= bound,
             "{name}: the twin's {on_twin:.2} ms against the path's {on_path:.2} (bound {bound:.2} \
-             ms: {:.0}% and {slack_ms:.2} of the emulators' lateness)",
-            LOADED_RTT_WITHIN * 100.0
+             ms: {:.0}% and {slack_ms:.2} of the emulators' lateness); the twin:\n{}{}",
+            LOADED_RTT_WITHIN * 100.0,
+            std::fs::read_to_string(out).unwrap_or_default(),
+            crate::util::late::cpu_pressure()
         );
     }
 }

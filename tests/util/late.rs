@@ -344,7 +344,7 @@ pub fn pinger_slack(
 
 /// What the machine's CPUs were doing (`/proc/pressure/cpu`, where the kernel has it), for
 /// a message that says the test could not judge.
-fn cpu_pressure() -> String {
+pub fn cpu_pressure() -> String {
     std::fs::read_to_string("/proc/pressure/cpu")
         .ok()
         .and_then(|text| text.lines().next().map(str::to_owned))
