@@ -38,7 +38,23 @@
 //! (or the initial rate, or the capacity it showed): a rate it kept while idle was never
 //! tested, and a line that sat idle at 8.4 Mbit/s beside a faster one doubled to 20 Mbit/s
 //! when that one was cut, on a 6 Mbit/s line (a 53 ms queue). This is RFC 7661's rule that
-//! a congestion window an idle sender did not use is not validated.
+//! a congestion window an idle sender did not use is not validated. After an idle spell of
+//! [`IDLE_SPELL`] the rule holds until the line shows a queue, not for one report: a line
+//! idle beside a faster one, cut to 1 Mbit/s by the rule, then ramped at twice the rate per
+//! round trip from a rate its reports showed 100 ms late, and reached 16.7 Mbit/s on a
+//! 6 Mbit/s line when the faster one was cut (a 38 ms queue under a call). So its ramp
+//! grows from what it delivered, at most [`UNTESTED_RATE_GAIN`] of it, and the first sign
+//! of a queue ([`BUSY_QUEUE`]) ends it: the backlog the cut moved onto it is there to fill
+//! it.
+//!
+//! A probe is held to what its feedback can stop: the delivery rate shows a change of the
+//! sending rate a round trip and half its window late (the feedback lag), so a line paced
+//! at `C_est x (1 + (target - q) / lag)` adds at most `target - q` of queue before a
+//! report can stop it, if it was full. The per-round-trip probe beyond the capacity a line
+//! showed went 13% past a 6 Mbit/s line's rate before its queue showed (3% per report over
+//! a 40 ms round trip, seen 90 ms late): a 13 ms queue under a call. Not while ramping (a
+//! line's start must keep pace with a TCP flow's), nor on a line paced in datagrams (its
+//! bytes grow as packing fills its datagrams).
 //!
 //! Rates and bytes are the line's as its modem counts them: the receiver reports UDP
 //! payloads and datagrams, and the controller adds [`RateController::set_overhead_bytes`]
@@ -109,6 +125,10 @@ pub const BUSY_QUEUE: f64 = 0.25;
 /// A line that becomes busy after it was not starts from at most this multiple of what it
 /// delivered (see the module's doc).
 pub const UNTESTED_RATE_GAIN: f64 = 2.0;
+/// A line not busy for this long that becomes busy restarts as RFC 7661 restarts a
+/// congestion window not validated: it grows from what it delivers until it shows a queue
+/// (see the module's doc). A second, as RFC 7661's shortest pipeACK sampling period.
+pub const IDLE_SPELL: Duration = Duration::from_secs(1);
 /// Reports kept to measure the delivery rate over [`DELIVERY_WINDOW`].
 const DELIVERY_HISTORY: usize = 32;
 
@@ -214,8 +234,13 @@ pub struct RateController {
     /// What the line delivered the last time it held a queue: its capacity then (line bits
     /// per second; 0 before it held one).
     capacity_bps: f64,
-    /// Whether the line was busy at the previous report (a rate it did not use is untested).
-    was_busy: bool,
+    /// Since when the line has not been busy (`None`: busy at the previous report); a rate
+    /// it did not use is untested.
+    idle_since: Option<Instant>,
+    /// Busy again after an idle spell of [`IDLE_SPELL`], and no queue shown since: the
+    /// rate grows from what the line delivered, not from the rate it kept (see the
+    /// module's doc).
+    validating_after_idle: bool,
 }
 
 impl RateController {
@@ -248,7 +273,8 @@ impl RateController {
             base_resets: 0,
             overhead_bytes: 0,
             capacity_bps: 0.0,
-            was_busy: false,
+            idle_since: None,
+            validating_after_idle: false,
             config,
         }
     }
@@ -370,6 +396,7 @@ impl RateController {
         );
         self.phase = Phase::Starting;
         self.ramping = true;
+        self.validating_after_idle = false;
         self.packet_rate = None;
         self.sent_bytes = 0;
         self.sent_packets = 0;
@@ -490,7 +517,11 @@ impl RateController {
         self.sent_packets = 0;
         self.sent_since = now;
         self.update_rate(now, busy, span);
-        self.was_busy = busy;
+        if busy {
+            self.idle_since = None;
+        } else if self.idle_since.is_none() {
+            self.idle_since = Some(now);
+        }
     }
 
     /// A queue above target that stays put for `rebase_after` is the path's new delay: the
@@ -561,6 +592,12 @@ impl RateController {
             // A queue of small datagrams may be the modem's packet limit: its bytes are
             // not the line's capacity.
             self.capacity_bps = if small { 0.0 } else { delivery };
+            if self.validating_after_idle {
+                // The first sign of a queue ends a restart's ramp, not half the target: the
+                // line's backlog is already there to fill it (see the module's doc).
+                self.ramping = false;
+                self.validating_after_idle = false;
+            }
             (delivery * factor, small.then_some(delivery_pps * factor))
         } else if self.loss > LOSS_THRESHOLD && busy {
             // A policer: we sent at the rate, it delivered less. (On a line we hardly fed,
@@ -571,48 +608,7 @@ impl RateController {
                 self.packet_rate.map(|pps| delivery_pps.min(pps)),
             )
         } else if busy {
-            let factor = if self.ramping {
-                // Slow start: twice the rate per round trip (at most per report), from what
-                // the line took. From the initial 1 Mbit/s a 12 Mbit/s line is full in 4
-                // round trips instead of 50 reports (1.3 s) of the 5% probe below, while a
-                // TCP flow's own slow start, which the tunnel must not cut short, is under
-                // way.
-                let rtt = self
-                    .srtt
-                    .unwrap_or(Duration::from_millis(100))
-                    .as_secs_f64()
-                    .max(0.005);
-                2f64.powf((span_s / rtt).min(1.0))
-            } else {
-                1.0 + (target - queue) / tau
-            };
-            let from = self.rate_bps.max(delivery);
-            let mut rate = from * factor;
-            if !self.was_busy {
-                // The rate it kept while idle is untested (see the module's doc).
-                let tested = (UNTESTED_RATE_GAIN * delivery)
-                    .max(self.config.initial_rate.as_f64())
-                    .max(self.capacity_bps);
-                rate = rate.min(tested);
-            }
-            if !self.ramping && rate > self.capacity_bps && self.capacity_bps > 0.0 {
-                // Back up to the capacity the line showed last at the per-report pace, and
-                // beyond it at that pace per round trip: a probe for more that a report a
-                // round trip late cannot stop before it overshoots (5% per report over a
-                // 70 ms line grew its rate 20% past its 3 Mbit/s before the queue was
-                // seen: queue peaks of 28 ms every 0.45 s, measured in the peer benchmark).
-                let rtt = self.srtt.map_or(0.0, Duration::as_secs_f64);
-                let per_round_trip = if rtt > span_s {
-                    1.0 + (factor - 1.0) * span_s / rtt
-                } else {
-                    factor
-                };
-                rate = rate.min(from.max(self.capacity_bps) * per_round_trip);
-            }
-            (
-                rate,
-                self.packet_rate.map(|pps| pps.max(delivery_pps) * factor),
-            )
+            self.probe(now, span_s)
         } else if self.rate_bps < self.config.initial_rate.as_f64() {
             // An idle line below the initial rate may be idle *because* it is paced so
             // slowly that the scheduler finds every other line sooner: it would never show
@@ -636,6 +632,79 @@ impl RateController {
                 pps.max(MIN_PACKET_RATE)
             }
         });
+    }
+
+    /// The rate of a busy line that shows no queue: the ramp while it starts, the probe
+    /// once it held a queue (see the module's doc), each held to what its feedback can stop.
+    fn probe(&mut self, now: Instant, span_s: f64) -> (f64, Option<f64>) {
+        let tau = self.tau().as_secs_f64();
+        let target = self.config.target.as_secs_f64();
+        let queue = self.queue_delay.as_secs_f64();
+        let delivery = self.delivery_bps;
+        let factor = if self.ramping {
+            // Slow start: twice the rate per round trip (at most per report), from what
+            // the line took. From the initial 1 Mbit/s a 12 Mbit/s line is full in 4
+            // round trips instead of 50 reports (1.3 s) of the 5% probe below, while a
+            // TCP flow's own slow start, which the tunnel must not cut short, is under
+            // way.
+            let rtt = self
+                .srtt
+                .unwrap_or(Duration::from_millis(100))
+                .as_secs_f64()
+                .max(0.005);
+            2f64.powf((span_s / rtt).min(1.0))
+        } else {
+            1.0 + (target - queue) / tau
+        };
+        let from = self.rate_bps.max(delivery);
+        let mut rate = from * factor;
+        // The rate it kept while idle is untested (see the module's doc): for one report
+        // after any idle report, and after a long idle spell until the line shows a queue.
+        let tested = (UNTESTED_RATE_GAIN * delivery)
+            .max(self.config.initial_rate.as_f64())
+            .max(self.capacity_bps);
+        let idle_for = self.idle_since.map(|since| now.saturating_since(since));
+        if idle_for.is_some_and(|idle| idle >= IDLE_SPELL) && rate > tested {
+            self.validating_after_idle = true;
+        }
+        if self.validating_after_idle || idle_for.is_some() {
+            rate = rate.min(tested);
+        }
+        if !self.ramping && rate > self.capacity_bps && self.capacity_bps > 0.0 {
+            // Back up to the capacity the line showed last at the per-report pace, and
+            // beyond it at that pace per round trip: a probe for more that a report a
+            // round trip late cannot stop before it overshoots (5% per report over a
+            // 70 ms line grew its rate 20% past its 3 Mbit/s before the queue was
+            // seen: queue peaks of 28 ms every 0.45 s, measured in the peer benchmark).
+            let rtt = self.srtt.map_or(0.0, Duration::as_secs_f64);
+            let per_round_trip = if rtt > span_s {
+                1.0 + (factor - 1.0) * span_s / rtt
+            } else {
+                factor
+            };
+            rate = rate.min(from.max(self.capacity_bps) * per_round_trip);
+        }
+        if !self.ramping && delivery > 0.0 && self.packet_rate.is_none() {
+            // What its feedback can stop (see the module's doc). A line paced in datagrams
+            // is held by them, not by its bytes (its bytes grow as packing fills them).
+            let ceiling = delivery * (1.0 + (target - queue).max(0.0) / self.feedback_lag_s());
+            rate = rate.min(ceiling.max(self.config.initial_rate.as_f64()));
+        }
+        (
+            rate,
+            self.packet_rate
+                .map(|pps| pps.max(self.delivery_pps) * factor),
+        )
+    }
+
+    /// How late the delivery rate shows a change of the sending rate, seconds: a round trip
+    /// (the datagrams' way there and the report's way back) and half the window it is
+    /// measured over.
+    fn feedback_lag_s(&self) -> f64 {
+        self.srtt
+            .unwrap_or(Duration::from_millis(100))
+            .as_secs_f64()
+            + DELIVERY_WINDOW.as_secs_f64() / 2.0
     }
 
     /// The convergence time constant: the configured one, or twice the round trip.
@@ -811,6 +880,12 @@ mod tests {
             below as f64 <= theory_below + 1.0,
             "{below} reports back to the capacity, theory {theory_below:.1}"
         );
+        // A delivery window on (four reports) the delivery rate no longer holds reports from
+        // before the cut, which would hold the probe back (see `feedback_lag_s`).
+        for _ in 0..4 {
+            let rate = controller.rate().as_f64();
+            carry(&mut controller, rate, 0);
+        }
         let from = controller.rate().as_f64();
         for _ in 0..20 {
             let rate = controller.rate().as_f64();
