@@ -684,11 +684,14 @@ impl RateController {
             };
             rate = rate.min(from.max(self.capacity_bps) * per_round_trip);
         }
-        if !self.ramping && delivery > 0.0 && self.packet_rate.is_none() {
+        if !self.ramping && self.packet_rate.is_none() {
             // What its feedback can stop (see the module's doc). A line paced in datagrams
             // is held by them, not by its bytes (its bytes grow as packing fills them).
             let ceiling = delivery * (1.0 + (target - queue).max(0.0) / self.feedback_lag_s());
-            rate = rate.min(ceiling.max(self.config.initial_rate.as_f64()));
+            // Not below what it showed it can carry (a line busy again after an idle
+            // spell delivers little for a while), nor below the initial rate.
+            let shown = self.capacity_bps.max(self.config.initial_rate.as_f64());
+            rate = rate.min(ceiling.max(shown));
         }
         (
             rate,
@@ -987,5 +990,111 @@ mod tests {
             rate <= (2.0 * delivery).max(initial) + 1.0,
             "{rate:.0} bit/s after an idle spell, having delivered {delivery:.0}"
         );
+    }
+
+    /// Drives `controller` for `count` reports as a busy line whose datagrams (1000 bytes)
+    /// arrive `lag_reports` reports after they were sent, with no queue: what each report
+    /// left, (rate, delivery rate) in bit/s.
+    fn busy_line_seen_late(
+        controller: &mut RateController,
+        reports: &mut Reports,
+        lag_reports: usize,
+        count: usize,
+    ) -> Vec<(f64, f64)> {
+        let mut in_flight = std::collections::VecDeque::from(vec![0; lag_reports]);
+        (0..count)
+            .map(|_| {
+                let sent = (controller.rate().as_f64() * 0.025 / 8.0 / 1000.0).ceil() as u64;
+                for _ in 0..sent {
+                    controller.on_sent(1000);
+                }
+                in_flight.push_back(sent);
+                let delivered = in_flight.pop_front().unwrap_or(0);
+                let (now, report) = reports.next(delivered, 0, 1000);
+                controller.on_feedback(now, &report);
+                (
+                    controller.rate().as_f64(),
+                    controller.delivery_rate().as_f64(),
+                )
+            })
+            .collect()
+    }
+
+    /// A probe is held to what its feedback can stop: the delivery rate shows a rate a
+    /// round trip and half its window late, so the rate stays within `(target - q) / lag`
+    /// of it, and a full line gains at most the target's worth of queue before a report
+    /// can stop the probe. Regression (issue 40, item 2): beyond the capacity it showed
+    /// (5.6 Mbit/s) a 6 Mbit/s line of 40 ms round trip probed 3% per report and reached
+    /// 6.8 Mbit/s, 13% past its rate, before its queue showed: a call beside it saw 33 ms
+    /// where the bound was 30.
+    #[test]
+    fn a_probe_stays_within_what_its_feedback_can_stop() {
+        let mut controller = RateController::new(ControllerConfig::default(), Instant::ZERO);
+        controller.on_rtt(Duration::from_millis(40));
+        let mut reports = Reports::new();
+        // Idle reports give the base delay; then the line showed its capacity.
+        for _ in 0..8 {
+            let (now, report) = reports.next(1, 0, 100);
+            controller.on_sent(100);
+            controller.on_feedback(now, &report);
+        }
+        controller.ramping = false;
+        controller.capacity_bps = 5_600_000.0;
+        controller.rate_bps = 5_600_000.0;
+        // What it sent arrives 100 ms later (a 40 ms round trip, a report's wait, the
+        // window's half).
+        let seen = busy_line_seen_late(&mut controller, &mut reports, 4, 40);
+        let lag_s = 0.040 + DELIVERY_WINDOW.as_secs_f64() / 2.0;
+        let ceiling = 1.0 + 0.005 / lag_s;
+        // Beyond the capacity it showed (it may run at that whatever it delivers).
+        let worst = seen
+            .iter()
+            .filter(|(rate, _)| *rate > 5_600_000.0 + 1.0)
+            .map(|(rate, delivery)| rate / delivery)
+            .fold(0.0, f64::max);
+        eprintln!(
+            "beyond 5.6 Mbit/s, rate / delivery at most {worst:.4} (ceiling {ceiling:.4}); \
+             rate {:.2} Mbit/s after 40 reports",
+            seen[39].0 / 1e6
+        );
+        assert!(
+            worst <= ceiling * 1.001,
+            "rate {worst:.4} of the delivery rate, ceiling {ceiling:.4}"
+        );
+        // Still a probe: it grows.
+        assert!(seen[39].0 > 1.1 * 5_600_000.0, "{:.0}", seen[39].0);
+    }
+
+    /// A line busy again after an idle spell ramps from what it delivers, not from the
+    /// rate it kept: at most twice the delivery rate at every report until it shows a
+    /// queue. Regression (issue 40, item 2): a line idle at 6.74 Mbit/s (never tested) was
+    /// cut to 1 Mbit/s at its first busy report, then doubled per round trip from rates
+    /// its reports showed 100 ms late: 16.7 Mbit/s on a 6 Mbit/s line, a 38 ms queue.
+    #[test]
+    fn a_line_busy_after_an_idle_spell_ramps_from_what_it_delivers() {
+        let config = ControllerConfig::default();
+        let initial = config.initial_rate.as_f64();
+        let mut controller = RateController::new(config, Instant::ZERO);
+        controller.on_rtt(Duration::from_millis(40));
+        let mut reports = Reports::new();
+        controller.rate_bps = 6_740_000.0;
+        // Two seconds of a trickle: idle, the rate kept, still ramping (no queue seen).
+        for _ in 0..80 {
+            let (now, report) = reports.next(1, 0, 100);
+            controller.on_sent(100);
+            controller.on_feedback(now, &report);
+        }
+        assert!(controller.ramping);
+        let seen = busy_line_seen_late(&mut controller, &mut reports, 4, 24);
+        for (k, (rate, delivery)) in seen.iter().enumerate() {
+            assert!(
+                *rate <= (UNTESTED_RATE_GAIN * delivery).max(initial) + 1.0,
+                "report {k}: {:.2} Mbit/s having delivered {:.2}",
+                rate / 1e6,
+                delivery / 1e6
+            );
+        }
+        // Still a ramp: it grows past where it was cut to.
+        assert!(seen[23].0 > 4.0 * initial, "{:.0}", seen[23].0);
     }
 }
