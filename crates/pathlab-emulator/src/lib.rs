@@ -29,4 +29,4 @@ pub mod spec;
 pub mod switchboard;
 pub mod vlan;
 
-pub use spec::{load_spec, load_spec_in, LoadSpecError, MAX_TRACE_BYTES};
+pub use spec::{load_spec, load_spec_in, load_trace, LoadSpecError, MAX_TRACE_BYTES};

@@ -71,7 +71,18 @@ impl LoadSpecError {
 /// of the command line and the control socket.
 pub fn load_spec(text: &str) -> Result<LinkSpec, LoadSpecError> {
     let mut spec = LinkSpec::parse(text)?;
+    load_trace(&mut spec)?;
+    Ok(spec)
+}
+
+/// Loads the trace file a parsed spec names by its path, if it names one not loaded yet
+/// (a lab's link spec, parsed with its experiment, which reads no file); the path is made
+/// absolute as [`load_spec`] makes it.
+pub fn load_trace(spec: &mut LinkSpec) -> Result<(), LoadSpecError> {
     if let Some(RateSpec::Trace(trace)) = &mut spec.rate {
+        if trace.trace.is_some() {
+            return Ok(());
+        }
         let bytes = pathlab_os::files::read_regular(trace.path.as_ref(), MAX_TRACE_BYTES)
             .map_err(LoadSpecError::TraceFile)?;
         let parsed = Trace::parse(&String::from_utf8_lossy(&bytes)).map_err(|source| {
@@ -85,7 +96,7 @@ pub fn load_spec(text: &str) -> Result<LinkSpec, LoadSpecError> {
         }
         trace.trace = Some(std::sync::Arc::new(parsed));
     }
-    Ok(spec)
+    Ok(())
 }
 
 /// Parses a spec that came over the API: a trace it names must be a plain file name
@@ -141,6 +152,31 @@ mod tests {
         assert!(text.contains("line 1") && !text.contains("FIRST"), "{text}");
         // A spec without a trace needs no directory.
         assert!(load_spec_in("delay 10ms", None).is_ok());
+    }
+
+    /// Regression: a lab's link spec is parsed with its experiment, which reads no file,
+    /// so a twin whose rate is a trace (`trace NAME-up.trace`, beside the twin) made
+    /// `twin check` and `lab` fail with "trace ... was not loaded" until the lab loaded it
+    /// when starting the link's emulator.
+    #[test]
+    fn a_parsed_spec_s_trace_is_loaded_once_and_the_link_then_builds() {
+        let traces = ScratchDir::new("traces-parsed");
+        std::fs::write(traces.path("up.trace"), "1\n2\n3\n").unwrap();
+        let text = format!("delay 5ms trace {}", traces.path("up.trace").display());
+        let mut spec = LinkSpec::parse(&text).unwrap();
+        assert!(pathlab_core::Link::new(&spec, 1).is_err(), "not loaded yet");
+        load_trace(&mut spec).unwrap();
+        assert!(pathlab_core::Link::new(&spec, 1).is_ok());
+        assert_eq!(
+            spec,
+            load_spec(&text).unwrap(),
+            "as the command line loads it"
+        );
+        // Loaded, it is not read again: the file may go.
+        std::fs::remove_file(traces.path("up.trace")).unwrap();
+        assert!(load_trace(&mut spec).is_ok());
+        let mut plain = LinkSpec::parse("delay 5ms rate 10mbit").unwrap();
+        load_trace(&mut plain).unwrap();
     }
 
     #[test]

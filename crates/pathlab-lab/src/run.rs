@@ -361,13 +361,18 @@ fn start_emulators(
                 link: link.name.clone(),
                 message: e.to_string(),
             };
+            // A trace a spec names (a twin's `trace NAME-up.trace`) is read now: the
+            // experiment's parse reads no file.
+            let (mut forward, mut reverse) = (link.forward.clone(), link.reverse.clone());
+            pathlab_emulator::load_trace(&mut forward).map_err(|e| emulator_error(&e))?;
+            pathlab_emulator::load_trace(&mut reverse).map_err(|e| emulator_error(&e))?;
             let handle = pool
                 .spawn(
                     ports,
                     EmulatorConfig {
                         name: link.name.clone(),
-                        forward: link.forward.clone(),
-                        reverse: link.reverse.clone(),
+                        forward,
+                        reverse,
                         seed: options.seed.wrapping_add(i as u64),
                         // Closed between writes: a file per link held open for the
                         // whole run would be 10,000 open files in a large lab.
