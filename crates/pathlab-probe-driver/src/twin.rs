@@ -224,10 +224,29 @@ fn measure_direction(
             phase.payload_bytes + overhead,
         ))
     };
+    let low_load = run("low load", plan.low_load)?;
+    let mut small_plan = plan.small;
+    let saturation = match plan.saturation {
+        Some(mut phase) => {
+            let mut saturated = run("saturation", phase)?;
+            for _ in 0..measure::MAX_ESCALATIONS {
+                let Some(faster) =
+                    measure::escalate(&input, &phase, &low_load, &saturated, RESOLUTION_NS)
+                else {
+                    break;
+                };
+                phase = faster;
+                saturated = run("saturation again, faster (no queue built)", phase)?;
+                small_plan = measure::small_after(&input, &phase);
+            }
+            Some(saturated)
+        }
+        None => None,
+    };
     let samples = DirectionSamples {
-        low_load: run("low load", plan.low_load)?,
-        saturation: plan.saturation.map(|p| run("saturation", p)).transpose()?,
-        small: plan.small.map(|p| run("small packets", p)).transpose()?,
+        low_load,
+        saturation,
+        small: small_plan.map(|p| run("small packets", p)).transpose()?,
         resolution_ns: RESOLUTION_NS,
     };
     Ok((samples, plan.cannot))

@@ -12,14 +12,16 @@
 //!    whose 1.5 times is above the rate allowed is still probed, at the rate allowed: the
 //!    rough figure may be wrong (on a busy machine the capacity phase missed a 10 Mbit/s
 //!    token bucket behind a gigabit veth in 2 of 8 runs and said 695-875 Mbit/s), and the
-//!    probes find a bottleneck below the rate allowed whatever the figure said.
+//!    probes find a bottleneck below the rate allowed whatever the figure said. One that
+//!    built no queue (the rough figure too low) is sent again faster ([`escalate`]).
 //! 3. **Small packets** (not with `--gentle`): the smallest probes at 1.5 times what the
 //!    byte rate would carry of them: a packet-rate limit (the seed's modem).
 
 use crate::assemble::DirectionEstimates;
 use crate::bottleneck::{bottleneck_rate, packet_rate, PacketRate};
 use crate::buffer::buffer;
-use crate::delay::{base_delay, delay_variation};
+use crate::delay::{base_delay, delay_variation, DelayVariation};
+use crate::figure::Figure;
 use crate::loss::fit_loss;
 use crate::samples::{Clocks, Sample};
 use crate::trace::{delivery_trace, rate_over_time};
@@ -37,6 +39,10 @@ pub const OVERFEED: f64 = 1.5;
 pub const SATURATION_S: f64 = 4.0;
 /// The small-packet phase's length, seconds.
 pub const SMALL_S: f64 = 2.0;
+/// How much faster a saturating phase that built no queue is sent again ([`escalate`]).
+pub const ESCALATION: f64 = 4.0;
+/// How many times at most a saturating phase is sent again, faster ([`escalate`]).
+pub const MAX_ESCALATIONS: usize = 2;
 /// The shortest measurement a direction takes, seconds: its low load at least 5 s.
 pub const MIN_LOW_LOAD_S: f64 = 5.0;
 /// Points of the delay's empirical distribution (quantiles at 0, 1/N, ..., 1).
@@ -215,11 +221,7 @@ pub fn estimate(
     let clocks = Clocks::from_low_load(low)?;
     let mut cannot = Vec::new();
     let variation = delay_variation(low, &clocks, VARIATION_POINTS);
-    let queued_ns = variation
-        .as_ref()
-        .and_then(|v| v.quantiles.last())
-        .map_or(0.0, |q| q.value_ns)
-        + QUEUED_MARGIN_NS;
+    let queued_ns = queued_threshold_ns(variation.as_ref());
     let median_ns = variation
         .as_ref()
         .and_then(|v| v.quantiles.get(VARIATION_POINTS / 2))
@@ -230,25 +232,9 @@ pub fn estimate(
     let loss = fit_loss(&lost);
     let resolution = samples.resolution_ns;
     let rate_bps = samples.saturation.as_deref().and_then(|saturated| {
-        // Deliveries as fast as the probes were sent say the path carried them all, queue
-        // or not (a bigger probe's own serialization can read as a queue).
-        let found = bottleneck_rate(saturated, &clocks, queued_ns, resolution);
-        let sent = sent_rate_bps(saturated);
-        let rate = found
-            .clone()
-            .filter(|rate| sent.is_none_or(|sent| rate.value < 0.98 * sent));
-        if rate.is_none() {
-            cannot.push(format!(
-                "the bottleneck's rate: the saturating probes built no queue (sent at {:.2} \
-                 Mbit/s of frames, {}: the path carried them all, or the sender fell behind)",
-                sent.unwrap_or(0.0) / 1e6,
-                found.map_or("fewer than 10 of them queued".to_owned(), |f| format!(
-                    "delivered at {:.2}",
-                    f.value / 1e6
-                ))
-            ));
-        }
-        rate
+        saturation_rate(saturated, &clocks, queued_ns, resolution)
+            .map_err(|why| cannot.push(why))
+            .ok()
     });
     let packet_rate = match (&rate_bps, samples.small.as_deref()) {
         (Some(rate), Some(small)) => packet_rate(small, &clocks, queued_ns, resolution, rate.value),
@@ -260,7 +246,9 @@ pub fn estimate(
         }
         _ => None,
     };
-    let trace = samples.saturation.as_deref().and_then(|saturated| {
+    // A direction without a rate has no trace either (its spec would not name it).
+    let trace = samples.saturation.as_deref().filter(|_| rate_bps.is_some());
+    let trace = trace.and_then(|saturated| {
         rate_over_time(saturated, &clocks, queued_ns)
             .moves
             .then(|| delivery_trace(saturated, &clocks, queued_ns))
@@ -282,6 +270,83 @@ pub fn estimate(
         trace,
         cannot,
     })
+}
+
+/// The relative delay above which a packet waited in a queue: the low-load variation's
+/// largest, plus [`QUEUED_MARGIN_NS`].
+fn queued_threshold_ns(variation: Option<&DelayVariation>) -> f64 {
+    variation
+        .and_then(|v| v.quantiles.last())
+        .map_or(0.0, |q| q.value_ns)
+        + QUEUED_MARGIN_NS
+}
+
+/// The bottleneck's rate from a saturating phase, or why it has none: deliveries as fast
+/// as the probes were sent say the path carried them all, queue or not (a bigger probe's
+/// own serialization can read as a queue).
+fn saturation_rate(
+    saturated: &[Sample],
+    clocks: &Clocks,
+    queued_ns: f64,
+    resolution_ns: f64,
+) -> Result<Figure, String> {
+    let found = bottleneck_rate(saturated, clocks, queued_ns, resolution_ns);
+    let sent = sent_rate_bps(saturated);
+    match found {
+        Some(rate) if sent.is_none_or(|sent| rate.value < 0.98 * sent) => Ok(rate),
+        found => Err(format!(
+            "the bottleneck's rate: the saturating probes built no queue (sent at {:.2} \
+             Mbit/s of frames, {}: the path carried them all, or the sender fell behind)",
+            sent.unwrap_or(0.0) / 1e6,
+            found.map_or("fewer than 10 of them queued".to_owned(), |f| format!(
+                "delivered at {:.2}",
+                f.value / 1e6
+            ))
+        )),
+    }
+}
+
+/// The saturating phase to send next when `phase` (sent after the low load `low_load`)
+/// built no queue: [`ESCALATION`] times faster, within the rate allowed; `None` when it
+/// found the bottleneck or already went at the rate allowed. The caller sends at most
+/// [`MAX_ESCALATIONS`] and estimates from the last.
+///
+/// The rough capacity that sized `phase` can be far too low as well as too high: through
+/// the bond over three lines (12, 6 and 3 Mbit/s) the packet trains found 3.4 to 4.4
+/// Mbit/s in some runs, 19 in others, because the tunnel's line controllers pace idle lines
+/// low and ramp up under load (what a short train does not wait for); 1.5 times that built
+/// no queue and the twin had no rate.
+pub fn escalate(
+    input: &PlanInput,
+    phase: &Phase,
+    low_load: &[Sample],
+    saturated: &[Sample],
+    resolution_ns: f64,
+) -> Option<Phase> {
+    let clocks = Clocks::from_low_load(low_load)?;
+    let variation = delay_variation(low_load, &clocks, VARIATION_POINTS);
+    let queued_ns = queued_threshold_ns(variation.as_ref());
+    if saturation_rate(saturated, &clocks, queued_ns, resolution_ns).is_ok()
+        || phase.rate_bps >= input.max_rate_bps * 0.999
+    {
+        return None;
+    }
+    let rate_bps = (phase.rate_bps * ESCALATION).min(input.max_rate_bps);
+    let bits = f64::from(phase.payload_bytes) * 8.0;
+    Some(Phase::at(
+        phase.payload_bytes,
+        rate_bps / bits,
+        SATURATION_S,
+    ))
+}
+
+/// The small-packet phase after an escalated saturating phase `saturation`: sized, as
+/// [`plan`] sizes it, from the capacity that phase was sent at 1.5 times; `None` when it
+/// would go above the rate allowed.
+pub fn small_after(input: &PlanInput, saturation: &Phase) -> Option<Phase> {
+    let full = f64::from(saturation.payload_bytes);
+    let frames_bps = saturation.rate_bps * (full + f64::from(input.overhead_bytes)) / full;
+    plan(input, Some(frames_bps / OVERFEED), false).small
 }
 
 /// Bits per second the phase's frames were sent at, from its first send to its last.

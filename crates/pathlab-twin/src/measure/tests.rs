@@ -158,6 +158,71 @@ fn a_rough_capacity_far_too_high_is_probed_at_the_rate_allowed_and_the_bottlenec
     assert!((rate.value / 10e6 - 1.0).abs() < 0.01, "{rate:?}");
 }
 
+/// The frames of `phase` (payloads of `phase.payload_bytes` plus [`OVERHEAD`]) through
+/// `path` in virtual time, seeded by `seed`.
+fn sent_through(path: &pathlab_core::LinkSpec, seed: u64, phase: &Phase) -> Vec<Sample> {
+    let frame = phase.payload_bytes + OVERHEAD;
+    let frames_bps = phase.rate_bps * f64::from(frame) / f64::from(phase.payload_bytes);
+    let duration_ns = (phase.seconds() * 1e9) as u64;
+    through(path, seed, &at_rate(0, duration_ns, frames_bps, frame))
+}
+
+/// Regression (the bond over three lines, tests/twin_bond.rs): packet trains through the
+/// tunnel found 4.4 Mbit/s of its 18 (its line controllers pace idle lines low and ramp up
+/// under load), the saturating probes at 1.5 times that built no queue and the twin had no
+/// rate. A phase that built no queue is sent again four times faster, within the rate
+/// allowed, and the bottleneck is found.
+#[test]
+fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
+    let input = input(40e6);
+    let path = spec("delay 20ms rate 10mbit limit 80");
+    let low = through(
+        &path,
+        1,
+        &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
+    );
+    let planned = plan(&input, Some(2e6), false);
+    let first = planned.saturation.unwrap();
+    let saturated = sent_through(&path, 2, &first);
+    let no_queue = DirectionSamples {
+        low_load: low.clone(),
+        saturation: Some(saturated.clone()),
+        small: None,
+        resolution_ns: 1.0,
+    };
+    // Without the escalation: no rate (the test's premise).
+    let before = estimate(&no_queue, 0.0, 0.0).unwrap();
+    assert_eq!(before.estimates.rate_bps, None, "{:?}", before.cannot);
+    let faster = escalate(&input, &first, &low, &saturated, 1.0).expect("escalated");
+    assert!((faster.rate_bps / first.rate_bps - ESCALATION).abs() < 0.01);
+    let saturated = sent_through(&path, 3, &faster);
+    // It overfed: nothing more to escalate.
+    assert_eq!(escalate(&input, &faster, &low, &saturated, 1.0), None);
+    let small = small_after(&input, &faster).expect("the small packets fit the rate allowed");
+    let samples = DirectionSamples {
+        low_load: low,
+        saturation: Some(saturated),
+        small: Some(sent_through(&path, 4, &small)),
+        resolution_ns: 1.0,
+    };
+    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    let e = &estimated.estimates;
+    let rate = e.rate_bps.as_ref().expect("the bottleneck's rate");
+    assert!((rate.value / 10e6 - 1.0).abs() < 0.01, "{rate:?}");
+    let packets = e.buffer.as_ref().unwrap().packets.value;
+    assert!((packets / 80.0 - 1.0).abs() < 0.1, "{packets}");
+    assert!(matches!(e.packet_rate, Some(PacketRate::NoneBelow { .. })));
+    // At the rate allowed already, nothing faster is sent.
+    let allowed = Phase {
+        rate_bps: input.max_rate_bps,
+        ..first
+    };
+    let fast_path = spec("delay 5ms rate 100mbit");
+    let low = through(&fast_path, 1, &paced(0, 2000, 5_000_000, 242));
+    let carried = sent_through(&fast_path, 2, &allowed);
+    assert_eq!(escalate(&input, &allowed, &low, &carried, 1.0), None);
+}
+
 #[test]
 fn the_offset_splits_the_round_trip_by_equal_propagation() {
     // 15 ms each way; up 2 Mbit/s, down 20 (a 242-byte frame: 968 us up, 96.8 down); the
