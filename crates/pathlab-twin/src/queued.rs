@@ -6,8 +6,9 @@
 use crate::samples::{Clocks, Sample};
 
 /// The received packets of a saturating phase that waited in the queue (relative delay
-/// above `queued_ns`), in arrival order, longest unbroken run only: `(arrival ns on the
-/// receiver's clock, relative delay ns, bytes)`.
+/// above `queued_ns`), in arrival order, longest unbroken run only, once the path
+/// delivered at its rate ([`settled`]): `(arrival ns on the receiver's clock, relative
+/// delay ns, bytes)`.
 pub fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
     let mut arrivals: Vec<(u64, f64, u32)> = saturated
         .iter()
@@ -23,5 +24,52 @@ pub fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<
             best = start..i + 1;
         }
     }
-    arrivals[best].to_vec()
+    settled(&arrivals[best]).to_vec()
+}
+
+/// The window the start of a run is judged in, ns: 100 ms (the rate over time's).
+const RAMP_WINDOW_NS: u64 = 100_000_000;
+
+/// A leading window below this share of the run's median window is the path still
+/// ramping up.
+const RAMPING_SHARE: f64 = 0.9;
+
+/// `run` without its first windows while the path ramps up to its rate: the leading
+/// [`RAMP_WINDOW_NS`] windows that delivered less than [`RAMPING_SHARE`] of the median
+/// window, up to half the run.
+///
+/// A path whose sender paces it and adapts to load (the bond's line controllers, which
+/// hold idle lines low and ramp them up once data waits) delivers a saturating phase at
+/// its rate only after a second or so: through the bond over three lines the windows of
+/// 250 ms went 5.0, 7.5, 13.1, 16.5, then 18.8-20.3 Mbit/s to the end. Taken whole, the
+/// ramp made the rate 'move' (a trace replaying it every 4.5 s, 17.8 Mbit/s on average,
+/// each probe waiting for a whole-millisecond opportunity: +1.2 ms on the base RTT) and the
+/// rate low. A token bucket's burst (faster first) and a queue filling (at the rate from
+/// the first packet) have no such ramp and are kept whole.
+fn settled(run: &[(u64, f64, u32)]) -> &[(u64, f64, u32)] {
+    let Some(first) = run.first() else {
+        return run;
+    };
+    let mut windows: Vec<(usize, u64)> = Vec::new();
+    for (i, arrival) in run.iter().enumerate() {
+        let index = ((arrival.0 - first.0) / RAMP_WINDOW_NS) as usize;
+        if windows.len() <= index {
+            windows.resize(index + 1, (i, 0));
+        }
+        windows[index].1 += u64::from(arrival.2);
+    }
+    // The last window is partial.
+    let whole = &windows[..windows.len().saturating_sub(1)];
+    if whole.len() < 4 {
+        return run;
+    }
+    let mut bytes: Vec<u64> = whole.iter().map(|w| w.1).collect();
+    bytes.sort_unstable();
+    let median = bytes[bytes.len() / 2] as f64;
+    let ramp = whole
+        .iter()
+        .take(whole.len() / 2)
+        .take_while(|w| (w.1 as f64) < RAMPING_SHARE * median)
+        .count();
+    &run[whole.get(ramp).map_or(0, |w| w.0)..]
 }

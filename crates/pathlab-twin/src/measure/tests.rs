@@ -223,6 +223,33 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
     assert_eq!(escalate(&input, &allowed, &low, &carried, 1.0), None);
 }
 
+/// Regression (the bond over three lines, tests/twin_bond.rs): a path that ramps up to
+/// its rate once loaded (the tunnel's line controllers: 5.0, 7.5, 13.1, 16.5, then about
+/// 20 Mbit/s in windows of 250 ms) was copied as a moving rate, its ramp replayed by a
+/// trace every 4.5 s, and a rate 10% low. The ramp is the path settling, not its rate.
+#[test]
+fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
+    let path = spec("delay 20ms schedule 250ms 5mbit 7.5mbit 13mbit 16.5mbit 20mbit limit 2000");
+    let low = through(
+        &path,
+        1,
+        &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
+    );
+    // The low load ran first; the saturation starts at the schedule's start again.
+    let ramp = spec("delay 20ms schedule 250ms 5mbit 7.5mbit 13mbit 16.5mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit limit 2000");
+    let saturated = through(&ramp, 2, &at_rate(0, 4_000_000_000, 30e6, 1514));
+    let samples = DirectionSamples {
+        low_load: low,
+        saturation: Some(saturated),
+        small: None,
+        resolution_ns: 1.0,
+    };
+    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
+    assert!((rate.value / 20e6 - 1.0).abs() < 0.01, "{rate:?}");
+    assert_eq!(estimated.trace, None, "a settled rate is fixed");
+}
+
 #[test]
 fn the_offset_splits_the_round_trip_by_equal_propagation() {
     // 15 ms each way; up 2 Mbit/s, down 20 (a 242-byte frame: 968 us up, 96.8 down); the
