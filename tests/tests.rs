@@ -46,3 +46,4 @@ mod server_abuse;
 mod shaped;
 mod tune;
 mod twin;
+mod twin_bond;

@@ -1,0 +1,254 @@
+//! `pathlab twin` on the bond over three lines (issue 41, part 4): the path the twin
+//! measures is the tunnel, from the site's inner address to the server's, with what
+//! pathlab's single-link emulator does not make: datagrams spread over three unequal
+//! lines and put back in order per flow, each line paced by its controller, the tunnel's
+//! own fair queue with CoDel in front of them. The lines are the `bond` recipe's.
+
+use std::net::Ipv4Addr;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use pathlab_emulator::emulator::{EmulatorHandle, EmulatorStats};
+use pathlab_lab::topology::Topology;
+use pathlab_lab::Experiment;
+use pathlab_twin::check::LOADED_RTT_WITHIN;
+
+use crate::util;
+use crate::util::bond_site::{
+    server_args, start_client, start_line_emulators, start_server, topology_spec, Daemon,
+    LineShape, StatsSockets, SERVER_INNER, SITE, SRV,
+};
+use crate::util::emulated::{privileged_heavy, PATHLAB};
+use crate::util::late::{ms, Lateness, Quantile};
+use crate::util::TempDir;
+
+/// The `bond` recipe's lines up (down, 50 Mbit/s each).
+const LINES: [LineShape; 3] = [
+    LineShape {
+        rate: "12mbit",
+        limit_packets: 1000,
+        delay_ms: 10,
+    },
+    LineShape {
+        rate: "6mbit",
+        limit_packets: 500,
+        delay_ms: 20,
+    },
+    LineShape {
+        rate: "3mbit",
+        limit_packets: 250,
+        delay_ms: 40,
+    },
+];
+/// The most one emulator's lateness may add to a loaded round trip and the test still
+/// judge it: below the 2.5 ms that 10% of the tunnel's loaded round trip (about 25 ms)
+/// allows (the twin's lab was seen at p99 1.5 ms on a busy machine).
+const LATENESS_BUDGET: Duration = Duration::from_millis(2);
+/// Where the measurement server listens: the tunnel's far end.
+const SERVER_PORT: u16 = 4920;
+
+/// A `pathlab server` on the server's inner address; ended when dropped.
+struct MeasureServer(Child);
+
+impl MeasureServer {
+    fn start(srv: &pathlab_os::netns::Netns, site: &pathlab_os::netns::Netns) -> MeasureServer {
+        let listen = format!("{SERVER_INNER}:{SERVER_PORT}");
+        let child = srv
+            .command(PATHLAB)
+            .args(["server", "--listen", &listen])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("pathlab server starts");
+        let server = MeasureServer(child);
+        let address = (SERVER_INNER, SERVER_PORT).into();
+        let waiting = Instant::now();
+        while !site
+            .run(|| {
+                std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok()
+            })
+            .expect("enter the site")
+        {
+            assert!(
+                waiting.elapsed() < Duration::from_secs(10),
+                "pathlab server did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        server
+    }
+}
+
+impl Drop for MeasureServer {
+    fn drop(&mut self) {
+        let _ = pathlab_os::kill(self.0.id(), util::emulated::libc_sigterm());
+        let _ = self.0.wait();
+    }
+}
+
+/// Puts every thread of process `pid` (a tunnel end) in `SCHED_FIFO` at [`END_PRIORITY`].
+///
+/// The tunnel's ends are the path's routers, each with a CPU of its own where a bond
+/// runs; on this machine, shared with builds and other tests, at normal priority they were
+/// the path's bottleneck instead of its lines: with tasks waiting for a CPU 89-95% of the
+/// time (`/proc/pressure/cpu`), bulk TCP up went at 0.14 Mbit/s of the lines' 18 and the
+/// idle round trip was 50 ms of 20, so the twin copied the machine's load, not the path.
+/// Real-time as the emulators' forwarding threads are, below them.
+fn realtime(pid: u32) {
+    let status = std::process::Command::new("chrt")
+        .args([
+            "--fifo",
+            "--all-tasks",
+            "--pid",
+            &END_PRIORITY.to_string(),
+            &pid.to_string(),
+        ])
+        .status()
+        .expect("chrt runs");
+    assert!(status.success(), "chrt of {pid}: {status}");
+}
+
+/// The tunnel's ends' `SCHED_FIFO` priority: below the emulators' forwarding threads
+/// (`pathlab_os::scheduling::REALTIME_PRIORITY`, 50), above the probe senders' bursts (40).
+const END_PRIORITY: u32 = 45;
+
+/// Every line emulator's stats now.
+fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
+    emulators
+        .iter()
+        .map(|e| e.stats().expect("the emulator's stats"))
+        .collect()
+}
+
+/// The tunnel up with a `pathlab server` at its far end; `twin` through it, then `twin
+/// check`, each row judged as `tests/twin.rs` judges the tbf path's: every figure within
+/// issue 41's bound, the round trips under load within 10% plus what the emulators'
+/// lateness during the check adds (the line emulators' between two readings, the twin
+/// lab's from its result). Shown to fail on a wrong twin: the twin file's rate up edited
+/// 20% higher missed goodput up and the round trips.
+///
+/// Ignored until the twin copies the tunnel's flow isolation: bulk TCP and the round
+/// trips beside it are two flows, each with its own queue in the tunnel's fair queue, so a
+/// round trip under load sees the lines' held queues (about 5 ms) and not the bulk flow's
+/// (RTT p50 25.5 ms loaded against 20.4 idle, three runs); the twin's one queue puts the
+/// round trips behind the bulk flow (p50 31.6-54.6 ms, p95 51.8-153.8 against 26.3-28.0).
+/// Base RTT, goodput each way and loss held in the last runs (docs/twin.md).
+#[test]
+#[ignore = "issue 41: the twin has one queue where the bond isolates flows (loaded RTT)"]
+fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
+    let Some(_lock) = privileged_heavy("a_twin_of_the_bond_over_three_lines") else {
+        return;
+    };
+    let started = Instant::now();
+    let dir = TempDir::new("twin-bond");
+    let key = dir.path("bond.key");
+    let output = util::emulated::pathlab(&["bond", "key", key.to_str().unwrap()]);
+    assert!(output.status.success(), "{output:?}");
+    let key = key.to_str().unwrap();
+    let name = format!("tb{}", std::process::id());
+    let experiment = Experiment::parse(&topology_spec(&name, &LINES)).expect("it parses");
+    let topology = Topology::build(&experiment).expect("the namespaces build");
+    let emulators =
+        start_line_emulators(&topology, &experiment, LINES.len(), 1, "tests/twin_bond.rs");
+    let (site, srv) = (&topology.nodes[SITE], &topology.nodes[SRV]);
+    let _stats_sockets = StatsSockets::of(&[site, srv]);
+    let server = start_server(srv, &server_args(key, &[]), dir.path("server.stderr"));
+    let client: Daemon = start_client(site, key, LINES.len(), &[], dir.path("client.stderr"));
+    for pid in [server.pid(), client.pid()] {
+        realtime(pid);
+    }
+    let _measure = MeasureServer::start(srv, site);
+    let host = Ipv4Addr::to_string(&SERVER_INNER);
+
+    let out = dir.path("bond.toml");
+    let output = site
+        .command(PATHLAB)
+        .args([
+            "twin",
+            &host,
+            "-t",
+            "20s",
+            "--max-rate",
+            "160M",
+            "-J",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("pathlab twin runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let twin: serde_json::Value = serde_json::from_slice(&output.stdout).expect("twin's JSON");
+    eprintln!("{stderr}{twin:#}");
+    eprintln!("twin took {:.1} s", started.elapsed().as_secs_f64());
+
+    let before = line_stats(&emulators);
+    let check_out = dir.path("check");
+    let check = site
+        .command(PATHLAB)
+        .args(["twin", "check"])
+        .arg(&out)
+        .args([&host, "-t", "3s", "-C", "cubic", "-J", "--out"])
+        .arg(&check_out)
+        .output()
+        .expect("pathlab twin check runs");
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    let check: serde_json::Value = serde_json::from_slice(&check.stdout)
+        .unwrap_or_else(|e| panic!("twin check's JSON: {e}: {stderr}"));
+    eprintln!("{stderr}{check:#}");
+    let after = line_stats(&emulators);
+    let lines: Vec<Lateness> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| Lateness::between(b, a))
+        .collect();
+    let twin_lab = Lateness::of_lab_link(&check_out.join("result.json"), "near-far");
+    let mut missed = Vec::new();
+    for row in check["rows"].as_array().expect("rows") {
+        let name = row["name"].as_str().unwrap();
+        let (on_path, on_twin) = (row["real"].as_f64().unwrap(), row["twin"].as_f64().unwrap());
+        eprintln!(
+            "{name:28} path {on_path:>10.3} twin {on_twin:>10.3} error {:+.3} within {}",
+            row["error"].as_f64().unwrap_or(f64::NAN),
+            row["within"]
+        );
+        if !name.starts_with("RTT") {
+            if row["within"] != true {
+                missed.push(format!("{name}: {row}"));
+            }
+            continue;
+        }
+        let quantile = if name.contains("p50") {
+            Quantile::P50
+        } else {
+            Quantile::P99
+        };
+        let slack_ms = round_trip_slack_ms(&lines, quantile)
+            + ms(twin_lab.slack(quantile, &[0, 1], LATENESS_BUDGET));
+        let bound = LOADED_RTT_WITHIN * on_path + slack_ms;
+        if (on_twin - on_path).abs() > bound {
+            missed.push(format!(
+                "{name}: the twin's {on_twin:.2} ms against the path's {on_path:.2} (bound {bound:.2} \
+                 ms: {:.0}% and {slack_ms:.2} of the emulators' lateness)",
+                LOADED_RTT_WITHIN * 100.0
+            ));
+        }
+    }
+    eprintln!("test took {:.1} s", started.elapsed().as_secs_f64());
+    assert!(missed.is_empty(), "the twin misses:\n{}", missed.join("\n"));
+}
+
+/// What the line emulators' lateness adds to a round trip through the tunnel at
+/// `quantile`, ms: a round trip crosses one line each way, which one the scheduler's to
+/// choose, so each way counts its latest line.
+fn round_trip_slack_ms(lines: &[Lateness], quantile: Quantile) -> f64 {
+    [0, 1]
+        .iter()
+        .map(|&way| {
+            lines
+                .iter()
+                .map(|line| ms(line.slack(quantile, &[way], LATENESS_BUDGET)))
+                .fold(0.0, f64::max)
+        })
+        .sum()
+}
