@@ -127,12 +127,14 @@ fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
 /// lab's from its result). Shown to fail on a wrong twin: the twin file's rate up edited
 /// 20% higher missed goodput up and the round trips.
 ///
-/// Ignored until the twin copies the tunnel's flow isolation: bulk TCP and the round
-/// trips beside it are two flows, each with its own queue in the tunnel's fair queue, so a
-/// round trip under load sees the lines' held queues (about 5 ms) and not the bulk flow's
-/// (RTT p50 25.5 ms loaded against 20.4 idle, three runs); the twin's one queue puts the
-/// round trips behind the bulk flow (p50 31.6-54.6 ms, p95 51.8-153.8 against 26.3-28.0).
-/// Base RTT, goodput each way and loss held in the last runs (docs/twin.md).
+/// Ignored until the twin copies what it misses (docs/twin.md, four runs): the tunnel's
+/// flow isolation (bulk TCP and the round trips beside it are two flows with a queue each
+/// in the tunnel's fair queue, so a round trip under load sees the lines' held queues,
+/// p50 25.4-25.7 ms against 20.4 idle; the twin's one queue puts it behind the bulk flow,
+/// p50 31.6-69.8 ms), and the queue a responsive flow meets (the tunnel's per-flow CoDel
+/// holds bulk TCP's; the twin's buffer is what unresponsive probes filled, 2.3-3.3 MB up,
+/// into which cubic's slow start overshoots: goodput up -20% to +1.6%). Base RTT and
+/// loss held in every run.
 #[test]
 #[ignore = "issue 41: the twin has one queue where the bond isolates flows (loaded RTT)"]
 fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
