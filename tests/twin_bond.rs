@@ -204,7 +204,7 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
         .zip(&after)
         .map(|(b, a)| Lateness::between(b, a))
         .collect();
-    let twin_lab = Lateness::of_lab_link(&check_out.join("result.json"), "near-far");
+    let twin_lab = Lateness::of_lab_link(&check_out.join("twin").join("result.json"), "near-far");
     let mut missed = Vec::new();
     for row in check["rows"].as_array().expect("rows") {
         let name = row["name"].as_str().unwrap();
