@@ -21,7 +21,7 @@ use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
 
 use crate::util::bond_site::{
-    bond_stats_text, hex, per_second, receive, send, server_args, start_client,
+    bond_stats_text, client_lines, hex, per_second, receive, send, server_args, start_client,
     start_line_emulators, start_server, topology_spec, transfer_failure, AbortOnDrop, Amount,
     Daemon, LineShape, StatsSockets, PORT, SITE, SRV,
 };
@@ -214,7 +214,13 @@ fn a_transfer_through_the_tunnel_survives_flapping_lines_changing_delays_and_a_k
 
     let server_args = server_args(key, &[]);
     let mut server = start_server(srv, &server_args, dir.path("server-1.stderr"));
-    let mut client = start_client(site, key, LINES.len(), &[], dir.path("client.stderr"));
+    let mut client = start_client(
+        site,
+        key,
+        client_lines(LINES.len()),
+        &[],
+        dir.path("client.stderr"),
+    );
 
     let mut chaos = Rng::seed_from(seed);
     let progress = AtomicU64::new(0);

@@ -29,8 +29,8 @@ use pathlab_lab::Experiment;
 use pathlab_os::netns::Netns;
 
 use crate::util::bond_site::{
-    server_args, start_client, start_line_emulators, start_server, topology_of, Daemon,
-    StatsSockets, SERVER_INNER, SITE, SRV,
+    client_lines, server_args, start_client, start_line_emulators, start_server, topology_of,
+    Daemon, StatsSockets, SERVER_INNER, SITE, SRV,
 };
 use crate::util::emulated::{privileged_paired, PATHLAB};
 use crate::util::late::{ms, Lateness, Quantile};
@@ -213,7 +213,13 @@ fn start_tunnel(
     dir: &TempDir,
 ) -> [Daemon; 2] {
     let server = start_server(srv, &server_args(key, classes), dir.path("server.stderr"));
-    let client = start_client(site, key, LINES.len(), classes, dir.path("client.stderr"));
+    let client = start_client(
+        site,
+        key,
+        client_lines(LINES.len()),
+        classes,
+        dir.path("client.stderr"),
+    );
     [client, server]
 }
 

@@ -4,7 +4,7 @@
 //! ends keep their keys (the default 120 s is past the run), so both meet the same busy
 //! machine. The rekeying tunnel must rekey at least 5 times, deliver every byte (SHA-256),
 //! refuse no datagram for want of a key (no authentication failure at either end) and keep
-//! its session, at a goodput no more than 2% below its twin's.
+//! its session, at a goodput within 2% of its twin's (both lines capped: [`CAPS`]).
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -17,9 +17,9 @@ use pathlab_lab::Experiment;
 
 use crate::util;
 use crate::util::bond_site::{
-    bond_stats, per_second, receive, send, server_args, start_client, start_line_emulators,
-    start_server, topology_spec, transfer_failure, AbortOnDrop, Amount, Daemon, LineShape,
-    Received, StatsSockets, PORT, SITE, SRV,
+    bond_stats, client_lines_capped, per_second, receive, send, server_args, start_client,
+    start_line_emulators, start_server, topology_spec, transfer_failure, AbortOnDrop, Amount,
+    Daemon, LineShape, Received, StatsSockets, PORT, SITE, SRV,
 };
 use crate::util::emulated::privileged_heavy;
 use crate::util::TempDir;
@@ -43,6 +43,13 @@ const LINES: [LineShape; 3] = [
         delay_ms: 40,
     },
 ];
+/// Each line's cap at the client (`rate=`), three quarters of its rate: the tunnel then
+/// sends at its caps, the same in both tunnels, and what a rekey costs is what their
+/// goodputs differ by. Uncapped, the controllers' own spread between two tunnels on one
+/// machine was larger than the 2% judged: each sat at 11.03 Mbit/s most seconds and one
+/// or the other rose to 12.5 for a while, +3.95% (CI, stop 53), +2.36% and -3.91% (two
+/// full runs on 2026-12-07), whichever tunnel rekeyed.
+const CAPS: [&str; 3] = ["6mbit", "3mbit", "1500kbit"];
 /// The transfer's length.
 const TRANSFER: Duration = Duration::from_secs(60);
 /// Goodput is compared from this long after the transfer's start (TCP's slow start and
@@ -53,7 +60,7 @@ const REKEY_AFTER_S: u64 = 10;
 /// Rekeys the issue asks for in the 60 s (6 are due; the first 10 s after the session
 /// opened, before the transfer starts).
 const MIN_REKEYS: u64 = 5;
-/// How far the rekeying tunnel's goodput may fall below its twin's.
+/// How far the rekeying tunnel's goodput may fall below (or rise above) its twin's.
 const GOODPUT_TOLERANCE: f64 = 0.02;
 /// The goodputs are compared only when tasks waited for a CPU less than this share of the
 /// transfer's time (`/proc/pressure/cpu`), as bond_classes judges its delays.
@@ -94,7 +101,7 @@ impl Site {
         let client = start_client(
             site,
             key,
-            LINES.len(),
+            client_lines_capped(&CAPS),
             extra,
             dir.path(&format!("{name}-client.stderr")),
         );
@@ -199,17 +206,10 @@ fn a_minute_of_bulk_with_rekeys_every_10s_arrives_intact_as_fast_as_without() {
         );
         return;
     }
-    // What a rekey can cost is goodput: datagrams refused for want of a key (counted
-    // above), a stall while keys change, controllers or reorder state started over. The
-    // rekeying tunnel running faster is not that but the two tunnels' controllers settling
-    // apart on a shared machine: CI's run of stop 53 had it +3.95% and a local full run
-    // +2.36%, the steady tunnel flat at 11.03 Mbit/s every second while the rekeying one
-    // rose to 12.5 between its fourth and fifth rekeys (a rekey swaps keys and nothing
-    // else: endpoint/rekeying.rs). So the bound is the issue's 2% below, printed above.
     assert!(
-        ratio >= 1.0 - GOODPUT_TOLERANCE,
+        (ratio - 1.0).abs() <= GOODPUT_TOLERANCE,
         "rekeying goodput {goodput_with:.3} Mbit/s is {:+.2}% of the steady tunnel's \
-         {goodput_without:.3} (bound -{:.0}%; CPU stalled {:.0}% of the time)",
+         {goodput_without:.3} (bound ±{:.0}%; CPU stalled {:.0}% of the time)",
         (ratio - 1.0) * 100.0,
         GOODPUT_TOLERANCE * 100.0,
         stalled * 100.0

@@ -423,7 +423,10 @@ fn rfc6349_fits_its_segments_to_a_smaller_path_mtu_and_opens_more_connections() 
     for result in [single, multiple] {
         assert_eq!(result.mss_used_bytes, 1348);
         assert!((result.ideal_rate_bps - RATE_BPS * 1348.0 / 1414.0).abs() < 1.0);
-        assert_eq!(result.tcp_efficiency, 1.0);
+        // No segment lost to the path's MTU (the recording, below); a retransmission of
+        // TCP's own (a tail loss probe beside other tests: 1 of some 20,000 segments once,
+        // efficiency 0.99995) is not what this test judges.
+        assert!(result.tcp_efficiency >= 0.999, "{result:#?}");
     }
     // No TCP segment was too big for the path: the only 'mtu' drops are the search's.
     let (mtu_start, mtu_end) = step_span(&run, step::MTU_UP);

@@ -15,8 +15,8 @@ use pathlab_twin::check::LOADED_RTT_WITHIN;
 
 use crate::util;
 use crate::util::bond_site::{
-    server_args, start_client, start_line_emulators, start_server, topology_spec, Daemon,
-    LineShape, StatsSockets, SERVER_INNER, SITE, SRV,
+    client_lines, server_args, start_client, start_line_emulators, start_server, topology_spec,
+    Daemon, LineShape, StatsSockets, SERVER_INNER, SITE, SRV,
 };
 use crate::util::emulated::{privileged_heavy, PATHLAB};
 use crate::util::late::{ms, Lateness, Quantile};
@@ -155,7 +155,13 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let (site, srv) = (&topology.nodes[SITE], &topology.nodes[SRV]);
     let _stats_sockets = StatsSockets::of(&[site, srv]);
     let server = start_server(srv, &server_args(key, &[]), dir.path("server.stderr"));
-    let client: Daemon = start_client(site, key, LINES.len(), &[], dir.path("client.stderr"));
+    let client: Daemon = start_client(
+        site,
+        key,
+        client_lines(LINES.len()),
+        &[],
+        dir.path("client.stderr"),
+    );
     for pid in [server.pid(), client.pid()] {
         realtime(pid);
     }

@@ -92,6 +92,15 @@ pub fn client_lines(count: usize) -> Vec<String> {
     args
 }
 
+/// [`client_lines`] for `rates.len()` lines, each capped at its rate (`rate=`).
+pub fn client_lines_capped(rates: &[&str]) -> Vec<String> {
+    let mut args = client_lines(rates.len());
+    for (value, rate) in args.iter_mut().skip(1).step_by(2).zip(rates) {
+        value.push_str(&format!(",rate={rate}"));
+    }
+    args
+}
+
 /// An emulator on each of the site's first `count` links, in its cable namespace, on a
 /// forwarding thread per core (as `pathlab lab` runs them); no recording.
 pub fn start_line_emulators(
@@ -234,17 +243,17 @@ pub fn start_server(srv: &Netns, args: &[String], stderr: PathBuf) -> Daemon {
     server
 }
 
-/// Starts a `pathlab bond client` in `site` over its `lines` lines with the key `key` and
+/// Starts a `pathlab bond client` in `site` over `lines` (its `--line` options) with the key `key` and
 /// `extra`, and waits until its session opens.
 pub fn start_client(
     site: &Netns,
     key: &str,
-    lines: usize,
+    lines: Vec<String>,
     extra: &[&str],
     stderr: PathBuf,
 ) -> Daemon {
     let mut args: Vec<String> = vec!["bond".into(), "client".into(), SERVER_ADDRESS.into()];
-    args.extend(client_lines(lines));
+    args.extend(lines);
     for arg in ["--psk", key, "--address", "198.19.0.2/24"]
         .iter()
         .chain(extra)
