@@ -638,6 +638,7 @@ fn serve(
             out.push(bottleneck.in_service.pop_front().expect("front exists"));
         }
         let Some(start) = next_start else { break };
+        let ready = bottleneck.cursor;
         bottleneck.cursor = start;
         let packet = bottleneck.queue.dequeue(start, verdicts);
         truth.settle(verdicts);
@@ -651,7 +652,9 @@ fn serve(
         };
         // Plus any wait carried over from a discipline replaced by `set_spec`.
         packet.queue_delay += start.saturating_since(packet.enqueued);
-        let end = bottleneck.rate.transmit(start, packet.len_bytes);
+        let end = bottleneck
+            .rate
+            .transmit_ready(ready, start, packet.len_bytes);
         if let Some(record) = truth.record(packet.id) {
             record.dequeued = Some(start);
             record.transmitted = Some(end);

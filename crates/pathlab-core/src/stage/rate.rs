@@ -63,7 +63,14 @@
 //! - several small packets may share one opportunity;
 //! - a packet larger than the budget uses the rest of one opportunity and then as many
 //!   following ones as it needs, and leaves at the one that carries its last byte;
-//! - an opportunity at time `T` serves only packets that started at or before `T`.
+//! - an opportunity at time `T` serves only packets that started at or before `T`;
+//! - under a packet rate (`pps N`), which holds each start 1/N after the previous one, a
+//!   packet that waited in the queue behind the previous one may take an opportunity at
+//!   `T` if it starts before `T` + 1 ms (one that arrived later, none before it came): a
+//!   trace's timestamps are whole milliseconds, and the opportunities stacked at one
+//!   stand for that millisecond's. Without this a fast
+//!   trace with a packet rate carried one frame per millisecond (11.55 Mbit/s of a
+//!   92.36 Mbit/s trace with `pps 86921`), every later packet's start past the stack.
 //!
 //! `next_start(now)` is the first opportunity at or after `now` with budget left (the
 //! packet's start is that opportunity), and `transmit(start, len)` consumes budget from
@@ -332,8 +339,17 @@ impl RateModel {
         self
     }
 
-    /// Earliest instant at or after `now` at which a packet may start.
+    /// Earliest instant at or after `now` (when the packet is ready: queued, and the
+    /// previous one started) at which a packet may start.
     pub fn next_start(&self, now: Instant) -> Instant {
+        if let (Model::Trace { .. }, Some(limit)) = (&self.model, self.packet_limit) {
+            // A packet the packet rate holds back may take an opportunity of the
+            // millisecond it starts in (see the module's docs).
+            let start = now.max(limit.free_at);
+            return self
+                .bytes_next_start(trace_lookup_from(now, start, limit))
+                .max(start);
+        }
         let now = match self.packet_limit {
             Some(limit) => now.max(limit.free_at),
             None => now,
@@ -366,8 +382,16 @@ impl RateModel {
 
     /// A packet of `len_bytes` starts at `start` (from `next_start`); returns when its
     /// last bit has left. A start earlier than the end of the previous transmission is
-    /// moved to it (transmissions never overlap).
+    /// moved to it (transmissions never overlap). [`RateModel::transmit_ready`] for a
+    /// packet ready before its start.
     pub fn transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
+        self.transmit_ready(start, start, len_bytes)
+    }
+
+    /// [`RateModel::transmit`] of a packet ready at `ready` (the instant given to
+    /// `next_start`): under a packet rate it may take a trace's opportunity between
+    /// `ready` and `start` of the millisecond it starts in (see the module's docs).
+    pub fn transmit_ready(&mut self, ready: Instant, start: Instant, len_bytes: u32) -> Instant {
         let start = match self.bucket {
             Some(_) => {
                 let ready = self.next_start(start);
@@ -382,7 +406,11 @@ impl RateModel {
             return self.bytes_transmit(start, len_bytes);
         };
         let start = start.max(limit.free_at);
-        let bytes_end = self.bytes_transmit(start, len_bytes);
+        let from = match self.model {
+            Model::Trace { .. } => trace_lookup_from(ready.min(start), start, limit),
+            _ => start,
+        };
+        let bytes_end = self.bytes_transmit(from, len_bytes);
         let free_at = start + limit.interval;
         self.packet_limit = Some(PacketLimit { free_at, ..limit });
         bytes_end.max(free_at)
@@ -572,6 +600,27 @@ impl RateModel {
     }
 }
 
+/// Where a packet ready at `ready` and held by the packet rate `limit` until `start`
+/// looks for a trace's opportunity (see the module's docs): none more than a millisecond
+/// before its start, and none before it arrived. A packet ready when the one before it
+/// started (`ready` is that start: it waited in the queue behind it) may take what is
+/// left of that one's millisecond; the spent opportunities before are skipped anyway.
+fn trace_lookup_from(ready: Instant, start: Instant, limit: PacketLimit) -> Instant {
+    let resolution = Duration::from_millis(1);
+    let within = Instant::from_nanos(start.as_nanos().saturating_sub(resolution.as_nanos() - 1));
+    let previous_start = Instant::from_nanos(
+        limit
+            .free_at
+            .as_nanos()
+            .saturating_sub(limit.interval.as_nanos()),
+    );
+    if ready <= previous_start {
+        within
+    } else {
+        ready.max(within)
+    }
+}
+
 /// Absolute time of opportunity `index` (counted over all loops), saturating.
 fn opportunity_time(trace: &Trace, origin: Instant, index: u64) -> Instant {
     let count = trace.opportunities.len() as u64;
@@ -662,12 +711,16 @@ mod tests {
 
     /// A FIFO serializer: each packet (arrival, len) starts at `next_start(arrival)`
     /// (which also waits for the previous one) and leaves at `transmit`'s answer.
+    /// Each packet, in order, as the link serves them: ready at its arrival or when the
+    /// one before it started, whichever is later; returns when each has left.
     fn serialize(model: &mut RateModel, packets: &[(Instant, u32)]) -> Vec<Instant> {
+        let mut started = Instant::ZERO;
         packets
             .iter()
             .map(|&(arrival, len)| {
-                let start = model.next_start(arrival);
-                model.transmit(start, len)
+                let ready = arrival.max(started);
+                started = model.next_start(ready);
+                model.transmit_ready(ready, started, len)
             })
             .collect()
     }
@@ -735,6 +788,29 @@ mod tests {
         let mut model = trace_model("1\n10\n").with_packet_rate(PacketsPerSec(500));
         let out = serialize(&mut model, &[(Instant::ZERO, 100); 3]);
         assert_eq!(out, [ms(3), ms(12), ms(22)]);
+        // Opportunities stacked at one millisecond are that millisecond's: a packet held
+        // back by the packet rate takes the next one of the stack if it starts within the
+        // millisecond. Three a millisecond with 10 000 packets/s: three leave 0.1 ms apart
+        // from each opportunity's millisecond, the fourth waits for the next one.
+        let mut model = trace_model("1\n1\n1\n2\n2\n2\n").with_packet_rate(PacketsPerSec(10_000));
+        let out = serialize(&mut model, &[(Instant::ZERO, 1514); 7]);
+        let us = Instant::from_micros;
+        assert_eq!(
+            out,
+            [
+                us(1_100),
+                us(1_200),
+                us(1_300),
+                us(2_100),
+                us(2_200),
+                us(2_300),
+                us(3_100)
+            ]
+        );
+        // A packet that arrives after an opportunity never takes it, packet rate or not.
+        let mut model = trace_model("1\n1\n2\n").with_packet_rate(PacketsPerSec(10_000));
+        let out = serialize(&mut model, &[(Instant::ZERO, 1514), (us(1_050), 1514)]);
+        assert_eq!(out, [us(1_100), us(2_100)]);
         // No rate and no packet rate: no bottleneck.
         let spec = LinkSpec::parse("delay 5ms").unwrap();
         assert!(RateModel::for_link(&spec).unwrap().is_none());
