@@ -155,13 +155,8 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let (site, srv) = (&topology.nodes[SITE], &topology.nodes[SRV]);
     let _stats_sockets = StatsSockets::of(&[site, srv]);
     let server = start_server(srv, &server_args(key, &[]), dir.path("server.stderr"));
-    let client: Daemon = start_client(
-        site,
-        key,
-        client_lines(LINES.len()),
-        &[],
-        dir.path("client.stderr"),
-    );
+    let lines = client_lines(LINES.len());
+    let client: Daemon = start_client(site, key, lines, &[], dir.path("client.stderr"));
     for pid in [server.pid(), client.pid()] {
         realtime(pid);
     }

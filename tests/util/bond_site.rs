@@ -96,7 +96,7 @@ pub fn client_lines(count: usize) -> Vec<String> {
 pub fn client_lines_capped(rates: &[&str]) -> Vec<String> {
     let mut args = client_lines(rates.len());
     for (value, rate) in args.iter_mut().skip(1).step_by(2).zip(rates) {
-        value.push_str(&format!(",rate={rate}"));
+        let _ = write!(value, ",rate={rate}");
     }
     args
 }
