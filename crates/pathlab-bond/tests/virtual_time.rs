@@ -832,14 +832,16 @@ const CALL_UNTIL: f64 = 9.0;
 /// A 30 Mbit/s bulk flow over the three lines, with the call if `call`, under `classes`
 /// rules; line 0 cut both ways at `CUT_AT`.
 fn call_with_its_best_line_cut(call: bool, classes: &[&str]) -> CallRun {
-    call_beside_bulk_with_its_best_line_cut(call, classes, 30)
+    call_beside_bulk_with_its_best_line_cut(call, classes, 30, CUT_AT)
 }
 
-/// [`call_with_its_best_line_cut`] beside a bulk flow of `bulk_mbit`.
+/// [`call_with_its_best_line_cut`] beside a bulk flow of `bulk_mbit`, line 0 cut at
+/// `cut_at` s.
 fn call_beside_bulk_with_its_best_line_cut(
     call: bool,
     classes: &[&str],
     bulk_mbit: u64,
+    cut_at: f64,
 ) -> CallRun {
     let mut config = BondConfig::new(3);
     config.classes = pathlab_bond::class::parse_rules(classes).unwrap();
@@ -855,7 +857,7 @@ fn call_beside_bulk_with_its_best_line_cut(
         });
     }
     let mut tunnel = Tunnel::new(&THREE_LINES, config, near, recording_host());
-    tunnel.run_until(secs(CUT_AT));
+    tunnel.run_until(secs(cut_at));
     tunnel.set_line(0, ("loss 100%", "loss 100%"));
     tunnel.run_until(secs(10.0));
     // The tunnel keeps the call's order (asserted below), so its k-th arrival is the
@@ -874,8 +876,8 @@ fn call_beside_bulk_with_its_best_line_cut(
     assert_eq!(tunnel.far.from(CALLER).out_of_order, 0);
     CallRun {
         delays_ms,
-        bulk_mbit: inner_bytes(&tunnel.far, USER, secs(2.0), secs(CUT_AT)) as f64 * 8.0
-            / (CUT_AT - 2.0)
+        bulk_mbit: inner_bytes(&tunnel.far, USER, secs(2.0), secs(cut_at)) as f64 * 8.0
+            / (cut_at - 2.0)
             / 1e6,
         duplicates: far_reorder(&tunnel).duplicates,
         classes: tunnel.client.bond.counters(),
@@ -934,25 +936,39 @@ fn a_call_loses_nothing_when_its_best_line_is_cut_and_bulk_keeps_its_share() {
 
 /// Regression (issue 40, item 2): beside a bulk flow about as fast as the two lines that
 /// survive the cut (6 + 3 Mbit/s), not one that overfills all three, those lines were
-/// partly idle before the cut and filled up after it: the one the call moved to went
-/// 15-20% past its rate before a report stopped it, and the call's p99 after the cut was
-/// 54 ms at 11 Mbit/s of bulk and 36 ms at 14 (see `control`'s module doc). The bound is
-/// the fastest surviving line's base delay (20 ms) plus the target (5 ms) plus 5 ms, from
-/// the cut on (its detection included). Not met below these loads: 30-41 ms at 6-10 Mbit/s,
-/// where a line that never showed its capacity ramps up under the call.
+/// partly idle before the cut and filled up after it, and the one the call moved to went
+/// past its rate before a report stopped it (see `control`'s module doc): the call's p99
+/// after the cut was 54 ms at 11 Mbit/s of bulk and 36 ms at 14 before the probe stopped at
+/// the first sign of a queue; then still 41 ms at 6 (the line the call moved to, idle at
+/// a rate it never tested, restarted from 1 Mbit/s and its ramp, doubling per round trip
+/// from a rate its reports showed 100 ms late, reached 16.7 Mbit/s on a 6 Mbit/s line: a
+/// 38 ms queue) and 31-33 ms at 8-10 (a probe 3% per report went 13% past the line's rate
+/// before its queue showed), until a restart after an idle spell grew from what the line
+/// delivered and a probe was held to what its feedback can stop. The bound is the fastest
+/// surviving line's base delay (20 ms) plus the target (5 ms) plus 5 ms, from the cut on
+/// (its detection included), over the whole sweep: from the bulk flow the surviving lines
+/// carry with room to spare to one that overfills all three, and at three moments of the
+/// call (the controllers' phases differ: cut at 4.63 or 5.41 s instead, the old rules gave
+/// 32.4 and 42.3 ms beside 6 Mbit/s, and 33.3 ms beside 14 at 5.41).
 #[test]
 fn a_call_keeps_its_delay_when_its_best_line_is_cut_beside_bulk_the_survivors_just_carry() {
-    for bulk_mbit in [11, 14, 20] {
-        let run = call_beside_bulk_with_its_best_line_cut(true, &[], bulk_mbit);
-        let sent = ((CALL_UNTIL - CALL_FROM) * 1e3 / CALL_EVERY_MS as f64).round() as usize;
-        let after = p99(run.delays_ms.iter().filter(|d| d.0 >= CUT_AT).map(|d| d.1));
-        eprintln!("bulk {bulk_mbit} Mbit/s: call's p99 after the cut {after:.1} ms");
-        assert_eq!(run.delays_ms.len(), sent, "call packets lost");
-        assert!(
-            after <= 20.0 + 5.0 + 5.0,
-            "bulk {bulk_mbit} Mbit/s: p99 {after:.1} ms after the cut"
-        );
+    let mut failed = Vec::new();
+    for cut_at in [CUT_AT, 4.63, 5.41] {
+        for bulk_mbit in [6, 7, 8, 9, 10, 11, 12, 14, 17, 20, 25, 30] {
+            let run = call_beside_bulk_with_its_best_line_cut(true, &[], bulk_mbit, cut_at);
+            let sent = ((CALL_UNTIL - CALL_FROM) * 1e3 / CALL_EVERY_MS as f64).round() as usize;
+            let after = p99(run.delays_ms.iter().filter(|d| d.0 >= cut_at).map(|d| d.1));
+            eprintln!("cut at {cut_at} s, bulk {bulk_mbit} Mbit/s: call's p99 after {after:.1} ms");
+            assert_eq!(run.delays_ms.len(), sent, "call packets lost");
+            if after > 20.0 + 5.0 + 5.0 {
+                failed.push((cut_at, bulk_mbit, after));
+            }
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "(cut at s, bulk Mbit/s, call's p99 ms after the cut) over the bound: {failed:?}"
+    );
 }
 
 #[test]
