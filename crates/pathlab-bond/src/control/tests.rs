@@ -224,11 +224,7 @@ fn a_rate_kept_while_idle_is_not_doubled_untested() {
     controller.on_rtt(Duration::from_millis(40));
     let mut reports = Reports::new();
     controller.rate_bps = 8_400_000.0;
-    for _ in 0..20 {
-        let (now, report) = reports.next(1, 0, 100);
-        controller.on_sent(100);
-        controller.on_feedback(now, &report);
-    }
+    trickle(&mut controller, &mut reports, 20);
     assert!(
         (controller.rate().as_f64() - 8_400_000.0).abs() < 1.0,
         "kept while idle"
@@ -246,6 +242,16 @@ fn a_rate_kept_while_idle_is_not_doubled_untested() {
         rate <= (2.0 * delivery).max(initial) + 1.0,
         "{rate:.0} bit/s after an idle spell, having delivered {delivery:.0}"
     );
+}
+
+/// Drives `controller` for `count` reports as an idle line: one 100-byte datagram sent
+/// and delivered per report, no queue.
+fn trickle(controller: &mut RateController, reports: &mut Reports, count: usize) {
+    for _ in 0..count {
+        let (now, report) = reports.next(1, 0, 100);
+        controller.on_sent(100);
+        controller.on_feedback(now, &report);
+    }
 }
 
 /// Drives `controller` for `count` reports as a busy line whose datagrams (1000 bytes)
@@ -289,11 +295,7 @@ fn a_probe_stays_within_what_its_feedback_can_stop() {
     controller.on_rtt(Duration::from_millis(40));
     let mut reports = Reports::new();
     // Idle reports give the base delay; then the line showed its capacity.
-    for _ in 0..8 {
-        let (now, report) = reports.next(1, 0, 100);
-        controller.on_sent(100);
-        controller.on_feedback(now, &report);
-    }
+    trickle(&mut controller, &mut reports, 8);
     controller.ramping = false;
     controller.capacity_bps = 5_600_000.0;
     controller.rate_bps = 5_600_000.0;
@@ -337,11 +339,7 @@ fn a_line_busy_after_an_idle_spell_ramps_from_what_it_delivers() {
     busy_line_seen_late(&mut controller, &mut reports, 4, 8);
     controller.rate_bps = 6_740_000.0;
     // Two seconds of a trickle: idle, the rate kept, still ramping (no queue seen).
-    for _ in 0..80 {
-        let (now, report) = reports.next(1, 0, 100);
-        controller.on_sent(100);
-        controller.on_feedback(now, &report);
-    }
+    trickle(&mut controller, &mut reports, 80);
     assert!(controller.ramping);
     let seen = busy_line_seen_late(&mut controller, &mut reports, 4, 24);
     for (k, (rate, delivery)) in seen.iter().enumerate() {
@@ -368,11 +366,7 @@ fn a_line_never_busy_starts_as_a_line_starts() {
     let mut controller = RateController::new(config, Instant::ZERO);
     controller.on_rtt(Duration::from_millis(40));
     let mut reports = Reports::new();
-    for _ in 0..80 {
-        let (now, report) = reports.next(1, 0, 100);
-        controller.on_sent(100);
-        controller.on_feedback(now, &report);
-    }
+    trickle(&mut controller, &mut reports, 80);
     let from = controller.rate().as_f64();
     // Its datagrams show up 4 reports (100 ms) late: a restart would be held to twice
     // the little it delivered in that time.

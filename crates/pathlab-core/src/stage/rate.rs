@@ -68,9 +68,9 @@
 //!   packet that waited in the queue behind the previous one may take an opportunity at
 //!   `T` if it starts before `T` + 1 ms (one that arrived later, none before it came): a
 //!   trace's timestamps are whole milliseconds, and the opportunities stacked at one
-//!   stand for that millisecond's. Without this a fast
-//!   trace with a packet rate carried one frame per millisecond (11.55 Mbit/s of a
-//!   92.36 Mbit/s trace with `pps 86921`), every later packet's start past the stack.
+//!   stand for that millisecond's. Without this a fast trace with a packet rate carried
+//!   one frame per millisecond (11.55 Mbit/s of a 92.36 Mbit/s trace with `pps 86921`),
+//!   every later packet's start past the stack.
 //!
 //! `next_start(now)` is the first opportunity at or after `now` with budget left (the
 //! packet's start is that opportunity), and `transmit(start, len)` consumes budget from
@@ -394,10 +394,10 @@ impl RateModel {
     pub fn transmit_ready(&mut self, ready: Instant, start: Instant, len_bytes: u32) -> Instant {
         let start = match self.bucket {
             Some(_) => {
-                let ready = self.next_start(start);
+                let free = self.next_start(start);
                 match &mut self.bucket {
-                    Some(bucket) => bucket.take(ready, len_bytes),
-                    None => ready,
+                    Some(bucket) => bucket.take(free, len_bytes),
+                    None => free,
                 }
             }
             None => start,
@@ -709,10 +709,9 @@ mod tests {
         .unwrap()
     }
 
-    /// A FIFO serializer: each packet (arrival, len) starts at `next_start(arrival)`
-    /// (which also waits for the previous one) and leaves at `transmit`'s answer.
-    /// Each packet, in order, as the link serves them: ready at its arrival or when the
-    /// one before it started, whichever is later; returns when each has left.
+    /// A FIFO serializer, as the link serves packets (arrival, len) in order: each is
+    /// ready at its arrival or when the one before it started, whichever is later, starts
+    /// at `next_start` of that and leaves at `transmit_ready`'s answer.
     fn serialize(model: &mut RateModel, packets: &[(Instant, u32)]) -> Vec<Instant> {
         let mut started = Instant::ZERO;
         packets
