@@ -10,7 +10,7 @@ use crate::util::lab_results::{json_out, lab_goodput, run_spec};
 use crate::util::TempDir;
 
 /// Two lines from `site` (line 0 through isp0, line 1 through isp1) to `srv`; first a CUBIC
-/// download over each line alone, then through the tunnel with header compression on, then
+/// download over each line alone (both at once: they share no link), then through the tunnel with header compression on, then
 /// off (the client's `--header-compression off`: it neither compresses its ACKs nor
 /// acknowledges the server's references, so the server sends whole packets too). The
 /// first tunnel starts 2 s after the last line's own flow: started as that flow ended, the
@@ -20,8 +20,8 @@ use crate::util::TempDir;
 /// cannot take its traffic).
 const ASYMMETRIC: &str = r#"
 name = "bond-headers"
-duration = "48s"
-quick = "48s"
+duration = "40s"
+quick = "40s"
 [[node]]
 name = "site"
 [[node]]
@@ -71,14 +71,14 @@ kind = "tcp"
 from = "srv"
 to = "site"
 address = "198.18.1.1"
-start = "10s"
+start = "2s"
 duration = "8s"
 congestion = "cubic"
 [[workload]]
 name = "client-on"
 kind = "command"
 from = "site"
-start = "20s"
+start = "12s"
 duration = "13s"
 command = ["{pathlab}", "bond", "client", "198.18.2.2:7000", "--line", "to-isp0", "--line", "to-isp1,via=198.18.1.2", "--psk", "{out}/bond.key", "--address", "198.19.0.2/24", "--name", "NAME-on", "-J"]
 [[workload]]
@@ -87,14 +87,14 @@ kind = "tcp"
 from = "srv"
 to = "site"
 address = "198.19.0.2"
-start = "22s"
+start = "14s"
 duration = "10s"
 congestion = "cubic"
 [[workload]]
 name = "client-off"
 kind = "command"
 from = "site"
-start = "34s"
+start = "26s"
 duration = "13s"
 command = ["{pathlab}", "bond", "client", "198.18.2.2:7000", "--line", "to-isp0", "--line", "to-isp1,via=198.18.1.2", "--psk", "{out}/bond.key", "--address", "198.19.0.3/24", "--tun", "bond1", "--name", "NAME-off", "--header-compression", "off", "-J"]
 [[workload]]
@@ -103,7 +103,7 @@ kind = "tcp"
 from = "srv"
 to = "site"
 address = "198.19.0.3"
-start = "36s"
+start = "28s"
 duration = "10s"
 congestion = "cubic"
 "#;
