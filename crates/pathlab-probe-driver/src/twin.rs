@@ -15,6 +15,7 @@ use pathlab_twin::measure::{
 };
 
 use crate::capacity::{self, CapacityOptions};
+use crate::client::ProbeArrivals;
 use crate::{Client, MeasureError, ServerTarget};
 
 /// Bytes a probe's frame counts beyond its IP packet: the Ethernet header (what a rate in
@@ -160,6 +161,9 @@ pub fn run(
     })
 }
 
+/// A phase run: its name (for the progress), the phase, what arrived.
+type Run<'a> = dyn FnMut(&str, Phase) -> Result<Vec<pathlab_twin::Sample>, MeasureError> + 'a;
+
 /// One direction's phases: its samples, and what its plan said it will not learn.
 fn measure_direction(
     connect: &dyn Fn() -> Result<Client, MeasureError>,
@@ -198,37 +202,50 @@ fn measure_direction(
     for what in &plan.cannot {
         on_event(TwinEvent::Cannot { direction, what });
     }
+    let start = |phase: Phase| {
+        connect()?.start_one_way(
+            direction,
+            phase.rate_bps.round() as u64,
+            phase.payload_bytes,
+            phase.count,
+            100,
+        )
+    };
+    let samples_of = |arrivals: ProbeArrivals, phase: Phase| {
+        let records: Vec<(u64, u64, u64)> = arrivals
+            .arrivals
+            .iter()
+            .map(|p| (p.seq, p.sent_ns, p.received_ns))
+            .collect();
+        measure::samples_of(&records, arrivals.sent, phase.payload_bytes + overhead)
+    };
     let mut run = |name: &str, phase: Phase| -> Result<Vec<pathlab_twin::Sample>, MeasureError> {
         on_event(TwinEvent::Phase {
             direction,
             name,
             phase,
         });
-        let arrivals = connect()?
-            .start_one_way(
-                direction,
-                phase.rate_bps.round() as u64,
-                phase.payload_bytes,
-                phase.count,
-                100,
-            )?
-            .run_raw()?;
-        let records: Vec<(u64, u64, u64)> = arrivals
-            .arrivals
-            .iter()
-            .map(|p| (p.seq, p.sent_ns, p.received_ns))
-            .collect();
-        Ok(measure::samples_of(
-            &records,
-            arrivals.sent,
-            phase.payload_bytes + overhead,
-        ))
+        Ok(samples_of(start(phase)?.run_raw()?, phase))
+    };
+    // A saturating phase with a sparse flow beside it, in a session of its own (whether
+    // the queue keeps flows apart): the sparse flow's failure loses only that figure.
+    let saturate = |run: &mut Run<'_>, name: &str, phase: Phase| {
+        let sparse_phase = measure::sparse_beside(&phase);
+        let sparse = start(sparse_phase).ok();
+        std::thread::scope(|scope| {
+            let sparse = sparse.map(|test| scope.spawn(move || test.run_raw()));
+            let saturated = run(name, phase)?;
+            let sparse = sparse
+                .and_then(|thread| thread.join().ok()?.ok())
+                .map(|arrivals| samples_of(arrivals, sparse_phase));
+            Ok::<_, MeasureError>((saturated, sparse))
+        })
     };
     let low_load = run("low load", plan.low_load)?;
     let mut small_plan = plan.small;
-    let saturation = match plan.saturation {
+    let (saturation, sparse) = match plan.saturation {
         Some(mut phase) => {
-            let mut saturated = run("saturation", phase)?;
+            let (mut saturated, mut sparse) = saturate(&mut run, "saturation", phase)?;
             for _ in 0..measure::MAX_ESCALATIONS {
                 let Some(faster) =
                     measure::escalate(&input, &phase, &low_load, &saturated, RESOLUTION_NS)
@@ -236,17 +253,19 @@ fn measure_direction(
                     break;
                 };
                 phase = faster;
-                saturated = run("saturation again, faster (no queue built)", phase)?;
+                let again = "saturation again, faster (no queue built)";
+                (saturated, sparse) = saturate(&mut run, again, phase)?;
                 small_plan = measure::small_after(&input, &phase);
             }
-            Some(saturated)
+            (Some(saturated), sparse)
         }
-        None => None,
+        None => (None, None),
     };
     let samples = DirectionSamples {
         low_load,
         saturation,
         small: small_plan.map(|p| run("small packets", p)).transpose()?,
+        sparse,
         resolution_ns: RESOLUTION_NS,
     };
     Ok((samples, plan.cannot))

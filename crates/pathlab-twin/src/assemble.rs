@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use pathlab_core::spec::{
-    CodelConfig, DelayQuantiles, DelaySpec, Discipline, FixedRate, LinkSpec, RateSpec, TraceRef,
+    CodelConfig, DelayQuantiles, DelaySpec, Discipline, FixedRate, FqCodelConfig, LinkSpec,
+    RateSpec, TraceRef,
 };
 use pathlab_core::units::{BitsPerSec, PacketsPerSec};
 use pathlab_core::{Duration, Probability};
@@ -14,6 +15,7 @@ use crate::buffer::{Buffer, Drops};
 use crate::delay::DelayVariation;
 use crate::figure::Figure;
 use crate::file::DirectionTwin;
+use crate::isolation::Isolation;
 use crate::loss::{LossFit, LossModelFit};
 
 /// What the estimators found for one direction; what a gentle measurement could not
@@ -34,6 +36,8 @@ pub struct DirectionEstimates {
     pub packet_rate: Option<PacketRate>,
     /// [`crate::buffer::buffer`].
     pub buffer: Option<Buffer>,
+    /// [`crate::isolation::isolation`]: whether the buffer keeps flows apart.
+    pub isolation: Option<Isolation>,
     /// The delivery trace's file name, beside the twin, when the rate moves.
     pub trace_file: Option<String>,
 }
@@ -154,6 +158,27 @@ fn bottleneck(
         }
         if matches!(buffer.drops, Drops::Aqm { .. }) {
             spec.queue.discipline = Discipline::Codel(CodelConfig::default());
+        }
+    }
+    if let Some(isolation) = &estimates.isolation {
+        let how = format!(
+            "{}: {}",
+            isolation.sparse_delay_ns.how,
+            if isolation.isolated {
+                "well below, flows have queues of their own"
+            } else {
+                "one queue for both"
+            }
+        );
+        let figure = Figure {
+            how,
+            ..isolation.sparse_delay_ns.clone()
+        };
+        figures.insert("sparse_flow_delay_ms".into(), figure.scaled(1e-6));
+        // A flow-queueing scheduler: fq_codel, the one pathlab has (its CoDel drops
+        // early, as the AQMs a scheduler like this one runs with do).
+        if isolation.isolated {
+            spec.queue.discipline = Discipline::FqCodel(FqCodelConfig::default());
         }
     }
 }

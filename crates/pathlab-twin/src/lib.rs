@@ -3,8 +3,9 @@
 //! A twin is what `pathlab twin` learns of a real path, per direction, for the emulator to
 //! replay: the base one-way delay and the delay's variation at low load (an empirical
 //! distribution, [`delay`]), loss and its burstiness ([`loss`]), the bottleneck's rate and
-//! packet-rate limit, the buffer in front of it and how it drops ([`bottleneck`]), and a
-//! delivery trace when the rate moves over time ([`trace`]). Each figure comes with its
+//! packet-rate limit, the buffer in front of it and how it drops ([`bottleneck`]), whether
+//! that buffer keeps flows apart ([`isolation`]), and a delivery trace when the rate moves
+//! over time ([`trace`]). Each figure comes with its
 //! 95% confidence interval and how it was measured ([`figure::Figure`]).
 //!
 //! The estimators take the [`samples::Sample`]s a measurement produces (send time, receive
@@ -24,6 +25,7 @@ pub mod check;
 pub mod delay;
 pub mod figure;
 pub mod file;
+pub mod isolation;
 pub mod loss;
 pub mod measure;
 pub mod queued;

@@ -18,10 +18,11 @@
 //!    byte rate would carry of them: a packet-rate limit (the seed's modem).
 
 use crate::assemble::DirectionEstimates;
-use crate::bottleneck::{bottleneck_rate, packet_rate, PacketRate};
+use crate::bottleneck::{bottleneck_rate_beside, packet_rate, PacketRate};
 use crate::buffer::buffer;
 use crate::delay::{base_delay, delay_variation, DelayVariation};
 use crate::figure::Figure;
+use crate::isolation::isolation;
 use crate::loss::fit_loss;
 use crate::samples::{Clocks, Sample};
 use crate::trace::{delivery_trace, rate_over_time};
@@ -47,6 +48,9 @@ pub const MAX_ESCALATIONS: usize = 2;
 pub const MIN_LOW_LOAD_S: f64 = 5.0;
 /// Points of the delay's empirical distribution (quantiles at 0, 1/N, ..., 1).
 pub const VARIATION_POINTS: usize = 20;
+/// The sparse flow beside a saturating phase, probes per second
+/// ([`crate::isolation`]): at 200 bytes, 80 kbit/s.
+pub const SPARSE_PPS: f64 = 50.0;
 /// Above the low-load variation's largest, a packet waited in a queue: this margin, ns.
 pub const QUEUED_MARGIN_NS: f64 = 100_000.0;
 
@@ -189,6 +193,9 @@ pub struct DirectionSamples {
     pub saturation: Option<Vec<Sample>>,
     /// The small-packet phase's, if it ran.
     pub small: Option<Vec<Sample>>,
+    /// A sparse flow's, sent beside the (last) saturating phase: [`SPARSE_PPS`] probes a
+    /// second of [`LOW_LOAD_PAYLOAD`] bytes, in a session of their own.
+    pub sparse: Option<Vec<Sample>>,
     /// The timestamps' resolution, ns.
     pub resolution_ns: f64,
 }
@@ -232,7 +239,8 @@ pub fn estimate(
     let loss = fit_loss(&lost);
     let resolution = samples.resolution_ns;
     let rate_bps = samples.saturation.as_deref().and_then(|saturated| {
-        saturation_rate(saturated, &clocks, queued_ns, resolution)
+        let sparse = samples.sparse.as_deref().unwrap_or_default();
+        saturation_rate(saturated, sparse, &clocks, queued_ns, resolution)
             .map_err(|why| cannot.push(why))
             .ok()
     });
@@ -240,9 +248,35 @@ pub fn estimate(
         (Some(rate), Some(small)) => packet_rate(small, &clocks, queued_ns, resolution, rate.value),
         _ => None,
     };
+    // Under a packet-rate limit each sparse probe beside the saturating ones took a slot of
+    // the bottleneck's time, not its bytes' time: the rate again, with that counted.
+    let rate_bps = match (
+        &packet_rate,
+        samples.saturation.as_deref(),
+        samples.sparse.as_deref(),
+    ) {
+        (Some(PacketRate::Limited { pps }), Some(saturated), Some(sparse)) => {
+            let slot_bytes = rate_bps.as_ref().map_or(0.0, |r| r.value / 8.0 / pps.value);
+            bottleneck_rate_beside(
+                saturated, sparse, slot_bytes, &clocks, queued_ns, resolution,
+            )
+            .or(rate_bps)
+        }
+        _ => rate_bps,
+    };
     let buffer = match (&rate_bps, samples.saturation.as_deref()) {
         (Some(rate), Some(saturated)) => {
             buffer(saturated, &clocks, rate, median_ns, loss.rate.value)
+        }
+        _ => None,
+    };
+    let isolation = match (
+        &rate_bps,
+        samples.saturation.as_deref(),
+        samples.sparse.as_deref(),
+    ) {
+        (Some(_), Some(saturated), Some(sparse)) => {
+            isolation(saturated, sparse, &clocks, queued_ns, median_ns)
         }
         _ => None,
     };
@@ -262,6 +296,7 @@ pub fn estimate(
         rate_bps,
         packet_rate,
         buffer,
+        isolation,
         trace_file: None,
     };
     Some(Estimated {
@@ -286,11 +321,12 @@ fn queued_threshold_ns(variation: Option<&DelayVariation>) -> f64 {
 /// own serialization can read as a queue).
 fn saturation_rate(
     saturated: &[Sample],
+    sparse: &[Sample],
     clocks: &Clocks,
     queued_ns: f64,
     resolution_ns: f64,
 ) -> Result<Figure, String> {
-    let found = bottleneck_rate(saturated, clocks, queued_ns, resolution_ns);
+    let found = bottleneck_rate_beside(saturated, sparse, 0.0, clocks, queued_ns, resolution_ns);
     let sent = sent_rate_bps(saturated);
     match found {
         Some(rate) if sent.is_none_or(|sent| rate.value < 0.98 * sent) => Ok(rate),
@@ -326,7 +362,7 @@ pub fn escalate(
     let clocks = Clocks::from_low_load(low_load)?;
     let variation = delay_variation(low_load, &clocks, VARIATION_POINTS);
     let queued_ns = queued_threshold_ns(variation.as_ref());
-    if saturation_rate(saturated, &clocks, queued_ns, resolution_ns).is_ok()
+    if saturation_rate(saturated, &[], &clocks, queued_ns, resolution_ns).is_ok()
         || phase.rate_bps >= input.max_rate_bps * 0.999
     {
         return None;
@@ -338,6 +374,12 @@ pub fn escalate(
         rate_bps / bits,
         SATURATION_S,
     ))
+}
+
+/// The sparse flow sent beside a saturating phase `saturation` ([`crate::isolation`]):
+/// [`SPARSE_PPS`] probes a second of [`LOW_LOAD_PAYLOAD`] bytes for as long.
+pub fn sparse_beside(saturation: &Phase) -> Phase {
+    Phase::at(LOW_LOAD_PAYLOAD, SPARSE_PPS, saturation.seconds())
 }
 
 /// The small-packet phase after an escalated saturating phase `saturation`: sized, as

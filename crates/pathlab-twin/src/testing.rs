@@ -9,28 +9,53 @@ use crate::samples::Sample;
 /// Sends `(sent_ns, len_bytes)` packets, in order of time, through a link built from
 /// `spec` (seeded by `seed`) and returns what a receiver on the same clock saw.
 pub fn through(spec: &LinkSpec, seed: u64, sends: &[(u64, u32)]) -> Vec<Sample> {
+    through_flows(spec, seed, &[sends.to_vec()]).remove(0)
+}
+
+/// [`through`] for flows sent at once, each in order of time and a flow of its own to a
+/// flow-queueing discipline: what the receiver saw of each, in the same order.
+pub fn through_flows(spec: &LinkSpec, seed: u64, flows: &[Vec<(u64, u32)>]) -> Vec<Vec<Sample>> {
     let mut link = Link::new(spec, seed).expect("a valid spec");
-    let mut samples: Vec<Sample> = sends
+    let mut samples: Vec<Vec<Sample>> = flows
         .iter()
-        .enumerate()
-        .map(|(seq, &(sent_ns, len_bytes))| Sample {
-            seq: seq as u64,
-            sent_ns,
-            len_bytes,
-            received_ns: None,
+        .map(|sends| {
+            sends
+                .iter()
+                .enumerate()
+                .map(|(seq, &(sent_ns, len_bytes))| Sample {
+                    seq: seq as u64,
+                    sent_ns,
+                    len_bytes,
+                    received_ns: None,
+                })
+                .collect()
         })
         .collect();
-    let collect = |link: &mut Link, now: Instant, samples: &mut Vec<Sample>| {
+    // Every packet in order of sending: (time, flow, its index in the flow); the tag is
+    // its place in this list.
+    let mut order: Vec<(u64, usize, usize)> = flows
+        .iter()
+        .enumerate()
+        .flat_map(|(flow, sends)| {
+            sends
+                .iter()
+                .enumerate()
+                .map(move |(i, &(sent_ns, _))| (sent_ns, flow, i))
+        })
+        .collect();
+    order.sort_unstable();
+    let collect = |link: &mut Link, now: Instant, samples: &mut Vec<Vec<Sample>>| {
         while let Some((at, packet)) = link.dequeue_timed(now) {
-            let sample = &mut samples[packet.tag as usize];
-            sample.received_ns = Some(at.as_nanos());
+            let (_, flow, i) = order[packet.tag as usize];
+            samples[flow][i].received_ns = Some(at.as_nanos());
         }
     };
-    for (seq, &(sent_ns, len_bytes)) in sends.iter().enumerate() {
+    for (tag, &(sent_ns, flow, i)) in order.iter().enumerate() {
         let now = Instant::from_nanos(sent_ns);
         collect(&mut link, now, &mut samples);
-        let mut packet = Packet::synthetic(now, len_bytes, 0, Ecn::NotEct);
-        packet.tag = seq as u32;
+        let len_bytes = flows[flow][i].1;
+        let mut packet = Packet::synthetic(now, len_bytes, flow as u64 + 1, Ecn::NotEct);
+        packet.tag = tag as u32;
         link.enqueue(now, packet);
     }
     collect(&mut link, Instant::MAX, &mut samples);

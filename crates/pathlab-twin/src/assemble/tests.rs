@@ -4,13 +4,14 @@
 use pathlab_core::LinkSpec;
 
 use super::*;
-use crate::bottleneck::{bottleneck_rate, packet_rate};
+use crate::bottleneck::{bottleneck_rate_beside, packet_rate, PacketRate};
 use crate::buffer::buffer;
 use crate::delay::{base_delay, delay_variation};
 use crate::file::TwinFile;
+use crate::isolation::isolation;
 use crate::loss::fit_loss;
 use crate::samples::Clocks;
-use crate::testing::{at_rate, paced, spec, through};
+use crate::testing::{at_rate, paced, spec, through, through_flows};
 
 /// Measures one direction of `path` as the driver will: a low-load phase of 200-byte
 /// probes, a saturating one of full-size frames, one of small packets.
@@ -22,19 +23,35 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
     let median = variation.quantiles[10].value_ns;
     let fates: Vec<bool> = low.iter().map(|s| s.received_ns.is_none()).collect();
     let loss = fit_loss(&fates);
-    // Overfed at 50 Mbit/s: the paths below run at 20 Mbit/s or less.
-    let saturated = through(
+    // Overfed at 50 Mbit/s (the paths below run at 20 Mbit/s or less), a sparse flow of
+    // 200-byte probes every 20 ms beside it.
+    let start = 20_000_000_000;
+    let mut flows = through_flows(
         path,
         seed + 1,
-        &at_rate(20_000_000_000, 2_000_000_000, 50e6, 1514),
+        &[
+            at_rate(start, 2_000_000_000, 50e6, 1514),
+            paced(start, 100, 20_000_000, 200),
+        ],
     );
-    let rate = bottleneck_rate(&saturated, &clocks, queued_ns, 1.0).unwrap();
+    let sparse = flows.pop().unwrap();
+    let saturated = flows.pop().unwrap();
+    // As the driver's estimate counts the sparse probes' time at the bottleneck.
+    let rate = bottleneck_rate_beside(&saturated, &sparse, 0.0, &clocks, queued_ns, 1.0).unwrap();
     let small = through(
         path,
         seed + 2,
         &at_rate(30_000_000_000, 500_000_000, 20e6, 100),
     );
     let packets = packet_rate(&small, &clocks, queued_ns, 1.0, rate.value);
+    let rate = match &packets {
+        Some(PacketRate::Limited { pps }) => {
+            let slot_bytes = rate.value / 8.0 / pps.value;
+            bottleneck_rate_beside(&saturated, &sparse, slot_bytes, &clocks, queued_ns, 1.0)
+                .unwrap()
+        }
+        _ => rate,
+    };
     let found = buffer(&saturated, &clocks, &rate, median, loss.rate.value);
     DirectionEstimates {
         base_delay_ns: base_delay(&clocks, 0.0, 0.0, 1.0),
@@ -43,6 +60,7 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
         loss,
         rate_bps: Some(rate),
         packet_rate: packets,
+        isolation: isolation(&saturated, &sparse, &clocks, queued_ns, median),
         buffer: found,
         trace_file: None,
     }
@@ -108,4 +126,19 @@ fn a_twin_prints_reads_back_and_measures_like_its_original() {
         "{}",
         twin.down.spec
     );
+}
+
+#[test]
+fn a_path_that_keeps_flows_apart_gets_a_flow_queue_and_one_that_does_not_keeps_its_own() {
+    for (path, fq) in [
+        ("delay 10ms rate 10mbit limit 150kb queue fq_codel", true),
+        ("delay 10ms rate 10mbit limit 100", false),
+        ("delay 10ms rate 10mbit limit 150kb queue codel", false),
+    ] {
+        let twin = direction(&estimate(&spec(path), 5));
+        let is_fq = matches!(twin.spec.queue.discipline, Discipline::FqCodel(_));
+        assert_eq!(is_fq, fq, "{path}: {}: {:#?}", twin.spec, twin.figures);
+        let sparse = &twin.figures["sparse_flow_delay_ms"];
+        assert_eq!(sparse.value < 2.5, fq, "{path}: {sparse:?}");
+    }
 }

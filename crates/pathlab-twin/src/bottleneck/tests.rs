@@ -11,7 +11,7 @@ use pathlab_core::LinkSpec;
 use super::*;
 use crate::buffer::{buffer, Drops};
 use crate::delay::delay_variation;
-use crate::testing::{at_rate, paced, spec, through};
+use crate::testing::{at_rate, paced, spec, through, through_flows};
 use crate::trace::{delivery_trace, rate_over_time};
 
 /// A full-size Ethernet frame, bytes.
@@ -71,6 +71,66 @@ fn the_rate_is_recovered_within_one_percent_and_inside_its_interval() {
         }
         eprintln!("{text}: rate interval covered {covered} of 10");
         assert!(covered >= 8, "{text}: {covered}");
+    }
+}
+
+#[test]
+fn a_few_packets_held_up_past_the_queue_do_not_make_the_plateau() {
+    // 100 frames at 10 Mbit/s: 121 ms. Ten packets of the full queue arrive 15 ms late (a
+    // timestamp taken late, an emulator's late moment): the plateau was those ten, and
+    // the buffer 13% too large, while it was read from the highest delay.
+    let path = spec("delay 10ms rate 10mbit limit 100");
+    let mut m = measure(&path, 5, 30e6, 3_000_000_000, FRAME);
+    let rate = rate_of(&m);
+    for sample in m.saturated.iter_mut().skip(2000).step_by(50).take(10) {
+        sample.received_ns = sample.received_ns.map(|t| t + 15_000_000);
+    }
+    let found = buffer(&m.saturated, &m.clocks, &rate, m.low_load_median_ns, 0.0).unwrap();
+    assert!(
+        (found.packets.value / 100.0 - 1.0).abs() < 0.05,
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_sparse_flow_beside_the_saturating_one_counts_as_the_bottlenecks_work() {
+    // 50 probes a second of 242 bytes beside 1.5 Mbit/s into 1: without them the rate
+    // reads about 9.7% low.
+    for text in [
+        "delay 10ms rate 1mbit limit 30",
+        "delay 10ms rate 1mbit limit 45kb queue fq_codel",
+    ] {
+        let path = spec(text);
+        let low = through(&path, 1, &paced(0, 1000, 2_000_000, 200));
+        let clocks = Clocks::from_low_load(&low).unwrap();
+        let queued_ns = delay_variation(&low, &clocks, 20)
+            .unwrap()
+            .quantiles
+            .last()
+            .unwrap()
+            .value_ns
+            + 100_000.0;
+        let start = 3_000_000_000;
+        let flows = through_flows(
+            &path,
+            2,
+            &[
+                at_rate(start, 4_000_000_000, 1.5e6, FRAME),
+                paced(start, 200, 20_000_000, 242),
+            ],
+        );
+        let alone = bottleneck_rate(&flows[0], &clocks, queued_ns, 1.0).unwrap();
+        let beside = bottleneck_rate_beside(&flows[0], &flows[1], 0.0, &clocks, queued_ns, 1.0);
+        let beside = beside.unwrap();
+        eprintln!(
+            "{text}: {:.0} alone, {:.0} beside",
+            alone.value, beside.value
+        );
+        assert!(alone.value < 0.95e6, "{text}: {alone:?}");
+        assert!(
+            (beside.value / 1e6 - 1.0).abs() < 0.01,
+            "{text}: {beside:?}"
+        );
     }
 }
 

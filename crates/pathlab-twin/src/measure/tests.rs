@@ -72,6 +72,7 @@ fn measured(path: &str) -> DirectionSamples {
         low_load: low,
         saturation: Some(saturation),
         small: Some(small),
+        sparse: None,
         resolution_ns: 1.0,
     }
 }
@@ -151,6 +152,7 @@ fn a_rough_capacity_far_too_high_is_probed_at_the_rate_allowed_and_the_bottlenec
         low_load: low,
         saturation: Some(saturated),
         small: None,
+        sparse: None,
         resolution_ns: 1.0,
     };
     let estimated = estimate(&samples, 0.0, 0.0).unwrap();
@@ -188,6 +190,7 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
         low_load: low.clone(),
         saturation: Some(saturated.clone()),
         small: None,
+        sparse: None,
         resolution_ns: 1.0,
     };
     // Without the escalation: no rate (the test's premise).
@@ -203,6 +206,7 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
         low_load: low,
         saturation: Some(saturated),
         small: Some(sent_through(&path, 4, &small)),
+        sparse: None,
         resolution_ns: 1.0,
     };
     let estimated = estimate(&samples, 0.0, 0.0).unwrap();
@@ -242,6 +246,7 @@ fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
         low_load: low,
         saturation: Some(saturated),
         small: None,
+        sparse: None,
         resolution_ns: 1.0,
     };
     let estimated = estimate(&samples, 0.0, 0.0).unwrap();
