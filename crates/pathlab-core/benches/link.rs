@@ -42,6 +42,7 @@ fn spec() -> LinkSpec {
             limit_packets: Some(1000),
             limit_bytes: None,
             discipline: Discipline::Codel(CodelConfig::default()),
+            ring: None,
         },
         ..LinkSpec::default()
     }

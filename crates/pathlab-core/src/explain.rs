@@ -86,6 +86,13 @@ pub fn meaning(spec: &LinkSpec) -> Vec<String> {
                  (change with limit N or queue ...)",
             ms(drain)
         ));
+        if let Some(ring) = spec.queue.ring {
+            lines.push(format!(
+                "ring of {} ms below the queue: under load every packet waits that long \
+                 more, after the discipline chose it",
+                ms(ring)
+            ));
+        }
     }
     if let Some(slot) = spec.slot {
         let every = match slot.interval {

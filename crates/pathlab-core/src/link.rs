@@ -92,14 +92,42 @@ struct Bottleneck {
     rate: RateModel,
     /// The latest instant the serializer's state was evaluated at.
     cursor: Instant,
-    /// Packets being serialized, with the instant their last bit leaves.
+    /// Packets being serialized or waiting in the ring below the discipline, with the
+    /// instant their last bit leaves.
     in_service: VecDeque<(Instant, Packet)>,
+    /// The spec's `ring`: how long before its transmission can start a packet leaves the
+    /// discipline (zero: as it starts).
+    ring: Duration,
+    /// The instant [`serve`] last ran to: a packet that arrived then, into an empty
+    /// discipline, leaves it no earlier.
+    evaluated: Instant,
 }
 
 impl Bottleneck {
+    fn new(queue: Box<dyn Queue>, rate: RateModel, spec: &LinkSpec) -> Bottleneck {
+        Bottleneck {
+            queue,
+            rate,
+            cursor: Instant::ZERO,
+            in_service: VecDeque::new(),
+            ring: spec.queue.ring.unwrap_or(Duration::ZERO),
+            evaluated: Instant::ZERO,
+        }
+    }
+
     /// When the next transmission may start, if a packet is waiting.
     fn next_start(&self) -> Option<Instant> {
         (!self.queue.is_empty()).then(|| self.rate.next_start(self.cursor))
+    }
+
+    /// The next packet's transmission start, and when it leaves the discipline: then
+    /// without a ring, else `ring` before (and not before [`Bottleneck::evaluated`]).
+    fn next_commit(&self) -> Option<(Instant, Instant)> {
+        let start = self.next_start()?;
+        if self.ring == Duration::ZERO {
+            return Some((start, start));
+        }
+        Some((start, (start - self.ring).max(self.evaluated)))
     }
 }
 
@@ -200,12 +228,8 @@ impl Link {
     /// else by `seed`; the same seed and the same arrivals give the same run.
     pub fn new(spec: &LinkSpec, seed: u64) -> Result<Link, LinkError> {
         let mut rng = Rng::seed_from(spec.seed.unwrap_or(seed));
-        let bottleneck = RateModel::for_link(spec)?.map(|rate| Bottleneck {
-            queue: queue::build(&spec.queue, rng.fork()),
-            rate,
-            cursor: Instant::ZERO,
-            in_service: VecDeque::new(),
-        });
+        let bottleneck = RateModel::for_link(spec)?
+            .map(|rate| Bottleneck::new(queue::build(&spec.queue, rng.fork()), rate, spec));
         let delay =
             (spec.delay.is_some() || spec.reorder.is_some() || spec.delay_quantiles.is_some())
                 .then(|| {
@@ -273,6 +297,7 @@ impl Link {
                 }
                 new.cursor = old.cursor.max(wire_free);
                 new.in_service = old.in_service;
+                new.evaluated = old.evaluated;
                 if same_queue {
                     new.queue = old.queue;
                 } else {
@@ -627,9 +652,11 @@ fn serve(
     out: &mut Vec<(Instant, Packet)>,
 ) {
     loop {
-        let next_start = bottleneck.next_start().filter(|t| *t <= now);
-        // Transmissions that end by the next start (or by now) leave first, in order.
-        let horizon = next_start.unwrap_or(now);
+        let next = bottleneck
+            .next_commit()
+            .filter(|(_, commit)| *commit <= now);
+        // Transmissions that end by the next commit (or by now) leave first, in order.
+        let horizon = next.map_or(now, |(_, commit)| commit);
         while bottleneck
             .in_service
             .front()
@@ -637,10 +664,10 @@ fn serve(
         {
             out.push(bottleneck.in_service.pop_front().expect("front exists"));
         }
-        let Some(start) = next_start else { break };
+        let Some((start, commit)) = next else { break };
         let ready = bottleneck.cursor;
         bottleneck.cursor = start;
-        let packet = bottleneck.queue.dequeue(start, verdicts);
+        let packet = bottleneck.queue.dequeue(commit, verdicts);
         truth.settle(verdicts);
         let Some(mut packet) = packet else {
             // A queue returns nothing only when empty; stop rather than spin if one errs.
@@ -650,17 +677,19 @@ fn serve(
             debug_assert!(false, "queue returned None while holding packets");
             break;
         };
-        // Plus any wait carried over from a discipline replaced by `set_spec`.
-        packet.queue_delay += start.saturating_since(packet.enqueued);
+        // Plus any wait carried over from a discipline replaced by `set_spec`; the ring's
+        // is the transmission's.
+        packet.queue_delay += commit.saturating_since(packet.enqueued);
         let end = bottleneck
             .rate
             .transmit_ready(ready, start, packet.len_bytes);
         if let Some(record) = truth.record(packet.id) {
-            record.dequeued = Some(start);
+            record.dequeued = Some(commit);
             record.transmitted = Some(end);
         }
         bottleneck.in_service.push_back((end, packet));
     }
+    bottleneck.evaluated = bottleneck.evaluated.max(now);
 }
 
 /// Two links, one per direction.

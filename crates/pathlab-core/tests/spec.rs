@@ -154,6 +154,25 @@ fn a_packet_rate_parses_in_every_spelling_and_prints_as_a_count() {
     assert!(!parse("delay 1ms").has_bottleneck());
 }
 
+#[test]
+fn a_ring_parses_prints_back_and_is_bounded() {
+    let spec = parse("rate 10mbit queue fq_codel ring 5ms");
+    assert_eq!(spec.queue.ring, Some(Duration::from_millis(5)));
+    assert_eq!(spec.to_string(), "rate 10mbit queue fq_codel ring 5ms");
+    assert_eq!(parse("rate 1mbit ring 0").queue.ring, None);
+    assert_eq!(
+        parse("rate 1mbit ring 10s").queue.ring,
+        Some(Duration::from_secs(10))
+    );
+    for bad in [
+        "rate 1mbit ring 11s",
+        "rate 1mbit ring",
+        "rate 1mbit ring 1ms ring 2ms",
+    ] {
+        assert!(LinkSpec::parse(bad).is_err(), "{bad}");
+    }
+}
+
 const EXAMPLES: &[&str] = &[
     "",
     "delay 25ms 5ms 25% distribution normal loss 0.5% 25% duplicate 1% corrupt 0.1% reorder 25% 50% gap 5 rate 10mbit 20 1500 limit 100",
@@ -169,6 +188,7 @@ const EXAMPLES: &[&str] = &[
     "loss state 1% 30% 10% 40% 0.1%",
     "rate 1mbit 8 48 5 seed 42",
     "delay 10ms mtu 1400 seed 3",
+    "rate 20mbit limit 3mb queue fq_codel ring 5ms",
     "preset lte loss 2%",
     "preset cable-up queue fq_codel limit 100",
     "preset leo distribution pareto distance 1000km",

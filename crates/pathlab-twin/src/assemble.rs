@@ -111,6 +111,13 @@ pub fn direction(estimates: &DirectionEstimates) -> DirectionTwin {
     DirectionTwin { spec, figures }
 }
 
+/// A full-size Ethernet frame, bytes: what a flow-queueing scheduler's sparse flow waits
+/// for at most (the frame in service), half of it at its median.
+const FULL_FRAME_BYTES: f64 = 1514.0;
+/// The least ring a twin writes, ns: below it, what the sparse flow waited is timing
+/// noise.
+const MIN_RING_NS: f64 = 500_000.0;
+
 /// A time in ns as a spec says it, to the microsecond (timestamps are no finer).
 fn to_micros(ns: f64) -> Duration {
     Duration::from_micros((ns.max(0.0) / 1e3).round() as u64)
@@ -176,9 +183,20 @@ fn bottleneck(
         };
         figures.insert("sparse_flow_delay_ms".into(), figure.scaled(1e-6));
         // A flow-queueing scheduler: fq_codel, the one pathlab has (its CoDel drops
-        // early, as the AQMs a scheduler like this one runs with do).
+        // early, as the AQMs a scheduler like this one runs with do). What the sparse flow
+        // waited beyond the frame in service (half of one, at its median), which fq_codel
+        // gives it too, was a queue below the scheduler that every flow shares: the twin's
+        // ring.
         if isolation.isolated {
             spec.queue.discipline = Discipline::FqCodel(FqCodelConfig::default());
+            let frame_ns = estimates
+                .rate_bps
+                .as_ref()
+                .map_or(0.0, |rate| FULL_FRAME_BYTES * 8.0 / rate.value * 1e9);
+            let ring_ns = isolation.sparse_delay_ns.value - frame_ns / 2.0;
+            if ring_ns >= MIN_RING_NS {
+                spec.queue.ring = Some(to_micros(ring_ns));
+            }
         }
     }
 }

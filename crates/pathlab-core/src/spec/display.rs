@@ -291,6 +291,7 @@ impl Words {
                 self.pie(config);
             }
         }
+        self.optional("ring", spec.queue.ring);
     }
 }
 

@@ -404,7 +404,17 @@ pub struct QueueSpec {
     pub limit_bytes: Option<u64>,
     /// How the queue drops or marks.
     pub discipline: Discipline,
+    /// A FIFO below the discipline that holds up to this much of transmission (`ring
+    /// 5ms`), as a device's transmit ring or a modem's buffer below a router's qdisc: a
+    /// packet leaves the discipline once the bottleneck will be free within this time, and
+    /// waits its turn there. `None`: a packet leaves the discipline as its transmission
+    /// starts. At most [`MAX_RING`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<Duration>,
 }
+
+/// The longest `ring` a spec takes.
+pub const MAX_RING: Duration = Duration::from_secs(10);
 
 impl QueueSpec {
     /// The packet limit in force: the configured one or the discipline's default.

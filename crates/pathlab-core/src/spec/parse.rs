@@ -96,6 +96,7 @@ const KEYWORDS: &[&str] = &[
     "slot",
     "limit",
     "queue",
+    "ring",
     "mtu",
     "seed",
     "preset",
@@ -538,6 +539,18 @@ impl<'a> Parser<'a> {
             "queue" => {
                 self.once("queue")?;
                 self.queue()?;
+            }
+            "ring" => {
+                self.once("ring")?;
+                let ring = self.time(word)?;
+                if ring > super::MAX_RING {
+                    return Err(SpecError::OutOfRange {
+                        what: "ring".into(),
+                        range: "0 to 10s",
+                        got: ring.to_string(),
+                    });
+                }
+                self.spec.queue.ring = (ring > Duration::ZERO).then_some(ring);
             }
             "mtu" => {
                 self.once("mtu")?;

@@ -72,20 +72,7 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
         }
         None => None,
     };
-    if let Some(packet_rate) = spec.packet_rate {
-        let faster = match fixed_rate {
-            Some(fixed) => format!(
-                "packets that take under {} at {} ({} bytes as the rate counts them) pass faster than pathlab lets them",
-                packet_rate.interval(),
-                fixed.rate,
-                fixed.rate.as_f64() / (8.0 * f64::from(packet_rate.get())),
-            ),
-            None => "packets pass without pathlab's queue in front of it".to_owned(),
-        };
-        out.caveats.push(format!(
-            "netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps {packet_rate}' is left out, so {faster}"
-        ));
-    }
+    left_out(spec, fixed_rate, &mut out);
     if let (Some(bucket), Some(fixed)) = (spec.bucket, fixed_rate) {
         with_tbf(spec, dev, fixed, bucket, &mut out);
         return out;
@@ -137,6 +124,29 @@ pub fn to_tc_commands(spec: &LinkSpec, dev: &str) -> TcCommands {
             .to_owned(),
     );
     out
+}
+
+/// What tc has no word for, said as caveats: a packet-rate limit, a ring below the qdisc.
+fn left_out(spec: &LinkSpec, fixed_rate: Option<FixedRate>, out: &mut TcCommands) {
+    if let Some(packet_rate) = spec.packet_rate {
+        let faster = match fixed_rate {
+            Some(fixed) => format!(
+                "packets that take under {} at {} ({} bytes as the rate counts them) pass faster than pathlab lets them",
+                packet_rate.interval(),
+                fixed.rate,
+                fixed.rate.as_f64() / (8.0 * f64::from(packet_rate.get())),
+            ),
+            None => "packets pass without pathlab's queue in front of it".to_owned(),
+        };
+        out.caveats.push(format!(
+            "netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps {packet_rate}' is left out, so {faster}"
+        ));
+    }
+    if let Some(ring) = spec.queue.ring {
+        out.caveats.push(format!(
+            "tc sets no ring below a qdisc (a driver's, or BQL's limit on it): 'ring {ring}' is left out, so a packet beside a busy flow waits up to {ring} less than under pathlab"
+        ));
+    }
 }
 
 /// Packets of `FRAME_BYTES` that `rate` sends in `delay`, rounded up: what a delay line
@@ -651,6 +661,20 @@ mod tests {
             tc("rate 10mbit 20 53 5").commands,
             vec!["tc qdisc replace dev eth1 root netem rate 10mbit 20 53 5"]
         );
+    }
+
+    #[test]
+    fn a_ring_is_left_out_and_said_so() {
+        let out = tc("rate 10mbit queue fq_codel ring 5ms");
+        assert!(out.commands.iter().all(|c| !c.contains("ring")));
+        assert_eq!(
+            out.caveats[0],
+            "tc sets no ring below a qdisc (a driver's, or BQL's limit on it): 'ring 5ms' is left out, so a packet beside a busy flow waits up to 5ms less than under pathlab"
+        );
+        assert!(tc("rate 10mbit queue fq_codel")
+            .caveats
+            .iter()
+            .all(|c| !c.contains("ring")));
     }
 
     #[test]

@@ -140,5 +140,22 @@ fn a_path_that_keeps_flows_apart_gets_a_flow_queue_and_one_that_does_not_keeps_i
         assert_eq!(is_fq, fq, "{path}: {}: {:#?}", twin.spec, twin.figures);
         let sparse = &twin.figures["sparse_flow_delay_ms"];
         assert_eq!(sparse.value < 2.5, fq, "{path}: {sparse:?}");
+        assert_eq!(twin.spec.queue.ring, None, "{path}: {}", twin.spec);
     }
+}
+
+#[test]
+fn a_queue_below_the_flow_queues_becomes_the_twins_ring() {
+    // The bond's shape: a fair queue, then lines that hold 5 ms under load.
+    let twin = direction(&estimate(
+        &spec("delay 10ms rate 10mbit limit 150kb queue fq_codel ring 5ms"),
+        5,
+    ));
+    assert!(
+        matches!(twin.spec.queue.discipline, Discipline::FqCodel(_)),
+        "{}",
+        twin.spec
+    );
+    let ring = twin.spec.queue.ring.expect("a ring").as_secs_f64() * 1e3;
+    assert!((ring / 5.0 - 1.0).abs() < 0.1, "{}", twin.spec);
 }
