@@ -64,11 +64,7 @@ pub fn bottleneck_rate(
     queued_ns: f64,
     resolution_ns: f64,
 ) -> Option<Figure> {
-    let run = queued_run(saturated, clocks, queued_ns);
-    if run.len() < 10 {
-        return None;
-    }
-    rate_figure(&run, resolution_ns, "bytes")
+    bottleneck_rate_beside(saturated, &[], 0.0, clocks, queued_ns, resolution_ns)
 }
 
 /// [`bottleneck_rate`] with a flow `beside` the saturating one through the same bottleneck
