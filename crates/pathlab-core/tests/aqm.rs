@@ -34,6 +34,15 @@ fn run(forward: LinkSpec, loads: Vec<Load>, duration: Duration) -> SimReport {
     .expect("valid simulation")
 }
 
+/// 12 Mbit/s of full-size frames into a 10 Mbit/s link, and beside them a sparse flow: one
+/// 100-byte packet every 10 ms.
+fn bulk_and_sparse() -> Vec<Load> {
+    vec![
+        Load::cbr(BitsPerSec::mbit(12), 1514),
+        Load::cbr(BitsPerSec::kbit(80), 100),
+    ]
+}
+
 /// Unresponsive overload through CoDel and through tail drop.
 ///
 /// RFC 8289 promises nothing for unresponsive traffic (its control law assumes senders
@@ -95,10 +104,7 @@ fn codel_bounds_a_small_unresponsive_excess_and_beats_tail_drop() {
 /// it waits for the whole standing queue.
 #[test]
 fn fq_codel_isolates_a_sparse_flow_from_a_bulk_flow() {
-    let loads = vec![
-        Load::cbr(BitsPerSec::mbit(12), 1514),
-        Load::cbr(BitsPerSec::kbit(80), 100), // one 100-byte packet every 10 ms
-    ];
+    let loads = bulk_and_sparse();
     let fq = run(
         spec("rate 10mbit queue fq_codel"),
         loads.clone(),
@@ -131,10 +137,7 @@ fn fq_codel_isolates_a_sparse_flow_from_a_bulk_flow() {
 /// a packet finds the ring empty and waits nothing.
 #[test]
 fn a_ring_below_fq_codel_delays_the_sparse_flow_by_the_ring_and_a_lone_packet_not() {
-    let loads = vec![
-        Load::cbr(BitsPerSec::mbit(12), 1514),
-        Load::cbr(BitsPerSec::kbit(80), 100),
-    ];
+    let loads = bulk_and_sparse();
     let frame = BitsPerSec::mbit(10).serialization_time(1514);
     let ring = Duration::from_millis(5);
     let with_ring = run(

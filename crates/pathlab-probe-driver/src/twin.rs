@@ -161,6 +161,11 @@ pub fn run(
     })
 }
 
+/// What a twin says when the sparse flow beside a saturating phase could not run.
+const SPARSE_FAILED: &str =
+    "whether the queue keeps flows apart: the sparse flow's session beside the saturating one \
+     failed";
+
 /// A phase run: its name (for the progress), the phase, what arrived.
 type Run<'a> = dyn FnMut(&str, Phase) -> Result<Vec<pathlab_twin::Sample>, MeasureError> + 'a;
 
@@ -261,6 +266,8 @@ fn measure_direction(
         }
         None => (None, None),
     };
+    let mut cannot = plan.cannot;
+    cannot.extend((saturation.is_some() && sparse.is_none()).then(|| SPARSE_FAILED.to_owned()));
     let samples = DirectionSamples {
         low_load,
         saturation,
@@ -268,7 +275,7 @@ fn measure_direction(
         sparse,
         resolution_ns: RESOLUTION_NS,
     };
-    Ok((samples, plan.cannot))
+    Ok((samples, cannot))
 }
 
 /// `pathlab twin check`'s real side: the check's workloads against the server, in turn

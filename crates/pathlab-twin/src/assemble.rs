@@ -7,7 +7,7 @@ use pathlab_core::spec::{
     CodelConfig, DelayQuantiles, DelaySpec, Discipline, FixedRate, FqCodelConfig, LinkSpec,
     RateSpec, TraceRef,
 };
-use pathlab_core::units::{BitsPerSec, PacketsPerSec};
+use pathlab_core::units::{BitsPerSec, PacketsPerSec, FRAME_BYTES};
 use pathlab_core::{Duration, Probability};
 
 use crate::bottleneck::PacketRate;
@@ -111,9 +111,6 @@ pub fn direction(estimates: &DirectionEstimates) -> DirectionTwin {
     DirectionTwin { spec, figures }
 }
 
-/// A full-size Ethernet frame, bytes: what a flow-queueing scheduler's sparse flow waits
-/// for at most (the frame in service), half of it at its median.
-const FULL_FRAME_BYTES: f64 = 1514.0;
 /// The least ring a twin writes, ns: below it, what the sparse flow waited is timing
 /// noise.
 const MIN_RING_NS: f64 = 500_000.0;
@@ -184,7 +181,8 @@ fn bottleneck(
         figures.insert("sparse_flow_delay_ms".into(), figure.scaled(1e-6));
         // A flow-queueing scheduler: fq_codel, the one pathlab has (its CoDel drops
         // early, as the AQMs a scheduler like this one runs with do). What the sparse flow
-        // waited beyond the frame in service (half of one, at its median), which fq_codel
+        // waited beyond the full-size frame in service (half of one at its median: what a
+        // flow-queueing scheduler's sparse flow waits for at most), which fq_codel
         // gives it too, was a queue below the scheduler that every flow shares: the twin's
         // ring.
         if isolation.isolated {
@@ -192,7 +190,7 @@ fn bottleneck(
             let frame_ns = estimates
                 .rate_bps
                 .as_ref()
-                .map_or(0.0, |rate| FULL_FRAME_BYTES * 8.0 / rate.value * 1e9);
+                .map_or(0.0, |rate| FRAME_BYTES * 8.0 / rate.value * 1e9);
             let ring_ns = isolation.sparse_delay_ns.value - frame_ns / 2.0;
             if ring_ns >= MIN_RING_NS {
                 spec.queue.ring = Some(to_micros(ring_ns));

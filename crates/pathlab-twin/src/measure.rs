@@ -22,7 +22,7 @@ use crate::bottleneck::{bottleneck_rate_beside, packet_rate, PacketRate};
 use crate::buffer::buffer;
 use crate::delay::{base_delay, delay_variation, DelayVariation};
 use crate::figure::Figure;
-use crate::isolation::isolation;
+use crate::isolation::{isolation, MIN_SPARSE_SAMPLES};
 use crate::loss::fit_loss;
 use crate::samples::{Clocks, Sample};
 use crate::trace::{delivery_trace, rate_over_time};
@@ -276,7 +276,15 @@ pub fn estimate(
         samples.sparse.as_deref(),
     ) {
         (Some(_), Some(saturated), Some(sparse)) => {
-            isolation(saturated, sparse, &clocks, queued_ns, median_ns)
+            let found = isolation(saturated, sparse, &clocks, queued_ns, median_ns);
+            if found.is_none() {
+                cannot.push(format!(
+                    "whether the queue keeps flows apart: fewer than {MIN_SPARSE_SAMPLES} of \
+                     the sparse flow's probes arrived while the saturating ones queued (a \
+                     full FIFO drops most of them)"
+                ));
+            }
+            found
         }
         _ => None,
     };

@@ -4,25 +4,15 @@
 use pathlab_core::LinkSpec;
 
 use super::*;
-use crate::bottleneck::{bottleneck_rate_beside, packet_rate, PacketRate};
-use crate::buffer::buffer;
-use crate::delay::{base_delay, delay_variation};
 use crate::file::TwinFile;
-use crate::isolation::isolation;
-use crate::loss::fit_loss;
-use crate::samples::Clocks;
+use crate::measure::{self, DirectionSamples};
 use crate::testing::{at_rate, paced, spec, through, through_flows};
 
-/// Measures one direction of `path` as the driver will: a low-load phase of 200-byte
-/// probes, a saturating one of full-size frames, one of small packets.
+/// Measures one direction of `path` as the driver will, and estimates it as the driver
+/// does ([`measure::estimate`]): a low-load phase of 200-byte probes, a saturating one of
+/// full-size frames with a sparse flow beside it, one of small packets.
 fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
-    let low = through(path, seed, &paced(0, 5000, 2_000_000, 200));
-    let clocks = Clocks::from_low_load(&low).unwrap();
-    let variation = delay_variation(&low, &clocks, 20).unwrap();
-    let queued_ns = variation.quantiles.last().unwrap().value_ns + 100_000.0;
-    let median = variation.quantiles[10].value_ns;
-    let fates: Vec<bool> = low.iter().map(|s| s.received_ns.is_none()).collect();
-    let loss = fit_loss(&fates);
+    let low_load = through(path, seed, &paced(0, 5000, 2_000_000, 200));
     // Overfed at 50 Mbit/s (the paths below run at 20 Mbit/s or less), a sparse flow of
     // 200-byte probes every 20 ms beside it.
     let start = 20_000_000_000;
@@ -34,36 +24,21 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
             paced(start, 100, 20_000_000, 200),
         ],
     );
-    let sparse = flows.pop().unwrap();
-    let saturated = flows.pop().unwrap();
-    // As the driver's estimate counts the sparse probes' time at the bottleneck.
-    let rate = bottleneck_rate_beside(&saturated, &sparse, 0.0, &clocks, queued_ns, 1.0).unwrap();
+    let sparse = flows.pop();
+    let saturation = flows.pop();
     let small = through(
         path,
         seed + 2,
         &at_rate(30_000_000_000, 500_000_000, 20e6, 100),
     );
-    let packets = packet_rate(&small, &clocks, queued_ns, 1.0, rate.value);
-    let rate = match &packets {
-        Some(PacketRate::Limited { pps }) => {
-            let slot_bytes = rate.value / 8.0 / pps.value;
-            bottleneck_rate_beside(&saturated, &sparse, slot_bytes, &clocks, queued_ns, 1.0)
-                .unwrap()
-        }
-        _ => rate,
+    let samples = DirectionSamples {
+        low_load,
+        saturation,
+        small: Some(small),
+        sparse,
+        resolution_ns: 1.0,
     };
-    let found = buffer(&saturated, &clocks, &rate, median, loss.rate.value);
-    DirectionEstimates {
-        base_delay_ns: base_delay(&clocks, 0.0, 0.0, 1.0),
-        probe_bytes: 200,
-        variation: Some(variation),
-        loss,
-        rate_bps: Some(rate),
-        packet_rate: packets,
-        isolation: isolation(&saturated, &sparse, &clocks, queued_ns, median),
-        buffer: found,
-        trace_file: None,
-    }
+    measure::estimate(&samples, 0.0, 0.0).unwrap().estimates
 }
 
 fn twin_of(up: &LinkSpec, down: &LinkSpec) -> TwinFile {

@@ -78,6 +78,28 @@ fn measured(path: &str) -> DirectionSamples {
 }
 
 #[test]
+fn a_sparse_flow_that_missed_the_queue_says_what_was_not_learned() {
+    let mut samples = measured("delay 20ms rate 10mbit limit 80");
+    // Sent after the saturating phase: none of it met the queue.
+    let path = spec("delay 20ms rate 10mbit limit 80");
+    samples.sparse = Some(through(
+        &path,
+        4,
+        &paced(10_000_000_000, 100, 20_000_000, 242),
+    ));
+    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    assert_eq!(estimated.estimates.isolation, None);
+    assert!(
+        estimated
+            .cannot
+            .iter()
+            .any(|c| c.contains("keeps flows apart")),
+        "{:?}",
+        estimated.cannot
+    );
+}
+
+#[test]
 fn a_tail_drop_bottleneck_is_recovered_from_its_phases() {
     // 80 frames of 1514 bytes at 10 Mbit/s: 96.9 ms of buffer.
     let estimated = estimate(&measured("delay 20ms rate 10mbit limit 80"), 0.0, 0.0).unwrap();
