@@ -198,6 +198,3 @@ fn bottleneck(
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

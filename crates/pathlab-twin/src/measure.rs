@@ -482,3 +482,5 @@ pub fn samples_of(arrivals: &[(u64, u64, u64)], sent: u64, frame_bytes: u32) -> 
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twin_tests;

@@ -1,15 +1,16 @@
 //! A twin made from the estimators on a path of known parameters: printed, read back, and
 //! its own spec, measured again, gives the same figures.
 
+use pathlab_core::spec::Discipline;
 use pathlab_core::LinkSpec;
 
-use super::*;
+use super::{estimate as measure_estimate, DirectionSamples};
+use crate::assemble::{direction, DirectionEstimates};
 use crate::file::TwinFile;
-use crate::measure::{self, DirectionSamples};
 use crate::testing::{at_rate, paced, spec, through, through_flows};
 
 /// Measures one direction of `path` as the driver will, and estimates it as the driver
-/// does ([`measure::estimate`]): a low-load phase of 200-byte probes, a saturating one of
+/// does ([`super::estimate`]): a low-load phase of 200-byte probes, a saturating one of
 /// full-size frames with a sparse flow beside it, one of small packets.
 fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
     let low_load = through(path, seed, &paced(0, 5000, 2_000_000, 200));
@@ -38,7 +39,7 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
         sparse,
         resolution_ns: 1.0,
     };
-    measure::estimate(&samples, 0.0, 0.0).unwrap().estimates
+    measure_estimate(&samples, 0.0, 0.0).unwrap().estimates
 }
 
 fn twin_of(up: &LinkSpec, down: &LinkSpec) -> TwinFile {
