@@ -380,3 +380,57 @@ fn a_line_never_busy_starts_as_a_line_starts() {
         delivery / 1e6
     );
 }
+
+/// A line busy again after an idle spell may take at once the capacity it showed with
+/// full datagrams, though its last queue was of small ones (a packet limit's, which says
+/// nothing of its bytes). Regression (issue 41): the tunnel's lines up, full at their
+/// capacity, then queued 32-byte datagrams, sat idle for a few seconds, and restarted
+/// at twice the little a TCP flow's first round trips delivered, from 1 Mbit/s: the
+/// flow went at 1 Mbit/s for 0.75 s and took 3.5 s to reach 16 of its 18 Mbit/s.
+#[test]
+fn a_line_busy_after_an_idle_spell_restarts_at_the_capacity_full_datagrams_showed() {
+    let capacity = 12_000_000.0;
+    let mut controller = RateController::new(ControllerConfig::default(), Instant::ZERO);
+    controller.on_rtt(Duration::from_millis(40));
+    let mut reports = Reports::new();
+    // 25 ms of `datagrams` of `bytes` each, all delivered at `queue_ms`.
+    let mut carry =
+        |controller: &mut RateController, datagrams: u64, bytes: usize, queue_ms: i64| {
+            for _ in 0..datagrams {
+                controller.on_sent(bytes);
+            }
+            let (now, mut report) = reports.next(datagrams, 0, bytes as u64);
+            report.owd_min_ns += queue_ms * 1_000_000;
+            controller.on_feedback(now, &report);
+        };
+    for _ in 0..8 {
+        carry(&mut controller, 1, 100, 0);
+    }
+    // Full: 1000-byte datagrams at the capacity (37.5 a report) at a 3 ms queue...
+    for k in 0..40 {
+        carry(&mut controller, 37 + k % 2, 1000, 3);
+    }
+    // ...then, after a pause, 40-byte ones at a packet limit (2,000 a second), a 3 ms
+    // queue too...
+    for _ in 0..8 {
+        carry(&mut controller, 1, 100, 0);
+    }
+    for _ in 0..40 {
+        carry(&mut controller, 50, 40, 3);
+    }
+    // ...then two seconds idle.
+    for _ in 0..80 {
+        carry(&mut controller, 1, 100, 0);
+    }
+    // Busy again: 1000-byte datagrams at the rate, seen 100 ms late.
+    let seen = busy_line_seen_late(&mut controller, &mut reports, 4, 8);
+    for (k, (rate, delivery)) in seen.iter().enumerate() {
+        assert!(
+            *rate >= 0.95 * capacity,
+            "report {k}: {:.2} Mbit/s having delivered {:.2}, the capacity {:.2}",
+            rate / 1e6,
+            delivery / 1e6,
+            capacity / 1e6
+        );
+    }
+}
