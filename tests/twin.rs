@@ -268,4 +268,13 @@ fn twin_refuses_bad_options_and_names_a_host_that_is_no_server() {
         ],
         "--max-rate",
     );
+    // Refused, not ignored.
+    crate::util::assert_refused(
+        &["twin", "198.18.0.2", "--out", "x.toml", "--save", "s.json"],
+        "--save s.json",
+    );
+    crate::util::assert_refused(
+        &["twin", "check", "x.toml", "198.18.0.2", "--save", "s.json"],
+        "--save s.json",
+    );
 }

@@ -130,6 +130,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         return run_check(check);
     }
     let args = &args.measure;
+    refuse_save(
+        &args.client,
+        "the twin file (--out) holds its figures, --json prints them",
+    )?;
     let (Some(host), Some(out)) = (&args.host, &args.out) else {
         return Err(usage(anyhow::anyhow!(
             "pathlab twin HOST --out FILE: both are needed (or pathlab twin check FILE HOST)"
@@ -177,6 +181,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 /// Runs `pathlab twin check FILE HOST`: the real path first, then the twin in
 /// namespaces; exit 1 when the twin does not hold.
 fn run_check(args: &CheckArgs) -> anyhow::Result<()> {
+    refuse_save(
+        &args.client,
+        "--out DIR holds its whole result, result.json",
+    )?;
     let twin = crate::cmd::spec::read_twin(&args.file)?;
     let target = args.client.target(&args.server.host)?;
     let seconds = args.time.as_secs_f64().round() as u64;
@@ -312,5 +320,17 @@ fn direction_name(direction: Direction) -> &'static str {
     match direction {
         Direction::Up => "up",
         Direction::Down => "down",
+    }
+}
+
+/// `--save`, which the other client commands take, is refused here rather than ignored:
+/// `instead` says where the command's results go.
+fn refuse_save(client: &crate::cmd::client::ClientOptions, instead: &str) -> anyhow::Result<()> {
+    match &client.save {
+        Some(file) => Err(usage(anyhow::anyhow!(
+            "--save {}: pathlab twin does not save its samples; {instead}",
+            file.display()
+        ))),
+        None => Ok(()),
     }
 }
