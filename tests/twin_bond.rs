@@ -137,7 +137,7 @@ fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
 /// where the twin's one link is at its rate at once, and a 3 s check compared mostly that
 /// (goodput up -7% to -21% of the twin's).
 ///
-/// Ignored until it holds run after run (docs/twin.md): of 6 runs with a 10 s check, 2
+/// Ignored until it holds run after run (docs/twin.md): of 10 runs with a 10 s check, 2
 /// passed every row. The others missed: goodput down -20% with the recipe's 50 Mbit/s
 /// lines down (the tunnel ends' CPU, 80-116 Mbit/s from run to run, was the path's rate
 /// down; the lines down are slower now); goodput down -7.9% with those (bulk TCP through
@@ -146,7 +146,7 @@ fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
 /// as a trace (base RTT +1.06 ms, loaded RTT p95 +16%); loaded RTT +17% where 20-25% of
 /// the low-load probes up had waited 5 ms (the lines' held queue, at low load).
 #[test]
-#[ignore = "issue 41: 2 of 6 runs hold every row (docs/twin.md)"]
+#[ignore = "issue 41: 2 of 10 runs hold every row (docs/twin.md)"]
 fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let Some(_lock) = privileged_heavy("a_twin_of_the_bond_over_three_lines") else {
         return;

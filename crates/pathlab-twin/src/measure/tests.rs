@@ -277,6 +277,34 @@ fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
     assert_eq!(estimated.trace, None, "a settled rate is fixed");
 }
 
+/// The bond's lines down ramped through a whole saturating phase, too slowly to move
+/// (windows' variation under 5%) and with no leading window far below the rest: the rate
+/// is where the path ended up, not the phase's mean, which a longer transfer outruns.
+#[test]
+fn a_rate_still_ramping_at_the_phase_end_is_its_second_half() {
+    let steps = "34mbit 35mbit 36mbit 37mbit 38mbit 39mbit 39mbit 39mbit 39mbit";
+    let path = spec(&format!("delay 20ms schedule 500ms {steps} limit 4000"));
+    let low = through(
+        &path,
+        1,
+        &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
+    );
+    let saturated = through(&path, 2, &at_rate(0, 4_000_000_000, 55e6, 1514));
+    let samples = DirectionSamples {
+        low_load: low,
+        saturation: Some(saturated),
+        small: None,
+        sparse: None,
+        resolution_ns: 1.0,
+    };
+    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
+    // The second half (2-4 s of the queued run): 38.5 Mbit/s on average, the whole 37.3.
+    assert!((rate.value / 38.5e6 - 1.0).abs() < 0.015, "{rate:?}");
+    assert!(rate.how.contains("still ramping"), "{}", rate.how);
+    assert_eq!(estimated.trace, None, "it does not move");
+}
+
 #[test]
 fn the_offset_splits_the_round_trip_by_equal_propagation() {
     // 15 ms each way; up 2 Mbit/s, down 20 (a 242-byte frame: 968 us up, 96.8 down); the
