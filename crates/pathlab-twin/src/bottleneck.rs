@@ -10,6 +10,8 @@
 //! Flexlab's capacity). Losses before the bottleneck take no time on it and are not
 //! counted.
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::figure::Figure;
@@ -112,7 +114,8 @@ pub fn bottleneck_rate_beside(
     let run = at_its_end(&whole);
     let mut figure = rate_figure(run, resolution_ns, "bytes")?;
     if run.len() < whole.len() {
-        figure.how += &format!(
+        let _ = write!(
+            figure.how,
             "; the second half of {} such packets, which came more than {:.0}% faster than \
              the first (the path still ramping up)",
             whole.len(),
