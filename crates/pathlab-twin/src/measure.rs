@@ -24,7 +24,7 @@ use crate::delay::{base_delay, delay_variation, DelayVariation};
 use crate::figure::Figure;
 use crate::isolation::{isolation, MIN_SPARSE_SAMPLES};
 use crate::loss::fit_loss;
-use crate::samples::{Clocks, Sample};
+use crate::samples::{after_drain, Clocks, Sample};
 use crate::trace::{delivery_trace, rate_over_time};
 
 /// Bytes of each low-load probe's UDP payload.
@@ -224,7 +224,7 @@ pub fn estimate(
     offset_ns: f64,
     offset_uncertainty_ns: f64,
 ) -> Option<Estimated> {
-    let low = &samples.low_load;
+    let low = &after_drain(&samples.low_load);
     let clocks = Clocks::from_low_load(low)?;
     let mut cannot = Vec::new();
     let variation = delay_variation(low, &clocks, VARIATION_POINTS);
