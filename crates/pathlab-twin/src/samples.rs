@@ -119,17 +119,18 @@ pub fn after_drain(low_load: &[Sample]) -> Vec<Sample> {
             windows[index].push(delay);
         }
     }
-    let median = |mut delays: Vec<f64>| -> Option<f64> {
+    let median = |delays: &[f64]| {
+        let mut delays = delays.to_vec();
         delays.sort_by(f64::total_cmp);
-        delays.get(delays.len() / 2).copied()
+        pathlab_core::quantile::of_sorted(&delays, 0.5)
     };
-    let Some(settled) = median(windows[windows.len() / 2..].concat()) else {
+    let Some(settled) = median(&windows[windows.len() / 2..].concat()) else {
         return sorted;
     };
     let draining = windows
         .iter()
         .take(windows.len() / 2)
-        .take_while(|w| median((*w).clone()).is_some_and(|m| m > settled + DRAINING_NS))
+        .take_while(|w| median(w).is_some_and(|m| m > settled + DRAINING_NS))
         .count();
     let from_ns = first_ns + draining as u64 * DRAIN_WINDOW_NS;
     sorted.retain(|s| s.sent_ns >= from_ns);

@@ -253,25 +253,36 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
 /// its rate once loaded (the tunnel's line controllers: 5.0, 7.5, 13.1, 16.5, then about
 /// 20 Mbit/s in windows of 250 ms) was copied as a moving rate, its ramp replayed by a
 /// trace every 4.5 s, and a rate 10% low. The ramp is the path settling, not its rate.
-#[test]
-fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
-    let path = spec("delay 20ms schedule 250ms 5mbit 7.5mbit 13mbit 16.5mbit 20mbit limit 2000");
-    let low = through(
-        &path,
-        1,
-        &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
-    );
-    // The low load ran first; the saturation starts at the schedule's start again.
-    let ramp = spec("delay 20ms schedule 250ms 5mbit 7.5mbit 13mbit 16.5mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit limit 2000");
-    let saturated = through(&ramp, 2, &at_rate(0, 4_000_000_000, 30e6, 1514));
-    let samples = DirectionSamples {
-        low_load: low,
-        saturation: Some(saturated),
+/// A low-load phase through `low_path` and 4 s of full frames offered at `offered_bps`
+/// through `saturated_path` (each from its own start), without small packets.
+fn low_then_saturated(
+    low_path: &pathlab_core::LinkSpec,
+    saturated_path: &pathlab_core::LinkSpec,
+    offered_bps: f64,
+) -> DirectionSamples {
+    DirectionSamples {
+        low_load: through(
+            low_path,
+            1,
+            &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
+        ),
+        saturation: Some(through(
+            saturated_path,
+            2,
+            &at_rate(0, 4_000_000_000, offered_bps, 1514),
+        )),
         small: None,
         sparse: None,
         resolution_ns: 1.0,
-    };
-    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    }
+}
+
+#[test]
+fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
+    let path = spec("delay 20ms schedule 250ms 5mbit 7.5mbit 13mbit 16.5mbit 20mbit limit 2000");
+    // The low load ran first; the saturation starts at the schedule's start again.
+    let ramp = spec("delay 20ms schedule 250ms 5mbit 7.5mbit 13mbit 16.5mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit 20mbit limit 2000");
+    let estimated = estimate(&low_then_saturated(&path, &ramp, 30e6), 0.0, 0.0).unwrap();
     let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
     assert!((rate.value / 20e6 - 1.0).abs() < 0.01, "{rate:?}");
     assert_eq!(estimated.trace, None, "a settled rate is fixed");
@@ -284,20 +295,7 @@ fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
 fn a_rate_still_ramping_at_the_phase_end_is_its_second_half() {
     let steps = "34mbit 35mbit 36mbit 37mbit 38mbit 39mbit 39mbit 39mbit 39mbit";
     let path = spec(&format!("delay 20ms schedule 500ms {steps} limit 4000"));
-    let low = through(
-        &path,
-        1,
-        &paced(0, 2000, 5_000_000, LOW_LOAD_PAYLOAD + OVERHEAD),
-    );
-    let saturated = through(&path, 2, &at_rate(0, 4_000_000_000, 55e6, 1514));
-    let samples = DirectionSamples {
-        low_load: low,
-        saturation: Some(saturated),
-        small: None,
-        sparse: None,
-        resolution_ns: 1.0,
-    };
-    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    let estimated = estimate(&low_then_saturated(&path, &path, 55e6), 0.0, 0.0).unwrap();
     let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
     // The second half (2-4 s of the queued run): 38.5 Mbit/s on average, the whole 37.3.
     assert!((rate.value / 38.5e6 - 1.0).abs() < 0.015, "{rate:?}");
