@@ -107,6 +107,18 @@ fn a_twin_of_a_kernel_token_bucket_behind_a_delay_finds_its_rate_queue_and_delay
     // Down: the other bucket, 20 Mbit/s.
     let down = figure(&twin, "down", "rate_mbit") * 1e6;
     assert!((down / 20e6 - 1.0).abs() < 0.05, "rate down {down}");
+    // Bulk TCP through a bucket carries its segments as their frames say: the rate the
+    // probes found stands (pathlab_twin::calibrate), and the flow's goodput is in the twin,
+    // no faster than the bucket carries TCP (its MSS over its frame).
+    for (direction, bucket_bps) in [("up", RATE_BPS), ("down", 20e6)] {
+        let how = twin[direction]["figures"]["rate_mbit"]["how"].as_str().unwrap();
+        assert!(!how.contains("raised"), "{direction}: {how}");
+        let goodput = figure(&twin, direction, "tcp_goodput_mbit") * 1e6;
+        assert!(
+            goodput <= bucket_bps * 1448.0 / 1514.0 * 1.02,
+            "{direction}: TCP's goodput {goodput} through a {bucket_bps} bucket"
+        );
+    }
 
     // The file reads back.
     let back = lab

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use pathlab_core::BitsPerSec;
 use pathlab_probe::control::Direction;
+use pathlab_probe::control::TcpDirection;
+use pathlab_twin::calibrate::{self, TcpRun};
 use pathlab_twin::file::TwinFile;
 use pathlab_twin::measure::{
     self, estimate, split_offset, DirectionSamples, Estimated, Phase, PlanInput,
@@ -71,6 +73,11 @@ pub enum TwinEvent<'a> {
         name: &'a str,
         /// Its probes.
         phase: Phase,
+    },
+    /// A bulk TCP flow in `direction` begins ([`pathlab_twin::calibrate`]).
+    Tcp {
+        /// Its direction.
+        direction: Direction,
     },
     /// Something `direction`'s measurement will not learn, and why.
     Cannot {
@@ -190,18 +197,7 @@ fn measure_direction(
         None
     } else {
         on_event(TwinEvent::Capacity { direction });
-        let options = CapacityOptions {
-            pairs: 10,
-            trains: TRAINS,
-            available: false,
-            max_rate_bps: Some(max_rate_bps),
-            ..CapacityOptions::new(direction)
-        };
-        let report = capacity::measure(connect, &options, &mut |_| {})?;
-        // The sustained rate (a token bucket's, once its burst is spent: trains pass a
-        // bucket at the rate of the link beneath it), counted in frames.
-        let c = &report.capacity;
-        Some(c.bottleneck_bps() * c.frame_capacity_bps / c.capacity_bps.max(1.0))
+        Some(rough_capacity(connect, direction, max_rate_bps)?)
     };
     let plan = measure::plan(&input, capacity, config.gentle);
     for what in &plan.cannot {
@@ -248,6 +244,7 @@ fn measure_direction(
     };
     let low_load = run("low load", plan.low_load)?;
     let mut small_plan = plan.small;
+    let mut last_phase = None;
     let (saturation, sparse) = match plan.saturation {
         Some(mut phase) => {
             let (mut saturated, mut sparse) = saturate(&mut run, "saturation", phase)?;
@@ -262,20 +259,134 @@ fn measure_direction(
                 (saturated, sparse) = saturate(&mut run, again, phase)?;
                 small_plan = measure::small_after(&input, &phase);
             }
+            last_phase = Some(phase);
             (Some(saturated), sparse)
         }
         None => (None, None),
     };
     let mut cannot = plan.cannot;
     cannot.extend((saturation.is_some() && sparse.is_none()).then(|| SPARSE_FAILED.to_owned()));
+    let small = small_plan.map(|p| run("small packets", p)).transpose()?;
+    let tcp = tcp_after(
+        config,
+        direction,
+        last_phase,
+        max_rate_bps,
+        path.mtu_bytes,
+        on_event,
+    );
+    let tcp = tcp.map_err(|why| cannot.push(why)).ok().flatten();
     let samples = DirectionSamples {
         low_load,
         saturation,
-        small: small_plan.map(|p| run("small packets", p)).transpose()?,
+        small,
         sparse,
+        tcp,
         resolution_ns: RESOLUTION_NS,
     };
     Ok((samples, cannot))
+}
+
+/// `direction`'s rough capacity, bits/s of frames: packet trains, then a constant-rate
+/// stream that finds a token bucket's sustained rate (once its burst is spent: trains pass
+/// a bucket at the rate of the link beneath it).
+fn rough_capacity(
+    connect: &dyn Fn() -> Result<Client, MeasureError>,
+    direction: Direction,
+    max_rate_bps: f64,
+) -> Result<f64, MeasureError> {
+    let options = CapacityOptions {
+        pairs: 10,
+        trains: TRAINS,
+        available: false,
+        max_rate_bps: Some(max_rate_bps),
+        ..CapacityOptions::new(direction)
+    };
+    let c = capacity::measure(connect, &options, &mut |_| {})?.capacity;
+    Ok(c.bottleneck_bps() * c.frame_capacity_bps / c.capacity_bps.max(1.0))
+}
+
+/// The bulk TCP flow after `direction`'s saturating phases ([`calibrating_flow`]), only
+/// where they found the bottleneck below the rate allowed (`last_phase` went slower than
+/// `max_rate_bps`): TCP itself is bounded by nothing else. `Ok(None)` without a
+/// saturating phase; `Err` says what the twin will not learn, and why.
+fn tcp_after(
+    config: &TwinConfig,
+    direction: Direction,
+    last_phase: Option<Phase>,
+    max_rate_bps: f64,
+    mtu_bytes: u32,
+    on_event: &mut dyn FnMut(TwinEvent<'_>),
+) -> Result<Option<TcpRun>, String> {
+    match last_phase {
+        Some(phase) if phase.rate_bps < max_rate_bps * 0.999 => {
+            on_event(TwinEvent::Tcp { direction });
+            calibrating_flow(config, direction, mtu_bytes + ETHERNET_HEADER)
+                .map(Some)
+                .map_err(|e| format!("how fast bulk TCP goes: its flow failed: {e}"))
+        }
+        Some(_) => Err(TCP_UNBOUNDED.to_owned()),
+        None => Ok(None),
+    }
+}
+
+/// What a twin says when the saturating phases went at the rate allowed.
+const TCP_UNBOUNDED: &str =
+    "how fast bulk TCP goes (for the rate it meets): the probes went at the rate allowed, and \
+     a TCP flow is bounded by nothing but the path";
+
+/// A bulk TCP flow in `direction` for [`calibrate::TCP_SECONDS`], counted every
+/// [`calibrate::INTERVAL_MS`]: what [`pathlab_twin::calibrate`] weighs the rate against.
+fn calibrating_flow(
+    config: &TwinConfig,
+    direction: Direction,
+    frame_bytes: u32,
+) -> Result<TcpRun, MeasureError> {
+    let tcp = crate::tcp::TcpConfig {
+        target: config.target.clone(),
+        test: crate::TcpTest {
+            streams: 1,
+            direction: match direction {
+                Direction::Up => TcpDirection::Up,
+                Direction::Down => TcpDirection::Down,
+            },
+            duration: Duration::from_secs(calibrate::TCP_SECONDS),
+            interval: Duration::from_millis(calibrate::INTERVAL_MS),
+            sample_every: Duration::from_millis(calibrate::INTERVAL_MS),
+            // The check's: a loss-based sender fills the bottleneck (the host's default,
+            // often BBR, paces at what it estimates; through the bond 33 Mbit/s where
+            // cubic met 37).
+            options: crate::TcpOptions {
+                congestion: Some(pathlab_twin::check::CONGESTION.to_owned()),
+                ..crate::TcpOptions::default()
+            },
+        },
+    };
+    let report = crate::tcp::run(&tcp, &mut |_| {}).map_err(|p| p.error)?;
+    let streams = match direction {
+        Direction::Up => &report.up,
+        Direction::Down => &report.down,
+    };
+    let stream = streams.first().ok_or_else(|| {
+        MeasureError::Session(pathlab_probe::session::SessionError::Protocol(
+            "the server reported no TCP stream".into(),
+        ))
+    })?;
+    // The sender's segment size where it reported one; else a full frame less IPv4's and
+    // TCP's headers with timestamps.
+    let mss = stream
+        .samples
+        .iter()
+        .map(|s| s.mss)
+        .max()
+        .filter(|&mss| mss > 0)
+        .unwrap_or(frame_bytes.saturating_sub(ETHERNET_HEADER + 52));
+    Ok(TcpRun {
+        interval_ns: report.interval_ns,
+        interval_bytes: stream.interval_bytes.clone(),
+        mss,
+        frame_bytes,
+    })
 }
 
 /// `pathlab twin check`'s real side: the check's workloads against the server, in turn
@@ -286,7 +397,6 @@ pub fn check_real(
     plan: &pathlab_twin::check::Plan,
     on_step: &mut dyn FnMut(&str),
 ) -> Result<pathlab_twin::check::PathRuns, MeasureError> {
-    use pathlab_probe::control::TcpDirection;
     use pathlab_twin::check::{
         DirectionRuns, PathRuns, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
     };

@@ -38,6 +38,8 @@ pub struct DirectionEstimates {
     pub buffer: Option<Buffer>,
     /// [`crate::isolation::isolation`]: whether the buffer keeps flows apart.
     pub isolation: Option<Isolation>,
+    /// [`crate::calibrate::steady_goodput`] of a bulk TCP flow over the path, bits/s.
+    pub tcp_goodput_bps: Option<Figure>,
     /// The delivery trace's file name, beside the twin, when the rate moves.
     pub trace_file: Option<String>,
 }
@@ -126,6 +128,9 @@ fn bottleneck(
     spec: &mut LinkSpec,
     figures: &mut BTreeMap<String, Figure>,
 ) {
+    if let Some(goodput) = &estimates.tcp_goodput_bps {
+        figures.insert("tcp_goodput_mbit".into(), goodput.scaled(1e-6));
+    }
     if let Some(rate) = &estimates.rate_bps {
         figures.insert("rate_mbit".into(), rate.scaled(1e-6));
         spec.rate = Some(match &estimates.trace_file {

@@ -21,6 +21,7 @@
 pub mod assemble;
 pub mod bottleneck;
 pub mod buffer;
+pub mod calibrate;
 pub mod check;
 pub mod delay;
 pub mod figure;

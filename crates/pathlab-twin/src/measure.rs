@@ -17,15 +17,18 @@
 //! 3. **Small packets** (not with `--gentle`): the smallest probes at 1.5 times what the
 //!    byte rate would carry of them: a packet-rate limit (the seed's modem).
 
+use std::fmt::Write as _;
+
 use crate::assemble::DirectionEstimates;
 use crate::bottleneck::{bottleneck_rate_beside, packet_rate, PacketRate};
 use crate::buffer::buffer;
+use crate::calibrate::{calibrated_rate, steady_goodput, TcpRun};
 use crate::delay::{base_delay, delay_variation, DelayVariation};
 use crate::figure::Figure;
 use crate::isolation::{isolation, MIN_SPARSE_SAMPLES};
 use crate::loss::fit_loss;
 use crate::samples::{after_drain, Clocks, Sample};
-use crate::trace::{delivery_trace, rate_over_time};
+use crate::trace::{delivery_trace, rate_over_time, MOVING_VARIATION, WINDOWS_JUDGED, WINDOW_NS};
 
 /// Bytes of each low-load probe's UDP payload.
 pub const LOW_LOAD_PAYLOAD: u32 = 200;
@@ -196,6 +199,9 @@ pub struct DirectionSamples {
     /// A sparse flow's, sent beside the (last) saturating phase: [`SPARSE_PPS`] probes a
     /// second of [`LOW_LOAD_PAYLOAD`] bytes, in a session of their own.
     pub sparse: Option<Vec<Sample>>,
+    /// A bulk TCP transfer over the path after the saturating phases
+    /// ([`crate::calibrate`]), if it ran.
+    pub tcp: Option<TcpRun>,
     /// The timestamps' resolution, ns.
     pub resolution_ns: f64,
 }
@@ -264,6 +270,11 @@ pub fn estimate(
         }
         _ => rate_bps,
     };
+    let Replayed {
+        rate_bps,
+        trace,
+        tcp_goodput_bps,
+    } = replayed(rate_bps, samples, &clocks, queued_ns);
     let buffer = match (&rate_bps, samples.saturation.as_deref()) {
         (Some(rate), Some(saturated)) => {
             buffer(saturated, &clocks, rate, median_ns, loss.rate.value)
@@ -288,14 +299,6 @@ pub fn estimate(
         }
         _ => None,
     };
-    // A direction without a rate has no trace either (its spec would not name it).
-    let trace = samples.saturation.as_deref().filter(|_| rate_bps.is_some());
-    let trace = trace.and_then(|saturated| {
-        rate_over_time(saturated, &clocks, queued_ns)
-            .moves
-            .then(|| delivery_trace(saturated, &clocks, queued_ns))
-            .flatten()
-    });
     let estimates = DirectionEstimates {
         base_delay_ns: base_delay(&clocks, offset_ns, offset_uncertainty_ns, resolution),
         probe_bytes: low.first().map_or(0, |s| s.len_bytes),
@@ -305,6 +308,7 @@ pub fn estimate(
         packet_rate,
         buffer,
         isolation,
+        tcp_goodput_bps,
         trace_file: None,
     };
     Some(Estimated {
@@ -313,6 +317,73 @@ pub fn estimate(
         trace,
         cannot,
     })
+}
+
+/// The rate as the twin replays it: fixed, or a delivery trace where it moves
+/// ([`moving_trace`]); a fixed rate raised where bulk TCP went faster than it carries TCP
+/// ([`crate::calibrate`]).
+struct Replayed {
+    rate_bps: Option<Figure>,
+    trace: Option<String>,
+    tcp_goodput_bps: Option<Figure>,
+}
+
+fn replayed(
+    mut rate_bps: Option<Figure>,
+    samples: &DirectionSamples,
+    clocks: &Clocks,
+    queued_ns: f64,
+) -> Replayed {
+    // A direction without a rate has no trace either (its spec would not name it).
+    let trace = match (rate_bps.as_mut(), samples.saturation.as_deref()) {
+        (Some(rate), Some(saturated)) => moving_trace(rate, saturated, clocks, queued_ns),
+        _ => None,
+    };
+    let tcp_goodput_bps = samples.tcp.as_ref().and_then(steady_goodput);
+    if let (Some(rate), Some(goodput), Some(tcp), None) =
+        (rate_bps.as_mut(), &tcp_goodput_bps, &samples.tcp, &trace)
+    {
+        if let Some(raised) = calibrated_rate(rate, goodput, tcp) {
+            *rate = raised;
+        }
+    }
+    Replayed {
+        rate_bps,
+        trace,
+        tcp_goodput_bps,
+    }
+}
+
+/// The delivery trace of a saturating phase whose rate moves ([`rate_over_time`]), else
+/// `None`; `rate`'s `how` says how much its windows varied, and what that made of it.
+fn moving_trace(
+    rate: &mut Figure,
+    saturated: &[Sample],
+    clocks: &Clocks,
+    queued_ns: f64,
+) -> Option<String> {
+    let over_time = rate_over_time(saturated, clocks, queued_ns);
+    let verdict = if over_time.moves { "above" } else { "at most" };
+    let _ = write!(
+        rate.how,
+        "; its {} windows of {} ms varied by {:.1}% (sd over mean), by {:.1}% in {} ms, {verdict} \
+         {:.0}%: {}",
+        over_time.windows_bps.len(),
+        WINDOW_NS / 1_000_000,
+        over_time.variation * 100.0,
+        over_time.judged_variation * 100.0,
+        WINDOW_NS / 1_000_000 * WINDOWS_JUDGED as u64,
+        MOVING_VARIATION * 100.0,
+        if over_time.moves {
+            "replayed as a delivery trace"
+        } else {
+            "a fixed rate"
+        }
+    );
+    over_time
+        .moves
+        .then(|| delivery_trace(saturated, clocks, queued_ns))
+        .flatten()
 }
 
 /// The relative delay above which a packet waited in a queue: the low-load variation's

@@ -269,3 +269,16 @@ fn a_moving_rate_gives_a_trace_that_replays_its_deliveries() {
     );
     assert!(!rate_over_time(&fixed.saturated, &fixed.clocks, fixed.queued_ns).moves);
 }
+
+/// A fixed rate with noise from one 100 ms window to the next (the bond over three lines:
+/// 2-7%, its scheduler and the lines' controllers) is no moving rate: judged in 500 ms it
+/// averages out. Here the rate alternates 18 and 22 Mbit/s every 100 ms (10% in 100 ms).
+#[test]
+fn a_rate_that_wobbles_from_one_100_ms_window_to_the_next_does_not_move() {
+    let wobbling = spec("delay 10ms schedule 100ms 18mbit 22mbit loop limit 4000");
+    let m = measure(&wobbling, 11, 30e6, 4_000_000_000, FRAME);
+    let over_time = rate_over_time(&m.saturated, &m.clocks, m.queued_ns);
+    assert!(over_time.variation > 0.08, "{over_time:?}");
+    assert!(over_time.judged_variation < 0.03, "{over_time:?}");
+    assert!(!over_time.moves, "{over_time:?}");
+}

@@ -37,6 +37,7 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
         saturation,
         small: Some(small),
         sparse,
+        tcp: None,
         resolution_ns: 1.0,
     };
     measure_estimate(&samples, 0.0, 0.0).unwrap().estimates

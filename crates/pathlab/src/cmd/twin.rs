@@ -289,8 +289,9 @@ fn say(event: TwinEvent<'_>, gentle: bool) {
     match event {
         TwinEvent::Bounds { max_rate_bps } if !gentle => eprintln!(
             "twin: this measurement overfeeds the path for about 6 s each way, at up to {:.2} \
-             Mbit/s (--max-rate; --gentle not to)",
-            max_rate_bps / 1e6
+             Mbit/s (--max-rate; --gentle not to), then runs bulk TCP for {} s each way",
+            max_rate_bps / 1e6,
+            pathlab_twin::calibrate::TCP_SECONDS
         ),
         TwinEvent::Bounds { .. } => {}
         TwinEvent::Capacity { direction } => eprintln!(
@@ -309,6 +310,11 @@ fn say(event: TwinEvent<'_>, gentle: bool) {
             phase.count,
             phase.payload_bytes,
             phase.rate_bps / 1e6
+        ),
+        TwinEvent::Tcp { direction } => eprintln!(
+            "twin {}: bulk TCP for {} s (the rate TCP meets)",
+            direction_name(direction),
+            pathlab_twin::calibrate::TCP_SECONDS
         ),
         TwinEvent::Cannot { direction, what } => {
             eprintln!("twin {}: will not learn {what}", direction_name(direction));
