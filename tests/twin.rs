@@ -111,7 +111,9 @@ fn a_twin_of_a_kernel_token_bucket_behind_a_delay_finds_its_rate_queue_and_delay
     // probes found stands (pathlab_twin::calibrate), and the flow's goodput is in the twin,
     // no faster than the bucket carries TCP (its MSS over its frame).
     for (direction, bucket_bps) in [("up", RATE_BPS), ("down", 20e6)] {
-        let how = twin[direction]["figures"]["rate_mbit"]["how"].as_str().unwrap();
+        let how = twin[direction]["figures"]["rate_mbit"]["how"]
+            .as_str()
+            .unwrap();
         assert!(!how.contains("raised"), "{direction}: {how}");
         let goodput = figure(&twin, direction, "tcp_goodput_mbit") * 1e6;
         assert!(

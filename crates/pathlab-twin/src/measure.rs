@@ -391,7 +391,7 @@ fn moving_trace(
 fn queued_threshold_ns(variation: Option<&DelayVariation>) -> f64 {
     variation
         .and_then(|v| v.quantiles.last())
-        .map_or(0.0, |q| q.value_ns)
+        .map_or(0.0, |q| q.high_ns)
         + QUEUED_MARGIN_NS
 }
 
