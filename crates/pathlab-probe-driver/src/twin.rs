@@ -244,7 +244,6 @@ fn measure_direction(
     };
     let low_load = run("low load", plan.low_load)?;
     let mut small_plan = plan.small;
-    let mut last_phase = None;
     let (saturation, sparse) = match plan.saturation {
         Some(mut phase) => {
             let (mut saturated, mut sparse) = saturate(&mut run, "saturation", phase)?;
@@ -259,7 +258,6 @@ fn measure_direction(
                 (saturated, sparse) = saturate(&mut run, again, phase)?;
                 small_plan = measure::small_after(&input, &phase);
             }
-            last_phase = Some(phase);
             (Some(saturated), sparse)
         }
         None => (None, None),
@@ -267,14 +265,10 @@ fn measure_direction(
     let mut cannot = plan.cannot;
     cannot.extend((saturation.is_some() && sparse.is_none()).then(|| SPARSE_FAILED.to_owned()));
     let small = small_plan.map(|p| run("small packets", p)).transpose()?;
-    let tcp = tcp_after(
-        config,
-        direction,
-        last_phase,
-        max_rate_bps,
-        path.mtu_bytes,
-        on_event,
-    );
+    let found = saturation
+        .as_deref()
+        .map(|saturated| measure::queue_built(&low_load, saturated, RESOLUTION_NS));
+    let tcp = tcp_after(config, direction, found, path.mtu_bytes, on_event);
     let tcp = tcp.map_err(|why| cannot.push(why)).ok().flatten();
     let samples = DirectionSamples {
         low_load,
@@ -307,33 +301,32 @@ fn rough_capacity(
 }
 
 /// The bulk TCP flow after `direction`'s saturating phases ([`calibrating_flow`]), only
-/// where they found the bottleneck below the rate allowed (`last_phase` went slower than
-/// `max_rate_bps`): TCP itself is bounded by nothing else. `Ok(None)` without a
-/// saturating phase; `Err` says what the twin will not learn, and why.
+/// where they `found` a bottleneck below the rate they were sent at (within the rate
+/// allowed): TCP itself is bounded by nothing else. `Ok(None)` without a saturating phase;
+/// `Err` says what the twin will not learn, and why.
 fn tcp_after(
     config: &TwinConfig,
     direction: Direction,
-    last_phase: Option<Phase>,
-    max_rate_bps: f64,
+    found: Option<bool>,
     mtu_bytes: u32,
     on_event: &mut dyn FnMut(TwinEvent<'_>),
 ) -> Result<Option<TcpRun>, String> {
-    match last_phase {
-        Some(phase) if phase.rate_bps < max_rate_bps * 0.999 => {
+    match found {
+        Some(true) => {
             on_event(TwinEvent::Tcp { direction });
             calibrating_flow(config, direction, mtu_bytes + ETHERNET_HEADER)
                 .map(Some)
                 .map_err(|e| format!("how fast bulk TCP goes: its flow failed: {e}"))
         }
-        Some(_) => Err(TCP_UNBOUNDED.to_owned()),
+        Some(false) => Err(TCP_UNBOUNDED.to_owned()),
         None => Ok(None),
     }
 }
 
-/// What a twin says when the saturating phases went at the rate allowed.
+/// What a twin says when the saturating phases found no bottleneck below the rate allowed.
 const TCP_UNBOUNDED: &str =
-    "how fast bulk TCP goes (for the rate it meets): the probes went at the rate allowed, and \
-     a TCP flow is bounded by nothing but the path";
+    "how fast bulk TCP goes (for the rate it meets): the probes found no bottleneck below the \
+     rate allowed, and a TCP flow is bounded by nothing but the path";
 
 /// A bulk TCP flow in `direction` for [`calibrate::TCP_SECONDS`], counted every
 /// [`calibrate::INTERVAL_MS`]: what [`pathlab_twin::calibrate`] weighs the rate against.

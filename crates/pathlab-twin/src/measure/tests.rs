@@ -132,6 +132,20 @@ fn a_tail_drop_bottleneck_is_recovered_from_its_phases() {
     assert!((packets / 40.0 - 1.0).abs() < 0.1, "{packets}");
 }
 
+/// One low-load probe far later than the others (a busy machine: 77.7 ms, above a full
+/// tbf's 52 ms) does not hide the queue the saturating phase built.
+#[test]
+fn one_late_low_load_probe_does_not_hide_the_queue() {
+    let mut samples = measured("delay 10ms rate 10mbit limit 40");
+    let late = &mut samples.low_load[300];
+    late.received_ns = late.received_ns.map(|t| t + 80_000_000);
+    let e = estimate(&samples, 0.0, 0.0).unwrap().estimates;
+    let rate = e.rate_bps.as_ref().expect("the queue is found");
+    assert!((rate.value / 10e6 - 1.0).abs() < 0.01, "{rate:?}");
+    let queue = e.buffer.as_ref().unwrap().delay_ns.value;
+    assert!((queue / 48.4e6 - 1.0).abs() < 0.1, "{queue}");
+}
+
 #[test]
 fn a_packet_rate_limit_is_recovered_and_a_path_above_the_probes_is_said() {
     let limited = estimate(
