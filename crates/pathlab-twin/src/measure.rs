@@ -30,7 +30,9 @@ use crate::figure::Figure;
 use crate::isolation::{isolation, MIN_SPARSE_SAMPLES};
 use crate::loss::fit_loss;
 use crate::samples::{after_drain, Clocks, Sample};
-use crate::trace::{delivery_trace, rate_over_time, MOVING_VARIATION, WINDOWS_JUDGED, WINDOW_NS};
+use crate::trace::{
+    delivery_trace, rate_over_time, MIN_JUDGED, MOVING_VARIATION, WINDOWS_JUDGED, WINDOW_NS,
+};
 
 /// Bytes of each low-load probe's UDP payload.
 pub const LOW_LOAD_PAYLOAD: u32 = 200;
@@ -371,22 +373,26 @@ fn moving_trace(
     queued_ns: f64,
 ) -> Option<String> {
     let over_time = rate_over_time(saturated, clocks, queued_ns);
-    let verdict = if over_time.moves { "above" } else { "at most" };
+    let judged = over_time.windows_bps.len() / WINDOWS_JUDGED;
+    let verdict = if over_time.moves {
+        format!(
+            "above {:.0}%: replayed as a delivery trace",
+            MOVING_VARIATION * 100.0
+        )
+    } else if judged < MIN_JUDGED {
+        format!("too few ({judged}, {MIN_JUDGED} at least) to judge: a fixed rate")
+    } else {
+        format!("at most {:.0}%: a fixed rate", MOVING_VARIATION * 100.0)
+    };
     let _ = write!(
         rate.how,
-        "; its {} windows of {} ms varied by {:.1}% (sd over mean), by {:.1}% in {} ms, {verdict} \
-         {:.0}%: {}",
+        "; its {} windows of {} ms varied by {:.1}% (sd over mean), its {judged} of {} ms by \
+         {:.1}%, {verdict}",
         over_time.windows_bps.len(),
         WINDOW_NS / 1_000_000,
         over_time.variation * 100.0,
-        over_time.judged_variation * 100.0,
         WINDOW_NS / 1_000_000 * WINDOWS_JUDGED as u64,
-        MOVING_VARIATION * 100.0,
-        if over_time.moves {
-            "replayed as a delivery trace"
-        } else {
-            "a fixed rate"
-        }
+        over_time.judged_variation * 100.0,
     );
     over_time
         .moves

@@ -29,8 +29,8 @@ pub const WINDOWS_JUDGED: usize = 5;
 /// windows; noise about a fixed rate averages out in them.
 pub const MOVING_VARIATION: f64 = 0.05;
 
-/// The least judged windows for a verdict: 2 s.
-const MIN_JUDGED: usize = 4;
+/// The least judged windows for a verdict (fewer: a fixed rate): 2 s.
+pub const MIN_JUDGED: usize = 4;
 
 /// The rate over time of a saturating phase's queued deliveries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
