@@ -143,13 +143,13 @@ fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
 /// twin now raises its rate to what bulk TCP met, `pathlab_twin::calibrate`), a rate that
 /// 'moved' from one 100 ms window to the next and was replayed as a trace (now judged in
 /// 500 ms), loaded RTT p95 high where one late low-load probe was replayed as 5% of the
-/// packets (the variation's last point now keeps its segment's mean). Of 4 runs after
-/// those, 3 passed every row; the fourth missed goodput up by +10%, the path's own 10 s
+/// packets (the variation's last point now keeps its segment's mean). Of 7 runs after
+/// those, 6 passed every row; one missed goodput up by +10%, the path's own 10 s
 /// transfer slow that run (17.4 Mbit/s, 18.4-18.6 in the others). What is left: the twin
 /// is steadily 3.6-4.7% above the path's goodput, the path's 1-2 s ramp at a transfer's
 /// start (which the twin's one link does not copy) costing a 10 s transfer about that.
 #[test]
-#[ignore = "issue 41: 3 of 4 runs hold every row; the twin lacks the path's start ramp (docs/twin.md)"]
+#[ignore = "issue 41: 6 of 7 runs hold every row; the twin lacks the path's start ramp (docs/twin.md)"]
 fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let Some(_lock) = privileged_heavy("a_twin_of_the_bond_over_three_lines") else {
         return;
