@@ -267,7 +267,7 @@ fn measure_direction(
     let small = small_plan.map(|p| run("small packets", p)).transpose()?;
     let found = saturation
         .as_deref()
-        .map(|saturated| measure::queue_built(&low_load, saturated, RESOLUTION_NS));
+        .and_then(|saturated| measure::queue_built(&low_load, saturated, RESOLUTION_NS));
     let tcp = tcp_after(config, direction, found, path.mtu_bytes, on_event);
     let tcp = tcp.map_err(|why| cannot.push(why)).ok().flatten();
     let samples = DirectionSamples {
@@ -302,8 +302,8 @@ fn rough_capacity(
 
 /// The bulk TCP flow after `direction`'s saturating phases ([`calibrating_flow`]), only
 /// where they `found` a bottleneck below the rate they were sent at (within the rate
-/// allowed): TCP itself is bounded by nothing else. `Ok(None)` without a saturating phase;
-/// `Err` says what the twin will not learn, and why.
+/// allowed): TCP itself is bounded by nothing else. `Ok(None)` without a saturating phase
+/// (or a low load to judge it by); `Err` says what the twin will not learn, and why.
 fn tcp_after(
     config: &TwinConfig,
     direction: Direction,
@@ -366,7 +366,7 @@ fn calibrating_flow(
         ))
     })?;
     // The sender's segment size where it reported one; else a full frame less IPv4's and
-    // TCP's headers with timestamps.
+    // TCP's headers with timestamps (20 + 32 bytes).
     let mss = stream
         .samples
         .iter()

@@ -373,7 +373,7 @@ fn moving_trace(
     queued_ns: f64,
 ) -> Option<String> {
     let over_time = rate_over_time(saturated, clocks, queued_ns);
-    let judged = over_time.windows_bps.len() / WINDOWS_JUDGED;
+    let judged = over_time.judged_windows;
     let verdict = if over_time.moves {
         format!(
             "above {:.0}%: replayed as a delivery trace",
@@ -456,8 +456,7 @@ pub fn escalate(
     saturated: &[Sample],
     resolution_ns: f64,
 ) -> Option<Phase> {
-    Clocks::from_low_load(low_load)?;
-    if queue_built(low_load, saturated, resolution_ns)
+    if queue_built(low_load, saturated, resolution_ns)?
         || phase.rate_bps >= input.max_rate_bps * 0.999
     {
         return None;
@@ -472,12 +471,12 @@ pub fn escalate(
 }
 
 /// Whether a saturating phase (sent after the low load `low_load`) built a queue, and so
-/// found a bottleneck below the rate it was sent at.
-pub fn queue_built(low_load: &[Sample], saturated: &[Sample], resolution_ns: f64) -> bool {
-    Clocks::from_low_load(low_load).is_some_and(|clocks| {
-        let queued_ns = queued_threshold_ns(low_load, &clocks);
-        saturation_rate(saturated, &[], &clocks, queued_ns, resolution_ns).is_ok()
-    })
+/// found a bottleneck below the rate it was sent at; `None` when no low-load probe
+/// arrived (nothing to tell a queue by).
+pub fn queue_built(low_load: &[Sample], saturated: &[Sample], resolution_ns: f64) -> Option<bool> {
+    let clocks = Clocks::from_low_load(low_load)?;
+    let queued_ns = queued_threshold_ns(low_load, &clocks);
+    Some(saturation_rate(saturated, &[], &clocks, queued_ns, resolution_ns).is_ok())
 }
 
 /// The sparse flow sent beside a saturating phase `saturation` ([`crate::isolation`]):

@@ -39,7 +39,9 @@ pub struct RateOverTime {
     pub windows_bps: Vec<f64>,
     /// Their standard deviation over their mean.
     pub variation: f64,
-    /// The same of the [`WINDOWS_JUDGED`] windows (whole ones only).
+    /// How many [`WINDOWS_JUDGED`] windows there were (whole ones only).
+    pub judged_windows: usize,
+    /// Their variation, as `variation`.
     pub judged_variation: f64,
     /// Whether the rate moves: [`MOVING_VARIATION`] in at least [`MIN_JUDGED`] judged
     /// windows.
@@ -81,6 +83,7 @@ pub fn rate_over_time(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> 
     RateOverTime {
         moves: judged.len() >= MIN_JUDGED && judged_variation > MOVING_VARIATION,
         variation: variation_of(&windows_bps),
+        judged_windows: judged.len(),
         judged_variation,
         windows_bps,
     }

@@ -307,14 +307,22 @@ fn a_rate_that_ramps_up_under_load_is_its_settled_rate_not_a_trace() {
     assert_eq!(estimated.trace, None, "a settled rate is fixed");
 }
 
+/// A path whose rate steps through `steps` every 500 ms, from the low load's start and
+/// again from the saturation's, overfed at `offered_bps`, estimated.
+fn ramping(steps: &str, offered_bps: f64) -> Estimated {
+    let path = spec(&format!("delay 20ms schedule 500ms {steps} limit 4000"));
+    estimate(&low_then_saturated(&path, &path, offered_bps), 0.0, 0.0).unwrap()
+}
+
 /// The bond's lines down ramped through a whole saturating phase, too slowly to move
 /// (windows' variation under 5%) and with no leading window far below the rest: the rate
 /// is where the path ended up, not the phase's mean, which a longer transfer outruns.
 #[test]
 fn a_rate_still_ramping_at_the_phase_end_is_its_second_half() {
-    let steps = "34mbit 35mbit 36mbit 37mbit 38mbit 39mbit 39mbit 39mbit 39mbit";
-    let path = spec(&format!("delay 20ms schedule 500ms {steps} limit 4000"));
-    let estimated = estimate(&low_then_saturated(&path, &path, 55e6), 0.0, 0.0).unwrap();
+    let estimated = ramping(
+        "34mbit 35mbit 36mbit 37mbit 38mbit 39mbit 39mbit 39mbit 39mbit",
+        55e6,
+    );
     let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
     // The second half (2-4 s of the queued run): 38.5 Mbit/s on average, the whole 37.3.
     assert!((rate.value / 38.5e6 - 1.0).abs() < 0.015, "{rate:?}");
@@ -329,9 +337,10 @@ fn a_rate_still_ramping_at_the_phase_end_is_its_second_half() {
 /// rate, at its end, it is a fixed rate.
 #[test]
 fn a_ramp_through_the_phase_is_judged_at_its_end_and_is_no_trace() {
-    let steps = "37mbit 38mbit 39mbit 40mbit 41mbit 42mbit 43mbit 44mbit 45mbit 46mbit";
-    let path = spec(&format!("delay 20ms schedule 500ms {steps} limit 4000"));
-    let estimated = estimate(&low_then_saturated(&path, &path, 60e6), 0.0, 0.0).unwrap();
+    let estimated = ramping(
+        "37mbit 38mbit 39mbit 40mbit 41mbit 42mbit 43mbit 44mbit 45mbit 46mbit",
+        60e6,
+    );
     let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
     assert!((rate.value / 43.5e6 - 1.0).abs() < 0.03, "{rate:?}");
     assert!(
