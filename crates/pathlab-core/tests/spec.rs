@@ -199,6 +199,8 @@ const EXAMPLES: &[&str] = &[
     "delay 15ms rate 20mbit burst 64kb peakrate 100mbit queue fq_codel",
     "rate 1mbit 8 48 5 burst 3000 pps 100",
     "rate 5mbit burst 1314 mtu 1300",
+    "delay 10ms rate 20mbit restart 40% 1500ms",
+    "rate 20mbit 8 restart 12.5% 2s idle 250ms pps 1000",
 ];
 
 #[test]
@@ -331,11 +333,52 @@ fn bad_pacing_inputs() -> &'static [(&'static str, &'static str)] {
     ]
 }
 
+/// Specs with a bad `restart`, each with a part of the message its error must contain.
+fn bad_restart_inputs() -> &'static [(&'static str, &'static str)] {
+    &[
+        (
+            "restart 50% 1s",
+            "'restart' needs a fixed rate without a bucket",
+        ),
+        (
+            "rate 10mbit burst 64kb restart 50% 1s",
+            "'restart' needs a fixed rate without a bucket",
+        ),
+        (
+            "schedule 1s 10mbit restart 50% 1s",
+            "'restart' needs a fixed rate",
+        ),
+        (
+            "rate 10mbit restart 0% 1s",
+            "restart's share of the rate must be above 0% and at most 100%, got 0%",
+        ),
+        ("rate 10mbit restart 120% 1s", "got 120%"),
+        (
+            "rate 10mbit restart 50% 61s",
+            "restart's ramp must be at most 60s",
+        ),
+        (
+            "rate 10mbit restart 50% 1s idle 0ms",
+            "restart's idle spell must be from 1ms to 60s",
+        ),
+        (
+            "rate 10mbit restart 50%",
+            "'restart' needs a time like 25ms",
+        ),
+        ("rate 10mbit restart fast 1s", "after 'restart', got 'fast'"),
+        (
+            "rate 10mbit restart 50% 1s restart 50% 1s",
+            "'restart' is given twice",
+        ),
+    ]
+}
+
 #[test]
 fn bad_input_names_the_token() {
     for &(text, message) in bad_delay_loss_and_queue_inputs()
         .iter()
         .chain(bad_pacing_inputs())
+        .chain(bad_restart_inputs())
     {
         let error = LinkSpec::parse(text).expect_err(text).to_string();
         assert!(error.contains(message), "'{text}': got \"{error}\"");
@@ -352,7 +395,7 @@ proptest! {
         "gap", "5", "rate", "10mbit", "1000", "schedule", "1s", "loop", "trace", "f", "slot",
         "packets", "bytes", "64kb", "limit", "queue", "red", "codel", "fq_codel", "pie",
         "min", "max", "target", "interval", "flows", "quantum", "seed", "mtu", "1400", "99999999999999999999",
-        "pps", "6.5k", "2G", "-1", "burst", "peakrate", "100mbit",
+        "pps", "6.5k", "2G", "-1", "burst", "peakrate", "100mbit", "restart", "idle",
         "1e309", "nan", "%", "", "preset", "lte", "adsl-up", "wifi-up", "distance", "6000km", "-3km",
     ]), 0..24)) {
         let text = tokens.join(" ");

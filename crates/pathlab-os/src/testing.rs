@@ -484,11 +484,14 @@ impl ScratchDir {
 }
 
 impl Drop for ScratchDir {
-    /// Removes it; but a failing test's with `PATHLAB_KEEP_FAILED=1` set is kept, and
-    /// where it is said, for a look at what the run left (a lab's logs and results).
+    /// Removes it; but a failing test's with `PATHLAB_KEEP_FAILED=1` set, or any test's
+    /// with `PATHLAB_KEEP=1`, is kept, and where it is said, for a look at what the run
+    /// left (a lab's logs and results, a twin check's record).
     fn drop(&mut self) {
-        if std::thread::panicking() && std::env::var_os("PATHLAB_KEEP_FAILED").is_some() {
-            eprintln!("PATHLAB_KEEP_FAILED: kept {}", self.0.display());
+        let keep = std::env::var_os("PATHLAB_KEEP").is_some()
+            || (std::thread::panicking() && std::env::var_os("PATHLAB_KEEP_FAILED").is_some());
+        if keep {
+            eprintln!("PATHLAB_KEEP: kept {}", self.0.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.0);
         }

@@ -5,8 +5,9 @@ use std::fmt::{self, Write as _};
 
 use super::{
     Chance, CodelConfig, Discipline, Distribution, FqCodelConfig, LinkSpec, LossSpec, PieConfig,
-    RateSpec, RedConfig, SlotInterval,
+    RateSpec, RedConfig, RestartSpec, SlotInterval,
 };
+use crate::format::{self, Digits};
 
 fn distribution_name(distribution: Distribution) -> &'static str {
     match distribution {
@@ -219,6 +220,18 @@ impl Words {
                     self.push("burst");
                     self.push(format!("{}b", bucket.burst_bytes));
                     self.optional("peakrate", bucket.peak);
+                }
+                if let Some(restart) = spec.restart {
+                    self.push("restart");
+                    self.push(format::percent_as_is(
+                        restart.from * 100.0,
+                        Digits::up_to(6),
+                    ));
+                    self.push(restart.ramp);
+                    if restart.idle != RestartSpec::DEFAULT_IDLE {
+                        self.push("idle");
+                        self.push(restart.idle);
+                    }
                 }
             }
             Some(RateSpec::Schedule(schedule)) => {

@@ -55,6 +55,9 @@ pub struct LinkSpec {
     /// tc's tbf): the rate becomes the bucket's, the line's own is the peak (none: a
     /// burst leaves back to back).
     pub bucket: Option<TokenBucket>,
+    /// A fixed `rate` that restarts slowly after an idle spell (`restart FROM RAMP [idle
+    /// IDLE]`): see [`RestartSpec`].
+    pub restart: Option<RestartSpec>,
     /// Slotted delivery (netem `slot`).
     pub slot: Option<SlotSpec>,
     /// The queue in front of the rate stage.
@@ -283,6 +286,40 @@ pub struct TokenBucket {
     #[serde(default)]
     pub peak: Option<BitsPerSec>,
 }
+
+/// A bottleneck that restarts slowly after an idle spell (`restart FROM RAMP [idle
+/// IDLE]` beside a fixed rate): once it has been used less than half the time for
+/// `idle`, its next packet finds it at `from` of its rate, which climbs in a straight
+/// line to the whole rate over `ramp`. What a path whose capacity is handed out by a
+/// controller does after a pause (a bonding tunnel's line controllers, a cellular
+/// scheduler, TCP's own restart after idle, RFC 7661): a transfer's first second goes
+/// slower than the rest. `idle` defaults to 1 s, the least retransmission timeout after
+/// which TCP restarts from its initial window (RFC 5681 section 4.1, RFC 6298).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartSpec {
+    /// The share of the rate the line restarts at, above 0 and at most 1.
+    pub from: f64,
+    /// How long the rate takes to climb from `from` to all of it (at most
+    /// [`MAX_RESTART_TIME`]).
+    pub ramp: Duration,
+    /// How long the line must be (mostly) unused to restart, at least 1 ms, at most
+    /// [`MAX_RESTART_TIME`].
+    #[serde(default = "RestartSpec::default_idle")]
+    pub idle: Duration,
+}
+
+impl RestartSpec {
+    /// The idle spell after which a line restarts when the spec does not say.
+    pub const DEFAULT_IDLE: Duration = Duration::from_secs(1);
+
+    fn default_idle() -> Duration {
+        RestartSpec::DEFAULT_IDLE
+    }
+}
+
+/// The longest ramp or idle spell a `restart` may give.
+pub const MAX_RESTART_TIME: Duration = Duration::from_secs(60);
 
 /// The largest bucket a spec may give (1 GiB): a cable plan's boost is tens of MB.
 pub const MAX_BURST_BYTES: u32 = 1 << 30;

@@ -142,6 +142,14 @@ fn left_out(spec: &LinkSpec, fixed_rate: Option<FixedRate>, out: &mut TcCommands
             "netem has no packet-rate limit (nor has htb or tbf: they count bytes): 'pps {packet_rate}' is left out, so {faster}"
         ));
     }
+    if let Some(restart) = spec.restart {
+        out.caveats.push(format!(
+            "tc has no slow restart after an idle spell: 'restart' is left out, so a transfer after {} idle gets the whole rate at once where pathlab starts it at {} and climbs over {}",
+            restart.idle,
+            format::percent_as_is(restart.from * 100.0, Digits::up_to(6)),
+            restart.ramp
+        ));
+    }
     if let Some(ring) = spec.queue.ring {
         out.caveats.push(format!(
             "tc sets no ring below a qdisc (a driver's, or BQL's limit on it): 'ring {ring}' is left out, so a packet beside a busy flow waits up to {ring} less than under pathlab"
@@ -202,6 +210,7 @@ fn netem_part(spec: &LinkSpec) -> LinkSpec {
         rate: None,
         packet_rate: None,
         bucket: None,
+        restart: None,
         // `ip link set ... mtu` (netem has no such option).
         mtu: None,
         queue: QueueSpec {
@@ -447,6 +456,23 @@ mod tests {
         );
         assert_eq!(out.caveats.len(), 1, "{:?}", out.caveats);
         assert!(out.caveats[0].contains("delay line"));
+    }
+
+    #[test]
+    fn a_slow_restart_is_left_out_with_a_caveat() {
+        let out = tc("rate 20mbit restart 40% 1500ms");
+        assert_eq!(
+            out.commands,
+            vec!["tc qdisc replace dev eth1 root netem rate 20mbit"]
+        );
+        assert!(
+            out.caveats
+                .iter()
+                .any(|c| c.contains("'restart' is left out")
+                    && c.contains("at 40% and climbs over 1500ms")),
+            "{:?}",
+            out.caveats
+        );
     }
 
     #[test]

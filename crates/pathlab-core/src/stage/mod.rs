@@ -40,6 +40,7 @@ pub mod distribution;
 pub mod impair;
 pub mod loss;
 pub mod rate;
+pub mod restart;
 pub mod slot;
 #[cfg(test)]
 mod testutil;

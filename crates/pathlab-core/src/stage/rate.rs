@@ -18,6 +18,11 @@
 //! The serialization time is the accounted bits over the rate, rounded up to the
 //! nanosecond. `next_start(now) = max(now, busy_until)`. A zero rate never finishes.
 //!
+//! # Restart after idle (`rate RATE restart FROM RAMP [idle IDLE]`)
+//!
+//! A fixed rate without a bucket may restart slowly: after an idle spell it serves at a
+//! share of itself that climbs to the whole over the ramp ([`super::restart`]).
+//!
 //! # Packet rate (`pps N`)
 //!
 //! A per-packet service limit beside any of the byte rates, or alone: no packet starts
@@ -79,8 +84,9 @@
 
 use std::sync::Arc;
 
+use super::restart::Restart;
 pub use crate::spec::trace::{Trace, TraceError};
-use crate::spec::{FixedRate, LinkSpec, RateSpec, TokenBucket};
+use crate::spec::{FixedRate, LinkSpec, RateSpec, RestartSpec, TokenBucket};
 use crate::time::{Duration, Instant};
 use crate::units::{BitsPerSec, PacketsPerSec};
 
@@ -105,6 +111,9 @@ pub enum RateError {
     /// A token bucket on a schedule or a trace, or one of 0 bytes.
     #[error("a token bucket needs a fixed rate and at least one byte")]
     Bucket,
+    /// A `restart` on anything but a fixed rate without a bucket.
+    #[error("'restart' needs a fixed rate without a bucket")]
+    Restart,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +121,8 @@ enum Model {
     Fixed {
         fixed: FixedRate,
         busy_until: Instant,
+        /// A slow restart after idle spells (`restart`), if the spec has one.
+        restart: Option<Box<Restart>>,
     },
     /// No byte rate: only a packet rate limits the server.
     Unlimited,
@@ -219,10 +230,16 @@ impl RateModel {
                 bucket: None,
             },
             (Some(RateSpec::Fixed(fixed)), _, Some(bucket)) => {
+                if spec.restart.is_some() {
+                    return Err(RateError::Restart);
+                }
                 RateModel::with_bucket(*fixed, bucket)?
             }
             (Some(_), _, Some(_)) => return Err(RateError::Bucket),
-            (Some(rate), _, None) => RateModel::new(rate)?,
+            (Some(rate), _, None) => match spec.restart {
+                Some(restart) => RateModel::new(rate)?.with_restart(restart)?,
+                None => RateModel::new(rate)?,
+            },
         };
         Ok(Some(match spec.packet_rate {
             Some(packet_rate) => model.with_packet_rate(packet_rate),
@@ -243,6 +260,7 @@ impl RateModel {
                     ..fixed
                 },
                 busy_until: Instant::ZERO,
+                restart: None,
             },
             None => Model::Unlimited,
         };
@@ -251,6 +269,18 @@ impl RateModel {
             packet_limit: None,
             bucket: Some(Bucket::new(fixed, bucket)),
         })
+    }
+
+    /// Makes a fixed rate restart slowly after idle spells (`restart`); call it before
+    /// the first packet. Any other model refuses it.
+    pub fn with_restart(mut self, spec: RestartSpec) -> Result<RateModel, RateError> {
+        match (&mut self.model, self.bucket) {
+            (Model::Fixed { restart, .. }, None) => {
+                *restart = Some(Box::new(Restart::new(spec)));
+                Ok(self)
+            }
+            _ => Err(RateError::Restart),
+        }
     }
 
     /// Adds a packet-rate limit (`pps N`) to the model; call it before the first packet.
@@ -268,6 +298,7 @@ impl RateModel {
             RateSpec::Fixed(fixed) => Model::Fixed {
                 fixed: *fixed,
                 busy_until: Instant::ZERO,
+                restart: None,
             },
             RateSpec::Schedule(schedule) => {
                 if schedule.rates.is_empty() {
@@ -420,9 +451,16 @@ impl RateModel {
     fn bytes_transmit(&mut self, start: Instant, len_bytes: u32) -> Instant {
         match &mut self.model {
             Model::Unlimited => start,
-            Model::Fixed { fixed, busy_until } => {
+            Model::Fixed {
+                fixed,
+                busy_until,
+                restart,
+            } => {
                 let start = start.max(*busy_until);
-                *busy_until = start + fixed.serialization_time(len_bytes);
+                *busy_until = match restart {
+                    Some(restart) => restart.transmit(fixed, start, len_bytes),
+                    None => start + fixed.serialization_time(len_bytes),
+                };
                 *busy_until
             }
             Model::Schedule { busy_until, .. } => {
@@ -691,6 +729,30 @@ mod tests {
             repeat,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_link_specs_restart_slows_the_first_second_after_idle() {
+        // 12 Mbit/s from 25% over 1 s: a backlog's first second carries 62.5% of 1.5 MB.
+        let spec = LinkSpec::parse("rate 12mbit restart 25% 1s").unwrap();
+        let mut model = RateModel::for_link(&spec).unwrap().unwrap();
+        let (mut t, mut bytes) = (Instant::ZERO, 0u64);
+        while t < Instant::from_secs(1) {
+            t = model.transmit(model.next_start(t), 1500);
+            bytes += 1500;
+        }
+        assert!((bytes as f64 - 0.625 * 1.5e6).abs() <= 1500.0, "{bytes}");
+        let with_bucket = LinkSpec {
+            bucket: Some(TokenBucket {
+                burst_bytes: 64_000,
+                peak: None,
+            }),
+            ..spec
+        };
+        assert_eq!(
+            RateModel::for_link(&with_bucket).unwrap_err(),
+            RateError::Restart
+        );
     }
 
     /// `model`'s rate at each instant: `(at, Mbit/s)`.
