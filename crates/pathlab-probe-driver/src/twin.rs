@@ -78,6 +78,8 @@ pub enum TwinEvent<'a> {
     Tcp {
         /// Its direction.
         direction: Direction,
+        /// Whether it waits for an idle spell first ([`pathlab_twin::restart`]).
+        after_idle: bool,
     },
     /// Something `direction`'s measurement will not learn, and why.
     Cannot {
@@ -268,14 +270,21 @@ fn measure_direction(
     let found = saturation
         .as_deref()
         .and_then(|saturated| measure::queue_built(&low_load, saturated, RESOLUTION_NS));
-    let tcp = tcp_after(config, direction, found, path.mtu_bytes, on_event);
-    let tcp = tcp.map_err(|why| cannot.push(why)).ok().flatten();
+    let [tcp, tcp_after_idle] = tcp_after(
+        config,
+        direction,
+        found,
+        path.mtu_bytes,
+        on_event,
+        &mut cannot,
+    );
     let samples = DirectionSamples {
         low_load,
         saturation,
         small,
         sparse,
         tcp,
+        tcp_after_idle,
         resolution_ns: RESOLUTION_NS,
     };
     Ok((samples, cannot))
@@ -300,33 +309,74 @@ fn rough_capacity(
     Ok(c.bottleneck_bps() * c.frame_capacity_bps / c.capacity_bps.max(1.0))
 }
 
-/// The bulk TCP flow after `direction`'s saturating phases ([`calibrating_flow`]), only
-/// where they `found` a bottleneck below the rate they were sent at (within the rate
-/// allowed): TCP itself is bounded by nothing else. `Ok(None)` without a saturating phase
-/// (or a low load to judge it by); `Err` says what the twin will not learn, and why.
+/// The bulk TCP flows after `direction`'s saturating phases ([`calibrating_flow`]): one at
+/// once (the rate TCP meets), one after an idle spell (how the path restarts); only where
+/// the phases `found` a bottleneck below the rate they were sent at (within the rate
+/// allowed): TCP itself is bounded by nothing else. What a flow that could not run leaves
+/// unlearned goes to `cannot`.
 fn tcp_after(
     config: &TwinConfig,
     direction: Direction,
     found: Option<bool>,
     mtu_bytes: u32,
     on_event: &mut dyn FnMut(TwinEvent<'_>),
-) -> Result<Option<TcpRun>, String> {
+    cannot: &mut Vec<String>,
+) -> [Option<TcpRun>; 2] {
     match found {
-        Some(true) => {
-            on_event(TwinEvent::Tcp { direction });
-            calibrating_flow(config, direction, mtu_bytes + ETHERNET_HEADER)
-                .map(Some)
-                .map_err(|e| format!("how fast bulk TCP goes: its flow failed: {e}"))
+        Some(true) => {}
+        Some(false) => {
+            cannot.push(TCP_UNBOUNDED.to_owned());
+            return [None, None];
         }
-        Some(false) => Err(TCP_UNBOUNDED.to_owned()),
-        None => Ok(None),
+        None => return [None, None],
     }
+    let frame_bytes = mtu_bytes + ETHERNET_HEADER;
+    let mut flow = |after_idle: bool, what: &str| {
+        on_event(TwinEvent::Tcp {
+            direction,
+            after_idle,
+        });
+        if after_idle {
+            pings_alone(config, pathlab_twin::restart::IDLE_BEFORE_S)
+                .map_err(|e| cannot.push(format!("{what}: the pings before it failed: {e}")))
+                .ok()?;
+        }
+        calibrating_flow(config, direction, frame_bytes)
+            .map_err(|e| cannot.push(format!("{what}: its TCP flow failed: {e}")))
+            .ok()
+    };
+    let warm = flow(false, "how fast bulk TCP goes");
+    let cold = warm
+        .is_some()
+        .then(|| flow(true, "how the path restarts after an idle spell"))
+        .flatten();
+    [warm, cold]
 }
 
 /// What a twin says when the saturating phases found no bottleneck below the rate allowed.
 const TCP_UNBOUNDED: &str =
     "how fast bulk TCP goes (for the rate it meets): the probes found no bottleneck below the \
      rate allowed, and a TCP flow is bounded by nothing but the path";
+
+/// `twin check`'s round trips for `seconds`, alone on the path
+/// ([`pathlab_twin::restart::IDLE_BEFORE_S`]).
+fn pings_alone(config: &TwinConfig, seconds: u64) -> Result<(), MeasureError> {
+    let rtt = rtt_config(&config.target, seconds);
+    crate::rtt::run(&rtt, &mut |_| {}).map_err(|p| p.error)?;
+    Ok(())
+}
+
+/// A round-trip test of `twin check`'s probes for `seconds`.
+fn rtt_config(target: &ServerTarget, seconds: u64) -> crate::rtt::RttConfig {
+    use pathlab_twin::check::{RTT_BYTES, RTT_INTERVAL_MS};
+    let interval = Duration::from_millis(RTT_INTERVAL_MS);
+    crate::rtt::RttConfig {
+        target: target.clone(),
+        interval,
+        probe_bytes: RTT_BYTES,
+        count: crate::rtt::RttConfig::count_for(Duration::from_secs(seconds), interval),
+    }
+}
 
 /// A bulk TCP flow in `direction` for [`calibrate::TCP_SECONDS`], counted every
 /// [`calibrate::INTERVAL_MS`]: what [`pathlab_twin::calibrate`] weighs the rate against.
@@ -345,7 +395,9 @@ fn calibrating_flow(
             },
             duration: Duration::from_secs(calibrate::TCP_SECONDS),
             interval: Duration::from_millis(calibrate::INTERVAL_MS),
-            sample_every: Duration::from_millis(calibrate::INTERVAL_MS),
+            // Several round-trip samples an interval: which intervals had a queue
+            // (`pathlab_twin::restart`).
+            sample_every: Duration::from_millis(calibrate::INTERVAL_MS / 5),
             // The check's: a loss-based sender fills the bottleneck (the host's default,
             // often BBR, paces at what it estimates; through the bond 33 Mbit/s where
             // cubic met 37).
@@ -374,11 +426,21 @@ fn calibrating_flow(
         .max()
         .filter(|&mss| mss > 0)
         .unwrap_or(frame_bytes.saturating_sub(ETHERNET_HEADER + 52));
+    let rtt_samples = stream
+        .samples
+        .iter()
+        .map(|s| pathlab_twin::restart::RttSample {
+            at_ns: s.at_ns,
+            srtt_us: s.srtt_us,
+            retransmitted: s.retrans_segments,
+        })
+        .collect();
     Ok(TcpRun {
         interval_ns: report.interval_ns,
         interval_bytes: stream.interval_bytes.clone(),
         mss,
         frame_bytes,
+        rtt_samples,
     })
 }
 
@@ -390,17 +452,9 @@ pub fn check_real(
     plan: &pathlab_twin::check::Plan,
     on_step: &mut dyn FnMut(&str),
 ) -> Result<pathlab_twin::check::PathRuns, MeasureError> {
-    use pathlab_twin::check::{
-        DirectionRuns, PathRuns, PROBE_BYTES, PROBE_RATE_BPS, RTT_BYTES, RTT_INTERVAL_MS,
-    };
-    let interval = Duration::from_millis(RTT_INTERVAL_MS);
-    let rtt = |seconds: u64| crate::rtt::RttConfig {
-        target: target.clone(),
-        interval,
-        probe_bytes: RTT_BYTES,
-        count: crate::rtt::RttConfig::count_for(Duration::from_secs(seconds), interval),
-    };
-    let rtt_run = |seconds| crate::rtt::run(&rtt(seconds), &mut |_| {}).map_err(|p| p.error);
+    use pathlab_twin::check::{DirectionRuns, PathRuns, PROBE_BYTES, PROBE_RATE_BPS};
+    let rtt_run =
+        |seconds| crate::rtt::run(&rtt_config(target, seconds), &mut |_| {}).map_err(|p| p.error);
     on_step("idle round trips");
     let idle = rtt_run(plan.idle_s)?;
     let bulk = |direction: TcpDirection| {

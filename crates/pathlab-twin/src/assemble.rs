@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use pathlab_core::spec::{
     CodelConfig, DelayQuantiles, DelaySpec, Discipline, FixedRate, FqCodelConfig, LinkSpec,
-    RateSpec, TraceRef,
+    RateSpec, RestartSpec, TraceRef,
 };
 use pathlab_core::units::{BitsPerSec, PacketsPerSec, FRAME_BYTES};
 use pathlab_core::{Duration, Probability};
@@ -17,6 +17,7 @@ use crate::figure::Figure;
 use crate::file::DirectionTwin;
 use crate::isolation::Isolation;
 use crate::loss::{LossFit, LossModelFit};
+use crate::restart::RestartFit;
 
 /// What the estimators found for one direction; what a gentle measurement could not
 /// learn is `None`.
@@ -40,6 +41,8 @@ pub struct DirectionEstimates {
     pub isolation: Option<Isolation>,
     /// [`crate::calibrate::steady_goodput`] of a bulk TCP flow over the path, bits/s.
     pub tcp_goodput_bps: Option<Figure>,
+    /// [`crate::restart::fit`]: how the path restarts after an idle spell.
+    pub restart: Option<RestartFit>,
     /// The delivery trace's file name, beside the twin, when the rate moves.
     pub trace_file: Option<String>,
 }
@@ -146,6 +149,16 @@ fn bottleneck(
                 cell_overhead: 0,
             }),
         });
+        if let (Some(restart), None) = (&estimates.restart, &estimates.trace_file) {
+            figures.insert("restart_from_percent".into(), restart.from.scaled(100.0));
+            figures.insert("restart_ramp_ms".into(), restart.ramp_s.scaled(1e3));
+            spec.restart = Some(RestartSpec {
+                // To the percent and the millisecond: the grid is no finer.
+                from: (restart.from.value * 100.0).round().clamp(1.0, 100.0) / 100.0,
+                ramp: Duration::from_millis((restart.ramp_s.value * 1e3).round() as u64),
+                idle: RestartSpec::DEFAULT_IDLE,
+            });
+        }
     }
     if let Some(PacketRate::Limited { pps }) = &estimates.packet_rate {
         figures.insert("packet_rate_pps".into(), pps.clone());

@@ -30,6 +30,9 @@ pub struct TcpRun {
     /// Bytes a full segment counts at the bottleneck, as the probes' frames count theirs
     /// (the path's MTU and the Ethernet header).
     pub frame_bytes: u32,
+    /// The sender's smoothed round trip over the flow, in order ([`crate::restart`]).
+    #[serde(default)]
+    pub rtt_samples: Vec<crate::restart::RttSample>,
 }
 
 /// How long the bulk TCP flow runs, s: the bond's lines ramp for 1-2 s, the rest is the
@@ -139,6 +142,7 @@ mod tests {
             interval_bytes,
             mss: 1448,
             frame_bytes: 1514,
+            rtt_samples: Vec::new(),
         }
     }
 

@@ -56,7 +56,7 @@ pub const VERSION: u32 = 1;
 pub const REQUIRED_FIGURES: [&str; 2] = ["base_delay_ms", "loss_percent"];
 
 /// Every figure a twin may hold, with its unit in its name.
-pub const KNOWN_FIGURES: [&str; 17] = [
+pub const KNOWN_FIGURES: [&str; 19] = [
     "base_delay_ms",
     "delay_variation_p50_ms",
     "delay_variation_p99_ms",
@@ -74,6 +74,8 @@ pub const KNOWN_FIGURES: [&str; 17] = [
     "sparse_flow_delay_ms",
     "clock_drift_ppm",
     "tcp_goodput_mbit",
+    "restart_from_percent",
+    "restart_ramp_ms",
 ];
 
 /// Why a twin file was refused: the line (1-based) and the field at fault.

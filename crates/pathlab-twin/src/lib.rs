@@ -4,7 +4,8 @@
 //! replay: the base one-way delay and the delay's variation at low load (an empirical
 //! distribution, [`delay`]), loss and its burstiness ([`loss`]), the bottleneck's rate and
 //! packet-rate limit, the buffer in front of it and how it drops ([`bottleneck`]), whether
-//! that buffer keeps flows apart ([`isolation`]), and a delivery trace when the rate moves
+//! that buffer keeps flows apart ([`isolation`]), how it restarts after an idle spell
+//! ([`restart`]), and a delivery trace when the rate moves
 //! over time ([`trace`]). Each figure comes with its
 //! 95% confidence interval and how it was measured ([`figure::Figure`]).
 //!
@@ -30,6 +31,7 @@ pub mod isolation;
 pub mod loss;
 pub mod measure;
 pub mod queued;
+pub mod restart;
 pub mod samples;
 pub mod stats;
 pub mod trace;

@@ -74,6 +74,7 @@ fn measured(path: &str) -> DirectionSamples {
         small: Some(small),
         sparse: None,
         tcp: None,
+        tcp_after_idle: None,
         resolution_ns: 1.0,
     }
 }
@@ -191,6 +192,7 @@ fn a_rough_capacity_far_too_high_is_probed_at_the_rate_allowed_and_the_bottlenec
         small: None,
         sparse: None,
         tcp: None,
+        tcp_after_idle: None,
         resolution_ns: 1.0,
     };
     let estimated = estimate(&samples, 0.0, 0.0).unwrap();
@@ -230,6 +232,7 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
         small: None,
         sparse: None,
         tcp: None,
+        tcp_after_idle: None,
         resolution_ns: 1.0,
     };
     // Without the escalation: no rate (the test's premise).
@@ -247,6 +250,7 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
         small: Some(sent_through(&path, 4, &small)),
         sparse: None,
         tcp: None,
+        tcp_after_idle: None,
         resolution_ns: 1.0,
     };
     let estimated = estimate(&samples, 0.0, 0.0).unwrap();
@@ -292,6 +296,7 @@ fn low_then_saturated(
         small: None,
         sparse: None,
         tcp: None,
+        tcp_after_idle: None,
         resolution_ns: 1.0,
     }
 }
@@ -362,6 +367,7 @@ fn a_tcp_flow_faster_than_the_rate_carries_it_raises_the_rate() {
         interval_bytes: vec![(bps / 8.0 * 0.25) as u64; 21],
         mss: 1448,
         frame_bytes: 1514,
+        rtt_samples: Vec::new(),
     };
     // The rate carries TCP at 36 x 1448/1514 = 34.43 Mbit/s: 1% above it stands.
     samples.tcp = Some(at(34.43e6 * 1.01));

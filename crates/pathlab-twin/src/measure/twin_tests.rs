@@ -38,6 +38,7 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
         small: Some(small),
         sparse,
         tcp: None,
+        tcp_after_idle: None,
         resolution_ns: 1.0,
     };
     measure_estimate(&samples, 0.0, 0.0).unwrap().estimates

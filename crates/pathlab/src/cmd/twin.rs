@@ -289,7 +289,7 @@ fn say(event: TwinEvent<'_>, gentle: bool) {
     match event {
         TwinEvent::Bounds { max_rate_bps } if !gentle => eprintln!(
             "twin: this measurement overfeeds the path for about 6 s each way, at up to {:.2} \
-             Mbit/s (--max-rate; --gentle not to), then runs bulk TCP for {} s each way",
+             Mbit/s (--max-rate; --gentle not to), then runs bulk TCP twice for {} s each way",
             max_rate_bps / 1e6,
             pathlab_twin::calibrate::TCP_SECONDS
         ),
@@ -311,10 +311,22 @@ fn say(event: TwinEvent<'_>, gentle: bool) {
             phase.payload_bytes,
             phase.rate_bps / 1e6
         ),
-        TwinEvent::Tcp { direction } => eprintln!(
+        TwinEvent::Tcp {
+            direction,
+            after_idle: false,
+        } => eprintln!(
             "twin {}: bulk TCP for {} s (the rate TCP meets)",
             direction_name(direction),
             pathlab_twin::calibrate::TCP_SECONDS
+        ),
+        TwinEvent::Tcp {
+            direction,
+            after_idle: true,
+        } => eprintln!(
+            "twin {}: bulk TCP for {} s after {} s of pings alone (how the path restarts)",
+            direction_name(direction),
+            pathlab_twin::calibrate::TCP_SECONDS,
+            pathlab_twin::restart::IDLE_BEFORE_S
         ),
         TwinEvent::Cannot { direction, what } => {
             eprintln!("twin {}: will not learn {what}", direction_name(direction));
