@@ -429,7 +429,7 @@ fn calibrating_flow(
     let rtt_samples = stream
         .samples
         .iter()
-        .map(|s| pathlab_twin::restart::RttSample {
+        .map(|s| pathlab_twin::calibrate::RttSample {
             at_ns: s.at_ns,
             srtt_us: s.srtt_us,
             retransmitted: s.retrans_segments,

@@ -30,9 +30,22 @@ pub struct TcpRun {
     /// Bytes a full segment counts at the bottleneck, as the probes' frames count theirs
     /// (the path's MTU and the Ethernet header).
     pub frame_bytes: u32,
-    /// The sender's smoothed round trip over the flow, in order ([`crate::restart`]).
+    /// The sender's smoothed round trip over the flow, in order: which intervals had a
+    /// queue at the bottleneck (the restart's fit).
     #[serde(default)]
-    pub rtt_samples: Vec<crate::restart::RttSample>,
+    pub rtt_samples: Vec<RttSample>,
+}
+
+/// One sample of the sender's `TCP_INFO` during the flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RttSample {
+    /// When, ns from the flow's start.
+    pub at_ns: u64,
+    /// The smoothed round trip then, us.
+    pub srtt_us: u32,
+    /// Segments the sender had retransmitted by then.
+    #[serde(default)]
+    pub retransmitted: u32,
 }
 
 /// How long the bulk TCP flow runs, s: the bond's lines ramp for 1-2 s, the rest is the

@@ -371,13 +371,9 @@ fn replayed(
     // A fixed rate only: a trace replays the rate's moves itself. Why no restart is
     // copied goes with the goodput it was judged against.
     let mut tcp_goodput_bps = tcp_goodput_bps;
-    let restart = match (
-        &rate_bps,
-        &mut tcp_goodput_bps,
-        &samples.tcp_after_idle,
-        &trace,
-    ) {
-        (Some(_), Some(goodput), Some(after_idle), None) => restart::fit(after_idle, goodput)
+    let runs = samples.tcp.as_ref().zip(samples.tcp_after_idle.as_ref());
+    let restart = match (&rate_bps, &mut tcp_goodput_bps, runs, &trace) {
+        (Some(_), Some(goodput), Some((warm, cold)), None) => restart::fit(cold, warm, goodput)
             .map_err(|why| write!(goodput.how, "; {why}").unwrap_or(()))
             .ok(),
         _ => None,

@@ -1,47 +1,40 @@
 //! How the path restarts after an idle spell, from a second calibrating TCP flow
-//! ([`crate::calibrate`]) that starts after [`IDLE_BEFORE_S`] of pings alone, against
-//! the first's steady goodput (the path warm from the saturating phases): a path whose capacity a controller hands out (a bonding
-//! tunnel's lines, a cellular scheduler) carries a transfer's first second slower than the
-//! rest, which the twin copies as `restart FROM RAMP` (pathlab-core's `RestartSpec`: the
-//! rate restarts at a share `from` of itself and climbs to it in a straight line over
-//! `ramp`). Through pathlab's bond over three lines, bulk TCP after a pause carried 67% of
-//! its steady goodput in its first second and 92% in its second, and a 10 s transfer 4-5%
-//! less than on a twin without it (2026-12-07).
+//! ([`crate::calibrate`]) that starts after [`IDLE_BEFORE_S`] of pings alone, against the
+//! first (the path warm from the saturating phases). A path whose capacity a controller
+//! hands out (a bonding tunnel's lines, a cellular scheduler) carries a transfer's first
+//! second slower than the rest, which the twin copies as `restart FROM RAMP` (pathlab-core's
+//! `RestartSpec`: the rate restarts at a share `from` of itself and climbs to it in a
+//! straight line over `ramp`). Through pathlab's bond over three lines bulk TCP after pings
+//! carried 73-89% of its steady goodput in its first second, sometimes 106-111% in its
+//! third (the lines draining what queued), and a 10 s transfer 3-5% less than on a twin
+//! without it (2026-12-07).
 //!
-//! # What is fitted
+//! # The cost
+//!
+//! What the cold flow carried less than the warm flow's steady goodput, in seconds of that
+//! rate, from the first interval after TCP's own start (its first sender sample with a
+//! queue at the bottleneck: TCP had filled the path by then, so what it lacked after is the
+//! path's, and the twin's TCP repeats its own start) to the flow's end; an interval with a
+//! retransmission counts not (a window cut, TCP's own). Its standard error is the warm
+//! flow's steady spread over as many intervals. A restart is copied when it costs at least
+//! [`MIN_COST_S`] and twice its error: what the check's transfers lose is that cost,
+//! overshoot included (a per-interval fit of a straight ramp, judged by an F test, refused
+//! the bond's `84%, 88%, 111%`, and its twin's goodput went 5.3% above the path's).
+
+//! # The shape
 //!
 //! Only the intervals in which TCP had a queue at the bottleneck say what the path could
 //! carry: there TCP sent more than it could, so what arrived is the path's capacity. An
 //! interval counts when every sender sample in it saw a smoothed round trip of at least
-//! [`QUEUED_ABOVE`] over the flow's least one plus [`QUEUED_MIN_NS`]; the others are TCP's
-//! own doing (slow start, a window cut after a loss), which the twin's TCP repeats on its
-//! own. Over the counted intervals, the share of the steady goodput each carried is fitted
-//! by least squares to the ramp's mean over the interval, `from` and `ramp` on a grid.
-//!
-//! # When it is a restart
-//!
-//! When the best ramp fits significantly better than none (the extra sum of squares F test
-//! at 95%, two parameters) and costs a transfer at least [`MIN_COST_S`] of the steady rate
-//! (`(1 - from) ramp / 2`). The intervals are the region of the grid whose sum of squares is
-//! within `1 + 2 F(2, n - 2) / (n - 2)` of the least (Beale's confidence region of a
-//! nonlinear least-squares fit).
-
-use serde::{Deserialize, Serialize};
+//! [`QUEUED_ABOVE`] over the flow's least one plus [`QUEUED_MIN_NS`], and no loss. Over
+//! them, the ramp that costs the cost is fitted by least squares on `from` (the ramp follows:
+//! its shortfall from the end of TCP's own start to the ramp's end or the flow's is the
+//! cost), its interval the region whose sum of squares is within
+//! `1 + 2 F(2, n - 2) / (n - 2)` of the least (Beale's region of a nonlinear least-squares
+//! fit), the ramp's widened by the cost's error.
 
 use crate::calibrate::TcpRun;
 use crate::figure::Figure;
-
-/// One sample of the sender's `TCP_INFO` during the flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RttSample {
-    /// When, ns from the flow's start.
-    pub at_ns: u64,
-    /// The smoothed round trip then, us.
-    pub srtt_us: u32,
-    /// Segments the sender had retransmitted by then.
-    #[serde(default)]
-    pub retransmitted: u32,
-}
 
 /// A smoothed round trip this share above the flow's least one (and [`QUEUED_MIN_NS`]) is
 /// a queue at the bottleneck: a bulk flow through the bond's CoDel holds 25% (5 ms of 20).
@@ -52,15 +45,14 @@ pub const QUEUED_MIN_NS: f64 = 1e6;
 
 /// The least a restart must cost a transfer, seconds at the steady rate, for the twin to
 /// copy it: 1% of a 10 s transfer. The kernel's tbf, which does not restart, fitted ramps
-/// of 59 and 74 ms (that the F test then refused).
+/// of 59 and 74 ms with an earlier fit (per interval, which an F test then refused).
 pub const MIN_COST_S: f64 = 0.1;
 
 /// The least counted intervals to fit.
 const MIN_COUNTED: usize = 6;
 
-/// The grid's steps: `from` in hundredths, `ramp` in 25 ms.
+/// The grid's step of `from`: hundredths.
 const FROM_STEP: f64 = 0.01;
-const RAMP_STEP_S: f64 = 0.025;
 
 /// The longest ramp fitted, in lengths of the flow.
 const RAMP_BEYOND_FLOW: f64 = 3.0;
@@ -74,79 +66,164 @@ pub struct RestartFit {
     pub ramp_s: Figure,
 }
 
-/// The restart `run` (a flow after an idle spell) shows against the `steady` goodput of a
-/// flow with the path warm ([`crate::calibrate::steady_goodput`]), if it shows one (see
-/// the module's docs): its own end may still be climbing (a bond's lines took 7 s once).
-/// `Err` says, for the goodput figure's `how`, why none is copied.
-pub fn fit(run: &TcpRun, steady: &Figure) -> Result<RestartFit, String> {
-    let interval_s = run.interval_ns as f64 * 1e-9;
-    let seconds = per_second_shares(run, steady.value);
+/// The restart the flow `cold` (after an idle spell) shows against `warm` (the flow just
+/// before it, the path warm) and that one's `steady` goodput
+/// ([`crate::calibrate::steady_goodput`]), if it shows one (see the module's docs). `Err`
+/// says, for the goodput figure's `how`, why none is copied.
+pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, String> {
+    let seconds = per_second_shares(cold, steady.value);
     let after = format!(
         "after {IDLE_BEFORE_S} s of pings alone bulk TCP carried {seconds} of this in its first \
          seconds"
     );
-    let Some(counted) = counted_intervals(run) else {
+    let Some(counted) = counted_intervals(cold) else {
         return Err(format!("{after}; no round-trip samples from its sender"));
     };
-    if counted.len() < MIN_COUNTED || steady.value <= 0.0 {
+    if counted.len() < MIN_COUNTED || steady.value <= 0.0 || cold.interval_ns == 0 {
         return Err(format!(
             "{after}; {} of its intervals had a queue at the bottleneck ({MIN_COUNTED} at \
              least to fit a restart)",
             counted.len()
         ));
     }
-    let points: Vec<(f64, f64, f64)> = counted
-        .iter()
-        .map(|&i| {
-            let share = run.interval_bytes[i] as f64 * 8.0 / interval_s / steady.value;
-            (i as f64 * interval_s, (i + 1) as f64 * interval_s, share)
-        })
-        .collect();
-    // A ramp may outlast the flow (its slope says where it ends), up to a few times it.
-    let grid = Grid::over(
-        &points,
-        RAMP_BEYOND_FLOW * run.interval_bytes.len() as f64 * interval_s,
+    let Cost {
+        restart: cost_s,
+        error: error_s,
+        own_start: own_start_s,
+    } = restart_cost(cold, warm, steady.value);
+    let costs = format!(
+        "from {:.2} s (TCP's own start: a queue by then) it carried {:.0} ms of the steady \
+         rate less (within {:.0})",
+        own_start_s,
+        cost_s * 1e3,
+        2.0 * error_s * 1e3
     );
-    let none = sum_of_squares(&points, 1.0, RAMP_STEP_S);
-    let (from, ramp, least) = grid.best;
-    let n = points.len() as f64;
-    let f = f_quantile_2(n - 2.0);
-    let significant = (none - least) / 2.0 > f * least / (n - 2.0);
-    let cost_s = (1.0 - from) * ramp / 2.0;
-    let best = format!(
-        "from {:.0}% over {:.0} ms, costing a transfer {:.0} ms of the steady rate",
-        from * 100.0,
-        ramp * 1e3,
-        cost_s * 1e3
-    );
-    if !significant {
+    if cost_s < MIN_COST_S.max(2.0 * error_s) {
         return Err(format!(
-            "{after}; the best ramp ({best}) fits its {} intervals with a queue no better than \
-             none (F test, 95%): no restart copied",
-            points.len()
-        ));
-    }
-    if cost_s < MIN_COST_S {
-        return Err(format!(
-            "{after}; the best ramp ({best}) costs under {:.0} ms: no restart copied",
+            "{after}; {costs}: under {:.0} ms or within its noise, no restart copied",
             MIN_COST_S * 1e3
         ));
     }
-    let region = least * (1.0 + 2.0 * f / (n - 2.0));
-    let (from_range, ramp_range) = grid.within(region);
+    let interval_s = cold.interval_ns as f64 * 1e-9;
+    let points: Vec<(f64, f64, f64)> = counted
+        .iter()
+        .map(|&i| {
+            let share = cold.interval_bytes[i] as f64 * 8.0 / interval_s / steady.value;
+            (i as f64 * interval_s, (i + 1) as f64 * interval_s, share)
+        })
+        .collect();
+    // The shape that costs that: `from` on a grid, the ramp what makes its cost; a ramp
+    // may outlast the flow (up to a few times it).
+    let longest = RAMP_BEYOND_FLOW * cold.interval_bytes.len() as f64 * interval_s;
+    let flow_s = restart_flow_s(cold);
+    let ramp_of = |from: f64, cost: f64| ramp_costing(from, cost, own_start_s, flow_s);
+    let cells: Vec<(f64, f64)> = (1..(1.0 / FROM_STEP).round() as usize)
+        .map(|i| i as f64 * FROM_STEP)
+        .filter(|&from| ramp_of(from, cost_s) <= longest)
+        .map(|from| (from, sum_of_squares(&points, from, ramp_of(from, cost_s))))
+        .collect();
+    let Some(&(from, least)) = cells.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return Err(format!(
+            "{after}; {costs}, more than a ramp within {longest:.0} s can: no restart copied"
+        ));
+    };
+    let n = points.len() as f64;
+    let region = least * (1.0 + 2.0 * f_quantile_2(n - 2.0) / (n - 2.0));
+    let inside = cells.iter().filter(|c| c.1 <= region).map(|c| c.0);
+    let (from_low, from_high) = inside.fold((from, from), |(l, h), f| (l.min(f), h.max(f)));
+    let ramp = ramp_of(from, cost_s);
     let how = format!(
-        "{after}: of its {} intervals of {} ms, the {} with a queue at the bottleneck (the \
-         path's capacity then) fitted to a rate climbing in a straight line to the steady \
-         goodput of a flow just before, the path warm (least squares on a grid): {best}; \
-         intervals from the fit's 95% confidence region",
-        run.interval_bytes.len(),
-        run.interval_ns / 1_000_000,
+        "{after}; {costs}; a rate climbing in a straight line to the steady goodput that \
+         costs that, its start fitted by least squares to the {} of {} intervals of {} ms \
+         with a queue at the bottleneck (the path's capacity then); intervals from the fit's \
+         95% confidence region and the cost's",
         points.len(),
+        cold.interval_bytes.len(),
+        cold.interval_ns / 1_000_000,
     );
     Ok(RestartFit {
-        from: Figure::new(from, from_range.0, from_range.1, how.clone()),
-        ramp_s: Figure::new(ramp, ramp_range.0, ramp_range.1, how),
+        from: Figure::new(from, from_low, from_high, how.clone()),
+        ramp_s: Figure::new(
+            ramp,
+            ramp_of(from_low, (cost_s - 2.0 * error_s).max(0.0)),
+            ramp_of(from_high, cost_s + 2.0 * error_s),
+            how,
+        ),
     })
+}
+
+/// What a restart costs a transfer, s at the steady rate, and that figure's standard
+/// error; what TCP's own start cost the warm flow.
+struct Cost {
+    /// The restart's, s.
+    restart: f64,
+    /// Its standard error, s.
+    error: f64,
+    /// TCP's own start's, s.
+    own_start: f64,
+}
+
+/// The ramp from `from` whose cost over a flow of `flow_s` is `cost_s` when TCP's own
+/// start hides its first `own_s` (TCP could not have used the rate then either, on the path
+/// or on the twin): the rate's shortfall `(1 - from) (1 - t / ramp)` integrated from `own`
+/// to the ramp's end or the flow's; infinite where no ramp costs that much.
+fn ramp_costing(from: f64, cost_s: f64, own_s: f64, flow_s: f64) -> f64 {
+    let a = 1.0 - from;
+    let own = own_s.clamp(0.0, flow_s);
+    let at_flow_end = a * (flow_s - own).powi(2) / (2.0 * flow_s);
+    if cost_s <= at_flow_end {
+        // a (ramp - own)^2 = 2 cost ramp: its root above `own`.
+        let b = 2.0 * a * own + 2.0 * cost_s;
+        (b + (b * b - 4.0 * a * a * own * own).max(0.0).sqrt()) / (2.0 * a)
+    } else {
+        // a ((flow - own) - (flow^2 - own^2) / (2 ramp)) = cost.
+        let room = (flow_s - own) - cost_s / a;
+        if room <= 0.0 {
+            f64::INFINITY
+        } else {
+            (flow_s * flow_s - own * own) / (2.0 * room)
+        }
+    }
+}
+
+/// The cold flow's whole intervals, s: the stretch [`restart_cost`] counts to.
+fn restart_flow_s(cold: &TcpRun) -> f64 {
+    cold.interval_bytes.len().saturating_sub(1) as f64 * cold.interval_ns as f64 * 1e-9
+}
+
+/// How much less than the steady goodput the cold flow carried from the first interval
+/// that starts after TCP's own start (its first sample with a queue at the bottleneck: TCP
+/// had filled the path, so what it lacked after is the path's) to its last whole one, in
+/// seconds of the steady rate; an interval with a loss counts not (TCP's own window cut).
+/// Its error: the warm flow's steady half's spread from one interval to the next, over as
+/// many intervals. The warm flow's own start is no measure of TCP's (through the bond it
+/// followed the small packets and ramped too: the cold flow's cost against it was -164 and
+/// -310 ms where the check's transfers lost 3-5%).
+fn restart_cost(cold: &TcpRun, warm: &TcpRun, steady_bps: f64) -> Cost {
+    let interval_ns = cold.interval_ns.max(1);
+    let interval_s = interval_ns as f64 * 1e-9;
+    let flags = interval_flags(cold).unwrap_or_default();
+    let own_start = first_queued_ns(cold).map_or(0, |at| at.div_ceil(interval_ns)) as usize;
+    let share = |run: &TcpRun, i: usize| {
+        run.interval_bytes[i] as f64 * 8.0 / (run.interval_ns.max(1) as f64 * 1e-9) / steady_bps
+    };
+    let kept: Vec<usize> = (own_start..flags.len())
+        .filter(|&i| !flags[i].lost)
+        .collect();
+    let cost = kept
+        .iter()
+        .map(|&i| (1.0 - share(cold, i)) * interval_s)
+        .sum();
+    let whole = warm.interval_bytes.len().saturating_sub(1);
+    let steady: Vec<f64> = (whole / 2..whole).map(|i| share(warm, i)).collect();
+    let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
+    let variance = steady.iter().map(|s| (s - mean).powi(2)).sum::<f64>()
+        / (steady.len().saturating_sub(1).max(1)) as f64;
+    Cost {
+        restart: cost,
+        error: variance.sqrt() * interval_s * (kept.len() as f64).sqrt(),
+        own_start: own_start as f64 * interval_s,
+    }
 }
 
 /// How long the flow after an idle spell waits first, s, with only the check's pings on
@@ -159,39 +236,72 @@ pub fn fit(run: &TcpRun, steady: &Figure) -> Result<RestartFit, String> {
 /// check's after pings 71%).
 pub const IDLE_BEFORE_S: u64 = 2;
 
-/// The whole intervals (the last, partial, left out) in which every sender sample saw a
-/// queue and none a retransmission since the sample before (after a loss the window is
-/// cut and TCP, not the path, sets the pace); `None` without samples.
-fn counted_intervals(run: &TcpRun) -> Option<Vec<usize>> {
+/// What the sender's samples say of each whole interval (the last, partial, left out):
+/// whether every sample in it saw a queue, and whether any saw a retransmission since the
+/// sample before (after a loss the window is cut and TCP, not the path, sets the pace).
+/// `None` without samples.
+fn interval_flags(run: &TcpRun) -> Option<Vec<Flags>> {
+    let queued_ns = queued_threshold_ns(run)?;
+    let mut before = 0;
+    let samples: Vec<(u64, bool, bool)> = run
+        .rtt_samples
+        .iter()
+        .map(|s| {
+            let lost = s.retransmitted > before;
+            before = s.retransmitted;
+            (s.at_ns, f64::from(s.srtt_us) * 1e3 >= queued_ns, lost)
+        })
+        .collect();
+    let whole = run.interval_bytes.len().saturating_sub(1) as u64;
+    let flags = (0..whole)
+        .map(|i| {
+            let span = i * run.interval_ns..(i + 1) * run.interval_ns;
+            let inside: Vec<_> = samples.iter().filter(|s| span.contains(&s.0)).collect();
+            Flags {
+                queued: !inside.is_empty() && inside.iter().all(|s| s.1),
+                lost: inside.iter().any(|s| s.2),
+            }
+        })
+        .collect();
+    Some(flags)
+}
+
+/// A smoothed round trip at or above this is a queue at the bottleneck, ns: the flow's
+/// least one plus [`QUEUED_ABOVE`] of it and [`QUEUED_MIN_NS`]. `None` without samples.
+fn queued_threshold_ns(run: &TcpRun) -> Option<f64> {
     let least_ns = run
         .rtt_samples
         .iter()
         .filter(|s| s.srtt_us > 0)
         .map(|s| f64::from(s.srtt_us) * 1e3)
         .reduce(f64::min)?;
-    let queued_ns = least_ns * (1.0 + QUEUED_ABOVE) + QUEUED_MIN_NS;
-    let mut before = 0;
-    let paced_by_path: Vec<(u64, bool)> = run
-        .rtt_samples
+    Some(least_ns * (1.0 + QUEUED_ABOVE) + QUEUED_MIN_NS)
+}
+
+/// When the first sender sample saw a queue, ns into the flow.
+fn first_queued_ns(run: &TcpRun) -> Option<u64> {
+    let queued_ns = queued_threshold_ns(run)?;
+    run.rtt_samples
         .iter()
-        .map(|s| {
-            let lost = s.retransmitted > before;
-            before = s.retransmitted;
-            (s.at_ns, !lost && f64::from(s.srtt_us) * 1e3 >= queued_ns)
-        })
-        .collect();
-    let whole = run.interval_bytes.len().saturating_sub(1);
-    let counted = (0..whole)
-        .filter(|&i| {
-            let (start, end) = (i as u64 * run.interval_ns, (i as u64 + 1) * run.interval_ns);
-            let mut inside = paced_by_path
-                .iter()
-                .filter(|(at, _)| (start..end).contains(at))
-                .peekable();
-            inside.peek().is_some() && inside.all(|&(_, by_path)| by_path)
-        })
-        .collect();
-    Some(counted)
+        .find(|s| f64::from(s.srtt_us) * 1e3 >= queued_ns)
+        .map(|s| s.at_ns)
+}
+
+/// An interval as its sender's samples saw it ([`interval_flags`]).
+#[derive(Debug, Clone, Copy)]
+struct Flags {
+    queued: bool,
+    lost: bool,
+}
+
+/// The intervals whose delivery was the path's capacity: queued, and no loss in them.
+fn counted_intervals(run: &TcpRun) -> Option<Vec<usize>> {
+    let flags = interval_flags(run)?;
+    Some(
+        (0..flags.len())
+            .filter(|&i| flags[i].queued && !flags[i].lost)
+            .collect(),
+    )
 }
 
 /// The shares of `steady` the run's first three whole seconds carried, as `71%, 87%, 109%`.
@@ -228,43 +338,6 @@ fn sum_of_squares(points: &[(f64, f64, f64)], from: f64, ramp: f64) -> f64 {
         .sum()
 }
 
-/// Every `(from, ramp)` on the grid with its sum of squares, and the least.
-struct Grid {
-    cells: Vec<(f64, f64, f64)>,
-    best: (f64, f64, f64),
-}
-
-impl Grid {
-    fn over(points: &[(f64, f64, f64)], longest_s: f64) -> Grid {
-        let froms = (1..=(1.0 / FROM_STEP).round() as usize).map(|i| i as f64 * FROM_STEP);
-        let ramps: Vec<f64> = (1..=(longest_s / RAMP_STEP_S).floor() as usize)
-            .map(|i| i as f64 * RAMP_STEP_S)
-            .collect();
-        let cells: Vec<(f64, f64, f64)> = froms
-            .flat_map(|from| {
-                ramps
-                    .iter()
-                    .map(move |&ramp| (from, ramp, sum_of_squares(points, from, ramp)))
-            })
-            .collect();
-        let best = cells
-            .iter()
-            .copied()
-            .min_by(|a, b| a.2.total_cmp(&b.2))
-            .unwrap_or((1.0, RAMP_STEP_S, f64::INFINITY));
-        Grid { cells, best }
-    }
-
-    /// The ranges of `from` and of `ramp` over the cells within `bound`.
-    fn within(&self, bound: f64) -> ((f64, f64), (f64, f64)) {
-        let inside = self.cells.iter().filter(|c| c.2 <= bound);
-        inside.fold(
-            ((f64::MAX, f64::MIN), (f64::MAX, f64::MIN)),
-            |((fl, fh), (rl, rh)), c| ((fl.min(c.0), fh.max(c.0)), (rl.min(c.1), rh.max(c.1))),
-        )
-    }
-}
-
 /// The 95% quantile of Fisher's F with 2 and `k` degrees of freedom, which has a closed
 /// form: `k / 2 (0.05^(-2/k) - 1)`.
 fn f_quantile_2(k: f64) -> f64 {
@@ -274,7 +347,7 @@ fn f_quantile_2(k: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibrate::steady_goodput;
+    use crate::calibrate::{steady_goodput, RttSample};
 
     /// A 5 s flow of 250 ms intervals at `bps` of steady goodput over a path that restarts
     /// at `from` and climbs over `ramp_s`, its own slow start costing the first `start_s`
@@ -319,19 +392,29 @@ mod tests {
         }
     }
 
+    /// The flow with the path warm (no restart, the same slow start) and its steady goodput.
+    fn warm(bps: f64, start_s: f64) -> (TcpRun, Figure) {
+        let run = flow(bps, 1.0, 0.025, start_s, 0.005);
+        let steady = steady_goodput(&run).unwrap();
+        (run, steady)
+    }
+
     #[test]
     fn a_path_that_restarts_slowly_is_fitted_within_the_intervals() {
         // The bond down, roughly: 38.5 Mbit/s, from 40% over 1.4 s, slow start in the
-        // first 100 ms (its interval not counted: a queue only from 250 ms).
+        // first 100 ms (its interval not counted: a queue only from 250 ms), the ramp's
+        // cost after that 284 ms of its 420.
+        let (warm, steady) = warm(38.5e6, 0.1);
         let run = flow(38.5e6, 0.4, 1.4, 0.1, 0.005);
-        let steady = steady_goodput(&run).unwrap();
-        let fit = fit(&run, &steady).expect("a restart");
+        let fit = fit(&run, &warm, &steady).expect("a restart");
         assert!(fit.from.covers(0.4), "{:?}", fit.from);
         assert!(fit.ramp_s.covers(1.4), "{:?}", fit.ramp_s);
         assert!((fit.from.value - 0.4).abs() < 0.05, "{:?}", fit.from);
         assert!((fit.ramp_s.value - 1.4).abs() < 0.1, "{:?}", fit.ramp_s);
         assert!(
-            fit.from.how.contains("costing a transfer 420 ms"),
+            fit.from
+                .how
+                .contains("from 0.25 s (TCP's own start: a queue by then) it carried 284 ms"),
             "{}",
             fit.from.how
         );
@@ -341,9 +424,9 @@ mod tests {
     fn a_ramp_longer_than_the_flow_is_fitted_against_the_warm_flows_goodput() {
         // From 55% over 7 s (the bond's lines once): the 5 s flow ends still climbing, at
         // 94%; the flow before it, the lines warm, gives the steady goodput.
-        let steady = steady_goodput(&flow(38.5e6, 1.0, 0.025, 0.1, 0.005)).unwrap();
+        let (warm, steady) = warm(38.5e6, 0.1);
         let run = flow(38.5e6, 0.55, 7.0, 0.1, 0.005);
-        let fit = fit(&run, &steady).expect("a restart");
+        let fit = fit(&run, &warm, &steady).expect("a restart");
         assert!((fit.from.value - 0.55).abs() < 0.03, "{:?}", fit.from);
         assert!(
             (fit.ramp_s.value / 7.0 - 1.0).abs() < 0.15,
@@ -356,51 +439,54 @@ mod tests {
     #[test]
     fn a_path_at_its_rate_at_once_does_not_restart() {
         // Slow start alone (no queue in its interval), then the rate: nothing to copy.
+        let (warm, steady) = warm(19.3e6, 0.1);
         let run = flow(19.3e6, 1.0, 0.025, 0.1, 0.01);
-        let steady = steady_goodput(&run).unwrap();
-        assert!(fit(&run, &steady).is_err());
+        assert!(fit(&run, &warm, &steady).is_err());
     }
 
     #[test]
     fn a_slow_start_without_a_queue_is_tcps_own_and_not_a_restart() {
         // A long round trip's slow start: 0.9 s without a queue, at a third of the rate.
+        let (warm, steady) = warm(19.3e6, 0.9);
         let run = flow(19.3e6, 1.0, 0.025, 0.9, 0.01);
-        let steady = steady_goodput(&run).unwrap();
-        assert!(fit(&run, &steady).is_err());
+        assert!(fit(&run, &warm, &steady).is_err());
     }
 
     #[test]
     fn a_restart_that_costs_a_transfer_little_is_left_out() {
         // 90% for 0.5 s: 25 ms of the rate.
+        let (warm, steady) = warm(19.3e6, 0.0);
         let run = flow(19.3e6, 0.9, 0.5, 0.0, 0.0);
-        let steady = steady_goodput(&run).unwrap();
-        assert!(fit(&run, &steady).is_err());
+        assert!(fit(&run, &warm, &steady).is_err());
     }
 
     #[test]
     fn intervals_after_a_loss_are_tcps_own_and_not_fitted() {
         // Slow start's loss at 0.5 s: the window cut leaves two intervals at 60% with the
         // queue still shown (the smoothed round trip lags); their retransmissions say why.
+        let (warm, steady) = warm(19.3e6, 0.1);
         let mut run = flow(19.3e6, 1.0, 0.025, 0.1, 0.005);
         for i in [2, 3] {
             run.interval_bytes[i] = (run.interval_bytes[i] as f64 * 0.6) as u64;
         }
-        let steady = steady_goodput(&run).unwrap();
-        assert!(fit(&run, &steady).is_ok(), "the dip fits as a ramp");
+        assert!(fit(&run, &warm, &steady).is_ok(), "the dip fits as a ramp");
         // One retransmission a sample from 0.5 s to 1 s, none after.
         for sample in &mut run.rtt_samples {
             let at = sample.at_ns.clamp(450_000_000, 950_000_000);
             sample.retransmitted = ((at - 450_000_000) / 50_000_000) as u32;
         }
-        assert!(fit(&run, &steady).is_err(), "a loss's dip is not a restart");
+        assert!(
+            fit(&run, &warm, &steady).is_err(),
+            "a loss's dip is not a restart"
+        );
     }
 
     #[test]
     fn a_flow_without_round_trip_samples_fits_nothing() {
+        let (warm, steady) = warm(38.5e6, 0.1);
         let mut run = flow(38.5e6, 0.4, 1.4, 0.1, 0.005);
         run.rtt_samples.clear();
-        let steady = steady_goodput(&run).unwrap();
-        assert!(fit(&run, &steady).is_err());
+        assert!(fit(&run, &warm, &steady).is_err());
     }
 
     #[test]
