@@ -178,25 +178,7 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let host = Ipv4Addr::to_string(&SERVER_INNER);
 
     let out = dir.path("bond.toml");
-    let output = site
-        .command(PATHLAB)
-        .args([
-            "twin",
-            &host,
-            "-t",
-            "20s",
-            "--max-rate",
-            "160M",
-            "-J",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .expect("pathlab twin runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
-    let twin: serde_json::Value = serde_json::from_slice(&output.stdout).expect("twin's JSON");
-    eprintln!("{stderr}{twin:#}");
+    crate::twin::measure_twin(site, &host, "160M", &out);
     eprintln!("twin took {:.1} s", started.elapsed().as_secs_f64());
 
     let before = line_stats(&emulators);
