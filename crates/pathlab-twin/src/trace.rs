@@ -26,8 +26,11 @@ pub const WINDOWS_JUDGED: usize = 5;
 /// and a trace replaying that took a fixed rate's place (each packet then waits for a
 /// whole-millisecond opportunity: base RTT +0.3-1.5 ms, loaded RTT +10-30%, 2026-12-07). A
 /// rate that really moves (a cellular line's, the test's steps) moves as much in 500 ms
-/// windows; noise about a fixed rate averages out in them.
-pub const MOVING_VARIATION: f64 = 0.05;
+/// windows; noise about a fixed rate averages out in them. 10%, not 5%: the bond's
+/// fixed lines still varied 5.4% and 5.8% in 500 ms windows in 2 of 14 twins (0.5-3.2% in
+/// the others), replayed as traces, its loaded round trips' p95 +10% to +13% (and p50
+/// +5%); a real cellular trace (mahimahi's TMobile-LTE-short) moved 20.6% and 45.4%.
+pub const MOVING_VARIATION: f64 = 0.10;
 
 /// The least judged windows for a verdict (fewer: a fixed rate): 2 s.
 pub const MIN_JUDGED: usize = 4;
