@@ -19,7 +19,7 @@
 //! least [`MIN_COST_S`] and twice its error: what the check's transfers lose is that cost,
 //! overshoot included (a per-interval fit of a straight ramp, judged by an F test, refused
 //! the bond's `84%, 88%, 111%`, and its twin's goodput went 5.3% above the path's).
-
+//!
 //! # The shape
 //!
 //! Only the intervals in which TCP had a queue at the bottleneck say what the path could
@@ -75,9 +75,12 @@ pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, 
         "after {IDLE_BEFORE_S} s of pings alone bulk TCP carried {seconds} of this in its first \
          seconds"
     );
-    let Some(counted) = counted_intervals(cold) else {
+    let Some(flags) = interval_flags(cold) else {
         return Err(format!("{after}; no round-trip samples from its sender"));
     };
+    let counted: Vec<usize> = (0..flags.len())
+        .filter(|&i| flags[i].queued && !flags[i].lost)
+        .collect();
     if counted.len() < MIN_COUNTED || steady.value <= 0.0 || cold.interval_ns == 0 {
         return Err(format!(
             "{after}; {} of its intervals had a queue at the bottleneck ({MIN_COUNTED} at \
@@ -89,7 +92,7 @@ pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, 
         restart: cost_s,
         error: error_s,
         own_start: own_start_s,
-    } = restart_cost(cold, warm, steady.value);
+    } = restart_cost(cold, &flags, warm, steady.value);
     let costs = format!(
         "it carried {:.0} ms of the steady rate less than TCP's own start costs on such a \
          link (slow start for {:.0} ms; within {:.0})",
@@ -107,8 +110,8 @@ pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, 
     let points: Vec<(f64, f64, f64)> = counted
         .iter()
         .map(|&i| {
-            let share = cold.interval_bytes[i] as f64 * 8.0 / interval_s / steady.value;
-            (i as f64 * interval_s, (i + 1) as f64 * interval_s, share)
+            let (start, end) = (i as f64 * interval_s, (i + 1) as f64 * interval_s);
+            (start, end, share(cold, i, steady.value))
         })
         .collect();
     // The shape that costs that: `from` on a grid, the ramp what makes its cost; a ramp
@@ -152,13 +155,13 @@ pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, 
 }
 
 /// What a restart costs a transfer, s at the steady rate, and that figure's standard
-/// error; what TCP's own start cost the warm flow.
+/// error; how long TCP's own start takes ([`slow_start`]).
 struct Cost {
     /// The restart's, s.
     restart: f64,
     /// Its standard error, s.
     error: f64,
-    /// TCP's own start's, s.
+    /// TCP's own start's length, s.
     own_start: f64,
 }
 
@@ -185,6 +188,20 @@ fn ramp_costing(from: f64, cost_s: f64, own_s: f64, flow_s: f64) -> f64 {
     }
 }
 
+/// The share of `steady_bps` that `run`'s interval `i` carried.
+fn share(run: &TcpRun, i: usize, steady_bps: f64) -> f64 {
+    run.interval_bytes[i] as f64 * 8.0 / (run.interval_ns.max(1) as f64 * 1e-9) / steady_bps
+}
+
+/// The flow's least smoothed round trip, s: its base (the handshake's, the first sample).
+fn least_srtt_s(run: &TcpRun) -> Option<f64> {
+    run.rtt_samples
+        .iter()
+        .filter(|s| s.srtt_us > 0)
+        .map(|s| f64::from(s.srtt_us) * 1e-6)
+        .reduce(f64::min)
+}
+
 /// The cold flow's whole intervals, s: the stretch [`restart_cost`] counts to.
 fn restart_flow_s(cold: &TcpRun) -> f64 {
     cold.interval_bytes.len().saturating_sub(1) as f64 * cold.interval_ns as f64 * 1e-9
@@ -200,20 +217,18 @@ fn restart_flow_s(cold: &TcpRun) -> f64 {
 /// leaving that interval out as TCP's own left 19-107 ms of a restart that cost the
 /// check's transfers 4-5%. Nor against the warm flow's own start: through the bond it
 /// followed the small packets and ramped too (-164 and -310 ms).
-fn restart_cost(cold: &TcpRun, warm: &TcpRun, steady_bps: f64) -> Cost {
+fn restart_cost(cold: &TcpRun, flags: &[Flags], warm: &TcpRun, steady_bps: f64) -> Cost {
     let interval_s = cold.interval_ns.max(1) as f64 * 1e-9;
-    let flags = interval_flags(cold).unwrap_or_default();
-    let share = |run: &TcpRun, i: usize| {
-        run.interval_bytes[i] as f64 * 8.0 / (run.interval_ns.max(1) as f64 * 1e-9) / steady_bps
-    };
     let kept: Vec<usize> = (0..flags.len()).filter(|&i| !flags[i].lost).collect();
     let deficit: f64 = kept
         .iter()
-        .map(|&i| (1.0 - share(cold, i)) * interval_s)
+        .map(|&i| (1.0 - share(cold, i, steady_bps)) * interval_s)
         .sum();
     let own = slow_start(cold, steady_bps);
     let whole = warm.interval_bytes.len().saturating_sub(1);
-    let steady: Vec<f64> = (whole / 2..whole).map(|i| share(warm, i)).collect();
+    let steady: Vec<f64> = (whole / 2..whole)
+        .map(|i| share(warm, i, steady_bps))
+        .collect();
     let mean = steady.iter().sum::<f64>() / steady.len().max(1) as f64;
     let variance = steady.iter().map(|s| (s - mean).powi(2)).sum::<f64>()
         / (steady.len().saturating_sub(1).max(1)) as f64;
@@ -231,13 +246,7 @@ fn restart_cost(cold: &TcpRun, warm: &TcpRun, steady_bps: f64) -> Cost {
 /// / IW))` rounds, so the cost is `K rtt - rtt IW (2^K - 1) / BDP`. The bond's (20 ms,
 /// 38.5 Mbit/s, 1402-byte segments: a BDP of 69): 3 rounds, 40 ms.
 fn slow_start(run: &TcpRun, steady_bps: f64) -> SlowStart {
-    let rtt_s = run
-        .rtt_samples
-        .iter()
-        .filter(|s| s.srtt_us > 0)
-        .map(|s| f64::from(s.srtt_us) * 1e-6)
-        .reduce(f64::min)
-        .unwrap_or(0.0);
+    let rtt_s = least_srtt_s(run).unwrap_or(0.0);
     let bdp = steady_bps * rtt_s / (8.0 * f64::from(run.mss.max(1)));
     if bdp <= INITIAL_WINDOW {
         return SlowStart::default();
@@ -304,12 +313,7 @@ fn interval_flags(run: &TcpRun) -> Option<Vec<Flags>> {
 /// A smoothed round trip at or above this is a queue at the bottleneck, ns: the flow's
 /// least one plus [`QUEUED_ABOVE`] of it and [`QUEUED_MIN_NS`]. `None` without samples.
 fn queued_threshold_ns(run: &TcpRun) -> Option<f64> {
-    let least_ns = run
-        .rtt_samples
-        .iter()
-        .filter(|s| s.srtt_us > 0)
-        .map(|s| f64::from(s.srtt_us) * 1e3)
-        .reduce(f64::min)?;
+    let least_ns = least_srtt_s(run)? * 1e9;
     Some(least_ns * (1.0 + QUEUED_ABOVE) + QUEUED_MIN_NS)
 }
 
@@ -318,16 +322,6 @@ fn queued_threshold_ns(run: &TcpRun) -> Option<f64> {
 struct Flags {
     queued: bool,
     lost: bool,
-}
-
-/// The intervals whose delivery was the path's capacity: queued, and no loss in them.
-fn counted_intervals(run: &TcpRun) -> Option<Vec<usize>> {
-    let flags = interval_flags(run)?;
-    Some(
-        (0..flags.len())
-            .filter(|&i| flags[i].queued && !flags[i].lost)
-            .collect(),
-    )
 }
 
 /// The shares of `steady` the run's first three whole seconds carried, as `71%, 87%, 109%`.

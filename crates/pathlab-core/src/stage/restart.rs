@@ -54,14 +54,13 @@ impl Restart {
     /// leaves. `start` is at or after the previous packet's end.
     pub fn transmit(&mut self, fixed: &FixedRate, start: Instant, len_bytes: u32) -> Instant {
         self.close_windows(start);
-        let since = match (self.origin, self.used_until) {
-            (Some(origin), Some(used)) => Some(origin.max(used)),
-            (origin, used) => origin.or(used),
-        };
-        let origin = match since {
-            Some(since) if start.saturating_since(since) < self.spec.idle => {
-                self.origin.unwrap_or(start)
-            }
+        // Warm while the ramp began, or the line was last used, less than `idle` ago.
+        let warm = self
+            .origin
+            .max(self.used_until)
+            .is_some_and(|since| start.saturating_since(since) < self.spec.idle);
+        let origin = match self.origin {
+            Some(origin) if warm => origin,
             _ => start,
         };
         self.origin = Some(origin);
@@ -125,21 +124,6 @@ impl Restart {
         } else {
             Duration::from_nanos(nanos as u64)
         })
-    }
-
-    /// The rate in force at `now` as a share of the whole, for a packet that would start
-    /// then without restarting the line (1 after the ramp).
-    pub fn share_at(&self, now: Instant) -> f64 {
-        let Some(origin) = self.origin else {
-            return self.spec.from;
-        };
-        let ramp = self.spec.ramp.as_nanos() as f64;
-        let into = now.saturating_since(origin).as_nanos() as f64;
-        if into >= ramp {
-            1.0
-        } else {
-            self.spec.from + (1.0 - self.spec.from) * into / ramp
-        }
     }
 }
 
@@ -229,7 +213,6 @@ mod tests {
         let fixed = line(10);
         let mut model = Restart::new(spec(0.2, 500, 1000));
         let (_, t) = backlog(&mut model, &fixed, Instant::ZERO, Instant::from_secs(2));
-        assert_eq!(model.share_at(t), 1.0);
         // 0.9 s quiet: still warm.
         let at = t + Duration::from_millis(900);
         let end = model.transmit(&fixed, at, 1500);
