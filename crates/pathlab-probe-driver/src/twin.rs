@@ -246,7 +246,7 @@ fn measure_direction(
     };
     let low_load = run("low load", plan.low_load)?;
     let mut small_plan = plan.small;
-    let (saturation, sparse) = match plan.saturation {
+    let (saturation, sparse, last_phase) = match plan.saturation {
         Some(mut phase) => {
             let (mut saturated, mut sparse) = saturate(&mut run, "saturation", phase)?;
             for _ in 0..measure::MAX_ESCALATIONS {
@@ -260,9 +260,17 @@ fn measure_direction(
                 (saturated, sparse) = saturate(&mut run, again, phase)?;
                 small_plan = measure::small_after(&input, &phase);
             }
-            (Some(saturated), sparse)
+            (Some(saturated), sparse, Some(phase))
         }
-        None => (None, None),
+        None => (None, None, None),
+    };
+    let longer = match (&last_phase, &saturation) {
+        (Some(first), Some(saturated)) => {
+            measure::longer_phase(&input, first, &low_load, saturated)
+                .map(|phase| run("saturation, longer (the rate may move)", phase))
+                .transpose()?
+        }
+        _ => None,
     };
     let mut cannot = plan.cannot;
     cannot.extend((saturation.is_some() && sparse.is_none()).then(|| SPARSE_FAILED.to_owned()));
@@ -281,6 +289,7 @@ fn measure_direction(
     let samples = DirectionSamples {
         low_load,
         saturation,
+        longer,
         small,
         sparse,
         tcp,

@@ -29,10 +29,12 @@ use crate::delay::{base_delay, delay_variation};
 use crate::figure::Figure;
 use crate::isolation::{isolation, MIN_SPARSE_SAMPLES};
 use crate::loss::fit_loss;
+use crate::queued::longest_queued;
 use crate::restart::{self, RestartFit};
-use crate::samples::{after_drain, Clocks, Sample};
+use crate::samples::{after_drain, sent_rate_bps, Clocks, Sample};
 use crate::trace::{
-    delivery_trace, rate_over_time, MIN_JUDGED, MOVING_VARIATION, WINDOWS_JUDGED, WINDOW_NS,
+    delivery_trace, may_move, moves, RateOverTime, MAY_MOVE, MIN_JUDGED, MOVING_FAST,
+    MOVING_VARIATION, WINDOW_NS,
 };
 
 /// Bytes of each low-load probe's UDP payload.
@@ -46,6 +48,14 @@ pub const OVERFEED: f64 = 1.5;
 /// The saturating and small-packet phases' length, seconds: enough to fill a 0.6 s modem
 /// buffer overfed by half and keep it full for seconds.
 pub const SATURATION_S: f64 = 4.0;
+/// The longer saturating phase's length, seconds, when the first one's rate may move
+/// ([`longer_phase`]): long enough for [`crate::trace::MIN_JUDGED`] windows of 2 s, and a
+/// delivery trace of a cellular line's seconds of moves (at most half a direction's time).
+pub const LONGER_S: f64 = 15.0;
+/// How much faster than the first phase's fastest 100 ms window the longer phase sends:
+/// its queue then holds through a moving rate's peaks (a cellular line's reach twice its
+/// mean and more).
+pub const LONGER_OVERFEED: f64 = 2.0;
 /// The small-packet phase's length, seconds.
 pub const SMALL_S: f64 = 2.0;
 /// How much faster a saturating phase that built no queue is sent again ([`escalate`]).
@@ -209,6 +219,8 @@ pub struct DirectionSamples {
     pub low_load: Vec<Sample>,
     /// The saturating phase's, if it ran.
     pub saturation: Option<Vec<Sample>>,
+    /// The longer saturating phase's, if it ran ([`longer_phase`]).
+    pub longer: Option<Vec<Sample>>,
     /// The small-packet phase's, if it ran.
     pub small: Option<Vec<Sample>>,
     /// A sparse flow's, sent beside the (last) saturating phase: [`SPARSE_PPS`] probes a
@@ -357,7 +369,10 @@ fn replayed(
 ) -> Replayed {
     // A direction without a rate has no trace either (its spec would not name it).
     let trace = match (rate_bps.as_mut(), samples.saturation.as_deref()) {
-        (Some(rate), Some(saturated)) => moving_trace(rate, saturated, clocks, queued_ns),
+        (Some(rate), Some(saturated)) => {
+            let longer = samples.longer.as_deref();
+            moving_trace(rate, saturated, longer, clocks, queued_ns)
+        }
         _ => None,
     };
     let tcp_goodput_bps = samples.tcp.as_ref().and_then(steady_goodput);
@@ -386,40 +401,112 @@ fn replayed(
     }
 }
 
-/// The delivery trace of a saturating phase whose rate moves ([`rate_over_time`]), else
-/// `None`; `rate`'s `how` says how much its windows varied, and what that made of it.
+/// The delivery trace of the longer saturating phase when the rate moves in it
+/// ([`moves`]), else `None`; `rate`'s `how` says how much the phases' windows
+/// varied, and what that made of it.
 fn moving_trace(
     rate: &mut Figure,
     saturated: &[Sample],
+    longer: Option<&[Sample]>,
     clocks: &Clocks,
     queued_ns: f64,
 ) -> Option<String> {
-    let over_time = rate_over_time(saturated, clocks, queued_ns);
-    let judged = over_time.judged_windows;
-    let verdict = if over_time.moves {
-        format!(
-            "above {:.0}%: replayed as a delivery trace",
-            MOVING_VARIATION * 100.0
-        )
-    } else if judged < MIN_JUDGED {
-        format!("too few ({judged}, {MIN_JUDGED} at least) to judge: a fixed rate")
-    } else {
-        format!("at most {:.0}%: a fixed rate", MOVING_VARIATION * 100.0)
+    let (may, first) = may_move(saturated, clocks, queued_ns);
+    describe(&mut rate.how, "; its", &first);
+    let (verdict, trace) = match (may, longer) {
+        (false, _) => (
+            format!(
+                "at most {:.0}%, each 100 ms overfed: a fixed rate",
+                MAY_MOVE * 100.0
+            ),
+            None,
+        ),
+        (true, None) => (
+            "it may move, but no longer phase ran: a fixed rate".to_owned(),
+            None,
+        ),
+        (true, Some(longer)) => {
+            let run = longest_queued(longer, clocks, queued_ns);
+            let (moving, [fast, long]) = moves(&run);
+            describe(&mut rate.how, "; a longer phase's", &fast);
+            let _ = write!(
+                rate.how,
+                ", its {} of {} ms by {:.1}%",
+                long.judged_windows,
+                long.judged_ms(),
+                long.judged_variation * 100.0
+            );
+            if moving {
+                let said = format!(
+                    "above {:.0}% or {:.0}%: replayed as a delivery trace",
+                    MOVING_FAST * 100.0,
+                    MOVING_VARIATION * 100.0
+                );
+                (said, delivery_trace(&run))
+            } else if long.judged_windows < MIN_JUDGED {
+                let said = format!(
+                    "too few ({}, {MIN_JUDGED} at least) to judge: a fixed rate",
+                    long.judged_windows
+                );
+                (said, None)
+            } else {
+                let said = format!(
+                    "at most {:.0}% and {:.0}%: a fixed rate",
+                    MOVING_FAST * 100.0,
+                    MOVING_VARIATION * 100.0
+                );
+                (said, None)
+            }
+        }
     };
+    let _ = write!(rate.how, ", {verdict}");
+    trace
+}
+
+/// Appends to `how` what `over_time` says: `whose` windows of 100 ms and of its judged
+/// length, and how much each varied.
+fn describe(how: &mut String, whose: &str, over_time: &RateOverTime) {
     let _ = write!(
-        rate.how,
-        "; its {} windows of {} ms varied by {:.1}% (sd over mean), its {judged} of {} ms by \
-         {:.1}%, {verdict}",
+        how,
+        "{whose} {} windows of {} ms varied by {:.1}% (sd over mean), its {} of {} ms by \
+         {:.1}%",
         over_time.windows_bps.len(),
         WINDOW_NS / 1_000_000,
         over_time.variation * 100.0,
-        WINDOW_NS / 1_000_000 * WINDOWS_JUDGED as u64,
+        over_time.judged_windows,
+        over_time.judged_ms(),
         over_time.judged_variation * 100.0,
     );
-    over_time
-        .moves
-        .then(|| delivery_trace(saturated, clocks, queued_ns))
-        .flatten()
+}
+
+/// The longer saturating phase after the first one `phase` (sent after the low load
+/// `low_load`) when its rate may move ([`may_move`]): [`LONGER_S`] (at most half the
+/// direction's time) at [`LONGER_OVERFEED`] times its fastest 100 ms window (never slower
+/// than `phase`, never above the rate allowed); `None` when it may not, or built no queue.
+pub fn longer_phase(
+    input: &PlanInput,
+    phase: &Phase,
+    low_load: &[Sample],
+    saturated: &[Sample],
+) -> Option<Phase> {
+    let low = after_drain(low_load);
+    let clocks = Clocks::from_low_load(&low)?;
+    let queued_ns = queued_threshold_ns(&low, &clocks);
+    let (may, over_time) = may_move(saturated, &clocks, queued_ns);
+    if !may || over_time.windows_bps.is_empty() {
+        return None;
+    }
+    let full = f64::from(phase.payload_bytes);
+    let payload_share = full / (full + f64::from(input.overhead_bytes));
+    let rate_bps = (LONGER_OVERFEED * over_time.highest_bps() * payload_share)
+        .max(phase.rate_bps)
+        .min(input.max_rate_bps);
+    let seconds = LONGER_S.min(input.seconds / 2.0);
+    Some(Phase::at(
+        phase.payload_bytes,
+        rate_bps / (full * 8.0),
+        seconds,
+    ))
 }
 
 /// The relative delay above which a packet waited in a queue: the low-load deviations'
@@ -514,18 +601,6 @@ pub fn small_after(input: &PlanInput, saturation: &Phase) -> Option<Phase> {
     let full = f64::from(saturation.payload_bytes);
     let frames_bps = saturation.rate_bps * (full + f64::from(input.overhead_bytes)) / full;
     plan(input, Some(frames_bps / OVERFEED), false).small
-}
-
-/// Bits per second the phase's frames were sent at, from its first send to its last.
-fn sent_rate_bps(samples: &[Sample]) -> Option<f64> {
-    let first = samples.iter().map(|s| s.sent_ns).min()?;
-    let last = samples.iter().map(|s| s.sent_ns).max()?;
-    let bits: f64 = samples
-        .iter()
-        .skip(1)
-        .map(|s| f64::from(s.len_bytes) * 8.0)
-        .sum();
-    (last > first).then(|| bits / ((last - first) as f64 * 1e-9))
 }
 
 /// The clocks' offset (the far end's clock minus this one's, ns) and how well it is

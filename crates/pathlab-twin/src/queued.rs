@@ -10,6 +10,17 @@ use crate::samples::{Clocks, Sample};
 /// delivered at its rate ([`settled`]): `(arrival ns on the receiver's clock, relative
 /// delay ns, bytes)`.
 pub fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
+    let longest = longest_queued(saturated, clocks, queued_ns);
+    settled(&longest).to_vec()
+}
+
+/// The received packets of a saturating phase that waited in the queue, as
+/// [`queued_run`], longest unbroken run only, whole: from its first packet, ramp or none.
+pub fn longest_queued(
+    saturated: &[Sample],
+    clocks: &Clocks,
+    queued_ns: f64,
+) -> Vec<(u64, f64, u32)> {
     let mut arrivals: Vec<(u64, f64, u32)> = saturated
         .iter()
         .filter_map(|s| Some((s.received_ns?, clocks.relative_ns(s)?, s.len_bytes)))
@@ -24,7 +35,9 @@ pub fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<
             best = start..i + 1;
         }
     }
-    settled(&arrivals[best]).to_vec()
+    arrivals.truncate(best.end);
+    arrivals.drain(..best.start);
+    arrivals
 }
 
 /// Bits per second delivered by a run of back-to-back departures: the bytes of all but

@@ -69,6 +69,7 @@ fn measured(path: &str) -> DirectionSamples {
     let saturation = through(&path, 2, &at_rate(0, 4_000_000_000, 15e6, 1514));
     let small = through(&path, 3, &at_rate(0, 2_000_000_000, 15e6, 106));
     DirectionSamples {
+        longer: None,
         low_load: low,
         saturation: Some(saturation),
         small: Some(small),
@@ -187,6 +188,7 @@ fn a_rough_capacity_far_too_high_is_probed_at_the_rate_allowed_and_the_bottlenec
     );
     let saturated = through(&path, 2, &at_rate(0, 4_000_000_000, frames_bps, 1514));
     let samples = DirectionSamples {
+        longer: None,
         low_load: low,
         saturation: Some(saturated),
         small: None,
@@ -227,6 +229,7 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
     let first = planned.saturation.unwrap();
     let saturated = sent_through(&path, 2, &first);
     let no_queue = DirectionSamples {
+        longer: None,
         low_load: low.clone(),
         saturation: Some(saturated.clone()),
         small: None,
@@ -245,6 +248,7 @@ fn a_rough_capacity_far_too_low_is_escalated_until_the_probes_queue() {
     assert_eq!(escalate(&input, &faster, &low, &saturated, 1.0), None);
     let small = small_after(&input, &faster).expect("the small packets fit the rate allowed");
     let samples = DirectionSamples {
+        longer: None,
         low_load: low,
         saturation: Some(saturated),
         small: Some(sent_through(&path, 4, &small)),
@@ -283,6 +287,7 @@ fn low_then_saturated(
     offered_bps: f64,
 ) -> DirectionSamples {
     DirectionSamples {
+        longer: None,
         low_load: through(
             low_path,
             1,
@@ -337,7 +342,7 @@ fn a_rate_still_ramping_at_the_phase_end_is_its_second_half() {
 
 /// A path ramping through its whole saturating phase, each window within 10% of the median
 /// (so none is cut as the path settling), varies by 7.5% over the phase: judged whole
-/// against the 5% of the time, it 'moved', and its trace replayed the ramp (the bond's rate, judged so, moved in
+/// against the 5% of the time (then the only verdict), it 'moved', and its trace replayed the ramp (the bond's rate, judged so, moved in
 /// 4 of 12 twins; their traces carried bulk TCP 8-10% below the path). Judged, like the
 /// rate, at its end, it is a fixed rate.
 #[test]
@@ -349,7 +354,8 @@ fn a_ramp_through_the_phase_is_judged_at_its_end_and_is_no_trace() {
     let rate = estimated.estimates.rate_bps.as_ref().expect("a rate");
     assert!((rate.value / 43.5e6 - 1.0).abs() < 0.03, "{rate:?}");
     assert!(
-        rate.how.contains("by 2.5%, at most 10%: a fixed rate"),
+        rate.how
+            .contains("by 2.5%, at most 5%, each 100 ms overfed: a fixed rate"),
         "{}",
         rate.how
     );
@@ -416,4 +422,65 @@ fn samples_put_a_lost_probe_between_its_neighbours() {
     assert_eq!(samples[1].received_ns, Some(51_000), "the first copy");
     assert_eq!((samples[2].sent_ns, samples[2].received_ns), (12_000, None));
     assert!(samples.iter().all(|s| s.len_bytes == 242));
+}
+
+/// A rate that moves (2, 1, 3 and 1.5 frames a millisecond for 2 s each: 12-36 Mbit/s)
+/// is suspected in the first 4 s phase, which plans a longer one at twice its fastest
+/// 100 ms window; in that the rate moves, and the twin replays its deliveries as a trace.
+/// Without the longer phase the suspicion alone makes no trace.
+#[test]
+fn a_rate_that_moves_is_judged_again_in_a_longer_phase_and_replayed_as_a_trace() {
+    let mut text = String::new();
+    for (step, per_2ms) in [4, 2, 6, 3].iter().cycle().take(12).enumerate() {
+        for ms in (step as u64 * 2000)..((step as u64 + 1) * 2000) {
+            for _ in 0..(per_2ms / 2 + u32::from(ms % 2 == 1 && per_2ms % 2 == 1)) {
+                let _ = writeln!(text, "{}", ms + 1);
+            }
+        }
+    }
+    let mut path = spec("delay 10ms limit 3000");
+    path.rate = Some(pathlab_core::spec::RateSpec::Trace(
+        pathlab_core::spec::TraceRef {
+            path: "moves".into(),
+            trace: Some(std::sync::Arc::new(
+                pathlab_core::spec::trace::Trace::parse(&text).unwrap(),
+            )),
+        },
+    ));
+    let mut samples = low_then_saturated(&path, &path, 30e6);
+    let first = samples.saturation.clone().unwrap();
+    let input = input(200e6);
+    let sent = Phase::at(1472, 30e6 / (1472.0 * 8.0), 4.0);
+    let longer = longer_phase(&input, &sent, &samples.low_load, &first).expect("it may move");
+    // Twice the fastest 100 ms window (36.3 Mbit/s of frames, as its queue drained into
+    // the third step), in payload: 70.6 Mbit/s.
+    let frames_bps = longer.rate_bps * 1514.0 / 1472.0;
+    assert!((frames_bps / 72.7e6 - 1.0).abs() < 0.03, "{longer:?}");
+    assert!((longer.seconds() - LONGER_S).abs() < 0.01, "{longer:?}");
+    // Suspected, but judged on nothing longer: a fixed rate.
+    let suspected = estimate(&samples, 0.0, 0.0).unwrap();
+    assert_eq!(suspected.trace, None);
+    let how = &suspected.estimates.rate_bps.as_ref().unwrap().how;
+    assert!(how.contains("no longer phase ran"), "{how}");
+    samples.longer = Some(through(&path, 5, &at_rate(0, 15_000_000_000, 60e6, 1514)));
+    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    let how = &estimated.estimates.rate_bps.as_ref().unwrap().how;
+    assert!(how.contains("replayed as a delivery trace"), "{how}");
+    let trace = estimated.trace.expect("a trace");
+    let opportunities = trace.lines().count() as f64;
+    // About 14 s of the path's 24 Mbit/s on average (2,000 frames a second).
+    let seconds = trace.lines().last().unwrap().parse::<f64>().unwrap() / 1000.0;
+    assert!(seconds > 12.0, "{seconds}");
+    assert!(
+        (opportunities / seconds / 2000.0 - 1.0).abs() < 0.15,
+        "{opportunities} in {seconds}"
+    );
+    // A fixed rate plans no longer phase.
+    let fixed = measured("delay 20ms rate 10mbit limit 80");
+    let saturated = fixed.saturation.as_deref().unwrap();
+    let at_15 = Phase::at(1472, 15e6 / (1472.0 * 8.0), 4.0);
+    assert_eq!(
+        longer_phase(&input, &at_15, &fixed.low_load, saturated),
+        None
+    );
 }

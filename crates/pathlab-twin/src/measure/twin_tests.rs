@@ -33,6 +33,7 @@ fn estimate(path: &LinkSpec, seed: u64) -> DirectionEstimates {
         &at_rate(30_000_000_000, 500_000_000, 20e6, 100),
     );
     let samples = DirectionSamples {
+        longer: None,
         low_load,
         saturation,
         small: Some(small),
