@@ -134,6 +134,9 @@ pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, 
     let inside = cells.iter().filter(|c| c.1 <= region).map(|c| c.0);
     let (from_low, from_high) = inside.fold((from, from), |(l, h), f| (l.min(f), h.max(f)));
     let ramp = ramp_of(from, cost_s);
+    // A start near all of the rate costs that only with a ramp past any fitted (or none):
+    // the interval ends at the longest fitted.
+    let ramp_bound = |ramp: f64| ramp.min(longest);
     let how = format!(
         "{after}; {costs}; a rate climbing in a straight line to the steady goodput that \
          costs that, its start fitted by least squares to the {} of {} intervals of {} ms \
@@ -147,8 +150,8 @@ pub fn fit(cold: &TcpRun, warm: &TcpRun, steady: &Figure) -> Result<RestartFit, 
         from: Figure::new(from, from_low, from_high, how.clone()),
         ramp_s: Figure::new(
             ramp,
-            ramp_of(from_low, (cost_s - 2.0 * error_s).max(0.0)),
-            ramp_of(from_high, cost_s + 2.0 * error_s),
+            ramp_bound(ramp_of(from_low, (cost_s - 2.0 * error_s).max(0.0))),
+            ramp_bound(ramp_of(from_high, cost_s + 2.0 * error_s)),
             how,
         ),
     })
@@ -455,6 +458,30 @@ mod tests {
             fit.ramp_s
         );
         assert!(fit.ramp_s.covers(7.0), "{:?}", fit.ramp_s);
+    }
+
+    /// Regression (the bond down, 2026-12-07): a start at 91% over 3.6 s, the cost near
+    /// its noise, put 96% in the start's interval, which no ramp costs that much from: the
+    /// ramp's interval went to infinity and the twin file did not read back.
+    #[test]
+    fn a_shallow_restart_near_its_noise_has_a_finite_interval() {
+        let warm = flow(38.5e6, 1.0, 0.025, 0.06, 0.04);
+        let steady = steady_goodput(&warm).unwrap();
+        let run = flow(38.5e6, 0.91, 3.6, 0.06, 0.04);
+        let fit = fit(&run, &warm, &steady).expect("a restart");
+        let longest = RAMP_BEYOND_FLOW * 21.0 * 0.25;
+        for figure in [&fit.from, &fit.ramp_s] {
+            assert!(
+                figure.high.is_finite() && figure.low.is_finite(),
+                "{figure:?}"
+            );
+        }
+        assert!(fit.ramp_s.high <= longest, "{:?}", fit.ramp_s);
+        assert!(
+            fit.from.high > 0.95,
+            "a start near the whole rate: {:?}",
+            fit.from
+        );
     }
 
     #[test]

@@ -143,12 +143,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let gentle = config.gentle;
     let measured = twin::run(&config, &mut |event| say(event, gentle))
         .map_err(crate::cmd::client::measure_error)?;
+    // What is written must read back: a figure the reader refuses (an interval to
+    // infinity, 2026-12-07) is this program's defect, said before any file is written.
+    let twin_text = measured.file.to_toml();
+    pathlab_twin::file::TwinFile::parse(&twin_text).map_err(|e| {
+        anyhow::anyhow!("the twin measured does not read back (a defect of pathlab's): {e}")
+    })?;
     let directory = out.parent().filter(|p| !p.as_os_str().is_empty());
     for (name, text) in &measured.traces {
         let path = directory.map_or_else(|| name.into(), |d| d.join(name));
         write(&path, text)?;
     }
-    write(out, &measured.file.to_toml())?;
+    write(out, &twin_text)?;
     if args.client.output.json {
         let direction = |d: &pathlab_twin::file::DirectionTwin| serde_json::json!({ "spec": d.spec.to_string(), "figures": d.figures });
         let cannot: Vec<_> = measured
