@@ -30,11 +30,12 @@ fn figure(twin: &serde_json::Value, direction: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{direction}.{name} in {twin:#}"))
 }
 
-/// `pathlab twin HOST -t 20s --max-rate MAX -J --out OUT` from `from`: the twin's JSON and
-/// its stderr (the progress), printed; panics unless it succeeded.
+/// `pathlab twin HOST -t SECONDS --max-rate MAX -J --out OUT` from `from`: the twin's JSON
+/// and its stderr (the progress), printed; panics unless it succeeded.
 pub fn measure_twin(
     from: &pathlab_os::netns::Netns,
     host: &str,
+    seconds: &str,
     max_rate: &str,
     out: &std::path::Path,
 ) -> (serde_json::Value, String) {
@@ -44,7 +45,7 @@ pub fn measure_twin(
             "twin",
             host,
             "-t",
-            "20s",
+            seconds,
             "--max-rate",
             max_rate,
             "-J",
@@ -71,7 +72,7 @@ fn a_twin_of_a_kernel_token_bucket_behind_a_delay_finds_its_rate_queue_and_delay
     kernel_tbf(&lab.line, R_PORT_H1, "20mbit", "5kb", "50ms");
     let _server = ServerInH2::start(&lab.line);
     let out = lab.dir.path("tbf.toml");
-    let (twin, stderr) = measure_twin(&lab.line.h1, "198.18.0.2", "40M", &out);
+    let (twin, stderr) = measure_twin(&lab.line.h1, "198.18.0.2", "20s", "40M", &out);
     assert!(
         stderr.contains("overfeeds the path for about 6 s each way, at up to 40.00 Mbit/s"),
         "the saturating phases are said at the start: {stderr}"
@@ -184,7 +185,9 @@ fn a_twin_of_a_cellular_trace_holds_on_twin_check() {
     );
     let _server = ServerInH2::start(&lab.line);
     let out = lab.dir.path("cell.toml");
-    measure_twin(&lab.line.h1, "198.18.0.2", "80M", &out);
+    // 30 s a direction: its longer saturating phase then takes 15 s of a trace that moves
+    // over tens of them.
+    measure_twin(&lab.line.h1, "198.18.0.2", "60s", "80M", &out);
     check_against_the_path(&lab, &out);
 }
 

@@ -178,7 +178,7 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let host = Ipv4Addr::to_string(&SERVER_INNER);
 
     let out = dir.path("bond.toml");
-    crate::twin::measure_twin(site, &host, "160M", &out);
+    crate::twin::measure_twin(site, &host, "20s", "160M", &out);
     eprintln!("twin took {:.1} s", started.elapsed().as_secs_f64());
 
     let before = line_stats(&emulators);
