@@ -10,7 +10,7 @@ use pathlab_core::stage::rate::MAHIMAHI_OPPORTUNITY_BYTES;
 use serde::{Deserialize, Serialize};
 
 use crate::queued::{at_its_end, longest_queued, queued_run};
-use crate::samples::{sent_rate_bps, Clocks, Sample};
+use crate::samples::{Clocks, Sample};
 
 /// The window the rate over time is taken in, ns: 100 ms.
 pub const WINDOW_NS: u64 = 100_000_000;
@@ -20,10 +20,10 @@ pub const WINDOW_NS: u64 = 100_000_000;
 pub const WINDOWS_JUDGED: usize = 5;
 
 /// The first saturating phase's rate may move when the coefficient of variation of its
-/// [`WINDOWS_JUDGED`] windows is above this (or it did not overfeed the path: [`FED_SHARE`]);
-/// a longer phase then judges ([`LONG_WINDOWS_JUDGED`]), as it does where the phase
-/// did not overfeed the path ([`FED_SHARE`]). A fixed rate's windows differ by
-/// a packet or two (about 1% at 10 Mbit/s).
+/// [`WINDOWS_JUDGED`] windows is above this; a longer phase then judges
+/// ([`LONG_WINDOWS_JUDGED`]), as it does where the phase's queue emptied ([`HELD_SHARE`])
+/// or it did not overfeed the path ([`FED_SHARE`]). A fixed rate's windows differ by a
+/// packet or two (about 1% at 10 Mbit/s).
 ///
 /// Judged in 500 ms, not 100 ms: the bond over three lines, each line's rate fixed, varied
 /// by 2-7% from one 100 ms window to the next (its scheduler and the lines' controllers),
@@ -35,6 +35,11 @@ pub const WINDOWS_JUDGED: usize = 5;
 /// threshold on a few seconds tells the two apart, so a first phase above this one is only
 /// a suspicion.
 pub const MAY_MOVE: f64 = 0.05;
+
+/// The first saturating phase's longest unbroken queued run spanning less than this share
+/// of the phase: its queue emptied (a rate that rose above what it sent, a cellular line's
+/// peak: mahimahi's TMobile-LTE-short up held 1.0 s of 4), and a longer phase judges.
+pub const HELD_SHARE: f64 = 0.5;
 
 /// A 100 ms window of the first saturating phase's queued run that delivered this share
 /// of what the phase sent, or more: the phase did not overfeed the path there (a rate that
@@ -150,16 +155,42 @@ pub fn rate_over_time(run: &[(u64, f64, u32)], windows_per_judged: usize) -> Rat
 }
 
 /// Whether the first saturating phase's rate may move: its [`WINDOWS_JUDGED`] windows
-/// varied by more than [`MAY_MOVE`], or a 100 ms window of its queued run delivered
-/// [`FED_SHARE`] of what it sent. The phase's rate over time with it.
+/// varied by more than [`MAY_MOVE`], its longest queued run spanned less than
+/// [`HELD_SHARE`] of it, or a 100 ms window of that run delivered [`FED_SHARE`] of what it
+/// sent (the median of its 100 ms windows by send time). The phase's rate over time with it.
 pub fn may_move(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> (bool, RateOverTime) {
     let over_time = rate_over_time(&steady_run(saturated, clocks, queued_ns), WINDOWS_JUDGED);
-    let whole = rate_over_time(&longest_queued(saturated, clocks, queued_ns), 1);
-    let fed = sent_rate_bps(saturated).is_some_and(|sent| {
+    let longest = longest_queued(saturated, clocks, queued_ns);
+    let fed = sent_window_bps(saturated).is_some_and(|sent| {
         let frames = FED_SHARE * sent;
+        let whole = rate_over_time(&longest, 1);
         whole.windows_bps.iter().any(|&w| w >= frames)
     });
-    (over_time.above(MAY_MOVE) || fed, over_time)
+    let span = |first: Option<u64>, last: Option<u64>| last.zip(first).map_or(0, |(l, f)| l - f);
+    let sent = span(
+        saturated.iter().map(|s| s.sent_ns).min(),
+        saturated.iter().map(|s| s.sent_ns).max(),
+    );
+    let held = span(longest.first().map(|a| a.0), longest.last().map(|a| a.0));
+    let emptied = (held as f64) < HELD_SHARE * sent as f64;
+    (over_time.above(MAY_MOVE) || emptied || fed, over_time)
+}
+
+/// The median of the bits/s a phase was sent at in its whole [`WINDOW_NS`] windows (by
+/// send time): the rate it was sent at, a stall of the sender's aside.
+fn sent_window_bps(saturated: &[Sample]) -> Option<f64> {
+    let first = saturated.iter().map(|s| s.sent_ns).min()?;
+    let mut windows = Vec::new();
+    for sample in saturated {
+        let index = ((sample.sent_ns - first) / WINDOW_NS) as usize;
+        if windows.len() <= index {
+            windows.resize(index + 1, 0.0);
+        }
+        windows[index] += f64::from(sample.len_bytes) * 8.0 / (WINDOW_NS as f64 * 1e-9);
+    }
+    windows.pop();
+    windows.sort_by(f64::total_cmp);
+    windows.get(windows.len() / 2).copied()
 }
 
 /// Standard deviation over mean; 0 for no windows or none delivered.

@@ -326,3 +326,21 @@ fn a_first_phase_that_did_not_overfeed_the_path_throughout_may_move() {
     let (may, over_time) = may_move(&m.saturated, &m.clocks, m.queued_ns);
     assert!(may && !over_time.above(MAY_MOVE), "{over_time:?}");
 }
+
+/// A first phase whose queue emptied (here its sender slowed for 1.8 s: 300 Mbit/s into
+/// 200 for 1 s, 20 Mbit/s, then 300 for 1 s again) may move, though each run delivered the
+/// fixed rate and no window what it was sent at: a longer phase judges what it could not.
+/// (200 Mbit/s: a full frame's own serialization, 61 us, stays below what reads as a queue,
+/// and the slow stretch's packets break the run.)
+#[test]
+fn a_first_phase_whose_queue_emptied_may_move() {
+    let path = spec("delay 10ms rate 200mbit limit 20000");
+    let m = measure(&path, 11, 15e6, 1_000_000_000, FRAME);
+    let mut sends = at_rate(3_000_000_000, 1_000_000_000, 300e6, FRAME);
+    sends.extend(at_rate(4_000_000_000, 1_800_000_000, 20e6, FRAME));
+    sends.extend(at_rate(5_800_000_000, 1_000_000_000, 300e6, FRAME));
+    let stalled = through(&path, 12, &sends);
+    let (may, over_time) = may_move(&stalled, &m.clocks, m.queued_ns);
+    assert!(may && !over_time.above(MAY_MOVE), "{over_time:?}");
+    assert!(over_time.highest_bps() < 0.95 * 300e6, "{over_time:?}");
+}
