@@ -49,7 +49,7 @@ pub struct DirectionEstimates {
 
 /// The spec and figures of one direction. The spec's delay is the base delay less the
 /// probes' serialization at the rate found (the emulated bottleneck adds it back); its
-/// variation is the measured quantiles; its queue the buffer found, CoDel (default
+/// variation is the measured quantiles (but beside a delivery trace); its queue the buffer found, CoDel (default
 /// parameters) where drops began well below it.
 pub fn direction(estimates: &DirectionEstimates) -> DirectionTwin {
     let mut figures = BTreeMap::new();
@@ -80,7 +80,10 @@ pub fn direction(estimates: &DirectionEstimates) -> DirectionTwin {
             .iter()
             .map(|&ns| to_micros(ns))
             .collect();
-        if quantiles.len() >= 2 && quantiles.last() > quantiles.first() {
+        // Not beside a delivery trace: where the rate moves, the low load's delays are
+        // mostly its waits for the rate's next opportunity, which the trace replays.
+        let traced = estimates.trace_file.is_some();
+        if quantiles.len() >= 2 && quantiles.last() > quantiles.first() && !traced {
             spec.delay_quantiles = Some(DelayQuantiles { quantiles });
         }
         for (name, q) in [
@@ -88,7 +91,13 @@ pub fn direction(estimates: &DirectionEstimates) -> DirectionTwin {
             ("delay_variation_p99_ms", 0.99),
         ] {
             if let Some(point) = variation.quantiles.iter().find(|p| (p.q - q).abs() < 1e-9) {
-                let how = variation.how.clone();
+                let mut how = variation.how.clone();
+                if traced {
+                    how.push_str(
+                        "; not replayed: the rate moves, and its delivery trace makes the \
+                         waits for its opportunities itself",
+                    );
+                }
                 let figure = Figure::new(point.value_ns, point.low_ns, point.high_ns, how);
                 figures.insert(name.into(), figure.scaled(1e-6));
             }

@@ -12,6 +12,7 @@ use pathlab_core::quantile;
 use serde::{Deserialize, Serialize};
 
 use crate::figure::Figure;
+use crate::queued::steady_run;
 use crate::samples::{Clocks, Sample};
 use crate::stats::quantile_interval;
 
@@ -40,10 +41,17 @@ pub struct Isolation {
 /// The sparse flow's verdict: `saturated` the saturating phase's samples, `sparse` the
 /// sparse flow's (sent at the same time, on the same clocks), `queued_ns` the relative
 /// delay above which a packet waited in the queue, `low_load_median_ns` what jitter adds
-/// to every packet. Judged while the queue held the saturating flow's probes: from the
-/// first sent that waited to the last (an AQM's queue has no flat plateau). `None` when
-/// fewer than [`MIN_SPARSE_SAMPLES`] sparse probes sent then arrived, or none of the
-/// saturating ones waited.
+/// to every packet. Judged while the queue held the saturating flow's probes, over the
+/// stretch the rate is taken from ([`steady_run`]): sparse probes that arrived from the
+/// first of it to the last (an AQM's queue has no flat plateau). `None` when fewer than
+/// [`MIN_SPARSE_SAMPLES`] sparse probes arrived then, or none of the saturating ones
+/// waited.
+///
+/// Not over a path's ramp: through the bond over three lines, whose line controllers ramp
+/// up under load, a sparse flow judged over a whole phase that ramped waited 0.15 ms (a
+/// run where the rate was taken from the phase's second half) against 5.2 ms once the
+/// lines were loaded; the twin had no ring, and its loaded round trips down were 18% short
+/// (2026-12-07).
 pub fn isolation(
     saturated: &[Sample],
     sparse: &[Sample],
@@ -51,22 +59,14 @@ pub fn isolation(
     queued_ns: f64,
     low_load_median_ns: f64,
 ) -> Option<Isolation> {
-    let waited: Vec<(u64, f64)> = saturated
-        .iter()
-        .filter_map(|s| Some((s.sent_ns, clocks.relative_ns(s)?)))
-        .filter(|&(_, d)| d > queued_ns)
-        .collect();
-    let from = waited.iter().map(|&(sent, _)| sent).min()?;
-    let to = waited.iter().map(|&(sent, _)| sent).max()?;
-    let mut saturating: Vec<f64> = waited
-        .iter()
-        .map(|&(_, d)| d - low_load_median_ns)
-        .collect();
+    let waited = steady_run(saturated, clocks, queued_ns);
+    let (from, to) = (waited.first()?.0, waited.last()?.0);
+    let mut saturating: Vec<f64> = waited.iter().map(|a| a.1 - low_load_median_ns).collect();
     saturating.sort_by(f64::total_cmp);
     let saturating_delay_ns = quantile::of_sorted(&saturating, 0.5)?;
     let mut waits: Vec<f64> = sparse
         .iter()
-        .filter(|s| (from..=to).contains(&s.sent_ns))
+        .filter(|s| s.received_ns.is_some_and(|r| (from..=to).contains(&r)))
         .filter_map(|s| clocks.relative_ns(s))
         .map(|d| d - low_load_median_ns)
         .collect();
@@ -150,6 +150,59 @@ mod tests {
         assert!(wait < 2.5e6, "{wait} ns");
     }
 
+    /// A path that ramps through the phase (8 Mbit/s for 2.6 s, then 10: the rate is its
+    /// second half's) with no queue below its scheduler at first and 5 ms of one once
+    /// loaded (the bond's lines): the sparse flow is judged where the rate is.
+    #[test]
+    fn the_sparse_flow_is_judged_where_the_rate_is_taken_not_over_a_ramp() {
+        let low: Vec<Sample> = (0..1000)
+            .map(|i| Sample {
+                seq: i,
+                sent_ns: i * 2_000_000,
+                len_bytes: 242,
+                received_ns: Some(i * 2_000_000 + 10_000_000),
+            })
+            .collect();
+        let clocks = Clocks::from_low_load(&low).unwrap();
+        let start = 3_000_000_000;
+        let mut saturated = Vec::new();
+        let mut arrived = start + 60_000_000;
+        for i in 0..3000u64 {
+            let pace = if arrived < start + 2_660_000_000 {
+                1_500_000
+            } else {
+                1_200_000
+            };
+            arrived += pace;
+            saturated.push(Sample {
+                seq: i,
+                sent_ns: start + i * 900_000,
+                len_bytes: 1500,
+                received_ns: Some(arrived),
+            });
+        }
+        let sparse: Vec<Sample> = (0..200)
+            .map(|i| {
+                let sent = start + i * 20_000_000;
+                let waited = if sent < start + 2_600_000_000 {
+                    100_000
+                } else {
+                    5_000_000
+                };
+                Sample {
+                    seq: i,
+                    sent_ns: sent,
+                    len_bytes: 242,
+                    received_ns: Some(sent + 10_000_000 + waited),
+                }
+            })
+            .collect();
+        let verdict = isolation(&saturated, &sparse, &clocks, 100_000.0, 0.0).unwrap();
+        let wait = verdict.sparse_delay_ns.value;
+        assert!((wait - 5e6).abs() < 0.1e6, "{verdict:?}");
+        assert!(verdict.isolated, "{verdict:?}");
+    }
+
     #[test]
     fn too_few_sparse_probes_during_the_plateau_give_no_verdict() {
         let path = spec("delay 10ms rate 10mbit limit 100");
@@ -168,9 +221,9 @@ mod tests {
             isolation(&flows[0], &flows[1], &clocks, 100_000.0, 0.0),
             None
         );
-        // No saturating probe waited.
+        // No saturating probe waited (nor did the path hold them back: the sparse flow's).
         assert_eq!(
-            isolation(&flows[0], &flows[0], &clocks, f64::MAX, 0.0),
+            isolation(&flows[1], &flows[1], &clocks, f64::MAX, 0.0),
             None
         );
     }

@@ -16,11 +16,94 @@ pub fn queued_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<
 
 /// The received packets of a saturating phase that waited in the queue, as
 /// [`queued_run`], longest unbroken run only, whole: from its first packet, ramp or none.
+/// Or, where that is longer, all of them when the path held the phase below what it was
+/// sent at in every 100 ms window ([`overfed`]).
 pub fn longest_queued(
     saturated: &[Sample],
     clocks: &Clocks,
     queued_ns: f64,
 ) -> Vec<(u64, f64, u32)> {
+    let by_delay = longest_by_delay(saturated, clocks, queued_ns);
+    match overfed(saturated, clocks) {
+        Some(all) if all.len() > by_delay.len() => all,
+        _ => by_delay,
+    }
+}
+
+/// A window of a saturating phase that delivered less than this share of what the phase
+/// was sent at ([`sent_window_bps`]) was held back by the path.
+pub const OVERFED_SHARE: f64 = 0.95;
+
+/// The least whole windows [`overfed`] judges: 1 s.
+const OVERFED_WINDOWS: usize = 10;
+
+/// The window [`overfed`] and [`sent_window_bps`] count in, ns: 100 ms.
+pub const WINDOW_NS: u64 = 100_000_000;
+
+/// All received packets of a saturating phase, in arrival order, when every whole
+/// [`WINDOW_NS`] window from the first arrival to the last delivered less than
+/// [`OVERFED_SHARE`] of what the phase sent in its window as long after its first send (at
+/// least [`OVERFED_WINDOWS`] of them, and no more than it sent in): the bottleneck was busy
+/// throughout, whatever the packets' delays say. A sender that slowed is no path holding
+/// its packets back.
+///
+/// Where the rate moves, the delay does not tell a queue: the low load's own delays
+/// include the rate's stalls (through mahimahi's TMobile-LTE-short up, its p99 was 537 ms,
+/// above the 180 ms its 200-packet buffer held), and a saturating phase at 80 Mbit/s,
+/// six times the path's average, 'built no queue': the twin had no rate (2026-12-07).
+pub fn overfed(saturated: &[Sample], clocks: &Clocks) -> Option<Vec<(u64, f64, u32)>> {
+    let mut sends: Vec<(u64, u32)> = saturated.iter().map(|s| (s.sent_ns, s.len_bytes)).collect();
+    sends.sort_unstable();
+    let sent = per_window_bps(sends.into_iter());
+    let mut arrivals: Vec<(u64, f64, u32)> = saturated
+        .iter()
+        .filter_map(|s| Some((s.received_ns?, clocks.relative_ns(s)?, s.len_bytes)))
+        .collect();
+    arrivals.sort_by_key(|a| a.0);
+    let delivered = per_window_bps(arrivals.iter().map(|a| (a.0, a.2)));
+    let held = delivered.len() >= OVERFED_WINDOWS
+        && delivered.len() <= sent.len()
+        && delivered
+            .iter()
+            .zip(&sent)
+            .all(|(&d, &s)| d < OVERFED_SHARE * s);
+    held.then_some(arrivals)
+}
+
+/// The median of the bits/s a phase was sent at in its whole [`WINDOW_NS`] windows (by
+/// send time): the rate it was sent at, a stall of the sender's aside.
+pub fn sent_window_bps(saturated: &[Sample]) -> Option<f64> {
+    let mut sends: Vec<(u64, u32)> = saturated.iter().map(|s| (s.sent_ns, s.len_bytes)).collect();
+    sends.sort_unstable();
+    let mut windows = per_window_bps(sends.into_iter());
+    windows.sort_by(f64::total_cmp);
+    windows.get(windows.len() / 2).copied()
+}
+
+/// Bits per second in each whole [`WINDOW_NS`] window from the first of `points` (time ns,
+/// bytes; in time order) to the last: the bytes of every point after the first, in the
+/// window it fell in.
+pub fn per_window_bps(points: impl Iterator<Item = (u64, u32)>) -> Vec<f64> {
+    let mut points = points.peekable();
+    let Some(&(first, _)) = points.peek() else {
+        return Vec::new();
+    };
+    let mut windows: Vec<f64> = Vec::new();
+    let mut last = first;
+    for (at, bytes) in points.skip(1) {
+        let index = ((at - first) / WINDOW_NS) as usize;
+        if windows.len() <= index {
+            windows.resize(index + 1, 0.0);
+        }
+        windows[index] += f64::from(bytes) * 8.0 / (WINDOW_NS as f64 * 1e-9);
+        last = at;
+    }
+    windows.truncate(((last - first) / WINDOW_NS) as usize);
+    windows
+}
+
+/// The longest unbroken run of packets whose relative delay was above `queued_ns`.
+fn longest_by_delay(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
     let mut arrivals: Vec<(u64, f64, u32)> = saturated
         .iter()
         .filter_map(|s| Some((s.received_ns?, clocks.relative_ns(s)?, s.len_bytes)))
@@ -119,4 +202,15 @@ fn settled(run: &[(u64, f64, u32)]) -> &[(u64, f64, u32)] {
         .take_while(|w| (w.1 as f64) < RAMPING_SHARE * median)
         .count();
     &run[whole.get(ramp).map_or(0, |w| w.0)..]
+}
+
+/// The stretch of the a saturating phase's queued deliveries the rate is taken from
+/// ([`at_its_end`]): a path still ramping up at the phase's end is judged, and replayed,
+/// at its end, not over its ramp.
+///
+/// Judged over the whole run, the bond over three lines ramping through its phase (100 ms
+/// windows from 32-37 to 38-39 Mbit/s) 'moved' in 4 of 12 twins, and its trace, replaying
+/// the ramp, carried 8-10% less than a transfer met there (2026-12-07).
+pub fn steady_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
+    at_its_end(&queued_run(saturated, clocks, queued_ns)).to_vec()
 }

@@ -9,11 +9,9 @@ use std::fmt::Write as _;
 use pathlab_core::stage::rate::MAHIMAHI_OPPORTUNITY_BYTES;
 use serde::{Deserialize, Serialize};
 
-use crate::queued::{at_its_end, longest_queued, queued_run};
+pub use crate::queued::WINDOW_NS;
+use crate::queued::{longest_queued, per_window_bps, sent_window_bps, steady_run, OVERFED_SHARE};
 use crate::samples::{Clocks, Sample};
-
-/// The window the rate over time is taken in, ns: 100 ms.
-pub const WINDOW_NS: u64 = 100_000_000;
 
 /// Windows of [`WINDOW_NS`] summed into one that the first saturating phase's rate is
 /// judged in: 500 ms.
@@ -22,7 +20,7 @@ pub const WINDOWS_JUDGED: usize = 5;
 /// The first saturating phase's rate may move when the coefficient of variation of its
 /// [`WINDOWS_JUDGED`] windows is above this; a longer phase then judges
 /// ([`LONG_WINDOWS_JUDGED`]), as it does where the phase's queue emptied ([`HELD_SHARE`])
-/// or it did not overfeed the path ([`FED_SHARE`]). A fixed rate's windows differ by a
+/// or it did not overfeed the path ([`OVERFED_SHARE`]). A fixed rate's windows differ by a
 /// packet or two (about 1% at 10 Mbit/s).
 ///
 /// Judged in 500 ms, not 100 ms: the bond over three lines, each line's rate fixed, varied
@@ -40,13 +38,6 @@ pub const MAY_MOVE: f64 = 0.05;
 /// of the phase: its queue emptied (a rate that rose above what it sent, a cellular line's
 /// peak: mahimahi's TMobile-LTE-short up held 1.0 s of 4), and a longer phase judges.
 pub const HELD_SHARE: f64 = 0.5;
-
-/// A 100 ms window of the first saturating phase's queued run that delivered this share
-/// of what the phase sent, or more: the phase did not overfeed the path there (a rate that
-/// rose above it, a rough capacity set at a slow moment), and its run is no measure of the
-/// rate; a longer phase judges. An overfed fixed rate delivers 1/1.5 of it, the bond's
-/// noisiest windows 14% above that.
-pub const FED_SHARE: f64 = 0.95;
 
 /// Windows of [`WINDOW_NS`] summed into one that the longer phase's rate is judged in: 2 s.
 ///
@@ -115,32 +106,10 @@ impl RateOverTime {
     }
 }
 
-/// The stretch of the first saturating phase's queued deliveries the rate is taken from
-/// ([`at_its_end`]): a path still ramping up at the phase's end is judged, and replayed,
-/// at its end, not over its ramp.
-///
-/// Judged over the whole run, the bond over three lines ramping through its phase (100 ms
-/// windows from 32-37 to 38-39 Mbit/s) 'moved' in 4 of 12 twins, and its trace, replaying
-/// the ramp, carried 8-10% less than a transfer met there (2026-12-07).
-pub fn steady_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
-    at_its_end(&queued_run(saturated, clocks, queued_ns)).to_vec()
-}
-
 /// The rate over time of a run of queued deliveries, judged in windows of
 /// `windows_per_judged` [`WINDOW_NS`] windows.
 pub fn rate_over_time(run: &[(u64, f64, u32)], windows_per_judged: usize) -> RateOverTime {
-    let mut windows_bps = Vec::new();
-    if let Some(first) = run.first() {
-        let windows = ((run.last().map_or(0, |a| a.0) - first.0) / WINDOW_NS) as usize;
-        windows_bps = vec![0.0; windows];
-        // Bytes of every packet after the first, in the window it arrived in.
-        for arrival in &run[1..] {
-            let index = ((arrival.0 - first.0) / WINDOW_NS) as usize;
-            if let Some(window) = windows_bps.get_mut(index) {
-                *window += f64::from(arrival.2) * 8.0 / (WINDOW_NS as f64 * 1e-9);
-            }
-        }
-    }
+    let windows_bps = per_window_bps(run.iter().map(|a| (a.0, a.2)));
     let judged: Vec<f64> = windows_bps
         .chunks_exact(windows_per_judged)
         .map(|w| w.iter().sum::<f64>() / windows_per_judged as f64)
@@ -156,13 +125,13 @@ pub fn rate_over_time(run: &[(u64, f64, u32)], windows_per_judged: usize) -> Rat
 
 /// Whether the first saturating phase's rate may move: its [`WINDOWS_JUDGED`] windows
 /// varied by more than [`MAY_MOVE`], its longest queued run spanned less than
-/// [`HELD_SHARE`] of it, or a 100 ms window of that run delivered [`FED_SHARE`] of what it
+/// [`HELD_SHARE`] of it, or a 100 ms window of that run delivered [`OVERFED_SHARE`] of what it
 /// sent (the median of its 100 ms windows by send time). The phase's rate over time with it.
 pub fn may_move(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> (bool, RateOverTime) {
     let over_time = rate_over_time(&steady_run(saturated, clocks, queued_ns), WINDOWS_JUDGED);
     let longest = longest_queued(saturated, clocks, queued_ns);
     let fed = sent_window_bps(saturated).is_some_and(|sent| {
-        let frames = FED_SHARE * sent;
+        let frames = OVERFED_SHARE * sent;
         let whole = rate_over_time(&longest, 1);
         whole.windows_bps.iter().any(|&w| w >= frames)
     });
@@ -174,23 +143,6 @@ pub fn may_move(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> (bool,
     let held = span(longest.first().map(|a| a.0), longest.last().map(|a| a.0));
     let emptied = (held as f64) < HELD_SHARE * sent as f64;
     (over_time.above(MAY_MOVE) || emptied || fed, over_time)
-}
-
-/// The median of the bits/s a phase was sent at in its whole [`WINDOW_NS`] windows (by
-/// send time): the rate it was sent at, a stall of the sender's aside.
-fn sent_window_bps(saturated: &[Sample]) -> Option<f64> {
-    let first = saturated.iter().map(|s| s.sent_ns).min()?;
-    let mut windows = Vec::new();
-    for sample in saturated {
-        let index = ((sample.sent_ns - first) / WINDOW_NS) as usize;
-        if windows.len() <= index {
-            windows.resize(index + 1, 0.0);
-        }
-        windows[index] += f64::from(sample.len_bytes) * 8.0 / (WINDOW_NS as f64 * 1e-9);
-    }
-    windows.pop();
-    windows.sort_by(f64::total_cmp);
-    windows.get(windows.len() / 2).copied()
 }
 
 /// Standard deviation over mean; 0 for no windows or none delivered.

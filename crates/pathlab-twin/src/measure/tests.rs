@@ -475,6 +475,15 @@ fn a_rate_that_moves_is_judged_again_in_a_longer_phase_and_replayed_as_a_trace()
         (opportunities / seconds / 2000.0 - 1.0).abs() < 0.15,
         "{opportunities} in {seconds}"
     );
+    // The twin replays the trace, not the low load's waits for it as well.
+    let mut estimates = estimated.estimates.clone();
+    estimates.trace_file = Some("moves.trace".into());
+    let twin = crate::assemble::direction(&estimates);
+    assert!(twin.spec.delay_quantiles.is_none(), "{}", twin.spec);
+    let p99 = &twin.figures["delay_variation_p99_ms"];
+    assert!(p99.how.contains("not replayed"), "{p99:?}");
+    let without = crate::assemble::direction(&suspected.estimates);
+    assert!(without.spec.delay_quantiles.is_some(), "{}", without.spec);
     // A fixed rate plans no longer phase.
     let fixed = measured("delay 20ms rate 10mbit limit 80");
     let saturated = fixed.saturation.as_deref().unwrap();
@@ -483,4 +492,41 @@ fn a_rate_that_moves_is_judged_again_in_a_longer_phase_and_replayed_as_a_trace()
         longer_phase(&input, &at_15, &fixed.low_load, saturated),
         None
     );
+}
+
+/// Where the rate stalls, the low load's delays hold the stalls (here 1 frame a ms with
+/// 500 ms of nothing every 3 s: its p99 is hundreds of ms) and a full buffer (100 frames:
+/// 100 ms) is below them: no packet reads as queued. A phase the path held below what it
+/// was sent at in every 100 ms window was overfed all the same: its deliveries give the
+/// rate, and the phase is not sent again faster.
+#[test]
+fn a_path_that_stalls_is_overfed_though_its_delays_show_no_queue() {
+    let mut text = String::new();
+    for ms in 1..=12_000u64 {
+        if ms % 3000 >= 500 {
+            let _ = writeln!(text, "{ms}");
+        }
+    }
+    let mut path = spec("delay 10ms limit 100");
+    path.rate = Some(pathlab_core::spec::RateSpec::Trace(
+        pathlab_core::spec::TraceRef {
+            path: "stalls".into(),
+            trace: Some(std::sync::Arc::new(
+                pathlab_core::spec::trace::Trace::parse(&text).unwrap(),
+            )),
+        },
+    ));
+    let samples = low_then_saturated(&path, &path, 30e6);
+    let low = &samples.low_load;
+    let clocks = Clocks::from_low_load(low).unwrap();
+    let queued_ns = queued_threshold_ns(low, &clocks);
+    assert!(queued_ns > 150e6, "the low load's p99: {queued_ns}");
+    let saturated = samples.saturation.as_deref().unwrap();
+    let input = input(200e6);
+    let sent = Phase::at(1472, 30e6 / (1472.0 * 8.0), 4.0);
+    assert_eq!(escalate(&input, &sent, low, saturated, 1.0), None);
+    let estimated = estimate(&samples, 0.0, 0.0).unwrap();
+    let rate = estimated.estimates.rate_bps.expect("a rate");
+    // 1 frame a ms for 2.5 s of every 3: 10.1 Mbit/s on average.
+    assert!((rate.value / 10.1e6 - 1.0).abs() < 0.1, "{rate:?}");
 }
