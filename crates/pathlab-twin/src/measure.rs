@@ -52,6 +52,8 @@ pub const SATURATION_S: f64 = 4.0;
 /// ([`longer_phase`]): long enough for [`crate::trace::MIN_JUDGED`] windows of 2 s, and a
 /// delivery trace of a cellular line's seconds of moves (at most half a direction's time).
 pub const LONGER_S: f64 = 15.0;
+/// The fewest queued packets of a first phase for a longer one.
+pub const MIN_QUEUED: usize = 10;
 /// How much faster than the first phase's fastest 100 ms window the longer phase sends:
 /// its queue then holds through a moving rate's peaks (a cellular line's reach twice its
 /// mean and more).
@@ -482,7 +484,8 @@ fn describe(how: &mut String, whose: &str, over_time: &RateOverTime) {
 /// The longer saturating phase after the first one `phase` (sent after the low load
 /// `low_load`) when its rate may move ([`may_move`]): [`LONGER_S`] (at most half the
 /// direction's time) at [`LONGER_OVERFEED`] times its fastest 100 ms window (never slower
-/// than `phase`, never above the rate allowed); `None` when it may not, or built no queue.
+/// than `phase`, never above the rate allowed); `None` when it may not, or built no queue
+/// (fewer than [`MIN_QUEUED`] packets waited: the path may be faster than the rate allowed).
 pub fn longer_phase(
     input: &PlanInput,
     phase: &Phase,
@@ -493,7 +496,7 @@ pub fn longer_phase(
     let clocks = Clocks::from_low_load(&low)?;
     let queued_ns = queued_threshold_ns(&low, &clocks);
     let (may, over_time) = may_move(saturated, &clocks, queued_ns);
-    if !may || over_time.windows_bps.is_empty() {
+    if !may || longest_queued(saturated, &clocks, queued_ns).len() < MIN_QUEUED {
         return None;
     }
     let full = f64::from(phase.payload_bytes);

@@ -43,7 +43,7 @@ pub const WINDOW_NS: u64 = 100_000_000;
 /// All received packets of a saturating phase, in arrival order, when every whole
 /// [`WINDOW_NS`] window from the first arrival to the last delivered less than
 /// [`OVERFED_SHARE`] of what the phase sent in its window as long after its first send (at
-/// least [`OVERFED_WINDOWS`] of them, and no more than it sent in): the bottleneck was busy
+/// least [`OVERFED_WINDOWS`] of them, those after its last send aside): the bottleneck was busy
 /// throughout, whatever the packets' delays say. A sender that slowed is no path holding
 /// its packets back.
 ///
@@ -61,8 +61,9 @@ pub fn overfed(saturated: &[Sample], clocks: &Clocks) -> Option<Vec<(u64, f64, u
         .collect();
     arrivals.sort_by_key(|a| a.0);
     let delivered = per_window_bps(arrivals.iter().map(|a| (a.0, a.2)));
-    let held = delivered.len() >= OVERFED_WINDOWS
-        && delivered.len() <= sent.len()
+    // Past the phase's sending, the path drains what it held: no window to judge.
+    let judged = delivered.len().min(sent.len());
+    let held = judged >= OVERFED_WINDOWS
         && delivered
             .iter()
             .zip(&sent)

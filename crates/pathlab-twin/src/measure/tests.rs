@@ -529,4 +529,14 @@ fn a_path_that_stalls_is_overfed_though_its_delays_show_no_queue() {
     let rate = estimated.estimates.rate_bps.expect("a rate");
     // 1 frame a ms for 2.5 s of every 3: 10.1 Mbit/s on average.
     assert!((rate.value / 10.1e6 - 1.0).abs() < 0.1, "{rate:?}");
+    // A phase that ends as a stall begins: the path delivers what it held for 0.6 s after
+    // the last send, which is no window of its own to judge.
+    let ending = through(&path, 3, &at_rate(0, 3_000_000_000, 30e6, 1514));
+    let all = crate::queued::overfed(&ending, &clocks).expect("overfed");
+    let sent_ns = ending.iter().map(|s| s.sent_ns).max().unwrap();
+    assert!(
+        all.last().unwrap().0 > sent_ns + 500_000_000,
+        "{:?}",
+        all.last()
+    );
 }
