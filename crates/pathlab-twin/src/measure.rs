@@ -504,12 +504,18 @@ pub fn longer_phase(
     let rate_bps = (LONGER_OVERFEED * over_time.highest_bps() * payload_share)
         .max(phase.rate_bps)
         .min(input.max_rate_bps);
-    let seconds = LONGER_S.min(input.seconds / 2.0);
+    let seconds = longer_seconds(input.seconds);
     Some(Phase::at(
         phase.payload_bytes,
         rate_bps / (full * 8.0),
         seconds,
     ))
+}
+
+/// How long a longer saturating phase takes when a direction has `seconds`: [`LONGER_S`],
+/// at most half of them.
+pub fn longer_seconds(seconds: f64) -> f64 {
+    LONGER_S.min(seconds / 2.0)
 }
 
 /// The relative delay above which a packet waited in a queue: the low-load deviations'

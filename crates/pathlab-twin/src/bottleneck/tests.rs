@@ -290,6 +290,14 @@ fn a_rate_that_wobbles_from_one_100_ms_window_to_the_next_does_not_move() {
     assert!(over_time.variation > 0.08, "{over_time:?}");
     assert!(over_time.judged_variation < 0.03, "{over_time:?}");
     assert!(!may, "{over_time:?}");
+    // 10, 20, 10, 20, 15 Mbit/s every 100 ms is alike in 500 ms too, but jumps by 30%:
+    // more than any fixed rate seen (the bond's 14%), a suspicion.
+    let jumping =
+        spec("delay 10ms schedule 100ms 10mbit 20mbit 10mbit 20mbit 15mbit loop limit 4000");
+    let m = measure(&jumping, 11, 30e6, 4_000_000_000, FRAME);
+    let (may, over_time) = may_move(&m.saturated, &m.clocks, m.queued_ns);
+    assert!(over_time.judged_variation < 0.05, "{over_time:?}");
+    assert!(may && over_time.variation > 0.25, "{over_time:?}");
 }
 
 /// Noise at 500 ms (the bond's fixed lines reached 10.5% in a 4 s phase) is a suspicion

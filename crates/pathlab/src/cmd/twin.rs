@@ -141,7 +141,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let config = args.config(host, out)?;
     let gentle = config.gentle;
-    let measured = twin::run(&config, &mut |event| say(event, gentle))
+    let longer_s = pathlab_twin::measure::longer_seconds(config.time_per_direction.as_secs_f64());
+    let measured = twin::run(&config, &mut |event| say(event, gentle, longer_s))
         .map_err(crate::cmd::client::measure_error)?;
     // What is written must read back: a figure the reader refuses (an interval to
     // infinity, 2026-12-07) is this program's defect, said before any file is written.
@@ -290,12 +291,14 @@ fn write(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-/// Progress on stderr.
-fn say(event: TwinEvent<'_>, gentle: bool) {
+/// Progress on stderr; `longer_s`: a longer saturating phase's length.
+fn say(event: TwinEvent<'_>, gentle: bool, longer_s: f64) {
     match event {
         TwinEvent::Bounds { max_rate_bps } if !gentle => eprintln!(
-            "twin: this measurement overfeeds the path for about 6 s each way, at up to {:.2} \
-             Mbit/s (--max-rate; --gentle not to), then runs bulk TCP twice for {} s each way",
+            "twin: this measurement overfeeds the path for about 6 s each way ({} s more where \
+             its rate may move), at up to {:.2} Mbit/s (--max-rate; --gentle not to), then \
+             runs bulk TCP twice for {} s each way",
+            longer_s,
             max_rate_bps / 1e6,
             pathlab_twin::calibrate::TCP_SECONDS
         ),
