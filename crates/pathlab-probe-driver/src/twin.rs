@@ -245,33 +245,12 @@ fn measure_direction(
         })
     };
     let low_load = run("low load", plan.low_load)?;
-    let mut small_plan = plan.small;
-    let (saturation, sparse, last_phase) = match plan.saturation {
-        Some(mut phase) => {
-            let (mut saturated, mut sparse) = saturate(&mut run, "saturation", phase)?;
-            for _ in 0..measure::MAX_ESCALATIONS {
-                let Some(faster) =
-                    measure::escalate(&input, &phase, &low_load, &saturated, RESOLUTION_NS)
-                else {
-                    break;
-                };
-                phase = faster;
-                let again = "saturation again, faster (no queue built)";
-                (saturated, sparse) = saturate(&mut run, again, phase)?;
-                small_plan = measure::small_after(&input, &phase);
-            }
-            (Some(saturated), sparse, Some(phase))
-        }
-        None => (None, None, None),
-    };
-    let longer = match (&last_phase, &saturation) {
-        (Some(first), Some(saturated)) => {
-            measure::longer_phase(&input, first, &low_load, saturated)
-                .map(|phase| run("saturation, longer (the rate may move)", phase))
-                .transpose()?
-        }
-        _ => None,
-    };
+    let Saturated {
+        saturation,
+        sparse,
+        longer,
+        small_plan,
+    } = saturating(&input, &plan, &low_load, &mut run, &saturate)?;
     let mut cannot = plan.cannot;
     cannot.extend((saturation.is_some() && sparse.is_none()).then(|| SPARSE_FAILED.to_owned()));
     let small = small_plan.map(|p| run("small packets", p)).transpose()?;
@@ -297,6 +276,62 @@ fn measure_direction(
         resolution_ns: RESOLUTION_NS,
     };
     Ok((samples, cannot))
+}
+
+/// A saturating phase's samples and its sparse flow's (if that session ran).
+type Saturation = (Vec<pathlab_twin::Sample>, Option<Vec<pathlab_twin::Sample>>);
+
+/// A saturating phase run with its sparse flow beside it: the phase's name, the phase.
+type Saturate<'a> = dyn Fn(&mut Run<'_>, &str, Phase) -> Result<Saturation, MeasureError> + 'a;
+
+/// What a direction's saturating phases brought back, and the small-packet phase sized
+/// from the last.
+struct Saturated {
+    saturation: Option<Vec<pathlab_twin::Sample>>,
+    sparse: Option<Vec<pathlab_twin::Sample>>,
+    longer: Option<Vec<pathlab_twin::Sample>>,
+    small_plan: Option<Phase>,
+}
+
+/// `plan`'s saturating phase, sent again faster while it builds no queue
+/// ([`measure::escalate`]), then a longer one where its rate may move
+/// ([`measure::longer_phase`]).
+fn saturating(
+    input: &PlanInput,
+    plan: &measure::Plan,
+    low_load: &[pathlab_twin::Sample],
+    run: &mut Run<'_>,
+    saturate: &Saturate<'_>,
+) -> Result<Saturated, MeasureError> {
+    let Some(mut phase) = plan.saturation else {
+        return Ok(Saturated {
+            saturation: None,
+            sparse: None,
+            longer: None,
+            small_plan: plan.small,
+        });
+    };
+    let mut small_plan = plan.small;
+    let (mut saturated, mut sparse) = saturate(run, "saturation", phase)?;
+    for _ in 0..measure::MAX_ESCALATIONS {
+        let Some(faster) = measure::escalate(input, &phase, low_load, &saturated, RESOLUTION_NS)
+        else {
+            break;
+        };
+        phase = faster;
+        let again = "saturation again, faster (no queue built)";
+        (saturated, sparse) = saturate(run, again, phase)?;
+        small_plan = measure::small_after(input, &phase);
+    }
+    let longer = measure::longer_phase(input, &phase, low_load, &saturated)
+        .map(|longer| run("saturation, longer (the rate may move)", longer))
+        .transpose()?;
+    Ok(Saturated {
+        saturation: Some(saturated),
+        sparse,
+        longer,
+        small_plan,
+    })
 }
 
 /// `direction`'s rough capacity, bits/s of frames: packet trains, then a constant-rate

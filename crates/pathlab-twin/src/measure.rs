@@ -31,7 +31,7 @@ use crate::isolation::{isolation, MIN_SPARSE_SAMPLES};
 use crate::loss::fit_loss;
 use crate::queued::longest_queued;
 use crate::restart::{self, RestartFit};
-use crate::samples::{after_drain, sent_rate_bps, Clocks, Sample};
+use crate::samples::{after_drain, Clocks, Sample};
 use crate::trace::{
     delivery_trace, may_move, moves, RateOverTime, MAY_MOVE, MIN_JUDGED, MOVING_FAST,
     MOVING_VARIATION, WINDOW_NS,
@@ -610,6 +610,18 @@ pub fn small_after(input: &PlanInput, saturation: &Phase) -> Option<Phase> {
     let full = f64::from(saturation.payload_bytes);
     let frames_bps = saturation.rate_bps * (full + f64::from(input.overhead_bytes)) / full;
     plan(input, Some(frames_bps / OVERFEED), false).small
+}
+
+/// Bits per second the phase's frames were sent at, from its first send to its last.
+fn sent_rate_bps(samples: &[Sample]) -> Option<f64> {
+    let first = samples.iter().map(|s| s.sent_ns).min()?;
+    let last = samples.iter().map(|s| s.sent_ns).max()?;
+    let bits: f64 = samples
+        .iter()
+        .skip(1)
+        .map(|s| f64::from(s.len_bytes) * 8.0)
+        .sum();
+    (last > first).then(|| bits / ((last - first) as f64 * 1e-9))
 }
 
 /// The clocks' offset (the far end's clock minus this one's, ns) and how well it is

@@ -233,15 +233,3 @@ mod tests {
         assert_eq!(later.len(), 1000);
     }
 }
-
-/// Bits per second the phase's frames were sent at, from its first send to its last.
-pub fn sent_rate_bps(samples: &[Sample]) -> Option<f64> {
-    let first = samples.iter().map(|s| s.sent_ns).min()?;
-    let last = samples.iter().map(|s| s.sent_ns).max()?;
-    let bits: f64 = samples
-        .iter()
-        .skip(1)
-        .map(|s| f64::from(s.len_bytes) * 8.0)
-        .sum();
-    (last > first).then(|| bits / ((last - first) as f64 * 1e-9))
-}
