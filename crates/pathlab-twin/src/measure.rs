@@ -308,6 +308,19 @@ pub fn estimate(
         tcp_goodput_bps,
         restart,
     } = replayed(rate_bps, samples, &clocks, queued_ns);
+    // Beside a moving rate the small packets met one moment of it, not the rate they are
+    // weighed against: the cellular twin down had `pps 23860` (2026-12-07).
+    let packet_rate = match (packet_rate, &trace) {
+        (Some(PacketRate::Limited { .. }), Some(_)) => {
+            cannot.push(
+                "a packet-rate limit: the rate moves, and the small packets' rate then is no \
+                 measure of one against it"
+                    .to_owned(),
+            );
+            None
+        }
+        (packet_rate, _) => packet_rate,
+    };
     let buffer = match (&rate_bps, samples.saturation.as_deref()) {
         (Some(rate), Some(saturated)) => {
             buffer(saturated, &clocks, rate, median_ns, loss.rate.value)

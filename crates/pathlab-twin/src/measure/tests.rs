@@ -457,8 +457,23 @@ fn a_rate_that_moves_is_judged_again_in_a_longer_phase_and_replayed_as_a_trace()
     let frames_bps = longer.rate_bps * 1514.0 / 1472.0;
     assert!((frames_bps / 72.7e6 - 1.0).abs() < 0.03, "{longer:?}");
     assert!((longer.seconds() - LONGER_S).abs() < 0.01, "{longer:?}");
-    // Suspected, but judged on nothing longer: a fixed rate.
+    // Small packets that met a packet-rate limit (here from a path that has one).
+    let limited = spec("delay 10ms rate 24mbit pps 2000 limit 3000");
+    samples.small = Some(through(
+        &limited,
+        6,
+        &at_rate(0, 2_000_000_000, 5000.0 * 848.0, 106),
+    ));
+    // Suspected, but judged on nothing longer: a fixed rate, and the limit with it.
     let suspected = estimate(&samples, 0.0, 0.0).unwrap();
+    assert!(
+        matches!(
+            suspected.estimates.packet_rate,
+            Some(PacketRate::Limited { .. })
+        ),
+        "{:?}",
+        suspected.estimates.packet_rate
+    );
     assert_eq!(suspected.trace, None);
     let how = &suspected.estimates.rate_bps.as_ref().unwrap().how;
     assert!(how.contains("no longer phase ran"), "{how}");
@@ -466,6 +481,16 @@ fn a_rate_that_moves_is_judged_again_in_a_longer_phase_and_replayed_as_a_trace()
     let estimated = estimate(&samples, 0.0, 0.0).unwrap();
     let how = &estimated.estimates.rate_bps.as_ref().unwrap().how;
     assert!(how.contains("replayed as a delivery trace"), "{how}");
+    // Beside a moving rate, no packet-rate limit is judged, and it says so.
+    assert_eq!(estimated.estimates.packet_rate, None);
+    assert!(
+        estimated
+            .cannot
+            .iter()
+            .any(|c| c.contains("the rate moves")),
+        "{:?}",
+        estimated.cannot
+    );
     let trace = estimated.trace.expect("a trace");
     let opportunities = trace.lines().count() as f64;
     // About 14 s of the path's 24 Mbit/s on average (2,000 frames a second).
