@@ -39,10 +39,10 @@ pub enum TwinCheckError {
     },
 }
 
-/// The twin side's length under `plan`, seconds: the workloads in turn, a second between
-/// each, and two at the end.
+/// The twin side's length under `plan`, seconds: the workloads in turn (the probes of both
+/// ways at once), a second between each, and two at the end.
 pub fn length_s(plan: &Plan) -> u64 {
-    plan.idle_s + 1 + 2 * (plan.bulk_s + 1) + 2 * (plan.probes_s + 1) + 1
+    plan.idle_s + 1 + 2 * (plan.bulk_s + 1) + plan.probes_s + 1 + 1
 }
 
 /// The lab spec that runs the check's workloads on a twin: `near` to `far` runs the spec
@@ -57,7 +57,8 @@ pub fn lab_spec(up: &str, down: &str, plan: &Plan) -> String {
     let bulk_up = idle_s + 1;
     let bulk_down = bulk_up + bulk_s + 1;
     let probes_up = bulk_down + bulk_s + 1;
-    let probes_down = probes_up + probes_s + 1;
+    // Each way's probes cross a direction of their own: both at once.
+    let probes_down = probes_up;
     let mut spec = format!(
         "name = \"twin-check\"\nduration = \"{}s\"\n[[node]]\nname = \"near\"\n[[node]]\n\
          name = \"far\"\n[[link]]\nbetween = [\"near\", \"far\"]\nspec = {:?}\nreverse = {:?}\n",

@@ -490,7 +490,7 @@ fn calibrating_flow(
 
 /// `pathlab twin check`'s real side: the check's workloads against the server, in turn
 /// ([`pathlab_twin::check`]'s plan): an idle round-trip test, bulk TCP up with round trips
-/// beside it, the same down, paced probes each way.
+/// beside it, the same down, paced probes both ways at once.
 pub fn check_real(
     target: &ServerTarget,
     plan: &pathlab_twin::check::Plan,
@@ -534,29 +534,35 @@ pub fn check_real(
     ));
     let (tcp_down, rtt_down) = bulk(TcpDirection::Down);
     let (tcp_down, rtt_down) = (tcp_down?, rtt_down?);
-    on_step("paced probes each way");
-    let probes = crate::owd::OwdConfig {
-        target: target.clone(),
-        rate: pathlab_core::BitsPerSec(PROBE_RATE_BPS),
-        probe_bytes: PROBE_BYTES,
-        count: crate::owd::OwdConfig::count_for(
-            Duration::from_secs(plan.probes_s),
-            pathlab_core::BitsPerSec(PROBE_RATE_BPS),
-            PROBE_BYTES,
-        ),
-        directions: vec![Direction::Up, Direction::Down],
-        window: 100,
-    };
-    let mut owd = crate::owd::run(&probes, &mut |_| {})
-        .map_err(|p| p.error)?
-        .into_iter();
-    let (Some(owd_up), Some(owd_down)) = (owd.next(), owd.next()) else {
-        return Err(MeasureError::Session(
-            pathlab_probe::session::SessionError::Protocol(
-                "the server returned fewer than two directions' probes".into(),
+    on_step("paced probes both ways at once");
+    // Each way's probes cross a direction of their own: both at once, a session each.
+    let probes = |direction: Direction| {
+        let config = crate::owd::OwdConfig {
+            target: target.clone(),
+            rate: pathlab_core::BitsPerSec(PROBE_RATE_BPS),
+            probe_bytes: PROBE_BYTES,
+            count: crate::owd::OwdConfig::count_for(
+                Duration::from_secs(plan.probes_s),
+                pathlab_core::BitsPerSec(PROBE_RATE_BPS),
+                PROBE_BYTES,
             ),
-        ));
+            directions: vec![direction],
+            window: 100,
+        };
+        let result = crate::owd::run(&config, &mut |_| {}).map_err(|p| p.error)?;
+        result.into_iter().next().ok_or_else(|| {
+            MeasureError::Session(pathlab_probe::session::SessionError::Protocol(format!(
+                "the server returned no {} probes",
+                direction.name()
+            )))
+        })
     };
+    let (owd_up, owd_down) = std::thread::scope(|scope| {
+        let down = scope.spawn(|| probes(Direction::Down));
+        let up = probes(Direction::Up);
+        (up, down.join().expect("the probes do not panic"))
+    });
+    let (owd_up, owd_down) = (owd_up?, owd_down?);
     Ok(PathRuns {
         idle,
         up: DirectionRuns {

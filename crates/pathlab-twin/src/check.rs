@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 pub mod synthetic;
 
 /// How long the workloads both paths run take, in turn: an idle round-trip test (the base
-/// RTT), bulk TCP up with round trips beside it, the same down, then paced probes each way
-/// at low load (loss); and the congestion control bulk TCP runs with on both.
+/// RTT), bulk TCP up with round trips beside it, the same down, then paced probes both ways
+/// at once at low load (loss); and the congestion control bulk TCP runs with on both.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// The idle round trips, seconds.
