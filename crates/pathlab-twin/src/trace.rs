@@ -10,7 +10,9 @@ use pathlab_core::stage::rate::MAHIMAHI_OPPORTUNITY_BYTES;
 use serde::{Deserialize, Serialize};
 
 pub use crate::queued::WINDOW_NS;
-use crate::queued::{longest_queued, per_window_bps, sent_window_bps, steady_run, OVERFED_SHARE};
+use crate::queued::{
+    held_through, longest_queued, per_window_bps, sent_window_bps, steady_run, OVERFED_SHARE,
+};
 use crate::samples::{Clocks, Sample};
 
 /// Windows of [`WINDOW_NS`] summed into one that the first saturating phase's rate is
@@ -19,7 +21,7 @@ pub const WINDOWS_JUDGED: usize = 5;
 
 /// The first saturating phase's rate may move when the coefficient of variation of its
 /// [`WINDOWS_JUDGED`] windows is above this; a longer phase then judges
-/// ([`LONG_WINDOWS_JUDGED`]), as it does where the phase's queue emptied ([`HELD_SHARE`])
+/// ([`LONG_WINDOWS_JUDGED`]), as it does where the phase's queue emptied ([`crate::queued::HELD_SHARE`])
 /// or it did not overfeed the path ([`OVERFED_SHARE`]). A fixed rate's windows differ by a
 /// packet or two (about 1% at 10 Mbit/s).
 ///
@@ -33,11 +35,6 @@ pub const WINDOWS_JUDGED: usize = 5;
 /// threshold on a few seconds tells the two apart, so a first phase above this one is only
 /// a suspicion.
 pub const MAY_MOVE: f64 = 0.05;
-
-/// The first saturating phase's longest unbroken queued run spanning less than this share
-/// of the phase: its queue emptied (a rate that rose above what it sent, a cellular line's
-/// peak: mahimahi's TMobile-LTE-short up held 1.0 s of 4), and a longer phase judges.
-pub const HELD_SHARE: f64 = 0.5;
 
 /// Windows of [`WINDOW_NS`] summed into one that the longer phase's rate is judged in: 2 s.
 ///
@@ -128,7 +125,7 @@ pub fn rate_over_time(run: &[(u64, f64, u32)], windows_per_judged: usize) -> Rat
 /// stretch too short for 500 ms windows: mahimahi's TMobile-LTE-short down, overfed at
 /// 80 Mbit/s, 31% in the 971 ms its rate was taken from; the bond's 100 ms windows 14% at
 /// most), its longest queued run spanned less than
-/// [`HELD_SHARE`] of it, or a 100 ms window of that run delivered [`OVERFED_SHARE`] of what it
+/// [`crate::queued::HELD_SHARE`] of it, or a 100 ms window of that run delivered [`OVERFED_SHARE`] of what it
 /// sent (the median of its 100 ms windows by send time). The phase's rate over time with it.
 pub fn may_move(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> (bool, RateOverTime) {
     let over_time = rate_over_time(&steady_run(saturated, clocks, queued_ns), WINDOWS_JUDGED);
@@ -138,13 +135,7 @@ pub fn may_move(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> (bool,
         let whole = rate_over_time(&longest, 1);
         whole.windows_bps.iter().any(|&w| w >= frames)
     });
-    let span = |first: Option<u64>, last: Option<u64>| last.zip(first).map_or(0, |(l, f)| l - f);
-    let sent = span(
-        saturated.iter().map(|s| s.sent_ns).min(),
-        saturated.iter().map(|s| s.sent_ns).max(),
-    );
-    let held = span(longest.first().map(|a| a.0), longest.last().map(|a| a.0));
-    let emptied = (held as f64) < HELD_SHARE * sent as f64;
+    let emptied = !held_through(&longest, saturated);
     let jumpy = over_time.windows_bps.len() >= MIN_JUDGED && over_time.variation > MOVING_FAST;
     (
         over_time.above(MAY_MOVE) || jumpy || emptied || fed,
