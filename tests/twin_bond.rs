@@ -153,13 +153,13 @@ fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
 /// threshold (10.5% in 500 ms: now a suspicion a longer phase clears), a restart ramp's
 /// interval to infinity (the twin file did not read back), and a sparse flow judged over
 /// the tunnel's ramp (no ring: loaded RTT down -18%); each fixed. With them it held alone
-/// twice of twice, but failed once beside the suite's other tests (which the heavy
+/// four times of four (7fd1c18 on), but failed once beside the suite's other tests (which the heavy
 /// lock let run beside it): the tunnel's ends, short of CPU, carried the check's bulk TCP
 /// down at 24.4 Mbit/s where the twin had measured 38.6 (its loaded RTT 20.6 ms, the lines
 /// no longer full), and passed alone at once. It takes the machine to itself now (the
 /// exclusive lock): 150-160 s that CI (1,319 s of 1,500 at stop 56) has no room for yet.
 #[test]
-#[ignore = "issue 41: holds alone (2 of 2 with every fix); 155 s alone that CI has no room for yet"]
+#[ignore = "issue 41: holds alone (4 of 4 since 7fd1c18); 155 s alone that CI has no room for yet"]
 fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let Some(_lock) = privileged("a_twin_of_the_bond_over_three_lines") else {
         return;

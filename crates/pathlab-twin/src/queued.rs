@@ -78,9 +78,7 @@ pub const WINDOW_NS: u64 = 100_000_000;
 /// above the 180 ms its 200-packet buffer held), and a saturating phase at 80 Mbit/s,
 /// six times the path's average, 'built no queue': the twin had no rate (2026-12-07).
 pub fn overfed(saturated: &[Sample], clocks: &Clocks) -> Option<Vec<(u64, f64, u32)>> {
-    let mut sends: Vec<(u64, u32)> = saturated.iter().map(|s| (s.sent_ns, s.len_bytes)).collect();
-    sends.sort_unstable();
-    let sent = per_window_bps(sends.into_iter());
+    let sent = sent_windows_bps(saturated);
     let mut arrivals: Vec<(u64, f64, u32)> = saturated
         .iter()
         .filter_map(|s| Some((s.received_ns?, clocks.relative_ns(s)?, s.len_bytes)))
@@ -100,11 +98,16 @@ pub fn overfed(saturated: &[Sample], clocks: &Clocks) -> Option<Vec<(u64, f64, u
 /// The median of the bits/s a phase was sent at in its whole [`WINDOW_NS`] windows (by
 /// send time): the rate it was sent at, a stall of the sender's aside.
 pub fn sent_window_bps(saturated: &[Sample]) -> Option<f64> {
-    let mut sends: Vec<(u64, u32)> = saturated.iter().map(|s| (s.sent_ns, s.len_bytes)).collect();
-    sends.sort_unstable();
-    let mut windows = per_window_bps(sends.into_iter());
+    let mut windows = sent_windows_bps(saturated);
     windows.sort_by(f64::total_cmp);
     windows.get(windows.len() / 2).copied()
+}
+
+/// Bits per second a phase was sent at in each whole [`WINDOW_NS`] window, by send time.
+fn sent_windows_bps(saturated: &[Sample]) -> Vec<f64> {
+    let mut sends: Vec<(u64, u32)> = saturated.iter().map(|s| (s.sent_ns, s.len_bytes)).collect();
+    sends.sort_unstable();
+    per_window_bps(sends.into_iter())
 }
 
 /// Bits per second in each whole [`WINDOW_NS`] window from the first of `points` (time ns,
@@ -239,5 +242,10 @@ fn settled(run: &[(u64, f64, u32)]) -> &[(u64, f64, u32)] {
 /// windows from 32-37 to 38-39 Mbit/s) 'moved' in 4 of 12 twins, and its trace, replaying
 /// the ramp, carried 8-10% less than a transfer met there (2026-12-07).
 pub fn steady_run(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> Vec<(u64, f64, u32)> {
-    at_its_end(&queued_run(saturated, clocks, queued_ns)).to_vec()
+    steady_of(&longest_queued(saturated, clocks, queued_ns))
+}
+
+/// [`steady_run`] of a phase's [`longest_queued`] run, already taken.
+pub fn steady_of(longest: &[(u64, f64, u32)]) -> Vec<(u64, f64, u32)> {
+    at_its_end(settled(longest)).to_vec()
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::queued::WINDOW_NS;
 use crate::queued::{
-    held_through, longest_queued, per_window_bps, sent_window_bps, steady_run, OVERFED_SHARE,
+    held_through, longest_queued, per_window_bps, sent_window_bps, steady_of, OVERFED_SHARE,
 };
 use crate::samples::{Clocks, Sample};
 
@@ -128,8 +128,8 @@ pub fn rate_over_time(run: &[(u64, f64, u32)], windows_per_judged: usize) -> Rat
 /// [`crate::queued::HELD_SHARE`] of it, or a 100 ms window of that run delivered [`OVERFED_SHARE`] of what it
 /// sent (the median of its 100 ms windows by send time). The phase's rate over time with it.
 pub fn may_move(saturated: &[Sample], clocks: &Clocks, queued_ns: f64) -> (bool, RateOverTime) {
-    let over_time = rate_over_time(&steady_run(saturated, clocks, queued_ns), WINDOWS_JUDGED);
     let longest = longest_queued(saturated, clocks, queued_ns);
+    let over_time = rate_over_time(&steady_of(&longest), WINDOWS_JUDGED);
     let fed = sent_window_bps(saturated).is_some_and(|sent| {
         let frames = OVERFED_SHARE * sent;
         let whole = rate_over_time(&longest, 1);
