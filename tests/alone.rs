@@ -18,3 +18,4 @@ mod lab_scale;
 mod measure;
 mod metrics;
 mod shaped;
+mod twin_bond;

@@ -46,4 +46,3 @@ mod server_abuse;
 mod shaped;
 mod tune;
 mod twin;
-mod twin_bond;

@@ -19,9 +19,11 @@ const DELAY_MS: f64 = 10.0;
 const RATE_BPS: f64 = 10e6;
 const BURST_BYTES: f64 = 5.0 * 1024.0;
 const LATENCY_S: f64 = 0.05;
-/// The most both crossings of one emulator may add to a loaded round trip and the test
-/// still judge it: half the 10% bound of a round trip at the base RTT (20 ms).
-const LATENESS_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+/// The share of a loaded round trip both crossings of one emulator may add and the test
+/// still judge it: half the 10% bound ([`LOADED_RTT_WITHIN`]) of the path's own figure.
+/// (A fixed 1 ms, half the bound at the 20 ms base RTT, said "cannot judge" beside other
+/// tests at p99 1.4 ms late, where the path's loaded RTT of 61-71 ms allows 3.1-3.5.)
+const LATENESS_SHARE: f64 = LOADED_RTT_WITHIN / 2.0;
 
 /// A figure of a direction in `twin -J`'s output.
 fn figure(twin: &serde_json::Value, direction: &str, name: &str) -> f64 {
@@ -234,11 +236,12 @@ fn check_against_the_path(lab: &Lab, out: &std::path::Path) {
         } else {
             Quantile::P99
         };
+        let (on_path, on_twin) = (row["real"].as_f64().unwrap(), row["twin"].as_f64().unwrap());
+        let budget = std::time::Duration::from_secs_f64(LATENESS_SHARE * on_path / 1e3);
         let slack_ms = [&real, &twin]
             .iter()
-            .map(|l| ms(l.slack(quantile, &[0, 1], LATENESS_BUDGET)))
+            .map(|l| ms(l.slack(quantile, &[0, 1], budget)))
             .sum::<f64>();
-        let (on_path, on_twin) = (row["real"].as_f64().unwrap(), row["twin"].as_f64().unwrap());
         let bound = LOADED_RTT_WITHIN * on_path + slack_ms;
         assert!(
             (on_twin - on_path).abs() <= bound,

@@ -156,10 +156,9 @@ fn line_stats(emulators: &[EmulatorHandle]) -> Vec<EmulatorStats> {
 /// four times of four (7fd1c18 on), but failed once beside the suite's other tests (which the heavy
 /// lock let run beside it): the tunnel's ends, short of CPU, carried the check's bulk TCP
 /// down at 24.4 Mbit/s where the twin had measured 38.6 (its loaded RTT 20.6 ms, the lines
-/// no longer full), and passed alone at once. It takes the machine to itself now (the
-/// exclusive lock): 150-160 s that CI (1,319 s of 1,500 at stop 56) has no room for yet.
+/// no longer full), and passed alone at once. It takes the machine to itself (the
+/// exclusive lock, among the `alone` tests).
 #[test]
-#[ignore = "issue 41: holds alone (4 of 4 since 7fd1c18); 155 s alone that CI has no room for yet"]
 fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let Some(_lock) = privileged("a_twin_of_the_bond_over_three_lines") else {
         return;
@@ -173,8 +172,13 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
     let name = format!("tb{}", std::process::id());
     let experiment = Experiment::parse(&topology_of(&name, &line_specs())).expect("it parses");
     let topology = Topology::build(&experiment).expect("the namespaces build");
-    let emulators =
-        start_line_emulators(&topology, &experiment, LINES.len(), 1, "tests/twin_bond.rs");
+    let emulators = start_line_emulators(
+        &topology,
+        &experiment,
+        LINES.len(),
+        1,
+        "tests/alone/twin_bond.rs",
+    );
     let (site, srv) = (&topology.nodes[SITE], &topology.nodes[SRV]);
     let _stats_sockets = StatsSockets::of(&[site, srv]);
     let server = start_server(srv, &server_args(key, &[]), dir.path("server.stderr"));
