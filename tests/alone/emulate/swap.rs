@@ -159,17 +159,18 @@ impl Wired {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let now = self.a.run(|| pathlab_os::interpose::view(iface)).unwrap();
-            if now.ok().flatten().as_ref() == Some(self.before(iface))
+            if now.as_ref().ok().and_then(Option::as_ref) == Some(self.before(iface))
                 && self.swap_files().is_empty()
                 && files_under(&self.runtime.join("emulate")).is_empty()
             {
                 return since.elapsed();
             }
+            // What was seen, not `seen` (which panics on an interface not there, and once
+            // hid this message and the guardian's words: 'move+', 2026-12-07).
             assert!(
                 Instant::now() < deadline,
-                "{iface} not back 5 s after its emulator died: now {:?}, want {:?}, left {:?}; \
+                "{iface} not back 5 s after its emulator died: now {now:?}, want {:?}, left {:?}; \
                  emulator and guardian said: {}",
-                seen(&self.a, iface),
                 self.before(iface),
                 self.swap_files(),
                 self.stderr(name)
