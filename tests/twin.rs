@@ -196,6 +196,30 @@ fn a_twin_of_a_cellular_trace_holds_on_twin_check() {
     check_against_the_path(&lab, &out);
 }
 
+/// `pathlab twin check TWIN HOST -t SECONDS -C cubic -J --out DIR` from `from`: the check's
+/// JSON, with its stderr (the progress) printed; panics unless it printed its JSON.
+pub fn run_twin_check(
+    from: &pathlab_os::netns::Netns,
+    twin: &std::path::Path,
+    host: &str,
+    seconds: &str,
+    dir: &std::path::Path,
+) -> serde_json::Value {
+    let check = from
+        .command(PATHLAB)
+        .args(["twin", "check"])
+        .arg(twin)
+        .args([host, "-t", seconds, "-C", "cubic", "-J", "--out"])
+        .arg(dir)
+        .output()
+        .expect("pathlab twin check runs");
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    let check: serde_json::Value = serde_json::from_slice(&check.stdout)
+        .unwrap_or_else(|e| panic!("twin check's JSON: {e}: {stderr}"));
+    eprintln!("{stderr}{check:#}");
+    check
+}
+
 /// `twin check` of the twin at `out` against the path it copies: the same workloads on
 /// both, bulk TCP with cubic on both (not the host's default: this machine's, inherited by
 /// every namespace, is bbr, whose queue is of its own making), each figure judged. The
@@ -204,20 +228,13 @@ fn a_twin_of_a_cellular_trace_holds_on_twin_check() {
 /// check (not during `twin`'s saturating phases before it), the twin's in its lab.
 fn check_against_the_path(lab: &Lab, out: &std::path::Path) {
     let before = lab.stats();
-    let check = lab
-        .line
-        .h1
-        .command(PATHLAB)
-        .args(["twin", "check"])
-        .arg(out)
-        .args(["198.18.0.2", "-t", "3s", "-C", "cubic", "-J", "--out"])
-        .arg(lab.dir.path("check"))
-        .output()
-        .expect("pathlab twin check runs");
-    let stderr = String::from_utf8_lossy(&check.stderr);
-    let check: serde_json::Value = serde_json::from_slice(&check.stdout)
-        .unwrap_or_else(|e| panic!("twin check's JSON: {e}: {stderr}"));
-    eprintln!("{stderr}{check:#}");
+    let check = run_twin_check(
+        &lab.line.h1,
+        out,
+        "198.18.0.2",
+        "3s",
+        &lab.dir.path("check"),
+    );
     assert_eq!(check["congestion"], "cubic", "{check}");
     let real = Lateness::between(&before, &lab.stats());
     let twin = Lateness::of_lab_link(

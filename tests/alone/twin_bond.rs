@@ -202,18 +202,7 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
 
     let before = line_stats(&emulators);
     let check_out = dir.path("check");
-    let check = site
-        .command(PATHLAB)
-        .args(["twin", "check"])
-        .arg(&out)
-        .args([&host, "-t", "10s", "-C", "cubic", "-J", "--out"])
-        .arg(&check_out)
-        .output()
-        .expect("pathlab twin check runs");
-    let stderr = String::from_utf8_lossy(&check.stderr);
-    let check: serde_json::Value = serde_json::from_slice(&check.stdout)
-        .unwrap_or_else(|e| panic!("twin check's JSON: {e}: {stderr}"));
-    eprintln!("{stderr}{check:#}");
+    let check = crate::twin::run_twin_check(site, &out, &host, "10s", &check_out);
     let after = line_stats(&emulators);
     let lines: Vec<Lateness> = before
         .iter()
