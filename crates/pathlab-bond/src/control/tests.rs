@@ -387,50 +387,90 @@ fn a_line_never_busy_starts_as_a_line_starts() {
 /// capacity, then queued 32-byte datagrams, sat idle for a few seconds, and restarted
 /// at twice the little a TCP flow's first round trips delivered, from 1 Mbit/s: the
 /// flow went at 1 Mbit/s for 0.75 s and took 3.5 s to reach 16 of its 18 Mbit/s.
+///
+/// And so after a long idle spell, past the time of a drain: an idle line's queue has
+/// emptied by itself and its reports measure the base clean, which is what a drain is
+/// for, so the next one is [`ControllerConfig::drain_every`] of busy time away.
+/// Regression (issue 41): after 40 s of a trickle the drain was due, taken at the first
+/// busy report (3/4 of the little a flow's first round trips delivered), and the lines
+/// of 6 and 3 Mbit/s restarted at 3.2 and 0.8: a TCP flow through the tunnel carried 55%
+/// of its rate in its first second where one started after 2 s idle carried 89%.
 #[test]
 fn a_line_busy_after_an_idle_spell_restarts_at_the_capacity_full_datagrams_showed() {
-    let capacity = 12_000_000.0;
-    let mut controller = RateController::new(ControllerConfig::default(), Instant::ZERO);
+    for idle_s in [2, 40] {
+        let capacity = 12_000_000.0;
+        let mut controller = RateController::new(ControllerConfig::default(), Instant::ZERO);
+        controller.on_rtt(Duration::from_millis(40));
+        let mut reports = Reports::new();
+        // 25 ms of `datagrams` of `bytes` each, all delivered at `queue_ms`.
+        let mut carry =
+            |controller: &mut RateController, datagrams: u64, bytes: usize, queue_ms: i64| {
+                for _ in 0..datagrams {
+                    controller.on_sent(bytes);
+                }
+                let (now, mut report) = reports.next(datagrams, 0, bytes as u64);
+                report.owd_min_ns += queue_ms * 1_000_000;
+                controller.on_feedback(now, &report);
+            };
+        for _ in 0..8 {
+            carry(&mut controller, 1, 100, 0);
+        }
+        // Full: 1000-byte datagrams at the capacity (37.5 a report) at a 3 ms queue...
+        for k in 0..40 {
+            carry(&mut controller, 37 + k % 2, 1000, 3);
+        }
+        // ...then, after a pause, 40-byte ones at a packet limit (2,000 a second), a 3 ms
+        // queue too...
+        for _ in 0..8 {
+            carry(&mut controller, 1, 100, 0);
+        }
+        for _ in 0..40 {
+            carry(&mut controller, 50, 40, 3);
+        }
+        // ...then idle.
+        for _ in 0..idle_s * 40 {
+            carry(&mut controller, 1, 100, 0);
+        }
+        // Busy again: 1000-byte datagrams at the rate, seen 100 ms late.
+        let seen = busy_line_seen_late(&mut controller, &mut reports, 4, 8);
+        for (k, (rate, delivery)) in seen.iter().enumerate() {
+            assert!(
+                *rate >= 0.95 * capacity,
+                "{idle_s} s idle, report {k}: {:.2} Mbit/s having delivered {:.2}, the \
+                 capacity {:.2}",
+                rate / 1e6,
+                delivery / 1e6,
+                capacity / 1e6
+            );
+        }
+    }
+}
+
+/// A line kept busy still drains every [`ControllerConfig::drain_every`] (its queue
+/// never empties by itself): at 3/4 of its delivery rate, on time.
+#[test]
+fn a_busy_line_drains_on_time() {
+    let config = ControllerConfig::default();
+    let every = config.drain_every;
+    let mut controller = RateController::new(config, Instant::ZERO);
     controller.on_rtt(Duration::from_millis(40));
     let mut reports = Reports::new();
-    // 25 ms of `datagrams` of `bytes` each, all delivered at `queue_ms`.
-    let mut carry =
-        |controller: &mut RateController, datagrams: u64, bytes: usize, queue_ms: i64| {
-            for _ in 0..datagrams {
-                controller.on_sent(bytes);
-            }
-            let (now, mut report) = reports.next(datagrams, 0, bytes as u64);
-            report.owd_min_ns += queue_ms * 1_000_000;
-            controller.on_feedback(now, &report);
-        };
-    for _ in 0..8 {
-        carry(&mut controller, 1, 100, 0);
-    }
-    // Full: 1000-byte datagrams at the capacity (37.5 a report) at a 3 ms queue...
-    for k in 0..40 {
-        carry(&mut controller, 37 + k % 2, 1000, 3);
-    }
-    // ...then, after a pause, 40-byte ones at a packet limit (2,000 a second), a 3 ms
-    // queue too...
-    for _ in 0..8 {
-        carry(&mut controller, 1, 100, 0);
-    }
-    for _ in 0..40 {
-        carry(&mut controller, 50, 40, 3);
-    }
-    // ...then two seconds idle.
-    for _ in 0..80 {
-        carry(&mut controller, 1, 100, 0);
-    }
-    // Busy again: 1000-byte datagrams at the rate, seen 100 ms late.
-    let seen = busy_line_seen_late(&mut controller, &mut reports, 4, 8);
-    for (k, (rate, delivery)) in seen.iter().enumerate() {
-        assert!(
-            *rate >= 0.95 * capacity,
-            "report {k}: {:.2} Mbit/s having delivered {:.2}, the capacity {:.2}",
-            rate / 1e6,
-            delivery / 1e6,
-            capacity / 1e6
-        );
-    }
+    trickle(&mut controller, &mut reports, 8);
+    let busy_from = reports.now;
+    // Full at 12 Mbit/s (37.5 datagrams of 1000 bytes a report) at a 3 ms queue.
+    let drained = (0..2 * every.as_nanos() / 25_000_000).find_map(|k| {
+        let before = controller.rate().as_f64();
+        let datagrams = 37 + k % 2;
+        for _ in 0..datagrams {
+            controller.on_sent(1000);
+        }
+        let (now, mut report) = reports.next(datagrams, 0, 1000);
+        report.owd_min_ns += 3_000_000;
+        controller.on_feedback(now, &report);
+        (controller.rate().as_f64() < 0.8 * before).then_some(now - busy_from)
+    });
+    assert!(
+        drained.is_some_and(|after| after >= every && after <= every + Duration::from_millis(100)),
+        "a busy line's rate cut to 3/4 (a drain) {drained:?} after it became busy, every {every:?}"
+    );
 }
