@@ -13,6 +13,7 @@ use pathlab_lab::topology::Topology;
 use pathlab_lab::Experiment;
 use pathlab_twin::check::LOADED_RTT_WITHIN;
 
+use crate::twin::LATENESS_SHARE;
 use crate::util;
 use crate::util::bond_site::{
     client_lines, server_args, start_client, start_line_emulators, start_server, topology_of,
@@ -45,10 +46,6 @@ const LINES: [LineShape; 3] = [
 /// run to run, so down the path would be their CPU, not the lines, and a twin measured at
 /// 97 Mbit/s met a path that carried bulk TCP at 115.6 ten seconds later (-20%).
 const DOWN: [&str; 3] = ["24mbit", "12mbit", "6mbit"];
-/// The most one emulator's lateness may add to a loaded round trip and the test still
-/// judge it: below the 2.5 ms that 10% of the tunnel's loaded round trip (about 25 ms)
-/// allows (the twin's lab was seen at p99 1.5 ms on a busy machine).
-const LATENESS_BUDGET: Duration = Duration::from_millis(2);
 /// Where the measurement server listens: the tunnel's far end.
 const SERVER_PORT: u16 = 4920;
 
@@ -229,8 +226,12 @@ fn a_twin_of_the_bond_over_three_lines_holds_on_twin_check() {
         } else {
             Quantile::P99
         };
-        let slack_ms = round_trip_slack_ms(&lines, quantile)
-            + ms(twin_lab.slack(quantile, &[0, 1], LATENESS_BUDGET));
+        // What one emulator's lateness may add to the round trip and the test still judge
+        // it, as on the tbf path (about 1.3 ms of the tunnel's 25.7 under load; seen: the
+        // lines' p99 200 us a way, the twin lab's 300-320 us both ways, 2026-12-07).
+        let budget = Duration::from_secs_f64(LATENESS_SHARE * on_path / 1e3);
+        let slack_ms = round_trip_slack_ms(&lines, quantile, budget)
+            + ms(twin_lab.slack(quantile, &[0, 1], budget));
         let bound = LOADED_RTT_WITHIN * on_path + slack_ms;
         if (on_twin - on_path).abs() > bound {
             missed.push(format!(
@@ -260,14 +261,14 @@ fn line_specs() -> Vec<(String, String)> {
 
 /// What the line emulators' lateness adds to a round trip through the tunnel at
 /// `quantile`, ms: a round trip crosses one line each way, which one the scheduler's to
-/// choose, so each way counts its latest line.
-fn round_trip_slack_ms(lines: &[Lateness], quantile: Quantile) -> f64 {
+/// choose, so each way counts its latest line (each judged against `budget`).
+fn round_trip_slack_ms(lines: &[Lateness], quantile: Quantile, budget: Duration) -> f64 {
     [0, 1]
         .iter()
         .map(|&way| {
             lines
                 .iter()
-                .map(|line| ms(line.slack(quantile, &[way], LATENESS_BUDGET)))
+                .map(|line| ms(line.slack(quantile, &[way], budget)))
                 .fold(0.0, f64::max)
         })
         .sum()
