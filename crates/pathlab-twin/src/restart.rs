@@ -43,9 +43,14 @@ pub const QUEUED_ABOVE: f64 = 0.1;
 pub const QUEUED_MIN_NS: f64 = 1e6;
 
 /// The least a restart must cost a transfer, seconds at the steady rate, for the twin to
-/// copy it: 1% of a 10 s transfer. The kernel's tbf, which does not restart, fitted ramps
-/// of 59 and 74 ms with an earlier fit (per interval, which an F test then refused).
-pub const MIN_COST_S: f64 = 0.1;
+/// copy it: 2% of a 10 s transfer, well within the 5% its goodput is judged by. The
+/// kernel's tbf, which does not restart, fitted ramps of 59 and 74 ms with an earlier fit
+/// (per interval, which an F test then refused), and once `97% 7803ms`, 117 ms (one flow
+/// 3% slower than the other over its whole 5 s: what two flows differ by, not a ramp;
+/// 0.1 s before 2026-12-08). Through the bond, since its lines stopped draining at a
+/// restart, its flows after pings cost 79-94 ms (none copied) and one 420 ms under a busy
+/// loop per core (copied).
+pub const MIN_COST_S: f64 = 0.2;
 
 /// The least counted intervals to fit.
 const MIN_COUNTED: usize = 6;
@@ -462,12 +467,13 @@ mod tests {
 
     /// Regression (the bond down, 2026-12-07): a start at 91% over 3.6 s, the cost near
     /// its noise, put 96% in the start's interval, which no ramp costs that much from: the
-    /// ramp's interval went to infinity and the twin file did not read back.
+    /// ramp's interval went to infinity and the twin file did not read back. (92% over
+    /// 5.2 s here, 224 ms: the least cost copied is 200 ms since 2026-12-08.)
     #[test]
     fn a_shallow_restart_near_its_noise_has_a_finite_interval() {
         let warm = flow(38.5e6, 1.0, 0.025, 0.06, 0.04);
         let steady = steady_goodput(&warm).unwrap();
-        let run = flow(38.5e6, 0.91, 3.6, 0.06, 0.04);
+        let run = flow(38.5e6, 0.92, 5.2, 0.06, 0.04);
         let fit = fit(&run, &warm, &steady).expect("a restart");
         let longest = RAMP_BEYOND_FLOW * 21.0 * 0.25;
         for figure in [&fit.from, &fit.ramp_s] {
@@ -478,7 +484,7 @@ mod tests {
         }
         assert!(fit.ramp_s.high <= longest, "{:?}", fit.ramp_s);
         assert!(
-            fit.from.high > 0.95,
+            fit.from.high > 0.9,
             "a start near the whole rate: {:?}",
             fit.from
         );
